@@ -1,0 +1,1 @@
+//! The bloomery host library.

@@ -1,0 +1,2 @@
+//! The `bloomery` command.
+fn main() {}

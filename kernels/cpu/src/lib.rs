@@ -1,0 +1,1 @@
+//! Portable CPU kernels: quant formats and reference ops.

@@ -1,0 +1,1 @@
+//! The cpu-avx2 kernel plugin.

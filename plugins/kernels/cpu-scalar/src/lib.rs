@@ -1,0 +1,1 @@
+//! The cpu-scalar kernel plugin.
