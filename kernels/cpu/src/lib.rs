@@ -1,1 +1,8 @@
-//! Portable CPU kernels: quant formats and reference ops.
+//! Portable CPU kernels shared by the CPU kernel plugins: every GGUF quant format ([`quant`]), the
+//! reference ops ([`ops`]) and the pinned worker pool ([`pool`]). Nothing here is specific to an
+//! instruction set: this crate is the reference every faster kernel is tested against, and it builds
+//! for aarch64 as well as x86-64.
+
+pub mod ops;
+pub mod pool;
+pub mod quant;

@@ -1,0 +1,1 @@
+//! A pinned worker pool for data-parallel kernels.

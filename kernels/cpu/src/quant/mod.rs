@@ -1,0 +1,1 @@
+//! Every GGUF quant format: block layouts, dequantization, quantization, dot products.
