@@ -141,7 +141,7 @@ impl DType {
     /// number of blocks, or the size overflows.
     pub fn row_bytes(self, n: u64) -> Option<u64> {
         let l = self.layout()?;
-        if n % u64::from(l.block) != 0 {
+        if !n.is_multiple_of(u64::from(l.block)) {
             return None;
         }
         (n / u64::from(l.block)).checked_mul(u64::from(l.bytes))

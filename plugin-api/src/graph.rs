@@ -1,0 +1,316 @@
+//! Forward graphs: what a model plugin builds for a batch shape and the host executes.
+//!
+//! A graph is a list of tensor declarations and a list of nodes in execution order. Tensors are
+//! weights (by index into the model's weight list), host-owned state (by index into its state list),
+//! batch inputs the host fills every step, intermediates the host allocates, or strided views of
+//! another tensor. A graph depends only on the [`BatchShape`]: token ids, positions and slots are
+//! inputs, so the host can build a graph once and replay it (and a GPU plugin can capture it).
+
+use abi_stable::std_types::{RString, RVec};
+use abi_stable::StableAbi;
+
+use crate::op::Op;
+use crate::tensor::{TensorRef, MAX_SRCS};
+use crate::{DType, PluginError};
+
+/// Index of a tensor in [`Graph::tensors`].
+#[repr(transparent)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TensorId(pub u32);
+
+/// Per-step inputs the host writes before each pass.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BatchInput {
+    /// i32 `[rows]`: token ids.
+    Tokens = 0,
+    /// i32 `[rows]`: positions in their sequences.
+    Positions = 1,
+    /// i32 `[rows]`: sequence slots (index of the state each row reads and writes).
+    Slots = 2,
+    /// i32 `[n_outputs]`: rows whose outputs are wanted (logits are computed for these only).
+    OutputRows = 3,
+    /// i32 `[n, rows]`: each row's token and the n-1 tokens before it in its sequence (-1 before
+    /// the start), newest first; n = `ne[0]` of the declaration (hashed n-gram tables).
+    TokenHistory = 4,
+}
+
+/// Where a tensor's memory comes from.
+#[repr(C, u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub enum TensorSource {
+    /// A model weight: index into the model's `weights`. Shape and type are the file's.
+    Weight {
+        /// Index into `ModelSpec::weights`.
+        index: u32,
+    },
+    /// Host-owned state: index into the model's `state`. Its shape is the host's allocation
+    /// (`[row_elems, len, n_slots]`): the declaration's `ne`/`nb` are ignored.
+    State {
+        /// Index into `ModelSpec::state`.
+        index: u32,
+    },
+    /// A batch input written by the host every step.
+    Input {
+        /// Which.
+        input: BatchInput,
+    },
+    /// An intermediate result, allocated (and reused across liveness gaps) by the host.
+    Intermediate,
+    /// A view of another tensor's memory: `offset` bytes in, with this declaration's `ne`/`nb`.
+    View {
+        /// The viewed tensor (not itself a view of a weight that the host may move).
+        base: TensorId,
+        /// Byte offset into the base.
+        offset: u64,
+    },
+}
+
+/// A tensor declaration.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub struct TensorDecl {
+    /// Name for dumps, llama.cpp's node names where the meaning is the same (`attn_norm`, `l_out`).
+    pub name: RString,
+    /// Layer, or -1 outside layers.
+    pub layer: i32,
+    /// Element type.
+    pub dtype: DType,
+    /// Extents, ne0 contiguous.
+    pub ne: [u64; 4],
+    /// Byte strides.
+    pub nb: [u64; 4],
+    /// Where the memory comes from.
+    pub source: TensorSource,
+}
+
+/// One node: an op with sources and a destination, in execution order.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub struct Node {
+    /// The op.
+    pub op: Op,
+    /// Sources.
+    pub srcs: RVec<TensorId>,
+    /// Destination.
+    pub dst: TensorId,
+}
+
+/// A named result of the graph (e.g. `logits` f32 `[n_vocab, n_outputs]`).
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub struct GraphOutput {
+    /// Name.
+    pub name: RString,
+    /// Tensor.
+    pub tensor: TensorId,
+}
+
+/// Which graph to build.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GraphKind {
+    /// The model's forward pass.
+    Main = 0,
+    /// The multi-token-prediction draft layers.
+    Mtp = 1,
+}
+
+/// The shape a graph is built for.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BatchShape {
+    /// Rows (tokens) in the pass.
+    pub n_rows: u32,
+    /// Rows whose outputs are wanted.
+    pub n_outputs: u32,
+    /// Which graph.
+    pub kind: GraphKind,
+}
+
+/// A forward graph.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq, Default)]
+pub struct Graph {
+    /// Tensor declarations.
+    pub tensors: RVec<TensorDecl>,
+    /// Nodes in execution order.
+    pub nodes: RVec<Node>,
+    /// Results.
+    pub outputs: RVec<GraphOutput>,
+}
+
+/// Builds a [`Graph`] node by node. Shared by every model plugin; methods that add a node return
+/// the destination tensor.
+#[derive(Default)]
+pub struct GraphBuilder {
+    graph: Graph,
+    layer: i32,
+}
+
+impl GraphBuilder {
+    /// An empty graph.
+    pub fn new() -> Self {
+        GraphBuilder {
+            graph: Graph::default(),
+            layer: -1,
+        }
+    }
+
+    /// Sets the layer that later tensors are tagged with (-1 outside layers).
+    pub fn set_layer(&mut self, layer: i32) {
+        self.layer = layer;
+    }
+
+    /// The declaration of `t`.
+    pub fn decl(&self, t: TensorId) -> &TensorDecl {
+        &self.graph.tensors[t.0 as usize]
+    }
+
+    /// The extents of `t`.
+    pub fn ne(&self, t: TensorId) -> [u64; 4] {
+        self.decl(t).ne
+    }
+
+    fn push(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        ne: [u64; 4],
+        nb: [u64; 4],
+        source: TensorSource,
+    ) -> TensorId {
+        let id = TensorId(self.graph.tensors.len() as u32);
+        self.graph.tensors.push(TensorDecl {
+            name: name.into(),
+            layer: self.layer,
+            dtype,
+            ne,
+            nb,
+            source,
+        });
+        id
+    }
+
+    fn contiguous(dtype: DType, ne: [u64; 4]) -> Result<[u64; 4], PluginError> {
+        TensorRef::contiguous_strides(dtype, ne)
+            .ok_or_else(|| PluginError::invalid(format!("no contiguous layout for {dtype} {ne:?}")))
+    }
+
+    /// Declares a weight (index into the model's weight list) with the file's type and shape.
+    pub fn weight(
+        &mut self,
+        index: u32,
+        name: &str,
+        dtype: DType,
+        ne: [u64; 4],
+    ) -> Result<TensorId, PluginError> {
+        let nb = Self::contiguous(dtype, ne)?;
+        Ok(self.push(name, dtype, ne, nb, TensorSource::Weight { index }))
+    }
+
+    /// Declares host-owned state (index into the model's state list).
+    pub fn state(&mut self, index: u32, name: &str) -> TensorId {
+        self.push(
+            name,
+            DType::F32,
+            [0; 4],
+            [0; 4],
+            TensorSource::State { index },
+        )
+    }
+
+    /// Declares a batch input; `ne` as documented on [`BatchInput`].
+    pub fn input(&mut self, input: BatchInput, ne: [u64; 4]) -> Result<TensorId, PluginError> {
+        let nb = Self::contiguous(DType::I32, ne)?;
+        let name = match input {
+            BatchInput::Tokens => "inp_tokens",
+            BatchInput::Positions => "inp_pos",
+            BatchInput::Slots => "inp_slots",
+            BatchInput::OutputRows => "inp_out_ids",
+            BatchInput::TokenHistory => "inp_history",
+        };
+        Ok(self.push(name, DType::I32, ne, nb, TensorSource::Input { input }))
+    }
+
+    /// Adds a node whose result is a new contiguous intermediate of `dtype` and `ne`.
+    pub fn op(
+        &mut self,
+        name: &str,
+        op: Op,
+        srcs: &[TensorId],
+        dtype: DType,
+        ne: [u64; 4],
+    ) -> Result<TensorId, PluginError> {
+        if srcs.len() > MAX_SRCS {
+            return Err(PluginError::invalid(format!(
+                "{name}: {} sources, at most {MAX_SRCS}",
+                srcs.len()
+            )));
+        }
+        let nb = Self::contiguous(dtype, ne)?;
+        let dst = self.push(name, dtype, ne, nb, TensorSource::Intermediate);
+        self.graph.nodes.push(Node {
+            op,
+            srcs: srcs.iter().copied().collect(),
+            dst,
+        });
+        Ok(dst)
+    }
+
+    /// Adds a node that writes into an existing tensor (a cache store, a state update).
+    pub fn op_into(&mut self, op: Op, srcs: &[TensorId], dst: TensorId) -> Result<(), PluginError> {
+        if srcs.len() > MAX_SRCS {
+            return Err(PluginError::invalid(format!(
+                "{} sources, at most {MAX_SRCS}",
+                srcs.len()
+            )));
+        }
+        self.graph.nodes.push(Node {
+            op,
+            srcs: srcs.iter().copied().collect(),
+            dst,
+        });
+        Ok(())
+    }
+
+    /// A strided view of `base`: `offset` bytes in, with extents `ne` and strides `nb`.
+    pub fn view(
+        &mut self,
+        base: TensorId,
+        name: &str,
+        ne: [u64; 4],
+        nb: [u64; 4],
+        offset: u64,
+    ) -> TensorId {
+        let dtype = self.decl(base).dtype;
+        self.push(name, dtype, ne, nb, TensorSource::View { base, offset })
+    }
+
+    /// A contiguous reshape of a contiguous tensor (same element count).
+    pub fn reshape(&mut self, base: TensorId, ne: [u64; 4]) -> Result<TensorId, PluginError> {
+        let d = self.decl(base).clone();
+        let count: u64 = d.ne.iter().product();
+        if count != ne.iter().product::<u64>() {
+            return Err(PluginError::invalid(format!(
+                "reshape of {} {:?} to {ne:?}",
+                d.name, d.ne
+            )));
+        }
+        let nb = Self::contiguous(d.dtype, ne)?;
+        Ok(self.view(base, &d.name, ne, nb, 0))
+    }
+
+    /// Marks `t` as a named result.
+    pub fn output(&mut self, name: &str, t: TensorId) {
+        self.graph.outputs.push(GraphOutput {
+            name: name.into(),
+            tensor: t,
+        });
+    }
+
+    /// The finished graph.
+    pub fn finish(self) -> Graph {
+        self.graph
+    }
+}

@@ -1,0 +1,420 @@
+//! The op set: every operation a forward graph may contain, with its parameters.
+//!
+//! The set is versioned with [`crate::ABI_VERSION`] and covers the target architectures: GQA with
+//! output gates and sinks, latent (MLA) attention with K = V rows, sliding windows, sparse selection,
+//! delta-rule linear attention with recurrent and conv state, mixture-of-experts routing,
+//! hyper-connection stream mixing, hashed n-gram tables, and the small dense heads of decision
+//! models. A kernel plugin lists which `(op, dtype)` pairs it implements ([`OpSupport`]); the host
+//! refuses at load time, by name, a graph that uses a pair no loaded plugin implements.
+//!
+//! Layout conventions (ggml order): `ne[0]` is the contiguous dimension. Activations are f32
+//! `[n, rows]`; a weight matrix is `[k, n]` (k inputs, n outputs); heads are `[head_dim, n_head,
+//! rows]`. "slots" is an i32 `[rows]` tensor of sequence slots, "positions" an i32 `[rows]` tensor
+//! of token positions. Rows of one sequence are consecutive, with increasing positions.
+
+use abi_stable::std_types::{RString, RVec};
+use abi_stable::StableAbi;
+
+use crate::DType;
+
+/// The rotary embedding variant (llama.cpp's naming).
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RopeMode {
+    /// Adjacent pairs (GPT-J style): dims (2i, 2i+1) rotate together.
+    Norm = 0,
+    /// Halves (GPT-NeoX style): dims (i, i + n_dims/2) rotate together.
+    Neox = 1,
+    /// Interleaved multi-section rope (Qwen3.5/3.6/3.8): sections of the rotated dims take the
+    /// position of their axis; text positions give every axis the same position.
+    Imrope = 2,
+}
+
+/// Rotary embedding parameters (ggml's rope with YaRN extension).
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub struct RopeParams {
+    /// Variant.
+    pub mode: RopeMode,
+    /// Rotated dims, from the start of each head (≤ head_dim; partial rotary when smaller).
+    pub n_dims: u32,
+    /// IMROPE section sizes in dim pairs; zeros for the other modes.
+    pub sections: [u32; 4],
+    /// θ base.
+    pub freq_base: f32,
+    /// Frequency scale (1 / linear scaling factor).
+    pub freq_scale: f32,
+    /// YaRN extrapolation mix factor (0 disables YaRN).
+    pub ext_factor: f32,
+    /// YaRN magnitude scale.
+    pub attn_factor: f32,
+    /// YaRN low correction dim parameter.
+    pub beta_fast: f32,
+    /// YaRN high correction dim parameter.
+    pub beta_slow: f32,
+    /// Original training context for YaRN.
+    pub n_ctx_orig: u32,
+    /// Rotate by the negative angle (DeepSeek-V4's inverse rope on outputs).
+    pub inverse: bool,
+}
+
+/// Attention over a host-owned cache.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub struct AttentionParams {
+    /// Query heads.
+    pub n_head: u32,
+    /// Key/value heads (divides `n_head`; 1 for latent attention).
+    pub n_head_kv: u32,
+    /// Key dim per head.
+    pub dk: u32,
+    /// Value dim per head.
+    pub dv: u32,
+    /// Logit scale (usually 1/sqrt(dk)).
+    pub scale: f32,
+    /// Logit soft cap `c·tanh(x/c)`; 0 = none.
+    pub softcap: f32,
+    /// Sliding window in positions (a row at p sees p-window+1..=p); 0 = full causal.
+    pub window: u32,
+    /// Values are the first `dv` dims of the key rows (latent attention, K = V); the V source is
+    /// then the key cache again.
+    pub v_from_k: bool,
+    /// A per-head sink logit (f32 `[n_head]`) joins the softmax denominator.
+    pub sinks: bool,
+    /// An extra i32 `[n_sel, rows]` source lists cache positions each row attends besides its
+    /// window (sparse selection); -1 entries are skipped.
+    pub selected: bool,
+}
+
+/// How router logits become scores.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    /// Softmax over all experts.
+    Softmax = 1,
+    /// Element-wise sigmoid.
+    Sigmoid = 2,
+    /// Softmax over the chosen experts' logits only.
+    SoftmaxSelected = 3,
+    /// `sqrt(softplus(x))`.
+    SqrtSoftplus = 4,
+}
+
+/// Routed-expert selection (GGUF `expert_gating_func` and friends).
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub struct RouterParams {
+    /// Scoring function.
+    pub gating: Gating,
+    /// Experts.
+    pub n_expert: u32,
+    /// Experts chosen per row.
+    pub k: u32,
+    /// Expert groups (1 = no grouping).
+    pub n_group: u32,
+    /// Groups kept (ranked by the sum of each group's two best biased scores).
+    pub topk_group: u32,
+    /// A selection bias (f32 `[n_expert]`) is the second source; it only affects the choice.
+    pub bias: bool,
+    /// Divide the chosen weights by their sum.
+    pub norm: bool,
+    /// Added to the sum before dividing (e.g. 1e-20), when `norm`.
+    pub norm_eps: f32,
+    /// Multiply the final weights (1 = none).
+    pub scale: f32,
+}
+
+/// Gated linear unit flavour.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GluKind {
+    /// `silu(gate)·up`.
+    SwiGlu = 0,
+    /// `gelu_tanh(gate)·up`.
+    GeGlu = 1,
+}
+
+/// The routed-expert FFN of one layer.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub struct MoeParams {
+    /// Experts in the stacks.
+    pub n_expert: u32,
+    /// Experts per row.
+    pub k: u32,
+    /// Expert FFN width.
+    pub n_ff: u32,
+    /// Activation.
+    pub glu: GluKind,
+    /// SwiGLU clamp limit (0 = none), as [`Op::Glu`].
+    pub limit: f32,
+    /// Gate and up are one stack `[n_embd, 2·n_ff, n_expert]` (gate first).
+    pub fused_gate_up: bool,
+    /// A last source i32 `[n_expert]` maps expert id → index in the stacks, -1 = skip (the tiering
+    /// service computes the skipped experts elsewhere).
+    pub expert_map: bool,
+}
+
+/// Delta-rule linear attention (Gated DeltaNet, Kimi Delta Attention).
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub struct DeltaRuleParams {
+    /// Key heads.
+    pub n_head_k: u32,
+    /// Value heads (a multiple of the key heads).
+    pub n_head_v: u32,
+    /// Key dim per head.
+    pub dk: u32,
+    /// Value dim per head.
+    pub dv: u32,
+    /// The decay is per (head, key dim) (KDA) instead of per head (GDN).
+    pub per_dim_gate: bool,
+    /// Multiplies β (2 for Solar-Open2's KDA, else 1).
+    pub beta_scale: f32,
+}
+
+/// Unary element-wise functions.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnaryFn {
+    /// `x·sigmoid(x)`.
+    Silu = 0,
+    /// GELU, tanh approximation.
+    Gelu = 1,
+    /// GELU, exact (erf).
+    GeluErf = 2,
+    /// `1/(1+e^-x)`.
+    Sigmoid = 3,
+    /// `ln(1+e^x)`.
+    Softplus = 4,
+    /// `tanh(x)`.
+    Tanh = 5,
+    /// `e^x`.
+    Exp = 6,
+    /// `max(x, 0)`.
+    Relu = 7,
+}
+
+/// One operation with its parameters. Sources and destination are given per variant.
+#[repr(C, u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub enum Op {
+    /// Gather rows of a table: srcs `[table [n, r] any dtype, ids i32 [m]]` → f32 `[n, m]`.
+    GetRows,
+    /// Copy or convert (f32 ↔ f16 ↔ bf16), strided source allowed: srcs `[x]` → dst.
+    Copy,
+    /// Concatenate along ne0: srcs `[a [n1, m], b [n2, m]]` → `[n1+n2, m]`.
+    Concat,
+    /// Matrix product: srcs `[w [k, n] weight dtype, x f32 [k, m]]` → f32 `[n, m]`, y = Wx.
+    MatMul,
+    /// `a + b`, `b` a single row broadcast or the same shape: srcs `[a [n, m], b]` → `[n, m]`.
+    Add,
+    /// `a · b`, broadcasting as [`Op::Add`].
+    Mul,
+    /// `s · x`: srcs `[x]`.
+    Scale {
+        /// Factor.
+        s: f32,
+    },
+    /// A unary function: srcs `[x]`.
+    Unary {
+        /// Which.
+        f: UnaryFn,
+    },
+    /// Gated linear unit: srcs `[gate [n, m], up [n, m]]` → `[n, m]`. With `limit` > 0 the gate is
+    /// clamped to at most `limit` and up to `[-limit, limit]` before the product.
+    Glu {
+        /// Flavour.
+        kind: GluKind,
+        /// Clamp limit, 0 = none.
+        limit: f32,
+    },
+    /// RMS norm over ne0: srcs `[x, weight [n]?]`.
+    RmsNorm {
+        /// ε inside the square root.
+        eps: f32,
+    },
+    /// Layer norm over ne0: srcs `[x, weight [n]?, bias [n]?]`.
+    LayerNorm {
+        /// ε inside the square root.
+        eps: f32,
+    },
+    /// L2 normalisation over ne0: srcs `[x]`.
+    L2Norm {
+        /// ε added to the squared norm.
+        eps: f32,
+    },
+    /// Softmax over ne0: srcs `[x, mask [n, m]?]`, `softmax(scale·x + mask)`.
+    Softmax {
+        /// Logit scale.
+        scale: f32,
+    },
+    /// Rotary embedding: srcs `[x [head_dim, n_head, rows], positions]` → same shape.
+    Rope(RopeParams),
+    /// Write rows into a cache: srcs `[x [d, rows], cache [d, len, n_slots], slots, positions]`,
+    /// dst = the cache (updated in place at row `position % len` of each row's slot).
+    CacheStore,
+    /// Causal attention over a cache: srcs `[q [dk, n_head, rows], k_cache, v_cache, slots,
+    /// positions, sinks?, selected?]` → `[dv, n_head, rows]`.
+    Attention(AttentionParams),
+    /// Dense attention between graph tensors (decision heads, cross-attention): srcs `[q [dk,
+    /// n_head, n_q], k [dk, n_head_kv, n_k], v [dv, n_head_kv, n_k]]` → `[dv, n_head, n_q]`.
+    AttentionDense {
+        /// Logit scale.
+        scale: f32,
+        /// Query i sees keys 0..=i only.
+        causal: bool,
+    },
+    /// The `k` largest entries of each row: srcs `[x [n, m]]` → i32 `[k, m]` (ties: lower index).
+    TopK {
+        /// Entries kept.
+        k: u32,
+    },
+    /// Expert choice: srcs `[logits [n_expert, rows], bias?]` → i32 `[k, rows]`.
+    RouterTopK(RouterParams),
+    /// Expert weights for chosen ids: srcs `[logits [n_expert, rows], ids i32 [k, rows]]` → f32
+    /// `[k, rows]`.
+    RouterWeights(RouterParams),
+    /// Routed experts: srcs `[x [n_embd, rows], ids [k, rows], weights [k, rows], gate
+    /// [n_embd, n_ff, n_expert], up, down [n_ff, n_embd, n_expert], map?]` (or `gate_up` in place of
+    /// gate and up when fused) → `[n_embd, rows]`, the weighted sum of the chosen experts.
+    MoeExperts(MoeParams),
+    /// Causal depthwise conv over time with a per-sequence state: srcs `[x [ch, rows], w [taps,
+    /// ch], state [ch·(taps-1), 1, n_slots], slots]` → `[ch, rows]`; the state keeps the last
+    /// taps-1 inputs of each sequence.
+    ConvCausal {
+        /// Kernel taps.
+        taps: u32,
+    },
+    /// Delta-rule recurrence: srcs `[q [dk, hk, rows], k, v [dv, hv, rows], gate (log decay; [hv,
+    /// rows] or [dk, hv, rows] per_dim), beta [hv, rows], state [dk·dv·hv, 1, n_slots], slots]` →
+    /// `[dv, hv, rows]`; the state is updated in place.
+    DeltaRule(DeltaRuleParams),
+    /// Sinkhorn normalisation of `[n, n, m]` matrices (hyper-connections): srcs `[x]`.
+    Sinkhorn {
+        /// Iterations.
+        iters: u32,
+        /// ε.
+        eps: f32,
+    },
+    /// Weighted sum of residual streams: srcs `[streams [n, s, rows], w [s, rows]]` → `[n, rows]`.
+    StreamMix,
+    /// Residual stream update: srcs `[streams [n, s, rows], comb [s, s, rows], post [s, rows],
+    /// y [n, rows]]` → `[n, s, rows]` = comb·streams + post ⊗ y.
+    StreamUpdate,
+    /// Hashed n-gram row ids: srcs `[history i32 [orders+1, rows], multipliers i64, moduli i64,
+    /// offsets i64]` → i32 `[orders·heads, rows]` (rows into an n-gram table, for [`Op::GetRows`]).
+    NgramHash {
+        /// n-gram orders (2 for 2- and 3-grams).
+        orders: u32,
+        /// Hash heads per order.
+        heads: u32,
+    },
+    /// Mean of row spans: srcs `[x [n, rows], spans i32 [2, s]]` (start, end exclusive) → `[n, s]`.
+    SpanMean,
+}
+
+/// An op's name and identity without its parameters, for capability lists.
+#[repr(transparent)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpKind(pub u32);
+
+macro_rules! op_kinds {
+    ($($name:ident = $id:literal),* $(,)?) => {
+        impl OpKind {
+            $(
+                #[doc = concat!("[`Op::", stringify!($name), "`].")]
+                #[allow(non_upper_case_globals)]
+                pub const $name: OpKind = OpKind($id);
+            )*
+            /// Every op kind of this ABI version.
+            pub const ALL: &'static [OpKind] = &[$(OpKind::$name),*];
+
+            /// The op's name, or `None` for an id this build does not know.
+            pub fn name(self) -> Option<&'static str> {
+                match self.0 {
+                    $($id => Some(stringify!($name)),)*
+                    _ => None,
+                }
+            }
+        }
+
+        impl Op {
+            /// The op's kind.
+            pub fn kind(&self) -> OpKind {
+                match self {
+                    $(Op::$name { .. } => OpKind::$name,)*
+                }
+            }
+        }
+    };
+}
+
+op_kinds! {
+    GetRows = 1, Copy = 2, Concat = 3, MatMul = 4, Add = 5, Mul = 6, Scale = 7, Unary = 8, Glu = 9,
+    RmsNorm = 10, LayerNorm = 11, L2Norm = 12, Softmax = 13, Rope = 14, CacheStore = 15,
+    Attention = 16, AttentionDense = 17, TopK = 18, RouterTopK = 19, RouterWeights = 20,
+    MoeExperts = 21, ConvCausal = 22, DeltaRule = 23, Sinkhorn = 24, StreamMix = 25,
+    StreamUpdate = 26, NgramHash = 27, SpanMean = 28,
+}
+
+impl Op {
+    /// The source whose element type selects the kernel (the weight of a matmul, the table of a
+    /// gather, the expert stacks, the cache of attention); `None` when every source is f32/i32.
+    /// Capability lists are keyed by this source's dtype.
+    pub fn typed_src(&self) -> Option<usize> {
+        match self {
+            Op::GetRows | Op::MatMul | Op::Copy => Some(0),
+            Op::MoeExperts(_) => Some(3),
+            Op::Attention(_) => Some(1),
+            Op::CacheStore => Some(1),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for OpKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.name() {
+            Some(n) => f.write_str(n),
+            None => write!(f, "op#{}", self.0),
+        }
+    }
+}
+
+/// One line of a kernel plugin's capabilities: an op and the dtypes of its typed source
+/// ([`Op::typed_src`]) that the plugin implements; ops without a typed source list `F32`.
+#[repr(C)]
+#[derive(StableAbi, Clone, Debug, PartialEq)]
+pub struct OpSupport {
+    /// The op.
+    pub op: OpKind,
+    /// Dtypes implemented.
+    pub dtypes: RVec<DType>,
+}
+
+/// Renders a capability list as one line per op, e.g. `MatMul: F32 F16 Q4_K`.
+pub fn describe_support(list: &[OpSupport]) -> Vec<RString> {
+    list.iter()
+        .map(|s| {
+            let types: Vec<String> = s.dtypes.iter().map(|d| d.to_string()).collect();
+            RString::from(format!("{}: {}", s.op, types.join(" ")))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_are_unique_and_named() {
+        let mut ids: Vec<u32> = OpKind::ALL.iter().map(|k| k.0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), OpKind::ALL.len());
+        assert_eq!(Op::Scale { s: 2.0 }.kind(), OpKind::Scale);
+        assert_eq!(OpKind::MatMul.to_string(), "MatMul");
+        assert_eq!(OpKind(999).to_string(), "op#999");
+    }
+}

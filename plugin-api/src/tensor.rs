@@ -1,0 +1,120 @@
+//! Resolved tensors and op calls: what the host hands a kernel plugin to run.
+
+use abi_stable::StableAbi;
+
+use crate::op::Op;
+use crate::DType;
+
+/// A tensor in device memory: a buffer handle, a byte offset, a type and a strided shape.
+///
+/// `buffer` is a handle returned by the device's `alloc` or `map_host` (a plain integer; on CPU
+/// devices it is the address of the buffer). `nb[i]` is the byte stride of dimension `i`; for
+/// quantized types `nb[0]` is the block size in bytes and rows are whole blocks.
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct TensorRef {
+    /// Device buffer handle.
+    pub buffer: u64,
+    /// Byte offset of element (0,0,0,0) in the buffer.
+    pub offset: u64,
+    /// Element type.
+    pub dtype: DType,
+    /// Extents, ne0 contiguous; unused dimensions are 1.
+    pub ne: [u64; 4],
+    /// Byte strides.
+    pub nb: [u64; 4],
+}
+
+impl Default for DType {
+    fn default() -> Self {
+        DType::F32
+    }
+}
+
+impl TensorRef {
+    /// Contiguous byte strides for `ne` of type `dtype`, or `None` for an unknown type or a row
+    /// that is not whole blocks.
+    pub fn contiguous_strides(dtype: DType, ne: [u64; 4]) -> Option<[u64; 4]> {
+        let row = dtype.row_bytes(ne[0])?;
+        let l = dtype.layout()?;
+        let nb1 = row;
+        let nb2 = nb1.checked_mul(ne[1])?;
+        let nb3 = nb2.checked_mul(ne[2])?;
+        Some([u64::from(l.bytes), nb1, nb2, nb3])
+    }
+
+    /// Number of elements.
+    pub fn elements(&self) -> u64 {
+        self.ne.iter().product()
+    }
+
+    /// Rows (product of ne1..ne3).
+    pub fn rows(&self) -> u64 {
+        self.ne[1] * self.ne[2] * self.ne[3]
+    }
+
+    /// True when the strides are the contiguous ones for the shape.
+    pub fn is_contiguous(&self) -> bool {
+        TensorRef::contiguous_strides(self.dtype, self.ne) == Some(self.nb)
+    }
+
+    /// Bytes spanned from the first to one past the last element, for bounds checks.
+    pub fn span_bytes(&self) -> Option<u64> {
+        let row = self.dtype.row_bytes(self.ne[0])?;
+        let mut end = row;
+        for d in 1..4 {
+            if self.ne[d] == 0 {
+                return Some(0);
+            }
+            end = end.checked_add(self.nb[d].checked_mul(self.ne[d] - 1)?)?;
+        }
+        Some(end)
+    }
+}
+
+/// The most sources an op takes.
+pub const MAX_SRCS: usize = 8;
+
+/// One op to run: the op, its sources and its destination, all resolved to device memory.
+/// Built once per graph by the host and replayed every step (inputs change, handles do not).
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub struct OpCall {
+    /// The op and its parameters.
+    pub op: Op,
+    /// Sources used (the first `n_srcs` of `srcs`).
+    pub n_srcs: u32,
+    /// Sources.
+    pub srcs: [TensorRef; MAX_SRCS],
+    /// Destination.
+    pub dst: TensorRef,
+}
+
+impl OpCall {
+    /// The sources in use.
+    pub fn srcs(&self) -> &[TensorRef] {
+        &self.srcs[..(self.n_srcs as usize).min(MAX_SRCS)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contiguous_strides_and_span() {
+        let ne = [512, 3, 2, 1];
+        let nb = TensorRef::contiguous_strides(DType::Q4_K, ne).unwrap();
+        assert_eq!(nb, [144, 288, 864, 1728]);
+        let t = TensorRef {
+            buffer: 1,
+            offset: 0,
+            dtype: DType::Q4_K,
+            ne,
+            nb,
+        };
+        assert!(t.is_contiguous());
+        assert_eq!(t.span_bytes(), Some(1728));
+        assert_eq!(t.rows(), 6);
+    }
+}
