@@ -1,1 +1,143 @@
-fn main() {}
+//! Build and test tasks for the workspace (the xtask pattern: `cargo xtask <task>`).
+//!
+//! - `cargo xtask dist`: release build of the host and every plugin into `dist/`
+//!   (`dist/bloomery`, `dist/plugins/*.so`).
+//! - `cargo xtask plugins [--release]`: builds the plugins and gathers them in
+//!   `target/<profile>/plugins/`.
+//! - `cargo xtask test`: format and lint checks, the plugins, then every test of the workspace.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    match args.first().map(String::as_str) {
+        Some("dist") => dist(&root),
+        Some("plugins") => {
+            let release = args.iter().any(|a| a == "--release");
+            gather_plugins(&root, release).map(|dir| println!("{}", dir.display()))
+        }
+        Some("test") => test(&root, &args[1..]),
+        _ => {
+            eprintln!("usage: cargo xtask <dist | plugins [--release] | test [cargo test args]>");
+            bail!("unknown or missing task")
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn cargo(root: &Path, args: &[&str]) -> Result<()> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("+ cargo {}", args.join(" "));
+    let status = Command::new(cargo)
+        .args(args)
+        .current_dir(root)
+        .status()
+        .context("running cargo")?;
+    if !status.success() {
+        bail!("cargo {} failed", args.join(" "));
+    }
+    Ok(())
+}
+
+/// A plugin crate: its package name and the file name it gets in a plugin folder.
+struct PluginCrate {
+    package: String,
+    file_name: String,
+}
+
+/// Every crate under `plugins/models/*` and `plugins/kernels/*`.
+fn plugin_crates(root: &Path) -> Result<Vec<PluginCrate>> {
+    let mut out = Vec::new();
+    for (kind, dir) in [("model", "plugins/models"), ("kernel", "plugins/kernels")] {
+        let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+            continue;
+        };
+        let mut dirs: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        dirs.sort();
+        for d in dirs {
+            let manifest = d.join("Cargo.toml");
+            let Ok(text) = std::fs::read_to_string(&manifest) else {
+                continue;
+            };
+            let package = text
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("name = "))
+                .map(|v| v.trim_matches('"').to_owned())
+                .with_context(|| format!("{}: no package name", manifest.display()))?;
+            let short = d.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            out.push(PluginCrate {
+                package,
+                file_name: format!("{kind}-{short}.so"),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Builds every plugin and copies it to `target/<profile>/plugins/<kind>-<name>.so`.
+fn gather_plugins(root: &Path, release: bool) -> Result<PathBuf> {
+    let crates = plugin_crates(root)?;
+    let mut args: Vec<&str> = vec!["build"];
+    if release {
+        args.push("--release");
+    }
+    for c in &crates {
+        args.push("-p");
+        args.push(&c.package);
+    }
+    cargo(root, &args)?;
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("target"));
+    let profile_dir = target.join(if release { "release" } else { "debug" });
+    let out = profile_dir.join("plugins");
+    std::fs::create_dir_all(&out)?;
+    for c in &crates {
+        let lib = profile_dir.join(format!("lib{}.so", c.package.replace('-', "_")));
+        let dst = out.join(&c.file_name);
+        std::fs::copy(&lib, &dst)
+            .with_context(|| format!("copying {} to {}", lib.display(), dst.display()))?;
+    }
+    Ok(out)
+}
+
+fn dist(root: &Path) -> Result<()> {
+    let plugins = gather_plugins(root, true)?;
+    cargo(root, &["build", "--release", "-p", "bloomery"])?;
+    let dist = root.join("dist");
+    let dist_plugins = dist.join("plugins");
+    if dist_plugins.exists() {
+        std::fs::remove_dir_all(&dist_plugins)?;
+    }
+    std::fs::create_dir_all(&dist_plugins)?;
+    let bin = plugins.parent().map(|p| p.join("bloomery")).context("target folder")?;
+    std::fs::copy(&bin, dist.join("bloomery")).context("copying the bloomery binary")?;
+    for e in std::fs::read_dir(&plugins)? {
+        let p = e?.path();
+        if let Some(name) = p.file_name() {
+            std::fs::copy(&p, dist_plugins.join(name))?;
+        }
+    }
+    println!("dist ready: {}", dist.display());
+    Ok(())
+}
+
+fn test(root: &Path, extra: &[String]) -> Result<()> {
+    cargo(root, &["fmt", "--all", "--", "--check"])?;
+    cargo(root, &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    let plugins = gather_plugins(root, false)?;
+    std::env::set_var("BLOOMERY_TEST_PLUGIN_DIR", &plugins);
+    let mut args = vec!["test", "--workspace"];
+    args.extend(extra.iter().map(String::as_str));
+    cargo(root, &args)
+}
