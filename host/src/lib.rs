@@ -1,1 +1,4 @@
-//! The bloomery host library.
+//! The bloomery host: command line, plugin loader, model files, engine.
+
+pub mod cli;
+pub mod plugins;

@@ -3,6 +3,7 @@
 //! instruction set: this crate is the reference every faster kernel is tested against, and it builds
 //! for aarch64 as well as x86-64.
 
+pub mod memory;
 pub mod ops;
 pub mod pool;
 pub mod quant;

@@ -1,0 +1,51 @@
+//! The command line: global options and one module per subcommand.
+
+mod plugins;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// bloomery: a mixture-of-experts inference engine built for offloading.
+#[derive(Parser, Debug)]
+#[command(name = "bloomery", version, about)]
+pub struct Cli {
+    /// Folder of model and kernel plugins (default: `plugins` beside the executable).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub plugin_dir: Option<PathBuf>,
+
+    /// Verbose logs (and full plugin-loader reports).
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// List every plugin: name, kind, ABI version, what it serves, whether it can run here.
+    Plugins,
+}
+
+impl Cli {
+    /// The plugin folder in force.
+    pub fn plugin_dir(&self) -> PathBuf {
+        if let Some(d) = &self.plugin_dir {
+            return d.clone();
+        }
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| p.parent().map(|d| d.join("plugins")))
+            .unwrap_or_else(|| PathBuf::from("plugins"))
+    }
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> anyhow::Result<()> {
+    match &cli.command {
+        Command::Plugins => plugins::run(&cli),
+    }
+}
