@@ -74,7 +74,10 @@ fn plugin_crates(root: &Path) -> Result<Vec<PluginCrate>> {
                 .find_map(|l| l.trim().strip_prefix("name = "))
                 .map(|v| v.trim_matches('"').to_owned())
                 .with_context(|| format!("{}: no package name", manifest.display()))?;
-            let short = d.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            let short = d
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
             out.push(PluginCrate {
                 package,
                 file_name: format!("{kind}-{short}.so"),
@@ -120,7 +123,10 @@ fn dist(root: &Path) -> Result<()> {
         std::fs::remove_dir_all(&dist_plugins)?;
     }
     std::fs::create_dir_all(&dist_plugins)?;
-    let bin = plugins.parent().map(|p| p.join("bloomery")).context("target folder")?;
+    let bin = plugins
+        .parent()
+        .map(|p| p.join("bloomery"))
+        .context("target folder")?;
     std::fs::copy(&bin, dist.join("bloomery")).context("copying the bloomery binary")?;
     for e in std::fs::read_dir(&plugins)? {
         let p = e?.path();
@@ -134,7 +140,17 @@ fn dist(root: &Path) -> Result<()> {
 
 fn test(root: &Path, extra: &[String]) -> Result<()> {
     cargo(root, &["fmt", "--all", "--", "--check"])?;
-    cargo(root, &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    cargo(
+        root,
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
+    )?;
     let plugins = gather_plugins(root, false)?;
     std::env::set_var("BLOOMERY_TEST_PLUGIN_DIR", &plugins);
     let mut args = vec!["test", "--workspace"];

@@ -152,7 +152,10 @@ pub fn score(bundle: &Bundle, driver: &Result<DriverFacts, DriverProblem>) -> Pr
     if *cc == bundle.native {
         return report(
             100,
-            format!("{driver}; sm_{}{} runs {} natively", cc.0, cc.1, bundle.name),
+            format!(
+                "{driver}; sm_{}{} runs {} natively",
+                cc.0, cc.1, bundle.name
+            ),
             infos,
         );
     }
@@ -160,8 +163,8 @@ pub fn score(bundle: &Bundle, driver: &Result<DriverFacts, DriverProblem>) -> Pr
         return report(
             50,
             format!(
-                "{driver}; sm_{}{} JIT-compiles this bundle's PTX at start",
-                cc.0, cc.1
+                "{driver}; sm_{}{} JIT-compiles the PTX of {} at start",
+                cc.0, cc.1, bundle.name
             ),
             infos,
         );
