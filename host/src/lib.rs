@@ -1,4 +1,5 @@
 //! The bloomery host: command line, plugin loader, model files, engine.
 
 pub mod cli;
+pub mod engine;
 pub mod plugins;

@@ -1,0 +1,3 @@
+//! The engine: load-time checks and the graph executor.
+
+pub mod check;
