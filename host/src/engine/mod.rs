@@ -1,3 +1,4 @@
 //! The engine: load-time checks and the graph executor.
 
 pub mod check;
+pub mod plan;
