@@ -1,0 +1,100 @@
+//! A kernel plugin's open device, with results instead of `RResult` and buffers freed on drop.
+
+use std::sync::Arc;
+
+use bloomery_plugin_api::kernel::{DeviceConfig, KernelDeviceBox};
+use bloomery_plugin_api::op::OpSupport;
+use bloomery_plugin_api::tensor::OpCall;
+use bloomery_plugin_api::PluginError;
+
+use crate::plugins::KernelPluginFile;
+
+/// An open device of a kernel plugin.
+pub struct Device {
+    inner: KernelDeviceBox,
+    /// The plugin's name.
+    pub plugin: String,
+    /// What the plugin implements.
+    pub capabilities: Vec<OpSupport>,
+}
+
+/// Device memory, freed when dropped.
+pub struct Buffer {
+    device: Arc<Device>,
+    /// The device's handle.
+    pub handle: u64,
+    /// Size in bytes.
+    pub bytes: u64,
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        if let Err(e) = self.device.inner.free(self.handle).into_result() {
+            tracing::warn!("freeing device buffer: {e}");
+        }
+    }
+}
+
+impl Device {
+    /// Opens device `index` of a kernel plugin.
+    pub fn open(
+        plugin: &KernelPluginFile,
+        config: DeviceConfig,
+    ) -> Result<Arc<Device>, PluginError> {
+        let inner = plugin.module.open()(&config).into_result()?;
+        Ok(Arc::new(Device {
+            inner,
+            plugin: plugin.name.clone(),
+            capabilities: plugin.capabilities.clone(),
+        }))
+    }
+
+    /// Allocates `bytes`.
+    pub fn alloc(self: &Arc<Self>, bytes: u64) -> Result<Buffer, PluginError> {
+        let handle = self.inner.alloc(bytes).into_result()?;
+        Ok(Buffer {
+            device: Arc::clone(self),
+            handle,
+            bytes,
+        })
+    }
+
+    /// Makes host memory usable as a buffer (zero-copy on the CPU).
+    ///
+    /// # Safety
+    /// `ptr..ptr+bytes` must stay valid and unchanged while the buffer lives.
+    pub unsafe fn map_host(
+        self: &Arc<Self>,
+        ptr: *const u8,
+        bytes: u64,
+    ) -> Result<Buffer, PluginError> {
+        let handle = self.inner.map_host(ptr as usize, bytes).into_result()?;
+        Ok(Buffer {
+            device: Arc::clone(self),
+            handle,
+            bytes,
+        })
+    }
+
+    /// Copies bytes into a buffer.
+    pub fn write(&self, buffer: &Buffer, offset: u64, data: &[u8]) -> Result<(), PluginError> {
+        self.inner
+            .write(buffer.handle, offset, data.into())
+            .into_result()
+    }
+
+    /// Copies bytes out of a buffer.
+    pub fn read(&self, handle: u64, offset: u64, out: &mut [u8]) -> Result<(), PluginError> {
+        self.inner.read(handle, offset, out.into()).into_result()
+    }
+
+    /// Runs op calls.
+    pub fn run(&self, calls: &[OpCall]) -> Result<(), PluginError> {
+        self.inner.run(calls.into()).into_result()
+    }
+
+    /// Waits for submitted work.
+    pub fn sync(&self) -> Result<(), PluginError> {
+        self.inner.sync().into_result()
+    }
+}

@@ -1,0 +1,292 @@
+//! Turns a graph into resolved op calls over device memory, and runs them.
+//!
+//! Built once per batch shape: the arena for intermediates and the input buffers are allocated
+//! here, every tensor is resolved to a `TensorRef`, and each step only writes the inputs, runs the
+//! prepared calls and reads the outputs. Nothing on the step path allocates device memory.
+
+use std::sync::Arc;
+
+use bloomery_plugin_api::graph::{BatchInput, BatchShape, Graph, TensorSource};
+use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
+use bloomery_plugin_api::{DType, PluginError};
+
+use super::check::{missing_kernels, MissingKernel};
+use super::device::{Buffer, Device};
+use super::plan::plan_arena;
+
+/// Why a graph could not be prepared or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The kernel plugin lacks kernels the graph needs.
+    #[error("kernel plugin `{plugin}` lacks {}", list(.missing))]
+    MissingKernels {
+        /// The plugin.
+        plugin: String,
+        /// What is missing.
+        missing: Vec<MissingKernel>,
+    },
+    /// The graph is inconsistent.
+    #[error("malformed graph: {0}")]
+    BadGraph(String),
+    /// The device failed.
+    #[error("{context}: {source}")]
+    Device {
+        /// What was being done.
+        context: String,
+        /// The plugin's error.
+        source: PluginError,
+    },
+}
+
+fn list(m: &[MissingKernel]) -> String {
+    m.iter()
+        .map(|k| k.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn dev(context: &str) -> impl FnOnce(PluginError) -> ExecError + '_ {
+    move |source| ExecError::Device {
+        context: context.to_owned(),
+        source,
+    }
+}
+
+/// The per-step inputs of a batch.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct BatchInputs {
+    /// Token id of each row.
+    pub tokens: Vec<i32>,
+    /// Position of each row in its sequence.
+    pub positions: Vec<i32>,
+    /// Sequence slot of each row.
+    pub slots: Vec<i32>,
+    /// Rows whose outputs are wanted.
+    pub output_rows: Vec<i32>,
+    /// For each row, its token and the ones before it, newest first (-1 before the start), as
+    /// many per row as the graph's `TokenHistory` input declares.
+    pub history: Vec<i32>,
+}
+
+/// Host-side facts the executor resolves graph tensors with.
+pub struct Bindings<'a> {
+    /// Weight `i` of the model, resolved.
+    pub weights: &'a [TensorRef],
+    /// State buffer `i` of the model, resolved.
+    pub state: &'a [TensorRef],
+}
+
+/// A prepared graph.
+pub struct Executor {
+    /// The shape it was built for.
+    pub shape: BatchShape,
+    calls: Vec<OpCall>,
+    inputs: Vec<(BatchInput, Buffer, TensorRef)>,
+    outputs: Vec<(String, TensorRef)>,
+    _arena: Option<Buffer>,
+}
+
+impl Executor {
+    /// Checks the graph against the device's kernels, plans and allocates its memory, and resolves
+    /// every op call.
+    pub fn prepare(
+        device: &Arc<Device>,
+        shape: BatchShape,
+        graph: &Graph,
+        bind: &Bindings<'_>,
+    ) -> Result<Executor, ExecError> {
+        let missing = missing_kernels(graph, &device.capabilities);
+        if !missing.is_empty() {
+            return Err(ExecError::MissingKernels {
+                plugin: device.plugin.clone(),
+                missing,
+            });
+        }
+        let plan = plan_arena(graph).map_err(ExecError::BadGraph)?;
+        let arena = if plan.size > 0 {
+            Some(
+                device
+                    .alloc(plan.size)
+                    .map_err(dev("allocating the activation arena"))?,
+            )
+        } else {
+            None
+        };
+        let n = graph.tensors.len();
+        let mut refs: Vec<Option<TensorRef>> = vec![None; n];
+        let mut inputs = Vec::new();
+        // Resolve non-views first, then views (whose bases precede them or not).
+        for (i, d) in graph.tensors.iter().enumerate() {
+            let r = match d.source {
+                TensorSource::Weight { index } => {
+                    let w = *bind.weights.get(index as usize).ok_or_else(|| {
+                        ExecError::BadGraph(format!(
+                            "`{}` names weight {index} of {}",
+                            d.name,
+                            bind.weights.len()
+                        ))
+                    })?;
+                    if w.ne != d.ne || w.dtype != d.dtype {
+                        return Err(ExecError::BadGraph(format!(
+                            "`{}` declared {} {:?}, the file has {} {:?}",
+                            d.name, d.dtype, d.ne, w.dtype, w.ne
+                        )));
+                    }
+                    w
+                }
+                TensorSource::State { index } => {
+                    *bind.state.get(index as usize).ok_or_else(|| {
+                        ExecError::BadGraph(format!(
+                            "`{}` names state {index} of {}",
+                            d.name,
+                            bind.state.len()
+                        ))
+                    })?
+                }
+                TensorSource::Input { input } => {
+                    let bytes = d
+                        .dtype
+                        .row_bytes(d.ne[0])
+                        .map(|r| r * d.ne[1] * d.ne[2] * d.ne[3])
+                        .ok_or_else(|| {
+                            ExecError::BadGraph(format!("input `{}` has no size", d.name))
+                        })?;
+                    let buf = device
+                        .alloc(bytes.max(4))
+                        .map_err(dev("allocating an input"))?;
+                    let r = TensorRef {
+                        buffer: buf.handle,
+                        offset: 0,
+                        dtype: d.dtype,
+                        ne: d.ne,
+                        nb: d.nb,
+                    };
+                    inputs.push((input, buf, r));
+                    r
+                }
+                TensorSource::Intermediate => match (plan.offsets[i], &arena) {
+                    (Some(offset), Some(a)) => TensorRef {
+                        buffer: a.handle,
+                        offset,
+                        dtype: d.dtype,
+                        ne: d.ne,
+                        nb: d.nb,
+                    },
+                    _ => continue,
+                },
+                TensorSource::View { .. } => continue,
+            };
+            refs[i] = Some(r);
+        }
+        for (i, d) in graph.tensors.iter().enumerate() {
+            if !matches!(d.source, TensorSource::View { .. }) {
+                continue;
+            }
+            let (mut b, mut offset, mut hops) = (i, 0u64, 0);
+            while let TensorSource::View { base, offset: o } = graph.tensors[b].source {
+                offset += o;
+                b = base.0 as usize;
+                hops += 1;
+                if b >= n || hops > n {
+                    return Err(ExecError::BadGraph(format!(
+                        "view `{}` has no base",
+                        d.name
+                    )));
+                }
+            }
+            if let Some(base) = refs[b] {
+                refs[i] = Some(TensorRef {
+                    buffer: base.buffer,
+                    offset: base.offset + offset,
+                    dtype: d.dtype,
+                    ne: d.ne,
+                    nb: d.nb,
+                });
+            }
+        }
+        let get = |t: u32| -> Result<TensorRef, ExecError> {
+            refs.get(t as usize).copied().flatten().ok_or_else(|| {
+                ExecError::BadGraph(format!("tensor {t} is used but never produced"))
+            })
+        };
+        let mut calls = Vec::with_capacity(graph.nodes.len());
+        for node in graph.nodes.iter() {
+            if node.srcs.len() > MAX_SRCS {
+                return Err(ExecError::BadGraph(format!(
+                    "a node has {} sources",
+                    node.srcs.len()
+                )));
+            }
+            let mut srcs = [TensorRef::default(); MAX_SRCS];
+            for (k, s) in node.srcs.iter().enumerate() {
+                srcs[k] = get(s.0)?;
+            }
+            calls.push(OpCall {
+                op: node.op,
+                n_srcs: node.srcs.len() as u32,
+                srcs,
+                dst: get(node.dst.0)?,
+            });
+        }
+        let outputs = graph
+            .outputs
+            .iter()
+            .map(|o| Ok((o.name.to_string(), get(o.tensor.0)?)))
+            .collect::<Result<Vec<_>, ExecError>>()?;
+        Ok(Executor {
+            shape,
+            calls,
+            inputs,
+            outputs,
+            _arena: arena,
+        })
+    }
+
+    /// Writes the inputs and runs every call; waits for the device.
+    pub fn run(&self, device: &Device, batch: &BatchInputs) -> Result<(), ExecError> {
+        for (kind, buf, r) in &self.inputs {
+            let data: &[i32] = match kind {
+                BatchInput::Tokens => &batch.tokens,
+                BatchInput::Positions => &batch.positions,
+                BatchInput::Slots => &batch.slots,
+                BatchInput::OutputRows => &batch.output_rows,
+                BatchInput::TokenHistory => &batch.history,
+            };
+            if data.len() as u64 != r.elements() {
+                return Err(ExecError::BadGraph(format!(
+                    "input {kind:?}: {} values for a tensor of {}",
+                    data.len(),
+                    r.elements()
+                )));
+            }
+            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+            device
+                .write(buf, 0, &bytes)
+                .map_err(dev("writing inputs"))?;
+        }
+        device.run(&self.calls).map_err(dev("running the graph"))?;
+        device.sync().map_err(dev("waiting for the device"))
+    }
+
+    /// Reads an f32 output by name.
+    pub fn read_f32(&self, device: &Device, name: &str) -> Result<Vec<f32>, ExecError> {
+        let (_, r) = self
+            .outputs
+            .iter()
+            .find(|(n, _)| n == name)
+            .ok_or_else(|| ExecError::BadGraph(format!("the graph has no output `{name}`")))?;
+        if r.dtype != DType::F32 || !r.is_contiguous() {
+            return Err(ExecError::BadGraph(format!(
+                "output `{name}` is not contiguous f32"
+            )));
+        }
+        let mut bytes = vec![0u8; (r.elements() * 4) as usize];
+        device
+            .read(r.buffer, r.offset, &mut bytes)
+            .map_err(dev("reading outputs"))?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+}
