@@ -1,1 +1,137 @@
-//! Reference ops on f32 rows: norms, rope, softmax, attention, routing, activations.
+//! Reference ops on f32 rows: norms, rope, softmax, attention, routing, activations, elementwise
+//! arithmetic and embedding gathers.
+//!
+//! Every op is a plain function over slices in ggml order: `ne0` is the contiguous dimension and a
+//! "row" is `ne0` contiguous values, so hidden states are `[n_embd, n_rows]`, a query tensor is
+//! `[head_dim, n_head, n_rows]`, and a layer's KV cache is `[width, cache_len, n_slots]`. Lengths are
+//! checked up front and an inconsistent shape is an [`OpError`], never a panic. No op allocates: the
+//! ones that change values keep the row length work in place or write to a caller-owned output, so
+//! all of them are safe on the decode hot path. They are single-threaded; callers split rows across
+//! the [`crate::pool::Pool`] themselves.
+
+pub mod activations;
+pub mod attention;
+pub mod elementwise;
+pub mod embedding;
+pub mod norms;
+pub mod rope;
+pub mod router;
+pub mod softmax;
+
+/// An op was called with shapes or parameters that do not fit together.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OpError {
+    /// A buffer's length is not what the other arguments imply.
+    #[error("{op}: `{what}` has {found} values, expected {expected}")]
+    Length {
+        /// The op that refused.
+        op: &'static str,
+        /// The argument with the wrong length.
+        what: &'static str,
+        /// Its length in elements.
+        found: usize,
+        /// The length the other arguments imply, in elements.
+        expected: usize,
+    },
+    /// A buffer's length is not a whole number of rows.
+    #[error("{op}: `{what}` has {found} values, not a multiple of the row length {row}")]
+    NotWholeRows {
+        /// The op that refused.
+        op: &'static str,
+        /// The argument with the wrong length.
+        what: &'static str,
+        /// Its length in elements.
+        found: usize,
+        /// The row length in elements.
+        row: usize,
+    },
+    /// A parameter is outside the range the op supports.
+    #[error("{op}: {what}")]
+    Parameter {
+        /// The op that refused.
+        op: &'static str,
+        /// What is wrong, with the numbers.
+        what: String,
+    },
+    /// An index (token id, slot, position) points outside the table it indexes.
+    #[error("{op}: {what} {index} is out of range 0..{bound}")]
+    Index {
+        /// The op that refused.
+        op: &'static str,
+        /// What kind of index it is.
+        what: &'static str,
+        /// The index found.
+        index: i64,
+        /// The exclusive upper bound.
+        bound: usize,
+    },
+}
+
+/// `Ok(())` when `found == expected`, else [`OpError::Length`].
+pub(crate) fn check_len(
+    op: &'static str,
+    what: &'static str,
+    found: usize,
+    expected: usize,
+) -> Result<(), OpError> {
+    if found == expected {
+        Ok(())
+    } else {
+        Err(OpError::Length {
+            op,
+            what,
+            found,
+            expected,
+        })
+    }
+}
+
+/// The number of rows of length `row` in `found` values, or an error when `row` is zero or does
+/// not divide `found`.
+pub(crate) fn whole_rows(
+    op: &'static str,
+    what: &'static str,
+    found: usize,
+    row: usize,
+) -> Result<usize, OpError> {
+    if row == 0 {
+        return Err(OpError::Parameter {
+            op,
+            what: format!("row length of `{what}` is zero"),
+        });
+    }
+    if !found.is_multiple_of(row) {
+        return Err(OpError::NotWholeRows {
+            op,
+            what,
+            found,
+            row,
+        });
+    }
+    Ok(found / row)
+}
+
+/// `a * b` for shape arithmetic, or an error when it overflows `usize`.
+pub(crate) fn mul_dims(op: &'static str, a: usize, b: usize) -> Result<usize, OpError> {
+    a.checked_mul(b).ok_or_else(|| OpError::Parameter {
+        op,
+        what: format!("shape {a} x {b} overflows usize"),
+    })
+}
+
+/// `true` when `x` is greater than zero (and so not NaN).
+#[inline]
+pub(crate) fn positive(x: f32) -> bool {
+    x > 0.0
+}
+
+/// Logistic sigmoid `1 / (1 + e^-x)`, written so that neither branch overflows.
+#[inline]
+pub(crate) fn sigmoid_f32(x: f32) -> f32 {
+    if x >= 0.0 {
+        1.0 / (1.0 + (-x).exp())
+    } else {
+        let e = x.exp();
+        e / (1.0 + e)
+    }
+}

@@ -1,0 +1,1 @@
+//! MoE routing (in progress).
