@@ -10,6 +10,7 @@
 //! without touching its types), and the abi_stable root module, whose layout abi_stable checks.
 #![allow(non_local_definitions)]
 
+pub mod builders;
 pub mod dtype;
 pub mod error;
 pub mod graph;

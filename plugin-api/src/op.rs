@@ -118,8 +118,9 @@ pub struct RouterParams {
     pub bias: bool,
     /// Divide the chosen weights by their sum.
     pub norm: bool,
-    /// Added to the sum before dividing (e.g. 1e-20), when `norm`.
-    pub norm_eps: f32,
+    /// When `norm`, the sum is raised to at least this before dividing (llama.cpp clamps it to
+    /// 6.103515625e-5, the smallest normal f16).
+    pub norm_min: f32,
     /// Multiply the final weights (1 = none).
     pub scale: f32,
 }

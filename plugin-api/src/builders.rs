@@ -1,0 +1,437 @@
+//! Shared model builders: the weight table a plugin fills at load, and the blocks forward graphs
+//! are made of (norms, projections, attention over the host's cache, routed experts, the head).
+//! A model plugin's graph function strings these together; an architecture that needs a block no
+//! other uses builds it from [`GraphBuilder::op`] directly.
+
+use abi_stable::std_types::RVec;
+
+use crate::graph::{BatchInput, GraphBuilder, TensorId};
+use crate::meta::ModelFileView;
+use crate::model::{WeightClass, WeightDecl, WeightRole};
+use crate::op::{AttentionParams, GluKind, MoeParams, Op, RopeMode, RopeParams, RouterParams};
+use crate::{DType, PluginError};
+
+/// A weight found in the file: its index in the model's weight list, type and shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WeightRef {
+    /// Index into `ModelSpec::weights`.
+    pub index: u32,
+    /// GGUF name.
+    pub name: String,
+    /// Type in the file.
+    pub dtype: DType,
+    /// Shape in the file.
+    pub ne: [u64; 4],
+}
+
+/// Collects the weights a model declares, checking each against the file.
+#[derive(Default)]
+pub struct WeightTable {
+    decls: Vec<WeightDecl>,
+}
+
+impl WeightTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        WeightTable::default()
+    }
+
+    /// Declares a weight that must exist with shape `ne` (unused trailing dims 1).
+    pub fn require(
+        &mut self,
+        view: &ModelFileView,
+        name: &str,
+        role: WeightRole,
+        class: WeightClass,
+        ne: [u64; 4],
+    ) -> Result<WeightRef, PluginError> {
+        self.optional(view, name, role, class, ne)?
+            .ok_or_else(|| PluginError::MissingTensor { name: name.into() })
+    }
+
+    /// Declares a weight that may be absent; when present it must have shape `ne`.
+    pub fn optional(
+        &mut self,
+        view: &ModelFileView,
+        name: &str,
+        role: WeightRole,
+        class: WeightClass,
+        ne: [u64; 4],
+    ) -> Result<Option<WeightRef>, PluginError> {
+        let Some(t) = view.tensor(name) else {
+            return Ok(None);
+        };
+        if t.ne != ne {
+            return Err(PluginError::BadTensor {
+                name: name.into(),
+                message: format!("expected shape {ne:?}, found {:?}", t.ne).into(),
+            });
+        }
+        if t.dtype.layout().is_none() {
+            return Err(PluginError::BadTensor {
+                name: name.into(),
+                message: format!("unknown type {}", t.dtype).into(),
+            });
+        }
+        let index = self.decls.len() as u32;
+        self.decls.push(WeightDecl {
+            name: name.into(),
+            role,
+            class,
+        });
+        Ok(Some(WeightRef {
+            index,
+            name: name.to_owned(),
+            dtype: t.dtype,
+            ne,
+        }))
+    }
+
+    /// The declarations, in index order.
+    pub fn into_decls(self) -> RVec<WeightDecl> {
+        self.decls.into()
+    }
+}
+
+/// Rotary settings read from the common GGUF keys of an architecture.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeConfig {
+    /// Parameters for [`Op::Rope`].
+    pub params: RopeParams,
+}
+
+impl RopeConfig {
+    /// Reads `{arch}.rope.*` (freq base, dimension count, linear or YaRN scaling).
+    pub fn from_view(
+        view: &ModelFileView,
+        arch: &str,
+        mode: RopeMode,
+        head_dim: u32,
+    ) -> Result<Self, PluginError> {
+        let k = |s: &str| format!("{arch}.{s}");
+        let n_dims = view.u32_or(&k("rope.dimension_count"), head_dim)?;
+        let freq_base = view.f32_or(&k("rope.freq_base"), 10000.0)?;
+        let scaling = match view.get(&k("rope.scaling.type")) {
+            Some(v) => v.as_str().unwrap_or("none").to_owned(),
+            None => "none".to_owned(),
+        };
+        let factor = view.f32_or(&k("rope.scaling.factor"), 1.0)?;
+        let n_ctx_train = view.u32_or(&k("context_length"), 0)?;
+        let n_ctx_orig = view.u32_or(&k("rope.scaling.original_context_length"), n_ctx_train)?;
+        let (freq_scale, ext_factor) = match scaling.as_str() {
+            "linear" => (1.0 / factor, 0.0),
+            "yarn" => (1.0 / factor, 1.0),
+            "none" => (1.0, 0.0),
+            other => {
+                return Err(PluginError::BadKey {
+                    key: k("rope.scaling.type").into(),
+                    message: format!(
+                        "unsupported rope scaling `{other}` (supported: none, linear, yarn)"
+                    )
+                    .into(),
+                })
+            }
+        };
+        Ok(RopeConfig {
+            params: RopeParams {
+                mode,
+                n_dims,
+                sections: [0; 4],
+                freq_base,
+                freq_scale,
+                ext_factor,
+                attn_factor: 1.0,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                n_ctx_orig,
+                inverse: false,
+            },
+        })
+    }
+}
+
+/// One attention layer over the host's K/V cache.
+pub struct AttentionBlock<'a> {
+    /// Query projection `[n_embd, head_dim·n_head]`.
+    pub wq: &'a WeightRef,
+    /// Key projection.
+    pub wk: &'a WeightRef,
+    /// Value projection.
+    pub wv: &'a WeightRef,
+    /// Output projection.
+    pub wo: &'a WeightRef,
+    /// Per-head RMS norm of queries (QK-norm).
+    pub q_norm: Option<&'a WeightRef>,
+    /// Per-head RMS norm of keys.
+    pub k_norm: Option<&'a WeightRef>,
+    /// RMS ε of the QK-norms.
+    pub norm_eps: f32,
+    /// Rotary embedding, if any.
+    pub rope: Option<RopeParams>,
+    /// Attention parameters.
+    pub params: AttentionParams,
+    /// State index of the key cache.
+    pub k_cache: u32,
+    /// State index of the value cache.
+    pub v_cache: u32,
+}
+
+/// The routed experts of one layer.
+pub struct MoeBlock<'a> {
+    /// Router `[n_embd, n_expert]`.
+    pub router: &'a WeightRef,
+    /// Selection bias `[n_expert]`, if the model has one.
+    pub router_bias: Option<&'a WeightRef>,
+    /// Router parameters.
+    pub route: RouterParams,
+    /// Gate stack, or the fused gate+up stack.
+    pub gate: &'a WeightRef,
+    /// Up stack (`None` when fused into `gate`).
+    pub up: Option<&'a WeightRef>,
+    /// Down stack.
+    pub down: &'a WeightRef,
+    /// Activation and clamp.
+    pub glu: GluKind,
+    /// SwiGLU clamp (0 = none).
+    pub limit: f32,
+}
+
+/// The per-pass inputs every causal LM graph uses.
+#[derive(Clone, Copy, Debug)]
+pub struct LmInputs {
+    /// i32 `[rows]` token ids.
+    pub tokens: TensorId,
+    /// i32 `[rows]` positions.
+    pub positions: TensorId,
+    /// i32 `[rows]` sequence slots.
+    pub slots: TensorId,
+    /// i32 `[n_outputs]` rows wanted.
+    pub out_rows: TensorId,
+}
+
+impl GraphBuilder {
+    /// Declares the token, position, slot and output-row inputs.
+    pub fn lm_inputs(&mut self, n_rows: u32, n_outputs: u32) -> Result<LmInputs, PluginError> {
+        let r = u64::from(n_rows);
+        Ok(LmInputs {
+            tokens: self.input(BatchInput::Tokens, [r, 1, 1, 1])?,
+            positions: self.input(BatchInput::Positions, [r, 1, 1, 1])?,
+            slots: self.input(BatchInput::Slots, [r, 1, 1, 1])?,
+            out_rows: self.input(BatchInput::OutputRows, [u64::from(n_outputs), 1, 1, 1])?,
+        })
+    }
+
+    /// Declares a weight found by [`WeightTable`].
+    pub fn w(&mut self, w: &WeightRef) -> Result<TensorId, PluginError> {
+        self.weight(w.index, &w.name, w.dtype, w.ne)
+    }
+
+    /// Rows of a table (embedding lookup): `[n, ids]` f32.
+    pub fn get_rows(
+        &mut self,
+        name: &str,
+        table: TensorId,
+        ids: TensorId,
+    ) -> Result<TensorId, PluginError> {
+        let n = self.ne(table)[0];
+        let k = self.ne(ids)[0];
+        self.op(name, Op::GetRows, &[table, ids], DType::F32, [n, k, 1, 1])
+    }
+
+    /// `W·x` for a weight `[k, n]` and `x` `[k, rows...]`: `[n, rows]`.
+    pub fn matmul(
+        &mut self,
+        name: &str,
+        w: TensorId,
+        x: TensorId,
+    ) -> Result<TensorId, PluginError> {
+        let wn = self.ne(w);
+        let xn = self.ne(x);
+        if wn[0] != xn[0] {
+            return Err(PluginError::invalid(format!(
+                "{name}: weight has {} inputs, x has {}",
+                wn[0], xn[0]
+            )));
+        }
+        self.op(
+            name,
+            Op::MatMul,
+            &[w, x],
+            DType::F32,
+            [wn[1], xn[1] * xn[2] * xn[3], 1, 1],
+        )
+    }
+
+    /// Same-shape (or single-row broadcast) element-wise op.
+    fn binary(
+        &mut self,
+        name: &str,
+        op: Op,
+        a: TensorId,
+        b: TensorId,
+    ) -> Result<TensorId, PluginError> {
+        let ne = self.ne(a);
+        self.op(name, op, &[a, b], DType::F32, ne)
+    }
+
+    /// `a + b`.
+    pub fn add(&mut self, name: &str, a: TensorId, b: TensorId) -> Result<TensorId, PluginError> {
+        self.binary(name, Op::Add, a, b)
+    }
+
+    /// `a · b`.
+    pub fn mul(&mut self, name: &str, a: TensorId, b: TensorId) -> Result<TensorId, PluginError> {
+        self.binary(name, Op::Mul, a, b)
+    }
+
+    /// `s · x`.
+    pub fn scale(&mut self, name: &str, x: TensorId, s: f32) -> Result<TensorId, PluginError> {
+        let ne = self.ne(x);
+        self.op(name, Op::Scale { s }, &[x], DType::F32, ne)
+    }
+
+    /// RMS norm over ne0, times `weight` when given.
+    pub fn rms_norm(
+        &mut self,
+        name: &str,
+        x: TensorId,
+        weight: Option<TensorId>,
+        eps: f32,
+    ) -> Result<TensorId, PluginError> {
+        let ne = self.ne(x);
+        let srcs: Vec<TensorId> = std::iter::once(x).chain(weight).collect();
+        self.op(name, Op::RmsNorm { eps }, &srcs, DType::F32, ne)
+    }
+
+    /// A gated linear unit of two same-shape tensors.
+    pub fn glu(
+        &mut self,
+        name: &str,
+        gate: TensorId,
+        up: TensorId,
+        kind: GluKind,
+        limit: f32,
+    ) -> Result<TensorId, PluginError> {
+        let ne = self.ne(gate);
+        self.op(name, Op::Glu { kind, limit }, &[gate, up], DType::F32, ne)
+    }
+
+    /// Attention over the host's cache, from the normed input `x` `[n_embd, rows]` to the output
+    /// projection's result `[n_embd, rows]`. Node names follow llama.cpp (`Qcur`, `Kcur`, `kqv_out`).
+    pub fn attention_block(
+        &mut self,
+        blk: &AttentionBlock<'_>,
+        x: TensorId,
+        inp: &LmInputs,
+    ) -> Result<TensorId, PluginError> {
+        let p = blk.params;
+        let rows = self.ne(x)[1];
+        let (nh, nkv) = (u64::from(p.n_head), u64::from(p.n_head_kv));
+        let (dk, dv) = (u64::from(p.dk), u64::from(p.dv));
+        let wq = self.w(blk.wq)?;
+        let wk = self.w(blk.wk)?;
+        let wv = self.w(blk.wv)?;
+        let q = self.matmul("Qcur", wq, x)?;
+        let k = self.matmul("Kcur", wk, x)?;
+        let v = self.matmul("Vcur", wv, x)?;
+        let mut q = self.reshape(q, [dk, nh, rows, 1])?;
+        let mut k = self.reshape(k, [dk, nkv, rows, 1])?;
+        if let Some(n) = blk.q_norm {
+            let w = self.w(n)?;
+            q = self.rms_norm("Qcur_normed", q, Some(w), blk.norm_eps)?;
+        }
+        if let Some(n) = blk.k_norm {
+            let w = self.w(n)?;
+            k = self.rms_norm("Kcur_normed", k, Some(w), blk.norm_eps)?;
+        }
+        if let Some(rope) = blk.rope {
+            q = self.op(
+                "Qcur_rope",
+                Op::Rope(rope),
+                &[q, inp.positions],
+                DType::F32,
+                [dk, nh, rows, 1],
+            )?;
+            k = self.op(
+                "Kcur_rope",
+                Op::Rope(rope),
+                &[k, inp.positions],
+                DType::F32,
+                [dk, nkv, rows, 1],
+            )?;
+        }
+        let k2 = self.reshape(k, [dk * nkv, rows, 1, 1])?;
+        let kc = self.state(blk.k_cache, "cache_k");
+        let vc = self.state(blk.v_cache, "cache_v");
+        self.op_into(Op::CacheStore, &[k2, kc, inp.slots, inp.positions], kc)?;
+        self.op_into(Op::CacheStore, &[v, vc, inp.slots, inp.positions], vc)?;
+        let a = self.op(
+            "kqv_out",
+            Op::Attention(p),
+            &[q, kc, vc, inp.slots, inp.positions],
+            DType::F32,
+            [dv, nh, rows, 1],
+        )?;
+        let a = self.reshape(a, [dv * nh, rows, 1, 1])?;
+        let wo = self.w(blk.wo)?;
+        self.matmul("attn_out", wo, a)
+    }
+
+    /// Routed experts of the normed input `x` `[n_embd, rows]`: `[n_embd, rows]`.
+    pub fn moe_block(&mut self, blk: &MoeBlock<'_>, x: TensorId) -> Result<TensorId, PluginError> {
+        let [n_embd, rows, _, _] = self.ne(x);
+        let k = u64::from(blk.route.k);
+        let router = self.w(blk.router)?;
+        let logits = self.matmul("ffn_moe_logits", router, x)?;
+        let mut sel = vec![logits];
+        if let Some(b) = blk.router_bias {
+            sel.push(self.w(b)?);
+        }
+        let ids = self.op(
+            "ffn_moe_topk",
+            Op::RouterTopK(blk.route),
+            &sel,
+            DType::I32,
+            [k, rows, 1, 1],
+        )?;
+        let weights = self.op(
+            "ffn_moe_weights",
+            Op::RouterWeights(blk.route),
+            &[logits, ids],
+            DType::F32,
+            [k, rows, 1, 1],
+        )?;
+        let gate = self.w(blk.gate)?;
+        let down = self.w(blk.down)?;
+        let n_ff = blk.down.ne[0];
+        let params = MoeParams {
+            n_expert: blk.route.n_expert,
+            k: blk.route.k,
+            n_ff: n_ff as u32,
+            glu: blk.glu,
+            limit: blk.limit,
+            fused_gate_up: blk.up.is_none(),
+            expert_map: false,
+        };
+        let mut srcs = vec![x, ids, weights, gate];
+        if let Some(up) = blk.up {
+            srcs.push(self.w(up)?);
+        }
+        srcs.push(down);
+        self.op(
+            "ffn_moe_out",
+            Op::MoeExperts(params),
+            &srcs,
+            DType::F32,
+            [n_embd, rows, 1, 1],
+        )
+    }
+
+    /// Keeps only the wanted output rows of `x` `[n, rows]` (skipped when every row is wanted).
+    pub fn select_outputs(&mut self, x: TensorId, inp: &LmInputs) -> Result<TensorId, PluginError> {
+        if self.ne(inp.out_rows)[0] == self.ne(x)[1] {
+            return Ok(x);
+        }
+        self.get_rows("out_rows", x, inp.out_rows)
+    }
+}
