@@ -1,0 +1,99 @@
+//! Model plugin for the Qwen3-MoE family (GGUF architecture `qwen3moe`): Qwen3-30B-A3B and
+//! Qwen3-235B-A22B. GQA with QK-norm and NEOX rope; 128 routed experts, softmax router, top-8,
+//! renormalised; separate or fused gate/up expert stacks.
+#![allow(non_local_definitions)]
+
+pub mod graph;
+pub mod hparams;
+pub mod state;
+pub mod synth;
+pub mod weights;
+
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::{RResult, RString, RVec};
+use bloomery_plugin_api::builders::RopeConfig;
+use bloomery_plugin_api::graph::{BatchShape, Graph};
+use bloomery_plugin_api::meta::ModelFileView;
+use bloomery_plugin_api::model::{
+    ModelCaps, ModelInstance, ModelInstanceBox, ModelInstance_TO, ModelPlugin, ModelSpec,
+    SynthPreset,
+};
+use bloomery_plugin_api::op::{RopeMode, RopeParams};
+use bloomery_plugin_api::{PluginError, ABI_VERSION};
+
+use hparams::{HParams, ARCH};
+use weights::Weights;
+
+/// A loaded `qwen3moe` model.
+pub struct Qwen3Moe {
+    hp: HParams,
+    weights: Weights,
+    rope: RopeParams,
+}
+
+impl Qwen3Moe {
+    /// Reads hyperparameters and weights from the file view.
+    pub fn load(view: &ModelFileView) -> Result<Self, PluginError> {
+        let arch = view.architecture()?;
+        if arch != ARCH {
+            return Err(PluginError::unsupported(
+                format!("architecture `{arch}`"),
+                &[ARCH],
+            ));
+        }
+        let hp = HParams::from_view(view)?;
+        let weights = Weights::from_view(view, &hp)?;
+        let rope = RopeConfig::from_view(view, ARCH, RopeMode::Neox, hp.head_dim)?.params;
+        Ok(Qwen3Moe { hp, weights, rope })
+    }
+}
+
+impl ModelInstance for Qwen3Moe {
+    fn spec(&self) -> ModelSpec {
+        ModelSpec {
+            architecture: ARCH.into(),
+            hparams: self.hp.summary(),
+            weights: self.weights.decls.clone(),
+            state: state::declare(&self.hp),
+            caps: ModelCaps {
+                recurrent: false,
+                n_mtp_layers: 0,
+                max_context: u64::from(self.hp.n_ctx_train),
+            },
+        }
+    }
+
+    fn build_graph(&self, shape: BatchShape) -> RResult<Graph, PluginError> {
+        graph::build(&self.hp, &self.weights, self.rope, shape).into()
+    }
+}
+
+extern "C" fn abi_version() -> u32 {
+    ABI_VERSION
+}
+
+extern "C" fn name() -> RString {
+    ARCH.into()
+}
+
+extern "C" fn architectures() -> RVec<RString> {
+    vec![RString::from(ARCH)].into()
+}
+
+extern "C" fn synth_presets() -> RVec<SynthPreset> {
+    synth::presets()
+}
+
+extern "C" fn load(view: &ModelFileView) -> RResult<ModelInstanceBox, PluginError> {
+    Qwen3Moe::load(view)
+        .map(|m| ModelInstance_TO::from_value(m, TD_Opaque))
+        .into()
+}
+
+bloomery_plugin_api::export_model_plugin!(ModelPlugin {
+    abi_version,
+    name,
+    architectures,
+    synth_presets,
+    load,
+});
