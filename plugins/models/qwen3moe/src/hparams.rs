@@ -80,7 +80,7 @@ impl HParams {
             expert_weights_scale: view.f32_or(&key("expert_weights_scale"), 0.0)?,
             n_vocab,
         };
-        if hp.n_head_kv == 0 || hp.n_head % hp.n_head_kv != 0 {
+        if hp.n_head_kv == 0 || !hp.n_head.is_multiple_of(hp.n_head_kv) {
             return Err(PluginError::BadKey {
                 key: key("attention.head_count_kv").into(),
                 message: format!(
