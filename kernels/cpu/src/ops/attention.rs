@@ -1,1 +1,289 @@
-//! Causal GQA attention over an f32/f16 KV cache (in progress).
+//! Causal grouped-query attention over a per-layer KV cache (f32 or f16), for a batch of rows from
+//! several sequences, and the store that writes new K/V rows into that cache.
+//!
+//! Cache layout: `[width, cache_len, n_slots]` where `width = head_dim * n_head_kv`; the token of
+//! sequence slot `s` at position `p` lives at cache row `p % cache_len` of slot `s` (a ring when
+//! the cache is shorter than the context, as for sliding-window layers). Query head `h` reads KV
+//! head `h / (n_head / n_head_kv)`, as ggml broadcasts. Scores use an online softmax accumulated in
+//! f32 directly in the output row; nothing allocates.
+
+use half::f16;
+
+use super::{check_len, mul_dims, positive, whole_rows, OpError};
+
+/// One layer's K or V cache, read-only: `[width, cache_len, n_slots]`.
+#[derive(Debug, Clone, Copy)]
+pub enum KvCache<'a> {
+    /// f32 values.
+    F32(&'a [f32]),
+    /// f16 values, widened to f32 when read.
+    F16(&'a [f16]),
+}
+
+/// One layer's K or V cache, writable: `[width, cache_len, n_slots]`.
+#[derive(Debug)]
+pub enum KvCacheMut<'a> {
+    /// f32 values.
+    F32(&'a mut [f32]),
+    /// f16 values, rounded to nearest even from f32 when written.
+    F16(&'a mut [f16]),
+}
+
+impl KvCache<'_> {
+    fn len(&self) -> usize {
+        match self {
+            KvCache::F32(c) => c.len(),
+            KvCache::F16(c) => c.len(),
+        }
+    }
+
+    /// Element `i` as f32; the caller has checked `i < len`.
+    #[inline]
+    fn get(&self, i: usize) -> f32 {
+        match self {
+            KvCache::F32(c) => c[i],
+            KvCache::F16(c) => c[i].to_f32(),
+        }
+    }
+}
+
+/// The shape and options of one attention call.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttentionParams<'a> {
+    /// Query heads.
+    pub n_head: usize,
+    /// KV heads; divides `n_head`.
+    pub n_head_kv: usize,
+    /// Per-head width of Q and K (`dk`).
+    pub head_dim_k: usize,
+    /// Per-head width of V and of the output (`dv`).
+    pub head_dim_v: usize,
+    /// Rows per slot in the cache.
+    pub cache_len: usize,
+    /// Sequence slots in the cache.
+    pub n_slots: usize,
+    /// Factor on `q · k` (usually `1 / sqrt(head_dim_k)`).
+    pub scale: f32,
+    /// Logit soft-cap `c`: the scaled score `s` becomes `c * tanh(s / c)`. `None` for no cap.
+    pub softcap: Option<f32>,
+    /// Sliding window `w`: a row at position `p` sees positions `max(0, p - w + 1)..=p`. `None` for
+    /// full causal attention (`0..=p`).
+    pub window: Option<usize>,
+    /// `[n_head]` per-head sink logits: an extra term `exp(sink_h)` in the softmax denominator with
+    /// no value (not scaled or capped). `None` for no sinks.
+    pub sinks: Option<&'a [f32]>,
+}
+
+/// Attention of `q`, `[head_dim_k, n_head, n_rows]` f32, over the cache, into `out`,
+/// `[head_dim_v, n_head, n_rows]` f32.
+///
+/// Row `r` belongs to sequence slot `slots[r]` at position `positions[r]` and attends to that
+/// slot's cache rows for the positions its window covers, its own included: the caller stores the
+/// batch's K/V (with [`store_kv`]) before calling. A visible span longer than `cache_len` (those
+/// rows were overwritten) is refused. No allocation.
+pub fn attention(
+    q: &[f32],
+    slots: &[u32],
+    positions: &[i32],
+    k_cache: KvCache,
+    v_cache: KvCache,
+    p: &AttentionParams,
+    out: &mut [f32],
+) -> Result<(), OpError> {
+    const OP: &str = "attention";
+    check_params(p)?;
+    let n_rows = slots.len();
+    check_len(OP, "positions", positions.len(), n_rows)?;
+    let (dk, dv) = (p.head_dim_k, p.head_dim_v);
+    check_len(
+        OP,
+        "q",
+        q.len(),
+        mul_dims(OP, mul_dims(OP, dk, p.n_head)?, n_rows)?,
+    )?;
+    check_len(
+        OP,
+        "out",
+        out.len(),
+        mul_dims(OP, mul_dims(OP, dv, p.n_head)?, n_rows)?,
+    )?;
+    let (k_width, v_width) = (dk * p.n_head_kv, dv * p.n_head_kv);
+    let rows = mul_dims(OP, p.cache_len, p.n_slots)?;
+    check_len(OP, "k_cache", k_cache.len(), mul_dims(OP, k_width, rows)?)?;
+    check_len(OP, "v_cache", v_cache.len(), mul_dims(OP, v_width, rows)?)?;
+    if let Some(s) = p.sinks {
+        check_len(OP, "sinks", s.len(), p.n_head)?;
+    }
+    // Validate every row before writing anything.
+    for (&slot, &pos) in slots.iter().zip(positions) {
+        let (_, lo, hi) = locate(OP, slot, pos, p)?;
+        if hi - lo >= p.cache_len {
+            let what = format!(
+                "position {pos} sees {} cache rows but the cache holds {} per slot",
+                hi - lo + 1,
+                p.cache_len
+            );
+            return Err(OpError::Parameter { op: OP, what });
+        }
+    }
+    let group = p.n_head / p.n_head_kv;
+    for (r, (&slot, &pos)) in slots.iter().zip(positions).enumerate() {
+        let (slot, lo, hi) = locate(OP, slot, pos, p)?;
+        for h in 0..p.n_head {
+            let qh = &q[(r * p.n_head + h) * dk..][..dk];
+            let acc = &mut out[(r * p.n_head + h) * dv..][..dv];
+            let kvh = h / group;
+            let sink = p.sinks.map(|s| s[h]);
+            let mut max = sink.unwrap_or(f32::NEG_INFINITY);
+            let mut sum = if sink.is_some() { 1.0f32 } else { 0.0 };
+            acc.fill(0.0);
+            for t in lo..=hi {
+                let cache_row = slot * p.cache_len + t % p.cache_len;
+                let k0 = cache_row * k_width + kvh * dk;
+                let mut s = 0.0f32;
+                for (i, &qi) in qh.iter().enumerate() {
+                    s += qi * k_cache.get(k0 + i);
+                }
+                s *= p.scale;
+                if let Some(c) = p.softcap {
+                    s = c * (s / c).tanh();
+                }
+                if s > max {
+                    let c = (max - s).exp();
+                    acc.iter_mut().for_each(|a| *a *= c);
+                    sum *= c;
+                    max = s;
+                }
+                let w = (s - max).exp();
+                if w == 0.0 || w.is_nan() {
+                    continue;
+                }
+                sum += w;
+                let v0 = cache_row * v_width + kvh * dv;
+                for (i, a) in acc.iter_mut().enumerate() {
+                    *a += w * v_cache.get(v0 + i);
+                }
+            }
+            let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+            acc.iter_mut().for_each(|a| *a *= inv);
+        }
+    }
+    Ok(())
+}
+
+fn check_params(p: &AttentionParams) -> Result<(), OpError> {
+    const OP: &str = "attention";
+    let bad = |what: String| Err(OpError::Parameter { op: OP, what });
+    if p.n_head_kv == 0 || !p.n_head.is_multiple_of(p.n_head_kv) {
+        return bad(format!(
+            "n_head_kv {} must divide n_head {}",
+            p.n_head_kv, p.n_head
+        ));
+    }
+    if p.cache_len == 0 {
+        return bad("cache_len is zero".into());
+    }
+    if p.window == Some(0) {
+        return bad("window is zero".into());
+    }
+    if let Some(c) = p.softcap.filter(|&c| !positive(c)) {
+        return bad(format!("softcap {c} must be positive"));
+    }
+    Ok(())
+}
+
+/// The checked slot index and visible position range `lo..=hi` of a row.
+fn locate(
+    op: &'static str,
+    slot: u32,
+    pos: i32,
+    p: &AttentionParams,
+) -> Result<(usize, usize, usize), OpError> {
+    let slot_i = usize::try_from(slot).unwrap_or(usize::MAX);
+    if slot_i >= p.n_slots {
+        return Err(OpError::Index {
+            op,
+            what: "slot",
+            index: i64::from(slot),
+            bound: p.n_slots,
+        });
+    }
+    let hi = usize::try_from(pos).map_err(|_| OpError::Parameter {
+        op,
+        what: format!("position {pos} is negative"),
+    })?;
+    let lo = match p.window {
+        Some(w) => (hi + 1).saturating_sub(w),
+        None => 0,
+    };
+    Ok((slot_i, lo, hi))
+}
+
+/// Writes `rows`, `[width, n_rows]` f32, into `cache`, `[width, cache_len, n_slots]`, row `r` going
+/// to cache row `positions[r] % cache_len` of slot `slots[r]` (converted to f16 for an f16 cache).
+/// Every index is checked before anything is written. No allocation.
+pub fn store_kv(
+    rows: &[f32],
+    width: usize,
+    slots: &[u32],
+    positions: &[i32],
+    cache: KvCacheMut,
+    cache_len: usize,
+    n_slots: usize,
+) -> Result<(), OpError> {
+    const OP: &str = "store_kv";
+    let n_rows = whole_rows(OP, "rows", rows.len(), width)?;
+    check_len(OP, "slots", slots.len(), n_rows)?;
+    check_len(OP, "positions", positions.len(), n_rows)?;
+    if cache_len == 0 {
+        return Err(OpError::Parameter {
+            op: OP,
+            what: "cache_len is zero".into(),
+        });
+    }
+    let cache_size = mul_dims(OP, mul_dims(OP, width, cache_len)?, n_slots)?;
+    let found = match &cache {
+        KvCacheMut::F32(c) => c.len(),
+        KvCacheMut::F16(c) => c.len(),
+    };
+    check_len(OP, "cache", found, cache_size)?;
+    let index = |r: usize| -> Result<usize, OpError> {
+        let slot = usize::try_from(slots[r]).unwrap_or(usize::MAX);
+        if slot >= n_slots {
+            return Err(OpError::Index {
+                op: OP,
+                what: "slot",
+                index: i64::from(slots[r]),
+                bound: n_slots,
+            });
+        }
+        let pos = usize::try_from(positions[r]).map_err(|_| OpError::Parameter {
+            op: OP,
+            what: format!("position {} is negative", positions[r]),
+        })?;
+        Ok((slot * cache_len + pos % cache_len) * width)
+    };
+    for r in 0..n_rows {
+        index(r)?;
+    }
+    match cache {
+        KvCacheMut::F32(c) => {
+            for (r, src) in rows.chunks_exact(width).enumerate() {
+                c[index(r)?..][..width].copy_from_slice(src);
+            }
+        }
+        KvCacheMut::F16(c) => {
+            for (r, src) in rows.chunks_exact(width).enumerate() {
+                let dst = &mut c[index(r)?..][..width];
+                dst.iter_mut()
+                    .zip(src)
+                    .for_each(|(d, &s)| *d = f16::from_f32(s));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[path = "attention_tests.rs"]
+mod tests;

@@ -1,0 +1,406 @@
+//! Tests of [`super::attention`] and [`super::store_kv`] against an independent f64 attention.
+
+use super::*;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+fn random(n: usize, rng: &mut StdRng) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(-1.5f32..1.5)).collect()
+}
+
+/// A filled test cache: `n_slots` sequences of `seq_len` tokens, K and V stored with `store_kv`.
+struct Fixture {
+    k: Vec<f32>,
+    v: Vec<f32>,
+    k16: Vec<f16>,
+    v16: Vec<f16>,
+}
+
+fn params(
+    n_head: usize,
+    n_head_kv: usize,
+    dk: usize,
+    dv: usize,
+    cache_len: usize,
+    n_slots: usize,
+) -> AttentionParams<'static> {
+    AttentionParams {
+        n_head,
+        n_head_kv,
+        head_dim_k: dk,
+        head_dim_v: dv,
+        cache_len,
+        n_slots,
+        scale: 1.0 / (dk as f32).sqrt(),
+        softcap: None,
+        window: None,
+        sinks: None,
+    }
+}
+
+fn fill(p: &AttentionParams, seq_len: usize, seed: u64) -> Fixture {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (kw, vw) = (p.head_dim_k * p.n_head_kv, p.head_dim_v * p.n_head_kv);
+    let rows = p.cache_len * p.n_slots;
+    let mut f = Fixture {
+        k: vec![0.0; kw * rows],
+        v: vec![0.0; vw * rows],
+        k16: vec![f16::ZERO; kw * rows],
+        v16: vec![f16::ZERO; vw * rows],
+    };
+    for slot in 0..p.n_slots as u32 {
+        for pos in 0..seq_len as i32 {
+            let (k, v) = (random(kw, &mut rng), random(vw, &mut rng));
+            let (c, n) = (p.cache_len, p.n_slots);
+            store_kv(&k, kw, &[slot], &[pos], KvCacheMut::F32(&mut f.k), c, n).unwrap();
+            store_kv(&v, vw, &[slot], &[pos], KvCacheMut::F32(&mut f.v), c, n).unwrap();
+            store_kv(&k, kw, &[slot], &[pos], KvCacheMut::F16(&mut f.k16), c, n).unwrap();
+            store_kv(&v, vw, &[slot], &[pos], KvCacheMut::F16(&mut f.v16), c, n).unwrap();
+        }
+    }
+    f
+}
+
+/// Straightforward f64 attention: for each row and head, gather the visible tokens, softmax, mix.
+fn reference(
+    q: &[f32],
+    slots: &[u32],
+    pos: &[i32],
+    k: &[f64],
+    v: &[f64],
+    p: &AttentionParams,
+) -> Vec<f64> {
+    let (dk, dv) = (p.head_dim_k, p.head_dim_v);
+    let mut out = Vec::new();
+    for r in 0..slots.len() {
+        for h in 0..p.n_head {
+            let kvh = h * p.n_head_kv / p.n_head;
+            let first = p
+                .window
+                .map_or(0, |w| (pos[r] as i64 - w as i64 + 1).max(0));
+            let mut logits = Vec::new();
+            let mut values = Vec::new();
+            for t in first..=pos[r] as i64 {
+                let row = slots[r] as usize * p.cache_len + t as usize % p.cache_len;
+                let kr = &k[row * dk * p.n_head_kv + kvh * dk..][..dk];
+                let qr = &q[(r * p.n_head + h) * dk..][..dk];
+                let mut s: f64 =
+                    qr.iter().zip(kr).map(|(&a, &b)| a as f64 * b).sum::<f64>() * p.scale as f64;
+                if let Some(c) = p.softcap {
+                    s = c as f64 * (s / c as f64).tanh();
+                }
+                logits.push(s);
+                values.push(&v[row * dv * p.n_head_kv + kvh * dv..][..dv]);
+            }
+            let sink = p.sinks.map(|s| s[h] as f64);
+            let m = logits
+                .iter()
+                .cloned()
+                .chain(sink)
+                .fold(f64::NEG_INFINITY, f64::max);
+            let denom: f64 = logits.iter().map(|s| (s - m).exp()).sum::<f64>()
+                + sink.map_or(0.0, |s| (s - m).exp());
+            for i in 0..dv {
+                out.push(
+                    logits
+                        .iter()
+                        .zip(&values)
+                        .map(|(s, val)| (s - m).exp() * val[i])
+                        .sum::<f64>()
+                        / denom,
+                );
+            }
+        }
+    }
+    out
+}
+
+fn widen(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| v as f64).collect()
+}
+
+fn widen16(x: &[f16]) -> Vec<f64> {
+    x.iter().map(|v| v.to_f64()).collect()
+}
+
+fn run(
+    q: &[f32],
+    slots: &[u32],
+    pos: &[i32],
+    k: KvCache,
+    v: KvCache,
+    p: &AttentionParams,
+) -> Vec<f32> {
+    let mut out = vec![f32::NAN; p.head_dim_v * p.n_head * slots.len()];
+    attention(q, slots, pos, k, v, p, &mut out).unwrap();
+    out
+}
+
+fn assert_close(a: &[f32], b: &[f64], tol: f64) {
+    assert_eq!(a.len(), b.len());
+    for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+        assert!((x as f64 - y).abs() <= tol, "at {i}: {x} vs {y}");
+    }
+}
+
+#[test]
+fn matches_f64_for_gqa_f32_and_f16_caches() {
+    // odd dk 7, dv 5, GQA 6/2, 3 slots, 7 rows mixing slots and positions
+    let mut p = params(6, 2, 7, 5, 16, 3);
+    let f = fill(&p, 12, 1);
+    let mut rng = StdRng::seed_from_u64(2);
+    let slots = [0u32, 2, 1, 0, 2, 2, 1];
+    let pos = [0i32, 11, 5, 7, 3, 4, 11];
+    let q = random(7 * 6 * 7, &mut rng);
+    for softcap in [None, Some(0.8f32)] {
+        p.softcap = softcap;
+        let got = run(&q, &slots, &pos, KvCache::F32(&f.k), KvCache::F32(&f.v), &p);
+        assert_close(
+            &got,
+            &reference(&q, &slots, &pos, &widen(&f.k), &widen(&f.v), &p),
+            1e-5,
+        );
+        let got16 = run(
+            &q,
+            &slots,
+            &pos,
+            KvCache::F16(&f.k16),
+            KvCache::F16(&f.v16),
+            &p,
+        );
+        assert_close(
+            &got16,
+            &reference(&q, &slots, &pos, &widen16(&f.k16), &widen16(&f.v16), &p),
+            1e-5,
+        );
+        // and the f16 cache is close to the f32 one
+        assert!(got.iter().zip(&got16).all(|(a, b)| (a - b).abs() < 5e-3));
+    }
+    // a single row, n_head_kv == n_head
+    let p1 = params(3, 3, 7, 5, 16, 1);
+    let f1 = fill(&p1, 4, 3);
+    let q1 = random(7 * 3, &mut rng);
+    let got = run(
+        &q1,
+        &[0],
+        &[3],
+        KvCache::F32(&f1.k),
+        KvCache::F32(&f1.v),
+        &p1,
+    );
+    assert_close(
+        &got,
+        &reference(&q1, &[0], &[3], &widen(&f1.k), &widen(&f1.v), &p1),
+        1e-5,
+    );
+}
+
+#[test]
+fn batch_of_two_sequences_equals_each_alone() {
+    let p = params(4, 1, 9, 9, 10, 2);
+    let f = fill(&p, 10, 4);
+    let mut rng = StdRng::seed_from_u64(5);
+    let (slots, pos) = ([1u32, 0, 1, 0, 1], [7i32, 2, 8, 3, 9]);
+    let q = random(9 * 4 * 5, &mut rng);
+    let (k, v) = (KvCache::F32(&f.k), KvCache::F32(&f.v));
+    let batched = run(&q, &slots, &pos, k, v, &p);
+    let row = 9 * 4;
+    for r in 0..5 {
+        let alone = run(&q[r * row..][..row], &slots[r..=r], &pos[r..=r], k, v, &p);
+        assert_eq!(&batched[r * row..][..row], &alone[..], "row {r}");
+    }
+}
+
+#[test]
+fn causal_mask_and_window_are_respected() {
+    let mut p = params(2, 1, 4, 3, 12, 1);
+    let f = fill(&p, 12, 6);
+    let mut rng = StdRng::seed_from_u64(7);
+    let q = random(4 * 2, &mut rng);
+    let (pos, window) = (8i32, 3usize);
+    for w in [None, Some(window)] {
+        p.window = w;
+        let base = run(&q, &[0], &[pos], KvCache::F32(&f.k), KvCache::F32(&f.v), &p);
+        assert_close(
+            &base,
+            &reference(&q, &[0], &[pos], &widen(&f.k), &widen(&f.v), &p),
+            1e-5,
+        );
+        let first_visible = w.map_or(0, |w| pos as usize + 1 - w);
+        for t in 0..12 {
+            let mut v = f.v.clone();
+            v[t * 3..][..3].iter_mut().for_each(|x| *x += 10.0);
+            let moved = run(&q, &[0], &[pos], KvCache::F32(&f.k), KvCache::F32(&v), &p) != base;
+            let visible = t >= first_visible && t <= pos as usize;
+            assert_eq!(moved, visible, "window {w:?}, token {t}");
+        }
+    }
+    // window smaller than the sequence on a ring cache of exactly the window: positions wrap
+    let mut ring = params(2, 1, 4, 3, 3, 1);
+    ring.window = Some(3);
+    let fr = fill(&ring, 9, 6); // tokens 6, 7, 8 remain, at rows 0, 1, 2
+    let got = run(
+        &q,
+        &[0],
+        &[8],
+        KvCache::F32(&fr.k),
+        KvCache::F32(&fr.v),
+        &ring,
+    );
+    assert_close(
+        &got,
+        &reference(&q, &[0], &[8], &widen(&fr.k), &widen(&fr.v), &ring),
+        1e-5,
+    );
+    ring.window = None; // without the window, position 8 would need 9 rows
+    let mut out = vec![0.0; 6];
+    let r = attention(
+        &q,
+        &[0],
+        &[8],
+        KvCache::F32(&fr.k),
+        KvCache::F32(&fr.v),
+        &ring,
+        &mut out,
+    );
+    assert!(matches!(r, Err(OpError::Parameter { .. })));
+}
+
+#[test]
+fn sinks_shrink_the_output_by_the_sink_probability() {
+    let mut p = params(2, 2, 6, 4, 8, 1);
+    let f = fill(&p, 6, 8);
+    let mut rng = StdRng::seed_from_u64(9);
+    let q = random(6 * 2, &mut rng);
+    let plain = run(&q, &[0], &[5], KvCache::F32(&f.k), KvCache::F32(&f.v), &p);
+    let sinks = [0.3f32, -100.0];
+    p.sinks = Some(&sinks);
+    let sunk = run(&q, &[0], &[5], KvCache::F32(&f.k), KvCache::F32(&f.v), &p);
+    assert_close(
+        &sunk,
+        &reference(&q, &[0], &[5], &widen(&f.k), &widen(&f.v), &p),
+        1e-5,
+    );
+    // head 0: out = plain * Z / (Z + e^sink) with Z = Σ e^s; head 1's sink is negligible
+    let (k, _) = (widen(&f.k), ());
+    let z: f64 = (0..6)
+        .map(|t| {
+            let s: f64 = (0..6).map(|i| q[i] as f64 * k[t * 12 + i]).sum::<f64>() * p.scale as f64;
+            s.exp()
+        })
+        .sum();
+    let shrink = z / (z + 0.3f64.exp());
+    for i in 0..4 {
+        assert!((sunk[i] as f64 - plain[i] as f64 * shrink).abs() < 1e-5);
+        assert!((sunk[4 + i] - plain[4 + i]).abs() < 1e-6);
+    }
+    let huge = [60.0f32, 60.0];
+    p.sinks = Some(&huge);
+    let gone = run(&q, &[0], &[5], KvCache::F32(&f.k), KvCache::F32(&f.v), &p);
+    assert!(gone.iter().all(|x| x.abs() < 1e-20));
+}
+
+#[test]
+fn store_writes_at_position_modulo_cache_len() {
+    let mut cache = vec![0.0f32; 2 * 4 * 2];
+    store_kv(
+        &[1.0, 2.0, 3.0, 4.0],
+        2,
+        &[1, 0],
+        &[5, 2],
+        KvCacheMut::F32(&mut cache),
+        4,
+        2,
+    )
+    .unwrap();
+    // slot 1, row 5 % 4 = 1 -> offset (1 * 4 + 1) * 2 = 10; slot 0 row 2 -> 4
+    assert_eq!(&cache[10..12], &[1.0, 2.0]);
+    assert_eq!(&cache[4..6], &[3.0, 4.0]);
+    let mut c16 = vec![f16::ZERO; 16];
+    store_kv(
+        &[0.1, 65504.0],
+        2,
+        &[0],
+        &[0],
+        KvCacheMut::F16(&mut c16),
+        4,
+        2,
+    )
+    .unwrap();
+    assert_eq!(c16[0], f16::from_f32(0.1));
+    assert_eq!(c16[1].to_f32(), 65504.0);
+    let bad_slot = store_kv(&[0.0; 2], 2, &[2], &[0], KvCacheMut::F32(&mut cache), 4, 2);
+    assert!(matches!(bad_slot, Err(OpError::Index { .. })));
+    let neg = store_kv(&[0.0; 2], 2, &[0], &[-1], KvCacheMut::F32(&mut cache), 4, 2);
+    assert!(matches!(neg, Err(OpError::Parameter { .. })));
+    let short = store_kv(
+        &[0.0; 2],
+        2,
+        &[0],
+        &[0],
+        KvCacheMut::F32(&mut cache[..15]),
+        4,
+        2,
+    );
+    assert!(matches!(short, Err(OpError::Length { .. })));
+}
+
+#[test]
+fn bad_shapes_are_named_errors() {
+    let p = params(4, 3, 2, 2, 4, 1);
+    let kv = vec![0.0f32; 2 * 3 * 4];
+    let mut out = vec![0.0f32; 8];
+    let r = attention(
+        &[0.0; 8],
+        &[0],
+        &[0],
+        KvCache::F32(&kv),
+        KvCache::F32(&kv),
+        &p,
+        &mut out,
+    );
+    assert!(matches!(r, Err(OpError::Parameter { .. })));
+    let p = params(2, 1, 2, 2, 4, 1);
+    let kv = vec![0.0f32; 2 * 4];
+    let mut out = vec![0.0f32; 4];
+    let q = [0.0f32; 4];
+    let r = attention(
+        &q,
+        &[1],
+        &[0],
+        KvCache::F32(&kv),
+        KvCache::F32(&kv),
+        &p,
+        &mut out,
+    );
+    assert!(matches!(r, Err(OpError::Index { .. })));
+    let r = attention(
+        &q,
+        &[0],
+        &[0, 1],
+        KvCache::F32(&kv),
+        KvCache::F32(&kv),
+        &p,
+        &mut out,
+    );
+    assert!(matches!(r, Err(OpError::Length { .. })));
+    let r = attention(
+        &q,
+        &[0],
+        &[4],
+        KvCache::F32(&kv),
+        KvCache::F32(&kv),
+        &p,
+        &mut out,
+    );
+    assert!(matches!(r, Err(OpError::Parameter { .. })));
+    let r = attention(
+        &q,
+        &[0],
+        &[0],
+        KvCache::F32(&kv[..7]),
+        KvCache::F32(&kv),
+        &p,
+        &mut out,
+    );
+    assert!(matches!(r, Err(OpError::Length { .. })));
+}
