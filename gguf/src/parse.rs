@@ -270,3 +270,7 @@ fn read_tensor_info(c: &mut Cursor) -> Result<TensorInfo, GgufError> {
         info_offset,
     })
 }
+
+#[cfg(test)]
+#[path = "parse_tests.rs"]
+mod tests;
