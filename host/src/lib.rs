@@ -2,4 +2,5 @@
 
 pub mod cli;
 pub mod engine;
+pub mod model;
 pub mod plugins;

@@ -1,0 +1,325 @@
+//! A model loaded for inference: the mapped file, its plugin instance, weights mapped on a
+//! device, the state buffers of every sequence slot, and prepared graphs per batch shape.
+
+pub mod view;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use bloomery_gguf::{GgufError, GgufModel};
+use bloomery_plugin_api::graph::{BatchShape, GraphKind};
+use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
+use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec, StateKind};
+use bloomery_plugin_api::tensor::TensorRef;
+use bloomery_plugin_api::{DType, PluginError};
+
+use crate::engine::device::{Buffer, Device};
+use crate::engine::executor::{BatchInputs, Bindings, ExecError, Executor};
+use crate::plugins::{Registry, SelectError};
+
+/// Why a model could not be loaded or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The file is not a valid GGUF.
+    #[error(transparent)]
+    File(#[from] GgufError),
+    /// No plugin serves it.
+    #[error(transparent)]
+    Select(#[from] SelectError),
+    /// The file lacks `general.architecture`.
+    #[error("{path}: no `general.architecture` key")]
+    NoArchitecture {
+        /// The file.
+        path: String,
+    },
+    /// The model plugin refused the file.
+    #[error("{path}: the `{plugin}` plugin cannot load it: {source}")]
+    Plugin {
+        /// The file.
+        path: String,
+        /// The model plugin.
+        plugin: String,
+        /// Its error.
+        source: PluginError,
+    },
+    /// A device operation failed.
+    #[error("{context}: {source}")]
+    Device {
+        /// What was being done.
+        context: String,
+        /// The plugin's error.
+        source: PluginError,
+    },
+    /// Preparing or running a graph failed.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// A request the model cannot serve (a position past the context, a bad slot).
+    #[error("{0}")]
+    Request(String),
+}
+
+/// How to load a model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// Sequence slots (parallel sequences).
+    pub n_slots: u32,
+    /// Context positions per slot.
+    pub ctx_per_slot: u32,
+    /// Key/value cache type (F32 or F16).
+    pub kv_type: DType,
+    /// CPU worker threads (0 = one per core).
+    pub threads: u32,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            n_slots: 1,
+            ctx_per_slot: 4096,
+            kv_type: DType::F16,
+            threads: 0,
+        }
+    }
+}
+
+/// A loaded model. Field order is drop order: device buffers go before the mapping they view.
+pub struct LoadedModel {
+    executors: HashMap<(u32, u32), Executor>,
+    _state_buffers: Vec<Buffer>,
+    state: Vec<TensorRef>,
+    _weight_buffers: Vec<Buffer>,
+    weights: Vec<TensorRef>,
+    instance: ModelInstanceBox,
+    device: Arc<Device>,
+    /// What the plugin declared.
+    pub spec: ModelSpec,
+    /// The plugin's name.
+    pub plugin: String,
+    /// Load options in force.
+    pub options: LoadOptions,
+    /// The mapped file (kept alive for the weight buffers).
+    pub file: GgufModel,
+}
+
+fn device_err(context: &str) -> impl FnOnce(PluginError) -> ModelError + '_ {
+    move |source| ModelError::Device {
+        context: context.to_owned(),
+        source,
+    }
+}
+
+impl LoadedModel {
+    /// Opens `path`, finds its model plugin and the best CPU kernel plugin, maps the weights and
+    /// allocates the state. Every failure is a named error.
+    pub fn load(
+        reg: &Registry,
+        path: &Path,
+        options: LoadOptions,
+    ) -> Result<LoadedModel, ModelError> {
+        let file = GgufModel::open(path)?;
+        let shown = path.display().to_string();
+        let arch = file
+            .metadata()
+            .get_str("general.architecture")
+            .map_err(|_| ModelError::NoArchitecture {
+                path: shown.clone(),
+            })?
+            .to_owned();
+        let plugin = reg.model_for(&arch)?;
+        let view = view::file_view(&file);
+        let instance = plugin.module.load()(&view)
+            .into_result()
+            .map_err(|source| ModelError::Plugin {
+                path: shown.clone(),
+                plugin: plugin.name.clone(),
+                source,
+            })?;
+        let spec = instance.spec();
+        let kernel = reg.best_kernel(DeviceClass::Cpu)?;
+        tracing::info!(model = %plugin.name, kernel = %kernel.name, "loading {shown}");
+        let device = Device::open(
+            kernel,
+            DeviceConfig {
+                index: 0,
+                threads: options.threads,
+                pin_threads: true,
+            },
+        )
+        .map_err(device_err("opening the CPU device"))?;
+        let (weight_buffers, weights) = map_weights(&device, &file, &spec)?;
+        let (state_buffers, state) = allocate_state(&device, &spec, options)?;
+        let mut model = LoadedModel {
+            executors: HashMap::new(),
+            _state_buffers: state_buffers,
+            state,
+            _weight_buffers: weight_buffers,
+            weights,
+            instance,
+            device,
+            spec,
+            plugin: plugin.name.clone(),
+            options,
+            file,
+        };
+        model.executor(1, 1)?;
+        Ok(model)
+    }
+
+    fn executor(&mut self, n_rows: u32, n_outputs: u32) -> Result<&Executor, ModelError> {
+        let key = (n_rows, n_outputs);
+        if !self.executors.contains_key(&key) {
+            let shape = BatchShape {
+                n_rows,
+                n_outputs,
+                kind: GraphKind::Main,
+            };
+            let graph = self
+                .instance
+                .build_graph(shape)
+                .into_result()
+                .map_err(|source| ModelError::Plugin {
+                    path: self.file.parts()[0].path().display().to_string(),
+                    plugin: self.plugin.clone(),
+                    source,
+                })?;
+            let bind = Bindings {
+                weights: &self.weights,
+                state: &self.state,
+            };
+            let exec = Executor::prepare(&self.device, shape, &graph, &bind)?;
+            self.executors.insert(key, exec);
+        }
+        self.executors
+            .get(&key)
+            .ok_or_else(|| ModelError::Request("executor cache lost an entry".into()))
+    }
+
+    /// Runs one pass over a batch and returns the logits of its output rows, `n_vocab` values per
+    /// output row in the order of `batch.output_rows`.
+    pub fn forward(&mut self, batch: &BatchInputs) -> Result<Vec<f32>, ModelError> {
+        let rows = batch.tokens.len();
+        if rows == 0 || batch.positions.len() != rows || batch.slots.len() != rows {
+            return Err(ModelError::Request(format!(
+                "a batch needs one position and slot per token: {} tokens, {} positions, {} slots",
+                rows,
+                batch.positions.len(),
+                batch.slots.len()
+            )));
+        }
+        let ctx = self.options.ctx_per_slot as i32;
+        let n_vocab = self.spec.hparams.n_vocab as i32;
+        for r in 0..rows {
+            let (t, p, s) = (batch.tokens[r], batch.positions[r], batch.slots[r]);
+            if p < 0 || p >= ctx {
+                return Err(ModelError::Request(format!(
+                    "position {p} is outside the context of {ctx}"
+                )));
+            }
+            if s < 0 || s >= self.options.n_slots as i32 {
+                return Err(ModelError::Request(format!(
+                    "slot {s} of {}",
+                    self.options.n_slots
+                )));
+            }
+            if t < 0 || t >= n_vocab {
+                return Err(ModelError::Request(format!(
+                    "token {t} outside the vocabulary of {n_vocab}"
+                )));
+            }
+        }
+        if batch
+            .output_rows
+            .iter()
+            .any(|&o| o < 0 || o as usize >= rows)
+        {
+            return Err(ModelError::Request(
+                "an output row is outside the batch".into(),
+            ));
+        }
+        let device = Arc::clone(&self.device);
+        let exec = self.executor(rows as u32, batch.output_rows.len() as u32)?;
+        exec.run(&device, batch)?;
+        Ok(exec.read_f32(&device, "logits")?)
+    }
+}
+
+/// Maps each file part once and resolves every declared weight into it.
+fn map_weights(
+    device: &Arc<Device>,
+    file: &GgufModel,
+    spec: &ModelSpec,
+) -> Result<(Vec<Buffer>, Vec<TensorRef>), ModelError> {
+    let mut buffers = Vec::new();
+    for part in file.parts() {
+        let bytes = part.bytes();
+        // SAFETY: the mapping lives in `LoadedModel::file`, which is dropped after the buffers
+        // (field order), and the file is mapped read-only and never written.
+        let buf = unsafe { device.map_host(bytes.as_ptr(), bytes.len() as u64) }
+            .map_err(device_err("mapping the model file"))?;
+        buffers.push(buf);
+    }
+    let mut refs = Vec::with_capacity(spec.weights.len());
+    for w in spec.weights.iter() {
+        let t = file
+            .tensor(w.name.as_str())
+            .ok_or_else(|| ModelError::Plugin {
+                path: file.parts()[0].path().display().to_string(),
+                plugin: spec.architecture.to_string(),
+                source: PluginError::MissingTensor {
+                    name: w.name.clone(),
+                },
+            })?;
+        let mut ne = [1u64; 4];
+        for (d, &x) in t.info.shape.iter().take(4).enumerate() {
+            ne[d] = x;
+        }
+        let nb = TensorRef::contiguous_strides(t.info.dtype, ne).ok_or_else(|| {
+            ModelError::Request(format!("tensor `{}` has no valid layout", t.info.name))
+        })?;
+        refs.push(TensorRef {
+            buffer: buffers[t.part].handle,
+            offset: t.info.start,
+            dtype: t.info.dtype,
+            ne,
+            nb,
+        });
+    }
+    Ok((buffers, refs))
+}
+
+/// Allocates every declared state buffer for all slots.
+fn allocate_state(
+    device: &Arc<Device>,
+    spec: &ModelSpec,
+    o: LoadOptions,
+) -> Result<(Vec<Buffer>, Vec<TensorRef>), ModelError> {
+    let mut buffers = Vec::new();
+    let mut refs = Vec::new();
+    for s in spec.state.iter() {
+        let ctx = u64::from(o.ctx_per_slot);
+        let (dtype, len) = match s.kind {
+            StateKind::Keys | StateKind::Values | StateKind::Latent => (o.kv_type, ctx),
+            StateKind::PooledKeys => (DType::F32, ctx.div_ceil(u64::from(s.block.max(1)))),
+            StateKind::Conv | StateKind::Recurrent => (DType::F32, 1),
+        };
+        let ne = [s.row_elems, len, u64::from(o.n_slots), 1];
+        let nb = TensorRef::contiguous_strides(dtype, ne).ok_or_else(|| {
+            ModelError::Request(format!("state `{}` has no layout for {dtype}", s.name))
+        })?;
+        let bytes = nb[3];
+        let buf = device.alloc(bytes).map_err(device_err(&format!(
+            "allocating state `{}` ({bytes} bytes)",
+            s.name
+        )))?;
+        refs.push(TensorRef {
+            buffer: buf.handle,
+            offset: 0,
+            dtype,
+            ne,
+            nb,
+        });
+        buffers.push(buf);
+    }
+    Ok((buffers, refs))
+}
