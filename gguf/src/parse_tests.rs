@@ -35,7 +35,7 @@ impl B {
     }
     /// Pads to 32 and appends `n` data bytes.
     fn data(&mut self, n: usize) -> &mut B {
-        while self.0.len() % 32 != 0 {
+        while !self.0.len().is_multiple_of(32) {
             self.0.push(0);
         }
         self.0.resize(self.0.len() + n, 7);
