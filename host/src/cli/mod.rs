@@ -1,5 +1,6 @@
 //! The command line: global options and one module per subcommand.
 
+mod info;
 mod plugins;
 
 use std::path::PathBuf;
@@ -28,6 +29,12 @@ pub struct Cli {
 pub enum Command {
     /// List every plugin: name, kind, ABI version, what it serves, whether it can run here.
     Plugins,
+    /// Describe a model file: metadata, tensors, and which plugins serve it.
+    Info {
+        /// The GGUF file (the first part of a split model).
+        #[arg(short = 'm', long = "model", value_name = "FILE")]
+        model: PathBuf,
+    },
 }
 
 impl Cli {
@@ -47,5 +54,6 @@ impl Cli {
 pub fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::Plugins => plugins::run(&cli),
+        Command::Info { model } => info::run(&cli, model),
     }
 }

@@ -87,7 +87,11 @@ pub fn render(reg: &Registry, verbose: bool) -> String {
             k.probe.reason
         );
         for d in &k.probe.devices {
-            let _ = writeln!(out, "    - {} ({} MiB)", d.name, d.total_memory >> 20);
+            match d.total_memory {
+                0 => writeln!(out, "    - {}", d.name),
+                m => writeln!(out, "    - {} ({} MiB)", d.name, m >> 20),
+            }
+            .ok();
         }
         let n_pairs: usize = k.capabilities.iter().map(|s| s.dtypes.len()).sum();
         let _ = writeln!(
