@@ -1,0 +1,18 @@
+//! Text side of the engine: a tokenizer built from GGUF vocabulary metadata (byte-level BPE and
+//! SentencePiece, matching llama.cpp), a streaming decoder, and chat-template rendering that matches
+//! Python jinja2 as Hugging Face transformers configures it.
+
+mod bpe;
+mod error;
+mod pretokenize;
+mod special;
+mod spm;
+mod stream;
+mod tokenizer;
+mod vocab;
+
+pub use error::TextError;
+pub use pretokenize::KNOWN_PRE;
+pub use stream::StreamDecoder;
+pub use tokenizer::Tokenizer;
+pub use vocab::{SpecialTokens, TokenType, VocabSpec};

@@ -1,0 +1,89 @@
+//! Splitting special-token texts out of raw text before tokenization, as llama.cpp's
+//! `tokenizer_st_partition` does: longest token text first, every occurrence, left to right.
+
+use crate::vocab::{TokenType, Vocab};
+
+/// A piece of the input: raw text to tokenize, or a token already recognised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fragment<'a> {
+    /// Text with no special token in it.
+    Text(&'a str),
+    /// A special token found in the text.
+    Token(u32),
+}
+
+/// The special tokens that may be parsed out of text, longest text first.
+#[derive(Debug, Clone)]
+pub struct SpecialMatcher {
+    /// `(id, parsed only with parse_special)`, ordered by text length, longest first, then by id.
+    order: Vec<(u32, bool)>,
+}
+
+impl SpecialMatcher {
+    /// Collects control, user-defined and unknown tokens of the vocabulary.
+    pub fn new(vocab: &Vocab) -> Self {
+        let mut order: Vec<(u32, bool)> = vocab
+            .types
+            .iter()
+            .enumerate()
+            .filter_map(|(id, t)| match t {
+                TokenType::Control | TokenType::Unknown => Some((id as u32, true)),
+                TokenType::UserDefined => Some((id as u32, false)),
+                _ => None,
+            })
+            .collect();
+        order.sort_by(|a, b| {
+            vocab.tokens[b.0 as usize]
+                .len()
+                .cmp(&vocab.tokens[a.0 as usize].len())
+                .then(a.0.cmp(&b.0))
+        });
+        Self { order }
+    }
+
+    /// Splits `text` into fragments. Control and unknown tokens are recognised only when `parse_special`
+    /// is set; user-defined tokens always are.
+    pub fn partition<'a>(
+        &self,
+        vocab: &Vocab,
+        text: &'a str,
+        parse_special: bool,
+    ) -> Vec<Fragment<'a>> {
+        let mut frags = if text.is_empty() {
+            vec![]
+        } else {
+            vec![Fragment::Text(text)]
+        };
+        for &(id, needs_parse_special) in &self.order {
+            if needs_parse_special && !parse_special {
+                continue;
+            }
+            let needle = vocab.tokens[id as usize].as_str();
+            if !frags
+                .iter()
+                .any(|f| matches!(f, Fragment::Text(t) if t.contains(needle)))
+            {
+                continue;
+            }
+            let mut next = Vec::with_capacity(frags.len() + 2);
+            for f in frags {
+                let Fragment::Text(mut rest) = f else {
+                    next.push(f);
+                    continue;
+                };
+                while let Some(pos) = rest.find(needle) {
+                    if pos > 0 {
+                        next.push(Fragment::Text(&rest[..pos]));
+                    }
+                    next.push(Fragment::Token(id));
+                    rest = &rest[pos + needle.len()..];
+                }
+                if !rest.is_empty() {
+                    next.push(Fragment::Text(rest));
+                }
+            }
+            frags = next;
+        }
+        frags
+    }
+}

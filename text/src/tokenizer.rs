@@ -1,0 +1,216 @@
+//! The tokenizer: encode and decode with the vocabulary of a GGUF file, as llama.cpp's `llama_tokenize`
+//! and `llama_token_to_piece` do.
+
+use crate::bpe::{char_to_byte, BpeEncoder};
+use crate::error::TextError;
+use crate::pretokenize::pre_tokenizer;
+use crate::special::{Fragment, SpecialMatcher};
+use crate::spm;
+use crate::vocab::{SpecialTokens, TokenType, Vocab, VocabKind, VocabSpec};
+
+enum Encoder {
+    Bpe(Box<BpeEncoder>),
+    SentencePiece,
+}
+
+/// A tokenizer built from the `tokenizer.ggml.*` metadata of a GGUF file.
+pub struct Tokenizer {
+    vocab: Vocab,
+    encoder: Encoder,
+    specials: SpecialMatcher,
+    /// Bytes of each token when shown; control and unknown tokens hold their text here.
+    pieces: Vec<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("kind", &self.vocab.kind)
+            .field("n_tokens", &self.vocab.len())
+            .field("special", &self.vocab.special)
+            .finish()
+    }
+}
+
+impl Tokenizer {
+    /// Builds a tokenizer; fails with a named error on an unknown model or pre-tokenizer, arrays of the
+    /// wrong length, or merges that leave the vocabulary.
+    pub fn from_spec(spec: &VocabSpec) -> Result<Self, TextError> {
+        let vocab = Vocab::from_spec(spec)?;
+        let encoder = match vocab.kind {
+            VocabKind::BytePairBpe => {
+                let merges = spec.merges.as_deref().ok_or(TextError::MissingMerges)?;
+                let pre = pre_tokenizer(spec.pre.as_deref())?;
+                Encoder::Bpe(Box::new(BpeEncoder::new(&vocab, merges, &pre)?))
+            }
+            VocabKind::SentencePiece => Encoder::SentencePiece,
+        };
+        let pieces = build_pieces(&vocab);
+        let specials = SpecialMatcher::new(&vocab);
+        tracing::info!(
+            kind = ?vocab.kind,
+            pre = spec.pre.as_deref().unwrap_or("default"),
+            n_tokens = vocab.len(),
+            bos = ?vocab.special.bos,
+            eos = ?vocab.special.eos,
+            add_bos = vocab.special.add_bos,
+            "tokenizer loaded"
+        );
+        Ok(Self {
+            vocab,
+            encoder,
+            specials,
+            pieces,
+        })
+    }
+
+    /// Token ids of `text`. `add_special` adds BOS/EOS as the vocabulary's flags say; `parse_special`
+    /// recognises control-token texts such as `<|im_start|>` (user-defined tokens are always recognised).
+    pub fn encode(
+        &self,
+        text: &str,
+        add_special: bool,
+        parse_special: bool,
+    ) -> Result<Vec<u32>, TextError> {
+        let s = &self.vocab.special;
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        if add_special && s.add_bos {
+            out.extend(s.bos);
+        }
+        let mut prev_special = true;
+        for frag in self.specials.partition(&self.vocab, text, parse_special) {
+            match frag {
+                Fragment::Token(id) => {
+                    out.push(id);
+                    prev_special = true;
+                }
+                Fragment::Text(t) => {
+                    match &self.encoder {
+                        Encoder::Bpe(bpe) => bpe.encode_into(t, &mut out)?,
+                        Encoder::SentencePiece => {
+                            let mut piece = String::with_capacity(t.len() + 3);
+                            if s.add_space_prefix && prev_special {
+                                piece.push(' ');
+                            }
+                            piece.push_str(t);
+                            spm::encode_into(
+                                &self.vocab,
+                                &spm::escape_whitespace(&piece),
+                                &mut out,
+                            );
+                        }
+                    }
+                    prev_special = false;
+                }
+            }
+        }
+        if add_special && s.add_eos {
+            out.extend(s.eos);
+        }
+        Ok(out)
+    }
+
+    /// The bytes token `id` stands for; control and unknown tokens give their text only when
+    /// `render_special` is set. An id outside the vocabulary gives no bytes. Does not allocate.
+    pub fn token_to_piece(&self, id: u32, render_special: bool) -> &[u8] {
+        let i = id as usize;
+        let Some(piece) = self.pieces.get(i) else {
+            return &[];
+        };
+        match self.vocab.types[i] {
+            TokenType::Control | TokenType::Unknown if !render_special => &[],
+            _ => piece,
+        }
+    }
+
+    /// The text of `ids` joined, with invalid UTF-8 replaced by U+FFFD.
+    pub fn decode(&self, ids: &[u32], render_special: bool) -> String {
+        let mut bytes = Vec::with_capacity(ids.len() * 4);
+        for &id in ids {
+            bytes.extend_from_slice(self.token_to_piece(id, render_special));
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// Number of tokens in the vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab.len()
+    }
+
+    /// The raw text of token `id` as stored in the vocabulary.
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        self.vocab.tokens.get(id as usize).map(String::as_str)
+    }
+
+    /// The id of a token given its exact vocabulary text.
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.vocab.ids.get(text).copied()
+    }
+
+    /// The type of token `id`.
+    pub fn token_type(&self, id: u32) -> Option<TokenType> {
+        self.vocab.types.get(id as usize).copied()
+    }
+
+    /// Special ids and flags in force.
+    pub fn special(&self) -> &SpecialTokens {
+        &self.vocab.special
+    }
+
+    /// Beginning-of-sequence id.
+    pub fn bos(&self) -> Option<u32> {
+        self.vocab.special.bos
+    }
+
+    /// End-of-sequence id.
+    pub fn eos(&self) -> Option<u32> {
+        self.vocab.special.eos
+    }
+
+    /// End-of-turn id.
+    pub fn eot(&self) -> Option<u32> {
+        self.vocab.special.eot
+    }
+
+    /// Whether generating `id` ends generation (EOS, EOT, EOM and the end-of-generation texts llama.cpp knows).
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.vocab.eog.contains(&id)
+    }
+
+    /// All ids that end generation, sorted.
+    pub fn eog_ids(&self) -> Vec<u32> {
+        let mut v: Vec<u32> = self.vocab.eog.iter().copied().collect();
+        v.sort_unstable();
+        v
+    }
+}
+
+/// Precomputes every token's bytes: byte-level decoding for BPE, `▁` to space and `<0xXX>` to the byte
+/// for SentencePiece, and the raw text for control, user-defined and unknown tokens.
+fn build_pieces(vocab: &Vocab) -> Vec<Vec<u8>> {
+    let bytes_of = char_to_byte();
+    vocab
+        .tokens
+        .iter()
+        .zip(&vocab.types)
+        .map(|(text, ty)| match (ty, vocab.kind) {
+            (TokenType::Control | TokenType::Unknown | TokenType::UserDefined, _) => {
+                text.as_bytes().to_vec()
+            }
+            (TokenType::Byte, _) => {
+                spm::parse_byte_token(text).map_or_else(|| text.as_bytes().to_vec(), |b| vec![b])
+            }
+            (_, VocabKind::SentencePiece) => text.replace('\u{2581}', " ").into_bytes(),
+            (_, VocabKind::BytePairBpe) => {
+                let mut out = Vec::with_capacity(text.len());
+                for c in text.chars() {
+                    match bytes_of.get(&c) {
+                        Some(&b) => out.push(b),
+                        None => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+                    }
+                }
+                out
+            }
+        })
+        .collect()
+}
