@@ -71,7 +71,7 @@ fn quantize_is_bit_identical_to_gguf() {
 }
 
 #[test]
-fn f16_fixture_covers_every_bit_pattern_including_nan_payloads() {
+fn dequant_f16_covers_every_bit_pattern_including_nan_payloads() {
     let (bytes, want) = dequant_fixture(DType::F16);
     assert_eq!(want.len(), 65536);
     let mut got = vec![0f32; want.len()];

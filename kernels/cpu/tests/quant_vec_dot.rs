@@ -138,7 +138,7 @@ fn vec_dot_matches_dequantized_products_for_every_quantized_weight_type() {
 }
 
 #[test]
-fn vec_dot_matches_for_float_weights() {
+fn vec_dot_of_float_weights_matches_dequantized_products() {
     let mut rng = StdRng::seed_from_u64(8);
     for t in [DType::F32, DType::F16, DType::BF16] {
         for n in [1, 31, 256, 1000] {
@@ -151,7 +151,7 @@ fn vec_dot_matches_for_float_weights() {
 }
 
 #[test]
-fn q8_0_and_q8_1_share_quants_and_q8_1_stores_the_scaled_sum() {
+fn quantize_q8_1_shares_q8_0_quants_and_stores_the_scaled_sum() {
     let mut rng = StdRng::seed_from_u64(9);
     let x = activations(&mut rng, 256);
     let (mut q0, mut q1) = (vec![0u8; 8 * 34], vec![0u8; 8 * 36]);
@@ -174,7 +174,7 @@ fn q8_0_and_q8_1_share_quants_and_q8_1_stores_the_scaled_sum() {
 }
 
 #[test]
-fn q8_k_follows_ggml_reference() {
+fn quantize_q8_k_follows_ggml_reference() {
     let mut rng = StdRng::seed_from_u64(10);
     let x = activations(&mut rng, 512);
     let mut q = vec![0u8; 2 * 292];
@@ -208,7 +208,7 @@ fn q8_k_follows_ggml_reference() {
 }
 
 #[test]
-fn errors_name_the_type_and_the_lengths() {
+fn quant_errors_name_the_type_and_the_lengths() {
     let mut y = vec![0f32; 256];
     assert_eq!(
         dequantize_row(DType::Q1_0, &[0; 36], &mut y),

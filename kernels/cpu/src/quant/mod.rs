@@ -229,3 +229,116 @@ pub fn vec_dot(t: DType, n: usize, w: &[u8], act: &[u8]) -> Result<f32, QuantErr
     };
     Ok(f(w, act))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The types gguf 0.19.0 dequantizes, plus the activation formats Q8_1 and Q8_K.
+    const DEQUANTIZED: &[DType] = &[
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::Q8_1,
+        DType::Q2_K,
+        DType::Q3_K,
+        DType::Q4_K,
+        DType::Q5_K,
+        DType::Q6_K,
+        DType::Q8_K,
+        DType::IQ1_S,
+        DType::IQ1_M,
+        DType::IQ2_XXS,
+        DType::IQ2_XS,
+        DType::IQ2_S,
+        DType::IQ3_XXS,
+        DType::IQ3_S,
+        DType::IQ4_NL,
+        DType::IQ4_XS,
+        DType::TQ1_0,
+        DType::TQ2_0,
+        DType::MXFP4,
+        DType::NVFP4,
+    ];
+
+    #[test]
+    fn every_known_type_is_served_or_refused_by_name() {
+        for &t in DType::ALL {
+            let l = t.layout().unwrap();
+            let (n, bytes) = (l.block as usize, l.bytes as usize);
+            let mut y = vec![1f32; n];
+            let r = dequantize_row(t, &vec![0u8; bytes], &mut y);
+            if DEQUANTIZED.contains(&t) {
+                assert_eq!(r, Ok(()), "{t}");
+                assert!(y.iter().all(|v| *v == 0.0), "{t}: zero bytes are zeros");
+            } else {
+                assert_eq!(
+                    r,
+                    Err(QuantError::Unsupported {
+                        dtype: t,
+                        op: "dequantize"
+                    }),
+                    "{t}"
+                );
+            }
+            match vec_dot_type(t) {
+                Some(at) => {
+                    let act = vec![0u8; at.row_bytes(n as u64).unwrap() as usize];
+                    assert_eq!(vec_dot(t, n, &vec![0u8; bytes], &act), Ok(0.0), "{t}");
+                    // The partner format is one quantize_row serves.
+                    let mut q = vec![0u8; act.len()];
+                    assert_eq!(
+                        quantize_row(at, &vec![0f32; n], &mut q),
+                        Ok(()),
+                        "{t} -> {at}"
+                    );
+                }
+                None => assert!(vec_dot(t, n, &vec![0u8; bytes], &[]).is_err(), "{t}"),
+            }
+        }
+    }
+
+    #[test]
+    fn quantize_then_dequantize_is_close_for_every_quantizer() {
+        let x: Vec<f32> = (0..512)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 7.0)
+            .collect();
+        let types = [
+            DType::F32,
+            DType::F16,
+            DType::BF16,
+            DType::Q4_0,
+            DType::Q4_1,
+            DType::Q5_0,
+            DType::Q5_1,
+            DType::Q8_0,
+            DType::Q8_1,
+            DType::Q8_K,
+            DType::MXFP4,
+            DType::TQ1_0,
+            DType::TQ2_0,
+        ];
+        for t in types {
+            let mut q = vec![0u8; t.row_bytes(512).unwrap() as usize];
+            quantize_row(t, &x, &mut q).unwrap();
+            let mut y = vec![0f32; 512];
+            dequantize_row(t, &q, &mut y).unwrap();
+            // Ternary types keep one level per sign; MXFP4's power-of-two scale clips the block
+            // maximum to as little as 6/8 of it, and its levels are 1/4 of the range apart; the
+            // others resolve at least 1/8 of the range.
+            let tol = match t {
+                DType::TQ1_0 | DType::TQ2_0 => 7.2,
+                DType::MXFP4 => 7.2 / 4.0,
+                _ => 7.2 / 8.0,
+            };
+            for (a, b) in x.iter().zip(&y) {
+                assert!((a - b).abs() <= tol, "{t}: {a} -> {b}");
+            }
+        }
+    }
+}
