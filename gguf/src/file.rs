@@ -3,6 +3,7 @@
 
 use crate::{parse, GgufError, Header, Metadata, TensorInfo};
 use memmap2::Mmap;
+use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -14,6 +15,8 @@ pub struct GgufFile {
     path: PathBuf,
     map: Option<Mmap>,
     header: Header,
+    /// Tensor name to index in `header.tensors`.
+    index: HashMap<String, usize>,
 }
 
 impl GgufFile {
@@ -37,10 +40,17 @@ impl GgufFile {
         };
         let bytes: &[u8] = map.as_deref().unwrap_or(&[]);
         let header = parse(bytes, &name)?;
+        let index = header
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
         Ok(GgufFile {
             path: path.to_owned(),
             map,
             header,
+            index,
         })
     }
 
@@ -66,7 +76,9 @@ impl GgufFile {
 
     /// The tensor named `name`, if any.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.header.tensor(name)
+        self.index
+            .get(name)
+            .and_then(|&i| self.header.tensors.get(i))
     }
 
     /// The whole mapped file.

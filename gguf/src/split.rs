@@ -33,7 +33,7 @@ pub fn split_name(path: &Path) -> Option<SplitName> {
             .all(|c| c.is_ascii_digit())
             .then(|| s.parse().ok())?
     };
-    if b[0] != b'-' || &tail[6..10] != "-of-" || prefix.is_empty() {
+    if b.first() != Some(&b'-') || tail.get(6..10) != Some("-of-") || prefix.is_empty() {
         return None;
     }
     let (no, count) = (digits(1..6)?, digits(10..15)?);
@@ -149,7 +149,7 @@ impl GgufModel {
 
     /// The tensor named `name`, if any.
     pub fn tensor(&self, name: &str) -> Option<&ModelTensor> {
-        self.index.get(name).map(|&i| &self.tensors[i])
+        self.index.get(name).and_then(|&i| self.tensors.get(i))
     }
 
     /// The bytes of tensor `t`, a slice of its part's mapping.
@@ -223,6 +223,9 @@ mod tests {
             Path::new("/m/a-b-00001-of-00003.gguf")
         );
         for bad in [
+            "a-0000\u{e9}-of-00002.gguf",
+            "a-00001\u{e9}of-0002.gguf",
+            "\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}.gguf",
             "a.gguf",
             "-00001-of-00002.gguf",
             "a-00003-of-00002.gguf",

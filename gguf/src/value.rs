@@ -341,14 +341,17 @@ impl Metadata {
 
     /// The value of `key`, if present.
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.index.get(key).map(|&i| &self.entries[i].value)
+        self.index
+            .get(key)
+            .and_then(|&i| self.entries.get(i))
+            .map(|e| &e.value)
     }
 
     /// The pair for `key`, or [`GgufError::MissingKey`].
     pub fn entry(&self, key: &str) -> Result<&Entry, GgufError> {
         self.index
             .get(key)
-            .map(|&i| &self.entries[i])
+            .and_then(|&i| self.entries.get(i))
             .ok_or_else(|| GgufError::MissingKey {
                 file: self.file.clone(),
                 key: key.to_owned(),

@@ -135,6 +135,22 @@ fn missing_and_inconsistent_split_parts_are_named() {
         matches!(&e, GgufError::SplitMismatch { key: "split.no", expected: 1, found: 2, offset, file } if *offset > 0 && file.ends_with("m-00002-of-00003.gguf")),
         "{e}"
     );
+    // A part renamed to a plain name claims 3 parts but is opened alone.
+    let lone = dir.path().join("renamed.gguf");
+    std::fs::copy(&paths[0], &lone).unwrap();
+    let e = GgufModel::open(&lone).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            GgufError::SplitMismatch {
+                key: "split.count",
+                expected: 1,
+                found: 3,
+                ..
+            }
+        ),
+        "{e}"
+    );
     // A split-named part with no split keys at all.
     GgufWriter::new().write_file(&paths[1], fill).unwrap();
     let e = GgufModel::open(&paths[2]).unwrap_err();
