@@ -224,7 +224,7 @@ mod tests {
         );
         for bad in [
             "a-0000\u{e9}-of-00002.gguf",
-            "a-00001\u{e9}of-0002.gguf",
+            "a-0000\u{e9}of-00002.gguf",
             "\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}\u{e9}.gguf",
             "a.gguf",
             "-00001-of-00002.gguf",
