@@ -35,17 +35,45 @@ pub fn scales_q3_k(s: &[u8]) -> [i8; 16] {
     out
 }
 
-/// Q2_K to f32. Block (84 bytes): `scales[16]` (low nibble scale, high nibble min), `qs[64]` (2-bit,
-/// element `c·128 + p·32 + j` in bits `2p` of byte `c·32 + j`), `d:f16`, `dmin:f16`.
+/// Unpacks 256 two-bit values laid out as in Q2_K, Q3_K and TQ2_0: element `c·128 + p·32 + j` in
+/// bits `2p` of byte `c·32 + j`.
+#[inline]
+pub fn unpack_2bit(qs: &[u8], out: &mut [i8; QK_K]) {
+    for (c, out) in out.chunks_exact_mut(128).enumerate() {
+        let qs = &qs[32 * c..][..32];
+        for (p, out) in out.chunks_exact_mut(32).enumerate() {
+            for (o, &q) in out.iter_mut().zip(qs) {
+                *o = ((q >> (2 * p)) & 3) as i8;
+            }
+        }
+    }
+}
+
+/// The signed 3-bit values (-4..4) of a Q3_K block.
+#[inline]
+pub fn unpack_q3_k(b: &[u8], out: &mut [i8; QK_K]) {
+    unpack_2bit(&b[32..96], out);
+    for (p, out) in out.chunks_exact_mut(32).enumerate() {
+        for (o, &h) in out.iter_mut().zip(&b[..32]) {
+            // A set hmask bit means no offset.
+            *o -= ((((h >> p) & 1) ^ 1) << 2) as i8;
+        }
+    }
+}
+
+/// Q2_K to f32. Block (84 bytes): `scales[16]` (low nibble scale, high nibble min), `qs[64]`
+/// (2-bit, see [`unpack_2bit`]), `d:f16`, `dmin:f16`.
 pub fn dequantize_q2_k(src: &[u8], dst: &mut [f32]) {
+    let mut q = [0i8; QK_K];
     for (b, y) in src.chunks_exact(84).zip(dst.chunks_exact_mut(QK_K)) {
         let (d, dmin) = (read_f16(b, 80), read_f16(b, 82));
-        for (e, y) in y.iter_mut().enumerate() {
-            let s = b[e / 16];
-            let dl = d * f32::from(s & 0x0f);
-            let ml = dmin * f32::from(s >> 4);
-            let q = (b[16 + (e / 128) * 32 + e % 32] >> (2 * ((e / 32) % 4))) & 3;
-            *y = dl * f32::from(q) - ml;
+        unpack_2bit(&b[16..80], &mut q);
+        for (s, (y, q)) in y.chunks_exact_mut(16).zip(q.chunks_exact(16)).enumerate() {
+            let dl = d * f32::from(b[s] & 0x0f);
+            let ml = dmin * f32::from(b[s] >> 4);
+            for (y, &q) in y.iter_mut().zip(q) {
+                *y = dl * f32::from(q) - ml;
+            }
         }
     }
 }
@@ -53,14 +81,16 @@ pub fn dequantize_q2_k(src: &[u8], dst: &mut [f32]) {
 /// Q3_K to f32. Block (110 bytes): `hmask[32]` (bit `p` of byte `j`: high bit of element
 /// `p·32 + j`, set meaning no offset), `qs[64]` (2-bit, as Q2_K), `scales[12]`, `d:f16`.
 pub fn dequantize_q3_k(src: &[u8], dst: &mut [f32]) {
+    let mut q = [0i8; QK_K];
     for (b, y) in src.chunks_exact(110).zip(dst.chunks_exact_mut(QK_K)) {
         let d = read_f16(b, 108);
         let sc = scales_q3_k(&b[96..108]);
-        for (e, y) in y.iter_mut().enumerate() {
-            let dl = d * f32::from(sc[e / 16]);
-            let ql = (b[32 + (e / 128) * 32 + e % 32] >> (2 * ((e / 32) % 4))) & 3;
-            let qh = ((b[e % 32] >> (e / 32)) & 1) ^ 1;
-            *y = dl * f32::from(ql as i8 - (qh << 2) as i8);
+        unpack_q3_k(b, &mut q);
+        for (s, (y, q)) in y.chunks_exact_mut(16).zip(q.chunks_exact(16)).enumerate() {
+            let dl = d * f32::from(sc[s]);
+            for (y, &q) in y.iter_mut().zip(q) {
+                *y = dl * f32::from(q);
+            }
         }
     }
 }
@@ -101,24 +131,36 @@ pub fn dequantize_q5_k(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// The 6-bit value (0..64) of element `e` of a Q6_K block.
+/// The signed 6-bit values (-32..32) of a Q6_K block: element `c·128 + h·64 + j` has its low
+/// nibble in nibble `h` of `ql[c·64 + j]`, and element `c·128 + p·32 + j` its top 2 bits in bits
+/// `2p` of `qh[c·32 + j]`.
 #[inline]
-pub fn q6_k_value(b: &[u8], e: usize) -> u8 {
-    let (c, r) = (e / 128, e % 128);
-    let lo = (b[c * 64 + r % 64] >> (4 * (r / 64))) & 0x0f;
-    let hi = (b[128 + c * 32 + r % 32] >> (2 * (r / 32))) & 0x03;
-    lo | (hi << 4)
+pub fn unpack_q6_k(b: &[u8], out: &mut [i8; QK_K]) {
+    for (c, out) in out.chunks_exact_mut(128).enumerate() {
+        let ql = &b[64 * c..][..64];
+        let qh = &b[128 + 32 * c..][..32];
+        for j in 0..32 {
+            let (l0, l1, h) = (ql[j], ql[32 + j], qh[j]);
+            out[j] = ((l0 & 0x0f) | ((h & 3) << 4)) as i8 - 32;
+            out[32 + j] = ((l1 & 0x0f) | (((h >> 2) & 3) << 4)) as i8 - 32;
+            out[64 + j] = ((l0 >> 4) | (((h >> 4) & 3) << 4)) as i8 - 32;
+            out[96 + j] = ((l1 >> 4) | (((h >> 6) & 3) << 4)) as i8 - 32;
+        }
+    }
 }
 
-/// Q6_K to f32. Block (210 bytes): `ql[128]` (element `c·128 + h·64 + j` in nibble `h` of byte
-/// `c·64 + j`), `qh[64]` (its top 2 bits in bits `2p` of byte `c·32 + j` for `p·32 + j` within the
-/// half), `scales:i8[16]`, `d:f16`.
+/// Q6_K to f32. Block (210 bytes): `ql[128]`, `qh[64]` (see [`unpack_q6_k`]), `scales:i8[16]`,
+/// `d:f16`.
 pub fn dequantize_q6_k(src: &[u8], dst: &mut [f32]) {
+    let mut q = [0i8; QK_K];
     for (b, y) in src.chunks_exact(210).zip(dst.chunks_exact_mut(QK_K)) {
         let d = read_f16(b, 208);
-        for (e, y) in y.iter_mut().enumerate() {
-            let ds = d * f32::from(b[192 + e / 16] as i8);
-            *y = ds * f32::from(q6_k_value(b, e) as i8 - 32);
+        unpack_q6_k(b, &mut q);
+        for (s, (y, q)) in y.chunks_exact_mut(16).zip(q.chunks_exact(16)).enumerate() {
+            let ds = d * f32::from(b[192 + s] as i8);
+            for (y, &q) in y.iter_mut().zip(q) {
+                *y = ds * f32::from(q);
+            }
         }
     }
 }

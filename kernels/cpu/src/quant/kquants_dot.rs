@@ -7,8 +7,8 @@
 //! The i-quants ([`super::iquants_dot`]) decode into the same form.
 
 use super::bits::{read_f16, read_f32, read_u16};
-use super::kquants::{q6_k_value, scale_min_k4, scales_q3_k, QK_K};
-use super::ternary::{tq1_digit, tq1_position, tq2_value};
+use super::kquants::{scale_min_k4, scales_q3_k, unpack_2bit, unpack_q3_k, unpack_q6_k, QK_K};
+use super::ternary::{tq1_digit, tq1_position};
 
 /// One weight super-block as integers: weight `j` = `d · scale[j/16] · q[j] - dmin · min[j/16]`.
 #[derive(Clone)]
@@ -72,9 +72,7 @@ pub fn decode_q2_k(b: &[u8], o: &mut IntBlock) {
         o.scale[s] = i32::from(v & 0x0f);
         o.min[s] = i32::from(v >> 4);
     }
-    for (e, q) in o.q.iter_mut().enumerate() {
-        *q = ((b[16 + (e / 128) * 32 + e % 32] >> (2 * ((e / 32) % 4))) & 3) as i8;
-    }
+    unpack_2bit(&b[16..80], &mut o.q);
     o.d = read_f16(b, 80);
     o.dmin = read_f16(b, 82);
 }
@@ -84,11 +82,7 @@ pub fn decode_q3_k(b: &[u8], o: &mut IntBlock) {
     let sc = scales_q3_k(&b[96..108]);
     o.scale = sc.map(i32::from);
     o.min = [0; 16];
-    for (e, q) in o.q.iter_mut().enumerate() {
-        let ql = (b[32 + (e / 128) * 32 + e % 32] >> (2 * ((e / 32) % 4))) & 3;
-        let qh = ((b[e % 32] >> (e / 32)) & 1) ^ 1;
-        *q = ql as i8 - (qh << 2) as i8;
-    }
+    unpack_q3_k(b, &mut o.q);
     o.d = read_f16(b, 108);
     o.dmin = 0.0;
 }
@@ -100,9 +94,10 @@ pub fn decode_q4_k(b: &[u8], o: &mut IntBlock) {
         o.scale[s] = i32::from(sc[s / 2]);
         o.min[s] = i32::from(mn[s / 2]);
     }
-    for (e, q) in o.q.iter_mut().enumerate() {
-        let s = e / 32;
-        *q = ((b[16 + (s / 2) * 32 + e % 32] >> (4 * (s % 2))) & 0x0f) as i8;
+    for (s, q) in o.q.chunks_exact_mut(32).enumerate() {
+        for (q, &v) in q.iter_mut().zip(&b[16 + (s / 2) * 32..][..32]) {
+            *q = ((v >> (4 * (s % 2))) & 0x0f) as i8;
+        }
     }
     o.d = read_f16(b, 0);
     o.dmin = read_f16(b, 2);
@@ -115,10 +110,11 @@ pub fn decode_q5_k(b: &[u8], o: &mut IntBlock) {
         o.scale[s] = i32::from(sc[s / 2]);
         o.min[s] = i32::from(mn[s / 2]);
     }
-    for (e, q) in o.q.iter_mut().enumerate() {
-        let (s, j) = (e / 32, e % 32);
-        let lo = (b[48 + (s / 2) * 32 + j] >> (4 * (s % 2))) & 0x0f;
-        *q = (lo | (((b[16 + j] >> s) & 1) << 4)) as i8;
+    for (s, q) in o.q.chunks_exact_mut(32).enumerate() {
+        let ql = &b[48 + (s / 2) * 32..][..32];
+        for ((q, &l), &h) in q.iter_mut().zip(ql).zip(&b[16..48]) {
+            *q = (((l >> (4 * (s % 2))) & 0x0f) | (((h >> s) & 1) << 4)) as i8;
+        }
     }
     o.d = read_f16(b, 0);
     o.dmin = read_f16(b, 2);
@@ -130,9 +126,7 @@ pub fn decode_q6_k(b: &[u8], o: &mut IntBlock) {
         o.scale[s] = i32::from(b[192 + s] as i8);
         o.min[s] = 0;
     }
-    for (e, q) in o.q.iter_mut().enumerate() {
-        *q = q6_k_value(b, e) as i8 - 32;
-    }
+    unpack_q6_k(b, &mut o.q);
     o.d = read_f16(b, 208);
     o.dmin = 0.0;
 }
@@ -151,9 +145,8 @@ pub fn decode_tq1_0(b: &[u8], o: &mut IntBlock) {
 
 /// Decodes a TQ2_0 block.
 pub fn decode_tq2_0(b: &[u8], o: &mut IntBlock) {
-    for (e, q) in o.q.iter_mut().enumerate() {
-        *q = tq2_value(b, e);
-    }
+    unpack_2bit(&b[..64], &mut o.q);
+    o.q.iter_mut().for_each(|q| *q -= 1);
     o.scale = [1; 16];
     o.min = [0; 16];
     o.d = read_f16(b, 64);

@@ -7,7 +7,7 @@
 //! of byte `c·32 + j`, stored plus one; then `d:f16`.
 
 use super::bits::{f32_to_f16, read_f16, round_away, write_u16};
-use super::kquants::QK_K;
+use super::kquants::{unpack_2bit, QK_K};
 
 const POW3: [u8; 5] = [1, 3, 9, 27, 81];
 
@@ -41,18 +41,14 @@ pub fn dequantize_tq1_0(src: &[u8], dst: &mut [f32]) {
     }
 }
 
-/// The ternary value (-1, 0, 1) of element `e` of a TQ2_0 block.
-#[inline]
-pub fn tq2_value(b: &[u8], e: usize) -> i8 {
-    ((b[(e / 128) * 32 + e % 32] >> (2 * ((e / 32) % 4))) & 3) as i8 - 1
-}
-
 /// TQ2_0 to f32. Expects `src.len() == dst.len() / 256 * 66`.
 pub fn dequantize_tq2_0(src: &[u8], dst: &mut [f32]) {
+    let mut q = [0i8; QK_K];
     for (b, y) in src.chunks_exact(66).zip(dst.chunks_exact_mut(QK_K)) {
         let d = read_f16(b, 64);
-        for (e, y) in y.iter_mut().enumerate() {
-            *y = d * f32::from(tq2_value(b, e));
+        unpack_2bit(&b[..64], &mut q);
+        for (y, &q) in y.iter_mut().zip(&q) {
+            *y = d * f32::from(q - 1);
         }
     }
 }
