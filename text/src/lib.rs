@@ -5,14 +5,19 @@
 mod bpe;
 mod error;
 mod pretokenize;
+mod pyfmt;
 mod special;
 mod spm;
 mod stream;
+mod strftime;
+mod template;
 mod tokenizer;
 mod vocab;
 
 pub use error::TextError;
 pub use pretokenize::KNOWN_PRE;
 pub use stream::StreamDecoder;
+pub use strftime::CivilTime;
+pub use template::{ChatRequest, ChatTemplate, TemplateValue};
 pub use tokenizer::Tokenizer;
 pub use vocab::{SpecialTokens, TokenType, VocabSpec};

@@ -1,0 +1,347 @@
+//! Chat-template rendering (`tokenizer.chat_template`) with minijinja, configured to render exactly as
+//! Python jinja2 does under Hugging Face transformers: sandboxed, `trim_blocks` and `lstrip_blocks`,
+//! loop controls, Python string/dict methods, Python printing of values, and transformers' `tojson`,
+//! `raise_exception` and `strftime_now`.
+
+use std::fmt;
+
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::{Kwargs, Value, ValueKind};
+use minijinja::{Environment, Error, ErrorKind};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+
+use crate::error::TextError;
+use crate::pyfmt::{json_dumps, py_str, JsonStyle};
+use crate::strftime::CivilTime;
+
+/// A JSON value handed to a template, keeping object keys in the order they were written
+/// (Python dicts keep insertion order, and `tojson` prints them so).
+#[derive(Debug, Clone, Default)]
+pub struct TemplateValue(Value);
+
+impl TemplateValue {
+    /// Parses JSON text, keeping key order.
+    pub fn from_json_str(what: &'static str, text: &str) -> Result<Self, TextError> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let v = OrderedJson::deserialize(&mut de).map_err(|e| TextError::Json {
+            what,
+            message: e.to_string(),
+        })?;
+        de.end().map_err(|e| TextError::Json {
+            what,
+            message: e.to_string(),
+        })?;
+        Ok(Self(v.0))
+    }
+
+    /// The value under `key` of an object; `None` when absent or not an object.
+    pub fn field(&self, key: &str) -> Option<TemplateValue> {
+        if self.0.kind() != ValueKind::Map {
+            return None;
+        }
+        let v = self.0.get_item(&Value::from(key)).ok()?;
+        (!v.is_undefined()).then_some(Self(v))
+    }
+
+    /// The elements of a list (empty for anything else).
+    pub fn elements(&self) -> Vec<TemplateValue> {
+        if self.0.kind() != ValueKind::Seq {
+            return Vec::new();
+        }
+        self.0
+            .try_iter()
+            .map(|it| it.map(Self).collect())
+            .unwrap_or_default()
+    }
+
+    /// The key/value pairs of an object in order (empty for anything else).
+    pub fn entries(&self) -> Vec<(String, TemplateValue)> {
+        if self.0.kind() != ValueKind::Map {
+            return Vec::new();
+        }
+        let keys: Vec<Value> = self.0.try_iter().map(Iterator::collect).unwrap_or_default();
+        keys.into_iter()
+            .map(|k| (py_str(&k), Self(self.0.get_item(&k).unwrap_or_default())))
+            .collect()
+    }
+
+    /// The text of a string value.
+    pub fn as_str(&self) -> Option<&str> {
+        self.0.as_str()
+    }
+
+    /// The truth of a boolean value (`None` for anything else).
+    pub fn as_bool(&self) -> Option<bool> {
+        (self.0.kind() == ValueKind::Bool).then(|| self.0.is_true())
+    }
+}
+
+impl From<&serde_json::Value> for TemplateValue {
+    /// Converts a `serde_json` value; object keys come in the order its map holds them.
+    fn from(v: &serde_json::Value) -> Self {
+        fn conv(v: &serde_json::Value) -> Value {
+            match v {
+                serde_json::Value::Null => Value::from(()),
+                serde_json::Value::Bool(b) => Value::from(*b),
+                serde_json::Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+                    (Some(i), _, _) => Value::from(i),
+                    (_, Some(u), _) => Value::from(u),
+                    (_, _, Some(f)) => Value::from(f),
+                    _ => Value::from(()),
+                },
+                serde_json::Value::String(s) => Value::from(s.as_str()),
+                serde_json::Value::Array(a) => Value::from(a.iter().map(conv).collect::<Vec<_>>()),
+                serde_json::Value::Object(o) => {
+                    Value::from_pairs(o.iter().map(|(k, v)| (k.as_str(), conv(v))))
+                }
+            }
+        }
+        Self(conv(v))
+    }
+}
+
+/// Deserializes JSON straight into template values, map keys in document order.
+struct OrderedJson(Value);
+
+impl<'de> Deserialize<'de> for OrderedJson {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(OrderedVisitor)
+    }
+}
+
+struct OrderedVisitor;
+
+impl<'de> Visitor<'de> for OrderedVisitor {
+    type Value = OrderedJson;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<OrderedJson, E> {
+        Ok(OrderedJson(Value::from(v)))
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<OrderedJson, E> {
+        Ok(OrderedJson(Value::from(v)))
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<OrderedJson, E> {
+        Ok(OrderedJson(Value::from(v)))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<OrderedJson, E> {
+        Ok(OrderedJson(Value::from(v)))
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<OrderedJson, E> {
+        Ok(OrderedJson(Value::from(v)))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<OrderedJson, E> {
+        Ok(OrderedJson(Value::from(())))
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<OrderedJson, A::Error> {
+        let mut items = Vec::new();
+        while let Some(OrderedJson(v)) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(OrderedJson(Value::from(items)))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<OrderedJson, A::Error> {
+        let mut pairs: Vec<(String, Value)> = Vec::new();
+        while let Some((k, OrderedJson(v))) = map.next_entry::<String, OrderedJson>()? {
+            pairs.push((k, v));
+        }
+        Ok(OrderedJson(Value::from_pairs(pairs)))
+    }
+}
+
+/// What a chat template is rendered with.
+#[derive(Debug, Clone, Default)]
+pub struct ChatRequest {
+    /// `messages`: the conversation, a list of `{role, content, ...}` objects (content may be a string or a
+    /// list of content parts; assistant messages may carry `tool_calls` and `reasoning_content`).
+    pub messages: TemplateValue,
+    /// `tools`: JSON-schema tool list; left undefined in the template when `None`.
+    pub tools: Option<TemplateValue>,
+    /// `add_generation_prompt`: end with the opening of an assistant turn.
+    pub add_generation_prompt: bool,
+    /// Extra variables (`chat_template_kwargs`), e.g. `enable_thinking: false`.
+    pub kwargs: Vec<(String, TemplateValue)>,
+}
+
+/// A compiled chat template with the model's BOS/EOS strings.
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .finish()
+    }
+}
+
+fn raise_exception(message: String) -> Result<Value, Error> {
+    Err(Error::new(
+        ErrorKind::InvalidOperation,
+        format!("raise_exception: {message}"),
+    ))
+}
+
+/// transformers' `tojson`: `json.dumps(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)`.
+fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let mut style = JsonStyle::default();
+    if let Some(b) = kwargs.get::<Option<bool>>("ensure_ascii")? {
+        style.ensure_ascii = b;
+    }
+    if let Some(n) = kwargs.get::<Option<Value>>("indent")? {
+        if n.is_integer() {
+            style.indent = Some(usize::try_from(n.as_i64().unwrap_or(0)).unwrap_or(0));
+            style.separators.0 = ",".into();
+        } else if let Some(s) = n.as_str() {
+            // Python accepts a string indent; only runs of spaces are supported here.
+            style.indent = Some(s.len());
+            style.separators.0 = ",".into();
+        }
+    }
+    if let Some(sep) = kwargs.get::<Option<Value>>("separators")? {
+        if !sep.is_none() {
+            let parts: Vec<Value> = sep.try_iter()?.collect();
+            if let [a, b] = parts.as_slice() {
+                style.separators = (py_str(a), py_str(b));
+            } else {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    "tojson: separators must be a pair",
+                ));
+            }
+        }
+    }
+    if let Some(b) = kwargs.get::<Option<bool>>("sort_keys")? {
+        style.sort_keys = b;
+    }
+    kwargs.assert_all_used()?;
+    Ok(Value::from_safe_string(json_dumps(value, &style)?))
+}
+
+/// llama.cpp's `from_json` filter (DeepSeek-V4's template parses string tool arguments with it).
+fn from_json(text: &str) -> Result<Value, Error> {
+    TemplateValue::from_json_str("from_json input", text)
+        .map(|v| v.0)
+        .map_err(|e| Error::new(ErrorKind::InvalidOperation, e.to_string()))
+}
+
+/// Python `str()` as the `string` filter.
+fn string_filter(value: &Value) -> Value {
+    match value.kind() {
+        ValueKind::String => value.clone(),
+        _ => Value::from(py_str(value)),
+    }
+}
+
+impl ChatTemplate {
+    /// Compiles `source` (the `tokenizer.chat_template` text) with the model's BOS and EOS token strings.
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, TextError> {
+        Self::with_clock(source, bos_token, eos_token, None)
+    }
+
+    /// Like [`ChatTemplate::new`], with `strftime_now` reading a fixed time instead of the UTC clock.
+    pub fn with_clock(
+        source: &str,
+        bos_token: &str,
+        eos_token: &str,
+        now: Option<CivilTime>,
+    ) -> Result<Self, TextError> {
+        let mut env = Environment::new();
+        let syntax = SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .map_err(|e| TextError::TemplateSyntax(e.to_string()))?;
+        env.set_syntax(syntax);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.set_formatter(|out, _state, value| {
+            if value.kind() == ValueKind::String {
+                out.write_str(value.as_str().unwrap_or_default())
+                    .map_err(Error::from)
+            } else {
+                out.write_str(&py_str(value)).map_err(Error::from)
+            }
+        });
+        env.add_filter("tojson", tojson);
+        env.add_filter("from_json", from_json);
+        env.add_filter("string", string_filter);
+        env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", move |fmt: &str| {
+            now.unwrap_or_else(CivilTime::now_utc).format(fmt)
+        });
+        env.add_template_owned("chat_template", source.to_string())
+            .map_err(|e| TextError::TemplateSyntax(e.to_string()))?;
+        Ok(Self {
+            env,
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
+    }
+
+    /// Renders the template for `req`. A `raise_exception(...)` call in the template comes back as
+    /// [`TextError::TemplateRender`] holding its message.
+    pub fn render(&self, req: &ChatRequest) -> Result<String, TextError> {
+        let mut ctx: Vec<(String, Value)> = vec![("messages".into(), req.messages.0.clone())];
+        if let Some(tools) = &req.tools {
+            ctx.push(("tools".into(), tools.0.clone()));
+        }
+        ctx.push((
+            "add_generation_prompt".into(),
+            Value::from(req.add_generation_prompt),
+        ));
+        ctx.push(("bos_token".into(), Value::from(self.bos_token.as_str())));
+        ctx.push(("eos_token".into(), Value::from(self.eos_token.as_str())));
+        for (k, v) in &req.kwargs {
+            ctx.push((k.clone(), v.0.clone()));
+        }
+        let tmpl = self
+            .env
+            .get_template("chat_template")
+            .map_err(|e| TextError::TemplateSyntax(e.to_string()))?;
+        tmpl.render(Value::from_pairs(ctx))
+            .map_err(|e| TextError::TemplateRender(render_error(&e)))
+    }
+}
+
+/// The error's message with its causes, so that a template's own exception text is kept.
+fn render_error(e: &Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordered_json_keeps_key_order_and_fields() {
+        let v = TemplateValue::from_json_str(
+            "t",
+            r#"[{"z": 1, "a": {"y": true, "b": null}, "m": [1.5, "x"]}]"#,
+        )
+        .unwrap();
+        let first = &v.elements()[0];
+        let keys: Vec<String> = first.entries().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["z", "a", "m"]);
+        assert_eq!(
+            first.field("a").unwrap().field("y").unwrap().as_bool(),
+            Some(true)
+        );
+        assert_eq!(
+            py_str(&first.0),
+            "{'z': 1, 'a': {'y': True, 'b': None}, 'm': [1.5, 'x']}"
+        );
+    }
+}
