@@ -4,6 +4,28 @@
 //!
 //! [`parse`] is a pure function over bytes (fuzzed in `fuzz/`); [`GgufFile`] maps one file;
 //! [`GgufModel`] opens all parts of a split model; [`GgufWriter`] and [`write_split`] write files.
+//!
+//! ```
+//! use bloomery_gguf::{GgufFile, GgufWriter};
+//! use bloomery_plugin_api::DType;
+//! use std::io::Write;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("tiny.gguf");
+//! let mut w = GgufWriter::new();
+//! w.set("general.architecture", "demo")?;
+//! w.set("demo.block_count", 2u32)?;
+//! w.add_tensor("token_embd.weight", DType::F32, &[4, 2])?;
+//! // Tensor bytes are streamed: the callback writes exactly `t.size` bytes for each tensor.
+//! w.write_file(&path, |t, sink| sink.write_all(&vec![0u8; t.size as usize]))?;
+//!
+//! let f = GgufFile::open(&path)?;
+//! assert_eq!(f.metadata().get_u32("demo.block_count")?, 2);
+//! assert_eq!(f.data("token_embd.weight").map(<[u8]>::len), Some(32));
+//! # Ok(())
+//! # }
+//! ```
 
 mod cursor;
 mod error;
