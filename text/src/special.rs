@@ -87,3 +87,48 @@ impl SpecialMatcher {
         frags
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocab::VocabSpec;
+
+    fn vocab() -> Vocab {
+        let tokens = ["a", "<|x|>", "<|x|><|y|>", "<u>", "b"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        Vocab::from_spec(&VocabSpec {
+            model: "llama".into(),
+            tokens,
+            token_types: Some(vec![1, 3, 3, 4, 1]),
+            bos_id: Some(0),
+            eos_id: Some(1),
+            unk_id: Some(0),
+            ..VocabSpec::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn longest_special_text_wins_and_every_occurrence_is_split() {
+        let v = vocab();
+        let m = SpecialMatcher::new(&v);
+        assert_eq!(
+            m.partition(&v, "a<|x|><|y|>b<|x|><u>", true),
+            [
+                Fragment::Text("a"),
+                Fragment::Token(2),
+                Fragment::Text("b"),
+                Fragment::Token(1),
+                Fragment::Token(3)
+            ]
+        );
+        // Control tokens need parse_special; user-defined ones do not.
+        assert_eq!(
+            m.partition(&v, "a<|x|><u>", false),
+            [Fragment::Text("a<|x|>"), Fragment::Token(3)]
+        );
+        assert!(m.partition(&v, "", true).is_empty());
+    }
+}

@@ -177,6 +177,32 @@ mod tests {
     }
 
     #[test]
+    fn equal_scores_merge_the_leftmost_pair() {
+        let mut tokens: Vec<String> = ["<unk>", "<s>", "</s>", "x", "y", "xy", "yx"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let mut scores = vec![0.0, 0.0, 0.0, -1.0, -1.0, -0.5, -0.5];
+        for b in 0..=255u8 {
+            tokens.push(format!("<0x{b:02X}>"));
+            scores.push(0.0);
+        }
+        let v = Vocab::from_spec(&VocabSpec {
+            model: "llama".into(),
+            tokens,
+            scores: Some(scores),
+            ..VocabSpec::default()
+        })
+        .unwrap();
+        let mut out = vec![];
+        encode_into(&v, "xyx", &mut out);
+        assert_eq!(ids_to_text(&v, &out), ["xy", "x"]);
+        out.clear();
+        encode_into(&v, "yxy", &mut out);
+        assert_eq!(ids_to_text(&v, &out), ["yx", "y"]);
+    }
+
+    #[test]
     fn unknown_characters_fall_back_to_bytes() {
         let v = toy();
         let mut out = vec![];

@@ -67,3 +67,65 @@ impl<'t> StreamDecoder<'t> {
         self.pending.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vocab::VocabSpec;
+
+    /// A SentencePiece vocabulary with byte tokens, so that one character can span several tokens.
+    fn byte_vocab() -> Tokenizer {
+        let mut tokens = vec![
+            "<unk>".to_string(),
+            "<s>".into(),
+            "</s>".into(),
+            "▁hi".into(),
+        ];
+        let mut types = vec![2, 3, 3, 1];
+        for b in 0..=255u8 {
+            tokens.push(format!("<0x{b:02X}>"));
+            types.push(6);
+        }
+        Tokenizer::from_spec(&VocabSpec {
+            model: "llama".into(),
+            tokens,
+            token_types: Some(types),
+            ..VocabSpec::default()
+        })
+        .unwrap()
+    }
+
+    fn byte(b: u8) -> u32 {
+        4 + u32::from(b)
+    }
+
+    #[test]
+    fn holds_bytes_until_a_character_completes() {
+        let tok = byte_vocab();
+        let mut d = StreamDecoder::new(&tok, false);
+        assert_eq!(d.push(3), " hi");
+        // "€" is E2 82 AC.
+        assert_eq!(d.push(byte(0xE2)), "");
+        assert_eq!(d.push(byte(0x82)), "");
+        assert_eq!(d.pending_len(), 2);
+        assert_eq!(d.push(byte(0xAC)), "€");
+        // Control tokens are hidden unless asked for.
+        assert_eq!(d.push(2), "");
+        assert_eq!(StreamDecoder::new(&tok, true).push(2), "</s>");
+    }
+
+    #[test]
+    fn invalid_bytes_become_replacement_characters() {
+        let tok = byte_vocab();
+        let mut d = StreamDecoder::new(&tok, false);
+        // A lone continuation byte can never start a character.
+        assert_eq!(d.push(byte(0x80)), "\u{FFFD}");
+        // A lead byte followed by ASCII: the lead byte is bad, the ASCII comes through.
+        assert_eq!(d.push(byte(0xE2)), "");
+        assert_eq!(d.push(byte(b'a')), "\u{FFFD}a");
+        // An unfinished character at the end is flushed as U+FFFD.
+        assert_eq!(d.push(byte(0xF0)), "");
+        assert_eq!(d.flush(), "\u{FFFD}");
+        assert_eq!(d.pending_len(), 0);
+    }
+}

@@ -345,3 +345,74 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod python_printing {
+    use super::*;
+
+    fn render(src: &str, messages: &str) -> String {
+        let t = ChatTemplate::new(src, "<s>", "</s>").unwrap();
+        let req = ChatRequest {
+            messages: TemplateValue::from_json_str("messages", messages).unwrap(),
+            ..ChatRequest::default()
+        };
+        t.render(&req).unwrap()
+    }
+
+    #[test]
+    fn values_print_as_python_str() {
+        let out = render(
+            "{{ messages[0] }}|{{ messages[1] }}|{{ messages[2] }}|{{ messages[3] }}|{{ messages[1] | string }}|{{ messages }}",
+            r#"[1.0, true, null, {"a": [1, "x'y"]}]"#,
+        );
+        assert_eq!(
+            out,
+            r#"1.0|True|None|{'a': [1, "x'y"]}|True|[1.0, True, None, {'a': [1, "x'y"]}]"#
+        );
+    }
+
+    #[test]
+    fn globals_kwargs_and_errors() {
+        let src = "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}\
+{{ bos_token }}{{ strftime_now('%d %b %Y') }}|{{ enable_thinking }}|{{ tools | tojson(indent=2) }}|{{ messages[0].content.strip().startswith('hi') }}{{ eos_token }}";
+        let now = CivilTime {
+            year: 2026,
+            month: 11,
+            day: 30,
+            hour: 19,
+            minute: 5,
+            second: 9,
+        };
+        let t = ChatTemplate::with_clock(src, "<s>", "</s>", Some(now)).unwrap();
+        let mut req = ChatRequest {
+            messages: TemplateValue::from_json_str(
+                "messages",
+                r#"[{"role": "user", "content": "  hi there "}]"#,
+            )
+            .unwrap(),
+            tools: Some(TemplateValue::from_json_str("tools", r#"[{"b": 1, "a": []}]"#).unwrap()),
+            add_generation_prompt: true,
+            kwargs: vec![(
+                "enable_thinking".into(),
+                TemplateValue::from_json_str("kwarg", "false").unwrap(),
+            )],
+        };
+        assert_eq!(
+            t.render(&req).unwrap(),
+            "<s>30 Nov 2026|False|[\n  {\n    \"b\": 1,\n    \"a\": []\n  }\n]|True</s>"
+        );
+        req.messages =
+            TemplateValue::from_json_str("messages", r#"[{"role": "system", "content": "x"}]"#)
+                .unwrap();
+        let e = t.render(&req).unwrap_err().to_string();
+        assert!(e.contains("System role not supported"), "{e}");
+        assert!(matches!(
+            ChatTemplate::new("{% if %}", "", ""),
+            Err(TextError::TemplateSyntax(_))
+        ));
+        assert!(TemplateValue::from_json_str("tools", "[1,")
+            .unwrap_err()
+            .to_string()
+            .starts_with("tools is not valid JSON"));
+    }
+}

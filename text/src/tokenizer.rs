@@ -214,3 +214,108 @@ fn build_pieces(vocab: &Vocab) -> Vec<Vec<u8>> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bpe::byte_to_char;
+
+    /// A byte-level vocabulary: the 256 byte characters, four merges, two control and one user-defined token.
+    fn toy_spec() -> VocabSpec {
+        let mut tokens: Vec<String> = byte_to_char().iter().map(|c| c.to_string()).collect();
+        let mut types = vec![1; 256];
+        for (t, ty) in [
+            ("he", 1),
+            ("ll", 1),
+            ("hell", 1),
+            ("hello", 1),
+            ("<|im_start|>", 3),
+            ("<|im_end|>", 3),
+            ("<think>", 4),
+        ] {
+            tokens.push(t.to_string());
+            types.push(ty);
+        }
+        VocabSpec {
+            model: "gpt2".into(),
+            pre: Some("qwen2".into()),
+            tokens,
+            token_types: Some(types),
+            merges: Some(
+                ["h e", "l l", "he ll", "hell o"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
+            ),
+            bos_id: Some(260),
+            eos_id: Some(261),
+            ..VocabSpec::default()
+        }
+    }
+
+    #[test]
+    fn special_tokens_follow_parse_special_and_flags() {
+        let tok = Tokenizer::from_spec(&toy_spec()).unwrap();
+        let text = "<|im_start|>hello<think>";
+        assert_eq!(tok.encode(text, false, true).unwrap(), [260, 259, 262]);
+        // Without parse_special the control token is plain text; the user-defined one is still split out.
+        let plain = tok.encode(text, false, false).unwrap();
+        assert_eq!(plain.last(), Some(&262));
+        assert!(!plain.contains(&260));
+        assert_eq!(tok.decode(&plain, true), text);
+        // Flags decide what add_special adds.
+        let mut spec = toy_spec();
+        spec.add_bos = Some(true);
+        spec.add_eos = Some(true);
+        let tok = Tokenizer::from_spec(&spec).unwrap();
+        assert_eq!(tok.encode("hello", true, false).unwrap(), [260, 259, 261]);
+        assert_eq!(tok.encode("hello", false, false).unwrap(), [259]);
+    }
+
+    #[test]
+    fn end_of_generation_and_pieces() {
+        let tok = Tokenizer::from_spec(&toy_spec()).unwrap();
+        // <|im_end|> is EOS here and also recognised by text as end of turn.
+        assert!(tok.is_eog(261));
+        assert_eq!(tok.eot(), Some(261));
+        assert!(!tok.is_eog(259));
+        assert_eq!(tok.token_to_piece(260, false), b"");
+        assert_eq!(tok.token_to_piece(260, true), b"<|im_start|>");
+        assert_eq!(tok.token_to_piece(u32::from(b' '), true), b" ");
+        assert_eq!(tok.token_to_piece(99_999, true), b"");
+        assert_eq!(tok.vocab_size(), 263);
+    }
+
+    #[test]
+    fn errors_name_what_was_found_and_expected() {
+        let mut spec = toy_spec();
+        spec.model = "bert".into();
+        assert!(Tokenizer::from_spec(&spec)
+            .unwrap_err()
+            .to_string()
+            .contains("`bert`"));
+        let mut spec = toy_spec();
+        spec.pre = Some("martian".into());
+        assert!(Tokenizer::from_spec(&spec)
+            .unwrap_err()
+            .to_string()
+            .contains("`martian`"));
+        let mut spec = toy_spec();
+        spec.token_types = Some(vec![1; 3]);
+        let e = Tokenizer::from_spec(&spec).unwrap_err().to_string();
+        assert!(e.contains("has 3 entries") && e.contains("263"), "{e}");
+        let mut spec = toy_spec();
+        spec.merges = Some(vec!["x yz".into()]);
+        let e = Tokenizer::from_spec(&spec).unwrap_err().to_string();
+        assert!(e.contains("`yz`"), "{e}");
+        let mut spec = toy_spec();
+        spec.bos_id = None;
+        spec.pre = Some("glm4".into()); // glm4 has no BOS
+        spec.add_bos = Some(true);
+        let e = Tokenizer::from_spec(&spec).unwrap_err().to_string();
+        assert!(
+            e.contains("add_bos_token") && e.contains("bos_token_id"),
+            "{e}"
+        );
+    }
+}
