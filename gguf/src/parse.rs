@@ -51,6 +51,11 @@ pub fn parse(bytes: &[u8], source: &str) -> Result<Header, GgufError> {
 /// Parses the header from `prefix`, the first bytes of a file that is `file_len` bytes long, and
 /// checks every tensor range against `file_len` (tensor data need not be in `prefix`).
 pub fn parse_prefix(prefix: &[u8], file_len: u64, source: &str) -> Result<Header, GgufError> {
+    // A prefix longer than the file claims bytes the file does not have.
+    let prefix = match usize::try_from(file_len) {
+        Ok(n) if n < prefix.len() => &prefix[..n],
+        _ => prefix,
+    };
     let mut c = Cursor::new(source, prefix);
     let magic = c.array::<4>("magic")?;
     if magic != MAGIC {

@@ -8,7 +8,7 @@ use crate::{GgufError, TensorInfo, DEFAULT_ALIGNMENT, KEY_ALIGNMENT, MAX_DIMS};
 use bloomery_plugin_api::DType;
 use std::collections::HashSet;
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::path::Path;
 
 /// Name used for the writer in errors raised before a file is named.
@@ -241,12 +241,11 @@ impl GgufWriter {
             file: file.to_owned(),
             source,
         };
-        let mut header = self.header_bytes();
+        let header = self.header_bytes();
         debug_assert_eq!(header.len() as u64, self.header_len);
         let data_offset = self.data_offset();
-        header.resize(data_offset as usize, 0);
         out.write_all(&header).map_err(io)?;
-        let zeros = vec![0u8; self.alignment as usize];
+        zeros(&mut out, data_offset - header.len() as u64).map_err(io)?;
         let mut pos = data_offset;
         for t in &self.tensors {
             let mut sink = TensorSink {
@@ -268,7 +267,7 @@ impl GgufWriter {
             }
             result.map_err(io)?;
             let pad = self.padded(t.size) - t.size;
-            out.write_all(&zeros[..pad as usize]).map_err(io)?;
+            zeros(&mut out, pad).map_err(io)?;
             pos += t.size + pad;
         }
         out.flush().map_err(io)?;
@@ -288,6 +287,11 @@ impl GgufWriter {
         })?;
         self.write_to(BufWriter::with_capacity(1 << 20, f), &name, fill)
     }
+}
+
+/// Writes `n` zero bytes (padding; at most one alignment, which may be up to 2^31).
+fn zeros(out: &mut impl Write, n: u64) -> io::Result<()> {
+    io::copy(&mut io::repeat(0).take(n), out).map(|_| ())
 }
 
 /// Encoded length of a value (without its type field).
