@@ -11,6 +11,7 @@ mod spm;
 mod stream;
 mod strftime;
 mod template;
+mod template_value;
 mod tokenizer;
 mod vocab;
 
@@ -18,6 +19,7 @@ pub use error::TextError;
 pub use pretokenize::KNOWN_PRE;
 pub use stream::StreamDecoder;
 pub use strftime::CivilTime;
-pub use template::{ChatRequest, ChatTemplate, TemplateValue};
+pub use template::{ChatRequest, ChatTemplate};
+pub use template_value::TemplateValue;
 pub use tokenizer::Tokenizer;
 pub use vocab::{SpecialTokens, TokenType, VocabSpec};

@@ -25,15 +25,29 @@ impl<'t> StreamDecoder<'t> {
 
     /// Adds one token and returns the text that became complete (possibly empty).
     pub fn push(&mut self, id: u32) -> String {
-        self.pending
-            .extend_from_slice(self.tokenizer.token_to_piece(id, self.render_special));
         let mut out = String::new();
+        self.push_to(id, &mut out);
+        out
+    }
+
+    /// Adds one token and appends the text that became complete to `out`. On the decode hot path:
+    /// allocates only when `out` or the (at most 4-byte) hold-back buffer must grow.
+    pub fn push_to(&mut self, id: u32, out: &mut String) {
+        let piece = self.tokenizer.token_to_piece(id, self.render_special);
+        if self.pending.is_empty() {
+            // Fast path: a whole piece of valid text with nothing held back.
+            if let Ok(s) = std::str::from_utf8(piece) {
+                out.push_str(s);
+                return;
+            }
+        }
+        self.pending.extend_from_slice(piece);
         loop {
             match std::str::from_utf8(&self.pending) {
                 Ok(s) => {
                     out.push_str(s);
                     self.pending.clear();
-                    return out;
+                    return;
                 }
                 Err(e) => {
                     let valid = e.valid_up_to();
@@ -43,7 +57,7 @@ impl<'t> StreamDecoder<'t> {
                         // Incomplete character at the end: keep it for the next token.
                         None => {
                             self.pending.drain(..valid);
-                            return out;
+                            return;
                         }
                         Some(bad) => {
                             out.push('\u{FFFD}');
