@@ -4,7 +4,7 @@
 use crate::parse::{align_up, MAGIC};
 use crate::validate::tensor_size;
 use crate::value::{Array, Entry, Metadata, Value};
-use crate::{GgufError, TensorInfo, DEFAULT_ALIGNMENT, KEY_ALIGNMENT, MAX_DIMS};
+use crate::{GgufError, TensorInfo, DEFAULT_ALIGNMENT, KEY_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
 use bloomery_plugin_api::DType;
 use std::collections::HashSet;
 use std::fs::File;
@@ -101,6 +101,16 @@ impl GgufWriter {
     /// and sets the alignment of the tensor data.
     pub fn set(&mut self, key: &str, value: impl Into<Value>) -> Result<(), GgufError> {
         let value = value.into();
+        if let Value::Array(a) = &value {
+            if array_depth(a) > MAX_ARRAY_DEPTH {
+                return Err(GgufError::ArrayTooDeep {
+                    file: WRITER.to_owned(),
+                    offset: 0,
+                    key: key.to_owned(),
+                    max: MAX_ARRAY_DEPTH,
+                });
+            }
+        }
         if key == KEY_ALIGNMENT {
             match value {
                 Value::U32(a) if a.is_power_of_two() => self.alignment = a.into(),
@@ -286,6 +296,14 @@ impl GgufWriter {
             source,
         })?;
         self.write_to(BufWriter::with_capacity(1 << 20, f), &name, fill)
+    }
+}
+
+/// Levels of array nesting: 1 for an array of scalars, as the reader counts them.
+fn array_depth(a: &Array) -> usize {
+    match a {
+        Array::Array(v) => 1 + v.iter().map(array_depth).max().unwrap_or(0),
+        _ => 1,
     }
 }
 

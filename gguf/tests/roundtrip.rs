@@ -4,7 +4,8 @@
 mod common;
 
 use bloomery_gguf::{
-    parse, write_split, GgufError, GgufFile, GgufModel, GgufWriter, SplitLimits, Value,
+    parse, write_split, Array, GgufError, GgufFile, GgufModel, GgufWriter, SplitLimits, Value,
+    MAX_ARRAY_DEPTH,
 };
 use bloomery_plugin_api::DType;
 use common::*;
@@ -169,6 +170,51 @@ fn an_unsplit_file_opens_as_a_one_part_model() {
     assert_eq!(m.parts().len(), 1);
     assert_eq!(m.tensor("i32.ids").unwrap().part, 0);
     assert_eq!(m.data("i32.ids").unwrap().len(), 20);
+}
+
+#[test]
+fn arrays_nest_up_to_the_reader_limit_and_no_deeper() {
+    let nest = |levels: usize| {
+        let mut a = Array::U8(vec![1]);
+        for _ in 1..levels {
+            a = Array::Array(vec![a]);
+        }
+        Value::Array(a)
+    };
+    let mut w = GgufWriter::new();
+    w.set("deep", nest(MAX_ARRAY_DEPTH)).unwrap();
+    let e = w.set("too.deep", nest(MAX_ARRAY_DEPTH + 1)).unwrap_err();
+    assert!(matches!(e, GgufError::ArrayTooDeep { .. }), "{e}");
+    let bytes = common::sample_bytes(&w);
+    assert_eq!(
+        parse(&bytes, "d").unwrap().metadata.get("deep"),
+        Some(&nest(MAX_ARRAY_DEPTH))
+    );
+}
+
+#[test]
+fn opening_a_missing_or_empty_file_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.gguf");
+    let e = GgufFile::open(&missing).unwrap_err();
+    assert!(
+        matches!(&e, GgufError::Io { file, .. } if file.ends_with("nope.gguf")),
+        "{e}"
+    );
+    let empty = dir.path().join("empty.gguf");
+    std::fs::write(&empty, b"").unwrap();
+    let e = GgufFile::open(&empty).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            GgufError::Truncated {
+                offset: 0,
+                what: "magic",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
