@@ -27,6 +27,8 @@
 //! # }
 //! ```
 
+#![deny(missing_docs)]
+
 mod cursor;
 mod error;
 mod file;
