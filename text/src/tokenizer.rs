@@ -185,7 +185,7 @@ impl Tokenizer {
     }
 }
 
-/// Precomputes every token's bytes: byte-level decoding for BPE, `▁` to space and `<0xXX>` to the byte
+/// Precomputes every token's bytes (empty for unused tokens): byte-level decoding for BPE, `▁` to space and `<0xXX>` to the byte
 /// for SentencePiece, and the raw text for control, user-defined and unknown tokens.
 fn build_pieces(vocab: &Vocab) -> Vec<Vec<u8>> {
     let bytes_of = char_to_byte();
@@ -197,6 +197,8 @@ fn build_pieces(vocab: &Vocab) -> Vec<Vec<u8>> {
             (TokenType::Control | TokenType::Unknown | TokenType::UserDefined, _) => {
                 text.as_bytes().to_vec()
             }
+            // llama.cpp shows nothing for unused and undefined tokens.
+            (TokenType::Unused | TokenType::Undefined, _) => Vec::new(),
             (TokenType::Byte, _) => {
                 spm::parse_byte_token(text).map_or_else(|| text.as_bytes().to_vec(), |b| vec![b])
             }
@@ -284,6 +286,17 @@ mod tests {
         assert_eq!(tok.token_to_piece(u32::from(b' '), true), b" ");
         assert_eq!(tok.token_to_piece(99_999, true), b"");
         assert_eq!(tok.vocab_size(), 263);
+    }
+
+    #[test]
+    fn unused_tokens_show_nothing_and_tokenizer_is_shareable() {
+        let mut spec = toy_spec();
+        spec.tokens.push("[PAD263]".into());
+        spec.token_types.as_mut().unwrap().push(5);
+        let tok = Tokenizer::from_spec(&spec).unwrap();
+        assert_eq!(tok.token_to_piece(263, true), b"");
+        fn shareable<T: Send + Sync>(_: &T) {}
+        shareable(&tok);
     }
 
     #[test]
