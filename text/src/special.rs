@@ -1,5 +1,9 @@
 //! Splitting special-token texts out of raw text before tokenization, as llama.cpp's
 //! `tokenizer_st_partition` does: longest token text first, every occurrence, left to right.
+//! An Aho-Corasick pass first finds which special texts occur at all, so a vocabulary with thousands of
+//! control tokens costs one scan of the prompt instead of one per token.
+
+use aho_corasick::AhoCorasick;
 
 use crate::vocab::{TokenType, Vocab};
 
@@ -17,6 +21,8 @@ pub enum Fragment<'a> {
 pub struct SpecialMatcher {
     /// `(id, parsed only with parse_special)`, ordered by text length, longest first, then by id.
     order: Vec<(u32, bool)>,
+    /// Matches the texts of `order` (pattern `i` is `order[i]`); `None` when there are no special tokens.
+    finder: Option<AhoCorasick>,
 }
 
 impl SpecialMatcher {
@@ -32,13 +38,26 @@ impl SpecialMatcher {
                 _ => None,
             })
             .collect();
+        order.retain(|&(id, _)| !vocab.tokens[id as usize].is_empty());
         order.sort_by(|a, b| {
             vocab.tokens[b.0 as usize]
                 .len()
                 .cmp(&vocab.tokens[a.0 as usize].len())
                 .then(a.0.cmp(&b.0))
         });
-        Self { order }
+        let finder = if order.is_empty() {
+            None
+        } else {
+            // Texts are non-empty and few enough for the library's limits; a build failure only loses the
+            // prefilter, and every token is then searched for directly.
+            AhoCorasick::new(
+                order
+                    .iter()
+                    .map(|&(id, _)| vocab.tokens[id as usize].as_bytes()),
+            )
+            .ok()
+        };
+        Self { order, finder }
     }
 
     /// Splits `text` into fragments. Control and unknown tokens are recognised only when `parse_special`
@@ -54,8 +73,23 @@ impl SpecialMatcher {
         } else {
             vec![Fragment::Text(text)]
         };
-        for &(id, needs_parse_special) in &self.order {
+        if text.is_empty() {
+            return frags;
+        }
+        // Which special texts occur anywhere in `text` (a text cut by a longer token is still searched
+        // for in the pieces, so this only skips tokens that cannot match).
+        let present: Option<Vec<bool>> = self.finder.as_ref().map(|f| {
+            let mut seen = vec![false; self.order.len()];
+            for m in f.find_overlapping_iter(text) {
+                seen[m.pattern().as_usize()] = true;
+            }
+            seen
+        });
+        for (i, &(id, needs_parse_special)) in self.order.iter().enumerate() {
             if needs_parse_special && !parse_special {
+                continue;
+            }
+            if present.as_ref().is_some_and(|p| !p[i]) {
                 continue;
             }
             let needle = vocab.tokens[id as usize].as_str();
