@@ -1,0 +1,63 @@
+//! `Pool::parallel_for` allocates nothing per call, on the caller or on the workers: a counting global
+//! allocator sees no allocation over many calls once the pool is started. (One test in its own
+//! binary, so no other test's allocations are counted.)
+
+use bloomery_kernels_cpu::pool::{Pool, PoolOptions};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::time::Duration;
+
+struct Counting;
+
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged, only counting calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, SeqCst);
+        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, which we pass on.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `System.alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn parallel_for_does_not_allocate() {
+    let pool = Pool::new(PoolOptions {
+        spin: Duration::from_micros(20),
+        ..PoolOptions::new(4)
+    })
+    .expect("pool starts");
+    let data: Vec<AtomicUsize> = (0..256).map(|_| AtomicUsize::new(0)).collect();
+    // warm up: threads started, parked and woken at least once
+    for _ in 0..10 {
+        pool.parallel_for(256, |i| {
+            data[i].fetch_add(1, SeqCst);
+        });
+    }
+    std::thread::sleep(Duration::from_millis(10));
+    let before = ALLOCATIONS.load(SeqCst);
+    for round in 0..500 {
+        let n = 1 + round % 256;
+        pool.parallel_for(n, |i| {
+            data[i].fetch_add(1, SeqCst);
+        });
+        if round % 100 == 0 {
+            std::thread::sleep(Duration::from_millis(1)); // the park/wake path too
+        }
+    }
+    let after = ALLOCATIONS.load(SeqCst);
+    assert_eq!(after - before, 0, "parallel_for allocated");
+    let total: usize = data.iter().map(|d| d.load(SeqCst)).sum();
+    assert_eq!(
+        total,
+        10 * 256 + (0..500).map(|r| 1 + r % 256).sum::<usize>()
+    );
+}
