@@ -4,8 +4,8 @@
 //! Every op is a plain function over slices in ggml order: `ne0` is the contiguous dimension and a
 //! "row" is `ne0` contiguous values, so hidden states are `[n_embd, n_rows]`, a query tensor is
 //! `[head_dim, n_head, n_rows]`, and a layer's KV cache is `[width, cache_len, n_slots]`. Lengths are
-//! checked up front and an inconsistent shape is an [`OpError`], never a panic. No op allocates: the
-//! ones that change values keep the row length work in place or write to a caller-owned output, so
+//! checked up front and an inconsistent shape is an [`OpError`], never a panic. No op allocates:
+//! each works in place or writes to a caller-owned output (copy first for an out-of-place call), so
 //! all of them are safe on the decode hot path. They are single-threaded; callers split rows across
 //! the [`crate::pool::Pool`] themselves.
 
