@@ -36,15 +36,6 @@ impl KvCache<'_> {
             KvCache::F16(c) => c.len(),
         }
     }
-
-    /// Element `i` as f32; the caller has checked `i < len`.
-    #[inline]
-    fn get(&self, i: usize) -> f32 {
-        match self {
-            KvCache::F32(c) => c[i],
-            KvCache::F16(c) => c[i].to_f32(),
-        }
-    }
 }
 
 /// The shape and options of one attention call.
@@ -126,9 +117,49 @@ pub fn attention(
             return Err(OpError::Parameter { op: OP, what });
         }
     }
+    match (k_cache, v_cache) {
+        (KvCache::F32(k), KvCache::F32(v)) => attend(q, slots, positions, k, v, p, out),
+        (KvCache::F32(k), KvCache::F16(v)) => attend(q, slots, positions, k, v, p, out),
+        (KvCache::F16(k), KvCache::F32(v)) => attend(q, slots, positions, k, v, p, out),
+        (KvCache::F16(k), KvCache::F16(v)) => attend(q, slots, positions, k, v, p, out),
+    }
+}
+
+/// A cache element read as f32.
+trait Widen: Copy {
+    fn widen(self) -> f32;
+}
+
+impl Widen for f32 {
+    #[inline]
+    fn widen(self) -> f32 {
+        self
+    }
+}
+
+impl Widen for f16 {
+    #[inline]
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+}
+
+/// The attention loop proper, monomorphised per cache element type; every length and index was
+/// checked by [`attention`].
+fn attend<K: Widen, V: Widen>(
+    q: &[f32],
+    slots: &[u32],
+    positions: &[i32],
+    k_cache: &[K],
+    v_cache: &[V],
+    p: &AttentionParams,
+    out: &mut [f32],
+) -> Result<(), OpError> {
+    let (dk, dv) = (p.head_dim_k, p.head_dim_v);
+    let (k_width, v_width) = (dk * p.n_head_kv, dv * p.n_head_kv);
     let group = p.n_head / p.n_head_kv;
     for (r, (&slot, &pos)) in slots.iter().zip(positions).enumerate() {
-        let (slot, lo, hi) = locate(OP, slot, pos, p)?;
+        let (slot, lo, hi) = locate("attention", slot, pos, p)?;
         for h in 0..p.n_head {
             let qh = &q[(r * p.n_head + h) * dk..][..dk];
             let acc = &mut out[(r * p.n_head + h) * dv..][..dv];
@@ -139,11 +170,8 @@ pub fn attention(
             acc.fill(0.0);
             for t in lo..=hi {
                 let cache_row = slot * p.cache_len + t % p.cache_len;
-                let k0 = cache_row * k_width + kvh * dk;
-                let mut s = 0.0f32;
-                for (i, &qi) in qh.iter().enumerate() {
-                    s += qi * k_cache.get(k0 + i);
-                }
+                let kr = &k_cache[cache_row * k_width + kvh * dk..][..dk];
+                let mut s: f32 = qh.iter().zip(kr).map(|(&a, &b)| a * b.widen()).sum();
                 s *= p.scale;
                 if let Some(c) = p.softcap {
                     s = c * (s / c).tanh();
@@ -159,10 +187,10 @@ pub fn attention(
                     continue;
                 }
                 sum += w;
-                let v0 = cache_row * v_width + kvh * dv;
-                for (i, a) in acc.iter_mut().enumerate() {
-                    *a += w * v_cache.get(v0 + i);
-                }
+                let vr = &v_cache[cache_row * v_width + kvh * dv..][..dv];
+                acc.iter_mut()
+                    .zip(vr)
+                    .for_each(|(a, &b)| *a += w * b.widen());
             }
             let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
             acc.iter_mut().for_each(|a| *a *= inv);
