@@ -1,6 +1,12 @@
 //! Text side of the engine: a tokenizer built from GGUF vocabulary metadata (byte-level BPE and
 //! SentencePiece, matching llama.cpp), a streaming decoder, and chat-template rendering that matches
 //! Python jinja2 as Hugging Face transformers configures it.
+//!
+//! Use: fill a [`VocabSpec`] from the GGUF `tokenizer.ggml.*` keys, build a [`Tokenizer`] with
+//! [`Tokenizer::from_spec`], render the prompt with [`ChatTemplate::render`] (the template text is the
+//! GGUF `tokenizer.chat_template`), trim what the tokenizer adds itself with
+//! [`ChatTemplate::strip_added_specials`], then `encode(prompt, true, true)`. Stream generated ids back to
+//! text with [`StreamDecoder`] and stop on [`Tokenizer::is_eog`].
 
 mod bpe;
 mod error;

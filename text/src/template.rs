@@ -24,7 +24,8 @@ pub struct ChatRequest {
     pub tools: Option<TemplateValue>,
     /// `add_generation_prompt`: end with the opening of an assistant turn.
     pub add_generation_prompt: bool,
-    /// Extra variables (`chat_template_kwargs`), e.g. `enable_thinking: false`.
+    /// Extra variables (`chat_template_kwargs`), e.g. `enable_thinking: false`. llama-server always sets
+    /// `enable_thinking` (true unless reasoning is turned off); the host should do the same.
     pub kwargs: Vec<(String, TemplateValue)>,
 }
 
