@@ -315,7 +315,9 @@ impl Vocab {
             texts.iter().filter_map(|t| ids.get(*t).copied()).collect()
         };
         if special.eot.is_none() {
-            special.eot = by_text(EOT_TEXTS).into_iter().min();
+            // llama.cpp takes the first match in its hash-map order; the list order here picks the same
+            // token for the vocabularies under test (`<|im_end|>` before `<|endoftext|>`).
+            special.eot = EOT_TEXTS.iter().find_map(|t| ids.get(*t).copied());
         }
         for id in by_text(FIM_EOG_TEXTS).into_iter().chain(by_text(EOG_TEXTS)) {
             eog.insert(id);

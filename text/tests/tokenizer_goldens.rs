@@ -144,3 +144,54 @@ fn gemma3_matches_llama_cpp() {
         );
     }
 }
+
+/// Pieces of special, byte, unused and sampled normal tokens, the end-of-generation set and the special
+/// ids, against mainline llama.cpp (fixtures/piece_goldens.json, made by make_piece_goldens.py).
+fn check_pieces(name: &str) {
+    let Some(tok) = load(name) else { return };
+    let all: Value = serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("piece_goldens.json")).unwrap(),
+    )
+    .unwrap();
+    let gold = &all["vocabs"][name];
+    let id = |v: &Value| u32::try_from(v.as_i64().unwrap()).ok();
+    assert_eq!(tok.bos(), id(&gold["bos"]), "{name} BOS");
+    assert_eq!(tok.eos(), id(&gold["eos"]), "{name} EOS");
+    assert_eq!(tok.eot(), id(&gold["eot"]), "{name} EOT");
+    assert_eq!(
+        tok.eog_ids(),
+        ids(&gold["eog"]),
+        "{name} end-of-generation ids"
+    );
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let mut failures = Vec::new();
+    for p in gold["pieces"].as_array().unwrap() {
+        let i = p[0].as_u64().unwrap() as u32;
+        for (special, want) in [(true, &p[1]), (false, &p[2])] {
+            let got = hex(tok.token_to_piece(i, special));
+            if got != want.as_str().unwrap() {
+                failures.push(format!(
+                    "{name} id {i} special={special}: got {got}, want {want}"
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} pieces differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+    println!(
+        "{name}: {} pieces, EOG set and special ids identical to {}",
+        gold["pieces"].as_array().unwrap().len(),
+        all["reference"]
+    );
+}
+
+#[test]
+fn pieces_match_llama_cpp() {
+    for name in ["qwen2", "qwen35", "deepseek-v3", "gemma3"] {
+        check_pieces(name);
+    }
+}
