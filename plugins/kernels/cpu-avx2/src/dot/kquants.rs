@@ -1,0 +1,271 @@
+//! The 256-element formats Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS against Q8_K activations
+//! (292 bytes: `d:f32`, `qs:i8[256]`, `bsums:i16[16]`).
+//!
+//! Quants are brought to unsigned bytes where the format allows (Q3_K as `q + 4`, Q6_K as
+//! `q + 32`), multiplied with `maddubs`, weighted by their sub-block scale with `madd`, and the
+//! offsets removed through the activation block sums: `Σ s·(u − o)·a = Σ s·u·a − o·Σ s·bsum`.
+//! Per super-block the i32 lanes are converted once and accumulated with an FMA. Layouts as in
+//! `bloomery_kernels_cpu::quant::kquants`; lengths are checked by the caller. Hot path: nothing
+//! allocates.
+
+use std::arch::x86_64::*;
+
+use bloomery_kernels_cpu::quant::iq_tables::KVALUES_IQ4NL;
+
+use super::simd::{dot_i8_i16, f16_at, f32_at, hsum, load128, load256, table16, u32_at};
+
+/// `_mm_shuffle_epi8` masks: for 32-element group `g`, the scale of sub-block `2g` in bytes 0..8
+/// and of sub-block `2g + 1` in bytes 8..16 (as `madd` pairs them after `maddubs`).
+const GROUP_SCALES: [[u8; 16]; 8] = {
+    let mut m = [[0u8; 16]; 8];
+    let mut g = 0;
+    while g < 8 {
+        let mut j = 0;
+        while j < 16 {
+            m[g][j] = (2 * g + j / 8) as u8;
+            j += 1;
+        }
+        g += 1;
+    }
+    m
+};
+
+/// The 16 i16 scales of group `g`, from 16 signed byte scales (one per 16 elements).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn group_scales_i8(scales: __m128i, g: usize) -> __m256i {
+    // SAFETY: the mask is 16 readable bytes; the load is unaligned.
+    let mask = unsafe { _mm_loadu_si128(GROUP_SCALES[g].as_ptr().cast()) };
+    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, mask))
+}
+
+/// The 8 scales and 8 minimums (6-bit) of Q4_K and Q5_K as `(scales, mins)`, each two u32 of
+/// four bytes (`scale_min_k4` of the reference, on words).
+#[inline]
+fn k4_scales(b: &[u8]) -> ([u32; 2], [u32; 2]) {
+    let (u0, u1, u2) = (u32_at(b, 4), u32_at(b, 8), u32_at(b, 12));
+    let sc = [
+        u0 & 0x3f3f_3f3f,
+        (u2 & 0x0f0f_0f0f) | ((u0 >> 2) & 0x3030_3030),
+    ];
+    let mn = [
+        u1 & 0x3f3f_3f3f,
+        ((u2 >> 4) & 0x0f0f_0f0f) | ((u1 >> 2) & 0x3030_3030),
+    ];
+    (sc, mn)
+}
+
+/// `Σ min·(bsum[2k] + bsum[2k+1])` over the 8 minimums of a Q4_K/Q5_K block, as 4 f32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_mins_dot(mn: [u32; 2], a: &[u8]) -> __m128 {
+    let mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, mn[1] as i32, mn[0] as i32));
+    let pair_sums = _mm_hadd_epi16(load128(a, 260), load128(a, 276));
+    _mm_cvtepi32_ps(_mm_madd_epi16(mins, pair_sums))
+}
+
+/// The eight 32-element scales of a Q4_K/Q5_K block as bytes.
+#[inline]
+fn k4_scale_bytes(sc: [u32; 2]) -> [u8; 8] {
+    let (lo, hi) = (sc[0].to_le_bytes(), sc[1].to_le_bytes());
+    [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]]
+}
+
+/// Q4_K weights · Q8_K activations.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn q4_k(w: &[u8], act: &[u8]) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm_setzero_ps());
+    for (b, a) in w.chunks_exact(144).zip(act.chunks_exact(292)) {
+        let da = f32_at(a, 0);
+        let (sc, mn) = k4_scales(b);
+        let dmin = _mm_set1_ps(da * f16_at(b, 2));
+        acc_m = _mm_fmadd_ps(dmin, k4_mins_dot(mn, a), acc_m);
+        let sc = k4_scale_bytes(sc);
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            let q = load256(b, 16 + 32 * j);
+            let lo = _mm256_maddubs_epi16(_mm256_and_si256(q, m4), load256(a, 4 + 64 * j));
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+            let hi = _mm256_maddubs_epi16(hi, load256(a, 36 + 64 * j));
+            let lo = _mm256_madd_epi16(lo, _mm256_set1_epi16(i16::from(sc[2 * j])));
+            let hi = _mm256_madd_epi16(hi, _mm256_set1_epi16(i16::from(sc[2 * j + 1])));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(lo, hi));
+        }
+        let d = _mm256_set1_ps(da * f16_at(b, 0));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum(acc) - super::simd::hsum128(acc_m)
+}
+
+/// Q5_K weights · Q8_K activations.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn q5_k(w: &[u8], act: &[u8]) -> f32 {
+    let (m4, bit4) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x10));
+    let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm_setzero_ps());
+    for (b, a) in w.chunks_exact(176).zip(act.chunks_exact(292)) {
+        let da = f32_at(a, 0);
+        let (sc, mn) = k4_scales(b);
+        let dmin = _mm_set1_ps(da * f16_at(b, 2));
+        acc_m = _mm_fmadd_ps(dmin, k4_mins_dot(mn, a), acc_m);
+        let sc = k4_scale_bytes(sc);
+        // Bits 2j and 2j + 1 of each byte are the fifth bits of 32-element groups 2j, 2j + 1;
+        // shifted down by 2 per step (bits leaking in from the byte above stay above bit 1).
+        let mut hbits = load256(b, 16);
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            let q = load256(b, 48 + 32 * j);
+            let lo = _mm256_and_si256(q, m4);
+            let lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16::<4>(hbits), bit4));
+            let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
+            let hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16::<3>(hbits), bit4));
+            hbits = _mm256_srli_epi16::<2>(hbits);
+            let lo = _mm256_maddubs_epi16(lo, load256(a, 4 + 64 * j));
+            let hi = _mm256_maddubs_epi16(hi, load256(a, 36 + 64 * j));
+            let lo = _mm256_madd_epi16(lo, _mm256_set1_epi16(i16::from(sc[2 * j])));
+            let hi = _mm256_madd_epi16(hi, _mm256_set1_epi16(i16::from(sc[2 * j + 1])));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(lo, hi));
+        }
+        let d = _mm256_set1_ps(da * f16_at(b, 0));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum(acc) - super::simd::hsum128(acc_m)
+}
+
+/// Q6_K weights · Q8_K activations: `u = q + 32` in 0..64, then `− 32·Σ scale·bsum`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn q6_k(w: &[u8], act: &[u8]) -> f32 {
+    let (m4, m30) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x30));
+    let mut acc = _mm256_setzero_ps();
+    for (b, a) in w.chunks_exact(210).zip(act.chunks_exact(292)) {
+        let scales = load128(b, 192);
+        let mut sumi = _mm256_setzero_si256();
+        for c in 0..2 {
+            let (l0, l1) = (load256(b, 64 * c), load256(b, 64 * c + 32));
+            let h = load256(b, 128 + 32 * c);
+            let u = [
+                (_mm256_and_si256(l0, m4), _mm256_slli_epi16::<4>(h)),
+                (_mm256_and_si256(l1, m4), _mm256_slli_epi16::<2>(h)),
+                (_mm256_and_si256(_mm256_srli_epi16::<4>(l0), m4), h),
+                (
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(l1), m4),
+                    _mm256_srli_epi16::<2>(h),
+                ),
+            ];
+            for (k, (low, high)) in u.into_iter().enumerate() {
+                let g = 4 * c + k;
+                let u = _mm256_or_si256(low, _mm256_and_si256(high, m30));
+                let p = _mm256_maddubs_epi16(u, load256(a, 4 + 32 * g));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, group_scales_i8(scales, g)));
+            }
+        }
+        let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scales), load256(a, 260));
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32::<5>(offset));
+        let d = _mm256_set1_ps(f32_at(a, 0) * f16_at(b, 208));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum(acc)
+}
+
+/// The 16 signed Q3_K scales (offset 32 removed) from their 12 bytes at `b[96..108]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q3_k_scales(b: &[u8]) -> __m128i {
+    let (a0, a1, a2) = (u32_at(b, 96), u32_at(b, 100), u32_at(b, 104));
+    let (lo, hi) = (0x0f0f_0f0f, 0x0303_0303);
+    let s0 = (a0 & lo) | ((a2 & hi) << 4);
+    let s1 = (a1 & lo) | (((a2 >> 2) & hi) << 4);
+    let s2 = ((a0 >> 4) & lo) | (((a2 >> 4) & hi) << 4);
+    let s3 = ((a1 >> 4) & lo) | (((a2 >> 6) & hi) << 4);
+    let s = _mm_set_epi32(s3 as i32, s2 as i32, s1 as i32, s0 as i32);
+    _mm_sub_epi8(s, _mm_set1_epi8(32))
+}
+
+/// Q3_K weights · Q8_K activations: `u = q + 4` (2 low bits | high bit · 4), then `− 4·Σ
+/// scale·bsum`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn q3_k(w: &[u8], act: &[u8]) -> f32 {
+    let (m3, bit2) = (_mm256_set1_epi8(3), _mm256_set1_epi8(4));
+    let mut acc = _mm256_setzero_ps();
+    for (b, a) in w.chunks_exact(110).zip(act.chunks_exact(292)) {
+        let scales = q3_k_scales(b);
+        // Bit g of each hmask byte is the high bit of group g; shifted down one per group.
+        let mut hbits = load256(b, 0);
+        let mut sumi = _mm256_setzero_si256();
+        for c in 0..2 {
+            let mut q = load256(b, 32 + 32 * c);
+            for p in 0..4 {
+                let g = 4 * c + p;
+                let high = _mm256_and_si256(_mm256_slli_epi16::<2>(hbits), bit2);
+                let u = _mm256_or_si256(_mm256_and_si256(q, m3), high);
+                q = _mm256_srli_epi16::<2>(q);
+                hbits = _mm256_srli_epi16::<1>(hbits);
+                let prod = _mm256_maddubs_epi16(u, load256(a, 4 + 32 * g));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, group_scales_i8(scales, g)));
+            }
+        }
+        let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scales), load256(a, 260));
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32::<2>(offset));
+        let d = _mm256_set1_ps(f32_at(a, 0) * f16_at(b, 108));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum(acc)
+}
+
+/// Q2_K weights · Q8_K activations: `d·Σ scale·q·a − dmin·Σ min·bsum`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn q2_k(w: &[u8], act: &[u8]) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+    for (b, a) in w.chunks_exact(84).zip(act.chunks_exact(292)) {
+        let da = f32_at(a, 0);
+        let raw = load128(b, 0);
+        let scales = _mm_and_si128(raw, _mm_set1_epi8(0x0f));
+        let mins = _mm_and_si128(_mm_srli_epi16::<4>(raw), _mm_set1_epi8(0x0f));
+        let summ = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mins), load256(a, 260));
+        let dmin = _mm256_set1_ps(da * f16_at(b, 82));
+        acc_m = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(summ), acc_m);
+        let mut sumi = _mm256_setzero_si256();
+        for c in 0..2 {
+            let mut q = load256(b, 16 + 32 * c);
+            for p in 0..4 {
+                let g = 4 * c + p;
+                let prod = _mm256_maddubs_epi16(_mm256_and_si256(q, m3), load256(a, 4 + 32 * g));
+                q = _mm256_srli_epi16::<2>(q);
+                // The scales are 0..16, so the signed widening is the unsigned one.
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, group_scales_i8(scales, g)));
+            }
+        }
+        let d = _mm256_set1_ps(da * f16_at(b, 80));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum(acc) - hsum(acc_m)
+}
+
+/// IQ4_XS weights · Q8_K activations: table values times a signed 6-bit scale per 32.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn iq4_xs(w: &[u8], act: &[u8]) -> f32 {
+    let table = table16(&KVALUES_IQ4NL);
+    let m4 = _mm_set1_epi8(0x0f);
+    let mut acc = _mm256_setzero_ps();
+    for (b, a) in w.chunks_exact(136).zip(act.chunks_exact(292)) {
+        let scales_h = u16::from_le_bytes([b[2], b[3]]);
+        let mut sumi = _mm256_setzero_si256();
+        for ib in 0..8 {
+            let lo = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0f;
+            let hi = ((scales_h >> (2 * ib)) & 3) as u8;
+            let scale = i16::from(lo | (hi << 4)) - 32;
+            let x = load128(b, 8 + 16 * ib);
+            let idx = _mm256_set_m128i(
+                _mm_and_si128(_mm_srli_epi16::<4>(x), m4),
+                _mm_and_si128(x, m4),
+            );
+            let q = _mm256_shuffle_epi8(table, idx);
+            let p = dot_i8_i16(q, load256(a, 4 + 32 * ib));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16(scale)));
+        }
+        let d = _mm256_set1_ps(f32_at(a, 0) * f16_at(b, 0));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum(acc)
+}

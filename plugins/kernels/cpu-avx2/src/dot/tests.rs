@@ -1,0 +1,216 @@
+//! The hand-written kernels against the portable reference `quant::vec_dot`, on seeded random
+//! weight rows (random payload, sane scales) and quantized random activations.
+//!
+//! Tolerance: `|avx2 − reference| ≤ 1e-5 · Σ|w·a|` (dequantized products). The integer sums are
+//! exact in both; only the f32 scaling and the order of the f32 additions differ (and the float
+//! types sum in f32 here, in f64 in the reference).
+
+use bloomery_kernels_cpu::quant::bits::f32_to_f16;
+use bloomery_kernels_cpu::quant::{self, QuantError};
+use bloomery_plugin_api::DType;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::{row_dot, row_dot_v3, HAND_WRITTEN};
+
+const REL_TOL: f64 = 1e-5;
+
+fn have_v3() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
+}
+
+/// Byte offsets of the f16 scales inside one block of `t` (to overwrite with sane values).
+fn f16_scale_offsets(t: DType) -> &'static [usize] {
+    match t {
+        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4_NL | DType::IQ4_XS => &[0],
+        DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
+        DType::Q2_K => &[80, 82],
+        DType::Q3_K => &[108],
+        DType::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// A random weight row of `n` elements of `t`: random payload bytes, f16 scales of magnitude
+/// 2^-10..2^-4 with random sign, E8M0 exponents near 1.
+pub(super) fn random_weights(t: DType, n: usize, rng: &mut StdRng) -> Vec<u8> {
+    if matches!(t, DType::F32 | DType::F16 | DType::BF16) {
+        let x: Vec<f32> = (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+        let mut w = vec![0u8; t.row_bytes(n as u64).unwrap() as usize];
+        quant::quantize_row(t, &x, &mut w).unwrap();
+        return w;
+    }
+    let l = t.layout().unwrap();
+    let mut w = vec![0u8; t.row_bytes(n as u64).unwrap() as usize];
+    rng.fill(&mut w[..]);
+    for b in w.chunks_exact_mut(l.bytes as usize) {
+        for &o in f16_scale_offsets(t) {
+            let d = rng.gen_range(1.0f32..2.0) * 2f32.powi(rng.gen_range(-10..-4));
+            let d = if rng.gen() { d } else { -d };
+            b[o..o + 2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
+        }
+        if t == DType::MXFP4 {
+            b[0] = rng.gen_range(118..=130);
+        }
+    }
+    w
+}
+
+/// Random activations (a scale changing every 32) quantized into `vec_dot_type(t)`.
+pub(super) fn random_activations(t: DType, n: usize, rng: &mut StdRng) -> Vec<u8> {
+    let at = quant::vec_dot_type(t).unwrap();
+    let mut x = vec![0f32; n];
+    for c in x.chunks_mut(32) {
+        let s = 2f32.powi(rng.gen_range(-6..6));
+        c.iter_mut()
+            .for_each(|v| *v = rng.gen_range(-1.0f32..1.0) * s);
+    }
+    let mut act = vec![0u8; at.row_bytes(n as u64).unwrap() as usize];
+    quant::quantize_row(at, &x, &mut act).unwrap();
+    act
+}
+
+/// Σ|w·a| over the dequantized rows.
+fn magnitude(t: DType, n: usize, w: &[u8], act: &[u8]) -> f64 {
+    let at = quant::vec_dot_type(t).unwrap();
+    let (mut wd, mut ad) = (vec![0f32; n], vec![0f32; n]);
+    quant::dequantize_row(t, w, &mut wd).unwrap();
+    quant::dequantize_row(at, act, &mut ad).unwrap();
+    wd.iter()
+        .zip(&ad)
+        .map(|(&x, &y)| (f64::from(x) * f64::from(y)).abs())
+        .sum()
+}
+
+fn check(t: DType, n: usize, w: &[u8], act: &[u8]) {
+    let want = quant::vec_dot(t, n, w, act).unwrap();
+    let got = row_dot(t, n, w, act).unwrap();
+    let mag = magnitude(t, n, w, act);
+    let err = (f64::from(got) - f64::from(want)).abs();
+    assert!(
+        err <= REL_TOL * mag,
+        "{t}, n = {n}: avx2 {got} vs reference {want}: error {err:e} over {REL_TOL:e} · {mag:e}"
+    );
+}
+
+#[test]
+fn hand_written_kernels_match_the_reference_on_random_rows() {
+    if !have_v3() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(0x5eed);
+    for &t in HAND_WRITTEN {
+        let block = t.layout().unwrap().block as usize;
+        let sizes: &[usize] = if block == 1 {
+            &[1, 7, 8, 31, 32, 33, 256, 1000, 4096]
+        } else {
+            &[block, 2 * block, 4096, 16 * 256 + block * 3]
+        };
+        for &n in sizes {
+            for _ in 0..8 {
+                let w = random_weights(t, n, &mut rng);
+                let act = random_activations(t, n, &mut rng);
+                check(t, n, &w, &act);
+            }
+        }
+    }
+}
+
+/// Payloads of all-equal bytes reach the extreme quants (e.g. Q8_0's −128, the largest nibbles
+/// and high bits everywhere), where a saturating or sign-wrong product would show.
+#[test]
+fn hand_written_kernels_match_the_reference_on_extreme_payloads() {
+    if !have_v3() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(11);
+    for &t in HAND_WRITTEN {
+        let n = 4096;
+        let bytes = t.layout().unwrap().bytes as usize;
+        for fill in [0x00u8, 0xff, 0x80, 0x7f, 0x55, 0xaa] {
+            let mut w = random_weights(t, n, &mut rng);
+            let offsets = f16_scale_offsets(t);
+            if t.is_quantized() {
+                for b in w.chunks_exact_mut(bytes) {
+                    for (i, v) in b.iter_mut().enumerate() {
+                        let scale = offsets.iter().any(|&o| i == o || i == o + 1);
+                        let kept = scale || (t == DType::MXFP4 && i == 0);
+                        if !kept {
+                            *v = fill;
+                        }
+                    }
+                }
+            }
+            // Activations at full range: every block's largest quant is ±127.
+            let act = random_activations(t, n, &mut rng);
+            check(t, n, &w, &act);
+        }
+    }
+}
+
+#[test]
+fn other_types_go_to_the_reference() {
+    if !have_v3() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(12);
+    for &t in DType::ALL {
+        let Some(at) = quant::vec_dot_type(t) else {
+            continue;
+        };
+        let l = t.layout().unwrap();
+        let n = 256 * l.block as usize;
+        let w: Vec<u8> = (0..t.row_bytes(n as u64).unwrap())
+            .map(|_| rng.gen())
+            .collect();
+        let act = vec![0u8; at.row_bytes(n as u64).unwrap() as usize];
+        // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
+        let kernel = unsafe { row_dot_v3(t, &w, &act) };
+        assert_eq!(kernel.is_some(), HAND_WRITTEN.contains(&t), "{t}");
+        if kernel.is_none() {
+            let act = random_activations(t, n, &mut rng);
+            // Bit patterns, since random payloads may hold NaN scales.
+            let bits = |r: Result<f32, QuantError>| r.map(f32::to_bits);
+            assert_eq!(
+                bits(row_dot(t, n, &w, &act)),
+                bits(quant::vec_dot(t, n, &w, &act)),
+                "{t}"
+            );
+        }
+    }
+}
+
+#[test]
+fn length_errors_are_the_reference_errors() {
+    for &t in HAND_WRITTEN {
+        let l = t.layout().unwrap();
+        let n = 2 * l.block as usize;
+        let at = quant::vec_dot_type(t).unwrap();
+        let w = vec![0u8; t.row_bytes(n as u64).unwrap() as usize];
+        let act = vec![0u8; at.row_bytes(n as u64).unwrap() as usize];
+        let short = &w[..w.len() - 1];
+        assert!(matches!(
+            row_dot(t, n, short, &act),
+            Err(QuantError::LengthMismatch { .. })
+        ));
+        assert_eq!(
+            row_dot(t, n, short, &act),
+            quant::vec_dot(t, n, short, &act),
+            "{t}"
+        );
+        assert_eq!(
+            row_dot(t, n, &w, &act[1..]),
+            quant::vec_dot(t, n, &w, &act[1..]),
+            "{t}"
+        );
+        if l.block > 1 {
+            assert!(matches!(
+                row_dot(t, n + 1, &w, &act),
+                Err(QuantError::NotWholeBlocks { .. })
+            ));
+        }
+        assert_eq!(row_dot(t, n, &w, &act), Ok(0.0), "{t}: zero rows");
+    }
+}
