@@ -19,6 +19,7 @@ fn vocab_dir() -> Option<PathBuf> {
     }
 }
 
+/// Loads `name`.vocab.json; `base@pre` loads `base` with `tokenizer.ggml.pre` replaced by `pre`.
 fn load(name: &str) -> Option<Tokenizer> {
     let Some(dir) = vocab_dir() else {
         println!(
@@ -26,9 +27,16 @@ fn load(name: &str) -> Option<Tokenizer> {
         );
         return None;
     };
-    let path = dir.join(format!("{name}.vocab.json"));
+    let (base, pre) = match name.split_once('@') {
+        Some((b, p)) => (b, Some(p)),
+        None => (name, None),
+    };
+    let path = dir.join(format!("{base}.vocab.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let spec: VocabSpec = serde_json::from_str(&text).unwrap();
+    let mut spec: VocabSpec = serde_json::from_str(&text).unwrap();
+    if let Some(p) = pre {
+        spec.pre = Some(p.to_string());
+    }
     Some(Tokenizer::from_spec(&spec).unwrap())
 }
 
@@ -117,6 +125,13 @@ fn qwen2_matches_tiktoken() {
 #[test]
 fn qwen35_matches_tiktoken() {
     check("qwen35");
+}
+
+#[test]
+fn llama3_gpt2_and_glm4_pre_tokenizers_match_tiktoken() {
+    for name in ["qwen2@llama-bpe", "qwen2@glm4", "qwen2@gpt-2"] {
+        check(name);
+    }
 }
 
 #[test]
