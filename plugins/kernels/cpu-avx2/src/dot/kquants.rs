@@ -12,7 +12,7 @@ use std::arch::x86_64::*;
 
 use bloomery_kernels_cpu::quant::iq_tables::KVALUES_IQ4NL;
 
-use super::simd::{dot_i8_i16, f16_at, f32_at, hsum, load128, load256, table16, u32_at};
+use super::simd::{dot_i8_i16, f32_at, hsum, load128, load256, scaled_f16x8, table16, u32_at};
 
 /// `_mm_shuffle_epi8` masks: for 32-element group `g`, the scale of sub-block `2g` in bytes 0..8
 /// and of sub-block `2g + 1` in bytes 8..16 (as `madd` pairs them after `maddubs`).
@@ -39,76 +39,85 @@ fn group_scales_i8(scales: __m128i, g: usize) -> __m256i {
     _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, mask))
 }
 
-/// The 8 scales and 8 minimums (6-bit) of Q4_K and Q5_K as `(scales, mins)`, each two u32 of
-/// four bytes (`scale_min_k4` of the reference, on words).
-#[inline]
-fn k4_scales(b: &[u8]) -> ([u32; 2], [u32; 2]) {
-    let (u0, u1, u2) = (u32_at(b, 4), u32_at(b, 8), u32_at(b, 12));
-    let sc = [
-        u0 & 0x3f3f_3f3f,
-        (u2 & 0x0f0f_0f0f) | ((u0 >> 2) & 0x3030_3030),
-    ];
-    let mn = [
-        u1 & 0x3f3f_3f3f,
-        ((u2 >> 4) & 0x0f0f_0f0f) | ((u1 >> 2) & 0x3030_3030),
-    ];
-    (sc, mn)
-}
-
-/// `Σ min·(bsum[2k] + bsum[2k+1])` over the 8 minimums of a Q4_K/Q5_K block, as 4 f32 lanes.
+/// The 8 scales and 8 minimums (6-bit) of a Q4_K/Q5_K block (`scale_min_k4` of the reference,
+/// on words): scales in bytes 0..8, minimums in bytes 8..16.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn k4_mins_dot(mn: [u32; 2], a: &[u8]) -> __m128 {
-    let mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, mn[1] as i32, mn[0] as i32));
-    let pair_sums = _mm_hadd_epi16(load128(a, 260), load128(a, 276));
-    _mm_cvtepi32_ps(_mm_madd_epi16(mins, pair_sums))
+fn k4_scales(b: &[u8]) -> __m128i {
+    let (u0, u1, u2) = (u32_at(b, 4), u32_at(b, 8), u32_at(b, 12));
+    let sc_lo = u0 & 0x3f3f_3f3f;
+    let sc_hi = (u2 & 0x0f0f_0f0f) | ((u0 >> 2) & 0x3030_3030);
+    let mn_lo = u1 & 0x3f3f_3f3f;
+    let mn_hi = ((u2 >> 4) & 0x0f0f_0f0f) | ((u1 >> 2) & 0x3030_3030);
+    _mm_set_epi32(mn_hi as i32, mn_lo as i32, sc_hi as i32, sc_lo as i32)
 }
 
-/// The eight 32-element scales of a Q4_K/Q5_K block as bytes.
+/// `min[k]·(bsum[2k] + bsum[2k+1])` for the 8 minimums of a Q4_K/Q5_K block, as 8 f32 lanes.
 #[inline]
-fn k4_scale_bytes(sc: [u32; 2]) -> [u8; 8] {
-    let (lo, hi) = (sc[0].to_le_bytes(), sc[1].to_le_bytes());
-    [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_mins_dot(scales: __m128i, a: &[u8]) -> __m256 {
+    // Each minimum twice, for the two 16-element sums of its 32 elements.
+    let twice = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    let mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scales, twice));
+    _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, load256(a, 260)))
 }
+
+/// The scale of 32-element group `g` of a Q4_K/Q5_K block, in all 16 i16 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k4_scale(scales: __m128i, g: usize) -> __m256i {
+    // SAFETY: the mask is 16 readable bytes; the load is unaligned.
+    let mask = unsafe { _mm_loadu_si128(SPLAT[g].as_ptr().cast()) };
+    _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scales, mask))
+}
+
+/// `_mm_shuffle_epi8` masks repeating byte `g`.
+const SPLAT: [[u8; 16]; 8] = {
+    let mut m = [[0u8; 16]; 8];
+    let mut g = 0;
+    while g < 8 {
+        m[g] = [g as u8; 16];
+        g += 1;
+    }
+    m
+};
 
 /// Q4_K weights · Q8_K activations.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn q4_k(w: &[u8], act: &[u8]) -> f32 {
     let m4 = _mm256_set1_epi8(0x0f);
-    let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm_setzero_ps());
+    let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     for (b, a) in w.chunks_exact(144).zip(act.chunks_exact(292)) {
         let da = f32_at(a, 0);
-        let (sc, mn) = k4_scales(b);
-        let dmin = _mm_set1_ps(da * f16_at(b, 2));
-        acc_m = _mm_fmadd_ps(dmin, k4_mins_dot(mn, a), acc_m);
-        let sc = k4_scale_bytes(sc);
+        let scales = k4_scales(b);
+        let dmin = scaled_f16x8(da, b, 2);
+        acc_m = _mm256_fmadd_ps(dmin, k4_mins_dot(scales, a), acc_m);
         let mut sumi = _mm256_setzero_si256();
         for j in 0..4 {
             let q = load256(b, 16 + 32 * j);
             let lo = _mm256_maddubs_epi16(_mm256_and_si256(q, m4), load256(a, 4 + 64 * j));
             let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
             let hi = _mm256_maddubs_epi16(hi, load256(a, 36 + 64 * j));
-            let lo = _mm256_madd_epi16(lo, _mm256_set1_epi16(i16::from(sc[2 * j])));
-            let hi = _mm256_madd_epi16(hi, _mm256_set1_epi16(i16::from(sc[2 * j + 1])));
+            let lo = _mm256_madd_epi16(lo, k4_scale(scales, 2 * j));
+            let hi = _mm256_madd_epi16(hi, k4_scale(scales, 2 * j + 1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(lo, hi));
         }
-        let d = _mm256_set1_ps(da * f16_at(b, 0));
+        let d = scaled_f16x8(da, b, 0);
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
-    hsum(acc) - super::simd::hsum128(acc_m)
+    hsum(acc) - hsum(acc_m)
 }
 
 /// Q5_K weights · Q8_K activations.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub fn q5_k(w: &[u8], act: &[u8]) -> f32 {
     let (m4, bit4) = (_mm256_set1_epi8(0x0f), _mm256_set1_epi8(0x10));
-    let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm_setzero_ps());
+    let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     for (b, a) in w.chunks_exact(176).zip(act.chunks_exact(292)) {
         let da = f32_at(a, 0);
-        let (sc, mn) = k4_scales(b);
-        let dmin = _mm_set1_ps(da * f16_at(b, 2));
-        acc_m = _mm_fmadd_ps(dmin, k4_mins_dot(mn, a), acc_m);
-        let sc = k4_scale_bytes(sc);
+        let scales = k4_scales(b);
+        let dmin = scaled_f16x8(da, b, 2);
+        acc_m = _mm256_fmadd_ps(dmin, k4_mins_dot(scales, a), acc_m);
         // Bits 2j and 2j + 1 of each byte are the fifth bits of 32-element groups 2j, 2j + 1;
         // shifted down by 2 per step (bits leaking in from the byte above stay above bit 1).
         let mut hbits = load256(b, 16);
@@ -122,14 +131,14 @@ pub fn q5_k(w: &[u8], act: &[u8]) -> f32 {
             hbits = _mm256_srli_epi16::<2>(hbits);
             let lo = _mm256_maddubs_epi16(lo, load256(a, 4 + 64 * j));
             let hi = _mm256_maddubs_epi16(hi, load256(a, 36 + 64 * j));
-            let lo = _mm256_madd_epi16(lo, _mm256_set1_epi16(i16::from(sc[2 * j])));
-            let hi = _mm256_madd_epi16(hi, _mm256_set1_epi16(i16::from(sc[2 * j + 1])));
+            let lo = _mm256_madd_epi16(lo, k4_scale(scales, 2 * j));
+            let hi = _mm256_madd_epi16(hi, k4_scale(scales, 2 * j + 1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(lo, hi));
         }
-        let d = _mm256_set1_ps(da * f16_at(b, 0));
+        let d = scaled_f16x8(da, b, 0);
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
-    hsum(acc) - super::simd::hsum128(acc_m)
+    hsum(acc) - hsum(acc_m)
 }
 
 /// Q6_K weights · Q8_K activations: `u = q + 32` in 0..64, then `− 32·Σ scale·bsum`.
@@ -161,7 +170,7 @@ pub fn q6_k(w: &[u8], act: &[u8]) -> f32 {
         }
         let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scales), load256(a, 260));
         sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32::<5>(offset));
-        let d = _mm256_set1_ps(f32_at(a, 0) * f16_at(b, 208));
+        let d = scaled_f16x8(f32_at(a, 0), b, 208);
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum(acc)
@@ -206,7 +215,7 @@ pub fn q3_k(w: &[u8], act: &[u8]) -> f32 {
         }
         let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scales), load256(a, 260));
         sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32::<2>(offset));
-        let d = _mm256_set1_ps(f32_at(a, 0) * f16_at(b, 108));
+        let d = scaled_f16x8(f32_at(a, 0), b, 108);
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum(acc)
@@ -223,7 +232,7 @@ pub fn q2_k(w: &[u8], act: &[u8]) -> f32 {
         let scales = _mm_and_si128(raw, _mm_set1_epi8(0x0f));
         let mins = _mm_and_si128(_mm_srli_epi16::<4>(raw), _mm_set1_epi8(0x0f));
         let summ = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mins), load256(a, 260));
-        let dmin = _mm256_set1_ps(da * f16_at(b, 82));
+        let dmin = scaled_f16x8(da, b, 82);
         acc_m = _mm256_fmadd_ps(dmin, _mm256_cvtepi32_ps(summ), acc_m);
         let mut sumi = _mm256_setzero_si256();
         for c in 0..2 {
@@ -236,7 +245,7 @@ pub fn q2_k(w: &[u8], act: &[u8]) -> f32 {
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, group_scales_i8(scales, g)));
             }
         }
-        let d = _mm256_set1_ps(da * f16_at(b, 80));
+        let d = scaled_f16x8(da, b, 80);
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum(acc) - hsum(acc_m)
@@ -264,7 +273,7 @@ pub fn iq4_xs(w: &[u8], act: &[u8]) -> f32 {
             let p = dot_i8_i16(q, load256(a, 4 + 32 * ib));
             sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, _mm256_set1_epi16(scale)));
         }
-        let d = _mm256_set1_ps(f32_at(a, 0) * f16_at(b, 0));
+        let d = scaled_f16x8(f32_at(a, 0), b, 0);
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum(acc)

@@ -21,12 +21,22 @@ pub fn load128(b: &[u8], off: usize) -> __m128i {
     unsafe { _mm_loadu_si128(s.as_ptr().cast()) }
 }
 
-/// The little-endian f16 at `b[i..i + 2]` as f32 (F16C; exact).
+/// The little-endian f16 at `b[i..i + 2]` in all 8 lanes, as f32 (F16C; exact).
+///
+/// Scales are converted as whole vectors on purpose: a scalar conversion loads the half into
+/// one lane (`pinsrw`), merging into whatever register the compiler picks, often the FMA
+/// accumulator, which makes every block wait for the previous one.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub fn f16_at(b: &[u8], i: usize) -> f32 {
-    let h = u16::from_le_bytes([b[i], b[i + 1]]);
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(h))))
+pub fn f16x8_at(b: &[u8], i: usize) -> __m256 {
+    _mm256_cvtph_ps(_mm_set1_epi16(i16::from_le_bytes([b[i], b[i + 1]])))
+}
+
+/// `x` times the f16 at `b[i..i + 2]`, in all 8 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn scaled_f16x8(x: f32, b: &[u8], i: usize) -> __m256 {
+    _mm256_mul_ps(_mm256_set1_ps(x), f16x8_at(b, i))
 }
 
 /// The little-endian f32 at `b[i..i + 4]`.
