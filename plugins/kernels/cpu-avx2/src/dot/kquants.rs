@@ -41,14 +41,25 @@ fn group_scales_i8(scales: __m128i, g: usize) -> __m256i {
 
 /// The 8 scales and 8 minimums (6-bit) of a Q4_K/Q5_K block (`scale_min_k4` of the reference,
 /// on words): scales in bytes 0..8, minimums in bytes 8..16.
+///
+/// A plain function so that it can be `inline(always)`: out of line, the call spills the
+/// accumulators every block.
+#[inline(always)]
+fn k4_scales(b: &[u8]) -> [u32; 4] {
+    let (u0, u1, u2) = (u32_at(b, 4), u32_at(b, 8), u32_at(b, 12));
+    [
+        u0 & 0x3f3f_3f3f,
+        (u2 & 0x0f0f_0f0f) | ((u0 >> 2) & 0x3030_3030),
+        u1 & 0x3f3f_3f3f,
+        ((u2 >> 4) & 0x0f0f_0f0f) | ((u1 >> 2) & 0x3030_3030),
+    ]
+}
+
+/// [`k4_scales`] as a vector.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn k4_scales(b: &[u8]) -> __m128i {
-    let (u0, u1, u2) = (u32_at(b, 4), u32_at(b, 8), u32_at(b, 12));
-    let sc_lo = u0 & 0x3f3f_3f3f;
-    let sc_hi = (u2 & 0x0f0f_0f0f) | ((u0 >> 2) & 0x3030_3030);
-    let mn_lo = u1 & 0x3f3f_3f3f;
-    let mn_hi = ((u2 >> 4) & 0x0f0f_0f0f) | ((u1 >> 2) & 0x3030_3030);
+fn k4_scales_v(b: &[u8]) -> __m128i {
+    let [sc_lo, sc_hi, mn_lo, mn_hi] = k4_scales(b);
     _mm_set_epi32(mn_hi as i32, mn_lo as i32, sc_hi as i32, sc_lo as i32)
 }
 
@@ -89,7 +100,7 @@ pub fn q4_k(w: &[u8], act: &[u8]) -> f32 {
     let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     for (b, a) in w.chunks_exact(144).zip(act.chunks_exact(292)) {
         let da = f32_at(a, 0);
-        let scales = k4_scales(b);
+        let scales = k4_scales_v(b);
         let dmin = scaled_f16x8(da, b, 2);
         acc_m = _mm256_fmadd_ps(dmin, k4_mins_dot(scales, a), acc_m);
         let mut sumi = _mm256_setzero_si256();
@@ -115,7 +126,7 @@ pub fn q5_k(w: &[u8], act: &[u8]) -> f32 {
     let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm256_setzero_ps());
     for (b, a) in w.chunks_exact(176).zip(act.chunks_exact(292)) {
         let da = f32_at(a, 0);
-        let scales = k4_scales(b);
+        let scales = k4_scales_v(b);
         let dmin = scaled_f16x8(da, b, 2);
         acc_m = _mm256_fmadd_ps(dmin, k4_mins_dot(scales, a), acc_m);
         // Bits 2j and 2j + 1 of each byte are the fifth bits of 32-element groups 2j, 2j + 1;

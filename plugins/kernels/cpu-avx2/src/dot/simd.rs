@@ -40,13 +40,13 @@ pub fn scaled_f16x8(x: f32, b: &[u8], i: usize) -> __m256 {
 }
 
 /// The little-endian f32 at `b[i..i + 4]`.
-#[inline]
+#[inline(always)]
 pub fn f32_at(b: &[u8], i: usize) -> f32 {
     f32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
 }
 
 /// The little-endian u32 at `b[i..i + 4]`.
-#[inline]
+#[inline(always)]
 pub fn u32_at(b: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
 }
