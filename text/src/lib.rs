@@ -8,6 +8,9 @@
 //! [`ChatTemplate::strip_added_specials`], then `encode(prompt, true, true)`. Stream generated ids back to
 //! text with [`StreamDecoder`] and stop on [`Tokenizer::is_eog`].
 
+#![warn(missing_docs)]
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
+
 mod bpe;
 mod error;
 mod pretokenize;
