@@ -10,6 +10,8 @@
 #[cfg(target_arch = "x86_64")]
 mod float;
 #[cfg(target_arch = "x86_64")]
+mod iquants;
+#[cfg(target_arch = "x86_64")]
 mod kquants;
 #[cfg(target_arch = "x86_64")]
 mod legacy;
@@ -39,6 +41,11 @@ pub const HAND_WRITTEN: &[DType] = &[
     DType::Q4_1,
     DType::Q5_1,
     DType::MXFP4,
+    DType::IQ2_XXS,
+    DType::IQ2_XS,
+    DType::IQ2_S,
+    DType::IQ3_XXS,
+    DType::IQ3_S,
 ];
 
 /// The row kernel of this plugin (see `bloomery_kernels_cpu::linear::RowDot`): the dot product of
@@ -93,6 +100,11 @@ fn row_dot_v3(t: DType, w: &[u8], act: &[u8]) -> Option<f32> {
         DType::Q5_K => kquants::q5_k(w, act),
         DType::Q6_K => kquants::q6_k(w, act),
         DType::IQ4_XS => kquants::iq4_xs(w, act),
+        DType::IQ2_XXS => iquants::iq2_xxs(w, act),
+        DType::IQ2_XS => iquants::iq2_xs(w, act),
+        DType::IQ2_S => iquants::iq2_s(w, act),
+        DType::IQ3_XXS => iquants::iq3_xxs(w, act),
+        DType::IQ3_S => iquants::iq3_s(w, act),
         _ => return None,
     })
 }

@@ -24,7 +24,16 @@ fn have_v3() -> bool {
 /// Byte offsets of the f16 scales inside one block of `t` (to overwrite with sane values).
 fn f16_scale_offsets(t: DType) -> &'static [usize] {
     match t {
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 | DType::IQ4_NL | DType::IQ4_XS => &[0],
+        DType::Q4_0
+        | DType::Q5_0
+        | DType::Q8_0
+        | DType::IQ4_NL
+        | DType::IQ4_XS
+        | DType::IQ2_XXS
+        | DType::IQ2_XS
+        | DType::IQ2_S
+        | DType::IQ3_XXS
+        | DType::IQ3_S => &[0],
         DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
         DType::Q2_K => &[80, 82],
         DType::Q3_K => &[108],
