@@ -26,7 +26,8 @@ fn f16_scale_offsets(t: DType) -> &'static [usize] {
         | DType::IQ2_XS
         | DType::IQ2_S
         | DType::IQ3_XXS
-        | DType::IQ3_S => &[0],
+        | DType::IQ3_S
+        | DType::IQ1_S => &[0],
         DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
         DType::Q2_K => &[80, 82],
         DType::Q3_K => &[108],
@@ -54,6 +55,13 @@ fn weights(t: DType, rows: usize, cols: usize, rng: &mut StdRng) -> anyhow::Resu
         }
         if t == DType::MXFP4 {
             b[0] = rng.gen_range(118..=130);
+        }
+        if t == DType::IQ1_M {
+            // The f16 block scale lives in the top nibbles of the four scale words.
+            let d = f32_to_f16(rng.gen_range(1.0f32..2.0) * 2f32.powi(rng.gen_range(-10..-4)));
+            for k in 0..4 {
+                b[49 + 2 * k] = (b[49 + 2 * k] & 0x0f) | ((((d >> (4 * k)) & 0x0f) as u8) << 4);
+            }
         }
     }
     Ok(w)

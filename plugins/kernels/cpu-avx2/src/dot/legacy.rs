@@ -1,5 +1,5 @@
-//! The 32-element formats against Q8_0 (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4) and Q8_1 (Q4_1, Q5_1)
-//! activations. Each block's integer dot product is formed as 8 i32 lanes, converted to f32,
+//! The 32-element formats against Q8_0 (Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4, and NVFP4 as two
+//! 32-element halves) and Q8_1 (Q4_1, Q5_1) activations. Each block's integer dot product is formed as 8 i32 lanes, converted to f32,
 //! scaled by the product of the two block scales, and added to one of two accumulators (two, so
 //! that consecutive blocks do not wait on each other's addition).
 //!
@@ -9,6 +9,7 @@
 use std::arch::x86_64::*;
 
 use bloomery_kernels_cpu::quant::bits::e8m0_to_f32_half;
+use bloomery_kernels_cpu::quant::fp4::ue4m3_to_f32_half;
 use bloomery_kernels_cpu::quant::iq_tables::{KVALUES_E2M1, KVALUES_IQ4NL};
 
 use super::simd::{
@@ -127,5 +128,32 @@ pub fn mxfp4(w: &[u8], act: &[u8]) -> f32 {
         let q = _mm256_shuffle_epi8(table, nibbles32(b, 1));
         let d = scaled_f16x8(e8m0_to_f32_half(b[0]), a, 0);
         _mm256_mul_ps(d, _mm256_cvtepi32_ps(dot_i8(q, load256(a, 2))))
+    })
+}
+
+/// NVFP4 weights · Q8_0 activations: each 32-element half of a block (one Q8_0 block) has two
+/// E4M3 scales, one per 16 elements.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn nvfp4(w: &[u8], act: &[u8]) -> f32 {
+    let table = table16(&KVALUES_E2M1);
+    sum_blocks(w, act, 36, 68, |b, a| {
+        let mut v = _mm256_setzero_ps();
+        for half in 0..2 {
+            // Bytes 0..8 hold elements 0..8 (low nibbles) and 8..16 (high), bytes 8..16 the
+            // next 16: reorder the quarters of [low 0..16, high 0..16] to element order.
+            let q = _mm256_permute4x64_epi64::<0b11_01_10_00>(nibbles32(b, 4 + 16 * half));
+            let q = _mm256_shuffle_epi8(table, q);
+            let q8 = &a[34 * half..][..34];
+            let s = dot_i8(q, load256(q8, 2));
+            // Lanes 0..4 sum the first 16 elements, lanes 4..8 the second.
+            let (s0, s1) = (
+                ue4m3_to_f32_half(b[2 * half]),
+                ue4m3_to_f32_half(b[2 * half + 1]),
+            );
+            let scales = _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1);
+            let d = _mm256_mul_ps(scales, f16x8_at(q8, 0));
+            v = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), v);
+        }
+        v
     })
 }

@@ -46,6 +46,9 @@ pub const HAND_WRITTEN: &[DType] = &[
     DType::IQ2_S,
     DType::IQ3_XXS,
     DType::IQ3_S,
+    DType::IQ1_S,
+    DType::IQ1_M,
+    DType::NVFP4,
 ];
 
 /// The row kernel of this plugin (see `bloomery_kernels_cpu::linear::RowDot`): the dot product of
@@ -105,6 +108,9 @@ fn row_dot_v3(t: DType, w: &[u8], act: &[u8]) -> Option<f32> {
         DType::IQ2_S => iquants::iq2_s(w, act),
         DType::IQ3_XXS => iquants::iq3_xxs(w, act),
         DType::IQ3_S => iquants::iq3_s(w, act),
+        DType::IQ1_S => iquants::iq1_s(w, act),
+        DType::IQ1_M => iquants::iq1_m(w, act),
+        DType::NVFP4 => legacy::nvfp4(w, act),
         _ => return None,
     })
 }

@@ -33,7 +33,8 @@ fn f16_scale_offsets(t: DType) -> &'static [usize] {
         | DType::IQ2_XS
         | DType::IQ2_S
         | DType::IQ3_XXS
-        | DType::IQ3_S => &[0],
+        | DType::IQ3_S
+        | DType::IQ1_S => &[0],
         DType::Q4_1 | DType::Q5_1 | DType::Q4_K | DType::Q5_K => &[0, 2],
         DType::Q2_K => &[80, 82],
         DType::Q3_K => &[108],
@@ -62,6 +63,13 @@ pub(super) fn random_weights(t: DType, n: usize, rng: &mut StdRng) -> Vec<u8> {
         }
         if t == DType::MXFP4 {
             b[0] = rng.gen_range(118..=130);
+        }
+        if t == DType::IQ1_M {
+            // The f16 block scale lives in the top nibbles of the four scale words.
+            let d = f32_to_f16(rng.gen_range(1.0f32..2.0) * 2f32.powi(rng.gen_range(-10..-4)));
+            for k in 0..4 {
+                b[49 + 2 * k] = (b[49 + 2 * k] & 0x0f) | ((((d >> (4 * k)) & 0x0f) as u8) << 4);
+            }
         }
     }
     w
@@ -145,7 +153,9 @@ fn hand_written_kernels_match_the_reference_on_extreme_payloads() {
                 for b in w.chunks_exact_mut(bytes) {
                     for (i, v) in b.iter_mut().enumerate() {
                         let scale = offsets.iter().any(|&o| i == o || i == o + 1);
-                        let kept = scale || (t == DType::MXFP4 && i == 0);
+                        let kept = scale
+                            || (t == DType::MXFP4 && i == 0)
+                            || (t == DType::IQ1_M && i >= 48);
                         if !kept {
                             *v = fill;
                         }
