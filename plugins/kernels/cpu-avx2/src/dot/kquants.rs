@@ -14,29 +14,65 @@ use bloomery_kernels_cpu::quant::iq_tables::KVALUES_IQ4NL;
 
 use super::simd::{dot_i8_i16, f32_at, hsum, load128, load256, scaled_f16x8, table16, u32_at};
 
-/// `_mm_shuffle_epi8` masks: for 32-element group `g`, the scale of sub-block `2g` in bytes 0..8
-/// and of sub-block `2g + 1` in bytes 8..16 (as `madd` pairs them after `maddubs`).
-const GROUP_SCALES: [[u8; 16]; 8] = {
-    let mut m = [[0u8; 16]; 8];
-    let mut g = 0;
-    while g < 8 {
+/// `_mm256_shuffle_epi8` masks on 8 i16 scales held in both 128-bit lanes: mask `m` fills lane 0
+/// with word `2m` and lane 1 with word `2m + 1`, the two 16-element scales of a 32-element group
+/// (as `madd` pairs them after `maddubs`).
+const WORD_PAIR: [[u8; 32]; 4] = {
+    let mut t = [[0u8; 32]; 4];
+    let mut m = 0;
+    while m < 4 {
         let mut j = 0;
-        while j < 16 {
-            m[g][j] = (2 * g + j / 8) as u8;
+        while j < 32 {
+            let word = 2 * m + j / 16;
+            t[m][j] = (2 * word + j % 2) as u8;
             j += 1;
         }
-        g += 1;
+        m += 1;
     }
-    m
+    t
 };
 
-/// The 16 i16 scales of group `g`, from 16 signed byte scales (one per 16 elements).
+/// `_mm256_shuffle_epi8` masks on 8 i16 scales held in both 128-bit lanes: mask `k` repeats word
+/// `k` everywhere.
+const WORD_SPLAT: [[u8; 32]; 8] = {
+    let mut t = [[0u8; 32]; 8];
+    let mut k = 0;
+    while k < 8 {
+        let mut j = 0;
+        while j < 32 {
+            t[k][j] = (2 * k + j % 2) as u8;
+            j += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
+/// A 32-byte shuffle mask as a vector.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn group_scales_i8(scales: __m128i, g: usize) -> __m256i {
-    // SAFETY: the mask is 16 readable bytes; the load is unaligned.
-    let mask = unsafe { _mm_loadu_si128(GROUP_SCALES[g].as_ptr().cast()) };
-    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, mask))
+fn mask(m: &[u8; 32]) -> __m256i {
+    // SAFETY: `m` is 32 readable bytes; the load is unaligned.
+    unsafe { _mm256_loadu_si256(m.as_ptr().cast()) }
+}
+
+/// The 16 signed byte scales (one per 16 elements) as two vectors of 8 i16, each in both
+/// 128-bit lanes: scales 0..8, then 8..16.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn words_i8(scales: __m128i) -> [__m256i; 2] {
+    let hi = _mm_unpackhi_epi64(scales, scales);
+    [
+        _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(scales)),
+        _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(hi)),
+    ]
+}
+
+/// The 16 i16 `madd` scales of 32-element group `g` from [`words_i8`]'s vectors.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn group_scales(words: &[__m256i; 2], g: usize) -> __m256i {
+    _mm256_shuffle_epi8(words[g / 4], mask(&WORD_PAIR[g % 4]))
 }
 
 /// The 8 scales and 8 minimums (6-bit) of a Q4_K/Q5_K block (`scale_min_k4` of the reference,
@@ -73,25 +109,13 @@ fn k4_mins_dot(scales: __m128i, a: &[u8]) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_madd_epi16(mins, load256(a, 260)))
 }
 
-/// The scale of 32-element group `g` of a Q4_K/Q5_K block, in all 16 i16 lanes.
+/// The scale of 32-element group `k` of a Q4_K/Q5_K block in all 16 i16 lanes, from the 8
+/// scales widened into both lanes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn k4_scale(scales: __m128i, g: usize) -> __m256i {
-    // SAFETY: the mask is 16 readable bytes; the load is unaligned.
-    let mask = unsafe { _mm_loadu_si128(SPLAT[g].as_ptr().cast()) };
-    _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scales, mask))
+fn k4_scale(words: __m256i, k: usize) -> __m256i {
+    _mm256_shuffle_epi8(words, mask(&WORD_SPLAT[k]))
 }
-
-/// `_mm_shuffle_epi8` masks repeating byte `g`.
-const SPLAT: [[u8; 16]; 8] = {
-    let mut m = [[0u8; 16]; 8];
-    let mut g = 0;
-    while g < 8 {
-        m[g] = [g as u8; 16];
-        g += 1;
-    }
-    m
-};
 
 /// Q4_K weights · Q8_K activations.
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -103,14 +127,15 @@ pub fn q4_k(w: &[u8], act: &[u8]) -> f32 {
         let scales = k4_scales_v(b);
         let dmin = scaled_f16x8(da, b, 2);
         acc_m = _mm256_fmadd_ps(dmin, k4_mins_dot(scales, a), acc_m);
+        let words = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scales));
         let mut sumi = _mm256_setzero_si256();
         for j in 0..4 {
             let q = load256(b, 16 + 32 * j);
             let lo = _mm256_maddubs_epi16(_mm256_and_si256(q, m4), load256(a, 4 + 64 * j));
             let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(q), m4);
             let hi = _mm256_maddubs_epi16(hi, load256(a, 36 + 64 * j));
-            let lo = _mm256_madd_epi16(lo, k4_scale(scales, 2 * j));
-            let hi = _mm256_madd_epi16(hi, k4_scale(scales, 2 * j + 1));
+            let lo = _mm256_madd_epi16(lo, k4_scale(words, 2 * j));
+            let hi = _mm256_madd_epi16(hi, k4_scale(words, 2 * j + 1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(lo, hi));
         }
         let d = scaled_f16x8(da, b, 0);
@@ -129,6 +154,7 @@ pub fn q5_k(w: &[u8], act: &[u8]) -> f32 {
         let scales = k4_scales_v(b);
         let dmin = scaled_f16x8(da, b, 2);
         acc_m = _mm256_fmadd_ps(dmin, k4_mins_dot(scales, a), acc_m);
+        let words = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scales));
         // Bits 2j and 2j + 1 of each byte are the fifth bits of 32-element groups 2j, 2j + 1;
         // shifted down by 2 per step (bits leaking in from the byte above stay above bit 1).
         let mut hbits = load256(b, 16);
@@ -142,8 +168,8 @@ pub fn q5_k(w: &[u8], act: &[u8]) -> f32 {
             hbits = _mm256_srli_epi16::<2>(hbits);
             let lo = _mm256_maddubs_epi16(lo, load256(a, 4 + 64 * j));
             let hi = _mm256_maddubs_epi16(hi, load256(a, 36 + 64 * j));
-            let lo = _mm256_madd_epi16(lo, k4_scale(scales, 2 * j));
-            let hi = _mm256_madd_epi16(hi, k4_scale(scales, 2 * j + 1));
+            let lo = _mm256_madd_epi16(lo, k4_scale(words, 2 * j));
+            let hi = _mm256_madd_epi16(hi, k4_scale(words, 2 * j + 1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(lo, hi));
         }
         let d = scaled_f16x8(da, b, 0);
@@ -159,6 +185,7 @@ pub fn q6_k(w: &[u8], act: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (b, a) in w.chunks_exact(210).zip(act.chunks_exact(292)) {
         let scales = load128(b, 192);
+        let words = words_i8(scales);
         let mut sumi = _mm256_setzero_si256();
         for c in 0..2 {
             let (l0, l1) = (load256(b, 64 * c), load256(b, 64 * c + 32));
@@ -176,7 +203,7 @@ pub fn q6_k(w: &[u8], act: &[u8]) -> f32 {
                 let g = 4 * c + k;
                 let u = _mm256_or_si256(low, _mm256_and_si256(high, m30));
                 let p = _mm256_maddubs_epi16(u, load256(a, 4 + 32 * g));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, group_scales_i8(scales, g)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, group_scales(&words, g)));
             }
         }
         let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scales), load256(a, 260));
@@ -209,6 +236,7 @@ pub fn q3_k(w: &[u8], act: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (b, a) in w.chunks_exact(110).zip(act.chunks_exact(292)) {
         let scales = q3_k_scales(b);
+        let words = words_i8(scales);
         // Bit g of each hmask byte is the high bit of group g; shifted down one per group.
         let mut hbits = load256(b, 0);
         let mut sumi = _mm256_setzero_si256();
@@ -221,7 +249,7 @@ pub fn q3_k(w: &[u8], act: &[u8]) -> f32 {
                 q = _mm256_srli_epi16::<2>(q);
                 hbits = _mm256_srli_epi16::<1>(hbits);
                 let prod = _mm256_maddubs_epi16(u, load256(a, 4 + 32 * g));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, group_scales_i8(scales, g)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, group_scales(&words, g)));
             }
         }
         let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scales), load256(a, 260));
@@ -241,6 +269,7 @@ pub fn q2_k(w: &[u8], act: &[u8]) -> f32 {
         let da = f32_at(a, 0);
         let raw = load128(b, 0);
         let scales = _mm_and_si128(raw, _mm_set1_epi8(0x0f));
+        let words = words_i8(scales);
         let mins = _mm_and_si128(_mm_srli_epi16::<4>(raw), _mm_set1_epi8(0x0f));
         let summ = _mm256_madd_epi16(_mm256_cvtepu8_epi16(mins), load256(a, 260));
         let dmin = scaled_f16x8(da, b, 82);
@@ -253,7 +282,7 @@ pub fn q2_k(w: &[u8], act: &[u8]) -> f32 {
                 let prod = _mm256_maddubs_epi16(_mm256_and_si256(q, m3), load256(a, 4 + 32 * g));
                 q = _mm256_srli_epi16::<2>(q);
                 // The scales are 0..16, so the signed widening is the unsigned one.
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, group_scales_i8(scales, g)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(prod, group_scales(&words, g)));
             }
         }
         let d = scaled_f16x8(da, b, 80);
