@@ -108,3 +108,97 @@ bloomery_plugin_api::export_model_plugin!(ModelPlugin {
     synth_presets,
     load,
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bloomery_plugin_api::graph::GraphKind;
+    use bloomery_plugin_api::meta::{MetaEntry, MetaValue, TensorInfo};
+    use bloomery_plugin_api::op::Op;
+    use bloomery_plugin_api::DType;
+
+    /// A file view made from a synth preset, every tensor f32.
+    fn view(preset: &str) -> ModelFileView {
+        let presets = synth::presets();
+        let p = presets.iter().find(|p| p.name.as_str() == preset).unwrap();
+        ModelFileView {
+            metadata: p.metadata.clone(),
+            tensors: p
+                .tensors
+                .iter()
+                .map(|t| TensorInfo {
+                    name: t.name.clone(),
+                    dtype: DType::F32,
+                    n_dims: t.n_dims,
+                    ne: t.ne,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_270m_shape_has_llama_cpp_layer_pattern_and_scales() {
+        let m = Gemma3::load(&view("270m")).unwrap();
+        let global: Vec<usize> = (0..18).filter(|&il| !m.hp.is_swa[il]).collect();
+        assert_eq!(global, [5, 11, 17]);
+        assert_eq!(m.hp.sliding_window, 512);
+        assert_eq!(m.hp.attn_scale, 1.0 / 16.0);
+        assert_eq!(m.hp.final_softcap, 0.0);
+        assert_eq!(m.ropes.global.freq_base, 1_000_000.0);
+        assert_eq!(m.ropes.local.freq_base, 10_000.0);
+        let spec = m.spec();
+        assert_eq!(spec.state.len(), 36);
+        assert_eq!(spec.state[2 * 5].window, 0);
+        assert_eq!(spec.state[2 * 4 + 1].window, 512);
+        // Tied head: no `output.weight`, so the embedding is declared once.
+        assert_eq!(spec.weights.len(), 2 + 18 * 13);
+    }
+
+    #[test]
+    fn an_explicit_pattern_array_overrides_the_period() {
+        let mut v = view("tiny");
+        let flags = (0..6).map(|il| MetaValue::Bool(il % 2 == 0)).collect();
+        v.metadata.push(MetaEntry {
+            key: "gemma3.attention.sliding_window_pattern".into(),
+            value: MetaValue::Array(flags),
+        });
+        let hp = HParams::from_view(&v).unwrap();
+        assert_eq!(hp.is_swa, [true, false, true, false, true, false]);
+    }
+
+    #[test]
+    fn the_graph_gives_each_layer_its_window_and_rope_base() {
+        let m = Gemma3::load(&view("tiny")).unwrap();
+        let shape = BatchShape {
+            n_rows: 3,
+            n_outputs: 1,
+            kind: GraphKind::Main,
+        };
+        let g = graph::build(&m.hp, &m.weights, m.ropes, shape).unwrap();
+        let windows: Vec<u32> = g
+            .nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::Attention(p) => Some(p.window),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(windows, [4, 4, 4, 4, 4, 0]);
+        let bases: Vec<f32> = g
+            .nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::Rope(r) => Some(r.freq_base),
+                _ => None,
+            })
+            .step_by(2)
+            .collect();
+        assert_eq!(bases, [1e4, 1e4, 1e4, 1e4, 1e4, 1e6]);
+        let names: Vec<&str> = g.tensors.iter().map(|t| t.name.as_str()).collect();
+        for want in ["inp_scaled", "attn_post_norm", "ffn_geglu", "ffn_post_norm", "l_out"] {
+            assert!(names.contains(&want), "no node `{want}`");
+        }
+        let logits = g.outputs.iter().find(|o| o.name.as_str() == "logits").unwrap();
+        assert_eq!(g.tensors[logits.tensor.0 as usize].ne, [512, 1, 1, 1]);
+    }
+}
