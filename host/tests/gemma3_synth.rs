@@ -2,7 +2,7 @@
 //! window of 4, one global layer) on the CPU plugins: a prompt longer than the window gives the
 //! same logits batched as token by token, and sequences batched together equal each alone.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use bloomery::engine::executor::BatchInputs;
 use bloomery::model::{LoadOptions, LoadedModel};
@@ -37,7 +37,7 @@ fn tiny(dir: &tempfile::TempDir) -> PathBuf {
     path
 }
 
-fn load(path: &PathBuf, n_slots: u32) -> LoadedModel {
+fn load(path: &Path, n_slots: u32) -> LoadedModel {
     let reg = Registry::load(&plugin_dir()).unwrap();
     let opts = LoadOptions {
         n_slots,

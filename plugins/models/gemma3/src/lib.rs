@@ -195,10 +195,20 @@ mod tests {
             .collect();
         assert_eq!(bases, [1e4, 1e4, 1e4, 1e4, 1e4, 1e6]);
         let names: Vec<&str> = g.tensors.iter().map(|t| t.name.as_str()).collect();
-        for want in ["inp_scaled", "attn_post_norm", "ffn_geglu", "ffn_post_norm", "l_out"] {
+        for want in [
+            "inp_scaled",
+            "attn_post_norm",
+            "ffn_geglu",
+            "ffn_post_norm",
+            "l_out",
+        ] {
             assert!(names.contains(&want), "no node `{want}`");
         }
-        let logits = g.outputs.iter().find(|o| o.name.as_str() == "logits").unwrap();
+        let logits = g
+            .outputs
+            .iter()
+            .find(|o| o.name.as_str() == "logits")
+            .unwrap();
         assert_eq!(g.tensors[logits.tensor.0 as usize].ne, [512, 1, 1, 1]);
     }
 }
