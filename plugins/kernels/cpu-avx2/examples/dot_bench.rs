@@ -32,6 +32,7 @@ fn f16_scale_offsets(t: DType) -> &'static [usize] {
         DType::Q2_K => &[80, 82],
         DType::Q3_K => &[108],
         DType::Q6_K => &[208],
+        DType::TQ2_0 => &[64],
         _ => &[],
     }
 }

@@ -1,4 +1,4 @@
-//! The 256-element formats Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS against Q8_K activations
+//! The 256-element formats Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS and TQ2_0 against Q8_K activations
 //! (292 bytes: `d:f32`, `qs:i8[256]`, `bsums:i16[16]`).
 //!
 //! Quants are brought to unsigned bytes where the format allows (Q3_K as `q + 4`, Q6_K as
@@ -12,7 +12,9 @@ use std::arch::x86_64::*;
 
 use bloomery_kernels_cpu::quant::iq_tables::KVALUES_IQ4NL;
 
-use super::simd::{dot_i8_i16, f32_at, hsum, load128, load256, scaled_f16x8, table16, u32_at};
+use super::simd::{
+    broadcast_sum_i32, dot_i8_i16, f32_at, hsum, load128, load256, scaled_f16x8, table16, u32_at,
+};
 
 /// `_mm256_shuffle_epi8` masks on 8 i16 scales held in both 128-bit lanes: mask `m` fills lane 0
 /// with word `2m` and lane 1 with word `2m + 1`, the two 16-element scales of a 32-element group
@@ -208,10 +210,12 @@ pub fn q6_k(w: &[u8], act: &[u8]) -> f32 {
         }
         let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scales), load256(a, 260));
         sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32::<5>(offset));
-        let d = scaled_f16x8(f32_at(a, 0), b, 208);
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        // The offset was removed per lane from other elements' lanes: only the block total is
+        // the exact integer (all-zero weights must give exactly zero), so sum the lanes first.
+        let total = _mm256_cvtepi32_ps(broadcast_sum_i32(sumi));
+        acc = _mm256_fmadd_ps(scaled_f16x8(f32_at(a, 0), b, 208), total, acc);
     }
-    hsum(acc)
+    _mm256_cvtss_f32(acc) // all lanes equal
 }
 
 /// The 16 signed Q3_K scales (offset 32 removed) from their 12 bytes at `b[96..108]`.
@@ -254,10 +258,12 @@ pub fn q3_k(w: &[u8], act: &[u8]) -> f32 {
         }
         let offset = _mm256_madd_epi16(_mm256_cvtepi8_epi16(scales), load256(a, 260));
         sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32::<2>(offset));
-        let d = scaled_f16x8(f32_at(a, 0), b, 108);
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+        // The offset was removed per lane from other elements' lanes: only the block total is
+        // the exact integer (all-zero weights must give exactly zero), so sum the lanes first.
+        let total = _mm256_cvtepi32_ps(broadcast_sum_i32(sumi));
+        acc = _mm256_fmadd_ps(scaled_f16x8(f32_at(a, 0), b, 108), total, acc);
     }
-    hsum(acc)
+    _mm256_cvtss_f32(acc) // all lanes equal
 }
 
 /// Q2_K weights · Q8_K activations: `d·Σ scale·q·a − dmin·Σ min·bsum`.
@@ -315,6 +321,34 @@ pub fn iq4_xs(w: &[u8], act: &[u8]) -> f32 {
         }
         let d = scaled_f16x8(f32_at(a, 0), b, 0);
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum(acc)
+}
+
+/// TQ2_0 weights · Q8_K activations: 2-bit `u` in Q2_K's layout, weight `u − 1` as a signed
+/// byte (so that all-zero weights give exactly zero), one scale `d` per block.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn tq2_0(w: &[u8], act: &[u8]) -> f32 {
+    let (m3, one) = (_mm256_set1_epi8(3), _mm256_set1_epi8(1));
+    let mut acc = _mm256_setzero_ps();
+    for (b, a) in w.chunks_exact(66).zip(act.chunks_exact(292)) {
+        let mut sum16 = _mm256_setzero_si256();
+        for c in 0..2 {
+            let mut q = load256(b, 32 * c);
+            for p in 0..4 {
+                let g = 4 * c + p;
+                let v = _mm256_sub_epi8(_mm256_and_si256(q, m3), one);
+                q = _mm256_srli_epi16::<2>(q);
+                // At most 8 · 2·2·127 per lane: no i16 overflow.
+                sum16 = _mm256_add_epi16(sum16, dot_i8_i16(v, load256(a, 4 + 32 * g)));
+            }
+        }
+        let sumi = _mm256_madd_epi16(sum16, _mm256_set1_epi16(1));
+        acc = _mm256_fmadd_ps(
+            scaled_f16x8(f32_at(a, 0), b, 64),
+            _mm256_cvtepi32_ps(sumi),
+            acc,
+        );
     }
     hsum(acc)
 }

@@ -49,6 +49,7 @@ pub const HAND_WRITTEN: &[DType] = &[
     DType::IQ1_S,
     DType::IQ1_M,
     DType::NVFP4,
+    DType::TQ2_0,
 ];
 
 /// The row kernel of this plugin (see `bloomery_kernels_cpu::linear::RowDot`): the dot product of
@@ -111,6 +112,7 @@ fn row_dot_v3(t: DType, w: &[u8], act: &[u8]) -> Option<f32> {
         DType::IQ1_S => iquants::iq1_s(w, act),
         DType::IQ1_M => iquants::iq1_m(w, act),
         DType::NVFP4 => legacy::nvfp4(w, act),
+        DType::TQ2_0 => kquants::tq2_0(w, act),
         _ => return None,
     })
 }

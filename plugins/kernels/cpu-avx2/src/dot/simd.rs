@@ -69,6 +69,15 @@ pub fn hsum128(v: __m128) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))
 }
 
+/// The sum of the 8 i32 lanes, in every lane (wrapping as i32 addition does).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub fn broadcast_sum_i32(v: __m256i) -> __m256i {
+    let t = _mm256_add_epi32(v, _mm256_permute2x128_si256::<1>(v, v));
+    let t = _mm256_add_epi32(t, _mm256_shuffle_epi32::<0b01_00_11_10>(t));
+    _mm256_add_epi32(t, _mm256_shuffle_epi32::<0b10_11_00_01>(t))
+}
+
 /// Sums adjacent i16 pairs into 8 i32.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]

@@ -39,6 +39,7 @@ fn f16_scale_offsets(t: DType) -> &'static [usize] {
         DType::Q2_K => &[80, 82],
         DType::Q3_K => &[108],
         DType::Q6_K => &[208],
+        DType::TQ2_0 => &[64],
         _ => &[],
     }
 }
@@ -231,5 +232,35 @@ fn length_errors_are_the_reference_errors() {
             ));
         }
         assert_eq!(row_dot(t, n, &w, &act), Ok(0.0), "{t}: zero rows");
+    }
+}
+
+/// Rows whose quants all encode the weight 0 (scales left random) give exactly 0, as in the
+/// reference: offsets removed through the block sums must cancel exactly.
+#[test]
+fn zero_weights_give_exactly_zero() {
+    if !have_v3() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(13);
+    // (type, [(byte range in the block, fill)]) encoding zero weights.
+    let cases: [(DType, &[(std::ops::Range<usize>, u8)]); 5] = [
+        (DType::Q8_0, &[(2..34, 0x00)]),
+        (DType::Q4_0, &[(2..18, 0x88)]),
+        (DType::Q6_K, &[(0..128, 0x00), (128..192, 0xaa)]),
+        (DType::Q3_K, &[(0..32, 0xff), (32..96, 0x00)]),
+        (DType::TQ2_0, &[(0..64, 0x55)]),
+    ];
+    for (t, fills) in cases {
+        let n = 4096;
+        let mut w = random_weights(t, n, &mut rng);
+        for b in w.chunks_exact_mut(t.layout().unwrap().bytes as usize) {
+            for (r, v) in fills {
+                b[r.clone()].fill(*v);
+            }
+        }
+        let act = random_activations(t, n, &mut rng);
+        assert_eq!(quant::vec_dot(t, n, &w, &act), Ok(0.0), "{t}: reference");
+        assert_eq!(row_dot(t, n, &w, &act), Ok(0.0), "{t}");
     }
 }
