@@ -243,8 +243,9 @@ fn zero_weights_give_exactly_zero() {
         return;
     }
     let mut rng = StdRng::seed_from_u64(13);
-    // (type, [(byte range in the block, fill)]) encoding zero weights.
-    let cases: [(DType, &[(std::ops::Range<usize>, u8)]); 5] = [
+    // Per type, the byte ranges of a block and the fill that encode zero weights.
+    type Fills = &'static [(std::ops::Range<usize>, u8)];
+    let cases: [(DType, Fills); 5] = [
         (DType::Q8_0, &[(2..34, 0x00)]),
         (DType::Q4_0, &[(2..18, 0x88)]),
         (DType::Q6_K, &[(0..128, 0x00), (128..192, 0xaa)]),
