@@ -57,19 +57,27 @@ pub const HAND_WRITTEN: &[DType] = &[
 /// `quant::vec_dot_type(t)` (`act`, exactly their bytes).
 ///
 /// Same contract and errors as `quant::vec_dot`, which it calls for types without a hand-written
-/// kernel and for every length error. Must only run where AVX2, FMA and F16C are present (the
-/// plugin checks before it opens a device). Hot path: does not allocate.
+/// kernel, for every length error, and on CPUs without AVX2, FMA and F16C (the plugin does not
+/// open a device there, but this function stays sound if called anyway; the check reads a
+/// cached flag). Hot path: does not allocate.
 pub fn row_dot(t: DType, n: usize, w: &[u8], act: &[u8]) -> Result<f32, QuantError> {
     #[cfg(target_arch = "x86_64")]
-    if lengths_match(t, n, w, act) {
-        // SAFETY: the plugin opens a device only after `missing_features()` found AVX2, FMA and
-        // F16C present, and this function is reached only through such a device (the tests and
-        // the benchmark check the features first).
+    if has_v3() && lengths_match(t, n, w, act) {
+        // SAFETY: `has_v3()` found AVX2, FMA and F16C on this CPU.
         if let Some(v) = unsafe { row_dot_v3(t, w, act) } {
             return Ok(v);
         }
     }
     quant::vec_dot(t, n, w, act)
+}
+
+/// Whether this CPU has AVX2, FMA and F16C (std caches the detection).
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn has_v3() -> bool {
+    is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c")
 }
 
 /// True when `w` and `act` are exactly the bytes of `n` elements of `t` and of its activation

@@ -16,9 +16,7 @@ use super::{row_dot, row_dot_v3, HAND_WRITTEN};
 const REL_TOL: f64 = 1e-5;
 
 fn have_v3() -> bool {
-    is_x86_feature_detected!("avx2")
-        && is_x86_feature_detected!("fma")
-        && is_x86_feature_detected!("f16c")
+    super::has_v3()
 }
 
 /// Byte offsets of the f16 scales inside one block of `t` (to overwrite with sane values).
