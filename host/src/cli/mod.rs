@@ -2,6 +2,7 @@
 
 mod info;
 mod plugins;
+mod synth;
 
 use std::path::PathBuf;
 
@@ -35,6 +36,8 @@ pub enum Command {
         #[arg(short = 'm', long = "model", value_name = "FILE")]
         model: PathBuf,
     },
+    /// Write a random-weight model of an architecture's preset shape.
+    Synth(synth::SynthArgs),
 }
 
 impl Cli {
@@ -55,5 +58,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::Plugins => plugins::run(&cli),
         Command::Info { model } => info::run(&cli, model),
+        Command::Synth(a) => synth::run(&cli, a),
     }
 }

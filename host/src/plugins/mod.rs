@@ -134,6 +134,16 @@ impl Registry {
                 best = Some(k);
             }
         }
+        let candidates = self
+            .kernels
+            .iter()
+            .filter(|k| k.probe.class == class)
+            .count();
+        if candidates == 0 {
+            return Err(SelectError::NoKernel {
+                reasons: format!("no {class:?} kernel plugin in {}", self.dir.display()),
+            });
+        }
         best.ok_or_else(|| SelectError::NoKernel {
             reasons: self
                 .kernels

@@ -211,7 +211,7 @@ mod tests {
 
     #[test]
     fn mapped_memory_is_shared_not_copied() {
-        let data = vec![7u8; 32];
+        let data = [7u8; 32];
         let b = Buffers::default();
         let h = b.map_host(data.as_ptr() as usize, 32).unwrap();
         let mut out = [0u8; 2];

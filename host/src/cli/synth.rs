@@ -1,0 +1,102 @@
+//! `bloomery synth`: writes a random-weight model of an architecture's preset shape.
+
+use std::path::PathBuf;
+
+use bloomery_plugin_api::DType;
+use clap::Args;
+
+use super::Cli;
+use crate::plugins::Registry;
+use crate::synth::{self, ClassTypes};
+
+/// Options of `bloomery synth`.
+#[derive(Args, Debug)]
+pub struct SynthArgs {
+    /// Architecture (`general.architecture`), e.g. qwen3moe.
+    #[arg(long, default_value = "qwen3moe")]
+    pub arch: String,
+    /// Preset shape of the architecture's plugin (`--list` shows them).
+    #[arg(long, default_value = "tiny")]
+    pub preset: String,
+    /// Output file.
+    #[arg(
+        short = 'o',
+        long,
+        value_name = "FILE",
+        required_unless_present = "list"
+    )]
+    pub output: Option<PathBuf>,
+    /// Type of routed experts.
+    #[arg(long, default_value = "F32", value_parser = parse_dtype)]
+    pub experts: DType,
+    /// Type of attention projections.
+    #[arg(long, default_value = "F32", value_parser = parse_dtype)]
+    pub attn: DType,
+    /// Type of the token embedding.
+    #[arg(long, default_value = "F32", value_parser = parse_dtype)]
+    pub embd: DType,
+    /// Type of the output head.
+    #[arg(long, default_value = "F32", value_parser = parse_dtype)]
+    pub output_type: DType,
+    /// Type of dense and shared-expert FFNs.
+    #[arg(long, default_value = "F32", value_parser = parse_dtype)]
+    pub dense: DType,
+    /// Random seed.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// List the presets of every model plugin and exit.
+    #[arg(long)]
+    pub list: bool,
+}
+
+fn parse_dtype(s: &str) -> Result<DType, String> {
+    DType::from_name(s).ok_or_else(|| format!("unknown type `{s}`"))
+}
+
+/// Runs the command.
+pub fn run(cli: &Cli, a: &SynthArgs) -> anyhow::Result<()> {
+    let reg = Registry::load(&cli.plugin_dir())?;
+    if a.list {
+        for m in &reg.models {
+            for p in m.module.synth_presets()().iter() {
+                println!("{:<12} {:<12} {}", m.name, p.name, p.description);
+            }
+        }
+        return Ok(());
+    }
+    let plugin = reg.model_for(&a.arch)?;
+    let presets = plugin.module.synth_presets()();
+    let preset = presets
+        .iter()
+        .find(|p| p.name.as_str() == a.preset)
+        .ok_or_else(|| {
+            let names: Vec<&str> = presets.iter().map(|p| p.name.as_str()).collect();
+            anyhow::anyhow!(
+                "`{}` has no preset `{}` (presets: {})",
+                a.arch,
+                a.preset,
+                names.join(", ")
+            )
+        })?;
+    let types = ClassTypes {
+        experts: a.experts,
+        attention: a.attn,
+        embedding: a.embd,
+        output: a.output_type,
+        dense: a.dense,
+    };
+    let out = a
+        .output
+        .clone()
+        .ok_or_else(|| anyhow::anyhow!("-o FILE is required"))?;
+    let started = std::time::Instant::now();
+    let r = synth::write(preset, types, a.seed, &out)?;
+    println!(
+        "wrote {} ({} tensors, {:.2} GB) in {:.1} s",
+        out.display(),
+        r.tensors,
+        r.bytes as f64 / 1e9,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

@@ -1,0 +1,163 @@
+//! Random tensor payloads for synthetic models: realistic magnitudes (|w| ≲ 0.1), finite, and
+//! deterministic for a seed and tensor name.
+//!
+//! Quantized types get random payload bytes with their scale fields fixed so that the dequantized
+//! values stay in range (e.g. Q4_K: d = 1e-4, dmin = 7e-4, as in the reference file the llama.cpp
+//! figures of `shared/REFERENCE.md` were measured on); float types get uniform values.
+
+use std::io::{self, Write};
+
+use bloomery_plugin_api::model::WeightClass;
+use bloomery_plugin_api::DType;
+use half::{bf16, f16};
+
+/// A small, fast PRNG (wyrand).
+pub struct Rng(u64);
+
+impl Rng {
+    /// Seeded from a seed and a tensor name, so every tensor is reproducible on its own.
+    pub fn for_tensor(seed: u64, name: &str) -> Rng {
+        let mut h = seed ^ 0x9e37_79b9_7f4a_7c15;
+        for b in name.bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x1000_0000_01b3);
+        }
+        Rng(h)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0xa076_1d64_78bd_642f);
+        let t = u128::from(self.0) * u128::from(self.0 ^ 0xe703_7ed1_a0b4_28db);
+        ((t >> 64) ^ t) as u64
+    }
+
+    /// Uniform in [-1, 1).
+    pub fn unit(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// Fills `buf` with random bytes.
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        let mut chunks = buf.chunks_exact_mut(8);
+        for c in &mut chunks {
+            c.copy_from_slice(&self.next_u64().to_le_bytes());
+        }
+        let rest = chunks.into_remainder();
+        let last = self.next_u64().to_le_bytes();
+        rest.copy_from_slice(&last[..rest.len()]);
+    }
+}
+
+/// Types `synth` can write, with how their scale fields are set.
+pub const SYNTH_TYPES: [DType; 13] = [
+    DType::F32,
+    DType::F16,
+    DType::BF16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q5_0,
+    DType::Q2_K,
+    DType::Q3_K,
+    DType::Q4_K,
+    DType::Q5_K,
+    DType::Q6_K,
+    DType::IQ4_NL,
+    DType::IQ4_XS,
+];
+
+/// Scale fields of one block: (byte offset, f16 value).
+fn scale_fields(t: DType) -> &'static [(usize, f32)] {
+    match t {
+        DType::Q8_0 => &[(0, 3e-4)],
+        DType::Q4_0 => &[(0, 0.0125)],
+        DType::Q5_0 => &[(0, 0.006)],
+        DType::Q2_K => &[(80, 2e-3), (82, 2e-3)],
+        DType::Q3_K => &[(108, 7e-4)],
+        DType::Q4_K => &[(0, 1e-4), (2, 7e-4)],
+        DType::Q5_K => &[(0, 5e-5), (2, 7e-4)],
+        DType::Q6_K => &[(208, 2e-5)],
+        DType::IQ4_NL => &[(0, 7e-4)],
+        DType::IQ4_XS => &[(0, 2.5e-5)],
+        _ => &[],
+    }
+}
+
+/// The value range of float weights of a class: (centre, half-width).
+fn float_range(class: WeightClass) -> (f32, f32) {
+    match class {
+        WeightClass::Norm => (1.0, 0.1),
+        _ => (0.0, 0.05),
+    }
+}
+
+/// Writes `bytes` bytes of a tensor of `dtype` and `class` into `out`.
+pub fn write_tensor(
+    out: &mut dyn Write,
+    rng: &mut Rng,
+    dtype: DType,
+    class: WeightClass,
+    bytes: u64,
+) -> io::Result<()> {
+    const CHUNK: usize = 1 << 20;
+    let layout = dtype
+        .layout()
+        .ok_or_else(|| io::Error::other(format!("synth cannot write {dtype}")))?;
+    let block = layout.bytes as usize;
+    let per_chunk = (CHUNK / block).max(1) * block;
+    let mut buf = vec![0u8; per_chunk];
+    let mut left = bytes as usize;
+    let (centre, width) = float_range(class);
+    while left > 0 {
+        let n = left.min(per_chunk);
+        let b = &mut buf[..n];
+        match dtype {
+            DType::F32 => b
+                .chunks_exact_mut(4)
+                .for_each(|c| c.copy_from_slice(&(centre + width * rng.unit()).to_le_bytes())),
+            DType::F16 => b.chunks_exact_mut(2).for_each(|c| {
+                c.copy_from_slice(&f16::from_f32(centre + width * rng.unit()).to_le_bytes())
+            }),
+            DType::BF16 => b.chunks_exact_mut(2).for_each(|c| {
+                c.copy_from_slice(&bf16::from_f32(centre + width * rng.unit()).to_le_bytes())
+            }),
+            t if scale_fields(t).is_empty() => {
+                return Err(io::Error::other(format!("synth cannot write {t}")));
+            }
+            t => {
+                rng.fill(b);
+                let fields = scale_fields(t);
+                for blk in b.chunks_exact_mut(block) {
+                    for &(off, v) in fields {
+                        blk[off..off + 2].copy_from_slice(&f16::from_f32(v).to_le_bytes());
+                    }
+                }
+            }
+        }
+        out.write_all(b)?;
+        left -= n;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bloomery_kernels_cpu::quant::dequantize_row;
+
+    #[test]
+    fn quantized_payloads_dequantize_to_small_finite_values() {
+        for t in SYNTH_TYPES {
+            let l = t.layout().unwrap();
+            let n = l.block as usize * 64;
+            let bytes = t.row_bytes(n as u64).unwrap();
+            let mut data = Vec::new();
+            let mut rng = Rng::for_tensor(1, "w");
+            write_tensor(&mut data, &mut rng, t, WeightClass::Experts, bytes).unwrap();
+            let mut f = vec![0f32; n];
+            dequantize_row(t, &data, &mut f).unwrap();
+            let max = f.iter().fold(0f32, |m, v| m.max(v.abs()));
+            assert!(f.iter().all(|v| v.is_finite()), "{t}");
+            assert!(max <= 0.11 && max > 0.01, "{t}: max |w| = {max}");
+        }
+    }
+}

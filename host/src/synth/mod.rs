@@ -1,0 +1,152 @@
+//! `bloomery synth`: random-weight GGUF files with an architecture's real tensor names, shapes and
+//! metadata (from its model plugin's presets), a loadable vocabulary, and per-class quant types.
+
+pub mod fill;
+pub mod vocab;
+
+use std::path::Path;
+
+use bloomery_gguf::{GgufWriter, Value};
+use bloomery_plugin_api::meta::MetaValue;
+use bloomery_plugin_api::model::{SynthPreset, WeightClass};
+use bloomery_plugin_api::DType;
+
+/// Types per weight class.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClassTypes {
+    /// Routed experts.
+    pub experts: DType,
+    /// Attention projections.
+    pub attention: DType,
+    /// Token embedding.
+    pub embedding: DType,
+    /// Output head.
+    pub output: DType,
+    /// Dense and shared-expert FFNs.
+    pub dense: DType,
+}
+
+impl ClassTypes {
+    /// The type of a class (norms, routers and the rest stay f32).
+    pub fn of(&self, class: WeightClass) -> DType {
+        match class {
+            WeightClass::Experts => self.experts,
+            WeightClass::Attention => self.attention,
+            WeightClass::Embedding => self.embedding,
+            WeightClass::Output => self.output,
+            WeightClass::Ffn | WeightClass::SharedExpert => self.dense,
+            _ => DType::F32,
+        }
+    }
+}
+
+fn to_value(v: &MetaValue) -> Result<Value, String> {
+    use bloomery_gguf::Array;
+    Ok(match v {
+        MetaValue::U8(x) => Value::U8(*x),
+        MetaValue::I8(x) => Value::I8(*x),
+        MetaValue::U16(x) => Value::U16(*x),
+        MetaValue::I16(x) => Value::I16(*x),
+        MetaValue::U32(x) => Value::U32(*x),
+        MetaValue::I32(x) => Value::I32(*x),
+        MetaValue::U64(x) => Value::U64(*x),
+        MetaValue::I64(x) => Value::I64(*x),
+        MetaValue::F32(x) => Value::F32(*x),
+        MetaValue::F64(x) => Value::F64(*x),
+        MetaValue::Bool(x) => Value::Bool(*x),
+        MetaValue::String(s) => Value::String(s.to_string()),
+        MetaValue::Array(items) => {
+            if items.iter().all(|i| matches!(i, MetaValue::U32(_))) {
+                Value::Array(Array::U32(
+                    items
+                        .iter()
+                        .filter_map(|i| i.as_u64().map(|x| x as u32))
+                        .collect(),
+                ))
+            } else if items.iter().all(|i| matches!(i, MetaValue::I32(_))) {
+                Value::Array(Array::I32(
+                    items
+                        .iter()
+                        .filter_map(|i| i.as_f64().map(|x| x as i32))
+                        .collect(),
+                ))
+            } else if items.iter().all(|i| matches!(i, MetaValue::F32(_))) {
+                Value::Array(Array::F32(
+                    items
+                        .iter()
+                        .filter_map(|i| i.as_f64().map(|x| x as f32))
+                        .collect(),
+                ))
+            } else {
+                return Err(format!("preset array of mixed or unsupported types: {v:?}"));
+            }
+        }
+    })
+}
+
+/// What a synth run wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SynthReport {
+    /// Bytes written.
+    pub bytes: u64,
+    /// Tensors written.
+    pub tensors: usize,
+}
+
+/// Writes `preset` to `path` with the given types and seed.
+pub fn write(
+    preset: &SynthPreset,
+    types: ClassTypes,
+    seed: u64,
+    path: &Path,
+) -> anyhow::Result<SynthReport> {
+    let mut w = GgufWriter::new();
+    let mut n_vocab = None;
+    for e in preset.metadata.iter() {
+        w.set(
+            e.key.as_str(),
+            to_value(&e.value).map_err(anyhow::Error::msg)?,
+        )?;
+    }
+    let mut classes = Vec::new();
+    for t in preset.tensors.iter() {
+        let dtype = types.of(t.class);
+        if !fill::SYNTH_TYPES.contains(&dtype) {
+            anyhow::bail!(
+                "synth cannot write {dtype} (it writes {:?})",
+                fill::SYNTH_TYPES
+            );
+        }
+        let shape = &t.ne[..t.n_dims as usize];
+        if dtype.row_bytes(shape[0]).is_none() {
+            anyhow::bail!(
+                "tensor `{}`: rows of {} values are not whole {dtype} blocks; pick another type for {:?}",
+                t.name,
+                shape[0],
+                t.class
+            );
+        }
+        if t.class == WeightClass::Embedding {
+            n_vocab = Some(shape[1] as usize);
+        }
+        w.add_tensor(t.name.as_str(), dtype, shape)?;
+        classes.push(t.class);
+    }
+    let n_vocab = n_vocab
+        .ok_or_else(|| anyhow::anyhow!("preset `{}` has no embedding table", preset.name))?;
+    let v = vocab::build(n_vocab).map_err(anyhow::Error::msg)?;
+    for (k, val) in vocab::metadata(&v) {
+        w.set(&k, val)?;
+    }
+    let mut index = 0usize;
+    let bytes = w.write_file(path, |t, sink| {
+        let class = classes.get(index).copied().unwrap_or(WeightClass::Other);
+        index += 1;
+        let mut rng = fill::Rng::for_tensor(seed, &t.name);
+        fill::write_tensor(sink, &mut rng, t.dtype, class, t.size)
+    })?;
+    Ok(SynthReport {
+        bytes,
+        tensors: preset.tensors.len(),
+    })
+}

@@ -1,0 +1,693 @@
+//! Runs one op call on the CPU: checks every tensor against the buffer table, views it as a slice
+//! and calls the reference op (or the backend's faster row kernel for products). The list of what
+//! is implemented here is [`capabilities`], so the two cannot drift apart.
+
+use abi_stable::std_types::RVec;
+use bloomery_plugin_api::op::{
+    Gating, GluKind, Op, OpKind, OpSupport, RopeMode as AbiRope, UnaryFn,
+};
+use bloomery_plugin_api::tensor::{OpCall, TensorRef};
+use bloomery_plugin_api::{DType, PluginError};
+
+use crate::linear::{self, ExpertStacks, Parallel, RowDot};
+use crate::memory::Buffers;
+use crate::ops::{self, OpError};
+use crate::quant;
+use crate::tensors::{bytes, f16s, f16s_mut, f32s, f32s_mut, i32s, i32s_mut};
+
+/// What a CPU plugin plugs into the shared dispatch.
+pub struct Backend<'a> {
+    /// The buffer table.
+    pub buffers: &'a Buffers,
+    /// The worker pool.
+    pub par: &'a dyn Parallel,
+    /// The row dot-product kernel.
+    pub dot: RowDot,
+}
+
+fn op_err(e: OpError) -> PluginError {
+    PluginError::invalid(e.to_string())
+}
+
+/// Weight types the products and gathers accept: every type with a dequantizer and a dot product.
+pub fn weight_types() -> Vec<DType> {
+    DType::ALL
+        .iter()
+        .copied()
+        .filter(|&t| quant::vec_dot_type(t).is_some() && !matches!(t, DType::Q8_1 | DType::Q8_K))
+        .collect()
+}
+
+/// Every `(op, dtype)` pair [`run`] implements.
+pub fn capabilities() -> RVec<OpSupport> {
+    let f32_only = [
+        OpKind::Concat,
+        OpKind::Add,
+        OpKind::Mul,
+        OpKind::Scale,
+        OpKind::Unary,
+        OpKind::Glu,
+        OpKind::RmsNorm,
+        OpKind::LayerNorm,
+        OpKind::L2Norm,
+        OpKind::Softmax,
+        OpKind::Rope,
+        OpKind::TopK,
+        OpKind::RouterTopK,
+        OpKind::RouterWeights,
+    ];
+    let mut list: Vec<OpSupport> = f32_only
+        .iter()
+        .map(|&op| OpSupport {
+            op,
+            dtypes: vec![DType::F32].into(),
+        })
+        .collect();
+    let weights = weight_types();
+    for op in [OpKind::MatMul, OpKind::GetRows, OpKind::MoeExperts] {
+        list.push(OpSupport {
+            op,
+            dtypes: weights.clone().into(),
+        });
+    }
+    for op in [OpKind::Copy, OpKind::CacheStore, OpKind::Attention] {
+        list.push(OpSupport {
+            op,
+            dtypes: vec![DType::F32, DType::F16].into(),
+        });
+    }
+    list.sort_by_key(|s| s.op);
+    list.into()
+}
+
+fn usz(v: u64) -> usize {
+    usize::try_from(v).unwrap_or(usize::MAX)
+}
+
+fn src<'c>(c: &'c OpCall, i: usize, op: &str) -> Result<&'c TensorRef, PluginError> {
+    c.srcs()
+        .get(i)
+        .ok_or_else(|| PluginError::invalid(format!("{op}: missing source {i}")))
+}
+
+/// Runs one call.
+pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
+    let buf = b.buffers;
+    match c.op {
+        Op::MatMul => {
+            let (w, x) = (src(c, 0, "MatMul")?, src(c, 1, "MatMul")?);
+            let xs = f32s(buf, x, "MatMul x")?;
+            let (k, n, m) = (usz(w.ne[0]), usz(w.ne[1]), usz(x.rows()));
+            if usz(x.ne[0]) != k
+                || c.dst.ne[0] != w.ne[1]
+                || usz(c.dst.rows()) != m
+                || w.rows() != w.ne[1]
+            {
+                return Err(PluginError::invalid(format!(
+                    "MatMul shapes {:?} x {:?} -> {:?}",
+                    w.ne, x.ne, c.dst.ne
+                )));
+            }
+            let acts = linear::quantize_acts(w.dtype, k, xs, m)?;
+            let y = f32s_mut(buf, &c.dst, "MatMul dst")?;
+            linear::matmul(
+                b.par,
+                b.dot,
+                w.dtype,
+                bytes(buf, w)?,
+                usz(w.nb[1]),
+                k,
+                n,
+                &acts,
+                y,
+            )
+        }
+        Op::GetRows => {
+            let (t, ids) = (src(c, 0, "GetRows")?, src(c, 1, "GetRows")?);
+            let ids = i32s(buf, ids, "GetRows ids")?;
+            let table = bytes(buf, t)?;
+            let (n, stride) = (usz(t.ne[0]), usz(t.nb[1]));
+            let row = usz(t.dtype.row_bytes(t.ne[0]).unwrap_or(0));
+            let out = f32s_mut(buf, &c.dst, "GetRows dst")?;
+            let mut failed = None;
+            ops::embedding::get_rows_with(usz(t.rows()), n, ids, out, |r, dst| {
+                if let Err(e) =
+                    quant::dequantize_row(t.dtype, &table[r * stride..r * stride + row], dst)
+                {
+                    failed = Some(e);
+                }
+            })
+            .map_err(op_err)?;
+            failed.map_or(Ok(()), |e| Err(PluginError::invalid(e.to_string())))
+        }
+        Op::MoeExperts(p) => moe(b, c, p),
+        Op::Add | Op::Mul => {
+            let (a, bb) = (src(c, 0, "Add")?, src(c, 1, "Add")?);
+            let out = f32s_mut(buf, &c.dst, "dst")?;
+            out.copy_from_slice(f32s(buf, a, "a")?);
+            let rhs = f32s(buf, bb, "b")?;
+            if matches!(c.op, Op::Add) {
+                ops::elementwise::add(out, rhs)
+            } else {
+                ops::elementwise::mul(out, rhs)
+            }
+            .map_err(op_err)
+        }
+        Op::Scale { s } => {
+            let out = copy_in(buf, c, "Scale")?;
+            ops::elementwise::scale(out, s);
+            Ok(())
+        }
+        Op::Unary { f } => {
+            let out = copy_in(buf, c, "Unary")?;
+            match f {
+                UnaryFn::Silu => ops::activations::silu(out),
+                UnaryFn::Sigmoid => ops::activations::sigmoid(out),
+                UnaryFn::Gelu => ops::activations::gelu_tanh(out),
+                UnaryFn::GeluErf => ops::activations::gelu_erf(out),
+                UnaryFn::Softplus => out.iter_mut().for_each(|v| *v = softplus(*v)),
+                UnaryFn::Tanh => out.iter_mut().for_each(|v| *v = v.tanh()),
+                UnaryFn::Exp => out.iter_mut().for_each(|v| *v = v.exp()),
+                UnaryFn::Relu => out.iter_mut().for_each(|v| *v = v.max(0.0)),
+            }
+            Ok(())
+        }
+        Op::Glu { kind, limit } => {
+            let g = f32s(buf, src(c, 0, "Glu")?, "gate")?;
+            let u = f32s(buf, src(c, 1, "Glu")?, "up")?;
+            glu(kind, limit, g, u, f32s_mut(buf, &c.dst, "Glu dst")?)
+        }
+        Op::RmsNorm { eps } => {
+            let w = match c.srcs().get(1) {
+                Some(t) => Some(f32s(buf, t, "RmsNorm weight")?),
+                None => None,
+            };
+            let n = usz(c.dst.ne[0]);
+            let out = copy_in(buf, c, "RmsNorm")?;
+            ops::norms::rms_norm(out, n, eps, w).map_err(op_err)
+        }
+        Op::LayerNorm { eps } => {
+            let w = c
+                .srcs()
+                .get(1)
+                .map(|t| f32s(buf, t, "LayerNorm weight"))
+                .transpose()?;
+            let bias = c
+                .srcs()
+                .get(2)
+                .map(|t| f32s(buf, t, "LayerNorm bias"))
+                .transpose()?;
+            let n = usz(c.dst.ne[0]);
+            let out = copy_in(buf, c, "LayerNorm")?;
+            ops::norms::layer_norm(out, n, eps, w, bias).map_err(op_err)
+        }
+        Op::L2Norm { eps } => {
+            let n = usz(c.dst.ne[0]);
+            let out = copy_in(buf, c, "L2Norm")?;
+            ops::norms::l2_norm(out, n, eps, ops::norms::L2Epsilon::AddSquared).map_err(op_err)
+        }
+        Op::Softmax { scale } => {
+            let mask = c
+                .srcs()
+                .get(1)
+                .map(|t| f32s(buf, t, "Softmax mask"))
+                .transpose()?;
+            let n = usz(c.dst.ne[0]);
+            let out = copy_in(buf, c, "Softmax")?;
+            ops::softmax::softmax(out, n, scale, mask).map_err(op_err)
+        }
+        Op::Rope(p) => {
+            if p.inverse {
+                return Err(PluginError::unsupported("inverse rope on the CPU", &[]));
+            }
+            let pos = i32s(buf, src(c, 1, "Rope")?, "positions")?;
+            let (hd, nh) = (usz(c.dst.ne[0]), usz(c.dst.ne[1]));
+            let mode = match p.mode {
+                AbiRope::Norm => ops::rope::RopeMode::Norm,
+                AbiRope::Neox => ops::rope::RopeMode::Neox,
+                AbiRope::Imrope => ops::rope::RopeMode::Imrope {
+                    sections: p.sections,
+                },
+            };
+            let params = ops::rope::RopeParams {
+                mode,
+                n_dims: p.n_dims as usize,
+                freq_base: p.freq_base,
+                freq_scale: p.freq_scale,
+                ext_factor: p.ext_factor,
+                attn_factor: p.attn_factor,
+                beta_fast: p.beta_fast,
+                beta_slow: p.beta_slow,
+                n_ctx_orig: p.n_ctx_orig,
+            };
+            let out = copy_in(buf, c, "Rope")?;
+            ops::rope::rope(out, hd, nh, pos, &params).map_err(op_err)
+        }
+        Op::CacheStore => cache_store(buf, c),
+        Op::Attention(p) => attention(b, c, p),
+        Op::TopK { k } => {
+            let x = f32s(buf, src(c, 0, "TopK")?, "x")?;
+            let n = usz(c.srcs()[0].ne[0]);
+            let out = i32s_mut(buf, &c.dst, "TopK dst")?;
+            top_k(x, n, k as usize, out)
+        }
+        Op::RouterTopK(p) | Op::RouterWeights(p) => router(b, c, p),
+        Op::Copy => copy(buf, c),
+        Op::Concat => {
+            let (a, bb) = (src(c, 0, "Concat")?, src(c, 1, "Concat")?);
+            let (na, nb, m) = (usz(a.ne[0]), usz(bb.ne[0]), usz(a.rows()));
+            let (xa, xb) = (f32s(buf, a, "a")?, f32s(buf, bb, "b")?);
+            let out = f32s_mut(buf, &c.dst, "Concat dst")?;
+            if out.len() != (na + nb) * m || xb.len() != nb * m {
+                return Err(PluginError::invalid("Concat shapes"));
+            }
+            for r in 0..m {
+                out[r * (na + nb)..r * (na + nb) + na].copy_from_slice(&xa[r * na..(r + 1) * na]);
+                out[r * (na + nb) + na..(r + 1) * (na + nb)]
+                    .copy_from_slice(&xb[r * nb..(r + 1) * nb]);
+            }
+            Ok(())
+        }
+        other => Err(PluginError::unsupported(
+            format!("op {} on the CPU", other.kind()),
+            &[],
+        )),
+    }
+}
+
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// Copies source 0 into the destination and returns the destination (same shape, f32).
+fn copy_in<'a>(buf: &Buffers, c: &OpCall, op: &str) -> Result<&'a mut [f32], PluginError> {
+    let x = f32s(buf, src(c, 0, op)?, op)?;
+    let out = f32s_mut(buf, &c.dst, op)?;
+    if x.len() != out.len() {
+        return Err(PluginError::invalid(format!(
+            "{op}: {} values into {}",
+            x.len(),
+            out.len()
+        )));
+    }
+    out.copy_from_slice(x);
+    Ok(out)
+}
+
+fn glu(
+    kind: GluKind,
+    limit: f32,
+    g: &[f32],
+    u: &[f32],
+    out: &mut [f32],
+) -> Result<(), PluginError> {
+    match kind {
+        GluKind::SwiGlu => {
+            let clamp = if limit > 0.0 {
+                ops::activations::SwigluClamp::GateInput { limit }
+            } else {
+                ops::activations::SwigluClamp::None
+            };
+            ops::activations::swiglu(g, u, out, clamp).map_err(op_err)
+        }
+        GluKind::GeGlu => {
+            if g.len() != out.len() || u.len() != out.len() {
+                return Err(PluginError::invalid("GeGlu shapes"));
+            }
+            out.copy_from_slice(g);
+            ops::activations::gelu_tanh(out);
+            out.iter_mut().zip(u).for_each(|(o, v)| *o *= v);
+            Ok(())
+        }
+    }
+}
+
+fn top_k(x: &[f32], n: usize, k: usize, out: &mut [i32]) -> Result<(), PluginError> {
+    if n == 0 || k > n || out.len() != k * (x.len() / n) {
+        return Err(PluginError::invalid(format!(
+            "TopK of {k} over rows of {n}"
+        )));
+    }
+    let mut idx: Vec<usize> = Vec::with_capacity(n);
+    for (row, o) in x.chunks_exact(n).zip(out.chunks_exact_mut(k)) {
+        idx.clear();
+        idx.extend(0..n);
+        idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+        for (d, &i) in o.iter_mut().zip(&idx) {
+            *d = i as i32;
+        }
+    }
+    Ok(())
+}
+
+fn moe(
+    b: &Backend<'_>,
+    c: &OpCall,
+    p: bloomery_plugin_api::op::MoeParams,
+) -> Result<(), PluginError> {
+    let buf = b.buffers;
+    let x = f32s(buf, src(c, 0, "MoeExperts")?, "x")?;
+    let ids = i32s(buf, src(c, 1, "MoeExperts")?, "ids")?;
+    let w = f32s(buf, src(c, 2, "MoeExperts")?, "weights")?;
+    let gate = src(c, 3, "MoeExperts")?;
+    let (up, down_i) = if p.fused_gate_up {
+        (None, 4)
+    } else {
+        let up = src(c, 4, "MoeExperts")?;
+        (Some((bytes(buf, up)?, up.dtype)), 5)
+    };
+    let down = src(c, down_i, "MoeExperts")?;
+    let map = if p.expert_map {
+        Some(i32s(buf, src(c, down_i + 1, "MoeExperts")?, "expert map")?)
+    } else {
+        None
+    };
+    let stacks = ExpertStacks {
+        gate: bytes(buf, gate)?,
+        gate_t: gate.dtype,
+        up,
+        down: bytes(buf, down)?,
+        down_t: down.dtype,
+        n_embd: usz(gate.ne[0]),
+        n_ff: p.n_ff as usize,
+        n_expert: usz(gate.ne[2]),
+    };
+    let out = f32s_mut(buf, &c.dst, "MoeExperts dst")?;
+    let act = |g: &[f32], u: &[f32], o: &mut [f32]| glu(p.glu, p.limit, g, u, o);
+    linear::moe_experts(
+        b.par,
+        b.dot,
+        &stacks,
+        x,
+        ids,
+        w,
+        p.k as usize,
+        map,
+        &act,
+        out,
+    )
+}
+
+fn slots_u32(s: &[i32]) -> Result<Vec<u32>, PluginError> {
+    s.iter()
+        .map(|&v| u32::try_from(v).map_err(|_| PluginError::invalid(format!("negative slot {v}"))))
+        .collect()
+}
+
+fn cache_store(buf: &Buffers, c: &OpCall) -> Result<(), PluginError> {
+    let rows = f32s(buf, src(c, 0, "CacheStore")?, "rows")?;
+    let cache = src(c, 1, "CacheStore")?;
+    if *cache != c.dst {
+        return Err(PluginError::invalid(
+            "CacheStore must write the cache it names",
+        ));
+    }
+    let slots = slots_u32(i32s(buf, src(c, 2, "CacheStore")?, "slots")?)?;
+    let pos = i32s(buf, src(c, 3, "CacheStore")?, "positions")?;
+    let (width, len, n_slots) = (usz(cache.ne[0]), usz(cache.ne[1]), usz(cache.ne[2]));
+    let target = match cache.dtype {
+        DType::F32 => ops::attention::KvCacheMut::F32(f32s_mut(buf, &c.dst, "cache")?),
+        DType::F16 => ops::attention::KvCacheMut::F16(f16s_mut(buf, &c.dst, "cache")?),
+        t => {
+            return Err(PluginError::unsupported(
+                format!("CacheStore into {t}"),
+                &["F32", "F16"],
+            ))
+        }
+    };
+    ops::attention::store_kv(rows, width, &slots, pos, target, len, n_slots).map_err(op_err)
+}
+
+fn kv<'a>(buf: &Buffers, t: &TensorRef) -> Result<ops::attention::KvCache<'a>, PluginError> {
+    Ok(match t.dtype {
+        DType::F32 => ops::attention::KvCache::F32(f32s(buf, t, "cache")?),
+        DType::F16 => ops::attention::KvCache::F16(f16s(buf, t, "cache")?),
+        d => {
+            return Err(PluginError::unsupported(
+                format!("attention over a {d} cache"),
+                &["F32", "F16"],
+            ))
+        }
+    })
+}
+
+fn attention(
+    b: &Backend<'_>,
+    c: &OpCall,
+    p: bloomery_plugin_api::op::AttentionParams,
+) -> Result<(), PluginError> {
+    let buf = b.buffers;
+    if p.v_from_k || p.selected {
+        return Err(PluginError::unsupported(
+            "latent or sparse attention on the CPU",
+            &[],
+        ));
+    }
+    let q = f32s(buf, src(c, 0, "Attention")?, "q")?;
+    let kc = src(c, 1, "Attention")?;
+    let vc = src(c, 2, "Attention")?;
+    let slots = slots_u32(i32s(buf, src(c, 3, "Attention")?, "slots")?)?;
+    let pos = i32s(buf, src(c, 4, "Attention")?, "positions")?;
+    let sinks = if p.sinks {
+        Some(f32s(buf, src(c, 5, "Attention")?, "sinks")?)
+    } else {
+        None
+    };
+    let params = ops::attention::AttentionParams {
+        n_head: p.n_head as usize,
+        n_head_kv: p.n_head_kv as usize,
+        head_dim_k: p.dk as usize,
+        head_dim_v: p.dv as usize,
+        cache_len: usz(kc.ne[1]),
+        n_slots: usz(kc.ne[2]),
+        scale: p.scale,
+        softcap: (p.softcap > 0.0).then_some(p.softcap),
+        window: (p.window > 0).then_some(p.window as usize),
+        sinks,
+    };
+    let (kcache, vcache) = (kv(buf, kc)?, kv(buf, vc)?);
+    let out = f32s_mut(buf, &c.dst, "Attention dst")?;
+    let rows = slots.len();
+    let (qrow, orow) = (
+        p.dk as usize * p.n_head as usize,
+        p.dv as usize * p.n_head as usize,
+    );
+    if q.len() != qrow * rows || out.len() != orow * rows {
+        return Err(PluginError::invalid("Attention shapes"));
+    }
+    let out_ptr = SharedOut(out.as_mut_ptr());
+    let failed = std::sync::Mutex::new(None);
+    b.par.for_each(rows, &|r| {
+        // SAFETY: task r writes only output row r, a disjoint part of `out`, which outlives the
+        // parallel loop.
+        let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(r * orow), orow) };
+        let res = ops::attention::attention(
+            &q[r * qrow..(r + 1) * qrow],
+            &slots[r..r + 1],
+            &pos[r..r + 1],
+            kcache,
+            vcache,
+            &params,
+            o,
+        );
+        if let Err(e) = res {
+            if let Ok(mut f) = failed.lock() {
+                *f = Some(e);
+            }
+        }
+    });
+    match failed.into_inner() {
+        Ok(Some(e)) => Err(op_err(e)),
+        _ => Ok(()),
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+// SAFETY: used only to hand disjoint output rows to parallel tasks.
+unsafe impl Send for SharedOut {}
+// SAFETY: as above.
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// The address of element `i` (a method, so closures capture the whole wrapper).
+    fn at(&self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
+
+fn router(
+    b: &Backend<'_>,
+    c: &OpCall,
+    p: bloomery_plugin_api::op::RouterParams,
+) -> Result<(), PluginError> {
+    let buf = b.buffers;
+    let logits = f32s(buf, src(c, 0, "Router")?, "logits")?;
+    let (n, k) = (p.n_expert as usize, p.k as usize);
+    let gating = match p.gating {
+        Gating::Softmax => ops::router::Gating::Softmax,
+        Gating::Sigmoid => ops::router::Gating::Sigmoid,
+        Gating::SoftmaxSelected => ops::router::Gating::SoftmaxSelected,
+        Gating::SqrtSoftplus => ops::router::Gating::SqrtSoftplus,
+    };
+    let renorm = if p.norm {
+        ops::router::Renorm::SumAtLeast(p.norm_min)
+    } else {
+        ops::router::Renorm::Off
+    };
+    let rows = logits.len() / n.max(1);
+    match c.op {
+        Op::RouterTopK(_) => {
+            let bias = if p.bias {
+                Some(f32s(buf, src(c, 1, "RouterTopK")?, "bias")?)
+            } else {
+                None
+            };
+            let params = ops::router::RouterParams {
+                n_expert: n,
+                k,
+                gating,
+                bias,
+                groups: (p.n_group > 1).then_some(ops::router::Groups {
+                    n_group: p.n_group as usize,
+                    topk_group: p.topk_group as usize,
+                }),
+                renorm,
+                scale: p.scale,
+            };
+            let ids = i32s_mut(buf, &c.dst, "RouterTopK dst")?;
+            let mut scratch = vec![0f32; k * rows];
+            ops::router::route(logits, &params, ids, &mut scratch).map_err(op_err)
+        }
+        _ => {
+            let ids = i32s(buf, src(c, 1, "RouterWeights")?, "ids")?;
+            let out = f32s_mut(buf, &c.dst, "RouterWeights dst")?;
+            router_weights(logits, ids, n, k, gating, p, out)
+        }
+    }
+}
+
+/// Weights of given expert choices: gating scores of the chosen experts, renormalised and scaled.
+fn router_weights(
+    logits: &[f32],
+    ids: &[i32],
+    n: usize,
+    k: usize,
+    gating: ops::router::Gating,
+    p: bloomery_plugin_api::op::RouterParams,
+    out: &mut [f32],
+) -> Result<(), PluginError> {
+    let rows = logits.len() / n.max(1);
+    if ids.len() != k * rows || out.len() != k * rows {
+        return Err(PluginError::invalid("RouterWeights shapes"));
+    }
+    let mut scores = vec![0f32; n];
+    for r in 0..rows {
+        let row = &logits[r * n..(r + 1) * n];
+        let chosen = &ids[r * k..(r + 1) * k];
+        let o = &mut out[r * k..(r + 1) * k];
+        let pick = |i: i32| -> Result<usize, PluginError> {
+            usize::try_from(i)
+                .ok()
+                .filter(|&i| i < n)
+                .ok_or_else(|| PluginError::invalid(format!("expert id {i} of {n}")))
+        };
+        match gating {
+            ops::router::Gating::SoftmaxSelected => {
+                for (d, &i) in o.iter_mut().zip(chosen) {
+                    *d = row[pick(i)?];
+                }
+                ops::softmax::softmax_row(o).map_err(op_err)?;
+            }
+            g => {
+                scores.copy_from_slice(row);
+                match g {
+                    ops::router::Gating::Softmax => {
+                        ops::softmax::softmax_row(&mut scores).map_err(op_err)?
+                    }
+                    ops::router::Gating::Sigmoid => ops::activations::sigmoid(&mut scores),
+                    _ => scores.iter_mut().for_each(|v| *v = softplus(*v).sqrt()),
+                }
+                for (d, &i) in o.iter_mut().zip(chosen) {
+                    *d = scores[pick(i)?];
+                }
+            }
+        }
+        if p.norm {
+            let sum: f32 = o.iter().sum();
+            let sum = sum.max(p.norm_min);
+            o.iter_mut().for_each(|v| *v /= sum);
+        }
+        if p.scale != 0.0 && p.scale != 1.0 {
+            o.iter_mut().for_each(|v| *v *= p.scale);
+        }
+    }
+    Ok(())
+}
+
+fn copy(buf: &Buffers, c: &OpCall) -> Result<(), PluginError> {
+    let x = src(c, 0, "Copy")?;
+    if x.ne != c.dst.ne {
+        return Err(PluginError::invalid(format!(
+            "Copy {:?} into {:?}",
+            x.ne, c.dst.ne
+        )));
+    }
+    if x.dtype == c.dst.dtype && x.is_contiguous() && c.dst.is_contiguous() {
+        let n = usz(x.span_bytes().unwrap_or(0));
+        let s = bytes(buf, x)?;
+        let d = buf.check_tensor(&c.dst)?;
+        // SAFETY: the destination span was checked; source and destination do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), d, n) };
+        return Ok(());
+    }
+    match (x.dtype, c.dst.dtype) {
+        (DType::F32, DType::F16) | (DType::F16, DType::F32) | (DType::F32, DType::F32) => {}
+        (a, d) => {
+            return Err(PluginError::unsupported(
+                format!("Copy {a} to {d}"),
+                &["F32<->F16"],
+            ))
+        }
+    }
+    let base = buf.check_tensor(x)?;
+    let n0 = usz(x.ne[0]);
+    let total = usz(x.rows());
+    let mut row = vec![0f32; n0];
+    for r in 0..total {
+        let (i1, i2, i3) = (
+            r % usz(x.ne[1]),
+            (r / usz(x.ne[1])) % usz(x.ne[2]),
+            r / usz(x.ne[1] * x.ne[2]),
+        );
+        let off = (i1 as u64 * x.nb[1] + i2 as u64 * x.nb[2] + i3 as u64 * x.nb[3]) as usize;
+        for (i, v) in row.iter_mut().enumerate() {
+            let p = off + i * usz(x.nb[0]);
+            // SAFETY: `check_tensor` proved every element of the strided source is in bounds;
+            // reads are unaligned-safe.
+            *v = unsafe {
+                match x.dtype {
+                    DType::F16 => {
+                        half::f16::from_bits(std::ptr::read_unaligned(base.add(p) as *const u16))
+                            .to_f32()
+                    }
+                    _ => std::ptr::read_unaligned(base.add(p) as *const f32),
+                }
+            };
+        }
+        match c.dst.dtype {
+            DType::F16 => {
+                let d = f16s_mut(buf, &c.dst, "Copy dst")?;
+                for (o, v) in d[r * n0..(r + 1) * n0].iter_mut().zip(&row) {
+                    *o = half::f16::from_f32(*v);
+                }
+            }
+            _ => f32s_mut(buf, &c.dst, "Copy dst")?[r * n0..(r + 1) * n0].copy_from_slice(&row),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,347 @@
+//! Matrix products over quantized weights: the dense `MatMul` and the routed-expert FFN.
+//!
+//! Activations are quantized once per call into the weight type's dot-product partner
+//! ([`quant::vec_dot_type`]), then every output row is a dot product of a weight row with each
+//! activation column; output rows are split across the worker pool. The row kernel is a parameter
+//! so that a SIMD plugin can pass its own.
+
+use bloomery_plugin_api::{DType, PluginError};
+
+use crate::quant;
+
+/// Runs `f(task)` for every task index in `0..n`, possibly in parallel; returns when all are done.
+pub trait Parallel: Sync {
+    /// Runs the tasks.
+    fn for_each(&self, n: usize, f: &(dyn Fn(usize) + Sync));
+    /// Workers available (for choosing task sizes).
+    fn workers(&self) -> usize;
+}
+
+/// Runs tasks one after another on the calling thread.
+pub struct Serial;
+
+impl Parallel for Serial {
+    fn for_each(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        (0..n).for_each(f);
+    }
+    fn workers(&self) -> usize {
+        1
+    }
+}
+
+/// A dot product of one weight row (`n` elements of the weight type) with one activation row in
+/// the partner type: `quant::vec_dot` or a faster equivalent.
+pub type RowDot = fn(DType, usize, &[u8], &[u8]) -> Result<f32, quant::QuantError>;
+
+/// The portable row kernel.
+pub fn reference_row_dot(
+    t: DType,
+    n: usize,
+    w: &[u8],
+    act: &[u8],
+) -> Result<f32, quant::QuantError> {
+    quant::vec_dot(t, n, w, act)
+}
+
+fn quant_err(e: quant::QuantError) -> PluginError {
+    PluginError::invalid(e.to_string())
+}
+
+/// A pointer that may be shared by tasks writing disjoint elements.
+#[derive(Clone, Copy)]
+struct SharedOut(*mut f32);
+// SAFETY: tasks given a `SharedOut` write disjoint elements only (see each use).
+unsafe impl Send for SharedOut {}
+// SAFETY: as above.
+unsafe impl Sync for SharedOut {}
+
+impl SharedOut {
+    /// The address of element `i` (a method, so closures capture the whole wrapper).
+    fn at(&self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
+
+/// Activation columns quantized for a weight type.
+pub struct QuantizedActs {
+    /// The partner type.
+    pub dtype: DType,
+    /// Bytes per column.
+    pub row_bytes: usize,
+    /// `cols · row_bytes` bytes.
+    pub data: Vec<u8>,
+}
+
+/// Quantizes `cols` columns of `k` f32 values each for dot products with weight type `wt`.
+pub fn quantize_acts(
+    wt: DType,
+    k: usize,
+    x: &[f32],
+    cols: usize,
+) -> Result<QuantizedActs, PluginError> {
+    let dtype = quant::vec_dot_type(wt)
+        .ok_or_else(|| PluginError::unsupported(format!("MatMul with {wt} weights"), &[]))?;
+    let row_bytes = dtype.row_bytes(k as u64).ok_or_else(|| {
+        PluginError::invalid(format!("{k} values do not fill whole {dtype} blocks"))
+    })? as usize;
+    let mut data = vec![0u8; row_bytes * cols];
+    for c in 0..cols {
+        quant::quantize_row(
+            dtype,
+            &x[c * k..(c + 1) * k],
+            &mut data[c * row_bytes..(c + 1) * row_bytes],
+        )
+        .map_err(quant_err)?;
+    }
+    Ok(QuantizedActs {
+        dtype,
+        row_bytes,
+        data,
+    })
+}
+
+/// `y[c·n + j] = W_j · x_c` for every output row `j < n` and column `c`: `w` holds `n` rows of `k`
+/// elements of `wt`, row stride `w_stride` bytes.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul(
+    par: &dyn Parallel,
+    dot: RowDot,
+    wt: DType,
+    w: &[u8],
+    w_stride: usize,
+    k: usize,
+    n: usize,
+    acts: &QuantizedActs,
+    y: &mut [f32],
+) -> Result<(), PluginError> {
+    let cols = acts.data.len() / acts.row_bytes.max(1);
+    let w_row = wt
+        .row_bytes(k as u64)
+        .ok_or_else(|| PluginError::invalid(format!("{k} is not whole {wt} blocks")))?
+        as usize;
+    if y.len() < n * cols || (n > 0 && w.len() < (n - 1) * w_stride + w_row) {
+        return Err(PluginError::invalid(format!(
+            "matmul buffers too small: y {} < {n}x{cols} or w {} bytes",
+            y.len(),
+            w.len()
+        )));
+    }
+    let rows_per_task = (n / (par.workers() * 4)).clamp(1, 64);
+    let tasks = n.div_ceil(rows_per_task);
+    let out = SharedOut(y.as_mut_ptr());
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    par.for_each(tasks, &|t| {
+        let start = t * rows_per_task;
+        let end = (start + rows_per_task).min(n);
+        for j in start..end {
+            let wr = &w[j * w_stride..j * w_stride + w_row];
+            for c in 0..cols {
+                let a = &acts.data[c * acts.row_bytes..(c + 1) * acts.row_bytes];
+                let v = match dot(wt, k, wr, a) {
+                    Ok(v) => v,
+                    Err(_) => {
+                        failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                        f32::NAN
+                    }
+                };
+                // SAFETY: element c·n + j < y.len() (checked above); each (j, c) is written by the
+                // one task owning row j.
+                unsafe { *out.at(c * n + j) = v };
+            }
+        }
+    });
+    if failed.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(PluginError::invalid(format!("dot product failed for {wt}")));
+    }
+    Ok(())
+}
+
+/// The expert stacks of one layer as bytes, with their types and sizes.
+pub struct ExpertStacks<'a> {
+    /// Gate stack `[n_embd, n_ff, n_expert]`, or gate+up `[n_embd, 2·n_ff, n_expert]` when fused.
+    pub gate: &'a [u8],
+    /// Gate (or fused) type.
+    pub gate_t: DType,
+    /// Up stack, absent when fused.
+    pub up: Option<(&'a [u8], DType)>,
+    /// Down stack `[n_ff, n_embd, n_expert]`.
+    pub down: &'a [u8],
+    /// Down type.
+    pub down_t: DType,
+    /// Hidden width.
+    pub n_embd: usize,
+    /// Expert FFN width.
+    pub n_ff: usize,
+    /// Experts in the stacks.
+    pub n_expert: usize,
+}
+
+/// The gated activation applied between up and down projections: `(gate, up, out)`.
+pub type GluFn<'a> = &'a (dyn Fn(&[f32], &[f32], &mut [f32]) -> Result<(), PluginError> + Sync);
+
+/// The weighted sum of each row's chosen experts: `out[:, r] = Σ_j w[j, r] · down_e(glu(gate_e
+/// x_r, up_e x_r))` with `e = ids[j, r]` mapped through `map` (-1 skips the expert). Each expert's
+/// weights are read once for all rows that chose it.
+#[allow(clippy::too_many_arguments)]
+pub fn moe_experts(
+    par: &dyn Parallel,
+    dot: RowDot,
+    stacks: &ExpertStacks<'_>,
+    x: &[f32],
+    ids: &[i32],
+    weights: &[f32],
+    k: usize,
+    map: Option<&[i32]>,
+    glu: GluFn<'_>,
+    out: &mut [f32],
+) -> Result<(), PluginError> {
+    let (e_dim, ff) = (stacks.n_embd, stacks.n_ff);
+    let rows = x.len() / e_dim.max(1);
+    if ids.len() != k * rows || weights.len() != k * rows || out.len() != e_dim * rows {
+        return Err(PluginError::invalid(format!(
+            "moe: {rows} rows of {e_dim}, ids {} weights {} out {} for k={k}",
+            ids.len(),
+            weights.len(),
+            out.len()
+        )));
+    }
+    let gate_rows = if stacks.up.is_some() { ff } else { 2 * ff };
+    let row_bytes = |t: DType, n: usize| {
+        t.row_bytes(n as u64)
+            .map(|b| b as usize)
+            .ok_or_else(|| PluginError::invalid(format!("{n} is not whole {t} blocks")))
+    };
+    let gate_row = row_bytes(stacks.gate_t, e_dim)?;
+    let down_row = row_bytes(stacks.down_t, ff)?;
+    let up_ok = match stacks.up {
+        Some((up, t)) => up.len() >= stacks.n_expert * ff * row_bytes(t, e_dim)?,
+        None => true,
+    };
+    if stacks.gate.len() < stacks.n_expert * gate_rows * gate_row
+        || stacks.down.len() < stacks.n_expert * e_dim * down_row
+        || !up_ok
+    {
+        return Err(PluginError::invalid(
+            "moe: expert stacks smaller than their shapes",
+        ));
+    }
+    let mut chosen: Vec<Vec<(usize, f32)>> = vec![Vec::new(); stacks.n_expert];
+    for r in 0..rows {
+        for j in 0..k {
+            let id = ids[r * k + j];
+            let slot = match map {
+                Some(m) => m
+                    .get(usize::try_from(id).unwrap_or(usize::MAX))
+                    .copied()
+                    .unwrap_or(-1),
+                None => id,
+            };
+            if slot < 0 {
+                continue;
+            }
+            let s = slot as usize;
+            if s >= stacks.n_expert {
+                return Err(PluginError::invalid(format!(
+                    "expert {id} (slot {slot}) of {}",
+                    stacks.n_expert
+                )));
+            }
+            chosen[s].push((r, weights[r * k + j]));
+        }
+    }
+    out.fill(0.0);
+    let mut xs = Vec::new();
+    let mut g = Vec::new();
+    let mut u = Vec::new();
+    let mut h = Vec::new();
+    let mut y = Vec::new();
+    for (e, picks) in chosen.iter().enumerate() {
+        if picks.is_empty() {
+            continue;
+        }
+        let nr = picks.len();
+        xs.clear();
+        for &(r, _) in picks {
+            xs.extend_from_slice(&x[r * e_dim..(r + 1) * e_dim]);
+        }
+        let xq = quantize_acts(stacks.gate_t, e_dim, &xs, nr)?;
+        let gate_e = &stacks.gate[e * gate_rows * gate_row..(e + 1) * gate_rows * gate_row];
+        g.resize(gate_rows * nr, 0.0);
+        matmul(
+            par,
+            dot,
+            stacks.gate_t,
+            gate_e,
+            gate_row,
+            e_dim,
+            gate_rows,
+            &xq,
+            &mut g,
+        )?;
+        h.resize(ff * nr, 0.0);
+        match stacks.up {
+            Some((up, up_t)) => {
+                let up_row = row_bytes(up_t, e_dim)?;
+                let up_e = &up[e * ff * up_row..(e + 1) * ff * up_row];
+                let xq_up = if up_t == stacks.gate_t {
+                    None
+                } else {
+                    Some(quantize_acts(up_t, e_dim, &xs, nr)?)
+                };
+                u.resize(ff * nr, 0.0);
+                matmul(
+                    par,
+                    dot,
+                    up_t,
+                    up_e,
+                    up_row,
+                    e_dim,
+                    ff,
+                    xq_up.as_ref().unwrap_or(&xq),
+                    &mut u,
+                )?;
+                glu(&g, &u, &mut h)?;
+            }
+            None => {
+                let (mut gs, mut us) = (Vec::with_capacity(ff * nr), Vec::with_capacity(ff * nr));
+                for c in 0..nr {
+                    gs.extend_from_slice(&g[c * 2 * ff..c * 2 * ff + ff]);
+                    us.extend_from_slice(&g[c * 2 * ff + ff..(c + 1) * 2 * ff]);
+                }
+                glu(&gs, &us, &mut h)?;
+            }
+        }
+        let hq = quantize_acts(stacks.down_t, ff, &h, nr)?;
+        let down_e = &stacks.down[e * e_dim * down_row..(e + 1) * e_dim * down_row];
+        y.resize(e_dim * nr, 0.0);
+        matmul(
+            par,
+            dot,
+            stacks.down_t,
+            down_e,
+            down_row,
+            ff,
+            e_dim,
+            &hq,
+            &mut y,
+        )?;
+        for (c, &(r, w)) in picks.iter().enumerate() {
+            for (o, v) in out[r * e_dim..(r + 1) * e_dim]
+                .iter_mut()
+                .zip(&y[c * e_dim..(c + 1) * e_dim])
+            {
+                *o += w * v;
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Parallel for crate::pool::Pool {
+    fn for_each(&self, n: usize, f: &(dyn Fn(usize) + Sync)) {
+        self.parallel_for(n, f);
+    }
+    fn workers(&self) -> usize {
+        self.threads()
+    }
+}
