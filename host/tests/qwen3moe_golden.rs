@@ -53,7 +53,12 @@ struct Agreement {
 }
 
 fn compare(name: &str, t: [DType; 4]) -> Agreement {
-    let g = golden(name);
+    compare_with(name, name, t)
+}
+
+/// Compares against the golden file `qwen3moe_tiny_{file}.json` on the mix `name`.
+fn compare_with(name: &str, file: &str, t: [DType; 4]) -> Agreement {
+    let g = golden(file);
     let dir = tempfile::tempdir().unwrap();
     let path = tiny(dir.path(), name, t, g["file_sha256"].as_str().unwrap());
     let reg = Registry::load(&plugin_dir()).unwrap();
@@ -107,7 +112,7 @@ fn compare(name: &str, t: [DType; 4]) -> Agreement {
         }
     }
     eprintln!(
-        "{name}: max rel {:.2e}, argmax {}/{}",
+        "{file}: max rel {:.2e}, argmax {}/{}",
         a.max_rel, a.argmax_same, a.positions
     );
     a
@@ -123,6 +128,13 @@ const Q8_0: DType = T::Q8_0;
 #[test]
 fn f32_weights_match_llama_cpp_within_1e4() {
     let a = compare("f32", [F32, F32, F32, F32]);
+    assert!(a.max_rel < 1e-4, "max rel {}", a.max_rel);
+    assert_eq!(a.argmax_same, a.positions);
+}
+
+#[test]
+fn f32_weights_match_transformers_within_1e4() {
+    let a = compare_with("f32", "f32_hf", [F32, F32, F32, F32]);
     assert!(a.max_rel < 1e-4, "max rel {}", a.max_rel);
     assert_eq!(a.argmax_same, a.positions);
 }
