@@ -143,12 +143,16 @@ fn summarize(e: &LibraryError) -> String {
         }
         LibraryError::InvalidAbiHeader(h) => format!("built with another abi_stable ({h:?})"),
         LibraryError::Many(list) => list.iter().map(summarize).collect::<Vec<_>>().join("; "),
+        LibraryError::GetSymbolError { symbol, .. } => format!(
+            "no abi_stable root module (symbol `{}` missing): not built with bloomery-plugin-api's export macros",
+            String::from_utf8_lossy(symbol).trim_end_matches('\0')
+        ),
         other => first_line(&other.to_string()),
     }
 }
 
 fn first_line(s: &str) -> String {
-    let line = s.lines().next().unwrap_or("").trim();
+    let line = s.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
     let mut out: String = line.chars().take(200).collect();
     if out.len() < line.len() {
         out.push('…');
