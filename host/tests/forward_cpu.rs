@@ -134,3 +134,73 @@ fn a_position_past_the_context_is_refused_by_name() {
         .to_string();
     assert!(e.contains("outside the context of 64"), "{e}");
 }
+
+/// Rewrites a file with each layer's `ffn_gate_exps` and `ffn_up_exps` fused into one
+/// `ffn_gate_up_exps` stack (gate rows first in each expert, as llama.cpp's converter writes them).
+fn fuse_gate_up(src: &std::path::Path, dst: &std::path::Path) {
+    use bloomery_gguf::{GgufModel, GgufWriter};
+    let m = GgufModel::open(src).unwrap();
+    let mut w = GgufWriter::new();
+    for e in m.metadata().entries() {
+        w.set(&e.key, e.value.clone()).unwrap();
+    }
+    let mut plan: Vec<(String, Vec<String>)> = Vec::new();
+    for t in m.tensors() {
+        let name = &t.info.name;
+        if name.ends_with("ffn_up_exps.weight") {
+            continue;
+        }
+        if let Some(prefix) = name.strip_suffix("ffn_gate_exps.weight") {
+            let mut shape = t.info.shape.clone();
+            shape[1] *= 2;
+            let fused = format!("{prefix}ffn_gate_up_exps.weight");
+            w.add_tensor(&fused, t.info.dtype, &shape).unwrap();
+            plan.push((
+                fused,
+                vec![name.clone(), format!("{prefix}ffn_up_exps.weight")],
+            ));
+        } else {
+            w.add_tensor(name, t.info.dtype, &t.info.shape).unwrap();
+            plan.push((name.clone(), vec![name.clone()]));
+        }
+    }
+    let mut i = 0;
+    w.write_file(dst, |_, sink| {
+        let (_, parts) = &plan[i];
+        i += 1;
+        if parts.len() == 1 {
+            return std::io::Write::write_all(sink, m.data(&parts[0]).unwrap());
+        }
+        let (g, u) = (m.data(&parts[0]).unwrap(), m.data(&parts[1]).unwrap());
+        let t = m.tensor(&parts[0]).unwrap();
+        let per_expert = g.len() / t.info.shape[2] as usize;
+        for e in 0..t.info.shape[2] as usize {
+            std::io::Write::write_all(sink, &g[e * per_expert..(e + 1) * per_expert])?;
+            std::io::Write::write_all(sink, &u[e * per_expert..(e + 1) * per_expert])?;
+        }
+        Ok(())
+    })
+    .unwrap();
+}
+
+#[test]
+fn fused_gate_up_stacks_equal_separate_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let types = ClassTypes {
+        experts: DType::Q4_K,
+        ..F32
+    };
+    let separate = tiny(&dir, types);
+    let fused = dir.path().join("fused.gguf");
+    fuse_gate_up(&separate, &fused);
+    let batch = BatchInputs {
+        tokens: vec![9, 99, 199, 299],
+        positions: vec![0, 1, 2, 3],
+        slots: vec![0; 4],
+        output_rows: vec![0, 1, 2, 3],
+        history: vec![],
+    };
+    let a = load(&separate, 1).forward(&batch).unwrap();
+    let b = load(&fused, 1).forward(&batch).unwrap();
+    assert!(max_rel(&b, &a) < 1e-6, "rel {}", max_rel(&b, &a));
+}
