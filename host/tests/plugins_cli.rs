@@ -114,7 +114,10 @@ fn bad_files_get_one_line_each_and_the_rest_still_load() {
         section.contains("future.so: plugin ABI 999, but this host speaks ABI 1"),
         "{section}"
     );
-    assert!(section.contains("hollow.so: no abi_stable root module"), "{section}");
+    assert!(
+        section.contains("hollow.so: no abi_stable root module"),
+        "{section}"
+    );
     assert!(
         section.contains("strange.so: unknown plugin kind 7"),
         "{section}"

@@ -152,7 +152,11 @@ fn summarize(e: &LibraryError) -> String {
 }
 
 fn first_line(s: &str) -> String {
-    let line = s.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
+    let line = s
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
     let mut out: String = line.chars().take(200).collect();
     if out.len() < line.len() {
         out.push('…');
