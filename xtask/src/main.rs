@@ -4,7 +4,8 @@
 //!   (`dist/bloomery`, `dist/plugins/*.so`).
 //! - `cargo xtask plugins [--release]`: builds the plugins and gathers them in
 //!   `target/<profile>/plugins/`.
-//! - `cargo xtask test`: format and lint checks, the plugins, then every test of the workspace.
+//! - `cargo xtask test`: format and lint checks, the plugins, the test data, then every test.
+//! - `cargo xtask demo`: `dist`, then the gemma-3-270m demo model answers a prompt.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,8 +22,11 @@ fn main() -> Result<()> {
             gather_plugins(&root, release).map(|dir| println!("{}", dir.display()))
         }
         Some("test") => test(&root, &args[1..]),
+        Some("demo") => demo(&root),
         _ => {
-            eprintln!("usage: cargo xtask <dist | plugins [--release] | test [cargo test args]>");
+            eprintln!(
+                "usage: cargo xtask <dist | plugins [--release] | test [cargo test args] | demo>"
+            );
             bail!("unknown or missing task")
         }
     }
@@ -181,6 +185,20 @@ fn demo_model(root: &Path) -> Result<PathBuf> {
     );
     run(Command::new(venv.join("bin/python")).args(["-c", &script]))?;
     Ok(model)
+}
+
+/// Builds `dist/`, installs the gemma-3-270m demo model and answers a prompt with it.
+fn demo(root: &Path) -> Result<()> {
+    dist(root)?;
+    let model = demo_model(root)?;
+    run(Command::new(root.join("dist/bloomery"))
+        .arg("--plugin-dir")
+        .arg(root.join("dist/plugins"))
+        .arg("run")
+        .arg("-m")
+        .arg(&model)
+        .args(["--chat", "-n", "48", "--temp", "0", "-p"])
+        .arg("Name three rivers of Europe."))
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
