@@ -4,4 +4,6 @@ pub mod cli;
 pub mod engine;
 pub mod model;
 pub mod plugins;
+pub mod sampling;
 pub mod synth;
+pub mod text;

@@ -1,7 +1,9 @@
 //! The command line: global options and one module per subcommand.
 
+mod bench;
 mod info;
 mod plugins;
+mod run;
 mod synth;
 
 use std::path::PathBuf;
@@ -38,6 +40,10 @@ pub enum Command {
     },
     /// Write a random-weight model of an architecture's preset shape.
     Synth(synth::SynthArgs),
+    /// Generate text from a prompt, streaming it to stdout (llama.cpp's spellings).
+    Run(run::RunArgs),
+    /// Measure prompt and generation speed, like llama-bench.
+    Bench(bench::BenchArgs),
 }
 
 impl Cli {
@@ -59,5 +65,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Plugins => plugins::run(&cli),
         Command::Info { model } => info::run(&cli, model),
         Command::Synth(a) => synth::run(&cli, a),
+        Command::Run(a) => run::run(&cli, a),
+        Command::Bench(a) => bench::run(&cli, a),
     }
 }

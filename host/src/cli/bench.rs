@@ -1,0 +1,184 @@
+//! `bloomery bench`: prompt-processing and generation speed like llama-bench (random token ids, a
+//! fresh sequence per repetition), printed as a markdown table of mean ± standard deviation.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use bloomery_plugin_api::DType;
+use clap::Args;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::Cli;
+use crate::engine::executor::BatchInputs;
+use crate::model::{LoadOptions, LoadedModel};
+use crate::plugins::Registry;
+
+/// Options of `bloomery bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// The GGUF file (the first part of a split model).
+    #[arg(short = 'm', long = "model", value_name = "FILE")]
+    pub model: PathBuf,
+    /// Prompt tokens of the pp test, evaluated as one batch (0: skip the test).
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    pub n_prompt: u32,
+    /// Generated tokens of the tg test, one decode step each (0: skip the test).
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    pub n_gen: u32,
+    /// Repetitions of each test.
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub repetitions: u32,
+    /// CPU threads (0: one per core).
+    #[arg(short = 't', long = "threads", default_value_t = 0)]
+    pub threads: u32,
+}
+
+/// Mean and sample standard deviation.
+fn mean_std(v: &[f64]) -> (f64, f64) {
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n.max(1.0);
+    if v.len() < 2 {
+        return (mean, 0.0);
+    }
+    let var = v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
+    (mean, var.sqrt())
+}
+
+/// A count with llama-bench's unit (B, M or K).
+fn human(n: u64) -> String {
+    let x = n as f64;
+    if x >= 1e9 {
+        format!("{:.2} B", x / 1e9)
+    } else if x >= 1e6 {
+        format!("{:.2} M", x / 1e6)
+    } else {
+        format!("{:.2} K", x / 1e3)
+    }
+}
+
+fn bytes(n: u64) -> String {
+    let x = n as f64;
+    if x >= (1u64 << 30) as f64 {
+        format!("{:.2} GiB", x / (1u64 << 30) as f64)
+    } else {
+        format!("{:.2} MiB", x / (1u64 << 20) as f64)
+    }
+}
+
+/// One timed run of a test: the model, the token count, the RNG of the random ids; seconds.
+type TestFn = fn(&mut LoadedModel, u32, &mut StdRng) -> anyhow::Result<f64>;
+
+/// Seconds for one batch of `n` random tokens from position 0 (the prompt test).
+fn pp_once(model: &mut LoadedModel, n: u32, rng: &mut StdRng) -> anyhow::Result<f64> {
+    let vocab = model.spec.hparams.n_vocab as i32;
+    let batch = BatchInputs {
+        tokens: (0..n).map(|_| rng.gen_range(0..vocab)).collect(),
+        positions: (0..n as i32).collect(),
+        slots: vec![0; n as usize],
+        output_rows: vec![n as i32 - 1],
+        history: vec![],
+    };
+    let t = Instant::now();
+    model.forward(&batch)?;
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Seconds for `n` single-token steps from position 0 (the generation test).
+fn tg_once(model: &mut LoadedModel, n: u32, rng: &mut StdRng) -> anyhow::Result<f64> {
+    let vocab = model.spec.hparams.n_vocab as i32;
+    let mut batch = BatchInputs {
+        tokens: vec![rng.gen_range(0..vocab)],
+        positions: vec![0],
+        slots: vec![0],
+        output_rows: vec![0],
+        history: vec![],
+    };
+    let t = Instant::now();
+    for pos in 0..n as i32 {
+        batch.positions[0] = pos;
+        model.forward(&batch)?;
+    }
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Runs the command.
+pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
+    let reg = Registry::load(&cli.plugin_dir())?;
+    let ctx = a.n_prompt.max(a.n_gen).max(1);
+    let mut model = LoadedModel::load(
+        &reg,
+        &a.model,
+        LoadOptions {
+            n_slots: 1,
+            ctx_per_slot: ctx,
+            kv_type: DType::F16,
+            threads: a.threads,
+        },
+    )?;
+    let meta = model.file.metadata();
+    let arch = meta.get_str("general.architecture").unwrap_or("?");
+    let label = meta
+        .get_str("general.size_label")
+        .map(|s| format!(" {s}"))
+        .unwrap_or_default();
+    let name = format!("{arch}{label}");
+    let size: u64 = model
+        .file
+        .tensors()
+        .iter()
+        .map(|t| t.info.range().end - t.info.range().start)
+        .sum();
+    let params: u64 = model
+        .file
+        .tensors()
+        .iter()
+        .map(|t| t.info.n_elements())
+        .sum();
+    let threads = if a.threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get()) as u32
+    } else {
+        a.threads
+    };
+    let backend = "CPU";
+    let mut rng = StdRng::seed_from_u64(0);
+    let mut rows = Vec::new();
+    let tests: [(&str, u32, TestFn); 2] = [("pp", a.n_prompt, pp_once), ("tg", a.n_gen, tg_once)];
+    for (kind, n, once) in tests {
+        if n == 0 {
+            continue;
+        }
+        // One warm-up run, as llama-bench does (it also builds the graph of this batch shape).
+        once(&mut model, n, &mut rng)?;
+        let mut rates = Vec::new();
+        for _ in 0..a.repetitions.max(1) {
+            let secs = once(&mut model, n, &mut rng)?;
+            rates.push(if secs > 0.0 { n as f64 / secs } else { 0.0 });
+        }
+        let (mean, std) = mean_std(&rates);
+        rows.push((format!("{kind}{n}"), mean, std));
+    }
+    println!("| model | size | params | backend | threads | test | t/s |");
+    println!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
+    for (test, mean, std) in rows {
+        println!(
+            "| {name} | {} | {} | {backend} | {threads} | {test} | {mean:.2} ± {std:.2} |",
+            bytes(size),
+            human(params)
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mean_and_sample_deviation() {
+        let (m, s) = mean_std(&[1.0, 2.0, 3.0]);
+        assert_eq!(m, 2.0);
+        assert!((s - 1.0).abs() < 1e-12);
+        assert_eq!(mean_std(&[4.0]), (4.0, 0.0));
+    }
+}
