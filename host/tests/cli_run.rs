@@ -1,0 +1,146 @@
+//! `bloomery run` and `bloomery bench` through the real binary on a synthetic tiny model.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn plugin_dir() -> PathBuf {
+    std::env::var_os("BLOOMERY_TEST_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/plugins")
+        })
+}
+
+fn bloomery(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bloomery"))
+        .arg("--plugin-dir")
+        .arg(plugin_dir())
+        .args(args)
+        .output()
+        .expect("the bloomery binary runs")
+}
+
+fn ok(out: &Output) -> (String, String) {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "failed:\n{stdout}\n{stderr}");
+    (stdout, stderr)
+}
+
+fn tiny(dir: &Path) -> String {
+    let path = dir.join("tiny.gguf");
+    let p = path.to_str().unwrap().to_owned();
+    ok(&bloomery(&["synth", "--arch", "qwen3moe", "-o", &p]));
+    p
+}
+
+/// The count in the stderr line `generated = ... / N tokens`.
+fn generated(stderr: &str) -> usize {
+    let line = stderr
+        .lines()
+        .find(|l| l.trim_start().starts_with("generated"))
+        .unwrap_or_else(|| panic!("no generated line in:\n{stderr}"));
+    let after = line.split('/').nth(1).unwrap().trim_start();
+    after.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+fn run(model: &str, extra: &[&str]) -> Output {
+    let mut args = vec!["run", "-m", model, "-c", "64", "-t", "2"];
+    args.extend_from_slice(extra);
+    bloomery(&args)
+}
+
+#[test]
+fn run_generates_and_reports_timings() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny(dir.path());
+    let (stdout, stderr) = ok(&run(&m, &["-p", "hello world", "-n", "12", "-s", "1"]));
+    let n = generated(&stderr);
+    assert!((1..=12).contains(&n), "{stderr}");
+    assert!(stdout.len() > 1, "no text: {stdout:?}");
+    assert!(stderr.contains("prompt eval time"), "{stderr}");
+    assert!(stderr.contains("tokens per second"), "{stderr}");
+}
+
+#[test]
+fn greedy_and_seeded_runs_repeat_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny(dir.path());
+    let greedy = ["-p", "the cat sat", "-n", "16", "--temp", "0"];
+    let a = ok(&run(&m, &greedy)).0;
+    let b = ok(&run(&m, &greedy)).0;
+    assert_eq!(a, b);
+    let seeded = ["-p", "the cat sat", "-n", "16", "-s", "42", "--temp", "1.5"];
+    let a = ok(&run(&m, &seeded)).0;
+    let b = ok(&run(&m, &seeded)).0;
+    assert_eq!(a, b);
+}
+
+#[test]
+fn chat_wraps_the_prompt_in_the_template() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny(dir.path());
+    let (_, stderr) = ok(&run(&m, &["-p", "hi", "-n", "4", "--chat", "--temp", "0"]));
+    // `<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n` is more than the 1–2 tokens of "hi".
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("prompt eval time"))
+        .unwrap();
+    let n: usize = line
+        .split('/')
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(n >= 8, "{line}");
+}
+
+#[test]
+fn n_zero_generates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny(dir.path());
+    let (stdout, stderr) = ok(&run(&m, &["-p", "hello", "-n", "0"]));
+    assert_eq!(stdout.trim(), "");
+    assert_eq!(generated(&stderr), 0);
+}
+
+#[test]
+fn a_prompt_longer_than_the_context_is_refused_with_both_numbers() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny(dir.path());
+    let out = bloomery(&["run", "-m", &m, "-c", "8", "-p", &"word ".repeat(40)]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("the context holds 8"), "{stderr}");
+    let n: usize = stderr
+        .split("the prompt has ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no prompt length in: {stderr}"));
+    assert!(n > 8, "{stderr}");
+}
+
+#[test]
+fn bench_prints_a_table_with_pp_and_tg_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny(dir.path());
+    let (stdout, _) = ok(&bloomery(&[
+        "bench", "-m", &m, "-p", "16", "-n", "4", "-r", "2", "-t", "2",
+    ]));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[0],
+        "| model | size | params | backend | threads | test | t/s |"
+    );
+    let pp = lines.iter().find(|l| l.contains("| pp16 |")).unwrap();
+    let tg = lines.iter().find(|l| l.contains("| tg4 |")).unwrap();
+    for row in [pp, tg] {
+        assert!(row.starts_with("| qwen3moe"), "{row}");
+        assert!(row.contains(" ± "), "{row}");
+        assert!(row.contains("| 2 |"), "{row}");
+    }
+}
