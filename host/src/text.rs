@@ -23,9 +23,6 @@ pub enum TextGlueError {
         /// The type expected.
         expected: &'static str,
     },
-    /// The file has no `tokenizer.chat_template`.
-    #[error("the model file has no tokenizer.chat_template; --chat needs one")]
-    NoChatTemplate,
     /// The text crate refused the vocabulary or the template.
     #[error(transparent)]
     Text(#[from] TextError),
@@ -147,12 +144,25 @@ pub fn tokenizer(file: &GgufModel) -> Result<Tokenizer, TextGlueError> {
     Ok(Tokenizer::from_spec(&vocab_spec(file)?)?)
 }
 
-/// The chat template of `meta` (`tokenizer.chat_template`) with the vocabulary's BOS/EOS texts.
+/// ChatML, the template llama.cpp falls back to when a file has none.
+pub const CHATML_FALLBACK: &str = "{%- for message in messages -%}\
+{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' -}}\
+{%- endfor -%}\
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}";
+
+/// The chat template of `meta` (`tokenizer.chat_template`) with the vocabulary's BOS/EOS texts;
+/// ChatML when the file has none, as llama.cpp does.
 pub fn chat_template_from_metadata(
     meta: &Metadata,
     tokenizer: &Tokenizer,
 ) -> Result<ChatTemplate, TextGlueError> {
-    let src = string(meta, "tokenizer.chat_template")?.ok_or(TextGlueError::NoChatTemplate)?;
+    let src = match string(meta, "tokenizer.chat_template")? {
+        Some(s) => s,
+        None => {
+            tracing::warn!("the model file has no tokenizer.chat_template; using ChatML");
+            CHATML_FALLBACK.to_owned()
+        }
+    };
     let text = |id: Option<u32>| {
         id.and_then(|i| tokenizer.token_text(i))
             .unwrap_or_default()
@@ -229,6 +239,30 @@ mod tests {
         );
         let ids = tok.encode(&out, true, true).unwrap();
         assert_eq!(ids[0], 510);
+    }
+
+    #[test]
+    fn a_file_without_a_template_gets_chatml() {
+        let mut meta = Metadata::new("no template");
+        for e in synthetic().entries() {
+            if e.key != "tokenizer.chat_template" {
+                meta.push(e.clone()).unwrap();
+            }
+        }
+        let tok = Tokenizer::from_spec(&vocab_spec_from_metadata(&meta).unwrap()).unwrap();
+        let tmpl = chat_template_from_metadata(&meta, &tok).unwrap();
+        let messages = TemplateValue::from(&serde_json::json!([{"role": "user", "content": "hi"}]));
+        let out = tmpl
+            .render(&ChatRequest {
+                messages,
+                add_generation_prompt: true,
+                ..ChatRequest::default()
+            })
+            .unwrap();
+        assert_eq!(
+            out,
+            "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+        );
     }
 
     #[test]
