@@ -1,7 +1,7 @@
 """Goldens for bloomery's sampler chain from llama.cpp's own samplers (through llama-cpp-python).
 
 For fixed logits, a penalty history and a parameter set, runs llama.cpp's default chain
-(penalties -> top-k -> top-p -> min-p -> temperature) and its `dist` sampler, and records the
+(penalties -> top-k -> typical -> top-p -> min-p -> temperature) and its `dist` sampler, and records the
 candidates left with their probabilities (the token llama.cpp draws is not recorded: its RNG
 cannot be matched, so only the distributions are compared).
 
@@ -30,11 +30,13 @@ CASES = [
     ("cold", dict(temp=0.3), []),
     ("wide_open", dict(top_k=0, top_p=1.0, min_p=0.0, temp=1.0), []),
     ("greedy", dict(temp=0.0, penalty_repeat=1.5), [0, 1, 2]),
+    ("typical", dict(typ_p=0.7), []),
+    ("typical_only", dict(top_k=0, typ_p=0.5, top_p=1.0, min_p=0.0, temp=1.0), []),
     ("min_keep", dict(top_k=0, top_p=0.1, min_p=0.9, temp=1.0, min_keep=4), []),
 ]
 
 DEFAULTS = dict(
-    top_k=40, top_p=0.95, min_p=0.05, temp=0.8,
+    top_k=40, typ_p=1.0, top_p=0.95, min_p=0.05, temp=0.8,
     penalty_last_n=64, penalty_repeat=1.0, penalty_freq=0.0, penalty_present=0.0, min_keep=0,
 )
 
@@ -46,6 +48,7 @@ def run(logits, p, history):
     for s in [
         pen,
         L.llama_sampler_init_top_k(p["top_k"]),
+        L.llama_sampler_init_typical(p["typ_p"], p["min_keep"]),
         L.llama_sampler_init_top_p(p["top_p"], p["min_keep"]),
         L.llama_sampler_init_min_p(p["min_p"], p["min_keep"]),
         L.llama_sampler_init_temp_ext(p["temp"], 0.0, 1.0),

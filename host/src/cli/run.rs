@@ -34,6 +34,9 @@ pub struct RunArgs {
     /// Top-k (0: off).
     #[arg(long = "top-k", default_value_t = 40)]
     pub top_k: i32,
+    /// Locally typical sampling mass (1: off).
+    #[arg(long = "typical", default_value_t = 1.0)]
+    pub typical: f32,
     /// Top-p (1: off).
     #[arg(long = "top-p", default_value_t = 0.95)]
     pub top_p: f32,
@@ -147,6 +150,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let seed = a.seed.unwrap_or_else(|| u64::from(rand::random::<u32>()));
     let params = SamplerParams {
         top_k: a.top_k,
+        typ_p: a.typical,
         top_p: a.top_p,
         min_p: a.min_p,
         temp: a.temp,
@@ -162,8 +166,9 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         seed,
     };
     eprintln!(
-        "sampler: seed {seed}, top_k {}, top_p {}, min_p {}, temp {}, repeat_penalty {} (last {}), presence {}, frequency {}",
-        params.top_k, params.top_p, params.min_p, params.temp, params.penalty_repeat,
+        "sampler: seed {seed}, top_k {}, typical {}, top_p {}, min_p {}, temp {}, repeat_penalty {} (last {}), presence {}, frequency {}",
+        params.top_k,
+        params.typ_p, params.top_p, params.min_p, params.temp, params.penalty_repeat,
         params.penalty_last_n, params.penalty_present, params.penalty_freq
     );
     let mut sampler = Sampler::new(params, n_vocab);

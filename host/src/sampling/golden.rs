@@ -16,6 +16,7 @@ fn kept_candidates_and_probabilities_match_llama_cpp() {
         let f = |k: &str| p[k].as_f64().unwrap() as f32;
         let params = SamplerParams {
             top_k: p["top_k"].as_i64().unwrap() as i32,
+            typ_p: f("typ_p"),
             top_p: f("top_p"),
             min_p: f("min_p"),
             temp: f("temp"),

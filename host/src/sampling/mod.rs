@@ -1,8 +1,8 @@
 //! Token sampling in llama.cpp's default chain order, with llama-server's defaults: repetition
-//! penalties, top-k, top-p, min-p, temperature, then a seeded draw from the softmax. A temperature
-//! at or below zero samples greedily (the highest penalized logit).
+//! penalties, top-k, typical-p, top-p, min-p, temperature, then a seeded draw from the softmax.
+//! A temperature at or below zero samples greedily (the highest penalized logit).
 //!
-//! Typical-p, DRY, XTC, top-n-sigma and mirostat are not implemented; their llama-server defaults
+//! DRY, XTC, top-n-sigma and mirostat are not implemented; their llama-server defaults
 //! leave them off.
 
 pub mod candidates;
@@ -10,6 +10,7 @@ pub mod dist;
 pub mod penalties;
 pub mod temperature;
 pub mod truncate;
+pub mod typical;
 
 #[cfg(test)]
 mod golden;
@@ -25,6 +26,8 @@ pub use penalties::Penalties;
 pub struct SamplerParams {
     /// Tokens kept by top-k (`<= 0`: all).
     pub top_k: i32,
+    /// Mass kept by locally typical sampling (`>= 1`: off).
+    pub typ_p: f32,
     /// Probability mass kept by top-p (`>= 1`: all).
     pub top_p: f32,
     /// Minimum probability relative to the top token (`<= 0`: off).
@@ -49,6 +52,7 @@ impl Default for SamplerParams {
     fn default() -> Self {
         SamplerParams {
             top_k: 40,
+            typ_p: 1.0,
             top_p: 0.95,
             min_p: 0.05,
             temp: 0.8,
@@ -117,6 +121,7 @@ impl Sampler {
         c.fill(logits);
         self.penalties.apply(c);
         truncate::top_k(c, p.top_k);
+        typical::typical(c, p.typ_p, p.min_keep);
         truncate::top_p(c, p.top_p, p.min_keep);
         truncate::min_p(c, p.min_p, p.min_keep);
         temperature::temperature(c, p.temp);
