@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use bloomery_plugin_api::DType;
-use bloomery_text::{ChatRequest, StreamDecoder, TemplateValue};
+use bloomery_text::{ChatRequest, StreamDecoder, TemplateValue, Tokenizer};
 use clap::Args;
 
 use super::Cli;
@@ -112,29 +112,139 @@ fn rate(n: usize, secs: f64) -> f64 {
     }
 }
 
+/// The context size in force: `-c`, or the model's training context for `-c 0`.
+fn context_size(a: &RunArgs) -> anyhow::Result<u32> {
+    if a.ctx_size != 0 {
+        return Ok(a.ctx_size);
+    }
+    let file = bloomery_gguf::GgufModel::open(&a.model)?;
+    let arch = file.metadata().get_str("general.architecture")?.to_owned();
+    let key = format!("{arch}.context_length");
+    u32::try_from(file.metadata().get_uint(&key)?).context("context length")
+}
+
+/// The sampler settings of the flags (a random seed when none is given).
+fn sampler_params(a: &RunArgs, ctx: u32) -> SamplerParams {
+    SamplerParams {
+        top_k: a.top_k,
+        typ_p: a.typical,
+        top_p: a.top_p,
+        min_p: a.min_p,
+        temp: a.temp,
+        penalty_last_n: usize::try_from(a.repeat_last_n).unwrap_or(ctx as usize),
+        penalty_repeat: a.repeat_penalty,
+        penalty_freq: a.frequency_penalty,
+        penalty_present: a.presence_penalty,
+        min_keep: 0,
+        seed: a.seed.unwrap_or_else(|| u64::from(rand::random::<u32>())),
+    }
+}
+
+/// Counts and times of one generation.
+#[derive(Default)]
+struct Stats {
+    load_secs: f64,
+    prompt_tokens: usize,
+    prompt_secs: f64,
+    generated: usize,
+    evals: usize,
+    eval_secs: f64,
+    gen_secs: f64,
+}
+
+/// Samples up to `limit` tokens after the prompt whose last logits are `logits`, streaming text to
+/// stdout; stops at an end-of-generation token or the end of the context.
+fn generate(
+    model: &mut LoadedModel,
+    tok: &Tokenizer,
+    sampler: &mut Sampler,
+    mut logits: Vec<f32>,
+    limit: usize,
+    stats: &mut Stats,
+) -> anyhow::Result<()> {
+    let ctx = model.options.ctx_per_slot as usize;
+    let mut decoder = StreamDecoder::new(tok, false);
+    let mut piece = String::with_capacity(64);
+    let mut out = std::io::stdout().lock();
+    let mut pos = stats.prompt_tokens;
+    let mut batch = BatchInputs {
+        tokens: vec![0],
+        positions: vec![0],
+        slots: vec![0],
+        output_rows: vec![0],
+        history: vec![],
+    };
+    let started = Instant::now();
+    while stats.generated < limit {
+        let id = sampler.sample(&logits);
+        sampler.accept(id);
+        stats.generated += 1;
+        if tok.is_eog(id) {
+            break;
+        }
+        piece.clear();
+        decoder.push_to(id, &mut piece);
+        out.write_all(piece.as_bytes())?;
+        out.flush()?;
+        if stats.generated >= limit || pos >= ctx {
+            break;
+        }
+        batch.tokens[0] = id as i32;
+        batch.positions[0] = pos as i32;
+        let t = Instant::now();
+        logits = model.forward(&batch)?;
+        stats.eval_secs += t.elapsed().as_secs_f64();
+        stats.evals += 1;
+        pos += 1;
+    }
+    out.write_all(decoder.flush().as_bytes())?;
+    writeln!(out)?;
+    out.flush()?;
+    stats.gen_secs = started.elapsed().as_secs_f64();
+    Ok(())
+}
+
+/// Prints the timings to stderr in llama.cpp's layout.
+fn print_timings(s: &Stats) {
+    let per = |secs: f64, n: usize| if n > 0 { secs * 1e3 / n as f64 } else { 0.0 };
+    eprintln!();
+    eprintln!("load time        = {:10.2} ms", s.load_secs * 1e3);
+    eprintln!(
+        "prompt eval time = {:10.2} ms / {:5} tokens ({:8.2} ms per token, {:8.2} tokens per second)",
+        s.prompt_secs * 1e3,
+        s.prompt_tokens,
+        per(s.prompt_secs, s.prompt_tokens),
+        rate(s.prompt_tokens, s.prompt_secs)
+    );
+    eprintln!(
+        "       eval time = {:10.2} ms / {:5} runs   ({:8.2} ms per token, {:8.2} tokens per second)",
+        s.eval_secs * 1e3,
+        s.evals,
+        per(s.eval_secs, s.evals),
+        rate(s.evals, s.eval_secs)
+    );
+    eprintln!(
+        "      generated  = {:10.2} ms / {:5} tokens ({:8.2} tokens per second, sampling included)",
+        s.gen_secs * 1e3,
+        s.generated,
+        rate(s.generated, s.gen_secs)
+    );
+}
+
 /// Runs the command.
 pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let reg = Registry::load(&cli.plugin_dir())?;
-    let ctx = if a.ctx_size == 0 {
-        let file = bloomery_gguf::GgufModel::open(&a.model)?;
-        let arch = file.metadata().get_str("general.architecture")?.to_owned();
-        let key = format!("{arch}.context_length");
-        u32::try_from(file.metadata().get_uint(&key)?).context("context length")?
-    } else {
-        a.ctx_size
-    };
+    let ctx = context_size(a)?;
+    let mut stats = Stats::default();
     let load_started = Instant::now();
-    let mut model = LoadedModel::load(
-        &reg,
-        &a.model,
-        LoadOptions {
-            n_slots: 1,
-            ctx_per_slot: ctx,
-            kv_type: DType::F16,
-            threads: a.threads,
-        },
-    )?;
-    let load_secs = load_started.elapsed().as_secs_f64();
+    let options = LoadOptions {
+        n_slots: 1,
+        ctx_per_slot: ctx,
+        kv_type: DType::F16,
+        threads: a.threads,
+    };
+    let mut model = LoadedModel::load(&reg, &a.model, options)?;
+    stats.load_secs = load_started.elapsed().as_secs_f64();
     let (tok, prompt) = prompt_tokens(&model, a)?;
     if prompt.is_empty() {
         bail!("the prompt gives no tokens");
@@ -146,111 +256,29 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
             ctx
         );
     }
-    let n_vocab = model.spec.hparams.n_vocab as usize;
-    let seed = a.seed.unwrap_or_else(|| u64::from(rand::random::<u32>()));
-    let params = SamplerParams {
-        top_k: a.top_k,
-        typ_p: a.typical,
-        top_p: a.top_p,
-        min_p: a.min_p,
-        temp: a.temp,
-        penalty_last_n: if a.repeat_last_n < 0 {
-            ctx as usize
-        } else {
-            a.repeat_last_n as usize
-        },
-        penalty_repeat: a.repeat_penalty,
-        penalty_freq: a.frequency_penalty,
-        penalty_present: a.presence_penalty,
-        min_keep: 0,
-        seed,
-    };
+    let params = sampler_params(a, ctx);
     eprintln!(
-        "sampler: seed {seed}, top_k {}, typical {}, top_p {}, min_p {}, temp {}, repeat_penalty {} (last {}), presence {}, frequency {}",
-        params.top_k,
-        params.typ_p, params.top_p, params.min_p, params.temp, params.penalty_repeat,
-        params.penalty_last_n, params.penalty_present, params.penalty_freq
+        "sampler: seed {}, top_k {}, typical {}, top_p {}, min_p {}, temp {}, repeat_penalty {} (last {}), presence {}, frequency {}",
+        params.seed, params.top_k, params.typ_p, params.top_p, params.min_p, params.temp,
+        params.penalty_repeat, params.penalty_last_n, params.penalty_present, params.penalty_freq
     );
-    let mut sampler = Sampler::new(params, n_vocab);
+    let mut sampler = Sampler::new(params, model.spec.hparams.n_vocab as usize);
     for &t in &prompt {
         sampler.accept(t);
     }
-
     let n = prompt.len();
-    let prompt_started = Instant::now();
-    let mut logits = model.forward(&BatchInputs {
+    stats.prompt_tokens = n;
+    let started = Instant::now();
+    let logits = model.forward(&BatchInputs {
         tokens: prompt.iter().map(|&t| t as i32).collect(),
         positions: (0..n as i32).collect(),
         slots: vec![0; n],
         output_rows: vec![n as i32 - 1],
         history: vec![],
     })?;
-    let prompt_secs = prompt_started.elapsed().as_secs_f64();
-
-    let limit = if a.n_predict < 0 {
-        usize::MAX
-    } else {
-        a.n_predict as usize
-    };
-    let mut decoder = StreamDecoder::new(&tok, false);
-    let mut out = std::io::stdout().lock();
-    let mut generated = 0usize;
-    let mut evals = 0usize;
-    let mut eval_secs = 0f64;
-    let mut pos = n;
-    let gen_started = Instant::now();
-    let mut batch = BatchInputs {
-        tokens: vec![0],
-        positions: vec![0],
-        slots: vec![0],
-        output_rows: vec![0],
-        history: vec![],
-    };
-    while generated < limit {
-        let id = sampler.sample(&logits);
-        sampler.accept(id);
-        generated += 1;
-        if tok.is_eog(id) {
-            break;
-        }
-        out.write_all(decoder.push(id).as_bytes())?;
-        out.flush()?;
-        if generated >= limit || pos >= ctx as usize {
-            break;
-        }
-        batch.tokens[0] = id as i32;
-        batch.positions[0] = pos as i32;
-        let t = Instant::now();
-        logits = model.forward(&batch)?;
-        eval_secs += t.elapsed().as_secs_f64();
-        evals += 1;
-        pos += 1;
-    }
-    out.write_all(decoder.flush().as_bytes())?;
-    writeln!(out)?;
-    out.flush()?;
-    let gen_secs = gen_started.elapsed().as_secs_f64();
-    eprintln!();
-    eprintln!("load time        = {:10.2} ms", load_secs * 1e3);
-    eprintln!(
-        "prompt eval time = {:10.2} ms / {:5} tokens ({:8.2} ms per token, {:8.2} tokens per second)",
-        prompt_secs * 1e3,
-        n,
-        prompt_secs * 1e3 / n as f64,
-        rate(n, prompt_secs)
-    );
-    eprintln!(
-        "       eval time = {:10.2} ms / {:5} runs   ({:8.2} ms per token, {:8.2} tokens per second)",
-        eval_secs * 1e3,
-        evals,
-        if evals > 0 { eval_secs * 1e3 / evals as f64 } else { 0.0 },
-        rate(evals, eval_secs)
-    );
-    eprintln!(
-        "      generated  = {:10.2} ms / {:5} tokens ({:8.2} tokens per second, sampling included)",
-        gen_secs * 1e3,
-        generated,
-        rate(generated, gen_secs)
-    );
+    stats.prompt_secs = started.elapsed().as_secs_f64();
+    let limit = usize::try_from(a.n_predict).unwrap_or(usize::MAX);
+    generate(&mut model, &tok, &mut sampler, logits, limit, &mut stats)?;
+    print_timings(&stats);
     Ok(())
 }
