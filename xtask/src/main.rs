@@ -197,8 +197,8 @@ fn demo(root: &Path) -> Result<()> {
         .arg("run")
         .arg("-m")
         .arg(&model)
-        .args(["--chat", "-n", "48", "--temp", "0", "-p"])
-        .arg("Name three rivers of Europe."))
+        .args(["-n", "32", "--temp", "0", "-p"])
+        .arg("The three longest rivers in Europe are"))
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
