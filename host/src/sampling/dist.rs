@@ -30,6 +30,8 @@ pub fn draw(cands: &mut Candidates, rng: &mut StdRng) -> Option<usize> {
     for (i, t) in cands.data.iter_mut().enumerate() {
         if chosen.is_none() {
             running += f64::from(t.p);
+            // Unlike llama.cpp, a zero-probability token is never picked (a draw of exactly 0
+            // would otherwise select a leading -inf logit).
             if running >= target && t.p > 0.0 {
                 chosen = Some(i);
             }

@@ -241,6 +241,33 @@ mod tests {
     }
 
     #[test]
+    fn draws_follow_the_kept_distribution() {
+        let logits = random_logits(3, 300);
+        let params = SamplerParams {
+            seed: 11,
+            ..SamplerParams::default()
+        };
+        let mut s = Sampler::new(params, 300);
+        let want: Vec<(u32, f32)> = s
+            .candidates(&logits)
+            .data
+            .iter()
+            .map(|t| (t.id, t.p))
+            .collect();
+        let mut counts = vec![0u32; 300];
+        let n = 40_000;
+        for _ in 0..n {
+            counts[s.sample(&logits) as usize] += 1;
+        }
+        let kept: u32 = want.iter().map(|&(id, _)| counts[id as usize]).sum();
+        assert_eq!(kept, n, "a token outside the kept set was drawn");
+        for (id, p) in want {
+            let f = counts[id as usize] as f32 / n as f32;
+            assert!((f - p).abs() < 0.01, "token {id}: drawn {f}, p {p}");
+        }
+    }
+
+    #[test]
     fn penalties_apply_before_the_cut() {
         let params = SamplerParams {
             temp: 0.0,
