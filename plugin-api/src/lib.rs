@@ -38,10 +38,25 @@ pub const ABI_VERSION_SYMBOL: &[u8] = b"bloomery_abi_version\0";
 /// The C symbol holding a plugin's kind (`extern "C" fn() -> u32`).
 pub const PLUGIN_KIND_SYMBOL: &[u8] = b"bloomery_plugin_kind\0";
 
-/// Exports a model plugin: `export_model_plugin!(ModelPlugin { .. })`.
+/// Exports a model plugin: the ABI symbols and the root module, from the plugin's name, the
+/// architectures it serves, its synth presets and its loader:
+///
+/// ```ignore
+/// bloomery_plugin_api::export_model_plugin! {
+///     name: "qwen3moe",
+///     architectures: ["qwen3moe"],
+///     synth_presets: synth::presets,   // fn() -> RVec<SynthPreset>
+///     load: Qwen3Moe::load,            // fn(&ModelFileView) -> Result<impl ModelInstance, PluginError>
+/// }
+/// ```
 #[macro_export]
 macro_rules! export_model_plugin {
-    ($module:expr) => {
+    (
+        name: $name:expr,
+        architectures: [$($arch:expr),+ $(,)?],
+        synth_presets: $presets:path,
+        load: $load:path $(,)?
+    ) => {
         /// The ABI version this plugin was built against.
         #[no_mangle]
         pub extern "C" fn bloomery_abi_version() -> u32 {
@@ -54,11 +69,49 @@ macro_rules! export_model_plugin {
             $crate::PLUGIN_KIND_MODEL
         }
 
+        extern "C" fn __bloomery_abi_version() -> u32 {
+            $crate::ABI_VERSION
+        }
+
+        extern "C" fn __bloomery_name() -> $crate::abi_stable::std_types::RString {
+            $name.into()
+        }
+
+        extern "C" fn __bloomery_architectures(
+        ) -> $crate::abi_stable::std_types::RVec<$crate::abi_stable::std_types::RString> {
+            vec![$($crate::abi_stable::std_types::RString::from($arch)),+].into()
+        }
+
+        extern "C" fn __bloomery_synth_presets(
+        ) -> $crate::abi_stable::std_types::RVec<$crate::model::SynthPreset> {
+            $presets()
+        }
+
+        extern "C" fn __bloomery_load(
+            view: &$crate::meta::ModelFileView,
+        ) -> $crate::abi_stable::std_types::RResult<$crate::model::ModelInstanceBox, $crate::PluginError> {
+            $load(view)
+                .map(|m| {
+                    $crate::model::ModelInstance_TO::from_value(
+                        m,
+                        $crate::abi_stable::sabi_trait::TD_Opaque,
+                    )
+                })
+                .into()
+        }
+
         /// The root module.
         #[$crate::abi_stable::export_root_module]
         pub fn bloomery_root_module() -> $crate::model::ModelPluginRef {
             use $crate::abi_stable::prefix_type::PrefixTypeTrait;
-            $module.leak_into_prefix()
+            $crate::model::ModelPlugin {
+                abi_version: __bloomery_abi_version,
+                name: __bloomery_name,
+                architectures: __bloomery_architectures,
+                synth_presets: __bloomery_synth_presets,
+                load: __bloomery_load,
+            }
+            .leak_into_prefix()
         }
     };
 }

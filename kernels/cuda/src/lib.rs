@@ -8,3 +8,51 @@
 
 pub mod device;
 pub mod probe;
+
+/// Exports a CUDA bundle as a kernel plugin: `export_cuda_bundle!(BUNDLE)` with a
+/// [`probe::Bundle`] constant. Each bundle crate is this call plus its kernels.
+#[macro_export]
+macro_rules! export_cuda_bundle {
+    ($bundle:expr) => {
+        extern "C" fn __bloomery_abi_version() -> u32 {
+            bloomery_plugin_api::ABI_VERSION
+        }
+
+        extern "C" fn __bloomery_name() -> abi_stable::std_types::RString {
+            $bundle.name.into()
+        }
+
+        extern "C" fn __bloomery_probe() -> bloomery_plugin_api::kernel::ProbeReport {
+            $crate::probe::probe(&$bundle)
+        }
+
+        extern "C" fn __bloomery_capabilities(
+        ) -> abi_stable::std_types::RVec<bloomery_plugin_api::op::OpSupport> {
+            abi_stable::std_types::RVec::new()
+        }
+
+        extern "C" fn __bloomery_open(
+            config: &bloomery_plugin_api::kernel::DeviceConfig,
+        ) -> abi_stable::std_types::RResult<
+            bloomery_plugin_api::kernel::KernelDeviceBox,
+            bloomery_plugin_api::PluginError,
+        > {
+            $crate::device::CudaDevice::open($bundle.name, config)
+                .map(|d| {
+                    bloomery_plugin_api::kernel::KernelDevice_TO::from_value(
+                        d,
+                        abi_stable::sabi_trait::TD_Opaque,
+                    )
+                })
+                .into()
+        }
+
+        bloomery_plugin_api::export_kernel_plugin!(bloomery_plugin_api::kernel::KernelPlugin {
+            abi_version: __bloomery_abi_version,
+            name: __bloomery_name,
+            probe: __bloomery_probe,
+            capabilities: __bloomery_capabilities,
+            open: __bloomery_open,
+        });
+    };
+}

@@ -3,15 +3,7 @@
 //! capability list is empty for now and the host never sends it a graph.
 #![allow(non_local_definitions)]
 
-use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RResult, RString, RVec};
-use bloomery_kernels_cuda::device::CudaDevice;
-use bloomery_kernels_cuda::probe::{probe as probe_bundle, Bundle};
-use bloomery_plugin_api::kernel::{
-    DeviceConfig, KernelDeviceBox, KernelDevice_TO, KernelPlugin, ProbeReport,
-};
-use bloomery_plugin_api::op::OpSupport;
-use bloomery_plugin_api::{PluginError, ABI_VERSION};
+use bloomery_kernels_cuda::probe::Bundle;
 
 /// What this bundle runs on.
 pub const BUNDLE: Bundle = Bundle {
@@ -20,32 +12,4 @@ pub const BUNDLE: Bundle = Bundle {
     ptx_from: Some((8, 6)),
 };
 
-extern "C" fn abi_version() -> u32 {
-    ABI_VERSION
-}
-
-extern "C" fn name() -> RString {
-    BUNDLE.name.into()
-}
-
-extern "C" fn probe() -> ProbeReport {
-    probe_bundle(&BUNDLE)
-}
-
-extern "C" fn capabilities() -> RVec<OpSupport> {
-    RVec::new()
-}
-
-extern "C" fn open(config: &DeviceConfig) -> RResult<KernelDeviceBox, PluginError> {
-    CudaDevice::open(BUNDLE.name, config)
-        .map(|d| KernelDevice_TO::from_value(d, TD_Opaque))
-        .into()
-}
-
-bloomery_plugin_api::export_kernel_plugin!(KernelPlugin {
-    abi_version,
-    name,
-    probe,
-    capabilities,
-    open,
-});
+bloomery_kernels_cuda::export_cuda_bundle!(BUNDLE);

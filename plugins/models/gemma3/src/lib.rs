@@ -9,17 +9,13 @@ pub mod state;
 pub mod synth;
 pub mod weights;
 
-use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RResult, RString, RVec};
+use abi_stable::std_types::RResult;
 use bloomery_plugin_api::builders::RopeConfig;
 use bloomery_plugin_api::graph::{BatchShape, Graph};
 use bloomery_plugin_api::meta::ModelFileView;
-use bloomery_plugin_api::model::{
-    ModelCaps, ModelInstance, ModelInstanceBox, ModelInstance_TO, ModelPlugin, ModelSpec,
-    SynthPreset,
-};
+use bloomery_plugin_api::model::{ModelCaps, ModelInstance, ModelSpec};
 use bloomery_plugin_api::op::RopeMode;
-use bloomery_plugin_api::{PluginError, ABI_VERSION};
+use bloomery_plugin_api::PluginError;
 
 use graph::Ropes;
 use hparams::{HParams, ARCH};
@@ -79,35 +75,12 @@ impl ModelInstance for Gemma3 {
     }
 }
 
-extern "C" fn abi_version() -> u32 {
-    ABI_VERSION
+bloomery_plugin_api::export_model_plugin! {
+    name: ARCH,
+    architectures: [ARCH],
+    synth_presets: synth::presets,
+    load: Gemma3::load,
 }
-
-extern "C" fn name() -> RString {
-    ARCH.into()
-}
-
-extern "C" fn architectures() -> RVec<RString> {
-    vec![RString::from(ARCH)].into()
-}
-
-extern "C" fn synth_presets() -> RVec<SynthPreset> {
-    synth::presets()
-}
-
-extern "C" fn load(view: &ModelFileView) -> RResult<ModelInstanceBox, PluginError> {
-    Gemma3::load(view)
-        .map(|m| ModelInstance_TO::from_value(m, TD_Opaque))
-        .into()
-}
-
-bloomery_plugin_api::export_model_plugin!(ModelPlugin {
-    abi_version,
-    name,
-    architectures,
-    synth_presets,
-    load,
-});
 
 #[cfg(test)]
 mod tests {
