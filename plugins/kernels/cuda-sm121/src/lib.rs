@@ -1,6 +1,6 @@
-//! The `cuda-sm121` kernel plugin: GB10 (compute_121) PTX. It probes the driver (CUDA 13 / R580 or newer) and the
-//! compute capability, and opens devices; its kernels arrive with the GPU forward pass, so its
-//! capability list is empty for now and the host never sends it a graph.
+//! The `cuda-sm121` kernel plugin, the GB10 (compute_121) bundle. It probes the driver (CUDA 13 / R580 or newer)
+//! and the compute capability, and opens devices; its kernels arrive with the GPU forward pass, so
+//! its capability list is empty for now and the host never sends it a graph.
 #![allow(non_local_definitions)]
 
 use bloomery_kernels_cuda::probe::Bundle;

@@ -1,6 +1,6 @@
-//! The `cuda-sm86` kernel plugin: PTX for compute_86, which the driver JIT-compiles for newer cards. It probes the driver (CUDA 13 / R580 or newer) and the
-//! compute capability, and opens devices; its kernels arrive with the GPU forward pass, so its
-//! capability list is empty for now and the host never sends it a graph.
+//! The `cuda-sm86` kernel plugin, the Ampere bundle (its kernels will ship as compute_86 PTX, which the driver JIT-compiles for newer cards). It probes the driver (CUDA 13 / R580 or newer)
+//! and the compute capability, and opens devices; its kernels arrive with the GPU forward pass, so
+//! its capability list is empty for now and the host never sends it a graph.
 #![allow(non_local_definitions)]
 
 use bloomery_kernels_cuda::probe::Bundle;

@@ -1,6 +1,6 @@
-//! The `cuda-sm90` kernel plugin: Hopper (sm_90) machine code. It probes the driver (CUDA 13 / R580 or newer) and the
-//! compute capability, and opens devices; its kernels arrive with the GPU forward pass, so its
-//! capability list is empty for now and the host never sends it a graph.
+//! The `cuda-sm90` kernel plugin, the Hopper (sm_90) bundle. It probes the driver (CUDA 13 / R580 or newer)
+//! and the compute capability, and opens devices; its kernels arrive with the GPU forward pass, so
+//! its capability list is empty for now and the host never sends it a graph.
 #![allow(non_local_definitions)]
 
 use bloomery_kernels_cuda::probe::Bundle;
