@@ -142,12 +142,8 @@ fn ours() -> Vec<u8> {
 #[test]
 fn our_writer_still_produces_the_file_gguf_py_checked() {
     let committed = std::fs::read(fixtures().join("ours_v3_align64.gguf")).unwrap();
-    assert!(committed == ours(), "writer output changed: rerun the ignored test `regenerate_writer_fixture` and fixtures/check_ours.py");
-}
-
-/// Rewrites fixtures/ours_v3_align64.gguf (run with `--ignored`, then rerun check_ours.py).
-#[test]
-#[ignore]
-fn regenerate_writer_fixture() {
-    std::fs::write(fixtures().join("ours_v3_align64.gguf"), ours()).unwrap();
+    assert!(
+        committed == ours(),
+        "writer output changed: run `cargo run -p bloomery-gguf --example regenerate_writer_fixture`, then fixtures/check_ours.py"
+    );
 }
