@@ -41,7 +41,7 @@ pub const PLUGIN_KIND_SYMBOL: &[u8] = b"bloomery_plugin_kind\0";
 /// Exports a model plugin: the ABI symbols and the root module, from the plugin's name, the
 /// architectures it serves, its synth presets and its loader:
 ///
-/// ```ignore
+/// ```text
 /// bloomery_plugin_api::export_model_plugin! {
 ///     name: "qwen3moe",
 ///     architectures: ["qwen3moe"],

@@ -107,6 +107,16 @@ pub struct MetaEntry {
     pub value: MetaValue,
 }
 
+impl MetaEntry {
+    /// An entry.
+    pub fn new(key: &str, value: MetaValue) -> MetaEntry {
+        MetaEntry {
+            key: key.into(),
+            value,
+        }
+    }
+}
+
 /// One tensor of the file, as declared in its header.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq)]

@@ -213,6 +213,21 @@ pub struct SynthTensor {
     pub ne: [u64; 4],
 }
 
+impl SynthTensor {
+    /// A tensor of 1 to 4 dimensions (`ne` ne0 first).
+    pub fn new(name: String, class: WeightClass, ne: &[u64]) -> SynthTensor {
+        let mut full = [1u64; 4];
+        let n = ne.len().min(4);
+        full[..n].copy_from_slice(&ne[..n]);
+        SynthTensor {
+            name: name.into(),
+            class,
+            n_dims: n as u32,
+            ne: full,
+        }
+    }
+}
+
 /// The root module of a model plugin.
 #[repr(C)]
 #[derive(StableAbi)]

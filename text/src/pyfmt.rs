@@ -138,7 +138,7 @@ pub fn py_repr(v: &Value) -> String {
 /// Options of Python's `json.dumps` that chat templates pass to `tojson`.
 #[derive(Debug, Clone)]
 pub struct JsonStyle {
-    /// Escape every character outside printable ASCII as `\uXXXX`.
+    /// Escape every character outside printable ASCII as `\u` and four hex digits.
     pub ensure_ascii: bool,
     /// Pretty-print with this many spaces per level; `None` keeps one line.
     pub indent: Option<usize>,
