@@ -259,9 +259,8 @@ impl Executor {
                     r.elements()
                 )));
             }
-            let bytes: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
             device
-                .write(buf, 0, &bytes)
+                .write(buf, 0, i32_bytes(data))
                 .map_err(dev("writing inputs"))?;
         }
         device.run(&self.calls).map_err(dev("running the graph"))?;
@@ -289,4 +288,13 @@ impl Executor {
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect())
     }
+}
+
+/// The bytes of an i32 slice in the host's byte order (device buffers hold host-order integers;
+/// both supported hosts, x86-64 and aarch64, are little-endian like GGUF). No copy: inputs are
+/// written every step.
+fn i32_bytes(v: &[i32]) -> &[u8] {
+    // SAFETY: i32 has no padding and every bit pattern is a valid u8 sequence; the returned slice
+    // covers exactly the same memory and borrows `v`.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }
