@@ -7,7 +7,7 @@ use abi_stable::std_types::RVec;
 
 use crate::graph::{BatchInput, GraphBuilder, TensorId};
 use crate::meta::ModelFileView;
-use crate::model::{WeightClass, WeightDecl, WeightRole};
+use crate::model::{StateDecl, StateKind, WeightClass, WeightDecl, WeightRole};
 use crate::op::{AttentionParams, GluKind, MoeParams, Op, RopeMode, RopeParams, RouterParams};
 use crate::{DType, PluginError};
 
@@ -91,6 +91,34 @@ impl WeightTable {
     pub fn into_decls(self) -> RVec<WeightDecl> {
         self.decls.into()
     }
+}
+
+/// State indices of layer `il`'s key and value caches, as [`kv_cache_decls`] declares them.
+pub fn kv_cache_indices(il: u32) -> (u32, u32) {
+    (2 * il, 2 * il + 1)
+}
+
+/// A key cache and a value cache for each of `n_layer` attention layers, rows of `row_elems`
+/// elements, with `window(layer)` positions kept (0 = the whole context).
+pub fn kv_cache_decls(
+    n_layer: u32,
+    row_elems: u64,
+    window: impl Fn(u32) -> u32,
+) -> RVec<StateDecl> {
+    (0..n_layer)
+        .flat_map(|il| {
+            [(StateKind::Keys, "cache_k"), (StateKind::Values, "cache_v")].map(|(kind, name)| {
+                StateDecl {
+                    name: format!("{name}_l{il}").into(),
+                    layer: il,
+                    kind,
+                    row_elems,
+                    window: window(il),
+                    block: 1,
+                }
+            })
+        })
+        .collect()
 }
 
 /// Rotary settings read from the common GGUF keys of an architecture.

@@ -156,6 +156,18 @@ impl ModelFileView {
         self.string("general.architecture")
     }
 
+    /// Checks that `general.architecture` is `arch` (a plugin's loader refuses other files by name).
+    pub fn expect_architecture(&self, arch: &str) -> Result<(), PluginError> {
+        let found = self.architecture()?;
+        if found != arch {
+            return Err(PluginError::unsupported(
+                format!("architecture `{found}`"),
+                &[arch],
+            ));
+        }
+        Ok(())
+    }
+
     /// A required string value.
     pub fn string(&self, key: &str) -> Result<&str, PluginError> {
         let v = self.require(key)?;

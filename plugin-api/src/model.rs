@@ -155,6 +155,18 @@ pub struct ModelCaps {
     pub max_context: u64,
 }
 
+impl ModelCaps {
+    /// The capabilities of a model whose state is only K/V rows (any prefix can be restored), no
+    /// MTP layers.
+    pub fn kv_only(max_context: u64) -> ModelCaps {
+        ModelCaps {
+            recurrent: false,
+            n_mtp_layers: 0,
+            max_context,
+        }
+    }
+}
+
 /// Everything the plugin declares about a loaded model.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq, Default)]

@@ -8,8 +8,9 @@ use bloomery_plugin_api::op::{AttentionParams, GluKind, Op, RopeParams, UnaryFn}
 use bloomery_plugin_api::{DType, PluginError};
 
 use crate::hparams::HParams;
-use crate::state::{cache_indices, window};
+use crate::state::window;
 use crate::weights::{Layer, Weights};
+use bloomery_plugin_api::builders::kv_cache_indices as cache_indices;
 
 /// Rope parameters of the global and the sliding-window layers.
 #[derive(Clone, Copy, Debug, PartialEq)]

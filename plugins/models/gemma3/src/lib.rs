@@ -31,13 +31,7 @@ pub struct Gemma3 {
 impl Gemma3 {
     /// Reads hyperparameters and weights from the file view.
     pub fn load(view: &ModelFileView) -> Result<Self, PluginError> {
-        let arch = view.architecture()?;
-        if arch != ARCH {
-            return Err(PluginError::unsupported(
-                format!("architecture `{arch}`"),
-                &[ARCH],
-            ));
-        }
+        view.expect_architecture(ARCH)?;
         let hp = HParams::from_view(view)?;
         let weights = Weights::from_view(view, &hp)?;
         let global = RopeConfig::from_view(view, ARCH, RopeMode::Neox, hp.head_dim)?.params;
@@ -62,11 +56,7 @@ impl ModelInstance for Gemma3 {
             hparams: self.hp.summary(),
             weights: self.weights.decls.clone(),
             state: state::declare(&self.hp),
-            caps: ModelCaps {
-                recurrent: false,
-                n_mtp_layers: 0,
-                max_context: u64::from(self.hp.n_ctx_train),
-            },
+            caps: ModelCaps::kv_only(u64::from(self.hp.n_ctx_train)),
         }
     }
 

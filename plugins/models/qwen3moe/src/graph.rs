@@ -7,8 +7,8 @@ use bloomery_plugin_api::op::{AttentionParams, Gating, GluKind, RopeParams, Rout
 use bloomery_plugin_api::PluginError;
 
 use crate::hparams::HParams;
-use crate::state::cache_indices;
 use crate::weights::Weights;
+use bloomery_plugin_api::builders::kv_cache_indices as cache_indices;
 
 /// Builds the graph for `shape`.
 pub fn build(

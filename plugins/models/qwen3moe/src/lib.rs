@@ -5,12 +5,11 @@
 
 pub mod graph;
 pub mod hparams;
-pub mod state;
 pub mod synth;
 pub mod weights;
 
 use abi_stable::std_types::RResult;
-use bloomery_plugin_api::builders::RopeConfig;
+use bloomery_plugin_api::builders::{kv_cache_decls, RopeConfig};
 use bloomery_plugin_api::graph::{BatchShape, Graph};
 use bloomery_plugin_api::meta::ModelFileView;
 use bloomery_plugin_api::model::{ModelCaps, ModelInstance, ModelSpec};
@@ -30,13 +29,7 @@ pub struct Qwen3Moe {
 impl Qwen3Moe {
     /// Reads hyperparameters and weights from the file view.
     pub fn load(view: &ModelFileView) -> Result<Self, PluginError> {
-        let arch = view.architecture()?;
-        if arch != ARCH {
-            return Err(PluginError::unsupported(
-                format!("architecture `{arch}`"),
-                &[ARCH],
-            ));
-        }
+        view.expect_architecture(ARCH)?;
         let hp = HParams::from_view(view)?;
         let weights = Weights::from_view(view, &hp)?;
         let rope = RopeConfig::from_view(view, ARCH, RopeMode::Neox, hp.head_dim)?.params;
@@ -50,12 +43,12 @@ impl ModelInstance for Qwen3Moe {
             architecture: ARCH.into(),
             hparams: self.hp.summary(),
             weights: self.weights.decls.clone(),
-            state: state::declare(&self.hp),
-            caps: ModelCaps {
-                recurrent: false,
-                n_mtp_layers: 0,
-                max_context: u64::from(self.hp.n_ctx_train),
-            },
+            state: kv_cache_decls(
+                self.hp.n_layer,
+                u64::from(self.hp.head_dim * self.hp.n_head_kv),
+                |_| 0,
+            ),
+            caps: ModelCaps::kv_only(u64::from(self.hp.n_ctx_train)),
         }
     }
 
