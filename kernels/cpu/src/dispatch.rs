@@ -392,10 +392,15 @@ fn moe(
     )
 }
 
-fn slots_u32(s: &[i32]) -> Result<Vec<u32>, PluginError> {
-    s.iter()
-        .map(|&v| u32::try_from(v).map_err(|_| PluginError::invalid(format!("negative slot {v}"))))
-        .collect()
+/// The slots as unsigned indices, without copying (checked non-negative; the ops check the upper
+/// bound). Called per layer per step, so it must not allocate.
+fn slots_u32(s: &[i32]) -> Result<&[u32], PluginError> {
+    if let Some(v) = s.iter().find(|&&v| v < 0) {
+        return Err(PluginError::invalid(format!("negative slot {v}")));
+    }
+    // SAFETY: i32 and u32 have the same size and alignment, every value is non-negative so it
+    // means the same as u32, and the result borrows `s`.
+    Ok(unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u32>(), s.len()) })
 }
 
 fn cache_store(buf: &Buffers, c: &OpCall) -> Result<(), PluginError> {
@@ -419,7 +424,7 @@ fn cache_store(buf: &Buffers, c: &OpCall) -> Result<(), PluginError> {
             ))
         }
     };
-    ops::attention::store_kv(rows, width, &slots, pos, target, len, n_slots).map_err(op_err)
+    ops::attention::store_kv(rows, width, slots, pos, target, len, n_slots).map_err(op_err)
 }
 
 fn kv<'a>(buf: &Buffers, t: &TensorRef) -> Result<ops::attention::KvCache<'a>, PluginError> {
