@@ -59,6 +59,9 @@ pub enum ModelError {
     Request(String),
 }
 
+/// Prepared executors kept per model; the least recently used beyond this is dropped.
+const MAX_EXECUTORS: usize = 8;
+
 /// How to load a model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LoadOptions {
@@ -85,7 +88,9 @@ impl Default for LoadOptions {
 
 /// A loaded model. Field order is drop order: device buffers go before the mapping they view.
 pub struct LoadedModel {
-    executors: HashMap<(u32, u32), Executor>,
+    /// Prepared executors by (rows, outputs), with the tick each was last used.
+    executors: HashMap<(u32, u32), (Executor, u64)>,
+    clock: u64,
     _state_buffers: Vec<Buffer>,
     state: Vec<TensorRef>,
     _weight_buffers: Vec<Buffer>,
@@ -151,6 +156,7 @@ impl LoadedModel {
         let (state_buffers, state) = allocate_state(&device, &spec, options)?;
         let mut model = LoadedModel {
             executors: HashMap::new(),
+            clock: 0,
             _state_buffers: state_buffers,
             state,
             _weight_buffers: weight_buffers,
@@ -168,7 +174,21 @@ impl LoadedModel {
 
     fn executor(&mut self, n_rows: u32, n_outputs: u32) -> Result<&Executor, ModelError> {
         let key = (n_rows, n_outputs);
+        self.clock += 1;
+        let now = self.clock;
         if !self.executors.contains_key(&key) {
+            // A server sees many batch shapes: keep the most recently used few.
+            while self.executors.len() >= MAX_EXECUTORS {
+                let oldest = self
+                    .executors
+                    .iter()
+                    .min_by_key(|(_, e)| e.1)
+                    .map(|(k, _)| *k);
+                match oldest {
+                    Some(k) => self.executors.remove(&k),
+                    None => break,
+                };
+            }
             let shape = BatchShape {
                 n_rows,
                 n_outputs,
@@ -188,11 +208,14 @@ impl LoadedModel {
                 state: &self.state,
             };
             let exec = Executor::prepare(&self.device, shape, &graph, &bind)?;
-            self.executors.insert(key, exec);
+            self.executors.insert(key, (exec, now));
         }
-        self.executors
-            .get(&key)
-            .ok_or_else(|| ModelError::Request("executor cache lost an entry".into()))
+        let entry = self
+            .executors
+            .get_mut(&key)
+            .ok_or_else(|| ModelError::Request("executor cache lost an entry".into()))?;
+        entry.1 = now;
+        Ok(&entry.0)
     }
 
     /// Runs one pass over a batch and returns the logits of its output rows, `n_vocab` values per

@@ -86,7 +86,7 @@ pub fn quantize_acts(
     })? as usize;
     let mut data = vec![0u8; row_bytes * cols];
     for c in 0..cols {
-        quant::quantize_row(
+        quant::quantize_act_row(
             dtype,
             &x[c * k..(c + 1) * k],
             &mut data[c * row_bytes..(c + 1) * row_bytes],

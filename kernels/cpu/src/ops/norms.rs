@@ -42,9 +42,10 @@ pub fn rms_norm(
     whole_rows(OP, "x", x.len(), row_len)?;
     check_affine(OP, "weight", weight, row_len)?;
     for row in x.chunks_exact_mut(row_len) {
-        let sum_sq: f64 = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
-        let mean_sq = sum_sq / row_len as f64;
-        let inv = (1.0 / (mean_sq + f64::from(eps)).sqrt()) as f32;
+        // ggml's rounding: squares in f32, summed in f64, the mean and the root in f32.
+        let sum_sq: f64 = row.iter().map(|&v| f64::from(v * v)).sum();
+        let mean_sq = (sum_sq / row_len as f64) as f32;
+        let inv = 1.0 / (mean_sq + eps).sqrt();
         match weight {
             Some(w) => row.iter_mut().zip(w).for_each(|(v, &w)| *v = *v * inv * w),
             None => row.iter_mut().for_each(|v| *v *= inv),

@@ -222,6 +222,38 @@ pub fn quantize_q8_1(src: &[f32], dst: &mut [u8]) {
     }
 }
 
+/// Fills 32 signed bytes as ggml's x86 activation quantizer does (the SIMD `quantize_row_q8_0`
+/// and `quantize_row_q8_1` llama.cpp runs on AVX2 CPUs): `q = round_half_even(x · (127 / max|x|))`,
+/// which differs from the reference's `round_half_away(x · (1 / d))` in the last unit now and
+/// then; returns `d = max|x| / 127`.
+#[inline]
+fn quantize_i8_block_act(x: &[f32], qs: &mut [u8]) -> f32 {
+    let amax = x.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let id = if amax == 0.0 { 0.0 } else { 127.0 / amax };
+    for (q, &v) in qs.iter_mut().zip(x) {
+        *q = (v * id).round_ties_even() as i8 as u8;
+    }
+    amax / 127.0
+}
+
+/// f32 activations to Q8_0 with the rounding of ggml's x86 path ([`quantize_i8_block_act`]).
+pub fn quantize_q8_0_act(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(34)) {
+        let d = quantize_i8_block_act(x, &mut b[2..]);
+        write_u16(b, 0, f32_to_f16(d));
+    }
+}
+
+/// f32 activations to Q8_1 with the rounding of ggml's x86 path, `s = f16(d · Σq)`.
+pub fn quantize_q8_1_act(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(36)) {
+        let d = quantize_i8_block_act(x, &mut b[4..]);
+        let sum: i32 = b[4..].iter().map(|&q| i32::from(q as i8)).sum();
+        write_u16(b, 0, f32_to_f16(d));
+        write_u16(b, 2, f32_to_f16(sum as f32 * d));
+    }
+}
+
 /// Σ w·a over 32 signed values.
 #[inline]
 fn idot(w: &[i8; QK], a: &[u8]) -> i32 {

@@ -159,6 +159,22 @@ pub fn quantize_row(t: DType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
     Ok(())
 }
 
+/// Quantizes one row of activations to `t` for [`vec_dot`]: Q8_0 and Q8_1 round as ggml's x86
+/// path does (so products agree with llama.cpp's on the same inputs), every other format as
+/// [`quantize_row`].
+pub fn quantize_act_row(t: DType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    let f: fn(&[f32], &mut [u8]) = match t {
+        DType::Q8_0 => legacy::quantize_q8_0_act,
+        DType::Q8_1 => legacy::quantize_q8_1_act,
+        _ => return quantize_row(t, src, dst),
+    };
+    const OP: &str = "quantize activations";
+    let bytes = row_bytes(t, src.len(), OP)?;
+    check_len(t, "destination bytes", bytes, dst.len())?;
+    f(src, dst);
+    Ok(())
+}
+
 /// The activation format paired with weight type `t` in [`vec_dot`] (ggml's `vec_dot_type`), or
 /// `None` when `t` has no dot product here.
 pub fn vec_dot_type(t: DType) -> Option<DType> {
@@ -233,6 +249,31 @@ pub fn vec_dot(t: DType, n: usize, w: &[u8], act: &[u8]) -> Result<f32, QuantErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn activation_quantizer_rounds_ties_to_even_where_the_reference_rounds_away() {
+        // max |x| = 127 makes the scale exactly 1, so 2.5 and -4.5 are exact ties.
+        let mut x = vec![0f32; 32];
+        x[0] = 127.0;
+        x[1] = 2.5;
+        x[2] = -4.5;
+        x[3] = 3.5;
+        for (t, at) in [(DType::Q8_0, 2), (DType::Q8_1, 4)] {
+            let n = t.row_bytes(32).unwrap() as usize;
+            let (mut act, mut reference) = (vec![0u8; n], vec![0u8; n]);
+            quantize_act_row(t, &x, &mut act).unwrap();
+            quantize_row(t, &x, &mut reference).unwrap();
+            let q = |b: &[u8]| [b[at + 1] as i8, b[at + 2] as i8, b[at + 3] as i8];
+            assert_eq!(q(&act), [2, -4, 4], "{t}");
+            assert_eq!(q(&reference), [3, -5, 4], "{t}");
+            assert_eq!(act[..at], reference[..at], "{t}: same scale");
+        }
+        let mut k = vec![0u8; DType::Q8_K.row_bytes(256).unwrap() as usize];
+        let mut kr = k.clone();
+        quantize_act_row(DType::Q8_K, &[0.5; 256], &mut k).unwrap();
+        quantize_row(DType::Q8_K, &[0.5; 256], &mut kr).unwrap();
+        assert_eq!(k, kr, "Q8_K activations use the reference quantizer");
+    }
 
     /// The types gguf 0.19.0 dequantizes, plus the activation formats Q8_1 and Q8_K.
     const DEQUANTIZED: &[DType] = &[
