@@ -5,5 +5,6 @@ pub mod engine;
 pub mod model;
 pub mod plugins;
 pub mod sampling;
+pub mod server;
 pub mod synth;
 pub mod text;

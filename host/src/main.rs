@@ -3,11 +3,13 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let cli = bloomery::cli::Cli::parse();
-    let filter = if cli.verbose {
-        "bloomery=debug"
-    } else {
-        "bloomery=warn"
+    let args = bloomery::server::args::expand_short_flags(std::env::args_os());
+    let cli = bloomery::cli::Cli::parse_from(args);
+    let serving = matches!(cli.command, bloomery::cli::Command::Serve(_));
+    let filter = match (cli.verbose, serving) {
+        (true, _) => "bloomery=debug",
+        (false, true) => "bloomery=info",
+        (false, false) => "bloomery=warn",
     };
     tracing_subscriber::fmt()
         .with_env_filter(

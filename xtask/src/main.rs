@@ -228,5 +228,37 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     test_data(root)?;
     let mut args = vec!["test", "--workspace"];
     args.extend(extra.iter().map(String::as_str));
-    cargo(root, &args)
+    cargo(root, &args)?;
+    server_tests(root, &plugins)
+}
+
+/// The HTTP server's tests (`tests/server`, pytest with the official `openai` and `anthropic`
+/// SDKs, pinned) against the real debug binary.
+fn server_tests(root: &Path, plugins: &Path) -> Result<()> {
+    cargo(root, &["build", "-p", "bloomery"])?;
+    let venv = root.join("target/test-data/.venv");
+    if !venv.join("bin/python").exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    run(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "pytest==9.2.0",
+        "requests==2.34.2",
+        "openai==3.57.0",
+        "anthropic==2.14.0",
+    ]))?;
+    run(Command::new(venv.join("bin/python"))
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/server",
+        ])
+        .current_dir(root)
+        .env("BLOOMERY_BIN", root.join("target/debug/bloomery"))
+        .env("BLOOMERY_TEST_PLUGIN_DIR", plugins))
 }

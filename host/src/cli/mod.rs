@@ -44,6 +44,8 @@ pub enum Command {
     Run(run::RunArgs),
     /// Measure prompt and generation speed, like llama-bench.
     Bench(bench::BenchArgs),
+    /// Serve the model over HTTP as llama-server does (same routes, flags and shapes).
+    Serve(Box<crate::server::args::ServeArgs>),
 }
 
 impl Cli {
@@ -67,5 +69,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Synth(a) => synth::run(&cli, a),
         Command::Run(a) => run::run(&cli, a),
         Command::Bench(a) => bench::run(&cli, a),
+        Command::Serve(a) => crate::server::serve(&cli, a),
     }
 }

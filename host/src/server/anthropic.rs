@@ -1,0 +1,287 @@
+//! Anthropic routes: /v1/messages (whole or as the `message_start` … `message_stop` event
+//! sequence) and /v1/messages/count_tokens.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::Response;
+use axum::Json;
+use futures_util::stream;
+use serde_json::{json, Value};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::chat::{self, Delta, DeltaSplitter};
+use super::engine::{Event, Finish, StopType};
+use super::error::ApiError;
+use super::gen::{collect, random_id, sse_event, sse_response, submit};
+use super::native::ok;
+use super::openai::{prepare_chat, ChatJob};
+use super::params::{gen_params, Fields};
+use super::{parse_body, AppRef};
+
+fn stop_reason(f: &Finish, tool_use: bool) -> &'static str {
+    if tool_use {
+        return "tool_use";
+    }
+    match f.stop_type {
+        StopType::Limit => "max_tokens",
+        StopType::Word => "stop_sequence",
+        StopType::Eos => "end_turn",
+    }
+}
+
+fn stop_sequence(f: &Finish) -> Value {
+    if f.stop_type == StopType::Word {
+        json!(f.stopping_word)
+    } else {
+        Value::Null
+    }
+}
+
+fn tool_input(arguments: &str) -> Value {
+    serde_json::from_str(arguments).unwrap_or_else(|_| json!({}))
+}
+
+/// The chat of an Anthropic body, rendered.
+fn prepare(
+    state: &super::AppState,
+    ready: &super::Ready,
+    f: &Fields<'_>,
+) -> Result<ChatJob, ApiError> {
+    let (messages, tools) = chat::anthropic_to_openai(f.0)?;
+    let messages = chat::openai_messages(&messages)?;
+    prepare_chat(state, ready, f, &messages, tools.as_ref())
+}
+
+/// POST /v1/messages/count_tokens.
+pub async fn count_tokens(
+    State(state): State<AppRef>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let ready = state.ready()?;
+    let body = parse_body(&body)?;
+    let f = Fields::of(&body)?;
+    let job = prepare(&state, &ready, &f)?;
+    Ok(Json(json!({ "input_tokens": job.prompt.tokens.len() })))
+}
+
+/// POST /v1/messages.
+pub async fn messages(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
+    let ready = state.ready()?;
+    let body = parse_body(&body)?;
+    let f = Fields::of(&body)?;
+    let job = prepare(&state, &ready, &f)?;
+    let mut params = gen_params(&f, &ready.defaults, 0)?;
+    if f.get("max_tokens").is_none() {
+        params.n_predict = Some(4096);
+    }
+    let model = f
+        .str("model")?
+        .map_or_else(|| ready.model_id.clone(), str::to_owned);
+    let n_prompt = job.prompt.tokens.len();
+    let rx = submit(&ready, job.prompt.tokens.clone(), params, None)?;
+    if f.bool("stream")?.unwrap_or(false) {
+        return Ok(stream_messages(job, model, n_prompt, rx));
+    }
+    let out = collect(rx).await?;
+    let parsed = chat::parse(
+        &out.text,
+        job.prompt.starts_in_thinking,
+        job.reasoning,
+        job.tools,
+    );
+    let mut content = Vec::new();
+    if let Some(r) = &parsed.reasoning {
+        content.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
+    }
+    if !parsed.content.is_empty() || parsed.tool_calls.is_empty() {
+        content.push(json!({"type": "text", "text": parsed.content}));
+    }
+    for c in &parsed.tool_calls {
+        content.push(json!({"type": "tool_use", "id": random_id("toolu_"), "name": c.name, "input": tool_input(&c.arguments)}));
+    }
+    let f = &out.finish;
+    Ok(ok(json!({
+        "id": random_id("msg_"),
+        "type": "message",
+        "role": "assistant",
+        "content": content,
+        "model": model,
+        "stop_reason": stop_reason(f, !parsed.tool_calls.is_empty()),
+        "stop_sequence": stop_sequence(f),
+        "usage": {
+            "input_tokens": f.n_prompt - f.n_cached,
+            "output_tokens": f.n_predicted,
+            "cache_read_input_tokens": f.n_cached,
+            "cache_creation_input_tokens": 0,
+        },
+    })))
+}
+
+/// The open content block of a stream.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Block {
+    None,
+    Thinking,
+    Text,
+}
+
+fn stream_messages(
+    job: ChatJob,
+    model: String,
+    n_prompt: usize,
+    rx: UnboundedReceiver<Event>,
+) -> Response {
+    struct St {
+        rx: UnboundedReceiver<Event>,
+        split: DeltaSplitter,
+        job: Arc<ChatJob>,
+        open: Block,
+        index: usize,
+        started: bool,
+        done: bool,
+        model: String,
+        n_prompt: usize,
+    }
+    let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, job.tools);
+    let st = St {
+        rx,
+        split,
+        job: Arc::new(job),
+        open: Block::None,
+        index: 0,
+        started: false,
+        done: false,
+        model,
+        n_prompt,
+    };
+    let frames = stream::unfold(st, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        let mut out: Vec<u8> = Vec::new();
+        if !st.started {
+            st.started = true;
+            out.extend_from_slice(&sse_event("message_start", &json!({
+                "type": "message_start",
+                "message": {"id": random_id("msg_"), "type": "message", "role": "assistant", "content": [], "model": st.model,
+                    "stop_reason": null, "stop_sequence": null,
+                    "usage": {"input_tokens": st.n_prompt, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}},
+            })));
+        }
+        loop {
+            match st.rx.recv().await {
+                Some(Event::Started { .. }) => continue,
+                Some(Event::Token(p)) => {
+                    let deltas = st.split.push(&p.text);
+                    for d in deltas {
+                        emit_delta(&mut st.open, &mut st.index, &d, &mut out);
+                    }
+                    if out.is_empty() {
+                        continue;
+                    }
+                }
+                Some(Event::Done(f)) => {
+                    st.done = true;
+                    for d in st.split.finish() {
+                        emit_delta(&mut st.open, &mut st.index, &d, &mut out);
+                    }
+                    close(&mut st.open, &mut st.index, &mut out);
+                    let mut calls = Vec::new();
+                    if st.job.tools && st.split.holding_tools() {
+                        calls = chat::parse(
+                            &st.split.full,
+                            st.job.prompt.starts_in_thinking,
+                            st.job.reasoning,
+                            true,
+                        )
+                        .tool_calls;
+                    }
+                    for c in &calls {
+                        out.extend_from_slice(&sse_event("content_block_start", &json!({"type": "content_block_start", "index": st.index,
+                            "content_block": {"type": "tool_use", "id": random_id("toolu_"), "name": c.name, "input": {}}})));
+                        out.extend_from_slice(&sse_event(
+                            "content_block_delta",
+                            &json!({"type": "content_block_delta", "index": st.index,
+                            "delta": {"type": "input_json_delta", "partial_json": c.arguments}}),
+                        ));
+                        out.extend_from_slice(&sse_event(
+                            "content_block_stop",
+                            &json!({"type": "content_block_stop", "index": st.index}),
+                        ));
+                        st.index += 1;
+                    }
+                    out.extend_from_slice(&sse_event("message_delta", &json!({"type": "message_delta",
+                        "delta": {"stop_reason": stop_reason(&f, !calls.is_empty()), "stop_sequence": stop_sequence(&f)},
+                        "usage": {"output_tokens": f.n_predicted}})));
+                    out.extend_from_slice(&sse_event(
+                        "message_stop",
+                        &json!({"type": "message_stop"}),
+                    ));
+                }
+                Some(Event::Failed(msg)) => {
+                    st.done = true;
+                    out.extend_from_slice(&sse_event(
+                        "error",
+                        &json!({"type": "error", "error": {"type": "api_error", "message": msg}}),
+                    ));
+                }
+                None => {
+                    if out.is_empty() {
+                        return None;
+                    }
+                    st.done = true;
+                }
+            }
+            return Some((Bytes::from(out), st));
+        }
+    });
+    sse_response(frames)
+}
+
+fn close(open: &mut Block, index: &mut usize, out: &mut Vec<u8>) {
+    if *open == Block::None {
+        return;
+    }
+    if *open == Block::Thinking {
+        out.extend_from_slice(&sse_event(
+            "content_block_delta",
+            &json!({"type": "content_block_delta", "index": *index,
+            "delta": {"type": "signature_delta", "signature": ""}}),
+        ));
+    }
+    out.extend_from_slice(&sse_event(
+        "content_block_stop",
+        &json!({"type": "content_block_stop", "index": *index}),
+    ));
+    *index += 1;
+    *open = Block::None;
+}
+
+fn emit_delta(open: &mut Block, index: &mut usize, d: &Delta, out: &mut Vec<u8>) {
+    let (want, delta) = match d {
+        Delta::Reasoning(r) => (
+            Block::Thinking,
+            json!({"type": "thinking_delta", "thinking": r}),
+        ),
+        Delta::Content(c) => (Block::Text, json!({"type": "text_delta", "text": c})),
+    };
+    if *open != want {
+        close(open, index, out);
+        let block = if want == Block::Thinking {
+            json!({"type": "thinking", "thinking": "", "signature": ""})
+        } else {
+            json!({"type": "text", "text": ""})
+        };
+        out.extend_from_slice(&sse_event(
+            "content_block_start",
+            &json!({"type": "content_block_start", "index": *index, "content_block": block}),
+        ));
+        *open = want;
+    }
+    out.extend_from_slice(&sse_event(
+        "content_block_delta",
+        &json!({"type": "content_block_delta", "index": *index, "delta": delta}),
+    ));
+}

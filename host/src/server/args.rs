@@ -1,0 +1,355 @@
+//! `bloomery serve` flags, spelled as llama-server spells them, each with its `LLAMA_ARG_*`
+//! environment twin (the flag wins). Flags llama-server knows that bloomery does not implement
+//! yet are parsed, then refused by name at start: never silently ignored.
+
+use std::path::PathBuf;
+
+use anyhow::bail;
+use clap::Args;
+
+/// llama.cpp's short flags of more than one letter, which clap cannot spell, and their long
+/// forms; [`expand_short_flags`] rewrites them before parsing.
+const MULTI_LETTER_SHORT: &[(&str, &str)] = &[
+    ("-np", "--parallel"),
+    ("-ngl", "--n-gpu-layers"),
+    ("-ub", "--ubatch-size"),
+    ("-fa", "--flash-attn"),
+    ("-ctk", "--cache-type-k"),
+    ("-ctv", "--cache-type-v"),
+    ("-cmoe", "--cpu-moe"),
+    ("-ncmoe", "--n-cpu-moe"),
+    ("-ot", "--override-tensor"),
+    ("-cram", "--cache-ram"),
+];
+
+/// The command line with llama.cpp's multi-letter short flags (`-np 4`, `-ngl=99`) after the
+/// `serve` subcommand written as their long forms.
+pub fn expand_short_flags<I: IntoIterator<Item = std::ffi::OsString>>(
+    args: I,
+) -> Vec<std::ffi::OsString> {
+    let mut serving = false;
+    args.into_iter()
+        .map(|a| {
+            if !serving {
+                serving = a == "serve";
+                return a;
+            }
+            let Some(s) = a.to_str() else { return a };
+            let (flag, value) = match s.split_once('=') {
+                Some((f, v)) => (f, Some(v)),
+                None => (s, None),
+            };
+            match MULTI_LETTER_SHORT.iter().find(|(short, _)| *short == flag) {
+                Some((_, long)) => match value {
+                    Some(v) => format!("{long}={v}").into(),
+                    None => (*long).into(),
+                },
+                None => a,
+            }
+        })
+        .collect()
+}
+
+/// Options of `bloomery serve`.
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// The GGUF file (the first part of a split model).
+    #[arg(
+        short = 'm',
+        long = "model",
+        value_name = "FNAME",
+        env = "LLAMA_ARG_MODEL"
+    )]
+    pub model: PathBuf,
+    /// Context size in tokens, shared by the slots (0: the model's training context).
+    #[arg(
+        short = 'c',
+        long = "ctx-size",
+        default_value_t = 4096,
+        env = "LLAMA_ARG_CTX_SIZE"
+    )]
+    pub ctx_size: u32,
+    /// Slots: requests served at once, each with ctx-size / parallel positions.
+    #[arg(
+        long = "parallel",
+        default_value_t = 1,
+        env = "LLAMA_ARG_N_PARALLEL",
+        allow_negative_numbers = true
+    )]
+    pub parallel: i32,
+    /// Address to listen on.
+    #[arg(long = "host", default_value = "127.0.0.1", env = "LLAMA_ARG_HOST")]
+    pub host: String,
+    /// Port to listen on.
+    #[arg(long = "port", default_value_t = 8080, env = "LLAMA_ARG_PORT")]
+    pub port: u16,
+    /// API keys (comma-separated); requests must carry one as `Authorization: Bearer` or
+    /// `X-Api-Key`. /health and /v1/models stay public.
+    #[arg(long = "api-key", env = "LLAMA_API_KEY")]
+    pub api_key: Option<String>,
+    /// Name the model is listed and answered under (default: the file path).
+    #[arg(short = 'a', long = "alias", env = "LLAMA_ARG_ALIAS")]
+    pub alias: Option<String>,
+    /// Default number of tokens to generate (-1: until end of generation or context).
+    #[arg(short = 'n', long = "n-predict", visible_alias = "predict", default_value_t = -1, allow_negative_numbers = true, env = "LLAMA_ARG_N_PREDICT")]
+    pub n_predict: i64,
+    /// Default temperature.
+    #[arg(long = "temp", default_value_t = 0.8, allow_negative_numbers = true)]
+    pub temp: f32,
+    /// Default top-k (0: off).
+    #[arg(long = "top-k", default_value_t = 40)]
+    pub top_k: i32,
+    /// Default top-p (1: off).
+    #[arg(long = "top-p", default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Default min-p (0: off).
+    #[arg(long = "min-p", default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Default seed (-1: a random one per request).
+    #[arg(short = 's', long = "seed", default_value_t = -1, allow_negative_numbers = true, env = "LLAMA_ARG_SEED")]
+    pub seed: i64,
+    /// CPU threads (0 or -1: one per core).
+    #[arg(short = 't', long = "threads", default_value_t = -1, allow_negative_numbers = true, env = "LLAMA_ARG_THREADS")]
+    pub threads: i32,
+    /// Most tokens in one forward pass (logical batch).
+    #[arg(
+        short = 'b',
+        long = "batch-size",
+        default_value_t = 2048,
+        env = "LLAMA_ARG_BATCH"
+    )]
+    pub batch_size: u32,
+    /// Most tokens in one forward pass (physical batch; the smaller of the two is used).
+    #[arg(long = "ubatch-size", default_value_t = 512, env = "LLAMA_ARG_UBATCH")]
+    pub ubatch_size: u32,
+    /// Flash attention: on, off or auto (the CPU kernels' attention is exact either way).
+    #[arg(long = "flash-attn", default_value = "auto", num_args = 0..=1, default_missing_value = "on", env = "LLAMA_ARG_FLASH_ATTN")]
+    pub flash_attn: String,
+    /// K cache type: f32 or f16.
+    #[arg(
+        long = "cache-type-k",
+        default_value = "f16",
+        env = "LLAMA_ARG_CACHE_TYPE_K"
+    )]
+    pub cache_type_k: String,
+    /// V cache type: f32 or f16 (must equal the K type).
+    #[arg(
+        long = "cache-type-v",
+        default_value = "f16",
+        env = "LLAMA_ARG_CACHE_TYPE_V"
+    )]
+    pub cache_type_v: String,
+    /// Layers on the GPU (no GPU kernels serve models yet: anything but 0 runs on the CPU with a
+    /// warning, as a CPU-only llama.cpp build does).
+    #[arg(
+        long = "n-gpu-layers",
+        visible_alias = "gpu-layers",
+        env = "LLAMA_ARG_N_GPU_LAYERS"
+    )]
+    pub n_gpu_layers: Option<String>,
+    /// Keep every MoE expert in host RAM (not implemented yet: refused).
+    #[arg(long = "cpu-moe", env = "LLAMA_ARG_CPU_MOE")]
+    pub cpu_moe: bool,
+    /// Keep the MoE experts of the first N layers in host RAM (not implemented yet: refused).
+    #[arg(long = "n-cpu-moe", env = "LLAMA_ARG_N_CPU_MOE")]
+    pub n_cpu_moe: Option<u32>,
+    /// Tensor placement overrides `REGEX=BUFFER,...` (not implemented yet: refused).
+    #[arg(long = "override-tensor", env = "LLAMA_ARG_OVERRIDE_TENSOR")]
+    pub override_tensor: Option<String>,
+    /// Host RAM for saved prompt states in MiB (0: off; the cache is not implemented yet, so
+    /// anything else is refused).
+    #[arg(long = "cache-ram", env = "LLAMA_ARG_CACHE_RAM")]
+    pub cache_ram: Option<i64>,
+    /// Folder for `/slots/:id?action=save|restore` (not implemented yet: refused).
+    #[arg(long = "slot-save-path", env = "LLAMA_ARG_SLOT_SAVE_PATH")]
+    pub slot_save_path: Option<PathBuf>,
+    /// Serve Prometheus metrics at /metrics.
+    #[arg(long = "metrics", env = "LLAMA_ARG_ENDPOINT_METRICS")]
+    pub metrics: bool,
+    /// Serve /slots (the default).
+    #[arg(long = "slots", overrides_with = "no_slots")]
+    pub slots: bool,
+    /// Do not serve /slots.
+    #[arg(long = "no-slots", env = "LLAMA_ARG_NO_ENDPOINT_SLOTS")]
+    pub no_slots: bool,
+    /// Use the Jinja chat template (always on: the flag is accepted for compatibility).
+    #[arg(long = "jinja", overrides_with = "no_jinja")]
+    pub jinja: bool,
+    /// Do not use Jinja features beyond the template itself: tool calls are refused.
+    #[arg(long = "no-jinja")]
+    pub no_jinja: bool,
+    /// Chat template: Jinja source or a built-in name (`chatml`).
+    #[arg(long = "chat-template", env = "LLAMA_ARG_CHAT_TEMPLATE")]
+    pub chat_template: Option<String>,
+    /// Chat template read from a file.
+    #[arg(long = "chat-template-file", env = "LLAMA_ARG_CHAT_TEMPLATE_FILE")]
+    pub chat_template_file: Option<PathBuf>,
+    /// Where thinking goes: `auto`/`deepseek` put `<think>` spans into `reasoning_content`,
+    /// `deepseek-legacy` also keeps them in `content`, `none` leaves them in `content`.
+    #[arg(
+        long = "reasoning-format",
+        default_value = "auto",
+        env = "LLAMA_ARG_THINK"
+    )]
+    pub reasoning_format: String,
+    /// Thinking budget: -1 unrestricted, 0 thinking off (other budgets are refused).
+    #[arg(long = "reasoning-budget", default_value_t = -1, allow_negative_numbers = true, env = "LLAMA_ARG_THINK_BUDGET")]
+    pub reasoning_budget: i64,
+    /// Read the model into memory instead of mapping it (not implemented yet: refused).
+    #[arg(long = "no-mmap", env = "LLAMA_ARG_NO_MMAP")]
+    pub no_mmap: bool,
+    /// Lock the model in RAM (not implemented yet: refused).
+    #[arg(long = "mlock", env = "LLAMA_ARG_MLOCK")]
+    pub mlock: bool,
+    /// Requests that may wait for a slot; more are answered 503 with Retry-After.
+    #[arg(long = "queue-depth", default_value_t = 64)]
+    pub queue_depth: usize,
+}
+
+/// How `<think>` spans are returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReasoningFormat {
+    /// Left in `content`.
+    None,
+    /// Moved to `reasoning_content`.
+    Split,
+    /// Copied to `reasoning_content` and kept in `content`.
+    Legacy,
+}
+
+impl ServeArgs {
+    /// Slots in force.
+    pub fn n_slots(&self) -> u32 {
+        // -1 is llama-server's "auto": four slots.
+        if self.parallel == -1 {
+            4
+        } else {
+            self.parallel.max(1) as u32
+        }
+    }
+
+    /// The reasoning format in force.
+    pub fn reasoning(&self) -> anyhow::Result<ReasoningFormat> {
+        parse_reasoning(&self.reasoning_format)
+    }
+
+    /// Refuses, by name, every flag that is known but not implemented and every value out of
+    /// range.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let not_yet = |flag: &str, what: &str| -> anyhow::Result<()> {
+            bail!("{flag} is not implemented yet ({what}); leave it out")
+        };
+        if self.cpu_moe {
+            not_yet("-cmoe/--cpu-moe", "expert placement across card and host")?;
+        }
+        if self.n_cpu_moe.is_some() {
+            not_yet(
+                "-ncmoe/--n-cpu-moe",
+                "expert placement across card and host",
+            )?;
+        }
+        if self.override_tensor.is_some() {
+            not_yet("-ot/--override-tensor", "tensor placement")?;
+        }
+        if self.cache_ram.is_some_and(|m| m != 0) {
+            not_yet(
+                "--cache-ram",
+                "saved prompt states in host RAM; --cache-ram 0 is accepted",
+            )?;
+        }
+        if self.slot_save_path.is_some() {
+            not_yet("--slot-save-path", "slot save and restore")?;
+        }
+        if self.no_mmap {
+            not_yet("--no-mmap", "the model is always mapped")?;
+        }
+        if self.mlock {
+            not_yet("--mlock", "locking the mapped model")?;
+        }
+        if self.parallel == 0 || self.parallel < -1 {
+            bail!(
+                "-np/--parallel {} must be a positive number of slots",
+                self.parallel
+            );
+        }
+        if !["on", "off", "auto", "1", "0", "true", "false"].contains(&self.flash_attn.as_str()) {
+            bail!(
+                "-fa/--flash-attn {:?}: expected on, off or auto",
+                self.flash_attn
+            );
+        }
+        if self.cache_type_k != self.cache_type_v {
+            bail!(
+                "-ctk {} and -ctv {} differ: the CPU cache holds K and V in one type",
+                self.cache_type_k,
+                self.cache_type_v
+            );
+        }
+        if !["f16", "f32"].contains(&self.cache_type_k.as_str()) {
+            bail!(
+                "-ctk/-ctv {}: only f16 and f32 caches are implemented yet",
+                self.cache_type_k
+            );
+        }
+        if self.reasoning_budget != -1 && self.reasoning_budget != 0 {
+            bail!(
+                "--reasoning-budget {}: only -1 (unrestricted) and 0 (thinking off) are implemented",
+                self.reasoning_budget
+            );
+        }
+        if self.chat_template.is_some() && self.chat_template_file.is_some() {
+            bail!("give --chat-template or --chat-template-file, not both");
+        }
+        if self.queue_depth == 0 {
+            bail!("--queue-depth must be at least 1");
+        }
+        self.reasoning()?;
+        Ok(())
+    }
+}
+
+/// Parses a `--reasoning-format` value.
+pub fn parse_reasoning(v: &str) -> anyhow::Result<ReasoningFormat> {
+    Ok(match v {
+        "none" => ReasoningFormat::None,
+        "auto" | "deepseek" => ReasoningFormat::Split,
+        "deepseek-legacy" => ReasoningFormat::Legacy,
+        other => {
+            bail!("--reasoning-format {other:?}: expected none, auto, deepseek or deepseek-legacy")
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand(args: &[&str]) -> Vec<String> {
+        expand_short_flags(args.iter().map(std::ffi::OsString::from))
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn multi_letter_short_flags_after_serve_become_long_flags() {
+        assert_eq!(
+            expand(&["bloomery", "serve", "-np", "4", "-ngl=99", "-fa", "on", "-m", "x"]),
+            [
+                "bloomery",
+                "serve",
+                "--parallel",
+                "4",
+                "--n-gpu-layers=99",
+                "--flash-attn",
+                "on",
+                "-m",
+                "x"
+            ]
+        );
+        assert_eq!(
+            expand(&["bloomery", "run", "-p", "-np"]),
+            ["bloomery", "run", "-p", "-np"]
+        );
+    }
+}

@@ -1,0 +1,188 @@
+//! Handing a prompt to the scheduler and reading back what it generates, plus the pieces every
+//! route's answer shares: `timings`, per-token probabilities and server-sent-event frames.
+
+use std::convert::Infallible;
+
+use axum::body::Body;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use bloomery_text::Tokenizer;
+use bytes::Bytes;
+use futures_util::Stream;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::engine::{Event, Finish, GenParams, Job, Piece};
+use super::error::ApiError;
+use super::Ready;
+
+/// Queues a generation; the receiver yields its events (dropping it cancels the request).
+pub fn submit(
+    ready: &Ready,
+    prompt: Vec<u32>,
+    params: GenParams,
+    id_slot: Option<usize>,
+) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+    if prompt.is_empty() {
+        return Err(ApiError::invalid("the prompt is empty"));
+    }
+    if prompt.len() >= ready.n_ctx_slot {
+        return Err(ApiError::exceeds_context(prompt.len(), ready.n_ctx_slot));
+    }
+    let (tx, rx) = mpsc::unbounded_channel();
+    let job = Job {
+        prompt,
+        params,
+        id_slot,
+        events: tx,
+    };
+    ready.jobs.try_send(job).map_err(|e| match e {
+        mpsc::error::TrySendError::Full(_) => ApiError::unavailable(
+            "the server is busy: every slot is in use and the queue is full; retry later",
+        ),
+        mpsc::error::TrySendError::Closed(_) => ApiError::internal("the scheduler has stopped"),
+    })?;
+    Ok(rx)
+}
+
+/// Everything a finished generation produced.
+pub struct Outcome {
+    /// The text (stop strings removed).
+    pub text: String,
+    /// Each generated token.
+    pub pieces: Vec<Piece>,
+    /// Counts, timings and why it stopped.
+    pub finish: Finish,
+}
+
+/// Waits for the end of a generation.
+pub async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Outcome, ApiError> {
+    let mut text = String::new();
+    let mut pieces = Vec::new();
+    while let Some(e) = rx.recv().await {
+        match e {
+            Event::Started { .. } => {}
+            Event::Token(p) => {
+                text.push_str(&p.text);
+                pieces.push(p);
+            }
+            Event::Done(finish) => {
+                return Ok(Outcome {
+                    text,
+                    pieces,
+                    finish,
+                })
+            }
+            Event::Failed(msg) => return Err(ApiError::internal(msg)),
+        }
+    }
+    Err(ApiError::internal("the scheduler dropped the request"))
+}
+
+/// llama-server's `timings` object.
+pub fn timings(f: &Finish) -> Value {
+    let n_prompt = f.n_prompt - f.n_cached;
+    let per = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
+    let rate = |ms: f64, n: usize| if ms > 0.0 { 1e3 * n as f64 / ms } else { 0.0 };
+    json!({
+        "cache_n": f.n_cached,
+        "prompt_n": n_prompt,
+        "prompt_ms": f.prompt_ms,
+        "prompt_per_token_ms": per(f.prompt_ms, n_prompt),
+        "prompt_per_second": rate(f.prompt_ms, n_prompt),
+        "predicted_n": f.n_predicted,
+        "predicted_ms": f.predicted_ms,
+        "predicted_per_token_ms": per(f.predicted_ms, f.n_predicted),
+        "predicted_per_second": rate(f.predicted_ms, f.n_predicted),
+    })
+}
+
+/// A token's text and bytes as llama-server reports them.
+fn token_json(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
+    let bytes = tok.token_to_piece(id, true).to_vec();
+    (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+}
+
+/// `completion_probabilities` entries of the native API.
+pub fn native_probs(tok: &Tokenizer, pieces: &[Piece]) -> Value {
+    Value::Array(
+        pieces
+            .iter()
+            .filter_map(|p| {
+                let pr = p.probs.as_ref()?;
+                let (text, bytes) = token_json(tok, p.id);
+                let top: Vec<Value> = pr
+                    .top
+                    .iter()
+                    .map(|&(id, lp)| {
+                        let (t, b) = token_json(tok, id);
+                        json!({"id": id, "token": t, "bytes": b, "logprob": lp})
+                    })
+                    .collect();
+                Some(json!({"id": p.id, "token": text, "bytes": bytes, "logprob": pr.logprob, "top_logprobs": top}))
+            })
+            .collect(),
+    )
+}
+
+/// OpenAI `logprobs.content` entries.
+pub fn openai_logprobs(tok: &Tokenizer, pieces: &[Piece]) -> Value {
+    let content: Vec<Value> = pieces
+        .iter()
+        .filter_map(|p| {
+            let pr = p.probs.as_ref()?;
+            let (text, bytes) = token_json(tok, p.id);
+            let top: Vec<Value> = pr
+                .top
+                .iter()
+                .map(|&(id, lp)| {
+                    let (t, b) = token_json(tok, id);
+                    json!({"id": id, "token": t, "bytes": b, "logprob": lp})
+                })
+                .collect();
+            Some(json!({"id": p.id, "token": text, "bytes": bytes, "logprob": pr.logprob, "top_logprobs": top}))
+        })
+        .collect();
+    json!({ "content": content })
+}
+
+/// One `data: {json}` frame.
+pub fn sse_data(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+/// One `event: NAME` + `data: {json}` frame (Anthropic's stream).
+pub fn sse_event(name: &str, v: &Value) -> Bytes {
+    Bytes::from(format!("event: {name}\ndata: {v}\n\n"))
+}
+
+/// A streamed response of SSE frames.
+pub fn sse_response<S>(frames: S) -> Response
+where
+    S: Stream<Item = Bytes> + Send + 'static,
+{
+    use futures_util::StreamExt;
+    let body = Body::from_stream(frames.map(Ok::<_, Infallible>));
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A random id with a prefix (`chatcmpl-…`, `msg_…`).
+pub fn random_id(prefix: &str) -> String {
+    let a: u64 = rand::random();
+    let b: u64 = rand::random();
+    format!("{prefix}{a:016x}{b:016x}")
+}

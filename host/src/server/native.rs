@@ -1,0 +1,688 @@
+//! llama.cpp's own routes: /health, /props, /slots, /metrics, /v1/models, /completion (and
+//! /infill), /tokenize, /detokenize, /apply-template.
+
+use std::sync::atomic::Ordering;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::stream;
+use serde_json::{json, Map, Value};
+
+use super::engine::{Event, Finish, GenParams};
+use super::error::ApiError;
+use super::gen::{self, collect, native_probs, sse_data, sse_response, submit, timings};
+use super::params::{gen_params, Fields};
+use super::{chat, parse_body, AppRef, Ready};
+
+/// GET /health.
+pub async fn health(State(state): State<AppRef>) -> Response {
+    let (status, body) = super::health_body(&state);
+    (status, Json(body)).into_response()
+}
+
+/// The sampling settings as llama-server lists them under `params`.
+fn settings_json(ready: &Ready, p: &GenParams) -> Value {
+    let s = &p.sampler;
+    json!({
+        "n_predict": p.n_predict.map_or(-1, |n| n as i64),
+        "seed": s.seed,
+        "temperature": s.temp,
+        "top_k": s.top_k,
+        "top_p": s.top_p,
+        "min_p": s.min_p,
+        "typical_p": s.typ_p,
+        "repeat_last_n": s.penalty_last_n.min(i64::MAX as usize),
+        "repeat_penalty": s.penalty_repeat,
+        "presence_penalty": s.penalty_present,
+        "frequency_penalty": s.penalty_freq,
+        "min_keep": s.min_keep,
+        "stop": p.stop,
+        "n_probs": p.n_probs,
+        "ignore_eos": p.ignore_eos,
+        "cache_prompt": p.cache_prompt,
+        "n_ctx": ready.n_ctx_slot,
+        "samplers": ["penalties", "top_k", "typ_p", "top_p", "min_p", "temperature"],
+    })
+}
+
+fn default_params(ready: &Ready) -> GenParams {
+    let mut sampler = ready.defaults.sampler;
+    sampler.seed = ready.defaults.seed.unwrap_or(u64::from(u32::MAX));
+    GenParams {
+        sampler,
+        n_predict: ready.defaults.n_predict,
+        stop: Vec::new(),
+        n_probs: 0,
+        ignore_eos: false,
+        cache_prompt: true,
+    }
+}
+
+/// GET /props.
+pub async fn props(State(state): State<AppRef>) -> Result<Json<Value>, ApiError> {
+    let ready = state.ready()?;
+    let params = settings_json(&ready, &default_params(&ready));
+    Ok(Json(json!({
+        "default_generation_settings": {
+            "id": 0,
+            "id_task": -1,
+            "n_ctx": ready.n_ctx_slot,
+            "speculative": false,
+            "is_processing": false,
+            "params": params,
+        },
+        "total_slots": ready.n_slots,
+        "model_path": ready.model_path,
+        "model_alias": ready.model_id,
+        "chat_template": ready.template_source,
+        "modalities": {"vision": false, "audio": false},
+        "build_info": concat!("b0-bloomery-", env!("CARGO_PKG_VERSION")),
+        "is_sleeping": false,
+    })))
+}
+
+/// GET /slots.
+pub async fn slots(
+    State(state): State<AppRef>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    if state.args.no_slots {
+        return Err(ApiError::not_supported(
+            "This server does not support slots endpoint (started with --no-slots)",
+        ));
+    }
+    let ready = state.ready()?;
+    let views = ready
+        .shared
+        .slots
+        .lock()
+        .map_err(|_| ApiError::internal("slot table poisoned"))?
+        .clone();
+    if q.get("fail_on_no_slot").is_some_and(|v| v != "0") && views.iter().all(|v| v.is_processing) {
+        return Err(ApiError::unavailable("no slot available"));
+    }
+    let params = settings_json(&ready, &default_params(&ready));
+    Ok(Json(Value::Array(
+        views
+            .iter()
+            .map(|v| {
+                json!({
+                    "id": v.id,
+                    "id_task": if v.is_processing { 0 } else { -1 },
+                    "n_ctx": ready.n_ctx_slot,
+                    "speculative": false,
+                    "is_processing": v.is_processing,
+                    "params": params,
+                    "n_cached": v.n_cached,
+                    "next_token": {
+                        "has_next_token": v.is_processing,
+                        "has_new_line": false,
+                        "n_remain": v.n_remain,
+                        "n_decoded": v.n_decoded,
+                    },
+                })
+            })
+            .collect(),
+    )))
+}
+
+/// POST /slots/:id?action=save|restore|erase.
+pub async fn slot_action(
+    State(state): State<AppRef>,
+    Path(id): Path<String>,
+    Query(q): Query<std::collections::HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    if state.args.no_slots {
+        return Err(ApiError::not_supported(
+            "This server does not support slots endpoint (started with --no-slots)",
+        ));
+    }
+    let ready = state.ready()?;
+    let id: usize = id
+        .parse()
+        .ok()
+        .filter(|&i| i < ready.n_slots)
+        .ok_or_else(|| ApiError::invalid(format!("no slot {id} ({} slots)", ready.n_slots)))?;
+    match q.get("action").map(String::as_str) {
+        Some("save") | Some("restore") | Some("erase") => Err(ApiError::not_supported(format!(
+            "slot {id}: save, restore and erase need --slot-save-path, which is not implemented yet"
+        ))),
+        Some(other) => Err(ApiError::invalid(format!(
+            "action {other:?}: expected save, restore or erase"
+        ))),
+        None => Err(ApiError::invalid("missing ?action=save|restore|erase")),
+    }
+}
+
+/// GET /metrics (with --metrics).
+pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> {
+    if !state.args.metrics {
+        return Err(ApiError::not_supported(
+            "This server does not support metrics endpoint (start it with --metrics)",
+        ));
+    }
+    let ready = state.ready()?;
+    let c = &ready.shared.counters;
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let (pt, pus, gt, gus) = (
+        get(&c.prompt_tokens),
+        get(&c.prompt_us),
+        get(&c.predicted_tokens),
+        get(&c.predicted_us),
+    );
+    let busy = ready
+        .shared
+        .slots
+        .lock()
+        .map(|v| v.iter().filter(|s| s.is_processing).count())
+        .unwrap_or(0);
+    let calls = get(&c.decode_calls);
+    let rate = |n: u64, us: u64| {
+        if us > 0 {
+            n as f64 * 1e6 / us as f64
+        } else {
+            0.0
+        }
+    };
+    let rows = [
+        (
+            "counter",
+            "prompt_tokens_total",
+            "Number of prompt tokens processed.",
+            pt as f64,
+        ),
+        (
+            "counter",
+            "prompt_seconds_total",
+            "Prompt process time",
+            pus as f64 / 1e6,
+        ),
+        (
+            "counter",
+            "tokens_predicted_total",
+            "Number of generation tokens processed.",
+            gt as f64,
+        ),
+        (
+            "counter",
+            "tokens_predicted_seconds_total",
+            "Predict process time",
+            gus as f64 / 1e6,
+        ),
+        (
+            "counter",
+            "n_decode_total",
+            "Total number of llama_decode() calls",
+            calls as f64,
+        ),
+        (
+            "counter",
+            "prompt_tokens_cache_total",
+            "Prompt tokens reused from slot caches",
+            get(&c.cached_tokens) as f64,
+        ),
+        (
+            "gauge",
+            "n_busy_slots_per_decode",
+            "Average number of busy slots per llama_decode() call",
+            if calls > 0 {
+                get(&c.busy_slot_passes) as f64 / calls as f64
+            } else {
+                0.0
+            },
+        ),
+        (
+            "gauge",
+            "prompt_tokens_seconds",
+            "Average prompt throughput in tokens/s.",
+            rate(pt, pus),
+        ),
+        (
+            "gauge",
+            "predicted_tokens_seconds",
+            "Average generation throughput in tokens/s.",
+            rate(gt, gus),
+        ),
+        (
+            "gauge",
+            "requests_processing",
+            "Number of requests processing.",
+            busy as f64,
+        ),
+        (
+            "gauge",
+            "requests_deferred",
+            "Number of requests deferred.",
+            get(&c.deferred) as f64,
+        ),
+        (
+            "gauge",
+            "n_tokens_max",
+            "Largest context a slot holds.",
+            ready.n_ctx_slot as f64,
+        ),
+    ];
+    let mut out = String::new();
+    for (kind, name, help, v) in rows {
+        out.push_str(&format!(
+            "# HELP llamacpp:{name} {help}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {v}\n"
+        ));
+    }
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+}
+
+/// GET /v1/models and /models.
+pub async fn models(State(state): State<AppRef>) -> Json<Value> {
+    let ready = state.ready.get();
+    let id = ready.map_or_else(
+        || {
+            state
+                .args
+                .alias
+                .clone()
+                .unwrap_or_else(|| state.args.model.display().to_string())
+        },
+        |r| r.model_id.clone(),
+    );
+    let meta = ready.map_or(Value::Null, |r| r.model_meta.clone());
+    let entry = json!({
+        "id": id,
+        "object": "model",
+        "created": gen::unix_now(),
+        "owned_by": "llamacpp",
+        "meta": meta,
+    });
+    Json(json!({
+        "object": "list",
+        "data": [entry.clone()],
+        "models": [{"name": id, "model": id, "type": "model", "description": "", "tags": [], "capabilities": ["completion"]}],
+    }))
+}
+
+/// A native prompt: a string, token ids, or a mix of both.
+fn prompt_tokens(ready: &Ready, v: &Value) -> Result<Vec<u32>, ApiError> {
+    let n_vocab = ready.tok.vocab_size();
+    let id = |x: &Value| -> Result<u32, ApiError> {
+        x.as_u64()
+            .filter(|&i| (i as usize) < n_vocab)
+            .map(|i| i as u32)
+            .ok_or_else(|| {
+                ApiError::invalid(format!(
+                    "token {x} is not an id of the {n_vocab}-token vocabulary"
+                ))
+            })
+    };
+    let encode = |s: &str, first: bool| {
+        ready
+            .tok
+            .encode(s, first, true)
+            .map_err(|e| ApiError::invalid(format!("tokenizing the prompt: {e}")))
+    };
+    match v {
+        Value::String(s) => encode(s, true),
+        Value::Array(items) => {
+            let mut out = Vec::new();
+            for (i, x) in items.iter().enumerate() {
+                match x {
+                    Value::String(s) => out.extend(encode(s, i == 0)?),
+                    Value::Number(_) => out.push(id(x)?),
+                    _ => {
+                        return Err(ApiError::invalid(
+                            "\"prompt\" items must be strings or token ids",
+                        ))
+                    }
+                }
+            }
+            Ok(out)
+        }
+        _ => Err(ApiError::invalid("\"prompt\" must be a string or an array")),
+    }
+}
+
+/// The prompts of a body: one, or several when `prompt` is an array of prompts.
+pub fn prompts(ready: &Ready, f: &Fields<'_>) -> Result<Vec<Vec<u32>>, ApiError> {
+    let p = f
+        .get("prompt")
+        .ok_or_else(|| ApiError::invalid("\"prompt\" is required"))?;
+    match p {
+        Value::Array(items)
+            if items.iter().any(|x| x.is_array())
+                || (items.len() > 1 && items.iter().all(Value::is_string)) =>
+        {
+            items.iter().map(|x| prompt_tokens(ready, x)).collect()
+        }
+        _ => Ok(vec![prompt_tokens(ready, p)?]),
+    }
+}
+
+fn id_slot(f: &Fields<'_>) -> Result<Option<usize>, ApiError> {
+    Ok(f.i64("id_slot")?.and_then(|i| usize::try_from(i).ok()))
+}
+
+/// Keeps only `response_fields` (paths like `generation_settings/n_predict`, unnested).
+fn filter_fields(v: Value, fields: &[String]) -> Value {
+    if fields.is_empty() {
+        return v;
+    }
+    let mut out = Map::new();
+    for f in fields {
+        let mut cur = &v;
+        let mut found = true;
+        for part in f.split('/') {
+            match cur.get(part) {
+                Some(x) => cur = x,
+                None => {
+                    found = false;
+                    break;
+                }
+            }
+        }
+        if found {
+            out.insert(f.clone(), cur.clone());
+        }
+    }
+    Value::Object(out)
+}
+
+/// The final native object of a finished generation.
+fn final_json(
+    ready: &Ready,
+    params: &GenParams,
+    prompt: &[u32],
+    out: &gen::Outcome,
+    return_tokens: bool,
+) -> Value {
+    let f = &out.finish;
+    let mut v = json!({
+        "index": 0,
+        "content": out.text,
+        "tokens": if return_tokens { out.pieces.iter().map(|p| p.id).collect::<Vec<_>>() } else { vec![] },
+        "id_slot": f.id_slot,
+        "stop": true,
+        "model": ready.model_id,
+        "tokens_predicted": f.n_predicted,
+        "tokens_evaluated": f.n_prompt,
+        "generation_settings": settings_json(ready, params),
+        "prompt": ready.tok.decode(prompt, true),
+        "has_new_line": out.text.contains('\n'),
+        "truncated": f.truncated,
+        "stop_type": f.stop_type.name(),
+        "stopping_word": f.stopping_word,
+        "tokens_cached": f.n_cached + f.n_predicted,
+        "timings": timings(f),
+    });
+    if params.n_probs > 0 {
+        v["completion_probabilities"] = native_probs(&ready.tok, &out.pieces);
+    }
+    v
+}
+
+/// POST /completion: the native completion, streamed or not.
+pub async fn completion(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
+    let ready = state.ready()?;
+    let body = parse_body(&body)?;
+    let f = Fields::of(&body)?;
+    let prompts = prompts(&ready, &f)?;
+    run_native(ready, &f, prompts).await
+}
+
+async fn run_native(
+    ready: std::sync::Arc<Ready>,
+    f: &Fields<'_>,
+    prompts: Vec<Vec<u32>>,
+) -> Result<Response, ApiError> {
+    let n_probs = f.i64("n_probs")?.unwrap_or(0).max(0) as usize;
+    let params = gen_params(f, &ready.defaults, n_probs)?;
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let return_tokens = f.bool("return_tokens")?.unwrap_or(false);
+    let fields = f.strings("response_fields")?;
+    let slot = id_slot(f)?;
+    if stream {
+        if prompts.len() != 1 {
+            return Err(ApiError::invalid("streaming takes one prompt"));
+        }
+        let prompt = prompts.into_iter().next().unwrap_or_default();
+        let rx = submit(&ready, prompt.clone(), params.clone(), slot)?;
+        return Ok(native_stream(ready, params, prompt, rx));
+    }
+    let mut receivers = Vec::new();
+    for p in &prompts {
+        receivers.push(submit(&ready, p.clone(), params.clone(), slot)?);
+    }
+    let mut results = Vec::new();
+    for (i, rx) in receivers.into_iter().enumerate() {
+        let out = collect(rx).await?;
+        let mut v = final_json(&ready, &params, &prompts[i], &out, return_tokens);
+        v["index"] = json!(i);
+        results.push(filter_fields(v, &fields));
+    }
+    Ok(if results.len() == 1 {
+        Json(results.remove(0)).into_response()
+    } else {
+        Json(Value::Array(results)).into_response()
+    })
+}
+
+/// The native stream: a partial chunk per token, then the full object with `stop: true`.
+fn native_stream(
+    ready: std::sync::Arc<Ready>,
+    params: GenParams,
+    prompt: Vec<u32>,
+    rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+) -> Response {
+    struct St {
+        ready: std::sync::Arc<Ready>,
+        params: GenParams,
+        prompt: Vec<u32>,
+        rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+        text: String,
+        pieces: Vec<super::engine::Piece>,
+        id_slot: usize,
+        done: bool,
+    }
+    let st = St {
+        ready,
+        params,
+        prompt,
+        rx,
+        text: String::new(),
+        pieces: Vec::new(),
+        id_slot: 0,
+        done: false,
+    };
+    let frames = stream::unfold(st, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        loop {
+            let frame = match st.rx.recv().await {
+                Some(Event::Started { id_slot, .. }) => {
+                    st.id_slot = id_slot;
+                    continue;
+                }
+                Some(Event::Token(p)) => {
+                    st.text.push_str(&p.text);
+                    let mut chunk = json!({
+                        "index": 0,
+                        "content": p.text,
+                        "tokens": [p.id],
+                        "stop": false,
+                        "id_slot": st.id_slot,
+                        "tokens_predicted": st.pieces.len() + 1,
+                        "tokens_evaluated": st.prompt.len(),
+                    });
+                    if st.params.n_probs > 0 {
+                        chunk["completion_probabilities"] =
+                            native_probs(&st.ready.tok, std::slice::from_ref(&p));
+                    }
+                    st.pieces.push(p);
+                    sse_data(&chunk)
+                }
+                Some(Event::Done(finish)) => {
+                    st.done = true;
+                    let out = gen::Outcome {
+                        text: std::mem::take(&mut st.text),
+                        pieces: std::mem::take(&mut st.pieces),
+                        finish,
+                    };
+                    let mut v = final_json(&st.ready, &st.params, &st.prompt, &out, false);
+                    v["content"] = json!("");
+                    sse_data(&v)
+                }
+                Some(Event::Failed(msg)) => {
+                    st.done = true;
+                    sse_data(&ApiError::internal(msg).body())
+                }
+                None => return None,
+            };
+            return Some((frame, st));
+        }
+    });
+    sse_response(frames)
+}
+
+/// POST /infill: fill-in-the-middle for models with FIM tokens.
+pub async fn infill(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
+    let ready = state.ready()?;
+    let body = parse_body(&body)?;
+    let f = Fields::of(&body)?;
+    let tok = &ready.tok;
+    let find = |names: &[&str]| names.iter().find_map(|n| tok.token_id(n));
+    let (Some(pre), Some(suf), Some(mid)) = (
+        find(&["<|fim_prefix|>", "<fim_prefix>", "<fim-prefix>"]),
+        find(&["<|fim_suffix|>", "<fim_suffix>", "<fim-suffix>"]),
+        find(&["<|fim_middle|>", "<fim_middle>", "<fim-middle>"]),
+    ) else {
+        return Err(ApiError::not_supported(
+            "this model has no fill-in-the-middle tokens",
+        ));
+    };
+    let text = |key: &str| -> Result<Vec<u32>, ApiError> {
+        let s = f.str(key)?.unwrap_or("");
+        tok.encode(s, false, false)
+            .map_err(|e| ApiError::invalid(e.to_string()))
+    };
+    let mut prompt = Vec::new();
+    if tok.special().add_bos {
+        prompt.extend(tok.bos());
+    }
+    prompt.push(pre);
+    prompt.extend(text("input_prefix")?);
+    prompt.push(suf);
+    prompt.extend(text("input_suffix")?);
+    prompt.push(mid);
+    prompt.extend(text("prompt")?);
+    run_native(ready, &f, vec![prompt]).await
+}
+
+/// POST /tokenize.
+pub async fn tokenize(State(state): State<AppRef>, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let ready = state.ready()?;
+    let body = parse_body(&body)?;
+    let f = Fields::of(&body)?;
+    let content = f.str("content")?.unwrap_or("");
+    let add_special = f.bool("add_special")?.unwrap_or(false);
+    let parse_special = f.bool("parse_special")?.unwrap_or(true);
+    let with_pieces = f.bool("with_pieces")?.unwrap_or(false);
+    let ids = ready
+        .tok
+        .encode(content, add_special, parse_special)
+        .map_err(|e| ApiError::invalid(e.to_string()))?;
+    if !with_pieces {
+        return Ok(Json(json!({ "tokens": ids })));
+    }
+    let tokens: Vec<Value> = ids
+        .iter()
+        .map(|&id| {
+            let bytes = ready.tok.token_to_piece(id, true);
+            let piece = match std::str::from_utf8(bytes) {
+                Ok(s) => json!(s),
+                Err(_) => json!(bytes),
+            };
+            json!({"id": id, "piece": piece})
+        })
+        .collect();
+    Ok(Json(json!({ "tokens": tokens })))
+}
+
+/// POST /detokenize.
+pub async fn detokenize(State(state): State<AppRef>, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let ready = state.ready()?;
+    let body = parse_body(&body)?;
+    let f = Fields::of(&body)?;
+    let n = ready.tok.vocab_size();
+    let ids: Vec<u32> = match f.get("tokens") {
+        None => Vec::new(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| {
+                x.as_u64()
+                    .filter(|&i| (i as usize) < n)
+                    .map(|i| i as u32)
+                    .ok_or_else(|| {
+                        ApiError::invalid(format!(
+                            "token {x} is not an id of the {n}-token vocabulary"
+                        ))
+                    })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "\"tokens\" must be an array of token ids",
+            ))
+        }
+    };
+    Ok(Json(json!({ "content": ready.tok.decode(&ids, true) })))
+}
+
+/// POST /apply-template.
+pub async fn apply_template(
+    State(state): State<AppRef>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let ready = state.ready()?;
+    let body = parse_body(&body)?;
+    let f = Fields::of(&body)?;
+    let messages = chat::openai_messages(f.get("messages").unwrap_or(&Value::Null))?;
+    let kwargs = f
+        .get("chat_template_kwargs")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let enable_thinking = state.args.reasoning_budget != 0;
+    let p = chat::render(
+        &ready.template,
+        &ready.tok,
+        &messages,
+        f.get("tools"),
+        &kwargs,
+        enable_thinking,
+    )?;
+    Ok(Json(json!({ "prompt": p.text })))
+}
+
+/// POST /embedding(s): not served (no embedding model runs yet).
+pub async fn embeddings(State(_state): State<AppRef>) -> ApiError {
+    ApiError::not_supported(
+        "This server does not support embeddings: no embedding model runs in bloomery yet",
+    )
+}
+
+/// Finish details shared by the OpenAI and Anthropic shapes.
+pub fn finish_reason(f: &Finish, tool_calls: bool) -> &'static str {
+    if tool_calls {
+        return "tool_calls";
+    }
+    match f.stop_type {
+        super::engine::StopType::Limit => "length",
+        _ => "stop",
+    }
+}
+
+/// 200 with JSON.
+pub fn ok(v: Value) -> Response {
+    (StatusCode::OK, Json(v)).into_response()
+}

@@ -1,0 +1,551 @@
+//! OpenAI routes: /v1/chat/completions, /v1/completions and /v1/responses (served as a chat),
+//! streamed in OpenAI's chunk order or answered whole.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::Response;
+use futures_util::stream;
+use serde_json::{json, Map, Value};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::args::{parse_reasoning, ReasoningFormat};
+use super::chat::{self, ChatPrompt, Delta, DeltaSplitter};
+use super::engine::{Event, Finish};
+use super::error::ApiError;
+use super::gen::{
+    collect, openai_logprobs, random_id, sse_data, sse_response, submit, timings, unix_now,
+};
+use super::native::{finish_reason, ok, prompts};
+use super::params::{gen_params, Fields};
+use super::{parse_body, AppRef, AppState, Ready};
+
+const FINGERPRINT: &str = concat!("b0-bloomery-", env!("CARGO_PKG_VERSION"));
+
+/// `usage` of a finished request.
+fn usage(f: &Finish) -> Value {
+    json!({
+        "completion_tokens": f.n_predicted,
+        "prompt_tokens": f.n_prompt,
+        "total_tokens": f.n_prompt + f.n_predicted,
+        "prompt_tokens_details": {"cached_tokens": f.n_cached},
+    })
+}
+
+/// A chat request made ready to run.
+pub struct ChatJob {
+    /// The rendered prompt.
+    pub prompt: ChatPrompt,
+    /// Whether tools were offered (tool calls are parsed only then).
+    pub tools: bool,
+    /// How thinking comes back.
+    pub reasoning: ReasoningFormat,
+}
+
+/// Renders a chat from OpenAI-shaped `messages` and `tools` with the request's template options.
+pub fn prepare_chat(
+    state: &AppState,
+    ready: &Ready,
+    f: &Fields<'_>,
+    messages: &Value,
+    tools: Option<&Value>,
+) -> Result<ChatJob, ApiError> {
+    let tools = tools.filter(|t| t.as_array().is_some_and(|a| !a.is_empty()));
+    if tools.is_some() && state.args.no_jinja {
+        return Err(ApiError::invalid("tools param requires --jinja flag"));
+    }
+    let kwargs: Map<String, Value> = match f.get("chat_template_kwargs") {
+        None => Map::new(),
+        Some(Value::Object(m)) => m.clone(),
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "\"chat_template_kwargs\" must be an object",
+            ))
+        }
+    };
+    let reasoning = match f.str("reasoning_format")? {
+        Some(v) => parse_reasoning(v).map_err(|e| ApiError::invalid(e.to_string()))?,
+        None => state.reasoning,
+    };
+    let enable_thinking = state.args.reasoning_budget != 0;
+    let prompt = chat::render(
+        &ready.template,
+        &ready.tok,
+        messages,
+        tools,
+        &kwargs,
+        enable_thinking,
+    )?;
+    Ok(ChatJob {
+        prompt,
+        tools: tools.is_some(),
+        reasoning,
+    })
+}
+
+fn tool_calls_json(calls: &[chat::ToolCall], with_index: bool) -> Value {
+    Value::Array(
+        calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let mut v = json!({
+                    "id": random_id("call_"),
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                });
+                if with_index {
+                    v["index"] = json!(i);
+                }
+                v
+            })
+            .collect(),
+    )
+}
+
+/// POST /v1/chat/completions.
+pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
+    let ready = state.ready()?;
+    let body = parse_body(&body)?;
+    let f = Fields::of(&body)?;
+    let messages = chat::openai_messages(f.get("messages").unwrap_or(&Value::Null))?;
+    let job = prepare_chat(&state, &ready, &f, &messages, f.get("tools"))?;
+    let n_probs = if f.bool("logprobs")?.unwrap_or(false) {
+        f.i64("top_logprobs")?.unwrap_or(1).clamp(1, 20) as usize
+    } else {
+        0
+    };
+    let params = gen_params(&f, &ready.defaults, n_probs)?;
+    let model = f
+        .str("model")?
+        .map_or_else(|| ready.model_id.clone(), str::to_owned);
+    let rx = submit(&ready, job.prompt.tokens.clone(), params, None)?;
+    if f.bool("stream")?.unwrap_or(false) {
+        return Ok(chat_stream(ready, job, model, rx, n_probs > 0));
+    }
+    let out = collect(rx).await?;
+    let parsed = chat::parse(
+        &out.text,
+        job.prompt.starts_in_thinking,
+        job.reasoning,
+        job.tools,
+    );
+    let mut message = json!({
+        "role": "assistant",
+        "content": if parsed.content.is_empty() && !parsed.tool_calls.is_empty() { Value::Null } else { json!(parsed.content) },
+    });
+    if let Some(r) = &parsed.reasoning {
+        message["reasoning_content"] = json!(r);
+    }
+    if !parsed.tool_calls.is_empty() {
+        message["tool_calls"] = tool_calls_json(&parsed.tool_calls, false);
+    }
+    let mut choice = json!({
+        "finish_reason": finish_reason(&out.finish, !parsed.tool_calls.is_empty()),
+        "index": 0,
+        "message": message,
+    });
+    if n_probs > 0 {
+        choice["logprobs"] = openai_logprobs(&ready.tok, &out.pieces);
+    }
+    Ok(ok(json!({
+        "choices": [choice],
+        "created": unix_now(),
+        "model": model,
+        "system_fingerprint": FINGERPRINT,
+        "object": "chat.completion",
+        "usage": usage(&out.finish),
+        "id": random_id("chatcmpl-"),
+        "timings": timings(&out.finish),
+    })))
+}
+
+/// The chat stream: role chunk, deltas, finish chunk, usage chunk, `[DONE]`.
+fn chat_stream(
+    ready: Arc<Ready>,
+    job: ChatJob,
+    model: String,
+    rx: UnboundedReceiver<Event>,
+    logprobs: bool,
+) -> Response {
+    struct St {
+        ready: Arc<Ready>,
+        rx: UnboundedReceiver<Event>,
+        split: DeltaSplitter,
+        job: ChatJob,
+        head: Value,
+        sent_role: bool,
+        logprobs: bool,
+        done: bool,
+    }
+    let head = json!({
+        "id": random_id("chatcmpl-"),
+        "created": unix_now(),
+        "model": model,
+        "system_fingerprint": FINGERPRINT,
+        "object": "chat.completion.chunk",
+    });
+    let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, job.tools);
+    let st = St {
+        ready,
+        rx,
+        split,
+        job,
+        head,
+        sent_role: false,
+        logprobs,
+        done: false,
+    };
+    let chunk = |head: &Value, choices: Value| {
+        let mut c = head.clone();
+        c["choices"] = choices;
+        c
+    };
+    let frames = stream::unfold(st, move |mut st| async move {
+        if st.done {
+            return None;
+        }
+        let mut out = Vec::new();
+        if !st.sent_role {
+            st.sent_role = true;
+            out.extend_from_slice(&sse_data(&chunk(&st.head, json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]))));
+        }
+        loop {
+            match st.rx.recv().await {
+                Some(Event::Started { .. }) => continue,
+                Some(Event::Token(p)) => {
+                    let deltas = st.split.push(&p.text);
+                    for (i, d) in deltas.iter().enumerate() {
+                        let mut choice =
+                            json!({"finish_reason": null, "index": 0, "delta": delta_json(d)});
+                        if st.logprobs && i == 0 {
+                            choice["logprobs"] =
+                                openai_logprobs(&st.ready.tok, std::slice::from_ref(&p));
+                        }
+                        out.extend_from_slice(&sse_data(&chunk(&st.head, json!([choice]))));
+                    }
+                    if out.is_empty() {
+                        continue;
+                    }
+                }
+                Some(Event::Done(f)) => {
+                    st.done = true;
+                    for d in st.split.finish() {
+                        out.extend_from_slice(&sse_data(&chunk(
+                            &st.head,
+                            json!([{"finish_reason": null, "index": 0, "delta": delta_json(&d)}]),
+                        )));
+                    }
+                    let mut calls = Vec::new();
+                    if st.job.tools && st.split.holding_tools() {
+                        let parsed = chat::parse(
+                            &st.split.full,
+                            st.job.prompt.starts_in_thinking,
+                            st.job.reasoning,
+                            true,
+                        );
+                        calls = parsed.tool_calls;
+                        if !calls.is_empty() {
+                            out.extend_from_slice(&sse_data(&chunk(&st.head, json!([{"finish_reason": null, "index": 0, "delta": {"tool_calls": tool_calls_json(&calls, true)}}]))));
+                        }
+                    }
+                    out.extend_from_slice(&sse_data(&chunk(&st.head, json!([{"finish_reason": finish_reason(&f, !calls.is_empty()), "index": 0, "delta": {}}]))));
+                    let mut u = chunk(&st.head, json!([]));
+                    u["usage"] = usage(&f);
+                    u["timings"] = timings(&f);
+                    out.extend_from_slice(&sse_data(&u));
+                    out.extend_from_slice(b"data: [DONE]\n\n");
+                }
+                Some(Event::Failed(msg)) => {
+                    st.done = true;
+                    out.extend_from_slice(&sse_data(&ApiError::internal(msg).body()));
+                }
+                None => {
+                    if out.is_empty() {
+                        return None;
+                    }
+                    st.done = true;
+                }
+            }
+            return Some((Bytes::from(out), st));
+        }
+    });
+    sse_response(frames)
+}
+
+fn delta_json(d: &Delta) -> Value {
+    match d {
+        Delta::Content(c) => json!({ "content": c }),
+        Delta::Reasoning(r) => json!({ "reasoning_content": r }),
+    }
+}
+
+/// POST /v1/completions.
+pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
+    let ready = state.ready()?;
+    let body = parse_body(&body)?;
+    let f = Fields::of(&body)?;
+    let mut prompts = prompts(&ready, &f)?;
+    if prompts.len() != 1 {
+        return Err(ApiError::invalid("/v1/completions takes one prompt"));
+    }
+    let prompt = prompts.remove(0);
+    let n_probs = f.i64("logprobs")?.unwrap_or(0).clamp(0, 20) as usize;
+    let params = gen_params(&f, &ready.defaults, n_probs)?;
+    let model = f
+        .str("model")?
+        .map_or_else(|| ready.model_id.clone(), str::to_owned);
+    let rx = submit(&ready, prompt, params, None)?;
+    let id = random_id("cmpl-");
+    if f.bool("stream")?.unwrap_or(false) {
+        return Ok(completions_stream(ready, id, model, rx, n_probs > 0));
+    }
+    let out = collect(rx).await?;
+    Ok(ok(json!({
+        "choices": [{
+            "text": out.text,
+            "index": 0,
+            "logprobs": if n_probs > 0 { openai_logprobs(&ready.tok, &out.pieces) } else { Value::Null },
+            "finish_reason": finish_reason(&out.finish, false),
+        }],
+        "created": unix_now(),
+        "model": model,
+        "system_fingerprint": FINGERPRINT,
+        "object": "text_completion",
+        "usage": usage(&out.finish),
+        "id": id,
+        "timings": timings(&out.finish),
+    })))
+}
+
+fn completions_stream(
+    ready: Arc<Ready>,
+    id: String,
+    model: String,
+    rx: UnboundedReceiver<Event>,
+    logprobs: bool,
+) -> Response {
+    let head = json!({"id": id, "created": unix_now(), "model": model, "system_fingerprint": FINGERPRINT, "object": "text_completion"});
+    let frames = stream::unfold((rx, false), move |(mut rx, done)| {
+        let head = head.clone();
+        let ready = Arc::clone(&ready);
+        async move {
+            if done {
+                return None;
+            }
+            loop {
+                let mut c = head.clone();
+                match rx.recv().await {
+                    Some(Event::Started { .. }) => continue,
+                    Some(Event::Token(p)) => {
+                        let lp = if logprobs {
+                            openai_logprobs(&ready.tok, std::slice::from_ref(&p))
+                        } else {
+                            Value::Null
+                        };
+                        c["choices"] = json!([{"text": p.text, "index": 0, "logprobs": lp, "finish_reason": null}]);
+                        return Some((sse_data(&c), (rx, false)));
+                    }
+                    Some(Event::Done(f)) => {
+                        c["choices"] = json!([{"text": "", "index": 0, "logprobs": null, "finish_reason": finish_reason(&f, false)}]);
+                        c["usage"] = usage(&f);
+                        c["timings"] = timings(&f);
+                        let mut out = sse_data(&c).to_vec();
+                        out.extend_from_slice(b"data: [DONE]\n\n");
+                        return Some((Bytes::from(out), (rx, true)));
+                    }
+                    Some(Event::Failed(msg)) => {
+                        return Some((sse_data(&ApiError::internal(msg).body()), (rx, true)))
+                    }
+                    None => return None,
+                }
+            }
+        }
+    });
+    sse_response(frames)
+}
+
+/// Responses API `input` (+ `instructions`) as chat messages.
+fn responses_messages(f: &Fields<'_>) -> Result<Value, ApiError> {
+    let mut msgs = Vec::new();
+    if let Some(i) = f.str("instructions")? {
+        msgs.push(json!({"role": "system", "content": i}));
+    }
+    match f.get("input") {
+        Some(Value::String(s)) => msgs.push(json!({"role": "user", "content": s})),
+        Some(Value::Array(items)) => {
+            for it in items {
+                let role = it.get("role").and_then(Value::as_str).unwrap_or("user");
+                let content = match it.get("content") {
+                    Some(Value::String(s)) => s.clone(),
+                    Some(Value::Array(parts)) => parts
+                        .iter()
+                        .filter_map(|p| p.get("text").and_then(Value::as_str))
+                        .collect::<String>(),
+                    _ => return Err(ApiError::invalid("each \"input\" item needs \"content\"")),
+                };
+                msgs.push(json!({"role": if role == "developer" { "system" } else { role }, "content": content}));
+            }
+        }
+        _ => {
+            return Err(ApiError::invalid(
+                "\"input\" must be a string or an array of messages",
+            ))
+        }
+    }
+    chat::openai_messages(&Value::Array(msgs))
+}
+
+/// POST /v1/responses: the Responses API served as a chat completion.
+pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
+    let ready = state.ready()?;
+    let body = parse_body(&body)?;
+    let f = Fields::of(&body)?;
+    let messages = responses_messages(&f)?;
+    let job = prepare_chat(&state, &ready, &f, &messages, None)?;
+    let mut params = gen_params(&f, &ready.defaults, 0)?;
+    if let Some(n) = f.i64("max_output_tokens")? {
+        params.n_predict = usize::try_from(n).ok();
+    }
+    let model = f
+        .str("model")?
+        .map_or_else(|| ready.model_id.clone(), str::to_owned);
+    let rx = submit(&ready, job.prompt.tokens.clone(), params, None)?;
+    let ids = RespIds {
+        id: random_id("resp_"),
+        msg: random_id("msg_"),
+        model,
+    };
+    if !f.bool("stream")?.unwrap_or(false) {
+        let out = collect(rx).await?;
+        let parsed = chat::parse(
+            &out.text,
+            job.prompt.starts_in_thinking,
+            job.reasoning,
+            false,
+        );
+        return Ok(ok(ids.response(
+            "completed",
+            &parsed.content,
+            Some(&out.finish),
+        )));
+    }
+    Ok(responses_stream(ids, job, rx))
+}
+
+/// The ids a Responses answer repeats.
+struct RespIds {
+    id: String,
+    msg: String,
+    model: String,
+}
+
+impl RespIds {
+    /// The `response` object.
+    fn response(&self, status: &str, text: &str, f: Option<&Finish>) -> Value {
+        let output = if f.is_some() {
+            json!([{"type": "message", "id": self.msg, "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": text, "annotations": []}]}])
+        } else {
+            json!([])
+        };
+        let usage = f.map_or(Value::Null, |f| {
+            json!({"input_tokens": f.n_prompt, "output_tokens": f.n_predicted, "total_tokens": f.n_prompt + f.n_predicted,
+                "input_tokens_details": {"cached_tokens": f.n_cached}, "output_tokens_details": {"reasoning_tokens": 0}})
+        });
+        json!({"id": self.id, "object": "response", "created_at": unix_now(), "status": status,
+            "model": self.model, "output": output, "usage": usage})
+    }
+}
+
+/// The Responses event stream: created, item and part added, text deltas, done, completed.
+fn responses_stream(ids: RespIds, job: ChatJob, rx: UnboundedReceiver<Event>) -> Response {
+    struct St {
+        ids: RespIds,
+        rx: UnboundedReceiver<Event>,
+        split: DeltaSplitter,
+        text: String,
+        seq: u64,
+        started: bool,
+        done: bool,
+    }
+    impl St {
+        fn ev(&mut self, out: &mut Vec<u8>, name: &str, mut v: Value) {
+            v["type"] = json!(name);
+            v["sequence_number"] = json!(self.seq);
+            self.seq += 1;
+            out.extend_from_slice(&super::gen::sse_event(name, &v));
+        }
+        fn deltas(&mut self, out: &mut Vec<u8>, ds: Vec<Delta>) {
+            for d in ds {
+                if let Delta::Content(c) = d {
+                    self.text.push_str(&c);
+                    let msg = self.ids.msg.clone();
+                    self.ev(
+                        out,
+                        "response.output_text.delta",
+                        json!({"output_index": 0, "content_index": 0, "item_id": msg, "delta": c}),
+                    );
+                }
+            }
+        }
+    }
+    let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, false);
+    let st = St {
+        ids,
+        rx,
+        split,
+        text: String::new(),
+        seq: 0,
+        started: false,
+        done: false,
+    };
+    let frames = stream::unfold(st, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        let mut out = Vec::new();
+        if !st.started {
+            st.started = true;
+            let created = st.ids.response("in_progress", "", None);
+            let msg = st.ids.msg.clone();
+            st.ev(&mut out, "response.created", json!({"response": created}));
+            st.ev(&mut out, "response.output_item.added", json!({"output_index": 0, "item": {"type": "message", "id": msg, "status": "in_progress", "role": "assistant", "content": []}}));
+            st.ev(&mut out, "response.content_part.added", json!({"output_index": 0, "content_index": 0, "item_id": msg, "part": {"type": "output_text", "text": "", "annotations": []}}));
+        }
+        loop {
+            match st.rx.recv().await {
+                Some(Event::Started { .. }) => continue,
+                Some(Event::Token(p)) => {
+                    let ds = st.split.push(&p.text);
+                    st.deltas(&mut out, ds);
+                    if out.is_empty() {
+                        continue;
+                    }
+                }
+                Some(Event::Done(fin)) => {
+                    st.done = true;
+                    let ds = st.split.finish();
+                    st.deltas(&mut out, ds);
+                    let (msg, text) = (st.ids.msg.clone(), st.text.clone());
+                    st.ev(&mut out, "response.output_text.done", json!({"output_index": 0, "content_index": 0, "item_id": msg, "text": text}));
+                    let done = st.ids.response("completed", &text, Some(&fin));
+                    st.ev(&mut out, "response.completed", json!({"response": done}));
+                }
+                Some(Event::Failed(m)) => {
+                    st.done = true;
+                    st.ev(&mut out, "error", json!({"message": m}));
+                }
+                None => {
+                    if out.is_empty() {
+                        return None;
+                    }
+                    st.done = true;
+                }
+            }
+            return Some((Bytes::from(out), st));
+        }
+    });
+    sse_response(frames)
+}

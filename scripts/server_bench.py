@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Total generation throughput of `bloomery serve` with 1, 2 and 4 concurrent streams.
+
+Starts the server once per stream count (`-np N`), warms it up, then runs N clients at once,
+each generating `-n` tokens (greedy, end-of-generation ignored) after its own short prompt, and
+reports total tok/s (all tokens over the wall time of the round) and per-stream decode tok/s
+from the server's own timings.
+
+usage: scripts/server_bench.py [--bin dist/bloomery] [--plugins dist/plugins] [-n 64] [--streams 1,2,4] MODEL.gguf
+Needs `requests` (pip install requests==2.34.2).
+"""
+import argparse
+import concurrent.futures
+import socket
+import subprocess
+import time
+
+import requests
+
+PROMPTS = [
+    "The history of the printing press begins",
+    "In a quiet village by the mountains,",
+    "Rust is a systems programming language that",
+    "The three longest rivers in Europe are",
+]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default="dist/bloomery")
+    ap.add_argument("--plugins", default="dist/plugins")
+    ap.add_argument("-n", type=int, default=64)
+    ap.add_argument("--streams", default="1,2,4")
+    ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("model")
+    a = ap.parse_args()
+    print(f"| streams | total tok/s | per-stream decode tok/s (server timings) | wall s |")
+    print(f"|---|---|---|---|")
+    for n in [int(x) for x in a.streams.split(",")]:
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        proc = subprocess.Popen([a.bin, "--plugin-dir", a.plugins, "serve", "-m", a.model, "--port", str(port),
+                                 "-np", str(n), "-c", str(a.ctx)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            while True:
+                try:
+                    if requests.get(url + "/health", timeout=1).status_code == 200:
+                        break
+                except requests.ConnectionError:
+                    pass
+                time.sleep(0.1)
+
+            def one(i):
+                body = {"prompt": PROMPTS[i % len(PROMPTS)], "n_predict": a.n, "temperature": 0,
+                        "ignore_eos": True, "cache_prompt": False}
+                return requests.post(url + "/completion", json=body, timeout=600).json()
+
+            one(0)  # warm-up
+            t0 = time.time()
+            with concurrent.futures.ThreadPoolExecutor(n) as ex:
+                results = list(ex.map(one, range(n)))
+            wall = time.time() - t0
+            total = sum(r["tokens_predicted"] for r in results)
+            per = [r["timings"]["predicted_per_second"] for r in results]
+            print(f"| {n} | {total / wall:.1f} | {', '.join(f'{p:.1f}' for p in per)} | {wall:.2f} |")
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+if __name__ == "__main__":
+    main()

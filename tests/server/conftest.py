@@ -1,0 +1,112 @@
+"""Starts the real `bloomery serve` binary on 127.0.0.1 for the server tests.
+
+Environment (set by `cargo xtask test`):
+  BLOOMERY_BIN              the bloomery binary (default: target/debug/bloomery)
+  BLOOMERY_TEST_PLUGIN_DIR  its plugin folder (default: target/debug/plugins)
+  BLOOMERY_GEMMA3           the gemma-3-270m Q4_K_M file (real weights, real text)
+"""
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = os.environ.get("BLOOMERY_BIN", str(ROOT / "target/debug/bloomery"))
+PLUGINS = os.environ.get("BLOOMERY_TEST_PLUGIN_DIR", str(ROOT / "target/debug/plugins"))
+QWEN3_TEMPLATE = ROOT / "text/tests/fixtures/templates/qwen3.jinja"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """One `bloomery serve` process."""
+
+    def __init__(self, model, *flags, env=None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [BIN, "--plugin-dir", PLUGINS, "serve", "-m", str(model), "--port", str(self.port), *flags]
+        self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"bloomery-serve-{self.port}.log", "w+")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        self.wait_ready()
+
+    def wait_ready(self, timeout=120):
+        start = time.time()
+        while time.time() - start < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}: {self.output()}")
+            try:
+                if requests.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("server did not become ready: " + self.output())
+
+    def output(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def get(self, path, **kw):
+        return requests.get(self.url + path, timeout=120, **kw)
+
+    def post(self, path, body=None, **kw):
+        return requests.post(self.url + path, json=body, timeout=300, **kw)
+
+    def rss_kib(self):
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+def run_cli(*args, timeout=60):
+    """Runs bloomery with the test plugin folder; returns (returncode, output)."""
+    p = subprocess.run([BIN, "--plugin-dir", PLUGINS, *args], capture_output=True, text=True, timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+@pytest.fixture(scope="session")
+def gemma3_path():
+    path = os.environ.get("BLOOMERY_GEMMA3")
+    assert path, "BLOOMERY_GEMMA3 must name the gemma-3-270m file (cargo xtask test sets it)"
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_path(tmp_path_factory):
+    """The synthetic tiny qwen3moe (f32, seed 7)."""
+    out = tmp_path_factory.mktemp("models") / "tiny-qwen3moe.gguf"
+    rc, text = run_cli("synth", "--arch", "qwen3moe", "--preset", "tiny", "--seed", "7", "-o", str(out))
+    assert rc == 0, text
+    return out
+
+
+@pytest.fixture(scope="module")
+def gemma3(gemma3_path):
+    s = Server(gemma3_path, "-c", "2048", "-np", "2", "--metrics", "-a", "gemma3-270m", "-s", "42")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_path):
+    s = Server(tiny_path, "-c", "4096", "-np", "4", "--chat-template-file", str(QWEN3_TEMPLATE), "--metrics")
+    yield s
+    s.stop()

@@ -1,0 +1,99 @@
+"""llama.cpp's native routes on the real binary: health, props, models, slots, metrics,
+/completion (whole and streamed), tokenize/detokenize, apply-template."""
+import json
+
+import requests
+
+
+def sse(resp):
+    """The JSON payloads of a `data:` event stream."""
+    out = []
+    for line in resp.iter_lines(decode_unicode=True):
+        if line.startswith("data: "):
+            data = line[len("data: "):]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+def test_health_props_models_and_slots(gemma3):
+    assert gemma3.get("/health").json() == {"status": "ok"}
+    props = gemma3.get("/props").json()
+    assert props["total_slots"] == 2
+    assert props["default_generation_settings"]["n_ctx"] == 1024
+    assert props["default_generation_settings"]["params"]["seed"] == 42
+    models = gemma3.get("/v1/models").json()
+    assert models["object"] == "list"
+    assert models["data"][0]["id"] == "gemma3-270m"
+    assert models["data"][0]["meta"]["n_vocab"] == 262144
+    slots = gemma3.get("/slots").json()
+    assert [s["id"] for s in slots] == [0, 1]
+    assert all(s["n_ctx"] == 1024 for s in slots)
+
+
+def test_completion_whole_and_streamed_agree(gemma3):
+    body = {"prompt": "The capital of France is", "n_predict": 16, "temperature": 0}
+    whole = gemma3.post("/completion", body).json()
+    assert whole["stop"] is True and whole["stop_type"] == "limit"
+    assert whole["tokens_predicted"] == 16
+    assert whole["timings"]["predicted_n"] == 16
+    assert whole["timings"]["prompt_n"] + whole["timings"]["cache_n"] == whole["tokens_evaluated"] == 6
+    assert whole["model"] == "gemma3-270m"
+    with requests.post(gemma3.url + "/completion", json={**body, "stream": True}, stream=True) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        chunks = sse(r)
+    assert all(c["stop"] is False for c in chunks[:-1]) and chunks[-1]["stop"] is True
+    assert "".join(c["content"] for c in chunks) == whole["content"]
+    assert chunks[-1]["timings"]["predicted_n"] == 16
+
+
+def test_a_stop_string_cuts_the_text_and_is_reported(gemma3):
+    base = gemma3.post("/completion", {"prompt": "The capital of France is", "n_predict": 16, "temperature": 0}).json()
+    text = base["content"]
+    word = text.split()[2]
+    cut = gemma3.post("/completion", {"prompt": "The capital of France is", "n_predict": 16, "temperature": 0, "stop": [word]}).json()
+    assert cut["stop_type"] == "word" and cut["stopping_word"] == word
+    assert cut["content"] == text[: text.index(word)]
+
+
+def test_token_prompts_probabilities_fields_and_seeds(gemma3):
+    ids = gemma3.post("/tokenize", {"content": "Once upon a time", "add_special": True}).json()["tokens"]
+    assert ids[0] == 2
+    by_text = gemma3.post("/completion", {"prompt": "Once upon a time", "n_predict": 8, "temperature": 0}).json()
+    by_ids = gemma3.post("/completion", {"prompt": ids, "n_predict": 8, "temperature": 0}).json()
+    assert by_text["content"] == by_ids["content"]
+    probs = gemma3.post("/completion", {"prompt": ids, "n_predict": 4, "temperature": 0, "n_probs": 3}).json()
+    cp = probs["completion_probabilities"]
+    assert len(cp) == 4 and all(len(p["top_logprobs"]) == 3 for p in cp)
+    # Greedy: the chosen token is the most likely one.
+    assert all(p["id"] == p["top_logprobs"][0]["id"] and p["logprob"] <= 0 for p in cp)
+    only = gemma3.post("/completion", {"prompt": ids, "n_predict": 2, "response_fields": ["content", "generation_settings/n_predict"]}).json()
+    assert set(only) == {"content", "generation_settings/n_predict"} and only["generation_settings/n_predict"] == 2
+    a = gemma3.post("/completion", {"prompt": ids, "n_predict": 12, "temperature": 1.0, "seed": 5}).json()["content"]
+    b = gemma3.post("/completion", {"prompt": ids, "n_predict": 12, "temperature": 1.0, "seed": 5}).json()["content"]
+    c = gemma3.post("/completion", {"prompt": ids, "n_predict": 12, "temperature": 1.0, "seed": 6}).json()["content"]
+    assert a == b and a != c
+
+
+def test_tokenize_detokenize_round_trip_and_pieces(gemma3):
+    text = "Hello, wörld! 東京 🙂"
+    toks = gemma3.post("/tokenize", {"content": text}).json()["tokens"]
+    assert gemma3.post("/detokenize", {"tokens": toks}).json()["content"] == text
+    pieces = gemma3.post("/tokenize", {"content": "Hello world", "with_pieces": True}).json()["tokens"]
+    assert [p["piece"] for p in pieces] == ["Hello", " world"]
+    bad = gemma3.post("/detokenize", {"tokens": [10**9]})
+    assert bad.status_code == 400
+
+
+def test_apply_template_renders_without_generating(tiny):
+    out = tiny.post("/apply-template", {"messages": [{"role": "user", "content": "Hi"}]}).json()
+    assert out["prompt"].endswith("<|im_start|>assistant\n")
+    assert "<|im_start|>user\nHi<|im_end|>" in out["prompt"]
+
+
+def test_metrics_count_tokens(gemma3):
+    gemma3.post("/completion", {"prompt": "Hi", "n_predict": 3})
+    text = gemma3.get("/metrics").text
+    values = {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if l.startswith("llamacpp:")}
+    assert values["llamacpp:tokens_predicted_total"] >= 3
+    assert values["llamacpp:prompt_tokens_total"] >= 1
+    assert values["llamacpp:n_decode_total"] >= 3
