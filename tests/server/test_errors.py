@@ -41,11 +41,13 @@ def test_unknown_route_lists_the_routes(tiny):
     assert "POST /v1/chat/completions" in e["routes"]
 
 
-def test_slots_endpoints_and_unimplemented_actions(tiny):
+def test_slots_endpoints_and_unserved_routes(tiny):
     assert len(tiny.get("/slots").json()) == 4
-    error_of(tiny.post("/slots/0?action=save", {}), 501, "not_supported_error")
+    error_of(tiny.post("/slots/0?action=save", {"filename": "x.bin"}), 501, "not_supported_error")
     error_of(tiny.post("/slots/9?action=erase", {}), 400, "invalid_request_error")
+    error_of(tiny.post("/slots/0?action=bogus", {}), 400, "invalid_request_error")
     error_of(tiny.post("/embeddings", {"input": "x"}), 501, "not_supported_error")
+    error_of(tiny.post("/infill", {"input_prefix": "a", "input_suffix": "b"}), 501, "not_supported_error")
 
 
 def test_api_key_bearer_and_x_api_key(tiny_path):

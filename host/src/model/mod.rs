@@ -1,6 +1,7 @@
 //! A model loaded for inference: the mapped file, its plugin instance, weights mapped on a
 //! device, the state buffers of every sequence slot, and prepared graphs per batch shape.
 
+mod snapshot;
 pub mod view;
 
 use std::collections::HashMap;
@@ -91,7 +92,7 @@ pub struct LoadedModel {
     /// Prepared executors by (rows, outputs), with the tick each was last used.
     executors: HashMap<(u32, u32), (Executor, u64)>,
     clock: u64,
-    _state_buffers: Vec<Buffer>,
+    state_buffers: Vec<Buffer>,
     state: Vec<TensorRef>,
     _weight_buffers: Vec<Buffer>,
     weights: Vec<TensorRef>,
@@ -157,7 +158,7 @@ impl LoadedModel {
         let mut model = LoadedModel {
             executors: HashMap::new(),
             clock: 0,
-            _state_buffers: state_buffers,
+            state_buffers,
             state,
             _weight_buffers: weight_buffers,
             weights,

@@ -160,7 +160,7 @@ pub struct ServeArgs {
     /// anything else is refused).
     #[arg(long = "cache-ram", env = "LLAMA_ARG_CACHE_RAM")]
     pub cache_ram: Option<i64>,
-    /// Folder for `/slots/:id?action=save|restore` (not implemented yet: refused).
+    /// Folder for `/slots/:id?action=save|restore` files.
     #[arg(long = "slot-save-path", env = "LLAMA_ARG_SLOT_SAVE_PATH")]
     pub slot_save_path: Option<PathBuf>,
     /// Serve Prometheus metrics at /metrics.
@@ -256,9 +256,6 @@ impl ServeArgs {
                 "--cache-ram",
                 "saved prompt states in host RAM; --cache-ram 0 is accepted",
             )?;
-        }
-        if self.slot_save_path.is_some() {
-            not_yet("--slot-save-path", "slot save and restore")?;
         }
         if self.no_mmap {
             not_yet("--no-mmap", "the model is always mapped")?;

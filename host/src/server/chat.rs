@@ -23,9 +23,11 @@ fn content_text(v: &Value, what: &str) -> Result<String, ApiError> {
             for p in parts {
                 match (p.get("type").and_then(Value::as_str), p.get("text")) {
                     (Some("text"), Some(Value::String(t))) => out.push_str(t),
-                    (Some(other), _) if other != "text" => return Err(ApiError::invalid(format!(
+                    (Some(other), _) if other != "text" => {
+                        return Err(ApiError::invalid(format!(
                         "{what}: content parts of type \"{other}\" are not supported (text only)"
-                    ))),
+                    )))
+                    }
                     _ => {
                         return Err(ApiError::invalid(format!(
                             "{what}: a malformed content part"

@@ -10,8 +10,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bloomery_text::{StreamDecoder, Tokenizer};
-use tokio::sync::mpsc;
+use std::path::PathBuf;
 
+use tokio::sync::{mpsc, oneshot};
+
+use super::slot_file::SlotFile;
 use super::stop::StopScan;
 use crate::engine::executor::BatchInputs;
 use crate::model::LoadedModel;
@@ -44,6 +47,46 @@ pub struct Job {
     pub id_slot: Option<usize>,
     /// Where the scheduler sends what happens; dropping the receiver cancels the request.
     pub events: mpsc::UnboundedSender<Event>,
+}
+
+/// A slot operation of `/slots/:id?action=…`.
+#[derive(Debug)]
+pub enum SlotAction {
+    /// Write the slot's tokens and state to this file.
+    Save(PathBuf),
+    /// Load the slot from this file.
+    Restore(PathBuf),
+    /// Forget what the slot holds.
+    Erase,
+}
+
+/// What a slot operation did.
+#[derive(Debug, Clone)]
+pub struct SlotReply {
+    /// Tokens saved, restored or erased.
+    pub n_tokens: usize,
+    /// Bytes written or read.
+    pub n_bytes: u64,
+    /// Time taken.
+    pub ms: f64,
+}
+
+/// A slot operation and where its answer goes.
+pub struct SlotCommand {
+    /// The slot.
+    pub id: usize,
+    /// What to do.
+    pub action: SlotAction,
+    /// The answer (an error message on failure).
+    pub reply: oneshot::Sender<Result<SlotReply, String>>,
+}
+
+/// What the HTTP side sends the scheduler.
+pub enum Request {
+    /// Generate.
+    Generate(Job),
+    /// Save, restore or erase a slot.
+    Slot(SlotCommand),
 }
 
 /// Why generation ended.
@@ -216,6 +259,7 @@ struct Scheduler<'t> {
     shared: Arc<Shared>,
     clock: u64,
     n_vocab: usize,
+    identity: String,
 }
 
 /// Runs the scheduler on the current thread until every job sender is gone.
@@ -223,9 +267,10 @@ pub fn run(
     model: LoadedModel,
     tok: Arc<Tokenizer>,
     cfg: EngineConfig,
-    jobs: mpsc::Receiver<Job>,
+    jobs: mpsc::Receiver<Request>,
     shared: Arc<Shared>,
 ) {
+    let identity = model.identity();
     let n_slots = model.options.n_slots as usize;
     let n_vocab = model.spec.hparams.n_vocab as usize;
     let mut s = Scheduler {
@@ -243,6 +288,7 @@ pub fn run(
         shared,
         clock: 0,
         n_vocab,
+        identity,
     };
     s.publish();
     s.serve(jobs);
@@ -275,7 +321,7 @@ fn log_probs(logits: &[f32], id: u32, n: usize) -> TokenProbs {
 }
 
 impl<'t> Scheduler<'t> {
-    fn serve(&mut self, mut jobs: mpsc::Receiver<Job>) {
+    fn serve(&mut self, mut jobs: mpsc::Receiver<Request>) {
         loop {
             if !self.intake(&mut jobs) {
                 return;
@@ -304,7 +350,7 @@ impl<'t> Scheduler<'t> {
 
     /// Moves waiting jobs into free slots; blocks when nothing runs. False when the server is
     /// shutting down and nothing runs.
-    fn intake(&mut self, jobs: &mut mpsc::Receiver<Job>) -> bool {
+    fn intake(&mut self, jobs: &mut mpsc::Receiver<Request>) -> bool {
         loop {
             if !self.slots.iter().any(|s| s.task.is_none()) {
                 break;
@@ -326,9 +372,83 @@ impl<'t> Scheduler<'t> {
                 .counters
                 .deferred
                 .store(jobs.len() as u64, Ordering::Relaxed);
-            self.assign(job);
+            match job {
+                Request::Generate(job) => self.assign(job),
+                Request::Slot(cmd) => {
+                    let result = self.slot_command(cmd.id, cmd.action);
+                    let _ = cmd.reply.send(result);
+                }
+            }
         }
         true
+    }
+
+    /// Saves, restores or erases a slot that is not running a request.
+    fn slot_command(&mut self, id: usize, action: SlotAction) -> Result<SlotReply, String> {
+        let started = Instant::now();
+        let slot = self
+            .slots
+            .get(id)
+            .ok_or_else(|| format!("no slot {id} ({} slots)", self.slots.len()))?;
+        if slot.task.is_some() {
+            return Err(format!("slot {id} is busy"));
+        }
+        let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+        match action {
+            SlotAction::Erase => {
+                let n = slot.cached.len();
+                self.slots[id].cached.clear();
+                Ok(SlotReply {
+                    n_tokens: n,
+                    n_bytes: 0,
+                    ms: ms(started),
+                })
+            }
+            SlotAction::Save(path) => {
+                let tokens = slot.cached.clone();
+                let parts = self
+                    .model
+                    .read_slot(id as u32, tokens.len() as u32)
+                    .map_err(|e| e.to_string())?;
+                let file = SlotFile {
+                    identity: self.identity.clone(),
+                    tokens,
+                    parts,
+                };
+                let n_bytes = file.write(&path).map_err(|e| e.to_string())?;
+                Ok(SlotReply {
+                    n_tokens: file.tokens.len(),
+                    n_bytes,
+                    ms: ms(started),
+                })
+            }
+            SlotAction::Restore(path) => {
+                let (file, n_bytes) =
+                    SlotFile::read(&path, &self.identity).map_err(|e| e.to_string())?;
+                if file.tokens.len() >= self.cfg.n_ctx_slot {
+                    return Err(format!(
+                        "the saved slot holds {} tokens; a slot's context here holds {}",
+                        file.tokens.len(),
+                        self.cfg.n_ctx_slot
+                    ));
+                }
+                if let Some(&bad) = file.tokens.iter().find(|&&t| t as usize >= self.n_vocab) {
+                    return Err(format!(
+                        "the saved slot holds token {bad}, outside the vocabulary"
+                    ));
+                }
+                self.model
+                    .write_slot(id as u32, file.tokens.len() as u32, &file.parts)
+                    .map_err(|e| e.to_string())?;
+                let n = file.tokens.len();
+                self.slots[id].cached = file.tokens;
+                Ok(SlotReply {
+                    n_tokens: n,
+                    n_bytes,
+                    ms: ms(started),
+                })
+            }
+        }
     }
 
     /// Starts `job` in the slot it asked for, or the free slot whose cache shares the longest

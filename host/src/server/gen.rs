@@ -12,7 +12,7 @@ use futures_util::Stream;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::engine::{Event, Finish, GenParams, Job, Piece};
+use super::engine::{Event, Finish, GenParams, Job, Piece, Request};
 use super::error::ApiError;
 use super::Ready;
 
@@ -36,12 +36,15 @@ pub fn submit(
         id_slot,
         events: tx,
     };
-    ready.jobs.try_send(job).map_err(|e| match e {
-        mpsc::error::TrySendError::Full(_) => ApiError::unavailable(
-            "the server is busy: every slot is in use and the queue is full; retry later",
-        ),
-        mpsc::error::TrySendError::Closed(_) => ApiError::internal("the scheduler has stopped"),
-    })?;
+    ready
+        .jobs
+        .try_send(Request::Generate(job))
+        .map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => ApiError::unavailable(
+                "the server is busy: every slot is in use and the queue is full; retry later",
+            ),
+            mpsc::error::TrySendError::Closed(_) => ApiError::internal("the scheduler has stopped"),
+        })?;
     Ok(rx)
 }
 

@@ -12,6 +12,7 @@ pub mod gen;
 pub mod native;
 pub mod openai;
 pub mod params;
+pub mod slot_file;
 pub mod stop;
 
 use std::net::SocketAddr;
@@ -47,7 +48,7 @@ pub struct Ready {
     /// Its source, for /props.
     pub template_source: String,
     /// Jobs for the scheduler (bounded: the wait queue).
-    pub jobs: mpsc::Sender<engine::Job>,
+    pub jobs: mpsc::Sender<engine::Request>,
     /// Slot views and counters.
     pub shared: Arc<Shared>,
     /// Context positions per slot.

@@ -11,7 +11,7 @@ use axum::Json;
 use futures_util::stream;
 use serde_json::{json, Map, Value};
 
-use super::engine::{Event, Finish, GenParams};
+use super::engine::{Event, Finish, GenParams, Request, SlotAction, SlotCommand};
 use super::error::ApiError;
 use super::gen::{self, collect, native_probs, sse_data, sse_response, submit, timings};
 use super::params::{gen_params, Fields};
@@ -129,11 +129,13 @@ pub async fn slots(
     )))
 }
 
-/// POST /slots/:id?action=save|restore|erase.
+/// POST /slots/:id?action=save|restore|erase (save and restore need --slot-save-path; the body's
+/// `filename` names a file inside it).
 pub async fn slot_action(
     State(state): State<AppRef>,
     Path(id): Path<String>,
     Query(q): Query<std::collections::HashMap<String, String>>,
+    body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     if state.args.no_slots {
         return Err(ApiError::not_supported(
@@ -146,15 +148,71 @@ pub async fn slot_action(
         .ok()
         .filter(|&i| i < ready.n_slots)
         .ok_or_else(|| ApiError::invalid(format!("no slot {id} ({} slots)", ready.n_slots)))?;
-    match q.get("action").map(String::as_str) {
-        Some("save") | Some("restore") | Some("erase") => Err(ApiError::not_supported(format!(
-            "slot {id}: save, restore and erase need --slot-save-path, which is not implemented yet"
-        ))),
-        Some(other) => Err(ApiError::invalid(format!(
-            "action {other:?}: expected save, restore or erase"
-        ))),
-        None => Err(ApiError::invalid("missing ?action=save|restore|erase")),
-    }
+    let action = q.get("action").map(String::as_str);
+    let file = |body: &Bytes| -> Result<(String, std::path::PathBuf), ApiError> {
+        let dir = state.args.slot_save_path.as_ref().ok_or_else(|| {
+            ApiError::not_supported(
+                "This server does not support slots action. Start it with `--slot-save-path`",
+            )
+        })?;
+        let v = parse_body(body)?;
+        let f = Fields::of(&v)?;
+        let name = f
+            .str("filename")?
+            .ok_or_else(|| ApiError::invalid("\"filename\" is required"))?;
+        let plain =
+            !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\\', '\0']);
+        if !plain {
+            return Err(ApiError::invalid(format!(
+                "invalid filename {name:?}: a plain file name inside --slot-save-path"
+            )));
+        }
+        Ok((name.to_owned(), dir.join(name)))
+    };
+    let (cmd, filename) = match action {
+        Some("save") => {
+            let (name, path) = file(&body)?;
+            (SlotAction::Save(path), Some(name))
+        }
+        Some("restore") => {
+            let (name, path) = file(&body)?;
+            (SlotAction::Restore(path), Some(name))
+        }
+        Some("erase") => (SlotAction::Erase, None),
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "action {other:?}: expected save, restore or erase"
+            )))
+        }
+        None => return Err(ApiError::invalid("missing ?action=save|restore|erase")),
+    };
+    let kind = match cmd {
+        SlotAction::Save(_) => "save",
+        SlotAction::Restore(_) => "restore",
+        SlotAction::Erase => "erase",
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    ready
+        .jobs
+        .try_send(Request::Slot(SlotCommand {
+            id,
+            action: cmd,
+            reply: tx,
+        }))
+        .map_err(|_| ApiError::unavailable("the server is busy; retry later"))?;
+    let r = rx
+        .await
+        .map_err(|_| ApiError::internal("the scheduler dropped the slot action"))?
+        .map_err(ApiError::invalid)?;
+    Ok(Json(match kind {
+        "save" => {
+            json!({"id_slot": id, "filename": filename, "n_saved": r.n_tokens, "n_written": r.n_bytes, "timings": {"save_ms": r.ms}})
+        }
+        "restore" => {
+            json!({"id_slot": id, "filename": filename, "n_restored": r.n_tokens, "n_read": r.n_bytes, "timings": {"restore_ms": r.ms}})
+        }
+        _ => json!({"id_slot": id, "n_erased": r.n_tokens}),
+    }))
 }
 
 /// GET /metrics (with --metrics).

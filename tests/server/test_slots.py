@@ -1,0 +1,47 @@
+"""/slots/:id?action=save|restore|erase with --slot-save-path."""
+from conftest import Server
+
+
+def test_save_erase_restore_round_trip_into_another_slot(tiny_path, tmp_path):
+    s = Server(tiny_path, "-c", "1024", "-np", "2", "--slot-save-path", str(tmp_path))
+    try:
+        prompt = list(range(20, 80))
+        first = s.post("/completion", {"prompt": prompt, "n_predict": 5, "temperature": 0, "id_slot": 0}).json()
+        held = len(prompt) + 5 - 1  # the last sampled token is not evaluated
+        saved = s.post("/slots/0?action=save", {"filename": "a.bin"}).json()
+        assert saved["id_slot"] == 0 and saved["n_saved"] == held and saved["n_written"] > 0
+        assert (tmp_path / "a.bin").stat().st_size == saved["n_written"]
+        assert s.post("/slots/0?action=erase").json() == {"id_slot": 0, "n_erased": held}
+        restored = s.post("/slots/1?action=restore", {"filename": "a.bin"}).json()
+        assert restored["n_restored"] == held and restored["n_read"] == saved["n_written"]
+        follow = prompt + first["tokens"][:0] + [7, 8, 9]
+        warm = s.post("/completion", {"prompt": follow, "n_predict": 6, "temperature": 0, "id_slot": 1}).json()
+        cold = s.post("/completion", {"prompt": follow, "n_predict": 6, "temperature": 0, "id_slot": 0, "cache_prompt": False}).json()
+        assert warm["timings"]["cache_n"] == len(prompt)
+        assert warm["content"] == cold["content"]
+    finally:
+        s.stop()
+
+
+def test_restore_refuses_corrupt_files_other_models_and_bad_names(tiny_path, gemma3_path, tmp_path):
+    g = Server(gemma3_path, "-c", "512", "--slot-save-path", str(tmp_path))
+    try:
+        g.post("/completion", {"prompt": "Hello", "n_predict": 2})
+        assert g.post("/slots/0?action=save", {"filename": "gemma.bin"}).status_code == 200
+    finally:
+        g.stop()
+    s = Server(tiny_path, "-c", "512", "--slot-save-path", str(tmp_path))
+    try:
+        r = s.post("/slots/0?action=restore", {"filename": "gemma.bin"})
+        assert r.status_code == 400 and "saved from another model" in r.json()["error"]["message"]
+        (tmp_path / "junk.bin").write_bytes(b"BLOOMSLT\x01\x00\x00\x00garbage")
+        r = s.post("/slots/0?action=restore", {"filename": "junk.bin"})
+        assert r.status_code == 400 and "not a valid bloomery slot file" in r.json()["error"]["message"]
+        r = s.post("/slots/0?action=restore", {"filename": "missing.bin"})
+        assert r.status_code == 400 and "missing.bin" in r.json()["error"]["message"]
+        for bad in ["../escape.bin", "", "a/b"]:
+            assert s.post("/slots/0?action=save", {"filename": bad}).status_code == 400
+        assert s.post("/slots/0?action=save", {}).status_code == 400
+        assert s.post("/completion", {"prompt": "still fine", "n_predict": 2}).status_code == 200
+    finally:
+        s.stop()
