@@ -4,8 +4,8 @@
 //! Cache layout: `[width, cache_len, n_slots]` where `width = head_dim * n_head_kv`; the token of
 //! sequence slot `s` at position `p` lives at cache row `p % cache_len` of slot `s` (a ring when
 //! the cache is shorter than the context, as for sliding-window layers). Query head `h` reads KV
-//! head `h / (n_head / n_head_kv)`, as ggml broadcasts. Scores use an online softmax accumulated in
-//! f32 directly in the output row; nothing allocates.
+//! head `h / (n_head / n_head_kv)`, as ggml broadcasts. Per head, every score is computed, then
+//! softmaxed, then applied to V, as ggml's unfused path does (per-thread scratch, grown once).
 
 use half::f16;
 
@@ -126,27 +126,59 @@ pub fn attention(
 }
 
 /// A cache element read as f32.
-trait Widen: Copy {
-    fn widen(self) -> f32;
+/// A cache element type whose rows can be read as f32.
+trait CacheRow: Copy {
+    /// `src` as f32: itself for f32, converted into `scratch` (F16C when the CPU has it) for f16.
+    fn as_f32<'a>(src: &'a [Self], scratch: &'a mut [f32]) -> &'a [f32];
 }
 
-impl Widen for f32 {
+impl CacheRow for f32 {
     #[inline]
-    fn widen(self) -> f32 {
-        self
+    fn as_f32<'a>(src: &'a [Self], _scratch: &'a mut [f32]) -> &'a [f32] {
+        src
     }
 }
 
-impl Widen for f16 {
+impl CacheRow for f16 {
     #[inline]
-    fn widen(self) -> f32 {
-        self.to_f32()
+    fn as_f32<'a>(src: &'a [Self], scratch: &'a mut [f32]) -> &'a [f32] {
+        use half::slice::HalfFloatSliceExt;
+        let dst = &mut scratch[..src.len()];
+        src.convert_to_f32_slice(dst);
+        dst
     }
+}
+
+/// `Σ a·b` with eight independent partial sums (so the compiler vectorises it), combined
+/// pairwise.
+#[inline]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut tail = 0f32;
+    for (x, y) in ra.iter().zip(rb) {
+        tail += x * y;
+    }
+    ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7])) + tail
+}
+
+thread_local! {
+    /// Per-thread scratch: scores, one converted K row, one converted V row.
+    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
 /// The attention loop proper, monomorphised per cache element type; every length and index was
-/// checked by [`attention`].
-fn attend<K: Widen, V: Widen>(
+/// checked by [`attention`]. Two passes per head, as ggml's unfused path computes it: every score
+/// (`q·k · scale`, softcapped), then `softmax` (max, exponentials, the sum in f64), then
+/// `Σ p·v` with the normalised weights. Scratch grows per thread and is then reused.
+fn attend<K: CacheRow, V: CacheRow>(
     q: &[f32],
     slots: &[u32],
     positions: &[i32],
@@ -158,45 +190,57 @@ fn attend<K: Widen, V: Widen>(
     let (dk, dv) = (p.head_dim_k, p.head_dim_v);
     let (k_width, v_width) = (dk * p.n_head_kv, dv * p.n_head_kv);
     let group = p.n_head / p.n_head_kv;
-    for (r, (&slot, &pos)) in slots.iter().zip(positions).enumerate() {
-        let (slot, lo, hi) = locate("attention", slot, pos, p)?;
-        for h in 0..p.n_head {
-            let qh = &q[(r * p.n_head + h) * dk..][..dk];
-            let acc = &mut out[(r * p.n_head + h) * dv..][..dv];
-            let kvh = h / group;
-            let sink = p.sinks.map(|s| s[h]);
-            let mut max = sink.unwrap_or(f32::NEG_INFINITY);
-            let mut sum = if sink.is_some() { 1.0f32 } else { 0.0 };
-            acc.fill(0.0);
-            for t in lo..=hi {
-                let cache_row = slot * p.cache_len + t % p.cache_len;
-                let kr = &k_cache[cache_row * k_width + kvh * dk..][..dk];
-                let mut s: f32 = qh.iter().zip(kr).map(|(&a, &b)| a * b.widen()).sum();
-                s *= p.scale;
-                if let Some(c) = p.softcap {
-                    s = c * (s / c).tanh();
-                }
-                if s > max {
-                    let c = (max - s).exp();
-                    acc.iter_mut().for_each(|a| *a *= c);
-                    sum *= c;
-                    max = s;
-                }
-                let w = (s - max).exp();
-                if w == 0.0 || w.is_nan() {
-                    continue;
-                }
-                sum += w;
-                let vr = &v_cache[cache_row * v_width + kvh * dv..][..dv];
-                acc.iter_mut()
-                    .zip(vr)
-                    .for_each(|(a, &b)| *a += w * b.widen());
-            }
-            let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-            acc.iter_mut().for_each(|a| *a *= inv);
+    SCRATCH.with(|cell| {
+        let mut guard = cell.borrow_mut();
+        let (scores, krow, vrow) = &mut *guard;
+        if krow.len() < dk {
+            krow.resize(dk, 0.0);
         }
-    }
-    Ok(())
+        if vrow.len() < dv {
+            vrow.resize(dv, 0.0);
+        }
+        for (r, (&slot, &pos)) in slots.iter().zip(positions).enumerate() {
+            let (slot, lo, hi) = locate("attention", slot, pos, p)?;
+            let n = hi - lo + 1;
+            if scores.len() < n {
+                scores.resize(n, 0.0);
+            }
+            for h in 0..p.n_head {
+                let qh = &q[(r * p.n_head + h) * dk..][..dk];
+                let acc = &mut out[(r * p.n_head + h) * dv..][..dv];
+                let kvh = h / group;
+                let sink = p.sinks.map(|s| s[h]);
+                let mut max = sink.unwrap_or(f32::NEG_INFINITY);
+                for (i, t) in (lo..=hi).enumerate() {
+                    let cache_row = slot * p.cache_len + t % p.cache_len;
+                    let kr = K::as_f32(&k_cache[cache_row * k_width + kvh * dk..][..dk], krow);
+                    let mut s = dot(qh, kr) * p.scale;
+                    if let Some(c) = p.softcap {
+                        s = c * (s / c).tanh();
+                    }
+                    scores[i] = s;
+                    max = max.max(s);
+                }
+                let mut sum = sink.map_or(0.0, |s| f64::from((s - max).exp()));
+                for s in &mut scores[..n] {
+                    *s = (*s - max).exp();
+                    sum += f64::from(*s);
+                }
+                let inv = if sum > 0.0 { (1.0 / sum) as f32 } else { 0.0 };
+                acc.fill(0.0);
+                for (i, t) in (lo..=hi).enumerate() {
+                    let w = scores[i] * inv;
+                    if w == 0.0 || w.is_nan() {
+                        continue;
+                    }
+                    let cache_row = slot * p.cache_len + t % p.cache_len;
+                    let vr = V::as_f32(&v_cache[cache_row * v_width + kvh * dv..][..dv], vrow);
+                    acc.iter_mut().zip(vr).for_each(|(a, &b)| *a += w * b);
+                }
+            }
+        }
+        Ok(())
+    })
 }
 
 fn check_params(p: &AttentionParams) -> Result<(), OpError> {
