@@ -3,6 +3,7 @@
 pub mod cli;
 pub mod engine;
 pub mod model;
+pub mod opcheck;
 pub mod plugins;
 pub mod sampling;
 pub mod server;

@@ -6,6 +6,8 @@
 //!   `target/<profile>/plugins/`.
 //! - `cargo xtask test`: format and lint checks, the plugins, the test data, then every test.
 //! - `cargo xtask demo`: `dist`, then the gemma-3-270m demo model answers a prompt.
+//! - `cargo xtask cuda-tools`: installs the pinned CUDA 13.0 compiler from PyPI into
+//!   `target/cuda-tools` (every other task does this first, so the CUDA bundles get their kernels).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,7 +17,17 @@ use anyhow::{bail, Context, Result};
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = workspace_root();
+    if args
+        .first()
+        .is_some_and(|t| ["dist", "plugins", "test", "demo", "cuda-tools"].contains(&t.as_str()))
+    {
+        let nvcc = cuda_tools(&root)?;
+        // Read by kernels/cuda/build.rs: compile the kernels with this nvcc, and fail without one.
+        std::env::set_var("BLOOMERY_NVCC", &nvcc);
+        std::env::set_var("BLOOMERY_REQUIRE_KERNELS", "1");
+    }
     match args.first().map(String::as_str) {
+        Some("cuda-tools") => Ok(()),
         Some("dist") => dist(&root),
         Some("plugins") => {
             let release = args.iter().any(|a| a == "--release");
@@ -25,11 +37,40 @@ fn main() -> Result<()> {
         Some("demo") => demo(&root),
         _ => {
             eprintln!(
-                "usage: cargo xtask <dist | plugins [--release] | test [cargo test args] | demo>"
+                "usage: cargo xtask <dist | plugins [--release] | test [cargo test args] | demo | cuda-tools>"
             );
             bail!("unknown or missing task")
         }
     }
+}
+
+/// The CUDA compiler from PyPI, every package pinned to 13.0 (driver R580 refuses the PTX ISA
+/// newer nvcc writes; pinning nvcc alone pulls a newer nvvm): installed once into
+/// `target/cuda-tools/.venv`; returns the `nvcc` path.
+fn cuda_tools(root: &Path) -> Result<PathBuf> {
+    let venv = root.join("target/cuda-tools/.venv");
+    let find = || -> Option<PathBuf> {
+        let lib = std::fs::read_dir(venv.join("lib")).ok()?;
+        lib.filter_map(|e| e.ok())
+            .map(|e| e.path().join("site-packages/nvidia/cu13/bin/nvcc"))
+            .find(|p| p.exists())
+    };
+    if let Some(nvcc) = find() {
+        return Ok(nvcc);
+    }
+    std::fs::create_dir_all(root.join("target/cuda-tools"))?;
+    run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    run(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "nvidia-cuda-nvcc==13.0.88",
+        "nvidia-nvvm==13.0.88",
+        "nvidia-cuda-crt==13.0.88",
+        "nvidia-cuda-runtime==13.0.88",
+        "nvidia-cuda-cccl==13.0.85",
+    ]))?;
+    find().context("the pinned nvidia-cuda-nvcc wheel installed no nvcc")
 }
 
 fn workspace_root() -> PathBuf {

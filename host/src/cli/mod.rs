@@ -2,6 +2,7 @@
 
 mod bench;
 mod info;
+mod opcheck;
 mod plugins;
 mod run;
 mod synth;
@@ -44,6 +45,8 @@ pub enum Command {
     Run(run::RunArgs),
     /// Measure prompt and generation speed, like llama-bench.
     Bench(bench::BenchArgs),
+    /// Check every op a kernel plugin claims against the cpu-scalar reference on random inputs.
+    Opcheck(opcheck::OpcheckArgs),
     /// Serve the model over HTTP as llama-server does (same routes, flags and shapes).
     Serve(Box<crate::server::args::ServeArgs>),
 }
@@ -69,6 +72,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Synth(a) => synth::run(&cli, a),
         Command::Run(a) => run::run(&cli, a),
         Command::Bench(a) => bench::run(&cli, a),
+        Command::Opcheck(a) => opcheck::run(&cli, a),
         Command::Serve(a) => crate::server::serve(&cli, a),
     }
 }

@@ -3,11 +3,20 @@
 //! synchronisation). CUDA is loaded at run time through cudarc, so everything builds and runs on
 //! machines without it, where the probe answers "no CUDA driver".
 //!
-//! The bundles implement no ops yet (their capability lists are empty, so the host never sends
-//! them a graph); the kernels arrive with the GPU forward pass.
+//! The kernels (`cu/kernels.cu`) are compiled to PTX per architecture by `build.rs`; each bundle
+//! embeds its architecture's PTX ([`PTX_SM86`], [`PTX_SM90`], [`PTX_SM121`]) and the device loads
+//! it at open. [`ops`] launches them.
 
 pub mod device;
+pub mod ops;
 pub mod probe;
+
+/// PTX for compute_86 (empty when built without nvcc).
+pub const PTX_SM86: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels_86.ptx"));
+/// PTX for compute_90 (empty when built without nvcc).
+pub const PTX_SM90: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels_90.ptx"));
+/// PTX for compute_121 (empty when built without nvcc).
+pub const PTX_SM121: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels_121.ptx"));
 
 /// Exports a CUDA bundle as a kernel plugin: `export_cuda_bundle!(BUNDLE)` with a
 /// [`probe::Bundle`] constant. Each bundle crate is this call plus its kernels.
@@ -28,7 +37,7 @@ macro_rules! export_cuda_bundle {
 
         extern "C" fn __bloomery_capabilities(
         ) -> abi_stable::std_types::RVec<bloomery_plugin_api::op::OpSupport> {
-            abi_stable::std_types::RVec::new()
+            $crate::ops::capabilities(&$bundle)
         }
 
         extern "C" fn __bloomery_open(
@@ -37,7 +46,7 @@ macro_rules! export_cuda_bundle {
             bloomery_plugin_api::kernel::KernelDeviceBox,
             bloomery_plugin_api::PluginError,
         > {
-            $crate::device::CudaDevice::open($bundle.name, config)
+            $crate::device::CudaDevice::open(&$bundle, config)
                 .map(|d| {
                     bloomery_plugin_api::kernel::KernelDevice_TO::from_value(
                         d,

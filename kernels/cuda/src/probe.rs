@@ -29,6 +29,8 @@ pub struct Bundle {
     /// With PTX embedded: the lowest capability the driver can JIT it for (score 50); `None`
     /// when the bundle has no PTX.
     pub ptx_from: Option<(i32, i32)>,
+    /// The bundle's kernels (PTX text; empty when it was built without nvcc).
+    pub ptx: &'static str,
 }
 
 /// Why the driver could not be read.
@@ -108,6 +110,16 @@ pub fn score(bundle: &Bundle, driver: &Result<DriverFacts, DriverProblem>) -> Pr
         class: DeviceClass::Gpu,
         devices: devices.into(),
     };
+    if bundle.ptx.is_empty() {
+        return report(
+            0,
+            format!(
+                "{} was built without kernels (no nvcc at build time)",
+                bundle.name
+            ),
+            vec![],
+        );
+    }
     let facts = match driver {
         Err(DriverProblem::NoDriver) => {
             return report(0, "no CUDA driver (libcuda.so not found)".into(), vec![])
@@ -200,11 +212,13 @@ mod tests {
         name: "cuda-sm90",
         native: (9, 0),
         ptx_from: None,
+        ptx: ".version 9.0",
     };
     const SM86: Bundle = Bundle {
         name: "cuda-sm86",
         native: (8, 6),
         ptx_from: Some((8, 6)),
+        ptx: ".version 9.0",
     };
 
     fn facts(api: i32, cc: (i32, i32)) -> Result<DriverFacts, DriverProblem> {
@@ -229,6 +243,14 @@ mod tests {
             "{}",
             r.reason
         );
+    }
+
+    #[test]
+    fn a_bundle_built_without_kernels_is_refused_by_name() {
+        let empty = Bundle { ptx: "", ..SM90 };
+        let r = score(&empty, &facts(13000, (9, 0)));
+        assert_eq!(r.score, 0);
+        assert!(r.reason.contains("without kernels"), "{}", r.reason);
     }
 
     #[test]

@@ -1,0 +1,85 @@
+//! `bloomery opcheck`: every op a kernel plugin claims, against the cpu-scalar reference, on fresh
+//! random inputs; prints one line per case and fails when any case does.
+
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
+use clap::Args;
+
+use super::Cli;
+use crate::engine::device::Device;
+use crate::opcheck;
+use crate::plugins::Registry;
+
+/// Options of `bloomery opcheck`.
+#[derive(Args, Debug)]
+pub struct OpcheckArgs {
+    /// The kernel plugin to check (default: the best GPU plugin here).
+    #[arg(long)]
+    pub plugin: Option<String>,
+    /// The reference plugin.
+    #[arg(long, default_value = "cpu-scalar")]
+    pub reference: String,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// Runs the command.
+pub fn run(cli: &Cli, a: &OpcheckArgs) -> anyhow::Result<()> {
+    let reg = Registry::load(&cli.plugin_dir())?;
+    let plugin = match &a.plugin {
+        Some(name) => reg
+            .kernels
+            .iter()
+            .find(|k| &k.name == name)
+            .with_context(|| format!("no kernel plugin named {name}"))?,
+        None => reg.best_kernel(DeviceClass::Gpu)?,
+    };
+    let reference = reg
+        .kernels
+        .iter()
+        .find(|k| k.name == a.reference)
+        .with_context(|| format!("no reference plugin named {}", a.reference))?;
+    let config = DeviceConfig {
+        index: 0,
+        threads: 0,
+        pin_threads: false,
+    };
+    let dev: Arc<Device> =
+        Device::open(plugin, config).with_context(|| format!("opening {}", plugin.name))?;
+    let refdev =
+        Device::open(reference, config).with_context(|| format!("opening {}", reference.name))?;
+    let outcomes = opcheck::check(&dev, &refdev, a.seed);
+    let mut failed = 0;
+    println!(
+        "{} against {} (seed {}):",
+        plugin.name, reference.name, a.seed
+    );
+    for o in &outcomes {
+        let verdict = if o.ok() { "ok  " } else { "FAIL" };
+        match &o.error {
+            Some(e) => println!("{verdict} {:<44} {e}", o.what),
+            None => {
+                print!(
+                    "{verdict} {:<44} rel {:.2e} (tol {:.0e})",
+                    o.what, o.rel, o.tol
+                );
+                match o.worst.filter(|_| !o.ok()) {
+                    Some((i, got, want)) => println!("; worst [{i}] {got} vs {want}"),
+                    None => println!(),
+                }
+            }
+        }
+        failed += usize::from(!o.ok());
+    }
+    if outcomes.is_empty() {
+        bail!("{} claims no ops", plugin.name);
+    }
+    if failed > 0 {
+        bail!("{failed} of {} cases failed", outcomes.len());
+    }
+    println!("all {} cases passed", outcomes.len());
+    Ok(())
+}

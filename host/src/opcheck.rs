@@ -1,0 +1,439 @@
+//! Op-by-op checks of a kernel plugin against a reference plugin (cpu-scalar): every `(op, dtype)`
+//! pair the plugin claims is run on fresh random inputs on both devices, the destination poisoned
+//! before each run, and the results compared by ‖out − ref‖ / ‖ref‖ against a tolerance per case.
+//! A claimed pair with no case here is itself a failure, so a new kernel cannot skip its check.
+
+use std::sync::Arc;
+
+use bloomery_plugin_api::op::{Op, OpKind};
+use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
+use bloomery_plugin_api::{DType, PluginError};
+use half::f16;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::engine::device::{Buffer, Device};
+
+/// How a source tensor is filled.
+#[derive(Clone, Copy, Debug)]
+pub enum Fill {
+    /// Uniform in `[-scale, scale]` (quantized types: valid random blocks).
+    Random(f32),
+    /// I32 ids uniform in `[0, n)`.
+    Ids(i32),
+    /// F32 multiples of 1/127 in `[-1, 1]` with ±1 in every 32-block: quantization to 8 bits is
+    /// exact, so a product's check isolates the dot from activation rounding.
+    Steps,
+}
+
+/// One tensor of a case.
+#[derive(Clone, Copy, Debug)]
+pub struct Spec {
+    /// Element type.
+    pub dtype: DType,
+    /// Shape.
+    pub ne: [u64; 4],
+    /// Contents.
+    pub fill: Fill,
+}
+
+/// One check: an op on given sources.
+#[derive(Clone, Debug)]
+pub struct Case {
+    /// What it shows.
+    pub name: String,
+    /// The op.
+    pub op: Op,
+    /// Sources.
+    pub srcs: Vec<Spec>,
+    /// Destination shape (always F32 here).
+    pub dst: [u64; 4],
+    /// Largest accepted relative error.
+    pub tol: f64,
+}
+
+fn spec(dtype: DType, ne: [u64; 4], fill: Fill) -> Spec {
+    Spec { dtype, ne, fill }
+}
+
+fn f32s(ne: [u64; 4]) -> Spec {
+    spec(DType::F32, ne, Fill::Random(1.0))
+}
+
+/// The cases for one `(op, dtype)` pair; empty when none is written yet.
+pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
+    let case = |name: &str, op: Op, srcs: Vec<Spec>, dst: [u64; 4], tol: f64| Case {
+        name: name.to_owned(),
+        op,
+        srcs,
+        dst,
+        tol,
+    };
+    match (op, dtype) {
+        (OpKind::Add | OpKind::Mul, DType::F32) => {
+            let o = if op == OpKind::Add { Op::Add } else { Op::Mul };
+            vec![
+                case(
+                    "same shape",
+                    o,
+                    vec![f32s([4096, 3, 1, 1]), f32s([4096, 3, 1, 1])],
+                    [4096, 3, 1, 1],
+                    1e-6,
+                ),
+                case(
+                    "row broadcast",
+                    o,
+                    vec![f32s([640, 7, 1, 1]), f32s([640, 1, 1, 1])],
+                    [640, 7, 1, 1],
+                    1e-6,
+                ),
+            ]
+        }
+        (OpKind::Scale, DType::F32) => vec![case(
+            "scale",
+            Op::Scale { s: 0.37 },
+            vec![f32s([1000, 7, 1, 1])],
+            [1000, 7, 1, 1],
+            1e-6,
+        )],
+        (OpKind::RmsNorm, DType::F32) => vec![
+            case(
+                "with weight",
+                Op::RmsNorm { eps: 1e-6 },
+                vec![f32s([4096, 5, 1, 1]), f32s([4096, 1, 1, 1])],
+                [4096, 5, 1, 1],
+                1e-5,
+            ),
+            case(
+                "no weight",
+                Op::RmsNorm { eps: 1e-5 },
+                vec![f32s([640, 3, 1, 1])],
+                [640, 3, 1, 1],
+                1e-5,
+            ),
+        ],
+        (OpKind::GetRows, t) if t.is_quantized() || matches!(t, DType::F32 | DType::F16) => {
+            vec![case(
+                "gather 9 of 100",
+                Op::GetRows,
+                vec![
+                    spec(t, [256, 100, 1, 1], Fill::Random(1.0)),
+                    spec(DType::I32, [9, 1, 1, 1], Fill::Ids(100)),
+                ],
+                [256, 9, 1, 1],
+                1e-6,
+            )]
+        }
+        (OpKind::MatMul, t) if t.is_quantized() || t == DType::F32 => {
+            let tol = 1e-5;
+            vec![
+                case(
+                    "one block, 4 rows",
+                    Op::MatMul,
+                    vec![
+                        spec(t, [256, 4, 1, 1], Fill::Random(0.1)),
+                        f32s([256, 1, 1, 1]),
+                    ],
+                    [4, 1, 1, 1],
+                    tol,
+                ),
+                case(
+                    "exact activations",
+                    Op::MatMul,
+                    vec![
+                        spec(t, [256, 4, 1, 1], Fill::Random(0.1)),
+                        spec(DType::F32, [256, 1, 1, 1], Fill::Steps),
+                    ],
+                    [4, 1, 1, 1],
+                    tol,
+                ),
+                case(
+                    "decode: 1 column",
+                    Op::MatMul,
+                    vec![
+                        spec(t, [2048, 1000, 1, 1], Fill::Random(0.1)),
+                        f32s([2048, 1, 1, 1]),
+                    ],
+                    [1000, 1, 1, 1],
+                    tol,
+                ),
+                case(
+                    "prompt: 5 columns",
+                    Op::MatMul,
+                    vec![
+                        spec(t, [512, 300, 1, 1], Fill::Random(0.1)),
+                        f32s([512, 5, 1, 1]),
+                    ],
+                    [300, 5, 1, 1],
+                    tol,
+                ),
+            ]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// Random bytes for a tensor.
+fn fill_bytes(s: &Spec, rng: &mut StdRng) -> Result<Vec<u8>, PluginError> {
+    let n = s.ne.iter().product::<u64>() as usize;
+    let bytes = s
+        .dtype
+        .row_bytes(s.ne[0])
+        .ok_or_else(|| PluginError::invalid(format!("{} rows of {}", s.dtype, s.ne[0])))?
+        as usize
+        * (n / s.ne[0] as usize);
+    let mut out = vec![0u8; bytes];
+    match (s.dtype, s.fill) {
+        (DType::I32, Fill::Ids(max)) => {
+            for c in out.chunks_exact_mut(4) {
+                c.copy_from_slice(&rng.gen_range(0..max).to_le_bytes());
+            }
+        }
+        (DType::F32, Fill::Random(a)) => {
+            for c in out.chunks_exact_mut(4) {
+                c.copy_from_slice(&rng.gen_range(-a..a).to_le_bytes());
+            }
+        }
+        (DType::F32, Fill::Steps) => {
+            for (i, c) in out.chunks_exact_mut(4).enumerate() {
+                let v = if i % 32 == 0 {
+                    1.0
+                } else {
+                    rng.gen_range(-127i32..=127) as f32 / 127.0
+                };
+                c.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        (DType::F16, Fill::Random(a)) => {
+            for c in out.chunks_exact_mut(2) {
+                c.copy_from_slice(&f16::from_f32(rng.gen_range(-a..a)).to_le_bytes());
+            }
+        }
+        (DType::Q8_0, Fill::Random(a)) => {
+            for b in out.chunks_exact_mut(34) {
+                rng.fill(&mut b[2..]);
+                // Quantizers never write -128 (ggml's SIMD dot products rely on that).
+                b[2..]
+                    .iter_mut()
+                    .filter(|q| **q == 0x80)
+                    .for_each(|q| *q = 0x81);
+                let d = f16::from_f32(a / 127.0 * rng.gen_range(0.5..1.0));
+                b[..2].copy_from_slice(&d.to_le_bytes());
+            }
+        }
+        (t, f) => {
+            return Err(PluginError::unsupported(
+                format!("opcheck cannot fill {t} with {f:?} yet"),
+                &[],
+            ))
+        }
+    }
+    Ok(out)
+}
+
+/// A case's tensors on one device.
+struct Placed {
+    bufs: Vec<Buffer>,
+    call: OpCall,
+}
+
+fn place(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Placed, PluginError> {
+    let mut bufs = Vec::new();
+    let mut srcs = [TensorRef::default(); MAX_SRCS];
+    for (i, (s, bytes)) in case.srcs.iter().zip(data).enumerate() {
+        let b = dev.alloc(bytes.len() as u64)?;
+        dev.write(&b, 0, bytes)?;
+        let nb = TensorRef::contiguous_strides(s.dtype, s.ne)
+            .ok_or_else(|| PluginError::invalid("no layout"))?;
+        srcs[i] = TensorRef {
+            buffer: b.handle,
+            offset: 0,
+            dtype: s.dtype,
+            ne: s.ne,
+            nb,
+        };
+        bufs.push(b);
+    }
+    let dst_bytes = case.dst.iter().product::<u64>() * 4;
+    let d = dev.alloc(dst_bytes)?;
+    // Poison: all-ones bytes are NaN in f32, so an unwritten element cannot pass.
+    dev.write(&d, 0, &vec![0xFF; dst_bytes as usize])?;
+    let nb = TensorRef::contiguous_strides(DType::F32, case.dst)
+        .ok_or_else(|| PluginError::invalid("no layout"))?;
+    let dst = TensorRef {
+        buffer: d.handle,
+        offset: 0,
+        dtype: DType::F32,
+        ne: case.dst,
+        nb,
+    };
+    bufs.push(d);
+    Ok(Placed {
+        bufs,
+        call: OpCall {
+            op: case.op,
+            n_srcs: case.srcs.len() as u32,
+            srcs,
+            dst,
+        },
+    })
+}
+
+fn run_on(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Vec<f32>, PluginError> {
+    let p = place(dev, case, data)?;
+    dev.run(std::slice::from_ref(&p.call))?;
+    dev.sync()?;
+    let d = p
+        .bufs
+        .last()
+        .ok_or_else(|| PluginError::invalid("no destination"))?;
+    let mut out = vec![0u8; d.bytes as usize];
+    dev.read(d.handle, 0, &mut out)?;
+    Ok(out
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+/// The outcome of one case.
+#[derive(Debug)]
+pub struct Outcome {
+    /// `(op, dtype)` and case name.
+    pub what: String,
+    /// ‖out − ref‖ / ‖ref‖ (infinite when an element is not finite where the reference is).
+    pub rel: f64,
+    /// The case's tolerance.
+    pub tol: f64,
+    /// An error instead of a result.
+    pub error: Option<String>,
+    /// The element furthest from the reference: (index, value, reference).
+    pub worst: Option<(usize, f32, f32)>,
+}
+
+impl Outcome {
+    /// Whether the case passed.
+    pub fn ok(&self) -> bool {
+        self.error.is_none() && self.rel <= self.tol
+    }
+}
+
+fn worst(out: &[f32], reference: &[f32]) -> Option<(usize, f32, f32)> {
+    out.iter()
+        .zip(reference)
+        .enumerate()
+        .map(|(i, (&o, &r))| {
+            (
+                i,
+                o,
+                r,
+                if o.is_finite() {
+                    (o - r).abs()
+                } else {
+                    f32::INFINITY
+                },
+            )
+        })
+        .max_by(|a, b| a.3.total_cmp(&b.3))
+        .map(|(i, o, r, _)| (i, o, r))
+}
+
+fn relative(out: &[f32], reference: &[f32]) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (&o, &r) in out.iter().zip(reference) {
+        if r.is_finite() && !o.is_finite() {
+            return f64::INFINITY;
+        }
+        num += (f64::from(o) - f64::from(r)).powi(2);
+        den += f64::from(r).powi(2);
+    }
+    if out.len() != reference.len() {
+        return f64::INFINITY;
+    }
+    (num / den.max(f64::MIN_POSITIVE)).sqrt()
+}
+
+/// Runs every case of every pair `dev` claims, against `reference`.
+pub fn check(dev: &Arc<Device>, reference: &Arc<Device>, seed: u64) -> Vec<Outcome> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut outcomes = Vec::new();
+    for support in &dev.capabilities {
+        for &dtype in support.dtypes.iter() {
+            let what = format!("{} {dtype}", support.op);
+            let cases = cases(support.op, dtype);
+            if cases.is_empty() {
+                outcomes.push(Outcome {
+                    what,
+                    rel: f64::NAN,
+                    tol: 0.0,
+                    error: Some("no check written for this pair".into()),
+                    worst: None,
+                });
+                continue;
+            }
+            for case in cases {
+                let what = format!("{what}: {}", case.name);
+                let result = case
+                    .srcs
+                    .iter()
+                    .map(|s| fill_bytes(s, &mut rng))
+                    .collect::<Result<Vec<_>, _>>()
+                    .and_then(|data| {
+                        Ok((run_on(dev, &case, &data)?, run_on(reference, &case, &data)?))
+                    });
+                outcomes.push(match result {
+                    Ok((out, reference)) => Outcome {
+                        what,
+                        rel: relative(&out, &reference),
+                        tol: case.tol,
+                        error: None,
+                        worst: worst(&out, &reference),
+                    },
+                    Err(e) => Outcome {
+                        what,
+                        rel: f64::NAN,
+                        tol: case.tol,
+                        error: Some(e.to_string()),
+                        worst: None,
+                    },
+                });
+            }
+        }
+    }
+    outcomes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_error_catches_unwritten_and_wrong_values() {
+        assert_eq!(relative(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
+        assert!(relative(&[f32::NAN, 2.0], &[1.0, 2.0]).is_infinite());
+        assert!((relative(&[1.1, 2.0], &[1.0, 2.0]) - 0.1 / 5f64.sqrt()).abs() < 1e-7);
+    }
+
+    #[test]
+    fn every_case_fills_its_sources() {
+        let mut rng = StdRng::seed_from_u64(1);
+        for (op, t) in [
+            (OpKind::Add, DType::F32),
+            (OpKind::RmsNorm, DType::F32),
+            (OpKind::GetRows, DType::Q8_0),
+            (OpKind::GetRows, DType::F16),
+            (OpKind::MatMul, DType::Q8_0),
+        ] {
+            let cs = cases(op, t);
+            assert!(!cs.is_empty(), "{op:?} {t}");
+            for c in cs {
+                for s in &c.srcs {
+                    let b = fill_bytes(s, &mut rng).unwrap();
+                    assert_eq!(
+                        b.len() as u64,
+                        s.dtype.row_bytes(s.ne[0]).unwrap() * s.ne[1] * s.ne[2] * s.ne[3]
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,420 @@
+//! The ops the CUDA bundles run, and their launches: elementwise add/mul/scale, RMSNorm, row
+//! gathers (f32, f16, Q8_0) and matrix products (f32; Q8_0 weights with activations quantized to
+//! Q8_1 on the card, dp4a). [`capabilities`] lists exactly what [`Launcher::run`] implements.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use abi_stable::std_types::RVec;
+use bloomery_plugin_api::op::{Op, OpKind, OpSupport};
+use bloomery_plugin_api::tensor::{OpCall, TensorRef};
+use bloomery_plugin_api::{DType, PluginError};
+use cudarc::driver::{result, CudaContext, CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
+
+use crate::probe::Bundle;
+
+/// Every `(op, dtype)` pair the kernels implement (none for a bundle built without them).
+pub fn capabilities(bundle: &Bundle) -> RVec<OpSupport> {
+    if bundle.ptx.is_empty() {
+        return RVec::new();
+    }
+    let mut list = vec![
+        OpSupport {
+            op: OpKind::Add,
+            dtypes: vec![DType::F32].into(),
+        },
+        OpSupport {
+            op: OpKind::Mul,
+            dtypes: vec![DType::F32].into(),
+        },
+        OpSupport {
+            op: OpKind::Scale,
+            dtypes: vec![DType::F32].into(),
+        },
+        OpSupport {
+            op: OpKind::RmsNorm,
+            dtypes: vec![DType::F32].into(),
+        },
+        OpSupport {
+            op: OpKind::GetRows,
+            dtypes: vec![DType::F32, DType::F16, DType::Q8_0].into(),
+        },
+        OpSupport {
+            op: OpKind::MatMul,
+            dtypes: vec![DType::F32, DType::Q8_0].into(),
+        },
+    ];
+    list.sort_by_key(|s| s.op);
+    list.into()
+}
+
+fn driver_err(what: &str) -> impl FnOnce(cudarc::driver::DriverError) -> PluginError + '_ {
+    move |e| PluginError::device(format!("{what}: {e:?}"))
+}
+
+/// Threads per block of the row-per-warp kernels.
+const BLOCK: u32 = 256;
+const WARPS: u64 = (BLOCK / 32) as u64;
+
+/// The loaded kernels of one device, with the scratch they need.
+pub struct Launcher {
+    ctx: Arc<CudaContext>,
+    module: Arc<CudaModule>,
+    funcs: Mutex<HashMap<&'static str, CudaFunction>>,
+    /// A device word kernels set when an input is bad (an id outside a table).
+    pub error_word: u64,
+    /// Device scratch for quantized activations: (pointer, bytes).
+    scratch: Mutex<(u64, u64)>,
+}
+
+/// How [`Launcher::run`] reaches the device's buffer table.
+pub trait Buffers {
+    /// The device address of `len` bytes at `offset` in `buffer`, when they lie inside it.
+    fn address(&self, buffer: u64, offset: u64, len: u64) -> Result<u64, PluginError>;
+}
+
+impl Launcher {
+    /// Loads `ptx` on `ctx` and allocates the error word.
+    pub fn new(ctx: Arc<CudaContext>, ptx: &str) -> Result<Launcher, PluginError> {
+        let module = ctx
+            .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
+            .map_err(driver_err("loading the bundle's PTX"))?;
+        // SAFETY: the context was bound by `load_module`; the word is freed in `Drop`.
+        let error_word = unsafe { result::malloc_sync(4) }.map_err(driver_err("cuMemAlloc"))?;
+        // SAFETY: `error_word` is a live 4-byte allocation.
+        unsafe { result::memset_d8_sync(error_word, 0, 4) }.map_err(driver_err("cuMemset"))?;
+        Ok(Launcher {
+            ctx,
+            module,
+            funcs: Mutex::new(HashMap::new()),
+            error_word,
+            scratch: Mutex::new((0, 0)),
+        })
+    }
+
+    fn func(&self, name: &'static str) -> Result<CudaFunction, PluginError> {
+        let mut funcs = self
+            .funcs
+            .lock()
+            .map_err(|_| PluginError::device("kernel table poisoned"))?;
+        if let Some(f) = funcs.get(name) {
+            return Ok(f.clone());
+        }
+        let f = self.module.load_function(name).map_err(|e| {
+            PluginError::device(format!("kernel {name} missing from the PTX: {e:?}"))
+        })?;
+        funcs.insert(name, f.clone());
+        Ok(f)
+    }
+
+    /// A scratch area of at least `bytes` (grown after a synchronisation when too small).
+    fn scratch(&self, bytes: u64) -> Result<u64, PluginError> {
+        let mut s = self
+            .scratch
+            .lock()
+            .map_err(|_| PluginError::device("scratch poisoned"))?;
+        if s.1 < bytes {
+            self.ctx
+                .synchronize()
+                .map_err(driver_err("synchronising"))?;
+            if s.0 != 0 {
+                // SAFETY: the old scratch is idle after the synchronisation and owned here.
+                unsafe { result::free_sync(s.0) }.map_err(driver_err("cuMemFree"))?;
+                *s = (0, 0);
+            }
+            let n =
+                usize::try_from(bytes).map_err(|_| PluginError::invalid("scratch too large"))?;
+            // SAFETY: the context is current (bound by the caller); freed in Drop or on growth.
+            let p = unsafe { result::malloc_sync(n) }.map_err(driver_err("cuMemAlloc scratch"))?;
+            *s = (p, bytes);
+        }
+        Ok(s.0)
+    }
+
+    /// Reads and clears the error word.
+    pub fn take_error(&self) -> Result<i32, PluginError> {
+        let mut w = [0u8; 4];
+        // SAFETY: the error word is a live 4-byte allocation; the caller synchronised.
+        unsafe { result::memcpy_dtoh_sync(&mut w, self.error_word) }
+            .map_err(driver_err("reading the error word"))?;
+        let code = i32::from_le_bytes(w);
+        if code != 0 {
+            // SAFETY: as above.
+            unsafe { result::memset_d8_sync(self.error_word, 0, 4) }
+                .map_err(driver_err("cuMemset"))?;
+        }
+        Ok(code)
+    }
+
+    /// Launches one call.
+    pub fn run(&self, bufs: &dyn Buffers, c: &OpCall) -> Result<(), PluginError> {
+        let src = |i: usize| {
+            c.srcs()
+                .get(i)
+                .ok_or_else(|| PluginError::invalid(format!("{}: missing source {i}", c.op.kind())))
+        };
+        let addr = |t: &TensorRef, what: &str| -> Result<u64, PluginError> {
+            if !t.is_contiguous() {
+                return Err(PluginError::unsupported(
+                    format!("{what}: a strided tensor on the CUDA bundle"),
+                    &[],
+                ));
+            }
+            let span = t
+                .span_bytes()
+                .ok_or_else(|| PluginError::invalid(format!("{what}: no valid layout")))?;
+            bufs.address(t.buffer, t.offset, span)
+        };
+        let f32_only = |t: &TensorRef, what: &str| {
+            if t.dtype == DType::F32 {
+                Ok(())
+            } else {
+                Err(PluginError::unsupported(
+                    format!("{what} of type {}", t.dtype),
+                    &[],
+                ))
+            }
+        };
+        let stream = self.ctx.default_stream();
+        let grid = |n: u64, per: u64| -> u32 { n.div_ceil(per).clamp(1, 65_535 * 64) as u32 };
+        let cfg = |g: u32, b: u32| LaunchConfig {
+            grid_dim: (g, 1, 1),
+            block_dim: (b, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        match c.op {
+            Op::Add | Op::Mul => {
+                let (a, b) = (src(0)?, src(1)?);
+                for t in [a, b, &c.dst] {
+                    f32_only(t, "Add/Mul")?;
+                }
+                let (n, nb) = (c.dst.elements() as i64, b.elements() as i64);
+                if a.elements() as i64 != n || nb == 0 || n % nb != 0 {
+                    return Err(PluginError::invalid(format!(
+                        "Add/Mul shapes {:?} and {:?} into {:?}",
+                        a.ne, b.ne, c.dst.ne
+                    )));
+                }
+                let (pa, pb, po) = (addr(a, "a")?, addr(b, "b")?, addr(&c.dst, "dst")?);
+                let name = if matches!(c.op, Op::Add) {
+                    "bl_add_f32"
+                } else {
+                    "bl_mul_f32"
+                };
+                let f = self.func(name)?;
+                let mut l = stream.launch_builder(&f);
+                l.arg(&pa).arg(&pb).arg(&po).arg(&n).arg(&nb);
+                // SAFETY: every pointer covers the elements the kernel touches (checked above).
+                unsafe { l.launch(cfg(grid(n as u64, 256).min(4096), 256)) }
+                    .map_err(driver_err(name))?;
+            }
+            Op::Scale { s } => {
+                let x = src(0)?;
+                f32_only(x, "Scale")?;
+                f32_only(&c.dst, "Scale")?;
+                let n = c.dst.elements() as i64;
+                if x.elements() as i64 != n {
+                    return Err(PluginError::invalid("Scale shapes"));
+                }
+                let (px, po) = (addr(x, "x")?, addr(&c.dst, "dst")?);
+                let f = self.func("bl_scale_f32")?;
+                let mut l = stream.launch_builder(&f);
+                l.arg(&px).arg(&po).arg(&s).arg(&n);
+                // SAFETY: both pointers cover n elements.
+                unsafe { l.launch(cfg(grid(n as u64, 256).min(4096), 256)) }
+                    .map_err(driver_err("bl_scale_f32"))?;
+            }
+            Op::RmsNorm { eps } => {
+                let x = src(0)?;
+                f32_only(x, "RmsNorm")?;
+                let ncols = c.dst.ne[0] as i32;
+                let rows = c.dst.rows();
+                if x.elements() != c.dst.elements() {
+                    return Err(PluginError::invalid("RmsNorm shapes"));
+                }
+                let pw = match c.srcs().get(1) {
+                    Some(w) => {
+                        f32_only(w, "RmsNorm weight")?;
+                        if w.elements() != c.dst.ne[0] {
+                            return Err(PluginError::invalid("RmsNorm weight length"));
+                        }
+                        addr(w, "weight")?
+                    }
+                    None => 0u64,
+                };
+                let (px, po) = (addr(x, "x")?, addr(&c.dst, "dst")?);
+                let f = self.func("bl_rms_norm_f32")?;
+                let mut l = stream.launch_builder(&f);
+                l.arg(&px).arg(&pw).arg(&po).arg(&ncols).arg(&eps);
+                // SAFETY: one block per row of ncols elements, all inside the checked spans.
+                unsafe { l.launch(cfg(rows as u32, 256)) }
+                    .map_err(driver_err("bl_rms_norm_f32"))?;
+            }
+            Op::GetRows => {
+                let (t, ids) = (src(0)?, src(1)?);
+                if ids.dtype != DType::I32 {
+                    return Err(PluginError::invalid("GetRows ids must be I32"));
+                }
+                f32_only(&c.dst, "GetRows dst")?;
+                let name = match t.dtype {
+                    DType::F32 => "bl_get_rows_f32",
+                    DType::F16 => "bl_get_rows_f16",
+                    DType::Q8_0 => "bl_get_rows_q8_0",
+                    other => {
+                        return Err(PluginError::unsupported(format!("GetRows of {other}"), &[]))
+                    }
+                };
+                let n_ids = ids.elements();
+                if c.dst.ne[0] != t.ne[0] || c.dst.rows() != n_ids {
+                    return Err(PluginError::invalid("GetRows shapes"));
+                }
+                let (pt, pi, po) = (addr(t, "table")?, addr(ids, "ids")?, addr(&c.dst, "dst")?);
+                let (stride, ncols, nrows) = (t.nb[1] as i64, t.ne[0] as i32, t.rows() as i32);
+                let err = self.error_word;
+                let f = self.func(name)?;
+                let mut l = stream.launch_builder(&f);
+                l.arg(&pt)
+                    .arg(&stride)
+                    .arg(&pi)
+                    .arg(&po)
+                    .arg(&ncols)
+                    .arg(&nrows)
+                    .arg(&err);
+                if n_ids > 0 {
+                    // SAFETY: ids are checked against the table on the card; rows are in spans.
+                    unsafe { l.launch(cfg(n_ids as u32, 128)) }.map_err(driver_err(name))?;
+                }
+            }
+            Op::MatMul => {
+                let (w, x) = (src(0)?, src(1)?);
+                f32_only(x, "MatMul x")?;
+                f32_only(&c.dst, "MatMul dst")?;
+                let (k, n, m) = (w.ne[0], w.ne[1], x.rows());
+                if x.ne[0] != k || c.dst.ne[0] != n || c.dst.rows() != m || w.rows() != n {
+                    return Err(PluginError::invalid(format!(
+                        "MatMul shapes {:?} x {:?} -> {:?}",
+                        w.ne, x.ne, c.dst.ne
+                    )));
+                }
+                let (pw, px, py) = (addr(w, "w")?, addr(x, "x")?, addr(&c.dst, "dst")?);
+                let (stride, ki, ni, mi) = (w.nb[1] as i64, k as i32, n as i32, m as i32);
+                let tasks = n * m;
+                match w.dtype {
+                    DType::F32 => {
+                        let f = self.func("bl_matmul_f32")?;
+                        let mut l = stream.launch_builder(&f);
+                        l.arg(&pw)
+                            .arg(&stride)
+                            .arg(&px)
+                            .arg(&py)
+                            .arg(&ki)
+                            .arg(&ni)
+                            .arg(&mi);
+                        // SAFETY: one warp per (row, column), all inside the checked spans.
+                        unsafe { l.launch(cfg(grid(tasks, WARPS), BLOCK)) }
+                            .map_err(driver_err("bl_matmul_f32"))?;
+                    }
+                    DType::Q8_0 => {
+                        if k % 32 != 0 {
+                            return Err(PluginError::invalid("Q8_0 rows must be whole blocks"));
+                        }
+                        let nblocks = (k / 32) * m;
+                        let q = self.scratch(nblocks * 36)?;
+                        let nb = nblocks as i64;
+                        let fq = self.func("bl_quantize_q8_1")?;
+                        let mut l = stream.launch_builder(&fq);
+                        l.arg(&px).arg(&q).arg(&nb);
+                        // SAFETY: one warp per 32-value block of x; q holds nblocks blocks.
+                        unsafe { l.launch(cfg(grid(nblocks, WARPS), BLOCK)) }
+                            .map_err(driver_err("bl_quantize_q8_1"))?;
+                        let f = self.func("bl_matmul_q8_0_q8_1")?;
+                        let mut l = stream.launch_builder(&f);
+                        l.arg(&pw)
+                            .arg(&stride)
+                            .arg(&q)
+                            .arg(&py)
+                            .arg(&ki)
+                            .arg(&ni)
+                            .arg(&mi);
+                        // SAFETY: one warp per (row, column), all inside the checked spans.
+                        unsafe { l.launch(cfg(grid(tasks, WARPS), BLOCK)) }
+                            .map_err(driver_err("bl_matmul_q8_0_q8_1"))?;
+                    }
+                    other => {
+                        return Err(PluginError::unsupported(
+                            format!("MatMul with {other} weights"),
+                            &[],
+                        ))
+                    }
+                }
+            }
+            other => {
+                return Err(PluginError::unsupported(
+                    format!("op {} on the CUDA bundles", other.kind()),
+                    &[],
+                ))
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        if self.ctx.bind_to_thread().is_ok() {
+            let s = self.scratch.lock().map(|s| s.0).unwrap_or(0);
+            // SAFETY: both allocations are owned here and no longer used.
+            unsafe {
+                if s != 0 {
+                    let _ = result::free_sync(s);
+                }
+                let _ = result::free_sync(self.error_word);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every kernel the launcher names.
+    const NAMES: &[&str] = &[
+        "bl_add_f32",
+        "bl_mul_f32",
+        "bl_scale_f32",
+        "bl_rms_norm_f32",
+        "bl_get_rows_f32",
+        "bl_get_rows_f16",
+        "bl_get_rows_q8_0",
+        "bl_quantize_q8_1",
+        "bl_matmul_f32",
+        "bl_matmul_q8_0_q8_1",
+    ];
+
+    #[test]
+    fn each_bundle_ptx_is_isa_9_0_for_its_target_and_defines_every_kernel() {
+        let source = include_str!("ops.rs");
+        let launcher = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
+        for name in NAMES {
+            assert!(launcher.contains(&format!("\"{name}\"")), "{name} is not launched");
+        }
+        for (ptx, target) in [
+            (crate::PTX_SM86, "sm_86"),
+            (crate::PTX_SM90, "sm_90"),
+            (crate::PTX_SM121, "sm_121"),
+        ] {
+            if ptx.is_empty() {
+                assert!(
+                    option_env!("BLOOMERY_REQUIRE_KERNELS").is_none(),
+                    "built without kernels although BLOOMERY_REQUIRE_KERNELS was set"
+                );
+                eprintln!("skipped: built without nvcc");
+                continue;
+            }
+            assert!(ptx.contains(".version 9.0"), "{target}: PTX ISA is not 9.0");
+            assert!(ptx.contains(&format!(".target {target}")), "{target}");
+            for name in NAMES {
+                assert!(ptx.contains(&format!(".entry {name}(")), "{target}: no {name}");
+            }
+        }
+    }
+}
