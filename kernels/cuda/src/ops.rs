@@ -395,7 +395,10 @@ mod tests {
         let source = include_str!("ops.rs");
         let launcher = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
         for name in NAMES {
-            assert!(launcher.contains(&format!("\"{name}\"")), "{name} is not launched");
+            assert!(
+                launcher.contains(&format!("\"{name}\"")),
+                "{name} is not launched"
+            );
         }
         for (ptx, target) in [
             (crate::PTX_SM86, "sm_86"),
@@ -413,7 +416,10 @@ mod tests {
             assert!(ptx.contains(".version 9.0"), "{target}: PTX ISA is not 9.0");
             assert!(ptx.contains(&format!(".target {target}")), "{target}");
             for name in NAMES {
-                assert!(ptx.contains(&format!(".entry {name}(")), "{target}: no {name}");
+                assert!(
+                    ptx.contains(&format!(".entry {name}(")),
+                    "{target}: no {name}"
+                );
             }
         }
     }
