@@ -5,7 +5,9 @@
 
 use std::sync::Arc;
 
-use bloomery_plugin_api::op::{Op, OpKind};
+use bloomery_plugin_api::op::{
+    AttentionParams, GluKind, Op, OpKind, RopeMode, RopeParams, UnaryFn,
+};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
 use bloomery_plugin_api::{DType, PluginError};
 use half::f16;
@@ -21,6 +23,8 @@ pub enum Fill {
     Random(f32),
     /// I32 ids uniform in `[0, n)`.
     Ids(i32),
+    /// Distinct I32 ids from `[0, n)` (a random permutation's prefix).
+    Distinct(i32),
     /// F32 multiples of 1/127 in `[-1, 1]` with ±1 in every 32-block: quantization to 8 bits is
     /// exact, so a product's check isolates the dot from activation rounding.
     Steps,
@@ -46,8 +50,10 @@ pub struct Case {
     pub op: Op,
     /// Sources.
     pub srcs: Vec<Spec>,
-    /// Destination shape (always F32 here).
+    /// Destination shape (F32), unless `dst_is_src` names a source the op writes in place.
     pub dst: [u64; 4],
+    /// The op writes source `i` (a cache): that source is the destination.
+    pub dst_is_src: Option<usize>,
     /// Largest accepted relative error.
     pub tol: f64,
 }
@@ -67,7 +73,38 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
         op,
         srcs,
         dst,
+        dst_is_src: None,
         tol,
+    };
+    let ids = |n: u64, max: i32| spec(DType::I32, [n, 1, 1, 1], Fill::Ids(max));
+    let rope = |mode: RopeMode, n_dims: u32, ext: f32| {
+        Op::Rope(RopeParams {
+            mode,
+            n_dims,
+            sections: [0; 4],
+            freq_base: 10000.0,
+            freq_scale: if ext > 0.0 { 0.25 } else { 1.0 },
+            ext_factor: ext,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            n_ctx_orig: 4096,
+            inverse: false,
+        })
+    };
+    let attn = |n_head: u32, n_head_kv: u32, d: u32, window: u32, softcap: f32| {
+        Op::Attention(AttentionParams {
+            n_head,
+            n_head_kv,
+            dk: d,
+            dv: d,
+            scale: 1.0 / (d as f32).sqrt(),
+            softcap,
+            window,
+            v_from_k: false,
+            sinks: false,
+            selected: false,
+        })
     };
     match (op, dtype) {
         (OpKind::Add | OpKind::Mul, DType::F32) => {
@@ -169,6 +206,146 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                 ),
             ]
         }
+        (OpKind::Glu, DType::F32) => {
+            let x = || {
+                vec![
+                    spec(DType::F32, [2048, 3, 1, 1], Fill::Random(8.0)),
+                    f32s([2048, 3, 1, 1]),
+                ]
+            };
+            vec![
+                case(
+                    "swiglu",
+                    Op::Glu {
+                        kind: GluKind::SwiGlu,
+                        limit: 0.0,
+                    },
+                    x(),
+                    [2048, 3, 1, 1],
+                    1e-6,
+                ),
+                case(
+                    "swiglu, limit 7",
+                    Op::Glu {
+                        kind: GluKind::SwiGlu,
+                        limit: 7.0,
+                    },
+                    x(),
+                    [2048, 3, 1, 1],
+                    1e-6,
+                ),
+                case(
+                    "geglu",
+                    Op::Glu {
+                        kind: GluKind::GeGlu,
+                        limit: 0.0,
+                    },
+                    x(),
+                    [2048, 3, 1, 1],
+                    1e-3,
+                ),
+            ]
+        }
+        (OpKind::Unary, DType::F32) => [
+            (UnaryFn::Silu, 1e-6),
+            (UnaryFn::Sigmoid, 1e-6),
+            (UnaryFn::Gelu, 1e-3),
+            (UnaryFn::GeluErf, 1e-6),
+            (UnaryFn::Softplus, 1e-6),
+            (UnaryFn::Tanh, 1e-6),
+            (UnaryFn::Exp, 1e-6),
+            (UnaryFn::Relu, 0.0),
+        ]
+        .into_iter()
+        .map(|(f, tol)| {
+            case(
+                &format!("{f:?}"),
+                Op::Unary { f },
+                vec![spec(DType::F32, [1000, 3, 1, 1], Fill::Random(12.0))],
+                [1000, 3, 1, 1],
+                tol,
+            )
+        })
+        .collect(),
+        (OpKind::Rope, DType::F32) => {
+            let x = || vec![f32s([128, 4, 5, 1]), ids(5, 4096)];
+            vec![
+                case(
+                    "neox",
+                    rope(RopeMode::Neox, 128, 0.0),
+                    x(),
+                    [128, 4, 5, 1],
+                    1e-6,
+                ),
+                case(
+                    "norm",
+                    rope(RopeMode::Norm, 128, 0.0),
+                    x(),
+                    [128, 4, 5, 1],
+                    1e-6,
+                ),
+                case(
+                    "neox, partial 64 of 128",
+                    rope(RopeMode::Neox, 64, 0.0),
+                    x(),
+                    [128, 4, 5, 1],
+                    1e-6,
+                ),
+                case(
+                    "neox, yarn",
+                    rope(RopeMode::Neox, 128, 1.0),
+                    x(),
+                    [128, 4, 5, 1],
+                    1e-6,
+                ),
+            ]
+        }
+        (OpKind::CacheStore, t @ (DType::F32 | DType::F16)) => {
+            // 6 rows of width 256 into a [256, 32 positions, 3 slots] cache.
+            vec![Case {
+                dst_is_src: Some(1),
+                ..case(
+                    "6 rows into 3 slots",
+                    Op::CacheStore,
+                    vec![
+                        f32s([256, 6, 1, 1]),
+                        spec(t, [256, 32, 3, 1], Fill::Random(1.0)),
+                        ids(6, 3),
+                        ids(6, 32),
+                    ],
+                    [256, 32, 3, 1],
+                    0.0,
+                )
+            }]
+        }
+        (OpKind::Attention, t @ (DType::F32 | DType::F16)) => {
+            let cache = || spec(t, [2 * 64, 40, 3, 1], Fill::Random(1.0));
+            let srcs = || {
+                vec![
+                    f32s([64 * 8, 5, 1, 1]),
+                    cache(),
+                    cache(),
+                    ids(5, 3),
+                    ids(5, 40),
+                ]
+            };
+            vec![
+                case(
+                    "gqa 8/2 heads, full",
+                    attn(8, 2, 64, 0, 0.0),
+                    srcs(),
+                    [64 * 8, 5, 1, 1],
+                    1e-5,
+                ),
+                case(
+                    "window 7, softcap 30",
+                    attn(8, 2, 64, 7, 30.0),
+                    srcs(),
+                    [64 * 8, 5, 1, 1],
+                    1e-5,
+                ),
+            ]
+        }
         _ => Vec::new(),
     }
 }
@@ -184,6 +361,14 @@ fn fill_bytes(s: &Spec, rng: &mut StdRng) -> Result<Vec<u8>, PluginError> {
         * (n / s.ne[0] as usize);
     let mut out = vec![0u8; bytes];
     match (s.dtype, s.fill) {
+        (DType::I32, Fill::Distinct(max)) => {
+            let mut all: Vec<i32> = (0..max).collect();
+            for (i, c) in out.chunks_exact_mut(4).enumerate() {
+                let j = rng.gen_range(i..all.len());
+                all.swap(i, j);
+                c.copy_from_slice(&all[i].to_le_bytes());
+            }
+        }
         (DType::I32, Fill::Ids(max)) => {
             for c in out.chunks_exact_mut(4) {
                 c.copy_from_slice(&rng.gen_range(0..max).to_le_bytes());
@@ -254,20 +439,26 @@ fn place(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Placed, Plu
         };
         bufs.push(b);
     }
-    let dst_bytes = case.dst.iter().product::<u64>() * 4;
-    let d = dev.alloc(dst_bytes)?;
-    // Poison: all-ones bytes are NaN in f32, so an unwritten element cannot pass.
-    dev.write(&d, 0, &vec![0xFF; dst_bytes as usize])?;
-    let nb = TensorRef::contiguous_strides(DType::F32, case.dst)
-        .ok_or_else(|| PluginError::invalid("no layout"))?;
-    let dst = TensorRef {
-        buffer: d.handle,
-        offset: 0,
-        dtype: DType::F32,
-        ne: case.dst,
-        nb,
+    let dst = match case.dst_is_src {
+        Some(i) => srcs[i],
+        None => {
+            let dst_bytes = case.dst.iter().product::<u64>() * 4;
+            let d = dev.alloc(dst_bytes)?;
+            // Poison: all-ones bytes are NaN in f32, so an unwritten element cannot pass.
+            dev.write(&d, 0, &vec![0xFF; dst_bytes as usize])?;
+            let nb = TensorRef::contiguous_strides(DType::F32, case.dst)
+                .ok_or_else(|| PluginError::invalid("no layout"))?;
+            let t = TensorRef {
+                buffer: d.handle,
+                offset: 0,
+                dtype: DType::F32,
+                ne: case.dst,
+                nb,
+            };
+            bufs.push(d);
+            t
+        }
     };
-    bufs.push(d);
     Ok(Placed {
         bufs,
         call: OpCall {
@@ -283,16 +474,25 @@ fn run_on(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Vec<f32>, 
     let p = place(dev, case, data)?;
     dev.run(std::slice::from_ref(&p.call))?;
     dev.sync()?;
-    let d = p
-        .bufs
-        .last()
-        .ok_or_else(|| PluginError::invalid("no destination"))?;
+    let d = match case.dst_is_src {
+        Some(i) => &p.bufs[i],
+        None => p
+            .bufs
+            .last()
+            .ok_or_else(|| PluginError::invalid("no destination"))?,
+    };
     let mut out = vec![0u8; d.bytes as usize];
     dev.read(d.handle, 0, &mut out)?;
-    Ok(out
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
+    Ok(match p.call.dst.dtype {
+        DType::F16 => out
+            .chunks_exact(2)
+            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        _ => out
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    })
 }
 
 /// The outcome of one case.

@@ -186,3 +186,206 @@ extern "C" __global__ void bl_matmul_q8_0_q8_1(const uint8_t* w, long long w_str
     s = warp_sum(s);
     if (lane == 0) y[(long long)c * n + j] = s;
 }
+
+// ---- activations --------------------------------------------------------------------------------
+
+static __device__ __forceinline__ float sigmoid_f(float x) {
+    if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
+    const float e = expf(x);
+    return e / (1.0f + e);
+}
+
+// GELU (tanh form) as ggml's CPU table computes it: on the f16 rounding of x, result rounded to
+// f16; 0 at or below -10, x at or above 10.
+static __device__ __forceinline__ float gelu_table(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    const float h = __half2float(__float2half_rn(x));
+    const float y = 0.5f * h * (1.0f + tanhf(0.7978846f * h * (1.0f + 0.044715f * h * h)));
+    return __half2float(__float2half_rn(y));
+}
+
+// kind 0: silu(g)*u (limit > 0: silu(min(g, limit)) * clamp(u, ±limit)); kind 1: gelu(g)*u.
+extern "C" __global__ void bl_glu_f32(const float* g, const float* u, float* out, long long n, int kind, float limit) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const float gv = g[i], uv = u[i];
+        if (kind == 1) {
+            out[i] = gelu_table(gv) * uv;
+        } else if (limit > 0.0f) {
+            const float gc = fminf(gv, limit);
+            out[i] = gc * sigmoid_f(gc) * fminf(fmaxf(uv, -limit), limit);
+        } else {
+            out[i] = gv * sigmoid_f(gv) * uv;
+        }
+    }
+}
+
+// f: 0 silu, 1 sigmoid, 2 gelu (table), 3 gelu_erf, 4 softplus, 5 tanh, 6 exp, 7 relu
+extern "C" __global__ void bl_unary_f32(const float* x, float* out, long long n, int f) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const float v = x[i];
+        float y;
+        switch (f) {
+            case 0: y = v * sigmoid_f(v); break;
+            case 1: y = sigmoid_f(v); break;
+            case 2: y = gelu_table(v); break;
+            case 3: y = (float)(0.5 * (double)v * (1.0 + erf((double)v * 0.70710678118654752440))); break;
+            case 4: y = v > 20.0f ? v : log1pf(expf(v)); break;
+            case 5: y = tanhf(v); break;
+            case 6: y = expf(v); break;
+            default: y = fmaxf(v, 0.0f); break;
+        }
+        out[i] = y;
+    }
+}
+
+// ---- RoPE (NORM: pairs (2i, 2i+1); NEOX: pairs (i, i + n_dims/2)), YaRN as ggml ------------------
+// One thread per (row, head, pair); angles in double as the CPU reference computes them.
+extern "C" __global__ void bl_rope_f32(const float* x, float* out, const int* pos, int head_dim, int n_head, int rows,
+                                       int neox, int n_dims, float freq_base, float freq_scale, float ext_factor,
+                                       float corr0, float corr1, double mscale) {
+    const int half = n_dims / 2;
+    const long long total = (long long)rows * n_head * (head_dim / 2);
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; t < total; t += (long long)gridDim.x * blockDim.x) {
+        const int pair = (int)(t % (head_dim / 2));
+        const long long rh = t / (head_dim / 2);
+        const int r = (int)(rh / n_head);
+        const float* xh = x + rh * head_dim;
+        float* oh = out + rh * head_dim;
+        if (pair >= half) {
+            // Dimensions from n_dims on are not rotated: copied, two per thread.
+            const int a = n_dims + 2 * (pair - half);
+            oh[a] = xh[a];
+            oh[a + 1] = xh[a + 1];
+            continue;
+        }
+        const int i = pair;
+        const double exponent = -2.0 * (double)i / (double)n_dims;
+        const double theta_extrap = (double)pos[r] * pow((double)freq_base, exponent);
+        const double theta_interp = (double)freq_scale * theta_extrap;
+        double theta = theta_interp;
+        if (ext_factor != 0.0f) {
+            const float y = ((float)i - corr0) / fmaxf(corr1 - corr0, 0.001f);
+            const float ramp = 1.0f - fminf(fmaxf(y, 0.0f), 1.0f);
+            const double mix = (double)(ramp * ext_factor);
+            theta = theta_interp * (1.0 - mix) + theta_extrap * mix;
+        }
+        const float c = (float)(cos(theta) * mscale), s = (float)(sin(theta) * mscale);
+        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+        const float x0 = xh[a], x1 = xh[b];
+        oh[a] = x0 * c - x1 * s;
+        oh[b] = x0 * s + x1 * c;
+    }
+}
+
+// ---- K/V cache store and attention ---------------------------------------------------------------
+
+template <typename T> static __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+static __device__ __forceinline__ float to_f32(float v) { return v; }
+static __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+
+// Row r goes to cache row (slot * len + pos % len); one block per row.
+template <typename T>
+static __device__ void cache_store(const float* rows, T* cache, const int* slots, const int* pos, int width, int len,
+                                   int n_slots, int* err) {
+    const int r = blockIdx.x;
+    const int s = slots[r], p = pos[r];
+    if (s < 0 || s >= n_slots || p < 0) {
+        report(err, 2);
+        return;
+    }
+    T* dst = cache + ((long long)s * len + p % len) * width;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) dst[i] = from_f32<T>(rows[(long long)r * width + i]);
+}
+
+extern "C" __global__ void bl_cache_store_f32(const float* rows, float* cache, const int* slots, const int* pos,
+                                              int width, int len, int n_slots, int* err) {
+    cache_store(rows, cache, slots, pos, width, len, n_slots, err);
+}
+
+extern "C" __global__ void bl_cache_store_f16(const float* rows, __half* cache, const int* slots, const int* pos,
+                                              int width, int len, int n_slots, int* err) {
+    cache_store(rows, cache, slots, pos, width, len, n_slots, err);
+}
+
+// One block of 128 threads per (row, head): every score (dynamic shared memory, one per visible
+// position), softmax with an f64 sum (sinks included), then p.v. window 0 = unbounded.
+template <typename K, typename V>
+static __device__ void attend(const float* q, const K* kc, const V* vc, const int* slots, const int* pos, float* out,
+                              int n_head, int n_head_kv, int dk, int dv, int len, int n_slots, float scale,
+                              float softcap, int window, const float* sinks, int* err) {
+    extern __shared__ float sc[];
+    __shared__ float red[128 / WARP];
+    __shared__ double dred[128 / WARP];
+    const int r = blockIdx.x / n_head, h = blockIdx.x % n_head;
+    const int s = slots[r], p = pos[r];
+    if (s < 0 || s >= n_slots || p < 0) {
+        if (threadIdx.x == 0) report(err, 2);
+        return;
+    }
+    const int lo = window > 0 ? max(0, p - window + 1) : 0;
+    const int n = p - lo + 1;
+    if (n > len) {
+        if (threadIdx.x == 0) report(err, 3);
+        return;
+    }
+    const int kvh = h / (n_head / n_head_kv);
+    const float* qh = q + ((long long)r * n_head + h) * dk;
+    const long long kw = (long long)dk * n_head_kv, vw = (long long)dv * n_head_kv;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int t = lo + i;
+        const K* kr = kc + ((long long)s * len + t % len) * kw + (long long)kvh * dk;
+        float d = 0.0f;
+        for (int e = 0; e < dk; ++e) d += qh[e] * to_f32(kr[e]);
+        d *= scale;
+        if (softcap > 0.0f) d = softcap * tanhf(d / softcap);
+        sc[i] = d;
+        mx = fmaxf(mx, d);
+    }
+    mx = warp_max(mx);
+    if ((threadIdx.x & (WARP - 1)) == 0) red[threadIdx.x / WARP] = mx;
+    __syncthreads();
+    mx = red[0];
+    for (int w = 1; w < blockDim.x / WARP; ++w) mx = fmaxf(mx, red[w]);
+    const float sink = sinks ? sinks[h] : -INFINITY;
+    mx = fmaxf(mx, sink);
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float e = expf(sc[i] - mx);
+        sc[i] = e;
+        sum += (double)e;
+    }
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if ((threadIdx.x & (WARP - 1)) == 0) dred[threadIdx.x / WARP] = sum;
+    __syncthreads();
+    double total = sinks ? (double)expf(sink - mx) : 0.0;
+    for (int w = 0; w < blockDim.x / WARP; ++w) total += dred[w];
+    const float inv = total > 0.0 ? (float)(1.0 / total) : 0.0f;
+    float* o = out + ((long long)r * n_head + h) * dv;
+    for (int e = threadIdx.x; e < dv; e += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = 0; i < n; ++i) {
+            const int t = lo + i;
+            const V* vr = vc + ((long long)s * len + t % len) * vw + (long long)kvh * dv;
+            acc += sc[i] * inv * to_f32(vr[e]);
+        }
+        o[e] = acc;
+    }
+}
+
+#define ATTEND(name, K, V)                                                                                           \
+    extern "C" __global__ void name(const float* q, const K* kc, const V* vc, const int* slots, const int* pos,       \
+                                    float* out, int n_head, int n_head_kv, int dk, int dv, int len, int n_slots,     \
+                                    float scale, float softcap, int window, const float* sinks, int* err) {          \
+        attend(q, kc, vc, slots, pos, out, n_head, n_head_kv, dk, dv, len, n_slots, scale, softcap, window, sinks,   \
+               err);                                                                                                  \
+    }
+ATTEND(bl_attention_f32, float, float)
+ATTEND(bl_attention_f16, __half, __half)

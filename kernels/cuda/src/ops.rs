@@ -1,12 +1,13 @@
 //! The ops the CUDA bundles run, and their launches: elementwise add/mul/scale, RMSNorm, row
-//! gathers (f32, f16, Q8_0) and matrix products (f32; Q8_0 weights with activations quantized to
-//! Q8_1 on the card, dp4a). [`capabilities`] lists exactly what [`Launcher::run`] implements.
+//! gathers (f32, f16, Q8_0), matrix products (f32; Q8_0 weights with activations quantized to
+//! Q8_1 on the card, dp4a), GLU and unary activations, RoPE (NORM, NEOX, YaRN), the K/V cache
+//! store and attention over an f32 or f16 cache. [`capabilities`] lists exactly what [`Launcher::run`] implements.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use abi_stable::std_types::RVec;
-use bloomery_plugin_api::op::{Op, OpKind, OpSupport};
+use bloomery_plugin_api::op::{GluKind, Op, OpKind, OpSupport, RopeMode, UnaryFn};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::{result, CudaContext, CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
@@ -42,6 +43,26 @@ pub fn capabilities(bundle: &Bundle) -> RVec<OpSupport> {
         OpSupport {
             op: OpKind::MatMul,
             dtypes: vec![DType::F32, DType::Q8_0].into(),
+        },
+        OpSupport {
+            op: OpKind::Glu,
+            dtypes: vec![DType::F32].into(),
+        },
+        OpSupport {
+            op: OpKind::Unary,
+            dtypes: vec![DType::F32].into(),
+        },
+        OpSupport {
+            op: OpKind::Rope,
+            dtypes: vec![DType::F32].into(),
+        },
+        OpSupport {
+            op: OpKind::CacheStore,
+            dtypes: vec![DType::F32, DType::F16].into(),
+        },
+        OpSupport {
+            op: OpKind::Attention,
+            dtypes: vec![DType::F32, DType::F16].into(),
         },
     ];
     list.sort_by_key(|s| s.op);
@@ -348,6 +369,238 @@ impl Launcher {
                     }
                 }
             }
+            Op::Glu { kind, limit } => {
+                let (g, u) = (src(0)?, src(1)?);
+                for t in [g, u, &c.dst] {
+                    f32_only(t, "Glu")?;
+                }
+                let n = c.dst.elements() as i64;
+                if g.elements() as i64 != n || u.elements() as i64 != n {
+                    return Err(PluginError::invalid("Glu shapes"));
+                }
+                let k: i32 = match kind {
+                    GluKind::SwiGlu => 0,
+                    GluKind::GeGlu => 1,
+                };
+                let (pg, pu, po) = (addr(g, "gate")?, addr(u, "up")?, addr(&c.dst, "dst")?);
+                let f = self.func("bl_glu_f32")?;
+                let mut l = stream.launch_builder(&f);
+                l.arg(&pg).arg(&pu).arg(&po).arg(&n).arg(&k).arg(&limit);
+                // SAFETY: all three pointers cover n elements.
+                unsafe { l.launch(cfg(grid(n as u64, 256).min(4096), 256)) }
+                    .map_err(driver_err("bl_glu_f32"))?;
+            }
+            Op::Unary { f: which } => {
+                let x = src(0)?;
+                f32_only(x, "Unary")?;
+                f32_only(&c.dst, "Unary")?;
+                let n = c.dst.elements() as i64;
+                if x.elements() as i64 != n {
+                    return Err(PluginError::invalid("Unary shapes"));
+                }
+                let code: i32 = match which {
+                    UnaryFn::Silu => 0,
+                    UnaryFn::Sigmoid => 1,
+                    UnaryFn::Gelu => 2,
+                    UnaryFn::GeluErf => 3,
+                    UnaryFn::Softplus => 4,
+                    UnaryFn::Tanh => 5,
+                    UnaryFn::Exp => 6,
+                    UnaryFn::Relu => 7,
+                };
+                let (px, po) = (addr(x, "x")?, addr(&c.dst, "dst")?);
+                let f = self.func("bl_unary_f32")?;
+                let mut l = stream.launch_builder(&f);
+                l.arg(&px).arg(&po).arg(&n).arg(&code);
+                // SAFETY: both pointers cover n elements.
+                unsafe { l.launch(cfg(grid(n as u64, 256).min(4096), 256)) }
+                    .map_err(driver_err("bl_unary_f32"))?;
+            }
+            Op::Rope(p) => {
+                let (x, pos) = (src(0)?, src(1)?);
+                f32_only(x, "Rope")?;
+                f32_only(&c.dst, "Rope")?;
+                let neox: i32 = match p.mode {
+                    RopeMode::Norm => 0,
+                    RopeMode::Neox => 1,
+                    RopeMode::Imrope => {
+                        return Err(PluginError::unsupported("IMROPE on the CUDA bundles", &[]))
+                    }
+                };
+                if p.inverse {
+                    return Err(PluginError::unsupported(
+                        "inverse RoPE on the CUDA bundles",
+                        &[],
+                    ));
+                }
+                let (hd, nh) = (c.dst.ne[0], c.dst.ne[1]);
+                let rows = c.dst.ne[2] * c.dst.ne[3];
+                if x.ne != c.dst.ne
+                    || pos.dtype != DType::I32
+                    || pos.elements() != rows
+                    || hd % 2 != 0
+                    || p.n_dims % 2 != 0
+                    || u64::from(p.n_dims) > hd
+                    || !(p.freq_base > 0.0 && p.freq_scale > 0.0)
+                {
+                    return Err(PluginError::invalid(format!(
+                        "Rope shapes {:?} with {} positions, n_dims {}",
+                        x.ne,
+                        pos.elements(),
+                        p.n_dims
+                    )));
+                }
+                let corr = bloomery_kernels_cpu::ops::rope::yarn_corr_dims(
+                    p.n_dims as usize,
+                    p.n_ctx_orig,
+                    p.freq_base,
+                    p.beta_fast,
+                    p.beta_slow,
+                );
+                let mut mscale = f64::from(p.attn_factor);
+                if p.ext_factor != 0.0 {
+                    mscale *= 1.0 + 0.1 * (1.0 / f64::from(p.freq_scale)).ln();
+                }
+                let (px, pp, po) = (addr(x, "x")?, addr(pos, "positions")?, addr(&c.dst, "dst")?);
+                let (hdi, nhi, ri, nd) = (hd as i32, nh as i32, rows as i32, p.n_dims as i32);
+                let f = self.func("bl_rope_f32")?;
+                let mut l = stream.launch_builder(&f);
+                l.arg(&px)
+                    .arg(&po)
+                    .arg(&pp)
+                    .arg(&hdi)
+                    .arg(&nhi)
+                    .arg(&ri)
+                    .arg(&neox)
+                    .arg(&nd);
+                l.arg(&p.freq_base).arg(&p.freq_scale).arg(&p.ext_factor);
+                l.arg(&corr[0]).arg(&corr[1]).arg(&mscale);
+                let total = rows * nh * (hd / 2);
+                // SAFETY: one thread per (row, head, pair) inside the checked spans.
+                unsafe { l.launch(cfg(grid(total.max(1), 256).min(4096), 256)) }
+                    .map_err(driver_err("bl_rope_f32"))?;
+            }
+            Op::CacheStore => {
+                let (rows, cache, slots, pos) = (src(0)?, src(1)?, src(2)?, src(3)?);
+                if *cache != c.dst {
+                    return Err(PluginError::invalid(
+                        "CacheStore must write the cache it names",
+                    ));
+                }
+                f32_only(rows, "CacheStore rows")?;
+                let name = match cache.dtype {
+                    DType::F32 => "bl_cache_store_f32",
+                    DType::F16 => "bl_cache_store_f16",
+                    t => {
+                        return Err(PluginError::unsupported(
+                            format!("CacheStore into {t}"),
+                            &[],
+                        ))
+                    }
+                };
+                let n = rows.rows();
+                if rows.ne[0] != cache.ne[0] || slots.elements() != n || pos.elements() != n {
+                    return Err(PluginError::invalid("CacheStore shapes"));
+                }
+                let (pr, pc) = (addr(rows, "rows")?, addr(cache, "cache")?);
+                let (ps, pp) = (addr(slots, "slots")?, addr(pos, "positions")?);
+                let (w, len, ns) = (cache.ne[0] as i32, cache.ne[1] as i32, cache.ne[2] as i32);
+                let err = self.error_word;
+                let f = self.func(name)?;
+                let mut l = stream.launch_builder(&f);
+                l.arg(&pr)
+                    .arg(&pc)
+                    .arg(&ps)
+                    .arg(&pp)
+                    .arg(&w)
+                    .arg(&len)
+                    .arg(&ns)
+                    .arg(&err);
+                if n > 0 {
+                    // SAFETY: slots and positions are checked on the card; rows inside spans.
+                    unsafe { l.launch(cfg(n as u32, 128)) }.map_err(driver_err(name))?;
+                }
+            }
+            Op::Attention(p) => {
+                if p.v_from_k || p.selected {
+                    return Err(PluginError::unsupported(
+                        "latent or sparse attention on the CUDA bundles",
+                        &[],
+                    ));
+                }
+                let (q, kc, vc, slots, pos) = (src(0)?, src(1)?, src(2)?, src(3)?, src(4)?);
+                f32_only(q, "Attention q")?;
+                f32_only(&c.dst, "Attention dst")?;
+                let name = match (kc.dtype, vc.dtype) {
+                    (DType::F32, DType::F32) => "bl_attention_f32",
+                    (DType::F16, DType::F16) => "bl_attention_f16",
+                    (k, v) => {
+                        return Err(PluginError::unsupported(
+                            format!("attention over a {k} K and {v} V cache"),
+                            &[],
+                        ))
+                    }
+                };
+                let rows = slots.elements();
+                let (nh, nkv, dk, dv) = (p.n_head, p.n_head_kv, p.dk, p.dv);
+                if nkv == 0
+                    || nh % nkv != 0
+                    || q.elements() != u64::from(dk * nh) * rows
+                    || c.dst.elements() != u64::from(dv * nh) * rows
+                    || pos.elements() != rows
+                    || kc.ne[0] != u64::from(dk * nkv)
+                    || vc.ne[0] != u64::from(dv * nkv)
+                    || kc.ne[1] != vc.ne[1]
+                    || kc.ne[2] != vc.ne[2]
+                {
+                    return Err(PluginError::invalid("Attention shapes"));
+                }
+                let sinks = if p.sinks {
+                    let s = src(5)?;
+                    f32_only(s, "sinks")?;
+                    addr(s, "sinks")?
+                } else {
+                    0u64
+                };
+                let (len, ns) = (kc.ne[1] as i32, kc.ne[2] as i32);
+                let (pq, pk, pv) = (addr(q, "q")?, addr(kc, "k cache")?, addr(vc, "v cache")?);
+                let (ps, pp, po) = (
+                    addr(slots, "slots")?,
+                    addr(pos, "positions")?,
+                    addr(&c.dst, "dst")?,
+                );
+                let (nhi, nkvi, dki, dvi) = (nh as i32, nkv as i32, dk as i32, dv as i32);
+                let window = p.window as i32;
+                let err = self.error_word;
+                let f = self.func(name)?;
+                let mut l = stream.launch_builder(&f);
+                l.arg(&pq).arg(&pk).arg(&pv).arg(&ps).arg(&pp).arg(&po);
+                l.arg(&nhi)
+                    .arg(&nkvi)
+                    .arg(&dki)
+                    .arg(&dvi)
+                    .arg(&len)
+                    .arg(&ns);
+                l.arg(&p.scale)
+                    .arg(&p.softcap)
+                    .arg(&window)
+                    .arg(&sinks)
+                    .arg(&err);
+                let blocks = rows * u64::from(nh);
+                let shared = (kc.ne[1] * 4) as u32;
+                if blocks > 0 {
+                    // SAFETY: one block per (row, head); scores fit the dynamic shared memory of
+                    // one slot's positions; slots and positions are checked on the card.
+                    unsafe {
+                        l.launch(LaunchConfig {
+                            grid_dim: (blocks as u32, 1, 1),
+                            block_dim: (128, 1, 1),
+                            shared_mem_bytes: shared,
+                        })
+                    }
+                    .map_err(driver_err(name))?;
+                }
+            }
             other => {
                 return Err(PluginError::unsupported(
                     format!("op {} on the CUDA bundles", other.kind()),
@@ -388,6 +641,13 @@ mod tests {
         "bl_quantize_q8_1",
         "bl_matmul_f32",
         "bl_matmul_q8_0_q8_1",
+        "bl_glu_f32",
+        "bl_unary_f32",
+        "bl_rope_f32",
+        "bl_cache_store_f32",
+        "bl_cache_store_f16",
+        "bl_attention_f32",
+        "bl_attention_f16",
     ];
 
     #[test]
