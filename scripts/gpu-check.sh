@@ -18,11 +18,22 @@ case "${1:-}" in
     out=${OUT:-/tmp}
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
     dist/bloomery --plugin-dir dist/plugins plugins | tee "$out/plugins.txt"
+    models=/dev/shm/bloomery-gpu-check
+    mkdir -p "$models"
+    b=dist/bloomery
+    $b --plugin-dir dist/plugins synth --arch qwen3moe --preset tiny --seed 7 -o "$models/tiny-f32.gguf" >/dev/null
+    $b --plugin-dir dist/plugins synth --arch qwen3moe --preset tiny --seed 7 --experts Q8_0 --attn Q8_0 \
+      --embd Q8_0 --output-type Q8_0 -o "$models/tiny-q8_0.gguf" >/dev/null
     status=0
-    for b in cuda-sm90 cuda-sm86; do
+    for bundle in cuda-sm90 cuda-sm86; do
       for seed in 1 2; do
-        dist/bloomery --plugin-dir dist/plugins opcheck --plugin "$b" --seed "$seed" | tee "$out/opcheck-$b-$seed.txt" || status=1
+        $b --plugin-dir dist/plugins opcheck --plugin "$bundle" --seed "$seed" \
+          --model "$models/tiny-f32.gguf" | tee "$out/opcheck-$bundle-$seed.txt" || status=1
       done
+      # Quantized activations turn summation-order differences into rounding flips: the two CPU
+      # plugins differ by up to 1e-2 on this file, so that is its band.
+      $b --plugin-dir dist/plugins opcheck --plugin "$bundle" --model "$models/tiny-q8_0.gguf" \
+        --model-tol 2e-2 | grep -E "model|cases" | tee "$out/model-q8_0-$bundle.txt" || status=1
     done
     exit $status
     ;;

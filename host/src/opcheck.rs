@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use bloomery_plugin_api::op::{
-    AttentionParams, GluKind, Op, OpKind, RopeMode, RopeParams, UnaryFn,
+    AttentionParams, Gating, GluKind, MoeParams, Op, OpKind, RopeMode, RopeParams, RouterParams,
+    UnaryFn,
 };
 use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
 use bloomery_plugin_api::{DType, PluginError};
@@ -54,6 +55,8 @@ pub struct Case {
     pub dst: [u64; 4],
     /// The op writes source `i` (a cache): that source is the destination.
     pub dst_is_src: Option<usize>,
+    /// Destination type when not a source (F32, or I32 for ids).
+    pub dst_dtype: DType,
     /// Largest accepted relative error.
     pub tol: f64,
 }
@@ -74,7 +77,30 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
         srcs,
         dst,
         dst_is_src: None,
+        dst_dtype: DType::F32,
         tol,
+    };
+    let router = |gating: Gating, k: u32, bias: bool| RouterParams {
+        gating,
+        n_expert: 8,
+        k,
+        n_group: 1,
+        topk_group: 1,
+        bias,
+        norm: true,
+        norm_min: 6.103_515_6e-5,
+        scale: 1.0,
+    };
+    let moe = |fused: bool, glu: GluKind| {
+        Op::MoeExperts(MoeParams {
+            n_expert: 4,
+            k: 2,
+            n_ff: 32,
+            glu,
+            limit: 0.0,
+            fused_gate_up: fused,
+            expert_map: false,
+        })
     };
     let ids = |n: u64, max: i32| spec(DType::I32, [n, 1, 1, 1], Fill::Ids(max));
     let rope = |mode: RopeMode, n_dims: u32, ext: f32| {
@@ -346,6 +372,90 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                 ),
             ]
         }
+        (OpKind::RouterTopK, DType::F32) => {
+            let logits = || spec(DType::F32, [8, 5, 1, 1], Fill::Random(4.0));
+            vec![
+                Case {
+                    dst_dtype: DType::I32,
+                    ..case(
+                        "softmax, top 2",
+                        Op::RouterTopK(router(Gating::Softmax, 2, false)),
+                        vec![logits()],
+                        [2, 5, 1, 1],
+                        0.0,
+                    )
+                },
+                Case {
+                    dst_dtype: DType::I32,
+                    ..case(
+                        "sigmoid + bias, top 3",
+                        Op::RouterTopK(router(Gating::Sigmoid, 3, true)),
+                        vec![logits(), spec(DType::F32, [8, 1, 1, 1], Fill::Random(0.5))],
+                        [3, 5, 1, 1],
+                        0.0,
+                    )
+                },
+            ]
+        }
+        (OpKind::RouterWeights, DType::F32) => {
+            let srcs = || {
+                vec![
+                    spec(DType::F32, [8, 5, 1, 1], Fill::Random(4.0)),
+                    ids(2 * 5, 8),
+                ]
+            };
+            vec![
+                case(
+                    "softmax, renormalised",
+                    Op::RouterWeights(router(Gating::Softmax, 2, false)),
+                    srcs(),
+                    [2, 5, 1, 1],
+                    1e-6,
+                ),
+                case(
+                    "softmax over the selected",
+                    Op::RouterWeights(router(Gating::SoftmaxSelected, 2, false)),
+                    srcs(),
+                    [2, 5, 1, 1],
+                    1e-6,
+                ),
+                case(
+                    "sigmoid",
+                    Op::RouterWeights(router(Gating::Sigmoid, 2, false)),
+                    srcs(),
+                    [2, 5, 1, 1],
+                    1e-6,
+                ),
+            ]
+        }
+        (OpKind::MoeExperts, t @ (DType::F32 | DType::Q8_0)) => {
+            let stack = |ne: [u64; 4]| spec(t, ne, Fill::Random(0.1));
+            let head = || vec![f32s([64, 3, 1, 1]), ids(2 * 3, 4), f32s([2, 3, 1, 1])];
+            let mut split = head();
+            split.extend([
+                stack([64, 32, 4, 1]),
+                stack([64, 32, 4, 1]),
+                stack([32, 64, 4, 1]),
+            ]);
+            let mut fused = head();
+            fused.extend([stack([64, 64, 4, 1]), stack([32, 64, 4, 1])]);
+            vec![
+                case(
+                    "swiglu, separate gate and up",
+                    moe(false, GluKind::SwiGlu),
+                    split,
+                    [64, 3, 1, 1],
+                    1e-5,
+                ),
+                case(
+                    "geglu, fused gate_up",
+                    moe(true, GluKind::GeGlu),
+                    fused,
+                    [64, 3, 1, 1],
+                    1e-3,
+                ),
+            ]
+        }
         _ => Vec::new(),
     }
 }
@@ -446,12 +556,12 @@ fn place(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Placed, Plu
             let d = dev.alloc(dst_bytes)?;
             // Poison: all-ones bytes are NaN in f32, so an unwritten element cannot pass.
             dev.write(&d, 0, &vec![0xFF; dst_bytes as usize])?;
-            let nb = TensorRef::contiguous_strides(DType::F32, case.dst)
+            let nb = TensorRef::contiguous_strides(case.dst_dtype, case.dst)
                 .ok_or_else(|| PluginError::invalid("no layout"))?;
             let t = TensorRef {
                 buffer: d.handle,
                 offset: 0,
-                dtype: DType::F32,
+                dtype: case.dst_dtype,
                 ne: case.dst,
                 nb,
             };
@@ -487,6 +597,10 @@ fn run_on(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Vec<f32>, 
         DType::F16 => out
             .chunks_exact(2)
             .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        DType::I32 => out
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)
             .collect(),
         _ => out
             .chunks_exact(4)
@@ -597,6 +711,108 @@ pub fn check(dev: &Arc<Device>, reference: &Arc<Device>, seed: u64) -> Vec<Outco
                     },
                 });
             }
+        }
+    }
+    outcomes
+}
+
+/// End to end: the logits of a model file on `kernel` against the best CPU plugin, for a
+/// 12-token prompt in one batch (every row an output) in slot 0, the same prompt in slot 1
+/// alongside one decode step of slot 0, then four single-token steps. `tol` bounds ‖Δ‖/‖ref‖ per
+/// pass with an f32 cache; an f16 cache gets ten times that (a summation-order difference in K or
+/// V can flip an f16 rounding, measured 2e-5 between the two CPU plugins).
+pub fn check_model(
+    reg: &crate::plugins::Registry,
+    path: &std::path::Path,
+    kernel: &crate::plugins::KernelPluginFile,
+    tol: f64,
+) -> Vec<Outcome> {
+    use crate::engine::executor::BatchInputs;
+    use crate::model::{LoadOptions, LoadedModel};
+    let prompt: Vec<i32> = vec![5, 77, 300, 12, 509, 256, 1, 40, 41, 42, 7, 9];
+    let n = prompt.len() as i32;
+    let passes: Vec<(String, BatchInputs)> = {
+        let mut v = vec![(
+            "prompt, every row".to_owned(),
+            BatchInputs {
+                tokens: prompt.clone(),
+                positions: (0..n).collect(),
+                slots: vec![0; prompt.len()],
+                output_rows: (0..n).collect(),
+                history: vec![],
+            },
+        )];
+        let mut mixed = BatchInputs {
+            tokens: vec![3],
+            positions: vec![n],
+            slots: vec![0],
+            output_rows: vec![0],
+            history: vec![],
+        };
+        mixed.tokens.extend(&prompt);
+        mixed.positions.extend(0..n);
+        mixed.slots.extend(std::iter::repeat_n(1, prompt.len()));
+        mixed.output_rows.push(n);
+        v.push(("decode slot 0 + prompt slot 1".to_owned(), mixed));
+        for s in 0..4 {
+            v.push((
+                format!("decode step {}", s + 2),
+                BatchInputs {
+                    tokens: vec![11 + s, 13 + s],
+                    positions: vec![n + 1 + s, n + s],
+                    slots: vec![0, 1],
+                    output_rows: vec![0, 1],
+                    history: vec![],
+                },
+            ));
+        }
+        v
+    };
+    let mut outcomes = Vec::new();
+    for kv in [DType::F32, DType::F16] {
+        let tol = if kv == DType::F16 { tol * 10.0 } else { tol };
+        let opts = LoadOptions {
+            n_slots: 2,
+            ctx_per_slot: 64,
+            kv_type: kv,
+            threads: 0,
+        };
+        let what = |p: &str| format!("model {} ({kv} cache): {p}", path.display());
+        let loaded = LoadedModel::load(reg, path, opts)
+            .and_then(|cpu| Ok((cpu, LoadedModel::load_on(reg, path, opts, kernel)?)));
+        let (mut cpu, mut dev) = match loaded {
+            Ok(pair) => pair,
+            Err(e) => {
+                outcomes.push(Outcome {
+                    what: what("load"),
+                    rel: f64::NAN,
+                    tol,
+                    error: Some(e.to_string()),
+                    worst: None,
+                });
+                continue;
+            }
+        };
+        for (name, batch) in &passes {
+            let r = cpu
+                .forward(batch)
+                .and_then(|want| Ok((dev.forward(batch)?, want)));
+            outcomes.push(match r {
+                Ok((got, want)) => Outcome {
+                    what: what(name),
+                    rel: relative(&got, &want),
+                    tol,
+                    error: None,
+                    worst: worst(&got, &want),
+                },
+                Err(e) => Outcome {
+                    what: what(name),
+                    rel: f64::NAN,
+                    tol,
+                    error: Some(e.to_string()),
+                    worst: None,
+                },
+            });
         }
     }
     outcomes

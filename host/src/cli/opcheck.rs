@@ -24,6 +24,13 @@ pub struct OpcheckArgs {
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Also run these model files end to end on the plugin against the CPU (logits of a prompt,
+    /// mixed batches and decode steps).
+    #[arg(long = "model", value_name = "FILE")]
+    pub models: Vec<std::path::PathBuf>,
+    /// Largest ‖Δ‖/‖ref‖ of end-to-end logits.
+    #[arg(long, default_value_t = 1e-5)]
+    pub model_tol: f64,
 }
 
 /// Runs the command.
@@ -51,7 +58,10 @@ pub fn run(cli: &Cli, a: &OpcheckArgs) -> anyhow::Result<()> {
         Device::open(plugin, config).with_context(|| format!("opening {}", plugin.name))?;
     let refdev =
         Device::open(reference, config).with_context(|| format!("opening {}", reference.name))?;
-    let outcomes = opcheck::check(&dev, &refdev, a.seed);
+    let mut outcomes = opcheck::check(&dev, &refdev, a.seed);
+    for m in &a.models {
+        outcomes.extend(opcheck::check_model(&reg, m, plugin, a.model_tol));
+    }
     let mut failed = 0;
     println!(
         "{} against {} (seed {}):",

@@ -17,7 +17,7 @@ use bloomery_plugin_api::{DType, PluginError};
 
 use crate::engine::device::{Buffer, Device};
 use crate::engine::executor::{BatchInputs, Bindings, ExecError, Executor};
-use crate::plugins::{Registry, SelectError};
+use crate::plugins::{KernelPluginFile, Registry, SelectError};
 
 /// Why a model could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +123,17 @@ impl LoadedModel {
         path: &Path,
         options: LoadOptions,
     ) -> Result<LoadedModel, ModelError> {
+        Self::load_on(reg, path, options, reg.best_kernel(DeviceClass::Cpu)?)
+    }
+
+    /// As [`LoadedModel::load`], on the device of a given kernel plugin (weights copied there when
+    /// the device is not the host). A graph op the plugin lacks is a named error at load.
+    pub fn load_on(
+        reg: &Registry,
+        path: &Path,
+        options: LoadOptions,
+        kernel: &KernelPluginFile,
+    ) -> Result<LoadedModel, ModelError> {
         let file = GgufModel::open(path)?;
         let shown = path.display().to_string();
         let arch = file
@@ -142,7 +153,6 @@ impl LoadedModel {
                 source,
             })?;
         let spec = instance.spec();
-        let kernel = reg.best_kernel(DeviceClass::Cpu)?;
         tracing::info!(model = %plugin.name, kernel = %kernel.name, "loading {shown}");
         let device = Device::open(
             kernel,
@@ -152,7 +162,7 @@ impl LoadedModel {
                 pin_threads: true,
             },
         )
-        .map_err(device_err("opening the CPU device"))?;
+        .map_err(device_err("opening the kernel plugin's device"))?;
         let (weight_buffers, weights) = map_weights(&device, &file, &spec)?;
         let (state_buffers, state) = allocate_state(&device, &spec, options)?;
         let mut model = LoadedModel {

@@ -389,3 +389,174 @@ static __device__ void attend(const float* q, const K* kc, const V* vc, const in
     }
 ATTEND(bl_attention_f32, float, float)
 ATTEND(bl_attention_f16, __half, __half)
+
+// ---- MoE routing: one thread per row (k and n_expert are small) ----------------------------------
+// gating: 0 softmax, 1 sigmoid, 2 softmax over the selected, 3 sqrt(softplus)
+
+static __device__ float gate_score(const float* row, int e, int gating, float mx, float inv_sum) {
+    const float l = row[e];
+    switch (gating) {
+        case 0: return expf(l - mx) * inv_sum;
+        case 1: return sigmoid_f(l);
+        case 2: return l;
+        default: return sqrtf(fmaxf(l, 0.0f) + log1pf(expf(-fabsf(l))));
+    }
+}
+
+static __device__ void softmax_stats(const float* row, int n, float* mx, float* inv_sum) {
+    float m = -INFINITY;
+    for (int e = 0; e < n; ++e) m = fmaxf(m, row[e]);
+    double s = 0.0;
+    for (int e = 0; e < n; ++e) s += (double)expf(row[e] - m);
+    *mx = m;
+    *inv_sum = (float)(1.0 / s);
+}
+
+// Top-k of score + bias (the lower id wins ties; NaN ranks lowest), best first.
+extern "C" __global__ void bl_router_topk(const float* logits, const float* bias, int* ids, int n_expert, int k, int rows,
+                                          int gating) {
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const float* row = logits + (long long)r * n_expert;
+    float mx = 0.0f, inv = 1.0f;
+    if (gating == 0) softmax_stats(row, n_expert, &mx, &inv);
+    float pk = INFINITY;
+    int pe = -1;
+    for (int j = 0; j < k; ++j) {
+        float bk = -INFINITY;
+        int be = -1;
+        for (int e = 0; e < n_expert; ++e) {
+            float key = gate_score(row, e, gating, mx, inv) + (bias ? bias[e] : 0.0f);
+            if (isnan(key)) key = -INFINITY;
+            // skip chosen ones and those ranking above the previous choice
+            if (pe >= 0 && !(pk > key || (pk == key && pe < e))) continue;
+            if (be < 0 || key > bk || (key == bk && e < be)) {
+                bk = key;
+                be = e;
+            }
+        }
+        ids[(long long)r * k + j] = be < 0 ? 0 : be;
+        pk = bk;
+        pe = be < 0 ? 0 : be;
+    }
+}
+
+// Weights of the chosen experts: gating scores (softmax over all, or over the chosen), optional
+// renormalisation (sum raised to norm_min) and scale.
+extern "C" __global__ void bl_router_weights(const float* logits, const int* ids, float* out, int n_expert, int k,
+                                             int rows, int gating, int norm, float norm_min, float scale, int* err) {
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const float* row = logits + (long long)r * n_expert;
+    const int* chosen = ids + (long long)r * k;
+    float* o = out + (long long)r * k;
+    for (int j = 0; j < k; ++j) {
+        if (chosen[j] < 0 || chosen[j] >= n_expert) {
+            report(err, 4);
+            return;
+        }
+    }
+    if (gating == 2) {
+        float m = -INFINITY;
+        for (int j = 0; j < k; ++j) m = fmaxf(m, row[chosen[j]]);
+        double s = 0.0;
+        for (int j = 0; j < k; ++j) s += (double)expf(row[chosen[j]] - m);
+        const float inv = (float)(1.0 / s);
+        for (int j = 0; j < k; ++j) o[j] = expf(row[chosen[j]] - m) * inv;
+    } else {
+        float mx = 0.0f, inv = 1.0f;
+        if (gating == 0) softmax_stats(row, n_expert, &mx, &inv);
+        for (int j = 0; j < k; ++j) o[j] = gate_score(row, chosen[j], gating, mx, inv);
+    }
+    if (norm) {
+        float s = 0.0f;
+        for (int j = 0; j < k; ++j) s += o[j];
+        s = fmaxf(s, norm_min);
+        for (int j = 0; j < k; ++j) o[j] /= s;
+    }
+    if (scale != 0.0f && scale != 1.0f)
+        for (int j = 0; j < k; ++j) o[j] *= scale;
+}
+
+// ---- routed experts -------------------------------------------------------------------------------
+// Weight rows are F32 (wtype 0, activations f32) or Q8_0 (wtype 1, activations Q8_1 blocks).
+
+static __device__ float warp_row_dot(const uint8_t* wrow, int wtype, const void* act, int k) {
+    const int lane = threadIdx.x & (WARP - 1);
+    float s = 0.0f;
+    if (wtype == 0) {
+        const float* w = (const float*)wrow;
+        const float* x = (const float*)act;
+        for (int i = lane; i < k; i += WARP) s += w[i] * x[i];
+    } else {
+        const uint8_t* xq = (const uint8_t*)act;
+        for (int b = lane; b < k / 32; b += WARP) {
+            const uint8_t* wb = wrow + b * 34;
+            const uint8_t* xb = xq + b * 36;
+            int sumi = 0;
+#pragma unroll
+            for (int t = 0; t < 8; ++t) sumi = __dp4a(load_i32(wb + 2 + 4 * t), *(const int*)(xb + 4 + 4 * t), sumi);
+            s += half_at(wb) * __low2float(*(const __half2*)xb) * (float)sumi;
+        }
+    }
+    return warp_sum(s);
+}
+
+static __device__ float glu_one(float g, float u, int kind, float limit) {
+    if (kind == 1) return gelu_table(g) * u;
+    if (limit > 0.0f) {
+        const float gc = fminf(g, limit);
+        return gc * sigmoid_f(gc) * fminf(fmaxf(u, -limit), limit);
+    }
+    return g * sigmoid_f(g) * u;
+}
+
+// h[(r*k + j)*n_ff + f] = glu(gate_e[f] . x_r, up_e[f] . x_r) with e = ids[r*k + j] (through map
+// when given; -1 skips: h stays 0). One warp per (r, j, f). Fused stacks: up rows follow gate rows.
+extern "C" __global__ void bl_moe_gate_up(const uint8_t* gate, const uint8_t* up, long long g_row, long long g_exp,
+                                          long long u_row, long long u_exp, int wtype_g, int wtype_u, const void* xg,
+                                          const void* xu, long long xg_row, long long xu_row, const int* ids,
+                                          const int* map, float* h, int n_embd, int n_ff, int k, int rows,
+                                          int n_expert, int kind, float limit, int fused, int* err) {
+    const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (task >= (long long)rows * k * n_ff) return;
+    const int f = (int)(task % n_ff);
+    const long long rj = task / n_ff;
+    const int r = (int)(rj / k);
+    int e = ids[rj];
+    if (e < 0 || e >= n_expert) {
+        if ((threadIdx.x & (WARP - 1)) == 0) report(err, 4);
+        return;
+    }
+    if (map) e = map[e];
+    if (e < 0) {
+        if ((threadIdx.x & (WARP - 1)) == 0) h[task] = 0.0f;
+        return;
+    }
+    const uint8_t* grow = gate + e * g_exp + (long long)f * g_row;
+    const uint8_t* urow = fused ? gate + e * g_exp + (long long)(n_ff + f) * g_row : up + e * u_exp + (long long)f * u_row;
+    const float gv = warp_row_dot(grow, wtype_g, (const uint8_t*)xg + r * xg_row, n_embd);
+    const float uv = warp_row_dot(urow, wtype_u, (const uint8_t*)xu + r * xu_row, n_embd);
+    if ((threadIdx.x & (WARP - 1)) == 0) h[task] = glu_one(gv, uv, kind, limit);
+}
+
+// out[r*n_embd + o] = sum_j w[r*k + j] * (down_e[o] . h_(r,j)). One warp per (r, o).
+extern "C" __global__ void bl_moe_down(const uint8_t* down, long long d_row, long long d_exp, int wtype, const void* hact,
+                                       long long h_row, const int* ids, const int* map, const float* w, float* out,
+                                       int n_embd, int n_ff, int k, int rows, int n_expert) {
+    const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (task >= (long long)rows * n_embd) return;
+    const int o = (int)(task % n_embd);
+    const int r = (int)(task / n_embd);
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j) {
+        int e = ids[(long long)r * k + j];
+        if (e < 0 || e >= n_expert) continue;  // reported by bl_moe_gate_up
+        if (map) e = map[e];
+        if (e < 0) continue;
+        const float d = warp_row_dot(down + e * d_exp + (long long)o * d_row, wtype,
+                                     (const uint8_t*)hact + ((long long)r * k + j) * h_row, n_ff);
+        acc += w[(long long)r * k + j] * d;
+    }
+    if ((threadIdx.x & (WARP - 1)) == 0) out[task] = acc;
+}

@@ -1,13 +1,14 @@
 //! The ops the CUDA bundles run, and their launches: elementwise add/mul/scale, RMSNorm, row
 //! gathers (f32, f16, Q8_0), matrix products (f32; Q8_0 weights with activations quantized to
 //! Q8_1 on the card, dp4a), GLU and unary activations, RoPE (NORM, NEOX, YaRN), the K/V cache
-//! store and attention over an f32 or f16 cache. [`capabilities`] lists exactly what [`Launcher::run`] implements.
+//! store and attention over an f32 or f16 cache, MoE routing and routed experts (F32 or Q8_0
+//! stacks). [`capabilities`] lists exactly what [`Launcher::run`] implements.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use abi_stable::std_types::RVec;
-use bloomery_plugin_api::op::{GluKind, Op, OpKind, OpSupport, RopeMode, UnaryFn};
+use bloomery_plugin_api::op::{Gating, GluKind, Op, OpKind, OpSupport, RopeMode, UnaryFn};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::{result, CudaContext, CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
@@ -63,6 +64,18 @@ pub fn capabilities(bundle: &Bundle) -> RVec<OpSupport> {
         OpSupport {
             op: OpKind::Attention,
             dtypes: vec![DType::F32, DType::F16].into(),
+        },
+        OpSupport {
+            op: OpKind::RouterTopK,
+            dtypes: vec![DType::F32].into(),
+        },
+        OpSupport {
+            op: OpKind::RouterWeights,
+            dtypes: vec![DType::F32].into(),
+        },
+        OpSupport {
+            op: OpKind::MoeExperts,
+            dtypes: vec![DType::F32, DType::Q8_0].into(),
         },
     ];
     list.sort_by_key(|s| s.op);
@@ -601,6 +614,70 @@ impl Launcher {
                     .map_err(driver_err(name))?;
                 }
             }
+            Op::RouterTopK(p) | Op::RouterWeights(p) => {
+                if p.n_group > 1 {
+                    return Err(PluginError::unsupported(
+                        "grouped routing on the CUDA bundles",
+                        &[],
+                    ));
+                }
+                let logits = src(0)?;
+                f32_only(logits, "router logits")?;
+                let (n, k) = (p.n_expert as i32, p.k as i32);
+                let rows = logits.rows() as i32;
+                if logits.ne[0] != u64::from(p.n_expert)
+                    || k < 0
+                    || k > n
+                    || c.dst.elements() != (k as u64) * rows as u64
+                {
+                    return Err(PluginError::invalid("router shapes"));
+                }
+                let gating: i32 = match p.gating {
+                    Gating::Softmax => 0,
+                    Gating::Sigmoid => 1,
+                    Gating::SoftmaxSelected => 2,
+                    Gating::SqrtSoftplus => 3,
+                };
+                let pl = addr(logits, "logits")?;
+                let po = addr(&c.dst, "dst")?;
+                let blocks = cfg((rows.max(1) as u32).div_ceil(64), 64);
+                if matches!(c.op, Op::RouterTopK(_)) {
+                    let pb = if p.bias {
+                        let b = src(1)?;
+                        f32_only(b, "router bias")?;
+                        addr(b, "bias")?
+                    } else {
+                        0u64
+                    };
+                    let f = self.func("bl_router_topk")?;
+                    let mut l = stream.launch_builder(&f);
+                    l.arg(&pl)
+                        .arg(&pb)
+                        .arg(&po)
+                        .arg(&n)
+                        .arg(&k)
+                        .arg(&rows)
+                        .arg(&gating);
+                    // SAFETY: one thread per row inside the checked spans.
+                    unsafe { l.launch(blocks) }.map_err(driver_err("bl_router_topk"))?;
+                } else {
+                    let ids = addr(src(1)?, "ids")?;
+                    let (norm, err) = (i32::from(p.norm), self.error_word);
+                    let f = self.func("bl_router_weights")?;
+                    let mut l = stream.launch_builder(&f);
+                    l.arg(&pl)
+                        .arg(&ids)
+                        .arg(&po)
+                        .arg(&n)
+                        .arg(&k)
+                        .arg(&rows)
+                        .arg(&gating);
+                    l.arg(&norm).arg(&p.norm_min).arg(&p.scale).arg(&err);
+                    // SAFETY: one thread per row; ids are checked on the card.
+                    unsafe { l.launch(blocks) }.map_err(driver_err("bl_router_weights"))?;
+                }
+            }
+            Op::MoeExperts(p) => self.moe(&addr, &src, c, p)?,
             other => {
                 return Err(PluginError::unsupported(
                     format!("op {} on the CUDA bundles", other.kind()),
@@ -608,6 +685,180 @@ impl Launcher {
                 ))
             }
         }
+        Ok(())
+    }
+    /// Routed experts: x quantized once when a stack is Q8_0, gate/up products and the GLU into
+    /// `h`, `h` quantized when down is Q8_0, then the weighted down products.
+    fn moe<'c>(
+        &self,
+        addr: &dyn Fn(&TensorRef, &str) -> Result<u64, PluginError>,
+        src: &dyn Fn(usize) -> Result<&'c TensorRef, PluginError>,
+        c: &'c OpCall,
+        p: bloomery_plugin_api::op::MoeParams,
+    ) -> Result<(), PluginError> {
+        let (x, ids, w, gate) = (src(0)?, src(1)?, src(2)?, src(3)?);
+        let (up, down_i) = if p.fused_gate_up {
+            (None, 4)
+        } else {
+            (Some(src(4)?), 5)
+        };
+        let down = src(down_i)?;
+        let map = if p.expert_map {
+            addr(src(down_i + 1)?, "expert map")?
+        } else {
+            0u64
+        };
+        let wtype = |t: DType| -> Result<i32, PluginError> {
+            match t {
+                DType::F32 => Ok(0),
+                DType::Q8_0 => Ok(1),
+                other => Err(PluginError::unsupported(
+                    format!("MoeExperts with {other} experts"),
+                    &[],
+                )),
+            }
+        };
+        let (n_embd, n_ff, k) = (x.ne[0], u64::from(p.n_ff), u64::from(p.k));
+        let rows = x.rows();
+        let up_t = up.map_or(gate.dtype, |u| u.dtype);
+        let (wg, wu, wd) = (wtype(gate.dtype)?, wtype(up_t)?, wtype(down.dtype)?);
+        let gate_rows = if p.fused_gate_up { 2 * n_ff } else { n_ff };
+        if gate.ne[0] != n_embd
+            || gate.ne[1] != gate_rows
+            || down.ne[0] != n_ff
+            || down.ne[1] != n_embd
+            || ids.elements() != k * rows
+            || w.elements() != k * rows
+            || c.dst.ne[0] != n_embd
+            || c.dst.rows() != rows
+            || (wg | wu) == 1 && n_embd % 32 != 0
+            || wd == 1 && n_ff % 32 != 0
+        {
+            return Err(PluginError::invalid("MoeExperts shapes"));
+        }
+        let align = |b: u64| b.div_ceil(256) * 256;
+        let xq_bytes = if wg == 1 || wu == 1 {
+            align(rows * (n_embd / 32) * 36)
+        } else {
+            0
+        };
+        let h_bytes = align(rows * k * n_ff * 4);
+        let hq_bytes = if wd == 1 {
+            align(rows * k * (n_ff / 32) * 36)
+        } else {
+            0
+        };
+        let base = self.scratch(xq_bytes + h_bytes + hq_bytes)?;
+        let (xq, h, hq) = (base, base + xq_bytes, base + xq_bytes + h_bytes);
+        let px = addr(x, "x")?;
+        let stream = self.ctx.default_stream();
+        let cfg = |tasks: u64| LaunchConfig {
+            grid_dim: (tasks.div_ceil(WARPS).max(1) as u32, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let quantize = |from: u64, to: u64, nblocks: u64, what: &str| -> Result<(), PluginError> {
+            let nb = nblocks as i64;
+            let f = self.func("bl_quantize_q8_1")?;
+            let mut l = stream.launch_builder(&f);
+            l.arg(&from).arg(&to).arg(&nb);
+            // SAFETY: one warp per 32-value block; both areas hold nblocks blocks.
+            unsafe { l.launch(cfg(nblocks)) }
+                .map_err(driver_err(what))
+                .map(|_| ())
+        };
+        if xq_bytes > 0 {
+            quantize(px, xq, rows * (n_embd / 32), "quantizing the MoE input")?;
+        }
+        let act = |t: i32| {
+            if t == 1 {
+                (xq, ((n_embd / 32) * 36) as i64)
+            } else {
+                (px, (n_embd * 4) as i64)
+            }
+        };
+        let ((xg, xg_row), (xu, xu_row)) = (act(wg), act(wu));
+        let pg = addr(gate, "gate")?;
+        let pu = match up {
+            Some(u) => addr(u, "up")?,
+            None => 0u64,
+        };
+        let (g_row, g_exp) = (gate.nb[1] as i64, gate.nb[2] as i64);
+        let (u_row, u_exp) = up.map_or((0, 0), |u| (u.nb[1] as i64, u.nb[2] as i64));
+        let (pids, pw, po) = (addr(ids, "ids")?, addr(w, "weights")?, addr(&c.dst, "dst")?);
+        let (ne, nf, ki, ri, nx) = (
+            n_embd as i32,
+            n_ff as i32,
+            k as i32,
+            rows as i32,
+            p.n_expert as i32,
+        );
+        let kind: i32 = match p.glu {
+            GluKind::SwiGlu => 0,
+            GluKind::GeGlu => 1,
+        };
+        let (fused, err) = (i32::from(p.fused_gate_up), self.error_word);
+        let f = self.func("bl_moe_gate_up")?;
+        let mut l = stream.launch_builder(&f);
+        l.arg(&pg)
+            .arg(&pu)
+            .arg(&g_row)
+            .arg(&g_exp)
+            .arg(&u_row)
+            .arg(&u_exp)
+            .arg(&wg)
+            .arg(&wu);
+        l.arg(&xg)
+            .arg(&xu)
+            .arg(&xg_row)
+            .arg(&xu_row)
+            .arg(&pids)
+            .arg(&map)
+            .arg(&h);
+        l.arg(&ne)
+            .arg(&nf)
+            .arg(&ki)
+            .arg(&ri)
+            .arg(&nx)
+            .arg(&kind)
+            .arg(&p.limit)
+            .arg(&fused)
+            .arg(&err);
+        // SAFETY: one warp per (row, expert slot, ff row); expert ids are checked on the card and
+        // every stack row lies inside the stacks' checked spans.
+        unsafe { l.launch(cfg(rows * k * n_ff)) }.map_err(driver_err("bl_moe_gate_up"))?;
+        let (hact, h_row) = if wd == 1 {
+            quantize(
+                h,
+                hq,
+                rows * k * (n_ff / 32),
+                "quantizing the MoE hidden rows",
+            )?;
+            (hq, ((n_ff / 32) * 36) as i64)
+        } else {
+            (h, (n_ff * 4) as i64)
+        };
+        let pd = addr(down, "down")?;
+        let (d_row, d_exp) = (down.nb[1] as i64, down.nb[2] as i64);
+        let f = self.func("bl_moe_down")?;
+        let mut l = stream.launch_builder(&f);
+        l.arg(&pd)
+            .arg(&d_row)
+            .arg(&d_exp)
+            .arg(&wd)
+            .arg(&hact)
+            .arg(&h_row)
+            .arg(&pids)
+            .arg(&map);
+        l.arg(&pw)
+            .arg(&po)
+            .arg(&ne)
+            .arg(&nf)
+            .arg(&ki)
+            .arg(&ri)
+            .arg(&nx);
+        // SAFETY: one warp per (row, output); rows of the down stack inside its checked span.
+        unsafe { l.launch(cfg(rows * n_embd)) }.map_err(driver_err("bl_moe_down"))?;
         Ok(())
     }
 }
@@ -648,6 +899,10 @@ mod tests {
         "bl_cache_store_f16",
         "bl_attention_f32",
         "bl_attention_f16",
+        "bl_router_topk",
+        "bl_router_weights",
+        "bl_moe_gate_up",
+        "bl_moe_down",
     ];
 
     #[test]
