@@ -4,7 +4,11 @@
 #                                 kernels to PTX), stripped so dist/ fits the 64 MiB carry.
 #   scripts/gpu-check.sh device   on the GPU machine (device tool, carry dist): the plugin listing,
 #                                 then every op of each runnable CUDA bundle against cpu-scalar on
-#                                 fresh random inputs (outputs poisoned before each run).
+#                                 fresh random inputs (outputs poisoned before each run), and tiny
+#                                 qwen3moe files end to end, GPU against CPU.
+#   scripts/gpu-check.sh bench    on the GPU machine: writes the Qwen3-30B-A3B-shaped file (experts
+#                                 Q4_K, attention/embeddings/output Q8_0) to /dev/shm and runs
+#                                 `bloomery bench -p 512 -n 128 -ngl 99` on it.
 # Full logs go to $OUT when it is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,8 +41,15 @@ case "${1:-}" in
     done
     exit $status
     ;;
+  bench)
+    out=${OUT:-/tmp}
+    f=/dev/shm/q3-30b-a3b-q4k.gguf
+    [ -f "$f" ] || /usr/bin/time -f "synth: %e s" dist/bloomery --plugin-dir dist/plugins synth --arch qwen3moe \
+      --preset 30b-a3b --experts Q4_K --attn Q8_0 --embd Q8_0 --output-type Q8_0 -o "$f" > /dev/null
+    dist/bloomery --plugin-dir dist/plugins bench -m "$f" -p 512 -n 128 -r 3 -ngl 99 | tee "$out/bench-30b.txt"
+    ;;
   *)
-    echo "usage: scripts/gpu-check.sh build|device" >&2
+    echo "usage: scripts/gpu-check.sh build|device|bench" >&2
     exit 2
     ;;
 esac

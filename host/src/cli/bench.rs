@@ -32,6 +32,10 @@ pub struct BenchArgs {
     /// CPU threads (0: one per core).
     #[arg(short = 't', long = "threads", default_value_t = 0)]
     pub threads: u32,
+    /// Layers on the GPU, llama-bench's `-ngl`: 0 runs on the CPU; any other value runs the whole
+    /// model on the best GPU kernel plugin (no partial offload yet).
+    #[arg(long = "n-gpu-layers", default_value_t = 0)]
+    pub n_gpu_layers: u32,
 }
 
 /// Mean and sample standard deviation.
@@ -106,16 +110,14 @@ fn tg_once(model: &mut LoadedModel, n: u32, rng: &mut StdRng) -> anyhow::Result<
 pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
     let reg = Registry::load(&cli.plugin_dir())?;
     let ctx = a.n_prompt.max(a.n_gen).max(1);
-    let mut model = LoadedModel::load(
-        &reg,
-        &a.model,
-        LoadOptions {
-            n_slots: 1,
-            ctx_per_slot: ctx,
-            kv_type: DType::F16,
-            threads: a.threads,
-        },
-    )?;
+    let options = LoadOptions {
+        n_slots: 1,
+        ctx_per_slot: ctx,
+        kv_type: DType::F16,
+        threads: a.threads,
+    };
+    let mut model = LoadedModel::load_offloaded(&reg, &a.model, options, a.n_gpu_layers > 0)?;
+    let backend = model.kernel_plugin().to_owned();
     let meta = model.file.metadata();
     let arch = meta.get_str("general.architecture").unwrap_or("?");
     let label = meta
@@ -140,7 +142,6 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
     } else {
         a.threads
     };
-    let backend = "CPU";
     let mut rng = StdRng::seed_from_u64(0);
     let mut rows = Vec::new();
     let tests: [(&str, u32, TestFn); 2] = [("pp", a.n_prompt, pp_once), ("tg", a.n_gen, tg_once)];

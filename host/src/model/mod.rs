@@ -126,6 +126,35 @@ impl LoadedModel {
         Self::load_on(reg, path, options, reg.best_kernel(DeviceClass::Cpu)?)
     }
 
+    /// With `gpu`, the whole model on the best GPU kernel plugin; when none can run here, or the
+    /// chosen one lacks an op of this model, on the CPU with one warning naming why. Without
+    /// `gpu`, as [`LoadedModel::load`].
+    pub fn load_offloaded(
+        reg: &Registry,
+        path: &Path,
+        options: LoadOptions,
+        gpu: bool,
+    ) -> Result<LoadedModel, ModelError> {
+        if gpu {
+            let tried = reg
+                .best_kernel(DeviceClass::Gpu)
+                .map_err(ModelError::from)
+                .and_then(|k| Self::load_on(reg, path, options, k));
+            match tried {
+                Ok(m) => return Ok(m),
+                Err(e) => tracing::warn!(
+                    "GPU offload requested but not possible ({e}); running on the CPU"
+                ),
+            }
+        }
+        Self::load(reg, path, options)
+    }
+
+    /// The kernel plugin the model runs on.
+    pub fn kernel_plugin(&self) -> &str {
+        &self.device.plugin
+    }
+
     /// As [`LoadedModel::load`], on the device of a given kernel plugin (weights copied there when
     /// the device is not the host). A graph op the plugin lacks is a named error at load.
     pub fn load_on(

@@ -23,7 +23,7 @@ const MULTI_LETTER_SHORT: &[(&str, &str)] = &[
 ];
 
 /// The command line with llama.cpp's multi-letter short flags (`-np 4`, `-ngl=99`) after the
-/// `serve` subcommand written as their long forms.
+/// `serve` or `bench` subcommand written as their long forms.
 pub fn expand_short_flags<I: IntoIterator<Item = std::ffi::OsString>>(
     args: I,
 ) -> Vec<std::ffi::OsString> {
@@ -31,7 +31,7 @@ pub fn expand_short_flags<I: IntoIterator<Item = std::ffi::OsString>>(
     args.into_iter()
         .map(|a| {
             if !serving {
-                serving = a == "serve";
+                serving = a == "serve" || a == "bench";
                 return a;
             }
             let Some(s) = a.to_str() else { return a };
@@ -139,8 +139,8 @@ pub struct ServeArgs {
         env = "LLAMA_ARG_CACHE_TYPE_V"
     )]
     pub cache_type_v: String,
-    /// Layers on the GPU (no GPU kernels serve models yet: anything but 0 runs on the CPU with a
-    /// warning, as a CPU-only llama.cpp build does).
+    /// Layers on the GPU: 0 runs on the CPU; anything else runs the whole model on the best GPU
+    /// kernel plugin (no partial offload yet), or on the CPU with a warning when none can.
     #[arg(
         long = "n-gpu-layers",
         visible_alias = "gpu-layers",

@@ -230,13 +230,10 @@ fn load(cli_plugin_dir: &std::path::Path, a: &ServeArgs) -> anyhow::Result<Ready
     if n_ctx_slot < 2 {
         anyhow::bail!("-c {n_ctx} over {n_slots} slots leaves {n_ctx_slot} positions per slot");
     }
-    if let Some(ngl) = &a.n_gpu_layers {
-        if ngl != "0" {
-            tracing::warn!(
-                "-ngl {ngl}: no GPU kernel plugin serves models yet; running on the CPU"
-            );
-        }
-    }
+    // -ngl: 0 keeps everything on the CPU; anything else (99, all, auto) puts the whole model on
+    // the best GPU kernel plugin (partial offload is not implemented), falling back to the CPU
+    // with one warning.
+    let gpu = a.n_gpu_layers.as_deref().is_some_and(|n| n != "0");
     let kv_type = if a.cache_type_k == "f32" {
         DType::F32
     } else {
@@ -249,7 +246,8 @@ fn load(cli_plugin_dir: &std::path::Path, a: &ServeArgs) -> anyhow::Result<Ready
         kv_type,
         threads,
     };
-    let model = LoadedModel::load(&reg, &a.model, options)?;
+    let model = LoadedModel::load_offloaded(&reg, &a.model, options, gpu)?;
+    tracing::info!("running on {}", model.kernel_plugin());
     let tok = Arc::new(crate::text::tokenizer(&model.file)?);
     let meta = model.file.metadata();
     let text_of = |id: Option<u32>| {

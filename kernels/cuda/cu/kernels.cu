@@ -164,29 +164,6 @@ static __device__ __forceinline__ int load_i32(const uint8_t* p) {
     return (int)((uint32_t)lo | ((uint32_t)hi << 16));
 }
 
-// Q8_0 weights (34-byte blocks) . Q8_1 activations (36-byte blocks).
-extern "C" __global__ void bl_matmul_q8_0_q8_1(const uint8_t* w, long long w_stride, const uint8_t* xq, float* y, int k,
-                                               int n, int m) {
-    const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-    if (task >= (long long)n * m) return;
-    const int j = (int)(task % n), c = (int)(task / n);
-    const int lane = threadIdx.x & (WARP - 1);
-    const int nb = k / 32;
-    const uint8_t* wr = w + (long long)j * w_stride;
-    const uint8_t* xr = xq + (long long)c * nb * 36;
-    float s = 0.0f;
-    for (int b = lane; b < nb; b += WARP) {
-        const uint8_t* wb = wr + b * 34;
-        const uint8_t* xb = xr + b * 36;
-        int sumi = 0;
-#pragma unroll
-        for (int t = 0; t < 8; ++t) sumi = __dp4a(load_i32(wb + 2 + 4 * t), *(const int*)(xb + 4 + 4 * t), sumi);
-        s += half_at(wb) * __low2float(*(const __half2*)xb) * (float)sumi;
-    }
-    s = warp_sum(s);
-    if (lane == 0) y[(long long)c * n + j] = s;
-}
-
 // ---- activations --------------------------------------------------------------------------------
 
 static __device__ __forceinline__ float sigmoid_f(float x) {
@@ -481,6 +458,18 @@ extern "C" __global__ void bl_router_weights(const float* logits, const int* ids
 // ---- routed experts -------------------------------------------------------------------------------
 // Weight rows are F32 (wtype 0, activations f32) or Q8_0 (wtype 1, activations Q8_1 blocks).
 
+static __device__ __forceinline__ void scale_min_k4(const uint8_t* sc, int j, int* d, int* m) {
+    if (j < 4) {
+        *d = sc[j] & 63;
+        *m = sc[j + 4] & 63;
+    } else {
+        *d = (sc[j + 4] & 0x0F) | ((sc[j - 4] >> 6) << 4);
+        *m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+    }
+}
+
+// One weight row . one activation row, reduced over the warp. Weight types: 0 F32 (activations
+// f32), 1 Q8_0 (34-byte blocks), 2 Q4_K (144-byte superblocks); 1 and 2 take Q8_1 activations.
 static __device__ float warp_row_dot(const uint8_t* wrow, int wtype, const void* act, int k) {
     const int lane = threadIdx.x & (WARP - 1);
     float s = 0.0f;
@@ -488,7 +477,7 @@ static __device__ float warp_row_dot(const uint8_t* wrow, int wtype, const void*
         const float* w = (const float*)wrow;
         const float* x = (const float*)act;
         for (int i = lane; i < k; i += WARP) s += w[i] * x[i];
-    } else {
+    } else if (wtype == 1) {
         const uint8_t* xq = (const uint8_t*)act;
         for (int b = lane; b < k / 32; b += WARP) {
             const uint8_t* wb = wrow + b * 34;
@@ -498,8 +487,56 @@ static __device__ float warp_row_dot(const uint8_t* wrow, int wtype, const void*
             for (int t = 0; t < 8; ++t) sumi = __dp4a(load_i32(wb + 2 + 4 * t), *(const int*)(xb + 4 + 4 * t), sumi);
             s += half_at(wb) * __low2float(*(const __half2*)xb) * (float)sumi;
         }
+    } else {
+        // Q4_K: sub-block sb (32 values) of superblock sb / 8; d*sc*dx*sum(q*qx) - dmin*m*sx.
+        const uint8_t* xq = (const uint8_t*)act;
+        for (int sb = lane; sb < k / 32; sb += WARP) {
+            const uint8_t* blk = wrow + (sb / 8) * 144;
+            const int j = sb % 8;
+            const float2 dm = __half22float2(*(const __half2*)blk);
+            int sc, mn;
+            scale_min_k4(blk + 4, j, &sc, &mn);
+            const int* qs = (const int*)(blk + 16 + (j / 2) * 32);
+            const int shift = 4 * (j % 2);
+            const uint8_t* xb = xq + sb * 36;
+            const float2 ds = __half22float2(*(const __half2*)xb);
+            int sumi = 0;
+#pragma unroll
+            for (int t = 0; t < 8; ++t) sumi = __dp4a((qs[t] >> shift) & 0x0F0F0F0F, *(const int*)(xb + 4 + 4 * t), sumi);
+            s += dm.x * (float)sc * ds.x * (float)sumi - dm.y * (float)mn * ds.y;
+        }
     }
     return warp_sum(s);
+}
+
+// Quantized products, any wtype of warp_row_dot: y[c*n + j] = W_j . x_c, one warp per (j, c).
+extern "C" __global__ void bl_matmul_q(const uint8_t* w, long long w_stride, const uint8_t* xq, long long x_row, float* y,
+                                       int k, int n, int m, int wtype) {
+    const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (task >= (long long)n * m) return;
+    const int j = (int)(task % n), c = (int)(task / n);
+    const float v = warp_row_dot(w + (long long)j * w_stride, wtype, xq + (long long)c * x_row, k);
+    if ((threadIdx.x & (WARP - 1)) == 0) y[(long long)c * n + j] = v;
+}
+
+// Q4_K rows gathered to f32.
+extern "C" __global__ void bl_get_rows_q4_k(const uint8_t* table, long long stride, const int* ids, float* out,
+                                            int ncols, int nrows, int* err) {
+    const int id = ids[blockIdx.x];
+    float* y = out + (long long)blockIdx.x * ncols;
+    if (id < 0 || id >= nrows) {
+        report(err, 1);
+        return;
+    }
+    const uint8_t* row = table + (long long)id * stride;
+    for (int i = threadIdx.x; i < ncols; i += blockDim.x) {
+        const uint8_t* blk = row + (i / 256) * 144;
+        const int j = (i % 256) / 32, l = i % 32;
+        int sc, mn;
+        scale_min_k4(blk + 4, j, &sc, &mn);
+        const int q = (blk[16 + (j / 2) * 32 + l] >> (4 * (j % 2))) & 0x0F;
+        y[i] = half_at(blk) * (float)sc * (float)q - half_at(blk + 2) * (float)mn;
+    }
 }
 
 static __device__ float glu_one(float g, float u, int kind, float limit) {

@@ -1,8 +1,8 @@
 //! The ops the CUDA bundles run, and their launches: elementwise add/mul/scale, RMSNorm, row
-//! gathers (f32, f16, Q8_0), matrix products (f32; Q8_0 weights with activations quantized to
-//! Q8_1 on the card, dp4a), GLU and unary activations, RoPE (NORM, NEOX, YaRN), the K/V cache
-//! store and attention over an f32 or f16 cache, MoE routing and routed experts (F32 or Q8_0
-//! stacks). [`capabilities`] lists exactly what [`Launcher::run`] implements.
+//! gathers (f32, f16, Q8_0, Q4_K), matrix products (f32; Q8_0 and Q4_K weights with activations
+//! quantized to Q8_1 on the card, dp4a), GLU and unary activations, RoPE (NORM, NEOX, YaRN), the
+//! K/V cache store, attention over an f32 or f16 cache, MoE routing and routed experts (F32, Q8_0
+//! or Q4_K stacks). [`capabilities`] lists exactly what [`Launcher::run`] implements.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -39,11 +39,11 @@ pub fn capabilities(bundle: &Bundle) -> RVec<OpSupport> {
         },
         OpSupport {
             op: OpKind::GetRows,
-            dtypes: vec![DType::F32, DType::F16, DType::Q8_0].into(),
+            dtypes: vec![DType::F32, DType::F16, DType::Q8_0, DType::Q4_K].into(),
         },
         OpSupport {
             op: OpKind::MatMul,
-            dtypes: vec![DType::F32, DType::Q8_0].into(),
+            dtypes: vec![DType::F32, DType::Q8_0, DType::Q4_K].into(),
         },
         OpSupport {
             op: OpKind::Glu,
@@ -75,7 +75,7 @@ pub fn capabilities(bundle: &Bundle) -> RVec<OpSupport> {
         },
         OpSupport {
             op: OpKind::MoeExperts,
-            dtypes: vec![DType::F32, DType::Q8_0].into(),
+            dtypes: vec![DType::F32, DType::Q8_0, DType::Q4_K].into(),
         },
     ];
     list.sort_by_key(|s| s.op);
@@ -294,6 +294,7 @@ impl Launcher {
                     DType::F32 => "bl_get_rows_f32",
                     DType::F16 => "bl_get_rows_f16",
                     DType::Q8_0 => "bl_get_rows_q8_0",
+                    DType::Q4_K => "bl_get_rows_q4_k",
                     other => {
                         return Err(PluginError::unsupported(format!("GetRows of {other}"), &[]))
                     }
@@ -348,9 +349,17 @@ impl Launcher {
                         unsafe { l.launch(cfg(grid(tasks, WARPS), BLOCK)) }
                             .map_err(driver_err("bl_matmul_f32"))?;
                     }
-                    DType::Q8_0 => {
-                        if k % 32 != 0 {
-                            return Err(PluginError::invalid("Q8_0 rows must be whole blocks"));
+                    DType::Q8_0 | DType::Q4_K => {
+                        let (wtype, block): (i32, u64) = if w.dtype == DType::Q8_0 {
+                            (1, 32)
+                        } else {
+                            (2, 256)
+                        };
+                        if k % block != 0 {
+                            return Err(PluginError::invalid(format!(
+                                "{} rows must be whole blocks",
+                                w.dtype
+                            )));
                         }
                         let nblocks = (k / 32) * m;
                         let q = self.scratch(nblocks * 36)?;
@@ -361,18 +370,14 @@ impl Launcher {
                         // SAFETY: one warp per 32-value block of x; q holds nblocks blocks.
                         unsafe { l.launch(cfg(grid(nblocks, WARPS), BLOCK)) }
                             .map_err(driver_err("bl_quantize_q8_1"))?;
-                        let f = self.func("bl_matmul_q8_0_q8_1")?;
+                        let x_row = ((k / 32) * 36) as i64;
+                        let f = self.func("bl_matmul_q")?;
                         let mut l = stream.launch_builder(&f);
-                        l.arg(&pw)
-                            .arg(&stride)
-                            .arg(&q)
-                            .arg(&py)
-                            .arg(&ki)
-                            .arg(&ni)
-                            .arg(&mi);
+                        l.arg(&pw).arg(&stride).arg(&q).arg(&x_row).arg(&py);
+                        l.arg(&ki).arg(&ni).arg(&mi).arg(&wtype);
                         // SAFETY: one warp per (row, column), all inside the checked spans.
                         unsafe { l.launch(cfg(grid(tasks, WARPS), BLOCK)) }
-                            .map_err(driver_err("bl_matmul_q8_0_q8_1"))?;
+                            .map_err(driver_err("bl_matmul_q"))?;
                     }
                     other => {
                         return Err(PluginError::unsupported(
@@ -712,6 +717,7 @@ impl Launcher {
             match t {
                 DType::F32 => Ok(0),
                 DType::Q8_0 => Ok(1),
+                DType::Q4_K => Ok(2),
                 other => Err(PluginError::unsupported(
                     format!("MoeExperts with {other} experts"),
                     &[],
@@ -719,6 +725,11 @@ impl Launcher {
             }
         };
         let (n_embd, n_ff, k) = (x.ne[0], u64::from(p.n_ff), u64::from(p.k));
+        let block = |t: i32| match t {
+            0 => 1u64,
+            1 => 32,
+            _ => 256,
+        };
         let rows = x.rows();
         let up_t = up.map_or(gate.dtype, |u| u.dtype);
         let (wg, wu, wd) = (wtype(gate.dtype)?, wtype(up_t)?, wtype(down.dtype)?);
@@ -731,19 +742,19 @@ impl Launcher {
             || w.elements() != k * rows
             || c.dst.ne[0] != n_embd
             || c.dst.rows() != rows
-            || (wg | wu) == 1 && n_embd % 32 != 0
-            || wd == 1 && n_ff % 32 != 0
+            || n_embd % block(wg.max(wu)) != 0
+            || n_ff % block(wd) != 0
         {
             return Err(PluginError::invalid("MoeExperts shapes"));
         }
         let align = |b: u64| b.div_ceil(256) * 256;
-        let xq_bytes = if wg == 1 || wu == 1 {
+        let xq_bytes = if wg >= 1 || wu >= 1 {
             align(rows * (n_embd / 32) * 36)
         } else {
             0
         };
         let h_bytes = align(rows * k * n_ff * 4);
-        let hq_bytes = if wd == 1 {
+        let hq_bytes = if wd >= 1 {
             align(rows * k * (n_ff / 32) * 36)
         } else {
             0
@@ -771,7 +782,7 @@ impl Launcher {
             quantize(px, xq, rows * (n_embd / 32), "quantizing the MoE input")?;
         }
         let act = |t: i32| {
-            if t == 1 {
+            if t >= 1 {
                 (xq, ((n_embd / 32) * 36) as i64)
             } else {
                 (px, (n_embd * 4) as i64)
@@ -827,7 +838,7 @@ impl Launcher {
         // SAFETY: one warp per (row, expert slot, ff row); expert ids are checked on the card and
         // every stack row lies inside the stacks' checked spans.
         unsafe { l.launch(cfg(rows * k * n_ff)) }.map_err(driver_err("bl_moe_gate_up"))?;
-        let (hact, h_row) = if wd == 1 {
+        let (hact, h_row) = if wd >= 1 {
             quantize(
                 h,
                 hq,
@@ -891,7 +902,8 @@ mod tests {
         "bl_get_rows_q8_0",
         "bl_quantize_q8_1",
         "bl_matmul_f32",
-        "bl_matmul_q8_0_q8_1",
+        "bl_matmul_q",
+        "bl_get_rows_q4_k",
         "bl_glu_f32",
         "bl_unary_f32",
         "bl_rope_f32",
