@@ -8,7 +8,8 @@
 #                                 qwen3moe files end to end, GPU against CPU.
 #   scripts/gpu-check.sh bench    on the GPU machine: writes the Qwen3-30B-A3B-shaped file (experts
 #                                 Q4_K, attention/embeddings/output Q8_0) to /dev/shm and runs
-#                                 `bloomery bench -p 512 -n 128 -ngl 99` on it.
+#                                 `bloomery bench -p 512 -n 128 -ngl 99` on it, with device graphs
+#                                 and without, then a per-op profile of one eager pass.
 # Full logs go to $OUT when it is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +40,9 @@ case "${1:-}" in
       $b --plugin-dir dist/plugins opcheck --plugin "$bundle" --model "$models/tiny-q8_0.gguf" \
         --model-tol 2e-2 | grep -E "model|cases" | tee "$out/model-q8_0-$bundle.txt" || status=1
     done
+    # The dp4a form of the tiled products (BLOOMERY_CUDA_MMQ=dp4a) against the same references.
+    BLOOMERY_CUDA_MMQ=dp4a $b --plugin-dir dist/plugins opcheck --plugin cuda-sm90 --seed 3 \
+      | tee "$out/opcheck-dp4a.txt" | grep -E "FAIL|cases" || status=1
     exit $status
     ;;
   bench)
@@ -46,7 +50,17 @@ case "${1:-}" in
     f=/dev/shm/q3-30b-a3b-q4k.gguf
     [ -f "$f" ] || /usr/bin/time -f "synth: %e s" dist/bloomery --plugin-dir dist/plugins synth --arch qwen3moe \
       --preset 30b-a3b --experts Q4_K --attn Q8_0 --embd Q8_0 --output-type Q8_0 -o "$f" > /dev/null
-    dist/bloomery --plugin-dir dist/plugins bench -m "$f" -p 512 -n 128 -r 3 -ngl 99 | tee "$out/bench-30b.txt"
+    b="dist/bloomery --plugin-dir dist/plugins"
+    $b bench -m "$f" -p 512 -n 128 -r 3 -ngl 99 | tee "$out/bench-30b.txt"
+    echo "op by op (no device graphs):"
+    $b bench -m "$f" -p 512 -n 128 -r 3 -ngl 99 --no-graphs | tail -2 | tee -a "$out/bench-30b.txt"
+    echo "batched products on dp4a instead of the int8 tensor cores:"
+    BLOOMERY_CUDA_MMQ=dp4a $b bench -m "$f" -p 512 -n 0 -r 3 -ngl 99 | tail -1 | tee -a "$out/bench-30b.txt"
+    echo "batched products untiled (one warp per row and column):"
+    BLOOMERY_CUDA_MMQ=off $b bench -m "$f" -p 512 -n 0 -r 3 -ngl 99 | tail -1 | tee -a "$out/bench-30b.txt"
+    # Per-op event timing of one eager pp512 and tg32 (BLOOMERY_CUDA_PROFILE).
+    BLOOMERY_CUDA_PROFILE=1 $b bench -m "$f" -p 512 -n 32 -r 1 -ngl 99 --no-graphs 2>&1 \
+      | tee "$out/profile-30b.txt" | sed -n '/per-op profile/,$p' | head -40
     ;;
   *)
     echo "usage: scripts/gpu-check.sh build|device|bench" >&2

@@ -44,6 +44,7 @@ fn load() -> LoadedModel {
         ctx_per_slot: 256,
         kv_type: DType::F32,
         threads: 2,
+        graphs: true,
     };
     LoadedModel::load(&reg, &model_path(), opts).unwrap()
 }

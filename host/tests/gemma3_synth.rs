@@ -44,6 +44,7 @@ fn load(path: &Path, n_slots: u32) -> LoadedModel {
         ctx_per_slot: 64,
         kv_type: DType::F32,
         threads: 2,
+        graphs: true,
     };
     LoadedModel::load(&reg, path, opts).unwrap()
 }

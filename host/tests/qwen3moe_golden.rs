@@ -67,6 +67,7 @@ fn compare_with(name: &str, file: &str, t: [DType; 4]) -> Agreement {
         ctx_per_slot: 64,
         kv_type: DType::F32,
         threads: 2,
+        graphs: true,
     };
     let mut a = Agreement {
         max_rel: 0.0,

@@ -36,6 +36,10 @@ pub struct BenchArgs {
     /// model on the best GPU kernel plugin (no partial offload yet).
     #[arg(long = "n-gpu-layers", default_value_t = 0)]
     pub n_gpu_layers: u32,
+    /// Launch every op of every pass from the host instead of replaying captured device graphs
+    /// (to measure what the graphs save).
+    #[arg(long = "no-graphs")]
+    pub no_graphs: bool,
 }
 
 /// Mean and sample standard deviation.
@@ -115,6 +119,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         ctx_per_slot: ctx,
         kv_type: DType::F16,
         threads: a.threads,
+        graphs: !a.no_graphs,
     };
     let mut model = LoadedModel::load_offloaded(&reg, &a.model, options, a.n_gpu_layers > 0)?;
     let backend = model.kernel_plugin().to_owned();

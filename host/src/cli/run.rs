@@ -242,6 +242,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         ctx_per_slot: ctx,
         kv_type: DType::F16,
         threads: a.threads,
+        graphs: true,
     };
     let mut model = LoadedModel::load(&reg, &a.model, options)?;
     stats.load_secs = load_started.elapsed().as_secs_f64();

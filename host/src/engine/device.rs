@@ -97,4 +97,20 @@ impl Device {
     pub fn sync(&self) -> Result<(), PluginError> {
         self.inner.sync().into_result()
     }
+
+    /// Records calls into a replayable device graph (an `Unsupported` error where the device has
+    /// none).
+    pub fn capture(&self, calls: &[OpCall]) -> Result<u64, PluginError> {
+        self.inner.capture(calls.into()).into_result()
+    }
+
+    /// Replays a captured graph.
+    pub fn replay(&self, graph: u64) -> Result<(), PluginError> {
+        self.inner.replay(graph).into_result()
+    }
+
+    /// Releases a captured graph.
+    pub fn release_graph(&self, graph: u64) -> Result<(), PluginError> {
+        self.inner.release_graph(graph).into_result()
+    }
 }

@@ -4,7 +4,7 @@
 //! here, every tensor is resolved to a `TensorRef`, and each step only writes the inputs, runs the
 //! prepared calls and reads the outputs. Nothing on the step path allocates device memory.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bloomery_plugin_api::graph::{BatchInput, BatchShape, Graph, TensorSource};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
@@ -76,6 +76,19 @@ pub struct Bindings<'a> {
     pub state: &'a [TensorRef],
 }
 
+/// Whether an executor's calls run one by one or as a captured device graph.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Replay {
+    /// Not captured yet (graphs wanted, no pass has run).
+    Fresh,
+    /// One eager pass has run (the device's scratch has its size): the next pass captures.
+    Warm,
+    /// Captured: every pass replays this device graph.
+    Captured(u64),
+    /// Eager for good (graphs off, or the device cannot capture these calls).
+    Eager,
+}
+
 /// A prepared graph.
 pub struct Executor {
     /// The shape it was built for.
@@ -83,17 +96,31 @@ pub struct Executor {
     calls: Vec<OpCall>,
     inputs: Vec<(BatchInput, Buffer, TensorRef)>,
     outputs: Vec<(String, TensorRef)>,
+    replay: Mutex<Replay>,
+    device: Arc<Device>,
     _arena: Option<Buffer>,
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        if let Ok(Replay::Captured(g)) = self.replay.lock().map(|r| *r) {
+            if let Err(e) = self.device.release_graph(g) {
+                tracing::warn!("releasing a device graph: {e}");
+            }
+        }
+    }
 }
 
 impl Executor {
     /// Checks the graph against the device's kernels, plans and allocates its memory, and resolves
-    /// every op call.
+    /// every op call. With `graphs`, the second pass captures the calls into a device graph and
+    /// later passes replay it (where the device can capture; eager otherwise).
     pub fn prepare(
         device: &Arc<Device>,
         shape: BatchShape,
         graph: &Graph,
         bind: &Bindings<'_>,
+        graphs: bool,
     ) -> Result<Executor, ExecError> {
         let missing = missing_kernels(graph, &device.capabilities);
         if !missing.is_empty() {
@@ -238,6 +265,8 @@ impl Executor {
             calls,
             inputs,
             outputs,
+            replay: Mutex::new(if graphs { Replay::Fresh } else { Replay::Eager }),
+            device: Arc::clone(device),
             _arena: arena,
         })
     }
@@ -263,8 +292,41 @@ impl Executor {
                 .write(buf, 0, i32_bytes(data))
                 .map_err(dev("writing inputs"))?;
         }
-        device.run(&self.calls).map_err(dev("running the graph"))?;
+        self.launch(device)?;
         device.sync().map_err(dev("waiting for the device"))
+    }
+
+    /// Submits the calls: eagerly, or by capturing once and replaying after.
+    fn launch(&self, device: &Device) -> Result<(), ExecError> {
+        let mut replay = self
+            .replay
+            .lock()
+            .map_err(|_| ExecError::BadGraph("executor state poisoned".into()))?;
+        match *replay {
+            Replay::Captured(g) => device.replay(g).map_err(dev("replaying the device graph")),
+            Replay::Fresh | Replay::Eager => {
+                if *replay == Replay::Fresh {
+                    *replay = Replay::Warm;
+                }
+                device.run(&self.calls).map_err(dev("running the graph"))
+            }
+            Replay::Warm => match device.capture(&self.calls) {
+                Ok(g) => {
+                    *replay = Replay::Captured(g);
+                    device.replay(g).map_err(dev("replaying the device graph"))
+                }
+                Err(PluginError::Unsupported { .. }) => {
+                    *replay = Replay::Eager;
+                    device.run(&self.calls).map_err(dev("running the graph"))
+                }
+                Err(e) => Err(dev("capturing the device graph")(e)),
+            },
+        }
+    }
+
+    /// Whether passes now replay a captured device graph.
+    pub fn is_captured(&self) -> bool {
+        matches!(self.replay.lock().map(|r| *r), Ok(Replay::Captured(_)))
     }
 
     /// Reads an f32 output by name.

@@ -74,6 +74,9 @@ pub struct LoadOptions {
     pub kv_type: DType,
     /// CPU worker threads (0 = one per core).
     pub threads: u32,
+    /// Capture each batch shape's calls into a device graph on its second pass and replay it
+    /// after (devices that cannot capture run eagerly either way).
+    pub graphs: bool,
 }
 
 impl Default for LoadOptions {
@@ -83,6 +86,7 @@ impl Default for LoadOptions {
             ctx_per_slot: 4096,
             kv_type: DType::F16,
             threads: 0,
+            graphs: true,
         }
     }
 }
@@ -247,7 +251,7 @@ impl LoadedModel {
                 weights: &self.weights,
                 state: &self.state,
             };
-            let exec = Executor::prepare(&self.device, shape, &graph, &bind)?;
+            let exec = Executor::prepare(&self.device, shape, &graph, &bind, self.options.graphs)?;
             self.executors.insert(key, (exec, now));
         }
         let entry = self

@@ -245,6 +245,7 @@ fn load(cli_plugin_dir: &std::path::Path, a: &ServeArgs) -> anyhow::Result<Ready
         ctx_per_slot: n_ctx_slot,
         kv_type,
         threads,
+        graphs: true,
     };
     let model = LoadedModel::load_offloaded(&reg, &a.model, options, gpu)?;
     tracing::info!("running on {}", model.kernel_plugin());

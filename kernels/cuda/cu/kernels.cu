@@ -292,6 +292,8 @@ extern "C" __global__ void bl_cache_store_f16(const float* rows, __half* cache, 
 
 // One block of 128 threads per (row, head): every score (dynamic shared memory, one per visible
 // position), softmax with an f64 sum (sinks included), then p.v. window 0 = unbounded.
+// Head dimensions up to ATT_MAX_D.
+#define ATT_MAX_D 256
 template <typename K, typename V>
 static __device__ void attend(const float* q, const K* kc, const V* vc, const int* slots, const int* pos, float* out,
                               int n_head, int n_head_kv, int dk, int dv, int len, int n_slots, float scale,
@@ -314,19 +316,26 @@ static __device__ void attend(const float* q, const K* kc, const V* vc, const in
     const int kvh = h / (n_head / n_head_kv);
     const float* qh = q + ((long long)r * n_head + h) * dk;
     const long long kw = (long long)dk * n_head_kv, vw = (long long)dv * n_head_kv;
+    // Scores: warp w takes positions w, w + 4, ...; its lanes split the head dimension (coalesced
+    // reads of each key row), q held in registers.
+    const int lane = threadIdx.x & (WARP - 1), warp = threadIdx.x / WARP, nwarps = blockDim.x / WARP;
+    float qr[ATT_MAX_D / WARP];
+#pragma unroll
+    for (int j = 0; j < ATT_MAX_D / WARP; ++j) qr[j] = lane + j * WARP < dk ? qh[lane + j * WARP] : 0.0f;
     float mx = -INFINITY;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    for (int i = warp; i < n; i += nwarps) {
         const int t = lo + i;
         const K* kr = kc + ((long long)s * len + t % len) * kw + (long long)kvh * dk;
         float d = 0.0f;
-        for (int e = 0; e < dk; ++e) d += qh[e] * to_f32(kr[e]);
-        d *= scale;
+#pragma unroll
+        for (int j = 0; j < ATT_MAX_D / WARP; ++j)
+            if (lane + j * WARP < dk) d += qr[j] * to_f32(kr[lane + j * WARP]);
+        d = warp_sum(d) * scale;
         if (softcap > 0.0f) d = softcap * tanhf(d / softcap);
-        sc[i] = d;
+        if (lane == 0) sc[i] = d;
         mx = fmaxf(mx, d);
     }
-    mx = warp_max(mx);
-    if ((threadIdx.x & (WARP - 1)) == 0) red[threadIdx.x / WARP] = mx;
+    if (lane == 0) red[warp] = mx;
     __syncthreads();
     mx = red[0];
     for (int w = 1; w < blockDim.x / WARP; ++w) mx = fmaxf(mx, red[w]);
@@ -367,11 +376,12 @@ static __device__ void attend(const float* q, const K* kc, const V* vc, const in
 ATTEND(bl_attention_f32, float, float)
 ATTEND(bl_attention_f16, __half, __half)
 
-// ---- MoE routing: one thread per row (k and n_expert are small) ----------------------------------
+// ---- MoE routing: one warp per row; lane l holds experts l, l + 32, ... (n_expert <= 32 * ROUTE_PER)
 // gating: 0 softmax, 1 sigmoid, 2 softmax over the selected, 3 sqrt(softplus)
 
-static __device__ float gate_score(const float* row, int e, int gating, float mx, float inv_sum) {
-    const float l = row[e];
+#define ROUTE_PER 16
+
+static __device__ float gate_score(float l, int gating, float mx, float inv_sum) {
     switch (gating) {
         case 0: return expf(l - mx) * inv_sum;
         case 1: return sigmoid_f(l);
@@ -380,11 +390,20 @@ static __device__ float gate_score(const float* row, int e, int gating, float mx
     }
 }
 
-static __device__ void softmax_stats(const float* row, int n, float* mx, float* inv_sum) {
+// Softmax max and 1/sum over a row held across the warp (f64 sum, like the CPU kernels).
+static __device__ void warp_softmax_stats(const float* v, int n, float* mx, float* inv_sum) {
+    const int lane = threadIdx.x & (WARP - 1);
     float m = -INFINITY;
-    for (int e = 0; e < n; ++e) m = fmaxf(m, row[e]);
+#pragma unroll
+    for (int t = 0; t < ROUTE_PER; ++t)
+        if (lane + t * WARP < n) m = fmaxf(m, v[t]);
+    m = warp_max(m);
     double s = 0.0;
-    for (int e = 0; e < n; ++e) s += (double)expf(row[e] - m);
+#pragma unroll
+    for (int t = 0; t < ROUTE_PER; ++t)
+        if (lane + t * WARP < n) s += (double)expf(v[t] - m);
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     *mx = m;
     *inv_sum = (float)(1.0 / s);
 }
@@ -392,67 +411,102 @@ static __device__ void softmax_stats(const float* row, int n, float* mx, float* 
 // Top-k of score + bias (the lower id wins ties; NaN ranks lowest), best first.
 extern "C" __global__ void bl_router_topk(const float* logits, const float* bias, int* ids, int n_expert, int k, int rows,
                                           int gating) {
-    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    const int lane = threadIdx.x & (WARP - 1);
     if (r >= rows) return;
     const float* row = logits + (long long)r * n_expert;
+    float v[ROUTE_PER];
+#pragma unroll
+    for (int t = 0; t < ROUTE_PER; ++t) {
+        const int e = lane + t * WARP;
+        v[t] = e < n_expert ? row[e] : -INFINITY;
+    }
     float mx = 0.0f, inv = 1.0f;
-    if (gating == 0) softmax_stats(row, n_expert, &mx, &inv);
-    float pk = INFINITY;
-    int pe = -1;
+    if (gating == 0) warp_softmax_stats(v, n_expert, &mx, &inv);
+    float key[ROUTE_PER];
+#pragma unroll
+    for (int t = 0; t < ROUTE_PER; ++t) {
+        const int e = lane + t * WARP;
+        float kk = -INFINITY;
+        if (e < n_expert) {
+            kk = gate_score(v[t], gating, mx, inv) + (bias ? bias[e] : 0.0f);
+            if (isnan(kk)) kk = -INFINITY;
+        }
+        key[t] = kk;
+    }
+    unsigned taken = 0;
     for (int j = 0; j < k; ++j) {
         float bk = -INFINITY;
-        int be = -1;
-        for (int e = 0; e < n_expert; ++e) {
-            float key = gate_score(row, e, gating, mx, inv) + (bias ? bias[e] : 0.0f);
-            if (isnan(key)) key = -INFINITY;
-            // skip chosen ones and those ranking above the previous choice
-            if (pe >= 0 && !(pk > key || (pk == key && pe < e))) continue;
-            if (be < 0 || key > bk || (key == bk && e < be)) {
-                bk = key;
+        int be = 0x7fffffff;
+#pragma unroll
+        for (int t = 0; t < ROUTE_PER; ++t) {
+            const int e = lane + t * WARP;
+            if (e < n_expert && !(taken >> t & 1u) && (be == 0x7fffffff || key[t] > bk)) {
+                bk = key[t];
                 be = e;
             }
         }
-        ids[(long long)r * k + j] = be < 0 ? 0 : be;
-        pk = bk;
-        pe = be < 0 ? 0 : be;
+#pragma unroll
+        for (int o = WARP / 2; o > 0; o >>= 1) {
+            const float ok = __shfl_xor_sync(0xffffffffu, bk, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (oe != 0x7fffffff && (be == 0x7fffffff || ok > bk || (ok == bk && oe < be))) {
+                bk = ok;
+                be = oe;
+            }
+        }
+        if (be == 0x7fffffff) be = 0;
+        if ((be & (WARP - 1)) == lane) taken |= 1u << (be / WARP);
+        if (lane == 0) ids[(long long)r * k + j] = be;
     }
 }
 
 // Weights of the chosen experts: gating scores (softmax over all, or over the chosen), optional
-// renormalisation (sum raised to norm_min) and scale.
+// renormalisation (sum raised to norm_min) and scale. One warp per row; lane j < k writes weight j.
 extern "C" __global__ void bl_router_weights(const float* logits, const int* ids, float* out, int n_expert, int k,
                                              int rows, int gating, int norm, float norm_min, float scale, int* err) {
-    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    const int r = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    const int lane = threadIdx.x & (WARP - 1);
     if (r >= rows) return;
     const float* row = logits + (long long)r * n_expert;
     const int* chosen = ids + (long long)r * k;
     float* o = out + (long long)r * k;
-    for (int j = 0; j < k; ++j) {
-        if (chosen[j] < 0 || chosen[j] >= n_expert) {
-            report(err, 4);
-            return;
-        }
+    const int e = lane < k ? chosen[lane] : 0;
+    const bool bad = lane < k && (e < 0 || e >= n_expert);
+    if (__any_sync(0xffffffffu, bad)) {
+        if (lane == 0) report(err, 4);
+        return;
     }
+    const float l = lane < k ? row[e] : -INFINITY;
+    float w = 0.0f;
     if (gating == 2) {
-        float m = -INFINITY;
-        for (int j = 0; j < k; ++j) m = fmaxf(m, row[chosen[j]]);
-        double s = 0.0;
-        for (int j = 0; j < k; ++j) s += (double)expf(row[chosen[j]] - m);
-        const float inv = (float)(1.0 / s);
-        for (int j = 0; j < k; ++j) o[j] = expf(row[chosen[j]] - m) * inv;
+        const float m = warp_max(l);
+        double s = lane < k ? (double)expf(l - m) : 0.0;
+#pragma unroll
+        for (int off = WARP / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane < k) w = expf(l - m) * (float)(1.0 / s);
     } else {
         float mx = 0.0f, inv = 1.0f;
-        if (gating == 0) softmax_stats(row, n_expert, &mx, &inv);
-        for (int j = 0; j < k; ++j) o[j] = gate_score(row, chosen[j], gating, mx, inv);
+        if (gating == 0) {
+            float v[ROUTE_PER];
+#pragma unroll
+            for (int t = 0; t < ROUTE_PER; ++t) {
+                const int x = lane + t * WARP;
+                v[t] = x < n_expert ? row[x] : -INFINITY;
+            }
+            warp_softmax_stats(v, n_expert, &mx, &inv);
+        }
+        if (lane < k) w = gate_score(l, gating, mx, inv);
     }
     if (norm) {
+        // Summed in expert-slot order, as the CPU kernels do.
         float s = 0.0f;
-        for (int j = 0; j < k; ++j) s += o[j];
+        for (int j = 0; j < k; ++j) s += __shfl_sync(0xffffffffu, w, j);
         s = fmaxf(s, norm_min);
-        for (int j = 0; j < k; ++j) o[j] /= s;
+        w /= s;
     }
-    if (scale != 0.0f && scale != 1.0f)
-        for (int j = 0; j < k; ++j) o[j] *= scale;
+    if (scale != 0.0f && scale != 1.0f) w *= scale;
+    if (lane < k) o[lane] = w;
 }
 
 // ---- routed experts -------------------------------------------------------------------------------
@@ -596,4 +650,308 @@ extern "C" __global__ void bl_moe_down(const uint8_t* down, long long d_row, lon
         acc += w[(long long)r * k + j] * d;
     }
     if ((threadIdx.x & (WARP - 1)) == 0) out[task] = acc;
+}
+
+// ---- tiled quantized products for batches ---------------------------------------------------------
+// A block of 4 warps computes a tile of MMQ_BM weight rows x MMQ_BN activation columns, stepping k by
+// 256 values (8 sub-blocks of 32). Both operands are staged in shared memory as int8 quads with one
+// scale per (row, sub-block) (and, for Q4_K, a min term); each sub-block's integer sums come from
+// the int8 tensor cores (mma m16n8k32, USE_MMA) or dp4a, and are scaled into f32 accumulators.
+// Warp w owns columns 16w .. 16w + 15 and all 64 rows: 4 x 2 tiles of 16 x 8.
+// Columns can be gathered (`cols`, for routed experts): column c reads activation row
+// cols[c] / col_div and writes output row cols[c].
+
+#define MMQ_BM 64
+#define MMQ_BN 64
+#define MMQ_SB 8
+#define MMQ_LD (MMQ_SB * 8 + 4)
+
+struct MmqSmem {
+    int w[MMQ_BM * MMQ_LD];
+    float wd[MMQ_BM * MMQ_SB];
+    float wm[MMQ_BM * MMQ_SB];
+    int x[MMQ_BN * MMQ_LD];
+    float xd[MMQ_BN * MMQ_SB];
+    float xs[MMQ_BN * MMQ_SB];
+};
+
+static __device__ __forceinline__ void mma_s8(int* c, const int* a, const int* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Stages weight rows row0 .. row0 + 63 (sub-blocks sb0 .. sb0 + 7) of one matrix.
+static __device__ __forceinline__ void mmq_load_w(MmqSmem* sm, const uint8_t* w, long long w_stride, int wtype,
+                                                  int row0, int n, int sb0, int nsb) {
+    for (int p = threadIdx.x; p < MMQ_BM * MMQ_SB; p += blockDim.x) {
+        const int r = p / MMQ_SB, j = p % MMQ_SB, sb = sb0 + j;
+        int* dst = sm->w + r * MMQ_LD + j * 8;
+        float d = 0.0f, m = 0.0f;
+        if (row0 + r < n && sb < nsb) {
+            const uint8_t* wrow = w + (long long)(row0 + r) * w_stride;
+            if (wtype == 1) {
+                const uint8_t* b = wrow + (long long)sb * 34;
+                d = half_at(b);
+#pragma unroll
+                for (int t = 0; t < 8; ++t) dst[t] = load_i32(b + 2 + 4 * t);
+            } else {
+                const uint8_t* blk = wrow + (long long)(sb / 8) * 144;
+                const int q = sb % 8;
+                const float2 dm = __half22float2(*(const __half2*)blk);
+                int sc, mn;
+                scale_min_k4(blk + 4, q, &sc, &mn);
+                d = dm.x * (float)sc;
+                m = dm.y * (float)mn;
+                const int* qs = (const int*)(blk + 16 + (q / 2) * 32);
+                const int shift = 4 * (q % 2);
+#pragma unroll
+                for (int t = 0; t < 8; ++t) dst[t] = (qs[t] >> shift) & 0x0F0F0F0F;
+            }
+        } else {
+#pragma unroll
+            for (int t = 0; t < 8; ++t) dst[t] = 0;
+        }
+        sm->wd[r * MMQ_SB + j] = d;
+        sm->wm[r * MMQ_SB + j] = m;
+    }
+}
+
+// Stages activation columns col0 .. col0 + 63 (Q8_1 rows of x_row bytes).
+static __device__ __forceinline__ void mmq_load_x(MmqSmem* sm, const uint8_t* xq, long long x_row, const int* cols,
+                                                  int col_div, int col0, int ncols, int sb0, int nsb) {
+    for (int p = threadIdx.x; p < MMQ_BN * MMQ_SB; p += blockDim.x) {
+        const int c = p / MMQ_SB, j = p % MMQ_SB, sb = sb0 + j;
+        int* dst = sm->x + c * MMQ_LD + j * 8;
+        float d = 0.0f, s = 0.0f;
+        if (col0 + c < ncols && sb < nsb) {
+            const int xr = cols ? cols[col0 + c] / col_div : col0 + c;
+            const uint8_t* b = xq + (long long)xr * x_row + (long long)sb * 36;
+            const float2 ds = __half22float2(*(const __half2*)b);
+            d = ds.x;
+            s = ds.y;
+            const int* q = (const int*)(b + 4);
+#pragma unroll
+            for (int t = 0; t < 8; ++t) dst[t] = q[t];
+        } else {
+#pragma unroll
+            for (int t = 0; t < 8; ++t) dst[t] = 0;
+        }
+        sm->xd[c * MMQ_SB + j] = d;
+        sm->xs[c * MMQ_SB + j] = s;
+    }
+}
+
+// One (row tile, column tile) of y = W . x. The lane owns, for each 16 x 8 tile, rows g and g + 8
+// and columns 2t and 2t + 1 (g = lane / 4, t = lane % 4), the mma accumulator layout.
+template <bool USE_MMA>
+static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_stride, int wtype, const uint8_t* xq,
+                                long long x_row, const int* cols, int col_div, float* y, long long y_row, int k, int n,
+                                int ncols, int row0, int col0) {
+    const int lane = threadIdx.x & (WARP - 1), warp = threadIdx.x / WARP;
+    const int g = lane >> 2, t = lane & 3;
+    float acc[4][2][4];
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 2; ++b)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[a][b][i] = 0.0f;
+    const int nsb = k / 32;
+    for (int sb0 = 0; sb0 < nsb; sb0 += MMQ_SB) {
+        __syncthreads();
+        mmq_load_w(sm, w, w_stride, wtype, row0, n, sb0, nsb);
+        mmq_load_x(sm, xq, x_row, cols, col_div, col0, ncols, sb0, nsb);
+        __syncthreads();
+#pragma unroll 2
+        for (int j = 0; j < MMQ_SB; ++j) {
+            int ci[4][2][4];
+            if (USE_MMA) {
+                int bf[2][2];
+#pragma unroll
+                for (int b = 0; b < 2; ++b) {
+                    const int* xc = sm->x + (warp * 16 + b * 8 + g) * MMQ_LD + j * 8;
+                    bf[b][0] = xc[t];
+                    bf[b][1] = xc[t + 4];
+                }
+#pragma unroll
+                for (int a = 0; a < 4; ++a) {
+                    const int* w0 = sm->w + (a * 16 + g) * MMQ_LD + j * 8;
+                    const int* w1 = w0 + 8 * MMQ_LD;
+                    const int af[4] = {w0[t], w1[t], w0[t + 4], w1[t + 4]};
+#pragma unroll
+                    for (int b = 0; b < 2; ++b) {
+                        ci[a][b][0] = ci[a][b][1] = ci[a][b][2] = ci[a][b][3] = 0;
+                        mma_s8(ci[a][b], af, bf[b]);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int a = 0; a < 4; ++a)
+#pragma unroll
+                    for (int b = 0; b < 2; ++b)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i) {
+                            const int r = a * 16 + g + (i >= 2 ? 8 : 0), c = warp * 16 + b * 8 + 2 * t + (i & 1);
+                            const int* wr = sm->w + r * MMQ_LD + j * 8;
+                            const int* xc = sm->x + c * MMQ_LD + j * 8;
+                            int s = 0;
+#pragma unroll
+                            for (int q = 0; q < 8; ++q) s = __dp4a(wr[q], xc[q], s);
+                            ci[a][b][i] = s;
+                        }
+            }
+            // This lane's 8 rows and 4 columns: their scales once per sub-block.
+            float wd[4][2], wm[4][2], xd[2][2], xs[2][2];
+#pragma unroll
+            for (int a = 0; a < 4; ++a)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = a * 16 + g + 8 * h;
+                    wd[a][h] = sm->wd[r * MMQ_SB + j];
+                    wm[a][h] = sm->wm[r * MMQ_SB + j];
+                }
+#pragma unroll
+            for (int b = 0; b < 2; ++b)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int c = warp * 16 + b * 8 + 2 * t + h;
+                    xd[b][h] = sm->xd[c * MMQ_SB + j];
+                    xs[b][h] = sm->xs[c * MMQ_SB + j];
+                }
+#pragma unroll
+            for (int a = 0; a < 4; ++a)
+#pragma unroll
+                for (int b = 0; b < 2; ++b)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i)
+                        acc[a][b][i] += wd[a][i >> 1] * xd[b][i & 1] * (float)ci[a][b][i] - wm[a][i >> 1] * xs[b][i & 1];
+        }
+    }
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 2; ++b)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = row0 + a * 16 + g + (i >= 2 ? 8 : 0), c = col0 + warp * 16 + b * 8 + 2 * t + (i & 1);
+                if (r < n && c < ncols) {
+                    const long long orow = cols ? cols[c] : c;
+                    y[orow * y_row + r] = acc[a][b][i];
+                }
+            }
+}
+
+// Dense: grid (row tiles, column tiles). y[c * n + j] = W_j . x_c.
+template <bool USE_MMA>
+static __device__ void mmq_dense(const uint8_t* w, long long w_stride, int wtype, const uint8_t* xq, long long x_row,
+                                 float* y, int k, int n, int m) {
+    __shared__ MmqSmem sm;
+    mmq_tile<USE_MMA>(&sm, w, w_stride, wtype, xq, x_row, nullptr, 1, y, n, k, n, m, blockIdx.x * MMQ_BM,
+                      blockIdx.y * MMQ_BN);
+}
+extern "C" __global__ void __launch_bounds__(128) bl_mmq_mma(const uint8_t* w, long long w_stride, int wtype,
+                                                             const uint8_t* xq, long long x_row, float* y, int k, int n,
+                                                             int m) {
+    mmq_dense<true>(w, w_stride, wtype, xq, x_row, y, k, n, m);
+}
+extern "C" __global__ void __launch_bounds__(128) bl_mmq_dp4a(const uint8_t* w, long long w_stride, int wtype,
+                                                              const uint8_t* xq, long long x_row, float* y, int k,
+                                                              int n, int m) {
+    mmq_dense<false>(w, w_stride, wtype, xq, x_row, y, k, n, m);
+}
+
+// Routed experts: grid (row tiles, column-tile slots, stack experts). Expert e's columns are
+// list[e * list_stride ..] (count[e] of them), entries r * k + j of the route table.
+template <bool USE_MMA>
+static __device__ void mmq_experts(const uint8_t* w, long long w_stride, long long w_exp, int wtype, const uint8_t* xq,
+                                   long long x_row, const int* list, long long list_stride, const int* count,
+                                   int col_div, float* y, long long y_row, int k, int n) {
+    __shared__ MmqSmem sm;
+    const int e = blockIdx.z;
+    const int cnt = count[e];
+    for (int col0 = blockIdx.y * MMQ_BN; col0 < cnt; col0 += gridDim.y * MMQ_BN)
+        mmq_tile<USE_MMA>(&sm, w + e * w_exp, w_stride, wtype, xq, x_row, list + e * list_stride, col_div, y, y_row, k,
+                          n, cnt, blockIdx.x * MMQ_BM, col0);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    bl_mmq_experts_mma(const uint8_t* w, long long w_stride, long long w_exp, int wtype, const uint8_t* xq,
+                       long long x_row, const int* list, long long list_stride, const int* count, int col_div,
+                       float* y, long long y_row, int k, int n) {
+    mmq_experts<true>(w, w_stride, w_exp, wtype, xq, x_row, list, list_stride, count, col_div, y, y_row, k, n);
+}
+extern "C" __global__ void __launch_bounds__(128)
+    bl_mmq_experts_dp4a(const uint8_t* w, long long w_stride, long long w_exp, int wtype, const uint8_t* xq,
+                        long long x_row, const int* list, long long list_stride, const int* count, int col_div,
+                        float* y, long long y_row, int k, int n) {
+    mmq_experts<false>(w, w_stride, w_exp, wtype, xq, x_row, list, list_stride, count, col_div, y, y_row, k, n);
+}
+
+// The route table by stack expert: block e lists, in order, the entries r * k + j whose expert
+// (through map when given) is e. Bad ids are reported (error 4) and listed nowhere.
+extern "C" __global__ void bl_moe_route(const int* ids, const int* map, int entries, int n_expert, int* list,
+                                        long long list_stride, int* count, int* err) {
+    __shared__ int warp_n[32];
+    __shared__ int base;
+    const int e = blockIdx.x, lane = threadIdx.x & (WARP - 1), warp = threadIdx.x / WARP;
+    const int nw = blockDim.x / WARP;
+    if (threadIdx.x == 0) base = 0;
+    __syncthreads();
+    for (int i0 = 0; i0 < entries; i0 += blockDim.x) {
+        const int i = i0 + threadIdx.x;
+        bool hit = false;
+        if (i < entries) {
+            int x = ids[i];
+            if (x < 0 || x >= n_expert) {
+                if (e == 0) report(err, 4);
+            } else {
+                if (map) x = map[x];
+                hit = x == e;
+            }
+        }
+        const unsigned bal = __ballot_sync(0xffffffffu, hit);
+        if (lane == 0) warp_n[warp] = __popc(bal);
+        __syncthreads();
+        int before = base;
+        for (int v = 0; v < warp; ++v) before += warp_n[v];
+        if (hit) list[e * list_stride + before + __popc(bal & ((1u << lane) - 1u))] = i;
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int v = 0; v < nw; ++v) base += warp_n[v];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) count[e] = base;
+}
+
+// h[i * n_ff + f] = glu(g[i * gs + f], u[i * gs + uoff + f]) for every route entry i.
+extern "C" __global__ void bl_moe_glu(const float* g, const float* u, long long gs, long long uoff, float* h,
+                                      long long entries, int n_ff, int kind, float limit) {
+    const long long total = entries * n_ff;
+    for (long long x = (long long)blockIdx.x * blockDim.x + threadIdx.x; x < total; x += (long long)gridDim.x * blockDim.x) {
+        const long long i = x / n_ff;
+        const int f = (int)(x % n_ff);
+        h[x] = glu_one(g[i * gs + f], u[i * gs + uoff + f], kind, limit);
+    }
+}
+
+// out[r * n_embd + o] = sum_j w[r * k + j] * d[(r * k + j) * n_embd + o], in slot order, skipping
+// entries whose expert is bad or unmapped (their rows of d were never written).
+extern "C" __global__ void bl_moe_combine(const float* d, const int* ids, const int* map, const float* w, float* out,
+                                          int n_embd, int k, int rows, int n_expert) {
+    const long long total = (long long)rows * n_embd;
+    for (long long x = (long long)blockIdx.x * blockDim.x + threadIdx.x; x < total; x += (long long)gridDim.x * blockDim.x) {
+        const int r = (int)(x / n_embd), o = (int)(x % n_embd);
+        float acc = 0.0f;
+        for (int j = 0; j < k; ++j) {
+            const long long i = (long long)r * k + j;
+            int e = ids[i];
+            if (e < 0 || e >= n_expert) continue;
+            if (map) e = map[e];
+            if (e < 0) continue;
+            acc += w[i] * d[i * n_embd + o];
+        }
+        out[x] = acc;
+    }
 }

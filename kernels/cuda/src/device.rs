@@ -1,28 +1,41 @@
 //! A CUDA device: memory and copies through the driver API, on the device's primary context.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use abi_stable::std_types::{RResult, RSlice, RSliceMut};
 use bloomery_plugin_api::kernel::{DeviceConfig, DeviceInfo, KernelDevice};
 use bloomery_plugin_api::tensor::OpCall;
 use bloomery_plugin_api::PluginError;
-use cudarc::driver::{result, CudaContext, DriverError};
+use cudarc::driver::{result, sys, CudaContext, CudaGraph, DriverError};
 
 use crate::ops::{Buffers, Launcher};
 use crate::probe::{read_driver, Bundle, DriverProblem};
+use crate::profile::{label, Profile};
 
 fn err(what: &str) -> impl FnOnce(DriverError) -> PluginError + '_ {
     move |e| PluginError::device(format!("{what}: {e:?}"))
 }
 
-/// An open CUDA device. Buffers are device allocations named by their device address.
+/// An open CUDA device. Buffers are device allocations named by their device address. Field order
+/// is drop order: graphs go before the launcher whose scratch they name.
 pub struct CudaDevice {
     name: String,
+    graphs: Mutex<HashMap<u64, Graph>>,
+    next_graph: AtomicU64,
+    profile: Option<Profile>,
     ctx: Arc<CudaContext>,
     sizes: Mutex<HashMap<u64, u64>>,
     kernels: Launcher,
 }
+
+/// A captured, instantiated graph.
+struct Graph(CudaGraph);
+
+// SAFETY: a graph is only touched under the device's `graphs` mutex, which serialises every
+// access as the CUDA graph API requires; the driver objects themselves are not thread-bound.
+unsafe impl Send for Graph {}
 
 impl CudaDevice {
     /// Opens device `config.index` (refusing cleanly when there is no driver or no such device).
@@ -50,6 +63,9 @@ impl CudaDevice {
         let kernels = Launcher::new(Arc::clone(&ctx), bundle.ptx)?;
         Ok(CudaDevice {
             name: format!("{name} ({})", bundle.name),
+            graphs: Mutex::new(HashMap::new()),
+            next_graph: AtomicU64::new(1),
+            profile: Profile::from_env(),
             ctx,
             sizes: Mutex::new(HashMap::new()),
             kernels,
@@ -113,18 +129,35 @@ impl CudaDevice {
         unsafe { result::free_sync(buffer) }.map_err(err("cuMemFree"))
     }
 
+    /// Waits for the kernel stream (every kernel and copy is ordered on it).
+    fn settle(&self) -> Result<(), PluginError> {
+        self.bind()?;
+        self.kernels
+            .stream
+            .synchronize()
+            .map_err(err("a kernel failed (waiting for the kernel stream)"))
+    }
+
     fn write_bytes(&self, buffer: u64, offset: u64, data: &[u8]) -> Result<(), PluginError> {
         let dst = self.check(buffer, offset, data.len() as u64)?;
         self.bind()?;
-        // SAFETY: `check` proved the destination range lies inside a live allocation.
-        unsafe { result::memcpy_htod_sync(dst, data) }.map_err(err("copy to the device"))
+        let stream = &self.kernels.stream;
+        // SAFETY: `check` proved the destination range lies inside a live allocation; the copy is
+        // ordered on the kernel stream and finished before `data` is released (synchronised).
+        unsafe { result::memcpy_htod_async(dst, data, stream.cu_stream()) }
+            .map_err(err("copy to the device"))?;
+        self.settle()
     }
 
     fn read_bytes(&self, buffer: u64, offset: u64, out: &mut [u8]) -> Result<(), PluginError> {
         let src = self.check(buffer, offset, out.len() as u64)?;
         self.bind()?;
-        // SAFETY: `check` proved the source range lies inside a live allocation.
-        unsafe { result::memcpy_dtoh_sync(out, src) }.map_err(err("copy from the device"))
+        let stream = &self.kernels.stream;
+        // SAFETY: `check` proved the source range lies inside a live allocation; the copy is
+        // ordered after every kernel on the stream and finished before `out` is returned.
+        unsafe { result::memcpy_dtoh_async(out, src, stream.cu_stream()) }
+            .map_err(err("copy from the device"))?;
+        self.settle()
     }
 }
 
@@ -200,8 +233,10 @@ impl KernelDevice for CudaDevice {
             let d = self.check(dst, dst_offset, bytes)?;
             self.bind()?;
             let n = usize::try_from(bytes).map_err(|_| PluginError::invalid("copy too large"))?;
-            // SAFETY: both ranges were checked against live allocations.
-            unsafe { result::memcpy_dtod_sync(d, s, n) }.map_err(err("device-to-device copy"))
+            // SAFETY: both ranges were checked against live allocations; the copy is ordered on
+            // the kernel stream.
+            unsafe { result::memcpy_dtod_async(d, s, n, self.kernels.stream.cu_stream()) }
+                .map_err(err("device-to-device copy"))
         };
         run().into()
     }
@@ -210,7 +245,12 @@ impl KernelDevice for CudaDevice {
         let run = || -> Result<(), PluginError> {
             self.bind()?;
             for c in calls.iter() {
-                self.kernels.run(self, c)?;
+                match &self.profile {
+                    Some(p) => p.time(&self.ctx, &self.kernels.stream, label(c), || {
+                        self.kernels.run(self, c)
+                    })?,
+                    None => self.kernels.run(self, c)?,
+                }
             }
             Ok(())
         };
@@ -222,6 +262,9 @@ impl KernelDevice for CudaDevice {
             self.ctx
                 .synchronize()
                 .map_err(err("a kernel failed (synchronising the device)"))?;
+            if let Some(p) = &self.profile {
+                p.collect();
+            }
             match self.kernels.take_error()? {
                 0 => Ok(()),
                 1 => Err(PluginError::invalid(
@@ -235,25 +278,69 @@ impl KernelDevice for CudaDevice {
         sync().into()
     }
 
-    fn capture(&self, _calls: RSlice<'_, OpCall>) -> RResult<u64, PluginError> {
-        RResult::RErr(PluginError::unsupported(
-            "graph capture on the CUDA bundles (not implemented yet)",
-            &[],
-        ))
+    fn capture(&self, calls: RSlice<'_, OpCall>) -> RResult<u64, PluginError> {
+        let capture = || -> Result<u64, PluginError> {
+            self.settle()?;
+            let stream = &self.kernels.stream;
+            stream
+                .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
+                .map_err(err("beginning a graph capture"))?;
+            self.kernels.capturing.store(true, Ordering::Release);
+            let recorded = calls.iter().try_for_each(|c| self.kernels.run(self, c));
+            self.kernels.capturing.store(false, Ordering::Release);
+            // The capture is always ended, also after a failed call, so the stream stays usable.
+            let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0));
+            recorded?;
+            let graph = graph
+                .map_err(err("instantiating a captured graph"))?
+                .ok_or_else(|| PluginError::device("graph capture recorded nothing"))?;
+            let id = self.next_graph.fetch_add(1, Ordering::Relaxed);
+            self.graphs
+                .lock()
+                .map_err(|_| PluginError::device("graph table poisoned"))?
+                .insert(id, Graph(graph));
+            Ok(id)
+        };
+        capture().into()
     }
 
-    fn replay(&self, _graph: u64) -> RResult<(), PluginError> {
-        RResult::RErr(PluginError::unsupported(
-            "graph replay on the CUDA bundles (not implemented yet)",
-            &[],
-        ))
+    fn replay(&self, graph: u64) -> RResult<(), PluginError> {
+        let replay = || -> Result<(), PluginError> {
+            let graphs = self
+                .graphs
+                .lock()
+                .map_err(|_| PluginError::device("graph table poisoned"))?;
+            let g = graphs
+                .get(&graph)
+                .ok_or_else(|| PluginError::invalid(format!("no captured graph {graph}")))?;
+            g.0.launch().map_err(err("launching a captured graph"))
+        };
+        replay().into()
     }
 
-    fn release_graph(&self, _graph: u64) -> RResult<(), PluginError> {
-        RResult::RErr(PluginError::unsupported(
-            "graph release on the CUDA bundles (not implemented yet)",
-            &[],
-        ))
+    fn release_graph(&self, graph: u64) -> RResult<(), PluginError> {
+        let release = || -> Result<(), PluginError> {
+            self.settle()?;
+            self.graphs
+                .lock()
+                .map_err(|_| PluginError::device("graph table poisoned"))?
+                .remove(&graph)
+                .map(|_| ())
+                .ok_or_else(|| PluginError::invalid(format!("no captured graph {graph}")))
+        };
+        release().into()
+    }
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        let _ = self.settle();
+        if let Some(p) = &self.profile {
+            eprintln!("CUDA per-op profile ({}):\n{}", self.name, p.report());
+        }
+        if let Ok(mut g) = self.graphs.lock() {
+            g.clear();
+        }
     }
 }
 

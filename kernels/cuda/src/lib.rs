@@ -10,6 +10,7 @@
 pub mod device;
 pub mod ops;
 pub mod probe;
+pub mod profile;
 
 /// PTX for compute_86 (empty when built without nvcc).
 pub const PTX_SM86: &str = include_str!(concat!(env!("OUT_DIR"), "/kernels_86.ptx"));

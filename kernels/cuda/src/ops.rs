@@ -5,13 +5,16 @@
 //! or Q4_K stacks). [`capabilities`] lists exactly what [`Launcher::run`] implements.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use abi_stable::std_types::RVec;
 use bloomery_plugin_api::op::{Gating, GluKind, Op, OpKind, OpSupport, RopeMode, UnaryFn};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
-use cudarc::driver::{result, CudaContext, CudaFunction, CudaModule, LaunchConfig, PushKernelArg};
+use cudarc::driver::{
+    result, CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg,
+};
 
 use crate::probe::Bundle;
 
@@ -93,13 +96,57 @@ const WARPS: u64 = (BLOCK / 32) as u64;
 /// The loaded kernels of one device, with the scratch they need.
 pub struct Launcher {
     ctx: Arc<CudaContext>,
+    /// The stream every kernel runs on (not the legacy default stream, which cannot be captured).
+    pub stream: Arc<CudaStream>,
     module: Arc<CudaModule>,
     funcs: Mutex<HashMap<&'static str, CudaFunction>>,
     /// A device word kernels set when an input is bad (an id outside a table).
     pub error_word: u64,
     /// Device scratch for quantized activations: (pointer, bytes).
     scratch: Mutex<(u64, u64)>,
+    /// Scratch areas outgrown while captured graphs may still name them; freed on drop.
+    retired: Mutex<Vec<u64>>,
+    /// Set while a graph is being captured: the scratch must not grow then.
+    pub capturing: AtomicBool,
+    /// How batches of quantized products run.
+    mmq: Mmq,
 }
+
+/// The batched quantized product in use (`BLOOMERY_CUDA_MMQ=mma|dp4a|off`; mma by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mmq {
+    /// Tiles on the int8 tensor cores.
+    Mma,
+    /// The same tiles with dp4a.
+    Dp4a,
+    /// One warp per (row, column), as for single rows.
+    Off,
+}
+
+impl Mmq {
+    fn from_env() -> Mmq {
+        match std::env::var("BLOOMERY_CUDA_MMQ").as_deref() {
+            Ok("dp4a") => Mmq::Dp4a,
+            Ok("off") => Mmq::Off,
+            _ => Mmq::Mma,
+        }
+    }
+
+    /// The dense and the routed kernel, when batches of `rows` use tiles.
+    fn kernels(self, rows: u64) -> Option<(&'static str, &'static str)> {
+        match self {
+            _ if rows < MMQ_MIN_ROWS => None,
+            Mmq::Mma => Some(("bl_mmq_mma", "bl_mmq_experts_mma")),
+            Mmq::Dp4a => Some(("bl_mmq_dp4a", "bl_mmq_experts_dp4a")),
+            Mmq::Off => None,
+        }
+    }
+}
+
+/// Batches of at least this many rows use the tiled products.
+const MMQ_MIN_ROWS: u64 = 16;
+/// Rows and columns of one tile of the tiled products.
+const MMQ_TILE: u64 = 64;
 
 /// How [`Launcher::run`] reaches the device's buffer table.
 pub trait Buffers {
@@ -117,12 +164,19 @@ impl Launcher {
         let error_word = unsafe { result::malloc_sync(4) }.map_err(driver_err("cuMemAlloc"))?;
         // SAFETY: `error_word` is a live 4-byte allocation.
         unsafe { result::memset_d8_sync(error_word, 0, 4) }.map_err(driver_err("cuMemset"))?;
+        let stream = ctx
+            .new_stream()
+            .map_err(driver_err("creating the kernel stream"))?;
         Ok(Launcher {
             ctx,
+            stream,
             module,
             funcs: Mutex::new(HashMap::new()),
             error_word,
             scratch: Mutex::new((0, 0)),
+            retired: Mutex::new(Vec::new()),
+            capturing: AtomicBool::new(false),
+            mmq: Mmq::from_env(),
         })
     }
 
@@ -141,24 +195,31 @@ impl Launcher {
         Ok(f)
     }
 
-    /// A scratch area of at least `bytes` (grown after a synchronisation when too small).
+    /// A scratch area of at least `bytes`. When too small it grows (never while capturing); the
+    /// old area stays allocated until drop because captured graphs may still use it.
     fn scratch(&self, bytes: u64) -> Result<u64, PluginError> {
         let mut s = self
             .scratch
             .lock()
             .map_err(|_| PluginError::device("scratch poisoned"))?;
         if s.1 < bytes {
-            self.ctx
-                .synchronize()
-                .map_err(driver_err("synchronising"))?;
+            if self.capturing.load(Ordering::Acquire) {
+                return Err(PluginError::unsupported(
+                    "graph capture of a pass that needs more scratch than an eager pass made",
+                    &[],
+                ));
+            }
             if s.0 != 0 {
-                // SAFETY: the old scratch is idle after the synchronisation and owned here.
-                unsafe { result::free_sync(s.0) }.map_err(driver_err("cuMemFree"))?;
+                self.retired
+                    .lock()
+                    .map_err(|_| PluginError::device("scratch poisoned"))?
+                    .push(s.0);
                 *s = (0, 0);
             }
+            let bytes = bytes.next_power_of_two();
             let n =
                 usize::try_from(bytes).map_err(|_| PluginError::invalid("scratch too large"))?;
-            // SAFETY: the context is current (bound by the caller); freed in Drop or on growth.
+            // SAFETY: the context is current (bound by the caller); freed in Drop.
             let p = unsafe { result::malloc_sync(n) }.map_err(driver_err("cuMemAlloc scratch"))?;
             *s = (p, bytes);
         }
@@ -209,7 +270,7 @@ impl Launcher {
                 ))
             }
         };
-        let stream = self.ctx.default_stream();
+        let stream = &self.stream;
         let grid = |n: u64, per: u64| -> u32 { n.div_ceil(per).clamp(1, 65_535 * 64) as u32 };
         let cfg = |g: u32, b: u32| LaunchConfig {
             grid_dim: (g, 1, 1),
@@ -371,6 +432,25 @@ impl Launcher {
                         unsafe { l.launch(cfg(grid(nblocks, WARPS), BLOCK)) }
                             .map_err(driver_err("bl_quantize_q8_1"))?;
                         let x_row = ((k / 32) * 36) as i64;
+                        if let Some((tiled, _)) = self.mmq.kernels(m) {
+                            let f = self.func(tiled)?;
+                            let mut l = stream.launch_builder(&f);
+                            l.arg(&pw).arg(&stride).arg(&wtype).arg(&q).arg(&x_row);
+                            l.arg(&py).arg(&ki).arg(&ni).arg(&mi);
+                            let grid =
+                                (n.div_ceil(MMQ_TILE) as u32, m.div_ceil(MMQ_TILE) as u32, 1);
+                            // SAFETY: one block per 64 x 64 tile; rows and columns beyond n and m
+                            // are neither read nor written; all inside the checked spans.
+                            unsafe {
+                                l.launch(LaunchConfig {
+                                    grid_dim: grid,
+                                    block_dim: (128, 1, 1),
+                                    shared_mem_bytes: 0,
+                                })
+                            }
+                            .map_err(driver_err(tiled))?;
+                            return Ok(());
+                        }
                         let f = self.func("bl_matmul_q")?;
                         let mut l = stream.launch_builder(&f);
                         l.arg(&pw).arg(&stride).arg(&q).arg(&x_row).arg(&py);
@@ -561,6 +641,12 @@ impl Launcher {
                 };
                 let rows = slots.elements();
                 let (nh, nkv, dk, dv) = (p.n_head, p.n_head_kv, p.dk, p.dv);
+                if dk > 256 {
+                    return Err(PluginError::unsupported(
+                        format!("attention heads of {dk} on the CUDA bundles (at most 256)"),
+                        &[],
+                    ));
+                }
                 if nkv == 0
                     || nh % nkv != 0
                     || q.elements() != u64::from(dk * nh) * rows
@@ -637,6 +723,14 @@ impl Launcher {
                 {
                     return Err(PluginError::invalid("router shapes"));
                 }
+                if n > 512 || k > 32 {
+                    return Err(PluginError::unsupported(
+                        format!(
+                            "routing {k} of {n} experts on the CUDA bundles (at most 32 of 512)"
+                        ),
+                        &[],
+                    ));
+                }
                 let gating: i32 = match p.gating {
                     Gating::Softmax => 0,
                     Gating::Sigmoid => 1,
@@ -645,7 +739,7 @@ impl Launcher {
                 };
                 let pl = addr(logits, "logits")?;
                 let po = addr(&c.dst, "dst")?;
-                let blocks = cfg((rows.max(1) as u32).div_ceil(64), 64);
+                let blocks = cfg(grid(rows.max(1) as u64, WARPS), BLOCK);
                 if matches!(c.op, Op::RouterTopK(_)) {
                     let pb = if p.bias {
                         let b = src(1)?;
@@ -663,7 +757,7 @@ impl Launcher {
                         .arg(&k)
                         .arg(&rows)
                         .arg(&gating);
-                    // SAFETY: one thread per row inside the checked spans.
+                    // SAFETY: one warp per row inside the checked spans.
                     unsafe { l.launch(blocks) }.map_err(driver_err("bl_router_topk"))?;
                 } else {
                     let ids = addr(src(1)?, "ids")?;
@@ -678,7 +772,7 @@ impl Launcher {
                         .arg(&rows)
                         .arg(&gating);
                     l.arg(&norm).arg(&p.norm_min).arg(&p.scale).arg(&err);
-                    // SAFETY: one thread per row; ids are checked on the card.
+                    // SAFETY: one warp per row; ids are checked on the card.
                     unsafe { l.launch(blocks) }.map_err(driver_err("bl_router_weights"))?;
                 }
             }
@@ -748,6 +842,33 @@ impl Launcher {
             return Err(PluginError::invalid("MoeExperts shapes"));
         }
         let align = |b: u64| b.div_ceil(256) * 256;
+        if let (Some((_, routed)), true) = (self.mmq.kernels(rows), wg >= 1 && wu >= 1 && wd >= 1) {
+            let stacks = Stacks {
+                x: addr(x, "x")?,
+                ids: addr(ids, "ids")?,
+                weights: addr(w, "weights")?,
+                map,
+                gate: (
+                    addr(gate, "gate")?,
+                    gate.nb[1] as i64,
+                    gate.nb[2] as i64,
+                    wg,
+                ),
+                up: match up {
+                    Some(u) => Some((addr(u, "up")?, u.nb[1] as i64, u.nb[2] as i64, wu)),
+                    None => None,
+                },
+                down: (
+                    addr(down, "down")?,
+                    down.nb[1] as i64,
+                    down.nb[2] as i64,
+                    wd,
+                ),
+                n_stack: gate.ne[2],
+                out: addr(&c.dst, "dst")?,
+            };
+            return self.moe_routed(routed, &stacks, p, n_embd, rows);
+        }
         let xq_bytes = if wg >= 1 || wu >= 1 {
             align(rows * (n_embd / 32) * 36)
         } else {
@@ -762,7 +883,7 @@ impl Launcher {
         let base = self.scratch(xq_bytes + h_bytes + hq_bytes)?;
         let (xq, h, hq) = (base, base + xq_bytes, base + xq_bytes + h_bytes);
         let px = addr(x, "x")?;
-        let stream = self.ctx.default_stream();
+        let stream = &self.stream;
         let cfg = |tasks: u64| LaunchConfig {
             grid_dim: (tasks.div_ceil(WARPS).max(1) as u32, 1, 1),
             block_dim: (BLOCK, 1, 1),
@@ -874,14 +995,175 @@ impl Launcher {
     }
 }
 
+/// Device addresses of one MoeExperts call: stacks as (pointer, row stride, expert stride, type).
+struct Stacks {
+    x: u64,
+    ids: u64,
+    weights: u64,
+    map: u64,
+    gate: (u64, i64, i64, i32),
+    up: Option<(u64, i64, i64, i32)>,
+    down: (u64, i64, i64, i32),
+    n_stack: u64,
+    out: u64,
+}
+
+impl Launcher {
+    /// Routed experts for batches: the route table sorted by expert on the card, then per expert
+    /// one tiled product over all its rows for gate/up and for down (each expert's weights read
+    /// once per batch), the GLU between, and the weighted sum in slot order.
+    fn moe_routed(
+        &self,
+        kernel: &'static str,
+        st: &Stacks,
+        p: bloomery_plugin_api::op::MoeParams,
+        n_embd: u64,
+        rows: u64,
+    ) -> Result<(), PluginError> {
+        let (n_ff, k) = (u64::from(p.n_ff), u64::from(p.k));
+        let entries = rows * k;
+        let align = |b: u64| b.div_ceil(256) * 256;
+        let sizes = [
+            align(rows * (n_embd / 32) * 36),  // x as Q8_1
+            align(st.n_stack * entries * 4),   // route lists
+            align(st.n_stack * 4),             // route counts
+            align(entries * 2 * n_ff * 4),     // gate | up products
+            align(entries * n_ff * 4),         // GLU
+            align(entries * (n_ff / 32) * 36), // GLU as Q8_1
+            align(entries * n_embd * 4),       // down products
+        ];
+        let mut at = [0u64; 7];
+        let base = self.scratch(sizes.iter().sum())?;
+        let mut off = base;
+        for (a, sz) in at.iter_mut().zip(sizes) {
+            *a = off;
+            off += sz;
+        }
+        let [xq, list, count, gu, h, hq, dbuf] = at;
+        let stream = &self.stream;
+        let warps = |tasks: u64| LaunchConfig {
+            grid_dim: (tasks.div_ceil(WARPS).max(1) as u32, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let flat = |n: u64| LaunchConfig {
+            grid_dim: (n.div_ceil(256).clamp(1, 4096) as u32, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let quantize = |from: u64, to: u64, nblocks: u64| -> Result<(), PluginError> {
+            let nb = nblocks as i64;
+            let f = self.func("bl_quantize_q8_1")?;
+            let mut l = stream.launch_builder(&f);
+            l.arg(&from).arg(&to).arg(&nb);
+            // SAFETY: one warp per 32-value block; both areas hold nblocks blocks.
+            unsafe { l.launch(warps(nblocks)) }
+                .map(|_| ())
+                .map_err(driver_err("bl_quantize_q8_1"))
+        };
+        quantize(st.x, xq, rows * (n_embd / 32))?;
+        let (ne, nf, nx) = (n_embd as i32, n_ff as i32, p.n_expert as i32);
+        let (n_entries, list_stride, err) = (entries as i32, entries as i64, self.error_word);
+        let f = self.func("bl_moe_route")?;
+        let mut l = stream.launch_builder(&f);
+        l.arg(&st.ids).arg(&st.map).arg(&n_entries).arg(&nx);
+        l.arg(&list).arg(&list_stride).arg(&count).arg(&err);
+        // SAFETY: one block per stack expert writes its own list (at most `entries` long) and count.
+        unsafe {
+            l.launch(LaunchConfig {
+                grid_dim: (st.n_stack as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .map_err(driver_err("bl_moe_route"))?;
+        let tiled = self.func(kernel)?;
+        let product = |stack: (u64, i64, i64, i32),
+                       act: u64,
+                       act_row: i64,
+                       col_div: i32,
+                       y: u64,
+                       y_row: i64,
+                       kk: u64,
+                       nn: u64|
+         -> Result<(), PluginError> {
+            let (pw, w_row, w_exp, wtype) = stack;
+            let (ki, ni) = (kk as i32, nn as i32);
+            let mut l = stream.launch_builder(&tiled);
+            l.arg(&pw)
+                .arg(&w_row)
+                .arg(&w_exp)
+                .arg(&wtype)
+                .arg(&act)
+                .arg(&act_row);
+            l.arg(&list).arg(&list_stride).arg(&count).arg(&col_div);
+            l.arg(&y).arg(&y_row).arg(&ki).arg(&ni);
+            let grid = (
+                nn.div_ceil(MMQ_TILE) as u32,
+                rows.div_ceil(MMQ_TILE) as u32,
+                st.n_stack as u32,
+            );
+            // SAFETY: expert e's blocks read its stack rows (< nn) and the listed columns, whose
+            // entries index rows of the activation and output areas sized above.
+            unsafe {
+                l.launch(LaunchConfig {
+                    grid_dim: grid,
+                    block_dim: (128, 1, 1),
+                    shared_mem_bytes: 0,
+                })
+            }
+            .map(|_| ())
+            .map_err(driver_err(kernel))
+        };
+        let x_row = ((n_embd / 32) * 36) as i64;
+        let (gu_row, ki) = ((2 * n_ff) as i64, k as i32);
+        match st.up {
+            None => product(st.gate, xq, x_row, ki, gu, gu_row, n_embd, 2 * n_ff)?,
+            Some(up) => {
+                product(st.gate, xq, x_row, ki, gu, gu_row, n_embd, n_ff)?;
+                product(up, xq, x_row, ki, gu + n_ff * 4, gu_row, n_embd, n_ff)?;
+            }
+        }
+        let kind: i32 = match p.glu {
+            GluKind::SwiGlu => 0,
+            GluKind::GeGlu => 1,
+        };
+        let (uoff, n_e) = (n_ff as i64, entries as i64);
+        let f = self.func("bl_moe_glu")?;
+        let mut l = stream.launch_builder(&f);
+        l.arg(&gu).arg(&gu).arg(&gu_row).arg(&uoff).arg(&h);
+        l.arg(&n_e).arg(&nf).arg(&kind).arg(&p.limit);
+        // SAFETY: entries x n_ff values read from the products and written to h, both sized so.
+        unsafe { l.launch(flat(entries * n_ff)) }.map_err(driver_err("bl_moe_glu"))?;
+        quantize(h, hq, entries * (n_ff / 32))?;
+        let h_row = ((n_ff / 32) * 36) as i64;
+        product(st.down, hq, h_row, 1, dbuf, n_embd as i64, n_ff, n_embd)?;
+        let ri = rows as i32;
+        let f = self.func("bl_moe_combine")?;
+        let mut l = stream.launch_builder(&f);
+        l.arg(&dbuf)
+            .arg(&st.ids)
+            .arg(&st.map)
+            .arg(&st.weights)
+            .arg(&st.out);
+        l.arg(&ne).arg(&ki).arg(&ri).arg(&nx);
+        // SAFETY: rows x n_embd outputs; only entries with a valid, mapped expert are read.
+        unsafe { l.launch(flat(rows * n_embd)) }.map_err(driver_err("bl_moe_combine"))?;
+        Ok(())
+    }
+}
+
 impl Drop for Launcher {
     fn drop(&mut self) {
         if self.ctx.bind_to_thread().is_ok() {
             let s = self.scratch.lock().map(|s| s.0).unwrap_or(0);
-            // SAFETY: both allocations are owned here and no longer used.
+            let mut all = self.retired.lock().map(|r| r.clone()).unwrap_or_default();
+            all.push(s);
+            // SAFETY: every allocation is owned here and no longer used (the device synchronised
+            // and released its graphs before dropping the launcher).
             unsafe {
-                if s != 0 {
-                    let _ = result::free_sync(s);
+                for p in all.into_iter().filter(|&p| p != 0) {
+                    let _ = result::free_sync(p);
                 }
                 let _ = result::free_sync(self.error_word);
             }
@@ -915,6 +1197,13 @@ mod tests {
         "bl_router_weights",
         "bl_moe_gate_up",
         "bl_moe_down",
+        "bl_mmq_mma",
+        "bl_mmq_dp4a",
+        "bl_mmq_experts_mma",
+        "bl_mmq_experts_dp4a",
+        "bl_moe_route",
+        "bl_moe_glu",
+        "bl_moe_combine",
     ];
 
     #[test]

@@ -78,6 +78,7 @@ fn load(model: &Path, kv_type: DType) -> LoadedModel {
         ctx_per_slot: 256,
         kv_type,
         threads: 0,
+        graphs: true,
     };
     LoadedModel::load(&reg, model, opts).unwrap()
 }
