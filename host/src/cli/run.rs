@@ -71,6 +71,10 @@ pub struct RunArgs {
     /// CPU threads (0: one per core).
     #[arg(short = 't', long = "threads", default_value_t = 0)]
     pub threads: u32,
+    /// Layers on the GPU, llama.cpp's `-ngl`: 0 runs on the CPU; any other value runs the whole
+    /// model on the best GPU kernel plugin (CPU fallback with one warning; no partial offload yet).
+    #[arg(long = "n-gpu-layers", default_value_t = 0)]
+    pub n_gpu_layers: u32,
 }
 
 /// The prompt as token ids, wrapped in the chat template when asked.
@@ -244,8 +248,9 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         threads: a.threads,
         graphs: true,
     };
-    let mut model = LoadedModel::load(&reg, &a.model, options)?;
+    let mut model = LoadedModel::load_offloaded(&reg, &a.model, options, a.n_gpu_layers > 0)?;
     stats.load_secs = load_started.elapsed().as_secs_f64();
+    eprintln!("running on {}", model.kernel_plugin());
     let (tok, prompt) = prompt_tokens(&model, a)?;
     if prompt.is_empty() {
         bail!("the prompt gives no tokens");

@@ -23,15 +23,21 @@ const MULTI_LETTER_SHORT: &[(&str, &str)] = &[
 ];
 
 /// The command line with llama.cpp's multi-letter short flags (`-np 4`, `-ngl=99`) after the
-/// `serve` or `bench` subcommand written as their long forms.
+/// `serve`, `bench` or `run` subcommand written as their long forms (a prompt after `-p` is left
+/// as it is).
 pub fn expand_short_flags<I: IntoIterator<Item = std::ffi::OsString>>(
     args: I,
 ) -> Vec<std::ffi::OsString> {
-    let mut serving = false;
+    let (mut serving, mut after_text_flag) = (false, false);
     args.into_iter()
         .map(|a| {
             if !serving {
-                serving = a == "serve" || a == "bench";
+                serving = a == "serve" || a == "bench" || a == "run";
+                return a;
+            }
+            // A prompt is text, never a flag: `run -p -np` keeps its prompt.
+            let text = std::mem::replace(&mut after_text_flag, a == "-p" || a == "--prompt");
+            if text {
                 return a;
             }
             let Some(s) = a.to_str() else { return a };
@@ -326,6 +332,14 @@ mod tests {
             .into_iter()
             .map(|a| a.into_string().unwrap())
             .collect()
+    }
+
+    #[test]
+    fn run_takes_ngl_like_llama_cli() {
+        assert_eq!(
+            expand(&["bloomery", "run", "-ngl", "99", "-p", "hi"]),
+            ["bloomery", "run", "--n-gpu-layers", "99", "-p", "hi"]
+        );
     }
 
     #[test]
