@@ -324,11 +324,6 @@ impl Executor {
         }
     }
 
-    /// Whether passes now replay a captured device graph.
-    pub fn is_captured(&self) -> bool {
-        matches!(self.replay.lock().map(|r| *r), Ok(Replay::Captured(_)))
-    }
-
     /// Reads an f32 output by name.
     pub fn read_f32(&self, device: &Device, name: &str) -> Result<Vec<f32>, ExecError> {
         let (_, r) = self

@@ -1,20 +1,17 @@
 //! Anthropic routes: /v1/messages (whole or as the `message_start` … `message_stop` event
 //! sequence) and /v1/messages/count_tokens.
 
-use std::sync::Arc;
-
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
-use futures_util::stream;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::chat::{self, Delta, DeltaSplitter};
 use super::engine::{Event, Finish, StopType};
 use super::error::ApiError;
-use super::gen::{collect, random_id, sse_event, sse_response, submit};
+use super::gen::{collect, event_stream, random_id, sse_event, submit};
 use super::native::ok;
 use super::openai::{prepare_chat, ChatJob};
 use super::params::{gen_params, Fields};
@@ -134,110 +131,76 @@ fn stream_messages(
     rx: UnboundedReceiver<Event>,
 ) -> Response {
     struct St {
-        rx: UnboundedReceiver<Event>,
         split: DeltaSplitter,
-        job: Arc<ChatJob>,
+        job: ChatJob,
         open: Block,
         index: usize,
-        started: bool,
-        done: bool,
-        model: String,
-        n_prompt: usize,
     }
     let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, job.tools);
     let st = St {
-        rx,
         split,
-        job: Arc::new(job),
+        job,
         open: Block::None,
         index: 0,
-        started: false,
-        done: false,
-        model,
-        n_prompt,
     };
-    let frames = stream::unfold(st, |mut st| async move {
-        if st.done {
-            return None;
-        }
-        let mut out: Vec<u8> = Vec::new();
-        if !st.started {
-            st.started = true;
-            out.extend_from_slice(&sse_event("message_start", &json!({
-                "type": "message_start",
-                "message": {"id": random_id("msg_"), "type": "message", "role": "assistant", "content": [], "model": st.model,
-                    "stop_reason": null, "stop_sequence": null,
-                    "usage": {"input_tokens": st.n_prompt, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}},
-            })));
-        }
-        loop {
-            match st.rx.recv().await {
-                Some(Event::Started { .. }) => continue,
-                Some(Event::Token(p)) => {
-                    let deltas = st.split.push(&p.text);
-                    for d in deltas {
-                        emit_delta(&mut st.open, &mut st.index, &d, &mut out);
-                    }
-                    if out.is_empty() {
-                        continue;
-                    }
-                }
-                Some(Event::Done(f)) => {
-                    st.done = true;
-                    for d in st.split.finish() {
-                        emit_delta(&mut st.open, &mut st.index, &d, &mut out);
-                    }
-                    close(&mut st.open, &mut st.index, &mut out);
-                    let mut calls = Vec::new();
-                    if st.job.tools && st.split.holding_tools() {
-                        calls = chat::parse(
-                            &st.split.full,
-                            st.job.prompt.starts_in_thinking,
-                            st.job.reasoning,
-                            true,
-                        )
-                        .tool_calls;
-                    }
-                    for c in &calls {
-                        out.extend_from_slice(&sse_event("content_block_start", &json!({"type": "content_block_start", "index": st.index,
-                            "content_block": {"type": "tool_use", "id": random_id("toolu_"), "name": c.name, "input": {}}})));
-                        out.extend_from_slice(&sse_event(
-                            "content_block_delta",
-                            &json!({"type": "content_block_delta", "index": st.index,
-                            "delta": {"type": "input_json_delta", "partial_json": c.arguments}}),
-                        ));
-                        out.extend_from_slice(&sse_event(
-                            "content_block_stop",
-                            &json!({"type": "content_block_stop", "index": st.index}),
-                        ));
-                        st.index += 1;
-                    }
-                    out.extend_from_slice(&sse_event("message_delta", &json!({"type": "message_delta",
-                        "delta": {"stop_reason": stop_reason(&f, !calls.is_empty()), "stop_sequence": stop_sequence(&f)},
-                        "usage": {"output_tokens": f.n_predicted}})));
-                    out.extend_from_slice(&sse_event(
-                        "message_stop",
-                        &json!({"type": "message_stop"}),
-                    ));
-                }
-                Some(Event::Failed(msg)) => {
-                    st.done = true;
-                    out.extend_from_slice(&sse_event(
-                        "error",
-                        &json!({"type": "error", "error": {"type": "api_error", "message": msg}}),
-                    ));
-                }
-                None => {
-                    if out.is_empty() {
-                        return None;
-                    }
-                    st.done = true;
-                }
+    let prelude = sse_event("message_start", &json!({
+        "type": "message_start",
+        "message": {"id": random_id("msg_"), "type": "message", "role": "assistant", "content": [], "model": model,
+            "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": n_prompt, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}},
+    }))
+    .to_vec();
+    event_stream(rx, st, prelude, |st, ev, out| match ev {
+        Event::Started { .. } => false,
+        Event::Token(p) => {
+            for d in st.split.push(&p.text) {
+                emit_delta(&mut st.open, &mut st.index, &d, out);
             }
-            return Some((Bytes::from(out), st));
+            false
         }
-    });
-    sse_response(frames)
+        Event::Done(f) => {
+            for d in st.split.finish() {
+                emit_delta(&mut st.open, &mut st.index, &d, out);
+            }
+            close(&mut st.open, &mut st.index, out);
+            let mut calls = Vec::new();
+            if st.job.tools && st.split.holding_tools() {
+                calls = chat::parse(
+                    &st.split.full,
+                    st.job.prompt.starts_in_thinking,
+                    st.job.reasoning,
+                    true,
+                )
+                .tool_calls;
+            }
+            for c in &calls {
+                out.extend_from_slice(&sse_event("content_block_start", &json!({"type": "content_block_start", "index": st.index,
+                    "content_block": {"type": "tool_use", "id": random_id("toolu_"), "name": c.name, "input": {}}})));
+                out.extend_from_slice(&sse_event(
+                    "content_block_delta",
+                    &json!({"type": "content_block_delta", "index": st.index,
+                    "delta": {"type": "input_json_delta", "partial_json": c.arguments}}),
+                ));
+                out.extend_from_slice(&sse_event(
+                    "content_block_stop",
+                    &json!({"type": "content_block_stop", "index": st.index}),
+                ));
+                st.index += 1;
+            }
+            out.extend_from_slice(&sse_event("message_delta", &json!({"type": "message_delta",
+                "delta": {"stop_reason": stop_reason(&f, !calls.is_empty()), "stop_sequence": stop_sequence(&f)},
+                "usage": {"output_tokens": f.n_predicted}})));
+            out.extend_from_slice(&sse_event("message_stop", &json!({"type": "message_stop"})));
+            true
+        }
+        Event::Failed(msg) => {
+            out.extend_from_slice(&sse_event(
+                "error",
+                &json!({"type": "error", "error": {"type": "api_error", "message": msg}}),
+            ));
+            true
+        }
+    })
 }
 
 fn close(open: &mut Block, index: &mut usize, out: &mut Vec<u8>) {

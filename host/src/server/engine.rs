@@ -335,11 +335,7 @@ impl<'t> Scheduler<'t> {
                 Ok(Ok(())) => {}
                 Ok(Err(msg)) => self.fail_all(&msg),
                 Err(panic) => {
-                    let what = panic
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                        .unwrap_or_else(|| "unknown panic".into());
+                    let what = crate::server::error::panic_message(panic.as_ref());
                     tracing::error!("a forward pass panicked: {what}");
                     self.fail_all(&format!("internal error: {what}"));
                 }
@@ -717,7 +713,8 @@ fn step(
         truncated,
     };
     let send = |task: &Task<'_>, e: Event| task.job.events.send(e).is_ok();
-    if tok.is_eog(id) && !task.job.params.ignore_eos {
+    // The end of a request: what the stop-string matcher and the decoder still hold, then Done.
+    let end = |task: &mut Task<'_>, stop_type: StopType, truncated: bool| {
         let tail = task.stop.flush(&task.decoder.flush());
         if !tail.is_empty() {
             send(
@@ -731,9 +728,12 @@ fn step(
         }
         send(
             task,
-            Event::Done(finish(task, StopType::Eos, String::new(), false)),
+            Event::Done(finish(task, stop_type, String::new(), truncated)),
         );
-        return true;
+        true
+    };
+    if tok.is_eog(id) && !task.job.params.ignore_eos {
+        return end(task, StopType::Eos, false);
     }
     let mut text = String::new();
     task.decoder.push_to(id, &mut text);
@@ -769,27 +769,7 @@ fn step(
         .is_some_and(|n| task.generated >= n);
     let ctx_full = n_cached + 1 >= n_ctx;
     if at_limit || ctx_full {
-        let tail = task.stop.flush(&task.decoder.flush());
-        if !tail.is_empty() {
-            send(
-                task,
-                Event::Token(Piece {
-                    id,
-                    text: tail,
-                    probs: None,
-                }),
-            );
-        }
-        send(
-            task,
-            Event::Done(finish(
-                task,
-                StopType::Limit,
-                String::new(),
-                ctx_full && !at_limit,
-            )),
-        );
-        return true;
+        return end(task, StopType::Limit, ctx_full && !at_limit);
     }
     task.next = Some(id);
     false

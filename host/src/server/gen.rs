@@ -106,31 +106,10 @@ fn token_json(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
     (String::from_utf8_lossy(&bytes).into_owned(), bytes)
 }
 
-/// `completion_probabilities` entries of the native API.
-pub fn native_probs(tok: &Tokenizer, pieces: &[Piece]) -> Value {
-    Value::Array(
-        pieces
-            .iter()
-            .filter_map(|p| {
-                let pr = p.probs.as_ref()?;
-                let (text, bytes) = token_json(tok, p.id);
-                let top: Vec<Value> = pr
-                    .top
-                    .iter()
-                    .map(|&(id, lp)| {
-                        let (t, b) = token_json(tok, id);
-                        json!({"id": id, "token": t, "bytes": b, "logprob": lp})
-                    })
-                    .collect();
-                Some(json!({"id": p.id, "token": text, "bytes": bytes, "logprob": pr.logprob, "top_logprobs": top}))
-            })
-            .collect(),
-    )
-}
-
-/// OpenAI `logprobs.content` entries.
-pub fn openai_logprobs(tok: &Tokenizer, pieces: &[Piece]) -> Value {
-    let content: Vec<Value> = pieces
+/// One entry per piece that carries probabilities: the token, its bytes and logprob, and its
+/// `top_logprobs`; the shape both the native and the OpenAI APIs use.
+fn prob_entries(tok: &Tokenizer, pieces: &[Piece]) -> Vec<Value> {
+    pieces
         .iter()
         .filter_map(|p| {
             let pr = p.probs.as_ref()?;
@@ -145,8 +124,17 @@ pub fn openai_logprobs(tok: &Tokenizer, pieces: &[Piece]) -> Value {
                 .collect();
             Some(json!({"id": p.id, "token": text, "bytes": bytes, "logprob": pr.logprob, "top_logprobs": top}))
         })
-        .collect();
-    json!({ "content": content })
+        .collect()
+}
+
+/// `completion_probabilities` entries of the native API.
+pub fn native_probs(tok: &Tokenizer, pieces: &[Piece]) -> Value {
+    Value::Array(prob_entries(tok, pieces))
+}
+
+/// OpenAI `logprobs.content` entries.
+pub fn openai_logprobs(tok: &Tokenizer, pieces: &[Piece]) -> Value {
+    json!({ "content": prob_entries(tok, pieces) })
 }
 
 /// One `data: {json}` frame.
@@ -160,7 +148,7 @@ pub fn sse_event(name: &str, v: &Value) -> Bytes {
 }
 
 /// A streamed response of SSE frames.
-pub fn sse_response<S>(frames: S) -> Response
+fn sse_response<S>(frames: S) -> Response
 where
     S: Stream<Item = Bytes> + Send + 'static,
 {
@@ -174,6 +162,47 @@ where
         body,
     )
         .into_response()
+}
+
+/// An SSE answer driven by a request's events: `prelude` goes out with the first frame, then
+/// `on_event` appends each event's frames to the pending bytes and says whether the stream ends
+/// (after `Done` or `Failed`). Events that add nothing are folded into the next frame; a closed
+/// channel ends the stream after whatever is pending.
+pub fn event_stream<S, F>(
+    rx: mpsc::UnboundedReceiver<Event>,
+    state: S,
+    prelude: Vec<u8>,
+    on_event: F,
+) -> Response
+where
+    S: Send + 'static,
+    F: FnMut(&mut S, Event, &mut Vec<u8>) -> bool + Send + 'static,
+{
+    struct Drive<S, F> {
+        rx: mpsc::UnboundedReceiver<Event>,
+        state: S,
+        on_event: F,
+        pending: Vec<u8>,
+        ended: bool,
+    }
+    let drive = Drive {
+        rx,
+        state,
+        on_event,
+        pending: prelude,
+        ended: false,
+    };
+    let frames = futures_util::stream::unfold(drive, |mut d| async move {
+        let mut out = std::mem::take(&mut d.pending);
+        while !d.ended && out.is_empty() {
+            d.ended = match d.rx.recv().await {
+                Some(ev) => (d.on_event)(&mut d.state, ev, &mut out),
+                None => true,
+            };
+        }
+        (!out.is_empty()).then(|| (Bytes::from(out), d))
+    });
+    sse_response(frames)
 }
 
 /// Seconds since the Unix epoch.

@@ -191,11 +191,7 @@ async fn guard(
     {
         Ok(r) => r,
         Err(panic) => {
-            let what = panic
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap_or_else(|| "unknown panic".into());
+            let what = crate::server::error::panic_message(panic.as_ref());
             tracing::error!("a request handler panicked: {what}");
             ApiError::internal(format!("internal error: {what}")).into_response()
         }

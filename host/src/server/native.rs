@@ -8,12 +8,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use futures_util::stream;
 use serde_json::{json, Map, Value};
 
 use super::engine::{Event, Finish, GenParams, Request, SlotAction, SlotCommand};
 use super::error::ApiError;
-use super::gen::{self, collect, native_probs, sse_data, sse_response, submit, timings};
+use super::gen::{self, collect, native_probs, sse_data, submit, timings};
 use super::params::{gen_params, Fields};
 use super::{chat, parse_body, AppRef, Ready};
 
@@ -360,19 +359,21 @@ pub async fn models(State(state): State<AppRef>) -> Json<Value> {
     }))
 }
 
+/// A JSON token id, checked against the vocabulary.
+fn token_id(ready: &Ready, x: &Value) -> Result<u32, ApiError> {
+    let n_vocab = ready.tok.vocab_size();
+    x.as_u64()
+        .filter(|&i| (i as usize) < n_vocab)
+        .map(|i| i as u32)
+        .ok_or_else(|| {
+            ApiError::invalid(format!(
+                "token {x} is not an id of the {n_vocab}-token vocabulary"
+            ))
+        })
+}
+
 /// A native prompt: a string, token ids, or a mix of both.
 fn prompt_tokens(ready: &Ready, v: &Value) -> Result<Vec<u32>, ApiError> {
-    let n_vocab = ready.tok.vocab_size();
-    let id = |x: &Value| -> Result<u32, ApiError> {
-        x.as_u64()
-            .filter(|&i| (i as usize) < n_vocab)
-            .map(|i| i as u32)
-            .ok_or_else(|| {
-                ApiError::invalid(format!(
-                    "token {x} is not an id of the {n_vocab}-token vocabulary"
-                ))
-            })
-    };
     let encode = |s: &str, first: bool| {
         ready
             .tok
@@ -386,7 +387,7 @@ fn prompt_tokens(ready: &Ready, v: &Value) -> Result<Vec<u32>, ApiError> {
             for (i, x) in items.iter().enumerate() {
                 match x {
                     Value::String(s) => out.extend(encode(s, i == 0)?),
-                    Value::Number(_) => out.push(id(x)?),
+                    Value::Number(_) => out.push(token_id(ready, x)?),
                     _ => {
                         return Err(ApiError::invalid(
                             "\"prompt\" items must be strings or token ids",
@@ -532,74 +533,55 @@ fn native_stream(
     rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
 ) -> Response {
     struct St {
-        ready: std::sync::Arc<Ready>,
-        params: GenParams,
-        prompt: Vec<u32>,
-        rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
         text: String,
         pieces: Vec<super::engine::Piece>,
         id_slot: usize,
-        done: bool,
     }
     let st = St {
-        ready,
-        params,
-        prompt,
-        rx,
         text: String::new(),
         pieces: Vec::new(),
         id_slot: 0,
-        done: false,
     };
-    let frames = stream::unfold(st, |mut st| async move {
-        if st.done {
-            return None;
+    gen::event_stream(rx, st, Vec::new(), move |st, ev, out| match ev {
+        Event::Started { id_slot, .. } => {
+            st.id_slot = id_slot;
+            false
         }
-        loop {
-            let frame = match st.rx.recv().await {
-                Some(Event::Started { id_slot, .. }) => {
-                    st.id_slot = id_slot;
-                    continue;
-                }
-                Some(Event::Token(p)) => {
-                    st.text.push_str(&p.text);
-                    let mut chunk = json!({
-                        "index": 0,
-                        "content": p.text,
-                        "tokens": [p.id],
-                        "stop": false,
-                        "id_slot": st.id_slot,
-                        "tokens_predicted": st.pieces.len() + 1,
-                        "tokens_evaluated": st.prompt.len(),
-                    });
-                    if st.params.n_probs > 0 {
-                        chunk["completion_probabilities"] =
-                            native_probs(&st.ready.tok, std::slice::from_ref(&p));
-                    }
-                    st.pieces.push(p);
-                    sse_data(&chunk)
-                }
-                Some(Event::Done(finish)) => {
-                    st.done = true;
-                    let out = gen::Outcome {
-                        text: std::mem::take(&mut st.text),
-                        pieces: std::mem::take(&mut st.pieces),
-                        finish,
-                    };
-                    let mut v = final_json(&st.ready, &st.params, &st.prompt, &out, false);
-                    v["content"] = json!("");
-                    sse_data(&v)
-                }
-                Some(Event::Failed(msg)) => {
-                    st.done = true;
-                    sse_data(&ApiError::internal(msg).body())
-                }
-                None => return None,
+        Event::Token(p) => {
+            st.text.push_str(&p.text);
+            let mut chunk = json!({
+                "index": 0,
+                "content": p.text,
+                "tokens": [p.id],
+                "stop": false,
+                "id_slot": st.id_slot,
+                "tokens_predicted": st.pieces.len() + 1,
+                "tokens_evaluated": prompt.len(),
+            });
+            if params.n_probs > 0 {
+                chunk["completion_probabilities"] =
+                    native_probs(&ready.tok, std::slice::from_ref(&p));
+            }
+            st.pieces.push(p);
+            out.extend_from_slice(&sse_data(&chunk));
+            false
+        }
+        Event::Done(finish) => {
+            let done = gen::Outcome {
+                text: std::mem::take(&mut st.text),
+                pieces: std::mem::take(&mut st.pieces),
+                finish,
             };
-            return Some((frame, st));
+            let mut v = final_json(&ready, &params, &prompt, &done, false);
+            v["content"] = json!("");
+            out.extend_from_slice(&sse_data(&v));
+            true
         }
-    });
-    sse_response(frames)
+        Event::Failed(msg) => {
+            out.extend_from_slice(&sse_data(&ApiError::internal(msg).body()));
+            true
+        }
+    })
 }
 
 /// POST /infill: fill-in-the-middle for models with FIM tokens.
@@ -671,21 +653,11 @@ pub async fn detokenize(State(state): State<AppRef>, body: Bytes) -> Result<Json
     let ready = state.ready()?;
     let body = parse_body(&body)?;
     let f = Fields::of(&body)?;
-    let n = ready.tok.vocab_size();
     let ids: Vec<u32> = match f.get("tokens") {
         None => Vec::new(),
         Some(Value::Array(a)) => a
             .iter()
-            .map(|x| {
-                x.as_u64()
-                    .filter(|&i| (i as usize) < n)
-                    .map(|i| i as u32)
-                    .ok_or_else(|| {
-                        ApiError::invalid(format!(
-                            "token {x} is not an id of the {n}-token vocabulary"
-                        ))
-                    })
-            })
+            .map(|x| token_id(&ready, x))
             .collect::<Result<_, _>>()?,
         Some(_) => {
             return Err(ApiError::invalid(

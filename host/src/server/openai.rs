@@ -6,7 +6,6 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
-use futures_util::stream;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -15,7 +14,7 @@ use super::chat::{self, ChatPrompt, Delta, DeltaSplitter};
 use super::engine::{Event, Finish};
 use super::error::ApiError;
 use super::gen::{
-    collect, openai_logprobs, random_id, sse_data, sse_response, submit, timings, unix_now,
+    collect, event_stream, openai_logprobs, random_id, sse_data, submit, timings, unix_now,
 };
 use super::native::{finish_reason, ok, prompts};
 use super::params::{gen_params, Fields};
@@ -171,13 +170,17 @@ fn chat_stream(
 ) -> Response {
     struct St {
         ready: Arc<Ready>,
-        rx: UnboundedReceiver<Event>,
         split: DeltaSplitter,
         job: ChatJob,
         head: Value,
-        sent_role: bool,
-        logprobs: bool,
-        done: bool,
+    }
+    impl St {
+        /// One `chat.completion.chunk` frame with these choices.
+        fn chunk(&self, out: &mut Vec<u8>, choices: Value) {
+            let mut c = self.head.clone();
+            c["choices"] = choices;
+            out.extend_from_slice(&sse_data(&c));
+        }
     }
     let head = json!({
         "id": random_id("chatcmpl-"),
@@ -189,89 +192,62 @@ fn chat_stream(
     let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, job.tools);
     let st = St {
         ready,
-        rx,
         split,
         job,
         head,
-        sent_role: false,
-        logprobs,
-        done: false,
     };
-    let chunk = |head: &Value, choices: Value| {
-        let mut c = head.clone();
-        c["choices"] = choices;
-        c
-    };
-    let frames = stream::unfold(st, move |mut st| async move {
-        if st.done {
-            return None;
+    let mut prelude = Vec::new();
+    st.chunk(
+        &mut prelude,
+        json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]),
+    );
+    event_stream(rx, st, prelude, move |st, ev, out| match ev {
+        Event::Started { .. } => false,
+        Event::Token(p) => {
+            let deltas = st.split.push(&p.text);
+            for (i, d) in deltas.iter().enumerate() {
+                let mut choice = json!({"finish_reason": null, "index": 0, "delta": delta_json(d)});
+                if logprobs && i == 0 {
+                    choice["logprobs"] = openai_logprobs(&st.ready.tok, std::slice::from_ref(&p));
+                }
+                st.chunk(out, json!([choice]));
+            }
+            false
         }
-        let mut out = Vec::new();
-        if !st.sent_role {
-            st.sent_role = true;
-            out.extend_from_slice(&sse_data(&chunk(&st.head, json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]))));
-        }
-        loop {
-            match st.rx.recv().await {
-                Some(Event::Started { .. }) => continue,
-                Some(Event::Token(p)) => {
-                    let deltas = st.split.push(&p.text);
-                    for (i, d) in deltas.iter().enumerate() {
-                        let mut choice =
-                            json!({"finish_reason": null, "index": 0, "delta": delta_json(d)});
-                        if st.logprobs && i == 0 {
-                            choice["logprobs"] =
-                                openai_logprobs(&st.ready.tok, std::slice::from_ref(&p));
-                        }
-                        out.extend_from_slice(&sse_data(&chunk(&st.head, json!([choice]))));
-                    }
-                    if out.is_empty() {
-                        continue;
-                    }
-                }
-                Some(Event::Done(f)) => {
-                    st.done = true;
-                    for d in st.split.finish() {
-                        out.extend_from_slice(&sse_data(&chunk(
-                            &st.head,
-                            json!([{"finish_reason": null, "index": 0, "delta": delta_json(&d)}]),
-                        )));
-                    }
-                    let mut calls = Vec::new();
-                    if st.job.tools && st.split.holding_tools() {
-                        let parsed = chat::parse(
-                            &st.split.full,
-                            st.job.prompt.starts_in_thinking,
-                            st.job.reasoning,
-                            true,
-                        );
-                        calls = parsed.tool_calls;
-                        if !calls.is_empty() {
-                            out.extend_from_slice(&sse_data(&chunk(&st.head, json!([{"finish_reason": null, "index": 0, "delta": {"tool_calls": tool_calls_json(&calls, true)}}]))));
-                        }
-                    }
-                    out.extend_from_slice(&sse_data(&chunk(&st.head, json!([{"finish_reason": finish_reason(&f, !calls.is_empty()), "index": 0, "delta": {}}]))));
-                    let mut u = chunk(&st.head, json!([]));
-                    u["usage"] = usage(&f);
-                    u["timings"] = timings(&f);
-                    out.extend_from_slice(&sse_data(&u));
-                    out.extend_from_slice(b"data: [DONE]\n\n");
-                }
-                Some(Event::Failed(msg)) => {
-                    st.done = true;
-                    out.extend_from_slice(&sse_data(&ApiError::internal(msg).body()));
-                }
-                None => {
-                    if out.is_empty() {
-                        return None;
-                    }
-                    st.done = true;
+        Event::Done(f) => {
+            for d in st.split.finish() {
+                st.chunk(
+                    out,
+                    json!([{"finish_reason": null, "index": 0, "delta": delta_json(&d)}]),
+                );
+            }
+            let mut calls = Vec::new();
+            if st.job.tools && st.split.holding_tools() {
+                let parsed = chat::parse(
+                    &st.split.full,
+                    st.job.prompt.starts_in_thinking,
+                    st.job.reasoning,
+                    true,
+                );
+                calls = parsed.tool_calls;
+                if !calls.is_empty() {
+                    st.chunk(out, json!([{"finish_reason": null, "index": 0, "delta": {"tool_calls": tool_calls_json(&calls, true)}}]));
                 }
             }
-            return Some((Bytes::from(out), st));
+            st.chunk(out, json!([{"finish_reason": finish_reason(&f, !calls.is_empty()), "index": 0, "delta": {}}]));
+            let mut u = st.head.clone();
+            u["choices"] = json!([]);
+            u["usage"] = usage(&f);
+            u["timings"] = timings(&f);
+            out.extend_from_slice(&sse_data(&u));
+            out.extend_from_slice(b"data: [DONE]\n\n");
+            true
         }
-    });
-    sse_response(frames)
+        Event::Failed(msg) => {
+            out.extend_from_slice(&sse_data(&ApiError::internal(msg).body()));
+            true
+        }
+    })
 }
 
 fn delta_json(d: &Delta) -> Value {
@@ -327,43 +303,35 @@ fn completions_stream(
     logprobs: bool,
 ) -> Response {
     let head = json!({"id": id, "created": unix_now(), "model": model, "system_fingerprint": FINGERPRINT, "object": "text_completion"});
-    let frames = stream::unfold((rx, false), move |(mut rx, done)| {
-        let head = head.clone();
-        let ready = Arc::clone(&ready);
-        async move {
-            if done {
-                return None;
+    event_stream(rx, (), Vec::new(), move |_, ev, out| {
+        let mut c = head.clone();
+        match ev {
+            Event::Started { .. } => false,
+            Event::Token(p) => {
+                let lp = if logprobs {
+                    openai_logprobs(&ready.tok, std::slice::from_ref(&p))
+                } else {
+                    Value::Null
+                };
+                c["choices"] =
+                    json!([{"text": p.text, "index": 0, "logprobs": lp, "finish_reason": null}]);
+                out.extend_from_slice(&sse_data(&c));
+                false
             }
-            loop {
-                let mut c = head.clone();
-                match rx.recv().await {
-                    Some(Event::Started { .. }) => continue,
-                    Some(Event::Token(p)) => {
-                        let lp = if logprobs {
-                            openai_logprobs(&ready.tok, std::slice::from_ref(&p))
-                        } else {
-                            Value::Null
-                        };
-                        c["choices"] = json!([{"text": p.text, "index": 0, "logprobs": lp, "finish_reason": null}]);
-                        return Some((sse_data(&c), (rx, false)));
-                    }
-                    Some(Event::Done(f)) => {
-                        c["choices"] = json!([{"text": "", "index": 0, "logprobs": null, "finish_reason": finish_reason(&f, false)}]);
-                        c["usage"] = usage(&f);
-                        c["timings"] = timings(&f);
-                        let mut out = sse_data(&c).to_vec();
-                        out.extend_from_slice(b"data: [DONE]\n\n");
-                        return Some((Bytes::from(out), (rx, true)));
-                    }
-                    Some(Event::Failed(msg)) => {
-                        return Some((sse_data(&ApiError::internal(msg).body()), (rx, true)))
-                    }
-                    None => return None,
-                }
+            Event::Done(f) => {
+                c["choices"] = json!([{"text": "", "index": 0, "logprobs": null, "finish_reason": finish_reason(&f, false)}]);
+                c["usage"] = usage(&f);
+                c["timings"] = timings(&f);
+                out.extend_from_slice(&sse_data(&c));
+                out.extend_from_slice(b"data: [DONE]\n\n");
+                true
+            }
+            Event::Failed(msg) => {
+                out.extend_from_slice(&sse_data(&ApiError::internal(msg).body()));
+                true
             }
         }
-    });
-    sse_response(frames)
+    })
 }
 
 /// Responses API `input` (+ `instructions`) as chat messages.
@@ -463,12 +431,9 @@ impl RespIds {
 fn responses_stream(ids: RespIds, job: ChatJob, rx: UnboundedReceiver<Event>) -> Response {
     struct St {
         ids: RespIds,
-        rx: UnboundedReceiver<Event>,
         split: DeltaSplitter,
         text: String,
         seq: u64,
-        started: bool,
-        done: bool,
     }
     impl St {
         fn ev(&mut self, out: &mut Vec<u8>, name: &str, mut v: Value) {
@@ -492,60 +457,45 @@ fn responses_stream(ids: RespIds, job: ChatJob, rx: UnboundedReceiver<Event>) ->
         }
     }
     let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, false);
-    let st = St {
+    let mut st = St {
         ids,
-        rx,
         split,
         text: String::new(),
         seq: 0,
-        started: false,
-        done: false,
     };
-    let frames = stream::unfold(st, |mut st| async move {
-        if st.done {
-            return None;
+    let mut prelude = Vec::new();
+    let created = st.ids.response("in_progress", "", None);
+    let msg = st.ids.msg.clone();
+    st.ev(
+        &mut prelude,
+        "response.created",
+        json!({"response": created}),
+    );
+    st.ev(&mut prelude, "response.output_item.added", json!({"output_index": 0, "item": {"type": "message", "id": msg, "status": "in_progress", "role": "assistant", "content": []}}));
+    st.ev(&mut prelude, "response.content_part.added", json!({"output_index": 0, "content_index": 0, "item_id": msg, "part": {"type": "output_text", "text": "", "annotations": []}}));
+    event_stream(rx, st, prelude, |st, ev, out| match ev {
+        Event::Started { .. } => false,
+        Event::Token(p) => {
+            let ds = st.split.push(&p.text);
+            st.deltas(out, ds);
+            false
         }
-        let mut out = Vec::new();
-        if !st.started {
-            st.started = true;
-            let created = st.ids.response("in_progress", "", None);
-            let msg = st.ids.msg.clone();
-            st.ev(&mut out, "response.created", json!({"response": created}));
-            st.ev(&mut out, "response.output_item.added", json!({"output_index": 0, "item": {"type": "message", "id": msg, "status": "in_progress", "role": "assistant", "content": []}}));
-            st.ev(&mut out, "response.content_part.added", json!({"output_index": 0, "content_index": 0, "item_id": msg, "part": {"type": "output_text", "text": "", "annotations": []}}));
+        Event::Done(fin) => {
+            let ds = st.split.finish();
+            st.deltas(out, ds);
+            let (msg, text) = (st.ids.msg.clone(), st.text.clone());
+            st.ev(
+                out,
+                "response.output_text.done",
+                json!({"output_index": 0, "content_index": 0, "item_id": msg, "text": text}),
+            );
+            let done = st.ids.response("completed", &text, Some(&fin));
+            st.ev(out, "response.completed", json!({"response": done}));
+            true
         }
-        loop {
-            match st.rx.recv().await {
-                Some(Event::Started { .. }) => continue,
-                Some(Event::Token(p)) => {
-                    let ds = st.split.push(&p.text);
-                    st.deltas(&mut out, ds);
-                    if out.is_empty() {
-                        continue;
-                    }
-                }
-                Some(Event::Done(fin)) => {
-                    st.done = true;
-                    let ds = st.split.finish();
-                    st.deltas(&mut out, ds);
-                    let (msg, text) = (st.ids.msg.clone(), st.text.clone());
-                    st.ev(&mut out, "response.output_text.done", json!({"output_index": 0, "content_index": 0, "item_id": msg, "text": text}));
-                    let done = st.ids.response("completed", &text, Some(&fin));
-                    st.ev(&mut out, "response.completed", json!({"response": done}));
-                }
-                Some(Event::Failed(m)) => {
-                    st.done = true;
-                    st.ev(&mut out, "error", json!({"message": m}));
-                }
-                None => {
-                    if out.is_empty() {
-                        return None;
-                    }
-                    st.done = true;
-                }
-            }
-            return Some((Bytes::from(out), st));
+        Event::Failed(m) => {
+            st.ev(out, "error", json!({"message": m}));
+            true
         }
-    });
-    sse_response(frames)
+    })
 }

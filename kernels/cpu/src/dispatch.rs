@@ -3,9 +3,7 @@
 //! is implemented here is [`capabilities`], so the two cannot drift apart.
 
 use abi_stable::std_types::RVec;
-use bloomery_plugin_api::op::{
-    Gating, GluKind, Op, OpKind, OpSupport, RopeMode as AbiRope, UnaryFn,
-};
+use bloomery_plugin_api::op::{Gating, GluKind, Op, OpKind, OpSupport, UnaryFn};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 
@@ -222,24 +220,7 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
             }
             let pos = i32s(buf, src(c, 1, "Rope")?, "positions")?;
             let (hd, nh) = (usz(c.dst.ne[0]), usz(c.dst.ne[1]));
-            let mode = match p.mode {
-                AbiRope::Norm => ops::rope::RopeMode::Norm,
-                AbiRope::Neox => ops::rope::RopeMode::Neox,
-                AbiRope::Imrope => ops::rope::RopeMode::Imrope {
-                    sections: p.sections,
-                },
-            };
-            let params = ops::rope::RopeParams {
-                mode,
-                n_dims: p.n_dims as usize,
-                freq_base: p.freq_base,
-                freq_scale: p.freq_scale,
-                ext_factor: p.ext_factor,
-                attn_factor: p.attn_factor,
-                beta_fast: p.beta_fast,
-                beta_slow: p.beta_slow,
-                n_ctx_orig: p.n_ctx_orig,
-            };
+            let params = ops::rope::RopeParams::from_abi(&p);
             let out = copy_in(buf, c, "Rope")?;
             ops::rope::rope(out, hd, nh, pos, &params).map_err(op_err)
         }

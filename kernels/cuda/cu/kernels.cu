@@ -82,33 +82,24 @@ extern "C" __global__ void bl_rms_norm_f32(const float* x, const float* w, float
 
 // ---- GetRows: one block per id ------------------------------------------------------------------
 
-extern "C" __global__ void bl_get_rows_f32(const uint8_t* table, long long stride, const int* ids, float* out,
-                                           int ncols, int nrows, int* err) {
-    const int id = ids[blockIdx.x];
-    float* y = out + (long long)blockIdx.x * ncols;
-    if (id < 0 || id >= nrows) {
-        report(err, 1);
-        return;
-    }
-    const float* row = (const float*)(table + (long long)id * stride);
-    for (int i = threadIdx.x; i < ncols; i += blockDim.x) y[i] = row[i];
-}
-
-extern "C" __global__ void bl_get_rows_f16(const uint8_t* table, long long stride, const int* ids, float* out,
-                                           int ncols, int nrows, int* err) {
-    const int id = ids[blockIdx.x];
-    float* y = out + (long long)blockIdx.x * ncols;
-    if (id < 0 || id >= nrows) {
-        report(err, 1);
-        return;
-    }
-    const __half* row = (const __half*)(table + (long long)id * stride);
-    for (int i = threadIdx.x; i < ncols; i += blockDim.x) y[i] = __half2float(row[i]);
-}
-
+// Row `id` of a table, element i, as f32: one functor per row type.
+struct RowF32 {
+    static __device__ float at(const uint8_t* row, int i) { return ((const float*)row)[i]; }
+};
+struct RowF16 {
+    static __device__ float at(const uint8_t* row, int i) { return __half2float(((const __half*)row)[i]); }
+};
 // Q8_0 block: f16 d, 32 x int8.
-extern "C" __global__ void bl_get_rows_q8_0(const uint8_t* table, long long stride, const int* ids, float* out,
-                                            int ncols, int nrows, int* err) {
+struct RowQ8_0 {
+    static __device__ float at(const uint8_t* row, int i) {
+        const uint8_t* b = row + (i / 32) * 34;
+        return half_at(b) * (float)(int8_t)b[2 + (i % 32)];
+    }
+};
+// One block per id: out row b = table row ids[b] (error 1 for an id outside the table).
+template <typename R>
+static __device__ void gather_rows(const uint8_t* table, long long stride, const int* ids, float* out, int ncols,
+                                   int nrows, int* err) {
     const int id = ids[blockIdx.x];
     float* y = out + (long long)blockIdx.x * ncols;
     if (id < 0 || id >= nrows) {
@@ -116,11 +107,17 @@ extern "C" __global__ void bl_get_rows_q8_0(const uint8_t* table, long long stri
         return;
     }
     const uint8_t* row = table + (long long)id * stride;
-    for (int i = threadIdx.x; i < ncols; i += blockDim.x) {
-        const uint8_t* b = row + (i / 32) * 34;
-        y[i] = half_at(b) * (float)(int8_t)b[2 + (i % 32)];
-    }
+    for (int i = threadIdx.x; i < ncols; i += blockDim.x) y[i] = R::at(row, i);
 }
+
+#define GET_ROWS(name, R)                                                                                       \
+    extern "C" __global__ void name(const uint8_t* table, long long stride, const int* ids, float* out, int ncols, \
+                                    int nrows, int* err) {                                                      \
+        gather_rows<R>(table, stride, ids, out, ncols, nrows, err);                                             \
+    }
+GET_ROWS(bl_get_rows_f32, RowF32)
+GET_ROWS(bl_get_rows_f16, RowF16)
+GET_ROWS(bl_get_rows_q8_0, RowQ8_0)
 
 // ---- activations to Q8_1 (f16 d, f16 s = d * sum(q), 32 x int8): one warp per block -------------
 
@@ -574,24 +571,17 @@ extern "C" __global__ void bl_matmul_q(const uint8_t* w, long long w_stride, con
 }
 
 // Q4_K rows gathered to f32.
-extern "C" __global__ void bl_get_rows_q4_k(const uint8_t* table, long long stride, const int* ids, float* out,
-                                            int ncols, int nrows, int* err) {
-    const int id = ids[blockIdx.x];
-    float* y = out + (long long)blockIdx.x * ncols;
-    if (id < 0 || id >= nrows) {
-        report(err, 1);
-        return;
-    }
-    const uint8_t* row = table + (long long)id * stride;
-    for (int i = threadIdx.x; i < ncols; i += blockDim.x) {
+struct RowQ4_K {
+    static __device__ float at(const uint8_t* row, int i) {
         const uint8_t* blk = row + (i / 256) * 144;
         const int j = (i % 256) / 32, l = i % 32;
         int sc, mn;
         scale_min_k4(blk + 4, j, &sc, &mn);
         const int q = (blk[16 + (j / 2) * 32 + l] >> (4 * (j % 2))) & 0x0F;
-        y[i] = half_at(blk) * (float)sc * (float)q - half_at(blk + 2) * (float)mn;
+        return half_at(blk) * (float)sc * (float)q - half_at(blk + 2) * (float)mn;
     }
-}
+};
+GET_ROWS(bl_get_rows_q4_k, RowQ4_K)
 
 static __device__ float glu_one(float g, float u, int kind, float limit) {
     if (kind == 1) return gelu_table(g) * u;
@@ -852,16 +842,14 @@ static __device__ void mmq_dense(const uint8_t* w, long long w_stride, int wtype
     mmq_tile<USE_MMA>(&sm, w, w_stride, wtype, xq, x_row, nullptr, 1, y, n, k, n, m, blockIdx.x * MMQ_BM,
                       blockIdx.y * MMQ_BN);
 }
-extern "C" __global__ void __launch_bounds__(128) bl_mmq_mma(const uint8_t* w, long long w_stride, int wtype,
-                                                             const uint8_t* xq, long long x_row, float* y, int k, int n,
-                                                             int m) {
-    mmq_dense<true>(w, w_stride, wtype, xq, x_row, y, k, n, m);
-}
-extern "C" __global__ void __launch_bounds__(128) bl_mmq_dp4a(const uint8_t* w, long long w_stride, int wtype,
-                                                              const uint8_t* xq, long long x_row, float* y, int k,
-                                                              int n, int m) {
-    mmq_dense<false>(w, w_stride, wtype, xq, x_row, y, k, n, m);
-}
+#define MMQ_DENSE(name, USE_MMA)                                                                                \
+    extern "C" __global__ void __launch_bounds__(128) name(const uint8_t* w, long long w_stride, int wtype,      \
+                                                           const uint8_t* xq, long long x_row, float* y, int k,    \
+                                                           int n, int m) {                                          \
+        mmq_dense<USE_MMA>(w, w_stride, wtype, xq, x_row, y, k, n, m);                                             \
+    }
+MMQ_DENSE(bl_mmq_mma, true)
+MMQ_DENSE(bl_mmq_dp4a, false)
 
 // Routed experts: grid (row tiles, column-tile slots, stack experts). Expert e's columns are
 // list[e * list_stride ..] (count[e] of them), entries r * k + j of the route table.
@@ -876,18 +864,16 @@ static __device__ void mmq_experts(const uint8_t* w, long long w_stride, long lo
         mmq_tile<USE_MMA>(&sm, w + e * w_exp, w_stride, wtype, xq, x_row, list + e * list_stride, col_div, y, y_row, k,
                           n, cnt, blockIdx.x * MMQ_BM, col0);
 }
-extern "C" __global__ void __launch_bounds__(128)
-    bl_mmq_experts_mma(const uint8_t* w, long long w_stride, long long w_exp, int wtype, const uint8_t* xq,
-                       long long x_row, const int* list, long long list_stride, const int* count, int col_div,
-                       float* y, long long y_row, int k, int n) {
-    mmq_experts<true>(w, w_stride, w_exp, wtype, xq, x_row, list, list_stride, count, col_div, y, y_row, k, n);
-}
-extern "C" __global__ void __launch_bounds__(128)
-    bl_mmq_experts_dp4a(const uint8_t* w, long long w_stride, long long w_exp, int wtype, const uint8_t* xq,
-                        long long x_row, const int* list, long long list_stride, const int* count, int col_div,
-                        float* y, long long y_row, int k, int n) {
-    mmq_experts<false>(w, w_stride, w_exp, wtype, xq, x_row, list, list_stride, count, col_div, y, y_row, k, n);
-}
+#define MMQ_EXPERTS(name, USE_MMA)                                                                               \
+    extern "C" __global__ void __launch_bounds__(128)                                                            \
+        name(const uint8_t* w, long long w_stride, long long w_exp, int wtype, const uint8_t* xq, long long x_row, \
+             const int* list, long long list_stride, const int* count, int col_div, float* y, long long y_row,     \
+             int k, int n) {                                                                                      \
+        mmq_experts<USE_MMA>(w, w_stride, w_exp, wtype, xq, x_row, list, list_stride, count, col_div, y, y_row, k, \
+                             n);                                                                                  \
+    }
+MMQ_EXPERTS(bl_mmq_experts_mma, true)
+MMQ_EXPERTS(bl_mmq_experts_dp4a, false)
 
 // The route table by stack expert: block e lists, in order, the entries r * k + j whose expert
 // (through map when given) is e. Bad ids are reported (error 4) and listed nowhere.

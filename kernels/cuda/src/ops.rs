@@ -548,17 +548,8 @@ impl Launcher {
                         p.n_dims
                     )));
                 }
-                let corr = bloomery_kernels_cpu::ops::rope::yarn_corr_dims(
-                    p.n_dims as usize,
-                    p.n_ctx_orig,
-                    p.freq_base,
-                    p.beta_fast,
-                    p.beta_slow,
-                );
-                let mut mscale = f64::from(p.attn_factor);
-                if p.ext_factor != 0.0 {
-                    mscale *= 1.0 + 0.1 * (1.0 / f64::from(p.freq_scale)).ln();
-                }
+                let (corr, mscale) =
+                    bloomery_kernels_cpu::ops::rope::RopeParams::from_abi(&p).yarn_terms();
                 let (px, pp, po) = (addr(x, "x")?, addr(pos, "positions")?, addr(&c.dst, "dst")?);
                 let (hdi, nhi, ri, nd) = (hd as i32, nh as i32, rows as i32, p.n_dims as i32);
                 let f = self.func("bl_rope_f32")?;

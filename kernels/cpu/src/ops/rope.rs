@@ -55,6 +55,46 @@ pub struct RopeParams {
 }
 
 impl RopeParams {
+    /// The parameters of an ABI `Rope` op (its `inverse` flag is the caller's to handle).
+    pub fn from_abi(p: &bloomery_plugin_api::op::RopeParams) -> Self {
+        use bloomery_plugin_api::op::RopeMode as Abi;
+        RopeParams {
+            mode: match p.mode {
+                Abi::Norm => RopeMode::Norm,
+                Abi::Neox => RopeMode::Neox,
+                Abi::Imrope => RopeMode::Imrope {
+                    sections: p.sections,
+                },
+            },
+            n_dims: p.n_dims as usize,
+            freq_base: p.freq_base,
+            freq_scale: p.freq_scale,
+            ext_factor: p.ext_factor,
+            attn_factor: p.attn_factor,
+            beta_fast: p.beta_fast,
+            beta_slow: p.beta_slow,
+            n_ctx_orig: p.n_ctx_orig,
+        }
+    }
+
+    /// YaRN's correction range ([`yarn_corr_dims`]) and the magnitude
+    /// `attn_factor * (1 + 0.1 * ln(1 / freq_scale))` (the factor only when YaRN is on): what
+    /// every backend's rope kernel needs besides the positions.
+    pub fn yarn_terms(&self) -> ([f32; 2], f64) {
+        let corr = yarn_corr_dims(
+            self.n_dims,
+            self.n_ctx_orig,
+            self.freq_base,
+            self.beta_fast,
+            self.beta_slow,
+        );
+        let mut mscale = f64::from(self.attn_factor);
+        if self.ext_factor != 0.0 {
+            mscale *= 1.0 + 0.1 * (1.0 / f64::from(self.freq_scale)).ln();
+        }
+        (corr, mscale)
+    }
+
     /// Plain rope without scaling: `freq_scale` 1, YaRN off, `attn_factor` 1, betas 32 and 1.
     pub fn plain(mode: RopeMode, n_dims: usize, freq_base: f32) -> Self {
         Self {
@@ -141,17 +181,7 @@ pub fn rope(
         }
     }
     let half = p.n_dims / 2;
-    let corr = yarn_corr_dims(
-        p.n_dims,
-        p.n_ctx_orig,
-        p.freq_base,
-        p.beta_fast,
-        p.beta_slow,
-    );
-    let mut mscale = f64::from(p.attn_factor);
-    if p.ext_factor != 0.0 {
-        mscale *= 1.0 + 0.1 * (1.0 / f64::from(p.freq_scale)).ln();
-    }
+    let (corr, mscale) = p.yarn_terms();
     for (r, xr) in x.chunks_exact_mut(row).enumerate() {
         for i in 0..half {
             let pos = match (p.mode, planes) {
