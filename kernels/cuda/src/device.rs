@@ -30,6 +30,9 @@ pub struct CudaDevice {
     kernels: Launcher,
 }
 
+/// How long a profiled pass waits behind `bl_hold` while the host queues it.
+const HOLD_NS: i64 = 40_000_000;
+
 /// A captured, instantiated graph.
 struct Graph(CudaGraph);
 
@@ -244,6 +247,10 @@ impl KernelDevice for CudaDevice {
     fn run(&self, calls: RSlice<'_, OpCall>) -> RResult<(), PluginError> {
         let run = || -> Result<(), PluginError> {
             self.bind()?;
+            self.kernels.forget_quantized();
+            if self.profile.is_some() {
+                self.kernels.hold(HOLD_NS)?;
+            }
             for c in calls.iter() {
                 match &self.profile {
                     Some(p) => p.time(&self.ctx, &self.kernels.stream, label(c), || {
@@ -285,6 +292,7 @@ impl KernelDevice for CudaDevice {
             stream
                 .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
                 .map_err(err("beginning a graph capture"))?;
+            self.kernels.forget_quantized();
             self.kernels.capturing.store(true, Ordering::Release);
             let recorded = calls.iter().try_for_each(|c| self.kernels.run(self, c));
             self.kernels.capturing.store(false, Ordering::Release);

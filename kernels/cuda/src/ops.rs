@@ -110,6 +110,10 @@ pub struct Launcher {
     pub capturing: AtomicBool,
     /// How batches of quantized products run.
     mmq: Mmq,
+    /// The activations (address, 32-value blocks) whose Q8_1 copy the scratch holds when the
+    /// previous call was a quantized product that left them intact: Q, K and V of a layer then
+    /// quantize their common input once.
+    quantized: Mutex<Option<(u64, u64)>>,
 }
 
 /// The batched quantized product in use (`BLOOMERY_CUDA_MMQ=mma|dp4a|off`; mma by default).
@@ -177,6 +181,7 @@ impl Launcher {
             retired: Mutex::new(Vec::new()),
             capturing: AtomicBool::new(false),
             mmq: Mmq::from_env(),
+            quantized: Mutex::new(None),
         })
     }
 
@@ -226,6 +231,17 @@ impl Launcher {
         Ok(s.0)
     }
 
+    /// Holds the stream for `ns` nanoseconds (the profiler queues a pass behind it).
+    pub fn hold(&self, ns: i64) -> Result<(), PluginError> {
+        let f = self.func("bl_hold")?;
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(&ns);
+        // SAFETY: one thread reads the clock; no memory is touched.
+        unsafe { l.launch(LaunchConfig::for_num_elems(1)) }
+            .map(|_| ())
+            .map_err(driver_err("bl_hold"))
+    }
+
     /// Reads and clears the error word.
     pub fn take_error(&self) -> Result<i32, PluginError> {
         let mut w = [0u8; 4];
@@ -241,8 +257,22 @@ impl Launcher {
         Ok(code)
     }
 
+    /// Forgets which activations the scratch holds quantized (at a pass boundary: the host may
+    /// write device memory between passes).
+    pub fn forget_quantized(&self) {
+        if let Ok(mut q) = self.quantized.lock() {
+            *q = None;
+        }
+    }
+
     /// Launches one call.
     pub fn run(&self, bufs: &dyn Buffers, c: &OpCall) -> Result<(), PluginError> {
+        // Only a quantized product directly after another on the same input reuses its Q8_1 copy.
+        let held = self
+            .quantized
+            .lock()
+            .map_err(|_| PluginError::device("quantized-input record poisoned"))?
+            .take();
         let src = |i: usize| {
             c.srcs()
                 .get(i)
@@ -341,8 +371,10 @@ impl Launcher {
                 let f = self.func("bl_rms_norm_f32")?;
                 let mut l = stream.launch_builder(&f);
                 l.arg(&px).arg(&pw).arg(&po).arg(&ncols).arg(&eps);
+                // A thread per 2 columns up to 1024, so few rows still keep loads in flight.
+                let threads = (ncols as u32).div_ceil(64).clamp(1, 32) * 32;
                 // SAFETY: one block per row of ncols elements, all inside the checked spans.
-                unsafe { l.launch(cfg(rows as u32, 256)) }
+                unsafe { l.launch(cfg(rows as u32, threads)) }
                     .map_err(driver_err("bl_rms_norm_f32"))?;
             }
             Op::GetRows => {
@@ -424,13 +456,22 @@ impl Launcher {
                         }
                         let nblocks = (k / 32) * m;
                         let q = self.scratch(nblocks * 36)?;
-                        let nb = nblocks as i64;
-                        let fq = self.func("bl_quantize_q8_1")?;
-                        let mut l = stream.launch_builder(&fq);
-                        l.arg(&px).arg(&q).arg(&nb);
-                        // SAFETY: one warp per 32-value block of x; q holds nblocks blocks.
-                        unsafe { l.launch(cfg(grid(nblocks, WARPS), BLOCK)) }
-                            .map_err(driver_err("bl_quantize_q8_1"))?;
+                        if held != Some((px, nblocks)) {
+                            let nb = nblocks as i64;
+                            let fq = self.func("bl_quantize_q8_1")?;
+                            let mut l = stream.launch_builder(&fq);
+                            l.arg(&px).arg(&q).arg(&nb);
+                            // SAFETY: one warp per 32-value block of x; q holds nblocks blocks.
+                            unsafe { l.launch(cfg(grid(nblocks, WARPS), BLOCK)) }
+                                .map_err(driver_err("bl_quantize_q8_1"))?;
+                        }
+                        // The next product may reuse q unless this one overwrites x.
+                        let (x_end, y_end) = (px + x.elements() * 4, py + c.dst.elements() * 4);
+                        if y_end <= px || x_end <= py {
+                            if let Ok(mut h) = self.quantized.lock() {
+                                *h = Some((px, nblocks));
+                            }
+                        }
                         let x_row = ((k / 32) * 36) as i64;
                         if let Some((tiled, _)) = self.mmq.kernels(m) {
                             let f = self.func(tiled)?;
@@ -828,7 +869,7 @@ impl Launcher {
             || c.dst.ne[0] != n_embd
             || c.dst.rows() != rows
             || n_embd % block(wg.max(wu)) != 0
-            || n_ff % block(wd) != 0
+            || n_ff % block(wd).max(32) != 0
         {
             return Err(PluginError::invalid("MoeExperts shapes"));
         }
@@ -1195,6 +1236,7 @@ mod tests {
         "bl_moe_route",
         "bl_moe_glu",
         "bl_moe_combine",
+        "bl_hold",
     ];
 
     #[test]

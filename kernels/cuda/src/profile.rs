@@ -1,6 +1,8 @@
 //! Per-op timing for finding where a pass spends its time: with `BLOOMERY_CUDA_PROFILE=1` every
 //! eager call is bracketed by CUDA events, times are summed per label at each synchronisation,
-//! and the table is printed to stderr when the device closes. Off by default (events cost).
+//! and the table is printed to stderr when the device closes. Each profiled pass starts behind a
+//! 40 ms hold on the stream, so the host has queued every call before the first one runs: the
+//! events then time the kernels back to back, not the host's launches. Off by default.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,14 +18,21 @@ pub struct Profile {
 
 /// What a call is reported as: its op, the type of its first source and whether it is one row.
 pub fn label(c: &OpCall) -> String {
-    let rows = c.dst.rows();
+    use bloomery_plugin_api::op::Op;
+    // Token rows of the pass: ops whose output rows are heads count their position list.
+    let rows = match c.op {
+        Op::Attention(_) => c.srcs().get(3).map_or(0, |t| t.elements()),
+        Op::Rope(_) => c.srcs().get(1).map_or(0, |t| t.elements()),
+        Op::CacheStore => c.srcs().get(3).map_or(0, |t| t.elements()),
+        _ => c.dst.rows(),
+    };
     let dtype = c
         .srcs()
         .first()
         .map(|s| s.dtype.to_string())
         .unwrap_or_default();
     let w = match c.srcs().get(3) {
-        Some(t) if matches!(c.op, bloomery_plugin_api::op::Op::MoeExperts(_)) => {
+        Some(t) if matches!(c.op, Op::MoeExperts(_)) => {
             t.dtype.to_string()
         }
         _ => dtype,
