@@ -32,9 +32,7 @@ pub fn label(c: &OpCall) -> String {
         .map(|s| s.dtype.to_string())
         .unwrap_or_default();
     let w = match c.srcs().get(3) {
-        Some(t) if matches!(c.op, Op::MoeExperts(_)) => {
-            t.dtype.to_string()
-        }
+        Some(t) if matches!(c.op, Op::MoeExperts(_)) => t.dtype.to_string(),
         _ => dtype,
     };
     format!(
