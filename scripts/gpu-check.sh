@@ -10,6 +10,9 @@
 #                                 Q4_K, attention/embeddings/output Q8_0) to /dev/shm and runs
 #                                 `bloomery bench -p 512 -n 128 -ngl 99` on it, with device graphs
 #                                 and without, then a per-op profile of one eager pass.
+#   scripts/gpu-check.sh serve    on the GPU machine: `bloomery serve -ngl 99 -np 4` on that file,
+#                                 then scripts/serve-bench.py (prompt cache check, time to first
+#                                 token with a restored prefix, tok/s for 1/2/4 streams).
 # Full logs go to $OUT when it is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,8 +65,30 @@ case "${1:-}" in
     BLOOMERY_CUDA_PROFILE=1 $b bench -m "$f" -p 512 -n 32 -r 1 -ngl 99 --no-graphs 2>&1 \
       | tee "$out/profile-30b.txt" | sed -n '/per-op profile/,$p' | head -40
     ;;
+  serve)
+    # llama-server's API on the 30B-A3B file, wholly on the card with 4 slots: the prompt cache
+    # (a restored 4,000-token prefix gives the same tokens as one the slot held; time to first
+    # token restored vs not cached) and total tok/s for 1, 2 and 4 concurrent streams.
+    out=${OUT:-/tmp}
+    f=/dev/shm/q3-30b-a3b-q4k.gguf
+    [ -f "$f" ] || dist/bloomery --plugin-dir dist/plugins synth --arch qwen3moe --preset 30b-a3b \
+      --experts Q4_K --attn Q8_0 --embd Q8_0 --output-type Q8_0 -o "$f" > /dev/null
+    port=18093
+    dist/bloomery --plugin-dir dist/plugins serve -m "$f" -ngl 99 -np 4 -c 32768 --metrics \
+      --port $port > "$out/serve-30b.log" 2>&1 &
+    server=$!
+    trap 'kill $server 2>/dev/null' EXIT
+    for _ in $(seq 600); do
+      curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
+      kill -0 $server 2>/dev/null || { cat "$out/serve-30b.log"; exit 1; }
+      sleep 0.5
+    done
+    python3 scripts/serve-bench.py --url "http://127.0.0.1:$port" --slots 4 --vocab 151000 \
+      --prefix 4000 | tee "$out/serve-30b.txt"
+    curl -s "http://127.0.0.1:$port/metrics" | grep -E "prompt_cache|n_busy" | grep -v "^#"
+    ;;
   *)
-    echo "usage: scripts/gpu-check.sh build|device|bench" >&2
+    echo "usage: scripts/gpu-check.sh build|device|bench|serve" >&2
     exit 2
     ;;
 esac

@@ -78,7 +78,7 @@ def test_without_slots_and_metrics_flags(tiny_path):
     (["--mlock"], "--mlock"),
     (["-cmoe"], "--cpu-moe"),
     (["-ot", "exps=CPU"], "--override-tensor"),
-    (["--cache-ram", "1024"], "--cache-ram"),
+    (["--cache-ram", "-5"], "--cache-ram"),
     (["-ctk", "q4_0", "-ctv", "q4_0"], "q4_0"),
 ])
 def test_unknown_and_unimplemented_flags_are_refused_by_name(tiny_path, flag, named):

@@ -80,15 +80,42 @@ impl LoadedModel {
         Ok(parts)
     }
 
-    /// Writes back what [`LoadedModel::read_slot`] gave for the same number of positions; each
-    /// part must have the length this model's layout gives.
+    /// The longest prefix of at most `want` positions that a state saved for `saved` positions
+    /// can be restored to: any prefix when every buffer is positional, whole pooled blocks when
+    /// pooled keys are kept, and only all `saved` positions when a buffer holds per-sequence
+    /// state (convolution or recurrent), which cannot be rewound.
+    pub fn restorable_prefix(&self, saved: u32, want: u32) -> u32 {
+        let want = want.min(saved);
+        if want == saved {
+            return want;
+        }
+        let mut n = want;
+        for s in self.spec.state.iter() {
+            match s.kind {
+                StateKind::Keys | StateKind::Values | StateKind::Latent => {}
+                StateKind::PooledKeys => n -= n % s.block.max(1),
+                StateKind::Conv | StateKind::Recurrent => return 0,
+            }
+        }
+        n
+    }
+
+    /// Writes back the first `n_pos` positions of what [`LoadedModel::read_slot`] gave for
+    /// `saved` positions; each part must have the length this model's layout gives for `saved`,
+    /// and `n_pos` must be a prefix [`LoadedModel::restorable_prefix`] allows.
     pub fn write_slot(
         &mut self,
         slot: u32,
         n_pos: u32,
+        saved: u32,
         parts: &[Vec<u8>],
     ) -> Result<(), ModelError> {
-        self.check_slot(slot, n_pos)?;
+        self.check_slot(slot, saved)?;
+        if n_pos != self.restorable_prefix(saved, n_pos) {
+            return Err(ModelError::Request(format!(
+                "a state saved for {saved} positions cannot be restored to its first {n_pos}"
+            )));
+        }
         if parts.len() != self.state.len() {
             return Err(ModelError::Request(format!(
                 "a saved state has {} parts; this model keeps {}",
@@ -97,15 +124,16 @@ impl LoadedModel {
             )));
         }
         for (i, part) in parts.iter().enumerate() {
-            let (offset, len) = self.extent(i, slot, n_pos);
-            if part.len() != len {
+            let (_, saved_len) = self.extent(i, slot, saved);
+            if part.len() != saved_len {
                 return Err(ModelError::Request(format!(
-                    "saved state part {i} has {} bytes; this model's layout needs {len}",
+                    "saved state part {i} has {} bytes; this model's layout needs {saved_len}",
                     part.len()
                 )));
             }
+            let (offset, len) = self.extent(i, slot, n_pos);
             self.device
-                .write(&self.state_buffers[i], offset, part)
+                .write(&self.state_buffers[i], offset, &part[..len])
                 .map_err(super::device_err("writing slot state"))?;
         }
         Ok(())

@@ -162,10 +162,14 @@ pub struct ServeArgs {
     /// Tensor placement overrides `REGEX=BUFFER,...` (not implemented yet: refused).
     #[arg(long = "override-tensor", env = "LLAMA_ARG_OVERRIDE_TENSOR")]
     pub override_tensor: Option<String>,
-    /// Host RAM for saved prompt states in MiB (0: off; the cache is not implemented yet, so
-    /// anything else is refused).
-    #[arg(long = "cache-ram", env = "LLAMA_ARG_CACHE_RAM")]
-    pub cache_ram: Option<i64>,
+    /// Host RAM for saved prompt states in MiB (0: off, -1: no limit).
+    #[arg(
+        long = "cache-ram",
+        default_value_t = 8192,
+        allow_negative_numbers = true,
+        env = "LLAMA_ARG_CACHE_RAM"
+    )]
+    pub cache_ram: i64,
     /// Folder for `/slots/:id?action=save|restore` files.
     #[arg(long = "slot-save-path", env = "LLAMA_ARG_SLOT_SAVE_PATH")]
     pub slot_save_path: Option<PathBuf>,
@@ -234,6 +238,15 @@ impl ServeArgs {
         }
     }
 
+    /// The prompt cache's budget in bytes (`None`: off).
+    pub fn cache_ram_bytes(&self) -> Option<u64> {
+        match self.cache_ram {
+            0 => None,
+            -1 => Some(u64::MAX),
+            mib => Some((mib as u64).saturating_mul(1 << 20)),
+        }
+    }
+
     /// The reasoning format in force.
     pub fn reasoning(&self) -> anyhow::Result<ReasoningFormat> {
         parse_reasoning(&self.reasoning_format)
@@ -257,11 +270,11 @@ impl ServeArgs {
         if self.override_tensor.is_some() {
             not_yet("-ot/--override-tensor", "tensor placement")?;
         }
-        if self.cache_ram.is_some_and(|m| m != 0) {
-            not_yet(
-                "--cache-ram",
-                "saved prompt states in host RAM; --cache-ram 0 is accepted",
-            )?;
+        if self.cache_ram < -1 {
+            bail!(
+                "-cram/--cache-ram {}: expected MiB, 0 (off) or -1 (no limit)",
+                self.cache_ram
+            );
         }
         if self.no_mmap {
             not_yet("--no-mmap", "the model is always mapped")?;

@@ -1,7 +1,9 @@
 //! The scheduler: one thread owns the model and its slots and runs continuous batching. Each pass
 //! holds the next token of every generating slot and chunks of new prompts, up to the batch size;
 //! a request never waits for another to finish. A slot keeps the tokens its cache holds, so a
-//! request that shares a prefix with the slot's last one skips it. A client that goes away (its
+//! request that shares a prefix with the slot's last one skips it. Before a slot's cache is
+//! overwritten, its state is saved to the prompt cache in host RAM (`--cache-ram`), from which any
+//! slot later restores the longest prefix a request shares with it. A client that goes away (its
 //! event receiver dropped) frees its slot before the next pass.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -14,6 +16,7 @@ use std::path::PathBuf;
 
 use tokio::sync::{mpsc, oneshot};
 
+use super::prompt_cache::{common_prefix, Inserted, PromptCache, SavedState};
 use super::slot_file::SlotFile;
 use super::stop::StopScan;
 use crate::engine::executor::BatchInputs;
@@ -205,8 +208,20 @@ pub struct Counters {
     pub busy_slot_passes: AtomicU64,
     /// Requests waiting for a slot.
     pub deferred: AtomicU64,
-    /// Prompt tokens reused from slot caches.
+    /// Prompt tokens reused from slot caches or restored from the prompt cache.
     pub cached_tokens: AtomicU64,
+    /// Slot states saved to the prompt cache.
+    pub cache_saves: AtomicU64,
+    /// Requests that restored a prefix from the prompt cache.
+    pub cache_restores: AtomicU64,
+    /// Positions restored from the prompt cache.
+    pub cache_restored_tokens: AtomicU64,
+    /// Saved states evicted for room.
+    pub cache_evictions: AtomicU64,
+    /// Bytes the prompt cache holds now.
+    pub cache_bytes: AtomicU64,
+    /// States the prompt cache holds now.
+    pub cache_entries: AtomicU64,
 }
 
 /// What the HTTP side shares with the scheduler thread.
@@ -224,6 +239,8 @@ pub struct EngineConfig {
     pub n_ctx_slot: usize,
     /// Most rows in one forward pass.
     pub n_batch: usize,
+    /// Host RAM for the prompt cache in bytes (`None`: no prompt cache).
+    pub cache_ram: Option<u64>,
 }
 
 /// A request running in a slot.
@@ -260,6 +277,7 @@ struct Scheduler<'t> {
     clock: u64,
     n_vocab: usize,
     identity: String,
+    cache: Option<PromptCache>,
 }
 
 /// Runs the scheduler on the current thread until every job sender is gone.
@@ -289,14 +307,10 @@ pub fn run(
         clock: 0,
         n_vocab,
         identity,
+        cache: cfg.cache_ram.map(PromptCache::new),
     };
     s.publish();
     s.serve(jobs);
-}
-
-/// Length of the common prefix of two token lists.
-fn common_prefix(a: &[u32], b: &[u32]) -> usize {
-    a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
 /// Natural-log softmax of `logits`: the log-probability of `id` and the `n` best tokens.
@@ -433,8 +447,17 @@ impl<'t> Scheduler<'t> {
                         "the saved slot holds token {bad}, outside the vocabulary"
                     ));
                 }
+                if let Some(old) = self.capture(id) {
+                    self.store(id, old);
+                }
+                self.slots[id].cached.clear();
                 self.model
-                    .write_slot(id as u32, file.tokens.len() as u32, &file.parts)
+                    .write_slot(
+                        id as u32,
+                        file.tokens.len() as u32,
+                        file.tokens.len() as u32,
+                        &file.parts,
+                    )
                     .map_err(|e| e.to_string())?;
                 let n = file.tokens.len();
                 self.slots[id].cached = file.tokens;
@@ -495,18 +518,11 @@ impl<'t> Scheduler<'t> {
             return;
         };
         self.clock += 1;
+        self.slots[id].last_used = self.clock;
+        // The prompt's time includes restoring a saved prefix.
+        let started = Instant::now();
+        let keep = self.prepare_slot(id, &job.prompt, job.params.cache_prompt);
         let slot = &mut self.slots[id];
-        slot.last_used = self.clock;
-        let mut keep = if job.params.cache_prompt {
-            common_prefix(&slot.cached, &job.prompt)
-        } else {
-            0
-        };
-        // The last prompt token is always evaluated: its logits give the first token.
-        if keep == job.prompt.len() {
-            keep -= 1;
-        }
-        slot.cached.truncate(keep);
         let mut sampler = Sampler::new(job.params.sampler, self.n_vocab);
         for &t in &job.prompt {
             sampler.accept(t);
@@ -529,9 +545,112 @@ impl<'t> Scheduler<'t> {
             stop,
             generated: 0,
             next: None,
-            started: Instant::now(),
+            started,
             first_token: None,
         });
+    }
+
+    /// Leaves in slot `id` the longest prefix of `prompt` it can have without evaluating it: its
+    /// own cached prefix or one restored from the prompt cache, whichever is longer. What the
+    /// slot held is saved to the prompt cache before any of it is overwritten. Returns the
+    /// prefix's length, always short of the whole prompt: the last prompt token is evaluated,
+    /// its logits give the first token.
+    fn prepare_slot(&mut self, id: usize, prompt: &[u32], cache_prompt: bool) -> usize {
+        let limit = prompt.len() - 1;
+        let model = &self.model;
+        let restorable =
+            |saved: usize, want: usize| model.restorable_prefix(saved as u32, want as u32) as usize;
+        let held = &self.slots[id].cached;
+        let own = if cache_prompt {
+            restorable(held.len(), common_prefix(held, prompt).min(limit))
+        } else {
+            0
+        };
+        let from_cache = match &self.cache {
+            Some(c) if cache_prompt => c.best(prompt, limit, restorable).filter(|&(_, n)| n > own),
+            _ => None,
+        };
+        // The slot's state is copied out first and stored last, so that making room for it
+        // cannot evict the entry being restored.
+        let old = if own < self.slots[id].cached.len() {
+            self.capture(id)
+        } else {
+            None
+        };
+        let mut keep = own;
+        match (from_cache, self.cache.as_mut()) {
+            (Some((i, n)), Some(cache)) => {
+                let state = cache.touch(i);
+                // Once writing starts the slot's old state is gone, whatever the outcome.
+                self.slots[id].cached.clear();
+                let saved = state.tokens.len() as u32;
+                match self
+                    .model
+                    .write_slot(id as u32, n as u32, saved, &state.parts)
+                {
+                    Ok(()) => {
+                        self.slots[id].cached = state.tokens[..n].to_vec();
+                        let c = &self.shared.counters;
+                        c.cache_restores.fetch_add(1, Ordering::Relaxed);
+                        c.cache_restored_tokens
+                            .fetch_add(n as u64, Ordering::Relaxed);
+                        tracing::debug!("slot {id}: restored {n} positions from the prompt cache");
+                        keep = n;
+                    }
+                    Err(e) => {
+                        tracing::warn!("slot {id}: restoring a saved prompt state failed: {e}");
+                        keep = 0;
+                    }
+                }
+            }
+            _ => self.slots[id].cached.truncate(own),
+        }
+        if let Some(state) = old {
+            self.store(id, state);
+        }
+        keep
+    }
+
+    /// Slot `id`'s tokens and state, when there is a prompt cache that lacks them.
+    fn capture(&self, id: usize) -> Option<SavedState> {
+        let cache = self.cache.as_ref()?;
+        let tokens = &self.slots[id].cached;
+        if tokens.is_empty() || cache.covers(tokens) {
+            return None;
+        }
+        match self.model.read_slot(id as u32, tokens.len() as u32) {
+            Ok(parts) => Some(SavedState {
+                tokens: tokens.clone(),
+                parts,
+            }),
+            Err(e) => {
+                tracing::warn!("slot {id}: saving its state to the prompt cache failed: {e}");
+                None
+            }
+        }
+    }
+
+    /// Keeps a state captured from slot `id` in the prompt cache.
+    fn store(&mut self, id: usize, state: SavedState) {
+        let Some(cache) = self.cache.as_mut() else {
+            return;
+        };
+        let n = state.tokens.len();
+        let c = &self.shared.counters;
+        match cache.insert(state) {
+            Inserted::Stored { evicted, .. } => {
+                c.cache_saves.fetch_add(1, Ordering::Relaxed);
+                c.cache_evictions
+                    .fetch_add(evicted as u64, Ordering::Relaxed);
+                tracing::debug!("slot {id}: saved {n} positions to the prompt cache");
+            }
+            Inserted::TooLarge => {
+                tracing::debug!("slot {id}: its state of {n} positions exceeds --cache-ram");
+            }
+            Inserted::Covered => {}
+        }
+        c.cache_bytes.store(cache.bytes(), Ordering::Relaxed);
+        c.cache_entries.store(cache.len() as u64, Ordering::Relaxed);
     }
 
     /// Frees the slots of requests whose clients went away.

@@ -12,6 +12,7 @@ pub mod gen;
 pub mod native;
 pub mod openai;
 pub mod params;
+pub mod prompt_cache;
 pub mod slot_file;
 pub mod stop;
 
@@ -321,6 +322,7 @@ fn load(cli_plugin_dir: &std::path::Path, a: &ServeArgs) -> anyhow::Result<Ready
     let cfg = EngineConfig {
         n_ctx_slot: n_ctx_slot as usize,
         n_batch: a.batch_size.min(a.ubatch_size).max(1) as usize,
+        cache_ram: a.cache_ram_bytes(),
     };
     let engine_tok = Arc::clone(&tok);
     let engine_shared = Arc::clone(&shared);

@@ -321,6 +321,42 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
             "Largest context a slot holds.",
             ready.n_ctx_slot as f64,
         ),
+        (
+            "counter",
+            "prompt_cache_saves_total",
+            "Slot states saved to the prompt cache in host RAM.",
+            get(&c.cache_saves) as f64,
+        ),
+        (
+            "counter",
+            "prompt_cache_restores_total",
+            "Requests that restored a prefix from the prompt cache.",
+            get(&c.cache_restores) as f64,
+        ),
+        (
+            "counter",
+            "prompt_cache_restored_tokens_total",
+            "Prompt tokens restored from the prompt cache.",
+            get(&c.cache_restored_tokens) as f64,
+        ),
+        (
+            "counter",
+            "prompt_cache_evictions_total",
+            "Saved states evicted from the prompt cache for room.",
+            get(&c.cache_evictions) as f64,
+        ),
+        (
+            "gauge",
+            "prompt_cache_bytes",
+            "Bytes the prompt cache holds.",
+            get(&c.cache_bytes) as f64,
+        ),
+        (
+            "gauge",
+            "prompt_cache_states",
+            "Saved states the prompt cache holds.",
+            get(&c.cache_entries) as f64,
+        ),
     ];
     let mut out = String::new();
     for (kind, name, help, v) in rows {
