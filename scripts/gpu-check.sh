@@ -5,7 +5,8 @@
 #   scripts/gpu-check.sh device   on the GPU machine (device tool, carry dist): the plugin listing,
 #                                 then every op of each runnable CUDA bundle against cpu-scalar on
 #                                 fresh random inputs (outputs poisoned before each run), and tiny
-#                                 qwen3moe files end to end, GPU against CPU.
+#                                 qwen3moe files (F32, Q8_0, Q6_K and Q5_K weights) end to end, GPU
+#                                 against CPU.
 #   scripts/gpu-check.sh bench    on the GPU machine: writes the Qwen3-30B-A3B-shaped file (experts
 #                                 Q4_K, attention/embeddings/output Q8_0) to /dev/shm and runs
 #                                 `bloomery bench -p 512 -n 128 -ngl 99` on it, with device graphs
@@ -32,6 +33,11 @@ case "${1:-}" in
     $b --plugin-dir dist/plugins synth --arch qwen3moe --preset tiny --seed 7 -o "$models/tiny-f32.gguf" >/dev/null
     $b --plugin-dir dist/plugins synth --arch qwen3moe --preset tiny --seed 7 --experts Q8_0 --attn Q8_0 \
       --embd Q8_0 --output-type Q8_0 -o "$models/tiny-q8_0.gguf" >/dev/null
+    # K-quant experts, as in Q4_K_M files (down projections in Q6_K) and beyond.
+    $b --plugin-dir dist/plugins synth --arch qwen3moe --preset tiny --seed 7 --experts Q6_K --attn Q5_K \
+      --embd Q6_K --output-type Q6_K -o "$models/tiny-q6_k.gguf" >/dev/null
+    $b --plugin-dir dist/plugins synth --arch qwen3moe --preset tiny --seed 7 --experts Q5_K --attn Q6_K \
+      --embd Q5_K --output-type Q5_K -o "$models/tiny-q5_k.gguf" >/dev/null
     status=0
     for bundle in cuda-sm90 cuda-sm86; do
       for seed in 1 2; do
@@ -42,6 +48,13 @@ case "${1:-}" in
       # plugins differ by up to 1e-2 on this file, so that is its band.
       $b --plugin-dir dist/plugins opcheck --plugin "$bundle" --model "$models/tiny-q8_0.gguf" \
         --model-tol 2e-2 | grep -E "model|cases" | tee "$out/model-q8_0-$bundle.txt" || status=1
+      # K-quant products take Q8_K activations on the CPU and Q8_1 on the card (as llama.cpp's
+      # two backends do), about 1e-2 apart per product (opcheck's MatMul/MoeExperts cases); on the
+      # H200 these files gave 1.2e-2 to 2.9e-2 per pass and once 4.2e-2 (an expert choice near a
+      # tie, F32 cache only), so the band is 1e-1.
+      $b --plugin-dir dist/plugins opcheck --plugin "$bundle" --model "$models/tiny-q6_k.gguf" \
+        --model "$models/tiny-q5_k.gguf" --model-tol 1e-1 | grep -E "model|cases" \
+        | tee "$out/model-kquant-$bundle.txt" || status=1
     done
     # The dp4a form of the tiled products (BLOOMERY_CUDA_MMQ=dp4a) against the same references.
     BLOOMERY_CUDA_MMQ=dp4a $b --plugin-dir dist/plugins opcheck --plugin cuda-sm90 --seed 3 \

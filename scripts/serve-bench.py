@@ -30,7 +30,8 @@ def tok(rng, vocab):
 def complete(url, prompt, n, **extra):
     body = {"prompt": prompt, "n_predict": n, "temperature": 0, "return_tokens": True, **extra}
     r = requests.post(url + "/completion", json=body, timeout=600)
-    r.raise_for_status()
+    if r.status_code != 200:
+        sys.exit(f"/completion with a {len(prompt)}-token prompt: {r.status_code} {r.text}")
     return r.json()
 
 

@@ -9,3 +9,4 @@ pub mod sampling;
 pub mod server;
 pub mod synth;
 pub mod text;
+pub mod tiering;

@@ -17,6 +17,8 @@ use rand::{Rng, SeedableRng};
 
 use crate::engine::device::{Buffer, Device};
 
+mod blocks;
+
 /// How a source tensor is filled.
 #[derive(Clone, Copy, Debug)]
 pub enum Fill {
@@ -189,14 +191,13 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
             )]
         }
         (OpKind::MatMul, t) if t.is_quantized() || t == DType::F32 => {
-            // Q4_K: the CPU takes Q8_K activations (one scale per 256), the card Q8_1 (one per
-            // 32), as llama.cpp's two backends do: the products differ by that rounding.
-            let tol = if t == DType::Q4_K { 2e-2 } else { 1e-5 };
-            let tiled_k = if t.layout().is_some_and(|l| l.block > 32) {
-                512
-            } else {
-                352
-            };
+            // The 256-value types (Q4_K, Q5_K, Q6_K, Q3_K, IQ4_XS): the CPU takes Q8_K activations
+            // (one scale per 256), the card Q8_1 (one per 32), as llama.cpp's two backends do: the
+            // products differ by that rounding (simulated on the CPU: at most 7e-3 over 12 seeds).
+            // The 32-value types take Q8_0 or Q8_1 activations rounded alike on both.
+            let superblocks = t.layout().is_some_and(|l| l.block > 32);
+            let tol = if superblocks { 2e-2 } else { 1e-5 };
+            let tiled_k = if superblocks { 512 } else { 352 };
             vec![
                 case(
                     "one block, 4 rows",
@@ -483,16 +484,22 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                 ),
             ]
         }
-        (OpKind::MoeExperts, t @ (DType::F32 | DType::Q8_0 | DType::Q4_K)) => {
-            // Q4_K needs rows of 256: n_embd = n_ff = 256 there.
-            let (e, f) = if t == DType::Q4_K {
-                (256, 256)
-            } else {
-                (64, 32)
+        (OpKind::MoeExperts, t) if t.is_quantized() || t == DType::F32 => {
+            // The 256-value types need rows of 256: n_embd = n_ff = 256 there.
+            let superblocks = t.layout().is_some_and(|l| l.block > 32);
+            let (e, f) = if superblocks { (256, 256) } else { (64, 32) };
+            // 256-value types: as for MatMul, Q8_K against Q8_1 activations, twice (x, then the
+            // GLU rows); Q4_K seeds 1-3 gave 0.8e-2 to 2.1e-2 on the H200, and a CPU simulation
+            // of both roundings 1.9e-2 to 2.3e-2 worst over 12 seeds for each of these types.
+            // The 32-value types: the GLU rows differ from the CPU's in the last bits, which can
+            // move one of their 8-bit activations by a step (up to about 2.5e-3 of the output in
+            // the 3-row cases, 7e-4 in the 40-row ones); a wrong layout gives errors near 1. F32
+            // and Q8_0 keep the bounds they were measured with.
+            let tol = match t {
+                DType::F32 | DType::Q8_0 => 1e-5,
+                _ if superblocks => 3e-2,
+                _ => 5e-3,
             };
-            // Q4_K: as for MatMul, Q8_K against Q8_1 activations, twice (x, then the GLU rows);
-            // seeds 1-3 gave 0.8e-2 to 2.1e-2 on the H200.
-            let tol = if t == DType::Q4_K { 3e-2 } else { 1e-5 };
             let stack = |ne: [u64; 4]| spec(t, ne, Fill::Random(0.1));
             let head = || vec![f32s([e, 3, 1, 1]), ids(2 * 3, 4), f32s([2, 3, 1, 1])];
             let mut split = head();
@@ -620,6 +627,7 @@ fn fill_bytes(s: &Spec, rng: &mut StdRng) -> Result<Vec<u8>, PluginError> {
                 b[..2].copy_from_slice(&d.to_le_bytes());
             }
         }
+        (t, Fill::Random(a)) if blocks::covers(t) => blocks::fill(t, a, rng, &mut out),
         (t, f) => {
             return Err(PluginError::unsupported(
                 format!("opcheck cannot fill {t} with {f:?} yet"),
@@ -986,6 +994,17 @@ mod tests {
             (OpKind::GetRows, DType::Q8_0),
             (OpKind::GetRows, DType::F16),
             (OpKind::MatMul, DType::Q8_0),
+            (OpKind::GetRows, DType::Q6_K),
+            (OpKind::MatMul, DType::Q5_K),
+            (OpKind::MatMul, DType::Q5_0),
+            (OpKind::MatMul, DType::Q4_0),
+            (OpKind::MatMul, DType::Q5_1),
+            (OpKind::MatMul, DType::IQ4_XS),
+            (OpKind::MatMul, DType::IQ4_NL),
+            (OpKind::MatMul, DType::MXFP4),
+            (OpKind::MoeExperts, DType::Q3_K),
+            (OpKind::MoeExperts, DType::Q6_K),
+            (OpKind::MoeExperts, DType::Q5_0),
         ] {
             let cs = cases(op, t);
             assert!(!cs.is_empty(), "{op:?} {t}");

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use bloomery_plugin_api::kernel::{DeviceConfig, KernelDeviceBox};
+use bloomery_plugin_api::kernel::{DeviceConfig, DeviceInfo, KernelDeviceBox};
 use bloomery_plugin_api::op::OpSupport;
 use bloomery_plugin_api::tensor::OpCall;
 use bloomery_plugin_api::PluginError;
@@ -81,6 +81,16 @@ impl Device {
         self.inner
             .write(buffer.handle, offset, data.into())
             .into_result()
+    }
+
+    /// Copies bytes into the buffer with handle `handle` (a buffer some other owner keeps alive).
+    pub fn write_handle(&self, handle: u64, offset: u64, data: &[u8]) -> Result<(), PluginError> {
+        self.inner.write(handle, offset, data.into()).into_result()
+    }
+
+    /// The device's name and memory.
+    pub fn info(&self) -> DeviceInfo {
+        self.inner.info()
     }
 
     /// Copies bytes out of a buffer.

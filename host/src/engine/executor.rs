@@ -7,12 +7,14 @@
 use std::sync::{Arc, Mutex};
 
 use bloomery_plugin_api::graph::{BatchInput, BatchShape, Graph, TensorSource};
+use bloomery_plugin_api::op::Op;
 use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
 use bloomery_plugin_api::{DType, PluginError};
 
 use super::check::{missing_kernels, MissingKernel};
 use super::device::{Buffer, Device};
 use super::plan::plan_arena;
+use crate::tiering::ExpertTier;
 
 /// Why a graph could not be prepared or run.
 #[derive(Debug, thiserror::Error)]
@@ -74,6 +76,32 @@ pub struct Bindings<'a> {
     pub weights: &'a [TensorRef],
     /// State buffer `i` of the model, resolved.
     pub state: &'a [TensorRef],
+    /// Routed experts split between the card and the host, when some live on the host.
+    pub tier: Option<&'a ExpertTier>,
+}
+
+/// A MoE call whose layer has host experts: the card computes its experts (call `at`, with the
+/// card's expert map), the host device computes the rest from the same inputs, and its output is
+/// added on the card.
+struct HostedMoe {
+    /// Index of the card's MoE call in `calls`.
+    at: usize,
+    /// Whether the card holds any of this layer's experts (else call `at` is skipped and the
+    /// host's output is written straight to its destination).
+    card_part: bool,
+    /// The call's inputs on the card: x, ids, weights.
+    card_inputs: [TensorRef; 3],
+    /// The same inputs on the host device, and the host call's output.
+    host_inputs: [(Buffer, u64); 3],
+    host_out: Buffer,
+    host_call: OpCall,
+    /// The host's output on the card, the card's own part, and the call adding the two into
+    /// the MoE call's destination.
+    card_out: Buffer,
+    _card_part_out: Buffer,
+    add: OpCall,
+    /// The card MoE call's destination.
+    dst: TensorRef,
 }
 
 /// Whether an executor's calls run one by one or as a captured device graph.
@@ -94,6 +122,8 @@ pub struct Executor {
     /// The shape it was built for.
     pub shape: BatchShape,
     calls: Vec<OpCall>,
+    hosted: Vec<HostedMoe>,
+    host: Option<Arc<Device>>,
     inputs: Vec<(BatchInput, Buffer, TensorRef)>,
     outputs: Vec<(String, TensorRef)>,
     replay: Mutex<Replay>,
@@ -153,7 +183,13 @@ impl Executor {
                             bind.weights.len()
                         ))
                     })?;
-                    if w.ne != d.ne || w.dtype != d.dtype {
+                    // Stacks of a tiered layer hold only the card's experts.
+                    let tiered = bind.tier.is_some() && w.ne[2] != d.ne[2];
+                    if w.ne[..2] != d.ne[..2]
+                        || w.ne[3] != d.ne[3]
+                        || w.dtype != d.dtype
+                        || (w.ne[2] != d.ne[2] && !tiered)
+                    {
                         return Err(ExecError::BadGraph(format!(
                             "`{}` declared {} {:?}, the file has {} {:?}",
                             d.name, d.dtype, d.ne, w.dtype, w.ne
@@ -237,6 +273,7 @@ impl Executor {
             })
         };
         let mut calls = Vec::with_capacity(graph.nodes.len());
+        let mut hosted = Vec::new();
         for node in graph.nodes.iter() {
             if node.srcs.len() > MAX_SRCS {
                 return Err(ExecError::BadGraph(format!(
@@ -248,21 +285,40 @@ impl Executor {
             for (k, s) in node.srcs.iter().enumerate() {
                 srcs[k] = get(s.0)?;
             }
-            calls.push(OpCall {
+            let mut call = OpCall {
                 op: node.op,
                 n_srcs: node.srcs.len() as u32,
                 srcs,
                 dst: get(node.dst.0)?,
-            });
+            };
+            let first_stack =
+                node.srcs
+                    .get(3)
+                    .and_then(|s| match graph.tensors[s.0 as usize].source {
+                        TensorSource::Weight { index } => Some(index as usize),
+                        _ => None,
+                    });
+            if let (Op::MoeExperts(_), Some(tier), Some(w)) = (node.op, bind.tier, first_stack) {
+                if let Some(layer) = tier.layer(w) {
+                    hosted.push(host_moe(device, tier, layer, &mut call, calls.len())?);
+                }
+            }
+            calls.push(call);
         }
         let outputs = graph
             .outputs
             .iter()
             .map(|o| Ok((o.name.to_string(), get(o.tensor.0)?)))
             .collect::<Result<Vec<_>, ExecError>>()?;
+        // A pass with host experts waits for the host at every such layer: no device graph.
+        let graphs = graphs && hosted.is_empty();
         Ok(Executor {
             shape,
             calls,
+            host: (!hosted.is_empty())
+                .then(|| bind.tier.map(|t| Arc::clone(&t.host)))
+                .flatten(),
+            hosted,
             inputs,
             outputs,
             replay: Mutex::new(if graphs { Replay::Fresh } else { Replay::Eager }),
@@ -292,7 +348,61 @@ impl Executor {
                 .write(buf, 0, i32_bytes(data))
                 .map_err(dev("writing inputs"))?;
         }
+        if let Some(host) = &self.host {
+            return self.run_tiered(device, host);
+        }
         self.launch(device)?;
+        device.sync().map_err(dev("waiting for the device"))
+    }
+
+    /// Runs the calls with the host's part of every tiered MoE layer in between: the card runs
+    /// up to the layer's MoE call, its inputs come to the host, the card computes its experts
+    /// while the host computes its own, and the host's output is added on the card.
+    fn run_tiered(&self, device: &Device, host: &Device) -> Result<(), ExecError> {
+        let mut start = 0;
+        for h in &self.hosted {
+            device
+                .run(&self.calls[start..h.at])
+                .map_err(dev("running the graph"))?;
+            device
+                .sync()
+                .map_err(dev("waiting for the card before host experts"))?;
+            for (r, (buf, bytes)) in h.card_inputs.iter().zip(&h.host_inputs) {
+                let mut v = vec![0u8; *bytes as usize];
+                device
+                    .read(r.buffer, r.offset, &mut v)
+                    .map_err(dev("reading host experts' inputs"))?;
+                host.write(buf, 0, &v)
+                    .map_err(dev("writing host experts' inputs"))?;
+            }
+            if h.card_part {
+                device
+                    .run(&self.calls[h.at..=h.at])
+                    .map_err(dev("running the card's experts"))?;
+            }
+            host.run(std::slice::from_ref(&h.host_call))
+                .map_err(dev("running host experts"))?;
+            host.sync().map_err(dev("waiting for host experts"))?;
+            let mut out = vec![0u8; h.host_out.bytes as usize];
+            host.read(h.host_out.handle, 0, &mut out)
+                .map_err(dev("reading host experts' output"))?;
+            if h.card_part {
+                device
+                    .write(&h.card_out, 0, &out)
+                    .map_err(dev("writing host experts' output"))?;
+                device
+                    .run(std::slice::from_ref(&h.add))
+                    .map_err(dev("adding host experts' output"))?;
+            } else {
+                device
+                    .write_handle(h.dst.buffer, h.dst.offset, &out)
+                    .map_err(dev("writing host experts' output"))?;
+            }
+            start = h.at + 1;
+        }
+        device
+            .run(&self.calls[start..])
+            .map_err(dev("running the graph"))?;
         device.sync().map_err(dev("waiting for the device"))
     }
 
@@ -345,6 +455,106 @@ impl Executor {
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect())
     }
+}
+
+/// Prepares the host half of a tiered MoE call and points the card's call at the compacted
+/// stacks' map.
+fn host_moe(
+    card: &Arc<Device>,
+    tier: &ExpertTier,
+    layer: &crate::tiering::TierLayer,
+    call: &mut OpCall,
+    at: usize,
+) -> Result<HostedMoe, ExecError> {
+    let Op::MoeExperts(mut p) = call.op else {
+        return Err(ExecError::BadGraph("not a MoE call".into()));
+    };
+    let n_stacks = if p.fused_gate_up { 2 } else { 3 };
+    let n = 3 + n_stacks;
+    if call.n_srcs as usize != n || p.expert_map || n + 1 > MAX_SRCS {
+        return Err(ExecError::BadGraph(
+            "a tiered MoE call must name x, ids, weights and its stacks, without a map".into(),
+        ));
+    }
+    p.expert_map = true;
+    call.op = Op::MoeExperts(p);
+    call.srcs[n] = layer.card_map;
+    call.n_srcs = n as u32 + 1;
+    let host = &tier.host;
+    let mut card_inputs = [TensorRef::default(); 3];
+    let mut host_srcs = [TensorRef::default(); MAX_SRCS];
+    let mut host_inputs = Vec::new();
+    for i in 0..3 {
+        let r = call.srcs[i];
+        if !r.is_contiguous() {
+            return Err(ExecError::BadGraph("a MoE input is not contiguous".into()));
+        }
+        let bytes = r.elements() * 4;
+        let buf = host
+            .alloc(bytes)
+            .map_err(dev("allocating host experts' inputs"))?;
+        card_inputs[i] = r;
+        host_srcs[i] = TensorRef {
+            buffer: buf.handle,
+            offset: 0,
+            ..r
+        };
+        host_inputs.push((buf, bytes));
+    }
+    for (k, s) in layer.host_stacks.iter().enumerate() {
+        host_srcs[3 + k] = *s;
+    }
+    host_srcs[n] = layer.host_map;
+    let dst = call.dst;
+    let out_bytes = dst.elements() * 4;
+    if !dst.is_contiguous() {
+        return Err(ExecError::BadGraph("a MoE output is not contiguous".into()));
+    }
+    let host_out = host
+        .alloc(out_bytes)
+        .map_err(dev("allocating host experts' output"))?;
+    let card_out = card
+        .alloc(out_bytes)
+        .map_err(dev("allocating host experts' output on the card"))?;
+    let out_ref = |b: &Buffer| TensorRef {
+        buffer: b.handle,
+        offset: 0,
+        ..dst
+    };
+    let host_call = OpCall {
+        op: Op::MoeExperts(p),
+        n_srcs: n as u32 + 1,
+        srcs: host_srcs,
+        dst: out_ref(&host_out),
+    };
+    let card_part_out = card
+        .alloc(out_bytes)
+        .map_err(dev("allocating the card experts' output"))?;
+    call.dst = out_ref(&card_part_out);
+    let mut add_srcs = [TensorRef::default(); MAX_SRCS];
+    add_srcs[0] = call.dst;
+    add_srcs[1] = out_ref(&card_out);
+    let add = OpCall {
+        op: Op::Add,
+        n_srcs: 2,
+        srcs: add_srcs,
+        dst,
+    };
+    let [x, ids, w]: [(Buffer, u64); 3] = host_inputs
+        .try_into()
+        .map_err(|_| ExecError::BadGraph("three MoE inputs".into()))?;
+    Ok(HostedMoe {
+        at,
+        card_part: layer.n_card > 0,
+        card_inputs,
+        host_inputs: [x, ids, w],
+        host_out,
+        host_call,
+        card_out,
+        _card_part_out: card_part_out,
+        add,
+        dst,
+    })
 }
 
 /// The bytes of an i32 slice in the host's byte order (device buffers hold host-order integers;

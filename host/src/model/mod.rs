@@ -17,7 +17,10 @@ use bloomery_plugin_api::{DType, PluginError};
 
 use crate::engine::device::{Buffer, Device};
 use crate::engine::executor::{BatchInputs, Bindings, ExecError, Executor};
+use crate::engine::plan::plan_arena;
 use crate::plugins::{KernelPluginFile, Registry, SelectError};
+use crate::tiering::plan::{FixedCosts, Plan, PlanError, TierRequest};
+use crate::tiering::{self, ExpertTier};
 
 /// Why a model could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +61,14 @@ pub enum ModelError {
     /// A request the model cannot serve (a position past the context, a bad slot).
     #[error("{0}")]
     Request(String),
+    /// No placement of the weights fits the budgets.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
 }
+
+/// Card memory kept free for kernel scratch (quantized activations, routing tables, graphs) on
+/// top of the planned activation arenas.
+const CARD_RESERVE: u64 = 512 << 20;
 
 /// Prepared executors kept per model; the least recently used beyond this is dropped.
 const MAX_EXECUTORS: usize = 8;
@@ -100,6 +110,10 @@ pub struct LoadedModel {
     state: Vec<TensorRef>,
     _weight_buffers: Vec<Buffer>,
     weights: Vec<TensorRef>,
+    tier: Option<ExpertTier>,
+    /// Where the routed experts live (made when the model runs on a GPU or placement was asked
+    /// for).
+    pub plan: Option<Plan>,
     instance: ModelInstanceBox,
     device: Arc<Device>,
     /// What the plugin declared.
@@ -167,6 +181,19 @@ impl LoadedModel {
         options: LoadOptions,
         kernel: &KernelPluginFile,
     ) -> Result<LoadedModel, ModelError> {
+        Self::load_placed(reg, path, options, kernel, &TierRequest::default())
+    }
+
+    /// As [`LoadedModel::load_on`], with routed experts placed as `request` asks (or as the card's
+    /// free memory allows): experts planned for the host are computed there by the best CPU
+    /// kernel plugin, straight from the mapped file.
+    pub fn load_placed(
+        reg: &Registry,
+        path: &Path,
+        options: LoadOptions,
+        kernel: &KernelPluginFile,
+        request: &TierRequest,
+    ) -> Result<LoadedModel, ModelError> {
         let file = GgufModel::open(path)?;
         let shown = path.display().to_string();
         let arch = file
@@ -196,8 +223,39 @@ impl LoadedModel {
             },
         )
         .map_err(device_err("opening the kernel plugin's device"))?;
-        let (weight_buffers, weights) = map_weights(&device, &file, &spec)?;
+        let plan = if kernel.probe.class == DeviceClass::Gpu || !request.is_default() {
+            Some(plan_for(
+                &instance,
+                &spec,
+                &file,
+                &device,
+                options,
+                request,
+                &shown,
+                &plugin.name,
+            )?)
+        } else {
+            None
+        };
         let (state_buffers, state) = allocate_state(&device, &spec, options)?;
+        let (weight_buffers, weights, tier) = match &plan {
+            Some(p) if p.has_host_experts() => {
+                let host = reg.best_kernel(DeviceClass::Cpu)?;
+                tracing::info!(
+                    "routed experts: {:.2} GiB on the card, {:.2} GiB in host RAM on {}",
+                    p.card_expert_bytes() as f64 / (1u64 << 30) as f64,
+                    p.host_expert_bytes() as f64 / (1u64 << 30) as f64,
+                    host.name
+                );
+                let (b, w, t) =
+                    tiering::load_weights(&device, host, options.threads, &file, &spec, p)?;
+                (b, w, Some(t))
+            }
+            _ => {
+                let (b, w) = map_weights(&device, &file, &spec)?;
+                (b, w, None)
+            }
+        };
         let mut model = LoadedModel {
             executors: HashMap::new(),
             clock: 0,
@@ -205,6 +263,8 @@ impl LoadedModel {
             state,
             _weight_buffers: weight_buffers,
             weights,
+            tier,
+            plan,
             instance,
             device,
             spec,
@@ -250,6 +310,7 @@ impl LoadedModel {
             let bind = Bindings {
                 weights: &self.weights,
                 state: &self.state,
+                tier: self.tier.as_ref(),
             };
             let exec = Executor::prepare(&self.device, shape, &graph, &bind, self.options.graphs)?;
             self.executors.insert(key, (exec, now));
@@ -305,10 +366,110 @@ impl LoadedModel {
             ));
         }
         let device = Arc::clone(&self.device);
+        if batch.output_rows.is_empty() {
+            // A prompt chunk before the last: no logits wanted. Graphs always keep one output
+            // row (kernels need not handle empty tensors); its logits are dropped.
+            let mut one = batch.clone();
+            one.output_rows.push(rows as i32 - 1);
+            self.executor(rows as u32, 1)?.run(&device, &one)?;
+            return Ok(Vec::new());
+        }
         let exec = self.executor(rows as u32, batch.output_rows.len() as u32)?;
         exec.run(&device, batch)?;
         Ok(exec.read_f32(&device, "logits")?)
     }
+}
+
+/// Host RAM available: the cgroup's limit less its use when lower, else MemAvailable.
+fn host_available() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let avail = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(u64::MAX, |kib| kib * 1024);
+    let read = |f: &str| {
+        std::fs::read_to_string(format!("/sys/fs/cgroup/{f}"))
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    match (read("memory.max"), read("memory.current")) {
+        (Some(max), Some(cur)) => avail.min(max.saturating_sub(cur)),
+        _ => avail,
+    }
+}
+
+/// The placement plan: the graph's MoE layers, what the card must hold besides them, and the
+/// budgets (asked for, or the card's free memory and the host's available RAM).
+#[allow(clippy::too_many_arguments)]
+fn plan_for(
+    instance: &ModelInstanceBox,
+    spec: &ModelSpec,
+    file: &GgufModel,
+    device: &Arc<Device>,
+    options: LoadOptions,
+    request: &TierRequest,
+    path: &str,
+    plugin: &str,
+) -> Result<Plan, ModelError> {
+    let graph_of = |n_rows: u32| {
+        instance
+            .build_graph(BatchShape {
+                n_rows,
+                n_outputs: 1,
+                kind: GraphKind::Main,
+            })
+            .into_result()
+            .map_err(|source| ModelError::Plugin {
+                path: path.to_owned(),
+                plugin: plugin.to_owned(),
+                source,
+            })
+    };
+    let layers = tiering::moe_layers(&graph_of(1)?, spec, file);
+    let stacks: std::collections::HashSet<&str> = layers
+        .iter()
+        .flat_map(|l| l.names.iter().map(String::as_str))
+        .collect();
+    let dense = spec
+        .weights
+        .iter()
+        .filter(|w| !stacks.contains(w.name.as_str()))
+        .filter_map(|w| file.tensor(w.name.as_str()).map(|t| t.info.size))
+        .sum();
+    let state = state_bytes(spec, options);
+    let arena = plan_arena(&graph_of(512)?)
+        .map_err(|e| ModelError::Request(format!("planning the activation arena: {e}")))?
+        .size;
+    let fixed = FixedCosts {
+        dense,
+        state,
+        scratch: 2 * arena + CARD_RESERVE,
+    };
+    let card = request
+        .gpu_budget
+        .unwrap_or_else(|| match device.info().free_memory {
+            0 => u64::MAX,
+            free => free,
+        });
+    let host = request.host_budget.unwrap_or_else(host_available);
+    Ok(Plan::make(layers, fixed, card, host, request)?)
+}
+
+/// Bytes of every state buffer for all slots, as [`allocate_state`] lays them out.
+fn state_bytes(spec: &ModelSpec, o: LoadOptions) -> u64 {
+    spec.state
+        .iter()
+        .map(|s| {
+            let ctx = u64::from(o.ctx_per_slot);
+            let (dtype, len) = match s.kind {
+                StateKind::Keys | StateKind::Values | StateKind::Latent => (o.kv_type, ctx),
+                StateKind::PooledKeys => (DType::F32, ctx.div_ceil(u64::from(s.block.max(1)))),
+                StateKind::Conv | StateKind::Recurrent => (DType::F32, 1),
+            };
+            dtype.row_bytes(s.row_elems).unwrap_or(0) * len * u64::from(o.n_slots)
+        })
+        .sum()
 }
 
 /// Maps each file part once and resolves every declared weight into it.

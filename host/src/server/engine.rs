@@ -347,7 +347,10 @@ impl<'t> Scheduler<'t> {
             let result = catch_unwind(AssertUnwindSafe(|| self.pass()));
             match result {
                 Ok(Ok(())) => {}
-                Ok(Err(msg)) => self.fail_all(&msg),
+                Ok(Err(msg)) => {
+                    tracing::error!("a forward pass failed: {msg}");
+                    self.fail_all(&msg)
+                }
                 Err(panic) => {
                     let what = crate::server::error::panic_message(panic.as_ref());
                     tracing::error!("a forward pass panicked: {what}");

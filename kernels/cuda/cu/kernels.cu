@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <cuda_fp16.h>
 
+#include "quant.cuh"
+
 #define WARP 32
 
 static __device__ __forceinline__ float warp_sum(float v) {
@@ -19,12 +21,6 @@ static __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
     for (int o = WARP / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
-}
-
-static __device__ __forceinline__ float half_at(const uint8_t* p) {
-    __half h;
-    memcpy(&h, p, 2);
-    return __half2float(h);
 }
 
 // Reports a bad input (an id outside a table) to the host: the first error code wins.
@@ -102,13 +98,6 @@ struct RowF32 {
 struct RowF16 {
     static __device__ float at(const uint8_t* row, int i) { return __half2float(((const __half*)row)[i]); }
 };
-// Q8_0 block: f16 d, 32 x int8.
-struct RowQ8_0 {
-    static __device__ float at(const uint8_t* row, int i) {
-        const uint8_t* b = row + (i / 32) * 34;
-        return half_at(b) * (float)(int8_t)b[2 + (i % 32)];
-    }
-};
 // One block per id: out row b = table row ids[b] (error 1 for an id outside the table).
 template <typename R>
 static __device__ void gather_rows(const uint8_t* table, long long stride, const int* ids, float* out, int ncols,
@@ -131,7 +120,25 @@ static __device__ void gather_rows(const uint8_t* table, long long stride, const
     }
 GET_ROWS(bl_get_rows_f32, RowF32)
 GET_ROWS(bl_get_rows_f16, RowF16)
-GET_ROWS(bl_get_rows_q8_0, RowQ8_0)
+
+// Quantized rows (any wtype of quant.cuh but F32), a thread per 32-value sub-block; values rounded
+// as the CPU reference dequantizes them.
+extern "C" __global__ void bl_get_rows_q(const uint8_t* table, long long stride, const int* ids, float* out, int ncols,
+                                         int nrows, int* err, int wtype) {
+    const int id = ids[blockIdx.x];
+    float* y = out + (long long)blockIdx.x * ncols;
+    if (id < 0 || id >= nrows) {
+        report(err, 1);
+        return;
+    }
+    const uint8_t* row = table + (long long)id * stride;
+    for (int sb = threadIdx.x; sb < ncols / 32; sb += blockDim.x) {
+        Sub s;
+        unpack_sub(row, wtype, sb, &s);
+#pragma unroll
+        for (int i = 0; i < 32; ++i) y[sb * 32 + i] = sub_value(&s, i);
+    }
+}
 
 // ---- activations to Q8_1 (f16 d, f16 s = d * sum(q), 32 x int8): one warp per block -------------
 
@@ -168,12 +175,6 @@ extern "C" __global__ void bl_matmul_f32(const uint8_t* w, long long w_stride, c
     for (int i = lane; i < k; i += WARP) s += wr[i] * xc[i];
     s = warp_sum(s);
     if (lane == 0) y[(long long)c * n + j] = s;
-}
-
-static __device__ __forceinline__ int load_i32(const uint8_t* p) {
-    // 2-byte aligned in Q8_0 blocks: assemble from two halves.
-    const uint16_t lo = *(const uint16_t*)p, hi = *(const uint16_t*)(p + 2);
-    return (int)((uint32_t)lo | ((uint32_t)hi << 16));
 }
 
 // ---- activations --------------------------------------------------------------------------------
@@ -524,23 +525,11 @@ extern "C" __global__ void bl_router_weights(const float* logits, const int* ids
 }
 
 // ---- routed experts -------------------------------------------------------------------------------
-// Weight rows are F32 (wtype 0, activations f32) or Q8_0 (wtype 1, activations Q8_1 blocks).
 
-static __device__ __forceinline__ void scale_min_k4(const uint8_t* sc, int j, int* d, int* m) {
-    if (j < 4) {
-        *d = sc[j] & 63;
-        *m = sc[j + 4] & 63;
-    } else {
-        *d = (sc[j + 4] & 0x0F) | ((sc[j - 4] >> 6) << 4);
-        *m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-    }
-}
-
-// Weight types: 0 F32 (activations f32), 1 Q8_0 (34-byte blocks), 2 Q4_K (144-byte superblocks);
-// 1 and 2 take Q8_1 activations (36-byte blocks of 32).
-// The part of W_row . x that 32-value block sb holds, computed by one thread.
+// The part of W_row . x that 32-value block sb holds, computed by one thread: F32 rows (wtype 0)
+// against f32 activations, every other wtype of quant.cuh against Q8_1 blocks (36 bytes).
 static __device__ __forceinline__ float block_dot(const uint8_t* wrow, int wtype, const void* act, int sb) {
-    if (wtype == 0) {
+    if (wtype == WT_F32) {
         const float* w = (const float*)wrow + sb * 32;
         const float* x = (const float*)act + sb * 32;
         float s = 0.0f;
@@ -548,26 +537,7 @@ static __device__ __forceinline__ float block_dot(const uint8_t* wrow, int wtype
         for (int i = 0; i < 32; ++i) s += w[i] * x[i];
         return s;
     }
-    const uint8_t* xb = (const uint8_t*)act + sb * 36;
-    int sumi = 0;
-    if (wtype == 1) {
-        const uint8_t* wb = wrow + sb * 34;
-#pragma unroll
-        for (int t = 0; t < 8; ++t) sumi = __dp4a(load_i32(wb + 2 + 4 * t), *(const int*)(xb + 4 + 4 * t), sumi);
-        return half_at(wb) * __low2float(*(const __half2*)xb) * (float)sumi;
-    }
-    // Q4_K: sub-block j of superblock sb / 8; d*sc*dx*sum(q*qx) - dmin*m*sx.
-    const uint8_t* blk = wrow + (sb / 8) * 144;
-    const int j = sb % 8;
-    const float2 dm = __half22float2(*(const __half2*)blk);
-    int sc, mn;
-    scale_min_k4(blk + 4, j, &sc, &mn);
-    const int* qs = (const int*)(blk + 16 + (j / 2) * 32);
-    const int shift = 4 * (j % 2);
-    const float2 ds = __half22float2(*(const __half2*)xb);
-#pragma unroll
-    for (int t = 0; t < 8; ++t) sumi = __dp4a((qs[t] >> shift) & 0x0F0F0F0F, *(const int*)(xb + 4 + 4 * t), sumi);
-    return dm.x * (float)sc * ds.x * (float)sumi - dm.y * (float)mn * ds.y;
+    return sub_dot_q8_1(wrow, wtype, (const uint8_t*)act + sb * 36, sb);
 }
 
 // One weight row . one activation row, reduced over the warp: f32 rows lane-strided (coalesced),
@@ -575,7 +545,7 @@ static __device__ __forceinline__ float block_dot(const uint8_t* wrow, int wtype
 static __device__ float warp_row_dot(const uint8_t* wrow, int wtype, const void* act, int k) {
     const int lane = threadIdx.x & (WARP - 1);
     float s = 0.0f;
-    if (wtype == 0) {
+    if (wtype == WT_F32) {
         const float* w = (const float*)wrow;
         const float* x = (const float*)act;
 #pragma unroll 8
@@ -597,18 +567,6 @@ extern "C" __global__ void bl_matmul_q(const uint8_t* w, long long w_stride, con
     if ((threadIdx.x & (WARP - 1)) == 0) y[(long long)c * n + j] = v;
 }
 
-// Q4_K rows gathered to f32.
-struct RowQ4_K {
-    static __device__ float at(const uint8_t* row, int i) {
-        const uint8_t* blk = row + (i / 256) * 144;
-        const int j = (i % 256) / 32, l = i % 32;
-        int sc, mn;
-        scale_min_k4(blk + 4, j, &sc, &mn);
-        const int q = (blk[16 + (j / 2) * 32 + l] >> (4 * (j % 2))) & 0x0F;
-        return half_at(blk) * (float)sc * (float)q - half_at(blk + 2) * (float)mn;
-    }
-};
-GET_ROWS(bl_get_rows_q4_k, RowQ4_K)
 
 static __device__ float glu_one(float g, float u, int kind, float limit) {
     if (kind == 1) return gelu_table(g) * u;
@@ -691,9 +649,10 @@ extern "C" __global__ void bl_moe_down(const uint8_t* down, long long d_row, lon
 
 // ---- tiled quantized products for batches ---------------------------------------------------------
 // A block of 4 warps computes a tile of MMQ_BM weight rows x MMQ_BN activation columns, stepping k by
-// 256 values (8 sub-blocks of 32). Both operands are staged in shared memory as int8 quads with one
-// scale per (row, sub-block) (and, for Q4_K, a min term); each sub-block's integer sums come from
-// the int8 tensor cores (mma m16n8k32, USE_MMA) or dp4a, and are scaled into f32 accumulators.
+// 256 values (8 sub-blocks of 32; 128 for types with a scale per 16). Both operands are staged in
+// shared memory as int8 quads with one scale per (row, slot) and a min term (Q4_K, Q5_K, Q5_1);
+// each slot's integer sums come from the int8 tensor cores (mma m16n8k32, USE_MMA) or dp4a, and
+// are scaled into f32 accumulators.
 // Warp w owns columns 16w .. 16w + 15 and all 64 rows: 4 x 2 tiles of 16 x 8.
 // Columns can be gathered (`cols`, for routed experts): column c reads activation row
 // cols[c] / col_div and writes output row cols[c].
@@ -720,33 +679,31 @@ static __device__ __forceinline__ void mma_s8(int* c, const int* a, const int* b
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// Stages weight rows row0 .. row0 + 63 (sub-blocks sb0 .. sb0 + 7) of one matrix.
+// Each of the MMQ_SB slots of a k step holds one 32-value sub-block with one scale, or, for the
+// types with a scale per 16 values (`two_scales`: R = 2), one half of a sub-block, the other half
+// zeroed; a k step then covers MMQ_SB / R sub-blocks and slot j holds sub-block sb0 + j / R.
+
+// Stages weight rows row0 .. row0 + 63 (sub-blocks sb0 ..) of one matrix.
 static __device__ __forceinline__ void mmq_load_w(MmqSmem* sm, const uint8_t* w, long long w_stride, int wtype,
-                                                  int row0, int n, int sb0, int nsb) {
+                                                  int row0, int n, int sb0, int nsb, int R) {
     for (int p = threadIdx.x; p < MMQ_BM * MMQ_SB; p += blockDim.x) {
-        const int r = p / MMQ_SB, j = p % MMQ_SB, sb = sb0 + j;
+        const int r = p / MMQ_SB, j = p % MMQ_SB, sb = sb0 + j / R;
         int* dst = sm->w + r * MMQ_LD + j * 8;
         float d = 0.0f, m = 0.0f;
         if (row0 + r < n && sb < nsb) {
-            const uint8_t* wrow = w + (long long)(row0 + r) * w_stride;
-            if (wtype == 1) {
-                const uint8_t* b = wrow + (long long)sb * 34;
-                d = half_at(b);
+            Sub s;
+            unpack_sub(w + (long long)(row0 + r) * w_stride, wtype, sb, &s);
+            if (R == 2) {
+                const int h = j % 2;
 #pragma unroll
-                for (int t = 0; t < 8; ++t) dst[t] = load_i32(b + 2 + 4 * t);
+                for (int t = 0; t < 8; ++t) dst[t] = t / 4 == h ? s.q[t] : 0;
+                d = h ? s.d[1] : s.d[0];
             } else {
-                const uint8_t* blk = wrow + (long long)(sb / 8) * 144;
-                const int q = sb % 8;
-                const float2 dm = __half22float2(*(const __half2*)blk);
-                int sc, mn;
-                scale_min_k4(blk + 4, q, &sc, &mn);
-                d = dm.x * (float)sc;
-                m = dm.y * (float)mn;
-                const int* qs = (const int*)(blk + 16 + (q / 2) * 32);
-                const int shift = 4 * (q % 2);
 #pragma unroll
-                for (int t = 0; t < 8; ++t) dst[t] = (qs[t] >> shift) & 0x0F0F0F0F;
+                for (int t = 0; t < 8; ++t) dst[t] = s.q[t];
+                d = s.d[0];
             }
+            m = s.m;
         } else {
 #pragma unroll
             for (int t = 0; t < 8; ++t) dst[t] = 0;
@@ -758,9 +715,9 @@ static __device__ __forceinline__ void mmq_load_w(MmqSmem* sm, const uint8_t* w,
 
 // Stages activation columns col0 .. col0 + 63 (Q8_1 rows of x_row bytes).
 static __device__ __forceinline__ void mmq_load_x(MmqSmem* sm, const uint8_t* xq, long long x_row, const int* cols,
-                                                  int col_div, int col0, int ncols, int sb0, int nsb) {
+                                                  int col_div, int col0, int ncols, int sb0, int nsb, int R) {
     for (int p = threadIdx.x; p < MMQ_BN * MMQ_SB; p += blockDim.x) {
-        const int c = p / MMQ_SB, j = p % MMQ_SB, sb = sb0 + j;
+        const int c = p / MMQ_SB, j = p % MMQ_SB, sb = sb0 + j / R;
         int* dst = sm->x + c * MMQ_LD + j * 8;
         float d = 0.0f, s = 0.0f;
         if (col0 + c < ncols && sb < nsb) {
@@ -797,10 +754,11 @@ static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_strid
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[a][b][i] = 0.0f;
     const int nsb = k / 32;
-    for (int sb0 = 0; sb0 < nsb; sb0 += MMQ_SB) {
+    const int R = two_scales(wtype) ? 2 : 1;
+    for (int sb0 = 0; sb0 < nsb; sb0 += MMQ_SB / R) {
         __syncthreads();
-        mmq_load_w(sm, w, w_stride, wtype, row0, n, sb0, nsb);
-        mmq_load_x(sm, xq, x_row, cols, col_div, col0, ncols, sb0, nsb);
+        mmq_load_w(sm, w, w_stride, wtype, row0, n, sb0, nsb, R);
+        mmq_load_x(sm, xq, x_row, cols, col_div, col0, ncols, sb0, nsb, R);
         __syncthreads();
 #pragma unroll 2
         for (int j = 0; j < MMQ_SB; ++j) {

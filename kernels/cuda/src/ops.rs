@@ -1,8 +1,12 @@
 //! The ops the CUDA bundles run, and their launches: elementwise add/mul/scale, RMSNorm, row
-//! gathers (f32, f16, Q8_0, Q4_K), matrix products (f32; Q8_0 and Q4_K weights with activations
-//! quantized to Q8_1 on the card, dp4a), GLU and unary activations, RoPE (NORM, NEOX, YaRN), the
-//! K/V cache store, attention over an f32 or f16 cache, MoE routing and routed experts (F32, Q8_0
-//! or Q4_K stacks). [`capabilities`] lists exactly what [`Launcher::run`] implements.
+//! gathers (f32, f16 and every type of [`QUANT_TYPES`]), matrix products (f32; quantized weights
+//! of [`QUANT_TYPES`] with activations quantized to Q8_1 on the card: dp4a for single rows and
+//! small batches, int8 tensor-core tiles for batches of 16 rows or more), GLU and unary
+//! activations, RoPE (NORM, NEOX, YaRN), the K/V cache store, attention over an f32 or f16 cache,
+//! MoE routing and routed experts (F32 or [`QUANT_TYPES`] stacks). The quantized types are Q8_0,
+//! Q4_K, Q6_K, Q5_K, Q5_0, Q4_0, Q5_1, IQ4_XS, IQ4_NL, MXFP4 and Q3_K; `cu/quant.cuh` unpacks
+//! each GGUF block layout once for all of these kernels. [`capabilities`] lists exactly what
+//! [`Launcher::run`] implements.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,11 +22,38 @@ use cudarc::driver::{
 
 use crate::probe::Bundle;
 
+/// The quantized weight types the kernels read, with their `wtype` codes in `cu/quant.cuh`.
+pub const QUANT_TYPES: [(DType, i32); 11] = [
+    (DType::Q8_0, 1),
+    (DType::Q4_K, 2),
+    (DType::Q6_K, 3),
+    (DType::Q5_K, 4),
+    (DType::Q5_0, 5),
+    (DType::Q4_0, 6),
+    (DType::Q5_1, 7),
+    (DType::IQ4_XS, 8),
+    (DType::IQ4_NL, 9),
+    (DType::MXFP4, 10),
+    (DType::Q3_K, 11),
+];
+
+/// The `wtype` code of a weight type (0 for F32), with its block length in values.
+fn weight_code(t: DType) -> Option<(i32, u64)> {
+    if t == DType::F32 {
+        return Some((0, 1));
+    }
+    let (_, code) = QUANT_TYPES.iter().find(|(q, _)| *q == t)?;
+    Some((*code, u64::from(t.layout()?.block)))
+}
+
 /// Every `(op, dtype)` pair the kernels implement (none for a bundle built without them).
 pub fn capabilities(bundle: &Bundle) -> RVec<OpSupport> {
     if bundle.ptx.is_empty() {
         return RVec::new();
     }
+    let quant = QUANT_TYPES.iter().map(|(t, _)| *t);
+    let with =
+        |first: &[DType]| -> RVec<DType> { first.iter().copied().chain(quant.clone()).collect() };
     let mut list = vec![
         OpSupport {
             op: OpKind::Add,
@@ -42,11 +73,11 @@ pub fn capabilities(bundle: &Bundle) -> RVec<OpSupport> {
         },
         OpSupport {
             op: OpKind::GetRows,
-            dtypes: vec![DType::F32, DType::F16, DType::Q8_0, DType::Q4_K].into(),
+            dtypes: with(&[DType::F32, DType::F16]),
         },
         OpSupport {
             op: OpKind::MatMul,
-            dtypes: vec![DType::F32, DType::Q8_0, DType::Q4_K].into(),
+            dtypes: with(&[DType::F32]),
         },
         OpSupport {
             op: OpKind::Glu,
@@ -78,7 +109,7 @@ pub fn capabilities(bundle: &Bundle) -> RVec<OpSupport> {
         },
         OpSupport {
             op: OpKind::MoeExperts,
-            dtypes: vec![DType::F32, DType::Q8_0, DType::Q4_K].into(),
+            dtypes: with(&[DType::F32]),
         },
     ];
     list.sort_by_key(|s| s.op);
@@ -383,12 +414,11 @@ impl Launcher {
                     return Err(PluginError::invalid("GetRows ids must be I32"));
                 }
                 f32_only(&c.dst, "GetRows dst")?;
-                let name = match t.dtype {
-                    DType::F32 => "bl_get_rows_f32",
-                    DType::F16 => "bl_get_rows_f16",
-                    DType::Q8_0 => "bl_get_rows_q8_0",
-                    DType::Q4_K => "bl_get_rows_q4_k",
-                    other => {
+                let (name, wtype) = match (t.dtype, weight_code(t.dtype)) {
+                    (DType::F32, _) => ("bl_get_rows_f32", 0),
+                    (DType::F16, _) => ("bl_get_rows_f16", 0),
+                    (_, Some((code, _))) => ("bl_get_rows_q", code),
+                    (other, None) => {
                         return Err(PluginError::unsupported(format!("GetRows of {other}"), &[]))
                     }
                 };
@@ -408,6 +438,9 @@ impl Launcher {
                     .arg(&ncols)
                     .arg(&nrows)
                     .arg(&err);
+                if wtype != 0 {
+                    l.arg(&wtype);
+                }
                 if n_ids > 0 {
                     // SAFETY: ids are checked against the table on the card; rows are in spans.
                     unsafe { l.launch(cfg(n_ids as u32, 128)) }.map_err(driver_err(name))?;
@@ -427,8 +460,8 @@ impl Launcher {
                 let (pw, px, py) = (addr(w, "w")?, addr(x, "x")?, addr(&c.dst, "dst")?);
                 let (stride, ki, ni, mi) = (w.nb[1] as i64, k as i32, n as i32, m as i32);
                 let tasks = n * m;
-                match w.dtype {
-                    DType::F32 => {
+                match (w.dtype, weight_code(w.dtype)) {
+                    (DType::F32, _) => {
                         let f = self.func("bl_matmul_f32")?;
                         let mut l = stream.launch_builder(&f);
                         l.arg(&pw)
@@ -442,13 +475,8 @@ impl Launcher {
                         unsafe { l.launch(cfg(grid(tasks, WARPS), BLOCK)) }
                             .map_err(driver_err("bl_matmul_f32"))?;
                     }
-                    DType::Q8_0 | DType::Q4_K => {
-                        let (wtype, block): (i32, u64) = if w.dtype == DType::Q8_0 {
-                            (1, 32)
-                        } else {
-                            (2, 256)
-                        };
-                        if k % block != 0 {
+                    (_, Some((wtype, block))) => {
+                        if k % block.max(32) != 0 {
                             return Err(PluginError::invalid(format!(
                                 "{} rows must be whole blocks",
                                 w.dtype
@@ -500,7 +528,7 @@ impl Launcher {
                         unsafe { l.launch(cfg(grid(tasks, WARPS), BLOCK)) }
                             .map_err(driver_err("bl_matmul_q"))?;
                     }
-                    other => {
+                    (other, None) => {
                         return Err(PluginError::unsupported(
                             format!("MatMul with {other} weights"),
                             &[],
@@ -839,26 +867,15 @@ impl Launcher {
         } else {
             0u64
         };
-        let wtype = |t: DType| -> Result<i32, PluginError> {
-            match t {
-                DType::F32 => Ok(0),
-                DType::Q8_0 => Ok(1),
-                DType::Q4_K => Ok(2),
-                other => Err(PluginError::unsupported(
-                    format!("MoeExperts with {other} experts"),
-                    &[],
-                )),
-            }
+        let wtype = |t: DType| -> Result<(i32, u64), PluginError> {
+            weight_code(t).ok_or_else(|| {
+                PluginError::unsupported(format!("MoeExperts with {t} experts"), &[])
+            })
         };
         let (n_embd, n_ff, k) = (x.ne[0], u64::from(p.n_ff), u64::from(p.k));
-        let block = |t: i32| match t {
-            0 => 1u64,
-            1 => 32,
-            _ => 256,
-        };
         let rows = x.rows();
         let up_t = up.map_or(gate.dtype, |u| u.dtype);
-        let (wg, wu, wd) = (wtype(gate.dtype)?, wtype(up_t)?, wtype(down.dtype)?);
+        let ((wg, bg), (wu, bu), (wd, bd)) = (wtype(gate.dtype)?, wtype(up_t)?, wtype(down.dtype)?);
         let gate_rows = if p.fused_gate_up { 2 * n_ff } else { n_ff };
         if gate.ne[0] != n_embd
             || gate.ne[1] != gate_rows
@@ -868,8 +885,8 @@ impl Launcher {
             || w.elements() != k * rows
             || c.dst.ne[0] != n_embd
             || c.dst.rows() != rows
-            || n_embd % block(wg.max(wu)) != 0
-            || n_ff % block(wd).max(32) != 0
+            || n_embd % bg.max(bu) != 0
+            || n_ff % bd.max(32) != 0
         {
             return Err(PluginError::invalid("MoeExperts shapes"));
         }
@@ -1213,11 +1230,10 @@ mod tests {
         "bl_rms_norm_f32",
         "bl_get_rows_f32",
         "bl_get_rows_f16",
-        "bl_get_rows_q8_0",
+        "bl_get_rows_q",
         "bl_quantize_q8_1",
         "bl_matmul_f32",
         "bl_matmul_q",
-        "bl_get_rows_q4_k",
         "bl_glu_f32",
         "bl_unary_f32",
         "bl_rope_f32",
@@ -1238,6 +1254,33 @@ mod tests {
         "bl_moe_combine",
         "bl_hold",
     ];
+
+    /// The integers of a `#define NAME a, b, ...` line of `cu/quant.cuh`.
+    fn table(name: &str) -> Vec<i8> {
+        let src = include_str!("../cu/quant.cuh");
+        let line = src
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+            .unwrap_or_else(|| panic!("no {name} in quant.cuh"));
+        line.split(',').map(|v| v.trim().parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn kernel_lookup_tables_match_the_cpu_reference() {
+        use bloomery_kernels_cpu::quant::iq_tables::{KVALUES_E2M1, KVALUES_IQ4NL};
+        assert_eq!(table("KVALUES_IQ4NL_LIST"), KVALUES_IQ4NL);
+        assert_eq!(table("KVALUES_E2M1_LIST"), KVALUES_E2M1);
+    }
+
+    #[test]
+    fn weight_codes_match_the_kernel_header_and_cover_every_claimed_type() {
+        let src = include_str!("../cu/quant.cuh");
+        for (t, code) in super::QUANT_TYPES {
+            let name = format!("#define WT_{} {code}", t.to_string().to_uppercase());
+            assert!(src.contains(&name), "quant.cuh lacks `{name}`");
+            assert_eq!(super::weight_code(t).map(|c| c.0), Some(code));
+        }
+    }
 
     #[test]
     fn each_bundle_ptx_is_isa_9_0_for_its_target_and_defines_every_kernel() {

@@ -1,0 +1,283 @@
+//! Routed experts across the card and host RAM. [`plan`] decides where each expert lives; this
+//! module loads the weights that way: dense weights and the card's experts (each MoE stack
+//! compacted to its on-card experts) in card memory, the host's experts read in place from the
+//! mapped file by the best CPU kernel plugin. Each MoE call of a layer with host experts then runs
+//! twice with complementary expert maps (`MoeParams::expert_map`): the card's part on the card,
+//! the host's part on the CPU at the same time, and the host's output is added on the card.
+
+pub mod plan;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bloomery_gguf::GgufModel;
+use bloomery_plugin_api::graph::{Graph, TensorSource};
+use bloomery_plugin_api::kernel::DeviceConfig;
+use bloomery_plugin_api::model::ModelSpec;
+use bloomery_plugin_api::op::Op;
+use bloomery_plugin_api::tensor::TensorRef;
+use bloomery_plugin_api::DType;
+
+use self::plan::{MoeLayer, Plan};
+use crate::engine::device::{Buffer, Device};
+use crate::model::ModelError;
+use crate::plugins::KernelPluginFile;
+
+/// One MoE layer with host experts, as the executor needs it.
+pub struct TierLayer {
+    /// Weight index of the layer's first stack (how the executor finds its MoE call).
+    pub first_stack: usize,
+    /// Experts on the card (0: the card's call is skipped).
+    pub n_card: u32,
+    /// i32 `[n_expert]` on the card: index in the compacted stacks, or -1.
+    pub card_map: TensorRef,
+    /// The full stacks in the mapped file, on the host device, in the call's source order.
+    pub host_stacks: Vec<TensorRef>,
+    /// i32 `[n_expert]` on the host device: the expert's own index when it lives on the host, or
+    /// -1.
+    pub host_map: TensorRef,
+}
+
+/// The host side of a tiered model. Field order is drop order: buffers before the device.
+pub struct ExpertTier {
+    /// Layers with host experts.
+    pub layers: Vec<TierLayer>,
+    _host_buffers: Vec<Buffer>,
+    /// The CPU device that computes host experts.
+    pub host: Arc<Device>,
+}
+
+impl ExpertTier {
+    /// The layer whose first stack is weight `index`.
+    pub fn layer(&self, index: usize) -> Option<&TierLayer> {
+        self.layers.iter().find(|l| l.first_stack == index)
+    }
+}
+
+/// The MoE layers of `graph`, with their stacks' names and sizes from the file.
+pub fn moe_layers(graph: &Graph, spec: &ModelSpec, file: &GgufModel) -> Vec<MoeLayer> {
+    let mut out = Vec::new();
+    for node in graph.nodes.iter() {
+        let Op::MoeExperts(p) = node.op else {
+            continue;
+        };
+        let n_stacks = if p.fused_gate_up { 2 } else { 3 };
+        let mut stacks = Vec::new();
+        let mut names = Vec::new();
+        let mut bytes = 0u64;
+        for s in node.srcs.iter().skip(3).take(n_stacks) {
+            if let Some(TensorSource::Weight { index }) =
+                graph.tensors.get(s.0 as usize).map(|t| t.source)
+            {
+                let name = spec.weights[index as usize].name.to_string();
+                if let Some(t) = file.tensor(&name) {
+                    bytes += t.info.size;
+                }
+                stacks.push(index as usize);
+                names.push(name);
+            }
+        }
+        if stacks.len() != n_stacks {
+            continue;
+        }
+        let block = names[0]
+            .strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(out.len() as u32);
+        out.push(MoeLayer {
+            block,
+            stacks,
+            names,
+            n_expert: p.n_expert,
+            expert_bytes: bytes / u64::from(p.n_expert.max(1)),
+        });
+    }
+    out
+}
+
+fn dev_err(context: &str) -> impl FnOnce(bloomery_plugin_api::PluginError) -> ModelError + '_ {
+    move |source| ModelError::Device {
+        context: context.to_owned(),
+        source,
+    }
+}
+
+fn i32_bytes(v: &[i32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Loads the weights as `plan` places them: every weight on `card`, routed-expert stacks
+/// compacted to their on-card experts; the file mapped on a device of `host_kernel` for the host
+/// experts. Returns the card buffers, the card's weight table (in `spec` order) and the tier.
+pub fn load_weights(
+    card: &Arc<Device>,
+    host_kernel: &KernelPluginFile,
+    threads: u32,
+    file: &GgufModel,
+    spec: &ModelSpec,
+    plan: &Plan,
+) -> Result<(Vec<Buffer>, Vec<TensorRef>, ExpertTier), ModelError> {
+    let host = Device::open(
+        host_kernel,
+        DeviceConfig {
+            index: 0,
+            threads,
+            pin_threads: true,
+        },
+    )
+    .map_err(dev_err("opening the host experts' CPU device"))?;
+    let mut host_buffers = Vec::new();
+    for part in file.parts() {
+        let bytes = part.bytes();
+        // SAFETY: the mapping lives in `LoadedModel::file`, which is dropped after the tier
+        // (field order), and the file is mapped read-only and never written.
+        let buf = unsafe { host.map_host(bytes.as_ptr(), bytes.len() as u64) }
+            .map_err(dev_err("mapping the model file for host experts"))?;
+        host_buffers.push(buf);
+    }
+    // weight index → (layer, position among its stacks)
+    let mut stack_of: HashMap<usize, (usize, usize)> = HashMap::new();
+    for (li, l) in plan.layers.iter().enumerate() {
+        for (k, &w) in l.stacks.iter().enumerate() {
+            stack_of.insert(w, (li, k));
+        }
+    }
+    let mut card_buffers = Vec::new();
+    let mut weights = Vec::with_capacity(spec.weights.len());
+    let mut host_stacks: Vec<Vec<TensorRef>> = vec![Vec::new(); plan.layers.len()];
+    for (i, w) in spec.weights.iter().enumerate() {
+        let t = file
+            .tensor(w.name.as_str())
+            .ok_or_else(|| ModelError::Plugin {
+                path: file.parts()[0].path().display().to_string(),
+                plugin: spec.architecture.to_string(),
+                source: bloomery_plugin_api::PluginError::MissingTensor {
+                    name: w.name.clone(),
+                },
+            })?;
+        let mut ne = [1u64; 4];
+        for (d, &x) in t.info.shape.iter().take(4).enumerate() {
+            ne[d] = x;
+        }
+        let layout = |ne: [u64; 4]| {
+            TensorRef::contiguous_strides(t.info.dtype, ne).ok_or_else(|| {
+                ModelError::Request(format!("tensor `{}` has no valid layout", t.info.name))
+            })
+        };
+        let nb = layout(ne)?;
+        let data = &file.parts()[t.part].bytes()[t.info.start as usize..][..t.info.size as usize];
+        let Some(&(li, _)) = stack_of.get(&i) else {
+            let buf = card
+                .alloc(t.info.size)
+                .map_err(dev_err(&format!("allocating `{}` on the card", w.name)))?;
+            card.write(&buf, 0, data)
+                .map_err(dev_err("copying weights to the card"))?;
+            weights.push(TensorRef {
+                buffer: buf.handle,
+                offset: 0,
+                dtype: t.info.dtype,
+                ne,
+                nb,
+            });
+            card_buffers.push(buf);
+            continue;
+        };
+        host_stacks[li].push(TensorRef {
+            buffer: host_buffers[t.part].handle,
+            offset: t.info.start,
+            dtype: t.info.dtype,
+            ne,
+            nb,
+        });
+        let on_card: Vec<usize> = (0..ne[2] as usize)
+            .filter(|&e| plan.on_card[li][e])
+            .collect();
+        let compact = [ne[0], ne[1], on_card.len() as u64, 1];
+        let cnb = layout(compact)?;
+        let mut r = TensorRef {
+            buffer: 0,
+            offset: 0,
+            dtype: t.info.dtype,
+            ne: compact,
+            nb: cnb,
+        };
+        if !on_card.is_empty() {
+            let stride = nb[2] as usize;
+            let buf = card
+                .alloc(stride as u64 * on_card.len() as u64)
+                .map_err(dev_err(&format!("allocating `{}` on the card", w.name)))?;
+            for (j, &e) in on_card.iter().enumerate() {
+                card.write(&buf, (j * stride) as u64, &data[e * stride..][..stride])
+                    .map_err(dev_err("copying experts to the card"))?;
+            }
+            r.buffer = buf.handle;
+            card_buffers.push(buf);
+        }
+        weights.push(r);
+    }
+    let mut layers = Vec::new();
+    for (li, l) in plan.layers.iter().enumerate() {
+        let here = &plan.on_card[li];
+        if here.iter().all(|&c| c) {
+            continue;
+        }
+        let mut next = 0;
+        let card_map: Vec<i32> = here
+            .iter()
+            .map(|&c| {
+                if c {
+                    next += 1;
+                    next - 1
+                } else {
+                    -1
+                }
+            })
+            .collect();
+        let host_map: Vec<i32> = here
+            .iter()
+            .enumerate()
+            .map(|(e, &c)| if c { -1 } else { e as i32 })
+            .collect();
+        let map_ref = |buf: &Buffer| TensorRef {
+            buffer: buf.handle,
+            offset: 0,
+            dtype: DType::I32,
+            ne: [u64::from(l.n_expert), 1, 1, 1],
+            nb: [
+                4,
+                4 * u64::from(l.n_expert),
+                4 * u64::from(l.n_expert),
+                4 * u64::from(l.n_expert),
+            ],
+        };
+        let cbuf = card
+            .alloc(4 * u64::from(l.n_expert))
+            .map_err(dev_err("allocating an expert map"))?;
+        card.write(&cbuf, 0, &i32_bytes(&card_map))
+            .map_err(dev_err("writing an expert map"))?;
+        let hbuf = host
+            .alloc(4 * u64::from(l.n_expert))
+            .map_err(dev_err("allocating an expert map"))?;
+        host.write(&hbuf, 0, &i32_bytes(&host_map))
+            .map_err(dev_err("writing an expert map"))?;
+        layers.push(TierLayer {
+            first_stack: l.stacks[0],
+            n_card: next as u32,
+            card_map: map_ref(&cbuf),
+            host_stacks: std::mem::take(&mut host_stacks[li]),
+            host_map: map_ref(&hbuf),
+        });
+        card_buffers.push(cbuf);
+        host_buffers.push(hbuf);
+    }
+    Ok((
+        card_buffers,
+        weights,
+        ExpertTier {
+            layers,
+            _host_buffers: host_buffers,
+            host,
+        },
+    ))
+}

@@ -1,0 +1,387 @@
+//! The placement plan made at load: dense weights, the state and the activation scratch on the
+//! card, then each routed expert on the card or in host RAM. llama.cpp's `-cmoe`, `-ncmoe N` and
+//! `-ot REGEX=CPU` choose host experts by hand; without them the card takes as many experts as its
+//! budget holds, whole layers from the last one back (the host keeps the first layers' experts, as
+//! `-ncmoe` does), then the leading experts of one more layer.
+
+use std::fmt;
+
+use regex::Regex;
+
+/// The routed-expert stacks of one MoE layer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeLayer {
+    /// Block index (from the `blk.N.` tensor names; the MoE layer's ordinal otherwise).
+    pub block: u32,
+    /// Weight indices of the stacks (gate, up when separate, down).
+    pub stacks: Vec<usize>,
+    /// Tensor names of the stacks.
+    pub names: Vec<String>,
+    /// Experts per stack.
+    pub n_expert: u32,
+    /// Bytes of one expert across all its stacks.
+    pub expert_bytes: u64,
+}
+
+/// What the model needs besides routed experts, in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FixedCosts {
+    /// Every weight that is not a routed-expert stack.
+    pub dense: u64,
+    /// State buffers of every slot (KV cache).
+    pub state: u64,
+    /// Activations and kernel scratch for the largest batch.
+    pub scratch: u64,
+}
+
+/// How the user asked for experts to be placed.
+#[derive(Clone, Debug, Default)]
+pub struct TierRequest {
+    /// `-cmoe`: every routed expert in host RAM.
+    pub cpu_moe: bool,
+    /// `-ncmoe N`: the experts of blocks `0..N` in host RAM.
+    pub n_cpu_moe: Option<u32>,
+    /// `-ot REGEX=BUFFER,…` in order; the first pattern a stack's name matches decides.
+    pub overrides: Vec<(Regex, Buffer)>,
+    /// `--gpu-budget`: card bytes to plan with instead of the free memory.
+    pub gpu_budget: Option<u64>,
+    /// `--host-budget`: host bytes to plan with instead of MemAvailable.
+    pub host_budget: Option<u64>,
+}
+
+/// Where `-ot` sends tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Buffer {
+    /// Host RAM (`CPU`).
+    Host,
+    /// The card (`CUDA0`, `GPU`, …).
+    Card,
+}
+
+impl TierRequest {
+    /// Whether anything asks for host experts or budgets.
+    pub fn is_default(&self) -> bool {
+        !self.cpu_moe
+            && self.n_cpu_moe.is_none()
+            && self.overrides.is_empty()
+            && self.gpu_budget.is_none()
+            && self.host_budget.is_none()
+    }
+
+    /// Parses llama.cpp's `-ot` value: `REGEX=BUFFER` pairs separated by commas.
+    pub fn parse_overrides(spec: &str) -> Result<Vec<(Regex, Buffer)>, String> {
+        let mut out = Vec::new();
+        for item in spec.split(',').filter(|s| !s.is_empty()) {
+            let (pat, buf) = item
+                .rsplit_once('=')
+                .ok_or_else(|| format!("-ot {item:?}: expected REGEX=BUFFER"))?;
+            let re = Regex::new(pat).map_err(|e| format!("-ot {pat:?}: {e}"))?;
+            let b = buf.to_ascii_uppercase();
+            let buffer = if b == "CPU" {
+                Buffer::Host
+            } else if b.starts_with("CUDA") || b == "GPU" {
+                Buffer::Card
+            } else {
+                return Err(format!(
+                    "-ot {item:?}: unknown buffer {buf:?} (CPU, CUDA0 or GPU)"
+                ));
+            };
+            out.push((re, buffer));
+        }
+        Ok(out)
+    }
+}
+
+/// Parses a size such as `24G`, `6.5GiB`, `512M` or a plain byte count.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("size {s:?}: expected a number with K, M, G or T"))?;
+    let mult = match unit.trim().to_ascii_uppercase().trim_end_matches("IB") {
+        "" | "B" => 1u64,
+        "K" | "KB" => 1 << 10,
+        "M" | "MB" => 1 << 20,
+        "G" | "GB" => 1 << 30,
+        "T" | "TB" => 1 << 40,
+        _ => return Err(format!("size {s:?}: unknown unit {unit:?}")),
+    };
+    Ok((v * mult as f64) as u64)
+}
+
+/// Where each routed expert lives.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// The MoE layers, in graph order.
+    pub layers: Vec<MoeLayer>,
+    /// Per layer, per expert: on the card.
+    pub on_card: Vec<Vec<bool>>,
+    /// What the card holds besides experts.
+    pub fixed: FixedCosts,
+    /// The card budget planned with.
+    pub card_budget: u64,
+    /// The host budget planned with.
+    pub host_budget: u64,
+}
+
+/// Why no plan fits.
+#[derive(Debug, thiserror::Error)]
+#[error("the model does not fit: {0}")]
+pub struct PlanError(pub String);
+
+fn gib(b: u64) -> String {
+    format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+}
+
+impl Plan {
+    /// Places every routed expert for `request` within `card_budget`.
+    pub fn make(
+        layers: Vec<MoeLayer>,
+        fixed: FixedCosts,
+        card_budget: u64,
+        host_budget: u64,
+        request: &TierRequest,
+    ) -> Result<Plan, PlanError> {
+        let needed = fixed.dense + fixed.state + fixed.scratch;
+        let terms = format!(
+            "dense weights {} + KV/state {} + scratch {} = {} on the card",
+            gib(fixed.dense),
+            gib(fixed.state),
+            gib(fixed.scratch),
+            gib(needed)
+        );
+        if needed > card_budget {
+            return Err(PlanError(format!(
+                "{terms}, over its budget of {}",
+                gib(card_budget)
+            )));
+        }
+        // None: the planner decides; Some(b): the request pins the layer.
+        let pinned: Vec<Option<Buffer>> = layers
+            .iter()
+            .map(|l| {
+                if request.cpu_moe || request.n_cpu_moe.is_some_and(|n| l.block < n) {
+                    return Some(Buffer::Host);
+                }
+                request
+                    .overrides
+                    .iter()
+                    .find(|(re, _)| l.names.iter().any(|n| re.is_match(n)))
+                    .map(|(_, b)| *b)
+            })
+            .collect();
+        let by_hand = !request.is_default()
+            && (request.cpu_moe || request.n_cpu_moe.is_some() || !request.overrides.is_empty());
+        let mut on_card: Vec<Vec<bool>> = layers
+            .iter()
+            .map(|l| vec![false; l.n_expert as usize])
+            .collect();
+        let mut room = card_budget - needed;
+        // Pinned layers first, then (when nothing was asked by hand) the rest from the last
+        // layer back, whole layers while they fit and then the leading experts of one more.
+        for (i, l) in layers.iter().enumerate() {
+            if pinned[i] == Some(Buffer::Card) || (by_hand && pinned[i].is_none()) {
+                let all = l.expert_bytes * u64::from(l.n_expert);
+                if all > room {
+                    return Err(PlanError(format!(
+                        "{terms}, and the experts placed on it ({}) need {} more than its \
+                         budget of {} holds",
+                        l.names.join(", "),
+                        gib(all - room),
+                        gib(card_budget)
+                    )));
+                }
+                room -= all;
+                on_card[i].fill(true);
+            }
+        }
+        if !by_hand {
+            for (i, l) in layers.iter().enumerate().rev() {
+                if pinned[i].is_some() {
+                    continue;
+                }
+                let fit = (room / l.expert_bytes.max(1)).min(u64::from(l.n_expert)) as usize;
+                on_card[i][..fit].fill(true);
+                room -= fit as u64 * l.expert_bytes;
+            }
+        }
+        Ok(Plan {
+            layers,
+            on_card,
+            fixed,
+            card_budget,
+            host_budget,
+        })
+    }
+
+    /// Bytes of routed experts on the card.
+    pub fn card_expert_bytes(&self) -> u64 {
+        self.count(true)
+    }
+
+    /// Bytes of routed experts in host RAM.
+    pub fn host_expert_bytes(&self) -> u64 {
+        self.count(false)
+    }
+
+    fn count(&self, card: bool) -> u64 {
+        self.layers
+            .iter()
+            .zip(&self.on_card)
+            .map(|(l, c)| c.iter().filter(|&&x| x == card).count() as u64 * l.expert_bytes)
+            .sum()
+    }
+
+    /// Whether any expert lives in host RAM.
+    pub fn has_host_experts(&self) -> bool {
+        self.on_card.iter().any(|c| c.iter().any(|&x| !x))
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let card = self.fixed.dense + self.fixed.state + self.fixed.scratch;
+        writeln!(f, "card budget {}:", gib(self.card_budget))?;
+        writeln!(f, "  dense weights   {}", gib(self.fixed.dense))?;
+        writeln!(f, "  KV cache/state  {}", gib(self.fixed.state))?;
+        writeln!(f, "  scratch         {}", gib(self.fixed.scratch))?;
+        writeln!(f, "  routed experts  {}", gib(self.card_expert_bytes()))?;
+        writeln!(
+            f,
+            "  total           {}",
+            gib(card + self.card_expert_bytes())
+        )?;
+        let host = self.host_expert_bytes();
+        writeln!(
+            f,
+            "host budget {}: routed experts {}{}",
+            gib(self.host_budget),
+            gib(host),
+            if host > self.host_budget {
+                " (over the budget: paged from the file by the OS)"
+            } else {
+                ""
+            }
+        )?;
+        writeln!(f, "experts on the card per layer:")?;
+        for (l, c) in self.layers.iter().zip(&self.on_card) {
+            let n = c.iter().filter(|&&x| x).count();
+            writeln!(f, "  blk.{:<3} {n:>4} / {}", l.block, l.n_expert)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layers(n: u32, n_expert: u32, bytes: u64) -> Vec<MoeLayer> {
+        (0..n)
+            .map(|b| MoeLayer {
+                block: b,
+                stacks: vec![],
+                names: vec![format!("blk.{b}.ffn_gate_exps.weight")],
+                n_expert,
+                expert_bytes: bytes,
+            })
+            .collect()
+    }
+
+    const FIXED: FixedCosts = FixedCosts {
+        dense: 1000,
+        state: 200,
+        scratch: 100,
+    };
+
+    fn on_card_counts(p: &Plan) -> Vec<usize> {
+        p.on_card
+            .iter()
+            .map(|c| c.iter().filter(|&&x| x).count())
+            .collect()
+    }
+
+    #[test]
+    fn fills_the_card_from_the_last_layer_back() {
+        // 1,300 fixed; 1,000 left = 2 whole layers of 4×100 and 2 experts of one more.
+        let p = Plan::make(
+            layers(4, 4, 100),
+            FIXED,
+            2300,
+            1 << 30,
+            &TierRequest::default(),
+        )
+        .unwrap();
+        assert_eq!(on_card_counts(&p), vec![0, 2, 4, 4]);
+        assert_eq!(p.card_expert_bytes(), 1000);
+        assert_eq!(p.host_expert_bytes(), 600);
+        // Everything fits: no host experts.
+        let all = Plan::make(
+            layers(4, 4, 100),
+            FIXED,
+            1 << 20,
+            0,
+            &TierRequest::default(),
+        );
+        assert!(!all.unwrap().has_host_experts());
+    }
+
+    #[test]
+    fn llama_cpp_flags_pin_layers() {
+        let big = 1 << 20;
+        let cmoe = TierRequest {
+            cpu_moe: true,
+            ..Default::default()
+        };
+        let p = Plan::make(layers(3, 4, 100), FIXED, big, big, &cmoe).unwrap();
+        assert_eq!(on_card_counts(&p), vec![0, 0, 0]);
+        let ncmoe = TierRequest {
+            n_cpu_moe: Some(2),
+            ..Default::default()
+        };
+        let p = Plan::make(layers(3, 4, 100), FIXED, big, big, &ncmoe).unwrap();
+        assert_eq!(on_card_counts(&p), vec![0, 0, 4]);
+        let ot = TierRequest {
+            overrides: TierRequest::parse_overrides(r"blk\.1\.ffn_.*_exps=CPU").unwrap(),
+            ..Default::default()
+        };
+        let p = Plan::make(layers(3, 4, 100), FIXED, big, big, &ot).unwrap();
+        assert_eq!(on_card_counts(&p), vec![4, 0, 4]);
+    }
+
+    #[test]
+    fn refusals_name_every_term() {
+        let e = Plan::make(layers(2, 4, 100), FIXED, 1200, 0, &TierRequest::default())
+            .unwrap_err()
+            .to_string();
+        for term in ["dense weights", "KV/state", "scratch", "budget"] {
+            assert!(e.contains(term), "{e}");
+        }
+        // By hand, layers left to the card must fit whole.
+        let ncmoe = TierRequest {
+            n_cpu_moe: Some(1),
+            ..Default::default()
+        };
+        let e = Plan::make(layers(2, 4, 100), FIXED, 1500, 0, &ncmoe)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("blk.1.ffn_gate_exps.weight"), "{e}");
+    }
+
+    #[test]
+    fn sizes_and_overrides_parse() {
+        assert_eq!(parse_size("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_size("6.5GiB").unwrap(), 6_979_321_856);
+        assert_eq!(parse_size("1024").unwrap(), 1024);
+        assert!(parse_size("3 parsecs").is_err());
+        let o = TierRequest::parse_overrides("exps=CPU,attn=CUDA0").unwrap();
+        assert_eq!(o.len(), 2);
+        assert_eq!(o[1].1, Buffer::Card);
+        assert!(TierRequest::parse_overrides("exps=TPU").is_err());
+        assert!(TierRequest::parse_overrides("exps").is_err());
+    }
+}

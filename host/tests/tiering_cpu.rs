@@ -1,0 +1,166 @@
+//! Routed experts split between a "card" and the host: a synthetic qwen3moe loaded with some
+//! experts on the primary device (here cpu-scalar standing in for the card, so CI exercises the
+//! split without a GPU) and the rest computed by the host's CPU plugin gives the logits of the
+//! unsplit model.
+
+use std::path::{Path, PathBuf};
+
+use bloomery::engine::executor::BatchInputs;
+use bloomery::model::{LoadOptions, LoadedModel};
+use bloomery::plugins::Registry;
+use bloomery::synth::{self, ClassTypes};
+use bloomery::tiering::plan::TierRequest;
+use bloomery_plugin_api::DType;
+
+fn plugin_dir() -> PathBuf {
+    std::env::var_os("BLOOMERY_TEST_PLUGIN_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/plugins")
+        })
+}
+
+fn tiny(dir: &tempfile::TempDir, experts: DType) -> PathBuf {
+    let reg =
+        Registry::load(&plugin_dir()).expect("plugin folder (run `cargo xtask plugins` first)");
+    let plugin = reg.model_for("qwen3moe").unwrap();
+    let presets = plugin.module.synth_presets()();
+    let preset = presets.iter().find(|p| p.name.as_str() == "tiny").unwrap();
+    let path = dir.path().join("tiny.gguf");
+    let types = ClassTypes {
+        experts,
+        attention: DType::F32,
+        embedding: DType::F32,
+        output: DType::F32,
+        dense: DType::F32,
+    };
+    synth::write(preset, types, 7, &path).unwrap();
+    path
+}
+
+fn load(path: &Path, request: &TierRequest) -> LoadedModel {
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let opts = LoadOptions {
+        n_slots: 2,
+        ctx_per_slot: 64,
+        kv_type: DType::F32,
+        threads: 2,
+        graphs: true,
+    };
+    let scalar = reg
+        .kernels
+        .iter()
+        .find(|k| k.name == "cpu-scalar")
+        .expect("the cpu-scalar plugin");
+    LoadedModel::load_placed(&reg, path, opts, scalar, request).unwrap()
+}
+
+/// Logits of a 7-token prompt on slot 0, then two single-token steps on slots 0 and 1 at once.
+fn run(m: &mut LoadedModel) -> Vec<Vec<f32>> {
+    let tokens = [5, 77, 300, 12, 509, 256, 1];
+    let n = tokens.len() as i32;
+    let mut out = vec![m
+        .forward(&BatchInputs {
+            tokens: tokens.to_vec(),
+            positions: (0..n).collect(),
+            slots: vec![0; tokens.len()],
+            output_rows: (0..n).collect(),
+            history: vec![],
+        })
+        .unwrap()];
+    for step in 0..2 {
+        out.push(
+            m.forward(&BatchInputs {
+                tokens: vec![40 + step, 90 + step],
+                positions: vec![n + step, step],
+                slots: vec![0, 1],
+                output_rows: vec![0, 1],
+                history: vec![],
+            })
+            .unwrap(),
+        );
+    }
+    out
+}
+
+fn max_rel(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    let mut worst = 0f32;
+    for (x, y) in a.iter().zip(b) {
+        assert_eq!(x.len(), y.len());
+        let scale = y.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-12);
+        let d = x.iter().zip(y).fold(0f32, |m, (p, q)| m.max((p - q).abs()));
+        worst = worst.max(d / scale);
+    }
+    worst
+}
+
+fn host_experts(m: &LoadedModel) -> Vec<usize> {
+    let p = m.plan.as_ref().expect("a placement plan");
+    p.on_card
+        .iter()
+        .map(|c| c.iter().filter(|&&x| !x).count())
+        .collect()
+}
+
+#[test]
+fn split_experts_give_the_unsplit_logits() {
+    for experts in [DType::F32, DType::Q8_0] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = tiny(&dir, experts);
+        let mut whole = load(&path, &TierRequest::default());
+        assert!(whole.plan.is_none());
+        let want = run(&mut whole);
+
+        let ncmoe = TierRequest {
+            n_cpu_moe: Some(2),
+            ..Default::default()
+        };
+        let mut m = load(&path, &ncmoe);
+        assert_eq!(host_experts(&m), vec![8, 8, 0, 0]);
+        let rel = max_rel(&run(&mut m), &want);
+        assert!(rel < 1e-5, "{experts}: -ncmoe 2 differs by {rel}");
+
+        let cmoe = TierRequest {
+            cpu_moe: true,
+            ..Default::default()
+        };
+        let mut m = load(&path, &cmoe);
+        assert_eq!(host_experts(&m), vec![8, 8, 8, 8]);
+        let rel = max_rel(&run(&mut m), &want);
+        assert!(rel < 1e-5, "{experts}: -cmoe differs by {rel}");
+
+        // A card budget that holds one layer's experts and three of another's: the last layer
+        // whole, five of the third layer's experts on the host.
+        let p = m.plan.as_ref().unwrap();
+        let fixed = p.fixed.dense + p.fixed.state + p.fixed.scratch;
+        let expert = p.layers[0].expert_bytes;
+        let budget = TierRequest {
+            gpu_budget: Some(fixed + 11 * expert),
+            ..Default::default()
+        };
+        let mut m = load(&path, &budget);
+        assert_eq!(host_experts(&m), vec![8, 8, 5, 0]);
+        let rel = max_rel(&run(&mut m), &want);
+        assert!(rel < 1e-5, "{experts}: a partial layer differs by {rel}");
+    }
+}
+
+#[test]
+fn a_card_too_small_for_the_dense_weights_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(&dir, DType::F32);
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let scalar = reg.kernels.iter().find(|k| k.name == "cpu-scalar").unwrap();
+    let request = TierRequest {
+        gpu_budget: Some(1 << 20),
+        ..Default::default()
+    };
+    let err = LoadedModel::load_placed(&reg, &path, LoadOptions::default(), scalar, &request)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(
+        err.contains("does not fit") && err.contains("dense weights") && err.contains("scratch"),
+        "{err}"
+    );
+}

@@ -1,0 +1,304 @@
+// GGUF weight blocks as the CUDA kernels read them: one function per type unpacks a 32-value
+// sub-block into int8 quads and its scales, and every quantized kernel (row gathers, dp4a products,
+// tiled products, routed experts) reads weights through `unpack_sub`, so each layout is written
+// once. Layouts follow the CPU reference (kernels/cpu/src/quant/), which is bit-identical to the
+// `gguf` package's dequantizers; offsets are given beside each function.
+
+#pragma once
+
+#include <stdint.h>
+#include <cuda_fp16.h>
+
+// Weight type codes (`wtype`), as kernels/cuda/src/ops.rs passes them. 0 is F32 (f32 activations);
+// the others take Q8_1 activations.
+#define WT_F32 0
+#define WT_Q8_0 1
+#define WT_Q4_K 2
+#define WT_Q6_K 3
+#define WT_Q5_K 4
+#define WT_Q5_0 5
+#define WT_Q4_0 6
+#define WT_Q5_1 7
+#define WT_IQ4_XS 8
+#define WT_IQ4_NL 9
+#define WT_MXFP4 10
+#define WT_Q3_K 11
+
+// The non-linear 4-bit tables (kernels/cpu/src/quant/iq_tables.rs; a test in ops.rs compares).
+#define KVALUES_IQ4NL_LIST -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113
+#define KVALUES_E2M1_LIST 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
+
+static __device__ __forceinline__ float half_at(const uint8_t* p) {
+    __half h;
+    memcpy(&h, p, 2);
+    return __half2float(h);
+}
+
+// Four bytes at a 2-byte aligned address.
+static __device__ __forceinline__ int load_i32(const uint8_t* p) {
+    const uint16_t lo = *(const uint16_t*)p, hi = *(const uint16_t*)(p + 2);
+    return (int)((uint32_t)lo | ((uint32_t)hi << 16));
+}
+
+// Four bytes at any address (MXFP4 blocks are 17 bytes).
+static __device__ __forceinline__ int load_i32_u8(const uint8_t* p) {
+    return (int)((uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24));
+}
+
+// Bits 0..3 of h to bit 4 of bytes 0..3 (the fifth bits of Q5_0 / Q5_1 values).
+static __device__ __forceinline__ uint32_t spread4(uint32_t h) {
+    return ((h & 1u) << 4) | ((h & 2u) << 11) | ((h & 4u) << 18) | ((h & 8u) << 25);
+}
+
+// Scale and minimum j (0..7) of the 12-byte, 6-bit Q4_K / Q5_K scales.
+static __device__ __forceinline__ void scale_min_k4(const uint8_t* sc, int j, int* d, int* m) {
+    if (j < 4) {
+        *d = sc[j] & 63;
+        *m = sc[j + 4] & 63;
+    } else {
+        *d = (sc[j + 4] & 0x0F) | ((sc[j - 4] >> 6) << 4);
+        *m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+    }
+}
+
+// Four table entries as one little-endian word.
+static __device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
+    return (uint32_t)(uint8_t)a | ((uint32_t)(uint8_t)b << 8) | ((uint32_t)(uint8_t)c << 16) |
+           ((uint32_t)(uint8_t)d << 24);
+}
+
+// Looks up four 4-bit codes (one per byte, 0..15) in a 16-entry int8 table held as four words.
+static __device__ __forceinline__ int lut16(uint32_t codes, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3) {
+    const uint32_t sel = (codes & 0x7u) | ((codes >> 4) & 0x70u) | ((codes >> 8) & 0x700u) | ((codes >> 12) & 0x7000u);
+    const uint32_t lo = __byte_perm(t0, t1, sel), hi = __byte_perm(t2, t3, sel);
+    const uint32_t upper = ((codes >> 3) & 0x01010101u) * 0xFFu;  // 0xFF in bytes whose code is >= 8
+    return (int)((lo & ~upper) | (hi & upper));
+}
+
+static __device__ __forceinline__ int lut_iq4nl(uint32_t codes) {
+    const int8_t k[16] = {KVALUES_IQ4NL_LIST};
+    return lut16(codes, pack4(k[0], k[1], k[2], k[3]), pack4(k[4], k[5], k[6], k[7]), pack4(k[8], k[9], k[10], k[11]),
+                 pack4(k[12], k[13], k[14], k[15]));
+}
+
+static __device__ __forceinline__ int lut_e2m1(uint32_t codes) {
+    const int8_t k[16] = {KVALUES_E2M1_LIST};
+    return lut16(codes, pack4(k[0], k[1], k[2], k[3]), pack4(k[4], k[5], k[6], k[7]), pack4(k[8], k[9], k[10], k[11]),
+                 pack4(k[12], k[13], k[14], k[15]));
+}
+
+// Half of an E8M0 scale (the E2M1 table holds doubled values), as gguf: 2^(e - 128).
+static __device__ __forceinline__ float e8m0_half(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    return __uint_as_float(bits);
+}
+
+// One 32-value sub-block of a weight row: value i is d[i / 16] * q_i - m, where q[t] holds values
+// 4t .. 4t + 3 as signed bytes. d[0] == d[1] except for the types with a scale per 16 values
+// (Q6_K, Q3_K; see `two_scales`).
+struct Sub {
+    int q[8];
+    float d[2];
+    float m;
+};
+
+static __device__ __forceinline__ bool two_scales(int wtype) { return wtype == WT_Q6_K || wtype == WT_Q3_K; }
+
+// Q8_0 (34 bytes): d:f16, qs:i8[32].
+static __device__ __forceinline__ void unpack_q8_0(const uint8_t* b, Sub* s) {
+    const float d = half_at(b);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) s->q[t] = load_i32(b + 2 + 4 * t);
+    s->d[0] = s->d[1] = d;
+    s->m = 0.0f;
+}
+
+// Q4_0 (18 bytes): d:f16, qs[16]; element j in the low nibble of qs[j], j + 16 in the high; q - 8.
+static __device__ __forceinline__ void unpack_q4_0(const uint8_t* b, Sub* s) {
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const uint32_t w = (uint32_t)load_i32(b + 2 + 4 * t);
+        s->q[t] = (int)__vsub4(w & 0x0F0F0F0Fu, 0x08080808u);
+        s->q[t + 4] = (int)__vsub4((w >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+    }
+    s->d[0] = s->d[1] = half_at(b);
+    s->m = 0.0f;
+}
+
+// Q5_0 (22 bytes): d:f16, qh:u32 (bit j: fifth bit of element j), qs[16] as Q4_0; q - 16.
+static __device__ __forceinline__ void unpack_q5_0(const uint8_t* b, Sub* s) {
+    const uint32_t qh = (uint32_t)load_i32(b + 2);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const uint32_t w = (uint32_t)load_i32(b + 6 + 4 * t);
+        s->q[t] = (int)__vsub4((w & 0x0F0F0F0Fu) | spread4(qh >> (4 * t)), 0x10101010u);
+        s->q[t + 4] = (int)__vsub4(((w >> 4) & 0x0F0F0F0Fu) | spread4(qh >> (16 + 4 * t)), 0x10101010u);
+    }
+    s->d[0] = s->d[1] = half_at(b);
+    s->m = 0.0f;
+}
+
+// Q5_1 (24 bytes): d:f16, m:f16, qh:u32, qs[16] as Q5_0; d * q + m.
+static __device__ __forceinline__ void unpack_q5_1(const uint8_t* b, Sub* s) {
+    const uint32_t qh = (uint32_t)load_i32(b + 4);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const uint32_t w = (uint32_t)load_i32(b + 8 + 4 * t);
+        s->q[t] = (int)((w & 0x0F0F0F0Fu) | spread4(qh >> (4 * t)));
+        s->q[t + 4] = (int)(((w >> 4) & 0x0F0F0F0Fu) | spread4(qh >> (16 + 4 * t)));
+    }
+    s->d[0] = s->d[1] = half_at(b);
+    s->m = -half_at(b + 2);
+}
+
+// IQ4_NL (18 bytes): d:f16, qs[16] as Q4_0, codes into KVALUES_IQ4NL.
+static __device__ __forceinline__ void unpack_iq4_nl(const uint8_t* b, Sub* s) {
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const uint32_t w = (uint32_t)load_i32(b + 2 + 4 * t);
+        s->q[t] = lut_iq4nl(w & 0x0F0F0F0Fu);
+        s->q[t + 4] = lut_iq4nl((w >> 4) & 0x0F0F0F0Fu);
+    }
+    s->d[0] = s->d[1] = half_at(b);
+    s->m = 0.0f;
+}
+
+// MXFP4 (17 bytes): e:u8 (E8M0), qs[16] as Q4_0, codes into KVALUES_E2M1 (doubled values).
+static __device__ __forceinline__ void unpack_mxfp4(const uint8_t* b, Sub* s) {
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const uint32_t w = (uint32_t)load_i32_u8(b + 1 + 4 * t);
+        s->q[t] = lut_e2m1(w & 0x0F0F0F0Fu);
+        s->q[t + 4] = lut_e2m1((w >> 4) & 0x0F0F0F0Fu);
+    }
+    s->d[0] = s->d[1] = e8m0_half(b[0]);
+    s->m = 0.0f;
+}
+
+// Q4_K (144 bytes): d:f16, dmin:f16, scales[12], qs[128] (element c*64 + h*32 + l in nibble h of
+// qs[c*32 + l]); sub-block j: d * sc_j * q - dmin * m_j.
+static __device__ __forceinline__ void unpack_q4_k(const uint8_t* blk, int j, Sub* s) {
+    const float2 dm = __half22float2(*(const __half2*)blk);
+    int sc, mn;
+    scale_min_k4(blk + 4, j, &sc, &mn);
+    const int* qs = (const int*)(blk + 16 + (j / 2) * 32);
+    const int shift = 4 * (j % 2);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) s->q[t] = (qs[t] >> shift) & 0x0F0F0F0F;
+    s->d[0] = s->d[1] = dm.x * (float)sc;
+    s->m = dm.y * (float)mn;
+}
+
+// Q5_K (176 bytes): d:f16, dmin:f16, scales[12], qh[32] (bit j of qh[l]: fifth bit of element
+// j*32 + l), qs[128] as Q4_K.
+static __device__ __forceinline__ void unpack_q5_k(const uint8_t* blk, int j, Sub* s) {
+    const float2 dm = __half22float2(*(const __half2*)blk);
+    int sc, mn;
+    scale_min_k4(blk + 4, j, &sc, &mn);
+    const int* qh = (const int*)(blk + 16);
+    const int* qs = (const int*)(blk + 48 + (j / 2) * 32);
+    const int shift = 4 * (j % 2);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) s->q[t] = ((qs[t] >> shift) & 0x0F0F0F0F) | (((qh[t] >> j) & 0x01010101) << 4);
+    s->d[0] = s->d[1] = dm.x * (float)sc;
+    s->m = dm.y * (float)mn;
+}
+
+// Q6_K (210 bytes): ql[128], qh[64], scales:i8[16], d:f16. Element c*128 + p*32 + l: low nibble
+// in nibble p/2 of ql[c*64 + (p%2)*32 + l], top 2 bits in bits 2p of qh[c*32 + l]; q - 32, one
+// scale per 16 elements.
+static __device__ __forceinline__ void unpack_q6_k(const uint8_t* blk, int j, Sub* s) {
+    const int c = j / 4, p = j % 4;
+    const uint8_t* ql = blk + c * 64 + (p % 2) * 32;
+    const uint8_t* qh = blk + 128 + c * 32;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        const uint32_t lo = ((uint32_t)load_i32(ql + 4 * t) >> (4 * (p / 2))) & 0x0F0F0F0Fu;
+        const uint32_t hi = (((uint32_t)load_i32(qh + 4 * t) >> (2 * p)) & 0x03030303u) << 4;
+        s->q[t] = (int)__vsub4(lo | hi, 0x20202020u);
+    }
+    const float d = half_at(blk + 208);
+    s->d[0] = d * (float)(int8_t)blk[192 + 2 * j];
+    s->d[1] = d * (float)(int8_t)blk[193 + 2 * j];
+    s->m = 0.0f;
+}
+
+// Q3_K (110 bytes): hmask[32] (bit j of hmask[l] set: element j*32 + l has no -4 offset), qs[64]
+// (element c*128 + p*32 + l in bits 2p of qs[c*32 + l]), scales[12] (16 six-bit scales, offset
+// 32), d:f16.
+static __device__ __forceinline__ int scale_q3_k(const uint8_t* sc, int k) {
+    const int lo = (sc[k % 8] >> (4 * (k / 8))) & 0x0F;
+    const int hi = (sc[8 + k % 4] >> (2 * (k / 4))) & 0x03;
+    return (lo | (hi << 4)) - 32;
+}
+
+static __device__ __forceinline__ void unpack_q3_k(const uint8_t* blk, int j, Sub* s) {
+    const int c = j / 4, p = j % 4;
+    const uint8_t* qs = blk + 32 + c * 32;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        const uint32_t q2 = ((uint32_t)load_i32(qs + 4 * t) >> (2 * p)) & 0x03030303u;
+        const uint32_t h = (((uint32_t)load_i32(blk + 4 * t) >> j) & 0x01010101u) << 2;
+        s->q[t] = (int)__vsub4(q2 | h, 0x04040404u);
+    }
+    const float d = half_at(blk + 108);
+    s->d[0] = d * (float)scale_q3_k(blk + 96, 2 * j);
+    s->d[1] = d * (float)scale_q3_k(blk + 96, 2 * j + 1);
+    s->m = 0.0f;
+}
+
+// IQ4_XS (136 bytes): d:f16, scales_h:u16 (2 high bits per sub-block), scales_l[4] (4 low bits
+// per sub-block), qs[128] (sub-block ib: qs[16*ib + l] holds elements l and l + 16); scale offset
+// 32, codes into KVALUES_IQ4NL.
+static __device__ __forceinline__ void unpack_iq4_xs(const uint8_t* blk, int ib, Sub* s) {
+    const int sh = (int)blk[2] | ((int)blk[3] << 8);
+    const int sc = (((blk[4 + ib / 2] >> (4 * (ib % 2))) & 0x0F) | (((sh >> (2 * ib)) & 3) << 4)) - 32;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const uint32_t w = (uint32_t)load_i32(blk + 8 + 16 * ib + 4 * t);
+        s->q[t] = lut_iq4nl(w & 0x0F0F0F0Fu);
+        s->q[t + 4] = lut_iq4nl((w >> 4) & 0x0F0F0F0Fu);
+    }
+    s->d[0] = s->d[1] = half_at(blk) * (float)sc;
+    s->m = 0.0f;
+}
+
+// Sub-block sb of a row of weight type `wtype` (not F32).
+static __device__ __forceinline__ void unpack_sub(const uint8_t* row, int wtype, int sb, Sub* s) {
+    switch (wtype) {
+        case WT_Q8_0: unpack_q8_0(row + (long long)sb * 34, s); break;
+        case WT_Q4_K: unpack_q4_k(row + (long long)(sb / 8) * 144, sb % 8, s); break;
+        case WT_Q6_K: unpack_q6_k(row + (long long)(sb / 8) * 210, sb % 8, s); break;
+        case WT_Q5_K: unpack_q5_k(row + (long long)(sb / 8) * 176, sb % 8, s); break;
+        case WT_Q5_0: unpack_q5_0(row + (long long)sb * 22, s); break;
+        case WT_Q4_0: unpack_q4_0(row + (long long)sb * 18, s); break;
+        case WT_Q5_1: unpack_q5_1(row + (long long)sb * 24, s); break;
+        case WT_IQ4_XS: unpack_iq4_xs(row + (long long)(sb / 8) * 136, sb % 8, s); break;
+        case WT_IQ4_NL: unpack_iq4_nl(row + (long long)sb * 18, s); break;
+        case WT_MXFP4: unpack_mxfp4(row + (long long)sb * 17, s); break;
+        default: unpack_q3_k(row + (long long)(sb / 8) * 110, sb % 8, s); break;
+    }
+}
+
+// Value i (0..31) of an unpacked sub-block, rounded as the CPU reference: (d * q) - m, unfused.
+static __device__ __forceinline__ float sub_value(const Sub* s, int i) {
+    const int q = (int)(int8_t)(uint8_t)((uint32_t)s->q[i / 4] >> (8 * (i % 4)));
+    return __fsub_rn(__fmul_rn(s->d[i / 16], (float)q), s->m);
+}
+
+// W_row . x over sub-block sb with a Q8_1 activation block xb (f16 d, f16 s = d * sum q, 32 x
+// int8): d * dx * sum(q * qx) - m * s, the integer sums by dp4a.
+static __device__ __forceinline__ float sub_dot_q8_1(const uint8_t* wrow, int wtype, const uint8_t* xb, int sb) {
+    Sub s;
+    unpack_sub(wrow, wtype, sb, &s);
+    const int* xq = (const int*)(xb + 4);
+    const float2 ds = __half22float2(*(const __half2*)xb);
+    int lo = 0, hi = 0;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        lo = __dp4a(s.q[t], xq[t], lo);
+        hi = __dp4a(s.q[t + 4], xq[t + 4], hi);
+    }
+    if (two_scales(wtype)) return ds.x * (s.d[0] * (float)lo + s.d[1] * (float)hi);
+    return s.d[0] * ds.x * (float)(lo + hi) - s.m * ds.y;
+}
