@@ -14,6 +14,8 @@
 #   scripts/gpu-check.sh serve    on the GPU machine: `bloomery serve -ngl 99 -np 4` on that file,
 #                                 then scripts/serve-bench.py (prompt cache check, time to first
 #                                 token with a restored prefix, tok/s for 1/2/4 streams).
+#   scripts/gpu-check.sh tier     on the GPU machine: routed experts split between card and host
+#                                 (greedy text against the CPU, plan and bench under budgets).
 # Full logs go to $OUT when it is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -100,8 +102,33 @@ case "${1:-}" in
       --prefix 4000 | tee "$out/serve-30b.txt"
     curl -s "http://127.0.0.1:$port/metrics" | grep -E "prompt_cache|n_busy" | grep -v "^#"
     ;;
+  tier)
+    # Routed experts split between the card and the host's CPU: greedy text of a tiny file all
+    # on the CPU, all on the card and split; then the 30B-A3B file's plan under a 6.3 GB card and
+    # its speed with every expert on the host (-cmoe), -ncmoe 36 and a 6.3 GB card budget.
+    out=${OUT:-/tmp}
+    b="dist/bloomery --plugin-dir dist/plugins"
+    models=/dev/shm/bloomery-gpu-check
+    mkdir -p "$models"
+    $b synth --arch qwen3moe --preset tiny --seed 7 --experts Q8_0 --attn Q8_0 --embd Q8_0 \
+      --output-type Q8_0 -o "$models/tiny-q8_0.gguf" > /dev/null
+    for flags in "-ngl 0" "-ngl 99" "-ngl 99 -ncmoe 2" "-ngl 99 -cmoe"; do
+      # shellcheck disable=SC2086
+      text=$($b run -m "$models/tiny-q8_0.gguf" -p "hello world" -n 24 --temp 0 $flags 2>/dev/null)
+      echo "greedy, $flags: $text" | tee -a "$out/tier.txt"
+    done
+    f=/dev/shm/q3-30b-a3b-q4k.gguf
+    [ -f "$f" ] || $b synth --arch qwen3moe --preset 30b-a3b --experts Q4_K --attn Q8_0 --embd Q8_0 \
+      --output-type Q8_0 -o "$f" > /dev/null
+    $b plan -m "$f" --gpu-budget 6.3G | tee -a "$out/tier.txt" | head -12
+    for flags in "-cmoe" "-ncmoe 36" "--gpu-budget 6.3G"; do
+      echo "bench -ngl 99 $flags:" | tee -a "$out/tier.txt"
+      # shellcheck disable=SC2086
+      $b bench -m "$f" -p 512 -n 64 -r 2 -ngl 99 $flags 2>&1 | tail -2 | tee -a "$out/tier.txt"
+    done
+    ;;
   *)
-    echo "usage: scripts/gpu-check.sh build|device|bench|serve" >&2
+    echo "usage: scripts/gpu-check.sh build|device|bench|serve|tier" >&2
     exit 2
     ;;
 esac

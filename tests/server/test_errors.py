@@ -76,8 +76,8 @@ def test_without_slots_and_metrics_flags(tiny_path):
 @pytest.mark.parametrize("flag,named", [
     (["--no-such-flag"], "--no-such-flag"),
     (["--mlock"], "--mlock"),
-    (["-cmoe"], "--cpu-moe"),
-    (["-ot", "exps=CPU"], "--override-tensor"),
+    (["-ot", "exps=TPU"], "TPU"),
+    (["--gpu-budget", "lots"], "--gpu-budget"),
     (["--cache-ram", "-5"], "--cache-ram"),
     (["-ctk", "q4_0", "-ctv", "q4_0"], "q4_0"),
 ])
@@ -91,7 +91,8 @@ def test_llama_server_harness_flags_are_accepted(tiny_path):
     s = Server(tiny_path, "--temp", "0.8", "--seed", "42", "--host", "127.0.0.1", "--batch-size", "32",
                "--ubatch-size", "32", "--threads", "2", "--n-gpu-layers", "0", "--ctx-size", "512", "--parallel", "2",
                "-fa", "on", "--n-predict", "8", "--alias", "tinyllama-2", "--jinja", "--reasoning-format", "none",
-               "-ctk", "f16", "-ctv", "f16", "--cache-ram", "0", env={"LLAMA_ARG_N_PARALLEL": "3"})
+               "-ctk", "f16", "-ctv", "f16", "--cache-ram", "0", "-ncmoe", "2", "-ot", "exps=CPU",
+               env={"LLAMA_ARG_N_PARALLEL": "3"})
     try:
         props = s.get("/props").json()
         assert props["total_slots"] == 2 and props["default_generation_settings"]["n_ctx"] == 256

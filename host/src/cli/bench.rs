@@ -36,6 +36,9 @@ pub struct BenchArgs {
     /// model on the best GPU kernel plugin (no partial offload yet).
     #[arg(long = "n-gpu-layers", default_value_t = 0)]
     pub n_gpu_layers: u32,
+    /// Where routed experts go when the model runs on a GPU (`-cmoe`, `-ncmoe`, `-ot`, budgets).
+    #[command(flatten)]
+    pub placement: super::placement::PlacementArgs,
     /// Launch every op of every pass from the host instead of replaying captured device graphs
     /// (to measure what the graphs save).
     #[arg(long = "no-graphs")]
@@ -121,7 +124,13 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         threads: a.threads,
         graphs: !a.no_graphs,
     };
-    let mut model = LoadedModel::load_offloaded(&reg, &a.model, options, a.n_gpu_layers > 0)?;
+    let mut model = LoadedModel::load_offloaded(
+        &reg,
+        &a.model,
+        options,
+        a.n_gpu_layers > 0,
+        &a.placement.request()?,
+    )?;
     let backend = model.kernel_plugin().to_owned();
     let meta = model.file.metadata();
     let arch = meta.get_str("general.architecture").unwrap_or("?");

@@ -3,6 +3,8 @@
 mod bench;
 mod info;
 mod opcheck;
+pub mod placement;
+mod plan;
 mod plugins;
 mod run;
 mod synth;
@@ -47,6 +49,8 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// Check every op a kernel plugin claims against the cpu-scalar reference on random inputs.
     Opcheck(opcheck::OpcheckArgs),
+    /// Show where a model's weights would live (card, host RAM) under given budgets.
+    Plan(plan::PlanArgs),
     /// Serve the model over HTTP as llama-server does (same routes, flags and shapes).
     Serve(Box<crate::server::args::ServeArgs>),
 }
@@ -73,6 +77,7 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Run(a) => run::run(&cli, a),
         Command::Bench(a) => bench::run(&cli, a),
         Command::Opcheck(a) => opcheck::run(&cli, a),
+        Command::Plan(a) => plan::run(&cli, a),
         Command::Serve(a) => crate::server::serve(&cli, a),
     }
 }

@@ -75,6 +75,9 @@ pub struct RunArgs {
     /// model on the best GPU kernel plugin (CPU fallback with one warning; no partial offload yet).
     #[arg(long = "n-gpu-layers", default_value_t = 0)]
     pub n_gpu_layers: u32,
+    /// Where routed experts go when the model runs on a GPU (`-cmoe`, `-ncmoe`, `-ot`, budgets).
+    #[command(flatten)]
+    pub placement: super::placement::PlacementArgs,
 }
 
 /// The prompt as token ids, wrapped in the chat template when asked.
@@ -248,7 +251,13 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         threads: a.threads,
         graphs: true,
     };
-    let mut model = LoadedModel::load_offloaded(&reg, &a.model, options, a.n_gpu_layers > 0)?;
+    let mut model = LoadedModel::load_offloaded(
+        &reg,
+        &a.model,
+        options,
+        a.n_gpu_layers > 0,
+        &a.placement.request()?,
+    )?;
     stats.load_secs = load_started.elapsed().as_secs_f64();
     eprintln!("running on {}", model.kernel_plugin());
     let (tok, prompt) = prompt_tokens(&model, a)?;

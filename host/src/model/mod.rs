@@ -152,12 +152,13 @@ impl LoadedModel {
         path: &Path,
         options: LoadOptions,
         gpu: bool,
+        request: &TierRequest,
     ) -> Result<LoadedModel, ModelError> {
         if gpu {
             let tried = reg
                 .best_kernel(DeviceClass::Gpu)
                 .map_err(ModelError::from)
-                .and_then(|k| Self::load_on(reg, path, options, k));
+                .and_then(|k| Self::load_placed(reg, path, options, k, request));
             match tried {
                 Ok(m) => return Ok(m),
                 Err(e) => tracing::warn!(
@@ -194,25 +195,13 @@ impl LoadedModel {
         kernel: &KernelPluginFile,
         request: &TierRequest,
     ) -> Result<LoadedModel, ModelError> {
-        let file = GgufModel::open(path)?;
-        let shown = path.display().to_string();
-        let arch = file
-            .metadata()
-            .get_str("general.architecture")
-            .map_err(|_| ModelError::NoArchitecture {
-                path: shown.clone(),
-            })?
-            .to_owned();
-        let plugin = reg.model_for(&arch)?;
-        let view = view::file_view(&file);
-        let instance = plugin.module.load()(&view)
-            .into_result()
-            .map_err(|source| ModelError::Plugin {
-                path: shown.clone(),
-                plugin: plugin.name.clone(),
-                source,
-            })?;
-        let spec = instance.spec();
+        let Opened {
+            file,
+            shown,
+            plugin,
+            instance,
+            spec,
+        } = open_model(reg, path)?;
         tracing::info!(model = %plugin.name, kernel = %kernel.name, "loading {shown}");
         let device = Device::open(
             kernel,
@@ -378,6 +367,75 @@ impl LoadedModel {
         exec.run(&device, batch)?;
         Ok(exec.read_f32(&device, "logits")?)
     }
+}
+
+/// A file opened by its model plugin.
+struct Opened<'r> {
+    file: GgufModel,
+    shown: String,
+    plugin: &'r crate::plugins::ModelPluginFile,
+    instance: ModelInstanceBox,
+    spec: ModelSpec,
+}
+
+fn open_model<'r>(reg: &'r Registry, path: &Path) -> Result<Opened<'r>, ModelError> {
+    let file = GgufModel::open(path)?;
+    let shown = path.display().to_string();
+    let arch = file
+        .metadata()
+        .get_str("general.architecture")
+        .map_err(|_| ModelError::NoArchitecture {
+            path: shown.clone(),
+        })?
+        .to_owned();
+    let plugin = reg.model_for(&arch)?;
+    let view = view::file_view(&file);
+    let instance = plugin.module.load()(&view)
+        .into_result()
+        .map_err(|source| ModelError::Plugin {
+            path: shown.clone(),
+            plugin: plugin.name.clone(),
+            source,
+        })?;
+    let spec = instance.spec();
+    Ok(Opened {
+        file,
+        shown,
+        plugin,
+        instance,
+        spec,
+    })
+}
+
+/// The placement plan `request` gives for the file at `path` on the device of `kernel`, without
+/// loading weights (`bloomery plan`).
+pub fn plan_only(
+    reg: &Registry,
+    path: &Path,
+    options: LoadOptions,
+    kernel: &KernelPluginFile,
+    request: &TierRequest,
+) -> Result<Plan, ModelError> {
+    let o = open_model(reg, path)?;
+    let device = Device::open(
+        kernel,
+        DeviceConfig {
+            index: 0,
+            threads: options.threads,
+            pin_threads: false,
+        },
+    )
+    .map_err(device_err("opening the kernel plugin's device"))?;
+    plan_for(
+        &o.instance,
+        &o.spec,
+        &o.file,
+        &device,
+        options,
+        request,
+        &o.shown,
+        &o.plugin.name,
+    )
 }
 
 /// Host RAM available: the cgroup's limit less its use when lower, else MemAvailable.

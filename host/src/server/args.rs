@@ -32,7 +32,7 @@ pub fn expand_short_flags<I: IntoIterator<Item = std::ffi::OsString>>(
     args.into_iter()
         .map(|a| {
             if !serving {
-                serving = a == "serve" || a == "bench" || a == "run";
+                serving = a == "serve" || a == "bench" || a == "run" || a == "plan";
                 return a;
             }
             // A prompt is text, never a flag: `run -p -np` keeps its prompt.
@@ -153,15 +153,9 @@ pub struct ServeArgs {
         env = "LLAMA_ARG_N_GPU_LAYERS"
     )]
     pub n_gpu_layers: Option<String>,
-    /// Keep every MoE expert in host RAM (not implemented yet: refused).
-    #[arg(long = "cpu-moe", env = "LLAMA_ARG_CPU_MOE")]
-    pub cpu_moe: bool,
-    /// Keep the MoE experts of the first N layers in host RAM (not implemented yet: refused).
-    #[arg(long = "n-cpu-moe", env = "LLAMA_ARG_N_CPU_MOE")]
-    pub n_cpu_moe: Option<u32>,
-    /// Tensor placement overrides `REGEX=BUFFER,...` (not implemented yet: refused).
-    #[arg(long = "override-tensor", env = "LLAMA_ARG_OVERRIDE_TENSOR")]
-    pub override_tensor: Option<String>,
+    /// Where routed experts go (`-cmoe`, `-ncmoe`, `-ot`, budgets).
+    #[command(flatten)]
+    pub placement: crate::cli::placement::PlacementArgs,
     /// Host RAM for saved prompt states in MiB (0: off, -1: no limit).
     #[arg(
         long = "cache-ram",
@@ -258,18 +252,7 @@ impl ServeArgs {
         let not_yet = |flag: &str, what: &str| -> anyhow::Result<()> {
             bail!("{flag} is not implemented yet ({what}); leave it out")
         };
-        if self.cpu_moe {
-            not_yet("-cmoe/--cpu-moe", "expert placement across card and host")?;
-        }
-        if self.n_cpu_moe.is_some() {
-            not_yet(
-                "-ncmoe/--n-cpu-moe",
-                "expert placement across card and host",
-            )?;
-        }
-        if self.override_tensor.is_some() {
-            not_yet("-ot/--override-tensor", "tensor placement")?;
-        }
+        self.placement.request()?;
         if self.cache_ram < -1 {
             bail!(
                 "-cram/--cache-ram {}: expected MiB, 0 (off) or -1 (no limit)",

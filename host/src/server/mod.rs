@@ -244,7 +244,7 @@ fn load(cli_plugin_dir: &std::path::Path, a: &ServeArgs) -> anyhow::Result<Ready
         threads,
         graphs: true,
     };
-    let model = LoadedModel::load_offloaded(&reg, &a.model, options, gpu)?;
+    let model = LoadedModel::load_offloaded(&reg, &a.model, options, gpu, &a.placement.request()?)?;
     tracing::info!("running on {}", model.kernel_plugin());
     let tok = Arc::new(crate::text::tokenizer(&model.file)?);
     let meta = model.file.metadata();

@@ -134,7 +134,11 @@ pub struct Plan {
 pub struct PlanError(pub String);
 
 fn gib(b: u64) -> String {
-    format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+    if b < 1 << 30 {
+        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+    } else {
+        format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+    }
 }
 
 impl Plan {

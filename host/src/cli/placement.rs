@@ -1,0 +1,49 @@
+//! Expert placement flags shared by `serve`, `run`, `bench` and `plan`, spelled as llama.cpp
+//! spells them (`-cmoe`, `-ncmoe N`, `-ot REGEX=BUFFER`), plus budgets that emulate a smaller
+//! card or host.
+
+use clap::Args;
+
+use crate::tiering::plan::{parse_size, TierRequest};
+
+/// Where routed experts go.
+#[derive(Args, Debug, Clone, Default)]
+pub struct PlacementArgs {
+    /// Keep every MoE expert in host RAM (computed there by the CPU).
+    #[arg(long = "cpu-moe", env = "LLAMA_ARG_CPU_MOE")]
+    pub cpu_moe: bool,
+    /// Keep the MoE experts of the first N layers in host RAM.
+    #[arg(long = "n-cpu-moe", env = "LLAMA_ARG_N_CPU_MOE")]
+    pub n_cpu_moe: Option<u32>,
+    /// Tensor placement overrides `REGEX=BUFFER,...` (BUFFER: CPU, CUDA0 or GPU); only routed
+    /// expert stacks may go to the CPU.
+    #[arg(long = "override-tensor", env = "LLAMA_ARG_OVERRIDE_TENSOR")]
+    pub override_tensor: Option<String>,
+    /// Card memory to plan with instead of its free memory (e.g. `6.3G`).
+    #[arg(long = "gpu-budget", value_name = "SIZE")]
+    pub gpu_budget: Option<String>,
+    /// Host RAM to plan with instead of MemAvailable (e.g. `8G`).
+    #[arg(long = "host-budget", value_name = "SIZE")]
+    pub host_budget: Option<String>,
+}
+
+impl PlacementArgs {
+    /// The request these flags make; a malformed size or override is refused by name.
+    pub fn request(&self) -> anyhow::Result<TierRequest> {
+        let size = |flag: &str, v: &Option<String>| -> anyhow::Result<Option<u64>> {
+            v.as_deref()
+                .map(|s| parse_size(s).map_err(|e| anyhow::anyhow!("{flag}: {e}")))
+                .transpose()
+        };
+        Ok(TierRequest {
+            cpu_moe: self.cpu_moe,
+            n_cpu_moe: self.n_cpu_moe,
+            overrides: match &self.override_tensor {
+                Some(s) => TierRequest::parse_overrides(s).map_err(|e| anyhow::anyhow!(e))?,
+                None => Vec::new(),
+            },
+            gpu_budget: size("--gpu-budget", &self.gpu_budget)?,
+            host_budget: size("--host-budget", &self.host_budget)?,
+        })
+    }
+}

@@ -1,0 +1,50 @@
+//! `bloomery plan`: where the weights of a model would live under given budgets, without
+//! loading it.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use bloomery_plugin_api::kernel::DeviceClass;
+use clap::Args;
+
+use super::placement::PlacementArgs;
+use super::Cli;
+use crate::model::{plan_only, LoadOptions};
+use crate::plugins::Registry;
+
+/// Options of `bloomery plan`.
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    /// The GGUF file (the first part of a split model).
+    #[arg(short = 'm', long = "model", value_name = "FILE")]
+    pub model: PathBuf,
+    /// Context positions in total, shared by the slots as `serve -c` shares them.
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
+    pub ctx_size: u32,
+    /// Sequence slots.
+    #[arg(long = "parallel", default_value_t = 1)]
+    pub parallel: u32,
+    /// Where routed experts go.
+    #[command(flatten)]
+    pub placement: PlacementArgs,
+}
+
+/// Prints the plan for the best GPU kernel plugin here (the best CPU one when there is none).
+pub fn run(cli: &Cli, a: &PlanArgs) -> anyhow::Result<()> {
+    let reg = Registry::load(&cli.plugin_dir())?;
+    let kernel = reg
+        .best_kernel(DeviceClass::Gpu)
+        .or_else(|_| reg.best_kernel(DeviceClass::Cpu))?;
+    let n_slots = a.parallel.max(1);
+    let options = LoadOptions {
+        n_slots,
+        ctx_per_slot: (a.ctx_size / n_slots).max(1),
+        ..LoadOptions::default()
+    };
+    let request = a.placement.request()?;
+    let plan = plan_only(&reg, &a.model, options, kernel, &request)
+        .with_context(|| format!("planning {} on {}", a.model.display(), kernel.name))?;
+    println!("{}: plan on {}", a.model.display(), kernel.name);
+    print!("{plan}");
+    Ok(())
+}
