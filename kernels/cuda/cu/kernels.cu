@@ -542,7 +542,7 @@ static __device__ __forceinline__ float block_dot(const uint8_t* wrow, int wtype
 
 // One weight row . one activation row, reduced over the warp: f32 rows lane-strided (coalesced),
 // quantized rows a 32-value block per lane.
-static __device__ float warp_row_dot(const uint8_t* wrow, int wtype, const void* act, int k) {
+static __device__ __forceinline__ float warp_row_dot(const uint8_t* wrow, int wtype, const void* act, int k) {
     const int lane = threadIdx.x & (WARP - 1);
     float s = 0.0f;
     if (wtype == WT_F32) {
@@ -558,13 +558,19 @@ static __device__ float warp_row_dot(const uint8_t* wrow, int wtype, const void*
 }
 
 // Quantized products, any wtype of warp_row_dot: y[c*n + j] = W_j . x_c, one warp per (j, c).
-extern "C" __global__ void bl_matmul_q(const uint8_t* w, long long w_stride, const uint8_t* xq, long long x_row, float* y,
-                                       int k, int n, int m, int wtype) {
+template <int WT>
+static __device__ void matmul_q(const uint8_t* w, long long w_stride, const uint8_t* xq, long long x_row, float* y,
+                                int k, int n, int m) {
     const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (task >= (long long)n * m) return;
     const int j = (int)(task % n), c = (int)(task / n);
-    const float v = warp_row_dot(w + (long long)j * w_stride, wtype, xq + (long long)c * x_row, k);
+    const float v = warp_row_dot(w + (long long)j * w_stride, WT, xq + (long long)c * x_row, k);
     if ((threadIdx.x & (WARP - 1)) == 0) y[(long long)c * n + j] = v;
+}
+
+extern "C" __global__ void bl_matmul_q(const uint8_t* w, long long w_stride, const uint8_t* xq, long long x_row, float* y,
+                                       int k, int n, int m, int wtype) {
+    WITH_WTYPE(wtype, (matmul_q<WT>(w, w_stride, xq, x_row, y, k, n, m)))
 }
 
 
@@ -579,11 +585,14 @@ static __device__ float glu_one(float g, float u, int kind, float limit) {
 
 // h[(r*k + j)*n_ff + f] = glu(gate_e[f] . x_r, up_e[f] . x_r) with e = ids[r*k + j] (through map
 // when given; -1 skips: h stays 0). One warp per (r, j, f). Fused stacks: up rows follow gate rows.
-extern "C" __global__ void bl_moe_gate_up(const uint8_t* gate, const uint8_t* up, long long g_row, long long g_exp,
-                                          long long u_row, long long u_exp, int wtype_g, int wtype_u, const void* xg,
-                                          const void* xu, long long xg_row, long long xu_row, const int* ids,
-                                          const int* map, float* h, int n_embd, int n_ff, int k, int rows,
-                                          int n_expert, int kind, float limit, int fused, int* err) {
+// WT >= 0: both stacks are of type WT (a compile-time constant); -1: wtype_g and wtype_u.
+template <int WT>
+static __device__ void moe_gate_up(const uint8_t* gate, const uint8_t* up, long long g_row, long long g_exp,
+                                   long long u_row, long long u_exp, int wtype_g, int wtype_u, const void* xg,
+                                   const void* xu, long long xg_row, long long xu_row, const int* ids, const int* map,
+                                   float* h, int n_embd, int n_ff, int k, int rows, int n_expert, int kind, float limit,
+                                   int fused, int* err) {
+    if (WT >= 0) wtype_g = wtype_u = WT;
     const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (task >= (long long)rows * k * n_ff) return;
     const int f = (int)(task % n_ff);
@@ -622,11 +631,28 @@ extern "C" __global__ void bl_moe_gate_up(const uint8_t* gate, const uint8_t* up
     if ((threadIdx.x & (WARP - 1)) == 0) h[task] = glu_one(gv, uv, kind, limit);
 }
 
+#define MOE_GATE_UP_ARGS                                                                                       \
+    gate, up, g_row, g_exp, u_row, u_exp, wtype_g, wtype_u, xg, xu, xg_row, xu_row, ids, map, h, n_embd, n_ff, k, \
+        rows, n_expert, kind, limit, fused, err
+extern "C" __global__ void bl_moe_gate_up(const uint8_t* gate, const uint8_t* up, long long g_row, long long g_exp,
+                                          long long u_row, long long u_exp, int wtype_g, int wtype_u, const void* xg,
+                                          const void* xu, long long xg_row, long long xu_row, const int* ids,
+                                          const int* map, float* h, int n_embd, int n_ff, int k, int rows,
+                                          int n_expert, int kind, float limit, int fused, int* err) {
+    if (wtype_g == wtype_u) {
+        WITH_WTYPE(wtype_g, (moe_gate_up<WT>(MOE_GATE_UP_ARGS)))
+    } else {
+        moe_gate_up<-1>(MOE_GATE_UP_ARGS);
+    }
+}
+
 // out[r*n_embd + o] = sum_j w[r*k + j] * (down_e[o] . h_(r,j)). One warp per (r, o); its lanes
 // take the (expert slot, 32-value block) pairs, so every slot's loads are in flight together.
-extern "C" __global__ void bl_moe_down(const uint8_t* down, long long d_row, long long d_exp, int wtype, const void* hact,
-                                       long long h_row, const int* ids, const int* map, const float* w, float* out,
-                                       int n_embd, int n_ff, int k, int rows, int n_expert) {
+template <int WT>
+static __device__ void moe_down(const uint8_t* down, long long d_row, long long d_exp, const void* hact, long long h_row,
+                                const int* ids, const int* map, const float* w, float* out, int n_embd, int n_ff, int k,
+                                int rows, int n_expert) {
+    const int wtype = WT;
     const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (task >= (long long)rows * n_embd) return;
     const int o = (int)(task % n_embd);
@@ -645,6 +671,12 @@ extern "C" __global__ void bl_moe_down(const uint8_t* down, long long d_row, lon
     }
     acc = warp_sum(acc);
     if ((threadIdx.x & (WARP - 1)) == 0) out[task] = acc;
+}
+
+extern "C" __global__ void bl_moe_down(const uint8_t* down, long long d_row, long long d_exp, int wtype, const void* hact,
+                                       long long h_row, const int* ids, const int* map, const float* w, float* out,
+                                       int n_embd, int n_ff, int k, int rows, int n_expert) {
+    WITH_WTYPE(wtype, (moe_down<WT>(down, d_row, d_exp, hact, h_row, ids, map, w, out, n_embd, n_ff, k, rows, n_expert)))
 }
 
 // ---- tiled quantized products for batches ---------------------------------------------------------

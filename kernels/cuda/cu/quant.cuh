@@ -280,6 +280,61 @@ static __device__ __forceinline__ void unpack_sub(const uint8_t* row, int wtype,
     }
 }
 
+// Runs CALL with `WT`, a compile-time constant equal to `wtype`: inlined into CALL, unpack_sub's
+// switch folds away and each type's loop is straight code (the single-row kernels are specialized
+// so; the tiled ones, which unpack once per tile slot, switch at run time).
+#define WITH_WTYPE(wtype, CALL)                       \
+    switch (wtype) {                                  \
+        case WT_F32: {                                \
+            constexpr int WT = WT_F32;                \
+            CALL;                                     \
+        } break;                                      \
+        case WT_Q8_0: {                               \
+            constexpr int WT = WT_Q8_0;               \
+            CALL;                                     \
+        } break;                                      \
+        case WT_Q4_K: {                               \
+            constexpr int WT = WT_Q4_K;               \
+            CALL;                                     \
+        } break;                                      \
+        case WT_Q6_K: {                               \
+            constexpr int WT = WT_Q6_K;               \
+            CALL;                                     \
+        } break;                                      \
+        case WT_Q5_K: {                               \
+            constexpr int WT = WT_Q5_K;               \
+            CALL;                                     \
+        } break;                                      \
+        case WT_Q5_0: {                               \
+            constexpr int WT = WT_Q5_0;               \
+            CALL;                                     \
+        } break;                                      \
+        case WT_Q4_0: {                               \
+            constexpr int WT = WT_Q4_0;               \
+            CALL;                                     \
+        } break;                                      \
+        case WT_Q5_1: {                               \
+            constexpr int WT = WT_Q5_1;               \
+            CALL;                                     \
+        } break;                                      \
+        case WT_IQ4_XS: {                             \
+            constexpr int WT = WT_IQ4_XS;             \
+            CALL;                                     \
+        } break;                                      \
+        case WT_IQ4_NL: {                             \
+            constexpr int WT = WT_IQ4_NL;             \
+            CALL;                                     \
+        } break;                                      \
+        case WT_MXFP4: {                              \
+            constexpr int WT = WT_MXFP4;              \
+            CALL;                                     \
+        } break;                                      \
+        default: {                                    \
+            constexpr int WT = WT_Q3_K;               \
+            CALL;                                     \
+        } break;                                      \
+    }
+
 // Value i (0..31) of an unpacked sub-block, rounded as the CPU reference: (d * q) - m, unfused.
 static __device__ __forceinline__ float sub_value(const Sub* s, int i) {
     const int q = (int)(int8_t)(uint8_t)((uint32_t)s->q[i / 4] >> (8 * (i % 4)));
