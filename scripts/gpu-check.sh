@@ -11,9 +11,11 @@
 #                                 Q4_K, attention/embeddings/output Q8_0) to /dev/shm and runs
 #                                 `bloomery bench -p 512 -n 128 -ngl 99` on it, with device graphs
 #                                 and without, then a per-op profile of one eager pass.
-#   scripts/gpu-check.sh serve    on the GPU machine: `bloomery serve -ngl 99 -np 4` on that file,
-#                                 then scripts/serve-bench.py (prompt cache check, time to first
-#                                 token with a restored prefix, tok/s for 1/2/4 streams).
+#   scripts/gpu-check.sh serve    on the GPU machine: `bloomery serve -ngl 99 -np 4` on that file
+#                                 with scripts/prompt_cache_bench.py (a restored prefix gives the
+#                                 slot-held tokens; time to first token), then
+#                                 scripts/server_bench.py (tok/s for 1/2/4 streams, all on the card
+#                                 and with every expert on the host).
 #   scripts/gpu-check.sh tier     on the GPU machine: routed experts split between card and host
 #                                 (greedy text against the CPU, plan and bench under budgets).
 # Full logs go to $OUT when it is set.
@@ -83,7 +85,7 @@ case "${1:-}" in
   serve)
     # llama-server's API on the 30B-A3B file, wholly on the card with 4 slots: the prompt cache
     # (a restored 4,000-token prefix gives the same tokens as one the slot held; time to first
-    # token restored vs not cached) and total tok/s for 1, 2 and 4 concurrent streams.
+    # token restored vs not cached), then total tok/s for 1, 2 and 4 concurrent streams.
     out=${OUT:-/tmp}
     f=/dev/shm/q3-30b-a3b-q4k.gguf
     [ -f "$f" ] || dist/bloomery --plugin-dir dist/plugins synth --arch qwen3moe --preset 30b-a3b \
@@ -98,9 +100,15 @@ case "${1:-}" in
       kill -0 $server 2>/dev/null || { cat "$out/serve-30b.log"; exit 1; }
       sleep 0.5
     done
-    python3 scripts/serve-bench.py --url "http://127.0.0.1:$port" --slots 4 --vocab 151000 \
+    python3 scripts/prompt_cache_bench.py --url "http://127.0.0.1:$port" --slots 4 --vocab 151000 \
       --prefix 4000 | tee "$out/serve-30b.txt"
     curl -s "http://127.0.0.1:$port/metrics" | grep -E "prompt_cache|n_busy" | grep -v "^#"
+    kill $server
+    for place in "" "-cmoe"; do
+      echo "streams, -ngl 99 $place:" | tee -a "$out/serve-30b.txt"
+      python3 scripts/server_bench.py -n 128 --streams 1,2,4 --ctx 8192 --server-args="-ngl 99 $place" \
+        "$f" | tee -a "$out/serve-30b.txt"
+    done
     ;;
   tier)
     # Routed experts split between the card and the host's CPU: greedy text of a tiny file all
@@ -110,11 +118,10 @@ case "${1:-}" in
     b="dist/bloomery --plugin-dir dist/plugins"
     models=/dev/shm/bloomery-gpu-check
     mkdir -p "$models"
-    $b synth --arch qwen3moe --preset tiny --seed 7 --experts Q8_0 --attn Q8_0 --embd Q8_0 \
-      --output-type Q8_0 -o "$models/tiny-q8_0.gguf" > /dev/null
+    $b synth --arch qwen3moe --preset tiny --seed 7 -o "$models/tiny-f32.gguf" > /dev/null
     for flags in "-ngl 0" "-ngl 99" "-ngl 99 -ncmoe 2" "-ngl 99 -cmoe"; do
       # shellcheck disable=SC2086
-      text=$($b run -m "$models/tiny-q8_0.gguf" -p "hello world" -n 24 --temp 0 $flags 2>/dev/null)
+      text=$($b run -m "$models/tiny-f32.gguf" -p "hello world" -n 24 --temp 0 $flags 2>/dev/null)
       echo "greedy, $flags: $text" | tee -a "$out/tier.txt"
     done
     f=/dev/shm/q3-30b-a3b-q4k.gguf

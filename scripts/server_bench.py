@@ -6,7 +6,8 @@ each generating `-n` tokens (greedy, end-of-generation ignored) after its own sh
 reports total tok/s (all tokens over the wall time of the round) and per-stream decode tok/s
 from the server's own timings.
 
-usage: scripts/server_bench.py [--bin dist/bloomery] [--plugins dist/plugins] [-n 64] [--streams 1,2,4] MODEL.gguf
+usage: scripts/server_bench.py [--bin dist/bloomery] [--plugins dist/plugins] [-n 64] [--streams 1,2,4]
+                               [--server-args "-ngl 99"] MODEL.gguf
 Needs `requests` (pip install requests==2.34.2).
 """
 import argparse
@@ -38,6 +39,7 @@ def main():
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--streams", default="1,2,4")
     ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--server-args", default="", help="more `serve` flags, e.g. '-ngl 99 -cmoe'")
     ap.add_argument("model")
     a = ap.parse_args()
     print(f"| streams | total tok/s | per-stream decode tok/s (server timings) | wall s |")
@@ -46,7 +48,7 @@ def main():
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         proc = subprocess.Popen([a.bin, "--plugin-dir", a.plugins, "serve", "-m", a.model, "--port", str(port),
-                                 "-np", str(n), "-c", str(a.ctx)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 "-np", str(n), "-c", str(a.ctx), *a.server_args.split()], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             while True:
                 try:
@@ -54,6 +56,8 @@ def main():
                         break
                 except requests.ConnectionError:
                     pass
+                if proc.poll() is not None:
+                    raise SystemExit(f"the server exited with {proc.returncode}")
                 time.sleep(0.1)
 
             def one(i):

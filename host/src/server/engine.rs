@@ -574,8 +574,16 @@ impl<'t> Scheduler<'t> {
             _ => None,
         };
         // The slot's state is copied out first and stored last, so that making room for it
-        // cannot evict the entry being restored.
-        let old = if own < self.slots[id].cached.len() {
+        // cannot evict the entry being restored. It is worth a copy only when the request
+        // discards a real part of it: not when it keeps all but a few tokens (a regenerated
+        // answer), since those stay in the slot.
+        let held = self.slots[id].cached.len();
+        let lost = if from_cache.is_some() {
+            held
+        } else {
+            held - own
+        };
+        let old = if lost > 0 && lost * 8 >= held {
             self.capture(id)
         } else {
             None

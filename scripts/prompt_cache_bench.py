@@ -1,23 +1,20 @@
 #!/usr/bin/env python3
-"""Serving benchmark and prompt-cache check against a running `bloomery serve` (or llama-server).
+"""Prompt-cache check and time to first token against a running `bloomery serve` (or
+llama-server); scripts/server_bench.py measures concurrent streams.
 
-  python3 scripts/serve-bench.py --url http://127.0.0.1:8080 --slots 4 [--vocab N] [--prefix 4000]
+  python3 scripts/prompt_cache_bench.py --url http://127.0.0.1:8080 --slots 4 [--vocab N] [--prefix 4000]
 
 1. Prompt cache, exactness: a follow-up turn whose prefix the slot still holds, and the same turn
    after other requests overwrote every slot (so the prefix comes back from host RAM), must give
    the same greedy tokens, and `timings.cache_n` must count the restored prefix.
 2. Time to first token for a follow-up whose `--prefix`-token prefix is restored from the prompt
    cache, against the same request with `cache_prompt: false`.
-3. Total generated tok/s for 1, 2, 4 … concurrent streams (`--slots` at most), each generating
-   `--n-predict` tokens from its own short prompt.
 
-Needs only `requests`. Prints one table; exits non-zero when a check fails.
+Needs only `requests`. Exits non-zero when a check fails.
 """
 import argparse
 import random
 import sys
-import threading
-import time
 
 import requests
 
@@ -67,45 +64,15 @@ def check_cache(url, slots, rng, vocab, n_prefix):
     return ok
 
 
-def streams(url, n, n_predict, rng, vocab):
-    prompts = [[tok(rng, vocab) for _ in range(32)] for _ in range(n)]
-    results = [None] * n
-
-    def one(i):
-        results[i] = complete(url, prompts[i], n_predict, ignore_eos=True, cache_prompt=False)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    t0 = time.time()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.time() - t0
-    generated = sum(r["tokens_predicted"] for r in results)
-    per_stream = [r["timings"]["predicted_per_second"] for r in results]
-    return generated / wall, sum(per_stream) / n
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--url", default="http://127.0.0.1:8080")
     ap.add_argument("--slots", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=151000)
     ap.add_argument("--prefix", type=int, default=4000)
-    ap.add_argument("--n-predict", type=int, default=128)
     a = ap.parse_args()
     rng = random.Random(7)
     ok = check_cache(a.url, a.slots, rng, a.vocab, a.prefix)
-    complete(a.url, [tok(rng, a.vocab) for _ in range(8)], 8)  # warm-up of the single-row shapes
-    base = None
-    n = 1
-    print("| streams | total tok/s | mean per-stream decode tok/s | total vs one stream |")
-    print("|---:|---:|---:|---:|")
-    while n <= a.slots:
-        total, each = streams(a.url, n, a.n_predict, rng, a.vocab)
-        base = base or total
-        print(f"| {n} | {total:.1f} | {each:.1f} | {total / base:.2f}× |")
-        n *= 2
     if not ok:
         print("FAIL: the restored prefix changed the tokens or was not counted", file=sys.stderr)
         sys.exit(1)
