@@ -55,24 +55,36 @@ fn load(path: &Path, request: &TierRequest) -> LoadedModel {
     LoadedModel::load_placed(&reg, path, opts, scalar, request).unwrap()
 }
 
-/// Logits of a 7-token prompt on slot 0, then two single-token steps on slots 0 and 1 at once.
+/// Logits of a 7-token prompt on slot 0, a 40-token prompt on slot 1 (enough rows to stream
+/// host experts to the card), then two single-token steps on slots 0 and 1 at once.
 fn run(m: &mut LoadedModel) -> Vec<Vec<f32>> {
     let tokens = [5, 77, 300, 12, 509, 256, 1];
     let n = tokens.len() as i32;
+    let long: Vec<i32> = (0..40).map(|i| (i * 37 + 11) % 509).collect();
     let mut out = vec![m
         .forward(&BatchInputs {
+            tokens: long.clone(),
+            positions: (0..40).collect(),
+            slots: vec![1; 40],
+            output_rows: (0..40).collect(),
+            history: vec![],
+        })
+        .unwrap()];
+    out.push(
+        m.forward(&BatchInputs {
             tokens: tokens.to_vec(),
             positions: (0..n).collect(),
             slots: vec![0; tokens.len()],
             output_rows: (0..n).collect(),
             history: vec![],
         })
-        .unwrap()];
+        .unwrap(),
+    );
     for step in 0..2 {
         out.push(
             m.forward(&BatchInputs {
                 tokens: vec![40 + step, 90 + step],
-                positions: vec![n + step, step],
+                positions: vec![n + step, 40 + step],
                 slots: vec![0, 1],
                 output_rows: vec![0, 1],
                 history: vec![],
@@ -132,7 +144,7 @@ fn split_experts_give_the_unsplit_logits() {
         // A card budget that holds one layer's experts and three of another's: the last layer
         // whole, five of the third layer's experts on the host.
         let p = m.plan.as_ref().unwrap();
-        let fixed = p.fixed.dense + p.fixed.state + p.fixed.scratch;
+        let fixed = p.fixed.dense + p.fixed.state + p.fixed.scratch + p.staging;
         let expert = p.layers[0].expert_bytes;
         let budget = TierRequest {
             gpu_budget: Some(fixed + 11 * expert),

@@ -14,7 +14,7 @@ use bloomery_plugin_api::{DType, PluginError};
 use super::check::{missing_kernels, MissingKernel};
 use super::device::{Buffer, Device};
 use super::plan::plan_arena;
-use crate::tiering::ExpertTier;
+use crate::tiering::{ExpertTier, HostSlice, TierLayer, STREAM_MIN_ROWS};
 
 /// Why a graph could not be prepared or run.
 #[derive(Debug, thiserror::Error)]
@@ -123,6 +123,9 @@ pub struct Executor {
     pub shape: BatchShape,
     calls: Vec<OpCall>,
     hosted: Vec<HostedMoe>,
+    /// MoE calls whose layers' whole stacks are copied to the card first: the call's index and
+    /// (staging buffer, file bytes) per stack.
+    streamed: Vec<(usize, Vec<(u64, HostSlice)>)>,
     host: Option<Arc<Device>>,
     inputs: Vec<(BatchInput, Buffer, TensorRef)>,
     outputs: Vec<(String, TensorRef)>,
@@ -274,6 +277,8 @@ impl Executor {
         };
         let mut calls = Vec::with_capacity(graph.nodes.len());
         let mut hosted = Vec::new();
+        let mut streamed = Vec::new();
+        let stream = shape.n_rows >= STREAM_MIN_ROWS;
         for node in graph.nodes.iter() {
             if node.srcs.len() > MAX_SRCS {
                 return Err(ExecError::BadGraph(format!(
@@ -299,8 +304,14 @@ impl Executor {
                         _ => None,
                     });
             if let (Op::MoeExperts(_), Some(tier), Some(w)) = (node.op, bind.tier, first_stack) {
-                if let Some(layer) = tier.layer(w) {
-                    hosted.push(host_moe(device, tier, layer, &mut call, calls.len())?);
+                match tier.layer(w) {
+                    Some(layer) if stream => {
+                        streamed.push((calls.len(), stream_moe(tier, layer, &mut call)?));
+                    }
+                    Some(layer) => {
+                        hosted.push(host_moe(device, tier, layer, &mut call, calls.len())?)
+                    }
+                    None => {}
                 }
             }
             calls.push(call);
@@ -311,7 +322,7 @@ impl Executor {
             .map(|o| Ok((o.name.to_string(), get(o.tensor.0)?)))
             .collect::<Result<Vec<_>, ExecError>>()?;
         // A pass with host experts waits for the host at every such layer: no device graph.
-        let graphs = graphs && hosted.is_empty();
+        let graphs = graphs && hosted.is_empty() && streamed.is_empty();
         Ok(Executor {
             shape,
             calls,
@@ -319,6 +330,7 @@ impl Executor {
                 .then(|| bind.tier.map(|t| Arc::clone(&t.host)))
                 .flatten(),
             hosted,
+            streamed,
             inputs,
             outputs,
             replay: Mutex::new(if graphs { Replay::Fresh } else { Replay::Eager }),
@@ -347,6 +359,9 @@ impl Executor {
             device
                 .write(buf, 0, i32_bytes(data))
                 .map_err(dev("writing inputs"))?;
+        }
+        if !self.streamed.is_empty() {
+            return self.run_streamed(device);
         }
         if let Some(host) = &self.host {
             return self.run_tiered(device, host);
@@ -406,6 +421,27 @@ impl Executor {
         device.sync().map_err(dev("waiting for the device"))
     }
 
+    /// Runs the calls with each tiered layer's whole stacks copied into the card's staging
+    /// buffers just before its MoE call (copies and calls are ordered on the card's stream).
+    fn run_streamed(&self, device: &Device) -> Result<(), ExecError> {
+        let mut start = 0;
+        for (at, uploads) in &self.streamed {
+            device
+                .run(&self.calls[start..*at])
+                .map_err(dev("running the graph"))?;
+            for (handle, slice) in uploads {
+                device
+                    .write_handle(*handle, 0, slice.bytes())
+                    .map_err(dev("streaming host experts to the card"))?;
+            }
+            start = *at;
+        }
+        device
+            .run(&self.calls[start..])
+            .map_err(dev("running the graph"))?;
+        device.sync().map_err(dev("waiting for the device"))
+    }
+
     /// Submits the calls: eagerly, or by capturing once and replaying after.
     fn launch(&self, device: &Device) -> Result<(), ExecError> {
         let mut replay = self
@@ -457,12 +493,36 @@ impl Executor {
     }
 }
 
+/// Points a tiered MoE call's stacks at the card's staging buffers, where its layer's whole
+/// stacks are copied before it runs; returns the copies.
+fn stream_moe(
+    tier: &ExpertTier,
+    layer: &TierLayer,
+    call: &mut OpCall,
+) -> Result<Vec<(u64, HostSlice)>, ExecError> {
+    let mut uploads = Vec::new();
+    for (k, (slice, full)) in layer.stream.iter().enumerate() {
+        let staging = tier
+            .staging
+            .get(k)
+            .filter(|b| b.bytes >= slice.bytes().len() as u64)
+            .ok_or_else(|| ExecError::BadGraph("no staging buffer for a streamed stack".into()))?;
+        call.srcs[3 + k] = TensorRef {
+            buffer: staging.handle,
+            offset: 0,
+            ..*full
+        };
+        uploads.push((staging.handle, *slice));
+    }
+    Ok(uploads)
+}
+
 /// Prepares the host half of a tiered MoE call and points the card's call at the compacted
 /// stacks' map.
 fn host_moe(
     card: &Arc<Device>,
     tier: &ExpertTier,
-    layer: &crate::tiering::TierLayer,
+    layer: &TierLayer,
     call: &mut OpCall,
     at: usize,
 ) -> Result<HostedMoe, ExecError> {

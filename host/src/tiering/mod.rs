@@ -4,6 +4,10 @@
 //! mapped file by the best CPU kernel plugin. Each MoE call of a layer with host experts then runs
 //! twice with complementary expert maps (`MoeParams::expert_map`): the card's part on the card,
 //! the host's part on the CPU at the same time, and the host's output is added on the card.
+//! Batches of [`STREAM_MIN_ROWS`] rows or more instead copy the layer's whole stacks from the
+//! mapped file into card staging buffers and run the unsplit call there: a prompt uses nearly
+//! every expert, and PCIe moves a layer's experts faster than the CPU multiplies them by hundreds
+//! of rows.
 
 pub mod plan;
 
@@ -23,6 +27,29 @@ use crate::engine::device::{Buffer, Device};
 use crate::model::ModelError;
 use crate::plugins::KernelPluginFile;
 
+/// Rows from which a batch streams a tiered layer's experts to the card instead of computing
+/// the host's share on the CPU. At 16 rows and k = 8 a layer's 128 experts are nearly all
+/// used, so the CPU reads them all anyway, and its multiply cost grows with the rows while the
+/// copy does not.
+pub const STREAM_MIN_ROWS: u32 = 32;
+
+/// Bytes of the mapped file: an address kept as an integer so the tier can move between
+/// threads. Valid while the model's mapping lives (the tier is dropped before it).
+#[derive(Clone, Copy, Debug)]
+pub struct HostSlice {
+    addr: usize,
+    len: usize,
+}
+
+impl HostSlice {
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `addr..addr+len` lies in the model's read-only file mapping, which outlives
+        // every tier and executor that holds a HostSlice (LoadedModel's field order).
+        unsafe { std::slice::from_raw_parts(self.addr as *const u8, self.len) }
+    }
+}
+
 /// One MoE layer with host experts, as the executor needs it.
 pub struct TierLayer {
     /// Weight index of the layer's first stack (how the executor finds its MoE call).
@@ -36,12 +63,16 @@ pub struct TierLayer {
     /// i32 `[n_expert]` on the host device: the expert's own index when it lives on the host, or
     /// -1.
     pub host_map: TensorRef,
+    /// The full stacks in the mapped file, for streaming to the card, with their layouts.
+    pub stream: Vec<(HostSlice, TensorRef)>,
 }
 
 /// The host side of a tiered model. Field order is drop order: buffers before the device.
 pub struct ExpertTier {
     /// Layers with host experts.
     pub layers: Vec<TierLayer>,
+    /// Card buffers a streamed layer's stacks are copied into, one per stack position.
+    pub staging: Vec<Buffer>,
     _host_buffers: Vec<Buffer>,
     /// The CPU device that computes host experts.
     pub host: Arc<Device>,
@@ -146,6 +177,7 @@ pub fn load_weights(
     let mut card_buffers = Vec::new();
     let mut weights = Vec::with_capacity(spec.weights.len());
     let mut host_stacks: Vec<Vec<TensorRef>> = vec![Vec::new(); plan.layers.len()];
+    let mut stream: Vec<Vec<(HostSlice, TensorRef)>> = vec![Vec::new(); plan.layers.len()];
     for (i, w) in spec.weights.iter().enumerate() {
         let t = file
             .tensor(w.name.as_str())
@@ -183,13 +215,21 @@ pub fn load_weights(
             card_buffers.push(buf);
             continue;
         };
-        host_stacks[li].push(TensorRef {
+        let full = TensorRef {
             buffer: host_buffers[t.part].handle,
             offset: t.info.start,
             dtype: t.info.dtype,
             ne,
             nb,
-        });
+        };
+        host_stacks[li].push(full);
+        stream[li].push((
+            HostSlice {
+                addr: data.as_ptr() as usize,
+                len: data.len(),
+            },
+            full,
+        ));
         let on_card: Vec<usize> = (0..ne[2] as usize)
             .filter(|&e| plan.on_card[li][e])
             .collect();
@@ -267,15 +307,29 @@ pub fn load_weights(
             card_map: map_ref(&cbuf),
             host_stacks: std::mem::take(&mut host_stacks[li]),
             host_map: map_ref(&hbuf),
+            stream: std::mem::take(&mut stream[li]),
         });
         card_buffers.push(cbuf);
         host_buffers.push(hbuf);
+    }
+    let mut staging = Vec::new();
+    for k in 0..layers.iter().map(|l| l.stream.len()).max().unwrap_or(0) {
+        let bytes = layers
+            .iter()
+            .filter_map(|l| l.stream.get(k).map(|(h, _)| h.len as u64))
+            .max()
+            .unwrap_or(0);
+        staging.push(
+            card.alloc(bytes)
+                .map_err(dev_err("allocating the experts' staging buffers"))?,
+        );
     }
     Ok((
         card_buffers,
         weights,
         ExpertTier {
             layers,
+            staging,
             _host_buffers: host_buffers,
             host,
         },

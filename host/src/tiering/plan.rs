@@ -122,6 +122,9 @@ pub struct Plan {
     pub on_card: Vec<Vec<bool>>,
     /// What the card holds besides experts.
     pub fixed: FixedCosts,
+    /// Card buffers a prompt streams a host layer's experts into (0 when every expert is on
+    /// the card).
+    pub staging: u64,
     /// The card budget planned with.
     pub card_budget: u64,
     /// The host budget planned with.
@@ -150,12 +153,31 @@ impl Plan {
         host_budget: u64,
         request: &TierRequest,
     ) -> Result<Plan, PlanError> {
-        let needed = fixed.dense + fixed.state + fixed.scratch;
+        let all_experts: u64 = layers
+            .iter()
+            .map(|l| l.expert_bytes * u64::from(l.n_expert))
+            .sum();
+        let pins_host = request.cpu_moe
+            || request.n_cpu_moe.is_some_and(|n| n > 0)
+            || request.overrides.iter().any(|(_, b)| *b == Buffer::Host);
+        let base = fixed.dense + fixed.state + fixed.scratch;
+        // Host experts need card room to stream one layer's stacks for prompts.
+        let staging = if pins_host || base + all_experts > card_budget {
+            layers
+                .iter()
+                .map(|l| l.expert_bytes * u64::from(l.n_expert))
+                .max()
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        let needed = base + staging;
         let terms = format!(
-            "dense weights {} + KV/state {} + scratch {} = {} on the card",
+            "dense weights {} + KV/state {} + scratch {} + expert staging {} = {} on the card",
             gib(fixed.dense),
             gib(fixed.state),
             gib(fixed.scratch),
+            gib(staging),
             gib(needed)
         );
         if needed > card_budget {
@@ -217,6 +239,7 @@ impl Plan {
             layers,
             on_card,
             fixed,
+            staging,
             card_budget,
             host_budget,
         })
@@ -248,11 +271,12 @@ impl Plan {
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let card = self.fixed.dense + self.fixed.state + self.fixed.scratch;
+        let card = self.fixed.dense + self.fixed.state + self.fixed.scratch + self.staging;
         writeln!(f, "card budget {}:", gib(self.card_budget))?;
         writeln!(f, "  dense weights   {}", gib(self.fixed.dense))?;
         writeln!(f, "  KV cache/state  {}", gib(self.fixed.state))?;
         writeln!(f, "  scratch         {}", gib(self.fixed.scratch))?;
+        writeln!(f, "  expert staging  {}", gib(self.staging))?;
         writeln!(f, "  routed experts  {}", gib(self.card_expert_bytes()))?;
         writeln!(
             f,
@@ -311,27 +335,24 @@ mod tests {
 
     #[test]
     fn fills_the_card_from_the_last_layer_back() {
-        // 1,300 fixed; 1,000 left = 2 whole layers of 4×100 and 2 experts of one more.
+        // 1,300 fixed and 400 staging; 1,000 left = 2 whole layers of 4×100 and 2 experts of
+        // one more.
         let p = Plan::make(
             layers(4, 4, 100),
             FIXED,
-            2300,
+            2700,
             1 << 30,
             &TierRequest::default(),
         )
         .unwrap();
         assert_eq!(on_card_counts(&p), vec![0, 2, 4, 4]);
+        assert_eq!(p.staging, 400);
         assert_eq!(p.card_expert_bytes(), 1000);
         assert_eq!(p.host_expert_bytes(), 600);
         // Everything fits: no host experts.
-        let all = Plan::make(
-            layers(4, 4, 100),
-            FIXED,
-            1 << 20,
-            0,
-            &TierRequest::default(),
-        );
-        assert!(!all.unwrap().has_host_experts());
+        let all = Plan::make(layers(4, 4, 100), FIXED, 2900, 0, &TierRequest::default()).unwrap();
+        assert!(!all.has_host_experts());
+        assert_eq!(all.staging, 0);
     }
 
     #[test]
@@ -362,7 +383,7 @@ mod tests {
         let e = Plan::make(layers(2, 4, 100), FIXED, 1200, 0, &TierRequest::default())
             .unwrap_err()
             .to_string();
-        for term in ["dense weights", "KV/state", "scratch", "budget"] {
+        for term in ["dense weights", "KV/state", "scratch", "staging", "budget"] {
             assert!(e.contains(term), "{e}");
         }
         // By hand, layers left to the card must fit whole.
@@ -370,7 +391,7 @@ mod tests {
             n_cpu_moe: Some(1),
             ..Default::default()
         };
-        let e = Plan::make(layers(2, 4, 100), FIXED, 1500, 0, &ncmoe)
+        let e = Plan::make(layers(2, 4, 100), FIXED, 1900, 0, &ncmoe)
             .unwrap_err()
             .to_string();
         assert!(e.contains("blk.1.ffn_gate_exps.weight"), "{e}");

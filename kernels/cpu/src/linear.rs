@@ -250,91 +250,203 @@ pub fn moe_experts(
         }
     }
     out.fill(0.0);
-    let mut xs = Vec::new();
-    let mut g = Vec::new();
-    let mut u = Vec::new();
-    let mut h = Vec::new();
-    let mut y = Vec::new();
+    // The experts any row chose, with their rows gathered and quantized once.
+    let mut active = Vec::new();
     for (e, picks) in chosen.iter().enumerate() {
         if picks.is_empty() {
             continue;
         }
         let nr = picks.len();
-        xs.clear();
+        let mut xs = Vec::with_capacity(nr * e_dim);
         for &(r, _) in picks {
             xs.extend_from_slice(&x[r * e_dim..(r + 1) * e_dim]);
         }
         let xq = quantize_acts(stacks.gate_t, e_dim, &xs, nr)?;
-        let gate_e = &stacks.gate[e * gate_rows * gate_row..(e + 1) * gate_rows * gate_row];
-        g.resize(gate_rows * nr, 0.0);
-        matmul(
-            par,
-            dot,
-            stacks.gate_t,
-            gate_e,
-            gate_row,
-            e_dim,
-            gate_rows,
-            &xq,
-            &mut g,
-        )?;
-        h.resize(ff * nr, 0.0);
-        match stacks.up {
-            Some((up, up_t)) => {
-                let up_row = row_bytes(up_t, e_dim)?;
-                let up_e = &up[e * ff * up_row..(e + 1) * ff * up_row];
-                let xq_up = if up_t == stacks.gate_t {
-                    None
-                } else {
-                    Some(quantize_acts(up_t, e_dim, &xs, nr)?)
-                };
-                u.resize(ff * nr, 0.0);
-                matmul(
-                    par,
-                    dot,
-                    up_t,
-                    up_e,
-                    up_row,
-                    e_dim,
-                    ff,
-                    xq_up.as_ref().unwrap_or(&xq),
-                    &mut u,
-                )?;
-                glu(&g, &u, &mut h)?;
-            }
-            None => {
-                let (mut gs, mut us) = (Vec::with_capacity(ff * nr), Vec::with_capacity(ff * nr));
-                for c in 0..nr {
-                    gs.extend_from_slice(&g[c * 2 * ff..c * 2 * ff + ff]);
-                    us.extend_from_slice(&g[c * 2 * ff + ff..(c + 1) * 2 * ff]);
-                }
-                glu(&gs, &us, &mut h)?;
-            }
+        let xq_up = match stacks.up {
+            Some((_, t)) if t != stacks.gate_t => Some(quantize_acts(t, e_dim, &xs, nr)?),
+            _ => None,
+        };
+        active.push((e, xq, xq_up));
+    }
+    // Offsets of each active expert's outputs in the shared buffers (per column of its rows).
+    let cols = |a: usize| chosen[active[a].0].len();
+    let offsets = |per_col: usize| -> Vec<usize> {
+        let mut o = Vec::with_capacity(active.len() + 1);
+        let mut at = 0;
+        for a in 0..active.len() {
+            o.push(at);
+            at += per_col * cols(a);
         }
-        let hq = quantize_acts(stacks.down_t, ff, &h, nr)?;
-        let down_e = &stacks.down[e * e_dim * down_row..(e + 1) * e_dim * down_row];
-        y.resize(e_dim * nr, 0.0);
-        matmul(
-            par,
-            dot,
-            stacks.down_t,
-            down_e,
-            down_row,
-            ff,
-            e_dim,
-            &hq,
-            &mut y,
-        )?;
-        for (c, &(r, w)) in picks.iter().enumerate() {
-            for (o, v) in out[r * e_dim..(r + 1) * e_dim]
-                .iter_mut()
-                .zip(&y[c * e_dim..(c + 1) * e_dim])
-            {
+        o.push(at);
+        o
+    };
+    let (g_off, u_off, y_off) = (offsets(gate_rows), offsets(ff), offsets(e_dim));
+    let mut g = vec![0f32; g_off[active.len()]];
+    let mut u = vec![
+        0f32;
+        if stacks.up.is_some() {
+            u_off[active.len()]
+        } else {
+            0
+        }
+    ];
+    // Gate and up products of every active expert in one parallel region: tasks are
+    // (expert, stack, chunk of output rows), so a single decoded row keeps every worker busy.
+    let up_row = match stacks.up {
+        Some((_, t)) => row_bytes(t, e_dim)?,
+        None => 0,
+    };
+    let chunk = |rows: usize| (rows * active.len() / (par.workers() * 4)).clamp(1, 64);
+    let mut tasks: Vec<(usize, bool, usize, usize)> = Vec::new();
+    for a in 0..active.len() {
+        let c = chunk(gate_rows);
+        tasks.extend(
+            (0..gate_rows)
+                .step_by(c)
+                .map(|s| (a, false, s, (s + c).min(gate_rows))),
+        );
+        if stacks.up.is_some() {
+            let c = chunk(ff);
+            tasks.extend((0..ff).step_by(c).map(|s| (a, true, s, (s + c).min(ff))));
+        }
+    }
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let (gp, upp) = (SharedOut(g.as_mut_ptr()), SharedOut(u.as_mut_ptr()));
+    par.for_each(tasks.len(), &|t| {
+        let (a, is_up, lo, hi) = tasks[t];
+        let (e, xq, xq_up) = &active[a];
+        let (wt, w, stride, n, out, base, acts) = match (is_up, stacks.up) {
+            (true, Some((up, up_t))) => (
+                up_t,
+                &up[e * ff * up_row..(e + 1) * ff * up_row],
+                up_row,
+                ff,
+                upp,
+                u_off[a],
+                xq_up.as_ref().unwrap_or(xq),
+            ),
+            _ => (
+                stacks.gate_t,
+                &stacks.gate[e * gate_rows * gate_row..(e + 1) * gate_rows * gate_row],
+                gate_row,
+                gate_rows,
+                gp,
+                g_off[a],
+                xq,
+            ),
+        };
+        // SAFETY: rows lo..hi of expert a's block at `base` (n rows per column) belong to this
+        // task alone; the block lies inside the buffer (offsets computed from the same sizes).
+        if !unsafe { dot_rows(dot, wt, e_dim, w, stride, lo, hi, n, acts, out, base) } {
+            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    // The activation and its quantization, per expert.
+    let mut hq = Vec::with_capacity(active.len());
+    for a in 0..active.len() {
+        let nr = cols(a);
+        let mut h = vec![0f32; ff * nr];
+        let ga = &g[g_off[a]..g_off[a + 1]];
+        if stacks.up.is_some() {
+            glu(ga, &u[u_off[a]..u_off[a + 1]], &mut h)?;
+        } else {
+            let (mut gs, mut us) = (Vec::with_capacity(ff * nr), Vec::with_capacity(ff * nr));
+            for c in 0..nr {
+                gs.extend_from_slice(&ga[c * 2 * ff..c * 2 * ff + ff]);
+                us.extend_from_slice(&ga[c * 2 * ff + ff..(c + 1) * 2 * ff]);
+            }
+            glu(&gs, &us, &mut h)?;
+        }
+        hq.push(quantize_acts(stacks.down_t, ff, &h, nr)?);
+    }
+    // Down products, again one parallel region over (expert, chunk of output rows).
+    let mut y = vec![0f32; y_off[active.len()]];
+    let c = chunk(e_dim);
+    let tasks: Vec<(usize, usize, usize)> = (0..active.len())
+        .flat_map(|a| {
+            (0..e_dim)
+                .step_by(c)
+                .map(move |s| (a, s, (s + c).min(e_dim)))
+        })
+        .collect();
+    let yp = SharedOut(y.as_mut_ptr());
+    par.for_each(tasks.len(), &|t| {
+        let (a, lo, hi) = tasks[t];
+        let e = active[a].0;
+        let w = &stacks.down[e * e_dim * down_row..(e + 1) * e_dim * down_row];
+        // SAFETY: as for the gate/up tasks: disjoint rows of expert a's block.
+        let ok = unsafe {
+            dot_rows(
+                dot,
+                stacks.down_t,
+                ff,
+                w,
+                down_row,
+                lo,
+                hi,
+                e_dim,
+                &hq[a],
+                yp,
+                y_off[a],
+            )
+        };
+        if !ok {
+            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    if failed.load(std::sync::atomic::Ordering::Relaxed) {
+        return Err(PluginError::invalid("moe: a dot product failed"));
+    }
+    // The weighted sum, in expert order (deterministic).
+    for (a, (e, _, _)) in active.iter().enumerate() {
+        for (c, &(r, w)) in chosen[*e].iter().enumerate() {
+            let ye = &y[y_off[a] + c * e_dim..y_off[a] + (c + 1) * e_dim];
+            for (o, v) in out[r * e_dim..(r + 1) * e_dim].iter_mut().zip(ye) {
                 *o += w * v;
             }
         }
     }
     Ok(())
+}
+
+/// Rows `lo..hi` of `w` (`n` rows of `k` elements of `wt`, stride `stride` bytes) against every
+/// column of `acts`: `out[base + c·n + j]`. False when a dot product failed.
+///
+/// # Safety
+/// `out[base .. base + cols·n]` must be valid for writes and rows `lo..hi` of that block must be
+/// written by no one else meanwhile.
+#[allow(clippy::too_many_arguments)]
+unsafe fn dot_rows(
+    dot: RowDot,
+    wt: DType,
+    k: usize,
+    w: &[u8],
+    stride: usize,
+    lo: usize,
+    hi: usize,
+    n: usize,
+    acts: &QuantizedActs,
+    out: SharedOut,
+    base: usize,
+) -> bool {
+    let w_row = stride.min(w.len());
+    let cols = acts.data.len() / acts.row_bytes.max(1);
+    let mut ok = true;
+    for j in lo..hi {
+        let Some(wr) = w.get(j * stride..j * stride + w_row) else {
+            return false;
+        };
+        for c in 0..cols {
+            let a = &acts.data[c * acts.row_bytes..(c + 1) * acts.row_bytes];
+            let v = dot(wt, k, wr, a).unwrap_or_else(|_| {
+                ok = false;
+                f32::NAN
+            });
+            // SAFETY: the caller owns rows lo..hi of this block (see the function's contract).
+            unsafe { *out.at(base + c * n + j) = v };
+        }
+    }
+    ok
 }
 
 impl Parallel for crate::pool::Pool {
