@@ -133,6 +133,9 @@ case "${1:-}" in
       # shellcheck disable=SC2086
       $b bench -m "$f" -p 512 -n 64 -r 2 -ngl 99 $flags 2>&1 | tail -2 | tee -a "$out/tier.txt"
     done
+    echo "where a decode step with every expert on the host spends its time:" | tee -a "$out/tier.txt"
+    BLOOMERY_TIER_PROFILE=1 $b bench -m "$f" -p 0 -n 64 -r 1 -ngl 99 -cmoe 2>&1 \
+      | grep -E "host-expert|tg64" | tee -a "$out/tier.txt"
     ;;
   *)
     echo "usage: scripts/gpu-check.sh build|device|bench|serve|tier" >&2

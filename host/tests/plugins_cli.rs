@@ -64,15 +64,15 @@ fn the_listing_names_every_plugin_with_its_kind_abi_and_probe() {
     let (ok, out, _) = bloomery(&plugin_dir(), &["plugins"]);
     assert!(ok);
     assert!(
-        out.contains("qwen3moe       model   ABI 1  runs here: yes"),
+        out.contains("qwen3moe       model   ABI 2  runs here: yes"),
         "{out}"
     );
     assert!(out.contains("architectures: qwen3moe"), "{out}");
     assert!(
-        out.contains("cpu-scalar     kernel  ABI 1  runs here: yes (score 1)"),
+        out.contains("cpu-scalar     kernel  ABI 2  runs here: yes (score 1)"),
         "{out}"
     );
-    assert!(out.contains("cpu-avx2       kernel  ABI 1"), "{out}");
+    assert!(out.contains("cpu-avx2       kernel  ABI 2"), "{out}");
     assert!(out.contains("MatMul: F32 F16 Q4_0"), "{out}");
     assert!(out.contains("chosen:\n  cpu: cpu-"), "{out}");
 }
@@ -111,7 +111,7 @@ fn bad_files_get_one_line_each_and_the_rest_still_load() {
         "{section}"
     );
     assert!(
-        section.contains("future.so: plugin ABI 999, but this host speaks ABI 1"),
+        section.contains("future.so: plugin ABI 999, but this host speaks ABI 2"),
         "{section}"
     );
     assert!(

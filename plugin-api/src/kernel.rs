@@ -111,6 +111,11 @@ pub trait KernelDevice: Send + Sync {
     /// Releases a captured graph.
     #[sabi(last_prefix_field)]
     fn release_graph(&self, graph: u64) -> RResult<(), PluginError>;
+
+    /// Page-locks `bytes` of host memory at `ptr` so copies from it to the device run at full
+    /// bus speed, until the device closes. The host keeps the memory mapped and unchanged that
+    /// long. A no-op where copies gain nothing (the CPU).
+    fn pin_host(&self, ptr: usize, bytes: u64) -> RResult<(), PluginError>;
 }
 
 /// A boxed [`KernelDevice`] trait object.

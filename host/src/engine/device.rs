@@ -88,6 +88,15 @@ impl Device {
         self.inner.write(handle, offset, data.into()).into_result()
     }
 
+    /// Page-locks host memory for fast copies to the device, until the device closes (a no-op
+    /// on the CPU).
+    ///
+    /// # Safety
+    /// `ptr..ptr+bytes` must stay mapped and unchanged while the device is open.
+    pub unsafe fn pin_host(&self, ptr: *const u8, bytes: u64) -> Result<(), PluginError> {
+        self.inner.pin_host(ptr as usize, bytes).into_result()
+    }
+
     /// The device's name and memory.
     pub fn info(&self) -> DeviceInfo {
         self.inner.info()

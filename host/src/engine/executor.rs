@@ -104,6 +104,21 @@ struct HostedMoe {
     dst: TensorRef,
 }
 
+/// Accumulated wall time of the phases of host-expert layers, printed when the executor drops.
+#[derive(Default)]
+struct TierTimes {
+    /// Card work up to the MoE call, and waiting for it.
+    card: std::time::Duration,
+    /// Inputs from the card to the host.
+    inputs: std::time::Duration,
+    /// The host's experts.
+    host: std::time::Duration,
+    /// The host's output back to the card and the add.
+    output: std::time::Duration,
+    /// Layers timed.
+    layers: u64,
+}
+
 /// Whether an executor's calls run one by one or as a captured device graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Replay {
@@ -127,6 +142,8 @@ pub struct Executor {
     /// (staging buffer, file bytes) per stack.
     streamed: Vec<(usize, Vec<(u64, HostSlice)>)>,
     host: Option<Arc<Device>>,
+    /// Time spent per phase of the host-expert layers (`BLOOMERY_TIER_PROFILE=1`).
+    tier_profile: Option<Mutex<TierTimes>>,
     inputs: Vec<(BatchInput, Buffer, TensorRef)>,
     outputs: Vec<(String, TensorRef)>,
     replay: Mutex<Replay>,
@@ -136,6 +153,21 @@ pub struct Executor {
 
 impl Drop for Executor {
     fn drop(&mut self) {
+        if let Some(t) = self.tier_profile.as_ref().and_then(|t| t.lock().ok()) {
+            if t.layers > 0 {
+                let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+                eprintln!(
+                    "host-expert layers, {} rows: {} layer passes; card {:.1} ms, inputs {:.1} ms, \
+                     host experts {:.1} ms, output and add {:.1} ms",
+                    self.shape.n_rows,
+                    t.layers,
+                    ms(t.card),
+                    ms(t.inputs),
+                    ms(t.host),
+                    ms(t.output)
+                );
+            }
+        }
         if let Ok(Replay::Captured(g)) = self.replay.lock().map(|r| *r) {
             if let Err(e) = self.device.release_graph(g) {
                 tracing::warn!("releasing a device graph: {e}");
@@ -329,6 +361,9 @@ impl Executor {
             host: (!hosted.is_empty())
                 .then(|| bind.tier.map(|t| Arc::clone(&t.host)))
                 .flatten(),
+            tier_profile: (!hosted.is_empty()
+                && std::env::var_os("BLOOMERY_TIER_PROFILE").is_some_and(|v| v == "1"))
+            .then(|| Mutex::new(TierTimes::default())),
             hosted,
             streamed,
             inputs,
@@ -375,6 +410,13 @@ impl Executor {
     /// while the host computes its own, and the host's output is added on the card.
     fn run_tiered(&self, device: &Device, host: &Device) -> Result<(), ExecError> {
         let mut start = 0;
+        let mut times = TierTimes::default();
+        let mut clock = std::time::Instant::now();
+        let mut lap = |d: &mut std::time::Duration| {
+            let now = std::time::Instant::now();
+            *d += now - clock;
+            clock = now;
+        };
         for h in &self.hosted {
             device
                 .run(&self.calls[start..h.at])
@@ -382,6 +424,7 @@ impl Executor {
             device
                 .sync()
                 .map_err(dev("waiting for the card before host experts"))?;
+            lap(&mut times.card);
             for (r, (buf, bytes)) in h.card_inputs.iter().zip(&h.host_inputs) {
                 let mut v = vec![0u8; *bytes as usize];
                 device
@@ -395,9 +438,11 @@ impl Executor {
                     .run(&self.calls[h.at..=h.at])
                     .map_err(dev("running the card's experts"))?;
             }
+            lap(&mut times.inputs);
             host.run(std::slice::from_ref(&h.host_call))
                 .map_err(dev("running host experts"))?;
             host.sync().map_err(dev("waiting for host experts"))?;
+            lap(&mut times.host);
             let mut out = vec![0u8; h.host_out.bytes as usize];
             host.read(h.host_out.handle, 0, &mut out)
                 .map_err(dev("reading host experts' output"))?;
@@ -413,7 +458,21 @@ impl Executor {
                     .write_handle(h.dst.buffer, h.dst.offset, &out)
                     .map_err(dev("writing host experts' output"))?;
             }
+            lap(&mut times.output);
+            times.layers += 1;
             start = h.at + 1;
+        }
+        if let Some(t) = self
+            .tier_profile
+            .as_ref()
+            .and_then(|t| t.lock().ok())
+            .as_mut()
+        {
+            t.card += times.card;
+            t.inputs += times.inputs;
+            t.host += times.host;
+            t.output += times.output;
+            t.layers += times.layers;
         }
         device
             .run(&self.calls[start..])

@@ -138,6 +138,34 @@ fn i32_bytes(v: &[i32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// Page-locks the file ranges a prompt streams to the card (each layer's host stacks, merged to
+/// whole pages), so the copies run at bus speed rather than through the driver's bounce buffer.
+/// Failure only costs speed: it is logged and the copies stay pageable.
+fn pin_streamed(card: &Device, layers: &[TierLayer]) {
+    const PAGE: usize = 4096;
+    let mut ranges: Vec<(usize, usize)> = layers
+        .iter()
+        .flat_map(|l| l.stream.iter())
+        .map(|(h, _)| (h.addr / PAGE * PAGE, (h.addr + h.len).div_ceil(PAGE) * PAGE))
+        .collect();
+    ranges.sort_unstable();
+    let mut merged: Vec<(usize, usize)> = Vec::new();
+    for (lo, hi) in ranges {
+        match merged.last_mut() {
+            Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+            _ => merged.push((lo, hi)),
+        }
+    }
+    for (lo, hi) in merged {
+        // SAFETY: every range lies in the model's read-only file mapping (rounded to the pages
+        // it occupies), which outlives the card device (LoadedModel's field order).
+        if let Err(e) = unsafe { card.pin_host(lo as *const u8, (hi - lo) as u64) } {
+            tracing::warn!("page-locking host experts failed ({e}); prompts copy them pageable");
+            return;
+        }
+    }
+}
+
 /// Loads the weights as `plan` places them: every weight on `card`, routed-expert stacks
 /// compacted to their on-card experts; the file mapped on a device of `host_kernel` for the host
 /// experts. Returns the card buffers, the card's weight table (in `spec` order) and the tier.
@@ -311,6 +339,9 @@ pub fn load_weights(
         });
         card_buffers.push(cbuf);
         host_buffers.push(hbuf);
+    }
+    if plan.host_expert_bytes() <= plan.host_budget {
+        pin_streamed(card, &layers);
     }
     let mut staging = Vec::new();
     for k in 0..layers.iter().map(|l| l.stream.len()).max().unwrap_or(0) {

@@ -134,6 +134,10 @@ impl KernelDevice for CpuDevice {
         RResult::RErr(PluginError::unsupported("graph replay on the CPU", &[]))
     }
 
+    fn pin_host(&self, _ptr: usize, _bytes: u64) -> RResult<(), PluginError> {
+        RResult::ROk(())
+    }
+
     fn release_graph(&self, _graph: u64) -> RResult<(), PluginError> {
         RResult::RErr(PluginError::unsupported("graph release on the CPU", &[]))
     }

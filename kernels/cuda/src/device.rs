@@ -27,6 +27,8 @@ pub struct CudaDevice {
     profile: Option<Profile>,
     ctx: Arc<CudaContext>,
     sizes: Mutex<HashMap<u64, u64>>,
+    /// Host ranges page-locked by `pin_host`, unregistered on drop.
+    pinned: Mutex<Vec<usize>>,
     kernels: Launcher,
 }
 
@@ -71,6 +73,7 @@ impl CudaDevice {
             profile: Profile::from_env(),
             ctx,
             sizes: Mutex::new(HashMap::new()),
+            pinned: Mutex::new(Vec::new()),
             kernels,
         })
     }
@@ -326,6 +329,25 @@ impl KernelDevice for CudaDevice {
         replay().into()
     }
 
+    fn pin_host(&self, ptr: usize, bytes: u64) -> RResult<(), PluginError> {
+        let pin = || -> Result<(), PluginError> {
+            self.bind()?;
+            let flags = sys::CU_MEMHOSTREGISTER_READ_ONLY | sys::CU_MEMHOSTREGISTER_PORTABLE;
+            // SAFETY: the host guarantees `ptr..ptr+bytes` stays mapped and unchanged while the
+            // device is open (KernelDevice::pin_host's contract); the driver only page-locks it
+            // and reads it during copies. It is unregistered in Drop.
+            unsafe { sys::cuMemHostRegister_v2(ptr as *mut _, bytes as usize, flags) }
+                .result()
+                .map_err(err("page-locking host memory"))?;
+            self.pinned
+                .lock()
+                .map_err(|_| PluginError::device("pinned table poisoned"))?
+                .push(ptr);
+            Ok(())
+        };
+        pin().into()
+    }
+
     fn release_graph(&self, graph: u64) -> RResult<(), PluginError> {
         let release = || -> Result<(), PluginError> {
             self.settle()?;
@@ -348,6 +370,12 @@ impl Drop for CudaDevice {
         }
         if let Ok(mut g) = self.graphs.lock() {
             g.clear();
+        }
+        if let Ok(pinned) = self.pinned.lock() {
+            for &p in pinned.iter() {
+                // SAFETY: `p` was registered by pin_host on this context and is still mapped.
+                let _ = unsafe { sys::cuMemHostUnregister(p as *mut _) };
+            }
         }
     }
 }
