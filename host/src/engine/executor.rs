@@ -146,7 +146,8 @@ pub struct Executor {
     tier_profile: Option<Mutex<TierTimes>>,
     inputs: Vec<(BatchInput, Buffer, TensorRef)>,
     outputs: Vec<(String, TensorRef)>,
-    replay: Mutex<Replay>,
+    /// Per segment of calls between host work (one segment without host experts).
+    replay: Mutex<Vec<Replay>>,
     device: Arc<Device>,
     _arena: Option<Buffer>,
 }
@@ -168,9 +169,13 @@ impl Drop for Executor {
                 );
             }
         }
-        if let Ok(Replay::Captured(g)) = self.replay.lock().map(|r| *r) {
-            if let Err(e) = self.device.release_graph(g) {
-                tracing::warn!("releasing a device graph: {e}");
+        if let Ok(states) = self.replay.lock() {
+            for state in states.iter() {
+                if let Replay::Captured(g) = *state {
+                    if let Err(e) = self.device.release_graph(g) {
+                        tracing::warn!("releasing a device graph: {e}");
+                    }
+                }
             }
         }
     }
@@ -353,8 +358,8 @@ impl Executor {
             .iter()
             .map(|o| Ok((o.name.to_string(), get(o.tensor.0)?)))
             .collect::<Result<Vec<_>, ExecError>>()?;
-        // A pass with host experts waits for the host at every such layer: no device graph.
-        let graphs = graphs && hosted.is_empty() && streamed.is_empty();
+        // With host experts each stretch of card calls between host work is its own graph.
+        let segments = hosted.len().max(streamed.len()) + 1;
         Ok(Executor {
             shape,
             calls,
@@ -368,7 +373,10 @@ impl Executor {
             streamed,
             inputs,
             outputs,
-            replay: Mutex::new(if graphs { Replay::Fresh } else { Replay::Eager }),
+            replay: Mutex::new(vec![
+                if graphs { Replay::Fresh } else { Replay::Eager };
+                segments
+            ]),
             device: Arc::clone(device),
             _arena: arena,
         })
@@ -417,10 +425,8 @@ impl Executor {
             *d += now - clock;
             clock = now;
         };
-        for h in &self.hosted {
-            device
-                .run(&self.calls[start..h.at])
-                .map_err(dev("running the graph"))?;
+        for (seg, h) in self.hosted.iter().enumerate() {
+            self.launch_segment(device, seg, &self.calls[start..h.at])?;
             device
                 .sync()
                 .map_err(dev("waiting for the card before host experts"))?;
@@ -474,9 +480,7 @@ impl Executor {
             t.output += times.output;
             t.layers += times.layers;
         }
-        device
-            .run(&self.calls[start..])
-            .map_err(dev("running the graph"))?;
+        self.launch_segment(device, self.hosted.len(), &self.calls[start..])?;
         device.sync().map_err(dev("waiting for the device"))
     }
 
@@ -484,10 +488,8 @@ impl Executor {
     /// buffers just before its MoE call (copies and calls are ordered on the card's stream).
     fn run_streamed(&self, device: &Device) -> Result<(), ExecError> {
         let mut start = 0;
-        for (at, uploads) in &self.streamed {
-            device
-                .run(&self.calls[start..*at])
-                .map_err(dev("running the graph"))?;
+        for (seg, (at, uploads)) in self.streamed.iter().enumerate() {
+            self.launch_segment(device, seg, &self.calls[start..*at])?;
             for (handle, slice) in uploads {
                 device
                     .write_handle(*handle, 0, slice.bytes())
@@ -495,34 +497,49 @@ impl Executor {
             }
             start = *at;
         }
-        device
-            .run(&self.calls[start..])
-            .map_err(dev("running the graph"))?;
+        self.launch_segment(device, self.streamed.len(), &self.calls[start..])?;
         device.sync().map_err(dev("waiting for the device"))
     }
 
     /// Submits the calls: eagerly, or by capturing once and replaying after.
     fn launch(&self, device: &Device) -> Result<(), ExecError> {
-        let mut replay = self
+        self.launch_segment(device, 0, &self.calls)
+    }
+
+    /// Submits segment `seg` (`calls`): eagerly on its first pass, captured on its second and
+    /// replayed after (eagerly for good where the device cannot capture).
+    fn launch_segment(
+        &self,
+        device: &Device,
+        seg: usize,
+        calls: &[OpCall],
+    ) -> Result<(), ExecError> {
+        if calls.is_empty() {
+            return Ok(());
+        }
+        let mut states = self
             .replay
             .lock()
             .map_err(|_| ExecError::BadGraph("executor state poisoned".into()))?;
+        let replay = states
+            .get_mut(seg)
+            .ok_or_else(|| ExecError::BadGraph(format!("no call segment {seg}")))?;
         match *replay {
             Replay::Captured(g) => device.replay(g).map_err(dev("replaying the device graph")),
             Replay::Fresh | Replay::Eager => {
                 if *replay == Replay::Fresh {
                     *replay = Replay::Warm;
                 }
-                device.run(&self.calls).map_err(dev("running the graph"))
+                device.run(calls).map_err(dev("running the graph"))
             }
-            Replay::Warm => match device.capture(&self.calls) {
+            Replay::Warm => match device.capture(calls) {
                 Ok(g) => {
                     *replay = Replay::Captured(g);
                     device.replay(g).map_err(dev("replaying the device graph"))
                 }
                 Err(PluginError::Unsupported { .. }) => {
                     *replay = Replay::Eager;
-                    device.run(&self.calls).map_err(dev("running the graph"))
+                    device.run(calls).map_err(dev("running the graph"))
                 }
                 Err(e) => Err(dev("capturing the device graph")(e)),
             },
