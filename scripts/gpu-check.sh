@@ -133,6 +133,27 @@ case "${1:-}" in
       # shellcheck disable=SC2086
       $b bench -m "$f" -p 512 -n 64 -r 2 -ngl 99 $flags 2>&1 | tail -2 | tee -a "$out/tier.txt"
     done
+    echo "a 6.3 GB card with residency off, then on (routed calls on the card, experts moved):" \
+      | tee -a "$out/tier.txt"
+    for flags in "--no-residency" ""; do
+      # shellcheck disable=SC2086
+      $b bench -m "$f" -p 0 -n 64 -r 2 -ngl 99 --gpu-budget 6.3G $flags 2>&1 | grep -E "routed|tg64" \
+        | tee -a "$out/tier.txt"
+    done
+    port=18094
+    $b serve -m "$f" -ngl 99 --gpu-budget 6.3G --metrics --port $port > "$out/serve-tier.log" 2>&1 &
+    server=$!
+    trap 'kill $server 2>/dev/null' EXIT
+    for _ in $(seq 600); do
+      curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
+      sleep 0.5
+    done
+    curl -s "http://127.0.0.1:$port/completion" -d '{"prompt": "one two three", "n_predict": 32}' > /dev/null
+    curl -s "http://127.0.0.1:$port/metrics" | grep -E "routed_experts|residency_flips" | grep -v "^#" \
+      | tee -a "$out/tier.txt"
+    echo "POST /residency/reset: $(curl -s -X POST "http://127.0.0.1:$port/residency/reset")" \
+      | tee -a "$out/tier.txt"
+    kill $server
     echo "where a decode step with every expert on the host spends its time:" | tee -a "$out/tier.txt"
     BLOOMERY_TIER_PROFILE=1 $b bench -m "$f" -p 0 -n 64 -r 1 -ngl 99 -cmoe 2>&1 \
       | grep -E "host-expert|tg64" | tee -a "$out/tier.txt"

@@ -154,6 +154,18 @@ fn split_experts_give_the_unsplit_logits() {
         assert_eq!(host_experts(&m), vec![8, 8, 5, 0]);
         let rel = max_rel(&run(&mut m), &want);
         assert!(rel < 1e-5, "{experts}: a partial layer differs by {rel}");
+        // Residency moved experts onto the card's three slots of the third layer between steps
+        // (weights copied, both maps rewritten), and the logits stayed those of the whole model.
+        let (card, host, flips) = m.residency_stats().unwrap();
+        assert!(flips > 0 && card > 0 && host > 0, "{card} {host} {flips}");
+        let fixed = TierRequest {
+            no_residency: true,
+            ..budget
+        };
+        let mut m = load(&path, &fixed);
+        let rel = max_rel(&run(&mut m), &want);
+        assert!(rel < 1e-5, "{experts}: a partial layer differs by {rel}");
+        assert_eq!(m.residency_stats().unwrap().2, 0);
     }
 }
 

@@ -173,6 +173,14 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         let (mean, std) = mean_std(&rates);
         rows.push((format!("{kind}{n}"), mean, std));
     }
+    if let Some((card, host, flips)) = model.residency_stats() {
+        eprintln!(
+            "routed calls of layers with host experts: {:.1}% on the card ({card} of {}), {flips} \
+             experts moved onto the card",
+            100.0 * card as f64 / (card + host).max(1) as f64,
+            card + host
+        );
+    }
     println!("| model | size | params | backend | threads | test | t/s |");
     println!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
     for (test, mean, std) in rows {

@@ -25,6 +25,10 @@ pub struct PlacementArgs {
     /// Host RAM to plan with instead of MemAvailable (e.g. `8G`).
     #[arg(long = "host-budget", value_name = "SIZE")]
     pub host_budget: Option<String>,
+    /// Keep the planned placement: do not move often-called experts onto the card while running
+    /// (for repeatable output).
+    #[arg(long = "no-residency")]
+    pub no_residency: bool,
 }
 
 impl PlacementArgs {
@@ -44,6 +48,7 @@ impl PlacementArgs {
             },
             gpu_budget: size("--gpu-budget", &self.gpu_budget)?,
             host_budget: size("--host-budget", &self.host_budget)?,
+            no_residency: self.no_residency,
         })
     }
 }

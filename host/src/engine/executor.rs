@@ -14,6 +14,7 @@ use bloomery_plugin_api::{DType, PluginError};
 use super::check::{missing_kernels, MissingKernel};
 use super::device::{Buffer, Device};
 use super::plan::plan_arena;
+use crate::tiering::residency::Residency;
 use crate::tiering::{ExpertTier, HostSlice, TierLayer, STREAM_MIN_ROWS};
 
 /// Why a graph could not be prepared or run.
@@ -86,6 +87,8 @@ pub struct Bindings<'a> {
 struct HostedMoe {
     /// Index of the card's MoE call in `calls`.
     at: usize,
+    /// Index of its layer among the tier's layers (for routing counts).
+    tier_layer: usize,
     /// Whether the card holds any of this layer's experts (else call `at` is skipped and the
     /// host's output is written straight to its destination).
     card_part: bool,
@@ -142,6 +145,8 @@ pub struct Executor {
     /// (staging buffer, file bytes) per stack.
     streamed: Vec<(usize, Vec<(u64, HostSlice)>)>,
     host: Option<Arc<Device>>,
+    /// Where host-expert layers count their routing.
+    residency: Option<Arc<Mutex<Residency>>>,
     /// Time spent per phase of the host-expert layers (`BLOOMERY_TIER_PROFILE=1`).
     tier_profile: Option<Mutex<TierTimes>>,
     inputs: Vec<(BatchInput, Buffer, TensorRef)>,
@@ -342,11 +347,13 @@ impl Executor {
                     });
             if let (Op::MoeExperts(_), Some(tier), Some(w)) = (node.op, bind.tier, first_stack) {
                 match tier.layer(w) {
-                    Some(layer) if stream => {
+                    Some((_, layer)) if stream => {
                         streamed.push((calls.len(), stream_moe(tier, layer, &mut call)?));
                     }
-                    Some(layer) => {
-                        hosted.push(host_moe(device, tier, layer, &mut call, calls.len())?)
+                    Some((i, layer)) => {
+                        let mut h = host_moe(device, tier, layer, &mut call, calls.len())?;
+                        h.tier_layer = i;
+                        hosted.push(h);
                     }
                     None => {}
                 }
@@ -366,6 +373,7 @@ impl Executor {
             host: (!hosted.is_empty())
                 .then(|| bind.tier.map(|t| Arc::clone(&t.host)))
                 .flatten(),
+            residency: bind.tier.map(|t| Arc::clone(&t.residency)),
             tier_profile: (!hosted.is_empty()
                 && std::env::var_os("BLOOMERY_TIER_PROFILE").is_some_and(|v| v == "1"))
             .then(|| Mutex::new(TierTimes::default())),
@@ -431,11 +439,21 @@ impl Executor {
                 .sync()
                 .map_err(dev("waiting for the card before host experts"))?;
             lap(&mut times.card);
-            for (r, (buf, bytes)) in h.card_inputs.iter().zip(&h.host_inputs) {
+            for (i, (r, (buf, bytes))) in h.card_inputs.iter().zip(&h.host_inputs).enumerate() {
                 let mut v = vec![0u8; *bytes as usize];
                 device
                     .read(r.buffer, r.offset, &mut v)
                     .map_err(dev("reading host experts' inputs"))?;
+                // Input 1 holds the routed expert ids: count them.
+                if let (1, Some(res)) = (i, &self.residency) {
+                    let ids: Vec<i32> = v
+                        .chunks_exact(4)
+                        .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                        .collect();
+                    if let Ok(mut res) = res.lock() {
+                        res.record(h.tier_layer, &ids);
+                    }
+                }
                 host.write(buf, 0, &v)
                     .map_err(dev("writing host experts' inputs"))?;
             }
@@ -681,6 +699,7 @@ fn host_moe(
         .map_err(|_| ExecError::BadGraph("three MoE inputs".into()))?;
     Ok(HostedMoe {
         at,
+        tier_layer: 0,
         card_part: layer.n_card > 0,
         card_inputs,
         host_inputs: [x, ids, w],

@@ -236,8 +236,15 @@ impl LoadedModel {
                     p.host_expert_bytes() as f64 / (1u64 << 30) as f64,
                     host.name
                 );
-                let (b, w, t) =
-                    tiering::load_weights(&device, host, options.threads, &file, &spec, p)?;
+                let (b, w, t) = tiering::load_weights(
+                    &device,
+                    host,
+                    options.threads,
+                    &file,
+                    &spec,
+                    p,
+                    !request.no_residency,
+                )?;
                 (b, w, Some(t))
             }
             _ => {
@@ -361,11 +368,38 @@ impl LoadedModel {
             let mut one = batch.clone();
             one.output_rows.push(rows as i32 - 1);
             self.executor(rows as u32, 1)?.run(&device, &one)?;
+            self.rebalance()?;
             return Ok(Vec::new());
         }
         let exec = self.executor(rows as u32, batch.output_rows.len() as u32)?;
         exec.run(&device, batch)?;
-        Ok(exec.read_f32(&device, "logits")?)
+        let logits = exec.read_f32(&device, "logits")?;
+        self.rebalance()?;
+        Ok(logits)
+    }
+
+    /// Moves routed experts between the card and the host as the routing counts call for
+    /// (nothing without host experts, or with residency off).
+    fn rebalance(&self) -> Result<(), ModelError> {
+        if let Some(t) = &self.tier {
+            t.rebalance(&self.device)
+                .map_err(device_err("moving experts onto the card"))?;
+        }
+        Ok(())
+    }
+
+    /// Routed calls in layers with host experts served on the card and on the host, and the
+    /// experts moved so far (`None` without host experts).
+    pub fn residency_stats(&self) -> Option<(u64, u64, u64)> {
+        let r = self.tier.as_ref()?.residency.lock().ok()?;
+        Some((r.card_calls, r.host_calls, r.flips))
+    }
+
+    /// Forgets the routing counts and statistics (`POST /residency/reset`).
+    pub fn reset_residency(&self) {
+        if let Some(mut r) = self.tier.as_ref().and_then(|t| t.residency.lock().ok()) {
+            r.reset();
+        }
     }
 }
 

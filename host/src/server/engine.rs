@@ -90,6 +90,9 @@ pub enum Request {
     Generate(Job),
     /// Save, restore or erase a slot.
     Slot(SlotCommand),
+    /// Forget the routing counts that move experts onto the card; the answer says whether the
+    /// model has host experts.
+    ResidencyReset(oneshot::Sender<bool>),
 }
 
 /// Why generation ended.
@@ -210,6 +213,12 @@ pub struct Counters {
     pub deferred: AtomicU64,
     /// Prompt tokens reused from slot caches or restored from the prompt cache.
     pub cached_tokens: AtomicU64,
+    /// Routed expert calls of layers with host experts served by experts on the card.
+    pub routed_card: AtomicU64,
+    /// Routed expert calls of layers with host experts served in host RAM.
+    pub routed_host: AtomicU64,
+    /// Experts moved onto the card by residency.
+    pub residency_flips: AtomicU64,
     /// Slot states saved to the prompt cache.
     pub cache_saves: AtomicU64,
     /// Requests that restored a prefix from the prompt cache.
@@ -387,6 +396,10 @@ impl<'t> Scheduler<'t> {
                 .store(jobs.len() as u64, Ordering::Relaxed);
             match job {
                 Request::Generate(job) => self.assign(job),
+                Request::ResidencyReset(reply) => {
+                    self.model.reset_residency();
+                    let _ = reply.send(self.model.residency_stats().is_some());
+                }
                 Request::Slot(cmd) => {
                     let result = self.slot_command(cmd.id, cmd.action);
                     let _ = cmd.reply.send(result);
@@ -737,6 +750,11 @@ impl<'t> Scheduler<'t> {
         let logits = self.model.forward(&batch).map_err(|e| e.to_string())?;
         let us = t0.elapsed().as_micros() as u64;
         let c = &self.shared.counters;
+        if let Some((card, host, flips)) = self.model.residency_stats() {
+            c.routed_card.store(card, Ordering::Relaxed);
+            c.routed_host.store(host, Ordering::Relaxed);
+            c.residency_flips.store(flips, Ordering::Relaxed);
+        }
         c.decode_calls.fetch_add(1, Ordering::Relaxed);
         c.busy_slot_passes
             .fetch_add(plan.len() as u64, Ordering::Relaxed);

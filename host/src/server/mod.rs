@@ -114,6 +114,7 @@ pub const ROUTES: &[&str] = &[
     "POST /apply-template",
     "POST /infill",
     "POST /slots/:id?action=save|restore|erase",
+    "POST /residency/reset",
     "POST /embedding",
     "POST /embeddings",
     "POST /v1/embeddings",
@@ -130,6 +131,7 @@ pub fn router(state: AppRef) -> Router {
         .route("/props", get(native::props))
         .route("/slots", get(native::slots))
         .route("/slots/{id}", post(native::slot_action))
+        .route("/residency/reset", post(native::residency_reset))
         .route("/metrics", get(native::metrics))
         .route("/models", get(native::models))
         .route("/v1/models", get(native::models))

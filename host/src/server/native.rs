@@ -214,6 +214,26 @@ pub async fn slot_action(
     }))
 }
 
+/// POST /residency/reset: forgets the routing counts that move experts onto the card (the
+/// placement stays); 501 when the model has no host experts.
+pub async fn residency_reset(State(state): State<AppRef>) -> Result<Json<Value>, ApiError> {
+    let ready = state.ready()?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    ready
+        .jobs
+        .try_send(Request::ResidencyReset(tx))
+        .map_err(|_| ApiError::unavailable("the server is busy; retry later"))?;
+    let tiered = rx
+        .await
+        .map_err(|_| ApiError::internal("the scheduler dropped the reset"))?;
+    if !tiered {
+        return Err(ApiError::not_supported(
+            "this model keeps no routed experts in host RAM: there is no residency to reset",
+        ));
+    }
+    Ok(Json(json!({"success": true})))
+}
+
 /// GET /metrics (with --metrics).
 pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> {
     if !state.args.metrics {
@@ -320,6 +340,24 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
             "n_tokens_max",
             "Largest context a slot holds.",
             ready.n_ctx_slot as f64,
+        ),
+        (
+            "counter",
+            "routed_experts_card_total",
+            "Routed expert calls of layers with host experts served on the card.",
+            get(&c.routed_card) as f64,
+        ),
+        (
+            "counter",
+            "routed_experts_host_total",
+            "Routed expert calls of layers with host experts served in host RAM.",
+            get(&c.routed_host) as f64,
+        ),
+        (
+            "counter",
+            "residency_flips_total",
+            "Experts moved onto the card by routing counts.",
+            get(&c.residency_flips) as f64,
         ),
         (
             "counter",

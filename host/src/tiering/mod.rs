@@ -10,9 +10,10 @@
 //! of rows.
 
 pub mod plan;
+pub mod residency;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bloomery_gguf::GgufModel;
 use bloomery_plugin_api::graph::{Graph, TensorSource};
@@ -23,6 +24,7 @@ use bloomery_plugin_api::tensor::TensorRef;
 use bloomery_plugin_api::DType;
 
 use self::plan::{MoeLayer, Plan};
+use self::residency::{LayerResidency, Residency};
 use crate::engine::device::{Buffer, Device};
 use crate::model::ModelError;
 use crate::plugins::KernelPluginFile;
@@ -65,7 +67,12 @@ pub struct TierLayer {
     pub host_map: TensorRef,
     /// The full stacks in the mapped file, for streaming to the card, with their layouts.
     pub stream: Vec<(HostSlice, TensorRef)>,
+    /// The compacted card stacks: buffer handle and bytes per expert (residency rewrites slots).
+    pub card_stacks: Vec<(u64, u64)>,
 }
+
+/// Most experts moved onto the card per step (each move copies one expert's stacks).
+const MAX_FLIPS_PER_STEP: usize = 4;
 
 /// The host side of a tiered model. Field order is drop order: buffers before the device.
 pub struct ExpertTier {
@@ -73,15 +80,47 @@ pub struct ExpertTier {
     pub layers: Vec<TierLayer>,
     /// Card buffers a streamed layer's stacks are copied into, one per stack position.
     pub staging: Vec<Buffer>,
+    /// Routing counts and the placement they move (shared with the executors, which count).
+    pub residency: Arc<Mutex<Residency>>,
     _host_buffers: Vec<Buffer>,
     /// The CPU device that computes host experts.
     pub host: Arc<Device>,
 }
 
 impl ExpertTier {
-    /// The layer whose first stack is weight `index`.
-    pub fn layer(&self, index: usize) -> Option<&TierLayer> {
-        self.layers.iter().find(|l| l.first_stack == index)
+    /// The layer whose first stack is weight `index`, with its position in [`ExpertTier::layers`].
+    pub fn layer(&self, index: usize) -> Option<(usize, &TierLayer)> {
+        self.layers
+            .iter()
+            .enumerate()
+            .find(|(_, l)| l.first_stack == index)
+    }
+
+    /// Between steps: moves the experts the counts call for onto `card` (their stacks from the
+    /// file into the slots they take) and rewrites both expert maps of each layer touched.
+    /// Returns the moves made.
+    pub fn rebalance(&self, card: &Device) -> Result<usize, bloomery_plugin_api::PluginError> {
+        let mut r = self
+            .residency
+            .lock()
+            .map_err(|_| bloomery_plugin_api::PluginError::device("residency state poisoned"))?;
+        let flips = r.step(MAX_FLIPS_PER_STEP);
+        for f in &flips {
+            let layer = &self.layers[f.layer];
+            for ((slice, _), &(handle, stride)) in layer.stream.iter().zip(&layer.card_stacks) {
+                let from = f.incoming as usize * stride as usize;
+                card.write_handle(
+                    handle,
+                    u64::from(f.slot) * stride,
+                    &slice.bytes()[from..from + stride as usize],
+                )?;
+            }
+            let state = &r.layers[f.layer];
+            card.write_handle(layer.card_map.buffer, 0, &i32_bytes(&state.slot_of))?;
+            self.host
+                .write_handle(layer.host_map.buffer, 0, &i32_bytes(&state.host_map()))?;
+        }
+        Ok(flips.len())
     }
 }
 
@@ -176,6 +215,7 @@ pub fn load_weights(
     file: &GgufModel,
     spec: &ModelSpec,
     plan: &Plan,
+    residency: bool,
 ) -> Result<(Vec<Buffer>, Vec<TensorRef>, ExpertTier), ModelError> {
     let host = Device::open(
         host_kernel,
@@ -206,6 +246,7 @@ pub fn load_weights(
     let mut weights = Vec::with_capacity(spec.weights.len());
     let mut host_stacks: Vec<Vec<TensorRef>> = vec![Vec::new(); plan.layers.len()];
     let mut stream: Vec<Vec<(HostSlice, TensorRef)>> = vec![Vec::new(); plan.layers.len()];
+    let mut card_stacks: Vec<Vec<(u64, u64)>> = vec![Vec::new(); plan.layers.len()];
     for (i, w) in spec.weights.iter().enumerate() {
         let t = file
             .tensor(w.name.as_str())
@@ -282,9 +323,11 @@ pub fn load_weights(
             r.buffer = buf.handle;
             card_buffers.push(buf);
         }
+        card_stacks[li].push((r.buffer, nb[2]));
         weights.push(r);
     }
     let mut layers = Vec::new();
+    let mut routing = Vec::new();
     for (li, l) in plan.layers.iter().enumerate() {
         let here = &plan.on_card[li];
         if here.iter().all(|&c| c) {
@@ -336,7 +379,10 @@ pub fn load_weights(
             host_stacks: std::mem::take(&mut host_stacks[li]),
             host_map: map_ref(&hbuf),
             stream: std::mem::take(&mut stream[li]),
+            card_stacks: std::mem::take(&mut card_stacks[li]),
         });
+        let on_card: Vec<u32> = (0..l.n_expert).filter(|&e| here[e as usize]).collect();
+        routing.push(LayerResidency::new(l.n_expert as usize, &on_card));
         card_buffers.push(cbuf);
         host_buffers.push(hbuf);
     }
@@ -361,6 +407,7 @@ pub fn load_weights(
         ExpertTier {
             layers,
             staging,
+            residency: Arc::new(Mutex::new(Residency::new(routing, residency))),
             _host_buffers: host_buffers,
             host,
         },

@@ -47,6 +47,8 @@ pub struct TierRequest {
     pub gpu_budget: Option<u64>,
     /// `--host-budget`: host bytes to plan with instead of MemAvailable.
     pub host_budget: Option<u64>,
+    /// `--no-residency`: keep the plan's placement (no moves from routing counts).
+    pub no_residency: bool,
 }
 
 /// Where `-ot` sends tensors.
