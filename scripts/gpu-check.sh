@@ -94,7 +94,7 @@ case "${1:-}" in
     dist/bloomery --plugin-dir dist/plugins serve -m "$f" -ngl 99 -np 4 -c 32768 --metrics \
       --port $port > "$out/serve-30b.log" 2>&1 &
     server=$!
-    trap 'kill $server 2>/dev/null' EXIT
+    trap 'kill $server 2>/dev/null || true' EXIT
     for _ in $(seq 600); do
       curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
       kill -0 $server 2>/dev/null || { cat "$out/serve-30b.log"; exit 1; }
@@ -143,7 +143,7 @@ case "${1:-}" in
     port=18094
     $b serve -m "$f" -ngl 99 --gpu-budget 6.3G --metrics --port $port > "$out/serve-tier.log" 2>&1 &
     server=$!
-    trap 'kill $server 2>/dev/null' EXIT
+    trap 'kill $server 2>/dev/null || true' EXIT
     for _ in $(seq 600); do
       curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
       sleep 0.5
