@@ -133,21 +133,9 @@ pub fn matmul(
     par.for_each(tasks, &|t| {
         let start = t * rows_per_task;
         let end = (start + rows_per_task).min(n);
-        for j in start..end {
-            let wr = &w[j * w_stride..j * w_stride + w_row];
-            for c in 0..cols {
-                let a = &acts.data[c * acts.row_bytes..(c + 1) * acts.row_bytes];
-                let v = match dot(wt, k, wr, a) {
-                    Ok(v) => v,
-                    Err(_) => {
-                        failed.store(true, std::sync::atomic::Ordering::Relaxed);
-                        f32::NAN
-                    }
-                };
-                // SAFETY: element c·n + j < y.len() (checked above); each (j, c) is written by the
-                // one task owning row j.
-                unsafe { *out.at(c * n + j) = v };
-            }
+        // SAFETY: elements c·n + j < y.len() (checked above); rows start..end belong to this task.
+        if !unsafe { dot_rows(dot, wt, k, w, w_stride, w_row, start, end, n, acts, out, 0) } {
+            failed.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     });
     if failed.load(std::sync::atomic::Ordering::Relaxed) {
@@ -337,7 +325,11 @@ pub fn moe_experts(
         };
         // SAFETY: rows lo..hi of expert a's block at `base` (n rows per column) belong to this
         // task alone; the block lies inside the buffer (offsets computed from the same sizes).
-        if !unsafe { dot_rows(dot, wt, e_dim, w, stride, lo, hi, n, acts, out, base) } {
+        if !unsafe {
+            dot_rows(
+                dot, wt, e_dim, w, stride, stride, lo, hi, n, acts, out, base,
+            )
+        } {
             failed.store(true, std::sync::atomic::Ordering::Relaxed);
         }
     });
@@ -382,6 +374,7 @@ pub fn moe_experts(
                 ff,
                 w,
                 down_row,
+                down_row,
                 lo,
                 hi,
                 e_dim,
@@ -409,8 +402,29 @@ pub fn moe_experts(
     Ok(())
 }
 
-/// Rows `lo..hi` of `w` (`n` rows of `k` elements of `wt`, stride `stride` bytes) against every
-/// column of `acts`: `out[base + c·n + j]`. False when a dot product failed.
+/// Weight rows loaded ahead of the one being multiplied: a routed expert's rows stream from DRAM
+/// and one row's dot product is too short for the hardware prefetcher to hide the wait.
+const PREFETCH_ROWS: usize = 2;
+
+/// Hints the CPU to start loading `bytes` into cache.
+#[inline]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        // SAFETY: a prefetch is only a hint; the address lies in a live slice and is not read.
+        unsafe {
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr().cast(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
+/// Rows `lo..hi` of `w` (`n` rows of `k` elements of `wt`, `w_row` bytes each, `stride` bytes
+/// apart) against every column of `acts`: `out[base + c·n + j]`. False when a dot product failed.
+/// The row two ahead is prefetched.
 ///
 /// # Safety
 /// `out[base .. base + cols·n]` must be valid for writes and rows `lo..hi` of that block must be
@@ -422,6 +436,7 @@ unsafe fn dot_rows(
     k: usize,
     w: &[u8],
     stride: usize,
+    w_row: usize,
     lo: usize,
     hi: usize,
     n: usize,
@@ -429,13 +444,16 @@ unsafe fn dot_rows(
     out: SharedOut,
     base: usize,
 ) -> bool {
-    let w_row = stride.min(w.len());
     let cols = acts.data.len() / acts.row_bytes.max(1);
     let mut ok = true;
     for j in lo..hi {
         let Some(wr) = w.get(j * stride..j * stride + w_row) else {
             return false;
         };
+        let ahead = (j + PREFETCH_ROWS) * stride;
+        if let Some(next) = w.get(ahead..ahead + w_row) {
+            prefetch(next);
+        }
         for c in 0..cols {
             let a = &acts.data[c * acts.row_bytes..(c + 1) * acts.row_bytes];
             let v = dot(wt, k, wr, a).unwrap_or_else(|_| {
