@@ -1,15 +1,11 @@
 //! `bloomery run` and `bloomery bench` through the real binary on a synthetic tiny model.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-fn plugin_dir() -> PathBuf {
-    std::env::var_os("BLOOMERY_TEST_PLUGIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/plugins")
-        })
-}
+use common::plugin_dir;
+
+use std::path::Path;
+use std::process::{Command, Output};
 
 fn bloomery(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_bloomery"))

@@ -1,5 +1,9 @@
 //! End-to-end forward passes of a synthetic qwen3moe on the CPU plugins: batching invariants.
 
+mod common;
+
+use common::plugin_dir;
+
 use std::path::PathBuf;
 
 use bloomery::engine::executor::BatchInputs;
@@ -7,14 +11,6 @@ use bloomery::model::{LoadOptions, LoadedModel};
 use bloomery::plugins::Registry;
 use bloomery::synth::{self, ClassTypes};
 use bloomery_plugin_api::DType;
-
-fn plugin_dir() -> PathBuf {
-    std::env::var_os("BLOOMERY_TEST_PLUGIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/plugins")
-        })
-}
 
 fn tiny(dir: &tempfile::TempDir, types: ClassTypes) -> PathBuf {
     let reg =

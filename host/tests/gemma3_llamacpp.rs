@@ -3,20 +3,16 @@
 //! `tests/oracle/llamacpp_greedy.py`; see host/tests/fixtures/PROVENANCE.md). The file comes from
 //! `cargo xtask test`, which sets BLOOMERY_GEMMA3.
 
+mod common;
+
+use common::plugin_dir;
+
 use std::path::{Path, PathBuf};
 
 use bloomery::engine::executor::BatchInputs;
 use bloomery::model::{LoadOptions, LoadedModel};
 use bloomery::plugins::Registry;
 use bloomery_plugin_api::DType;
-
-fn plugin_dir() -> PathBuf {
-    std::env::var_os("BLOOMERY_TEST_PLUGIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/plugins")
-        })
-}
 
 fn model_path() -> PathBuf {
     PathBuf::from(std::env::var_os("BLOOMERY_GEMMA3").expect(

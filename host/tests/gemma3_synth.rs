@@ -2,6 +2,10 @@
 //! window of 4, one global layer) on the CPU plugins: a prompt longer than the window gives the
 //! same logits batched as token by token, and sequences batched together equal each alone.
 
+mod common;
+
+use common::plugin_dir;
+
 use std::path::{Path, PathBuf};
 
 use bloomery::engine::executor::BatchInputs;
@@ -9,14 +13,6 @@ use bloomery::model::{LoadOptions, LoadedModel};
 use bloomery::plugins::Registry;
 use bloomery::synth::{self, ClassTypes};
 use bloomery_plugin_api::DType;
-
-fn plugin_dir() -> PathBuf {
-    std::env::var_os("BLOOMERY_TEST_PLUGIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/plugins")
-        })
-}
 
 const F32: ClassTypes = ClassTypes {
     experts: DType::F32,

@@ -1,20 +1,16 @@
 //! The real binary's plugin loader: the listing, and a short named error for every bad plugin.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::plugin_dir;
+
+use std::path::Path;
 use std::process::Command;
 
 use bloomery::model::{LoadOptions, LoadedModel};
 use bloomery::plugins::Registry;
 use bloomery::synth::{self, ClassTypes};
 use bloomery_plugin_api::DType;
-
-fn plugin_dir() -> PathBuf {
-    std::env::var_os("BLOOMERY_TEST_PLUGIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/plugins")
-        })
-}
 
 fn bloomery(dir: &Path, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_bloomery"))

@@ -1,6 +1,10 @@
 //! Logits of synthetic tiny qwen3moe files against llama.cpp's on the same files
 //! (goldens made by `tests/oracle/make_qwen3moe_goldens.sh`; see host/tests/fixtures/PROVENANCE.md).
 
+mod common;
+
+use common::plugin_dir;
+
 use std::path::{Path, PathBuf};
 
 use bloomery::engine::executor::BatchInputs;
@@ -9,14 +13,6 @@ use bloomery::plugins::Registry;
 use bloomery::synth::{self, ClassTypes};
 use bloomery_plugin_api::DType;
 use sha2::{Digest, Sha256};
-
-fn plugin_dir() -> PathBuf {
-    std::env::var_os("BLOOMERY_TEST_PLUGIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/plugins")
-        })
-}
 
 fn golden(name: &str) -> serde_json::Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))

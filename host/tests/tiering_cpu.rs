@@ -3,6 +3,10 @@
 //! split without a GPU) and the rest computed by the host's CPU plugin gives the logits of the
 //! unsplit model.
 
+mod common;
+
+use common::plugin_dir;
+
 use std::path::{Path, PathBuf};
 
 use bloomery::engine::executor::BatchInputs;
@@ -11,14 +15,6 @@ use bloomery::plugins::Registry;
 use bloomery::synth::{self, ClassTypes};
 use bloomery::tiering::plan::TierRequest;
 use bloomery_plugin_api::DType;
-
-fn plugin_dir() -> PathBuf {
-    std::env::var_os("BLOOMERY_TEST_PLUGIN_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/plugins")
-        })
-}
 
 fn tiny(dir: &tempfile::TempDir, experts: DType) -> PathBuf {
     let reg =
