@@ -154,6 +154,10 @@ case "${1:-}" in
     echo "POST /residency/reset: $(curl -s -X POST "http://127.0.0.1:$port/residency/reset")" \
       | tee -a "$out/tier.txt"
     kill $server
+    echo "host RAM for 4 GB of the 11.7 GB of host experts (the disk tier), peak RSS in KiB:" \
+      | tee -a "$out/tier.txt"
+    /usr/bin/time -f "peak RSS %M KiB" $b bench -m "$f" -p 0 -n 32 -r 1 -ngl 99 -cmoe \
+      --host-budget 4G 2>&1 | grep -E "tg32|peak RSS" | tee -a "$out/tier.txt"
     echo "where a decode step with every expert on the host spends its time:" | tee -a "$out/tier.txt"
     BLOOMERY_TIER_PROFILE=1 $b bench -m "$f" -p 0 -n 64 -r 1 -ngl 99 -cmoe 2>&1 \
       | grep -E "host-expert|tg64" | tee -a "$out/tier.txt"

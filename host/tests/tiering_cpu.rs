@@ -136,6 +136,47 @@ fn split_experts_give_the_unsplit_logits() {
         assert_eq!(host_experts(&m), vec![8, 8, 8, 8]);
         let rel = max_rel(&run(&mut m), &want);
         assert!(rel < 1e-5, "{experts}: -cmoe differs by {rel}");
+        assert_eq!(m.disk_reads(), None);
+
+        // Host RAM for one layer's experts only: every host expert is read from the file into
+        // an arena of 8 slots, evicted layer after layer, and the logits do not change.
+        let expert = m.plan.as_ref().unwrap().layers[0].expert_bytes;
+        let disk = TierRequest {
+            cpu_moe: true,
+            host_budget: Some(8 * expert),
+            no_residency: true,
+            ..Default::default()
+        };
+        let mut d = load(&path, &disk);
+        let rel = max_rel(&run(&mut d), &want);
+        assert!(rel < 1e-5, "{experts}: the disk tier differs by {rel}");
+        let reads = d.disk_reads().expect("a disk tier");
+        assert!(
+            reads > 32,
+            "{reads} reads: the arena should evict across 4 layers of 8"
+        );
+        // Less than one layer's experts cannot work: refused by name.
+        let reg = Registry::load(&plugin_dir()).unwrap();
+        let scalar = reg.kernels.iter().find(|k| k.name == "cpu-scalar").unwrap();
+        let too_small = TierRequest {
+            host_budget: Some(7 * expert),
+            ..disk.clone()
+        };
+        let opts = LoadOptions {
+            n_slots: 2,
+            ctx_per_slot: 64,
+            kv_type: DType::F32,
+            threads: 2,
+            graphs: true,
+        };
+        let err = LoadedModel::load_placed(&reg, &path, opts, scalar, &too_small)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            err.contains("host budget") && err.contains("one layer"),
+            "{err}"
+        );
 
         // A card budget that holds one layer's experts and three of another's: the last layer
         // whole, five of the third layer's experts on the host.

@@ -15,7 +15,7 @@ use super::check::{missing_kernels, MissingKernel};
 use super::device::{Buffer, Device};
 use super::plan::plan_arena;
 use crate::tiering::residency::Residency;
-use crate::tiering::{ExpertTier, HostSlice, TierLayer, STREAM_MIN_ROWS};
+use crate::tiering::{DiskTier, ExpertTier, HostSlice, TierLayer, STREAM_MIN_ROWS};
 
 /// Why a graph could not be prepared or run.
 #[derive(Debug, thiserror::Error)]
@@ -147,6 +147,8 @@ pub struct Executor {
     host: Option<Arc<Device>>,
     /// Where host-expert layers count their routing.
     residency: Option<Arc<Mutex<Residency>>>,
+    /// The disk tier host experts are read into, when host RAM cannot hold them.
+    disk: Option<Arc<DiskTier>>,
     /// Time spent per phase of the host-expert layers (`BLOOMERY_TIER_PROFILE=1`).
     tier_profile: Option<Mutex<TierTimes>>,
     inputs: Vec<(BatchInput, Buffer, TensorRef)>,
@@ -374,6 +376,7 @@ impl Executor {
                 .then(|| bind.tier.map(|t| Arc::clone(&t.host)))
                 .flatten(),
             residency: bind.tier.map(|t| Arc::clone(&t.residency)),
+            disk: bind.tier.and_then(|t| t.disk.clone()),
             tier_profile: (!hosted.is_empty()
                 && std::env::var_os("BLOOMERY_TIER_PROFILE").is_some_and(|v| v == "1"))
             .then(|| Mutex::new(TierTimes::default())),
@@ -444,14 +447,43 @@ impl Executor {
                 device
                     .read(r.buffer, r.offset, &mut v)
                     .map_err(dev("reading host experts' inputs"))?;
-                // Input 1 holds the routed expert ids: count them.
+                // Input 1 holds the routed expert ids: count them, and with the disk tier bring
+                // the host's ones into the arena.
                 if let (1, Some(res)) = (i, &self.residency) {
                     let ids: Vec<i32> = v
                         .chunks_exact(4)
                         .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                         .collect();
-                    if let Ok(mut res) = res.lock() {
+                    let (host_ids, n_expert) = {
+                        let mut res = res
+                            .lock()
+                            .map_err(|_| ExecError::BadGraph("residency state poisoned".into()))?;
                         res.record(h.tier_layer, &ids);
+                        let slot_of = &res.layers[h.tier_layer].slot_of;
+                        let host_ids: Vec<u32> = ids
+                            .iter()
+                            .filter_map(|&e| usize::try_from(e).ok())
+                            .filter(|&e| slot_of.get(e).is_some_and(|&s| s < 0))
+                            .map(|e| e as u32)
+                            .collect();
+                        (host_ids, slot_of.len())
+                    };
+                    if let Some(disk) = &self.disk {
+                        let map = disk
+                            .arena
+                            .lock()
+                            .map_err(|_| ExecError::BadGraph("disk tier poisoned".into()))?
+                            .ensure(
+                                h.tier_layer,
+                                &host_ids,
+                                n_expert,
+                                &disk.sources[h.tier_layer],
+                            )
+                            .map_err(ExecError::BadGraph)?;
+                        let map_ref = h.host_call.srcs[h.host_call.n_srcs as usize - 1];
+                        let bytes: Vec<u8> = map.iter().flat_map(|x| x.to_le_bytes()).collect();
+                        host.write_handle(map_ref.buffer, map_ref.offset, &bytes)
+                            .map_err(dev("writing the disk tier's expert map"))?;
                     }
                 }
                 host.write(buf, 0, &v)

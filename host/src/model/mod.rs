@@ -395,6 +395,12 @@ impl LoadedModel {
         Some((r.card_calls, r.host_calls, r.flips))
     }
 
+    /// Experts read from the model file by the disk tier so far (`None` without a disk tier).
+    pub fn disk_reads(&self) -> Option<u64> {
+        let disk = self.tier.as_ref()?.disk.as_ref()?;
+        Some(disk.arena.lock().ok()?.reads)
+    }
+
     /// Forgets the routing counts and statistics (`POST /residency/reset`).
     pub fn reset_residency(&self) {
         if let Some(mut r) = self.tier.as_ref().and_then(|t| t.residency.lock().ok()) {

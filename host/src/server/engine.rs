@@ -219,6 +219,8 @@ pub struct Counters {
     pub routed_host: AtomicU64,
     /// Experts moved onto the card by residency.
     pub residency_flips: AtomicU64,
+    /// Experts the disk tier read from the model file.
+    pub disk_reads: AtomicU64,
     /// Slot states saved to the prompt cache.
     pub cache_saves: AtomicU64,
     /// Requests that restored a prefix from the prompt cache.
@@ -754,6 +756,9 @@ impl<'t> Scheduler<'t> {
             c.routed_card.store(card, Ordering::Relaxed);
             c.routed_host.store(host, Ordering::Relaxed);
             c.residency_flips.store(flips, Ordering::Relaxed);
+        }
+        if let Some(reads) = self.model.disk_reads() {
+            c.disk_reads.store(reads, Ordering::Relaxed);
         }
         c.decode_calls.fetch_add(1, Ordering::Relaxed);
         c.busy_slot_passes

@@ -355,6 +355,12 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
         ),
         (
             "counter",
+            "expert_disk_reads_total",
+            "Routed experts read from the model file by the disk tier.",
+            get(&c.disk_reads) as f64,
+        ),
+        (
+            "counter",
             "residency_flips_total",
             "Experts moved onto the card by routing counts.",
             get(&c.residency_flips) as f64,

@@ -9,6 +9,7 @@
 //! every expert, and PCIe moves a layer's experts faster than the CPU multiplies them by hundreds
 //! of rows.
 
+pub mod arena;
 pub mod plan;
 pub mod residency;
 
@@ -23,7 +24,8 @@ use bloomery_plugin_api::op::Op;
 use bloomery_plugin_api::tensor::TensorRef;
 use bloomery_plugin_api::DType;
 
-use self::plan::{MoeLayer, Plan};
+use self::arena::{ExpertArena, StackSource};
+use self::plan::{MoeLayer, Plan, PlanError};
 use self::residency::{LayerResidency, Residency};
 use crate::engine::device::{Buffer, Device};
 use crate::model::ModelError;
@@ -71,6 +73,17 @@ pub struct TierLayer {
     pub card_stacks: Vec<(u64, u64)>,
 }
 
+/// Host experts read from the file on demand into a bounded arena (see [`arena`]). Field order
+/// is drop order: the device views before the memory they view.
+pub struct DiskTier {
+    /// The arena's stacks as host-device buffers (zero copy).
+    _views: Vec<Buffer>,
+    /// The arena.
+    pub arena: Mutex<ExpertArena>,
+    /// Per tier layer, where each of its stacks lies in the file.
+    pub sources: Vec<Vec<StackSource>>,
+}
+
 /// Most experts moved onto the card per step (each move copies one expert's stacks).
 const MAX_FLIPS_PER_STEP: usize = 4;
 
@@ -82,6 +95,8 @@ pub struct ExpertTier {
     pub staging: Vec<Buffer>,
     /// Routing counts and the placement they move (shared with the executors, which count).
     pub residency: Arc<Mutex<Residency>>,
+    /// The disk tier, when host RAM cannot hold the host experts.
+    pub disk: Option<Arc<DiskTier>>,
     _host_buffers: Vec<Buffer>,
     /// The CPU device that computes host experts.
     pub host: Arc<Device>,
@@ -177,6 +192,78 @@ fn i32_bytes(v: &[i32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// Sets up the disk tier for `layers`: an arena of as many expert slots as the host budget holds
+/// (at least one layer's experts), shown to the host device, and each layer's host stacks pointed
+/// at it. Every layer's experts must have the same size per stack.
+fn disk_tier(
+    host: &Arc<Device>,
+    file: &GgufModel,
+    plan: &Plan,
+    layers: &mut [TierLayer],
+    sources: Vec<Vec<StackSource>>,
+) -> Result<DiskTier, ModelError> {
+    let strides: Vec<u64> = sources[0].iter().map(|s| s.stride).collect();
+    if sources
+        .iter()
+        .any(|l| l.iter().map(|s| s.stride).ne(strides.iter().copied()))
+    {
+        return Err(PlanError(
+            "the host budget is below the host experts, and the disk tier needs experts of one              size per stack across layers; this file mixes them (raise --host-budget)"
+                .into(),
+        )
+        .into());
+    }
+    let slot_bytes: u64 = strides.iter().sum();
+    let most = layers
+        .iter()
+        .map(|l| l.card_map.ne[0] as usize)
+        .max()
+        .unwrap_or(0);
+    let n_slots = (plan.host_budget / slot_bytes.max(1)) as usize;
+    if n_slots < most {
+        return Err(PlanError(format!(
+            "host budget {} holds {n_slots} experts of {slot_bytes} bytes; reading experts from              disk needs room for one layer's {most}",
+            plan.host_budget
+        ))
+        .into());
+    }
+    let n_slots = n_slots.min(layers.iter().map(|l| l.card_map.ne[0] as usize).sum());
+    let paths: Vec<&std::path::Path> = file.parts().iter().map(|p| p.path()).collect();
+    let arena = ExpertArena::new(&paths, strides, n_slots).map_err(|e| {
+        ModelError::Request(format!("opening the model file for the disk tier: {e}"))
+    })?;
+    let mut views = Vec::new();
+    for stack in &arena.stacks {
+        // SAFETY: the arena's byte arrays never change size and live in the DiskTier next to
+        // these views, which are dropped first (field order).
+        let view = unsafe { host.map_host(stack.as_ptr(), stack.len() as u64) }
+            .map_err(dev_err("showing the disk tier's arena to the CPU device"))?;
+        views.push(view);
+    }
+    for l in layers.iter_mut() {
+        for (k, s) in l.host_stacks.iter_mut().enumerate() {
+            let ne = [s.ne[0], s.ne[1], n_slots as u64, 1];
+            *s = TensorRef {
+                buffer: views[k].handle,
+                offset: 0,
+                dtype: s.dtype,
+                ne,
+                nb: TensorRef::contiguous_strides(s.dtype, ne)
+                    .ok_or_else(|| ModelError::Request("an expert stack has no layout".into()))?,
+            };
+        }
+    }
+    tracing::info!(
+        "host experts exceed the host budget: {n_slots} expert slots ({:.2} GiB) read from disk          on demand",
+        (n_slots as u64 * slot_bytes) as f64 / (1u64 << 30) as f64
+    );
+    Ok(DiskTier {
+        _views: views,
+        arena: Mutex::new(arena),
+        sources,
+    })
+}
+
 /// Page-locks the file ranges a prompt streams to the card (each layer's host stacks, merged to
 /// whole pages), so the copies run at bus speed rather than through the driver's bounce buffer.
 /// Failure only costs speed: it is logged and the copies stay pageable.
@@ -247,6 +334,7 @@ pub fn load_weights(
     let mut host_stacks: Vec<Vec<TensorRef>> = vec![Vec::new(); plan.layers.len()];
     let mut stream: Vec<Vec<(HostSlice, TensorRef)>> = vec![Vec::new(); plan.layers.len()];
     let mut card_stacks: Vec<Vec<(u64, u64)>> = vec![Vec::new(); plan.layers.len()];
+    let mut sources: Vec<Vec<StackSource>> = vec![Vec::new(); plan.layers.len()];
     for (i, w) in spec.weights.iter().enumerate() {
         let t = file
             .tensor(w.name.as_str())
@@ -292,6 +380,11 @@ pub fn load_weights(
             nb,
         };
         host_stacks[li].push(full);
+        sources[li].push(StackSource {
+            part: t.part,
+            offset: t.info.start,
+            stride: nb[2],
+        });
         stream[li].push((
             HostSlice {
                 addr: data.as_ptr() as usize,
@@ -327,6 +420,7 @@ pub fn load_weights(
         weights.push(r);
     }
     let mut layers = Vec::new();
+    let mut layer_sources = Vec::new();
     let mut routing = Vec::new();
     for (li, l) in plan.layers.iter().enumerate() {
         let here = &plan.on_card[li];
@@ -381,14 +475,24 @@ pub fn load_weights(
             stream: std::mem::take(&mut stream[li]),
             card_stacks: std::mem::take(&mut card_stacks[li]),
         });
+        layer_sources.push(std::mem::take(&mut sources[li]));
         let on_card: Vec<u32> = (0..l.n_expert).filter(|&e| here[e as usize]).collect();
         routing.push(LayerResidency::new(l.n_expert as usize, &on_card));
         card_buffers.push(cbuf);
         host_buffers.push(hbuf);
     }
-    if plan.host_expert_bytes() <= plan.host_budget {
+    let disk = if plan.host_expert_bytes() > plan.host_budget && !layers.is_empty() {
+        Some(Arc::new(disk_tier(
+            &host,
+            file,
+            plan,
+            &mut layers,
+            layer_sources,
+        )?))
+    } else {
         pin_streamed(card, &layers);
-    }
+        None
+    };
     let mut staging = Vec::new();
     for k in 0..layers.iter().map(|l| l.stream.len()).max().unwrap_or(0) {
         let bytes = layers
@@ -408,6 +512,7 @@ pub fn load_weights(
             layers,
             staging,
             residency: Arc::new(Mutex::new(Residency::new(routing, residency))),
+            disk,
             _host_buffers: host_buffers,
             host,
         },
