@@ -292,7 +292,7 @@ impl fmt::Display for Plan {
             gib(self.host_budget),
             gib(host),
             if host > self.host_budget {
-                " (over the budget: paged from the file by the OS)"
+                " (over the budget: read from disk into an arena of the budget)"
             } else {
                 ""
             }
