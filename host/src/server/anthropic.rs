@@ -86,7 +86,7 @@ pub async fn messages(State(state): State<AppRef>, body: Bytes) -> Result<Respon
         &out.text,
         job.prompt.starts_in_thinking,
         job.reasoning,
-        job.tools,
+        job.tools.as_ref(),
     );
     let mut content = Vec::new();
     if let Some(r) = &parsed.reasoning {
@@ -136,7 +136,11 @@ fn stream_messages(
         open: Block,
         index: usize,
     }
-    let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, job.tools);
+    let split = DeltaSplitter::new(
+        job.prompt.starts_in_thinking,
+        job.reasoning,
+        job.tools.is_some(),
+    );
     let st = St {
         split,
         job,
@@ -164,12 +168,12 @@ fn stream_messages(
             }
             close(&mut st.open, &mut st.index, out);
             let mut calls = Vec::new();
-            if st.job.tools && st.split.holding_tools() {
+            if st.job.tools.is_some() && st.split.holding_tools() {
                 calls = chat::parse(
                     &st.split.full,
                     st.job.prompt.starts_in_thinking,
                     st.job.reasoning,
-                    true,
+                    st.job.tools.as_ref(),
                 )
                 .tool_calls;
             }

@@ -1,6 +1,7 @@
 //! Chat requests to prompts and generated text back to messages: OpenAI and Anthropic messages
-//! into the template's `messages`/`tools`, `<think>` spans into `reasoning_content`, and Hermes
-//! `<tool_call>` blocks (Qwen3's format) into tool calls.
+//! into the template's `messages`/`tools`, `<think>` spans into `reasoning_content`, and
+//! `<tool_call>` blocks into tool calls: Hermes JSON (Qwen3) or XML functions (Qwen3.5,
+//! Qwen3-Coder).
 
 use bloomery_text::{ChatRequest, ChatTemplate, TemplateValue, Tokenizer};
 use serde_json::{json, Map, Value};
@@ -303,9 +304,12 @@ pub fn split_reasoning(
     (Some(reasoning), content)
 }
 
-/// Parses Hermes `<tool_call>{"name": …, "arguments": …}</tool_call>` blocks out of `content`;
-/// the text outside them stays content. A block that is not valid JSON stays text.
-pub fn parse_tool_calls(content: &str) -> (String, Vec<ToolCall>) {
+/// Parses `<tool_call>` blocks out of `content`: Hermes JSON (`{"name": …, "arguments": …}`,
+/// Qwen3) or XML functions (`<function=NAME><parameter=P>value</parameter></function>`, Qwen3.5
+/// and Qwen3-Coder). The text outside them stays content; a block that is neither stays text.
+/// `tools` (the offered tools, OpenAI-shaped) types XML parameters: a `string` parameter keeps its
+/// text, any other is read as JSON where it parses.
+pub fn parse_tool_calls(content: &str, tools: Option<&Value>) -> (String, Vec<ToolCall>) {
     let mut calls = Vec::new();
     let mut text = String::new();
     let mut rest = content;
@@ -328,7 +332,8 @@ pub fn parse_tool_calls(content: &str) -> (String, Vec<ToolCall>) {
                     name,
                     arguments: args,
                 })
-            });
+            })
+            .or_else(|| xml_call(body, tools));
         match parsed {
             Some(call) => {
                 text.push_str(&rest[..at]);
@@ -342,17 +347,74 @@ pub fn parse_tool_calls(content: &str) -> (String, Vec<ToolCall>) {
     (text.trim().to_owned(), calls)
 }
 
-/// Generated text to its parts.
-pub fn parse(text: &str, starts_in_thinking: bool, format: ReasoningFormat, tools: bool) -> Parsed {
+/// One XML-style call: `<function=NAME>` then `<parameter=P>value</parameter>` pairs (a value's
+/// one leading and trailing newline belong to the format) up to `</function>`.
+fn xml_call(body: &str, tools: Option<&Value>) -> Option<ToolCall> {
+    let rest = body.trim_start().strip_prefix("<function=")?;
+    let (name, mut rest) = rest.split_once('>')?;
+    let name = name.trim();
+    if name.is_empty() {
+        return None;
+    }
+    let properties = tools
+        .and_then(Value::as_array)
+        .and_then(|ts| {
+            ts.iter()
+                .find(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(name))
+        })
+        .and_then(|t| t.pointer("/function/parameters/properties"));
+    let mut args = serde_json::Map::new();
+    loop {
+        let t = rest.trim_start();
+        if t.is_empty() || t.starts_with("</function>") {
+            break;
+        }
+        let after = t.strip_prefix("<parameter=")?;
+        let (param, value_and_rest) = after.split_once('>')?;
+        let end = value_and_rest.find("</parameter>")?;
+        let raw = &value_and_rest[..end];
+        let raw = raw.strip_prefix('\n').unwrap_or(raw);
+        let raw = raw.strip_suffix('\n').unwrap_or(raw);
+        let is_string = properties
+            .and_then(|p| p.get(param.trim()))
+            .and_then(|p| p.get("type"))
+            .and_then(Value::as_str)
+            .map(|t| t == "string");
+        let value = match (is_string, raw.trim()) {
+            (Some(true), _) => Value::String(raw.to_owned()),
+            // Jinja's `| string` writes booleans as Python does.
+            (Some(false), "True") => Value::Bool(true),
+            (Some(false), "False") => Value::Bool(false),
+            (_, t) => {
+                serde_json::from_str::<Value>(t).unwrap_or_else(|_| Value::String(raw.to_owned()))
+            }
+        };
+        args.insert(param.trim().to_owned(), value);
+        rest = &value_and_rest[end + "</parameter>".len()..];
+    }
+    Some(ToolCall {
+        name: name.to_owned(),
+        arguments: Value::Object(args).to_string(),
+    })
+}
+
+/// Generated text to its parts; `tools` are the tools the request offered (tool calls are
+/// parsed only then).
+pub fn parse(
+    text: &str,
+    starts_in_thinking: bool,
+    format: ReasoningFormat,
+    tools: Option<&Value>,
+) -> Parsed {
     let (reasoning, content) = split_reasoning(text, starts_in_thinking, format);
-    if !tools {
+    if tools.is_none() {
         return Parsed {
             reasoning,
             content,
             tool_calls: Vec::new(),
         };
     }
-    let (content, tool_calls) = parse_tool_calls(&content);
+    let (content, tool_calls) = parse_tool_calls(&content, tools);
     Parsed {
         reasoning,
         content,
@@ -519,7 +581,7 @@ mod tests {
     #[test]
     fn hermes_tool_calls_are_parsed_and_bad_blocks_stay_text() {
         let t = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
-        let (text, calls) = parse_tool_calls(t);
+        let (text, calls) = parse_tool_calls(t, None);
         assert_eq!(text, "Let me check.");
         assert_eq!(
             calls,
@@ -528,9 +590,77 @@ mod tests {
                 arguments: "{\"city\":\"Paris\"}".into()
             }]
         );
-        let (text, calls) = parse_tool_calls("<tool_call>not json</tool_call>");
+        let (text, calls) = parse_tool_calls("<tool_call>not json</tool_call>", None);
         assert!(calls.is_empty());
         assert!(text.contains("not json"));
+    }
+
+    #[test]
+    fn xml_tool_calls_are_parsed_with_the_offered_parameter_types() {
+        // What Qwen3.5 and Qwen3-Coder write (the format their templates ask for).
+        let t =
+            "I'll look.\n<tool_call>\n<function=get_weather>\n<parameter=city>\n42\n</parameter>\n\
+                 <parameter=days>\n3\n</parameter>\n<parameter=note>\nline one\nline two\n\
+                 </parameter>\n</function>\n</tool_call>\n<tool_call>\n<function=ping>\n\
+                 </function>\n</tool_call>";
+        let tools = serde_json::json!([{"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+            "days": {"type": "integer"}, "note": {"type": "string"}}}}}]);
+        let (text, calls) = parse_tool_calls(t, Some(&tools));
+        assert_eq!(text, "I'll look.");
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].name, "get_weather");
+        let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
+        assert_eq!(
+            args,
+            serde_json::json!({"city": "42", "days": 3, "note": "line one\nline two"})
+        );
+        assert_eq!(
+            (calls[1].name.as_str(), calls[1].arguments.as_str()),
+            ("ping", "{}")
+        );
+        // Without a schema a value that reads as JSON is JSON.
+        let (_, calls) = parse_tool_calls(t, None);
+        let args: Value = serde_json::from_str(&calls[0].arguments).unwrap();
+        assert_eq!(args["city"], 42);
+        // An unclosed parameter is not a call: the block stays text.
+        let bad = "<tool_call>\n<function=f>\n<parameter=a>\n1\n</tool_call>";
+        let (text, calls) = parse_tool_calls(bad, None);
+        assert!(calls.is_empty() && text.contains("<function=f>"), "{text}");
+    }
+
+    #[test]
+    fn calls_the_qwen35_template_writes_parse_back_to_the_same_calls() {
+        // llama.cpp's Qwen3.5 template (text/tests/fixtures/PROVENANCE.md) renders an assistant
+        // turn's calls; parsing that text must give them back.
+        let src = include_str!("../../../text/tests/fixtures/templates/qwen3.5.jinja");
+        let tmpl = ChatTemplate::new(src, "", "<|im_end|>").unwrap();
+        let args = json!({"city": "Paris", "days": 3, "metric": true, "hours": [6, 12],
+                          "where": {"lat": 48.9}});
+        let calls = json!([{"type": "function", "function": {"name": "get_weather",
+            "arguments": args}}, {"type": "function", "function": {"name": "ping", "arguments": {}}}]);
+        let messages = json!([{"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": "", "tool_calls": calls}]);
+        let tools = json!([{"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+            "days": {"type": "integer"}, "metric": {"type": "boolean"},
+            "hours": {"type": "array"}, "where": {"type": "object"}}}}}]);
+        let req = ChatRequest {
+            messages: TemplateValue::from(&messages),
+            tools: Some(TemplateValue::from(&tools)),
+            add_generation_prompt: false,
+            kwargs: vec![],
+        };
+        let text = tmpl.render(&req).unwrap();
+        let turn = text.rsplit("<|im_start|>assistant\n").next().unwrap();
+        let turn = turn.split("<|im_end|>").next().unwrap();
+        let (content, parsed) = parse_tool_calls(turn, Some(&tools));
+        assert_eq!(parsed.len(), 2, "{turn}");
+        assert_eq!(parsed[0].name, "get_weather");
+        let got: Value = serde_json::from_str(&parsed[0].arguments).unwrap();
+        assert_eq!(got, args, "{turn}");
+        assert_eq!(parsed[1].name, "ping");
+        assert!(!content.contains("<tool_call>"), "{content}");
     }
 
     #[test]
@@ -568,7 +698,12 @@ mod tests {
         assert_eq!(reasoning, "let me think");
         assert_eq!(content, "Hello ");
         assert!(s.holding_tools());
-        let whole = parse(&s.full, false, ReasoningFormat::Split, true);
+        let whole = parse(
+            &s.full,
+            false,
+            ReasoningFormat::Split,
+            Some(&serde_json::json!([])),
+        );
         assert_eq!(whole.reasoning.as_deref(), Some("let me think"));
         assert_eq!(whole.content, "Hello");
         assert_eq!(whole.tool_calls.len(), 1);

@@ -36,8 +36,9 @@ fn usage(f: &Finish) -> Value {
 pub struct ChatJob {
     /// The rendered prompt.
     pub prompt: ChatPrompt,
-    /// Whether tools were offered (tool calls are parsed only then).
-    pub tools: bool,
+    /// The tools offered, OpenAI-shaped (tool calls are parsed only then; their parameter
+    /// types decide how XML-style arguments are read).
+    pub tools: Option<Value>,
     /// How thinking comes back.
     pub reasoning: ReasoningFormat,
 }
@@ -78,7 +79,7 @@ pub fn prepare_chat(
     )?;
     Ok(ChatJob {
         prompt,
-        tools: tools.is_some(),
+        tools: tools.cloned(),
         reasoning,
     })
 }
@@ -128,7 +129,7 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
         &out.text,
         job.prompt.starts_in_thinking,
         job.reasoning,
-        job.tools,
+        job.tools.as_ref(),
     );
     let mut message = json!({
         "role": "assistant",
@@ -189,7 +190,11 @@ fn chat_stream(
         "system_fingerprint": FINGERPRINT,
         "object": "chat.completion.chunk",
     });
-    let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, job.tools);
+    let split = DeltaSplitter::new(
+        job.prompt.starts_in_thinking,
+        job.reasoning,
+        job.tools.is_some(),
+    );
     let st = St {
         ready,
         split,
@@ -222,12 +227,12 @@ fn chat_stream(
                 );
             }
             let mut calls = Vec::new();
-            if st.job.tools && st.split.holding_tools() {
+            if st.job.tools.is_some() && st.split.holding_tools() {
                 let parsed = chat::parse(
                     &st.split.full,
                     st.job.prompt.starts_in_thinking,
                     st.job.reasoning,
-                    true,
+                    st.job.tools.as_ref(),
                 );
                 calls = parsed.tool_calls;
                 if !calls.is_empty() {
@@ -391,7 +396,7 @@ pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Respo
             &out.text,
             job.prompt.starts_in_thinking,
             job.reasoning,
-            false,
+            None,
         );
         return Ok(ok(ids.response(
             "completed",
