@@ -3,6 +3,8 @@
 //! Built once per batch shape: the arena for intermediates and the input buffers are allocated
 //! here, every tensor is resolved to a `TensorRef`, and each step only writes the inputs, runs the
 //! prepared calls and reads the outputs. Nothing on the step path allocates device memory.
+//! MoE calls of layers with host experts run through the `tiered` submodule; each stretch of
+//! calls between them is its own captured device graph.
 
 use std::sync::{Arc, Mutex};
 
@@ -15,7 +17,11 @@ use super::check::{missing_kernels, MissingKernel};
 use super::device::{Buffer, Device};
 use super::plan::plan_arena;
 use crate::tiering::residency::Residency;
-use crate::tiering::{DiskTier, ExpertTier, HostSlice, TierLayer, STREAM_MIN_ROWS};
+use crate::tiering::{DiskTier, ExpertTier, HostSlice, STREAM_MIN_ROWS};
+
+mod tiered;
+
+use self::tiered::{host_moe, stream_moe, HostedMoe, TierTimes};
 
 /// Why a graph could not be prepared or run.
 #[derive(Debug, thiserror::Error)]
@@ -81,47 +87,6 @@ pub struct Bindings<'a> {
     pub tier: Option<&'a ExpertTier>,
 }
 
-/// A MoE call whose layer has host experts: the card computes its experts (call `at`, with the
-/// card's expert map), the host device computes the rest from the same inputs, and its output is
-/// added on the card.
-struct HostedMoe {
-    /// Index of the card's MoE call in `calls`.
-    at: usize,
-    /// Index of its layer among the tier's layers (for routing counts).
-    tier_layer: usize,
-    /// Whether the card holds any of this layer's experts (else call `at` is skipped and the
-    /// host's output is written straight to its destination).
-    card_part: bool,
-    /// The call's inputs on the card: x, ids, weights.
-    card_inputs: [TensorRef; 3],
-    /// The same inputs on the host device, and the host call's output.
-    host_inputs: [(Buffer, u64); 3],
-    host_out: Buffer,
-    host_call: OpCall,
-    /// The host's output on the card, the card's own part, and the call adding the two into
-    /// the MoE call's destination.
-    card_out: Buffer,
-    _card_part_out: Buffer,
-    add: OpCall,
-    /// The card MoE call's destination.
-    dst: TensorRef,
-}
-
-/// Accumulated wall time of the phases of host-expert layers, printed when the executor drops.
-#[derive(Default)]
-struct TierTimes {
-    /// Card work up to the MoE call, and waiting for it.
-    card: std::time::Duration,
-    /// Inputs from the card to the host.
-    inputs: std::time::Duration,
-    /// The host's experts.
-    host: std::time::Duration,
-    /// The host's output back to the card and the add.
-    output: std::time::Duration,
-    /// Layers timed.
-    layers: u64,
-}
-
 /// Whether an executor's calls run one by one or as a captured device graph.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Replay {
@@ -162,19 +127,7 @@ pub struct Executor {
 impl Drop for Executor {
     fn drop(&mut self) {
         if let Some(t) = self.tier_profile.as_ref().and_then(|t| t.lock().ok()) {
-            if t.layers > 0 {
-                let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-                eprintln!(
-                    "host-expert layers, {} rows: {} layer passes; card {:.1} ms, inputs {:.1} ms, \
-                     host experts {:.1} ms, output and add {:.1} ms",
-                    self.shape.n_rows,
-                    t.layers,
-                    ms(t.card),
-                    ms(t.inputs),
-                    ms(t.host),
-                    ms(t.output)
-                );
-            }
+            t.report(self.shape.n_rows);
         }
         if let Ok(states) = self.replay.lock() {
             for state in states.iter() {
@@ -353,9 +306,7 @@ impl Executor {
                         streamed.push((calls.len(), stream_moe(tier, layer, &mut call)?));
                     }
                     Some((i, layer)) => {
-                        let mut h = host_moe(device, tier, layer, &mut call, calls.len())?;
-                        h.tier_layer = i;
-                        hosted.push(h);
+                        hosted.push(host_moe(device, tier, (i, layer), &mut call, calls.len())?);
                     }
                     None => {}
                 }
@@ -421,133 +372,6 @@ impl Executor {
             return self.run_tiered(device, host);
         }
         self.launch(device)?;
-        device.sync().map_err(dev("waiting for the device"))
-    }
-
-    /// Runs the calls with the host's part of every tiered MoE layer in between: the card runs
-    /// up to the layer's MoE call, its inputs come to the host, the card computes its experts
-    /// while the host computes its own, and the host's output is added on the card.
-    fn run_tiered(&self, device: &Device, host: &Device) -> Result<(), ExecError> {
-        let mut start = 0;
-        let mut times = TierTimes::default();
-        let mut clock = std::time::Instant::now();
-        let mut lap = |d: &mut std::time::Duration| {
-            let now = std::time::Instant::now();
-            *d += now - clock;
-            clock = now;
-        };
-        for (seg, h) in self.hosted.iter().enumerate() {
-            self.launch_segment(device, seg, &self.calls[start..h.at])?;
-            device
-                .sync()
-                .map_err(dev("waiting for the card before host experts"))?;
-            lap(&mut times.card);
-            for (i, (r, (buf, bytes))) in h.card_inputs.iter().zip(&h.host_inputs).enumerate() {
-                let mut v = vec![0u8; *bytes as usize];
-                device
-                    .read(r.buffer, r.offset, &mut v)
-                    .map_err(dev("reading host experts' inputs"))?;
-                // Input 1 holds the routed expert ids: count them, and with the disk tier bring
-                // the host's ones into the arena.
-                if let (1, Some(res)) = (i, &self.residency) {
-                    let ids: Vec<i32> = v
-                        .chunks_exact(4)
-                        .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                        .collect();
-                    let (host_ids, n_expert) = {
-                        let mut res = res
-                            .lock()
-                            .map_err(|_| ExecError::BadGraph("residency state poisoned".into()))?;
-                        res.record(h.tier_layer, &ids);
-                        let slot_of = &res.layers[h.tier_layer].slot_of;
-                        let host_ids: Vec<u32> = ids
-                            .iter()
-                            .filter_map(|&e| usize::try_from(e).ok())
-                            .filter(|&e| slot_of.get(e).is_some_and(|&s| s < 0))
-                            .map(|e| e as u32)
-                            .collect();
-                        (host_ids, slot_of.len())
-                    };
-                    if let Some(disk) = &self.disk {
-                        let map = disk
-                            .arena
-                            .lock()
-                            .map_err(|_| ExecError::BadGraph("disk tier poisoned".into()))?
-                            .ensure(
-                                h.tier_layer,
-                                &host_ids,
-                                n_expert,
-                                &disk.sources[h.tier_layer],
-                            )
-                            .map_err(ExecError::BadGraph)?;
-                        let map_ref = h.host_call.srcs[h.host_call.n_srcs as usize - 1];
-                        let bytes: Vec<u8> = map.iter().flat_map(|x| x.to_le_bytes()).collect();
-                        host.write_handle(map_ref.buffer, map_ref.offset, &bytes)
-                            .map_err(dev("writing the disk tier's expert map"))?;
-                    }
-                }
-                host.write(buf, 0, &v)
-                    .map_err(dev("writing host experts' inputs"))?;
-            }
-            if h.card_part {
-                device
-                    .run(&self.calls[h.at..=h.at])
-                    .map_err(dev("running the card's experts"))?;
-            }
-            lap(&mut times.inputs);
-            host.run(std::slice::from_ref(&h.host_call))
-                .map_err(dev("running host experts"))?;
-            host.sync().map_err(dev("waiting for host experts"))?;
-            lap(&mut times.host);
-            let mut out = vec![0u8; h.host_out.bytes as usize];
-            host.read(h.host_out.handle, 0, &mut out)
-                .map_err(dev("reading host experts' output"))?;
-            if h.card_part {
-                device
-                    .write(&h.card_out, 0, &out)
-                    .map_err(dev("writing host experts' output"))?;
-                device
-                    .run(std::slice::from_ref(&h.add))
-                    .map_err(dev("adding host experts' output"))?;
-            } else {
-                device
-                    .write_handle(h.dst.buffer, h.dst.offset, &out)
-                    .map_err(dev("writing host experts' output"))?;
-            }
-            lap(&mut times.output);
-            times.layers += 1;
-            start = h.at + 1;
-        }
-        if let Some(t) = self
-            .tier_profile
-            .as_ref()
-            .and_then(|t| t.lock().ok())
-            .as_mut()
-        {
-            t.card += times.card;
-            t.inputs += times.inputs;
-            t.host += times.host;
-            t.output += times.output;
-            t.layers += times.layers;
-        }
-        self.launch_segment(device, self.hosted.len(), &self.calls[start..])?;
-        device.sync().map_err(dev("waiting for the device"))
-    }
-
-    /// Runs the calls with each tiered layer's whole stacks copied into the card's staging
-    /// buffers just before its MoE call (copies and calls are ordered on the card's stream).
-    fn run_streamed(&self, device: &Device) -> Result<(), ExecError> {
-        let mut start = 0;
-        for (seg, (at, uploads)) in self.streamed.iter().enumerate() {
-            self.launch_segment(device, seg, &self.calls[start..*at])?;
-            for (handle, slice) in uploads {
-                device
-                    .write_handle(*handle, 0, slice.bytes())
-                    .map_err(dev("streaming host experts to the card"))?;
-            }
-            start = *at;
-        }
-        self.launch_segment(device, self.streamed.len(), &self.calls[start..])?;
         device.sync().map_err(dev("waiting for the device"))
     }
 
@@ -617,131 +441,6 @@ impl Executor {
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect())
     }
-}
-
-/// Points a tiered MoE call's stacks at the card's staging buffers, where its layer's whole
-/// stacks are copied before it runs; returns the copies.
-fn stream_moe(
-    tier: &ExpertTier,
-    layer: &TierLayer,
-    call: &mut OpCall,
-) -> Result<Vec<(u64, HostSlice)>, ExecError> {
-    let mut uploads = Vec::new();
-    for (k, (slice, full)) in layer.stream.iter().enumerate() {
-        let staging = tier
-            .staging
-            .get(k)
-            .filter(|b| b.bytes >= slice.bytes().len() as u64)
-            .ok_or_else(|| ExecError::BadGraph("no staging buffer for a streamed stack".into()))?;
-        call.srcs[3 + k] = TensorRef {
-            buffer: staging.handle,
-            offset: 0,
-            ..*full
-        };
-        uploads.push((staging.handle, *slice));
-    }
-    Ok(uploads)
-}
-
-/// Prepares the host half of a tiered MoE call and points the card's call at the compacted
-/// stacks' map.
-fn host_moe(
-    card: &Arc<Device>,
-    tier: &ExpertTier,
-    layer: &TierLayer,
-    call: &mut OpCall,
-    at: usize,
-) -> Result<HostedMoe, ExecError> {
-    let Op::MoeExperts(mut p) = call.op else {
-        return Err(ExecError::BadGraph("not a MoE call".into()));
-    };
-    let n_stacks = if p.fused_gate_up { 2 } else { 3 };
-    let n = 3 + n_stacks;
-    if call.n_srcs as usize != n || p.expert_map || n + 1 > MAX_SRCS {
-        return Err(ExecError::BadGraph(
-            "a tiered MoE call must name x, ids, weights and its stacks, without a map".into(),
-        ));
-    }
-    p.expert_map = true;
-    call.op = Op::MoeExperts(p);
-    call.srcs[n] = layer.card_map;
-    call.n_srcs = n as u32 + 1;
-    let host = &tier.host;
-    let mut card_inputs = [TensorRef::default(); 3];
-    let mut host_srcs = [TensorRef::default(); MAX_SRCS];
-    let mut host_inputs = Vec::new();
-    for i in 0..3 {
-        let r = call.srcs[i];
-        if !r.is_contiguous() {
-            return Err(ExecError::BadGraph("a MoE input is not contiguous".into()));
-        }
-        let bytes = r.elements() * 4;
-        let buf = host
-            .alloc(bytes)
-            .map_err(dev("allocating host experts' inputs"))?;
-        card_inputs[i] = r;
-        host_srcs[i] = TensorRef {
-            buffer: buf.handle,
-            offset: 0,
-            ..r
-        };
-        host_inputs.push((buf, bytes));
-    }
-    for (k, s) in layer.host_stacks.iter().enumerate() {
-        host_srcs[3 + k] = *s;
-    }
-    host_srcs[n] = layer.host_map;
-    let dst = call.dst;
-    let out_bytes = dst.elements() * 4;
-    if !dst.is_contiguous() {
-        return Err(ExecError::BadGraph("a MoE output is not contiguous".into()));
-    }
-    let host_out = host
-        .alloc(out_bytes)
-        .map_err(dev("allocating host experts' output"))?;
-    let card_out = card
-        .alloc(out_bytes)
-        .map_err(dev("allocating host experts' output on the card"))?;
-    let out_ref = |b: &Buffer| TensorRef {
-        buffer: b.handle,
-        offset: 0,
-        ..dst
-    };
-    let host_call = OpCall {
-        op: Op::MoeExperts(p),
-        n_srcs: n as u32 + 1,
-        srcs: host_srcs,
-        dst: out_ref(&host_out),
-    };
-    let card_part_out = card
-        .alloc(out_bytes)
-        .map_err(dev("allocating the card experts' output"))?;
-    call.dst = out_ref(&card_part_out);
-    let mut add_srcs = [TensorRef::default(); MAX_SRCS];
-    add_srcs[0] = call.dst;
-    add_srcs[1] = out_ref(&card_out);
-    let add = OpCall {
-        op: Op::Add,
-        n_srcs: 2,
-        srcs: add_srcs,
-        dst,
-    };
-    let [x, ids, w]: [(Buffer, u64); 3] = host_inputs
-        .try_into()
-        .map_err(|_| ExecError::BadGraph("three MoE inputs".into()))?;
-    Ok(HostedMoe {
-        at,
-        tier_layer: 0,
-        card_part: layer.n_card > 0,
-        card_inputs,
-        host_inputs: [x, ids, w],
-        host_out,
-        host_call,
-        card_out,
-        _card_part_out: card_part_out,
-        add,
-        dst,
-    })
 }
 
 /// The bytes of an i32 slice in the host's byte order (device buffers hold host-order integers;
