@@ -139,7 +139,9 @@ pub struct Plan {
 pub struct PlanError(pub String);
 
 fn gib(b: u64) -> String {
-    if b < 1 << 30 {
+    if b == u64::MAX {
+        "unlimited".into()
+    } else if b < 1 << 30 {
         format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
     } else {
         format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
@@ -405,6 +407,8 @@ mod tests {
         assert_eq!(parse_size("6.5GiB").unwrap(), 6_979_321_856);
         assert_eq!(parse_size("1024").unwrap(), 1024);
         assert!(parse_size("3 parsecs").is_err());
+        assert_eq!(gib(u64::MAX), "unlimited");
+        assert_eq!(gib(3 << 20), "3.0 MiB");
         let o = TierRequest::parse_overrides("exps=CPU,attn=CUDA0").unwrap();
         assert_eq!(o.len(), 2);
         assert_eq!(o[1].1, Buffer::Card);
