@@ -2,26 +2,13 @@
 
 mod common;
 
-use common::plugin_dir;
-
-use std::path::PathBuf;
+use common::{plugin_dir, tiny_qwen3moe as tiny};
 
 use bloomery::engine::executor::BatchInputs;
 use bloomery::model::{LoadOptions, LoadedModel};
 use bloomery::plugins::Registry;
-use bloomery::synth::{self, ClassTypes};
+use bloomery::synth::ClassTypes;
 use bloomery_plugin_api::DType;
-
-fn tiny(dir: &tempfile::TempDir, types: ClassTypes) -> PathBuf {
-    let reg =
-        Registry::load(&plugin_dir()).expect("plugin folder (run `cargo xtask plugins` first)");
-    let plugin = reg.model_for("qwen3moe").unwrap();
-    let presets = plugin.module.synth_presets()();
-    let preset = presets.iter().find(|p| p.name.as_str() == "tiny").unwrap();
-    let path = dir.path().join("tiny.gguf");
-    synth::write(preset, types, 7, &path).unwrap();
-    path
-}
 
 const F32: ClassTypes = ClassTypes {
     experts: DType::F32,

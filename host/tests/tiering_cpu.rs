@@ -12,17 +12,11 @@ use std::path::{Path, PathBuf};
 use bloomery::engine::executor::BatchInputs;
 use bloomery::model::{LoadOptions, LoadedModel};
 use bloomery::plugins::Registry;
-use bloomery::synth::{self, ClassTypes};
+use bloomery::synth::ClassTypes;
 use bloomery::tiering::plan::TierRequest;
 use bloomery_plugin_api::DType;
 
 fn tiny(dir: &tempfile::TempDir, experts: DType) -> PathBuf {
-    let reg =
-        Registry::load(&plugin_dir()).expect("plugin folder (run `cargo xtask plugins` first)");
-    let plugin = reg.model_for("qwen3moe").unwrap();
-    let presets = plugin.module.synth_presets()();
-    let preset = presets.iter().find(|p| p.name.as_str() == "tiny").unwrap();
-    let path = dir.path().join("tiny.gguf");
     let types = ClassTypes {
         experts,
         attention: DType::F32,
@@ -30,11 +24,11 @@ fn tiny(dir: &tempfile::TempDir, experts: DType) -> PathBuf {
         output: DType::F32,
         dense: DType::F32,
     };
-    synth::write(preset, types, 7, &path).unwrap();
-    path
+    common::tiny_qwen3moe(dir, types)
 }
 
-fn load(path: &Path, request: &TierRequest) -> LoadedModel {
+/// Loads `path` with cpu-scalar as the "card" and experts placed as `request` asks.
+fn try_load(path: &Path, request: &TierRequest) -> Result<LoadedModel, String> {
     let reg = Registry::load(&plugin_dir()).unwrap();
     let opts = LoadOptions {
         n_slots: 2,
@@ -48,7 +42,11 @@ fn load(path: &Path, request: &TierRequest) -> LoadedModel {
         .iter()
         .find(|k| k.name == "cpu-scalar")
         .expect("the cpu-scalar plugin");
-    LoadedModel::load_placed(&reg, path, opts, scalar, request).unwrap()
+    LoadedModel::load_placed(&reg, path, opts, scalar, request).map_err(|e| e.to_string())
+}
+
+fn load(path: &Path, request: &TierRequest) -> LoadedModel {
+    try_load(path, request).unwrap()
 }
 
 /// Logits of a 7-token prompt on slot 0, a 40-token prompt on slot 1 (enough rows to stream
@@ -156,23 +154,11 @@ fn split_experts_give_the_unsplit_logits() {
             "{reads} reads: the arena should evict across 4 layers of 8"
         );
         // Less than one layer's experts cannot work: refused by name.
-        let reg = Registry::load(&plugin_dir()).unwrap();
-        let scalar = reg.kernels.iter().find(|k| k.name == "cpu-scalar").unwrap();
         let too_small = TierRequest {
             host_budget: Some(7 * expert),
             ..disk.clone()
         };
-        let opts = LoadOptions {
-            n_slots: 2,
-            ctx_per_slot: 64,
-            kv_type: DType::F32,
-            threads: 2,
-            graphs: true,
-        };
-        let err = LoadedModel::load_placed(&reg, &path, opts, scalar, &too_small)
-            .err()
-            .expect("refused")
-            .to_string();
+        let err = try_load(&path, &too_small).err().expect("refused");
         assert!(
             err.contains("host budget") && err.contains("one layer"),
             "{err}"
@@ -210,16 +196,11 @@ fn split_experts_give_the_unsplit_logits() {
 fn a_card_too_small_for_the_dense_weights_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let path = tiny(&dir, DType::F32);
-    let reg = Registry::load(&plugin_dir()).unwrap();
-    let scalar = reg.kernels.iter().find(|k| k.name == "cpu-scalar").unwrap();
     let request = TierRequest {
         gpu_budget: Some(1 << 20),
         ..Default::default()
     };
-    let err = LoadedModel::load_placed(&reg, &path, LoadOptions::default(), scalar, &request)
-        .err()
-        .expect("refused")
-        .to_string();
+    let err = try_load(&path, &request).err().expect("refused");
     assert!(
         err.contains("does not fit") && err.contains("dense weights") && err.contains("scratch"),
         "{err}"

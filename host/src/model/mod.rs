@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use bloomery_gguf::{GgufError, GgufModel};
+use bloomery_gguf::{GgufError, GgufModel, ModelTensor};
 use bloomery_plugin_api::graph::{BatchShape, GraphKind};
 use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
 use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec, StateKind};
@@ -559,15 +559,43 @@ fn state_bytes(spec: &ModelSpec, o: LoadOptions) -> u64 {
     spec.state
         .iter()
         .map(|s| {
-            let ctx = u64::from(o.ctx_per_slot);
-            let (dtype, len) = match s.kind {
-                StateKind::Keys | StateKind::Values | StateKind::Latent => (o.kv_type, ctx),
-                StateKind::PooledKeys => (DType::F32, ctx.div_ceil(u64::from(s.block.max(1)))),
-                StateKind::Conv | StateKind::Recurrent => (DType::F32, 1),
-            };
-            dtype.row_bytes(s.row_elems).unwrap_or(0) * len * u64::from(o.n_slots)
+            let (dtype, rows) = state_rows(s, o);
+            dtype.row_bytes(s.row_elems).unwrap_or(0) * rows * u64::from(o.n_slots)
         })
         .sum()
+}
+
+/// The type of state buffer `s` and its rows per slot: one per position for positional kinds
+/// (pooled keys: per block), one per sequence otherwise.
+fn state_rows(s: &bloomery_plugin_api::model::StateDecl, o: LoadOptions) -> (DType, u64) {
+    let ctx = u64::from(o.ctx_per_slot);
+    match s.kind {
+        StateKind::Keys | StateKind::Values | StateKind::Latent => (o.kv_type, ctx),
+        StateKind::PooledKeys => (DType::F32, ctx.div_ceil(u64::from(s.block.max(1)))),
+        StateKind::Conv | StateKind::Recurrent => (DType::F32, 1),
+    }
+}
+
+/// The file tensor behind declared weight `name`, with its shape and contiguous strides; a
+/// missing tensor is the plugin's named error.
+pub(crate) fn weight_tensor<'f>(
+    file: &'f GgufModel,
+    spec: &ModelSpec,
+    name: &str,
+) -> Result<(&'f ModelTensor, [u64; 4], [u64; 4]), ModelError> {
+    let t = file.tensor(name).ok_or_else(|| ModelError::Plugin {
+        path: file.parts()[0].path().display().to_string(),
+        plugin: spec.architecture.to_string(),
+        source: PluginError::MissingTensor { name: name.into() },
+    })?;
+    let mut ne = [1u64; 4];
+    for (d, &x) in t.info.shape.iter().take(4).enumerate() {
+        ne[d] = x;
+    }
+    let nb = TensorRef::contiguous_strides(t.info.dtype, ne).ok_or_else(|| {
+        ModelError::Request(format!("tensor `{}` has no valid layout", t.info.name))
+    })?;
+    Ok((t, ne, nb))
 }
 
 /// Maps each file part once and resolves every declared weight into it.
@@ -587,22 +615,7 @@ fn map_weights(
     }
     let mut refs = Vec::with_capacity(spec.weights.len());
     for w in spec.weights.iter() {
-        let t = file
-            .tensor(w.name.as_str())
-            .ok_or_else(|| ModelError::Plugin {
-                path: file.parts()[0].path().display().to_string(),
-                plugin: spec.architecture.to_string(),
-                source: PluginError::MissingTensor {
-                    name: w.name.clone(),
-                },
-            })?;
-        let mut ne = [1u64; 4];
-        for (d, &x) in t.info.shape.iter().take(4).enumerate() {
-            ne[d] = x;
-        }
-        let nb = TensorRef::contiguous_strides(t.info.dtype, ne).ok_or_else(|| {
-            ModelError::Request(format!("tensor `{}` has no valid layout", t.info.name))
-        })?;
+        let (t, ne, nb) = weight_tensor(file, spec, w.name.as_str())?;
         refs.push(TensorRef {
             buffer: buffers[t.part].handle,
             offset: t.info.start,
@@ -623,12 +636,7 @@ fn allocate_state(
     let mut buffers = Vec::new();
     let mut refs = Vec::new();
     for s in spec.state.iter() {
-        let ctx = u64::from(o.ctx_per_slot);
-        let (dtype, len) = match s.kind {
-            StateKind::Keys | StateKind::Values | StateKind::Latent => (o.kv_type, ctx),
-            StateKind::PooledKeys => (DType::F32, ctx.div_ceil(u64::from(s.block.max(1)))),
-            StateKind::Conv | StateKind::Recurrent => (DType::F32, 1),
-        };
+        let (dtype, len) = state_rows(s, o);
         let ne = [s.row_elems, len, u64::from(o.n_slots), 1];
         let nb = TensorRef::contiguous_strides(dtype, ne).ok_or_else(|| {
             ModelError::Request(format!("state `{}` has no layout for {dtype}", s.name))

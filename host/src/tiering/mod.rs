@@ -28,7 +28,8 @@ use self::arena::{ExpertArena, StackSource};
 use self::plan::{MoeLayer, Plan, PlanError};
 use self::residency::{LayerResidency, Residency};
 use crate::engine::device::{Buffer, Device};
-use crate::model::ModelError;
+use crate::engine::executor::i32_bytes;
+use crate::model::{weight_tensor, ModelError};
 use crate::plugins::KernelPluginFile;
 
 /// Rows from which a batch streams a tiered layer's experts to the card instead of computing
@@ -131,9 +132,9 @@ impl ExpertTier {
                 )?;
             }
             let state = &r.layers[f.layer];
-            card.write_handle(layer.card_map.buffer, 0, &i32_bytes(&state.slot_of))?;
+            card.write_handle(layer.card_map.buffer, 0, i32_bytes(&state.slot_of))?;
             self.host
-                .write_handle(layer.host_map.buffer, 0, &i32_bytes(&state.host_map()))?;
+                .write_handle(layer.host_map.buffer, 0, i32_bytes(&state.host_map()))?;
         }
         Ok(flips.len())
     }
@@ -186,10 +187,6 @@ fn dev_err(context: &str) -> impl FnOnce(bloomery_plugin_api::PluginError) -> Mo
         context: context.to_owned(),
         source,
     }
-}
-
-fn i32_bytes(v: &[i32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 /// Sets up the disk tier for `layers`: an arena of as many expert slots as the host budget holds
@@ -336,26 +333,8 @@ pub fn load_weights(
     let mut card_stacks: Vec<Vec<(u64, u64)>> = vec![Vec::new(); plan.layers.len()];
     let mut sources: Vec<Vec<StackSource>> = vec![Vec::new(); plan.layers.len()];
     for (i, w) in spec.weights.iter().enumerate() {
-        let t = file
-            .tensor(w.name.as_str())
-            .ok_or_else(|| ModelError::Plugin {
-                path: file.parts()[0].path().display().to_string(),
-                plugin: spec.architecture.to_string(),
-                source: bloomery_plugin_api::PluginError::MissingTensor {
-                    name: w.name.clone(),
-                },
-            })?;
-        let mut ne = [1u64; 4];
-        for (d, &x) in t.info.shape.iter().take(4).enumerate() {
-            ne[d] = x;
-        }
-        let layout = |ne: [u64; 4]| {
-            TensorRef::contiguous_strides(t.info.dtype, ne).ok_or_else(|| {
-                ModelError::Request(format!("tensor `{}` has no valid layout", t.info.name))
-            })
-        };
-        let nb = layout(ne)?;
-        let data = &file.parts()[t.part].bytes()[t.info.start as usize..][..t.info.size as usize];
+        let (t, ne, nb) = weight_tensor(file, spec, w.name.as_str())?;
+        let data = file.tensor_data(t)?;
         let Some(&(li, _)) = stack_of.get(&i) else {
             let buf = card
                 .alloc(t.info.size)
@@ -396,7 +375,9 @@ pub fn load_weights(
             .filter(|&e| plan.on_card[li][e])
             .collect();
         let compact = [ne[0], ne[1], on_card.len() as u64, 1];
-        let cnb = layout(compact)?;
+        let cnb = TensorRef::contiguous_strides(t.info.dtype, compact).ok_or_else(|| {
+            ModelError::Request(format!("tensor `{}` has no valid layout", t.info.name))
+        })?;
         let mut r = TensorRef {
             buffer: 0,
             offset: 0,
@@ -459,12 +440,12 @@ pub fn load_weights(
         let cbuf = card
             .alloc(4 * u64::from(l.n_expert))
             .map_err(dev_err("allocating an expert map"))?;
-        card.write(&cbuf, 0, &i32_bytes(&card_map))
+        card.write(&cbuf, 0, i32_bytes(&card_map))
             .map_err(dev_err("writing an expert map"))?;
         let hbuf = host
             .alloc(4 * u64::from(l.n_expert))
             .map_err(dev_err("allocating an expert map"))?;
-        host.write(&hbuf, 0, &i32_bytes(&host_map))
+        host.write(&hbuf, 0, i32_bytes(&host_map))
             .map_err(dev_err("writing an expert map"))?;
         layers.push(TierLayer {
             first_stack: l.stacks[0],

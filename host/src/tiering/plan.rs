@@ -63,11 +63,13 @@ pub enum Buffer {
 impl TierRequest {
     /// Whether anything asks for host experts or budgets.
     pub fn is_default(&self) -> bool {
-        !self.cpu_moe
-            && self.n_cpu_moe.is_none()
-            && self.overrides.is_empty()
-            && self.gpu_budget.is_none()
-            && self.host_budget.is_none()
+        !self.places_by_hand() && self.gpu_budget.is_none() && self.host_budget.is_none()
+    }
+
+    /// Whether `-cmoe`, `-ncmoe` or `-ot` place experts by hand (the planner then fills nothing
+    /// itself: every layer not sent to the host goes to the card whole).
+    pub fn places_by_hand(&self) -> bool {
+        self.cpu_moe || self.n_cpu_moe.is_some() || !self.overrides.is_empty()
     }
 
     /// Parses llama.cpp's `-ot` value: `REGEX=BUFFER` pairs separated by commas.
@@ -204,8 +206,7 @@ impl Plan {
                     .map(|(_, b)| *b)
             })
             .collect();
-        let by_hand = !request.is_default()
-            && (request.cpu_moe || request.n_cpu_moe.is_some() || !request.overrides.is_empty());
+        let by_hand = request.places_by_hand();
         let mut on_card: Vec<Vec<bool>> = layers
             .iter()
             .map(|l| vec![false; l.n_expert as usize])

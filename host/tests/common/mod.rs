@@ -11,3 +11,19 @@ pub fn plugin_dir() -> PathBuf {
             PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/plugins")
         })
 }
+
+/// Writes the synthetic tiny qwen3moe (seed 7) with `types` into `dir`; returns its path.
+#[allow(dead_code)] // not every test crate that shares this module writes models
+pub fn tiny_qwen3moe(
+    dir: &tempfile::TempDir,
+    types: bloomery::synth::ClassTypes,
+) -> std::path::PathBuf {
+    let reg = bloomery::plugins::Registry::load(&plugin_dir())
+        .expect("plugin folder (run `cargo xtask plugins` first)");
+    let plugin = reg.model_for("qwen3moe").unwrap();
+    let presets = plugin.module.synth_presets()();
+    let preset = presets.iter().find(|p| p.name.as_str() == "tiny").unwrap();
+    let path = dir.path().join("tiny.gguf");
+    bloomery::synth::write(preset, types, 7, &path).unwrap();
+    path
+}

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use bloomery_plugin_api::op::Op;
 use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
 
-use super::{dev, ExecError, Executor};
+use super::{dev, i32_bytes, ExecError, Executor};
 use crate::engine::device::{Buffer, Device};
 use crate::tiering::{ExpertTier, HostSlice, TierLayer};
 
@@ -129,8 +129,7 @@ impl Executor {
                             )
                             .map_err(ExecError::BadGraph)?;
                         let map_ref = h.host_call.srcs[h.host_call.n_srcs as usize - 1];
-                        let bytes: Vec<u8> = map.iter().flat_map(|x| x.to_le_bytes()).collect();
-                        host.write_handle(map_ref.buffer, map_ref.offset, &bytes)
+                        host.write_handle(map_ref.buffer, map_ref.offset, i32_bytes(&map))
                             .map_err(dev("writing the disk tier's expert map"))?;
                     }
                 }
