@@ -223,6 +223,9 @@ pub struct SynthTensor {
     pub n_dims: u32,
     /// Extents.
     pub ne: [u64; 4],
+    /// Float values are drawn uniformly from `[lo, hi]`; `lo == hi` leaves the range to the
+    /// host's default for the class. Quantized types ignore it.
+    pub range: [f32; 2],
 }
 
 impl SynthTensor {
@@ -236,7 +239,15 @@ impl SynthTensor {
             class,
             n_dims: n as u32,
             ne: full,
+            range: [0.0, 0.0],
         }
+    }
+
+    /// The same tensor with float values drawn from `[lo, hi]` (decay rates that must stay
+    /// negative, biases of a given sign).
+    pub fn with_range(mut self, lo: f32, hi: f32) -> SynthTensor {
+        self.range = [lo, hi];
+        self
     }
 }
 

@@ -168,6 +168,8 @@ pub struct DeltaRuleParams {
     pub dk: u32,
     /// Value dim per head.
     pub dv: u32,
+    /// Multiplies the queries (usually `1/sqrt(dk)`).
+    pub scale: f32,
     /// The decay is per (head, key dim) (KDA) instead of per head (GDN).
     pub per_dim_gate: bool,
     /// Multiplies β (2 for Solar-Open2's KDA, else 1).
@@ -208,7 +210,8 @@ pub enum Op {
     Concat,
     /// Matrix product: srcs `[w [k, n] weight dtype, x f32 [k, m]]` → f32 `[n, m]`, y = Wx.
     MatMul,
-    /// `a + b`, `b` a single row broadcast or the same shape: srcs `[a [n, m], b]` → `[n, m]`.
+    /// `a + b`: srcs `[a [n, m], b]` → `[n, m]`; `b` has the same shape, or is one row `[n]`
+    /// added to every row, or one value per row `[1, m]` added to every element of its row.
     Add,
     /// `a · b`, broadcasting as [`Op::Add`].
     Mul,
@@ -281,15 +284,21 @@ pub enum Op {
     /// gate and up when fused) → `[n_embd, rows]`, the weighted sum of the chosen experts.
     MoeExperts(MoeParams),
     /// Causal depthwise conv over time with a per-sequence state: srcs `[x [ch, rows], w [taps,
-    /// ch], state [ch·(taps-1), 1, n_slots], slots]` → `[ch, rows]`; the state keeps the last
-    /// taps-1 inputs of each sequence.
+    /// ch], state [ch·(taps-1), 1, n_slots], slots, positions]` → `[ch, rows]`, `y[t, c] =
+    /// Σ_j w[j, c]·x[t - (taps-1) + j, c]` (the last tap weighs the current row). The state holds
+    /// the last taps-1 inputs of each sequence, oldest first (element `(j, c)` at `j·ch + c`); a
+    /// row at position 0 starts its sequence from zeros; the state is updated in place.
     ConvCausal {
         /// Kernel taps.
         taps: u32,
     },
     /// Delta-rule recurrence: srcs `[q [dk, hk, rows], k, v [dv, hv, rows], gate (log decay; [hv,
-    /// rows] or [dk, hv, rows] per_dim), beta [hv, rows], state [dk·dv·hv, 1, n_slots], slots]` →
-    /// `[dv, hv, rows]`; the state is updated in place.
+    /// rows] or [dk, hv, rows] per_dim), beta [hv, rows], state [dk·dv·hv, 1, n_slots], slots,
+    /// positions]` → `[dv, hv, rows]`. Value head `h` reads key head `h mod hk` (tiled, as GGUF
+    /// files order them). Per row and head, with `S` the `[dk, dv]` state (element `(i, j)` at
+    /// `(h·dv + j)·dk + i`): `S ← exp(gate)·S; δ = beta_scale·beta·(v − Sᵀk); S ← S + k·δᵀ;
+    /// out = scale·Sᵀq`. A row at position 0 starts its sequence from a zero state; the state is
+    /// updated in place.
     DeltaRule(DeltaRuleParams),
     /// Sinkhorn normalisation of `[n, n, m]` matrices (hyper-connections): srcs `[x]`.
     Sinkhorn {

@@ -82,20 +82,25 @@ fn scale_fields(t: DType) -> &'static [(usize, f32)] {
     }
 }
 
-/// The value range of float weights of a class: (centre, half-width).
-fn float_range(class: WeightClass) -> (f32, f32) {
+/// The value range of float weights as (centre, half-width): the preset's `[lo, hi]` when it
+/// gives one, else the class default.
+pub fn float_range(class: WeightClass, range: [f32; 2]) -> (f32, f32) {
+    if range[0] != range[1] {
+        return ((range[0] + range[1]) / 2.0, (range[1] - range[0]) / 2.0);
+    }
     match class {
         WeightClass::Norm => (1.0, 0.1),
         _ => (0.0, 0.05),
     }
 }
 
-/// Writes `bytes` bytes of a tensor of `dtype` and `class` into `out`.
+/// Writes `bytes` bytes of a tensor of `dtype` into `out`; float values lie in `range`
+/// ([`float_range`]).
 pub fn write_tensor(
     out: &mut dyn Write,
     rng: &mut Rng,
     dtype: DType,
-    class: WeightClass,
+    range: (f32, f32),
     bytes: u64,
 ) -> io::Result<()> {
     const CHUNK: usize = 1 << 20;
@@ -106,7 +111,7 @@ pub fn write_tensor(
     let per_chunk = (CHUNK / block).max(1) * block;
     let mut buf = vec![0u8; per_chunk];
     let mut left = bytes as usize;
-    let (centre, width) = float_range(class);
+    let (centre, width) = range;
     while left > 0 {
         let n = left.min(per_chunk);
         let b = &mut buf[..n];
@@ -152,7 +157,7 @@ mod tests {
             let bytes = t.row_bytes(n as u64).unwrap();
             let mut data = Vec::new();
             let mut rng = Rng::for_tensor(1, "w");
-            write_tensor(&mut data, &mut rng, t, WeightClass::Experts, bytes).unwrap();
+            write_tensor(&mut data, &mut rng, t, float_range(WeightClass::Experts, [0.0; 2]), bytes).unwrap();
             let mut f = vec![0f32; n];
             dequantize_row(t, &data, &mut f).unwrap();
             let max = f.iter().fold(0f32, |m, v| m.max(v.abs()));

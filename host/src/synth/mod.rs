@@ -108,7 +108,7 @@ pub fn write(
             to_value(&e.value).map_err(anyhow::Error::msg)?,
         )?;
     }
-    let mut classes = Vec::new();
+    let mut ranges = Vec::new();
     for t in preset.tensors.iter() {
         let dtype = types.of(t.class);
         if !fill::SYNTH_TYPES.contains(&dtype) {
@@ -130,7 +130,7 @@ pub fn write(
             n_vocab = Some(shape[1] as usize);
         }
         w.add_tensor(t.name.as_str(), dtype, shape)?;
-        classes.push(t.class);
+        ranges.push(fill::float_range(t.class, t.range));
     }
     let n_vocab = n_vocab
         .ok_or_else(|| anyhow::anyhow!("preset `{}` has no embedding table", preset.name))?;
@@ -140,10 +140,13 @@ pub fn write(
     }
     let mut index = 0usize;
     let bytes = w.write_file(path, |t, sink| {
-        let class = classes.get(index).copied().unwrap_or(WeightClass::Other);
+        let range = ranges
+            .get(index)
+            .copied()
+            .unwrap_or(fill::float_range(WeightClass::Other, [0.0; 2]));
         index += 1;
         let mut rng = fill::Rng::for_tensor(seed, &t.name);
-        fill::write_tensor(sink, &mut rng, t.dtype, class, t.size)
+        fill::write_tensor(sink, &mut rng, t.dtype, range, t.size)
     })?;
     Ok(SynthReport {
         bytes,
