@@ -59,13 +59,17 @@ pub fn run(cli: &Cli, a: &SynthArgs) -> anyhow::Result<()> {
     if a.list {
         for m in &reg.models {
             for p in m.module.synth_presets()().iter() {
-                println!("{:<12} {:<12} {}", m.name, p.name, p.description);
+                let arch = preset_arch(p).unwrap_or(m.name.as_str());
+                println!("{arch:<12} {:<12} {}", p.name, p.description);
             }
         }
         return Ok(());
     }
     let plugin = reg.model_for(&a.arch)?;
-    let presets = plugin.module.synth_presets()();
+    let presets: Vec<_> = plugin.module.synth_presets()()
+        .into_iter()
+        .filter(|p| preset_arch(p).is_none_or(|arch| arch == a.arch))
+        .collect();
     let preset = presets
         .iter()
         .find(|p| p.name.as_str() == a.preset)
@@ -99,4 +103,13 @@ pub fn run(cli: &Cli, a: &SynthArgs) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// The architecture a preset writes (its `general.architecture`), so that a plugin serving
+/// several architectures can give each its own presets under the same names.
+fn preset_arch(p: &bloomery_plugin_api::model::SynthPreset) -> Option<&str> {
+    p.metadata
+        .iter()
+        .find(|e| e.key.as_str() == "general.architecture")
+        .and_then(|e| e.value.as_str())
 }

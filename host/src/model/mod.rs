@@ -4,6 +4,8 @@
 mod snapshot;
 pub mod view;
 
+pub use snapshot::Rewind;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;

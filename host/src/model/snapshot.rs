@@ -13,6 +13,64 @@ fn fnv1a(h: &mut u64, bytes: &[u8]) {
     }
 }
 
+fn lcm(a: u32, b: u32) -> u32 {
+    let (mut x, mut y) = (a, b);
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    a / x * b
+}
+
+/// How far back a model's saved state can be restored, from what its state buffers hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rewind {
+    /// Some buffer holds per-sequence state (convolution or recurrent), which cannot be
+    /// rewound: a saved state restores only whole, or at one of its checkpoints.
+    pub per_sequence: bool,
+    /// Positions restore in multiples of this (pooled-key blocks; 1 without them).
+    pub block: u32,
+}
+
+impl Rewind {
+    /// The longest prefix of at most `want` positions that a state saved for `saved` positions
+    /// restores to without checkpoints: any prefix when every buffer is positional, whole
+    /// pooled blocks when pooled keys are kept, and only all `saved` positions when a buffer
+    /// holds per-sequence state.
+    pub fn prefix(&self, saved: u32, want: u32) -> u32 {
+        let want = want.min(saved);
+        if want == saved {
+            want
+        } else if self.per_sequence {
+            0
+        } else {
+            want - want % self.block
+        }
+    }
+
+    /// Whether a checkpoint at `n` positions can be restored with the positional buffers of a
+    /// later state: every pooled-key block it needs must be whole.
+    pub fn checkpoint(&self, n: u32) -> bool {
+        n.is_multiple_of(self.block)
+    }
+
+    /// How many of the `shared` leading positions of a state of `saved` positions with
+    /// checkpoints at `checkpoints` can be restored, and from which checkpoint (`None`: the
+    /// state itself).
+    pub fn reach(
+        &self,
+        saved: usize,
+        checkpoints: impl Iterator<Item = usize>,
+        shared: usize,
+    ) -> (usize, Option<usize>) {
+        let direct = self.prefix(saved as u32, shared as u32) as usize;
+        checkpoints
+            .enumerate()
+            .filter(|&(_, n)| n <= shared && n <= saved && n > direct && self.checkpoint(n as u32))
+            .max_by_key(|&(_, n)| n)
+            .map_or((direct, None), |(i, n)| (n, Some(i)))
+    }
+}
+
 impl LoadedModel {
     /// What a saved slot state is valid for: the architecture, the tensor table (names, types,
     /// shapes, offsets) and the cache type and layout.
@@ -80,38 +138,111 @@ impl LoadedModel {
         Ok(parts)
     }
 
-    /// The longest prefix of at most `want` positions that a state saved for `saved` positions
-    /// can be restored to: any prefix when every buffer is positional, whole pooled blocks when
-    /// pooled keys are kept, and only all `saved` positions when a buffer holds per-sequence
-    /// state (convolution or recurrent), which cannot be rewound.
-    pub fn restorable_prefix(&self, saved: u32, want: u32) -> u32 {
-        let want = want.min(saved);
-        if want == saved {
-            return want;
-        }
-        let mut n = want;
+    /// How far back this model's saved states can be restored.
+    pub fn rewind(&self) -> Rewind {
+        let mut r = Rewind {
+            per_sequence: false,
+            block: 1,
+        };
         for s in self.spec.state.iter() {
             match s.kind {
                 StateKind::Keys | StateKind::Values | StateKind::Latent => {}
-                StateKind::PooledKeys => n -= n % s.block.max(1),
-                StateKind::Conv | StateKind::Recurrent => return 0,
+                StateKind::PooledKeys => r.block = lcm(r.block, s.block.max(1)),
+                StateKind::Conv | StateKind::Recurrent => r.per_sequence = true,
             }
         }
-        n
+        r
+    }
+
+    /// The longest prefix of at most `want` positions that a state saved for `saved` positions
+    /// can be restored to ([`Rewind::prefix`]).
+    pub fn restorable_prefix(&self, saved: u32, want: u32) -> u32 {
+        self.rewind().prefix(saved, want)
+    }
+
+    /// Whether state buffer `i` is kept per sequence (convolution or recurrent) rather than per
+    /// position.
+    fn per_sequence(&self, i: usize) -> bool {
+        matches!(
+            self.spec.state[i].kind,
+            StateKind::Conv | StateKind::Recurrent
+        )
+    }
+
+    /// Whether the model keeps state that cannot be rewound (a hybrid with recurrent layers):
+    /// only then are checkpoints worth taking.
+    pub fn has_sequence_state(&self) -> bool {
+        (0..self.state.len()).any(|i| self.per_sequence(i))
+    }
+
+    /// Copies out slot `slot`'s per-sequence buffers (convolution and recurrent state), in
+    /// declaration order: a checkpoint of where its sequence stands now. Together with the
+    /// positional buffers of any later saved state of the same tokens it restores this point.
+    pub fn read_checkpoint(&self, slot: u32) -> Result<Vec<Vec<u8>>, ModelError> {
+        self.check_slot(slot, 0)?;
+        let mut parts = Vec::new();
+        for (i, r) in self.state.iter().enumerate() {
+            if !self.per_sequence(i) {
+                continue;
+            }
+            let (offset, len) = self.extent(i, slot, 0);
+            let mut bytes = vec![0u8; len];
+            self.device
+                .read(r.buffer, offset, &mut bytes)
+                .map_err(super::device_err("reading a checkpoint"))?;
+            parts.push(bytes);
+        }
+        Ok(parts)
+    }
+
+    /// Writes a checkpoint from [`LoadedModel::read_checkpoint`] back into slot `slot`'s
+    /// per-sequence buffers, leaving its positional buffers as they are.
+    pub fn write_checkpoint(&mut self, slot: u32, parts: &[Vec<u8>]) -> Result<(), ModelError> {
+        self.check_slot(slot, 0)?;
+        let ids: Vec<usize> = (0..self.state.len())
+            .filter(|&i| self.per_sequence(i))
+            .collect();
+        if ids.len() != parts.len() {
+            return Err(ModelError::Request(format!(
+                "a checkpoint has {} parts; this model keeps {} per-sequence buffers",
+                parts.len(),
+                ids.len()
+            )));
+        }
+        for (&i, part) in ids.iter().zip(parts) {
+            let (offset, len) = self.extent(i, slot, 0);
+            if part.len() != len {
+                return Err(ModelError::Request(format!(
+                    "checkpoint part for state buffer {i} has {} bytes; the layout needs {len}",
+                    part.len()
+                )));
+            }
+            self.device
+                .write(&self.state_buffers[i], offset, part)
+                .map_err(super::device_err("writing a checkpoint"))?;
+        }
+        Ok(())
     }
 
     /// Writes back the first `n_pos` positions of what [`LoadedModel::read_slot`] gave for
-    /// `saved` positions; each part must have the length this model's layout gives for `saved`,
-    /// and `n_pos` must be a prefix [`LoadedModel::restorable_prefix`] allows.
+    /// `saved` positions; each part must have the length this model's layout gives for `saved`.
+    /// Without `checkpoint`, `n_pos` must be a prefix [`LoadedModel::restorable_prefix`]
+    /// allows; with one (taken at `n_pos` on the way to `saved`), the per-sequence buffers come
+    /// from it.
     pub fn write_slot(
         &mut self,
         slot: u32,
         n_pos: u32,
         saved: u32,
         parts: &[Vec<u8>],
+        checkpoint: Option<&[Vec<u8>]>,
     ) -> Result<(), ModelError> {
         self.check_slot(slot, saved)?;
-        if n_pos != self.restorable_prefix(saved, n_pos) {
+        let allowed = match checkpoint {
+            None => n_pos == self.restorable_prefix(saved, n_pos),
+            Some(_) => n_pos <= saved && self.rewind().checkpoint(n_pos),
+        };
+        if !allowed {
             return Err(ModelError::Request(format!(
                 "a state saved for {saved} positions cannot be restored to its first {n_pos}"
             )));
@@ -131,10 +262,16 @@ impl LoadedModel {
                     part.len()
                 )));
             }
+            if checkpoint.is_some() && self.per_sequence(i) {
+                continue;
+            }
             let (offset, len) = self.extent(i, slot, n_pos);
             self.device
                 .write(&self.state_buffers[i], offset, &part[..len])
                 .map_err(super::device_err("writing slot state"))?;
+        }
+        if let Some(ck) = checkpoint {
+            self.write_checkpoint(slot, ck)?;
         }
         Ok(())
     }

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::prompt_cache::{common_prefix, Inserted, PromptCache, SavedState};
+use super::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
 use super::slot_file::SlotFile;
 use super::stop::StopScan;
 use crate::engine::executor::BatchInputs;
@@ -274,9 +274,26 @@ struct Task<'t> {
 struct Slot<'t> {
     id: usize,
     cached: Vec<u32>,
+    /// Per-sequence state at earlier points of `cached` (hybrid models), oldest first.
+    checkpoints: Vec<Checkpoint>,
     task: Option<Task<'t>>,
     last_used: u64,
 }
+
+impl Slot<'_> {
+    /// Keeps the first `n` cached positions and the checkpoints within them.
+    fn keep(&mut self, n: usize) {
+        self.cached.truncate(n);
+        self.checkpoints.retain(|c| c.n <= n);
+    }
+}
+
+/// A hybrid model's slot takes a checkpoint when its prompt has advanced this many positions
+/// past the last one, and at the end of every prompt.
+const CHECKPOINT_EVERY: usize = 2048;
+
+/// Checkpoints kept per slot; the oldest goes first.
+const MAX_CHECKPOINTS: usize = 8;
 
 /// The scheduler's state.
 struct Scheduler<'t> {
@@ -300,6 +317,7 @@ pub fn run(
     shared: Arc<Shared>,
 ) {
     let identity = model.identity();
+    let rewind = model.rewind();
     let n_slots = model.options.n_slots as usize;
     let n_vocab = model.spec.hparams.n_vocab as usize;
     let mut s = Scheduler {
@@ -310,6 +328,7 @@ pub fn run(
             .map(|id| Slot {
                 id,
                 cached: Vec::new(),
+                checkpoints: Vec::new(),
                 task: None,
                 last_used: 0,
             })
@@ -318,7 +337,7 @@ pub fn run(
         clock: 0,
         n_vocab,
         identity,
-        cache: cfg.cache_ram.map(PromptCache::new),
+        cache: cfg.cache_ram.map(|b| PromptCache::new(b, rewind)),
     };
     s.publish();
     s.serve(jobs);
@@ -425,7 +444,7 @@ impl<'t> Scheduler<'t> {
         match action {
             SlotAction::Erase => {
                 let n = slot.cached.len();
-                self.slots[id].cached.clear();
+                self.slots[id].keep(0);
                 Ok(SlotReply {
                     n_tokens: n,
                     n_bytes: 0,
@@ -468,13 +487,14 @@ impl<'t> Scheduler<'t> {
                 if let Some(old) = self.capture(id) {
                     self.store(id, old);
                 }
-                self.slots[id].cached.clear();
+                self.slots[id].keep(0);
                 self.model
                     .write_slot(
                         id as u32,
                         file.tokens.len() as u32,
                         file.tokens.len() as u32,
                         &file.parts,
+                        None,
                     )
                     .map_err(|e| e.to_string())?;
                 let n = file.tokens.len();
@@ -575,24 +595,26 @@ impl<'t> Scheduler<'t> {
     /// its logits give the first token.
     fn prepare_slot(&mut self, id: usize, prompt: &[u32], cache_prompt: bool) -> usize {
         let limit = prompt.len() - 1;
-        let model = &self.model;
-        let restorable =
-            |saved: usize, want: usize| model.restorable_prefix(saved as u32, want as u32) as usize;
-        let held = &self.slots[id].cached;
-        let own = if cache_prompt {
-            restorable(held.len(), common_prefix(held, prompt).min(limit))
+        let rule = self.model.rewind();
+        let slot = &self.slots[id];
+        let (own, own_checkpoint) = if cache_prompt {
+            rule.reach(
+                slot.cached.len(),
+                slot.checkpoints.iter().map(|c| c.n),
+                common_prefix(&slot.cached, prompt).min(limit),
+            )
         } else {
-            0
+            (0, None)
         };
         let from_cache = match &self.cache {
-            Some(c) if cache_prompt => c.best(prompt, limit, restorable).filter(|&(_, n)| n > own),
+            Some(c) if cache_prompt => c.best(prompt, limit).filter(|&(_, n)| n > own),
             _ => None,
         };
         // The slot's state is copied out first and stored last, so that making room for it
         // cannot evict the entry being restored. It is worth a copy only when the request
         // discards a real part of it: not when it keeps all but a few tokens (a regenerated
         // answer), since those stay in the slot.
-        let held = self.slots[id].cached.len();
+        let held = slot.cached.len();
         let lost = if from_cache.is_some() {
             held
         } else {
@@ -603,34 +625,63 @@ impl<'t> Scheduler<'t> {
         } else {
             None
         };
-        let mut keep = own;
-        match (from_cache, self.cache.as_mut()) {
+        let keep = match (from_cache, self.cache.as_mut()) {
             (Some((i, n)), Some(cache)) => {
                 let state = cache.touch(i);
                 // Once writing starts the slot's old state is gone, whatever the outcome.
-                self.slots[id].cached.clear();
+                self.slots[id].keep(0);
                 let saved = state.tokens.len() as u32;
+                let checkpoint = state
+                    .reach(rule, n)
+                    .1
+                    .map(|c| state.checkpoints[c].parts.as_slice());
                 match self
                     .model
-                    .write_slot(id as u32, n as u32, saved, &state.parts)
+                    .write_slot(id as u32, n as u32, saved, &state.parts, checkpoint)
                 {
                     Ok(()) => {
-                        self.slots[id].cached = state.tokens[..n].to_vec();
+                        let slot = &mut self.slots[id];
+                        slot.cached = state.tokens[..n].to_vec();
+                        slot.checkpoints = state
+                            .checkpoints
+                            .iter()
+                            .filter(|c| c.n <= n)
+                            .cloned()
+                            .collect();
                         let c = &self.shared.counters;
                         c.cache_restores.fetch_add(1, Ordering::Relaxed);
                         c.cache_restored_tokens
                             .fetch_add(n as u64, Ordering::Relaxed);
                         tracing::debug!("slot {id}: restored {n} positions from the prompt cache");
-                        keep = n;
+                        n
                     }
                     Err(e) => {
                         tracing::warn!("slot {id}: restoring a saved prompt state failed: {e}");
-                        keep = 0;
+                        0
                     }
                 }
             }
-            _ => self.slots[id].cached.truncate(own),
-        }
+            _ => {
+                let keep = match own_checkpoint {
+                    Some(c) => {
+                        let parts = &self.slots[id].checkpoints[c].parts;
+                        match self.model.write_checkpoint(id as u32, parts) {
+                            Ok(()) => {
+                                tracing::debug!("slot {id}: back to its checkpoint at {own}");
+                                own
+                            }
+                            Err(e) => {
+                                tracing::warn!("slot {id}: restoring a checkpoint failed: {e}");
+                                0
+                            }
+                        }
+                    }
+                    None => own,
+                };
+                self.slots[id].keep(keep);
+                keep
+            }
+        };
         if let Some(state) = old {
             self.store(id, state);
         }
@@ -648,6 +699,12 @@ impl<'t> Scheduler<'t> {
             Ok(parts) => Some(SavedState {
                 tokens: tokens.clone(),
                 parts,
+                checkpoints: self.slots[id]
+                    .checkpoints
+                    .iter()
+                    .filter(|c| c.n < tokens.len())
+                    .cloned()
+                    .collect(),
             }),
             Err(e) => {
                 tracing::warn!("slot {id}: saving its state to the prompt cache failed: {e}");
@@ -697,7 +754,7 @@ impl<'t> Scheduler<'t> {
             if let Some(task) = slot.task.take() {
                 let _ = task.job.events.send(Event::Failed(msg.to_owned()));
             }
-            slot.cached.clear();
+            slot.keep(0);
         }
     }
 
@@ -783,6 +840,7 @@ impl<'t> Scheduler<'t> {
             Ordering::Relaxed,
         );
         let mut out = 0;
+        let checkpoints = self.model.has_sequence_state();
         for (id, toks, has_output) in plan {
             let slot = &mut self.slots[id];
             slot.cached.extend_from_slice(&toks);
@@ -791,6 +849,22 @@ impl<'t> Scheduler<'t> {
             };
             if task.next.is_none() {
                 task.n_past += toks.len();
+                let n = slot.cached.len();
+                let since = n - slot.checkpoints.last().map_or(0, |c| c.n);
+                if checkpoints
+                    && task.job.params.cache_prompt
+                    && (has_output || since >= CHECKPOINT_EVERY)
+                {
+                    match self.model.read_checkpoint(id as u32) {
+                        Ok(parts) => {
+                            if slot.checkpoints.len() == MAX_CHECKPOINTS {
+                                slot.checkpoints.remove(0);
+                            }
+                            slot.checkpoints.push(Checkpoint { n, parts });
+                        }
+                        Err(e) => tracing::warn!("slot {id}: taking a checkpoint failed: {e}"),
+                    }
+                }
             }
             if !has_output {
                 continue;

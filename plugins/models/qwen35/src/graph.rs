@@ -1,0 +1,317 @@
+//! The Qwen3.5 hybrid forward graph, for a batch of rows from any number of sequences.
+//!
+//! Each layer: RMS norm → Gated DeltaNet (three layers in four) or gated attention → residual →
+//! RMS norm → routed experts plus a sigmoid-gated shared expert (`qwen35moe`) or a SwiGLU FFN
+//! (`qwen35`) → residual. Node names follow llama.cpp's graph.
+
+use bloomery_plugin_api::builders::{LmInputs, MoeBlock};
+use bloomery_plugin_api::graph::{BatchShape, Graph, GraphBuilder, TensorId};
+use bloomery_plugin_api::op::{
+    AttentionParams, DeltaRuleParams, Gating, GluKind, Op, RopeParams, RouterParams, UnaryFn,
+};
+use bloomery_plugin_api::{DType, PluginError};
+
+use crate::hparams::{Ffn, HParams};
+use crate::state::LayerState;
+use crate::weights::{Attention, DeltaNet, FfnWeights, Mixer, Weights};
+
+/// What the graph needs besides the weights.
+pub struct Model<'a> {
+    /// Hyperparameters.
+    pub hp: &'a HParams,
+    /// Weights.
+    pub w: &'a Weights,
+    /// Each layer's state indices.
+    pub state: &'a [LayerState],
+    /// Rotary parameters of the attention layers (IMROPE, partial).
+    pub rope: RopeParams,
+}
+
+const F32: usize = 4;
+
+fn unary(
+    g: &mut GraphBuilder,
+    name: &str,
+    x: TensorId,
+    f: UnaryFn,
+) -> Result<TensorId, PluginError> {
+    let ne = g.ne(x);
+    g.op(name, Op::Unary { f }, &[x], DType::F32, ne)
+}
+
+/// A contiguous copy of `ne` f32 elements of `base`, rows `row_stride` elements apart, starting
+/// `offset` elements in (splits interleaved projections).
+fn slice(
+    g: &mut GraphBuilder,
+    name: &str,
+    base: TensorId,
+    ne: [u64; 4],
+    row_stride: u64,
+    offset: u64,
+) -> Result<TensorId, PluginError> {
+    let f = F32 as u64;
+    let nb = [f, ne[0] * f, row_stride * f, row_stride * f * ne[2]];
+    let v = g.view(base, name, ne, nb, offset * f);
+    g.op(name, Op::Copy, &[v], DType::F32, ne)
+}
+
+fn attention(
+    m: &Model<'_>,
+    g: &mut GraphBuilder,
+    a: &Attention,
+    (k_cache, v_cache): (u32, u32),
+    x: TensorId,
+    inp: &LmInputs,
+) -> Result<TensorId, PluginError> {
+    let hp = m.hp;
+    let rows = g.ne(x)[1];
+    let (hd, nh, nkv) = (
+        u64::from(hp.head_dim),
+        u64::from(hp.n_head),
+        u64::from(hp.n_head_kv),
+    );
+    let wq = g.w(&a.wq)?;
+    let q_full = g.matmul("Qcur_full", wq, x)?;
+    let q = slice(g, "Qcur", q_full, [hd, nh, rows, 1], 2 * hd, 0)?;
+    let gate = slice(g, "gate", q_full, [hd, nh, rows, 1], 2 * hd, hd)?;
+    let wk = g.w(&a.wk)?;
+    let k = g.matmul("Kcur", wk, x)?;
+    let k = g.reshape(k, [hd, nkv, rows, 1])?;
+    let wv = g.w(&a.wv)?;
+    let v = g.matmul("Vcur", wv, x)?;
+    let qn = g.w(&a.q_norm)?;
+    let q = g.rms_norm("Qcur_normed", q, Some(qn), hp.eps)?;
+    let kn = g.w(&a.k_norm)?;
+    let k = g.rms_norm("Kcur_normed", k, Some(kn), hp.eps)?;
+    let rope = Op::Rope(m.rope);
+    let q = g.op(
+        "Qcur_rope",
+        rope,
+        &[q, inp.positions],
+        DType::F32,
+        [hd, nh, rows, 1],
+    )?;
+    let k = g.op(
+        "Kcur_rope",
+        rope,
+        &[k, inp.positions],
+        DType::F32,
+        [hd, nkv, rows, 1],
+    )?;
+    let k = g.reshape(k, [hd * nkv, rows, 1, 1])?;
+    let kc = g.state(k_cache, "cache_k");
+    let vc = g.state(v_cache, "cache_v");
+    g.op_into(Op::CacheStore, &[k, kc, inp.slots, inp.positions], kc)?;
+    g.op_into(Op::CacheStore, &[v, vc, inp.slots, inp.positions], vc)?;
+    let params = AttentionParams {
+        n_head: hp.n_head,
+        n_head_kv: hp.n_head_kv,
+        dk: hp.head_dim,
+        dv: hp.head_dim,
+        scale: 1.0 / (hp.head_dim as f32).sqrt(),
+        softcap: 0.0,
+        window: 0,
+        v_from_k: false,
+        sinks: false,
+        selected: false,
+    };
+    let o = g.op(
+        "attn_pregate",
+        Op::Attention(params),
+        &[q, kc, vc, inp.slots, inp.positions],
+        DType::F32,
+        [hd, nh, rows, 1],
+    )?;
+    let o = g.reshape(o, [hd * nh, rows, 1, 1])?;
+    let gate = g.reshape(gate, [hd * nh, rows, 1, 1])?;
+    let gate = unary(g, "gate_sigmoid", gate, UnaryFn::Sigmoid)?;
+    let o = g.mul("attn_gated", o, gate)?;
+    let wo = g.w(&a.wo)?;
+    g.matmul("attn_output", wo, o)
+}
+
+fn delta_net(
+    m: &Model<'_>,
+    g: &mut GraphBuilder,
+    d: &DeltaNet,
+    (conv_state, ssm_state): (u32, u32),
+    x: TensorId,
+    inp: &LmInputs,
+) -> Result<TensorId, PluginError> {
+    let hp = m.hp;
+    let s = hp.gdn;
+    let rows = g.ne(x)[1];
+    let (dk, dv) = (u64::from(s.dk), u64::from(s.dv));
+    let (hk, hv) = (u64::from(s.n_head_k), u64::from(s.n_head_v));
+    let ch = u64::from(s.conv_channels());
+    let wqkv = g.w(&d.wqkv)?;
+    let qkv = g.matmul("linear_attn_qkv_mixed", wqkv, x)?;
+    let wgate = g.w(&d.wgate)?;
+    let z = g.matmul("z", wgate, x)?;
+    let wbeta = g.w(&d.beta)?;
+    let beta = g.matmul("beta", wbeta, x)?;
+    let beta = unary(g, "beta_sigmoid", beta, UnaryFn::Sigmoid)?;
+    let walpha = g.w(&d.alpha)?;
+    let alpha = g.matmul("alpha", walpha, x)?;
+    let dt = g.w(&d.dt_bias)?;
+    let alpha = g.add("alpha_biased", alpha, dt)?;
+    let alpha = unary(g, "a_softplus", alpha, UnaryFn::Softplus)?;
+    let a = g.w(&d.a)?;
+    let gate = g.mul("gate", alpha, a)?;
+    let wconv = g.w(&d.conv)?;
+    let cs = g.state(conv_state, "conv_state");
+    let conv = g.op(
+        "conv_output_raw",
+        Op::ConvCausal { taps: s.taps },
+        &[qkv, wconv, cs, inp.slots, inp.positions],
+        DType::F32,
+        [ch, rows, 1, 1],
+    )?;
+    let conv = unary(g, "conv_output_silu", conv, UnaryFn::Silu)?;
+    let q = slice(g, "q_conv", conv, [dk, hk, rows, 1], ch, 0)?;
+    let k = slice(g, "k_conv", conv, [dk, hk, rows, 1], ch, dk * hk)?;
+    let v = slice(g, "v_conv", conv, [dv, hv, rows, 1], ch, 2 * dk * hk)?;
+    let q = g.op(
+        "q_conv_norm",
+        Op::L2Norm { eps: hp.eps },
+        &[q],
+        DType::F32,
+        [dk, hk, rows, 1],
+    )?;
+    let k = g.op(
+        "k_conv_norm",
+        Op::L2Norm { eps: hp.eps },
+        &[k],
+        DType::F32,
+        [dk, hk, rows, 1],
+    )?;
+    let ss = g.state(ssm_state, "ssm_state");
+    let params = DeltaRuleParams {
+        n_head_k: s.n_head_k,
+        n_head_v: s.n_head_v,
+        dk: s.dk,
+        dv: s.dv,
+        scale: 1.0 / (s.dk as f32).sqrt(),
+        per_dim_gate: false,
+        beta_scale: 1.0,
+    };
+    let o = g.op(
+        "delta_out",
+        Op::DeltaRule(params),
+        &[q, k, v, gate, beta, ss, inp.slots, inp.positions],
+        DType::F32,
+        [dv, hv, rows, 1],
+    )?;
+    let nw = g.w(&d.norm)?;
+    let o = g.rms_norm("attn_out_norm", o, Some(nw), hp.eps)?;
+    let z = g.reshape(z, [dv, hv, rows, 1])?;
+    let z = unary(g, "z_silu", z, UnaryFn::Silu)?;
+    let o = g.mul("attn_out_gated", o, z)?;
+    let o = g.reshape(o, [dv * hv, rows, 1, 1])?;
+    let wout = g.w(&d.out)?;
+    g.matmul("linear_attn_out", wout, o)
+}
+
+fn ffn(
+    m: &Model<'_>,
+    g: &mut GraphBuilder,
+    f: &FfnWeights,
+    x: TensorId,
+) -> Result<TensorId, PluginError> {
+    let swiglu =
+        |g: &mut GraphBuilder, gate, up, down, pre: &str| -> Result<TensorId, PluginError> {
+            let wg = g.w(gate)?;
+            let wu = g.w(up)?;
+            let wd = g.w(down)?;
+            let a = g.matmul(&format!("{pre}gate"), wg, x)?;
+            let b = g.matmul(&format!("{pre}up"), wu, x)?;
+            let h = g.glu(&format!("{pre}swiglu"), a, b, GluKind::SwiGlu, 0.0)?;
+            g.matmul(&format!("{pre}down"), wd, h)
+        };
+    match f {
+        FfnWeights::Dense(d) => swiglu(g, &d.gate, &d.up, &d.down, "ffn_"),
+        FfnWeights::Moe(e) => {
+            let Ffn::Moe {
+                n_expert,
+                n_expert_used,
+                weights_scale,
+                ..
+            } = m.hp.ffn
+            else {
+                return Err(PluginError::invalid("expert weights on a dense model"));
+            };
+            let route = RouterParams {
+                gating: Gating::Softmax,
+                n_expert,
+                k: n_expert_used,
+                n_group: 1,
+                topk_group: 1,
+                bias: false,
+                norm: true,
+                norm_min: 6.103_515_6e-5,
+                scale: weights_scale,
+            };
+            let blk = MoeBlock {
+                router: &e.router,
+                router_bias: None,
+                route,
+                gate: &e.gate,
+                up: e.up.as_ref(),
+                down: &e.down,
+                glu: GluKind::SwiGlu,
+                limit: 0.0,
+            };
+            let moe = g.moe_block(&blk, x)?;
+            let sh = swiglu(g, &e.sh_gate, &e.sh_up, &e.sh_down, "ffn_shexp_")?;
+            let sgw = g.w(&e.shared_gate)?;
+            let sg = g.matmul("shared_expert_gate", sgw, x)?;
+            let sg = unary(g, "shared_expert_gate_sigmoid", sg, UnaryFn::Sigmoid)?;
+            let sh = g.mul("ffn_shexp_gated", sh, sg)?;
+            g.add("ffn_out", moe, sh)
+        }
+    }
+}
+
+/// Builds the graph for `shape`.
+pub fn build(m: &Model<'_>, shape: BatchShape) -> Result<Graph, PluginError> {
+    let hp = m.hp;
+    let w = m.w;
+    let mut g = GraphBuilder::new();
+    let inp = g.lm_inputs(shape.n_rows, shape.n_outputs)?;
+    let embd = g.w(&w.tok_embd)?;
+    let mut x = g.get_rows("inp_embd", embd, inp.tokens)?;
+    for (il, l) in w.layers.iter().enumerate() {
+        g.set_layer(il as i32);
+        let an = g.w(&l.attn_norm)?;
+        let cur = g.rms_norm("attn_norm", x, Some(an), hp.eps)?;
+        let mut cur = match (&l.mixer, m.state[il]) {
+            (Mixer::Attention(a), LayerState::Attention { k, v }) => {
+                attention(m, &mut g, a, (k, v), cur, &inp)?
+            }
+            (Mixer::DeltaNet(d), LayerState::Recurrent { conv, ssm }) => {
+                delta_net(m, &mut g, d, (conv, ssm), cur, &inp)?
+            }
+            _ => {
+                return Err(PluginError::invalid(format!(
+                    "layer {il}: weights and state disagree"
+                )))
+            }
+        };
+        if il + 1 == w.layers.len() {
+            cur = g.select_outputs(cur, &inp)?;
+            x = g.select_outputs(x, &inp)?;
+        }
+        let res = g.add("attn_residual", cur, x)?;
+        let pn = g.w(&l.post_norm)?;
+        let cur = g.rms_norm("attn_post_norm", res, Some(pn), hp.eps)?;
+        let cur = ffn(m, &mut g, &l.ffn, cur)?;
+        x = g.add("l_out", cur, res)?;
+    }
+    g.set_layer(-1);
+    let on = g.w(&w.output_norm)?;
+    let x = g.rms_norm("result_norm", x, Some(on), hp.eps)?;
+    let head = g.w(&w.output)?;
+    let logits = g.matmul("result_output", head, x)?;
+    g.output("logits", logits);
+    Ok(g.finish())
+}

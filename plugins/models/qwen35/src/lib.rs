@@ -1,0 +1,107 @@
+//! Model plugin for the Qwen3.5 hybrid family: GGUF architectures `qwen35moe` (Qwen3.5/3.6-MoE,
+//! e.g. Qwen3.6-35B-A3B) and `qwen35` (dense; Clef's backbone). Three Gated DeltaNet layers to one
+//! gated attention layer: the DeltaNet layers keep a convolution history and a recurrent matrix
+//! per sequence, the attention layers a K/V cache; attention uses QK-norm, IMROPE over a quarter
+//! of each head and a sigmoid output gate. MoE layers route 256 experts top-8 (softmax,
+//! renormalised) next to a sigmoid-gated shared expert.
+#![allow(non_local_definitions)]
+
+pub mod graph;
+pub mod hparams;
+pub mod state;
+pub mod synth;
+pub mod weights;
+
+use abi_stable::std_types::{RResult, RVec};
+use bloomery_plugin_api::builders::RopeConfig;
+use bloomery_plugin_api::graph::{BatchShape, Graph};
+use bloomery_plugin_api::meta::ModelFileView;
+use bloomery_plugin_api::model::{ModelCaps, ModelInstance, ModelSpec, StateDecl};
+use bloomery_plugin_api::op::{RopeMode, RopeParams};
+use bloomery_plugin_api::PluginError;
+
+use hparams::{HParams, ARCH_DENSE, ARCH_MOE};
+use state::LayerState;
+use weights::Weights;
+
+/// A loaded Qwen3.5 hybrid.
+pub struct Qwen35 {
+    hp: HParams,
+    weights: Weights,
+    state: RVec<StateDecl>,
+    layer_state: Vec<LayerState>,
+    rope: RopeParams,
+}
+
+impl Qwen35 {
+    /// Reads hyperparameters and weights from the file view.
+    pub fn load(view: &ModelFileView) -> Result<Self, PluginError> {
+        let arch = match view.architecture()? {
+            ARCH_MOE => ARCH_MOE,
+            ARCH_DENSE => ARCH_DENSE,
+            other => {
+                return Err(PluginError::unsupported(
+                    format!("architecture `{other}`"),
+                    &[ARCH_MOE, ARCH_DENSE],
+                ))
+            }
+        };
+        let hp = HParams::from_view(view, arch)?;
+        let weights = Weights::from_view(view, &hp)?;
+        let (state, layer_state) = state::declare(&hp);
+        let mut rope = RopeConfig::from_view(view, arch, RopeMode::Imrope, hp.head_dim)?.params;
+        let sections = view.u32_array_or_empty(&format!("{arch}.rope.dimension_sections"))?;
+        if sections.len() > 4 || sections.iter().sum::<u32>() * 2 > rope.n_dims {
+            return Err(PluginError::BadKey {
+                key: format!("{arch}.rope.dimension_sections").into(),
+                message: format!("{sections:?} does not fit {} rotated dims", rope.n_dims).into(),
+            });
+        }
+        for (i, s) in sections.iter().enumerate() {
+            rope.sections[i] = *s;
+        }
+        if sections.iter().all(|&s| s == 0) {
+            rope.mode = RopeMode::Neox;
+        }
+        Ok(Qwen35 {
+            hp,
+            weights,
+            state,
+            layer_state,
+            rope,
+        })
+    }
+}
+
+impl ModelInstance for Qwen35 {
+    fn spec(&self) -> ModelSpec {
+        ModelSpec {
+            architecture: self.hp.arch.into(),
+            hparams: self.hp.summary(),
+            weights: self.weights.decls.clone(),
+            state: self.state.clone(),
+            caps: ModelCaps {
+                recurrent: true,
+                n_mtp_layers: 0,
+                max_context: u64::from(self.hp.n_ctx_train),
+            },
+        }
+    }
+
+    fn build_graph(&self, shape: BatchShape) -> RResult<Graph, PluginError> {
+        let m = graph::Model {
+            hp: &self.hp,
+            w: &self.weights,
+            state: &self.layer_state,
+            rope: self.rope,
+        };
+        graph::build(&m, shape).into()
+    }
+}
+
+bloomery_plugin_api::export_model_plugin! {
+    name: "qwen35",
+    architectures: [ARCH_MOE, ARCH_DENSE],
+    synth_presets: synth::presets,
+    load: Qwen35::load,
+}

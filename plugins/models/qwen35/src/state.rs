@@ -1,0 +1,67 @@
+//! The per-layer state of a Qwen3.5 hybrid: a key and a value cache per attention layer, a
+//! convolution history and a recurrent matrix per Gated DeltaNet layer.
+
+use abi_stable::std_types::RVec;
+use bloomery_plugin_api::model::{StateDecl, StateKind};
+
+use crate::hparams::HParams;
+
+/// Where one layer's state lives: indices into the declared state list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerState {
+    /// An attention layer's caches.
+    Attention {
+        /// Key cache.
+        k: u32,
+        /// Value cache.
+        v: u32,
+    },
+    /// A Gated DeltaNet layer's state.
+    Recurrent {
+        /// The last `taps - 1` convolution inputs.
+        conv: u32,
+        /// The `[dk, dv]` matrix of every value head.
+        ssm: u32,
+    },
+}
+
+/// Declares every state buffer, in layer order, and where each layer's is.
+pub fn declare(hp: &HParams) -> (RVec<StateDecl>, Vec<LayerState>) {
+    let mut decls = Vec::new();
+    let mut layers = Vec::with_capacity(hp.n_layer as usize);
+    let g = hp.gdn;
+    for il in 0..hp.n_layer {
+        let mut add = |name: &str, kind: StateKind, row_elems: u64| {
+            decls.push(StateDecl {
+                name: format!("{name}_l{il}").into(),
+                layer: il,
+                kind,
+                row_elems,
+                window: 0,
+                block: 1,
+            });
+            decls.len() as u32 - 1
+        };
+        layers.push(if hp.recurrent[il as usize] {
+            LayerState::Recurrent {
+                conv: add(
+                    "conv_state",
+                    StateKind::Conv,
+                    u64::from(g.conv_channels()) * u64::from(g.taps - 1),
+                ),
+                ssm: add(
+                    "ssm_state",
+                    StateKind::Recurrent,
+                    u64::from(g.dk) * u64::from(g.dv) * u64::from(g.n_head_v),
+                ),
+            }
+        } else {
+            let kv = u64::from(hp.head_dim * hp.n_head_kv);
+            LayerState::Attention {
+                k: add("cache_k", StateKind::Keys, kv),
+                v: add("cache_v", StateKind::Values, kv),
+            }
+        });
+    }
+    (decls.into(), layers)
+}
