@@ -157,7 +157,14 @@ mod tests {
             let bytes = t.row_bytes(n as u64).unwrap();
             let mut data = Vec::new();
             let mut rng = Rng::for_tensor(1, "w");
-            write_tensor(&mut data, &mut rng, t, float_range(WeightClass::Experts, [0.0; 2]), bytes).unwrap();
+            write_tensor(
+                &mut data,
+                &mut rng,
+                t,
+                float_range(WeightClass::Experts, [0.0; 2]),
+                bytes,
+            )
+            .unwrap();
             let mut f = vec![0f32; n];
             dequantize_row(t, &data, &mut f).unwrap();
             let max = f.iter().fold(0f32, |m, v| m.max(v.abs()));
