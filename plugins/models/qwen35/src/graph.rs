@@ -39,18 +39,19 @@ fn unary(
     g.op(name, Op::Unary { f }, &[x], DType::F32, ne)
 }
 
-/// A contiguous copy of `ne` f32 elements of `base`, rows `row_stride` elements apart, starting
-/// `offset` elements in (splits interleaved projections).
+/// A contiguous copy of `[ne0, heads, rows]` f32 elements of `base`, heads `head_stride` and
+/// rows `row_stride` elements apart, starting `offset` elements in (splits interleaved
+/// projections).
 fn slice(
     g: &mut GraphBuilder,
     name: &str,
     base: TensorId,
     ne: [u64; 4],
-    row_stride: u64,
+    (head_stride, row_stride): (u64, u64),
     offset: u64,
 ) -> Result<TensorId, PluginError> {
     let f = F32 as u64;
-    let nb = [f, ne[0] * f, row_stride * f, row_stride * f * ne[2]];
+    let nb = [f, head_stride * f, row_stride * f, row_stride * f * ne[2]];
     let v = g.view(base, name, ne, nb, offset * f);
     g.op(name, Op::Copy, &[v], DType::F32, ne)
 }
@@ -72,8 +73,10 @@ fn attention(
     );
     let wq = g.w(&a.wq)?;
     let q_full = g.matmul("Qcur_full", wq, x)?;
-    let q = slice(g, "Qcur", q_full, [hd, nh, rows, 1], 2 * hd, 0)?;
-    let gate = slice(g, "gate", q_full, [hd, nh, rows, 1], 2 * hd, hd)?;
+    // Each head's query is followed by its output gate.
+    let strides = (2 * hd, 2 * hd * nh);
+    let q = slice(g, "Qcur", q_full, [hd, nh, rows, 1], strides, 0)?;
+    let gate = slice(g, "gate", q_full, [hd, nh, rows, 1], strides, hd)?;
     let wk = g.w(&a.wk)?;
     let k = g.matmul("Kcur", wk, x)?;
     let k = g.reshape(k, [hd, nkv, rows, 1])?;
@@ -168,9 +171,9 @@ fn delta_net(
         [ch, rows, 1, 1],
     )?;
     let conv = unary(g, "conv_output_silu", conv, UnaryFn::Silu)?;
-    let q = slice(g, "q_conv", conv, [dk, hk, rows, 1], ch, 0)?;
-    let k = slice(g, "k_conv", conv, [dk, hk, rows, 1], ch, dk * hk)?;
-    let v = slice(g, "v_conv", conv, [dv, hv, rows, 1], ch, 2 * dk * hk)?;
+    let q = slice(g, "q_conv", conv, [dk, hk, rows, 1], (dk, ch), 0)?;
+    let k = slice(g, "k_conv", conv, [dk, hk, rows, 1], (dk, ch), dk * hk)?;
+    let v = slice(g, "v_conv", conv, [dv, hv, rows, 1], (dv, ch), 2 * dk * hk)?;
     let q = g.op(
         "q_conv_norm",
         Op::L2Norm { eps: hp.eps },
