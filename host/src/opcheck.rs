@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use bloomery_plugin_api::op::{
-    AttentionParams, Gating, GluKind, MoeParams, Op, OpKind, RopeMode, RopeParams, RouterParams,
-    UnaryFn,
+    AttentionParams, DeltaRuleParams, Gating, GluKind, MoeParams, Op, OpKind, RopeMode, RopeParams,
+    RouterParams, UnaryFn,
 };
 use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
 use bloomery_plugin_api::{DType, PluginError};
@@ -31,6 +31,18 @@ pub enum Fill {
     /// F32 multiples of 1/127 in `[-1, 1]` with ±1 in every 32-block: quantization to 8 bits is
     /// exact, so a product's check isolates the dot from activation rounding.
     Steps,
+    /// F32 uniform in `[lo, hi)` (log decays, write strengths).
+    Range(f32, f32),
+    /// I32 in two runs, as a batch of two sequences: element `r` is `first[0] + step·r` before
+    /// `split`, then `first[1] + step·(r − split)` (slots with step 0, positions with step 1).
+    Runs {
+        /// Elements in the first run.
+        split: u64,
+        /// Each run's first value.
+        first: [i32; 2],
+        /// Increment along a run.
+        step: i32,
+    },
 }
 
 /// One tensor of a case.
@@ -57,6 +69,9 @@ pub struct Case {
     pub dst: [u64; 4],
     /// The op writes source `i` (a cache): that source is the destination.
     pub dst_is_src: Option<usize>,
+    /// The op also updates source `i` in place (a recurrent state): it is compared after the run
+    /// as a second outcome.
+    pub also_src: Option<usize>,
     /// Destination type when not a source (F32, or I32 for ids).
     pub dst_dtype: DType,
     /// Largest accepted relative error.
@@ -79,6 +94,7 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
         srcs,
         dst,
         dst_is_src: None,
+        also_src: None,
         dst_dtype: DType::F32,
         tol,
     };
@@ -150,6 +166,13 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     "row broadcast",
                     o,
                     vec![f32s([640, 7, 1, 1]), f32s([640, 1, 1, 1])],
+                    [640, 7, 1, 1],
+                    1e-6,
+                ),
+                case(
+                    "one value per row",
+                    o,
+                    vec![f32s([640, 7, 1, 1]), f32s([1, 7, 1, 1])],
                     [640, 7, 1, 1],
                     1e-6,
                 ),
@@ -557,8 +580,79 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                 ),
             ]
         }
+        (OpKind::ConvCausal, DType::F32) => {
+            // Two sequences: slot 2 continues from position 9 (its state is read), slot 0 starts
+            // at position 0 (its random state must be ignored); slot 1 is not in the batch.
+            let (ch, taps) = (8192, 4);
+            let srcs = |rows: u64, split: u64| {
+                vec![
+                    f32s([ch, rows, 1, 1]),
+                    f32s([taps, ch, 1, 1]),
+                    f32s([ch * (taps - 1), 1, 3, 1]),
+                    runs(rows, split, [2, 0], 0),
+                    runs(rows, split, [9, 0], 1),
+                ]
+            };
+            let conv = Op::ConvCausal { taps: taps as u32 };
+            [("decode: 1 row", 1, 1), ("70 rows, 2 sequences", 70, 30)]
+                .into_iter()
+                .map(|(name, rows, split)| Case {
+                    also_src: Some(2),
+                    ..case(name, conv, srcs(rows, split), [ch, rows, 1, 1], 1e-6)
+                })
+                .collect()
+        }
+        (OpKind::DeltaRule, DType::F32) => {
+            // Qwen3.5's shape. Keys and queries of norm about 1 (as after L2Norm), log decays in
+            // [-1, -0.05), β in [0, 1): the state stays bounded over 130 rows. Slot 2 continues
+            // from position 37, slot 0 starts at 0 (its random state must be ignored), slot 1 is
+            // not in the batch. The CPU's step-wise and chunked forms agree to 3e-7 here; a dropped
+            // decay, a wrong key head or a missed reset gives errors from 0.1 to 4.
+            let (dk, dv, hk, hv) = (128, 128, 16, 32);
+            let srcs = |rows: u64, split: u64| {
+                vec![
+                    spec(DType::F32, [dk, hk, rows, 1], Fill::Random(0.15)),
+                    spec(DType::F32, [dk, hk, rows, 1], Fill::Random(0.15)),
+                    f32s([dv, hv, rows, 1]),
+                    spec(DType::F32, [hv, rows, 1, 1], Fill::Range(-1.0, -0.05)),
+                    spec(DType::F32, [hv, rows, 1, 1], Fill::Range(0.0, 1.0)),
+                    spec(DType::F32, [dk * dv * hv, 1, 3, 1], Fill::Random(0.1)),
+                    runs(rows, split, [2, 0], 0),
+                    runs(rows, split, [37, 0], 1),
+                ]
+            };
+            let op = Op::DeltaRule(DeltaRuleParams {
+                n_head_k: hk as u32,
+                n_head_v: hv as u32,
+                dk: dk as u32,
+                dv: dv as u32,
+                scale: 1.0 / (dk as f32).sqrt(),
+                per_dim_gate: false,
+                beta_scale: 1.0,
+            });
+            [
+                ("decode: 1 row", 1, 1),
+                ("7 rows, 2 sequences", 7, 3),
+                ("130 rows, 2 sequences", 130, 50),
+            ]
+            .into_iter()
+            .map(|(name, rows, split)| Case {
+                also_src: Some(5),
+                ..case(name, op, srcs(rows, split), [dv, hv, rows, 1], 1e-4)
+            })
+            .collect()
+        }
         _ => Vec::new(),
     }
+}
+
+/// An I32 `[rows]` source of two runs ([`Fill::Runs`]).
+fn runs(rows: u64, split: u64, first: [i32; 2], step: i32) -> Spec {
+    spec(
+        DType::I32,
+        [rows, 1, 1, 1],
+        Fill::Runs { split, first, step },
+    )
 }
 
 /// Random bytes for a tensor.
@@ -588,6 +682,23 @@ fn fill_bytes(s: &Spec, rng: &mut StdRng) -> Result<Vec<u8>, PluginError> {
         (DType::F32, Fill::Random(a)) => {
             for c in out.chunks_exact_mut(4) {
                 c.copy_from_slice(&rng.gen_range(-a..a).to_le_bytes());
+            }
+        }
+        (DType::F32, Fill::Range(lo, hi)) => {
+            for c in out.chunks_exact_mut(4) {
+                c.copy_from_slice(&rng.gen_range(lo..hi).to_le_bytes());
+            }
+        }
+        (DType::I32, Fill::Runs { split, first, step }) => {
+            for (r, c) in out.chunks_exact_mut(4).enumerate() {
+                let r = r as i32;
+                let split = split as i32;
+                let v = if r < split {
+                    first[0] + step * r
+                } else {
+                    first[1] + step * (r - split)
+                };
+                c.copy_from_slice(&v.to_le_bytes());
             }
         }
         (DType::F32, Fill::Steps) => {
@@ -692,7 +803,8 @@ fn place(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Placed, Plu
     })
 }
 
-fn run_on(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Vec<f32>, PluginError> {
+/// Runs a case: the destination's values, then those of the source it also updates, if any.
+fn run_on(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Vec<Vec<f32>>, PluginError> {
     let p = place(dev, case, data)?;
     dev.run(std::slice::from_ref(&p.call))?;
     dev.sync()?;
@@ -703,9 +815,17 @@ fn run_on(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Vec<f32>, 
             .last()
             .ok_or_else(|| PluginError::invalid("no destination"))?,
     };
+    let mut results = vec![read_values(dev, d, p.call.dst.dtype)?];
+    if let Some(i) = case.also_src {
+        results.push(read_values(dev, &p.bufs[i], p.call.srcs[i].dtype)?);
+    }
+    Ok(results)
+}
+
+fn read_values(dev: &Arc<Device>, d: &Buffer, dtype: DType) -> Result<Vec<f32>, PluginError> {
     let mut out = vec![0u8; d.bytes as usize];
     dev.read(d.handle, 0, &mut out)?;
-    Ok(match p.call.dst.dtype {
+    Ok(match dtype {
         DType::F16 => out
             .chunks_exact(2)
             .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
@@ -806,22 +926,29 @@ pub fn check(dev: &Arc<Device>, reference: &Arc<Device>, seed: u64) -> Vec<Outco
                     .and_then(|data| {
                         Ok((run_on(dev, &case, &data)?, run_on(reference, &case, &data)?))
                     });
-                outcomes.push(match result {
-                    Ok((out, reference)) => Outcome {
-                        what,
-                        rel: relative(&out, &reference),
-                        tol: case.tol,
-                        error: None,
-                        worst: worst(&out, &reference),
-                    },
-                    Err(e) => Outcome {
+                match result {
+                    Ok((outs, refs)) => {
+                        for (i, (out, reference)) in outs.iter().zip(&refs).enumerate() {
+                            outcomes.push(Outcome {
+                                what: match i {
+                                    0 => what.clone(),
+                                    _ => format!("{what}, state after the run"),
+                                },
+                                rel: relative(out, reference),
+                                tol: case.tol,
+                                error: None,
+                                worst: worst(out, reference),
+                            });
+                        }
+                    }
+                    Err(e) => outcomes.push(Outcome {
                         what,
                         rel: f64::NAN,
                         tol: case.tol,
                         error: Some(e.to_string()),
                         worst: None,
-                    },
-                });
+                    }),
+                }
             }
         }
     }
@@ -1005,6 +1132,8 @@ mod tests {
             (OpKind::MoeExperts, DType::Q3_K),
             (OpKind::MoeExperts, DType::Q6_K),
             (OpKind::MoeExperts, DType::Q5_0),
+            (OpKind::ConvCausal, DType::F32),
+            (OpKind::DeltaRule, DType::F32),
         ] {
             let cs = cases(op, t);
             assert!(!cs.is_empty(), "{op:?} {t}");

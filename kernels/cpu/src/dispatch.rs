@@ -53,6 +53,8 @@ pub fn capabilities() -> RVec<OpSupport> {
         OpKind::TopK,
         OpKind::RouterTopK,
         OpKind::RouterWeights,
+        OpKind::ConvCausal,
+        OpKind::DeltaRule,
     ];
     let mut list: Vec<OpSupport> = f32_only
         .iter()
@@ -141,16 +143,29 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
         Op::MoeExperts(p) => moe(b, c, p),
         Op::Add | Op::Mul => {
             let (a, bb) = (src(c, 0, "Add")?, src(c, 1, "Add")?);
-            let out = f32s_mut(buf, &c.dst, "dst")?;
-            out.copy_from_slice(f32s(buf, a, "a")?);
             let rhs = f32s(buf, bb, "b")?;
-            if matches!(c.op, Op::Add) {
-                ops::elementwise::add(out, rhs)
-            } else {
-                ops::elementwise::mul(out, rhs)
+            // `[1, m]`: one value per row of `a` (when `a`'s rows are one value wide, every rule
+            // means the same).
+            let per_row = bb.ne[0] == 1 && a.ne[0] != 1;
+            if per_row && bb.elements() != a.rows() {
+                return Err(PluginError::invalid(format!(
+                    "Add/Mul of {:?} by {:?}: one value per row needs {} values",
+                    a.ne,
+                    bb.ne,
+                    a.rows()
+                )));
+            }
+            let out = copy_in(buf, c, "Add")?;
+            match (c.op, per_row) {
+                (Op::Add, false) => ops::elementwise::add(out, rhs),
+                (Op::Add, true) => ops::elementwise::add_per_row(out, rhs),
+                (_, false) => ops::elementwise::mul(out, rhs),
+                (_, true) => ops::elementwise::mul_per_row(out, rhs),
             }
             .map_err(op_err)
         }
+        Op::ConvCausal { taps } => conv_causal(b, c, taps),
+        Op::DeltaRule(p) => delta_rule(b, c, p),
         Op::Scale { s } => {
             let out = copy_in(buf, c, "Scale")?;
             ops::elementwise::scale(out, s);
@@ -382,6 +397,90 @@ fn slots_u32(s: &[i32]) -> Result<&[u32], PluginError> {
     // SAFETY: i32 and u32 have the same size and alignment, every value is non-negative so it
     // means the same as u32, and the result borrows `s`.
     Ok(unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u32>(), s.len()) })
+}
+
+/// Source `i`, a state the op updates in place besides writing its destination, as a mutable
+/// slice: refused when its bytes overlap any other tensor of the call, so no view of this call
+/// aliases it.
+fn state_mut<'a>(
+    buf: &Buffers,
+    c: &OpCall,
+    i: usize,
+    what: &str,
+) -> Result<&'a mut [f32], PluginError> {
+    let span = |t: &TensorRef| -> Result<(usize, usize), PluginError> {
+        let start = buf.check_tensor(t)? as usize;
+        Ok((start, start + usz(t.span_bytes().unwrap_or(0))))
+    };
+    let state = src(c, i, what)?;
+    let (lo, hi) = span(state)?;
+    let others = c.srcs().iter().enumerate().filter(|&(j, _)| j != i);
+    for (j, t) in others.map(|(j, t)| (Some(j), t)).chain([(None, &c.dst)]) {
+        let (a, b) = span(t)?;
+        if a < hi && lo < b {
+            let other = j.map_or("the destination".to_owned(), |j| format!("source {j}"));
+            return Err(PluginError::invalid(format!(
+                "{what} (source {i}) overlaps {other}"
+            )));
+        }
+    }
+    f32s_mut(buf, state, what)
+}
+
+fn conv_causal(b: &Backend<'_>, c: &OpCall, taps: u32) -> Result<(), PluginError> {
+    let buf = b.buffers;
+    let (x, w) = (src(c, 0, "ConvCausal")?, src(c, 1, "ConvCausal")?);
+    let st = src(c, 2, "ConvCausal")?;
+    if w.ne[0] != u64::from(taps) || w.ne[1] != x.ne[0] {
+        return Err(PluginError::invalid(format!(
+            "ConvCausal weights {:?} for {taps} taps over {} channels",
+            w.ne, x.ne[0]
+        )));
+    }
+    let p = ops::conv::ConvParams {
+        ch: usz(x.ne[0]),
+        taps: taps as usize,
+        n_slots: usz(st.rows()),
+    };
+    let slots = slots_u32(i32s(buf, src(c, 3, "ConvCausal")?, "slots")?)?;
+    let pos = i32s(buf, src(c, 4, "ConvCausal")?, "positions")?;
+    let (xs, ws) = (f32s(buf, x, "ConvCausal x")?, f32s(buf, w, "ConvCausal w")?);
+    let state = state_mut(buf, c, 2, "ConvCausal state")?;
+    let out = f32s_mut(buf, &c.dst, "ConvCausal dst")?;
+    ops::conv::conv_causal(b.par, xs, ws, state, slots, pos, &p, out).map_err(op_err)
+}
+
+fn delta_rule(
+    b: &Backend<'_>,
+    c: &OpCall,
+    p: bloomery_plugin_api::op::DeltaRuleParams,
+) -> Result<(), PluginError> {
+    const OP: &str = "DeltaRule";
+    let buf = b.buffers;
+    let f = |i: usize, what: &str| f32s(buf, src(c, i, OP)?, what);
+    let x = ops::delta_rule::DeltaRuleInputs {
+        q: f(0, "DeltaRule q")?,
+        k: f(1, "DeltaRule k")?,
+        v: f(2, "DeltaRule v")?,
+        gate: f(3, "DeltaRule gate")?,
+        beta: f(4, "DeltaRule beta")?,
+        slots: slots_u32(i32s(buf, src(c, 6, OP)?, "slots")?)?,
+        positions: i32s(buf, src(c, 7, OP)?, "positions")?,
+    };
+    let params = ops::delta_rule::DeltaRuleParams {
+        n_head_k: p.n_head_k as usize,
+        n_head_v: p.n_head_v as usize,
+        dk: p.dk as usize,
+        dv: p.dv as usize,
+        n_slots: usz(src(c, 5, OP)?.rows()),
+        scale: p.scale,
+        beta_scale: p.beta_scale,
+        per_dim_gate: p.per_dim_gate,
+        form: ops::delta_rule::Form::Auto,
+    };
+    let state = state_mut(buf, c, 5, "DeltaRule state")?;
+    let out = f32s_mut(buf, &c.dst, "DeltaRule dst")?;
+    ops::delta_rule::delta_rule(b.par, &x, &params, state, out).map_err(op_err)
 }
 
 fn cache_store(buf: &Buffers, c: &OpCall) -> Result<(), PluginError> {
@@ -677,3 +776,7 @@ fn copy(buf: &Buffers, c: &OpCall) -> Result<(), PluginError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "dispatch_tests.rs"]
+mod tests;

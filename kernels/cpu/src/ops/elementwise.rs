@@ -1,7 +1,7 @@
-//! Elementwise arithmetic in place: add and multiply (same shape, or one row broadcast over many
-//! rows) and scale. No allocation.
+//! Elementwise arithmetic in place: add and multiply (same shape, one row broadcast over many rows,
+//! or one value per row broadcast over its row) and scale. No allocation.
 
-use super::{whole_rows, OpError};
+use super::{check_len, whole_rows, OpError};
 
 fn broadcast(
     op: &'static str,
@@ -39,6 +39,32 @@ pub fn mul(dst: &mut [f32], src: &[f32]) -> Result<(), OpError> {
     broadcast("mul", dst, src, |d, s| *d *= s)
 }
 
+fn per_row(
+    op: &'static str,
+    dst: &mut [f32],
+    src: &[f32],
+    f: impl Fn(&mut f32, f32),
+) -> Result<(), OpError> {
+    if src.is_empty() {
+        return check_len(op, "dst", dst.len(), 0);
+    }
+    let n = whole_rows(op, "dst", dst.len(), src.len())?;
+    for (row, &s) in dst.chunks_exact_mut(n).zip(src) {
+        row.iter_mut().for_each(|d| f(d, s));
+    }
+    Ok(())
+}
+
+/// `dst[:, r] += src[r]`: `src` `[1, m]` holds one value per row of `dst` `[n, m]`. f32.
+pub fn add_per_row(dst: &mut [f32], src: &[f32]) -> Result<(), OpError> {
+    per_row("add", dst, src, |d, s| *d += s)
+}
+
+/// `dst[:, r] *= src[r]`, broadcasting as [`add_per_row`]. f32.
+pub fn mul_per_row(dst: &mut [f32], src: &[f32]) -> Result<(), OpError> {
+    per_row("mul", dst, src, |d, s| *d *= s)
+}
+
 /// `x *= factor` for every element. f32, any length.
 pub fn scale(x: &mut [f32], factor: f32) {
     x.iter_mut().for_each(|v| *v *= factor);
@@ -68,6 +94,33 @@ mod tests {
         let mut s = vec![2.0f32, -4.0];
         scale(&mut s, 0.25);
         assert_eq!(s, vec![0.5, -1.0]);
+    }
+
+    #[test]
+    fn one_value_per_row_broadcasts_over_its_row() {
+        let per_row: [f32; 3] = [2.0, -1.0, 0.5];
+        let mut m: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        mul_per_row(&mut m, &per_row).unwrap();
+        for i in 0..12 {
+            assert_eq!(m[i], i as f32 * per_row[i / 4]);
+        }
+        let mut a: Vec<f32> = (0..12).map(|i| i as f32).collect();
+        add_per_row(&mut a, &per_row).unwrap();
+        for i in 0..12 {
+            assert_eq!(a[i], i as f32 + per_row[i / 4]);
+        }
+        // Rows of one value: the same as the elementwise product.
+        let mut one = vec![3.0f32; 3];
+        mul_per_row(&mut one, &per_row).unwrap();
+        assert_eq!(one, vec![6.0, -3.0, 1.5]);
+        assert!(matches!(
+            add_per_row(&mut a, &[1.0; 5]),
+            Err(OpError::NotWholeRows { .. })
+        ));
+        assert!(matches!(
+            mul_per_row(&mut a, &[]),
+            Err(OpError::Length { .. })
+        ));
     }
 
     #[test]

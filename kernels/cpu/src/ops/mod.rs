@@ -1,16 +1,20 @@
 //! Reference ops on f32 rows: norms, rope, softmax, attention, routing, activations, elementwise
-//! arithmetic and embedding gathers.
+//! arithmetic, embedding gathers, and the recurrent causal conv and delta rule.
 //!
 //! Every op is a plain function over slices in ggml order: `ne0` is the contiguous dimension and a
 //! "row" is `ne0` contiguous values, so hidden states are `[n_embd, n_rows]`, a query tensor is
 //! `[head_dim, n_head, n_rows]`, and a layer's KV cache is `[width, cache_len, n_slots]`. Lengths are
 //! checked up front and an inconsistent shape is an [`OpError`], never a panic. No op allocates:
 //! each works in place or writes to a caller-owned output (copy first for an out-of-place call), so
-//! all of them are safe on the decode hot path. They are single-threaded; callers split rows across
-//! the [`crate::pool::Pool`] themselves.
+//! all of them are safe on the decode hot path. They are single-threaded and callers split rows
+//! across the [`crate::pool::Pool`] themselves, except the recurrent ops ([`conv`], [`delta_rule`]):
+//! their tasks split channels or heads (and heads' value columns), which interleave in the output,
+//! so they take the pool.
 
 pub mod activations;
 pub mod attention;
+pub mod conv;
+pub mod delta_rule;
 pub mod elementwise;
 pub mod embedding;
 pub mod norms;
@@ -133,5 +137,48 @@ pub(crate) fn sigmoid_f32(x: f32) -> f32 {
     } else {
         let e = x.exp();
         e / (1.0 + e)
+    }
+}
+
+/// A mutable f32 slice handed to the tasks of one parallel loop, each of which writes only its own
+/// elements (the recurrent ops split channels or heads, which interleave in memory).
+pub(crate) struct SharedMut<'a> {
+    ptr: *mut f32,
+    len: usize,
+    _borrow: std::marker::PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: the wrapper is a `&mut [f32]` split between threads; `SharedMut::part` requires that the
+// parts in use at one time are disjoint, so no element is reached from two threads at once.
+unsafe impl Send for SharedMut<'_> {}
+// SAFETY: as above.
+unsafe impl Sync for SharedMut<'_> {}
+
+impl<'a> SharedMut<'a> {
+    /// Shares `s` for the duration of the borrow.
+    pub(crate) fn new(s: &'a mut [f32]) -> Self {
+        SharedMut {
+            ptr: s.as_mut_ptr(),
+            len: s.len(),
+            _borrow: std::marker::PhantomData,
+        }
+    }
+
+    /// Elements `start..start + len` (bounds checked: out of range panics).
+    ///
+    /// # Safety
+    ///
+    /// While the returned slice lives, no other slice obtained from this wrapper (on any thread)
+    /// may overlap it.
+    #[allow(clippy::mut_from_ref)] // unsafe: the contract keeps parts disjoint
+    pub(crate) unsafe fn part(&self, start: usize, len: usize) -> &mut [f32] {
+        assert!(
+            start <= self.len && len <= self.len - start,
+            "part {start}+{len} of {}",
+            self.len
+        );
+        // SAFETY: in bounds (checked above) of a slice borrowed mutably for 'a; the caller
+        // guarantees no overlapping part is alive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
     }
 }

@@ -1,0 +1,219 @@
+//! Tests of the dispatch of the recurrent ops (a state written besides the destination) and of the
+//! one-value-per-row broadcast of Add and Mul.
+
+use super::*;
+use crate::linear::{reference_row_dot, Serial};
+use bloomery_plugin_api::op::DeltaRuleParams;
+use bloomery_plugin_api::tensor::MAX_SRCS;
+
+/// An f32 or i32 tensor of shape `ne` in a fresh buffer, holding `data` (as little-endian bytes).
+fn tensor(buf: &Buffers, dtype: DType, ne: [u64; 4], data: &[u8]) -> TensorRef {
+    let handle = buf.alloc(data.len() as u64).unwrap();
+    buf.write(handle, 0, data).unwrap();
+    TensorRef {
+        buffer: handle,
+        offset: 0,
+        dtype,
+        ne,
+        nb: TensorRef::contiguous_strides(dtype, ne).unwrap(),
+    }
+}
+
+fn f32_tensor(buf: &Buffers, ne: [u64; 4], v: &[f32]) -> TensorRef {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    tensor(buf, DType::F32, ne, &bytes)
+}
+
+fn i32_tensor(buf: &Buffers, v: &[i32]) -> TensorRef {
+    let bytes: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+    tensor(buf, DType::I32, [v.len() as u64, 1, 1, 1], &bytes)
+}
+
+fn read(buf: &Buffers, t: &TensorRef) -> Vec<f32> {
+    let mut bytes = vec![0u8; t.span_bytes().unwrap() as usize];
+    buf.read(t.buffer, t.offset, &mut bytes).unwrap();
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+fn call(op: Op, srcs: &[TensorRef], dst: TensorRef) -> OpCall {
+    let mut all = [TensorRef::default(); MAX_SRCS];
+    all[..srcs.len()].copy_from_slice(srcs);
+    OpCall {
+        op,
+        n_srcs: srcs.len() as u32,
+        srcs: all,
+        dst,
+    }
+}
+
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    (0..n)
+        .map(|i| (((i as u32).wrapping_mul(2_654_435_761) ^ seed) % 1000) as f32 / 1000.0 - 0.5)
+        .collect()
+}
+
+const DR: DeltaRuleParams = DeltaRuleParams {
+    n_head_k: 1,
+    n_head_v: 2,
+    dk: 4,
+    dv: 3,
+    scale: 0.5,
+    per_dim_gate: false,
+    beta_scale: 1.0,
+};
+
+/// The delta rule's sources for 2 rows of slot 1 at positions 5 and 6, over a 2-slot state.
+fn delta_rule_srcs(buf: &Buffers) -> Vec<TensorRef> {
+    vec![
+        f32_tensor(buf, [4, 1, 2, 1], &values(8, 1)),
+        f32_tensor(buf, [4, 1, 2, 1], &values(8, 2)),
+        f32_tensor(buf, [3, 2, 2, 1], &values(12, 3)),
+        f32_tensor(buf, [2, 2, 1, 1], &[-0.1, -0.2, -0.3, -0.4]),
+        f32_tensor(buf, [2, 2, 1, 1], &[0.9, 0.5, 0.3, 0.7]),
+        f32_tensor(buf, [4 * 3 * 2, 1, 2, 1], &values(48, 6)),
+        i32_tensor(buf, &[1, 1]),
+        i32_tensor(buf, &[5, 6]),
+    ]
+}
+
+#[test]
+fn delta_rule_writes_its_output_and_its_state() {
+    let buf = Buffers::default();
+    let b = Backend {
+        buffers: &buf,
+        par: &Serial,
+        dot: reference_row_dot,
+    };
+    let srcs = delta_rule_srcs(&buf);
+    let dst = f32_tensor(&buf, [3, 2, 2, 1], &[f32::NAN; 12]);
+    run(&b, &call(Op::DeltaRule(DR), &srcs, dst)).unwrap();
+    let mut state = values(48, 6);
+    let mut out = vec![0f32; 12];
+    let (q, k, v) = (values(8, 1), values(8, 2), values(12, 3));
+    let x = ops::delta_rule::DeltaRuleInputs {
+        q: &q,
+        k: &k,
+        v: &v,
+        gate: &[-0.1, -0.2, -0.3, -0.4],
+        beta: &[0.9, 0.5, 0.3, 0.7],
+        slots: &[1, 1],
+        positions: &[5, 6],
+    };
+    let p = ops::delta_rule::DeltaRuleParams {
+        n_head_k: 1,
+        n_head_v: 2,
+        dk: 4,
+        dv: 3,
+        n_slots: 2,
+        scale: 0.5,
+        beta_scale: 1.0,
+        per_dim_gate: false,
+        form: ops::delta_rule::Form::Steps,
+    };
+    ops::delta_rule::delta_rule(&Serial, &x, &p, &mut state, &mut out).unwrap();
+    assert_eq!(read(&buf, &dst), out);
+    assert_eq!(read(&buf, &srcs[5]), state);
+    assert_ne!(&state[24..], &values(48, 6)[24..], "slot 1 moved");
+    assert_eq!(&state[..24], &values(48, 6)[..24], "slot 0 untouched");
+}
+
+#[test]
+fn a_state_overlapping_another_tensor_is_refused() {
+    let buf = Buffers::default();
+    let b = Backend {
+        buffers: &buf,
+        par: &Serial,
+        dot: reference_row_dot,
+    };
+    let srcs = delta_rule_srcs(&buf);
+    // The output written over the state's first bytes.
+    let dst = TensorRef {
+        ne: [3, 2, 2, 1],
+        nb: TensorRef::contiguous_strides(DType::F32, [3, 2, 2, 1]).unwrap(),
+        ..srcs[5]
+    };
+    let err = run(&b, &call(Op::DeltaRule(DR), &srcs, dst)).unwrap_err();
+    assert!(
+        err.to_string().contains("overlaps the destination"),
+        "{err}"
+    );
+    // The state given again as the queries.
+    let mut aliased = srcs.clone();
+    aliased[0] = TensorRef {
+        ne: [4, 1, 2, 1],
+        nb: TensorRef::contiguous_strides(DType::F32, [4, 1, 2, 1]).unwrap(),
+        offset: 16,
+        ..srcs[5]
+    };
+    let dst = f32_tensor(&buf, [3, 2, 2, 1], &[0.0; 12]);
+    let err = run(&b, &call(Op::DeltaRule(DR), &aliased, dst)).unwrap_err();
+    assert!(err.to_string().contains("overlaps source 0"), "{err}");
+    assert_eq!(read(&buf, &srcs[5]), values(48, 6), "nothing written");
+}
+
+#[test]
+fn conv_causal_writes_its_output_and_its_state() {
+    let buf = Buffers::default();
+    let b = Backend {
+        buffers: &buf,
+        par: &Serial,
+        dot: reference_row_dot,
+    };
+    // 2 channels, 3 taps, one row of slot 0 at position 4 over a 1-slot state.
+    let srcs = [
+        f32_tensor(&buf, [2, 1, 1, 1], &[10.0, 20.0]),
+        f32_tensor(&buf, [3, 2, 1, 1], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]),
+        f32_tensor(&buf, [4, 1, 1, 1], &[0.5, 0.25, 1.5, 1.25]),
+        i32_tensor(&buf, &[0]),
+        i32_tensor(&buf, &[4]),
+    ];
+    let dst = f32_tensor(&buf, [2, 1, 1, 1], &[f32::NAN; 2]);
+    run(&b, &call(Op::ConvCausal { taps: 3 }, &srcs, dst)).unwrap();
+    // channel 0: 1·0.5 + 2·1.5 + 3·10; channel 1: 4·0.25 + 5·1.25 + 6·20
+    assert_eq!(read(&buf, &dst), vec![33.5, 127.25]);
+    assert_eq!(read(&buf, &srcs[2]), vec![1.5, 1.25, 10.0, 20.0]);
+    let short = TensorRef {
+        ne: [2, 2, 1, 1],
+        nb: TensorRef::contiguous_strides(DType::F32, [2, 2, 1, 1]).unwrap(),
+        ..srcs[1]
+    };
+    let err = run(
+        &b,
+        &call(
+            Op::ConvCausal { taps: 3 },
+            &[srcs[0], short, srcs[2], srcs[3], srcs[4]],
+            dst,
+        ),
+    );
+    assert!(err.is_err());
+}
+
+#[test]
+fn add_and_mul_broadcast_one_value_per_row() {
+    let buf = Buffers::default();
+    let b = Backend {
+        buffers: &buf,
+        par: &Serial,
+        dot: reference_row_dot,
+    };
+    let a = f32_tensor(&buf, [3, 2, 1, 1], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let per_row = f32_tensor(&buf, [1, 2, 1, 1], &[10.0, -1.0]);
+    let one_row = f32_tensor(&buf, [3, 1, 1, 1], &[1.0, 0.0, -1.0]);
+    let dst = f32_tensor(&buf, [3, 2, 1, 1], &[f32::NAN; 6]);
+    run(&b, &call(Op::Mul, &[a, per_row], dst)).unwrap();
+    assert_eq!(read(&buf, &dst), vec![10.0, 20.0, 30.0, -4.0, -5.0, -6.0]);
+    run(&b, &call(Op::Add, &[a, per_row], dst)).unwrap();
+    assert_eq!(read(&buf, &dst), vec![11.0, 12.0, 13.0, 3.0, 4.0, 5.0]);
+    run(&b, &call(Op::Add, &[a, one_row], dst)).unwrap();
+    assert_eq!(read(&buf, &dst), vec![2.0, 2.0, 2.0, 5.0, 5.0, 5.0]);
+    // One value wide rows: per row and same shape coincide.
+    let column = f32_tensor(&buf, [1, 2, 1, 1], &[3.0, 4.0]);
+    let dst1 = f32_tensor(&buf, [1, 2, 1, 1], &[f32::NAN; 2]);
+    run(&b, &call(Op::Mul, &[column, per_row], dst1)).unwrap();
+    assert_eq!(read(&buf, &dst1), vec![30.0, -4.0]);
+    let three = f32_tensor(&buf, [1, 3, 1, 1], &[1.0, 2.0, 3.0]);
+    assert!(run(&b, &call(Op::Add, &[a, three], dst)).is_err());
+}

@@ -1,0 +1,154 @@
+//! Tests of [`super::conv_causal`] against the definition over whole sequences.
+
+use super::*;
+use crate::pool::Pool;
+use rand::{rngs::StdRng, Rng, SeedableRng};
+
+fn random(n: usize, rng: &mut StdRng) -> Vec<f32> {
+    (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect()
+}
+
+/// `y[t, c] = Σ_j w[j, c]·x[t - (taps-1) + j, c]` over one whole sequence `x` `[ch, n]` that starts
+/// from `history` (`[ch, taps-1]`, oldest first), in f64.
+fn reference(x: &[f32], w: &[f32], history: &[f32], ch: usize, taps: usize) -> Vec<f64> {
+    let hist = taps - 1;
+    let n = x.len() / ch;
+    let at = |t: usize, c: usize| -> f64 {
+        if t < hist {
+            f64::from(history[t * ch + c])
+        } else {
+            f64::from(x[(t - hist) * ch + c])
+        }
+    };
+    let mut y = vec![0f64; n * ch];
+    for t in 0..n {
+        for c in 0..ch {
+            y[t * ch + c] = (0..taps)
+                .map(|j| f64::from(w[c * taps + j]) * at(t + j, c))
+                .sum();
+        }
+    }
+    y
+}
+
+fn assert_close(got: &[f32], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        assert!((f64::from(g) - w).abs() <= 1e-5, "{what}[{i}]: {g} vs {w}");
+    }
+}
+
+/// One call on `pool`: rows `x` with their slots and positions.
+#[allow(clippy::too_many_arguments)]
+fn call(
+    pool: &Pool,
+    x: &[f32],
+    w: &[f32],
+    state: &mut [f32],
+    slots: &[u32],
+    positions: &[i32],
+    p: &ConvParams,
+) -> Vec<f32> {
+    let mut out = vec![f32::NAN; x.len()];
+    conv_causal(pool, x, w, state, slots, positions, p, &mut out).unwrap();
+    out
+}
+
+// 300 channels: two tasks, the second one partial.
+const P: ConvParams = ConvParams {
+    ch: 300,
+    taps: 4,
+    n_slots: 3,
+};
+
+#[test]
+fn a_sequence_split_over_two_calls_matches_the_definition() {
+    let pool = Pool::with_threads(3).unwrap();
+    let mut rng = StdRng::seed_from_u64(1);
+    let (ch, n) = (P.ch, 11);
+    let (x, w) = (random(ch * n, &mut rng), random(P.taps * ch, &mut rng));
+    let mut state = random(ch * 3 * P.n_slots, &mut rng);
+    let untouched = state[..ch * 3].to_vec();
+    let first = call(
+        &pool,
+        &x[..5 * ch],
+        &w,
+        &mut state,
+        &[1; 5],
+        &[0, 1, 2, 3, 4],
+        &P,
+    );
+    let second = call(
+        &pool,
+        &x[5 * ch..],
+        &w,
+        &mut state,
+        &[1; 6],
+        &[5, 6, 7, 8, 9, 10],
+        &P,
+    );
+    let want = reference(&x, &w, &vec![0.0; 3 * ch], ch, P.taps);
+    assert_close(&first, &want[..5 * ch], "first call");
+    assert_close(&second, &want[5 * ch..], "second call");
+    // The slot holds its last three inputs, oldest first; other slots are untouched.
+    assert_eq!(&state[3 * ch..6 * ch], &x[8 * ch..]);
+    assert_eq!(&state[..3 * ch], &untouched[..]);
+}
+
+#[test]
+fn position_zero_starts_from_zeros_and_later_rows_read_the_state() {
+    let pool = Pool::with_threads(2).unwrap();
+    let mut rng = StdRng::seed_from_u64(2);
+    let ch = P.ch;
+    let (x, w) = (random(ch * 2, &mut rng), random(P.taps * ch, &mut rng));
+    let garbage = random(ch * 3 * P.n_slots, &mut rng);
+    let mut state = garbage.clone();
+    let fresh = call(&pool, &x, &w, &mut state, &[2, 2], &[0, 1], &P);
+    assert_close(
+        &fresh,
+        &reference(&x, &w, &vec![0.0; 3 * ch], ch, P.taps),
+        "reset",
+    );
+    let mut state = garbage.clone();
+    let carried = call(&pool, &x, &w, &mut state, &[2, 2], &[7, 8], &P);
+    let history = &garbage[6 * ch..9 * ch];
+    assert_close(&carried, &reference(&x, &w, history, ch, P.taps), "carried");
+}
+
+#[test]
+fn sequences_in_one_batch_equal_each_alone() {
+    let pool = Pool::with_threads(3).unwrap();
+    let mut rng = StdRng::seed_from_u64(3);
+    let ch = P.ch;
+    let (x, w) = (random(ch * 12, &mut rng), random(P.taps * ch, &mut rng));
+    let start = random(ch * 3 * P.n_slots, &mut rng);
+    // Slot 0 continues at position 3 for 4 rows, slot 2 starts a prompt of 5 rows, slot 1
+    // continues at position 9 for 3 rows.
+    let slots = [0, 0, 0, 0, 2, 2, 2, 2, 2, 1, 1, 1];
+    let positions = [3, 4, 5, 6, 0, 1, 2, 3, 4, 9, 10, 11];
+    let mut both = start.clone();
+    let together = call(&pool, &x, &w, &mut both, &slots, &positions, &P);
+    let mut alone = start.clone();
+    let mut one_by_one = Vec::new();
+    for r in [0..4, 4..9, 9..12] {
+        let xs = &x[r.start * ch..r.end * ch];
+        let (s, pos) = (&slots[r.clone()], &positions[r]);
+        one_by_one.extend(call(&pool, xs, &w, &mut alone, s, pos, &P));
+    }
+    assert_eq!(together, one_by_one);
+    assert_eq!(both, alone);
+}
+
+#[test]
+fn bad_slots_and_shapes_are_refused_before_writing() {
+    let pool = Pool::with_threads(1).unwrap();
+    let ch = P.ch;
+    let (x, w) = (vec![1.0; ch], vec![1.0; P.taps * ch]);
+    let mut state = vec![0.5; ch * 3 * P.n_slots];
+    let mut out = vec![0.0; ch];
+    let bad_slot = conv_causal(&pool, &x, &w, &mut state, &[3], &[0], &P, &mut out);
+    assert!(matches!(bad_slot, Err(OpError::Index { what: "slot", .. })));
+    let short_w = conv_causal(&pool, &x, &w[1..], &mut state, &[0], &[0], &P, &mut out);
+    assert!(matches!(short_w, Err(OpError::Length { what: "w", .. })));
+    assert!(state.iter().all(|&v| v == 0.5) && out.iter().all(|&v| v == 0.0));
+}
