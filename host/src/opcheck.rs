@@ -56,6 +56,19 @@ pub struct Spec {
     pub fill: Fill,
 }
 
+/// A source the op sees through a view of its filled buffer (a strided source).
+#[derive(Clone, Copy, Debug)]
+pub struct View {
+    /// Which source.
+    pub src: usize,
+    /// Extents.
+    pub ne: [u64; 4],
+    /// Byte strides.
+    pub nb: [u64; 4],
+    /// Byte offset of element 0.
+    pub offset: u64,
+}
+
 /// One check: an op on given sources.
 #[derive(Clone, Debug)]
 pub struct Case {
@@ -69,6 +82,8 @@ pub struct Case {
     pub dst: [u64; 4],
     /// The op writes source `i` (a cache): that source is the destination.
     pub dst_is_src: Option<usize>,
+    /// A source seen through a strided view.
+    pub view: Option<View>,
     /// The op also updates source `i` in place (a recurrent state): it is compared after the run
     /// as a second outcome.
     pub also_src: Option<usize>,
@@ -94,6 +109,7 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
         srcs,
         dst,
         dst_is_src: None,
+        view: None,
         also_src: None,
         dst_dtype: DType::F32,
         tol,
@@ -368,6 +384,79 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     [128, 4, 5, 1],
                     1e-6,
                 ),
+                // Qwen3.5's partial IMROPE; one position per row (text) is NEOX on every section.
+                case(
+                    "imrope, text positions, partial 64 of 128",
+                    match rope(RopeMode::Imrope, 64, 0.0) {
+                        Op::Rope(p) => Op::Rope(RopeParams {
+                            sections: [11, 11, 10, 0],
+                            ..p
+                        }),
+                        other => other,
+                    },
+                    x(),
+                    [128, 4, 5, 1],
+                    1e-6,
+                ),
+            ]
+        }
+        (OpKind::L2Norm, DType::F32) => vec![
+            case(
+                "128-wide heads",
+                Op::L2Norm { eps: 1e-6 },
+                vec![f32s([128, 16, 5, 1])],
+                [128, 16, 5, 1],
+                1e-6,
+            ),
+            // Σx² about 5e-4: eps (added to it) moves every value.
+            case(
+                "small rows, eps 1e-4",
+                Op::L2Norm { eps: 1e-4 },
+                vec![spec(DType::F32, [16, 40, 1, 1], Fill::Random(1e-2))],
+                [16, 40, 1, 1],
+                1e-6,
+            ),
+        ],
+        (OpKind::Copy, t @ (DType::F32 | DType::F16)) => {
+            // The query and gate halves of an interleaved projection (Qwen3.5's gated attention:
+            // 2·64 values per head, 4 heads, 6 rows) through strided views; conversions round to
+            // nearest even on both devices, so copies are exact.
+            let (hd, nh, rows) = (64, 4, 6);
+            let es = if t == DType::F16 { 2 } else { 4 };
+            let half = |name: &str, first: u64, dst_dtype: DType| Case {
+                view: Some(View {
+                    src: 0,
+                    ne: [hd, nh, rows, 1],
+                    nb: [es, 2 * hd * es, 2 * hd * nh * es, 2 * hd * nh * rows * es],
+                    offset: first * es,
+                }),
+                dst_dtype,
+                ..case(
+                    name,
+                    Op::Copy,
+                    vec![spec(t, [2 * hd * nh, rows, 1, 1], Fill::Random(1.0))],
+                    [hd, nh, rows, 1],
+                    0.0,
+                )
+            };
+            let other = if t == DType::F32 {
+                DType::F16
+            } else {
+                DType::F32
+            };
+            vec![
+                half("query half, strided", 0, DType::F32),
+                half("gate half, strided, converted", hd, other),
+                Case {
+                    dst_dtype: t,
+                    ..case(
+                        "contiguous",
+                        Op::Copy,
+                        vec![spec(t, [1000, 3, 1, 1], Fill::Random(1.0))],
+                        [1000, 3, 1, 1],
+                        0.0,
+                    )
+                },
             ]
         }
         (OpKind::CacheStore, t @ (DType::F32 | DType::F16)) => {
@@ -770,12 +859,19 @@ fn place(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Placed, Plu
             ne: s.ne,
             nb,
         };
+        if let Some(v) = case.view.filter(|v| v.src == i) {
+            (srcs[i].ne, srcs[i].nb, srcs[i].offset) = (v.ne, v.nb, v.offset);
+        }
         bufs.push(b);
     }
     let dst = match case.dst_is_src {
         Some(i) => srcs[i],
         None => {
-            let dst_bytes = case.dst.iter().product::<u64>() * 4;
+            let dst_bytes = case
+                .dst_dtype
+                .row_bytes(case.dst[0])
+                .ok_or_else(|| PluginError::invalid("no layout"))?
+                * case.dst[1..].iter().product::<u64>();
             let d = dev.alloc(dst_bytes)?;
             // Poison: all-ones bytes are NaN in f32, so an unwritten element cannot pass.
             dev.write(&d, 0, &vec![0xFF; dst_bytes as usize])?;
@@ -1134,6 +1230,8 @@ mod tests {
             (OpKind::MoeExperts, DType::Q5_0),
             (OpKind::ConvCausal, DType::F32),
             (OpKind::DeltaRule, DType::F32),
+            (OpKind::Copy, DType::F16),
+            (OpKind::L2Norm, DType::F32),
         ] {
             let cs = cases(op, t);
             assert!(!cs.is_empty(), "{op:?} {t}");

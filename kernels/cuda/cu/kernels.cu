@@ -1,7 +1,8 @@
 // bloomery CUDA kernels: one translation unit compiled to PTX per bundle (compute_86, compute_90,
 // compute_121) by kernels/cuda/build.rs. Every entry point is `extern "C"` with a `bl_` prefix;
-// the host side (src/ops.rs) launches them. Tensors are contiguous rows; sizes are checked by the
-// host before launch. Numerics follow the CPU reference (kernels/cpu): quantized products take
+// the host side (src/ops.rs) launches them. Tensors are contiguous rows (a Copy source may be any
+// view); sizes are checked by the host before launch. recurrent.cuh holds the sequence-state
+// kernels (ConvCausal, DeltaRule). Numerics follow the CPU reference (kernels/cpu): quantized products take
 // activations quantized with the same rounding (ties to even through 127 / max|x|).
 
 #include <stdint.h>
@@ -28,23 +29,55 @@ static __device__ __forceinline__ void report(int* err, int code) {
     if (err) atomicCAS(err, 0, code);
 }
 
+template <typename T> static __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+static __device__ __forceinline__ float to_f32(float v) { return v; }
+static __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+
 // ---- elementwise -------------------------------------------------------------------------------
 
-// out[i] = a[i] + b[i % nb]  (b broadcast over rows when shorter)
-extern "C" __global__ void bl_add_f32(const float* a, const float* b, float* out, long long n, long long nb) {
+// out[i] = a[i] + b[(i / bdiv) % nb]: b of the same shape (bdiv 1, nb n), one row broadcast over
+// the rows (bdiv 1, nb the row length) or one value per row (bdiv the row length, nb the rows).
+extern "C" __global__ void bl_add_f32(const float* a, const float* b, float* out, long long n, long long nb,
+                                      long long bdiv) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i < n; i += (long long)gridDim.x * blockDim.x) out[i] = a[i] + b[i % nb];
+    for (; i < n; i += (long long)gridDim.x * blockDim.x) out[i] = a[i] + b[(i / bdiv) % nb];
 }
 
-extern "C" __global__ void bl_mul_f32(const float* a, const float* b, float* out, long long n, long long nb) {
+extern "C" __global__ void bl_mul_f32(const float* a, const float* b, float* out, long long n, long long nb,
+                                      long long bdiv) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i < n; i += (long long)gridDim.x * blockDim.x) out[i] = a[i] * b[i % nb];
+    for (; i < n; i += (long long)gridDim.x * blockDim.x) out[i] = a[i] * b[(i / bdiv) % nb];
 }
 
 extern "C" __global__ void bl_scale_f32(const float* x, float* out, float s, long long n) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     for (; i < n; i += (long long)gridDim.x * blockDim.x) out[i] = x[i] * s;
 }
+
+// ---- Copy: a source with byte strides nb0..nb3 into a contiguous destination, converting ---------
+// One block per row (i1, i2, i3), its threads along ne0.
+template <typename S, typename D>
+static __device__ void copy_rows(const uint8_t* x, D* out, long long ne0, long long ne1, long long ne2, long long rows,
+                                 long long nb0, long long nb1, long long nb2, long long nb3) {
+    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+        const long long i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / (ne1 * ne2);
+        const uint8_t* row = x + i1 * nb1 + i2 * nb2 + i3 * nb3;
+        D* y = out + r * ne0;
+        for (long long i = threadIdx.x; i < ne0; i += blockDim.x) y[i] = from_f32<D>(to_f32(*(const S*)(row + i * nb0)));
+    }
+}
+
+#define COPY(name, S, D)                                                                                         \
+    extern "C" __global__ void name(const uint8_t* x, D* out, long long ne0, long long ne1, long long ne2,         \
+                                    long long rows, long long nb0, long long nb1, long long nb2, long long nb3) { \
+        copy_rows<S, D>(x, out, ne0, ne1, ne2, rows, nb0, nb1, nb2, nb3);                                         \
+    }
+COPY(bl_copy_f32_f32, float, float)
+COPY(bl_copy_f32_f16, float, __half)
+COPY(bl_copy_f16_f32, __half, float)
+COPY(bl_copy_f16_f16, __half, __half)
 
 // ---- profiling: hold the stream for `ns` nanoseconds (one thread), so that the host can queue a
 // whole pass before its first kernel runs and event pairs then time kernels, not launches.
@@ -57,18 +90,11 @@ extern "C" __global__ void bl_hold(long long ns) {
     } while ((long long)(t - t0) < ns);
 }
 
-// ---- RMSNorm: one block of up to 1024 threads per row -------------------------------------------
+// ---- RMSNorm and L2 norm: one block of up to 1024 threads per row ---------------------------------
 
-extern "C" __global__ void bl_rms_norm_f32(const float* x, const float* w, float* out, int ncols, float eps) {
-    const float* xr = x + (long long)blockIdx.x * ncols;
-    float* yr = out + (long long)blockIdx.x * ncols;
+// The sum of every thread's `s` over the block, returned to all threads.
+static __device__ double block_sum_f64(double s) {
     __shared__ double part[1024 / WARP];
-    double s = 0.0;
-#pragma unroll 8
-    for (int i = threadIdx.x; i < ncols; i += blockDim.x) {
-        float v = xr[i];
-        s += (double)(v * v);
-    }
 #pragma unroll
     for (int o = WARP / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
     if ((threadIdx.x & (WARP - 1)) == 0) part[threadIdx.x / WARP] = s;
@@ -80,13 +106,40 @@ extern "C" __global__ void bl_rms_norm_f32(const float* x, const float* w, float
         if (threadIdx.x == 0) part[0] = t;
     }
     __syncthreads();
-    const float mean = (float)(part[0] / ncols);
+    return part[0];
+}
+
+extern "C" __global__ void bl_rms_norm_f32(const float* x, const float* w, float* out, int ncols, float eps) {
+    const float* xr = x + (long long)blockIdx.x * ncols;
+    float* yr = out + (long long)blockIdx.x * ncols;
+    double s = 0.0;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < ncols; i += blockDim.x) {
+        float v = xr[i];
+        s += (double)(v * v);
+    }
+    const float mean = (float)(block_sum_f64(s) / ncols);
     const float inv = 1.0f / sqrtf(mean + eps);
 #pragma unroll 8
     for (int i = threadIdx.x; i < ncols; i += blockDim.x) {
         float v = xr[i] * inv;
         yr[i] = w ? v * w[i] : v;
     }
+}
+
+// x / sqrt(sum(x^2) + eps), the sum and the root in f64 as the CPU reference takes them.
+extern "C" __global__ void bl_l2_norm_f32(const float* x, float* out, int ncols, float eps) {
+    const float* xr = x + (long long)blockIdx.x * ncols;
+    float* yr = out + (long long)blockIdx.x * ncols;
+    double s = 0.0;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < ncols; i += blockDim.x) {
+        const double v = (double)xr[i];
+        s += v * v;
+    }
+    const float inv = (float)(1.0 / sqrt(block_sum_f64(s) + (double)eps));
+#pragma unroll 8
+    for (int i = threadIdx.x; i < ncols; i += blockDim.x) yr[i] = xr[i] * inv;
 }
 
 // ---- GetRows: one block per id ------------------------------------------------------------------
@@ -272,12 +325,6 @@ extern "C" __global__ void bl_rope_f32(const float* x, float* out, const int* po
 }
 
 // ---- K/V cache store and attention ---------------------------------------------------------------
-
-template <typename T> static __device__ __forceinline__ T from_f32(float v);
-template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
-static __device__ __forceinline__ float to_f32(float v) { return v; }
-static __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 
 // Row r goes to cache row (slot * len + pos % len); one block per row.
 template <typename T>
@@ -978,3 +1025,5 @@ extern "C" __global__ void bl_moe_combine(const float* d, const int* ids, const 
         out[x] = acc;
     }
 }
+
+#include "recurrent.cuh"

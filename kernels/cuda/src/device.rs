@@ -280,6 +280,10 @@ impl KernelDevice for CudaDevice {
                 1 => Err(PluginError::invalid(
                     "GetRows: an id was outside its table (on the card)",
                 )),
+                5 => Err(PluginError::invalid(
+                    "ConvCausal/DeltaRule: a slot outside the state, a negative position or \
+                     two sequences in one slot (on the card)",
+                )),
                 code => Err(PluginError::device(format!(
                     "a kernel reported error {code}"
                 ))),

@@ -1,12 +1,13 @@
-//! The ops the CUDA bundles run, and their launches: elementwise add/mul/scale, RMSNorm, row
-//! gathers (f32, f16 and every type of [`QUANT_TYPES`]), matrix products (f32; quantized weights
-//! of [`QUANT_TYPES`] with activations quantized to Q8_1 on the card: dp4a for single rows and
-//! small batches, int8 tensor-core tiles for batches of 16 rows or more), GLU and unary
-//! activations, RoPE (NORM, NEOX, YaRN), the K/V cache store, attention over an f32 or f16 cache,
-//! MoE routing and routed experts (F32 or [`QUANT_TYPES`] stacks). The quantized types are Q8_0,
-//! Q4_K, Q6_K, Q5_K, Q5_0, Q4_0, Q5_1, IQ4_XS, IQ4_NL, MXFP4 and Q3_K; `cu/quant.cuh` unpacks
-//! each GGUF block layout once for all of these kernels. [`capabilities`] lists exactly what
-//! [`Launcher::run`] implements.
+//! The ops the CUDA bundles run, and their launches: elementwise add/mul/scale, strided copies
+//! (f32 and f16 either way), RMSNorm and L2 norm, row gathers (f32, f16 and every type of
+//! [`QUANT_TYPES`]), matrix products (f32; quantized weights of [`QUANT_TYPES`] with activations
+//! quantized to Q8_1 on the card: dp4a for single rows and small batches, int8 tensor-core tiles
+//! for batches of 16 rows or more), GLU and unary activations, RoPE (NORM, NEOX, IMROPE with text
+//! positions, YaRN), the K/V cache store, attention over an f32 or f16 cache, MoE routing and
+//! routed experts (F32 or [`QUANT_TYPES`] stacks), and the causal conv and gated delta rule of
+//! linear-attention layers (`recurrent`). The quantized types are Q8_0, Q4_K, Q6_K, Q5_K, Q5_0,
+//! Q4_0, Q5_1, IQ4_XS, IQ4_NL, MXFP4 and Q3_K; `cu/quant.cuh` unpacks each GGUF block layout once
+//! for all of these kernels. [`capabilities`] lists exactly what [`Launcher::run`] implements.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +22,8 @@ use cudarc::driver::{
 };
 
 use crate::probe::Bundle;
+
+mod recurrent;
 
 /// The quantized weight types the kernels read, with their `wtype` codes in `cu/quant.cuh`.
 pub const QUANT_TYPES: [(DType, i32); 11] = [
@@ -68,7 +71,15 @@ pub fn capabilities(bundle: &Bundle) -> RVec<OpSupport> {
             dtypes: vec![DType::F32].into(),
         },
         OpSupport {
+            op: OpKind::Copy,
+            dtypes: vec![DType::F32, DType::F16].into(),
+        },
+        OpSupport {
             op: OpKind::RmsNorm,
+            dtypes: vec![DType::F32].into(),
+        },
+        OpSupport {
+            op: OpKind::L2Norm,
             dtypes: vec![DType::F32].into(),
         },
         OpSupport {
@@ -110,6 +121,14 @@ pub fn capabilities(bundle: &Bundle) -> RVec<OpSupport> {
         OpSupport {
             op: OpKind::MoeExperts,
             dtypes: with(&[DType::F32]),
+        },
+        OpSupport {
+            op: OpKind::ConvCausal,
+            dtypes: vec![DType::F32].into(),
+        },
+        OpSupport {
+            op: OpKind::DeltaRule,
+            dtypes: vec![DType::F32].into(),
         },
     ];
     list.sort_by_key(|s| s.op);
@@ -351,6 +370,9 @@ impl Launcher {
                         a.ne, b.ne, c.dst.ne
                     )));
                 }
+                // b is read at (i / bdiv) % nb: one value per row when it is [1, rows].
+                let per_row = b.ne[0] == 1 && a.ne[0] != 1 && b.elements() == a.rows();
+                let bdiv = if per_row { a.ne[0] as i64 } else { 1 };
                 let (pa, pb, po) = (addr(a, "a")?, addr(b, "b")?, addr(&c.dst, "dst")?);
                 let name = if matches!(c.op, Op::Add) {
                     "bl_add_f32"
@@ -359,7 +381,7 @@ impl Launcher {
                 };
                 let f = self.func(name)?;
                 let mut l = stream.launch_builder(&f);
-                l.arg(&pa).arg(&pb).arg(&po).arg(&n).arg(&nb);
+                l.arg(&pa).arg(&pb).arg(&po).arg(&n).arg(&nb).arg(&bdiv);
                 // SAFETY: every pointer covers the elements the kernel touches (checked above).
                 unsafe { l.launch(cfg(grid(n as u64, 256).min(4096), 256)) }
                     .map_err(driver_err(name))?;
@@ -408,6 +430,28 @@ impl Launcher {
                 unsafe { l.launch(cfg(rows as u32, threads)) }
                     .map_err(driver_err("bl_rms_norm_f32"))?;
             }
+            Op::L2Norm { eps } => {
+                let x = src(0)?;
+                f32_only(x, "L2Norm")?;
+                f32_only(&c.dst, "L2Norm")?;
+                if x.ne != c.dst.ne {
+                    return Err(PluginError::invalid("L2Norm shapes"));
+                }
+                let (ncols, rows) = (c.dst.ne[0] as i32, c.dst.rows());
+                let (px, po) = (addr(x, "x")?, addr(&c.dst, "dst")?);
+                let f = self.func("bl_l2_norm_f32")?;
+                let mut l = stream.launch_builder(&f);
+                l.arg(&px).arg(&po).arg(&ncols).arg(&eps);
+                let threads = (ncols as u32).div_ceil(64).clamp(1, 32) * 32;
+                if rows > 0 {
+                    // SAFETY: one block per row of ncols elements, all inside the checked spans.
+                    unsafe { l.launch(cfg(rows as u32, threads)) }
+                        .map_err(driver_err("bl_l2_norm_f32"))?;
+                }
+            }
+            Op::Copy => self.copy(bufs, &addr, src(0)?, &c.dst)?,
+            Op::ConvCausal { taps } => self.conv_causal(&addr, &src, c, taps)?,
+            Op::DeltaRule(p) => self.delta_rule(&addr, &src, c, p)?,
             Op::GetRows => {
                 let (t, ids) = (src(0)?, src(1)?);
                 if ids.dtype != DType::I32 {
@@ -587,11 +631,22 @@ impl Launcher {
                 let (x, pos) = (src(0)?, src(1)?);
                 f32_only(x, "Rope")?;
                 f32_only(&c.dst, "Rope")?;
+                let rows = c.dst.ne[2] * c.dst.ne[3];
                 let neox: i32 = match p.mode {
                     RopeMode::Norm => 0,
                     RopeMode::Neox => 1,
+                    // Text positions (one per row) give every section the same position: NEOX.
+                    RopeMode::Imrope if pos.elements() == rows => {
+                        if p.sections.iter().all(|&s| s == 0) {
+                            return Err(PluginError::invalid("IMROPE sections are all zero"));
+                        }
+                        1
+                    }
                     RopeMode::Imrope => {
-                        return Err(PluginError::unsupported("IMROPE on the CUDA bundles", &[]))
+                        return Err(PluginError::unsupported(
+                            "IMROPE with per-axis positions on the CUDA bundles",
+                            &["one position per row"],
+                        ))
                     }
                 };
                 if p.inverse {
@@ -601,7 +656,6 @@ impl Launcher {
                     ));
                 }
                 let (hd, nh) = (c.dst.ne[0], c.dst.ne[1]);
-                let rows = c.dst.ne[2] * c.dst.ne[3];
                 if x.ne != c.dst.ne
                     || pos.dtype != DType::I32
                     || pos.elements() != rows
@@ -846,6 +900,78 @@ impl Launcher {
         }
         Ok(())
     }
+
+    /// Copy or convert (f32 ↔ f16) a source of any byte strides into a contiguous destination of
+    /// the same shape: one block per source row.
+    fn copy(
+        &self,
+        bufs: &dyn Buffers,
+        addr: &dyn Fn(&TensorRef, &str) -> Result<u64, PluginError>,
+        x: &TensorRef,
+        dst: &TensorRef,
+    ) -> Result<(), PluginError> {
+        let name = match (x.dtype, dst.dtype) {
+            (DType::F32, DType::F32) => "bl_copy_f32_f32",
+            (DType::F32, DType::F16) => "bl_copy_f32_f16",
+            (DType::F16, DType::F32) => "bl_copy_f16_f32",
+            (DType::F16, DType::F16) => "bl_copy_f16_f16",
+            (a, d) => {
+                return Err(PluginError::unsupported(
+                    format!("Copy {a} to {d} on the CUDA bundles"),
+                    &["F32<->F16"],
+                ))
+            }
+        };
+        if x.ne != dst.ne {
+            return Err(PluginError::invalid(format!(
+                "Copy {:?} into {:?}",
+                x.ne, dst.ne
+            )));
+        }
+        let es: u64 = if x.dtype == DType::F16 { 2 } else { 4 };
+        if !x.offset.is_multiple_of(es) || x.nb.iter().any(|b| !b.is_multiple_of(es)) {
+            return Err(PluginError::invalid("Copy: a misaligned source view"));
+        }
+        if x.elements() == 0 {
+            return Ok(());
+        }
+        // The source spans up to its last element (any strides, also between elements of a row).
+        let span = (0..4)
+            .try_fold(es, |end, d| {
+                x.nb[d]
+                    .checked_mul(x.ne[d] - 1)
+                    .and_then(|v| end.checked_add(v))
+            })
+            .ok_or_else(|| PluginError::invalid("Copy: the source view overflows"))?;
+        let px = bufs.address(x.buffer, x.offset, span)?;
+        let po = addr(dst, "Copy dst")?;
+        let rows = x.rows();
+        let (ne0, ne1, ne2, nrows) = (x.ne[0] as i64, x.ne[1] as i64, x.ne[2] as i64, rows as i64);
+        let [nb0, nb1, nb2, nb3] = x.nb.map(|b| b as i64);
+        let f = self.func(name)?;
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(&px)
+            .arg(&po)
+            .arg(&ne0)
+            .arg(&ne1)
+            .arg(&ne2)
+            .arg(&nrows);
+        l.arg(&nb0).arg(&nb1).arg(&nb2).arg(&nb3);
+        let threads = (x.ne[0].div_ceil(32) * 32).clamp(32, 256) as u32;
+        // SAFETY: every source element lies inside the checked span (strides and extents as
+        // given), every destination element inside the contiguous destination's span; blocks
+        // stride over the rows.
+        unsafe {
+            l.launch(LaunchConfig {
+                grid_dim: (rows.min(1 << 20) as u32, 1, 1),
+                block_dim: (threads, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .map_err(driver_err(name))?;
+        Ok(())
+    }
+
     /// Routed experts: x quantized once when a stack is Q8_0, gate/up products and the GLU into
     /// `h`, `h` quantized when down is Q8_0, then the weighted down products.
     fn moe<'c>(
@@ -1227,7 +1353,12 @@ mod tests {
         "bl_add_f32",
         "bl_mul_f32",
         "bl_scale_f32",
+        "bl_copy_f32_f32",
+        "bl_copy_f32_f16",
+        "bl_copy_f16_f32",
+        "bl_copy_f16_f16",
         "bl_rms_norm_f32",
+        "bl_l2_norm_f32",
         "bl_get_rows_f32",
         "bl_get_rows_f16",
         "bl_get_rows_q",
@@ -1252,6 +1383,12 @@ mod tests {
         "bl_moe_route",
         "bl_moe_glu",
         "bl_moe_combine",
+        "bl_conv_causal",
+        "bl_conv_causal_state",
+        "bl_delta_rule_table",
+        "bl_delta_rule_step",
+        "bl_delta_rule_prep",
+        "bl_delta_rule_chunks",
         "bl_hold",
     ];
 
@@ -1286,9 +1423,11 @@ mod tests {
     fn each_bundle_ptx_is_isa_9_0_for_its_target_and_defines_every_kernel() {
         let source = include_str!("ops.rs");
         let launcher = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
+        let recurrent = include_str!("ops/recurrent.rs");
         for name in NAMES {
+            let quoted = format!("\"{name}\"");
             assert!(
-                launcher.contains(&format!("\"{name}\"")),
+                launcher.contains(&quoted) || recurrent.contains(&quoted),
                 "{name} is not launched"
             );
         }

@@ -1,0 +1,541 @@
+// Sequence-state kernels of the hybrid linear-attention models (Qwen3.5/3.6 GDN layers): the causal
+// depthwise conv and the gated delta rule, each with a per-slot state updated in place. Included
+// by kernels.cu after its helpers (WARP, report).
+//
+// Rows of one sequence are consecutive with increasing positions: row r continues row r - 1 when
+// both name the same slot and pos[r] == pos[r - 1] + 1. Every other row starts a segment, which
+// starts from the slot's state (from zeros at position 0) and leaves its final state there. Each
+// segment must name its own slot (one slot is one sequence). A slot outside the state or a
+// negative position is reported as error 5 and its rows are skipped.
+
+#define ERR_STATE_SLOT 5
+
+static __device__ __forceinline__ bool continues(const int* slots, const int* pos, int r) {
+    return r > 0 && slots[r] == slots[r - 1] && pos[r] == pos[r - 1] + 1;
+}
+
+static __device__ __forceinline__ bool bad_row(const int* slots, const int* pos, int r, int n_slots) {
+    return slots[r] < 0 || slots[r] >= n_slots || pos[r] < 0;
+}
+
+// ---- ConvCausal ----------------------------------------------------------------------------------
+// Two launches: the outputs (reading the old state), then the state update by each segment's last
+// row, so no thread reads a state that another one writes.
+
+#define CONV_MAX_TAPS 16
+
+// The input `k` rows before row r (k >= 1) of channel c: from x while inside r's segment (`m` rows
+// of it precede r), else from the state (zeros when the segment starts at position 0).
+static __device__ __forceinline__ float conv_input(const float* x, const float* st, int ch, int taps, int r, int c,
+                                                   int k, int m, int p0) {
+    if (k <= m) return x[(long long)(r - k) * ch + c];
+    if (p0 == 0) return 0.0f;
+    return st[(long long)(taps - 1 - (k - m)) * ch + c];
+}
+
+// Rows of r's segment before r, at most `limit`.
+static __device__ __forceinline__ int rows_before(const int* slots, const int* pos, int r, int limit) {
+    int m = 0;
+    while (m < limit && continues(slots, pos, r - m)) ++m;
+    return m;
+}
+
+// y[r, c] = sum_j w[j, c] * x[r - (taps - 1) + j, c]; w is [taps, ch] (ne0 = taps). Grid (row,
+// 256-channel group).
+extern "C" __global__ void bl_conv_causal(const float* x, const float* w, const float* state, const int* slots,
+                                          const int* pos, float* out, int ch, int taps, int n_slots, int* err) {
+    const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= ch) return;
+    if (bad_row(slots, pos, r, n_slots)) {
+        if (c == 0) report(err, ERR_STATE_SLOT);
+        return;
+    }
+    const int m = rows_before(slots, pos, r, taps - 1);
+    const int p0 = pos[r] - m;
+    const float* st = state + (long long)slots[r] * (taps - 1) * ch;
+    const float* wc = w + (long long)c * taps;
+    float acc = 0.0f;
+    for (int j = 0; j < taps - 1; ++j) acc += wc[j] * conv_input(x, st, ch, taps, r, c, taps - 1 - j, m, p0);
+    out[(long long)r * ch + c] = acc + wc[taps - 1] * x[(long long)r * ch + c];
+}
+
+// The last row of each segment writes its slot's new state: the segment's last taps - 1 inputs
+// (older ones from the old state when the segment is shorter), oldest first. Grid (group of
+// CONV_STATE_ROWS rows, 256-channel group): a thread walks its rows for segment ends.
+#define CONV_STATE_ROWS 64
+
+extern "C" __global__ void bl_conv_causal_state(const float* x, float* state, const int* slots, const int* pos, int ch,
+                                                int rows, int taps, int n_slots) {
+    const int c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= ch) return;
+    const int first = blockIdx.x * CONV_STATE_ROWS, last = min(rows, first + CONV_STATE_ROWS);
+    for (int r = first; r < last; ++r) {
+        if (bad_row(slots, pos, r, n_slots) || (r + 1 < rows && continues(slots, pos, r + 1))) continue;
+        const int m = rows_before(slots, pos, r, taps - 1);
+        const int p0 = pos[r] - m;
+        float* st = state + (long long)slots[r] * (taps - 1) * ch;
+        float win[CONV_MAX_TAPS - 1];
+#pragma unroll
+        for (int j = 0; j < CONV_MAX_TAPS - 1; ++j) {
+            const int k = taps - 2 - j;
+            if (j < taps - 1) win[j] = k == 0 ? x[(long long)r * ch + c] : conv_input(x, st, ch, taps, r, c, k, m, p0);
+        }
+#pragma unroll
+        for (int j = 0; j < CONV_MAX_TAPS - 1; ++j)
+            if (j < taps - 1) st[(long long)j * ch + c] = win[j];
+    }
+}
+
+// ---- DeltaRule -----------------------------------------------------------------------------------
+// Per row and value head h (key head h % hk), with S the [dk, dv] state (S[i][j] at
+// (h * dv + j) * dk + i): S <- exp(gate) S; d = beta_scale * beta * (v - S^T k); S <- S + k d^T;
+// out = scale * S^T q. Column j of S evolves on its own (d_j and out_j read only column j).
+//
+// Batches of fewer than DR_CHUNK rows run the step-wise form on every segment. Larger ones first
+// list their segments (`bl_delta_rule_table`); segments of DR_CHUNK rows or more then run the
+// chunked form, the others the step-wise one.
+
+#define DR_CHUNK 64
+#define DR_MAX_DK 256
+
+// The segment lists of a batch, in one int area of the scratch laid out in this order (the host
+// sizes it as the sum of the sizes in the comments). Segments of at least DR_CHUNK rows are long;
+// each is cut into chunks of DR_CHUNK rows from its first row (the last one shorter).
+struct DrTable {
+    int* count;       // [3]: short segments, long segments, chunks
+    int* seg;         // [rows + 1]: the first row of every segment, then rows
+    int* short_row;   // [max_short]: first rows of the short segments
+    int* long_row;    // [max_long]: first rows of the long segments
+    int* long_len;    // [max_long]: their rows
+    int* long_chunk;  // [max_long + 1]: their first chunks, then the chunk count
+    int* chunk_row;   // [max_chunks]: first rows of the chunks
+    int* chunk_len;   // [max_chunks]: their rows
+};
+
+static __device__ __forceinline__ DrTable dr_table(int* tab, int rows, int max_short, int max_long, int max_chunks) {
+    DrTable t;
+    t.count = tab;
+    t.seg = t.count + 3;
+    t.short_row = t.seg + rows + 1;
+    t.long_row = t.short_row + max_short;
+    t.long_len = t.long_row + max_long;
+    t.long_chunk = t.long_len + max_long;
+    t.chunk_row = t.long_chunk + max_long + 1;
+    t.chunk_len = t.chunk_row + max_chunks;
+    return t;
+}
+
+// The rank of this thread's set flag among the block's set flags (in thread order), after the
+// *base ones of earlier calls; adds the block's count to *base. Every thread of the block calls it.
+static __device__ int block_rank(bool flag, int* warp_n, int* base) {
+    const int lane = threadIdx.x & (WARP - 1), warp = threadIdx.x / WARP;
+    const unsigned b = __ballot_sync(0xffffffffu, flag);
+    if (lane == 0) warp_n[warp] = __popc(b);
+    __syncthreads();
+    int rank = *base + __popc(b & ((1u << lane) - 1u));
+    for (int w = 0; w < warp; ++w) rank += warp_n[w];
+    __syncthreads();
+    if (threadIdx.x == 0)
+        for (int w = 0; w < (int)(blockDim.x / WARP); ++w) *base += warp_n[w];
+    __syncthreads();
+    return rank;
+}
+
+// One block: the segment lists. More segments than slots (two segments naming one slot) is error
+// 5, and the lists are then left empty.
+extern "C" __global__ void bl_delta_rule_table(const int* slots, const int* pos, int* tab, int rows, int n_slots,
+                                               int max_short, int max_long, int max_chunks, int* err) {
+    __shared__ int warp_n[1024 / WARP];
+    __shared__ int n_all, n_short, n_long;
+    const DrTable t = dr_table(tab, rows, max_short, max_long, max_chunks);
+    if (threadIdx.x == 0) n_all = n_short = n_long = 0;
+    __syncthreads();
+    for (int r0 = 0; r0 < rows; r0 += blockDim.x) {
+        const int r = r0 + threadIdx.x;
+        if (r < rows && bad_row(slots, pos, r, n_slots)) report(err, ERR_STATE_SLOT);
+        const bool start = r < rows && !continues(slots, pos, r);
+        const int at = block_rank(start, warp_n, &n_all);
+        if (start) t.seg[at] = r;
+    }
+    if (threadIdx.x == 0) t.seg[n_all] = rows;
+    __syncthreads();
+    for (int i0 = 0; i0 < n_all; i0 += blockDim.x) {
+        const int i = i0 + threadIdx.x;
+        const int len = i < n_all ? t.seg[i + 1] - t.seg[i] : 0;
+        const bool is_long = len >= DR_CHUNK, is_short = len > 0 && !is_long;
+        const int si = block_rank(is_short, warp_n, &n_short);
+        const int li = block_rank(is_long, warp_n, &n_long);
+        if (is_short && si < max_short) t.short_row[si] = t.seg[i];
+        if (is_long && li < max_long) {
+            t.long_row[li] = t.seg[i];
+            t.long_len[li] = len;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int nc = 0;
+        const bool over = n_all > n_slots || n_short > max_short || n_long > max_long;
+        for (int i = 0; i < n_long && !over; ++i) {
+            t.long_chunk[i] = nc;
+            for (int c0 = 0; c0 < t.long_len[i] && nc < max_chunks; c0 += DR_CHUNK, ++nc) {
+                t.chunk_row[nc] = t.long_row[i] + c0;
+                t.chunk_len[nc] = min(DR_CHUNK, t.long_len[i] - c0);
+            }
+        }
+        if (over) report(err, ERR_STATE_SLOT);
+        t.count[0] = over ? 0 : n_short;
+        t.count[1] = over ? 0 : n_long;
+        t.count[2] = over ? 0 : nc;
+        t.long_chunk[over ? 0 : n_long] = nc;
+    }
+}
+
+// Step-wise form: grid (segment, group of 16 columns, value head), 128 threads; 8 lanes own a
+// column of the state (lane l holds rows l, l + 8, ... of it in registers), which is read once and
+// written once while the block walks the segment's rows. Without a table block x is a row and
+// only rows that start a segment work; with one it is a short segment of the table.
+#define DR_GROUP 8
+#define DR_STEP_COLS (128 / DR_GROUP)
+
+static __device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+    for (int o = DR_GROUP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+template <int E>
+static __device__ void delta_step(const float* q, const float* k, const float* v, const float* gate,
+                                  const float* beta, float* state, const int* slots, const int* pos, float* out,
+                                  int* tab, int max_short, int max_long, int max_chunks, int hk, int hv, int dk,
+                                  int dv, int rows, int n_slots, float scale, float beta_scale, int* err) {
+    const int h = blockIdx.z;
+    int r0 = blockIdx.x;
+    if (tab) {
+        const DrTable t = dr_table(tab, rows, max_short, max_long, max_chunks);
+        if (r0 >= t.count[0]) return;
+        r0 = t.short_row[r0];
+    } else if (continues(slots, pos, r0)) {
+        return;
+    }
+    if (bad_row(slots, pos, r0, n_slots)) {
+        if (threadIdx.x == 0 && blockIdx.y == 0 && h == 0) report(err, ERR_STATE_SLOT);
+        return;
+    }
+    int end = r0 + 1;
+    while (end < rows && continues(slots, pos, end)) ++end;
+    // Every lane takes part in the group sums; lanes of a column past dv compute on zeros.
+    const int j = blockIdx.y * DR_STEP_COLS + threadIdx.x / DR_GROUP, l = threadIdx.x % DR_GROUP;
+    const bool col = j < dv;
+    const int kh = h % hk;
+    float* sc = state + (long long)slots[r0] * dk * dv * hv + ((long long)h * dv + (col ? j : 0)) * dk;
+    const bool fresh = pos[r0] == 0;
+    float s[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int i = l + DR_GROUP * e;
+        s[e] = col && !fresh && i < dk ? sc[i] : 0.0f;
+    }
+    for (int r = r0; r < end; ++r) {
+        const float* kr = k + ((long long)r * hk + kh) * dk;
+        const float* qr = q + ((long long)r * hk + kh) * dk;
+        const float g = expf(gate[(long long)r * hv + h]);
+        const float b = beta_scale * beta[(long long)r * hv + h];
+        const float vj = col ? v[((long long)r * hv + h) * dv + j] : 0.0f;
+        float kk[E], qq[E];
+        float kv = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            const int i = l + DR_GROUP * e;
+            kk[e] = i < dk ? kr[i] : 0.0f;
+            qq[e] = i < dk ? qr[i] : 0.0f;
+            s[e] *= g;
+            kv += s[e] * kk[e];
+        }
+        const float d = b * (vj - group_sum(kv));
+        float o = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            s[e] += kk[e] * d;
+            o += s[e] * qq[e];
+        }
+        o = group_sum(o);
+        if (col && l == 0) out[((long long)r * hv + h) * dv + j] = scale * o;
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int i = l + DR_GROUP * e;
+        if (col && i < dk) sc[i] = s[e];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+    bl_delta_rule_step(const float* q, const float* k, const float* v, const float* gate, const float* beta,
+                       float* state, const int* slots, const int* pos, float* out, int* tab, int max_short,
+                       int max_long, int max_chunks, int hk, int hv, int dk, int dv, int rows, int n_slots,
+                       float scale, float beta_scale, int* err) {
+#define DR_STEP(E)                                                                                                 \
+    delta_step<E>(q, k, v, gate, beta, state, slots, pos, out, tab, max_short, max_long, max_chunks, hk, hv, dk, dv, \
+                  rows, n_slots, scale, beta_scale, err)
+    if (dk <= 4 * DR_GROUP) DR_STEP(4);
+    else if (dk <= 8 * DR_GROUP) DR_STEP(8);
+    else if (dk <= 16 * DR_GROUP) DR_STEP(16);
+    else DR_STEP(32);
+#undef DR_STEP
+}
+
+// Chunked form of the long segments. Within a chunk of L rows (t, s < L; G_t the cumulative sum of
+// the gates from the chunk's first row, b_t = beta_scale * beta_t, S0 the state before it) the
+// deltas D (rows d_t) solve (I + A) D = diag(b) V - diag(b exp(G)) K S0 with A[t][s] =
+// b_t exp(G_t - G_s) k_t.k_s for s < t (the WY/UT form of the gated delta rule). With
+// T = (I + A)^-1, W = T diag(b exp(G)) K and U = T diag(b) V:
+//   D = U - W S0
+//   out_t = scale * (exp(G_t) q_t^T S0 + sum_{s <= t} exp(G_t - G_s) (q_t.k_s) d_s)
+//   S = exp(G_{L-1}) S0 + sum_t exp(G_{L-1} - G_t) k_t d_t^T
+// `prep` computes G, P[t][s] = exp(G_t - G_s) q_t.k_s (s <= t), W and U of every (chunk, head) at
+// once; `chunks` then runs each (long segment, head, 16 state columns) through its chunks in order
+// with that slice of the state in shared memory. Plain f32 FMA throughout.
+#define DR_COLS 16
+
+// Per (chunk, value head), 256 threads: G (DR_CHUNK), P (DR_CHUNK x DR_CHUNK), W (DR_CHUNK x dk)
+// and U (DR_CHUNK x dv) into the scratch areas at index ci * hv + h.
+extern "C" __global__ void __launch_bounds__(256)
+    bl_delta_rule_prep(const float* q, const float* k, const float* v, const float* gate, const float* beta,
+                       int* tab, int rows, int max_short, int max_long, int max_chunks, int hk, int hv, int dk,
+                       int dv, float beta_scale, float* gs, float* ps, float* ws, float* us) {
+    __shared__ float graw[DR_CHUNK], G[DR_CHUNK], B[DR_CHUNK], BG[DR_CHUNK];
+    __shared__ float Ks[DR_CHUNK][33], Qs[DR_CHUNK][33];
+    __shared__ float As[DR_CHUNK][DR_CHUNK + 1];
+    const DrTable tb = dr_table(tab, rows, max_short, max_long, max_chunks);
+    const int ci = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    if (ci >= tb.count[2]) return;
+    const int r0 = tb.chunk_row[ci], L = tb.chunk_len[ci];
+    const int kh = h % hk;
+    const long long idx = (long long)ci * hv + h;
+    if (tid < DR_CHUNK) {
+        graw[tid] = tid < L ? gate[(long long)(r0 + tid) * hv + h] : 0.0f;
+        B[tid] = tid < L ? beta_scale * beta[(long long)(r0 + tid) * hv + h] : 0.0f;
+    }
+    __syncthreads();
+    if (tid < DR_CHUNK) {
+        float acc = 0.0f;
+        for (int u = 0; u <= tid; ++u) acc += graw[u];
+        G[tid] = acc;
+        BG[tid] = B[tid] * expf(acc);
+        gs[idx * DR_CHUNK + tid] = acc;
+    }
+    // K K^T and Q K^T over slabs of 32 key dims: thread (a, c) takes rows a + 16u, columns c + 16w.
+    const int a = tid / 16, c = tid % 16;
+    float kk[4][4], qk[4][4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int w = 0; w < 4; ++w) kk[u][w] = qk[u][w] = 0.0f;
+    for (int i0 = 0; i0 < dk; i0 += 32) {
+        __syncthreads();
+        for (int p = tid; p < DR_CHUNK * 32; p += blockDim.x) {
+            const int t = p / 32, i = p % 32;
+            const bool in = t < L && i0 + i < dk;
+            const long long at = ((long long)(r0 + t) * hk + kh) * dk + i0 + i;
+            Ks[t][i] = in ? k[at] : 0.0f;
+            Qs[t][i] = in ? q[at] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int i = 0; i < 32; ++i) {
+            float kr[4], qr[4], kc[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                kr[u] = Ks[a + 16 * u][i];
+                qr[u] = Qs[a + 16 * u][i];
+                kc[u] = Ks[c + 16 * u][i];
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int w = 0; w < 4; ++w) {
+                    kk[u][w] += kr[u] * kc[w];
+                    qk[u][w] += qr[u] * kc[w];
+                }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const int t = a + 16 * u, s = c + 16 * w;
+            // Only s <= t: exp(G_t - G_s) may overflow above the diagonal.
+            const float dec = s <= t && t < L ? expf(G[t] - G[s]) : 0.0f;
+            As[t][s] = s < t ? B[t] * dec * kk[u][w] : 0.0f;
+            ps[(idx * DR_CHUNK + t) * DR_CHUNK + s] = dec * qk[u][w];
+        }
+    __syncthreads();
+    // Forward substitution, a thread per column of [W | U]: x_t = rhs_t - sum_{s<t} A[t][s] x_s
+    // (rows past L have rhs 0 and A 0, so they stay 0). A is read through a volatile pointer: the
+    // compiler would otherwise hoist all its 2016 reads out of the column loop (and spill them).
+    const volatile float* av = &As[0][0];
+    for (int col = tid; col < dk + dv; col += blockDim.x) {
+        const bool is_w = col < dk;
+        const float* src = is_w ? k + (long long)kh * dk + col : v + (long long)h * dv + (col - dk);
+        const long long stride = is_w ? (long long)hk * dk : (long long)hv * dv;
+        float x[DR_CHUNK];
+#pragma unroll
+        for (int t = 0; t < DR_CHUNK; ++t) {
+            float acc = t < L ? (is_w ? BG[t] : B[t]) * src[(long long)(r0 + t) * stride] : 0.0f;
+#pragma unroll
+            for (int s = 0; s < t; ++s) acc -= av[t * (DR_CHUNK + 1) + s] * x[s];
+            x[t] = acc;
+        }
+        float* dst = is_w ? ws + idx * DR_CHUNK * dk + col : us + idx * DR_CHUNK * dv + (col - dk);
+        const int ld = is_w ? dk : dv;
+#pragma unroll
+        for (int t = 0; t < DR_CHUNK; ++t)
+            if (t < L) dst[(long long)t * ld] = x[t];
+    }
+}
+
+// Shared memory of one `chunks` block: its slice of the state, the chunk's D, and G, exp(G),
+// exp(G_{L-1} - G).
+struct DrSmem {
+    float S[DR_MAX_DK][DR_COLS + 1];
+    float D[DR_CHUNK][DR_COLS + 1];
+    float G[DR_CHUNK], Ge[DR_CHUNK], Gd[DR_CHUNK];
+};
+
+// Per (long segment, 16 columns of the state, value head), 128 threads: the segment's chunks in
+// order. Thread (tt, tj) computes rows tt and tt + 32 of D and of the output at columns
+// 4 tj .. 4 tj + 3, then rows tt + 32 m (m < M, dk <= 32 M) of the new state at those columns.
+template <int M>
+static __device__ void delta_chunks(DrSmem* sm, const float* q, const float* k, float* state, const int* slots,
+                                    const int* pos, const DrTable& tb, const float* gs, const float* ps,
+                                    const float* ws, const float* us, float* out, int hk, int hv, int dk, int dv,
+                                    int n_slots, float scale) {
+    const int sg = blockIdx.x, j0 = blockIdx.y * DR_COLS, h = blockIdx.z, tid = threadIdx.x;
+    if (sg >= tb.count[1]) return;
+    const int first = tb.long_row[sg];
+    if (bad_row(slots, pos, first, n_slots)) return;  // reported by the table
+    const int kh = h % hk;
+    float* st = state + (long long)slots[first] * dk * dv * hv + (long long)h * dv * dk;
+    const bool fresh = pos[first] == 0;
+    for (int p = tid; p < DR_COLS * dk; p += blockDim.x) {
+        const int jj = p / dk, i = p % dk, j = j0 + jj;
+        sm->S[i][jj] = !fresh && j < dv ? st[(long long)j * dk + i] : 0.0f;
+    }
+    const int tt = tid / 4, tj = tid % 4;
+    for (int ci = tb.long_chunk[sg]; ci < tb.long_chunk[sg + 1]; ++ci) {
+        const int r0 = tb.chunk_row[ci], L = tb.chunk_len[ci];
+        const long long idx = (long long)ci * hv + h;
+        if (tid < DR_CHUNK) {
+            const float g = tid < L ? gs[idx * DR_CHUNK + tid] : 0.0f;
+            sm->G[tid] = g;
+            sm->Ge[tid] = expf(g);
+        }
+        __syncthreads();
+        if (tid < DR_CHUNK) sm->Gd[tid] = tid < L ? expf(sm->G[L - 1] - sm->G[tid]) : 0.0f;
+        // D = U - W S0 and Q S0 for rows tt, tt + 32.
+        float d[2][4], o[2][4];
+        const float* wr[2];
+        const float* qr[2];
+        bool live[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int t = tt + 32 * u;
+            live[u] = t < L;
+            wr[u] = ws + (idx * DR_CHUNK + (live[u] ? t : 0)) * dk;
+            qr[u] = q + ((long long)(r0 + (live[u] ? t : 0)) * hk + kh) * dk;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) d[u][c] = o[u][c] = 0.0f;
+        }
+#pragma unroll 4
+        for (int i = 0; i < dk; ++i) {
+            float sv[4];
+#pragma unroll
+            for (int c = 0; c < 4; ++c) sv[c] = sm->S[i][4 * tj + c];
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const float wv = live[u] ? wr[u][i] : 0.0f, qv = live[u] ? qr[u][i] : 0.0f;
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    d[u][c] += wv * sv[c];
+                    o[u][c] += qv * sv[c];
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int t = tt + 32 * u;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int j = j0 + 4 * tj + c;
+                sm->D[t][4 * tj + c] = live[u] && j < dv ? us[(idx * DR_CHUNK + t) * dv + j] - d[u][c] : 0.0f;
+            }
+        }
+        __syncthreads();
+        // Outputs of rows tt, tt + 32. The state update below reads and writes only this thread's
+        // entries of S, so the barrier above (after every read of S) is enough.
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int t = tt + 32 * u;
+            if (!live[u]) continue;
+            float acc[4];
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[c] = sm->Ge[t] * o[u][c];
+            const float* pr = ps + (idx * DR_CHUNK + t) * DR_CHUNK;
+            for (int s = 0; s <= t; ++s) {
+                const float p = pr[s];
+#pragma unroll
+                for (int c = 0; c < 4; ++c) acc[c] += p * sm->D[s][4 * tj + c];
+            }
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                const int j = j0 + 4 * tj + c;
+                if (j < dv) out[((long long)(r0 + t) * hv + h) * dv + j] = scale * acc[c];
+            }
+        }
+        // S = exp(G_{L-1}) S0 + sum_t exp(G_{L-1} - G_t) k_t d_t^T.
+        const float decay = sm->Ge[L - 1];
+        float acc[M][4];
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) acc[m][c] = tt + 32 * m < dk ? decay * sm->S[tt + 32 * m][4 * tj + c] : 0.0f;
+        for (int t = 0; t < L; ++t) {
+            const float* kr = k + ((long long)(r0 + t) * hk + kh) * dk;
+            float dd[4];
+#pragma unroll
+            for (int c = 0; c < 4; ++c) dd[c] = sm->Gd[t] * sm->D[t][4 * tj + c];
+#pragma unroll
+            for (int m = 0; m < M; ++m) {
+                const int i = tt + 32 * m;
+                const float kv = i < dk ? kr[i] : 0.0f;
+#pragma unroll
+                for (int c = 0; c < 4; ++c) acc[m][c] += kv * dd[c];
+            }
+        }
+#pragma unroll
+        for (int m = 0; m < M; ++m)
+#pragma unroll
+            for (int c = 0; c < 4; ++c)
+                if (tt + 32 * m < dk) sm->S[tt + 32 * m][4 * tj + c] = acc[m][c];
+        __syncthreads();
+    }
+    for (int p = tid; p < DR_COLS * dk; p += blockDim.x) {
+        const int jj = p / dk, i = p % dk, j = j0 + jj;
+        if (j < dv) st[(long long)j * dk + i] = sm->S[i][jj];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(128)
+    bl_delta_rule_chunks(const float* q, const float* k, float* state, const int* slots, const int* pos, int* tab,
+                         int rows, int max_short, int max_long, int max_chunks, const float* gs, const float* ps,
+                         const float* ws, const float* us, float* out, int hk, int hv, int dk, int dv, int n_slots,
+                         float scale) {
+    __shared__ DrSmem sm;
+    const DrTable tb = dr_table(tab, rows, max_short, max_long, max_chunks);
+#define DR_CHUNKS(M) \
+    delta_chunks<M>(&sm, q, k, state, slots, pos, tb, gs, ps, ws, us, out, hk, hv, dk, dv, n_slots, scale)
+    if (dk <= 32) DR_CHUNKS(1);
+    else if (dk <= 64) DR_CHUNKS(2);
+    else if (dk <= 128) DR_CHUNKS(4);
+    else DR_CHUNKS(8);
+#undef DR_CHUNKS
+}

@@ -1,0 +1,233 @@
+// Checks cu/recurrent.cuh on the CPU (sim.h) against a plain f64 reference of ConvCausal and
+// DeltaRule: decode batches, several sequences per batch, sequences continuing from their slot's
+// state and starting at position 0, the step-wise and the chunked delta rule (and both in one
+// batch), odd head dims, and bad slots reported as error 5. The launches (grids, scratch areas)
+// are those of src/ops/recurrent.rs. Prints one line per case; exits 1 on a failure.
+#include "sim.h"
+
+#include <cstdio>
+#include <random>
+
+#include "../cu/recurrent.cuh"
+
+static std::mt19937 rng(7);
+static float uniform(float a, float b) { return std::uniform_real_distribution<float>(a, b)(rng); }
+
+// `len` consecutive rows of one sequence.
+struct Run {
+    int slot, pos0, len;
+};
+
+static void rows_of(const std::vector<Run>& runs, std::vector<int>& slots, std::vector<int>& pos) {
+    for (const Run& s : runs)
+        for (int t = 0; t < s.len; ++t) {
+            slots.push_back(s.slot);
+            pos.push_back(s.pos0 + t);
+        }
+}
+
+static bool starts(const std::vector<int>& slots, const std::vector<int>& pos, size_t r) {
+    return r == 0 || slots[r] != slots[r - 1] || pos[r] != pos[r - 1] + 1;
+}
+
+static double rel(const std::vector<float>& a, const std::vector<double>& b) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        if (!std::isfinite(a[i])) return INFINITY;
+        num += (a[i] - b[i]) * (a[i] - b[i]);
+        den += b[i] * b[i];
+    }
+    return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// ---- ConvCausal ----
+
+static bool conv_case(const char* name, int ch, int taps, int n_slots, const std::vector<Run>& runs) {
+    std::vector<int> slots, pos;
+    rows_of(runs, slots, pos);
+    const int rows = slots.size();
+    std::vector<float> x((long)rows * ch), w((long)taps * ch), state((long)(taps - 1) * ch * n_slots);
+    for (float& a : x) a = uniform(-1, 1);
+    for (float& a : w) a = uniform(-1, 1);
+    for (float& a : state) a = uniform(-1, 1);
+    std::vector<double> want_state(state.begin(), state.end()), want((long)rows * ch);
+    for (int r = 0; r < rows; ++r) {
+        double* st = want_state.data() + (long)slots[r] * (taps - 1) * ch;
+        if (starts(slots, pos, r) && pos[r] == 0) std::fill(st, st + (long)(taps - 1) * ch, 0.0);
+        for (int c = 0; c < ch; ++c) {
+            double acc = w[(long)c * taps + taps - 1] * x[(long)r * ch + c];
+            for (int j = 0; j < taps - 1; ++j) acc += w[(long)c * taps + j] * st[(long)j * ch + c];
+            want[(long)r * ch + c] = acc;
+            for (int j = 0; j + 1 < taps - 1; ++j) st[(long)j * ch + c] = st[(long)(j + 1) * ch + c];
+            if (taps > 1) st[(long)(taps - 2) * ch + c] = x[(long)r * ch + c];
+        }
+    }
+    std::vector<float> out((long)rows * ch, NAN);
+    int err = 0;
+    const unsigned groups = (ch + 255) / 256;
+    launch(Dim3{(unsigned)rows, groups, 1}, 256, [&] {
+        bl_conv_causal(x.data(), w.data(), state.data(), slots.data(), pos.data(), out.data(), ch, taps, n_slots, &err);
+    });
+    if (taps > 1)
+        launch(Dim3{(unsigned)((rows + CONV_STATE_ROWS - 1) / CONV_STATE_ROWS), groups, 1}, 256, [&] {
+            bl_conv_causal_state(x.data(), state.data(), slots.data(), pos.data(), ch, rows, taps, n_slots);
+        });
+    const double eo = rel(out, want), es = rel(state, want_state);
+    const bool ok = err == 0 && eo < 1e-6 && es == 0;
+    printf("%s ConvCausal %s (%d rows): out %.2g, state %.2g\n", ok ? "ok  " : "FAIL", name, rows, eo, es);
+    return ok;
+}
+
+// ---- DeltaRule ----
+
+struct Shape {
+    int hk, hv, dk, dv, n_slots;
+    float scale, beta_scale;
+};
+
+struct Inputs {
+    std::vector<int> slots, pos;
+    std::vector<float> q, k, v, gate, beta;
+};
+
+static void dr_reference(const Shape& p, const Inputs& in, std::vector<double>& state, std::vector<double>& out) {
+    const long rows = in.slots.size(), per = (long)p.dk * p.dv * p.hv;
+    out.assign(rows * p.hv * p.dv, 0);
+    for (long r = 0; r < rows; ++r) {
+        double* st = state.data() + in.slots[r] * per;
+        if (starts(in.slots, in.pos, r) && in.pos[r] == 0) std::fill(st, st + per, 0.0);
+        for (int h = 0; h < p.hv; ++h) {
+            const long kq = (r * p.hk + h % p.hk) * p.dk;
+            const double g = std::exp((double)in.gate[r * p.hv + h]), b = p.beta_scale * in.beta[r * p.hv + h];
+            for (int j = 0; j < p.dv; ++j) {
+                double* s = st + ((long)h * p.dv + j) * p.dk;
+                double kv = 0, o = 0;
+                for (int i = 0; i < p.dk; ++i) kv += (s[i] *= g) * in.k[kq + i];
+                const double d = b * (in.v[(r * p.hv + h) * p.dv + j] - kv);
+                for (int i = 0; i < p.dk; ++i) o += (s[i] += in.k[kq + i] * d) * in.q[kq + i];
+                out[(r * p.hv + h) * p.dv + j] = p.scale * o;
+            }
+        }
+    }
+}
+
+// The launches of Launcher::delta_rule; returns whether the chunked form ran.
+static bool dr_launch(const Shape& p, const Inputs& in, std::vector<float>& state, std::vector<float>& out, int* err) {
+    const int rows = in.slots.size();
+    out.assign((long)rows * p.hv * p.dv, NAN);
+    const unsigned cols = (p.dv + DR_STEP_COLS - 1) / DR_STEP_COLS;
+    auto step = [&](int* tab, int max_short, int max_long, int max_chunks, unsigned segments) {
+        launch(Dim3{segments, cols, (unsigned)p.hv}, 128, [&] {
+            bl_delta_rule_step(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), in.beta.data(), state.data(),
+                               in.slots.data(), in.pos.data(), out.data(), tab, max_short, max_long, max_chunks,
+                               p.hk, p.hv, p.dk, p.dv, rows, p.n_slots, p.scale, p.beta_scale, err);
+        });
+    };
+    if (rows < DR_CHUNK) {
+        step(nullptr, 0, 0, 0, rows);
+        return false;
+    }
+    const int max_short = std::min(rows, p.n_slots), max_long = std::min(rows / DR_CHUNK, p.n_slots);
+    const int max_chunks = rows / DR_CHUNK + max_long;
+    // Uninitialised scratch, as on the card.
+    std::vector<int> tab(3 + (rows + 1) + max_short + 3 * max_long + 1 + 2 * max_chunks, 0x5a5a5a5a);
+    const long per = (long)max_chunks * p.hv * DR_CHUNK;
+    std::vector<float> gs(per, NAN), ps(per * DR_CHUNK, NAN), ws(per * p.dk, NAN), us(per * p.dv, NAN);
+    launch(Dim3{1, 1, 1}, 1024, [&] {
+        bl_delta_rule_table(in.slots.data(), in.pos.data(), tab.data(), rows, p.n_slots, max_short, max_long,
+                            max_chunks, err);
+    });
+    step(tab.data(), max_short, max_long, max_chunks, max_short);
+    launch(Dim3{(unsigned)max_chunks, (unsigned)p.hv, 1}, 256, [&] {
+        bl_delta_rule_prep(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), in.beta.data(), tab.data(), rows,
+                           max_short, max_long, max_chunks, p.hk, p.hv, p.dk, p.dv, p.beta_scale, gs.data(),
+                           ps.data(), ws.data(), us.data());
+    });
+    launch(Dim3{(unsigned)max_long, (unsigned)((p.dv + DR_COLS - 1) / DR_COLS), (unsigned)p.hv}, 128, [&] {
+        bl_delta_rule_chunks(in.q.data(), in.k.data(), state.data(), in.slots.data(), in.pos.data(), tab.data(), rows,
+                             max_short, max_long, max_chunks, gs.data(), ps.data(), ws.data(), us.data(), out.data(),
+                             p.hk, p.hv, p.dk, p.dv, p.n_slots, p.scale);
+    });
+    return true;
+}
+
+// Unit-norm queries and keys (as after L2Norm), log decays in [gmin, gmax), beta in [0, 1).
+static Inputs dr_inputs(const Shape& p, const std::vector<Run>& runs, float gmin, float gmax) {
+    Inputs in;
+    rows_of(runs, in.slots, in.pos);
+    const long rows = in.slots.size();
+    in.q.resize(rows * p.hk * p.dk);
+    in.k.resize(in.q.size());
+    for (std::vector<float>* t : {&in.q, &in.k})
+        for (long h = 0; h < rows * p.hk; ++h) {
+            float* x = &(*t)[h * p.dk];
+            double ss = 0;
+            for (int i = 0; i < p.dk; ++i) {
+                x[i] = uniform(-1, 1);
+                ss += (double)x[i] * x[i];
+            }
+            for (int i = 0; i < p.dk; ++i) x[i] /= std::sqrt(ss);
+        }
+    in.v.resize(rows * p.hv * p.dv);
+    for (float& a : in.v) a = uniform(-1, 1);
+    in.gate.resize(rows * p.hv);
+    for (float& a : in.gate) a = uniform(gmin, gmax);
+    in.beta.resize(rows * p.hv);
+    for (float& a : in.beta) a = uniform(0, 1);
+    return in;
+}
+
+static bool dr_case(const char* name, const Shape& p, const std::vector<Run>& runs, float gmin, float gmax) {
+    const Inputs in = dr_inputs(p, runs, gmin, gmax);
+    std::vector<float> state((long)p.dk * p.dv * p.hv * p.n_slots), out;
+    for (float& a : state) a = uniform(-1, 1);
+    std::vector<double> want_state(state.begin(), state.end()), want;
+    dr_reference(p, in, want_state, want);
+    int err = 0;
+    const bool chunked = dr_launch(p, in, state, out, &err);
+    const double eo = rel(out, want), es = rel(state, want_state);
+    const bool ok = err == 0 && eo < 2e-6 && es < 2e-6;
+    printf("%s DeltaRule %s (%s, %zu rows): out %.2g, state %.2g\n", ok ? "ok  " : "FAIL", name,
+           chunked ? "chunked" : "step-wise", in.slots.size(), eo, es);
+    return ok;
+}
+
+static bool dr_bad_case(const char* name, const Shape& p, const std::vector<Run>& runs) {
+    const Inputs in = dr_inputs(p, runs, -1, 0);
+    std::vector<float> state((long)p.dk * p.dv * p.hv * p.n_slots, 0.0f), out;
+    int err = 0;
+    const bool chunked = dr_launch(p, in, state, out, &err);
+    printf("%s DeltaRule %s (%s): error %d\n", err == ERR_STATE_SLOT ? "ok  " : "FAIL", name,
+           chunked ? "chunked" : "step-wise", err);
+    return err == ERR_STATE_SLOT;
+}
+
+int main() {
+    setvbuf(stdout, nullptr, _IOLBF, 0);
+    bool ok = true;
+    ok &= conv_case("decode, 3 slots", 300, 4, 3, {{0, 5, 1}, {1, 0, 1}, {2, 1, 1}});
+    ok &= conv_case("runs shorter than the window", 300, 4, 4, {{3, 7, 2}, {0, 0, 3}, {1, 2, 1}, {2, 10, 5}});
+    ok &= conv_case("prompt + decode", 520, 4, 3, {{1, 9, 1}, {0, 0, 100}, {2, 30, 40}});
+    ok &= conv_case("2 taps", 40, 2, 2, {{0, 3, 3}, {1, 0, 2}});
+    ok &= conv_case("1 tap", 40, 1, 2, {{0, 3, 3}});
+    // Qwen3.5's head dims, fewer heads (value head h reads key head h % 2).
+    const Shape qwen{2, 4, 128, 128, 4, 0.088f, 1.0f};
+    ok &= dr_case("decode, 3 slots", qwen, {{0, 5, 1}, {1, 0, 1}, {2, 9, 1}}, -1, 0);
+    ok &= dr_case("short prompt + decode", Shape{2, 4, 128, 32, 4, 0.088f, 1.0f}, {{0, 5, 1}, {3, 0, 12}, {2, 9, 3}},
+                  -1, 0);
+    ok &= dr_case("long and short runs", qwen, {{3, 0, 100}, {1, 17, 4}, {0, 130, 71}, {2, 3, 1}}, -0.3f, 0);
+    ok &= dr_case("one run of 64", qwen, {{2, 64, 64}}, -0.1f, 0);
+    ok &= dr_case("strong decay", qwen, {{3, 0, 100}, {1, 17, 4}}, -5, 0);
+    ok &= dr_case("gates in [-1, 1]", qwen, {{3, 0, 130}, {1, 17, 4}}, -1, 1);
+    const Shape odd{1, 3, 96, 40, 3, 0.1f, 2.0f};
+    ok &= dr_case("dk 96, dv 40", odd, {{0, 5, 1}, {1, 0, 2}}, -1, 0);
+    ok &= dr_case("dk 96, dv 40", odd, {{0, 5, 130}, {1, 0, 10}, {2, 0, 65}}, -0.2f, 0);
+    ok &= dr_case("dk 256", Shape{2, 2, 256, 32, 2, 0.06f, 1.0f}, {{1, 0, 70}, {0, 4, 2}}, -0.2f, 0);
+    ok &= dr_case("dk 16", Shape{2, 2, 16, 16, 2, 0.25f, 1.0f}, {{1, 0, 70}, {0, 4, 2}}, -0.2f, 0);
+    ok &= dr_bad_case("slot outside the state", qwen, {{0, 3, 2}, {4, 0, 3}});
+    ok &= dr_bad_case("slot outside the state", qwen, {{0, 3, 2}, {4, 0, 70}, {-1, 0, 1}});
+    ok &= dr_bad_case("negative position", qwen, {{0, -3, 70}});
+    ok &= dr_bad_case("one slot twice", qwen, {{0, 0, 70}, {1, 0, 70}, {0, 100, 70}, {2, 0, 1}, {3, 0, 1}});
+    printf(ok ? "all passed\n" : "some failed\n");
+    return ok ? 0 : 1;
+}

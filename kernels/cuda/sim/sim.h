@@ -1,0 +1,98 @@
+// A CPU emulation of the few CUDA features the sequence-state kernels (cu/recurrent.cuh) use, so
+// that their source can be checked without a GPU (tests/recurrent_sim.rs builds and runs
+// recurrent_test.cpp with the host C++ compiler). Blocks run one after another; the threads of a
+// block are std::threads with a block barrier for __syncthreads and a per-warp exchange for
+// shuffles and ballots. Every lane of a warp must take part in a shuffle, and a block must leave
+// a kernel as a whole before a barrier, as the kernels under test do.
+#pragma once
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+struct Dim3 {
+    unsigned x = 1, y = 1, z = 1;
+};
+inline Dim3 blockIdx, blockDim, gridDim;
+inline thread_local Dim3 threadIdx;
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(x)
+#define WARP 32
+using std::max;
+using std::min;
+
+struct WarpExchange {
+    std::barrier<> bar{WARP};
+    float f[WARP];
+    bool b[WARP];
+};
+inline std::barrier<>* g_block_barrier;
+inline std::vector<std::unique_ptr<WarpExchange>> g_warps;
+
+inline void __syncthreads() { g_block_barrier->arrive_and_wait(); }
+
+inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
+    const unsigned lane = threadIdx.x % WARP;
+    WarpExchange& w = *g_warps[threadIdx.x / WARP];
+    w.f[lane] = v;
+    w.bar.arrive_and_wait();
+    const float r = w.f[lane ^ lane_mask];
+    w.bar.arrive_and_wait();
+    return r;
+}
+
+inline unsigned __ballot_sync(unsigned, bool p) {
+    const unsigned lane = threadIdx.x % WARP;
+    WarpExchange& w = *g_warps[threadIdx.x / WARP];
+    w.b[lane] = p;
+    w.bar.arrive_and_wait();
+    unsigned r = 0;
+    for (unsigned i = 0; i < WARP; ++i) r |= (w.b[i] ? 1u : 0u) << i;
+    w.bar.arrive_and_wait();
+    return r;
+}
+
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+
+inline int atomicCAS(int* a, int expected, int desired) {
+    std::atomic_ref<int>(*a).compare_exchange_strong(expected, desired);
+    return expected;
+}
+
+// kernels.cu's error report.
+static inline void report(int* err, int code) {
+    if (err) atomicCAS(err, 0, code);
+}
+
+// Runs `kernel` on every block of `grid` with `threads` threads (a multiple of WARP).
+inline void launch(Dim3 grid, unsigned threads, const std::function<void()>& kernel) {
+    gridDim = grid;
+    blockDim = Dim3{threads, 1, 1};
+    std::barrier<> bar(threads);
+    g_block_barrier = &bar;
+    g_warps.clear();
+    for (unsigned w = 0; w < threads / WARP; ++w) g_warps.push_back(std::make_unique<WarpExchange>());
+    const unsigned long blocks = (unsigned long)grid.x * grid.y * grid.z;
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t)
+        pool.emplace_back([t, blocks, grid, &bar, &kernel] {
+            threadIdx = Dim3{t, 0, 0};
+            for (unsigned long b = 0; b < blocks; ++b) {
+                if (t == 0)
+                    blockIdx = Dim3{(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y),
+                                    (unsigned)(b / ((unsigned long)grid.x * grid.y))};
+                bar.arrive_and_wait();
+                kernel();
+                bar.arrive_and_wait();
+            }
+        });
+    for (auto& t : pool) t.join();
+}
