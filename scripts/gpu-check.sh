@@ -18,6 +18,10 @@
 #                                 and with every expert on the host).
 #   scripts/gpu-check.sh tier     on the GPU machine: routed experts split between card and host
 #                                 (greedy text against the CPU, plan and bench under budgets).
+#   scripts/gpu-check.sh hybrid   on the GPU machine: the Qwen3.5 hybrids' ops and tiny files
+#                                 against the CPU, then the Qwen3.6-35B-A3B-shaped file's speed
+#                                 (on the card and with every expert on the host; llama-bench side
+#                                 by side when LLAMA_BENCH names one).
 # Full logs go to $OUT when it is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -162,8 +166,58 @@ case "${1:-}" in
     BLOOMERY_TIER_PROFILE=1 $b bench -m "$f" -p 0 -n 64 -r 1 -ngl 99 -cmoe 2>&1 \
       | grep -E "host-expert|tg64" | tee -a "$out/tier.txt"
     ;;
+  hybrid)
+    # The Qwen3.5 hybrids (Gated DeltaNet + gated attention): the recurrent ops against cpu-scalar,
+    # the tiny qwen35moe and qwen35 files end to end (GPU against CPU, prompt and step forms), then
+    # the Qwen3.6-35B-A3B-shaped file (experts Q4_K, the rest Q8_0) all on the card and with every
+    # expert on the host. With LLAMA_BENCH naming a llama-bench build that serves qwen35moe, the
+    # same file runs through it in the same call.
+    out=${OUT:-/tmp}
+    b="dist/bloomery --plugin-dir dist/plugins"
+    models=/dev/shm/bloomery-gpu-check
+    mkdir -p "$models"
+    status=0
+    for bundle in cuda-sm90 cuda-sm86; do
+      $b opcheck --plugin "$bundle" --seed 5 | tee "$out/opcheck-hybrid-$bundle.txt" \
+        | grep -E "ConvCausal|DeltaRule|L2Norm|Copy|Unary|Add|Mul|FAIL|cases" || status=1
+      for arch in qwen35moe qwen35; do
+        $b synth --arch $arch --preset tiny --seed 7 -o "$models/$arch-f32.gguf" > /dev/null
+        $b synth --arch $arch --preset tiny --seed 7 --experts Q8_0 --attn Q8_0 --embd Q8_0 \
+          --output-type Q8_0 --dense Q8_0 -o "$models/$arch-q8_0.gguf" > /dev/null
+        $b opcheck --plugin "$bundle" --model "$models/$arch-f32.gguf" | grep -E "model|FAIL" \
+          | tee -a "$out/model-hybrid-$bundle.txt" || status=1
+        $b opcheck --plugin "$bundle" --model "$models/$arch-q8_0.gguf" --model-tol 2e-2 \
+          | grep -E "model|FAIL" | tee -a "$out/model-hybrid-$bundle.txt" || status=1
+      done
+    done
+    for flags in "-ngl 0" "-ngl 99" "-ngl 99 -cmoe"; do
+      # shellcheck disable=SC2086
+      text=$($b run -m "$models/qwen35moe-f32.gguf" -p "hello world" -n 24 --temp 0 $flags 2>/dev/null)
+      echo "greedy qwen35moe, $flags: $text" | tee -a "$out/hybrid.txt"
+    done
+    f=/dev/shm/q36-35b-a3b-q4k.gguf
+    [ -f "$f" ] || /usr/bin/time -f "synth: %e s" $b synth --arch qwen35moe --preset 35b-a3b \
+      --experts Q4_K --attn Q8_0 --embd Q8_0 --output-type Q8_0 --dense Q8_0 -o "$f" > /dev/null
+    for flags in "" "-cmoe"; do
+      echo "bench -ngl 99 $flags:" | tee -a "$out/hybrid.txt"
+      # shellcheck disable=SC2086
+      $b bench -m "$f" -p 512 -n 128 -r 3 -ngl 99 $flags 2>&1 | tail -3 | tee -a "$out/hybrid.txt"
+    done
+    if [ -n "${LLAMA_BENCH:-}" ]; then
+      for flags in "" "-ncmoe 40"; do
+        echo "llama-bench -ngl 99 -fa 1 $flags:" | tee -a "$out/hybrid.txt"
+        # shellcheck disable=SC2086
+        "$LLAMA_BENCH" -m "$f" -p 512 -n 128 -r 3 -ngl 99 -fa 1 -t 16 $flags 2>&1 | grep -E "^\|" \
+          | tee -a "$out/hybrid.txt"
+      done
+    fi
+    echo "per-op profile of one eager pass:" | tee -a "$out/hybrid.txt"
+    BLOOMERY_CUDA_PROFILE=1 $b bench -m "$f" -p 512 -n 32 -r 1 -ngl 99 --no-graphs 2>&1 \
+      | sed -n '/per-op profile/,$p' | head -40 | tee -a "$out/hybrid.txt"
+    exit $status
+    ;;
   *)
-    echo "usage: scripts/gpu-check.sh build|device|bench|serve|tier" >&2
+    echo "usage: scripts/gpu-check.sh build|device|bench|serve|tier|hybrid" >&2
     exit 2
     ;;
 esac

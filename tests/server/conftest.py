@@ -98,6 +98,15 @@ def tiny_path(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="session")
+def hybrid_path(tmp_path_factory):
+    """The synthetic tiny qwen35moe (Gated DeltaNet + attention hybrid; f32, seed 7)."""
+    out = tmp_path_factory.mktemp("models") / "tiny-qwen35moe.gguf"
+    rc, text = run_cli("synth", "--arch", "qwen35moe", "--preset", "tiny", "--seed", "7", "-o", str(out))
+    assert rc == 0, text
+    return out
+
+
 @pytest.fixture(scope="module")
 def gemma3(gemma3_path):
     s = Server(gemma3_path, "-c", "2048", "-np", "2", "--metrics", "-a", "gemma3-270m", "-s", "42")

@@ -116,3 +116,34 @@ def test_a_restored_prefix_on_another_slot_gives_the_same_tokens(tiny_path):
         assert warm["tokens"] == cold["tokens"]
     finally:
         s.stop()
+
+
+def test_a_hybrid_restores_the_checkpoint_at_its_last_prompt_end(hybrid_path):
+    """A Gated DeltaNet hybrid cannot rewind its recurrent state: a follow-up that keeps the
+    first prompt but not the answer (as chat templates that drop thinking do) restores the
+    checkpoint taken when the first prompt ended, after other requests used the slot."""
+    cached = Server(hybrid_path, "-c", "512", "-np", "1", "--metrics")
+    plain = Server(hybrid_path, "-c", "512", "-np", "1", "--metrics", "--cache-ram", "0")
+    try:
+        first = list(range(20, 120))
+        replies = []
+        for s in (cached, plain):
+            a = complete(s, first)
+            complete(s, list(range(300, 360)))
+            # Keeps the prompt, replaces the answer.
+            replies.append(complete(s, first + [7, 8, 9, 10], n=8))
+            assert a["tokens"][:4] != [7, 8, 9, 10]
+        warm, cold = replies
+        assert warm["timings"]["cache_n"] == 100
+        assert metric(cached, "prompt_cache_restored_tokens_total") == 100
+        assert cold["timings"]["cache_n"] == 0
+        assert warm["tokens"] == cold["tokens"]
+        # Back on its own slot: the same prompt again goes back to the checkpoint at 104
+        # positions (the follow-up's prompt end), not to zero.
+        again = complete(cached, first + [7, 8, 9, 10] + [11], n=8)
+        assert again["timings"]["cache_n"] == 104
+        ref = complete(plain, first + [7, 8, 9, 10] + [11], n=8)
+        assert again["tokens"] == ref["tokens"]
+    finally:
+        cached.stop()
+        plain.stop()

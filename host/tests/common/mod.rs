@@ -27,3 +27,30 @@ pub fn tiny_qwen3moe(
     bloomery::synth::write(preset, types, 7, &path).unwrap();
     path
 }
+
+/// Writes the `tiny` preset of architecture `arch` (seed 7) with `types` into `dir` as
+/// `{arch}.gguf`; returns its path. A plugin serving several architectures names each preset's
+/// in its `general.architecture`.
+#[allow(dead_code)] // not every test crate that shares this module writes models
+pub fn tiny_of(
+    arch: &str,
+    dir: &std::path::Path,
+    types: bloomery::synth::ClassTypes,
+) -> std::path::PathBuf {
+    let reg = bloomery::plugins::Registry::load(&plugin_dir())
+        .expect("plugin folder (run `cargo xtask plugins` first)");
+    let plugin = reg.model_for(arch).unwrap();
+    let presets = plugin.module.synth_presets()();
+    let preset = presets
+        .iter()
+        .find(|p| {
+            p.name.as_str() == "tiny"
+                && p.metadata.iter().any(|e| {
+                    e.key.as_str() == "general.architecture" && e.value.as_str() == Some(arch)
+                })
+        })
+        .unwrap();
+    let path = dir.join(format!("{arch}.gguf"));
+    bloomery::synth::write(preset, types, 7, &path).unwrap();
+    path
+}
