@@ -1,0 +1,128 @@
+//! Logits of the synthetic tiny Qwen3.5 hybrids (`qwen35moe`, `qwen35`) against llama.cpp's and
+//! HF transformers' on the same files (goldens made by `tests/oracle/make_qwen35_goldens.sh`; see
+//! host/tests/fixtures/PROVENANCE.md). Every prompt runs as one batch, so the DeltaNet layers'
+//! prompt form is what is compared; `qwen35_cpu.rs` ties it to the step form.
+
+mod common;
+
+use common::{plugin_dir, tiny_of};
+
+use std::path::Path;
+
+use bloomery::engine::executor::BatchInputs;
+use bloomery::model::{LoadOptions, LoadedModel};
+use bloomery::plugins::Registry;
+use bloomery::synth::ClassTypes;
+use bloomery_plugin_api::DType;
+use sha2::{Digest, Sha256};
+
+fn golden(name: &str) -> serde_json::Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.json"));
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+fn types(t: DType) -> ClassTypes {
+    ClassTypes {
+        experts: t,
+        attention: t,
+        embedding: t,
+        output: t,
+        dense: t,
+    }
+}
+
+/// Largest |Δ| over the largest |logit| of any position, and how many positions agree on the
+/// argmax, of `arch`'s tiny file in `t` against golden `file`.
+fn compare(arch: &str, t: DType, file: &str) -> (f32, usize, usize) {
+    let g = golden(file);
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_of(arch, dir.path(), types(t));
+    let sha = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
+    assert_eq!(
+        sha,
+        g["file_sha256"].as_str().unwrap(),
+        "synth output changed: rerun tests/oracle/make_qwen35_goldens.sh"
+    );
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let opts = LoadOptions {
+        n_slots: 1,
+        ctx_per_slot: 64,
+        kv_type: DType::F32,
+        threads: 2,
+        graphs: true,
+    };
+    let (mut max_rel, mut same, mut n_pos) = (0f32, 0, 0);
+    let mut m = LoadedModel::load(&reg, &path, opts).unwrap();
+    let vocab = m.spec.hparams.n_vocab as usize;
+    for seq in g["sequences"].as_array().unwrap() {
+        let tokens: Vec<i32> = seq["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap() as i32)
+            .collect();
+        let n = tokens.len() as i32;
+        let ours = m
+            .forward(&BatchInputs {
+                tokens,
+                positions: (0..n).collect(),
+                slots: vec![0; n as usize],
+                output_rows: (0..n).collect(),
+                history: vec![],
+            })
+            .unwrap();
+        for (i, row) in seq["logits"].as_array().unwrap().iter().enumerate() {
+            let want: Vec<f32> = row
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+                .collect();
+            let got = &ours[i * vocab..(i + 1) * vocab];
+            let scale = want.iter().fold(0f32, |s, v| s.max(v.abs()));
+            let diff = got
+                .iter()
+                .zip(&want)
+                .fold(0f32, |s, (x, y)| s.max((x - y).abs()));
+            max_rel = max_rel.max(diff / scale);
+            let am = |v: &[f32]| (0..v.len()).max_by(|&x, &y| v[x].total_cmp(&v[y])).unwrap();
+            same += usize::from(am(got) == am(&want));
+            n_pos += 1;
+        }
+    }
+    eprintln!("{file}: max rel {max_rel:.2e}, argmax {same}/{n_pos}");
+    (max_rel, same, n_pos)
+}
+
+fn check(arch: &str, t: DType, file: &str, band: f32) {
+    let (rel, same, n) = compare(arch, t, file);
+    assert!(rel < band, "{file}: max rel {rel} over the band {band}");
+    assert_eq!(same, n, "{file}: argmax differs");
+}
+
+#[test]
+fn qwen35moe_f32_matches_llama_cpp_within_1e4() {
+    check("qwen35moe", DType::F32, "qwen35moe_tiny_f32", 1e-4);
+}
+
+#[test]
+fn qwen35moe_f32_matches_transformers_within_1e4() {
+    check("qwen35moe", DType::F32, "qwen35moe_tiny_f32_hf", 1e-4);
+}
+
+#[test]
+fn qwen35_f32_matches_llama_cpp_within_1e4() {
+    check("qwen35", DType::F32, "qwen35_tiny_f32", 1e-4);
+}
+
+#[test]
+fn qwen35_f32_matches_transformers_within_1e4() {
+    check("qwen35", DType::F32, "qwen35_tiny_f32_hf", 1e-4);
+}
+
+#[test]
+fn q8_0_weights_match_llama_cpp_within_1e4() {
+    // Activations of Q8_0 products are quantized as ggml's CPU backend does: measured 2e-7.
+    check("qwen35moe", DType::Q8_0, "qwen35moe_tiny_q8_0", 1e-4);
+    check("qwen35", DType::Q8_0, "qwen35_tiny_q8_0", 1e-4);
+}
