@@ -19,9 +19,10 @@
 #   scripts/gpu-check.sh tier     on the GPU machine: routed experts split between card and host
 #                                 (greedy text against the CPU, plan and bench under budgets).
 #   scripts/gpu-check.sh hybrid   on the GPU machine: the Qwen3.5 hybrids' ops and tiny files
-#                                 against the CPU, then the Qwen3.6-35B-A3B-shaped file's speed
-#                                 (on the card and with every expert on the host; llama-bench side
-#                                 by side when LLAMA_BENCH names one).
+#                                 against the CPU (opcheck), greedy text on CPU, card and split.
+#   scripts/gpu-check.sh hybrid-bench  on the GPU machine: the Qwen3.6-35B-A3B-shaped file's speed
+#                                 on the card and with every expert on the host (llama-bench side
+#                                 by side when LLAMA_BENCH names one), and a per-op profile.
 # Full logs go to $OUT when it is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -168,10 +169,7 @@ case "${1:-}" in
     ;;
   hybrid)
     # The Qwen3.5 hybrids (Gated DeltaNet + gated attention): the recurrent ops against cpu-scalar,
-    # the tiny qwen35moe and qwen35 files end to end (GPU against CPU, prompt and step forms), then
-    # the Qwen3.6-35B-A3B-shaped file (experts Q4_K, the rest Q8_0) all on the card and with every
-    # expert on the host. With LLAMA_BENCH naming a llama-bench build that serves qwen35moe, the
-    # same file runs through it in the same call.
+    # the tiny qwen35moe and qwen35 files end to end (GPU against CPU, prompt and step forms).
     out=${OUT:-/tmp}
     b="dist/bloomery --plugin-dir dist/plugins"
     models=/dev/shm/bloomery-gpu-check
@@ -195,6 +193,14 @@ case "${1:-}" in
       text=$($b run -m "$models/qwen35moe-f32.gguf" -p "hello world" -n 24 --temp 0 $flags 2>/dev/null)
       echo "greedy qwen35moe, $flags: $text" | tee -a "$out/hybrid.txt"
     done
+    exit $status
+    ;;
+  hybrid-bench)
+    # The Qwen3.6-35B-A3B-shaped file (experts Q4_K, the rest Q8_0) all on the card and with every
+    # expert on the host. With LLAMA_BENCH naming a llama-bench build that serves qwen35moe, the
+    # same file runs through it in the same call.
+    out=${OUT:-/tmp}
+    b="dist/bloomery --plugin-dir dist/plugins"
     f=/dev/shm/q36-35b-a3b-q4k.gguf
     [ -f "$f" ] || /usr/bin/time -f "synth: %e s" $b synth --arch qwen35moe --preset 35b-a3b \
       --experts Q4_K --attn Q8_0 --embd Q8_0 --output-type Q8_0 --dense Q8_0 -o "$f" > /dev/null
@@ -214,10 +220,9 @@ case "${1:-}" in
     echo "per-op profile of one eager pass:" | tee -a "$out/hybrid.txt"
     BLOOMERY_CUDA_PROFILE=1 $b bench -m "$f" -p 512 -n 32 -r 1 -ngl 99 --no-graphs 2>&1 \
       | sed -n '/per-op profile/,$p' | head -40 | tee -a "$out/hybrid.txt"
-    exit $status
     ;;
   *)
-    echo "usage: scripts/gpu-check.sh build|device|bench|serve|tier|hybrid" >&2
+    echo "usage: scripts/gpu-check.sh build|device|bench|serve|tier|hybrid|hybrid-bench" >&2
     exit 2
     ;;
 esac

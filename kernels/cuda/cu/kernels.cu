@@ -230,6 +230,31 @@ extern "C" __global__ void bl_matmul_f32(const uint8_t* w, long long w_stride, c
     if (lane == 0) y[(long long)c * n + j] = s;
 }
 
+// The same product for few (j, c) pairs (routers, gates: n of 1 to a few hundred at decode): one
+// block of SPLIT_THREADS per pair splits k, so that a small product still fills the card.
+#define SPLIT_THREADS 128
+extern "C" __global__ void bl_matmul_f32_split(const uint8_t* w, long long w_stride, const float* x, float* y, int k,
+                                               int n, int m) {
+    __shared__ float part[SPLIT_THREADS / WARP];
+    const long long task = blockIdx.x;
+    if (task >= (long long)n * m) return;
+    const int j = (int)(task % n), c = (int)(task / n);
+    const float* wr = (const float*)(w + (long long)j * w_stride);
+    const float* xc = x + (long long)c * k;
+    float s = 0.0f;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < k; i += SPLIT_THREADS) s += wr[i] * xc[i];
+    s = warp_sum(s);
+    if ((threadIdx.x & (WARP - 1)) == 0) part[threadIdx.x / WARP] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+#pragma unroll
+        for (int i = 0; i < SPLIT_THREADS / WARP; i++) t += part[i];
+        y[(long long)c * n + j] = t;
+    }
+}
+
 // ---- activations --------------------------------------------------------------------------------
 
 static __device__ __forceinline__ float sigmoid_f(float x) {

@@ -141,6 +141,11 @@ fn driver_err(what: &str) -> impl FnOnce(cudarc::driver::DriverError) -> PluginE
 
 /// Threads per block of the row-per-warp kernels.
 const BLOCK: u32 = 256;
+/// F32 products with at most this many (row, column) pairs take a block per pair
+/// (`bl_matmul_f32_split`, whose block size this is), not a warp.
+const F32_SPLIT_MAX_TASKS: u64 = 4096;
+/// Threads of `bl_matmul_f32_split` (its `SPLIT_THREADS`).
+const F32_SPLIT_THREADS: u32 = 128;
 const WARPS: u64 = (BLOCK / 32) as u64;
 
 /// The loaded kernels of one device, with the scratch they need.
@@ -506,7 +511,14 @@ impl Launcher {
                 let tasks = n * m;
                 match (w.dtype, weight_code(w.dtype)) {
                     (DType::F32, _) => {
-                        let f = self.func("bl_matmul_f32")?;
+                        // Few outputs (a router, a gate at decode): a block per output splits k.
+                        let split = tasks <= F32_SPLIT_MAX_TASKS;
+                        let name = if split {
+                            "bl_matmul_f32_split"
+                        } else {
+                            "bl_matmul_f32"
+                        };
+                        let f = self.func(name)?;
                         let mut l = stream.launch_builder(&f);
                         l.arg(&pw)
                             .arg(&stride)
@@ -515,9 +527,14 @@ impl Launcher {
                             .arg(&ki)
                             .arg(&ni)
                             .arg(&mi);
-                        // SAFETY: one warp per (row, column), all inside the checked spans.
-                        unsafe { l.launch(cfg(grid(tasks, WARPS), BLOCK)) }
-                            .map_err(driver_err("bl_matmul_f32"))?;
+                        let launch = if split {
+                            cfg(tasks as u32, F32_SPLIT_THREADS)
+                        } else {
+                            cfg(grid(tasks, WARPS), BLOCK)
+                        };
+                        // SAFETY: one block (split) or one warp per (row, column), all inside the
+                        // checked spans.
+                        unsafe { l.launch(launch) }.map_err(driver_err(name))?;
                     }
                     (_, Some((wtype, block))) => {
                         if k % block.max(32) != 0 {
@@ -1364,6 +1381,7 @@ mod tests {
         "bl_get_rows_q",
         "bl_quantize_q8_1",
         "bl_matmul_f32",
+        "bl_matmul_f32_split",
         "bl_matmul_q",
         "bl_glu_f32",
         "bl_unary_f32",
