@@ -127,6 +127,33 @@ extern "C" __global__ void bl_rms_norm_f32(const float* x, const float* w, float
     }
 }
 
+// A residual add and the RMS norm of its result in one pass (llama.cpp's add + rms_norm fusion):
+// d = a + b is written as the Add would and normed exactly as bl_rms_norm_f32 norms it.
+extern "C" __global__ void bl_add_rms_norm_f32(const float* a, const float* b, float* d, const float* w, float* out,
+                                               int ncols, float eps) {
+    const long long row = (long long)blockIdx.x * ncols;
+    const float* ar = a + row;
+    const float* br = b + row;
+    float* dr = d + row;
+    float* yr = out + row;
+    double s = 0.0;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < ncols; i += blockDim.x) {
+        const float v = ar[i] + br[i];
+        dr[i] = v;
+        s += (double)(v * v);
+    }
+    const float mean = (float)(block_sum_f64(s) / ncols);
+    const float inv = 1.0f / sqrtf(mean + eps);
+    // Each thread reads back only what it wrote, so d may share memory with a or b, and out
+    // with a or b (the planner reuses dead inputs' memory).
+#pragma unroll 8
+    for (int i = threadIdx.x; i < ncols; i += blockDim.x) {
+        const float v = dr[i] * inv;
+        yr[i] = w ? v * w[i] : v;
+    }
+}
+
 // x / sqrt(sum(x^2) + eps), the sum and the root in f64 as the CPU reference takes them.
 extern "C" __global__ void bl_l2_norm_f32(const float* x, float* out, int ncols, float eps) {
     const float* xr = x + (long long)blockIdx.x * ncols;

@@ -254,15 +254,18 @@ impl KernelDevice for CudaDevice {
             if self.profile.is_some() {
                 self.kernels.hold(HOLD_NS)?;
             }
-            for c in calls.iter() {
-                match &self.profile {
-                    Some(p) => p.time(&self.ctx, &self.kernels.stream, label(c), || {
-                        self.kernels.run(self, c)
-                    })?,
-                    None => self.kernels.run(self, c)?,
+            match &self.profile {
+                // Op by op, so that each op is timed on its own.
+                Some(p) => {
+                    for c in calls.iter() {
+                        p.time(&self.ctx, &self.kernels.stream, label(c), || {
+                            self.kernels.run(self, c)
+                        })?;
+                    }
+                    Ok(())
                 }
+                None => self.kernels.run_all(self, &calls),
             }
-            Ok(())
         };
         run().into()
     }
@@ -301,7 +304,7 @@ impl KernelDevice for CudaDevice {
                 .map_err(err("beginning a graph capture"))?;
             self.kernels.forget_quantized();
             self.kernels.capturing.store(true, Ordering::Release);
-            let recorded = calls.iter().try_for_each(|c| self.kernels.run(self, c));
+            let recorded = self.kernels.run_all(self, &calls);
             self.kernels.capturing.store(false, Ordering::Release);
             // The capture is always ended, also after a failed call, so the stream stays usable.
             let graph = stream.end_capture(sys::CUgraphInstantiate_flags(0));

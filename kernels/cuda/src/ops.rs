@@ -320,6 +320,86 @@ impl Launcher {
         }
     }
 
+    /// Launches the calls of a pass in order, fusing what it can (see [`Kernels::fused`]).
+    pub fn run_all(&self, bufs: &dyn Buffers, calls: &[OpCall]) -> Result<(), PluginError> {
+        let mut i = 0;
+        while i < calls.len() {
+            i += match self.fused(bufs, &calls[i..])? {
+                Some(n) => n,
+                None => {
+                    self.run(bufs, &calls[i])?;
+                    1
+                }
+            };
+        }
+        Ok(())
+    }
+
+    /// Launches the leading calls of `calls` as one kernel when they form a pattern this bundle
+    /// fuses, returning how many it took: an `Add` of two same-shape tensors whose result the
+    /// next call, an `RmsNorm`, reads (every layer's residual and the norm after it). The fused
+    /// kernel still writes the sum, so later readers of it see what they would have.
+    pub fn fused(
+        &self,
+        bufs: &dyn Buffers,
+        calls: &[OpCall],
+    ) -> Result<Option<usize>, PluginError> {
+        let [add, norm, ..] = calls else {
+            return Ok(None);
+        };
+        let Op::RmsNorm { eps } = norm.op else {
+            return Ok(None);
+        };
+        if add.op != Op::Add || add.n_srcs != 2 || norm.srcs().first() != Some(&add.dst) {
+            return Ok(None);
+        }
+        let (a, b) = (&add.srcs()[0], &add.srcs()[1]);
+        let plain =
+            |t: &TensorRef| t.dtype == DType::F32 && t.is_contiguous() && t.ne == add.dst.ne;
+        if ![a, b, &add.dst, &norm.dst].into_iter().all(plain) {
+            return Ok(None);
+        }
+        let ncols = norm.dst.ne[0];
+        let w = match norm.srcs().get(1) {
+            Some(w) if w.dtype == DType::F32 && w.is_contiguous() && w.elements() == ncols => {
+                Some(w)
+            }
+            Some(_) => return Ok(None),
+            None => None,
+        };
+        // The fused kernel reads no quantized input: the next product quantizes afresh.
+        self.quantized
+            .lock()
+            .map_err(|_| PluginError::device("quantized-input record poisoned"))?
+            .take();
+        let addr = |t: &TensorRef| bufs.address(t.buffer, t.offset, t.span_bytes().unwrap_or(0));
+        let (pa, pb, pd, po) = (addr(a)?, addr(b)?, addr(&add.dst)?, addr(&norm.dst)?);
+        let pw = match w {
+            Some(w) => addr(w)?,
+            None => 0u64,
+        };
+        let n = ncols as i32;
+        let f = self.func("bl_add_rms_norm_f32")?;
+        let mut l = self.stream.launch_builder(&f);
+        l.arg(&pa)
+            .arg(&pb)
+            .arg(&pd)
+            .arg(&pw)
+            .arg(&po)
+            .arg(&n)
+            .arg(&eps);
+        let threads = (ncols as u32).div_ceil(64).clamp(1, 32) * 32;
+        let launch = LaunchConfig {
+            grid_dim: (norm.dst.rows() as u32, 1, 1),
+            block_dim: (threads, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: one block per row of ncols contiguous f32 in each tensor, whose spans the
+        // buffer table checked (`address`).
+        unsafe { l.launch(launch) }.map_err(driver_err("bl_add_rms_norm_f32"))?;
+        Ok(Some(2))
+    }
+
     /// Launches one call.
     pub fn run(&self, bufs: &dyn Buffers, c: &OpCall) -> Result<(), PluginError> {
         // Only a quantized product directly after another on the same input reuses its Q8_1 copy.
@@ -1375,6 +1455,7 @@ mod tests {
         "bl_copy_f16_f32",
         "bl_copy_f16_f16",
         "bl_rms_norm_f32",
+        "bl_add_rms_norm_f32",
         "bl_l2_norm_f32",
         "bl_get_rows_f32",
         "bl_get_rows_f16",
