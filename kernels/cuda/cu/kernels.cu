@@ -154,6 +154,29 @@ extern "C" __global__ void bl_add_rms_norm_f32(const float* a, const float* b, f
     }
 }
 
+// A strided copy and the L2 norm of its rows in one pass (q and k split out of the DeltaNet
+// convolution): c = the rows of x (row r at i1·nb1 + i2·nb2 + i3·nb3 elements, ne0 contiguous) as
+// the Copy writes them, out = c normed as bl_l2_norm_f32 norms it. Each thread reads back only its
+// own writes.
+extern "C" __global__ void bl_copy_l2_norm_f32(const float* x, long long nb1, long long nb2, long long nb3, int ne1,
+                                               int ne2, float* c, float* out, int ncols, float eps) {
+    const long long r = blockIdx.x;
+    const long long i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / ((long long)ne1 * ne2);
+    const float* xr = x + i1 * nb1 + i2 * nb2 + i3 * nb3;
+    float* cr = c + r * ncols;
+    float* yr = out + r * ncols;
+    double s = 0.0;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < ncols; i += blockDim.x) {
+        const float v = xr[i];
+        cr[i] = v;
+        s += (double)v * (double)v;
+    }
+    const float inv = (float)(1.0 / sqrt(block_sum_f64(s) + (double)eps));
+#pragma unroll 8
+    for (int i = threadIdx.x; i < ncols; i += blockDim.x) yr[i] = cr[i] * inv;
+}
+
 // x / sqrt(sum(x^2) + eps), the sum and the root in f64 as the CPU reference takes them.
 extern "C" __global__ void bl_l2_norm_f32(const float* x, float* out, int ncols, float eps) {
     const float* xr = x + (long long)blockIdx.x * ncols;
@@ -317,22 +340,37 @@ extern "C" __global__ void bl_glu_f32(const float* g, const float* u, float* out
 }
 
 // f: 0 silu, 1 sigmoid, 2 gelu (table), 3 gelu_erf, 4 softplus, 5 tanh, 6 exp, 7 relu
+static __device__ __forceinline__ float unary_one(float v, int f) {
+    switch (f) {
+        case 0: return v * sigmoid_f(v);
+        case 1: return sigmoid_f(v);
+        case 2: return gelu_table(v);
+        case 3: return (float)(0.5 * (double)v * (1.0 + erf((double)v * 0.70710678118654752440)));
+        case 4: return v > 20.0f ? v : log1pf(expf(v));
+        case 5: return tanhf(v);
+        case 6: return expf(v);
+        default: return fmaxf(v, 0.0f);
+    }
+}
+
+// A unary function and the product of its result with a same-shape tensor in one pass (output
+// gates): u = f(x) is written as the Unary would, out = other * u as the Mul would. Each thread
+// touches only index i, so u or out may share memory with x or other.
+extern "C" __global__ void bl_unary_mul_f32(const float* x, float* u, const float* other, float* out, long long n,
+                                            int f) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i < n; i += (long long)gridDim.x * blockDim.x) {
+        const float y = unary_one(x[i], f);
+        const float o = other[i];
+        u[i] = y;
+        out[i] = o * y;
+    }
+}
+
 extern "C" __global__ void bl_unary_f32(const float* x, float* out, long long n, int f) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     for (; i < n; i += (long long)gridDim.x * blockDim.x) {
-        const float v = x[i];
-        float y;
-        switch (f) {
-            case 0: y = v * sigmoid_f(v); break;
-            case 1: y = sigmoid_f(v); break;
-            case 2: y = gelu_table(v); break;
-            case 3: y = (float)(0.5 * (double)v * (1.0 + erf((double)v * 0.70710678118654752440))); break;
-            case 4: y = v > 20.0f ? v : log1pf(expf(v)); break;
-            case 5: y = tanhf(v); break;
-            case 6: y = expf(v); break;
-            default: y = fmaxf(v, 0.0f); break;
-        }
-        out[i] = y;
+        out[i] = unary_one(x[i], f);
     }
 }
 

@@ -23,6 +23,7 @@ use cudarc::driver::{
 
 use crate::probe::Bundle;
 
+mod fused;
 mod recurrent;
 
 /// The quantized weight types the kernels read, with their `wtype` codes in `cu/quant.cuh`.
@@ -320,7 +321,7 @@ impl Launcher {
         }
     }
 
-    /// Launches the calls of a pass in order, fusing what it can (see [`Kernels::fused`]).
+    /// Launches the calls of a pass in order, fusing what it can (see [`Launcher::fused`]).
     pub fn run_all(&self, bufs: &dyn Buffers, calls: &[OpCall]) -> Result<(), PluginError> {
         let mut i = 0;
         while i < calls.len() {
@@ -333,71 +334,6 @@ impl Launcher {
             };
         }
         Ok(())
-    }
-
-    /// Launches the leading calls of `calls` as one kernel when they form a pattern this bundle
-    /// fuses, returning how many it took: an `Add` of two same-shape tensors whose result the
-    /// next call, an `RmsNorm`, reads (every layer's residual and the norm after it). The fused
-    /// kernel still writes the sum, so later readers of it see what they would have.
-    pub fn fused(
-        &self,
-        bufs: &dyn Buffers,
-        calls: &[OpCall],
-    ) -> Result<Option<usize>, PluginError> {
-        let [add, norm, ..] = calls else {
-            return Ok(None);
-        };
-        let Op::RmsNorm { eps } = norm.op else {
-            return Ok(None);
-        };
-        if add.op != Op::Add || add.n_srcs != 2 || norm.srcs().first() != Some(&add.dst) {
-            return Ok(None);
-        }
-        let (a, b) = (&add.srcs()[0], &add.srcs()[1]);
-        let plain =
-            |t: &TensorRef| t.dtype == DType::F32 && t.is_contiguous() && t.ne == add.dst.ne;
-        if ![a, b, &add.dst, &norm.dst].into_iter().all(plain) {
-            return Ok(None);
-        }
-        let ncols = norm.dst.ne[0];
-        let w = match norm.srcs().get(1) {
-            Some(w) if w.dtype == DType::F32 && w.is_contiguous() && w.elements() == ncols => {
-                Some(w)
-            }
-            Some(_) => return Ok(None),
-            None => None,
-        };
-        // The fused kernel reads no quantized input: the next product quantizes afresh.
-        self.quantized
-            .lock()
-            .map_err(|_| PluginError::device("quantized-input record poisoned"))?
-            .take();
-        let addr = |t: &TensorRef| bufs.address(t.buffer, t.offset, t.span_bytes().unwrap_or(0));
-        let (pa, pb, pd, po) = (addr(a)?, addr(b)?, addr(&add.dst)?, addr(&norm.dst)?);
-        let pw = match w {
-            Some(w) => addr(w)?,
-            None => 0u64,
-        };
-        let n = ncols as i32;
-        let f = self.func("bl_add_rms_norm_f32")?;
-        let mut l = self.stream.launch_builder(&f);
-        l.arg(&pa)
-            .arg(&pb)
-            .arg(&pd)
-            .arg(&pw)
-            .arg(&po)
-            .arg(&n)
-            .arg(&eps);
-        let threads = (ncols as u32).div_ceil(64).clamp(1, 32) * 32;
-        let launch = LaunchConfig {
-            grid_dim: (norm.dst.rows() as u32, 1, 1),
-            block_dim: (threads, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: one block per row of ncols contiguous f32 in each tensor, whose spans the
-        // buffer table checked (`address`).
-        unsafe { l.launch(launch) }.map_err(driver_err("bl_add_rms_norm_f32"))?;
-        Ok(Some(2))
     }
 
     /// Launches one call.
@@ -706,16 +642,7 @@ impl Launcher {
                 if x.elements() as i64 != n {
                     return Err(PluginError::invalid("Unary shapes"));
                 }
-                let code: i32 = match which {
-                    UnaryFn::Silu => 0,
-                    UnaryFn::Sigmoid => 1,
-                    UnaryFn::Gelu => 2,
-                    UnaryFn::GeluErf => 3,
-                    UnaryFn::Softplus => 4,
-                    UnaryFn::Tanh => 5,
-                    UnaryFn::Exp => 6,
-                    UnaryFn::Relu => 7,
-                };
+                let code = unary_code(which);
                 let (px, po) = (addr(x, "x")?, addr(&c.dst, "dst")?);
                 let f = self.func("bl_unary_f32")?;
                 let mut l = stream.launch_builder(&f);
@@ -1443,6 +1370,20 @@ impl Drop for Launcher {
     }
 }
 
+/// The `f` of `bl_unary_f32` and `bl_unary_mul_f32` for a unary function.
+fn unary_code(which: UnaryFn) -> i32 {
+    match which {
+        UnaryFn::Silu => 0,
+        UnaryFn::Sigmoid => 1,
+        UnaryFn::Gelu => 2,
+        UnaryFn::GeluErf => 3,
+        UnaryFn::Softplus => 4,
+        UnaryFn::Tanh => 5,
+        UnaryFn::Exp => 6,
+        UnaryFn::Relu => 7,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// Every kernel the launcher names.
@@ -1456,6 +1397,8 @@ mod tests {
         "bl_copy_f16_f16",
         "bl_rms_norm_f32",
         "bl_add_rms_norm_f32",
+        "bl_unary_mul_f32",
+        "bl_copy_l2_norm_f32",
         "bl_l2_norm_f32",
         "bl_get_rows_f32",
         "bl_get_rows_f16",
@@ -1523,10 +1466,13 @@ mod tests {
         let source = include_str!("ops.rs");
         let launcher = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
         let recurrent = include_str!("ops/recurrent.rs");
+        let fused = include_str!("ops/fused.rs");
         for name in NAMES {
             let quoted = format!("\"{name}\"");
             assert!(
-                launcher.contains(&quoted) || recurrent.contains(&quoted),
+                [launcher, recurrent, fused]
+                    .iter()
+                    .any(|s| s.contains(&quoted)),
                 "{name} is not launched"
             );
         }
