@@ -7,6 +7,8 @@
 pub mod device;
 pub mod dispatch;
 pub mod linear;
+#[cfg(test)]
+mod linear_tests;
 pub mod memory;
 pub mod ops;
 pub mod pool;

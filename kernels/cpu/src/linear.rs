@@ -214,6 +214,8 @@ pub fn moe_experts(
         ));
     }
     let mut chosen: Vec<Vec<(usize, f32)>> = vec![Vec::new(); stacks.n_expert];
+    // Where pick (r, j) landed: its stack slot and its index in that slot's list.
+    let mut pick_at: Vec<Option<(usize, usize)>> = vec![None; rows * k];
     for r in 0..rows {
         for j in 0..k {
             let id = ids[r * k + j];
@@ -234,6 +236,7 @@ pub fn moe_experts(
                     stacks.n_expert
                 )));
             }
+            pick_at[r * k + j] = Some((s, chosen[s].len()));
             chosen[s].push((r, weights[r * k + j]));
         }
     }
@@ -390,11 +393,19 @@ pub fn moe_experts(
     if failed.load(std::sync::atomic::Ordering::Relaxed) {
         return Err(PluginError::invalid("moe: a dot product failed"));
     }
-    // The weighted sum, in expert order (deterministic).
+    // The weighted sum of each row in the order of its picks, so the result does not depend on
+    // where the experts sit in the stacks (a tier's arena slots, residency moves).
+    let mut active_of = vec![usize::MAX; stacks.n_expert];
     for (a, (e, _, _)) in active.iter().enumerate() {
-        for (c, &(r, w)) in chosen[*e].iter().enumerate() {
+        active_of[*e] = a;
+    }
+    for r in 0..rows {
+        let orow = &mut out[r * e_dim..(r + 1) * e_dim];
+        for &(s, c) in pick_at[r * k..(r + 1) * k].iter().flatten() {
+            let a = active_of[s];
+            let w = chosen[s][c].1;
             let ye = &y[y_off[a] + c * e_dim..y_off[a] + (c + 1) * e_dim];
-            for (o, v) in out[r * e_dim..(r + 1) * e_dim].iter_mut().zip(ye) {
+            for (o, v) in orow.iter_mut().zip(ye) {
                 *o += w * v;
             }
         }
