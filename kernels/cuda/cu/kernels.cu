@@ -367,23 +367,6 @@ extern "C" __global__ void bl_unary_mul_f32(const float* x, float* u, const floa
     }
 }
 
-// An Add, a unary function of its sum and the Mul of that with a third tensor in one pass (the
-// DeltaNet decay: softplus(alpha + dt_bias) * a): s = a + b, u = f(s), out = u * c, with b and c
-// of the same shape or one row repeated (nb, nc values). s and u are written as the separate calls
-// would write them; each thread touches only index i.
-extern "C" __global__ void bl_add_unary_mul_f32(const float* a, const float* b, long long nb, float* s, int f,
-                                                float* u, const float* c, long long nc, float* out, long long n) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i < n; i += (long long)gridDim.x * blockDim.x) {
-        const float sv = a[i] + b[i % nb];
-        const float uv = unary_one(sv, f);
-        const float cv = c[i % nc];
-        s[i] = sv;
-        u[i] = uv;
-        out[i] = uv * cv;
-    }
-}
-
 extern "C" __global__ void bl_unary_f32(const float* x, float* out, long long n, int f) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     for (; i < n; i += (long long)gridDim.x * blockDim.x) {

@@ -1398,7 +1398,6 @@ mod tests {
         "bl_rms_norm_f32",
         "bl_add_rms_norm_f32",
         "bl_unary_mul_f32",
-        "bl_add_unary_mul_f32",
         "bl_copy_l2_norm_f32",
         "bl_l2_norm_f32",
         "bl_get_rows_f32",

@@ -1,12 +1,11 @@
 //! Calls launched as one kernel when consecutive calls of a pass form a pattern (as llama.cpp's
 //! CUDA backend fuses add + rms_norm): a residual `Add` and the `RmsNorm` of its result; a
 //! `Unary` and the `Mul` of its result with a same-shape tensor (output gates); a strided `Copy`
-//! and the `L2Norm` of its result (q and k split out of the DeltaNet convolution); an `Add`, a
-//! `Unary` of its sum and a `Mul` of that (the DeltaNet decay). Every fused
+//! and the `L2Norm` of its result (q and k split out of the DeltaNet convolution). Every fused
 //! kernel still writes the first call's result, so any later reader sees what it would have, and
 //! each thread reads back only what it wrote, so tensors sharing reused memory stay safe.
 
-use bloomery_plugin_api::op::{Op, UnaryFn};
+use bloomery_plugin_api::op::Op;
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::{LaunchConfig, PushKernelArg};
@@ -39,7 +38,7 @@ impl Launcher {
         bufs: &dyn Buffers,
         calls: &[OpCall],
     ) -> Result<Option<usize>, PluginError> {
-        let [first, second, rest @ ..] = calls else {
+        let [first, second, ..] = calls else {
             return Ok(None);
         };
         if second.srcs().is_empty() {
@@ -51,12 +50,6 @@ impl Launcher {
                 .ok_or_else(|| PluginError::invalid("a fused call's tensor has no layout"))?;
             bufs.address(t.buffer, t.offset, span)
         };
-        if let (Op::Add, Op::Unary { f }, Some(third)) = (first.op, second.op, rest.first()) {
-            if third.op == Op::Mul && self.add_unary_mul(&addr, [first, second, third], f)? {
-                self.forget_quantized_input()?;
-                return Ok(Some(3));
-            }
-        }
         let launched = match (first.op, second.op) {
             (Op::Add, Op::RmsNorm { eps }) => self.add_rms_norm(&addr, first, second, eps)?,
             (Op::Unary { f }, Op::Mul) => self.unary_mul(&addr, first, second, unary_code(f))?,
@@ -66,74 +59,12 @@ impl Launcher {
         if !launched {
             return Ok(None);
         }
-        self.forget_quantized_input()?;
-        Ok(Some(2))
-    }
-
-    /// A quantized product after a fused launch quantizes its input afresh.
-    fn forget_quantized_input(&self) -> Result<(), PluginError> {
+        // A quantized product after this one quantizes its input afresh.
         self.quantized
             .lock()
             .map_err(|_| PluginError::device("quantized-input record poisoned"))?
             .take();
-        Ok(())
-    }
-
-    /// `s = a + b; u = f(s); out = u · c` with `b` and `c` of `a`'s shape or one row repeated.
-    fn add_unary_mul(
-        &self,
-        addr: &dyn Fn(&TensorRef) -> Result<u64, PluginError>,
-        [add, unary, mul]: [&OpCall; 3],
-        f: UnaryFn,
-    ) -> Result<bool, PluginError> {
-        let ne = add.dst.ne;
-        if add.n_srcs != 2 || unary.n_srcs != 1 || mul.n_srcs != 2 || unary.srcs()[0] != add.dst {
-            return Ok(false);
-        }
-        let u = unary.dst;
-        let c = match (mul.srcs()[0] == u, mul.srcs()[1] == u) {
-            (true, false) => mul.srcs()[1],
-            (false, true) => mul.srcs()[0],
-            _ => return Ok(false),
-        };
-        let (a, b) = (add.srcs()[0], add.srcs()[1]);
-        if ![&a, &add.dst, &u, &mul.dst]
-            .into_iter()
-            .all(|t| plain(t, ne))
-        {
-            return Ok(false);
-        }
-        // One row repeated, or the same shape: the separate Add and Mul read index i % len.
-        let n = a.elements();
-        let repeats = |t: &TensorRef| {
-            t.dtype == DType::F32
-                && t.is_contiguous()
-                && t.elements() > 0
-                && (t.ne == ne || (t.elements() == ne[0] && n % ne[0] == 0))
-        };
-        if !repeats(&b) || !repeats(&c) {
-            return Ok(false);
-        }
-        let (nb, nc, n) = (b.elements() as i64, c.elements() as i64, n as i64);
-        let code = unary_code(f);
-        let (pa, pb, ps, pu) = (addr(&a)?, addr(&b)?, addr(&add.dst)?, addr(&u)?);
-        let (pc, po) = (addr(&c)?, addr(&mul.dst)?);
-        let func = self.func("bl_add_unary_mul_f32")?;
-        let mut l = self.stream.launch_builder(&func);
-        l.arg(&pa)
-            .arg(&pb)
-            .arg(&nb)
-            .arg(&ps)
-            .arg(&code)
-            .arg(&pu)
-            .arg(&pc)
-            .arg(&nc)
-            .arg(&po)
-            .arg(&n);
-        let blocks = (n as u64).div_ceil(256).clamp(1, 4096) as u32;
-        // SAFETY: a, s, u and out hold n contiguous f32; b and c hold nb and nc (checked spans).
-        unsafe { l.launch(launch_cfg(blocks, 256)) }.map_err(driver_err("bl_add_unary_mul_f32"))?;
-        Ok(true)
+        Ok(Some(2))
     }
 
     /// `d = a + b; out = rms_norm(d) · w` for same-shape `a`, `b`.
