@@ -218,3 +218,40 @@ fn a_card_too_small_for_the_dense_weights_is_refused_by_name() {
         "{err}"
     );
 }
+
+#[test]
+fn a_hybrid_with_split_experts_gives_the_unsplit_logits() {
+    // qwen35moe: DeltaNet layers keep per-sequence state next to the tiered experts; the 40-row
+    // prompt streams host layers and takes the chunked recurrence, the steps the step-wise one.
+    let dir = tempfile::tempdir().unwrap();
+    let types = ClassTypes {
+        experts: DType::Q8_0,
+        attention: DType::F32,
+        embedding: DType::F32,
+        output: DType::F32,
+        dense: DType::F32,
+    };
+    let path = common::tiny_of("qwen35moe", dir.path(), types);
+    let want = run(&mut load(&path, &TierRequest::default()));
+    for (what, request) in [
+        (
+            "-ncmoe 2",
+            TierRequest {
+                n_cpu_moe: Some(2),
+                ..Default::default()
+            },
+        ),
+        (
+            "-cmoe",
+            TierRequest {
+                cpu_moe: true,
+                ..Default::default()
+            },
+        ),
+    ] {
+        let mut m = load(&path, &request);
+        assert!(host_experts(&m).iter().sum::<usize>() >= 16, "{what}");
+        let rel = max_rel(&run(&mut m), &want);
+        assert!(rel < 1e-5, "{what} differs by {rel}");
+    }
+}
