@@ -71,24 +71,10 @@ fn compare(arch: &str, t: DType, file: &str) -> (f32, usize, usize) {
                 history: vec![],
             })
             .unwrap();
-        for (i, row) in seq["logits"].as_array().unwrap().iter().enumerate() {
-            let want: Vec<f32> = row
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_f64().unwrap() as f32)
-                .collect();
-            let got = &ours[i * vocab..(i + 1) * vocab];
-            let scale = want.iter().fold(0f32, |s, v| s.max(v.abs()));
-            let diff = got
-                .iter()
-                .zip(&want)
-                .fold(0f32, |s, (x, y)| s.max((x - y).abs()));
-            max_rel = max_rel.max(diff / scale);
-            let am = |v: &[f32]| (0..v.len()).max_by(|&x, &y| v[x].total_cmp(&v[y])).unwrap();
-            same += usize::from(am(got) == am(&want));
-            n_pos += 1;
-        }
+        let (rel, s, n) = common::agreement(&ours, vocab, &seq["logits"]);
+        max_rel = max_rel.max(rel);
+        same += s;
+        n_pos += n;
     }
     eprintln!("{file}: max rel {max_rel:.2e}, argmax {same}/{n_pos}");
     (max_rel, same, n_pos)

@@ -89,24 +89,10 @@ fn compare_with(name: &str, file: &str, t: [DType; 4]) -> Agreement {
             })
             .unwrap();
         let vocab = m.spec.hparams.n_vocab as usize;
-        for (i, row) in seq["logits"].as_array().unwrap().iter().enumerate() {
-            let want: Vec<f32> = row
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_f64().unwrap() as f32)
-                .collect();
-            let got = &ours[i * vocab..(i + 1) * vocab];
-            let scale = want.iter().fold(0f32, |s, v| s.max(v.abs()));
-            let diff = got
-                .iter()
-                .zip(&want)
-                .fold(0f32, |s, (x, y)| s.max((x - y).abs()));
-            a.max_rel = a.max_rel.max(diff / scale);
-            let am = |v: &[f32]| (0..v.len()).max_by(|&x, &y| v[x].total_cmp(&v[y])).unwrap();
-            a.argmax_same += usize::from(am(got) == am(&want));
-            a.positions += 1;
-        }
+        let (rel, same, n) = common::agreement(&ours, vocab, &seq["logits"]);
+        a.max_rel = a.max_rel.max(rel);
+        a.argmax_same += same;
+        a.positions += n;
     }
     eprintln!(
         "{file}: max rel {:.2e}, argmax {}/{}",

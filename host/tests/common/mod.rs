@@ -54,3 +54,30 @@ pub fn tiny_of(
     bloomery::synth::write(preset, types, 7, &path).unwrap();
     path
 }
+
+/// How `ours` (`[vocab, positions]` logits) agrees with a golden sequence's `logits` (one array
+/// per position): the largest |Δ| over the largest |logit| of any position, the positions whose
+/// argmax agrees, and the positions compared.
+#[allow(dead_code)] // not every test crate that shares this module compares goldens
+pub fn agreement(ours: &[f32], vocab: usize, golden: &serde_json::Value) -> (f32, usize, usize) {
+    let (mut max_rel, mut same, mut n) = (0f32, 0, 0);
+    for (i, row) in golden.as_array().unwrap().iter().enumerate() {
+        let want: Vec<f32> = row
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect();
+        let got = &ours[i * vocab..(i + 1) * vocab];
+        let scale = want.iter().fold(0f32, |s, v| s.max(v.abs()));
+        let diff = got
+            .iter()
+            .zip(&want)
+            .fold(0f32, |s, (x, y)| s.max((x - y).abs()));
+        max_rel = max_rel.max(diff / scale);
+        let am = |v: &[f32]| (0..v.len()).max_by(|&x, &y| v[x].total_cmp(&v[y])).unwrap();
+        same += usize::from(am(got) == am(&want));
+        n += 1;
+    }
+    (max_rel, same, n)
+}
