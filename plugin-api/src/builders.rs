@@ -87,10 +87,53 @@ impl WeightTable {
         }))
     }
 
+    /// Declares the weights outside the layers of a causal LM: `token_embd` `[n_embd, n_vocab]`,
+    /// `output_norm` and `output` (the embedding when the file ties them).
+    pub fn lm_globals(
+        &mut self,
+        view: &ModelFileView,
+        n_embd: u64,
+        n_vocab: u64,
+    ) -> Result<LmGlobals, PluginError> {
+        let (e, v, g) = (n_embd, n_vocab, WeightRole::Global);
+        let tok_embd = self.require(
+            view,
+            "token_embd.weight",
+            g,
+            WeightClass::Embedding,
+            [e, v, 1, 1],
+        )?;
+        let output_norm = self.require(
+            view,
+            "output_norm.weight",
+            g,
+            WeightClass::Norm,
+            [e, 1, 1, 1],
+        )?;
+        let output = self
+            .optional(view, "output.weight", g, WeightClass::Output, [e, v, 1, 1])?
+            .unwrap_or_else(|| tok_embd.clone());
+        Ok(LmGlobals {
+            tok_embd,
+            output_norm,
+            output,
+        })
+    }
+
     /// The declarations, in index order.
     pub fn into_decls(self) -> RVec<WeightDecl> {
         self.decls.into()
     }
+}
+
+/// The weights outside the layers of a causal LM ([`WeightTable::lm_globals`]).
+pub struct LmGlobals {
+    /// Token embedding.
+    pub tok_embd: WeightRef,
+    /// Final norm.
+    pub output_norm: WeightRef,
+    /// Output head (the embedding when the file ties them).
+    pub output: WeightRef,
 }
 
 /// State indices of layer `il`'s key and value caches, as [`kv_cache_decls`] declares them.

@@ -1,7 +1,7 @@
 //! Every weight of a Qwen3.5 hybrid, by role and shape.
 
 use abi_stable::std_types::RVec;
-use bloomery_plugin_api::builders::{WeightRef, WeightTable};
+use bloomery_plugin_api::builders::{LmGlobals, WeightRef, WeightTable};
 use bloomery_plugin_api::meta::ModelFileView;
 use bloomery_plugin_api::model::{WeightClass as C, WeightDecl, WeightRole};
 use bloomery_plugin_api::PluginError;
@@ -123,13 +123,11 @@ impl Weights {
     pub fn from_view(view: &ModelFileView, hp: &HParams) -> Result<Self, PluginError> {
         let mut t = WeightTable::new();
         let (e, v) = (u64::from(hp.n_embd), u64::from(hp.n_vocab));
-        let g = WeightRole::Global;
-        let tok_embd = t.require(view, "token_embd.weight", g, C::Embedding, [e, v, 1, 1])?;
-        let output_norm = t.require(view, "output_norm.weight", g, C::Norm, [e, 1, 1, 1])?;
-        let output = match t.optional(view, "output.weight", g, C::Output, [e, v, 1, 1])? {
-            Some(o) => o,
-            None => tok_embd.clone(),
-        };
+        let LmGlobals {
+            tok_embd,
+            output_norm,
+            output,
+        } = t.lm_globals(view, e, v)?;
         let mut layers = Vec::with_capacity(hp.n_layer as usize);
         for il in 0..hp.n_layer {
             let r = WeightRole::Layer { layer: il };

@@ -1,7 +1,7 @@
 //! Every weight of a `qwen3moe` model, by role and shape.
 
 use abi_stable::std_types::RVec;
-use bloomery_plugin_api::builders::{WeightRef, WeightTable};
+use bloomery_plugin_api::builders::{LmGlobals, WeightRef, WeightTable};
 use bloomery_plugin_api::meta::ModelFileView;
 use bloomery_plugin_api::model::{WeightClass as C, WeightDecl, WeightRole};
 use bloomery_plugin_api::PluginError;
@@ -59,13 +59,11 @@ impl Weights {
         let kv = u64::from(hp.head_dim * hp.n_head_kv);
         let hd = u64::from(hp.head_dim);
         let (ff, ne) = (u64::from(hp.n_ff_exp), u64::from(hp.n_expert));
-        let g = WeightRole::Global;
-        let tok_embd = t.require(view, "token_embd.weight", g, C::Embedding, [e, v, 1, 1])?;
-        let output_norm = t.require(view, "output_norm.weight", g, C::Norm, [e, 1, 1, 1])?;
-        let output = match t.optional(view, "output.weight", g, C::Output, [e, v, 1, 1])? {
-            Some(o) => o,
-            None => tok_embd.clone(),
-        };
+        let LmGlobals {
+            tok_embd,
+            output_norm,
+            output,
+        } = t.lm_globals(view, e, v)?;
         let mut layers = Vec::with_capacity(hp.n_layer as usize);
         for il in 0..hp.n_layer {
             let r = WeightRole::Layer { layer: il };
