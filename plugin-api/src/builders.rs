@@ -498,6 +498,27 @@ impl GraphBuilder {
         )
     }
 
+    /// The token embeddings of the batch's tokens: `[n_embd, rows]` (`inp_embd`).
+    pub fn embed(&mut self, globals: &LmGlobals, inp: &LmInputs) -> Result<TensorId, PluginError> {
+        let table = self.w(&globals.tok_embd)?;
+        self.get_rows("inp_embd", table, inp.tokens)
+    }
+
+    /// The final RMS norm of `x` and the output head: logits `[n_vocab, rows]` (`result_norm`,
+    /// `result_output`), outside any layer.
+    pub fn lm_head(
+        &mut self,
+        globals: &LmGlobals,
+        x: TensorId,
+        eps: f32,
+    ) -> Result<TensorId, PluginError> {
+        self.set_layer(-1);
+        let norm = self.w(&globals.output_norm)?;
+        let x = self.rms_norm("result_norm", x, Some(norm), eps)?;
+        let head = self.w(&globals.output)?;
+        self.matmul("result_output", head, x)
+    }
+
     /// Keeps only the wanted output rows of `x` `[n, rows]` (skipped when every row is wanted).
     pub fn select_outputs(&mut self, x: TensorId, inp: &LmInputs) -> Result<TensorId, PluginError> {
         if self.ne(inp.out_rows)[0] == self.ne(x)[1] {

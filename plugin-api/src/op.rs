@@ -86,6 +86,25 @@ pub struct AttentionParams {
     pub selected: bool,
 }
 
+impl AttentionParams {
+    /// Plain causal GQA over the whole context: keys and values of `head_dim`, logits scaled by
+    /// `1/sqrt(head_dim)`, no cap, window, sinks or selection (set those fields after).
+    pub fn gqa(n_head: u32, n_head_kv: u32, head_dim: u32) -> AttentionParams {
+        AttentionParams {
+            n_head,
+            n_head_kv,
+            dk: head_dim,
+            dv: head_dim,
+            scale: 1.0 / (head_dim as f32).sqrt(),
+            softcap: 0.0,
+            window: 0,
+            v_from_k: false,
+            sinks: false,
+            selected: false,
+        }
+    }
+}
+
 /// How router logits become scores.
 #[repr(u8)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
@@ -123,6 +142,24 @@ pub struct RouterParams {
     pub norm_min: f32,
     /// Multiply the final weights (1 = none).
     pub scale: f32,
+}
+
+impl RouterParams {
+    /// Softmax over all `n_expert` logits, the `k` best, renormalised with llama.cpp's clamp,
+    /// times `scale` (Qwen3-MoE, Qwen3.5/3.6-MoE); no groups, no selection bias.
+    pub fn softmax_renorm(n_expert: u32, k: u32, scale: f32) -> RouterParams {
+        RouterParams {
+            gating: Gating::Softmax,
+            n_expert,
+            k,
+            n_group: 1,
+            topk_group: 1,
+            bias: false,
+            norm: true,
+            norm_min: 6.103_515_6e-5,
+            scale,
+        }
+    }
 }
 
 /// Gated linear unit flavour.

@@ -30,8 +30,7 @@ pub fn build(
 ) -> Result<Graph, PluginError> {
     let mut g = GraphBuilder::new();
     let inp = g.lm_inputs(shape.n_rows, shape.n_outputs)?;
-    let embd = g.w(&w.tok_embd)?;
-    let x = g.get_rows("inp_embd", embd, inp.tokens)?;
+    let x = g.embed(&w.globals, &inp)?;
     let mut x = g.scale("inp_scaled", x, (hp.n_embd as f32).sqrt())?;
     for (il, l) in w.layers.iter().enumerate() {
         g.set_layer(il as i32);
@@ -52,11 +51,7 @@ pub fn build(
         let cur = g.rms_norm("ffn_post_norm", cur, Some(pn), hp.eps)?;
         x = g.add("l_out", cur, sa_out)?;
     }
-    g.set_layer(-1);
-    let on = g.w(&w.output_norm)?;
-    let x = g.rms_norm("result_norm", x, Some(on), hp.eps)?;
-    let head = g.w(&w.output)?;
-    let mut logits = g.matmul("result_output", head, x)?;
+    let mut logits = g.lm_head(&w.globals, x, hp.eps)?;
     if hp.final_softcap > 0.0 {
         logits = softcap(&mut g, logits, hp.final_softcap)?;
     }
@@ -87,16 +82,9 @@ fn attention(
         norm_eps: hp.eps,
         rope: Some(if win > 0 { ropes.local } else { ropes.global }),
         params: AttentionParams {
-            n_head: hp.n_head,
-            n_head_kv: hp.n_head_kv,
-            dk: hp.head_dim,
-            dv: hp.head_dim,
             scale: hp.attn_scale,
-            softcap: 0.0,
             window: win,
-            v_from_k: false,
-            sinks: false,
-            selected: false,
+            ..AttentionParams::gqa(hp.n_head, hp.n_head_kv, hp.head_dim)
         },
         k_cache,
         v_cache,

@@ -41,12 +41,8 @@ pub struct Layer {
 
 /// All weights.
 pub struct Weights {
-    /// Token embedding.
-    pub tok_embd: WeightRef,
-    /// Final norm.
-    pub output_norm: WeightRef,
-    /// Output head (the embedding when the file ties them).
-    pub output: WeightRef,
+    /// Embedding, final norm and head.
+    pub globals: LmGlobals,
     /// Layers.
     pub layers: Vec<Layer>,
     /// Declarations in index order.
@@ -61,11 +57,7 @@ impl Weights {
         let q = u64::from(hp.head_dim * hp.n_head);
         let kv = u64::from(hp.head_dim * hp.n_head_kv);
         let (hd, ff) = (u64::from(hp.head_dim), u64::from(hp.n_ff));
-        let LmGlobals {
-            tok_embd,
-            output_norm,
-            output,
-        } = t.lm_globals(view, e, v)?;
+        let globals = t.lm_globals(view, e, v)?;
         let mut layers = Vec::with_capacity(hp.n_layer as usize);
         for il in 0..hp.n_layer {
             let r = WeightRole::Layer { layer: il };
@@ -90,9 +82,7 @@ impl Weights {
             });
         }
         Ok(Weights {
-            tok_embd,
-            output_norm,
-            output,
+            globals,
             layers,
             decls: t.into_decls(),
         })

@@ -7,7 +7,7 @@
 use bloomery_plugin_api::builders::{LmInputs, MoeBlock};
 use bloomery_plugin_api::graph::{BatchShape, Graph, GraphBuilder, TensorId};
 use bloomery_plugin_api::op::{
-    AttentionParams, DeltaRuleParams, Gating, GluKind, Op, RopeParams, RouterParams, UnaryFn,
+    AttentionParams, DeltaRuleParams, GluKind, Op, RopeParams, RouterParams, UnaryFn,
 };
 use bloomery_plugin_api::{DType, PluginError};
 
@@ -106,18 +106,7 @@ fn attention(
     let vc = g.state(v_cache, "cache_v");
     g.op_into(Op::CacheStore, &[k, kc, inp.slots, inp.positions], kc)?;
     g.op_into(Op::CacheStore, &[v, vc, inp.slots, inp.positions], vc)?;
-    let params = AttentionParams {
-        n_head: hp.n_head,
-        n_head_kv: hp.n_head_kv,
-        dk: hp.head_dim,
-        dv: hp.head_dim,
-        scale: 1.0 / (hp.head_dim as f32).sqrt(),
-        softcap: 0.0,
-        window: 0,
-        v_from_k: false,
-        sinks: false,
-        selected: false,
-    };
+    let params = AttentionParams::gqa(hp.n_head, hp.n_head_kv, hp.head_dim);
     let o = g.op(
         "attn_pregate",
         Op::Attention(params),
@@ -243,17 +232,7 @@ fn ffn(
             else {
                 return Err(PluginError::invalid("expert weights on a dense model"));
             };
-            let route = RouterParams {
-                gating: Gating::Softmax,
-                n_expert,
-                k: n_expert_used,
-                n_group: 1,
-                topk_group: 1,
-                bias: false,
-                norm: true,
-                norm_min: 6.103_515_6e-5,
-                scale: weights_scale,
-            };
+            let route = RouterParams::softmax_renorm(n_expert, n_expert_used, weights_scale);
             let blk = MoeBlock {
                 router: &e.router,
                 router_bias: None,
@@ -281,8 +260,7 @@ pub fn build(m: &Model<'_>, shape: BatchShape) -> Result<Graph, PluginError> {
     let w = m.w;
     let mut g = GraphBuilder::new();
     let inp = g.lm_inputs(shape.n_rows, shape.n_outputs)?;
-    let embd = g.w(&w.tok_embd)?;
-    let mut x = g.get_rows("inp_embd", embd, inp.tokens)?;
+    let mut x = g.embed(&w.globals, &inp)?;
     for (il, l) in w.layers.iter().enumerate() {
         g.set_layer(il as i32);
         let an = g.w(&l.attn_norm)?;
@@ -310,11 +288,7 @@ pub fn build(m: &Model<'_>, shape: BatchShape) -> Result<Graph, PluginError> {
         let cur = ffn(m, &mut g, &l.ffn, cur)?;
         x = g.add("l_out", cur, res)?;
     }
-    g.set_layer(-1);
-    let on = g.w(&w.output_norm)?;
-    let x = g.rms_norm("result_norm", x, Some(on), hp.eps)?;
-    let head = g.w(&w.output)?;
-    let logits = g.matmul("result_output", head, x)?;
+    let logits = g.lm_head(&w.globals, x, hp.eps)?;
     g.output("logits", logits);
     Ok(g.finish())
 }

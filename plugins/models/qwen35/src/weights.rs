@@ -106,12 +106,8 @@ pub struct Layer {
 
 /// All weights.
 pub struct Weights {
-    /// Token embedding.
-    pub tok_embd: WeightRef,
-    /// Final norm.
-    pub output_norm: WeightRef,
-    /// Output head (the embedding when the file ties them).
-    pub output: WeightRef,
+    /// Embedding, final norm and head.
+    pub globals: LmGlobals,
     /// Layers.
     pub layers: Vec<Layer>,
     /// Declarations in index order.
@@ -123,11 +119,7 @@ impl Weights {
     pub fn from_view(view: &ModelFileView, hp: &HParams) -> Result<Self, PluginError> {
         let mut t = WeightTable::new();
         let (e, v) = (u64::from(hp.n_embd), u64::from(hp.n_vocab));
-        let LmGlobals {
-            tok_embd,
-            output_norm,
-            output,
-        } = t.lm_globals(view, e, v)?;
+        let globals = t.lm_globals(view, e, v)?;
         let mut layers = Vec::with_capacity(hp.n_layer as usize);
         for il in 0..hp.n_layer {
             let r = WeightRole::Layer { layer: il };
@@ -175,9 +167,7 @@ impl Weights {
             });
         }
         Ok(Weights {
-            tok_embd,
-            output_norm,
-            output,
+            globals,
             layers,
             decls: t.into_decls(),
         })

@@ -3,7 +3,7 @@
 
 use bloomery_plugin_api::builders::{AttentionBlock, MoeBlock};
 use bloomery_plugin_api::graph::{BatchShape, Graph, GraphBuilder};
-use bloomery_plugin_api::op::{AttentionParams, Gating, GluKind, RopeParams, RouterParams};
+use bloomery_plugin_api::op::{AttentionParams, GluKind, RopeParams, RouterParams};
 use bloomery_plugin_api::PluginError;
 
 use crate::hparams::HParams;
@@ -19,35 +19,14 @@ pub fn build(
 ) -> Result<Graph, PluginError> {
     let mut g = GraphBuilder::new();
     let inp = g.lm_inputs(shape.n_rows, shape.n_outputs)?;
-    let embd = g.w(&w.tok_embd)?;
-    let mut x = g.get_rows("inp_embd", embd, inp.tokens)?;
-    let attn = AttentionParams {
-        n_head: hp.n_head,
-        n_head_kv: hp.n_head_kv,
-        dk: hp.head_dim,
-        dv: hp.head_dim,
-        scale: 1.0 / (hp.head_dim as f32).sqrt(),
-        softcap: 0.0,
-        window: 0,
-        v_from_k: false,
-        sinks: false,
-        selected: false,
+    let mut x = g.embed(&w.globals, &inp)?;
+    let attn = AttentionParams::gqa(hp.n_head, hp.n_head_kv, hp.head_dim);
+    let scale = if hp.expert_weights_scale == 0.0 {
+        1.0
+    } else {
+        hp.expert_weights_scale
     };
-    let route = RouterParams {
-        gating: Gating::Softmax,
-        n_expert: hp.n_expert,
-        k: hp.n_expert_used,
-        n_group: 1,
-        topk_group: 1,
-        bias: false,
-        norm: true,
-        norm_min: 6.103_515_6e-5,
-        scale: if hp.expert_weights_scale == 0.0 {
-            1.0
-        } else {
-            hp.expert_weights_scale
-        },
-    };
+    let route = RouterParams::softmax_renorm(hp.n_expert, hp.n_expert_used, scale);
     for (il, l) in w.layers.iter().enumerate() {
         g.set_layer(il as i32);
         let (k_cache, v_cache) = cache_indices(il as u32);
@@ -87,11 +66,7 @@ pub fn build(
         let cur = g.moe_block(&moe, cur)?;
         x = g.add("l_out", cur, ffn_inp)?;
     }
-    g.set_layer(-1);
-    let on = g.w(&w.output_norm)?;
-    let x = g.rms_norm("result_norm", x, Some(on), hp.eps)?;
-    let head = g.w(&w.output)?;
-    let logits = g.matmul("result_output", head, x)?;
+    let logits = g.lm_head(&w.globals, x, hp.eps)?;
     g.output("logits", logits);
     Ok(g.finish())
 }
