@@ -79,14 +79,19 @@ fn delta_rule_srcs(buf: &Buffers) -> Vec<TensorRef> {
     ]
 }
 
+/// The serial reference backend over `buf`.
+fn backend(buf: &Buffers) -> Backend<'_> {
+    Backend {
+        buffers: buf,
+        par: &Serial,
+        dot: reference_row_dot,
+    }
+}
+
 #[test]
 fn delta_rule_writes_its_output_and_its_state() {
     let buf = Buffers::default();
-    let b = Backend {
-        buffers: &buf,
-        par: &Serial,
-        dot: reference_row_dot,
-    };
+    let b = backend(&buf);
     let srcs = delta_rule_srcs(&buf);
     let dst = f32_tensor(&buf, [3, 2, 2, 1], &[f32::NAN; 12]);
     run(&b, &call(Op::DeltaRule(DR), &srcs, dst)).unwrap();
@@ -123,11 +128,7 @@ fn delta_rule_writes_its_output_and_its_state() {
 #[test]
 fn a_state_overlapping_another_tensor_is_refused() {
     let buf = Buffers::default();
-    let b = Backend {
-        buffers: &buf,
-        par: &Serial,
-        dot: reference_row_dot,
-    };
+    let b = backend(&buf);
     let srcs = delta_rule_srcs(&buf);
     // The output written over the state's first bytes.
     let dst = TensorRef {
@@ -157,11 +158,7 @@ fn a_state_overlapping_another_tensor_is_refused() {
 #[test]
 fn conv_causal_writes_its_output_and_its_state() {
     let buf = Buffers::default();
-    let b = Backend {
-        buffers: &buf,
-        par: &Serial,
-        dot: reference_row_dot,
-    };
+    let b = backend(&buf);
     // 2 channels, 3 taps, one row of slot 0 at position 4 over a 1-slot state.
     let srcs = [
         f32_tensor(&buf, [2, 1, 1, 1], &[10.0, 20.0]),
@@ -194,11 +191,7 @@ fn conv_causal_writes_its_output_and_its_state() {
 #[test]
 fn add_and_mul_broadcast_one_value_per_row() {
     let buf = Buffers::default();
-    let b = Backend {
-        buffers: &buf,
-        par: &Serial,
-        dot: reference_row_dot,
-    };
+    let b = backend(&buf);
     let a = f32_tensor(&buf, [3, 2, 1, 1], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
     let per_row = f32_tensor(&buf, [1, 2, 1, 1], &[10.0, -1.0]);
     let one_row = f32_tensor(&buf, [3, 1, 1, 1], &[1.0, 0.0, -1.0]);

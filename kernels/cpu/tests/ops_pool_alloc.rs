@@ -2,31 +2,11 @@
 //! allocator sees no allocation over many calls once the pool is started. (One test in its own
 //! binary, so no other test's allocations are counted.)
 
+mod alloc_common;
+
 use bloomery_kernels_cpu::pool::{Pool, PoolOptions};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::time::Duration;
-
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, SeqCst);
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, which we pass on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 #[test]
 fn parallel_for_does_not_allocate() {
@@ -43,7 +23,7 @@ fn parallel_for_does_not_allocate() {
         });
     }
     std::thread::sleep(Duration::from_millis(10));
-    let before = ALLOCATIONS.load(SeqCst);
+    let before = alloc_common::allocations();
     for round in 0..500 {
         let n = 1 + round % 256;
         pool.parallel_for(n, |i| {
@@ -53,7 +33,7 @@ fn parallel_for_does_not_allocate() {
             std::thread::sleep(Duration::from_millis(1)); // the park/wake path too
         }
     }
-    let after = ALLOCATIONS.load(SeqCst);
+    let after = alloc_common::allocations();
     assert_eq!(after - before, 0, "parallel_for allocated");
     let total: usize = data.iter().map(|d| d.load(SeqCst)).sum();
     assert_eq!(

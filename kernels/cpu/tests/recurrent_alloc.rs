@@ -2,32 +2,11 @@
 //! counting global allocator sees no allocation over many one-row calls of the delta rule (both
 //! gates) and the causal conv. (Its own binary, so no other test's allocations are counted.)
 
+mod alloc_common;
+
 use bloomery_kernels_cpu::linear::Serial;
 use bloomery_kernels_cpu::ops::conv::{conv_causal, ConvParams};
 use bloomery_kernels_cpu::ops::delta_rule::{delta_rule, DeltaRuleInputs, DeltaRuleParams, Form};
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-
-struct Counting;
-
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, SeqCst);
-        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, which we pass on.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: `ptr` came from `System.alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
 
 #[test]
 fn one_row_steps_do_not_allocate() {
@@ -86,12 +65,12 @@ fn one_row_steps_do_not_allocate() {
         .unwrap();
     };
     step(0);
-    let before = ALLOCATIONS.load(SeqCst);
+    let before = alloc_common::allocations();
     for pos in 1..200 {
         step(pos);
     }
     assert_eq!(
-        ALLOCATIONS.load(SeqCst) - before,
+        alloc_common::allocations() - before,
         0,
         "a decode step allocated"
     );
