@@ -121,7 +121,7 @@ fn two_sequences_in_one_pass_equal_each_alone() {
 fn a_checkpoint_restores_the_state_it_was_taken_at() {
     let dir = tempfile::tempdir().unwrap();
     let mut m = load("qwen35moe", &dir, 1);
-    assert!(m.has_sequence_state());
+    assert!(m.rewind().per_sequence);
     let (head, tail) = SEQ_A.split_at(5);
     let n = head.len() as u32;
     m.forward(&rows(head, 0, 0)).unwrap();

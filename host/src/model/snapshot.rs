@@ -169,12 +169,6 @@ impl LoadedModel {
         )
     }
 
-    /// Whether the model keeps state that cannot be rewound (a hybrid with recurrent layers):
-    /// only then are checkpoints worth taking.
-    pub fn has_sequence_state(&self) -> bool {
-        (0..self.state.len()).any(|i| self.per_sequence(i))
-    }
-
     /// Copies out slot `slot`'s per-sequence buffers (convolution and recurrent state), in
     /// declaration order: a checkpoint of where its sequence stands now. Together with the
     /// positional buffers of any later saved state of the same tokens it restores this point.

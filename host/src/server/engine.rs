@@ -20,7 +20,7 @@ use super::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, Save
 use super::slot_file::SlotFile;
 use super::stop::StopScan;
 use crate::engine::executor::BatchInputs;
-use crate::model::LoadedModel;
+use crate::model::{LoadedModel, Rewind};
 use crate::sampling::{Sampler, SamplerParams};
 
 /// What a request asks of generation.
@@ -305,6 +305,9 @@ struct Scheduler<'t> {
     clock: u64,
     n_vocab: usize,
     identity: String,
+    /// How far back the model's state restores (its checkpoints, if it keeps per-sequence
+    /// state); fixed at load.
+    rewind: Rewind,
     cache: Option<PromptCache>,
 }
 
@@ -337,6 +340,7 @@ pub fn run(
         clock: 0,
         n_vocab,
         identity,
+        rewind,
         cache: cfg.cache_ram.map(|b| PromptCache::new(b, rewind)),
     };
     s.publish();
@@ -595,7 +599,7 @@ impl<'t> Scheduler<'t> {
     /// its logits give the first token.
     fn prepare_slot(&mut self, id: usize, prompt: &[u32], cache_prompt: bool) -> usize {
         let limit = prompt.len() - 1;
-        let rule = self.model.rewind();
+        let rule = self.rewind;
         let slot = &self.slots[id];
         let (own, own_checkpoint) = if cache_prompt {
             rule.reach(
@@ -840,7 +844,7 @@ impl<'t> Scheduler<'t> {
             Ordering::Relaxed,
         );
         let mut out = 0;
-        let checkpoints = self.model.has_sequence_state();
+        let checkpoints = self.rewind.per_sequence;
         for (id, toks, has_output) in plan {
             let slot = &mut self.slots[id];
             slot.cached.extend_from_slice(&toks);
