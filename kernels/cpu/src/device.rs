@@ -7,7 +7,7 @@ use bloomery_plugin_api::tensor::OpCall;
 use bloomery_plugin_api::PluginError;
 
 use crate::dispatch::{self, Backend};
-use crate::linear::RowDot;
+use crate::linear::RowsDot;
 use crate::memory::Buffers;
 use crate::pool::{Pinning, Pool, PoolOptions};
 
@@ -16,12 +16,12 @@ pub struct CpuDevice {
     name: String,
     buffers: Buffers,
     pool: Pool,
-    dot: RowDot,
+    dot: RowsDot,
 }
 
 impl CpuDevice {
     /// Starts the worker pool (`threads` 0 = one per available core).
-    pub fn new(name: &str, config: &DeviceConfig, dot: RowDot) -> Result<CpuDevice, PluginError> {
+    pub fn new(name: &str, config: &DeviceConfig, dot: RowsDot) -> Result<CpuDevice, PluginError> {
         let threads = match config.threads {
             0 => std::thread::available_parallelism()
                 .map(|n| n.get())

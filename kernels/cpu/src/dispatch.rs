@@ -7,7 +7,7 @@ use bloomery_plugin_api::op::{Gating, GluKind, Op, OpKind, OpSupport, UnaryFn};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 
-use crate::linear::{self, ExpertStacks, Parallel, RowDot};
+use crate::linear::{self, ExpertStacks, Parallel, RowsDot};
 use crate::memory::Buffers;
 use crate::ops::{self, OpError};
 use crate::quant;
@@ -20,7 +20,7 @@ pub struct Backend<'a> {
     /// The worker pool.
     pub par: &'a dyn Parallel,
     /// The row dot-product kernel.
-    pub dot: RowDot,
+    pub dot: RowsDot,
 }
 
 fn op_err(e: OpError) -> PluginError {

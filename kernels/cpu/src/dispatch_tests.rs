@@ -2,7 +2,7 @@
 //! one-value-per-row broadcast of Add and Mul.
 
 use super::*;
-use crate::linear::{reference_row_dot, Serial};
+use crate::linear::{reference_rows_dot, Serial};
 use bloomery_plugin_api::op::DeltaRuleParams;
 use bloomery_plugin_api::tensor::MAX_SRCS;
 
@@ -84,7 +84,7 @@ fn backend(buf: &Buffers) -> Backend<'_> {
     Backend {
         buffers: buf,
         par: &Serial,
-        dot: reference_row_dot,
+        dot: reference_rows_dot,
     }
 }
 

@@ -7,6 +7,8 @@
 
 use bloomery_plugin_api::{DType, PluginError};
 
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
 use crate::quant;
 
 /// Runs `f(task)` for every task index in `0..n`, possibly in parallel; returns when all are done.
@@ -29,38 +31,133 @@ impl Parallel for Serial {
     }
 }
 
-/// A dot product of one weight row (`n` elements of the weight type) with one activation row in
-/// the partner type: `quant::vec_dot` or a faster equivalent.
-pub type RowDot = fn(DType, usize, &[u8], &[u8]) -> Result<f32, quant::QuantError>;
+/// Dot products of consecutive weight rows with one activation row: `out[i] = W_i · act` for
+/// `i < out.len()`, where row `i` is the `n` elements of the weight type at `w[i·stride..]` and
+/// `act` is `n` activations in [`quant::vec_dot_type`] of it. A SIMD plugin passes its own; the
+/// type is dispatched once per call, not per row.
+pub type RowsDot =
+    fn(DType, usize, &[u8], usize, &[u8], &mut [f32]) -> Result<(), quant::QuantError>;
 
-/// The portable row kernel.
-pub fn reference_row_dot(
+/// Weight rows loaded ahead of the one being multiplied: a routed expert's rows stream from DRAM
+/// and one row's dot product is too short for the hardware prefetcher to hide the wait.
+const PREFETCH_ROWS: usize = 2;
+
+/// Hints the CPU to start loading `bytes` into cache.
+#[inline(always)]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        // SAFETY: a prefetch is only a hint; the address lies in a live slice and is not read.
+        unsafe {
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+                line.as_ptr().cast(),
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
+}
+
+/// The loop of every [`RowsDot`]: `out[i] = dot(row i)` for the `out.len()` rows of `w`
+/// (`w_row` bytes each, `stride` bytes apart), loading the row [`PREFETCH_ROWS`] ahead. Generic
+/// so that the row kernel inlines into it. The caller checked the lengths
+/// ([`weight_rows_fit`]); a short `w` panics.
+#[inline(always)]
+pub fn for_each_row(
+    w: &[u8],
+    stride: usize,
+    w_row: usize,
+    out: &mut [f32],
+    mut dot: impl FnMut(&[u8]) -> f32,
+) {
+    let rows = out.len();
+    for (i, o) in out.iter_mut().enumerate() {
+        if i + PREFETCH_ROWS < rows {
+            let ahead = (i + PREFETCH_ROWS) * stride;
+            prefetch(&w[ahead..ahead + w_row]);
+        }
+        *o = dot(&w[i * stride..i * stride + w_row]);
+    }
+}
+
+/// The portable rows kernel: [`quant::vec_dot`] per row.
+pub fn reference_rows_dot(
     t: DType,
     n: usize,
     w: &[u8],
+    stride: usize,
     act: &[u8],
-) -> Result<f32, quant::QuantError> {
-    quant::vec_dot(t, n, w, act)
+    out: &mut [f32],
+) -> Result<(), quant::QuantError> {
+    let w_row = weight_rows_fit(t, n, w, stride, out.len())?;
+    let mut err = None;
+    for_each_row(w, stride, w_row, out, |r| {
+        quant::vec_dot(t, n, r, act).unwrap_or_else(|e| {
+            err.get_or_insert(e);
+            f32::NAN
+        })
+    });
+    err.map_or(Ok(()), Err)
+}
+
+/// The bytes of one row of `n` elements of `t`, after checking that `w` holds `rows` such rows
+/// `stride` bytes apart: the length check every [`RowsDot`] makes first.
+pub fn weight_rows_fit(
+    t: DType,
+    n: usize,
+    w: &[u8],
+    stride: usize,
+    rows: usize,
+) -> Result<usize, quant::QuantError> {
+    let w_row = quant::row_bytes(t, n, "vec_dot")?;
+    let need = if rows == 0 {
+        0
+    } else {
+        (rows - 1) * stride + w_row
+    };
+    if w.len() < need || (rows > 1 && stride < w_row) {
+        return Err(quant::QuantError::LengthMismatch {
+            dtype: t,
+            what: "weight rows",
+            expected: need.max(rows * w_row),
+            found: w.len(),
+        });
+    }
+    Ok(w_row)
 }
 
 fn quant_err(e: quant::QuantError) -> PluginError {
     PluginError::invalid(e.to_string())
 }
 
-/// A pointer that may be shared by tasks writing disjoint elements.
-#[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
-// SAFETY: tasks given a `SharedOut` write disjoint elements only (see each use).
-unsafe impl Send for SharedOut {}
-// SAFETY: as above.
-unsafe impl Sync for SharedOut {}
+/// A buffer's start that may be shared by tasks writing disjoint elements.
+struct Shared<T>(*mut T);
 
-impl SharedOut {
-    /// The address of element `i` (a method, so closures capture the whole wrapper).
-    fn at(&self, i: usize) -> *mut f32 {
-        self.0.wrapping_add(i)
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        *self
     }
 }
+impl<T> Copy for Shared<T> {}
+// SAFETY: tasks given a `Shared` touch disjoint elements only, or read what others finished
+// writing before a synchronization (see each use).
+unsafe impl<T> Send for Shared<T> {}
+// SAFETY: as above.
+unsafe impl<T> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    /// Elements `at..at + len` (a method, so closures capture the whole wrapper).
+    ///
+    /// # Safety
+    /// The range lies inside the buffer, and no one else touches it while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice<'a>(&self, at: usize, len: usize) -> &'a mut [T] {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.0.add(at), len) }
+    }
+}
+
+type SharedOut = Shared<f32>;
 
 /// Activation columns quantized for a weight type.
 pub struct QuantizedActs {
@@ -100,12 +197,19 @@ pub fn quantize_acts(
     })
 }
 
+impl QuantizedActs {
+    /// Column `c`'s bytes.
+    fn column(&self, c: usize) -> &[u8] {
+        &self.data[c * self.row_bytes..(c + 1) * self.row_bytes]
+    }
+}
+
 /// `y[c·n + j] = W_j · x_c` for every output row `j < n` and column `c`: `w` holds `n` rows of `k`
 /// elements of `wt`, row stride `w_stride` bytes.
 #[allow(clippy::too_many_arguments)]
 pub fn matmul(
     par: &dyn Parallel,
-    dot: RowDot,
+    dot: RowsDot,
     wt: DType,
     w: &[u8],
     w_stride: usize,
@@ -115,30 +219,27 @@ pub fn matmul(
     y: &mut [f32],
 ) -> Result<(), PluginError> {
     let cols = acts.data.len() / acts.row_bytes.max(1);
-    let w_row = wt
-        .row_bytes(k as u64)
-        .ok_or_else(|| PluginError::invalid(format!("{k} is not whole {wt} blocks")))?
-        as usize;
-    if y.len() < n * cols || (n > 0 && w.len() < (n - 1) * w_stride + w_row) {
+    weight_rows_fit(wt, k, w, w_stride, n).map_err(quant_err)?;
+    if y.len() < n * cols {
         return Err(PluginError::invalid(format!(
-            "matmul buffers too small: y {} < {n}x{cols} or w {} bytes",
-            y.len(),
-            w.len()
+            "matmul output too small: {} < {n}x{cols}",
+            y.len()
         )));
     }
     let rows_per_task = (n / (par.workers() * 4)).clamp(1, 64);
     let tasks = n.div_ceil(rows_per_task);
-    let out = SharedOut(y.as_mut_ptr());
-    let failed = std::sync::atomic::AtomicBool::new(false);
+    let out = Shared(y.as_mut_ptr());
+    let failed = AtomicBool::new(false);
+    let column = |c: usize| acts.column(c);
     par.for_each(tasks, &|t| {
-        let start = t * rows_per_task;
-        let end = (start + rows_per_task).min(n);
-        // SAFETY: elements c·n + j < y.len() (checked above); rows start..end belong to this task.
-        if !unsafe { dot_rows(dot, wt, k, w, w_stride, w_row, start, end, n, acts, out, 0) } {
-            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (lo, hi) = (t * rows_per_task, ((t + 1) * rows_per_task).min(n));
+        // SAFETY: elements c·n + j < y.len() (checked above); rows lo..hi belong to this task.
+        let ok = unsafe { dot_rows(dot, wt, k, w, w_stride, lo..hi, n, cols, &column, out, 0) };
+        if !ok {
+            failed.store(true, Ordering::Relaxed);
         }
     });
-    if failed.load(std::sync::atomic::Ordering::Relaxed) {
+    if failed.load(Ordering::Relaxed) {
         return Err(PluginError::invalid(format!("dot product failed for {wt}")));
     }
     Ok(())
@@ -167,13 +268,81 @@ pub struct ExpertStacks<'a> {
 /// The gated activation applied between up and down projections: `(gate, up, out)`.
 pub type GluFn<'a> = &'a (dyn Fn(&[f32], &[f32], &mut [f32]) -> Result<(), PluginError> + Sync);
 
+/// Which rows picked which stack slot: `chosen[s]` lists `(row, weight)` in row order, and
+/// `pick_at[r·k + j]` says where row r's pick j landed (`(slot, index in chosen[slot])`).
+struct Routes {
+    chosen: Vec<Vec<(usize, f32)>>,
+    pick_at: Vec<Option<(usize, usize)>>,
+}
+
+impl Routes {
+    /// Maps each pick through `map` (-1 skips the expert) and checks it against the stacks.
+    fn new(
+        ids: &[i32],
+        weights: &[f32],
+        rows: usize,
+        k: usize,
+        map: Option<&[i32]>,
+        n_expert: usize,
+    ) -> Result<Routes, PluginError> {
+        let mut chosen: Vec<Vec<(usize, f32)>> = vec![Vec::new(); n_expert];
+        let mut pick_at = vec![None; rows * k];
+        for r in 0..rows {
+            for j in 0..k {
+                let id = ids[r * k + j];
+                let slot = match map {
+                    Some(m) => m
+                        .get(usize::try_from(id).unwrap_or(usize::MAX))
+                        .copied()
+                        .unwrap_or(-1),
+                    None => id,
+                };
+                if slot < 0 {
+                    continue;
+                }
+                let s = slot as usize;
+                if s >= n_expert {
+                    return Err(PluginError::invalid(format!(
+                        "expert {id} (slot {slot}) of {n_expert}"
+                    )));
+                }
+                pick_at[r * k + j] = Some((s, chosen[s].len()));
+                chosen[s].push((r, weights[r * k + j]));
+            }
+        }
+        Ok(Routes { chosen, pick_at })
+    }
+}
+
+/// Start of each active expert's block in a buffer holding `per_col` values per column of its
+/// rows, plus the total.
+fn block_offsets(active: &[usize], routes: &Routes, per_col: usize) -> Vec<usize> {
+    let mut o = Vec::with_capacity(active.len() + 1);
+    let mut at = 0;
+    for &e in active {
+        o.push(at);
+        at += per_col * routes.chosen[e].len();
+    }
+    o.push(at);
+    o
+}
+
+/// Output rows per product task: about four tasks per worker over `rows · experts` rows.
+fn task_rows(par: &dyn Parallel, rows: usize, experts: usize) -> usize {
+    (rows * experts / (par.workers() * 4)).clamp(1, 64)
+}
+
 /// The weighted sum of each row's chosen experts: `out[:, r] = Σ_j w[j, r] · down_e(glu(gate_e
 /// x_r, up_e x_r))` with `e = ids[j, r]` mapped through `map` (-1 skips the expert). Each expert's
 /// weights are read once for all rows that chose it.
+///
+/// Two parallel regions: gate and up products with the activation applied (the task that
+/// finishes an expert's last rows quantizes its activations for the down product), then down
+/// products. Every row's inputs are quantized once, whatever experts it picked.
 #[allow(clippy::too_many_arguments)]
 pub fn moe_experts(
     par: &dyn Parallel,
-    dot: RowDot,
+    dot: RowsDot,
     stacks: &ExpertStacks<'_>,
     x: &[f32],
     ids: &[i32],
@@ -193,170 +362,129 @@ pub fn moe_experts(
             out.len()
         )));
     }
-    let gate_rows = if stacks.up.is_some() { ff } else { 2 * ff };
-    let row_bytes = |t: DType, n: usize| {
-        t.row_bytes(n as u64)
-            .map(|b| b as usize)
-            .ok_or_else(|| PluginError::invalid(format!("{n} is not whole {t} blocks")))
+    let fused = stacks.up.is_none();
+    let gate_rows = if fused { 2 * ff } else { ff };
+    let n_exp = stacks.n_expert;
+    let gate_row = weight_rows_fit(stacks.gate_t, e_dim, stacks.gate, 0, 1).map_err(quant_err)?;
+    let down_row = weight_rows_fit(stacks.down_t, ff, stacks.down, 0, 1).map_err(quant_err)?;
+    let (up, up_t, up_row) = match stacks.up {
+        Some((up, t)) => (
+            up,
+            t,
+            weight_rows_fit(t, e_dim, up, 0, 1).map_err(quant_err)?,
+        ),
+        None => (stacks.gate, stacks.gate_t, gate_row),
     };
-    let gate_row = row_bytes(stacks.gate_t, e_dim)?;
-    let down_row = row_bytes(stacks.down_t, ff)?;
-    let up_ok = match stacks.up {
-        Some((up, t)) => up.len() >= stacks.n_expert * ff * row_bytes(t, e_dim)?,
-        None => true,
-    };
-    if stacks.gate.len() < stacks.n_expert * gate_rows * gate_row
-        || stacks.down.len() < stacks.n_expert * e_dim * down_row
-        || !up_ok
+    if stacks.gate.len() < n_exp * gate_rows * gate_row
+        || stacks.down.len() < n_exp * e_dim * down_row
+        || (!fused && up.len() < n_exp * ff * up_row)
     {
         return Err(PluginError::invalid(
             "moe: expert stacks smaller than their shapes",
         ));
     }
-    let mut chosen: Vec<Vec<(usize, f32)>> = vec![Vec::new(); stacks.n_expert];
-    // Where pick (r, j) landed: its stack slot and its index in that slot's list.
-    let mut pick_at: Vec<Option<(usize, usize)>> = vec![None; rows * k];
-    for r in 0..rows {
-        for j in 0..k {
-            let id = ids[r * k + j];
-            let slot = match map {
-                Some(m) => m
-                    .get(usize::try_from(id).unwrap_or(usize::MAX))
-                    .copied()
-                    .unwrap_or(-1),
-                None => id,
-            };
-            if slot < 0 {
-                continue;
-            }
-            let s = slot as usize;
-            if s >= stacks.n_expert {
-                return Err(PluginError::invalid(format!(
-                    "expert {id} (slot {slot}) of {}",
-                    stacks.n_expert
-                )));
-            }
-            pick_at[r * k + j] = Some((s, chosen[s].len()));
-            chosen[s].push((r, weights[r * k + j]));
-        }
-    }
+    let routes = Routes::new(ids, weights, rows, k, map, n_exp)?;
+    let active: Vec<usize> = (0..n_exp)
+        .filter(|&e| !routes.chosen[e].is_empty())
+        .collect();
     out.fill(0.0);
-    // The experts any row chose, with their rows gathered and quantized once.
-    let mut active = Vec::new();
-    for (e, picks) in chosen.iter().enumerate() {
-        if picks.is_empty() {
-            continue;
-        }
-        let nr = picks.len();
-        let mut xs = Vec::with_capacity(nr * e_dim);
-        for &(r, _) in picks {
-            xs.extend_from_slice(&x[r * e_dim..(r + 1) * e_dim]);
-        }
-        let xq = quantize_acts(stacks.gate_t, e_dim, &xs, nr)?;
-        let xq_up = match stacks.up {
-            Some((_, t)) if t != stacks.gate_t => Some(quantize_acts(t, e_dim, &xs, nr)?),
-            _ => None,
-        };
-        active.push((e, xq, xq_up));
+    if active.is_empty() {
+        return Ok(());
     }
-    // Offsets of each active expert's outputs in the shared buffers (per column of its rows).
-    let cols = |a: usize| chosen[active[a].0].len();
-    let offsets = |per_col: usize| -> Vec<usize> {
-        let mut o = Vec::with_capacity(active.len() + 1);
-        let mut at = 0;
-        for a in 0..active.len() {
-            o.push(at);
-            at += per_col * cols(a);
-        }
-        o.push(at);
-        o
+    // Every row quantized once for the gate product (and once more when up differs in type).
+    let xq = quantize_acts(stacks.gate_t, e_dim, x, rows)?;
+    let xq_up = match up_t == stacks.gate_t {
+        true => None,
+        false => Some(quantize_acts(up_t, e_dim, x, rows)?),
     };
-    let (g_off, u_off, y_off) = (offsets(gate_rows), offsets(ff), offsets(e_dim));
-    let mut g = vec![0f32; g_off[active.len()]];
-    let mut u = vec![
-        0f32;
-        if stacks.up.is_some() {
-            u_off[active.len()]
-        } else {
-            0
-        }
-    ];
-    // Gate and up products of every active expert in one parallel region: tasks are
-    // (expert, stack, chunk of output rows), so a single decoded row keeps every worker busy.
-    let up_row = match stacks.up {
-        Some((_, t)) => row_bytes(t, e_dim)?,
-        None => 0,
-    };
-    let chunk = |rows: usize| (rows * active.len() / (par.workers() * 4)).clamp(1, 64);
-    let mut tasks: Vec<(usize, bool, usize, usize)> = Vec::new();
-    for a in 0..active.len() {
-        let c = chunk(gate_rows);
-        tasks.extend(
-            (0..gate_rows)
-                .step_by(c)
-                .map(|s| (a, false, s, (s + c).min(gate_rows))),
-        );
-        if stacks.up.is_some() {
-            let c = chunk(ff);
-            tasks.extend((0..ff).step_by(c).map(|s| (a, true, s, (s + c).min(ff))));
-        }
-    }
-    let failed = std::sync::atomic::AtomicBool::new(false);
-    let (gp, upp) = (SharedOut(g.as_mut_ptr()), SharedOut(u.as_mut_ptr()));
+    let xq_up = xq_up.as_ref().unwrap_or(&xq);
+    let h_type = quant::vec_dot_type(stacks.down_t).ok_or_else(|| {
+        PluginError::unsupported(format!("MatMul with {} weights", stacks.down_t), &[])
+    })?;
+    let h_row = quant::row_bytes(h_type, ff, "quantize").map_err(quant_err)?;
+    let (h_off, y_off) = (
+        block_offsets(&active, &routes, ff),
+        block_offsets(&active, &routes, e_dim),
+    );
+    let mut h = vec![0f32; h_off[active.len()]];
+    let mut hq = vec![0u8; h_off[active.len()] / ff.max(1) * h_row];
+    let mut y = vec![0f32; y_off[active.len()]];
+    let (hp, hqp, yp) = (
+        Shared(h.as_mut_ptr()),
+        Shared(hq.as_mut_ptr()),
+        Shared(y.as_mut_ptr()),
+    );
+    let failed = AtomicBool::new(false);
+    let fail = || failed.store(true, Ordering::Relaxed);
+
+    // Gate and up products: tasks are (expert, chunk of its FFN rows), so a single decoded row
+    // keeps every worker busy. Each task applies the activation to its rows.
+    let c = task_rows(par, ff, active.len());
+    let tasks: Vec<(usize, usize, usize)> = (0..active.len())
+        .flat_map(|a| (0..ff).step_by(c).map(move |s| (a, s, (s + c).min(ff))))
+        .collect();
+    let left: Vec<AtomicUsize> = (0..active.len())
+        .map(|a| AtomicUsize::new(tasks.iter().filter(|t| t.0 == a).count()))
+        .collect();
     par.for_each(tasks.len(), &|t| {
-        let (a, is_up, lo, hi) = tasks[t];
-        let (e, xq, xq_up) = &active[a];
-        let (wt, w, stride, n, out, base, acts) = match (is_up, stacks.up) {
-            (true, Some((up, up_t))) => (
-                up_t,
-                &up[e * ff * up_row..(e + 1) * ff * up_row],
-                up_row,
-                ff,
-                upp,
-                u_off[a],
-                xq_up.as_ref().unwrap_or(xq),
-            ),
-            _ => (
-                stacks.gate_t,
-                &stacks.gate[e * gate_rows * gate_row..(e + 1) * gate_rows * gate_row],
-                gate_row,
-                gate_rows,
-                gp,
-                g_off[a],
-                xq,
-            ),
+        let (a, lo, hi) = tasks[t];
+        let e = active[a];
+        let picks = &routes.chosen[e];
+        let gate = &stacks.gate[e * gate_rows * gate_row..(e + 1) * gate_rows * gate_row];
+        let (up_w, up_lo) = match fused {
+            true => (gate, ff + lo),
+            false => (&up[e * ff * up_row..(e + 1) * ff * up_row], lo),
         };
-        // SAFETY: rows lo..hi of expert a's block at `base` (n rows per column) belong to this
-        // task alone; the block lies inside the buffer (offsets computed from the same sizes).
-        if !unsafe {
-            dot_rows(
-                dot, wt, e_dim, w, stride, stride, lo, hi, n, acts, out, base,
+        let (mut g, mut u) = ([0f32; 64], [0f32; 64]);
+        let n = hi - lo;
+        for (ci, &(r, _)) in picks.iter().enumerate() {
+            let ok = dot(
+                stacks.gate_t,
+                e_dim,
+                &gate[lo * gate_row..],
+                gate_row,
+                xq.column(r),
+                &mut g[..n],
             )
-        } {
-            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            .and_then(|()| {
+                dot(
+                    up_t,
+                    e_dim,
+                    &up_w[up_lo * up_row..],
+                    up_row,
+                    xq_up.column(r),
+                    &mut u[..n],
+                )
+            });
+            // SAFETY: elements h_off[a] + ci·ff + lo..hi belong to this task alone and lie inside
+            // `h` (offsets computed from the same sizes).
+            let hs = unsafe { hp.slice(h_off[a] + ci * ff + lo, n) };
+            if ok.is_err() || glu(&g[..n], &u[..n], hs).is_err() {
+                fail();
+            }
+        }
+        // The last task of expert a quantizes its activations for the down products.
+        if left[a].fetch_sub(1, Ordering::AcqRel) == 1 {
+            for ci in 0..picks.len() {
+                let col = h_off[a] / ff + ci;
+                // SAFETY: every task of expert a has finished writing its rows (the counter's
+                // acquire), and only this task reads them or writes this expert's bytes of hq.
+                let (src, dst) = unsafe {
+                    (
+                        hp.slice(h_off[a] + ci * ff, ff),
+                        hqp.slice(col * h_row, h_row),
+                    )
+                };
+                if quant::quantize_act_row(h_type, src, dst).is_err() {
+                    fail();
+                }
+            }
         }
     });
-    // The activation and its quantization, per expert.
-    let mut hq = Vec::with_capacity(active.len());
-    for a in 0..active.len() {
-        let nr = cols(a);
-        let mut h = vec![0f32; ff * nr];
-        let ga = &g[g_off[a]..g_off[a + 1]];
-        if stacks.up.is_some() {
-            glu(ga, &u[u_off[a]..u_off[a + 1]], &mut h)?;
-        } else {
-            let (mut gs, mut us) = (Vec::with_capacity(ff * nr), Vec::with_capacity(ff * nr));
-            for c in 0..nr {
-                gs.extend_from_slice(&ga[c * 2 * ff..c * 2 * ff + ff]);
-                us.extend_from_slice(&ga[c * 2 * ff + ff..(c + 1) * 2 * ff]);
-            }
-            glu(&gs, &us, &mut h)?;
-        }
-        hq.push(quantize_acts(stacks.down_t, ff, &h, nr)?);
-    }
-    // Down products, again one parallel region over (expert, chunk of output rows).
-    let mut y = vec![0f32; y_off[active.len()]];
-    let c = chunk(e_dim);
+    drop(h);
+
+    // Down products, one parallel region over (expert, chunk of output rows).
+    let c = task_rows(par, e_dim, active.len());
     let tasks: Vec<(usize, usize, usize)> = (0..active.len())
         .flat_map(|a| {
             (0..e_dim)
@@ -364,12 +492,14 @@ pub fn moe_experts(
                 .map(move |s| (a, s, (s + c).min(e_dim)))
         })
         .collect();
-    let yp = SharedOut(y.as_mut_ptr());
     par.for_each(tasks.len(), &|t| {
         let (a, lo, hi) = tasks[t];
-        let e = active[a].0;
+        let e = active[a];
         let w = &stacks.down[e * e_dim * down_row..(e + 1) * e_dim * down_row];
-        // SAFETY: as for the gate/up tasks: disjoint rows of expert a's block.
+        let first = h_off[a] / ff;
+        let column = |ci: usize| &hq[(first + ci) * h_row..(first + ci + 1) * h_row];
+        let cols = routes.chosen[e].len();
+        // SAFETY: disjoint rows of expert a's block of y, as for the gate/up tasks.
         let ok = unsafe {
             dot_rows(
                 dot,
@@ -377,34 +507,33 @@ pub fn moe_experts(
                 ff,
                 w,
                 down_row,
-                down_row,
-                lo,
-                hi,
+                lo..hi,
                 e_dim,
-                &hq[a],
+                cols,
+                &column,
                 yp,
                 y_off[a],
             )
         };
         if !ok {
-            failed.store(true, std::sync::atomic::Ordering::Relaxed);
+            fail();
         }
     });
-    if failed.load(std::sync::atomic::Ordering::Relaxed) {
+    if failed.load(Ordering::Relaxed) {
         return Err(PluginError::invalid("moe: a dot product failed"));
     }
     // The weighted sum of each row in the order of its picks, so the result does not depend on
     // where the experts sit in the stacks (a tier's arena slots, residency moves).
-    let mut active_of = vec![usize::MAX; stacks.n_expert];
-    for (a, (e, _, _)) in active.iter().enumerate() {
-        active_of[*e] = a;
+    let mut active_of = vec![usize::MAX; n_exp];
+    for (a, &e) in active.iter().enumerate() {
+        active_of[e] = a;
     }
     for r in 0..rows {
         let orow = &mut out[r * e_dim..(r + 1) * e_dim];
-        for &(s, c) in pick_at[r * k..(r + 1) * k].iter().flatten() {
+        for &(s, ci) in routes.pick_at[r * k..(r + 1) * k].iter().flatten() {
             let a = active_of[s];
-            let w = chosen[s][c].1;
-            let ye = &y[y_off[a] + c * e_dim..y_off[a] + (c + 1) * e_dim];
+            let w = routes.chosen[s][ci].1;
+            let ye = &y[y_off[a] + ci * e_dim..y_off[a] + (ci + 1) * e_dim];
             for (o, v) in orow.iter_mut().zip(ye) {
                 *o += w * v;
             }
@@ -413,69 +542,44 @@ pub fn moe_experts(
     Ok(())
 }
 
-/// Weight rows loaded ahead of the one being multiplied: a routed expert's rows stream from DRAM
-/// and one row's dot product is too short for the hardware prefetcher to hide the wait.
-const PREFETCH_ROWS: usize = 2;
+/// Output rows computed together for every column before moving on, so that their weights stay
+/// in the first-level cache across columns.
+const ROWS_PER_PASS: usize = 16;
 
-/// Hints the CPU to start loading `bytes` into cache.
-#[inline]
-fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
-        // SAFETY: a prefetch is only a hint; the address lies in a live slice and is not read.
-        unsafe {
-            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
-                line.as_ptr().cast(),
-            )
-        };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
-}
-
-/// Rows `lo..hi` of `w` (`n` rows of `k` elements of `wt`, `w_row` bytes each, `stride` bytes
-/// apart) against every column of `acts`: `out[base + c·n + j]`. False when a dot product failed.
-/// The row two ahead is prefetched.
+/// Rows `rows` of `w` (`n` rows of `k` elements of `wt`, `stride` bytes apart) against columns
+/// `0..cols` given by `column`: `out[base + c·n + j]`. False when a dot product failed.
 ///
 /// # Safety
-/// `out[base .. base + cols·n]` must be valid for writes and rows `lo..hi` of that block must be
+/// `out[base .. base + cols·n]` must be valid for writes and rows `rows` of that block must be
 /// written by no one else meanwhile.
 #[allow(clippy::too_many_arguments)]
-unsafe fn dot_rows(
-    dot: RowDot,
+unsafe fn dot_rows<'a>(
+    dot: RowsDot,
     wt: DType,
     k: usize,
     w: &[u8],
     stride: usize,
-    w_row: usize,
-    lo: usize,
-    hi: usize,
+    rows: std::ops::Range<usize>,
     n: usize,
-    acts: &QuantizedActs,
+    cols: usize,
+    column: &dyn Fn(usize) -> &'a [u8],
     out: SharedOut,
     base: usize,
 ) -> bool {
-    let cols = acts.data.len() / acts.row_bytes.max(1);
-    let mut ok = true;
-    for j in lo..hi {
-        let Some(wr) = w.get(j * stride..j * stride + w_row) else {
-            return false;
-        };
-        let ahead = (j + PREFETCH_ROWS) * stride;
-        if let Some(next) = w.get(ahead..ahead + w_row) {
-            prefetch(next);
-        }
+    let pass = if cols == 1 { rows.len() } else { ROWS_PER_PASS };
+    let mut lo = rows.start;
+    while lo < rows.end {
+        let hi = (lo + pass).min(rows.end);
         for c in 0..cols {
-            let a = &acts.data[c * acts.row_bytes..(c + 1) * acts.row_bytes];
-            let v = dot(wt, k, wr, a).unwrap_or_else(|_| {
-                ok = false;
-                f32::NAN
-            });
             // SAFETY: the caller owns rows lo..hi of this block (see the function's contract).
-            unsafe { *out.at(base + c * n + j) = v };
+            let o = unsafe { out.slice(base + c * n + lo, hi - lo) };
+            if dot(wt, k, &w[lo * stride..], stride, column(c), o).is_err() {
+                return false;
+            }
         }
+        lo = hi;
     }
-    ok
+    true
 }
 
 impl Parallel for crate::pool::Pool {

@@ -1,9 +1,11 @@
-//! Routed experts: where the experts sit in the stacks does not change the result.
+//! Routed experts: the result equals a plain per-pick computation bit for bit, serially and on
+//! a pool, and does not depend on where the experts sit in the stacks.
 
 use bloomery_plugin_api::{DType, PluginError};
 
-use crate::linear::{moe_experts, ExpertStacks, Serial};
-use crate::quant::vec_dot;
+use crate::linear::{moe_experts, quantize_acts, reference_rows_dot, ExpertStacks, Serial};
+use crate::pool::Pool;
+use crate::quant::{self, vec_dot};
 
 fn values(n: usize, seed: u32) -> Vec<f32> {
     let mut s = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
@@ -62,7 +64,16 @@ fn the_sum_does_not_depend_on_where_experts_sit() {
         };
         let mut out = vec![0f32; n_embd * rows];
         moe_experts(
-            &Serial, vec_dot, &stacks, &x, &ids, &weights, k, map, &swiglu, &mut out,
+            &Serial,
+            reference_rows_dot,
+            &stacks,
+            &x,
+            &ids,
+            &weights,
+            k,
+            map,
+            &swiglu,
+            &mut out,
         )
         .unwrap();
         out
@@ -82,4 +93,140 @@ fn the_sum_does_not_depend_on_where_experts_sit() {
         .zip(&moved)
         .all(|(a, b)| a.to_bits() == b.to_bits());
     assert!(same, "results differ when the experts move");
+}
+
+/// `v` as weights of type `t`, in rows of `n`: quantized where the type has a quantizer, else
+/// (the k-quants) random payload bytes from `v` with small f16 scales.
+fn quantized(t: DType, v: &[f32], n: usize) -> Vec<u8> {
+    let row = t.row_bytes(n as u64).unwrap() as usize;
+    let mut out = vec![0u8; v.len() / n * row];
+    for (src, dst) in v.chunks_exact(n).zip(out.chunks_exact_mut(row)) {
+        if quant::quantize_row(t, src, dst).is_ok() {
+            continue;
+        }
+        let scales: &[usize] = match t {
+            DType::Q4_K => &[0, 2],
+            DType::Q6_K => &[208],
+            _ => panic!("no weights for {t}"),
+        };
+        let bytes = t.layout().unwrap().bytes as usize;
+        for (d, s) in dst.iter_mut().zip(src.iter().cycle()) {
+            *d = (s * 127.0) as i8 as u8;
+        }
+        for b in dst.chunks_exact_mut(bytes) {
+            for &o in scales {
+                b[o..o + 2].copy_from_slice(&crate::quant::bits::f32_to_f16(1e-2).to_le_bytes());
+            }
+        }
+    }
+    out
+}
+
+/// The routed FFN one pick at a time with the same quantizations and dot products, summed in
+/// pick order: what `moe_experts` must equal exactly.
+#[allow(clippy::too_many_arguments)]
+fn per_pick(
+    s: &ExpertStacks<'_>,
+    x: &[f32],
+    ids: &[i32],
+    w: &[f32],
+    k: usize,
+    map: &[i32],
+) -> Vec<f32> {
+    let (e_dim, ff) = (s.n_embd, s.n_ff);
+    let rows = x.len() / e_dim;
+    let (up, up_t) = s.up.unwrap_or((s.gate, s.gate_t));
+    let gate_rows = if s.up.is_some() { ff } else { 2 * ff };
+    let (g_row, u_row, d_row) = (
+        s.gate_t.row_bytes(e_dim as u64).unwrap() as usize,
+        up_t.row_bytes(e_dim as u64).unwrap() as usize,
+        s.down_t.row_bytes(ff as u64).unwrap() as usize,
+    );
+    let mut out = vec![0f32; rows * e_dim];
+    for r in 0..rows {
+        let xr = &x[r * e_dim..(r + 1) * e_dim];
+        let (xg, xu) = (
+            quantize_acts(s.gate_t, e_dim, xr, 1).unwrap(),
+            quantize_acts(up_t, e_dim, xr, 1).unwrap(),
+        );
+        for j in 0..k {
+            let slot = map[ids[r * k + j] as usize];
+            if slot < 0 {
+                continue;
+            }
+            let e = slot as usize;
+            let mut h = vec![0f32; ff];
+            for (f, h) in h.iter_mut().enumerate() {
+                let g = &s.gate[(e * gate_rows + f) * g_row..][..g_row];
+                let u = match s.up {
+                    Some(_) => &up[(e * ff + f) * u_row..][..u_row],
+                    None => &s.gate[(e * gate_rows + ff + f) * g_row..][..g_row],
+                };
+                let gv = vec_dot(s.gate_t, e_dim, g, &xg.data).unwrap();
+                let uv = vec_dot(up_t, e_dim, u, &xu.data).unwrap();
+                let mut o = [0f32];
+                swiglu(&[gv], &[uv], &mut o).unwrap();
+                *h = o[0];
+            }
+            let hq = quantize_acts(s.down_t, ff, &h, 1).unwrap();
+            for o in 0..e_dim {
+                let d = &s.down[(e * e_dim + o) * d_row..][..d_row];
+                out[r * e_dim + o] += w[r * k + j] * vec_dot(s.down_t, ff, d, &hq.data).unwrap();
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn quantized_experts_equal_the_per_pick_computation_serially_and_on_a_pool() {
+    let (n_embd, n_ff, n_expert, rows, k) = (512, 256, 6, 4, 3);
+    let pool = Pool::with_threads(4).unwrap();
+    for (gate_t, up_t, down_t, fused) in [
+        (DType::Q4_K, DType::Q4_K, DType::Q6_K, false),
+        (DType::Q8_0, DType::Q4_0, DType::Q8_0, false),
+        (DType::Q4_K, DType::Q4_K, DType::Q4_K, true),
+    ] {
+        let gate_rows = if fused { 2 * n_ff } else { n_ff };
+        let gate = quantized(gate_t, &values(n_embd * gate_rows * n_expert, 11), n_embd);
+        let up = quantized(up_t, &values(n_embd * n_ff * n_expert, 12), n_embd);
+        let down = quantized(down_t, &values(n_ff * n_embd * n_expert, 13), n_ff);
+        let x = values(n_embd * rows, 14);
+        // Rows share experts, one pick is skipped by the map (expert 4 is not held).
+        let ids: Vec<i32> = vec![0, 3, 5, 5, 0, 3, 1, 2, 4, 4, 2, 1];
+        let map: Vec<i32> = vec![0, 1, 2, 3, -1, 5];
+        let weights: Vec<f32> = values(rows * k, 15).iter().map(|w| w.abs() + 0.1).collect();
+        let stacks = ExpertStacks {
+            gate: &gate,
+            gate_t,
+            up: (!fused).then_some((&up[..], up_t)),
+            down: &down,
+            down_t,
+            n_embd,
+            n_ff,
+            n_expert,
+        };
+        let want = per_pick(&stacks, &x, &ids, &weights, k, &map);
+        for par in [&Serial as &dyn crate::linear::Parallel, &pool] {
+            let mut out = vec![f32::NAN; n_embd * rows];
+            moe_experts(
+                par,
+                reference_rows_dot,
+                &stacks,
+                &x,
+                &ids,
+                &weights,
+                k,
+                Some(&map),
+                &swiglu,
+                &mut out,
+            )
+            .unwrap();
+            let differ = out
+                .iter()
+                .zip(&want)
+                .filter(|(a, b)| a.to_bits() != b.to_bits());
+            assert_eq!(differ.count(), 0, "{gate_t}/{up_t}/{down_t} fused={fused}");
+        }
+    }
 }

@@ -59,7 +59,7 @@ pub enum QuantError {
 }
 
 /// Bytes taken by `n` elements of `t`, checking that `n` fills whole blocks.
-fn row_bytes(t: DType, n: usize, op: &'static str) -> Result<usize, QuantError> {
+pub(crate) fn row_bytes(t: DType, n: usize, op: &'static str) -> Result<usize, QuantError> {
     let l = t.layout().ok_or(QuantError::Unsupported { dtype: t, op })?;
     let block = l.block as usize;
     if !n.is_multiple_of(block) {

@@ -83,7 +83,7 @@ extern "C" fn open(config: &DeviceConfig) -> RResult<KernelDeviceBox, PluginErro
             missing.join(", ")
         )));
     }
-    CpuDevice::new(NAME, config, dot::row_dot)
+    CpuDevice::new(NAME, config, dot::rows_dot)
         .map(|d| KernelDevice_TO::from_value(d, TD_Opaque))
         .into()
 }

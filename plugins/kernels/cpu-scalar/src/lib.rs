@@ -47,7 +47,7 @@ extern "C" fn capabilities() -> RVec<OpSupport> {
 }
 
 extern "C" fn open(config: &DeviceConfig) -> RResult<KernelDeviceBox, PluginError> {
-    CpuDevice::new(NAME, config, linear::reference_row_dot)
+    CpuDevice::new(NAME, config, linear::reference_rows_dot)
         .map(|d| KernelDevice_TO::from_value(d, TD_Opaque))
         .into()
 }

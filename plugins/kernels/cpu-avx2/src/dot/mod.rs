@@ -20,6 +20,7 @@ mod simd;
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests;
 
+use bloomery_kernels_cpu::linear;
 use bloomery_kernels_cpu::quant::{self, QuantError};
 use bloomery_plugin_api::DType;
 
@@ -52,23 +53,46 @@ pub const HAND_WRITTEN: &[DType] = &[
     DType::TQ2_0,
 ];
 
-/// The row kernel of this plugin (see `bloomery_kernels_cpu::linear::RowDot`): the dot product of
-/// `n` elements of weight type `t` (`w`, exactly their bytes) with `n` activations in
-/// `quant::vec_dot_type(t)` (`act`, exactly their bytes).
+/// The rows kernel of this plugin (see `bloomery_kernels_cpu::linear::RowsDot`): the dot products
+/// of `out.len()` weight rows of `n` elements of `t` (`stride` bytes apart in `w`) with `n`
+/// activations in `quant::vec_dot_type(t)` (`act`, exactly their bytes).
 ///
-/// Same contract and errors as `quant::vec_dot`, which it calls for types without a hand-written
-/// kernel, for every length error, and on CPUs without AVX2, FMA and F16C (the plugin does not
-/// open a device there, but this function stays sound if called anyway; the check reads a
-/// cached flag). Hot path: does not allocate.
-pub fn row_dot(t: DType, n: usize, w: &[u8], act: &[u8]) -> Result<f32, QuantError> {
+/// Same contract and errors as `linear::reference_rows_dot`, which it calls for types without a
+/// hand-written kernel, for every length error, and on CPUs without AVX2, FMA and F16C (the
+/// plugin does not open a device there, but this function stays sound if called anyway; the
+/// check reads a cached flag). The type is matched once per call. Hot path: does not allocate.
+pub fn rows_dot(
+    t: DType,
+    n: usize,
+    w: &[u8],
+    stride: usize,
+    act: &[u8],
+    out: &mut [f32],
+) -> Result<(), QuantError> {
     #[cfg(target_arch = "x86_64")]
-    if has_v3() && lengths_match(t, n, w, act) {
-        // SAFETY: `has_v3()` found AVX2, FMA and F16C on this CPU.
-        if let Some(v) = unsafe { row_dot_v3(t, w, act) } {
-            return Ok(v);
+    if has_v3() {
+        if let (Ok(w_row), true) = (
+            linear::weight_rows_fit(t, n, w, stride, out.len()),
+            act_matches(t, n, act),
+        ) {
+            // SAFETY: `has_v3()` found AVX2, FMA and F16C on this CPU.
+            if unsafe { rows_dot_v3(t, w, stride, w_row, act, out) } {
+                return Ok(());
+            }
         }
     }
-    quant::vec_dot(t, n, w, act)
+    linear::reference_rows_dot(t, n, w, stride, act, out)
+}
+
+/// One row: [`rows_dot`] on a single row (the tests' and benchmark's entry).
+pub fn row_dot(t: DType, n: usize, w: &[u8], act: &[u8]) -> Result<f32, QuantError> {
+    let expected = t.row_bytes(n as u64).unwrap_or(u64::MAX);
+    if w.len() as u64 != expected {
+        return quant::vec_dot(t, n, w, act);
+    }
+    let mut out = [0f32];
+    rows_dot(t, n, w, w.len(), act, &mut out)?;
+    Ok(out[0])
 }
 
 /// Whether this CPU has AVX2, FMA and F16C (std caches the detection).
@@ -80,47 +104,58 @@ pub(crate) fn has_v3() -> bool {
         && is_x86_feature_detected!("f16c")
 }
 
-/// True when `w` and `act` are exactly the bytes of `n` elements of `t` and of its activation
-/// type (the checks `quant::vec_dot` makes; it reports the error when they fail).
+/// True when `act` is exactly the bytes of `n` activations of `t`'s activation type (the check
+/// `quant::vec_dot` makes; it reports the error when this fails).
 #[cfg(target_arch = "x86_64")]
-fn lengths_match(t: DType, n: usize, w: &[u8], act: &[u8]) -> bool {
+fn act_matches(t: DType, n: usize, act: &[u8]) -> bool {
     let bytes = |t: DType| t.row_bytes(n as u64).and_then(|b| usize::try_from(b).ok());
-    let Some(at) = quant::vec_dot_type(t) else {
-        return false;
-    };
-    bytes(t) == Some(w.len()) && bytes(at) == Some(act.len())
+    quant::vec_dot_type(t).is_some_and(|at| bytes(at) == Some(act.len()))
 }
 
-/// The hand-written kernel's result for `t`, or `None` when `t` has none. Lengths were checked.
+/// Runs the hand-written kernel for `t` on every row (see `linear::for_each_row`); false, with
+/// nothing written, when `t` has none. Lengths were checked.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-fn row_dot_v3(t: DType, w: &[u8], act: &[u8]) -> Option<f32> {
-    Some(match t {
-        DType::F32 => float::f32_f32(w, act),
-        DType::F16 => float::f16_f32(w, act),
-        DType::BF16 => float::bf16_f32(w, act),
-        DType::Q4_0 => legacy::q4_0(w, act),
-        DType::Q4_1 => legacy::q4_1(w, act),
-        DType::Q5_0 => legacy::q5_0(w, act),
-        DType::Q5_1 => legacy::q5_1(w, act),
-        DType::Q8_0 => legacy::q8_0(w, act),
-        DType::IQ4_NL => legacy::iq4_nl(w, act),
-        DType::MXFP4 => legacy::mxfp4(w, act),
-        DType::Q2_K => kquants::q2_k(w, act),
-        DType::Q3_K => kquants::q3_k(w, act),
-        DType::Q4_K => kquants::q4_k(w, act),
-        DType::Q5_K => kquants::q5_k(w, act),
-        DType::Q6_K => kquants::q6_k(w, act),
-        DType::IQ4_XS => kquants::iq4_xs(w, act),
-        DType::IQ2_XXS => iquants::iq2_xxs(w, act),
-        DType::IQ2_XS => iquants::iq2_xs(w, act),
-        DType::IQ2_S => iquants::iq2_s(w, act),
-        DType::IQ3_XXS => iquants::iq3_xxs(w, act),
-        DType::IQ3_S => iquants::iq3_s(w, act),
-        DType::IQ1_S => iquants::iq1_s(w, act),
-        DType::IQ1_M => iquants::iq1_m(w, act),
-        DType::NVFP4 => legacy::nvfp4(w, act),
-        DType::TQ2_0 => kquants::tq2_0(w, act),
-        _ => return None,
-    })
+fn rows_dot_v3(
+    t: DType,
+    w: &[u8],
+    stride: usize,
+    w_row: usize,
+    act: &[u8],
+    out: &mut [f32],
+) -> bool {
+    macro_rules! each_row {
+        ($kernel:path) => {
+            linear::for_each_row(w, stride, w_row, out, |r| $kernel(r, act))
+        };
+    }
+    match t {
+        DType::F32 => each_row!(float::f32_f32),
+        DType::F16 => each_row!(float::f16_f32),
+        DType::BF16 => each_row!(float::bf16_f32),
+        DType::Q4_0 => each_row!(legacy::q4_0),
+        DType::Q4_1 => each_row!(legacy::q4_1),
+        DType::Q5_0 => each_row!(legacy::q5_0),
+        DType::Q5_1 => each_row!(legacy::q5_1),
+        DType::Q8_0 => each_row!(legacy::q8_0),
+        DType::IQ4_NL => each_row!(legacy::iq4_nl),
+        DType::MXFP4 => each_row!(legacy::mxfp4),
+        DType::Q2_K => each_row!(kquants::q2_k),
+        DType::Q3_K => each_row!(kquants::q3_k),
+        DType::Q4_K => each_row!(kquants::q4_k),
+        DType::Q5_K => each_row!(kquants::q5_k),
+        DType::Q6_K => each_row!(kquants::q6_k),
+        DType::IQ4_XS => each_row!(kquants::iq4_xs),
+        DType::IQ2_XXS => each_row!(iquants::iq2_xxs),
+        DType::IQ2_XS => each_row!(iquants::iq2_xs),
+        DType::IQ2_S => each_row!(iquants::iq2_s),
+        DType::IQ3_XXS => each_row!(iquants::iq3_xxs),
+        DType::IQ3_S => each_row!(iquants::iq3_s),
+        DType::IQ1_S => each_row!(iquants::iq1_s),
+        DType::IQ1_M => each_row!(iquants::iq1_m),
+        DType::NVFP4 => each_row!(legacy::nvfp4),
+        DType::TQ2_0 => each_row!(kquants::tq2_0),
+        _ => return false,
+    }
+    true
 }

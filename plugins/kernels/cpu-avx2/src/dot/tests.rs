@@ -11,7 +11,7 @@ use bloomery_plugin_api::DType;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{row_dot, row_dot_v3, HAND_WRITTEN};
+use super::{row_dot, rows_dot, rows_dot_v3, HAND_WRITTEN};
 
 const REL_TOL: f64 = 1e-5;
 
@@ -184,10 +184,11 @@ fn other_types_go_to_the_reference() {
             .map(|_| rng.gen())
             .collect();
         let act = vec![0u8; at.row_bytes(n as u64).unwrap() as usize];
+        let mut out = [0f32];
         // SAFETY: the CPU has AVX2, FMA and F16C (checked above).
-        let kernel = unsafe { row_dot_v3(t, &w, &act) };
-        assert_eq!(kernel.is_some(), HAND_WRITTEN.contains(&t), "{t}");
-        if kernel.is_none() {
+        let kernel = unsafe { rows_dot_v3(t, &w, w.len(), w.len(), &act, &mut out) };
+        assert_eq!(kernel, HAND_WRITTEN.contains(&t), "{t}");
+        if !kernel {
             let act = random_activations(t, n, &mut rng);
             // Bit patterns, since random payloads may hold NaN scales.
             let bits = |r: Result<f32, QuantError>| r.map(f32::to_bits);
@@ -261,5 +262,38 @@ fn zero_weights_give_exactly_zero() {
         let act = random_activations(t, n, &mut rng);
         assert_eq!(quant::vec_dot(t, n, &w, &act), Ok(0.0), "{t}: reference");
         assert_eq!(row_dot(t, n, &w, &act), Ok(0.0), "{t}");
+    }
+}
+
+/// Several rows with a stride wider than a row (a view into a larger matrix) give each row's own
+/// dot product, and a buffer one byte short of the last row is refused without writing.
+#[test]
+fn strided_rows_match_row_by_row() {
+    let mut rng = StdRng::seed_from_u64(14);
+    for &t in HAND_WRITTEN {
+        let n = 512.max(t.layout().unwrap().block as usize);
+        let row = t.row_bytes(n as u64).unwrap() as usize;
+        let (rows, stride) = (7, row + 40);
+        let one = random_weights(t, n * rows, &mut rng);
+        let mut w = vec![0u8; (rows - 1) * stride + row];
+        for r in 0..rows {
+            w[r * stride..r * stride + row].copy_from_slice(&one[r * row..(r + 1) * row]);
+        }
+        let act = random_activations(t, n, &mut rng);
+        let mut out = vec![f32::NAN; rows];
+        rows_dot(t, n, &w, stride, &act, &mut out).unwrap();
+        for (r, &got) in out.iter().enumerate() {
+            let want = row_dot(t, n, &one[r * row..(r + 1) * row], &act).unwrap();
+            assert_eq!(got.to_bits(), want.to_bits(), "{t} row {r}");
+        }
+        let mut untouched = vec![f32::NAN; rows];
+        assert!(matches!(
+            rows_dot(t, n, &w[..w.len() - 1], stride, &act, &mut untouched),
+            Err(QuantError::LengthMismatch { .. })
+        ));
+        assert!(
+            untouched.iter().all(|v| v.is_nan()),
+            "{t}: written on error"
+        );
     }
 }

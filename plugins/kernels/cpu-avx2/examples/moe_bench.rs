@@ -1,0 +1,195 @@
+//! Times the routed-expert FFN of one decoded row (`linear::moe_experts` with this plugin's row
+//! kernel on the pinned pool) over expert stacks held in three kinds of memory: anonymous pages,
+//! anonymous memory advised to use transparent huge pages, and a file mapped from tmpfs (what a
+//! model in /dev/shm or the page cache gives). A plain multi-threaded sum over the same memory
+//! gives each kind's read ceiling. The shape is Qwen3-30B-A3B's (2048 → 768, 128 experts, top 8,
+//! Q4_K); GB/s counts the weight bytes of the chosen experts.
+//!
+//! Run with `cargo run --release -p bloomery-kernel-cpu-avx2 --example moe_bench [layers] [steps]
+//! [threads,…] [dir for the mapped file]`.
+
+use std::hint::black_box;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use anyhow::Context;
+use bloomery_kernel_cpu_avx2::dot::rows_dot;
+use bloomery_kernels_cpu::linear::{moe_experts, ExpertStacks};
+use bloomery_kernels_cpu::pool::{Pinning, Pool, PoolOptions};
+use bloomery_kernels_cpu::quant::bits::f32_to_f16;
+use bloomery_plugin_api::{DType, PluginError};
+use memmap2::{Advice, MmapMut, MmapOptions};
+use rand::rngs::StdRng;
+use rand::seq::index::sample;
+use rand::{Rng, SeedableRng};
+
+const N_EMBD: usize = 2048;
+const N_FF: usize = 768;
+const N_EXPERT: usize = 128;
+const TOP_K: usize = 8;
+const Q4K_BLOCK: usize = 144;
+
+/// Bytes of one layer's gate, up and down stacks (Q4_K).
+fn layer_bytes() -> (usize, usize) {
+    let row = N_EMBD / 256 * Q4K_BLOCK;
+    let down_row = N_FF / 256 * Q4K_BLOCK;
+    (N_EXPERT * N_FF * row, N_EXPERT * N_EMBD * down_row)
+}
+
+/// Fills `m` with random Q4_K blocks whose scales are sane f16 values, in parallel.
+fn fill(pool: &Pool, m: &mut [u8]) {
+    let blocks = m.len() / Q4K_BLOCK;
+    let per_task = 1 << 16;
+    let base = m.as_mut_ptr() as usize;
+    pool.parallel_for(blocks.div_ceil(per_task), |t| {
+        let mut rng = StdRng::seed_from_u64(t as u64);
+        let (lo, hi) = (t * per_task, ((t + 1) * per_task).min(blocks));
+        // SAFETY: task t writes blocks lo..hi only, all inside `m`.
+        let s = unsafe {
+            std::slice::from_raw_parts_mut(
+                (base + lo * Q4K_BLOCK) as *mut u8,
+                (hi - lo) * Q4K_BLOCK,
+            )
+        };
+        rng.fill(s);
+        for b in s.chunks_exact_mut(Q4K_BLOCK) {
+            b[0..2].copy_from_slice(&f32_to_f16(1e-3).to_le_bytes());
+            b[2..4].copy_from_slice(&f32_to_f16(7e-3).to_le_bytes());
+        }
+    });
+}
+
+/// Sums `m` as u64 words on every thread: the memory's read rate in GB/s.
+fn read_rate(pool: &Pool, m: &[u8]) -> f64 {
+    let chunk = 1 << 22;
+    let total = AtomicU64::new(0);
+    let t0 = Instant::now();
+    pool.parallel_for(m.len().div_ceil(chunk), |t| {
+        let s = &m[t * chunk..((t + 1) * chunk).min(m.len())];
+        let mut acc = [0u64; 8];
+        for c in s.chunks_exact(64) {
+            for (a, w) in acc.iter_mut().zip(c.chunks_exact(8)) {
+                *a = a.wrapping_add(u64::from_le_bytes(w.try_into().unwrap_or([0; 8])));
+            }
+        }
+        total.fetch_add(acc.iter().fold(0, |x, y| x ^ y), Ordering::Relaxed);
+    });
+    black_box(total.load(Ordering::Relaxed));
+    m.len() as f64 / t0.elapsed().as_secs_f64() / 1e9
+}
+
+/// Decodes `steps` rows through `layers` layers of experts held in `m`; returns GB/s of expert
+/// weights read.
+fn decode_rate(
+    pool: &Pool,
+    m: &[u8],
+    layers: usize,
+    steps: usize,
+    hot: bool,
+) -> anyhow::Result<f64> {
+    let (gu, down) = layer_bytes();
+    let per_layer = 2 * gu + down;
+    let mut rng = StdRng::seed_from_u64(7);
+    let x: Vec<f32> = (0..N_EMBD).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+    let mut out = vec![0f32; N_EMBD];
+    let weights = vec![1.0f32 / TOP_K as f32; TOP_K];
+    let glu = |g: &[f32], u: &[f32], h: &mut [f32]| -> Result<(), PluginError> {
+        for ((h, &g), &u) in h.iter_mut().zip(g).zip(u) {
+            *h = g / (1.0 + (-g).exp()) * u;
+        }
+        Ok(())
+    };
+    let fixed: Vec<i32> = (0..TOP_K as i32).collect();
+    let t0 = Instant::now();
+    for _ in 0..steps {
+        for l in 0..layers {
+            let ids: Vec<i32> = if hot {
+                fixed.clone()
+            } else {
+                sample(&mut rng, N_EXPERT, TOP_K)
+                    .into_iter()
+                    .map(|e| e as i32)
+                    .collect()
+            };
+            let at = l * per_layer;
+            let stacks = ExpertStacks {
+                gate: &m[at..at + gu],
+                gate_t: DType::Q4_K,
+                up: Some((&m[at + gu..at + 2 * gu], DType::Q4_K)),
+                down: &m[at + 2 * gu..at + per_layer],
+                down_t: DType::Q4_K,
+                n_embd: N_EMBD,
+                n_ff: N_FF,
+                n_expert: N_EXPERT,
+            };
+            moe_experts(
+                pool, rows_dot, &stacks, &x, &ids, &weights, TOP_K, None, &glu, &mut out,
+            )
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        }
+    }
+    black_box(&out);
+    let bytes = (steps * layers * TOP_K * per_layer / N_EXPERT) as f64;
+    Ok(bytes / t0.elapsed().as_secs_f64() / 1e9)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let layers: usize = args.get(1).map_or(Ok(16), |s| s.parse())?;
+    let steps: usize = args.get(2).map_or(Ok(40), |s| s.parse())?;
+    let threads: Vec<usize> = match args.get(3) {
+        Some(s) => s.split(',').map(str::parse).collect::<Result<_, _>>()?,
+        None => vec![std::thread::available_parallelism().map_or(1, |n| n.get())],
+    };
+    let dir = args.get(4).map_or("/dev/shm", String::as_str);
+    let (gu, down) = layer_bytes();
+    let len = layers * (2 * gu + down);
+    println!(
+        "{layers} layers of Q4_K experts ({:.2} GB), {steps} decoded rows each; GB/s",
+        len as f64 / 1e9
+    );
+    println!("memory      threads  read  decode  hot-decode");
+    let path = std::path::Path::new(dir).join(format!("moe_bench.{}", std::process::id()));
+    for kind in ["anon-4k", "anon-thp", "file"] {
+        let fill_pool = Pool::with_threads(threads[threads.len() - 1])?;
+        let mut anon;
+        let map;
+        let m: &[u8] = if kind == "file" {
+            {
+                let mut f = std::fs::File::create(&path).context("creating the mapped file")?;
+                let mut buf = MmapMut::map_anon(len)?;
+                fill(&fill_pool, &mut buf);
+                f.write_all(&buf)?;
+            }
+            let f = std::fs::File::open(&path)?;
+            // SAFETY: the file is ours alone and not changed while mapped.
+            map = unsafe { MmapOptions::new().populate().map(&f)? };
+            &map
+        } else {
+            anon = MmapMut::map_anon(len)?;
+            anon.advise(if kind == "anon-thp" {
+                Advice::HugePage
+            } else {
+                Advice::NoHugePage
+            })?;
+            fill(&fill_pool, &mut anon);
+            &anon
+        };
+        drop(fill_pool);
+        for &t in &threads {
+            let mut o = PoolOptions::new(t);
+            o.pinning = Pinning::Auto;
+            let pool = Pool::new(o)?;
+            let read = read_rate(&pool, m).max(read_rate(&pool, m));
+            decode_rate(&pool, m, layers, 2, false)?;
+            let dec = decode_rate(&pool, m, layers, steps, false)?;
+            let hot = decode_rate(&pool, m, 1, steps * layers, true)?;
+            println!("{kind:<10} {t:>8} {read:>5.1} {dec:>7.1} {hot:>11.1}");
+        }
+        if kind == "file" {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
+}
