@@ -20,6 +20,10 @@
 #                                 (greedy text against the CPU, plan and bench under budgets).
 #   scripts/gpu-check.sh hybrid   on the GPU machine: the Qwen3.5 hybrids' ops and tiny files
 #                                 against the CPU (opcheck), greedy text on CPU, card and split.
+#   scripts/gpu-check.sh host-experts  on the GPU machine: speed with routed experts on the host's
+#                                 CPU (-cmoe, -ncmoe 36) on the 30B-A3B file and -cmoe on the
+#                                 35B-A3B hybrid, and where a -cmoe decode step spends its time.
+#                                 PREV=dir (an earlier dist) alternates the benches with it.
 #   scripts/gpu-check.sh hybrid-bench  on the GPU machine: the Qwen3.6-35B-A3B-shaped file's speed
 #                                 on the card and with every expert on the host (llama-bench side
 #                                 by side when LLAMA_BENCH names one), and a per-op profile.
@@ -221,8 +225,34 @@ case "${1:-}" in
     BLOOMERY_CUDA_PROFILE=1 $b bench -m "$f" -p 512 -n 32 -r 1 -ngl 99 --no-graphs 2>&1 \
       | sed -n '/per-op profile/,$p' | head -40 | tee -a "$out/hybrid.txt"
     ;;
+  host-experts)
+    out=${OUT:-/tmp}
+    b="dist/bloomery --plugin-dir dist/plugins"
+    f=/dev/shm/q3-30b-a3b-q4k.gguf
+    [ -f "$f" ] || $b synth --arch qwen3moe --preset 30b-a3b --experts Q4_K --attn Q8_0 --embd Q8_0 \
+      --output-type Q8_0 -o "$f" > /dev/null
+    h=/dev/shm/q36-35b-a3b-q4k.gguf
+    [ -f "$h" ] || $b synth --arch qwen35moe --preset 35b-a3b --experts Q4_K --attn Q8_0 --embd Q8_0 \
+      --output-type Q8_0 --dense Q8_0 -o "$h" > /dev/null
+    twice=dist once=dist
+    [ -n "${PREV:-}" ] && twice="$PREV dist $PREV dist" once="$PREV dist"
+    for case in "$f -cmoe" "$f -ncmoe 36" "$h -cmoe"; do
+      set -- $case
+      runs=$once
+      [ "$*" = "$f -cmoe" ] && runs=$twice
+      for d in $runs; do
+        echo "$d: bench -m $(basename "$1") -ngl 99 ${*:2}" | tee -a "$out/host-experts.txt"
+        # shellcheck disable=SC2068
+        "$d/bloomery" --plugin-dir "$d/plugins" bench -m "$1" -p 512 -n 64 -r 2 -ngl 99 ${@:2} 2>&1 \
+          | tail -2 | tee -a "$out/host-experts.txt"
+      done
+    done
+    echo "where a -cmoe decode step spends its time (30B-A3B):" | tee -a "$out/host-experts.txt"
+    BLOOMERY_TIER_PROFILE=1 $b bench -m "$f" -p 0 -n 64 -r 1 -ngl 99 -cmoe 2>&1 \
+      | grep -E "host|card|tg64" | tee -a "$out/host-experts.txt"
+    ;;
   *)
-    echo "usage: scripts/gpu-check.sh build|device|bench|serve|tier|hybrid|hybrid-bench" >&2
+    echo "usage: scripts/gpu-check.sh build|device|bench|serve|tier|host-experts|hybrid|hybrid-bench" >&2
     exit 2
     ;;
 esac
