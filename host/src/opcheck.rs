@@ -1193,8 +1193,71 @@ pub fn check_model(
             });
             outcomes.push(replayed);
         }
+        outcomes.push(streamed_prompt(reg, path, opts, kernel, &mut dev, &what));
     }
     outcomes
+}
+
+/// Every routed expert on the host (`-cmoe`): a prompt long enough to stream each layer's stacks
+/// through the card's staging sets runs the card's own products on the copies, so its logits
+/// must equal the unsplit card's bit for bit; a copy that overwrote a set still in use, or a
+/// call that ran before its copy, would show.
+fn streamed_prompt(
+    reg: &crate::plugins::Registry,
+    path: &std::path::Path,
+    opts: crate::model::LoadOptions,
+    kernel: &crate::plugins::KernelPluginFile,
+    dev: &mut crate::model::LoadedModel,
+    what: &dyn Fn(&str) -> String,
+) -> Outcome {
+    use crate::engine::executor::BatchInputs;
+    use crate::tiering::plan::TierRequest;
+    let rows = 2 * crate::tiering::STREAM_MIN_ROWS as i32;
+    let batch = BatchInputs {
+        tokens: (0..rows).map(|i| (i * 37 + 11) % 500).collect(),
+        positions: (0..rows).collect(),
+        slots: vec![0; rows as usize],
+        output_rows: (0..rows).collect(),
+        history: vec![],
+    };
+    let name = what(&format!(
+        "{rows}-row prompt with every expert on the host (streamed) vs on the card, bit for bit"
+    ));
+    let cmoe = TierRequest {
+        cpu_moe: true,
+        ..Default::default()
+    };
+    let r = crate::model::LoadedModel::load_placed(reg, path, opts, kernel, &cmoe)
+        .map_err(|e| e.to_string())
+        .and_then(|mut split| {
+            let got = split.forward(&batch).map_err(|e| e.to_string())?;
+            let want = dev.forward(&batch).map_err(|e| e.to_string())?;
+            Ok((got, want))
+        });
+    match r {
+        Ok((got, want)) => Outcome {
+            rel: if got
+                .iter()
+                .map(|v| v.to_bits())
+                .eq(want.iter().map(|v| v.to_bits()))
+            {
+                0.0
+            } else {
+                relative(&got, &want).max(f64::MIN_POSITIVE)
+            },
+            worst: worst(&got, &want),
+            what: name,
+            tol: 0.0,
+            error: None,
+        },
+        Err(e) => Outcome {
+            what: name,
+            rel: f64::NAN,
+            tol: 0.0,
+            error: Some(e),
+            worst: None,
+        },
+    }
 }
 
 #[cfg(test)]

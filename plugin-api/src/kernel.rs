@@ -116,6 +116,24 @@ pub trait KernelDevice: Send + Sync {
     /// bus speed, until the device closes. The host keeps the memory mapped and unchanged that
     /// long. A no-op where copies gain nothing (the CPU).
     fn pin_host(&self, ptr: usize, bytes: u64) -> RResult<(), PluginError>;
+
+    /// Marks the calls submitted so far, for [`KernelDevice::upload`]; returns the mark. Devices
+    /// that run calls at once answer 0 (nothing to wait for). Marks live until the next `sync`.
+    fn fence(&self) -> RResult<u64, PluginError>;
+
+    /// Copies host bytes into a buffer at `offset` without waiting for the copy, on a copy queue
+    /// of its own where the device has one, so that it overlaps the calls already submitted.
+    /// The copy starts after the calls marked by fence `after` (0: at once); calls submitted
+    /// after this upload wait for it. The host keeps `data` mapped and unchanged until the next
+    /// `sync`, and copies run at full bus speed only from page-locked memory
+    /// ([`KernelDevice::pin_host`]). Devices without queues copy before returning.
+    fn upload(
+        &self,
+        buffer: u64,
+        offset: u64,
+        data: RSlice<'_, u8>,
+        after: u64,
+    ) -> RResult<(), PluginError>;
 }
 
 /// A boxed [`KernelDevice`] trait object.

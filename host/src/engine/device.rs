@@ -88,6 +88,28 @@ impl Device {
         self.inner.write(handle, offset, data.into()).into_result()
     }
 
+    /// Marks the calls submitted so far for [`Device::upload`] (0 where calls run at once).
+    pub fn fence(&self) -> Result<u64, PluginError> {
+        self.inner.fence().into_result()
+    }
+
+    /// Starts copying bytes into the buffer with handle `handle` without waiting, after the calls
+    /// marked by fence `after` (0: at once); calls submitted later wait for the copy.
+    ///
+    /// # Safety
+    /// `data` must stay mapped and unchanged until the next [`Device::sync`] returns.
+    pub unsafe fn upload(
+        &self,
+        handle: u64,
+        offset: u64,
+        data: &[u8],
+        after: u64,
+    ) -> Result<(), PluginError> {
+        self.inner
+            .upload(handle, offset, data.into(), after)
+            .into_result()
+    }
+
     /// Page-locks host memory for fast copies to the device, until the device closes (a no-op
     /// on the CPU).
     ///

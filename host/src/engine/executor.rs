@@ -107,8 +107,11 @@ pub struct Executor {
     calls: Vec<OpCall>,
     hosted: Vec<HostedMoe>,
     /// MoE calls whose layers' whole stacks are copied to the card first: the call's index and
-    /// (staging buffer, file bytes) per stack.
+    /// (staging buffer, file bytes) per stack. Consecutive layers take turns over the staging
+    /// sets.
     streamed: Vec<(usize, Vec<(u64, HostSlice)>)>,
+    /// Staging sets the streamed layers take turns over.
+    staging_sets: usize,
     host: Option<Arc<Device>>,
     /// Where host-expert layers count their routing.
     residency: Option<Arc<Mutex<Residency>>>,
@@ -303,7 +306,8 @@ impl Executor {
             if let (Op::MoeExperts(_), Some(tier), Some(w)) = (node.op, bind.tier, first_stack) {
                 match tier.layer(w) {
                     Some((_, layer)) if stream => {
-                        streamed.push((calls.len(), stream_moe(tier, layer, &mut call)?));
+                        let set = streamed.len() % tier.staging.len().max(1);
+                        streamed.push((calls.len(), stream_moe(tier, layer, set, &mut call)?));
                     }
                     Some((i, layer)) => {
                         hosted.push(host_moe(device, tier, (i, layer), &mut call, calls.len())?);
@@ -333,6 +337,7 @@ impl Executor {
             .then(|| Mutex::new(TierTimes::default())),
             hosted,
             streamed,
+            staging_sets: bind.tier.map_or(1, |t| t.staging.len()),
             inputs,
             outputs,
             replay: Mutex::new(vec![

@@ -92,8 +92,9 @@ const MAX_FLIPS_PER_STEP: usize = 4;
 pub struct ExpertTier {
     /// Layers with host experts.
     pub layers: Vec<TierLayer>,
-    /// Card buffers a streamed layer's stacks are copied into, one per stack position.
-    pub staging: Vec<Buffer>,
+    /// Card buffers a streamed layer's stacks are copied into: one or two sets (streamed layers
+    /// take turns), each one buffer per stack position.
+    pub staging: Vec<Vec<Buffer>>,
     /// Routing counts and the placement they move (shared with the executors, which count).
     pub residency: Arc<Mutex<Residency>>,
     /// The disk tier, when host RAM cannot hold the host experts.
@@ -475,16 +476,20 @@ pub fn load_weights(
         None
     };
     let mut staging = Vec::new();
-    for k in 0..layers.iter().map(|l| l.stream.len()).max().unwrap_or(0) {
-        let bytes = layers
-            .iter()
-            .filter_map(|l| l.stream.get(k).map(|(h, _)| h.len as u64))
-            .max()
-            .unwrap_or(0);
-        staging.push(
-            card.alloc(bytes)
-                .map_err(dev_err("allocating the experts' staging buffers"))?,
-        );
+    for _ in 0..plan.staging_sets {
+        let mut set = Vec::new();
+        for k in 0..layers.iter().map(|l| l.stream.len()).max().unwrap_or(0) {
+            let bytes = layers
+                .iter()
+                .filter_map(|l| l.stream.get(k).map(|(h, _)| h.len as u64))
+                .max()
+                .unwrap_or(0);
+            set.push(
+                card.alloc(bytes)
+                    .map_err(dev_err("allocating the experts' staging buffers"))?,
+            );
+        }
+        staging.push(set);
     }
     Ok((
         card_buffers,

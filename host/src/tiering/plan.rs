@@ -127,8 +127,11 @@ pub struct Plan {
     /// What the card holds besides experts.
     pub fixed: FixedCosts,
     /// Card buffers a prompt streams a host layer's experts into (0 when every expert is on
-    /// the card).
+    /// the card): one set, or two when the card has room left after placing experts, so that
+    /// the next layer's copy overlaps this layer's calls.
     pub staging: u64,
+    /// Sets of staging buffers in `staging` (0, 1 or 2).
+    pub staging_sets: usize,
     /// The card budget planned with.
     pub card_budget: u64,
     /// The host budget planned with.
@@ -240,11 +243,17 @@ impl Plan {
                 room -= fit as u64 * l.expert_bytes;
             }
         }
+        let staging_sets = match staging {
+            0 => 0,
+            s if s <= room => 2,
+            _ => 1,
+        };
         Ok(Plan {
             layers,
             on_card,
             fixed,
-            staging,
+            staging: staging * staging_sets as u64,
+            staging_sets,
             card_budget,
             host_budget,
         })
@@ -281,7 +290,13 @@ impl fmt::Display for Plan {
         writeln!(f, "  dense weights   {}", gib(self.fixed.dense))?;
         writeln!(f, "  KV cache/state  {}", gib(self.fixed.state))?;
         writeln!(f, "  scratch         {}", gib(self.fixed.scratch))?;
-        writeln!(f, "  expert staging  {}", gib(self.staging))?;
+        writeln!(
+            f,
+            "  expert staging  {} ({} set{})",
+            gib(self.staging),
+            self.staging_sets,
+            if self.staging_sets == 1 { "" } else { "s" }
+        )?;
         writeln!(f, "  routed experts  {}", gib(self.card_expert_bytes()))?;
         writeln!(
             f,
@@ -351,7 +366,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(on_card_counts(&p), vec![0, 2, 4, 4]);
-        assert_eq!(p.staging, 400);
+        // No room for a second staging set after the experts.
+        assert_eq!((p.staging, p.staging_sets), (400, 1));
         assert_eq!(p.card_expert_bytes(), 1000);
         assert_eq!(p.host_expert_bytes(), 600);
         // Everything fits: no host experts.
@@ -369,6 +385,13 @@ mod tests {
         };
         let p = Plan::make(layers(3, 4, 100), FIXED, big, big, &cmoe).unwrap();
         assert_eq!(on_card_counts(&p), vec![0, 0, 0]);
+        // Room to spare: two staging sets, so prompts overlap copies with calls.
+        assert_eq!((p.staging, p.staging_sets), (800, 2));
+        // Room for exactly one set: one.
+        let p = Plan::make(layers(3, 4, 100), FIXED, 1300 + 400, big, &cmoe).unwrap();
+        assert_eq!((p.staging, p.staging_sets), (400, 1));
+        let p = Plan::make(layers(3, 4, 100), FIXED, 1300 + 800, big, &cmoe).unwrap();
+        assert_eq!((p.staging, p.staging_sets), (800, 2));
         let ncmoe = TierRequest {
             n_cpu_moe: Some(2),
             ..Default::default()

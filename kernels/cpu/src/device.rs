@@ -141,4 +141,19 @@ impl KernelDevice for CpuDevice {
     fn release_graph(&self, _graph: u64) -> RResult<(), PluginError> {
         RResult::RErr(PluginError::unsupported("graph release on the CPU", &[]))
     }
+
+    fn fence(&self) -> RResult<u64, PluginError> {
+        RResult::ROk(0)
+    }
+
+    fn upload(
+        &self,
+        buffer: u64,
+        offset: u64,
+        data: RSlice<'_, u8>,
+        _after: u64,
+    ) -> RResult<(), PluginError> {
+        // Calls run at once here, so everything before the fence is done: a plain write.
+        self.buffers.write(buffer, offset, data.as_slice()).into()
+    }
 }

@@ -8,7 +8,7 @@ use abi_stable::std_types::{RResult, RSlice, RSliceMut};
 use bloomery_plugin_api::kernel::{DeviceConfig, DeviceInfo, KernelDevice};
 use bloomery_plugin_api::tensor::OpCall;
 use bloomery_plugin_api::PluginError;
-use cudarc::driver::{result, sys, CudaContext, CudaGraph, DriverError};
+use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaGraph, CudaStream, DriverError};
 
 use crate::ops::{Buffers, Launcher};
 use crate::probe::{read_driver, Bundle, DriverProblem};
@@ -29,7 +29,22 @@ pub struct CudaDevice {
     sizes: Mutex<HashMap<u64, u64>>,
     /// Host ranges page-locked by `pin_host`, unregistered on drop.
     pinned: Mutex<Vec<usize>>,
+    /// The queue of `upload`s, beside the kernel stream.
+    copies: Arc<CudaStream>,
+    /// Fences and upload completions not yet passed by a `sync`.
+    marks: Mutex<Marks>,
     kernels: Launcher,
+}
+
+/// The events behind `fence` and `upload`, dropped at the next `sync`.
+#[derive(Default)]
+struct Marks {
+    /// Fence id → the event recorded on the kernel stream.
+    fences: HashMap<u64, CudaEvent>,
+    /// The last fence id given out.
+    last: u64,
+    /// Each upload's completion, which the kernel stream waits for.
+    uploads: Vec<CudaEvent>,
 }
 
 /// How long a profiled pass waits behind `bl_hold` while the host queues it.
@@ -66,6 +81,7 @@ impl CudaDevice {
             .map_err(|_| PluginError::device("the CUDA driver lacks an entry point cudarc needs"))?
             .map_err(err("creating the CUDA context"))?;
         let kernels = Launcher::new(Arc::clone(&ctx), bundle.ptx)?;
+        let copies = ctx.new_stream().map_err(err("creating the copy stream"))?;
         Ok(CudaDevice {
             name: format!("{name} ({})", bundle.name),
             graphs: Mutex::new(HashMap::new()),
@@ -74,6 +90,8 @@ impl CudaDevice {
             ctx,
             sizes: Mutex::new(HashMap::new()),
             pinned: Mutex::new(Vec::new()),
+            copies,
+            marks: Mutex::new(Marks::default()),
             kernels,
         })
     }
@@ -275,6 +293,10 @@ impl KernelDevice for CudaDevice {
             self.ctx
                 .synchronize()
                 .map_err(err("a kernel failed (synchronising the device)"))?;
+            if let Ok(mut m) = self.marks.lock() {
+                m.fences.clear();
+                m.uploads.clear();
+            }
             if let Some(p) = &self.profile {
                 p.collect();
             }
@@ -353,6 +375,67 @@ impl KernelDevice for CudaDevice {
             Ok(())
         };
         pin().into()
+    }
+
+    fn fence(&self) -> RResult<u64, PluginError> {
+        let fence = || -> Result<u64, PluginError> {
+            self.bind()?;
+            let event = self
+                .kernels
+                .stream
+                .record_event(None)
+                .map_err(err("recording a fence"))?;
+            let mut m = self
+                .marks
+                .lock()
+                .map_err(|_| PluginError::device("fence table poisoned"))?;
+            m.last += 1;
+            let id = m.last;
+            m.fences.insert(id, event);
+            Ok(id)
+        };
+        fence().into()
+    }
+
+    fn upload(
+        &self,
+        buffer: u64,
+        offset: u64,
+        data: RSlice<'_, u8>,
+        after: u64,
+    ) -> RResult<(), PluginError> {
+        let upload = || -> Result<(), PluginError> {
+            let dst = self.check(buffer, offset, data.len() as u64)?;
+            self.bind()?;
+            let mut m = self
+                .marks
+                .lock()
+                .map_err(|_| PluginError::device("fence table poisoned"))?;
+            if after != 0 {
+                let fence = m.fences.get(&after).ok_or_else(|| {
+                    PluginError::invalid(format!("no fence {after} since the last sync"))
+                })?;
+                self.copies
+                    .wait(fence)
+                    .map_err(err("ordering an upload after a fence"))?;
+            }
+            // SAFETY: `check` proved the destination lies inside a live allocation; the host keeps
+            // `data` mapped and unchanged until the next sync (KernelDevice::upload's contract),
+            // which waits for this copy.
+            unsafe { result::memcpy_htod_async(dst, data.as_slice(), self.copies.cu_stream()) }
+                .map_err(err("uploading to the device"))?;
+            let done = self
+                .copies
+                .record_event(None)
+                .map_err(err("recording an upload"))?;
+            self.kernels
+                .stream
+                .wait(&done)
+                .map_err(err("ordering calls after an upload"))?;
+            m.uploads.push(done);
+            Ok(())
+        };
+        upload().into()
     }
 
     fn release_graph(&self, graph: u64) -> RResult<(), PluginError> {

@@ -182,14 +182,25 @@ impl Executor {
     }
 
     /// Runs the calls with each tiered layer's whole stacks copied into the card's staging
-    /// buffers just before its MoE call (copies and calls are ordered on the card's stream).
+    /// buffers before its MoE call. The copies run on the card's copy queue: layer `s`'s copy is
+    /// issued once the calls up to its attention are submitted, and starts when the layer that
+    /// last used its staging set has run (two sets: the copy overlaps the previous layer's MoE
+    /// and this layer's attention; one set: copies and calls alternate).
     pub(super) fn run_streamed(&self, device: &Device) -> Result<(), ExecError> {
+        let sets = self.staging_sets.max(1);
+        // freed[l]: the fence after which layer l's staging set may be overwritten.
+        let mut freed = Vec::with_capacity(self.streamed.len());
         let mut start = 0;
         for (seg, (at, uploads)) in self.streamed.iter().enumerate() {
             self.launch_segment(device, seg, &self.calls[start..*at])?;
+            if seg > 0 {
+                freed.push(device.fence().map_err(dev("fencing a streamed layer"))?);
+            }
+            let after = if seg >= sets { freed[seg - sets] } else { 0 };
             for (handle, slice) in uploads {
-                device
-                    .write_handle(*handle, 0, slice.bytes())
+                // SAFETY: the slice is the mapped model file, which outlives every executor;
+                // the sync below (or an earlier failure's) ends the copy's use of it.
+                unsafe { device.upload(*handle, 0, slice.bytes(), after) }
                     .map_err(dev("streaming host experts to the card"))?;
             }
             start = *at;
@@ -199,18 +210,20 @@ impl Executor {
     }
 }
 
-/// Points a tiered MoE call's stacks at the card's staging buffers, where its layer's whole
+/// Points a tiered MoE call's stacks at staging set `set` of the card, where its layer's whole
 /// stacks are copied before it runs; returns the copies.
 pub(super) fn stream_moe(
     tier: &ExpertTier,
     layer: &TierLayer,
+    set: usize,
     call: &mut OpCall,
 ) -> Result<Vec<(u64, HostSlice)>, ExecError> {
     let mut uploads = Vec::new();
     for (k, (slice, full)) in layer.stream.iter().enumerate() {
         let staging = tier
             .staging
-            .get(k)
+            .get(set)
+            .and_then(|s| s.get(k))
             .filter(|b| b.bytes >= slice.bytes().len() as u64)
             .ok_or_else(|| ExecError::BadGraph("no staging buffer for a streamed stack".into()))?;
         call.srcs[3 + k] = TensorRef {
