@@ -22,7 +22,8 @@
 #                                 against the CPU (opcheck), greedy text on CPU, card and split.
 #   scripts/gpu-check.sh host-experts  on the GPU machine: speed with routed experts on the host's
 #                                 CPU (-cmoe, -ncmoe 36) on the 30B-A3B file and -cmoe on the
-#                                 35B-A3B hybrid, and where a -cmoe decode step spends its time.
+#                                 35B-A3B hybrid, a streamed prompt against the card bit for bit,
+#                                 and where a -cmoe decode step spends its time.
 #                                 PREV=dir (an earlier dist) alternates the benches with it.
 #   scripts/gpu-check.sh hybrid-bench  on the GPU machine: the Qwen3.6-35B-A3B-shaped file's speed
 #                                 on the card and with every expert on the host (llama-bench side
@@ -247,6 +248,10 @@ case "${1:-}" in
           | tail -2 | tee -a "$out/host-experts.txt"
       done
     done
+    echo "a 64-row prompt streamed with every expert on the host against the card (30B-A3B):" \
+      | tee -a "$out/host-experts.txt"
+    $b opcheck --plugin cuda-sm90 --model "$f" --model-tol 1e-1 2>&1 | grep -E "streamed|^FAIL|cases" \
+      | tee -a "$out/host-experts.txt" || true
     echo "where a -cmoe decode step spends its time (30B-A3B):" | tee -a "$out/host-experts.txt"
     BLOOMERY_TIER_PROFILE=1 $b bench -m "$f" -p 0 -n 64 -r 1 -ngl 99 -cmoe 2>&1 \
       | grep -E "host|card|tg64" | tee -a "$out/host-experts.txt"
