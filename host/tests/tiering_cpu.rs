@@ -179,9 +179,9 @@ fn split_experts_give_the_unsplit_logits() {
         // A card budget that holds one layer's experts and three of another's: the last layer
         // whole, five of the third layer's experts on the host.
         let p = m.plan.as_ref().unwrap();
-        // One staging set: a budget this tight leaves no room for a second.
-        let one_set = p.staging / p.staging_sets.max(1) as u64;
-        let fixed = p.fixed.dense + p.fixed.state + p.fixed.scratch + one_set;
+        // Two staging sets, which fit beside the fixed costs and so are taken first.
+        let two_sets = 2 * (p.staging / p.staging_sets.max(1) as u64);
+        let fixed = p.fixed.dense + p.fixed.state + p.fixed.scratch + two_sets;
         let expert = p.layers[0].expert_bytes;
         let budget = TierRequest {
             gpu_budget: Some(fixed + 11 * expert),

@@ -127,8 +127,8 @@ pub struct Plan {
     /// What the card holds besides experts.
     pub fixed: FixedCosts,
     /// Card buffers a prompt streams a host layer's experts into (0 when every expert is on
-    /// the card): one set, or two when the card has room left after placing experts, so that
-    /// the next layer's copy overlaps this layer's calls.
+    /// the card): one set, or two when they fit beside the fixed costs, so that the next
+    /// layer's copy overlaps this layer's calls.
     pub staging: u64,
     /// Sets of staging buffers in `staging` (0, 1 or 2).
     pub staging_sets: usize,
@@ -214,7 +214,15 @@ impl Plan {
             .iter()
             .map(|l| vec![false; l.n_expert as usize])
             .collect();
-        let mut room = card_budget - needed;
+        // A second staging set lets a prompt copy the next layer while this one runs (about a
+        // third faster with every expert on the host); it is taken whenever it fits, before
+        // experts are placed, at the cost of one layer's worth of card experts.
+        let staging_sets = match staging {
+            0 => 0,
+            s if needed + s <= card_budget => 2,
+            _ => 1,
+        };
+        let mut room = card_budget - base - staging * staging_sets as u64;
         // Pinned layers first, then (when nothing was asked by hand) the rest from the last
         // layer back, whole layers while they fit and then the leading experts of one more.
         for (i, l) in layers.iter().enumerate() {
@@ -243,11 +251,6 @@ impl Plan {
                 room -= fit as u64 * l.expert_bytes;
             }
         }
-        let staging_sets = match staging {
-            0 => 0,
-            s if s <= room => 2,
-            _ => 1,
-        };
         Ok(Plan {
             layers,
             on_card,
@@ -355,21 +358,26 @@ mod tests {
 
     #[test]
     fn fills_the_card_from_the_last_layer_back() {
-        // 1,300 fixed and 400 staging; 1,000 left = 2 whole layers of 4×100 and 2 experts of
-        // one more.
+        // 1,300 fixed and two staging sets of 400; 700 left = 1 whole layer of 4×100 and 3
+        // experts of one more.
         let p = Plan::make(
             layers(4, 4, 100),
             FIXED,
-            2700,
+            2800,
             1 << 30,
             &TierRequest::default(),
         )
         .unwrap();
-        assert_eq!(on_card_counts(&p), vec![0, 2, 4, 4]);
-        // No room for a second staging set after the experts.
+        assert_eq!(on_card_counts(&p), vec![0, 0, 3, 4]);
+        assert_eq!((p.staging, p.staging_sets), (800, 2));
+        assert_eq!(p.card_expert_bytes(), 700);
+        assert_eq!(p.host_expert_bytes(), 900);
+        // Room for one set only: the card keeps only it, and experts in what is left.
+        let p = Plan::make(layers(4, 4, 100), FIXED, 2000, 1 << 30, &Default::default()).unwrap();
         assert_eq!((p.staging, p.staging_sets), (400, 1));
-        assert_eq!(p.card_expert_bytes(), 1000);
-        assert_eq!(p.host_expert_bytes(), 600);
+        assert_eq!(on_card_counts(&p), vec![0, 0, 0, 3]);
+        assert_eq!(p.card_expert_bytes(), 300);
+        assert_eq!(p.host_expert_bytes(), 1300);
         // Everything fits: no host experts.
         let all = Plan::make(layers(4, 4, 100), FIXED, 2900, 0, &TierRequest::default()).unwrap();
         assert!(!all.has_host_experts());

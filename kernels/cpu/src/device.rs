@@ -19,6 +19,12 @@ pub struct CpuDevice {
     dot: RowsDot,
 }
 
+/// How long idle workers spin before parking. Longer than the card's share of a layer when the
+/// CPU computes host experts (≈ 0.1 ms), so workers are awake when the next layer's experts come:
+/// on the H200's host, `moe_bench` with 120 µs of other work before each layer read experts at
+/// 72.7 GB/s with a 480 µs spin against 67.2 GB/s with 50 µs.
+const WORKER_SPIN: std::time::Duration = std::time::Duration::from_micros(500);
+
 impl CpuDevice {
     /// Starts the worker pool (`threads` 0 = one per available core).
     pub fn new(name: &str, config: &DeviceConfig, dot: RowsDot) -> Result<CpuDevice, PluginError> {
@@ -29,6 +35,7 @@ impl CpuDevice {
             n => n as usize,
         };
         let mut options = PoolOptions::new(threads);
+        options.spin = WORKER_SPIN;
         if config.pin_threads {
             options.pinning = Pinning::Auto;
         }

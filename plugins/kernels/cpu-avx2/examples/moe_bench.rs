@@ -5,13 +5,17 @@
 //! gives each kind's read ceiling. The shape is Qwen3-30B-A3B's (2048 → 768, 128 experts, top 8,
 //! Q4_K); GB/s counts the weight bytes of the chosen experts.
 //!
+//! A last table runs the decode with the caller busy for a while between layers (what the card's
+//! attention costs the host-expert path), once with the pool's default spin before workers park
+//! and once with a spin longer than the gap.
+//!
 //! Run with `cargo run --release -p bloomery-kernel-cpu-avx2 --example moe_bench [layers] [steps]
-//! [threads,…] [dir for the mapped file]`.
+//! [threads,…] [dir for the mapped file] [gap µs]`.
 
 use std::hint::black_box;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use bloomery_kernel_cpu_avx2::dot::rows_dot;
@@ -79,14 +83,15 @@ fn read_rate(pool: &Pool, m: &[u8]) -> f64 {
     m.len() as f64 / t0.elapsed().as_secs_f64() / 1e9
 }
 
-/// Decodes `steps` rows through `layers` layers of experts held in `m`; returns GB/s of expert
-/// weights read.
+/// Decodes `steps` rows through `layers` layers of experts held in `m`, the caller busy for `gap`
+/// before each layer (not counted); returns GB/s of expert weights read.
 fn decode_rate(
     pool: &Pool,
     m: &[u8],
     layers: usize,
     steps: usize,
     hot: bool,
+    gap: Duration,
 ) -> anyhow::Result<f64> {
     let (gu, down) = layer_bytes();
     let per_layer = 2 * gu + down;
@@ -102,8 +107,14 @@ fn decode_rate(
     };
     let fixed: Vec<i32> = (0..TOP_K as i32).collect();
     let t0 = Instant::now();
+    let mut busy = Duration::ZERO;
     for _ in 0..steps {
         for l in 0..layers {
+            let g = Instant::now();
+            while g.elapsed() < gap {
+                std::hint::spin_loop();
+            }
+            busy += g.elapsed();
             let ids: Vec<i32> = if hot {
                 fixed.clone()
             } else {
@@ -131,7 +142,7 @@ fn decode_rate(
     }
     black_box(&out);
     let bytes = (steps * layers * TOP_K * per_layer / N_EXPERT) as f64;
-    Ok(bytes / t0.elapsed().as_secs_f64() / 1e9)
+    Ok(bytes / (t0.elapsed() - busy).as_secs_f64() / 1e9)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -143,6 +154,7 @@ fn main() -> anyhow::Result<()> {
         None => vec![std::thread::available_parallelism().map_or(1, |n| n.get())],
     };
     let dir = args.get(4).map_or("/dev/shm", String::as_str);
+    let gap = Duration::from_micros(args.get(5).map_or(Ok(100), |s| s.parse())?);
     let (gu, down) = layer_bytes();
     let len = layers * (2 * gu + down);
     println!(
@@ -182,12 +194,28 @@ fn main() -> anyhow::Result<()> {
             o.pinning = Pinning::Auto;
             let pool = Pool::new(o)?;
             let read = read_rate(&pool, m).max(read_rate(&pool, m));
-            decode_rate(&pool, m, layers, 2, false)?;
-            let dec = decode_rate(&pool, m, layers, steps, false)?;
-            let hot = decode_rate(&pool, m, 1, steps * layers, true)?;
+            decode_rate(&pool, m, layers, 2, false, Duration::ZERO)?;
+            let dec = decode_rate(&pool, m, layers, steps, false, Duration::ZERO)?;
+            let hot = decode_rate(&pool, m, 1, steps * layers, true, Duration::ZERO)?;
             println!("{kind:<10} {t:>8} {read:>5.1} {dec:>7.1} {hot:>11.1}");
         }
         if kind == "file" {
+            println!(
+                "decode with {} µs of other work before each layer (GB/s of the expert time):",
+                gap.as_micros()
+            );
+            let t = threads[threads.len() - 1];
+            for spin in [Duration::from_micros(50), 4 * gap] {
+                let mut o = PoolOptions::new(t);
+                o.pinning = Pinning::Auto;
+                o.spin = spin;
+                let pool = Pool::new(o)?;
+                let dec = decode_rate(&pool, m, layers, steps, false, gap)?;
+                println!(
+                    "  {t} threads, workers spin {:>5} µs: {dec:.1}",
+                    spin.as_micros()
+                );
+            }
             std::fs::remove_file(&path)?;
         }
     }
