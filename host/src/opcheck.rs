@@ -278,6 +278,39 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     [300, 5, 1, 1],
                     tol,
                 ),
+                // 2 to 15 columns (decode with several streams) take one warp per weight row on
+                // the CUDA bundles, 8 columns per pass: one pass (2, 8; 136 blocks of 32 values,
+                // not a multiple of the warp), two passes (15, the second partial).
+                case(
+                    "decode: 2 columns",
+                    Op::MatMul,
+                    vec![
+                        spec(t, [4352, 200, 1, 1], Fill::Random(0.1)),
+                        f32s([4352, 2, 1, 1]),
+                    ],
+                    [200, 2, 1, 1],
+                    tol,
+                ),
+                case(
+                    "decode: 8 columns",
+                    Op::MatMul,
+                    vec![
+                        spec(t, [2048, 257, 1, 1], Fill::Random(0.1)),
+                        f32s([2048, 8, 1, 1]),
+                    ],
+                    [257, 8, 1, 1],
+                    tol,
+                ),
+                case(
+                    "decode: 15 columns",
+                    Op::MatMul,
+                    vec![
+                        spec(t, [512, 300, 1, 1], Fill::Random(0.1)),
+                        f32s([512, 15, 1, 1]),
+                    ],
+                    [300, 15, 1, 1],
+                    tol,
+                ),
                 // Batches of 16 rows or more take the tiled products on the CUDA bundles: 70
                 // columns and 200 rows leave partial tiles, 352 values a partial k step.
                 case(
@@ -631,6 +664,24 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
             ]);
             let mut batch_fused = vec![f32s([e, 40, 1, 1]), ids(2 * 40, 4), f32s([2, 40, 1, 1])];
             batch_fused.extend([stack([e, 2 * f, 4, 1]), stack([f, e, 4, 1])]);
+            // Few rows (decode with several streams) take the row kernels on the CUDA bundles.
+            let few = |rows: u64, fused: bool| {
+                let mut s = vec![
+                    f32s([e, rows, 1, 1]),
+                    ids(2 * rows, 4),
+                    f32s([2, rows, 1, 1]),
+                ];
+                if fused {
+                    s.extend([stack([e, 2 * f, 4, 1]), stack([f, e, 4, 1])]);
+                } else {
+                    s.extend([
+                        stack([e, f, 4, 1]),
+                        stack([e, f, 4, 1]),
+                        stack([f, e, 4, 1]),
+                    ]);
+                }
+                s
+            };
             let params = |fused: bool, glu: GluKind| match moe(fused, glu) {
                 Op::MoeExperts(p) => Op::MoeExperts(MoeParams {
                     n_ff: f as u32,
@@ -652,6 +703,20 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     fused,
                     [e, 3, 1, 1],
                     tol.max(1e-3),
+                ),
+                case(
+                    "swiglu, 2 rows",
+                    params(false, GluKind::SwiGlu),
+                    few(2, false),
+                    [e, 2, 1, 1],
+                    tol,
+                ),
+                case(
+                    "swiglu, fused gate_up, 15 rows",
+                    params(true, GluKind::SwiGlu),
+                    few(15, true),
+                    [e, 15, 1, 1],
+                    tol,
                 ),
                 case(
                     "swiglu, 40 rows",

@@ -710,6 +710,75 @@ extern "C" __global__ void bl_matmul_q(const uint8_t* w, long long w_stride, con
     WITH_WTYPE(wtype, (matmul_q<WT>(w, w_stride, xq, x_row, y, k, n, m)))
 }
 
+// Columns per pass of matmul_q_cols.
+#define MQ_COLS 8
+
+// Sums each of v[0 .. MQ_COLS) over the warp in 9 shuffles rather than 8 x 5: three halving
+// steps leave every lane with the partial sums of one column, column (lane >> 2) & 7, over 8
+// lanes, and two plain steps finish it. Returns that column's sum.
+static __device__ __forceinline__ float warp_sum_cols(const float (&v)[MQ_COLS]) {
+    const int lane = threadIdx.x & (WARP - 1);
+    float a[4], b[2];
+    const bool h16 = lane & 16, h8 = lane & 8, h4 = lane & 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float keep = h16 ? v[i + 4] : v[i], give = h16 ? v[i] : v[i + 4];
+        a[i] = keep + __shfl_xor_sync(0xffffffffu, give, 16);
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const float keep = h8 ? a[i + 2] : a[i], give = h8 ? a[i] : a[i + 2];
+        b[i] = keep + __shfl_xor_sync(0xffffffffu, give, 8);
+    }
+    float s = (h4 ? b[1] : b[0]) + __shfl_xor_sync(0xffffffffu, h4 ? b[0] : b[1], 4);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    return s;
+}
+
+// Quantized products for a few columns (2 .. 15: decode passes of several streams): y[c*n + j] =
+// W_j . x_c, one warp per weight row j. Each lane unpacks its sub-blocks of W_j once per group of
+// MQ_COLS columns and takes every column of the group from it, so W is read once for up to 8
+// columns rather than once per column; each (sub-block, column) product is that of matmul_q.
+// F32 rows (instantiated by WITH_WTYPE, not launched) go column by column through block_dot.
+template <int WT>
+static __device__ void matmul_q_cols(const uint8_t* w, long long w_stride, const uint8_t* xq, long long x_row,
+                                     float* y, int k, int n, int m) {
+    const long long j = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (j >= n) return;
+    const int lane = threadIdx.x & (WARP - 1);
+    const uint8_t* wrow = w + j * w_stride;
+    for (int c0 = 0; c0 < m; c0 += MQ_COLS) {
+        const int nc = min(MQ_COLS, m - c0);
+        const uint8_t* x0 = xq + (long long)c0 * x_row;
+        float s[MQ_COLS];
+#pragma unroll
+        for (int c = 0; c < MQ_COLS; ++c) s[c] = 0.0f;
+#pragma unroll 2
+        for (int sb = lane; sb < k / 32; sb += WARP) {
+            if (WT == WT_F32) {
+#pragma unroll
+                for (int c = 0; c < MQ_COLS; ++c)
+                    if (c < nc) s[c] += block_dot(wrow, WT, x0 + c * x_row, sb);
+            } else {
+                Sub sub;
+                unpack_sub(wrow, WT, sb, &sub);
+#pragma unroll
+                for (int c = 0; c < MQ_COLS; ++c)
+                    if (c < nc) s[c] += unpacked_dot_q8_1(sub, WT, x0 + c * x_row + sb * 36);
+            }
+        }
+        const float v = warp_sum_cols(s);
+        const int c = lane >> 2;
+        if ((lane & 3) == 0 && c < nc) y[(long long)(c0 + c) * n + j] = v;
+    }
+}
+
+extern "C" __global__ void bl_matmul_q_cols(const uint8_t* w, long long w_stride, const uint8_t* xq, long long x_row,
+                                            float* y, int k, int n, int m, int wtype) {
+    WITH_WTYPE(wtype, (matmul_q_cols<WT>(w, w_stride, xq, x_row, y, k, n, m)))
+}
+
 
 static __device__ float glu_one(float g, float u, int kind, float limit) {
     if (kind == 1) return gelu_table(g) * u;

@@ -341,11 +341,10 @@ static __device__ __forceinline__ float sub_value(const Sub* s, int i) {
     return __fsub_rn(__fmul_rn(s->d[i / 16], (float)q), s->m);
 }
 
-// W_row . x over sub-block sb with a Q8_1 activation block xb (f16 d, f16 s = d * sum q, 32 x
-// int8): d * dx * sum(q * qx) - m * s, the integer sums by dp4a.
-static __device__ __forceinline__ float sub_dot_q8_1(const uint8_t* wrow, int wtype, const uint8_t* xb, int sb) {
-    Sub s;
-    unpack_sub(wrow, wtype, sb, &s);
+// An unpacked weight sub-block . a Q8_1 activation block xb (f16 d, f16 s = d * sum q, 32 x
+// int8): d * dx * sum(q * qx) - m * s, the integer sums by dp4a. Apart from the unpacking, so
+// that one unpacked sub-block can serve several activation columns.
+static __device__ __forceinline__ float unpacked_dot_q8_1(const Sub& s, int wtype, const uint8_t* xb) {
     const int* xq = (const int*)(xb + 4);
     const float2 ds = __half22float2(*(const __half2*)xb);
     int lo = 0, hi = 0;
@@ -356,4 +355,11 @@ static __device__ __forceinline__ float sub_dot_q8_1(const uint8_t* wrow, int wt
     }
     if (two_scales(wtype)) return ds.x * (s.d[0] * (float)lo + s.d[1] * (float)hi);
     return s.d[0] * ds.x * (float)(lo + hi) - s.m * ds.y;
+}
+
+// W_row . x over sub-block sb with the Q8_1 activation block xb.
+static __device__ __forceinline__ float sub_dot_q8_1(const uint8_t* wrow, int wtype, const uint8_t* xb, int sb) {
+    Sub s;
+    unpack_sub(wrow, wtype, sb, &s);
+    return unpacked_dot_q8_1(s, wtype, xb);
 }

@@ -148,6 +148,9 @@ const F32_SPLIT_MAX_TASKS: u64 = 4096;
 /// Threads of `bl_matmul_f32_split` (its `SPLIT_THREADS`).
 const F32_SPLIT_THREADS: u32 = 128;
 const WARPS: u64 = (BLOCK / 32) as u64;
+/// Threads per block of `bl_matmul_q_cols` (a warp per weight row): 4 warps, so that the few
+/// hundred rows of a K or V projection still spread over the SMs.
+const MQ_COLS_BLOCK: u32 = 128;
 
 /// The loaded kernels of one device, with the scratch they need.
 pub struct Launcher {
@@ -597,13 +600,22 @@ impl Launcher {
                             .map_err(driver_err(tiled))?;
                             return Ok(());
                         }
-                        let f = self.func("bl_matmul_q")?;
+                        // A single column: one warp per row. A few columns (several decode
+                        // streams): one warp per row for all of them, each weight block read once
+                        // per MQ_COLS columns.
+                        let (name, launch) = if m == 1 {
+                            ("bl_matmul_q", cfg(grid(tasks, WARPS), BLOCK))
+                        } else {
+                            let warps = u64::from(MQ_COLS_BLOCK / 32);
+                            ("bl_matmul_q_cols", cfg(grid(n, warps), MQ_COLS_BLOCK))
+                        };
+                        let f = self.func(name)?;
                         let mut l = stream.launch_builder(&f);
                         l.arg(&pw).arg(&stride).arg(&q).arg(&x_row).arg(&py);
                         l.arg(&ki).arg(&ni).arg(&mi).arg(&wtype);
-                        // SAFETY: one warp per (row, column), all inside the checked spans.
-                        unsafe { l.launch(cfg(grid(tasks, WARPS), BLOCK)) }
-                            .map_err(driver_err("bl_matmul_q"))?;
+                        // SAFETY: one warp per (row, column) or per row, all inside the checked
+                        // spans.
+                        unsafe { l.launch(launch) }.map_err(driver_err(name))?;
                     }
                     (other, None) => {
                         return Err(PluginError::unsupported(
@@ -1407,6 +1419,7 @@ mod tests {
         "bl_matmul_f32",
         "bl_matmul_f32_split",
         "bl_matmul_q",
+        "bl_matmul_q_cols",
         "bl_glu_f32",
         "bl_unary_f32",
         "bl_rope_f32",
