@@ -88,6 +88,19 @@ impl Device {
         self.inner.write(handle, offset, data.into()).into_result()
     }
 
+    /// Copies `bytes` between two buffers of this device, ordered after the calls submitted so
+    /// far.
+    pub fn copy(
+        &self,
+        (src, src_offset): (u64, u64),
+        (dst, dst_offset): (u64, u64),
+        bytes: u64,
+    ) -> Result<(), PluginError> {
+        self.inner
+            .copy(src, src_offset, dst, dst_offset, bytes)
+            .into_result()
+    }
+
     /// Marks the calls submitted so far for [`Device::upload`] (0 where calls run at once).
     pub fn fence(&self) -> Result<u64, PluginError> {
         self.inner.fence().into_result()

@@ -24,6 +24,8 @@ pub(super) struct HostedMoe {
     card_part: bool,
     /// The call's inputs on the card: x, ids, weights.
     card_inputs: [TensorRef; 3],
+    /// The three inputs copied back to back on the card, so that one read brings them over.
+    packed: Buffer,
     /// The same inputs on the host device, and the host call's output.
     host_inputs: [(Buffer, u64); 3],
     host_out: Buffer,
@@ -76,6 +78,23 @@ impl Executor {
     /// up to the layer's MoE call, its inputs come to the host, the card computes its experts
     /// while the host computes its own, and the host's output is added on the card.
     pub(super) fn run_tiered(&self, device: &Device, host: &Device) -> Result<(), ExecError> {
+        // Each layer's output stays alive until the sync below: its upload reads it.
+        let mut outputs = Vec::with_capacity(self.hosted.len());
+        let pass = self.tiered_pass(device, host, &mut outputs);
+        // Also after a failure, so that no copy still reads `outputs` when they are freed.
+        let done = device.sync().map_err(dev("waiting for the device"));
+        drop(outputs);
+        pass.and(done)
+    }
+
+    /// Submits a tiered pass (see [`Executor::run_tiered`]); each host output uploaded to the
+    /// card is kept in `outputs`.
+    fn tiered_pass(
+        &self,
+        device: &Device,
+        host: &Device,
+        outputs: &mut Vec<Vec<u8>>,
+    ) -> Result<(), ExecError> {
         let mut start = 0;
         let mut times = TierTimes::default();
         let mut clock = std::time::Instant::now();
@@ -86,15 +105,23 @@ impl Executor {
         };
         for (seg, h) in self.hosted.iter().enumerate() {
             self.launch_segment(device, seg, &self.calls[start..h.at])?;
-            device
-                .sync()
-                .map_err(dev("waiting for the card before host experts"))?;
-            lap(&mut times.card);
-            for (i, (r, (buf, bytes))) in h.card_inputs.iter().zip(&h.host_inputs).enumerate() {
-                let mut v = vec![0u8; *bytes as usize];
+            // The inputs packed on the card and read in one copy, which waits for the segment.
+            let mut at = 0;
+            for (r, (_, bytes)) in h.card_inputs.iter().zip(&h.host_inputs) {
                 device
-                    .read(r.buffer, r.offset, &mut v)
-                    .map_err(dev("reading host experts' inputs"))?;
+                    .copy((r.buffer, r.offset), (h.packed.handle, at), *bytes)
+                    .map_err(dev("packing host experts' inputs"))?;
+                at += bytes;
+            }
+            let mut packed = vec![0u8; at as usize];
+            device
+                .read(h.packed.handle, 0, &mut packed)
+                .map_err(dev("reading host experts' inputs"))?;
+            lap(&mut times.card);
+            let mut rest = &packed[..];
+            for (i, (buf, bytes)) in h.host_inputs.iter().enumerate() {
+                let (v, tail) = rest.split_at(*bytes as usize);
+                rest = tail;
                 // Input 1 holds the routed expert ids: count them, and with the disk tier bring
                 // the host's ones into the arena.
                 if let (1, Some(res)) = (i, &self.residency) {
@@ -133,7 +160,7 @@ impl Executor {
                             .map_err(dev("writing the disk tier's expert map"))?;
                     }
                 }
-                host.write(buf, 0, &v)
+                host.write(buf, 0, v)
                     .map_err(dev("writing host experts' inputs"))?;
             }
             if h.card_part {
@@ -149,17 +176,21 @@ impl Executor {
             let mut out = vec![0u8; h.host_out.bytes as usize];
             host.read(h.host_out.handle, 0, &mut out)
                 .map_err(dev("reading host experts' output"))?;
+            // Uploaded without waiting: the card's stream was idle at the read above, and the
+            // next calls wait for the copy. `out` lives in `outputs` until run_tiered's sync.
+            let (to, offset) = match h.card_part {
+                true => (h.card_out.handle, 0),
+                false => (h.dst.buffer, h.dst.offset),
+            };
+            // SAFETY: `out`'s heap buffer does not move when the Vec is pushed into `outputs`,
+            // which run_tiered frees only after its sync.
+            unsafe { device.upload(to, offset, &out, 0) }
+                .map_err(dev("writing host experts' output"))?;
+            outputs.push(out);
             if h.card_part {
-                device
-                    .write(&h.card_out, 0, &out)
-                    .map_err(dev("writing host experts' output"))?;
                 device
                     .run(std::slice::from_ref(&h.add))
                     .map_err(dev("adding host experts' output"))?;
-            } else {
-                device
-                    .write_handle(h.dst.buffer, h.dst.offset, &out)
-                    .map_err(dev("writing host experts' output"))?;
             }
             lap(&mut times.output);
             times.layers += 1;
@@ -177,8 +208,7 @@ impl Executor {
             t.output += times.output;
             t.layers += times.layers;
         }
-        self.launch_segment(device, self.hosted.len(), &self.calls[start..])?;
-        device.sync().map_err(dev("waiting for the device"))
+        self.launch_segment(device, self.hosted.len(), &self.calls[start..])
     }
 
     /// Runs the calls with each tiered layer's whole stacks copied into the card's staging
@@ -322,11 +352,15 @@ pub(super) fn host_moe(
     let [x, ids, w]: [(Buffer, u64); 3] = host_inputs
         .try_into()
         .map_err(|_| ExecError::BadGraph("three MoE inputs".into()))?;
+    let packed = card
+        .alloc(x.1 + ids.1 + w.1)
+        .map_err(dev("allocating host experts' packed inputs"))?;
     Ok(HostedMoe {
         at,
         tier_layer,
         card_part: layer.n_card > 0,
         card_inputs,
+        packed,
         host_inputs: [x, ids, w],
         host_out,
         host_call,
