@@ -133,11 +133,7 @@ impl Sampler {
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
         if self.params.temp <= 0.0 {
             // Every truncation stage keeps the highest logit, so greedy is the penalized argmax.
-            let c = &mut self.cands;
-            c.fill(logits);
-            self.penalties.apply(c);
-            let i = temperature::argmax(c);
-            return c.data.get(i).map_or(0, |t| t.id);
+            return self.penalties.argmax(logits) as u32;
         }
         self.filter(logits);
         match dist::draw(&mut self.cands, &mut self.rng) {

@@ -74,19 +74,78 @@ impl Penalties {
             return;
         }
         for t in &mut cands.data {
-            let count = self.counts.get(t.id as usize).copied().unwrap_or(0);
-            if count == 0 {
-                continue;
-            }
-            if t.logit <= 0.0 {
-                t.logit *= self.repeat;
-            } else {
-                t.logit /= self.repeat;
-            }
-            t.logit -= count as f32 * self.frequency + self.presence;
+            t.logit = self.penalized(t.id as usize, t.logit);
         }
         cands.sorted = false;
     }
+
+    /// Token `id`'s logit after the penalties.
+    #[inline]
+    fn penalized(&self, id: usize, logit: f32) -> f32 {
+        let count = self.counts.get(id).copied().unwrap_or(0);
+        if count == 0 {
+            return logit;
+        }
+        let l = if logit <= 0.0 {
+            logit * self.repeat
+        } else {
+            logit / self.repeat
+        };
+        l - (count as f32 * self.frequency + self.presence)
+    }
+
+    /// The index of the highest penalized logit, the first on ties (0 for an empty row): what
+    /// filling candidates, [`Penalties::apply`] and `temperature::argmax` give, without writing
+    /// a candidate per token (greedy decoding's whole sampler).
+    pub fn argmax(&self, logits: &[f32]) -> usize {
+        let mut best = 0;
+        let Some(&first) = logits.first() else {
+            return 0;
+        };
+        if self.last_n == 0 {
+            return first_max(logits);
+        }
+        let mut best_v = self.penalized(0, first);
+        for (i, &v) in logits.iter().enumerate().skip(1) {
+            let v = self.penalized(i, v);
+            if v > best_v {
+                (best, best_v) = (i, v);
+            }
+        }
+        best
+    }
+}
+
+/// The index of the first maximum of a non-empty row, as a scan with `>` from index 0 finds it
+/// (a NaN is never a maximum, but a leading NaN stays the answer), in independent lanes so that
+/// the compiler can vectorize it.
+fn first_max(row: &[f32]) -> usize {
+    const LANES: usize = 16;
+    if row[0].is_nan() {
+        return 0;
+    }
+    let (mut val, mut at) = ([f32::NEG_INFINITY; LANES], [0usize; LANES]);
+    let chunks = row.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for (c, chunk) in chunks.enumerate() {
+        for l in 0..LANES {
+            if chunk[l] > val[l] {
+                (val[l], at[l]) = (chunk[l], c * LANES + l);
+            }
+        }
+    }
+    let base = row.len() - tail.len();
+    let (mut best, mut best_v) = (0, row[0]);
+    for (i, v) in at
+        .into_iter()
+        .zip(val)
+        .chain(tail.iter().enumerate().map(|(i, &v)| (base + i, v)))
+    {
+        if v > best_v || (v == best_v && i < best) {
+            (best, best_v) = (i, v);
+        }
+    }
+    best
 }
 
 #[cfg(test)]
@@ -131,6 +190,55 @@ mod tests {
         assert_eq!(logits(&p, &[2.0, 2.0, 2.0]), vec![2.0, 1.0, 1.0]);
         p.reset();
         assert_eq!(logits(&p, &[2.0, 2.0, 2.0]), vec![2.0, 2.0, 2.0]);
+    }
+
+    /// The greedy shortcut picks what the candidate path picks, ties and penalized leaders
+    /// included.
+    #[test]
+    fn argmax_equals_the_penalized_candidates_argmax() {
+        let row: Vec<f32> = (0..4000)
+            .map(|i| ((i * 7919) % 1013) as f32 / 50.0 - 10.0)
+            .collect();
+        let leader = (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b });
+        for (repeat, freq, presence) in [(1.0, 0.0, 0.0), (1.3, 0.0, 0.0), (1.1, 0.4, 0.2)] {
+            let mut p = Penalties::new(16, repeat, freq, presence, row.len());
+            for t in [leader as u32, 5, 5, 17, leader as u32, 3999] {
+                p.accept(t);
+                let mut c = Candidates::default();
+                c.fill(&row);
+                p.apply(&mut c);
+                let want = crate::sampling::temperature::argmax(&c);
+                assert_eq!(p.argmax(&row), want, "{repeat} {freq} {presence} after {t}");
+            }
+        }
+        // Rows longer than the lanes with a repeated maximum, NaNs and infinities.
+        for row in [
+            vec![f32::NEG_INFINITY; 40],
+            (0..40)
+                .map(|i| if i % 7 == 3 { 9.0 } else { i as f32 * 0.1 })
+                .collect(),
+            (0..41)
+                .map(|i| if i % 5 == 0 { f32::NAN } else { -(i as f32) })
+                .collect(),
+            (0..37)
+                .map(|i| if i == 36 { f32::INFINITY } else { 1.0 })
+                .collect(),
+        ] {
+            let mut c = Candidates::default();
+            c.fill(&row);
+            let want = crate::sampling::temperature::argmax(&c);
+            assert_eq!(
+                Penalties::new(0, 1.0, 0.0, 0.0, 0).argmax(&row),
+                want,
+                "{row:?}"
+            );
+        }
+        // Ties go to the first index, as the candidate path does.
+        assert_eq!(
+            Penalties::new(0, 1.0, 0.0, 0.0, 4).argmax(&[1.0, 3.0, 3.0, 2.0]),
+            1
+        );
+        assert_eq!(Penalties::new(0, 1.0, 0.0, 0.0, 0).argmax(&[]), 0);
     }
 
     #[test]
