@@ -268,19 +268,6 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     [1000, 1, 1, 1],
                     tol,
                 ),
-                // Q8_0 single columns stage each row in shared memory 128 blocks at a time on
-                // the CUDA bundles: 136 blocks leave a partial second stretch, and 203 rows a
-                // partial thread block of 4 rows.
-                case(
-                    "decode: 1 column, long rows",
-                    Op::MatMul,
-                    vec![
-                        spec(t, [4352, 203, 1, 1], Fill::Random(0.1)),
-                        f32s([4352, 1, 1, 1]),
-                    ],
-                    [203, 1, 1, 1],
-                    tol,
-                ),
                 case(
                     "prompt: 5 columns",
                     Op::MatMul,

@@ -1186,4 +1186,3 @@ extern "C" __global__ void bl_moe_combine(const float* d, const int* ids, const 
 }
 
 #include "recurrent.cuh"
-#include "matvec.cuh"

@@ -148,9 +148,6 @@ const F32_SPLIT_MAX_TASKS: u64 = 4096;
 /// Threads of `bl_matmul_f32_split` (its `SPLIT_THREADS`).
 const F32_SPLIT_THREADS: u32 = 128;
 const WARPS: u64 = (BLOCK / 32) as u64;
-/// Warps (rows) per block of `bl_matvec_q8_0`: `MV_WARPS` in cu/matvec.cuh.
-const MATVEC_WARPS: u64 = 4;
-
 /// Threads per block of `bl_matmul_q_cols` (a warp per weight row): 4 warps, so that the few
 /// hundred rows of a K or V projection still spread over the SMs.
 const MQ_COLS_BLOCK: u32 = 128;
@@ -601,22 +598,6 @@ impl Launcher {
                                 })
                             }
                             .map_err(driver_err(tiled))?;
-                            return Ok(());
-                        }
-                        // A single column of Q8_0 rows at 16-byte-aligned addresses: each warp
-                        // stages its row in shared memory with 16-byte loads first (34-byte
-                        // blocks read lane by lane take sixteen 2-byte loads each).
-                        if m == 1
-                            && w.dtype == DType::Q8_0
-                            && (pw | stride as u64).is_multiple_of(16)
-                        {
-                            let f = self.func("bl_matvec_q8_0")?;
-                            let mut l = stream.launch_builder(&f);
-                            l.arg(&pw).arg(&stride).arg(&q).arg(&py).arg(&ki).arg(&ni);
-                            let launch = cfg(grid(n, MATVEC_WARPS), MATVEC_WARPS as u32 * 32);
-                            // SAFETY: one warp per row, all inside the checked spans; the
-                            // kernel's 16-byte loads need the alignment checked above.
-                            unsafe { l.launch(launch) }.map_err(driver_err("bl_matvec_q8_0"))?;
                             return Ok(());
                         }
                         // A single column: one warp per row. A few columns (several decode
@@ -1439,7 +1420,6 @@ mod tests {
         "bl_matmul_f32_split",
         "bl_matmul_q",
         "bl_matmul_q_cols",
-        "bl_matvec_q8_0",
         "bl_glu_f32",
         "bl_unary_f32",
         "bl_rope_f32",
