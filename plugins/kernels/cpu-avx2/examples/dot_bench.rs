@@ -2,13 +2,16 @@
 //! hand-written type: one thread, a 2048 × 4096 weight matrix (random payload, sane scales) times
 //! one quantized activation row, best of several passes, in GB/s of weight bytes.
 //!
-//! Run with `cargo run --release -p bloomery-kernel-cpu-avx2 --example dot_bench [rows] [cols] [types]`.
+//! Run with `cargo run --release -p bloomery-kernel-cpu-avx2 --example dot_bench [--avx2] [rows]
+//! [cols] [types]` (types separated by spaces or commas). The plugin's column is `row_dot`, which
+//! takes the AVX-512 kernels where the CPU has them; `--avx2` times `rows_dot_avx2` instead (the
+//! AVX2 kernels only), for A/B comparisons.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use bloomery_kernel_cpu_avx2::dot::{row_dot, HAND_WRITTEN};
+use bloomery_kernel_cpu_avx2::dot::{row_dot, rows_dot_avx2, HAND_WRITTEN};
 use bloomery_kernels_cpu::quant::{self, bits::f32_to_f16, QuantError};
 use bloomery_plugin_api::DType;
 use rand::rngs::StdRng;
@@ -70,6 +73,13 @@ fn weights(t: DType, rows: usize, cols: usize, rng: &mut StdRng) -> anyhow::Resu
 
 type Dot = fn(DType, usize, &[u8], &[u8]) -> Result<f32, QuantError>;
 
+/// One row through `rows_dot_avx2` (`row_dot` without the AVX-512 kernels).
+fn row_dot_avx2(t: DType, n: usize, w: &[u8], act: &[u8]) -> Result<f32, QuantError> {
+    let mut out = [0f32];
+    rows_dot_avx2(t, n, w, w.len(), act, &mut out)?;
+    Ok(out[0])
+}
+
 /// One weight matrix and its activation row.
 struct Case<'a> {
     t: DType,
@@ -110,17 +120,27 @@ fn main() -> anyhow::Result<()> {
     {
         bail!("this CPU lacks one of {features:?}");
     }
-    let mut args = std::env::args().skip(1);
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    let force_avx2 = all.iter().any(|a| a == "--avx2");
+    let (plugin, label): (Dot, &str) = if force_avx2 {
+        (row_dot_avx2, "avx2")
+    } else {
+        (row_dot, "row_dot")
+    };
+    let mut args = all.into_iter().filter(|a| a != "--avx2");
     let rows: usize = args.next().map_or(Ok(2048), |a| a.parse())?;
     let cols: usize = args.next().map_or(Ok(4096), |a| a.parse())?;
     let mut rng = StdRng::seed_from_u64(1);
     println!("{rows} rows x {cols} columns, one thread, best pass; GB/s of weight bytes");
     println!(
         "{:<7} {:>9} {:>10} {:>10} {:>8}  rel. diff",
-        "type", "MiB", "reference", "avx2", "speedup"
+        "type", "MiB", "reference", label, "speedup"
     );
     // Optional type names after the sizes restrict the run.
-    let only: Vec<DType> = args.filter_map(|a| DType::from_name(&a)).collect();
+    let only: Vec<DType> = args
+        .flat_map(|a| a.split(',').map(str::to_owned).collect::<Vec<_>>())
+        .filter_map(|a| DType::from_name(&a))
+        .collect();
     for &t in HAND_WRITTEN
         .iter()
         .filter(|t| only.is_empty() || only.contains(t))
@@ -140,7 +160,7 @@ fn main() -> anyhow::Result<()> {
             act: &act,
         };
         let (t_ref, s_ref) = time(quant::vec_dot, &case, budget);
-        let (t_avx, s_avx) = time(row_dot, &case, budget);
+        let (t_avx, s_avx) = time(plugin, &case, budget);
         let gb = w.len() as f64 / 1e9;
         println!(
             "{:<7} {:>9.2} {:>10.2} {:>10.2} {:>7.1}x  {:.1e}",

@@ -10,7 +10,9 @@
 //! and once with a spin longer than the gap.
 //!
 //! Run with `cargo run --release -p bloomery-kernel-cpu-avx2 --example moe_bench [layers] [steps]
-//! [threads,…] [dir for the mapped file] [gap µs]`.
+//! [threads,…] [dir for the mapped file] [gap µs]`. A leading `--avx2` uses `rows_dot_avx2` (the
+//! AVX2 kernels only) instead of `rows_dot` (AVX-512 kernels where the CPU has them), for A/B
+//! comparisons.
 
 use std::hint::black_box;
 use std::io::Write;
@@ -18,7 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use bloomery_kernel_cpu_avx2::dot::rows_dot;
+use bloomery_kernel_cpu_avx2::dot::{rows_dot, rows_dot_avx2};
+use bloomery_kernels_cpu::linear::RowsDot;
 use bloomery_kernels_cpu::linear::{moe_experts, ExpertStacks};
 use bloomery_kernels_cpu::pool::{Pinning, Pool, PoolOptions};
 use bloomery_kernels_cpu::quant::bits::f32_to_f16;
@@ -92,6 +95,7 @@ fn decode_rate(
     steps: usize,
     hot: bool,
     gap: Duration,
+    kernel: RowsDot,
 ) -> anyhow::Result<f64> {
     let (gu, down) = layer_bytes();
     let per_layer = 2 * gu + down;
@@ -135,7 +139,7 @@ fn decode_rate(
                 n_expert: N_EXPERT,
             };
             moe_experts(
-                pool, rows_dot, &stacks, &x, &ids, &weights, TOP_K, None, &glu, &mut out,
+                pool, kernel, &stacks, &x, &ids, &weights, TOP_K, None, &glu, &mut out,
             )
             .map_err(|e| anyhow::anyhow!("{e:?}"))?;
         }
@@ -146,7 +150,13 @@ fn decode_rate(
 }
 
 fn main() -> anyhow::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<String> = std::env::args().collect();
+    let kernel: RowsDot = if args.get(1).is_some_and(|a| a == "--avx2") {
+        args.remove(1);
+        rows_dot_avx2
+    } else {
+        rows_dot
+    };
     let layers: usize = args.get(1).map_or(Ok(16), |s| s.parse())?;
     let steps: usize = args.get(2).map_or(Ok(40), |s| s.parse())?;
     let threads: Vec<usize> = match args.get(3) {
@@ -194,9 +204,9 @@ fn main() -> anyhow::Result<()> {
             o.pinning = Pinning::Auto;
             let pool = Pool::new(o)?;
             let read = read_rate(&pool, m).max(read_rate(&pool, m));
-            decode_rate(&pool, m, layers, 2, false, Duration::ZERO)?;
-            let dec = decode_rate(&pool, m, layers, steps, false, Duration::ZERO)?;
-            let hot = decode_rate(&pool, m, 1, steps * layers, true, Duration::ZERO)?;
+            decode_rate(&pool, m, layers, 2, false, Duration::ZERO, kernel)?;
+            let dec = decode_rate(&pool, m, layers, steps, false, Duration::ZERO, kernel)?;
+            let hot = decode_rate(&pool, m, 1, steps * layers, true, Duration::ZERO, kernel)?;
             println!("{kind:<10} {t:>8} {read:>5.1} {dec:>7.1} {hot:>11.1}");
         }
         if kind == "file" {
@@ -210,7 +220,7 @@ fn main() -> anyhow::Result<()> {
                 o.pinning = Pinning::Auto;
                 o.spin = spin;
                 let pool = Pool::new(o)?;
-                let dec = decode_rate(&pool, m, layers, steps, false, gap)?;
+                let dec = decode_rate(&pool, m, layers, steps, false, gap, kernel)?;
                 println!(
                     "  {t} threads, workers spin {:>5} µs: {dec:.1}",
                     spin.as_micros()

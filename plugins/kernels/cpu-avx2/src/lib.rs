@@ -1,5 +1,7 @@
 //! The `cpu-avx2` kernel plugin for x86-64-v3 CPUs (AVX2, FMA, F16C): the shared CPU device with
-//! dot-product kernels compiled for those instructions. It scores 0 on CPUs without them.
+//! dot-product kernels compiled for those instructions, and AVX-512 VNNI kernels for Q6_K and Q8_0
+//! chosen at run time where the CPU has AVX-512 F/BW/VL/VNNI. It scores 0 on CPUs without AVX2,
+//! FMA and F16C.
 #![allow(non_local_definitions)]
 
 pub mod dot;

@@ -1,12 +1,15 @@
 //! Row dot products for x86-64-v3 (AVX2, FMA, F16C), hand-written with `std::arch` intrinsics for
 //! the formats MoE models ship; every other type goes to the portable reference
-//! (`bloomery_kernels_cpu::quant::vec_dot`).
+//! (`bloomery_kernels_cpu::quant::vec_dot`). Where the CPU also has AVX-512 F/BW/VL and VNNI
+//! (checked once, cached), Q6_K and Q8_0 use the 512-bit kernels of `avx512` instead.
 //!
 //! The quantized kernels follow the reference's arithmetic: integer products inside each block
 //! (`maddubs`/`madd`), one float scaling per block or sub-block. They differ from it only in the
 //! order of the float additions across blocks. Activation quants are assumed to lie in -127..=127,
 //! which the Q8_0, Q8_1 and Q8_K quantizers guarantee; that keeps `maddubs` from saturating.
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 #[cfg(target_arch = "x86_64")]
 mod float;
 #[cfg(target_arch = "x86_64")]
@@ -53,6 +56,10 @@ pub const HAND_WRITTEN: &[DType] = &[
     DType::TQ2_0,
 ];
 
+/// The weight types whose AVX-512 VNNI kernels [`rows_dot`] uses on CPUs with AVX-512 F, BW,
+/// VL and VNNI (a subset of [`HAND_WRITTEN`]).
+pub const AVX512: &[DType] = &[DType::Q6_K, DType::Q8_0];
+
 /// The rows kernel of this plugin (see `bloomery_kernels_cpu::linear::RowsDot`): the dot products
 /// of `out.len()` weight rows of `n` elements of `t` (`stride` bytes apart in `w`) with `n`
 /// activations in `quant::vec_dot_type(t)` (`act`, exactly their bytes).
@@ -60,7 +67,9 @@ pub const HAND_WRITTEN: &[DType] = &[
 /// Same contract and errors as `linear::reference_rows_dot`, which it calls for types without a
 /// hand-written kernel, for every length error, and on CPUs without AVX2, FMA and F16C (the
 /// plugin does not open a device there, but this function stays sound if called anyway; the
-/// check reads a cached flag). The type is matched once per call. Hot path: does not allocate.
+/// check reads a cached flag). The types in [`AVX512`] take their AVX-512 kernels where the CPU
+/// has AVX-512 F, BW, VL and VNNI (another cached check). The type is matched once per call.
+/// Hot path: does not allocate.
 pub fn rows_dot(
     t: DType,
     n: usize,
@@ -69,18 +78,53 @@ pub fn rows_dot(
     act: &[u8],
     out: &mut [f32],
 ) -> Result<(), QuantError> {
+    rows_dot_on(t, n, w, stride, act, out, true)
+}
+
+/// [`rows_dot`] without the AVX-512 kernels, whatever the CPU (AVX2 or the reference): for
+/// timing the two against each other and for testing the AVX2 kernels on AVX-512 CPUs.
+pub fn rows_dot_avx2(
+    t: DType,
+    n: usize,
+    w: &[u8],
+    stride: usize,
+    act: &[u8],
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    rows_dot_on(t, n, w, stride, act, out, false)
+}
+
+/// [`rows_dot`], with the AVX-512 kernels allowed or not.
+fn rows_dot_on(
+    t: DType,
+    n: usize,
+    w: &[u8],
+    stride: usize,
+    act: &[u8],
+    out: &mut [f32],
+    allow_avx512: bool,
+) -> Result<(), QuantError> {
     #[cfg(target_arch = "x86_64")]
     if has_v3() {
         if let (Ok(w_row), true) = (
             linear::weight_rows_fit(t, n, w, stride, out.len()),
             act_matches(t, n, act),
         ) {
+            if allow_avx512 && has_avx512() {
+                // SAFETY: `has_avx512()` found AVX-512 F, BW, VL and VNNI (and `has_v3()`
+                // AVX2, FMA and F16C) on this CPU.
+                if unsafe { rows_dot_avx512(t, w, stride, w_row, act, out) } {
+                    return Ok(());
+                }
+            }
             // SAFETY: `has_v3()` found AVX2, FMA and F16C on this CPU.
             if unsafe { rows_dot_v3(t, w, stride, w_row, act, out) } {
                 return Ok(());
             }
         }
     }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = allow_avx512;
     linear::reference_rows_dot(t, n, w, stride, act, out)
 }
 
@@ -102,6 +146,42 @@ pub(crate) fn has_v3() -> bool {
     is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
         && is_x86_feature_detected!("f16c")
+}
+
+/// Whether this CPU has AVX-512 F, BW, VL and VNNI (std caches the detection); the AVX-512
+/// kernels also use AVX2, FMA and F16C, which [`has_v3`] checks.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+pub(crate) fn has_avx512() -> bool {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+}
+
+/// Runs the AVX-512 kernel for `t` on every row (see `linear::for_each_row`); false, with
+/// nothing written, when `t` is not in [`AVX512`]. Lengths were checked.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+fn rows_dot_avx512(
+    t: DType,
+    w: &[u8],
+    stride: usize,
+    w_row: usize,
+    act: &[u8],
+    out: &mut [f32],
+) -> bool {
+    macro_rules! each_row {
+        ($kernel:path) => {
+            linear::for_each_row(w, stride, w_row, out, |r| $kernel(r, act))
+        };
+    }
+    match t {
+        DType::Q6_K => each_row!(avx512::q6_k),
+        DType::Q8_0 => each_row!(avx512::q8_0),
+        _ => return false,
+    }
+    true
 }
 
 /// True when `act` is exactly the bytes of `n` activations of `t`'s activation type (the check

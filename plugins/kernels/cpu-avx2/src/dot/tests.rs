@@ -1,7 +1,10 @@
 //! The hand-written kernels against the portable reference `quant::vec_dot`, on seeded random
 //! weight rows (random payload, sane scales) and quantized random activations.
 //!
-//! Tolerance: `|avx2 − reference| ≤ 1e-5 · Σ|w·a|` (dequantized products). The integer sums are
+//! Both paths are tested where the CPU has them: the AVX2 kernels through `rows_dot_avx2`, the
+//! AVX-512 ones (`AVX512`) directly through `rows_dot_avx512`, and `rows_dot`'s choice.
+//!
+//! Tolerance: `|kernel − reference| ≤ 1e-5 · Σ|w·a|` (dequantized products). The integer sums are
 //! exact in both; only the f32 scaling and the order of the f32 additions differ (and the float
 //! types sum in f32 here, in f64 in the reference).
 
@@ -11,13 +14,37 @@ use bloomery_plugin_api::DType;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{row_dot, rows_dot, rows_dot_v3, HAND_WRITTEN};
+use super::{row_dot, rows_dot, rows_dot_avx2, rows_dot_avx512, rows_dot_v3, AVX512, HAND_WRITTEN};
 
 const REL_TOL: f64 = 1e-5;
 
 fn have_v3() -> bool {
     super::has_v3()
 }
+
+fn have_avx512() -> bool {
+    super::has_v3() && super::has_avx512()
+}
+
+/// One row through `rows_dot_avx2`.
+fn row_dot_avx2(t: DType, n: usize, w: &[u8], act: &[u8]) -> f32 {
+    let mut out = [0f32];
+    rows_dot_avx2(t, n, w, w.len(), act, &mut out).unwrap();
+    out[0]
+}
+
+/// One row through the AVX-512 kernel of `t` (which must have one; lengths must fit).
+fn row_dot_avx512(t: DType, _n: usize, w: &[u8], act: &[u8]) -> f32 {
+    assert!(have_avx512());
+    let mut out = [0f32];
+    // SAFETY: the CPU has AVX-512 F, BW, VL, VNNI, AVX2, FMA and F16C (asserted above).
+    let ran = unsafe { rows_dot_avx512(t, w, w.len(), w.len(), act, &mut out) };
+    assert!(ran, "{t} has no AVX-512 kernel");
+    out[0]
+}
+
+/// A one-row kernel under test.
+type RowFn = fn(DType, usize, &[u8], &[u8]) -> f32;
 
 /// Byte offsets of the f16 scales inside one block of `t` (to overwrite with sane values).
 fn f16_scale_offsets(t: DType) -> &'static [usize] {
@@ -100,14 +127,27 @@ fn magnitude(t: DType, n: usize, w: &[u8], act: &[u8]) -> f64 {
         .sum()
 }
 
+/// `rows_dot`'s choice and the AVX2 path against the reference.
 fn check(t: DType, n: usize, w: &[u8], act: &[u8]) {
+    check_kernel(
+        "rows_dot",
+        |t, n, w, a| row_dot(t, n, w, a).unwrap(),
+        t,
+        n,
+        w,
+        act,
+    );
+    check_kernel("avx2", row_dot_avx2, t, n, w, act);
+}
+
+fn check_kernel(name: &str, dot: RowFn, t: DType, n: usize, w: &[u8], act: &[u8]) {
     let want = quant::vec_dot(t, n, w, act).unwrap();
-    let got = row_dot(t, n, w, act).unwrap();
+    let got = dot(t, n, w, act);
     let mag = magnitude(t, n, w, act);
     let err = (f64::from(got) - f64::from(want)).abs();
     assert!(
         err <= REL_TOL * mag,
-        "{t}, n = {n}: avx2 {got} vs reference {want}: error {err:e} over {REL_TOL:e} · {mag:e}"
+        "{t}, n = {n}: {name} {got} vs reference {want}: error {err:e} over {REL_TOL:e} · {mag:e}"
     );
 }
 
@@ -116,8 +156,22 @@ fn hand_written_kernels_match_the_reference_on_random_rows() {
     if !have_v3() {
         return;
     }
+    random_rows(HAND_WRITTEN, check);
+}
+
+#[test]
+fn avx512_kernels_match_the_reference_on_random_rows() {
+    if !have_avx512() {
+        return;
+    }
+    random_rows(AVX512, |t, n, w, a| {
+        check_kernel("avx512", row_dot_avx512, t, n, w, a)
+    });
+}
+
+fn random_rows(types: &[DType], check: fn(DType, usize, &[u8], &[u8])) {
     let mut rng = StdRng::seed_from_u64(0x5eed);
-    for &t in HAND_WRITTEN {
+    for &t in types {
         let block = t.layout().unwrap().block as usize;
         let sizes: &[usize] = if block == 1 {
             &[1, 7, 8, 31, 32, 33, 256, 1000, 4096]
@@ -141,8 +195,22 @@ fn hand_written_kernels_match_the_reference_on_extreme_payloads() {
     if !have_v3() {
         return;
     }
+    extreme_payloads(HAND_WRITTEN, check);
+}
+
+#[test]
+fn avx512_kernels_match_the_reference_on_extreme_payloads() {
+    if !have_avx512() {
+        return;
+    }
+    extreme_payloads(AVX512, |t, n, w, a| {
+        check_kernel("avx512", row_dot_avx512, t, n, w, a)
+    });
+}
+
+fn extreme_payloads(types: &[DType], check: fn(DType, usize, &[u8], &[u8])) {
     let mut rng = StdRng::seed_from_u64(11);
-    for &t in HAND_WRITTEN {
+    for &t in types {
         let n = 4096;
         let bytes = t.layout().unwrap().bytes as usize;
         for fill in [0x00u8, 0xff, 0x80, 0x7f, 0x55, 0xaa] {
@@ -262,6 +330,10 @@ fn zero_weights_give_exactly_zero() {
         let act = random_activations(t, n, &mut rng);
         assert_eq!(quant::vec_dot(t, n, &w, &act), Ok(0.0), "{t}: reference");
         assert_eq!(row_dot(t, n, &w, &act), Ok(0.0), "{t}");
+        assert_eq!(row_dot_avx2(t, n, &w, &act), 0.0, "{t}: avx2");
+        if have_avx512() && AVX512.contains(&t) {
+            assert_eq!(row_dot_avx512(t, n, &w, &act), 0.0, "{t}: avx512");
+        }
     }
 }
 
@@ -269,8 +341,50 @@ fn zero_weights_give_exactly_zero() {
 /// dot product, and a buffer one byte short of the last row is refused without writing.
 #[test]
 fn strided_rows_match_row_by_row() {
+    strided_rows(HAND_WRITTEN, rows_dot, row_dot_checked);
+    strided_rows(HAND_WRITTEN, rows_dot_avx2, |t, n, w, a| {
+        row_dot_avx2(t, n, w, a)
+    });
+}
+
+/// The AVX-512 kernels on strided rows, row by row through the AVX-512 kernels (and the rows
+/// again through `rows_dot`, which picks them here).
+#[test]
+fn avx512_strided_rows_match_row_by_row() {
+    if !have_avx512() {
+        return;
+    }
+    strided_rows(AVX512, rows_avx512, row_dot_avx512);
+    strided_rows(AVX512, rows_dot, row_dot_avx512);
+}
+
+fn row_dot_checked(t: DType, n: usize, w: &[u8], act: &[u8]) -> f32 {
+    row_dot(t, n, w, act).unwrap()
+}
+
+/// A rows kernel under test.
+type RowsFn = fn(DType, usize, &[u8], usize, &[u8], &mut [f32]) -> Result<(), QuantError>;
+
+/// `rows_dot`'s length checks, then the AVX-512 kernel of `t` on every row.
+fn rows_avx512(
+    t: DType,
+    n: usize,
+    w: &[u8],
+    stride: usize,
+    act: &[u8],
+    out: &mut [f32],
+) -> Result<(), QuantError> {
+    let w_row = bloomery_kernels_cpu::linear::weight_rows_fit(t, n, w, stride, out.len())?;
+    assert!(have_avx512() && super::act_matches(t, n, act));
+    // SAFETY: the CPU has AVX-512 F, BW, VL, VNNI, AVX2, FMA and F16C (asserted above).
+    let ran = unsafe { rows_dot_avx512(t, w, stride, w_row, act, out) };
+    assert!(ran, "{t} has no AVX-512 kernel");
+    Ok(())
+}
+
+fn strided_rows(types: &[DType], rows_fn: RowsFn, row_fn: RowFn) {
     let mut rng = StdRng::seed_from_u64(14);
-    for &t in HAND_WRITTEN {
+    for &t in types {
         let n = 512.max(t.layout().unwrap().block as usize);
         let row = t.row_bytes(n as u64).unwrap() as usize;
         let (rows, stride) = (7, row + 40);
@@ -281,14 +395,14 @@ fn strided_rows_match_row_by_row() {
         }
         let act = random_activations(t, n, &mut rng);
         let mut out = vec![f32::NAN; rows];
-        rows_dot(t, n, &w, stride, &act, &mut out).unwrap();
+        rows_fn(t, n, &w, stride, &act, &mut out).unwrap();
         for (r, &got) in out.iter().enumerate() {
-            let want = row_dot(t, n, &one[r * row..(r + 1) * row], &act).unwrap();
+            let want = row_fn(t, n, &one[r * row..(r + 1) * row], &act);
             assert_eq!(got.to_bits(), want.to_bits(), "{t} row {r}");
         }
         let mut untouched = vec![f32::NAN; rows];
         assert!(matches!(
-            rows_dot(t, n, &w[..w.len() - 1], stride, &act, &mut untouched),
+            rows_fn(t, n, &w[..w.len() - 1], stride, &act, &mut untouched),
             Err(QuantError::LengthMismatch { .. })
         ));
         assert!(
