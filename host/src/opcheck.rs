@@ -1265,8 +1265,8 @@ pub fn check_model(
 
 /// Every routed expert on the host (`-cmoe`): a prompt long enough to stream each layer's stacks
 /// through the card's staging sets runs the card's own products on the copies, so its logits
-/// must equal the unsplit card's bit for bit; a copy that overwrote a set still in use, or a
-/// call that ran before its copy, would show.
+/// must equal the unsplit card's bit for bit, op by op and replayed from device graphs; a copy
+/// that overwrote a set still in use, or a call that ran before its copy, would show.
 fn streamed_prompt(
     reg: &crate::plugins::Registry,
     path: &std::path::Path,
@@ -1295,8 +1295,13 @@ fn streamed_prompt(
     let r = crate::model::LoadedModel::load_placed(reg, path, opts, kernel, &cmoe)
         .map_err(|e| e.to_string())
         .and_then(|mut split| {
-            let got = split.forward(&batch).map_err(|e| e.to_string())?;
-            let want = dev.forward(&batch).map_err(|e| e.to_string())?;
+            // Three passes: eager, captured and replayed (each segment's device graph is taken
+            // on its second pass); all must give the unsplit card's logits.
+            let mut got = Vec::new();
+            for _ in 0..3 {
+                got.extend(split.forward(&batch).map_err(|e| e.to_string())?);
+            }
+            let want = dev.forward(&batch).map_err(|e| e.to_string())?.repeat(3);
             Ok((got, want))
         });
     match r {
