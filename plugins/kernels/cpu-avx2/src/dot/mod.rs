@@ -1,7 +1,7 @@
 //! Row dot products for x86-64-v3 (AVX2, FMA, F16C), hand-written with `std::arch` intrinsics for
 //! the formats MoE models ship; every other type goes to the portable reference
 //! (`bloomery_kernels_cpu::quant::vec_dot`). Where the CPU also has AVX-512 F/BW/VL and VNNI
-//! (checked once, cached), Q6_K and Q8_0 use the 512-bit kernels of `avx512` instead.
+//! (checked once, cached), Q6_K uses the 512-bit kernel of `avx512` instead.
 //!
 //! The quantized kernels follow the reference's arithmetic: integer products inside each block
 //! (`maddubs`/`madd`), one float scaling per block or sub-block. They differ from it only in the
@@ -58,7 +58,7 @@ pub const HAND_WRITTEN: &[DType] = &[
 
 /// The weight types whose AVX-512 VNNI kernels [`rows_dot`] uses on CPUs with AVX-512 F, BW,
 /// VL and VNNI (a subset of [`HAND_WRITTEN`]).
-pub const AVX512: &[DType] = &[DType::Q6_K, DType::Q8_0];
+pub const AVX512: &[DType] = &[DType::Q6_K];
 
 /// The rows kernel of this plugin (see `bloomery_kernels_cpu::linear::RowsDot`): the dot products
 /// of `out.len()` weight rows of `n` elements of `t` (`stride` bytes apart in `w`) with `n`
@@ -178,7 +178,6 @@ fn rows_dot_avx512(
     }
     match t {
         DType::Q6_K => each_row!(avx512::q6_k),
-        DType::Q8_0 => each_row!(avx512::q8_0),
         _ => return false,
     }
     true
