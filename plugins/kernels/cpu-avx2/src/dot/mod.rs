@@ -171,15 +171,10 @@ fn rows_dot_avx512(
     act: &[u8],
     out: &mut [f32],
 ) -> bool {
-    macro_rules! each_row {
-        ($kernel:path) => {
-            linear::for_each_row(w, stride, w_row, out, |r| $kernel(r, act))
-        };
+    if t != DType::Q6_K {
+        return false;
     }
-    match t {
-        DType::Q6_K => each_row!(avx512::q6_k),
-        _ => return false,
-    }
+    linear::for_each_row(w, stride, w_row, out, |r| avx512::q6_k(r, act));
     true
 }
 

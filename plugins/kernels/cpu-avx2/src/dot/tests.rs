@@ -362,9 +362,6 @@ fn row_dot_checked(t: DType, n: usize, w: &[u8], act: &[u8]) -> f32 {
     row_dot(t, n, w, act).unwrap()
 }
 
-/// A rows kernel under test.
-type RowsFn = fn(DType, usize, &[u8], usize, &[u8], &mut [f32]) -> Result<(), QuantError>;
-
 /// `rows_dot`'s length checks, then the AVX-512 kernel of `t` on every row.
 fn rows_avx512(
     t: DType,
@@ -382,7 +379,7 @@ fn rows_avx512(
     Ok(())
 }
 
-fn strided_rows(types: &[DType], rows_fn: RowsFn, row_fn: RowFn) {
+fn strided_rows(types: &[DType], rows_fn: bloomery_kernels_cpu::linear::RowsDot, row_fn: RowFn) {
     let mut rng = StdRng::seed_from_u64(14);
     for &t in types {
         let n = 512.max(t.layout().unwrap().block as usize);
