@@ -365,14 +365,10 @@ pub fn moe_experts(
     let fused = stacks.up.is_none();
     let gate_rows = if fused { 2 * ff } else { ff };
     let n_exp = stacks.n_expert;
-    let gate_row = weight_rows_fit(stacks.gate_t, e_dim, stacks.gate, 0, 1).map_err(quant_err)?;
-    let down_row = weight_rows_fit(stacks.down_t, ff, stacks.down, 0, 1).map_err(quant_err)?;
+    let row = |t: DType, n: usize| quant::row_bytes(t, n, "vec_dot").map_err(quant_err);
+    let (gate_row, down_row) = (row(stacks.gate_t, e_dim)?, row(stacks.down_t, ff)?);
     let (up, up_t, up_row) = match stacks.up {
-        Some((up, t)) => (
-            up,
-            t,
-            weight_rows_fit(t, e_dim, up, 0, 1).map_err(quant_err)?,
-        ),
+        Some((up, t)) => (up, t, row(t, e_dim)?),
         None => (stacks.gate, stacks.gate_t, gate_row),
     };
     if stacks.gate.len() < n_exp * gate_rows * gate_row
@@ -423,8 +419,9 @@ pub fn moe_experts(
     let tasks: Vec<(usize, usize, usize)> = (0..active.len())
         .flat_map(|a| (0..ff).step_by(c).map(move |s| (a, s, (s + c).min(ff))))
         .collect();
+    // Gate/up tasks still running per expert (each expert has the same number).
     let left: Vec<AtomicUsize> = (0..active.len())
-        .map(|a| AtomicUsize::new(tasks.iter().filter(|t| t.0 == a).count()))
+        .map(|_| AtomicUsize::new(ff.div_ceil(c)))
         .collect();
     par.for_each(tasks.len(), &|t| {
         let (a, lo, hi) = tasks[t];
