@@ -28,6 +28,8 @@
 #   scripts/gpu-check.sh hybrid-bench  on the GPU machine: the Qwen3.6-35B-A3B-shaped file's speed
 #                                 on the card and with every expert on the host (llama-bench side
 #                                 by side when LLAMA_BENCH names one), and a per-op profile.
+#   scripts/gpu-check.sh profile  on the GPU machine: per-kernel times (ncu) of decode and prompt
+#                                 layers on the 30B-A3B file, and the graph-mode bench.
 # Full logs go to $OUT when it is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -256,8 +258,46 @@ case "${1:-}" in
     BLOOMERY_TIER_PROFILE=1 $b bench -m "$f" -p 0 -n 64 -r 1 -ngl 99 -cmoe 2>&1 \
       | grep -E "host|card|tg64" | tee -a "$out/host-experts.txt"
     ;;
+  profile)
+    # Per-kernel times (Nsight Compute, clocks left alone) of eager decode layers and a 512-row
+    # prompt on the 30B-A3B file, summed per layer by scripts/ncu_summary.py, with throughput and
+    # occupancy of the largest decode kernels; then `bench` with device graphs, so the time
+    # between kernels is the token time less the kernels' sum. PREV=dir (an earlier dist) is
+    # benched too, alternating with this one.
+    out=${OUT:-/tmp}
+    f=/dev/shm/q3-30b-a3b-q4k.gguf
+    [ -f "$f" ] || dist/bloomery --plugin-dir dist/plugins synth --arch qwen3moe --preset 30b-a3b \
+      --experts Q4_K --attn Q8_0 --embd Q8_0 --output-type Q8_0 -o "$f" > /dev/null
+    b="dist/bloomery --plugin-dir dist/plugins"
+    # Decode: skip the load and the first tokens, then about 10 layers of one token.
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 2400 \
+      --launch-count "${NCU_COUNT:-240}" $b bench -m "$f" -p 0 -n 5 -r 1 -ngl 99 --no-graphs \
+      > "$out/ncu-tg.csv" 2> /dev/null || true
+    echo "== decode kernels (per layer = total / ${NCU_LAYERS:-10})"
+    python3 scripts/ncu_summary.py "$out/ncu-tg.csv" --per "${NCU_LAYERS:-10}"
+    if [ -n "${NCU_PROMPT:-}" ]; then
+      ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 300 \
+        --launch-count 120 $b bench -m "$f" -p 512 -n 0 -r 1 -ngl 99 --no-graphs \
+        > "$out/ncu-pp.csv" 2> /dev/null || true
+      echo "== 512-row prompt kernels (per layer = total / 4)"
+      python3 scripts/ncu_summary.py "$out/ncu-pp.csv" --per 4
+    fi
+    # Throughput and occupancy of the largest decode kernels, two launches each.
+    ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --kernel-name "regex:${NCU_DETAIL:-bl_moe_gate_up|bl_moe_down|bl_matmul_q|bl_router}" \
+      --launch-skip 400 --launch-count 8 $b bench -m "$f" -p 0 -n 4 -r 1 -ngl 99 --no-graphs \
+      > "$out/ncu-detail.txt" 2> /dev/null || true
+    grep -E "^  bl_|Duration|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Waves Per SM" \
+      "$out/ncu-detail.txt" | head -90
+    for round in 1 2; do
+      for d in ${PREV:-} dist; do
+        echo "== $d, round $round"
+        "$d/bloomery" --plugin-dir "$d/plugins" bench -m "$f" -p 512 -n 128 -r 3 -ngl 99 2>&1 | tail -2
+      done
+    done
+    ;;
   *)
-    echo "usage: scripts/gpu-check.sh build|device|bench|serve|tier|host-experts|hybrid|hybrid-bench" >&2
+    echo "usage: scripts/gpu-check.sh build|device|bench|serve|tier|host-experts|hybrid|hybrid-bench|profile" >&2
     exit 2
     ;;
 esac

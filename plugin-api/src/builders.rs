@@ -407,13 +407,11 @@ impl GraphBuilder {
         let v = self.matmul("Vcur", wv, x)?;
         let mut q = self.reshape(q, [dk, nh, rows, 1])?;
         let mut k = self.reshape(k, [dk, nkv, rows, 1])?;
+        // Each of q and k is normed and then rotated, in that order, so that a kernel plugin can
+        // take the two calls (and k's cache store after them) as one.
         if let Some(n) = blk.q_norm {
             let w = self.w(n)?;
             q = self.rms_norm("Qcur_normed", q, Some(w), blk.norm_eps)?;
-        }
-        if let Some(n) = blk.k_norm {
-            let w = self.w(n)?;
-            k = self.rms_norm("Kcur_normed", k, Some(w), blk.norm_eps)?;
         }
         if let Some(rope) = blk.rope {
             q = self.op(
@@ -423,6 +421,12 @@ impl GraphBuilder {
                 DType::F32,
                 [dk, nh, rows, 1],
             )?;
+        }
+        if let Some(n) = blk.k_norm {
+            let w = self.w(n)?;
+            k = self.rms_norm("Kcur_normed", k, Some(w), blk.norm_eps)?;
+        }
+        if let Some(rope) = blk.rope {
             k = self.op(
                 "Kcur_rope",
                 Op::Rope(rope),

@@ -12,6 +12,18 @@
 
 #define WARP 32
 
+// Every kernel opens with this. From compute capability 9.0 the host launches kernels with
+// programmatic stream serialization (src/ops/launch.rs): a kernel may start while its
+// predecessor finishes, so it first waits for the predecessor's grid and its writes
+// (griddepcontrol.wait), then lets its own successor start launching.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KERNEL_ENTRY() asm volatile("griddepcontrol.wait;\n\tgriddepcontrol.launch_dependents;" ::: "memory")
+#else
+#define KERNEL_ENTRY() \
+    do {               \
+    } while (0)
+#endif
+
 static __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = WARP / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -41,17 +53,20 @@ static __device__ __forceinline__ float to_f32(__half v) { return __half2float(v
 // the rows (bdiv 1, nb the row length) or one value per row (bdiv the row length, nb the rows).
 extern "C" __global__ void bl_add_f32(const float* a, const float* b, float* out, long long n, long long nb,
                                       long long bdiv) {
+    KERNEL_ENTRY();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     for (; i < n; i += (long long)gridDim.x * blockDim.x) out[i] = a[i] + b[(i / bdiv) % nb];
 }
 
 extern "C" __global__ void bl_mul_f32(const float* a, const float* b, float* out, long long n, long long nb,
                                       long long bdiv) {
+    KERNEL_ENTRY();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     for (; i < n; i += (long long)gridDim.x * blockDim.x) out[i] = a[i] * b[(i / bdiv) % nb];
 }
 
 extern "C" __global__ void bl_scale_f32(const float* x, float* out, float s, long long n) {
+    KERNEL_ENTRY();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     for (; i < n; i += (long long)gridDim.x * blockDim.x) out[i] = x[i] * s;
 }
@@ -71,7 +86,7 @@ static __device__ void copy_rows(const uint8_t* x, D* out, long long ne0, long l
 
 #define COPY(name, S, D)                                                                                         \
     extern "C" __global__ void name(const uint8_t* x, D* out, long long ne0, long long ne1, long long ne2,         \
-                                    long long rows, long long nb0, long long nb1, long long nb2, long long nb3) { \
+                                    long long rows, long long nb0, long long nb1, long long nb2, long long nb3) { KERNEL_ENTRY(); \
         copy_rows<S, D>(x, out, ne0, ne1, ne2, rows, nb0, nb1, nb2, nb3);                                         \
     }
 COPY(bl_copy_f32_f32, float, float)
@@ -82,6 +97,7 @@ COPY(bl_copy_f16_f16, __half, __half)
 // ---- profiling: hold the stream for `ns` nanoseconds (one thread), so that the host can queue a
 // whole pass before its first kernel runs and event pairs then time kernels, not launches.
 extern "C" __global__ void bl_hold(long long ns) {
+    KERNEL_ENTRY();
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do {
@@ -109,7 +125,27 @@ static __device__ double block_sum_f64(double s) {
     return part[0];
 }
 
-extern "C" __global__ void bl_rms_norm_f32(const float* x, const float* w, float* out, int ncols, float eps) {
+// Lane `lane` of a warp holding one 32-value block (value v each) writes its Q8_1 byte to blk;
+// lane 0 writes d and s. Every lane of the warp must call it.
+static __device__ __forceinline__ void quantize_lane(float v, uint8_t* blk) {
+    const int lane = threadIdx.x & (WARP - 1);
+    const float amax = warp_max(fabsf(v));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const int q = __float2int_rn(v * id);
+    const float sum = warp_sum((float)q);
+    blk[4 + lane] = (uint8_t)(int8_t)q;
+    if (lane == 0) {
+        // d and s as one aligned 32-bit store (blocks are 36 bytes, the buffer 256-aligned).
+        const float d = amax / 127.0f;
+        *(__half2*)blk = __halves2half2(__float2half_rn(d), __float2half_rn(sum * d));
+    }
+}
+
+// q (may be null): the output's Q8_1 copy as well, for the quantized product that reads it (the
+// block size is a multiple of 32 and so is ncols, so each warp holds whole blocks).
+extern "C" __global__ void bl_rms_norm_f32(const float* x, const float* w, float* out, uint8_t* q, int ncols,
+                                           float eps) {
+    KERNEL_ENTRY();
     const float* xr = x + (long long)blockIdx.x * ncols;
     float* yr = out + (long long)blockIdx.x * ncols;
     double s = 0.0;
@@ -123,14 +159,18 @@ extern "C" __global__ void bl_rms_norm_f32(const float* x, const float* w, float
 #pragma unroll 8
     for (int i = threadIdx.x; i < ncols; i += blockDim.x) {
         float v = xr[i] * inv;
-        yr[i] = w ? v * w[i] : v;
+        const float y = w ? v * w[i] : v;
+        yr[i] = y;
+        if (q) quantize_lane(y, q + ((long long)blockIdx.x * ncols + i) / 32 * 36);
     }
 }
 
 // A residual add and the RMS norm of its result in one pass (llama.cpp's add + rms_norm fusion):
 // d = a + b is written as the Add would and normed exactly as bl_rms_norm_f32 norms it.
+// q (may be null) as for bl_rms_norm_f32.
 extern "C" __global__ void bl_add_rms_norm_f32(const float* a, const float* b, float* d, const float* w, float* out,
-                                               int ncols, float eps) {
+                                               uint8_t* q, int ncols, float eps) {
+    KERNEL_ENTRY();
     const long long row = (long long)blockIdx.x * ncols;
     const float* ar = a + row;
     const float* br = b + row;
@@ -150,7 +190,9 @@ extern "C" __global__ void bl_add_rms_norm_f32(const float* a, const float* b, f
 #pragma unroll 8
     for (int i = threadIdx.x; i < ncols; i += blockDim.x) {
         const float v = dr[i] * inv;
-        yr[i] = w ? v * w[i] : v;
+        const float y = w ? v * w[i] : v;
+        yr[i] = y;
+        if (q) quantize_lane(y, q + (row + i) / 32 * 36);
     }
 }
 
@@ -160,6 +202,7 @@ extern "C" __global__ void bl_add_rms_norm_f32(const float* a, const float* b, f
 // own writes.
 extern "C" __global__ void bl_copy_l2_norm_f32(const float* x, long long nb1, long long nb2, long long nb3, int ne1,
                                                int ne2, float* c, float* out, int ncols, float eps) {
+    KERNEL_ENTRY();
     const long long r = blockIdx.x;
     const long long i1 = r % ne1, i2 = (r / ne1) % ne2, i3 = r / ((long long)ne1 * ne2);
     const float* xr = x + i1 * nb1 + i2 * nb2 + i3 * nb3;
@@ -179,6 +222,7 @@ extern "C" __global__ void bl_copy_l2_norm_f32(const float* x, long long nb1, lo
 
 // x / sqrt(sum(x^2) + eps), the sum and the root in f64 as the CPU reference takes them.
 extern "C" __global__ void bl_l2_norm_f32(const float* x, float* out, int ncols, float eps) {
+    KERNEL_ENTRY();
     const float* xr = x + (long long)blockIdx.x * ncols;
     float* yr = out + (long long)blockIdx.x * ncols;
     double s = 0.0;
@@ -218,7 +262,7 @@ static __device__ void gather_rows(const uint8_t* table, long long stride, const
 
 #define GET_ROWS(name, R)                                                                                       \
     extern "C" __global__ void name(const uint8_t* table, long long stride, const int* ids, float* out, int ncols, \
-                                    int nrows, int* err) {                                                      \
+                                    int nrows, int* err) { KERNEL_ENTRY();                                                      \
         gather_rows<R>(table, stride, ids, out, ncols, nrows, err);                                             \
     }
 GET_ROWS(bl_get_rows_f32, RowF32)
@@ -228,6 +272,7 @@ GET_ROWS(bl_get_rows_f16, RowF16)
 // as the CPU reference dequantizes them.
 extern "C" __global__ void bl_get_rows_q(const uint8_t* table, long long stride, const int* ids, float* out, int ncols,
                                          int nrows, int* err, int wtype) {
+    KERNEL_ENTRY();
     const int id = ids[blockIdx.x];
     float* y = out + (long long)blockIdx.x * ncols;
     if (id < 0 || id >= nrows) {
@@ -246,27 +291,17 @@ extern "C" __global__ void bl_get_rows_q(const uint8_t* table, long long stride,
 // ---- activations to Q8_1 (f16 d, f16 s = d * sum(q), 32 x int8): one warp per block -------------
 
 extern "C" __global__ void bl_quantize_q8_1(const float* x, uint8_t* out, long long nblocks) {
+    KERNEL_ENTRY();
     const long long b = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (b >= nblocks) return;
-    const int lane = threadIdx.x & (WARP - 1);
-    const float v = x[b * 32 + lane];
-    const float amax = warp_max(fabsf(v));
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    const int q = __float2int_rn(v * id);
-    const float sum = warp_sum((float)q);
-    uint8_t* blk = out + b * 36;
-    blk[4 + lane] = (uint8_t)(int8_t)q;
-    if (lane == 0) {
-        // d and s as one aligned 32-bit store (blocks are 36 bytes, the buffer 256-aligned).
-        const float d = amax / 127.0f;
-        *(__half2*)blk = __halves2half2(__float2half_rn(d), __float2half_rn(sum * d));
-    }
+    quantize_lane(x[b * 32 + (threadIdx.x & (WARP - 1))], out + b * 36);
 }
 
 // ---- products: y[c*n + j] = W_j . x_c, one warp per (j, c) ----------------------------------------
 
 extern "C" __global__ void bl_matmul_f32(const uint8_t* w, long long w_stride, const float* x, float* y, int k, int n,
                                          int m) {
+    KERNEL_ENTRY();
     const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (task >= (long long)n * m) return;
     const int j = (int)(task % n), c = (int)(task / n);
@@ -285,6 +320,7 @@ extern "C" __global__ void bl_matmul_f32(const uint8_t* w, long long w_stride, c
 #define SPLIT_THREADS 128
 extern "C" __global__ void bl_matmul_f32_split(const uint8_t* w, long long w_stride, const float* x, float* y, int k,
                                                int n, int m) {
+    KERNEL_ENTRY();
     __shared__ float part[SPLIT_THREADS / WARP];
     const long long task = blockIdx.x;
     if (task >= (long long)n * m) return;
@@ -325,6 +361,7 @@ static __device__ __forceinline__ float gelu_table(float x) {
 
 // kind 0: silu(g)*u (limit > 0: silu(min(g, limit)) * clamp(u, ±limit)); kind 1: gelu(g)*u.
 extern "C" __global__ void bl_glu_f32(const float* g, const float* u, float* out, long long n, int kind, float limit) {
+    KERNEL_ENTRY();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     for (; i < n; i += (long long)gridDim.x * blockDim.x) {
         const float gv = g[i], uv = u[i];
@@ -358,6 +395,7 @@ static __device__ __forceinline__ float unary_one(float v, int f) {
 // touches only index i, so u or out may share memory with x or other.
 extern "C" __global__ void bl_unary_mul_f32(const float* x, float* u, const float* other, float* out, long long n,
                                             int f) {
+    KERNEL_ENTRY();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     for (; i < n; i += (long long)gridDim.x * blockDim.x) {
         const float y = unary_one(x[i], f);
@@ -368,6 +406,7 @@ extern "C" __global__ void bl_unary_mul_f32(const float* x, float* u, const floa
 }
 
 extern "C" __global__ void bl_unary_f32(const float* x, float* out, long long n, int f) {
+    KERNEL_ENTRY();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     for (; i < n; i += (long long)gridDim.x * blockDim.x) {
         out[i] = unary_one(x[i], f);
@@ -375,11 +414,40 @@ extern "C" __global__ void bl_unary_f32(const float* x, float* out, long long n,
 }
 
 // ---- RoPE (NORM: pairs (2i, 2i+1); NEOX: pairs (i, i + n_dims/2)), YaRN as ggml ------------------
-// One thread per (row, head, pair); angles in double as the CPU reference computes them.
+
+// Cosine and sine (times mscale) of pair i's angle at position p; the angle in double as the CPU
+// reference computes it.
+static __device__ __forceinline__ float2 rope_cs(int i, int p, int n_dims, float freq_base, float freq_scale,
+                                                 float ext_factor, float corr0, float corr1, double mscale) {
+    const double exponent = -2.0 * (double)i / (double)n_dims;
+    const double theta_extrap = (double)p * pow((double)freq_base, exponent);
+    const double theta_interp = (double)freq_scale * theta_extrap;
+    double theta = theta_interp;
+    if (ext_factor != 0.0f) {
+        const float y = ((float)i - corr0) / fmaxf(corr1 - corr0, 0.001f);
+        const float ramp = 1.0f - fminf(fmaxf(y, 0.0f), 1.0f);
+        const double mix = (double)(ramp * ext_factor);
+        theta = theta_interp * (1.0 - mix) + theta_extrap * mix;
+    }
+    return make_float2((float)(cos(theta) * mscale), (float)(sin(theta) * mscale));
+}
+
+// The two elements of a head that pair `pair` rotates (a < b); pairs from n_dims / 2 on are not
+// rotated and name the two elements they copy.
+static __device__ __forceinline__ int2 rope_elems(int pair, int neox, int n_dims) {
+    const int half = n_dims / 2;
+    if (pair >= half) {
+        const int a = n_dims + 2 * (pair - half);
+        return make_int2(a, a + 1);
+    }
+    return neox ? make_int2(pair, pair + half) : make_int2(2 * pair, 2 * pair + 1);
+}
+
+// One thread per (row, head, pair).
 extern "C" __global__ void bl_rope_f32(const float* x, float* out, const int* pos, int head_dim, int n_head, int rows,
                                        int neox, int n_dims, float freq_base, float freq_scale, float ext_factor,
                                        float corr0, float corr1, double mscale) {
-    const int half = n_dims / 2;
+    KERNEL_ENTRY();
     const long long total = (long long)rows * n_head * (head_dim / 2);
     long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     for (; t < total; t += (long long)gridDim.x * blockDim.x) {
@@ -388,31 +456,95 @@ extern "C" __global__ void bl_rope_f32(const float* x, float* out, const int* po
         const int r = (int)(rh / n_head);
         const float* xh = x + rh * head_dim;
         float* oh = out + rh * head_dim;
-        if (pair >= half) {
-            // Dimensions from n_dims on are not rotated: copied, two per thread.
-            const int a = n_dims + 2 * (pair - half);
-            oh[a] = xh[a];
-            oh[a + 1] = xh[a + 1];
+        const int2 e = rope_elems(pair, neox, n_dims);
+        const float x0 = xh[e.x], x1 = xh[e.y];
+        if (pair >= n_dims / 2) {
+            oh[e.x] = x0;
+            oh[e.y] = x1;
             continue;
         }
-        const int i = pair;
-        const double exponent = -2.0 * (double)i / (double)n_dims;
-        const double theta_extrap = (double)pos[r] * pow((double)freq_base, exponent);
-        const double theta_interp = (double)freq_scale * theta_extrap;
-        double theta = theta_interp;
-        if (ext_factor != 0.0f) {
-            const float y = ((float)i - corr0) / fmaxf(corr1 - corr0, 0.001f);
-            const float ramp = 1.0f - fminf(fmaxf(y, 0.0f), 1.0f);
-            const double mix = (double)(ramp * ext_factor);
-            theta = theta_interp * (1.0 - mix) + theta_extrap * mix;
-        }
-        const float c = (float)(cos(theta) * mscale), s = (float)(sin(theta) * mscale);
-        const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
-        const float x0 = xh[a], x1 = xh[b];
-        oh[a] = x0 * c - x1 * s;
-        oh[b] = x0 * s + x1 * c;
+        const float2 cs = rope_cs(pair, pos[r], n_dims, freq_base, freq_scale, ext_factor, corr0, corr1, mscale);
+        oh[e.x] = x0 * cs.x - x1 * cs.y;
+        oh[e.y] = x0 * cs.y + x1 * cs.x;
     }
 }
+
+// An RMS norm over each head and the RoPE of its result in one kernel (ops/fused.rs), optionally
+// storing the rotated rows into a cache and another tensor's rows (V) into a second cache. One
+// block per (row, head) of round_up(head_dim / 2, 32) threads, plus (with v) one block per row of
+// V. The norm sums as bl_rms_norm_f32 does with that block size, and `normed` (the norm's own
+// result) is written too. Every input is read before the first barrier and the rotated values
+// are written after a second, so x, normed and out may share memory.
+template <typename T>
+static __device__ void norm_rope(const float* x, const float* w, float* normed, float* out, const int* pos, int hd,
+                                 int nh, int rows, float eps, int neox, int n_dims, float freq_base, float freq_scale,
+                                 float ext_factor, float corr0, float corr1, double mscale, T* kc, const int* slots,
+                                 int len, int n_slots, const float* v, T* vc, int vw, int* err) {
+    const int b = blockIdx.x;
+    if (b >= rows * nh) {
+        const int r = b - rows * nh;
+        const int s = slots[r], p = pos[r];
+        if (s < 0 || s >= n_slots || p < 0) {
+            if (threadIdx.x == 0) report(err, 2);
+            return;
+        }
+        T* dst = vc + ((long long)s * len + p % len) * vw;
+        for (int i = threadIdx.x; i < vw; i += blockDim.x) dst[i] = from_f32<T>(v[(long long)r * vw + i]);
+        return;
+    }
+    const int r = b / nh, h = b % nh;
+    const float* xh = x + (long long)b * hd;
+    const int t = threadIdx.x;
+    // At most two norm elements per thread (the block has at least hd / 2 threads).
+    const float n0 = t < hd ? xh[t] : 0.0f;
+    const float n1 = t + (int)blockDim.x < hd ? xh[t + blockDim.x] : 0.0f;
+    const bool rotates = t < hd / 2;
+    const int2 e = rope_elems(rotates ? t : 0, neox, n_dims);
+    const float x0 = rotates ? xh[e.x] : 0.0f, x1 = rotates ? xh[e.y] : 0.0f;
+    double s = 0.0;
+    if (t < hd) s += (double)(n0 * n0);
+    if (t + (int)blockDim.x < hd) s += (double)(n1 * n1);
+    const float mean = (float)(block_sum_f64(s) / hd);
+    const float inv = 1.0f / sqrtf(mean + eps);
+    float* nr = normed + (long long)b * hd;
+    if (t < hd) nr[t] = w ? (n0 * inv) * w[t] : n0 * inv;
+    if (t + (int)blockDim.x < hd) nr[t + blockDim.x] = w ? (n1 * inv) * w[t + blockDim.x] : n1 * inv;
+    __syncthreads();
+    if (!rotates) return;
+    const float y0 = w ? (x0 * inv) * w[e.x] : x0 * inv, y1 = w ? (x1 * inv) * w[e.y] : x1 * inv;
+    float o0 = y0, o1 = y1;
+    if (t < n_dims / 2) {
+        const float2 cs = rope_cs(t, pos[r], n_dims, freq_base, freq_scale, ext_factor, corr0, corr1, mscale);
+        o0 = y0 * cs.x - y1 * cs.y;
+        o1 = y0 * cs.y + y1 * cs.x;
+    }
+    float* oh = out + (long long)b * hd;
+    oh[e.x] = o0;
+    oh[e.y] = o1;
+    if (kc) {
+        const int sl = slots[r], p = pos[r];
+        if (sl < 0 || sl >= n_slots || p < 0) {
+            report(err, 2);
+            return;
+        }
+        T* dst = kc + ((long long)sl * len + p % len) * ((long long)hd * nh) + (long long)h * hd;
+        dst[e.x] = from_f32<T>(o0);
+        dst[e.y] = from_f32<T>(o1);
+    }
+}
+
+#define NORM_ROPE(name, T)                                                                                            \
+    extern "C" __global__ void name(const float* x, const float* w, float* normed, float* out, const int* pos, int hd, \
+                                    int nh, int rows, float eps, int neox, int n_dims, float freq_base,                \
+                                    float freq_scale, float ext_factor, float corr0, float corr1, double mscale,       \
+                                    T* kc, const int* slots, int len, int n_slots, const float* v, T* vc, int vw,      \
+                                    int* err) {                                                                        \
+        KERNEL_ENTRY();                                                                                                \
+        norm_rope<T>(x, w, normed, out, pos, hd, nh, rows, eps, neox, n_dims, freq_base, freq_scale, ext_factor,       \
+                     corr0, corr1, mscale, kc, slots, len, n_slots, v, vc, vw, err);                                   \
+    }
+NORM_ROPE(bl_norm_rope_f32, float)
+NORM_ROPE(bl_norm_rope_f16, __half)
 
 // ---- K/V cache store and attention ---------------------------------------------------------------
 
@@ -433,11 +565,13 @@ static __device__ void cache_store(const float* rows, T* cache, const int* slots
 
 extern "C" __global__ void bl_cache_store_f32(const float* rows, float* cache, const int* slots, const int* pos,
                                               int width, int len, int n_slots, int* err) {
+    KERNEL_ENTRY();
     cache_store(rows, cache, slots, pos, width, len, n_slots, err);
 }
 
 extern "C" __global__ void bl_cache_store_f16(const float* rows, __half* cache, const int* slots, const int* pos,
                                               int width, int len, int n_slots, int* err) {
+    KERNEL_ENTRY();
     cache_store(rows, cache, slots, pos, width, len, n_slots, err);
 }
 
@@ -447,7 +581,7 @@ extern "C" __global__ void bl_cache_store_f16(const float* rows, __half* cache, 
 #define ATT_MAX_D 256
 template <typename K, typename V>
 static __device__ void attend(const float* q, const K* kc, const V* vc, const int* slots, const int* pos, float* out,
-                              int n_head, int n_head_kv, int dk, int dv, int len, int n_slots, float scale,
+                              uint8_t* oq, int n_head, int n_head_kv, int dk, int dv, int len, int n_slots, float scale,
                               float softcap, int window, const float* sinks, int* err) {
     extern __shared__ float sc[];
     __shared__ float red[128 / WARP];
@@ -515,23 +649,40 @@ static __device__ void attend(const float* q, const K* kc, const V* vc, const in
             acc += sc[i] * inv * to_f32(vr[e]);
         }
         o[e] = acc;
+        // The output's Q8_1 copy for the product that reads it (dv a multiple of 32, so each
+        // warp holds whole blocks).
+        if (oq) quantize_lane(acc, oq + (((long long)r * n_head + h) * dv + e) / 32 * 36);
     }
 }
 
-#define ATTEND(name, K, V)                                                                                           \
+#define ATTEND(name, K, V)                                                                                         \
     extern "C" __global__ void name(const float* q, const K* kc, const V* vc, const int* slots, const int* pos,       \
-                                    float* out, int n_head, int n_head_kv, int dk, int dv, int len, int n_slots,     \
-                                    float scale, float softcap, int window, const float* sinks, int* err) {          \
-        attend(q, kc, vc, slots, pos, out, n_head, n_head_kv, dk, dv, len, n_slots, scale, softcap, window, sinks,   \
-               err);                                                                                                  \
+                                    float* out, uint8_t* oq, int n_head, int n_head_kv, int dk, int dv, int len,     \
+                                    int n_slots, float scale, float softcap, int window, const float* sinks,         \
+                                    int* err) {                                                                      \
+        KERNEL_ENTRY();                                                                                              \
+        attend(q, kc, vc, slots, pos, out, oq, n_head, n_head_kv, dk, dv, len, n_slots, scale, softcap, window,      \
+               sinks, err);                                                                                          \
     }
 ATTEND(bl_attention_f32, float, float)
 ATTEND(bl_attention_f16, __half, __half)
 
-// ---- MoE routing: one warp per row; lane l holds experts l, l + 32, ... (n_expert <= 32 * ROUTE_PER)
+// ---- MoE routing: one warp per row; lane l holds experts l, l + 32, ... (n_expert <= 32 * PER, PER
+// the smallest of 4, 8, 16 that holds them, chosen per launch by WITH_ROUTE_PER)
 // gating: 0 softmax, 1 sigmoid, 2 softmax over the selected, 3 sqrt(softplus)
 
-#define ROUTE_PER 16
+// Runs CALL with PER, a compile-time constant: the experts each lane holds.
+#define WITH_ROUTE_PER(n, CALL)        \
+    if ((n) <= 4 * WARP) {             \
+        constexpr int PER = 4;         \
+        CALL;                          \
+    } else if ((n) <= 8 * WARP) {      \
+        constexpr int PER = 8;         \
+        CALL;                          \
+    } else {                           \
+        constexpr int PER = 16;        \
+        CALL;                          \
+    }
 
 static __device__ float gate_score(float l, int gating, float mx, float inv_sum) {
     switch (gating) {
@@ -543,16 +694,17 @@ static __device__ float gate_score(float l, int gating, float mx, float inv_sum)
 }
 
 // Softmax max and 1/sum over a row held across the warp (f64 sum, like the CPU kernels).
+template <int PER>
 static __device__ void warp_softmax_stats(const float* v, int n, float* mx, float* inv_sum) {
     const int lane = threadIdx.x & (WARP - 1);
     float m = -INFINITY;
 #pragma unroll
-    for (int t = 0; t < ROUTE_PER; ++t)
+    for (int t = 0; t < PER; ++t)
         if (lane + t * WARP < n) m = fmaxf(m, v[t]);
     m = warp_max(m);
     double s = 0.0;
 #pragma unroll
-    for (int t = 0; t < ROUTE_PER; ++t)
+    for (int t = 0; t < PER; ++t)
         if (lane + t * WARP < n) s += (double)expf(v[t] - m);
 #pragma unroll
     for (int o = WARP / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
@@ -560,24 +712,26 @@ static __device__ void warp_softmax_stats(const float* v, int n, float* mx, floa
     *inv_sum = (float)(1.0 / s);
 }
 
-// Top-k of score + bias (the lower id wins ties; NaN ranks lowest), best first.
-extern "C" __global__ void bl_router_topk(const float* logits, const float* bias, int* ids, int n_expert, int k, int rows,
-                                          int gating) {
-    const int r = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+// Top-k of score + bias (the lower id wins ties; NaN ranks lowest), best first, of one row held by
+// a warp: writes ids[0 .. k) and returns choice `lane` to lanes below k.
+// With softmax gating, its max and 1/sum go to *mx and *inv.
+template <int PER>
+static __device__ int router_topk_row(const float* row, const float* bias, int* ids, int n_expert, int k, int gating,
+                                      float* mx_out, float* inv_out) {
     const int lane = threadIdx.x & (WARP - 1);
-    if (r >= rows) return;
-    const float* row = logits + (long long)r * n_expert;
-    float v[ROUTE_PER];
+    float v[PER];
 #pragma unroll
-    for (int t = 0; t < ROUTE_PER; ++t) {
+    for (int t = 0; t < PER; ++t) {
         const int e = lane + t * WARP;
         v[t] = e < n_expert ? row[e] : -INFINITY;
     }
     float mx = 0.0f, inv = 1.0f;
-    if (gating == 0) warp_softmax_stats(v, n_expert, &mx, &inv);
-    float key[ROUTE_PER];
+    if (gating == 0) warp_softmax_stats<PER>(v, n_expert, &mx, &inv);
+    *mx_out = mx;
+    *inv_out = inv;
+    float key[PER];
 #pragma unroll
-    for (int t = 0; t < ROUTE_PER; ++t) {
+    for (int t = 0; t < PER; ++t) {
         const int e = lane + t * WARP;
         float kk = -INFINITY;
         if (e < n_expert) {
@@ -587,11 +741,12 @@ extern "C" __global__ void bl_router_topk(const float* logits, const float* bias
         key[t] = kk;
     }
     unsigned taken = 0;
+    int mine = 0;
     for (int j = 0; j < k; ++j) {
         float bk = -INFINITY;
         int be = 0x7fffffff;
 #pragma unroll
-        for (int t = 0; t < ROUTE_PER; ++t) {
+        for (int t = 0; t < PER; ++t) {
             const int e = lane + t * WARP;
             if (e < n_expert && !(taken >> t & 1u) && (be == 0x7fffffff || key[t] > bk)) {
                 bk = key[t];
@@ -609,21 +764,29 @@ extern "C" __global__ void bl_router_topk(const float* logits, const float* bias
         }
         if (be == 0x7fffffff) be = 0;
         if ((be & (WARP - 1)) == lane) taken |= 1u << (be / WARP);
-        if (lane == 0) ids[(long long)r * k + j] = be;
+        if (lane == 0) ids[j] = be;
+        if (lane == j) mine = be;
     }
+    return mine;
+}
+
+extern "C" __global__ void bl_router_topk(const float* logits, const float* bias, int* ids, int n_expert, int k, int rows,
+                                          int gating) {
+    KERNEL_ENTRY();
+    const int r = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (r >= rows) return;
+    float mx, inv;
+    WITH_ROUTE_PER(n_expert, (router_topk_row<PER>(logits + (long long)r * n_expert, bias, ids + (long long)r * k,
+                                                   n_expert, k, gating, &mx, &inv)))
 }
 
 // Weights of the chosen experts: gating scores (softmax over all, or over the chosen), optional
-// renormalisation (sum raised to norm_min) and scale. One warp per row; lane j < k writes weight j.
-extern "C" __global__ void bl_router_weights(const float* logits, const int* ids, float* out, int n_expert, int k,
-                                             int rows, int gating, int norm, float norm_min, float scale, int* err) {
-    const int r = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+// renormalisation (sum raised to norm_min) and scale, of one row held by a warp whose lane j < k
+// holds choice e; lane j < k writes o[j]. `stats`: the softmax max and 1/sum are known (mx, inv).
+template <int PER>
+static __device__ void router_weights_row(const float* row, int e, float* o, int n_expert, int k, int gating, int norm,
+                                          float norm_min, float scale, int* err, bool stats, float mx, float inv) {
     const int lane = threadIdx.x & (WARP - 1);
-    if (r >= rows) return;
-    const float* row = logits + (long long)r * n_expert;
-    const int* chosen = ids + (long long)r * k;
-    float* o = out + (long long)r * k;
-    const int e = lane < k ? chosen[lane] : 0;
     const bool bad = lane < k && (e < 0 || e >= n_expert);
     if (__any_sync(0xffffffffu, bad)) {
         if (lane == 0) report(err, 4);
@@ -638,15 +801,14 @@ extern "C" __global__ void bl_router_weights(const float* logits, const int* ids
         for (int off = WARP / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
         if (lane < k) w = expf(l - m) * (float)(1.0 / s);
     } else {
-        float mx = 0.0f, inv = 1.0f;
-        if (gating == 0) {
-            float v[ROUTE_PER];
+        if (gating == 0 && !stats) {
+            float v[PER];
 #pragma unroll
-            for (int t = 0; t < ROUTE_PER; ++t) {
+            for (int t = 0; t < PER; ++t) {
                 const int x = lane + t * WARP;
                 v[t] = x < n_expert ? row[x] : -INFINITY;
             }
-            warp_softmax_stats(v, n_expert, &mx, &inv);
+            warp_softmax_stats<PER>(v, n_expert, &mx, &inv);
         }
         if (lane < k) w = gate_score(l, gating, mx, inv);
     }
@@ -659,6 +821,36 @@ extern "C" __global__ void bl_router_weights(const float* logits, const int* ids
     }
     if (scale != 0.0f && scale != 1.0f) w *= scale;
     if (lane < k) o[lane] = w;
+}
+
+
+// One warp per row.
+extern "C" __global__ void bl_router_weights(const float* logits, const int* ids, float* out, int n_expert, int k,
+                                             int rows, int gating, int norm, float norm_min, float scale, int* err) {
+    KERNEL_ENTRY();
+    const int r = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    const int lane = threadIdx.x & (WARP - 1);
+    if (r >= rows) return;
+    const int e = lane < k ? ids[(long long)r * k + lane] : 0;
+    WITH_ROUTE_PER(n_expert, (router_weights_row<PER>(logits + (long long)r * n_expert, e, out + (long long)r * k,
+                                                      n_expert, k, gating, norm, norm_min, scale, err, false, 0.0f,
+                                                      1.0f)))
+}
+
+// RouterTopK and RouterWeights of the same logits as one kernel (ops/fused.rs), one warp per row.
+extern "C" __global__ void bl_router_topk_weights(const float* logits, const float* bias, int* ids, float* out,
+                                                  int n_expert, int k, int rows, int gating, int norm, float norm_min,
+                                                  float scale, int* err) {
+    KERNEL_ENTRY();
+    const int r = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (r >= rows) return;
+    const float* row = logits + (long long)r * n_expert;
+    float mx, inv;
+    WITH_ROUTE_PER(n_expert, {
+        const int e = router_topk_row<PER>(row, bias, ids + (long long)r * k, n_expert, k, gating, &mx, &inv);
+        router_weights_row<PER>(row, e, out + (long long)r * k, n_expert, k, gating, norm, norm_min, scale, err, true,
+                                mx, inv);
+    })
 }
 
 // ---- routed experts -------------------------------------------------------------------------------
@@ -695,19 +887,70 @@ static __device__ __forceinline__ float warp_row_dot(const uint8_t* wrow, int wt
 }
 
 // Quantized products, any wtype of warp_row_dot: y[c*n + j] = W_j . x_c, one warp per (j, c).
+// One weight row . one Q8_1 activation row over the warp, a pair of sub-blocks per lane when the
+// rows suit it (`pairs`), else warp_row_dot.
+template <int WT>
+static __device__ __forceinline__ float warp_row_dot_t(const uint8_t* wrow, const void* act, int k, bool pairs) {
+    if constexpr (HasPair<WT>::value) {
+        if (pairs) {
+            float s = 0.0f;
+#pragma unroll 2
+            for (int p = threadIdx.x & (WARP - 1); p < k / 64; p += WARP)
+                s += pair_dot_q8_1<WT>(wrow, (const uint8_t*)act, p);
+            return warp_sum(s);
+        }
+    }
+    return warp_row_dot(wrow, WT, act, k);
+}
+
 template <int WT>
 static __device__ void matmul_q(const uint8_t* w, long long w_stride, const uint8_t* xq, long long x_row, float* y,
                                 int k, int n, int m) {
     const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (task >= (long long)n * m) return;
     const int j = (int)(task % n), c = (int)(task / n);
-    const float v = warp_row_dot(w + (long long)j * w_stride, WT, xq + (long long)c * x_row, k);
+    const bool pairs = pairs_ok<WT>(w, w_stride, 0, k);
+    const float v = warp_row_dot_t<WT>(w + (long long)j * w_stride, xq + (long long)c * x_row, k, pairs);
     if ((threadIdx.x & (WARP - 1)) == 0) y[(long long)c * n + j] = v;
 }
 
 extern "C" __global__ void bl_matmul_q(const uint8_t* w, long long w_stride, const uint8_t* xq, long long x_row, float* y,
                                        int k, int n, int m, int wtype) {
+    KERNEL_ENTRY();
     WITH_WTYPE(wtype, (matmul_q<WT>(w, w_stride, xq, x_row, y, k, n, m)))
+}
+
+// Up to three single-column products of one Q8_1 activation row, as one launch (Q, K and V of a
+// layer; ops/fused.rs): y_i[j] = W_i,j . x, one warp per row of the concatenated W_0 | W_1 | W_2.
+struct MatmulPart {
+    const uint8_t* w;
+    long long stride;
+    float* y;
+    int n;
+};
+
+template <int WT>
+static __device__ void matmul_q_parts(MatmulPart a, MatmulPart b, MatmulPart c, const uint8_t* xq, int k) {
+    long long j = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    MatmulPart p = a;
+    if (j >= a.n) {
+        j -= a.n;
+        p = b;
+        if (j >= b.n) {
+            j -= b.n;
+            p = c;
+            if (j >= c.n) return;
+        }
+    }
+    const bool pairs = pairs_ok<WT>(p.w, p.stride, 0, k);
+    const float v = warp_row_dot_t<WT>(p.w + j * p.stride, xq, k, pairs);
+    if ((threadIdx.x & (WARP - 1)) == 0) p.y[j] = v;
+}
+
+extern "C" __global__ void bl_matmul_q_parts(MatmulPart a, MatmulPart b, MatmulPart c, const uint8_t* xq, int k,
+                                             int wtype) {
+    KERNEL_ENTRY();
+    WITH_WTYPE(wtype, (matmul_q_parts<WT>(a, b, c, xq, k)))
 }
 
 // Columns per pass of matmul_q_cols.
@@ -776,6 +1019,7 @@ static __device__ void matmul_q_cols(const uint8_t* w, long long w_stride, const
 
 extern "C" __global__ void bl_matmul_q_cols(const uint8_t* w, long long w_stride, const uint8_t* xq, long long x_row,
                                             float* y, int k, int n, int m, int wtype) {
+    KERNEL_ENTRY();
     WITH_WTYPE(wtype, (matmul_q_cols<WT>(w, w_stride, xq, x_row, y, k, n, m)))
 }
 
@@ -819,6 +1063,21 @@ static __device__ void moe_gate_up(const uint8_t* gate, const uint8_t* up, long 
     const uint8_t* xgr = (const uint8_t*)xg + r * xg_row;
     const uint8_t* xur = (const uint8_t*)xu + r * xu_row;
     float gv, uv;
+    if constexpr (HasPair<WT>::value) {
+        if (pairs_ok<WT>(gate, g_row, g_exp, n_embd) && (fused || pairs_ok<WT>(up, u_row, u_exp, n_embd))) {
+            const int lane = threadIdx.x & (WARP - 1);
+            float g = 0.0f, u = 0.0f;
+#pragma unroll 2
+            for (int p = lane; p < n_embd / 64; p += WARP) {
+                g += pair_dot_q8_1<WT>(grow, xgr, p);
+                u += pair_dot_q8_1<WT>(urow, xur, p);
+            }
+            gv = warp_sum(g);
+            uv = warp_sum(u);
+            if (lane == 0) h[task] = glu_one(gv, uv, kind, limit);
+            return;
+        }
+    }
     if (wtype_g == 0 || wtype_u == 0) {
         gv = warp_row_dot(grow, wtype_g, xgr, n_embd);
         uv = warp_row_dot(urow, wtype_u, xur, n_embd);
@@ -845,6 +1104,7 @@ extern "C" __global__ void bl_moe_gate_up(const uint8_t* gate, const uint8_t* up
                                           const void* xu, long long xg_row, long long xu_row, const int* ids,
                                           const int* map, float* h, int n_embd, int n_ff, int k, int rows,
                                           int n_expert, int kind, float limit, int fused, int* err) {
+    KERNEL_ENTRY();
     if (wtype_g == wtype_u) {
         WITH_WTYPE(wtype_g, (moe_gate_up<WT>(MOE_GATE_UP_ARGS)))
     } else {
@@ -865,6 +1125,25 @@ static __device__ void moe_down(const uint8_t* down, long long d_row, long long 
     const int r = (int)(task / n_embd);
     const int nsb = n_ff / 32;
     float acc = 0.0f;
+    if constexpr (HasPair<WT>::value) {
+        if (pairs_ok<WT>(down, d_row, d_exp, n_ff)) {
+            const int nsp = n_ff / 64;
+#pragma unroll 2
+            for (int pj = threadIdx.x & (WARP - 1); pj < k * nsp; pj += WARP) {
+                const int j = pj / nsp, sp = pj % nsp;
+                int e = ids[(long long)r * k + j];
+                if (e < 0 || e >= n_expert) continue;  // reported by bl_moe_gate_up
+                if (map) e = map[e];
+                if (e < 0) continue;
+                acc += w[(long long)r * k + j] *
+                       pair_dot_q8_1<WT>(down + e * d_exp + (long long)o * d_row,
+                                         (const uint8_t*)hact + ((long long)r * k + j) * h_row, sp);
+            }
+            acc = warp_sum(acc);
+            if ((threadIdx.x & (WARP - 1)) == 0) out[task] = acc;
+            return;
+        }
+    }
 #pragma unroll 2
     for (int pj = threadIdx.x & (WARP - 1); pj < k * nsb; pj += WARP) {
         const int j = pj / nsb, sb = pj % nsb;
@@ -882,6 +1161,7 @@ static __device__ void moe_down(const uint8_t* down, long long d_row, long long 
 extern "C" __global__ void bl_moe_down(const uint8_t* down, long long d_row, long long d_exp, int wtype, const void* hact,
                                        long long h_row, const int* ids, const int* map, const float* w, float* out,
                                        int n_embd, int n_ff, int k, int rows, int n_expert) {
+    KERNEL_ENTRY();
     WITH_WTYPE(wtype, (moe_down<WT>(down, d_row, d_exp, hact, h_row, ids, map, w, out, n_embd, n_ff, k, rows, n_expert)))
 }
 
@@ -1088,7 +1368,7 @@ static __device__ void mmq_dense(const uint8_t* w, long long w_stride, int wtype
 #define MMQ_DENSE(name, USE_MMA)                                                                                \
     extern "C" __global__ void __launch_bounds__(128) name(const uint8_t* w, long long w_stride, int wtype,      \
                                                            const uint8_t* xq, long long x_row, float* y, int k,    \
-                                                           int n, int m) {                                          \
+                                                           int n, int m) { KERNEL_ENTRY();                                          \
         mmq_dense<USE_MMA>(w, w_stride, wtype, xq, x_row, y, k, n, m);                                             \
     }
 MMQ_DENSE(bl_mmq_mma, true)
@@ -1111,7 +1391,7 @@ static __device__ void mmq_experts(const uint8_t* w, long long w_stride, long lo
     extern "C" __global__ void __launch_bounds__(128)                                                            \
         name(const uint8_t* w, long long w_stride, long long w_exp, int wtype, const uint8_t* xq, long long x_row, \
              const int* list, long long list_stride, const int* count, int col_div, float* y, long long y_row,     \
-             int k, int n) {                                                                                      \
+             int k, int n) { KERNEL_ENTRY();                                                                                      \
         mmq_experts<USE_MMA>(w, w_stride, w_exp, wtype, xq, x_row, list, list_stride, count, col_div, y, y_row, k, \
                              n);                                                                                  \
     }
@@ -1122,6 +1402,7 @@ MMQ_EXPERTS(bl_mmq_experts_dp4a, false)
 // (through map when given) is e. Bad ids are reported (error 4) and listed nowhere.
 extern "C" __global__ void bl_moe_route(const int* ids, const int* map, int entries, int n_expert, int* list,
                                         long long list_stride, int* count, int* err) {
+    KERNEL_ENTRY();
     __shared__ int warp_n[32];
     __shared__ int base;
     const int e = blockIdx.x, lane = threadIdx.x & (WARP - 1), warp = threadIdx.x / WARP;
@@ -1157,6 +1438,7 @@ extern "C" __global__ void bl_moe_route(const int* ids, const int* map, int entr
 // h[i * n_ff + f] = glu(g[i * gs + f], u[i * gs + uoff + f]) for every route entry i.
 extern "C" __global__ void bl_moe_glu(const float* g, const float* u, long long gs, long long uoff, float* h,
                                       long long entries, int n_ff, int kind, float limit) {
+    KERNEL_ENTRY();
     const long long total = entries * n_ff;
     for (long long x = (long long)blockIdx.x * blockDim.x + threadIdx.x; x < total; x += (long long)gridDim.x * blockDim.x) {
         const long long i = x / n_ff;
@@ -1169,6 +1451,7 @@ extern "C" __global__ void bl_moe_glu(const float* g, const float* u, long long 
 // entries whose expert is bad or unmapped (their rows of d were never written).
 extern "C" __global__ void bl_moe_combine(const float* d, const int* ids, const int* map, const float* w, float* out,
                                           int n_embd, int k, int rows, int n_expert) {
+    KERNEL_ENTRY();
     const long long total = (long long)rows * n_embd;
     for (long long x = (long long)blockIdx.x * blockDim.x + threadIdx.x; x < total; x += (long long)gridDim.x * blockDim.x) {
         const int r = (int)(x / n_embd), o = (int)(x % n_embd);

@@ -363,3 +363,68 @@ static __device__ __forceinline__ float sub_dot_q8_1(const uint8_t* wrow, int wt
     unpack_sub(wrow, wtype, sb, &s);
     return unpacked_dot_q8_1(s, wtype, xb);
 }
+
+// ---- two sub-blocks at once (64 values: sub-blocks 2p and 2p + 1), for the single-row products --
+// Q4_K keeps the two sub-blocks in the low and high nibbles of the same 32 bytes, and two Q8_0
+// blocks start on a 4-byte boundary, so one thread reads each byte once with aligned (for Q4_K,
+// 16-byte) loads. Rows must then be 16-byte aligned (Q4_K) or 4-byte aligned (Q8_0): `pairs_ok`.
+
+// Whether WT has a pair form.
+template <int WT> struct HasPair { static constexpr bool value = WT == WT_Q4_K || WT == WT_Q8_0; };
+
+// Rows at `base` with byte stride `stride` (and expert stride `estride`) suit the pair form of WT.
+template <int WT>
+static __device__ __forceinline__ bool pairs_ok(const void* base, long long stride, long long estride, int k) {
+    if (!HasPair<WT>::value || k % 64 != 0) return false;
+    const long long a = (long long)(uintptr_t)base | stride | estride;
+    return WT == WT_Q4_K ? (a & 15) == 0 : (a & 3) == 0;
+}
+
+// d * dx * sum(q * qx) for 8 int words of weights and a Q8_1 block.
+static __device__ __forceinline__ int dot8(const int* q, const int* xq) {
+    int s = 0;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) s = __dp4a(q[t], xq[t], s);
+    return s;
+}
+
+// W_row . x over values 64p .. 64p + 63, with the Q8_1 activation blocks of x at xb (36 bytes each).
+template <int WT>
+static __device__ __forceinline__ float pair_dot_q8_1(const uint8_t* wrow, const uint8_t* xb, int p) {
+    const uint8_t* x0 = xb + (long long)(2 * p) * 36;
+    const uint8_t* x1 = x0 + 36;
+    const float2 dx0 = __half22float2(*(const __half2*)x0), dx1 = __half22float2(*(const __half2*)x1);
+    if constexpr (WT == WT_Q4_K) {
+        const uint8_t* blk = wrow + (long long)(p / 4) * 144;
+        const int j = 2 * (p % 4);
+        const int4 a = *(const int4*)(blk + 16 + (p % 4) * 32);
+        const int4 b = *(const int4*)(blk + 32 + (p % 4) * 32);
+        const int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        int lo[8], hi[8];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+            lo[t] = w[t] & 0x0F0F0F0F;
+            hi[t] = (w[t] >> 4) & 0x0F0F0F0F;
+        }
+        const float2 dm = __half22float2(*(const __half2*)blk);
+        int sc0, mn0, sc1, mn1;
+        scale_min_k4(blk + 4, j, &sc0, &mn0);
+        scale_min_k4(blk + 4, j + 1, &sc1, &mn1);
+        const int s0 = dot8(lo, (const int*)(x0 + 4)), s1 = dot8(hi, (const int*)(x1 + 4));
+        return (dm.x * (float)sc0) * dx0.x * (float)s0 - (dm.y * (float)mn0) * dx0.y +
+               (dm.x * (float)sc1) * dx1.x * (float)s1 - (dm.y * (float)mn1) * dx1.y;
+    } else {
+        // Q8_0: blocks 2p and 2p + 1 as 17 aligned words: d0 | q0 (bytes 2 .. 33) | d1 | q1.
+        const int* w = (const int*)(wrow + (long long)p * 68);
+        int v[17];
+#pragma unroll
+        for (int t = 0; t < 17; ++t) v[t] = w[t];
+        int q0[8];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) q0[t] = (int)__funnelshift_r((uint32_t)v[t], (uint32_t)v[t + 1], 16);
+        const float d0 = __half2float(__ushort_as_half((unsigned short)(v[0] & 0xFFFF)));
+        const float d1 = __half2float(__ushort_as_half((unsigned short)((uint32_t)v[8] >> 16)));
+        const int s0 = dot8(q0, (const int*)(x0 + 4)), s1 = dot8(v + 9, (const int*)(x1 + 4));
+        return d0 * dx0.x * (float)s0 + d1 * dx1.x * (float)s1;
+    }
+}

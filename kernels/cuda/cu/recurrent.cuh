@@ -44,6 +44,7 @@ static __device__ __forceinline__ int rows_before(const int* slots, const int* p
 // 256-channel group).
 extern "C" __global__ void bl_conv_causal(const float* x, const float* w, const float* state, const int* slots,
                                           const int* pos, float* out, int ch, int taps, int n_slots, int* err) {
+    KERNEL_ENTRY();
     const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= ch) return;
     if (bad_row(slots, pos, r, n_slots)) {
@@ -66,6 +67,7 @@ extern "C" __global__ void bl_conv_causal(const float* x, const float* w, const 
 
 extern "C" __global__ void bl_conv_causal_state(const float* x, float* state, const int* slots, const int* pos, int ch,
                                                 int rows, int taps, int n_slots) {
+    KERNEL_ENTRY();
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= ch) return;
     const int first = blockIdx.x * CONV_STATE_ROWS, last = min(rows, first + CONV_STATE_ROWS);
@@ -145,6 +147,7 @@ static __device__ int block_rank(bool flag, int* warp_n, int* base) {
 // 5, and the lists are then left empty.
 extern "C" __global__ void bl_delta_rule_table(const int* slots, const int* pos, int* tab, int rows, int n_slots,
                                                int max_short, int max_long, int max_chunks, int* err) {
+    KERNEL_ENTRY();
     __shared__ int warp_n[1024 / WARP];
     __shared__ int n_all, n_short, n_long;
     const DrTable t = dr_table(tab, rows, max_short, max_long, max_chunks);
@@ -273,6 +276,7 @@ extern "C" __global__ void __launch_bounds__(128)
                        float* state, const int* slots, const int* pos, float* out, int* tab, int max_short,
                        int max_long, int max_chunks, int hk, int hv, int dk, int dv, int rows, int n_slots,
                        float scale, float beta_scale, int* err) {
+    KERNEL_ENTRY();
 #define DR_STEP(E)                                                                                                 \
     delta_step<E>(q, k, v, gate, beta, state, slots, pos, out, tab, max_short, max_long, max_chunks, hk, hv, dk, dv, \
                   rows, n_slots, scale, beta_scale, err)
@@ -302,6 +306,7 @@ extern "C" __global__ void __launch_bounds__(256)
     bl_delta_rule_prep(const float* q, const float* k, const float* v, const float* gate, const float* beta,
                        int* tab, int rows, int max_short, int max_long, int max_chunks, int hk, int hv, int dk,
                        int dv, float beta_scale, float* gs, float* ps, float* ws, float* us) {
+    KERNEL_ENTRY();
     __shared__ float graw[DR_CHUNK], G[DR_CHUNK], B[DR_CHUNK], BG[DR_CHUNK];
     __shared__ float Ks[DR_CHUNK][33], Qs[DR_CHUNK][33];
     __shared__ float As[DR_CHUNK][DR_CHUNK + 1];
@@ -529,6 +534,7 @@ extern "C" __global__ void __launch_bounds__(128)
                          int rows, int max_short, int max_long, int max_chunks, const float* gs, const float* ps,
                          const float* ws, const float* us, float* out, int hk, int hv, int dk, int dv, int n_slots,
                          float scale) {
+    KERNEL_ENTRY();
     __shared__ DrSmem sm;
     const DrTable tb = dr_table(tab, rows, max_short, max_long, max_chunks);
 #define DR_CHUNKS(M) \

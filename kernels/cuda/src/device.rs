@@ -80,7 +80,8 @@ impl CudaDevice {
         let ctx = std::panic::catch_unwind(|| CudaContext::new(config.index as usize))
             .map_err(|_| PluginError::device("the CUDA driver lacks an entry point cudarc needs"))?
             .map_err(err("creating the CUDA context"))?;
-        let kernels = Launcher::new(Arc::clone(&ctx), bundle.ptx)?;
+        // PTX for compute capability 9.0 and up opens every kernel with griddepcontrol.wait.
+        let kernels = Launcher::new(Arc::clone(&ctx), bundle.ptx, bundle.native.0 >= 9)?;
         let copies = ctx.new_stream().map_err(err("creating the copy stream"))?;
         Ok(CudaDevice {
             name: format!("{name} ({})", bundle.name),

@@ -17,14 +17,15 @@ use abi_stable::std_types::RVec;
 use bloomery_plugin_api::op::{Gating, GluKind, Op, OpKind, OpSupport, RopeMode, UnaryFn};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
-use cudarc::driver::{
-    result, CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{result, CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig};
 
 use crate::probe::Bundle;
 
 mod fused;
+mod launch;
 mod recurrent;
+
+pub use launch::Args;
 
 /// The quantized weight types the kernels read, with their `wtype` codes in `cu/quant.cuh`.
 pub const QUANT_TYPES: [(DType, i32); 11] = [
@@ -169,10 +170,52 @@ pub struct Launcher {
     pub capturing: AtomicBool,
     /// How batches of quantized products run.
     mmq: Mmq,
-    /// The activations (address, 32-value blocks) whose Q8_1 copy the scratch holds when the
-    /// previous call was a quantized product that left them intact: Q, K and V of a layer then
-    /// quantize their common input once.
-    quantized: Mutex<Option<(u64, u64)>>,
+    /// The activations whose Q8_1 copy the scratch holds, while nothing since has written the
+    /// activations or the scratch: set by a quantized product that left its input intact (Q, K
+    /// and V of a layer then quantize their common input once) or by a norm that wrote the copy
+    /// for its reader (ops/fused.rs); kept across routing calls, which touch neither.
+    quantized: Mutex<Option<Quantized>>,
+    /// Set by [`Launcher::run_all`] while the call after the one being launched is a quantized
+    /// product of its result (attention then writes the Q8_1 copy as well).
+    product_next: AtomicBool,
+    /// Kernels may start before their predecessor ends ([`launch`]): the bundle's kernels wait
+    /// for it on the device (sm_90 and up), unless `BLOOMERY_CUDA_PDL=0`.
+    overlap: bool,
+    /// Set by [`Launcher::run_all`] for passes of few rows (decode), where launches overlap: in
+    /// batched passes of large grids the overlap measured slower (docs/performance.md).
+    overlap_pass: AtomicBool,
+}
+
+/// Whether `c` is a quantized product whose activations are `t` (the same memory and size).
+fn reads_quantized(c: &OpCall, t: &TensorRef) -> bool {
+    let [w, x, ..] = c.srcs() else {
+        return false;
+    };
+    matches!(c.op, Op::MatMul)
+        && weight_code(w.dtype).is_some_and(|(code, _)| code >= 1)
+        && x.buffer == t.buffer
+        && x.offset == t.offset
+        && x.elements() == t.elements()
+        && x.dtype == DType::F32
+        && x.is_contiguous()
+}
+
+/// A Q8_1 copy of f32 activations in the scratch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Quantized {
+    /// Address of the f32 activations.
+    x: u64,
+    /// Their 32-value blocks.
+    nblocks: u64,
+    /// Address of the copy (the scratch base when it was written).
+    q: u64,
+}
+
+impl Quantized {
+    /// Whether `len` bytes at `addr` leave the activations intact.
+    fn clear_of(&self, addr: u64, len: u64) -> bool {
+        addr + len <= self.x || self.x + self.nblocks * 128 <= addr
+    }
 }
 
 /// The batched quantized product in use (`BLOOMERY_CUDA_MMQ=mma|dp4a|off`; mma by default).
@@ -218,8 +261,9 @@ pub trait Buffers {
 }
 
 impl Launcher {
-    /// Loads `ptx` on `ctx` and allocates the error word.
-    pub fn new(ctx: Arc<CudaContext>, ptx: &str) -> Result<Launcher, PluginError> {
+    /// Loads `ptx` on `ctx` and allocates the error word. `waits` says the kernels open with
+    /// `griddepcontrol.wait` (PTX for compute capability 9.0 and up), so launches may overlap.
+    pub fn new(ctx: Arc<CudaContext>, ptx: &str, waits: bool) -> Result<Launcher, PluginError> {
         let module = ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
             .map_err(driver_err("loading the bundle's PTX"))?;
@@ -241,7 +285,15 @@ impl Launcher {
             capturing: AtomicBool::new(false),
             mmq: Mmq::from_env(),
             quantized: Mutex::new(None),
+            product_next: AtomicBool::new(false),
+            overlap: waits && std::env::var("BLOOMERY_CUDA_PDL").as_deref() != Ok("0"),
+            overlap_pass: AtomicBool::new(false),
         })
+    }
+
+    /// Starts the arguments of a launch of `f` on the kernel stream.
+    fn args<'a>(&'a self, f: &'a CudaFunction) -> Args<'a> {
+        Args::new(f, &self.stream, self.overlap_pass.load(Ordering::Relaxed))
     }
 
     fn func(&self, name: &'static str) -> Result<CudaFunction, PluginError> {
@@ -293,7 +345,7 @@ impl Launcher {
     /// Holds the stream for `ns` nanoseconds (the profiler queues a pass behind it).
     pub fn hold(&self, ns: i64) -> Result<(), PluginError> {
         let f = self.func("bl_hold")?;
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.args(&f);
         l.arg(&ns);
         // SAFETY: one thread reads the clock; no memory is touched.
         unsafe { l.launch(LaunchConfig::for_num_elems(1)) }
@@ -326,12 +378,33 @@ impl Launcher {
 
     /// Launches the calls of a pass in order, fusing what it can (see [`Launcher::fused`]).
     pub fn run_all(&self, bufs: &dyn Buffers, calls: &[OpCall]) -> Result<(), PluginError> {
+        // Few rows: no product of the pass runs as tiles.
+        let few_rows = calls.iter().all(|c| match c.op {
+            Op::MatMul => c.srcs().get(1).is_none_or(|x| x.rows() < MMQ_MIN_ROWS),
+            Op::MoeExperts(_) => c.srcs().first().is_none_or(|x| x.rows() < MMQ_MIN_ROWS),
+            _ => true,
+        });
+        self.overlap_pass
+            .store(self.overlap && few_rows, Ordering::Relaxed);
+        let done = self.run_calls(bufs, calls);
+        self.overlap_pass.store(false, Ordering::Relaxed);
+        done
+    }
+
+    /// [`Launcher::run_all`] once its overlap is set.
+    fn run_calls(&self, bufs: &dyn Buffers, calls: &[OpCall]) -> Result<(), PluginError> {
         let mut i = 0;
         while i < calls.len() {
             i += match self.fused(bufs, &calls[i..])? {
                 Some(n) => n,
                 None => {
-                    self.run(bufs, &calls[i])?;
+                    let next = calls
+                        .get(i + 1)
+                        .is_some_and(|n| reads_quantized(n, &calls[i].dst));
+                    self.product_next.store(next, Ordering::Relaxed);
+                    let done = self.run(bufs, &calls[i]);
+                    self.product_next.store(false, Ordering::Relaxed);
+                    done?;
                     1
                 }
             };
@@ -341,12 +414,44 @@ impl Launcher {
 
     /// Launches one call.
     pub fn run(&self, bufs: &dyn Buffers, c: &OpCall) -> Result<(), PluginError> {
-        // Only a quantized product directly after another on the same input reuses its Q8_1 copy.
         let held = self
             .quantized
             .lock()
             .map_err(|_| PluginError::device("quantized-input record poisoned"))?
             .take();
+        self.launch_call(bufs, c, held)?;
+        // Routing touches neither the scratch nor (unless it writes there) the activations.
+        let routing = match c.op {
+            Op::MatMul => c.srcs().first().is_some_and(|w| w.dtype == DType::F32),
+            Op::RouterTopK(_) | Op::RouterWeights(_) => true,
+            _ => false,
+        };
+        if let (Some(h), true) = (held, routing) {
+            let len = c.dst.span_bytes().unwrap_or(u64::MAX);
+            let at = bufs.address(c.dst.buffer, c.dst.offset, len)?;
+            if h.clear_of(at, len) {
+                self.keep_quantized(h)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Records that the scratch holds `h` (see [`Launcher::quantized`]).
+    fn keep_quantized(&self, h: Quantized) -> Result<(), PluginError> {
+        *self
+            .quantized
+            .lock()
+            .map_err(|_| PluginError::device("quantized-input record poisoned"))? = Some(h);
+        Ok(())
+    }
+
+    /// Launches one call; `held` is the Q8_1 copy the scratch holds.
+    fn launch_call(
+        &self,
+        bufs: &dyn Buffers,
+        c: &OpCall,
+        held: Option<Quantized>,
+    ) -> Result<(), PluginError> {
         let src = |i: usize| {
             c.srcs()
                 .get(i)
@@ -374,7 +479,6 @@ impl Launcher {
                 ))
             }
         };
-        let stream = &self.stream;
         let grid = |n: u64, per: u64| -> u32 { n.div_ceil(per).clamp(1, 65_535 * 64) as u32 };
         let cfg = |g: u32, b: u32| LaunchConfig {
             grid_dim: (g, 1, 1),
@@ -404,7 +508,7 @@ impl Launcher {
                     "bl_mul_f32"
                 };
                 let f = self.func(name)?;
-                let mut l = stream.launch_builder(&f);
+                let mut l = self.args(&f);
                 l.arg(&pa).arg(&pb).arg(&po).arg(&n).arg(&nb).arg(&bdiv);
                 // SAFETY: every pointer covers the elements the kernel touches (checked above).
                 unsafe { l.launch(cfg(grid(n as u64, 256).min(4096), 256)) }
@@ -420,7 +524,7 @@ impl Launcher {
                 }
                 let (px, po) = (addr(x, "x")?, addr(&c.dst, "dst")?);
                 let f = self.func("bl_scale_f32")?;
-                let mut l = stream.launch_builder(&f);
+                let mut l = self.args(&f);
                 l.arg(&px).arg(&po).arg(&s).arg(&n);
                 // SAFETY: both pointers cover n elements.
                 unsafe { l.launch(cfg(grid(n as u64, 256).min(4096), 256)) }
@@ -445,9 +549,10 @@ impl Launcher {
                     None => 0u64,
                 };
                 let (px, po) = (addr(x, "x")?, addr(&c.dst, "dst")?);
+                let q = 0u64;
                 let f = self.func("bl_rms_norm_f32")?;
-                let mut l = stream.launch_builder(&f);
-                l.arg(&px).arg(&pw).arg(&po).arg(&ncols).arg(&eps);
+                let mut l = self.args(&f);
+                l.arg(&px).arg(&pw).arg(&po).arg(&q).arg(&ncols).arg(&eps);
                 // A thread per 2 columns up to 1024, so few rows still keep loads in flight.
                 let threads = (ncols as u32).div_ceil(64).clamp(1, 32) * 32;
                 // SAFETY: one block per row of ncols elements, all inside the checked spans.
@@ -464,7 +569,7 @@ impl Launcher {
                 let (ncols, rows) = (c.dst.ne[0] as i32, c.dst.rows());
                 let (px, po) = (addr(x, "x")?, addr(&c.dst, "dst")?);
                 let f = self.func("bl_l2_norm_f32")?;
-                let mut l = stream.launch_builder(&f);
+                let mut l = self.args(&f);
                 l.arg(&px).arg(&po).arg(&ncols).arg(&eps);
                 let threads = (ncols as u32).div_ceil(64).clamp(1, 32) * 32;
                 if rows > 0 {
@@ -498,7 +603,7 @@ impl Launcher {
                 let (stride, ncols, nrows) = (t.nb[1] as i64, t.ne[0] as i32, t.rows() as i32);
                 let err = self.error_word;
                 let f = self.func(name)?;
-                let mut l = stream.launch_builder(&f);
+                let mut l = self.args(&f);
                 l.arg(&pt)
                     .arg(&stride)
                     .arg(&pi)
@@ -538,7 +643,7 @@ impl Launcher {
                             "bl_matmul_f32"
                         };
                         let f = self.func(name)?;
-                        let mut l = stream.launch_builder(&f);
+                        let mut l = self.args(&f);
                         l.arg(&pw)
                             .arg(&stride)
                             .arg(&px)
@@ -564,10 +669,11 @@ impl Launcher {
                         }
                         let nblocks = (k / 32) * m;
                         let q = self.scratch(nblocks * 36)?;
-                        if held != Some((px, nblocks)) {
+                        let copy = Quantized { x: px, nblocks, q };
+                        if held != Some(copy) {
                             let nb = nblocks as i64;
                             let fq = self.func("bl_quantize_q8_1")?;
-                            let mut l = stream.launch_builder(&fq);
+                            let mut l = self.args(&fq);
                             l.arg(&px).arg(&q).arg(&nb);
                             // SAFETY: one warp per 32-value block of x; q holds nblocks blocks.
                             unsafe { l.launch(cfg(grid(nblocks, WARPS), BLOCK)) }
@@ -576,14 +682,12 @@ impl Launcher {
                         // The next product may reuse q unless this one overwrites x.
                         let (x_end, y_end) = (px + x.elements() * 4, py + c.dst.elements() * 4);
                         if y_end <= px || x_end <= py {
-                            if let Ok(mut h) = self.quantized.lock() {
-                                *h = Some((px, nblocks));
-                            }
+                            self.keep_quantized(copy)?;
                         }
                         let x_row = ((k / 32) * 36) as i64;
                         if let Some((tiled, _)) = self.mmq.kernels(m) {
                             let f = self.func(tiled)?;
-                            let mut l = stream.launch_builder(&f);
+                            let mut l = self.args(&f);
                             l.arg(&pw).arg(&stride).arg(&wtype).arg(&q).arg(&x_row);
                             l.arg(&py).arg(&ki).arg(&ni).arg(&mi);
                             let grid =
@@ -610,7 +714,7 @@ impl Launcher {
                             ("bl_matmul_q_cols", cfg(grid(n, warps), MQ_COLS_BLOCK))
                         };
                         let f = self.func(name)?;
-                        let mut l = stream.launch_builder(&f);
+                        let mut l = self.args(&f);
                         l.arg(&pw).arg(&stride).arg(&q).arg(&x_row).arg(&py);
                         l.arg(&ki).arg(&ni).arg(&mi).arg(&wtype);
                         // SAFETY: one warp per (row, column) or per row, all inside the checked
@@ -640,7 +744,7 @@ impl Launcher {
                 };
                 let (pg, pu, po) = (addr(g, "gate")?, addr(u, "up")?, addr(&c.dst, "dst")?);
                 let f = self.func("bl_glu_f32")?;
-                let mut l = stream.launch_builder(&f);
+                let mut l = self.args(&f);
                 l.arg(&pg).arg(&pu).arg(&po).arg(&n).arg(&k).arg(&limit);
                 // SAFETY: all three pointers cover n elements.
                 unsafe { l.launch(cfg(grid(n as u64, 256).min(4096), 256)) }
@@ -657,7 +761,7 @@ impl Launcher {
                 let code = unary_code(which);
                 let (px, po) = (addr(x, "x")?, addr(&c.dst, "dst")?);
                 let f = self.func("bl_unary_f32")?;
-                let mut l = stream.launch_builder(&f);
+                let mut l = self.args(&f);
                 l.arg(&px).arg(&po).arg(&n).arg(&code);
                 // SAFETY: both pointers cover n elements.
                 unsafe { l.launch(cfg(grid(n as u64, 256).min(4096), 256)) }
@@ -665,65 +769,21 @@ impl Launcher {
             }
             Op::Rope(p) => {
                 let (x, pos) = (src(0)?, src(1)?);
-                f32_only(x, "Rope")?;
-                f32_only(&c.dst, "Rope")?;
-                let rows = c.dst.ne[2] * c.dst.ne[3];
-                let neox: i32 = match p.mode {
-                    RopeMode::Norm => 0,
-                    RopeMode::Neox => 1,
-                    // Text positions (one per row) give every section the same position: NEOX.
-                    RopeMode::Imrope if pos.elements() == rows => {
-                        if p.sections.iter().all(|&s| s == 0) {
-                            return Err(PluginError::invalid("IMROPE sections are all zero"));
-                        }
-                        1
-                    }
-                    RopeMode::Imrope => {
-                        return Err(PluginError::unsupported(
-                            "IMROPE with per-axis positions on the CUDA bundles",
-                            &["one position per row"],
-                        ))
-                    }
-                };
-                if p.inverse {
-                    return Err(PluginError::unsupported(
-                        "inverse RoPE on the CUDA bundles",
-                        &[],
-                    ));
-                }
-                let (hd, nh) = (c.dst.ne[0], c.dst.ne[1]);
-                if x.ne != c.dst.ne
-                    || pos.dtype != DType::I32
-                    || pos.elements() != rows
-                    || hd % 2 != 0
-                    || p.n_dims % 2 != 0
-                    || u64::from(p.n_dims) > hd
-                    || !(p.freq_base > 0.0 && p.freq_scale > 0.0)
-                {
-                    return Err(PluginError::invalid(format!(
-                        "Rope shapes {:?} with {} positions, n_dims {}",
-                        x.ne,
-                        pos.elements(),
-                        p.n_dims
-                    )));
-                }
-                let (corr, mscale) =
-                    bloomery_kernels_cpu::ops::rope::RopeParams::from_abi(&p).yarn_terms();
+                let r = rope_args(&p, x, pos, &c.dst)?;
                 let (px, pp, po) = (addr(x, "x")?, addr(pos, "positions")?, addr(&c.dst, "dst")?);
-                let (hdi, nhi, ri, nd) = (hd as i32, nh as i32, rows as i32, p.n_dims as i32);
                 let f = self.func("bl_rope_f32")?;
-                let mut l = stream.launch_builder(&f);
+                let mut l = self.args(&f);
                 l.arg(&px)
                     .arg(&po)
                     .arg(&pp)
-                    .arg(&hdi)
-                    .arg(&nhi)
-                    .arg(&ri)
-                    .arg(&neox)
-                    .arg(&nd);
+                    .arg(&r.head_dim)
+                    .arg(&r.n_head)
+                    .arg(&r.rows)
+                    .arg(&r.neox)
+                    .arg(&r.n_dims);
                 l.arg(&p.freq_base).arg(&p.freq_scale).arg(&p.ext_factor);
-                l.arg(&corr[0]).arg(&corr[1]).arg(&mscale);
-                let total = rows * nh * (hd / 2);
+                l.arg(&r.corr[0]).arg(&r.corr[1]).arg(&r.mscale);
+                let total = (r.rows * r.n_head * (r.head_dim / 2)) as u64;
                 // SAFETY: one thread per (row, head, pair) inside the checked spans.
                 unsafe { l.launch(cfg(grid(total.max(1), 256).min(4096), 256)) }
                     .map_err(driver_err("bl_rope_f32"))?;
@@ -755,7 +815,7 @@ impl Launcher {
                 let (w, len, ns) = (cache.ne[0] as i32, cache.ne[1] as i32, cache.ne[2] as i32);
                 let err = self.error_word;
                 let f = self.func(name)?;
-                let mut l = stream.launch_builder(&f);
+                let mut l = self.args(&f);
                 l.arg(&pr)
                     .arg(&pc)
                     .arg(&ps)
@@ -826,9 +886,24 @@ impl Launcher {
                 let (nhi, nkvi, dki, dvi) = (nh as i32, nkv as i32, dk as i32, dv as i32);
                 let window = p.window as i32;
                 let err = self.error_word;
+                // The output's Q8_1 copy too, when a quantized product reads it next.
+                let copy = if self.product_next.load(Ordering::Relaxed) && dv % 32 == 0 {
+                    let nblocks = c.dst.elements() / 32;
+                    let q = self.scratch(nblocks * 36)?;
+                    Some(Quantized { x: po, nblocks, q })
+                } else {
+                    None
+                };
+                let oq = copy.map_or(0u64, |c| c.q);
                 let f = self.func(name)?;
-                let mut l = stream.launch_builder(&f);
-                l.arg(&pq).arg(&pk).arg(&pv).arg(&ps).arg(&pp).arg(&po);
+                let mut l = self.args(&f);
+                l.arg(&pq)
+                    .arg(&pk)
+                    .arg(&pv)
+                    .arg(&ps)
+                    .arg(&pp)
+                    .arg(&po)
+                    .arg(&oq);
                 l.arg(&nhi)
                     .arg(&nkvi)
                     .arg(&dki)
@@ -853,6 +928,9 @@ impl Launcher {
                         })
                     }
                     .map_err(driver_err(name))?;
+                }
+                if let Some(copy) = copy {
+                    self.keep_quantized(copy)?;
                 }
             }
             Op::RouterTopK(p) | Op::RouterWeights(p) => {
@@ -881,12 +959,7 @@ impl Launcher {
                         &[],
                     ));
                 }
-                let gating: i32 = match p.gating {
-                    Gating::Softmax => 0,
-                    Gating::Sigmoid => 1,
-                    Gating::SoftmaxSelected => 2,
-                    Gating::SqrtSoftplus => 3,
-                };
+                let gating = gating_code(p.gating);
                 let pl = addr(logits, "logits")?;
                 let po = addr(&c.dst, "dst")?;
                 let blocks = cfg(grid(rows.max(1) as u64, WARPS), BLOCK);
@@ -899,7 +972,7 @@ impl Launcher {
                         0u64
                     };
                     let f = self.func("bl_router_topk")?;
-                    let mut l = stream.launch_builder(&f);
+                    let mut l = self.args(&f);
                     l.arg(&pl)
                         .arg(&pb)
                         .arg(&po)
@@ -913,7 +986,7 @@ impl Launcher {
                     let ids = addr(src(1)?, "ids")?;
                     let (norm, err) = (i32::from(p.norm), self.error_word);
                     let f = self.func("bl_router_weights")?;
-                    let mut l = stream.launch_builder(&f);
+                    let mut l = self.args(&f);
                     l.arg(&pl)
                         .arg(&ids)
                         .arg(&po)
@@ -926,7 +999,7 @@ impl Launcher {
                     unsafe { l.launch(blocks) }.map_err(driver_err("bl_router_weights"))?;
                 }
             }
-            Op::MoeExperts(p) => self.moe(&addr, &src, c, p)?,
+            Op::MoeExperts(p) => self.moe(&addr, &src, c, p, held)?,
             other => {
                 return Err(PluginError::unsupported(
                     format!("op {} on the CUDA bundles", other.kind()),
@@ -985,7 +1058,7 @@ impl Launcher {
         let (ne0, ne1, ne2, nrows) = (x.ne[0] as i64, x.ne[1] as i64, x.ne[2] as i64, rows as i64);
         let [nb0, nb1, nb2, nb3] = x.nb.map(|b| b as i64);
         let f = self.func(name)?;
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.args(&f);
         l.arg(&px)
             .arg(&po)
             .arg(&ne0)
@@ -1016,6 +1089,7 @@ impl Launcher {
         src: &dyn Fn(usize) -> Result<&'c TensorRef, PluginError>,
         c: &'c OpCall,
         p: bloomery_plugin_api::op::MoeParams,
+        held: Option<Quantized>,
     ) -> Result<(), PluginError> {
         let (x, ids, w, gate) = (src(0)?, src(1)?, src(2)?, src(3)?);
         let (up, down_i) = if p.fused_gate_up {
@@ -1094,7 +1168,6 @@ impl Launcher {
         let base = self.scratch(xq_bytes + h_bytes + hq_bytes)?;
         let (xq, h, hq) = (base, base + xq_bytes, base + xq_bytes + h_bytes);
         let px = addr(x, "x")?;
-        let stream = &self.stream;
         let cfg = |tasks: u64| LaunchConfig {
             grid_dim: (tasks.div_ceil(WARPS).max(1) as u32, 1, 1),
             block_dim: (BLOCK, 1, 1),
@@ -1103,15 +1176,21 @@ impl Launcher {
         let quantize = |from: u64, to: u64, nblocks: u64, what: &str| -> Result<(), PluginError> {
             let nb = nblocks as i64;
             let f = self.func("bl_quantize_q8_1")?;
-            let mut l = stream.launch_builder(&f);
+            let mut l = self.args(&f);
             l.arg(&from).arg(&to).arg(&nb);
             // SAFETY: one warp per 32-value block; both areas hold nblocks blocks.
             unsafe { l.launch(cfg(nblocks)) }
                 .map_err(driver_err(what))
                 .map(|_| ())
         };
-        if xq_bytes > 0 {
-            quantize(px, xq, rows * (n_embd / 32), "quantizing the MoE input")?;
+        let nblocks = rows * (n_embd / 32);
+        let copy = Quantized {
+            x: px,
+            nblocks,
+            q: xq,
+        };
+        if xq_bytes > 0 && held != Some(copy) {
+            quantize(px, xq, nblocks, "quantizing the MoE input")?;
         }
         let act = |t: i32| {
             if t >= 1 {
@@ -1142,7 +1221,7 @@ impl Launcher {
         };
         let (fused, err) = (i32::from(p.fused_gate_up), self.error_word);
         let f = self.func("bl_moe_gate_up")?;
-        let mut l = stream.launch_builder(&f);
+        let mut l = self.args(&f);
         l.arg(&pg)
             .arg(&pu)
             .arg(&g_row)
@@ -1184,7 +1263,7 @@ impl Launcher {
         let pd = addr(down, "down")?;
         let (d_row, d_exp) = (down.nb[1] as i64, down.nb[2] as i64);
         let f = self.func("bl_moe_down")?;
-        let mut l = stream.launch_builder(&f);
+        let mut l = self.args(&f);
         l.arg(&pd)
             .arg(&d_row)
             .arg(&d_exp)
@@ -1251,7 +1330,6 @@ impl Launcher {
             off += sz;
         }
         let [xq, list, count, gu, h, hq, dbuf] = at;
-        let stream = &self.stream;
         let warps = |tasks: u64| LaunchConfig {
             grid_dim: (tasks.div_ceil(WARPS).max(1) as u32, 1, 1),
             block_dim: (BLOCK, 1, 1),
@@ -1265,7 +1343,7 @@ impl Launcher {
         let quantize = |from: u64, to: u64, nblocks: u64| -> Result<(), PluginError> {
             let nb = nblocks as i64;
             let f = self.func("bl_quantize_q8_1")?;
-            let mut l = stream.launch_builder(&f);
+            let mut l = self.args(&f);
             l.arg(&from).arg(&to).arg(&nb);
             // SAFETY: one warp per 32-value block; both areas hold nblocks blocks.
             unsafe { l.launch(warps(nblocks)) }
@@ -1276,7 +1354,7 @@ impl Launcher {
         let (ne, nf, nx) = (n_embd as i32, n_ff as i32, p.n_expert as i32);
         let (n_entries, list_stride, err) = (entries as i32, entries as i64, self.error_word);
         let f = self.func("bl_moe_route")?;
-        let mut l = stream.launch_builder(&f);
+        let mut l = self.args(&f);
         l.arg(&st.ids).arg(&st.map).arg(&n_entries).arg(&nx);
         l.arg(&list).arg(&list_stride).arg(&count).arg(&err);
         // SAFETY: one block per stack expert writes its own list (at most `entries` long) and count.
@@ -1300,7 +1378,7 @@ impl Launcher {
          -> Result<(), PluginError> {
             let (pw, w_row, w_exp, wtype) = stack;
             let (ki, ni) = (kk as i32, nn as i32);
-            let mut l = stream.launch_builder(&tiled);
+            let mut l = self.args(&tiled);
             l.arg(&pw)
                 .arg(&w_row)
                 .arg(&w_exp)
@@ -1341,7 +1419,7 @@ impl Launcher {
         };
         let (uoff, n_e) = (n_ff as i64, entries as i64);
         let f = self.func("bl_moe_glu")?;
-        let mut l = stream.launch_builder(&f);
+        let mut l = self.args(&f);
         l.arg(&gu).arg(&gu).arg(&gu_row).arg(&uoff).arg(&h);
         l.arg(&n_e).arg(&nf).arg(&kind).arg(&p.limit);
         // SAFETY: entries x n_ff values read from the products and written to h, both sized so.
@@ -1351,7 +1429,7 @@ impl Launcher {
         product(st.down, hq, h_row, 1, dbuf, n_embd as i64, n_ff, n_embd)?;
         let ri = rows as i32;
         let f = self.func("bl_moe_combine")?;
-        let mut l = stream.launch_builder(&f);
+        let mut l = self.args(&f);
         l.arg(&dbuf)
             .arg(&st.ids)
             .arg(&st.map)
@@ -1383,6 +1461,96 @@ impl Drop for Launcher {
 }
 
 /// The `f` of `bl_unary_f32` and `bl_unary_mul_f32` for a unary function.
+/// A checked Rope call's kernel arguments.
+struct RopeArgs {
+    head_dim: i32,
+    n_head: i32,
+    rows: i32,
+    /// 1 for NEOX pairs (and IMROPE with one position per row), 0 for adjacent pairs.
+    neox: i32,
+    n_dims: i32,
+    /// YaRN correction dims.
+    corr: [f32; 2],
+    mscale: f64,
+}
+
+/// Checks a Rope call of `x` at `pos` into `dst` for the CUDA kernels.
+fn rope_args(
+    p: &bloomery_plugin_api::op::RopeParams,
+    x: &TensorRef,
+    pos: &TensorRef,
+    dst: &TensorRef,
+) -> Result<RopeArgs, PluginError> {
+    for t in [x, dst] {
+        if t.dtype != DType::F32 {
+            return Err(PluginError::unsupported(
+                format!("Rope of type {}", t.dtype),
+                &[],
+            ));
+        }
+    }
+    let rows = dst.ne[2] * dst.ne[3];
+    let neox: i32 = match p.mode {
+        RopeMode::Norm => 0,
+        RopeMode::Neox => 1,
+        // Text positions (one per row) give every section the same position: NEOX.
+        RopeMode::Imrope if pos.elements() == rows => {
+            if p.sections.iter().all(|&s| s == 0) {
+                return Err(PluginError::invalid("IMROPE sections are all zero"));
+            }
+            1
+        }
+        RopeMode::Imrope => {
+            return Err(PluginError::unsupported(
+                "IMROPE with per-axis positions on the CUDA bundles",
+                &["one position per row"],
+            ))
+        }
+    };
+    if p.inverse {
+        return Err(PluginError::unsupported(
+            "inverse RoPE on the CUDA bundles",
+            &[],
+        ));
+    }
+    let (hd, nh) = (dst.ne[0], dst.ne[1]);
+    if x.ne != dst.ne
+        || pos.dtype != DType::I32
+        || pos.elements() != rows
+        || hd % 2 != 0
+        || !p.n_dims.is_multiple_of(2)
+        || u64::from(p.n_dims) > hd
+        || !(p.freq_base > 0.0 && p.freq_scale > 0.0)
+    {
+        return Err(PluginError::invalid(format!(
+            "Rope shapes {:?} with {} positions, n_dims {}",
+            x.ne,
+            pos.elements(),
+            p.n_dims
+        )));
+    }
+    let (corr, mscale) = bloomery_kernels_cpu::ops::rope::RopeParams::from_abi(p).yarn_terms();
+    Ok(RopeArgs {
+        head_dim: hd as i32,
+        n_head: nh as i32,
+        rows: rows as i32,
+        neox,
+        n_dims: p.n_dims as i32,
+        corr,
+        mscale,
+    })
+}
+
+/// The routers' gating function as the kernels number it.
+fn gating_code(g: Gating) -> i32 {
+    match g {
+        Gating::Softmax => 0,
+        Gating::Sigmoid => 1,
+        Gating::SoftmaxSelected => 2,
+        Gating::SqrtSoftplus => 3,
+    }
+}
+
 fn unary_code(which: UnaryFn) -> i32 {
     match which {
         UnaryFn::Silu => 0,
@@ -1420,15 +1588,19 @@ mod tests {
         "bl_matmul_f32_split",
         "bl_matmul_q",
         "bl_matmul_q_cols",
+        "bl_matmul_q_parts",
         "bl_glu_f32",
         "bl_unary_f32",
         "bl_rope_f32",
+        "bl_norm_rope_f32",
+        "bl_norm_rope_f16",
         "bl_cache_store_f32",
         "bl_cache_store_f16",
         "bl_attention_f32",
         "bl_attention_f16",
         "bl_router_topk",
         "bl_router_weights",
+        "bl_router_topk_weights",
         "bl_moe_gate_up",
         "bl_moe_down",
         "bl_mmq_mma",

@@ -5,12 +5,14 @@
 //! kernel still writes the first call's result, so any later reader sees what it would have, and
 //! each thread reads back only what it wrote, so tensors sharing reused memory stay safe.
 
-use bloomery_plugin_api::op::Op;
+use bloomery_plugin_api::op::{Op, RopeParams, RouterParams};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::{DeviceRepr, LaunchConfig};
 
-use super::{driver_err, unary_code, Buffers, Launcher};
+use super::{
+    driver_err, gating_code, rope_args, unary_code, weight_code, Buffers, Launcher, Quantized,
+};
 
 /// A contiguous f32 tensor of extents `ne`.
 fn plain(t: &TensorRef, ne: [u64; 4]) -> bool {
@@ -28,6 +30,44 @@ fn launch_cfg(blocks: u32, threads: u32) -> LaunchConfig {
         block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     }
+}
+
+/// One product of `bl_matmul_q_parts`: weights, row stride, output, rows (cu/kernels.cu's
+/// `MatmulPart`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+struct MatmulPart {
+    w: u64,
+    stride: i64,
+    y: u64,
+    n: i32,
+    pad: i32,
+}
+
+// SAFETY: plain old data laid out as the kernel's struct (two 8-byte words, a pointer, an int
+// and padding to 8-byte alignment).
+unsafe impl DeviceRepr for MatmulPart {}
+
+/// Whether the output of the pair `calls[0..2]` is next read as the activations of a quantized
+/// product or routed experts, with only routing calls between (which keep a Q8_1 copy intact).
+fn quantized_reader(calls: &[OpCall]) -> bool {
+    let out = calls[1].dst;
+    let quantized = |t: Option<&TensorRef>| {
+        t.and_then(|t| weight_code(t.dtype))
+            .is_some_and(|(code, _)| code >= 1)
+    };
+    for c in calls.iter().skip(2).take(6) {
+        match c.op {
+            Op::MatMul if c.srcs().first().is_some_and(|w| w.dtype == DType::F32) => {}
+            Op::MatMul if c.srcs().get(1) == Some(&out) => return quantized(c.srcs().first()),
+            Op::MoeExperts(_) if c.srcs().first() == Some(&out) => {
+                return quantized(c.srcs().get(3))
+            }
+            Op::RouterTopK(_) | Op::RouterWeights(_) => {}
+            _ => return false,
+        }
+    }
+    false
 }
 
 impl Launcher {
@@ -50,65 +90,375 @@ impl Launcher {
                 .ok_or_else(|| PluginError::invalid("a fused call's tensor has no layout"))?;
             bufs.address(t.buffer, t.offset, span)
         };
-        let launched = match (first.op, second.op) {
-            (Op::Add, Op::RmsNorm { eps }) => self.add_rms_norm(&addr, first, second, eps)?,
-            (Op::Unary { f }, Op::Mul) => self.unary_mul(&addr, first, second, unary_code(f))?,
-            (Op::Copy, Op::L2Norm { eps }) => self.copy_l2_norm(bufs, &addr, first, second, eps)?,
-            _ => false,
+        let held = *self
+            .quantized
+            .lock()
+            .map_err(|_| PluginError::device("quantized-input record poisoned"))?;
+        // The Q8_1 copy the scratch holds after the fused kernel, if any.
+        let mut copy = None;
+        let pair = |launched: bool| if launched { 2 } else { 0 };
+        let taken = match (first.op, second.op) {
+            (Op::Add, Op::RmsNorm { eps }) => {
+                let quantize = quantized_reader(calls);
+                let launched = self.add_rms_norm(&addr, first, second, eps, quantize)?;
+                copy = launched.flatten();
+                pair(launched.is_some())
+            }
+            (Op::Unary { f }, Op::Mul) => {
+                pair(self.unary_mul(&addr, first, second, unary_code(f))?)
+            }
+            (Op::Copy, Op::L2Norm { eps }) => {
+                pair(self.copy_l2_norm(bufs, &addr, first, second, eps)?)
+            }
+            (Op::RouterTopK(p), Op::RouterWeights(q)) if p == q => {
+                let launched = self.router(&addr, first, second, p)?;
+                // Routing leaves the scratch alone, and the activations unless it wrote there.
+                if let Some(h) = held {
+                    let clear = |t: &TensorRef| -> Result<bool, PluginError> {
+                        Ok(h.clear_of(addr(t)?, t.span_bytes().unwrap_or(u64::MAX)))
+                    };
+                    if launched && clear(&first.dst)? && clear(&second.dst)? {
+                        copy = Some(h);
+                    }
+                }
+                pair(launched)
+            }
+            (Op::RmsNorm { eps }, Op::Rope(p)) => self.norm_rope(&addr, calls, eps, p)?,
+            (Op::MatMul, Op::MatMul) => match self.matmul_parts(&addr, calls, held)? {
+                Some((n, c)) => {
+                    copy = c;
+                    n
+                }
+                None => 0,
+            },
+            _ => 0,
         };
-        if !launched {
+        if taken == 0 {
             return Ok(None);
         }
-        // A quantized product after this one quantizes its input afresh.
-        self.quantized
+        // Unless a copy was kept or written, a quantized product after this quantizes afresh.
+        *self
+            .quantized
             .lock()
-            .map_err(|_| PluginError::device("quantized-input record poisoned"))?
-            .take();
-        Ok(Some(2))
+            .map_err(|_| PluginError::device("quantized-input record poisoned"))? = copy;
+        Ok(Some(taken))
     }
 
-    /// `d = a + b; out = rms_norm(d) · w` for same-shape `a`, `b`.
+    /// `d = a + b; out = rms_norm(d) · w` for same-shape `a`, `b`; with `quantize`, also the
+    /// Q8_1 copy of `out` in the scratch. `None`: the pattern does not hold; else the copy
+    /// written, if any.
     fn add_rms_norm(
         &self,
         addr: &dyn Fn(&TensorRef) -> Result<u64, PluginError>,
         add: &OpCall,
         norm: &OpCall,
         eps: f32,
-    ) -> Result<bool, PluginError> {
+        quantize: bool,
+    ) -> Result<Option<Option<Quantized>>, PluginError> {
         let ne = add.dst.ne;
         if add.n_srcs != 2 || norm.srcs()[0] != add.dst {
-            return Ok(false);
+            return Ok(None);
         }
         let (a, b) = (&add.srcs()[0], &add.srcs()[1]);
         if ![a, b, &add.dst, &norm.dst]
             .into_iter()
             .all(|t| plain(t, ne))
         {
-            return Ok(false);
+            return Ok(None);
         }
         let ncols = ne[0];
         let pw = match norm.srcs().get(1) {
             Some(w) if w.dtype == DType::F32 && w.is_contiguous() && w.elements() == ncols => {
                 addr(w)?
             }
-            Some(_) => return Ok(false),
+            Some(_) => return Ok(None),
             None => 0u64,
         };
         let (pa, pb, pd, po) = (addr(a)?, addr(b)?, addr(&add.dst)?, addr(&norm.dst)?);
         let n = ncols as i32;
         let f = self.func("bl_add_rms_norm_f32")?;
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.args(&f);
+        // Each warp of the kernel holds whole 32-value blocks when rows are whole blocks.
+        let copy = if quantize && ncols.is_multiple_of(32) {
+            let nblocks = norm.dst.elements() / 32;
+            let q = self.scratch(nblocks * 36)?;
+            Some(Quantized { x: po, nblocks, q })
+        } else {
+            None
+        };
+        let q = copy.map_or(0u64, |c| c.q);
         l.arg(&pa)
             .arg(&pb)
             .arg(&pd)
             .arg(&pw)
             .arg(&po)
+            .arg(&q)
             .arg(&n)
             .arg(&eps);
         // SAFETY: one block per row of ncols contiguous f32 in each tensor, whose spans the
         // buffer table checked.
         unsafe { l.launch(launch_cfg(norm.dst.rows() as u32, row_threads(ncols))) }
             .map_err(driver_err("bl_add_rms_norm_f32"))?;
+        Ok(Some(copy))
+    }
+
+    /// `normed = rms_norm(x) · w` per head, `out = rope(normed)`, and when the next calls store
+    /// `out` into a K cache and another tensor into a V cache of the same rows, those stores too:
+    /// one kernel. Returns how many calls it took (0: the pattern does not hold).
+    fn norm_rope(
+        &self,
+        addr: &dyn Fn(&TensorRef) -> Result<u64, PluginError>,
+        calls: &[OpCall],
+        eps: f32,
+        p: RopeParams,
+    ) -> Result<usize, PluginError> {
+        let (norm, rope) = (&calls[0], &calls[1]);
+        let (x, out) = (norm.srcs()[0], rope.dst);
+        let ne = out.ne;
+        if rope.n_srcs != 2
+            || rope.srcs()[0] != norm.dst
+            || ![&x, &norm.dst, &out].into_iter().all(|t| plain(t, ne))
+        {
+            return Ok(0);
+        }
+        let pos = rope.srcs()[1];
+        let Ok(r) = rope_args(&p, &norm.dst, &pos, &out) else {
+            return Ok(0);
+        };
+        let (hd, nh, rows) = (ne[0], ne[1], ne[2] * ne[3]);
+        let threads = (hd / 2).div_ceil(32) * 32;
+        if r.rows == 0 || threads > 1024 || !pos.is_contiguous() {
+            return Ok(0);
+        }
+        let pw = match norm.srcs().get(1) {
+            Some(w) if plain(w, [hd, 1, 1, 1]) => addr(w)?,
+            Some(_) => return Ok(0),
+            None => 0u64,
+        };
+        // A store of `out` (reshaped to [hd·nh, rows]) into a cache.
+        let store_of = |c: &OpCall, rows_ok: &dyn Fn(&TensorRef) -> bool| -> Option<TensorRef> {
+            if !matches!(c.op, Op::CacheStore) || c.n_srcs != 4 {
+                return None;
+            }
+            let (t, cache, slots, at) = (c.srcs()[0], c.srcs()[1], c.srcs()[2], c.srcs()[3]);
+            let ok = rows_ok(&t)
+                && cache == c.dst
+                && matches!(cache.dtype, DType::F32 | DType::F16)
+                && cache.is_contiguous()
+                && cache.ne[0] == t.ne[0]
+                && at == pos
+                && slots.dtype == DType::I32
+                && slots.is_contiguous()
+                && slots.elements() == rows;
+            ok.then_some(cache)
+        };
+        let k_rows = |t: &TensorRef| {
+            t.buffer == out.buffer && t.offset == out.offset && plain(t, [hd * nh, rows, 1, 1])
+        };
+        let k_store = calls.get(2).and_then(|c| store_of(c, &k_rows));
+        let v_store = match (k_store, calls.get(3)) {
+            (Some(kc), Some(c)) => {
+                let v_rows =
+                    |t: &TensorRef| t.dtype == DType::F32 && t.is_contiguous() && t.rows() == rows;
+                store_of(c, &v_rows)
+                    .filter(|vc| vc.dtype == kc.dtype && c.srcs()[2] == calls[2].srcs()[2])
+                    .map(|vc| (c.srcs()[0], vc))
+            }
+            _ => None,
+        };
+        let (pk, slots, len, n_slots) = match k_store {
+            Some(kc) => (
+                addr(&kc)?,
+                addr(&calls[2].srcs()[2])?,
+                kc.ne[1] as i32,
+                kc.ne[2] as i32,
+            ),
+            None => (0, 0, 0, 0),
+        };
+        let (pv, pvc, vw) = match v_store {
+            Some((v, vc)) => (addr(&v)?, addr(&vc)?, v.ne[0] as i32),
+            None => (0, 0, 0),
+        };
+        let name = match k_store.map(|k| k.dtype) {
+            Some(DType::F16) => "bl_norm_rope_f16",
+            _ => "bl_norm_rope_f32",
+        };
+        let (px, pn, po, pp) = (addr(&x)?, addr(&norm.dst)?, addr(&out)?, addr(&pos)?);
+        let err = self.error_word;
+        let f = self.func(name)?;
+        let mut l = self.args(&f);
+        l.arg(&px).arg(&pw).arg(&pn).arg(&po).arg(&pp);
+        l.arg(&r.head_dim).arg(&r.n_head).arg(&r.rows).arg(&eps);
+        l.arg(&r.neox)
+            .arg(&r.n_dims)
+            .arg(&p.freq_base)
+            .arg(&p.freq_scale);
+        l.arg(&p.ext_factor)
+            .arg(&r.corr[0])
+            .arg(&r.corr[1])
+            .arg(&r.mscale);
+        l.arg(&pk).arg(&slots).arg(&len).arg(&n_slots);
+        l.arg(&pv).arg(&pvc).arg(&vw).arg(&err);
+        let blocks = rows * nh + if v_store.is_some() { rows } else { 0 };
+        // SAFETY: one block per (row, head) of the checked contiguous tensors (and per V row);
+        // slots and positions are checked on the card before any cache row is written.
+        unsafe { l.launch(launch_cfg(blocks as u32, threads as u32)) }.map_err(driver_err(name))?;
+        Ok(2 + usize::from(k_store.is_some()) + usize::from(v_store.is_some()))
+    }
+
+    /// Two or three single-row quantized products of the same activations with weights of one
+    /// type (Q, K and V): the activations quantized once (unless `held` has them) and every row
+    /// of every product in one launch. Returns the calls taken and the Q8_1 copy left, or `None`.
+    fn matmul_parts(
+        &self,
+        addr: &dyn Fn(&TensorRef) -> Result<u64, PluginError>,
+        calls: &[OpCall],
+        held: Option<Quantized>,
+    ) -> Result<Option<(usize, Option<Quantized>)>, PluginError> {
+        let x = calls[0].srcs().get(1).copied();
+        let Some(x) = x.filter(|x| x.dtype == DType::F32 && x.is_contiguous() && x.rows() == 1)
+        else {
+            return Ok(None);
+        };
+        let k = x.ne[0];
+        let w0 = calls[0].srcs()[0];
+        let Some((wtype, block)) = weight_code(w0.dtype).filter(|(c, _)| *c >= 1) else {
+            return Ok(None);
+        };
+        if k % block.max(32) != 0 || k > i32::MAX as u64 {
+            return Ok(None);
+        }
+        let px = addr(&x)?;
+        let x_len = k * 4;
+        let mut parts = Vec::with_capacity(3);
+        for c in calls.iter().take(3) {
+            let ok = matches!(c.op, Op::MatMul)
+                && c.n_srcs == 2
+                && c.srcs()[1] == x
+                && c.srcs()[0].dtype == w0.dtype
+                && c.srcs()[0].ne[0] == k
+                && c.srcs()[0].ne[2] == 1
+                && c.srcs()[0].ne[3] == 1
+                && plain(&c.dst, [c.srcs()[0].ne[1], 1, 1, 1])
+                && c.srcs()[0].ne[1] <= i32::MAX as u64;
+            if !ok {
+                break;
+            }
+            let (w, y) = (addr(&c.srcs()[0])?, addr(&c.dst)?);
+            let y_len = c.dst.elements() * 4;
+            // A product writing over the activations ends the group.
+            if !(y + y_len <= px || px + x_len <= y) {
+                break;
+            }
+            parts.push(MatmulPart {
+                w,
+                stride: c.srcs()[0].nb[1] as i64,
+                y,
+                n: c.srcs()[0].ne[1] as i32,
+                pad: 0,
+            });
+        }
+        if parts.len() < 2 {
+            return Ok(None);
+        }
+        let taken = parts.len();
+        let rows: u64 = parts.iter().map(|p| p.n as u64).sum();
+        while parts.len() < 3 {
+            parts.push(MatmulPart {
+                w: 0,
+                stride: 0,
+                y: 0,
+                n: 0,
+                pad: 0,
+            });
+        }
+        let nblocks = k / 32;
+        let q = self.scratch(nblocks * 36)?;
+        let copy = Quantized { x: px, nblocks, q };
+        if held != Some(copy) {
+            let nb = nblocks as i64;
+            let fq = self.func("bl_quantize_q8_1")?;
+            let mut l = self.args(&fq);
+            l.arg(&px).arg(&q).arg(&nb);
+            // SAFETY: one warp per 32-value block of x; q holds nblocks blocks.
+            unsafe { l.launch(launch_cfg((nblocks as u32).div_ceil(8), 256)) }
+                .map_err(driver_err("bl_quantize_q8_1"))?;
+        }
+        let ki = k as i32;
+        let f = self.func("bl_matmul_q_parts")?;
+        let mut l = self.args(&f);
+        l.arg(&parts[0])
+            .arg(&parts[1])
+            .arg(&parts[2])
+            .arg(&q)
+            .arg(&ki)
+            .arg(&wtype);
+        // SAFETY: one warp per row of the products, whose weights and outputs lie inside the
+        // checked spans; q holds the activations' blocks.
+        unsafe { l.launch(launch_cfg(rows.div_ceil(8) as u32, 256)) }
+            .map_err(driver_err("bl_matmul_q_parts"))?;
+        Ok(Some((taken, Some(copy))))
+    }
+
+    /// The chosen experts and their weights from the same logits in one kernel: a warp per row.
+    fn router(
+        &self,
+        addr: &dyn Fn(&TensorRef) -> Result<u64, PluginError>,
+        topk: &OpCall,
+        weights: &OpCall,
+        p: RouterParams,
+    ) -> Result<bool, PluginError> {
+        let logits = topk.srcs()[0];
+        let (n, k) = (p.n_expert, p.k);
+        let rows = logits.rows();
+        let fits = p.n_group <= 1 && n <= 512 && k <= 32 && k <= n && rows <= i32::MAX as u64;
+        if !fits
+            || weights.n_srcs != 2
+            || weights.srcs()[0] != logits
+            || weights.srcs()[1] != topk.dst
+            || !plain(&logits, [u64::from(n), rows, 1, 1])
+            || !plain(&weights.dst, [u64::from(k), rows, 1, 1])
+            || topk.dst.dtype != DType::I32
+            || !topk.dst.is_contiguous()
+            || topk.dst.elements() != u64::from(k) * rows
+        {
+            return Ok(false);
+        }
+        let pb = if p.bias {
+            match topk.srcs().get(1) {
+                Some(b) if plain(b, [u64::from(n), 1, 1, 1]) => addr(b)?,
+                _ => return Ok(false),
+            }
+        } else {
+            0u64
+        };
+        let (pl, pi, pw) = (addr(&logits)?, addr(&topk.dst)?, addr(&weights.dst)?);
+        let gating = gating_code(p.gating);
+        let (ni, ki, ri, norm, err) = (
+            n as i32,
+            k as i32,
+            rows as i32,
+            i32::from(p.norm),
+            self.error_word,
+        );
+        let f = self.func("bl_router_topk_weights")?;
+        let mut l = self.args(&f);
+        l.arg(&pl)
+            .arg(&pb)
+            .arg(&pi)
+            .arg(&pw)
+            .arg(&ni)
+            .arg(&ki)
+            .arg(&ri);
+        l.arg(&gating)
+            .arg(&norm)
+            .arg(&p.norm_min)
+            .arg(&p.scale)
+            .arg(&err);
+        let warps = 4u32;
+        // SAFETY: one warp per row of the checked logits, ids and weights.
+        unsafe { l.launch(launch_cfg((rows as u32).div_ceil(warps).max(1), warps * 32)) }
+            .map_err(driver_err("bl_router_topk_weights"))?;
         Ok(true)
     }
 
@@ -138,7 +488,7 @@ impl Launcher {
         let n = u.elements() as i64;
         let (px, pu, po, pout) = (addr(&x)?, addr(&u)?, addr(&other)?, addr(&mul.dst)?);
         let f = self.func("bl_unary_mul_f32")?;
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.args(&f);
         l.arg(&px).arg(&pu).arg(&po).arg(&pout).arg(&n).arg(&code);
         let blocks = (n as u64).div_ceil(256).clamp(1, 4096) as u32;
         // SAFETY: the four tensors hold n contiguous f32 each (checked spans).
@@ -179,7 +529,7 @@ impl Launcher {
         );
         let (ne1, ne2, ncols) = (ne[1] as i32, ne[2] as i32, ne[0] as i32);
         let f = self.func("bl_copy_l2_norm_f32")?;
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.args(&f);
         l.arg(&px)
             .arg(&nb1)
             .arg(&nb2)
@@ -195,5 +545,73 @@ impl Launcher {
         unsafe { l.launch(launch_cfg(rows as u32, row_threads(ne[0]))) }
             .map_err(driver_err("bl_copy_l2_norm_f32"))?;
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bloomery_plugin_api::tensor::MAX_SRCS;
+
+    fn tensor(buffer: u64, dtype: DType, ne: [u64; 4]) -> TensorRef {
+        TensorRef {
+            buffer,
+            offset: 0,
+            dtype,
+            ne,
+            nb: TensorRef::contiguous_strides(dtype, ne).unwrap(),
+        }
+    }
+
+    fn call(op: Op, srcs: &[TensorRef], dst: TensorRef) -> OpCall {
+        let mut all = [dst; MAX_SRCS];
+        all[..srcs.len()].copy_from_slice(srcs);
+        OpCall {
+            op,
+            n_srcs: srcs.len() as u32,
+            srcs: all,
+            dst,
+        }
+    }
+
+    #[test]
+    fn a_norm_writes_q8_1_only_for_a_quantized_reader_past_routing() {
+        let act = |b| tensor(b, DType::F32, [256, 1, 1, 1]);
+        let (a, b, sum, out) = (act(1), act(2), act(3), act(4));
+        let w = tensor(5, DType::F32, [256, 1, 1, 1]);
+        let pair = [
+            call(Op::Add, &[a, b], sum),
+            call(Op::RmsNorm { eps: 1e-6 }, &[sum, w], out),
+        ];
+        let with = |rest: &[OpCall]| [&pair[..], rest].concat();
+        let q8 = tensor(6, DType::Q8_0, [256, 64, 1, 1]);
+        let router = tensor(7, DType::F32, [256, 8, 1, 1]);
+        let product = call(Op::MatMul, &[q8, out], act(8));
+        let logits = call(
+            Op::MatMul,
+            &[router, out],
+            tensor(9, DType::F32, [8, 1, 1, 1]),
+        );
+        assert!(quantized_reader(&with(&[product])));
+        assert!(quantized_reader(&with(&[logits, product])));
+        assert!(!quantized_reader(&with(&[logits])));
+        // A quantized product of other activations, or an op that is not routing, comes first.
+        let other = call(Op::MatMul, &[q8, a], act(8));
+        assert!(!quantized_reader(&with(&[other, product])));
+        let add = call(Op::Add, &[out, a], act(10));
+        assert!(!quantized_reader(&with(&[add, product])));
+    }
+
+    #[test]
+    fn a_q8_1_copy_is_clear_only_of_writes_outside_its_activations() {
+        let h = Quantized {
+            x: 1024,
+            nblocks: 2,
+            q: 4096,
+        };
+        assert!(h.clear_of(0, 1024));
+        assert!(h.clear_of(1024 + 256, 64));
+        assert!(!h.clear_of(1024 + 252, 8));
+        assert!(!h.clear_of(1000, 25));
     }
 }

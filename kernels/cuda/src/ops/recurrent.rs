@@ -6,7 +6,7 @@
 use bloomery_plugin_api::op::DeltaRuleParams;
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::LaunchConfig;
 
 use super::{driver_err, Launcher};
 
@@ -93,7 +93,7 @@ impl Launcher {
         let (chi, tapsi, ri, nsi) = (ch as i32, taps as i32, rows as i32, n_slots as i32);
         let err = self.error_word;
         let f = self.func("bl_conv_causal")?;
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.args(&f);
         l.arg(&px).arg(&pw).arg(&pst).arg(&ps).arg(&pp).arg(&po);
         l.arg(&chi).arg(&tapsi).arg(&nsi).arg(&err);
         // SAFETY: one thread per (row, channel) inside the checked spans; a row's slot is checked
@@ -102,7 +102,7 @@ impl Launcher {
             .map_err(driver_err("bl_conv_causal"))?;
         if taps > 1 {
             let f = self.func("bl_conv_causal_state")?;
-            let mut l = self.stream.launch_builder(&f);
+            let mut l = self.args(&f);
             l.arg(&px).arg(&pst).arg(&ps).arg(&pp);
             l.arg(&chi).arg(&ri).arg(&tapsi).arg(&nsi);
             let groups = rows.div_ceil(CONV_STATE_ROWS);
@@ -197,7 +197,7 @@ impl Launcher {
         let col_groups = dv.div_ceil(DR_COLS);
         let step = |tab: u64, lists: [i32; 3], segments: u64| -> Result<(), PluginError> {
             let f = self.func("bl_delta_rule_step")?;
-            let mut l = self.stream.launch_builder(&f);
+            let mut l = self.args(&f);
             l.arg(&pq).arg(&pk).arg(&pv).arg(&pg).arg(&pb).arg(&pst);
             l.arg(&ps).arg(&pp).arg(&po).arg(&tab);
             l.arg(&lists[0]).arg(&lists[1]).arg(&lists[2]);
@@ -240,7 +240,7 @@ impl Launcher {
         let [tab, gs, pps, ws, us] = at;
         let lists = [max_short as i32, max_long as i32, max_chunks as i32];
         let f = self.func("bl_delta_rule_table")?;
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.args(&f);
         l.arg(&ps).arg(&pp).arg(&tab).arg(&ri).arg(&nsi);
         l.arg(&lists[0]).arg(&lists[1]).arg(&lists[2]).arg(&err);
         // SAFETY: one block reads the slots and positions and writes the lists, which the table
@@ -248,7 +248,7 @@ impl Launcher {
         unsafe { l.launch(grid3(1, 1, 1, 1024)) }.map_err(driver_err("bl_delta_rule_table"))?;
         step(tab, lists, max_short)?;
         let f = self.func("bl_delta_rule_prep")?;
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.args(&f);
         l.arg(&pq)
             .arg(&pk)
             .arg(&pv)
@@ -265,7 +265,7 @@ impl Launcher {
         unsafe { l.launch(grid3(max_chunks, hv, 1, 256)) }
             .map_err(driver_err("bl_delta_rule_prep"))?;
         let f = self.func("bl_delta_rule_chunks")?;
-        let mut l = self.stream.launch_builder(&f);
+        let mut l = self.args(&f);
         l.arg(&pq)
             .arg(&pk)
             .arg(&pst)

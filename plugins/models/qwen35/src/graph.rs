@@ -82,11 +82,10 @@ fn attention(
     let k = g.reshape(k, [hd, nkv, rows, 1])?;
     let wv = g.w(&a.wv)?;
     let v = g.matmul("Vcur", wv, x)?;
+    // Each of q and k normed, then rotated (adjacent calls a kernel plugin may fuse).
+    let rope = Op::Rope(m.rope);
     let qn = g.w(&a.q_norm)?;
     let q = g.rms_norm("Qcur_normed", q, Some(qn), hp.eps)?;
-    let kn = g.w(&a.k_norm)?;
-    let k = g.rms_norm("Kcur_normed", k, Some(kn), hp.eps)?;
-    let rope = Op::Rope(m.rope);
     let q = g.op(
         "Qcur_rope",
         rope,
@@ -94,6 +93,8 @@ fn attention(
         DType::F32,
         [hd, nh, rows, 1],
     )?;
+    let kn = g.w(&a.k_norm)?;
+    let k = g.rms_norm("Kcur_normed", k, Some(kn), hp.eps)?;
     let k = g.op(
         "Kcur_rope",
         rope,
