@@ -436,6 +436,32 @@ impl Launcher {
         Ok(())
     }
 
+    /// The Q8_1 copy of the `nblocks` 32-value blocks at `x` in the scratch: quantized there
+    /// unless `held` says the scratch has it already.
+    fn quantize_in_scratch(
+        &self,
+        x: u64,
+        nblocks: u64,
+        held: Option<Quantized>,
+    ) -> Result<Quantized, PluginError> {
+        let q = self.scratch(nblocks * 36)?;
+        let copy = Quantized { x, nblocks, q };
+        if held != Some(copy) {
+            let nb = nblocks as i64;
+            let f = self.func("bl_quantize_q8_1")?;
+            let mut l = self.args(&f);
+            l.arg(&x).arg(&q).arg(&nb);
+            let launch = LaunchConfig {
+                grid_dim: (nblocks.div_ceil(WARPS).max(1) as u32, 1, 1),
+                block_dim: (BLOCK, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: one warp per 32-value block of x; q holds nblocks blocks.
+            unsafe { l.launch(launch) }.map_err(driver_err("bl_quantize_q8_1"))?;
+        }
+        Ok(copy)
+    }
+
     /// Records that the scratch holds `h` (see [`Launcher::quantized`]).
     fn keep_quantized(&self, h: Quantized) -> Result<(), PluginError> {
         *self
@@ -668,17 +694,8 @@ impl Launcher {
                             )));
                         }
                         let nblocks = (k / 32) * m;
-                        let q = self.scratch(nblocks * 36)?;
-                        let copy = Quantized { x: px, nblocks, q };
-                        if held != Some(copy) {
-                            let nb = nblocks as i64;
-                            let fq = self.func("bl_quantize_q8_1")?;
-                            let mut l = self.args(&fq);
-                            l.arg(&px).arg(&q).arg(&nb);
-                            // SAFETY: one warp per 32-value block of x; q holds nblocks blocks.
-                            unsafe { l.launch(cfg(grid(nblocks, WARPS), BLOCK)) }
-                                .map_err(driver_err("bl_quantize_q8_1"))?;
-                        }
+                        let copy = self.quantize_in_scratch(px, nblocks, held)?;
+                        let q = copy.q;
                         // The next product may reuse q unless this one overwrites x.
                         let (x_end, y_end) = (px + x.elements() * 4, py + c.dst.elements() * 4);
                         if y_end <= px || x_end <= py {

@@ -372,18 +372,8 @@ impl Launcher {
                 pad: 0,
             });
         }
-        let nblocks = k / 32;
-        let q = self.scratch(nblocks * 36)?;
-        let copy = Quantized { x: px, nblocks, q };
-        if held != Some(copy) {
-            let nb = nblocks as i64;
-            let fq = self.func("bl_quantize_q8_1")?;
-            let mut l = self.args(&fq);
-            l.arg(&px).arg(&q).arg(&nb);
-            // SAFETY: one warp per 32-value block of x; q holds nblocks blocks.
-            unsafe { l.launch(launch_cfg((nblocks as u32).div_ceil(8), 256)) }
-                .map_err(driver_err("bl_quantize_q8_1"))?;
-        }
+        let copy = self.quantize_in_scratch(px, k / 32, held)?;
+        let q = copy.q;
         let ki = k as i32;
         let f = self.func("bl_matmul_q_parts")?;
         let mut l = self.args(&f);
