@@ -886,23 +886,44 @@ static __device__ __forceinline__ float warp_row_dot(const uint8_t* wrow, int wt
     return warp_sum(s);
 }
 
-// Quantized products, any wtype of warp_row_dot: y[c*n + j] = W_j . x_c, one warp per (j, c).
-// One weight row . one Q8_1 activation row over the warp, a pair of sub-blocks per lane when the
-// rows suit it (`pairs`), else warp_row_dot.
-template <int WT>
-static __device__ __forceinline__ float warp_row_dot_t(const uint8_t* wrow, const void* act, int k, bool pairs) {
-    if constexpr (HasPair<WT>::value) {
-        if (pairs) {
-            float s = 0.0f;
-#pragma unroll 2
-            for (int p = threadIdx.x & (WARP - 1); p < k / 64; p += WARP)
-                s += pair_dot_q8_1<WT>(wrow, (const uint8_t*)act, p);
-            return warp_sum(s);
-        }
-    }
-    return warp_row_dot(wrow, WT, act, k);
+// The part of W_row . x that chunk c holds, computed by one lane: with P (rows that suit
+// pair_dot_q8_1, WT having a pair form) a chunk is 64 values, sub-blocks 2c and 2c + 1; else it
+// is sub-block c, as block_dot. WT < 0: the type is only known at run time (`wtype`).
+template <int WT, bool P>
+static __device__ __forceinline__ float chunk_dot(const uint8_t* wrow, int wtype, const void* act, int c) {
+    if constexpr (P) return pair_dot_q8_1<WT>(wrow, (const uint8_t*)act, c);
+    return block_dot(wrow, WT >= 0 ? WT : wtype, act, c);
 }
 
+template <bool B> struct PairTag {
+    static constexpr bool value = B;
+};
+
+// Calls f(PairTag<P>{}) with P = pairs && WT has a pair form, so that the loops of f see it as a
+// compile-time constant (chunk_dot<WT, P>, P ? 64 : 32 values per chunk).
+template <int WT, typename F>
+static __device__ __forceinline__ void with_pairs(bool pairs, F f) {
+    if (HasPair<WT>::value && pairs) {
+        f(PairTag<HasPair<WT>::value>{});
+    } else {
+        f(PairTag<false>{});
+    }
+}
+
+// One weight row . one activation row over the warp, a chunk per lane (F32 rows as warp_row_dot).
+template <int WT>
+static __device__ __forceinline__ float warp_row_dot_t(const uint8_t* wrow, const void* act, int k, bool pairs) {
+    if (WT == WT_F32) return warp_row_dot(wrow, WT, act, k);
+    float s = 0.0f;
+    with_pairs<WT>(pairs, [&](auto tag) {
+        constexpr bool P = decltype(tag)::value;
+#pragma unroll 2
+        for (int c = threadIdx.x & (WARP - 1); c < k / (P ? 64 : 32); c += WARP) s += chunk_dot<WT, P>(wrow, WT, act, c);
+    });
+    return warp_sum(s);
+}
+
+// Quantized products, any wtype of warp_row_dot: y[c*n + j] = W_j . x_c, one warp per (j, c).
 template <int WT>
 static __device__ void matmul_q(const uint8_t* w, long long w_stride, const uint8_t* xq, long long x_row, float* y,
                                 int k, int n, int m) {
@@ -1063,33 +1084,22 @@ static __device__ void moe_gate_up(const uint8_t* gate, const uint8_t* up, long 
     const uint8_t* xgr = (const uint8_t*)xg + r * xg_row;
     const uint8_t* xur = (const uint8_t*)xu + r * xu_row;
     float gv, uv;
-    if constexpr (HasPair<WT>::value) {
-        if (pairs_ok<WT>(gate, g_row, g_exp, n_embd) && (fused || pairs_ok<WT>(up, u_row, u_exp, n_embd))) {
-            const int lane = threadIdx.x & (WARP - 1);
-            float g = 0.0f, u = 0.0f;
-#pragma unroll 2
-            for (int p = lane; p < n_embd / 64; p += WARP) {
-                g += pair_dot_q8_1<WT>(grow, xgr, p);
-                u += pair_dot_q8_1<WT>(urow, xur, p);
-            }
-            gv = warp_sum(g);
-            uv = warp_sum(u);
-            if (lane == 0) h[task] = glu_one(gv, uv, kind, limit);
-            return;
-        }
-    }
     if (wtype_g == 0 || wtype_u == 0) {
         gv = warp_row_dot(grow, wtype_g, xgr, n_embd);
         uv = warp_row_dot(urow, wtype_u, xur, n_embd);
     } else {
         // Both rows in one pass, so their loads are in flight together.
+        const bool pairs = pairs_ok<WT>(gate, g_row, g_exp, n_embd) && (fused || pairs_ok<WT>(up, u_row, u_exp, n_embd));
         const int lane = threadIdx.x & (WARP - 1);
         float g = 0.0f, u = 0.0f;
+        with_pairs<WT>(pairs, [&](auto tag) {
+            constexpr bool P = decltype(tag)::value;
 #pragma unroll 2
-        for (int sb = lane; sb < n_embd / 32; sb += WARP) {
-            g += block_dot(grow, wtype_g, xgr, sb);
-            u += block_dot(urow, wtype_u, xur, sb);
-        }
+            for (int c = lane; c < n_embd / (P ? 64 : 32); c += WARP) {
+                g += chunk_dot<WT, P>(grow, wtype_g, xgr, c);
+                u += chunk_dot<WT, P>(urow, wtype_u, xur, c);
+            }
+        });
         gv = warp_sum(g);
         uv = warp_sum(u);
     }
@@ -1118,42 +1128,25 @@ template <int WT>
 static __device__ void moe_down(const uint8_t* down, long long d_row, long long d_exp, const void* hact, long long h_row,
                                 const int* ids, const int* map, const float* w, float* out, int n_embd, int n_ff, int k,
                                 int rows, int n_expert) {
-    const int wtype = WT;
     const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (task >= (long long)rows * n_embd) return;
     const int o = (int)(task % n_embd);
     const int r = (int)(task / n_embd);
-    const int nsb = n_ff / 32;
     float acc = 0.0f;
-    if constexpr (HasPair<WT>::value) {
-        if (pairs_ok<WT>(down, d_row, d_exp, n_ff)) {
-            const int nsp = n_ff / 64;
+    with_pairs<WT>(pairs_ok<WT>(down, d_row, d_exp, n_ff), [&](auto tag) {
+        constexpr bool P = decltype(tag)::value;
+        const int nch = n_ff / (P ? 64 : 32);
 #pragma unroll 2
-            for (int pj = threadIdx.x & (WARP - 1); pj < k * nsp; pj += WARP) {
-                const int j = pj / nsp, sp = pj % nsp;
-                int e = ids[(long long)r * k + j];
-                if (e < 0 || e >= n_expert) continue;  // reported by bl_moe_gate_up
-                if (map) e = map[e];
-                if (e < 0) continue;
-                acc += w[(long long)r * k + j] *
-                       pair_dot_q8_1<WT>(down + e * d_exp + (long long)o * d_row,
-                                         (const uint8_t*)hact + ((long long)r * k + j) * h_row, sp);
-            }
-            acc = warp_sum(acc);
-            if ((threadIdx.x & (WARP - 1)) == 0) out[task] = acc;
-            return;
+        for (int pj = threadIdx.x & (WARP - 1); pj < k * nch; pj += WARP) {
+            const int j = pj / nch, c = pj % nch;
+            int e = ids[(long long)r * k + j];
+            if (e < 0 || e >= n_expert) continue;  // reported by bl_moe_gate_up
+            if (map) e = map[e];
+            if (e < 0) continue;
+            acc += w[(long long)r * k + j] * chunk_dot<WT, P>(down + e * d_exp + (long long)o * d_row, WT,
+                                                              (const uint8_t*)hact + ((long long)r * k + j) * h_row, c);
         }
-    }
-#pragma unroll 2
-    for (int pj = threadIdx.x & (WARP - 1); pj < k * nsb; pj += WARP) {
-        const int j = pj / nsb, sb = pj % nsb;
-        int e = ids[(long long)r * k + j];
-        if (e < 0 || e >= n_expert) continue;  // reported by bl_moe_gate_up
-        if (map) e = map[e];
-        if (e < 0) continue;
-        acc += w[(long long)r * k + j] * block_dot(down + e * d_exp + (long long)o * d_row, wtype,
-                                                   (const uint8_t*)hact + ((long long)r * k + j) * h_row, sb);
-    }
+    });
     acc = warp_sum(acc);
     if ((threadIdx.x & (WARP - 1)) == 0) out[task] = acc;
 }

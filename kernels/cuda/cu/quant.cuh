@@ -380,7 +380,7 @@ static __device__ __forceinline__ bool pairs_ok(const void* base, long long stri
     return WT == WT_Q4_K ? (a & 15) == 0 : (a & 3) == 0;
 }
 
-// d * dx * sum(q * qx) for 8 int words of weights and a Q8_1 block.
+// sum(q * qx) over 8 words of int8 weights and the 8 words of a Q8_1 block's values.
 static __device__ __forceinline__ int dot8(const int* q, const int* xq) {
     int s = 0;
 #pragma unroll

@@ -175,8 +175,8 @@ pub struct Launcher {
     /// and V of a layer then quantize their common input once) or by a norm that wrote the copy
     /// for its reader (ops/fused.rs); kept across routing calls, which touch neither.
     quantized: Mutex<Option<Quantized>>,
-    /// Set by [`Launcher::run_all`] while the call after the one being launched is a quantized
-    /// product of its result (attention then writes the Q8_1 copy as well).
+    /// Set by [`Launcher::run_all`] while the attention or RmsNorm being launched has a quantized
+    /// reader ([`quantized_reader`]): it then writes the Q8_1 copy of its result as well.
     product_next: AtomicBool,
     /// Kernels may start before their predecessor ends ([`launch`]): the bundle's kernels wait
     /// for it on the device (sm_90 and up), unless `BLOOMERY_CUDA_PDL=0`.
@@ -186,18 +186,42 @@ pub struct Launcher {
     overlap_pass: AtomicBool,
 }
 
-/// Whether `c` is a quantized product whose activations are `t` (the same memory and size).
-fn reads_quantized(c: &OpCall, t: &TensorRef) -> bool {
-    let [w, x, ..] = c.srcs() else {
-        return false;
+/// A routing call (router logits from F32 weights, top-k, expert weights): it touches neither
+/// the scratch nor, unless it writes there, the activations a Q8_1 copy holds.
+fn is_routing(c: &OpCall) -> bool {
+    match c.op {
+        Op::MatMul => c.srcs().first().is_some_and(|w| w.dtype == DType::F32),
+        Op::RouterTopK(_) | Op::RouterWeights(_) => true,
+        _ => false,
+    }
+}
+
+/// Whether `out` is next read, with only routing calls between, as the activations of a
+/// quantized product or of routed experts: whoever writes `out` may then write its Q8_1 copy.
+/// A reshape of `out` counts (the same memory and size).
+fn quantized_reader(out: &TensorRef, rest: &[OpCall]) -> bool {
+    let quantized = |w: Option<&TensorRef>| {
+        w.and_then(|w| weight_code(w.dtype))
+            .is_some_and(|(code, _)| code >= 1)
     };
-    matches!(c.op, Op::MatMul)
-        && weight_code(w.dtype).is_some_and(|(code, _)| code >= 1)
-        && x.buffer == t.buffer
-        && x.offset == t.offset
-        && x.elements() == t.elements()
-        && x.dtype == DType::F32
-        && x.is_contiguous()
+    let is_out = |x: Option<&TensorRef>| {
+        x.is_some_and(|x| {
+            x.buffer == out.buffer
+                && x.offset == out.offset
+                && x.elements() == out.elements()
+                && x.dtype == DType::F32
+                && x.is_contiguous()
+        })
+    };
+    for c in rest.iter().take(6) {
+        match c.op {
+            _ if is_routing(c) => {}
+            Op::MatMul if is_out(c.srcs().get(1)) => return quantized(c.srcs().first()),
+            Op::MoeExperts(_) if is_out(c.srcs().first()) => return quantized(c.srcs().get(3)),
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// A Q8_1 copy of f32 activations in the scratch.
@@ -398,9 +422,8 @@ impl Launcher {
             i += match self.fused(bufs, &calls[i..])? {
                 Some(n) => n,
                 None => {
-                    let next = calls
-                        .get(i + 1)
-                        .is_some_and(|n| reads_quantized(n, &calls[i].dst));
+                    let next = matches!(calls[i].op, Op::Attention(_) | Op::RmsNorm { .. })
+                        && quantized_reader(&calls[i].dst, &calls[i + 1..]);
                     self.product_next.store(next, Ordering::Relaxed);
                     let done = self.run(bufs, &calls[i]);
                     self.product_next.store(false, Ordering::Relaxed);
@@ -420,13 +443,7 @@ impl Launcher {
             .map_err(|_| PluginError::device("quantized-input record poisoned"))?
             .take();
         self.launch_call(bufs, c, held)?;
-        // Routing touches neither the scratch nor (unless it writes there) the activations.
-        let routing = match c.op {
-            Op::MatMul => c.srcs().first().is_some_and(|w| w.dtype == DType::F32),
-            Op::RouterTopK(_) | Op::RouterWeights(_) => true,
-            _ => false,
-        };
-        if let (Some(h), true) = (held, routing) {
+        if let (Some(h), true) = (held, is_routing(c)) {
             let len = c.dst.span_bytes().unwrap_or(u64::MAX);
             let at = bufs.address(c.dst.buffer, c.dst.offset, len)?;
             if h.clear_of(at, len) {
@@ -460,6 +477,22 @@ impl Launcher {
             unsafe { l.launch(launch) }.map_err(driver_err("bl_quantize_q8_1"))?;
         }
         Ok(copy)
+    }
+
+    /// Room in the scratch for the Q8_1 copy of the `elements` f32 at `x`, when `wanted` and
+    /// they are whole 32-value blocks (the kernels that write a copy hold whole blocks per warp).
+    fn copy_slot(
+        &self,
+        wanted: bool,
+        x: u64,
+        elements: u64,
+    ) -> Result<Option<Quantized>, PluginError> {
+        if !wanted || !elements.is_multiple_of(32) {
+            return Ok(None);
+        }
+        let nblocks = elements / 32;
+        let q = self.scratch(nblocks * 36)?;
+        Ok(Some(Quantized { x, nblocks, q }))
     }
 
     /// Records that the scratch holds `h` (see [`Launcher::quantized`]).
@@ -575,7 +608,10 @@ impl Launcher {
                     None => 0u64,
                 };
                 let (px, po) = (addr(x, "x")?, addr(&c.dst, "dst")?);
-                let q = 0u64;
+                // The output's Q8_1 copy too, when a quantized product reads it next.
+                let wanted = self.product_next.load(Ordering::Relaxed) && ncols % 32 == 0;
+                let copy = self.copy_slot(wanted, po, c.dst.elements())?;
+                let q = copy.map_or(0u64, |c| c.q);
                 let f = self.func("bl_rms_norm_f32")?;
                 let mut l = self.args(&f);
                 l.arg(&px).arg(&pw).arg(&po).arg(&q).arg(&ncols).arg(&eps);
@@ -584,6 +620,9 @@ impl Launcher {
                 // SAFETY: one block per row of ncols elements, all inside the checked spans.
                 unsafe { l.launch(cfg(rows as u32, threads)) }
                     .map_err(driver_err("bl_rms_norm_f32"))?;
+                if let Some(copy) = copy {
+                    self.keep_quantized(copy)?;
+                }
             }
             Op::L2Norm { eps } => {
                 let x = src(0)?;
@@ -904,13 +943,8 @@ impl Launcher {
                 let window = p.window as i32;
                 let err = self.error_word;
                 // The output's Q8_1 copy too, when a quantized product reads it next.
-                let copy = if self.product_next.load(Ordering::Relaxed) && dv % 32 == 0 {
-                    let nblocks = c.dst.elements() / 32;
-                    let q = self.scratch(nblocks * 36)?;
-                    Some(Quantized { x: po, nblocks, q })
-                } else {
-                    None
-                };
+                let wanted = self.product_next.load(Ordering::Relaxed) && dv.is_multiple_of(32);
+                let copy = self.copy_slot(wanted, po, c.dst.elements())?;
                 let oq = copy.map_or(0u64, |c| c.q);
                 let f = self.func(name)?;
                 let mut l = self.args(&f);

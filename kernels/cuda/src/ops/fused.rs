@@ -11,7 +11,8 @@ use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::{DeviceRepr, LaunchConfig};
 
 use super::{
-    driver_err, gating_code, rope_args, unary_code, weight_code, Buffers, Launcher, Quantized,
+    driver_err, gating_code, quantized_reader, rope_args, unary_code, weight_code, Buffers,
+    Launcher, Quantized,
 };
 
 /// A contiguous f32 tensor of extents `ne`.
@@ -48,28 +49,6 @@ struct MatmulPart {
 // and padding to 8-byte alignment).
 unsafe impl DeviceRepr for MatmulPart {}
 
-/// Whether the output of the pair `calls[0..2]` is next read as the activations of a quantized
-/// product or routed experts, with only routing calls between (which keep a Q8_1 copy intact).
-fn quantized_reader(calls: &[OpCall]) -> bool {
-    let out = calls[1].dst;
-    let quantized = |t: Option<&TensorRef>| {
-        t.and_then(|t| weight_code(t.dtype))
-            .is_some_and(|(code, _)| code >= 1)
-    };
-    for c in calls.iter().skip(2).take(6) {
-        match c.op {
-            Op::MatMul if c.srcs().first().is_some_and(|w| w.dtype == DType::F32) => {}
-            Op::MatMul if c.srcs().get(1) == Some(&out) => return quantized(c.srcs().first()),
-            Op::MoeExperts(_) if c.srcs().first() == Some(&out) => {
-                return quantized(c.srcs().get(3))
-            }
-            Op::RouterTopK(_) | Op::RouterWeights(_) => {}
-            _ => return false,
-        }
-    }
-    false
-}
-
 impl Launcher {
     /// Launches the leading calls of `calls` as one kernel when they form a pattern of this
     /// module, returning how many it took.
@@ -99,7 +78,7 @@ impl Launcher {
         let pair = |launched: bool| if launched { 2 } else { 0 };
         let taken = match (first.op, second.op) {
             (Op::Add, Op::RmsNorm { eps }) => {
-                let quantize = quantized_reader(calls);
+                let quantize = quantized_reader(&second.dst, &calls[2..]);
                 let launched = self.add_rms_norm(&addr, first, second, eps, quantize)?;
                 copy = launched.flatten();
                 pair(launched.is_some())
@@ -179,13 +158,11 @@ impl Launcher {
         let f = self.func("bl_add_rms_norm_f32")?;
         let mut l = self.args(&f);
         // Each warp of the kernel holds whole 32-value blocks when rows are whole blocks.
-        let copy = if quantize && ncols.is_multiple_of(32) {
-            let nblocks = norm.dst.elements() / 32;
-            let q = self.scratch(nblocks * 36)?;
-            Some(Quantized { x: po, nblocks, q })
-        } else {
-            None
-        };
+        let copy = self.copy_slot(
+            quantize && ncols.is_multiple_of(32),
+            po,
+            norm.dst.elements(),
+        )?;
         let q = copy.map_or(0u64, |c| c.q);
         l.arg(&pa)
             .arg(&pb)
@@ -567,13 +544,7 @@ mod tests {
     #[test]
     fn a_norm_writes_q8_1_only_for_a_quantized_reader_past_routing() {
         let act = |b| tensor(b, DType::F32, [256, 1, 1, 1]);
-        let (a, b, sum, out) = (act(1), act(2), act(3), act(4));
-        let w = tensor(5, DType::F32, [256, 1, 1, 1]);
-        let pair = [
-            call(Op::Add, &[a, b], sum),
-            call(Op::RmsNorm { eps: 1e-6 }, &[sum, w], out),
-        ];
-        let with = |rest: &[OpCall]| [&pair[..], rest].concat();
+        let (a, out) = (act(1), act(4));
         let q8 = tensor(6, DType::Q8_0, [256, 64, 1, 1]);
         let router = tensor(7, DType::F32, [256, 8, 1, 1]);
         let product = call(Op::MatMul, &[q8, out], act(8));
@@ -582,14 +553,17 @@ mod tests {
             &[router, out],
             tensor(9, DType::F32, [8, 1, 1, 1]),
         );
-        assert!(quantized_reader(&with(&[product])));
-        assert!(quantized_reader(&with(&[logits, product])));
-        assert!(!quantized_reader(&with(&[logits])));
+        assert!(quantized_reader(&out, &[product]));
+        assert!(quantized_reader(&out, &[logits, product]));
+        assert!(!quantized_reader(&out, &[logits]));
         // A quantized product of other activations, or an op that is not routing, comes first.
         let other = call(Op::MatMul, &[q8, a], act(8));
-        assert!(!quantized_reader(&with(&[other, product])));
+        assert!(!quantized_reader(&out, &[other, product]));
         let add = call(Op::Add, &[out, a], act(10));
-        assert!(!quantized_reader(&with(&[add, product])));
+        assert!(!quantized_reader(&out, &[add, product]));
+        // A product of a reshape of `out` (attention's [dv, heads] output read as one row).
+        let heads = tensor(4, DType::F32, [64, 4, 1, 1]);
+        assert!(quantized_reader(&heads, &[product]));
     }
 
     #[test]
