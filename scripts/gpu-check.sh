@@ -28,6 +28,8 @@
 #   scripts/gpu-check.sh hybrid-bench  on the GPU machine: the Qwen3.6-35B-A3B-shaped file's speed
 #                                 on the card and with every expert on the host (llama-bench side
 #                                 by side when LLAMA_BENCH names one), and a per-op profile.
+#   scripts/gpu-check.sh profile-layer  on the GPU machine: all of Nsight Compute's explaining sections
+#                                 for the kernels of about one eager decode layer (30B-A3B file).
 #   scripts/gpu-check.sh profile  on the GPU machine: per-kernel times (ncu) of decode and prompt
 #                                 layers on the 30B-A3B file, and the graph-mode bench.
 # Full logs go to $OUT when it is set.
@@ -258,6 +260,22 @@ case "${1:-}" in
     BLOOMERY_TIER_PROFILE=1 $b bench -m "$f" -p 0 -n 64 -r 1 -ngl 99 -cmoe 2>&1 \
       | grep -E "host|card|tg64" | tee -a "$out/host-experts.txt"
     ;;
+  profile-layer)
+    # Every Nsight Compute section that explains a kernel's time (throughput, occupancy, warp
+    # stall reasons, memory traffic, scheduler) for the launches of about one eager decode layer
+    # of the 30B-A3B file: NCU_SKIP launches skipped (default 2412), NCU_COUNT taken (default 14).
+    out=${OUT:-/tmp}
+    f=/dev/shm/q3-30b-a3b-q4k.gguf
+    [ -f "$f" ] || dist/bloomery --plugin-dir dist/plugins synth --arch qwen3moe --preset 30b-a3b \
+      --experts Q4_K --attn Q8_0 --embd Q8_0 --output-type Q8_0 -o "$f" > /dev/null
+    ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
+      --section ComputeWorkloadAnalysis --launch-skip "${NCU_SKIP:-2412}" --launch-count "${NCU_COUNT:-14}" \
+      dist/bloomery --plugin-dir dist/plugins bench -m "$f" -p 0 -n 5 -r 1 -ngl 99 --no-graphs \
+      > "$out/ncu-layer.txt" 2> "$out/ncu-layer.err" || true
+    grep -E "^  bl_|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued" \
+      "$out/ncu-layer.txt" | head -120
+    ;;
   profile)
     # Per-kernel times (Nsight Compute, clocks left alone) of eager decode layers and a 512-row
     # prompt on the 30B-A3B file, summed per layer by scripts/ncu_summary.py, with throughput and
@@ -292,7 +310,10 @@ case "${1:-}" in
     for round in 1 2; do
       for d in ${PREV:-} dist; do
         echo "== $d, round $round"
-        "$d/bloomery" --plugin-dir "$d/plugins" bench -m "$f" -p 512 -n 128 -r 3 -ngl 99 2>&1 | tail -2
+        # A plugins-only earlier dist runs under this build's host.
+        bin="$d/bloomery"
+        [ -x "$bin" ] || bin=dist/bloomery
+        "$bin" --plugin-dir "$d/plugins" bench -m "$f" -p 512 -n 128 -r 3 -ngl 99 2>&1 | tail -2
       done
     done
     ;;

@@ -125,27 +125,117 @@ static __device__ double block_sum_f64(double s) {
     return part[0];
 }
 
-// Lane `lane` of a warp holding one 32-value block (value v each) writes its Q8_1 byte to blk;
-// lane 0 writes d and s. Every lane of the warp must call it.
-static __device__ __forceinline__ void quantize_lane(float v, uint8_t* blk) {
+// Lane `lane` of a warp holding one 32-value block (value v each) writes its Q8_1 byte to
+// qs[lane]; lane 0 writes d and s to ds (4-byte aligned). Every lane of the warp must call it.
+static __device__ __forceinline__ void quantize_lane(float v, uint8_t* qs, uint8_t* ds) {
     const int lane = threadIdx.x & (WARP - 1);
     const float amax = warp_max(fabsf(v));
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     const int q = __float2int_rn(v * id);
     const float sum = warp_sum((float)q);
-    blk[4 + lane] = (uint8_t)(int8_t)q;
+    qs[lane] = (uint8_t)(int8_t)q;
     if (lane == 0) {
-        // d and s as one aligned 32-bit store (blocks are 36 bytes, the buffer 256-aligned).
+        // d and s as one aligned 32-bit store.
+        const float d = amax / 127.0f;
+        *(__half2*)ds = __halves2half2(__float2half_rn(d), __float2half_rn(sum * d));
+    }
+}
+
+// quantize_lane into a 36-byte Q8_1 block (blocks are 36 bytes, the buffer 256-aligned).
+static __device__ __forceinline__ void quantize_lane(float v, uint8_t* blk) { quantize_lane(v, blk + 4, blk); }
+
+// The Q8_1 block of 32 values that 8 consecutive lanes hold as one quad each (lane & 7 = the
+// quad's place in the block): each lane writes its 4 bytes, the first also d and s. Every lane
+// of the warp must call it; groups of 8 with `store` false (past the row) write nothing.
+static __device__ __forceinline__ void quantize_quad(float4 y, uint8_t* blk, bool store) {
+    const int sub = threadIdx.x & 7;
+    float amax = fmaxf(fmaxf(fabsf(y.x), fabsf(y.y)), fmaxf(fabsf(y.z), fabsf(y.w)));
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const int q0 = __float2int_rn(y.x * id), q1 = __float2int_rn(y.y * id), q2 = __float2int_rn(y.z * id),
+              q3 = __float2int_rn(y.w * id);
+    float sum = (float)(q0 + q1 + q2 + q3);
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (!store) return;
+    *(uint32_t*)(blk + 4 + 4 * sub) = pack4(q0, q1, q2, q3);
+    if (sub == 0) {
         const float d = amax / 127.0f;
         *(__half2*)blk = __halves2half2(__float2half_rn(d), __float2half_rn(sum * d));
     }
 }
 
+// Quads (float4) of a row each thread of a norm keeps in registers (the host launches
+// ceil(ncols / 4 / NORM_QUADS) threads, rounded up to whole warps).
+#define NORM_QUADS 4
+
+// RMSNorm of one row per block, d = a (+ b) held in registers as quads: every load is issued
+// before the one reduction. Needs ncols % 4 == 0, 16-byte aligned rows and ncols <= 4 *
+// NORM_QUADS * blockDim.x. Writes d (with ADD), out = d / rms(d) (* w) and, when q is given, the
+// Q8_1 copy of out (ncols % 32 == 0). Each thread reads only the quads it writes, so d and out may
+// share memory with a or b.
+template <bool ADD>
+static __device__ void rms_norm_quads(const float* a, const float* b, float* d, const float* w, float* out, uint8_t* q,
+                                      int ncols, float eps) {
+    const long long row = (long long)blockIdx.x * ncols;
+    const int nq = ncols / 4;
+    const float4* a4 = (const float4*)(a + row);
+    float4 v[NORM_QUADS], wv[NORM_QUADS];
+    double s = 0.0;
+#pragma unroll
+    for (int t = 0; t < NORM_QUADS; ++t) {
+        const int i = threadIdx.x + t * blockDim.x;
+        v[t] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        wv[t] = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        if (i < nq) {
+            v[t] = a4[i];
+            if (ADD) {
+                const float4 bv = ((const float4*)(b + row))[i];
+                v[t].x += bv.x;
+                v[t].y += bv.y;
+                v[t].z += bv.z;
+                v[t].w += bv.w;
+            }
+            if (w) wv[t] = ((const float4*)w)[i];
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NORM_QUADS; ++t) {
+        const int i = threadIdx.x + t * blockDim.x;
+        if (i < nq) {
+            if (ADD) ((float4*)(d + row))[i] = v[t];
+            s += (double)(v[t].x * v[t].x);
+            s += (double)(v[t].y * v[t].y);
+            s += (double)(v[t].z * v[t].z);
+            s += (double)(v[t].w * v[t].w);
+        }
+    }
+    const float mean = (float)(block_sum_f64(s) / ncols);
+    const float inv = 1.0f / sqrtf(mean + eps);
+#pragma unroll
+    for (int t = 0; t < NORM_QUADS; ++t) {
+        const int i = threadIdx.x + t * blockDim.x;
+        // Whole warps take part in the quantization: 8 lanes hold one block, and nq is a multiple
+        // of 8 when q is given, so a warp is either wholly inside the row or wholly past it.
+        if (t * (int)blockDim.x + (int)(threadIdx.x & ~(WARP - 1)) >= nq) break;
+        float4 y = make_float4(v[t].x * inv, v[t].y * inv, v[t].z * inv, v[t].w * inv);
+        if (w) y = make_float4(y.x * wv[t].x, y.y * wv[t].y, y.z * wv[t].z, y.w * wv[t].w);
+        if (i < nq) ((float4*)(out + row))[i] = y;
+        if (q) quantize_quad(y, q + (row / 4 + i) / 8 * 36, i < nq);
+    }
+}
+
 // q (may be null): the output's Q8_1 copy as well, for the quantized product that reads it (the
-// block size is a multiple of 32 and so is ncols, so each warp holds whole blocks).
+// block size is a multiple of 32 and so is ncols, so each warp holds whole blocks). quads: the
+// row is held in registers (rms_norm_quads; the host checked its conditions).
 extern "C" __global__ void bl_rms_norm_f32(const float* x, const float* w, float* out, uint8_t* q, int ncols,
-                                           float eps) {
+                                           float eps, int quads) {
     KERNEL_ENTRY();
+    if (quads) {
+        rms_norm_quads<false>(x, nullptr, nullptr, w, out, q, ncols, eps);
+        return;
+    }
     const float* xr = x + (long long)blockIdx.x * ncols;
     float* yr = out + (long long)blockIdx.x * ncols;
     double s = 0.0;
@@ -167,10 +257,14 @@ extern "C" __global__ void bl_rms_norm_f32(const float* x, const float* w, float
 
 // A residual add and the RMS norm of its result in one pass (llama.cpp's add + rms_norm fusion):
 // d = a + b is written as the Add would and normed exactly as bl_rms_norm_f32 norms it.
-// q (may be null) as for bl_rms_norm_f32.
+// q (may be null) and quads as for bl_rms_norm_f32.
 extern "C" __global__ void bl_add_rms_norm_f32(const float* a, const float* b, float* d, const float* w, float* out,
-                                               uint8_t* q, int ncols, float eps) {
+                                               uint8_t* q, int ncols, float eps, int quads) {
     KERNEL_ENTRY();
+    if (quads) {
+        rms_norm_quads<true>(a, b, d, w, out, q, ncols, eps);
+        return;
+    }
     const long long row = (long long)blockIdx.x * ncols;
     const float* ar = a + row;
     const float* br = b + row;
@@ -297,6 +391,16 @@ extern "C" __global__ void bl_quantize_q8_1(const float* x, uint8_t* out, long l
     quantize_lane(x[b * 32 + (threadIdx.x & (WARP - 1))], out + b * 36);
 }
 
+// The same blocks in the staged layout of quant.cuh (STAGE_PAIR bytes per two blocks; nblocks
+// even), which the routed down products read straight from global memory.
+extern "C" __global__ void bl_quantize_q8_1_pairs(const float* x, uint8_t* out, long long nblocks) {
+    KERNEL_ENTRY();
+    const long long b = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (b >= nblocks) return;
+    uint8_t* pair = out + (b >> 1) * STAGE_PAIR;
+    quantize_lane(x[b * 32 + (threadIdx.x & (WARP - 1))], pair + 16 + 32 * (b & 1), pair + 4 * (b & 1));
+}
+
 // ---- products: y[c*n + j] = W_j . x_c, one warp per (j, c) ----------------------------------------
 
 extern "C" __global__ void bl_matmul_f32(const uint8_t* w, long long w_stride, const float* x, float* y, int k, int n,
@@ -415,12 +519,14 @@ extern "C" __global__ void bl_unary_f32(const float* x, float* out, long long n,
 
 // ---- RoPE (NORM: pairs (2i, 2i+1); NEOX: pairs (i, i + n_dims/2)), YaRN as ggml ------------------
 
-// Cosine and sine (times mscale) of pair i's angle at position p; the angle in double as the CPU
-// reference computes it.
-static __device__ __forceinline__ float2 rope_cs(int i, int p, int n_dims, float freq_base, float freq_scale,
+// Cosine and sine (times mscale) of pair i's angle at position p. The angle is computed in double
+// as the CPU reference computes it (freq_base^e as 2^(e * log2_base), log2_base from the host),
+// reduced to [-pi, pi] in double, and its cosine and sine taken in f32: within an ulp or two of
+// f32 of the reference's double cos/sin, at a fraction of their cost.
+static __device__ __forceinline__ float2 rope_cs(int i, int p, int n_dims, double log2_base, float freq_scale,
                                                  float ext_factor, float corr0, float corr1, double mscale) {
     const double exponent = -2.0 * (double)i / (double)n_dims;
-    const double theta_extrap = (double)p * pow((double)freq_base, exponent);
+    const double theta_extrap = (double)p * exp2(exponent * log2_base);
     const double theta_interp = (double)freq_scale * theta_extrap;
     double theta = theta_interp;
     if (ext_factor != 0.0f) {
@@ -429,7 +535,14 @@ static __device__ __forceinline__ float2 rope_cs(int i, int p, int n_dims, float
         const double mix = (double)(ramp * ext_factor);
         theta = theta_interp * (1.0 - mix) + theta_extrap * mix;
     }
-    return make_float2((float)(cos(theta) * mscale), (float)(sin(theta) * mscale));
+    // 2 pi as a double and the double nearest its remainder (Cody-Waite).
+    const double two_pi_hi = 6.283185307179586, two_pi_lo = 2.4492935982947064e-16;
+    const double turns = rint(theta * (1.0 / two_pi_hi));
+    const double red = fma(-turns, two_pi_lo, fma(-turns, two_pi_hi, theta));
+    float sn, cs;
+    sincosf((float)red, &sn, &cs);
+    const float m = (float)mscale;
+    return make_float2(cs * m, sn * m);
 }
 
 // The two elements of a head that pair `pair` rotates (a < b); pairs from n_dims / 2 on are not
@@ -445,7 +558,7 @@ static __device__ __forceinline__ int2 rope_elems(int pair, int neox, int n_dims
 
 // One thread per (row, head, pair).
 extern "C" __global__ void bl_rope_f32(const float* x, float* out, const int* pos, int head_dim, int n_head, int rows,
-                                       int neox, int n_dims, float freq_base, float freq_scale, float ext_factor,
+                                       int neox, int n_dims, double log2_base, float freq_scale, float ext_factor,
                                        float corr0, float corr1, double mscale) {
     KERNEL_ENTRY();
     const long long total = (long long)rows * n_head * (head_dim / 2);
@@ -463,7 +576,7 @@ extern "C" __global__ void bl_rope_f32(const float* x, float* out, const int* po
             oh[e.y] = x1;
             continue;
         }
-        const float2 cs = rope_cs(pair, pos[r], n_dims, freq_base, freq_scale, ext_factor, corr0, corr1, mscale);
+        const float2 cs = rope_cs(pair, pos[r], n_dims, log2_base, freq_scale, ext_factor, corr0, corr1, mscale);
         oh[e.x] = x0 * cs.x - x1 * cs.y;
         oh[e.y] = x0 * cs.y + x1 * cs.x;
     }
@@ -472,12 +585,12 @@ extern "C" __global__ void bl_rope_f32(const float* x, float* out, const int* po
 // An RMS norm over each head and the RoPE of its result in one kernel (ops/fused.rs), optionally
 // storing the rotated rows into a cache and another tensor's rows (V) into a second cache. One
 // block per (row, head) of round_up(head_dim / 2, 32) threads, plus (with v) one block per row of
-// V. The norm sums as bl_rms_norm_f32 does with that block size, and `normed` (the norm's own
+// V. The norm sums squares in f64 as bl_rms_norm_f32 does, and `normed` (the norm's own
 // result) is written too. Every input is read before the first barrier and the rotated values
 // are written after a second, so x, normed and out may share memory.
 template <typename T>
 static __device__ void norm_rope(const float* x, const float* w, float* normed, float* out, const int* pos, int hd,
-                                 int nh, int rows, float eps, int neox, int n_dims, float freq_base, float freq_scale,
+                                 int nh, int rows, float eps, int neox, int n_dims, double log2_base, float freq_scale,
                                  float ext_factor, float corr0, float corr1, double mscale, T* kc, const int* slots,
                                  int len, int n_slots, const float* v, T* vc, int vw, int* err) {
     const int b = blockIdx.x;
@@ -514,7 +627,7 @@ static __device__ void norm_rope(const float* x, const float* w, float* normed, 
     const float y0 = w ? (x0 * inv) * w[e.x] : x0 * inv, y1 = w ? (x1 * inv) * w[e.y] : x1 * inv;
     float o0 = y0, o1 = y1;
     if (t < n_dims / 2) {
-        const float2 cs = rope_cs(t, pos[r], n_dims, freq_base, freq_scale, ext_factor, corr0, corr1, mscale);
+        const float2 cs = rope_cs(t, pos[r], n_dims, log2_base, freq_scale, ext_factor, corr0, corr1, mscale);
         o0 = y0 * cs.x - y1 * cs.y;
         o1 = y0 * cs.y + y1 * cs.x;
     }
@@ -535,12 +648,12 @@ static __device__ void norm_rope(const float* x, const float* w, float* normed, 
 
 #define NORM_ROPE(name, T)                                                                                            \
     extern "C" __global__ void name(const float* x, const float* w, float* normed, float* out, const int* pos, int hd, \
-                                    int nh, int rows, float eps, int neox, int n_dims, float freq_base,                \
+                                    int nh, int rows, float eps, int neox, int n_dims, double log2_base,               \
                                     float freq_scale, float ext_factor, float corr0, float corr1, double mscale,       \
                                     T* kc, const int* slots, int len, int n_slots, const float* v, T* vc, int vw,      \
                                     int* err) {                                                                        \
         KERNEL_ENTRY();                                                                                                \
-        norm_rope<T>(x, w, normed, out, pos, hd, nh, rows, eps, neox, n_dims, freq_base, freq_scale, ext_factor,       \
+        norm_rope<T>(x, w, normed, out, pos, hd, nh, rows, eps, neox, n_dims, log2_base, freq_scale, ext_factor,       \
                      corr0, corr1, mscale, kc, slots, len, n_slots, v, vc, vw, err);                                   \
     }
 NORM_ROPE(bl_norm_rope_f32, float)
@@ -837,20 +950,63 @@ extern "C" __global__ void bl_router_weights(const float* logits, const int* ids
                                                       1.0f)))
 }
 
-// RouterTopK and RouterWeights of the same logits as one kernel (ops/fused.rs), one warp per row.
+// The maximum over the block of every thread's v, returned to all threads (blocks of whole warps).
+static __device__ float block_max(float v) {
+    __shared__ float part[1024 / WARP];
+    v = warp_max(v);
+    if ((threadIdx.x & (WARP - 1)) == 0) part[threadIdx.x / WARP] = v;
+    __syncthreads();
+    float m = part[0];
+    for (int w = 1; w < (int)blockDim.x / WARP; ++w) m = fmaxf(m, part[w]);
+    __syncthreads();
+    return m;
+}
+
+// RouterTopK and RouterWeights of the same logits as one kernel (ops/fused.rs): one block per row
+// of round_up(n_expert, 32) threads (n_expert <= 512), a thread per expert. An expert's rank is
+// the number of experts ahead of it (a higher key, or an equal key and a lower id; NaN ranks
+// lowest), so the top k come from one pass of comparisons instead of k rounds of a warp-wide
+// arg-max; then warp 0 writes ids and weights as bl_router_weights does, the softmax statistics
+// reused.
 extern "C" __global__ void bl_router_topk_weights(const float* logits, const float* bias, int* ids, float* out,
                                                   int n_expert, int k, int rows, int gating, int norm, float norm_min,
                                                   float scale, int* err) {
     KERNEL_ENTRY();
-    const int r = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    __shared__ float keys[512];
+    __shared__ int chosen[WARP];
+    const int r = blockIdx.x, e = threadIdx.x;
     if (r >= rows) return;
     const float* row = logits + (long long)r * n_expert;
-    float mx, inv;
-    WITH_ROUTE_PER(n_expert, {
-        const int e = router_topk_row<PER>(row, bias, ids + (long long)r * k, n_expert, k, gating, &mx, &inv);
-        router_weights_row<PER>(row, e, out + (long long)r * k, n_expert, k, gating, norm, norm_min, scale, err, true,
-                                mx, inv);
-    })
+    const bool live = e < n_expert;
+    const float l = live ? row[e] : -INFINITY;
+    const float b = live && bias ? bias[e] : 0.0f;
+    float mx = 0.0f, inv = 1.0f;
+    if (gating == 0) {
+        mx = block_max(l);
+        inv = (float)(1.0 / block_sum_f64(live ? (double)expf(l - mx) : 0.0));
+    }
+    if (live) {
+        const float key = gate_score(l, gating, mx, inv) + b;
+        keys[e] = isnan(key) ? -INFINITY : key;
+    }
+    __syncthreads();
+    if (live) {
+        const float key = keys[e];
+        int rank = 0;
+#pragma unroll 8
+        for (int j = 0; j < n_expert; ++j) {
+            const float o = keys[j];
+            rank += (o > key) | ((o == key) & (j < e));
+        }
+        if (rank < k) chosen[rank] = e;
+    }
+    __syncthreads();
+    if (e >= WARP) return;
+    const int c = e < k ? chosen[e] : 0;
+    if (e < k) ids[(long long)r * k + e] = c;
+    // The statistics are known, so router_weights_row does not read the row through PER.
+    router_weights_row<4>(row, c, out + (long long)r * k, n_expert, k, gating, norm, norm_min, scale, err, true, mx,
+                          inv);
 }
 
 // ---- routed experts -------------------------------------------------------------------------------
@@ -886,60 +1042,109 @@ static __device__ __forceinline__ float warp_row_dot(const uint8_t* wrow, int wt
     return warp_sum(s);
 }
 
-// The part of W_row . x that chunk c holds, computed by one lane: with P (rows that suit
-// pair_dot_q8_1, WT having a pair form) a chunk is 64 values, sub-blocks 2c and 2c + 1; else it
-// is sub-block c, as block_dot. WT < 0: the type is only known at run time (`wtype`).
-template <int WT, bool P>
-static __device__ __forceinline__ float chunk_dot(const uint8_t* wrow, int wtype, const void* act, int c) {
-    if constexpr (P) return pair_dot_q8_1<WT>(wrow, (const uint8_t*)act, c);
-    return block_dot(wrow, WT >= 0 ? WT : wtype, act, c);
+// Whether the launch gave the block room for `rows` staged rows of nvals values.
+static __device__ __forceinline__ bool stage_fits(int rows, long long nvals) {
+    return nvals % 64 == 0 && (unsigned long long)rows * (nvals / 64) * STAGE_PAIR <= dynamic_smem_bytes();
 }
 
-template <bool B> struct PairTag {
-    static constexpr bool value = B;
+// The block's dynamic shared memory (16-byte aligned).
+static __device__ __forceinline__ uint8_t* dyn_smem() {
+    extern __shared__ __align__(16) uint8_t smem[];
+    return smem;
+}
+
+// For the pair forms: stages the Q8_1 activation rows r0 and r1 (r0 <= r1 <= r0 + 1: those of the
+// block's first and last warp task) of x, each nvals values x_row bytes apart, in the block's
+// shared memory, synchronises the block, and returns the staged row r (r0 or r1). Every thread
+// of the block must call it.
+static __device__ const uint8_t* stage_rows(const uint8_t* x, long long x_row, int nvals, long long r0, long long r1,
+                                            long long r) {
+    uint8_t* sm = dyn_smem();
+    const int bytes = nvals / 64 * STAGE_PAIR;
+    stage_row(x + r0 * x_row, nvals, sm);
+    if (r1 != r0) stage_row(x + r1 * x_row, nvals, sm + bytes);
+    __syncthreads();
+    return sm + (r == r0 ? 0 : bytes);
+}
+
+// One lane's chunks c0, c0 + WARP, ... (B of them, those below nch) of a weight row: a pair-form
+// product issues the B chunks' weight loads before using any of them.
+template <int WT, int B> struct PairBatch {
+    PairW<WT> w[B];
+
+    __device__ __forceinline__ void load(const uint8_t* wrow, int c0, int nch) {
+#pragma unroll
+        for (int i = 0; i < B; ++i)
+            if (c0 + i * WARP < nch) w[i] = load_pair<WT>(wrow, c0 + i * WARP);
+    }
+
+    // Adds their part of W_row . x to s in chunk order, x a staged row.
+    __device__ __forceinline__ void dot(const uint8_t* xs, int c0, int nch, float& s) const {
+#pragma unroll
+        for (int i = 0; i < B; ++i)
+            if (c0 + i * WARP < nch) s += dot_pair<WT>(w[i], load_x_pair(xs, c0 + i * WARP));
+    }
 };
 
-// Calls f(PairTag<P>{}) with P = pairs && WT has a pair form, so that the loops of f see it as a
-// compile-time constant (chunk_dot<WT, P>, P ? 64 : 32 values per chunk).
-template <int WT, typename F>
-static __device__ __forceinline__ void with_pairs(bool pairs, F f) {
-    if (HasPair<WT>::value && pairs) {
-        f(PairTag<HasPair<WT>::value>{});
-    } else {
-        f(PairTag<false>{});
-    }
-}
-
-// One weight row . one activation row over the warp, a chunk per lane (F32 rows as warp_row_dot).
-template <int WT>
-static __device__ __forceinline__ float warp_row_dot_t(const uint8_t* wrow, const void* act, int k, bool pairs) {
-    if (WT == WT_F32) return warp_row_dot(wrow, WT, act, k);
+// The lane's part of W_row . x over all nch chunks of the row, its first batch (from chunk
+// `lane`) already loaded in `first`; later batches are loaded and used in turn.
+template <int WT, int B>
+static __device__ __forceinline__ float lane_row_dot(const PairBatch<WT, B>& first, const uint8_t* wrow,
+                                                     const uint8_t* xs, int nch) {
+    const int lane = threadIdx.x & (WARP - 1);
     float s = 0.0f;
-    with_pairs<WT>(pairs, [&](auto tag) {
-        constexpr bool P = decltype(tag)::value;
-#pragma unroll 2
-        for (int c = threadIdx.x & (WARP - 1); c < k / (P ? 64 : 32); c += WARP) s += chunk_dot<WT, P>(wrow, WT, act, c);
-    });
-    return warp_sum(s);
+    first.dot(xs, lane, nch, s);
+    for (int c0 = lane + WARP * B; c0 < nch; c0 += WARP * B) {
+        PairBatch<WT, B> b;
+        b.load(wrow, c0, nch);
+        b.dot(xs, c0, nch, s);
+    }
+    return s;
 }
 
 // Quantized products, any wtype of warp_row_dot: y[c*n + j] = W_j . x_c, one warp per (j, c).
+// Calls KERNEL_ENTRY itself: the pair form (whose block's columns, at most two as n >= warps per
+// block, are staged) issues its first weight loads before waiting on the previous kernel, since
+// no kernel writes weights.
 template <int WT>
 static __device__ void matmul_q(const uint8_t* w, long long w_stride, const uint8_t* xq, long long x_row, float* y,
                                 int k, int n, int m) {
-    const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-    if (task >= (long long)n * m) return;
-    const int j = (int)(task % n), c = (int)(task / n);
-    const bool pairs = pairs_ok<WT>(w, w_stride, 0, k);
-    const float v = warp_row_dot_t<WT>(w + (long long)j * w_stride, xq + (long long)c * x_row, k, pairs);
-    if ((threadIdx.x & (WARP - 1)) == 0) y[(long long)c * n + j] = v;
+    const int wpb = blockDim.x / WARP;
+    const long long first = (long long)blockIdx.x * wpb, total = (long long)n * m;
+    const long long task = first + threadIdx.x / WARP;
+    const int j = (int)(task % n);
+    const long long c = task / n;
+    const uint8_t* wrow = w + (long long)j * w_stride;
+    float v;
+    if constexpr (HasPair<WT>::value) {
+        if (pairs_ok<WT>(w, w_stride, 0, k) && n >= wpb && stage_fits(2, k)) {
+            PairBatch<WT, 2> b;
+            if (task < total) b.load(wrow, threadIdx.x & (WARP - 1), k / 64);
+            KERNEL_ENTRY();
+            const uint8_t* xs = stage_rows(xq, x_row, k, first / n, (min(first + wpb, total) - 1) / n, c);
+            if (task >= total) return;
+            v = warp_sum(lane_row_dot(b, wrow, xs, k / 64));
+            if ((threadIdx.x & (WARP - 1)) == 0) y[c * n + j] = v;
+            return;
+        }
+    }
+    KERNEL_ENTRY();
+    if (task >= total) return;
+    v = warp_row_dot(wrow, WT, xq + c * x_row, k);
+    if ((threadIdx.x & (WARP - 1)) == 0) y[c * n + j] = v;
 }
 
-extern "C" __global__ void bl_matmul_q(const uint8_t* w, long long w_stride, const uint8_t* xq, long long x_row, float* y,
-                                       int k, int n, int m, int wtype) {
-    KERNEL_ENTRY();
-    WITH_WTYPE(wtype, (matmul_q<WT>(w, w_stride, xq, x_row, y, k, n, m)))
-}
+// The single-row products have one entry point per weight type (name_<code>), so that each gets
+// the registers its own type needs rather than the most that any type needs (as a switch over the
+// types inside one kernel would): more warps per SM for the common types.
+#define PER_WTYPE(DEF) DEF(0) DEF(1) DEF(2) DEF(3) DEF(4) DEF(5) DEF(6) DEF(7) DEF(8) DEF(9) DEF(10) DEF(11)
+
+#define MATMUL_Q_ENTRY(T)                                                                                          \
+    extern "C" __global__ void bl_matmul_q_##T(const uint8_t* w, long long w_stride, const uint8_t* xq,           \
+                                               long long x_row, float* y, int k, int n, int m) {                  \
+        matmul_q<T>(w, w_stride, xq, x_row, y, k, n, m);                                                           \
+    }
+PER_WTYPE(MATMUL_Q_ENTRY)
 
 // Up to three single-column products of one Q8_1 activation row, as one launch (Q, K and V of a
 // layer; ops/fused.rs): y_i[j] = W_i,j . x, one warp per row of the concatenated W_0 | W_1 | W_2.
@@ -950,29 +1155,53 @@ struct MatmulPart {
     int n;
 };
 
+// x is staged for every part when it fits, and a part whose rows suit the pair form reads it
+// there, its first weight loads issued before waiting on the previous kernel (KERNEL_ENTRY is
+// called here, as in matmul_q).
 template <int WT>
 static __device__ void matmul_q_parts(MatmulPart a, MatmulPart b, MatmulPart c, const uint8_t* xq, int k) {
     long long j = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     MatmulPart p = a;
+    bool live = true;
     if (j >= a.n) {
         j -= a.n;
         p = b;
         if (j >= b.n) {
             j -= b.n;
             p = c;
-            if (j >= c.n) return;
+            live = j < c.n;
         }
     }
-    const bool pairs = pairs_ok<WT>(p.w, p.stride, 0, k);
-    const float v = warp_row_dot_t<WT>(p.w + j * p.stride, xq, k, pairs);
+    const uint8_t* wrow = p.w + j * p.stride;
+    bool entered = false;
+    if constexpr (HasPair<WT>::value) {
+        if (stage_fits(1, k)) {
+            const bool pairs = live && pairs_ok<WT>(p.w, p.stride, 0, k);
+            PairBatch<WT, 1> batch;
+            if (pairs) batch.load(wrow, threadIdx.x & (WARP - 1), k / 64);
+            KERNEL_ENTRY();
+            entered = true;
+            const uint8_t* xs = stage_rows(xq, 0, k, 0, 0, 0);
+            if (!live) return;
+            const float v = warp_sum(pairs ? lane_row_dot(batch, wrow, xs, k / 64) : 0.0f);
+            if (pairs) {
+                if ((threadIdx.x & (WARP - 1)) == 0) p.y[j] = v;
+                return;
+            }
+        }
+    }
+    if (!entered) KERNEL_ENTRY();
+    if (!live) return;
+    const float v = warp_row_dot(wrow, WT, xq, k);
     if ((threadIdx.x & (WARP - 1)) == 0) p.y[j] = v;
 }
 
-extern "C" __global__ void bl_matmul_q_parts(MatmulPart a, MatmulPart b, MatmulPart c, const uint8_t* xq, int k,
-                                             int wtype) {
-    KERNEL_ENTRY();
-    WITH_WTYPE(wtype, (matmul_q_parts<WT>(a, b, c, xq, k)))
-}
+#define MATMUL_Q_PARTS_ENTRY(T)                                                                                   \
+    extern "C" __global__ void bl_matmul_q_parts_##T(MatmulPart a, MatmulPart b, MatmulPart c, const uint8_t* xq, \
+                                                     int k) {                                                     \
+        matmul_q_parts<T>(a, b, c, xq, k);                                                                         \
+    }
+PER_WTYPE(MATMUL_Q_PARTS_ENTRY)
 
 // Columns per pass of matmul_q_cols.
 #define MQ_COLS 8
@@ -1064,23 +1293,50 @@ static __device__ void moe_gate_up(const uint8_t* gate, const uint8_t* up, long 
                                    float* h, int n_embd, int n_ff, int k, int rows, int n_expert, int kind, float limit,
                                    int fused, int* err) {
     if (WT >= 0) wtype_g = wtype_u = WT;
-    const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-    if (task >= (long long)rows * k * n_ff) return;
+    const int wpb = blockDim.x / WARP, lane = threadIdx.x & (WARP - 1);
+    const long long first = (long long)blockIdx.x * wpb, total = (long long)rows * k * n_ff, kf = (long long)k * n_ff;
+    const long long task = first + threadIdx.x / WARP;
     const int f = (int)(task % n_ff);
     const long long rj = task / n_ff;
     const int r = (int)(rj / k);
-    int e = ids[rj];
-    if (e < 0 || e >= n_expert) {
-        if ((threadIdx.x & (WARP - 1)) == 0) report(err, 4);
-        return;
+    // The expert's rows; a bad id is reported and an unmapped expert leaves h at 0.
+    bool live = false;
+    const uint8_t *grow = nullptr, *urow = nullptr;
+    if (task < total) {
+        int e = ids[rj];
+        if (e < 0 || e >= n_expert) {
+            if (lane == 0) report(err, 4);
+        } else {
+            if (map) e = map[e];
+            if (e < 0) {
+                if (lane == 0) h[task] = 0.0f;
+            } else {
+                live = true;
+                grow = gate + e * g_exp + (long long)f * g_row;
+                urow = fused ? gate + e * g_exp + (long long)(n_ff + f) * g_row : up + e * u_exp + (long long)f * u_row;
+            }
+        }
     }
-    if (map) e = map[e];
-    if (e < 0) {
-        if ((threadIdx.x & (WARP - 1)) == 0) h[task] = 0.0f;
-        return;
+    if constexpr (HasPair<WT>::value) {
+        // The pair form: both stacks suit it and read one activation, staged for the block's rows
+        // (at most two: k * n_ff >= warps per block) while the first weight loads are in flight.
+        if (pairs_ok<WT>(gate, g_row, g_exp, n_embd) && (fused || pairs_ok<WT>(up, u_row, u_exp, n_embd)) && xg == xu &&
+            xg_row == xu_row && kf >= wpb && stage_fits(2, n_embd)) {
+            const int nch = n_embd / 64;
+            PairBatch<WT, 1> g, u;
+            if (live) {
+                g.load(grow, lane, nch);
+                u.load(urow, lane, nch);
+            }
+            const uint8_t* xs =
+                stage_rows((const uint8_t*)xg, xg_row, n_embd, first / kf, (min(first + wpb, total) - 1) / kf, r);
+            if (!live) return;
+            const float gv = warp_sum(lane_row_dot(g, grow, xs, nch)), uv = warp_sum(lane_row_dot(u, urow, xs, nch));
+            if (lane == 0) h[task] = glu_one(gv, uv, kind, limit);
+            return;
+        }
     }
-    const uint8_t* grow = gate + e * g_exp + (long long)f * g_row;
-    const uint8_t* urow = fused ? gate + e * g_exp + (long long)(n_ff + f) * g_row : up + e * u_exp + (long long)f * u_row;
+    if (!live) return;
     const uint8_t* xgr = (const uint8_t*)xg + r * xg_row;
     const uint8_t* xur = (const uint8_t*)xu + r * xu_row;
     float gv, uv;
@@ -1089,74 +1345,118 @@ static __device__ void moe_gate_up(const uint8_t* gate, const uint8_t* up, long 
         uv = warp_row_dot(urow, wtype_u, xur, n_embd);
     } else {
         // Both rows in one pass, so their loads are in flight together.
-        const bool pairs = pairs_ok<WT>(gate, g_row, g_exp, n_embd) && (fused || pairs_ok<WT>(up, u_row, u_exp, n_embd));
-        const int lane = threadIdx.x & (WARP - 1);
         float g = 0.0f, u = 0.0f;
-        with_pairs<WT>(pairs, [&](auto tag) {
-            constexpr bool P = decltype(tag)::value;
 #pragma unroll 2
-            for (int c = lane; c < n_embd / (P ? 64 : 32); c += WARP) {
-                g += chunk_dot<WT, P>(grow, wtype_g, xgr, c);
-                u += chunk_dot<WT, P>(urow, wtype_u, xur, c);
-            }
-        });
+        for (int c = lane; c < n_embd / 32; c += WARP) {
+            g += block_dot(grow, wtype_g, xgr, c);
+            u += block_dot(urow, wtype_u, xur, c);
+        }
         gv = warp_sum(g);
         uv = warp_sum(u);
     }
-    if ((threadIdx.x & (WARP - 1)) == 0) h[task] = glu_one(gv, uv, kind, limit);
+    if (lane == 0) h[task] = glu_one(gv, uv, kind, limit);
 }
 
 #define MOE_GATE_UP_ARGS                                                                                       \
     gate, up, g_row, g_exp, u_row, u_exp, wtype_g, wtype_u, xg, xu, xg_row, xu_row, ids, map, h, n_embd, n_ff, k, \
         rows, n_expert, kind, limit, fused, err
-extern "C" __global__ void bl_moe_gate_up(const uint8_t* gate, const uint8_t* up, long long g_row, long long g_exp,
-                                          long long u_row, long long u_exp, int wtype_g, int wtype_u, const void* xg,
-                                          const void* xu, long long xg_row, long long xu_row, const int* ids,
-                                          const int* map, float* h, int n_embd, int n_ff, int k, int rows,
-                                          int n_expert, int kind, float limit, int fused, int* err) {
-    KERNEL_ENTRY();
-    if (wtype_g == wtype_u) {
-        WITH_WTYPE(wtype_g, (moe_gate_up<WT>(MOE_GATE_UP_ARGS)))
-    } else {
-        moe_gate_up<-1>(MOE_GATE_UP_ARGS);
+#define MOE_GATE_UP_PARAMS                                                                                      \
+    const uint8_t *gate, const uint8_t *up, long long g_row, long long g_exp, long long u_row, long long u_exp,   \
+        int wtype_g, int wtype_u, const void *xg, const void *xu, long long xg_row, long long xu_row,            \
+        const int *ids, const int *map, float *h, int n_embd, int n_ff, int k, int rows, int n_expert, int kind, \
+        float limit, int fused, int *err
+// bl_moe_gate_up_<code>: both stacks of that type; bl_moe_gate_up: of two types (wtype_g, wtype_u).
+// At most 64 registers, so that four blocks of 256 threads fit an SM.
+#define MOE_GATE_UP_ENTRY(T)                                                                          \
+    extern "C" __global__ void __launch_bounds__(256, 4) bl_moe_gate_up_##T(MOE_GATE_UP_PARAMS) { \
+        KERNEL_ENTRY();                                                                               \
+        moe_gate_up<T>(MOE_GATE_UP_ARGS);                                                             \
     }
+PER_WTYPE(MOE_GATE_UP_ENTRY)
+extern "C" __global__ void bl_moe_gate_up(MOE_GATE_UP_PARAMS) {
+    KERNEL_ENTRY();
+    moe_gate_up<-1>(MOE_GATE_UP_ARGS);
 }
 
 // out[r*n_embd + o] = sum_j w[r*k + j] * (down_e[o] . h_(r,j)). One warp per (r, o); its lanes
-// take the (expert slot, 32-value block) pairs, so every slot's loads are in flight together.
+// take the (expert slot, chunk) pairs, so every slot's loads are in flight together. hpairs: h is
+// in the staged layout (bl_quantize_q8_1_pairs; the host chose it where the rows suit the pair
+// form), h_row bytes per slot row; else Q8_1 (or f32 for F32 stacks) blocks.
 template <int WT>
 static __device__ void moe_down(const uint8_t* down, long long d_row, long long d_exp, const void* hact, long long h_row,
-                                const int* ids, const int* map, const float* w, float* out, int n_embd, int n_ff, int k,
-                                int rows, int n_expert) {
+                                int hpairs, const int* ids, const int* map, const float* w, float* out, int n_embd,
+                                int n_ff, int k, int rows, int n_expert, int* err) {
+    const int lane = threadIdx.x & (WARP - 1);
     const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (task >= (long long)rows * n_embd) return;
     const int o = (int)(task % n_embd);
     const int r = (int)(task / n_embd);
-    float acc = 0.0f;
-    with_pairs<WT>(pairs_ok<WT>(down, d_row, d_exp, n_ff), [&](auto tag) {
-        constexpr bool P = decltype(tag)::value;
-        const int nch = n_ff / (P ? 64 : 32);
-#pragma unroll 2
-        for (int pj = threadIdx.x & (WARP - 1); pj < k * nch; pj += WARP) {
-            const int j = pj / nch, c = pj % nch;
-            int e = ids[(long long)r * k + j];
-            if (e < 0 || e >= n_expert) continue;  // reported by bl_moe_gate_up
-            if (map) e = map[e];
-            if (e < 0) continue;
-            acc += w[(long long)r * k + j] * chunk_dot<WT, P>(down + e * d_exp + (long long)o * d_row, WT,
-                                                              (const uint8_t*)hact + ((long long)r * k + j) * h_row, c);
+    const uint8_t* hr = (const uint8_t*)hact + (long long)r * k * h_row;
+    // Slot j's expert row, or null: an id out of range (reported by bl_moe_gate_up) or unmapped.
+    auto expert_row = [&](int j) -> const uint8_t* {
+        int e = ids[(long long)r * k + j];
+        if (e < 0 || e >= n_expert) return nullptr;
+        if (map) e = map[e];
+        return e < 0 ? nullptr : down + e * d_exp + (long long)o * d_row;
+    };
+    if (hpairs) {
+        if constexpr (HasPair<WT>::value) {
+            if (pairs_ok<WT>(down, d_row, d_exp, n_ff)) {
+                // Item pj = (slot j, chunk c) is pair pj of row r's k hidden rows; each batch's
+                // weight and activation loads are issued before any is used.
+                constexpr int B = 2;
+                const int nch = n_ff / 64, items = k * nch;
+                float acc = 0.0f;
+                for (int p0 = lane; p0 < items; p0 += WARP * B) {
+                    PairW<WT> wb[B];
+                    XPair xb[B];
+                    float wt[B];
+                    bool used[B];
+#pragma unroll
+                    for (int i = 0; i < B; ++i) {
+                        const int pj = p0 + i * WARP, j = pj / nch;
+                        const uint8_t* row = pj < items ? expert_row(j) : nullptr;
+                        used[i] = row != nullptr;
+                        if (row) {
+                            wb[i] = load_pair<WT>(row, pj - j * nch);
+                            xb[i] = load_x_pair(hr, pj);
+                            wt[i] = w[(long long)r * k + j];
+                        }
+                    }
+#pragma unroll
+                    for (int i = 0; i < B; ++i)
+                        if (used[i]) acc += wt[i] * dot_pair<WT>(wb[i], xb[i]);
+                }
+                acc = warp_sum(acc);
+                if (lane == 0) out[task] = acc;
+                return;
+            }
         }
-    });
+        if (lane == 0) report(err, 6);
+        return;
+    }
+    const int nb = n_ff / 32;
+    float acc = 0.0f;
+#pragma unroll 2
+    for (int pj = lane; pj < k * nb; pj += WARP) {
+        const int j = pj / nb;
+        const uint8_t* row = expert_row(j);
+        if (row) acc += w[(long long)r * k + j] * block_dot(row, WT, hr + j * h_row, pj - j * nb);
+    }
     acc = warp_sum(acc);
-    if ((threadIdx.x & (WARP - 1)) == 0) out[task] = acc;
+    if (lane == 0) out[task] = acc;
 }
 
-extern "C" __global__ void bl_moe_down(const uint8_t* down, long long d_row, long long d_exp, int wtype, const void* hact,
-                                       long long h_row, const int* ids, const int* map, const float* w, float* out,
-                                       int n_embd, int n_ff, int k, int rows, int n_expert) {
-    KERNEL_ENTRY();
-    WITH_WTYPE(wtype, (moe_down<WT>(down, d_row, d_exp, hact, h_row, ids, map, w, out, n_embd, n_ff, k, rows, n_expert)))
-}
+#define MOE_DOWN_ENTRY(T)                                                                                         \
+    extern "C" __global__ void bl_moe_down_##T(const uint8_t* down, long long d_row, long long d_exp,              \
+                                               const void* hact, long long h_row, int hpairs, const int* ids,     \
+                                               const int* map, const float* w, float* out, int n_embd, int n_ff,  \
+                                               int k, int rows, int n_expert, int* err) {                         \
+        KERNEL_ENTRY();                                                                                            \
+        moe_down<T>(down, d_row, d_exp, hact, h_row, hpairs, ids, map, w, out, n_embd, n_ff, k, rows, n_expert,    \
+                    err);                                                                                          \
+    }
+PER_WTYPE(MOE_DOWN_ENTRY)
 
 // ---- tiled quantized products for batches ---------------------------------------------------------
 // A block of 4 warps computes a tile of MMQ_BM weight rows x MMQ_BN activation columns, stepping k by

@@ -368,6 +368,7 @@ static __device__ __forceinline__ float sub_dot_q8_1(const uint8_t* wrow, int wt
 // Q4_K keeps the two sub-blocks in the low and high nibbles of the same 32 bytes, and two Q8_0
 // blocks start on a 4-byte boundary, so one thread reads each byte once with aligned (for Q4_K,
 // 16-byte) loads. Rows must then be 16-byte aligned (Q4_K) or 4-byte aligned (Q8_0): `pairs_ok`.
+// The activations are staged in shared memory (stage_row).
 
 // Whether WT has a pair form.
 template <int WT> struct HasPair { static constexpr bool value = WT == WT_Q4_K || WT == WT_Q8_0; };
@@ -388,43 +389,129 @@ static __device__ __forceinline__ int dot8(const int* q, const int* xq) {
     return s;
 }
 
-// W_row . x over values 64p .. 64p + 63, with the Q8_1 activation blocks of x at xb (36 bytes each).
+// ---- Q8_1 activation rows staged in shared memory for the pair forms ------------------------------
+// A staged row keeps each pair of Q8_1 blocks (64 values) in STAGE_PAIR bytes: the two blocks'
+// (d, s) as half2 at bytes 0..7 and their values at 16..47 and 48..79, so that a lane reads a pair
+// with one 8-byte and four 16-byte shared loads instead of eighteen 4-byte global ones.
+#define STAGE_PAIR 80
+
+// Copies the Q8_1 row at x (nvals values, a multiple of 64; 4-byte aligned) to its staged form
+// at s, the block's threads sharing the copy (the caller synchronises before reading).
+static __device__ void stage_row(const uint8_t* x, int nvals, uint8_t* s) {
+    const int words = nvals / 32 * 9;
+    const int* xw = (const int*)x;
+    int* sw = (int*)s;
+    for (int i = threadIdx.x; i < words; i += blockDim.x) {
+        const int b = i / 9, w = i - 9 * b;
+        sw[(b >> 1) * (STAGE_PAIR / 4) + (w == 0 ? (b & 1) : 4 + (b & 1) * 8 + w - 1)] = xw[i];
+    }
+}
+
+// The dynamic shared memory the launch gave the block, in bytes.
+static __device__ __forceinline__ unsigned dynamic_smem_bytes() {
+    unsigned v;
+    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+    return v;
+}
+
+// The weight words of one 64-value chunk (sub-blocks 2p and 2p + 1) of a row whose type has a
+// pair form, loaded apart from their use so that kernels can issue every load of a batch (and,
+// for weights that no earlier kernel writes, before waiting on that kernel) first.
+template <int WT> struct PairW;
+
+// Q4_K: head = the block's d, dmin and 12 scale bytes (bytes 0..15); a, b = the 32 bytes whose
+// low nibbles are sub-block 2 (p % 4) and high nibbles the next; j = that sub-block's index.
+template <> struct PairW<WT_Q4_K> {
+    int4 head, a, b;
+    int j;
+};
+
+// Q8_0: blocks 2p and 2p + 1 as 17 aligned words: d0 | q0 (bytes 2 .. 33) | d1 | q1.
+template <> struct PairW<WT_Q8_0> {
+    int v[17];
+};
+
 template <int WT>
-static __device__ __forceinline__ float pair_dot_q8_1(const uint8_t* wrow, const uint8_t* xb, int p) {
-    const uint8_t* x0 = xb + (long long)(2 * p) * 36;
-    const uint8_t* x1 = x0 + 36;
-    const float2 dx0 = __half22float2(*(const __half2*)x0), dx1 = __half22float2(*(const __half2*)x1);
+static __device__ __forceinline__ PairW<WT> load_pair(const uint8_t* wrow, int p) {
+    PairW<WT> w;
     if constexpr (WT == WT_Q4_K) {
         const uint8_t* blk = wrow + (long long)(p / 4) * 144;
-        const int j = 2 * (p % 4);
-        const int4 a = *(const int4*)(blk + 16 + (p % 4) * 32);
-        const int4 b = *(const int4*)(blk + 32 + (p % 4) * 32);
-        const int w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        w.head = *(const int4*)blk;
+        w.a = *(const int4*)(blk + 16 + (p % 4) * 32);
+        w.b = *(const int4*)(blk + 32 + (p % 4) * 32);
+        w.j = 2 * (p % 4);
+    } else {
+        const int* src = (const int*)(wrow + (long long)p * 68);
+#pragma unroll
+        for (int t = 0; t < 17; ++t) w.v[t] = src[t];
+    }
+    return w;
+}
+
+// Byte i (0..11) of the Q4_K scales held in head.y, head.z, head.w.
+static __device__ __forceinline__ int q4k_scale_byte(const int4& head, int i) {
+    const uint32_t word = i < 4 ? (uint32_t)head.y : i < 8 ? (uint32_t)head.z : (uint32_t)head.w;
+    return (int)((word >> ((i & 3) * 8)) & 0xFFu);
+}
+
+// scale_min_k4 over the scale bytes held in registers.
+static __device__ __forceinline__ void q4k_scale_min(const int4& head, int j, int* d, int* m) {
+    if (j < 4) {
+        *d = q4k_scale_byte(head, j) & 63;
+        *m = q4k_scale_byte(head, j + 4) & 63;
+    } else {
+        *d = (q4k_scale_byte(head, j + 4) & 0x0F) | ((q4k_scale_byte(head, j - 4) >> 6) << 4);
+        *m = (q4k_scale_byte(head, j + 4) >> 4) | ((q4k_scale_byte(head, j) >> 6) << 4);
+    }
+}
+
+// The activations of one 64-value chunk read from a staged row, for use with every weight row
+// a lane takes at that chunk.
+struct XPair {
+    float2 d0, d1;
+    int q0[8], q1[8];
+};
+
+static __device__ __forceinline__ XPair load_x_pair(const uint8_t* xs, int p) {
+    const uint8_t* sp = xs + p * STAGE_PAIR;
+    const uint2 ds = *(const uint2*)sp;
+    const int4 xa = *(const int4*)(sp + 16), xb = *(const int4*)(sp + 32), xc = *(const int4*)(sp + 48),
+               xd = *(const int4*)(sp + 64);
+    return XPair{__half22float2(*(const __half2*)&ds.x),
+                 __half22float2(*(const __half2*)&ds.y),
+                 {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w},
+                 {xc.x, xc.y, xc.z, xc.w, xd.x, xd.y, xd.z, xd.w}};
+}
+
+// W_row . x over one chunk from its loaded weight words and activations.
+template <int WT>
+static __device__ __forceinline__ float dot_pair(const PairW<WT>& w, const XPair& x) {
+    const float2 dx0 = x.d0, dx1 = x.d1;
+    const int* xq0 = x.q0;
+    const int* xq1 = x.q1;
+    if constexpr (WT == WT_Q4_K) {
+        const int q[8] = {w.a.x, w.a.y, w.a.z, w.a.w, w.b.x, w.b.y, w.b.z, w.b.w};
         int lo[8], hi[8];
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
-            lo[t] = w[t] & 0x0F0F0F0F;
-            hi[t] = (w[t] >> 4) & 0x0F0F0F0F;
+            lo[t] = q[t] & 0x0F0F0F0F;
+            hi[t] = (q[t] >> 4) & 0x0F0F0F0F;
         }
-        const float2 dm = __half22float2(*(const __half2*)blk);
+        const float2 dm = __half22float2(*(const __half2*)&w.head.x);
         int sc0, mn0, sc1, mn1;
-        scale_min_k4(blk + 4, j, &sc0, &mn0);
-        scale_min_k4(blk + 4, j + 1, &sc1, &mn1);
-        const int s0 = dot8(lo, (const int*)(x0 + 4)), s1 = dot8(hi, (const int*)(x1 + 4));
+        q4k_scale_min(w.head, w.j, &sc0, &mn0);
+        q4k_scale_min(w.head, w.j + 1, &sc1, &mn1);
+        const int s0 = dot8(lo, xq0), s1 = dot8(hi, xq1);
         return (dm.x * (float)sc0) * dx0.x * (float)s0 - (dm.y * (float)mn0) * dx0.y +
                (dm.x * (float)sc1) * dx1.x * (float)s1 - (dm.y * (float)mn1) * dx1.y;
     } else {
-        // Q8_0: blocks 2p and 2p + 1 as 17 aligned words: d0 | q0 (bytes 2 .. 33) | d1 | q1.
-        const int* w = (const int*)(wrow + (long long)p * 68);
-        int v[17];
-#pragma unroll
-        for (int t = 0; t < 17; ++t) v[t] = w[t];
+        const int* v = w.v;
         int q0[8];
 #pragma unroll
         for (int t = 0; t < 8; ++t) q0[t] = (int)__funnelshift_r((uint32_t)v[t], (uint32_t)v[t + 1], 16);
         const float d0 = __half2float(__ushort_as_half((unsigned short)(v[0] & 0xFFFF)));
         const float d1 = __half2float(__ushort_as_half((unsigned short)((uint32_t)v[8] >> 16)));
-        const int s0 = dot8(q0, (const int*)(x0 + 4)), s1 = dot8(v + 9, (const int*)(x1 + 4));
+        const int s0 = dot8(q0, xq0), s1 = dot8(v + 9, xq1);
         return d0 * dx0.x * (float)s0 + d1 * dx1.x * (float)s1;
     }
 }

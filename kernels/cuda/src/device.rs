@@ -310,6 +310,10 @@ impl KernelDevice for CudaDevice {
                     "ConvCausal/DeltaRule: a slot outside the state, a negative position or \
                      two sequences in one slot (on the card)",
                 )),
+                6 => Err(PluginError::device(
+                    "MoeExperts: hidden rows laid out in pairs for down rows that do not suit \
+                     that layout (on the card)",
+                )),
                 code => Err(PluginError::device(format!(
                     "a kernel reported error {code}"
                 ))),

@@ -42,6 +42,73 @@ pub const QUANT_TYPES: [(DType, i32); 11] = [
     (DType::Q3_K, 11),
 ];
 
+/// The names of a kernel's entry points per weight type, indexed by `wtype` code
+/// (`PER_WTYPE` in cu/kernels.cu: `name_0` .. `name_11`).
+macro_rules! per_wtype {
+    ($base:literal) => {
+        [
+            concat!($base, "_0"),
+            concat!($base, "_1"),
+            concat!($base, "_2"),
+            concat!($base, "_3"),
+            concat!($base, "_4"),
+            concat!($base, "_5"),
+            concat!($base, "_6"),
+            concat!($base, "_7"),
+            concat!($base, "_8"),
+            concat!($base, "_9"),
+            concat!($base, "_10"),
+            concat!($base, "_11"),
+        ]
+    };
+}
+
+/// Single-row quantized products, per weight type.
+const MATMUL_Q: [&str; 12] = per_wtype!("bl_matmul_q");
+/// Q, K and V of one activation row in one launch (ops/fused.rs), per weight type.
+const MATMUL_Q_PARTS: [&str; 12] = per_wtype!("bl_matmul_q_parts");
+/// Routed gate/up products with both stacks of one type, per type (`bl_moe_gate_up`: two types).
+const MOE_GATE_UP: [&str; 12] = per_wtype!("bl_moe_gate_up");
+/// Routed down products, per weight type.
+const MOE_DOWN: [&str; 12] = per_wtype!("bl_moe_down");
+
+/// Whether rows of type `wtype` at `base` (row stride `stride`, expert stride `estride`) of
+/// `k` values suit the kernels' pair form (`pairs_ok` in cu/quant.cuh: Q8_0 or Q4_K, whole
+/// 64-value chunks, 4- or 16-byte aligned).
+fn pairs_ok(wtype: i32, base: u64, stride: i64, estride: i64, k: u64) -> bool {
+    let a = base | stride as u64 | estride as u64;
+    k.is_multiple_of(64)
+        && match wtype {
+            1 => a.is_multiple_of(4),
+            2 => a.is_multiple_of(16),
+            _ => false,
+        }
+}
+
+/// The entry point of `names` for weight type `wtype`.
+fn typed(names: &[&'static str; 12], wtype: i32) -> Result<&'static str, PluginError> {
+    usize::try_from(wtype)
+        .ok()
+        .and_then(|i| names.get(i).copied())
+        .ok_or_else(|| PluginError::invalid(format!("weight type code {wtype}")))
+}
+
+/// Bytes per 64 values of a Q8_1 row staged in shared memory (`STAGE_PAIR` in cu/quant.cuh).
+const STAGE_PAIR: u64 = 80;
+
+/// The dynamic shared memory a single-row product launch gives its blocks so that its pair
+/// form (Q8_0, Q4_K) can stage `rows` Q8_1 activation rows of `nvals` values (cu/kernels.cu
+/// `stage_rows`); 0 where the form cannot apply, and the kernel then reads them from global
+/// memory. At most 48 KiB, the default limit per block.
+fn stage_bytes(wtype: i32, nvals: u64, rows: u64) -> u32 {
+    let bytes = nvals / 64 * STAGE_PAIR * rows;
+    if matches!(wtype, 1 | 2) && nvals.is_multiple_of(64) && bytes <= 48 * 1024 {
+        bytes as u32
+    } else {
+        0
+    }
+}
+
 /// The `wtype` code of a weight type (0 for F32), with its block length in values.
 fn weight_code(t: DType) -> Option<(i32, u64)> {
     if t == DType::F32 {
@@ -614,9 +681,14 @@ impl Launcher {
                 let q = copy.map_or(0u64, |c| c.q);
                 let f = self.func("bl_rms_norm_f32")?;
                 let mut l = self.args(&f);
-                l.arg(&px).arg(&pw).arg(&po).arg(&q).arg(&ncols).arg(&eps);
-                // A thread per 2 columns up to 1024, so few rows still keep loads in flight.
-                let threads = (ncols as u32).div_ceil(64).clamp(1, 32) * 32;
+                let (threads, quads) = fused::norm_shape(ncols as u64, &[px, pw, po]);
+                l.arg(&px)
+                    .arg(&pw)
+                    .arg(&po)
+                    .arg(&q)
+                    .arg(&ncols)
+                    .arg(&eps)
+                    .arg(&quads);
                 // SAFETY: one block per row of ncols elements, all inside the checked spans.
                 unsafe { l.launch(cfg(rows as u32, threads)) }
                     .map_err(driver_err("bl_rms_norm_f32"))?;
@@ -764,7 +836,11 @@ impl Launcher {
                         // streams): one warp per row for all of them, each weight block read once
                         // per MQ_COLS columns.
                         let (name, launch) = if m == 1 {
-                            ("bl_matmul_q", cfg(grid(tasks, WARPS), BLOCK))
+                            let launch = LaunchConfig {
+                                shared_mem_bytes: stage_bytes(wtype, k, 2),
+                                ..cfg(grid(tasks, WARPS), BLOCK)
+                            };
+                            (typed(&MATMUL_Q, wtype)?, launch)
                         } else {
                             let warps = u64::from(MQ_COLS_BLOCK / 32);
                             ("bl_matmul_q_cols", cfg(grid(n, warps), MQ_COLS_BLOCK))
@@ -772,7 +848,10 @@ impl Launcher {
                         let f = self.func(name)?;
                         let mut l = self.args(&f);
                         l.arg(&pw).arg(&stride).arg(&q).arg(&x_row).arg(&py);
-                        l.arg(&ki).arg(&ni).arg(&mi).arg(&wtype);
+                        l.arg(&ki).arg(&ni).arg(&mi);
+                        if m > 1 {
+                            l.arg(&wtype);
+                        }
                         // SAFETY: one warp per (row, column) or per row, all inside the checked
                         // spans.
                         unsafe { l.launch(launch) }.map_err(driver_err(name))?;
@@ -837,7 +916,7 @@ impl Launcher {
                     .arg(&r.rows)
                     .arg(&r.neox)
                     .arg(&r.n_dims);
-                l.arg(&p.freq_base).arg(&p.freq_scale).arg(&p.ext_factor);
+                l.arg(&r.log2_base).arg(&p.freq_scale).arg(&p.ext_factor);
                 l.arg(&r.corr[0]).arg(&r.corr[1]).arg(&r.mscale);
                 let total = (r.rows * r.n_head * (r.head_dim / 2)) as u64;
                 // SAFETY: one thread per (row, head, pair) inside the checked spans.
@@ -1211,11 +1290,17 @@ impl Launcher {
             0
         };
         let h_bytes = align(rows * k * n_ff * 4);
-        let hq_bytes = if wd >= 1 {
-            align(rows * k * (n_ff / 32) * 36)
+        let pd = addr(down, "down")?;
+        let (d_row, d_exp) = (down.nb[1] as i64, down.nb[2] as i64);
+        // The hidden rows' Q8_1 blocks, in the pair layout the down kernel reads straight from
+        // memory where its rows suit the pair form.
+        let hpairs = pairs_ok(wd, pd, d_row, d_exp, n_ff);
+        let hq_row = if hpairs {
+            (n_ff / 64) * STAGE_PAIR
         } else {
-            0
+            (n_ff / 32) * 36
         };
+        let hq_bytes = if wd >= 1 { align(rows * k * hq_row) } else { 0 };
         let base = self.scratch(xq_bytes + h_bytes + hq_bytes)?;
         let (xq, h, hq) = (base, base + xq_bytes, base + xq_bytes + h_bytes);
         let px = addr(x, "x")?;
@@ -1224,12 +1309,19 @@ impl Launcher {
             block_dim: (BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
-        let quantize = |from: u64, to: u64, nblocks: u64, what: &str| -> Result<(), PluginError> {
+        // `pairs`: written in the pair layout (bl_quantize_q8_1_pairs; nblocks even).
+        let quantize = |from: u64, to: u64, nblocks: u64, pairs: bool, what: &str| {
             let nb = nblocks as i64;
-            let f = self.func("bl_quantize_q8_1")?;
+            let name = if pairs {
+                "bl_quantize_q8_1_pairs"
+            } else {
+                "bl_quantize_q8_1"
+            };
+            let f = self.func(name)?;
             let mut l = self.args(&f);
             l.arg(&from).arg(&to).arg(&nb);
-            // SAFETY: one warp per 32-value block; both areas hold nblocks blocks.
+            // SAFETY: one warp per 32-value block; both areas hold nblocks blocks (in pairs of
+            // STAGE_PAIR bytes with `pairs`).
             unsafe { l.launch(cfg(nblocks)) }
                 .map_err(driver_err(what))
                 .map(|_| ())
@@ -1241,7 +1333,7 @@ impl Launcher {
             q: xq,
         };
         if xq_bytes > 0 && held != Some(copy) {
-            quantize(px, xq, nblocks, "quantizing the MoE input")?;
+            quantize(px, xq, nblocks, false, "quantizing the MoE input")?;
         }
         let act = |t: i32| {
             if t >= 1 {
@@ -1271,7 +1363,12 @@ impl Launcher {
             GluKind::GeGlu => 1,
         };
         let (fused, err) = (i32::from(p.fused_gate_up), self.error_word);
-        let f = self.func("bl_moe_gate_up")?;
+        let name = if wg == wu {
+            typed(&MOE_GATE_UP, wg)?
+        } else {
+            "bl_moe_gate_up"
+        };
+        let f = self.func(name)?;
         let mut l = self.args(&f);
         l.arg(&pg)
             .arg(&pu)
@@ -1297,30 +1394,35 @@ impl Launcher {
             .arg(&p.limit)
             .arg(&fused)
             .arg(&err);
+        let staged = LaunchConfig {
+            shared_mem_bytes: stage_bytes(wg, n_embd, 2),
+            ..cfg(rows * k * n_ff)
+        };
         // SAFETY: one warp per (row, expert slot, ff row); expert ids are checked on the card and
         // every stack row lies inside the stacks' checked spans.
-        unsafe { l.launch(cfg(rows * k * n_ff)) }.map_err(driver_err("bl_moe_gate_up"))?;
+        unsafe { l.launch(staged) }.map_err(driver_err(name))?;
         let (hact, h_row) = if wd >= 1 {
             quantize(
                 h,
                 hq,
                 rows * k * (n_ff / 32),
+                hpairs,
                 "quantizing the MoE hidden rows",
             )?;
-            (hq, ((n_ff / 32) * 36) as i64)
+            (hq, hq_row as i64)
         } else {
             (h, (n_ff * 4) as i64)
         };
-        let pd = addr(down, "down")?;
-        let (d_row, d_exp) = (down.nb[1] as i64, down.nb[2] as i64);
-        let f = self.func("bl_moe_down")?;
+        let name = typed(&MOE_DOWN, wd)?;
+        let f = self.func(name)?;
         let mut l = self.args(&f);
+        let hp = i32::from(hpairs);
         l.arg(&pd)
             .arg(&d_row)
             .arg(&d_exp)
-            .arg(&wd)
             .arg(&hact)
             .arg(&h_row)
+            .arg(&hp)
             .arg(&pids)
             .arg(&map);
         l.arg(&pw)
@@ -1329,9 +1431,10 @@ impl Launcher {
             .arg(&nf)
             .arg(&ki)
             .arg(&ri)
-            .arg(&nx);
+            .arg(&nx)
+            .arg(&err);
         // SAFETY: one warp per (row, output); rows of the down stack inside its checked span.
-        unsafe { l.launch(cfg(rows * n_embd)) }.map_err(driver_err("bl_moe_down"))?;
+        unsafe { l.launch(cfg(rows * n_embd)) }.map_err(driver_err(name))?;
         Ok(())
     }
 }
@@ -1523,6 +1626,8 @@ struct RopeArgs {
     /// YaRN correction dims.
     corr: [f32; 2],
     mscale: f64,
+    /// log2 of the frequency base, in double (the kernels raise 2 to multiples of it).
+    log2_base: f64,
 }
 
 /// Checks a Rope call of `x` at `pos` into `dst` for the CUDA kernels.
@@ -1589,6 +1694,7 @@ fn rope_args(
         n_dims: p.n_dims as i32,
         corr,
         mscale,
+        log2_base: f64::from(p.freq_base).log2(),
     })
 }
 
@@ -1635,11 +1741,10 @@ mod tests {
         "bl_get_rows_f16",
         "bl_get_rows_q",
         "bl_quantize_q8_1",
+        "bl_quantize_q8_1_pairs",
         "bl_matmul_f32",
         "bl_matmul_f32_split",
-        "bl_matmul_q",
         "bl_matmul_q_cols",
-        "bl_matmul_q_parts",
         "bl_glu_f32",
         "bl_unary_f32",
         "bl_rope_f32",
@@ -1653,7 +1758,6 @@ mod tests {
         "bl_router_weights",
         "bl_router_topk_weights",
         "bl_moe_gate_up",
-        "bl_moe_down",
         "bl_mmq_mma",
         "bl_mmq_dp4a",
         "bl_mmq_experts_mma",
@@ -1678,6 +1782,31 @@ mod tests {
             .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
             .unwrap_or_else(|| panic!("no {name} in quant.cuh"));
         line.split(',').map(|v| v.trim().parse().unwrap()).collect()
+    }
+
+    /// The integer of a `#define NAME v` line of `cu/kernels.cu`.
+    fn kernel_define(name: &str) -> u64 {
+        let src = include_str!("../cu/kernels.cu");
+        src.lines()
+            .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in kernels.cu"))
+    }
+
+    #[test]
+    fn launch_shapes_match_the_kernels() {
+        assert_eq!(super::STAGE_PAIR, {
+            let src = include_str!("../cu/quant.cuh");
+            src.lines()
+                .find_map(|l| l.strip_prefix("#define STAGE_PAIR "))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .expect("STAGE_PAIR in quant.cuh")
+        });
+        assert_eq!(
+            super::fused::NORM_QUADS,
+            kernel_define("NORM_QUADS"),
+            "rows per thread of the norms"
+        );
     }
 
     #[test]
@@ -1727,7 +1856,13 @@ mod tests {
             }
             assert!(ptx.contains(".version 9.0"), "{target}: PTX ISA is not 9.0");
             assert!(ptx.contains(&format!(".target {target}")), "{target}");
-            for name in NAMES {
+            let typed = [
+                super::MATMUL_Q,
+                super::MATMUL_Q_PARTS,
+                super::MOE_GATE_UP,
+                super::MOE_DOWN,
+            ];
+            for name in NAMES.iter().chain(typed.iter().flatten()) {
                 assert!(
                     ptx.contains(&format!(".entry {name}(")),
                     "{target}: no {name}"

@@ -25,6 +25,24 @@ fn row_threads(ncols: u64) -> u32 {
     (ncols as u32).div_ceil(64).clamp(1, 32) * 32
 }
 
+/// Quads (4 floats) per thread of the norms' register form (`NORM_QUADS` in cu/kernels.cu).
+pub(crate) const NORM_QUADS: u64 = 4;
+
+/// Threads per row of `bl_rms_norm_f32` / `bl_add_rms_norm_f32` and their `quads` argument: the
+/// register form (`rms_norm_quads`) when rows are whole quads that 1,024 threads can hold and
+/// every row pointer is 16-byte aligned, else a thread per 2 columns.
+pub(crate) fn norm_shape(ncols: u64, ptrs: &[u64]) -> (u32, i32) {
+    let quads = ncols.is_multiple_of(4)
+        && ncols <= 4 * NORM_QUADS * 1024
+        && ptrs.iter().all(|p| p.is_multiple_of(16));
+    if quads {
+        let threads = (ncols / 4).div_ceil(NORM_QUADS).div_ceil(32).clamp(1, 32) as u32 * 32;
+        (threads, 1)
+    } else {
+        (row_threads(ncols), 0)
+    }
+}
+
 fn launch_cfg(blocks: u32, threads: u32) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (blocks, 1, 1),
@@ -164,6 +182,7 @@ impl Launcher {
             norm.dst.elements(),
         )?;
         let q = copy.map_or(0u64, |c| c.q);
+        let (threads, quads) = norm_shape(ncols, &[pa, pb, pd, pw, po]);
         l.arg(&pa)
             .arg(&pb)
             .arg(&pd)
@@ -171,10 +190,11 @@ impl Launcher {
             .arg(&po)
             .arg(&q)
             .arg(&n)
-            .arg(&eps);
+            .arg(&eps)
+            .arg(&quads);
         // SAFETY: one block per row of ncols contiguous f32 in each tensor, whose spans the
         // buffer table checked.
-        unsafe { l.launch(launch_cfg(norm.dst.rows() as u32, row_threads(ncols))) }
+        unsafe { l.launch(launch_cfg(norm.dst.rows() as u32, threads)) }
             .map_err(driver_err("bl_add_rms_norm_f32"))?;
         Ok(Some(copy))
     }
@@ -268,7 +288,7 @@ impl Launcher {
         l.arg(&r.head_dim).arg(&r.n_head).arg(&r.rows).arg(&eps);
         l.arg(&r.neox)
             .arg(&r.n_dims)
-            .arg(&p.freq_base)
+            .arg(&r.log2_base)
             .arg(&p.freq_scale);
         l.arg(&p.ext_factor)
             .arg(&r.corr[0])
@@ -352,22 +372,25 @@ impl Launcher {
         let copy = self.quantize_in_scratch(px, k / 32, held)?;
         let q = copy.q;
         let ki = k as i32;
-        let f = self.func("bl_matmul_q_parts")?;
+        let name = super::typed(&super::MATMUL_Q_PARTS, wtype)?;
+        let f = self.func(name)?;
         let mut l = self.args(&f);
         l.arg(&parts[0])
             .arg(&parts[1])
             .arg(&parts[2])
             .arg(&q)
-            .arg(&ki)
-            .arg(&wtype);
+            .arg(&ki);
+        let launch = LaunchConfig {
+            shared_mem_bytes: super::stage_bytes(wtype, k, 1),
+            ..launch_cfg(rows.div_ceil(8) as u32, 256)
+        };
         // SAFETY: one warp per row of the products, whose weights and outputs lie inside the
         // checked spans; q holds the activations' blocks.
-        unsafe { l.launch(launch_cfg(rows.div_ceil(8) as u32, 256)) }
-            .map_err(driver_err("bl_matmul_q_parts"))?;
+        unsafe { l.launch(launch) }.map_err(driver_err(name))?;
         Ok(Some((taken, Some(copy))))
     }
 
-    /// The chosen experts and their weights from the same logits in one kernel: a warp per row.
+    /// The chosen experts and their weights from the same logits in one kernel: a block per row.
     fn router(
         &self,
         addr: &dyn Fn(&TensorRef) -> Result<u64, PluginError>,
@@ -422,9 +445,9 @@ impl Launcher {
             .arg(&p.norm_min)
             .arg(&p.scale)
             .arg(&err);
-        let warps = 4u32;
-        // SAFETY: one warp per row of the checked logits, ids and weights.
-        unsafe { l.launch(launch_cfg((rows as u32).div_ceil(warps).max(1), warps * 32)) }
+        // SAFETY: one block per row of the checked logits, ids and weights, a thread per expert
+        // (n <= 512 checked above).
+        unsafe { l.launch(launch_cfg((rows as u32).max(1), n.div_ceil(32) * 32)) }
             .map_err(driver_err("bl_router_topk_weights"))?;
         Ok(true)
     }
