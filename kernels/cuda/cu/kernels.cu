@@ -586,14 +586,27 @@ extern "C" __global__ void bl_rope_f32(const float* x, float* out, const int* po
 // storing the rotated rows into a cache and another tensor's rows (V) into a second cache. One
 // block per (row, head) of round_up(head_dim / 2, 32) threads, plus (with v) one block per row of
 // V. The norm sums squares in f64 as bl_rms_norm_f32 does, and `normed` (the norm's own
-// result) is written too. Every input is read before the first barrier and the rotated values
-// are written after a second, so x, normed and out may share memory.
+// result) is written too unless null (no later call reads it). Every input is read before the first barrier and the rotated values
+// are written after a second, so x, normed and out may share memory. With qnh > 0 another group
+// of heads of the same rows and rope (Q, while the main group is K) comes first: rows * qnh
+// blocks normed by qw from qx into qnormed and qout, with no store.
 template <typename T>
 static __device__ void norm_rope(const float* x, const float* w, float* normed, float* out, const int* pos, int hd,
                                  int nh, int rows, float eps, int neox, int n_dims, double log2_base, float freq_scale,
                                  float ext_factor, float corr0, float corr1, double mscale, T* kc, const int* slots,
-                                 int len, int n_slots, const float* v, T* vc, int vw, int* err) {
-    const int b = blockIdx.x;
+                                 int len, int n_slots, const float* v, T* vc, int vw, int* err, const float* qx,
+                                 const float* qw, float* qnormed, float* qout, int qnh) {
+    int b = blockIdx.x;
+    if (b < rows * qnh) {
+        x = qx;
+        w = qw;
+        normed = qnormed;
+        out = qout;
+        nh = qnh;
+        kc = nullptr;
+    } else {
+        b -= rows * qnh;
+    }
     if (b >= rows * nh) {
         const int r = b - rows * nh;
         const int s = slots[r], p = pos[r];
@@ -619,9 +632,11 @@ static __device__ void norm_rope(const float* x, const float* w, float* normed, 
     if (t + (int)blockDim.x < hd) s += (double)(n1 * n1);
     const float mean = (float)(block_sum_f64(s) / hd);
     const float inv = 1.0f / sqrtf(mean + eps);
-    float* nr = normed + (long long)b * hd;
-    if (t < hd) nr[t] = w ? (n0 * inv) * w[t] : n0 * inv;
-    if (t + (int)blockDim.x < hd) nr[t + blockDim.x] = w ? (n1 * inv) * w[t + blockDim.x] : n1 * inv;
+    if (normed) {
+        float* nr = normed + (long long)b * hd;
+        if (t < hd) nr[t] = w ? (n0 * inv) * w[t] : n0 * inv;
+        if (t + (int)blockDim.x < hd) nr[t + blockDim.x] = w ? (n1 * inv) * w[t + blockDim.x] : n1 * inv;
+    }
     __syncthreads();
     if (!rotates) return;
     const float y0 = w ? (x0 * inv) * w[e.x] : x0 * inv, y1 = w ? (x1 * inv) * w[e.y] : x1 * inv;
@@ -651,10 +666,11 @@ static __device__ void norm_rope(const float* x, const float* w, float* normed, 
                                     int nh, int rows, float eps, int neox, int n_dims, double log2_base,               \
                                     float freq_scale, float ext_factor, float corr0, float corr1, double mscale,       \
                                     T* kc, const int* slots, int len, int n_slots, const float* v, T* vc, int vw,      \
-                                    int* err) {                                                                        \
+                                    int* err, const float* qx, const float* qw, float* qnormed, float* qout,           \
+                                    int qnh) {                                                                         \
         KERNEL_ENTRY();                                                                                                \
         norm_rope<T>(x, w, normed, out, pos, hd, nh, rows, eps, neox, n_dims, log2_base, freq_scale, ext_factor,       \
-                     corr0, corr1, mscale, kc, slots, len, n_slots, v, vc, vw, err);                                   \
+                     corr0, corr1, mscale, kc, slots, len, n_slots, v, vc, vw, err, qx, qw, qnormed, qout, qnh);       \
     }
 NORM_ROPE(bl_norm_rope_f32, float)
 NORM_ROPE(bl_norm_rope_f16, __half)

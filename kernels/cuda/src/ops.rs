@@ -1394,13 +1394,13 @@ impl Launcher {
             .arg(&p.limit)
             .arg(&fused)
             .arg(&err);
-        let staged = LaunchConfig {
+        let launch = LaunchConfig {
             shared_mem_bytes: stage_bytes(wg, n_embd, 2),
             ..cfg(rows * k * n_ff)
         };
         // SAFETY: one warp per (row, expert slot, ff row); expert ids are checked on the card and
         // every stack row lies inside the stacks' checked spans.
-        unsafe { l.launch(staged) }.map_err(driver_err(name))?;
+        unsafe { l.launch(launch) }.map_err(driver_err(name))?;
         let (hact, h_row) = if wd >= 1 {
             quantize(
                 h,

@@ -12,7 +12,7 @@ use cudarc::driver::{DeviceRepr, LaunchConfig};
 
 use super::{
     driver_err, gating_code, quantized_reader, rope_args, unary_code, weight_code, Buffers,
-    Launcher, Quantized,
+    Launcher, Quantized, RopeArgs,
 };
 
 /// A contiguous f32 tensor of extents `ne`.
@@ -66,6 +66,190 @@ struct MatmulPart {
 // SAFETY: plain old data laid out as the kernel's struct (two 8-byte words, a pointer, an int
 // and padding to 8-byte alignment).
 unsafe impl DeviceRepr for MatmulPart {}
+
+/// One (RmsNorm, Rope) pair that `bl_norm_rope_*` runs, with the K and V cache stores that follow
+/// it: device addresses, the rope's kernel arguments, and the byte spans it reads and writes.
+struct NormRopeGroup {
+    x: u64,
+    w: u64,
+    normed: u64,
+    out: u64,
+    pos: TensorRef,
+    pos_addr: u64,
+    hd: u64,
+    rows: u64,
+    threads: u32,
+    rope: RopeArgs,
+    /// K cache, slots, cache length, slots in the cache, cache type.
+    k_store: Option<(u64, u64, i32, i32, DType)>,
+    /// V rows, V cache, V row width.
+    v_store: Option<(u64, u64, i32)>,
+    /// Byte ranges written, and every range read or written.
+    writes: Vec<(u64, u64)>,
+    touches: Vec<(u64, u64)>,
+    /// Calls the group covers.
+    taken: usize,
+}
+
+/// Whether a call of `later` (the rest of the pass, in order) reads memory of `t` before other
+/// calls have overwritten all of it. Byte ranges within `t`'s buffer are followed: a later
+/// tensor that the planner placed over part of `t` stops that part being `t`'s once written.
+fn read_later(t: &TensorRef, later: &[OpCall]) -> bool {
+    let Some(len) = t.span_bytes() else {
+        return true;
+    };
+    let mut live = vec![(t.offset, t.offset + len)];
+    for c in later {
+        let meets = |u: &TensorRef| {
+            u.buffer == t.buffer
+                && u.span_bytes()
+                    .is_none_or(|n| live.iter().any(|&(s, e)| u.offset < e && s < u.offset + n))
+        };
+        if c.srcs().iter().any(meets) {
+            return true;
+        }
+        if c.dst.buffer == t.buffer {
+            let Some(n) = c.dst.span_bytes() else {
+                return true;
+            };
+            let (ws, we) = (c.dst.offset, c.dst.offset + n);
+            live = live
+                .into_iter()
+                .flat_map(|(s, e)| [(s, e.min(ws)), (s.max(we), e)])
+                .filter(|(s, e)| s < e)
+                .collect();
+            if live.is_empty() {
+                return false;
+            }
+        }
+    }
+    false
+}
+
+/// Whether no range of `a` meets a range of `b`.
+fn disjoint(a: &[(u64, u64)], b: &[(u64, u64)]) -> bool {
+    a.iter()
+        .all(|&(s, e)| b.iter().all(|&(s2, e2)| e <= s2 || e2 <= s))
+}
+
+/// The (RmsNorm, Rope [, K store [, V store]]) group at the head of `calls`, or `None` when they
+/// do not form one.
+fn norm_rope_group(
+    addr: &dyn Fn(&TensorRef) -> Result<u64, PluginError>,
+    calls: &[OpCall],
+    p: RopeParams,
+) -> Result<Option<NormRopeGroup>, PluginError> {
+    let (norm, rope) = (&calls[0], &calls[1]);
+    if rope.n_srcs != 2 || norm.n_srcs == 0 {
+        return Ok(None);
+    }
+    let (x, out) = (norm.srcs()[0], rope.dst);
+    let ne = out.ne;
+    if rope.srcs()[0] != norm.dst || ![&x, &norm.dst, &out].into_iter().all(|t| plain(t, ne)) {
+        return Ok(None);
+    }
+    let pos = rope.srcs()[1];
+    let Ok(r) = rope_args(&p, &norm.dst, &pos, &out) else {
+        return Ok(None);
+    };
+    let (hd, nh, rows) = (ne[0], ne[1], ne[2] * ne[3]);
+    let threads = (hd / 2).div_ceil(32) * 32;
+    if r.rows == 0 || threads > 1024 || !pos.is_contiguous() {
+        return Ok(None);
+    }
+    let span = |t: &TensorRef| -> Result<(u64, u64), PluginError> {
+        let a = addr(t)?;
+        Ok((a, a + t.span_bytes().unwrap_or(u64::MAX - a)))
+    };
+    let mut touches = vec![span(&x)?, span(&pos)?];
+    let w = match norm.srcs().get(1) {
+        Some(w) if plain(w, [hd, 1, 1, 1]) => {
+            touches.push(span(w)?);
+            addr(w)?
+        }
+        Some(_) => return Ok(None),
+        None => 0u64,
+    };
+    // The norm's own result is written only when a later call reads it.
+    let group_len = 2;
+    let normed_read = read_later(&norm.dst, &calls[group_len..]);
+    let mut writes = vec![span(&out)?];
+    if normed_read {
+        writes.push(span(&norm.dst)?);
+    }
+    // A store of `out` (reshaped to [hd·nh, rows]) into a cache.
+    let store_of = |c: &OpCall, rows_ok: &dyn Fn(&TensorRef) -> bool| -> Option<TensorRef> {
+        if !matches!(c.op, Op::CacheStore) || c.n_srcs != 4 {
+            return None;
+        }
+        let (t, cache, slots, at) = (c.srcs()[0], c.srcs()[1], c.srcs()[2], c.srcs()[3]);
+        let ok = rows_ok(&t)
+            && cache == c.dst
+            && matches!(cache.dtype, DType::F32 | DType::F16)
+            && cache.is_contiguous()
+            && cache.ne[0] == t.ne[0]
+            && at == pos
+            && slots.dtype == DType::I32
+            && slots.is_contiguous()
+            && slots.elements() == rows;
+        ok.then_some(cache)
+    };
+    let k_rows = |t: &TensorRef| {
+        t.buffer == out.buffer && t.offset == out.offset && plain(t, [hd * nh, rows, 1, 1])
+    };
+    let k_cache = calls.get(2).and_then(|c| store_of(c, &k_rows));
+    let v = match (k_cache, calls.get(3)) {
+        (Some(kc), Some(c)) => {
+            let v_rows =
+                |t: &TensorRef| t.dtype == DType::F32 && t.is_contiguous() && t.rows() == rows;
+            store_of(c, &v_rows)
+                .filter(|vc| vc.dtype == kc.dtype && c.srcs()[2] == calls[2].srcs()[2])
+                .map(|vc| (c.srcs()[0], vc))
+        }
+        _ => None,
+    };
+    let k_store = match k_cache {
+        Some(kc) => {
+            let slots = calls[2].srcs()[2];
+            touches.push(span(&slots)?);
+            writes.push(span(&kc)?);
+            Some((
+                addr(&kc)?,
+                addr(&slots)?,
+                kc.ne[1] as i32,
+                kc.ne[2] as i32,
+                kc.dtype,
+            ))
+        }
+        None => None,
+    };
+    let v_store = match v {
+        Some((v, vc)) => {
+            touches.push(span(&v)?);
+            writes.push(span(&vc)?);
+            Some((addr(&v)?, addr(&vc)?, v.ne[0] as i32))
+        }
+        None => None,
+    };
+    touches.extend_from_slice(&writes);
+    Ok(Some(NormRopeGroup {
+        x: addr(&x)?,
+        w,
+        normed: if normed_read { addr(&norm.dst)? } else { 0 },
+        out: addr(&out)?,
+        pos,
+        pos_addr: addr(&pos)?,
+        hd,
+        rows,
+        threads: threads as u32,
+        rope: r,
+        k_store,
+        v_store,
+        writes,
+        touches,
+        taken: 2 + usize::from(k_store.is_some()) + usize::from(v_store.is_some()),
+    }))
+}
 
 impl Launcher {
     /// Launches the leading calls of `calls` as one kernel when they form a pattern of this
@@ -201,7 +385,9 @@ impl Launcher {
 
     /// `normed = rms_norm(x) · w` per head, `out = rope(normed)`, and when the next calls store
     /// `out` into a K cache and another tensor into a V cache of the same rows, those stores too:
-    /// one kernel. Returns how many calls it took (0: the pattern does not hold).
+    /// one kernel. A group without stores (Q) followed by another of the same rows, positions,
+    /// norm and rope (K, with its stores) goes into the same launch. Returns how many calls it
+    /// took (0: the pattern does not hold).
     fn norm_rope(
         &self,
         addr: &dyn Fn(&TensorRef) -> Result<u64, PluginError>,
@@ -209,82 +395,50 @@ impl Launcher {
         eps: f32,
         p: RopeParams,
     ) -> Result<usize, PluginError> {
-        let (norm, rope) = (&calls[0], &calls[1]);
-        let (x, out) = (norm.srcs()[0], rope.dst);
-        let ne = out.ne;
-        if rope.n_srcs != 2
-            || rope.srcs()[0] != norm.dst
-            || ![&x, &norm.dst, &out].into_iter().all(|t| plain(t, ne))
-        {
-            return Ok(0);
-        }
-        let pos = rope.srcs()[1];
-        let Ok(r) = rope_args(&p, &norm.dst, &pos, &out) else {
+        let Some(first) = norm_rope_group(addr, calls, p)? else {
             return Ok(0);
         };
-        let (hd, nh, rows) = (ne[0], ne[1], ne[2] * ne[3]);
-        let threads = (hd / 2).div_ceil(32) * 32;
-        if r.rows == 0 || threads > 1024 || !pos.is_contiguous() {
-            return Ok(0);
-        }
-        let pw = match norm.srcs().get(1) {
-            Some(w) if plain(w, [hd, 1, 1, 1]) => addr(w)?,
-            Some(_) => return Ok(0),
-            None => 0u64,
-        };
-        // A store of `out` (reshaped to [hd·nh, rows]) into a cache.
-        let store_of = |c: &OpCall, rows_ok: &dyn Fn(&TensorRef) -> bool| -> Option<TensorRef> {
-            if !matches!(c.op, Op::CacheStore) || c.n_srcs != 4 {
-                return None;
-            }
-            let (t, cache, slots, at) = (c.srcs()[0], c.srcs()[1], c.srcs()[2], c.srcs()[3]);
-            let ok = rows_ok(&t)
-                && cache == c.dst
-                && matches!(cache.dtype, DType::F32 | DType::F16)
-                && cache.is_contiguous()
-                && cache.ne[0] == t.ne[0]
-                && at == pos
-                && slots.dtype == DType::I32
-                && slots.is_contiguous()
-                && slots.elements() == rows;
-            ok.then_some(cache)
-        };
-        let k_rows = |t: &TensorRef| {
-            t.buffer == out.buffer && t.offset == out.offset && plain(t, [hd * nh, rows, 1, 1])
-        };
-        let k_store = calls.get(2).and_then(|c| store_of(c, &k_rows));
-        let v_store = match (k_store, calls.get(3)) {
-            (Some(kc), Some(c)) => {
-                let v_rows =
-                    |t: &TensorRef| t.dtype == DType::F32 && t.is_contiguous() && t.rows() == rows;
-                store_of(c, &v_rows)
-                    .filter(|vc| vc.dtype == kc.dtype && c.srcs()[2] == calls[2].srcs()[2])
-                    .map(|vc| (c.srcs()[0], vc))
+        // The second group, when the first has no stores and the next calls form one with the
+        // same shape and parameters whose tensors the first group's writes leave alone.
+        let second = match (first.k_store, calls.get(2).map(|c| c.op)) {
+            (None, Some(Op::RmsNorm { eps: e2 })) if e2 == eps => {
+                match (calls.get(3).map(|c| c.op), calls.get(2..)) {
+                    (Some(Op::Rope(p2)), Some(rest)) if p2 == p => norm_rope_group(addr, rest, p2)?
+                        .filter(|g| {
+                            g.hd == first.hd
+                                && g.rows == first.rows
+                                && g.pos == first.pos
+                                && g.threads == first.threads
+                                && disjoint(&first.writes, &g.touches)
+                                && disjoint(&g.writes, &first.touches)
+                        }),
+                    _ => None,
+                }
             }
             _ => None,
         };
-        let (pk, slots, len, n_slots) = match k_store {
-            Some(kc) => (
-                addr(&kc)?,
-                addr(&calls[2].srcs()[2])?,
-                kc.ne[1] as i32,
-                kc.ne[2] as i32,
-            ),
-            None => (0, 0, 0, 0),
+        let (q, main) = match second {
+            Some(k) => (Some(first), k),
+            None => (None, first),
         };
-        let (pv, pvc, vw) = match v_store {
-            Some((v, vc)) => (addr(&v)?, addr(&vc)?, v.ne[0] as i32),
-            None => (0, 0, 0),
-        };
-        let name = match k_store.map(|k| k.dtype) {
+        let name = match main.k_store.map(|k| k.4) {
             Some(DType::F16) => "bl_norm_rope_f16",
             _ => "bl_norm_rope_f32",
         };
-        let (px, pn, po, pp) = (addr(&x)?, addr(&norm.dst)?, addr(&out)?, addr(&pos)?);
+        let r = &main.rope;
+        let (pk, slots, len, n_slots, _) = main.k_store.unwrap_or((0, 0, 0, 0, DType::F32));
+        let (pv, pvc, vw) = main.v_store.unwrap_or((0, 0, 0));
+        let (qx, qw, qn, qo, qnh) = q.as_ref().map_or((0, 0, 0, 0, 0), |g| {
+            (g.x, g.w, g.normed, g.out, g.rope.n_head)
+        });
         let err = self.error_word;
         let f = self.func(name)?;
         let mut l = self.args(&f);
-        l.arg(&px).arg(&pw).arg(&pn).arg(&po).arg(&pp);
+        l.arg(&main.x)
+            .arg(&main.w)
+            .arg(&main.normed)
+            .arg(&main.out)
+            .arg(&main.pos_addr);
         l.arg(&r.head_dim).arg(&r.n_head).arg(&r.rows).arg(&eps);
         l.arg(&r.neox)
             .arg(&r.n_dims)
@@ -296,11 +450,15 @@ impl Launcher {
             .arg(&r.mscale);
         l.arg(&pk).arg(&slots).arg(&len).arg(&n_slots);
         l.arg(&pv).arg(&pvc).arg(&vw).arg(&err);
-        let blocks = rows * nh + if v_store.is_some() { rows } else { 0 };
-        // SAFETY: one block per (row, head) of the checked contiguous tensors (and per V row);
-        // slots and positions are checked on the card before any cache row is written.
-        unsafe { l.launch(launch_cfg(blocks as u32, threads as u32)) }.map_err(driver_err(name))?;
-        Ok(2 + usize::from(k_store.is_some()) + usize::from(v_store.is_some()))
+        l.arg(&qx).arg(&qw).arg(&qn).arg(&qo).arg(&qnh);
+        let rows = main.rows;
+        let blocks =
+            rows * (main.rope.n_head + qnh) as u64 + if main.v_store.is_some() { rows } else { 0 };
+        // SAFETY: one block per (row, head) of the checked contiguous tensors of each group (and
+        // per V row); slots and positions are checked on the card before any cache row is
+        // written; the groups' writes were checked not to meet the other group's tensors.
+        unsafe { l.launch(launch_cfg(blocks as u32, main.threads)) }.map_err(driver_err(name))?;
+        Ok(q.map_or(0, |g| g.taken) + main.taken)
     }
 
     /// Two or three single-row quantized products of the same activations with weights of one
@@ -562,6 +720,33 @@ mod tests {
             srcs: all,
             dst,
         }
+    }
+
+    #[test]
+    fn a_norm_result_counts_as_read_until_all_its_bytes_are_overwritten() {
+        // q's normed rows: 4 heads of 8 floats (128 bytes) at offset 0 of buffer 1; k's normed
+        // rows are later placed over its first 32 bytes.
+        let at = |offset, ne: [u64; 4]| TensorRef {
+            offset,
+            ..tensor(1, DType::F32, ne)
+        };
+        let q_normed = at(0, [8, 4, 1, 1]);
+        let k_normed = at(0, [8, 1, 1, 1]);
+        let k_x = tensor(2, DType::F32, [8, 1, 1, 1]);
+        let k_out = tensor(3, DType::F32, [8, 1, 1, 1]);
+        let k_norm = call(Op::RmsNorm { eps: 1e-6 }, &[k_x], k_normed);
+        let k_rope = call(Op::Add, &[k_normed, k_x], k_out);
+        // Reading k's rows reads bytes k's norm wrote, not q's.
+        assert!(!read_later(&q_normed, &[k_norm, k_rope]));
+        // A read of q's other bytes is a read of q's rows...
+        let tail = at(64, [8, 1, 1, 1]);
+        let reader = call(Op::Add, &[tail, k_x], k_out);
+        assert!(read_later(&q_normed, &[k_norm, k_rope, reader]));
+        // ...unless a write covered them first.
+        let cover = call(Op::Add, &[k_x, k_x], at(32, [24, 1, 1, 1]));
+        assert!(!read_later(&q_normed, &[k_norm, cover, reader]));
+        // Without the k norm's write, k's rope reads q's bytes.
+        assert!(read_later(&q_normed, &[k_rope]));
     }
 
     #[test]
