@@ -28,6 +28,9 @@
 #   scripts/gpu-check.sh hybrid-bench  on the GPU machine: the Qwen3.6-35B-A3B-shaped file's speed
 #                                 on the card and with every expert on the host (llama-bench side
 #                                 by side when LLAMA_BENCH names one), and a per-op profile.
+#   scripts/gpu-check.sh decode-ab  on the GPU machine: opcheck of every op and tiny files, greedy
+#                                 text, ncu per decode layer, and tg/pp of the 30B-A3B and 35B-A3B
+#                                 files alternating with PREV (plugins-only dist).
 #   scripts/gpu-check.sh profile-layer  on the GPU machine: all of Nsight Compute's explaining sections
 #                                 for the kernels of about one eager decode layer (30B-A3B file).
 #   scripts/gpu-check.sh profile  on the GPU machine: per-kernel times (ncu) of decode and prompt
@@ -259,6 +262,52 @@ case "${1:-}" in
     echo "where a -cmoe decode step spends its time (30B-A3B):" | tee -a "$out/host-experts.txt"
     BLOOMERY_TIER_PROFILE=1 $b bench -m "$f" -p 0 -n 64 -r 1 -ngl 99 -cmoe 2>&1 \
       | grep -E "host|card|tg64" | tee -a "$out/host-experts.txt"
+    ;;
+  decode-ab)
+    # One call for a decode change: every op and the tiny qwen3moe/qwen35moe/qwen35 files against
+    # the CPU (opcheck; graph replay against op by op), greedy text on CPU, card and -cmoe, the
+    # per-layer kernel times of 30B-A3B decode (ncu), then `bench -p 512 -n 128` of the 30B-A3B
+    # file and the 35B-A3B hybrid, this build alternating with PREV (a plugins-only dist).
+    out=${OUT:-/tmp}
+    b=dist/bloomery
+    p="--plugin-dir dist/plugins"
+    m=/dev/shm/bloomery-gpu-check
+    mkdir -p "$m"
+    $b $p synth --arch qwen3moe --preset tiny --seed 7 -o "$m/f32.gguf" > /dev/null
+    $b $p synth --arch qwen3moe --preset tiny --seed 7 --experts Q4_K --attn Q8_0 --embd Q8_0 \
+      --output-type Q8_0 -o "$m/q4k.gguf" > /dev/null
+    $b $p synth --arch qwen35moe --preset tiny --seed 7 -o "$m/hf.gguf" > /dev/null
+    $b $p synth --arch qwen35 --preset tiny --seed 7 -o "$m/d.gguf" > /dev/null
+    $b $p opcheck --plugin cuda-sm90 --seed 1 --model "$m/f32.gguf" --model "$m/hf.gguf" \
+      --model "$m/d.gguf" 2>&1 | tee "$out/opcheck.txt" | grep -E "FAIL|cases|rror"
+    $b $p opcheck --plugin cuda-sm90 --seed 3 --model "$m/q4k.gguf" --model-tol 1e-1 2>&1 \
+      | tee "$out/opcheck-q4k.txt" | grep -E "FAIL|cases|rror"
+    for f in f32 hf; do
+      for flags in "-ngl 0" "-ngl 99" "-ngl 99 -cmoe"; do
+        # shellcheck disable=SC2086
+        echo "greedy $f $flags: $($b $p run -m "$m/$f.gguf" -p 'hello world' -n 24 --temp 0 $flags \
+          2> /dev/null | md5sum)"
+      done
+    done
+    f=/dev/shm/q3-30b-a3b-q4k.gguf
+    [ -f "$f" ] || $b $p synth --arch qwen3moe --preset 30b-a3b --experts Q4_K --attn Q8_0 \
+      --embd Q8_0 --output-type Q8_0 -o "$f" > /dev/null
+    h=/dev/shm/q36-35b-a3b-q4k.gguf
+    [ -f "$h" ] || $b $p synth --arch qwen35moe --preset 35b-a3b --experts Q4_K --attn Q8_0 \
+      --embd Q8_0 --output-type Q8_0 --dense Q8_0 -o "$h" > /dev/null
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 2400 \
+      --launch-count 200 $b $p bench -m "$f" -p 0 -n 5 -r 1 -ngl 99 --no-graphs \
+      > "$out/ncu-tg.csv" 2> /dev/null || true
+    echo "== 30B-A3B decode kernels (per layer = total / 20)"
+    python3 scripts/ncu_summary.py "$out/ncu-tg.csv" --per 20
+    for file in "$f" "$h"; do
+      for round in 1 2; do
+        for d in ${PREV:-} dist; do
+          echo "== $(basename "$file") $d $round: $($b --plugin-dir "$d/plugins" bench -m "$file" -p 512 \
+            -n 128 -r 3 -ngl 99 2>&1 | tail -2 | awk -F'|' '{printf "%s %s  ", $7, $8}')"
+        done
+      done
+    done
     ;;
   profile-layer)
     # Every Nsight Compute section that explains a kernel's time (throughput, occupancy, warp
