@@ -38,6 +38,24 @@
 # Full logs go to $OUT when it is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# The benchmark files in /dev/shm, written on first use (the synth time to stderr); each prints
+# its path. 30B: the Qwen3-30B-A3B shape, experts Q4_K and attention/embeddings/output Q8_0.
+# 35B: the Qwen3.6-35B-A3B hybrid, experts Q4_K and the rest Q8_0.
+file_30b() {
+  local f=/dev/shm/q3-30b-a3b-q4k.gguf
+  [ -f "$f" ] || /usr/bin/time -f "synth: %e s" dist/bloomery --plugin-dir dist/plugins synth \
+    --arch qwen3moe --preset 30b-a3b --experts Q4_K --attn Q8_0 --embd Q8_0 --output-type Q8_0 \
+    -o "$f" > /dev/null
+  echo "$f"
+}
+file_35b() {
+  local f=/dev/shm/q36-35b-a3b-q4k.gguf
+  [ -f "$f" ] || /usr/bin/time -f "synth: %e s" dist/bloomery --plugin-dir dist/plugins synth \
+    --arch qwen35moe --preset 35b-a3b --experts Q4_K --attn Q8_0 --embd Q8_0 --output-type Q8_0 \
+    --dense Q8_0 -o "$f" > /dev/null
+  echo "$f"
+}
 case "${1:-}" in
   build)
     cargo xtask dist
@@ -84,9 +102,7 @@ case "${1:-}" in
     ;;
   bench)
     out=${OUT:-/tmp}
-    f=/dev/shm/q3-30b-a3b-q4k.gguf
-    [ -f "$f" ] || /usr/bin/time -f "synth: %e s" dist/bloomery --plugin-dir dist/plugins synth --arch qwen3moe \
-      --preset 30b-a3b --experts Q4_K --attn Q8_0 --embd Q8_0 --output-type Q8_0 -o "$f" > /dev/null
+    f=$(file_30b)
     b="dist/bloomery --plugin-dir dist/plugins"
     $b bench -m "$f" -p 512 -n 128 -r 3 -ngl 99 | tee "$out/bench-30b.txt"
     echo "op by op (no device graphs):"
@@ -104,9 +120,7 @@ case "${1:-}" in
     # (a restored 4,000-token prefix gives the same tokens as one the slot held; time to first
     # token restored vs not cached), then total tok/s for 1, 2 and 4 concurrent streams.
     out=${OUT:-/tmp}
-    f=/dev/shm/q3-30b-a3b-q4k.gguf
-    [ -f "$f" ] || dist/bloomery --plugin-dir dist/plugins synth --arch qwen3moe --preset 30b-a3b \
-      --experts Q4_K --attn Q8_0 --embd Q8_0 --output-type Q8_0 -o "$f" > /dev/null
+    f=$(file_30b)
     port=18093
     dist/bloomery --plugin-dir dist/plugins serve -m "$f" -ngl 99 -np 4 -c 32768 --metrics \
       --port $port > "$out/serve-30b.log" 2>&1 &
@@ -141,9 +155,7 @@ case "${1:-}" in
       text=$($b run -m "$models/tiny-f32.gguf" -p "hello world" -n 24 --temp 0 $flags 2>/dev/null)
       echo "greedy, $flags: $text" | tee -a "$out/tier.txt"
     done
-    f=/dev/shm/q3-30b-a3b-q4k.gguf
-    [ -f "$f" ] || $b synth --arch qwen3moe --preset 30b-a3b --experts Q4_K --attn Q8_0 --embd Q8_0 \
-      --output-type Q8_0 -o "$f" > /dev/null
+    f=$(file_30b)
     $b plan -m "$f" --gpu-budget 6.3G | tee -a "$out/tier.txt" | head -12
     for flags in "-cmoe" "-ncmoe 36" "--gpu-budget 6.3G"; do
       echo "bench -ngl 99 $flags:" | tee -a "$out/tier.txt"
@@ -213,9 +225,7 @@ case "${1:-}" in
     # same file runs through it in the same call.
     out=${OUT:-/tmp}
     b="dist/bloomery --plugin-dir dist/plugins"
-    f=/dev/shm/q36-35b-a3b-q4k.gguf
-    [ -f "$f" ] || /usr/bin/time -f "synth: %e s" $b synth --arch qwen35moe --preset 35b-a3b \
-      --experts Q4_K --attn Q8_0 --embd Q8_0 --output-type Q8_0 --dense Q8_0 -o "$f" > /dev/null
+    f=$(file_35b)
     for flags in "" "-cmoe"; do
       echo "bench -ngl 99 $flags:" | tee -a "$out/hybrid.txt"
       # shellcheck disable=SC2086
@@ -236,12 +246,8 @@ case "${1:-}" in
   host-experts)
     out=${OUT:-/tmp}
     b="dist/bloomery --plugin-dir dist/plugins"
-    f=/dev/shm/q3-30b-a3b-q4k.gguf
-    [ -f "$f" ] || $b synth --arch qwen3moe --preset 30b-a3b --experts Q4_K --attn Q8_0 --embd Q8_0 \
-      --output-type Q8_0 -o "$f" > /dev/null
-    h=/dev/shm/q36-35b-a3b-q4k.gguf
-    [ -f "$h" ] || $b synth --arch qwen35moe --preset 35b-a3b --experts Q4_K --attn Q8_0 --embd Q8_0 \
-      --output-type Q8_0 --dense Q8_0 -o "$h" > /dev/null
+    f=$(file_30b)
+    h=$(file_35b)
     twice=dist once=dist
     [ -n "${PREV:-}" ] && twice="$PREV dist $PREV dist" once="$PREV dist"
     for case in "$f -cmoe" "$f -ncmoe 36" "$h -cmoe"; do
@@ -289,12 +295,8 @@ case "${1:-}" in
           2> /dev/null | md5sum)"
       done
     done
-    f=/dev/shm/q3-30b-a3b-q4k.gguf
-    [ -f "$f" ] || $b $p synth --arch qwen3moe --preset 30b-a3b --experts Q4_K --attn Q8_0 \
-      --embd Q8_0 --output-type Q8_0 -o "$f" > /dev/null
-    h=/dev/shm/q36-35b-a3b-q4k.gguf
-    [ -f "$h" ] || $b $p synth --arch qwen35moe --preset 35b-a3b --experts Q4_K --attn Q8_0 \
-      --embd Q8_0 --output-type Q8_0 --dense Q8_0 -o "$h" > /dev/null
+    f=$(file_30b)
+    h=$(file_35b)
     ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 2400 \
       --launch-count 200 $b $p bench -m "$f" -p 0 -n 5 -r 1 -ngl 99 --no-graphs \
       > "$out/ncu-tg.csv" 2> /dev/null || true
@@ -314,9 +316,7 @@ case "${1:-}" in
     # stall reasons, memory traffic, scheduler) for the launches of about one eager decode layer
     # of the 30B-A3B file: NCU_SKIP launches skipped (default 2412), NCU_COUNT taken (default 14).
     out=${OUT:-/tmp}
-    f=/dev/shm/q3-30b-a3b-q4k.gguf
-    [ -f "$f" ] || dist/bloomery --plugin-dir dist/plugins synth --arch qwen3moe --preset 30b-a3b \
-      --experts Q4_K --attn Q8_0 --embd Q8_0 --output-type Q8_0 -o "$f" > /dev/null
+    f=$(file_30b)
     ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
       --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats \
       --section ComputeWorkloadAnalysis --launch-skip "${NCU_SKIP:-2412}" --launch-count "${NCU_COUNT:-14}" \
@@ -332,9 +332,7 @@ case "${1:-}" in
     # between kernels is the token time less the kernels' sum. PREV=dir (an earlier dist) is
     # benched too, alternating with this one.
     out=${OUT:-/tmp}
-    f=/dev/shm/q3-30b-a3b-q4k.gguf
-    [ -f "$f" ] || dist/bloomery --plugin-dir dist/plugins synth --arch qwen3moe --preset 30b-a3b \
-      --experts Q4_K --attn Q8_0 --embd Q8_0 --output-type Q8_0 -o "$f" > /dev/null
+    f=$(file_30b)
     b="dist/bloomery --plugin-dir dist/plugins"
     # Decode: skip the load and the first tokens, then about 10 layers of one token.
     ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 2400 \

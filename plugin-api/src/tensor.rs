@@ -91,6 +91,19 @@ pub struct OpCall {
 }
 
 impl OpCall {
+    /// A call of `op` on `srcs` (at most [`MAX_SRCS`]; the unused slots repeat `dst`) into `dst`.
+    pub fn new(op: Op, srcs: &[TensorRef], dst: TensorRef) -> OpCall {
+        assert!(srcs.len() <= MAX_SRCS, "{} sources", srcs.len());
+        let mut all = [dst; MAX_SRCS];
+        all[..srcs.len()].copy_from_slice(srcs);
+        OpCall {
+            op,
+            n_srcs: srcs.len() as u32,
+            srcs: all,
+            dst,
+        }
+    }
+
     /// The sources in use.
     pub fn srcs(&self) -> &[TensorRef] {
         &self.srcs[..(self.n_srcs as usize).min(MAX_SRCS)]

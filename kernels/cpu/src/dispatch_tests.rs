@@ -4,7 +4,6 @@
 use super::*;
 use crate::linear::{reference_rows_dot, Serial};
 use bloomery_plugin_api::op::DeltaRuleParams;
-use bloomery_plugin_api::tensor::MAX_SRCS;
 
 /// An f32 or i32 tensor of shape `ne` in a fresh buffer, holding `data` (as little-endian bytes).
 fn tensor(buf: &Buffers, dtype: DType, ne: [u64; 4], data: &[u8]) -> TensorRef {
@@ -36,17 +35,6 @@ fn read(buf: &Buffers, t: &TensorRef) -> Vec<f32> {
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()
-}
-
-fn call(op: Op, srcs: &[TensorRef], dst: TensorRef) -> OpCall {
-    let mut all = [TensorRef::default(); MAX_SRCS];
-    all[..srcs.len()].copy_from_slice(srcs);
-    OpCall {
-        op,
-        n_srcs: srcs.len() as u32,
-        srcs: all,
-        dst,
-    }
 }
 
 fn values(n: usize, seed: u32) -> Vec<f32> {
@@ -94,7 +82,7 @@ fn delta_rule_writes_its_output_and_its_state() {
     let b = backend(&buf);
     let srcs = delta_rule_srcs(&buf);
     let dst = f32_tensor(&buf, [3, 2, 2, 1], &[f32::NAN; 12]);
-    run(&b, &call(Op::DeltaRule(DR), &srcs, dst)).unwrap();
+    run(&b, &OpCall::new(Op::DeltaRule(DR), &srcs, dst)).unwrap();
     let mut state = values(48, 6);
     let mut out = vec![0f32; 12];
     let (q, k, v) = (values(8, 1), values(8, 2), values(12, 3));
@@ -136,7 +124,7 @@ fn a_state_overlapping_another_tensor_is_refused() {
         nb: TensorRef::contiguous_strides(DType::F32, [3, 2, 2, 1]).unwrap(),
         ..srcs[5]
     };
-    let err = run(&b, &call(Op::DeltaRule(DR), &srcs, dst)).unwrap_err();
+    let err = run(&b, &OpCall::new(Op::DeltaRule(DR), &srcs, dst)).unwrap_err();
     assert!(
         err.to_string().contains("overlaps the destination"),
         "{err}"
@@ -150,7 +138,7 @@ fn a_state_overlapping_another_tensor_is_refused() {
         ..srcs[5]
     };
     let dst = f32_tensor(&buf, [3, 2, 2, 1], &[0.0; 12]);
-    let err = run(&b, &call(Op::DeltaRule(DR), &aliased, dst)).unwrap_err();
+    let err = run(&b, &OpCall::new(Op::DeltaRule(DR), &aliased, dst)).unwrap_err();
     assert!(err.to_string().contains("overlaps source 0"), "{err}");
     assert_eq!(read(&buf, &srcs[5]), values(48, 6), "nothing written");
 }
@@ -168,7 +156,7 @@ fn conv_causal_writes_its_output_and_its_state() {
         i32_tensor(&buf, &[4]),
     ];
     let dst = f32_tensor(&buf, [2, 1, 1, 1], &[f32::NAN; 2]);
-    run(&b, &call(Op::ConvCausal { taps: 3 }, &srcs, dst)).unwrap();
+    run(&b, &OpCall::new(Op::ConvCausal { taps: 3 }, &srcs, dst)).unwrap();
     // channel 0: 1·0.5 + 2·1.5 + 3·10; channel 1: 4·0.25 + 5·1.25 + 6·20
     assert_eq!(read(&buf, &dst), vec![33.5, 127.25]);
     assert_eq!(read(&buf, &srcs[2]), vec![1.5, 1.25, 10.0, 20.0]);
@@ -179,7 +167,7 @@ fn conv_causal_writes_its_output_and_its_state() {
     };
     let err = run(
         &b,
-        &call(
+        &OpCall::new(
             Op::ConvCausal { taps: 3 },
             &[srcs[0], short, srcs[2], srcs[3], srcs[4]],
             dst,
@@ -196,17 +184,17 @@ fn add_and_mul_broadcast_one_value_per_row() {
     let per_row = f32_tensor(&buf, [1, 2, 1, 1], &[10.0, -1.0]);
     let one_row = f32_tensor(&buf, [3, 1, 1, 1], &[1.0, 0.0, -1.0]);
     let dst = f32_tensor(&buf, [3, 2, 1, 1], &[f32::NAN; 6]);
-    run(&b, &call(Op::Mul, &[a, per_row], dst)).unwrap();
+    run(&b, &OpCall::new(Op::Mul, &[a, per_row], dst)).unwrap();
     assert_eq!(read(&buf, &dst), vec![10.0, 20.0, 30.0, -4.0, -5.0, -6.0]);
-    run(&b, &call(Op::Add, &[a, per_row], dst)).unwrap();
+    run(&b, &OpCall::new(Op::Add, &[a, per_row], dst)).unwrap();
     assert_eq!(read(&buf, &dst), vec![11.0, 12.0, 13.0, 3.0, 4.0, 5.0]);
-    run(&b, &call(Op::Add, &[a, one_row], dst)).unwrap();
+    run(&b, &OpCall::new(Op::Add, &[a, one_row], dst)).unwrap();
     assert_eq!(read(&buf, &dst), vec![2.0, 2.0, 2.0, 5.0, 5.0, 5.0]);
     // One value wide rows: per row and same shape coincide.
     let column = f32_tensor(&buf, [1, 2, 1, 1], &[3.0, 4.0]);
     let dst1 = f32_tensor(&buf, [1, 2, 1, 1], &[f32::NAN; 2]);
-    run(&b, &call(Op::Mul, &[column, per_row], dst1)).unwrap();
+    run(&b, &OpCall::new(Op::Mul, &[column, per_row], dst1)).unwrap();
     assert_eq!(read(&buf, &dst1), vec![30.0, -4.0]);
     let three = f32_tensor(&buf, [1, 3, 1, 1], &[1.0, 2.0, 3.0]);
-    assert!(run(&b, &call(Op::Add, &[a, three], dst)).is_err());
+    assert!(run(&b, &OpCall::new(Op::Add, &[a, three], dst)).is_err());
 }

@@ -340,15 +340,7 @@ pub(super) fn host_moe(
         .alloc(out_bytes)
         .map_err(dev("allocating the card experts' output"))?;
     call.dst = out_ref(&card_part_out);
-    let mut add_srcs = [TensorRef::default(); MAX_SRCS];
-    add_srcs[0] = call.dst;
-    add_srcs[1] = out_ref(&card_out);
-    let add = OpCall {
-        op: Op::Add,
-        n_srcs: 2,
-        srcs: add_srcs,
-        dst,
-    };
+    let add = OpCall::new(Op::Add, &[call.dst, out_ref(&card_out)], dst);
     let [x, ids, w]: [(Buffer, u64); 3] = host_inputs
         .try_into()
         .map_err(|_| ExecError::BadGraph("three MoE inputs".into()))?;

@@ -76,9 +76,6 @@ struct NormRopeGroup {
     out: u64,
     pos: TensorRef,
     pos_addr: u64,
-    hd: u64,
-    rows: u64,
-    threads: u32,
     rope: RopeArgs,
     /// K cache, slots, cache length, slots in the cache, cache type.
     k_store: Option<(u64, u64, i32, i32, DType)>,
@@ -171,8 +168,7 @@ fn norm_rope_group(
         None => 0u64,
     };
     // The norm's own result is written only when a later call reads it.
-    let group_len = 2;
-    let normed_read = read_later(&norm.dst, &calls[group_len..]);
+    let normed_read = read_later(&norm.dst, &calls[2..]);
     let mut writes = vec![span(&out)?];
     if normed_read {
         writes.push(span(&norm.dst)?);
@@ -239,9 +235,6 @@ fn norm_rope_group(
         out: addr(&out)?,
         pos,
         pos_addr: addr(&pos)?,
-        hd,
-        rows,
-        threads: threads as u32,
         rope: r,
         k_store,
         v_store,
@@ -405,10 +398,9 @@ impl Launcher {
                 match (calls.get(3).map(|c| c.op), calls.get(2..)) {
                     (Some(Op::Rope(p2)), Some(rest)) if p2 == p => norm_rope_group(addr, rest, p2)?
                         .filter(|g| {
-                            g.hd == first.hd
-                                && g.rows == first.rows
+                            g.rope.head_dim == first.rope.head_dim
+                                && g.rope.rows == first.rope.rows
                                 && g.pos == first.pos
-                                && g.threads == first.threads
                                 && disjoint(&first.writes, &g.touches)
                                 && disjoint(&g.writes, &first.touches)
                         }),
@@ -451,13 +443,14 @@ impl Launcher {
         l.arg(&pk).arg(&slots).arg(&len).arg(&n_slots);
         l.arg(&pv).arg(&pvc).arg(&vw).arg(&err);
         l.arg(&qx).arg(&qw).arg(&qn).arg(&qo).arg(&qnh);
-        let rows = main.rows;
+        let rows = r.rows as u64;
         let blocks =
             rows * (main.rope.n_head + qnh) as u64 + if main.v_store.is_some() { rows } else { 0 };
+        let threads = (r.head_dim as u32 / 2).div_ceil(32) * 32;
         // SAFETY: one block per (row, head) of the checked contiguous tensors of each group (and
         // per V row); slots and positions are checked on the card before any cache row is
         // written; the groups' writes were checked not to meet the other group's tensors.
-        unsafe { l.launch(launch_cfg(blocks as u32, main.threads)) }.map_err(driver_err(name))?;
+        unsafe { l.launch(launch_cfg(blocks as u32, threads)) }.map_err(driver_err(name))?;
         Ok(q.map_or(0, |g| g.taken) + main.taken)
     }
 
@@ -699,7 +692,6 @@ impl Launcher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bloomery_plugin_api::tensor::MAX_SRCS;
 
     fn tensor(buffer: u64, dtype: DType, ne: [u64; 4]) -> TensorRef {
         TensorRef {
@@ -708,17 +700,6 @@ mod tests {
             dtype,
             ne,
             nb: TensorRef::contiguous_strides(dtype, ne).unwrap(),
-        }
-    }
-
-    fn call(op: Op, srcs: &[TensorRef], dst: TensorRef) -> OpCall {
-        let mut all = [dst; MAX_SRCS];
-        all[..srcs.len()].copy_from_slice(srcs);
-        OpCall {
-            op,
-            n_srcs: srcs.len() as u32,
-            srcs: all,
-            dst,
         }
     }
 
@@ -734,16 +715,16 @@ mod tests {
         let k_normed = at(0, [8, 1, 1, 1]);
         let k_x = tensor(2, DType::F32, [8, 1, 1, 1]);
         let k_out = tensor(3, DType::F32, [8, 1, 1, 1]);
-        let k_norm = call(Op::RmsNorm { eps: 1e-6 }, &[k_x], k_normed);
-        let k_rope = call(Op::Add, &[k_normed, k_x], k_out);
+        let k_norm = OpCall::new(Op::RmsNorm { eps: 1e-6 }, &[k_x], k_normed);
+        let k_rope = OpCall::new(Op::Add, &[k_normed, k_x], k_out);
         // Reading k's rows reads bytes k's norm wrote, not q's.
         assert!(!read_later(&q_normed, &[k_norm, k_rope]));
         // A read of q's other bytes is a read of q's rows...
         let tail = at(64, [8, 1, 1, 1]);
-        let reader = call(Op::Add, &[tail, k_x], k_out);
+        let reader = OpCall::new(Op::Add, &[tail, k_x], k_out);
         assert!(read_later(&q_normed, &[k_norm, k_rope, reader]));
         // ...unless a write covered them first.
-        let cover = call(Op::Add, &[k_x, k_x], at(32, [24, 1, 1, 1]));
+        let cover = OpCall::new(Op::Add, &[k_x, k_x], at(32, [24, 1, 1, 1]));
         assert!(!read_later(&q_normed, &[k_norm, cover, reader]));
         // Without the k norm's write, k's rope reads q's bytes.
         assert!(read_later(&q_normed, &[k_rope]));
@@ -755,8 +736,8 @@ mod tests {
         let (a, out) = (act(1), act(4));
         let q8 = tensor(6, DType::Q8_0, [256, 64, 1, 1]);
         let router = tensor(7, DType::F32, [256, 8, 1, 1]);
-        let product = call(Op::MatMul, &[q8, out], act(8));
-        let logits = call(
+        let product = OpCall::new(Op::MatMul, &[q8, out], act(8));
+        let logits = OpCall::new(
             Op::MatMul,
             &[router, out],
             tensor(9, DType::F32, [8, 1, 1, 1]),
@@ -765,9 +746,9 @@ mod tests {
         assert!(quantized_reader(&out, &[logits, product]));
         assert!(!quantized_reader(&out, &[logits]));
         // A quantized product of other activations, or an op that is not routing, comes first.
-        let other = call(Op::MatMul, &[q8, a], act(8));
+        let other = OpCall::new(Op::MatMul, &[q8, a], act(8));
         assert!(!quantized_reader(&out, &[other, product]));
-        let add = call(Op::Add, &[out, a], act(10));
+        let add = OpCall::new(Op::Add, &[out, a], act(10));
         assert!(!quantized_reader(&out, &[add, product]));
         // A product of a reshape of `out` (attention's [dv, heads] output read as one row).
         let heads = tensor(4, DType::F32, [64, 4, 1, 1]);
