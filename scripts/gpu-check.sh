@@ -31,8 +31,13 @@
 #   scripts/gpu-check.sh decode-ab  on the GPU machine: opcheck of every op and tiny files, greedy
 #                                 text, ncu per decode layer, and tg/pp of the 30B-A3B and 35B-A3B
 #                                 files alternating with PREV (plugins-only dist).
+#   scripts/gpu-check.sh prompt-ab  on the GPU machine: opcheck, greedy text of a longer prompt, ncu
+#                                 of a 512-row prompt pass, pp512/tg128 of both files and pp4096,
+#                                 alternating with PREV.
 #   scripts/gpu-check.sh profile-layer  on the GPU machine: all of Nsight Compute's explaining sections
 #                                 for the kernels of about one eager decode layer (30B-A3B file).
+#   scripts/gpu-check.sh profile-prompt  on the GPU machine: per-kernel times of one 512-row prompt
+#                                 pass (30B-A3B) and the explaining ncu sections of its largest kernels.
 #   scripts/gpu-check.sh profile  on the GPU machine: per-kernel times (ncu) of decode and prompt
 #                                 layers on the 30B-A3B file, and the graph-mode bench.
 # Full logs go to $OUT when it is set.
@@ -311,6 +316,51 @@ case "${1:-}" in
       done
     done
     ;;
+  prompt-ab)
+    # One call for a prompt-path change: every op and the tiny files against the CPU (opcheck,
+    # whose model passes include a 20-row prompt), greedy text of a 30-token prompt on CPU and
+    # card, the per-kernel times of a 512-row prompt pass (ncu), then pp512/tg128 of the 30B-A3B
+    # and 35B-A3B files and pp4096 of the 30B-A3B file, alternating with PREV (plugins-only dist).
+    out=${OUT:-/tmp}
+    b=dist/bloomery
+    p="--plugin-dir dist/plugins"
+    m=/dev/shm/bloomery-gpu-check
+    mkdir -p "$m"
+    $b $p synth --arch qwen3moe --preset tiny --seed 7 -o "$m/f32.gguf" > /dev/null
+    $b $p synth --arch qwen35moe --preset tiny --seed 7 -o "$m/hf.gguf" > /dev/null
+    $b $p synth --arch qwen35 --preset tiny --seed 7 -o "$m/d.gguf" > /dev/null
+    if [ -z "${SKIP_CHECK:-}" ]; then
+      $b $p opcheck --plugin cuda-sm90 --seed 1 --model "$m/f32.gguf" --model "$m/hf.gguf" \
+        --model "$m/d.gguf" 2>&1 | tee "$out/opcheck.txt" | grep -E "FAIL|cases|rror|Attention"
+    fi
+    text="The quick brown fox jumps over the lazy dog while the cat sleeps by the warm fire all night"
+    for f in f32 hf; do
+      for flags in "-ngl 0" "-ngl 99"; do
+        # shellcheck disable=SC2086
+        echo "greedy $f $flags: $($b $p run -m "$m/$f.gguf" -p "$text" -n 24 --temp 0 $flags \
+          2> /dev/null | md5sum)"
+      done
+    done
+    f=$(file_30b)
+    h=$(file_35b)
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv $b $p bench -m "$f" -p 512 -n 0 \
+      -r 1 -ngl 99 --no-graphs > "$out/ncu-pp.csv" 2> /dev/null || true
+    echo "== 30B-A3B 512-row prompt kernels (two passes; per layer = total / 96)"
+    python3 scripts/ncu_summary.py "$out/ncu-pp.csv" --per 96 > "$out/ncu-pp.txt"
+    head -14 "$out/ncu-pp.txt"
+    for file in "$f" "$h"; do
+      for round in 1 2; do
+        for d in ${PREV:-} dist; do
+          echo "== $(basename "$file") $d $round: $($b --plugin-dir "$d/plugins" bench -m "$file" -p 512 \
+            -n 128 -r 3 -ngl 99 2>&1 | tail -2 | awk -F'|' '{printf "%s %s  ", $7, $8}')"
+        done
+      done
+    done
+    for d in ${PREV:-} dist; do
+      echo "== pp4096 $d: $($b --plugin-dir "$d/plugins" bench -m "$f" -p 4096 -n 0 -r 1 -ngl 99 \
+        2>&1 | tail -1 | awk -F'|' '{printf "%s %s", $7, $8}')"
+    done
+    ;;
   profile-layer)
     # Every Nsight Compute section that explains a kernel's time (throughput, occupancy, warp
     # stall reasons, memory traffic, scheduler) for the launches of about one eager decode layer
@@ -324,6 +374,25 @@ case "${1:-}" in
       > "$out/ncu-layer.txt" 2> "$out/ncu-layer.err" || true
     grep -E "^  bl_|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Stall|Warp Cycles Per Issued" \
       "$out/ncu-layer.txt" | head -120
+    ;;
+  profile-prompt)
+    # Where a 512-row prompt pass of the 30B-A3B file spends its time: every kernel of one eager
+    # pass (ncu durations, summed per kernel name; per layer = total / 48), then the explaining
+    # sections (throughput, occupancy, stalls) of the largest prompt kernels.
+    out=${OUT:-/tmp}
+    f=$(file_30b)
+    b="dist/bloomery --plugin-dir dist/plugins"
+    ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip "${NCU_SKIP:-0}" \
+      --launch-count "${NCU_COUNT:-3000}" $b bench -m "$f" -p 512 -n 0 -r 1 -ngl 99 --no-graphs \
+      > "$out/ncu-pp.csv" 2> /dev/null || true
+    echo "== 512-row prompt kernels (per layer = total / 48)"
+    python3 scripts/ncu_summary.py "$out/ncu-pp.csv" --per 48
+    ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+      --kernel-name "regex:${NCU_DETAIL:-bl_mmq|bl_attention|bl_moe}" --launch-skip 40 --launch-count 10 \
+      $b bench -m "$f" -p 512 -n 0 -r 1 -ngl 99 --no-graphs > "$out/ncu-pp-detail.txt" 2> /dev/null || true
+    grep -E "^  bl_|Duration|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Theoretical Occupancy|Waves Per SM|Stall|Warp Cycles Per Issued|Shared Memory Configuration Size|Dynamic Shared" \
+      "$out/ncu-pp-detail.txt" | head -160
     ;;
   profile)
     # Per-kernel times (Nsight Compute, clocks left alone) of eager decode layers and a 512-row

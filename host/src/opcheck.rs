@@ -153,8 +153,8 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
             inverse: false,
         })
     };
-    let attn = |n_head: u32, n_head_kv: u32, d: u32, window: u32, softcap: f32| {
-        Op::Attention(AttentionParams {
+    let attn_params =
+        |n_head: u32, n_head_kv: u32, d: u32, window: u32, softcap: f32| AttentionParams {
             n_head,
             n_head_kv,
             dk: d,
@@ -165,7 +165,9 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
             v_from_k: false,
             sinks: false,
             selected: false,
-        })
+        };
+    let attn = |n_head: u32, n_head_kv: u32, d: u32, window: u32, softcap: f32| {
+        Op::Attention(attn_params(n_head, n_head_kv, d, window, softcap))
     };
     match (op, dtype) {
         (OpKind::Add | OpKind::Mul, DType::F32) => {
@@ -536,6 +538,52 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     attn(8, 2, 64, 7, 30.0),
                     srcs(),
                     [64 * 8, 5, 1, 1],
+                    1e-5,
+                ),
+                // Batches of 16 rows and more take a GPU plugin's flash form: rows of two
+                // sequences (a block's rows then span both slots), head sizes 64 to 256, rows in
+                // random slots and positions, a window, softcap and sinks.
+                case(
+                    "batch of two sequences, gqa 16/2, d 128",
+                    attn(16, 2, 128, 0, 0.0),
+                    vec![
+                        f32s([128 * 16, 100, 1, 1]),
+                        spec(t, [2 * 128, 150, 3, 1], Fill::Random(1.0)),
+                        spec(t, [2 * 128, 150, 3, 1], Fill::Random(1.0)),
+                        runs(100, 37, [2, 0], 0),
+                        runs(100, 37, [20, 0], 1),
+                    ],
+                    [128 * 16, 100, 1, 1],
+                    1e-5,
+                ),
+                case(
+                    "batch of 40 random rows, window 20, softcap 30, d 64",
+                    attn(8, 2, 64, 20, 30.0),
+                    vec![
+                        f32s([64 * 8, 40, 1, 1]),
+                        cache(),
+                        cache(),
+                        ids(40, 3),
+                        ids(40, 40),
+                    ],
+                    [64 * 8, 40, 1, 1],
+                    1e-5,
+                ),
+                case(
+                    "batch with sinks, mha 4/4, d 256",
+                    Op::Attention(AttentionParams {
+                        sinks: true,
+                        ..attn_params(4, 4, 256, 0, 0.0)
+                    }),
+                    vec![
+                        f32s([256 * 4, 24, 1, 1]),
+                        spec(t, [4 * 256, 70, 2, 1], Fill::Random(1.0)),
+                        spec(t, [4 * 256, 70, 2, 1], Fill::Random(1.0)),
+                        runs(24, 24, [1, 0], 0),
+                        runs(24, 24, [45, 0], 1),
+                        spec(DType::F32, [4, 1, 1, 1], Fill::Random(2.0)),
+                    ],
+                    [256 * 4, 24, 1, 1],
                     1e-5,
                 ),
             ]
@@ -1117,7 +1165,7 @@ pub fn check(dev: &Arc<Device>, reference: &Arc<Device>, seed: u64) -> Vec<Outco
 }
 
 /// End to end: the logits of a model file on `kernel` against the best CPU plugin, for a
-/// 12-token prompt in one batch (every row an output) in slot 0, the same prompt in slot 1
+/// 20-token prompt (a batch long enough for a GPU plugin's batched kernels) in one batch (every row an output) in slot 0, the same prompt in slot 1
 /// alongside one decode step of slot 0, then four single-token steps. `tol` bounds ‖Δ‖/‖ref‖ per
 /// pass with an f32 cache; an f16 cache gets ten times that (a summation-order difference in K or
 /// V can flip an f16 rounding, measured 2e-5 between the two CPU plugins).
@@ -1129,7 +1177,9 @@ pub fn check_model(
 ) -> Vec<Outcome> {
     use crate::engine::executor::BatchInputs;
     use crate::model::{LoadOptions, LoadedModel};
-    let prompt: Vec<i32> = vec![5, 77, 300, 12, 509, 256, 1, 40, 41, 42, 7, 9];
+    let prompt: Vec<i32> = vec![
+        5, 77, 300, 12, 509, 256, 1, 40, 41, 42, 7, 9, 100, 200, 301, 88, 17, 63, 150, 222,
+    ];
     let n = prompt.len() as i32;
     let passes: Vec<(String, BatchInputs)> = {
         let mut v = vec![(

@@ -1,9 +1,10 @@
 // bloomery CUDA kernels: one translation unit compiled to PTX per bundle (compute_86, compute_90,
 // compute_121) by kernels/cuda/build.rs. Every entry point is `extern "C"` with a `bl_` prefix;
 // the host side (src/ops.rs) launches them. Tensors are contiguous rows (a Copy source may be any
-// view); sizes are checked by the host before launch. recurrent.cuh holds the sequence-state
-// kernels (ConvCausal, DeltaRule). Numerics follow the CPU reference (kernels/cpu): quantized products take
-// activations quantized with the same rounding (ties to even through 127 / max|x|).
+// view); sizes are checked by the host before launch. attention.cuh holds attention over the K/V
+// cache, recurrent.cuh the sequence-state kernels (ConvCausal, DeltaRule). Numerics follow the CPU
+// reference (kernels/cpu): quantized products take activations quantized with the same rounding
+// (ties to even through 127 / max|x|).
 
 #include <stdint.h>
 #include <cuda_fp16.h>
@@ -704,97 +705,6 @@ extern "C" __global__ void bl_cache_store_f16(const float* rows, __half* cache, 
     cache_store(rows, cache, slots, pos, width, len, n_slots, err);
 }
 
-// One block of 128 threads per (row, head): every score (dynamic shared memory, one per visible
-// position), softmax with an f64 sum (sinks included), then p.v. window 0 = unbounded.
-// Head dimensions up to ATT_MAX_D.
-#define ATT_MAX_D 256
-template <typename K, typename V>
-static __device__ void attend(const float* q, const K* kc, const V* vc, const int* slots, const int* pos, float* out,
-                              uint8_t* oq, int n_head, int n_head_kv, int dk, int dv, int len, int n_slots, float scale,
-                              float softcap, int window, const float* sinks, int* err) {
-    extern __shared__ float sc[];
-    __shared__ float red[128 / WARP];
-    __shared__ double dred[128 / WARP];
-    const int r = blockIdx.x / n_head, h = blockIdx.x % n_head;
-    const int s = slots[r], p = pos[r];
-    if (s < 0 || s >= n_slots || p < 0) {
-        if (threadIdx.x == 0) report(err, 2);
-        return;
-    }
-    const int lo = window > 0 ? max(0, p - window + 1) : 0;
-    const int n = p - lo + 1;
-    if (n > len) {
-        if (threadIdx.x == 0) report(err, 3);
-        return;
-    }
-    const int kvh = h / (n_head / n_head_kv);
-    const float* qh = q + ((long long)r * n_head + h) * dk;
-    const long long kw = (long long)dk * n_head_kv, vw = (long long)dv * n_head_kv;
-    // Scores: warp w takes positions w, w + 4, ...; its lanes split the head dimension (coalesced
-    // reads of each key row), q held in registers.
-    const int lane = threadIdx.x & (WARP - 1), warp = threadIdx.x / WARP, nwarps = blockDim.x / WARP;
-    float qr[ATT_MAX_D / WARP];
-#pragma unroll
-    for (int j = 0; j < ATT_MAX_D / WARP; ++j) qr[j] = lane + j * WARP < dk ? qh[lane + j * WARP] : 0.0f;
-    float mx = -INFINITY;
-    for (int i = warp; i < n; i += nwarps) {
-        const int t = lo + i;
-        const K* kr = kc + ((long long)s * len + t % len) * kw + (long long)kvh * dk;
-        float d = 0.0f;
-#pragma unroll
-        for (int j = 0; j < ATT_MAX_D / WARP; ++j)
-            if (lane + j * WARP < dk) d += qr[j] * to_f32(kr[lane + j * WARP]);
-        d = warp_sum(d) * scale;
-        if (softcap > 0.0f) d = softcap * tanhf(d / softcap);
-        if (lane == 0) sc[i] = d;
-        mx = fmaxf(mx, d);
-    }
-    if (lane == 0) red[warp] = mx;
-    __syncthreads();
-    mx = red[0];
-    for (int w = 1; w < blockDim.x / WARP; ++w) mx = fmaxf(mx, red[w]);
-    const float sink = sinks ? sinks[h] : -INFINITY;
-    mx = fmaxf(mx, sink);
-    double sum = 0.0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        const float e = expf(sc[i] - mx);
-        sc[i] = e;
-        sum += (double)e;
-    }
-#pragma unroll
-    for (int o = WARP / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if ((threadIdx.x & (WARP - 1)) == 0) dred[threadIdx.x / WARP] = sum;
-    __syncthreads();
-    double total = sinks ? (double)expf(sink - mx) : 0.0;
-    for (int w = 0; w < blockDim.x / WARP; ++w) total += dred[w];
-    const float inv = total > 0.0 ? (float)(1.0 / total) : 0.0f;
-    float* o = out + ((long long)r * n_head + h) * dv;
-    for (int e = threadIdx.x; e < dv; e += blockDim.x) {
-        float acc = 0.0f;
-#pragma unroll 8
-        for (int i = 0; i < n; ++i) {
-            const int t = lo + i;
-            const V* vr = vc + ((long long)s * len + t % len) * vw + (long long)kvh * dv;
-            acc += sc[i] * inv * to_f32(vr[e]);
-        }
-        o[e] = acc;
-        // The output's Q8_1 copy for the product that reads it (dv a multiple of 32, so each
-        // warp holds whole blocks).
-        if (oq) quantize_lane(acc, oq + (((long long)r * n_head + h) * dv + e) / 32 * 36);
-    }
-}
-
-#define ATTEND(name, K, V)                                                                                         \
-    extern "C" __global__ void name(const float* q, const K* kc, const V* vc, const int* slots, const int* pos,       \
-                                    float* out, uint8_t* oq, int n_head, int n_head_kv, int dk, int dv, int len,     \
-                                    int n_slots, float scale, float softcap, int window, const float* sinks,         \
-                                    int* err) {                                                                      \
-        KERNEL_ENTRY();                                                                                              \
-        attend(q, kc, vc, slots, pos, out, oq, n_head, n_head_kv, dk, dv, len, n_slots, scale, softcap, window,      \
-               sinks, err);                                                                                          \
-    }
-ATTEND(bl_attention_f32, float, float)
-ATTEND(bl_attention_f16, __half, __half)
 
 // ---- MoE routing: one warp per row; lane l holds experts l, l + 32, ... (n_expert <= 32 * PER, PER
 // the smallest of 4, 8, 16 that holds them, chosen per launch by WITH_ROUTE_PER)
@@ -1777,4 +1687,5 @@ extern "C" __global__ void bl_moe_combine(const float* d, const int* ids, const 
     }
 }
 
+#include "attention.cuh"
 #include "recurrent.cuh"

@@ -21,6 +21,7 @@ use cudarc::driver::{result, CudaContext, CudaFunction, CudaModule, CudaStream, 
 
 use crate::probe::Bundle;
 
+mod attention;
 mod fused;
 mod launch;
 mod recurrent;
@@ -251,6 +252,10 @@ pub struct Launcher {
     /// Set by [`Launcher::run_all`] for passes of few rows (decode), where launches overlap: in
     /// batched passes of large grids the overlap measured slower (docs/performance.md).
     overlap_pass: AtomicBool,
+    /// Dynamic shared memory a block of this card may opt into.
+    smem_optin: u32,
+    /// Kernels allowed more dynamic shared memory than the default, and how much.
+    smem_allowed: Mutex<HashMap<&'static str, u32>>,
 }
 
 /// A routing call (router logits from F32 weights, top-k, expert weights): it touches neither
@@ -365,6 +370,12 @@ impl Launcher {
         let stream = ctx
             .new_stream()
             .map_err(driver_err("creating the kernel stream"))?;
+        let smem_optin = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )
+            .map_err(driver_err("reading the card's shared memory per block"))?
+            as u32;
         Ok(Launcher {
             ctx,
             stream,
@@ -379,6 +390,8 @@ impl Launcher {
             product_next: AtomicBool::new(false),
             overlap: waits && std::env::var("BLOOMERY_CUDA_PDL").as_deref() != Ok("0"),
             overlap_pass: AtomicBool::new(false),
+            smem_optin,
+            smem_allowed: Mutex::new(HashMap::new()),
         })
     }
 
@@ -964,105 +977,7 @@ impl Launcher {
                     unsafe { l.launch(cfg(n as u32, 128)) }.map_err(driver_err(name))?;
                 }
             }
-            Op::Attention(p) => {
-                if p.v_from_k || p.selected {
-                    return Err(PluginError::unsupported(
-                        "latent or sparse attention on the CUDA bundles",
-                        &[],
-                    ));
-                }
-                let (q, kc, vc, slots, pos) = (src(0)?, src(1)?, src(2)?, src(3)?, src(4)?);
-                f32_only(q, "Attention q")?;
-                f32_only(&c.dst, "Attention dst")?;
-                let name = match (kc.dtype, vc.dtype) {
-                    (DType::F32, DType::F32) => "bl_attention_f32",
-                    (DType::F16, DType::F16) => "bl_attention_f16",
-                    (k, v) => {
-                        return Err(PluginError::unsupported(
-                            format!("attention over a {k} K and {v} V cache"),
-                            &[],
-                        ))
-                    }
-                };
-                let rows = slots.elements();
-                let (nh, nkv, dk, dv) = (p.n_head, p.n_head_kv, p.dk, p.dv);
-                if dk > 256 {
-                    return Err(PluginError::unsupported(
-                        format!("attention heads of {dk} on the CUDA bundles (at most 256)"),
-                        &[],
-                    ));
-                }
-                if nkv == 0
-                    || nh % nkv != 0
-                    || q.elements() != u64::from(dk * nh) * rows
-                    || c.dst.elements() != u64::from(dv * nh) * rows
-                    || pos.elements() != rows
-                    || kc.ne[0] != u64::from(dk * nkv)
-                    || vc.ne[0] != u64::from(dv * nkv)
-                    || kc.ne[1] != vc.ne[1]
-                    || kc.ne[2] != vc.ne[2]
-                {
-                    return Err(PluginError::invalid("Attention shapes"));
-                }
-                let sinks = if p.sinks {
-                    let s = src(5)?;
-                    f32_only(s, "sinks")?;
-                    addr(s, "sinks")?
-                } else {
-                    0u64
-                };
-                let (len, ns) = (kc.ne[1] as i32, kc.ne[2] as i32);
-                let (pq, pk, pv) = (addr(q, "q")?, addr(kc, "k cache")?, addr(vc, "v cache")?);
-                let (ps, pp, po) = (
-                    addr(slots, "slots")?,
-                    addr(pos, "positions")?,
-                    addr(&c.dst, "dst")?,
-                );
-                let (nhi, nkvi, dki, dvi) = (nh as i32, nkv as i32, dk as i32, dv as i32);
-                let window = p.window as i32;
-                let err = self.error_word;
-                // The output's Q8_1 copy too, when a quantized product reads it next.
-                let wanted = self.product_next.load(Ordering::Relaxed) && dv.is_multiple_of(32);
-                let copy = self.copy_slot(wanted, po, c.dst.elements())?;
-                let oq = copy.map_or(0u64, |c| c.q);
-                let f = self.func(name)?;
-                let mut l = self.args(&f);
-                l.arg(&pq)
-                    .arg(&pk)
-                    .arg(&pv)
-                    .arg(&ps)
-                    .arg(&pp)
-                    .arg(&po)
-                    .arg(&oq);
-                l.arg(&nhi)
-                    .arg(&nkvi)
-                    .arg(&dki)
-                    .arg(&dvi)
-                    .arg(&len)
-                    .arg(&ns);
-                l.arg(&p.scale)
-                    .arg(&p.softcap)
-                    .arg(&window)
-                    .arg(&sinks)
-                    .arg(&err);
-                let blocks = rows * u64::from(nh);
-                let shared = (kc.ne[1] * 4) as u32;
-                if blocks > 0 {
-                    // SAFETY: one block per (row, head); scores fit the dynamic shared memory of
-                    // one slot's positions; slots and positions are checked on the card.
-                    unsafe {
-                        l.launch(LaunchConfig {
-                            grid_dim: (blocks as u32, 1, 1),
-                            block_dim: (128, 1, 1),
-                            shared_mem_bytes: shared,
-                        })
-                    }
-                    .map_err(driver_err(name))?;
-                }
-                if let Some(copy) = copy {
-                    self.keep_quantized(copy)?;
-                }
-            }
+            Op::Attention(p) => self.attention(&addr, &src, c, p)?,
             Op::RouterTopK(p) | Op::RouterWeights(p) => {
                 if p.n_group > 1 {
                     return Err(PluginError::unsupported(
@@ -1754,6 +1669,9 @@ mod tests {
         "bl_cache_store_f16",
         "bl_attention_f32",
         "bl_attention_f16",
+        "bl_flash_attn_f16_64",
+        "bl_flash_attn_f16_128",
+        "bl_flash_attn_f16_256",
         "bl_router_topk",
         "bl_router_weights",
         "bl_router_topk_weights",
@@ -1832,10 +1750,11 @@ mod tests {
         let launcher = &source[..source.find("#[cfg(test)]").unwrap_or(source.len())];
         let recurrent = include_str!("ops/recurrent.rs");
         let fused = include_str!("ops/fused.rs");
+        let attention = include_str!("ops/attention.rs");
         for name in NAMES {
             let quoted = format!("\"{name}\"");
             assert!(
-                [launcher, recurrent, fused]
+                [launcher, recurrent, fused, attention]
                     .iter()
                     .any(|s| s.contains(&quoted)),
                 "{name} is not launched"

@@ -1,0 +1,460 @@
+// Attention over the K/V cache (Op::Attention), included by kernels.cu after its helpers (WARP,
+// report, quantize_lane, KERNEL_ENTRY).
+//
+// Row r names a slot and a position p: it sees positions lo .. p of that slot (lo = p - window + 1
+// with a window, else 0), position t at cache row slot * len + t % len. A slot outside the cache
+// or a negative position is error 2 and more visible positions than the cache holds error 3; such
+// rows are left unwritten.
+//
+// Two kernels: one block per (row, head) holding every score (decode, few rows), and a flash form
+// for batches (prompts) on the f16 tensor cores.
+
+// One block of 128 threads per (row, head): every score (dynamic shared memory, one per visible
+// position), softmax with an f64 sum (sinks included), then p.v. window 0 = unbounded.
+// Head dimensions up to ATT_MAX_D.
+#define ATT_MAX_D 256
+template <typename K, typename V>
+static __device__ void attend(const float* q, const K* kc, const V* vc, const int* slots, const int* pos, float* out,
+                              uint8_t* oq, int n_head, int n_head_kv, int dk, int dv, int len, int n_slots, float scale,
+                              float softcap, int window, const float* sinks, int* err) {
+    extern __shared__ float sc[];
+    __shared__ float red[128 / WARP];
+    __shared__ double dred[128 / WARP];
+    const int r = blockIdx.x / n_head, h = blockIdx.x % n_head;
+    const int s = slots[r], p = pos[r];
+    if (s < 0 || s >= n_slots || p < 0) {
+        if (threadIdx.x == 0) report(err, 2);
+        return;
+    }
+    const int lo = window > 0 ? max(0, p - window + 1) : 0;
+    const int n = p - lo + 1;
+    if (n > len) {
+        if (threadIdx.x == 0) report(err, 3);
+        return;
+    }
+    const int kvh = h / (n_head / n_head_kv);
+    const float* qh = q + ((long long)r * n_head + h) * dk;
+    const long long kw = (long long)dk * n_head_kv, vw = (long long)dv * n_head_kv;
+    // Scores: warp w takes positions w, w + 4, ...; its lanes split the head dimension (coalesced
+    // reads of each key row), q held in registers.
+    const int lane = threadIdx.x & (WARP - 1), warp = threadIdx.x / WARP, nwarps = blockDim.x / WARP;
+    float qr[ATT_MAX_D / WARP];
+#pragma unroll
+    for (int j = 0; j < ATT_MAX_D / WARP; ++j) qr[j] = lane + j * WARP < dk ? qh[lane + j * WARP] : 0.0f;
+    float mx = -INFINITY;
+    for (int i = warp; i < n; i += nwarps) {
+        const int t = lo + i;
+        const K* kr = kc + ((long long)s * len + t % len) * kw + (long long)kvh * dk;
+        float d = 0.0f;
+#pragma unroll
+        for (int j = 0; j < ATT_MAX_D / WARP; ++j)
+            if (lane + j * WARP < dk) d += qr[j] * to_f32(kr[lane + j * WARP]);
+        d = warp_sum(d) * scale;
+        if (softcap > 0.0f) d = softcap * tanhf(d / softcap);
+        if (lane == 0) sc[i] = d;
+        mx = fmaxf(mx, d);
+    }
+    if (lane == 0) red[warp] = mx;
+    __syncthreads();
+    mx = red[0];
+    for (int w = 1; w < blockDim.x / WARP; ++w) mx = fmaxf(mx, red[w]);
+    const float sink = sinks ? sinks[h] : -INFINITY;
+    mx = fmaxf(mx, sink);
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float e = expf(sc[i] - mx);
+        sc[i] = e;
+        sum += (double)e;
+    }
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if ((threadIdx.x & (WARP - 1)) == 0) dred[threadIdx.x / WARP] = sum;
+    __syncthreads();
+    double total = sinks ? (double)expf(sink - mx) : 0.0;
+    for (int w = 0; w < blockDim.x / WARP; ++w) total += dred[w];
+    const float inv = total > 0.0 ? (float)(1.0 / total) : 0.0f;
+    float* o = out + ((long long)r * n_head + h) * dv;
+    for (int e = threadIdx.x; e < dv; e += blockDim.x) {
+        float acc = 0.0f;
+#pragma unroll 8
+        for (int i = 0; i < n; ++i) {
+            const int t = lo + i;
+            const V* vr = vc + ((long long)s * len + t % len) * vw + (long long)kvh * dv;
+            acc += sc[i] * inv * to_f32(vr[e]);
+        }
+        o[e] = acc;
+        // The output's Q8_1 copy for the product that reads it (dv a multiple of 32, so each
+        // warp holds whole blocks).
+        if (oq) quantize_lane(acc, oq + (((long long)r * n_head + h) * dv + e) / 32 * 36);
+    }
+}
+
+#define ATTEND(name, K, V)                                                                                         \
+    extern "C" __global__ void name(const float* q, const K* kc, const V* vc, const int* slots, const int* pos,       \
+                                    float* out, uint8_t* oq, int n_head, int n_head_kv, int dk, int dv, int len,     \
+                                    int n_slots, float scale, float softcap, int window, const float* sinks,         \
+                                    int* err) {                                                                      \
+        KERNEL_ENTRY();                                                                                              \
+        attend(q, kc, vc, slots, pos, out, oq, n_head, n_head_kv, dk, dv, len, n_slots, scale, softcap, window,      \
+               sinks, err);                                                                                          \
+    }
+ATTEND(bl_attention_f32, float, float)
+ATTEND(bl_attention_f16, __half, __half)
+
+// ---- flash attention for batches ------------------------------------------------------------------
+// A block of FA_WARPS warps takes FA_ROWS (row, head) pairs of one KV head (blockIdx.y): pair i is
+// row i / G, head kv_head * G + i % G (G = n_head / n_head_kv), so the heads that share a KV head
+// share each staged key tile. Warp w owns pairs 16w .. 16w + 15 as the 16 rows of its mma tiles.
+// Keys and values are staged KT positions at a time (f16 rows, as the cache holds them); the
+// block walks, for each distinct slot among its rows, the union of their visible positions, and
+// each row masks the positions it does not see.
+//
+// Precision: q * scale and the softmax weights are split into an f16 high part and an f16
+// remainder and both go through the tensor cores (the cache's f16 values times each part are exact
+// in the f32 accumulators), so scores and outputs keep about 22 bits, close to the f32 reference.
+// The softmax is online (a running max and sum per row, in f32).
+
+#define FA_WARPS 4
+#define FA_ROWS (FA_WARPS * 16)
+// Key positions per staged tile, by head dimension.
+#define FA_KT_64 64
+#define FA_KT_128 64
+#define FA_KT_256 32
+
+// A pair's visible positions lo .. hi of `slot` (-1: none: past the batch or a bad row).
+struct FaRow {
+    int slot, lo, hi;
+};
+
+static __device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// Four 8 x 8 b16 matrices from shared memory (lane i gives the address of row i % 8 of matrix i / 8).
+static __device__ __forceinline__ void ldsm_x4(unsigned* r, unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// The same, each matrix transposed.
+static __device__ __forceinline__ void ldsm_x4_t(unsigned* r, unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// c (16 x 8, f32) += a (16 x 16, f16, row-major) . b (16 x 8, f16, column-major).
+static __device__ __forceinline__ void mma_f16(float* c, const unsigned* a, const unsigned* b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// (x, y) as f16 pairs hi + lo with hi + lo ~ (x, y) to about 22 bits (x in the low half).
+static __device__ __forceinline__ void split_f16x2(float x, float y, unsigned* hi, unsigned* lo) {
+    const __half2 h = __floats2half2_rn(x, y);
+    const float2 hf = __half22float2(h);
+    const __half2 l = __floats2half2_rn(x - hf.x, y - hf.y);
+    *hi = *(const unsigned*)&h;
+    *lo = *(const unsigned*)&l;
+}
+
+// The block's pairs (info), then the distinct slots among them with the union of their visible
+// positions (dslot, dlo, dhi; *ndist of them), by warp 0.
+static __device__ __forceinline__ void flash_rows(const int* slots, const int* pos, int pair0, int npairs, int G,
+                                                  int len, int n_slots, int window, int* err, FaRow* info, int* dslot,
+                                                  int* dlo, int* dhi, int* ndist) {
+    const int tid = threadIdx.x;
+    if (tid < FA_ROWS) {
+        const int i = pair0 + tid;
+        FaRow f = {-1, 0, -1};
+        if (i < npairs) {
+            const int r = i / G;
+            const int s = slots[r], p = pos[r];
+            const int lo = window > 0 ? max(0, p - window + 1) : 0;
+            if (s < 0 || s >= n_slots || p < 0)
+                report(err, 2);
+            else if (p - lo + 1 > len)
+                report(err, 3);
+            else
+                f = {s, lo, p};
+        }
+        info[tid] = f;
+    }
+    __syncthreads();
+    if (tid < WARP) {
+        const FaRow a = info[tid], b = info[tid + WARP];
+        bool da = a.slot < 0, db = b.slot < 0;
+        int n = 0;
+        for (;;) {
+            const unsigned ma = __ballot_sync(0xffffffffu, !da), mb = __ballot_sync(0xffffffffu, !db);
+            if (!ma && !mb) break;
+            const int from = ma ? __ffs(ma) - 1 : WARP + __ffs(mb) - 1;
+            const int s = __shfl_sync(0xffffffffu, from < WARP ? a.slot : b.slot, from % WARP);
+            int lo = INT_MAX, hi = -1;
+            if (!da && a.slot == s) {
+                lo = a.lo;
+                hi = a.hi;
+                da = true;
+            }
+            if (!db && b.slot == s) {
+                lo = min(lo, b.lo);
+                hi = max(hi, b.hi);
+                db = true;
+            }
+            lo = __reduce_min_sync(0xffffffffu, lo);
+            hi = __reduce_max_sync(0xffffffffu, hi);
+            if (tid == 0) {
+                dslot[n] = s;
+                dlo[n] = lo;
+                dhi[n] = hi;
+            }
+            ++n;
+        }
+        if (tid == 0) *ndist = n;
+    }
+    __syncthreads();
+}
+
+template <int D, int KT>
+static __device__ void flash_attend(const float* q, const __half* kc, const __half* vc, const int* slots,
+                                    const int* pos, float* out, uint8_t* oq, int rows, int n_head, int n_head_kv,
+                                    int len, int n_slots, float scale, float softcap, int window, const float* sinks,
+                                    int* err) {
+    // Halfs per staged row: 16 bytes of padding put the 8 rows of an ldmatrix on distinct banks.
+    constexpr int LD = D + 8;
+    extern __shared__ __align__(16) unsigned char fa_smem[];
+    __half* qh = (__half*)fa_smem;  // FA_ROWS x LD: high parts of q * scale
+    __half* ql = qh + FA_ROWS * LD;  // FA_ROWS x LD: remainders
+    __half* ks = ql + FA_ROWS * LD;  // KT x LD
+    __half* vs = ks + KT * LD;       // KT x LD
+    __shared__ FaRow info[FA_ROWS];
+    __shared__ int dslot[FA_ROWS], dlo[FA_ROWS], dhi[FA_ROWS];
+    __shared__ int ndist;
+
+    const int G = n_head / n_head_kv, kvh = blockIdx.y;
+    // The last pairs see the most positions: their blocks start first.
+    const int pair0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS, npairs = rows * G;
+    const int tid = threadIdx.x, lane = tid & (WARP - 1), warp = tid / WARP, g = lane >> 2, t = lane & 3;
+
+    for (int e = tid; e < FA_ROWS * D / 2; e += blockDim.x) {
+        const int m = e / (D / 2), d = (e % (D / 2)) * 2, i = pair0 + m;
+        float2 v = make_float2(0.0f, 0.0f);
+        if (i < npairs) {
+            v = *(const float2*)(q + ((long long)(i / G) * n_head + kvh * G + i % G) * D + d);
+            v.x *= scale;
+            v.y *= scale;
+        }
+        unsigned hi, lo;
+        split_f16x2(v.x, v.y, &hi, &lo);
+        *(unsigned*)(qh + m * LD + d) = hi;
+        *(unsigned*)(ql + m * LD + d) = lo;
+    }
+    flash_rows(slots, pos, pair0, npairs, G, len, n_slots, window, err, info, dslot, dlo, dhi, &ndist);
+
+    // This lane's two rows of the warp's tile: g and g + 8.
+    const FaRow ra = info[warp * 16 + g], rb = info[warp * 16 + g + 8];
+    // ldmatrix addresses: q as the A operand (lane i: row i % 16, column 8 * (i / 16)); keys as
+    // the B operand of q.k (lane i: key i % 8 + 8 * (i / 16), dimension 8 * (i / 8 % 2)); values
+    // transposed as the B operand of p.v (lane i: key i % 8 + 8 * (i / 8 % 2), dimension 8 * (i / 16)).
+    const unsigned qa_hi = smem_addr(qh + (warp * 16 + (lane & 15)) * LD + 8 * (lane >> 4));
+    const unsigned qa_lo = smem_addr(ql + (warp * 16 + (lane & 15)) * LD + 8 * (lane >> 4));
+    const unsigned ka = smem_addr(ks + ((lane & 7) + 8 * (lane >> 4)) * LD + 8 * ((lane >> 3) & 1));
+    const unsigned va = smem_addr(vs + ((lane & 7) + 8 * ((lane >> 3) & 1)) * LD + 8 * (lane >> 4));
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    // Running max and this lane's part of the running sum of each row; a sink starts the row with
+    // its own term, exp(sink - sink) = 1, counted once (lane t == 0).
+    float mA = -INFINITY, mB = -INFINITY, lA = 0.0f, lB = 0.0f;
+    if (sinks) {
+        const int iA = pair0 + warp * 16 + g, iB = iA + 8;
+        if (ra.slot >= 0) {
+            mA = sinks[kvh * G + iA % G];
+            lA = t == 0 ? 1.0f : 0.0f;
+        }
+        if (rb.slot >= 0) {
+            mB = sinks[kvh * G + iB % G];
+            lB = t == 0 ? 1.0f : 0.0f;
+        }
+    }
+
+    for (int di = 0; di < ndist; ++di) {
+        const int s = dslot[di], k0 = dlo[di], k1 = dhi[di];
+        const bool inA = ra.slot == s, inB = rb.slot == s;
+        for (int t0 = k0; t0 <= k1; t0 += KT) {
+            __syncthreads();
+            for (int c = tid; c < KT * D / 8; c += blockDim.x) {
+                const int i = c / (D / 8), part = (c % (D / 8)) * 8, tt = t0 + i;
+                uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+                if (tt <= k1) {
+                    const long long row = ((long long)s * len + tt % len) * n_head_kv + kvh;
+                    kv = *(const uint4*)(kc + row * D + part);
+                    vv = *(const uint4*)(vc + row * D + part);
+                }
+                *(uint4*)(ks + i * LD + part) = kv;
+                *(uint4*)(vs + i * LD + part) = vv;
+            }
+            __syncthreads();
+            const bool live = (inA && ra.lo < t0 + KT && ra.hi >= t0) || (inB && rb.lo < t0 + KT && rb.hi >= t0);
+            if (!__any_sync(0xffffffffu, live)) continue;
+
+            float sc[KT / 8][4];
+#pragma unroll
+            for (int n = 0; n < KT / 8; ++n) sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+                unsigned ah[4], al[4];
+                ldsm_x4(ah, qa_hi + kk * 32);
+                ldsm_x4(al, qa_lo + kk * 32);
+#pragma unroll
+                for (int n = 0; n < KT / 8; n += 2) {
+                    unsigned b[4];
+                    ldsm_x4(b, ka + (n * 8 * LD + kk * 16) * 2);
+                    mma_f16(sc[n], ah, b);
+                    mma_f16(sc[n], al, b);
+                    mma_f16(sc[n + 1], ah, b + 2);
+                    mma_f16(sc[n + 1], al, b + 2);
+                }
+            }
+            // Softcap, mask, and the rows' maxima over the tile (the four lanes of a row).
+            float xA = -INFINITY, xB = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < KT / 8; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int tt = t0 + n * 8 + 2 * t + (e & 1);
+                    const bool ok = e < 2 ? inA && tt >= ra.lo && tt <= ra.hi : inB && tt >= rb.lo && tt <= rb.hi;
+                    float v = sc[n][e];
+                    if (softcap > 0.0f) v = softcap * tanhf(v / softcap);
+                    v = ok ? v : -INFINITY;
+                    sc[n][e] = v;
+                    if (e < 2)
+                        xA = fmaxf(xA, v);
+                    else
+                        xB = fmaxf(xB, v);
+                }
+#pragma unroll
+            for (int o2 = 1; o2 < 4; o2 <<= 1) {
+                xA = fmaxf(xA, __shfl_xor_sync(0xffffffffu, xA, o2));
+                xB = fmaxf(xB, __shfl_xor_sync(0xffffffffu, xB, o2));
+            }
+            const float nA = fmaxf(mA, xA), nB = fmaxf(mB, xB);
+            const float cA = nA == -INFINITY ? 1.0f : expf(mA - nA), cB = nB == -INFINITY ? 1.0f : expf(mB - nB);
+            mA = nA;
+            mB = nB;
+            lA *= cA;
+            lB *= cB;
+#pragma unroll
+            for (int n = 0; n < D / 8; ++n) {
+                o[n][0] *= cA;
+                o[n][1] *= cA;
+                o[n][2] *= cB;
+                o[n][3] *= cB;
+            }
+#pragma unroll
+            for (int n = 0; n < KT / 8; ++n)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float v = sc[n][e];
+                    const float p = v == -INFINITY ? 0.0f : expf(v - (e < 2 ? nA : nB));
+                    sc[n][e] = p;
+                    if (e < 2)
+                        lA += p;
+                    else
+                        lB += p;
+                }
+            // o += p . v, p as the A operand straight from the score accumulators (two key
+            // octets of a 16-key step).
+#pragma unroll
+            for (int kk = 0; kk < KT / 16; ++kk) {
+                unsigned ph[4], pl[4];
+                split_f16x2(sc[2 * kk][0], sc[2 * kk][1], &ph[0], &pl[0]);
+                split_f16x2(sc[2 * kk][2], sc[2 * kk][3], &ph[1], &pl[1]);
+                split_f16x2(sc[2 * kk + 1][0], sc[2 * kk + 1][1], &ph[2], &pl[2]);
+                split_f16x2(sc[2 * kk + 1][2], sc[2 * kk + 1][3], &ph[3], &pl[3]);
+#pragma unroll
+                for (int n = 0; n < D / 8; n += 2) {
+                    unsigned b[4];
+                    ldsm_x4_t(b, va + (kk * 16 * LD + n * 8) * 2);
+                    mma_f16(o[n], ph, b);
+                    mma_f16(o[n], pl, b);
+                    mma_f16(o[n + 1], ph, b + 2);
+                    mma_f16(o[n + 1], pl, b + 2);
+                }
+            }
+        }
+    }
+
+    // Each row's sum over its four lanes, then o / sum to the output (and its Q8_1 copy, 32-value
+    // blocks of which the row's four lanes hold 8 values each, quantized as quantize_lane does).
+#pragma unroll
+    for (int o2 = 1; o2 < 4; o2 <<= 1) {
+        lA += __shfl_xor_sync(0xffffffffu, lA, o2);
+        lB += __shfl_xor_sync(0xffffffffu, lB, o2);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const bool ok = (half ? rb : ra).slot >= 0;
+        const float l = half ? lB : lA;
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        const int i = pair0 + warp * 16 + g + 8 * half;
+        const long long orow = ok ? ((long long)(i / G) * n_head + kvh * G + i % G) * D : 0;
+#pragma unroll
+        for (int b = 0; b < D / 32; ++b) {
+            float v[8];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                v[2 * j] = o[4 * b + j][2 * half] * inv;
+                v[2 * j + 1] = o[4 * b + j][2 * half + 1] * inv;
+                if (ok) *(float2*)(out + orow + (4 * b + j) * 8 + 2 * t) = make_float2(v[2 * j], v[2 * j + 1]);
+            }
+            if (oq) {
+                float amax = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) amax = fmaxf(amax, fabsf(v[j]));
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+                amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+                const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+                int qv[8], sum = 0;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    qv[j] = __float2int_rn(v[j] * id);
+                    sum += qv[j];
+                }
+                sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+                sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+                if (ok) {
+                    uint8_t* blk = oq + (orow / 32 + b) * 36;
+#pragma unroll
+                    for (int j = 0; j < 4; ++j)
+                        *(uint16_t*)(blk + 4 + j * 8 + 2 * t) =
+                            (uint16_t)((uint8_t)(int8_t)qv[2 * j] | ((uint8_t)(int8_t)qv[2 * j + 1] << 8));
+                    if (t == 0) {
+                        const float d = amax / 127.0f;
+                        *(__half2*)blk = __halves2half2(__float2half_rn(d), __float2half_rn((float)sum * d));
+                    }
+                }
+            }
+        }
+    }
+}
+
+// bl_flash_attn_f16_<D>: f16 caches, dk = dv = D. Grid (ceil(rows * G / FA_ROWS), n_head_kv),
+// FA_WARPS warps, dynamic shared memory (2 * FA_ROWS + 2 * KT) * (D + 8) * 2 bytes.
+#define FLASH_ATTEND(D)                                                                                            \
+    extern "C" __global__ void __launch_bounds__(FA_WARPS * WARP)                                                 \
+        bl_flash_attn_f16_##D(const float* q, const __half* kc, const __half* vc, const int* slots, const int* pos, \
+                              float* out, uint8_t* oq, int rows, int n_head, int n_head_kv, int len, int n_slots,   \
+                              float scale, float softcap, int window, const float* sinks, int* err) {               \
+        KERNEL_ENTRY();                                                                                            \
+        flash_attend<D, FA_KT_##D>(q, kc, vc, slots, pos, out, oq, rows, n_head, n_head_kv, len, n_slots, scale,   \
+                                   softcap, window, sinks, err);                                                   \
+    }
+FLASH_ATTEND(64)
+FLASH_ATTEND(128)
+FLASH_ATTEND(256)

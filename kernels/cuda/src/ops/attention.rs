@@ -1,0 +1,317 @@
+//! Launches of attention over the K/V cache (`cu/attention.cuh`). Batches of rows (prompts) over
+//! f16 caches take the flash form on the tensor cores; so does any row whose scores would not fit
+//! a block's shared memory. Other calls (decode, f32 caches, head sizes the flash form lacks) take
+//! one block per (row, head) holding every score.
+
+use bloomery_plugin_api::op::AttentionParams;
+use bloomery_plugin_api::tensor::{OpCall, TensorRef};
+use bloomery_plugin_api::{DType, PluginError};
+use cudarc::driver::sys::CUfunction_attribute_enum;
+use cudarc::driver::LaunchConfig;
+
+use super::{driver_err, Launcher};
+
+/// Batches of at least this many rows take the flash form.
+const FLASH_MIN_ROWS: u64 = 16;
+/// (row, head) pairs per block of the flash form (`FA_ROWS`).
+pub(super) const FA_ROWS: u64 = 64;
+/// Threads per block of the flash form (`FA_WARPS` warps).
+const FA_THREADS: u32 = 128;
+/// The flash form's head sizes (dk = dv), key positions per staged tile (`FA_KT_<d>`) and kernels.
+pub(super) const FLASH: [(u32, u64, &str); 3] = [
+    (64, 64, "bl_flash_attn_f16_64"),
+    (128, 64, "bl_flash_attn_f16_128"),
+    (256, 32, "bl_flash_attn_f16_256"),
+];
+/// Dynamic shared memory every block may use without opting in.
+const SMEM_DEFAULT: u32 = 48 * 1024;
+/// Threads per block of the one-block-per-(row, head) form.
+const SCORES_THREADS: u32 = 128;
+
+/// The kernel a call takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Form {
+    /// Flash: grid (ceil(rows · G / FA_ROWS), n_head_kv).
+    Flash { name: &'static str, smem: u32 },
+    /// One block per (row, head), every score of the row in shared memory.
+    Scores { name: &'static str, smem: u32 },
+}
+
+/// Shared memory of a flash block for head size `d` and `kt`-position tiles: q's two parts for
+/// FA_ROWS rows and one key and one value tile, rows padded by 8 halfs.
+fn flash_smem(d: u32, kt: u64) -> u32 {
+    ((2 * FA_ROWS + 2 * kt) * (u64::from(d) + 8) * 2) as u32
+}
+
+/// Picks the form for `rows` rows over caches of `k`/`v` element types, `len` positions per slot
+/// and heads of `dk`/`dv`, on a card whose blocks may opt into `optin` bytes of shared memory.
+pub(super) fn choose(
+    k: DType,
+    v: DType,
+    dk: u32,
+    dv: u32,
+    rows: u64,
+    len: u64,
+    optin: u32,
+) -> Result<Form, PluginError> {
+    let scores = match (k, v) {
+        (DType::F32, DType::F32) => "bl_attention_f32",
+        (DType::F16, DType::F16) => "bl_attention_f16",
+        (k, v) => {
+            return Err(PluginError::unsupported(
+                format!("attention over a {k} K and {v} V cache"),
+                &[],
+            ))
+        }
+    };
+    let scores_smem = len.saturating_mul(4).min(u64::from(u32::MAX)) as u32;
+    let flash = (k == DType::F16 && dk == dv)
+        .then(|| FLASH.iter().find(|f| f.0 == dk))
+        .flatten()
+        .map(|&(d, kt, name)| Form::Flash {
+            name,
+            smem: flash_smem(d, kt),
+        })
+        .filter(|f| matches!(f, Form::Flash { smem, .. } if *smem <= optin));
+    match flash {
+        Some(f) if rows >= FLASH_MIN_ROWS || scores_smem > SMEM_DEFAULT => Ok(f),
+        _ if scores_smem <= optin => Ok(Form::Scores {
+            name: scores,
+            smem: scores_smem,
+        }),
+        _ => Err(PluginError::unsupported(
+            format!(
+                "attention over {len} cached positions per slot with {k} caches and heads of \
+                 {dk}/{dv} on this card (its blocks hold the scores of at most {} positions)",
+                optin / 4
+            ),
+            &[
+                "an f16 cache with heads of 64, 128 or 256",
+                "a smaller context per slot",
+            ],
+        )),
+    }
+}
+
+type Addr<'a> = &'a dyn Fn(&TensorRef, &str) -> Result<u64, PluginError>;
+
+impl Launcher {
+    /// Attention of the rows of q over the caches (sources q, K cache, V cache, slots,
+    /// positions, and sinks when the op has them).
+    pub(super) fn attention<'c>(
+        &self,
+        addr: Addr<'_>,
+        src: &dyn Fn(usize) -> Result<&'c TensorRef, PluginError>,
+        c: &'c OpCall,
+        p: AttentionParams,
+    ) -> Result<(), PluginError> {
+        if p.v_from_k || p.selected {
+            return Err(PluginError::unsupported(
+                "latent or sparse attention on the CUDA bundles",
+                &[],
+            ));
+        }
+        let (q, kc, vc, slots, pos) = (src(0)?, src(1)?, src(2)?, src(3)?, src(4)?);
+        for (t, what) in [(q, "Attention q"), (&c.dst, "Attention dst")] {
+            if t.dtype != DType::F32 {
+                return Err(PluginError::unsupported(
+                    format!("{what} of type {}", t.dtype),
+                    &[],
+                ));
+            }
+        }
+        let rows = slots.elements();
+        let (nh, nkv, dk, dv) = (p.n_head, p.n_head_kv, p.dk, p.dv);
+        if dk > 256 {
+            return Err(PluginError::unsupported(
+                format!("attention heads of {dk} on the CUDA bundles (at most 256)"),
+                &[],
+            ));
+        }
+        if nkv == 0
+            || nh % nkv != 0
+            || q.elements() != u64::from(dk * nh) * rows
+            || c.dst.elements() != u64::from(dv * nh) * rows
+            || pos.elements() != rows
+            || kc.ne[0] != u64::from(dk * nkv)
+            || vc.ne[0] != u64::from(dv * nkv)
+            || kc.ne[1] != vc.ne[1]
+            || kc.ne[2] != vc.ne[2]
+        {
+            return Err(PluginError::invalid("Attention shapes"));
+        }
+        let form = choose(kc.dtype, vc.dtype, dk, dv, rows, kc.ne[1], self.smem_optin)?;
+        let sinks = if p.sinks {
+            let s = src(5)?;
+            if s.dtype != DType::F32 {
+                return Err(PluginError::unsupported(
+                    format!("sinks of type {}", s.dtype),
+                    &[],
+                ));
+            }
+            addr(s, "sinks")?
+        } else {
+            0u64
+        };
+        let (len, ns) = (kc.ne[1] as i32, kc.ne[2] as i32);
+        let (pq, pk, pv) = (addr(q, "q")?, addr(kc, "k cache")?, addr(vc, "v cache")?);
+        let (ps, pp, po) = (
+            addr(slots, "slots")?,
+            addr(pos, "positions")?,
+            addr(&c.dst, "dst")?,
+        );
+        let (nhi, nkvi, dki, dvi, rowsi) =
+            (nh as i32, nkv as i32, dk as i32, dv as i32, rows as i32);
+        let window = p.window as i32;
+        let err = self.error_word;
+        // The output's Q8_1 copy too, when a quantized product reads it next.
+        let wanted =
+            self.product_next.load(std::sync::atomic::Ordering::Relaxed) && dv.is_multiple_of(32);
+        let copy = self.copy_slot(wanted, po, c.dst.elements())?;
+        let oq = copy.map_or(0u64, |c| c.q);
+        let (name, smem) = match form {
+            Form::Flash { name, smem } | Form::Scores { name, smem } => (name, smem),
+        };
+        let f = self.func_smem(name, smem)?;
+        let mut l = self.args(&f);
+        l.arg(&pq)
+            .arg(&pk)
+            .arg(&pv)
+            .arg(&ps)
+            .arg(&pp)
+            .arg(&po)
+            .arg(&oq);
+        let cfg = match form {
+            Form::Flash { .. } => {
+                l.arg(&rowsi).arg(&nhi).arg(&nkvi);
+                LaunchConfig {
+                    grid_dim: (
+                        (rows * u64::from(nh / nkv)).div_ceil(FA_ROWS) as u32,
+                        nkv,
+                        1,
+                    ),
+                    block_dim: (FA_THREADS, 1, 1),
+                    shared_mem_bytes: smem,
+                }
+            }
+            Form::Scores { .. } => {
+                l.arg(&nhi).arg(&nkvi).arg(&dki).arg(&dvi);
+                LaunchConfig {
+                    grid_dim: ((rows * u64::from(nh)) as u32, 1, 1),
+                    block_dim: (SCORES_THREADS, 1, 1),
+                    shared_mem_bytes: smem,
+                }
+            }
+        };
+        l.arg(&len).arg(&ns);
+        l.arg(&p.scale)
+            .arg(&p.softcap)
+            .arg(&window)
+            .arg(&sinks)
+            .arg(&err);
+        if rows > 0 {
+            // SAFETY: the arguments follow the kernel's parameters for its form; q, dst and the
+            // caches hold the shapes checked above; slots and positions are checked on the card.
+            unsafe { l.launch(cfg) }.map_err(driver_err(name))?;
+        }
+        if let Some(copy) = copy {
+            self.keep_quantized(copy)?;
+        }
+        Ok(())
+    }
+
+    /// The kernel `name`, allowed `smem` bytes of dynamic shared memory when that is more than
+    /// every block may use by default.
+    fn func_smem(
+        &self,
+        name: &'static str,
+        smem: u32,
+    ) -> Result<cudarc::driver::CudaFunction, PluginError> {
+        let f = self.func(name)?;
+        if smem > SMEM_DEFAULT {
+            let mut set = self
+                .smem_allowed
+                .lock()
+                .map_err(|_| PluginError::device("shared-memory table poisoned"))?;
+            if set.get(name).is_none_or(|&s| s < smem) {
+                f.set_attribute(
+                    CUfunction_attribute_enum::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    smem as i32,
+                )
+                .map_err(driver_err("cuFuncSetAttribute"))?;
+                set.insert(name, smem);
+            }
+        }
+        Ok(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const H200: u32 = 227 * 1024;
+
+    #[test]
+    fn batches_over_f16_caches_take_the_flash_form() {
+        let f = choose(DType::F16, DType::F16, 128, 128, 512, 4096, H200).unwrap();
+        assert_eq!(
+            f,
+            Form::Flash {
+                name: "bl_flash_attn_f16_128",
+                smem: (2 * 64 + 2 * 64) * 136 * 2
+            }
+        );
+        // Decode keeps the scores form while the scores fit by default ...
+        let d = choose(DType::F16, DType::F16, 128, 128, 1, 4096, H200).unwrap();
+        assert_eq!(
+            d,
+            Form::Scores {
+                name: "bl_attention_f16",
+                smem: 4096 * 4
+            }
+        );
+        // ... and takes the flash form past them.
+        let long = choose(DType::F16, DType::F16, 128, 128, 1, 65_536, H200).unwrap();
+        assert!(matches!(long, Form::Flash { .. }));
+    }
+
+    #[test]
+    fn other_caches_and_heads_take_the_scores_form_or_a_named_error() {
+        let f32c = choose(DType::F32, DType::F32, 128, 128, 512, 4096, H200).unwrap();
+        assert!(matches!(
+            f32c,
+            Form::Scores {
+                name: "bl_attention_f32",
+                ..
+            }
+        ));
+        let odd = choose(DType::F16, DType::F16, 96, 96, 512, 4096, H200).unwrap();
+        assert!(matches!(odd, Form::Scores { .. }));
+        let mla = choose(DType::F16, DType::F16, 192, 128, 512, 4096, H200).unwrap();
+        assert!(matches!(mla, Form::Scores { .. }));
+        // f32 scores of 100,000 positions need 400 KB: more than any block holds.
+        let e = choose(DType::F32, DType::F32, 128, 128, 1, 100_000, H200).unwrap_err();
+        assert!(e.to_string().contains("100000 cached positions"), "{e}");
+        // A card whose blocks cannot hold the 256-wide flash tiles keeps the scores form.
+        let small = choose(DType::F16, DType::F16, 256, 256, 512, 4096, 64 * 1024).unwrap();
+        assert!(matches!(small, Form::Scores { .. }));
+    }
+
+    #[test]
+    fn flash_constants_match_the_kernels() {
+        let src = include_str!("../../cu/attention.cuh");
+        let define = |name: &str| -> u64 {
+            src.lines()
+                .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no {name} in attention.cuh"))
+        };
+        assert_eq!(define("FA_WARPS") * 16, FA_ROWS);
+        assert_eq!(define("FA_WARPS") * 32, u64::from(FA_THREADS));
+        for (d, kt, name) in FLASH {
+            assert_eq!(define(&format!("FA_KT_{d}")), kt, "{name}");
+            assert!(src.contains(&format!("FLASH_ATTEND({d})")), "{name}");
+        }
+    }
+}
