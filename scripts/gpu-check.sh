@@ -331,8 +331,18 @@ case "${1:-}" in
     $b $p synth --arch qwen35 --preset tiny --seed 7 -o "$m/d.gguf" > /dev/null
     if [ -z "${SKIP_CHECK:-}" ]; then
       $b $p opcheck --plugin cuda-sm90 --seed 1 --model "$m/f32.gguf" --model "$m/hf.gguf" \
-        --model "$m/d.gguf" 2>&1 | tee "$out/opcheck.txt" | grep -E "FAIL|cases|rror|Attention"
+        --model "$m/d.gguf" 2>&1 | tee "$out/opcheck.txt" | grep -E "FAIL|cases|rror|Attention" || true
     fi
+    # The tiny file with quantized weights through the tiled products against the CPU (earlier
+    # builds too when CHECK_PREV names them).
+    $b $p synth --arch qwen3moe --preset tiny --seed 7 --experts Q4_K --attn Q8_0 --embd Q8_0 \
+      --output-type Q8_0 -o "$m/q4k.gguf" > /dev/null
+    for d in ${CHECK_PREV:-} dist; do
+      echo "== q4k opcheck $d"
+      $b --plugin-dir "$d/plugins" opcheck --plugin cuda-sm90 --seed 3 --model "$m/q4k.gguf" \
+        --model-tol 1e-1 2>&1 | grep -E "FAIL|model .*(prompt|decode step 2 )|cases|rror" \
+        | grep -v "bit for bit" || true
+    done
     text="The quick brown fox jumps over the lazy dog while the cat sleeps by the warm fire all night"
     for f in f32 hf; do
       for flags in "-ngl 0" "-ngl 99"; do

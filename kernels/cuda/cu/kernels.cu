@@ -392,6 +392,16 @@ extern "C" __global__ void bl_quantize_q8_1(const float* x, uint8_t* out, long l
     quantize_lane(x[b * 32 + (threadIdx.x & (WARP - 1))], out + b * 36);
 }
 
+// The same with each 32-value block held by 8 lanes as quads (16-byte loads; x 16-byte aligned):
+// four blocks per warp, bit for bit those of bl_quantize_q8_1.
+extern "C" __global__ void bl_quantize_q8_1_quads(const float* x, uint8_t* out, long long nblocks) {
+    KERNEL_ENTRY();
+    const long long b = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 8;
+    const bool in = b < nblocks;
+    const float4 v = in ? ((const float4*)x)[b * 8 + (threadIdx.x & 7)] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    quantize_quad(v, out + (in ? b : 0) * 36, in);
+}
+
 // The same blocks in the staged layout of quant.cuh (STAGE_PAIR bytes per two blocks; nblocks
 // even), which the routed down products read straight from global memory.
 extern "C" __global__ void bl_quantize_q8_1_pairs(const float* x, uint8_t* out, long long nblocks) {
@@ -1398,15 +1408,31 @@ PER_WTYPE(MOE_DOWN_ENTRY)
 #define MMQ_BN 64
 #define MMQ_SB 8
 #define MMQ_LD (MMQ_SB * 8 + 4)
+#define MMQ_THREADS 128
 
-struct MmqSmem {
+// Rows of MMQ_LD ints (16 bytes of padding: the 8 rows an ldmatrix reads fall on distinct banks);
+// per (row, slot) the weight scale and min term (wdm), per (column, slot) the activation scale and
+// its scaled sum (xds).
+struct __align__(16) MmqSmem {
     int w[MMQ_BM * MMQ_LD];
-    float wd[MMQ_BM * MMQ_SB];
-    float wm[MMQ_BM * MMQ_SB];
     int x[MMQ_BN * MMQ_LD];
-    float xd[MMQ_BN * MMQ_SB];
-    float xs[MMQ_BN * MMQ_SB];
+    float2 wdm[MMQ_BM * MMQ_SB];
+    float2 xds[MMQ_BN * MMQ_SB];
 };
+
+// Whether a weight type's values carry a min term (d * q - m): the products then subtract m times
+// the activations' sum.
+static __device__ __forceinline__ bool has_min(int wtype) {
+    return wtype == WT_Q4_K || wtype == WT_Q5_K || wtype == WT_Q5_1;
+}
+
+// Four 8 x 8 b16 matrices from shared memory (lane i gives the address of row i % 8 of matrix
+// i / 8): an int8 mma operand of 16 (A) or 2 x 8 (B) rows of 32 bytes in one instruction.
+static __device__ __forceinline__ void ldsm4(int* r, const int* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"((unsigned)__cvta_generic_to_shared(p)));
+}
 
 static __device__ __forceinline__ void mma_s8(int* c, const int* a, const int* b) {
     asm volatile(
@@ -1420,16 +1446,17 @@ static __device__ __forceinline__ void mma_s8(int* c, const int* a, const int* b
 // types with a scale per 16 values (`two_scales`: R = 2), one half of a sub-block, the other half
 // zeroed; a k step then covers MMQ_SB / R sub-blocks and slot j holds sub-block sb0 + j / R.
 
-// Stages weight rows row0 .. row0 + 63 (sub-blocks sb0 ..) of one matrix.
-static __device__ __forceinline__ void mmq_load_w(MmqSmem* sm, const uint8_t* w, long long w_stride, int wtype,
-                                                  int row0, int n, int sb0, int nsb, int R) {
-    for (int p = threadIdx.x; p < MMQ_BM * MMQ_SB; p += blockDim.x) {
+// Stages weight rows row0 .. row0 + 63 (sub-blocks sb0 ..) of one matrix of type wt.
+static __device__ __forceinline__ void mmq_load_w(MmqSmem* sm, const uint8_t* w, long long w_stride, int wt, int row0,
+                                                  int n, int sb0, int nsb) {
+    const int R = two_scales(wt) ? 2 : 1;
+    for (int p = threadIdx.x; p < MMQ_BM * MMQ_SB; p += MMQ_THREADS) {
         const int r = p / MMQ_SB, j = p % MMQ_SB, sb = sb0 + j / R;
         int* dst = sm->w + r * MMQ_LD + j * 8;
         float d = 0.0f, m = 0.0f;
         if (row0 + r < n && sb < nsb) {
             Sub s;
-            unpack_sub(w + (long long)(row0 + r) * w_stride, wtype, sb, &s);
+            unpack_sub(w + (long long)(row0 + r) * w_stride, wt, sb, &s);
             if (R == 2) {
                 const int h = j % 2;
 #pragma unroll
@@ -1445,15 +1472,14 @@ static __device__ __forceinline__ void mmq_load_w(MmqSmem* sm, const uint8_t* w,
 #pragma unroll
             for (int t = 0; t < 8; ++t) dst[t] = 0;
         }
-        sm->wd[r * MMQ_SB + j] = d;
-        sm->wm[r * MMQ_SB + j] = m;
+        sm->wdm[r * MMQ_SB + j] = make_float2(d, m);
     }
 }
 
 // Stages activation columns col0 .. col0 + 63 (Q8_1 rows of x_row bytes).
 static __device__ __forceinline__ void mmq_load_x(MmqSmem* sm, const uint8_t* xq, long long x_row, const int* cols,
                                                   int col_div, int col0, int ncols, int sb0, int nsb, int R) {
-    for (int p = threadIdx.x; p < MMQ_BN * MMQ_SB; p += blockDim.x) {
+    for (int p = threadIdx.x; p < MMQ_BN * MMQ_SB; p += MMQ_THREADS) {
         const int c = p / MMQ_SB, j = p % MMQ_SB, sb = sb0 + j / R;
         int* dst = sm->x + c * MMQ_LD + j * 8;
         float d = 0.0f, s = 0.0f;
@@ -1470,19 +1496,21 @@ static __device__ __forceinline__ void mmq_load_x(MmqSmem* sm, const uint8_t* xq
 #pragma unroll
             for (int t = 0; t < 8; ++t) dst[t] = 0;
         }
-        sm->xd[c * MMQ_SB + j] = d;
-        sm->xs[c * MMQ_SB + j] = s;
+        sm->xds[c * MMQ_SB + j] = make_float2(d, s);
     }
 }
 
 // One (row tile, column tile) of y = W . x. The lane owns, for each 16 x 8 tile, rows g and g + 8
-// and columns 2t and 2t + 1 (g = lane / 4, t = lane % 4), the mma accumulator layout.
-template <bool USE_MMA>
+// and columns 2t and 2t + 1 (g = lane / 4, t = lane % 4), the mma accumulator layout. MIN: the
+// weight type has a min term. A warp whose 16 columns all lie past ncols (routed experts with few
+// rows) only helps stage the tiles.
+template <bool USE_MMA, bool MIN>
 static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_stride, int wtype, const uint8_t* xq,
                                 long long x_row, const int* cols, int col_div, float* y, long long y_row, int k, int n,
                                 int ncols, int row0, int col0) {
     const int lane = threadIdx.x & (WARP - 1), warp = threadIdx.x / WARP;
     const int g = lane >> 2, t = lane & 3;
+    const bool active = col0 + warp * 16 < ncols;
     float acc[4][2][4];
 #pragma unroll
     for (int a = 0; a < 4; ++a)
@@ -1492,31 +1520,30 @@ static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_strid
             for (int i = 0; i < 4; ++i) acc[a][b][i] = 0.0f;
     const int nsb = k / 32;
     const int R = two_scales(wtype) ? 2 : 1;
+    // ldmatrix rows: weights, lane i row (i % 16) and bytes 16 * (i / 16) of a 32-byte slot;
+    // activations, lane i column (i % 8) + 8 * (i / 16) and bytes 16 * (i / 8 % 2).
+    const int* wl = sm->w + (lane & 15) * MMQ_LD + 4 * (lane >> 4);
+    const int* xl = sm->x + (warp * 16 + (lane & 7) + 8 * (lane >> 4)) * MMQ_LD + 4 * ((lane >> 3) & 1);
     for (int sb0 = 0; sb0 < nsb; sb0 += MMQ_SB / R) {
         __syncthreads();
-        mmq_load_w(sm, w, w_stride, wtype, row0, n, sb0, nsb, R);
+        mmq_load_w(sm, w, w_stride, wtype, row0, n, sb0, nsb);
         mmq_load_x(sm, xq, x_row, cols, col_div, col0, ncols, sb0, nsb, R);
         __syncthreads();
+        if (!active) continue;
 #pragma unroll 2
         for (int j = 0; j < MMQ_SB; ++j) {
             int ci[4][2][4];
             if (USE_MMA) {
-                int bf[2][2];
-#pragma unroll
-                for (int b = 0; b < 2; ++b) {
-                    const int* xc = sm->x + (warp * 16 + b * 8 + g) * MMQ_LD + j * 8;
-                    bf[b][0] = xc[t];
-                    bf[b][1] = xc[t + 4];
-                }
+                int bf[4];
+                ldsm4(bf, xl + j * 8);
 #pragma unroll
                 for (int a = 0; a < 4; ++a) {
-                    const int* w0 = sm->w + (a * 16 + g) * MMQ_LD + j * 8;
-                    const int* w1 = w0 + 8 * MMQ_LD;
-                    const int af[4] = {w0[t], w1[t], w0[t + 4], w1[t + 4]};
+                    int af[4];
+                    ldsm4(af, wl + a * 16 * MMQ_LD + j * 8);
 #pragma unroll
                     for (int b = 0; b < 2; ++b) {
                         ci[a][b][0] = ci[a][b][1] = ci[a][b][2] = ci[a][b][3] = 0;
-                        mma_s8(ci[a][b], af, bf[b]);
+                        mma_s8(ci[a][b], af, bf + 2 * b);
                     }
                 }
             } else {
@@ -1536,30 +1563,28 @@ static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_strid
                         }
             }
             // This lane's 8 rows and 4 columns: their scales once per sub-block.
-            float wd[4][2], wm[4][2], xd[2][2], xs[2][2];
+            float2 wdm[4][2], xds[2][2];
 #pragma unroll
             for (int a = 0; a < 4; ++a)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int r = a * 16 + g + 8 * h;
-                    wd[a][h] = sm->wd[r * MMQ_SB + j];
-                    wm[a][h] = sm->wm[r * MMQ_SB + j];
-                }
+                for (int h = 0; h < 2; ++h) wdm[a][h] = sm->wdm[(a * 16 + g + 8 * h) * MMQ_SB + j];
 #pragma unroll
             for (int b = 0; b < 2; ++b)
 #pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int c = warp * 16 + b * 8 + 2 * t + h;
-                    xd[b][h] = sm->xd[c * MMQ_SB + j];
-                    xs[b][h] = sm->xs[c * MMQ_SB + j];
-                }
+                for (int h = 0; h < 2; ++h) xds[b][h] = sm->xds[(warp * 16 + b * 8 + 2 * t + h) * MMQ_SB + j];
 #pragma unroll
             for (int a = 0; a < 4; ++a)
 #pragma unroll
                 for (int b = 0; b < 2; ++b)
 #pragma unroll
-                    for (int i = 0; i < 4; ++i)
-                        acc[a][b][i] += wd[a][i >> 1] * xd[b][i & 1] * (float)ci[a][b][i] - wm[a][i >> 1] * xs[b][i & 1];
+                    for (int i = 0; i < 4; ++i) {
+                        // Rounded as the CPU reference rounds each sub-block's term.
+                        const float2 wv = wdm[a][i >> 1], xv = xds[b][i & 1];
+                        if (MIN)
+                            acc[a][b][i] += wv.x * xv.x * (float)ci[a][b][i] - wv.y * xv.y;
+                        else
+                            acc[a][b][i] += __fmul_rn(wv.x * xv.x, (float)ci[a][b][i]);
+                    }
         }
     }
 #pragma unroll
@@ -1576,13 +1601,22 @@ static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_strid
             }
 }
 
+// mmq_tile for wtype, its min term taken only for the types that have one.
+#define MMQ_TILE_CALL(USE_MMA, wtype, ...)               \
+    do {                                                 \
+        if (has_min(wtype))                              \
+            mmq_tile<USE_MMA, true>(__VA_ARGS__);        \
+        else                                             \
+            mmq_tile<USE_MMA, false>(__VA_ARGS__);       \
+    } while (0)
+
 // Dense: grid (row tiles, column tiles). y[c * n + j] = W_j . x_c.
 template <bool USE_MMA>
 static __device__ void mmq_dense(const uint8_t* w, long long w_stride, int wtype, const uint8_t* xq, long long x_row,
                                  float* y, int k, int n, int m) {
     __shared__ MmqSmem sm;
-    mmq_tile<USE_MMA>(&sm, w, w_stride, wtype, xq, x_row, nullptr, 1, y, n, k, n, m, blockIdx.x * MMQ_BM,
-                      blockIdx.y * MMQ_BN);
+    MMQ_TILE_CALL(USE_MMA, wtype, &sm, w, w_stride, wtype, xq, x_row, nullptr, 1, y, n, k, n, m, blockIdx.x * MMQ_BM,
+                  blockIdx.y * MMQ_BN);
 }
 #define MMQ_DENSE(name, USE_MMA)                                                                                \
     extern "C" __global__ void __launch_bounds__(128) name(const uint8_t* w, long long w_stride, int wtype,      \
@@ -1593,29 +1627,95 @@ static __device__ void mmq_dense(const uint8_t* w, long long w_stride, int wtype
 MMQ_DENSE(bl_mmq_mma, true)
 MMQ_DENSE(bl_mmq_dp4a, false)
 
-// Routed experts: grid (row tiles, column-tile slots, stack experts). Expert e's columns are
-// list[e * list_stride ..] (count[e] of them), entries r * k + j of the route table.
+// Up to three products of the same activations (Q, K and V of a prompt; ops/fused.rs), as one
+// launch: grid (row tiles of all parts, column tiles). Part p is y_p[c * n_p + j] = W_p,j . x_c.
+template <bool USE_MMA>
+static __device__ void mmq_parts(MatmulPart pa, MatmulPart pb, MatmulPart pc, int wtype, const uint8_t* xq,
+                                 long long x_row, int k, int m) {
+    __shared__ MmqSmem sm;
+    const int ta = (pa.n + MMQ_BM - 1) / MMQ_BM, tb = (pb.n + MMQ_BM - 1) / MMQ_BM;
+    int tile = blockIdx.x;
+    MatmulPart p = pa;
+    if (tile >= ta + tb) {
+        p = pc;
+        tile -= ta + tb;
+    } else if (tile >= ta) {
+        p = pb;
+        tile -= ta;
+    }
+    MMQ_TILE_CALL(USE_MMA, wtype, &sm, p.w, p.stride, wtype, xq, x_row, nullptr, 1, p.y, p.n, k, p.n, m,
+                  tile * MMQ_BM, blockIdx.y * MMQ_BN);
+}
+#define MMQ_PARTS(name, USE_MMA)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(128) name(MatmulPart a, MatmulPart b, MatmulPart c, int wtype,  \
+                                                           const uint8_t* xq, long long x_row, int k, int m) {     \
+        KERNEL_ENTRY();                                                                                          \
+        mmq_parts<USE_MMA>(a, b, c, wtype, xq, x_row, k, m);                                                     \
+    }
+MMQ_PARTS(bl_mmq_parts_mma, true)
+MMQ_PARTS(bl_mmq_parts_dp4a, false)
+
+// Routed experts: grid (row tiles, column tiles). Column tile y is tiles[y] = (stack expert e,
+// first column) from bl_moe_tiles (e < 0: no tile); expert e's columns are list[e * list_stride
+// ..] (count[e] of them), entries r * k + j of the route table.
 template <bool USE_MMA>
 static __device__ void mmq_experts(const uint8_t* w, long long w_stride, long long w_exp, int wtype, const uint8_t* xq,
                                    long long x_row, const int* list, long long list_stride, const int* count,
-                                   int col_div, float* y, long long y_row, int k, int n) {
+                                   const int2* tiles, int col_div, float* y, long long y_row, int k, int n) {
     __shared__ MmqSmem sm;
-    const int e = blockIdx.z;
-    const int cnt = count[e];
-    for (int col0 = blockIdx.y * MMQ_BN; col0 < cnt; col0 += gridDim.y * MMQ_BN)
-        mmq_tile<USE_MMA>(&sm, w + e * w_exp, w_stride, wtype, xq, x_row, list + e * list_stride, col_div, y, y_row, k,
-                          n, cnt, blockIdx.x * MMQ_BM, col0);
+    const int2 tile = tiles[blockIdx.y];
+    if (tile.x < 0) return;
+    const int e = tile.x;
+    MMQ_TILE_CALL(USE_MMA, wtype, &sm, w + e * w_exp, w_stride, wtype, xq, x_row, list + e * list_stride, col_div, y,
+                  y_row, k, n, count[e], blockIdx.x * MMQ_BM, tile.y);
 }
-#define MMQ_EXPERTS(name, USE_MMA)                                                                               \
-    extern "C" __global__ void __launch_bounds__(128)                                                            \
-        name(const uint8_t* w, long long w_stride, long long w_exp, int wtype, const uint8_t* xq, long long x_row, \
-             const int* list, long long list_stride, const int* count, int col_div, float* y, long long y_row,     \
-             int k, int n) { KERNEL_ENTRY();                                                                                      \
-        mmq_experts<USE_MMA>(w, w_stride, w_exp, wtype, xq, x_row, list, list_stride, count, col_div, y, y_row, k, \
-                             n);                                                                                  \
+#define MMQ_EXPERTS(name, USE_MMA)                                                                                \
+    extern "C" __global__ void __launch_bounds__(128)                                                             \
+        name(const uint8_t* w, long long w_stride, long long w_exp, int wtype, const uint8_t* xq, long long x_row,  \
+             const int* list, long long list_stride, const int* count, const int2* tiles, int col_div, float* y,    \
+             long long y_row, int k, int n) {                                                                       \
+        KERNEL_ENTRY();                                                                                           \
+        mmq_experts<USE_MMA>(w, w_stride, w_exp, wtype, xq, x_row, list, list_stride, count, tiles, col_div, y,     \
+                             y_row, k, n);                                                                        \
     }
 MMQ_EXPERTS(bl_mmq_experts_mma, true)
 MMQ_EXPERTS(bl_mmq_experts_dp4a, false)
+
+// The column tiles of every stack expert after bl_moe_route, in expert order: tiles[i] = (e,
+// first column) for each MMQ_BN columns of count[e], then (-1, 0) up to max_tiles. One block of
+// TILES_THREADS threads, a thread per expert (n_expert <= TILES_THREADS; max_tiles covers
+// ceil(entries / MMQ_BN) + n_expert).
+#define TILES_THREADS 1024
+extern "C" __global__ void __launch_bounds__(TILES_THREADS) bl_moe_tiles(const int* count, int n_expert, int2* tiles,
+                                                                         int max_tiles) {
+    KERNEL_ENTRY();
+    __shared__ int warp_total[TILES_THREADS / WARP];
+    const int e = threadIdx.x, lane = e & (WARP - 1), warp = e / WARP;
+    const int mine = e < n_expert ? (count[e] + MMQ_BN - 1) / MMQ_BN : 0;
+    // Inclusive prefix of the tile counts: within each warp, then over the warps' totals.
+    int incl = mine;
+#pragma unroll
+    for (int o = 1; o < WARP; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += v;
+    }
+    if (lane == WARP - 1) warp_total[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        int t = lane < TILES_THREADS / WARP ? warp_total[lane] : 0;
+#pragma unroll
+        for (int o = 1; o < WARP; o <<= 1) {
+            const int v = __shfl_up_sync(0xffffffffu, t, o);
+            if (lane >= o) t += v;
+        }
+        warp_total[lane] = t;
+    }
+    __syncthreads();
+    const int start = incl - mine + (warp > 0 ? warp_total[warp - 1] : 0);
+    const int total = warp_total[TILES_THREADS / WARP - 1];
+    for (int t = 0; t < mine; ++t) tiles[start + t] = make_int2(e, t * MMQ_BN);
+    for (int i = total + threadIdx.x; i < max_tiles; i += blockDim.x) tiles[i] = make_int2(-1, 0);
+}
 
 // The route table by stack expert: block e lists, in order, the entries r * k + j whose expert
 // (through map when given) is e. Bad ids are reported (error 4) and listed nowhere.

@@ -343,12 +343,26 @@ impl Mmq {
             Mmq::Off => None,
         }
     }
+
+    /// The kernel of up to three tiled products of one batch of `rows` rows ([`Launcher::fused`]).
+    fn parts_kernel(self, rows: u64) -> Option<&'static str> {
+        match self {
+            _ if rows < MMQ_MIN_ROWS => None,
+            Mmq::Mma => Some("bl_mmq_parts_mma"),
+            Mmq::Dp4a => Some("bl_mmq_parts_dp4a"),
+            Mmq::Off => None,
+        }
+    }
 }
 
+/// Threads of `bl_moe_tiles`, a thread per stack expert (`TILES_THREADS`).
+const TILES_THREADS: u32 = 1024;
 /// Batches of at least this many rows use the tiled products.
 const MMQ_MIN_ROWS: u64 = 16;
 /// Rows and columns of one tile of the tiled products.
 const MMQ_TILE: u64 = 64;
+/// Threads per block of the tiled products (`MMQ_THREADS`).
+const MMQ_THREADS: u32 = 128;
 
 /// How [`Launcher::run`] reaches the device's buffer table.
 pub trait Buffers {
@@ -544,19 +558,32 @@ impl Launcher {
         let q = self.scratch(nblocks * 36)?;
         let copy = Quantized { x, nblocks, q };
         if held != Some(copy) {
-            let nb = nblocks as i64;
-            let f = self.func("bl_quantize_q8_1")?;
-            let mut l = self.args(&f);
-            l.arg(&x).arg(&q).arg(&nb);
-            let launch = LaunchConfig {
-                grid_dim: (nblocks.div_ceil(WARPS).max(1) as u32, 1, 1),
-                block_dim: (BLOCK, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            // SAFETY: one warp per 32-value block of x; q holds nblocks blocks.
-            unsafe { l.launch(launch) }.map_err(driver_err("bl_quantize_q8_1"))?;
+            self.quantize_q8_1(x, q, nblocks)?;
         }
         Ok(copy)
+    }
+
+    /// Quantizes the `nblocks` 32-value blocks at `x` to Q8_1 blocks at `q`: 8 lanes per block
+    /// with 16-byte loads where x is 16-byte aligned, else a warp per block (the same bytes).
+    fn quantize_q8_1(&self, x: u64, q: u64, nblocks: u64) -> Result<(), PluginError> {
+        let nb = nblocks as i64;
+        let (name, per_block) = if x.is_multiple_of(16) {
+            ("bl_quantize_q8_1_quads", 8)
+        } else {
+            ("bl_quantize_q8_1", 32)
+        };
+        let f = self.func(name)?;
+        let mut l = self.args(&f);
+        l.arg(&x).arg(&q).arg(&nb);
+        let threads = nblocks * per_block;
+        let launch = LaunchConfig {
+            grid_dim: (threads.div_ceil(u64::from(BLOCK)).max(1) as u32, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: per_block threads per 32-value block of x (those past nblocks write nothing);
+        // q holds nblocks blocks.
+        unsafe { l.launch(launch) }.map_err(driver_err(name))
     }
 
     /// Room in the scratch for the Q8_1 copy of the `elements` f32 at `x`, when `wanted` and
@@ -838,7 +865,7 @@ impl Launcher {
                             unsafe {
                                 l.launch(LaunchConfig {
                                     grid_dim: grid,
-                                    block_dim: (128, 1, 1),
+                                    block_dim: (MMQ_THREADS, 1, 1),
                                     shared_mem_bytes: 0,
                                 })
                             }
@@ -1226,12 +1253,11 @@ impl Launcher {
         };
         // `pairs`: written in the pair layout (bl_quantize_q8_1_pairs; nblocks even).
         let quantize = |from: u64, to: u64, nblocks: u64, pairs: bool, what: &str| {
+            if !pairs {
+                return self.quantize_q8_1(from, to, nblocks);
+            }
             let nb = nblocks as i64;
-            let name = if pairs {
-                "bl_quantize_q8_1_pairs"
-            } else {
-                "bl_quantize_q8_1"
-            };
+            let name = "bl_quantize_q8_1_pairs";
             let f = self.func(name)?;
             let mut l = self.args(&f);
             l.arg(&from).arg(&to).arg(&nb);
@@ -1381,44 +1407,42 @@ impl Launcher {
     ) -> Result<(), PluginError> {
         let (n_ff, k) = (u64::from(p.n_ff), u64::from(p.k));
         let entries = rows * k;
+        if st.n_stack > u64::from(TILES_THREADS) {
+            return Err(PluginError::unsupported(
+                format!(
+                    "batches over {} routed experts in one stack on the CUDA bundles (at most {TILES_THREADS})",
+                    st.n_stack
+                ),
+                &[],
+            ));
+        }
+        // Column tiles of all experts together: each expert's count rounded up to whole tiles.
+        let max_tiles = entries.div_ceil(MMQ_TILE) + st.n_stack;
         let align = |b: u64| b.div_ceil(256) * 256;
         let sizes = [
             align(rows * (n_embd / 32) * 36),  // x as Q8_1
             align(st.n_stack * entries * 4),   // route lists
             align(st.n_stack * 4),             // route counts
+            align(max_tiles * 8),              // column tiles
             align(entries * 2 * n_ff * 4),     // gate | up products
             align(entries * n_ff * 4),         // GLU
             align(entries * (n_ff / 32) * 36), // GLU as Q8_1
             align(entries * n_embd * 4),       // down products
         ];
-        let mut at = [0u64; 7];
+        let mut at = [0u64; 8];
         let base = self.scratch(sizes.iter().sum())?;
         let mut off = base;
         for (a, sz) in at.iter_mut().zip(sizes) {
             *a = off;
             off += sz;
         }
-        let [xq, list, count, gu, h, hq, dbuf] = at;
-        let warps = |tasks: u64| LaunchConfig {
-            grid_dim: (tasks.div_ceil(WARPS).max(1) as u32, 1, 1),
-            block_dim: (BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let [xq, list, count, tiles, gu, h, hq, dbuf] = at;
         let flat = |n: u64| LaunchConfig {
             grid_dim: (n.div_ceil(256).clamp(1, 4096) as u32, 1, 1),
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let quantize = |from: u64, to: u64, nblocks: u64| -> Result<(), PluginError> {
-            let nb = nblocks as i64;
-            let f = self.func("bl_quantize_q8_1")?;
-            let mut l = self.args(&f);
-            l.arg(&from).arg(&to).arg(&nb);
-            // SAFETY: one warp per 32-value block; both areas hold nblocks blocks.
-            unsafe { l.launch(warps(nblocks)) }
-                .map(|_| ())
-                .map_err(driver_err("bl_quantize_q8_1"))
-        };
+        let quantize = |from: u64, to: u64, nblocks: u64| self.quantize_q8_1(from, to, nblocks);
         quantize(st.x, xq, rows * (n_embd / 32))?;
         let (ne, nf, nx) = (n_embd as i32, n_ff as i32, p.n_expert as i32);
         let (n_entries, list_stride, err) = (entries as i32, entries as i64, self.error_word);
@@ -1435,6 +1459,21 @@ impl Launcher {
             })
         }
         .map_err(driver_err("bl_moe_route"))?;
+        // Every expert's column tiles as one list, so that the products launch no empty blocks.
+        let (ns, mt) = (st.n_stack as i32, max_tiles as i32);
+        let f = self.func("bl_moe_tiles")?;
+        let mut l = self.args(&f);
+        l.arg(&count).arg(&ns).arg(&tiles).arg(&mt);
+        // SAFETY: one block of TILES_THREADS threads, a thread per stack expert (checked above);
+        // the tiles area holds max_tiles entries, which bound the tiles of `entries` columns.
+        unsafe {
+            l.launch(LaunchConfig {
+                grid_dim: (1, 1, 1),
+                block_dim: (TILES_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .map_err(driver_err("bl_moe_tiles"))?;
         let tiled = self.func(kernel)?;
         let product = |stack: (u64, i64, i64, i32),
                        act: u64,
@@ -1454,19 +1493,20 @@ impl Launcher {
                 .arg(&wtype)
                 .arg(&act)
                 .arg(&act_row);
-            l.arg(&list).arg(&list_stride).arg(&count).arg(&col_div);
+            l.arg(&list)
+                .arg(&list_stride)
+                .arg(&count)
+                .arg(&tiles)
+                .arg(&col_div);
             l.arg(&y).arg(&y_row).arg(&ki).arg(&ni);
-            let grid = (
-                nn.div_ceil(MMQ_TILE) as u32,
-                rows.div_ceil(MMQ_TILE) as u32,
-                st.n_stack as u32,
-            );
-            // SAFETY: expert e's blocks read its stack rows (< nn) and the listed columns, whose
-            // entries index rows of the activation and output areas sized above.
+            let grid = (nn.div_ceil(MMQ_TILE) as u32, max_tiles as u32, 1);
+            // SAFETY: a block per (row tile, listed column tile) reads its expert's stack rows
+            // (< nn) and listed columns, whose entries index rows of the activation and output
+            // areas sized above.
             unsafe {
                 l.launch(LaunchConfig {
                     grid_dim: grid,
-                    block_dim: (128, 1, 1),
+                    block_dim: (MMQ_THREADS, 1, 1),
                     shared_mem_bytes: 0,
                 })
             }
@@ -1656,6 +1696,7 @@ mod tests {
         "bl_get_rows_f16",
         "bl_get_rows_q",
         "bl_quantize_q8_1",
+        "bl_quantize_q8_1_quads",
         "bl_quantize_q8_1_pairs",
         "bl_matmul_f32",
         "bl_matmul_f32_split",
@@ -1680,7 +1721,10 @@ mod tests {
         "bl_mmq_dp4a",
         "bl_mmq_experts_mma",
         "bl_mmq_experts_dp4a",
+        "bl_mmq_parts_mma",
+        "bl_mmq_parts_dp4a",
         "bl_moe_route",
+        "bl_moe_tiles",
         "bl_moe_glu",
         "bl_moe_combine",
         "bl_conv_causal",
@@ -1713,6 +1757,13 @@ mod tests {
 
     #[test]
     fn launch_shapes_match_the_kernels() {
+        assert_eq!(
+            kernel_define("TILES_THREADS"),
+            u64::from(super::TILES_THREADS)
+        );
+        assert_eq!(kernel_define("MMQ_BN"), super::MMQ_TILE);
+        assert_eq!(kernel_define("MMQ_THREADS"), u64::from(super::MMQ_THREADS));
+        assert_eq!(kernel_define("MMQ_BM"), super::MMQ_TILE);
         assert_eq!(super::STAGE_PAIR, {
             let src = include_str!("../cu/quant.cuh");
             src.lines()

@@ -454,9 +454,9 @@ impl Launcher {
         Ok(q.map_or(0, |g| g.taken) + main.taken)
     }
 
-    /// Two or three single-row quantized products of the same activations with weights of one
-    /// type (Q, K and V): the activations quantized once (unless `held` has them) and every row
-    /// of every product in one launch. Returns the calls taken and the Q8_1 copy left, or `None`.
+    /// Two or three quantized products of the same activations with weights of one type (Q, K
+    /// and V), for a single row or a batch of tiled products: the activations quantized once
+    /// (unless `held` has them) and every row of every product in one launch. Returns the calls taken and the Q8_1 copy left, or `None`.
     fn matmul_parts(
         &self,
         addr: &dyn Fn(&TensorRef) -> Result<u64, PluginError>,
@@ -464,11 +464,15 @@ impl Launcher {
         held: Option<Quantized>,
     ) -> Result<Option<(usize, Option<Quantized>)>, PluginError> {
         let x = calls[0].srcs().get(1).copied();
-        let Some(x) = x.filter(|x| x.dtype == DType::F32 && x.is_contiguous() && x.rows() == 1)
-        else {
+        let Some(x) = x.filter(|x| x.dtype == DType::F32 && x.is_contiguous()) else {
             return Ok(None);
         };
-        let k = x.ne[0];
+        let (k, m) = (x.ne[0], x.rows());
+        // A single row, or a batch the tiled products take (one launch over every part's tiles).
+        let tiled = self.mmq.parts_kernel(m);
+        if x.ne != [k, m, 1, 1] || (m != 1 && tiled.is_none()) || m > i32::MAX as u64 {
+            return Ok(None);
+        }
         let w0 = calls[0].srcs()[0];
         let Some((wtype, block)) = weight_code(w0.dtype).filter(|(c, _)| *c >= 1) else {
             return Ok(None);
@@ -477,7 +481,7 @@ impl Launcher {
             return Ok(None);
         }
         let px = addr(&x)?;
-        let x_len = k * 4;
+        let x_len = k * 4 * m;
         let mut parts = Vec::with_capacity(3);
         for c in calls.iter().take(3) {
             let ok = matches!(c.op, Op::MatMul)
@@ -487,7 +491,7 @@ impl Launcher {
                 && c.srcs()[0].ne[0] == k
                 && c.srcs()[0].ne[2] == 1
                 && c.srcs()[0].ne[3] == 1
-                && plain(&c.dst, [c.srcs()[0].ne[1], 1, 1, 1])
+                && plain(&c.dst, [c.srcs()[0].ne[1], m, 1, 1])
                 && c.srcs()[0].ne[1] <= i32::MAX as u64;
             if !ok {
                 break;
@@ -520,9 +524,35 @@ impl Launcher {
                 pad: 0,
             });
         }
-        let copy = self.quantize_in_scratch(px, k / 32, held)?;
+        let copy = self.quantize_in_scratch(px, k / 32 * m, held)?;
         let q = copy.q;
         let ki = k as i32;
+        if let Some(name) = tiled {
+            let tiles: u64 = parts
+                .iter()
+                .map(|p| (p.n as u64).div_ceil(super::MMQ_TILE))
+                .sum();
+            let (x_row, mi) = ((k / 32 * 36) as i64, m as i32);
+            let f = self.func(name)?;
+            let mut l = self.args(&f);
+            l.arg(&parts[0])
+                .arg(&parts[1])
+                .arg(&parts[2])
+                .arg(&wtype)
+                .arg(&q)
+                .arg(&x_row)
+                .arg(&ki)
+                .arg(&mi);
+            let launch = LaunchConfig {
+                grid_dim: (tiles as u32, m.div_ceil(super::MMQ_TILE) as u32, 1),
+                block_dim: (super::MMQ_THREADS, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: one block per 64 x 64 tile of one part; rows and columns past a part's rows
+            // and the batch are neither read nor written; all inside the checked spans.
+            unsafe { l.launch(launch) }.map_err(driver_err(name))?;
+            return Ok(Some((taken, Some(copy))));
+        }
         let name = super::typed(&super::MATMUL_Q_PARTS, wtype)?;
         let f = self.func(name)?;
         let mut l = self.args(&f);
