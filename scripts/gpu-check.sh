@@ -34,6 +34,8 @@
 #   scripts/gpu-check.sh prompt-ab  on the GPU machine: opcheck, greedy text of a longer prompt, ncu
 #                                 of a 512-row prompt pass, pp512/tg128 of both files and pp4096,
 #                                 alternating with PREV.
+#   scripts/gpu-check.sh long-decode  on the GPU machine: opcheck, then decode after 4,096 and 16,384
+#                                 tokens (bench -d) and pp512/tg128 of the 30B-A3B file, with PREV.
 #   scripts/gpu-check.sh profile-layer  on the GPU machine: all of Nsight Compute's explaining sections
 #                                 for the kernels of about one eager decode layer (30B-A3B file).
 #   scripts/gpu-check.sh profile-prompt  on the GPU machine: per-kernel times of one 512-row prompt
@@ -369,6 +371,28 @@ case "${1:-}" in
     for d in ${PREV:-} dist; do
       echo "== pp4096 $d: $($b --plugin-dir "$d/plugins" bench -m "$f" -p 4096 -n 0 -r 1 -ngl 99 \
         2>&1 | tail -1 | awk -F'|' '{printf "%s %s", $7, $8}')"
+    done
+    ;;
+  long-decode)
+    # Decode over a long context: every op and the tiny files against the CPU (opcheck; SKIP_CHECK
+    # skips it), then decode after 4,096 and 16,384 tokens of context (`bench -d`) and pp512/tg128
+    # of the 30B-A3B file, alternating with PREV.
+    b=dist/bloomery
+    m=/dev/shm/bloomery-gpu-check
+    mkdir -p "$m"
+    for a in qwen3moe qwen35moe qwen35; do
+      $b --plugin-dir dist/plugins synth --arch $a --preset tiny --seed 7 -o "$m/$a.gguf" > /dev/null
+    done
+    [ -n "${SKIP_CHECK:-}" ] || $b --plugin-dir dist/plugins opcheck --plugin cuda-sm90 --seed 1 \
+      --model "$m/qwen3moe.gguf" --model "$m/qwen35moe.gguf" --model "$m/qwen35.gguf" 2>&1 \
+      | grep -E "FAIL|cases|rror|long cache" || true
+    f=$(file_30b)
+    for d in ${PREV:-} dist; do
+      for p in "-p 0 -n 64 -d 4096" "-p 0 -n 64 -d 16384" "-p 512 -n 128"; do
+        # shellcheck disable=SC2086
+        echo "== $d $p: $($b --plugin-dir "$d/plugins" bench -m "$f" $p -r 2 -ngl 99 2>&1 \
+          | grep -E "(pp|tg)[0-9]" | awk -F'|' '{printf "%s %s  ", $7, $8}')"
+      done
     done
     ;;
   profile-layer)

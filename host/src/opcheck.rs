@@ -569,6 +569,39 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     [64 * 8, 40, 1, 1],
                     1e-5,
                 ),
+                // Few rows over caches whose scores pass 48 KB: a GPU plugin's flash form split
+                // along the positions (f16; the splits merged by a second kernel) or its scores
+                // form with more shared memory (f32).
+                case(
+                    "decode over a long cache, gqa 8/2, d 128",
+                    attn(8, 2, 128, 0, 0.0),
+                    vec![
+                        f32s([128 * 8, 3, 1, 1]),
+                        spec(t, [2 * 128, 12_500, 2, 1], Fill::Random(1.0)),
+                        spec(t, [2 * 128, 12_500, 2, 1], Fill::Random(1.0)),
+                        ids(3, 2),
+                        ids(3, 12_500),
+                    ],
+                    [128 * 8, 3, 1, 1],
+                    1e-5,
+                ),
+                case(
+                    "decode over a long cache, window 700, sinks, d 64",
+                    Op::Attention(AttentionParams {
+                        sinks: true,
+                        ..attn_params(8, 2, 64, 700, 0.0)
+                    }),
+                    vec![
+                        f32s([64 * 8, 2, 1, 1]),
+                        spec(t, [2 * 64, 12_400, 1, 1], Fill::Random(1.0)),
+                        spec(t, [2 * 64, 12_400, 1, 1], Fill::Random(1.0)),
+                        ids(2, 1),
+                        ids(2, 12_400),
+                        spec(DType::F32, [8, 1, 1, 1], Fill::Random(2.0)),
+                    ],
+                    [64 * 8, 2, 1, 1],
+                    1e-5,
+                ),
                 case(
                     "batch with sinks, mha 4/4, d 256",
                     Op::Attention(AttentionParams {

@@ -140,3 +140,15 @@ fn bench_prints_a_table_with_pp_and_tg_rows() {
         assert!(row.contains("| 2 |"), "{row}");
     }
 }
+
+#[test]
+fn bench_depth_runs_the_tests_after_that_many_tokens_of_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny(dir.path());
+    // A context of max(p, n) alone could not hold positions 40 .. 48.
+    let (stdout, _) = ok(&bloomery(&[
+        "bench", "-m", &m, "-p", "8", "-n", "4", "-d", "40", "-r", "1", "-t", "2",
+    ]));
+    assert!(stdout.contains("| pp8 @ d40 |"), "{stdout}");
+    assert!(stdout.contains("| tg4 @ d40 |"), "{stdout}");
+}

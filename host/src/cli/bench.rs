@@ -26,6 +26,10 @@ pub struct BenchArgs {
     /// Generated tokens of the tg test, one decode step each (0: skip the test).
     #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
     pub n_gen: u32,
+    /// Tokens already in the context when each test runs, llama-bench's `-d` (filled once by one
+    /// untimed prompt; the tests then run at positions from there).
+    #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
+    pub n_depth: u32,
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub repetitions: u32,
@@ -78,14 +82,15 @@ fn bytes(n: u64) -> String {
 }
 
 /// One timed run of a test: the model, the token count, the RNG of the random ids; seconds.
-type TestFn = fn(&mut LoadedModel, u32, &mut StdRng) -> anyhow::Result<f64>;
+type TestFn = fn(&mut LoadedModel, u32, u32, &mut StdRng) -> anyhow::Result<f64>;
 
 /// Seconds for one batch of `n` random tokens from position 0 (the prompt test).
-fn pp_once(model: &mut LoadedModel, n: u32, rng: &mut StdRng) -> anyhow::Result<f64> {
+fn pp_once(model: &mut LoadedModel, n: u32, depth: u32, rng: &mut StdRng) -> anyhow::Result<f64> {
     let vocab = model.spec.hparams.n_vocab as i32;
+    let d = depth as i32;
     let batch = BatchInputs {
         tokens: (0..n).map(|_| rng.gen_range(0..vocab)).collect(),
-        positions: (0..n as i32).collect(),
+        positions: (d..d + n as i32).collect(),
         slots: vec![0; n as usize],
         output_rows: vec![n as i32 - 1],
         history: vec![],
@@ -95,8 +100,8 @@ fn pp_once(model: &mut LoadedModel, n: u32, rng: &mut StdRng) -> anyhow::Result<
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// Seconds for `n` single-token steps from position 0 (the generation test).
-fn tg_once(model: &mut LoadedModel, n: u32, rng: &mut StdRng) -> anyhow::Result<f64> {
+/// Seconds for `n` single-token steps from position `depth` (the generation test).
+fn tg_once(model: &mut LoadedModel, n: u32, depth: u32, rng: &mut StdRng) -> anyhow::Result<f64> {
     let vocab = model.spec.hparams.n_vocab as i32;
     let mut batch = BatchInputs {
         tokens: vec![rng.gen_range(0..vocab)],
@@ -106,7 +111,7 @@ fn tg_once(model: &mut LoadedModel, n: u32, rng: &mut StdRng) -> anyhow::Result<
         history: vec![],
     };
     let t = Instant::now();
-    for pos in 0..n as i32 {
+    for pos in depth as i32..(depth + n) as i32 {
         batch.positions[0] = pos;
         model.forward(&batch)?;
     }
@@ -116,7 +121,7 @@ fn tg_once(model: &mut LoadedModel, n: u32, rng: &mut StdRng) -> anyhow::Result<
 /// Runs the command.
 pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
     let reg = Registry::load(&cli.plugin_dir())?;
-    let ctx = a.n_prompt.max(a.n_gen).max(1);
+    let ctx = a.n_prompt.max(a.n_gen).max(1) + a.n_depth;
     let options = LoadOptions {
         n_slots: 1,
         ctx_per_slot: ctx,
@@ -157,6 +162,15 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         a.threads
     };
     let mut rng = StdRng::seed_from_u64(0);
+    if a.n_depth > 0 {
+        // The context the tests start from: positions 0 .. depth, which no test overwrites.
+        pp_once(&mut model, a.n_depth, 0, &mut rng)?;
+    }
+    let at = if a.n_depth > 0 {
+        format!(" @ d{}", a.n_depth)
+    } else {
+        String::new()
+    };
     let mut rows = Vec::new();
     let tests: [(&str, u32, TestFn); 2] = [("pp", a.n_prompt, pp_once), ("tg", a.n_gen, tg_once)];
     for (kind, n, once) in tests {
@@ -164,14 +178,14 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             continue;
         }
         // One warm-up run, as llama-bench does (it also builds the graph of this batch shape).
-        once(&mut model, n, &mut rng)?;
+        once(&mut model, n, a.n_depth, &mut rng)?;
         let mut rates = Vec::new();
         for _ in 0..a.repetitions.max(1) {
-            let secs = once(&mut model, n, &mut rng)?;
+            let secs = once(&mut model, n, a.n_depth, &mut rng)?;
             rates.push(if secs > 0.0 { n as f64 / secs } else { 0.0 });
         }
         let (mean, std) = mean_std(&rates);
-        rows.push((format!("{kind}{n}"), mean, std));
+        rows.push((format!("{kind}{n}{at}"), mean, std));
     }
     if let Some((card, host, flips)) = model.residency_stats() {
         eprintln!(

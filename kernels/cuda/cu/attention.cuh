@@ -109,6 +109,10 @@ ATTEND(bl_attention_f16, __half, __half)
 // block walks, for each distinct slot among its rows, the union of their visible positions, and
 // each row masks the positions it does not see.
 //
+// Split (decode over long contexts): with gridDim.z = S > 1, block z takes the z-th of S equal
+// runs of each slot's key tiles and writes its unnormalized partial (o, running max, sum) per pair
+// to `part`; bl_flash_combine merges them (and the sinks) into the output.
+//
 // Precision: q * scale and the softmax weights are split into an f16 high part and an f16
 // remainder and both go through the tensor cores (the cache's f16 values times each part are exact
 // in the f32 accumulators), so scores and outputs keep about 22 bits, close to the f32 reference.
@@ -219,11 +223,20 @@ static __device__ __forceinline__ void flash_rows(const int* slots, const int* p
     __syncthreads();
 }
 
+// The partials of split z for output row i (of rows * n_head): o (D floats) at part +
+// (z * outs + i) * D, then every split's maxima and sums after all the o's.
+static __device__ __forceinline__ float* part_o(float* part, int z, long long outs, long long i, int D) {
+    return part + (z * outs + i) * D;
+}
+static __device__ __forceinline__ float* part_ml(float* part, int S, int z, long long outs, long long i, int D) {
+    return part + S * outs * D + (z * outs + i) * 2;
+}
+
 template <int D, int KT>
 static __device__ void flash_attend(const float* q, const __half* kc, const __half* vc, const int* slots,
-                                    const int* pos, float* out, uint8_t* oq, int rows, int n_head, int n_head_kv,
-                                    int len, int n_slots, float scale, float softcap, int window, const float* sinks,
-                                    int* err) {
+                                    const int* pos, float* out, uint8_t* oq, float* part, int rows, int n_head,
+                                    int n_head_kv, int len, int n_slots, float scale, float softcap, int window,
+                                    const float* sinks, int* err) {
     // Halfs per staged row: 16 bytes of padding put the 8 rows of an ldmatrix on distinct banks.
     constexpr int LD = D + 8;
     extern __shared__ __align__(16) unsigned char fa_smem[];
@@ -271,7 +284,8 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
     // Running max and this lane's part of the running sum of each row; a sink starts the row with
     // its own term, exp(sink - sink) = 1, counted once (lane t == 0).
     float mA = -INFINITY, mB = -INFINITY, lA = 0.0f, lB = 0.0f;
-    if (sinks) {
+    const int S = gridDim.z, z = blockIdx.z;
+    if (sinks && S == 1) {
         const int iA = pair0 + warp * 16 + g, iB = iA + 8;
         if (ra.slot >= 0) {
             mA = sinks[kvh * G + iA % G];
@@ -286,12 +300,16 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
     for (int di = 0; di < ndist; ++di) {
         const int s = dslot[di], k0 = dlo[di], k1 = dhi[di];
         const bool inA = ra.slot == s, inB = rb.slot == s;
-        for (int t0 = k0; t0 <= k1; t0 += KT) {
+        // This split's run of the slot's tiles: whole tiles from k0, so only the slot's last tile
+        // holds positions past `last`, all of them past every row's own.
+        const int ntiles = (k1 - k0) / KT + 1, per = (ntiles + S - 1) / S;
+        const int first = k0 + min(ntiles, z * per) * KT, last = min(k1, k0 + (z + 1) * per * KT - 1);
+        for (int t0 = first; t0 <= last; t0 += KT) {
             __syncthreads();
             for (int c = tid; c < KT * D / 8; c += blockDim.x) {
                 const int i = c / (D / 8), part = (c % (D / 8)) * 8, tt = t0 + i;
                 uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-                if (tt <= k1) {
+                if (tt <= last) {
                     const long long row = ((long long)s * len + tt % len) * n_head_kv + kvh;
                     kv = *(const uint4*)(kc + row * D + part);
                     vv = *(const uint4*)(vc + row * D + part);
@@ -397,6 +415,20 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
         lA += __shfl_xor_sync(0xffffffffu, lA, o2);
         lB += __shfl_xor_sync(0xffffffffu, lB, o2);
     }
+    if (S > 1) {
+        const long long outs = (long long)rows * n_head;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            if ((half ? rb : ra).slot < 0) continue;
+            const int i = pair0 + warp * 16 + g + 8 * half;
+            const long long orow = (long long)(i / G) * n_head + kvh * G + i % G;
+            float* po = part_o(part, z, outs, orow, D);
+#pragma unroll
+            for (int n = 0; n < D / 8; ++n) *(float2*)(po + n * 8 + 2 * t) = make_float2(o[n][2 * half], o[n][2 * half + 1]);
+            if (t == 0) *(float2*)part_ml(part, S, z, outs, orow, D) = half ? make_float2(mB, lB) : make_float2(mA, lA);
+        }
+        return;
+    }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
         const bool ok = (half ? rb : ra).slot >= 0;
@@ -444,17 +476,53 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
     }
 }
 
-// bl_flash_attn_f16_<D>: f16 caches, dk = dv = D. Grid (ceil(rows * G / FA_ROWS), n_head_kv),
-// FA_WARPS warps, dynamic shared memory (2 * FA_ROWS + 2 * KT) * (D + 8) * 2 bytes.
+// bl_flash_attn_f16_<D>: f16 caches, dk = dv = D. Grid (ceil(rows * G / FA_ROWS), n_head_kv,
+// splits), FA_WARPS warps, dynamic shared memory (2 * FA_ROWS + 2 * KT) * (D + 8) * 2 bytes; part
+// holds the splits' partials when there is more than one.
 #define FLASH_ATTEND(D)                                                                                            \
     extern "C" __global__ void __launch_bounds__(FA_WARPS * WARP)                                                 \
         bl_flash_attn_f16_##D(const float* q, const __half* kc, const __half* vc, const int* slots, const int* pos, \
-                              float* out, uint8_t* oq, int rows, int n_head, int n_head_kv, int len, int n_slots,   \
-                              float scale, float softcap, int window, const float* sinks, int* err) {               \
+                              float* out, uint8_t* oq, float* part, int rows, int n_head, int n_head_kv, int len,   \
+                              int n_slots, float scale, float softcap, int window, const float* sinks, int* err) {  \
         KERNEL_ENTRY();                                                                                            \
-        flash_attend<D, FA_KT_##D>(q, kc, vc, slots, pos, out, oq, rows, n_head, n_head_kv, len, n_slots, scale,   \
-                                   softcap, window, sinks, err);                                                   \
+        flash_attend<D, FA_KT_##D>(q, kc, vc, slots, pos, out, oq, part, rows, n_head, n_head_kv, len, n_slots,    \
+                                   scale, softcap, window, sinks, err);                                            \
     }
 FLASH_ATTEND(64)
 FLASH_ATTEND(128)
 FLASH_ATTEND(256)
+
+// Merges the S splits' partials of bl_flash_attn_f16_<d>: one warp per output row (row, head),
+// o = sum_z e_z o_z / (sum_z e_z l_z + e_sink) with e_z = exp(m_z - M), M the largest of the m_z
+// and the sink; then out and its Q8_1 copy (d a multiple of 32). Rows the flash kernel left
+// unwritten (a bad slot or position) stay unwritten.
+extern "C" __global__ void bl_flash_combine(const float* part, int S, const int* slots, const int* pos, float* out,
+                                            uint8_t* oq, int rows, int n_head, int d, int len, int n_slots, int window,
+                                            const float* sinks) {
+    KERNEL_ENTRY();
+    const long long outs = (long long)rows * n_head;
+    const long long i = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (i >= outs) return;
+    const int lane = threadIdx.x & (WARP - 1), r = (int)(i / n_head), h = (int)(i % n_head);
+    const int s = slots[r], p = pos[r];
+    const int lo = window > 0 ? max(0, p - window + 1) : 0;
+    if (s < 0 || s >= n_slots || p < 0 || p - lo + 1 > len) return;
+    float M = sinks ? sinks[h] : -INFINITY;
+    for (int z = 0; z < S; ++z) M = fmaxf(M, part_ml((float*)part, S, z, outs, i, d)[0]);
+    float L = sinks ? expf(sinks[h] - M) : 0.0f;
+    for (int z = 0; z < S; ++z) {
+        const float* ml = part_ml((float*)part, S, z, outs, i, d);
+        if (ml[0] != -INFINITY) L += expf(ml[0] - M) * ml[1];
+    }
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    for (int e = lane; e < d; e += WARP) {
+        float v = 0.0f;
+        for (int z = 0; z < S; ++z) {
+            const float mz = part_ml((float*)part, S, z, outs, i, d)[0];
+            if (mz != -INFINITY) v += expf(mz - M) * part_o((float*)part, z, outs, i, d)[e];
+        }
+        v *= inv;
+        out[i * d + e] = v;
+        if (oq) quantize_lane(v, oq + (i * d + e) / 32 * 36);
+    }
+}

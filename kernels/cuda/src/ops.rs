@@ -1713,6 +1713,7 @@ mod tests {
         "bl_flash_attn_f16_64",
         "bl_flash_attn_f16_128",
         "bl_flash_attn_f16_256",
+        "bl_flash_combine",
         "bl_router_topk",
         "bl_router_weights",
         "bl_router_topk_weights",

@@ -1,7 +1,9 @@
 //! Launches of attention over the K/V cache (`cu/attention.cuh`). Batches of rows (prompts) over
-//! f16 caches take the flash form on the tensor cores; so does any row whose scores would not fit
-//! a block's shared memory. Other calls (decode, f32 caches, head sizes the flash form lacks) take
-//! one block per (row, head) holding every score.
+//! f16 caches take the flash form on the tensor cores. Other calls (decode, f32 caches, head sizes
+//! the flash form lacks) take one block per (row, head) holding every score, except where those
+//! scores would not fit a block's default shared memory: decode over such long f16 caches takes
+//! the flash form split along the positions into enough blocks to fill the card, the splits
+//! merged by a second kernel.
 
 use bloomery_plugin_api::op::AttentionParams;
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
@@ -13,6 +15,10 @@ use super::{driver_err, Launcher};
 
 /// Batches of at least this many rows take the flash form.
 const FLASH_MIN_ROWS: u64 = 16;
+/// Blocks a split flash launch aims at (about two per SM of a large card).
+const SPLIT_BLOCKS: u64 = 256;
+/// Most splits of one launch.
+const MAX_SPLITS: u64 = 64;
 /// (row, head) pairs per block of the flash form (`FA_ROWS`).
 pub(super) const FA_ROWS: u64 = 64;
 /// Threads per block of the flash form (`FA_WARPS` warps).
@@ -31,8 +37,12 @@ const SCORES_THREADS: u32 = 128;
 /// The kernel a call takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Form {
-    /// Flash: grid (ceil(rows · G / FA_ROWS), n_head_kv).
-    Flash { name: &'static str, smem: u32 },
+    /// Flash: grid (ceil(rows · G / FA_ROWS), n_head_kv, splits); tiles of `kt` positions.
+    Flash {
+        name: &'static str,
+        smem: u32,
+        kt: u64,
+    },
     /// One block per (row, head), every score of the row in shared memory.
     Scores { name: &'static str, smem: u32 },
 }
@@ -71,6 +81,7 @@ pub(super) fn choose(
         .map(|&(d, kt, name)| Form::Flash {
             name,
             smem: flash_smem(d, kt),
+            kt,
         })
         .filter(|f| matches!(f, Form::Flash { smem, .. } if *smem <= optin));
     match flash {
@@ -91,6 +102,17 @@ pub(super) fn choose(
             ],
         )),
     }
+}
+
+/// Splits of a flash launch of `pair_blocks` × `n_kv` blocks over caches of `len` positions of
+/// `kt`-position tiles: one for batches, else enough to reach about SPLIT_BLOCKS blocks, at most
+/// one per tile.
+pub(super) fn splits(rows: u64, pair_blocks: u64, n_kv: u64, len: u64, kt: u64) -> u64 {
+    if rows >= FLASH_MIN_ROWS {
+        return 1;
+    }
+    let want = SPLIT_BLOCKS.div_ceil((pair_blocks * n_kv).max(1));
+    want.min(len.div_ceil(kt)).clamp(1, MAX_SPLITS)
 }
 
 type Addr<'a> = &'a dyn Fn(&TensorRef, &str) -> Result<u64, PluginError>;
@@ -167,10 +189,28 @@ impl Launcher {
         // The output's Q8_1 copy too, when a quantized product reads it next.
         let wanted =
             self.product_next.load(std::sync::atomic::Ordering::Relaxed) && dv.is_multiple_of(32);
+        let g = u64::from(nh / nkv);
+        let pair_blocks = (rows * g).div_ceil(FA_ROWS);
+        let split = match form {
+            Form::Flash { kt, .. } => splits(rows, pair_blocks, u64::from(nkv), kc.ne[1], kt),
+            Form::Scores { .. } => 1,
+        };
+        // Split partials go in the scratch after the output's Q8_1 copy: o, then max and sum,
+        // per split and output row. The scratch is sized for both before the copy takes it.
+        let copy_bytes = (c.dst.elements() / 32 * 36).div_ceil(256) * 256;
+        let part_bytes = split * rows * u64::from(nh) * (u64::from(dv) + 2) * 4;
+        if split > 1 {
+            self.scratch(copy_bytes + part_bytes)?;
+        }
         let copy = self.copy_slot(wanted, po, c.dst.elements())?;
         let oq = copy.map_or(0u64, |c| c.q);
+        let part = if split > 1 {
+            self.scratch(copy_bytes + part_bytes)? + copy_bytes
+        } else {
+            0u64
+        };
         let (name, smem) = match form {
-            Form::Flash { name, smem } | Form::Scores { name, smem } => (name, smem),
+            Form::Flash { name, smem, .. } | Form::Scores { name, smem } => (name, smem),
         };
         let f = self.func_smem(name, smem)?;
         let mut l = self.args(&f);
@@ -183,13 +223,9 @@ impl Launcher {
             .arg(&oq);
         let cfg = match form {
             Form::Flash { .. } => {
-                l.arg(&rowsi).arg(&nhi).arg(&nkvi);
+                l.arg(&part).arg(&rowsi).arg(&nhi).arg(&nkvi);
                 LaunchConfig {
-                    grid_dim: (
-                        (rows * u64::from(nh / nkv)).div_ceil(FA_ROWS) as u32,
-                        nkv,
-                        1,
-                    ),
+                    grid_dim: (pair_blocks as u32, nkv, split as u32),
                     block_dim: (FA_THREADS, 1, 1),
                     shared_mem_bytes: smem,
                 }
@@ -211,8 +247,38 @@ impl Launcher {
             .arg(&err);
         if rows > 0 {
             // SAFETY: the arguments follow the kernel's parameters for its form; q, dst and the
-            // caches hold the shapes checked above; slots and positions are checked on the card.
+            // caches hold the shapes checked above; slots and positions are checked on the card;
+            // the partials of a split launch fit the scratch sized above.
             unsafe { l.launch(cfg) }.map_err(driver_err(name))?;
+            if split > 1 {
+                let (si, dvi) = (split as i32, dv as i32);
+                let f = self.func("bl_flash_combine")?;
+                let mut l = self.args(&f);
+                l.arg(&part)
+                    .arg(&si)
+                    .arg(&ps)
+                    .arg(&pp)
+                    .arg(&po)
+                    .arg(&oq)
+                    .arg(&rowsi)
+                    .arg(&nhi)
+                    .arg(&dvi)
+                    .arg(&len)
+                    .arg(&ns)
+                    .arg(&window)
+                    .arg(&sinks);
+                let warps = rows * u64::from(nh);
+                // SAFETY: a warp per output row reads its splits' partials written above and
+                // writes its row of dst (and of the Q8_1 copy).
+                unsafe {
+                    l.launch(LaunchConfig {
+                        grid_dim: (warps.div_ceil(8) as u32, 1, 1),
+                        block_dim: (256, 1, 1),
+                        shared_mem_bytes: 0,
+                    })
+                }
+                .map_err(driver_err("bl_flash_combine"))?;
+            }
         }
         if let Some(copy) = copy {
             self.keep_quantized(copy)?;
@@ -259,21 +325,35 @@ mod tests {
             f,
             Form::Flash {
                 name: "bl_flash_attn_f16_128",
-                smem: (2 * 64 + 2 * 64) * 136 * 2
+                smem: (2 * 64 + 2 * 64) * 136 * 2,
+                kt: 64,
             }
         );
         // Decode keeps the scores form while the scores fit by default ...
-        let d = choose(DType::F16, DType::F16, 128, 128, 1, 4096, H200).unwrap();
+        let d = choose(DType::F16, DType::F16, 128, 128, 1, 12_288, H200).unwrap();
         assert_eq!(
             d,
             Form::Scores {
                 name: "bl_attention_f16",
-                smem: 4096 * 4
+                smem: 12_288 * 4
             }
         );
-        // ... and takes the flash form past them.
-        let long = choose(DType::F16, DType::F16, 128, 128, 1, 65_536, H200).unwrap();
+        // ... and takes the (split) flash form past them.
+        let long = choose(DType::F16, DType::F16, 128, 128, 1, 12_289, H200).unwrap();
         assert!(matches!(long, Form::Flash { .. }));
+        // f32 caches keep the scores form, opting into more shared memory.
+        let f32c = choose(DType::F32, DType::F32, 128, 128, 1, 20_000, H200).unwrap();
+        assert!(matches!(f32c, Form::Scores { smem: 80_000, .. }));
+    }
+
+    #[test]
+    fn decode_splits_fill_the_card_and_batches_do_not_split() {
+        // One row of 32 heads over 8 KV heads: one pair block per KV head, so 32 splits ...
+        assert_eq!(splits(1, 1, 8, 32_768, 64), 32);
+        // ... but never more than the cache has tiles, nor more than MAX_SPLITS.
+        assert_eq!(splits(1, 1, 8, 100, 64), 2);
+        assert_eq!(splits(1, 1, 1, 1 << 20, 64), MAX_SPLITS);
+        assert_eq!(splits(512, 64, 4, 32_768, 64), 1);
     }
 
     #[test]
