@@ -63,6 +63,27 @@ file_35b() {
     --dense Q8_0 -o "$f" > /dev/null
   echo "$f"
 }
+# The tiny files of the checks in /dev/shm/bloomery-gpu-check (f32: qwen3moe, q4k: qwen3moe with
+# Q4_K experts and Q8_0 elsewhere, hf: qwen35moe, d: qwen35); prints the folder.
+tiny_files() {
+  local m=/dev/shm/bloomery-gpu-check b="dist/bloomery --plugin-dir dist/plugins"
+  mkdir -p "$m"
+  $b synth --arch qwen3moe --preset tiny --seed 7 -o "$m/f32.gguf" > /dev/null
+  $b synth --arch qwen3moe --preset tiny --seed 7 --experts Q4_K --attn Q8_0 --embd Q8_0 \
+    --output-type Q8_0 -o "$m/q4k.gguf" > /dev/null
+  $b synth --arch qwen35moe --preset tiny --seed 7 -o "$m/hf.gguf" > /dev/null
+  $b synth --arch qwen35 --preset tiny --seed 7 -o "$m/d.gguf" > /dev/null
+  echo "$m"
+}
+# Every op of cuda-sm90 and the tiny f32, hf and d files against the CPU (seed 1; full log in
+# $OUT/opcheck.txt), printing failures, the summary and the lines matching $1.
+opcheck_tiny() {
+  local m
+  m=$(tiny_files)
+  dist/bloomery --plugin-dir dist/plugins opcheck --plugin cuda-sm90 --seed 1 --model "$m/f32.gguf" \
+    --model "$m/hf.gguf" --model "$m/d.gguf" 2>&1 | tee "${OUT:-/tmp}/opcheck.txt" \
+    | grep -E "FAIL|cases|rror${1:+|$1}" || true
+}
 case "${1:-}" in
   build)
     cargo xtask dist
@@ -284,15 +305,8 @@ case "${1:-}" in
     out=${OUT:-/tmp}
     b=dist/bloomery
     p="--plugin-dir dist/plugins"
-    m=/dev/shm/bloomery-gpu-check
-    mkdir -p "$m"
-    $b $p synth --arch qwen3moe --preset tiny --seed 7 -o "$m/f32.gguf" > /dev/null
-    $b $p synth --arch qwen3moe --preset tiny --seed 7 --experts Q4_K --attn Q8_0 --embd Q8_0 \
-      --output-type Q8_0 -o "$m/q4k.gguf" > /dev/null
-    $b $p synth --arch qwen35moe --preset tiny --seed 7 -o "$m/hf.gguf" > /dev/null
-    $b $p synth --arch qwen35 --preset tiny --seed 7 -o "$m/d.gguf" > /dev/null
-    $b $p opcheck --plugin cuda-sm90 --seed 1 --model "$m/f32.gguf" --model "$m/hf.gguf" \
-      --model "$m/d.gguf" 2>&1 | tee "$out/opcheck.txt" | grep -E "FAIL|cases|rror"
+    m=$(tiny_files)
+    opcheck_tiny
     $b $p opcheck --plugin cuda-sm90 --seed 3 --model "$m/q4k.gguf" --model-tol 1e-1 2>&1 \
       | tee "$out/opcheck-q4k.txt" | grep -E "FAIL|cases|rror"
     for f in f32 hf; do
@@ -326,19 +340,10 @@ case "${1:-}" in
     out=${OUT:-/tmp}
     b=dist/bloomery
     p="--plugin-dir dist/plugins"
-    m=/dev/shm/bloomery-gpu-check
-    mkdir -p "$m"
-    $b $p synth --arch qwen3moe --preset tiny --seed 7 -o "$m/f32.gguf" > /dev/null
-    $b $p synth --arch qwen35moe --preset tiny --seed 7 -o "$m/hf.gguf" > /dev/null
-    $b $p synth --arch qwen35 --preset tiny --seed 7 -o "$m/d.gguf" > /dev/null
-    if [ -z "${SKIP_CHECK:-}" ]; then
-      $b $p opcheck --plugin cuda-sm90 --seed 1 --model "$m/f32.gguf" --model "$m/hf.gguf" \
-        --model "$m/d.gguf" 2>&1 | tee "$out/opcheck.txt" | grep -E "FAIL|cases|rror|Attention" || true
-    fi
+    m=$(tiny_files)
+    [ -n "${SKIP_CHECK:-}" ] || opcheck_tiny Attention
     # The tiny file with quantized weights through the tiled products against the CPU (earlier
     # builds too when CHECK_PREV names them).
-    $b $p synth --arch qwen3moe --preset tiny --seed 7 --experts Q4_K --attn Q8_0 --embd Q8_0 \
-      --output-type Q8_0 -o "$m/q4k.gguf" > /dev/null
     for d in ${CHECK_PREV:-} dist; do
       echo "== q4k opcheck $d"
       $b --plugin-dir "$d/plugins" opcheck --plugin cuda-sm90 --seed 3 --model "$m/q4k.gguf" \
@@ -378,14 +383,7 @@ case "${1:-}" in
     # skips it), then decode after 4,096 and 16,384 tokens of context (`bench -d`) and pp512/tg128
     # of the 30B-A3B file, alternating with PREV.
     b=dist/bloomery
-    m=/dev/shm/bloomery-gpu-check
-    mkdir -p "$m"
-    for a in qwen3moe qwen35moe qwen35; do
-      $b --plugin-dir dist/plugins synth --arch $a --preset tiny --seed 7 -o "$m/$a.gguf" > /dev/null
-    done
-    [ -n "${SKIP_CHECK:-}" ] || $b --plugin-dir dist/plugins opcheck --plugin cuda-sm90 --seed 1 \
-      --model "$m/qwen3moe.gguf" --model "$m/qwen35moe.gguf" --model "$m/qwen35.gguf" 2>&1 \
-      | grep -E "FAIL|cases|rror|long cache" || true
+    [ -n "${SKIP_CHECK:-}" ] || opcheck_tiny "long cache"
     f=$(file_30b)
     for d in ${PREV:-} dist; do
       for p in "-p 0 -n 64 -d 4096" "-p 0 -n 64 -d 16384" "-p 512 -n 128"; do

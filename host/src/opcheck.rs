@@ -516,6 +516,31 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
         }
         (OpKind::Attention, t @ (DType::F32 | DType::F16)) => {
             let cache = || spec(t, [2 * 64, 40, 3, 1], Fill::Random(1.0));
+            // A case of `slots.rows()` rows of q over K and V caches of [len, n_slots] (sinks
+            // random when the op has them).
+            let flash = |name: &str,
+                         p: AttentionParams,
+                         [len, n_slots]: [u64; 2],
+                         slots: Spec,
+                         pos: Spec| {
+                let rows = slots.ne[0];
+                let (q, kv) = (u64::from(p.dk * p.n_head), u64::from(p.dk * p.n_head_kv));
+                let mut srcs = vec![
+                    f32s([q, rows, 1, 1]),
+                    spec(t, [kv, len, n_slots, 1], Fill::Random(1.0)),
+                    spec(t, [kv, len, n_slots, 1], Fill::Random(1.0)),
+                    slots,
+                    pos,
+                ];
+                if p.sinks {
+                    srcs.push(spec(
+                        DType::F32,
+                        [u64::from(p.n_head), 1, 1, 1],
+                        Fill::Random(2.0),
+                    ));
+                }
+                case(name, Op::Attention(p), srcs, [q, rows, 1, 1], 1e-5)
+            };
             let srcs = || {
                 vec![
                     f32s([64 * 8, 5, 1, 1]),
@@ -543,81 +568,49 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                 // Batches of 16 rows and more take a GPU plugin's flash form: rows of two
                 // sequences (a block's rows then span both slots), head sizes 64 to 256, rows in
                 // random slots and positions, a window, softcap and sinks.
-                case(
+                flash(
                     "batch of two sequences, gqa 16/2, d 128",
-                    attn(16, 2, 128, 0, 0.0),
-                    vec![
-                        f32s([128 * 16, 100, 1, 1]),
-                        spec(t, [2 * 128, 150, 3, 1], Fill::Random(1.0)),
-                        spec(t, [2 * 128, 150, 3, 1], Fill::Random(1.0)),
-                        runs(100, 37, [2, 0], 0),
-                        runs(100, 37, [20, 0], 1),
-                    ],
-                    [128 * 16, 100, 1, 1],
-                    1e-5,
+                    attn_params(16, 2, 128, 0, 0.0),
+                    [150, 3],
+                    runs(100, 37, [2, 0], 0),
+                    runs(100, 37, [20, 0], 1),
                 ),
-                case(
+                flash(
                     "batch of 40 random rows, window 20, softcap 30, d 64",
-                    attn(8, 2, 64, 20, 30.0),
-                    vec![
-                        f32s([64 * 8, 40, 1, 1]),
-                        cache(),
-                        cache(),
-                        ids(40, 3),
-                        ids(40, 40),
-                    ],
-                    [64 * 8, 40, 1, 1],
-                    1e-5,
+                    attn_params(8, 2, 64, 20, 30.0),
+                    [40, 3],
+                    ids(40, 3),
+                    ids(40, 40),
                 ),
                 // Few rows over caches whose scores pass 48 KB: a GPU plugin's flash form split
                 // along the positions (f16; the splits merged by a second kernel) or its scores
                 // form with more shared memory (f32).
-                case(
+                flash(
                     "decode over a long cache, gqa 8/2, d 128",
-                    attn(8, 2, 128, 0, 0.0),
-                    vec![
-                        f32s([128 * 8, 3, 1, 1]),
-                        spec(t, [2 * 128, 12_500, 2, 1], Fill::Random(1.0)),
-                        spec(t, [2 * 128, 12_500, 2, 1], Fill::Random(1.0)),
-                        ids(3, 2),
-                        ids(3, 12_500),
-                    ],
-                    [128 * 8, 3, 1, 1],
-                    1e-5,
+                    attn_params(8, 2, 128, 0, 0.0),
+                    [12_500, 2],
+                    ids(3, 2),
+                    ids(3, 12_500),
                 ),
-                case(
+                flash(
                     "decode over a long cache, window 700, sinks, d 64",
-                    Op::Attention(AttentionParams {
+                    AttentionParams {
                         sinks: true,
                         ..attn_params(8, 2, 64, 700, 0.0)
-                    }),
-                    vec![
-                        f32s([64 * 8, 2, 1, 1]),
-                        spec(t, [2 * 64, 12_400, 1, 1], Fill::Random(1.0)),
-                        spec(t, [2 * 64, 12_400, 1, 1], Fill::Random(1.0)),
-                        ids(2, 1),
-                        ids(2, 12_400),
-                        spec(DType::F32, [8, 1, 1, 1], Fill::Random(2.0)),
-                    ],
-                    [64 * 8, 2, 1, 1],
-                    1e-5,
+                    },
+                    [12_400, 1],
+                    ids(2, 1),
+                    ids(2, 12_400),
                 ),
-                case(
+                flash(
                     "batch with sinks, mha 4/4, d 256",
-                    Op::Attention(AttentionParams {
+                    AttentionParams {
                         sinks: true,
                         ..attn_params(4, 4, 256, 0, 0.0)
-                    }),
-                    vec![
-                        f32s([256 * 4, 24, 1, 1]),
-                        spec(t, [4 * 256, 70, 2, 1], Fill::Random(1.0)),
-                        spec(t, [4 * 256, 70, 2, 1], Fill::Random(1.0)),
-                        runs(24, 24, [1, 0], 0),
-                        runs(24, 24, [45, 0], 1),
-                        spec(DType::F32, [4, 1, 1, 1], Fill::Random(2.0)),
-                    ],
-                    [256 * 4, 24, 1, 1],
-                    1e-5,
+                    },
+                    [70, 2],
+                    runs(24, 24, [1, 0], 0),
+                    runs(24, 24, [45, 0], 1),
                 ),
             ]
         }

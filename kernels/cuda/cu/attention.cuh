@@ -130,18 +130,7 @@ struct FaRow {
     int slot, lo, hi;
 };
 
-static __device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return (unsigned)__cvta_generic_to_shared(p);
-}
-
-// Four 8 x 8 b16 matrices from shared memory (lane i gives the address of row i % 8 of matrix i / 8).
-static __device__ __forceinline__ void ldsm_x4(unsigned* r, unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-// The same, each matrix transposed.
+// ldsm_x4 (kernels.cu), each matrix transposed.
 static __device__ __forceinline__ void ldsm_x4_t(unsigned* r, unsigned addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -155,6 +144,16 @@ static __device__ __forceinline__ void mma_f16(float* c, const unsigned* a, cons
         "{%0,%1,%2,%3};"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// c0 and c1 (two adjacent 16 x 8 tiles) += (hi + lo) . b, b holding both tiles' operands (b[0..1],
+// b[2..3]): both parts of a split operand through the tensor cores.
+static __device__ __forceinline__ void mma_f16_split(float* c0, float* c1, const unsigned* hi, const unsigned* lo,
+                                                     const unsigned* b) {
+    mma_f16(c0, hi, b);
+    mma_f16(c0, lo, b);
+    mma_f16(c1, hi, b + 2);
+    mma_f16(c1, lo, b + 2);
 }
 
 // (x, y) as f16 pairs hi + lo with hi + lo ~ (x, y) to about 22 bits (x in the low half).
@@ -333,10 +332,7 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
                 for (int n = 0; n < KT / 8; n += 2) {
                     unsigned b[4];
                     ldsm_x4(b, ka + (n * 8 * LD + kk * 16) * 2);
-                    mma_f16(sc[n], ah, b);
-                    mma_f16(sc[n], al, b);
-                    mma_f16(sc[n + 1], ah, b + 2);
-                    mma_f16(sc[n + 1], al, b + 2);
+                    mma_f16_split(sc[n], sc[n + 1], ah, al, b);
                 }
             }
             // Softcap, mask, and the rows' maxima over the tile (the four lanes of a row).
@@ -399,10 +395,7 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
                 for (int n = 0; n < D / 8; n += 2) {
                     unsigned b[4];
                     ldsm_x4_t(b, va + (kk * 16 * LD + n * 8) * 2);
-                    mma_f16(o[n], ph, b);
-                    mma_f16(o[n], pl, b);
-                    mma_f16(o[n + 1], ph, b + 2);
-                    mma_f16(o[n + 1], pl, b + 2);
+                    mma_f16_split(o[n], o[n + 1], ph, pl, b);
                 }
             }
         }

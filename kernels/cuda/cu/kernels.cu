@@ -1426,12 +1426,16 @@ static __device__ __forceinline__ bool has_min(int wtype) {
     return wtype == WT_Q4_K || wtype == WT_Q5_K || wtype == WT_Q5_1;
 }
 
+static __device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
 // Four 8 x 8 b16 matrices from shared memory (lane i gives the address of row i % 8 of matrix
-// i / 8): an int8 mma operand of 16 (A) or 2 x 8 (B) rows of 32 bytes in one instruction.
-static __device__ __forceinline__ void ldsm4(int* r, const int* p) {
+// i / 8): an mma operand (int8: 16 (A) or 2 x 8 (B) rows of 32 bytes) in one instruction.
+static __device__ __forceinline__ void ldsm_x4(unsigned* r, unsigned addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"((unsigned)__cvta_generic_to_shared(p)));
+                 : "r"(addr));
 }
 
 static __device__ __forceinline__ void mma_s8(int* c, const int* a, const int* b) {
@@ -1535,11 +1539,11 @@ static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_strid
             int ci[4][2][4];
             if (USE_MMA) {
                 int bf[4];
-                ldsm4(bf, xl + j * 8);
+                ldsm_x4((unsigned*)bf, smem_addr(xl + j * 8));
 #pragma unroll
                 for (int a = 0; a < 4; ++a) {
                     int af[4];
-                    ldsm4(af, wl + a * 16 * MMQ_LD + j * 8);
+                    ldsm_x4((unsigned*)af, smem_addr(wl + a * 16 * MMQ_LD + j * 8));
 #pragma unroll
                     for (int b = 0; b < 2; ++b) {
                         ci[a][b][0] = ci[a][b][1] = ci[a][b][2] = ci[a][b][3] = 0;
