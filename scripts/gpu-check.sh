@@ -84,6 +84,19 @@ opcheck_tiny() {
     --model "$m/hf.gguf" --model "$m/d.gguf" 2>&1 | tee "${OUT:-/tmp}/opcheck.txt" \
     | grep -E "FAIL|cases|rror${1:+|$1}" || true
 }
+# pp512/tg128 of each file given, two rounds, each round this build after the PREV builds
+# (plugins-only dists run under this build's host).
+ab_benches() {
+  local file round d
+  for file in "$@"; do
+    for round in 1 2; do
+      for d in ${PREV:-} dist; do
+        echo "== $(basename "$file") $d $round: $(dist/bloomery --plugin-dir "$d/plugins" bench -m "$file" \
+          -p 512 -n 128 -r 3 -ngl 99 2>&1 | tail -2 | awk -F'|' '{printf "%s %s  ", $7, $8}')"
+      done
+    done
+  done
+}
 case "${1:-}" in
   build)
     cargo xtask dist
@@ -323,14 +336,7 @@ case "${1:-}" in
       > "$out/ncu-tg.csv" 2> /dev/null || true
     echo "== 30B-A3B decode kernels (per layer = total / 20)"
     python3 scripts/ncu_summary.py "$out/ncu-tg.csv" --per 20
-    for file in "$f" "$h"; do
-      for round in 1 2; do
-        for d in ${PREV:-} dist; do
-          echo "== $(basename "$file") $d $round: $($b --plugin-dir "$d/plugins" bench -m "$file" -p 512 \
-            -n 128 -r 3 -ngl 99 2>&1 | tail -2 | awk -F'|' '{printf "%s %s  ", $7, $8}')"
-        done
-      done
-    done
+    ab_benches "$f" "$h"
     ;;
   prompt-ab)
     # One call for a prompt-path change: every op and the tiny files against the CPU (opcheck,
@@ -365,14 +371,7 @@ case "${1:-}" in
     echo "== 30B-A3B 512-row prompt kernels (two passes; per layer = total / 96)"
     python3 scripts/ncu_summary.py "$out/ncu-pp.csv" --per 96 > "$out/ncu-pp.txt"
     head -14 "$out/ncu-pp.txt"
-    for file in "$f" "$h"; do
-      for round in 1 2; do
-        for d in ${PREV:-} dist; do
-          echo "== $(basename "$file") $d $round: $($b --plugin-dir "$d/plugins" bench -m "$file" -p 512 \
-            -n 128 -r 3 -ngl 99 2>&1 | tail -2 | awk -F'|' '{printf "%s %s  ", $7, $8}')"
-        done
-      done
-    done
+    ab_benches "$f" "$h"
     for d in ${PREV:-} dist; do
       echo "== pp4096 $d: $($b --plugin-dir "$d/plugins" bench -m "$f" -p 4096 -n 0 -r 1 -ngl 99 \
         2>&1 | tail -1 | awk -F'|' '{printf "%s %s", $7, $8}')"
