@@ -9,6 +9,16 @@
 // Two kernels: one block per (row, head) holding every score (decode, few rows), and a flash form
 // for batches (prompts) on the f16 tensor cores.
 
+// The first position row r sees (lo above), or a negative error code: -2 for a bad slot or
+// position, -3 for more visible positions than the cache holds.
+static __device__ __forceinline__ int visible_from(const int* slots, const int* pos, int r, int len, int n_slots,
+                                                   int window) {
+    const int s = slots[r], p = pos[r];
+    if (s < 0 || s >= n_slots || p < 0) return -2;
+    const int lo = window > 0 ? max(0, p - window + 1) : 0;
+    return p - lo + 1 > len ? -3 : lo;
+}
+
 // One block of 128 threads per (row, head): every score (dynamic shared memory, one per visible
 // position), softmax with an f64 sum (sinks included), then p.v. window 0 = unbounded.
 // Head dimensions up to ATT_MAX_D.
@@ -21,17 +31,12 @@ static __device__ void attend(const float* q, const K* kc, const V* vc, const in
     __shared__ float red[128 / WARP];
     __shared__ double dred[128 / WARP];
     const int r = blockIdx.x / n_head, h = blockIdx.x % n_head;
-    const int s = slots[r], p = pos[r];
-    if (s < 0 || s >= n_slots || p < 0) {
-        if (threadIdx.x == 0) report(err, 2);
+    const int lo = visible_from(slots, pos, r, len, n_slots, window);
+    if (lo < 0) {
+        if (threadIdx.x == 0) report(err, -lo);
         return;
     }
-    const int lo = window > 0 ? max(0, p - window + 1) : 0;
-    const int n = p - lo + 1;
-    if (n > len) {
-        if (threadIdx.x == 0) report(err, 3);
-        return;
-    }
+    const int s = slots[r], p = pos[r], n = p - lo + 1;
     const int kvh = h / (n_head / n_head_kv);
     const float* qh = q + ((long long)r * n_head + h) * dk;
     const long long kw = (long long)dk * n_head_kv, vw = (long long)dv * n_head_kv;
@@ -176,14 +181,11 @@ static __device__ __forceinline__ void flash_rows(const int* slots, const int* p
         FaRow f = {-1, 0, -1};
         if (i < npairs) {
             const int r = i / G;
-            const int s = slots[r], p = pos[r];
-            const int lo = window > 0 ? max(0, p - window + 1) : 0;
-            if (s < 0 || s >= n_slots || p < 0)
-                report(err, 2);
-            else if (p - lo + 1 > len)
-                report(err, 3);
+            const int lo = visible_from(slots, pos, r, len, n_slots, window);
+            if (lo < 0)
+                report(err, -lo);
             else
-                f = {s, lo, p};
+                f = {slots[r], lo, pos[r]};
         }
         info[tid] = f;
     }
@@ -497,9 +499,7 @@ extern "C" __global__ void bl_flash_combine(const float* part, int S, const int*
     const long long i = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     if (i >= outs) return;
     const int lane = threadIdx.x & (WARP - 1), r = (int)(i / n_head), h = (int)(i % n_head);
-    const int s = slots[r], p = pos[r];
-    const int lo = window > 0 ? max(0, p - window + 1) : 0;
-    if (s < 0 || s >= n_slots || p < 0 || p - lo + 1 > len) return;
+    if (visible_from(slots, pos, r, len, n_slots, window) < 0) return;
     float M = sinks ? sinks[h] : -INFINITY;
     for (int z = 0; z < S; ++z) M = fmaxf(M, part_ml((float*)part, S, z, outs, i, d)[0]);
     float L = sinks ? expf(sinks[h] - M) : 0.0f;

@@ -334,22 +334,13 @@ impl Mmq {
         }
     }
 
-    /// The dense and the routed kernel, when batches of `rows` use tiles.
-    fn kernels(self, rows: u64) -> Option<(&'static str, &'static str)> {
+    /// The dense, the routed and the parts kernel (up to three products of one batch,
+    /// [`Launcher::fused`]), when batches of `rows` use tiles.
+    fn kernels(self, rows: u64) -> Option<(&'static str, &'static str, &'static str)> {
         match self {
             _ if rows < MMQ_MIN_ROWS => None,
-            Mmq::Mma => Some(("bl_mmq_mma", "bl_mmq_experts_mma")),
-            Mmq::Dp4a => Some(("bl_mmq_dp4a", "bl_mmq_experts_dp4a")),
-            Mmq::Off => None,
-        }
-    }
-
-    /// The kernel of up to three tiled products of one batch of `rows` rows ([`Launcher::fused`]).
-    fn parts_kernel(self, rows: u64) -> Option<&'static str> {
-        match self {
-            _ if rows < MMQ_MIN_ROWS => None,
-            Mmq::Mma => Some("bl_mmq_parts_mma"),
-            Mmq::Dp4a => Some("bl_mmq_parts_dp4a"),
+            Mmq::Mma => Some(("bl_mmq_mma", "bl_mmq_experts_mma", "bl_mmq_parts_mma")),
+            Mmq::Dp4a => Some(("bl_mmq_dp4a", "bl_mmq_experts_dp4a", "bl_mmq_parts_dp4a")),
             Mmq::Off => None,
         }
     }
@@ -853,7 +844,7 @@ impl Launcher {
                             self.keep_quantized(copy)?;
                         }
                         let x_row = ((k / 32) * 36) as i64;
-                        if let Some((tiled, _)) = self.mmq.kernels(m) {
+                        if let Some((tiled, _, _)) = self.mmq.kernels(m) {
                             let f = self.func(tiled)?;
                             let mut l = self.args(&f);
                             l.arg(&pw).arg(&stride).arg(&wtype).arg(&q).arg(&x_row);
@@ -1199,7 +1190,9 @@ impl Launcher {
             return Err(PluginError::invalid("MoeExperts shapes"));
         }
         let align = |b: u64| b.div_ceil(256) * 256;
-        if let (Some((_, routed)), true) = (self.mmq.kernels(rows), wg >= 1 && wu >= 1 && wd >= 1) {
+        if let (Some((_, routed, _)), true) =
+            (self.mmq.kernels(rows), wg >= 1 && wu >= 1 && wd >= 1)
+        {
             let stacks = Stacks {
                 x: addr(x, "x")?,
                 ids: addr(ids, "ids")?,
@@ -1251,22 +1244,6 @@ impl Launcher {
             block_dim: (BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
-        // `pairs`: written in the pair layout (bl_quantize_q8_1_pairs; nblocks even).
-        let quantize = |from: u64, to: u64, nblocks: u64, pairs: bool, what: &str| {
-            if !pairs {
-                return self.quantize_q8_1(from, to, nblocks);
-            }
-            let nb = nblocks as i64;
-            let name = "bl_quantize_q8_1_pairs";
-            let f = self.func(name)?;
-            let mut l = self.args(&f);
-            l.arg(&from).arg(&to).arg(&nb);
-            // SAFETY: one warp per 32-value block; both areas hold nblocks blocks (in pairs of
-            // STAGE_PAIR bytes with `pairs`).
-            unsafe { l.launch(cfg(nblocks)) }
-                .map_err(driver_err(what))
-                .map(|_| ())
-        };
         let nblocks = rows * (n_embd / 32);
         let copy = Quantized {
             x: px,
@@ -1274,7 +1251,7 @@ impl Launcher {
             q: xq,
         };
         if xq_bytes > 0 && held != Some(copy) {
-            quantize(px, xq, nblocks, false, "quantizing the MoE input")?;
+            self.quantize_q8_1(px, xq, nblocks)?;
         }
         let act = |t: i32| {
             if t >= 1 {
@@ -1343,13 +1320,20 @@ impl Launcher {
         // every stack row lies inside the stacks' checked spans.
         unsafe { l.launch(launch) }.map_err(driver_err(name))?;
         let (hact, h_row) = if wd >= 1 {
-            quantize(
-                h,
-                hq,
-                rows * k * (n_ff / 32),
-                hpairs,
-                "quantizing the MoE hidden rows",
-            )?;
+            let nblocks = rows * k * (n_ff / 32);
+            if hpairs {
+                // In the pair layout (nblocks even: n_ff is a multiple of 64 there).
+                let nb = nblocks as i64;
+                let name = "bl_quantize_q8_1_pairs";
+                let f = self.func(name)?;
+                let mut l = self.args(&f);
+                l.arg(&h).arg(&hq).arg(&nb);
+                // SAFETY: one warp per 32-value block; h holds nblocks blocks, hq as many in
+                // pairs of STAGE_PAIR bytes.
+                unsafe { l.launch(cfg(nblocks)) }.map_err(driver_err(name))?;
+            } else {
+                self.quantize_q8_1(h, hq, nblocks)?;
+            }
             (hq, hq_row as i64)
         } else {
             (h, (n_ff * 4) as i64)
@@ -1442,8 +1426,7 @@ impl Launcher {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let quantize = |from: u64, to: u64, nblocks: u64| self.quantize_q8_1(from, to, nblocks);
-        quantize(st.x, xq, rows * (n_embd / 32))?;
+        self.quantize_q8_1(st.x, xq, rows * (n_embd / 32))?;
         let (ne, nf, nx) = (n_embd as i32, n_ff as i32, p.n_expert as i32);
         let (n_entries, list_stride, err) = (entries as i32, entries as i64, self.error_word);
         let f = self.func("bl_moe_route")?;
@@ -1533,7 +1516,7 @@ impl Launcher {
         l.arg(&n_e).arg(&nf).arg(&kind).arg(&p.limit);
         // SAFETY: entries x n_ff values read from the products and written to h, both sized so.
         unsafe { l.launch(flat(entries * n_ff)) }.map_err(driver_err("bl_moe_glu"))?;
-        quantize(h, hq, entries * (n_ff / 32))?;
+        self.quantize_q8_1(h, hq, entries * (n_ff / 32))?;
         let h_row = ((n_ff / 32) * 36) as i64;
         product(st.down, hq, h_row, 1, dbuf, n_embd as i64, n_ff, n_embd)?;
         let ri = rows as i32;
@@ -1747,13 +1730,18 @@ mod tests {
         line.split(',').map(|v| v.trim().parse().unwrap()).collect()
     }
 
-    /// The integer of a `#define NAME v` line of `cu/kernels.cu`.
-    fn kernel_define(name: &str) -> u64 {
-        let src = include_str!("../cu/kernels.cu");
+    /// The integer of a `#define NAME v` line of a kernel source (tests hold the launch
+    /// constants to the kernels').
+    pub(super) fn define_in(src: &str, name: &str) -> u64 {
         src.lines()
             .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
             .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in kernels.cu"))
+            .unwrap_or_else(|| panic!("no `#define {name}` with an integer"))
+    }
+
+    /// The integer of a `#define NAME v` line of `cu/kernels.cu`.
+    fn kernel_define(name: &str) -> u64 {
+        define_in(include_str!("../cu/kernels.cu"), name)
     }
 
     #[test]
@@ -1765,13 +1753,10 @@ mod tests {
         assert_eq!(kernel_define("MMQ_BN"), super::MMQ_TILE);
         assert_eq!(kernel_define("MMQ_THREADS"), u64::from(super::MMQ_THREADS));
         assert_eq!(kernel_define("MMQ_BM"), super::MMQ_TILE);
-        assert_eq!(super::STAGE_PAIR, {
-            let src = include_str!("../cu/quant.cuh");
-            src.lines()
-                .find_map(|l| l.strip_prefix("#define STAGE_PAIR "))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .expect("STAGE_PAIR in quant.cuh")
-        });
+        assert_eq!(
+            super::STAGE_PAIR,
+            define_in(include_str!("../cu/quant.cuh"), "STAGE_PAIR")
+        );
         assert_eq!(
             super::fused::NORM_QUADS,
             kernel_define("NORM_QUADS"),

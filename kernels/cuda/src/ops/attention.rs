@@ -20,11 +20,11 @@ const SPLIT_BLOCKS: u64 = 256;
 /// Most splits of one launch.
 const MAX_SPLITS: u64 = 64;
 /// (row, head) pairs per block of the flash form (`FA_ROWS`).
-pub(super) const FA_ROWS: u64 = 64;
+const FA_ROWS: u64 = 64;
 /// Threads per block of the flash form (`FA_WARPS` warps).
 const FA_THREADS: u32 = 128;
 /// The flash form's head sizes (dk = dv), key positions per staged tile (`FA_KT_<d>`) and kernels.
-pub(super) const FLASH: [(u32, u64, &str); 3] = [
+const FLASH: [(u32, u64, &str); 3] = [
     (64, 64, "bl_flash_attn_f16_64"),
     (128, 64, "bl_flash_attn_f16_128"),
     (256, 32, "bl_flash_attn_f16_256"),
@@ -36,7 +36,7 @@ const SCORES_THREADS: u32 = 128;
 
 /// The kernel a call takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Form {
+enum Form {
     /// Flash: grid (ceil(rows · G / FA_ROWS), n_head_kv, splits); tiles of `kt` positions.
     Flash {
         name: &'static str,
@@ -55,7 +55,7 @@ fn flash_smem(d: u32, kt: u64) -> u32 {
 
 /// Picks the form for `rows` rows over caches of `k`/`v` element types, `len` positions per slot
 /// and heads of `dk`/`dv`, on a card whose blocks may opt into `optin` bytes of shared memory.
-pub(super) fn choose(
+fn choose(
     k: DType,
     v: DType,
     dk: u32,
@@ -107,7 +107,7 @@ pub(super) fn choose(
 /// Splits of a flash launch of `pair_blocks` × `n_kv` blocks over caches of `len` positions of
 /// `kt`-position tiles: one for batches, else enough to reach about SPLIT_BLOCKS blocks, at most
 /// one per tile.
-pub(super) fn splits(rows: u64, pair_blocks: u64, n_kv: u64, len: u64, kt: u64) -> u64 {
+fn splits(rows: u64, pair_blocks: u64, n_kv: u64, len: u64, kt: u64) -> u64 {
     if rows >= FLASH_MIN_ROWS {
         return 1;
     }
@@ -381,12 +381,7 @@ mod tests {
     #[test]
     fn flash_constants_match_the_kernels() {
         let src = include_str!("../../cu/attention.cuh");
-        let define = |name: &str| -> u64 {
-            src.lines()
-                .find_map(|l| l.strip_prefix(&format!("#define {name} ")))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or_else(|| panic!("no {name} in attention.cuh"))
-        };
+        let define = |name: &str| super::super::tests::define_in(src, name);
         assert_eq!(define("FA_WARPS") * 16, FA_ROWS);
         assert_eq!(define("FA_WARPS") * 32, u64::from(FA_THREADS));
         for (d, kt, name) in FLASH {

@@ -469,7 +469,7 @@ impl Launcher {
         };
         let (k, m) = (x.ne[0], x.rows());
         // A single row, or a batch the tiled products take (one launch over every part's tiles).
-        let tiled = self.mmq.parts_kernel(m);
+        let tiled = self.mmq.kernels(m).map(|k| k.2);
         if x.ne != [k, m, 1, 1] || (m != 1 && tiled.is_none()) || m > i32::MAX as u64 {
             return Ok(None);
         }
