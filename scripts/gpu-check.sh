@@ -34,8 +34,12 @@
 #   scripts/gpu-check.sh prompt-ab  on the GPU machine: opcheck, greedy text of a longer prompt, ncu
 #                                 of a 512-row prompt pass, pp512/tg128 of both files and pp4096,
 #                                 alternating with PREV.
-#   scripts/gpu-check.sh long-decode  on the GPU machine: opcheck, then decode after 4,096 and 16,384
-#                                 tokens (bench -d) and pp512/tg128 of the 30B-A3B file, with PREV.
+#   scripts/gpu-check.sh long-decode  on the GPU machine: opcheck, then decode after 1,024, 4,096 and
+#                                 16,384 tokens (bench -d) and pp512/tg128 of the 30B-A3B file, with
+#                                 PREV.
+#   scripts/gpu-check.sh serve-step  on the GPU machine: one stream's decode through `serve -ngl 99`
+#                                 (forward time from /metrics against the whole step from the
+#                                 request's timings) at -c 1024 and 8192, beside bench's tg128.
 #   scripts/gpu-check.sh profile-layer  on the GPU machine: all of Nsight Compute's explaining sections
 #                                 for the kernels of about one eager decode layer (30B-A3B file).
 #   scripts/gpu-check.sh profile-prompt  on the GPU machine: per-kernel times of one 512-row prompt
@@ -379,17 +383,40 @@ case "${1:-}" in
     ;;
   long-decode)
     # Decode over a long context: every op and the tiny files against the CPU (opcheck; SKIP_CHECK
-    # skips it), then decode after 4,096 and 16,384 tokens of context (`bench -d`) and pp512/tg128
+    # skips it), then decode after 1,024, 4,096 and 16,384 tokens of context (`bench -d`) and pp512/tg128
     # of the 30B-A3B file, alternating with PREV.
     b=dist/bloomery
     [ -n "${SKIP_CHECK:-}" ] || opcheck_tiny "long cache"
     f=$(file_30b)
     for d in ${PREV:-} dist; do
-      for p in "-p 0 -n 64 -d 4096" "-p 0 -n 64 -d 16384" "-p 512 -n 128"; do
+      for p in "-p 0 -n 64 -d 1024" "-p 0 -n 64 -d 4096" "-p 0 -n 64 -d 16384" "-p 512 -n 128"; do
         # shellcheck disable=SC2086
         echo "== $d $p: $($b --plugin-dir "$d/plugins" bench -m "$f" $p -r 2 -ngl 99 2>&1 \
           | grep -E "(pp|tg)[0-9]" | awk -F'|' '{printf "%s %s  ", $7, $8}')"
       done
+    done
+    ;;
+  serve-step)
+    # Where a served decode step goes beyond bench's: /metrics' predicted time counts forward
+    # passes only, the request's timings the whole step (sampling, detokenizing, events).
+    f=$(file_30b)
+    port=18094
+    dist/bloomery --plugin-dir dist/plugins bench -m "$f" -p 0 -n 128 -r 2 -ngl 99 | tail -1
+    for ctx in 1024 8192; do
+      dist/bloomery --plugin-dir dist/plugins serve -m "$f" -ngl 99 -np 1 -c $ctx --metrics \
+        --port $port > "${OUT:-/tmp}/serve-step-$ctx.log" 2>&1 &
+      server=$!
+      for _ in $(seq 600); do
+        curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
+        sleep 0.5
+      done
+      for _ in 1 2; do
+        curl -s "http://127.0.0.1:$port/completion" -d '{"prompt":"Once upon a time","n_predict":256,
+          "temperature":0,"ignore_eos":true}' | python3 -c "import json,sys; t=json.load(sys.stdin)['timings']
+print('-c $ctx step: %.3f ms/token' % t['predicted_per_token_ms'])"
+      done
+      curl -s "http://127.0.0.1:$port/metrics" | grep -E "predicted_seconds_total|tokens_predicted_total"
+      kill $server; wait $server 2>/dev/null || true
     done
     ;;
   profile-layer)

@@ -582,9 +582,19 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     ids(40, 3),
                     ids(40, 40),
                 ),
-                // Few rows over caches whose scores pass 48 KB: a GPU plugin's flash form split
-                // along the positions (f16; the splits merged by a second kernel) or its scores
-                // form with more shared memory (f32).
+                // Few rows (decode): a GPU plugin's flash form split along the positions (f16;
+                // the last block merges the splits), over long caches and over three slots with
+                // sinks, or its scores form (f32, with more shared memory past 48 KB of scores).
+                flash(
+                    "decode of 7 rows in three slots, softcap 30, sinks, d 256",
+                    AttentionParams {
+                        sinks: true,
+                        ..attn_params(8, 2, 256, 0, 30.0)
+                    },
+                    [1_000, 3],
+                    ids(7, 3),
+                    ids(7, 1_000),
+                ),
                 flash(
                     "decode over a long cache, gqa 8/2, d 128",
                     attn_params(8, 2, 128, 0, 0.0),

@@ -114,9 +114,11 @@ ATTEND(bl_attention_f16, __half, __half)
 // block walks, for each distinct slot among its rows, the union of their visible positions, and
 // each row masks the positions it does not see.
 //
-// Split (decode over long contexts): with gridDim.z = S > 1, block z takes the z-th of S equal
-// runs of each slot's key tiles and writes its unnormalized partial (o, running max, sum) per pair
-// to `part`; bl_flash_combine merges them (and the sinks) into the output.
+// Split (decode): with gridDim.z = S > 1, block z takes the z-th of S equal runs of each slot's
+// visible key tiles (so the work follows the positions, not the cache's length) and writes its
+// unnormalized partial (o, running max, sum) per pair to `part`; the last of the S blocks of a
+// (pair block, KV head) to finish, counted in `counters`, merges them (and the sinks) into the
+// output and sets its counter back to zero for the next launch.
 //
 // Precision: q * scale and the softmax weights are split into an f16 high part and an f16
 // remainder and both go through the tensor cores (the cache's f16 values times each part are exact
@@ -233,11 +235,86 @@ static __device__ __forceinline__ float* part_ml(float* part, int S, int z, long
     return part + S * outs * D + (z * outs + i) * 2;
 }
 
+// Merges the S splits' partials of the block's pairs into out (and its Q8_1 copy), by the last
+// split block of a (pair block, KV head): o = sum_z e_z o_z / (sum_z e_z l_z + e_sink), e_z =
+// exp(m_z - M), M the largest of the m_z and the sink. First a warp per pair turns the splits'
+// maxima and sums into weights e_z / (sum) in shared memory `wz` (FA_ROWS x MAX_SPLITS, lane j
+// holding splits j and j + 32) and finds the run of splits that saw any of its positions; then
+// each thread takes quads of the pairs' outputs, reading the run's partials eight splits at a
+// time. The partials, written by other blocks of this launch, are read past L1.
+#define FA_MAX_SPLITS 64
+template <int D>
+static __device__ void flash_merge(const float* part, int S, long long outs, int pair0, int G, int n_head, int kvh,
+                                   const FaRow* info, const float* sinks, float* wz, int* zrun, float* out,
+                                   uint8_t* oq) {
+    const int tid = threadIdx.x, lane = tid & (WARP - 1), warp = tid / WARP;
+    const auto orow = [&](int m) {
+        const int i = pair0 + m;
+        return (long long)(i / G) * n_head + kvh * G + i % G;
+    };
+    for (int m = warp; m < FA_ROWS; m += FA_WARPS) {
+        if (info[m].slot < 0) continue;
+        const long long i = orow(m);
+        const float sink = sinks ? sinks[kvh * G + (pair0 + m) % G] : -INFINITY;
+        float mz[2], lz[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int z = lane + h * WARP;
+            mz[h] = -INFINITY;
+            lz[h] = 0.0f;
+            if (z < S) {
+                const float2 ml = __ldcg((const float2*)part_ml((float*)part, S, z, outs, i, D));
+                mz[h] = ml.x;
+                lz[h] = ml.y;
+            }
+        }
+        const float M = fmaxf(sink, warp_max(fmaxf(mz[0], mz[1])));
+        float w[2], L = lane == 0 && sink != -INFINITY ? expf(sink - M) : 0.0f;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            w[h] = mz[h] == -INFINITY ? 0.0f : expf(mz[h] - M);
+            L += w[h] * lz[h];
+        }
+        L = warp_sum(L);
+        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+        wz[m * FA_MAX_SPLITS + lane] = w[0] * inv;
+        wz[m * FA_MAX_SPLITS + lane + WARP] = w[1] * inv;
+        const unsigned long long live = (unsigned long long)__ballot_sync(0xffffffffu, mz[0] != -INFINITY) |
+                                        (unsigned long long)__ballot_sync(0xffffffffu, mz[1] != -INFINITY) << 32;
+        if (lane == 0) {
+            zrun[2 * m] = live ? __ffsll(live) - 1 : 0;
+            zrun[2 * m + 1] = live ? 64 - __clzll(live) : 0;
+        }
+    }
+    __syncthreads();
+    // Quad q of pair m is item m * D / 4 + q: a warp's 32 items hold whole Q8_1 blocks of a row.
+    constexpr int QUADS = D / 4;
+    for (int it0 = warp * WARP; it0 < FA_ROWS * QUADS; it0 += FA_WARPS * WARP) {
+        const int it = it0 + lane, m = it / QUADS, q = it % QUADS;
+        const bool ok = info[m].slot >= 0;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        const long long i = ok ? orow(m) : 0;
+        const int z0 = ok ? zrun[2 * m] : 0, z1 = ok ? zrun[2 * m + 1] : 0;
+        const float* wm = wz + m * FA_MAX_SPLITS;
+#pragma unroll 8
+        for (int z = z0; z < z1; ++z) {
+            const float4 p = __ldcg((const float4*)part_o((float*)part, z, outs, i, D) + q);
+            const float wt = wm[z];
+            v.x += wt * p.x;
+            v.y += wt * p.y;
+            v.z += wt * p.z;
+            v.w += wt * p.w;
+        }
+        if (ok) ((float4*)(out + i * D))[q] = v;
+        if (oq && __any_sync(0xffffffffu, ok)) quantize_quad(v, oq + (i * D + 4 * q) / 32 * 36, ok);
+    }
+}
+
 template <int D, int KT>
 static __device__ void flash_attend(const float* q, const __half* kc, const __half* vc, const int* slots,
-                                    const int* pos, float* out, uint8_t* oq, float* part, int rows, int n_head,
-                                    int n_head_kv, int len, int n_slots, float scale, float softcap, int window,
-                                    const float* sinks, int* err) {
+                                    const int* pos, float* out, uint8_t* oq, float* part, int* counters, int rows,
+                                    int n_head, int n_head_kv, int len, int n_slots, float scale, float softcap,
+                                    int window, const float* sinks, int* err) {
     // Halfs per staged row: 16 bytes of padding put the 8 rows of an ldmatrix on distinct banks.
     constexpr int LD = D + 8;
     extern __shared__ __align__(16) unsigned char fa_smem[];
@@ -422,6 +499,21 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
             for (int n = 0; n < D / 8; ++n) *(float2*)(po + n * 8 + 2 * t) = make_float2(o[n][2 * half], o[n][2 * half + 1]);
             if (t == 0) *(float2*)part_ml(part, S, z, outs, orow, D) = half ? make_float2(mB, lB) : make_float2(mA, lA);
         }
+        // The last split block of this (pair block, KV head) merges: the partials are made
+        // visible before the count, and read after it.
+        __shared__ bool merge;
+        __threadfence();
+        __syncthreads();
+        if (tid == 0) {
+            int* c = counters + blockIdx.y * gridDim.x + blockIdx.x;
+            merge = atomicAdd(c, 1) == S - 1;
+            if (merge) *c = 0;
+        }
+        __syncthreads();
+        if (!merge) return;
+        __threadfence();
+        __shared__ int zrun[2 * FA_ROWS];
+        flash_merge<D>(part, S, outs, pair0, G, n_head, kvh, info, sinks, (float*)fa_smem, zrun, out, oq);
         return;
     }
 #pragma unroll
@@ -472,50 +564,18 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
 }
 
 // bl_flash_attn_f16_<D>: f16 caches, dk = dv = D. Grid (ceil(rows * G / FA_ROWS), n_head_kv,
-// splits), FA_WARPS warps, dynamic shared memory (2 * FA_ROWS + 2 * KT) * (D + 8) * 2 bytes; part
-// holds the splits' partials when there is more than one.
+// splits), FA_WARPS warps, dynamic shared memory (2 * FA_ROWS + 2 * KT) * (D + 8) * 2 bytes; with
+// more than one split, part holds their partials and counters one zeroed int per (x, y) block.
 #define FLASH_ATTEND(D)                                                                                            \
     extern "C" __global__ void __launch_bounds__(FA_WARPS * WARP)                                                 \
         bl_flash_attn_f16_##D(const float* q, const __half* kc, const __half* vc, const int* slots, const int* pos, \
-                              float* out, uint8_t* oq, float* part, int rows, int n_head, int n_head_kv, int len,   \
-                              int n_slots, float scale, float softcap, int window, const float* sinks, int* err) {  \
+                              float* out, uint8_t* oq, float* part, int* counters, int rows, int n_head,            \
+                              int n_head_kv, int len, int n_slots, float scale, float softcap, int window,          \
+                              const float* sinks, int* err) {                                                       \
         KERNEL_ENTRY();                                                                                            \
-        flash_attend<D, FA_KT_##D>(q, kc, vc, slots, pos, out, oq, part, rows, n_head, n_head_kv, len, n_slots,    \
-                                   scale, softcap, window, sinks, err);                                            \
+        flash_attend<D, FA_KT_##D>(q, kc, vc, slots, pos, out, oq, part, counters, rows, n_head, n_head_kv, len,   \
+                                   n_slots, scale, softcap, window, sinks, err);                                   \
     }
 FLASH_ATTEND(64)
 FLASH_ATTEND(128)
 FLASH_ATTEND(256)
-
-// Merges the S splits' partials of bl_flash_attn_f16_<d>: one warp per output row (row, head),
-// o = sum_z e_z o_z / (sum_z e_z l_z + e_sink) with e_z = exp(m_z - M), M the largest of the m_z
-// and the sink; then out and its Q8_1 copy (d a multiple of 32). Rows the flash kernel left
-// unwritten (a bad slot or position) stay unwritten.
-extern "C" __global__ void bl_flash_combine(const float* part, int S, const int* slots, const int* pos, float* out,
-                                            uint8_t* oq, int rows, int n_head, int d, int len, int n_slots, int window,
-                                            const float* sinks) {
-    KERNEL_ENTRY();
-    const long long outs = (long long)rows * n_head;
-    const long long i = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-    if (i >= outs) return;
-    const int lane = threadIdx.x & (WARP - 1), r = (int)(i / n_head), h = (int)(i % n_head);
-    if (visible_from(slots, pos, r, len, n_slots, window) < 0) return;
-    float M = sinks ? sinks[h] : -INFINITY;
-    for (int z = 0; z < S; ++z) M = fmaxf(M, part_ml((float*)part, S, z, outs, i, d)[0]);
-    float L = sinks ? expf(sinks[h] - M) : 0.0f;
-    for (int z = 0; z < S; ++z) {
-        const float* ml = part_ml((float*)part, S, z, outs, i, d);
-        if (ml[0] != -INFINITY) L += expf(ml[0] - M) * ml[1];
-    }
-    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-    for (int e = lane; e < d; e += WARP) {
-        float v = 0.0f;
-        for (int z = 0; z < S; ++z) {
-            const float mz = part_ml((float*)part, S, z, outs, i, d)[0];
-            if (mz != -INFINITY) v += expf(mz - M) * part_o((float*)part, z, outs, i, d)[e];
-        }
-        v *= inv;
-        out[i * d + e] = v;
-        if (oq) quantize_lane(v, oq + (i * d + e) / 32 * 36);
-    }
-}

@@ -230,6 +230,9 @@ pub struct Launcher {
     funcs: Mutex<HashMap<&'static str, CudaFunction>>,
     /// A device word kernels set when an input is bad (an id outside a table).
     pub error_word: u64,
+    /// Zeroed device ints after the error word, which split attention launches count their
+    /// finished blocks in (each launch leaves them zero).
+    split_counters: u64,
     /// Device scratch for quantized activations: (pointer, bytes).
     scratch: Mutex<(u64, u64)>,
     /// Scratch areas outgrown while captured graphs may still name them; freed on drop.
@@ -368,10 +371,12 @@ impl Launcher {
         let module = ctx
             .load_module(cudarc::nvrtc::Ptx::from_src(ptx))
             .map_err(driver_err("loading the bundle's PTX"))?;
-        // SAFETY: the context was bound by `load_module`; the word is freed in `Drop`.
-        let error_word = unsafe { result::malloc_sync(4) }.map_err(driver_err("cuMemAlloc"))?;
-        // SAFETY: `error_word` is a live 4-byte allocation.
-        unsafe { result::memset_d8_sync(error_word, 0, 4) }.map_err(driver_err("cuMemset"))?;
+        // The error word, then the split counters 256 bytes on.
+        let words = 256 + attention::SPLIT_COUNTERS as usize * 4;
+        // SAFETY: the context was bound by `load_module`; the words are freed in `Drop`.
+        let error_word = unsafe { result::malloc_sync(words) }.map_err(driver_err("cuMemAlloc"))?;
+        // SAFETY: `error_word` is a live allocation of `words` bytes.
+        unsafe { result::memset_d8_sync(error_word, 0, words) }.map_err(driver_err("cuMemset"))?;
         let stream = ctx
             .new_stream()
             .map_err(driver_err("creating the kernel stream"))?;
@@ -387,6 +392,7 @@ impl Launcher {
             module,
             funcs: Mutex::new(HashMap::new()),
             error_word,
+            split_counters: error_word + 256,
             scratch: Mutex::new((0, 0)),
             retired: Mutex::new(Vec::new()),
             capturing: AtomicBool::new(false),
@@ -1696,7 +1702,6 @@ mod tests {
         "bl_flash_attn_f16_64",
         "bl_flash_attn_f16_128",
         "bl_flash_attn_f16_256",
-        "bl_flash_combine",
         "bl_router_topk",
         "bl_router_weights",
         "bl_router_topk_weights",

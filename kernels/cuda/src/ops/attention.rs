@@ -1,9 +1,8 @@
-//! Launches of attention over the K/V cache (`cu/attention.cuh`). Batches of rows (prompts) over
-//! f16 caches take the flash form on the tensor cores. Other calls (decode, f32 caches, head sizes
-//! the flash form lacks) take one block per (row, head) holding every score, except where those
-//! scores would not fit a block's default shared memory: decode over such long f16 caches takes
-//! the flash form split along the positions into enough blocks to fill the card, the splits
-//! merged by a second kernel.
+//! Launches of attention over the K/V cache (`cu/attention.cuh`). Calls over f16 caches with head
+//! sizes the flash form has take it, on the tensor cores: batches (prompts) in one launch, decode
+//! split along the visible positions into enough blocks to fill the card, the last block of each
+//! group merging the splits. Other calls (f32 caches, other head sizes) take one block per (row,
+//! head) holding every score.
 
 use bloomery_plugin_api::op::AttentionParams;
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
@@ -13,12 +12,15 @@ use cudarc::driver::LaunchConfig;
 
 use super::{driver_err, Launcher};
 
-/// Batches of at least this many rows take the flash form.
+/// Batches of at least this many rows take the flash form in one launch (fewer: split).
 const FLASH_MIN_ROWS: u64 = 16;
 /// Blocks a split flash launch aims at (about two per SM of a large card).
 const SPLIT_BLOCKS: u64 = 256;
-/// Most splits of one launch.
+/// Most splits of one launch (`FA_MAX_SPLITS`: the merge holds two per lane).
 const MAX_SPLITS: u64 = 64;
+/// Split counters the launcher keeps zeroed on the card: one per (pair block, KV head) of a
+/// split launch, which has fewer than SPLIT_BLOCKS of them (`splits`).
+pub(super) const SPLIT_COUNTERS: u64 = SPLIT_BLOCKS;
 /// (row, head) pairs per block of the flash form (`FA_ROWS`).
 const FA_ROWS: u64 = 64;
 /// Threads per block of the flash form (`FA_WARPS` warps).
@@ -53,17 +55,9 @@ fn flash_smem(d: u32, kt: u64) -> u32 {
     ((2 * FA_ROWS + 2 * kt) * (u64::from(d) + 8) * 2) as u32
 }
 
-/// Picks the form for `rows` rows over caches of `k`/`v` element types, `len` positions per slot
-/// and heads of `dk`/`dv`, on a card whose blocks may opt into `optin` bytes of shared memory.
-fn choose(
-    k: DType,
-    v: DType,
-    dk: u32,
-    dv: u32,
-    rows: u64,
-    len: u64,
-    optin: u32,
-) -> Result<Form, PluginError> {
+/// Picks the form for caches of `k`/`v` element types, `len` positions per slot and heads of
+/// `dk`/`dv`, on a card whose blocks may opt into `optin` bytes of shared memory.
+fn choose(k: DType, v: DType, dk: u32, dv: u32, len: u64, optin: u32) -> Result<Form, PluginError> {
     let scores = match (k, v) {
         (DType::F32, DType::F32) => "bl_attention_f32",
         (DType::F16, DType::F16) => "bl_attention_f16",
@@ -85,7 +79,7 @@ fn choose(
         })
         .filter(|f| matches!(f, Form::Flash { smem, .. } if *smem <= optin));
     match flash {
-        Some(f) if rows >= FLASH_MIN_ROWS || scores_smem > SMEM_DEFAULT => Ok(f),
+        Some(f) => Ok(f),
         _ if scores_smem <= optin => Ok(Form::Scores {
             name: scores,
             smem: scores_smem,
@@ -162,7 +156,7 @@ impl Launcher {
         {
             return Err(PluginError::invalid("Attention shapes"));
         }
-        let form = choose(kc.dtype, vc.dtype, dk, dv, rows, kc.ne[1], self.smem_optin)?;
+        let form = choose(kc.dtype, vc.dtype, dk, dv, kc.ne[1], self.smem_optin)?;
         let sinks = if p.sinks {
             let s = src(5)?;
             if s.dtype != DType::F32 {
@@ -223,7 +217,11 @@ impl Launcher {
             .arg(&oq);
         let cfg = match form {
             Form::Flash { .. } => {
-                l.arg(&part).arg(&rowsi).arg(&nhi).arg(&nkvi);
+                l.arg(&part)
+                    .arg(&self.split_counters)
+                    .arg(&rowsi)
+                    .arg(&nhi)
+                    .arg(&nkvi);
                 LaunchConfig {
                     grid_dim: (pair_blocks as u32, nkv, split as u32),
                     block_dim: (FA_THREADS, 1, 1),
@@ -248,37 +246,9 @@ impl Launcher {
         if rows > 0 {
             // SAFETY: the arguments follow the kernel's parameters for its form; q, dst and the
             // caches hold the shapes checked above; slots and positions are checked on the card;
-            // the partials of a split launch fit the scratch sized above.
+            // the partials of a split launch fit the scratch sized above, and its blocks the
+            // split counters (`splits`).
             unsafe { l.launch(cfg) }.map_err(driver_err(name))?;
-            if split > 1 {
-                let (si, dvi) = (split as i32, dv as i32);
-                let f = self.func("bl_flash_combine")?;
-                let mut l = self.args(&f);
-                l.arg(&part)
-                    .arg(&si)
-                    .arg(&ps)
-                    .arg(&pp)
-                    .arg(&po)
-                    .arg(&oq)
-                    .arg(&rowsi)
-                    .arg(&nhi)
-                    .arg(&dvi)
-                    .arg(&len)
-                    .arg(&ns)
-                    .arg(&window)
-                    .arg(&sinks);
-                let warps = rows * u64::from(nh);
-                // SAFETY: a warp per output row reads its splits' partials written above and
-                // writes its row of dst (and of the Q8_1 copy).
-                unsafe {
-                    l.launch(LaunchConfig {
-                        grid_dim: (warps.div_ceil(8) as u32, 1, 1),
-                        block_dim: (256, 1, 1),
-                        shared_mem_bytes: 0,
-                    })
-                }
-                .map_err(driver_err("bl_flash_combine"))?;
-            }
         }
         if let Some(copy) = copy {
             self.keep_quantized(copy)?;
@@ -319,8 +289,8 @@ mod tests {
     const H200: u32 = 227 * 1024;
 
     #[test]
-    fn batches_over_f16_caches_take_the_flash_form() {
-        let f = choose(DType::F16, DType::F16, 128, 128, 512, 4096, H200).unwrap();
+    fn f16_caches_take_the_flash_form() {
+        let f = choose(DType::F16, DType::F16, 128, 128, 4096, H200).unwrap();
         assert_eq!(
             f,
             Form::Flash {
@@ -329,20 +299,13 @@ mod tests {
                 kt: 64,
             }
         );
-        // Decode keeps the scores form while the scores fit by default ...
-        let d = choose(DType::F16, DType::F16, 128, 128, 1, 12_288, H200).unwrap();
-        assert_eq!(
-            d,
-            Form::Scores {
-                name: "bl_attention_f16",
-                smem: 12_288 * 4
-            }
-        );
-        // ... and takes the (split) flash form past them.
-        let long = choose(DType::F16, DType::F16, 128, 128, 1, 12_289, H200).unwrap();
-        assert!(matches!(long, Form::Flash { .. }));
+        // Decode takes it too, over short and long caches (split, below).
+        for len in [64, 4096, 100_000] {
+            let d = choose(DType::F16, DType::F16, 128, 128, len, H200).unwrap();
+            assert_eq!(d, f, "{len}");
+        }
         // f32 caches keep the scores form, opting into more shared memory.
-        let f32c = choose(DType::F32, DType::F32, 128, 128, 1, 20_000, H200).unwrap();
+        let f32c = choose(DType::F32, DType::F32, 128, 128, 20_000, H200).unwrap();
         assert!(matches!(f32c, Form::Scores { smem: 80_000, .. }));
     }
 
@@ -354,11 +317,19 @@ mod tests {
         assert_eq!(splits(1, 1, 8, 100, 64), 2);
         assert_eq!(splits(1, 1, 1, 1 << 20, 64), MAX_SPLITS);
         assert_eq!(splits(512, 64, 4, 32_768, 64), 1);
+        // A split launch has fewer blocks per split than there are split counters.
+        for blocks in [1, 7, 100, 255, 256, 257, 4000] {
+            let s = splits(15, blocks, 1, 1 << 20, 64);
+            assert!(
+                s == 1 || blocks < SPLIT_COUNTERS,
+                "{blocks} blocks, {s} splits"
+            );
+        }
     }
 
     #[test]
     fn other_caches_and_heads_take_the_scores_form_or_a_named_error() {
-        let f32c = choose(DType::F32, DType::F32, 128, 128, 512, 4096, H200).unwrap();
+        let f32c = choose(DType::F32, DType::F32, 128, 128, 4096, H200).unwrap();
         assert!(matches!(
             f32c,
             Form::Scores {
@@ -366,15 +337,15 @@ mod tests {
                 ..
             }
         ));
-        let odd = choose(DType::F16, DType::F16, 96, 96, 512, 4096, H200).unwrap();
+        let odd = choose(DType::F16, DType::F16, 96, 96, 4096, H200).unwrap();
         assert!(matches!(odd, Form::Scores { .. }));
-        let mla = choose(DType::F16, DType::F16, 192, 128, 512, 4096, H200).unwrap();
+        let mla = choose(DType::F16, DType::F16, 192, 128, 4096, H200).unwrap();
         assert!(matches!(mla, Form::Scores { .. }));
         // f32 scores of 100,000 positions need 400 KB: more than any block holds.
-        let e = choose(DType::F32, DType::F32, 128, 128, 1, 100_000, H200).unwrap_err();
+        let e = choose(DType::F32, DType::F32, 128, 128, 100_000, H200).unwrap_err();
         assert!(e.to_string().contains("100000 cached positions"), "{e}");
         // A card whose blocks cannot hold the 256-wide flash tiles keeps the scores form.
-        let small = choose(DType::F16, DType::F16, 256, 256, 512, 4096, 64 * 1024).unwrap();
+        let small = choose(DType::F16, DType::F16, 256, 256, 4096, 64 * 1024).unwrap();
         assert!(matches!(small, Form::Scores { .. }));
     }
 
@@ -384,6 +355,7 @@ mod tests {
         let define = |name: &str| super::super::tests::define_in(src, name);
         assert_eq!(define("FA_WARPS") * 16, FA_ROWS);
         assert_eq!(define("FA_WARPS") * 32, u64::from(FA_THREADS));
+        assert_eq!(define("FA_MAX_SPLITS"), MAX_SPLITS);
         for (d, kt, name) in FLASH {
             assert_eq!(define(&format!("FA_KT_{d}")), kt, "{name}");
             assert!(src.contains(&format!("FLASH_ATTEND({d})")), "{name}");
