@@ -137,6 +137,14 @@ struct FaRow {
     int slot, lo, hi;
 };
 
+// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80 and
+// up), zeros when `ok` is false (src is then not read but must still be a valid address).
+// cp_async_wait_all waits for every copy this thread issued.
+static __device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+static __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 // ldsm_x4 (kernels.cu), each matrix transposed.
 static __device__ __forceinline__ void ldsm_x4_t(unsigned* r, unsigned addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
@@ -383,18 +391,16 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
         const int ntiles = (k1 - k0) / KT + 1, per = (ntiles + S - 1) / S;
         const int first = k0 + min(ntiles, z * per) * KT, last = min(k1, k0 + (z + 1) * per * KT - 1);
         for (int t0 = first; t0 <= last; t0 += KT) {
+            // The tile's keys and values, every copy in flight at once (zeros past `last`).
             __syncthreads();
             for (int c = tid; c < KT * D / 8; c += blockDim.x) {
                 const int i = c / (D / 8), part = (c % (D / 8)) * 8, tt = t0 + i;
-                uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-                if (tt <= last) {
-                    const long long row = ((long long)s * len + tt % len) * n_head_kv + kvh;
-                    kv = *(const uint4*)(kc + row * D + part);
-                    vv = *(const uint4*)(vc + row * D + part);
-                }
-                *(uint4*)(ks + i * LD + part) = kv;
-                *(uint4*)(vs + i * LD + part) = vv;
+                const bool ok = tt <= last;
+                const long long row = ok ? ((long long)s * len + tt % len) * n_head_kv + kvh : 0;
+                cp_async16(smem_addr(ks + i * LD + part), kc + row * D + part, ok);
+                cp_async16(smem_addr(vs + i * LD + part), vc + row * D + part, ok);
             }
+            cp_async_wait_all();
             __syncthreads();
             const bool live = (inA && ra.lo < t0 + KT && ra.hi >= t0) || (inB && rb.lo < t0 + KT && rb.hi >= t0);
             if (!__any_sync(0xffffffffu, live)) continue;
