@@ -152,3 +152,14 @@ fn bench_depth_runs_the_tests_after_that_many_tokens_of_context() {
     assert!(stdout.contains("| pp8 @ d40 |"), "{stdout}");
     assert!(stdout.contains("| tg4 @ d40 |"), "{stdout}");
 }
+
+#[test]
+fn bench_parallel_decodes_that_many_sequences_in_their_own_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny(dir.path());
+    // Each sequence needs its own slot, every slot its own 10 tokens of context first.
+    let (stdout, _) = ok(&bloomery(&[
+        "bench", "-m", &m, "-p", "0", "-n", "4", "-np", "3", "-d", "10", "-r", "1", "-t", "2",
+    ]));
+    assert!(stdout.contains("| tg4 x3 @ d10 |"), "{stdout}");
+}

@@ -30,6 +30,10 @@ pub struct BenchArgs {
     /// untimed prompt; the tests then run at positions from there).
     #[arg(short = 'd', long = "n-depth", default_value_t = 0)]
     pub n_depth: u32,
+    /// Sequences decoded together in the tg test (`-np`), each in its own slot: every step
+    /// evaluates one token of each, and the figure is the total tokens per second.
+    #[arg(long = "parallel", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub parallel: u32,
     /// Repetitions of each test.
     #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
     pub repetitions: u32,
@@ -81,17 +85,36 @@ fn bytes(n: u64) -> String {
     }
 }
 
-/// One timed run of a test: the model, the token count, the RNG of the random ids; seconds.
-type TestFn = fn(&mut LoadedModel, u32, u32, &mut StdRng) -> anyhow::Result<f64>;
+/// Where a test runs: the context already there and the sequences decoded together.
+#[derive(Clone, Copy)]
+struct At {
+    depth: u32,
+    parallel: u32,
+}
 
-/// Seconds for one batch of `n` random tokens from position 0 (the prompt test).
-fn pp_once(model: &mut LoadedModel, n: u32, depth: u32, rng: &mut StdRng) -> anyhow::Result<f64> {
+/// One timed run of a test: the model, the token count, where it runs, the RNG of the random
+/// ids; seconds.
+type TestFn = fn(&mut LoadedModel, u32, At, &mut StdRng) -> anyhow::Result<f64>;
+
+/// Seconds for one batch of `n` random tokens of slot 0 from position `depth` (the prompt test).
+fn pp_once(model: &mut LoadedModel, n: u32, at: At, rng: &mut StdRng) -> anyhow::Result<f64> {
+    prompt(model, n, at.depth, 0, rng)
+}
+
+/// Seconds for one batch of `n` random tokens of `slot` from position `from`.
+fn prompt(
+    model: &mut LoadedModel,
+    n: u32,
+    from: u32,
+    slot: i32,
+    rng: &mut StdRng,
+) -> anyhow::Result<f64> {
     let vocab = model.spec.hparams.n_vocab as i32;
-    let d = depth as i32;
+    let d = from as i32;
     let batch = BatchInputs {
         tokens: (0..n).map(|_| rng.gen_range(0..vocab)).collect(),
         positions: (d..d + n as i32).collect(),
-        slots: vec![0; n as usize],
+        slots: vec![slot; n as usize],
         output_rows: vec![n as i32 - 1],
         history: vec![],
     };
@@ -100,19 +123,21 @@ fn pp_once(model: &mut LoadedModel, n: u32, depth: u32, rng: &mut StdRng) -> any
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// Seconds for `n` single-token steps from position `depth` (the generation test).
-fn tg_once(model: &mut LoadedModel, n: u32, depth: u32, rng: &mut StdRng) -> anyhow::Result<f64> {
+/// Seconds for `n` steps from position `depth`, each one token of every one of the `parallel`
+/// sequences (the generation test).
+fn tg_once(model: &mut LoadedModel, n: u32, at: At, rng: &mut StdRng) -> anyhow::Result<f64> {
     let vocab = model.spec.hparams.n_vocab as i32;
+    let np = at.parallel as usize;
     let mut batch = BatchInputs {
-        tokens: vec![rng.gen_range(0..vocab)],
-        positions: vec![0],
-        slots: vec![0],
-        output_rows: vec![0],
+        tokens: (0..np).map(|_| rng.gen_range(0..vocab)).collect(),
+        positions: vec![0; np],
+        slots: (0..np as i32).collect(),
+        output_rows: (0..np as i32).collect(),
         history: vec![],
     };
     let t = Instant::now();
-    for pos in depth as i32..(depth + n) as i32 {
-        batch.positions[0] = pos;
+    for pos in at.depth as i32..(at.depth + n) as i32 {
+        batch.positions.fill(pos);
         model.forward(&batch)?;
     }
     Ok(t.elapsed().as_secs_f64())
@@ -123,7 +148,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
     let reg = Registry::load(&cli.plugin_dir())?;
     let ctx = a.n_prompt.max(a.n_gen).max(1) + a.n_depth;
     let options = LoadOptions {
-        n_slots: 1,
+        n_slots: a.parallel,
         ctx_per_slot: ctx,
         kv_type: DType::F16,
         threads: a.threads,
@@ -163,10 +188,17 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
     };
     let mut rng = StdRng::seed_from_u64(0);
     if a.n_depth > 0 {
-        // The context the tests start from: positions 0 .. depth, which no test overwrites.
-        pp_once(&mut model, a.n_depth, 0, &mut rng)?;
+        // The context the tests start from: positions 0 .. depth of every slot, which no test
+        // overwrites.
+        for slot in 0..a.parallel as i32 {
+            prompt(&mut model, a.n_depth, 0, slot, &mut rng)?;
+        }
     }
-    let at = if a.n_depth > 0 {
+    let at = At {
+        depth: a.n_depth,
+        parallel: a.parallel,
+    };
+    let depth = if a.n_depth > 0 {
         format!(" @ d{}", a.n_depth)
     } else {
         String::new()
@@ -178,14 +210,23 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             continue;
         }
         // One warm-up run, as llama-bench does (it also builds the graph of this batch shape).
-        once(&mut model, n, a.n_depth, &mut rng)?;
+        once(&mut model, n, at, &mut rng)?;
+        // The tg test's tokens: n per sequence.
+        let (tokens, seqs) = match kind {
+            "tg" if a.parallel > 1 => (n * a.parallel, format!(" x{}", a.parallel)),
+            _ => (n, String::new()),
+        };
         let mut rates = Vec::new();
         for _ in 0..a.repetitions.max(1) {
-            let secs = once(&mut model, n, a.n_depth, &mut rng)?;
-            rates.push(if secs > 0.0 { n as f64 / secs } else { 0.0 });
+            let secs = once(&mut model, n, at, &mut rng)?;
+            rates.push(if secs > 0.0 {
+                f64::from(tokens) / secs
+            } else {
+                0.0
+            });
         }
         let (mean, std) = mean_std(&rates);
-        rows.push((format!("{kind}{n}{at}"), mean, std));
+        rows.push((format!("{kind}{n}{seqs}{depth}"), mean, std));
     }
     if let Some((card, host, flips)) = model.residency_stats() {
         eprintln!(

@@ -107,9 +107,11 @@ ATTEND(bl_attention_f32, float, float)
 ATTEND(bl_attention_f16, __half, __half)
 
 // ---- flash attention for batches ------------------------------------------------------------------
-// A block of FA_WARPS warps takes FA_ROWS (row, head) pairs of one KV head (blockIdx.y): pair i is
-// row i / G, head kv_head * G + i % G (G = n_head / n_head_kv), so the heads that share a KV head
-// share each staged key tile. Warp w owns pairs 16w .. 16w + 15 as the 16 rows of its mma tiles.
+// A block of FA_WARPS warps takes pb <= FA_ROWS (row, head) pairs of one KV head (blockIdx.y):
+// pair i is row i / G, head kv_head * G + i % G (G = n_head / n_head_kv), so the heads that share
+// a KV head share each staged key tile. Warp w owns pairs 16w .. 16w + 15 as the 16 rows of its
+// mma tiles. Batches take pb = FA_ROWS; decode takes pb = G, a block per row, so that the rows of
+// several sequences run in parallel blocks rather than one after another.
 // Keys and values are staged KT positions at a time (f16 rows, as the cache holds them); the
 // block walks, for each distinct slot among its rows, the union of their visible positions, and
 // each row masks the positions it does not see.
@@ -180,16 +182,16 @@ static __device__ __forceinline__ void split_f16x2(float x, float y, unsigned* h
     *lo = *(const unsigned*)&l;
 }
 
-// The block's pairs (info), then the distinct slots among them with the union of their visible
-// positions (dslot, dlo, dhi; *ndist of them), by warp 0.
-static __device__ __forceinline__ void flash_rows(const int* slots, const int* pos, int pair0, int npairs, int G,
+// The block's pairs pair0 .. pend - 1 (info; later entries none), then the distinct slots among
+// them with the union of their visible positions (dslot, dlo, dhi; *ndist of them), by warp 0.
+static __device__ __forceinline__ void flash_rows(const int* slots, const int* pos, int pair0, int pend, int G,
                                                   int len, int n_slots, int window, int* err, FaRow* info, int* dslot,
                                                   int* dlo, int* dhi, int* ndist) {
     const int tid = threadIdx.x;
     if (tid < FA_ROWS) {
         const int i = pair0 + tid;
         FaRow f = {-1, 0, -1};
-        if (i < npairs) {
+        if (i < pend) {
             const int r = i / G;
             const int lo = visible_from(slots, pos, r, len, n_slots, window);
             if (lo < 0)
@@ -321,8 +323,8 @@ static __device__ void flash_merge(const float* part, int S, long long outs, int
 template <int D, int KT>
 static __device__ void flash_attend(const float* q, const __half* kc, const __half* vc, const int* slots,
                                     const int* pos, float* out, uint8_t* oq, float* part, int* counters, int rows,
-                                    int n_head, int n_head_kv, int len, int n_slots, float scale, float softcap,
-                                    int window, const float* sinks, int* err) {
+                                    int pb, int n_head, int n_head_kv, int len, int n_slots, float scale,
+                                    float softcap, int window, const float* sinks, int* err) {
     // Halfs per staged row: 16 bytes of padding put the 8 rows of an ldmatrix on distinct banks.
     constexpr int LD = D + 8;
     extern __shared__ __align__(16) unsigned char fa_smem[];
@@ -335,14 +337,15 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
     __shared__ int ndist;
 
     const int G = n_head / n_head_kv, kvh = blockIdx.y;
-    // The last pairs see the most positions: their blocks start first.
-    const int pair0 = (gridDim.x - 1 - blockIdx.x) * FA_ROWS, npairs = rows * G;
+    // The block's pairs are pair0 .. pend - 1; the last pairs see the most positions: their
+    // blocks start first. Only the warps holding pairs stage q.
+    const int pair0 = (gridDim.x - 1 - blockIdx.x) * pb, pend = min(rows * G, pair0 + pb);
     const int tid = threadIdx.x, lane = tid & (WARP - 1), warp = tid / WARP, g = lane >> 2, t = lane & 3;
 
-    for (int e = tid; e < FA_ROWS * D / 2; e += blockDim.x) {
+    for (int e = tid; e < min(FA_ROWS, (pb + 15) / 16 * 16) * D / 2; e += blockDim.x) {
         const int m = e / (D / 2), d = (e % (D / 2)) * 2, i = pair0 + m;
         float2 v = make_float2(0.0f, 0.0f);
-        if (i < npairs) {
+        if (i < pend) {
             v = *(const float2*)(q + ((long long)(i / G) * n_head + kvh * G + i % G) * D + d);
             v.x *= scale;
             v.y *= scale;
@@ -352,7 +355,7 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
         *(unsigned*)(qh + m * LD + d) = hi;
         *(unsigned*)(ql + m * LD + d) = lo;
     }
-    flash_rows(slots, pos, pair0, npairs, G, len, n_slots, window, err, info, dslot, dlo, dhi, &ndist);
+    flash_rows(slots, pos, pair0, pend, G, len, n_slots, window, err, info, dslot, dlo, dhi, &ndist);
 
     // This lane's two rows of the warp's tile: g and g + 8.
     const FaRow ra = info[warp * 16 + g], rb = info[warp * 16 + g + 8];
@@ -569,18 +572,18 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
     }
 }
 
-// bl_flash_attn_f16_<D>: f16 caches, dk = dv = D. Grid (ceil(rows * G / FA_ROWS), n_head_kv,
-// splits), FA_WARPS warps, dynamic shared memory (2 * FA_ROWS + 2 * KT) * (D + 8) * 2 bytes; with
+// bl_flash_attn_f16_<D>: f16 caches, dk = dv = D. Grid (ceil(rows * G / pb), n_head_kv, splits),
+// pb <= FA_ROWS pairs per block, FA_WARPS warps, dynamic shared memory (2 * FA_ROWS + 2 * KT) * (D + 8) * 2 bytes; with
 // more than one split, part holds their partials and counters one zeroed int per (x, y) block.
 #define FLASH_ATTEND(D)                                                                                            \
     extern "C" __global__ void __launch_bounds__(FA_WARPS * WARP)                                                 \
         bl_flash_attn_f16_##D(const float* q, const __half* kc, const __half* vc, const int* slots, const int* pos, \
-                              float* out, uint8_t* oq, float* part, int* counters, int rows, int n_head,            \
+                              float* out, uint8_t* oq, float* part, int* counters, int rows, int pb, int n_head,    \
                               int n_head_kv, int len, int n_slots, float scale, float softcap, int window,          \
                               const float* sinks, int* err) {                                                       \
         KERNEL_ENTRY();                                                                                            \
-        flash_attend<D, FA_KT_##D>(q, kc, vc, slots, pos, out, oq, part, counters, rows, n_head, n_head_kv, len,   \
-                                   n_slots, scale, softcap, window, sinks, err);                                   \
+        flash_attend<D, FA_KT_##D>(q, kc, vc, slots, pos, out, oq, part, counters, rows, pb, n_head, n_head_kv,    \
+                                   len, n_slots, scale, softcap, window, sinks, err);                              \
     }
 FLASH_ATTEND(64)
 FLASH_ATTEND(128)

@@ -21,7 +21,7 @@ const MAX_SPLITS: u64 = 64;
 /// Split counters the launcher keeps zeroed on the card: one per (pair block, KV head) of a
 /// split launch, which has fewer than SPLIT_BLOCKS of them (`splits`).
 pub(super) const SPLIT_COUNTERS: u64 = SPLIT_BLOCKS;
-/// (row, head) pairs per block of the flash form (`FA_ROWS`).
+/// Most (row, head) pairs per block of the flash form (`FA_ROWS`).
 const FA_ROWS: u64 = 64;
 /// Threads per block of the flash form (`FA_WARPS` warps).
 const FA_THREADS: u32 = 128;
@@ -39,7 +39,8 @@ const SCORES_THREADS: u32 = 128;
 /// The kernel a call takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Form {
-    /// Flash: grid (ceil(rows · G / FA_ROWS), n_head_kv, splits); tiles of `kt` positions.
+    /// Flash: grid (ceil(rows · G / pairs per block), n_head_kv, splits); tiles of `kt`
+    /// positions.
     Flash {
         name: &'static str,
         smem: u32,
@@ -95,6 +96,17 @@ fn choose(k: DType, v: DType, dk: u32, dv: u32, len: u64, optin: u32) -> Result<
                 "a smaller context per slot",
             ],
         )),
+    }
+}
+
+/// (row, head) pairs per block of a flash launch over `rows` rows of `g` heads per KV head: a
+/// row's heads for decode (so that several sequences' rows run in parallel blocks), FA_ROWS for
+/// batches and for more heads per KV head than a block holds.
+fn pairs_per_block(rows: u64, g: u64) -> u64 {
+    if rows < FLASH_MIN_ROWS && g <= FA_ROWS {
+        g
+    } else {
+        FA_ROWS
     }
 }
 
@@ -184,7 +196,8 @@ impl Launcher {
         let wanted =
             self.product_next.load(std::sync::atomic::Ordering::Relaxed) && dv.is_multiple_of(32);
         let g = u64::from(nh / nkv);
-        let pair_blocks = (rows * g).div_ceil(FA_ROWS);
+        let pb = pairs_per_block(rows, g);
+        let (pair_blocks, pbi) = ((rows * g).div_ceil(pb), pb as i32);
         let split = match form {
             Form::Flash { kt, .. } => splits(rows, pair_blocks, u64::from(nkv), kc.ne[1], kt),
             Form::Scores { .. } => 1,
@@ -220,6 +233,7 @@ impl Launcher {
                 l.arg(&part)
                     .arg(&self.split_counters)
                     .arg(&rowsi)
+                    .arg(&pbi)
                     .arg(&nhi)
                     .arg(&nkvi);
                 LaunchConfig {
@@ -307,6 +321,14 @@ mod tests {
         // f32 caches keep the scores form, opting into more shared memory.
         let f32c = choose(DType::F32, DType::F32, 128, 128, 20_000, H200).unwrap();
         assert!(matches!(f32c, Form::Scores { smem: 80_000, .. }));
+    }
+
+    #[test]
+    fn decode_takes_a_block_per_row_and_batches_full_blocks() {
+        assert_eq!(pairs_per_block(1, 8), 8);
+        assert_eq!(pairs_per_block(15, 16), 16);
+        assert_eq!(pairs_per_block(16, 8), FA_ROWS);
+        assert_eq!(pairs_per_block(4, 128), FA_ROWS);
     }
 
     #[test]
