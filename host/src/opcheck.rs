@@ -1201,8 +1201,9 @@ pub fn check(dev: &Arc<Device>, reference: &Arc<Device>, seed: u64) -> Vec<Outco
 }
 
 /// End to end: the logits of a model file on `kernel` against the best CPU plugin, for a
-/// 20-token prompt (a batch long enough for a GPU plugin's batched kernels) in one batch (every row an output) in slot 0, the same prompt in slot 1
-/// alongside one decode step of slot 0, then four single-token steps. `tol` bounds ‖Δ‖/‖ref‖ per
+/// 20-token prompt (a batch long enough for a GPU plugin's batched kernels) in one batch (every
+/// row an output) in slot 0, the same prompt in slot 1 alongside one decode step of slot 0, then
+/// four decode steps of both slots (two rows each). `tol` bounds ‖Δ‖/‖ref‖ per
 /// pass with an f32 cache; an f16 cache gets ten times that (a summation-order difference in K or
 /// V can flip an f16 rounding, measured 2e-5 between the two CPU plugins).
 pub fn check_model(

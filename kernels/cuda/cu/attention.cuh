@@ -6,8 +6,9 @@
 // or a negative position is error 2 and more visible positions than the cache holds error 3; such
 // rows are left unwritten.
 //
-// Two kernels: one block per (row, head) holding every score (decode, few rows), and a flash form
-// for batches (prompts) on the f16 tensor cores.
+// Two kernels: a flash form on the f16 tensor cores (f16 caches, heads of 64, 128 or 256: batches
+// in one launch, decode split along the positions), and one block per (row, head) holding every
+// score (f32 caches and other head sizes).
 
 // The first position row r sees (lo above), or a negative error code: -2 for a bad slot or
 // position, -3 for more visible positions than the cache holds.
@@ -106,7 +107,7 @@ static __device__ void attend(const float* q, const K* kc, const V* vc, const in
 ATTEND(bl_attention_f32, float, float)
 ATTEND(bl_attention_f16, __half, __half)
 
-// ---- flash attention for batches ------------------------------------------------------------------
+// ---- flash attention ------------------------------------------------------------------------------
 // A block of FA_WARPS warps takes pb <= FA_ROWS (row, head) pairs of one KV head (blockIdx.y):
 // pair i is row i / G, head kv_head * G + i % G (G = n_head / n_head_kv), so the heads that share
 // a KV head share each staged key tile. Warp w owns pairs 16w .. 16w + 15 as the 16 rows of its
@@ -248,7 +249,7 @@ static __device__ __forceinline__ float* part_ml(float* part, int S, int z, long
 // Merges the S splits' partials of the block's pairs into out (and its Q8_1 copy), by the last
 // split block of a (pair block, KV head): o = sum_z e_z o_z / (sum_z e_z l_z + e_sink), e_z =
 // exp(m_z - M), M the largest of the m_z and the sink. First a warp per pair turns the splits'
-// maxima and sums into weights e_z / (sum) in shared memory `wz` (FA_ROWS x MAX_SPLITS, lane j
+// maxima and sums into weights e_z / (sum) in shared memory `wz` (FA_ROWS x FA_MAX_SPLITS, lane j
 // holding splits j and j + 32) and finds the run of splits that saw any of its positions; then
 // each thread takes quads of the pairs' outputs, reading the run's partials eight splits at a
 // time. The partials, written by other blocks of this launch, are read past L1.
@@ -573,8 +574,9 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
 }
 
 // bl_flash_attn_f16_<D>: f16 caches, dk = dv = D. Grid (ceil(rows * G / pb), n_head_kv, splits),
-// pb <= FA_ROWS pairs per block, FA_WARPS warps, dynamic shared memory (2 * FA_ROWS + 2 * KT) * (D + 8) * 2 bytes; with
-// more than one split, part holds their partials and counters one zeroed int per (x, y) block.
+// pb <= FA_ROWS pairs per block, FA_WARPS warps, dynamic shared memory (2 * FA_ROWS + 2 * KT) *
+// (D + 8) * 2 bytes; with more than one split, part holds their partials and counters one zeroed
+// int per (x, y) block.
 #define FLASH_ATTEND(D)                                                                                            \
     extern "C" __global__ void __launch_bounds__(FA_WARPS * WARP)                                                 \
         bl_flash_attn_f16_##D(const float* q, const __half* kc, const __half* vc, const int* slots, const int* pos, \
