@@ -566,14 +566,20 @@ fn attention(
     }
     let out_ptr = SharedOut(out.as_mut_ptr());
     let failed = std::sync::Mutex::new(None);
-    b.par.for_each(rows, &|r| {
-        // SAFETY: task r writes only output row r, a disjoint part of `out`, which outlives the
-        // parallel loop.
-        let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(r * orow), orow) };
-        let res = ops::attention::attention(
-            &q[r * qrow..(r + 1) * qrow],
-            &slots[r..r + 1],
-            &pos[r..r + 1],
+    // A task per (row, KV head): decode's one row still spreads over the threads, and each task
+    // reads its KV head's cached rows once for the query heads that share it.
+    let n_kv = params.n_head_kv.max(1);
+    let (qg, og) = (qrow / n_kv, orow / n_kv);
+    b.par.for_each(rows * n_kv, &|task| {
+        let (r, kvh) = (task / n_kv, task % n_kv);
+        // SAFETY: task (r, kvh) writes only its heads' part of output row r, disjoint from every
+        // other task's, inside `out`, which outlives the parallel loop.
+        let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(task * og), og) };
+        let res = ops::attention::attention_group(
+            &q[task * qg..][..qg],
+            slots[r],
+            pos[r],
+            kvh,
             kcache,
             vcache,
             &params,

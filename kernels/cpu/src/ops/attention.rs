@@ -5,7 +5,10 @@
 //! sequence slot `s` at position `p` lives at cache row `p % cache_len` of slot `s` (a ring when
 //! the cache is shorter than the context, as for sliding-window layers). Query head `h` reads KV
 //! head `h / (n_head / n_head_kv)`, as ggml broadcasts. Per head, every score is computed, then
-//! softmaxed, then applied to V, as ggml's unfused path does (per-thread scratch, grown once).
+//! softmaxed, then applied to V, as ggml's unfused path does (per-thread scratch, grown once). The
+//! query heads that share a KV head are computed together, so each cached K and V row is read
+//! (and widened from f16) once for all of them; [`attention_group`] computes one such group of one
+//! row, so that callers can spread a row's groups over threads.
 
 use half::f16;
 
@@ -107,21 +110,99 @@ pub fn attention(
     }
     // Validate every row before writing anything.
     for (&slot, &pos) in slots.iter().zip(positions) {
-        let (_, lo, hi) = locate(OP, slot, pos, p)?;
-        if hi - lo >= p.cache_len {
-            let what = format!(
-                "position {pos} sees {} cache rows but the cache holds {} per slot",
-                hi - lo + 1,
-                p.cache_len
+        visible(slot, pos, p)?;
+    }
+    let group = p.n_head / p.n_head_kv;
+    for (r, (&slot, &pos)) in slots.iter().zip(positions).enumerate() {
+        let span = visible(slot, pos, p)?;
+        for kvh in 0..p.n_head_kv {
+            let heads = r * p.n_head + kvh * group;
+            attend_group(
+                &q[heads * dk..][..group * dk],
+                span,
+                kvh,
+                k_cache,
+                v_cache,
+                p,
+                &mut out[heads * dv..][..group * dv],
             );
-            return Err(OpError::Parameter { op: OP, what });
         }
     }
+    Ok(())
+}
+
+/// Attention of one row's query heads that read KV head `kvh` (heads `kvh · G .. (kvh + 1) · G`,
+/// `G = n_head / n_head_kv`): `q`, `[head_dim_k, G]` f32, over the cache, into `out`,
+/// `[head_dim_v, G]` f32; the row is in sequence slot `slot` at position `pos`, as in
+/// [`attention`]. No allocation once this thread's scratch has grown.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_group(
+    q: &[f32],
+    slot: u32,
+    pos: i32,
+    kvh: usize,
+    k_cache: KvCache,
+    v_cache: KvCache,
+    p: &AttentionParams,
+    out: &mut [f32],
+) -> Result<(), OpError> {
+    const OP: &str = "attention";
+    check_params(p)?;
+    let group = p.n_head / p.n_head_kv;
+    check_len(OP, "q", q.len(), mul_dims(OP, p.head_dim_k, group)?)?;
+    check_len(OP, "out", out.len(), mul_dims(OP, p.head_dim_v, group)?)?;
+    if kvh >= p.n_head_kv {
+        return Err(OpError::Index {
+            op: OP,
+            what: "kv head",
+            index: kvh as i64,
+            bound: p.n_head_kv,
+        });
+    }
+    let rows = mul_dims(OP, p.cache_len, p.n_slots)?;
+    let (k_width, v_width) = (p.head_dim_k * p.n_head_kv, p.head_dim_v * p.n_head_kv);
+    check_len(OP, "k_cache", k_cache.len(), mul_dims(OP, k_width, rows)?)?;
+    check_len(OP, "v_cache", v_cache.len(), mul_dims(OP, v_width, rows)?)?;
+    if let Some(s) = p.sinks {
+        check_len(OP, "sinks", s.len(), p.n_head)?;
+    }
+    let span = visible(slot, pos, p)?;
+    attend_group(q, span, kvh, k_cache, v_cache, p, out);
+    Ok(())
+}
+
+/// A row's checked slot and visible positions `lo..=hi`, refused when longer than the cache.
+fn visible(slot: u32, pos: i32, p: &AttentionParams) -> Result<(usize, usize, usize), OpError> {
+    let (slot, lo, hi) = locate("attention", slot, pos, p)?;
+    if hi - lo >= p.cache_len {
+        let what = format!(
+            "position {pos} sees {} cache rows but the cache holds {} per slot",
+            hi - lo + 1,
+            p.cache_len
+        );
+        return Err(OpError::Parameter {
+            op: "attention",
+            what,
+        });
+    }
+    Ok((slot, lo, hi))
+}
+
+/// [`attend`] for the cache element types at hand.
+fn attend_group(
+    q: &[f32],
+    span: (usize, usize, usize),
+    kvh: usize,
+    k_cache: KvCache,
+    v_cache: KvCache,
+    p: &AttentionParams,
+    out: &mut [f32],
+) {
     match (k_cache, v_cache) {
-        (KvCache::F32(k), KvCache::F32(v)) => attend(q, slots, positions, k, v, p, out),
-        (KvCache::F32(k), KvCache::F16(v)) => attend(q, slots, positions, k, v, p, out),
-        (KvCache::F16(k), KvCache::F32(v)) => attend(q, slots, positions, k, v, p, out),
-        (KvCache::F16(k), KvCache::F16(v)) => attend(q, slots, positions, k, v, p, out),
+        (KvCache::F32(k), KvCache::F32(v)) => attend(q, span, kvh, k, v, p, out),
+        (KvCache::F32(k), KvCache::F16(v)) => attend(q, span, kvh, k, v, p, out),
+        (KvCache::F16(k), KvCache::F32(v)) => attend(q, span, kvh, k, v, p, out),
+        (KvCache::F16(k), KvCache::F16(v)) => attend(q, span, kvh, k, v, p, out),
     }
 }
 
@@ -169,77 +250,83 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 }
 
 thread_local! {
-    /// Per-thread scratch: scores, one converted K row, one converted V row.
-    static SCRATCH: std::cell::RefCell<(Vec<f32>, Vec<f32>, Vec<f32>)> =
-        const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
+    /// Per-thread scratch: scores (a run per head of the group), one converted K row, one
+    /// converted V row, each head's running max then its normaliser.
+    static SCRATCH: std::cell::RefCell<[Vec<f32>; 4]> =
+        const { std::cell::RefCell::new([Vec::new(), Vec::new(), Vec::new(), Vec::new()]) };
 }
 
-/// The attention loop proper, monomorphised per cache element type; every length and index was
-/// checked by [`attention`]. Two passes per head, as ggml's unfused path computes it: every score
-/// (`q·k · scale`, softcapped), then `softmax` (max, exponentials, the sum in f64), then
-/// `Σ p·v` with the normalised weights. Scratch grows per thread and is then reused.
+/// The attention loop proper for one group of query heads sharing KV head `kvh`, monomorphised
+/// per cache element type; every length and index was checked by the caller. Two passes per
+/// head, as ggml's unfused path computes it: every score (`q·k · scale`, softcapped), then
+/// `softmax` (max, exponentials, the sum in f64), then `Σ p·v` with the normalised weights; each
+/// cached row is widened once for every head of the group. Scratch grows per thread and is then
+/// reused.
 fn attend<K: CacheRow, V: CacheRow>(
     q: &[f32],
-    slots: &[u32],
-    positions: &[i32],
+    (slot, lo, hi): (usize, usize, usize),
+    kvh: usize,
     k_cache: &[K],
     v_cache: &[V],
     p: &AttentionParams,
     out: &mut [f32],
-) -> Result<(), OpError> {
+) {
     let (dk, dv) = (p.head_dim_k, p.head_dim_v);
     let (k_width, v_width) = (dk * p.n_head_kv, dv * p.n_head_kv);
     let group = p.n_head / p.n_head_kv;
+    let n = hi - lo + 1;
     SCRATCH.with(|cell| {
         let mut guard = cell.borrow_mut();
-        let (scores, krow, vrow) = &mut *guard;
-        if krow.len() < dk {
-            krow.resize(dk, 0.0);
-        }
-        if vrow.len() < dv {
-            vrow.resize(dv, 0.0);
-        }
-        for (r, (&slot, &pos)) in slots.iter().zip(positions).enumerate() {
-            let (slot, lo, hi) = locate("attention", slot, pos, p)?;
-            let n = hi - lo + 1;
-            if scores.len() < n {
-                scores.resize(n, 0.0);
+        let [scores, krow, vrow, per_head] = &mut *guard;
+        let grow = |v: &mut Vec<f32>, len: usize| {
+            if v.len() < len {
+                v.resize(len, 0.0);
             }
-            for h in 0..p.n_head {
-                let qh = &q[(r * p.n_head + h) * dk..][..dk];
-                let acc = &mut out[(r * p.n_head + h) * dv..][..dv];
-                let kvh = h / group;
-                let sink = p.sinks.map(|s| s[h]);
-                let mut max = sink.unwrap_or(f32::NEG_INFINITY);
-                for (i, t) in (lo..=hi).enumerate() {
-                    let cache_row = slot * p.cache_len + t % p.cache_len;
-                    let kr = K::as_f32(&k_cache[cache_row * k_width + kvh * dk..][..dk], krow);
-                    let mut s = dot(qh, kr) * p.scale;
-                    if let Some(c) = p.softcap {
-                        s = c * (s / c).tanh();
-                    }
-                    scores[i] = s;
-                    max = max.max(s);
+        };
+        grow(scores, group * n);
+        grow(krow, dk);
+        grow(vrow, dv);
+        grow(per_head, group);
+        let sink = |g: usize| p.sinks.map(|s| s[kvh * group + g]);
+        for (g, max) in per_head[..group].iter_mut().enumerate() {
+            *max = sink(g).unwrap_or(f32::NEG_INFINITY);
+        }
+        for (i, t) in (lo..=hi).enumerate() {
+            let cache_row = slot * p.cache_len + t % p.cache_len;
+            let kr = K::as_f32(&k_cache[cache_row * k_width + kvh * dk..][..dk], krow);
+            for (g, max) in per_head[..group].iter_mut().enumerate() {
+                let mut s = dot(&q[g * dk..][..dk], kr) * p.scale;
+                if let Some(c) = p.softcap {
+                    s = c * (s / c).tanh();
                 }
-                let mut sum = sink.map_or(0.0, |s| f64::from((s - max).exp()));
-                for s in &mut scores[..n] {
-                    *s = (*s - max).exp();
-                    sum += f64::from(*s);
-                }
-                let inv = if sum > 0.0 { (1.0 / sum) as f32 } else { 0.0 };
-                acc.fill(0.0);
-                for (i, t) in (lo..=hi).enumerate() {
-                    let w = scores[i] * inv;
-                    if w == 0.0 || w.is_nan() {
-                        continue;
-                    }
-                    let cache_row = slot * p.cache_len + t % p.cache_len;
-                    let vr = V::as_f32(&v_cache[cache_row * v_width + kvh * dv..][..dv], vrow);
-                    acc.iter_mut().zip(vr).for_each(|(a, &b)| *a += w * b);
-                }
+                scores[g * n + i] = s;
+                *max = max.max(s);
             }
         }
-        Ok(())
+        for (g, head) in per_head[..group].iter_mut().enumerate() {
+            let max = *head;
+            let mut sum = sink(g).map_or(0.0, |s| f64::from((s - max).exp()));
+            for s in &mut scores[g * n..][..n] {
+                *s = (*s - max).exp();
+                sum += f64::from(*s);
+            }
+            *head = if sum > 0.0 { (1.0 / sum) as f32 } else { 0.0 };
+        }
+        out.fill(0.0);
+        for (i, t) in (lo..=hi).enumerate() {
+            let cache_row = slot * p.cache_len + t % p.cache_len;
+            let vr = V::as_f32(&v_cache[cache_row * v_width + kvh * dv..][..dv], vrow);
+            for (g, &inv) in per_head[..group].iter().enumerate() {
+                let w = scores[g * n + i] * inv;
+                if w == 0.0 || w.is_nan() {
+                    continue;
+                }
+                out[g * dv..][..dv]
+                    .iter_mut()
+                    .zip(vr.iter())
+                    .for_each(|(a, &b)| *a += w * b);
+            }
+        }
     })
 }
 

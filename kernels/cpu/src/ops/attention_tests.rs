@@ -211,6 +211,46 @@ fn batch_of_two_sequences_equals_each_alone() {
 }
 
 #[test]
+fn each_group_of_heads_alone_equals_the_whole_call() {
+    // GQA 6/2 with sinks, softcap and a window, f16 K and f32 V: every (row, KV head) group
+    // through attention_group is the matching part of attention's output, bit for bit.
+    let sinks = [0.2f32, -0.4, 1.0, 0.0, -2.0, 0.7];
+    let p = AttentionParams {
+        softcap: Some(0.9),
+        window: Some(6),
+        sinks: Some(&sinks),
+        ..params(6, 2, 7, 5, 16, 3)
+    };
+    let f = fill(&p, 12, 11);
+    let mut rng = StdRng::seed_from_u64(12);
+    let (slots, pos) = ([2u32, 0, 1], [11i32, 4, 9]);
+    let q = random(7 * 6 * 3, &mut rng);
+    let (k, v) = (KvCache::F16(&f.k16), KvCache::F32(&f.v));
+    let whole = run(&q, &slots, &pos, k, v, &p);
+    assert_close(
+        &whole,
+        &reference(&q, &slots, &pos, &widen16(&f.k16), &widen(&f.v), &p),
+        1e-5,
+    );
+    for r in 0..3 {
+        for kvh in 0..2 {
+            let heads = r * 6 + kvh * 3;
+            let mut out = vec![f32::NAN; 5 * 3];
+            let q_group = &q[heads * 7..][..7 * 3];
+            attention_group(q_group, slots[r], pos[r], kvh, k, v, &p, &mut out).unwrap();
+            assert_eq!(
+                &whole[heads * 5..][..5 * 3],
+                &out[..],
+                "row {r}, kv head {kvh}"
+            );
+        }
+    }
+    let mut out = vec![0.0; 5 * 3];
+    let e = attention_group(&q[..7 * 3], 0, 3, 2, k, v, &p, &mut out).unwrap_err();
+    assert!(e.to_string().contains("kv head"), "{e}");
+}
+
+#[test]
 fn causal_mask_and_window_are_respected() {
     let mut p = params(2, 1, 4, 3, 12, 1);
     let f = fill(&p, 12, 6);
