@@ -101,13 +101,7 @@ pub fn attention(
         out.len(),
         mul_dims(OP, mul_dims(OP, dv, p.n_head)?, n_rows)?,
     )?;
-    let (k_width, v_width) = (dk * p.n_head_kv, dv * p.n_head_kv);
-    let rows = mul_dims(OP, p.cache_len, p.n_slots)?;
-    check_len(OP, "k_cache", k_cache.len(), mul_dims(OP, k_width, rows)?)?;
-    check_len(OP, "v_cache", v_cache.len(), mul_dims(OP, v_width, rows)?)?;
-    if let Some(s) = p.sinks {
-        check_len(OP, "sinks", s.len(), p.n_head)?;
-    }
+    check_caches(k_cache, v_cache, p)?;
     // Validate every row before writing anything.
     for (&slot, &pos) in slots.iter().zip(positions) {
         visible(slot, pos, p)?;
@@ -159,6 +153,15 @@ pub fn attention_group(
             bound: p.n_head_kv,
         });
     }
+    check_caches(k_cache, v_cache, p)?;
+    let span = visible(slot, pos, p)?;
+    attend_group(q, span, kvh, k_cache, v_cache, p, out);
+    Ok(())
+}
+
+/// The caches' and the sinks' lengths against the parameters.
+fn check_caches(k_cache: KvCache, v_cache: KvCache, p: &AttentionParams) -> Result<(), OpError> {
+    const OP: &str = "attention";
     let rows = mul_dims(OP, p.cache_len, p.n_slots)?;
     let (k_width, v_width) = (p.head_dim_k * p.n_head_kv, p.head_dim_v * p.n_head_kv);
     check_len(OP, "k_cache", k_cache.len(), mul_dims(OP, k_width, rows)?)?;
@@ -166,8 +169,6 @@ pub fn attention_group(
     if let Some(s) = p.sinks {
         check_len(OP, "sinks", s.len(), p.n_head)?;
     }
-    let span = visible(slot, pos, p)?;
-    attend_group(q, span, kvh, k_cache, v_cache, p, out);
     Ok(())
 }
 
