@@ -88,6 +88,17 @@ opcheck_tiny() {
     --model "$m/hf.gguf" --model "$m/d.gguf" 2>&1 | tee "${OUT:-/tmp}/opcheck.txt" \
     | grep -E "FAIL|cases|rror${1:+|$1}" || true
 }
+# Waits until the server on port $1 (process $2, log $3) answers /health; if it exits first,
+# prints its log and fails.
+wait_ready() {
+  for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:$1/health" > /dev/null && return 0
+    kill -0 "$2" 2>/dev/null || { cat "$3"; exit 1; }
+    sleep 0.5
+  done
+  echo "the server on port $1 was not ready after 300 s" >&2
+  exit 1
+}
 # pp512/tg128 of each file given, two rounds, each round this build after the PREV builds
 # (plugins-only dists run under this build's host).
 ab_benches() {
@@ -171,11 +182,7 @@ case "${1:-}" in
       --port $port > "$out/serve-30b.log" 2>&1 &
     server=$!
     trap 'kill $server 2>/dev/null || true' EXIT
-    for _ in $(seq 600); do
-      curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
-      kill -0 $server 2>/dev/null || { cat "$out/serve-30b.log"; exit 1; }
-      sleep 0.5
-    done
+    wait_ready $port $server "$out/serve-30b.log"
     python3 scripts/prompt_cache_bench.py --url "http://127.0.0.1:$port" --slots 4 --vocab 151000 \
       --prefix 4000 | tee "$out/serve-30b.txt"
     curl -s "http://127.0.0.1:$port/metrics" | grep -E "prompt_cache|n_busy" | grep -v "^#"
@@ -218,10 +225,7 @@ case "${1:-}" in
     $b serve -m "$f" -ngl 99 --gpu-budget 6.3G --metrics --port $port > "$out/serve-tier.log" 2>&1 &
     server=$!
     trap 'kill $server 2>/dev/null || true' EXIT
-    for _ in $(seq 600); do
-      curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
-      sleep 0.5
-    done
+    wait_ready $port $server "$out/serve-tier.log"
     curl -s "http://127.0.0.1:$port/completion" -d '{"prompt": "one two three", "n_predict": 32}' > /dev/null
     curl -s "http://127.0.0.1:$port/metrics" | grep -E "routed_experts|residency_flips" | grep -v "^#" \
       | tee -a "$out/tier.txt"
@@ -406,10 +410,7 @@ case "${1:-}" in
       dist/bloomery --plugin-dir dist/plugins serve -m "$f" -ngl 99 -np 1 -c $ctx --metrics \
         --port $port > "${OUT:-/tmp}/serve-step-$ctx.log" 2>&1 &
       server=$!
-      for _ in $(seq 600); do
-        curl -sf "http://127.0.0.1:$port/health" > /dev/null && break
-        sleep 0.5
-      done
+      wait_ready $port $server "${OUT:-/tmp}/serve-step-$ctx.log"
       for _ in 1 2; do
         curl -s "http://127.0.0.1:$port/completion" -d '{"prompt":"Once upon a time","n_predict":256,
           "temperature":0,"ignore_eos":true}' | python3 -c "import json,sys; t=json.load(sys.stdin)['timings']

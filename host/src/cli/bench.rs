@@ -204,18 +204,26 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         String::new()
     };
     let mut rows = Vec::new();
-    let tests: [(&str, u32, TestFn); 2] = [("pp", a.n_prompt, pp_once), ("tg", a.n_gen, tg_once)];
-    for (kind, n, once) in tests {
+    // Each test's name, token count per sequence, run, and tokens a run evaluates in all.
+    let seqs = match a.parallel {
+        1 => String::new(),
+        n => format!(" x{n}"),
+    };
+    let tests: [(String, u32, TestFn, u32); 2] = [
+        (format!("pp{}", a.n_prompt), a.n_prompt, pp_once, a.n_prompt),
+        (
+            format!("tg{}{seqs}", a.n_gen),
+            a.n_gen,
+            tg_once,
+            a.n_gen * a.parallel,
+        ),
+    ];
+    for (name, n, once, tokens) in tests {
         if n == 0 {
             continue;
         }
         // One warm-up run, as llama-bench does (it also builds the graph of this batch shape).
         once(&mut model, n, at, &mut rng)?;
-        // The tg test's tokens: n per sequence.
-        let (tokens, seqs) = match kind {
-            "tg" if a.parallel > 1 => (n * a.parallel, format!(" x{}", a.parallel)),
-            _ => (n, String::new()),
-        };
         let mut rates = Vec::new();
         for _ in 0..a.repetitions.max(1) {
             let secs = once(&mut model, n, at, &mut rng)?;
@@ -226,7 +234,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             });
         }
         let (mean, std) = mean_std(&rates);
-        rows.push((format!("{kind}{n}{seqs}{depth}"), mean, std));
+        rows.push((format!("{name}{depth}"), mean, std));
     }
     if let Some((card, host, flips)) = model.residency_stats() {
         eprintln!(

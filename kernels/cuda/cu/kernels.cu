@@ -1452,8 +1452,7 @@ static __device__ __forceinline__ void mma_s8(int* c, const int* a, const int* b
 
 // Stages weight rows row0 .. row0 + 63 (sub-blocks sb0 ..) of one matrix of type wt.
 static __device__ __forceinline__ void mmq_load_w(MmqSmem* sm, const uint8_t* w, long long w_stride, int wt, int row0,
-                                                  int n, int sb0, int nsb) {
-    const int R = two_scales(wt) ? 2 : 1;
+                                                  int n, int sb0, int nsb, int R) {
     for (int p = threadIdx.x; p < MMQ_BM * MMQ_SB; p += MMQ_THREADS) {
         const int r = p / MMQ_SB, j = p % MMQ_SB, sb = sb0 + j / R;
         int* dst = sm->w + r * MMQ_LD + j * 8;
@@ -1530,7 +1529,7 @@ static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_strid
     const int* xl = sm->x + (warp * 16 + (lane & 7) + 8 * (lane >> 4)) * MMQ_LD + 4 * ((lane >> 3) & 1);
     for (int sb0 = 0; sb0 < nsb; sb0 += MMQ_SB / R) {
         __syncthreads();
-        mmq_load_w(sm, w, w_stride, wtype, row0, n, sb0, nsb);
+        mmq_load_w(sm, w, w_stride, wtype, row0, n, sb0, nsb, R);
         mmq_load_x(sm, xq, x_row, cols, col_div, col0, ncols, sb0, nsb, R);
         __syncthreads();
         if (!active) continue;
@@ -1690,6 +1689,16 @@ MMQ_EXPERTS(bl_mmq_experts_dp4a, false)
 // TILES_THREADS threads, a thread per expert (n_expert <= TILES_THREADS; max_tiles covers
 // ceil(entries / MMQ_BN) + n_expert).
 #define TILES_THREADS 1024
+// The inclusive prefix sum of v over the warp's lanes.
+static __device__ __forceinline__ int warp_prefix(int v) {
+    const int lane = threadIdx.x & (WARP - 1);
+#pragma unroll
+    for (int o = 1; o < WARP; o <<= 1) {
+        const int u = __shfl_up_sync(0xffffffffu, v, o);
+        if (lane >= o) v += u;
+    }
+    return v;
+}
 extern "C" __global__ void __launch_bounds__(TILES_THREADS) bl_moe_tiles(const int* count, int n_expert, int2* tiles,
                                                                          int max_tiles) {
     KERNEL_ENTRY();
@@ -1697,23 +1706,10 @@ extern "C" __global__ void __launch_bounds__(TILES_THREADS) bl_moe_tiles(const i
     const int e = threadIdx.x, lane = e & (WARP - 1), warp = e / WARP;
     const int mine = e < n_expert ? (count[e] + MMQ_BN - 1) / MMQ_BN : 0;
     // Inclusive prefix of the tile counts: within each warp, then over the warps' totals.
-    int incl = mine;
-#pragma unroll
-    for (int o = 1; o < WARP; o <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += v;
-    }
+    const int incl = warp_prefix(mine);
     if (lane == WARP - 1) warp_total[warp] = incl;
     __syncthreads();
-    if (warp == 0) {
-        int t = lane < TILES_THREADS / WARP ? warp_total[lane] : 0;
-#pragma unroll
-        for (int o = 1; o < WARP; o <<= 1) {
-            const int v = __shfl_up_sync(0xffffffffu, t, o);
-            if (lane >= o) t += v;
-        }
-        warp_total[lane] = t;
-    }
+    if (warp == 0) warp_total[lane] = warp_prefix(lane < TILES_THREADS / WARP ? warp_total[lane] : 0);
     __syncthreads();
     const int start = incl - mine + (warp > 0 ? warp_total[warp - 1] : 0);
     const int total = warp_total[TILES_THREADS / WARP - 1];

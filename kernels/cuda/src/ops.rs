@@ -358,6 +358,18 @@ const MMQ_TILE: u64 = 64;
 /// Threads per block of the tiled products (`MMQ_THREADS`).
 const MMQ_THREADS: u32 = 128;
 
+/// Refuses, by name, a tensor `what` of another type than F32.
+fn f32_only(t: &TensorRef, what: &str) -> Result<(), PluginError> {
+    if t.dtype == DType::F32 {
+        Ok(())
+    } else {
+        Err(PluginError::unsupported(
+            format!("{what} of type {}", t.dtype),
+            &[],
+        ))
+    }
+}
+
 /// How [`Launcher::run`] reaches the device's buffer table.
 pub trait Buffers {
     /// The device address of `len` bytes at `offset` in `buffer`, when they lie inside it.
@@ -631,16 +643,6 @@ impl Launcher {
                 .span_bytes()
                 .ok_or_else(|| PluginError::invalid(format!("{what}: no valid layout")))?;
             bufs.address(t.buffer, t.offset, span)
-        };
-        let f32_only = |t: &TensorRef, what: &str| {
-            if t.dtype == DType::F32 {
-                Ok(())
-            } else {
-                Err(PluginError::unsupported(
-                    format!("{what} of type {}", t.dtype),
-                    &[],
-                ))
-            }
         };
         let grid = |n: u64, per: u64| -> u32 { n.div_ceil(per).clamp(1, 65_535 * 64) as u32 };
         let cfg = |g: u32, b: u32| LaunchConfig {

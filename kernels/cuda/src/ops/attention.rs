@@ -10,7 +10,7 @@ use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::LaunchConfig;
 
-use super::{driver_err, Launcher};
+use super::{driver_err, f32_only, Launcher};
 
 /// Batches of at least this many rows take the flash form in one launch (fewer: split).
 const FLASH_MIN_ROWS: u64 = 16;
@@ -140,14 +140,8 @@ impl Launcher {
             ));
         }
         let (q, kc, vc, slots, pos) = (src(0)?, src(1)?, src(2)?, src(3)?, src(4)?);
-        for (t, what) in [(q, "Attention q"), (&c.dst, "Attention dst")] {
-            if t.dtype != DType::F32 {
-                return Err(PluginError::unsupported(
-                    format!("{what} of type {}", t.dtype),
-                    &[],
-                ));
-            }
-        }
+        f32_only(q, "Attention q")?;
+        f32_only(&c.dst, "Attention dst")?;
         let rows = slots.elements();
         let (nh, nkv, dk, dv) = (p.n_head, p.n_head_kv, p.dk, p.dv);
         if dk > 256 {
@@ -171,12 +165,7 @@ impl Launcher {
         let form = choose(kc.dtype, vc.dtype, dk, dv, kc.ne[1], self.smem_optin)?;
         let sinks = if p.sinks {
             let s = src(5)?;
-            if s.dtype != DType::F32 {
-                return Err(PluginError::unsupported(
-                    format!("sinks of type {}", s.dtype),
-                    &[],
-                ));
-            }
+            f32_only(s, "sinks")?;
             addr(s, "sinks")?
         } else {
             0u64
@@ -203,19 +192,17 @@ impl Launcher {
             Form::Scores { .. } => 1,
         };
         // Split partials go in the scratch after the output's Q8_1 copy: o, then max and sum,
-        // per split and output row. The scratch is sized for both before the copy takes it.
-        let copy_bytes = (c.dst.elements() / 32 * 36).div_ceil(256) * 256;
-        let part_bytes = split * rows * u64::from(nh) * (u64::from(dv) + 2) * 4;
-        if split > 1 {
-            self.scratch(copy_bytes + part_bytes)?;
-        }
-        let copy = self.copy_slot(wanted, po, c.dst.elements())?;
-        let oq = copy.map_or(0u64, |c| c.q);
+        // per split and output row. The scratch is sized for both before the copy takes its
+        // start.
         let part = if split > 1 {
+            let copy_bytes = (c.dst.elements() / 32 * 36).div_ceil(256) * 256;
+            let part_bytes = split * rows * u64::from(nh) * (u64::from(dv) + 2) * 4;
             self.scratch(copy_bytes + part_bytes)? + copy_bytes
         } else {
             0u64
         };
+        let copy = self.copy_slot(wanted, po, c.dst.elements())?;
+        let oq = copy.map_or(0u64, |c| c.q);
         let (name, smem) = match form {
             Form::Flash { name, smem, .. } | Form::Scores { name, smem } => (name, smem),
         };
