@@ -37,6 +37,9 @@
 #   scripts/gpu-check.sh long-decode  on the GPU machine: opcheck, then decode after 1,024, 4,096 and
 #                                 16,384 tokens (bench -d) and pp512/tg128 of the 30B-A3B file, with
 #                                 PREV.
+#   scripts/gpu-check.sh streams  on the GPU machine: opcheck, the few-column products timed side by
+#                                 side (dist/cols_bench, from `cols-bench-build` here), tg64 of 1,
+#                                 2 and 4 sequences and the server's 1/2/4 streams, with PREV.
 #   scripts/gpu-check.sh serve-step  on the GPU machine: one stream's decode through `serve -ngl 99`
 #                                 (forward time from /metrics against the whole step from the
 #                                 request's timings) at -c 1024 and 8192, beside bench's tg128.
@@ -399,6 +402,57 @@ case "${1:-}" in
           | grep -E "(pp|tg)[0-9]" | awk -F'|' '{printf "%s %s  ", $7, $8}')"
       done
     done
+    ;;
+  streams)
+    # Several sequences decoded together: every op and the tiny files (the Q4_K file's two-row
+    # decode steps too) against the CPU (SKIP_CHECK skips it), the few-column products side by side
+    # (kernels/cuda/bench/cols_bench.cu; dist/cols_bench, built here with
+    # `scripts/gpu-check.sh cols-bench-build`), then tg64 with 1, 2 and 4 sequences (`bench -np`)
+    # and the server's total tok/s for 1, 2 and 4 streams, each alternating with PREV.
+    out=${OUT:-/tmp}
+    if [ -z "${SKIP_CHECK:-}" ]; then
+      opcheck_tiny
+      m=/dev/shm/bloomery-gpu-check
+      dist/bloomery --plugin-dir dist/plugins opcheck --plugin cuda-sm90 --seed 3 --model "$m/q4k.gguf" \
+        --model-tol 1e-1 2>&1 | tee "$out/opcheck-q4k.txt" | grep -E "FAIL|cases|rror" || true
+    fi
+    [ ! -x dist/cols_bench ] || dist/cols_bench > "$out/cols_bench.txt" \
+      || { grep WRONG "$out/cols_bench.txt"; exit 1; }
+    [ ! -f "$out/cols_bench.txt" ] || grep -E "m=(2|4) .*(q_cols|pick)" "$out/cols_bench.txt"
+    f=$(file_30b)
+    if [ -n "${NCU:-}" ]; then
+      # Per-kernel times of about 10 eager decode layers with 1 and with 2 sequences.
+      for np in 1 2; do
+        ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 2400 \
+          --launch-count 240 dist/bloomery --plugin-dir dist/plugins bench -m "$f" -p 0 -n 5 -np $np \
+          -r 1 -ngl 99 --no-graphs > "$out/ncu-np$np.csv" 2> /dev/null || true
+        echo "== decode kernels, $np sequences (per layer = total / 10)"
+        python3 scripts/ncu_summary.py "$out/ncu-np$np.csv" --per 10
+      done
+    fi
+    for round in 1 2; do
+      # Alternate which build goes first.
+      order="${PREV:-} dist"
+      [ $round = 1 ] || order="dist ${PREV:-}"
+      for d in $order; do
+        for np in 1 2 4; do
+          echo "== $d round $round -np $np: $(dist/bloomery --plugin-dir "$d/plugins" bench -m "$f" -p 0 \
+            -n 64 -np $np -r 2 -ngl 99 2>&1 | grep -E "tg[0-9]" | awk -F'|' '{printf "%s %s", $7, $8}')"
+        done
+      done
+    done
+    for d in ${PREV:-} dist; do
+      echo "== server streams, $d:"
+      python3 scripts/server_bench.py --plugins "$d/plugins" -n 128 --streams 1,2,4 --ctx 8192 \
+        --rounds 3 --server-args="-ngl 99" "$f" | tee -a "$out/streams.txt"
+    done
+    ;;
+  cols-bench-build)
+    # Here: builds kernels/cuda/bench/cols_bench.cu into dist/cols_bench with the pinned nvcc
+    # (its static CUDA runtime), for the `streams` mode.
+    cu=target/cuda-tools/.venv/lib/python3.11/site-packages/nvidia/cu13
+    "$cu/bin/nvcc" -O3 -arch=sm_90 -L"$cu/lib" -o dist/cols_bench kernels/cuda/bench/cols_bench.cu
+    strip dist/cols_bench
     ;;
   serve-step)
     # Where a served decode step goes beyond bench's: /metrics' predicted time counts forward

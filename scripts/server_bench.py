@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Total generation throughput of `bloomery serve` with 1, 2 and 4 concurrent streams.
 
-Starts the server once per stream count (`-np N`), warms it up, then runs N clients at once,
-each generating `-n` tokens (greedy, end-of-generation ignored) after its own short prompt, and
-reports total tok/s (all tokens over the wall time of the round) and per-stream decode tok/s
-from the server's own timings.
+Starts the server once per stream count (`-np N`), warms it up with one request, then runs
+`--rounds` rounds of N clients at once, each generating `-n` tokens (greedy, end-of-generation
+ignored) after its own short prompt, and reports for each round total tok/s (all tokens over the
+wall time of the round) and per-stream decode tok/s from the server's own timings. The first
+round meets batch shapes the server has not run before (it prepares and captures them then);
+later rounds show the steady state.
 
 usage: scripts/server_bench.py [--bin dist/bloomery] [--plugins dist/plugins] [-n 64] [--streams 1,2,4]
-                               [--server-args "-ngl 99"] MODEL.gguf
+                               [--rounds 1] [--server-args "-ngl 99"] MODEL.gguf
 Needs `requests` (pip install requests==2.34.2).
 """
 import argparse
@@ -39,11 +41,12 @@ def main():
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--streams", default="1,2,4")
     ap.add_argument("--ctx", type=int, default=4096)
+    ap.add_argument("--rounds", type=int, default=1, help="concurrent rounds per stream count")
     ap.add_argument("--server-args", default="", help="more `serve` flags, e.g. '-ngl 99 -cmoe'")
     ap.add_argument("model")
     a = ap.parse_args()
-    print(f"| streams | total tok/s | per-stream decode tok/s (server timings) | wall s |")
-    print(f"|---|---|---|---|")
+    print("| streams | round | total tok/s | per-stream decode tok/s (server timings) | wall s |")
+    print("|---|---|---|---|---|")
     for n in [int(x) for x in a.streams.split(",")]:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
@@ -66,13 +69,15 @@ def main():
                 return requests.post(url + "/completion", json=body, timeout=600).json()
 
             one(0)  # warm-up
-            t0 = time.time()
-            with concurrent.futures.ThreadPoolExecutor(n) as ex:
-                results = list(ex.map(one, range(n)))
-            wall = time.time() - t0
-            total = sum(r["tokens_predicted"] for r in results)
-            per = [r["timings"]["predicted_per_second"] for r in results]
-            print(f"| {n} | {total / wall:.1f} | {', '.join(f'{p:.1f}' for p in per)} | {wall:.2f} |")
+            for rnd in range(1, a.rounds + 1):
+                t0 = time.time()
+                with concurrent.futures.ThreadPoolExecutor(n) as ex:
+                    results = list(ex.map(one, range(n)))
+                wall = time.time() - t0
+                total = sum(r["tokens_predicted"] for r in results)
+                per = [r["timings"]["predicted_per_second"] for r in results]
+                print(f"| {n} | {rnd} | {total / wall:.1f} | {', '.join(f'{p:.1f}' for p in per)} | {wall:.2f} |",
+                      flush=True)
         finally:
             proc.terminate()
             proc.wait(10)

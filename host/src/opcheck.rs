@@ -280,9 +280,11 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     [300, 5, 1, 1],
                     tol,
                 ),
-                // 2 to 15 columns (decode with several streams) take one warp per weight row on
-                // the CUDA bundles, 8 columns per pass: one pass (2, 8; 136 blocks of 32 values,
-                // not a multiple of the warp), two passes (15, the second partial).
+                // 2 to 15 columns (decode with several streams) take a few-column product on the
+                // CUDA bundles, 2, 4 or 8 columns per pass: one pass (2, 8; 136 blocks of 32
+                // values, not a multiple of the warp), two passes (15, the second partial); Q8_0
+                // and Q4_K rows go 1, 2 or 4 to a warp by their count (3 columns over 2,051 rows
+                // and 4 over 1,030 leave the last warp's rows partial).
                 case(
                     "decode: 2 columns",
                     Op::MatMul,
@@ -291,6 +293,26 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                         f32s([4352, 2, 1, 1]),
                     ],
                     [200, 2, 1, 1],
+                    tol,
+                ),
+                case(
+                    "decode: 3 columns, 2051 rows",
+                    Op::MatMul,
+                    vec![
+                        spec(t, [512, 2051, 1, 1], Fill::Random(0.1)),
+                        f32s([512, 3, 1, 1]),
+                    ],
+                    [2051, 3, 1, 1],
+                    tol,
+                ),
+                case(
+                    "decode: 4 columns, 1030 rows",
+                    Op::MatMul,
+                    vec![
+                        spec(t, [512, 1030, 1, 1], Fill::Random(0.1)),
+                        f32s([512, 4, 1, 1]),
+                    ],
+                    [1030, 4, 1, 1],
                     tol,
                 ),
                 case(

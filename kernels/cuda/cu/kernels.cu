@@ -1165,8 +1165,9 @@ static __device__ __forceinline__ float warp_sum_cols(const float (&v)[MQ_COLS])
     return s;
 }
 
-// Quantized products for a few columns (2 .. 15: decode passes of several streams): y[c*n + j] =
-// W_j . x_c, one warp per weight row j. Each lane unpacks its sub-blocks of W_j once per group of
+// Quantized products for a few columns (2 .. 15: decode passes of several streams) of the types
+// without a pair form (matmul_q_few below takes Q8_0 and Q4_K): y[c*n + j] = W_j . x_c, one warp
+// per weight row j. Each lane unpacks its sub-blocks of W_j once per group of
 // MQ_COLS columns and takes every column of the group from it, so W is read once for up to 8
 // columns rather than once per column; each (sub-block, column) product is that of matmul_q.
 // F32 rows (instantiated by WITH_WTYPE, not launched) go column by column through block_dot.
@@ -1209,6 +1210,87 @@ extern "C" __global__ void bl_matmul_q_cols(const uint8_t* w, long long w_stride
     WITH_WTYPE(wtype, (matmul_q_cols<WT>(w, w_stride, xq, x_row, y, k, n, m)))
 }
 
+
+// The two Q8_1 blocks of chunk p (values 64p .. 64p + 63) of an activation row in global memory
+// (36-byte blocks, the row 4-byte aligned).
+static __device__ __forceinline__ XPair load_x_pair_global(const uint8_t* x, int p) {
+    const int* a = (const int*)(x + (long long)p * 72);
+    XPair r;
+    const int da = a[0], db = a[9];
+    r.d0 = __half22float2(*(const __half2*)&da);
+    r.d1 = __half22float2(*(const __half2*)&db);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        r.q0[t] = a[1 + t];
+        r.q1[t] = a[10 + t];
+    }
+    return r;
+}
+
+// Quantized products for a few columns of a type with a pair form (Q8_0, Q4_K; rows as
+// `pairs_ok` asks): y[c*n + j] = W_j . x_c for the columns c0 .. c0 + M - 1 (c0 = M * blockIdx.y,
+// those below m). Each warp takes R consecutive weight rows and each lane the chunks lane, lane +
+// 32, ... of them, so every weight byte is read once per M columns, the lane's first chunks
+// loaded before waiting on the previous kernel; each lane reads its chunks of the activations
+// from global memory (the rows are a few KiB, in L1/L2), which measured faster than staging them
+// in shared memory (kernels/cuda/bench/cols_bench.cu).
+template <int WT, int M, int R>
+static __device__ void matmul_q_few(const uint8_t* w, long long w_stride, const uint8_t* xq, long long x_row,
+                                    float* y, int k, int n, int m) {
+    const int lane = threadIdx.x & (WARP - 1);
+    const int nch = k / 64;
+    const long long j0 = ((long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP) * R;
+    PairW<WT> wb[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+        if (j0 + r < n && lane < nch) wb[r] = load_pair<WT>(w + (j0 + r) * w_stride, lane);
+    KERNEL_ENTRY();
+    if (j0 >= n) return;
+    const int c0 = blockIdx.y * M, nc = min(M, m - c0);
+    const uint8_t* x0 = xq + (long long)c0 * x_row;
+    float s[R][M];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < M; ++c) s[r][c] = 0.0f;
+    for (int p = lane; p < nch; p += WARP) {
+        if (p != lane) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (j0 + r < n) wb[r] = load_pair<WT>(w + (j0 + r) * w_stride, p);
+        }
+#pragma unroll
+        for (int c = 0; c < M; ++c) {
+            if (c >= nc) break;
+            const XPair xp = load_x_pair_global(x0 + c * x_row, p);
+#pragma unroll
+            for (int r = 0; r < R; ++r) s[r][c] += dot_pair<WT>(wb[r], xp);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int c = 0; c < M; ++c) {
+            const float v = warp_sum(s[r][c]);
+            if (lane == 0 && c < nc && j0 + r < n) y[(long long)(c0 + c) * n + j0 + r] = v;
+        }
+}
+
+// One entry point per (type, columns per pass M, rows per warp R) that the host picks
+// (src/ops.rs `few_cols`): Q8_0 with R 1, 2, 4 and Q4_K with R 1, 2 (the forms that measured
+// fastest for some shape), each with M 2, 4, 8.
+#define MATMUL_Q_FEW_ENTRY(T, M, R)                                                                               \
+    extern "C" __global__ void bl_matmul_q_few_##T##_##M##_##R(const uint8_t* w, long long w_stride,            \
+                                                               const uint8_t* xq, long long x_row, float* y,    \
+                                                               int k, int n, int m) {                           \
+        matmul_q_few<T, M, R>(w, w_stride, xq, x_row, y, k, n, m);                                               \
+    }
+#define MATMUL_Q_FEW_M(T, R) MATMUL_Q_FEW_ENTRY(T, 2, R) MATMUL_Q_FEW_ENTRY(T, 4, R) MATMUL_Q_FEW_ENTRY(T, 8, R)
+MATMUL_Q_FEW_M(1, 1)
+MATMUL_Q_FEW_M(1, 2)
+MATMUL_Q_FEW_M(1, 4)
+MATMUL_Q_FEW_M(2, 1)
+MATMUL_Q_FEW_M(2, 2)
 
 static __device__ float glu_one(float g, float u, int kind, float limit) {
     if (kind == 1) return gelu_table(g) * u;

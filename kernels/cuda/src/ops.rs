@@ -73,6 +73,50 @@ const MOE_GATE_UP: [&str; 12] = per_wtype!("bl_moe_gate_up");
 /// Routed down products, per weight type.
 const MOE_DOWN: [&str; 12] = per_wtype!("bl_moe_down");
 
+/// The few-column products of the pair-form types (`bl_matmul_q_few_<type>_<M>_<R>`): weight
+/// type code, columns per pass M, weight rows per warp R. R trades warps in flight against
+/// activation reads per weight row; `few_cols` picks it by the row count as
+/// kernels/cuda/bench/cols_bench.cu measured on the H200.
+const MATMUL_Q_FEW: [(i32, u64, u64, &str); 15] = [
+    (1, 2, 1, "bl_matmul_q_few_1_2_1"),
+    (1, 4, 1, "bl_matmul_q_few_1_4_1"),
+    (1, 8, 1, "bl_matmul_q_few_1_8_1"),
+    (1, 2, 2, "bl_matmul_q_few_1_2_2"),
+    (1, 4, 2, "bl_matmul_q_few_1_4_2"),
+    (1, 8, 2, "bl_matmul_q_few_1_8_2"),
+    (1, 2, 4, "bl_matmul_q_few_1_2_4"),
+    (1, 4, 4, "bl_matmul_q_few_1_4_4"),
+    (1, 8, 4, "bl_matmul_q_few_1_8_4"),
+    (2, 2, 1, "bl_matmul_q_few_2_2_1"),
+    (2, 4, 1, "bl_matmul_q_few_2_4_1"),
+    (2, 8, 1, "bl_matmul_q_few_2_8_1"),
+    (2, 2, 2, "bl_matmul_q_few_2_2_2"),
+    (2, 4, 2, "bl_matmul_q_few_2_4_2"),
+    (2, 8, 2, "bl_matmul_q_few_2_8_2"),
+];
+
+/// Threads per block of the few-column products (4 warps).
+const FEW_BLOCK: u32 = 128;
+
+/// The few-column product for `m` (2 or more) columns of `n` rows of type `wtype`: its entry
+/// point, columns per pass and weight rows per warp; None for types without a pair form.
+fn few_cols(wtype: i32, n: u64, m: u64) -> Option<(&'static str, u64, u64)> {
+    let cols = match m {
+        0..=2 => 2,
+        3 | 4 => 4,
+        _ => 8,
+    };
+    let rows = match (wtype, n) {
+        (1, 2048..) => 4,
+        (_, 1024..) => 2,
+        _ => 1,
+    };
+    MATMUL_Q_FEW
+        .iter()
+        .find(|&&(t, c, r, _)| (t, c, r) == (wtype, cols, rows))
+        .map(|&(_, c, r, name)| (name, c, r))
+}
+
 /// Whether rows of type `wtype` at `base` (row stride `stride`, expert stride `estride`) of
 /// `k` values suit the kernels' pair form (`pairs_ok` in cu/quant.cuh: Q8_0 or Q4_K, whole
 /// 64-value chunks, 4- or 16-byte aligned).
@@ -872,14 +916,27 @@ impl Launcher {
                             return Ok(());
                         }
                         // A single column: one warp per row. A few columns (several decode
-                        // streams): one warp per row for all of them, each weight block read once
-                        // per MQ_COLS columns.
+                        // streams): each weight row read once per pass of up to 8 columns, by a
+                        // warp taking 1, 2 or 4 rows (Q8_0, Q4_K) or one row (other types).
+                        let few = if m > 1 && pairs_ok(wtype, pw, stride, 0, k) {
+                            few_cols(wtype, n, m)
+                        } else {
+                            None
+                        };
                         let (name, launch) = if m == 1 {
                             let launch = LaunchConfig {
                                 shared_mem_bytes: stage_bytes(wtype, k, 2),
                                 ..cfg(grid(tasks, WARPS), BLOCK)
                             };
                             (typed(&MATMUL_Q, wtype)?, launch)
+                        } else if let Some((name, cols, rows)) = few {
+                            let warps = u64::from(FEW_BLOCK / 32) * rows;
+                            let launch = LaunchConfig {
+                                grid_dim: (grid(n, warps), m.div_ceil(cols) as u32, 1),
+                                block_dim: (FEW_BLOCK, 1, 1),
+                                shared_mem_bytes: 0,
+                            };
+                            (name, launch)
                         } else {
                             let warps = u64::from(MQ_COLS_BLOCK / 32);
                             ("bl_matmul_q_cols", cfg(grid(n, warps), MQ_COLS_BLOCK))
@@ -888,11 +945,11 @@ impl Launcher {
                         let mut l = self.args(&f);
                         l.arg(&pw).arg(&stride).arg(&q).arg(&x_row).arg(&py);
                         l.arg(&ki).arg(&ni).arg(&mi);
-                        if m > 1 {
+                        if m > 1 && few.is_none() {
                             l.arg(&wtype);
                         }
-                        // SAFETY: one warp per (row, column) or per row, all inside the checked
-                        // spans.
+                        // SAFETY: one warp per (row, column), per row or per R rows, all inside
+                        // the checked spans.
                         unsafe { l.launch(launch) }.map_err(driver_err(name))?;
                     }
                     (other, None) => {
@@ -1772,6 +1829,26 @@ mod tests {
     }
 
     #[test]
+    fn few_column_products_cover_every_column_count_and_name_their_form() {
+        for wtype in [1, 2] {
+            for m in 2..16 {
+                for n in [256, 512, 1024, 2048, 4096] {
+                    let (name, cols, rows) = super::few_cols(wtype, n, m).expect("a form");
+                    assert!(
+                        cols >= m.min(8) && (cols == 2 || cols / 2 < m),
+                        "{m} columns in {cols}"
+                    );
+                    assert_eq!(name, format!("bl_matmul_q_few_{wtype}_{cols}_{rows}"));
+                }
+            }
+        }
+        assert_eq!(super::few_cols(1, 4096, 2).map(|f| f.2), Some(4));
+        assert_eq!(super::few_cols(2, 4096, 2).map(|f| f.2), Some(2));
+        assert_eq!(super::few_cols(1, 512, 2).map(|f| f.2), Some(1));
+        assert_eq!(super::few_cols(3, 4096, 2), None, "Q6_K has no pair form");
+    }
+
+    #[test]
     fn kernel_lookup_tables_match_the_cpu_reference() {
         use bloomery_kernels_cpu::quant::iq_tables::{KVALUES_E2M1, KVALUES_IQ4NL};
         assert_eq!(table("KVALUES_IQ4NL_LIST"), KVALUES_IQ4NL);
@@ -1825,7 +1902,8 @@ mod tests {
                 super::MOE_GATE_UP,
                 super::MOE_DOWN,
             ];
-            for name in NAMES.iter().chain(typed.iter().flatten()) {
+            let few = super::MATMUL_Q_FEW.map(|(_, _, _, name)| name);
+            for name in NAMES.iter().chain(typed.iter().flatten()).chain(&few) {
                 assert!(
                     ptx.contains(&format!(".entry {name}(")),
                     "{target}: no {name}"

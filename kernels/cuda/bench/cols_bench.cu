@@ -1,0 +1,193 @@
+// Times the few-column quantized products (2 .. 8 activation columns: decode passes of several
+// streams) on the card, each kernel replayed from a CUDA graph over a pool of weight copies larger
+// than L2 (so weights come from DRAM as in a decode step), and checks every form against
+// bl_matmul_q_cols. Built by scripts/gpu-check.sh (`cols-bench` mode) with the card's nvcc:
+//   nvcc -O3 -arch=sm_90 -o cols_bench kernels/cuda/bench/cols_bench.cu && ./cols_bench
+// Prints one line per (shape, type, columns, form): microseconds a launch and GB/s of weights;
+// exits 1 when a form's outputs differ from bl_matmul_q_cols' by more than 1e-5 of their largest.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "../cu/kernels.cu"
+
+#define CK(x)                                                                                 \
+    do {                                                                                      \
+        cudaError_t e_ = (x);                                                                 \
+        if (e_ != cudaSuccess) {                                                              \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(1);                                                                          \
+        }                                                                                     \
+    } while (0)
+
+struct Shape {
+    const char* name;
+    int n, k;
+};
+
+static size_t row_bytes(int wt, int k) { return wt == WT_Q8_0 ? (size_t)k / 32 * 34 : (size_t)k / 256 * 144; }
+
+// Random weight rows with finite, small scales.
+static std::vector<uint8_t> random_rows(int wt, int n, int k, std::mt19937& rng) {
+    std::vector<uint8_t> b(row_bytes(wt, k) * n);
+    for (auto& v : b) v = (uint8_t)rng();
+    const size_t blk = wt == WT_Q8_0 ? 34 : 144;
+    for (size_t o = 0; o < b.size(); o += blk) {
+        const __half d = __float2half(0.002f + 0.001f * (float)(rng() % 8));
+        memcpy(&b[o], &d, 2);
+        if (wt == WT_Q4_K) {
+            const __half m = __float2half(0.001f * (float)(rng() % 8));
+            memcpy(&b[o + 2], &m, 2);
+        }
+    }
+    return b;
+}
+
+// Launches one form; false where it does not apply.
+using Launch = bool (*)(const uint8_t* w, long long stride, const uint8_t* xq, long long x_row, float* y, int k, int n,
+                        int m, int wt, cudaStream_t s);
+
+static bool run_cols(const uint8_t* w, long long stride, const uint8_t* xq, long long x_row, float* y, int k, int n,
+                     int m, int wt, cudaStream_t s) {
+    bl_matmul_q_cols<<<(n + 3) / 4, 128, 0, s>>>(w, stride, xq, x_row, y, k, n, m, wt);
+    return true;
+}
+
+static bool run_single(const uint8_t* w, long long stride, const uint8_t* xq, long long x_row, float* y, int k, int n,
+                       int m, int wt, cudaStream_t s) {
+    const int smem = k / 64 * STAGE_PAIR * 2;
+    const long long tasks = (long long)n * m;
+    if (wt == WT_Q8_0)
+        bl_matmul_q_1<<<(tasks + 7) / 8, 256, smem, s>>>(w, stride, xq, x_row, y, k, n, m);
+    else
+        bl_matmul_q_2<<<(tasks + 7) / 8, 256, smem, s>>>(w, stride, xq, x_row, y, k, n, m);
+    return true;
+}
+
+// bl_matmul_q_few_<wt>_<M>_<R> as src/ops.rs launches it (M: columns per pass).
+static bool run_few_r(const uint8_t* w, long long stride, const uint8_t* xq, long long x_row, float* y, int k, int n,
+                      int m, int wt, int R, cudaStream_t s) {
+    const int M = m <= 2 ? 2 : m <= 4 ? 4 : 8;
+    const dim3 grid((n + 4 * R - 1) / (4 * R), (m + M - 1) / M);
+#define FEW_CASE(T, MM, RR)                                                                   \
+    if (wt == T && M == MM && R == RR) {                                                      \
+        bl_matmul_q_few_##T##_##MM##_##RR<<<grid, 128, 0, s>>>(w, stride, xq, x_row, y, k, n, m); \
+        return true;                                                                          \
+    }
+#define FEW_CASES(T, RR) FEW_CASE(T, 2, RR) FEW_CASE(T, 4, RR) FEW_CASE(T, 8, RR)
+    FEW_CASES(1, 1) FEW_CASES(1, 2) FEW_CASES(1, 4) FEW_CASES(2, 1) FEW_CASES(2, 2)
+    return false;
+}
+
+// The host's choice of R (src/ops.rs `few_cols`).
+static int host_rows(int wt, int n) { return wt == WT_Q8_0 && n >= 2048 ? 4 : n >= 1024 ? 2 : 1; }
+
+template <int R>
+static bool run_few(const uint8_t* w, long long stride, const uint8_t* xq, long long x_row, float* y, int k, int n,
+                    int m, int wt, cudaStream_t s) {
+    return m > 1 && run_few_r(w, stride, xq, x_row, y, k, n, m, wt, R, s);
+}
+
+static bool run_pick(const uint8_t* w, long long stride, const uint8_t* xq, long long x_row, float* y, int k, int n,
+                     int m, int wt, cudaStream_t s) {
+    return m > 1 && run_few_r(w, stride, xq, x_row, y, k, n, m, wt, host_rows(wt, n), s);
+}
+
+struct Form {
+    const char* name;
+    Launch run;
+};
+
+static const Form FORMS[] = {
+    {"q_cols (types without pair form)", run_cols},
+    {"single-row kernel, warp per (row, col)", run_single},
+    {"few, 1 row a warp", run_few<1>},
+    {"few, 2 rows a warp", run_few<2>},
+    {"few, 4 rows a warp", run_few<4>},
+    {"few, the host's pick", run_pick},
+};
+
+int main() {
+    const Shape shapes[] = {{"Q 4096x2048", 4096, 2048}, {"K/V 512x2048", 512, 2048}, {"O 2048x4096", 2048, 4096}};
+    const int types[] = {WT_Q8_0, WT_Q4_K};
+    const int cols[] = {1, 2, 3, 4, 8, 15};
+    std::mt19937 rng(7);
+    bool failed = false;
+    cudaStream_t s;
+    CK(cudaStreamCreate(&s));
+    float *y, *yref, *x;
+    uint8_t* xq;
+    CK(cudaMalloc(&y, 16 * 4096 * 4));
+    CK(cudaMalloc(&yref, 16 * 4096 * 4));
+    CK(cudaMalloc(&x, 16 * 4096 * 4));
+    CK(cudaMalloc(&xq, 16 * 4096 / 32 * 36));
+    for (const Shape& sh : shapes)
+        for (int wt : types) {
+            const size_t rb = row_bytes(wt, sh.k), mb = rb * sh.n;
+            const int copies = (int)((512ull << 20) / mb + 1);
+            uint8_t* pool;
+            CK(cudaMalloc(&pool, mb * copies));
+            const std::vector<uint8_t> host = random_rows(wt, sh.n, sh.k, rng);
+            for (int c = 0; c < copies; ++c) CK(cudaMemcpy(pool + mb * c, host.data(), mb, cudaMemcpyHostToDevice));
+            for (int m : cols) {
+                std::vector<float> hx((size_t)m * sh.k);
+                for (auto& v : hx) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+                CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+                const long long x_row = sh.k / 32 * 36;
+                const long long nblocks = (long long)m * sh.k / 32;
+                bl_quantize_q8_1<<<(nblocks + 7) / 8, 256, 0, s>>>(x, xq, nblocks);
+                run_cols(pool, rb, xq, x_row, yref, sh.k, sh.n, m, wt, s);
+                std::vector<float> ref((size_t)m * sh.n), got(ref.size());
+                CK(cudaMemcpy(ref.data(), yref, ref.size() * 4, cudaMemcpyDeviceToHost));
+                for (const Form& f : FORMS) {
+                    CK(cudaMemset(y, 0xFF, (size_t)m * sh.n * 4));
+                    if (!f.run(pool, rb, xq, x_row, y, sh.k, sh.n, m, wt, s)) continue;
+                    CK(cudaStreamSynchronize(s));
+                    CK(cudaMemcpy(got.data(), y, got.size() * 4, cudaMemcpyDeviceToHost));
+                    double worst = 0.0, scale = 0.0;
+                    for (size_t i = 0; i < ref.size(); ++i) scale = fmax(scale, fabs(ref[i]));
+                    for (size_t i = 0; i < ref.size(); ++i) {
+                        const double d = fabs((double)got[i] - ref[i]);
+                        worst = (d == d) ? fmax(worst, d) : 1e30;
+                    }
+                    // Same products and sums up to their order: agreement to ~1e-6 of the scale.
+                    const bool bad = !(worst <= 1e-5 * scale);
+                    failed |= bad;
+                    const int launches = 64;
+                    cudaGraph_t g;
+                    cudaGraphExec_t ge;
+                    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+                    for (int i = 0; i < launches; ++i)
+                        f.run(pool + mb * (i % copies), rb, xq, x_row, y, sh.k, sh.n, m, wt, s);
+                    CK(cudaStreamEndCapture(s, &g));
+                    CK(cudaGraphInstantiate(&ge, g, 0));
+                    cudaEvent_t a, b;
+                    CK(cudaEventCreate(&a));
+                    CK(cudaEventCreate(&b));
+                    CK(cudaGraphLaunch(ge, s));
+                    float best = 1e30f;
+                    for (int rep = 0; rep < 5; ++rep) {
+                        CK(cudaEventRecord(a, s));
+                        CK(cudaGraphLaunch(ge, s));
+                        CK(cudaEventRecord(b, s));
+                        CK(cudaEventSynchronize(b));
+                        float ms;
+                        CK(cudaEventElapsedTime(&ms, a, b));
+                        best = fminf(best, ms);
+                    }
+                    const double us = best * 1000.0 / launches;
+                    printf("%-14s %-5s m=%-2d %-40s %8.2f us %7.0f GB/s  max|diff| %.2e of %.2e%s\n", sh.name,
+                           wt == WT_Q8_0 ? "Q8_0" : "Q4_K", m, f.name, us, mb / us / 1e3, worst, scale,
+                           bad ? "  WRONG" : "");
+                    CK(cudaGraphExecDestroy(ge));
+                    CK(cudaGraphDestroy(g));
+                }
+            }
+            CK(cudaFree(pool));
+        }
+    CK(cudaGetLastError());
+    if (failed) fprintf(stderr, "cols_bench: some form disagrees with bl_matmul_q_cols\n");
+    return failed ? 1 : 0;
+}
