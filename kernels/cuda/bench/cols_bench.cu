@@ -3,7 +3,8 @@
 // than L2 (so weights come from DRAM as in a decode step), and checks every form against
 // bl_matmul_q_cols. Built by scripts/gpu-check.sh (`cols-bench` mode) with the card's nvcc:
 //   nvcc -O3 -arch=sm_90 -o cols_bench kernels/cuda/bench/cols_bench.cu && ./cols_bench
-// Prints one line per (shape, type, columns, form): microseconds a launch and GB/s of weights;
+// Prints one line per (shape, type, columns, form): microseconds a launch and GB/s of weights,
+// then Q, K and V of a layer as three launches against one parts launch;
 // exits 1 when a form's outputs differ from bl_matmul_q_cols' by more than 1e-5 of their largest.
 #include <cstdio>
 #include <cstdlib>
@@ -187,6 +188,107 @@ int main() {
             }
             CK(cudaFree(pool));
         }
+    // Q, K and V of one layer (4096, 512 and 512 rows of 2048 values): three few-column launches
+    // against one bl_matmul_q_few_parts launch (R by the widest part, as ops/fused.rs picks it).
+    for (int wt : types) {
+        const int k = 2048, ns[3] = {4096, 512, 512};
+        const size_t rb = row_bytes(wt, k);
+        size_t layer = 0;
+        for (int n : ns) layer += rb * n;
+        const int copies = (int)((512ull << 20) / layer + 1);
+        uint8_t* pool;
+        CK(cudaMalloc(&pool, layer * copies));
+        const std::vector<uint8_t> host = random_rows(wt, 5120, k, rng);
+        for (int c = 0; c < copies; ++c) CK(cudaMemcpy(pool + layer * c, host.data(), layer, cudaMemcpyHostToDevice));
+        float* out[3];
+        for (int i = 0; i < 3; ++i) CK(cudaMalloc(&out[i], 16 * 4096 * 4));
+        for (int m : {2, 4, 8}) {
+            std::vector<float> hx((size_t)m * k);
+            for (auto& v : hx) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+            CK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+            const long long x_row = k / 32 * 36, nblocks = (long long)m * k / 32;
+            bl_quantize_q8_1<<<(nblocks + 7) / 8, 256, 0, s>>>(x, xq, nblocks);
+            const int R = host_rows(wt, ns[0]), M = m <= 2 ? 2 : m <= 4 ? 4 : 8;
+            auto parts = [&](const uint8_t* base) {
+                MatmulPart p[3];
+                size_t off = 0;
+                for (int i = 0; i < 3; ++i) {
+                    p[i] = MatmulPart{base + off, (long long)rb, out[i], ns[i]};
+                    off += rb * ns[i];
+                }
+                const int warps = (ns[0] + R - 1) / R + 2 * ((ns[1] + R - 1) / R);
+                const dim3 grid((warps + 3) / 4, (m + M - 1) / M);
+#define PARTS_CASE(T, MM, RR)                                                                                  \
+    if (wt == T && M == MM && R == RR)                                                                         \
+        bl_matmul_q_few_parts_##T##_##MM##_##RR<<<grid, 128, 0, s>>>(p[0], p[1], p[2], xq, x_row, k, m);
+#define PARTS_CASES(T, RR) PARTS_CASE(T, 2, RR) PARTS_CASE(T, 4, RR) PARTS_CASE(T, 8, RR)
+                PARTS_CASES(1, 1) PARTS_CASES(1, 2) PARTS_CASES(1, 4) PARTS_CASES(2, 1) PARTS_CASES(2, 2)
+            };
+            auto three = [&](const uint8_t* base) {
+                size_t off = 0;
+                for (int i = 0; i < 3; ++i) {
+                    run_pick(base + off, rb, xq, x_row, out[i], k, ns[i], m, wt, s);
+                    off += rb * ns[i];
+                }
+            };
+            // Check the parts launch against bl_matmul_q_cols part by part.
+            for (int i = 0; i < 3; ++i) CK(cudaMemset(out[i], 0xFF, (size_t)m * ns[i] * 4));
+            parts(pool);
+            size_t off = 0;
+            for (int i = 0; i < 3; ++i) {
+                run_cols(pool + off, rb, xq, x_row, yref, k, ns[i], m, wt, s);
+                off += rb * ns[i];
+                std::vector<float> ref((size_t)m * ns[i]), got(ref.size());
+                CK(cudaMemcpy(ref.data(), yref, ref.size() * 4, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(got.data(), out[i], got.size() * 4, cudaMemcpyDeviceToHost));
+                double worst = 0.0, scale = 0.0;
+                for (size_t e = 0; e < ref.size(); ++e) {
+                    scale = fmax(scale, fabs(ref[e]));
+                    const double d = fabs((double)got[e] - ref[e]);
+                    worst = (d == d) ? fmax(worst, d) : 1e30;
+                }
+                if (!(worst <= 1e-5 * scale)) {
+                    printf("QKV parts %s m=%d part %d: max|diff| %.2e of %.2e  WRONG\n", wt == WT_Q8_0 ? "Q8_0" : "Q4_K", m,
+                           i, worst, scale);
+                    failed = true;
+                }
+            }
+            for (int form = 0; form < 2; ++form) {
+                const int launches = 64;
+                cudaGraph_t g;
+                cudaGraphExec_t ge;
+                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+                for (int i = 0; i < launches; ++i) {
+                    if (form == 0)
+                        three(pool + layer * (i % copies));
+                    else
+                        parts(pool + layer * (i % copies));
+                }
+                CK(cudaStreamEndCapture(s, &g));
+                CK(cudaGraphInstantiate(&ge, g, 0));
+                cudaEvent_t a, b;
+                CK(cudaEventCreate(&a));
+                CK(cudaEventCreate(&b));
+                CK(cudaGraphLaunch(ge, s));
+                float best = 1e30f;
+                for (int rep = 0; rep < 5; ++rep) {
+                    CK(cudaEventRecord(a, s));
+                    CK(cudaGraphLaunch(ge, s));
+                    CK(cudaEventRecord(b, s));
+                    CK(cudaEventSynchronize(b));
+                    float ms;
+                    CK(cudaEventElapsedTime(&ms, a, b));
+                    best = fminf(best, ms);
+                }
+                printf("QKV 5120x2048   %-5s m=%-2d %-40s %8.2f us a layer\n", wt == WT_Q8_0 ? "Q8_0" : "Q4_K", m,
+                       form == 0 ? "three few-column launches" : "one parts launch", best * 1000.0 / launches);
+                CK(cudaGraphExecDestroy(ge));
+                CK(cudaGraphDestroy(g));
+            }
+        }
+        for (int i = 0; i < 3; ++i) CK(cudaFree(out[i]));
+        CK(cudaFree(pool));
+    }
     CK(cudaGetLastError());
     if (failed) fprintf(stderr, "cols_bench: some form disagrees with bl_matmul_q_cols\n");
     return failed ? 1 : 0;

@@ -1234,12 +1234,13 @@ static __device__ __forceinline__ XPair load_x_pair_global(const uint8_t* x, int
 // loaded before waiting on the previous kernel; each lane reads its chunks of the activations
 // from global memory (the rows are a few KiB, in L1/L2), which measured faster than staging them
 // in shared memory (kernels/cuda/bench/cols_bench.cu).
+// `warp` is the warp's index among those of this product (rows warp * R ..).
 template <int WT, int M, int R>
 static __device__ void matmul_q_few(const uint8_t* w, long long w_stride, const uint8_t* xq, long long x_row,
-                                    float* y, int k, int n, int m) {
+                                    float* y, int k, int n, int m, long long warp) {
     const int lane = threadIdx.x & (WARP - 1);
     const int nch = k / 64;
-    const long long j0 = ((long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP) * R;
+    const long long j0 = warp * R;
     PairW<WT> wb[R];
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -1276,14 +1277,39 @@ static __device__ void matmul_q_few(const uint8_t* w, long long w_stride, const 
         }
 }
 
+// Up to three few-column products of the same activations (Q, K and V of a layer; ops/fused.rs)
+// as one launch: the warps of part a, then b's, then c's (a part with no rows takes none).
+template <int WT, int M, int R>
+static __device__ void matmul_q_few_parts(MatmulPart a, MatmulPart b, MatmulPart c, const uint8_t* xq,
+                                          long long x_row, int k, int m) {
+    long long g = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    const long long wa = (a.n + R - 1) / R, wb = (b.n + R - 1) / R;
+    MatmulPart p = a;
+    if (g >= wa) {
+        g -= wa;
+        p = b;
+        if (g >= wb) {
+            g -= wb;
+            p = c;
+        }
+    }
+    matmul_q_few<WT, M, R>(p.w, p.stride, xq, x_row, p.y, k, p.n, m, g);
+}
+
 // One entry point per (type, columns per pass M, rows per warp R) that the host picks
 // (src/ops.rs `few_cols`): Q8_0 with R 1, 2, 4 and Q4_K with R 1, 2 (the forms that measured
-// fastest for some shape), each with M 2, 4, 8.
+// fastest for some shape), each with M 2, 4, 8; the same for the parts form.
 #define MATMUL_Q_FEW_ENTRY(T, M, R)                                                                               \
     extern "C" __global__ void bl_matmul_q_few_##T##_##M##_##R(const uint8_t* w, long long w_stride,            \
                                                                const uint8_t* xq, long long x_row, float* y,    \
                                                                int k, int n, int m) {                           \
-        matmul_q_few<T, M, R>(w, w_stride, xq, x_row, y, k, n, m);                                               \
+        matmul_q_few<T, M, R>(w, w_stride, xq, x_row, y, k, n, m,                                                 \
+                              (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP);                 \
+    }                                                                                                             \
+    extern "C" __global__ void bl_matmul_q_few_parts_##T##_##M##_##R(MatmulPart a, MatmulPart b, MatmulPart c,  \
+                                                                     const uint8_t* xq, long long x_row, int k, \
+                                                                     int m) {                                   \
+        matmul_q_few_parts<T, M, R>(a, b, c, xq, x_row, k, m);                                                   \
     }
 #define MATMUL_Q_FEW_M(T, R) MATMUL_Q_FEW_ENTRY(T, 2, R) MATMUL_Q_FEW_ENTRY(T, 4, R) MATMUL_Q_FEW_ENTRY(T, 8, R)
 MATMUL_Q_FEW_M(1, 1)

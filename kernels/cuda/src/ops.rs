@@ -73,34 +73,61 @@ const MOE_GATE_UP: [&str; 12] = per_wtype!("bl_moe_gate_up");
 /// Routed down products, per weight type.
 const MOE_DOWN: [&str; 12] = per_wtype!("bl_moe_down");
 
-/// The few-column products of the pair-form types (`bl_matmul_q_few_<type>_<M>_<R>`): weight
-/// type code, columns per pass M, weight rows per warp R. R trades warps in flight against
-/// activation reads per weight row; `few_cols` picks it by the row count as
-/// kernels/cuda/bench/cols_bench.cu measured on the H200.
-const MATMUL_Q_FEW: [(i32, u64, u64, &str); 15] = [
-    (1, 2, 1, "bl_matmul_q_few_1_2_1"),
-    (1, 4, 1, "bl_matmul_q_few_1_4_1"),
-    (1, 8, 1, "bl_matmul_q_few_1_8_1"),
-    (1, 2, 2, "bl_matmul_q_few_1_2_2"),
-    (1, 4, 2, "bl_matmul_q_few_1_4_2"),
-    (1, 8, 2, "bl_matmul_q_few_1_8_2"),
-    (1, 2, 4, "bl_matmul_q_few_1_2_4"),
-    (1, 4, 4, "bl_matmul_q_few_1_4_4"),
-    (1, 8, 4, "bl_matmul_q_few_1_8_4"),
-    (2, 2, 1, "bl_matmul_q_few_2_2_1"),
-    (2, 4, 1, "bl_matmul_q_few_2_4_1"),
-    (2, 8, 1, "bl_matmul_q_few_2_8_1"),
-    (2, 2, 2, "bl_matmul_q_few_2_2_2"),
-    (2, 4, 2, "bl_matmul_q_few_2_4_2"),
-    (2, 8, 2, "bl_matmul_q_few_2_8_2"),
+/// One few-column product of a pair-form type (`bl_matmul_q_few_<type>_<M>_<R>`, and its
+/// three-part form `bl_matmul_q_few_parts_...`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FewForm {
+    /// Weight type code.
+    wtype: i32,
+    /// Columns per pass (M).
+    pub(crate) cols: u64,
+    /// Weight rows per warp (R).
+    pub(crate) rows: u64,
+    /// The single product's entry point.
+    pub(crate) name: &'static str,
+    /// The entry point of up to three products of the same activations.
+    pub(crate) parts: &'static str,
+}
+
+macro_rules! few_forms {
+    ($(($t:literal, $m:literal, $r:literal)),* $(,)?) => {
+        [$(FewForm {
+            wtype: $t,
+            cols: $m,
+            rows: $r,
+            name: concat!("bl_matmul_q_few_", $t, "_", $m, "_", $r),
+            parts: concat!("bl_matmul_q_few_parts_", $t, "_", $m, "_", $r),
+        }),*]
+    };
+}
+
+/// The few-column forms the kernels define. R trades warps in flight against activation reads
+/// per weight row; `few_cols` picks it by the row count as kernels/cuda/bench/cols_bench.cu
+/// measured on the H200.
+const MATMUL_Q_FEW: [FewForm; 15] = few_forms![
+    (1, 2, 1),
+    (1, 4, 1),
+    (1, 8, 1),
+    (1, 2, 2),
+    (1, 4, 2),
+    (1, 8, 2),
+    (1, 2, 4),
+    (1, 4, 4),
+    (1, 8, 4),
+    (2, 2, 1),
+    (2, 4, 1),
+    (2, 8, 1),
+    (2, 2, 2),
+    (2, 4, 2),
+    (2, 8, 2),
 ];
 
 /// Threads per block of the few-column products (4 warps).
-const FEW_BLOCK: u32 = 128;
+pub(crate) const FEW_BLOCK: u32 = 128;
 
-/// The few-column product for `m` (2 or more) columns of `n` rows of type `wtype`: its entry
-/// point, columns per pass and weight rows per warp; None for types without a pair form.
-fn few_cols(wtype: i32, n: u64, m: u64) -> Option<(&'static str, u64, u64)> {
+/// The few-column form for `m` (2 or more) columns of `n` weight rows (the largest part's) of
+/// type `wtype`; None for types without a pair form.
+pub(crate) fn few_cols(wtype: i32, n: u64, m: u64) -> Option<FewForm> {
     let cols = match m {
         0..=2 => 2,
         3 | 4 => 4,
@@ -113,14 +140,14 @@ fn few_cols(wtype: i32, n: u64, m: u64) -> Option<(&'static str, u64, u64)> {
     };
     MATMUL_Q_FEW
         .iter()
-        .find(|&&(t, c, r, _)| (t, c, r) == (wtype, cols, rows))
-        .map(|&(_, c, r, name)| (name, c, r))
+        .find(|f| (f.wtype, f.cols, f.rows) == (wtype, cols, rows))
+        .copied()
 }
 
 /// Whether rows of type `wtype` at `base` (row stride `stride`, expert stride `estride`) of
 /// `k` values suit the kernels' pair form (`pairs_ok` in cu/quant.cuh: Q8_0 or Q4_K, whole
 /// 64-value chunks, 4- or 16-byte aligned).
-fn pairs_ok(wtype: i32, base: u64, stride: i64, estride: i64, k: u64) -> bool {
+pub(crate) fn pairs_ok(wtype: i32, base: u64, stride: i64, estride: i64, k: u64) -> bool {
     let a = base | stride as u64 | estride as u64;
     k.is_multiple_of(64)
         && match wtype {
@@ -929,14 +956,14 @@ impl Launcher {
                                 ..cfg(grid(tasks, WARPS), BLOCK)
                             };
                             (typed(&MATMUL_Q, wtype)?, launch)
-                        } else if let Some((name, cols, rows)) = few {
-                            let warps = u64::from(FEW_BLOCK / 32) * rows;
+                        } else if let Some(form) = few {
+                            let warps = u64::from(FEW_BLOCK / 32) * form.rows;
                             let launch = LaunchConfig {
-                                grid_dim: (grid(n, warps), m.div_ceil(cols) as u32, 1),
+                                grid_dim: (grid(n, warps), m.div_ceil(form.cols) as u32, 1),
                                 block_dim: (FEW_BLOCK, 1, 1),
                                 shared_mem_bytes: 0,
                             };
-                            (name, launch)
+                            (form.name, launch)
                         } else {
                             let warps = u64::from(MQ_COLS_BLOCK / 32);
                             ("bl_matmul_q_cols", cfg(grid(n, warps), MQ_COLS_BLOCK))
@@ -1833,18 +1860,23 @@ mod tests {
         for wtype in [1, 2] {
             for m in 2..16 {
                 for n in [256, 512, 1024, 2048, 4096] {
-                    let (name, cols, rows) = super::few_cols(wtype, n, m).expect("a form");
+                    let f = super::few_cols(wtype, n, m).expect("a form");
+                    let (cols, rows) = (f.cols, f.rows);
                     assert!(
                         cols >= m.min(8) && (cols == 2 || cols / 2 < m),
                         "{m} columns in {cols}"
                     );
-                    assert_eq!(name, format!("bl_matmul_q_few_{wtype}_{cols}_{rows}"));
+                    assert_eq!(f.name, format!("bl_matmul_q_few_{wtype}_{cols}_{rows}"));
+                    assert_eq!(
+                        f.parts,
+                        format!("bl_matmul_q_few_parts_{wtype}_{cols}_{rows}")
+                    );
                 }
             }
         }
-        assert_eq!(super::few_cols(1, 4096, 2).map(|f| f.2), Some(4));
-        assert_eq!(super::few_cols(2, 4096, 2).map(|f| f.2), Some(2));
-        assert_eq!(super::few_cols(1, 512, 2).map(|f| f.2), Some(1));
+        assert_eq!(super::few_cols(1, 4096, 2).map(|f| f.rows), Some(4));
+        assert_eq!(super::few_cols(2, 4096, 2).map(|f| f.rows), Some(2));
+        assert_eq!(super::few_cols(1, 512, 2).map(|f| f.rows), Some(1));
         assert_eq!(super::few_cols(3, 4096, 2), None, "Q6_K has no pair form");
     }
 
@@ -1902,8 +1934,12 @@ mod tests {
                 super::MOE_GATE_UP,
                 super::MOE_DOWN,
             ];
-            let few = super::MATMUL_Q_FEW.map(|(_, _, _, name)| name);
-            for name in NAMES.iter().chain(typed.iter().flatten()).chain(&few) {
+            let few = super::MATMUL_Q_FEW.map(|f| [f.name, f.parts]);
+            for name in NAMES
+                .iter()
+                .chain(typed.iter().flatten())
+                .chain(few.iter().flatten())
+            {
                 assert!(
                     ptx.contains(&format!(".entry {name}(")),
                     "{target}: no {name}"

@@ -455,8 +455,9 @@ impl Launcher {
     }
 
     /// Two or three quantized products of the same activations with weights of one type (Q, K
-    /// and V), for a single row or a batch of tiled products: the activations quantized once
-    /// (unless `held` has them) and every row of every product in one launch. Returns the calls taken and the Q8_1 copy left, or `None`.
+    /// and V), for a single row, a few rows (Q8_0, Q4_K) or a batch of tiled products: the
+    /// activations quantized once (unless `held` has them) and every row of every product in one
+    /// launch. Returns the calls taken and the Q8_1 copy left, or `None`.
     fn matmul_parts(
         &self,
         addr: &dyn Fn(&TensorRef) -> Result<u64, PluginError>,
@@ -468,9 +469,10 @@ impl Launcher {
             return Ok(None);
         };
         let (k, m) = (x.ne[0], x.rows());
-        // A single row, or a batch the tiled products take (one launch over every part's tiles).
+        // A single row, a few (the few-column form, when every part's rows suit it) or a batch
+        // the tiled products take (one launch over every part's tiles).
         let tiled = self.mmq.kernels(m).map(|k| k.2);
-        if x.ne != [k, m, 1, 1] || (m != 1 && tiled.is_none()) || m > i32::MAX as u64 {
+        if x.ne != [k, m, 1, 1] || m > i32::MAX as u64 {
             return Ok(None);
         }
         let w0 = calls[0].srcs()[0];
@@ -513,6 +515,18 @@ impl Launcher {
         if parts.len() < 2 {
             return Ok(None);
         }
+        let few = if m > 1 && tiled.is_none() {
+            let widest = parts.iter().map(|p| p.n as u64).max().unwrap_or(0);
+            let suits = parts
+                .iter()
+                .all(|p| super::pairs_ok(wtype, p.w, p.stride, 0, k));
+            match super::few_cols(wtype, widest, m).filter(|_| suits) {
+                Some(f) => Some(f),
+                None => return Ok(None),
+            }
+        } else {
+            None
+        };
         let taken = parts.len();
         let rows: u64 = parts.iter().map(|p| p.n as u64).sum();
         while parts.len() < 3 {
@@ -551,6 +565,33 @@ impl Launcher {
             // SAFETY: one block per 64 x 64 tile of one part; rows and columns past a part's rows
             // and the batch are neither read nor written; all inside the checked spans.
             unsafe { l.launch(launch) }.map_err(driver_err(name))?;
+            return Ok(Some((taken, Some(copy))));
+        }
+        if let Some(form) = few {
+            let warps: u64 = parts.iter().map(|p| (p.n as u64).div_ceil(form.rows)).sum();
+            let (x_row, mi) = ((k / 32 * 36) as i64, m as i32);
+            let f = self.func(form.parts)?;
+            let mut l = self.args(&f);
+            l.arg(&parts[0])
+                .arg(&parts[1])
+                .arg(&parts[2])
+                .arg(&q)
+                .arg(&x_row)
+                .arg(&ki)
+                .arg(&mi);
+            let block = super::FEW_BLOCK;
+            let launch = LaunchConfig {
+                grid_dim: (
+                    warps.div_ceil(u64::from(block / 32)) as u32,
+                    m.div_ceil(form.cols) as u32,
+                    1,
+                ),
+                block_dim: (block, 1, 1),
+                shared_mem_bytes: 0,
+            };
+            // SAFETY: one warp per `form.rows` rows of one part (none past its rows), each pass of
+            // `form.cols` columns below m; weights and outputs inside the checked spans.
+            unsafe { l.launch(launch) }.map_err(driver_err(form.parts))?;
             return Ok(Some((taken, Some(copy))));
         }
         let name = super::typed(&super::MATMUL_Q_PARTS, wtype)?;
