@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -110,6 +111,57 @@ static const Form FORMS[] = {
     {"few, the host's pick", run_pick},
 };
 
+// Microseconds per call of `body(i)` (i = 0 .. 63), captured once into a CUDA graph and replayed:
+// the best of five replays over 64.
+static double graph_us(cudaStream_t s, const std::function<void(int)>& body) {
+    const int launches = 64;
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < launches; ++i) body(i);
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    CK(cudaGraphLaunch(ge, s));
+    float best = 1e30f;
+    for (int rep = 0; rep < 5; ++rep) {
+        CK(cudaEventRecord(a, s));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaEventRecord(b, s));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        best = fminf(best, ms);
+    }
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    return best * 1000.0 / launches;
+}
+
+// The n outputs at `dev` against `ref` (bl_matmul_q_cols'): the largest difference and output.
+// Same products, sums in another order: they agree to ~1e-6 of the largest output, so more than
+// 1e-5 of it is wrong.
+struct Agreement {
+    double worst = 0.0, scale = 0.0;
+    bool bad() const { return !(worst <= 1e-5 * scale); }
+};
+static Agreement compare(const float* ref_dev, const float* dev, size_t n) {
+    std::vector<float> ref(n), got(n);
+    CK(cudaMemcpy(ref.data(), ref_dev, n * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(got.data(), dev, n * 4, cudaMemcpyDeviceToHost));
+    Agreement a;
+    for (size_t i = 0; i < n; ++i) {
+        a.scale = fmax(a.scale, fabs(ref[i]));
+        const double d = fabs((double)got[i] - ref[i]);
+        a.worst = (d == d) ? fmax(a.worst, d) : 1e30;
+    }
+    return a;
+}
+
 int main() {
     const Shape shapes[] = {{"Q 4096x2048", 4096, 2048}, {"K/V 512x2048", 512, 2048}, {"O 2048x4096", 2048, 4096}};
     const int types[] = {WT_Q8_0, WT_Q4_K};
@@ -140,50 +192,17 @@ int main() {
                 const long long nblocks = (long long)m * sh.k / 32;
                 bl_quantize_q8_1<<<(nblocks + 7) / 8, 256, 0, s>>>(x, xq, nblocks);
                 run_cols(pool, rb, xq, x_row, yref, sh.k, sh.n, m, wt, s);
-                std::vector<float> ref((size_t)m * sh.n), got(ref.size());
-                CK(cudaMemcpy(ref.data(), yref, ref.size() * 4, cudaMemcpyDeviceToHost));
                 for (const Form& f : FORMS) {
                     CK(cudaMemset(y, 0xFF, (size_t)m * sh.n * 4));
                     if (!f.run(pool, rb, xq, x_row, y, sh.k, sh.n, m, wt, s)) continue;
-                    CK(cudaStreamSynchronize(s));
-                    CK(cudaMemcpy(got.data(), y, got.size() * 4, cudaMemcpyDeviceToHost));
-                    double worst = 0.0, scale = 0.0;
-                    for (size_t i = 0; i < ref.size(); ++i) scale = fmax(scale, fabs(ref[i]));
-                    for (size_t i = 0; i < ref.size(); ++i) {
-                        const double d = fabs((double)got[i] - ref[i]);
-                        worst = (d == d) ? fmax(worst, d) : 1e30;
-                    }
-                    // Same products and sums up to their order: agreement to ~1e-6 of the scale.
-                    const bool bad = !(worst <= 1e-5 * scale);
-                    failed |= bad;
-                    const int launches = 64;
-                    cudaGraph_t g;
-                    cudaGraphExec_t ge;
-                    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-                    for (int i = 0; i < launches; ++i)
+                    const Agreement ag = compare(yref, y, (size_t)m * sh.n);
+                    failed |= ag.bad();
+                    const double us = graph_us(s, [&](int i) {
                         f.run(pool + mb * (i % copies), rb, xq, x_row, y, sh.k, sh.n, m, wt, s);
-                    CK(cudaStreamEndCapture(s, &g));
-                    CK(cudaGraphInstantiate(&ge, g, 0));
-                    cudaEvent_t a, b;
-                    CK(cudaEventCreate(&a));
-                    CK(cudaEventCreate(&b));
-                    CK(cudaGraphLaunch(ge, s));
-                    float best = 1e30f;
-                    for (int rep = 0; rep < 5; ++rep) {
-                        CK(cudaEventRecord(a, s));
-                        CK(cudaGraphLaunch(ge, s));
-                        CK(cudaEventRecord(b, s));
-                        CK(cudaEventSynchronize(b));
-                        float ms;
-                        CK(cudaEventElapsedTime(&ms, a, b));
-                        best = fminf(best, ms);
-                    }
-                    const double us = best * 1000.0 / launches;
+                    });
                     printf("%-14s %-5s m=%-2d %-40s %8.2f us %7.0f GB/s  max|diff| %.2e of %.2e%s\n", sh.name,
-                           wt == WT_Q8_0 ? "Q8_0" : "Q4_K", m, f.name, us, mb / us / 1e3, worst, scale,
-                           bad ? "  WRONG" : "");
-                    CK(cudaGraphExecDestroy(ge));
-                    CK(cudaGraphDestroy(g));
+                           wt == WT_Q8_0 ? "Q8_0" : "Q4_K", m, f.name, us, mb / us / 1e3, ag.worst, ag.scale,
+                           ag.bad() ? "  WRONG" : "");
                 }
             }
             CK(cudaFree(pool));
@@ -238,52 +257,22 @@ int main() {
             for (int i = 0; i < 3; ++i) {
                 run_cols(pool + off, rb, xq, x_row, yref, k, ns[i], m, wt, s);
                 off += rb * ns[i];
-                std::vector<float> ref((size_t)m * ns[i]), got(ref.size());
-                CK(cudaMemcpy(ref.data(), yref, ref.size() * 4, cudaMemcpyDeviceToHost));
-                CK(cudaMemcpy(got.data(), out[i], got.size() * 4, cudaMemcpyDeviceToHost));
-                double worst = 0.0, scale = 0.0;
-                for (size_t e = 0; e < ref.size(); ++e) {
-                    scale = fmax(scale, fabs(ref[e]));
-                    const double d = fabs((double)got[e] - ref[e]);
-                    worst = (d == d) ? fmax(worst, d) : 1e30;
-                }
-                if (!(worst <= 1e-5 * scale)) {
+                const Agreement ag = compare(yref, out[i], (size_t)m * ns[i]);
+                if (ag.bad()) {
                     printf("QKV parts %s m=%d part %d: max|diff| %.2e of %.2e  WRONG\n", wt == WT_Q8_0 ? "Q8_0" : "Q4_K", m,
-                           i, worst, scale);
+                           i, ag.worst, ag.scale);
                     failed = true;
                 }
             }
             for (int form = 0; form < 2; ++form) {
-                const int launches = 64;
-                cudaGraph_t g;
-                cudaGraphExec_t ge;
-                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-                for (int i = 0; i < launches; ++i) {
+                const double us = graph_us(s, [&](int i) {
                     if (form == 0)
                         three(pool + layer * (i % copies));
                     else
                         parts(pool + layer * (i % copies));
-                }
-                CK(cudaStreamEndCapture(s, &g));
-                CK(cudaGraphInstantiate(&ge, g, 0));
-                cudaEvent_t a, b;
-                CK(cudaEventCreate(&a));
-                CK(cudaEventCreate(&b));
-                CK(cudaGraphLaunch(ge, s));
-                float best = 1e30f;
-                for (int rep = 0; rep < 5; ++rep) {
-                    CK(cudaEventRecord(a, s));
-                    CK(cudaGraphLaunch(ge, s));
-                    CK(cudaEventRecord(b, s));
-                    CK(cudaEventSynchronize(b));
-                    float ms;
-                    CK(cudaEventElapsedTime(&ms, a, b));
-                    best = fminf(best, ms);
-                }
+                });
                 printf("QKV 5120x2048   %-5s m=%-2d %-40s %8.2f us a layer\n", wt == WT_Q8_0 ? "Q8_0" : "Q4_K", m,
-                       form == 0 ? "three few-column launches" : "one parts launch", best * 1000.0 / launches);
-                CK(cudaGraphExecDestroy(ge));
-                CK(cudaGraphDestroy(g));
+                       form == 0 ? "three few-column launches" : "one parts launch", us);
             }
         }
         for (int i = 0; i < 3; ++i) CK(cudaFree(out[i]));
