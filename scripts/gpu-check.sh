@@ -40,6 +40,8 @@
 #   scripts/gpu-check.sh streams  on the GPU machine: opcheck, the few-column products timed side by
 #                                 side (dist/cols_bench, from `cols-bench-build` here), tg64 of 1,
 #                                 2 and 4 sequences and the server's 1/2/4 streams, with PREV.
+#   scripts/gpu-check.sh host-share  on the GPU machine: the CPU's read rate and host-to-card copies,
+#                                 alone and at once (dist/host_share_bench, from `cols-bench-build`).
 #   scripts/gpu-check.sh serve-step  on the GPU machine: one stream's decode through `serve -ngl 99`
 #                                 (forward time from /metrics against the whole step from the
 #                                 request's timings) at -c 1024 and 8192, beside bench's tg128.
@@ -448,11 +450,18 @@ case "${1:-}" in
     done
     ;;
   cols-bench-build)
-    # Here: builds kernels/cuda/bench/cols_bench.cu into dist/cols_bench with the pinned nvcc
-    # (its static CUDA runtime), for the `streams` mode.
+    # Here: builds the programs of kernels/cuda/bench (cols_bench.cu, host_share_bench.cu) into
+    # dist/ with the pinned nvcc (its static CUDA runtime), for the `streams` and `host-share` modes.
     cu=target/cuda-tools/.venv/lib/python3.11/site-packages/nvidia/cu13
     "$cu/bin/nvcc" -O3 -arch=sm_90 -L"$cu/lib" -o dist/cols_bench kernels/cuda/bench/cols_bench.cu
-    strip dist/cols_bench
+    "$cu/bin/nvcc" -O3 -arch=sm_90 -Xcompiler -O3,-mavx2 -L"$cu/lib" -o dist/host_share_bench \
+      kernels/cuda/bench/host_share_bench.cu
+    strip dist/cols_bench dist/host_share_bench
+    ;;
+  host-share)
+    # On the GPU machine: whether the host's memory serves the CPU's reads and page-locked
+    # host-to-card copies at once (dist/host_share_bench, from `cols-bench-build` here).
+    dist/host_share_bench | tee "${OUT:-/tmp}/host-share.txt"
     ;;
   serve-step)
     # Where a served decode step goes beyond bench's: /metrics' predicted time counts forward
