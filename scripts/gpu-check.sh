@@ -93,6 +93,17 @@ opcheck_tiny() {
     --model "$m/hf.gguf" --model "$m/d.gguf" 2>&1 | tee "${OUT:-/tmp}/opcheck.txt" \
     | grep -E "FAIL|cases|rror${1:+|$1}" || true
 }
+# The tiny Q4_K file (Q8_0 attention, Q4_K experts: the quantized single-row, few-column and
+# tiled products, two-row decode steps) against the CPU with the plugins in $1 (default dist/plugins;
+# seed 3, quantized activations' tolerance 1e-1; full log in $OUT/opcheck-q4k-<dir>.txt), printing
+# failures, the summary and the prompt and decode-step-2 errors. tiny_files must have run.
+opcheck_q4k() {
+  local d=${1:-dist/plugins}
+  dist/bloomery --plugin-dir "$d" opcheck --plugin cuda-sm90 --seed 3 \
+    --model /dev/shm/bloomery-gpu-check/q4k.gguf --model-tol 1e-1 2>&1 \
+    | tee "${OUT:-/tmp}/opcheck-q4k-$(basename "$(dirname "$d")").txt" \
+    | grep -E "FAIL|model .*(prompt|decode step 2 )|cases|rror" | grep -v "bit for bit" || true
+}
 # Waits until the server on port $1 (process $2, log $3) answers /health; if it exits first,
 # prints its log and fails.
 wait_ready() {
@@ -333,8 +344,7 @@ case "${1:-}" in
     p="--plugin-dir dist/plugins"
     m=$(tiny_files)
     opcheck_tiny
-    $b $p opcheck --plugin cuda-sm90 --seed 3 --model "$m/q4k.gguf" --model-tol 1e-1 2>&1 \
-      | tee "$out/opcheck-q4k.txt" | grep -E "FAIL|cases|rror"
+    opcheck_q4k
     for f in f32 hf; do
       for flags in "-ngl 0" "-ngl 99" "-ngl 99 -cmoe"; do
         # shellcheck disable=SC2086
@@ -365,9 +375,7 @@ case "${1:-}" in
     # builds too when CHECK_PREV names them).
     for d in ${CHECK_PREV:-} dist; do
       echo "== q4k opcheck $d"
-      $b --plugin-dir "$d/plugins" opcheck --plugin cuda-sm90 --seed 3 --model "$m/q4k.gguf" \
-        --model-tol 1e-1 2>&1 | grep -E "FAIL|model .*(prompt|decode step 2 )|cases|rror" \
-        | grep -v "bit for bit" || true
+      opcheck_q4k "$d/plugins"
     done
     text="The quick brown fox jumps over the lazy dog while the cat sleeps by the warm fire all night"
     for f in f32 hf; do
@@ -414,9 +422,7 @@ case "${1:-}" in
     out=${OUT:-/tmp}
     if [ -z "${SKIP_CHECK:-}" ]; then
       opcheck_tiny
-      m=/dev/shm/bloomery-gpu-check
-      dist/bloomery --plugin-dir dist/plugins opcheck --plugin cuda-sm90 --seed 3 --model "$m/q4k.gguf" \
-        --model-tol 1e-1 2>&1 | tee "$out/opcheck-q4k.txt" | grep -E "FAIL|cases|rror" || true
+      opcheck_q4k
     fi
     [ ! -x dist/cols_bench ] || dist/cols_bench > "$out/cols_bench.txt" \
       || { grep WRONG "$out/cols_bench.txt"; exit 1; }

@@ -89,18 +89,7 @@ pub fn attention(
     let n_rows = slots.len();
     check_len(OP, "positions", positions.len(), n_rows)?;
     let (dk, dv) = (p.head_dim_k, p.head_dim_v);
-    check_len(
-        OP,
-        "q",
-        q.len(),
-        mul_dims(OP, mul_dims(OP, dk, p.n_head)?, n_rows)?,
-    )?;
-    check_len(
-        OP,
-        "out",
-        out.len(),
-        mul_dims(OP, mul_dims(OP, dv, p.n_head)?, n_rows)?,
-    )?;
+    check_heads(q, out, p, mul_dims(OP, p.n_head, n_rows)?)?;
     check_caches(k_cache, v_cache, p)?;
     // Validate every row before writing anything.
     for (&slot, &pos) in slots.iter().zip(positions) {
@@ -142,9 +131,7 @@ pub fn attention_group(
 ) -> Result<(), OpError> {
     const OP: &str = "attention";
     check_params(p)?;
-    let group = p.n_head / p.n_head_kv;
-    check_len(OP, "q", q.len(), mul_dims(OP, p.head_dim_k, group)?)?;
-    check_len(OP, "out", out.len(), mul_dims(OP, p.head_dim_v, group)?)?;
+    check_heads(q, out, p, p.n_head / p.n_head_kv)?;
     if kvh >= p.n_head_kv {
         return Err(OpError::Index {
             op: OP,
@@ -157,6 +144,13 @@ pub fn attention_group(
     let span = visible(slot, pos, p)?;
     attend_group(q, span, kvh, k_cache, v_cache, p, out);
     Ok(())
+}
+
+/// `q` and `out` hold `heads` query heads (of `head_dim_k` and `head_dim_v` values).
+fn check_heads(q: &[f32], out: &[f32], p: &AttentionParams, heads: usize) -> Result<(), OpError> {
+    const OP: &str = "attention";
+    check_len(OP, "q", q.len(), mul_dims(OP, p.head_dim_k, heads)?)?;
+    check_len(OP, "out", out.len(), mul_dims(OP, p.head_dim_v, heads)?)
 }
 
 /// The caches' and the sinks' lengths against the parameters.

@@ -520,10 +520,10 @@ impl Launcher {
             let suits = parts
                 .iter()
                 .all(|p| super::pairs_ok(wtype, p.w, p.stride, 0, k));
-            match super::few_cols(wtype, widest, m).filter(|_| suits) {
-                Some(f) => Some(f),
-                None => return Ok(None),
-            }
+            let Some(form) = super::few_cols(wtype, widest, m).filter(|_| suits) else {
+                return Ok(None);
+            };
+            Some(form)
         } else {
             None
         };
