@@ -904,15 +904,13 @@ static __device__ float block_max(float v) {
 // lowest), so the top k come from one pass of comparisons instead of k rounds of a warp-wide
 // arg-max; then warp 0 writes ids and weights as bl_router_weights does, the softmax statistics
 // reused.
-extern "C" __global__ void bl_router_topk_weights(const float* logits, const float* bias, int* ids, float* out,
-                                                  int n_expert, int k, int rows, int gating, int norm, float norm_min,
-                                                  float scale, int* err) {
-    KERNEL_ENTRY();
+// The body of bl_router_topk_weights for one row of logits (`row`, in global or shared memory),
+// writing its k ids and weights; every thread of the block (at least n_expert) calls it.
+static __device__ void router_topk_weights_row(const float* row, const float* bias, int* ids, float* out, int n_expert,
+                                               int k, int gating, int norm, float norm_min, float scale, int* err) {
     __shared__ float keys[512];
     __shared__ int chosen[WARP];
-    const int r = blockIdx.x, e = threadIdx.x;
-    if (r >= rows) return;
-    const float* row = logits + (long long)r * n_expert;
+    const int e = threadIdx.x;
     const bool live = e < n_expert;
     const float l = live ? row[e] : -INFINITY;
     const float b = live && bias ? bias[e] : 0.0f;
@@ -939,10 +937,64 @@ extern "C" __global__ void bl_router_topk_weights(const float* logits, const flo
     __syncthreads();
     if (e >= WARP) return;
     const int c = e < k ? chosen[e] : 0;
-    if (e < k) ids[(long long)r * k + e] = c;
+    if (e < k) ids[e] = c;
     // The statistics are known, so router_weights_row does not read the row through PER.
-    router_weights_row<4>(row, c, out + (long long)r * k, n_expert, k, gating, norm, norm_min, scale, err, true, mx,
-                          inv);
+    router_weights_row<4>(row, c, out, n_expert, k, gating, norm, norm_min, scale, err, true, mx, inv);
+}
+
+extern "C" __global__ void bl_router_topk_weights(const float* logits, const float* bias, int* ids, float* out,
+                                                  int n_expert, int k, int rows, int gating, int norm, float norm_min,
+                                                  float scale, int* err) {
+    KERNEL_ENTRY();
+    const int r = blockIdx.x;
+    if (r >= rows) return;
+    router_topk_weights_row(logits + (long long)r * n_expert, bias, ids + (long long)r * k, out + (long long)r * k,
+                            n_expert, k, gating, norm, norm_min, scale, err);
+}
+
+// The router's logits and then its choice, as one kernel (ops/fused.rs): block b computes logit
+// b % n_expert of row b / n_expert as bl_matmul_f32_split does (its first SPLIT_THREADS threads,
+// the same sums in the same order), and the last block of a row to finish (a counter per row in
+// `counters`, which it sets back to zero) runs bl_router_topk_weights' body on that row. Blocks of
+// max(SPLIT_THREADS, n_expert rounded up to a warp) threads, n_expert <= 512; rows <= the
+// counters.
+extern "C" __global__ void bl_router_logits_topk(const uint8_t* w, long long w_stride, const float* x, int n_embd,
+                                                 float* logits, const float* bias, int* ids, float* out, int n_expert,
+                                                 int k, int gating, int norm, float norm_min, float scale, int* err,
+                                                 int* counters) {
+    KERNEL_ENTRY();
+    __shared__ float part[SPLIT_THREADS / WARP];
+    __shared__ float row[512];
+    __shared__ bool last;
+    const int j = blockIdx.x % n_expert, r = blockIdx.x / n_expert;
+    if (threadIdx.x < SPLIT_THREADS) {
+        const float* wr = (const float*)(w + (long long)j * w_stride);
+        const float* xr = x + (long long)r * n_embd;
+        float s = 0.0f;
+#pragma unroll 4
+        for (int i = threadIdx.x; i < n_embd; i += SPLIT_THREADS) s += wr[i] * xr[i];
+        s = warp_sum(s);
+        if ((threadIdx.x & (WARP - 1)) == 0) part[threadIdx.x / WARP] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+#pragma unroll
+        for (int i = 0; i < SPLIT_THREADS / WARP; i++) t += part[i];
+        logits[(long long)r * n_expert + j] = t;
+        // The logit is visible before the count that may let another block read it.
+        __threadfence();
+        last = atomicAdd(&counters[r], 1) == n_expert - 1;
+        if (last) counters[r] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // Every block's logit of this row, read past L1 (written by other blocks).
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) row[e] = __ldcg(logits + (long long)r * n_expert + e);
+    __syncthreads();
+    router_topk_weights_row(row, bias, ids + (long long)r * k, out + (long long)r * k, n_expert, k, gating, norm,
+                            norm_min, scale, err);
 }
 
 // ---- routed experts -------------------------------------------------------------------------------

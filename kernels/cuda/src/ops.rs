@@ -1791,6 +1791,7 @@ mod tests {
         "bl_router_topk",
         "bl_router_weights",
         "bl_router_topk_weights",
+        "bl_router_logits_topk",
         "bl_moe_gate_up",
         "bl_mmq_mma",
         "bl_mmq_dp4a",

@@ -1,7 +1,8 @@
 //! Calls launched as one kernel when consecutive calls of a pass form a pattern (as llama.cpp's
 //! CUDA backend fuses add + rms_norm): a residual `Add` and the `RmsNorm` of its result; a
 //! `Unary` and the `Mul` of its result with a same-shape tensor (output gates); a strided `Copy`
-//! and the `L2Norm` of its result (q and k split out of the DeltaNet convolution). Every fused
+//! and the `L2Norm` of its result (q and k split out of the DeltaNet convolution); the router's
+//! logits and the choice of experts from them. Every fused
 //! kernel still writes the first call's result, so any later reader sees what it would have, and
 //! each thread reads back only what it wrote, so tensors sharing reused memory stay safe.
 
@@ -49,6 +50,22 @@ fn launch_cfg(blocks: u32, threads: u32) -> LaunchConfig {
         block_dim: (threads, 1, 1),
         shared_mem_bytes: 0,
     }
+}
+
+/// What the routing kernels take of a RouterTopK + RouterWeights pair: device addresses (bias 0
+/// when none) and the parameters as kernel arguments.
+struct RouterArgs {
+    logits: u64,
+    bias: u64,
+    ids: u64,
+    weights: u64,
+    n: u32,
+    k: u32,
+    rows: u64,
+    gating: i32,
+    norm: i32,
+    norm_min: f32,
+    scale: f32,
 }
 
 /// One product of `bl_matmul_q_parts`: weights, row stride, output, rows (cu/kernels.cu's
@@ -296,6 +313,24 @@ impl Launcher {
                     }
                 }
                 pair(launched)
+            }
+            (Op::MatMul, Op::RouterTopK(p)) => {
+                let launched = self.router_logits(&addr, calls, p)?;
+                // As for the routing pair alone; the logits are not in the scratch either.
+                if let Some(h) = held.filter(|_| launched) {
+                    let mut clear = true;
+                    for c in &calls[..3] {
+                        clear &= h.clear_of(addr(&c.dst)?, c.dst.span_bytes().unwrap_or(u64::MAX));
+                    }
+                    if clear {
+                        copy = Some(h);
+                    }
+                }
+                if launched {
+                    3
+                } else {
+                    0
+                }
             }
             (Op::RmsNorm { eps }, Op::Rope(p)) => self.norm_rope(&addr, calls, eps, p)?,
             (Op::MatMul, Op::MatMul) => match self.matmul_parts(&addr, calls, held)? {
@@ -612,14 +647,15 @@ impl Launcher {
         Ok(Some((taken, Some(copy))))
     }
 
-    /// The chosen experts and their weights from the same logits in one kernel: a block per row.
-    fn router(
+    /// The arguments of a RouterTopK + RouterWeights pair over the same logits that the routing
+    /// kernels take, or `None` when the pair does not suit them.
+    fn router_args(
         &self,
         addr: &dyn Fn(&TensorRef) -> Result<u64, PluginError>,
         topk: &OpCall,
         weights: &OpCall,
         p: RouterParams,
-    ) -> Result<bool, PluginError> {
+    ) -> Result<Option<RouterArgs>, PluginError> {
         let logits = topk.srcs()[0];
         let (n, k) = (p.n_expert, p.k);
         let rows = logits.rows();
@@ -634,43 +670,119 @@ impl Launcher {
             || !topk.dst.is_contiguous()
             || topk.dst.elements() != u64::from(k) * rows
         {
-            return Ok(false);
+            return Ok(None);
         }
-        let pb = if p.bias {
+        let bias = if p.bias {
             match topk.srcs().get(1) {
                 Some(b) if plain(b, [u64::from(n), 1, 1, 1]) => addr(b)?,
-                _ => return Ok(false),
+                _ => return Ok(None),
             }
         } else {
             0u64
         };
-        let (pl, pi, pw) = (addr(&logits)?, addr(&topk.dst)?, addr(&weights.dst)?);
-        let gating = gating_code(p.gating);
-        let (ni, ki, ri, norm, err) = (
-            n as i32,
-            k as i32,
-            rows as i32,
-            i32::from(p.norm),
-            self.error_word,
-        );
+        Ok(Some(RouterArgs {
+            logits: addr(&logits)?,
+            bias,
+            ids: addr(&topk.dst)?,
+            weights: addr(&weights.dst)?,
+            n,
+            k,
+            rows,
+            gating: gating_code(p.gating),
+            norm: i32::from(p.norm),
+            norm_min: p.norm_min,
+            scale: p.scale,
+        }))
+    }
+
+    /// The chosen experts and their weights from the same logits in one kernel: a block per row.
+    fn router(
+        &self,
+        addr: &dyn Fn(&TensorRef) -> Result<u64, PluginError>,
+        topk: &OpCall,
+        weights: &OpCall,
+        p: RouterParams,
+    ) -> Result<bool, PluginError> {
+        let Some(a) = self.router_args(addr, topk, weights, p)? else {
+            return Ok(false);
+        };
+        let (ni, ki, ri, err) = (a.n as i32, a.k as i32, a.rows as i32, self.error_word);
         let f = self.func("bl_router_topk_weights")?;
         let mut l = self.args(&f);
-        l.arg(&pl)
-            .arg(&pb)
-            .arg(&pi)
-            .arg(&pw)
+        l.arg(&a.logits)
+            .arg(&a.bias)
+            .arg(&a.ids)
+            .arg(&a.weights)
             .arg(&ni)
             .arg(&ki)
             .arg(&ri);
-        l.arg(&gating)
-            .arg(&norm)
-            .arg(&p.norm_min)
-            .arg(&p.scale)
+        l.arg(&a.gating)
+            .arg(&a.norm)
+            .arg(&a.norm_min)
+            .arg(&a.scale)
             .arg(&err);
         // SAFETY: one block per row of the checked logits, ids and weights, a thread per expert
         // (n <= 512 checked above).
-        unsafe { l.launch(launch_cfg((rows as u32).max(1), n.div_ceil(32) * 32)) }
+        unsafe { l.launch(launch_cfg((a.rows as u32).max(1), a.n.div_ceil(32) * 32)) }
             .map_err(driver_err("bl_router_topk_weights"))?;
+        Ok(true)
+    }
+
+    /// The router's logits (an F32 product with few outputs) and the RouterTopK + RouterWeights
+    /// pair on them in one kernel (`bl_router_logits_topk`): a block per logit, the last of each
+    /// row choosing its experts. Returns whether it launched.
+    fn router_logits(
+        &self,
+        addr: &dyn Fn(&TensorRef) -> Result<u64, PluginError>,
+        calls: &[OpCall],
+        p: RouterParams,
+    ) -> Result<bool, PluginError> {
+        let [matmul, topk, weights, ..] = calls else {
+            return Ok(false);
+        };
+        if !matches!(weights.op, Op::RouterWeights(q) if q == p) || matmul.n_srcs != 2 {
+            return Ok(false);
+        }
+        let (w, x) = (matmul.srcs()[0], matmul.srcs()[1]);
+        let (n_embd, rows) = (w.ne[0], x.rows());
+        let few = u64::from(p.n_expert) * rows <= super::F32_SPLIT_MAX_TASKS
+            && rows <= super::attention::SPLIT_COUNTERS;
+        if !few
+            || topk.srcs()[0] != matmul.dst
+            || w.dtype != DType::F32
+            || w.nb[0] != 4
+            || w.ne != [n_embd, u64::from(p.n_expert), 1, 1]
+            || !plain(&x, [n_embd, rows, 1, 1])
+            || n_embd > i32::MAX as u64
+        {
+            return Ok(false);
+        }
+        let Some(a) = self.router_args(addr, topk, weights, p)? else {
+            return Ok(false);
+        };
+        let (pw, px, stride) = (addr(&w)?, addr(&x)?, w.nb[1] as i64);
+        let (ei, ni, ki, err) = (n_embd as i32, a.n as i32, a.k as i32, self.error_word);
+        let f = self.func("bl_router_logits_topk")?;
+        let mut l = self.args(&f);
+        l.arg(&pw).arg(&stride).arg(&px).arg(&ei);
+        l.arg(&a.logits)
+            .arg(&a.bias)
+            .arg(&a.ids)
+            .arg(&a.weights)
+            .arg(&ni)
+            .arg(&ki);
+        l.arg(&a.gating)
+            .arg(&a.norm)
+            .arg(&a.norm_min)
+            .arg(&a.scale)
+            .arg(&err)
+            .arg(&self.split_counters);
+        let threads = (a.n.div_ceil(32) * 32).max(super::F32_SPLIT_THREADS);
+        // SAFETY: a block per (row, expert) of the checked weights, activations and logits, each
+        // row's last block writing that row's ids and weights; rows <= the zeroed counters, which
+        // the last blocks set back to zero.
+        unsafe { l.launch(launch_cfg((u64::from(a.n) * a.rows) as u32, threads)) }
+            .map_err(driver_err("bl_router_logits_topk"))?;
         Ok(true)
     }
 
