@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <random>
 
+#include "../cu/common.cuh"
 #include "../cu/recurrent.cuh"
 
 static std::mt19937 rng(7);

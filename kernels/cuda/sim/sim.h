@@ -1,6 +1,6 @@
-// A CPU emulation of the few CUDA features the sequence-state kernels (cu/recurrent.cuh) use, so
-// that their source can be checked without a GPU (tests/recurrent_sim.rs builds and runs
-// recurrent_test.cpp with the host C++ compiler). Blocks run one after another; the threads of a
+// A CPU emulation of the few CUDA features the sequence-state kernels (cu/recurrent.cuh) and the
+// routing kernels (cu/router.cuh) use, so that their source can be checked without a GPU
+// (tests/sim.rs builds and runs recurrent_test.cpp and router_test.cpp with the host C++ compiler). Blocks run one after another; the threads of a
 // block are std::threads with a block barrier for __syncthreads and a per-warp exchange for
 // shuffles and ballots. Every lane of a warp must take part in a shuffle, and a block must leave
 // a kernel as a whole before a barrier, as the kernels under test do.
@@ -9,6 +9,7 @@
 #include <atomic>
 #include <barrier>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <thread>
@@ -30,12 +31,13 @@ inline thread_local Dim3 threadIdx;
 #define KERNEL_ENTRY() \
     do {               \
     } while (0)
+using std::isnan;
 using std::max;
 using std::min;
 
 struct WarpExchange {
     std::barrier<> bar{WARP};
-    float f[WARP];
+    alignas(8) unsigned char v[WARP][8];
     bool b[WARP];
 };
 inline std::barrier<>* g_block_barrier;
@@ -43,14 +45,28 @@ inline std::vector<std::unique_ptr<WarpExchange>> g_warps;
 
 inline void __syncthreads() { g_block_barrier->arrive_and_wait(); }
 
-inline float __shfl_xor_sync(unsigned, float v, int lane_mask) {
+// Lane `src(lane)`'s v, for values of up to 8 bytes (float, int, double).
+template <typename T, typename Src>
+inline T shuffle(T v, Src src) {
+    static_assert(sizeof(T) <= 8);
     const unsigned lane = threadIdx.x % WARP;
     WarpExchange& w = *g_warps[threadIdx.x / WARP];
-    w.f[lane] = v;
+    std::memcpy(w.v[lane], &v, sizeof(T));
     w.bar.arrive_and_wait();
-    const float r = w.f[lane ^ lane_mask];
+    T r;
+    std::memcpy(&r, w.v[src(lane) % WARP], sizeof(T));
     w.bar.arrive_and_wait();
     return r;
+}
+
+template <typename T>
+inline T __shfl_xor_sync(unsigned, T v, int lane_mask) {
+    return shuffle(v, [&](unsigned lane) { return lane ^ (unsigned)lane_mask; });
+}
+
+template <typename T>
+inline T __shfl_sync(unsigned, T v, int src_lane) {
+    return shuffle(v, [&](unsigned) { return (unsigned)src_lane; });
 }
 
 inline unsigned __ballot_sync(unsigned, bool p) {
@@ -66,15 +82,18 @@ inline unsigned __ballot_sync(unsigned, bool p) {
 
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 
+inline bool __any_sync(unsigned mask, bool p) { return __ballot_sync(mask, p) != 0; }
+
 inline int atomicCAS(int* a, int expected, int desired) {
     std::atomic_ref<int>(*a).compare_exchange_strong(expected, desired);
     return expected;
 }
 
-// kernels.cu's error report.
-static inline void report(int* err, int code) {
-    if (err) atomicCAS(err, 0, code);
-}
+inline int atomicAdd(int* a, int v) { return std::atomic_ref<int>(*a).fetch_add(v); }
+
+// Blocks run one after another on shared host memory: fences and cache hints have nothing to do.
+inline void __threadfence() {}
+inline float __ldcg(const float* p) { return *p; }
 
 // Runs `kernel` on every block of `grid` with `threads` threads (a multiple of WARP).
 inline void launch(Dim3 grid, unsigned threads, const std::function<void()>& kernel) {

@@ -1,0 +1,310 @@
+// F32 products with few outputs (routers, gates) and MoE routing: the router's top-k and weights,
+// and the router's logits fused with them. Included by kernels.cu after its helpers (common.cuh);
+// kernels/cuda/sim/router_test.cpp runs it on the CPU.
+
+// The same product for few (j, c) pairs (routers, gates: n of 1 to a few hundred at decode): one
+// block of SPLIT_THREADS per pair splits k, so that a small product still fills the card.
+#define SPLIT_THREADS 128
+extern "C" __global__ void bl_matmul_f32_split(const uint8_t* w, long long w_stride, const float* x, float* y, int k,
+                                               int n, int m) {
+    KERNEL_ENTRY();
+    __shared__ float part[SPLIT_THREADS / WARP];
+    const long long task = blockIdx.x;
+    if (task >= (long long)n * m) return;
+    const int j = (int)(task % n), c = (int)(task / n);
+    const float* wr = (const float*)(w + (long long)j * w_stride);
+    const float* xc = x + (long long)c * k;
+    float s = 0.0f;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < k; i += SPLIT_THREADS) s += wr[i] * xc[i];
+    s = warp_sum(s);
+    if ((threadIdx.x & (WARP - 1)) == 0) part[threadIdx.x / WARP] = s;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+#pragma unroll
+        for (int i = 0; i < SPLIT_THREADS / WARP; i++) t += part[i];
+        y[(long long)c * n + j] = t;
+    }
+}
+
+// ---- MoE routing: one warp per row; lane l holds experts l, l + 32, ... (n_expert <= 32 * PER, PER
+// the smallest of 4, 8, 16 that holds them, chosen per launch by WITH_ROUTE_PER)
+// gating: 0 softmax, 1 sigmoid, 2 softmax over the selected, 3 sqrt(softplus)
+
+// Runs CALL with PER, a compile-time constant: the experts each lane holds.
+#define WITH_ROUTE_PER(n, CALL)        \
+    if ((n) <= 4 * WARP) {             \
+        constexpr int PER = 4;         \
+        CALL;                          \
+    } else if ((n) <= 8 * WARP) {      \
+        constexpr int PER = 8;         \
+        CALL;                          \
+    } else {                           \
+        constexpr int PER = 16;        \
+        CALL;                          \
+    }
+
+static __device__ float gate_score(float l, int gating, float mx, float inv_sum) {
+    switch (gating) {
+        case 0: return expf(l - mx) * inv_sum;
+        case 1: return sigmoid_f(l);
+        case 2: return l;
+        default: return sqrtf(fmaxf(l, 0.0f) + log1pf(expf(-fabsf(l))));
+    }
+}
+
+// Softmax max and 1/sum over a row held across the warp (f64 sum, like the CPU kernels).
+template <int PER>
+static __device__ void warp_softmax_stats(const float* v, int n, float* mx, float* inv_sum) {
+    const int lane = threadIdx.x & (WARP - 1);
+    float m = -INFINITY;
+#pragma unroll
+    for (int t = 0; t < PER; ++t)
+        if (lane + t * WARP < n) m = fmaxf(m, v[t]);
+    m = warp_max(m);
+    double s = 0.0;
+#pragma unroll
+    for (int t = 0; t < PER; ++t)
+        if (lane + t * WARP < n) s += (double)expf(v[t] - m);
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    *mx = m;
+    *inv_sum = (float)(1.0 / s);
+}
+
+// Top-k of score + bias (the lower id wins ties; NaN ranks lowest), best first, of one row held by
+// a warp: writes ids[0 .. k) and returns choice `lane` to lanes below k.
+// With softmax gating, its max and 1/sum go to *mx and *inv.
+template <int PER>
+static __device__ int router_topk_row(const float* row, const float* bias, int* ids, int n_expert, int k, int gating,
+                                      float* mx_out, float* inv_out) {
+    const int lane = threadIdx.x & (WARP - 1);
+    float v[PER];
+#pragma unroll
+    for (int t = 0; t < PER; ++t) {
+        const int e = lane + t * WARP;
+        v[t] = e < n_expert ? row[e] : -INFINITY;
+    }
+    float mx = 0.0f, inv = 1.0f;
+    if (gating == 0) warp_softmax_stats<PER>(v, n_expert, &mx, &inv);
+    *mx_out = mx;
+    *inv_out = inv;
+    float key[PER];
+#pragma unroll
+    for (int t = 0; t < PER; ++t) {
+        const int e = lane + t * WARP;
+        float kk = -INFINITY;
+        if (e < n_expert) {
+            kk = gate_score(v[t], gating, mx, inv) + (bias ? bias[e] : 0.0f);
+            if (isnan(kk)) kk = -INFINITY;
+        }
+        key[t] = kk;
+    }
+    unsigned taken = 0;
+    int mine = 0;
+    for (int j = 0; j < k; ++j) {
+        float bk = -INFINITY;
+        int be = 0x7fffffff;
+#pragma unroll
+        for (int t = 0; t < PER; ++t) {
+            const int e = lane + t * WARP;
+            if (e < n_expert && !(taken >> t & 1u) && (be == 0x7fffffff || key[t] > bk)) {
+                bk = key[t];
+                be = e;
+            }
+        }
+#pragma unroll
+        for (int o = WARP / 2; o > 0; o >>= 1) {
+            const float ok = __shfl_xor_sync(0xffffffffu, bk, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (oe != 0x7fffffff && (be == 0x7fffffff || ok > bk || (ok == bk && oe < be))) {
+                bk = ok;
+                be = oe;
+            }
+        }
+        if (be == 0x7fffffff) be = 0;
+        if ((be & (WARP - 1)) == lane) taken |= 1u << (be / WARP);
+        if (lane == 0) ids[j] = be;
+        if (lane == j) mine = be;
+    }
+    return mine;
+}
+
+extern "C" __global__ void bl_router_topk(const float* logits, const float* bias, int* ids, int n_expert, int k, int rows,
+                                          int gating) {
+    KERNEL_ENTRY();
+    const int r = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    if (r >= rows) return;
+    float mx, inv;
+    WITH_ROUTE_PER(n_expert, (router_topk_row<PER>(logits + (long long)r * n_expert, bias, ids + (long long)r * k,
+                                                   n_expert, k, gating, &mx, &inv)))
+}
+
+// Weights of the chosen experts: gating scores (softmax over all, or over the chosen), optional
+// renormalisation (sum raised to norm_min) and scale, of one row held by a warp whose lane j < k
+// holds choice e; lane j < k writes o[j]. `stats`: the softmax max and 1/sum are known (mx, inv).
+template <int PER>
+static __device__ void router_weights_row(const float* row, int e, float* o, int n_expert, int k, int gating, int norm,
+                                          float norm_min, float scale, int* err, bool stats, float mx, float inv) {
+    const int lane = threadIdx.x & (WARP - 1);
+    const bool bad = lane < k && (e < 0 || e >= n_expert);
+    if (__any_sync(0xffffffffu, bad)) {
+        if (lane == 0) report(err, 4);
+        return;
+    }
+    const float l = lane < k ? row[e] : -INFINITY;
+    float w = 0.0f;
+    if (gating == 2) {
+        const float m = warp_max(l);
+        double s = lane < k ? (double)expf(l - m) : 0.0;
+#pragma unroll
+        for (int off = WARP / 2; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane < k) w = expf(l - m) * (float)(1.0 / s);
+    } else {
+        if (gating == 0 && !stats) {
+            float v[PER];
+#pragma unroll
+            for (int t = 0; t < PER; ++t) {
+                const int x = lane + t * WARP;
+                v[t] = x < n_expert ? row[x] : -INFINITY;
+            }
+            warp_softmax_stats<PER>(v, n_expert, &mx, &inv);
+        }
+        if (lane < k) w = gate_score(l, gating, mx, inv);
+    }
+    if (norm) {
+        // Summed in expert-slot order, as the CPU kernels do.
+        float s = 0.0f;
+        for (int j = 0; j < k; ++j) s += __shfl_sync(0xffffffffu, w, j);
+        s = fmaxf(s, norm_min);
+        w /= s;
+    }
+    if (scale != 0.0f && scale != 1.0f) w *= scale;
+    if (lane < k) o[lane] = w;
+}
+
+
+// One warp per row.
+extern "C" __global__ void bl_router_weights(const float* logits, const int* ids, float* out, int n_expert, int k,
+                                             int rows, int gating, int norm, float norm_min, float scale, int* err) {
+    KERNEL_ENTRY();
+    const int r = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    const int lane = threadIdx.x & (WARP - 1);
+    if (r >= rows) return;
+    const int e = lane < k ? ids[(long long)r * k + lane] : 0;
+    WITH_ROUTE_PER(n_expert, (router_weights_row<PER>(logits + (long long)r * n_expert, e, out + (long long)r * k,
+                                                      n_expert, k, gating, norm, norm_min, scale, err, false, 0.0f,
+                                                      1.0f)))
+}
+
+// The maximum over the block of every thread's v, returned to all threads (blocks of whole warps).
+static __device__ float block_max(float v) {
+    __shared__ float part[1024 / WARP];
+    v = warp_max(v);
+    if ((threadIdx.x & (WARP - 1)) == 0) part[threadIdx.x / WARP] = v;
+    __syncthreads();
+    float m = part[0];
+    for (int w = 1; w < (int)blockDim.x / WARP; ++w) m = fmaxf(m, part[w]);
+    __syncthreads();
+    return m;
+}
+
+// RouterTopK and RouterWeights of the same logits as one kernel (ops/fused.rs): one block per row
+// of round_up(n_expert, 32) threads (n_expert <= 512), a thread per expert. An expert's rank is
+// the number of experts ahead of it (a higher key, or an equal key and a lower id; NaN ranks
+// lowest), so the top k come from one pass of comparisons instead of k rounds of a warp-wide
+// arg-max; then warp 0 writes ids and weights as bl_router_weights does, the softmax statistics
+// reused.
+// The body of bl_router_topk_weights for one row of logits (`row`, in global or shared memory),
+// writing its k ids and weights; every thread of the block (at least n_expert) calls it.
+static __device__ void router_topk_weights_row(const float* row, const float* bias, int* ids, float* out, int n_expert,
+                                               int k, int gating, int norm, float norm_min, float scale, int* err) {
+    __shared__ float keys[512];
+    __shared__ int chosen[WARP];
+    const int e = threadIdx.x;
+    const bool live = e < n_expert;
+    const float l = live ? row[e] : -INFINITY;
+    const float b = live && bias ? bias[e] : 0.0f;
+    float mx = 0.0f, inv = 1.0f;
+    if (gating == 0) {
+        mx = block_max(l);
+        inv = (float)(1.0 / block_sum_f64(live ? (double)expf(l - mx) : 0.0));
+    }
+    if (live) {
+        const float key = gate_score(l, gating, mx, inv) + b;
+        keys[e] = isnan(key) ? -INFINITY : key;
+    }
+    __syncthreads();
+    if (live) {
+        const float key = keys[e];
+        int rank = 0;
+#pragma unroll 8
+        for (int j = 0; j < n_expert; ++j) {
+            const float o = keys[j];
+            rank += (o > key) | ((o == key) & (j < e));
+        }
+        if (rank < k) chosen[rank] = e;
+    }
+    __syncthreads();
+    if (e >= WARP) return;
+    const int c = e < k ? chosen[e] : 0;
+    if (e < k) ids[e] = c;
+    // The statistics are known, so router_weights_row does not read the row through PER.
+    router_weights_row<4>(row, c, out, n_expert, k, gating, norm, norm_min, scale, err, true, mx, inv);
+}
+
+extern "C" __global__ void bl_router_topk_weights(const float* logits, const float* bias, int* ids, float* out,
+                                                  int n_expert, int k, int rows, int gating, int norm, float norm_min,
+                                                  float scale, int* err) {
+    KERNEL_ENTRY();
+    const int r = blockIdx.x;
+    if (r >= rows) return;
+    router_topk_weights_row(logits + (long long)r * n_expert, bias, ids + (long long)r * k, out + (long long)r * k,
+                            n_expert, k, gating, norm, norm_min, scale, err);
+}
+
+// The router's logits and then its choice, as one kernel (ops/fused.rs): block b computes logit
+// b % n_expert of row b / n_expert as bl_matmul_f32_split does (its first SPLIT_THREADS threads,
+// the same sums in the same order), and the last block of a row to finish (a counter per row in
+// `counters`, which it sets back to zero) runs bl_router_topk_weights' body on that row. Blocks of
+// max(SPLIT_THREADS, n_expert rounded up to a warp) threads, n_expert <= 512; rows <= the
+// counters.
+extern "C" __global__ void bl_router_logits_topk(const uint8_t* w, long long w_stride, const float* x, int n_embd,
+                                                 float* logits, const float* bias, int* ids, float* out, int n_expert,
+                                                 int k, int gating, int norm, float norm_min, float scale, int* err,
+                                                 int* counters) {
+    KERNEL_ENTRY();
+    __shared__ float part[SPLIT_THREADS / WARP];
+    __shared__ float row[512];
+    __shared__ bool last;
+    const int j = blockIdx.x % n_expert, r = blockIdx.x / n_expert;
+    if (threadIdx.x < SPLIT_THREADS) {
+        const float* wr = (const float*)(w + (long long)j * w_stride);
+        const float* xr = x + (long long)r * n_embd;
+        float s = 0.0f;
+#pragma unroll 4
+        for (int i = threadIdx.x; i < n_embd; i += SPLIT_THREADS) s += wr[i] * xr[i];
+        s = warp_sum(s);
+        if ((threadIdx.x & (WARP - 1)) == 0) part[threadIdx.x / WARP] = s;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+#pragma unroll
+        for (int i = 0; i < SPLIT_THREADS / WARP; i++) t += part[i];
+        logits[(long long)r * n_expert + j] = t;
+        // The logit is visible before the count that may let another block read it.
+        __threadfence();
+        last = atomicAdd(&counters[r], 1) == n_expert - 1;
+        if (last) counters[r] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // Every block's logit of this row, read past L1 (written by other blocks).
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) row[e] = __ldcg(logits + (long long)r * n_expert + e);
+    __syncthreads();
+    router_topk_weights_row(row, bias, ids + (long long)r * k, out + (long long)r * k, n_expert, k, gating, norm,
+                            norm_min, scale, err);
+}

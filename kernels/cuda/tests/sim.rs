@@ -1,0 +1,53 @@
+//! Kernel sources checked without a GPU: `sim/*_test.cpp` run them under a small CPU emulation of
+//! CUDA (`sim/sim.h`) against f64 references — the sequence-state kernels (`cu/recurrent.cuh`:
+//! ConvCausal and DeltaRule, step-wise and chunked, several sequences per batch, bad slots) and the
+//! routing kernels (`cu/router.cuh`: the fused logits + choice against the two kernels it replaces
+//! and an f64 top-k). Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so,
+//! when there is none.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Builds `sim/<name>.cpp` and runs it, failing with its report when it fails.
+fn run_emulated(name: &str) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("sim/{name}.cpp"));
+    let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let flags = [
+        "-std=c++20",
+        "-O2",
+        "-pthread",
+        "-Wall",
+        "-Wno-unknown-pragmas",
+    ];
+    match Command::new(&cxx)
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(&src)
+        .status()
+    {
+        Ok(s) => assert!(s.success(), "{cxx} failed on {}", src.display()),
+        Err(e) => {
+            eprintln!("skipped: no C++ compiler ({cxx}: {e})");
+            return;
+        }
+    }
+    let run = Command::new(&exe).output().expect("running the emulation");
+    let report = String::from_utf8_lossy(&run.stdout);
+    eprintln!("{report}");
+    assert!(
+        run.status.success(),
+        "the emulated kernels failed:\n{report}"
+    );
+}
+
+#[test]
+fn recurrent_kernels_match_the_reference_under_emulation() {
+    run_emulated("recurrent_test");
+}
+
+#[test]
+fn routing_kernels_match_the_reference_under_emulation() {
+    run_emulated("router_test");
+}
