@@ -617,6 +617,25 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     ids(7, 3),
                     ids(7, 1_000),
                 ),
+                // Eight heads per KV head (the Qwen3-MoE and Qwen3.6 shapes): a GPU plugin's
+                // decode form, one run for short contexts and split runs for longer ones.
+                flash(
+                    "decode of 3 rows, gqa 32/4, d 128",
+                    attn_params(32, 4, 128, 0, 0.0),
+                    [300, 2],
+                    ids(3, 2),
+                    ids(3, 300),
+                ),
+                flash(
+                    "decode of 2 rows, gqa 16/2, window 300, sinks, d 256",
+                    AttentionParams {
+                        sinks: true,
+                        ..attn_params(16, 2, 256, 300, 0.0)
+                    },
+                    [1_000, 1],
+                    ids(2, 1),
+                    ids(2, 1_000),
+                ),
                 flash(
                     "decode over a long cache, gqa 8/2, d 128",
                     attn_params(8, 2, 128, 0, 0.0),

@@ -31,6 +31,16 @@ const FLASH: [(u32, u64, &str); 3] = [
     (128, 64, "bl_flash_attn_f16_128"),
     (256, 32, "bl_flash_attn_f16_256"),
 ];
+/// The decode form's kernels by head size (f16 caches, dk = dv, as the flash form's).
+const DECODE: [(u32, &str); 3] = [
+    (64, "bl_attn_decode_f16_64"),
+    (128, "bl_attn_decode_f16_128"),
+    (256, "bl_attn_decode_f16_256"),
+];
+/// Most heads per KV head of the decode form (`DEC_MAX_G`).
+const DEC_MAX_G: u64 = 8;
+/// Key positions per tile of the decode form (`DEC_KT`): its runs are whole tiles.
+const DEC_KT: u64 = 64;
 /// Dynamic shared memory every block may use without opting in.
 const SMEM_DEFAULT: u32 = 48 * 1024;
 /// Threads per block of the one-block-per-(row, head) form.
@@ -46,6 +56,9 @@ enum Form {
         smem: u32,
         kt: u64,
     },
+    /// Decode without the tensor cores: the flash form's split launch (a block per row, KV head
+    /// and split), its partials and merge; runs of DEC_KT-position tiles.
+    Decode { name: &'static str },
     /// One block per (row, head), every score of the row in shared memory.
     Scores { name: &'static str, smem: u32 },
 }
@@ -96,6 +109,19 @@ fn choose(k: DType, v: DType, dk: u32, dv: u32, len: u64, optin: u32) -> Result<
                 "a smaller context per slot",
             ],
         )),
+    }
+}
+
+/// The form for `rows` rows of `g` heads of `d` per KV head: the flash form's decode calls (fewer
+/// than FLASH_MIN_ROWS rows) take the decode form when it holds their heads, as a row's G heads
+/// fill few of a tensor-core tile's 16 rows.
+fn for_rows(form: Form, rows: u64, g: u64, d: u32) -> Form {
+    match form {
+        Form::Flash { .. } if rows < FLASH_MIN_ROWS && g <= DEC_MAX_G => DECODE
+            .iter()
+            .find(|e| e.0 == d)
+            .map_or(form, |&(_, name)| Form::Decode { name }),
+        f => f,
     }
 }
 
@@ -185,10 +211,12 @@ impl Launcher {
         let wanted =
             self.product_next.load(std::sync::atomic::Ordering::Relaxed) && dv.is_multiple_of(32);
         let g = u64::from(nh / nkv);
+        let form = for_rows(form, rows, g, dk);
         let pb = pairs_per_block(rows, g);
         let (pair_blocks, pbi) = ((rows * g).div_ceil(pb), pb as i32);
         let split = match form {
             Form::Flash { kt, .. } => splits(rows, pair_blocks, u64::from(nkv), kc.ne[1], kt),
+            Form::Decode { .. } => splits(rows, pair_blocks, u64::from(nkv), kc.ne[1], DEC_KT),
             Form::Scores { .. } => 1,
         };
         // Split partials go in the scratch after the output's Q8_1 copy: o, then max and sum,
@@ -205,6 +233,7 @@ impl Launcher {
         let oq = copy.map_or(0u64, |c| c.q);
         let (name, smem) = match form {
             Form::Flash { name, smem, .. } | Form::Scores { name, smem } => (name, smem),
+            Form::Decode { name, .. } => (name, 0),
         };
         let f = self.func_smem(name, smem)?;
         let mut l = self.args(&f);
@@ -216,7 +245,7 @@ impl Launcher {
             .arg(&po)
             .arg(&oq);
         let cfg = match form {
-            Form::Flash { .. } => {
+            Form::Flash { .. } | Form::Decode { .. } => {
                 l.arg(&part)
                     .arg(&self.split_counters)
                     .arg(&rowsi)
@@ -359,6 +388,26 @@ mod tests {
     }
 
     #[test]
+    fn decode_calls_with_few_heads_per_kv_head_take_the_decode_form() {
+        let flash = choose(DType::F16, DType::F16, 128, 128, 4096, H200).unwrap();
+        for rows in [1, 4, 15] {
+            assert_eq!(
+                for_rows(flash, rows, 8, 128),
+                Form::Decode {
+                    name: "bl_attn_decode_f16_128"
+                },
+                "{rows} rows"
+            );
+        }
+        // Batches, and more heads per KV head than a decode block holds, keep the flash form.
+        assert_eq!(for_rows(flash, 16, 8, 128), flash);
+        assert_eq!(for_rows(flash, 1, 16, 128), flash);
+        // The scores form (f32 caches) stays as it is.
+        let f32c = choose(DType::F32, DType::F32, 128, 128, 4096, H200).unwrap();
+        assert_eq!(for_rows(f32c, 1, 4, 128), f32c);
+    }
+
+    #[test]
     fn flash_constants_match_the_kernels() {
         let src = include_str!("../../cu/attention.cuh");
         let define = |name: &str| super::super::tests::define_in(src, name);
@@ -368,6 +417,12 @@ mod tests {
         for (d, kt, name) in FLASH {
             assert_eq!(define(&format!("FA_KT_{d}")), kt, "{name}");
             assert!(src.contains(&format!("FLASH_ATTEND({d})")), "{name}");
+        }
+        assert_eq!(define("DEC_MAX_G"), DEC_MAX_G);
+        assert_eq!(define("DEC_KT"), DEC_KT);
+        assert_eq!(define("DEC_THREADS"), u64::from(FA_THREADS));
+        for (d, name) in DECODE {
+            assert!(src.contains(&format!("ATTEND_DECODE({d})")), "{name}");
         }
     }
 }
