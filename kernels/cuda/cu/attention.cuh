@@ -699,11 +699,14 @@ static __device__ void attend_decode(const float* q, const __half* kc, const __h
         };
         if constexpr (EARLY_V) load_v();
 
+        // A warp whose positions all lie past the run (a short context's tile) forms no scores.
+        const bool kwarp = __any_sync(0xffffffffu, kok);
         float s[DEC_MAX_G];
 #pragma unroll
         for (int h = 0; h < DEC_MAX_G; ++h) s[h] = 0.0f;
 #pragma unroll
         for (int i = 0; i < D / 16; ++i) {
+            if (!kwarp) break;
             float kf[8];
             half8_to_float(kv[i], kf);
 #pragma unroll
@@ -758,9 +761,10 @@ static __device__ void attend_decode(const float* q, const __half* kc, const __h
         }
 #pragma unroll
         for (int j = 0; j < VP; ++j) {
+            const int t = pg + j * PG;
+            if (t0 + t > last) break;
             float vf[8];
             half8_to_float(vv[j], vf);
-            const int t = pg + j * PG;
 #pragma unroll
             for (int h = 0; h < DEC_MAX_G; ++h) {
                 if (h >= G) break;
