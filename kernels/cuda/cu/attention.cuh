@@ -246,6 +246,24 @@ static __device__ __forceinline__ float* part_ml(float* part, int S, int z, long
     return part + S * outs * D + (z * outs + i) * 2;
 }
 
+// Whether this block is the last of the n blocks of its (x, y) group to get here, counted in
+// `counters` (a zeroed int per (x, y) block, set back to zero by the last block): what every block
+// wrote before the call is visible to the last one after it. Every thread of the block must call
+// it.
+static __device__ bool last_split_block(int* counters, int n) {
+    __shared__ bool last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int* c = counters + blockIdx.y * gridDim.x + blockIdx.x;
+        last = atomicAdd(c, 1) == n - 1;
+        if (last) *c = 0;
+    }
+    __syncthreads();
+    if (last) __threadfence();
+    return last;
+}
+
 // Merges the first nz of the S splits' partials of the block's nrows pairs into out (and its Q8_1
 // copy), by the last split block of a (pair block, KV head): o = sum_z e_z o_z / (sum_z e_z l_z + e_sink), e_z =
 // exp(m_z - M), M the largest of the m_z and the sink. First a warp per pair turns the splits'
@@ -509,19 +527,8 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
             for (int n = 0; n < D / 8; ++n) *(float2*)(po + n * 8 + 2 * t) = make_float2(o[n][2 * half], o[n][2 * half + 1]);
             if (t == 0) *(float2*)part_ml(part, S, z, outs, orow, D) = half ? make_float2(mB, lB) : make_float2(mA, lA);
         }
-        // The last split block of this (pair block, KV head) merges: the partials are made
-        // visible before the count, and read after it.
-        __shared__ bool merge;
-        __threadfence();
-        __syncthreads();
-        if (tid == 0) {
-            int* c = counters + blockIdx.y * gridDim.x + blockIdx.x;
-            merge = atomicAdd(c, 1) == S - 1;
-            if (merge) *c = 0;
-        }
-        __syncthreads();
-        if (!merge) return;
-        __threadfence();
+        // The last split block of this (pair block, KV head) merges.
+        if (!last_split_block(counters, S)) return;
         __shared__ int zrun[2 * FA_ROWS];
         flash_merge<D>(part, S, S, outs, FA_ROWS, pair0, G, n_head, kvh, info, sinks, (float*)fa_smem, zrun, out,
                        oq);
@@ -639,7 +646,6 @@ static __device__ void attend_decode(const float* q, const __half* kc, const __h
     __shared__ float mrow[DEC_MAX_G], lrow[DEC_MAX_G], crow[DEC_MAX_G];
     __shared__ FaRow info[DEC_MAX_G];
     __shared__ int zrun[2 * DEC_MAX_G];
-    __shared__ bool merge;
 
     const int G = n_head / n_head_kv, kvh = blockIdx.y, S = gridDim.z, z = blockIdx.z;
     const int r = gridDim.x - 1 - blockIdx.x, tid = threadIdx.x, lane = tid & (WARP - 1), warp = tid / WARP;
@@ -805,18 +811,8 @@ static __device__ void attend_decode(const float* q, const __half* kc, const __h
     const long long outs = (long long)rows * n_head;
     for (int i = tid; i < G * D; i += DEC_THREADS) part_o(part, z, outs, orow0 + i / D, D)[i % D] = summed(i);
     if (tid < G) *(float2*)part_ml(part, S, z, outs, orow0 + tid, D) = make_float2(mrow[tid], lrow[tid]);
-    // The last run's block merges: the partials are made visible before the count, and read
-    // after it.
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) {
-        int* c = counters + blockIdx.y * gridDim.x + blockIdx.x;
-        merge = atomicAdd(c, 1) == nz - 1;
-        if (merge) *c = 0;
-    }
-    __syncthreads();
-    if (!merge) return;
-    __threadfence();
+    // The last run's block merges.
+    if (!last_split_block(counters, nz)) return;
     if (tid < DEC_MAX_G) info[tid] = tid < G ? FaRow{slot, lo, hi} : FaRow{-1, 0, -1};
     __syncthreads();
     flash_merge<D>(part, S, nz, outs, G, r * G, G, n_head, kvh, info, sinks, sm, zrun, out, oq);

@@ -5,27 +5,35 @@
 // The same product for few (j, c) pairs (routers, gates: n of 1 to a few hundred at decode): one
 // block of SPLIT_THREADS per pair splits k, so that a small product still fills the card.
 #define SPLIT_THREADS 128
+
+// The sum of wr[i] * xr[i] over i < k by the block's first SPLIT_THREADS threads (each a strided
+// share, then warp sums, then the warps' sums in order), returned to thread 0: the order both
+// split products keep. Every thread of the block must call it.
+static __device__ float split_dot(const float* wr, const float* xr, int k) {
+    __shared__ float part[SPLIT_THREADS / WARP];
+    if (threadIdx.x < SPLIT_THREADS) {
+        float s = 0.0f;
+#pragma unroll 4
+        for (int i = threadIdx.x; i < k; i += SPLIT_THREADS) s += wr[i] * xr[i];
+        s = warp_sum(s);
+        if ((threadIdx.x & (WARP - 1)) == 0) part[threadIdx.x / WARP] = s;
+    }
+    __syncthreads();
+    float t = 0.0f;
+    if (threadIdx.x == 0)
+#pragma unroll
+        for (int i = 0; i < SPLIT_THREADS / WARP; i++) t += part[i];
+    return t;
+}
+
 extern "C" __global__ void bl_matmul_f32_split(const uint8_t* w, long long w_stride, const float* x, float* y, int k,
                                                int n, int m) {
     KERNEL_ENTRY();
-    __shared__ float part[SPLIT_THREADS / WARP];
     const long long task = blockIdx.x;
     if (task >= (long long)n * m) return;
     const int j = (int)(task % n), c = (int)(task / n);
-    const float* wr = (const float*)(w + (long long)j * w_stride);
-    const float* xc = x + (long long)c * k;
-    float s = 0.0f;
-#pragma unroll 4
-    for (int i = threadIdx.x; i < k; i += SPLIT_THREADS) s += wr[i] * xc[i];
-    s = warp_sum(s);
-    if ((threadIdx.x & (WARP - 1)) == 0) part[threadIdx.x / WARP] = s;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float t = 0.0f;
-#pragma unroll
-        for (int i = 0; i < SPLIT_THREADS / WARP; i++) t += part[i];
-        y[(long long)c * n + j] = t;
-    }
+    const float t = split_dot((const float*)(w + (long long)j * w_stride), x + (long long)c * k, k);
+    if (threadIdx.x == 0) y[(long long)c * n + j] = t;
 }
 
 // ---- MoE routing: one warp per row; lane l holds experts l, l + 32, ... (n_expert <= 32 * PER, PER
@@ -275,24 +283,11 @@ extern "C" __global__ void bl_router_logits_topk(const uint8_t* w, long long w_s
                                                  int k, int gating, int norm, float norm_min, float scale, int* err,
                                                  int* counters) {
     KERNEL_ENTRY();
-    __shared__ float part[SPLIT_THREADS / WARP];
     __shared__ float row[512];
     __shared__ bool last;
     const int j = blockIdx.x % n_expert, r = blockIdx.x / n_expert;
-    if (threadIdx.x < SPLIT_THREADS) {
-        const float* wr = (const float*)(w + (long long)j * w_stride);
-        const float* xr = x + (long long)r * n_embd;
-        float s = 0.0f;
-#pragma unroll 4
-        for (int i = threadIdx.x; i < n_embd; i += SPLIT_THREADS) s += wr[i] * xr[i];
-        s = warp_sum(s);
-        if ((threadIdx.x & (WARP - 1)) == 0) part[threadIdx.x / WARP] = s;
-    }
-    __syncthreads();
+    const float t = split_dot((const float*)(w + (long long)j * w_stride), x + (long long)r * n_embd, n_embd);
     if (threadIdx.x == 0) {
-        float t = 0.0f;
-#pragma unroll
-        for (int i = 0; i < SPLIT_THREADS / WARP; i++) t += part[i];
         logits[(long long)r * n_expert + j] = t;
         // The logit is visible before the count that may let another block read it.
         __threadfence();
