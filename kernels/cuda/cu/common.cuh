@@ -1,4 +1,5 @@
-// Helpers every kernel source shares: warp and block reductions, the sigmoid, the error report.
+// Helpers every kernel source shares: warp and block reductions, the sigmoid, the error report,
+// the per-warp Q8_1 quantizers of activations.
 // Included by kernels.cu after WARP (and by kernels/cuda/sim's tests after sim.h).
 
 #pragma once
@@ -41,4 +42,53 @@ static __device__ __forceinline__ float sigmoid_f(float x) {
     if (x >= 0.0f) return 1.0f / (1.0f + expf(-x));
     const float e = expf(x);
     return e / (1.0f + e);
+}
+
+// Four table entries as one little-endian word.
+static __device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
+    return (uint32_t)(uint8_t)a | ((uint32_t)(uint8_t)b << 8) | ((uint32_t)(uint8_t)c << 16) |
+           ((uint32_t)(uint8_t)d << 24);
+}
+
+// ---- activations to Q8_1 (f16 d, f16 s = d * sum(q), 32 x int8) ----------------------------------
+
+// Lane `lane` of a warp holding one 32-value block (value v each) writes its Q8_1 byte to
+// qs[lane]; lane 0 writes d and s to ds (4-byte aligned). Every lane of the warp must call it.
+static __device__ __forceinline__ void quantize_lane(float v, uint8_t* qs, uint8_t* ds) {
+    const int lane = threadIdx.x & (WARP - 1);
+    const float amax = warp_max(fabsf(v));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const int q = __float2int_rn(v * id);
+    const float sum = warp_sum((float)q);
+    qs[lane] = (uint8_t)(int8_t)q;
+    if (lane == 0) {
+        // d and s as one aligned 32-bit store.
+        const float d = amax / 127.0f;
+        *(__half2*)ds = __halves2half2(__float2half_rn(d), __float2half_rn(sum * d));
+    }
+}
+
+// quantize_lane into a 36-byte Q8_1 block (blocks are 36 bytes, the buffer 256-aligned).
+static __device__ __forceinline__ void quantize_lane(float v, uint8_t* blk) { quantize_lane(v, blk + 4, blk); }
+
+// The Q8_1 block of 32 values that 8 consecutive lanes hold as one quad each (lane & 7 = the
+// quad's place in the block): each lane writes its 4 bytes, the first also d and s. Every lane
+// of the warp must call it; groups of 8 with `store` false (past the row) write nothing.
+static __device__ __forceinline__ void quantize_quad(float4 y, uint8_t* blk, bool store) {
+    const int sub = threadIdx.x & 7;
+    float amax = fmaxf(fmaxf(fabsf(y.x), fabsf(y.y)), fmaxf(fabsf(y.z), fabsf(y.w)));
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const int q0 = __float2int_rn(y.x * id), q1 = __float2int_rn(y.y * id), q2 = __float2int_rn(y.z * id),
+              q3 = __float2int_rn(y.w * id);
+    float sum = (float)(q0 + q1 + q2 + q3);
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (!store) return;
+    *(uint32_t*)(blk + 4 + 4 * sub) = pack4(q0, q1, q2, q3);
+    if (sub == 0) {
+        const float d = amax / 127.0f;
+        *(__half2*)blk = __halves2half2(__float2half_rn(d), __float2half_rn(sum * d));
+    }
 }

@@ -10,8 +10,6 @@
 #include <stdint.h>
 #include <cuda_fp16.h>
 
-#include "quant.cuh"
-
 #define WARP 32
 
 // Every kernel opens with this. From compute capability 9.0 the host launches kernels with
@@ -27,6 +25,7 @@
 #endif
 
 #include "common.cuh"
+#include "quant.cuh"
 
 template <typename T> static __device__ __forceinline__ T from_f32(float v);
 template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
@@ -94,47 +93,6 @@ extern "C" __global__ void bl_hold(long long ns) {
 }
 
 // ---- RMSNorm and L2 norm: one block of up to 1024 threads per row ---------------------------------
-
-// Lane `lane` of a warp holding one 32-value block (value v each) writes its Q8_1 byte to
-// qs[lane]; lane 0 writes d and s to ds (4-byte aligned). Every lane of the warp must call it.
-static __device__ __forceinline__ void quantize_lane(float v, uint8_t* qs, uint8_t* ds) {
-    const int lane = threadIdx.x & (WARP - 1);
-    const float amax = warp_max(fabsf(v));
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    const int q = __float2int_rn(v * id);
-    const float sum = warp_sum((float)q);
-    qs[lane] = (uint8_t)(int8_t)q;
-    if (lane == 0) {
-        // d and s as one aligned 32-bit store.
-        const float d = amax / 127.0f;
-        *(__half2*)ds = __halves2half2(__float2half_rn(d), __float2half_rn(sum * d));
-    }
-}
-
-// quantize_lane into a 36-byte Q8_1 block (blocks are 36 bytes, the buffer 256-aligned).
-static __device__ __forceinline__ void quantize_lane(float v, uint8_t* blk) { quantize_lane(v, blk + 4, blk); }
-
-// The Q8_1 block of 32 values that 8 consecutive lanes hold as one quad each (lane & 7 = the
-// quad's place in the block): each lane writes its 4 bytes, the first also d and s. Every lane
-// of the warp must call it; groups of 8 with `store` false (past the row) write nothing.
-static __device__ __forceinline__ void quantize_quad(float4 y, uint8_t* blk, bool store) {
-    const int sub = threadIdx.x & 7;
-    float amax = fmaxf(fmaxf(fabsf(y.x), fabsf(y.y)), fmaxf(fabsf(y.z), fabsf(y.w)));
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    const int q0 = __float2int_rn(y.x * id), q1 = __float2int_rn(y.y * id), q2 = __float2int_rn(y.z * id),
-              q3 = __float2int_rn(y.w * id);
-    float sum = (float)(q0 + q1 + q2 + q3);
-#pragma unroll
-    for (int o = 1; o < 8; o <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (!store) return;
-    *(uint32_t*)(blk + 4 + 4 * sub) = pack4(q0, q1, q2, q3);
-    if (sub == 0) {
-        const float d = amax / 127.0f;
-        *(__half2*)blk = __halves2half2(__float2half_rn(d), __float2half_rn(sum * d));
-    }
-}
 
 // Quads (float4) of a row each thread of a norm keeps in registers (the host launches
 // ceil(ncols / 4 / NORM_QUADS) threads, rounded up to whole warps).

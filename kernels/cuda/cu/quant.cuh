@@ -61,12 +61,6 @@ static __device__ __forceinline__ void scale_min_k4(const uint8_t* sc, int j, in
     }
 }
 
-// Four table entries as one little-endian word.
-static __device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {
-    return (uint32_t)(uint8_t)a | ((uint32_t)(uint8_t)b << 8) | ((uint32_t)(uint8_t)c << 16) |
-           ((uint32_t)(uint8_t)d << 24);
-}
-
 // Looks up four 4-bit codes (one per byte, 0..15) in a 16-entry int8 table held as four words.
 static __device__ __forceinline__ int lut16(uint32_t codes, uint32_t t0, uint32_t t1, uint32_t t2, uint32_t t3) {
     const uint32_t sel = (codes & 0x7u) | ((codes >> 4) & 0x70u) | ((codes >> 8) & 0x700u) | ((codes >> 12) & 0x7000u);

@@ -1,6 +1,7 @@
-// A CPU emulation of the few CUDA features the sequence-state kernels (cu/recurrent.cuh) and the
-// routing kernels (cu/router.cuh) use, so that their source can be checked without a GPU
-// (tests/sim.rs builds and runs recurrent_test.cpp and router_test.cpp with the host C++ compiler). Blocks run one after another; the threads of a
+// A CPU emulation of the few CUDA features the sequence-state kernels (cu/recurrent.cuh), the
+// routing kernels (cu/router.cuh) and the decode attention (cu/attn_split.cuh) use, so that their
+// source can be checked without a GPU (tests/sim.rs builds and runs the *_test.cpp files here with
+// the host C++ compiler). Blocks run one after another; the threads of a
 // block are std::threads with a block barrier for __syncthreads and a per-warp exchange for
 // shuffles and ballots. Every lane of a warp must take part in a shuffle, and a block must leave
 // a kernel as a whole before a barrier, as the kernels under test do.
@@ -9,6 +10,7 @@
 #include <atomic>
 #include <barrier>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -26,6 +28,7 @@ inline thread_local Dim3 threadIdx;
 #define __forceinline__ inline
 #define __shared__ static
 #define __launch_bounds__(x)
+#define __align__(n) __attribute__((aligned(n)))
 #define WARP 32
 // No programmatic dependent launch on the host threads (cu/kernels.cu defines it for the card).
 #define KERNEL_ENTRY() \
@@ -93,7 +96,37 @@ inline int atomicAdd(int* a, int v) { return std::atomic_ref<int>(*a).fetch_add(
 
 // Blocks run one after another on shared host memory: fences and cache hints have nothing to do.
 inline void __threadfence() {}
-inline float __ldcg(const float* p) { return *p; }
+template <typename T>
+inline T __ldcg(const T* p) {
+    return *p;
+}
+
+// Vector types and f16 storage: GCC's _Float16 rounds to nearest even as __float2half_rn does.
+struct float2 {
+    float x, y;
+};
+struct float4 {
+    float x, y, z, w;
+};
+struct uint4 {
+    unsigned x, y, z, w;
+};
+inline float2 make_float2(float x, float y) { return {x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return {x, y, z, w}; }
+struct __half {
+    _Float16 v;
+};
+struct __half2 {
+    __half x, y;
+};
+inline __half __float2half_rn(float f) { return {(_Float16)f}; }
+inline float __half2float(__half h) { return (float)h.v; }
+inline __half2 __halves2half2(__half a, __half b) { return {a, b}; }
+inline float2 __half22float2(__half2 h) { return {(float)h.x.v, (float)h.y.v}; }
+inline int __float2int_rn(float x) { return (int)std::nearbyint(x); }
+inline int __ffsll(long long x) { return __builtin_ffsll(x); }
+inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
 
 // Runs `kernel` on every block of `grid` with `threads` threads (a multiple of WARP).
 inline void launch(Dim3 grid, unsigned threads, const std::function<void()>& kernel) {

@@ -2,7 +2,8 @@
 //! CUDA (`sim/sim.h`) against f64 references — the sequence-state kernels (`cu/recurrent.cuh`:
 //! ConvCausal and DeltaRule, step-wise and chunked, several sequences per batch, bad slots) and the
 //! routing kernels (`cu/router.cuh`: the fused logits + choice against the two kernels it replaces
-//! and an f64 top-k). Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so,
+//! and an f64 top-k) and the decode attention (`cu/attn_split.cuh`: one run and merged runs,
+//! windows, sinks, softcap, bad rows, against an f64 attention). Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so,
 //! when there is none.
 
 use std::path::{Path, PathBuf};
@@ -50,4 +51,9 @@ fn recurrent_kernels_match_the_reference_under_emulation() {
 #[test]
 fn routing_kernels_match_the_reference_under_emulation() {
     run_emulated("router_test");
+}
+
+#[test]
+fn decode_attention_matches_the_reference_under_emulation() {
+    run_emulated("attention_test");
 }
