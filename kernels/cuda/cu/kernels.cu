@@ -1005,9 +1005,9 @@ static __device__ void moe_gate_up(const uint8_t* gate, const uint8_t* up, long 
                                    float* h, int n_embd, int n_ff, int k, int rows, int n_expert, int kind, float limit,
                                    int fused, int* err) {
     if (WT >= 0) wtype_g = wtype_u = WT;
-    const int wpb = blockDim.x / WARP, lane = threadIdx.x & (WARP - 1);
-    const long long first = (long long)blockIdx.x * wpb, total = (long long)rows * k * n_ff, kf = (long long)k * n_ff;
-    const long long task = first + threadIdx.x / WARP;
+    const int lane = threadIdx.x & (WARP - 1);
+    const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP,
+                    total = (long long)rows * k * n_ff;
     const int f = (int)(task % n_ff);
     const long long rj = task / n_ff;
     const int r = (int)(rj / k);
@@ -1030,20 +1030,21 @@ static __device__ void moe_gate_up(const uint8_t* gate, const uint8_t* up, long 
         }
     }
     if constexpr (HasPair<WT>::value) {
-        // The pair form: both stacks suit it and read one activation, staged for the block's rows
-        // (at most two: k * n_ff >= warps per block) while the first weight loads are in flight.
+        // The pair form: both stacks suit it and read one activation, each lane's chunks of it
+        // straight from global memory (a row of a few KiB, in L1/L2) as the few-column products
+        // read theirs, both weight rows' loads of a chunk issued before either is used.
         if (pairs_ok<WT>(gate, g_row, g_exp, n_embd) && (fused || pairs_ok<WT>(up, u_row, u_exp, n_embd)) && xg == xu &&
-            xg_row == xu_row && kf >= wpb && stage_fits(2, n_embd)) {
-            const int nch = n_embd / 64;
-            PairBatch<WT, 1> g, u;
-            if (live) {
-                g.load(grow, lane, nch);
-                u.load(urow, lane, nch);
-            }
-            const uint8_t* xs =
-                stage_rows((const uint8_t*)xg, xg_row, n_embd, first / kf, (min(first + wpb, total) - 1) / kf, r);
+            xg_row == xu_row) {
             if (!live) return;
-            const float gv = warp_sum(lane_row_dot(g, grow, xs, nch)), uv = warp_sum(lane_row_dot(u, urow, xs, nch));
+            const uint8_t* xr = (const uint8_t*)xg + r * xg_row;
+            float gs = 0.0f, us = 0.0f;
+            for (int c = lane; c < n_embd / 64; c += WARP) {
+                const PairW<WT> gw = load_pair<WT>(grow, c), uw = load_pair<WT>(urow, c);
+                const XPair xp = load_x_pair_global(xr, c);
+                gs += dot_pair<WT>(gw, xp);
+                us += dot_pair<WT>(uw, xp);
+            }
+            const float gv = warp_sum(gs), uv = warp_sum(us);
             if (lane == 0) h[task] = glu_one(gv, uv, kind, limit);
             return;
         }

@@ -1404,10 +1404,7 @@ impl Launcher {
             .arg(&p.limit)
             .arg(&fused)
             .arg(&err);
-        let launch = LaunchConfig {
-            shared_mem_bytes: stage_bytes(wg, n_embd, 2),
-            ..cfg(rows * k * n_ff)
-        };
+        let launch = cfg(rows * k * n_ff);
         // SAFETY: one warp per (row, expert slot, ff row); expert ids are checked on the card and
         // every stack row lies inside the stacks' checked spans.
         unsafe { l.launch(launch) }.map_err(driver_err(name))?;
