@@ -40,8 +40,9 @@
 #   scripts/gpu-check.sh streams  on the GPU machine: opcheck, the few-column products timed side by
 #                                 side (dist/cols_bench, from `cols-bench-build` here), tg64 of 1,
 #                                 2 and 4 sequences and the server's 1/2/4 streams, with PREV.
-#   scripts/gpu-check.sh host-share  on the GPU machine: the CPU's read rate and host-to-card copies,
-#                                 alone and at once (dist/host_share_bench, from `cols-bench-build`).
+#   scripts/gpu-check.sh host-share  on the GPU machine: the CPU's read rate, host-to-card copies and
+#                                 a card kernel reading page-locked memory in place, alone and at
+#                                 once (dist/host_share_bench, from `cols-bench-build`).
 #   scripts/gpu-check.sh serve-step  on the GPU machine: one stream's decode through `serve -ngl 99`
 #                                 (forward time from /metrics against the whole step from the
 #                                 request's timings) at -c 1024 and 8192, beside bench's tg128.
@@ -466,7 +467,8 @@ case "${1:-}" in
     ;;
   host-share)
     # On the GPU machine: whether the host's memory serves the CPU's reads and page-locked
-    # host-to-card copies at once (dist/host_share_bench, from `cols-bench-build` here).
+    # host-to-card copies (or the card's in-place reads of mapped memory) at once
+    # (dist/host_share_bench, from `cols-bench-build` here).
     dist/host_share_bench | tee "${OUT:-/tmp}/host-share.txt"
     ;;
   serve-step)

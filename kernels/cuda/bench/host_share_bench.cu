@@ -1,7 +1,10 @@
 // Whether the host's memory serves the CPU's reads and host-to-card copies at once: the question
 // behind streaming a share of each layer's host experts to the card during decode while the CPU
 // computes the rest (issue 6). Measures, for 1 second each: the CPU threads streaming reads of a
-// 4 GiB buffer alone; page-locked host-to-card copies alone; both at once. Built by
+// 4 GiB buffer alone; page-locked host-to-card copies alone; both at once; and a card kernel
+// reading page-locked memory in place (mapped, no copy: as a routed-expert kernel could read a
+// streamed expert) 8 MiB a launch (about three Q4_K experts of the 30B-A3B shape), alone and with
+// the CPU threads. Built by
 // `scripts/gpu-check.sh cols-bench-build` beside cols_bench; run by the `host-share` mode.
 //   nvcc -O3 -arch=sm_90 -Xcompiler -O3,-mavx2 -o host_share_bench kernels/cuda/bench/host_share_bench.cu
 // Prints GB/s for each side in each phase.
@@ -62,6 +65,32 @@ static double copies(const uint8_t* src, uint8_t* dst, size_t chunk, cudaStream_
     return done / seconds_since(t0);
 }
 
+// Reads n 16-byte words of mapped host memory across the grid; a word equal to `never` (no word
+// is) is counted, so the loads are kept.
+__global__ void read_mapped(const uint4* p, size_t n, unsigned never, unsigned* hits) {
+    unsigned x = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint4 v = p[i];
+        x ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (x == never) atomicAdd(hits, 1u);
+}
+
+// Launches of read_mapped over `bytes` of mapped `src` until `stop`, each waited for; bytes per
+// second (launch and completion latency included, as a decode step would see them).
+static double mapped_reads(const uint8_t* src, size_t bytes, unsigned* hits, cudaStream_t s,
+                           const std::atomic<bool>& stop) {
+    size_t done = 0;
+    const auto t0 = Clock::now();
+    while (!stop.load(std::memory_order_relaxed)) {
+        read_mapped<<<264, 512, 0, s>>>((const uint4*)src, bytes / 16, 0xFFFFFFFFu, hits);
+        CK(cudaGetLastError());
+        CK(cudaStreamSynchronize(s));
+        done += bytes;
+    }
+    return done / seconds_since(t0);
+}
+
 int main() {
     const size_t words = (4ull << 30) / 8, chunk = 64ull << 20;
     std::vector<uint64_t> buf(words);
@@ -73,14 +102,17 @@ int main() {
     uint8_t *pinned = nullptr, *dev = nullptr;
     cudaStream_t s = nullptr;
     if (card) {
-        CK(cudaHostAlloc((void**)&pinned, 1ull << 30, cudaHostAllocDefault));
+        CK(cudaHostAlloc((void**)&pinned, 1ull << 30, cudaHostAllocMapped));
         memset(pinned, 1, 1ull << 30);
         CK(cudaMalloc(&dev, 1ull << 30));
         CK(cudaStreamCreate(&s));
     }
     std::atomic<uint64_t> sink{0};
     const int hw = (int)std::thread::hardware_concurrency();
-    auto phase = [&](const char* name, int threads, bool copy) {
+    unsigned* hits = nullptr;
+    if (card) CK(cudaMalloc(&hits, sizeof(unsigned)));
+    // copy: 1 page-locked copies, 2 the card reading mapped memory in place.
+    auto phase = [&](const char* name, int threads, int copy) {
         std::atomic<bool> stop{false};
         double cpu = 0.0, pcie = 0.0;
         std::thread timer([&] {
@@ -88,23 +120,28 @@ int main() {
             stop = true;
         });
         std::thread copier;
-        if (copy) copier = std::thread([&] { pcie = copies(pinned, dev, chunk, s, stop); });
+        if (copy == 1) copier = std::thread([&] { pcie = copies(pinned, dev, chunk, s, stop); });
+        if (copy == 2) copier = std::thread([&] { pcie = mapped_reads(pinned, 8ull << 20, hits, s, stop); });
         if (threads > 0) cpu = cpu_reads(buf.data(), words, threads, stop, sink);
         timer.join();
         if (copy) copier.join();
-        printf("%-40s CPU reads %6.1f GB/s   host-to-card copies %5.1f GB/s\n", name, cpu / 1e9, pcie / 1e9);
+        printf("%-44s CPU reads %6.1f GB/s   %s %5.1f GB/s\n", name, cpu / 1e9,
+               copy == 2 ? "card reads in place " : "host-to-card copies", pcie / 1e9);
     };
     char label[64];
     for (int threads : {hw / 2, hw}) {
         snprintf(label, sizeof label, "%d threads reading, alone", threads);
-        phase(label, threads, false);
+        phase(label, threads, 0);
     }
     if (card) {
-        phase("copies alone (64 MiB page-locked chunks)", 0, true);
+        phase("copies alone (64 MiB page-locked chunks)", 0, 1);
         for (int threads : {hw / 2, hw}) {
             snprintf(label, sizeof label, "%d threads reading + copies", threads);
-            phase(label, threads, true);
+            phase(label, threads, 1);
         }
+        phase("card reads mapped memory alone (8 MiB)", 0, 2);
+        snprintf(label, sizeof label, "%d threads reading + card reads in place", hw);
+        phase(label, hw, 2);
     }
     printf("(checksum %llu)\n", (unsigned long long)sink.load());
     return 0;
