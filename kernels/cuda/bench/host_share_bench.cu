@@ -111,8 +111,9 @@ int main() {
     const int hw = (int)std::thread::hardware_concurrency();
     unsigned* hits = nullptr;
     if (card) CK(cudaMalloc(&hits, sizeof(unsigned)));
-    // copy: 1 page-locked copies, 2 the card reading mapped memory in place.
-    auto phase = [&](const char* name, int threads, int copy) {
+    // What the card does during a phase beside the CPU threads.
+    enum class Card { idle, copies, in_place };
+    auto phase = [&](const char* name, int threads, Card copy) {
         std::atomic<bool> stop{false};
         double cpu = 0.0, pcie = 0.0;
         std::thread timer([&] {
@@ -120,28 +121,29 @@ int main() {
             stop = true;
         });
         std::thread copier;
-        if (copy == 1) copier = std::thread([&] { pcie = copies(pinned, dev, chunk, s, stop); });
-        if (copy == 2) copier = std::thread([&] { pcie = mapped_reads(pinned, 8ull << 20, hits, s, stop); });
+        if (copy == Card::copies) copier = std::thread([&] { pcie = copies(pinned, dev, chunk, s, stop); });
+        if (copy == Card::in_place)
+            copier = std::thread([&] { pcie = mapped_reads(pinned, 8ull << 20, hits, s, stop); });
         if (threads > 0) cpu = cpu_reads(buf.data(), words, threads, stop, sink);
         timer.join();
-        if (copy) copier.join();
+        if (copier.joinable()) copier.join();
         printf("%-44s CPU reads %6.1f GB/s   %s %5.1f GB/s\n", name, cpu / 1e9,
-               copy == 2 ? "card reads in place " : "host-to-card copies", pcie / 1e9);
+               copy == Card::in_place ? "card reads in place " : "host-to-card copies", pcie / 1e9);
     };
     char label[64];
     for (int threads : {hw / 2, hw}) {
         snprintf(label, sizeof label, "%d threads reading, alone", threads);
-        phase(label, threads, 0);
+        phase(label, threads, Card::idle);
     }
     if (card) {
-        phase("copies alone (64 MiB page-locked chunks)", 0, 1);
+        phase("copies alone (64 MiB page-locked chunks)", 0, Card::copies);
         for (int threads : {hw / 2, hw}) {
             snprintf(label, sizeof label, "%d threads reading + copies", threads);
-            phase(label, threads, 1);
+            phase(label, threads, Card::copies);
         }
-        phase("card reads mapped memory alone (8 MiB)", 0, 2);
+        phase("card reads mapped memory alone (8 MiB)", 0, Card::in_place);
         snprintf(label, sizeof label, "%d threads reading + card reads in place", hw);
-        phase(label, hw, 2);
+        phase(label, hw, Card::in_place);
     }
     printf("(checksum %llu)\n", (unsigned long long)sink.load());
     return 0;

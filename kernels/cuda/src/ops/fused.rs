@@ -288,6 +288,19 @@ impl Launcher {
         // The Q8_1 copy the scratch holds after the fused kernel, if any.
         let mut copy = None;
         let pair = |launched: bool| if launched { 2 } else { 0 };
+        // The copy `held` after a kernel that wrote the first n calls' results and not the
+        // scratch: kept unless one of those results overlaps the quantized activations.
+        let kept = |n: usize| -> Result<Option<Quantized>, PluginError> {
+            let Some(h) = held else {
+                return Ok(None);
+            };
+            for c in &calls[..n] {
+                if !h.clear_of(addr(&c.dst)?, c.dst.span_bytes().unwrap_or(u64::MAX)) {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(h))
+        };
         let taken = match (first.op, second.op) {
             (Op::Add, Op::RmsNorm { eps }) => {
                 let quantize = quantized_reader(&second.dst, &calls[2..]);
@@ -304,27 +317,16 @@ impl Launcher {
             (Op::RouterTopK(p), Op::RouterWeights(q)) if p == q => {
                 let launched = self.router(&addr, first, second, p)?;
                 // Routing leaves the scratch alone, and the activations unless it wrote there.
-                if let Some(h) = held {
-                    let clear = |t: &TensorRef| -> Result<bool, PluginError> {
-                        Ok(h.clear_of(addr(t)?, t.span_bytes().unwrap_or(u64::MAX)))
-                    };
-                    if launched && clear(&first.dst)? && clear(&second.dst)? {
-                        copy = Some(h);
-                    }
+                if launched {
+                    copy = kept(2)?;
                 }
                 pair(launched)
             }
             (Op::MatMul, Op::RouterTopK(p)) => {
                 let launched = self.router_logits(&addr, calls, p)?;
                 // As for the routing pair alone; the logits are not in the scratch either.
-                if let Some(h) = held.filter(|_| launched) {
-                    let mut clear = true;
-                    for c in &calls[..3] {
-                        clear &= h.clear_of(addr(&c.dst)?, c.dst.span_bytes().unwrap_or(u64::MAX));
-                    }
-                    if clear {
-                        copy = Some(h);
-                    }
+                if launched {
+                    copy = kept(3)?;
                 }
                 if launched {
                     3
