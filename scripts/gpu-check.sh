@@ -28,6 +28,9 @@
 #   scripts/gpu-check.sh hybrid-bench  on the GPU machine: the Qwen3.6-35B-A3B-shaped file's speed
 #                                 on the card and with every expert on the host (llama-bench side
 #                                 by side when LLAMA_BENCH names one), and a per-op profile.
+#   scripts/gpu-check.sh bus-share  on the GPU machine: host experts partly computed by the card
+#                                 reading them in place over PCIe (--bus-experts): greedy text
+#                                 against the CPU, -cmoe / -ncmoe 36 decode at several shares.
 #   scripts/gpu-check.sh decode-ab  on the GPU machine: opcheck of every op and tiny files, greedy
 #                                 text, ncu per decode layer, and tg/pp of the 30B-A3B and 35B-A3B
 #                                 files alternating with PREV (plugins-only dist).
@@ -334,6 +337,54 @@ case "${1:-}" in
     echo "where a -cmoe decode step spends its time (30B-A3B):" | tee -a "$out/host-experts.txt"
     BLOOMERY_TIER_PROFILE=1 $b bench -m "$f" -p 0 -n 64 -r 1 -ngl 99 -cmoe 2>&1 \
       | grep -E "host|card|tg64" | tee -a "$out/host-experts.txt"
+    ;;
+  bus-share)
+    # The card's share of decode's host experts read in place over PCIe (issue 6): opcheck of the
+    # CUDA bundle (SKIP_CHECK skips it), greedy text of the tiny files on the CPU, the card and
+    # -cmoe with no, the default and a full bus share; then tg64 with every expert on the host at
+    # --bus-experts 0 and 3 (30B-A3B, two rounds), -ncmoe 36 and the 35B-A3B hybrid at 0 and 3,
+    # each alternating with PREV (a whole dist) when given, and at 2 and 4; and where a -cmoe
+    # step spends its time at 0 and 3.
+    b="dist/bloomery --plugin-dir dist/plugins"
+    m=$(tiny_files)
+    if [ -z "${SKIP_CHECK:-}" ]; then
+      opcheck_tiny
+      opcheck_q4k
+    fi
+    for f in f32 q4k hf; do
+      for flags in "-ngl 0" "-ngl 99" "-ngl 99 -cmoe --bus-experts 0" "-ngl 99 -cmoe" \
+        "-ngl 99 -cmoe --bus-experts 8"; do
+        # shellcheck disable=SC2086
+        echo "greedy $f $flags: $($b run -m "$m/$f.gguf" -p 'hello world' -n 24 --temp 0 $flags \
+          2> /dev/null | md5sum)"
+      done
+    done
+    f=$(file_30b)
+    h=$(file_35b)
+    tg() {
+      local d=$1
+      shift
+      # shellcheck disable=SC2068
+      echo "== $d $*: $("$d/bloomery" --plugin-dir "$d/plugins" bench -p 0 -n 64 -r 2 -ngl 99 $@ \
+        2>&1 | grep -E "tg64|bus" \
+        | sed -E 's/.*\| tg64 \|/tg64/; s/routed calls of layers with host experts: //' | tr '\n' ' ')"
+    }
+    for round in 1 2; do
+      for n in 0 3; do
+        for d in ${PREV:-} dist; do tg $d -m "$f" -cmoe --bus-experts $n; done
+      done
+    done
+    for n in 2 4; do tg dist -m "$f" -cmoe --bus-experts $n; done
+    for n in 0 3; do
+      for d in ${PREV:-} dist; do
+        tg $d -m "$f" -ncmoe 36 --bus-experts $n
+        tg $d -m "$h" -cmoe --bus-experts $n
+      done
+    done
+    for n in 0 3; do
+      BLOOMERY_TIER_PROFILE=1 $b bench -m "$f" -p 0 -n 64 -r 1 -ngl 99 -cmoe --bus-experts $n 2>&1 \
+        | grep -E "host-expert|tg64"
+    done
     ;;
   decode-ab)
     # One call for a decode change: every op and the tiny qwen3moe/qwen35moe/qwen35 files against

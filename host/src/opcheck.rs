@@ -516,6 +516,18 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                 },
             ]
         }
+        // Expert ids packed for the host's read (the tiered executor): bits kept, values that
+        // are denormal as f32 included.
+        (OpKind::Copy, DType::I32) => vec![Case {
+            dst_dtype: DType::I32,
+            ..case(
+                "i32 ids, contiguous",
+                Op::Copy,
+                vec![spec(DType::I32, [8, 3, 1, 1], Fill::Ids(1 << 20))],
+                [8, 3, 1, 1],
+                0.0,
+            )
+        }],
         (OpKind::CacheStore, t @ (DType::F32 | DType::F16)) => {
             // 6 rows of width 256 into a [256, 32 positions, 3 slots] cache.
             vec![Case {

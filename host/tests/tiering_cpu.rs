@@ -126,8 +126,10 @@ fn split_experts_give_the_unsplit_logits() {
         let rel = max_rel(&run(&mut m), &want);
         assert!(rel < 1e-5, "{experts}: -ncmoe 2 differs by {rel}");
 
+        // Every host expert computed by the host's CPU plugin (no bus share).
         let cmoe = TierRequest {
             cpu_moe: true,
+            bus_experts: Some(0),
             ..Default::default()
         };
         let mut m = load(&path, &cmoe);
@@ -136,6 +138,26 @@ fn split_experts_give_the_unsplit_logits() {
         let rel = max_rel(&all_host, &want);
         assert!(rel < 1e-5, "{experts}: -cmoe differs by {rel}");
         assert_eq!(m.disk_reads(), None);
+        assert_eq!(m.residency_stats().unwrap().bus, 0);
+
+        // The card takes one (the default for k = 2) or every one of a pass's host experts,
+        // reading them in place; the CPU computes the rest, and the parts add up to the unsplit
+        // logits. Eight takes all of them: every host call is then the card's.
+        for bus in [None, Some(8)] {
+            let request = TierRequest {
+                bus_experts: bus,
+                ..cmoe.clone()
+            };
+            let mut m = load(&path, &request);
+            let rel = max_rel(&run(&mut m), &want);
+            assert!(
+                rel < 1e-5,
+                "{experts}: a bus share of {bus:?} differs by {rel}"
+            );
+            let s = m.residency_stats().unwrap();
+            assert!(s.bus > 0 && s.bus <= s.host, "{experts}: {bus:?}: {s:?}");
+            assert_eq!(bus == Some(8), s.bus == s.host, "{experts}: {bus:?}: {s:?}");
+        }
 
         // Host RAM for one layer's experts only: every host expert is read from the file into
         // an arena of 8 slots, evicted layer after layer, and the logits do not change.
@@ -193,8 +215,12 @@ fn split_experts_give_the_unsplit_logits() {
         assert!(rel < 1e-5, "{experts}: a partial layer differs by {rel}");
         // Residency moved experts onto the card's three slots of the third layer between steps
         // (weights copied, both maps rewritten), and the logits stayed those of the whole model.
-        let (card, host, flips) = m.residency_stats().unwrap();
-        assert!(flips > 0 && card > 0 && host > 0, "{card} {host} {flips}");
+        // The card's part, its bus share and the CPU's part summed in one layer.
+        let s = m.residency_stats().unwrap();
+        assert!(
+            s.flips > 0 && s.card > 0 && s.host > 0 && s.bus > 0,
+            "{s:?}"
+        );
         let fixed = TierRequest {
             no_residency: true,
             ..budget
@@ -202,7 +228,7 @@ fn split_experts_give_the_unsplit_logits() {
         let mut m = load(&path, &fixed);
         let rel = max_rel(&run(&mut m), &want);
         assert!(rel < 1e-5, "{experts}: a partial layer differs by {rel}");
-        assert_eq!(m.residency_stats().unwrap().2, 0);
+        assert_eq!(m.residency_stats().unwrap().flips, 0);
     }
 }
 

@@ -134,6 +134,13 @@ pub trait KernelDevice: Send + Sync {
         data: RSlice<'_, u8>,
         after: u64,
     ) -> RResult<(), PluginError>;
+
+    /// Makes `bytes` of host memory at `ptr`, inside a range page-locked by
+    /// [`KernelDevice::pin_host`], a buffer the device's calls read in place, without a copy
+    /// (on a GPU each read crosses the bus). Returns its handle, freed with
+    /// [`KernelDevice::free`]. The CPU maps it as [`KernelDevice::map_host`] does; a device that
+    /// cannot read host memory answers [`PluginError::Unsupported`].
+    fn map_pinned(&self, ptr: usize, bytes: u64) -> RResult<u64, PluginError>;
 }
 
 /// A boxed [`KernelDevice`] trait object.

@@ -236,12 +236,16 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         let (mean, std) = mean_std(&rates);
         rows.push((format!("{name}{depth}"), mean, std));
     }
-    if let Some((card, host, flips)) = model.residency_stats() {
+    if let Some(s) = model.residency_stats() {
+        let all = (s.card + s.host).max(1) as f64;
         eprintln!(
-            "routed calls of layers with host experts: {:.1}% on the card ({card} of {}), {flips} \
-             experts moved onto the card",
-            100.0 * card as f64 / (card + host).max(1) as f64,
-            card + host
+            "routed calls of layers with host experts: {:.1}% on the card ({} of {}), {:.1}% read \
+             by the card over the bus, {} experts moved onto the card",
+            100.0 * s.card as f64 / all,
+            s.card,
+            s.card + s.host,
+            100.0 * s.bus as f64 / all,
+            s.flips
         );
     }
     println!("| model | size | params | backend | threads | test | t/s |");

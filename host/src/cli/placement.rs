@@ -29,6 +29,11 @@ pub struct PlacementArgs {
     /// (for repeatable output).
     #[arg(long = "no-residency")]
     pub no_residency: bool,
+    /// Of every k host experts a decode pass routes to in a layer (k: experts per token), how
+    /// many the card computes by reading their weights in place over PCIe while the CPU computes
+    /// the rest (default: 3 of 8; 0: the CPU computes them all).
+    #[arg(long = "bus-experts", value_name = "N")]
+    pub bus_experts: Option<u32>,
 }
 
 impl PlacementArgs {
@@ -49,6 +54,7 @@ impl PlacementArgs {
             gpu_budget: size("--gpu-budget", &self.gpu_budget)?,
             host_budget: size("--host-budget", &self.host_budget)?,
             no_residency: self.no_residency,
+            bus_experts: self.bus_experts,
         })
     }
 }

@@ -76,6 +76,24 @@ impl Device {
         })
     }
 
+    /// Makes page-locked host memory (inside a [`Device::pin_host`] range) a buffer the device's
+    /// calls read in place, without a copy (zero-copy on the CPU).
+    ///
+    /// # Safety
+    /// `ptr..ptr+bytes` must stay valid and unchanged while the buffer lives.
+    pub unsafe fn map_pinned(
+        self: &Arc<Self>,
+        ptr: *const u8,
+        bytes: u64,
+    ) -> Result<Buffer, PluginError> {
+        let handle = self.inner.map_pinned(ptr as usize, bytes).into_result()?;
+        Ok(Buffer {
+            device: Arc::clone(self),
+            handle,
+            bytes,
+        })
+    }
+
     /// Copies bytes into a buffer.
     pub fn write(&self, buffer: &Buffer, offset: u64, data: &[u8]) -> Result<(), PluginError> {
         self.inner

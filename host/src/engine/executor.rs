@@ -21,7 +21,7 @@ use crate::tiering::{DiskTier, ExpertTier, HostSlice, STREAM_MIN_ROWS};
 
 mod tiered;
 
-use self::tiered::{host_moe, stream_moe, HostedMoe, TierTimes};
+use self::tiered::{host_moe, stream_moe, HostedMoe, TierTimes, PACK_CALLS};
 
 /// Why a graph could not be prepared or run.
 #[derive(Debug, thiserror::Error)]
@@ -303,6 +303,7 @@ impl Executor {
                         TensorSource::Weight { index } => Some(index as usize),
                         _ => None,
                     });
+            let mut adds = Vec::new();
             if let (Op::MoeExperts(_), Some(tier), Some(w)) = (node.op, bind.tier, first_stack) {
                 match tier.layer(w) {
                     Some((_, layer)) if stream => {
@@ -310,20 +311,26 @@ impl Executor {
                         streamed.push((calls.len(), stream_moe(tier, layer, set, &mut call)?));
                     }
                     Some((i, layer)) => {
-                        hosted.push(host_moe(device, tier, (i, layer), &mut call, calls.len())?);
+                        let at = calls.len() + PACK_CALLS;
+                        let h = host_moe(device, tier, (i, layer), &mut call, at)?;
+                        calls.extend(h.pack);
+                        adds = h.adds();
+                        hosted.push(h);
                     }
                     None => {}
                 }
             }
             calls.push(call);
+            calls.extend(adds);
         }
         let outputs = graph
             .outputs
             .iter()
             .map(|o| Ok((o.name.to_string(), get(o.tensor.0)?)))
             .collect::<Result<Vec<_>, ExecError>>()?;
-        // With host experts each stretch of card calls between host work is its own graph.
-        let segments = hosted.len().max(streamed.len()) + 1;
+        // With host experts each stretch of card calls between host work is its own graph, and
+        // so is each layer's bus share (after the stretches).
+        let segments = (2 * hosted.len()).max(streamed.len()) + 1;
         Ok(Executor {
             shape,
             calls,

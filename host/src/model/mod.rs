@@ -135,6 +135,19 @@ fn device_err(context: &str) -> impl FnOnce(PluginError) -> ModelError + '_ {
     }
 }
 
+/// Routed expert calls of the layers with host experts, since load or the last reset.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoutingStats {
+    /// Served by experts on the card.
+    pub card: u64,
+    /// Served by experts in host RAM.
+    pub host: u64,
+    /// Of `host`, computed by the card reading the expert over the bus.
+    pub bus: u64,
+    /// Experts moved onto the card.
+    pub flips: u64,
+}
+
 impl LoadedModel {
     /// Opens `path`, finds its model plugin and the best CPU kernel plugin, maps the weights and
     /// allocates the state. Every failure is a named error.
@@ -245,7 +258,7 @@ impl LoadedModel {
                     &file,
                     &spec,
                     p,
-                    !request.no_residency,
+                    request,
                 )?;
                 (b, w, Some(t))
             }
@@ -390,11 +403,16 @@ impl LoadedModel {
         Ok(())
     }
 
-    /// Routed calls in layers with host experts served on the card and on the host, and the
-    /// experts moved so far (`None` without host experts).
-    pub fn residency_stats(&self) -> Option<(u64, u64, u64)> {
+    /// Routed calls in layers with host experts and the experts moved so far (`None` without
+    /// host experts).
+    pub fn residency_stats(&self) -> Option<RoutingStats> {
         let r = self.tier.as_ref()?.residency.lock().ok()?;
-        Some((r.card_calls, r.host_calls, r.flips))
+        Some(RoutingStats {
+            card: r.card_calls,
+            host: r.host_calls,
+            bus: r.bus_calls,
+            flips: r.flips,
+        })
     }
 
     /// Experts read from the model file by the disk tier so far (`None` without a disk tier).

@@ -217,6 +217,8 @@ pub struct Counters {
     pub routed_card: AtomicU64,
     /// Routed expert calls of layers with host experts served in host RAM.
     pub routed_host: AtomicU64,
+    /// Of those, the calls the card computed by reading the expert over the bus.
+    pub routed_bus: AtomicU64,
     /// Experts moved onto the card by residency.
     pub residency_flips: AtomicU64,
     /// Experts the disk tier read from the model file.
@@ -813,10 +815,11 @@ impl<'t> Scheduler<'t> {
         let logits = self.model.forward(&batch).map_err(|e| e.to_string())?;
         let us = t0.elapsed().as_micros() as u64;
         let c = &self.shared.counters;
-        if let Some((card, host, flips)) = self.model.residency_stats() {
-            c.routed_card.store(card, Ordering::Relaxed);
-            c.routed_host.store(host, Ordering::Relaxed);
-            c.residency_flips.store(flips, Ordering::Relaxed);
+        if let Some(s) = self.model.residency_stats() {
+            c.routed_card.store(s.card, Ordering::Relaxed);
+            c.routed_host.store(s.host, Ordering::Relaxed);
+            c.routed_bus.store(s.bus, Ordering::Relaxed);
+            c.residency_flips.store(s.flips, Ordering::Relaxed);
         }
         if let Some(reads) = self.model.disk_reads() {
             c.disk_reads.store(reads, Ordering::Relaxed);

@@ -355,6 +355,12 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
         ),
         (
             "counter",
+            "routed_experts_bus_total",
+            "Of the calls served in host RAM, those the card computed reading the expert over PCIe.",
+            get(&c.routed_bus) as f64,
+        ),
+        (
+            "counter",
             "expert_disk_reads_total",
             "Routed experts read from the model file by the disk tier.",
             get(&c.disk_reads) as f64,

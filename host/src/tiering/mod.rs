@@ -25,7 +25,7 @@ use bloomery_plugin_api::tensor::TensorRef;
 use bloomery_plugin_api::DType;
 
 use self::arena::{ExpertArena, StackSource};
-use self::plan::{MoeLayer, Plan, PlanError};
+use self::plan::{MoeLayer, Plan, PlanError, TierRequest};
 use self::residency::{LayerResidency, Residency};
 use crate::engine::device::{Buffer, Device};
 use crate::engine::executor::i32_bytes;
@@ -72,6 +72,9 @@ pub struct TierLayer {
     pub stream: Vec<(HostSlice, TensorRef)>,
     /// The compacted card stacks: buffer handle and bytes per expert (residency rewrites slots).
     pub card_stacks: Vec<(u64, u64)>,
+    /// The full stacks in the page-locked file as card buffers the card reads in place (the
+    /// bus share of a decode step's host experts); empty when the card cannot read them.
+    pub bus_stacks: Vec<TensorRef>,
 }
 
 /// Host experts read from the file on demand into a bounded arena (see [`arena`]). Field order
@@ -99,6 +102,10 @@ pub struct ExpertTier {
     pub residency: Arc<Mutex<Residency>>,
     /// The disk tier, when host RAM cannot hold the host experts.
     pub disk: Option<Arc<DiskTier>>,
+    /// `--bus-experts` as asked (see [`plan::bus_experts_for`]).
+    pub bus_experts: Option<u32>,
+    /// The card's views of the page-locked stacks behind [`TierLayer::bus_stacks`].
+    _bus_views: Vec<Buffer>,
     _host_buffers: Vec<Buffer>,
     /// The CPU device that computes host experts.
     pub host: Arc<Device>,
@@ -264,8 +271,8 @@ fn disk_tier(
 
 /// Page-locks the file ranges a prompt streams to the card (each layer's host stacks, merged to
 /// whole pages), so the copies run at bus speed rather than through the driver's bounce buffer.
-/// Failure only costs speed: it is logged and the copies stay pageable.
-fn pin_streamed(card: &Device, layers: &[TierLayer]) {
+/// Failure only costs speed: it is logged, the copies stay pageable and false is returned.
+fn pin_streamed(card: &Device, layers: &[TierLayer]) -> bool {
     const PAGE: usize = 4096;
     let mut ranges: Vec<(usize, usize)> = layers
         .iter()
@@ -285,9 +292,41 @@ fn pin_streamed(card: &Device, layers: &[TierLayer]) {
         // it occupies), which outlives the card device (LoadedModel's field order).
         if let Err(e) = unsafe { card.pin_host(lo as *const u8, (hi - lo) as u64) } {
             tracing::warn!("page-locking host experts failed ({e}); prompts copy them pageable");
-            return;
+            return false;
         }
     }
+    true
+}
+
+/// Gives each layer the card's in-place views of its page-locked stacks (the bus share of
+/// decode's host experts); returns the views. Where the card cannot read host memory it logs
+/// once and leaves every layer without them (the CPU then computes all host experts).
+fn bus_views(card: &Arc<Device>, layers: &mut [TierLayer]) -> Vec<Buffer> {
+    let mut views = Vec::new();
+    for l in layers.iter_mut() {
+        for (slice, full) in &l.stream {
+            // SAFETY: the slice lies in the model's read-only file mapping, page-locked by
+            // pin_streamed, which outlives the card device (LoadedModel's field order).
+            match unsafe { card.map_pinned(slice.addr as *const u8, slice.len as u64) } {
+                Ok(v) => {
+                    l.bus_stacks.push(TensorRef {
+                        buffer: v.handle,
+                        offset: 0,
+                        ..*full
+                    });
+                    views.push(v);
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "the card cannot read host experts in place ({e}); the CPU computes them all"
+                    );
+                    layers.iter_mut().for_each(|l| l.bus_stacks.clear());
+                    return Vec::new();
+                }
+            }
+        }
+    }
+    views
 }
 
 /// Loads the weights as `plan` places them: every weight on `card`, routed-expert stacks
@@ -300,7 +339,7 @@ pub fn load_weights(
     file: &GgufModel,
     spec: &ModelSpec,
     plan: &Plan,
-    residency: bool,
+    request: &TierRequest,
 ) -> Result<(Vec<Buffer>, Vec<TensorRef>, ExpertTier), ModelError> {
     let host = Device::open(
         host_kernel,
@@ -456,6 +495,7 @@ pub fn load_weights(
             host_map: map_ref(&hbuf),
             stream: std::mem::take(&mut stream[li]),
             card_stacks: std::mem::take(&mut card_stacks[li]),
+            bus_stacks: Vec::new(),
         });
         layer_sources.push(std::mem::take(&mut sources[li]));
         let on_card: Vec<u32> = (0..l.n_expert).filter(|&e| here[e as usize]).collect();
@@ -463,6 +503,7 @@ pub fn load_weights(
         card_buffers.push(cbuf);
         host_buffers.push(hbuf);
     }
+    let mut bus = Vec::new();
     let disk = if plan.host_expert_bytes() > plan.host_budget && !layers.is_empty() {
         Some(Arc::new(disk_tier(
             &host,
@@ -472,7 +513,9 @@ pub fn load_weights(
             layer_sources,
         )?))
     } else {
-        pin_streamed(card, &layers);
+        if pin_streamed(card, &layers) && request.bus_experts != Some(0) {
+            bus = bus_views(card, &mut layers);
+        }
         None
     };
     let mut staging = Vec::new();
@@ -497,8 +540,10 @@ pub fn load_weights(
         ExpertTier {
             layers,
             staging,
-            residency: Arc::new(Mutex::new(Residency::new(routing, residency))),
+            residency: Arc::new(Mutex::new(Residency::new(routing, !request.no_residency))),
             disk,
+            bus_experts: request.bus_experts,
+            _bus_views: bus,
             _host_buffers: host_buffers,
             host,
         },

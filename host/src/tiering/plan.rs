@@ -49,6 +49,18 @@ pub struct TierRequest {
     pub host_budget: Option<u64>,
     /// `--no-residency`: keep the plan's placement (no moves from routing counts).
     pub no_residency: bool,
+    /// `--bus-experts N`: of a decode step's host experts, how many per layer the card computes
+    /// by reading their weights in place over the bus while the CPU computes the rest (`None`:
+    /// [`bus_experts_for`]'s default; `Some(0)`: none).
+    pub bus_experts: Option<u32>,
+}
+
+/// Of every `k` host experts a pass routes to (one row's), how many the card computes by reading
+/// them over the bus: `asked` (`--bus-experts`, at most `k`), or by default 3 in 8. Measured on
+/// the H200's host (docs/performance.md, "the bus share"): the card reads page-locked memory in
+/// place at about 40 GB/s beside the CPU's 70, so three of eight balance the two.
+pub fn bus_experts_for(asked: Option<u32>, k: u32) -> u32 {
+    asked.unwrap_or((3 * k + 4) / 8).min(k)
 }
 
 /// Where `-ot` sends tensors.
@@ -431,6 +443,14 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("blk.1.ffn_gate_exps.weight"), "{e}");
+    }
+
+    #[test]
+    fn the_bus_share_defaults_to_three_in_eight() {
+        assert_eq!(bus_experts_for(None, 8), 3);
+        assert_eq!(bus_experts_for(None, 2), 1);
+        assert_eq!(bus_experts_for(Some(0), 8), 0);
+        assert_eq!(bus_experts_for(Some(12), 8), 8);
     }
 
     #[test]

@@ -70,6 +70,8 @@ pub struct Residency {
     pub card_calls: u64,
     /// Routed calls served by host experts in these layers.
     pub host_calls: u64,
+    /// Of `host_calls`, those the card computed by reading the expert over the bus.
+    pub bus_calls: u64,
     /// Moves made.
     pub flips: u64,
     recorded: bool,
@@ -83,6 +85,7 @@ impl Residency {
             layers,
             card_calls: 0,
             host_calls: 0,
+            bus_calls: 0,
             flips: 0,
             recorded: false,
         }
@@ -158,6 +161,7 @@ impl Residency {
         }
         self.card_calls = 0;
         self.host_calls = 0;
+        self.bus_calls = 0;
         self.flips = 0;
         self.recorded = false;
     }

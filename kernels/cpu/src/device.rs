@@ -153,6 +153,10 @@ impl KernelDevice for CpuDevice {
         RResult::ROk(0)
     }
 
+    fn map_pinned(&self, ptr: usize, bytes: u64) -> RResult<u64, PluginError> {
+        self.buffers.map_host(ptr, bytes).into()
+    }
+
     fn upload(
         &self,
         buffer: u64,

@@ -70,12 +70,17 @@ pub fn capabilities() -> RVec<OpSupport> {
             dtypes: weights.clone().into(),
         });
     }
-    for op in [OpKind::Copy, OpKind::CacheStore, OpKind::Attention] {
+    for op in [OpKind::CacheStore, OpKind::Attention] {
         list.push(OpSupport {
             op,
             dtypes: vec![DType::F32, DType::F16].into(),
         });
     }
+    // I32: contiguous moves only (the tiered executor packs expert ids).
+    list.push(OpSupport {
+        op: OpKind::Copy,
+        dtypes: vec![DType::F32, DType::F16, DType::I32].into(),
+    });
     list.sort_by_key(|s| s.op);
     list.into()
 }

@@ -1,6 +1,6 @@
 //! A CUDA device: memory and copies through the driver API, on the device's primary context.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -27,8 +27,10 @@ pub struct CudaDevice {
     profile: Option<Profile>,
     ctx: Arc<CudaContext>,
     sizes: Mutex<HashMap<u64, u64>>,
-    /// Host ranges page-locked by `pin_host`, unregistered on drop.
-    pinned: Mutex<Vec<usize>>,
+    /// Host ranges page-locked by `pin_host` (start, bytes), unregistered on drop.
+    pinned: Mutex<Vec<(usize, usize)>>,
+    /// Buffers that view page-locked host memory (`map_pinned`): freed without `cuMemFree`.
+    views: Mutex<HashSet<u64>>,
     /// The queue of `upload`s, beside the kernel stream.
     copies: Arc<CudaStream>,
     /// Fences and upload completions not yet passed by a `sync`.
@@ -91,6 +93,7 @@ impl CudaDevice {
             ctx,
             sizes: Mutex::new(HashMap::new()),
             pinned: Mutex::new(Vec::new()),
+            views: Mutex::new(HashSet::new()),
             copies,
             marks: Mutex::new(Marks::default()),
             kernels,
@@ -149,6 +152,14 @@ impl CudaDevice {
             return Err(PluginError::invalid(format!(
                 "free of unknown device buffer {buffer:#x}"
             )));
+        }
+        let view = self
+            .views
+            .lock()
+            .map_err(|_| PluginError::device("buffer table poisoned"))?
+            .remove(&buffer);
+        if view {
+            return Ok(());
         }
         // SAFETY: `buffer` came from `malloc_sync` and was just removed from the table.
         unsafe { result::free_sync(buffer) }.map_err(err("cuMemFree"))
@@ -366,20 +377,64 @@ impl KernelDevice for CudaDevice {
     fn pin_host(&self, ptr: usize, bytes: u64) -> RResult<(), PluginError> {
         let pin = || -> Result<(), PluginError> {
             self.bind()?;
-            let flags = sys::CU_MEMHOSTREGISTER_READ_ONLY | sys::CU_MEMHOSTREGISTER_PORTABLE;
+            let flags = sys::CU_MEMHOSTREGISTER_READ_ONLY
+                | sys::CU_MEMHOSTREGISTER_PORTABLE
+                | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
             // SAFETY: the host guarantees `ptr..ptr+bytes` stays mapped and unchanged while the
             // device is open (KernelDevice::pin_host's contract); the driver only page-locks it
-            // and reads it during copies. It is unregistered in Drop.
+            // and reads it during copies and in-place reads. It is unregistered in Drop.
             unsafe { sys::cuMemHostRegister_v2(ptr as *mut _, bytes as usize, flags) }
                 .result()
                 .map_err(err("page-locking host memory"))?;
             self.pinned
                 .lock()
                 .map_err(|_| PluginError::device("pinned table poisoned"))?
-                .push(ptr);
+                .push((ptr, bytes as usize));
             Ok(())
         };
         pin().into()
+    }
+
+    fn map_pinned(&self, ptr: usize, bytes: u64) -> RResult<u64, PluginError> {
+        let map = || -> Result<u64, PluginError> {
+            let end = ptr.checked_add(bytes as usize);
+            let base = self
+                .pinned
+                .lock()
+                .map_err(|_| PluginError::device("pinned table poisoned"))?
+                .iter()
+                .find(|&&(lo, n)| lo <= ptr && end.is_some_and(|e| e <= lo + n))
+                .map(|&(lo, _)| lo)
+                .ok_or_else(|| {
+                    PluginError::invalid(format!(
+                        "map_pinned: {bytes} bytes at {ptr:#x} are not inside a page-locked range"
+                    ))
+                })?;
+            self.bind()?;
+            let mut dev: sys::CUdeviceptr = 0;
+            // SAFETY: `base` starts a range registered by pin_host with DEVICEMAP on this
+            // context, still mapped while the device is open (pin_host's contract).
+            unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, base as *mut _, 0) }
+                .result()
+                .map_err(err("mapping page-locked memory for the device"))?;
+            let handle = dev + (ptr - base) as u64;
+            let mut sizes = self
+                .sizes
+                .lock()
+                .map_err(|_| PluginError::device("buffer table poisoned"))?;
+            if sizes.contains_key(&handle) {
+                return Err(PluginError::invalid(format!(
+                    "map_pinned: {ptr:#x} is already a buffer"
+                )));
+            }
+            sizes.insert(handle, bytes);
+            self.views
+                .lock()
+                .map_err(|_| PluginError::device("buffer table poisoned"))?
+                .insert(handle);
+            Ok(handle)
+        };
+        map().into()
     }
 
     fn fence(&self) -> RResult<u64, PluginError> {
@@ -467,7 +522,7 @@ impl Drop for CudaDevice {
             g.clear();
         }
         if let Ok(pinned) = self.pinned.lock() {
-            for &p in pinned.iter() {
+            for &(p, _) in pinned.iter() {
                 // SAFETY: `p` was registered by pin_host on this context and is still mapped.
                 let _ = unsafe { sys::cuMemHostUnregister(p as *mut _) };
             }

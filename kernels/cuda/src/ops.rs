@@ -213,7 +213,7 @@ pub fn capabilities(bundle: &Bundle) -> RVec<OpSupport> {
         },
         OpSupport {
             op: OpKind::Copy,
-            dtypes: vec![DType::F32, DType::F16].into(),
+            dtypes: vec![DType::F32, DType::F16, DType::I32].into(),
         },
         OpSupport {
             op: OpKind::RmsNorm,
@@ -1179,6 +1179,8 @@ impl Launcher {
             (DType::F32, DType::F16) => "bl_copy_f32_f16",
             (DType::F16, DType::F32) => "bl_copy_f16_f32",
             (DType::F16, DType::F16) => "bl_copy_f16_f16",
+            // 32-bit moves: the f32 kernel's loads and stores keep every bit.
+            (DType::I32, DType::I32) => "bl_copy_f32_f32",
             (a, d) => {
                 return Err(PluginError::unsupported(
                     format!("Copy {a} to {d} on the CUDA bundles"),

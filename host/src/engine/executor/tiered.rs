@@ -1,6 +1,8 @@
 //! The executor's side of expert tiering: a MoE call whose layer has host experts runs as a card
 //! part and a host part (inputs read back from the card, the host's output added on the card), or,
-//! for batches, with the layer's whole stacks streamed into card staging buffers first.
+//! for batches, with the layer's whole stacks streamed into card staging buffers first. In the
+//! split form the card also takes a share of the step's host experts (the bus share), reading
+//! their weights in place from page-locked host memory while the CPU computes the rest.
 
 use std::sync::Arc;
 
@@ -9,6 +11,8 @@ use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
 
 use super::{dev, i32_bytes, ExecError, Executor};
 use crate::engine::device::{Buffer, Device};
+use crate::tiering::plan::bus_experts_for;
+use crate::tiering::residency::LayerResidency;
 use crate::tiering::{ExpertTier, HostSlice, TierLayer};
 
 /// A MoE call whose layer has host experts: the card computes its experts (call `at`, with the
@@ -22,10 +26,11 @@ pub(super) struct HostedMoe {
     /// Whether the card holds any of this layer's experts (else call `at` is skipped and the
     /// host's output is written straight to its destination).
     card_part: bool,
-    /// The call's inputs on the card: x, ids, weights.
-    card_inputs: [TensorRef; 3],
-    /// The three inputs copied back to back on the card, so that one read brings them over.
+    /// The three inputs (x, ids, weights) copied back to back on the card by `pack`, the
+    /// calls that end the segment before the MoE call, so that one read brings them over.
     packed: Buffer,
+    /// The copies into `packed`.
+    pub(super) pack: [OpCall; PACK_CALLS],
     /// The same inputs on the host device, and the host call's output.
     host_inputs: [(Buffer, u64); 3],
     host_out: Buffer,
@@ -37,6 +42,95 @@ pub(super) struct HostedMoe {
     add: OpCall,
     /// The card MoE call's destination.
     dst: TensorRef,
+    /// The card's share of the step's host experts, when it can read them in place.
+    bus: Option<BusShare>,
+}
+
+/// The card's share of a layer's host experts in a step: `count` in `k` of those the step routes
+/// to, computed by the card from the page-locked file while the CPU computes the others.
+pub(super) struct BusShare {
+    /// Experts the card takes for every `k` host experts of a step.
+    count: usize,
+    /// Experts a row routes to.
+    k: usize,
+    /// i32 `[n_expert]` on the card: the expert's own index when the card takes it, else -1.
+    map: Buffer,
+    /// The card's call over the page-locked stacks with `map`.
+    call: OpCall,
+    _out: Buffer,
+    /// The host call's map for the step (host experts less the card's share), on the host.
+    host_map: Buffer,
+    /// When the card took any expert: the adds of the card's part (if any), this share and the
+    /// host's output into the destination.
+    adds: Vec<OpCall>,
+    _sum: Option<Buffer>,
+}
+
+impl BusShare {
+    /// Splits a step's host experts (`ids` routed, `state` the layer's placement) between the
+    /// card and the host: writes the host's step map and uploads the card's (its bytes kept in
+    /// `outputs` until the pass's sync). Returns the routed calls the card takes.
+    fn split(
+        &self,
+        ids: &[i32],
+        state: &LayerResidency,
+        (card, host): (&Device, &Device),
+        outputs: &mut Vec<Vec<u8>>,
+    ) -> Result<u64, ExecError> {
+        let lent = bus_choice(ids, &state.slot_of, self.count, self.k);
+        let mut host_map = state.host_map();
+        let mut card_map = vec![-1i32; host_map.len()];
+        for &e in &lent {
+            host_map[e] = -1;
+            card_map[e] = e as i32;
+        }
+        host.write(&self.host_map, 0, i32_bytes(&host_map))
+            .map_err(dev("writing the host's step map"))?;
+        let bytes = i32_bytes(&card_map).to_vec();
+        // SAFETY: `bytes` lives in `outputs` until run_tiered's sync.
+        unsafe { card.upload(self.map.handle, 0, &bytes, 0) }
+            .map_err(dev("writing the bus share's expert map"))?;
+        outputs.push(bytes);
+        let taken = ids
+            .iter()
+            .filter(|&&e| usize::try_from(e).is_ok_and(|e| lent.contains(&e)))
+            .count();
+        Ok(taken as u64)
+    }
+}
+
+/// The experts of `ids` (a step's routing) that live on the host (`slot_of` < 0) and that the
+/// card takes: `n` in `k` of them (rounded to nearest), those routed by the most rows first, ties
+/// to the lower id; in id order.
+pub(super) fn bus_choice(ids: &[i32], slot_of: &[i32], n: usize, k: usize) -> Vec<usize> {
+    let mut rows = vec![0u32; slot_of.len()];
+    for &e in ids {
+        if let Some(c) = usize::try_from(e)
+            .ok()
+            .filter(|&e| slot_of.get(e).is_some_and(|&s| s < 0))
+            .and_then(|e| rows.get_mut(e))
+        {
+            *c += 1;
+        }
+    }
+    let mut used: Vec<usize> = (0..rows.len()).filter(|&e| rows[e] > 0).collect();
+    used.sort_by_key(|&e| (std::cmp::Reverse(rows[e]), e));
+    used.truncate((used.len() * n + k / 2) / k.max(1));
+    used.sort_unstable();
+    used
+}
+
+impl HostedMoe {
+    /// The calls that sum the parts into the MoE call's destination, placed right after it
+    /// among the executor's calls (so in the next segment's graph): the card's part, the bus
+    /// share and the host's output; nothing where the host's output is uploaded there directly.
+    pub(super) fn adds(&self) -> Vec<OpCall> {
+        match &self.bus {
+            Some(bus) => bus.adds.clone(),
+            None if self.card_part => vec![self.add],
+            None => Vec::new(),
+        }
+    }
 }
 
 /// Accumulated wall time of the phases of host-expert layers, printed when the executor drops.
@@ -104,16 +198,9 @@ impl Executor {
             clock = now;
         };
         for (seg, h) in self.hosted.iter().enumerate() {
+            // The segment ends with the inputs' packing; one read, which waits for it.
             self.launch_segment(device, seg, &self.calls[start..h.at])?;
-            // The inputs packed on the card and read in one copy, which waits for the segment.
-            let mut at = 0;
-            for (r, (_, bytes)) in h.card_inputs.iter().zip(&h.host_inputs) {
-                device
-                    .copy((r.buffer, r.offset), (h.packed.handle, at), *bytes)
-                    .map_err(dev("packing host experts' inputs"))?;
-                at += bytes;
-            }
-            let mut packed = vec![0u8; at as usize];
+            let mut packed = vec![0u8; h.packed.bytes as usize];
             device
                 .read(h.packed.handle, 0, &mut packed)
                 .map_err(dev("reading host experts' inputs"))?;
@@ -134,14 +221,21 @@ impl Executor {
                             .lock()
                             .map_err(|_| ExecError::BadGraph("residency state poisoned".into()))?;
                         res.record(h.tier_layer, &ids);
-                        let slot_of = &res.layers[h.tier_layer].slot_of;
+                        let state = &res.layers[h.tier_layer];
+                        let taken = match &h.bus {
+                            Some(bus) => bus.split(&ids, state, (device, host), outputs)?,
+                            None => 0,
+                        };
+                        let slot_of = &state.slot_of;
                         let host_ids: Vec<u32> = ids
                             .iter()
                             .filter_map(|&e| usize::try_from(e).ok())
                             .filter(|&e| slot_of.get(e).is_some_and(|&s| s < 0))
                             .map(|e| e as u32)
                             .collect();
-                        (host_ids, slot_of.len())
+                        let n_expert = slot_of.len();
+                        res.bus_calls += taken;
+                        (host_ids, n_expert)
                     };
                     if let Some(disk) = &self.disk {
                         let map = disk
@@ -168,6 +262,12 @@ impl Executor {
                     .run(&self.calls[h.at..=h.at])
                     .map_err(dev("running the card's experts"))?;
             }
+            if let Some(bus) = &h.bus {
+                // Also when it takes nothing this step (its output is then zero), so that the
+                // adds after the MoE call stay the same calls in the next segment's graph.
+                let seg = self.hosted.len() + 1 + seg;
+                self.launch_segment(device, seg, std::slice::from_ref(&bus.call))?;
+            }
             lap(&mut times.inputs);
             host.run(std::slice::from_ref(&h.host_call))
                 .map_err(dev("running host experts"))?;
@@ -178,7 +278,7 @@ impl Executor {
                 .map_err(dev("reading host experts' output"))?;
             // Uploaded without waiting: the card's stream was idle at the read above, and the
             // next calls wait for the copy. `out` lives in `outputs` until run_tiered's sync.
-            let (to, offset) = match h.card_part {
+            let (to, offset) = match h.card_part || h.bus.is_some() {
                 true => (h.card_out.handle, 0),
                 false => (h.dst.buffer, h.dst.offset),
             };
@@ -186,12 +286,8 @@ impl Executor {
             // which run_tiered frees only after its sync.
             unsafe { device.upload(to, offset, &out, 0) }
                 .map_err(dev("writing host experts' output"))?;
+            // The parts' adds (HostedMoe::adds) open the next segment.
             outputs.push(out);
-            if h.card_part {
-                device
-                    .run(std::slice::from_ref(&h.add))
-                    .map_err(dev("adding host experts' output"))?;
-            }
             lap(&mut times.output);
             times.layers += 1;
             start = h.at + 1;
@@ -266,7 +362,11 @@ pub(super) fn stream_moe(
     Ok(uploads)
 }
 
-/// Prepares the host half of a tiered MoE call and points the card's call at the compacted
+/// Calls that end the segment before a tiered MoE call: its inputs' packing.
+pub(super) const PACK_CALLS: usize = 3;
+
+/// Prepares the host half of a tiered MoE call (which lands at index `at` of the executor's
+/// calls, after its [`PACK_CALLS`] packing copies) and points the card's call at the compacted
 /// stacks' map.
 pub(super) fn host_moe(
     card: &Arc<Device>,
@@ -330,7 +430,7 @@ pub(super) fn host_moe(
         offset: 0,
         ..dst
     };
-    let host_call = OpCall {
+    let mut host_call = OpCall {
         op: Op::MoeExperts(p),
         n_srcs: n as u32 + 1,
         srcs: host_srcs,
@@ -341,18 +441,85 @@ pub(super) fn host_moe(
         .map_err(dev("allocating the card experts' output"))?;
     call.dst = out_ref(&card_part_out);
     let add = OpCall::new(Op::Add, &[call.dst, out_ref(&card_out)], dst);
+    let count = bus_experts_for(tier.bus_experts, p.k) as usize;
+    let bus = if count > 0 && tier.disk.is_none() && layer.bus_stacks.len() == n_stacks {
+        let map_bytes = 4 * u64::from(p.n_expert);
+        let map = card
+            .alloc(map_bytes)
+            .map_err(dev("allocating the bus share's expert map"))?;
+        let host_map = host
+            .alloc(map_bytes)
+            .map_err(dev("allocating the host's step map"))?;
+        let map_ref = |b: &Buffer| TensorRef {
+            buffer: b.handle,
+            ..layer.host_map
+        };
+        host_call.srcs[n] = map_ref(&host_map);
+        let out = card
+            .alloc(out_bytes)
+            .map_err(dev("allocating the bus share's output"))?;
+        let mut srcs = [TensorRef::default(); MAX_SRCS];
+        srcs[..3].copy_from_slice(&card_inputs);
+        srcs[3..n].copy_from_slice(&layer.bus_stacks);
+        srcs[n] = map_ref(&map);
+        let bus_call = OpCall {
+            op: Op::MoeExperts(p),
+            n_srcs: n as u32 + 1,
+            srcs,
+            dst: out_ref(&out),
+        };
+        let (adds, sum) = if layer.n_card > 0 {
+            let sum = card
+                .alloc(out_bytes)
+                .map_err(dev("allocating the card parts' sum"))?;
+            let adds = vec![
+                OpCall::new(Op::Add, &[call.dst, bus_call.dst], out_ref(&sum)),
+                OpCall::new(Op::Add, &[out_ref(&sum), out_ref(&card_out)], dst),
+            ];
+            (adds, Some(sum))
+        } else {
+            let adds = vec![OpCall::new(
+                Op::Add,
+                &[bus_call.dst, out_ref(&card_out)],
+                dst,
+            )];
+            (adds, None)
+        };
+        Some(BusShare {
+            count,
+            k: p.k as usize,
+            map,
+            call: bus_call,
+            _out: out,
+            host_map,
+            adds,
+            _sum: sum,
+        })
+    } else {
+        None
+    };
     let [x, ids, w]: [(Buffer, u64); 3] = host_inputs
         .try_into()
         .map_err(|_| ExecError::BadGraph("three MoE inputs".into()))?;
     let packed = card
         .alloc(x.1 + ids.1 + w.1)
         .map_err(dev("allocating host experts' packed inputs"))?;
+    let mut offset = 0;
+    let pack = card_inputs.map(|r| {
+        let to = TensorRef {
+            buffer: packed.handle,
+            offset,
+            ..r
+        };
+        offset += r.elements() * 4;
+        OpCall::new(Op::Copy, &[r], to)
+    });
     Ok(HostedMoe {
         at,
         tier_layer,
         card_part: layer.n_card > 0,
-        card_inputs,
         packed,
+        pack,
         host_inputs: [x, ids, w],
         host_out,
         host_call,
@@ -360,5 +527,31 @@ pub(super) fn host_moe(
         _card_part_out: card_part_out,
         add,
         dst,
+        bus,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bus_choice;
+
+    #[test]
+    fn the_bus_share_takes_the_most_routed_host_experts() {
+        // Experts 2 and 6 live on the card; the rest on the host.
+        let slot_of = [-1, -1, 0, -1, -1, -1, 1, -1];
+        // One row routing to 8 experts, 3 in 8 of its host ones: the lowest ids on a tie.
+        assert_eq!(bus_choice(&[7, 5, 3, 1, 0, 4], &slot_of, 3, 8), vec![0, 1]);
+        assert_eq!(
+            bus_choice(&[7, 5, 3, 1, 0, 4, 2, 6], &slot_of, 3, 8),
+            vec![0, 1]
+        );
+        // Three rows of k = 2: expert 5 serves three rows, 4 two; card experts never count.
+        let ids = [5, 4, 5, 2, 5, 4, 6, 6];
+        assert_eq!(bus_choice(&ids, &slot_of, 1, 2), vec![5]);
+        assert_eq!(bus_choice(&ids, &slot_of, 2, 2), vec![4, 5]);
+        // None asked, none on the host, or no valid id: nothing.
+        assert!(bus_choice(&ids, &slot_of, 0, 2).is_empty());
+        assert!(bus_choice(&[2, 6], &slot_of, 2, 2).is_empty());
+        assert!(bus_choice(&[-1, 99], &slot_of, 2, 2).is_empty());
+    }
 }
