@@ -36,6 +36,17 @@ pub struct DeviceInfo {
     pub free_memory: u64,
 }
 
+/// A buffer in host memory that the device's calls read and write in place
+/// ([`KernelDevice::alloc_shared`]).
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedAlloc {
+    /// The buffer's handle on the device.
+    pub handle: u64,
+    /// The host address of its bytes.
+    pub host: usize,
+}
+
 /// The result of probing the machine.
 #[repr(C)]
 #[derive(StableAbi, Clone, Debug, PartialEq)]
@@ -141,6 +152,12 @@ pub trait KernelDevice: Send + Sync {
     /// [`KernelDevice::free`]. The CPU maps it as [`KernelDevice::map_host`] does; a device that
     /// cannot read host memory answers [`PluginError::Unsupported`].
     fn map_pinned(&self, ptr: usize, bytes: u64) -> RResult<u64, PluginError>;
+
+    /// Allocates `bytes` of zeroed, page-locked host memory that the device's calls use in
+    /// place (on a GPU every access crosses the bus) and the host reads and writes through
+    /// [`SharedAlloc::host`] between calls; freed with [`KernelDevice::free`]. On the CPU, an
+    /// ordinary buffer.
+    fn alloc_shared(&self, bytes: u64) -> RResult<SharedAlloc, PluginError>;
 }
 
 /// A boxed [`KernelDevice`] trait object.

@@ -94,6 +94,20 @@ impl Device {
         })
     }
 
+    /// Allocates zeroed page-locked host memory the device's calls use in place; returns the
+    /// buffer and the host address of its bytes, valid while the buffer lives.
+    pub fn alloc_shared(self: &Arc<Self>, bytes: u64) -> Result<(Buffer, usize), PluginError> {
+        let s = self.inner.alloc_shared(bytes).into_result()?;
+        Ok((
+            Buffer {
+                device: Arc::clone(self),
+                handle: s.handle,
+                bytes,
+            },
+            s.host,
+        ))
+    }
+
     /// Copies bytes into a buffer.
     pub fn write(&self, buffer: &Buffer, offset: u64, data: &[u8]) -> Result<(), PluginError> {
         self.inner

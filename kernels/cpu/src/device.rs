@@ -2,7 +2,7 @@
 //! the op dispatch, parameterised by the plugin's row dot-product kernel.
 
 use abi_stable::std_types::{RResult, RSlice, RSliceMut};
-use bloomery_plugin_api::kernel::{DeviceConfig, DeviceInfo, KernelDevice};
+use bloomery_plugin_api::kernel::{DeviceConfig, DeviceInfo, KernelDevice, SharedAlloc};
 use bloomery_plugin_api::tensor::OpCall;
 use bloomery_plugin_api::PluginError;
 
@@ -155,6 +155,17 @@ impl KernelDevice for CpuDevice {
 
     fn map_pinned(&self, ptr: usize, bytes: u64) -> RResult<u64, PluginError> {
         self.buffers.map_host(ptr, bytes).into()
+    }
+
+    fn alloc_shared(&self, bytes: u64) -> RResult<SharedAlloc, PluginError> {
+        // The handle is the address (Buffers::alloc).
+        self.buffers
+            .alloc(bytes)
+            .map(|handle| SharedAlloc {
+                handle,
+                host: handle as usize,
+            })
+            .into()
     }
 
     fn upload(

@@ -1,11 +1,11 @@
 //! A CUDA device: memory and copies through the driver API, on the device's primary context.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use abi_stable::std_types::{RResult, RSlice, RSliceMut};
-use bloomery_plugin_api::kernel::{DeviceConfig, DeviceInfo, KernelDevice};
+use bloomery_plugin_api::kernel::{DeviceConfig, DeviceInfo, KernelDevice, SharedAlloc};
 use bloomery_plugin_api::tensor::OpCall;
 use bloomery_plugin_api::PluginError;
 use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaGraph, CudaStream, DriverError};
@@ -29,8 +29,10 @@ pub struct CudaDevice {
     sizes: Mutex<HashMap<u64, u64>>,
     /// Host ranges page-locked by `pin_host` (start, bytes), unregistered on drop.
     pinned: Mutex<Vec<(usize, usize)>>,
-    /// Buffers that view page-locked host memory (`map_pinned`): freed without `cuMemFree`.
-    views: Mutex<HashSet<u64>>,
+    /// Buffers in host memory, freed without `cuMemFree`: views of page-locked ranges
+    /// (`map_pinned`, 0) and page-locked allocations (`alloc_shared`, the host address that
+    /// `cuMemFreeHost` takes).
+    in_host: Mutex<HashMap<u64, usize>>,
     /// The queue of `upload`s, beside the kernel stream.
     copies: Arc<CudaStream>,
     /// Fences and upload completions not yet passed by a `sync`.
@@ -93,7 +95,7 @@ impl CudaDevice {
             ctx,
             sizes: Mutex::new(HashMap::new()),
             pinned: Mutex::new(Vec::new()),
-            views: Mutex::new(HashSet::new()),
+            in_host: Mutex::new(HashMap::new()),
             copies,
             marks: Mutex::new(Marks::default()),
             kernels,
@@ -153,16 +155,21 @@ impl CudaDevice {
                 "free of unknown device buffer {buffer:#x}"
             )));
         }
-        let view = self
-            .views
+        let in_host = self
+            .in_host
             .lock()
             .map_err(|_| PluginError::device("buffer table poisoned"))?
             .remove(&buffer);
-        if view {
-            return Ok(());
+        match in_host {
+            Some(0) => Ok(()),
+            // SAFETY: `p` came from cuMemHostAlloc in alloc_shared and its buffer was just
+            // removed from both tables, so it is freed once.
+            Some(p) => unsafe { sys::cuMemFreeHost(p as *mut _) }
+                .result()
+                .map_err(err("cuMemFreeHost")),
+            // SAFETY: `buffer` came from `malloc_sync` and was just removed from the table.
+            None => unsafe { result::free_sync(buffer) }.map_err(err("cuMemFree")),
         }
-        // SAFETY: `buffer` came from `malloc_sync` and was just removed from the table.
-        unsafe { result::free_sync(buffer) }.map_err(err("cuMemFree"))
     }
 
     /// Waits for the kernel stream (every kernel and copy is ordered on it).
@@ -428,13 +435,50 @@ impl KernelDevice for CudaDevice {
                 )));
             }
             sizes.insert(handle, bytes);
-            self.views
+            self.in_host
                 .lock()
                 .map_err(|_| PluginError::device("buffer table poisoned"))?
-                .insert(handle);
+                .insert(handle, 0);
             Ok(handle)
         };
         map().into()
+    }
+
+    fn alloc_shared(&self, bytes: u64) -> RResult<SharedAlloc, PluginError> {
+        let alloc = || -> Result<SharedAlloc, PluginError> {
+            let n = usize::try_from(bytes.max(1))
+                .map_err(|_| PluginError::invalid("allocation too large"))?;
+            self.bind()?;
+            let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
+            let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+            // SAFETY: the context is bound; the allocation is recorded and freed once (free).
+            unsafe { sys::cuMemHostAlloc(&mut host, n, flags) }
+                .result()
+                .map_err(|_| PluginError::OutOfMemory {
+                    requested: bytes,
+                    available: 0,
+                })?;
+            // SAFETY: `host` points to `n` bytes just allocated and owned here.
+            unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, n) };
+            let mut dev: sys::CUdeviceptr = 0;
+            // SAFETY: `host` is a live DEVICEMAP allocation of this context.
+            unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0) }
+                .result()
+                .map_err(err("mapping page-locked memory for the device"))?;
+            self.sizes
+                .lock()
+                .map_err(|_| PluginError::device("buffer table poisoned"))?
+                .insert(dev, bytes);
+            self.in_host
+                .lock()
+                .map_err(|_| PluginError::device("buffer table poisoned"))?
+                .insert(dev, host as usize);
+            Ok(SharedAlloc {
+                handle: dev,
+                host: host as usize,
+            })
+        };
+        alloc().into()
     }
 
     fn fence(&self) -> RResult<u64, PluginError> {

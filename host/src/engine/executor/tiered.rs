@@ -53,30 +53,29 @@ pub(super) struct BusShare {
     count: usize,
     /// Experts a row routes to.
     k: usize,
-    /// i32 `[n_expert]` on the card: the expert's own index when the card takes it, else -1.
+    /// i32 `[n_expert]` in page-locked host memory the card reads in place (written by the
+    /// host before each step's call, at host address `map_at`): the expert's own index when
+    /// the card takes it, else -1.
     map: Buffer,
+    map_at: usize,
     /// The card's call over the page-locked stacks with `map`.
     call: OpCall,
     _out: Buffer,
     /// The host call's map for the step (host experts less the card's share), on the host.
     host_map: Buffer,
-    /// When the card took any expert: the adds of the card's part (if any), this share and the
-    /// host's output into the destination.
+    /// The adds of the card's part (if any), this share and the host's output into the
+    /// destination.
     adds: Vec<OpCall>,
     _sum: Option<Buffer>,
+    /// The host call's output: page-locked memory the host device writes through a view
+    /// (`HostedMoe::host_out`, dropped first) and the adds read in place.
+    _host_out: Buffer,
 }
 
 impl BusShare {
     /// Splits a step's host experts (`ids` routed, `state` the layer's placement) between the
-    /// card and the host: writes the host's step map and uploads the card's (its bytes kept in
-    /// `outputs` until the pass's sync). Returns the routed calls the card takes.
-    fn split(
-        &self,
-        ids: &[i32],
-        state: &LayerResidency,
-        (card, host): (&Device, &Device),
-        outputs: &mut Vec<Vec<u8>>,
-    ) -> Result<u64, ExecError> {
+    /// card and the host: writes both step maps. Returns the routed calls the card takes.
+    fn split(&self, ids: &[i32], state: &LayerResidency, host: &Device) -> Result<u64, ExecError> {
         let lent = bus_choice(ids, &state.slot_of, self.count, self.k);
         let mut host_map = state.host_map();
         let mut card_map = vec![-1i32; host_map.len()];
@@ -86,11 +85,21 @@ impl BusShare {
         }
         host.write(&self.host_map, 0, i32_bytes(&host_map))
             .map_err(dev("writing the host's step map"))?;
-        let bytes = i32_bytes(&card_map).to_vec();
-        // SAFETY: `bytes` lives in `outputs` until run_tiered's sync.
-        unsafe { card.upload(self.map.handle, 0, &bytes, 0) }
-            .map_err(dev("writing the bus share's expert map"))?;
-        outputs.push(bytes);
+        if card_map.len() as u64 * 4 > self.map.bytes {
+            return Err(ExecError::BadGraph(
+                "the bus share's map is too small".into(),
+            ));
+        }
+        // SAFETY: `map_at` addresses `map`'s bytes (alloc_shared), which live as long as `self`;
+        // the length was checked above; the card reads them only in calls submitted after this
+        // (the previous pass's calls ended at its sync).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                card_map.as_ptr(),
+                self.map_at as *mut i32,
+                card_map.len(),
+            )
+        };
         let taken = ids
             .iter()
             .filter(|&&e| usize::try_from(e).is_ok_and(|e| lent.contains(&e)))
@@ -223,7 +232,7 @@ impl Executor {
                         res.record(h.tier_layer, &ids);
                         let state = &res.layers[h.tier_layer];
                         let taken = match &h.bus {
-                            Some(bus) => bus.split(&ids, state, (device, host), outputs)?,
+                            Some(bus) => bus.split(&ids, state, host)?,
                             None => 0,
                         };
                         let slot_of = &state.slot_of;
@@ -273,12 +282,19 @@ impl Executor {
                 .map_err(dev("running host experts"))?;
             host.sync().map_err(dev("waiting for host experts"))?;
             lap(&mut times.host);
+            if h.bus.is_some() {
+                // The adds opening the next segment read the host's output in place.
+                lap(&mut times.output);
+                times.layers += 1;
+                start = h.at + 1;
+                continue;
+            }
             let mut out = vec![0u8; h.host_out.bytes as usize];
             host.read(h.host_out.handle, 0, &mut out)
                 .map_err(dev("reading host experts' output"))?;
             // Uploaded without waiting: the card's stream was idle at the read above, and the
             // next calls wait for the copy. `out` lives in `outputs` until run_tiered's sync.
-            let (to, offset) = match h.card_part || h.bus.is_some() {
+            let (to, offset) = match h.card_part {
                 true => (h.card_out.handle, 0),
                 false => (h.dst.buffer, h.dst.offset),
             };
@@ -419,9 +435,24 @@ pub(super) fn host_moe(
     if !dst.is_contiguous() {
         return Err(ExecError::BadGraph("a MoE output is not contiguous".into()));
     }
-    let host_out = host
-        .alloc(out_bytes)
-        .map_err(dev("allocating host experts' output"))?;
+    let count = bus_experts_for(tier.bus_experts, p.k) as usize;
+    let bus_on = count > 0 && tier.disk.is_none() && layer.bus_stacks.len() == n_stacks;
+    // With a bus share the host's output lies in page-locked memory the card reads in place.
+    let (host_out, shared_out) = if bus_on {
+        let (shared, at) = card
+            .alloc_shared(out_bytes)
+            .map_err(dev("allocating host experts' shared output"))?;
+        // SAFETY: `at` addresses `shared`'s bytes, which live in the BusShare of the HostedMoe
+        // that also holds this view, declared after it (the view goes first).
+        let view = unsafe { host.map_host(at as *const u8, out_bytes) }
+            .map_err(dev("viewing host experts' shared output"))?;
+        (view, Some(shared))
+    } else {
+        let out = host
+            .alloc(out_bytes)
+            .map_err(dev("allocating host experts' output"))?;
+        (out, None)
+    };
     let card_out = card
         .alloc(out_bytes)
         .map_err(dev("allocating host experts' output on the card"))?;
@@ -441,11 +472,10 @@ pub(super) fn host_moe(
         .map_err(dev("allocating the card experts' output"))?;
     call.dst = out_ref(&card_part_out);
     let add = OpCall::new(Op::Add, &[call.dst, out_ref(&card_out)], dst);
-    let count = bus_experts_for(tier.bus_experts, p.k) as usize;
-    let bus = if count > 0 && tier.disk.is_none() && layer.bus_stacks.len() == n_stacks {
+    let bus = if let Some(shared_out) = shared_out {
         let map_bytes = 4 * u64::from(p.n_expert);
-        let map = card
-            .alloc(map_bytes)
+        let (map, map_at) = card
+            .alloc_shared(map_bytes)
             .map_err(dev("allocating the bus share's expert map"))?;
         let host_map = host
             .alloc(map_bytes)
@@ -474,13 +504,13 @@ pub(super) fn host_moe(
                 .map_err(dev("allocating the card parts' sum"))?;
             let adds = vec![
                 OpCall::new(Op::Add, &[call.dst, bus_call.dst], out_ref(&sum)),
-                OpCall::new(Op::Add, &[out_ref(&sum), out_ref(&card_out)], dst),
+                OpCall::new(Op::Add, &[out_ref(&sum), out_ref(&shared_out)], dst),
             ];
             (adds, Some(sum))
         } else {
             let adds = vec![OpCall::new(
                 Op::Add,
-                &[bus_call.dst, out_ref(&card_out)],
+                &[bus_call.dst, out_ref(&shared_out)],
                 dst,
             )];
             (adds, None)
@@ -489,11 +519,13 @@ pub(super) fn host_moe(
             count,
             k: p.k as usize,
             map,
+            map_at,
             call: bus_call,
             _out: out,
             host_map,
             adds,
             _sum: sum,
+            _host_out: shared_out,
         })
     } else {
         None
