@@ -109,8 +109,9 @@ impl BusShare {
 }
 
 /// The experts of `ids` (a step's routing) that live on the host (`slot_of` < 0) and that the
-/// card takes: `n` in `k` of them (rounded to nearest), those routed by the most rows first, ties
-/// to the lower id; in id order.
+/// card takes: `n` in `k` of them (rounded to nearest), those routed by the fewest rows first
+/// (the card's kernels read an expert over the bus once per row routed to it, the CPU's once
+/// for all its rows), ties to the lower id; in id order.
 pub(super) fn bus_choice(ids: &[i32], slot_of: &[i32], n: usize, k: usize) -> Vec<usize> {
     let mut rows = vec![0u32; slot_of.len()];
     for &e in ids {
@@ -123,7 +124,7 @@ pub(super) fn bus_choice(ids: &[i32], slot_of: &[i32], n: usize, k: usize) -> Ve
         }
     }
     let mut used: Vec<usize> = (0..rows.len()).filter(|&e| rows[e] > 0).collect();
-    used.sort_by_key(|&e| (std::cmp::Reverse(rows[e]), e));
+    used.sort_by_key(|&e| (rows[e], e));
     used.truncate((used.len() * n + k / 2) / k.max(1));
     used.sort_unstable();
     used
@@ -568,7 +569,7 @@ mod tests {
     use super::bus_choice;
 
     #[test]
-    fn the_bus_share_takes_the_most_routed_host_experts() {
+    fn the_bus_share_takes_the_least_routed_host_experts_first() {
         // Experts 2 and 6 live on the card; the rest on the host.
         let slot_of = [-1, -1, 0, -1, -1, -1, 1, -1];
         // One row routing to 8 experts, 3 in 8 of its host ones: the lowest ids on a tie.
@@ -577,10 +578,12 @@ mod tests {
             bus_choice(&[7, 5, 3, 1, 0, 4, 2, 6], &slot_of, 3, 8),
             vec![0, 1]
         );
-        // Three rows of k = 2: expert 5 serves three rows, 4 two; card experts never count.
-        let ids = [5, 4, 5, 2, 5, 4, 6, 6];
-        assert_eq!(bus_choice(&ids, &slot_of, 1, 2), vec![5]);
-        assert_eq!(bus_choice(&ids, &slot_of, 2, 2), vec![4, 5]);
+        // Four rows of k = 2: expert 5 serves three rows, 4 two and 7 one; card experts never
+        // count. The card takes the fewest-row ones first.
+        let ids = [5, 4, 5, 2, 5, 4, 6, 7];
+        assert_eq!(bus_choice(&ids, &slot_of, 1, 2), vec![4, 7]);
+        assert_eq!(bus_choice(&ids, &slot_of, 1, 4), vec![7]);
+        assert_eq!(bus_choice(&ids, &slot_of, 2, 2), vec![4, 5, 7]);
         // None asked, none on the host, or no valid id: nothing.
         assert!(bus_choice(&ids, &slot_of, 0, 2).is_empty());
         assert!(bus_choice(&[2, 6], &slot_of, 2, 2).is_empty());
