@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use bloomery_plugin_api::op::Op;
+use bloomery_plugin_api::op::{MoeParams, Op};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
 
 use super::{dev, i32_bytes, ExecError, Executor};
@@ -23,8 +23,8 @@ pub(super) struct HostedMoe {
     at: usize,
     /// Index of its layer among the tier's layers (for routing counts).
     tier_layer: usize,
-    /// Whether the card holds any of this layer's experts (else call `at` is skipped and the
-    /// host's output is written straight to its destination).
+    /// Whether the card holds any of this layer's experts (else call `at` is skipped and,
+    /// without a bus share, the host's output is written straight to its destination).
     card_part: bool,
     /// The three inputs (x, ids, weights) copied back to back on the card by `pack`, the
     /// calls that end the segment before the MoE call, so that one read brings them over.
@@ -473,63 +473,16 @@ pub(super) fn host_moe(
         .map_err(dev("allocating the card experts' output"))?;
     call.dst = out_ref(&card_part_out);
     let add = OpCall::new(Op::Add, &[call.dst, out_ref(&card_out)], dst);
-    let bus = if let Some(shared_out) = shared_out {
-        let map_bytes = 4 * u64::from(p.n_expert);
-        let (map, map_at) = card
-            .alloc_shared(map_bytes)
-            .map_err(dev("allocating the bus share's expert map"))?;
-        let host_map = host
-            .alloc(map_bytes)
-            .map_err(dev("allocating the host's step map"))?;
-        let map_ref = |b: &Buffer| TensorRef {
-            buffer: b.handle,
-            ..layer.host_map
-        };
-        host_call.srcs[n] = map_ref(&host_map);
-        let out = card
-            .alloc(out_bytes)
-            .map_err(dev("allocating the bus share's output"))?;
-        let mut srcs = [TensorRef::default(); MAX_SRCS];
-        srcs[..3].copy_from_slice(&card_inputs);
-        srcs[3..n].copy_from_slice(&layer.bus_stacks);
-        srcs[n] = map_ref(&map);
-        let bus_call = OpCall {
-            op: Op::MoeExperts(p),
-            n_srcs: n as u32 + 1,
-            srcs,
-            dst: out_ref(&out),
-        };
-        let (adds, sum) = if layer.n_card > 0 {
-            let sum = card
-                .alloc(out_bytes)
-                .map_err(dev("allocating the card parts' sum"))?;
-            let adds = vec![
-                OpCall::new(Op::Add, &[call.dst, bus_call.dst], out_ref(&sum)),
-                OpCall::new(Op::Add, &[out_ref(&sum), out_ref(&shared_out)], dst),
-            ];
-            (adds, Some(sum))
-        } else {
-            let adds = vec![OpCall::new(
-                Op::Add,
-                &[bus_call.dst, out_ref(&shared_out)],
-                dst,
-            )];
-            (adds, None)
-        };
-        Some(BusShare {
-            count,
-            k: p.k as usize,
-            map,
-            map_at,
-            call: bus_call,
-            _out: out,
-            host_map,
-            adds,
-            _sum: sum,
-            _host_out: shared_out,
-        })
-    } else {
-        None
+    let bus = match shared_out {
+        Some(shared_out) => Some(bus_share(
+            (card, host),
+            layer,
+            (p, count),
+            (&card_inputs, call.dst, dst),
+            &mut host_call,
+            shared_out,
+        )?),
+        None => None,
     };
     let [x, ids, w]: [(Buffer, u64); 3] = host_inputs
         .try_into()
@@ -561,6 +514,76 @@ pub(super) fn host_moe(
         add,
         dst,
         bus,
+    })
+}
+
+/// Prepares a layer's bus share: the card's call over the page-locked stacks with a step map in
+/// page-locked memory, the host call pointed at a step map of its own, and the adds of the
+/// card's part (`card_dst`, when the layer has card experts), the share and the host's output
+/// (`shared_out`, page-locked) into `dst`.
+fn bus_share(
+    (card, host): (&Arc<Device>, &Arc<Device>),
+    layer: &TierLayer,
+    (p, count): (MoeParams, usize),
+    (card_inputs, card_dst, dst): (&[TensorRef; 3], TensorRef, TensorRef),
+    host_call: &mut OpCall,
+    shared_out: Buffer,
+) -> Result<BusShare, ExecError> {
+    let n = host_call.n_srcs as usize - 1;
+    let out_ref = |b: &Buffer| TensorRef {
+        buffer: b.handle,
+        offset: 0,
+        ..dst
+    };
+    let map_ref = |b: &Buffer| TensorRef {
+        buffer: b.handle,
+        ..layer.host_map
+    };
+    let map_bytes = 4 * u64::from(p.n_expert);
+    let (map, map_at) = card
+        .alloc_shared(map_bytes)
+        .map_err(dev("allocating the bus share's expert map"))?;
+    let host_map = host
+        .alloc(map_bytes)
+        .map_err(dev("allocating the host's step map"))?;
+    host_call.srcs[n] = map_ref(&host_map);
+    let out = card
+        .alloc(shared_out.bytes)
+        .map_err(dev("allocating the bus share's output"))?;
+    let mut srcs = [TensorRef::default(); MAX_SRCS];
+    srcs[..3].copy_from_slice(card_inputs);
+    srcs[3..n].copy_from_slice(&layer.bus_stacks);
+    srcs[n] = map_ref(&map);
+    let call = OpCall {
+        op: Op::MoeExperts(p),
+        n_srcs: n as u32 + 1,
+        srcs,
+        dst: out_ref(&out),
+    };
+    let (adds, sum) = if layer.n_card > 0 {
+        let sum = card
+            .alloc(shared_out.bytes)
+            .map_err(dev("allocating the card parts' sum"))?;
+        let adds = vec![
+            OpCall::new(Op::Add, &[card_dst, call.dst], out_ref(&sum)),
+            OpCall::new(Op::Add, &[out_ref(&sum), out_ref(&shared_out)], dst),
+        ];
+        (adds, Some(sum))
+    } else {
+        let adds = vec![OpCall::new(Op::Add, &[call.dst, out_ref(&shared_out)], dst)];
+        (adds, None)
+    };
+    Ok(BusShare {
+        count,
+        k: p.k as usize,
+        map,
+        map_at,
+        call,
+        _out: out,
+        host_map,
+        adds,
+        _sum: sum,
+        _host_out: shared_out,
     })
 }
 
