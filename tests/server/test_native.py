@@ -99,5 +99,6 @@ def test_metrics_count_tokens(gemma3):
     assert values["llamacpp:n_decode_total"] >= 3
     # No host experts on the CPU: the tiering counters stay zero and there is nothing to reset.
     assert values["llamacpp:routed_experts_host_total"] == 0
+    assert values["llamacpp:routed_experts_bus_total"] == 0
     r = gemma3.post("/residency/reset")
     assert r.status_code == 501 and "no routed experts in host RAM" in r.json()["error"]["message"]
