@@ -1,5 +1,5 @@
-//! Tests of the dispatch of the recurrent ops (a state written besides the destination) and of the
-//! one-value-per-row broadcast of Add and Mul.
+//! Tests of the dispatch of the recurrent ops (a state written besides the destination), of the
+//! one-value-per-row broadcast of Add and Mul, and of same-type copies.
 
 use super::*;
 use crate::linear::{reference_rows_dot, Serial};
@@ -197,4 +197,33 @@ fn add_and_mul_broadcast_one_value_per_row() {
     assert_eq!(read(&buf, &dst1), vec![30.0, -4.0]);
     let three = f32_tensor(&buf, [1, 3, 1, 1], &[1.0, 2.0, 3.0]);
     assert!(run(&b, &OpCall::new(Op::Add, &[a, three], dst)).is_err());
+}
+
+#[test]
+fn copies_move_i32_and_may_overlap() {
+    let buf = Buffers::default();
+    let b = backend(&buf);
+    // I32 ids keep every bit, denormal-looking values as f32 included.
+    let ids = i32_tensor(&buf, &[1, 7, 1 << 20, -1]);
+    let dst = i32_tensor(&buf, &[0; 4]);
+    run(&b, &OpCall::new(Op::Copy, &[ids], dst)).unwrap();
+    let bits = |t: &TensorRef| {
+        read(&buf, t)
+            .iter()
+            .map(|v| v.to_bits())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(bits(&dst), vec![1, 7, 1 << 20, u32::MAX]);
+    // A copy onto itself, and one shifted by a value within the same buffer, move as memmove does.
+    run(&b, &OpCall::new(Op::Copy, &[dst], dst)).unwrap();
+    assert_eq!(bits(&dst), vec![1, 7, 1 << 20, u32::MAX]);
+    let whole = f32_tensor(&buf, [4, 1, 1, 1], &[1.0, 2.0, 3.0, 4.0]);
+    let view = |offset: u64| TensorRef {
+        offset,
+        ne: [3, 1, 1, 1],
+        nb: TensorRef::contiguous_strides(DType::F32, [3, 1, 1, 1]).unwrap(),
+        ..whole
+    };
+    run(&b, &OpCall::new(Op::Copy, &[view(0)], view(4))).unwrap();
+    assert_eq!(read(&buf, &whole), vec![1.0, 1.0, 2.0, 3.0]);
 }
