@@ -439,20 +439,35 @@ pub(super) fn host_moe(
     let count = bus_experts_for(tier.bus_experts, p.k) as usize;
     let bus_on = count > 0 && tier.disk.is_none() && layer.bus_stacks.len() == n_stacks;
     // With a bus share the host's output lies in page-locked memory the card reads in place.
-    let (host_out, shared_out) = if bus_on {
-        let (shared, at) = card
-            .alloc_shared(out_bytes)
-            .map_err(dev("allocating host experts' shared output"))?;
-        // SAFETY: `at` addresses `shared`'s bytes, which live in the BusShare of the HostedMoe
-        // that also holds this view, declared after it (the view goes first).
-        let view = unsafe { host.map_host(at as *const u8, out_bytes) }
-            .map_err(dev("viewing host experts' shared output"))?;
-        (view, Some(shared))
-    } else {
-        let out = host
-            .alloc(out_bytes)
-            .map_err(dev("allocating host experts' output"))?;
-        (out, None)
+    // Page-locked memory may run out (its limit is the host's, not the card's): the layer then
+    // runs without a share.
+    let shared = match bus_on {
+        true => match (
+            card.alloc_shared(out_bytes),
+            card.alloc_shared(4 * u64::from(p.n_expert)),
+        ) {
+            (Ok(out), Ok(map)) => Some((out, map)),
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::warn!("no bus share for a layer: page-locked memory refused ({e})");
+                None
+            }
+        },
+        false => None,
+    };
+    let (host_out, shared) = match shared {
+        Some(((out, at), map)) => {
+            // SAFETY: `at` addresses `out`'s bytes, which live in the BusShare of the HostedMoe
+            // that also holds this view, declared after it (the view goes first).
+            let view = unsafe { host.map_host(at as *const u8, out_bytes) }
+                .map_err(dev("viewing host experts' shared output"))?;
+            (view, Some((out, map)))
+        }
+        None => {
+            let out = host
+                .alloc(out_bytes)
+                .map_err(dev("allocating host experts' output"))?;
+            (out, None)
+        }
     };
     let card_out = card
         .alloc(out_bytes)
@@ -473,14 +488,14 @@ pub(super) fn host_moe(
         .map_err(dev("allocating the card experts' output"))?;
     call.dst = out_ref(&card_part_out);
     let add = OpCall::new(Op::Add, &[call.dst, out_ref(&card_out)], dst);
-    let bus = match shared_out {
-        Some(shared_out) => Some(bus_share(
+    let bus = match shared {
+        Some((shared_out, map)) => Some(bus_share(
             (card, host),
             layer,
             (p, count),
             (&card_inputs, call.dst, dst),
             &mut host_call,
-            shared_out,
+            (shared_out, map),
         )?),
         None => None,
     };
@@ -517,17 +532,17 @@ pub(super) fn host_moe(
     })
 }
 
-/// Prepares a layer's bus share: the card's call over the page-locked stacks with a step map in
-/// page-locked memory, the host call pointed at a step map of its own, and the adds of the
-/// card's part (`card_dst`, when the layer has card experts), the share and the host's output
-/// (`shared_out`, page-locked) into `dst`.
+/// Prepares a layer's bus share: the card's call over the page-locked stacks with the step map
+/// `map` (page-locked, at its host address), the host call pointed at a step map of its own, and
+/// the adds of the card's part (`card_dst`, when the layer has card experts), the share and the
+/// host's output (`shared_out`, page-locked) into `dst`.
 fn bus_share(
     (card, host): (&Arc<Device>, &Arc<Device>),
     layer: &TierLayer,
     (p, count): (MoeParams, usize),
     (card_inputs, card_dst, dst): (&[TensorRef; 3], TensorRef, TensorRef),
     host_call: &mut OpCall,
-    shared_out: Buffer,
+    (shared_out, (map, map_at)): (Buffer, (Buffer, usize)),
 ) -> Result<BusShare, ExecError> {
     let n = host_call.n_srcs as usize - 1;
     let out_ref = |b: &Buffer| TensorRef {
@@ -539,12 +554,8 @@ fn bus_share(
         buffer: b.handle,
         ..layer.host_map
     };
-    let map_bytes = 4 * u64::from(p.n_expert);
-    let (map, map_at) = card
-        .alloc_shared(map_bytes)
-        .map_err(dev("allocating the bus share's expert map"))?;
     let host_map = host
-        .alloc(map_bytes)
+        .alloc(map.bytes)
         .map_err(dev("allocating the host's step map"))?;
     host_call.srcs[n] = map_ref(&host_map);
     let out = card
