@@ -2,6 +2,9 @@
 //! pair the plugin claims is run on fresh random inputs on both devices, the destination poisoned
 //! before each run, and the results compared by ‖out − ref‖ / ‖ref‖ against a tolerance per case.
 //! A claimed pair with no case here is itself a failure, so a new kernel cannot skip its check.
+//! [`check_host_memory`] checks the device's calls using host memory in place.
+
+mod host_memory;
 
 use std::sync::Arc;
 
@@ -1195,6 +1198,8 @@ fn relative(out: &[f32], reference: &[f32]) -> f64 {
     }
     (num / den.max(f64::MIN_POSITIVE)).sqrt()
 }
+
+pub use host_memory::check as check_host_memory;
 
 /// Runs every case of every pair `dev` claims, against `reference`.
 pub fn check(dev: &Arc<Device>, reference: &Arc<Device>, seed: u64) -> Vec<Outcome> {

@@ -60,6 +60,7 @@ pub fn run(cli: &Cli, a: &OpcheckArgs) -> anyhow::Result<()> {
     let refdev =
         Device::open(reference, config).with_context(|| format!("opening {}", reference.name))?;
     let mut outcomes = opcheck::check(&dev, &refdev, a.seed);
+    outcomes.extend(opcheck::check_host_memory(&dev));
     for m in &a.models {
         outcomes.extend(opcheck::check_model(&reg, m, plugin, a.model_tol));
     }
