@@ -5,12 +5,15 @@
 //! gives each kind's read ceiling. The shape is Qwen3-30B-A3B's (2048 → 768, 128 experts, top 8,
 //! Q4_K); GB/s counts the weight bytes of the chosen experts.
 //!
-//! A last table runs the decode with the caller busy for a while between layers (what the card's
+//! A table runs the decode with the caller busy for a while between layers (what the card's
 //! attention costs the host-expert path), once with the pool's default spin before workers park
-//! and once with a spin longer than the gap.
+//! and once with a spin longer than the gap. A last one times prompts of several row counts
+//! through every layer (random top-8 routing, so each expert serves about rows·8/128 rows): the
+//! cores' cost per expert that decides how many of a streamed prompt layer's experts the CPU
+//! should take while the rest cross PCIe.
 //!
 //! Run with `cargo run --release -p bloomery-kernel-cpu-avx2 --example moe_bench [layers] [steps]
-//! [threads,…] [dir for the mapped file] [gap µs]`. A leading `--avx2` uses `rows_dot_avx2` (the
+//! [threads,…] [dir for the mapped file] [gap µs] [prompt rows,…]`. A leading `--avx2` uses `rows_dot_avx2` (the
 //! AVX2 kernels only) instead of `rows_dot` (AVX-512 kernels where the CPU has them), for A/B
 //! comparisons.
 
@@ -149,6 +152,59 @@ fn decode_rate(
     Ok(bytes / (t0.elapsed() - busy).as_secs_f64() / 1e9)
 }
 
+/// Runs a prompt of `rows` rows (random top-k routing) through `layers` layers of experts held in
+/// `m`; returns µs per layer and per expert of a layer.
+fn prompt_cost(
+    pool: &Pool,
+    m: &[u8],
+    layers: usize,
+    rows: usize,
+    kernel: RowsDot,
+) -> anyhow::Result<(f64, f64)> {
+    let (gu, down) = layer_bytes();
+    let per_layer = 2 * gu + down;
+    let mut rng = StdRng::seed_from_u64(11);
+    let x: Vec<f32> = (0..N_EMBD * rows)
+        .map(|_| rng.gen_range(-1.0f32..1.0))
+        .collect();
+    let mut out = vec![0f32; N_EMBD * rows];
+    let weights = vec![1.0f32 / TOP_K as f32; TOP_K * rows];
+    let glu = |g: &[f32], u: &[f32], h: &mut [f32]| -> Result<(), PluginError> {
+        for ((h, &g), &u) in h.iter_mut().zip(g).zip(u) {
+            *h = g / (1.0 + (-g).exp()) * u;
+        }
+        Ok(())
+    };
+    let ids: Vec<i32> = (0..rows)
+        .flat_map(|_| {
+            sample(&mut rng, N_EXPERT, TOP_K)
+                .into_iter()
+                .map(|e| e as i32)
+        })
+        .collect();
+    let t0 = Instant::now();
+    for l in 0..layers {
+        let at = l * per_layer;
+        let stacks = ExpertStacks {
+            gate: &m[at..at + gu],
+            gate_t: DType::Q4_K,
+            up: Some((&m[at + gu..at + 2 * gu], DType::Q4_K)),
+            down: &m[at + 2 * gu..at + per_layer],
+            down_t: DType::Q4_K,
+            n_embd: N_EMBD,
+            n_ff: N_FF,
+            n_expert: N_EXPERT,
+        };
+        moe_experts(
+            pool, kernel, &stacks, &x, &ids, &weights, TOP_K, None, &glu, &mut out,
+        )
+        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    }
+    black_box(&out);
+    let layer_us = t0.elapsed().as_secs_f64() * 1e6 / layers as f64;
+    Ok((layer_us, layer_us / N_EXPERT as f64))
+}
+
 fn main() -> anyhow::Result<()> {
     let mut args: Vec<String> = std::env::args().collect();
     let kernel: RowsDot = if args.get(1).is_some_and(|a| a == "--avx2") {
@@ -165,6 +221,10 @@ fn main() -> anyhow::Result<()> {
     };
     let dir = args.get(4).map_or("/dev/shm", String::as_str);
     let gap = Duration::from_micros(args.get(5).map_or(Ok(100), |s| s.parse())?);
+    let prompt_rows: Vec<usize> = match args.get(6) {
+        Some(s) => s.split(',').map(str::parse).collect::<Result<_, _>>()?,
+        None => vec![64, 512],
+    };
     let (gu, down) = layer_bytes();
     let len = layers * (2 * gu + down);
     println!(
@@ -224,6 +284,17 @@ fn main() -> anyhow::Result<()> {
                 println!(
                     "  {t} threads, workers spin {:>5} µs: {dec:.1}",
                     spin.as_micros()
+                );
+            }
+            println!("prompts through every layer ({t} threads): µs per layer, per expert");
+            let mut o = PoolOptions::new(t);
+            o.pinning = Pinning::Auto;
+            let pool = Pool::new(o)?;
+            for &rows in &prompt_rows {
+                let (layer, expert) = prompt_cost(&pool, m, layers, rows, kernel)?;
+                println!(
+                    "  {rows:>5} rows (≈ {:.1} an expert): {layer:>9.0} {expert:>7.1}",
+                    (rows * TOP_K) as f64 / N_EXPERT as f64
                 );
             }
             std::fs::remove_file(&path)?;
