@@ -108,6 +108,19 @@ opcheck_q4k() {
     | tee "${OUT:-/tmp}/opcheck-q4k-$(basename "$(dirname "$d")").txt" \
     | grep -E "FAIL|model .*(prompt|decode step 2 )|cases|rror" | grep -v "bit for bit" || true
 }
+# The md5 of 24 greedy tokens after the prompt $2 from each tiny file named in $1 (space-separated
+# names in tiny_files' folder, which must have run), under each flag set that follows.
+greedy_md5() {
+  local files=$1 text=$2 f flags
+  shift 2
+  for f in $files; do
+    for flags in "$@"; do
+      # shellcheck disable=SC2086
+      echo "greedy $f $flags: $(dist/bloomery --plugin-dir dist/plugins run \
+        -m "/dev/shm/bloomery-gpu-check/$f.gguf" -p "$text" -n 24 --temp 0 $flags 2> /dev/null | md5sum)"
+    done
+  done
+}
 # Waits until the server on port $1 (process $2, log $3) answers /health; if it exits first,
 # prints its log and fails.
 wait_ready() {
@@ -346,19 +359,13 @@ case "${1:-}" in
     # each alternating with PREV (a whole dist) when given, and at 2 and 4; and where a -cmoe
     # step spends its time at 0 and 3.
     b="dist/bloomery --plugin-dir dist/plugins"
-    m=$(tiny_files)
+    tiny_files > /dev/null
     if [ -z "${SKIP_CHECK:-}" ]; then
       opcheck_tiny
       opcheck_q4k
     fi
-    for f in f32 q4k hf; do
-      for flags in "-ngl 0" "-ngl 99" "-ngl 99 -cmoe --bus-experts 0" "-ngl 99 -cmoe" \
-        "-ngl 99 -cmoe --bus-experts 8"; do
-        # shellcheck disable=SC2086
-        echo "greedy $f $flags: $($b run -m "$m/$f.gguf" -p 'hello world' -n 24 --temp 0 $flags \
-          2> /dev/null | md5sum)"
-      done
-    done
+    greedy_md5 "f32 q4k hf" "hello world" "-ngl 0" "-ngl 99" "-ngl 99 -cmoe --bus-experts 0" \
+      "-ngl 99 -cmoe" "-ngl 99 -cmoe --bus-experts 8"
     f=$(file_30b)
     h=$(file_35b)
     tg() {
@@ -394,16 +401,10 @@ case "${1:-}" in
     out=${OUT:-/tmp}
     b=dist/bloomery
     p="--plugin-dir dist/plugins"
-    m=$(tiny_files)
+    tiny_files > /dev/null
     opcheck_tiny
     opcheck_q4k
-    for f in f32 hf; do
-      for flags in "-ngl 0" "-ngl 99" "-ngl 99 -cmoe"; do
-        # shellcheck disable=SC2086
-        echo "greedy $f $flags: $($b $p run -m "$m/$f.gguf" -p 'hello world' -n 24 --temp 0 $flags \
-          2> /dev/null | md5sum)"
-      done
-    done
+    greedy_md5 "f32 hf" "hello world" "-ngl 0" "-ngl 99" "-ngl 99 -cmoe"
     f=$(file_30b)
     h=$(file_35b)
     ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip 2400 \
@@ -421,7 +422,7 @@ case "${1:-}" in
     out=${OUT:-/tmp}
     b=dist/bloomery
     p="--plugin-dir dist/plugins"
-    m=$(tiny_files)
+    tiny_files > /dev/null
     [ -n "${SKIP_CHECK:-}" ] || opcheck_tiny Attention
     # The tiny file with quantized weights through the tiled products against the CPU (earlier
     # builds too when CHECK_PREV names them).
@@ -430,13 +431,7 @@ case "${1:-}" in
       opcheck_q4k "$d/plugins"
     done
     text="The quick brown fox jumps over the lazy dog while the cat sleeps by the warm fire all night"
-    for f in f32 hf; do
-      for flags in "-ngl 0" "-ngl 99"; do
-        # shellcheck disable=SC2086
-        echo "greedy $f $flags: $($b $p run -m "$m/$f.gguf" -p "$text" -n 24 --temp 0 $flags \
-          2> /dev/null | md5sum)"
-      done
-    done
+    greedy_md5 "f32 hf" "$text" "-ngl 0" "-ngl 99"
     f=$(file_30b)
     h=$(file_35b)
     ncu --clock-control none --metrics gpu__time_duration.sum --csv $b $p bench -m "$f" -p 512 -n 0 \

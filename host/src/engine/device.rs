@@ -49,14 +49,19 @@ impl Device {
         }))
     }
 
-    /// Allocates `bytes`.
-    pub fn alloc(self: &Arc<Self>, bytes: u64) -> Result<Buffer, PluginError> {
-        let handle = self.inner.alloc(bytes).into_result()?;
-        Ok(Buffer {
+    /// Owns the device's buffer `handle` of `bytes` (freed when the Buffer drops).
+    fn own(self: &Arc<Self>, handle: u64, bytes: u64) -> Buffer {
+        Buffer {
             device: Arc::clone(self),
             handle,
             bytes,
-        })
+        }
+    }
+
+    /// Allocates `bytes`.
+    pub fn alloc(self: &Arc<Self>, bytes: u64) -> Result<Buffer, PluginError> {
+        let handle = self.inner.alloc(bytes).into_result()?;
+        Ok(self.own(handle, bytes))
     }
 
     /// Makes host memory usable as a buffer (zero-copy on the CPU).
@@ -69,11 +74,7 @@ impl Device {
         bytes: u64,
     ) -> Result<Buffer, PluginError> {
         let handle = self.inner.map_host(ptr as usize, bytes).into_result()?;
-        Ok(Buffer {
-            device: Arc::clone(self),
-            handle,
-            bytes,
-        })
+        Ok(self.own(handle, bytes))
     }
 
     /// Makes page-locked host memory (inside a [`Device::pin_host`] range) a buffer the device's
@@ -87,25 +88,14 @@ impl Device {
         bytes: u64,
     ) -> Result<Buffer, PluginError> {
         let handle = self.inner.map_pinned(ptr as usize, bytes).into_result()?;
-        Ok(Buffer {
-            device: Arc::clone(self),
-            handle,
-            bytes,
-        })
+        Ok(self.own(handle, bytes))
     }
 
     /// Allocates zeroed page-locked host memory the device's calls use in place; returns the
     /// buffer and the host address of its bytes, valid while the buffer lives.
     pub fn alloc_shared(self: &Arc<Self>, bytes: u64) -> Result<(Buffer, usize), PluginError> {
         let s = self.inner.alloc_shared(bytes).into_result()?;
-        Ok((
-            Buffer {
-                device: Arc::clone(self),
-                handle: s.handle,
-                bytes,
-            },
-            s.host,
-        ))
+        Ok((self.own(s.handle, bytes), s.host))
     }
 
     /// Copies bytes into a buffer.

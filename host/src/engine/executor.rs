@@ -312,9 +312,9 @@ impl Executor {
                     }
                     Some((i, layer)) => {
                         let at = calls.len() + PACK_CALLS;
-                        let h = host_moe(device, tier, (i, layer), &mut call, at)?;
-                        calls.extend(h.pack);
-                        adds = h.adds();
+                        let (h, around) = host_moe(device, tier, (i, layer), &mut call, at)?;
+                        calls.extend(around.pack);
+                        adds = around.adds;
                         hosted.push(h);
                     }
                     None => {}

@@ -10,7 +10,7 @@ use bloomery_plugin_api::op::Op;
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 
-use super::{relative, worst, Outcome};
+use super::{read_values, relative, worst, Outcome};
 use crate::engine::device::{Buffer, Device};
 
 /// Values per check: not a multiple of a block or a page.
@@ -36,15 +36,6 @@ fn f32s(b: &Buffer) -> TensorRef {
 fn copy(dev: &Device, from: &Buffer, to: &Buffer) -> Result<(), PluginError> {
     dev.run(&[OpCall::new(Op::Copy, &[f32s(from)], f32s(to))])?;
     dev.sync()
-}
-
-fn read(dev: &Device, b: &Buffer) -> Result<Vec<f32>, PluginError> {
-    let mut bytes = vec![0u8; 4 * N];
-    dev.read(b.handle, 0, &mut bytes)?;
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
 }
 
 fn outcome(what: &str, got: Result<Vec<f32>, PluginError>, want: &[f32]) -> Outcome {
@@ -82,7 +73,7 @@ pub fn check(dev: &Arc<Device>) -> Vec<Outcome> {
             // SAFETY: `at` addresses the N f32 of `shared` (alloc_shared), alive here; no call
             // uses it until the Copy below.
             unsafe { std::ptr::copy_nonoverlapping(first.as_ptr(), at as *mut f32, N) };
-            let got = copy(dev, &shared, &card).and_then(|_| read(dev, &card));
+            let got = copy(dev, &shared, &card).and_then(|_| read_values(dev, &card, DType::F32));
             out.push(outcome(
                 "a shared buffer read in place by a call",
                 got,
@@ -132,7 +123,7 @@ fn pinned(dev: &Arc<Device>, want: &[f32]) -> Result<Vec<f32>, PluginError> {
     let view = unsafe { dev.map_pinned(ptr, bytes as u64) }?;
     let card = dev.alloc(bytes as u64)?;
     copy(dev, &view, &card)?;
-    read(dev, &card)
+    read_values(dev, &card, DType::F32)
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {

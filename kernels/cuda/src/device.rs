@@ -30,9 +30,9 @@ pub struct CudaDevice {
     /// Host ranges page-locked by `pin_host` (start, bytes), unregistered on drop.
     pinned: Mutex<Vec<(usize, usize)>>,
     /// Buffers in host memory, freed without `cuMemFree`: views of page-locked ranges
-    /// (`map_pinned`, 0) and page-locked allocations (`alloc_shared`, the host address that
+    /// (`map_pinned`, None) and page-locked allocations (`alloc_shared`, the host address that
     /// `cuMemFreeHost` takes).
-    in_host: Mutex<HashMap<u64, usize>>,
+    in_host: Mutex<HashMap<u64, Option<usize>>>,
     /// The queue of `upload`s, beside the kernel stream.
     copies: Arc<CudaStream>,
     /// Fences and upload completions not yet passed by a `sync`.
@@ -161,10 +161,10 @@ impl CudaDevice {
             .map_err(|_| PluginError::device("buffer table poisoned"))?
             .remove(&buffer);
         match in_host {
-            Some(0) => Ok(()),
+            Some(None) => Ok(()),
             // SAFETY: `p` came from cuMemHostAlloc in alloc_shared and its buffer was just
             // removed from both tables, so it is freed once.
-            Some(p) => unsafe { sys::cuMemFreeHost(p as *mut _) }
+            Some(Some(p)) => unsafe { sys::cuMemFreeHost(p as *mut _) }
                 .result()
                 .map_err(err("cuMemFreeHost")),
             // SAFETY: `buffer` came from `malloc_sync` and was just removed from the table.
@@ -190,6 +190,31 @@ impl CudaDevice {
         unsafe { result::memcpy_htod_async(dst, data, stream.cu_stream()) }
             .map_err(err("copy to the device"))?;
         self.settle()
+    }
+
+    /// Records a buffer of `bytes` in host memory under `handle` (its device address): a view
+    /// (`owned` None) or a page-locked allocation to free with `cuMemFreeHost`.
+    fn record_in_host(
+        &self,
+        handle: u64,
+        bytes: u64,
+        owned: Option<usize>,
+    ) -> Result<(), PluginError> {
+        let mut sizes = self
+            .sizes
+            .lock()
+            .map_err(|_| PluginError::device("buffer table poisoned"))?;
+        if sizes.contains_key(&handle) {
+            return Err(PluginError::invalid(format!(
+                "host memory at device address {handle:#x} is already a buffer"
+            )));
+        }
+        self.in_host
+            .lock()
+            .map_err(|_| PluginError::device("buffer table poisoned"))?
+            .insert(handle, owned);
+        sizes.insert(handle, bytes);
+        Ok(())
     }
 
     fn read_bytes(&self, buffer: u64, offset: u64, out: &mut [u8]) -> Result<(), PluginError> {
@@ -425,20 +450,7 @@ impl KernelDevice for CudaDevice {
                 .result()
                 .map_err(err("mapping page-locked memory for the device"))?;
             let handle = dev + (ptr - base) as u64;
-            let mut sizes = self
-                .sizes
-                .lock()
-                .map_err(|_| PluginError::device("buffer table poisoned"))?;
-            if sizes.contains_key(&handle) {
-                return Err(PluginError::invalid(format!(
-                    "map_pinned: {ptr:#x} is already a buffer"
-                )));
-            }
-            sizes.insert(handle, bytes);
-            self.in_host
-                .lock()
-                .map_err(|_| PluginError::device("buffer table poisoned"))?
-                .insert(handle, 0);
+            self.record_in_host(handle, bytes, None)?;
             Ok(handle)
         };
         map().into()
@@ -462,17 +474,15 @@ impl KernelDevice for CudaDevice {
             unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, n) };
             let mut dev: sys::CUdeviceptr = 0;
             // SAFETY: `host` is a live DEVICEMAP allocation of this context.
-            unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0) }
+            let recorded = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0) }
                 .result()
-                .map_err(err("mapping page-locked memory for the device"))?;
-            self.sizes
-                .lock()
-                .map_err(|_| PluginError::device("buffer table poisoned"))?
-                .insert(dev, bytes);
-            self.in_host
-                .lock()
-                .map_err(|_| PluginError::device("buffer table poisoned"))?
-                .insert(dev, host as usize);
+                .map_err(err("mapping page-locked memory for the device"))
+                .and_then(|()| self.record_in_host(dev, bytes, Some(host as usize)));
+            if let Err(e) = recorded {
+                // SAFETY: `host` came from cuMemHostAlloc above and is in no table.
+                let _ = unsafe { sys::cuMemFreeHost(host) };
+                return Err(e);
+            }
             Ok(SharedAlloc {
                 handle: dev,
                 host: host as usize,

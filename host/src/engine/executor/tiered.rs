@@ -26,22 +26,20 @@ pub(super) struct HostedMoe {
     /// Whether the card holds any of this layer's experts (else call `at` is skipped and,
     /// without a bus share, the host's output is written straight to its destination).
     card_part: bool,
-    /// The three inputs (x, ids, weights) copied back to back on the card by `pack`, the
-    /// calls that end the segment before the MoE call, so that one read brings them over.
+    /// The three inputs (x, ids, weights) copied back to back on the card by the calls that
+    /// end the segment before the MoE call ([`TieredCalls::pack`]), so that one read brings
+    /// them over.
     packed: Buffer,
-    /// The copies into `packed`.
-    pub(super) pack: [OpCall; PACK_CALLS],
     /// The same inputs on the host device, and the host call's output.
     host_inputs: [(Buffer, u64); 3],
     host_out: Buffer,
     host_call: OpCall,
-    /// The host's output on the card, the card's own part, and the call adding the two into
-    /// the MoE call's destination.
-    card_out: Buffer,
+    /// Where the host's output is uploaded (buffer, offset): the MoE call's destination, or,
+    /// with a card part, `_card_out` for the adds; None with a bus share (the adds read the
+    /// host's output in place).
+    upload_to: Option<(u64, u64)>,
+    _card_out: Option<Buffer>,
     _card_part_out: Buffer,
-    add: OpCall,
-    /// The card MoE call's destination.
-    dst: TensorRef,
     /// The card's share of the step's host experts, when it can read them in place.
     bus: Option<BusShare>,
 }
@@ -63,9 +61,7 @@ pub(super) struct BusShare {
     _out: Buffer,
     /// The host call's map for the step (host experts less the card's share), on the host.
     host_map: Buffer,
-    /// The adds of the card's part (if any), this share and the host's output into the
-    /// destination.
-    adds: Vec<OpCall>,
+    /// The sum of the card's part and this share, when the layer has card experts.
     _sum: Option<Buffer>,
     /// The host call's output: page-locked memory the host device writes through a view
     /// (`HostedMoe::host_out`, dropped first) and the adds read in place.
@@ -76,33 +72,25 @@ impl BusShare {
     /// Splits a step's host experts (`ids` routed, `state` the layer's placement) between the
     /// card and the host: writes both step maps. Returns the routed calls the card takes.
     fn split(&self, ids: &[i32], state: &LayerResidency, host: &Device) -> Result<u64, ExecError> {
-        let lent = bus_choice(ids, &state.slot_of, self.count, self.k);
+        // SAFETY: `map_at` addresses `map`'s bytes (alloc_shared, 4-byte aligned), which live as
+        // long as `self`; the card reads them only in calls submitted after this (the previous
+        // pass's calls ended at its sync), and nothing else references them.
+        let card_map = unsafe {
+            std::slice::from_raw_parts_mut(self.map_at as *mut i32, self.map.bytes as usize / 4)
+        };
+        card_map.fill(-1);
         let mut host_map = state.host_map();
-        let mut card_map = vec![-1i32; host_map.len()];
-        for &e in &lent {
+        for e in bus_choice(ids, &state.slot_of, self.count, self.k) {
             host_map[e] = -1;
             card_map[e] = e as i32;
         }
         host.write(&self.host_map, 0, i32_bytes(&host_map))
             .map_err(dev("writing the host's step map"))?;
-        if card_map.len() as u64 * 4 > self.map.bytes {
-            return Err(ExecError::BadGraph(
-                "the bus share's map is too small".into(),
-            ));
-        }
-        // SAFETY: `map_at` addresses `map`'s bytes (alloc_shared), which live as long as `self`;
-        // the length was checked above; the card reads them only in calls submitted after this
-        // (the previous pass's calls ended at its sync).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                card_map.as_ptr(),
-                self.map_at as *mut i32,
-                card_map.len(),
-            )
-        };
         let taken = ids
             .iter()
-            .filter(|&&e| usize::try_from(e).is_ok_and(|e| lent.contains(&e)))
+            .filter(|&&e| {
+                usize::try_from(e).is_ok_and(|e| card_map.get(e).is_some_and(|&m| m >= 0))
+            })
             .count();
         Ok(taken as u64)
     }
@@ -130,19 +118,6 @@ pub(super) fn bus_choice(ids: &[i32], slot_of: &[i32], n: usize, k: usize) -> Ve
     used
 }
 
-impl HostedMoe {
-    /// The calls that sum the parts into the MoE call's destination, placed right after it
-    /// among the executor's calls (so in the next segment's graph): the card's part, the bus
-    /// share and the host's output; nothing where the host's output is uploaded there directly.
-    pub(super) fn adds(&self) -> Vec<OpCall> {
-        match &self.bus {
-            Some(bus) => bus.adds.clone(),
-            None if self.card_part => vec![self.add],
-            None => Vec::new(),
-        }
-    }
-}
-
 /// Accumulated wall time of the phases of host-expert layers, printed when the executor drops.
 #[derive(Default)]
 pub(super) struct TierTimes {
@@ -152,7 +127,7 @@ pub(super) struct TierTimes {
     inputs: std::time::Duration,
     /// The host's experts.
     host: std::time::Duration,
-    /// The host's output back to the card and the add.
+    /// The host's output back to the card (nothing with a bus share: the adds read it in place).
     output: std::time::Duration,
     /// Layers timed.
     layers: u64,
@@ -219,50 +194,9 @@ impl Executor {
             for (i, (buf, bytes)) in h.host_inputs.iter().enumerate() {
                 let (v, tail) = rest.split_at(*bytes as usize);
                 rest = tail;
-                // Input 1 holds the routed expert ids: count them, and with the disk tier bring
-                // the host's ones into the arena.
-                if let (1, Some(res)) = (i, &self.residency) {
-                    let ids: Vec<i32> = v
-                        .chunks_exact(4)
-                        .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                        .collect();
-                    let (host_ids, n_expert) = {
-                        let mut res = res
-                            .lock()
-                            .map_err(|_| ExecError::BadGraph("residency state poisoned".into()))?;
-                        res.record(h.tier_layer, &ids);
-                        let state = &res.layers[h.tier_layer];
-                        let taken = match &h.bus {
-                            Some(bus) => bus.split(&ids, state, host)?,
-                            None => 0,
-                        };
-                        let slot_of = &state.slot_of;
-                        let host_ids: Vec<u32> = ids
-                            .iter()
-                            .filter_map(|&e| usize::try_from(e).ok())
-                            .filter(|&e| slot_of.get(e).is_some_and(|&s| s < 0))
-                            .map(|e| e as u32)
-                            .collect();
-                        let n_expert = slot_of.len();
-                        res.bus_calls += taken;
-                        (host_ids, n_expert)
-                    };
-                    if let Some(disk) = &self.disk {
-                        let map = disk
-                            .arena
-                            .lock()
-                            .map_err(|_| ExecError::BadGraph("disk tier poisoned".into()))?
-                            .ensure(
-                                h.tier_layer,
-                                &host_ids,
-                                n_expert,
-                                &disk.sources[h.tier_layer],
-                            )
-                            .map_err(ExecError::BadGraph)?;
-                        let map_ref = h.host_call.srcs[h.host_call.n_srcs as usize - 1];
-                        host.write_handle(map_ref.buffer, map_ref.offset, i32_bytes(&map))
-                            .map_err(dev("writing the disk tier's expert map"))?;
-                    }
+                // Input 1 holds the routed expert ids.
+                if i == 1 {
+                    self.route(h, v, host)?;
                 }
                 host.write(buf, 0, v)
                     .map_err(dev("writing host experts' inputs"))?;
@@ -283,28 +217,20 @@ impl Executor {
                 .map_err(dev("running host experts"))?;
             host.sync().map_err(dev("waiting for host experts"))?;
             lap(&mut times.host);
-            if h.bus.is_some() {
-                // The adds opening the next segment read the host's output in place.
-                lap(&mut times.output);
-                times.layers += 1;
-                start = h.at + 1;
-                continue;
+            // Without a bus share the host's output goes to the card; with one the adds read it
+            // in place. The adds (HostedMoe::adds) open the next segment.
+            if let Some((to, offset)) = h.upload_to {
+                let mut out = vec![0u8; h.host_out.bytes as usize];
+                host.read(h.host_out.handle, 0, &mut out)
+                    .map_err(dev("reading host experts' output"))?;
+                // Uploaded without waiting: the card's stream was idle at the read above, and
+                // the next calls wait for the copy.
+                // SAFETY: `out`'s heap buffer does not move when the Vec is pushed into
+                // `outputs`, which run_tiered frees only after its sync.
+                unsafe { device.upload(to, offset, &out, 0) }
+                    .map_err(dev("writing host experts' output"))?;
+                outputs.push(out);
             }
-            let mut out = vec![0u8; h.host_out.bytes as usize];
-            host.read(h.host_out.handle, 0, &mut out)
-                .map_err(dev("reading host experts' output"))?;
-            // Uploaded without waiting: the card's stream was idle at the read above, and the
-            // next calls wait for the copy. `out` lives in `outputs` until run_tiered's sync.
-            let (to, offset) = match h.card_part {
-                true => (h.card_out.handle, 0),
-                false => (h.dst.buffer, h.dst.offset),
-            };
-            // SAFETY: `out`'s heap buffer does not move when the Vec is pushed into `outputs`,
-            // which run_tiered frees only after its sync.
-            unsafe { device.upload(to, offset, &out, 0) }
-                .map_err(dev("writing host experts' output"))?;
-            // The parts' adds (HostedMoe::adds) open the next segment.
-            outputs.push(out);
             lap(&mut times.output);
             times.layers += 1;
             start = h.at + 1;
@@ -322,6 +248,53 @@ impl Executor {
             t.layers += times.layers;
         }
         self.launch_segment(device, self.hosted.len(), &self.calls[start..])
+    }
+
+    /// Takes a pass's routed expert ids for layer `h` (`ids`, i32 bytes): counts them, splits
+    /// the host's experts with the card (the bus share) and, with the disk tier, brings the
+    /// host's ones into the arena and points the host call's map at them.
+    fn route(&self, h: &HostedMoe, ids: &[u8], host: &Device) -> Result<(), ExecError> {
+        let Some(res) = &self.residency else {
+            return Ok(());
+        };
+        let ids: Vec<i32> = ids
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let mut res = res
+            .lock()
+            .map_err(|_| ExecError::BadGraph("residency state poisoned".into()))?;
+        res.record(h.tier_layer, &ids);
+        if let Some(bus) = &h.bus {
+            let taken = bus.split(&ids, &res.layers[h.tier_layer], host)?;
+            res.bus_calls += taken;
+        }
+        let Some(disk) = &self.disk else {
+            return Ok(());
+        };
+        let slot_of = &res.layers[h.tier_layer].slot_of;
+        let host_ids: Vec<u32> = ids
+            .iter()
+            .filter_map(|&e| usize::try_from(e).ok())
+            .filter(|&e| slot_of.get(e).is_some_and(|&s| s < 0))
+            .map(|e| e as u32)
+            .collect();
+        let n_expert = slot_of.len();
+        drop(res);
+        let map = disk
+            .arena
+            .lock()
+            .map_err(|_| ExecError::BadGraph("disk tier poisoned".into()))?
+            .ensure(
+                h.tier_layer,
+                &host_ids,
+                n_expert,
+                &disk.sources[h.tier_layer],
+            )
+            .map_err(ExecError::BadGraph)?;
+        let map_ref = h.host_call.srcs[h.host_call.n_srcs as usize - 1];
+        host.write_handle(map_ref.buffer, map_ref.offset, i32_bytes(&map))
+            .map_err(dev("writing the disk tier's expert map"))
     }
 
     /// Runs the calls with each tiered layer's whole stacks copied into the card's staging
@@ -382,16 +355,26 @@ pub(super) fn stream_moe(
 /// Calls that end the segment before a tiered MoE call: its inputs' packing.
 pub(super) const PACK_CALLS: usize = 3;
 
+/// The calls a tiered MoE call brings to the executor's list around it.
+pub(super) struct TieredCalls {
+    /// Before it: the copies packing its inputs for the host's one read.
+    pub(super) pack: [OpCall; PACK_CALLS],
+    /// After it (so in the next segment's graph): the adds summing the parts (the card's, the
+    /// bus share's, the host's) into its destination; none where the host's output is uploaded
+    /// there directly.
+    pub(super) adds: Vec<OpCall>,
+}
+
 /// Prepares the host half of a tiered MoE call (which lands at index `at` of the executor's
 /// calls, after its [`PACK_CALLS`] packing copies) and points the card's call at the compacted
-/// stacks' map.
+/// stacks' map; returns it with the calls to place around the call.
 pub(super) fn host_moe(
     card: &Arc<Device>,
     tier: &ExpertTier,
     (tier_layer, layer): (usize, &TierLayer),
     call: &mut OpCall,
     at: usize,
-) -> Result<HostedMoe, ExecError> {
+) -> Result<(HostedMoe, TieredCalls), ExecError> {
     let Op::MoeExperts(mut p) = call.op else {
         return Err(ExecError::BadGraph("not a MoE call".into()));
     };
@@ -469,9 +452,6 @@ pub(super) fn host_moe(
             (out, None)
         }
     };
-    let card_out = card
-        .alloc(out_bytes)
-        .map_err(dev("allocating host experts' output on the card"))?;
     let out_ref = |b: &Buffer| TensorRef {
         buffer: b.handle,
         offset: 0,
@@ -487,17 +467,27 @@ pub(super) fn host_moe(
         .alloc(out_bytes)
         .map_err(dev("allocating the card experts' output"))?;
     call.dst = out_ref(&card_part_out);
-    let add = OpCall::new(Op::Add, &[call.dst, out_ref(&card_out)], dst);
-    let bus = match shared {
-        Some((shared_out, map)) => Some(bus_share(
-            (card, host),
-            layer,
-            (p, count),
-            (&card_inputs, call.dst, dst),
-            &mut host_call,
-            (shared_out, map),
-        )?),
-        None => None,
+    let card_part = layer.n_card > 0;
+    let (bus, adds, upload_to, card_out) = match shared {
+        Some((shared_out, map)) => {
+            let (bus, adds) = bus_share(
+                (card, host),
+                layer,
+                (p, count),
+                (&card_inputs, call.dst, dst),
+                &mut host_call,
+                (shared_out, map),
+            )?;
+            (Some(bus), adds, None, None)
+        }
+        None if card_part => {
+            let card_out = card
+                .alloc(out_bytes)
+                .map_err(dev("allocating host experts' output on the card"))?;
+            let add = OpCall::new(Op::Add, &[call.dst, out_ref(&card_out)], dst);
+            (None, vec![add], Some((card_out.handle, 0)), Some(card_out))
+        }
+        None => (None, Vec::new(), Some((dst.buffer, dst.offset)), None),
     };
     let [x, ids, w]: [(Buffer, u64); 3] = host_inputs
         .try_into()
@@ -515,27 +505,26 @@ pub(super) fn host_moe(
         offset += r.elements() * 4;
         OpCall::new(Op::Copy, &[r], to)
     });
-    Ok(HostedMoe {
+    let hosted = HostedMoe {
         at,
         tier_layer,
-        card_part: layer.n_card > 0,
+        card_part,
         packed,
-        pack,
         host_inputs: [x, ids, w],
         host_out,
         host_call,
-        card_out,
+        upload_to,
+        _card_out: card_out,
         _card_part_out: card_part_out,
-        add,
-        dst,
         bus,
-    })
+    };
+    Ok((hosted, TieredCalls { pack, adds }))
 }
 
 /// Prepares a layer's bus share: the card's call over the page-locked stacks with the step map
-/// `map` (page-locked, at its host address), the host call pointed at a step map of its own, and
-/// the adds of the card's part (`card_dst`, when the layer has card experts), the share and the
-/// host's output (`shared_out`, page-locked) into `dst`.
+/// `map` (page-locked, at its host address) and the host call pointed at a step map of its own;
+/// returns it with the adds of the card's part (`card_dst`, when the layer has card experts), the
+/// share and the host's output (`shared_out`, page-locked) into `dst`.
 fn bus_share(
     (card, host): (&Arc<Device>, &Arc<Device>),
     layer: &TierLayer,
@@ -543,7 +532,7 @@ fn bus_share(
     (card_inputs, card_dst, dst): (&[TensorRef; 3], TensorRef, TensorRef),
     host_call: &mut OpCall,
     (shared_out, (map, map_at)): (Buffer, (Buffer, usize)),
-) -> Result<BusShare, ExecError> {
+) -> Result<(BusShare, Vec<OpCall>), ExecError> {
     let n = host_call.n_srcs as usize - 1;
     let out_ref = |b: &Buffer| TensorRef {
         buffer: b.handle,
@@ -584,7 +573,7 @@ fn bus_share(
         let adds = vec![OpCall::new(Op::Add, &[call.dst, out_ref(&shared_out)], dst)];
         (adds, None)
     };
-    Ok(BusShare {
+    let bus = BusShare {
         count,
         k: p.k as usize,
         map,
@@ -592,10 +581,10 @@ fn bus_share(
         call,
         _out: out,
         host_map,
-        adds,
         _sum: sum,
         _host_out: shared_out,
-    })
+    };
+    Ok((bus, adds))
 }
 
 #[cfg(test)]

@@ -47,6 +47,46 @@ fn layer_bytes() -> (usize, usize) {
     (N_EXPERT * N_FF * row, N_EXPERT * N_EMBD * down_row)
 }
 
+/// Layer `l`'s gate, up and down stacks in `m` (layers back to back).
+fn layer_stacks(m: &[u8], l: usize) -> ExpertStacks<'_> {
+    let (gu, down) = layer_bytes();
+    let at = l * (2 * gu + down);
+    ExpertStacks {
+        gate: &m[at..at + gu],
+        gate_t: DType::Q4_K,
+        up: Some((&m[at + gu..at + 2 * gu], DType::Q4_K)),
+        down: &m[at + 2 * gu..at + 2 * gu + down],
+        down_t: DType::Q4_K,
+        n_embd: N_EMBD,
+        n_ff: N_FF,
+        n_expert: N_EXPERT,
+    }
+}
+
+/// The routed FFN of layer `l` in `m` for rows `x` routed to `ids` with `weights` (top-8 each).
+fn layer_ffn(
+    pool: &Pool,
+    kernel: RowsDot,
+    m: &[u8],
+    l: usize,
+    (x, ids, weights): (&[f32], &[i32], &[f32]),
+    out: &mut [f32],
+) -> anyhow::Result<()> {
+    let stacks = layer_stacks(m, l);
+    moe_experts(
+        pool, kernel, &stacks, x, ids, weights, TOP_K, None, &silu_glu, out,
+    )
+    .map_err(|e| anyhow::anyhow!("{e:?}"))
+}
+
+/// SwiGLU: `h = silu(g) · u`.
+fn silu_glu(g: &[f32], u: &[f32], h: &mut [f32]) -> Result<(), PluginError> {
+    for ((h, &g), &u) in h.iter_mut().zip(g).zip(u) {
+        *h = g / (1.0 + (-g).exp()) * u;
+    }
+    Ok(())
+}
+
 /// Fills `m` with random Q4_K blocks whose scales are sane f16 values, in parallel.
 fn fill(pool: &Pool, m: &mut [u8]) {
     let blocks = m.len() / Q4K_BLOCK;
@@ -106,12 +146,6 @@ fn decode_rate(
     let x: Vec<f32> = (0..N_EMBD).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
     let mut out = vec![0f32; N_EMBD];
     let weights = vec![1.0f32 / TOP_K as f32; TOP_K];
-    let glu = |g: &[f32], u: &[f32], h: &mut [f32]| -> Result<(), PluginError> {
-        for ((h, &g), &u) in h.iter_mut().zip(g).zip(u) {
-            *h = g / (1.0 + (-g).exp()) * u;
-        }
-        Ok(())
-    };
     let fixed: Vec<i32> = (0..TOP_K as i32).collect();
     let t0 = Instant::now();
     let mut busy = Duration::ZERO;
@@ -130,21 +164,7 @@ fn decode_rate(
                     .map(|e| e as i32)
                     .collect()
             };
-            let at = l * per_layer;
-            let stacks = ExpertStacks {
-                gate: &m[at..at + gu],
-                gate_t: DType::Q4_K,
-                up: Some((&m[at + gu..at + 2 * gu], DType::Q4_K)),
-                down: &m[at + 2 * gu..at + per_layer],
-                down_t: DType::Q4_K,
-                n_embd: N_EMBD,
-                n_ff: N_FF,
-                n_expert: N_EXPERT,
-            };
-            moe_experts(
-                pool, kernel, &stacks, &x, &ids, &weights, TOP_K, None, &glu, &mut out,
-            )
-            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            layer_ffn(pool, kernel, m, l, (&x, &ids, &weights), &mut out)?;
         }
     }
     black_box(&out);
@@ -161,20 +181,12 @@ fn prompt_cost(
     rows: usize,
     kernel: RowsDot,
 ) -> anyhow::Result<(f64, f64)> {
-    let (gu, down) = layer_bytes();
-    let per_layer = 2 * gu + down;
     let mut rng = StdRng::seed_from_u64(11);
     let x: Vec<f32> = (0..N_EMBD * rows)
         .map(|_| rng.gen_range(-1.0f32..1.0))
         .collect();
     let mut out = vec![0f32; N_EMBD * rows];
     let weights = vec![1.0f32 / TOP_K as f32; TOP_K * rows];
-    let glu = |g: &[f32], u: &[f32], h: &mut [f32]| -> Result<(), PluginError> {
-        for ((h, &g), &u) in h.iter_mut().zip(g).zip(u) {
-            *h = g / (1.0 + (-g).exp()) * u;
-        }
-        Ok(())
-    };
     let ids: Vec<i32> = (0..rows)
         .flat_map(|_| {
             sample(&mut rng, N_EXPERT, TOP_K)
@@ -184,21 +196,7 @@ fn prompt_cost(
         .collect();
     let t0 = Instant::now();
     for l in 0..layers {
-        let at = l * per_layer;
-        let stacks = ExpertStacks {
-            gate: &m[at..at + gu],
-            gate_t: DType::Q4_K,
-            up: Some((&m[at + gu..at + 2 * gu], DType::Q4_K)),
-            down: &m[at + 2 * gu..at + per_layer],
-            down_t: DType::Q4_K,
-            n_embd: N_EMBD,
-            n_ff: N_FF,
-            n_expert: N_EXPERT,
-        };
-        moe_experts(
-            pool, kernel, &stacks, &x, &ids, &weights, TOP_K, None, &glu, &mut out,
-        )
-        .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        layer_ffn(pool, kernel, m, l, (&x, &ids, &weights), &mut out)?;
     }
     black_box(&out);
     let layer_us = t0.elapsed().as_secs_f64() * 1e6 / layers as f64;
