@@ -4,10 +4,12 @@
 //! split form the card also takes a share of the step's host experts (the bus share), reading
 //! their weights in place from page-locked host memory while the CPU computes the rest.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use bloomery_plugin_api::op::{MoeParams, Op};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
+use bloomery_plugin_api::DType;
 
 use super::{dev, i32_bytes, ExecError, Executor};
 use crate::engine::device::{Buffer, Device};
@@ -26,12 +28,15 @@ pub(super) struct HostedMoe {
     /// Whether the card holds any of this layer's experts (else call `at` is skipped and,
     /// without a bus share, the host's output is written straight to its destination).
     card_part: bool,
-    /// The three inputs (x, ids, weights) copied back to back on the card by the calls that
-    /// end the segment before the MoE call ([`TieredCalls::pack`]), so that one read brings
-    /// them over.
-    packed: Buffer,
-    /// The same inputs on the host device, and the host call's output.
-    host_inputs: [(Buffer, u64); 3],
+    /// The pass's sequence number last written to the `seq` word of `packed`, whose inputs
+    /// the segment before the MoE call packs and signals ([`TieredCalls::pack`]); the host waits
+    /// for the signal instead of synchronizing with the card.
+    seq: AtomicU32,
+    /// The inputs' bytes in `packed` (the words follow them).
+    in_bytes: usize,
+    /// The same inputs as host-device views of `packed` (read in place by the host call), and
+    /// the host call's output.
+    host_inputs: [Buffer; 3],
     host_out: Buffer,
     host_call: OpCall,
     /// Where the host's output is uploaded (buffer, offset): the MoE call's destination, or,
@@ -42,6 +47,65 @@ pub(super) struct HostedMoe {
     _card_part_out: Buffer,
     /// The card's share of the step's host experts, when it can read them in place.
     bus: Option<BusShare>,
+    /// Page-locked memory both devices use in place (after every view of it, so dropped
+    /// last): the packed inputs, the `seq` and `done` words; at host address `packed_at`.
+    _packed: Buffer,
+    packed_at: usize,
+}
+
+/// How long the host waits for a card's segment to signal its packed inputs before it asks the
+/// card why (a failed kernel answers the synchronization with its error).
+const SIGNAL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl HostedMoe {
+    /// Sets the sequence number the next launch of the segment before the MoE call signals;
+    /// returns it.
+    fn arm(&self) -> u32 {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        // SAFETY: the `seq` word lies inside `packed` (in_bytes..in_bytes + 4, 4-aligned as the
+        // inputs are whole 4-byte values), which lives as long as `self`; the card reads it only
+        // in calls submitted after this write.
+        unsafe { std::ptr::write_volatile((self.packed_at + self.in_bytes) as *mut u32, seq) };
+        seq
+    }
+
+    /// Waits until the card's segment has written the packed inputs of pass `seq` (its `done`
+    /// word equal to `seq`): spins, then, past [`SIGNAL_WAIT`], synchronizes with the card to
+    /// surface a failed kernel.
+    fn wait_signal(&self, seq: u32, card: &Device) -> Result<(), ExecError> {
+        let done = (self.packed_at + self.in_bytes + 4) as *const u32;
+        let start = std::time::Instant::now();
+        let mut spins = 0u32;
+        // SAFETY: the `done` word lies inside `packed` (as in `arm`), alive as long as `self`;
+        // the card writes it whole (one 4-byte store), so a volatile read sees the old or the
+        // new value.
+        while unsafe { std::ptr::read_volatile(done) } != seq {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1024) && start.elapsed() > SIGNAL_WAIT {
+                card.sync().map_err(dev("waiting for the card's segment"))?;
+                // SAFETY: as above.
+                if unsafe { std::ptr::read_volatile(done) } != seq {
+                    return Err(ExecError::BadGraph(
+                        "the card finished its segment without signalling the host experts' inputs"
+                            .into(),
+                    ));
+                }
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        std::sync::atomic::fence(Ordering::Acquire);
+        Ok(())
+    }
+
+    /// The packed inputs the card signalled (valid until the next launch of its segment).
+    fn packed_inputs(&self) -> &[u8] {
+        // SAFETY: `packed_at..packed_at + in_bytes` are `packed`'s first bytes, alive as long as
+        // `self`; the card wrote them before signalling and writes them again only in the next
+        // pass, after this borrow ends (tiered_pass reads them between the signal and the
+        // layer's end).
+        unsafe { std::slice::from_raw_parts(self.packed_at as *const u8, self.in_bytes) }
+    }
 }
 
 /// The card's share of a layer's host experts in a step: `count` in `k` of those the step routes
@@ -183,24 +247,15 @@ impl Executor {
             clock = now;
         };
         for (seg, h) in self.hosted.iter().enumerate() {
-            // The segment ends with the inputs' packing; one read, which waits for it.
+            // The segment ends with the inputs' packing into host memory and its signal.
+            let seq = h.arm();
             self.launch_segment(device, seg, &self.calls[start..h.at])?;
-            let mut packed = vec![0u8; h.packed.bytes as usize];
-            device
-                .read(h.packed.handle, 0, &mut packed)
-                .map_err(dev("reading host experts' inputs"))?;
+            h.wait_signal(seq, device)?;
             lap(&mut times.card);
-            let mut rest = &packed[..];
-            for (i, (buf, bytes)) in h.host_inputs.iter().enumerate() {
-                let (v, tail) = rest.split_at(*bytes as usize);
-                rest = tail;
-                // Input 1 holds the routed expert ids.
-                if i == 1 {
-                    self.route(h, v, host)?;
-                }
-                host.write(buf, 0, v)
-                    .map_err(dev("writing host experts' inputs"))?;
-            }
+            // The host call reads the packed inputs in place; the ids (input 1) are routed here.
+            let at = h.host_inputs[0].bytes as usize;
+            let ids = &h.packed_inputs()[at..at + h.host_inputs[1].bytes as usize];
+            self.route(h, ids, host)?;
             if h.card_part {
                 device
                     .run(&self.calls[h.at..=h.at])
@@ -352,12 +407,13 @@ pub(super) fn stream_moe(
     Ok(uploads)
 }
 
-/// Calls that end the segment before a tiered MoE call: its inputs' packing.
-pub(super) const PACK_CALLS: usize = 3;
+/// Calls that end the segment before a tiered MoE call: its inputs' packing and the signal.
+pub(super) const PACK_CALLS: usize = 4;
 
 /// The calls a tiered MoE call brings to the executor's list around it.
 pub(super) struct TieredCalls {
-    /// Before it: the copies packing its inputs for the host's one read.
+    /// Before it: the copies packing its inputs into host memory, then the signal the host
+    /// waits for.
     pub(super) pack: [OpCall; PACK_CALLS],
     /// After it (so in the next segment's graph): the adds summing the parts (the card's, the
     /// bus share's, the host's) into its destination; none where the host's output is uploaded
@@ -390,25 +446,38 @@ pub(super) fn host_moe(
     call.srcs[n] = layer.card_map;
     call.n_srcs = n as u32 + 1;
     let host = &tier.host;
-    let mut card_inputs = [TensorRef::default(); 3];
+    let card_inputs = [call.srcs[0], call.srcs[1], call.srcs[2]];
     let mut host_srcs = [TensorRef::default(); MAX_SRCS];
-    let mut host_inputs = Vec::new();
-    for i in 0..3 {
-        let r = call.srcs[i];
-        if !r.is_contiguous() {
-            return Err(ExecError::BadGraph("a MoE input is not contiguous".into()));
+    for r in &card_inputs {
+        if !r.is_contiguous()
+            || r.dtype
+                .layout()
+                .is_none_or(|l| (l.block, l.bytes) != (1, 4))
+        {
+            return Err(ExecError::BadGraph(
+                "a MoE input is not contiguous 4-byte values".into(),
+            ));
         }
+    }
+    let in_bytes: u64 = card_inputs.iter().map(|r| r.elements() * 4).sum();
+    let (packed, packed_at) = card
+        .alloc_shared(in_bytes + 8)
+        .map_err(dev("allocating host experts' packed inputs"))?;
+    let mut offset = 0;
+    let mut host_inputs = Vec::new();
+    for (i, r) in card_inputs.iter().enumerate() {
         let bytes = r.elements() * 4;
-        let buf = host
-            .alloc(bytes)
-            .map_err(dev("allocating host experts' inputs"))?;
-        card_inputs[i] = r;
+        // SAFETY: the bytes lie inside `packed`, which the HostedMoe holding this view drops
+        // after it (field order).
+        let view = unsafe { host.map_host((packed_at + offset as usize) as *const u8, bytes) }
+            .map_err(dev("viewing host experts' inputs"))?;
         host_srcs[i] = TensorRef {
-            buffer: buf.handle,
+            buffer: view.handle,
             offset: 0,
-            ..r
+            ..*r
         };
-        host_inputs.push((buf, bytes));
+        host_inputs.push(view);
+        offset += bytes;
     }
     for (k, s) in layer.host_stacks.iter().enumerate() {
         host_srcs[3 + k] = *s;
@@ -489,14 +558,11 @@ pub(super) fn host_moe(
         }
         None => (None, Vec::new(), Some((dst.buffer, dst.offset)), None),
     };
-    let [x, ids, w]: [(Buffer, u64); 3] = host_inputs
+    let host_inputs: [Buffer; 3] = host_inputs
         .try_into()
         .map_err(|_| ExecError::BadGraph("three MoE inputs".into()))?;
-    let packed = card
-        .alloc(x.1 + ids.1 + w.1)
-        .map_err(dev("allocating host experts' packed inputs"))?;
     let mut offset = 0;
-    let pack = card_inputs.map(|r| {
+    let [x, ids, w] = card_inputs.map(|r| {
         let to = TensorRef {
             buffer: packed.handle,
             offset,
@@ -505,20 +571,37 @@ pub(super) fn host_moe(
         offset += r.elements() * 4;
         OpCall::new(Op::Copy, &[r], to)
     });
+    let word = |at: u64| TensorRef {
+        buffer: packed.handle,
+        offset: at,
+        dtype: DType::I32,
+        ne: [1, 1, 1, 1],
+        nb: [4, 4, 4, 4],
+    };
+    let signal = OpCall::new(Op::Copy, &[word(in_bytes)], word(in_bytes + 4));
     let hosted = HostedMoe {
         at,
         tier_layer,
         card_part,
-        packed,
-        host_inputs: [x, ids, w],
+        in_bytes: in_bytes as usize,
+        seq: AtomicU32::new(0),
+        host_inputs,
         host_out,
         host_call,
         upload_to,
         _card_out: card_out,
         _card_part_out: card_part_out,
         bus,
+        _packed: packed,
+        packed_at,
     };
-    Ok((hosted, TieredCalls { pack, adds }))
+    Ok((
+        hosted,
+        TieredCalls {
+            pack: [x, ids, w, signal],
+            adds,
+        },
+    ))
 }
 
 /// Prepares a layer's bus share: the card's call over the page-locked stacks with the step map
