@@ -38,18 +38,21 @@ impl Parallel for Serial {
 pub type RowsDot =
     fn(DType, usize, &[u8], usize, &[u8], &mut [f32]) -> Result<(), quant::QuantError>;
 
-/// Weight rows loaded ahead of the one being multiplied: a routed expert's rows stream from DRAM
-/// and one row's dot product is too short for the hardware prefetcher to hide the wait.
-const PREFETCH_ROWS: usize = 2;
+/// Bytes of weights asked for ahead of the row being multiplied. A routed expert's rows stream
+/// from DRAM and one row's dot product is too short for the hardware prefetcher to hide the wait;
+/// a fixed distance in bytes (rather than in rows) keeps short rows (a down product's 432 bytes)
+/// as far ahead as long ones. 4 KiB into L2 read 10–15% faster than two rows into L1 with 16
+/// threads on the H200 machine's Xeon (`moe_bench`, docs/performance.md).
+const PREFETCH_AHEAD: usize = 4096;
 
-/// Hints the CPU to start loading `bytes` into cache.
+/// Hints the CPU to start loading `bytes` into the second-level cache.
 #[inline(always)]
 fn prefetch(bytes: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     for line in bytes.chunks(64) {
         // SAFETY: a prefetch is only a hint; the address lies in a live slice and is not read.
         unsafe {
-            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(
+            core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T1 }>(
                 line.as_ptr().cast(),
             )
         };
@@ -59,9 +62,9 @@ fn prefetch(bytes: &[u8]) {
 }
 
 /// The loop of every [`RowsDot`]: `out[i] = dot(row i)` for the `out.len()` rows of `w`
-/// (`w_row` bytes each, `stride` bytes apart), loading the row [`PREFETCH_ROWS`] ahead. Generic
-/// so that the row kernel inlines into it. The caller checked the lengths
-/// ([`weight_rows_fit`]); a short `w` panics.
+/// (`w_row` bytes each, `stride` bytes apart), asking for the bytes [`PREFETCH_AHEAD`] past each
+/// row's start as it goes (never past the last row). Generic so that the row kernel inlines into
+/// it. The caller checked the lengths ([`weight_rows_fit`]); a short `w` panics.
 #[inline(always)]
 pub fn for_each_row(
     w: &[u8],
@@ -70,12 +73,14 @@ pub fn for_each_row(
     out: &mut [f32],
     mut dot: impl FnMut(&[u8]) -> f32,
 ) {
-    let rows = out.len();
+    let Some(last) = out.len().checked_sub(1) else {
+        return;
+    };
+    let end = last * stride + w_row;
+    prefetch(&w[..PREFETCH_AHEAD.min(end)]);
     for (i, o) in out.iter_mut().enumerate() {
-        if i + PREFETCH_ROWS < rows {
-            let ahead = (i + PREFETCH_ROWS) * stride;
-            prefetch(&w[ahead..ahead + w_row]);
-        }
+        let ahead = (i * stride + PREFETCH_AHEAD).min(end);
+        prefetch(&w[ahead..(ahead + w_row).min(end)]);
         *o = dot(&w[i * stride..i * stride + w_row]);
     }
 }
@@ -327,9 +332,33 @@ fn block_offsets(active: &[usize], routes: &Routes, per_col: usize) -> Vec<usize
     o
 }
 
-/// Output rows per product task: about four tasks per worker over `rows · experts` rows.
-fn task_rows(par: &dyn Parallel, rows: usize, experts: usize) -> usize {
-    (rows * experts / (par.workers() * 4)).clamp(1, 64)
+/// The most output rows of one product task.
+const MAX_TASK_ROWS: usize = 64;
+
+/// How many tasks share `len` output rows (every active expert's block laid end to end): a whole
+/// number of rounds of the pool's workers, at least four, with at most [`MAX_TASK_ROWS`] rows a
+/// task. Equal tasks in whole rounds keep a region from ending with one worker busy and the others
+/// waiting (per-expert tasks of a decoded row's 5 host experts made 65 tasks for 16 workers).
+fn task_count(par: &dyn Parallel, len: usize) -> usize {
+    let w = par.workers().max(1);
+    let rounds = len.div_ceil(w * MAX_TASK_ROWS).max(4);
+    (w * rounds).min(len).max(1)
+}
+
+/// The pieces `(block, lo, hi)` of task `t` of `n` over `blocks` blocks of `per` rows laid end to
+/// end: rows `lo..hi` of each block the task's share of the rows overlaps.
+fn task_pieces(
+    t: usize,
+    n: usize,
+    blocks: usize,
+    per: usize,
+) -> impl Iterator<Item = (usize, usize, usize)> {
+    let len = blocks * per;
+    let (start, end) = (t * len / n, (t + 1) * len / n);
+    (start / per..end.div_ceil(per)).map(move |a| {
+        let base = a * per;
+        (a, start.max(base) - base, end.min(base + per) - base)
+    })
 }
 
 /// The weighted sum of each row's chosen experts: `out[:, r] = Σ_j w[j, r] · down_e(glu(gate_e
@@ -413,107 +442,106 @@ pub fn moe_experts(
     let failed = AtomicBool::new(false);
     let fail = || failed.store(true, Ordering::Relaxed);
 
-    // Gate and up products: tasks are (expert, chunk of its FFN rows), so a single decoded row
-    // keeps every worker busy. Each task applies the activation to its rows.
-    let c = task_rows(par, ff, active.len());
-    let tasks: Vec<(usize, usize, usize)> = (0..active.len())
-        .flat_map(|a| (0..ff).step_by(c).map(move |s| (a, s, (s + c).min(ff))))
-        .collect();
-    // Gate/up tasks still running per expert (each expert has the same number).
-    let left: Vec<AtomicUsize> = (0..active.len())
-        .map(|_| AtomicUsize::new(ff.div_ceil(c)))
-        .collect();
-    par.for_each(tasks.len(), &|t| {
-        let (a, lo, hi) = tasks[t];
-        let e = active[a];
-        let picks = &routes.chosen[e];
-        let gate = &stacks.gate[e * gate_rows * gate_row..(e + 1) * gate_rows * gate_row];
-        let (up_w, up_lo) = match fused {
-            true => (gate, ff + lo),
-            false => (&up[e * ff * up_row..(e + 1) * ff * up_row], lo),
-        };
-        let (mut g, mut u) = ([0f32; 64], [0f32; 64]);
-        let n = hi - lo;
-        for (ci, &(r, _)) in picks.iter().enumerate() {
-            let ok = dot(
-                stacks.gate_t,
-                e_dim,
-                &gate[lo * gate_row..],
-                gate_row,
-                xq.column(r),
-                &mut g[..n],
-            )
-            .and_then(|()| {
-                dot(
-                    up_t,
-                    e_dim,
-                    &up_w[up_lo * up_row..],
-                    up_row,
-                    xq_up.column(r),
-                    &mut u[..n],
-                )
-            });
-            // SAFETY: elements h_off[a] + ci·ff + lo..hi belong to this task alone and lie inside
-            // `h` (offsets computed from the same sizes).
-            let hs = unsafe { hp.slice(h_off[a] + ci * ff + lo, n) };
-            if ok.is_err() || glu(&g[..n], &u[..n], hs).is_err() {
-                fail();
-            }
+    // Gate and up products: tasks are equal shares of every active expert's FFN rows laid end to
+    // end, so a single decoded row keeps every worker busy. Each task applies the activation to
+    // its rows.
+    let blocks = active.len();
+    let n_tasks = task_count(par, blocks * ff);
+    // Gate/up tasks still running per expert.
+    let mut overlapping = vec![0usize; blocks];
+    for t in 0..n_tasks {
+        for (a, _, _) in task_pieces(t, n_tasks, blocks, ff) {
+            overlapping[a] += 1;
         }
-        // The last task of expert a quantizes its activations for the down products.
-        if left[a].fetch_sub(1, Ordering::AcqRel) == 1 {
-            for ci in 0..picks.len() {
-                let col = h_off[a] / ff + ci;
-                // SAFETY: every task of expert a has finished writing its rows (the counter's
-                // acquire), and only this task reads them or writes this expert's bytes of hq.
-                let (src, dst) = unsafe {
-                    (
-                        hp.slice(h_off[a] + ci * ff, ff),
-                        hqp.slice(col * h_row, h_row),
+    }
+    let left: Vec<AtomicUsize> = overlapping.into_iter().map(AtomicUsize::new).collect();
+    par.for_each(n_tasks, &|t| {
+        for (a, lo, hi) in task_pieces(t, n_tasks, blocks, ff) {
+            let e = active[a];
+            let picks = &routes.chosen[e];
+            let gate = &stacks.gate[e * gate_rows * gate_row..(e + 1) * gate_rows * gate_row];
+            let (up_w, up_lo) = match fused {
+                true => (gate, ff + lo),
+                false => (&up[e * ff * up_row..(e + 1) * ff * up_row], lo),
+            };
+            let (mut g, mut u) = ([0f32; MAX_TASK_ROWS], [0f32; MAX_TASK_ROWS]);
+            let n = hi - lo;
+            for (ci, &(r, _)) in picks.iter().enumerate() {
+                let ok = dot(
+                    stacks.gate_t,
+                    e_dim,
+                    &gate[lo * gate_row..],
+                    gate_row,
+                    xq.column(r),
+                    &mut g[..n],
+                )
+                .and_then(|()| {
+                    dot(
+                        up_t,
+                        e_dim,
+                        &up_w[up_lo * up_row..],
+                        up_row,
+                        xq_up.column(r),
+                        &mut u[..n],
                     )
-                };
-                if quant::quantize_act_row(h_type, src, dst).is_err() {
+                });
+                // SAFETY: elements h_off[a] + ci·ff + lo..hi belong to this task alone and lie
+                // inside `h` (offsets computed from the same sizes).
+                let hs = unsafe { hp.slice(h_off[a] + ci * ff + lo, n) };
+                if ok.is_err() || glu(&g[..n], &u[..n], hs).is_err() {
                     fail();
+                }
+            }
+            // The last task of expert a quantizes its activations for the down products.
+            if left[a].fetch_sub(1, Ordering::AcqRel) == 1 {
+                for ci in 0..picks.len() {
+                    let col = h_off[a] / ff + ci;
+                    // SAFETY: every task of expert a has finished writing its rows (the
+                    // counter's acquire), and only this task reads them or writes this expert's
+                    // bytes of hq.
+                    let (src, dst) = unsafe {
+                        (
+                            hp.slice(h_off[a] + ci * ff, ff),
+                            hqp.slice(col * h_row, h_row),
+                        )
+                    };
+                    if quant::quantize_act_row(h_type, src, dst).is_err() {
+                        fail();
+                    }
                 }
             }
         }
     });
     drop(h);
 
-    // Down products, one parallel region over (expert, chunk of output rows).
-    let c = task_rows(par, e_dim, active.len());
-    let tasks: Vec<(usize, usize, usize)> = (0..active.len())
-        .flat_map(|a| {
-            (0..e_dim)
-                .step_by(c)
-                .map(move |s| (a, s, (s + c).min(e_dim)))
-        })
-        .collect();
-    par.for_each(tasks.len(), &|t| {
-        let (a, lo, hi) = tasks[t];
-        let e = active[a];
-        let w = &stacks.down[e * e_dim * down_row..(e + 1) * e_dim * down_row];
-        let first = h_off[a] / ff;
-        let column = |ci: usize| &hq[(first + ci) * h_row..(first + ci + 1) * h_row];
-        let cols = routes.chosen[e].len();
-        // SAFETY: disjoint rows of expert a's block of y, as for the gate/up tasks.
-        let ok = unsafe {
-            dot_rows(
-                dot,
-                stacks.down_t,
-                ff,
-                w,
-                down_row,
-                lo..hi,
-                e_dim,
-                cols,
-                &column,
-                yp,
-                y_off[a],
-            )
-        };
-        if !ok {
-            fail();
+    // Down products, one parallel region over equal shares of every active expert's output rows.
+    let n_tasks = task_count(par, blocks * e_dim);
+    par.for_each(n_tasks, &|t| {
+        for (a, lo, hi) in task_pieces(t, n_tasks, blocks, e_dim) {
+            let e = active[a];
+            let w = &stacks.down[e * e_dim * down_row..(e + 1) * e_dim * down_row];
+            let first = h_off[a] / ff;
+            let column = |ci: usize| &hq[(first + ci) * h_row..(first + ci + 1) * h_row];
+            let cols = routes.chosen[e].len();
+            // SAFETY: disjoint rows of expert a's block of y, as for the gate/up tasks.
+            let ok = unsafe {
+                dot_rows(
+                    dot,
+                    stacks.down_t,
+                    ff,
+                    w,
+                    down_row,
+                    lo..hi,
+                    e_dim,
+                    cols,
+                    &column,
+                    yp,
+                    y_off[a],
+                )
+            };
+            if !ok {
+                fail();
+            }
         }
     });
     if failed.load(Ordering::Relaxed) {

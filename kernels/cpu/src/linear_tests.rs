@@ -179,9 +179,13 @@ fn per_pick(
 }
 
 #[test]
-fn quantized_experts_equal_the_per_pick_computation_serially_and_on_a_pool() {
+fn quantized_experts_equal_the_per_pick_computation_serially_and_on_pools() {
     let (n_embd, n_ff, n_expert, rows, k) = (512, 256, 6, 4, 3);
-    let pool = Pool::with_threads(4).unwrap();
+    // Three workers split the experts' rows into tasks that straddle two experts; four do not.
+    let pools = [
+        Pool::with_threads(3).unwrap(),
+        Pool::with_threads(4).unwrap(),
+    ];
     for (gate_t, up_t, down_t, fused) in [
         (DType::Q4_K, DType::Q4_K, DType::Q6_K, false),
         (DType::Q8_0, DType::Q4_0, DType::Q8_0, false),
@@ -207,7 +211,11 @@ fn quantized_experts_equal_the_per_pick_computation_serially_and_on_a_pool() {
             n_expert,
         };
         let want = per_pick(&stacks, &x, &ids, &weights, k, &map);
-        for par in [&Serial as &dyn crate::linear::Parallel, &pool] {
+        for par in [
+            &Serial as &dyn crate::linear::Parallel,
+            &pools[0],
+            &pools[1],
+        ] {
             let mut out = vec![f32::NAN; n_embd * rows];
             moe_experts(
                 par,
