@@ -355,9 +355,9 @@ case "${1:-}" in
     # The card's share of decode's host experts read in place over PCIe (issue 6): opcheck of the
     # CUDA bundle (SKIP_CHECK skips it), greedy text of the tiny files on the CPU, the card and
     # -cmoe with no, the default and a full bus share; then tg64 with every expert on the host at
-    # --bus-experts 0 and 3 (30B-A3B, two rounds), -ncmoe 36 and the 35B-A3B hybrid at 0 and 3,
-    # each alternating with PREV (a whole dist) when given, and at 2 and 4; and where a -cmoe
-    # step spends its time at 0 and 3.
+    # --bus-experts 0, 2 and 3 (30B-A3B, two rounds), -ncmoe 36 and the 35B-A3B hybrid at the
+    # same shares, each alternating with PREV (whole dist dirs) when given; 4 sequences at 2 and 3;
+    # and where a -cmoe step spends its time at 0 and 2.
     b="dist/bloomery --plugin-dir dist/plugins"
     tiny_files > /dev/null
     if [ -z "${SKIP_CHECK:-}" ]; then
@@ -372,23 +372,24 @@ case "${1:-}" in
       local d=$1
       shift
       # shellcheck disable=SC2068
-      echo "== $d $*: $("$d/bloomery" --plugin-dir "$d/plugins" bench -p 0 -n 64 -r 2 -ngl 99 $@ \
+      echo "== $d $*: $("$d/bloomery" --plugin-dir "$d/plugins" bench -p 0 -n 64 -ngl 99 $@ \
         2>&1 | grep -E "tg64|bus" \
-        | sed -E 's/.*\| tg64 \|/tg64/; s/routed calls of layers with host experts: //' | tr '\n' ' ')"
+        | sed -E 's/.*\| (tg64[^|]*) \|/\1/; s/routed calls of layers with host experts: //' \
+        | tr '\n' ' ')"
     }
     for round in 1 2; do
-      for n in 0 3; do
-        for d in ${PREV:-} dist; do tg $d -m "$f" -cmoe --bus-experts $n; done
+      for n in 0 2 3; do
+        for d in ${PREV:-} dist; do tg $d -r 3 -m "$f" -cmoe --bus-experts $n; done
       done
     done
-    for n in 2 4; do tg dist -m "$f" -cmoe --bus-experts $n; done
-    for n in 0 3; do
+    for n in 0 2 3; do
       for d in ${PREV:-} dist; do
-        tg $d -m "$f" -ncmoe 36 --bus-experts $n
-        tg $d -m "$h" -cmoe --bus-experts $n
+        tg $d -r 2 -m "$f" -ncmoe 36 --bus-experts $n
+        tg $d -r 2 -m "$h" -cmoe --bus-experts $n
       done
     done
-    for n in 0 3; do
+    for n in 2 3; do tg dist -r 2 -m "$f" -cmoe -np 4 --bus-experts $n; done
+    for n in 0 2; do
       BLOOMERY_TIER_PROFILE=1 $b bench -m "$f" -p 0 -n 64 -r 1 -ngl 99 -cmoe --bus-experts $n 2>&1 \
         | grep -E "host-expert|tg64"
     done

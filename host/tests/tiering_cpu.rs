@@ -283,3 +283,42 @@ fn a_hybrid_with_split_experts_gives_the_unsplit_logits() {
         assert!(rel < 1e-5, "{what} differs by {rel}");
     }
 }
+
+/// Without `--bus-experts` the first one-row passes time both share sizes and keep one; with
+/// it nothing is chosen at run time.
+#[test]
+fn the_first_one_row_passes_choose_the_bus_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(&dir, DType::F32);
+    let decode = |m: &mut LoadedModel, passes: i32| {
+        for p in 0..passes {
+            m.forward(&BatchInputs {
+                tokens: vec![7 + p],
+                positions: vec![p],
+                slots: vec![0],
+                output_rows: vec![0],
+                history: vec![],
+            })
+            .unwrap();
+        }
+    };
+    let auto = TierRequest {
+        cpu_moe: true,
+        ..Default::default()
+    };
+    let mut m = load(&path, &auto);
+    // Two warm-up passes and six timed ones of each size.
+    decode(&mut m, 13);
+    assert_eq!(m.residency_stats().unwrap().bus_kept, None);
+    decode(&mut m, 1);
+    // k = 2: a quarter and three eighths both round to one.
+    assert_eq!(m.residency_stats().unwrap().bus_kept, Some(1));
+
+    let asked = TierRequest {
+        bus_experts: Some(1),
+        ..auto
+    };
+    let mut m = load(&path, &asked);
+    decode(&mut m, 14);
+    assert_eq!(m.residency_stats().unwrap().bus_kept, None);
+}

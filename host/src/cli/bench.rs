@@ -240,11 +240,14 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         let all = (s.card + s.host).max(1) as f64;
         eprintln!(
             "routed calls of layers with host experts: {:.1}% on the card ({} of {}), {:.1}% read \
-             by the card over the bus, {} experts moved onto the card",
+             by the card over the bus{}, {} experts moved onto the card",
             100.0 * s.card as f64 / all,
             s.card,
             s.card + s.host,
             100.0 * s.bus as f64 / all,
+            s.bus_kept
+                .map(|n| format!(" (the card takes {n} of a row's host experts, chosen by timing)"))
+                .unwrap_or_default(),
             s.flips
         );
     }

@@ -31,7 +31,8 @@ pub struct PlacementArgs {
     pub no_residency: bool,
     /// Of every k host experts a decode pass routes to in a layer (k: experts per token), how
     /// many the card computes by reading their weights in place over PCIe while the CPU computes
-    /// the rest (default: 3 of 8; 0: the CPU computes them all).
+    /// the rest (default: the first one-row decode passes try 2 and 3 of 8 and keep the faster,
+    /// logged once; give N for repeatable output across runs; 0: the CPU computes them all).
     #[arg(long = "bus-experts", value_name = "N")]
     pub bus_experts: Option<u32>,
 }

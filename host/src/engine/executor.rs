@@ -16,6 +16,7 @@ use bloomery_plugin_api::{DType, PluginError};
 use super::check::{missing_kernels, MissingKernel};
 use super::device::{Buffer, Device};
 use super::plan::plan_arena;
+use crate::tiering::bus_balance::BusBalance;
 use crate::tiering::residency::Residency;
 use crate::tiering::{DiskTier, ExpertTier, HostSlice, STREAM_MIN_ROWS};
 
@@ -115,6 +116,8 @@ pub struct Executor {
     host: Option<Arc<Device>>,
     /// Where host-expert layers count their routing.
     residency: Option<Arc<Mutex<Residency>>>,
+    /// The bus share's size, when a layer has a share (one-row passes time themselves for it).
+    bus_balance: Option<Arc<Mutex<BusBalance>>>,
     /// The disk tier host experts are read into, when host RAM cannot hold them.
     disk: Option<Arc<DiskTier>>,
     /// Time spent per phase of the host-expert layers (`BLOOMERY_TIER_PROFILE=1`).
@@ -338,6 +341,10 @@ impl Executor {
                 .then(|| bind.tier.map(|t| Arc::clone(&t.host)))
                 .flatten(),
             residency: bind.tier.map(|t| Arc::clone(&t.residency)),
+            bus_balance: bind
+                .tier
+                .filter(|_| hosted.iter().any(|h| h.bus.is_some()))
+                .map(|t| Arc::clone(&t.bus)),
             disk: bind.tier.and_then(|t| t.disk.clone()),
             tier_profile: (!hosted.is_empty()
                 && std::env::var_os("BLOOMERY_TIER_PROFILE").is_some_and(|v| v == "1"))

@@ -146,6 +146,8 @@ pub struct RoutingStats {
     pub bus: u64,
     /// Experts moved onto the card.
     pub flips: u64,
+    /// The bus share's size per k host experts, once the first decode passes chose it.
+    pub bus_kept: Option<usize>,
 }
 
 impl LoadedModel {
@@ -412,6 +414,7 @@ impl LoadedModel {
             host: r.host_calls,
             bus: r.bus_calls,
             flips: r.flips,
+            bus_kept: self.tier.as_ref()?.bus.lock().ok()?.kept(),
         })
     }
 

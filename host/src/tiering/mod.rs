@@ -10,6 +10,7 @@
 //! of rows.
 
 pub mod arena;
+pub mod bus_balance;
 pub mod plan;
 pub mod residency;
 
@@ -25,6 +26,7 @@ use bloomery_plugin_api::tensor::TensorRef;
 use bloomery_plugin_api::DType;
 
 use self::arena::{ExpertArena, StackSource};
+use self::bus_balance::BusBalance;
 use self::plan::{MoeLayer, Plan, PlanError, TierRequest};
 use self::residency::{LayerResidency, Residency};
 use crate::engine::device::{Buffer, Device};
@@ -102,8 +104,9 @@ pub struct ExpertTier {
     pub residency: Arc<Mutex<Residency>>,
     /// The disk tier, when host RAM cannot hold the host experts.
     pub disk: Option<Arc<DiskTier>>,
-    /// `--bus-experts` as asked (see [`plan::bus_experts_for`]).
-    pub bus_experts: Option<u32>,
+    /// The bus share's size, asked for or chosen by the first decode passes (shared with the
+    /// executors, which time their passes).
+    pub bus: Arc<Mutex<BusBalance>>,
     /// The card's views of the page-locked stacks behind [`TierLayer::bus_stacks`].
     _bus_views: Vec<Buffer>,
     _host_buffers: Vec<Buffer>,
@@ -542,7 +545,7 @@ pub fn load_weights(
             staging,
             residency: Arc::new(Mutex::new(Residency::new(routing, !request.no_residency))),
             disk,
-            bus_experts: request.bus_experts,
+            bus: Arc::new(Mutex::new(BusBalance::new(request.bus_experts))),
             _bus_views: bus,
             _host_buffers: host_buffers,
             host,

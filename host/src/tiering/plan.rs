@@ -51,16 +51,21 @@ pub struct TierRequest {
     pub no_residency: bool,
     /// `--bus-experts N`: of a decode step's host experts, how many per layer the card computes
     /// by reading their weights in place over the bus while the CPU computes the rest (`None`:
-    /// [`bus_experts_for`]'s default; `Some(0)`: none).
+    /// sizes chosen at run time, see [`bus_candidates`]; `Some(0)`: none).
     pub bus_experts: Option<u32>,
 }
 
-/// Of every `k` host experts a pass routes to (one row's), how many the card computes by reading
-/// them over the bus: `asked` (`--bus-experts`, at most `k`), or by default 3 in 8. Measured on
-/// the H200's host (docs/performance.md, "the bus share"): the card reads page-locked memory in
-/// place at about 40 GB/s beside the CPU's 70, so three of eight balance the two.
-pub fn bus_experts_for(asked: Option<u32>, k: u32) -> u32 {
-    asked.unwrap_or((3 * k + 4) / 8).min(k)
+/// Of every `k` host experts a pass routes to (one row's), how many the card may compute by
+/// reading them over the bus: `--bus-experts n` (at most `k`) twice, or the two sizes the first
+/// decode passes choose between (`bus_balance`): a quarter and three eighths of `k`, rounded to
+/// nearest (2 and 3 of 8). Measured on the H200's host (docs/performance.md, "the bus share"):
+/// the card reads page-locked memory in place at 30–46 GB/s beside the CPU's 60–100, and which
+/// of the two sizes balances them best differed between models and calls.
+pub fn bus_candidates(asked: Option<u32>, k: u32) -> [u32; 2] {
+    match asked {
+        Some(n) => [n.min(k); 2],
+        None => [(k + 2) / 4, (3 * k + 4) / 8],
+    }
 }
 
 /// Where `-ot` sends tensors.
@@ -446,11 +451,12 @@ mod tests {
     }
 
     #[test]
-    fn the_bus_share_defaults_to_three_in_eight() {
-        assert_eq!(bus_experts_for(None, 8), 3);
-        assert_eq!(bus_experts_for(None, 2), 1);
-        assert_eq!(bus_experts_for(Some(0), 8), 0);
-        assert_eq!(bus_experts_for(Some(12), 8), 8);
+    fn the_bus_share_sizes_are_a_quarter_and_three_eighths_or_as_asked() {
+        assert_eq!(bus_candidates(None, 8), [2, 3]);
+        assert_eq!(bus_candidates(None, 2), [1, 1]);
+        assert_eq!(bus_candidates(None, 1), [0, 0]);
+        assert_eq!(bus_candidates(Some(0), 8), [0, 0]);
+        assert_eq!(bus_candidates(Some(12), 8), [8, 8]);
     }
 
     #[test]

@@ -13,7 +13,6 @@ use bloomery_plugin_api::DType;
 
 use super::{dev, i32_bytes, ExecError, Executor};
 use crate::engine::device::{Buffer, Device};
-use crate::tiering::plan::bus_experts_for;
 use crate::tiering::residency::LayerResidency;
 use crate::tiering::{ExpertTier, HostSlice, TierLayer};
 
@@ -46,7 +45,7 @@ pub(super) struct HostedMoe {
     _card_out: Option<Buffer>,
     _card_part_out: Buffer,
     /// The card's share of the step's host experts, when it can read them in place.
-    bus: Option<BusShare>,
+    pub(super) bus: Option<BusShare>,
     /// Page-locked memory both devices use in place (after every view of it, so dropped
     /// last): the packed inputs, the `seq` and `done` words; at host address `packed_at`.
     _packed: Buffer,
@@ -108,11 +107,12 @@ impl HostedMoe {
     }
 }
 
-/// The card's share of a layer's host experts in a step: `count` in `k` of those the step routes
-/// to, computed by the card from the page-locked file while the CPU computes the others.
+/// The card's share of a layer's host experts in a step: `sizes[c]` in `k` of those the step
+/// routes to (`c` the pass's choice, see `BusBalance`), computed by the card from the page-locked
+/// file while the CPU computes the others.
 pub(super) struct BusShare {
-    /// Experts the card takes for every `k` host experts of a step.
-    count: usize,
+    /// Experts the card takes for every `k` host experts of a step, per candidate size.
+    sizes: [usize; 2],
     /// Experts a row routes to.
     k: usize,
     /// i32 `[n_expert]` in page-locked host memory the card reads in place (written by the
@@ -134,8 +134,15 @@ pub(super) struct BusShare {
 
 impl BusShare {
     /// Splits a step's host experts (`ids` routed, `state` the layer's placement) between the
-    /// card and the host: writes both step maps. Returns the routed calls the card takes.
-    fn split(&self, ids: &[i32], state: &LayerResidency, host: &Device) -> Result<u64, ExecError> {
+    /// card and the host with the pass's size `choice`: writes both step maps. Returns the
+    /// routed calls the card takes.
+    fn split(
+        &self,
+        ids: &[i32],
+        state: &LayerResidency,
+        host: &Device,
+        choice: usize,
+    ) -> Result<u64, ExecError> {
         // SAFETY: `map_at` addresses `map`'s bytes (alloc_shared, 4-byte aligned), which live as
         // long as `self`; the card reads them only in calls submitted after this (the previous
         // pass's calls ended at its sync), and nothing else references them.
@@ -144,7 +151,7 @@ impl BusShare {
         };
         card_map.fill(-1);
         let mut host_map = state.host_map();
-        for e in bus_choice(ids, &state.slot_of, self.count, self.k) {
+        for e in bus_choice(ids, &state.slot_of, self.sizes[choice.min(1)], self.k) {
             host_map[e] = -1;
             card_map[e] = e as i32;
         }
@@ -180,6 +187,11 @@ pub(super) fn bus_choice(ids: &[i32], slot_of: &[i32], n: usize, k: usize) -> Ve
     used.truncate((used.len() * n + k / 2) / k.max(1));
     used.sort_unstable();
     used
+}
+
+/// The error of a lock whose holder panicked.
+fn poisoned() -> ExecError {
+    ExecError::BadGraph("bus share state poisoned".into())
 }
 
 /// Accumulated wall time of the phases of host-expert layers, printed when the executor drops.
@@ -221,13 +233,29 @@ impl Executor {
     /// up to the layer's MoE call, its inputs come to the host, the card computes its experts
     /// while the host computes its own, and the host's output is added on the card.
     pub(super) fn run_tiered(&self, device: &Device, host: &Device) -> Result<(), ExecError> {
+        let choice = match &self.bus_balance {
+            Some(b) => b.lock().map_err(|_| poisoned())?.choice(),
+            None => 0,
+        };
+        let started = std::time::Instant::now();
         // Each layer's output stays alive until the sync below: its upload reads it.
         let mut outputs = Vec::with_capacity(self.hosted.len());
-        let pass = self.tiered_pass(device, host, &mut outputs);
+        let pass = self.tiered_pass(device, host, &mut outputs, choice);
         // Also after a failure, so that no copy still reads `outputs` when they are freed.
         let done = device.sync().map_err(dev("waiting for the device"));
         drop(outputs);
-        pass.and(done)
+        pass.and(done)?;
+        self.time_bus_share(choice, started.elapsed())
+    }
+
+    /// Gives a one-row pass's time to the bus share's choice of size (see `BusBalance`).
+    fn time_bus_share(&self, choice: usize, elapsed: std::time::Duration) -> Result<(), ExecError> {
+        let share = self.hosted.iter().find_map(|h| h.bus.as_ref());
+        if let (Some(balance), Some(bus), 1) = (&self.bus_balance, share, self.shape.n_rows) {
+            let mut balance = balance.lock().map_err(|_| poisoned())?;
+            balance.record(choice, elapsed, (bus.sizes, bus.k));
+        }
+        Ok(())
     }
 
     /// Submits a tiered pass (see [`Executor::run_tiered`]); each host output uploaded to the
@@ -237,6 +265,7 @@ impl Executor {
         device: &Device,
         host: &Device,
         outputs: &mut Vec<Vec<u8>>,
+        choice: usize,
     ) -> Result<(), ExecError> {
         let mut start = 0;
         let mut times = TierTimes::default();
@@ -255,7 +284,7 @@ impl Executor {
             // The host call reads the packed inputs in place; the ids (input 1) are routed here.
             let at = h.host_inputs[0].bytes as usize;
             let ids = &h.packed_inputs()[at..at + h.host_inputs[1].bytes as usize];
-            self.route(h, ids, host)?;
+            self.route(h, ids, host, choice)?;
             if h.card_part {
                 device
                     .run(&self.calls[h.at..=h.at])
@@ -307,8 +336,15 @@ impl Executor {
 
     /// Takes a pass's routed expert ids for layer `h` (`ids`, i32 bytes): counts them, splits
     /// the host's experts with the card (the bus share) and, with the disk tier, brings the
-    /// host's ones into the arena and points the host call's map at them.
-    fn route(&self, h: &HostedMoe, ids: &[u8], host: &Device) -> Result<(), ExecError> {
+    /// host's ones into the arena and points the host call's map at them. `choice` is the pass's
+    /// bus share size.
+    fn route(
+        &self,
+        h: &HostedMoe,
+        ids: &[u8],
+        host: &Device,
+        choice: usize,
+    ) -> Result<(), ExecError> {
         let Some(res) = &self.residency else {
             return Ok(());
         };
@@ -321,7 +357,7 @@ impl Executor {
             .map_err(|_| ExecError::BadGraph("residency state poisoned".into()))?;
         res.record(h.tier_layer, &ids);
         if let Some(bus) = &h.bus {
-            let taken = bus.split(&ids, &res.layers[h.tier_layer], host)?;
+            let taken = bus.split(&ids, &res.layers[h.tier_layer], host, choice)?;
             res.bus_calls += taken;
         }
         let Some(disk) = &self.disk else {
@@ -488,8 +524,12 @@ pub(super) fn host_moe(
     if !dst.is_contiguous() {
         return Err(ExecError::BadGraph("a MoE output is not contiguous".into()));
     }
-    let count = bus_experts_for(tier.bus_experts, p.k) as usize;
-    let bus_on = count > 0 && tier.disk.is_none() && layer.bus_stacks.len() == n_stacks;
+    let sizes = {
+        let balance = tier.bus.lock().map_err(|_| poisoned())?;
+        [balance.count(0, p.k), balance.count(1, p.k)]
+    };
+    let bus_on =
+        sizes.iter().any(|&n| n > 0) && tier.disk.is_none() && layer.bus_stacks.len() == n_stacks;
     // With a bus share the host's output lies in page-locked memory the card reads in place.
     // Page-locked memory may run out (its limit is the host's, not the card's): the layer then
     // runs without a share.
@@ -542,7 +582,7 @@ pub(super) fn host_moe(
             let (bus, adds) = bus_share(
                 (card, host),
                 layer,
-                (p, count),
+                (p, sizes),
                 (&card_inputs, call.dst, dst),
                 &mut host_call,
                 (shared_out, map),
@@ -611,7 +651,7 @@ pub(super) fn host_moe(
 fn bus_share(
     (card, host): (&Arc<Device>, &Arc<Device>),
     layer: &TierLayer,
-    (p, count): (MoeParams, usize),
+    (p, sizes): (MoeParams, [usize; 2]),
     (card_inputs, card_dst, dst): (&[TensorRef; 3], TensorRef, TensorRef),
     host_call: &mut OpCall,
     (shared_out, (map, map_at)): (Buffer, (Buffer, usize)),
@@ -657,7 +697,7 @@ fn bus_share(
         (adds, None)
     };
     let bus = BusShare {
-        count,
+        sizes,
         k: p.k as usize,
         map,
         map_at,
