@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use bloomery_plugin_api::kernel::{DeviceConfig, DeviceInfo, KernelDeviceBox};
 use bloomery_plugin_api::op::OpSupport;
-use bloomery_plugin_api::tensor::OpCall;
+use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::PluginError;
 
 use crate::plugins::KernelPluginFile;
@@ -25,6 +25,17 @@ pub struct Buffer {
     pub handle: u64,
     /// Size in bytes.
     pub bytes: u64,
+}
+
+impl Buffer {
+    /// A tensor shaped and typed as `like`, at the start of this buffer.
+    pub fn tensor(&self, like: TensorRef) -> TensorRef {
+        TensorRef {
+            buffer: self.handle,
+            offset: 0,
+            ..like
+        }
+    }
 }
 
 impl Drop for Buffer {

@@ -54,17 +54,6 @@ impl BusBalance {
         bus_candidates(self.asked, k)[choice.min(1)] as usize
     }
 
-    /// The larger of the sizes it may use for `k` (a layer gets a share at all when it is
-    /// above zero).
-    pub fn most(&self, k: u32) -> usize {
-        bus_candidates(self.asked, k).into_iter().max().unwrap_or(0) as usize
-    }
-
-    /// The candidate kept, once chosen (at once when asked for).
-    pub fn chosen(&self) -> Option<usize> {
-        self.chosen
-    }
-
     /// The size the timed passes kept (`None` while choosing, or when it was asked for).
     pub fn kept(&self) -> Option<usize> {
         self.kept
@@ -142,7 +131,7 @@ mod tests {
             _ => ms(14),
         });
         assert_eq!(passes, WARMUP + 2 * TRIALS);
-        assert_eq!((b.chosen(), b.kept()), (Some(1), Some(3)));
+        assert_eq!((b.choice(), b.kept()), (1, Some(3)));
         assert_eq!((b.count(b.choice(), 8), b.count(0, 8)), (3, 2));
         // Kept from then on, whatever later passes take.
         assert_eq!(b.record(0, ms(1), ([2, 3], 8)), None);
@@ -150,7 +139,7 @@ mod tests {
 
         let mut b = BusBalance::new(None);
         calibrate(&mut b, |c, _| ms(if c == 0 { 12 } else { 13 }));
-        assert_eq!((b.chosen(), b.count(b.choice(), 8)), (Some(0), 2));
+        assert_eq!((b.kept(), b.count(b.choice(), 8)), (Some(2), 2));
     }
 
     #[test]
@@ -163,7 +152,7 @@ mod tests {
             (0, false) => ms(10),
             _ => ms(11),
         });
-        assert_eq!(b.chosen(), Some(0));
+        assert_eq!(b.kept(), Some(2));
         for pass in 0..4 {
             let mut fresh = BusBalance::new(None);
             for _ in 0..pass {
@@ -177,11 +166,12 @@ mod tests {
     #[test]
     fn an_asked_size_is_fixed_and_capped_at_k() {
         let mut b = BusBalance::new(Some(5));
-        assert_eq!((b.chosen(), b.kept()), (Some(0), None));
+        assert_eq!((b.choice(), b.kept()), (0, None));
         assert_eq!(b.record(0, ms(1), ([2, 3], 8)), None);
         assert_eq!((b.count(b.choice(), 8), b.count(b.choice(), 4)), (5, 4));
-        assert_eq!(BusBalance::new(Some(0)).most(8), 0);
-        assert_eq!(BusBalance::new(None).most(8), 3);
-        assert_eq!(BusBalance::new(None).most(1), 0);
+        let auto = BusBalance::new(None);
+        assert_eq!(BusBalance::new(Some(0)).count(1, 8), 0);
+        assert_eq!((auto.count(0, 8), auto.count(1, 8)), (2, 3));
+        assert_eq!((auto.count(0, 1), auto.count(1, 1)), (0, 0));
     }
 }

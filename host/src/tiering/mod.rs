@@ -312,11 +312,7 @@ fn bus_views(card: &Arc<Device>, layers: &mut [TierLayer]) -> Vec<Buffer> {
             // pin_streamed, which outlives the card device (LoadedModel's field order).
             match unsafe { card.map_pinned(slice.addr as *const u8, slice.len as u64) } {
                 Ok(v) => {
-                    l.bus_stacks.push(TensorRef {
-                        buffer: v.handle,
-                        offset: 0,
-                        ..*full
-                    });
+                    l.bus_stacks.push(v.tensor(*full));
                     views.push(v);
                 }
                 Err(e) => {

@@ -337,12 +337,13 @@ const MAX_TASK_ROWS: usize = 64;
 
 /// How many tasks share `len` output rows (every active expert's block laid end to end): a whole
 /// number of rounds of the pool's workers, at least four, with at most [`MAX_TASK_ROWS`] rows a
-/// task. Equal tasks in whole rounds keep a region from ending with one worker busy and the others
-/// waiting (per-expert tasks of a decoded row's 5 host experts made 65 tasks for 16 workers).
+/// task (none for no rows). Equal tasks in whole rounds keep a region from ending with one worker
+/// busy and the others waiting (per-expert tasks of a decoded row's 5 host experts made 65 tasks
+/// for 16 workers).
 fn task_count(par: &dyn Parallel, len: usize) -> usize {
     let w = par.workers().max(1);
     let rounds = len.div_ceil(w * MAX_TASK_ROWS).max(4);
-    (w * rounds).min(len).max(1)
+    (w * rounds).min(len)
 }
 
 /// The pieces `(block, lo, hi)` of task `t` of `n` over `blocks` blocks of `per` rows laid end to
@@ -427,12 +428,15 @@ pub fn moe_experts(
         PluginError::unsupported(format!("MatMul with {} weights", stacks.down_t), &[])
     })?;
     let h_row = quant::row_bytes(h_type, ff, "quantize").map_err(quant_err)?;
-    let (h_off, y_off) = (
+    // Per active expert: its first column (a row routed to it), and where its hidden and output
+    // values start.
+    let (col_off, h_off, y_off) = (
+        block_offsets(&active, &routes, 1),
         block_offsets(&active, &routes, ff),
         block_offsets(&active, &routes, e_dim),
     );
     let mut h = vec![0f32; h_off[active.len()]];
-    let mut hq = vec![0u8; h_off[active.len()] / ff.max(1) * h_row];
+    let mut hq = vec![0u8; col_off[active.len()] * h_row];
     let mut y = vec![0f32; y_off[active.len()]];
     let (hp, hqp, yp) = (
         Shared(h.as_mut_ptr()),
@@ -495,7 +499,7 @@ pub fn moe_experts(
             // The last task of expert a quantizes its activations for the down products.
             if left[a].fetch_sub(1, Ordering::AcqRel) == 1 {
                 for ci in 0..picks.len() {
-                    let col = h_off[a] / ff + ci;
+                    let col = col_off[a] + ci;
                     // SAFETY: every task of expert a has finished writing its rows (the
                     // counter's acquire), and only this task reads them or writes this expert's
                     // bytes of hq.
@@ -520,7 +524,7 @@ pub fn moe_experts(
         for (a, lo, hi) in task_pieces(t, n_tasks, blocks, e_dim) {
             let e = active[a];
             let w = &stacks.down[e * e_dim * down_row..(e + 1) * e_dim * down_row];
-            let first = h_off[a] / ff;
+            let first = col_off[a];
             let column = |ci: usize| &hq[(first + ci) * h_row..(first + ci + 1) * h_row];
             let cols = routes.chosen[e].len();
             // SAFETY: disjoint rows of expert a's block of y, as for the gate/up tasks.

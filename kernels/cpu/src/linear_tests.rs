@@ -238,3 +238,38 @@ fn quantized_experts_equal_the_per_pick_computation_serially_and_on_pools() {
         }
     }
 }
+
+/// Experts with no FFN rows (a malformed file) give zeros, on a pool too, rather than a panic.
+#[test]
+fn experts_without_ffn_rows_give_zeros() {
+    let (n_embd, n_expert, rows, k) = (8, 2, 2, 1);
+    let down = vec![0u8; 0];
+    let stacks = ExpertStacks {
+        gate: &[],
+        gate_t: DType::F32,
+        up: Some((&[], DType::F32)),
+        down: &down,
+        down_t: DType::F32,
+        n_embd,
+        n_ff: 0,
+        n_expert,
+    };
+    let pool = Pool::with_threads(2).unwrap();
+    for par in [&Serial as &dyn crate::linear::Parallel, &pool] {
+        let mut out = vec![f32::NAN; n_embd * rows];
+        moe_experts(
+            par,
+            reference_rows_dot,
+            &stacks,
+            &values(n_embd * rows, 1),
+            &[0, 1],
+            &[1.0; 2],
+            k,
+            None,
+            &swiglu,
+            &mut out,
+        )
+        .unwrap();
+        assert!(out.iter().all(|&v| v == 0.0), "{out:?}");
+    }
+}

@@ -433,11 +433,7 @@ pub(super) fn stream_moe(
             .and_then(|s| s.get(k))
             .filter(|b| b.bytes >= slice.bytes().len() as u64)
             .ok_or_else(|| ExecError::BadGraph("no staging buffer for a streamed stack".into()))?;
-        call.srcs[3 + k] = TensorRef {
-            buffer: staging.handle,
-            offset: 0,
-            ..*full
-        };
+        call.srcs[3 + k] = staging.tensor(*full);
         uploads.push((staging.handle, *slice));
     }
     Ok(uploads)
@@ -507,11 +503,7 @@ pub(super) fn host_moe(
         // after it (field order).
         let view = unsafe { host.map_host((packed_at + offset as usize) as *const u8, bytes) }
             .map_err(dev("viewing host experts' inputs"))?;
-        host_srcs[i] = TensorRef {
-            buffer: view.handle,
-            offset: 0,
-            ..*r
-        };
+        host_srcs[i] = view.tensor(*r);
         host_inputs.push(view);
         offset += bytes;
     }
@@ -561,21 +553,16 @@ pub(super) fn host_moe(
             (out, None)
         }
     };
-    let out_ref = |b: &Buffer| TensorRef {
-        buffer: b.handle,
-        offset: 0,
-        ..dst
-    };
     let mut host_call = OpCall {
         op: Op::MoeExperts(p),
         n_srcs: n as u32 + 1,
         srcs: host_srcs,
-        dst: out_ref(&host_out),
+        dst: host_out.tensor(dst),
     };
     let card_part_out = card
         .alloc(out_bytes)
         .map_err(dev("allocating the card experts' output"))?;
-    call.dst = out_ref(&card_part_out);
+    call.dst = card_part_out.tensor(dst);
     let card_part = layer.n_card > 0;
     let (bus, adds, upload_to, card_out) = match shared {
         Some((shared_out, map)) => {
@@ -593,7 +580,7 @@ pub(super) fn host_moe(
             let card_out = card
                 .alloc(out_bytes)
                 .map_err(dev("allocating host experts' output on the card"))?;
-            let add = OpCall::new(Op::Add, &[call.dst, out_ref(&card_out)], dst);
+            let add = OpCall::new(Op::Add, &[call.dst, card_out.tensor(dst)], dst);
             (None, vec![add], Some((card_out.handle, 0)), Some(card_out))
         }
         None => (None, Vec::new(), Some((dst.buffer, dst.offset)), None),
@@ -657,11 +644,6 @@ fn bus_share(
     (shared_out, (map, map_at)): (Buffer, (Buffer, usize)),
 ) -> Result<(BusShare, Vec<OpCall>), ExecError> {
     let n = host_call.n_srcs as usize - 1;
-    let out_ref = |b: &Buffer| TensorRef {
-        buffer: b.handle,
-        offset: 0,
-        ..dst
-    };
     let map_ref = |b: &Buffer| TensorRef {
         buffer: b.handle,
         ..layer.host_map
@@ -681,19 +663,23 @@ fn bus_share(
         op: Op::MoeExperts(p),
         n_srcs: n as u32 + 1,
         srcs,
-        dst: out_ref(&out),
+        dst: out.tensor(dst),
     };
     let (adds, sum) = if layer.n_card > 0 {
         let sum = card
             .alloc(shared_out.bytes)
             .map_err(dev("allocating the card parts' sum"))?;
         let adds = vec![
-            OpCall::new(Op::Add, &[card_dst, call.dst], out_ref(&sum)),
-            OpCall::new(Op::Add, &[out_ref(&sum), out_ref(&shared_out)], dst),
+            OpCall::new(Op::Add, &[card_dst, call.dst], sum.tensor(dst)),
+            OpCall::new(Op::Add, &[sum.tensor(dst), shared_out.tensor(dst)], dst),
         ];
         (adds, Some(sum))
     } else {
-        let adds = vec![OpCall::new(Op::Add, &[call.dst, out_ref(&shared_out)], dst)];
+        let adds = vec![OpCall::new(
+            Op::Add,
+            &[call.dst, shared_out.tensor(dst)],
+            dst,
+        )];
         (adds, None)
     };
     let bus = BusShare {
