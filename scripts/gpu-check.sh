@@ -28,6 +28,10 @@
 #   scripts/gpu-check.sh hybrid-bench  on the GPU machine: the Qwen3.6-35B-A3B-shaped file's speed
 #                                 on the card and with every expert on the host (llama-bench side
 #                                 by side when LLAMA_BENCH names one), and a per-op profile.
+#   scripts/gpu-check.sh hybrid-ab  on the GPU machine: opcheck, the tiny hybrids with Q8_0 weights,
+#                                 the fused GDN step's launches and the 35B-A3B decode kernels
+#                                 (ncu), greedy text, and the 35B-A3B's decode on the card and with
+#                                 every expert on the host, alternating with PREV.
 #   scripts/gpu-check.sh bus-share  on the GPU machine: host experts partly computed by the card
 #                                 reading them in place over PCIe (--bus-experts): greedy text
 #                                 against the CPU, -cmoe / -ncmoe 36 decode at several shares.
@@ -300,6 +304,43 @@ case "${1:-}" in
       echo "greedy qwen35moe, $flags: $text" | tee -a "$out/hybrid.txt"
     done
     exit $status
+    ;;
+  hybrid-ab)
+    # One call for a change to the hybrids' card path: every op and the tiny files against the
+    # CPU (opcheck), the tiny qwen35moe/qwen35 files with Q8_0 weights (the fused GDN step's Q8_1
+    # copy for the output product), the fused step's launches counted under ncu (tiny file and
+    # 35B-A3B decode) with the per-token kernel times of the 35B-A3B decode, greedy text on CPU,
+    # card and -cmoe, then tg128 on the card and tg64 with every expert on the host (35B-A3B),
+    # this build alternating with PREV (plugins-only dists).
+    out=${OUT:-/tmp}
+    b="dist/bloomery --plugin-dir dist/plugins"
+    m=$(tiny_files)
+    h=$(file_35b)
+    if [ -z "${SKIP_CHECK:-}" ]; then
+      opcheck_tiny
+      for arch in qwen35moe qwen35; do
+        $b synth --arch $arch --preset tiny --seed 7 --experts Q8_0 --attn Q8_0 --embd Q8_0 \
+          --output-type Q8_0 --dense Q8_0 -o "$m/$arch-q8_0.gguf" > /dev/null
+        $b opcheck --plugin cuda-sm90 --model "$m/$arch-q8_0.gguf" --model-tol 2e-2 2>&1 \
+          | tee "$out/opcheck-$arch-q8_0.txt" | grep -E "FAIL|cases|rror" || true
+      done
+    fi
+    for f in "$m/hf.gguf" "$m/qwen35moe-q8_0.gguf" "$h"; do
+      ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip "${NCU_SKIP:-0}" \
+        --launch-count 3000 $b bench -m "$f" -p 0 -n 2 -r 1 -ngl 99 --no-graphs \
+        > "$out/ncu-$(basename "$f").csv" 2> /dev/null || true
+      echo "== $(basename "$f") decode kernels (per token: two and the warm-up, so per = 3)"
+      python3 scripts/ncu_summary.py "$out/ncu-$(basename "$f").csv" --per 3 | head -${NCU_ROWS:-30}
+    done
+    greedy_md5 "hf d qwen35moe-q8_0" "hello world" "-ngl 0" "-ngl 99" "-ngl 99 -cmoe"
+    for round in 1 2; do
+      for d in ${PREV:-} dist; do
+        echo "== 35B $d $round: $(dist/bloomery --plugin-dir "$d/plugins" bench -m "$h" -p 0 \
+          -n 128 -r 3 -ngl 99 2>&1 | tail -1 | awk -F'|' '{printf "%s", $8}') \
+          -cmoe: $(dist/bloomery --plugin-dir "$d/plugins" bench -m "$h" -p 0 -n 64 -r 2 -ngl 99 \
+          -cmoe --bus-experts 3 2>&1 | grep tg64 | awk -F'|' '{printf "%s", $8}')"
+      done
+    done
     ;;
   hybrid-bench)
     # The Qwen3.6-35B-A3B-shaped file (experts Q4_K, the rest Q8_0) all on the card and with every

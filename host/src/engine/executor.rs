@@ -148,6 +148,11 @@ impl Drop for Executor {
 }
 
 impl Executor {
+    /// The resolved op calls, in the order they run.
+    pub fn calls(&self) -> &[OpCall] {
+        &self.calls
+    }
+
     /// Checks the graph against the device's kernels, plans and allocates its memory, and resolves
     /// every op call. With `graphs`, the second pass captures the calls into a device graph and
     /// later passes replay it (where the device can capture; eager otherwise).

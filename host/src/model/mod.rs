@@ -14,7 +14,7 @@ use bloomery_gguf::{GgufError, GgufModel, ModelTensor};
 use bloomery_plugin_api::graph::{BatchShape, GraphKind};
 use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
 use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec, StateKind};
-use bloomery_plugin_api::tensor::TensorRef;
+use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 
 use crate::engine::device::{Buffer, Device};
@@ -334,6 +334,12 @@ impl LoadedModel {
             .ok_or_else(|| ModelError::Request("executor cache lost an entry".into()))?;
         entry.1 = now;
         Ok(&entry.0)
+    }
+
+    /// The op calls of a pass of `n_rows` rows and `n_outputs` outputs, as the kernel plugin
+    /// receives them (memory planned; for checking what a kernel plugin will see).
+    pub fn pass_calls(&mut self, n_rows: u32, n_outputs: u32) -> Result<Vec<OpCall>, ModelError> {
+        Ok(self.executor(n_rows, n_outputs)?.calls().to_vec())
     }
 
     /// Runs one pass over a batch and returns the logits of its output rows, `n_vocab` values per

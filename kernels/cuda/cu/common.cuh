@@ -1,5 +1,5 @@
-// Helpers every kernel source shares: warp and block reductions, the sigmoid, the error report,
-// the per-warp Q8_1 quantizers of activations.
+// Helpers every kernel source shares: warp and block reductions, the sigmoid, SiLU and softplus,
+// the error report, the per-warp Q8_1 quantizers of activations.
 // Included by kernels.cu after WARP (and by kernels/cuda/sim's tests after sim.h).
 
 #pragma once
@@ -43,6 +43,10 @@ static __device__ __forceinline__ float sigmoid_f(float x) {
     const float e = expf(x);
     return e / (1.0f + e);
 }
+
+static __device__ __forceinline__ float silu_f(float x) { return x * sigmoid_f(x); }
+
+static __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 // Four table entries as one little-endian word.
 static __device__ __forceinline__ uint32_t pack4(int a, int b, int c, int d) {

@@ -370,30 +370,36 @@ static __device__ __forceinline__ float gelu_table(float x) {
 }
 
 // kind 0: silu(g)*u (limit > 0: silu(min(g, limit)) * clamp(u, ±limit)); kind 1: gelu(g)*u.
-extern "C" __global__ void bl_glu_f32(const float* g, const float* u, float* out, long long n, int kind, float limit) {
+// q (may be null, then n % 32 == 0): the output's Q8_1 copy as well, for the quantized product
+// that reads it next (a warp holds 32 consecutive values: blocks are whole warps).
+extern "C" __global__ void bl_glu_f32(const float* g, const float* u, float* out, uint8_t* q, long long n, int kind,
+                                      float limit) {
     KERNEL_ENTRY();
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     for (; i < n; i += (long long)gridDim.x * blockDim.x) {
         const float gv = g[i], uv = u[i];
+        float y;
         if (kind == 1) {
-            out[i] = gelu_table(gv) * uv;
+            y = gelu_table(gv) * uv;
         } else if (limit > 0.0f) {
             const float gc = fminf(gv, limit);
-            out[i] = gc * sigmoid_f(gc) * fminf(fmaxf(uv, -limit), limit);
+            y = gc * sigmoid_f(gc) * fminf(fmaxf(uv, -limit), limit);
         } else {
-            out[i] = gv * sigmoid_f(gv) * uv;
+            y = gv * sigmoid_f(gv) * uv;
         }
+        out[i] = y;
+        if (q) quantize_lane(y, q + i / 32 * 36);
     }
 }
 
 // f: 0 silu, 1 sigmoid, 2 gelu (table), 3 gelu_erf, 4 softplus, 5 tanh, 6 exp, 7 relu
 static __device__ __forceinline__ float unary_one(float v, int f) {
     switch (f) {
-        case 0: return v * sigmoid_f(v);
+        case 0: return silu_f(v);
         case 1: return sigmoid_f(v);
         case 2: return gelu_table(v);
         case 3: return (float)(0.5 * (double)v * (1.0 + erf((double)v * 0.70710678118654752440)));
-        case 4: return v > 20.0f ? v : log1pf(expf(v));
+        case 4: return softplus_f(v);
         case 5: return tanhf(v);
         case 6: return expf(v);
         default: return fmaxf(v, 0.0f);

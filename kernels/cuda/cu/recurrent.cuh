@@ -1,6 +1,7 @@
 // Sequence-state kernels of the hybrid linear-attention models (Qwen3.5/3.6 GDN layers): the causal
-// depthwise conv and the gated delta rule, each with a per-slot state updated in place. Included
-// by kernels.cu after its helpers (WARP, report).
+// depthwise conv and the gated delta rule, each with a per-slot state updated in place, and a GDN
+// mixer's decode step as two kernels. Included by kernels.cu after its helpers (common.cuh, and
+// router.cuh's split_dot).
 //
 // Rows of one sequence are consecutive with increasing positions: row r continues row r - 1 when
 // both name the same slot and pos[r] == pos[r - 1] + 1. Every other row starts a segment, which
@@ -60,6 +61,25 @@ extern "C" __global__ void bl_conv_causal(const float* x, const float* w, const 
     out[(long long)r * ch + c] = acc + wc[taps - 1] * x[(long long)r * ch + c];
 }
 
+// Row r ends its segment: channel c of r's slot's state becomes the segment's last taps - 1
+// inputs (older ones from the old state when the segment is shorter), oldest first. The caller's
+// thread is the only one reading or writing that channel of that slot.
+static __device__ __forceinline__ void conv_state_store(const float* x, float* state, const int* slots,
+                                                        const int* pos, int ch, int taps, int r, int c) {
+    const int m = rows_before(slots, pos, r, taps - 1);
+    const int p0 = pos[r] - m;
+    float* st = state + (long long)slots[r] * (taps - 1) * ch;
+    float win[CONV_MAX_TAPS - 1];
+#pragma unroll
+    for (int j = 0; j < CONV_MAX_TAPS - 1; ++j) {
+        const int k = taps - 2 - j;
+        if (j < taps - 1) win[j] = k == 0 ? x[(long long)r * ch + c] : conv_input(x, st, ch, taps, r, c, k, m, p0);
+    }
+#pragma unroll
+    for (int j = 0; j < CONV_MAX_TAPS - 1; ++j)
+        if (j < taps - 1) st[(long long)j * ch + c] = win[j];
+}
+
 // The last row of each segment writes its slot's new state: the segment's last taps - 1 inputs
 // (older ones from the old state when the segment is shorter), oldest first. Grid (group of
 // CONV_STATE_ROWS rows, 256-channel group): a thread walks its rows for segment ends.
@@ -73,18 +93,7 @@ extern "C" __global__ void bl_conv_causal_state(const float* x, float* state, co
     const int first = blockIdx.x * CONV_STATE_ROWS, last = min(rows, first + CONV_STATE_ROWS);
     for (int r = first; r < last; ++r) {
         if (bad_row(slots, pos, r, n_slots) || (r + 1 < rows && continues(slots, pos, r + 1))) continue;
-        const int m = rows_before(slots, pos, r, taps - 1);
-        const int p0 = pos[r] - m;
-        float* st = state + (long long)slots[r] * (taps - 1) * ch;
-        float win[CONV_MAX_TAPS - 1];
-#pragma unroll
-        for (int j = 0; j < CONV_MAX_TAPS - 1; ++j) {
-            const int k = taps - 2 - j;
-            if (j < taps - 1) win[j] = k == 0 ? x[(long long)r * ch + c] : conv_input(x, st, ch, taps, r, c, k, m, p0);
-        }
-#pragma unroll
-        for (int j = 0; j < CONV_MAX_TAPS - 1; ++j)
-            if (j < taps - 1) st[(long long)j * ch + c] = win[j];
+        conv_state_store(x, state, slots, pos, ch, taps, r, c);
     }
 }
 
@@ -285,6 +294,171 @@ extern "C" __global__ void __launch_bounds__(128)
     else if (dk <= 16 * DR_GROUP) DR_STEP(16);
     else DR_STEP(32);
 #undef DR_STEP
+}
+
+// ---- A GDN mixer's decode step in two kernels -----------------------------------------------------
+// For batches whose segments are all shorter than DR_CHUNK, the fifteen calls from beta's sigmoid to
+// the gated output (and the F32 products of beta and alpha before them, when the kernel can form
+// those) run as two launches (ops/gdn.rs matches them). bl_conv_causal_step: the conv's
+// outputs as bl_conv_causal forms them (into the launcher's scratch) and the state update as
+// bl_conv_causal_state leaves it, a thread per (segment, channel) walking the segment's rows, so a
+// channel's old state is read and rewritten by one thread. bl_gdn_step then takes beta =
+// sigmoid(beta_in), gate = softplus(alpha_in + dt) * a, q and k (SiLU of the conv outputs)
+// L2-normed per key head, v (SiLU), the delta-rule step as delta_step takes it, and each head's
+// output RMS-normed times norm_w and times silu(z), every value formed with the same float
+// operations as the separate kernels; it writes the result as f32 to `out`, or (q not null) only
+// its Q8_1 copy, for the quantized product that reads it next.
+
+extern "C" __global__ void bl_conv_causal_step(const float* x, const float* w, float* state, const int* slots,
+                                               const int* pos, float* out, int ch, int taps, int rows, int n_slots,
+                                               int* err) {
+    KERNEL_ENTRY();
+    const int r0 = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= ch || continues(slots, pos, r0)) return;
+    if (bad_row(slots, pos, r0, n_slots)) {
+        if (c == 0) report(err, ERR_STATE_SLOT);
+        return;
+    }
+    int end = r0 + 1;
+    while (end < rows && continues(slots, pos, end)) ++end;
+    const float* st = state + (long long)slots[r0] * (taps - 1) * ch;
+    const float* wc = w + (long long)c * taps;
+    for (int r = r0; r < end; ++r) {
+        const int m = min(r - r0, taps - 1);
+        const int p0 = pos[r] - m;
+        float acc = 0.0f;
+        for (int j = 0; j < taps - 1; ++j) acc += wc[j] * conv_input(x, st, ch, taps, r, c, taps - 1 - j, m, p0);
+        out[(long long)r * ch + c] = acc + wc[taps - 1] * x[(long long)r * ch + c];
+    }
+    if (taps > 1) conv_state_store(x, state, slots, pos, ch, taps, end - 1, c);
+}
+
+// block_sum_f64, then a barrier: every thread has read the sum before the next call writes.
+static __device__ __forceinline__ double gdn_sum(double s) {
+    const double t = block_sum_f64(s);
+    __syncthreads();
+    return t;
+}
+
+#define GDN_MAX_D 128
+
+// Grid (row, value head), DR_GROUP threads per state column (blockDim = DR_GROUP * dv): block h
+// owns head h's state columns.
+// beta_in and alpha_in are [hv, rows]; or, with wb given, each block forms its head's two from
+// x ([n_embd, rows]) and the F32 weights wb and wa ([n_embd, hv]) as bl_matmul_f32_split does.
+template <int E>
+static __device__ void gdn_step(const float* conv, const float* beta_in, const float* alpha_in, const float* x,
+                                const float* wb, const float* wa, int n_embd, const float* dt, const float* a,
+                                const float* z, const float* norm_w, float* state, const int* slots, const int* pos,
+                                float* out, uint8_t* q, int hk, int hv, int dk, int dv, int rows, int n_slots,
+                                float l2_eps, float rms_eps, float scale, float beta_scale, int* err) {
+    __shared__ float qs[GDN_MAX_D], ks[GDN_MAX_D], ys[GDN_MAX_D], raw[2];
+    const int r0 = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    if (continues(slots, pos, r0)) return;
+    if (bad_row(slots, pos, r0, n_slots)) {
+        if (tid == 0 && h == 0) report(err, ERR_STATE_SLOT);
+        return;
+    }
+    int end = r0 + 1;
+    while (end < rows && continues(slots, pos, end)) ++end;
+    const int ch = 2 * dk * hk + dv * hv, kh = h % hk;
+    const int j = tid / DR_GROUP, l = tid % DR_GROUP;
+    float* sc = state + (long long)slots[r0] * dk * dv * hv + ((long long)h * dv + j) * dk;
+    const bool fresh = pos[r0] == 0;
+    float s[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int i = l + DR_GROUP * e;
+        s[e] = !fresh && i < dk ? sc[i] : 0.0f;
+    }
+    for (int r = r0; r < end; ++r) {
+        const float* cr = conv + (long long)r * ch;
+        double sq = 0.0, sk = 0.0;
+        for (int i = tid; i < dk; i += blockDim.x) {
+            const float qv = silu_f(cr[kh * dk + i]), kv = silu_f(cr[(hk + kh) * dk + i]);
+            qs[i] = qv;
+            ks[i] = kv;
+            sq += (double)qv * (double)qv;
+            sk += (double)kv * (double)kv;
+        }
+        // The sums' barriers also publish qs and ks.
+        const float qinv = (float)(1.0 / sqrt(gdn_sum(sq) + (double)l2_eps));
+        const float kinv = (float)(1.0 / sqrt(gdn_sum(sk) + (double)l2_eps));
+        const long long hr = (long long)r * hv + h;
+        float braw, araw;
+        if (wb) {
+            // split_dot's result reaches thread 0; the barriers also keep the second call's
+            // partial sums from overwriting the first's before thread 0 has read them.
+            const float* xr = x + (long long)r * n_embd;
+            const float tb = split_dot(wb + (long long)h * n_embd, xr, n_embd);
+            if (tid == 0) raw[0] = tb;
+            __syncthreads();
+            const float ta = split_dot(wa + (long long)h * n_embd, xr, n_embd);
+            if (tid == 0) raw[1] = ta;
+            __syncthreads();
+            braw = raw[0];
+            araw = raw[1];
+        } else {
+            braw = beta_in[hr];
+            araw = alpha_in[hr];
+        }
+        const float g = expf(softplus_f(araw + dt[h]) * a[h]);
+        const float b = beta_scale * sigmoid_f(braw);
+        const float vj = silu_f(cr[2 * dk * hk + h * dv + j]);
+        float kv = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            const int i = l + DR_GROUP * e;
+            s[e] *= g;
+            if (i < dk) kv += s[e] * (ks[i] * kinv);
+        }
+        const float d = b * (vj - group_sum(kv));
+        float o = 0.0f;
+#pragma unroll
+        for (int e = 0; e < E; ++e) {
+            const int i = l + DR_GROUP * e;
+            if (i < dk) {
+                s[e] += (ks[i] * kinv) * d;
+                o += s[e] * (qs[i] * qinv);
+            }
+        }
+        o = scale * group_sum(o);
+        // The head's RMS norm: lane 0 of each column counts its output once.
+        const float mean = (float)(gdn_sum(l == 0 ? (double)(o * o) : 0.0) / dv);
+        const float inv = 1.0f / sqrtf(mean + rms_eps);
+        const long long at = hr * dv + j;
+        const float y = o * inv * norm_w[j] * silu_f(z[at]);
+        if (!q) {
+            if (l == 0) out[at] = y;
+            continue;
+        }
+        // The Q8_1 copy: a warp per 32 outputs (dv is a multiple of 32 here).
+        if (l == 0) ys[j] = y;
+        __syncthreads();
+        const int lane = tid & (WARP - 1), w32 = tid / WARP;
+        if (w32 < dv / WARP) quantize_lane(ys[w32 * WARP + lane], q + (hr * dv + w32 * WARP) / 32 * 36);
+        __syncthreads();
+    }
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+        const int i = l + DR_GROUP * e;
+        if (i < dk) sc[i] = s[e];
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+    bl_gdn_step(const float* conv, const float* beta_in, const float* alpha_in, const float* x, const float* wb,
+                const float* wa, int n_embd, const float* dt, const float* a, const float* z, const float* norm_w,
+                float* state, const int* slots, const int* pos, float* out, uint8_t* q, int hk, int hv, int dk,
+                int dv, int rows, int n_slots, float l2_eps, float rms_eps, float scale, float beta_scale, int* err) {
+    KERNEL_ENTRY();
+#define GDN_STEP(E)                                                                                                  \
+    gdn_step<E>(conv, beta_in, alpha_in, x, wb, wa, n_embd, dt, a, z, norm_w, state, slots, pos, out, q, hk, hv, dk, \
+                dv, rows, n_slots, l2_eps, rms_eps, scale, beta_scale, err)
+    if (dk <= 4 * DR_GROUP) GDN_STEP(4);
+    else if (dk <= 8 * DR_GROUP) GDN_STEP(8);
+    else GDN_STEP(16);
+#undef GDN_STEP
 }
 
 // Chunked form of the long segments. Within a chunk of L rows (t, s < L; G_t the cumulative sum of

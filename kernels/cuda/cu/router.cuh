@@ -36,6 +36,25 @@ extern "C" __global__ void bl_matmul_f32_split(const uint8_t* w, long long w_str
     if (threadIdx.x == 0) y[(long long)c * n + j] = t;
 }
 
+// The sigmoid-gated shared expert added to the routed experts' sum (qwen35moe's FFN output): per
+// row c, s = sigmoid(w . x_c) as bl_matmul_f32_split and the Unary form it, then out_c = moe_c +
+// sh_c * s as the Mul and the Add would: four calls in one launch. Grid (row, slice): every block
+// of a row forms s and writes its slice of the row. Each thread writes only indices it read, so
+// out may be sh or moe itself; with one slice per row every write follows a barrier after all
+// reads of x_c, so out may then be x as well.
+extern "C" __global__ void bl_gated_add_f32(const float* w, const float* x, const float* sh, const float* moe,
+                                            float* out, int k) {
+    KERNEL_ENTRY();
+    __shared__ float gate;
+    const long long row = (long long)blockIdx.x * k;
+    const float t = split_dot(w, x + row, k);
+    if (threadIdx.x == 0) gate = sigmoid_f(t);
+    __syncthreads();
+    const float s = gate;
+    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < k; i += gridDim.y * blockDim.x)
+        out[row + i] = moe[row + i] + sh[row + i] * s;
+}
+
 // ---- MoE routing: one warp per row; lane l holds experts l, l + 32, ... (n_expert <= 32 * PER, PER
 // the smallest of 4, 8, 16 that holds them, chosen per launch by WITH_ROUTE_PER)
 // gating: 0 softmax, 1 sigmoid, 2 softmax over the selected, 3 sqrt(softplus)

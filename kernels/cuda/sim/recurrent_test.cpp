@@ -1,7 +1,10 @@
 // Checks cu/recurrent.cuh on the CPU (sim.h) against a plain f64 reference of ConvCausal and
 // DeltaRule: decode batches, several sequences per batch, sequences continuing from their slot's
 // state and starting at position 0, the step-wise and the chunked delta rule (and both in one
-// batch), odd head dims, and bad slots reported as error 5. The launches (grids, scratch areas)
+// batch), odd head dims, and bad slots reported as error 5; and the fused decode step of a GDN
+// mixer (bl_conv_causal_step + bl_gdn_step) against an f64 reference of the fifteen calls it
+// replaces, with beta and alpha given or formed from their products, its f32 result and its Q8_1
+// copy. The launches (grids, scratch areas)
 // are those of src/ops/recurrent.rs. Prints one line per case; exits 1 on a failure.
 #include "sim.h"
 
@@ -9,6 +12,7 @@
 #include <random>
 
 #include "../cu/common.cuh"
+#include "../cu/router.cuh"
 #include "../cu/recurrent.cuh"
 
 static std::mt19937 rng(7);
@@ -43,7 +47,9 @@ static double rel(const std::vector<float>& a, const std::vector<double>& b) {
 
 // ---- ConvCausal ----
 
-static bool conv_case(const char* name, int ch, int taps, int n_slots, const std::vector<Run>& runs) {
+// step: the fused step's conv (bl_conv_causal_step: outputs and state in one launch).
+static bool conv_case(const char* name, int ch, int taps, int n_slots, const std::vector<Run>& runs,
+                      bool step = false) {
     std::vector<int> slots, pos;
     rows_of(runs, slots, pos);
     const int rows = slots.size();
@@ -66,16 +72,24 @@ static bool conv_case(const char* name, int ch, int taps, int n_slots, const std
     std::vector<float> out((long)rows * ch, NAN);
     int err = 0;
     const unsigned groups = (ch + 255) / 256;
-    launch(Dim3{(unsigned)rows, groups, 1}, 256, [&] {
-        bl_conv_causal(x.data(), w.data(), state.data(), slots.data(), pos.data(), out.data(), ch, taps, n_slots, &err);
-    });
-    if (taps > 1)
+    if (step)
+        launch(Dim3{(unsigned)rows, groups, 1}, 256, [&] {
+            bl_conv_causal_step(x.data(), w.data(), state.data(), slots.data(), pos.data(), out.data(), ch, taps, rows,
+                                n_slots, &err);
+        });
+    else
+        launch(Dim3{(unsigned)rows, groups, 1}, 256, [&] {
+            bl_conv_causal(x.data(), w.data(), state.data(), slots.data(), pos.data(), out.data(), ch, taps, n_slots,
+                           &err);
+        });
+    if (taps > 1 && !step)
         launch(Dim3{(unsigned)((rows + CONV_STATE_ROWS - 1) / CONV_STATE_ROWS), groups, 1}, 256, [&] {
             bl_conv_causal_state(x.data(), state.data(), slots.data(), pos.data(), ch, rows, taps, n_slots);
         });
     const double eo = rel(out, want), es = rel(state, want_state);
     const bool ok = err == 0 && eo < 1e-6 && es == 0;
-    printf("%s ConvCausal %s (%d rows): out %.2g, state %.2g\n", ok ? "ok  " : "FAIL", name, rows, eo, es);
+    printf("%s ConvCausal%s %s (%d rows): out %.2g, state %.2g\n", ok ? "ok  " : "FAIL", step ? " (step)" : "", name,
+           rows, eo, es);
     return ok;
 }
 
@@ -203,6 +217,159 @@ static bool dr_bad_case(const char* name, const Shape& p, const std::vector<Run>
     return err == ERR_STATE_SLOT;
 }
 
+
+// ---- The fused GDN decode step ----
+
+// A GDN mixer's decode step: the conv's outputs (before the SiLU) and everything after them.
+struct Gdn {
+    Shape p;
+    int n_embd;  // > 0: beta and alpha formed from x by the kernel
+    float l2_eps, rms_eps;
+};
+
+struct GdnInputs {
+    std::vector<int> slots, pos;
+    std::vector<float> conv, beta, alpha, x, wb, wa, dt, a, z, norm_w;
+};
+
+static double silu_d(double v) { return v / (1 + std::exp(-v)); }
+
+// The fifteen calls in f64: beta = sigmoid, gate = softplus(alpha + dt) * a, q and k L2-normed
+// SiLU of the conv, v its SiLU, the delta rule, then each head RMS-normed, times norm_w and
+// silu(z).
+static void gdn_reference(const Gdn& g, const GdnInputs& in, std::vector<double>& state, std::vector<double>& out) {
+    const Shape& p = g.p;
+    const long rows = in.slots.size(), ch = 2L * p.dk * p.hk + (long)p.dv * p.hv;
+    Inputs dr;
+    dr.slots = in.slots;
+    dr.pos = in.pos;
+    dr.q.resize(rows * p.hk * p.dk);
+    dr.k.resize(dr.q.size());
+    dr.v.resize(rows * p.hv * p.dv);
+    dr.gate.resize(rows * p.hv);
+    dr.beta.resize(rows * p.hv);
+    for (long r = 0; r < rows; ++r) {
+        for (int h = 0; h < p.hk; ++h)
+            for (int part = 0; part < 2; ++part) {
+                double ss = 0;
+                std::vector<double> t(p.dk);
+                for (int i = 0; i < p.dk; ++i) {
+                    t[i] = silu_d(in.conv[r * ch + (long)(part * p.hk + h) * p.dk + i]);
+                    ss += t[i] * t[i];
+                }
+                float* dst = (part == 0 ? dr.q : dr.k).data() + (r * p.hk + h) * p.dk;
+                for (int i = 0; i < p.dk; ++i) dst[i] = (float)(t[i] / std::sqrt(ss + g.l2_eps));
+            }
+        for (long c = 0; c < (long)p.hv * p.dv; ++c) dr.v[r * p.hv * p.dv + c] = (float)silu_d(in.conv[r * ch + 2L * p.dk * p.hk + c]);
+        for (int h = 0; h < p.hv; ++h) {
+            double b = 0, al = 0;
+            if (g.n_embd > 0) {
+                for (int i = 0; i < g.n_embd; ++i) {
+                    b += (double)in.wb[(long)h * g.n_embd + i] * in.x[r * g.n_embd + i];
+                    al += (double)in.wa[(long)h * g.n_embd + i] * in.x[r * g.n_embd + i];
+                }
+            } else {
+                b = in.beta[r * p.hv + h];
+                al = in.alpha[r * p.hv + h];
+            }
+            const double sp = al + in.dt[h] > 20 ? al + in.dt[h] : std::log1p(std::exp(al + in.dt[h]));
+            dr.gate[r * p.hv + h] = (float)(sp * in.a[h]);
+            dr.beta[r * p.hv + h] = (float)(1 / (1 + std::exp(-b)));
+        }
+    }
+    dr_reference(p, dr, state, out);
+    for (long r = 0; r < rows; ++r)
+        for (int h = 0; h < p.hv; ++h) {
+            double* o = out.data() + (r * p.hv + h) * p.dv;
+            double ms = 0;
+            for (int j = 0; j < p.dv; ++j) ms += o[j] * o[j];
+            const double inv = 1 / std::sqrt(ms / p.dv + g.rms_eps);
+            for (int j = 0; j < p.dv; ++j) o[j] = o[j] * inv * in.norm_w[j] * silu_d(in.z[(r * p.hv + h) * p.dv + j]);
+        }
+}
+
+static GdnInputs gdn_inputs(const Gdn& g, const std::vector<Run>& runs) {
+    const Shape& p = g.p;
+    GdnInputs in;
+    rows_of(runs, in.slots, in.pos);
+    const long rows = in.slots.size(), ch = 2L * p.dk * p.hk + (long)p.dv * p.hv;
+    auto fill = [](std::vector<float>& v, long n, float lo, float hi) {
+        v.resize(n);
+        for (float& t : v) t = uniform(lo, hi);
+    };
+    fill(in.conv, rows * ch, -2, 2);
+    fill(in.beta, rows * p.hv, -3, 3);
+    fill(in.alpha, rows * p.hv, -3, 3);
+    if (g.n_embd > 0) {
+        fill(in.x, rows * g.n_embd, -1, 1);
+        fill(in.wb, (long)p.hv * g.n_embd, -0.1f, 0.1f);
+        fill(in.wa, (long)p.hv * g.n_embd, -0.1f, 0.1f);
+    }
+    fill(in.dt, p.hv, -1, 1);
+    fill(in.a, p.hv, -2, -0.1f);
+    fill(in.z, rows * p.hv * p.dv, -2, 2);
+    fill(in.norm_w, p.dv, 0.5f, 1.5f);
+    return in;
+}
+
+// The launches of Launcher::gdn_step after the conv (whose outputs the inputs give): the f32
+// result, or (q) only its Q8_1 copy.
+static void gdn_launch(const Gdn& g, const GdnInputs& in, std::vector<float>& state, std::vector<float>& out,
+                       std::vector<uint8_t>* q, int* err) {
+    const Shape& p = g.p;
+    const int rows = in.slots.size();
+    out.assign((long)rows * p.hv * p.dv, NAN);
+    const bool formed = g.n_embd > 0;
+    launch(Dim3{(unsigned)rows, (unsigned)p.hv, 1}, 8 * p.dv, [&] {
+        bl_gdn_step(in.conv.data(), formed ? nullptr : in.beta.data(), formed ? nullptr : in.alpha.data(),
+                    formed ? in.x.data() : nullptr, formed ? in.wb.data() : nullptr, formed ? in.wa.data() : nullptr,
+                    g.n_embd, in.dt.data(), in.a.data(), in.z.data(), in.norm_w.data(), state.data(), in.slots.data(),
+                    in.pos.data(), q ? nullptr : out.data(), q ? q->data() : nullptr, p.hk, p.hv, p.dk, p.dv, rows,
+                    p.n_slots, g.l2_eps, g.rms_eps, p.scale, p.beta_scale, err);
+    });
+}
+
+static bool gdn_case(const char* name, const Gdn& g, const std::vector<Run>& runs) {
+    const Shape& p = g.p;
+    const GdnInputs in = gdn_inputs(g, runs);
+    std::vector<float> state((long)p.dk * p.dv * p.hv * p.n_slots);
+    for (float& a : state) a = uniform(-1, 1);
+    const std::vector<float> state0 = state;
+    std::vector<double> want_state(state.begin(), state.end()), want;
+    gdn_reference(g, in, want_state, want);
+    int err = 0;
+    std::vector<float> out;
+    gdn_launch(g, in, state, out, nullptr, &err);
+    const double eo = rel(out, want), es = rel(state, want_state);
+    bool ok = err == 0 && eo < 1e-5 && es < 1e-5;
+    // The Q8_1 copy from the same state: each value within half a step of the f32 result (plus
+    // the f16 rounding of the step d: 127 * 2^-11 steps at most), and each block's s = d * sum(q).
+    double worst = 0;
+    if (p.dv % 32 == 0) {
+        std::vector<float> state_q = state0, unused;
+        std::vector<uint8_t> q(out.size() / 32 * 36, 0xa5);
+        gdn_launch(g, in, state_q, unused, &q, &err);
+        ok &= err == 0 && state_q == state;
+        for (size_t b = 0; b < out.size() / 32; ++b) {
+            const uint8_t* blk = q.data() + b * 36;
+            __half2 ds;
+            std::memcpy(&ds, blk, 4);
+            const float d = __half2float(ds.x), s = __half2float(ds.y);
+            long sum = 0;
+            for (int i = 0; i < 32; ++i) {
+                const int qi = (int8_t)blk[4 + i];
+                sum += qi;
+                worst = std::max(worst, (double)(std::fabs(d * qi - out[b * 32 + i]) / std::max(d, 1e-30f)));
+            }
+            ok &= std::fabs(s - d * sum) <= 1e-2 * std::max(1.0f, std::fabs(s));
+        }
+        ok &= worst <= 0.5 + 127.0 / 2048;
+    }
+    printf("%s GDN step %s (%zu rows%s): out %.2g, state %.2g, Q8_1 %.2g steps\n", ok ? "ok  " : "FAIL", name,
+           in.slots.size(), g.n_embd > 0 ? ", beta and alpha formed" : "", eo, es, worst);
+    return ok;
+}
+
 int main() {
     setvbuf(stdout, nullptr, _IOLBF, 0);
     bool ok = true;
@@ -211,6 +378,9 @@ int main() {
     ok &= conv_case("prompt + decode", 520, 4, 3, {{1, 9, 1}, {0, 0, 100}, {2, 30, 40}});
     ok &= conv_case("2 taps", 40, 2, 2, {{0, 3, 3}, {1, 0, 2}});
     ok &= conv_case("1 tap", 40, 1, 2, {{0, 3, 3}});
+    ok &= conv_case("decode, 3 slots", 300, 4, 3, {{0, 5, 1}, {1, 0, 1}, {2, 1, 1}}, true);
+    ok &= conv_case("runs shorter than the window", 300, 4, 4, {{3, 7, 2}, {0, 0, 3}, {1, 2, 1}, {2, 10, 5}}, true);
+    ok &= conv_case("1 tap", 40, 1, 2, {{0, 3, 3}}, true);
     // Qwen3.5's head dims, fewer heads (value head h reads key head h % 2).
     const Shape qwen{2, 4, 128, 128, 4, 0.088f, 1.0f};
     ok &= dr_case("decode, 3 slots", qwen, {{0, 5, 1}, {1, 0, 1}, {2, 9, 1}}, -1, 0);
@@ -225,6 +395,11 @@ int main() {
     ok &= dr_case("dk 96, dv 40", odd, {{0, 5, 130}, {1, 0, 10}, {2, 0, 65}}, -0.2f, 0);
     ok &= dr_case("dk 256", Shape{2, 2, 256, 32, 2, 0.06f, 1.0f}, {{1, 0, 70}, {0, 4, 2}}, -0.2f, 0);
     ok &= dr_case("dk 16", Shape{2, 2, 16, 16, 2, 0.25f, 1.0f}, {{1, 0, 70}, {0, 4, 2}}, -0.2f, 0);
+    ok &= gdn_case("decode, 3 slots", Gdn{qwen, 0, 1e-6f, 1e-6f}, {{0, 5, 1}, {1, 0, 1}, {2, 9, 1}});
+    ok &= gdn_case("decode, 2 slots", Gdn{qwen, 96, 1e-6f, 1e-6f}, {{3, 5, 1}, {1, 7, 1}});
+    ok &= gdn_case("short runs", Gdn{Shape{1, 2, 32, 32, 3, 0.17f, 1.0f}, 64, 1e-6f, 1e-5f},
+                   {{0, 0, 3}, {2, 4, 2}, {1, 9, 1}});
+    ok &= gdn_case("dk 96, dv 40", Gdn{odd, 0, 1e-6f, 1e-6f}, {{0, 5, 1}, {1, 0, 2}});
     ok &= dr_bad_case("slot outside the state", qwen, {{0, 3, 2}, {4, 0, 3}});
     ok &= dr_bad_case("slot outside the state", qwen, {{0, 3, 2}, {4, 0, 70}, {-1, 0, 1}});
     ok &= dr_bad_case("negative position", qwen, {{0, -3, 70}});

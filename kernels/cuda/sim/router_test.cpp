@@ -2,8 +2,10 @@
 // router's logits and its choice in one kernel, the last block of each row choosing) against the
 // two kernels it replaces (bl_matmul_f32_split, then bl_router_topk_weights) bit for bit, and both
 // against an f64 reference (logits, the top k, their weights). Each case launches the fused kernel
-// twice on fresh inputs, so a row counter left set fails the second. Prints one line per case;
-// exits 1 on a failure.
+// twice on fresh inputs, so a row counter left set fails the second. Also bl_gated_add_f32 (a
+// sigmoid-gated shared expert's sum) against bl_matmul_f32_split's gate logit and an f64 sum, one
+// block per row and several, and in place over its inputs. Prints one line per case; exits 1 on a
+// failure.
 #include "sim.h"
 
 #include <cstdint>
@@ -103,6 +105,48 @@ static bool run_case(const Case& c, std::vector<int>& counters) {
     return ok;
 }
 
+// bl_gated_add_f32: out = moe + sh * sigmoid(w . x) per row. The gate's logit is bl_matmul_f32_split's
+// bit for bit, the sum as the Mul and the Add form it, and against f64; `slices` blocks per row;
+// and in place over moe and over sh.
+static bool gated_add_case(int k, int rows, int slices) {
+    std::vector<float> w(k), x((long)k * rows), sh(x.size()), moe(x.size());
+    for (std::vector<float>* v : {&w, &x, &sh, &moe})
+        for (float& a : *v) a = uniform(-1, 1);
+    std::vector<float> logit(rows, NAN);
+    launch(Dim3{(unsigned)rows, 1, 1}, SPLIT_THREADS, [&] {
+        bl_matmul_f32_split((const uint8_t*)w.data(), 4L * k, x.data(), logit.data(), k, 1, rows);
+    });
+    std::vector<float> out(x.size(), NAN);
+    launch(Dim3{(unsigned)rows, (unsigned)slices, 1}, 256,
+           [&] { bl_gated_add_f32(w.data(), x.data(), sh.data(), moe.data(), out.data(), k); });
+    // In place: out is moe's memory and then sh's (one slice, as the launcher allows).
+    std::vector<float> over_moe = moe, over_sh = sh;
+    launch(Dim3{(unsigned)rows, 1, 1}, 256,
+           [&] { bl_gated_add_f32(w.data(), x.data(), sh.data(), over_moe.data(), over_moe.data(), k); });
+    launch(Dim3{(unsigned)rows, 1, 1}, 256,
+           [&] { bl_gated_add_f32(w.data(), x.data(), over_sh.data(), moe.data(), over_sh.data(), k); });
+    double worst = 0;
+    bool same = over_moe == out && over_sh == out;
+    for (int r = 0; r < rows; ++r) {
+        const float s = sigmoid_f(logit[r]);
+        for (int i = 0; i < k; ++i) {
+            const long at = (long)r * k + i;
+            same &= out[at] == moe[at] + sh[at] * s;
+        }
+        double dot = 0;
+        for (int j = 0; j < k; ++j) dot += (double)w[j] * x[(long)r * k + j];
+        const double sd = 1 / (1 + std::exp(-dot));
+        for (int i = 0; i < k; ++i) {
+            const long at = (long)r * k + i;
+            worst = std::max(worst, std::fabs(out[at] - (moe[at] + sh[at] * sd)));
+        }
+    }
+    const bool ok = same && worst < 1e-5;
+    printf("%s gated add, k %d, %d rows, %d slices: %s the separate kernels, f64 %.2g\n", ok ? "ok  " : "FAIL", k,
+           rows, slices, same ? "equals" : "DIFFERS FROM", worst);
+    return ok;
+}
+
 int main() {
     // Small shapes keep the emulation quick (a std::thread per CUDA thread); they still take
     // several rows (a counter each), blocks wider than SPLIT_THREADS and a partial warp.
@@ -115,5 +159,8 @@ int main() {
     std::vector<int> counters(256, 0);
     bool ok = true;
     for (const Case& c : cases) ok &= run_case(c, counters);
+    ok &= gated_add_case(600, 2, 1);
+    ok &= gated_add_case(600, 3, 3);
+    ok &= gated_add_case(100, 1, 1);
     return ok ? 0 : 1;
 }

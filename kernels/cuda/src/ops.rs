@@ -23,9 +23,12 @@ use crate::probe::Bundle;
 
 mod attention;
 mod fused;
+mod gdn;
 mod launch;
 mod recurrent;
 
+pub use fused::gated_adds;
+pub use gdn::gdn_steps;
 pub use launch::Args;
 
 /// The quantized weight types the kernels read, with their `wtype` codes in `cu/quant.cuh`.
@@ -596,8 +599,10 @@ impl Launcher {
             i += match self.fused(bufs, &calls[i..])? {
                 Some(n) => n,
                 None => {
-                    let next = matches!(calls[i].op, Op::Attention(_) | Op::RmsNorm { .. })
-                        && quantized_reader(&calls[i].dst, &calls[i + 1..]);
+                    let next = matches!(
+                        calls[i].op,
+                        Op::Attention(_) | Op::RmsNorm { .. } | Op::Glu { .. }
+                    ) && quantized_reader(&calls[i].dst, &calls[i + 1..]);
                     self.product_next.store(next, Ordering::Relaxed);
                     let done = self.run(bufs, &calls[i]);
                     self.product_next.store(false, Ordering::Relaxed);
@@ -1001,12 +1006,25 @@ impl Launcher {
                     GluKind::GeGlu => 1,
                 };
                 let (pg, pu, po) = (addr(g, "gate")?, addr(u, "up")?, addr(&c.dst, "dst")?);
+                // The output's Q8_1 copy too, when a quantized product reads it next.
+                let wanted = self.product_next.load(Ordering::Relaxed);
+                let copy = self.copy_slot(wanted, po, c.dst.elements())?;
+                let q = copy.map_or(0u64, |c| c.q);
                 let f = self.func("bl_glu_f32")?;
                 let mut l = self.args(&f);
-                l.arg(&pg).arg(&pu).arg(&po).arg(&n).arg(&k).arg(&limit);
-                // SAFETY: all three pointers cover n elements.
+                l.arg(&pg)
+                    .arg(&pu)
+                    .arg(&po)
+                    .arg(&q)
+                    .arg(&n)
+                    .arg(&k)
+                    .arg(&limit);
+                // SAFETY: all three pointers cover n elements, q (when given) n / 32 blocks.
                 unsafe { l.launch(cfg(grid(n as u64, 256).min(4096), 256)) }
                     .map_err(driver_err("bl_glu_f32"))?;
+                if let Some(copy) = copy {
+                    self.keep_quantized(copy)?;
+                }
             }
             Op::Unary { f: which } => {
                 let x = src(0)?;

@@ -1,8 +1,9 @@
 //! Kernel sources checked without a GPU: `sim/*_test.cpp` run them under a small CPU emulation of
 //! CUDA (`sim/sim.h`) against f64 references — the sequence-state kernels (`cu/recurrent.cuh`:
-//! ConvCausal and DeltaRule, step-wise and chunked, several sequences per batch, bad slots) and the
-//! routing kernels (`cu/router.cuh`: the fused logits + choice against the two kernels it replaces
-//! and an f64 top-k) and the decode attention (`cu/attn_split.cuh`: one run and merged runs,
+//! ConvCausal and DeltaRule, step-wise and chunked, several sequences per batch, bad slots, and the
+//! fused GDN decode step against an f64 form of the calls it replaces) and the routing kernels
+//! (`cu/router.cuh`: the fused logits + choice against the two kernels it replaces and an f64
+//! top-k; the gated shared-expert sum) and the decode attention (`cu/attn_split.cuh`: one run and merged runs,
 //! windows, sinks, softcap, bad rows, against an f64 attention). Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so,
 //! when there is none.
 

@@ -2,11 +2,13 @@
 //! CUDA backend fuses add + rms_norm): a residual `Add` and the `RmsNorm` of its result; a
 //! `Unary` and the `Mul` of its result with a same-shape tensor (output gates); a strided `Copy`
 //! and the `L2Norm` of its result (q and k split out of the DeltaNet convolution); the router's
-//! logits and the choice of experts from them. Every fused
-//! kernel still writes the first call's result, so any later reader sees what it would have, and
-//! each thread reads back only what it wrote, so tensors sharing reused memory stay safe.
+//! logits and the choice of experts from them. Those kernels still write the first call's result,
+//! so any later reader sees what it would have, and each thread reads back only what it wrote, so
+//! tensors sharing reused memory stay safe. Two patterns skip results instead, taken only when no
+//! later call reads them ([`skipped_read_later`]): a sigmoid-gated shared expert's sum (its gate's
+//! product, the sigmoid, the Mul and the Add), and a Gated DeltaNet mixer's decode step (`gdn`).
 
-use bloomery_plugin_api::op::{Op, RopeParams, RouterParams};
+use bloomery_plugin_api::op::{Op, RopeParams, RouterParams, UnaryFn};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::{DeviceRepr, LaunchConfig};
@@ -17,7 +19,7 @@ use super::{
 };
 
 /// A contiguous f32 tensor of extents `ne`.
-fn plain(t: &TensorRef, ne: [u64; 4]) -> bool {
+pub(super) fn plain(t: &TensorRef, ne: [u64; 4]) -> bool {
     t.dtype == DType::F32 && t.is_contiguous() && t.ne == ne
 }
 
@@ -108,7 +110,7 @@ struct NormRopeGroup {
 /// Whether a call of `later` (the rest of the pass, in order) reads memory of `t` before other
 /// calls have overwritten all of it. Byte ranges within `t`'s buffer are followed: a later
 /// tensor that the planner placed over part of `t` stops that part being `t`'s once written.
-fn read_later(t: &TensorRef, later: &[OpCall]) -> bool {
+pub(super) fn read_later(t: &TensorRef, later: &[OpCall]) -> bool {
     let Some(len) = t.span_bytes() else {
         return true;
     };
@@ -138,6 +140,137 @@ fn read_later(t: &TensorRef, later: &[OpCall]) -> bool {
         }
     }
     false
+}
+
+/// A byte range of one buffer: buffer, start, end.
+type Range = (u64, u64, u64);
+
+/// The bytes of `t` (`None` without a layout).
+fn range(t: &TensorRef) -> Option<Range> {
+    t.span_bytes().map(|n| (t.buffer, t.offset, t.offset + n))
+}
+
+/// `live` less the bytes of `w`.
+fn without(live: Vec<Range>, (b, ws, we): Range) -> Vec<Range> {
+    live.into_iter()
+        .flat_map(|(lb, s, e)| {
+            if lb == b {
+                [(lb, s, e.min(ws)), (lb, s.max(we), e)]
+            } else {
+                [(lb, s, e), (lb, 0, 0)]
+            }
+        })
+        .filter(|&(_, s, e)| s < e)
+        .collect()
+}
+
+/// Whether `t` touches a byte of `live` (a tensor without a layout touches all of its buffer).
+fn reads(t: &TensorRef, live: &[Range]) -> bool {
+    let (b, s, e) = range(t).unwrap_or((t.buffer, 0, u64::MAX));
+    live.iter().any(|&(lb, ls, le)| lb == b && s < le && ls < e)
+}
+
+/// Whether `a` and `b` share a byte.
+fn meets(a: &TensorRef, b: &TensorRef) -> bool {
+    range(b).is_none_or(|r| reads(a, &[r]))
+}
+
+/// Whether a call of `later` reads bytes that the calls of `group`, run one by one, would leave
+/// holding a result the fused kernels do not write (every result not in `written`), before a call
+/// writes over them. Reads of `copy_of` by the first later call do not count: it takes that
+/// result's Q8_1 copy instead. A result without a layout counts as read.
+pub(super) fn skipped_read_later(
+    group: &[OpCall],
+    written: &[TensorRef],
+    later: &[OpCall],
+    copy_of: Option<&TensorRef>,
+) -> bool {
+    let mut stale = Vec::new();
+    for c in group {
+        let Some(r) = range(&c.dst) else {
+            return true;
+        };
+        stale = without(stale, r);
+        if !written.contains(&c.dst) {
+            stale.push(r);
+        }
+    }
+    for (i, c) in later.iter().enumerate() {
+        if stale.is_empty() {
+            return false;
+        }
+        let takes_copy = |u: &TensorRef| {
+            i == 0 && copy_of.is_some_and(|o| u.buffer == o.buffer && u.offset == o.offset)
+        };
+        if c.srcs().iter().any(|u| !takes_copy(u) && reads(u, &stale)) {
+            return true;
+        }
+        let Some(r) = range(&c.dst) else {
+            return true;
+        };
+        stale = without(stale, r);
+    }
+    false
+}
+
+/// The weights, input, shared expert, routed sum and output of a sigmoid-gated shared expert's
+/// sum at the head of `calls` (`out = moe + sh · sigmoid(w · x)` per row: a one-output F32
+/// product, its sigmoid, the Mul and the Add), which `bl_gated_add_f32` runs writing only `out`:
+/// taken when no later call reads the three results it skips, and `out` is each input exactly or
+/// meets none of them (each thread writes only indices its row has read).
+fn gated_add_calls(calls: &[OpCall]) -> Option<[TensorRef; 5]> {
+    let [mm, sig, mul, add, rest @ ..] = calls else {
+        return None;
+    };
+    if mm.op != Op::MatMul
+        || mm.n_srcs != 2
+        || sig.op
+            != (Op::Unary {
+                f: UnaryFn::Sigmoid,
+            })
+        || sig.n_srcs != 1
+        || mul.op != Op::Mul
+        || mul.n_srcs != 2
+        || add.op != Op::Add
+        || add.n_srcs != 2
+    {
+        return None;
+    }
+    let (w, x) = (mm.srcs()[0], mm.srcs()[1]);
+    let (k, rows) = (x.ne[0], x.rows());
+    let (ne, one) = ([k, rows, 1, 1], [1, rows, 1, 1]);
+    let other = |c: &OpCall, t: &TensorRef| match (c.srcs()[0] == *t, c.srcs()[1] == *t) {
+        (true, false) => Some(c.srcs()[1]),
+        (false, true) => Some(c.srcs()[0]),
+        _ => None,
+    };
+    let (sh, moe) = (other(mul, &sig.dst)?, other(add, &mul.dst)?);
+    let out = add.dst;
+    let clear =
+        |t: &TensorRef| !meets(t, &out) || (t.buffer == out.buffer && t.offset == out.offset);
+    let holds = w.dtype == DType::F32
+        && w.is_contiguous()
+        && w.ne[0] == k
+        && w.elements() == k
+        && plain(&x, ne)
+        && plain(&mm.dst, one)
+        && sig.srcs()[0] == mm.dst
+        && plain(&sig.dst, one)
+        && [&sh, &mul.dst, &moe, &out]
+            .into_iter()
+            .all(|t| plain(t, ne))
+        && [&x, &sh, &moe].into_iter().all(clear)
+        && (1..=u64::from(u32::MAX)).contains(&rows)
+        && k <= i32::MAX as u64;
+    (holds && !skipped_read_later(&calls[..4], &[out], rest, None)).then_some([w, x, sh, moe, out])
+}
+
+/// Where the calls of a pass start a sigmoid-gated shared expert's sum that the bundles launch as
+/// one kernel (for tests of the graphs and memory plans that must keep these calls in this form).
+pub fn gated_adds(calls: &[OpCall]) -> Vec<usize> {
+    (0..calls.len())
+        .filter(|&i| gated_add_calls(&calls[i..]).is_some())
+        .collect()
 }
 
 /// Whether no range of `a` meets a range of `b`.
@@ -334,13 +467,48 @@ impl Launcher {
                     0
                 }
             }
+            (
+                Op::MatMul,
+                Op::Unary {
+                    f: UnaryFn::Sigmoid,
+                },
+            ) => {
+                let launched = self.gated_add(&addr, calls)?;
+                // The kernel writes only the sum, one of the four results.
+                if launched {
+                    copy = kept(4)?;
+                }
+                if launched {
+                    4
+                } else {
+                    0
+                }
+            }
             (Op::RmsNorm { eps }, Op::Rope(p)) => self.norm_rope(&addr, calls, eps, p)?,
-            (Op::MatMul, Op::MatMul) => match self.matmul_parts(&addr, calls, held)? {
+            (
+                Op::Unary {
+                    f: UnaryFn::Sigmoid,
+                },
+                Op::Add,
+            ) => match self.gdn_step(bufs, calls)? {
                 Some((n, c)) => {
                     copy = c;
                     n
                 }
                 None => 0,
+            },
+            (Op::MatMul, Op::MatMul) => match self.gdn_step(bufs, calls)? {
+                Some((n, c)) => {
+                    copy = c;
+                    n
+                }
+                None => match self.matmul_parts(&addr, calls, held)? {
+                    Some((n, c)) => {
+                        copy = c;
+                        n
+                    }
+                    None => 0,
+                },
             },
             _ => 0,
         };
@@ -819,6 +987,36 @@ impl Launcher {
         let blocks = (n as u64).div_ceil(256).clamp(1, 4096) as u32;
         // SAFETY: the four tensors hold n contiguous f32 each (checked spans).
         unsafe { l.launch(launch_cfg(blocks, 256)) }.map_err(driver_err("bl_unary_mul_f32"))?;
+        Ok(true)
+    }
+
+    /// Launches a sigmoid-gated shared expert's sum (see [`gated_add_calls`]) at the head of
+    /// `calls`, returning whether they formed one.
+    fn gated_add(
+        &self,
+        addr: &dyn Fn(&TensorRef) -> Result<u64, PluginError>,
+        calls: &[OpCall],
+    ) -> Result<bool, PluginError> {
+        let Some([w, x, sh, moe, out]) = gated_add_calls(calls) else {
+            return Ok(false);
+        };
+        let (pw, px, psh, pm, po) = (addr(&w)?, addr(&x)?, addr(&sh)?, addr(&moe)?, addr(&out)?);
+        let k = x.ne[0];
+        // Blocks of 256 threads, each writing a slice of its row when out is not x's memory (a
+        // block would otherwise write x while another of its row reads it).
+        let slices = if meets(&x, &out) { 1 } else { k.div_ceil(256) };
+        let ki = k as i32;
+        let f = self.func("bl_gated_add_f32")?;
+        let mut l = self.args(&f);
+        l.arg(&pw).arg(&px).arg(&psh).arg(&pm).arg(&po).arg(&ki);
+        let launch = LaunchConfig {
+            grid_dim: (x.rows() as u32, slices as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: blocks (row, slice) read their row of k contiguous f32 in each tensor (checked
+        // spans; w holds k) and write their slice of out's row; out meets x only with one slice.
+        unsafe { l.launch(launch) }.map_err(driver_err("bl_gated_add_f32"))?;
         Ok(true)
     }
 

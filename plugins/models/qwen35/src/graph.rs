@@ -143,9 +143,11 @@ fn delta_net(
     let z = g.matmul("z", wgate, x)?;
     let wbeta = g.w(&d.beta)?;
     let beta = g.matmul("beta", wbeta, x)?;
-    let beta = unary(g, "beta_sigmoid", beta, UnaryFn::Sigmoid)?;
     let walpha = g.w(&d.alpha)?;
     let alpha = g.matmul("alpha", walpha, x)?;
+    // From here to the gated output the calls run in this order, which the CUDA bundles launch
+    // as one decode step (kernels/cuda/src/ops/gdn.rs).
+    let beta = unary(g, "beta_sigmoid", beta, UnaryFn::Sigmoid)?;
     let dt = g.w(&d.dt_bias)?;
     let alpha = g.add("alpha_biased", alpha, dt)?;
     let alpha = unary(g, "a_softplus", alpha, UnaryFn::Softplus)?;
@@ -161,9 +163,9 @@ fn delta_net(
         [ch, rows, 1, 1],
     )?;
     let conv = unary(g, "conv_output_silu", conv, UnaryFn::Silu)?;
+    // Each of q and k split out and normed at once (a strided copy and its L2 norm, which kernel
+    // plugins may fuse), then v.
     let q = slice(g, "q_conv", conv, [dk, hk, rows, 1], (dk, ch), 0)?;
-    let k = slice(g, "k_conv", conv, [dk, hk, rows, 1], (dk, ch), dk * hk)?;
-    let v = slice(g, "v_conv", conv, [dv, hv, rows, 1], (dv, ch), 2 * dk * hk)?;
     let q = g.op(
         "q_conv_norm",
         Op::L2Norm { eps: hp.eps },
@@ -171,6 +173,7 @@ fn delta_net(
         DType::F32,
         [dk, hk, rows, 1],
     )?;
+    let k = slice(g, "k_conv", conv, [dk, hk, rows, 1], (dk, ch), dk * hk)?;
     let k = g.op(
         "k_conv_norm",
         Op::L2Norm { eps: hp.eps },
@@ -178,6 +181,7 @@ fn delta_net(
         DType::F32,
         [dk, hk, rows, 1],
     )?;
+    let v = slice(g, "v_conv", conv, [dv, hv, rows, 1], (dv, ch), 2 * dk * hk)?;
     let ss = g.state(ssm_state, "ssm_state");
     let params = DeltaRuleParams {
         n_head_k: s.n_head_k,
