@@ -311,7 +311,8 @@ case "${1:-}" in
     # copy for the output product), the fused step's launches counted under ncu (tiny file and
     # 35B-A3B decode) with the per-token kernel times of the 35B-A3B decode, greedy text on CPU,
     # card and -cmoe, then tg128 on the card and tg64 with every expert on the host (35B-A3B),
-    # this build alternating with PREV (plugins-only dists).
+    # this build alternating with PREV (whole dists: each runs its own binary and plugins).
+    # SKIP_CHECK skips opcheck, SKIP_NCU the kernel counts.
     out=${OUT:-/tmp}
     b="dist/bloomery --plugin-dir dist/plugins"
     m=$(tiny_files)
@@ -326,18 +327,20 @@ case "${1:-}" in
       done
     fi
     for f in "$m/hf.gguf" "$m/qwen35moe-q8_0.gguf" "$h"; do
+      [ -z "${SKIP_NCU:-}" ] || break
       ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-skip "${NCU_SKIP:-0}" \
         --launch-count 3000 $b bench -m "$f" -p 0 -n 2 -r 1 -ngl 99 --no-graphs \
         > "$out/ncu-$(basename "$f").csv" 2> /dev/null || true
       echo "== $(basename "$f") decode kernels (per token: two and the warm-up, so per = 3)"
-      python3 scripts/ncu_summary.py "$out/ncu-$(basename "$f").csv" --per 3 | head -${NCU_ROWS:-30}
+      python3 scripts/ncu_summary.py "$out/ncu-$(basename "$f").csv" --per 3 > "$out/ncu-$(basename "$f").txt"
+      head -n "${NCU_ROWS:-30}" "$out/ncu-$(basename "$f").txt"
     done
     greedy_md5 "hf d qwen35moe-q8_0" "hello world" "-ngl 0" "-ngl 99" "-ngl 99 -cmoe"
     for round in 1 2; do
       for d in ${PREV:-} dist; do
-        echo "== 35B $d $round: $(dist/bloomery --plugin-dir "$d/plugins" bench -m "$h" -p 0 \
+        echo "== 35B $d $round: $("$d/bloomery" --plugin-dir "$d/plugins" bench -m "$h" -p 0 \
           -n 128 -r 3 -ngl 99 2>&1 | tail -1 | awk -F'|' '{printf "%s", $8}') \
-          -cmoe: $(dist/bloomery --plugin-dir "$d/plugins" bench -m "$h" -p 0 -n 64 -r 2 -ngl 99 \
+          -cmoe: $("$d/bloomery" --plugin-dir "$d/plugins" bench -m "$h" -p 0 -n 64 -r 2 -ngl 99 \
           -cmoe --bus-experts 3 2>&1 | grep tg64 | awk -F'|' '{printf "%s", $8}')"
       done
     done

@@ -1,7 +1,8 @@
 //! Routed experts split between a "card" and the host: a synthetic qwen3moe loaded with some
 //! experts on the primary device (here cpu-scalar standing in for the card, so CI exercises the
 //! split without a GPU) and the rest computed by the host's CPU plugin gives the logits of the
-//! unsplit model.
+//! unsplit model, and card work that does not need the host's experts (a shared expert) is queued
+//! between the host's signal and their sum.
 
 mod common;
 
@@ -14,6 +15,8 @@ use bloomery::model::{LoadOptions, LoadedModel};
 use bloomery::plugins::Registry;
 use bloomery::synth::ClassTypes;
 use bloomery::tiering::plan::TierRequest;
+use bloomery_plugin_api::op::Op;
+use bloomery_plugin_api::tensor::OpCall;
 use bloomery_plugin_api::DType;
 
 fn tiny(dir: &tempfile::TempDir, experts: DType) -> PathBuf {
@@ -108,6 +111,20 @@ fn host_experts(m: &LoadedModel) -> Vec<usize> {
         .collect()
 }
 
+/// For each MoE call with host experts in a one-row pass, the card calls between the host's
+/// signal (the last I32 word copied before it) and the call: they run while the host computes.
+fn card_calls_during_host_experts(m: &mut LoadedModel) -> Vec<usize> {
+    let calls = m.pass_calls(1, 1).unwrap();
+    let signal =
+        |c: &OpCall| c.op == Op::Copy && c.dst.dtype == DType::I32 && c.dst.elements() == 1;
+    calls
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| matches!(c.op, Op::MoeExperts(p) if p.expert_map))
+        .map(|(i, _)| i - 1 - calls[..i].iter().rposition(signal).expect("a signal"))
+        .collect()
+}
+
 #[test]
 fn split_experts_give_the_unsplit_logits() {
     for experts in [DType::F32, DType::Q8_0] {
@@ -123,6 +140,8 @@ fn split_experts_give_the_unsplit_logits() {
         };
         let mut m = load(&path, &ncmoe);
         assert_eq!(host_experts(&m), vec![8, 8, 0, 0]);
+        // Nothing of a layer without a shared expert waits between the routing and the experts.
+        assert_eq!(card_calls_during_host_experts(&mut m), vec![0, 0]);
         let rel = max_rel(&run(&mut m), &want);
         assert!(rel < 1e-5, "{experts}: -ncmoe 2 differs by {rel}");
 
@@ -279,6 +298,12 @@ fn a_hybrid_with_split_experts_gives_the_unsplit_logits() {
     ] {
         let mut m = load(&path, &request);
         assert!(host_experts(&m).iter().sum::<usize>() >= 16, "{what}");
+        // The shared expert (gate, up, GLU, down) runs on the card while the host computes.
+        let during = card_calls_during_host_experts(&mut m);
+        assert!(
+            !during.is_empty() && during.iter().all(|&n| n == 4),
+            "{what}: {during:?}"
+        );
         let rel = max_rel(&run(&mut m), &want);
         assert!(rel < 1e-5, "{what} differs by {rel}");
     }

@@ -454,7 +454,20 @@ impl GraphBuilder {
 
     /// Routed experts of the normed input `x` `[n_embd, rows]`: `[n_embd, rows]`.
     pub fn moe_block(&mut self, blk: &MoeBlock<'_>, x: TensorId) -> Result<TensorId, PluginError> {
-        let [n_embd, rows, _, _] = self.ne(x);
+        let route = self.moe_route(blk, x)?;
+        self.moe_experts(blk, x, route)
+    }
+
+    /// The router's choice for `x`: expert ids and their weights, `[k, rows]` each
+    /// (`ffn_moe_topk`, `ffn_moe_weights`). Calls that do not need the experts' sum (a shared
+    /// expert) may come between this and [`GraphBuilder::moe_experts`]: with experts on the
+    /// host they run on the card while the host computes.
+    pub fn moe_route(
+        &mut self,
+        blk: &MoeBlock<'_>,
+        x: TensorId,
+    ) -> Result<(TensorId, TensorId), PluginError> {
+        let rows = self.ne(x)[1];
         let k = u64::from(blk.route.k);
         let router = self.w(blk.router)?;
         let logits = self.matmul("ffn_moe_logits", router, x)?;
@@ -476,6 +489,18 @@ impl GraphBuilder {
             DType::F32,
             [k, rows, 1, 1],
         )?;
+        Ok((ids, weights))
+    }
+
+    /// The routed experts' weighted sum for `x` and the router's choice `(ids, weights)`
+    /// (`ffn_moe_out`).
+    pub fn moe_experts(
+        &mut self,
+        blk: &MoeBlock<'_>,
+        x: TensorId,
+        (ids, weights): (TensorId, TensorId),
+    ) -> Result<TensorId, PluginError> {
+        let [n_embd, rows, _, _] = self.ne(x);
         let gate = self.w(blk.gate)?;
         let down = self.w(blk.down)?;
         let n_ff = blk.down.ne[0];

@@ -101,6 +101,18 @@ enum Replay {
     Eager,
 }
 
+/// Whether `a` and `b` share a byte (a tensor without a layout shares its whole buffer).
+fn shares_bytes(a: &TensorRef, b: &TensorRef) -> bool {
+    let range = |t: &TensorRef| {
+        (
+            t.offset,
+            t.offset + t.span_bytes().unwrap_or(u64::MAX - t.offset),
+        )
+    };
+    let ((s1, e1), (s2, e2)) = (range(a), range(b));
+    a.buffer == b.buffer && s1 < e2 && s2 < e1
+}
+
 /// A prepared graph.
 pub struct Executor {
     /// The shape it was built for.
@@ -283,8 +295,10 @@ impl Executor {
                 ExecError::BadGraph(format!("tensor {t} is used but never produced"))
             })
         };
-        let mut calls = Vec::with_capacity(graph.nodes.len());
+        let mut calls: Vec<OpCall> = Vec::with_capacity(graph.nodes.len());
         let mut hosted = Vec::new();
+        // Where the calls after the last hosted MoE call (and its adds) begin.
+        let mut after_hosted = 0;
         let mut streamed = Vec::new();
         let stream = shape.n_rows >= STREAM_MIN_ROWS;
         for node in graph.nodes.iter() {
@@ -312,6 +326,7 @@ impl Executor {
                         _ => None,
                     });
             let mut adds = Vec::new();
+            let hosted_before = hosted.len();
             if let (Op::MoeExperts(_), Some(tier), Some(w)) = (node.op, bind.tier, first_stack) {
                 match tier.layer(w) {
                     Some((_, layer)) if stream => {
@@ -319,9 +334,18 @@ impl Executor {
                         streamed.push((calls.len(), stream_moe(tier, layer, set, &mut call)?));
                     }
                     Some((i, layer)) => {
+                        // The packing and its signal go right after the last call writing the
+                        // MoE call's inputs: calls after that (a shared expert) run on the card
+                        // while the host computes its experts.
+                        let floor = after_hosted;
+                        let inputs = [call.srcs[0], call.srcs[1], call.srcs[2]];
+                        let pack_at = calls[floor..]
+                            .iter()
+                            .rposition(|c| inputs.iter().any(|t| shares_bytes(&c.dst, t)))
+                            .map_or(floor, |p| floor + p + 1);
                         let at = calls.len() + PACK_CALLS;
                         let (h, around) = host_moe(device, tier, (i, layer), &mut call, at)?;
-                        calls.extend(around.pack);
+                        calls.splice(pack_at..pack_at, around.pack);
                         adds = around.adds;
                         hosted.push(h);
                     }
@@ -330,6 +354,9 @@ impl Executor {
             }
             calls.push(call);
             calls.extend(adds);
+            if hosted.len() > hosted_before {
+                after_hosted = calls.len();
+            }
         }
         let outputs = graph
             .outputs

@@ -248,8 +248,11 @@ fn ffn(
                 glu: GluKind::SwiGlu,
                 limit: 0.0,
             };
-            let moe = g.moe_block(&blk, x)?;
+            // The shared expert between the routing and the routed experts: with those on the
+            // host it runs on the card meanwhile.
+            let route = g.moe_route(&blk, x)?;
             let sh = swiglu(g, &e.sh_gate, &e.sh_up, &e.sh_down, "ffn_shexp_")?;
+            let moe = g.moe_experts(&blk, x, route)?;
             let sgw = g.w(&e.shared_gate)?;
             let sg = g.matmul("shared_expert_gate", sgw, x)?;
             let sg = unary(g, "shared_expert_gate_sigmoid", sg, UnaryFn::Sigmoid)?;
