@@ -1,6 +1,7 @@
-//! A Gated DeltaNet mixer's decode step in two launches instead of thirteen: the fifteen calls
-//! from β's sigmoid to the gated output, in the order the qwen35 graph emits them, when every
-//! segment of the batch is shorter than the delta rule's chunk. `bl_conv_causal_step` forms the
+//! A Gated DeltaNet mixer's decode step in two launches instead of about fifteen: the seventeen
+//! calls from β's and α's products (the fifteen from β's sigmoid when the kernel cannot form
+//! those) to the gated output, in the order the qwen35 graph emits them, when every segment of
+//! the batch is shorter than the delta rule's chunk. `bl_conv_causal_step` forms the
 //! conv's outputs in the scratch and updates the conv state; `bl_gdn_step` (cu/recurrent.cuh)
 //! does the rest per (row, value head) and writes the result to the scratch as well: only its Q8_1
 //! copy when the next call is a quantized product of it, else as f32, copied to the output after.
