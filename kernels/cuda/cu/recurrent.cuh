@@ -1,7 +1,6 @@
 // Sequence-state kernels of the hybrid linear-attention models (Qwen3.5/3.6 GDN layers): the causal
 // depthwise conv and the gated delta rule, each with a per-slot state updated in place, and a GDN
-// mixer's decode step as two kernels. Included by kernels.cu after its helpers (common.cuh, and
-// router.cuh's split_dot).
+// mixer's decode step as two kernels. Included by kernels.cu after its helpers (common.cuh).
 //
 // Rows of one sequence are consecutive with increasing positions: row r continues row r - 1 when
 // both name the same slot and pos[r] == pos[r - 1] + 1. Every other row starts a segment, which
@@ -342,17 +341,64 @@ static __device__ __forceinline__ double gdn_sum(double s) {
 
 #define GDN_MAX_D 128
 
+// Sums two doubles and two floats over the block in one pass (each warp's sums, then warp 0 adds
+// the warps' in order) and gives every thread the totals; its last barrier lets the next sums
+// write after every thread has read these.
+static __device__ void gdn_sums(double& d0, double& d1, float& f0, float& f1) {
+    __shared__ double dp[1024 / WARP][2];
+    __shared__ float fp[1024 / WARP][2];
+    const int lane = threadIdx.x & (WARP - 1), warp = threadIdx.x / WARP;
+#pragma unroll
+    for (int o = WARP / 2; o > 0; o >>= 1) {
+        d0 += __shfl_xor_sync(0xffffffffu, d0, o);
+        d1 += __shfl_xor_sync(0xffffffffu, d1, o);
+        f0 += __shfl_xor_sync(0xffffffffu, f0, o);
+        f1 += __shfl_xor_sync(0xffffffffu, f1, o);
+    }
+    if (lane == 0) {
+        dp[warp][0] = d0;
+        dp[warp][1] = d1;
+        fp[warp][0] = f0;
+        fp[warp][1] = f1;
+    }
+    __syncthreads();
+    if (warp == 0) {
+        const bool in = lane < (int)(blockDim.x / WARP);
+        double a = in ? dp[lane][0] : 0.0, b = in ? dp[lane][1] : 0.0;
+        float c = in ? fp[lane][0] : 0.0f, e = in ? fp[lane][1] : 0.0f;
+#pragma unroll
+        for (int o = WARP / 2; o > 0; o >>= 1) {
+            a += __shfl_xor_sync(0xffffffffu, a, o);
+            b += __shfl_xor_sync(0xffffffffu, b, o);
+            c += __shfl_xor_sync(0xffffffffu, c, o);
+            e += __shfl_xor_sync(0xffffffffu, e, o);
+        }
+        if (lane == 0) {
+            dp[0][0] = a;
+            dp[0][1] = b;
+            fp[0][0] = c;
+            fp[0][1] = e;
+        }
+    }
+    __syncthreads();
+    d0 = dp[0][0];
+    d1 = dp[0][1];
+    f0 = fp[0][0];
+    f1 = fp[0][1];
+    __syncthreads();
+}
+
 // Grid (row, value head), DR_GROUP threads per state column (blockDim = DR_GROUP * dv): block h
 // owns head h's state columns.
 // beta_in and alpha_in are [hv, rows]; or, with wb given, each block forms its head's two from
-// x ([n_embd, rows]) and the F32 weights wb and wa ([n_embd, hv]) as bl_matmul_f32_split does.
+// x ([n_embd, rows]) and the F32 weights wb and wa ([n_embd, hv]), every thread a share of each.
 template <int E>
 static __device__ void gdn_step(const float* conv, const float* beta_in, const float* alpha_in, const float* x,
                                 const float* wb, const float* wa, int n_embd, const float* dt, const float* a,
                                 const float* z, const float* norm_w, float* state, const int* slots, const int* pos,
                                 float* out, uint8_t* q, int hk, int hv, int dk, int dv, int rows, int n_slots,
                                 float l2_eps, float rms_eps, float scale, float beta_scale, int* err) {
-    __shared__ float qs[GDN_MAX_D], ks[GDN_MAX_D], ys[GDN_MAX_D], raw[2];
+    __shared__ float qs[GDN_MAX_D], ks[GDN_MAX_D], ys[GDN_MAX_D];
     const int r0 = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     if (continues(slots, pos, r0)) return;
     if (bad_row(slots, pos, r0, n_slots)) {
@@ -373,6 +419,8 @@ static __device__ void gdn_step(const float* conv, const float* beta_in, const f
     }
     for (int r = r0; r < end; ++r) {
         const float* cr = conv + (long long)r * ch;
+        // q and k (SiLU, squares summed in f64) and, with wb, both products' partial sums, all
+        // reduced at once; its barriers also publish qs and ks.
         double sq = 0.0, sk = 0.0;
         for (int i = tid; i < dk; i += blockDim.x) {
             const float qv = silu_f(cr[kh * dk + i]), kv = silu_f(cr[(hk + kh) * dk + i]);
@@ -381,27 +429,21 @@ static __device__ void gdn_step(const float* conv, const float* beta_in, const f
             sq += (double)qv * (double)qv;
             sk += (double)kv * (double)kv;
         }
-        // The sums' barriers also publish qs and ks.
-        const float qinv = (float)(1.0 / sqrt(gdn_sum(sq) + (double)l2_eps));
-        const float kinv = (float)(1.0 / sqrt(gdn_sum(sk) + (double)l2_eps));
-        const long long hr = (long long)r * hv + h;
-        float braw, araw;
+        float pb = 0.0f, pa = 0.0f;
         if (wb) {
-            // split_dot's result reaches thread 0; the barriers also keep the second call's
-            // partial sums from overwriting the first's before thread 0 has read them.
             const float* xr = x + (long long)r * n_embd;
-            const float tb = split_dot(wb + (long long)h * n_embd, xr, n_embd);
-            if (tid == 0) raw[0] = tb;
-            __syncthreads();
-            const float ta = split_dot(wa + (long long)h * n_embd, xr, n_embd);
-            if (tid == 0) raw[1] = ta;
-            __syncthreads();
-            braw = raw[0];
-            araw = raw[1];
-        } else {
-            braw = beta_in[hr];
-            araw = alpha_in[hr];
+            const float *wbr = wb + (long long)h * n_embd, *war = wa + (long long)h * n_embd;
+            for (int i = tid; i < n_embd; i += blockDim.x) {
+                const float xv = xr[i];
+                pb += wbr[i] * xv;
+                pa += war[i] * xv;
+            }
         }
+        gdn_sums(sq, sk, pb, pa);
+        const float qinv = (float)(1.0 / sqrt(sq + (double)l2_eps));
+        const float kinv = (float)(1.0 / sqrt(sk + (double)l2_eps));
+        const long long hr = (long long)r * hv + h;
+        const float braw = wb ? pb : beta_in[hr], araw = wb ? pa : alpha_in[hr];
         const float g = expf(softplus_f(araw + dt[h]) * a[h]);
         const float b = beta_scale * sigmoid_f(braw);
         const float vj = silu_f(cr[2 * dk * hk + h * dv + j]);

@@ -12,7 +12,6 @@
 #include <random>
 
 #include "../cu/common.cuh"
-#include "../cu/router.cuh"
 #include "../cu/recurrent.cuh"
 
 static std::mt19937 rng(7);
