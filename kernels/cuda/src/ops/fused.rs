@@ -165,14 +165,14 @@ fn without(live: Vec<Range>, (b, ws, we): Range) -> Vec<Range> {
 }
 
 /// Whether `t` touches a byte of `live` (a tensor without a layout touches all of its buffer).
-fn reads(t: &TensorRef, live: &[Range]) -> bool {
+fn touches(t: &TensorRef, live: &[Range]) -> bool {
     let (b, s, e) = range(t).unwrap_or((t.buffer, 0, u64::MAX));
     live.iter().any(|&(lb, ls, le)| lb == b && s < le && ls < e)
 }
 
 /// Whether `a` and `b` share a byte.
 fn meets(a: &TensorRef, b: &TensorRef) -> bool {
-    range(b).is_none_or(|r| reads(a, &[r]))
+    range(b).is_none_or(|r| touches(a, &[r]))
 }
 
 /// Whether a call of `later` reads bytes that the calls of `group`, run one by one, would leave
@@ -202,7 +202,10 @@ pub(super) fn skipped_read_later(
         let takes_copy = |u: &TensorRef| {
             i == 0 && copy_of.is_some_and(|o| u.buffer == o.buffer && u.offset == o.offset)
         };
-        if c.srcs().iter().any(|u| !takes_copy(u) && reads(u, &stale)) {
+        if c.srcs()
+            .iter()
+            .any(|u| !takes_copy(u) && touches(u, &stale))
+        {
             return true;
         }
         let Some(r) = range(&c.dst) else {
@@ -473,12 +476,9 @@ impl Launcher {
                     f: UnaryFn::Sigmoid,
                 },
             ) => {
-                let launched = self.gated_add(&addr, calls)?;
-                // The kernel writes only the sum, one of the four results.
-                if launched {
+                if self.gated_add(&addr, calls)? {
+                    // The kernel writes only the sum, one of the four results.
                     copy = kept(4)?;
-                }
-                if launched {
                     4
                 } else {
                     0
@@ -1136,6 +1136,57 @@ mod tests {
         // A product of a reshape of `out` (attention's [dv, heads] output read as one row).
         let heads = tensor(4, DType::F32, [64, 4, 1, 1]);
         assert!(quantized_reader(&heads, &[product]));
+    }
+
+    /// A gated shared expert's sum over 8 values of 2 rows, its output at `out_at` of buffer 1
+    /// (shared expert at 0, routed sum at 256, input at 512; the skipped results in buffer 2).
+    fn gated_sum(out_at: u64) -> Vec<OpCall> {
+        let at = |buffer, offset, ne| TensorRef {
+            offset,
+            ..tensor(buffer, DType::F32, ne)
+        };
+        let (x, sh, moe) = (
+            at(1, 512, [8, 2, 1, 1]),
+            at(1, 0, [8, 2, 1, 1]),
+            at(1, 256, [8, 2, 1, 1]),
+        );
+        let w = tensor(3, DType::F32, [8, 1, 1, 1]);
+        let (logit, gate, gated) = (
+            at(2, 0, [1, 2, 1, 1]),
+            at(2, 64, [1, 2, 1, 1]),
+            at(2, 128, [8, 2, 1, 1]),
+        );
+        vec![
+            OpCall::new(Op::MatMul, &[w, x], logit),
+            OpCall::new(
+                Op::Unary {
+                    f: UnaryFn::Sigmoid,
+                },
+                &[logit],
+                gate,
+            ),
+            OpCall::new(Op::Mul, &[sh, gate], gated),
+            OpCall::new(Op::Add, &[moe, gated], at(1, out_at, [8, 2, 1, 1])),
+        ]
+    }
+
+    #[test]
+    fn a_gated_sum_is_taken_when_its_output_is_an_input_exactly_or_apart() {
+        assert!(gated_add_calls(&gated_sum(1024)).is_some());
+        // Over the shared expert's own memory (each thread reads where it writes)...
+        assert!(gated_add_calls(&gated_sum(0)).is_some());
+        // ...but not shifted against it, where a thread would write another's input.
+        assert!(gated_add_calls(&gated_sum(4)).is_none());
+        // Nor when a later call reads the sigmoid it skips.
+        let mut calls = gated_sum(1024);
+        let gate = calls[1].dst;
+        calls.push(OpCall::new(
+            Op::Add,
+            &[gate, gate],
+            tensor(4, DType::F32, gate.ne),
+        ));
+        assert!(gated_add_calls(&calls).is_none());
+        assert_eq!(gated_adds(&gated_sum(1024)), vec![0]);
     }
 
     #[test]
