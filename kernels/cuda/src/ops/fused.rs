@@ -475,15 +475,14 @@ impl Launcher {
                 Op::Unary {
                     f: UnaryFn::Sigmoid,
                 },
-            ) => {
-                if self.gated_add(&addr, calls)? {
-                    // The kernel writes only the sum, one of the four results.
+            ) => match self.gated_add(&addr, calls)? {
+                // The kernel writes only the sum, one of the four results.
+                true => {
                     copy = kept(4)?;
                     4
-                } else {
-                    0
                 }
-            }
+                false => 0,
+            },
             (Op::RmsNorm { eps }, Op::Rope(p)) => self.norm_rope(&addr, calls, eps, p)?,
             (
                 Op::Unary {
