@@ -341,13 +341,8 @@ static __device__ __forceinline__ double gdn_sum(double s) {
 
 #define GDN_MAX_D 128
 
-// Sums two doubles and two floats over the block in one pass (each warp's sums, then warp 0 adds
-// the warps' in order) and gives every thread the totals; its last barrier lets the next sums
-// write after every thread has read these.
-static __device__ void gdn_sums(double& d0, double& d1, float& f0, float& f1) {
-    __shared__ double dp[1024 / WARP][2];
-    __shared__ float fp[1024 / WARP][2];
-    const int lane = threadIdx.x & (WARP - 1), warp = threadIdx.x / WARP;
+// Each of the four summed over the warp, every lane getting the sums.
+static __device__ __forceinline__ void warp_sums(double& d0, double& d1, float& f0, float& f1) {
 #pragma unroll
     for (int o = WARP / 2; o > 0; o >>= 1) {
         d0 += __shfl_xor_sync(0xffffffffu, d0, o);
@@ -355,6 +350,16 @@ static __device__ void gdn_sums(double& d0, double& d1, float& f0, float& f1) {
         f0 += __shfl_xor_sync(0xffffffffu, f0, o);
         f1 += __shfl_xor_sync(0xffffffffu, f1, o);
     }
+}
+
+// Sums two doubles and two floats over the block in one pass (each warp's sums, then warp 0 adds
+// the warps' in order) and gives every thread the totals; its last barrier lets the next sums
+// write after every thread has read these.
+static __device__ void gdn_sums(double& d0, double& d1, float& f0, float& f1) {
+    __shared__ double dp[1024 / WARP][2];
+    __shared__ float fp[1024 / WARP][2];
+    const int lane = threadIdx.x & (WARP - 1), warp = threadIdx.x / WARP;
+    warp_sums(d0, d1, f0, f1);
     if (lane == 0) {
         dp[warp][0] = d0;
         dp[warp][1] = d1;
@@ -366,13 +371,7 @@ static __device__ void gdn_sums(double& d0, double& d1, float& f0, float& f1) {
         const bool in = lane < (int)(blockDim.x / WARP);
         double a = in ? dp[lane][0] : 0.0, b = in ? dp[lane][1] : 0.0;
         float c = in ? fp[lane][0] : 0.0f, e = in ? fp[lane][1] : 0.0f;
-#pragma unroll
-        for (int o = WARP / 2; o > 0; o >>= 1) {
-            a += __shfl_xor_sync(0xffffffffu, a, o);
-            b += __shfl_xor_sync(0xffffffffu, b, o);
-            c += __shfl_xor_sync(0xffffffffu, c, o);
-            e += __shfl_xor_sync(0xffffffffu, e, o);
-        }
+        warp_sums(a, b, c, e);
         if (lane == 0) {
             dp[0][0] = a;
             dp[0][1] = b;
