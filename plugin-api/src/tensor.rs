@@ -70,6 +70,17 @@ impl TensorRef {
         }
         Some(end)
     }
+
+    /// Whether `self` and `other` share a byte of one buffer (a tensor without a valid layout is
+    /// taken to cover all of its buffer).
+    pub fn shares_bytes(&self, other: &TensorRef) -> bool {
+        let bytes = |t: &TensorRef| {
+            t.span_bytes()
+                .map_or((0, u64::MAX), |n| (t.offset, t.offset.saturating_add(n)))
+        };
+        let ((s1, e1), (s2, e2)) = (bytes(self), bytes(other));
+        self.buffer == other.buffer && s1 < e2 && s2 < e1
+    }
 }
 
 /// The most sources an op takes.
@@ -129,5 +140,28 @@ mod tests {
         assert!(t.is_contiguous());
         assert_eq!(t.span_bytes(), Some(1728));
         assert_eq!(t.rows(), 6);
+    }
+
+    #[test]
+    fn shared_bytes_need_one_buffer_and_overlapping_spans() {
+        let f32 = |buffer, offset, n| TensorRef {
+            buffer,
+            offset,
+            dtype: DType::F32,
+            ne: [n, 1, 1, 1],
+            nb: TensorRef::contiguous_strides(DType::F32, [n, 1, 1, 1]).unwrap(),
+        };
+        let a = f32(1, 64, 16);
+        assert!(a.shares_bytes(&f32(1, 124, 4)));
+        assert!(!a.shares_bytes(&f32(1, 128, 4)));
+        assert!(!a.shares_bytes(&f32(1, 0, 16)));
+        assert!(!a.shares_bytes(&f32(2, 64, 16)));
+        // Without a layout (a row of Q4_K that is not whole blocks), the whole buffer.
+        let odd = TensorRef {
+            dtype: DType::Q4_K,
+            ne: [100, 1, 1, 1],
+            ..f32(1, 4096, 1)
+        };
+        assert!(odd.shares_bytes(&a) && a.shares_bytes(&odd));
     }
 }

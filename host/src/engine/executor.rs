@@ -101,18 +101,6 @@ enum Replay {
     Eager,
 }
 
-/// Whether `a` and `b` share a byte (a tensor without a layout shares its whole buffer).
-fn shares_bytes(a: &TensorRef, b: &TensorRef) -> bool {
-    let range = |t: &TensorRef| {
-        (
-            t.offset,
-            t.offset + t.span_bytes().unwrap_or(u64::MAX - t.offset),
-        )
-    };
-    let ((s1, e1), (s2, e2)) = (range(a), range(b));
-    a.buffer == b.buffer && s1 < e2 && s2 < e1
-}
-
 /// A prepared graph.
 pub struct Executor {
     /// The shape it was built for.
@@ -341,7 +329,7 @@ impl Executor {
                         let inputs = [call.srcs[0], call.srcs[1], call.srcs[2]];
                         let pack_at = calls[floor..]
                             .iter()
-                            .rposition(|c| inputs.iter().any(|t| shares_bytes(&c.dst, t)))
+                            .rposition(|c| inputs.iter().any(|t| c.dst.shares_bytes(t)))
                             .map_or(floor, |p| floor + p + 1);
                         let at = calls.len() + PACK_CALLS;
                         let (h, around) = host_moe(device, tier, (i, layer), &mut call, at)?;

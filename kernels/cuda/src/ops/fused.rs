@@ -170,11 +170,6 @@ fn touches(t: &TensorRef, live: &[Range]) -> bool {
     live.iter().any(|&(lb, ls, le)| lb == b && s < le && ls < e)
 }
 
-/// Whether `a` and `b` share a byte.
-fn meets(a: &TensorRef, b: &TensorRef) -> bool {
-    range(b).is_none_or(|r| touches(a, &[r]))
-}
-
 /// Whether a call of `later` reads bytes that the calls of `group`, run one by one, would leave
 /// holding a result the fused kernels do not write (every result not in `written`), before a call
 /// writes over them. Reads of `copy_of` by the first later call do not count: it takes that
@@ -250,7 +245,7 @@ fn gated_add_calls(calls: &[OpCall]) -> Option<[TensorRef; 5]> {
     let (sh, moe) = (other(mul, &sig.dst)?, other(add, &mul.dst)?);
     let out = add.dst;
     let clear =
-        |t: &TensorRef| !meets(t, &out) || (t.buffer == out.buffer && t.offset == out.offset);
+        |t: &TensorRef| !t.shares_bytes(&out) || (t.buffer == out.buffer && t.offset == out.offset);
     let holds = w.dtype == DType::F32
         && w.is_contiguous()
         && w.ne[0] == k
@@ -489,14 +484,14 @@ impl Launcher {
                     f: UnaryFn::Sigmoid,
                 },
                 Op::Add,
-            ) => match self.gdn_step(bufs, calls)? {
+            ) => match self.gdn_step(&addr, calls)? {
                 Some((n, c)) => {
                     copy = c;
                     n
                 }
                 None => 0,
             },
-            (Op::MatMul, Op::MatMul) => match self.gdn_step(bufs, calls)? {
+            (Op::MatMul, Op::MatMul) => match self.gdn_step(&addr, calls)? {
                 Some((n, c)) => {
                     copy = c;
                     n
@@ -1003,7 +998,11 @@ impl Launcher {
         let k = x.ne[0];
         // Blocks of 256 threads, each writing a slice of its row when out is not x's memory (a
         // block would otherwise write x while another of its row reads it).
-        let slices = if meets(&x, &out) { 1 } else { k.div_ceil(256) };
+        let slices = if x.shares_bytes(&out) {
+            1
+        } else {
+            k.div_ceil(256)
+        };
         let ki = k as i32;
         let f = self.func("bl_gated_add_f32")?;
         let mut l = self.args(&f);

@@ -15,7 +15,7 @@ use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::{result, LaunchConfig};
 
 use super::fused::{plain, skipped_read_later};
-use super::{driver_err, quantized_reader, Buffers, Launcher, Quantized};
+use super::{driver_err, quantized_reader, Launcher, Quantized};
 
 /// Calls of the group from β's sigmoid on (two more when the kernel forms β and α itself).
 const CALLS: usize = 15;
@@ -54,6 +54,10 @@ pub(super) struct GdnGroup {
     /// Calls the group covers.
     calls: usize,
     p: DeltaRuleParams,
+    /// Key heads, value heads, key and value head dims; rows; the conv's channels.
+    dims: [u64; 4],
+    rows: u64,
+    ch: u64,
     l2_eps: f32,
     rms_eps: f32,
     /// Only the Q8_1 copy of `out` is written: the next call, a quantized product, is its only
@@ -89,14 +93,7 @@ fn products(calls: &[OpCall]) -> Option<[TensorRef; 3]> {
 /// The group at the head of `calls`, when the calls form one the kernels take: from β's and α's
 /// products when the kernel can form them, else from β's sigmoid.
 pub(super) fn find(calls: &[OpCall]) -> Option<GdnGroup> {
-    match products(calls) {
-        Some(p) => {
-            let g = find_after(calls, Some(p))?;
-            // The products make the sigmoid's and the Add's inputs.
-            (calls[2].srcs()[0] == calls[0].dst && calls[3].srcs()[0] == calls[1].dst).then_some(g)
-        }
-        None => find_after(calls, None),
-    }
+    find_after(calls, products(calls))
 }
 
 /// The group of `calls`: β's sigmoid first, or (with `products`) third after the two products.
@@ -251,9 +248,9 @@ fn find_after(calls: &[OpCall], products: Option<[TensorRef; 3]>) -> Option<GdnG
     ) {
         return None;
     }
+    // The products make the sigmoid's and the Add's inputs: hv outputs over rows rows.
     if let Some([wb, _, x]) = products {
-        // hv outputs over the input of rows rows.
-        if wb.ne[1] != hv || x.rows() != rows {
+        if calls[0].dst != beta || calls[1].dst != alpha || wb.ne[1] != hv || x.rows() != rows {
             return None;
         }
     }
@@ -275,6 +272,9 @@ fn find_after(calls: &[OpCall], products: Option<[TensorRef; 3]>) -> Option<GdnG
         products,
         calls: before + CALLS,
         p,
+        dims: [hk, hv, dk, dv],
+        rows,
+        ch,
         l2_eps,
         rms_eps,
         copy_only,
@@ -305,27 +305,15 @@ impl Launcher {
     /// calls taken and the Q8_1 copy the scratch then holds.
     pub(super) fn gdn_step(
         &self,
-        bufs: &dyn Buffers,
+        addr: &dyn Fn(&TensorRef) -> Result<u64, PluginError>,
         calls: &[OpCall],
     ) -> Result<Option<(usize, Option<Quantized>)>, PluginError> {
         let Some(g) = find(calls) else {
             return Ok(None);
         };
-        let addr = |t: &TensorRef| -> Result<u64, PluginError> {
-            let span = t
-                .span_bytes()
-                .ok_or_else(|| PluginError::invalid("a GDN step's tensor has no layout"))?;
-            bufs.address(t.buffer, t.offset, span)
-        };
         let p = g.p;
-        let (hk, hv, dk, dv) = (
-            u64::from(p.n_head_k),
-            u64::from(p.n_head_v),
-            u64::from(p.dk),
-            u64::from(p.dv),
-        );
-        let rows = g.slots.elements();
-        let ch = 2 * dk * hk + dv * hv;
+        let [hk, hv, dk, dv] = g.dims;
+        let (rows, ch) = (g.rows, g.ch);
         // The scratch: the result (its Q8_1 copy, or f32), then the conv's outputs.
         let nblocks = g.out.elements() / 32;
         let out_bytes = g.out.elements() * 4;
@@ -404,9 +392,10 @@ impl Launcher {
             shared_mem_bytes: 0,
         };
         // SAFETY: block (row, head) reads its segment's rows of the conv outputs (scratch), β and
-        // α (or the products' input and its head's weight rows), z and the per-head weights, and writes its rows and head of the result (scratch, before
-        // the conv outputs); each (slot, head) of the state belongs to one block; slots are
-        // checked on the card before it is touched.
+        // α (or the products' input and its head's weight rows), z and the per-head weights, and
+        // writes its rows and head of the result (scratch, before the conv outputs); each (slot,
+        // head) of the state belongs to one block; slots are checked on the card before it is
+        // touched.
         unsafe { l.launch(launch) }.map_err(driver_err("bl_gdn_step"))?;
         let pout = addr(&g.out)?;
         if g.copy_only {
