@@ -1,7 +1,9 @@
 //! The qwen35 graphs, as planned for a pass, keep the calls the CUDA bundles launch as fewer
 //! kernels in the form those kernels take: each Gated DeltaNet mixer's decode step
 //! (`bloomery_kernels_cuda::ops::gdn_steps`, two launches instead of thirteen) and each
-//! sigmoid-gated shared expert's sum (`gated_adds`, one instead of four). A reordered graph or a
+//! sigmoid-gated shared expert's sum (`gated_adds`, one instead of four), and in decode passes
+//! each shared expert with its routed experts (`shared_moes`: the shared expert a slot of the
+//! routed kernels, its gated sum in their down kernel). A reordered graph or a
 //! memory plan that lets a skipped result be read later would silently fall back to the separate
 //! launches. Checked on the calls the CPU device receives, which are the calls any kernel plugin
 //! receives.
@@ -13,7 +15,7 @@ use common::{plugin_dir, tiny_of};
 use bloomery::model::{LoadOptions, LoadedModel};
 use bloomery::plugins::Registry;
 use bloomery::synth::ClassTypes;
-use bloomery_kernels_cuda::ops::{gated_adds, gdn_steps};
+use bloomery_kernels_cuda::ops::{gated_adds, gdn_steps, shared_moes};
 use bloomery_plugin_api::DType;
 
 /// DeltaNet layers of the tiny presets (three of their four layers).
@@ -22,8 +24,12 @@ const GDN_LAYERS: usize = 3;
 const LAYERS: usize = 4;
 
 fn load(arch: &str, dir: &tempfile::TempDir, dense: DType) -> LoadedModel {
+    load_typed(arch, dir, DType::F32, dense)
+}
+
+fn load_typed(arch: &str, dir: &tempfile::TempDir, experts: DType, dense: DType) -> LoadedModel {
     let types = ClassTypes {
-        experts: DType::F32,
+        experts,
         attention: dense,
         embedding: DType::F32,
         output: DType::F32,
@@ -78,4 +84,30 @@ fn every_shared_expert_sum_is_one_kernel() {
             assert_eq!(found.len(), sums, "{arch} {rows} rows: {found:?}");
         }
     }
+}
+
+#[test]
+fn every_decode_shared_expert_joins_its_routed_experts() {
+    for experts in [DType::Q8_0, DType::Q4_K] {
+        for (arch, layers) in [("qwen35moe", LAYERS), ("qwen35", 0)] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut m = load_typed(arch, &dir, experts, DType::Q8_0);
+            for rows in [1, 4, 15] {
+                let found = shared_moes(&m.pass_calls(rows, rows).unwrap());
+                assert_eq!(
+                    found.len(),
+                    layers,
+                    "{arch} {experts} {rows} rows: {found:?}"
+                );
+            }
+            // A prompt for the tiled products keeps the calls apart, but for its last layer,
+            // which runs only the output row.
+            let found = shared_moes(&m.pass_calls(16, 1).unwrap());
+            assert_eq!(found.len(), layers.min(1), "{arch} {experts}: {found:?}");
+        }
+    }
+    // F32 stacks have no pair form.
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = load("qwen35moe", &dir, DType::Q8_0);
+    assert!(shared_moes(&m.pass_calls(1, 1).unwrap()).is_empty());
 }

@@ -410,6 +410,8 @@ static __device__ void gdn_step(const float* conv, const float* beta_in, const f
     const int j = tid / DR_GROUP, l = tid % DR_GROUP;
     float* sc = state + (long long)slots[r0] * dk * dv * hv + ((long long)h * dv + j) * dk;
     const bool fresh = pos[r0] == 0;
+    // The state, and the first row's shares of beta's and alpha's products, are read before
+    // waiting on the previous kernel (the conv step, which writes neither them nor x).
     float s[E];
 #pragma unroll
     for (int e = 0; e < E; ++e) {
@@ -417,17 +419,7 @@ static __device__ void gdn_step(const float* conv, const float* beta_in, const f
         s[e] = !fresh && i < dk ? sc[i] : 0.0f;
     }
     for (int r = r0; r < end; ++r) {
-        const float* cr = conv + (long long)r * ch;
-        // q and k (SiLU, squares summed in f64) and, with wb, both products' partial sums, all
-        // reduced at once; its barriers also publish qs and ks.
-        double sq = 0.0, sk = 0.0;
-        for (int i = tid; i < dk; i += blockDim.x) {
-            const float qv = silu_f(cr[kh * dk + i]), kv = silu_f(cr[(hk + kh) * dk + i]);
-            qs[i] = qv;
-            ks[i] = kv;
-            sq += (double)qv * (double)qv;
-            sk += (double)kv * (double)kv;
-        }
+        // With wb, this thread's shares of both products.
         float pb = 0.0f, pa = 0.0f;
         if (wb) {
             const float* xr = x + (long long)r * n_embd;
@@ -437,6 +429,18 @@ static __device__ void gdn_step(const float* conv, const float* beta_in, const f
                 pb += wbr[i] * xv;
                 pa += war[i] * xv;
             }
+        }
+        if (r == r0) KERNEL_ENTRY();
+        const float* cr = conv + (long long)r * ch;
+        // q and k (SiLU, squares summed in f64), reduced at once with the products' shares; its
+        // barriers also publish qs and ks.
+        double sq = 0.0, sk = 0.0;
+        for (int i = tid; i < dk; i += blockDim.x) {
+            const float qv = silu_f(cr[kh * dk + i]), kv = silu_f(cr[(hk + kh) * dk + i]);
+            qs[i] = qv;
+            ks[i] = kv;
+            sq += (double)qv * (double)qv;
+            sk += (double)kv * (double)kv;
         }
         gdn_sums(sq, sk, pb, pa);
         const float qinv = (float)(1.0 / sqrt(sq + (double)l2_eps));
@@ -492,7 +496,8 @@ extern "C" __global__ void __launch_bounds__(1024)
                 const float* wa, int n_embd, const float* dt, const float* a, const float* z, const float* norm_w,
                 float* state, const int* slots, const int* pos, float* out, uint8_t* q, int hk, int hv, int dk,
                 int dv, int rows, int n_slots, float l2_eps, float rms_eps, float scale, float beta_scale, int* err) {
-    KERNEL_ENTRY();
+    // gdn_step waits on the previous kernel (KERNEL_ENTRY) once it has read what that kernel
+    // does not write.
 #define GDN_STEP(E)                                                                                                  \
     gdn_step<E>(conv, beta_in, alpha_in, x, wb, wa, n_embd, dt, a, z, norm_w, state, slots, pos, out, q, hk, hv, dk, \
                 dv, rows, n_slots, l2_eps, rms_eps, scale, beta_scale, err)

@@ -301,11 +301,15 @@ extern "C" __global__ void bl_router_logits_topk(const uint8_t* w, long long w_s
                                                  float* logits, const float* bias, int* ids, float* out, int n_expert,
                                                  int k, int gating, int norm, float norm_min, float scale, int* err,
                                                  int* counters) {
-    KERNEL_ENTRY();
     __shared__ float row[512];
     __shared__ bool last;
     const int j = blockIdx.x % n_expert, r = blockIdx.x / n_expert;
-    const float t = split_dot((const float*)(w + (long long)j * w_stride), x + (long long)r * n_embd, n_embd);
+    const uint8_t* wj = w + (long long)j * w_stride;
+    // The logit's weights into L2 while the previous kernel finishes.
+    for (long long b = (long long)threadIdx.x * 128; b < (long long)n_embd * 4; b += (long long)blockDim.x * 128)
+        prefetch_l2(wj + b);
+    KERNEL_ENTRY();
+    const float t = split_dot((const float*)wj, x + (long long)r * n_embd, n_embd);
     if (threadIdx.x == 0) {
         logits[(long long)r * n_expert + j] = t;
         // The logit is visible before the count that may let another block read it.

@@ -25,11 +25,13 @@ mod attention;
 mod fused;
 mod gdn;
 mod launch;
+mod moe_shared;
 mod recurrent;
 
 pub use fused::gated_adds;
 pub use gdn::gdn_steps;
 pub use launch::Args;
+pub use moe_shared::shared_moes;
 
 /// The quantized weight types the kernels read, with their `wtype` codes in `cu/quant.cuh`.
 pub const QUANT_TYPES: [(DType, i32); 11] = [
@@ -1172,7 +1174,7 @@ impl Launcher {
                     unsafe { l.launch(blocks) }.map_err(driver_err("bl_router_weights"))?;
                 }
             }
-            Op::MoeExperts(p) => self.moe(&addr, &src, c, p, held)?,
+            Op::MoeExperts(p) => self.moe(&addr, &src, c, p, held, None)?,
             other => {
                 return Err(PluginError::unsupported(
                     format!("op {} on the CUDA bundles", other.kind()),
@@ -1257,7 +1259,9 @@ impl Launcher {
     }
 
     /// Routed experts: x quantized once when a stack is Q8_0, gate/up products and the GLU into
-    /// `h`, `h` quantized when down is Q8_0, then the weighted down products.
+    /// `h`, `h` quantized when down is Q8_0, then the weighted down products. With `shared`, a
+    /// sigmoid-gated shared expert joins the decode kernels as one more slot and the gated sum
+    /// goes to its output (ops/moe_shared.rs, which checked that the kernels' forms apply).
     fn moe<'c>(
         &self,
         addr: &dyn Fn(&TensorRef, &str) -> Result<u64, PluginError>,
@@ -1265,6 +1269,7 @@ impl Launcher {
         c: &'c OpCall,
         p: bloomery_plugin_api::op::MoeParams,
         held: Option<Quantized>,
+        shared: Option<&SharedSlot>,
     ) -> Result<(), PluginError> {
         let (x, ids, w, gate) = (src(0)?, src(1)?, src(2)?, src(3)?);
         let (up, down_i) = if p.fused_gate_up {
@@ -1302,9 +1307,11 @@ impl Launcher {
             return Err(PluginError::invalid("MoeExperts shapes"));
         }
         let align = |b: u64| b.div_ceil(256) * 256;
-        if let (Some((_, routed, _)), true) =
-            (self.mmq.kernels(rows), wg >= 1 && wu >= 1 && wd >= 1)
-        {
+        if let (Some((_, routed, _)), true, None) = (
+            self.mmq.kernels(rows),
+            wg >= 1 && wu >= 1 && wd >= 1,
+            shared,
+        ) {
             let stacks = Stacks {
                 x: addr(x, "x")?,
                 ids: addr(ids, "ids")?,
@@ -1336,7 +1343,9 @@ impl Launcher {
         } else {
             0
         };
-        let h_bytes = align(rows * k * n_ff * 4);
+        // Slots of h per row: the shared expert's after the routed ones.
+        let hk = k + u64::from(shared.is_some());
+        let h_bytes = align(rows * hk * n_ff * 4);
         let pd = addr(down, "down")?;
         let (d_row, d_exp) = (down.nb[1] as i64, down.nb[2] as i64);
         // The hidden rows' Q8_1 blocks, in the pair layout the down kernel reads straight from
@@ -1347,9 +1356,27 @@ impl Launcher {
         } else {
             (n_ff / 32) * 36
         };
-        let hq_bytes = if wd >= 1 { align(rows * k * hq_row) } else { 0 };
-        let base = self.scratch(xq_bytes + h_bytes + hq_bytes)?;
+        let hq_bytes = if wd >= 1 {
+            align(rows * hk * hq_row)
+        } else {
+            0
+        };
+        let gs_bytes = if shared.is_some() { align(rows * 4) } else { 0 };
+        let base = self.scratch(xq_bytes + h_bytes + hq_bytes + gs_bytes)?;
         let (xq, h, hq) = (base, base + xq_bytes, base + xq_bytes + h_bytes);
+        // The shared expert's gate logits.
+        let gs = hq + hq_bytes;
+        let names = match shared {
+            Some(sh) => {
+                let forms = (wg == wu && xq_bytes > 0 && hpairs)
+                    .then(|| moe_shared_kernels(wg, wd, sh.wtype))
+                    .flatten();
+                Some(forms.ok_or_else(|| {
+                    PluginError::invalid("a shared expert slot off the kernels' pair forms")
+                })?)
+            }
+            None => None,
+        };
         let px = addr(x, "x")?;
         let cfg = |tasks: u64| LaunchConfig {
             grid_dim: (tasks.div_ceil(WARPS).max(1) as u32, 1, 1),
@@ -1393,11 +1420,12 @@ impl Launcher {
             GluKind::GeGlu => 1,
         };
         let (fused, err) = (i32::from(p.fused_gate_up), self.error_word);
-        let name = if wg == wu {
-            typed(&MOE_GATE_UP, wg)?
-        } else {
-            "bl_moe_gate_up"
+        let name = match names {
+            Some((gate_up, _)) => gate_up,
+            None if wg == wu => typed(&MOE_GATE_UP, wg)?,
+            None => "bl_moe_gate_up",
         };
+        let hki = hk as i32;
         let f = self.func(name)?;
         let mut l = self.args(&f);
         l.arg(&pg)
@@ -1423,13 +1451,26 @@ impl Launcher {
             .arg(&kind)
             .arg(&p.limit)
             .arg(&fused)
+            .arg(&hki)
             .arg(&err);
-        let launch = cfg(rows * k * n_ff);
-        // SAFETY: one warp per (row, expert slot, ff row); expert ids are checked on the card and
-        // every stack row lies inside the stacks' checked spans.
-        unsafe { l.launch(launch) }.map_err(driver_err(name))?;
+        let mut tasks = rows * k * n_ff;
+        if let Some(sh) = shared {
+            l.arg(&sh.gate.0)
+                .arg(&sh.up.0)
+                .arg(&sh.gate.1)
+                .arg(&sh.up.1)
+                .arg(&sh.gate_w)
+                .arg(&sh.x)
+                .arg(&gs);
+            // The shared expert's rows, then a warp per row for its gate's logit.
+            tasks += rows * n_ff + rows;
+        }
+        // SAFETY: one warp per (row, expert slot, ff row), then with a shared expert one per
+        // (row, ff row) and one per row; expert ids are checked on the card, every stack row lies
+        // inside the stacks' checked spans, and h and gs hold hk slots and one logit per row.
+        unsafe { l.launch(cfg(tasks)) }.map_err(driver_err(name))?;
         let (hact, h_row) = if wd >= 1 {
-            let nblocks = rows * k * (n_ff / 32);
+            let nblocks = rows * hk * (n_ff / 32);
             if hpairs {
                 // In the pair layout (nblocks even: n_ff is a multiple of 64 there).
                 let nb = nblocks as i64;
@@ -1447,7 +1488,11 @@ impl Launcher {
         } else {
             (h, (n_ff * 4) as i64)
         };
-        let name = typed(&MOE_DOWN, wd)?;
+        let name = match names {
+            Some((_, down)) => down,
+            None => typed(&MOE_DOWN, wd)?,
+        };
+        let po = shared.map_or(po, |sh| sh.out);
         let f = self.func(name)?;
         let mut l = self.args(&f);
         let hp = i32::from(hpairs);
@@ -1464,13 +1509,52 @@ impl Launcher {
             .arg(&ne)
             .arg(&nf)
             .arg(&ki)
+            .arg(&hki)
             .arg(&ri)
             .arg(&nx)
             .arg(&err);
-        // SAFETY: one warp per (row, output); rows of the down stack inside its checked span.
+        if let Some(sh) = shared {
+            l.arg(&sh.down.0).arg(&sh.down.1).arg(&gs);
+        }
+        // SAFETY: one warp per (row, output); rows of the down stacks inside their checked spans,
+        // hk staged slots of h per row and, with a shared expert, its logits in gs.
         unsafe { l.launch(cfg(rows * n_embd)) }.map_err(driver_err(name))?;
         Ok(())
     }
+}
+
+/// A sigmoid-gated shared expert run as one more slot of the routed experts' decode kernels
+/// (ops/moe_shared.rs): device addresses and row strides of its stacks, their type code, its
+/// gate's F32 weights, the f32 rows that gate reads, and where the whole sum goes.
+struct SharedSlot {
+    gate: (u64, i64),
+    up: (u64, i64),
+    down: (u64, i64),
+    wtype: i32,
+    gate_w: u64,
+    x: u64,
+    out: u64,
+}
+
+/// The gate/up and down kernels with a shared expert slot, for routed gate/up stacks of type
+/// code `gate_up`, a routed down stack of `down` and shared stacks of `shared` (each Q8_0 or
+/// Q4_K, the types with a pair form).
+fn moe_shared_kernels(
+    gate_up: i32,
+    down: i32,
+    shared: i32,
+) -> Option<(&'static str, &'static str)> {
+    const GATE_UP: [[&str; 2]; 2] = [
+        ["bl_moe_gate_up_sh_1_1", "bl_moe_gate_up_sh_1_2"],
+        ["bl_moe_gate_up_sh_2_1", "bl_moe_gate_up_sh_2_2"],
+    ];
+    const DOWN: [[&str; 2]; 2] = [
+        ["bl_moe_down_sh_1_1", "bl_moe_down_sh_1_2"],
+        ["bl_moe_down_sh_2_1", "bl_moe_down_sh_2_2"],
+    ];
+    let at = |t: i32| usize::try_from(t - 1).ok().filter(|&i| i < 2);
+    let (g, d, s) = (at(gate_up)?, at(down)?, at(shared)?);
+    Some((GATE_UP[g][s], DOWN[d][s]))
 }
 
 /// Device addresses of one MoeExperts call: stacks as (pointer, row stride, expert stride, type).

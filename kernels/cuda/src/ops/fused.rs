@@ -216,7 +216,7 @@ pub(super) fn skipped_read_later(
 /// product, its sigmoid, the Mul and the Add), which `bl_gated_add_f32` runs writing only `out`:
 /// taken when no later call reads the three results it skips, and `out` is each input exactly or
 /// meets none of them (each thread writes only indices its row has read).
-fn gated_add_calls(calls: &[OpCall]) -> Option<[TensorRef; 5]> {
+pub(super) fn gated_add_calls(calls: &[OpCall]) -> Option<[TensorRef; 5]> {
     let [mm, sig, mul, add, rest @ ..] = calls else {
         return None;
     };
@@ -496,12 +496,17 @@ impl Launcher {
                     copy = c;
                     n
                 }
-                None => match self.matmul_parts(&addr, calls, held)? {
-                    Some((n, c)) => {
-                        copy = c;
-                        n
-                    }
-                    None => 0,
+                // The shared expert's products start its group with the routed experts; the
+                // group leaves no copy (its output may be over the activations).
+                None => match self.moe_shared(bufs, calls, held)? {
+                    0 => match self.matmul_parts(&addr, calls, held)? {
+                        Some((n, c)) => {
+                            copy = c;
+                            n
+                        }
+                        None => 0,
+                    },
+                    n => n,
                 },
             },
             _ => 0,
