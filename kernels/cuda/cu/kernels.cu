@@ -992,6 +992,11 @@ MATMUL_Q_FEW_M(1, 4)
 MATMUL_Q_FEW_M(2, 1)
 MATMUL_Q_FEW_M(2, 2)
 
+// The warp's index over the grid: a task of the one-warp-per-task kernels.
+static __device__ __forceinline__ long long warp_task() {
+    return (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+}
+
 static __device__ float glu_one(float g, float u, int kind, float limit) {
     if (kind == 1) return gelu_table(g) * u;
     if (limit > 0.0f) {
@@ -1006,15 +1011,15 @@ static __device__ float glu_one(float g, float u, int kind, float limit) {
 // stacks: up rows follow gate rows.
 // WT >= 0: both stacks are of type WT (a compile-time constant); -1: wtype_g and wtype_u.
 template <int WT>
-static __device__ void moe_gate_up(const uint8_t* gate, const uint8_t* up, long long g_row, long long g_exp,
+static __device__ void moe_gate_up(long long task, const uint8_t* gate, const uint8_t* up, long long g_row,
+                                   long long g_exp,
                                    long long u_row, long long u_exp, int wtype_g, int wtype_u, const void* xg,
                                    const void* xu, long long xg_row, long long xu_row, const int* ids, const int* map,
                                    float* h, int n_embd, int n_ff, int k, int rows, int n_expert, int kind, float limit,
                                    int fused, int hk, int* err) {
     if (WT >= 0) wtype_g = wtype_u = WT;
     const int lane = threadIdx.x & (WARP - 1);
-    const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP,
-                    total = (long long)rows * k * n_ff;
+    const long long total = (long long)rows * k * n_ff;
     const int f = (int)(task % n_ff);
     const long long rj = task / n_ff;
     const int r = (int)(rj / k);
@@ -1091,34 +1096,39 @@ static __device__ void moe_gate_up(const uint8_t* gate, const uint8_t* up, long 
 #define MOE_GATE_UP_ENTRY(T)                                                                          \
     extern "C" __global__ void __launch_bounds__(256, 4) bl_moe_gate_up_##T(MOE_GATE_UP_PARAMS) { \
         KERNEL_ENTRY();                                                                               \
-        moe_gate_up<T>(MOE_GATE_UP_ARGS);                                                             \
+        moe_gate_up<T>(warp_task(), MOE_GATE_UP_ARGS);                                                \
     }
 PER_WTYPE(MOE_GATE_UP_ENTRY)
 extern "C" __global__ void bl_moe_gate_up(MOE_GATE_UP_PARAMS) {
     KERNEL_ENTRY();
-    moe_gate_up<-1>(MOE_GATE_UP_ARGS);
+    moe_gate_up<-1>(warp_task(), MOE_GATE_UP_ARGS);
 }
 
 // A sigmoid-gated shared expert as slot k of the routed experts' decode kernels (ops/moe_shared.rs):
-// the routed warps as moe_gate_up<WT> with k + 1 slots of h per row, then one warp per (r, f) for
-// h[(r*(k + 1) + k)*n_ff + f] = glu(sgate[f] . x_r, sup[f] . x_r) (stacks of type ST, pair form,
-// x the routed Q8_1 rows xg), then one warp per row for gs[r] = gw . xf_r (the gate's F32 logit
-// over the f32 rows xf, n_embd values each).
+// first one warp per (r, f) for h[(r*(k + 1) + k)*n_ff + f] = glu(sgate[f] . x_r, sup[f] . x_r)
+// (stacks of type ST, pair form, x the routed Q8_1 rows xg) and one warp per row for gs[r] = gw .
+// xf_r (the gate's F32 logit over the f32 rows xf, n_embd values each), then the routed warps as
+// moe_gate_up<WT> with k + 1 slots of h per row. The shared expert needs no routing: with `early`
+// (the previous kernel was the routing, which writes neither x nor the scratch) its warps form
+// their values before waiting on it and only write after, and the first blocks, theirs, leave
+// early for the routed ones.
 #define MOE_SHARED_PARAMS \
     const uint8_t *sgate, const uint8_t *sup, long long sg_row, long long su_row, const float *gw, const float *xf, \
-        float *gs
+        float *gs, int early
 template <int WT, int ST>
 static __device__ void moe_gate_up_shared(MOE_GATE_UP_PARAMS, MOE_SHARED_PARAMS) {
-    const long long task = (long long)blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP,
-                    routed = (long long)rows * k * n_ff;
-    if (task < routed) {
-        moe_gate_up<WT>(MOE_GATE_UP_ARGS);
+    const long long task = warp_task(), shared = (long long)rows * n_ff + rows;
+    if (task >= shared) {
+        KERNEL_ENTRY();
+        moe_gate_up<WT>(task - shared, MOE_GATE_UP_ARGS);
         return;
     }
+    if (!early) KERNEL_ENTRY();
     const int lane = threadIdx.x & (WARP - 1);
-    const long long t = task - routed;
-    if (t < (long long)rows * n_ff) {
-        const int r = (int)(t / n_ff), f = (int)(t % n_ff);
+    float v;
+    float* dst;
+    if (task < (long long)rows * n_ff) {
+        const int r = (int)(task / n_ff), f = (int)(task % n_ff);
         const uint8_t *grow = sgate + f * sg_row, *urow = sup + f * su_row;
         const uint8_t* xr = (const uint8_t*)xg + r * xg_row;
         float g = 0.0f, u = 0.0f;
@@ -1128,15 +1138,17 @@ static __device__ void moe_gate_up_shared(MOE_GATE_UP_PARAMS, MOE_SHARED_PARAMS)
             g += dot_pair<ST>(gw2, xp);
             u += dot_pair<ST>(uw, xp);
         }
-        const float gv = warp_sum(g), uv = warp_sum(u);
-        if (lane == 0) h[((long long)r * hk + k) * n_ff + f] = glu_one(gv, uv, kind, limit);
-    } else if (t - (long long)rows * n_ff < rows) {
-        const long long r = t - (long long)rows * n_ff;
+        v = glu_one(warp_sum(g), warp_sum(u), kind, limit);
+        dst = h + ((long long)r * hk + k) * n_ff + f;
+    } else {
+        const long long r = task - (long long)rows * n_ff;
         float s = 0.0f;
         for (int i = lane; i < n_embd; i += WARP) s += gw[i] * xf[r * n_embd + i];
-        s = warp_sum(s);
-        if (lane == 0) gs[r] = s;
+        v = warp_sum(s);
+        dst = gs + r;
     }
+    if (early) KERNEL_ENTRY();
+    if (lane == 0) *dst = v;
 }
 
 // Expert slot j's row o of the down stack for row r (ids_r, r's k ids), or null: an id out of
@@ -1302,8 +1314,7 @@ static __device__ void moe_down_shared(MOE_DOWN_PARAMS, const uint8_t* sdown, lo
 #define MOE_SHARED_ENTRY(T, S)                                                                              \
     extern "C" __global__ void __launch_bounds__(256, 4)                                                    \
         bl_moe_gate_up_sh_##T##_##S(MOE_GATE_UP_PARAMS, MOE_SHARED_PARAMS) {                                \
-        KERNEL_ENTRY();                                                                                     \
-        moe_gate_up_shared<T, S>(MOE_GATE_UP_ARGS, sgate, sup, sg_row, su_row, gw, xf, gs);                 \
+        moe_gate_up_shared<T, S>(MOE_GATE_UP_ARGS, sgate, sup, sg_row, su_row, gw, xf, gs, early);          \
     }                                                                                                       \
     extern "C" __global__ void bl_moe_down_sh_##T##_##S(MOE_DOWN_PARAMS, const uint8_t* sdown, long long sd_row, \
                                                         const float* gs) {                                  \

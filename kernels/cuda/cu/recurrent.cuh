@@ -311,7 +311,6 @@ extern "C" __global__ void __launch_bounds__(128)
 extern "C" __global__ void bl_conv_causal_step(const float* x, const float* w, float* state, const int* slots,
                                                const int* pos, float* out, int ch, int taps, int rows, int n_slots,
                                                int* err) {
-    KERNEL_ENTRY();
     const int r0 = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= ch || continues(slots, pos, r0)) return;
     if (bad_row(slots, pos, r0, n_slots)) {
@@ -322,6 +321,11 @@ extern "C" __global__ void bl_conv_causal_step(const float* x, const float* w, f
     while (end < rows && continues(slots, pos, end)) ++end;
     const float* st = state + (long long)slots[r0] * (taps - 1) * ch;
     const float* wc = w + (long long)c * taps;
+    // The taps and the state (no output of the previous kernel, a product writing x) into L2
+    // while that kernel finishes.
+    prefetch_l2(wc);
+    for (int j = 0; j < taps - 1; ++j) prefetch_l2(st + (long long)j * ch + c);
+    KERNEL_ENTRY();
     for (int r = r0; r < end; ++r) {
         const int m = min(r - r0, taps - 1);
         const int p0 = pos[r] - m;

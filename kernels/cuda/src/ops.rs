@@ -325,6 +325,9 @@ pub struct Launcher {
     /// Set by [`Launcher::run_all`] while the attention or RmsNorm being launched has a quantized
     /// reader ([`quantized_reader`]): it then writes the Q8_1 copy of its result as well.
     product_next: AtomicBool,
+    /// Set by [`Launcher::run_all`] while the call before the one being launched is the routing
+    /// (RouterWeights, the last of its calls): the kernel launched before is then the routing's.
+    after_routing: AtomicBool,
     /// Kernels may start before their predecessor ends ([`launch`]): the bundle's kernels wait
     /// for it on the device (sm_90 and up), unless `BLOOMERY_CUDA_PDL=0`.
     overlap: bool,
@@ -487,6 +490,7 @@ impl Launcher {
             mmq: Mmq::from_env(),
             quantized: Mutex::new(None),
             product_next: AtomicBool::new(false),
+            after_routing: AtomicBool::new(false),
             overlap: waits && std::env::var("BLOOMERY_CUDA_PDL").as_deref() != Ok("0"),
             overlap_pass: AtomicBool::new(false),
             smem_optin,
@@ -598,6 +602,8 @@ impl Launcher {
     fn run_calls(&self, bufs: &dyn Buffers, calls: &[OpCall]) -> Result<(), PluginError> {
         let mut i = 0;
         while i < calls.len() {
+            let routed = i > 0 && matches!(calls[i - 1].op, Op::RouterWeights(_));
+            self.after_routing.store(routed, Ordering::Relaxed);
             i += match self.fused(bufs, &calls[i..])? {
                 Some(n) => n,
                 None => {
@@ -1389,7 +1395,8 @@ impl Launcher {
             nblocks,
             q: xq,
         };
-        if xq_bytes > 0 && held != Some(copy) {
+        let quantized_now = xq_bytes > 0 && held != Some(copy);
+        if quantized_now {
             self.quantize_q8_1(px, xq, nblocks)?;
         }
         let act = |t: i32| {
@@ -1454,6 +1461,9 @@ impl Launcher {
             .arg(&hki)
             .arg(&err);
         let mut tasks = rows * k * n_ff;
+        // The shared expert's warps may read x and its copy before waiting only when the kernel
+        // before is the routing, not the quantization just launched.
+        let early = i32::from(shared.is_some_and(|sh| sh.after_routing) && !quantized_now);
         if let Some(sh) = shared {
             l.arg(&sh.gate.0)
                 .arg(&sh.up.0)
@@ -1462,10 +1472,12 @@ impl Launcher {
                 .arg(&sh.gate_w)
                 .arg(&sh.x)
                 .arg(&gs);
-            // The shared expert's rows, then a warp per row for its gate's logit.
+            l.arg(&early);
+            // A warp per (row, ff row) of the shared expert and one per row for its gate's
+            // logit, before the routed warps.
             tasks += rows * n_ff + rows;
         }
-        // SAFETY: one warp per (row, expert slot, ff row), then with a shared expert one per
+        // SAFETY: one warp per (row, expert slot, ff row), with a shared expert after one per
         // (row, ff row) and one per row; expert ids are checked on the card, every stack row lies
         // inside the stacks' checked spans, and h and gs hold hk slots and one logit per row.
         unsafe { l.launch(cfg(tasks)) }.map_err(driver_err(name))?;
@@ -1525,7 +1537,8 @@ impl Launcher {
 
 /// A sigmoid-gated shared expert run as one more slot of the routed experts' decode kernels
 /// (ops/moe_shared.rs): device addresses and row strides of its stacks, their type code, its
-/// gate's F32 weights, the f32 rows that gate reads, and where the whole sum goes.
+/// gate's F32 weights, the f32 rows that gate reads, where the whole sum goes, and what ran
+/// before.
 struct SharedSlot {
     gate: (u64, i64),
     up: (u64, i64),
@@ -1534,6 +1547,9 @@ struct SharedSlot {
     gate_w: u64,
     x: u64,
     out: u64,
+    /// The last kernel launched was the routing's (it writes neither the activations nor the
+    /// scratch).
+    after_routing: bool,
 }
 
 /// The gate/up and down kernels with a shared expert slot, for routed gate/up stacks of type

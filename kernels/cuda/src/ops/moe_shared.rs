@@ -165,6 +165,9 @@ impl Launcher {
             gate_w: addr(&grp.gate_w, "shared expert gate")?,
             x: addr(&grp.x, "x")?,
             out: addr(&grp.out, "dst")?,
+            after_routing: self
+                .after_routing
+                .load(std::sync::atomic::Ordering::Relaxed),
         };
         let src = |i: usize| {
             srcs.get(i)
