@@ -1,8 +1,8 @@
 //! A decode pass's sigmoid-gated shared expert run inside the routed experts' kernels: its gate
 //! and up products, GLU and down product, the routed experts, and the gated sum `moe + sh ·
-//! sigmoid(w · x)` (nine calls, four to seven launches apart) become the routed gate/up kernel
-//! with the shared expert as one more slot (and a warp per row for the gate's logit), the
-//! quantization of the hidden rows, and the down kernel adding the gated slot to the routed sum.
+//! sigmoid(w · x)` (nine calls, seven launches) become three: the routed gate/up kernel with the
+//! shared expert as one more slot (and a warp per row for the gate's logit), the quantization of
+//! the hidden rows, and the down kernel adding the gated slot to the routed sum.
 //! Taken for rows below the tiled products' batch when every stack has a pair form (Q8_0, Q4_K)
 //! and no later call reads the results the kernels skip.
 
