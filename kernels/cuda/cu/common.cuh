@@ -106,3 +106,13 @@ static __device__ __forceinline__ void quantize_quad(float4 y, uint8_t* blk, boo
         *(__half2*)blk = __halves2half2(__float2half_rn(d), __float2half_rn(sum * d));
     }
 }
+
+// GELU (tanh form) as ggml's CPU table computes it: on the f16 rounding of x, result rounded to
+// f16; 0 at or below -10, x at or above 10.
+static __device__ __forceinline__ float gelu_table(float x) {
+    if (x <= -10.0f) return 0.0f;
+    if (x >= 10.0f) return x;
+    const float h = __half2float(__float2half_rn(x));
+    const float y = 0.5f * h * (1.0f + tanhf(0.7978846f * h * (1.0f + 0.044715f * h * h)));
+    return __half2float(__float2half_rn(y));
+}

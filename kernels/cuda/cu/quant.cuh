@@ -404,7 +404,11 @@ static __device__ void stage_row(const uint8_t* x, int nvals, uint8_t* s) {
 // The dynamic shared memory the launch gave the block, in bytes.
 static __device__ __forceinline__ unsigned dynamic_smem_bytes() {
     unsigned v;
+#if defined(__CUDA_ARCH__)
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+#else
+    v = 0;  // The CPU emulation (kernels/cuda/sim) gives no dynamic shared memory.
+#endif
     return v;
 }
 
@@ -508,4 +512,53 @@ static __device__ __forceinline__ float dot_pair(const PairW<WT>& w, const XPair
         const int s0 = dot8(q0, xq0), s1 = dot8(v + 9, xq1);
         return d0 * dx0.x * (float)s0 + d1 * dx1.x * (float)s1;
     }
+}
+
+// The two Q8_1 blocks of chunk p (values 64p .. 64p + 63) of an activation row in global memory
+// (36-byte blocks, the row 4-byte aligned).
+static __device__ __forceinline__ XPair load_x_pair_global(const uint8_t* x, int p) {
+    const int* a = (const int*)(x + (long long)p * 72);
+    XPair r;
+    const int da = a[0], db = a[9];
+    r.d0 = __half22float2(*(const __half2*)&da);
+    r.d1 = __half22float2(*(const __half2*)&db);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        r.q0[t] = a[1 + t];
+        r.q1[t] = a[10 + t];
+    }
+    return r;
+}
+
+// ---- one weight row . one activation row -----------------------------------------------------------
+
+// The part of W_row . x that 32-value block sb holds, computed by one thread: F32 rows (wtype 0)
+// against f32 activations, every other wtype of quant.cuh against Q8_1 blocks (36 bytes).
+static __device__ __forceinline__ float block_dot(const uint8_t* wrow, int wtype, const void* act, int sb) {
+    if (wtype == WT_F32) {
+        const float* w = (const float*)wrow + sb * 32;
+        const float* x = (const float*)act + sb * 32;
+        float s = 0.0f;
+#pragma unroll 8
+        for (int i = 0; i < 32; ++i) s += w[i] * x[i];
+        return s;
+    }
+    return sub_dot_q8_1(wrow, wtype, (const uint8_t*)act + sb * 36, sb);
+}
+
+// One weight row . one activation row, reduced over the warp: f32 rows lane-strided (coalesced),
+// quantized rows a 32-value block per lane.
+static __device__ __forceinline__ float warp_row_dot(const uint8_t* wrow, int wtype, const void* act, int k) {
+    const int lane = threadIdx.x & (WARP - 1);
+    float s = 0.0f;
+    if (wtype == WT_F32) {
+        const float* w = (const float*)wrow;
+        const float* x = (const float*)act;
+#pragma unroll 8
+        for (int i = lane; i < k; i += WARP) s += w[i] * x[i];
+    } else {
+#pragma unroll 4
+        for (int sb = lane; sb < k / 32; sb += WARP) s += block_dot(wrow, wtype, act, sb);
+    }
+    return warp_sum(s);
 }

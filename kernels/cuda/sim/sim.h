@@ -1,5 +1,6 @@
 // A CPU emulation of the few CUDA features the sequence-state kernels (cu/recurrent.cuh), the
-// routing kernels (cu/router.cuh) and the decode attention (cu/attn_split.cuh) use, so that their
+// routing kernels (cu/router.cuh), the decode attention (cu/attn_split.cuh) and the routed experts'
+// decode kernels (cu/moe.cuh, with the weight readers of cu/quant.cuh) use, so that their
 // source can be checked without a GPU (tests/sim.rs builds and runs the *_test.cpp files here with
 // the host C++ compiler). Blocks run one after another; the threads of a
 // block are std::threads with a block barrier for __syncthreads and a per-warp exchange for
@@ -27,7 +28,7 @@ inline thread_local Dim3 threadIdx;
 #define __device__
 #define __forceinline__ inline
 #define __shared__ static
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define WARP 32
 // No programmatic dependent launch on the host threads (cu/kernels.cu defines it for the card).
@@ -125,6 +126,48 @@ inline float __half2float(__half h) { return (float)h.v; }
 inline __half2 __halves2half2(__half a, __half b) { return {a, b}; }
 inline float2 __half22float2(__half2 h) { return {(float)h.x.v, (float)h.y.v}; }
 inline int __float2int_rn(float x) { return (int)std::nearbyint(x); }
+
+// The integer and bit intrinsics of the quantized weight readers (cu/quant.cuh).
+struct int4 {
+    int x, y, z, w;
+};
+struct uint2 {
+    unsigned x, y;
+};
+inline __half __ushort_as_half(unsigned short b) {
+    __half h;
+    std::memcpy(&h, &b, 2);
+    return h;
+}
+inline float __uint_as_float(unsigned b) {
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+// c + the sum of the four signed byte products of a and b.
+inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; ++i) c += (int)(int8_t)(a >> (8 * i)) * (int)(int8_t)(b >> (8 * i));
+    return c;
+}
+// Bytewise a - b, each byte modulo 256.
+inline unsigned __vsub4(unsigned a, unsigned b) {
+    unsigned r = 0;
+    for (int i = 0; i < 4; ++i) r |= ((((a >> (8 * i)) & 0xFFu) - ((b >> (8 * i)) & 0xFFu)) & 0xFFu) << (8 * i);
+    return r;
+}
+// Byte i of the result is byte (s >> 4i) & 7 of the eight bytes y:x (x the low four).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const unsigned long long v = (unsigned long long)y << 32 | x;
+    unsigned r = 0;
+    for (int i = 0; i < 4; ++i) r |= (unsigned)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xFFu) << (8 * i);
+    return r;
+}
+// The low 32 bits of hi:lo shifted right by s & 31.
+inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s) {
+    return (unsigned)((((unsigned long long)hi << 32) | lo) >> (s & 31));
+}
 inline int __ffsll(long long x) { return __builtin_ffsll(x); }
 inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
 

@@ -4,8 +4,9 @@
 //! fused GDN decode step against an f64 form of the calls it replaces) and the routing kernels
 //! (`cu/router.cuh`: the fused logits + choice against the two kernels it replaces and an f64
 //! top-k; the gated shared-expert sum) and the decode attention (`cu/attn_split.cuh`: one run and merged runs,
-//! windows, sinks, softcap, bad rows, against an f64 attention). Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so,
-//! when there is none.
+//! windows, sinks, softcap, bad rows, against an f64 attention) and the routed experts' decode
+//! kernels with a shared expert slot (`cu/moe.cuh`: against the separate kernels they replace).
+//! Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so, when there is none.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,15 +16,21 @@ fn run_emulated(name: &str) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("sim/{name}.cpp"));
     let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    // The kernels read words through pointers of other types, as CUDA allows: no strict aliasing.
+    // `sim/` holds the emulation's stand-in for <cuda_fp16.h>.
     let flags = [
         "-std=c++20",
         "-O2",
         "-pthread",
         "-Wall",
         "-Wno-unknown-pragmas",
+        "-fno-strict-aliasing",
     ];
+    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("sim");
     match Command::new(&cxx)
         .args(flags)
+        .arg("-I")
+        .arg(&include)
         .arg("-o")
         .arg(&exe)
         .arg(&src)
@@ -57,4 +64,9 @@ fn routing_kernels_match_the_reference_under_emulation() {
 #[test]
 fn decode_attention_matches_the_reference_under_emulation() {
     run_emulated("attention_test");
+}
+
+#[test]
+fn routed_experts_with_a_shared_slot_match_the_separate_kernels_under_emulation() {
+    run_emulated("moe_test");
 }
