@@ -2,10 +2,10 @@
 // compute_121) by kernels/cuda/build.rs. Every entry point is `extern "C"` with a `bl_` prefix;
 // the host side (src/ops.rs) launches them. Tensors are contiguous rows (a Copy source may be any
 // view); sizes are checked by the host before launch. common.cuh holds the shared reductions,
-// router.cuh the small F32 products and MoE routing, attention.cuh attention over the K/V cache,
-// recurrent.cuh the sequence-state kernels (ConvCausal, DeltaRule). Numerics follow the CPU
-// reference (kernels/cpu): quantized products take activations quantized with the same rounding
-// (ties to even through 127 / max|x|).
+// router.cuh the small F32 products and MoE routing, moe.cuh the routed experts of decode batches,
+// attention.cuh attention over the K/V cache, recurrent.cuh the sequence-state kernels (ConvCausal,
+// DeltaRule). Numerics follow the CPU reference (kernels/cpu): quantized products take activations
+// quantized with the same rounding (ties to even through 127 / max|x|).
 
 #include <stdint.h>
 #include <cuda_fp16.h>
