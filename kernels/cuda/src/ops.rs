@@ -162,6 +162,20 @@ pub(crate) fn pairs_ok(wtype: i32, base: u64, stride: i64, estride: i64, k: u64)
         }
 }
 
+/// The device address of contiguous tensor `t` (`what` names it in errors).
+fn contiguous_address(bufs: &dyn Buffers, t: &TensorRef, what: &str) -> Result<u64, PluginError> {
+    if !t.is_contiguous() {
+        return Err(PluginError::unsupported(
+            format!("{what}: a strided tensor on the CUDA bundle"),
+            &[],
+        ));
+    }
+    let span = t
+        .span_bytes()
+        .ok_or_else(|| PluginError::invalid(format!("{what}: no valid layout")))?;
+    bufs.address(t.buffer, t.offset, span)
+}
+
 /// The entry point of `names` for weight type `wtype`.
 fn typed(names: &[&'static str; 12], wtype: i32) -> Result<&'static str, PluginError> {
     usize::try_from(wtype)
@@ -716,18 +730,7 @@ impl Launcher {
                 .get(i)
                 .ok_or_else(|| PluginError::invalid(format!("{}: missing source {i}", c.op.kind())))
         };
-        let addr = |t: &TensorRef, what: &str| -> Result<u64, PluginError> {
-            if !t.is_contiguous() {
-                return Err(PluginError::unsupported(
-                    format!("{what}: a strided tensor on the CUDA bundle"),
-                    &[],
-                ));
-            }
-            let span = t
-                .span_bytes()
-                .ok_or_else(|| PluginError::invalid(format!("{what}: no valid layout")))?;
-            bufs.address(t.buffer, t.offset, span)
-        };
+        let addr = |t: &TensorRef, what: &str| contiguous_address(bufs, t, what);
         let grid = |n: u64, per: u64| -> u32 { n.div_ceil(per).clamp(1, 65_535 * 64) as u32 };
         let cfg = |g: u32, b: u32| LaunchConfig {
             grid_dim: (g, 1, 1),
@@ -1870,6 +1873,21 @@ fn unary_code(which: UnaryFn) -> i32 {
 
 #[cfg(test)]
 mod tests {
+    use bloomery_plugin_api::tensor::TensorRef;
+    use bloomery_plugin_api::DType;
+
+    /// A contiguous tensor of `dtype` and extents `ne` at `offset` of `buffer`, for the
+    /// matchers' tests.
+    pub(super) fn tensor_at(buffer: u64, offset: u64, dtype: DType, ne: [u64; 4]) -> TensorRef {
+        TensorRef {
+            buffer,
+            offset,
+            dtype,
+            ne,
+            nb: TensorRef::contiguous_strides(dtype, ne).unwrap(),
+        }
+    }
+
     /// Every kernel the launcher names.
     const NAMES: &[&str] = &[
         "bl_add_f32",

@@ -428,15 +428,7 @@ mod tests {
     const TAPS: u64 = 4;
     const CH: u64 = 2 * D * HK + D * HV;
 
-    fn at(buffer: u64, offset: u64, dtype: DType, ne: [u64; 4]) -> TensorRef {
-        TensorRef {
-            buffer,
-            offset,
-            dtype,
-            ne,
-            nb: TensorRef::contiguous_strides(dtype, ne).unwrap(),
-        }
-    }
+    use crate::ops::tests::tensor_at as at;
 
     /// Arena tensors (buffer 1) of the group, by offset.
     fn arena(offset: u64, ne: [u64; 4]) -> TensorRef {

@@ -11,7 +11,10 @@ use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::PluginError;
 
 use super::fused::{gated_add_calls, plain, skipped_read_later};
-use super::{moe_shared_kernels, pairs_ok, weight_code, Buffers, Launcher, Quantized, SharedSlot};
+use super::{
+    contiguous_address, moe_shared_kernels, pairs_ok, weight_code, Buffers, Launcher, Quantized,
+    SharedSlot,
+};
 
 /// Calls of the group: the shared expert's four, the routed experts, the gated sum's four.
 const CALLS: usize = 9;
@@ -127,18 +130,7 @@ impl Launcher {
         let Op::MoeExperts(p) = moe.op else {
             return Ok(0);
         };
-        let addr = |t: &TensorRef, what: &str| -> Result<u64, PluginError> {
-            if !t.is_contiguous() {
-                return Err(PluginError::unsupported(
-                    format!("{what}: a strided tensor on the CUDA bundle"),
-                    &[],
-                ));
-            }
-            let span = t
-                .span_bytes()
-                .ok_or_else(|| PluginError::invalid(format!("{what}: no valid layout")))?;
-            bufs.address(t.buffer, t.offset, span)
-        };
+        let addr = |t: &TensorRef, what: &str| contiguous_address(bufs, t, what);
         // Every stack's rows aligned for the pair form.
         let srcs = moe.srcs();
         let down = srcs[if p.fused_gate_up { 4 } else { 5 }];
@@ -184,15 +176,7 @@ mod tests {
     use bloomery_plugin_api::op::{MoeParams, UnaryFn};
     use bloomery_plugin_api::DType;
 
-    fn at(buffer: u64, offset: u64, dtype: DType, ne: [u64; 4]) -> TensorRef {
-        TensorRef {
-            buffer,
-            offset,
-            dtype,
-            ne,
-            nb: TensorRef::contiguous_strides(dtype, ne).unwrap(),
-        }
-    }
+    use crate::ops::tests::tensor_at as at;
 
     /// A qwen35moe decode group of `rows` rows (256 values, shared and routed experts of 64,
     /// Q8_0 stacks), its sum written to `out`: activations in buffer 1, the skipped results in
