@@ -28,6 +28,23 @@ static __device__ float glu_one(float g, float u, int kind, float limit) {
     return g * sigmoid_f(g) * u;
 }
 
+// glu(grow . x, urow . x) in the pair form, reduced over the warp: each lane's chunks of the Q8_1
+// row x straight from global memory (a row of a few KiB, in L1/L2), both weight rows' loads of a
+// chunk issued before either is used.
+template <int WT>
+static __device__ __forceinline__ float glu_pair_row(const uint8_t* grow, const uint8_t* urow, const uint8_t* x,
+                                                     int n_embd, int kind, float limit) {
+    const int lane = threadIdx.x & (WARP - 1);
+    float g = 0.0f, u = 0.0f;
+    for (int c = lane; c < n_embd / 64; c += WARP) {
+        const PairW<WT> gw = load_pair<WT>(grow, c), uw = load_pair<WT>(urow, c);
+        const XPair xp = load_x_pair_global(x, c);
+        g += dot_pair<WT>(gw, xp);
+        u += dot_pair<WT>(uw, xp);
+    }
+    return glu_one(warp_sum(g), warp_sum(u), kind, limit);
+}
+
 // h[(r*hk + j)*n_ff + f] = glu(gate_e[f] . x_r, up_e[f] . x_r) with e = ids[r*k + j] (through map
 // when given; -1 skips: h stays 0), hk >= k slots of h per row. One warp per (r, j, f). Fused
 // stacks: up rows follow gate rows.
@@ -65,22 +82,12 @@ static __device__ void moe_gate_up(long long task, const uint8_t* gate, const ui
         }
     }
     if constexpr (HasPair<WT>::value) {
-        // The pair form: both stacks suit it and read one activation, each lane's chunks of it
-        // straight from global memory (a row of a few KiB, in L1/L2) as the few-column products
-        // read theirs, both weight rows' loads of a chunk issued before either is used.
+        // The pair form (glu_pair_row): both stacks suit it and read one activation.
         if (pairs_ok<WT>(gate, g_row, g_exp, n_embd) && (fused || pairs_ok<WT>(up, u_row, u_exp, n_embd)) && xg == xu &&
             xg_row == xu_row) {
             if (!live) return;
-            const uint8_t* xr = (const uint8_t*)xg + r * xg_row;
-            float gs = 0.0f, us = 0.0f;
-            for (int c = lane; c < n_embd / 64; c += WARP) {
-                const PairW<WT> gw = load_pair<WT>(grow, c), uw = load_pair<WT>(urow, c);
-                const XPair xp = load_x_pair_global(xr, c);
-                gs += dot_pair<WT>(gw, xp);
-                us += dot_pair<WT>(uw, xp);
-            }
-            const float gv = warp_sum(gs), uv = warp_sum(us);
-            if (lane == 0) h[hi] = glu_one(gv, uv, kind, limit);
+            const float v = glu_pair_row<WT>(grow, urow, (const uint8_t*)xg + r * xg_row, n_embd, kind, limit);
+            if (lane == 0) h[hi] = v;
             return;
         }
     }
@@ -151,16 +158,8 @@ static __device__ void moe_gate_up_shared(MOE_GATE_UP_PARAMS, MOE_SHARED_PARAMS)
     float* dst;
     if (task < (long long)rows * n_ff) {
         const int r = (int)(task / n_ff), f = (int)(task % n_ff);
-        const uint8_t *grow = sgate + f * sg_row, *urow = sup + f * su_row;
-        const uint8_t* xr = (const uint8_t*)xg + r * xg_row;
-        float g = 0.0f, u = 0.0f;
-        for (int c = lane; c < n_embd / 64; c += WARP) {
-            const PairW<ST> gw2 = load_pair<ST>(grow, c), uw = load_pair<ST>(urow, c);
-            const XPair xp = load_x_pair_global(xr, c);
-            g += dot_pair<ST>(gw2, xp);
-            u += dot_pair<ST>(uw, xp);
-        }
-        v = glu_one(warp_sum(g), warp_sum(u), kind, limit);
+        v = glu_pair_row<ST>(sgate + f * sg_row, sup + f * su_row, (const uint8_t*)xg + r * xg_row, n_embd, kind,
+                             limit);
         dst = h + ((long long)r * hk + k) * n_ff + f;
     } else {
         const long long r = task - (long long)rows * n_ff;
