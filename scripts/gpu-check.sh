@@ -312,7 +312,8 @@ case "${1:-}" in
     # 35B-A3B decode) with the per-token kernel times of the 35B-A3B decode, greedy text on CPU,
     # card and -cmoe, then tg128 on the card and tg64 with every expert on the host (35B-A3B),
     # this build alternating with PREV (whole dists: each runs its own binary and plugins).
-    # SKIP_CHECK skips opcheck, SKIP_NCU the kernel counts.
+    # SKIP_CHECK skips opcheck, SKIP_NCU the kernel counts; AB_30B adds the 30B-A3B's card tg128
+    # to each round (decode kernels the two files share).
     out=${OUT:-/tmp}
     b="dist/bloomery --plugin-dir dist/plugins"
     m=$(tiny_files)
@@ -343,12 +344,16 @@ case "${1:-}" in
       head -n "${NCU_ROWS:-30}" "$out/ncu-$(basename "$f").txt"
     done
     greedy_md5 "hf d qwen35moe-q8_0 qwen35moe-q4k" "hello world" "-ngl 0" "-ngl 99" "-ngl 99 -cmoe"
+    t=""
+    [ -z "${AB_30B:-}" ] || t=$(file_30b)
     for round in 1 2; do
       for d in ${PREV:-} dist; do
         echo "== 35B $d $round: $("$d/bloomery" --plugin-dir "$d/plugins" bench -m "$h" -p 0 \
           -n 128 -r 3 -ngl 99 2>&1 | tail -1 | awk -F'|' '{printf "%s", $8}') \
           -cmoe: $("$d/bloomery" --plugin-dir "$d/plugins" bench -m "$h" -p 0 -n 64 -r 2 -ngl 99 \
           -cmoe --bus-experts 3 2>&1 | grep tg64 | awk -F'|' '{printf "%s", $8}')"
+        [ -z "$t" ] || echo "== 30B $d $round: $("$d/bloomery" --plugin-dir "$d/plugins" bench \
+          -m "$t" -p 0 -n 128 -r 3 -ngl 99 2>&1 | tail -1 | awk -F'|' '{printf "%s", $8}')"
       done
     done
     ;;
