@@ -344,16 +344,19 @@ case "${1:-}" in
       head -n "${NCU_ROWS:-30}" "$out/ncu-$(basename "$f").txt"
     done
     greedy_md5 "hf d qwen35moe-q8_0 qwen35moe-q4k" "hello world" "-ngl 0" "-ngl 99" "-ngl 99 -cmoe"
+    # tg128 on the card of dist $1 with file $2.
+    tg128() {
+      "$1/bloomery" --plugin-dir "$1/plugins" bench -m "$2" -p 0 -n 128 -r 3 -ngl 99 2>&1 \
+        | tail -1 | awk -F'|' '{printf "%s", $8}'
+    }
     t=""
     [ -z "${AB_30B:-}" ] || t=$(file_30b)
     for round in 1 2; do
       for d in ${PREV:-} dist; do
-        echo "== 35B $d $round: $("$d/bloomery" --plugin-dir "$d/plugins" bench -m "$h" -p 0 \
-          -n 128 -r 3 -ngl 99 2>&1 | tail -1 | awk -F'|' '{printf "%s", $8}') \
+        echo "== 35B $d $round: $(tg128 "$d" "$h") \
           -cmoe: $("$d/bloomery" --plugin-dir "$d/plugins" bench -m "$h" -p 0 -n 64 -r 2 -ngl 99 \
           -cmoe --bus-experts 3 2>&1 | grep tg64 | awk -F'|' '{printf "%s", $8}')"
-        [ -z "$t" ] || echo "== 30B $d $round: $("$d/bloomery" --plugin-dir "$d/plugins" bench \
-          -m "$t" -p 0 -n 128 -r 3 -ngl 99 2>&1 | tail -1 | awk -F'|' '{printf "%s", $8}')"
+        [ -z "$t" ] || echo "== 30B $d $round: $(tg128 "$d" "$t")"
       done
     done
     ;;
