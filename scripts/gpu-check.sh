@@ -313,7 +313,7 @@ case "${1:-}" in
     # card and -cmoe, then tg128 on the card and tg64 with every expert on the host (35B-A3B),
     # this build alternating with PREV (whole dists: each runs its own binary and plugins).
     # SKIP_CHECK skips opcheck, SKIP_NCU the kernel counts; AB_30B adds the 30B-A3B's card tg128
-    # to each round (decode kernels the two files share).
+    # to each round (decode kernels the two files share); ROUNDS sets the rounds (2).
     out=${OUT:-/tmp}
     b="dist/bloomery --plugin-dir dist/plugins"
     m=$(tiny_files)
@@ -351,7 +351,7 @@ case "${1:-}" in
     }
     t=""
     [ -z "${AB_30B:-}" ] || t=$(file_30b)
-    for round in 1 2; do
+    for round in $(seq "${ROUNDS:-2}"); do
       for d in ${PREV:-} dist; do
         echo "== 35B $d $round: $(tg128 "$d" "$h") \
           -cmoe: $("$d/bloomery" --plugin-dir "$d/plugins" bench -m "$h" -p 0 -n 64 -r 2 -ngl 99 \

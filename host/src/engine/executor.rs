@@ -5,11 +5,16 @@
 //! prepared calls and reads the outputs. Nothing on the step path allocates device memory.
 //! MoE calls of layers with host experts run through the `tiered` submodule; each stretch of
 //! calls between them is its own captured device graph.
+//!
+//! Where the device has page-locked host memory it uses in place, a pass's inputs are written
+//! there and moved to the device by the pass's first call, and its outputs are moved there by its
+//! last calls: a step then makes no synchronous copy of its own besides the pass. (The CPU's
+//! shared memory is ordinary memory: the same path, its copies plain moves.)
 
 use std::sync::{Arc, Mutex};
 
 use bloomery_plugin_api::graph::{BatchInput, BatchShape, Graph, TensorSource};
-use bloomery_plugin_api::op::Op;
+use bloomery_plugin_api::op::{Op, OpKind};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
 use bloomery_plugin_api::{DType, PluginError};
 
@@ -78,6 +83,38 @@ pub struct BatchInputs {
     pub history: Vec<i32>,
 }
 
+/// The largest output moved to host memory by the pass itself; larger ones (every row's logits
+/// of a long prompt) are read from the device after it, so that no executor pins much memory.
+const STAGED_OUTPUT_MAX: u64 = 16 << 20;
+
+/// Page-locked host memory the device's calls use in place ([`Device::alloc_shared`]).
+struct Staged {
+    buffer: Buffer,
+    /// The host address of its bytes.
+    host: usize,
+}
+
+impl Staged {
+    /// Allocates `bytes` where `device` can copy `dtype` values with a call (None where it cannot,
+    /// or has no such memory: the executor then copies with the device's own reads and writes).
+    fn try_alloc(device: &Arc<Device>, bytes: u64, dtype: DType) -> Option<Staged> {
+        let copies = device
+            .capabilities
+            .iter()
+            .any(|s| s.op == OpKind::Copy && s.dtypes.contains(&dtype));
+        if !copies {
+            return None;
+        }
+        match device.alloc_shared(bytes) {
+            Ok((buffer, host)) => Some(Staged { buffer, host }),
+            Err(e) => {
+                tracing::debug!("no page-locked staging of {bytes} bytes: {e}");
+                None
+            }
+        }
+    }
+}
+
 /// Host-side facts the executor resolves graph tensors with.
 pub struct Bindings<'a> {
     /// Weight `i` of the model, resolved.
@@ -122,8 +159,13 @@ pub struct Executor {
     disk: Option<Arc<DiskTier>>,
     /// Time spent per phase of the host-expert layers (`BLOOMERY_TIER_PROFILE=1`).
     tier_profile: Option<Mutex<TierTimes>>,
-    inputs: Vec<(BatchInput, Buffer, TensorRef)>,
-    outputs: Vec<(String, TensorRef)>,
+    /// The inputs, each at its offset in `input_buffer`.
+    inputs: Vec<(BatchInput, TensorRef)>,
+    input_buffer: Option<Buffer>,
+    /// Host memory laid out as `input_buffer`, copied to it by the first call.
+    input_stage: Option<Staged>,
+    /// The outputs, with the host memory the last calls copy each to (where staged).
+    outputs: Vec<(String, TensorRef, Option<Staged>)>,
     /// Per segment of calls between host work (one segment without host experts).
     replay: Mutex<Vec<Replay>>,
     device: Arc<Device>,
@@ -182,6 +224,19 @@ impl Executor {
         };
         let n = graph.tensors.len();
         let mut refs: Vec<Option<TensorRef>> = vec![None; n];
+        let (input_offsets, input_bytes) = input_layout(graph)?;
+        let input_buffer = if input_bytes > 0 {
+            Some(
+                device
+                    .alloc(input_bytes)
+                    .map_err(dev("allocating the inputs"))?,
+            )
+        } else {
+            None
+        };
+        let input_stage = input_buffer
+            .as_ref()
+            .and_then(|_| Staged::try_alloc(device, input_bytes, DType::I32));
         let mut inputs = Vec::new();
         // Resolve non-views first, then views (whose bases precede them or not).
         for (i, d) in graph.tensors.iter().enumerate() {
@@ -218,24 +273,17 @@ impl Executor {
                     })?
                 }
                 TensorSource::Input { input } => {
-                    let bytes = d
-                        .dtype
-                        .row_bytes(d.ne[0])
-                        .map(|r| r * d.ne[1] * d.ne[2] * d.ne[3])
-                        .ok_or_else(|| {
-                            ExecError::BadGraph(format!("input `{}` has no size", d.name))
-                        })?;
-                    let buf = device
-                        .alloc(bytes.max(4))
-                        .map_err(dev("allocating an input"))?;
+                    let (Some(offset), Some(buf)) = (input_offsets[i], &input_buffer) else {
+                        continue;
+                    };
                     let r = TensorRef {
                         buffer: buf.handle,
-                        offset: 0,
+                        offset,
                         dtype: d.dtype,
                         ne: d.ne,
                         nb: d.nb,
                     };
-                    inputs.push((input, buf, r));
+                    inputs.push((input, r));
                     r
                 }
                 TensorSource::Intermediate => match (plan.offsets[i], &arena) {
@@ -283,7 +331,11 @@ impl Executor {
                 ExecError::BadGraph(format!("tensor {t} is used but never produced"))
             })
         };
-        let mut calls: Vec<OpCall> = Vec::with_capacity(graph.nodes.len());
+        let mut calls: Vec<OpCall> = Vec::with_capacity(graph.nodes.len() + 2);
+        if let (Some(stage), Some(buf)) = (&input_stage, &input_buffer) {
+            let from = stage.buffer.tensor(flat(DType::I32, 0, input_bytes / 4));
+            calls.extend(flat_copies(from, buf.tensor(from)));
+        }
         let mut hosted = Vec::new();
         // Where the calls after the last hosted MoE call (and its adds) begin.
         let mut after_hosted = 0;
@@ -346,11 +398,12 @@ impl Executor {
                 after_hosted = calls.len();
             }
         }
-        let outputs = graph
-            .outputs
-            .iter()
-            .map(|o| Ok((o.name.to_string(), get(o.tensor.0)?)))
-            .collect::<Result<Vec<_>, ExecError>>()?;
+        let mut outputs = Vec::with_capacity(graph.outputs.len());
+        for o in graph.outputs.iter() {
+            let r = get(o.tensor.0)?;
+            let staged = stage_output(device, &mut calls, r);
+            outputs.push((o.name.to_string(), r, staged));
+        }
         // With host experts each stretch of card calls between host work is its own graph, and
         // so is each layer's bus share (after the stretches).
         let segments = (2 * hosted.len()).max(streamed.len()) + 1;
@@ -373,6 +426,8 @@ impl Executor {
             streamed,
             staging_sets: bind.tier.map_or(1, |t| t.staging.len()),
             inputs,
+            input_buffer,
+            input_stage,
             outputs,
             replay: Mutex::new(vec![
                 if graphs { Replay::Fresh } else { Replay::Eager };
@@ -385,7 +440,7 @@ impl Executor {
 
     /// Writes the inputs and runs every call; waits for the device.
     pub fn run(&self, device: &Device, batch: &BatchInputs) -> Result<(), ExecError> {
-        for (kind, buf, r) in &self.inputs {
+        for (kind, r) in &self.inputs {
             let data: &[i32] = match kind {
                 BatchInput::Tokens => &batch.tokens,
                 BatchInput::Positions => &batch.positions,
@@ -400,9 +455,25 @@ impl Executor {
                     r.elements()
                 )));
             }
-            device
-                .write(buf, 0, i32_bytes(data))
-                .map_err(dev("writing inputs"))?;
+            let bytes = i32_bytes(data);
+            match (&self.input_stage, &self.input_buffer) {
+                (Some(stage), _) => {
+                    // SAFETY: the stage holds `input_layout`'s bytes, of which this input's
+                    // `bytes` (its element count checked above) start at `r.offset`; no call
+                    // reads the stage now: the previous pass ended with the device waited for.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            bytes.as_ptr(),
+                            (stage.host + r.offset as usize) as *mut u8,
+                            bytes.len(),
+                        )
+                    }
+                }
+                (None, Some(buf)) => device
+                    .write(buf, r.offset, bytes)
+                    .map_err(dev("writing inputs"))?,
+                (None, None) => {}
+            }
         }
         if !self.streamed.is_empty() {
             return self.run_streamed(device);
@@ -461,17 +532,29 @@ impl Executor {
 
     /// Reads an f32 output by name.
     pub fn read_f32(&self, device: &Device, name: &str) -> Result<Vec<f32>, ExecError> {
-        let (_, r) = self
+        let (_, r, staged) = self
             .outputs
             .iter()
-            .find(|(n, _)| n == name)
+            .find(|(n, ..)| n == name)
             .ok_or_else(|| ExecError::BadGraph(format!("the graph has no output `{name}`")))?;
         if r.dtype != DType::F32 || !r.is_contiguous() {
             return Err(ExecError::BadGraph(format!(
                 "output `{name}` is not contiguous f32"
             )));
         }
-        let mut bytes = vec![0u8; (r.elements() * 4) as usize];
+        let n = r.elements() as usize;
+        if let Some(s) = staged {
+            let mut out = Vec::<f32>::with_capacity(n);
+            // SAFETY: the stage holds the output's n f32 (allocated for its span), written by the
+            // pass, which `run` waited for; `out` has room for n f32 and they are all set here
+            // (a byte copy: the host's order, as the device wrote them).
+            unsafe {
+                std::ptr::copy_nonoverlapping(s.host as *const u8, out.as_mut_ptr().cast(), n * 4);
+                out.set_len(n);
+            }
+            return Ok(out);
+        }
+        let mut bytes = vec![0u8; n * 4];
         device
             .read(r.buffer, r.offset, &mut bytes)
             .map_err(dev("reading outputs"))?;
@@ -482,6 +565,86 @@ impl Executor {
     }
 }
 
+/// Gives output `r` page-locked host memory that copies appended to `calls` move it to, when it
+/// is small, contiguous f32 and the device can copy it there. (Its last writer writing there
+/// itself was slower on the H200: a product's scattered 4-byte stores crossing the bus.) None:
+/// the host reads it from the device after the pass.
+fn stage_output(device: &Arc<Device>, calls: &mut Vec<OpCall>, r: TensorRef) -> Option<Staged> {
+    let bytes = r.span_bytes()?;
+    if r.dtype != DType::F32 || !r.is_contiguous() || bytes > STAGED_OUTPUT_MAX {
+        return None;
+    }
+    let staged = Staged::try_alloc(device, bytes, DType::F32)?;
+    let from = TensorRef {
+        buffer: r.buffer,
+        ..flat(DType::F32, r.offset, r.elements())
+    };
+    calls.extend(flat_copies(from, staged.buffer.tensor(from)));
+    Some(staged)
+}
+
+/// Each input tensor's offset in one buffer of all inputs (16-byte aligned) and that buffer's
+/// size.
+fn input_layout(graph: &Graph) -> Result<(Vec<Option<u64>>, u64), ExecError> {
+    let mut offsets = vec![None; graph.tensors.len()];
+    let mut total = 0u64;
+    for (i, d) in graph.tensors.iter().enumerate() {
+        if !matches!(d.source, TensorSource::Input { .. }) {
+            continue;
+        }
+        if d.dtype != DType::I32 {
+            return Err(ExecError::BadGraph(format!(
+                "input `{}` is {}, not I32",
+                d.name, d.dtype
+            )));
+        }
+        let bytes = d
+            .dtype
+            .row_bytes(d.ne[0])
+            .map(|r| r * d.ne[1] * d.ne[2] * d.ne[3])
+            .ok_or_else(|| ExecError::BadGraph(format!("input `{}` has no size", d.name)))?;
+        offsets[i] = Some(total);
+        total += bytes.max(4).next_multiple_of(16);
+    }
+    Ok((offsets, total))
+}
+
+/// `n` contiguous 4-byte values (`dtype` I32 or F32) at `offset` (of a buffer set after).
+fn flat(dtype: DType, offset: u64, n: u64) -> TensorRef {
+    TensorRef {
+        buffer: 0,
+        offset,
+        dtype,
+        ne: [n, 1, 1, 1],
+        nb: [4, 4 * n, 4 * n, 4 * n],
+    }
+}
+
+/// Values a row of a staging copy holds: the Copy kernels give each row one block.
+const COPY_ROW: u64 = 1024;
+
+/// Copies of the flat run `from` (4-byte values) to `to` (the same run in another buffer) as
+/// rows of [`COPY_ROW`] values and one shorter row, so that a long run is copied by many blocks.
+fn flat_copies(from: TensorRef, to: TensorRef) -> Vec<OpCall> {
+    let n = from.elements();
+    let (rows, rest) = (n / COPY_ROW, n % COPY_ROW);
+    let mut calls = Vec::with_capacity(2);
+    if rows > 0 {
+        let ne = [COPY_ROW, rows, 1, 1];
+        let nb = [4, 4 * COPY_ROW, 4 * COPY_ROW * rows, 4 * COPY_ROW * rows];
+        let bulk = |t: TensorRef| TensorRef { ne, nb, ..t };
+        calls.push(OpCall::new(Op::Copy, &[bulk(from)], bulk(to)));
+    }
+    if rest > 0 {
+        let tail = |t: TensorRef| TensorRef {
+            buffer: t.buffer,
+            ..flat(t.dtype, t.offset + 4 * COPY_ROW * rows, rest)
+        };
+        calls.push(OpCall::new(Op::Copy, &[tail(from)], tail(to)));
+    }
+    calls
+}
+
 /// The bytes of an i32 slice in the host's byte order (device buffers hold host-order integers;
 /// both supported hosts, x86-64 and aarch64, are little-endian like GGUF). No copy: inputs are
 /// written every step.
@@ -489,4 +652,36 @@ pub(crate) fn i32_bytes(v: &[i32]) -> &[u8] {
     // SAFETY: i32 has no padding and every bit pattern is a valid u8 sequence; the returned slice
     // covers exactly the same memory and borrows `v`.
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The copies of a staged run cover it exactly once: whole rows, then the rest.
+    #[test]
+    fn flat_copies_cover_the_run_once() {
+        let at = |buffer: u64, offset: u64, n: u64| TensorRef {
+            buffer,
+            ..flat(DType::F32, offset, n)
+        };
+        for n in [1, 1023, 1024, 2500, 248_320] {
+            let calls = flat_copies(at(1, 64, n), at(2, 0, n));
+            let mut covered = Vec::new();
+            for c in &calls {
+                let (s, d) = (c.srcs()[0], c.dst);
+                assert!(s.is_contiguous() && d.is_contiguous(), "{n}: {c:?}");
+                assert_eq!((s.ne, s.buffer, d.buffer), (d.ne, 1, 2), "{n}");
+                assert_eq!(s.offset, d.offset + 64, "{n}");
+                covered.push((d.offset, d.elements()));
+            }
+            let mut end = 0;
+            for (offset, elements) in covered {
+                assert_eq!(offset, end, "{n}: a gap or an overlap");
+                end += 4 * elements;
+            }
+            assert_eq!(end, 4 * n, "{n}");
+            assert!(calls.len() <= 2 && calls.iter().all(|c| c.srcs()[0].ne[0] <= COPY_ROW));
+        }
+    }
 }
