@@ -129,11 +129,13 @@ static __device__ void flash_merge(const float* part, int S, int nz, long long o
 
 // ---- decode attention -----------------------------------------------------------------------------
 // Few rows (decode) over f16 caches, at most DEC_MAX_G heads per KV head: the flash form's split
-// launch (grid (rows, n_head_kv, S), the same arguments) without the tensor cores, whose 16-row
-// tiles a row's G heads would leave mostly empty. Block (x, kvh, z) takes row r = gridDim.x - 1 - x
-// and the G heads of KV head kvh. The row's visible positions are cut into runs of whole
-// DEC_KT-position tiles as the flash form cuts them, but at least DEC_MIN_RUN tiles a run, so a
-// short context is one block that writes the output itself; blocks past the last run return.
+// launch (grid (rows · G / hb, n_head_kv, S), the same arguments) without the tensor cores, whose
+// 16-row tiles a row's G heads would leave mostly empty. Block (x, kvh, z) takes hb of the G heads
+// of KV head kvh (part x % (G / hb)) of row r = (gridDim.x - 1 - x) / (G / hb); the launch gives
+// hb = G (a block per row and KV head), the CPU emulation checks hb = 2 as well. The row's visible
+// positions are cut into runs of whole DEC_KT-position tiles as the flash form cuts them, but at
+// least DEC_MIN_RUN tiles a run, so a short context is one block that writes the output itself;
+// blocks past the last run return.
 // Per tile: two threads per position form its G scores (q * scale in f32, each thread half of the
 // dimensions, the keys loaded from global memory straight into registers), warp w takes the
 // online softmax of heads w, w + 4, then each thread adds the tile's values of 8 dimensions over a
@@ -159,8 +161,8 @@ static __device__ __forceinline__ void half8_to_float(const uint4& v, float* f) 
 template <int D>
 static __device__ void attend_decode(const float* q, const __half* kc, const __half* vc, const int* slots,
                                      const int* pos, float* out, uint8_t* oq, float* part, int* counters, int rows,
-                                     int n_head, int n_head_kv, int len, int n_slots, float scale, float softcap,
-                                     int window, const float* sinks, int* err) {
+                                     int hb, int n_head, int n_head_kv, int len, int n_slots, float scale,
+                                     float softcap, int window, const float* sinks, int* err) {
     // q of head h is staged as two halves HD floats apart: a position's two threads read the same
     // offset of both halves, and HD = D / 2 + 4 puts those on different banks.
     constexpr int HD = D / 2 + 4, DG = D / 8, PG = DEC_THREADS / DG, VP = DEC_KT / PG;
@@ -175,8 +177,10 @@ static __device__ void attend_decode(const float* q, const __half* kc, const __h
     __shared__ FaRow info[DEC_MAX_G];
     __shared__ int zrun[2 * DEC_MAX_G];
 
-    const int G = n_head / n_head_kv, kvh = blockIdx.y, S = gridDim.z, z = blockIdx.z;
-    const int r = gridDim.x - 1 - blockIdx.x, tid = threadIdx.x, lane = tid & (WARP - 1), warp = tid / WARP;
+    // The block takes G = hb of the GK heads of KV head kvh (part `sub`) of row r.
+    const int GK = n_head / n_head_kv, G = hb, kvh = blockIdx.y, S = gridDim.z, z = blockIdx.z;
+    const int xb = gridDim.x - 1 - blockIdx.x, r = xb / (GK / G), sub = xb % (GK / G);
+    const int tid = threadIdx.x, lane = tid & (WARP - 1), warp = tid / WARP;
     const int lo = visible_from(slots, pos, r, len, n_slots, window);
     if (lo < 0) {
         if (z == 0 && tid == 0) report(err, -lo);
@@ -187,7 +191,7 @@ static __device__ void attend_decode(const float* q, const __half* kc, const __h
     const int nz = (ntiles + per - 1) / per;
     if (z >= nz) return;
     const int first = lo + z * per * DEC_KT, last = min(hi, first + per * DEC_KT - 1);
-    const long long orow0 = (long long)r * n_head + kvh * G;
+    const long long orow0 = (long long)r * n_head + kvh * GK + sub * G;
 
     const float* qr = q + orow0 * D;
     for (int e = tid; e < G * D / 4; e += DEC_THREADS) {
@@ -203,7 +207,7 @@ static __device__ void attend_decode(const float* q, const __half* kc, const __h
         // With one run the sink's term starts the row, exp(sink - sink) = 1; the merge adds it
         // otherwise.
         const bool sink = sinks && nz == 1;
-        mrow[tid] = sink ? sinks[kvh * G + tid] : -INFINITY;
+        mrow[tid] = sink ? sinks[kvh * GK + sub * G + tid] : -INFINITY;
         lrow[tid] = sink ? 1.0f : 0.0f;
     }
     __syncthreads();
@@ -343,20 +347,21 @@ static __device__ void attend_decode(const float* q, const __half* kc, const __h
     if (!last_split_block(counters, nz)) return;
     if (tid < DEC_MAX_G) info[tid] = tid < G ? FaRow{slot, lo, hi} : FaRow{-1, 0, -1};
     __syncthreads();
-    flash_merge<D>(part, S, nz, outs, G, r * G, G, n_head, kvh, info, sinks, sm, zrun, out, oq);
+    flash_merge<D>(part, S, nz, outs, G, r * GK + sub * G, GK, n_head, kvh, info, sinks, sm, zrun, out, oq);
 }
 
 // bl_attn_decode_f16_<D>: f16 caches, dk = dv = D, G <= DEC_MAX_G; the flash form's arguments
-// (pb unused) and split launch, DEC_THREADS threads, no dynamic shared memory.
+// (pb: heads a block takes, dividing G; grid x rows * G / pb) and split launch, DEC_THREADS
+// threads, no dynamic shared memory.
 #define ATTEND_DECODE(D)                                                                                          \
     extern "C" __global__ void __launch_bounds__(DEC_THREADS)                                                     \
         bl_attn_decode_f16_##D(const float* q, const __half* kc, const __half* vc, const int* slots,              \
-                               const int* pos, float* out, uint8_t* oq, float* part, int* counters, int rows, int, \
-                               int n_head, int n_head_kv, int len, int n_slots, float scale, float softcap,         \
+                               const int* pos, float* out, uint8_t* oq, float* part, int* counters, int rows,      \
+                               int hb, int n_head, int n_head_kv, int len, int n_slots, float scale, float softcap, \
                                int window, const float* sinks, int* err) {                                         \
         KERNEL_ENTRY();                                                                                           \
-        attend_decode<D>(q, kc, vc, slots, pos, out, oq, part, counters, rows, n_head, n_head_kv, len, n_slots,   \
-                         scale, softcap, window, sinks, err);                                                     \
+        attend_decode<D>(q, kc, vc, slots, pos, out, oq, part, counters, rows, hb, n_head, n_head_kv, len,         \
+                         n_slots, scale, softcap, window, sinks, err);                                             \
     }
 ATTEND_DECODE(64)
 ATTEND_DECODE(128)
