@@ -411,7 +411,7 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
             if (t == 0) *(float2*)part_ml(part, S, z, outs, orow, D) = half ? make_float2(mB, lB) : make_float2(mA, lA);
         }
         // The last split block of this (pair block, KV head) merges.
-        if (!last_split_block(counters, S)) return;
+        if (!last_split_block(counters + blockIdx.y * gridDim.x + blockIdx.x, S)) return;
         __shared__ int zrun[2 * FA_ROWS];
         flash_merge<D>(part, S, S, outs, FA_ROWS, pair0, G, n_head, kvh, info, sinks, (float*)fa_smem, zrun, out,
                        oq);

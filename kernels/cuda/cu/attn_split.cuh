@@ -34,16 +34,14 @@ static __device__ __forceinline__ float* part_ml(float* part, int S, int z, long
     return part + S * outs * D + (z * outs + i) * 2;
 }
 
-// Whether this block is the last of the n blocks of its (x, y) group to get here, counted in
-// `counters` (a zeroed int per (x, y) block, set back to zero by the last block): what every block
-// wrote before the call is visible to the last one after it. Every thread of the block must call
-// it.
-static __device__ bool last_split_block(int* counters, int n) {
+// Whether this block is the last of the n blocks of its group to get here, counted in the
+// group's zeroed counter `c`, which the last block sets back to zero: what every block wrote before
+// the call is visible to the last one after it. Every thread of the block must call it.
+static __device__ bool last_split_block(int* c, int n) {
     __shared__ bool last;
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
-        int* c = counters + blockIdx.y * gridDim.x + blockIdx.x;
         last = atomicAdd(c, 1) == n - 1;
         if (last) *c = 0;
     }
@@ -129,13 +127,15 @@ static __device__ void flash_merge(const float* part, int S, int nz, long long o
 
 // ---- decode attention -----------------------------------------------------------------------------
 // Few rows (decode) over f16 caches, at most DEC_MAX_G heads per KV head: the flash form's split
-// launch (grid (rows · G / hb, n_head_kv, S), the same arguments) without the tensor cores, whose
-// 16-row tiles a row's G heads would leave mostly empty. Block (x, kvh, z) takes hb of the G heads
-// of KV head kvh (part x % (G / hb)) of row r = (gridDim.x - 1 - x) / (G / hb); the launch gives
-// hb = G (a block per row and KV head), the CPU emulation checks hb = 2 as well. The row's visible
-// positions are cut into runs of whole DEC_KT-position tiles as the flash form cuts them, but at
-// least DEC_MIN_RUN tiles a run, so a short context is one block that writes the output itself;
-// blocks past the last run return.
+// launch (grid (rows, n_head_kv, S), the same arguments) without the tensor cores, whose 16-row
+// tiles a row's G heads would leave mostly empty. Per row, from its visible positions, the S
+// blocks along z of (row, KV head) are shared out among f parts of the KV head's heads
+// (decode_head_parts): a short context, whose few runs would leave most of the card idle, splits
+// the heads instead, each part reading the KV head's tiles again (from L2); a long one keeps
+// them together (f = 1), each tile read once. Block z takes part z / (S / f) and run z % (S / f).
+// Each part's positions are cut into runs of whole DEC_KT-position tiles as the flash form cuts
+// them, but at least DEC_MIN_RUN tiles a run, so a short context is one block per part that
+// writes the output itself; blocks past the last run return.
 // Per tile: two threads per position form its G scores (q * scale in f32, each thread half of the
 // dimensions, the keys loaded from global memory straight into registers), warp w takes the
 // online softmax of heads w, w + 4, then each thread adds the tile's values of 8 dimensions over a
@@ -145,7 +145,20 @@ static __device__ void flash_merge(const float* part, int S, int nz, long long o
 #define DEC_KT 64
 #define DEC_MAX_G 8
 #define DEC_MIN_RUN 2
+// Longest run, in tiles, of a part when the heads are split (measured on the H200: 4 beat 2 at
+// 1,024 and 4,096 positions, docs/performance.md).
+#define DEC_PART_RUN 4
 static_assert(DEC_THREADS == 2 * DEC_KT && DEC_KT == 2 * WARP && DEC_THREADS / WARP == FA_WARPS, "decode layout");
+
+// The parts f that the heads of a KV head are shared out in, for a row of `ntiles` DEC_KT-position
+// tiles over S blocks: the most, doubling from 1 while 2f divides fmax (the launch's most parts) and
+// each part keeps S / f >= ceil(ntiles / DEC_PART_RUN) blocks, runs of DEC_PART_RUN tiles or fewer.
+static __device__ __forceinline__ int decode_head_parts(int fmax, int ntiles, int S) {
+    const int runs = (ntiles + DEC_PART_RUN - 1) / DEC_PART_RUN;
+    int f = 1;
+    while (fmax % (2 * f) == 0 && 2 * f * runs <= S) f *= 2;
+    return f;
+}
 
 // The 8 f16 values of v as floats.
 static __device__ __forceinline__ void half8_to_float(const uint4& v, float* f) {
@@ -177,18 +190,19 @@ static __device__ void attend_decode(const float* q, const __half* kc, const __h
     __shared__ FaRow info[DEC_MAX_G];
     __shared__ int zrun[2 * DEC_MAX_G];
 
-    // The block takes G = hb of the GK heads of KV head kvh (part `sub`) of row r.
-    const int GK = n_head / n_head_kv, G = hb, kvh = blockIdx.y, S = gridDim.z, z = blockIdx.z;
-    const int xb = gridDim.x - 1 - blockIdx.x, r = xb / (GK / G), sub = xb % (GK / G);
+    // The block takes G of the GK heads of KV head kvh (part `sub` of f) of row r, run z.
+    const int GK = n_head / n_head_kv, kvh = blockIdx.y, S = gridDim.z, r = gridDim.x - 1 - blockIdx.x;
     const int tid = threadIdx.x, lane = tid & (WARP - 1), warp = tid / WARP;
     const int lo = visible_from(slots, pos, r, len, n_slots, window);
     if (lo < 0) {
-        if (z == 0 && tid == 0) report(err, -lo);
+        if (blockIdx.z == 0 && tid == 0) report(err, -lo);
         return;
     }
-    const int slot = slots[r], hi = pos[r];
-    const int ntiles = (hi - lo) / DEC_KT + 1, per = max((ntiles + S - 1) / S, DEC_MIN_RUN);
-    const int nz = (ntiles + per - 1) / per;
+    const int slot = slots[r], hi = pos[r], ntiles = (hi - lo) / DEC_KT + 1;
+    const int f = decode_head_parts(GK / hb, ntiles, S), G = GK / f, SZ = S / f;
+    const int sub = blockIdx.z / SZ, z = blockIdx.z % SZ;
+    if (sub >= f) return;
+    const int per = max((ntiles + SZ - 1) / SZ, DEC_MIN_RUN), nz = (ntiles + per - 1) / per;
     if (z >= nz) return;
     const int first = lo + z * per * DEC_KT, last = min(hi, first + per * DEC_KT - 1);
     const long long orow0 = (long long)r * n_head + kvh * GK + sub * G;
@@ -344,15 +358,15 @@ static __device__ void attend_decode(const float* q, const __half* kc, const __h
     for (int i = tid; i < G * D; i += DEC_THREADS) part_o(part, z, outs, orow0 + i / D, D)[i % D] = summed(i);
     if (tid < G) *(float2*)part_ml(part, S, z, outs, orow0 + tid, D) = make_float2(mrow[tid], lrow[tid]);
     // The last run's block merges.
-    if (!last_split_block(counters, nz)) return;
+    if (!last_split_block(counters + (sub * gridDim.y + kvh) * gridDim.x + blockIdx.x, nz)) return;
     if (tid < DEC_MAX_G) info[tid] = tid < G ? FaRow{slot, lo, hi} : FaRow{-1, 0, -1};
     __syncthreads();
     flash_merge<D>(part, S, nz, outs, G, r * GK + sub * G, GK, n_head, kvh, info, sinks, sm, zrun, out, oq);
 }
 
 // bl_attn_decode_f16_<D>: f16 caches, dk = dv = D, G <= DEC_MAX_G; the flash form's arguments
-// (pb: heads a block takes, dividing G; grid x rows * G / pb) and split launch, DEC_THREADS
-// threads, no dynamic shared memory.
+// (pb: the fewest heads a block takes, dividing G; grid (rows, n_head_kv, S) with S >= G / pb),
+// DEC_THREADS threads, no dynamic shared memory; split counters for rows * n_head_kv * G / pb.
 #define ATTEND_DECODE(D)                                                                                          \
     extern "C" __global__ void __launch_bounds__(DEC_THREADS)                                                     \
         bl_attn_decode_f16_##D(const float* q, const __half* kc, const __half* vc, const int* slots,              \

@@ -4,7 +4,8 @@
 // and the weighted sum of the values, with K and V read from f16 caches. Cases cover heads of 64,
 // 128 and 256, 1 to 8 heads per KV head, one run and several runs merged by the last block,
 // windows, sinks, softcap, and bad rows (error codes, output left as it was). Each case launches
-// twice on fresh inputs, so a split counter left set fails the second. The output's Q8_1 copy is
+// twice on fresh inputs, so a split counter left set fails the second; the second runs the blocks
+// in a shuffled order. The output's Q8_1 copy is
 // checked to dequantize to the output (within 0.6 of a step: half a step, and the f16 rounding of
 // the step times up to 127). Prints one line per case; exits 1 on a failure.
 #include "sim.h"
@@ -12,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <random>
+#include <string>
 
 #include "../cu/common.cuh"
 #include "../cu/attn_split.cuh"
@@ -65,9 +67,10 @@ static std::vector<double> reference(const Case& c, int r, const std::vector<flo
     return o;
 }
 
-// hb: the heads a block takes (dividing G; the launch has rows * G / hb blocks along x).
+// hb: the fewest heads a block takes (dividing G), as the launch passes it (ops/attention.rs); the
+// launch has at least G / hb blocks along z.
 static bool run_case(const Case& c, std::vector<int>& counters, int hb) {
-    const int rows = (int)c.pos.size(), d = c.d, G = c.n_head / c.n_kv;
+    const int rows = (int)c.pos.size(), d = c.d, G = c.n_head / c.n_kv, S = std::max(c.splits, G / hb);
     const float scale = 1.0f / std::sqrt((float)d);
     const size_t outs = (size_t)rows * c.n_head;
     bool ok = true;
@@ -78,11 +81,13 @@ static bool run_case(const Case& c, std::vector<int>& counters, int hb) {
         for (auto& v : kc) v = __float2half_rn(uniform(-1.0f, 1.0f));
         for (auto& v : vc) v = __float2half_rn(uniform(-1.0f, 1.0f));
         for (auto& v : sinks) v = uniform(-2.0f, 2.0f);
-        std::vector<float> out(outs * d, NAN), part((size_t)c.splits * outs * (d + 2), NAN);
+        std::vector<float> out(outs * d, NAN), part((size_t)S * outs * (d + 2), NAN);
         std::vector<uint8_t> oq(outs * d / 32 * 36, 0xAB);
         int err = 0;
         const Kernel k = kernel_for(d);
-        launch(Dim3{(unsigned)(rows * G / hb), (unsigned)c.n_kv, (unsigned)c.splits}, DEC_THREADS, [&] {
+        // The second launch runs the blocks in a shuffled order.
+        g_block_shuffle = launch_no;
+        launch(Dim3{(unsigned)rows, (unsigned)c.n_kv, (unsigned)S}, DEC_THREADS, [&] {
             k(q.data(), kc.data(), vc.data(), c.slots.data(), c.pos.data(), out.data(), oq.data(), part.data(),
               counters.data(), rows, hb, c.n_head, c.n_kv, c.len, c.n_slots, scale, c.softcap, c.window,
               c.sinks ? sinks.data() : nullptr, &err);
@@ -135,15 +140,23 @@ static bool run_case(const Case& c, std::vector<int>& counters, int hb) {
             }
         }
         const bool good = worst <= 1e-5 && qworst <= 0.6;
-        std::printf("%s %s (%d heads a block, launch %d): rel error %.2e, Q8_1 copy within %.2f steps\n",
-                    good ? "ok  " : "FAIL", c.name, hb, launch_no, worst, qworst);
+        // The parts each row's heads were split into (as the kernel picks them).
+        std::string parts;
+        for (int r = 0; r < rows; ++r) {
+            const int lo = c.window > 0 ? std::max(0, c.pos[r] - c.window + 1) : 0;
+            const int f = decode_head_parts(G / hb, (c.pos[r] - lo) / DEC_KT + 1, S);
+            parts += (r ? "," : "") + std::to_string(f);
+        }
+        std::printf("%s %s (at least %d heads a block, parts %s, launch %d): rel error %.2e, Q8_1 copy within %.2f "
+                    "steps\n",
+                    good ? "ok  " : "FAIL", c.name, hb, parts.c_str(), launch_no, worst, qworst);
         ok = ok && good;
     }
     return ok;
 }
 
 int main() {
-    std::vector<int> counters(256, 0);
+    std::vector<int> counters(1024, 0);
     const std::vector<Case> cases = {
         // Eight heads per KV head (Qwen3-MoE): a short context in one block, and runs of 2 tiles.
         {"d 128, gqa 32/4, one run and merged runs", 128, 32, 4, 300, 2, 8, 0, 0.0f, false, {1, 0, 1}, {5, 130, 299},
@@ -160,11 +173,12 @@ int main() {
         {"context past the cache (error 3)", 64, 8, 2, 100, 1, 2, 0, 0.0f, false, {0}, {150}, {3}},
     };
     bool ok = true;
-    // Each case with a block per KV head's heads and, where two divide them, two heads a block
-    // (the launch's choice, ops/attention.rs decode_heads).
+    // Each case with the heads of a KV head kept together, with parts down to one head (the
+    // launch's choice, ops/attention.rs decode_parts) and, where two divide G, down to two heads.
     for (const Case& c : cases) {
         const int G = c.n_head / c.n_kv;
         ok = run_case(c, counters, G) && ok;
+        if (G > 1) ok = run_case(c, counters, 1) && ok;
         if (G % 2 == 0 && G > 2) ok = run_case(c, counters, 2) && ok;
     }
     std::printf(ok ? "all decode attention cases passed\n" : "decode attention cases FAILED\n");

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -171,6 +172,10 @@ inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s) {
 inline int __ffsll(long long x) { return __builtin_ffsll(x); }
 inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
 
+// Nonzero: the next launches run their blocks in an order shuffled with this seed (a launch's
+// blocks may run in any order on the card), not in index order.
+inline unsigned g_block_shuffle = 0;
+
 // Runs `kernel` on every block of `grid` with `threads` threads (a multiple of WARP).
 inline void launch(Dim3 grid, unsigned threads, const std::function<void()>& kernel) {
     gridDim = grid;
@@ -180,11 +185,14 @@ inline void launch(Dim3 grid, unsigned threads, const std::function<void()>& ker
     g_warps.clear();
     for (unsigned w = 0; w < threads / WARP; ++w) g_warps.push_back(std::make_unique<WarpExchange>());
     const unsigned long blocks = (unsigned long)grid.x * grid.y * grid.z;
+    std::vector<unsigned long> order(blocks);
+    for (unsigned long b = 0; b < blocks; ++b) order[b] = b;
+    if (g_block_shuffle) std::shuffle(order.begin(), order.end(), std::mt19937(g_block_shuffle));
     std::vector<std::thread> pool;
     for (unsigned t = 0; t < threads; ++t)
-        pool.emplace_back([t, blocks, grid, &bar, &kernel] {
+        pool.emplace_back([t, &order, grid, &bar, &kernel] {
             threadIdx = Dim3{t, 0, 0};
-            for (unsigned long b = 0; b < blocks; ++b) {
+            for (const unsigned long b : order) {
                 if (t == 0)
                     blockIdx = Dim3{(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y),
                                     (unsigned)(b / ((unsigned long)grid.x * grid.y))};

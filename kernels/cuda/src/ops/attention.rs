@@ -1,7 +1,8 @@
 //! Launches of attention over the K/V cache (`cu/attention.cuh`). Calls over f16 caches with head
 //! sizes the flash form has take it, on the tensor cores: batches (prompts) in one launch, decode
 //! split along the visible positions into enough blocks to fill the card, the last block of each
-//! group merging the splits. Other calls (f32 caches, other head sizes) take one block per (row,
+//! group merging the splits. Decode of few rows takes the decode form instead, which also splits a
+//! short context's heads among blocks. Other calls (f32 caches, other head sizes) take one block per (row,
 //! head) holding every score.
 
 use bloomery_plugin_api::op::AttentionParams;
@@ -19,8 +20,9 @@ const SPLIT_BLOCKS: u64 = 256;
 /// Most splits of one launch (`FA_MAX_SPLITS`: the merge holds two per lane).
 const MAX_SPLITS: u64 = 64;
 /// Split counters the launcher keeps zeroed on the card: one per (pair block, KV head) of a
-/// split launch, which has fewer than SPLIT_BLOCKS of them (`splits`).
-pub(super) const SPLIT_COUNTERS: u64 = SPLIT_BLOCKS;
+/// split flash launch, which has fewer than SPLIT_BLOCKS of them (`splits`), and one per (row,
+/// KV head, part of its heads) of a decode launch (`decode_parts`).
+pub(super) const SPLIT_COUNTERS: u64 = 1024;
 /// Most (row, head) pairs per block of the flash form (`FA_ROWS`).
 const FA_ROWS: u64 = 64;
 /// Threads per block of the flash form (`FA_WARPS` warps).
@@ -136,6 +138,17 @@ fn pairs_per_block(rows: u64, g: u64) -> u64 {
     }
 }
 
+/// The most parts a decode launch of `rows` rows may split each KV head's `g` heads into (the
+/// kernel picks per row how many it uses, `decode_head_parts`): a head each where the split
+/// counters hold a counter per (row, KV head, part), else 1.
+fn decode_parts(rows: u64, g: u64, n_kv: u64) -> u64 {
+    if rows * n_kv * g <= SPLIT_COUNTERS {
+        g
+    } else {
+        1
+    }
+}
+
 /// Splits of a flash launch of `pair_blocks` × `n_kv` blocks over caches of `len` positions of
 /// `kt`-position tiles: one for batches, else enough to reach about SPLIT_BLOCKS blocks, at most
 /// one per tile.
@@ -212,12 +225,22 @@ impl Launcher {
             self.product_next.load(std::sync::atomic::Ordering::Relaxed) && dv.is_multiple_of(32);
         let g = u64::from(nh / nkv);
         let form = for_rows(form, rows, g, dk);
-        let pb = pairs_per_block(rows, g);
-        let (pair_blocks, pbi) = ((rows * g).div_ceil(pb), pb as i32);
-        let split = match form {
-            Form::Flash { kt, .. } => splits(rows, pair_blocks, u64::from(nkv), kc.ne[1], kt),
-            Form::Decode { .. } => splits(rows, pair_blocks, u64::from(nkv), kc.ne[1], DEC_KT),
-            Form::Scores { .. } => 1,
+        // A decode launch has a block per row and KV head along x and y; its blocks along z
+        // take runs of positions, or parts of the heads and runs of each (at least as many blocks
+        // as parts).
+        let (pair_blocks, pbi, split) = match form {
+            Form::Flash { kt, .. } => {
+                let pb = pairs_per_block(rows, g);
+                let pair_blocks = (rows * g).div_ceil(pb);
+                let split = splits(rows, pair_blocks, u64::from(nkv), kc.ne[1], kt);
+                (pair_blocks, pb as i32, split)
+            }
+            Form::Decode { .. } => {
+                let parts = decode_parts(rows, g, u64::from(nkv));
+                let split = splits(rows, rows, u64::from(nkv), kc.ne[1], DEC_KT).max(parts);
+                (rows, (g / parts) as i32, split)
+            }
+            Form::Scores { .. } => (rows, 0, 1),
         };
         // Split partials go in the scratch after the output's Q8_1 copy: o, then max and sum,
         // per split and output row. The scratch is sized for both before the copy takes its
@@ -363,6 +386,16 @@ mod tests {
                 "{blocks} blocks, {s} splits"
             );
         }
+    }
+
+    #[test]
+    fn decode_splits_heads_while_the_counters_hold_them() {
+        // One row of 32 heads over 4 KV heads: up to a head a block, the launch at least 8
+        // blocks deep.
+        assert_eq!(decode_parts(1, 8, 4), 8);
+        assert_eq!(decode_parts(15, 8, 8), 8);
+        // 15 rows over 16 KV heads of 8 would need 1,920 counters: the heads stay together.
+        assert_eq!(decode_parts(15, 8, 16), 1);
     }
 
     #[test]
