@@ -1,7 +1,8 @@
 //! Logits of the synthetic tiny Qwen3.5 hybrids (`qwen35moe`, `qwen35`) against llama.cpp's and
 //! HF transformers' on the same files (goldens made by `tests/oracle/make_qwen35_goldens.sh`; see
 //! host/tests/fixtures/PROVENANCE.md). Every prompt runs as one batch, so the DeltaNet layers'
-//! prompt form is what is compared; `qwen35_cpu.rs` ties it to the step form.
+//! prompt form is what is compared; `qwen35_cpu.rs` ties it to the step form. The experts each
+//! token is routed to are compared with transformers' router too.
 
 mod common;
 
@@ -13,6 +14,7 @@ use bloomery::engine::executor::BatchInputs;
 use bloomery::model::{LoadOptions, LoadedModel};
 use bloomery::plugins::Registry;
 use bloomery::synth::ClassTypes;
+use bloomery::tiering::plan::TierRequest;
 use bloomery_plugin_api::DType;
 use sha2::{Digest, Sha256};
 
@@ -111,4 +113,72 @@ fn q8_0_weights_match_llama_cpp_within_1e4() {
     // Activations of Q8_0 products are quantized as ggml's CPU backend does: measured 2e-7.
     check("qwen35moe", DType::Q8_0, "qwen35moe_tiny_q8_0", 1e-4);
     check("qwen35", DType::Q8_0, "qwen35_tiny_q8_0", 1e-4);
+}
+
+/// The experts each layer's router picks for each token of the golden sequences, against the
+/// top-k of transformers' router logits (`router_ids` in the golden: per sequence, layer and
+/// position). Every routed expert is placed on the host (`-cmoe`, cpu-scalar standing in for the
+/// card, residency off), whose routing counts record each pass's ids; one token a pass gives each
+/// position's set of experts.
+#[test]
+fn qwen35moe_routes_each_token_as_transformers_does() {
+    let g = golden("qwen35moe_tiny_f32_hf");
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_of("qwen35moe", dir.path(), types(DType::F32));
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let opts = LoadOptions {
+        n_slots: 1,
+        ctx_per_slot: 64,
+        kv_type: DType::F32,
+        threads: 2,
+        graphs: true,
+    };
+    let card = reg
+        .kernels
+        .iter()
+        .find(|k| k.name == "cpu-scalar")
+        .expect("the cpu-scalar plugin");
+    let request = TierRequest {
+        cpu_moe: true,
+        no_residency: true,
+        bus_experts: Some(0),
+        ..Default::default()
+    };
+    let mut compared = 0;
+    for seq in g["sequences"].as_array().unwrap() {
+        let want = seq["router_ids"]
+            .as_array()
+            .expect("router_ids in the golden (tests/oracle/hf_qwen35.py)");
+        let mut m = LoadedModel::load_placed(&reg, &path, opts, card, &request).unwrap();
+        let mut before = m.routing_counts().unwrap();
+        assert_eq!(before.len(), want.len(), "layers with routed experts");
+        for (i, tok) in seq["tokens"].as_array().unwrap().iter().enumerate() {
+            m.forward(&BatchInputs {
+                tokens: vec![tok.as_i64().unwrap() as i32],
+                positions: vec![i as i32],
+                slots: vec![0],
+                output_rows: vec![0],
+                history: vec![],
+            })
+            .unwrap();
+            let after = m.routing_counts().unwrap();
+            for (layer, (a, b)) in after.iter().zip(&before).enumerate() {
+                let ours: Vec<u64> = (0..a.len())
+                    .filter(|&e| a[e] != b[e])
+                    .map(|e| e as u64)
+                    .collect();
+                let mut theirs: Vec<u64> = want[layer][i]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap())
+                    .collect();
+                theirs.sort_unstable();
+                assert_eq!(ours, theirs, "layer {layer}, position {i}");
+                compared += 1;
+            }
+            before = after;
+        }
+    }
+    assert!(compared > 0);
 }

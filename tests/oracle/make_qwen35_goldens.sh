@@ -4,7 +4,8 @@
 # oracles on the same GGUF file:
 #   <arch>_tiny_<mix>.json      llama.cpp b11739 (llama-cpp-py-sync 0.11739, CPU), one decode per sequence
 #   <arch>_tiny_<mix>_hf.json   transformers 5.24.0 Qwen3_5MoeForCausalLM / Qwen3_5ForCausalLM, CPU f32
-#                               (tensors dequantized by gguf.quants; see hf_qwen35.py)
+#                               (tensors dequantized by gguf.quants; see hf_qwen35.py); qwen35moe's
+#                               also hold each layer's routed experts per position (router_ids)
 # and checks llama.cpp one-token-per-decode (recurrent state carried between decodes) against both.
 # For the f32 mix, every pair must agree within 1e-4 relative (max|a-b|/max|b|) with equal argmax;
 # for q8_0, llama.cpp also rounds activations to Q8_0 in its matmuls while transformers works on the

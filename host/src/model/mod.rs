@@ -424,6 +424,13 @@ impl LoadedModel {
         })
     }
 
+    /// Routed calls per expert of each layer with host experts, in layer order, as the residency
+    /// counts them (faded between steps while residency is on; `None` without tiering).
+    pub fn routing_counts(&self) -> Option<Vec<Vec<f32>>> {
+        let r = self.tier.as_ref()?.residency.lock().ok()?;
+        Some(r.layers.iter().map(|l| l.counts.clone()).collect())
+    }
+
     /// Experts read from the model file by the disk tier so far (`None` without a disk tier).
     pub fn disk_reads(&self) -> Option<u64> {
         let disk = self.tier.as_ref()?.disk.as_ref()?;
