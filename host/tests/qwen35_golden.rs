@@ -18,6 +18,15 @@ use bloomery::tiering::plan::TierRequest;
 use bloomery_plugin_api::DType;
 use sha2::{Digest, Sha256};
 
+/// One slot of 64 positions, f32 K/V: every golden sequence fits.
+const OPTS: LoadOptions = LoadOptions {
+    n_slots: 1,
+    ctx_per_slot: 64,
+    kv_type: DType::F32,
+    threads: 2,
+    graphs: true,
+};
+
 fn golden(name: &str) -> serde_json::Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.json"));
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
@@ -46,15 +55,8 @@ fn compare(arch: &str, t: DType, file: &str) -> (f32, usize, usize) {
         "synth output changed: rerun tests/oracle/make_qwen35_goldens.sh"
     );
     let reg = Registry::load(&plugin_dir()).unwrap();
-    let opts = LoadOptions {
-        n_slots: 1,
-        ctx_per_slot: 64,
-        kv_type: DType::F32,
-        threads: 2,
-        graphs: true,
-    };
     let (mut max_rel, mut same, mut n_pos) = (0f32, 0, 0);
-    let mut m = LoadedModel::load(&reg, &path, opts).unwrap();
+    let mut m = LoadedModel::load(&reg, &path, OPTS).unwrap();
     let vocab = m.spec.hparams.n_vocab as usize;
     for seq in g["sequences"].as_array().unwrap() {
         let tokens: Vec<i32> = seq["tokens"]
@@ -125,19 +127,6 @@ fn qwen35moe_routes_each_token_as_transformers_does() {
     let g = golden("qwen35moe_tiny_f32_hf");
     let dir = tempfile::tempdir().unwrap();
     let path = tiny_of("qwen35moe", dir.path(), types(DType::F32));
-    let reg = Registry::load(&plugin_dir()).unwrap();
-    let opts = LoadOptions {
-        n_slots: 1,
-        ctx_per_slot: 64,
-        kv_type: DType::F32,
-        threads: 2,
-        graphs: true,
-    };
-    let card = reg
-        .kernels
-        .iter()
-        .find(|k| k.name == "cpu-scalar")
-        .expect("the cpu-scalar plugin");
     let request = TierRequest {
         cpu_moe: true,
         no_residency: true,
@@ -149,7 +138,7 @@ fn qwen35moe_routes_each_token_as_transformers_does() {
         let want = seq["router_ids"]
             .as_array()
             .expect("router_ids in the golden (tests/oracle/hf_qwen35.py)");
-        let mut m = LoadedModel::load_placed(&reg, &path, opts, card, &request).unwrap();
+        let mut m = common::load_on_scalar_card(&path, OPTS, &request).unwrap();
         let mut before = m.routing_counts().unwrap();
         assert_eq!(before.len(), want.len(), "layers with routed experts");
         for (i, tok) in seq["tokens"].as_array().unwrap().iter().enumerate() {

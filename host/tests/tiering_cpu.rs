@@ -6,13 +6,10 @@
 
 mod common;
 
-use common::plugin_dir;
-
 use std::path::{Path, PathBuf};
 
 use bloomery::engine::executor::BatchInputs;
 use bloomery::model::{LoadOptions, LoadedModel};
-use bloomery::plugins::Registry;
 use bloomery::synth::ClassTypes;
 use bloomery::tiering::plan::TierRequest;
 use bloomery_plugin_api::op::Op;
@@ -32,7 +29,6 @@ fn tiny(dir: &tempfile::TempDir, experts: DType) -> PathBuf {
 
 /// Loads `path` with cpu-scalar as the "card" and experts placed as `request` asks.
 fn try_load(path: &Path, request: &TierRequest) -> Result<LoadedModel, String> {
-    let reg = Registry::load(&plugin_dir()).unwrap();
     let opts = LoadOptions {
         n_slots: 2,
         ctx_per_slot: 64,
@@ -40,12 +36,7 @@ fn try_load(path: &Path, request: &TierRequest) -> Result<LoadedModel, String> {
         threads: 2,
         graphs: true,
     };
-    let scalar = reg
-        .kernels
-        .iter()
-        .find(|k| k.name == "cpu-scalar")
-        .expect("the cpu-scalar plugin");
-    LoadedModel::load_placed(&reg, path, opts, scalar, request).map_err(|e| e.to_string())
+    common::load_on_scalar_card(path, opts, request)
 }
 
 fn load(path: &Path, request: &TierRequest) -> LoadedModel {

@@ -161,7 +161,7 @@ pub struct Executor {
     tier_profile: Option<Mutex<TierTimes>>,
     /// The inputs, each at its offset in `input_buffer`.
     inputs: Vec<(BatchInput, TensorRef)>,
-    input_buffer: Option<Buffer>,
+    input_buffer: Buffer,
     /// Host memory laid out as `input_buffer`, copied to it by the first call.
     input_stage: Option<Staged>,
     /// The outputs, with the host memory the last calls copy each to (where staged).
@@ -225,18 +225,10 @@ impl Executor {
         let n = graph.tensors.len();
         let mut refs: Vec<Option<TensorRef>> = vec![None; n];
         let (input_offsets, input_bytes) = input_layout(graph)?;
-        let input_buffer = if input_bytes > 0 {
-            Some(
-                device
-                    .alloc(input_bytes)
-                    .map_err(dev("allocating the inputs"))?,
-            )
-        } else {
-            None
-        };
-        let input_stage = input_buffer
-            .as_ref()
-            .and_then(|_| Staged::try_alloc(device, input_bytes, DType::I32));
+        let input_buffer = device
+            .alloc(input_bytes)
+            .map_err(dev("allocating the inputs"))?;
+        let input_stage = Staged::try_alloc(device, input_bytes, DType::I32);
         let mut inputs = Vec::new();
         // Resolve non-views first, then views (whose bases precede them or not).
         for (i, d) in graph.tensors.iter().enumerate() {
@@ -273,12 +265,9 @@ impl Executor {
                     })?
                 }
                 TensorSource::Input { input } => {
-                    let (Some(offset), Some(buf)) = (input_offsets[i], &input_buffer) else {
-                        continue;
-                    };
                     let r = TensorRef {
-                        buffer: buf.handle,
-                        offset,
+                        buffer: input_buffer.handle,
+                        offset: input_offsets[i],
                         dtype: d.dtype,
                         ne: d.ne,
                         nb: d.nb,
@@ -332,9 +321,9 @@ impl Executor {
             })
         };
         let mut calls: Vec<OpCall> = Vec::with_capacity(graph.nodes.len() + 2);
-        if let (Some(stage), Some(buf)) = (&input_stage, &input_buffer) {
+        if let Some(stage) = &input_stage {
             let from = stage.buffer.tensor(flat(DType::I32, 0, input_bytes / 4));
-            calls.extend(flat_copies(from, buf.tensor(from)));
+            calls.extend(flat_copies(from, input_buffer.tensor(from)));
         }
         let mut hosted = Vec::new();
         // Where the calls after the last hosted MoE call (and its adds) begin.
@@ -456,8 +445,8 @@ impl Executor {
                 )));
             }
             let bytes = i32_bytes(data);
-            match (&self.input_stage, &self.input_buffer) {
-                (Some(stage), _) => {
+            match &self.input_stage {
+                Some(stage) => {
                     // SAFETY: the stage holds `input_layout`'s bytes, of which this input's
                     // `bytes` (its element count checked above) start at `r.offset`; no call
                     // reads the stage now: the previous pass ended with the device waited for.
@@ -469,10 +458,9 @@ impl Executor {
                         )
                     }
                 }
-                (None, Some(buf)) => device
-                    .write(buf, r.offset, bytes)
+                None => device
+                    .write(&self.input_buffer, r.offset, bytes)
                     .map_err(dev("writing inputs"))?,
-                (None, None) => {}
             }
         }
         if !self.streamed.is_empty() {
@@ -583,10 +571,10 @@ fn stage_output(device: &Arc<Device>, calls: &mut Vec<OpCall>, r: TensorRef) -> 
     Some(staged)
 }
 
-/// Each input tensor's offset in one buffer of all inputs (16-byte aligned) and that buffer's
-/// size.
-fn input_layout(graph: &Graph) -> Result<(Vec<Option<u64>>, u64), ExecError> {
-    let mut offsets = vec![None; graph.tensors.len()];
+/// Each input tensor's offset in one buffer of all inputs (16-byte aligned; 0 for other tensors)
+/// and that buffer's size (at least 16 bytes, so that every graph has one).
+fn input_layout(graph: &Graph) -> Result<(Vec<u64>, u64), ExecError> {
+    let mut offsets = vec![0; graph.tensors.len()];
     let mut total = 0u64;
     for (i, d) in graph.tensors.iter().enumerate() {
         if !matches!(d.source, TensorSource::Input { .. }) {
@@ -603,10 +591,10 @@ fn input_layout(graph: &Graph) -> Result<(Vec<Option<u64>>, u64), ExecError> {
             .row_bytes(d.ne[0])
             .map(|r| r * d.ne[1] * d.ne[2] * d.ne[3])
             .ok_or_else(|| ExecError::BadGraph(format!("input `{}` has no size", d.name)))?;
-        offsets[i] = Some(total);
+        offsets[i] = total;
         total += bytes.max(4).next_multiple_of(16);
     }
-    Ok((offsets, total))
+    Ok((offsets, total.max(16)))
 }
 
 /// `n` contiguous 4-byte values (`dtype` I32 or F32) at `offset` (of a buffer set after).

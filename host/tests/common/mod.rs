@@ -81,3 +81,21 @@ pub fn agreement(ours: &[f32], vocab: usize, golden: &serde_json::Value) -> (f32
     }
     (max_rel, same, n)
 }
+
+/// Loads `path` with cpu-scalar standing in for the card (so that CI runs tiering without a GPU)
+/// and the routed experts placed as `request` asks.
+#[allow(dead_code)] // only the test crates that tier experts load this way
+pub fn load_on_scalar_card(
+    path: &std::path::Path,
+    opts: bloomery::model::LoadOptions,
+    request: &bloomery::tiering::plan::TierRequest,
+) -> Result<bloomery::model::LoadedModel, String> {
+    let reg = bloomery::plugins::Registry::load(&plugin_dir()).unwrap();
+    let scalar = reg
+        .kernels
+        .iter()
+        .find(|k| k.name == "cpu-scalar")
+        .expect("the cpu-scalar plugin");
+    bloomery::model::LoadedModel::load_placed(&reg, path, opts, scalar, request)
+        .map_err(|e| e.to_string())
+}

@@ -5,9 +5,9 @@
 // 128 and 256, 1 to 8 heads per KV head, one run and several runs merged by the last block,
 // windows, sinks, softcap, and bad rows (error codes, output left as it was). Each case launches
 // twice on fresh inputs, so a split counter left set fails the second; the second runs the blocks
-// in a shuffled order. The output's Q8_1 copy is
-// checked to dequantize to the output (within 0.6 of a step: half a step, and the f16 rounding of
-// the step times up to 127). Prints one line per case; exits 1 on a failure.
+// in a shuffled order. The output's Q8_1 copy is checked to dequantize to the output (within 0.6 of
+// a step: half a step, and the f16 rounding of the step times up to 127). Prints one line per
+// case; exits 1 on a failure.
 #include "sim.h"
 
 #include <cstdint>

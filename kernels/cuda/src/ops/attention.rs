@@ -2,8 +2,8 @@
 //! sizes the flash form has take it, on the tensor cores: batches (prompts) in one launch, decode
 //! split along the visible positions into enough blocks to fill the card, the last block of each
 //! group merging the splits. Decode of few rows takes the decode form instead, which also splits a
-//! short context's heads among blocks. Other calls (f32 caches, other head sizes) take one block per (row,
-//! head) holding every score.
+//! short context's heads among blocks. Other calls (f32 caches, other head sizes) take one block
+//! per (row, head) holding every score.
 
 use bloomery_plugin_api::op::AttentionParams;
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
