@@ -347,6 +347,8 @@ extern "C" __global__ void bl_matmul_f32(const uint8_t* w, long long w_stride, c
     if (lane == 0) y[(long long)c * n + j] = s;
 }
 
+#include "gemm_f32.cuh"
+
 // ---- activations --------------------------------------------------------------------------------
 
 // kind 0: silu(g)*u (limit > 0: silu(min(g, limit)) * clamp(u, ±limit)); kind 1: gelu(g)*u.
@@ -942,16 +944,34 @@ MATMUL_Q_FEW_M(2, 2)
 #define MMQ_SB 8
 #define MMQ_LD (MMQ_SB * 8 + 4)
 #define MMQ_THREADS 128
+// Blocks an SM keeps resident (the tiles' launch bounds): 128 registers a thread at most. Uncapped,
+// the staging's loads in flight take ~135 and leave room for three.
+#define MMQ_MIN_BLOCKS 4
 
 // Rows of MMQ_LD ints (16 bytes of padding: the 8 rows an ldmatrix reads fall on distinct banks);
-// per (row, slot) the weight scale and min term (wdm), per (column, slot) the activation scale and
-// its scaled sum (xds).
+// per (slot, row) the weight scale and min term (wdm), per (slot, column) the activation scale and
+// its scaled sum (xds). Slot-major, so that a warp's scale loads of one slot read adjacent words;
+// wdm's rows are stored in mmq_wdm_pos order, rows g and g + 8 of each 16 side by side (the two
+// rows an mma lane owns: one 16-byte load).
 struct __align__(16) MmqSmem {
     int w[MMQ_BM * MMQ_LD];
     int x[MMQ_BN * MMQ_LD];
-    float2 wdm[MMQ_BM * MMQ_SB];
-    float2 xds[MMQ_BN * MMQ_SB];
+    float2 wdm[MMQ_SB * MMQ_BM];
+    float2 xds[MMQ_SB * MMQ_BN];
 };
+
+// Where row r's scales lie among a slot's MMQ_BM (see MmqSmem).
+static __device__ __forceinline__ int mmq_wdm_pos(int r) { return (r & ~15) | ((r & 7) << 1) | ((r >> 3) & 1); }
+
+// Stores a slot's 8 ints (two 16-byte halves) at dst, row-slot (r, j) of a tile. The 8 lanes of a
+// quarter warp (one row, slots 0..7) store together; slots 4..7 store their second half first, so
+// that each store instruction's quarter covers 32 distinct banks (slot j starts at bank 8j % 32).
+static __device__ __forceinline__ void mmq_store_slot(int* dst, int j, const int* q) {
+    const int4 lo = make_int4(q[0], q[1], q[2], q[3]), hi = make_int4(q[4], q[5], q[6], q[7]);
+    const bool swap = j & 4;
+    *(int4*)(dst + (swap ? 4 : 0)) = swap ? hi : lo;
+    *(int4*)(dst + (swap ? 0 : 4)) = swap ? lo : hi;
+}
 
 // Whether a weight type's values carry a min term (d * q - m): the products then subtract m times
 // the activations' sum.
@@ -983,56 +1003,99 @@ static __device__ __forceinline__ void mma_s8(int* c, const int* a, const int* b
 // types with a scale per 16 values (`two_scales`: R = 2), one half of a sub-block, the other half
 // zeroed; a k step then covers MMQ_SB / R sub-blocks and slot j holds sub-block sb0 + j / R.
 
-// Stages weight rows row0 .. row0 + 63 (sub-blocks sb0 ..) of one matrix of type wt.
-static __device__ __forceinline__ void mmq_load_w(MmqSmem* sm, const uint8_t* w, long long w_stride, int wt, int row0,
-                                                  int n, int sb0, int nsb, int R) {
-    for (int p = threadIdx.x; p < MMQ_BM * MMQ_SB; p += MMQ_THREADS) {
-        const int r = p / MMQ_SB, j = p % MMQ_SB, sb = sb0 + j / R;
-        int* dst = sm->w + r * MMQ_LD + j * 8;
-        float d = 0.0f, m = 0.0f;
-        if (row0 + r < n && sb < nsb) {
-            Sub s;
-            unpack_sub(w + (long long)(row0 + r) * w_stride, wt, sb, &s);
+// Slots each thread stages per operand and k step, and how many of them it loads before storing
+// any: their global loads are then in flight together. (All four at once kept more registers and
+// measured slower, 533 against 522 µs a layer of routed tiles.)
+#define MMQ_PER (MMQ_BM * MMQ_SB / MMQ_THREADS)
+#define MMQ_GROUP 2
+
+// Stages weight rows row0 .. row0 + 63 (sub-blocks sb0 ..) of one matrix of type wt: the thread's
+// slots are (row threadIdx.x / 8 + 16 i, slot threadIdx.x % 8), unpacked MMQ_GROUP at a time. WT
+// is wt as a compile-time constant (the unpacking folds to one type's code), or -1 (wt read at
+// run time).
+template <int WT>
+static __device__ __forceinline__ void mmq_load_w_t(MmqSmem* sm, const uint8_t* w, long long w_stride, int wt,
+                                                    int row0, int n, int sb0, int nsb, int R) {
+    const int type = WT >= 0 ? WT : wt;
+    const int j = threadIdx.x % MMQ_SB, sb = sb0 + j / R;
+#pragma unroll
+    for (int i0 = 0; i0 < MMQ_PER; i0 += MMQ_GROUP) {
+        Sub s[MMQ_GROUP];
+#pragma unroll
+        for (int i = 0; i < MMQ_GROUP; ++i) {
+            const int r = threadIdx.x / MMQ_SB + (i0 + i) * (MMQ_THREADS / MMQ_SB);
+            if (row0 + r < n && sb < nsb) {
+                unpack_sub(w + (long long)(row0 + r) * w_stride, type, sb, &s[i]);
+            } else {
+#pragma unroll
+                for (int t = 0; t < 8; ++t) s[i].q[t] = 0;
+                s[i].d[0] = s[i].d[1] = s[i].m = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < MMQ_GROUP; ++i) {
+            const int r = threadIdx.x / MMQ_SB + (i0 + i) * (MMQ_THREADS / MMQ_SB);
+            int q[8];
+            float d;
             if (R == 2) {
                 const int h = j % 2;
 #pragma unroll
-                for (int t = 0; t < 8; ++t) dst[t] = t / 4 == h ? s.q[t] : 0;
-                d = h ? s.d[1] : s.d[0];
+                for (int t = 0; t < 8; ++t) q[t] = t / 4 == h ? s[i].q[t] : 0;
+                d = h ? s[i].d[1] : s[i].d[0];
             } else {
 #pragma unroll
-                for (int t = 0; t < 8; ++t) dst[t] = s.q[t];
-                d = s.d[0];
+                for (int t = 0; t < 8; ++t) q[t] = s[i].q[t];
+                d = s[i].d[0];
             }
-            m = s.m;
-        } else {
-#pragma unroll
-            for (int t = 0; t < 8; ++t) dst[t] = 0;
+            mmq_store_slot(sm->w + r * MMQ_LD + j * 8, j, q);
+            sm->wdm[j * MMQ_BM + mmq_wdm_pos(r)] = make_float2(d, s[i].m);
         }
-        sm->wdm[r * MMQ_SB + j] = make_float2(d, m);
     }
 }
 
-// Stages activation columns col0 .. col0 + 63 (Q8_1 rows of x_row bytes).
+// mmq_load_w_t, with the types of the usual prompt products (Q4_K experts, Q8_0 attention)
+// unpacked by code of their own.
+static __device__ __forceinline__ void mmq_load_w(MmqSmem* sm, const uint8_t* w, long long w_stride, int wt, int row0,
+                                                  int n, int sb0, int nsb, int R) {
+    if (wt == WT_Q4_K)
+        mmq_load_w_t<WT_Q4_K>(sm, w, w_stride, wt, row0, n, sb0, nsb, 1);
+    else if (wt == WT_Q8_0)
+        mmq_load_w_t<WT_Q8_0>(sm, w, w_stride, wt, row0, n, sb0, nsb, 1);
+    else
+        mmq_load_w_t<-1>(sm, w, w_stride, wt, row0, n, sb0, nsb, R);
+}
+
+// Stages activation columns col0 .. col0 + 63 (Q8_1 rows of x_row bytes), the thread's slots as
+// in mmq_load_w_t.
 static __device__ __forceinline__ void mmq_load_x(MmqSmem* sm, const uint8_t* xq, long long x_row, const int* cols,
                                                   int col_div, int col0, int ncols, int sb0, int nsb, int R) {
-    for (int p = threadIdx.x; p < MMQ_BN * MMQ_SB; p += MMQ_THREADS) {
-        const int c = p / MMQ_SB, j = p % MMQ_SB, sb = sb0 + j / R;
-        int* dst = sm->x + c * MMQ_LD + j * 8;
-        float d = 0.0f, s = 0.0f;
-        if (col0 + c < ncols && sb < nsb) {
-            const int xr = cols ? cols[col0 + c] / col_div : col0 + c;
-            const uint8_t* b = xq + (long long)xr * x_row + (long long)sb * 36;
-            const float2 ds = __half22float2(*(const __half2*)b);
-            d = ds.x;
-            s = ds.y;
-            const int* q = (const int*)(b + 4);
+    const int j = threadIdx.x % MMQ_SB, sb = sb0 + j / R;
 #pragma unroll
-            for (int t = 0; t < 8; ++t) dst[t] = q[t];
-        } else {
+    for (int i0 = 0; i0 < MMQ_PER; i0 += MMQ_GROUP) {
+        int q[MMQ_GROUP][8];
+        float2 ds[MMQ_GROUP];
 #pragma unroll
-            for (int t = 0; t < 8; ++t) dst[t] = 0;
+        for (int i = 0; i < MMQ_GROUP; ++i) {
+            const int c = threadIdx.x / MMQ_SB + (i0 + i) * (MMQ_THREADS / MMQ_SB);
+            if (col0 + c < ncols && sb < nsb) {
+                const int xr = cols ? cols[col0 + c] / col_div : col0 + c;
+                const uint8_t* b = xq + (long long)xr * x_row + (long long)sb * 36;
+                ds[i] = __half22float2(*(const __half2*)b);
+                const int* src = (const int*)(b + 4);
+#pragma unroll
+                for (int t = 0; t < 8; ++t) q[i][t] = src[t];
+            } else {
+                ds[i] = make_float2(0.0f, 0.0f);
+#pragma unroll
+                for (int t = 0; t < 8; ++t) q[i][t] = 0;
+            }
         }
-        sm->xds[c * MMQ_SB + j] = make_float2(d, s);
+#pragma unroll
+        for (int i = 0; i < MMQ_GROUP; ++i) {
+            const int c = threadIdx.x / MMQ_SB + (i0 + i) * (MMQ_THREADS / MMQ_SB);
+            mmq_store_slot(sm->x + c * MMQ_LD + j * 8, j, q[i]);
+            sm->xds[j * MMQ_BN + c] = ds[i];
+        }
     }
 }
 
@@ -1060,10 +1123,13 @@ static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_strid
     // activations, lane i column (i % 8) + 8 * (i / 16) and bytes 16 * (i / 8 % 2).
     const int* wl = sm->w + (lane & 15) * MMQ_LD + 4 * (lane >> 4);
     const int* xl = sm->x + (warp * 16 + (lane & 7) + 8 * (lane >> 4)) * MMQ_LD + 4 * ((lane >> 3) & 1);
-    for (int sb0 = 0; sb0 < nsb; sb0 += MMQ_SB / R) {
+    // This block's share of the k steps (grid z splits them; see mmq_dense).
+    const int step = MMQ_SB / R, per = ((nsb + step - 1) / step + gridDim.z - 1) / gridDim.z;
+    const int sb_lo = blockIdx.z * per * step, sb_hi = min(nsb, sb_lo + per * step);
+    for (int sb0 = sb_lo; sb0 < sb_hi; sb0 += step) {
         __syncthreads();
-        mmq_load_w(sm, w, w_stride, wtype, row0, n, sb0, nsb, R);
-        mmq_load_x(sm, xq, x_row, cols, col_div, col0, ncols, sb0, nsb, R);
+        mmq_load_w(sm, w, w_stride, wtype, row0, n, sb0, sb_hi, R);
+        mmq_load_x(sm, xq, x_row, cols, col_div, col0, ncols, sb0, sb_hi, R);
         __syncthreads();
         if (!active) continue;
 #pragma unroll 2
@@ -1098,16 +1164,21 @@ static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_strid
                             ci[a][b][i] = s;
                         }
             }
-            // This lane's 8 rows and 4 columns: their scales once per sub-block.
+            // This lane's 8 rows and 4 columns: their scales once per sub-block, rows g and g + 8
+            // (columns 2t and 2t + 1) as one 16-byte load.
             float2 wdm[4][2], xds[2][2];
 #pragma unroll
-            for (int a = 0; a < 4; ++a)
+            for (int a = 0; a < 4; ++a) {
+                const float4 v = *(const float4*)&sm->wdm[j * MMQ_BM + a * 16 + 2 * g];
+                wdm[a][0] = make_float2(v.x, v.y);
+                wdm[a][1] = make_float2(v.z, v.w);
+            }
 #pragma unroll
-                for (int h = 0; h < 2; ++h) wdm[a][h] = sm->wdm[(a * 16 + g + 8 * h) * MMQ_SB + j];
-#pragma unroll
-            for (int b = 0; b < 2; ++b)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) xds[b][h] = sm->xds[(warp * 16 + b * 8 + 2 * t + h) * MMQ_SB + j];
+            for (int b = 0; b < 2; ++b) {
+                const float4 v = *(const float4*)&sm->xds[j * MMQ_BN + warp * 16 + b * 8 + 2 * t];
+                xds[b][0] = make_float2(v.x, v.y);
+                xds[b][1] = make_float2(v.z, v.w);
+            }
 #pragma unroll
             for (int a = 0; a < 4; ++a)
 #pragma unroll
@@ -1132,7 +1203,10 @@ static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_strid
                 const int r = row0 + a * 16 + g + (i >= 2 ? 8 : 0), c = col0 + warp * 16 + b * 8 + 2 * t + (i & 1);
                 if (r < n && c < ncols) {
                     const long long orow = cols ? cols[c] : c;
-                    y[orow * y_row + r] = acc[a][b][i];
+                    if (gridDim.z > 1)
+                        atomicAdd(&y[orow * y_row + r], acc[a][b][i]);
+                    else
+                        y[orow * y_row + r] = acc[a][b][i];
                 }
             }
 }
@@ -1146,7 +1220,10 @@ static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_strid
             mmq_tile<USE_MMA, false>(__VA_ARGS__);       \
     } while (0)
 
-// Dense: grid (row tiles, column tiles). y[c * n + j] = W_j . x_c.
+// Dense: grid (row tiles, column tiles, 1 or 2). y[c * n + j] = W_j . x_c. With two along z (few
+// tiles: more blocks for the SMs), each block sums half of the k steps and adds its sums to y,
+// which the caller has zeroed: 0 + a + b and 0 + b + a are the same f32, so the result does not
+// depend on which half adds first.
 template <bool USE_MMA>
 static __device__ void mmq_dense(const uint8_t* w, long long w_stride, int wtype, const uint8_t* xq, long long x_row,
                                  float* y, int k, int n, int m) {
@@ -1154,11 +1231,12 @@ static __device__ void mmq_dense(const uint8_t* w, long long w_stride, int wtype
     MMQ_TILE_CALL(USE_MMA, wtype, &sm, w, w_stride, wtype, xq, x_row, nullptr, 1, y, n, k, n, m, blockIdx.x * MMQ_BM,
                   blockIdx.y * MMQ_BN);
 }
-#define MMQ_DENSE(name, USE_MMA)                                                                                \
-    extern "C" __global__ void __launch_bounds__(128) name(const uint8_t* w, long long w_stride, int wtype,      \
-                                                           const uint8_t* xq, long long x_row, float* y, int k,    \
-                                                           int n, int m) { KERNEL_ENTRY();                                          \
-        mmq_dense<USE_MMA>(w, w_stride, wtype, xq, x_row, y, k, n, m);                                             \
+#define MMQ_DENSE(name, USE_MMA)                                                                          \
+    extern "C" __global__ void __launch_bounds__(MMQ_THREADS, MMQ_MIN_BLOCKS)                              \
+        name(const uint8_t* w, long long w_stride, int wtype, const uint8_t* xq, long long x_row, float* y, int k, \
+             int n, int m) {                                                                               \
+        KERNEL_ENTRY();                                                                                    \
+        mmq_dense<USE_MMA>(w, w_stride, wtype, xq, x_row, y, k, n, m);                                     \
     }
 MMQ_DENSE(bl_mmq_mma, true)
 MMQ_DENSE(bl_mmq_dp4a, false)
@@ -1182,11 +1260,12 @@ static __device__ void mmq_parts(MatmulPart pa, MatmulPart pb, MatmulPart pc, in
     MMQ_TILE_CALL(USE_MMA, wtype, &sm, p.w, p.stride, wtype, xq, x_row, nullptr, 1, p.y, p.n, k, p.n, m,
                   tile * MMQ_BM, blockIdx.y * MMQ_BN);
 }
-#define MMQ_PARTS(name, USE_MMA)                                                                                 \
-    extern "C" __global__ void __launch_bounds__(128) name(MatmulPart a, MatmulPart b, MatmulPart c, int wtype,  \
-                                                           const uint8_t* xq, long long x_row, int k, int m) {     \
-        KERNEL_ENTRY();                                                                                          \
-        mmq_parts<USE_MMA>(a, b, c, wtype, xq, x_row, k, m);                                                     \
+#define MMQ_PARTS(name, USE_MMA)                                                                          \
+    extern "C" __global__ void __launch_bounds__(MMQ_THREADS, MMQ_MIN_BLOCKS)                              \
+        name(MatmulPart a, MatmulPart b, MatmulPart c, int wtype, const uint8_t* xq, long long x_row, int k,   \
+             int m) {                                                                                      \
+        KERNEL_ENTRY();                                                                                    \
+        mmq_parts<USE_MMA>(a, b, c, wtype, xq, x_row, k, m);                                               \
     }
 MMQ_PARTS(bl_mmq_parts_mma, true)
 MMQ_PARTS(bl_mmq_parts_dp4a, false)
@@ -1206,7 +1285,7 @@ static __device__ void mmq_experts(const uint8_t* w, long long w_stride, long lo
                   y_row, k, n, count[e], blockIdx.x * MMQ_BM, tile.y);
 }
 #define MMQ_EXPERTS(name, USE_MMA)                                                                                \
-    extern "C" __global__ void __launch_bounds__(128)                                                             \
+    extern "C" __global__ void __launch_bounds__(MMQ_THREADS, MMQ_MIN_BLOCKS)                                     \
         name(const uint8_t* w, long long w_stride, long long w_exp, int wtype, const uint8_t* xq, long long x_row,  \
              const int* list, long long list_stride, const int* count, const int2* tiles, int col_div, float* y,    \
              long long y_row, int k, int n) {                                                                       \

@@ -299,6 +299,19 @@ fn driver_err(what: &str) -> impl FnOnce(cudarc::driver::DriverError) -> PluginE
     move |e| PluginError::device(format!("{what}: {e:?}"))
 }
 
+/// Weight rows, columns and threads of a block of `bl_matmul_f32_tiled` (`F32T_BN`, `F32T_BM`,
+/// `F32T_THREADS`).
+const F32_TILE_ROWS: u64 = 16;
+const F32_TILE_COLS: u64 = 32;
+const F32_TILE_THREADS: u32 = 256;
+
+/// Whether an F32 product of `m` columns of `k` values takes `bl_matmul_f32_tiled`: a batch
+/// (as the quantized products take tiles), whole quads, and 16-byte aligned addresses and weight
+/// rows (`aligned`: w, x, the row stride).
+fn f32_tiles(m: u64, k: u64, aligned: [u64; 3]) -> bool {
+    m >= MMQ_MIN_ROWS && k.is_multiple_of(4) && aligned.iter().all(|a| a.is_multiple_of(16))
+}
+
 /// Threads per block of the row-per-warp kernels.
 const BLOCK: u32 = 256;
 /// F32 products with at most this many (row, column) pairs take a block per pair
@@ -450,6 +463,21 @@ const MMQ_MIN_ROWS: u64 = 16;
 const MMQ_TILE: u64 = 64;
 /// Threads per block of the tiled products (`MMQ_THREADS`).
 const MMQ_THREADS: u32 = 128;
+
+/// Dense tiled products with fewer tiles than this split k in two halves (grid z): about the
+/// blocks an H200's 132 SMs hold at once (4 each).
+const MMQ_SPLIT_BELOW_TILES: u64 = 512;
+
+/// Along z of a dense tiled product of `tiles` tiles over `k` values: 2 (each half of the k
+/// steps adds into the zeroed output) when the tiles are few and there is more than one k step
+/// of 256 values, else 1.
+fn mmq_k_halves(tiles: u64, k: u64) -> u32 {
+    if tiles < MMQ_SPLIT_BELOW_TILES && k > 256 {
+        2
+    } else {
+        1
+    }
+}
 
 /// Refuses, by name, a tensor `what` of another type than F32.
 fn f32_only(t: &TensorRef, what: &str) -> Result<(), PluginError> {
@@ -897,6 +925,30 @@ impl Launcher {
                 let (stride, ki, ni, mi) = (w.nb[1] as i64, k as i32, n as i32, m as i32);
                 let tasks = n * m;
                 match (w.dtype, weight_code(w.dtype)) {
+                    (DType::F32, _) if f32_tiles(m, k, [pw, px, stride as u64]) => {
+                        let f = self.func("bl_matmul_f32_tiled")?;
+                        let mut l = self.args(&f);
+                        l.arg(&pw)
+                            .arg(&stride)
+                            .arg(&px)
+                            .arg(&py)
+                            .arg(&ki)
+                            .arg(&ni)
+                            .arg(&mi);
+                        let grid = (
+                            n.div_ceil(F32_TILE_ROWS) as u32,
+                            m.div_ceil(F32_TILE_COLS) as u32,
+                            1,
+                        );
+                        let launch = LaunchConfig {
+                            grid_dim: grid,
+                            block_dim: (F32_TILE_THREADS, 1, 1),
+                            shared_mem_bytes: 0,
+                        };
+                        // SAFETY: a block per tile of the checked shapes; rows and columns past
+                        // n and m are neither read nor written, k is whole quads.
+                        unsafe { l.launch(launch) }.map_err(driver_err("bl_matmul_f32_tiled"))?;
+                    }
                     (DType::F32, _) => {
                         // Few outputs (a router, a gate at decode): a block per output splits k.
                         let split = tasks <= F32_SPLIT_MAX_TASKS;
@@ -944,10 +996,29 @@ impl Launcher {
                             let mut l = self.args(&f);
                             l.arg(&pw).arg(&stride).arg(&wtype).arg(&q).arg(&x_row);
                             l.arg(&py).arg(&ki).arg(&ni).arg(&mi);
-                            let grid =
-                                (n.div_ceil(MMQ_TILE) as u32, m.div_ceil(MMQ_TILE) as u32, 1);
-                            // SAFETY: one block per 64 x 64 tile; rows and columns beyond n and m
-                            // are neither read nor written; all inside the checked spans.
+                            let tiles = n.div_ceil(MMQ_TILE) * m.div_ceil(MMQ_TILE);
+                            let halves = mmq_k_halves(tiles, k);
+                            if halves > 1 {
+                                // The halves add into y.
+                                // SAFETY: y is the checked m x n output span, on this stream.
+                                unsafe {
+                                    result::memset_d8_async(
+                                        py,
+                                        0,
+                                        (m * n * 4) as usize,
+                                        self.stream.cu_stream(),
+                                    )
+                                }
+                                .map_err(driver_err("cuMemsetD8Async"))?;
+                            }
+                            let grid = (
+                                n.div_ceil(MMQ_TILE) as u32,
+                                m.div_ceil(MMQ_TILE) as u32,
+                                halves,
+                            );
+                            // SAFETY: one block per 64 x 64 tile (and half of k); rows and columns
+                            // beyond n and m are neither read nor written; all inside the checked
+                            // spans.
                             unsafe {
                                 l.launch(LaunchConfig {
                                     grid_dim: grid,
@@ -1910,6 +1981,7 @@ mod tests {
         "bl_quantize_q8_1_pairs",
         "bl_matmul_f32",
         "bl_matmul_f32_split",
+        "bl_matmul_f32_tiled",
         "bl_matmul_q_cols",
         "bl_glu_f32",
         "bl_unary_f32",
@@ -1991,6 +2063,38 @@ mod tests {
             super::fused::NORM_QUADS,
             kernel_define("NORM_QUADS"),
             "rows per thread of the norms"
+        );
+        let gemm = include_str!("../cu/gemm_f32.cuh");
+        assert_eq!(define_in(gemm, "F32T_BN"), super::F32_TILE_ROWS);
+        assert_eq!(define_in(gemm, "F32T_BM"), super::F32_TILE_COLS);
+        assert_eq!(
+            define_in(gemm, "F32T_THREADS"),
+            u64::from(super::F32_TILE_THREADS)
+        );
+    }
+
+    #[test]
+    fn few_dense_tiles_split_k_in_halves() {
+        assert_eq!(super::mmq_k_halves(256, 4096), 2, "an output projection");
+        assert_eq!(super::mmq_k_halves(511, 352), 2, "a partial second step");
+        assert_eq!(super::mmq_k_halves(512, 4096), 1, "enough tiles");
+        assert_eq!(super::mmq_k_halves(8, 256), 1, "one k step");
+    }
+
+    #[test]
+    fn f32_batches_take_tiles_when_whole_quads_and_aligned() {
+        let aligned = [256, 4096, 8192];
+        assert!(super::f32_tiles(512, 2048, aligned));
+        assert!(super::f32_tiles(16, 352, aligned));
+        assert!(!super::f32_tiles(15, 2048, aligned), "decode keeps warps");
+        assert!(!super::f32_tiles(512, 2050, aligned), "a partial quad");
+        assert!(
+            !super::f32_tiles(512, 2048, [256, 4100, 8192]),
+            "x off 16 bytes"
+        );
+        assert!(
+            !super::f32_tiles(512, 2048, [256, 4096, 8200]),
+            "rows off 16 bytes"
         );
     }
 

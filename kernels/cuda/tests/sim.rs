@@ -5,7 +5,8 @@
 //! (`cu/router.cuh`: the fused logits + choice against the two kernels it replaces and an f64
 //! top-k; the gated shared-expert sum) and the decode attention (`cu/attn_split.cuh`: one run and merged runs,
 //! windows, sinks, softcap, bad rows, against an f64 attention) and the routed experts' decode
-//! kernels with a shared expert slot (`cu/moe.cuh`: against the separate kernels they replace).
+//! kernels with a shared expert slot (`cu/moe.cuh`: against the separate kernels they replace) and
+//! the tiled f32 product of batches (`cu/gemm_f32.cuh`: against the in-order f32 sum bit for bit).
 //! Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so, when there is none.
 
 use std::path::{Path, PathBuf};
@@ -69,4 +70,9 @@ fn decode_attention_matches_the_reference_under_emulation() {
 #[test]
 fn routed_experts_with_a_shared_slot_match_the_separate_kernels_under_emulation() {
     run_emulated("moe_test");
+}
+
+#[test]
+fn tiled_f32_products_match_the_in_order_sum_under_emulation() {
+    run_emulated("gemm_f32_test");
 }
