@@ -925,37 +925,24 @@ impl Launcher {
                 let (stride, ki, ni, mi) = (w.nb[1] as i64, k as i32, n as i32, m as i32);
                 let tasks = n * m;
                 match (w.dtype, weight_code(w.dtype)) {
-                    (DType::F32, _) if f32_tiles(m, k, [pw, px, stride as u64]) => {
-                        let f = self.func("bl_matmul_f32_tiled")?;
-                        let mut l = self.args(&f);
-                        l.arg(&pw)
-                            .arg(&stride)
-                            .arg(&px)
-                            .arg(&py)
-                            .arg(&ki)
-                            .arg(&ni)
-                            .arg(&mi);
-                        let grid = (
-                            n.div_ceil(F32_TILE_ROWS) as u32,
-                            m.div_ceil(F32_TILE_COLS) as u32,
-                            1,
-                        );
-                        let launch = LaunchConfig {
-                            grid_dim: grid,
-                            block_dim: (F32_TILE_THREADS, 1, 1),
-                            shared_mem_bytes: 0,
-                        };
-                        // SAFETY: a block per tile of the checked shapes; rows and columns past
-                        // n and m are neither read nor written, k is whole quads.
-                        unsafe { l.launch(launch) }.map_err(driver_err("bl_matmul_f32_tiled"))?;
-                    }
                     (DType::F32, _) => {
-                        // Few outputs (a router, a gate at decode): a block per output splits k.
-                        let split = tasks <= F32_SPLIT_MAX_TASKS;
-                        let name = if split {
-                            "bl_matmul_f32_split"
+                        // A batch: tiles. Few outputs (a router, a gate at decode): a block per
+                        // output splits k. Else a warp per output.
+                        let (name, launch) = if f32_tiles(m, k, [pw, px, stride as u64]) {
+                            let launch = LaunchConfig {
+                                grid_dim: (
+                                    n.div_ceil(F32_TILE_ROWS) as u32,
+                                    m.div_ceil(F32_TILE_COLS) as u32,
+                                    1,
+                                ),
+                                block_dim: (F32_TILE_THREADS, 1, 1),
+                                shared_mem_bytes: 0,
+                            };
+                            ("bl_matmul_f32_tiled", launch)
+                        } else if tasks <= F32_SPLIT_MAX_TASKS {
+                            ("bl_matmul_f32_split", cfg(tasks as u32, F32_SPLIT_THREADS))
                         } else {
-                            "bl_matmul_f32"
+                            ("bl_matmul_f32", cfg(grid(tasks, WARPS), BLOCK))
                         };
                         let f = self.func(name)?;
                         let mut l = self.args(&f);
@@ -966,13 +953,9 @@ impl Launcher {
                             .arg(&ki)
                             .arg(&ni)
                             .arg(&mi);
-                        let launch = if split {
-                            cfg(tasks as u32, F32_SPLIT_THREADS)
-                        } else {
-                            cfg(grid(tasks, WARPS), BLOCK)
-                        };
-                        // SAFETY: one block (split) or one warp per (row, column), all inside the
-                        // checked spans.
+                        // SAFETY: a block per tile (rows and columns past n and m neither read
+                        // nor written, k whole quads), a block or a warp per output, all
+                        // inside the checked spans.
                         unsafe { l.launch(launch) }.map_err(driver_err(name))?;
                     }
                     (_, Some((wtype, block))) => {
