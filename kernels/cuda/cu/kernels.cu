@@ -1009,21 +1009,27 @@ static __device__ __forceinline__ void mma_s8(int* c, const int* a, const int* b
 #define MMQ_PER (MMQ_BM * MMQ_SB / MMQ_THREADS)
 #define MMQ_GROUP 2
 
+// The row (weights) or column (activations) of the thread's i-th slot in a k step; its slot is
+// threadIdx.x % MMQ_SB.
+static __device__ __forceinline__ int mmq_slot_line(int i) {
+    return threadIdx.x / MMQ_SB + i * (MMQ_THREADS / MMQ_SB);
+}
+
 // Stages weight rows row0 .. row0 + 63 (sub-blocks sb0 ..) of one matrix of type wt: the thread's
-// slots are (row threadIdx.x / 8 + 16 i, slot threadIdx.x % 8), unpacked MMQ_GROUP at a time. WT
-// is wt as a compile-time constant (the unpacking folds to one type's code), or -1 (wt read at
-// run time).
+// slots (mmq_slot_line), unpacked MMQ_GROUP at a time. WT is wt as a compile-time constant (the
+// unpacking and R fold to one type's code), or -1 (wt and R read at run time).
 template <int WT>
 static __device__ __forceinline__ void mmq_load_w_t(MmqSmem* sm, const uint8_t* w, long long w_stride, int wt,
                                                     int row0, int n, int sb0, int nsb, int R) {
     const int type = WT >= 0 ? WT : wt;
+    if (WT >= 0) R = two_scales(WT) ? 2 : 1;
     const int j = threadIdx.x % MMQ_SB, sb = sb0 + j / R;
 #pragma unroll
     for (int i0 = 0; i0 < MMQ_PER; i0 += MMQ_GROUP) {
         Sub s[MMQ_GROUP];
 #pragma unroll
         for (int i = 0; i < MMQ_GROUP; ++i) {
-            const int r = threadIdx.x / MMQ_SB + (i0 + i) * (MMQ_THREADS / MMQ_SB);
+            const int r = mmq_slot_line(i0 + i);
             if (row0 + r < n && sb < nsb) {
                 unpack_sub(w + (long long)(row0 + r) * w_stride, type, sb, &s[i]);
             } else {
@@ -1034,7 +1040,7 @@ static __device__ __forceinline__ void mmq_load_w_t(MmqSmem* sm, const uint8_t* 
         }
 #pragma unroll
         for (int i = 0; i < MMQ_GROUP; ++i) {
-            const int r = threadIdx.x / MMQ_SB + (i0 + i) * (MMQ_THREADS / MMQ_SB);
+            const int r = mmq_slot_line(i0 + i);
             int q[8];
             float d;
             if (R == 2) {
@@ -1058,9 +1064,9 @@ static __device__ __forceinline__ void mmq_load_w_t(MmqSmem* sm, const uint8_t* 
 static __device__ __forceinline__ void mmq_load_w(MmqSmem* sm, const uint8_t* w, long long w_stride, int wt, int row0,
                                                   int n, int sb0, int nsb, int R) {
     if (wt == WT_Q4_K)
-        mmq_load_w_t<WT_Q4_K>(sm, w, w_stride, wt, row0, n, sb0, nsb, 1);
+        mmq_load_w_t<WT_Q4_K>(sm, w, w_stride, wt, row0, n, sb0, nsb, R);
     else if (wt == WT_Q8_0)
-        mmq_load_w_t<WT_Q8_0>(sm, w, w_stride, wt, row0, n, sb0, nsb, 1);
+        mmq_load_w_t<WT_Q8_0>(sm, w, w_stride, wt, row0, n, sb0, nsb, R);
     else
         mmq_load_w_t<-1>(sm, w, w_stride, wt, row0, n, sb0, nsb, R);
 }
@@ -1076,7 +1082,7 @@ static __device__ __forceinline__ void mmq_load_x(MmqSmem* sm, const uint8_t* xq
         float2 ds[MMQ_GROUP];
 #pragma unroll
         for (int i = 0; i < MMQ_GROUP; ++i) {
-            const int c = threadIdx.x / MMQ_SB + (i0 + i) * (MMQ_THREADS / MMQ_SB);
+            const int c = mmq_slot_line(i0 + i);
             if (col0 + c < ncols && sb < nsb) {
                 const int xr = cols ? cols[col0 + c] / col_div : col0 + c;
                 const uint8_t* b = xq + (long long)xr * x_row + (long long)sb * 36;
@@ -1092,7 +1098,7 @@ static __device__ __forceinline__ void mmq_load_x(MmqSmem* sm, const uint8_t* xq
         }
 #pragma unroll
         for (int i = 0; i < MMQ_GROUP; ++i) {
-            const int c = threadIdx.x / MMQ_SB + (i0 + i) * (MMQ_THREADS / MMQ_SB);
+            const int c = mmq_slot_line(i0 + i);
             mmq_store_slot(sm->x + c * MMQ_LD + j * 8, j, q[i]);
             sm->xds[j * MMQ_BN + c] = ds[i];
         }
