@@ -16,6 +16,13 @@ static __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// f32 to and from the stored element types (f32, f16).
+template <typename T> static __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_f32<__half>(float v) { return __float2half_rn(v); }
+static __device__ __forceinline__ float to_f32(float v) { return v; }
+static __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+
 // Reports a bad input (an id outside a table) to the host: the first error code wins.
 static __device__ __forceinline__ void report(int* err, int code) {
     if (err) atomicCAS(err, 0, code);

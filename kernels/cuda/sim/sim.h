@@ -1,11 +1,13 @@
 // A CPU emulation of the few CUDA features the sequence-state kernels (cu/recurrent.cuh), the
-// routing kernels (cu/router.cuh), the decode attention (cu/attn_split.cuh) and the routed experts'
-// decode kernels (cu/moe.cuh, with the weight readers of cu/quant.cuh) use, so that their
-// source can be checked without a GPU (tests/sim.rs builds and runs the *_test.cpp files here with
-// the host C++ compiler). Blocks run one after another; the threads of a
-// block are std::threads with a block barrier for __syncthreads and a per-warp exchange for
-// shuffles and ballots. Every lane of a warp must take part in a shuffle, and a block must leave
-// a kernel as a whole before a barrier, as the kernels under test do.
+// routing kernels (cu/router.cuh), the decode attention (cu/attn_split.cuh), the routed experts'
+// decode kernels (cu/moe.cuh, with the weight readers of cu/quant.cuh), the prompt batches' route
+// table, tile list, GLU and combine (cu/moe_batch.cuh), the tiled f32 product (cu/gemm_f32.cuh)
+// and the per-head norm + RoPE (cu/rope.cuh) use, so that their source can be checked without a
+// GPU (tests/sim.rs builds and runs the *_test.cpp files here with the host C++ compiler). Blocks
+// run one after another; the threads of a block are std::threads with a block barrier for
+// __syncthreads and a per-warp exchange for shuffles and ballots. Every lane of a warp must take
+// part in a shuffle, and a block must leave a kernel as a whole before a barrier, as the kernels
+// under test do.
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -74,6 +76,12 @@ inline T __shfl_sync(unsigned, T v, int src_lane) {
     return shuffle(v, [&](unsigned) { return (unsigned)src_lane; });
 }
 
+// Lane - delta's v (lanes below delta keep their own).
+template <typename T>
+inline T __shfl_up_sync(unsigned, T v, unsigned delta) {
+    return shuffle(v, [&](unsigned lane) { return lane >= delta ? lane - delta : lane; });
+}
+
 inline unsigned __ballot_sync(unsigned, bool p) {
     const unsigned lane = threadIdx.x % WARP;
     WarpExchange& w = *g_warps[threadIdx.x / WARP];
@@ -110,6 +118,10 @@ struct float2 {
 struct float4 {
     float x, y, z, w;
 };
+struct int2 {
+    int x, y;
+};
+inline int2 make_int2(int x, int y) { return {x, y}; }
 struct uint4 {
     unsigned x, y, z, w;
 };
@@ -169,6 +181,7 @@ inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
 inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned s) {
     return (unsigned)((((unsigned long long)hi << 32) | lo) >> (s & 31));
 }
+inline int __ffs(int x) { return __builtin_ffs(x); }
 inline int __ffsll(long long x) { return __builtin_ffsll(x); }
 inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned long long)x); }
 

@@ -457,6 +457,8 @@ impl Mmq {
 
 /// Threads of `bl_moe_tiles`, a thread per stack expert (`TILES_THREADS`).
 const TILES_THREADS: u32 = 1024;
+/// Threads of `bl_moe_route` (`ROUTE_THREADS`): a chunk of 32 entries a thread per round.
+const ROUTE_THREADS: u32 = 1024;
 /// Batches of at least this many rows use the tiled products.
 const MMQ_MIN_ROWS: u64 = 16;
 /// Rows and columns of one tile of the tiled products.
@@ -1372,7 +1374,7 @@ impl Launcher {
         let align = |b: u64| b.div_ceil(256) * 256;
         if let (Some((_, routed, _)), true, None) = (
             self.mmq.kernels(rows),
-            wg >= 1 && wu >= 1 && wd >= 1,
+            wg >= 1 && wu >= 1 && wd >= 1 && addr(&c.dst, "dst")? % 16 == 0,
             shared,
         ) {
             let stacks = Stacks {
@@ -1646,7 +1648,8 @@ struct Stacks {
 impl Launcher {
     /// Routed experts for batches: the route table sorted by expert on the card, then per expert
     /// one tiled product over all its rows for gate/up and for down (each expert's weights read
-    /// once per batch), the GLU between, and the weighted sum in slot order.
+    /// once per batch), the GLU between, and the weighted sum in slot order (into `st.out`,
+    /// which the caller checked is 16-byte aligned).
     fn moe_routed(
         &self,
         kernel: &'static str,
@@ -1675,18 +1678,17 @@ impl Launcher {
             align(st.n_stack * 4),             // route counts
             align(max_tiles * 8),              // column tiles
             align(entries * 2 * n_ff * 4),     // gate | up products
-            align(entries * n_ff * 4),         // GLU
             align(entries * (n_ff / 32) * 36), // GLU as Q8_1
             align(entries * n_embd * 4),       // down products
         ];
-        let mut at = [0u64; 8];
+        let mut at = [0u64; 7];
         let base = self.scratch(sizes.iter().sum())?;
         let mut off = base;
         for (a, sz) in at.iter_mut().zip(sizes) {
             *a = off;
             off += sz;
         }
-        let [xq, list, count, tiles, gu, h, hq, dbuf] = at;
+        let [xq, list, count, tiles, gu, hq, dbuf] = at;
         let flat = |n: u64| LaunchConfig {
             grid_dim: (n.div_ceil(256).clamp(1, 4096) as u32, 1, 1),
             block_dim: (256, 1, 1),
@@ -1703,7 +1705,7 @@ impl Launcher {
         unsafe {
             l.launch(LaunchConfig {
                 grid_dim: (st.n_stack as u32, 1, 1),
-                block_dim: (256, 1, 1),
+                block_dim: (ROUTE_THREADS, 1, 1),
                 shared_mem_bytes: 0,
             })
         }
@@ -1776,13 +1778,14 @@ impl Launcher {
             GluKind::GeGlu => 1,
         };
         let (uoff, n_e) = (n_ff as i64, entries as i64);
-        let f = self.func("bl_moe_glu")?;
+        let f = self.func("bl_moe_glu_q8_1")?;
         let mut l = self.args(&f);
-        l.arg(&gu).arg(&gu).arg(&gu_row).arg(&uoff).arg(&h);
+        l.arg(&gu).arg(&gu).arg(&gu_row).arg(&uoff).arg(&hq);
         l.arg(&n_e).arg(&nf).arg(&kind).arg(&p.limit);
-        // SAFETY: entries x n_ff values read from the products and written to h, both sized so.
-        unsafe { l.launch(flat(entries * n_ff)) }.map_err(driver_err("bl_moe_glu"))?;
-        self.quantize_q8_1(h, hq, entries * (n_ff / 32))?;
+        // SAFETY: 8 threads per Q8_1 block of the GLU (entries x n_ff / 32 blocks, whole warps a
+        // grid step) read their quads of the products (16-byte aligned: a 256-aligned area, n_ff
+        // a multiple of 32) and write the block into hq, both areas sized so.
+        unsafe { l.launch(flat(entries * n_ff / 4)) }.map_err(driver_err("bl_moe_glu_q8_1"))?;
         let h_row = ((n_ff / 32) * 36) as i64;
         product(st.down, hq, h_row, 1, dbuf, n_embd as i64, n_ff, n_embd)?;
         let ri = rows as i32;
@@ -1794,8 +1797,10 @@ impl Launcher {
             .arg(&st.weights)
             .arg(&st.out);
         l.arg(&ne).arg(&ki).arg(&ri).arg(&nx);
-        // SAFETY: rows x n_embd outputs; only entries with a valid, mapped expert are read.
-        unsafe { l.launch(flat(rows * n_embd)) }.map_err(driver_err("bl_moe_combine"))?;
+        // SAFETY: a thread per four of the rows x n_embd outputs (n_embd a multiple of 32, out
+        // 16-byte aligned: checked by the caller, dbuf 256-aligned); only entries with a valid,
+        // mapped expert are read.
+        unsafe { l.launch(flat(rows * n_embd / 4)) }.map_err(driver_err("bl_moe_combine"))?;
         Ok(())
     }
 }
@@ -1994,7 +1999,7 @@ mod tests {
         "bl_mmq_parts_dp4a",
         "bl_moe_route",
         "bl_moe_tiles",
-        "bl_moe_glu",
+        "bl_moe_glu_q8_1",
         "bl_moe_combine",
         "bl_conv_causal",
         "bl_conv_causal_state",
@@ -2031,9 +2036,14 @@ mod tests {
 
     #[test]
     fn launch_shapes_match_the_kernels() {
+        let batch = include_str!("../cu/moe_batch.cuh");
         assert_eq!(
-            kernel_define("TILES_THREADS"),
+            define_in(batch, "TILES_THREADS"),
             u64::from(super::TILES_THREADS)
+        );
+        assert_eq!(
+            define_in(batch, "ROUTE_THREADS"),
+            u64::from(super::ROUTE_THREADS)
         );
         assert_eq!(kernel_define("MMQ_BN"), super::MMQ_TILE);
         assert_eq!(kernel_define("MMQ_THREADS"), u64::from(super::MMQ_THREADS));

@@ -6,7 +6,10 @@
 //! top-k; the gated shared-expert sum) and the decode attention (`cu/attn_split.cuh`: one run and merged runs,
 //! windows, sinks, softcap, bad rows, against an f64 attention) and the routed experts' decode
 //! kernels with a shared expert slot (`cu/moe.cuh`: against the separate kernels they replace) and
-//! the tiled f32 product of batches (`cu/gemm_f32.cuh`: against the in-order f32 sum bit for bit).
+//! the tiled f32 product of batches (`cu/gemm_f32.cuh`: against the in-order f32 sum bit for bit)
+//! and the prompt batches' route table, tile list, GLU into Q8_1 and combine (`cu/moe_batch.cuh`:
+//! against the lists, blocks and sums they must give) and the per-head norm + RoPE with its cache stores
+//! (`cu/rope.cuh`: against an f64 norm and rotation).
 //! Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so, when there is none.
 
 use std::path::{Path, PathBuf};
@@ -75,4 +78,14 @@ fn routed_experts_with_a_shared_slot_match_the_separate_kernels_under_emulation(
 #[test]
 fn tiled_f32_products_match_the_in_order_sum_under_emulation() {
     run_emulated("gemm_f32_test");
+}
+
+#[test]
+fn prompt_routing_kernels_match_the_reference_under_emulation() {
+    run_emulated("moe_batch_test");
+}
+
+#[test]
+fn norm_rope_matches_the_f64_reference_under_emulation() {
+    run_emulated("rope_test");
 }
