@@ -96,12 +96,12 @@ extern "C" __global__ void __launch_bounds__(TILES_THREADS) bl_moe_tiles(const i
     for (int i = total + threadIdx.x; i < max_tiles; i += blockDim.x) tiles[i] = make_int2(-1, 0);
 }
 
-// The GLU of every route entry's gate | up products as Q8_1 blocks for the down products: block
-// b holds glu(g[i * gs + f], u[i * gs + uoff + f]) of entry i = b / (n_ff / 32) for the 32 f from
-// (b % (n_ff / 32)) * 32, bit for bit bl_quantize_q8_1 of the f32 GLU. Eight lanes hold a block
-// as quads (n_ff % 32 == 0; g, u, gs and uoff keep quads 16-byte aligned).
-extern "C" __global__ void bl_moe_glu_q8_1(const float* g, const float* u, long long gs, long long uoff, uint8_t* hq,
-                                           long long entries, int n_ff, int kind, float limit) {
+// The GLU of every route entry's gate | up products (row i of gu: n_ff gate values, then n_ff up
+// values) as Q8_1 blocks for the down products: block b holds glu(gate, up) of entry
+// i = b / (n_ff / 32) for the 32 f from (b % (n_ff / 32)) * 32, bit for bit bl_quantize_q8_1 of
+// the f32 GLU. Eight lanes hold a block as quads (n_ff % 32 == 0, gu 16-byte aligned).
+extern "C" __global__ void bl_moe_glu_q8_1(const float* gu, uint8_t* hq, long long entries, int n_ff, int kind,
+                                           float limit) {
     KERNEL_ENTRY();
     const int per_entry = n_ff / 32, lane = threadIdx.x & (WARP - 1);
     const long long nblocks = entries * per_entry, stride = (long long)gridDim.x * blockDim.x;
@@ -111,9 +111,8 @@ extern "C" __global__ void bl_moe_glu_q8_1(const float* g, const float* u, long 
         const bool in = b < nblocks;
         float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (in) {
-            const long long i = b / per_entry;
-            const long long f = (b % per_entry) * 32 + (t & 7) * 4;
-            const float4 gv = *(const float4*)(g + i * gs + f), uv = *(const float4*)(u + i * gs + uoff + f);
+            const float* g = gu + (b / per_entry) * 2 * n_ff + (b % per_entry) * 32 + (t & 7) * 4;
+            const float4 gv = *(const float4*)g, uv = *(const float4*)(g + n_ff);
             y = make_float4(glu_one(gv.x, uv.x, kind, limit), glu_one(gv.y, uv.y, kind, limit),
                             glu_one(gv.z, uv.z, kind, limit), glu_one(gv.w, uv.w, kind, limit));
         }

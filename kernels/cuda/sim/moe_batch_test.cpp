@@ -129,7 +129,7 @@ static bool glu_case(const char* name, int entries, int n_ff, int kind, float li
     std::vector<uint8_t> want(nblocks * 36 + 64, 0xAB), got(nblocks * 36 + 64, 0xAB);
     launch(Dim3{(unsigned)((nblocks + 7) / 8), 1, 1}, 256, [&] { quantize_rows(h.data(), want.data(), nblocks); });
     launch(Dim3{grid, 1, 1}, 256, [&] {
-        bl_moe_glu_q8_1(gu.data(), gu.data(), gs, n_ff, got.data(), entries, n_ff, kind, limit);
+        bl_moe_glu_q8_1(gu.data(), got.data(), entries, n_ff, kind, limit);
     });
     long long bad = 0;
     for (size_t i = 0; i < got.size(); ++i)

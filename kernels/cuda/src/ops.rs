@@ -1777,14 +1777,19 @@ impl Launcher {
             GluKind::SwiGlu => 0,
             GluKind::GeGlu => 1,
         };
-        let (uoff, n_e) = (n_ff as i64, entries as i64);
+        let n_e = entries as i64;
         let f = self.func("bl_moe_glu_q8_1")?;
         let mut l = self.args(&f);
-        l.arg(&gu).arg(&gu).arg(&gu_row).arg(&uoff).arg(&hq);
-        l.arg(&n_e).arg(&nf).arg(&kind).arg(&p.limit);
+        l.arg(&gu)
+            .arg(&hq)
+            .arg(&n_e)
+            .arg(&nf)
+            .arg(&kind)
+            .arg(&p.limit);
         // SAFETY: 8 threads per Q8_1 block of the GLU (entries x n_ff / 32 blocks, whole warps a
-        // grid step) read their quads of the products (16-byte aligned: a 256-aligned area, n_ff
-        // a multiple of 32) and write the block into hq, both areas sized so.
+        // grid step) read their quads of the gate | up rows (2 n_ff floats each, the layout the
+        // products above wrote; 16-byte aligned: a 256-aligned area, n_ff a multiple of 32) and
+        // write the block into hq, both areas sized so.
         unsafe { l.launch(flat(entries * n_ff / 4)) }.map_err(driver_err("bl_moe_glu_q8_1"))?;
         let h_row = ((n_ff / 32) * 36) as i64;
         product(st.down, hq, h_row, 1, dbuf, n_embd as i64, n_ff, n_embd)?;
