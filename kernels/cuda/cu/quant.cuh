@@ -562,3 +562,12 @@ static __device__ __forceinline__ float warp_row_dot(const uint8_t* wrow, int wt
     }
     return warp_sum(s);
 }
+
+// One of up to three products of the same activations launched together (Q, K and V of a layer):
+// n rows of stride bytes at w, written to y.
+struct MatmulPart {
+    const uint8_t* w;
+    long long stride;
+    float* y;
+    int n;
+};

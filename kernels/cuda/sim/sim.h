@@ -1,8 +1,9 @@
 // A CPU emulation of the few CUDA features the sequence-state kernels (cu/recurrent.cuh), the
 // routing kernels (cu/router.cuh), the decode attention (cu/attn_split.cuh), the routed experts'
 // decode kernels (cu/moe.cuh, with the weight readers of cu/quant.cuh), the prompt batches' route
-// table, tile list, GLU and combine (cu/moe_batch.cuh), the tiled f32 product (cu/gemm_f32.cuh)
-// and the per-head norm + RoPE (cu/rope.cuh) use, so that their source can be checked without a
+// table, tile list, GLU and combine (cu/moe_batch.cuh), the tiled f32 product (cu/gemm_f32.cuh),
+// the per-head norm + RoPE (cu/rope.cuh) and the tiled quantized products (cu/mmq.cuh, with the
+// tensor-core primitives of sim/mma.h) use, so that their source can be checked without a
 // GPU (tests/sim.rs builds and runs the *_test.cpp files here with the host C++ compiler). Blocks
 // run one after another; the threads of a block are std::threads with a block barrier for
 // __syncthreads and a per-warp exchange for shuffles and ballots. Every lane of a warp must take
@@ -103,6 +104,7 @@ inline int atomicCAS(int* a, int expected, int desired) {
 }
 
 inline int atomicAdd(int* a, int v) { return std::atomic_ref<int>(*a).fetch_add(v); }
+inline float atomicAdd(float* a, float v) { return std::atomic_ref<float>(*a).fetch_add(v); }
 
 // Blocks run one after another on shared host memory: fences and cache hints have nothing to do.
 inline void __threadfence() {}
@@ -147,6 +149,7 @@ struct int4 {
 struct uint2 {
     unsigned x, y;
 };
+inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
 inline __half __ushort_as_half(unsigned short b) {
     __half h;
     std::memcpy(&h, &b, 2);

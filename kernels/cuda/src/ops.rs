@@ -2050,9 +2050,10 @@ mod tests {
             define_in(batch, "ROUTE_THREADS"),
             u64::from(super::ROUTE_THREADS)
         );
-        assert_eq!(kernel_define("MMQ_BN"), super::MMQ_TILE);
-        assert_eq!(kernel_define("MMQ_THREADS"), u64::from(super::MMQ_THREADS));
-        assert_eq!(kernel_define("MMQ_BM"), super::MMQ_TILE);
+        let mmq = include_str!("../cu/mmq.cuh");
+        assert_eq!(define_in(mmq, "MMQ_BN"), super::MMQ_TILE);
+        assert_eq!(define_in(mmq, "MMQ_THREADS"), u64::from(super::MMQ_THREADS));
+        assert_eq!(define_in(mmq, "MMQ_BM"), super::MMQ_TILE);
         assert_eq!(
             super::STAGE_PAIR,
             define_in(include_str!("../cu/quant.cuh"), "STAGE_PAIR")

@@ -9,7 +9,9 @@
 //! the tiled f32 product of batches (`cu/gemm_f32.cuh`: against the in-order f32 sum bit for bit)
 //! and the prompt batches' route table, tile list, GLU into Q8_1 and combine (`cu/moe_batch.cuh`:
 //! against the lists, blocks and sums they must give) and the per-head norm + RoPE with its cache stores
-//! (`cu/rope.cuh`: against an f64 norm and rotation).
+//! (`cu/rope.cuh`: against an f64 norm and rotation) and the tiled quantized products of prompts
+//! (`cu/mmq.cuh`, the int8 mma and ldmatrix emulated by `sim/mma.h`: dense, Q/K/V parts and routed
+//! experts against the per-sub-block terms summed in k order, bit for bit).
 //! Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so, when there is none.
 
 use std::path::{Path, PathBuf};
@@ -90,4 +92,9 @@ fn prompt_routing_kernels_match_the_reference_under_emulation() {
 #[test]
 fn norm_rope_matches_the_f64_reference_under_emulation() {
     run_emulated("rope_test");
+}
+
+#[test]
+fn tiled_quantized_products_match_the_sub_block_sums_under_emulation() {
+    run_emulated("mmq_test");
 }
