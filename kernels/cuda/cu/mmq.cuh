@@ -24,7 +24,9 @@
 // per (slot, row) the weight scale and min term (wdm), per (slot, column) the activation scale and
 // its scaled sum (xds). Slot-major, so that a warp's scale loads of one slot read adjacent words;
 // wdm's rows are stored in mmq_wdm_pos order, rows g and g + 8 of each 16 side by side (the two
-// rows an mma lane owns: one 16-byte load).
+// rows an mma lane owns: one 16-byte load). Within each slot j, position p holds row (column) p ^ 2j
+// (mmq_scale_at): the 8 slots of a row then lie on distinct banks, and the 16 lanes of a staging
+// store (8 slots of two rows or columns whose positions differ in bit 0) on 32 distinct banks.
 struct __align__(16) MmqSmem {
     int w[MMQ_BM * MMQ_LD];
     int x[MMQ_BN * MMQ_LD];
@@ -32,8 +34,11 @@ struct __align__(16) MmqSmem {
     float2 xds[MMQ_SB * MMQ_BN];
 };
 
-// Where row r's scales lie among a slot's MMQ_BM (see MmqSmem).
+// Where row r's scales lie among a slot's MMQ_BM, before mmq_scale_at (see MmqSmem).
 static __device__ __forceinline__ int mmq_wdm_pos(int r) { return (r & ~15) | ((r & 7) << 1) | ((r >> 3) & 1); }
+
+// The index of position p's scales in slot j (wdm or xds; see MmqSmem).
+static __device__ __forceinline__ int mmq_scale_at(int j, int p, int len) { return j * len + (p ^ (2 * j)); }
 
 // Stores a slot's 8 ints (two 16-byte halves) at dst, row-slot (r, j) of a tile. The 8 lanes of a
 // quarter warp (one row, slots 0..7) store together; slots 4..7 store their second half first, so
@@ -64,14 +69,22 @@ static __device__ __forceinline__ bool has_min(int wtype) {
 #define MMQ_PER (MMQ_BM * MMQ_SB / MMQ_THREADS)
 #define MMQ_GROUP 2
 
-// The row (weights) or column (activations) of the thread's i-th slot in a k step; its slot is
-// threadIdx.x % MMQ_SB.
+// The column (activations) of the thread's i-th slot in a k step; its slot is threadIdx.x % MMQ_SB.
+// A warp's half holds two adjacent columns.
 static __device__ __forceinline__ int mmq_slot_line(int i) {
     return threadIdx.x / MMQ_SB + i * (MMQ_THREADS / MMQ_SB);
 }
 
+// The weight row of the thread's i-th slot: rows 2w, 2w + 8, 2w + 1, 2w + 9 (+ 16 i) for the four
+// eights of lanes of warp w, so that a warp's half holds rows g and g + 8, whose scales lie side
+// by side (mmq_wdm_pos).
+static __device__ __forceinline__ int mmq_slot_row(int i) {
+    const int q = threadIdx.x / MMQ_SB;
+    return 2 * (q >> 2) + ((q & 1) << 3) + ((q >> 1) & 1) + i * (MMQ_THREADS / MMQ_SB);
+}
+
 // Stages weight rows row0 .. row0 + 63 (sub-blocks sb0 ..) of one matrix of type wt: the thread's
-// slots (mmq_slot_line), unpacked MMQ_GROUP at a time. WT is wt as a compile-time constant (the
+// slots (mmq_slot_row), unpacked MMQ_GROUP at a time. WT is wt as a compile-time constant (the
 // unpacking and R fold to one type's code), or -1 (wt and R read at run time).
 template <int WT>
 static __device__ __forceinline__ void mmq_load_w_t(MmqSmem* sm, const uint8_t* w, long long w_stride, int wt,
@@ -84,7 +97,7 @@ static __device__ __forceinline__ void mmq_load_w_t(MmqSmem* sm, const uint8_t* 
         Sub s[MMQ_GROUP];
 #pragma unroll
         for (int i = 0; i < MMQ_GROUP; ++i) {
-            const int r = mmq_slot_line(i0 + i);
+            const int r = mmq_slot_row(i0 + i);
             if (row0 + r < n && sb < nsb) {
                 unpack_sub(w + (long long)(row0 + r) * w_stride, type, sb, &s[i]);
             } else {
@@ -95,7 +108,7 @@ static __device__ __forceinline__ void mmq_load_w_t(MmqSmem* sm, const uint8_t* 
         }
 #pragma unroll
         for (int i = 0; i < MMQ_GROUP; ++i) {
-            const int r = mmq_slot_line(i0 + i);
+            const int r = mmq_slot_row(i0 + i);
             int q[8];
             float d;
             if (R == 2) {
@@ -109,7 +122,7 @@ static __device__ __forceinline__ void mmq_load_w_t(MmqSmem* sm, const uint8_t* 
                 d = s[i].d[0];
             }
             mmq_store_slot(sm->w + r * MMQ_LD + j * 8, j, q);
-            sm->wdm[j * MMQ_BM + mmq_wdm_pos(r)] = make_float2(d, s[i].m);
+            sm->wdm[mmq_scale_at(j, mmq_wdm_pos(r), MMQ_BM)] = make_float2(d, s[i].m);
         }
     }
 }
@@ -127,7 +140,8 @@ static __device__ __forceinline__ void mmq_load_w(MmqSmem* sm, const uint8_t* w,
 }
 
 // Stages activation columns col0 .. col0 + 63 (Q8_1 rows of x_row bytes), the thread's slots as
-// in mmq_load_w_t.
+// in mmq_load_w_t. Columns past ncols are not stored: their sums are never written, and an
+// integer product cannot carry their stale bytes into another column's.
 static __device__ __forceinline__ void mmq_load_x(MmqSmem* sm, const uint8_t* xq, long long x_row, const int* cols,
                                                   int col_div, int col0, int ncols, int sb0, int nsb, int R) {
     const int j = threadIdx.x % MMQ_SB, sb = sb0 + j / R;
@@ -154,8 +168,10 @@ static __device__ __forceinline__ void mmq_load_x(MmqSmem* sm, const uint8_t* xq
 #pragma unroll
         for (int i = 0; i < MMQ_GROUP; ++i) {
             const int c = mmq_slot_line(i0 + i);
-            mmq_store_slot(sm->x + c * MMQ_LD + j * 8, j, q[i]);
-            sm->xds[j * MMQ_BN + c] = ds[i];
+            if (col0 + c < ncols) {
+                mmq_store_slot(sm->x + c * MMQ_LD + j * 8, j, q[i]);
+                sm->xds[mmq_scale_at(j, c, MMQ_BN)] = ds[i];
+            }
         }
     }
 }
@@ -230,13 +246,13 @@ static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_strid
             float2 wdm[4][2], xds[2][2];
 #pragma unroll
             for (int a = 0; a < 4; ++a) {
-                const float4 v = *(const float4*)&sm->wdm[j * MMQ_BM + a * 16 + 2 * g];
+                const float4 v = *(const float4*)&sm->wdm[mmq_scale_at(j, a * 16 + 2 * g, MMQ_BM)];
                 wdm[a][0] = make_float2(v.x, v.y);
                 wdm[a][1] = make_float2(v.z, v.w);
             }
 #pragma unroll
             for (int b = 0; b < 2; ++b) {
-                const float4 v = *(const float4*)&sm->xds[j * MMQ_BN + warp * 16 + b * 8 + 2 * t];
+                const float4 v = *(const float4*)&sm->xds[mmq_scale_at(j, warp * 16 + b * 8 + 2 * t, MMQ_BN)];
                 xds[b][0] = make_float2(v.x, v.y);
                 xds[b][1] = make_float2(v.z, v.w);
             }
