@@ -16,9 +16,11 @@
 #define MMQ_SB 8
 #define MMQ_LD (MMQ_SB * 8 + 4)
 #define MMQ_THREADS 128
-// Blocks an SM keeps resident (the tiles' launch bounds): 128 registers a thread at most. Uncapped,
-// the staging's loads in flight take ~135 and leave room for three.
-#define MMQ_MIN_BLOCKS 4
+// Blocks an SM keeps resident (the tiles' launch bounds): five, at most 102 registers a thread
+// (and 5 x 43 KB of shared memory). The staging then spills ~100-160 bytes a thread to L1, which
+// costs less than the fifth block gains: 30B-A3B pp512 +3% against four blocks with no spills
+// (H200, docs/performance.md). Uncapped, the staging's loads in flight take ~135 registers.
+#define MMQ_MIN_BLOCKS 5
 
 // Rows of MMQ_LD ints (16 bytes of padding: the 8 rows an ldmatrix reads fall on distinct banks);
 // per (slot, row) the weight scale and min term (wdm), per (slot, column) the activation scale and
@@ -85,8 +87,9 @@ static __device__ __forceinline__ int mmq_slot_row(int i) {
 
 // Stages weight rows row0 .. row0 + 63 (sub-blocks sb0 ..) of one matrix of type wt: the thread's
 // slots (mmq_slot_row), unpacked MMQ_GROUP at a time. WT is wt as a compile-time constant (the
-// unpacking and R fold to one type's code), or -1 (wt and R read at run time).
-template <int WT>
+// unpacking and R fold to one type's code), or -1 (wt and R read at run time). WIDE: Q4_K rows
+// 16-byte aligned, read by unpack_q4_k_aligned.
+template <int WT, bool WIDE = false>
 static __device__ __forceinline__ void mmq_load_w_t(MmqSmem* sm, const uint8_t* w, long long w_stride, int wt,
                                                     int row0, int n, int sb0, int nsb, int R) {
     const int type = WT >= 0 ? WT : wt;
@@ -99,7 +102,11 @@ static __device__ __forceinline__ void mmq_load_w_t(MmqSmem* sm, const uint8_t* 
         for (int i = 0; i < MMQ_GROUP; ++i) {
             const int r = mmq_slot_row(i0 + i);
             if (row0 + r < n && sb < nsb) {
-                unpack_sub(w + (long long)(row0 + r) * w_stride, type, sb, &s[i]);
+                const uint8_t* row = w + (long long)(row0 + r) * w_stride;
+                if (WIDE)
+                    unpack_q4_k_aligned(row + (long long)(sb / 8) * 144, sb % 8, &s[i]);
+                else
+                    unpack_sub(row, type, sb, &s[i]);
             } else {
 #pragma unroll
                 for (int t = 0; t < 8; ++t) s[i].q[t] = 0;
@@ -128,10 +135,12 @@ static __device__ __forceinline__ void mmq_load_w_t(MmqSmem* sm, const uint8_t* 
 }
 
 // mmq_load_w_t, with the types of the usual prompt products (Q4_K experts, Q8_0 attention)
-// unpacked by code of their own.
+// unpacked by code of their own; `wide`: w and its row stride are 16-byte aligned.
 static __device__ __forceinline__ void mmq_load_w(MmqSmem* sm, const uint8_t* w, long long w_stride, int wt, int row0,
-                                                  int n, int sb0, int nsb, int R) {
-    if (wt == WT_Q4_K)
+                                                  int n, int sb0, int nsb, int R, bool wide) {
+    if (wt == WT_Q4_K && wide)
+        mmq_load_w_t<WT_Q4_K, true>(sm, w, w_stride, wt, row0, n, sb0, nsb, R);
+    else if (wt == WT_Q4_K)
         mmq_load_w_t<WT_Q4_K>(sm, w, w_stride, wt, row0, n, sb0, nsb, R);
     else if (wt == WT_Q8_0)
         mmq_load_w_t<WT_Q8_0>(sm, w, w_stride, wt, row0, n, sb0, nsb, R);
@@ -139,11 +148,25 @@ static __device__ __forceinline__ void mmq_load_w(MmqSmem* sm, const uint8_t* w,
         mmq_load_w_t<-1>(sm, w, w_stride, wt, row0, n, sb0, nsb, R);
 }
 
+// One 36-byte Q8_1 block (sb of a row, the row 16-byte aligned) as its 9 words, from the three
+// 16-byte words around it: the block starts at word sb % 4 of the first (36 = 9 words). Reads up to
+// 12 bytes past the block, so not for a row's last block.
+static __device__ __forceinline__ void q8_1_block_wide(const uint8_t* b, int sb, int* out) {
+    const int o = sb & 3;
+    const int4* a = (const int4*)(b - 4 * o);
+    const int4 v0 = a[0], v1 = a[1], v2 = a[2];
+    const int v[12] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w, v2.x, v2.y, v2.z, v2.w};
+#pragma unroll
+    for (int u = 0; u < 9; ++u) out[u] = o == 0 ? v[u] : o == 1 ? v[u + 1] : o == 2 ? v[u + 2] : v[u + 3];
+}
+
 // Stages activation columns col0 .. col0 + 63 (Q8_1 rows of x_row bytes), the thread's slots as
-// in mmq_load_w_t. Columns past ncols are not stored: their sums are never written, and an
-// integer product cannot carry their stale bytes into another column's.
+// in mmq_load_w_t; blocks below `wide_below` through q8_1_block_wide. Columns past ncols are not
+// stored: their sums are never written, and an integer product cannot carry their stale bytes into
+// another column's.
 static __device__ __forceinline__ void mmq_load_x(MmqSmem* sm, const uint8_t* xq, long long x_row, const int* cols,
-                                                  int col_div, int col0, int ncols, int sb0, int nsb, int R) {
+                                                  int col_div, int col0, int ncols, int sb0, int nsb, int R,
+                                                  int wide_below) {
     const int j = threadIdx.x % MMQ_SB, sb = sb0 + j / R;
 #pragma unroll
     for (int i0 = 0; i0 < MMQ_PER; i0 += MMQ_GROUP) {
@@ -155,10 +178,18 @@ static __device__ __forceinline__ void mmq_load_x(MmqSmem* sm, const uint8_t* xq
             if (col0 + c < ncols && sb < nsb) {
                 const int xr = cols ? cols[col0 + c] / col_div : col0 + c;
                 const uint8_t* b = xq + (long long)xr * x_row + (long long)sb * 36;
-                ds[i] = __half22float2(*(const __half2*)b);
-                const int* src = (const int*)(b + 4);
+                int blk[9];
+                if (sb < wide_below) {
+                    q8_1_block_wide(b, sb, blk);
+                } else {
 #pragma unroll
-                for (int t = 0; t < 8; ++t) q[i][t] = src[t];
+                    for (int u = 0; u < 9; ++u) blk[u] = ((const int*)b)[u];
+                }
+                __half2 dh;
+                memcpy(&dh, &blk[0], 4);
+                ds[i] = __half22float2(dh);
+#pragma unroll
+                for (int t = 0; t < 8; ++t) q[i][t] = blk[1 + t];
             } else {
                 ds[i] = make_float2(0.0f, 0.0f);
 #pragma unroll
@@ -203,10 +234,13 @@ static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_strid
     // This block's share of the k steps (grid z splits them; see mmq_dense).
     const int step = MMQ_SB / R, per = ((nsb + step - 1) / step + gridDim.z - 1) / gridDim.z;
     const int sb_lo = blockIdx.z * per * step, sb_hi = min(nsb, sb_lo + per * step);
+    // 16-byte loads where the rows are 16-byte aligned (mmq_load_w, q8_1_block_wide).
+    const bool wide_w = (((uintptr_t)w | (uintptr_t)w_stride) & 15) == 0;
+    const int wide_below = (((uintptr_t)xq | (uintptr_t)x_row) & 15) == 0 ? nsb - 1 : 0;
     for (int sb0 = sb_lo; sb0 < sb_hi; sb0 += step) {
         __syncthreads();
-        mmq_load_w(sm, w, w_stride, wtype, row0, n, sb0, sb_hi, R);
-        mmq_load_x(sm, xq, x_row, cols, col_div, col0, ncols, sb0, sb_hi, R);
+        mmq_load_w(sm, w, w_stride, wtype, row0, n, sb0, sb_hi, R, wide_w);
+        mmq_load_x(sm, xq, x_row, cols, col_div, col0, ncols, sb0, sb_hi, R, wide_below);
         __syncthreads();
         if (!active) continue;
 #pragma unroll 2

@@ -185,6 +185,28 @@ static __device__ __forceinline__ void unpack_q4_k(const uint8_t* blk, int j, Su
 
 // Q5_K (176 bytes): d:f16, dmin:f16, scales[12], qh[32] (bit j of qh[l]: fifth bit of element
 // j*32 + l), qs[128] as Q4_K.
+// unpack_q4_k of a 16-byte aligned block in three 16-byte loads: the scales' 16 bytes, then the
+// 32 bytes of packed values sub-block j shares with its neighbour. Scale and min j are byte j % 4
+// of the scale words (as scale_min_k4 picks them).
+static __device__ __forceinline__ void unpack_q4_k_aligned(const uint8_t* blk, int j, Sub* s) {
+    const int4 h = *(const int4*)blk;
+    const int4* qs = (const int4*)(blk + 16 + (j / 2) * 32);
+    const int4 lo = qs[0], hi = qs[1];
+    const int sh = 8 * (j & 3);
+    const int a = ((unsigned)h.y >> sh) & 0xFF, b = ((unsigned)h.z >> sh) & 0xFF, c = ((unsigned)h.w >> sh) & 0xFF;
+    const int sc = j < 4 ? a & 63 : (c & 0x0F) | ((a >> 6) << 4);
+    const int mn = j < 4 ? b & 63 : (c >> 4) | ((b >> 6) << 4);
+    __half2 dh;
+    memcpy(&dh, &h.x, 4);
+    const float2 dm = __half22float2(dh);
+    const int shift = 4 * (j % 2);
+    const int q[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int t = 0; t < 8; ++t) s->q[t] = (q[t] >> shift) & 0x0F0F0F0F;
+    s->d[0] = s->d[1] = dm.x * (float)sc;
+    s->m = dm.y * (float)mn;
+}
+
 static __device__ __forceinline__ void unpack_q5_k(const uint8_t* blk, int j, Sub* s) {
     const float2 dm = __half22float2(*(const __half2*)blk);
     int sc, mn;

@@ -4,7 +4,8 @@
 // read as stored), for the int8 mma and the dp4a forms:
 // - dense products with partial row and column tiles, over 1, 2 and 3 k steps, for Q4_K (a min
 //   term), Q8_0, and Q6_K (a scale per 16 values), and with the k steps split in two halves along
-//   grid z (each half added onto a zeroed output);
+//   grid z (each half added onto a zeroed output); rows 16-byte aligned (16-byte loads) and
+//   4-byte aligned;
 // - three products of one activation batch in one launch (Q, K and V), parts of uneven sizes;
 // - routed experts over a route table: gathered activation rows (entry / col_div), outputs
 //   written at each entry's row and nowhere else, an expert over two column tiles, one with a
@@ -123,21 +124,31 @@ static void compare(const char* name, const std::vector<float>& got, const std::
     report(name, bad, (long long)got.size(), worst);
 }
 
-static void dense_case(const char* name, bool mma, int wtype, int n, int m, int k, int z) {
-    const auto w = weights(wtype, n, k);
-    const auto x = activations(m, k);
+// An aligned buffer's bytes copied 4 bytes on (the tiles' 4-byte loads, not their 16-byte ones).
+static std::vector<uint8_t> shifted(const std::vector<uint8_t>& v) {
+    std::vector<uint8_t> s(v.size() + 4);
+    std::memcpy(s.data() + 4, v.data(), v.size());
+    return s;
+}
+
+static void dense_case(const char* name, bool mma, int wtype, int n, int m, int k, int z, bool misaligned = false) {
+    const auto w0 = weights(wtype, n, k);
+    const auto x0 = activations(m, k);
+    const auto ws = shifted(w0), xs = shifted(x0);
+    const uint8_t* w = misaligned ? ws.data() + 4 : w0.data();
+    const uint8_t* x = misaligned ? xs.data() + 4 : x0.data();
     const long long w_stride = (long long)k / layout(wtype).values * layout(wtype).block, x_row = k / 32 * 36;
     std::vector<float> y((size_t)m * n, z > 1 ? 0.0f : NAN), want(y.size());
     launch(Dim3{(unsigned)((n + MMQ_BM - 1) / MMQ_BM), (unsigned)((m + MMQ_BN - 1) / MMQ_BN), (unsigned)z},
            MMQ_THREADS, [&] {
                if (mma)
-                   bl_mmq_mma(w.data(), w_stride, wtype, x.data(), x_row, y.data(), k, n, m);
+                   bl_mmq_mma(w, w_stride, wtype, x, x_row, y.data(), k, n, m);
                else
-                   bl_mmq_dp4a(w.data(), w_stride, wtype, x.data(), x_row, y.data(), k, n, m);
+                   bl_mmq_dp4a(w, w_stride, wtype, x, x_row, y.data(), k, n, m);
            });
     for (int c = 0; c < m; ++c)
         for (int j = 0; j < n; ++j)
-            want[(size_t)c * n + j] = reference_split(&w[(size_t)j * w_stride], wtype, &x[(size_t)c * x_row], k, z);
+            want[(size_t)c * n + j] = reference_split(w + (size_t)j * w_stride, wtype, x + (size_t)c * x_row, k, z);
     compare(name, y, want);
 }
 
@@ -215,6 +226,8 @@ int main() {
         char name[96];
         std::snprintf(name, sizeof name, "dense Q4_K 80 x 70, 3 k steps (%s)", form);
         dense_case(name, mma, WT_Q4_K, 80, 70, 768, 1);
+        std::snprintf(name, sizeof name, "dense Q4_K 64 x 20, rows 4-byte aligned (%s)", form);
+        dense_case(name, mma, WT_Q4_K, 64, 20, 512, 1, true);
         std::snprintf(name, sizeof name, "dense Q8_0 64 x 16, 1 k step (%s)", form);
         dense_case(name, mma, WT_Q8_0, 64, 16, 256, 1);
         std::snprintf(name, sizeof name, "dense Q6_K 72 x 33, 2 k steps (%s)", form);

@@ -113,18 +113,19 @@ inline T __ldcg(const T* p) {
     return *p;
 }
 
-// Vector types and f16 storage: GCC's _Float16 rounds to nearest even as __float2half_rn does.
+// Vector types (the 16-byte ones 16-byte aligned, as on the card: a misaligned load faults here
+// too) and f16 storage: GCC's _Float16 rounds to nearest even as __float2half_rn does.
 struct float2 {
     float x, y;
 };
-struct float4 {
+struct alignas(16) float4 {
     float x, y, z, w;
 };
 struct int2 {
     int x, y;
 };
 inline int2 make_int2(int x, int y) { return {x, y}; }
-struct uint4 {
+struct alignas(16) uint4 {
     unsigned x, y, z, w;
 };
 inline float2 make_float2(float x, float y) { return {x, y}; }
@@ -143,7 +144,7 @@ inline float2 __half22float2(__half2 h) { return {(float)h.x.v, (float)h.y.v}; }
 inline int __float2int_rn(float x) { return (int)std::nearbyint(x); }
 
 // The integer and bit intrinsics of the quantized weight readers (cu/quant.cuh).
-struct int4 {
+struct alignas(16) int4 {
     int x, y, z, w;
 };
 struct uint2 {
