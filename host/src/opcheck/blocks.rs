@@ -26,6 +26,7 @@ fn layout(t: DType) -> Option<(usize, &'static [Field])> {
     const Q5K: f32 = 1.0 / (63.0 * 31.0); // 6-bit scale · 5-bit q
     const Q3K: f32 = 1.0 / (32.0 * 4.0); // signed 6-bit scale · (q - 4)
     const IQ4XS: f32 = 1.0 / (32.0 * 127.0); // signed 6-bit scale · table (≤ 127)
+    const IQ3XXS: f32 = 1.0 / (15.5 * 0.5 * 62.0); // (0.5 + 4-bit scale) / 2 · grid (≤ 62)
     Some(match t {
         DType::Q6_K => (210, &[F16(208, Q6K / 2.0, Q6K)]),
         DType::Q5_K => (176, &[F16(0, Q5K / 2.0, Q5K), F16(2, 0.0, 0.5 / 63.0)]),
@@ -34,6 +35,7 @@ fn layout(t: DType) -> Option<(usize, &'static [Field])> {
         DType::Q4_0 => (18, &[F16(0, -1.0 / 8.0, 1.0 / 8.0)]),
         DType::Q5_1 => (24, &[F16(0, 0.5 / 31.0, 1.0 / 31.0), F16(2, -1.0, 0.0)]),
         DType::IQ4_XS => (136, &[F16(0, IQ4XS / 2.0, IQ4XS)]),
+        DType::IQ3_XXS => (98, &[F16(0, IQ3XXS / 2.0, IQ3XXS)]),
         DType::IQ4_NL => (18, &[F16(0, -1.0 / 127.0, 1.0 / 127.0)]),
         DType::MXFP4 => (17, &[E8m0(0)]),
         _ => return None,
@@ -87,6 +89,7 @@ mod tests {
             DType::IQ4_XS,
             DType::IQ4_NL,
             DType::MXFP4,
+            DType::IQ3_XXS,
         ] {
             let n = 1024;
             let mut b = vec![0u8; t.row_bytes(n).unwrap() as usize];

@@ -539,7 +539,7 @@ static __device__ void matmul_q(const uint8_t* w, long long w_stride, const uint
 // The single-row products have one entry point per weight type (name_<code>), so that each gets
 // the registers its own type needs rather than the most that any type needs (as a switch over the
 // types inside one kernel would): more warps per SM for the common types.
-#define PER_WTYPE(DEF) DEF(0) DEF(1) DEF(2) DEF(3) DEF(4) DEF(5) DEF(6) DEF(7) DEF(8) DEF(9) DEF(10) DEF(11)
+#define PER_WTYPE(DEF) DEF(0) DEF(1) DEF(2) DEF(3) DEF(4) DEF(5) DEF(6) DEF(7) DEF(8) DEF(9) DEF(10) DEF(11) DEF(12)
 
 #define MATMUL_Q_ENTRY(T)                                                                                          \
     extern "C" __global__ void bl_matmul_q_##T(const uint8_t* w, long long w_stride, const uint8_t* xq,           \

@@ -23,10 +23,13 @@
 #define WT_IQ4_NL 9
 #define WT_MXFP4 10
 #define WT_Q3_K 11
+#define WT_IQ3_XXS 12
 
 // The non-linear 4-bit tables (kernels/cpu/src/quant/iq_tables.rs; a test in ops.rs compares).
 #define KVALUES_IQ4NL_LIST -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113
 #define KVALUES_E2M1_LIST 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
+// The IQ3_XXS grid: 256 rows of four magnitudes, a byte each (iq_tables.rs IQ3XXS_GRID).
+#define IQ3XXS_GRID_LIST 0x04040404, 0x04040414, 0x04040424, 0x04040c0c, 0x04040c1c, 0x04040c3e, 0x04041404, 0x04041414, 0x04041c0c, 0x04042414, 0x04043e1c, 0x04043e2c, 0x040c040c, 0x040c041c, 0x040c0c04, 0x040c0c14, 0x040c140c, 0x040c142c, 0x040c1c04, 0x040c1c14, 0x040c240c, 0x040c2c24, 0x040c3e04, 0x04140404, 0x04140414, 0x04140424, 0x04140c0c, 0x04141404, 0x04141414, 0x04141c0c, 0x04141c1c, 0x04141c3e, 0x04142c0c, 0x04142c3e, 0x04143e2c, 0x041c040c, 0x041c043e, 0x041c0c04, 0x041c0c14, 0x041c142c, 0x041c3e04, 0x04240c1c, 0x04241c3e, 0x04242424, 0x04242c3e, 0x04243e1c, 0x04243e2c, 0x042c040c, 0x042c043e, 0x042c1c14, 0x042c2c14, 0x04341c2c, 0x04343424, 0x043e0c04, 0x043e0c24, 0x043e0c34, 0x043e241c, 0x043e340c, 0x0c04040c, 0x0c04041c, 0x0c040c04, 0x0c040c14, 0x0c04140c, 0x0c04141c, 0x0c041c04, 0x0c041c14, 0x0c041c24, 0x0c04243e, 0x0c042c04, 0x0c0c0404, 0x0c0c0414, 0x0c0c0c0c, 0x0c0c1404, 0x0c0c1414, 0x0c14040c, 0x0c14041c, 0x0c140c04, 0x0c140c14, 0x0c14140c, 0x0c141c04, 0x0c143e14, 0x0c1c0404, 0x0c1c0414, 0x0c1c1404, 0x0c1c1c0c, 0x0c1c2434, 0x0c1c3434, 0x0c24040c, 0x0c24042c, 0x0c242c04, 0x0c2c1404, 0x0c2c1424, 0x0c2c2434, 0x0c2c3e0c, 0x0c34042c, 0x0c3e1414, 0x0c3e2404, 0x14040404, 0x14040414, 0x14040c0c, 0x14040c1c, 0x14041404, 0x14041414, 0x14041434, 0x14041c0c, 0x14042414, 0x140c040c, 0x140c041c, 0x140c042c, 0x140c0c04, 0x140c0c14, 0x140c140c, 0x140c1c04, 0x140c341c, 0x140c343e, 0x140c3e04, 0x14140404, 0x14140414, 0x14140c0c, 0x14140c3e, 0x14141404, 0x14141414, 0x14141c3e, 0x14142404, 0x14142c2c, 0x141c040c, 0x141c0c04, 0x141c0c24, 0x141c3e04, 0x141c3e24, 0x14241c2c, 0x14242c1c, 0x142c041c, 0x142c143e, 0x142c240c, 0x142c3e24, 0x143e040c, 0x143e041c, 0x143e0c34, 0x143e242c, 0x1c04040c, 0x1c040c04, 0x1c040c14, 0x1c04140c, 0x1c04141c, 0x1c042c04, 0x1c04342c, 0x1c043e14, 0x1c0c0404, 0x1c0c0414, 0x1c0c1404, 0x1c0c1c0c, 0x1c0c2424, 0x1c0c2434, 0x1c14040c, 0x1c14041c, 0x1c140c04, 0x1c14142c, 0x1c142c14, 0x1c143e14, 0x1c1c0c0c, 0x1c1c1c1c, 0x1c241c04, 0x1c24243e, 0x1c243e14, 0x1c2c0404, 0x1c2c0434, 0x1c2c1414, 0x1c2c2c2c, 0x1c340c24, 0x1c341c34, 0x1c34341c, 0x1c3e1c1c, 0x1c3e3404, 0x24040424, 0x24040c3e, 0x24041c2c, 0x24041c3e, 0x24042c1c, 0x24042c3e, 0x240c3e24, 0x24141404, 0x24141c3e, 0x24142404, 0x24143404, 0x24143434, 0x241c043e, 0x241c242c, 0x24240424, 0x24242c0c, 0x24243424, 0x242c142c, 0x242c241c, 0x242c3e04, 0x243e042c, 0x243e0c04, 0x243e0c14, 0x243e1c04, 0x2c040c14, 0x2c04240c, 0x2c043e04, 0x2c0c0404, 0x2c0c0434, 0x2c0c1434, 0x2c0c2c2c, 0x2c140c24, 0x2c141c14, 0x2c143e14, 0x2c1c0414, 0x2c1c2c1c, 0x2c240c04, 0x2c24141c, 0x2c24143e, 0x2c243e14, 0x2c2c0414, 0x2c2c1c0c, 0x2c342c04, 0x2c3e1424, 0x2c3e2414, 0x34041424, 0x34042424, 0x34042434, 0x34043424, 0x340c140c, 0x340c340c, 0x34140c3e, 0x34143424, 0x341c1c04, 0x341c1c34, 0x34242424, 0x342c042c, 0x342c2c14, 0x34341c1c, 0x343e041c, 0x343e140c, 0x3e04041c, 0x3e04042c, 0x3e04043e, 0x3e040c04, 0x3e041c14, 0x3e042c14, 0x3e0c1434, 0x3e0c2404, 0x3e140c14, 0x3e14242c, 0x3e142c14, 0x3e1c0404, 0x3e1c0c2c, 0x3e1c1c1c, 0x3e1c3404, 0x3e24140c, 0x3e24240c, 0x3e2c0404, 0x3e2c0414, 0x3e2c1424, 0x3e341c04
 
 static __device__ __forceinline__ float half_at(const uint8_t* p) {
     __half h;
@@ -207,6 +210,27 @@ static __device__ __forceinline__ void unpack_q4_k_aligned(const uint8_t* blk, i
     s->m = dm.y * (float)mn;
 }
 
+// IQ3_XXS, 98 bytes per 256 values: d (f16), 64 grid indices (values 4t .. 4t + 3 of sub-block j
+// are row qs[8j + t] of the grid), then a 32-bit word per sub-block at 66 + 4j: four 7-bit sign
+// indices (values 8l .. 8l + 7) and a 4-bit scale on top; the scale is d (0.5 + s) / 2. A sign
+// index i stands for the byte i with an eighth bit that makes the count of set bits even.
+static __device__ const uint32_t iq3xxs_grid[256] = {IQ3XXS_GRID_LIST};
+static __device__ __forceinline__ void unpack_iq3_xxs(const uint8_t* blk, int j, Sub* s) {
+    const uint32_t aux = (uint32_t)load_i32(blk + 66 + 4 * j);
+    const uint8_t* qs = blk + 2 + 8 * j;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        const uint32_t i = (aux >> (7 * (t / 2))) & 127u;
+        const uint32_t signs = (i | ((uint32_t)(__popc(i) & 1) << 7)) >> (4 * (t % 2));
+        // 0xFF in the bytes whose sign bit is set.
+        const uint32_t neg = ((((signs & 15u) * 0x00204081u) & 0x01010101u) * 0xFFu);
+        const uint32_t g = iq3xxs_grid[qs[t]];
+        s->q[t] = (int)((g & ~neg) | (__vsub4(0u, g) & neg));
+    }
+    s->d[0] = s->d[1] = half_at(blk) * (0.5f + (float)(aux >> 28)) * 0.5f;
+    s->m = 0.0f;
+}
+
 static __device__ __forceinline__ void unpack_q5_k(const uint8_t* blk, int j, Sub* s) {
     const float2 dm = __half22float2(*(const __half2*)blk);
     int sc, mn;
@@ -292,6 +316,7 @@ static __device__ __forceinline__ void unpack_sub(const uint8_t* row, int wtype,
         case WT_IQ4_XS: unpack_iq4_xs(row + (long long)(sb / 8) * 136, sb % 8, s); break;
         case WT_IQ4_NL: unpack_iq4_nl(row + (long long)sb * 18, s); break;
         case WT_MXFP4: unpack_mxfp4(row + (long long)sb * 17, s); break;
+        case WT_IQ3_XXS: unpack_iq3_xxs(row + (long long)(sb / 8) * 98, sb % 8, s); break;
         default: unpack_q3_k(row + (long long)(sb / 8) * 110, sb % 8, s); break;
     }
 }
@@ -343,6 +368,10 @@ static __device__ __forceinline__ void unpack_sub(const uint8_t* row, int wtype,
         } break;                                      \
         case WT_MXFP4: {                              \
             constexpr int WT = WT_MXFP4;              \
+            CALL;                                     \
+        } break;                                      \
+        case WT_IQ3_XXS: {                            \
+            constexpr int WT = WT_IQ3_XXS;            \
             CALL;                                     \
         } break;                                      \
         default: {                                    \

@@ -6,7 +6,7 @@
 //! positions, YaRN), the K/V cache store, attention over an f32 or f16 cache, MoE routing and
 //! routed experts (F32 or [`QUANT_TYPES`] stacks), and the causal conv and gated delta rule of
 //! linear-attention layers (`recurrent`). The quantized types are Q8_0, Q4_K, Q6_K, Q5_K, Q5_0,
-//! Q4_0, Q5_1, IQ4_XS, IQ4_NL, MXFP4 and Q3_K; `cu/quant.cuh` unpacks each GGUF block layout once
+//! Q4_0, Q5_1, IQ4_XS, IQ4_NL, MXFP4, Q3_K and IQ3_XXS; `cu/quant.cuh` unpacks each GGUF block layout once
 //! for all of these kernels. [`capabilities`] lists exactly what [`Launcher::run`] implements.
 
 use std::collections::HashMap;
@@ -34,7 +34,7 @@ pub use launch::Args;
 pub use moe_shared::shared_moes;
 
 /// The quantized weight types the kernels read, with their `wtype` codes in `cu/quant.cuh`.
-pub const QUANT_TYPES: [(DType, i32); 11] = [
+pub const QUANT_TYPES: [(DType, i32); 12] = [
     (DType::Q8_0, 1),
     (DType::Q4_K, 2),
     (DType::Q6_K, 3),
@@ -46,10 +46,11 @@ pub const QUANT_TYPES: [(DType, i32); 11] = [
     (DType::IQ4_NL, 9),
     (DType::MXFP4, 10),
     (DType::Q3_K, 11),
+    (DType::IQ3_XXS, 12),
 ];
 
 /// The names of a kernel's entry points per weight type, indexed by `wtype` code
-/// (`PER_WTYPE` in cu/kernels.cu: `name_0` .. `name_11`).
+/// (`PER_WTYPE` in cu/kernels.cu: `name_0` .. `name_12`).
 macro_rules! per_wtype {
     ($base:literal) => {
         [
@@ -65,18 +66,19 @@ macro_rules! per_wtype {
             concat!($base, "_9"),
             concat!($base, "_10"),
             concat!($base, "_11"),
+            concat!($base, "_12"),
         ]
     };
 }
 
 /// Single-row quantized products, per weight type.
-const MATMUL_Q: [&str; 12] = per_wtype!("bl_matmul_q");
+const MATMUL_Q: [&str; 13] = per_wtype!("bl_matmul_q");
 /// Q, K and V of one activation row in one launch (ops/fused.rs), per weight type.
-const MATMUL_Q_PARTS: [&str; 12] = per_wtype!("bl_matmul_q_parts");
+const MATMUL_Q_PARTS: [&str; 13] = per_wtype!("bl_matmul_q_parts");
 /// Routed gate/up products with both stacks of one type, per type (`bl_moe_gate_up`: two types).
-const MOE_GATE_UP: [&str; 12] = per_wtype!("bl_moe_gate_up");
+const MOE_GATE_UP: [&str; 13] = per_wtype!("bl_moe_gate_up");
 /// Routed down products, per weight type.
-const MOE_DOWN: [&str; 12] = per_wtype!("bl_moe_down");
+const MOE_DOWN: [&str; 13] = per_wtype!("bl_moe_down");
 
 /// One few-column product of a pair-form type (`bl_matmul_q_few_<type>_<M>_<R>`, and its
 /// three-part form `bl_matmul_q_few_parts_...`).
@@ -177,7 +179,7 @@ fn contiguous_address(bufs: &dyn Buffers, t: &TensorRef, what: &str) -> Result<u
 }
 
 /// The entry point of `names` for weight type `wtype`.
-fn typed(names: &[&'static str; 12], wtype: i32) -> Result<&'static str, PluginError> {
+fn typed(names: &[&'static str; 13], wtype: i32) -> Result<&'static str, PluginError> {
     usize::try_from(wtype)
         .ok()
         .and_then(|i| names.get(i).copied())
@@ -2127,6 +2129,15 @@ mod tests {
         use bloomery_kernels_cpu::quant::iq_tables::{KVALUES_E2M1, KVALUES_IQ4NL};
         assert_eq!(table("KVALUES_IQ4NL_LIST"), KVALUES_IQ4NL);
         assert_eq!(table("KVALUES_E2M1_LIST"), KVALUES_E2M1);
+        let src = include_str!("../cu/quant.cuh");
+        let grid: Vec<u32> = src
+            .lines()
+            .find_map(|l| l.strip_prefix("#define IQ3XXS_GRID_LIST "))
+            .expect("no IQ3XXS_GRID_LIST in quant.cuh")
+            .split(',')
+            .map(|v| u32::from_str_radix(v.trim().trim_start_matches("0x"), 16).unwrap())
+            .collect();
+        assert_eq!(grid, bloomery_kernels_cpu::quant::iq_tables::IQ3XXS_GRID);
     }
 
     #[test]

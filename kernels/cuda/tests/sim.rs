@@ -11,14 +11,23 @@
 //! against the lists, blocks and sums they must give) and the per-head norm + RoPE with its cache stores
 //! (`cu/rope.cuh`: against an f64 norm and rotation) and the tiled quantized products of prompts
 //! (`cu/mmq.cuh`, the int8 mma and ldmatrix emulated by `sim/mma.h`: dense, Q/K/V parts and routed
-//! experts against the per-sub-block terms summed in k order, bit for bit).
+//! experts against the per-sub-block terms summed in k order, bit for bit) and the weight readers
+//! (`cu/quant.cuh`: every value of every quantized type against the CPU reference's dequantizers,
+//! bit for bit).
 //! Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so, when there is none.
 
 use std::path::{Path, PathBuf};
+
+use bloomery_plugin_api::DType;
 use std::process::Command;
 
 /// Builds `sim/<name>.cpp` and runs it, failing with its report when it fails.
 fn run_emulated(name: &str) {
+    run_emulated_with(name, &[]);
+}
+
+/// run_emulated, passing `args` to the program.
+fn run_emulated_with(name: &str, args: &[&Path]) {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("sim/{name}.cpp"));
     let exe = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
@@ -50,7 +59,10 @@ fn run_emulated(name: &str) {
             return;
         }
     }
-    let run = Command::new(&exe).output().expect("running the emulation");
+    let run = Command::new(&exe)
+        .args(args)
+        .output()
+        .expect("running the emulation");
     let report = String::from_utf8_lossy(&run.stdout);
     eprintln!("{report}");
     assert!(
@@ -97,4 +109,59 @@ fn norm_rope_matches_the_f64_reference_under_emulation() {
 #[test]
 fn tiled_quantized_products_match_the_sub_block_sums_under_emulation() {
     run_emulated("mmq_test");
+}
+
+/// Offsets of a block's f16 scale fields, per quantized type of the CUDA kernels (the rest of a
+/// block is random bytes; an MXFP4 block's first byte is its E8M0 scale).
+fn scale_fields(t: DType) -> &'static [usize] {
+    match t {
+        DType::Q4_K | DType::Q5_K | DType::Q5_1 => &[0, 2],
+        DType::Q6_K => &[208],
+        DType::Q3_K => &[108],
+        DType::MXFP4 => &[],
+        _ => &[0],
+    }
+}
+
+#[test]
+fn weight_readers_match_the_cpu_dequantizers_under_emulation() {
+    use bloomery_kernels_cpu::quant::dequantize_row;
+    use bloomery_kernels_cuda::ops::QUANT_TYPES;
+    // A small xorshift generator: the cases need variety, not quality.
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut file = Vec::new();
+    for (t, code) in QUANT_TYPES {
+        let layout = t.layout().expect("a block type");
+        let (per, bytes) = (layout.block as usize, layout.bytes as usize);
+        let blocks = 2048 / per;
+        let mut row: Vec<u8> = (0..blocks * bytes).map(|_| next() as u8).collect();
+        for b in row.chunks_exact_mut(bytes) {
+            for &o in scale_fields(t) {
+                // A positive normal f16 of 2^-10 .. 2^-1.
+                let h = (((5 + next() % 10) << 10) | (next() % 1024)) as u16;
+                b[o..o + 2].copy_from_slice(&h.to_le_bytes());
+            }
+            if t == DType::MXFP4 {
+                b[0] = 110 + (next() % 30) as u8;
+            }
+        }
+        let mut values = vec![0f32; blocks * per];
+        dequantize_row(t, &row, &mut values).expect("the CPU dequantizes it");
+        for v in [code, blocks as i32, bytes as i32, per as i32] {
+            file.extend_from_slice(&v.to_le_bytes());
+        }
+        file.extend_from_slice(&row);
+        for v in values {
+            file.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("quant_cases.bin");
+    std::fs::write(&path, file).expect("writing the cases");
+    run_emulated_with("quant_test", &[&path]);
 }
