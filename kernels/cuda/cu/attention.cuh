@@ -1,5 +1,5 @@
 // Attention over the K/V cache (Op::Attention), included by kernels.cu after its helpers (WARP,
-// report, quantize_lane, KERNEL_ENTRY).
+// report, quantize_lane, KERNEL_ENTRY) and the tensor-core primitives of mma.cuh.
 //
 // Row r names a slot and a position p: it sees positions lo .. p of that slot (lo = p - window + 1
 // with a window, else 0), position t at cache row slot * len + t % len. A slot outside the cache
@@ -124,30 +124,6 @@ ATTEND(bl_attention_f16, __half, __half)
 #define FA_KT_64 64
 #define FA_KT_128 64
 #define FA_KT_256 32
-
-// 16 bytes from global to shared memory without passing through registers (cp.async, sm_80 and
-// up), zeros when `ok` is false (src is then not read but must still be a valid address).
-// cp_async_wait_all waits for every copy this thread issued.
-static __device__ __forceinline__ void cp_async16(unsigned dst, const void* src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
-static __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
-// ldsm_x4 (kernels.cu), each matrix transposed.
-static __device__ __forceinline__ void ldsm_x4_t(unsigned* r, unsigned addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-// c (16 x 8, f32) += a (16 x 16, f16, row-major) . b (16 x 8, f16, column-major).
-static __device__ __forceinline__ void mma_f16(float* c, const unsigned* a, const unsigned* b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 // c0 and c1 (two adjacent 16 x 8 tiles) += (hi + lo) . b, b holding both tiles' operands (b[0..1],
 // b[2..3]): both parts of a split operand through the tensor cores.
