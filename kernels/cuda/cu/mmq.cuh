@@ -58,9 +58,6 @@ static __device__ __forceinline__ bool has_min(int wtype) {
     return wtype == WT_Q4_K || wtype == WT_Q5_K || wtype == WT_Q5_1;
 }
 
-
-
-
 // Each of the MMQ_SB slots of a k step holds one 32-value sub-block with one scale, or, for the
 // types with a scale per 16 values (`two_scales`: R = 2), one half of a sub-block, the other half
 // zeroed; a k step then covers MMQ_SB / R sub-blocks and slot j holds sub-block sb0 + j / R.

@@ -174,16 +174,21 @@ static __device__ __forceinline__ void unpack_mxfp4(const uint8_t* b, Sub* s) {
 
 // Q4_K (144 bytes): d:f16, dmin:f16, scales[12], qs[128] (element c*64 + h*32 + l in nibble h of
 // qs[c*32 + l]); sub-block j: d * sc_j * q - dmin * m_j.
-static __device__ __forceinline__ void unpack_q4_k(const uint8_t* blk, int j, Sub* s) {
-    const float2 dm = __half22float2(*(const __half2*)blk);
-    int sc, mn;
-    scale_min_k4(blk + 4, j, &sc, &mn);
-    const int* qs = (const int*)(blk + 16 + (j / 2) * 32);
+// Sub-block j of a Q4_K block from its (d, dmin), its scale and min codes, and the 8 words of
+// packed values it shares with its neighbour (low nibbles for even j).
+static __device__ __forceinline__ void q4_k_sub(float2 dm, int sc, int mn, const int* qs, int j, Sub* s) {
     const int shift = 4 * (j % 2);
 #pragma unroll
     for (int t = 0; t < 8; ++t) s->q[t] = (qs[t] >> shift) & 0x0F0F0F0F;
     s->d[0] = s->d[1] = dm.x * (float)sc;
     s->m = dm.y * (float)mn;
+}
+
+static __device__ __forceinline__ void unpack_q4_k(const uint8_t* blk, int j, Sub* s) {
+    const float2 dm = __half22float2(*(const __half2*)blk);
+    int sc, mn;
+    scale_min_k4(blk + 4, j, &sc, &mn);
+    q4_k_sub(dm, sc, mn, (const int*)(blk + 16 + (j / 2) * 32), j, s);
 }
 
 // Q5_K (176 bytes): d:f16, dmin:f16, scales[12], qh[32] (bit j of qh[l]: fifth bit of element
@@ -201,13 +206,8 @@ static __device__ __forceinline__ void unpack_q4_k_aligned(const uint8_t* blk, i
     const int mn = j < 4 ? b & 63 : (c >> 4) | ((b >> 6) << 4);
     __half2 dh;
     memcpy(&dh, &h.x, 4);
-    const float2 dm = __half22float2(dh);
-    const int shift = 4 * (j % 2);
     const int q[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-    for (int t = 0; t < 8; ++t) s->q[t] = (q[t] >> shift) & 0x0F0F0F0F;
-    s->d[0] = s->d[1] = dm.x * (float)sc;
-    s->m = dm.y * (float)mn;
+    q4_k_sub(__half22float2(dh), sc, mn, q, j, s);
 }
 
 // IQ3_XXS, 98 bytes per 256 values: d (f16), 64 grid indices (values 4t .. 4t + 3 of sub-block j

@@ -17,8 +17,6 @@
 //! Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so, when there is none.
 
 use std::path::{Path, PathBuf};
-
-use bloomery_plugin_api::DType;
 use std::process::Command;
 
 /// Builds `sim/<name>.cpp` and runs it, failing with its report when it fails.
@@ -111,18 +109,6 @@ fn tiled_quantized_products_match_the_sub_block_sums_under_emulation() {
     run_emulated("mmq_test");
 }
 
-/// Offsets of a block's f16 scale fields, per quantized type of the CUDA kernels (the rest of a
-/// block is random bytes; an MXFP4 block's first byte is its E8M0 scale).
-fn scale_fields(t: DType) -> &'static [usize] {
-    match t {
-        DType::Q4_K | DType::Q5_K | DType::Q5_1 => &[0, 2],
-        DType::Q6_K => &[208],
-        DType::Q3_K => &[108],
-        DType::MXFP4 => &[],
-        _ => &[0],
-    }
-}
-
 #[test]
 fn weight_readers_match_the_cpu_dequantizers_under_emulation() {
     use bloomery_kernels_cpu::quant::dequantize_row;
@@ -140,17 +126,9 @@ fn weight_readers_match_the_cpu_dequantizers_under_emulation() {
         let layout = t.layout().expect("a block type");
         let (per, bytes) = (layout.block as usize, layout.bytes as usize);
         let blocks = 2048 / per;
-        let mut row: Vec<u8> = (0..blocks * bytes).map(|_| next() as u8).collect();
-        for b in row.chunks_exact_mut(bytes) {
-            for &o in scale_fields(t) {
-                // A positive normal f16 of 2^-10 .. 2^-1.
-                let h = (((5 + next() % 10) << 10) | (next() % 1024)) as u16;
-                b[o..o + 2].copy_from_slice(&h.to_le_bytes());
-            }
-            if t == DType::MXFP4 {
-                b[0] = 110 + (next() % 30) as u8;
-            }
-        }
+        // Every bit random, scales too: a block whose scale is not finite is compared only for
+        // giving no finite value either (quant_test).
+        let row: Vec<u8> = (0..blocks * bytes).map(|_| next() as u8).collect();
         let mut values = vec![0f32; blocks * per];
         dequantize_row(t, &row, &mut values).expect("the CPU dequantizes it");
         for v in [code, blocks as i32, bytes as i32, per as i32] {
