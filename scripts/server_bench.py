@@ -3,10 +3,12 @@
 
 Starts the server once per stream count (`-np N`), warms it up with one request, then runs
 `--rounds` rounds of N clients at once, each generating `-n` tokens (greedy, end-of-generation
-ignored) after its own short prompt, and reports for each round total tok/s (all tokens over the
-wall time of the round) and per-stream decode tok/s from the server's own timings. The first
-round meets batch shapes the server has not run before (it prepares and captures them then);
-later rounds show the steady state.
+ignored) after its own short prompt. For each round it reports total tok/s (all tokens over the
+wall time of the round); from the server's own timings, per-stream decode tok/s and the slowest
+stream's time to its first token; and from its /metrics the round's forward passes, their mean
+forward time and the mean wall time per pass (what the server spends beyond the model's passes).
+The first round meets batch shapes the server has not run before (it prepares and captures them
+then); later rounds show the steady state.
 
 usage: scripts/server_bench.py [--bin dist/bloomery] [--plugins dist/plugins] [-n 64] [--streams 1,2,4]
                                [--rounds 1] [--server-args "-ngl 99"] MODEL.gguf
@@ -45,13 +47,14 @@ def main():
     ap.add_argument("--server-args", default="", help="more `serve` flags, e.g. '-ngl 99 -cmoe'")
     ap.add_argument("model")
     a = ap.parse_args()
-    print("| streams | round | total tok/s | per-stream decode tok/s (server timings) | wall s |")
-    print("|---|---|---|---|---|")
+    print("| streams | round | total tok/s | per-stream decode tok/s (server timings) | wall s "
+          "| passes | forward ms / pass | wall ms / pass | slowest first token ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for n in [int(x) for x in a.streams.split(",")]:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         proc = subprocess.Popen([a.bin, "--plugin-dir", a.plugins, "serve", "-m", a.model, "--port", str(port),
-                                 "-np", str(n), "-c", str(a.ctx), *a.server_args.split()], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 "-np", str(n), "-c", str(a.ctx), "--metrics", *a.server_args.split()], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             while True:
                 try:
@@ -68,15 +71,30 @@ def main():
                         "ignore_eos": True, "cache_prompt": False}
                 return requests.post(url + "/completion", json=body, timeout=600).json()
 
+            def metrics():
+                text = requests.get(url + "/metrics", timeout=10).text
+                vals = {}
+                for line in text.splitlines():
+                    if line and not line.startswith("#"):
+                        name, value = line.rsplit(" ", 1)
+                        vals[name.split(":")[-1]] = float(value)
+                return (vals["n_decode_total"],
+                        vals["prompt_seconds_total"] + vals["tokens_predicted_seconds_total"])
+
             one(0)  # warm-up
             for rnd in range(1, a.rounds + 1):
+                passes0, fwd0 = metrics()
                 t0 = time.time()
                 with concurrent.futures.ThreadPoolExecutor(n) as ex:
                     results = list(ex.map(one, range(n)))
                 wall = time.time() - t0
+                passes1, fwd1 = metrics()
+                passes = max(passes1 - passes0, 1)
                 total = sum(r["tokens_predicted"] for r in results)
                 per = [r["timings"]["predicted_per_second"] for r in results]
-                print(f"| {n} | {rnd} | {total / wall:.1f} | {', '.join(f'{p:.1f}' for p in per)} | {wall:.2f} |",
+                first = max(r["timings"]["prompt_ms"] for r in results)
+                print(f"| {n} | {rnd} | {total / wall:.1f} | {', '.join(f'{p:.1f}' for p in per)} | {wall:.2f} "
+                      f"| {passes:.0f} | {(fwd1 - fwd0) * 1e3 / passes:.3f} | {wall * 1e3 / passes:.3f} | {first:.1f} |",
                       flush=True)
         finally:
             proc.terminate()
