@@ -11,7 +11,7 @@ The first round meets batch shapes the server has not run before (it prepares an
 then); later rounds show the steady state.
 
 usage: scripts/server_bench.py [--bin dist/bloomery] [--plugins dist/plugins] [-n 64] [--streams 1,2,4]
-                               [--rounds 1] [--server-args "-ngl 99"] MODEL.gguf
+                               [--rounds 1] [--server-args "-ngl 99"] [--server-log FILE] MODEL.gguf
 Needs `requests` (pip install requests==2.34.2).
 """
 import argparse
@@ -45,16 +45,18 @@ def main():
     ap.add_argument("--ctx", type=int, default=4096)
     ap.add_argument("--rounds", type=int, default=1, help="concurrent rounds per stream count")
     ap.add_argument("--server-args", default="", help="more `serve` flags, e.g. '-ngl 99 -cmoe'")
+    ap.add_argument("--server-log", help="append each server's output here (e.g. with RUST_LOG=bloomery=debug)")
     ap.add_argument("model")
     a = ap.parse_args()
     print("| streams | round | total tok/s | per-stream decode tok/s (server timings) | wall s "
           "| passes | forward ms / pass | wall ms / pass | slowest first token ms |")
     print("|---|---|---|---|---|---|---|---|---|")
+    log = open(a.server_log, "a") if a.server_log else subprocess.DEVNULL
     for n in [int(x) for x in a.streams.split(",")]:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         proc = subprocess.Popen([a.bin, "--plugin-dir", a.plugins, "serve", "-m", a.model, "--port", str(port),
-                                 "-np", str(n), "-c", str(a.ctx), "--metrics", *a.server_args.split()], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                 "-np", str(n), "-c", str(a.ctx), "--metrics", *a.server_args.split()], stdout=log, stderr=log)
         try:
             while True:
                 try:

@@ -38,6 +38,14 @@ impl Buffer {
     }
 }
 
+/// Page-locked host memory the device copies into on its queue, read here once the device is
+/// synchronized ([`Device::alloc_staging`], [`Device::read_through`]).
+pub struct Staging {
+    buffer: Buffer,
+    /// Host address of the buffer's bytes.
+    host: usize,
+}
+
 impl Drop for Buffer {
     fn drop(&mut self) {
         if let Err(e) = self.device.inner.free(self.handle).into_result() {
@@ -199,5 +207,61 @@ impl Device {
     /// Releases a captured graph.
     pub fn release_graph(&self, graph: u64) -> Result<(), PluginError> {
         self.inner.release_graph(graph).into_result()
+    }
+
+    /// Allocates `bytes` of staging for [`Device::read_through`].
+    pub fn alloc_staging(self: &Arc<Self>, bytes: u64) -> Result<Staging, PluginError> {
+        let (buffer, host) = self.alloc_shared(bytes)?;
+        Ok(Staging { buffer, host })
+    }
+
+    /// Reads the byte ranges `ranges` (buffer handle, offset, length), after the calls submitted
+    /// so far, through `staging`: as many as it holds are copied into it on the device's queue,
+    /// then one wait and the copies out, in turns. One byte string per range. Many ranges cost
+    /// about one synchronous read, where [`Device::read`] waits for each.
+    pub fn read_through(
+        &self,
+        ranges: &[(u64, u64, usize)],
+        staging: &Staging,
+    ) -> Result<Vec<Vec<u8>>, PluginError> {
+        let cap = staging.buffer.bytes as usize;
+        let mut out: Vec<Vec<u8>> = ranges
+            .iter()
+            .map(|&(_, _, len)| Vec::with_capacity(len))
+            .collect();
+        // (range, staging offset, bytes) copied since the last wait.
+        let mut pending: Vec<(usize, usize, usize)> = Vec::new();
+        let drain = |pending: &mut Vec<(usize, usize, usize)>, out: &mut [Vec<u8>]| {
+            self.sync()?;
+            for (i, at, n) in pending.drain(..) {
+                // SAFETY: `at..at + n` lies inside the staging buffer (at + n <= cap), alive for
+                // this borrow of `staging`; the device finished writing it at the sync above.
+                let bytes =
+                    unsafe { std::slice::from_raw_parts((staging.host + at) as *const u8, n) };
+                out[i].extend_from_slice(bytes);
+            }
+            Ok::<(), PluginError>(())
+        };
+        let mut used = 0;
+        for (i, &(handle, offset, len)) in ranges.iter().enumerate() {
+            let mut done = 0;
+            while done < len {
+                if used == cap {
+                    drain(&mut pending, &mut out)?;
+                    used = 0;
+                }
+                let n = (len - done).min(cap - used);
+                self.copy(
+                    (handle, offset + done as u64),
+                    (staging.buffer.handle, used as u64),
+                    n as u64,
+                )?;
+                pending.push((i, used, n));
+                used += n;
+                done += n;
+            }
+        }
+        drain(&mut pending, &mut out)?;
+        Ok(out)
     }
 }

@@ -504,17 +504,26 @@ impl Executor {
                 }
                 device.run(calls).map_err(dev("running the graph"))
             }
-            Replay::Warm => match device.capture(calls) {
-                Ok(g) => {
-                    *replay = Replay::Captured(g);
-                    device.replay(g).map_err(dev("replaying the device graph"))
+            Replay::Warm => {
+                let started = std::time::Instant::now();
+                match device.capture(calls) {
+                    Ok(g) => {
+                        tracing::debug!(
+                            "captured {} calls of a pass of {} rows in {:.2} ms",
+                            calls.len(),
+                            self.shape.n_rows,
+                            started.elapsed().as_secs_f64() * 1e3
+                        );
+                        *replay = Replay::Captured(g);
+                        device.replay(g).map_err(dev("replaying the device graph"))
+                    }
+                    Err(PluginError::Unsupported { .. }) => {
+                        *replay = Replay::Eager;
+                        device.run(calls).map_err(dev("running the graph"))
+                    }
+                    Err(e) => Err(dev("capturing the device graph")(e)),
                 }
-                Err(PluginError::Unsupported { .. }) => {
-                    *replay = Replay::Eager;
-                    device.run(calls).map_err(dev("running the graph"))
-                }
-                Err(e) => Err(dev("capturing the device graph")(e)),
-            },
+            }
         }
     }
 

@@ -17,7 +17,7 @@ use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec, StateKind};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 
-use crate::engine::device::{Buffer, Device};
+use crate::engine::device::{Buffer, Device, Staging};
 use crate::engine::executor::{BatchInputs, Bindings, ExecError, Executor};
 use crate::engine::plan::plan_arena;
 use crate::plugins::{KernelPluginFile, Registry, SelectError};
@@ -110,6 +110,9 @@ pub struct LoadedModel {
     clock: u64,
     state_buffers: Vec<Buffer>,
     state: Vec<TensorRef>,
+    /// Page-locked memory that slot states are copied out through, made at the first copy
+    /// (see `snapshot.rs`): the buffer and its host address.
+    snapshot_staging: std::sync::Mutex<Option<Staging>>,
     _weight_buffers: Vec<Buffer>,
     weights: Vec<TensorRef>,
     tier: Option<ExpertTier>,
@@ -274,6 +277,7 @@ impl LoadedModel {
             clock: 0,
             state_buffers,
             state,
+            snapshot_staging: std::sync::Mutex::new(None),
             _weight_buffers: weight_buffers,
             weights,
             tier,
@@ -325,7 +329,12 @@ impl LoadedModel {
                 state: &self.state,
                 tier: self.tier.as_ref(),
             };
+            let started = std::time::Instant::now();
             let exec = Executor::prepare(&self.device, shape, &graph, &bind, self.options.graphs)?;
+            tracing::debug!(
+                "prepared the pass of {n_rows} rows and {n_outputs} outputs in {:.2} ms",
+                started.elapsed().as_secs_f64() * 1e3
+            );
             self.executors.insert(key, (exec, now));
         }
         let entry = self

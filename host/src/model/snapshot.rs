@@ -5,6 +5,10 @@ use bloomery_plugin_api::model::StateKind;
 
 use super::{LoadedModel, ModelError};
 
+/// Bytes of page-locked memory slot states are copied out through (a larger state goes through it
+/// in turns).
+const SNAPSHOT_STAGING: u64 = 32 << 20;
+
 /// FNV-1a, 64-bit: a stable hash for the identity (std's hasher is not stable across releases).
 fn fnv1a(h: &mut u64, bytes: &[u8]) {
     for &b in bytes {
@@ -126,16 +130,34 @@ impl LoadedModel {
     /// state buffer, in declaration order.
     pub fn read_slot(&self, slot: u32, n_pos: u32) -> Result<Vec<Vec<u8>>, ModelError> {
         self.check_slot(slot, n_pos)?;
-        let mut parts = Vec::with_capacity(self.state.len());
-        for (i, r) in self.state.iter().enumerate() {
-            let (offset, len) = self.extent(i, slot, n_pos);
-            let mut bytes = vec![0u8; len];
-            self.device
-                .read(r.buffer, offset, &mut bytes)
-                .map_err(super::device_err("reading slot state"))?;
-            parts.push(bytes);
+        let extents: Vec<(u64, u64, usize)> = (0..self.state.len())
+            .map(|i| {
+                let (offset, len) = self.extent(i, slot, n_pos);
+                (self.state[i].buffer, offset, len)
+            })
+            .collect();
+        let mut staging = self
+            .snapshot_staging
+            .lock()
+            .map_err(|_| ModelError::Request("the state staging buffer is poisoned".into()))?;
+        if staging.is_none() {
+            match self.device.alloc_staging(SNAPSHOT_STAGING) {
+                Ok(s) => *staging = Some(s),
+                Err(e) => tracing::debug!("no page-locked staging for slot states ({e})"),
+            }
         }
-        Ok(parts)
+        match staging.as_ref() {
+            Some(s) => self.device.read_through(&extents, s),
+            None => extents
+                .iter()
+                .map(|&(handle, offset, len)| {
+                    let mut bytes = vec![0u8; len];
+                    self.device.read(handle, offset, &mut bytes)?;
+                    Ok(bytes)
+                })
+                .collect(),
+        }
+        .map_err(super::device_err("reading slot state"))
     }
 
     /// How far back this model's saved states can be restored.

@@ -701,17 +701,25 @@ impl<'t> Scheduler<'t> {
         if tokens.is_empty() || cache.covers(tokens) {
             return None;
         }
+        let started = Instant::now();
         match self.model.read_slot(id as u32, tokens.len() as u32) {
-            Ok(parts) => Some(SavedState {
-                tokens: tokens.clone(),
-                parts,
-                checkpoints: self.slots[id]
-                    .checkpoints
-                    .iter()
-                    .filter(|c| c.n < tokens.len())
-                    .cloned()
-                    .collect(),
-            }),
+            Ok(parts) => {
+                tracing::debug!(
+                    "slot {id}: copied its {} positions out in {:.2} ms",
+                    tokens.len(),
+                    started.elapsed().as_secs_f64() * 1e3
+                );
+                Some(SavedState {
+                    tokens: tokens.clone(),
+                    parts,
+                    checkpoints: self.slots[id]
+                        .checkpoints
+                        .iter()
+                        .filter(|c| c.n < tokens.len())
+                        .cloned()
+                        .collect(),
+                })
+            }
             Err(e) => {
                 tracing::warn!("slot {id}: saving its state to the prompt cache failed: {e}");
                 None
@@ -814,6 +822,12 @@ impl<'t> Scheduler<'t> {
         let t0 = Instant::now();
         let logits = self.model.forward(&batch).map_err(|e| e.to_string())?;
         let us = t0.elapsed().as_micros() as u64;
+        tracing::trace!(
+            "a pass of {} rows, {} outputs: {:.2} ms",
+            batch.tokens.len(),
+            batch.output_rows.len(),
+            us as f64 / 1e3
+        );
         let c = &self.shared.counters;
         if let Some(s) = self.model.residency_stats() {
             c.routed_card.store(s.card, Ordering::Relaxed);
