@@ -321,6 +321,11 @@ pub fn run(
     jobs: mpsc::Receiver<Request>,
     shared: Arc<Shared>,
 ) {
+    if cfg.cache_ram.is_some() {
+        if let Err(e) = model.reserve_snapshot_staging() {
+            tracing::warn!("preparing the prompt cache's copies: {e}");
+        }
+    }
     let identity = model.identity();
     let rewind = model.rewind();
     let n_slots = model.options.n_slots as usize;
