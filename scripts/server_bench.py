@@ -36,6 +36,16 @@ def free_port():
         return s.getsockname()[1]
 
 
+def passes_and_forward(url):
+    """The server's forward passes so far and their total time in seconds (its /metrics)."""
+    vals = {}
+    for line in requests.get(url + "/metrics", timeout=10).text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            vals[name.split(":")[-1]] = float(value)
+    return vals["n_decode_total"], vals["prompt_seconds_total"] + vals["tokens_predicted_seconds_total"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default="dist/bloomery")
@@ -73,24 +83,14 @@ def main():
                         "ignore_eos": True, "cache_prompt": False}
                 return requests.post(url + "/completion", json=body, timeout=600).json()
 
-            def metrics():
-                text = requests.get(url + "/metrics", timeout=10).text
-                vals = {}
-                for line in text.splitlines():
-                    if line and not line.startswith("#"):
-                        name, value = line.rsplit(" ", 1)
-                        vals[name.split(":")[-1]] = float(value)
-                return (vals["n_decode_total"],
-                        vals["prompt_seconds_total"] + vals["tokens_predicted_seconds_total"])
-
             one(0)  # warm-up
             for rnd in range(1, a.rounds + 1):
-                passes0, fwd0 = metrics()
+                passes0, fwd0 = passes_and_forward(url)
                 t0 = time.time()
                 with concurrent.futures.ThreadPoolExecutor(n) as ex:
                     results = list(ex.map(one, range(n)))
                 wall = time.time() - t0
-                passes1, fwd1 = metrics()
+                passes1, fwd1 = passes_and_forward(url)
                 passes = max(passes1 - passes0, 1)
                 total = sum(r["tokens_predicted"] for r in results)
                 per = [r["timings"]["predicted_per_second"] for r in results]

@@ -235,9 +235,10 @@ pub fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
             )]
         }
         (OpKind::MatMul, t) if t.is_quantized() || t == DType::F32 => {
-            // The 256-value types (Q4_K, Q5_K, Q6_K, Q3_K, IQ4_XS, IQ3_XXS): the CPU takes Q8_K activations
-            // (one scale per 256), the card Q8_1 (one per 32), as llama.cpp's two backends do: the
-            // products differ by that rounding (simulated on the CPU: at most 7e-3 over 12 seeds).
+            // The 256-value types (Q4_K, Q5_K, Q6_K, Q3_K, IQ4_XS, IQ3_XXS): the CPU takes Q8_K
+            // activations (one scale per 256), the card Q8_1 (one per 32), as llama.cpp's two
+            // backends do: the products differ by that rounding (simulated on the CPU: at most 7e-3
+            // over 12 seeds).
             // The 32-value types take Q8_0 or Q8_1 activations rounded alike on both.
             let superblocks = t.layout().is_some_and(|l| l.block > 32);
             let tol = if superblocks { 2e-2 } else { 1e-5 };

@@ -38,20 +38,20 @@ impl Buffer {
     }
 }
 
-/// Page-locked host memory the device copies into on its queue, read here once the device is
-/// synchronized ([`Device::alloc_staging`], [`Device::read_through`]).
-pub struct Staging {
-    buffer: Buffer,
-    /// Host address of the buffer's bytes.
-    host: usize,
-}
-
 impl Drop for Buffer {
     fn drop(&mut self) {
         if let Err(e) = self.device.inner.free(self.handle).into_result() {
             tracing::warn!("freeing device buffer: {e}");
         }
     }
+}
+
+/// Page-locked host memory the device copies into on its queue, read here once the device is
+/// synchronized ([`Device::alloc_staging`], [`Device::read_through`]).
+pub struct Staging {
+    buffer: Buffer,
+    /// Host address of the buffer's bytes.
+    host: usize,
 }
 
 impl Device {

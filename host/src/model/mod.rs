@@ -110,8 +110,8 @@ pub struct LoadedModel {
     clock: u64,
     state_buffers: Vec<Buffer>,
     state: Vec<TensorRef>,
-    /// Page-locked memory that slot states are copied out through, made at the first copy
-    /// (see `snapshot.rs`): the buffer and its host address.
+    /// Page-locked memory that slot states are copied out through, made at the first copy or at
+    /// a server's start (`snapshot.rs`).
     snapshot_staging: std::sync::Mutex<Option<Staging>>,
     _weight_buffers: Vec<Buffer>,
     weights: Vec<TensorRef>,
