@@ -321,11 +321,6 @@ pub fn run(
     jobs: mpsc::Receiver<Request>,
     shared: Arc<Shared>,
 ) {
-    if cfg.cache_ram.is_some() {
-        if let Err(e) = model.reserve_snapshot_staging() {
-            tracing::warn!("preparing the prompt cache's copies: {e}");
-        }
-    }
     let identity = model.identity();
     let rewind = model.rewind();
     let n_slots = model.options.n_slots as usize;
@@ -351,6 +346,12 @@ pub fn run(
         cache: cfg.cache_ram.map(|b| PromptCache::new(b, rewind)),
     };
     s.publish();
+    // After publishing the slots, so that /slots answers while the allocation runs.
+    if s.cache.is_some() {
+        if let Err(e) = s.model.reserve_snapshot_staging() {
+            tracing::warn!("preparing the prompt cache's copies: {e}");
+        }
+    }
     s.serve(jobs);
 }
 

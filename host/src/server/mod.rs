@@ -316,8 +316,19 @@ fn load(cli_plugin_dir: &std::path::Path, a: &ServeArgs) -> anyhow::Result<Ready
         seed: u64::try_from(a.seed).ok(),
         n_predict: usize::try_from(a.n_predict).ok(),
     };
+    // Every slot idle, as the scheduler publishes them, so that /slots answers in full before
+    // its first publish.
+    let idle = (0..n_slots as usize)
+        .map(|id| engine::SlotView {
+            id,
+            is_processing: false,
+            n_cached: 0,
+            n_decoded: 0,
+            n_remain: 0,
+        })
+        .collect();
     let shared = Arc::new(Shared {
-        slots: Mutex::new(Vec::new()),
+        slots: Mutex::new(idle),
         counters: Default::default(),
     });
     let (jobs_tx, jobs_rx) = mpsc::channel(a.queue_depth);
