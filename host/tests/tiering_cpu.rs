@@ -147,7 +147,7 @@ fn split_experts_give_the_unsplit_logits() {
         let all_host = run(&mut m);
         let rel = max_rel(&all_host, &want);
         assert!(rel < 1e-5, "{experts}: -cmoe differs by {rel}");
-        assert_eq!(m.disk_reads(), None);
+        assert_eq!(m.disk_stats(), None);
         assert_eq!(m.residency_stats().unwrap().bus, 0);
 
         // The card takes one (the default for k = 2) or every one of a pass's host experts,
@@ -192,11 +192,41 @@ fn split_experts_give_the_unsplit_logits() {
                 .eq(all_host.iter().flatten().map(|v| v.to_bits())),
             "{experts}: the disk tier is not bit for bit the all-in-RAM run"
         );
-        let reads = d.disk_reads().expect("a disk tier");
+        let stats = d.disk_stats().expect("a disk tier");
         assert!(
-            reads > 32,
-            "{reads} reads: the arena should evict across 4 layers of 8"
+            stats.reads > 32,
+            "{stats:?}: the arena should evict across 4 layers of 8"
         );
+        // The card's guesses of the next layer's experts were read ahead in the two-row steps
+        // (the prompts' calls hold every slot); what was read depends on the history only, not
+        // on thread timing: a second load reads the same and gives the same logits.
+        assert!(
+            stats.prefetched > 0
+                && stats.prefetched <= stats.reads
+                && stats.prefetch_hits <= stats.prefetched,
+            "{experts}: {stats:?}"
+        );
+        let mut again = load(&path, &disk);
+        assert!(run(&mut again)
+            .iter()
+            .flatten()
+            .map(|v| v.to_bits())
+            .eq(paged.iter().flatten().map(|v| v.to_bits())));
+        assert_eq!(again.disk_stats(), Some(stats), "{experts}");
+        // Without the prefetch: the same logits, nothing read ahead.
+        let no_prefetch = TierRequest {
+            no_prefetch: true,
+            ..disk.clone()
+        };
+        let mut n = load(&path, &no_prefetch);
+        assert!(run(&mut n)
+            .iter()
+            .flatten()
+            .map(|v| v.to_bits())
+            .eq(paged.iter().flatten().map(|v| v.to_bits())));
+        let s = n.disk_stats().unwrap();
+        assert_eq!((s.prefetched, s.prefetch_hits), (0, 0), "{s:?}");
+        eprintln!("{experts}: disk tier {stats:?}, without the prefetch {s:?}");
         // Less than one layer's experts cannot work: refused by name.
         let too_small = TierRequest {
             host_budget: Some(7 * expert),

@@ -251,6 +251,9 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             s.flips
         );
     }
+    if let Some(d) = model.disk_stats() {
+        eprintln!("{d}");
+    }
     println!("| model | size | params | backend | threads | test | t/s |");
     println!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
     for (test, mean, std) in rows {

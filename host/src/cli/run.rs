@@ -295,5 +295,8 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let limit = usize::try_from(a.n_predict).unwrap_or(usize::MAX);
     generate(&mut model, &tok, &mut sampler, logits, limit, &mut stats)?;
     print_timings(&stats);
+    if let Some(d) = model.disk_stats() {
+        eprintln!("{d}");
+    }
     Ok(())
 }

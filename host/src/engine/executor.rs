@@ -27,7 +27,9 @@ use crate::tiering::{DiskTier, ExpertTier, HostSlice, STREAM_MIN_ROWS};
 
 mod tiered;
 
-use self::tiered::{host_moe, stream_moe, HostedMoe, TierTimes, PACK_CALLS};
+use self::tiered::{
+    host_moe, moe_routers, stream_moe, HostedMoe, NextRouter, TierTimes, GUESS_CALLS, PACK_CALLS,
+};
 
 /// Why a graph could not be prepared or run.
 #[derive(Debug, thiserror::Error)]
@@ -330,7 +332,49 @@ impl Executor {
         let mut after_hosted = 0;
         let mut streamed = Vec::new();
         let stream = shape.n_rows >= STREAM_MIN_ROWS;
-        for node in graph.nodes.iter() {
+        // With the disk tier reading ahead, each hosted layer's segment also guesses the next
+        // tier layer's experts with that layer's router.
+        let guessing = bind
+            .tier
+            .and_then(|t| t.disk.as_ref())
+            .is_some_and(|d| d.reads_ahead());
+        let routers = if guessing {
+            moe_routers(graph)
+        } else {
+            Default::default()
+        };
+        // The tier layer of each MoE node with host experts, by node index.
+        let tier_of = |node: &bloomery_plugin_api::graph::Node| {
+            let w = match graph.tensors.get(node.srcs.get(3)?.0 as usize)?.source {
+                TensorSource::Weight { index } => index as usize,
+                _ => return None,
+            };
+            Some(bind.tier?.layer(w)?.0)
+        };
+        let next_router = |j: usize, i: usize| -> Result<Option<NextRouter>, ExecError> {
+            let Some(n) = graph
+                .nodes
+                .iter()
+                .enumerate()
+                .skip(j + 1)
+                .find_map(|(n, node)| {
+                    (matches!(node.op, Op::MoeExperts(_)) && tier_of(node) == Some(i + 1))
+                        .then_some(n)
+                })
+            else {
+                return Ok(None);
+            };
+            let Some(&(w, b, params)) = routers.get(&n) else {
+                return Ok(None);
+            };
+            Ok(Some(NextRouter {
+                weights: get(w.0)?,
+                bias: b.map(|b| get(b.0)).transpose()?,
+                params,
+                layer: i + 1,
+            }))
+        };
+        for (j, node) in graph.nodes.iter().enumerate() {
             if node.srcs.len() > MAX_SRCS {
                 return Err(ExecError::BadGraph(format!(
                     "a node has {} sources",
@@ -372,8 +416,11 @@ impl Executor {
                             .iter()
                             .rposition(|c| inputs.iter().any(|t| c.dst.shares_bytes(t)))
                             .map_or(floor, |p| floor + p + 1);
-                        let at = calls.len() + PACK_CALLS;
-                        let (h, around) = host_moe(device, tier, (i, layer), &mut call, at)?;
+                        let next = if guessing { next_router(j, i)? } else { None };
+                        let guess = if next.is_some() { GUESS_CALLS } else { 0 };
+                        let at = calls.len() + PACK_CALLS + guess;
+                        let (h, around) =
+                            host_moe(device, tier, (i, layer), &mut call, (at, next))?;
                         calls.splice(pack_at..pack_at, around.pack);
                         adds = around.adds;
                         hosted.push(h);

@@ -21,6 +21,7 @@ use crate::engine::device::{Buffer, Device, Staging};
 use crate::engine::executor::{BatchInputs, Bindings, ExecError, Executor};
 use crate::engine::plan::plan_arena;
 use crate::plugins::{KernelPluginFile, Registry, SelectError};
+use crate::tiering::arena::ArenaStats;
 use crate::tiering::plan::{FixedCosts, Plan, PlanError, TierRequest};
 use crate::tiering::{self, ExpertTier};
 
@@ -440,10 +441,10 @@ impl LoadedModel {
         Some(r.layers.iter().map(|l| l.counts.clone()).collect())
     }
 
-    /// Experts read from the model file by the disk tier so far (`None` without a disk tier).
-    pub fn disk_reads(&self) -> Option<u64> {
-        let disk = self.tier.as_ref()?.disk.as_ref()?;
-        Some(disk.arena.lock().ok()?.reads)
+    /// Experts read from the model file by the disk tier so far, and how many of them were
+    /// read ahead (`None` without a disk tier).
+    pub fn disk_stats(&self) -> Option<ArenaStats> {
+        self.tier.as_ref()?.disk.as_ref()?.stats().ok()
     }
 
     /// Forgets the routing counts and statistics (`POST /residency/reset`).

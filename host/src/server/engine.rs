@@ -223,6 +223,10 @@ pub struct Counters {
     pub residency_flips: AtomicU64,
     /// Experts the disk tier read from the model file.
     pub disk_reads: AtomicU64,
+    /// Of those, the experts its prefetch read ahead.
+    pub disk_prefetched: AtomicU64,
+    /// Prefetched experts a layer then used.
+    pub disk_prefetch_hits: AtomicU64,
     /// Slot states saved to the prompt cache.
     pub cache_saves: AtomicU64,
     /// Requests that restored a prefix from the prompt cache.
@@ -841,8 +845,11 @@ impl<'t> Scheduler<'t> {
             c.routed_bus.store(s.bus, Ordering::Relaxed);
             c.residency_flips.store(s.flips, Ordering::Relaxed);
         }
-        if let Some(reads) = self.model.disk_reads() {
-            c.disk_reads.store(reads, Ordering::Relaxed);
+        if let Some(d) = self.model.disk_stats() {
+            c.disk_reads.store(d.reads, Ordering::Relaxed);
+            c.disk_prefetched.store(d.prefetched, Ordering::Relaxed);
+            c.disk_prefetch_hits
+                .store(d.prefetch_hits, Ordering::Relaxed);
         }
         c.decode_calls.fetch_add(1, Ordering::Relaxed);
         c.busy_slot_passes

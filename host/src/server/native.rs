@@ -367,6 +367,18 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
         ),
         (
             "counter",
+            "expert_disk_prefetched_total",
+            "Of the disk tier's reads, the experts read ahead from the next layer's router.",
+            get(&c.disk_prefetched) as f64,
+        ),
+        (
+            "counter",
+            "expert_disk_prefetch_hits_total",
+            "Experts read ahead that the next layer then used.",
+            get(&c.disk_prefetch_hits) as f64,
+        ),
+        (
+            "counter",
             "residency_flips_total",
             "Experts moved onto the card by routing counts.",
             get(&c.residency_flips) as f64,

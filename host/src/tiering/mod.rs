@@ -11,6 +11,7 @@
 
 pub mod arena;
 pub mod bus_balance;
+pub mod disk;
 pub mod plan;
 pub mod residency;
 
@@ -25,9 +26,11 @@ use bloomery_plugin_api::op::Op;
 use bloomery_plugin_api::tensor::TensorRef;
 use bloomery_plugin_api::DType;
 
-use self::arena::{ExpertArena, StackSource};
+use self::arena::StackSource;
 use self::bus_balance::BusBalance;
-use self::plan::{MoeLayer, Plan, PlanError, TierRequest};
+use self::disk::disk_tier;
+pub use self::disk::DiskTier;
+use self::plan::{MoeLayer, Plan, TierRequest};
 use self::residency::{LayerResidency, Residency};
 use crate::engine::device::{Buffer, Device};
 use crate::engine::executor::i32_bytes;
@@ -77,17 +80,6 @@ pub struct TierLayer {
     /// The full stacks in the page-locked file as card buffers the card reads in place (the
     /// bus share of a decode step's host experts); empty when the card cannot read them.
     pub bus_stacks: Vec<TensorRef>,
-}
-
-/// Host experts read from the file on demand into a bounded arena (see [`arena`]). Field order
-/// is drop order: the device views before the memory they view.
-pub struct DiskTier {
-    /// The arena's stacks as host-device buffers (zero copy).
-    _views: Vec<Buffer>,
-    /// The arena.
-    pub arena: Mutex<ExpertArena>,
-    /// Per tier layer, where each of its stacks lies in the file.
-    pub sources: Vec<Vec<StackSource>>,
 }
 
 /// Most experts moved onto the card per step (each move copies one expert's stacks).
@@ -198,78 +190,6 @@ fn dev_err(context: &str) -> impl FnOnce(bloomery_plugin_api::PluginError) -> Mo
         context: context.to_owned(),
         source,
     }
-}
-
-/// Sets up the disk tier for `layers`: an arena of as many expert slots as the host budget holds
-/// (at least one layer's experts), shown to the host device, and each layer's host stacks pointed
-/// at it. Every layer's experts must have the same size per stack.
-fn disk_tier(
-    host: &Arc<Device>,
-    file: &GgufModel,
-    plan: &Plan,
-    layers: &mut [TierLayer],
-    sources: Vec<Vec<StackSource>>,
-) -> Result<DiskTier, ModelError> {
-    let strides: Vec<u64> = sources[0].iter().map(|s| s.stride).collect();
-    if sources
-        .iter()
-        .any(|l| l.iter().map(|s| s.stride).ne(strides.iter().copied()))
-    {
-        return Err(PlanError(
-            "the host budget is below the host experts, and the disk tier needs experts of one              size per stack across layers; this file mixes them (raise --host-budget)"
-                .into(),
-        )
-        .into());
-    }
-    let slot_bytes: u64 = strides.iter().sum();
-    let most = layers
-        .iter()
-        .map(|l| l.card_map.ne[0] as usize)
-        .max()
-        .unwrap_or(0);
-    let n_slots = (plan.host_budget / slot_bytes.max(1)) as usize;
-    if n_slots < most {
-        return Err(PlanError(format!(
-            "host budget {} holds {n_slots} experts of {slot_bytes} bytes; reading experts from              disk needs room for one layer's {most}",
-            plan.host_budget
-        ))
-        .into());
-    }
-    let n_slots = n_slots.min(layers.iter().map(|l| l.card_map.ne[0] as usize).sum());
-    let paths: Vec<&std::path::Path> = file.parts().iter().map(|p| p.path()).collect();
-    let arena = ExpertArena::new(&paths, strides, n_slots).map_err(|e| {
-        ModelError::Request(format!("opening the model file for the disk tier: {e}"))
-    })?;
-    let mut views = Vec::new();
-    for stack in &arena.stacks {
-        // SAFETY: the arena's byte arrays never change size and live in the DiskTier next to
-        // these views, which are dropped first (field order).
-        let view = unsafe { host.map_host(stack.as_ptr(), stack.len() as u64) }
-            .map_err(dev_err("showing the disk tier's arena to the CPU device"))?;
-        views.push(view);
-    }
-    for l in layers.iter_mut() {
-        for (k, s) in l.host_stacks.iter_mut().enumerate() {
-            let ne = [s.ne[0], s.ne[1], n_slots as u64, 1];
-            *s = TensorRef {
-                buffer: views[k].handle,
-                offset: 0,
-                dtype: s.dtype,
-                ne,
-                nb: TensorRef::contiguous_strides(s.dtype, ne)
-                    .ok_or_else(|| ModelError::Request("an expert stack has no layout".into()))?,
-            };
-        }
-    }
-    tracing::info!(
-        "host experts exceed the host budget: {n_slots} expert slots ({:.2} GiB) read from disk          on demand",
-        (n_slots as u64 * slot_bytes) as f64 / (1u64 << 30) as f64
-    );
-    Ok(DiskTier {
-        _views: views,
-        arena: Mutex::new(arena),
-        sources,
-    })
 }
 
 /// Page-locks the file ranges a prompt streams to the card (each layer's host stacks, merged to
@@ -510,6 +430,7 @@ pub fn load_weights(
             plan,
             &mut layers,
             layer_sources,
+            !request.no_prefetch,
         )?))
     } else {
         if pin_streamed(card, &layers) && request.bus_experts != Some(0) {

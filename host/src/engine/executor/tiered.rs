@@ -4,10 +4,12 @@
 //! split form the card also takes a share of the step's host experts (the bus share), reading
 //! their weights in place from page-locked host memory while the CPU computes the rest.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use bloomery_plugin_api::op::{MoeParams, Op};
+use bloomery_plugin_api::graph::{Graph, Node, TensorId, TensorSource};
+use bloomery_plugin_api::op::{MoeParams, Op, RouterParams};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
 use bloomery_plugin_api::DType;
 
@@ -46,6 +48,9 @@ pub(super) struct HostedMoe {
     _card_part_out: Buffer,
     /// The card's share of the step's host experts, when it can read them in place.
     pub(super) bus: Option<BusShare>,
+    /// The card's guess of the next tier layer's experts, packed after the words, for the disk
+    /// tier to read ahead.
+    guess: Option<PackedGuess>,
     /// Page-locked memory both devices use in place (after every view of it, so dropped
     /// last): the packed inputs, the `seq` and `done` words; at host address `packed_at`.
     _packed: Buffer,
@@ -56,7 +61,91 @@ pub(super) struct HostedMoe {
 /// card why (a failed kernel answers the synchronization with its error).
 const SIGNAL_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Where a hosted layer's packed memory holds the card's guess of the next tier layer's experts:
+/// i32 ids `[k, rows]` at byte `at`, from the next layer's router applied to this layer's input.
+struct PackedGuess {
+    /// The next tier layer.
+    layer: usize,
+    /// Byte offset in the packed memory.
+    at: usize,
+    /// Ids.
+    len: usize,
+    /// The card's logits and ids before the ids are packed.
+    _scratch: [Buffer; 2],
+}
+
+/// The next tier layer's router as the card's guess applies it: weights `[n_embd, n_expert]`,
+/// the selection bias, the router's parameters, and which tier layer it serves.
+pub(super) struct NextRouter {
+    /// Router weights on the card.
+    pub(super) weights: TensorRef,
+    /// Selection bias, if the router has one.
+    pub(super) bias: Option<TensorRef>,
+    /// The router's parameters.
+    pub(super) params: RouterParams,
+    /// The tier layer it routes.
+    pub(super) layer: usize,
+}
+
+/// For each MoE node of `graph` (by node index), its router as the graph wires it: the weight of
+/// the product feeding the top-k that chose its ids, the top-k's selection bias, and the
+/// router's parameters. Nodes whose ids come otherwise are left out.
+pub(super) fn moe_routers(
+    graph: &Graph,
+) -> HashMap<usize, (TensorId, Option<TensorId>, RouterParams)> {
+    let writer: HashMap<u32, &Node> = graph.nodes.iter().map(|n| (n.dst.0, n)).collect();
+    let is_weight = |t: &TensorId| {
+        graph
+            .tensors
+            .get(t.0 as usize)
+            .is_some_and(|d| matches!(d.source, TensorSource::Weight { .. }))
+    };
+    let mut out = HashMap::new();
+    for (j, node) in graph.nodes.iter().enumerate() {
+        if !matches!(node.op, Op::MoeExperts(_)) {
+            continue;
+        }
+        let found = (|| {
+            let top = writer.get(&node.srcs.get(1)?.0)?;
+            let Op::RouterTopK(params) = top.op else {
+                return None;
+            };
+            let product = writer.get(&top.srcs.first()?.0)?;
+            let weights = *product.srcs.first()?;
+            let bias = top.srcs.get(1).copied();
+            (product.op == Op::MatMul && is_weight(&weights) && bias.iter().all(is_weight))
+                .then_some((weights, bias, params))
+        })();
+        if let Some(r) = found {
+            out.insert(j, r);
+        }
+    }
+    out
+}
+
+/// Calls the card adds to a hosted layer's packing when it guesses the next layer's experts:
+/// the router product, its top-k and the ids' copy into the packed memory.
+pub(super) const GUESS_CALLS: usize = 3;
+
 impl HostedMoe {
+    /// The card's guess of the next tier layer's experts for the pass it signalled, as (tier
+    /// layer, ids); None without a guess.
+    fn guessed(&self) -> Option<(usize, Vec<i32>)> {
+        let g = self.guess.as_ref()?;
+        // SAFETY: `at..at + 4·len` lies inside `packed` (allocated with room for it after the
+        // words), alive as long as `self`; the card wrote it before signalling and writes it
+        // again only in the next pass.
+        let bytes =
+            unsafe { std::slice::from_raw_parts((self.packed_at + g.at) as *const u8, 4 * g.len) };
+        Some((
+            g.layer,
+            bytes
+                .chunks_exact(4)
+                .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        ))
+    }
+
     /// Sets the sequence number the next launch of the segment before the MoE call signals;
     /// returns it.
     fn arm(&self) -> u32 {
@@ -371,18 +460,27 @@ impl Executor {
             .map(|e| e as u32)
             .collect();
         let n_expert = slot_of.len();
+        // The card's guess of the next tier layer's experts, less those on the card.
+        let ahead = h.guessed().and_then(|(layer, ids)| {
+            let slot_of = &res.layers.get(layer)?.slot_of;
+            Some(
+                ids.iter()
+                    .filter_map(|&e| usize::try_from(e).ok())
+                    .filter(|&e| slot_of.get(e).is_some_and(|&s| s < 0))
+                    .map(|e| e as u32)
+                    .collect::<Vec<u32>>(),
+            )
+        });
         drop(res);
         let map = disk
-            .arena
-            .lock()
-            .map_err(|_| ExecError::BadGraph("disk tier poisoned".into()))?
-            .ensure(
-                h.tier_layer,
-                &host_ids,
-                n_expert,
-                &disk.sources[h.tier_layer],
-            )
+            .ensure(h.tier_layer, &host_ids, n_expert)
             .map_err(ExecError::BadGraph)?;
+        // While the host computes this layer, the next one's guessed host experts are read
+        // ahead.
+        if let Some(guessed) = ahead {
+            disk.read_ahead(h.tier_layer + 1, &guessed)
+                .map_err(ExecError::BadGraph)?;
+        }
         let map_ref = h.host_call.srcs[h.host_call.n_srcs as usize - 1];
         host.write_handle(map_ref.buffer, map_ref.offset, i32_bytes(&map))
             .map_err(dev("writing the disk tier's expert map"))
@@ -439,14 +537,15 @@ pub(super) fn stream_moe(
     Ok(uploads)
 }
 
-/// Calls that end the segment before a tiered MoE call: its inputs' packing and the signal.
+/// Calls that end the segment before a tiered MoE call: its inputs' packing and the signal
+/// (and, when the card guesses the next layer's experts, [`GUESS_CALLS`] more).
 pub(super) const PACK_CALLS: usize = 4;
 
 /// The calls a tiered MoE call brings to the executor's list around it.
 pub(super) struct TieredCalls {
-    /// Before it: the copies packing its inputs into host memory, then the signal the host
-    /// waits for.
-    pub(super) pack: [OpCall; PACK_CALLS],
+    /// Before it: the copies packing its inputs into host memory (and the card's guess of the
+    /// next layer's experts), then the signal the host waits for.
+    pub(super) pack: Vec<OpCall>,
     /// After it (so in the next segment's graph): the adds summing the parts (the card's, the
     /// bus share's, the host's) into its destination; none where the host's output is uploaded
     /// there directly.
@@ -461,7 +560,7 @@ pub(super) fn host_moe(
     tier: &ExpertTier,
     (tier_layer, layer): (usize, &TierLayer),
     call: &mut OpCall,
-    at: usize,
+    (at, next): (usize, Option<NextRouter>),
 ) -> Result<(HostedMoe, TieredCalls), ExecError> {
     let Op::MoeExperts(mut p) = call.op else {
         return Err(ExecError::BadGraph("not a MoE call".into()));
@@ -492,8 +591,12 @@ pub(super) fn host_moe(
         }
     }
     let in_bytes: u64 = card_inputs.iter().map(|r| r.elements() * 4).sum();
+    let rows = card_inputs[0].elements() / card_inputs[0].ne[0].max(1);
+    let guess_bytes = next
+        .as_ref()
+        .map_or(0, |n| 4 * u64::from(n.params.k) * rows);
     let (packed, packed_at) = card
-        .alloc_shared(in_bytes + 8)
+        .alloc_shared(in_bytes + 8 + guess_bytes)
         .map_err(dev("allocating host experts' packed inputs"))?;
     let mut offset = 0;
     let mut host_inputs = Vec::new();
@@ -606,6 +709,22 @@ pub(super) fn host_moe(
         nb: [4, 4, 4, 4],
     };
     let signal = OpCall::new(Op::Copy, &[word(in_bytes)], word(in_bytes + 4));
+    let mut pack = vec![x, ids, w];
+    let guess = match next {
+        Some(n) => {
+            let (calls, scratch) =
+                guess_calls(card, &n, card_inputs[0], rows, (&packed, in_bytes + 8))?;
+            pack.extend(calls);
+            Some(PackedGuess {
+                layer: n.layer,
+                at: (in_bytes + 8) as usize,
+                len: (guess_bytes / 4) as usize,
+                _scratch: scratch,
+            })
+        }
+        None => None,
+    };
+    pack.push(signal);
     let hosted = HostedMoe {
         at,
         tier_layer,
@@ -619,16 +738,62 @@ pub(super) fn host_moe(
         _card_out: card_out,
         _card_part_out: card_part_out,
         bus,
+        guess,
         _packed: packed,
         packed_at,
     };
-    Ok((
-        hosted,
-        TieredCalls {
-            pack: [x, ids, w, signal],
-            adds,
-        },
-    ))
+    Ok((hosted, TieredCalls { pack, adds }))
+}
+
+/// The card's guess of the next tier layer's experts from this layer's MoE input `x` (f32
+/// `[n_embd, rows]`): the next router's product and top-k into card scratch, then the ids copied
+/// into the packed memory at byte `at`; returns the calls and the scratch.
+fn guess_calls(
+    card: &Arc<Device>,
+    next: &NextRouter,
+    x: TensorRef,
+    rows: u64,
+    (packed, at): (&Buffer, u64),
+) -> Result<(Vec<OpCall>, [Buffer; 2]), ExecError> {
+    let n_expert = u64::from(next.params.n_expert);
+    let k = u64::from(next.params.k);
+    if next.weights.ne[0] != x.ne[0] || next.weights.ne[1] != n_expert {
+        return Err(ExecError::BadGraph(format!(
+            "the next layer's router is {:?}, this layer's MoE input {:?}",
+            next.weights.ne, x.ne
+        )));
+    }
+    let flat = |dtype: DType, ne0: u64| {
+        let ne = [ne0, rows, 1, 1];
+        TensorRef {
+            buffer: 0,
+            offset: 0,
+            dtype,
+            ne,
+            nb: TensorRef::contiguous_strides(dtype, ne).unwrap_or_default(),
+        }
+    };
+    let logits = card
+        .alloc(4 * n_expert * rows)
+        .map_err(dev("allocating the guess's logits"))?;
+    let ids = card
+        .alloc(4 * k * rows)
+        .map_err(dev("allocating the guess's ids"))?;
+    let logits_ref = logits.tensor(flat(DType::F32, n_expert));
+    let ids_ref = ids.tensor(flat(DType::I32, k));
+    let mut sel = vec![logits_ref];
+    sel.extend(next.bias);
+    let packed_ref = TensorRef {
+        buffer: packed.handle,
+        offset: at,
+        ..ids_ref
+    };
+    let calls = vec![
+        OpCall::new(Op::MatMul, &[next.weights, x], logits_ref),
+        OpCall::new(Op::RouterTopK(next.params), &sel, ids_ref),
+        OpCall::new(Op::Copy, &[ids_ref], packed_ref),
+    ];
+    Ok((calls, [logits, ids]))
 }
 
 /// Prepares a layer's bus share: the card's call over the page-locked stacks with the step map
