@@ -19,10 +19,11 @@
 #   scripts/gpu-check.sh tier     on the GPU machine: routed experts split between card and host
 #                                 (greedy text against the CPU, plan and bench under budgets).
 #   scripts/gpu-check.sh disk     on the GPU machine: the disk tier (host budget below the host
-#                                 experts) with its prefetch and without (--no-prefetch): greedy
-#                                 text against the unlimited run, then sampled decode of the 30B-A3B
-#                                 file from /dev/shm (page cache: a fast drive) and from the
-#                                 machine's disk (/tmp, caches dropped), tok/s, reads and peak RSS.
+#                                 experts) reading ahead 0, 2, 4 or 8 guesses a row
+#                                 (--disk-prefetch): greedy text against the unlimited run, then
+#                                 sampled decode of the 30B-A3B file from /dev/shm (page cache: a
+#                                 fast drive) and from the machine's disk (/tmp, caches dropped),
+#                                 tok/s, reads and peak RSS.
 #   scripts/gpu-check.sh hybrid   on the GPU machine: the Qwen3.5 hybrids' ops and tiny files
 #                                 against the CPU (opcheck), greedy text on CPU, card and split.
 #   scripts/gpu-check.sh host-experts  on the GPU machine: speed with routed experts on the host's
@@ -294,15 +295,16 @@ case "${1:-}" in
     m=$(tiny_files)
     status=0
     # The tiny Q4_K file's 4 layers of 8 experts (108 KiB each) in an arena of 9 or 18 slots,
-    # with and without the prefetch: the same greedy text as every expert in RAM.
+    # with and without reading ahead: the same greedy text as every expert in RAM.
     want=$(greedy_md5 q4k "The disk tier" "-ngl 99 -cmoe --no-residency" | sed 's/.*: //')
-    for flags in "--host-budget 1M" "--host-budget 2M" "--host-budget 1M --no-prefetch"; do
+    for flags in "--host-budget 1M" "--host-budget 1M --disk-prefetch 2" \
+      "--host-budget 2M --disk-prefetch 8"; do
       got=$(greedy_md5 q4k "The disk tier" "-ngl 99 -cmoe --no-residency $flags" | sed 's/.*: //')
       echo "greedy q4k -cmoe $flags: $got (every expert in RAM: $want)" | tee -a "$out/disk.txt"
       [ "$got" = "$want" ] || status=1
     done
     $b run -m "$m/q4k.gguf" -p "The disk tier" -n 24 --temp 0 -ngl 99 -cmoe --no-residency \
-      --host-budget 1M 2>&1 | grep "disk tier" | tee -a "$out/disk.txt"
+      --host-budget 1M --disk-prefetch 2 2>&1 | grep "disk tier" | tee -a "$out/disk.txt"
     f=$(file_30b)
     prompt="The engine reads the experts it needs from the drive while the card computes."
     one() {
@@ -312,23 +314,19 @@ case "${1:-}" in
         | grep -v prompt | sed "s|^|  |" | tee -a "$out/disk.txt"
     }
     for round in 1 2; do
-      for budget in 2G 4G; do
-        for pf in "" "--no-prefetch"; do
-          echo "/dev/shm, round $round, --host-budget $budget $pf:" | tee -a "$out/disk.txt"
-          one "$f" 64 "--host-budget $budget $pf"
-        done
+      for pf in 0 2 4 8; do
+        echo "/dev/shm, round $round, --host-budget 4G --disk-prefetch $pf:" | tee -a "$out/disk.txt"
+        one "$f" 64 "--host-budget 4G --disk-prefetch $pf"
       done
     done
     echo "every expert in RAM:" | tee -a "$out/disk.txt"
     one "$f" 64 ""
     if [ "${DISK_FILE:-1}" = 1 ]; then
       cp "$f" /tmp/q3-30b-disk.gguf
-      for round in 1 2; do
-        for pf in "" "--no-prefetch"; do
-          sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || echo "(page cache not dropped)"
-          echo "/tmp (the machine's disk), round $round, --host-budget 4G $pf:" | tee -a "$out/disk.txt"
-          one /tmp/q3-30b-disk.gguf 16 "--host-budget 4G $pf"
-        done
+      for pf in 0 2 8 0 2; do
+        sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || echo "(page cache not dropped)"
+        echo "/tmp (the machine's disk), --host-budget 4G --disk-prefetch $pf:" | tee -a "$out/disk.txt"
+        one /tmp/q3-30b-disk.gguf 16 "--host-budget 4G --disk-prefetch $pf"
       done
       rm -f /tmp/q3-30b-disk.gguf
     fi

@@ -176,6 +176,7 @@ fn split_experts_give_the_unsplit_logits() {
             cpu_moe: true,
             host_budget: Some(8 * expert),
             no_residency: true,
+            disk_prefetch: 2,
             ..Default::default()
         };
         let mut d = load(&path, &disk);
@@ -215,7 +216,7 @@ fn split_experts_give_the_unsplit_logits() {
         assert_eq!(again.disk_stats(), Some(stats), "{experts}");
         // Without the prefetch: the same logits, nothing read ahead.
         let no_prefetch = TierRequest {
-            no_prefetch: true,
+            disk_prefetch: 0,
             ..disk.clone()
         };
         let mut n = load(&path, &no_prefetch);

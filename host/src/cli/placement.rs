@@ -29,11 +29,12 @@ pub struct PlacementArgs {
     /// (for repeatable output).
     #[arg(long = "no-residency")]
     pub no_residency: bool,
-    /// When host experts are read from disk (host budget below them): read only the experts a
-    /// layer asks for, instead of also reading ahead those its router would likely pick for the
-    /// next layer.
-    #[arg(long = "no-prefetch")]
-    pub no_prefetch: bool,
+    /// When host experts are read from disk (host budget below them): while the CPU computes a
+    /// layer, read ahead each row's N likeliest experts of the next layer (the card applies the
+    /// next layer's router to this layer's input). Pays only when the guesses are nearly all
+    /// right or the drive has bandwidth to spare: bench and run report how many were used.
+    #[arg(long = "disk-prefetch", value_name = "N", default_value_t = 0)]
+    pub disk_prefetch: u32,
     /// Of every k host experts a decode pass routes to in a layer (k: experts per token), how
     /// many the card computes by reading their weights in place over PCIe while the CPU computes
     /// the rest (default: the first one-row decode passes try 2 and 3 of 8 and keep the faster,
@@ -60,7 +61,7 @@ impl PlacementArgs {
             gpu_budget: size("--gpu-budget", &self.gpu_budget)?,
             host_budget: size("--host-budget", &self.host_budget)?,
             no_residency: self.no_residency,
-            no_prefetch: self.no_prefetch,
+            disk_prefetch: self.disk_prefetch,
             bus_experts: self.bus_experts,
         })
     }

@@ -14,7 +14,7 @@
 use std::sync::{Arc, Mutex};
 
 use bloomery_plugin_api::graph::{BatchInput, BatchShape, Graph, TensorSource};
-use bloomery_plugin_api::op::{Op, OpKind};
+use bloomery_plugin_api::op::{Op, OpKind, RouterParams};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
 use bloomery_plugin_api::{DType, PluginError};
 
@@ -334,10 +334,11 @@ impl Executor {
         let stream = shape.n_rows >= STREAM_MIN_ROWS;
         // With the disk tier reading ahead, each hosted layer's segment also guesses the next
         // tier layer's experts with that layer's router.
-        let guessing = bind
+        let guesses = bind
             .tier
             .and_then(|t| t.disk.as_ref())
-            .is_some_and(|d| d.reads_ahead());
+            .map_or(0, |d| d.guesses_per_row());
+        let guessing = guesses > 0;
         let routers = if guessing {
             moe_routers(graph)
         } else {
@@ -370,7 +371,10 @@ impl Executor {
             Ok(Some(NextRouter {
                 weights: get(w.0)?,
                 bias: b.map(|b| get(b.0)).transpose()?,
-                params,
+                params: RouterParams {
+                    k: params.k.min(guesses),
+                    ..params
+                },
                 layer: i + 1,
             }))
         };

@@ -391,9 +391,8 @@ impl ExpertArena {
         out
     }
 
-    /// Ends a reservation's reads: its experts become resident (a call's used at the current
-    /// clock, the prefetch's least recently used), or, when the reads failed, their slots hold
-    /// nothing.
+    /// Ends a reservation's reads: its experts become resident (used at the current clock), or,
+    /// when the reads failed, their slots hold nothing.
     pub fn finish(&mut self, r: Reserved, read: bool) {
         for &(e, s) in &r.slots {
             self.pending.remove(&(r.layer, e));
@@ -401,9 +400,7 @@ impl ExpertArena {
             if read {
                 self.owner[s] = Some((r.layer, e));
                 self.resident.insert((r.layer, e), s as u32);
-                // A guess joins at the least recently used end: unless a call uses it first, it
-                // is the next slot taken, so wrong guesses evict little.
-                self.last_used[s] = if r.prefetch { 0 } else { self.clock };
+                self.last_used[s] = self.clock;
                 self.unused_prefetch[s] = r.prefetch;
             } else {
                 self.owner[s] = None;
@@ -669,15 +666,11 @@ mod tests {
         assert!(resident(&a, 1, 0) && resident(&a, 1, 3) && !resident(&a, 1, 5));
         // Nothing absent: nothing claimed.
         assert_eq!(ahead(1, &[0, 3]), 0);
-        // Rows guessing the same expert claim one slot for it.
-        let r = a.lock().unwrap().claim_prefetch(2, &[1, 1, 1]);
-        assert_eq!(r.slots.len(), 1);
-        a.lock().unwrap().finish(r, false);
-        // Layer 1's call finds the guessed expert it needs (3); its miss (4) takes the slot of
-        // the unused guess (0), which joined at the least recently used end, not layer 0's.
+        // Layer 1's call finds the guessed expert it needs (3); its miss (4) takes the least
+        // recently used slot (layer 0's expert 1, the lowest of four stamped alike).
         let m = a.ensure(1, &[3, 4], 6, &srcs).unwrap();
         check(&a, &m);
-        assert!(!resident(&a, 1, 0) && resident(&a, 0, 1) && resident(&a, 0, 2));
+        assert!(!resident(&a, 0, 1) && resident(&a, 1, 0) && resident(&a, 0, 2));
         let s = a.stats().unwrap();
         assert_eq!((s.reads, s.prefetched, s.prefetch_hits), (5, 2, 1), "{s:?}");
         // A hit counts once: the same expert again is no new hit.
@@ -690,7 +683,8 @@ mod tests {
         let mut a = ExpertArena::new(3);
         let c = a.claim(0, &[1], 6).unwrap();
         a.finish(c, true);
-        let p = a.claim_prefetch(1, &[2, 4]);
+        // Rows guessing the same expert claim one slot for it.
+        let p = a.claim_prefetch(1, &[2, 4, 2, 4, 2]);
         assert_eq!(p.slots.len(), 2);
         // Expert 2 of layer 1 is being read: a call wanting it waits; one that does not fits in
         // the slot left.

@@ -35,12 +35,14 @@ pub struct Paging {
 
 /// The thread that reads claimed guesses; dropping it ends and joins the thread.
 struct ReadAhead {
+    /// Experts guessed per row.
+    guesses: u32,
     jobs: Option<mpsc::Sender<Reserved>>,
     thread: Option<JoinHandle<()>>,
 }
 
 impl ReadAhead {
-    fn spawn(paging: Arc<Paging>) -> std::io::Result<Self> {
+    fn spawn(paging: Arc<Paging>, guesses: u32) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel::<Reserved>();
         let thread = std::thread::Builder::new()
             .name("bloomery-read-ahead".into())
@@ -57,6 +59,7 @@ impl ReadAhead {
                 }
             })?;
         Ok(ReadAhead {
+            guesses,
             jobs: Some(tx),
             thread: Some(thread),
         })
@@ -97,9 +100,9 @@ impl DiskTier {
         self.paging.experts.ensure(layer, needed, n_expert, sources)
     }
 
-    /// Whether guesses are read ahead (the card then computes them).
-    pub fn reads_ahead(&self) -> bool {
-        self.read_ahead.is_some()
+    /// Experts guessed per row and read ahead (the card computes the guesses); 0: none.
+    pub fn guesses_per_row(&self) -> u32 {
+        self.read_ahead.as_ref().map_or(0, |r| r.guesses)
     }
 
     /// Claims slots for the experts `guessed` of tier layer `layer` that the arena lacks and
@@ -127,15 +130,15 @@ impl DiskTier {
 
 /// Sets up the disk tier for `layers`: an arena of as many expert slots as the host budget holds
 /// (at least one layer's experts), shown to the host device, each layer's host stacks pointed at
-/// it, and (with `read_ahead`) the read-ahead thread. Every layer's experts must have the same
-/// size per stack.
+/// it, and (with `guesses` per row, above 0) the read-ahead thread. Every layer's experts must
+/// have the same size per stack.
 pub(super) fn disk_tier(
     host: &Arc<Device>,
     file: &GgufModel,
     plan: &Plan,
     layers: &mut [TierLayer],
     sources: Vec<Vec<StackSource>>,
-    read_ahead: bool,
+    guesses: u32,
 ) -> Result<DiskTier, ModelError> {
     let strides: Vec<u64> = sources[0].iter().map(|s| s.stride).collect();
     if sources
@@ -192,8 +195,8 @@ pub(super) fn disk_tier(
         }
     }
     let paging = Arc::new(Paging { experts, sources });
-    let read_ahead = match read_ahead {
-        true => Some(ReadAhead::spawn(paging.clone()).map_err(|e| {
+    let read_ahead = match guesses > 0 {
+        true => Some(ReadAhead::spawn(paging.clone(), guesses).map_err(|e| {
             ModelError::Request(format!("starting the disk tier's read-ahead thread: {e}"))
         })?),
         false => None,
@@ -203,9 +206,9 @@ pub(super) fn disk_tier(
          on demand{}",
         (n_slots as u64 * slot_bytes) as f64 / (1u64 << 30) as f64,
         if read_ahead.is_some() {
-            ", the next layer's guessed experts read ahead"
+            format!(", each row's {guesses} likeliest experts of the next layer read ahead")
         } else {
-            ""
+            String::new()
         }
     );
     Ok(DiskTier {

@@ -430,7 +430,7 @@ pub fn load_weights(
             plan,
             &mut layers,
             layer_sources,
-            !request.no_prefetch,
+            request.disk_prefetch,
         )?))
     } else {
         if pin_streamed(card, &layers) && request.bus_experts != Some(0) {

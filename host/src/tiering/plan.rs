@@ -49,9 +49,9 @@ pub struct TierRequest {
     pub host_budget: Option<u64>,
     /// `--no-residency`: keep the plan's placement (no moves from routing counts).
     pub no_residency: bool,
-    /// `--no-prefetch`: the disk tier reads only the experts a call asks for (no guessing
-    /// ahead).
-    pub no_prefetch: bool,
+    /// `--disk-prefetch N`: with the disk tier, read ahead each row's N likeliest experts of the
+    /// next layer (0: read only what a call asks for).
+    pub disk_prefetch: u32,
     /// `--bus-experts N`: of a decode step's host experts, how many per layer the card computes
     /// by reading their weights in place over the bus while the CPU computes the rest (`None`:
     /// sizes chosen at run time, see [`bus_candidates`]; `Some(0)`: none).

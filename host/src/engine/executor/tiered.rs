@@ -75,7 +75,8 @@ struct PackedGuess {
 }
 
 /// The next tier layer's router as the card's guess applies it: weights `[n_embd, n_expert]`,
-/// the selection bias, the router's parameters, and which tier layer it serves.
+/// the selection bias, the router's parameters (`k`: the experts guessed per row), and which
+/// tier layer it serves.
 pub(super) struct NextRouter {
     /// Router weights on the card.
     pub(super) weights: TensorRef,
