@@ -508,6 +508,11 @@ impl Executor {
                 // the sync below (or an earlier failure's) ends the copy's use of it.
                 unsafe { device.upload(*handle, 0, slice.bytes(), after) }
                     .map_err(dev("streaming host experts to the card"))?;
+                // With the disk tier host RAM is short: the layer's pages leave resident memory
+                // as soon as they are queued (a copy still reading them faults them in again).
+                if self.disk.is_some() {
+                    slice.release();
+                }
             }
             start = *at;
         }
