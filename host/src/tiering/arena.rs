@@ -209,6 +209,13 @@ pub struct Reserved {
     prefetch: bool,
 }
 
+impl Reserved {
+    /// The tier layer whose experts it claimed.
+    pub fn layer(&self) -> usize {
+        self.layer
+    }
+}
+
 /// What the arena has read, and how well the prefetch guessed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ArenaStats {
@@ -218,13 +225,6 @@ pub struct ArenaStats {
     pub prefetched: u64,
     /// Prefetched experts a call then used (before they were evicted).
     pub prefetch_hits: u64,
-}
-
-impl Reserved {
-    /// The tier layer whose experts it claimed.
-    pub fn layer(&self) -> usize {
-        self.layer
-    }
 }
 
 impl std::fmt::Display for ArenaStats {

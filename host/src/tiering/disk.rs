@@ -48,11 +48,9 @@ impl ReadAhead {
             .name("bloomery-read-ahead".into())
             .spawn(move || {
                 while let Ok(r) = rx.recv() {
-                    let Some(sources) = paging.sources.get(r.layer()) else {
-                        continue;
-                    };
-                    // A failed read leaves its slots empty: the call that needs the expert reads
-                    // it again and reports.
+                    // A failed read (no sources for the layer among them) leaves its slots empty
+                    // and no longer pending: the call that needs the expert reads it and reports.
+                    let sources = paging.sources.get(r.layer()).map_or(&[][..], |s| s);
                     if let Err(e) = paging.experts.read(r, sources) {
                         tracing::debug!("reading a guessed expert ahead failed: {e}");
                     }
