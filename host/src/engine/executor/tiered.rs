@@ -464,13 +464,13 @@ impl Executor {
         // The card's guess of the next tier layer's experts, less those on the card.
         let ahead = h.guessed().and_then(|(layer, ids)| {
             let slot_of = &res.layers.get(layer)?.slot_of;
-            Some(
-                ids.iter()
-                    .filter_map(|&e| usize::try_from(e).ok())
-                    .filter(|&e| slot_of.get(e).is_some_and(|&s| s < 0))
-                    .map(|e| e as u32)
-                    .collect::<Vec<u32>>(),
-            )
+            let host: Vec<u32> = ids
+                .iter()
+                .filter_map(|&e| usize::try_from(e).ok())
+                .filter(|&e| slot_of.get(e).is_some_and(|&s| s < 0))
+                .map(|e| e as u32)
+                .collect();
+            Some((layer, host))
         });
         drop(res);
         let map = disk
@@ -478,8 +478,8 @@ impl Executor {
             .map_err(ExecError::BadGraph)?;
         // While the host computes this layer, the next one's guessed host experts are read
         // ahead.
-        if let Some(guessed) = ahead {
-            disk.read_ahead(h.tier_layer + 1, &guessed)
+        if let Some((layer, guessed)) = ahead {
+            disk.read_ahead(layer, &guessed)
                 .map_err(ExecError::BadGraph)?;
         }
         let map_ref = h.host_call.srcs[h.host_call.n_srcs as usize - 1];
