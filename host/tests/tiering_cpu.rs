@@ -83,6 +83,11 @@ fn run(m: &mut LoadedModel) -> Vec<Vec<f32>> {
     out
 }
 
+/// Every value's bits, pass after pass (to compare runs bit for bit).
+fn bits(v: &[Vec<f32>]) -> Vec<u32> {
+    v.iter().flatten().map(|x| x.to_bits()).collect()
+}
+
 fn max_rel(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
     let mut worst = 0f32;
     for (x, y) in a.iter().zip(b) {
@@ -186,11 +191,7 @@ fn split_experts_give_the_unsplit_logits() {
         // The same sums in the same order as with every expert in RAM, wherever the arena put
         // each expert: the same greedy tokens.
         assert!(
-            paged
-                .iter()
-                .flatten()
-                .map(|v| v.to_bits())
-                .eq(all_host.iter().flatten().map(|v| v.to_bits())),
+            bits(&paged) == bits(&all_host),
             "{experts}: the disk tier is not bit for bit the all-in-RAM run"
         );
         let stats = d.disk_stats().expect("a disk tier");
@@ -208,11 +209,7 @@ fn split_experts_give_the_unsplit_logits() {
             "{experts}: {stats:?}"
         );
         let mut again = load(&path, &disk);
-        assert!(run(&mut again)
-            .iter()
-            .flatten()
-            .map(|v| v.to_bits())
-            .eq(paged.iter().flatten().map(|v| v.to_bits())));
+        assert!(bits(&run(&mut again)) == bits(&paged), "{experts}");
         assert_eq!(again.disk_stats(), Some(stats), "{experts}");
         // Without the prefetch: the same logits, nothing read ahead.
         let no_prefetch = TierRequest {
@@ -220,11 +217,7 @@ fn split_experts_give_the_unsplit_logits() {
             ..disk.clone()
         };
         let mut n = load(&path, &no_prefetch);
-        assert!(run(&mut n)
-            .iter()
-            .flatten()
-            .map(|v| v.to_bits())
-            .eq(paged.iter().flatten().map(|v| v.to_bits())));
+        assert!(bits(&run(&mut n)) == bits(&paged), "{experts}");
         let s = n.disk_stats().unwrap();
         assert_eq!((s.prefetched, s.prefetch_hits), (0, 0), "{s:?}");
         eprintln!("{experts}: disk tier {stats:?}, without the prefetch {s:?}");

@@ -454,23 +454,11 @@ impl Executor {
             return Ok(());
         };
         let slot_of = &res.layers[h.tier_layer].slot_of;
-        let host_ids: Vec<u32> = ids
-            .iter()
-            .filter_map(|&e| usize::try_from(e).ok())
-            .filter(|&e| slot_of.get(e).is_some_and(|&s| s < 0))
-            .map(|e| e as u32)
-            .collect();
+        let host_ids = host_experts(&ids, slot_of);
         let n_expert = slot_of.len();
         // The card's guess of the next tier layer's experts, less those on the card.
         let ahead = h.guessed().and_then(|(layer, ids)| {
-            let slot_of = &res.layers.get(layer)?.slot_of;
-            let host: Vec<u32> = ids
-                .iter()
-                .filter_map(|&e| usize::try_from(e).ok())
-                .filter(|&e| slot_of.get(e).is_some_and(|&s| s < 0))
-                .map(|e| e as u32)
-                .collect();
-            Some((layer, host))
+            Some((layer, host_experts(&ids, &res.layers.get(layer)?.slot_of)))
         });
         drop(res);
         let map = disk
@@ -519,6 +507,15 @@ impl Executor {
         self.launch_segment(device, self.streamed.len(), &self.calls[start..])?;
         device.sync().map_err(dev("waiting for the device"))
     }
+}
+
+/// The valid ids of `ids` whose experts live on the host (`slot_of` -1).
+fn host_experts(ids: &[i32], slot_of: &[i32]) -> Vec<u32> {
+    ids.iter()
+        .filter_map(|&e| usize::try_from(e).ok())
+        .filter(|&e| slot_of.get(e).is_some_and(|&s| s < 0))
+        .map(|e| e as u32)
+        .collect()
 }
 
 /// Points a tiered MoE call's stacks at staging set `set` of the card, where its layer's whole
