@@ -10,7 +10,9 @@
 //! reads them while the CPU computes, so the next layer's call finds them resident or waits only
 //! for the rest of their read. A wrong guess costs a read and the least recently used slot,
 //! never a result: the call reads what it needs itself, and each row sums its experts in pick
-//! order whatever their slots.
+//! order whatever their slots. Off unless asked (`--disk-prefetch N`): where the reads saturate
+//! the drive, a right guess hides only one layer's CPU time while a wrong one costs a whole read
+//! (docs/performance.md).
 
 use std::sync::mpsc;
 use std::sync::Arc;
