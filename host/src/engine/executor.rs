@@ -27,9 +27,7 @@ use crate::tiering::{DiskTier, ExpertTier, HostSlice, STREAM_MIN_ROWS};
 
 mod tiered;
 
-use self::tiered::{
-    host_moe, moe_routers, stream_moe, HostedMoe, NextRouter, TierTimes, GUESS_CALLS, PACK_CALLS,
-};
+use self::tiered::{host_moe, moe_routers, stream_moe, HostedMoe, NextRouter, TierTimes};
 
 /// Why a graph could not be prepared or run.
 #[derive(Debug, thiserror::Error)]
@@ -421,10 +419,8 @@ impl Executor {
                             .rposition(|c| inputs.iter().any(|t| c.dst.shares_bytes(t)))
                             .map_or(floor, |p| floor + p + 1);
                         let next = if guessing { next_router(j, i)? } else { None };
-                        let guess = if next.is_some() { GUESS_CALLS } else { 0 };
-                        let at = calls.len() + PACK_CALLS + guess;
                         let (h, around) =
-                            host_moe(device, tier, (i, layer), &mut call, (at, next))?;
+                            host_moe(device, tier, (i, layer), &mut call, (calls.len(), next))?;
                         calls.splice(pack_at..pack_at, around.pack);
                         adds = around.adds;
                         hosted.push(h);

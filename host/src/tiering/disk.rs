@@ -35,6 +35,15 @@ pub struct Paging {
     pub sources: Vec<Vec<StackSource>>,
 }
 
+impl Paging {
+    /// Reads a reservation's experts from their layer's sources (none known: the read fails and
+    /// the slots end empty, never left pending).
+    fn read(&self, r: Reserved) -> Result<(), String> {
+        let sources = self.sources.get(r.layer()).map_or(&[][..], |s| s);
+        self.experts.read(r, sources)
+    }
+}
+
 /// The thread that reads claimed guesses; dropping it ends and joins the thread.
 struct ReadAhead {
     /// Experts guessed per row.
@@ -50,10 +59,9 @@ impl ReadAhead {
             .name("bloomery-read-ahead".into())
             .spawn(move || {
                 while let Ok(r) = rx.recv() {
-                    // A failed read (no sources for the layer among them) leaves its slots empty
-                    // and no longer pending: the call that needs the expert reads it and reports.
-                    let sources = paging.sources.get(r.layer()).map_or(&[][..], |s| s);
-                    if let Err(e) = paging.experts.read(r, sources) {
+                    // A failed read leaves its slots empty and no longer pending: the call that
+                    // needs the expert reads it and reports.
+                    if let Err(e) = paging.read(r) {
                         tracing::debug!("reading a guessed expert ahead failed: {e}");
                     }
                 }
@@ -115,8 +123,7 @@ impl DiskTier {
             if let Err(mpsc::SendError(r)) = jobs.send(r) {
                 // The thread ended (only dropping the tier ends it): read here instead, so the
                 // claimed slots do not stay pending.
-                let sources = self.paging.sources.get(layer).map_or(&[][..], |s| s);
-                self.paging.experts.read(r, sources)?;
+                self.paging.read(r)?;
             }
         }
         Ok(())

@@ -124,10 +124,6 @@ pub(super) fn moe_routers(
     out
 }
 
-/// Calls the card adds to a hosted layer's packing when it guesses the next layer's experts:
-/// the router product, its top-k and the ids' copy into the packed memory.
-pub(super) const GUESS_CALLS: usize = 3;
-
 impl HostedMoe {
     /// The card's guess of the next tier layer's experts for the pass it signalled, as (tier
     /// layer, ids); None without a guess.
@@ -540,10 +536,6 @@ pub(super) fn stream_moe(
     Ok(uploads)
 }
 
-/// Calls that end the segment before a tiered MoE call: its inputs' packing and the signal
-/// (and, when the card guesses the next layer's experts, [`GUESS_CALLS`] more).
-pub(super) const PACK_CALLS: usize = 4;
-
 /// The calls a tiered MoE call brings to the executor's list around it.
 pub(super) struct TieredCalls {
     /// Before it: the copies packing its inputs into host memory (and the card's guess of the
@@ -555,15 +547,16 @@ pub(super) struct TieredCalls {
     pub(super) adds: Vec<OpCall>,
 }
 
-/// Prepares the host half of a tiered MoE call (which lands at index `at` of the executor's
-/// calls, after its [`PACK_CALLS`] packing copies) and points the card's call at the compacted
-/// stacks' map; returns it with the calls to place around the call.
+/// Prepares the host half of a tiered MoE call (index `first` among the executor's calls before
+/// its packing is placed ahead of it; `next`: the router whose guess the card packs too) and
+/// points the card's call at the compacted stacks' map; returns it with the calls to place
+/// around the call.
 pub(super) fn host_moe(
     card: &Arc<Device>,
     tier: &ExpertTier,
     (tier_layer, layer): (usize, &TierLayer),
     call: &mut OpCall,
-    (at, next): (usize, Option<NextRouter>),
+    (first, next): (usize, Option<NextRouter>),
 ) -> Result<(HostedMoe, TieredCalls), ExecError> {
     let Op::MoeExperts(mut p) = call.op else {
         return Err(ExecError::BadGraph("not a MoE call".into()));
@@ -729,7 +722,8 @@ pub(super) fn host_moe(
     };
     pack.push(signal);
     let hosted = HostedMoe {
-        at,
+        // The packing lands before the call, which was to be call `first`.
+        at: first + pack.len(),
         tier_layer,
         card_part,
         in_bytes: in_bytes as usize,
