@@ -65,6 +65,10 @@
 #                                 pass (30B-A3B) and the explaining ncu sections of its largest kernels.
 #   scripts/gpu-check.sh profile  on the GPU machine: per-kernel times (ncu) of decode and prompt
 #                                 layers on the 30B-A3B file, and the graph-mode bench.
+#   scripts/gpu-check.sh card-memory  on the GPU machine: the card memory nvidia-smi shows in use
+#                                 (peak, sampled every 100 ms) and pp512/tg64 of the 30B-A3B file
+#                                 under --gpu-budget 5.8G and 6.3G, alternating with llama-bench
+#                                 -ncmoe 36 when LLAMA_BENCH names one (placements at equal memory).
 # Full logs go to $OUT when it is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -288,6 +292,30 @@ case "${1:-}" in
     echo "where a decode step with every expert on the host spends its time:" | tee -a "$out/tier.txt"
     BLOOMERY_TIER_PROFILE=1 $b bench -m "$f" -p 0 -n 64 -r 1 -ngl 99 -cmoe 2>&1 \
       | grep -E "host-expert|tg64" | tee -a "$out/tier.txt"
+    ;;
+  card-memory)
+    out=${OUT:-/tmp}
+    f=$(file_30b)
+    base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+    # Runs "$@" while sampling the card's used memory; prints its pp/tg lines and the peak.
+    peak() {
+      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/smi.txt" &
+      local s=$!
+      "$@" 2>&1 | grep -E "pp512|tg64" | awk -F'|' '{printf "%s %s; ", $(NF-2), $(NF-1)}'
+      kill $s
+      wait $s 2> /dev/null || true
+      echo " peak $(($(sort -n "$out/smi.txt" | tail -1) - base)) MiB above idle"
+    }
+    for round in 1 2 3; do
+      if [ -n "${LLAMA_BENCH:-}" ]; then
+        echo "== llama-bench -ncmoe 36 r$round: $(peak "$LLAMA_BENCH" -m "$f" -p 512 -n 64 -r 3 -ngl 99 \
+          -fa 1 -t 16 -ncmoe 36)" | tee -a "$out/card-memory.txt"
+      fi
+      for budget in 5.8G 6.3G; do
+        echo "== bloomery --gpu-budget $budget r$round: $(peak dist/bloomery --plugin-dir dist/plugins \
+          bench -m "$f" -p 512 -n 64 -r 3 -ngl 99 --gpu-budget $budget)" | tee -a "$out/card-memory.txt"
+      done
+    done
     ;;
   disk)
     out=${OUT:-/tmp}

@@ -19,7 +19,9 @@ pub struct PlacementArgs {
     /// expert stacks may go to the CPU.
     #[arg(long = "override-tensor", env = "LLAMA_ARG_OVERRIDE_TENSOR")]
     pub override_tensor: Option<String>,
-    /// Card memory to plan with instead of its free memory (e.g. `6.3G`).
+    /// Card memory to plan with instead of its free memory (e.g. `6.3G`): what bloomery
+    /// allocates (weights, KV, scratch, staging). The driver's context and the kernel modules
+    /// come on top (about 340 MiB on an H200 with driver 580, as nvidia-smi counts it).
     #[arg(long = "gpu-budget", value_name = "SIZE")]
     pub gpu_budget: Option<String>,
     /// Host RAM to plan with instead of MemAvailable (e.g. `8G`).
