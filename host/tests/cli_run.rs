@@ -163,3 +163,27 @@ fn bench_parallel_decodes_that_many_sequences_in_their_own_slots() {
     ]));
     assert!(stdout.contains("| tg4 x3 @ d10 |"), "{stdout}");
 }
+
+#[test]
+fn a_prompt_over_one_batch_is_evaluated_in_batches_and_counted_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny(dir.path());
+    let prompt = "word ".repeat(200);
+    let out = bloomery(&[
+        "run", "-m", &m, "-c", "2048", "-t", "2", "-p", &prompt, "-n", "4", "--temp", "0",
+    ]);
+    let (_, stderr) = ok(&out);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("prompt eval time"))
+        .unwrap();
+    let n: usize = line
+        .split('/')
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no token count in: {line}"));
+    // More than one 512-row batch, every token counted.
+    assert!(n > 512, "{line}");
+    assert_eq!(generated(&stderr), 4, "{stderr}");
+}

@@ -143,6 +143,9 @@ fn tg_once(model: &mut LoadedModel, n: u32, at: At, rng: &mut StdRng) -> anyhow:
     Ok(t.elapsed().as_secs_f64())
 }
 
+/// Rows of each untimed batch that fills the depth (`-d`): the server's default batch.
+const DEPTH_BATCH: u32 = 512;
+
 /// Runs the command.
 pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
     let reg = Registry::load(&cli.plugin_dir())?;
@@ -154,13 +157,15 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         threads: a.threads,
         graphs: !a.no_graphs,
     };
-    let mut model = LoadedModel::load_offloaded(
-        &reg,
-        &a.model,
-        options,
-        a.n_gpu_layers > 0,
-        &a.placement.request()?,
-    )?;
+    // The pp test is one batch of n_prompt rows, a tg step one row per sequence, and the depth
+    // is filled in batches of DEPTH_BATCH.
+    let mut request = a.placement.request()?;
+    request.batch_rows = a.n_prompt.max(a.parallel).max(match a.n_depth {
+        0 => 0,
+        _ => DEPTH_BATCH.min(a.n_depth),
+    });
+    let mut model =
+        LoadedModel::load_offloaded(&reg, &a.model, options, a.n_gpu_layers > 0, &request)?;
     let backend = model.kernel_plugin().to_owned();
     let meta = model.file.metadata();
     let arch = meta.get_str("general.architecture").unwrap_or("?");
@@ -191,7 +196,10 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         // The context the tests start from: positions 0 .. depth of every slot, which no test
         // overwrites.
         for slot in 0..a.parallel as i32 {
-            prompt(&mut model, a.n_depth, 0, slot, &mut rng)?;
+            for from in (0..a.n_depth).step_by(DEPTH_BATCH as usize) {
+                let n = DEPTH_BATCH.min(a.n_depth - from);
+                prompt(&mut model, n, from, slot, &mut rng)?;
+            }
         }
     }
     let at = At {

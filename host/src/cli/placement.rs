@@ -66,6 +66,7 @@ impl PlacementArgs {
             no_residency: self.no_residency,
             disk_prefetch: self.disk_prefetch,
             bus_experts: self.bus_experts,
+            batch_rows: 0,
         })
     }
 }

@@ -147,6 +147,10 @@ fn sampler_params(a: &RunArgs, ctx: u32) -> SamplerParams {
     }
 }
 
+/// Rows of each prompt batch: the server's default (`-ub 512`), which the placement plan's card
+/// scratch is sized for.
+const PROMPT_BATCH: usize = 512;
+
 /// Counts and times of one generation.
 #[derive(Default)]
 struct Stats {
@@ -284,13 +288,17 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let n = prompt.len();
     stats.prompt_tokens = n;
     let started = Instant::now();
-    let logits = model.forward(&BatchInputs {
-        tokens: prompt.iter().map(|&t| t as i32).collect(),
-        positions: (0..n as i32).collect(),
-        slots: vec![0; n],
-        output_rows: vec![n as i32 - 1],
-        history: vec![],
-    })?;
+    let mut logits = Vec::new();
+    for (i, chunk) in prompt.chunks(PROMPT_BATCH).enumerate() {
+        let from = (i * PROMPT_BATCH) as i32;
+        logits = model.forward(&BatchInputs {
+            tokens: chunk.iter().map(|&t| t as i32).collect(),
+            positions: (from..from + chunk.len() as i32).collect(),
+            slots: vec![0; chunk.len()],
+            output_rows: vec![chunk.len() as i32 - 1],
+            history: vec![],
+        })?;
+    }
     stats.prompt_secs = started.elapsed().as_secs_f64();
     let limit = usize::try_from(a.n_predict).unwrap_or(usize::MAX);
     generate(&mut model, &tok, &mut sampler, logits, limit, &mut stats)?;

@@ -70,8 +70,22 @@ pub enum ModelError {
 }
 
 /// Card memory kept free for kernel scratch (quantized activations, routing tables, graphs) on
-/// top of the planned activation arenas.
+/// top of the planned activation arenas, for passes of up to [`RESERVE_ROWS`] rows.
 const CARD_RESERVE: u64 = 512 << 20;
+
+/// The pass size [`CARD_RESERVE`] covers, and what each row beyond it adds. Measured on the H200
+/// (docs/performance.md, "the 6.3 GB card at equal card memory"): the 30B-A3B file's kernel
+/// scratch came to 317 MiB at 512 rows and 593 MiB at 2,048 (arenas planned for 512), about
+/// 0.18 MiB a row.
+const RESERVE_ROWS: u64 = 512;
+const RESERVE_PER_ROW: u64 = 256 << 10;
+
+/// The card memory planned for activations and kernel scratch: two arenas of the largest pass
+/// (`arena` bytes, planned for `rows` rows) and the reserve, grown for passes over
+/// [`RESERVE_ROWS`].
+fn scratch_bytes(arena: u64, rows: u32) -> u64 {
+    2 * arena + CARD_RESERVE + u64::from(rows).saturating_sub(RESERVE_ROWS) * RESERVE_PER_ROW
+}
 
 /// Prepared executors kept per model; the least recently used beyond this is dropped.
 const MAX_EXECUTORS: usize = 8;
@@ -582,13 +596,17 @@ fn plan_for(
         .filter_map(|w| file.tensor(w.name.as_str()).map(|t| t.info.size))
         .sum();
     let state = state_bytes(spec, options);
-    let arena = plan_arena(&graph_of(512)?)
+    let rows = match request.batch_rows {
+        0 => RESERVE_ROWS as u32,
+        n => n,
+    };
+    let arena = plan_arena(&graph_of(rows)?)
         .map_err(|e| ModelError::Request(format!("planning the activation arena: {e}")))?
         .size;
     let fixed = FixedCosts {
         dense,
         state,
-        scratch: 2 * arena + CARD_RESERVE,
+        scratch: scratch_bytes(arena, rows),
     };
     let card = request
         .gpu_budget

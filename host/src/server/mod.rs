@@ -246,7 +246,10 @@ fn load(cli_plugin_dir: &std::path::Path, a: &ServeArgs) -> anyhow::Result<Ready
         threads,
         graphs: true,
     };
-    let model = LoadedModel::load_offloaded(&reg, &a.model, options, gpu, &a.placement.request()?)?;
+    // Prompts are evaluated in batches of at most n_batch rows (the engine's config below).
+    let mut request = a.placement.request()?;
+    request.batch_rows = a.batch_size.min(a.ubatch_size).max(1);
+    let model = LoadedModel::load_offloaded(&reg, &a.model, options, gpu, &request)?;
     tracing::info!("running on {}", model.kernel_plugin());
     let tok = Arc::new(crate::text::tokenizer(&model.file)?);
     let meta = model.file.metadata();

@@ -56,6 +56,10 @@ pub struct TierRequest {
     /// by reading their weights in place over the bus while the CPU computes the rest (`None`:
     /// sizes chosen at run time, see [`bus_candidates`]; `Some(0)`: none).
     pub bus_experts: Option<u32>,
+    /// The most rows one pass evaluates (a prompt batch: the server's `-ub`, `bench`'s `-p`);
+    /// the card's activations and kernel scratch are planned for it. 0: 512, the server's
+    /// default.
+    pub batch_rows: u32,
 }
 
 /// Of every `k` host experts a pass routes to (one row's), how many the card may compute by
