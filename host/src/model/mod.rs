@@ -74,11 +74,12 @@ pub enum ModelError {
 const CARD_RESERVE: u64 = 512 << 20;
 
 /// The pass size [`CARD_RESERVE`] covers, and what each row beyond it adds. Measured on the H200
-/// (docs/performance.md, "the 6.3 GB card at equal card memory"): the 30B-A3B file's kernel
-/// scratch came to 317 MiB at 512 rows and 593 MiB at 2,048 (arenas planned for 512), about
-/// 0.18 MiB a row.
+/// (docs/performance.md, "the 6.3 GB card at equal card memory"): the 30B-A3B file's unplanned
+/// card memory came to 317 MiB at 512 rows and 593 MiB at 2,048 with arenas planned for 512
+/// rows, of which 132 MiB the larger arenas: ≈ 96 KiB a row of kernel scratch, and a third more
+/// here.
 const RESERVE_ROWS: u64 = 512;
-const RESERVE_PER_ROW: u64 = 256 << 10;
+const RESERVE_PER_ROW: u64 = 128 << 10;
 
 /// The card memory planned for activations and kernel scratch: two arenas of the largest pass
 /// (`arena` bytes, planned for `rows` rows) and the reserve, grown for passes over
