@@ -222,6 +222,11 @@ pub enum ReasoningFormat {
 }
 
 impl ServeArgs {
+    /// The most rows a prompt pass evaluates: the smaller of `-b` and `-ub`, at least one.
+    pub fn n_batch(&self) -> u32 {
+        self.batch_size.min(self.ubatch_size).max(1)
+    }
+
     /// Slots in force.
     pub fn n_slots(&self) -> u32 {
         // -1 is llama-server's "auto": four slots.

@@ -248,7 +248,7 @@ fn load(cli_plugin_dir: &std::path::Path, a: &ServeArgs) -> anyhow::Result<Ready
     };
     // Prompts are evaluated in batches of at most n_batch rows (the engine's config below).
     let mut request = a.placement.request()?;
-    request.batch_rows = a.batch_size.min(a.ubatch_size).max(1);
+    request.batch_rows = a.n_batch();
     let model = LoadedModel::load_offloaded(&reg, &a.model, options, gpu, &request)?;
     tracing::info!("running on {}", model.kernel_plugin());
     let tok = Arc::new(crate::text::tokenizer(&model.file)?);
@@ -337,7 +337,7 @@ fn load(cli_plugin_dir: &std::path::Path, a: &ServeArgs) -> anyhow::Result<Ready
     let (jobs_tx, jobs_rx) = mpsc::channel(a.queue_depth);
     let cfg = EngineConfig {
         n_ctx_slot: n_ctx_slot as usize,
-        n_batch: a.batch_size.min(a.ubatch_size).max(1) as usize,
+        n_batch: a.n_batch() as usize,
         cache_ram: a.cache_ram_bytes(),
     };
     let engine_tok = Arc::clone(&tok);
