@@ -187,3 +187,31 @@ fn a_prompt_over_one_batch_is_evaluated_in_batches_and_counted_whole() {
     assert!(n > 512, "{line}");
     assert_eq!(generated(&stderr), 4, "{stderr}");
 }
+
+#[test]
+fn plan_sizes_the_scratch_for_the_physical_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny(dir.path());
+    let scratch = |extra: &[&str]| -> f64 {
+        let mut args = vec!["plan", "-m", &m, "-cmoe"];
+        args.extend_from_slice(extra);
+        let (stdout, _) = ok(&bloomery(&args));
+        let line = stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("scratch"))
+            .unwrap_or_else(|| panic!("no scratch line in: {stdout}"));
+        let mut words = line.split_whitespace().skip(1);
+        let (n, unit) = (words.next().unwrap(), words.next().unwrap());
+        let n: f64 = n.parse().unwrap();
+        match unit {
+            "GiB" => n * 1024.0,
+            "MiB" => n,
+            _ => panic!("{line}"),
+        }
+    };
+    // 1,536 rows past 512 at 128 KiB of kernel reserve each, plus the larger arenas.
+    let (base, wide) = (scratch(&[]), scratch(&["-ub", "2048"]));
+    assert!(wide - base >= 192.0, "{base} MiB -> {wide} MiB");
+    // -b caps the pass as in the server: the smaller of the two.
+    assert_eq!(scratch(&["-ub", "2048", "-b", "512"]), base);
+}

@@ -46,6 +46,12 @@ pub struct PlacementArgs {
     pub bus_experts: Option<u32>,
 }
 
+/// The most rows a prompt pass evaluates under llama-server's `-b` and `-ub`: the smaller, at
+/// least one.
+pub fn pass_rows(batch_size: u32, ubatch_size: u32) -> u32 {
+    batch_size.min(ubatch_size).max(1)
+}
+
 impl PlacementArgs {
     /// The request these flags make; a malformed size or override is refused by name.
     pub fn request(&self) -> anyhow::Result<TierRequest> {

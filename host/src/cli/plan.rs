@@ -7,7 +7,7 @@ use anyhow::Context;
 use bloomery_plugin_api::kernel::DeviceClass;
 use clap::Args;
 
-use super::placement::PlacementArgs;
+use super::placement::{pass_rows, PlacementArgs};
 use super::Cli;
 use crate::model::{plan_only, LoadOptions};
 use crate::plugins::Registry;
@@ -24,6 +24,13 @@ pub struct PlanArgs {
     /// Sequence slots.
     #[arg(long = "parallel", default_value_t = 1)]
     pub parallel: u32,
+    /// Most tokens in one forward pass (logical batch), as `serve -b`.
+    #[arg(short = 'b', long = "batch-size", default_value_t = 2048)]
+    pub batch_size: u32,
+    /// Most tokens in one forward pass (physical batch), as `serve -ub`: the card's scratch is
+    /// planned for the smaller of the two.
+    #[arg(long = "ubatch-size", default_value_t = 512)]
+    pub ubatch_size: u32,
     /// Where routed experts go.
     #[command(flatten)]
     pub placement: PlacementArgs,
@@ -41,7 +48,8 @@ pub fn run(cli: &Cli, a: &PlanArgs) -> anyhow::Result<()> {
         ctx_per_slot: (a.ctx_size / n_slots).max(1),
         ..LoadOptions::default()
     };
-    let request = a.placement.request()?;
+    let mut request = a.placement.request()?;
+    request.batch_rows = pass_rows(a.batch_size, a.ubatch_size);
     let plan = plan_only(&reg, &a.model, options, kernel, &request)
         .with_context(|| format!("planning {} on {}", a.model.display(), kernel.name))?;
     println!("{}: plan on {}", a.model.display(), kernel.name);

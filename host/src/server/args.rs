@@ -224,7 +224,7 @@ pub enum ReasoningFormat {
 impl ServeArgs {
     /// The most rows a prompt pass evaluates: the smaller of `-b` and `-ub`, at least one.
     pub fn n_batch(&self) -> u32 {
-        self.batch_size.min(self.ubatch_size).max(1)
+        crate::cli::placement::pass_rows(self.batch_size, self.ubatch_size)
     }
 
     /// Slots in force.
