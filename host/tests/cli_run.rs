@@ -30,14 +30,22 @@ fn tiny(dir: &Path) -> String {
     p
 }
 
-/// The count in the stderr line `generated = ... / N tokens`.
-fn generated(stderr: &str) -> usize {
+/// The count N in the stderr line that starts with `what` (`what = ... / N tokens ...`).
+fn counted(stderr: &str, what: &str) -> usize {
     let line = stderr
         .lines()
-        .find(|l| l.trim_start().starts_with("generated"))
-        .unwrap_or_else(|| panic!("no generated line in:\n{stderr}"));
-    let after = line.split('/').nth(1).unwrap().trim_start();
-    after.split_whitespace().next().unwrap().parse().unwrap()
+        .find(|l| l.trim_start().starts_with(what))
+        .unwrap_or_else(|| panic!("no {what} line in:\n{stderr}"));
+    line.split('/')
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in: {line}"))
+}
+
+/// The count in the stderr line `generated = ... / N tokens`.
+fn generated(stderr: &str) -> usize {
+    counted(stderr, "generated")
 }
 
 fn run(model: &str, extra: &[&str]) -> Output {
@@ -78,20 +86,8 @@ fn chat_wraps_the_prompt_in_the_template() {
     let m = tiny(dir.path());
     let (_, stderr) = ok(&run(&m, &["-p", "hi", "-n", "4", "--chat", "--temp", "0"]));
     // `<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n` is more than the 1–2 tokens of "hi".
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("prompt eval time"))
-        .unwrap();
-    let n: usize = line
-        .split('/')
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(n >= 8, "{line}");
+    let n = counted(&stderr, "prompt eval time");
+    assert!(n >= 8, "{stderr}");
 }
 
 #[test]
@@ -173,18 +169,9 @@ fn a_prompt_over_one_batch_is_evaluated_in_batches_and_counted_whole() {
         "run", "-m", &m, "-c", "2048", "-t", "2", "-p", &prompt, "-n", "4", "--temp", "0",
     ]);
     let (_, stderr) = ok(&out);
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("prompt eval time"))
-        .unwrap();
-    let n: usize = line
-        .split('/')
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no token count in: {line}"));
     // More than one 512-row batch, every token counted.
-    assert!(n > 512, "{line}");
+    let n = counted(&stderr, "prompt eval time");
+    assert!(n > 512, "{stderr}");
     assert_eq!(generated(&stderr), 4, "{stderr}");
 }
 

@@ -160,10 +160,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
     // The pp test is one batch of n_prompt rows, a tg step one row per sequence, and the depth
     // is filled in batches of DEPTH_BATCH.
     let mut request = a.placement.request()?;
-    request.batch_rows = a.n_prompt.max(a.parallel).max(match a.n_depth {
-        0 => 0,
-        _ => DEPTH_BATCH.min(a.n_depth),
-    });
+    request.batch_rows = a.n_prompt.max(a.parallel).max(DEPTH_BATCH.min(a.n_depth));
     let mut model =
         LoadedModel::load_offloaded(&reg, &a.model, options, a.n_gpu_layers > 0, &request)?;
     let backend = model.kernel_plugin().to_owned();
