@@ -5,13 +5,15 @@
 //! Run with `cargo run --release -p bloomery-kernel-cpu-avx2 --example dot_bench [--avx2] [rows]
 //! [cols] [types]` (types separated by spaces or commas). The plugin's column is `row_dot`, which
 //! takes the AVX-512 kernels where the CPU has them; `--avx2` times `rows_dot_avx2` instead (the
-//! AVX2 kernels only), for A/B comparisons.
+//! AVX2 kernels only), for A/B comparisons. The last column times every row in one call of the
+//! rows kernel (`rows_dot`, or `rows_dot_avx2` with `--avx2`): its own loop and prefetch.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use bloomery_kernel_cpu_avx2::dot::{row_dot, rows_dot_avx2, HAND_WRITTEN};
+use bloomery_kernel_cpu_avx2::dot::{row_dot, rows_dot, rows_dot_avx2, HAND_WRITTEN};
+use bloomery_kernels_cpu::linear::RowsDot;
 use bloomery_kernels_cpu::quant::{self, bits::f32_to_f16, QuantError};
 use bloomery_plugin_api::DType;
 use rand::rngs::StdRng;
@@ -112,6 +114,22 @@ fn time(f: Dot, c: &Case, budget: Duration) -> (f64, f32) {
     (best, sum)
 }
 
+/// The best time of one call of `f` over all rows at once (the rows kernel's own loop), over
+/// passes filling about `budget`.
+fn time_rows(f: RowsDot, c: &Case, budget: Duration) -> f64 {
+    let mut out = vec![0f32; c.w.len() / c.row_bytes];
+    let (mut best, start) = (f64::INFINITY, Instant::now());
+    let mut passes = 0;
+    while passes < 3 || start.elapsed() < budget {
+        let t0 = Instant::now();
+        f(c.t, c.cols, black_box(c.w), c.row_bytes, c.act, &mut out).ok();
+        black_box(&out);
+        best = best.min(t0.elapsed().as_secs_f64());
+        passes += 1;
+    }
+    best
+}
+
 fn main() -> anyhow::Result<()> {
     let features = ["avx2", "fma", "f16c"];
     if !(is_x86_feature_detected!("avx2")
@@ -122,10 +140,10 @@ fn main() -> anyhow::Result<()> {
     }
     let all: Vec<String> = std::env::args().skip(1).collect();
     let force_avx2 = all.iter().any(|a| a == "--avx2");
-    let (plugin, label): (Dot, &str) = if force_avx2 {
-        (row_dot_avx2, "avx2")
+    let (plugin, rows_fn, label): (Dot, RowsDot, &str) = if force_avx2 {
+        (row_dot_avx2, rows_dot_avx2, "avx2")
     } else {
-        (row_dot, "row_dot")
+        (row_dot, rows_dot, "row_dot")
     };
     let mut args = all.into_iter().filter(|a| a != "--avx2");
     let rows: usize = args.next().map_or(Ok(2048), |a| a.parse())?;
@@ -133,8 +151,8 @@ fn main() -> anyhow::Result<()> {
     let mut rng = StdRng::seed_from_u64(1);
     println!("{rows} rows x {cols} columns, one thread, best pass; GB/s of weight bytes");
     println!(
-        "{:<7} {:>9} {:>10} {:>10} {:>8}  rel. diff",
-        "type", "MiB", "reference", label, "speedup"
+        "{:<7} {:>9} {:>10} {:>10} {:>8}  rel. diff {:>10}",
+        "type", "MiB", "reference", label, "speedup", "all rows"
     );
     // Optional type names after the sizes restrict the run.
     let only: Vec<DType> = args
@@ -161,15 +179,17 @@ fn main() -> anyhow::Result<()> {
         };
         let (t_ref, s_ref) = time(quant::vec_dot, &case, budget);
         let (t_avx, s_avx) = time(plugin, &case, budget);
+        let t_rows = time_rows(rows_fn, &case, budget);
         let gb = w.len() as f64 / 1e9;
         println!(
-            "{:<7} {:>9.2} {:>10.2} {:>10.2} {:>7.1}x  {:.1e}",
+            "{:<7} {:>9.2} {:>10.2} {:>10.2} {:>7.1}x  {:.1e} {:>10.2}",
             t.to_string(),
             w.len() as f64 / (1 << 20) as f64,
             gb / t_ref,
             gb / t_avx,
             t_ref / t_avx,
-            ((s_ref - s_avx) / s_ref).abs()
+            ((s_ref - s_avx) / s_ref).abs(),
+            gb / t_rows
         );
     }
     Ok(())

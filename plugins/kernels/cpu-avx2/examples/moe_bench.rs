@@ -10,7 +10,8 @@
 //! and once with a spin longer than the gap. A last one times prompts of several row counts
 //! through every layer (random top-8 routing, so each expert serves about rows·8/128 rows): the
 //! cores' cost per expert that decides how many of a streamed prompt layer's experts the CPU
-//! should take while the rest cross PCIe.
+//! should take while the rest cross PCIe. Another reads some of each layer's experts ahead in
+//! the gap (a right guess of its routing) and times the layer's experts after it.
 //!
 //! Run with `cargo run --release -p bloomery-kernel-cpu-avx2 --example moe_bench [layers] [steps]
 //! [threads,…] [dir for the mapped file] [gap µs] [prompt rows,…]`. A leading `--avx2` uses `rows_dot_avx2` (the
@@ -172,6 +173,125 @@ fn decode_rate(
     Ok(bytes / (t0.elapsed() - busy).as_secs_f64() / 1e9)
 }
 
+/// How the read-ahead of [`decode_ahead`] brings an expert's bytes near the cores.
+#[derive(Clone, Copy, Debug)]
+enum Touch {
+    /// A load of every 64-byte line (the line lands in the reading core's L1 and L2).
+    Load,
+    /// `prefetcht1` of every line (into the core's L2).
+    PrefetchL2,
+    /// A load, then `cldemote` of the line (from the core's caches towards the shared L3; a
+    /// no-op hint on CPUs without it).
+    Demote,
+}
+
+/// Brings `regions` (byte ranges of `m`) near the pool's cores: the bytes split evenly among
+/// `pool.threads() * 2` tasks, each touching its lines in order.
+fn read_ahead(pool: &Pool, m: &[u8], regions: &[(usize, usize)], touch: Touch) {
+    let total: usize = regions.iter().map(|r| r.1).sum();
+    let tasks = pool.threads() * 2;
+    let per = total.div_ceil(tasks).next_multiple_of(64);
+    let sink = AtomicU64::new(0);
+    pool.parallel_for(tasks, |t| {
+        let (mut lo, hi) = (t * per, ((t + 1) * per).min(total));
+        let mut acc = 0u64;
+        let mut base = 0;
+        for &(at, len) in regions {
+            while lo < hi && lo < base + len {
+                let p = &m[at + lo - base..];
+                match touch {
+                    Touch::Load => acc = acc.wrapping_add(u64::from(p[0])),
+                    #[cfg(target_arch = "x86_64")]
+                    // SAFETY: a prefetch of an address inside `m` (mapped); it reads nothing
+                    // the program sees.
+                    Touch::PrefetchL2 => unsafe {
+                        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+                        _mm_prefetch::<_MM_HINT_T1>(p.as_ptr().cast());
+                    },
+                    #[cfg(target_arch = "x86_64")]
+                    Touch::Demote => {
+                        acc = acc.wrapping_add(u64::from(black_box(p[0])));
+                        // SAFETY: `cldemote` of an address inside `m` (mapped) only moves the
+                        // line between caches.
+                        unsafe {
+                            std::arch::asm!("cldemote [{0}]", in(reg) p.as_ptr(), options(nostack, preserves_flags));
+                        }
+                    }
+                    #[cfg(not(target_arch = "x86_64"))]
+                    Touch::PrefetchL2 | Touch::Demote => acc = acc.wrapping_add(u64::from(p[0])),
+                }
+                lo += 64;
+            }
+            base += len;
+        }
+        sink.fetch_add(acc, Ordering::Relaxed);
+    });
+    black_box(sink.load(Ordering::Relaxed));
+}
+
+/// The byte ranges of expert `e`'s gate, up and down rows in layer `l` of `m`.
+fn expert_regions(l: usize, e: usize) -> [(usize, usize); 3] {
+    let (gu, down) = layer_bytes();
+    let at = l * (2 * gu + down);
+    let (g, d) = (gu / N_EXPERT, down / N_EXPERT);
+    [
+        (at + e * g, g),
+        (at + gu + e * g, g),
+        (at + 2 * gu + e * d, d),
+    ]
+}
+
+/// Decodes as [`decode_rate`] with a gap before each layer, during which the pool first reads
+/// ahead `ahead` of the layer's routed experts (what a right guess of the layer's routing could
+/// do while the card computes its attention), then the caller spins out the gap. Returns GB/s
+/// of the expert time and the read-ahead's mean µs.
+fn decode_ahead(
+    pool: &Pool,
+    m: &[u8],
+    (layers, steps): (usize, usize),
+    gap: Duration,
+    (ahead, touch): (usize, Touch),
+    kernel: RowsDot,
+) -> anyhow::Result<(f64, f64)> {
+    let (gu, down) = layer_bytes();
+    let per_layer = 2 * gu + down;
+    let mut rng = StdRng::seed_from_u64(7);
+    let x: Vec<f32> = (0..N_EMBD).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+    let mut out = vec![0f32; N_EMBD];
+    let weights = vec![1.0f32 / TOP_K as f32; TOP_K];
+    let (mut experts, mut reading) = (Duration::ZERO, Duration::ZERO);
+    for _ in 0..steps {
+        for l in 0..layers {
+            let ids: Vec<i32> = sample(&mut rng, N_EXPERT, TOP_K)
+                .into_iter()
+                .map(|e| e as i32)
+                .collect();
+            let g = Instant::now();
+            if ahead > 0 {
+                let regions: Vec<(usize, usize)> = ids[..ahead.min(TOP_K)]
+                    .iter()
+                    .flat_map(|&e| expert_regions(l, e as usize))
+                    .collect();
+                read_ahead(pool, m, &regions, touch);
+                reading += g.elapsed();
+            }
+            while g.elapsed() < gap {
+                std::hint::spin_loop();
+            }
+            let t = Instant::now();
+            layer_ffn(pool, kernel, m, l, (&x, &ids, &weights), &mut out)?;
+            experts += t.elapsed();
+        }
+    }
+    black_box(&out);
+    let bytes = (steps * layers * TOP_K * per_layer / N_EXPERT) as f64;
+    let reads = (steps * layers) as f64;
+    Ok((
+        bytes / experts.as_secs_f64() / 1e9,
+        reading.as_secs_f64() * 1e6 / reads,
+    ))
+}
+
 /// Runs a prompt of `rows` rows (random top-k routing) through `layers` layers of experts held in
 /// `m`; returns µs per layer and per expert of a layer.
 fn prompt_cost(
@@ -283,6 +403,31 @@ fn main() -> anyhow::Result<()> {
                     "  {t} threads, workers spin {:>5} µs: {dec:.1}",
                     spin.as_micros()
                 );
+            }
+            println!(
+                "the next layer's first N experts read ahead in the gap ({t} threads): \
+                 GB/s of the expert time, µs of the read"
+            );
+            let mut o = PoolOptions::new(t);
+            o.pinning = Pinning::Auto;
+            o.spin = 4 * gap;
+            let pool = Pool::new(o)?;
+            for round in 0..2 {
+                for (ahead, touch) in [
+                    (0, Touch::Load),
+                    (1, Touch::Load),
+                    (2, Touch::Load),
+                    (3, Touch::Load),
+                    (2, Touch::PrefetchL2),
+                    (2, Touch::Demote),
+                    (3, Touch::Demote),
+                    (8, Touch::Demote),
+                    (8, Touch::Load),
+                ] {
+                    let (dec, us) =
+                        decode_ahead(&pool, m, (layers, steps), gap, (ahead, touch), kernel)?;
+                    println!("  round {round}, N = {ahead} ({touch:?}): {dec:>6.1} {us:>6.1}");
+                }
             }
             println!("prompts through every layer ({t} threads): µs per layer, per expert");
             let mut o = PoolOptions::new(t);

@@ -5,7 +5,12 @@
 //! was taken out. A Q4_K kernel in the same style, `vpdpbusd`
 //! per 64 quants and `vpdpwssd` for the scales, measured 3 to 11% slower than the AVX2 one on
 //! an AMD Zen 4, whose 512-bit units are 256 bits wide, and no faster on the H200 machine's
-//! Xeon (13.5–13.9 against 13.6 GB/s in cache), so it was left out.)
+//! Xeon (13.5–13.9 against 13.6 GB/s in cache), so it was left out. A second one, one
+//! `maddubs` and one `vpdpwssd` per 64 quants with the AVX2 kernel's i32 lanes, bit for bit its
+//! result, two rows sharing each activation load, was 14–15% faster on Zen 4 but equal on the
+//! Xeon through the rows loop (12.7 against 12.7 GB/s for 768-element rows) and slower end to end
+//! with every expert on the host (tg64 74 against 79): the Xeon issues 512-bit vector work on
+//! two ports against three for 256-bit, so the fewer instructions took as many cycles.)
 //!
 //! The arithmetic is the AVX2 kernels': integer products inside each block, one float scaling
 //! per block. The differences are in how the integers are formed: 64 quants per 512-bit vector
