@@ -14,8 +14,10 @@ use super::plan::bus_candidates;
 /// One-row passes run before timing starts (graph capture, cold caches).
 const WARMUP: usize = 2;
 
-/// Timed passes of each size before one is chosen.
-pub const TRIALS: usize = 6;
+/// Timed passes of each size before one is chosen. With 6 the 6.3 GB card's decode kept the
+/// slower size in 2 of 5 runs (tg64 83 against 91–95); with 16 in none of 5
+/// (docs/performance.md, 2026-12-03). 32 passes take about a third of a second.
+pub const TRIALS: usize = 16;
 
 /// The bus share's size: asked for, being chosen, or chosen.
 #[derive(Debug)]
