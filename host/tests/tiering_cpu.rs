@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use bloomery::engine::executor::BatchInputs;
 use bloomery::model::{LoadOptions, LoadedModel};
 use bloomery::synth::ClassTypes;
+use bloomery::tiering::bus_balance::{TRIALS, WARMUP};
 use bloomery::tiering::plan::TierRequest;
 use bloomery_plugin_api::op::Op;
 use bloomery_plugin_api::tensor::OpCall;
@@ -366,8 +367,9 @@ fn the_first_one_row_passes_choose_the_bus_share() {
         ..Default::default()
     };
     let mut m = load(&path, &auto);
-    // Two warm-up passes and six timed ones of each size.
-    decode(&mut m, 13);
+    // The warm-up passes and TRIALS timed ones of each size, less one.
+    let choosing = (WARMUP + 2 * TRIALS) as i32;
+    decode(&mut m, choosing - 1);
     assert_eq!(m.residency_stats().unwrap().bus_kept, None);
     decode(&mut m, 1);
     // k = 2: a quarter and three eighths both round to one.
@@ -378,6 +380,6 @@ fn the_first_one_row_passes_choose_the_bus_share() {
         ..auto
     };
     let mut m = load(&path, &asked);
-    decode(&mut m, 14);
+    decode(&mut m, choosing);
     assert_eq!(m.residency_stats().unwrap().bus_kept, None);
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::plan::bus_candidates;
 
 /// One-row passes run before timing starts (graph capture, cold caches).
-const WARMUP: usize = 2;
+pub const WARMUP: usize = 2;
 
 /// Timed passes of each size before one is chosen. With 6 the 6.3 GB card's decode kept the
 /// slower size in 2 of 5 runs (tg64 83 against 91–95); with 16 in none of 5
