@@ -130,6 +130,63 @@ fn read_rate(pool: &Pool, m: &[u8]) -> f64 {
     m.len() as f64 / t0.elapsed().as_secs_f64() / 1e9
 }
 
+/// A decoded row's inputs (seeded): its activations, its output, equal routing weights, and the
+/// generator its random routings come from.
+struct DecodeRow {
+    rng: StdRng,
+    x: Vec<f32>,
+    out: Vec<f32>,
+    weights: Vec<f32>,
+}
+
+impl DecodeRow {
+    fn new() -> Self {
+        let mut rng = StdRng::seed_from_u64(7);
+        let x = (0..N_EMBD).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
+        DecodeRow {
+            rng,
+            x,
+            out: vec![0f32; N_EMBD],
+            weights: vec![1.0f32 / TOP_K as f32; TOP_K],
+        }
+    }
+
+    /// A random top-k routing.
+    fn route(&mut self) -> Vec<i32> {
+        sample(&mut self.rng, N_EXPERT, TOP_K)
+            .into_iter()
+            .map(|e| e as i32)
+            .collect()
+    }
+
+    /// The routed FFN of layer `l` in `m` for this row routed to `ids`.
+    fn ffn(
+        &mut self,
+        pool: &Pool,
+        kernel: RowsDot,
+        m: &[u8],
+        l: usize,
+        ids: &[i32],
+    ) -> anyhow::Result<()> {
+        layer_ffn(
+            pool,
+            kernel,
+            m,
+            l,
+            (&self.x, ids, &self.weights),
+            &mut self.out,
+        )?;
+        black_box(&self.out);
+        Ok(())
+    }
+}
+
+/// GB/s of the expert weights `steps` decoded rows read through `layers` layers in `secs`.
+fn decode_gbps(steps: usize, layers: usize, secs: f64) -> f64 {
+    let (gu, down) = layer_bytes();
+    (steps * layers * TOP_K * (2 * gu + down) / N_EXPERT) as f64 / secs / 1e9
+}
+
 /// Decodes `steps` rows through `layers` layers of experts held in `m`, the caller busy for `gap`
 /// before each layer (not counted); returns GB/s of expert weights read.
 fn decode_rate(
@@ -141,12 +198,7 @@ fn decode_rate(
     gap: Duration,
     kernel: RowsDot,
 ) -> anyhow::Result<f64> {
-    let (gu, down) = layer_bytes();
-    let per_layer = 2 * gu + down;
-    let mut rng = StdRng::seed_from_u64(7);
-    let x: Vec<f32> = (0..N_EMBD).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
-    let mut out = vec![0f32; N_EMBD];
-    let weights = vec![1.0f32 / TOP_K as f32; TOP_K];
+    let mut row = DecodeRow::new();
     let fixed: Vec<i32> = (0..TOP_K as i32).collect();
     let t0 = Instant::now();
     let mut busy = Duration::ZERO;
@@ -157,20 +209,15 @@ fn decode_rate(
                 std::hint::spin_loop();
             }
             busy += g.elapsed();
-            let ids: Vec<i32> = if hot {
-                fixed.clone()
-            } else {
-                sample(&mut rng, N_EXPERT, TOP_K)
-                    .into_iter()
-                    .map(|e| e as i32)
-                    .collect()
-            };
-            layer_ffn(pool, kernel, m, l, (&x, &ids, &weights), &mut out)?;
+            let ids = if hot { fixed.clone() } else { row.route() };
+            row.ffn(pool, kernel, m, l, &ids)?;
         }
     }
-    black_box(&out);
-    let bytes = (steps * layers * TOP_K * per_layer / N_EXPERT) as f64;
-    Ok(bytes / (t0.elapsed() - busy).as_secs_f64() / 1e9)
+    Ok(decode_gbps(
+        steps,
+        layers,
+        (t0.elapsed() - busy).as_secs_f64(),
+    ))
 }
 
 /// How the read-ahead of [`decode_ahead`] brings an expert's bytes near the cores.
@@ -253,19 +300,11 @@ fn decode_ahead(
     (ahead, touch): (usize, Touch),
     kernel: RowsDot,
 ) -> anyhow::Result<(f64, f64)> {
-    let (gu, down) = layer_bytes();
-    let per_layer = 2 * gu + down;
-    let mut rng = StdRng::seed_from_u64(7);
-    let x: Vec<f32> = (0..N_EMBD).map(|_| rng.gen_range(-1.0f32..1.0)).collect();
-    let mut out = vec![0f32; N_EMBD];
-    let weights = vec![1.0f32 / TOP_K as f32; TOP_K];
+    let mut row = DecodeRow::new();
     let (mut experts, mut reading) = (Duration::ZERO, Duration::ZERO);
     for _ in 0..steps {
         for l in 0..layers {
-            let ids: Vec<i32> = sample(&mut rng, N_EXPERT, TOP_K)
-                .into_iter()
-                .map(|e| e as i32)
-                .collect();
+            let ids = row.route();
             let g = Instant::now();
             if ahead > 0 {
                 let regions: Vec<(usize, usize)> = ids[..ahead.min(TOP_K)]
@@ -279,16 +318,13 @@ fn decode_ahead(
                 std::hint::spin_loop();
             }
             let t = Instant::now();
-            layer_ffn(pool, kernel, m, l, (&x, &ids, &weights), &mut out)?;
+            row.ffn(pool, kernel, m, l, &ids)?;
             experts += t.elapsed();
         }
     }
-    black_box(&out);
-    let bytes = (steps * layers * TOP_K * per_layer / N_EXPERT) as f64;
-    let reads = (steps * layers) as f64;
     Ok((
-        bytes / experts.as_secs_f64() / 1e9,
-        reading.as_secs_f64() * 1e6 / reads,
+        decode_gbps(steps, layers, experts.as_secs_f64()),
+        reading.as_secs_f64() * 1e6 / (steps * layers) as f64,
     ))
 }
 
