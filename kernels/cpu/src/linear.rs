@@ -12,6 +12,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::quant;
 
 /// Runs `f(task)` for every task index in `0..n`, possibly in parallel; returns when all are done.
+/// Tasks start in index order (a task may wait for one before it, as [`moe_experts`]' down
+/// products wait for their expert's gate/up tasks): each starts only once every lower index has
+/// started.
 pub trait Parallel: Sync {
     /// Runs the tasks.
     fn for_each(&self, n: usize, f: &(dyn Fn(usize) + Sync));
@@ -135,6 +138,16 @@ fn quant_err(e: quant::QuantError) -> PluginError {
     PluginError::invalid(e.to_string())
 }
 
+/// Sets its flag when dropped: held across a task and forgotten at its end, so that the flag is
+/// set only by a task that unwinds.
+struct FailOnUnwind<'a>(&'a AtomicBool);
+
+impl Drop for FailOnUnwind<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 /// A buffer's start that may be shared by tasks writing disjoint elements.
 struct Shared<T>(*mut T);
 
@@ -159,6 +172,15 @@ impl<T> Shared<T> {
     unsafe fn slice<'a>(&self, at: usize, len: usize) -> &'a mut [T] {
         // SAFETY: the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.0.add(at), len) }
+    }
+
+    /// Elements `at..at + len`, read only.
+    ///
+    /// # Safety
+    /// The range lies inside the buffer, and no one writes it while the slice lives.
+    unsafe fn read<'a>(&self, at: usize, len: usize) -> &'a [T] {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts(self.0.add(at), len) }
     }
 }
 
@@ -446,21 +468,31 @@ pub fn moe_experts(
     let failed = AtomicBool::new(false);
     let fail = || failed.store(true, Ordering::Relaxed);
 
-    // Gate and up products: tasks are equal shares of every active expert's FFN rows laid end to
-    // end, so a single decoded row keeps every worker busy. Each task applies the activation to
-    // its rows.
+    // One parallel region: first the gate and up products, then the down products. Each kind's
+    // tasks are equal shares of every active expert's rows laid end to end, so a single decoded
+    // row keeps every worker busy. A gate/up task applies the activation to its rows, and the
+    // last one of an expert quantizes the expert's hidden rows and marks it ready. Tasks are
+    // claimed in order, so every gate/up task has started before any down task waits for its
+    // expert: workers that finish early start on the down products of finished experts instead
+    // of idling at a barrier.
     let blocks = active.len();
-    let n_tasks = task_count(par, blocks * ff);
+    let gu_tasks = task_count(par, blocks * ff);
+    let down_tasks = task_count(par, blocks * e_dim);
     // Gate/up tasks still running per expert.
     let mut overlapping = vec![0usize; blocks];
-    for t in 0..n_tasks {
-        for (a, _, _) in task_pieces(t, n_tasks, blocks, ff) {
+    for t in 0..gu_tasks {
+        for (a, _, _) in task_pieces(t, gu_tasks, blocks, ff) {
             overlapping[a] += 1;
         }
     }
+    // Experts without gate/up rows (no FFN) have nothing to wait for.
+    let ready: Vec<AtomicBool> = overlapping
+        .iter()
+        .map(|&n| AtomicBool::new(n == 0))
+        .collect();
     let left: Vec<AtomicUsize> = overlapping.into_iter().map(AtomicUsize::new).collect();
-    par.for_each(n_tasks, &|t| {
-        for (a, lo, hi) in task_pieces(t, n_tasks, blocks, ff) {
+    let gate_up = |t: usize| {
+        for (a, lo, hi) in task_pieces(t, gu_tasks, blocks, ff) {
             let e = active[a];
             let picks = &routes.chosen[e];
             let gate = &stacks.gate[e * gate_rows * gate_row..(e + 1) * gate_rows * gate_row];
@@ -502,7 +534,7 @@ pub fn moe_experts(
                     let col = col_off[a] + ci;
                     // SAFETY: every task of expert a has finished writing its rows (the
                     // counter's acquire), and only this task reads them or writes this expert's
-                    // bytes of hq.
+                    // bytes of hq until it marks the expert ready.
                     let (src, dst) = unsafe {
                         (
                             hp.slice(h_off[a] + ci * ff, ff),
@@ -513,20 +545,27 @@ pub fn moe_experts(
                         fail();
                     }
                 }
+                ready[a].store(true, Ordering::Release);
             }
         }
-    });
-    drop(h);
-
-    // Down products, one parallel region over equal shares of every active expert's output rows.
-    let n_tasks = task_count(par, blocks * e_dim);
-    par.for_each(n_tasks, &|t| {
-        for (a, lo, hi) in task_pieces(t, n_tasks, blocks, e_dim) {
+    };
+    let down = |t: usize| {
+        for (a, lo, hi) in task_pieces(t, down_tasks, blocks, e_dim) {
+            // Every gate/up task was claimed before this one; a failed (or panicking) one sets
+            // `failed`, after which the result is an error and nothing more is computed.
+            while !ready[a].load(Ordering::Acquire) {
+                if failed.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::hint::spin_loop();
+            }
             let e = active[a];
             let w = &stacks.down[e * e_dim * down_row..(e + 1) * e_dim * down_row];
-            let first = col_off[a];
-            let column = |ci: usize| &hq[(first + ci) * h_row..(first + ci + 1) * h_row];
             let cols = routes.chosen[e].len();
+            // SAFETY: expert a's columns of hq were written before it was marked ready (the
+            // flag's acquire) and are only read from now on.
+            let hq = unsafe { hqp.read(col_off[a] * h_row, cols * h_row) };
+            let column = |ci: usize| &hq[ci * h_row..(ci + 1) * h_row];
             // SAFETY: disjoint rows of expert a's block of y, as for the gate/up tasks.
             let ok = unsafe {
                 dot_rows(
@@ -547,7 +586,18 @@ pub fn moe_experts(
                 fail();
             }
         }
+    };
+    par.for_each(gu_tasks + down_tasks, &|t| {
+        // A panicking task sets `failed` as it unwinds, so that no down task waits for an
+        // expert it will never mark ready (the pool re-raises the panic).
+        let guard = FailOnUnwind(&failed);
+        match t.checked_sub(gu_tasks) {
+            None => gate_up(t),
+            Some(t) => down(t),
+        }
+        std::mem::forget(guard);
     });
+    drop(h);
     if failed.load(Ordering::Relaxed) {
         return Err(PluginError::invalid("moe: a dot product failed"));
     }

@@ -273,3 +273,66 @@ fn experts_without_ffn_rows_give_zeros() {
         assert!(out.iter().all(|&v| v == 0.0), "{out:?}");
     }
 }
+
+/// A gate/up task that panics (here in the activation) fails the call with its panic instead of
+/// leaving the down tasks of its expert waiting: the pool stays usable afterwards.
+#[test]
+fn a_panicking_expert_task_fails_the_call_without_hanging() {
+    let (n_embd, n_ff, n_expert, k) = (256, 256, 4, 2);
+    let pool = Pool::with_threads(3).unwrap();
+    let gate = quantized(DType::Q8_0, &values(n_embd * n_ff * n_expert, 21), n_embd);
+    let up = quantized(DType::Q8_0, &values(n_embd * n_ff * n_expert, 22), n_embd);
+    let down = quantized(DType::Q8_0, &values(n_ff * n_embd * n_expert, 23), n_ff);
+    let stacks = ExpertStacks {
+        gate: &gate,
+        gate_t: DType::Q8_0,
+        up: Some((&up[..], DType::Q8_0)),
+        down: &down,
+        down_t: DType::Q8_0,
+        n_embd,
+        n_ff,
+        n_expert,
+    };
+    let x = values(n_embd, 24);
+    let (ids, weights) = (vec![0, 2], vec![0.5, 0.5]);
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    // The first task to apply the activation panics.
+    let failing = |g: &[f32], u: &[f32], h: &mut [f32]| {
+        if calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            panic!("planted");
+        }
+        swiglu(g, u, h)
+    };
+    let mut out = vec![0f32; n_embd];
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        moe_experts(
+            &pool,
+            reference_rows_dot,
+            &stacks,
+            &x,
+            &ids,
+            &weights,
+            k,
+            None,
+            &failing,
+            &mut out,
+        )
+    }));
+    assert!(run.is_err(), "the planted panic reaches the caller");
+    // The same pool computes the next call.
+    let mut again = vec![0f32; n_embd];
+    moe_experts(
+        &pool,
+        reference_rows_dot,
+        &stacks,
+        &x,
+        &ids,
+        &weights,
+        k,
+        None,
+        &swiglu,
+        &mut again,
+    )
+    .unwrap();
+    assert!(again.iter().any(|&v| v != 0.0));
+}
