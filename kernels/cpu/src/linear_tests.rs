@@ -3,7 +3,7 @@
 
 use bloomery_plugin_api::{DType, PluginError};
 
-use crate::linear::{moe_experts, quantize_acts, reference_rows_dot, ExpertStacks, Serial};
+use crate::linear::{moe_experts, quantize_acts, reference_rows_dot, ExpertStacks, GluFn, Serial};
 use crate::pool::Pool;
 use crate::quant::{self, vec_dot};
 
@@ -303,8 +303,7 @@ fn a_panicking_expert_task_fails_the_call_without_hanging() {
         }
         swiglu(g, u, h)
     };
-    let mut out = vec![0f32; n_embd];
-    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let call = |glu: GluFn<'_>, out: &mut [f32]| {
         moe_experts(
             &pool,
             reference_rows_dot,
@@ -314,25 +313,15 @@ fn a_panicking_expert_task_fails_the_call_without_hanging() {
             &weights,
             k,
             None,
-            &failing,
-            &mut out,
+            glu,
+            out,
         )
-    }));
+    };
+    let mut out = vec![0f32; n_embd];
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| call(&failing, &mut out)));
     assert!(run.is_err(), "the planted panic reaches the caller");
     // The same pool computes the next call.
     let mut again = vec![0f32; n_embd];
-    moe_experts(
-        &pool,
-        reference_rows_dot,
-        &stacks,
-        &x,
-        &ids,
-        &weights,
-        k,
-        None,
-        &swiglu,
-        &mut again,
-    )
-    .unwrap();
+    call(&swiglu, &mut again).unwrap();
     assert!(again.iter().any(|&v| v != 0.0));
 }
