@@ -388,9 +388,10 @@ fn task_pieces(
 /// x_r, up_e x_r))` with `e = ids[j, r]` mapped through `map` (-1 skips the expert). Each expert's
 /// weights are read once for all rows that chose it.
 ///
-/// Two parallel regions: gate and up products with the activation applied (the task that
-/// finishes an expert's last rows quantizes its activations for the down product), then down
-/// products. Every row's inputs are quantized once, whatever experts it picked.
+/// One parallel region: gate and up products with the activation applied (the task that
+/// finishes an expert's last rows quantizes its activations for the down product and marks the
+/// expert ready), then down products, each waiting for its expert. Every row's inputs are
+/// quantized once, whatever experts it picked.
 #[allow(clippy::too_many_arguments)]
 pub fn moe_experts(
     par: &dyn Parallel,
