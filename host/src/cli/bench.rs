@@ -13,6 +13,7 @@ use super::Cli;
 use crate::engine::executor::BatchInputs;
 use crate::model::{LoadOptions, LoadedModel};
 use crate::plugins::Registry;
+use crate::tiering::plan::DEFAULT_BATCH_ROWS;
 
 /// Options of `bloomery bench`.
 #[derive(Args, Debug)]
@@ -143,9 +144,6 @@ fn tg_once(model: &mut LoadedModel, n: u32, at: At, rng: &mut StdRng) -> anyhow:
     Ok(t.elapsed().as_secs_f64())
 }
 
-/// Rows of each untimed batch that fills the depth (`-d`): the server's default batch.
-const DEPTH_BATCH: u32 = 512;
-
 /// Runs the command.
 pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
     let reg = Registry::load(&cli.plugin_dir())?;
@@ -158,9 +156,12 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         graphs: !a.no_graphs,
     };
     // The pp test is one batch of n_prompt rows, a tg step one row per sequence, and the depth
-    // is filled in batches of DEPTH_BATCH.
+    // is filled in batches of DEFAULT_BATCH_ROWS.
     let mut request = a.placement.request()?;
-    request.batch_rows = a.n_prompt.max(a.parallel).max(DEPTH_BATCH.min(a.n_depth));
+    request.batch_rows = a
+        .n_prompt
+        .max(a.parallel)
+        .max(DEFAULT_BATCH_ROWS.min(a.n_depth));
     let mut model =
         LoadedModel::load_offloaded(&reg, &a.model, options, a.n_gpu_layers > 0, &request)?;
     let backend = model.kernel_plugin().to_owned();
@@ -193,8 +194,8 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         // The context the tests start from: positions 0 .. depth of every slot, which no test
         // overwrites.
         for slot in 0..a.parallel as i32 {
-            for from in (0..a.n_depth).step_by(DEPTH_BATCH as usize) {
-                let n = DEPTH_BATCH.min(a.n_depth - from);
+            for from in (0..a.n_depth).step_by(DEFAULT_BATCH_ROWS as usize) {
+                let n = DEFAULT_BATCH_ROWS.min(a.n_depth - from);
                 prompt(&mut model, n, from, slot, &mut rng)?;
             }
         }

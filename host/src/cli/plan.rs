@@ -29,7 +29,7 @@ pub struct PlanArgs {
     pub batch_size: u32,
     /// Most tokens in one forward pass (physical batch), as `serve -ub`: the card's scratch is
     /// planned for the smaller of the two.
-    #[arg(long = "ubatch-size", default_value_t = 512)]
+    #[arg(long = "ubatch-size", default_value_t = crate::tiering::plan::DEFAULT_BATCH_ROWS)]
     pub ubatch_size: u32,
     /// Where routed experts go.
     #[command(flatten)]

@@ -15,6 +15,7 @@ use crate::engine::executor::BatchInputs;
 use crate::model::{LoadOptions, LoadedModel};
 use crate::plugins::Registry;
 use crate::sampling::{Sampler, SamplerParams};
+use crate::tiering::plan::DEFAULT_BATCH_ROWS;
 
 /// Options of `bloomery run`.
 #[derive(Args, Debug)]
@@ -146,10 +147,6 @@ fn sampler_params(a: &RunArgs, ctx: u32) -> SamplerParams {
         seed: a.seed.unwrap_or_else(|| u64::from(rand::random::<u32>())),
     }
 }
-
-/// Rows of each prompt batch: the server's default (`-ub 512`), which the placement plan's card
-/// scratch is sized for.
-const PROMPT_BATCH: usize = 512;
 
 /// Counts and times of one generation.
 #[derive(Default)]
@@ -288,14 +285,22 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let n = prompt.len();
     stats.prompt_tokens = n;
     let started = Instant::now();
+    // Batches of the size the placement plan sized the card's scratch for; only the last one's
+    // logits are read.
+    let batch = DEFAULT_BATCH_ROWS as usize;
     let mut logits = Vec::new();
-    for (i, chunk) in prompt.chunks(PROMPT_BATCH).enumerate() {
-        let from = (i * PROMPT_BATCH) as i32;
+    for (i, chunk) in prompt.chunks(batch).enumerate() {
+        let from = (i * batch) as i32;
+        let last = from as usize + chunk.len() == n;
         logits = model.forward(&BatchInputs {
             tokens: chunk.iter().map(|&t| t as i32).collect(),
             positions: (from..from + chunk.len() as i32).collect(),
             slots: vec![0; chunk.len()],
-            output_rows: vec![chunk.len() as i32 - 1],
+            output_rows: if last {
+                vec![chunk.len() as i32 - 1]
+            } else {
+                Vec::new()
+            },
             history: vec![],
         })?;
     }

@@ -598,7 +598,7 @@ fn plan_for(
         .sum();
     let state = state_bytes(spec, options);
     let rows = match request.batch_rows {
-        0 => RESERVE_ROWS as u32,
+        0 => crate::tiering::plan::DEFAULT_BATCH_ROWS,
         n => n,
     };
     let arena = plan_arena(&graph_of(rows)?)

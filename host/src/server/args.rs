@@ -126,7 +126,7 @@ pub struct ServeArgs {
     )]
     pub batch_size: u32,
     /// Most tokens in one forward pass (physical batch; the smaller of the two is used).
-    #[arg(long = "ubatch-size", default_value_t = 512, env = "LLAMA_ARG_UBATCH")]
+    #[arg(long = "ubatch-size", default_value_t = crate::tiering::plan::DEFAULT_BATCH_ROWS, env = "LLAMA_ARG_UBATCH")]
     pub ubatch_size: u32,
     /// Flash attention: on, off or auto (the CPU kernels' attention is exact either way).
     #[arg(long = "flash-attn", default_value = "auto", num_args = 0..=1, default_missing_value = "on", env = "LLAMA_ARG_FLASH_ATTN")]

@@ -57,10 +57,14 @@ pub struct TierRequest {
     /// sizes chosen at run time, see [`bus_candidates`]; `Some(0)`: none).
     pub bus_experts: Option<u32>,
     /// The most rows one pass evaluates (a prompt batch: the server's `-ub`, `bench`'s `-p`);
-    /// the card's activations and kernel scratch are planned for it. 0: 512, the server's
-    /// default.
+    /// the card's activations and kernel scratch are planned for it. 0:
+    /// [`DEFAULT_BATCH_ROWS`].
     pub batch_rows: u32,
 }
+
+/// Rows of a prompt batch by default: llama-server's `-ub`. `run` and `bench`'s depth fill
+/// evaluate long prompts in batches of this size, which the plan assumes unless told otherwise.
+pub const DEFAULT_BATCH_ROWS: u32 = 512;
 
 /// Of every `k` host experts a pass routes to (one row's), how many the card may compute by
 /// reading them over the bus: `--bus-experts n` (at most `k`) twice, or the two sizes the first
