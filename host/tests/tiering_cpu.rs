@@ -150,6 +150,10 @@ fn split_experts_give_the_unsplit_logits() {
         };
         let mut m = load(&path, &cmoe);
         assert_eq!(host_experts(&m), vec![8, 8, 8, 8]);
+        // The token embeddings stay in host RAM and the card reads its rows in place.
+        let p = m.plan.as_ref().unwrap();
+        assert!(p.tables_on_host && p.host_table_bytes() > 0, "{p}");
+        assert_eq!(p.table_weights.len(), 1, "{p}");
         let all_host = run(&mut m);
         let rel = max_rel(&all_host, &want);
         assert!(rel < 1e-5, "{experts}: -cmoe differs by {rel}");
@@ -186,6 +190,8 @@ fn split_experts_give_the_unsplit_logits() {
             ..Default::default()
         };
         let mut d = load(&path, &disk);
+        // Host RAM too short for the tables beside the experts: the card holds them.
+        assert!(!d.plan.as_ref().unwrap().tables_on_host);
         let paged = run(&mut d);
         let rel = max_rel(&paged, &want);
         assert!(rel < 1e-5, "{experts}: the disk tier differs by {rel}");
@@ -238,7 +244,7 @@ fn split_experts_give_the_unsplit_logits() {
         let p = m.plan.as_ref().unwrap();
         // Two staging sets, which fit beside the fixed costs and so are taken first.
         let two_sets = 2 * (p.staging / p.staging_sets.max(1) as u64);
-        let fixed = p.fixed.dense + p.fixed.state + p.fixed.scratch + two_sets;
+        let fixed = p.card_dense_bytes() + p.fixed.state + p.fixed.scratch + two_sets;
         let expert = p.layers[0].expert_bytes;
         let budget = TierRequest {
             gpu_budget: Some(fixed + 11 * expert),

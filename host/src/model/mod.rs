@@ -585,29 +585,51 @@ fn plan_for(
                 source,
             })
     };
-    let layers = tiering::moe_layers(&graph_of(1)?, spec, file);
+    let decode = graph_of(1)?;
+    let layers = tiering::moe_layers(&decode, spec, file);
     let stacks: std::collections::HashSet<&str> = layers
         .iter()
         .flat_map(|l| l.names.iter().map(String::as_str))
         .collect();
-    let dense = spec
-        .weights
-        .iter()
-        .filter(|w| !stacks.contains(w.name.as_str()))
-        .filter_map(|w| file.tensor(w.name.as_str()).map(|t| t.info.size))
+    let size = |i: &usize| {
+        spec.weights
+            .get(*i)
+            .and_then(|w| file.tensor(w.name.as_str()))
+            .map_or(0, |t| t.info.size)
+    };
+    let dense = (0..spec.weights.len())
+        .filter(|&i| !stacks.contains(spec.weights[i].name.as_str()))
+        .map(|i| size(&i))
         .sum();
     let state = state_bytes(spec, options);
     let rows = match request.batch_rows {
         0 => crate::tiering::plan::DEFAULT_BATCH_ROWS,
         n => n,
     };
-    let arena = plan_arena(&graph_of(rows)?)
+    let batch = graph_of(rows)?;
+    let arena = plan_arena(&batch)
         .map_err(|e| ModelError::Request(format!("planning the activation arena: {e}")))?
         .size;
+    // The draft layers' graph, when the model has one, may read the same tables otherwise.
+    let draft = instance
+        .build_graph(BatchShape {
+            n_rows: 1,
+            n_outputs: 1,
+            kind: GraphKind::Mtp,
+        })
+        .into_result()
+        .ok();
+    let mut graphs = vec![&decode, &batch];
+    graphs.extend(draft.as_ref());
+    let tables: Vec<usize> = tiering::gathered_tables(&graphs)
+        .into_iter()
+        .filter(|i| !stacks.contains(spec.weights[*i].name.as_str()))
+        .collect();
     let fixed = FixedCosts {
         dense,
         state,
         scratch: scratch_bytes(arena, rows),
+        tables: tables.iter().map(size).sum(),
     };
     let card = request
         .gpu_budget
@@ -616,7 +638,11 @@ fn plan_for(
             free => free,
         });
     let host = request.host_budget.unwrap_or_else(host_available);
-    Ok(Plan::make(layers, fixed, card, host, request)?)
+    let mut plan = Plan::make(layers, fixed, card, host, request)?;
+    if plan.tables_on_host {
+        plan.table_weights = tables;
+    }
+    Ok(plan)
 }
 
 /// Bytes of every state buffer for all slots, as [`allocate_state`] lays them out.

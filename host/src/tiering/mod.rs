@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bloomery_gguf::GgufModel;
-use bloomery_plugin_api::graph::{Graph, TensorSource};
+use bloomery_plugin_api::graph::{Graph, TensorId, TensorSource};
 use bloomery_plugin_api::kernel::DeviceConfig;
 use bloomery_plugin_api::model::ModelSpec;
 use bloomery_plugin_api::op::Op;
@@ -52,6 +52,14 @@ pub struct HostSlice {
 }
 
 impl HostSlice {
+    /// The slice of the mapped file holding `bytes`.
+    fn of(bytes: &[u8]) -> HostSlice {
+        HostSlice {
+            addr: bytes.as_ptr() as usize,
+            len: bytes.len(),
+        }
+    }
+
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: `addr..addr+len` lies in the model's read-only file mapping, which outlives
@@ -116,7 +124,8 @@ pub struct ExpertTier {
     /// The bus share's size, asked for or chosen by the first decode passes (shared with the
     /// executors, which time their passes).
     pub bus: Arc<Mutex<BusBalance>>,
-    /// The card's views of the page-locked stacks behind [`TierLayer::bus_stacks`].
+    /// The card's views of the page-locked stacks behind [`TierLayer::bus_stacks`] and of the
+    /// token tables it reads in place.
     _bus_views: Vec<Buffer>,
     _host_buffers: Vec<Buffer>,
     /// The CPU device that computes host experts.
@@ -209,15 +218,17 @@ fn dev_err(context: &str) -> impl FnOnce(bloomery_plugin_api::PluginError) -> Mo
     }
 }
 
-/// Page-locks the file ranges a prompt streams to the card (each layer's host stacks, merged to
-/// whole pages), so the copies run at bus speed rather than through the driver's bounce buffer.
-/// Failure only costs speed: it is logged, the copies stay pageable and false is returned.
-fn pin_streamed(card: &Device, layers: &[TierLayer]) -> bool {
+/// Page-locks the file ranges a prompt streams to the card (each layer's host stacks) and the
+/// tables the card reads in place (`tables`), merged to whole pages, so the copies run at bus
+/// speed rather than through the driver's bounce buffer. Failure is logged and false returned:
+/// the copies then stay pageable, and the card cannot read the tables in place.
+fn pin_streamed(card: &Device, layers: &[TierLayer], tables: &[HostSlice]) -> bool {
     const PAGE: usize = 4096;
     let mut ranges: Vec<(usize, usize)> = layers
         .iter()
-        .flat_map(|l| l.stream.iter())
-        .map(|(h, _)| (h.addr / PAGE * PAGE, (h.addr + h.len).div_ceil(PAGE) * PAGE))
+        .flat_map(|l| l.stream.iter().map(|(h, _)| h))
+        .chain(tables)
+        .map(|h| (h.addr / PAGE * PAGE, (h.addr + h.len).div_ceil(PAGE) * PAGE))
         .collect();
     ranges.sort_unstable();
     let mut merged: Vec<(usize, usize)> = Vec::new();
@@ -265,6 +276,39 @@ fn bus_views(card: &Arc<Device>, layers: &mut [TierLayer]) -> Vec<Buffer> {
     views
 }
 
+/// Weights that every node of `graphs` reads only as the table of a row gather (token
+/// embeddings), in index order: a pass needs a few of their rows, which the card can read in
+/// place from page-locked host RAM. A weight also read otherwise (a tied output head) or viewed
+/// is left out.
+pub fn gathered_tables(graphs: &[&Graph]) -> Vec<usize> {
+    let mut gathered = std::collections::BTreeSet::new();
+    let mut other = std::collections::HashSet::new();
+    for g in graphs {
+        let weight = |t: TensorId| match g.tensors.get(t.0 as usize).map(|d| d.source) {
+            Some(TensorSource::Weight { index }) => Some(index as usize),
+            _ => None,
+        };
+        for d in &g.tensors {
+            if let TensorSource::View { base, .. } = d.source {
+                other.extend(weight(base));
+            }
+        }
+        for n in &g.nodes {
+            for (i, &s) in n.srcs.iter().enumerate() {
+                match (weight(s), n.op == Op::GetRows && i == 0) {
+                    (Some(w), true) => gathered.insert(w),
+                    (Some(w), false) => other.insert(w),
+                    (None, _) => false,
+                };
+            }
+        }
+    }
+    gathered
+        .into_iter()
+        .filter(|w| !other.contains(w))
+        .collect()
+}
+
 /// Loads the weights as `plan` places them: every weight on `card`, routed-expert stacks
 /// compacted to their on-card experts; the file mapped on a device of `host_kernel` for the host
 /// experts. Returns the card buffers, the card's weight table (in `spec` order) and the tier.
@@ -308,9 +352,22 @@ pub fn load_weights(
     let mut stream: Vec<Vec<(HostSlice, TensorRef)>> = vec![Vec::new(); plan.layers.len()];
     let mut card_stacks: Vec<Vec<(u64, u64)>> = vec![Vec::new(); plan.layers.len()];
     let mut sources: Vec<Vec<StackSource>> = vec![Vec::new(); plan.layers.len()];
+    // The tables left in host RAM: weight index and bytes, given views once page-locked.
+    let mut tables: Vec<(usize, HostSlice)> = Vec::new();
     for (i, w) in spec.weights.iter().enumerate() {
         let (t, ne, nb) = weight_tensor(file, spec, w.name.as_str())?;
         let data = file.tensor_data(t)?;
+        if plan.table_weights.contains(&i) && !stack_of.contains_key(&i) {
+            tables.push((i, HostSlice::of(data)));
+            weights.push(TensorRef {
+                buffer: 0,
+                offset: 0,
+                dtype: t.info.dtype,
+                ne,
+                nb,
+            });
+            continue;
+        }
         let Some(&(li, _)) = stack_of.get(&i) else {
             let buf = card
                 .alloc(t.info.size)
@@ -340,13 +397,7 @@ pub fn load_weights(
             offset: t.info.start,
             stride: nb[2],
         });
-        stream[li].push((
-            HostSlice {
-                addr: data.as_ptr() as usize,
-                len: data.len(),
-            },
-            full,
-        ));
+        stream[li].push((HostSlice::of(data), full));
         let on_card: Vec<usize> = (0..ne[2] as usize)
             .filter(|&e| plan.on_card[li][e])
             .collect();
@@ -440,7 +491,11 @@ pub fn load_weights(
         host_buffers.push(hbuf);
     }
     let mut bus = Vec::new();
+    let slices: Vec<HostSlice> = tables.iter().map(|(_, h)| *h).collect();
     let disk = if plan.host_expert_bytes() > plan.host_budget && !layers.is_empty() {
+        // Only the tables are page-locked (prompts stream the disk tier's experts from the
+        // mapping); the plan puts them here only when the card cannot hold them.
+        pin_streamed(card, &[], &slices);
         Some(Arc::new(disk_tier(
             &host,
             file,
@@ -450,11 +505,39 @@ pub fn load_weights(
             request.disk_prefetch,
         )?))
     } else {
-        if pin_streamed(card, &layers) && request.bus_experts != Some(0) {
+        let pinned = pin_streamed(card, &layers, &slices);
+        if pinned && request.bus_experts != Some(0) {
             bus = bus_views(card, &mut layers);
         }
         None
     };
+    for (i, slice) in tables {
+        let r = &mut weights[i];
+        // SAFETY: the slice lies in the model's read-only file mapping, page-locked above, which
+        // outlives the card device (LoadedModel's field order).
+        match unsafe { card.map_pinned(slice.addr as *const u8, slice.len as u64) } {
+            Ok(v) => {
+                r.buffer = v.handle;
+                bus.push(v);
+            }
+            Err(e) => {
+                // The plan left no room for it, so the card may run short later.
+                tracing::warn!(
+                    "the card cannot read `{}` in place ({e}); it is copied to the card, {:.1} \
+                     MiB past the plan",
+                    spec.weights[i].name,
+                    slice.len as f64 / (1u64 << 20) as f64
+                );
+                let buf = card
+                    .alloc(slice.len as u64)
+                    .map_err(dev_err("allocating a token table on the card"))?;
+                card.write(&buf, 0, slice.bytes())
+                    .map_err(dev_err("copying a token table to the card"))?;
+                r.buffer = buf.handle;
+                card_buffers.push(buf);
+            }
+        }
+    }
     let mut staging = Vec::new();
     for _ in 0..plan.staging_sets {
         let mut set = Vec::new();
@@ -489,8 +572,57 @@ pub fn load_weights(
 
 #[cfg(test)]
 mod tests {
-    use super::HostSlice;
+    use super::{gathered_tables, HostSlice};
+    use bloomery_plugin_api::graph::{BatchInput, GraphBuilder};
+    use bloomery_plugin_api::op::Op;
+    use bloomery_plugin_api::DType;
     use std::io::Write;
+
+    #[test]
+    fn only_tables_that_nothing_but_row_gathers_read_stay_on_the_host() {
+        let ne = [8, 16, 1, 1];
+        let mut g = GraphBuilder::new();
+        let tokens = g.input(BatchInput::Tokens, [2, 1, 1, 1]).unwrap();
+        let [embd, head, tied, viewed] =
+            [0, 1, 2, 3].map(|i| g.weight(i, &format!("w{i}"), DType::F32, ne).unwrap());
+        let row = [8, 2, 1, 1];
+        let x = g
+            .op("x", Op::GetRows, &[embd, tokens], DType::F32, row)
+            .unwrap();
+        // A tied head: gathered in one place, multiplied in another.
+        let y = g
+            .op("y", Op::GetRows, &[tied, tokens], DType::F32, row)
+            .unwrap();
+        let z = g
+            .op("z", Op::MatMul, &[tied, x], DType::F32, [16, 2, 1, 1])
+            .unwrap();
+        let h = g
+            .op("h", Op::MatMul, &[head, y], DType::F32, [16, 2, 1, 1])
+            .unwrap();
+        // A view of a table is read otherwise too.
+        let v = g.view(viewed, "v", ne, [4, 32, 512, 512], 0);
+        let w = g
+            .op("w", Op::GetRows, &[v, tokens], DType::F32, row)
+            .unwrap();
+        let u = g
+            .op("u", Op::GetRows, &[viewed, tokens], DType::F32, row)
+            .unwrap();
+        for (name, t) in [("z", z), ("h", h), ("w", w), ("u", u)] {
+            g.output(name, t);
+        }
+        let graph = g.finish();
+        assert_eq!(gathered_tables(&[&graph]), vec![0]);
+        // A second graph that multiplies the first table takes it out.
+        let mut g = GraphBuilder::new();
+        let x = g.input(BatchInput::Tokens, [8, 1, 1, 1]).unwrap();
+        let embd = g.weight(0, "w0", DType::F32, ne).unwrap();
+        let y = g
+            .op("y", Op::MatMul, &[embd, x], DType::F32, [16, 1, 1, 1])
+            .unwrap();
+        g.output("y", y);
+        let other = g.finish();
+        assert!(gathered_tables(&[&graph, &other]).is_empty());
+    }
 
     /// Resident pages of this process (`/proc/self/statm`, second field).
     fn resident_pages() -> usize {

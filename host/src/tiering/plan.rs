@@ -32,6 +32,11 @@ pub struct FixedCosts {
     pub state: u64,
     /// Activations and kernel scratch for the largest batch.
     pub scratch: u64,
+    /// Bytes of `dense` that only row gathers read (token embeddings, see
+    /// [`super::gathered_tables`]). When experts live on the host these stay in page-locked
+    /// host RAM and the card reads its few rows a pass in place, as llama.cpp keeps its input
+    /// embeddings on the CPU.
+    pub tables: u64,
 }
 
 /// How the user asked for experts to be placed.
@@ -164,6 +169,12 @@ pub struct Plan {
     pub card_budget: u64,
     /// The host budget planned with.
     pub host_budget: u64,
+    /// Whether the gather-only tables (`fixed.tables`) stay in host RAM, read in place by the
+    /// card, rather than on it: when experts live on the host and the host budget holds the
+    /// tables beside them.
+    pub tables_on_host: bool,
+    /// Weight indices of those tables (set by the loader's planning, which reads the graph).
+    pub table_weights: Vec<usize>,
 }
 
 /// Why no plan fits.
@@ -182,7 +193,9 @@ fn gib(b: u64) -> String {
 }
 
 impl Plan {
-    /// Places every routed expert for `request` within `card_budget`.
+    /// Places every routed expert for `request` within `card_budget`. With host experts the
+    /// gather-only tables stay in host RAM when the host budget holds them beside the host
+    /// experts (else, with the disk tier, on the card).
     pub fn make(
         layers: Vec<MoeLayer>,
         fixed: FixedCosts,
@@ -198,8 +211,40 @@ impl Plan {
             || request.n_cpu_moe.is_some_and(|n| n > 0)
             || request.overrides.iter().any(|(_, b)| *b == Buffer::Host);
         let base = fixed.dense + fixed.state + fixed.scratch;
+        let tiered = pins_host || base + all_experts > card_budget;
+        let budgets = (card_budget, host_budget);
+        if tiered && fixed.tables > 0 {
+            let on_host = Self::place(layers.clone(), fixed, budgets, request, (tiered, true));
+            match on_host {
+                Ok(p) if p.host_expert_bytes() + fixed.tables <= host_budget => return Ok(p),
+                Ok(_) => {}
+                Err(e) => return Err(e),
+            }
+            // Host RAM is short: the tables go to the card unless only the host holds them.
+            if let Ok(p) = Self::place(layers.clone(), fixed, budgets, request, (tiered, false)) {
+                return Ok(p);
+            }
+            return Self::place(layers, fixed, budgets, request, (tiered, true));
+        }
+        Self::place(layers, fixed, budgets, request, (tiered, false))
+    }
+
+    /// [`Plan::make`] with `tables_on_host` decided; `tiered`: whether any expert must live on
+    /// the host.
+    fn place(
+        layers: Vec<MoeLayer>,
+        fixed: FixedCosts,
+        (card_budget, host_budget): (u64, u64),
+        request: &TierRequest,
+        (tiered, tables_on_host): (bool, bool),
+    ) -> Result<Plan, PlanError> {
+        let dense = match tables_on_host {
+            true => fixed.dense - fixed.tables.min(fixed.dense),
+            false => fixed.dense,
+        };
+        let base = dense + fixed.state + fixed.scratch;
         // Host experts need card room to stream one layer's stacks for prompts.
-        let staging = if pins_host || base + all_experts > card_budget {
+        let staging = if tiered {
             layers
                 .iter()
                 .map(|l| l.expert_bytes * u64::from(l.n_expert))
@@ -211,7 +256,7 @@ impl Plan {
         let needed = base + staging;
         let terms = format!(
             "dense weights {} + KV/state {} + scratch {} + expert staging {} = {} on the card",
-            gib(fixed.dense),
+            gib(dense),
             gib(fixed.state),
             gib(fixed.scratch),
             gib(staging),
@@ -287,7 +332,25 @@ impl Plan {
             staging_sets,
             card_budget,
             host_budget,
+            tables_on_host,
+            table_weights: Vec::new(),
         })
+    }
+
+    /// Bytes of dense weights on the card (less the tables left in host RAM).
+    pub fn card_dense_bytes(&self) -> u64 {
+        match self.tables_on_host {
+            true => self.fixed.dense - self.fixed.tables.min(self.fixed.dense),
+            false => self.fixed.dense,
+        }
+    }
+
+    /// Bytes of the gather-only tables left in host RAM.
+    pub fn host_table_bytes(&self) -> u64 {
+        match self.tables_on_host {
+            true => self.fixed.tables,
+            false => 0,
+        }
     }
 
     /// Bytes of routed experts on the card.
@@ -316,9 +379,10 @@ impl Plan {
 
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let card = self.fixed.dense + self.fixed.state + self.fixed.scratch + self.staging;
+        let dense = self.card_dense_bytes();
+        let card = dense + self.fixed.state + self.fixed.scratch + self.staging;
         writeln!(f, "card budget {}:", gib(self.card_budget))?;
-        writeln!(f, "  dense weights   {}", gib(self.fixed.dense))?;
+        writeln!(f, "  dense weights   {}", gib(dense))?;
         writeln!(f, "  KV cache/state  {}", gib(self.fixed.state))?;
         writeln!(f, "  scratch         {}", gib(self.fixed.scratch))?;
         writeln!(
@@ -335,6 +399,14 @@ impl fmt::Display for Plan {
             gib(card + self.card_expert_bytes())
         )?;
         let host = self.host_expert_bytes();
+        if self.tables_on_host {
+            writeln!(
+                f,
+                "host budget {}: token tables {} (page-locked, read in place by the card)",
+                gib(self.host_budget),
+                gib(self.fixed.tables)
+            )?;
+        }
         writeln!(
             f,
             "host budget {}: routed experts {}{}",
@@ -375,6 +447,7 @@ mod tests {
         dense: 1000,
         state: 200,
         scratch: 100,
+        tables: 0,
     };
 
     fn on_card_counts(p: &Plan) -> Vec<usize> {
@@ -410,6 +483,37 @@ mod tests {
         let all = Plan::make(layers(4, 4, 100), FIXED, 2900, 0, &TierRequest::default()).unwrap();
         assert!(!all.has_host_experts());
         assert_eq!(all.staging, 0);
+    }
+
+    #[test]
+    fn token_tables_stay_in_host_ram_beside_host_experts() {
+        let fixed = FixedCosts {
+            tables: 300,
+            ..FIXED
+        };
+        // Everything fits: the card keeps the tables.
+        let all = Plan::make(layers(4, 4, 100), fixed, 2900, 1 << 30, &Default::default()).unwrap();
+        assert!(!all.has_host_experts() && !all.tables_on_host);
+        assert_eq!(all.card_dense_bytes(), 1000);
+        // Experts on the host: the tables' 300 bytes go to 3 more card experts (1,000 after 700
+        // dense, 300 state and scratch and two staging sets of 400).
+        let p = Plan::make(layers(4, 4, 100), fixed, 2800, 1 << 30, &Default::default()).unwrap();
+        assert!(p.tables_on_host);
+        assert_eq!(on_card_counts(&p), vec![0, 2, 4, 4]);
+        assert_eq!((p.card_dense_bytes(), p.host_table_bytes()), (700, 300));
+        assert!(p.to_string().contains("token tables"), "{p}");
+        // A host budget that holds the 600 bytes of host experts but not the tables beside them:
+        // the card keeps the tables and 3 fewer experts.
+        let p = Plan::make(layers(4, 4, 100), fixed, 2800, 700, &Default::default()).unwrap();
+        assert!(!p.tables_on_host);
+        assert_eq!(on_card_counts(&p), vec![0, 0, 3, 4]);
+        // -cmoe: every expert on the host, and the tables with them.
+        let cmoe = TierRequest {
+            cpu_moe: true,
+            ..Default::default()
+        };
+        let p = Plan::make(layers(4, 4, 100), fixed, 1 << 20, 1 << 20, &cmoe).unwrap();
+        assert!(p.tables_on_host);
     }
 
     #[test]
