@@ -77,6 +77,32 @@ COPY(bl_copy_f32_f16, float, __half)
 COPY(bl_copy_f16_f32, __half, float)
 COPY(bl_copy_f16_f16, __half, __half)
 
+// ---- a run of contiguous 4-byte copies in one launch (src/ops/fused.rs `copy_run`) -------------
+// One block. Every copy but the last is written first; each thread then fences its writes
+// system-wide before the block's barrier, so an observer that sees any of the last copy's words
+// (the host polling a signal word in page-locked memory) also sees every earlier copy, as when
+// the copies were launched one by one.
+#define COPY_RUN_MAX 8
+struct CopyWords {
+    const unsigned int* src;
+    unsigned int* dst;
+    long long n;
+};
+struct CopyRun {
+    CopyWords c[COPY_RUN_MAX];
+};
+extern "C" __global__ void bl_copy_words(CopyRun run, int count) {
+    KERNEL_ENTRY();
+    for (int j = 0; j + 1 < count; ++j) {
+        const CopyWords c = run.c[j];
+        for (long long i = threadIdx.x; i < c.n; i += blockDim.x) c.dst[i] = c.src[i];
+    }
+    __threadfence_system();
+    __syncthreads();
+    const CopyWords last = run.c[count - 1];
+    for (long long i = threadIdx.x; i < last.n; i += blockDim.x) last.dst[i] = last.src[i];
+}
+
 // ---- profiling: hold the stream for `ns` nanoseconds (one thread), so that the host can queue a
 // whole pass before its first kernel runs and event pairs then time kernels, not launches.
 extern "C" __global__ void bl_hold(long long ns) {
