@@ -158,6 +158,13 @@ pub trait KernelDevice: Send + Sync {
     /// [`SharedAlloc::host`] between calls; freed with [`KernelDevice::free`]. On the CPU, an
     /// ordinary buffer.
     fn alloc_shared(&self, bytes: u64) -> RResult<SharedAlloc, PluginError>;
+
+    /// Holds the calls and copies submitted after this one until the 4-byte word at `offset` of
+    /// `buffer` (memory from [`KernelDevice::alloc_shared`], which the host writes later) equals
+    /// `value`, and returns at once. The host must write the word, also after a failure, before
+    /// it waits for the device. Devices that run calls before returning answer
+    /// [`PluginError::Unsupported`] (the host could never write the word while they wait).
+    fn wait_word(&self, buffer: u64, offset: u64, value: u32) -> RResult<(), PluginError>;
 }
 
 /// A boxed [`KernelDevice`] trait object.

@@ -188,6 +188,13 @@ impl Device {
         self.inner.run(calls.into()).into_result()
     }
 
+    /// Holds the calls submitted after this until the 4-byte word at `offset` of the shared
+    /// buffer `handle` equals `value` (an `Unsupported` error on devices that run calls at
+    /// once); the caller must write the word before it waits for the device.
+    pub fn wait_word(&self, handle: u64, offset: u64, value: u32) -> Result<(), PluginError> {
+        self.inner.wait_word(handle, offset, value).into_result()
+    }
+
     /// Waits for submitted work.
     pub fn sync(&self) -> Result<(), PluginError> {
         self.inner.sync().into_result()

@@ -168,6 +168,9 @@ pub struct Executor {
     outputs: Vec<(String, TensorRef, Option<Staged>)>,
     /// Per segment of calls between host work (one segment without host experts).
     replay: Mutex<Vec<Replay>>,
+    /// Whether the device's queue can wait on a word the host writes (asked by the first tiered
+    /// pass that could submit ahead).
+    queue_waits: std::sync::OnceLock<bool>,
     device: Arc<Device>,
     _arena: Option<Buffer>,
 }
@@ -469,6 +472,7 @@ impl Executor {
                 if graphs { Replay::Fresh } else { Replay::Eager };
                 segments
             ]),
+            queue_waits: std::sync::OnceLock::new(),
             device: Arc::clone(device),
             _arena: arena,
         })

@@ -157,6 +157,11 @@ impl KernelDevice for CpuDevice {
         self.buffers.map_host(ptr, bytes).into()
     }
 
+    fn wait_word(&self, _buffer: u64, _offset: u64, _value: u32) -> RResult<(), PluginError> {
+        // Calls run before `run` returns: a wait could only hang the caller.
+        RResult::RErr(PluginError::unsupported("queue waits on the CPU", &[]))
+    }
+
     fn alloc_shared(&self, bytes: u64) -> RResult<SharedAlloc, PluginError> {
         // The handle is the address (Buffers::alloc).
         self.buffers

@@ -456,6 +456,28 @@ impl KernelDevice for CudaDevice {
         map().into()
     }
 
+    fn wait_word(&self, buffer: u64, offset: u64, value: u32) -> RResult<(), PluginError> {
+        let wait = || -> Result<(), PluginError> {
+            let word = self.check(buffer, offset, 4)?;
+            self.bind()?;
+            // SAFETY: `check` proved the word lies inside a live allocation (page-locked host
+            // memory mapped for the card, from alloc_shared, which the host writes); the wait
+            // only reads it, and the host writes it before it waits for the stream
+            // (KernelDevice::wait_word's contract).
+            unsafe {
+                sys::cuStreamWaitValue32_v2(
+                    self.kernels.stream.cu_stream(),
+                    word,
+                    value,
+                    sys::CUstreamWaitValue_flags::CU_STREAM_WAIT_VALUE_EQ as u32,
+                )
+            }
+            .result()
+            .map_err(err("holding the stream for a host word"))
+        };
+        wait().into()
+    }
+
     fn alloc_shared(&self, bytes: u64) -> RResult<SharedAlloc, PluginError> {
         let alloc = || -> Result<SharedAlloc, PluginError> {
             let n = usize::try_from(bytes.max(1))

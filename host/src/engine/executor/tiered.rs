@@ -11,9 +11,9 @@ use std::sync::Arc;
 use bloomery_plugin_api::graph::{Graph, Node, TensorId, TensorSource};
 use bloomery_plugin_api::op::{MoeParams, Op, RouterParams};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
-use bloomery_plugin_api::DType;
+use bloomery_plugin_api::{DType, PluginError};
 
-use super::{dev, i32_bytes, ExecError, Executor};
+use super::{dev, i32_bytes, ExecError, Executor, Replay};
 use crate::engine::device::{Buffer, Device};
 use crate::tiering::residency::LayerResidency;
 use crate::tiering::{ExpertTier, HostSlice, TierLayer};
@@ -52,10 +52,21 @@ pub(super) struct HostedMoe {
     /// tier to read ahead.
     guess: Option<PackedGuess>,
     /// Page-locked memory both devices use in place (after every view of it, so dropped
-    /// last): the packed inputs, the `seq` and `done` words; at host address `packed_at`.
-    _packed: Buffer,
+    /// last): the packed inputs, then the `seq` and `done` words and the words the card's queue
+    /// waits on ([`ROUTED`], [`SUMMED`]); at host address `packed_at`.
+    packed: Buffer,
     packed_at: usize,
 }
+
+/// Where, after a hosted layer's packed inputs, the host writes the pass's sequence number once
+/// it has written the step maps of the bus share (which the card's queue waits for before the
+/// share's call), and once it has written its experts' output (which the card waits for before
+/// the next segment): [`Executor::tiered_pass_ahead`].
+const ROUTED: usize = 8;
+/// See [`ROUTED`].
+const SUMMED: usize = 12;
+/// Bytes of the words after the packed inputs: `seq`, `done`, [`ROUTED`] and [`SUMMED`].
+const WORDS: u64 = 16;
 
 /// How long the host waits for a card's segment to signal its packed inputs before it asks the
 /// card why (a failed kernel answers the synchronization with its error).
@@ -154,10 +165,32 @@ impl HostedMoe {
         seq
     }
 
+    /// The sequence number last armed.
+    fn armed(&self) -> u32 {
+        self.seq.load(Ordering::Relaxed)
+    }
+
+    /// Byte offset in the packed memory of word `word` ([`ROUTED`] or [`SUMMED`]).
+    fn word(&self, word: usize) -> u64 {
+        (self.in_bytes + word) as u64
+    }
+
+    /// Writes `seq` to word `word` after everything the host wrote before (the card's queue
+    /// waits for it).
+    fn post(&self, word: usize, seq: u32) {
+        std::sync::atomic::fence(Ordering::Release);
+        // SAFETY: the word lies inside `packed` (allocated with WORDS after the inputs, 4-byte
+        // aligned as they are whole 4-byte values), alive as long as `self`; the card only reads
+        // it, whole.
+        unsafe {
+            std::ptr::write_volatile((self.packed_at + self.in_bytes + word) as *mut u32, seq)
+        };
+    }
+
     /// Waits until the card's segment has written the packed inputs of pass `seq` (its `done`
-    /// word equal to `seq`): spins, then, past [`SIGNAL_WAIT`], synchronizes with the card to
-    /// surface a failed kernel.
-    fn wait_signal(&self, seq: u32, card: &Device) -> Result<(), ExecError> {
+    /// word equal to `seq`): spins, then, past [`SIGNAL_WAIT`], runs `release` (so that no queue
+    /// wait holds the card) and synchronizes with the card to surface a failed kernel.
+    fn wait_signal(&self, seq: u32, card: &Device, release: &dyn Fn()) -> Result<(), ExecError> {
         let done = (self.packed_at + self.in_bytes + 4) as *const u32;
         let start = std::time::Instant::now();
         let mut spins = 0u32;
@@ -167,6 +200,7 @@ impl HostedMoe {
         while unsafe { std::ptr::read_volatile(done) } != seq {
             spins = spins.wrapping_add(1);
             if spins.is_multiple_of(1024) && start.elapsed() > SIGNAL_WAIT {
+                release();
                 card.sync().map_err(dev("waiting for the card's segment"))?;
                 // SAFETY: as above.
                 if unsafe { std::ptr::read_volatile(done) } != seq {
@@ -275,6 +309,27 @@ pub(super) fn bus_choice(ids: &[i32], slot_of: &[i32], n: usize, k: usize) -> Ve
     used
 }
 
+/// The hosted layers of a pass submitted ahead: dropped (when the pass ends, also by an error),
+/// it writes every layer's armed sequence number to both words its queue waits on, so that the
+/// card never waits for a word the host will not write.
+struct Posted<'a>(&'a [HostedMoe]);
+
+impl Posted<'_> {
+    fn post_all(&self) {
+        for h in self.0 {
+            let seq = h.armed();
+            h.post(ROUTED, seq);
+            h.post(SUMMED, seq);
+        }
+    }
+}
+
+impl Drop for Posted<'_> {
+    fn drop(&mut self) {
+        self.post_all();
+    }
+}
+
 /// The error of a lock whose holder panicked.
 fn poisoned() -> ExecError {
     ExecError::BadGraph("bus share state poisoned".into())
@@ -283,7 +338,9 @@ fn poisoned() -> ExecError {
 /// Accumulated wall time of the phases of host-expert layers, printed when the executor drops.
 #[derive(Default)]
 pub(super) struct TierTimes {
-    /// Card work up to the MoE call, and waiting for it.
+    /// Submitting the card's work up to the MoE call (and, submitted ahead, up to the next).
+    launch: std::time::Duration,
+    /// Waiting for the card's work up to the MoE call.
     card: std::time::Duration,
     /// Inputs from the card to the host.
     inputs: std::time::Duration,
@@ -303,9 +360,10 @@ impl TierTimes {
         }
         let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
         eprintln!(
-            "host-expert layers, {n_rows} rows: {} layer passes; card {:.1} ms, inputs {:.1} ms, \
-             host experts {:.1} ms, output and add {:.1} ms",
+            "host-expert layers, {n_rows} rows: {} layer passes; launches {:.1} ms, card {:.1} ms, \
+             inputs {:.1} ms, host experts {:.1} ms, output and add {:.1} ms",
             self.layers,
+            ms(self.launch),
             ms(self.card),
             ms(self.inputs),
             ms(self.host),
@@ -326,7 +384,10 @@ impl Executor {
         let started = std::time::Instant::now();
         // Each layer's output stays alive until the sync below: its upload reads it.
         let mut outputs = Vec::with_capacity(self.hosted.len());
-        let pass = self.tiered_pass(device, host, &mut outputs, choice);
+        let pass = match self.ahead_ready(device)? {
+            true => self.tiered_pass_ahead(device, host, choice),
+            false => self.tiered_pass(device, host, &mut outputs, choice),
+        };
         // Also after a failure, so that no copy still reads `outputs` when they are freed.
         let done = device.sync().map_err(dev("waiting for the device"));
         drop(outputs);
@@ -365,7 +426,8 @@ impl Executor {
             // The segment ends with the inputs' packing into host memory and its signal.
             let seq = h.arm();
             self.launch_segment(device, seg, &self.calls[start..h.at])?;
-            h.wait_signal(seq, device)?;
+            lap(&mut times.launch);
+            h.wait_signal(seq, device, &|| {})?;
             lap(&mut times.card);
             // The host call reads the packed inputs in place; the ids (input 1) are routed here.
             let at = h.host_inputs[0].bytes as usize;
@@ -405,19 +467,133 @@ impl Executor {
             times.layers += 1;
             start = h.at + 1;
         }
+        self.profile(&times);
+        self.launch_segment(device, self.hosted.len(), &self.calls[start..])
+    }
+
+    /// Adds a pass's phase times to the profile, when one is kept.
+    fn profile(&self, times: &TierTimes) {
         if let Some(t) = self
             .tier_profile
             .as_ref()
             .and_then(|t| t.lock().ok())
             .as_mut()
         {
+            t.launch += times.launch;
             t.card += times.card;
             t.inputs += times.inputs;
             t.host += times.host;
             t.output += times.output;
             t.layers += times.layers;
         }
-        self.launch_segment(device, self.hosted.len(), &self.calls[start..])
+    }
+
+    /// Whether this pass can submit the card's work ahead of the host's
+    /// ([`Executor::tiered_pass_ahead`]): every hosted layer has a bus share (the card reads the
+    /// host's output in place), every segment replays a captured graph (no capture behind a
+    /// queue wait), and the card's queue can wait on a host word (asked once, by a wait on a
+    /// word that already holds its value).
+    fn ahead_ready(&self, device: &Device) -> Result<bool, ExecError> {
+        let Some(first) = self.hosted.first() else {
+            return Ok(false);
+        };
+        if self.hosted.iter().any(|h| h.bus.is_none()) {
+            return Ok(false);
+        }
+        let captured = self
+            .replay
+            .lock()
+            .map_err(|_| ExecError::BadGraph("executor state poisoned".into()))?
+            .iter()
+            .all(|r| matches!(r, Replay::Captured(_)));
+        if !captured {
+            return Ok(false);
+        }
+        Ok(*self.queue_waits.get_or_init(|| {
+            let seq = first.armed();
+            first.post(SUMMED, seq);
+            match device.wait_word(first.packed.handle, first.word(SUMMED), seq) {
+                Ok(()) => true,
+                Err(e) => {
+                    if !matches!(e, PluginError::Unsupported { .. }) {
+                        tracing::warn!("the card's queue cannot wait on host words ({e})");
+                    }
+                    false
+                }
+            }
+        }))
+    }
+
+    /// A tiered pass with the card's work submitted ahead: for each hosted layer, before the
+    /// host waits for its inputs, the card's experts, its bus share (held until the host has
+    /// written the step maps) and the next segment (held until the host has written its
+    /// experts' output) are already queued. The host's path per layer is then the wait, the
+    /// routing and its experts, with no launch in it. The words are always written, also after
+    /// a failure ([`Posted`]), so that no queue wait outlives the pass.
+    fn tiered_pass_ahead(
+        &self,
+        device: &Device,
+        host: &Device,
+        choice: usize,
+    ) -> Result<(), ExecError> {
+        let _posted = Posted(&self.hosted);
+        let release = || Posted(&self.hosted).post_all();
+        let mut times = TierTimes::default();
+        let mut clock = std::time::Instant::now();
+        let mut lap = |d: &mut std::time::Duration| {
+            let now = std::time::Instant::now();
+            *d += now - clock;
+            clock = now;
+        };
+        let n = self.hosted.len();
+        if let Some(first) = self.hosted.first() {
+            first.arm();
+            self.launch_segment(device, 0, &self.calls[..first.at])?;
+        }
+        for (seg, h) in self.hosted.iter().enumerate() {
+            let seq = h.armed();
+            let bus = h
+                .bus
+                .as_ref()
+                .ok_or_else(|| ExecError::BadGraph("a layer ahead without a bus share".into()))?;
+            if h.card_part {
+                device
+                    .run(&self.calls[h.at..=h.at])
+                    .map_err(dev("running the card's experts"))?;
+            }
+            let wait = |word| {
+                device
+                    .wait_word(h.packed.handle, h.word(word), seq)
+                    .map_err(dev("holding the card for the host"))
+            };
+            wait(ROUTED)?;
+            self.launch_segment(device, n + 1 + seg, std::slice::from_ref(&bus.call))?;
+            let end = match self.hosted.get(seg + 1) {
+                Some(next) => {
+                    next.arm();
+                    next.at
+                }
+                None => self.calls.len(),
+            };
+            wait(SUMMED)?;
+            self.launch_segment(device, seg + 1, &self.calls[h.at + 1..end])?;
+            lap(&mut times.launch);
+            h.wait_signal(seq, device, &release)?;
+            lap(&mut times.card);
+            let at = h.host_inputs[0].bytes as usize;
+            let ids = &h.packed_inputs()[at..at + h.host_inputs[1].bytes as usize];
+            self.route(h, ids, host, choice)?;
+            h.post(ROUTED, seq);
+            lap(&mut times.inputs);
+            host.run(std::slice::from_ref(&h.host_call))
+                .map_err(dev("running host experts"))?;
+            host.sync().map_err(dev("waiting for host experts"))?;
+            h.post(SUMMED, seq);
+            lap(&mut times.host);
+            times.layers += 1;
+        }
+        self.profile(&times);
+        Ok(())
     }
 
     /// Takes a pass's routed expert ids for layer `h` (`ids`, i32 bytes): counts them, splits
@@ -592,7 +768,7 @@ pub(super) fn host_moe(
         .as_ref()
         .map_or(0, |n| 4 * u64::from(n.params.k) * rows);
     let (packed, packed_at) = card
-        .alloc_shared(in_bytes + 8 + guess_bytes)
+        .alloc_shared(in_bytes + WORDS + guess_bytes)
         .map_err(dev("allocating host experts' packed inputs"))?;
     let mut offset = 0;
     let mut host_inputs = Vec::new();
@@ -709,11 +885,11 @@ pub(super) fn host_moe(
     let guess = match next {
         Some(n) => {
             let (calls, scratch) =
-                guess_calls(card, &n, card_inputs[0], rows, (&packed, in_bytes + 8))?;
+                guess_calls(card, &n, card_inputs[0], rows, (&packed, in_bytes + WORDS))?;
             pack.extend(calls);
             Some(PackedGuess {
                 layer: n.layer,
-                at: (in_bytes + 8) as usize,
+                at: (in_bytes + WORDS) as usize,
                 len: (guess_bytes / 4) as usize,
                 _scratch: scratch,
             })
@@ -736,7 +912,7 @@ pub(super) fn host_moe(
         _card_part_out: card_part_out,
         bus,
         guess,
-        _packed: packed,
+        packed,
         packed_at,
     };
     Ok((hosted, TieredCalls { pack, adds }))
