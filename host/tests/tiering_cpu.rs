@@ -13,6 +13,7 @@ use bloomery::model::{LoadOptions, LoadedModel};
 use bloomery::synth::ClassTypes;
 use bloomery::tiering::bus_balance::{TRIALS, WARMUP};
 use bloomery::tiering::plan::TierRequest;
+use bloomery_kernels_cuda::ops::{add2_norms, copy_runs};
 use bloomery_plugin_api::op::Op;
 use bloomery_plugin_api::tensor::OpCall;
 use bloomery_plugin_api::DType;
@@ -177,6 +178,20 @@ fn split_experts_give_the_unsplit_logits() {
             let s = m.residency_stats().unwrap();
             assert!(s.bus > 0 && s.bus <= s.host, "{experts}: {bus:?}: {s:?}");
             assert_eq!(bus == Some(8), s.bus == s.host, "{experts}: {bus:?}: {s:?}");
+            // The calls keep the forms the CUDA bundles launch as one kernel each: before every
+            // host call, the packing of its three inputs and the signal; after it, the sum of the
+            // share and the host's output, the residual and the next norm.
+            let calls = m.pass_calls(1, 1).unwrap();
+            let hosted: Vec<usize> = (0..calls.len())
+                .filter(|&i| matches!(calls[i].op, Op::MoeExperts(p) if p.expert_map))
+                .collect();
+            assert_eq!(hosted.len(), 4, "{experts}");
+            let runs = copy_runs(&calls);
+            let sums = add2_norms(&calls);
+            for i in hosted {
+                assert!(runs.contains(&(i - 4, 4)), "{experts}: {i} {runs:?}");
+                assert!(sums.contains(&(i + 1)), "{experts}: {i} {sums:?}");
+            }
         }
 
         // Host RAM for one layer's experts only: every host expert is read from the file into

@@ -121,18 +121,19 @@ extern "C" __global__ void bl_hold(long long ns) {
 // ceil(ncols / 4 / NORM_QUADS) threads, rounded up to whole warps).
 #define NORM_QUADS 4
 
-// RMSNorm of one row per block, d = a (+ b) held in registers as quads: every load is issued
-// before the one reduction. Needs ncols % 4 == 0, 16-byte aligned rows and ncols <= 4 *
-// NORM_QUADS * blockDim.x. Writes d (with ADD), out = d / rms(d) (* w) and, when q is given, the
-// Q8_1 copy of out (ncols % 32 == 0). Each thread reads only the quads it writes, so d and out may
-// share memory with a or b.
-template <bool ADD>
-static __device__ void rms_norm_quads(const float* a, const float* b, float* d, const float* w, float* out, uint8_t* q,
-                                      int ncols, float eps) {
+// RMSNorm of one row per block, d = a (ADDS 0), a + b (1) or c + (a + b) (2, the first sum
+// written to m) held in registers as quads: every load is issued before the one reduction. Needs
+// ncols % 4 == 0, 16-byte aligned rows and ncols <= 4 * NORM_QUADS * blockDim.x. Writes d (with
+// ADDS), out = d / rms(d) (* w) and, when q is given, the Q8_1 copy of out (ncols % 32 == 0).
+// Each thread reads only the quads it writes, and all of them before writing, so m, d and out may
+// share memory with a, b or c.
+template <int ADDS>
+static __device__ void rms_norm_quads(const float* a, const float* b, const float* c, float* m, float* d,
+                                      const float* w, float* out, uint8_t* q, int ncols, float eps) {
     const long long row = (long long)blockIdx.x * ncols;
     const int nq = ncols / 4;
     const float4* a4 = (const float4*)(a + row);
-    float4 v[NORM_QUADS], wv[NORM_QUADS];
+    float4 v[NORM_QUADS], wv[NORM_QUADS], mv[NORM_QUADS];
     double s = 0.0;
 #pragma unroll
     for (int t = 0; t < NORM_QUADS; ++t) {
@@ -141,12 +142,18 @@ static __device__ void rms_norm_quads(const float* a, const float* b, float* d, 
         wv[t] = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
         if (i < nq) {
             v[t] = a4[i];
-            if (ADD) {
+            if (ADDS >= 1) {
                 const float4 bv = ((const float4*)(b + row))[i];
                 v[t].x += bv.x;
                 v[t].y += bv.y;
                 v[t].z += bv.z;
                 v[t].w += bv.w;
+            }
+            if (ADDS == 2) {
+                // The second Add: c + (a + b), the first sum kept for its own result.
+                const float4 cv = ((const float4*)(c + row))[i];
+                mv[t] = v[t];
+                v[t] = make_float4(cv.x + v[t].x, cv.y + v[t].y, cv.z + v[t].z, cv.w + v[t].w);
             }
             if (w) wv[t] = ((const float4*)w)[i];
         }
@@ -155,7 +162,8 @@ static __device__ void rms_norm_quads(const float* a, const float* b, float* d, 
     for (int t = 0; t < NORM_QUADS; ++t) {
         const int i = threadIdx.x + t * blockDim.x;
         if (i < nq) {
-            if (ADD) ((float4*)(d + row))[i] = v[t];
+            if (ADDS == 2) ((float4*)(m + row))[i] = mv[t];
+            if (ADDS >= 1) ((float4*)(d + row))[i] = v[t];
             s += (double)(v[t].x * v[t].x);
             s += (double)(v[t].y * v[t].y);
             s += (double)(v[t].z * v[t].z);
@@ -184,7 +192,7 @@ extern "C" __global__ void bl_rms_norm_f32(const float* x, const float* w, float
                                            float eps, int quads) {
     KERNEL_ENTRY();
     if (quads) {
-        rms_norm_quads<false>(x, nullptr, nullptr, w, out, q, ncols, eps);
+        rms_norm_quads<0>(x, nullptr, nullptr, nullptr, nullptr, w, out, q, ncols, eps);
         return;
     }
     const float* xr = x + (long long)blockIdx.x * ncols;
@@ -213,7 +221,7 @@ extern "C" __global__ void bl_add_rms_norm_f32(const float* a, const float* b, f
                                                uint8_t* q, int ncols, float eps, int quads) {
     KERNEL_ENTRY();
     if (quads) {
-        rms_norm_quads<true>(a, b, d, w, out, q, ncols, eps);
+        rms_norm_quads<1>(a, b, nullptr, nullptr, d, w, out, q, ncols, eps);
         return;
     }
     const long long row = (long long)blockIdx.x * ncols;
@@ -237,6 +245,40 @@ extern "C" __global__ void bl_add_rms_norm_f32(const float* a, const float* b, f
         const float v = dr[i] * inv;
         const float y = w ? v * w[i] : v;
         yr[i] = y;
+        if (q) quantize_lane(y, q + (row + i) / 32 * 36);
+    }
+}
+
+// Two adds and the RMS norm of the second's result in one pass (a MoE layer's parts summed, then
+// the residual): m = a + b and d = c + m are written as the two Adds would, and d is normed
+// exactly as bl_rms_norm_f32 norms it. Each thread reads all three inputs of an index before it
+// writes that index, so m and d may each be a, b or c exactly (the host checked that they meet no
+// other bytes of them). q (may be null) and quads as for bl_rms_norm_f32.
+extern "C" __global__ void bl_add2_rms_norm_f32(const float* a, const float* b, const float* c, float* m, float* d,
+                                                const float* w, float* out, uint8_t* q, int ncols, float eps,
+                                                int quads) {
+    KERNEL_ENTRY();
+    if (quads) {
+        rms_norm_quads<2>(a, b, c, m, d, w, out, q, ncols, eps);
+        return;
+    }
+    const long long row = (long long)blockIdx.x * ncols;
+    double s = 0.0;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < ncols; i += blockDim.x) {
+        const float first = a[row + i] + b[row + i];
+        const float v = c[row + i] + first;
+        m[row + i] = first;
+        d[row + i] = v;
+        s += (double)(v * v);
+    }
+    const float mean = (float)(block_sum_f64(s) / ncols);
+    const float inv = 1.0f / sqrtf(mean + eps);
+#pragma unroll 8
+    for (int i = threadIdx.x; i < ncols; i += blockDim.x) {
+        const float v = d[row + i] * inv;
+        const float y = w ? v * w[i] : v;
+        out[row + i] = y;
         if (q) quantize_lane(y, q + (row + i) / 32 * 36);
     }
 }

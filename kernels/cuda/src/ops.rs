@@ -28,7 +28,7 @@ mod launch;
 mod moe_shared;
 mod recurrent;
 
-pub use fused::gated_adds;
+pub use fused::{add2_norms, copy_runs, gated_adds};
 pub use gdn::gdn_steps;
 pub use launch::Args;
 pub use moe_shared::shared_moes;
