@@ -315,6 +315,7 @@ pub(super) fn bus_choice(ids: &[i32], slot_of: &[i32], n: usize, k: usize) -> Ve
 struct Posted<'a>(&'a [HostedMoe]);
 
 impl Posted<'_> {
+    /// Writes every layer's armed sequence number to both of its words.
     fn post_all(&self) {
         for h in self.0 {
             let seq = h.armed();
@@ -536,8 +537,8 @@ impl Executor {
         host: &Device,
         choice: usize,
     ) -> Result<(), ExecError> {
-        let _posted = Posted(&self.hosted);
-        let release = || Posted(&self.hosted).post_all();
+        let posted = Posted(&self.hosted);
+        let release = || posted.post_all();
         let mut times = TierTimes::default();
         let mut clock = std::time::Instant::now();
         let mut lap = |d: &mut std::time::Duration| {
