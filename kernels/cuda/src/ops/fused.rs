@@ -712,48 +712,31 @@ impl Launcher {
             None => 0u64,
         };
         let (pa, pb, pd, po) = (addr(a)?, addr(b)?, addr(&add.dst)?, addr(&norm.dst)?);
-        let copy = self.launch_add_norm(
-            "bl_add_rms_norm_f32",
-            &[pa, pb, pd],
-            (pw, po),
-            &norm.dst,
-            eps,
-            quantize,
-        )?;
-        Ok(Some(copy))
-    }
-
-    /// Launches `name`, a norm kernel fused after adds, with the pointers `sums` (its addends and
-    /// the sums it writes), then the norm's weight and output (`pw`, 0 without a weight; `po`),
-    /// the output's Q8_1 copy (with `quantize`), the row width, ε and the register form: one
-    /// block per row of `out`. Returns the copy written, if any.
-    fn launch_add_norm(
-        &self,
-        name: &'static str,
-        sums: &[u64],
-        (pw, po): (u64, u64),
-        out: &TensorRef,
-        eps: f32,
-        quantize: bool,
-    ) -> Result<Option<Quantized>, PluginError> {
-        let ncols = out.ne[0];
-        // Each warp of the kernel holds whole 32-value blocks when rows are whole blocks.
-        let copy = self.copy_slot(quantize && ncols.is_multiple_of(32), po, out.elements())?;
-        let q = copy.map_or(0u64, |c| c.q);
-        let mut ptrs = sums.to_vec();
-        ptrs.extend([pw, po]);
-        let (threads, quads) = norm_shape(ncols, &ptrs);
         let n = ncols as i32;
-        let f = self.func(name)?;
+        let f = self.func("bl_add_rms_norm_f32")?;
         let mut l = self.args(&f);
-        for p in &ptrs {
-            l.arg(p);
-        }
-        l.arg(&q).arg(&n).arg(&eps).arg(&quads);
+        // Each warp of the kernel holds whole 32-value blocks when rows are whole blocks.
+        let copy = self.copy_slot(
+            quantize && ncols.is_multiple_of(32),
+            po,
+            norm.dst.elements(),
+        )?;
+        let q = copy.map_or(0u64, |c| c.q);
+        let (threads, quads) = norm_shape(ncols, &[pa, pb, pd, pw, po]);
+        l.arg(&pa)
+            .arg(&pb)
+            .arg(&pd)
+            .arg(&pw)
+            .arg(&po)
+            .arg(&q)
+            .arg(&n)
+            .arg(&eps)
+            .arg(&quads);
         // SAFETY: one block per row of ncols contiguous f32 in each tensor, whose spans the
         // buffer table checked.
-        unsafe { l.launch(launch_cfg(out.rows() as u32, threads)) }.map_err(driver_err(name))?;
-        Ok(copy)
+        unsafe { l.launch(launch_cfg(norm.dst.rows() as u32, threads)) }
+            .map_err(driver_err("bl_add_rms_norm_f32"))?;
+        Ok(Some(copy))
     }
 
     /// Two adds and an RMS norm (see [`add2_norm_calls`]) at the head of `calls` as one kernel,
@@ -770,19 +753,38 @@ impl Launcher {
         let Op::RmsNorm { eps } = calls[2].op else {
             return Ok(None);
         };
+        let ncols = d.ne[0];
         let pw = w.map(|w| addr(&w)).transpose()?.unwrap_or(0);
-        let sums = [a, b, c, m, d]
-            .map(|t| addr(&t))
-            .into_iter()
-            .collect::<Result<Vec<_>, _>>()?;
-        let copy = self.launch_add_norm(
-            "bl_add2_rms_norm_f32",
-            &sums,
-            (pw, addr(&out)?),
-            &out,
-            eps,
-            quantized_reader(&out, &calls[3..]),
-        )?;
+        let (pa, pb, pc, pm, pd, po) = (
+            addr(&a)?,
+            addr(&b)?,
+            addr(&c)?,
+            addr(&m)?,
+            addr(&d)?,
+            addr(&out)?,
+        );
+        let quantize = quantized_reader(&out, &calls[3..]);
+        let copy = self.copy_slot(quantize && ncols.is_multiple_of(32), po, out.elements())?;
+        let q = copy.map_or(0u64, |c| c.q);
+        let (threads, quads) = norm_shape(ncols, &[pa, pb, pc, pm, pd, pw, po]);
+        let n = ncols as i32;
+        let f = self.func("bl_add2_rms_norm_f32")?;
+        let mut l = self.args(&f);
+        l.arg(&pa)
+            .arg(&pb)
+            .arg(&pc)
+            .arg(&pm)
+            .arg(&pd)
+            .arg(&pw)
+            .arg(&po)
+            .arg(&q)
+            .arg(&n)
+            .arg(&eps)
+            .arg(&quads);
+        // SAFETY: one block per row of ncols contiguous f32 in each tensor, whose spans the
+        // buffer table checked.
+        unsafe { l.launch(launch_cfg(out.rows() as u32, threads)) }
+            .map_err(driver_err("bl_add2_rms_norm_f32"))?;
         Ok(Some(copy))
     }
 
