@@ -217,13 +217,17 @@ impl HostedMoe {
         Ok(())
     }
 
-    /// The packed inputs the card signalled (valid until the next launch of its segment).
-    fn packed_inputs(&self) -> &[u8] {
+    /// The routed expert ids among the packed inputs the card signalled (input 1, i32 bytes;
+    /// valid until the next launch of its segment).
+    fn routed_ids(&self) -> &[u8] {
         // SAFETY: `packed_at..packed_at + in_bytes` are `packed`'s first bytes, alive as long as
         // `self`; the card wrote them before signalling and writes them again only in the next
-        // pass, after this borrow ends (tiered_pass reads them between the signal and the
+        // pass, after this borrow ends (the passes read them between the signal and the
         // layer's end).
-        unsafe { std::slice::from_raw_parts(self.packed_at as *const u8, self.in_bytes) }
+        let packed =
+            unsafe { std::slice::from_raw_parts(self.packed_at as *const u8, self.in_bytes) };
+        let at = self.host_inputs[0].bytes as usize;
+        &packed[at..at + self.host_inputs[1].bytes as usize]
     }
 }
 
@@ -353,6 +357,23 @@ pub(super) struct TierTimes {
     layers: u64,
 }
 
+/// The clock of a pass's phases: each lap adds the time since the last to a phase.
+struct Laps(std::time::Instant);
+
+impl Laps {
+    /// A clock started now.
+    fn start() -> Laps {
+        Laps(std::time::Instant::now())
+    }
+
+    /// Adds the time since the last lap (or the start) to `phase`.
+    fn to(&mut self, phase: &mut std::time::Duration) {
+        let now = std::time::Instant::now();
+        *phase += now - self.0;
+        self.0 = now;
+    }
+}
+
 impl TierTimes {
     /// Prints the totals (`BLOOMERY_TIER_PROFILE=1`), when any layer was timed.
     pub(super) fn report(&self, n_rows: u32) {
@@ -417,22 +438,16 @@ impl Executor {
     ) -> Result<(), ExecError> {
         let mut start = 0;
         let mut times = TierTimes::default();
-        let mut clock = std::time::Instant::now();
-        let mut lap = |d: &mut std::time::Duration| {
-            let now = std::time::Instant::now();
-            *d += now - clock;
-            clock = now;
-        };
+        let mut lap = Laps::start();
         for (seg, h) in self.hosted.iter().enumerate() {
             // The segment ends with the inputs' packing into host memory and its signal.
             let seq = h.arm();
             self.launch_segment(device, seg, &self.calls[start..h.at])?;
-            lap(&mut times.launch);
+            lap.to(&mut times.launch);
             h.wait_signal(seq, device, &|| {})?;
-            lap(&mut times.card);
+            lap.to(&mut times.card);
             // The host call reads the packed inputs in place; the ids (input 1) are routed here.
-            let at = h.host_inputs[0].bytes as usize;
-            let ids = &h.packed_inputs()[at..at + h.host_inputs[1].bytes as usize];
+            let ids = h.routed_ids();
             self.route(h, ids, host, choice)?;
             if h.card_part {
                 device
@@ -445,11 +460,11 @@ impl Executor {
                 let seg = self.hosted.len() + 1 + seg;
                 self.launch_segment(device, seg, std::slice::from_ref(&bus.call))?;
             }
-            lap(&mut times.inputs);
+            lap.to(&mut times.inputs);
             host.run(std::slice::from_ref(&h.host_call))
                 .map_err(dev("running host experts"))?;
             host.sync().map_err(dev("waiting for host experts"))?;
-            lap(&mut times.host);
+            lap.to(&mut times.host);
             // Without a bus share the host's output goes to the card; with one the adds read it
             // in place. The adds (HostedMoe::adds) open the next segment.
             if let Some((to, offset)) = h.upload_to {
@@ -464,7 +479,7 @@ impl Executor {
                     .map_err(dev("writing host experts' output"))?;
                 outputs.push(out);
             }
-            lap(&mut times.output);
+            lap.to(&mut times.output);
             times.layers += 1;
             start = h.at + 1;
         }
@@ -540,12 +555,7 @@ impl Executor {
         let posted = Posted(&self.hosted);
         let release = || posted.post_all();
         let mut times = TierTimes::default();
-        let mut clock = std::time::Instant::now();
-        let mut lap = |d: &mut std::time::Duration| {
-            let now = std::time::Instant::now();
-            *d += now - clock;
-            clock = now;
-        };
+        let mut lap = Laps::start();
         let n = self.hosted.len();
         if let Some(first) = self.hosted.first() {
             first.arm();
@@ -578,19 +588,18 @@ impl Executor {
             };
             wait(SUMMED)?;
             self.launch_segment(device, seg + 1, &self.calls[h.at + 1..end])?;
-            lap(&mut times.launch);
+            lap.to(&mut times.launch);
             h.wait_signal(seq, device, &release)?;
-            lap(&mut times.card);
-            let at = h.host_inputs[0].bytes as usize;
-            let ids = &h.packed_inputs()[at..at + h.host_inputs[1].bytes as usize];
+            lap.to(&mut times.card);
+            let ids = h.routed_ids();
             self.route(h, ids, host, choice)?;
             h.post(ROUTED, seq);
-            lap(&mut times.inputs);
+            lap.to(&mut times.inputs);
             host.run(std::slice::from_ref(&h.host_call))
                 .map_err(dev("running host experts"))?;
             host.sync().map_err(dev("waiting for host experts"))?;
             h.post(SUMMED, seq);
-            lap(&mut times.host);
+            lap.to(&mut times.host);
             times.layers += 1;
         }
         self.profile(&times);
