@@ -214,17 +214,14 @@ impl Plan {
         let tiered = pins_host || base + all_experts > card_budget;
         let budgets = (card_budget, host_budget);
         if tiered && fixed.tables > 0 {
-            let on_host = Self::place(layers.clone(), fixed, budgets, request, (tiered, true));
-            match on_host {
-                Ok(p) if p.host_expert_bytes() + fixed.tables <= host_budget => return Ok(p),
-                Ok(_) => {}
-                Err(e) => return Err(e),
+            let on_host = Self::place(layers.clone(), fixed, budgets, request, (tiered, true))?;
+            if on_host.host_expert_bytes() + fixed.tables <= host_budget {
+                return Ok(on_host);
             }
             // Host RAM is short: the tables go to the card unless only the host holds them.
-            if let Ok(p) = Self::place(layers.clone(), fixed, budgets, request, (tiered, false)) {
-                return Ok(p);
-            }
-            return Self::place(layers, fixed, budgets, request, (tiered, true));
+            return Ok(
+                Self::place(layers, fixed, budgets, request, (tiered, false)).unwrap_or(on_host),
+            );
         }
         Self::place(layers, fixed, budgets, request, (tiered, false))
     }
