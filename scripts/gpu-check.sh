@@ -69,6 +69,12 @@
 #                                 (peak, sampled every 100 ms) and pp512/tg64 of the 30B-A3B file
 #                                 under --gpu-budget 5.8G and 6.3G, alternating with llama-bench
 #                                 -ncmoe 36 when LLAMA_BENCH names one (placements at equal memory).
+#   scripts/gpu-check.sh decode-staging  on the GPU machine: the staging sets lent to decode
+#                                 (default) against --no-decode-staging: greedy text of the tiny
+#                                 files and of the 30B-A3B file (a lent layer gives the tokens of
+#                                 the same layer placed on the card), the plan, pp512, then tg64
+#                                 under --gpu-budget 5.8G alternating ROUNDS times (default 8) with
+#                                 llama-bench -ncmoe 36 when LLAMA_BENCH names one, and -cmoe.
 # Full logs go to $OUT when it is set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -315,6 +321,40 @@ case "${1:-}" in
         echo "== bloomery --gpu-budget $budget r$round: $(peak dist/bloomery --plugin-dir dist/plugins \
           bench -m "$f" -p 512 -n 64 -r 3 -ngl 99 --gpu-budget $budget)" | tee -a "$out/card-memory.txt"
       done
+    done
+    ;;
+  decode-staging)
+    b="dist/bloomery --plugin-dir dist/plugins"
+    f=$(file_30b)
+    tiny_files > /dev/null
+    greedy_md5 "f32 q4k hf" "hello world" "-ngl 0" "-ngl 99 -cmoe" "-ngl 99 -cmoe --no-decode-staging" \
+      "-ngl 99 -ncmoe 2" "-ngl 99 -ncmoe 2 --no-decode-staging"
+    $b plan -m "$f" --gpu-budget 5.8G 2>&1 | grep -E "staging|blk.3[5-9]"
+    # -cmoe lends blk.46 and blk.47: the same tokens as those two layers placed on the card.
+    for flags in "-cmoe" "-cmoe --no-decode-staging" "-ncmoe 46 --no-decode-staging" \
+      "--gpu-budget 5.8G" "--gpu-budget 5.8G --no-decode-staging"; do
+      # shellcheck disable=SC2086
+      echo "greedy 30b $flags: $($b run -m "$f" -p "one two three" -n 32 --temp 0 -ngl 99 \
+        --bus-experts 0 $flags 2> /dev/null | md5sum)"
+    done
+    tg() {
+      # shellcheck disable=SC2086
+      echo "$1: $($b bench -m "$f" -p "$2" -n "$3" -r 3 -ngl 99 $4 2>&1 | grep -E "pp512|tg64" \
+        | awk -F'|' '{printf "%s %s; ", $(NF-2), $(NF-1)}')"
+    }
+    tg "5.8G lent" 512 0 "--gpu-budget 5.8G"
+    tg "5.8G not" 512 0 "--gpu-budget 5.8G --no-decode-staging"
+    for round in $(seq "${ROUNDS:-8}"); do
+      if [ -n "${LLAMA_BENCH:-}" ]; then
+        echo "llama-bench -ncmoe 36 r$round: $("$LLAMA_BENCH" -m "$f" -p 0 -n 64 -r 3 -ngl 99 -fa 1 \
+          -t 16 -ncmoe 36 2>&1 | grep tg64 | awk -F'|' '{printf "%s %s", $(NF-2), $(NF-1)}')"
+      fi
+      tg "5.8G lent r$round" 0 64 "--gpu-budget 5.8G"
+      tg "5.8G not r$round" 0 64 "--gpu-budget 5.8G --no-decode-staging"
+    done
+    for round in 1 2; do
+      tg "-cmoe lent r$round" 0 64 "-cmoe"
+      tg "-cmoe not r$round" 0 64 "-cmoe --no-decode-staging"
     done
     ;;
   disk)

@@ -44,6 +44,11 @@ pub struct PlacementArgs {
     /// logged once; give N for repeatable output across runs; 0: the CPU computes them all).
     #[arg(long = "bus-experts", value_name = "N")]
     pub bus_experts: Option<u32>,
+    /// Leave the prompts' staging sets empty between prompts. By default each holds one layer
+    /// of host experts whole (the last layers a prompt streams), which decode then computes on
+    /// the card: one or two layers fewer for the CPU, at no card memory cost.
+    #[arg(long = "no-decode-staging")]
+    pub no_decode_staging: bool,
 }
 
 /// The most rows a prompt pass evaluates under llama-server's `-b` and `-ub`: the smaller, at
@@ -72,6 +77,7 @@ impl PlacementArgs {
             no_residency: self.no_residency,
             disk_prefetch: self.disk_prefetch,
             bus_experts: self.bus_experts,
+            no_decode_staging: self.no_decode_staging,
             batch_rows: 0,
         })
     }

@@ -22,6 +22,7 @@ use super::check::{missing_kernels, MissingKernel};
 use super::device::{Buffer, Device};
 use super::plan::plan_arena;
 use crate::tiering::bus_balance::BusBalance;
+use crate::tiering::lending::Lending;
 use crate::tiering::residency::Residency;
 use crate::tiering::{DiskTier, ExpertTier, HostSlice, STREAM_MIN_ROWS};
 
@@ -138,18 +139,34 @@ enum Replay {
     Eager,
 }
 
+/// A MoE call whose layer's whole stacks are copied to the card before it runs.
+struct Streamed {
+    /// The call's index.
+    at: usize,
+    /// Its tier layer.
+    layer: usize,
+    /// The staging set it is copied into.
+    set: usize,
+    /// (Staging buffer, file bytes) per stack.
+    uploads: Vec<(u64, HostSlice)>,
+}
+
 /// A prepared graph.
 pub struct Executor {
     /// The shape it was built for.
     pub shape: BatchShape,
     calls: Vec<OpCall>,
     hosted: Vec<HostedMoe>,
-    /// MoE calls whose layers' whole stacks are copied to the card first: the call's index and
-    /// (staging buffer, file bytes) per stack. Consecutive layers take turns over the staging
-    /// sets.
-    streamed: Vec<(usize, Vec<(u64, HostSlice)>)>,
+    /// MoE calls whose layers' whole stacks are copied to the card first. Consecutive layers
+    /// take turns over the staging sets.
+    streamed: Vec<Streamed>,
     /// Staging sets the streamed layers take turns over.
     staging_sets: usize,
+    /// What the staging sets hold between prompts, when this executor streams layers or reads
+    /// lent ones.
+    lending: Option<Arc<Lending>>,
+    /// Whether MoE calls read layers lent a staging set (restored before each pass).
+    reads_lent: bool,
     host: Option<Arc<Device>>,
     /// Where host-expert layers count their routing.
     residency: Option<Arc<Mutex<Residency>>>,
@@ -332,6 +349,7 @@ impl Executor {
         // Where the calls after the last hosted MoE call (and its adds) begin.
         let mut after_hosted = 0;
         let mut streamed = Vec::new();
+        let mut reads_lent = false;
         let stream = shape.n_rows >= STREAM_MIN_ROWS;
         // With the disk tier reading ahead, each hosted layer's segment also guesses the next
         // tier layer's experts with that layer's router.
@@ -366,6 +384,10 @@ impl Executor {
             else {
                 return Ok(None);
             };
+            // A lent layer's experts are on the card in passes that stream nothing.
+            if bind.tier.is_some_and(|t| t.lending.set_of(i + 1).is_some()) {
+                return Ok(None);
+            }
             let Some(&(w, b, params)) = routers.get(&n) else {
                 return Ok(None);
             };
@@ -406,12 +428,23 @@ impl Executor {
             let mut adds = Vec::new();
             let hosted_before = hosted.len();
             if let (Op::MoeExperts(_), Some(tier), Some(w)) = (node.op, bind.tier, first_stack) {
-                match tier.layer(w) {
-                    Some((_, layer)) if stream => {
-                        let set = streamed.len() % tier.staging.len().max(1);
-                        streamed.push((calls.len(), stream_moe(tier, layer, set, &mut call)?));
+                // The tier layer, and the staging set lent to it if any.
+                match tier.layer(w).map(|(i, l)| (i, l, tier.lending.set_of(i))) {
+                    Some((i, layer, _)) if stream => {
+                        let set = tier.stream_set(i);
+                        streamed.push(Streamed {
+                            at: calls.len(),
+                            layer: i,
+                            set,
+                            uploads: stream_moe(tier, layer, set, &mut call)?,
+                        });
                     }
-                    Some((i, layer)) => {
+                    Some((_, layer, Some(set))) => {
+                        // Its stacks wait in the staging set lent to it: no copies to make.
+                        stream_moe(tier, layer, set, &mut call)?;
+                        reads_lent = true;
+                    }
+                    Some((i, layer, None)) => {
                         // The packing and its signal go right after the last call writing the
                         // MoE call's inputs: calls after that (a shared expert) run on the card
                         // while the host computes its experts.
@@ -461,6 +494,11 @@ impl Executor {
             tier_profile: (!hosted.is_empty()
                 && std::env::var_os("BLOOMERY_TIER_PROFILE").is_some_and(|v| v == "1"))
             .then(|| Mutex::new(TierTimes::default())),
+            lending: bind
+                .tier
+                .filter(|_| reads_lent || !streamed.is_empty())
+                .map(|t| Arc::clone(&t.lending)),
+            reads_lent,
             hosted,
             streamed,
             staging_sets: bind.tier.map_or(1, |t| t.staging.len()),
@@ -516,6 +554,11 @@ impl Executor {
         }
         if !self.streamed.is_empty() {
             return self.run_streamed(device);
+        }
+        if let (Some(lending), true) = (&self.lending, self.reads_lent) {
+            lending
+                .restore(device)
+                .map_err(dev("copying lent layers to the staging sets"))?;
         }
         if let Some(host) = &self.host {
             return self.run_tiered(device, host);

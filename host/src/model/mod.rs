@@ -462,6 +462,12 @@ impl LoadedModel {
         self.tier.as_ref()?.disk.as_ref()?.stats().ok()
     }
 
+    /// Layers copied back into the staging sets lent to them so far (`None` without tiering);
+    /// see [`crate::tiering::lending`].
+    pub fn lent_restores(&self) -> Option<u64> {
+        Some(self.tier.as_ref()?.lending.restored())
+    }
+
     /// Forgets the routing counts and statistics (`POST /residency/reset`).
     pub fn reset_residency(&self) {
         if let Some(mut r) = self.tier.as_ref().and_then(|t| t.residency.lock().ok()) {

@@ -12,6 +12,7 @@
 pub mod arena;
 pub mod bus_balance;
 pub mod disk;
+pub mod lending;
 pub mod plan;
 pub mod residency;
 
@@ -30,6 +31,7 @@ use self::arena::StackSource;
 use self::bus_balance::BusBalance;
 use self::disk::disk_tier;
 pub use self::disk::DiskTier;
+use self::lending::Lending;
 use self::plan::{MoeLayer, Plan, TierRequest};
 use self::residency::{LayerResidency, Residency};
 use crate::engine::device::{Buffer, Device};
@@ -117,6 +119,8 @@ pub struct ExpertTier {
     /// Card buffers a streamed layer's stacks are copied into: one or two sets (streamed layers
     /// take turns), each one buffer per stack position.
     pub staging: Vec<Vec<Buffer>>,
+    /// The staging sets' layers between prompts (shared with the executors).
+    pub lending: Arc<Lending>,
     /// Routing counts and the placement they move (shared with the executors, which count).
     pub residency: Arc<Mutex<Residency>>,
     /// The disk tier, when host RAM cannot hold the host experts.
@@ -133,6 +137,12 @@ pub struct ExpertTier {
 }
 
 impl ExpertTier {
+    /// The staging set a prompt streams tier layer `layer` into: prompts stream every tier layer
+    /// in order, taking turns over the sets.
+    pub fn stream_set(&self, layer: usize) -> usize {
+        layer % self.staging.len().max(1)
+    }
+
     /// The layer whose first stack is weight `index`, with its position in [`ExpertTier::layers`].
     pub fn layer(&self, index: usize) -> Option<(usize, &TierLayer)> {
         self.layers
@@ -430,10 +440,15 @@ pub fn load_weights(
     let mut layers = Vec::new();
     let mut layer_sources = Vec::new();
     let mut routing = Vec::new();
+    // The tier layers lent a staging set.
+    let mut lent = Vec::new();
     for (li, l) in plan.layers.iter().enumerate() {
         let here = &plan.on_card[li];
         if here.iter().all(|&c| c) {
             continue;
+        }
+        if plan.lent.contains(&li) {
+            lent.push(layers.len());
         }
         let mut next = 0;
         let card_map: Vec<i32> = here
@@ -554,12 +569,27 @@ pub fn load_weights(
         }
         staging.push(set);
     }
+    let mut sets = vec![None; staging.len()];
+    for t in lent {
+        let set = t % staging.len().max(1);
+        let copies = layers[t]
+            .stream
+            .iter()
+            .zip(staging.get(set).into_iter().flatten())
+            .map(|((slice, _), b)| (b.handle, *slice))
+            .collect();
+        if let Some(s) = sets.get_mut(set) {
+            *s = Some((t, copies));
+        }
+    }
+    let lending = Arc::new(Lending::new(sets, disk.is_some()));
     Ok((
         card_buffers,
         weights,
         ExpertTier {
             layers,
             staging,
+            lending,
             residency: Arc::new(Mutex::new(Residency::new(routing, !request.no_residency))),
             disk,
             bus: Arc::new(Mutex::new(BusBalance::new(request.bus_experts))),

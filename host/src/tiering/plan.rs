@@ -61,6 +61,10 @@ pub struct TierRequest {
     /// by reading their weights in place over the bus while the CPU computes the rest (`None`:
     /// sizes chosen at run time, see [`bus_candidates`]; `Some(0)`: none).
     pub bus_experts: Option<u32>,
+    /// `--no-decode-staging`: the staging sets hold nothing between prompts (by default each
+    /// keeps one host layer's whole stacks, which passes that stream nothing then compute on
+    /// the card: [`Plan::lent`]).
+    pub no_decode_staging: bool,
     /// The most rows one pass evaluates (a prompt batch: the server's `-ub`, `bench`'s `-p`);
     /// the card's activations and kernel scratch are planned for it. 0:
     /// [`DEFAULT_BATCH_ROWS`].
@@ -165,6 +169,12 @@ pub struct Plan {
     pub staging: u64,
     /// Sets of staging buffers in `staging` (0, 1 or 2).
     pub staging_sets: usize,
+    /// Layers (indices in `layers`, none with card experts) whose whole stacks the staging sets
+    /// hold between prompts, one a set: passes that stream nothing (decode) compute them on the
+    /// card from there. A prompt streams every layer with host experts in order, each into set
+    /// (its rank among them) mod `staging_sets`, so a set lent to the last layer streamed into
+    /// it still holds that layer when the prompt ends.
+    pub lent: Vec<usize>,
     /// The card budget planned with.
     pub card_budget: u64,
     /// The host budget planned with.
@@ -190,6 +200,27 @@ fn gib(b: u64) -> String {
     } else {
         format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
     }
+}
+
+/// The layers lent a staging set ([`Plan::lent`]) for `sets` sets: for each set, the last layer
+/// with host experts a prompt streams into it (its rank among those layers, mod `sets`), when
+/// that layer has no card experts.
+fn lent_layers(on_card: &[Vec<bool>], sets: usize) -> Vec<usize> {
+    let tiered: Vec<usize> = (0..on_card.len())
+        .filter(|&i| on_card[i].iter().any(|&c| !c))
+        .collect();
+    let mut decided = vec![false; sets];
+    let mut lent = Vec::new();
+    for (rank, &i) in tiered.iter().enumerate().rev() {
+        let Some(seen) = decided.get_mut(rank % sets.max(1)) else {
+            break;
+        };
+        if !std::mem::replace(seen, true) && on_card[i].iter().all(|&c| !c) {
+            lent.push(i);
+        }
+    }
+    lent.sort_unstable();
+    lent
 }
 
 impl Plan {
@@ -294,7 +325,9 @@ impl Plan {
         };
         let mut room = card_budget - base - staging * staging_sets as u64;
         // Pinned layers first, then (when nothing was asked by hand) the rest from the last
-        // layer back, whole layers while they fit and then the leading experts of one more.
+        // layer back, whole layers while they fit, then one whole host layer for each staging
+        // set to hold between prompts (the last layers streamed, see `lent`), then the leading
+        // experts of one more.
         for (i, l) in layers.iter().enumerate() {
             if pinned[i] == Some(Buffer::Card) || (by_hand && pinned[i].is_none()) {
                 let all = l.expert_bytes * u64::from(l.n_expert);
@@ -311,17 +344,27 @@ impl Plan {
                 on_card[i].fill(true);
             }
         }
+        let sets_lent = match request.no_decode_staging {
+            true => 0,
+            false => staging_sets,
+        };
         if !by_hand {
+            let mut to_lend = sets_lent;
             for (i, l) in layers.iter().enumerate().rev() {
                 if pinned[i].is_some() {
                     continue;
                 }
                 let fit = (room / l.expert_bytes.max(1)).min(u64::from(l.n_expert)) as usize;
+                if fit < l.n_expert as usize && to_lend > 0 {
+                    to_lend -= 1;
+                    continue;
+                }
                 on_card[i][..fit].fill(true);
                 room -= fit as u64 * l.expert_bytes;
             }
         }
         Ok(Plan {
+            lent: lent_layers(&on_card, sets_lent),
             layers,
             on_card,
             fixed,
@@ -382,12 +425,24 @@ impl fmt::Display for Plan {
         writeln!(f, "  dense weights   {}", gib(dense))?;
         writeln!(f, "  KV cache/state  {}", gib(self.fixed.state))?;
         writeln!(f, "  scratch         {}", gib(self.fixed.scratch))?;
+        let lent: Vec<String> = self
+            .lent
+            .iter()
+            .map(|&i| format!("blk.{}", self.layers[i].block))
+            .collect();
         writeln!(
             f,
-            "  expert staging  {} ({} set{})",
+            "  expert staging  {} ({} set{}{})",
             gib(self.staging),
             self.staging_sets,
-            if self.staging_sets == 1 { "" } else { "s" }
+            if self.staging_sets == 1 { "" } else { "s" },
+            match lent.is_empty() {
+                true => String::new(),
+                false => format!(
+                    "; between prompts holding the experts of {} for decode",
+                    lent.join(", ")
+                ),
+            }
         )?;
         writeln!(f, "  routed experts  {}", gib(self.card_expert_bytes()))?;
         writeln!(
@@ -416,9 +471,13 @@ impl fmt::Display for Plan {
             }
         )?;
         writeln!(f, "experts on the card per layer:")?;
-        for (l, c) in self.layers.iter().zip(&self.on_card) {
+        for (i, (l, c)) in self.layers.iter().zip(&self.on_card).enumerate() {
             let n = c.iter().filter(|&&x| x).count();
-            writeln!(f, "  blk.{:<3} {n:>4} / {}", l.block, l.n_expert)?;
+            let lent = match self.lent.contains(&i) {
+                true => " (all in a staging set between prompts)",
+                false => "",
+            };
+            writeln!(f, "  blk.{:<3} {n:>4} / {}{lent}", l.block, l.n_expert)?;
         }
         Ok(())
     }
@@ -456,22 +515,20 @@ mod tests {
 
     #[test]
     fn fills_the_card_from_the_last_layer_back() {
+        let keep = TierRequest {
+            no_decode_staging: true,
+            ..Default::default()
+        };
         // 1,300 fixed and two staging sets of 400; 700 left = 1 whole layer of 4×100 and 3
         // experts of one more.
-        let p = Plan::make(
-            layers(4, 4, 100),
-            FIXED,
-            2800,
-            1 << 30,
-            &TierRequest::default(),
-        )
-        .unwrap();
+        let p = Plan::make(layers(4, 4, 100), FIXED, 2800, 1 << 30, &keep).unwrap();
         assert_eq!(on_card_counts(&p), vec![0, 0, 3, 4]);
         assert_eq!((p.staging, p.staging_sets), (800, 2));
         assert_eq!(p.card_expert_bytes(), 700);
         assert_eq!(p.host_expert_bytes(), 900);
+        assert!(p.lent.is_empty());
         // Room for one set only: the card keeps only it, and experts in what is left.
-        let p = Plan::make(layers(4, 4, 100), FIXED, 2000, 1 << 30, &Default::default()).unwrap();
+        let p = Plan::make(layers(4, 4, 100), FIXED, 2000, 1 << 30, &keep).unwrap();
         assert_eq!((p.staging, p.staging_sets), (400, 1));
         assert_eq!(on_card_counts(&p), vec![0, 0, 0, 3]);
         assert_eq!(p.card_expert_bytes(), 300);
@@ -480,6 +537,51 @@ mod tests {
         let all = Plan::make(layers(4, 4, 100), FIXED, 2900, 0, &TierRequest::default()).unwrap();
         assert!(!all.has_host_experts());
         assert_eq!(all.staging, 0);
+        assert!(all.lent.is_empty());
+    }
+
+    #[test]
+    fn the_staging_sets_hold_the_last_host_layers_between_prompts() {
+        // As above, but the two layers after the card's whole ones stay on the host for the two
+        // staging sets to hold, and the partial layer comes before them: the lent layers are
+        // the last a prompt streams into their sets (ranks 1 and 2 of the host layers 0, 1, 2).
+        let p = Plan::make(layers(4, 4, 100), FIXED, 2800, 1 << 30, &Default::default()).unwrap();
+        assert_eq!(on_card_counts(&p), vec![3, 0, 0, 4]);
+        assert_eq!(p.lent, vec![1, 2]);
+        let text = p.to_string();
+        assert!(
+            text.contains("holding the experts of blk.1, blk.2"),
+            "{text}"
+        );
+        // One set: one layer lent, the last with host experts.
+        let p = Plan::make(layers(4, 4, 100), FIXED, 2000, 1 << 30, &Default::default()).unwrap();
+        assert_eq!(on_card_counts(&p), vec![0, 0, 3, 0]);
+        assert_eq!(p.lent, vec![3]);
+        // By hand: the last layers sent to the host.
+        let cmoe = TierRequest {
+            cpu_moe: true,
+            ..Default::default()
+        };
+        let p = Plan::make(layers(3, 4, 100), FIXED, 1 << 20, 1 << 20, &cmoe).unwrap();
+        assert_eq!(p.lent, vec![1, 2]);
+        let ot = TierRequest {
+            overrides: TierRequest::parse_overrides(r"blk\.1\.ffn_.*_exps=CPU").unwrap(),
+            ..Default::default()
+        };
+        let p = Plan::make(layers(3, 4, 100), FIXED, 1 << 20, 1 << 20, &ot).unwrap();
+        assert_eq!(p.lent, vec![1]);
+        // A layer with card experts is never lent, and a set goes only to the last layer
+        // streamed into it (an earlier one would be overwritten by every prompt): with host
+        // layers 0–3 (ranks 0–3) and layer 3 partial, set 1 is not lent and layer 2 takes set 0.
+        let mut on_card = vec![vec![false; 4]; 5];
+        on_card[3][0] = true;
+        on_card[4] = vec![true; 4];
+        assert_eq!(lent_layers(&on_card, 2), vec![2]);
+        assert_eq!(lent_layers(&on_card, 1), Vec::<usize>::new());
+        assert_eq!(lent_layers(&on_card, 0), Vec::<usize>::new());
+        on_card[3][0] = false;
+        assert_eq!(lent_layers(&on_card, 2), vec![2, 3]);
+        assert_eq!(lent_layers(&on_card, 1), vec![3]);
     }
 
     #[test]
@@ -488,20 +590,25 @@ mod tests {
             tables: 300,
             ..FIXED
         };
+        // Staging sets not lent, so that every freed byte shows as card experts.
+        let keep = TierRequest {
+            no_decode_staging: true,
+            ..Default::default()
+        };
         // Everything fits: the card keeps the tables.
-        let all = Plan::make(layers(4, 4, 100), fixed, 2900, 1 << 30, &Default::default()).unwrap();
+        let all = Plan::make(layers(4, 4, 100), fixed, 2900, 1 << 30, &keep).unwrap();
         assert!(!all.has_host_experts() && !all.tables_on_host);
         assert_eq!(all.card_dense_bytes(), 1000);
         // Experts on the host: the tables' 300 bytes go to 3 more card experts (1,000 after 700
         // dense, 300 state and scratch and two staging sets of 400).
-        let p = Plan::make(layers(4, 4, 100), fixed, 2800, 1 << 30, &Default::default()).unwrap();
+        let p = Plan::make(layers(4, 4, 100), fixed, 2800, 1 << 30, &keep).unwrap();
         assert!(p.tables_on_host);
         assert_eq!(on_card_counts(&p), vec![0, 2, 4, 4]);
         assert_eq!((p.card_dense_bytes(), p.host_table_bytes()), (700, 300));
         assert!(p.to_string().contains("token tables"), "{p}");
         // A host budget that holds the 600 bytes of host experts but not the tables beside them:
         // the card keeps the tables and 3 fewer experts.
-        let p = Plan::make(layers(4, 4, 100), fixed, 2800, 700, &Default::default()).unwrap();
+        let p = Plan::make(layers(4, 4, 100), fixed, 2800, 700, &keep).unwrap();
         assert!(!p.tables_on_host);
         assert_eq!(on_card_counts(&p), vec![0, 0, 3, 4]);
         // -cmoe: every expert on the host, and the tables with them.

@@ -664,16 +664,20 @@ impl Executor {
     /// and this layer's attention; one set: copies and calls alternate).
     pub(super) fn run_streamed(&self, device: &Device) -> Result<(), ExecError> {
         let sets = self.staging_sets.max(1);
+        let lending = self.lending.as_ref();
+        if let Some(l) = lending {
+            l.overwriting().map_err(dev("tracking the staging sets"))?;
+        }
         // freed[l]: the fence after which layer l's staging set may be overwritten.
         let mut freed = Vec::with_capacity(self.streamed.len());
         let mut start = 0;
-        for (seg, (at, uploads)) in self.streamed.iter().enumerate() {
-            self.launch_segment(device, seg, &self.calls[start..*at])?;
+        for (seg, s) in self.streamed.iter().enumerate() {
+            self.launch_segment(device, seg, &self.calls[start..s.at])?;
             if seg > 0 {
                 freed.push(device.fence().map_err(dev("fencing a streamed layer"))?);
             }
             let after = if seg >= sets { freed[seg - sets] } else { 0 };
-            for (handle, slice) in uploads {
+            for (handle, slice) in &s.uploads {
                 // SAFETY: the slice is the mapped model file, which outlives every executor;
                 // the sync below (or an earlier failure's) ends the copy's use of it.
                 unsafe { device.upload(*handle, 0, slice.bytes(), after) }
@@ -684,10 +688,18 @@ impl Executor {
                     slice.release();
                 }
             }
-            start = *at;
+            start = s.at;
         }
         self.launch_segment(device, self.streamed.len(), &self.calls[start..])?;
-        device.sync().map_err(dev("waiting for the device"))
+        device.sync().map_err(dev("waiting for the device"))?;
+        // Each set holds the last layer streamed into it (the one lent it, see `Lending`).
+        if let Some(l) = lending {
+            for s in &self.streamed {
+                l.holds(s.set, s.layer)
+                    .map_err(dev("tracking the staging sets"))?;
+            }
+        }
+        Ok(())
     }
 }
 
