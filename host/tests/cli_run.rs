@@ -202,3 +202,27 @@ fn plan_sizes_the_scratch_for_the_physical_batch() {
     // -b caps the pass as in the server: the smaller of the two.
     assert_eq!(scratch(&["-ub", "2048", "-b", "512"]), base);
 }
+
+#[test]
+fn plan_names_the_layers_the_staging_sets_hold_between_prompts() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny(dir.path());
+    let staging = |extra: &[&str]| -> String {
+        let mut args = vec!["plan", "-m", &m, "-cmoe"];
+        args.extend_from_slice(extra);
+        let (stdout, _) = ok(&bloomery(&args));
+        stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with("expert staging"))
+            .unwrap_or_else(|| panic!("no staging line in: {stdout}"))
+            .to_owned()
+    };
+    // The tiny model's four layers all on the host: the last two wait in the two sets.
+    let lent = staging(&[]);
+    assert!(
+        lent.contains("holding the experts of blk.2, blk.3"),
+        "{lent}"
+    );
+    let kept = staging(&["--no-decode-staging"]);
+    assert!(!kept.contains("holding"), "{kept}");
+}

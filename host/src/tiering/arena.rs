@@ -271,13 +271,11 @@ impl ExpertArena {
     }
 
     /// Whether a call wanting `wanted` (sorted, distinct) of tier layer `layer` can claim them
-    /// now: none of them is still being read, and slots outside the pending reads suffice for
-    /// the missing ones.
+    /// now: no expert of its layer is still being read (wanted or not: the slots a claim takes
+    /// must not depend on whether a wrong guess's read has ended yet), and slots outside the
+    /// pending reads suffice for the missing ones.
     pub fn can_claim(&self, layer: usize, wanted: &[u32]) -> bool {
-        if wanted
-            .iter()
-            .any(|&e| self.pending.contains_key(&(layer, e)))
-        {
+        if self.pending.keys().any(|&(l, _)| l == layer) {
             return false;
         }
         self.n_slots - self.pending.len() >= wanted.len()
@@ -686,12 +684,13 @@ mod tests {
         // Rows guessing the same expert claim one slot for it.
         let p = a.claim_prefetch(1, &[2, 4, 2, 4, 2]);
         assert_eq!(p.slots.len(), 2);
-        // Expert 2 of layer 1 is being read: a call wanting it waits; one that does not fits in
-        // the slot left.
+        // Experts 2 and 4 of layer 1 are being read: a call of layer 1 waits for both, wanted
+        // or not; one of another layer fits in the slot left.
         assert!(!a.can_claim(1, &[2]));
-        assert!(a.can_claim(1, &[5]));
-        assert!(!a.can_claim(1, &[0, 5]));
-        let c = a.claim(1, &[5], 6).unwrap();
+        assert!(!a.can_claim(1, &[5]));
+        assert!(a.can_claim(0, &[5]));
+        assert!(!a.can_claim(0, &[3, 5]));
+        let c = a.claim(0, &[5], 6).unwrap();
         assert!(c.slots.iter().all(|s| !p.slots.iter().any(|q| q.1 == s.1)));
         a.finish(c, true);
         a.finish(p, false);
