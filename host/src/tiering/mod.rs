@@ -109,6 +109,13 @@ pub struct TierLayer {
     pub bus_stacks: Vec<TensorRef>,
 }
 
+/// The staging set of `sets` a prompt streams tier layer `layer` (its rank among the layers with
+/// host experts) into: prompts stream every tier layer in order, taking turns over the sets, so
+/// the last layer streamed into a set is the last of its rank mod `sets`.
+pub fn stream_set(layer: usize, sets: usize) -> usize {
+    layer % sets.max(1)
+}
+
 /// Most experts moved onto the card per step (each move copies one expert's stacks).
 const MAX_FLIPS_PER_STEP: usize = 4;
 
@@ -137,10 +144,9 @@ pub struct ExpertTier {
 }
 
 impl ExpertTier {
-    /// The staging set a prompt streams tier layer `layer` into: prompts stream every tier layer
-    /// in order, taking turns over the sets.
+    /// The staging set a prompt streams tier layer `layer` into (see [`stream_set`]).
     pub fn stream_set(&self, layer: usize) -> usize {
-        layer % self.staging.len().max(1)
+        stream_set(layer, self.staging.len())
     }
 
     /// The layer whose first stack is weight `index`, with its position in [`ExpertTier::layers`].
@@ -571,7 +577,7 @@ pub fn load_weights(
     }
     let mut sets = vec![None; staging.len()];
     for t in lent {
-        let set = t % staging.len().max(1);
+        let set = stream_set(t, staging.len());
         let copies = layers[t]
             .stream
             .iter()

@@ -203,8 +203,8 @@ fn gib(b: u64) -> String {
 }
 
 /// The layers lent a staging set ([`Plan::lent`]) for `sets` sets: for each set, the last layer
-/// with host experts a prompt streams into it (its rank among those layers, mod `sets`), when
-/// that layer has no card experts.
+/// with host experts a prompt streams into it ([`super::stream_set`] of its rank among those
+/// layers), when that layer has no card experts.
 fn lent_layers(on_card: &[Vec<bool>], sets: usize) -> Vec<usize> {
     let tiered: Vec<usize> = (0..on_card.len())
         .filter(|&i| on_card[i].iter().any(|&c| !c))
@@ -212,7 +212,7 @@ fn lent_layers(on_card: &[Vec<bool>], sets: usize) -> Vec<usize> {
     let mut decided = vec![false; sets];
     let mut lent = Vec::new();
     for (rank, &i) in tiered.iter().enumerate().rev() {
-        let Some(seen) = decided.get_mut(rank % sets.max(1)) else {
+        let Some(seen) = decided.get_mut(super::stream_set(rank, sets)) else {
             break;
         };
         if !std::mem::replace(seen, true) && on_card[i].iter().all(|&c| !c) {
