@@ -175,18 +175,24 @@ fn a_prompt_over_one_batch_is_evaluated_in_batches_and_counted_whole() {
     assert_eq!(generated(&stderr), 4, "{stderr}");
 }
 
+/// The line of `bloomery plan -m MODEL -cmoe EXTRA…` that starts with `head`.
+fn plan_line(model: &str, extra: &[&str], head: &str) -> String {
+    let mut args = vec!["plan", "-m", model, "-cmoe"];
+    args.extend_from_slice(extra);
+    let (stdout, _) = ok(&bloomery(&args));
+    stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with(head))
+        .unwrap_or_else(|| panic!("no {head} line in: {stdout}"))
+        .to_owned()
+}
+
 #[test]
 fn plan_sizes_the_scratch_for_the_physical_batch() {
     let dir = tempfile::tempdir().unwrap();
     let m = tiny(dir.path());
     let scratch = |extra: &[&str]| -> f64 {
-        let mut args = vec!["plan", "-m", &m, "-cmoe"];
-        args.extend_from_slice(extra);
-        let (stdout, _) = ok(&bloomery(&args));
-        let line = stdout
-            .lines()
-            .find(|l| l.trim_start().starts_with("scratch"))
-            .unwrap_or_else(|| panic!("no scratch line in: {stdout}"));
+        let line = plan_line(&m, extra, "scratch");
         let mut words = line.split_whitespace().skip(1);
         let (n, unit) = (words.next().unwrap(), words.next().unwrap());
         let n: f64 = n.parse().unwrap();
@@ -207,22 +213,12 @@ fn plan_sizes_the_scratch_for_the_physical_batch() {
 fn plan_names_the_layers_the_staging_sets_hold_between_prompts() {
     let dir = tempfile::tempdir().unwrap();
     let m = tiny(dir.path());
-    let staging = |extra: &[&str]| -> String {
-        let mut args = vec!["plan", "-m", &m, "-cmoe"];
-        args.extend_from_slice(extra);
-        let (stdout, _) = ok(&bloomery(&args));
-        stdout
-            .lines()
-            .find(|l| l.trim_start().starts_with("expert staging"))
-            .unwrap_or_else(|| panic!("no staging line in: {stdout}"))
-            .to_owned()
-    };
     // The tiny model's four layers all on the host: the last two wait in the two sets.
-    let lent = staging(&[]);
+    let lent = plan_line(&m, &[], "expert staging");
     assert!(
         lent.contains("holding the experts of blk.2, blk.3"),
         "{lent}"
     );
-    let kept = staging(&["--no-decode-staging"]);
+    let kept = plan_line(&m, &["--no-decode-staging"], "expert staging");
     assert!(!kept.contains("holding"), "{kept}");
 }
