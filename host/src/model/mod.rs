@@ -169,6 +169,12 @@ pub struct RoutingStats {
     pub bus_kept: Option<usize>,
 }
 
+/// Whether a model that failed to load on the GPU may run on the CPU instead: not when its
+/// placement does not fit the card's budget (see [`LoadedModel::load_offloaded`]).
+fn may_fall_back(e: &ModelError) -> bool {
+    !matches!(e, ModelError::Plan(_))
+}
+
 impl LoadedModel {
     /// Opens `path`, finds its model plugin and the best CPU kernel plugin, maps the weights and
     /// allocates the state. Every failure is a named error.
@@ -181,7 +187,9 @@ impl LoadedModel {
     }
 
     /// With `gpu`, the whole model on the best GPU kernel plugin; when none can run here, or the
-    /// chosen one lacks an op of this model, on the CPU with one warning naming why. Without
+    /// chosen one lacks an op of this model, on the CPU with one warning naming why. A placement
+    /// that does not fit the card's budget is refused with its terms instead (falling back would
+    /// run the model many times slower than asked, with only a warning to say so). Without
     /// `gpu`, as [`LoadedModel::load`].
     pub fn load_offloaded(
         reg: &Registry,
@@ -197,6 +205,7 @@ impl LoadedModel {
                 .and_then(|k| Self::load_placed(reg, path, options, k, request));
             match tried {
                 Ok(m) => return Ok(m),
+                Err(e) if !may_fall_back(&e) => return Err(e),
                 Err(e) => tracing::warn!(
                     "GPU offload requested but not possible ({e}); running on the CPU"
                 ),
@@ -753,4 +762,18 @@ fn allocate_state(
         buffers.push(buf);
     }
     Ok((buffers, refs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{may_fall_back, ModelError};
+    use crate::tiering::plan::PlanError;
+
+    #[test]
+    fn a_placement_that_does_not_fit_is_refused_rather_than_run_on_the_cpu() {
+        assert!(!may_fall_back(&ModelError::Plan(PlanError(
+            "dense weights … over its budget".into()
+        ))));
+        assert!(may_fall_back(&ModelError::Request("no GPU plugin".into())));
+    }
 }
