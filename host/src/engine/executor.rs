@@ -372,6 +372,10 @@ impl Executor {
             Some(bind.tier?.layer(w)?.0)
         };
         let next_router = |j: usize, i: usize| -> Result<Option<NextRouter>, ExecError> {
+            // A lent layer's experts are on the card in passes that stream nothing.
+            if bind.tier.is_some_and(|t| t.lending.set_of(i + 1).is_some()) {
+                return Ok(None);
+            }
             let Some(n) = graph
                 .nodes
                 .iter()
@@ -384,10 +388,6 @@ impl Executor {
             else {
                 return Ok(None);
             };
-            // A lent layer's experts are on the card in passes that stream nothing.
-            if bind.tier.is_some_and(|t| t.lending.set_of(i + 1).is_some()) {
-                return Ok(None);
-            }
             let Some(&(w, b, params)) = routers.get(&n) else {
                 return Ok(None);
             };

@@ -473,11 +473,11 @@ impl fmt::Display for Plan {
         writeln!(f, "experts on the card per layer:")?;
         for (i, (l, c)) in self.layers.iter().zip(&self.on_card).enumerate() {
             let n = c.iter().filter(|&&x| x).count();
-            let lent = match self.lent.contains(&i) {
+            let note = match self.lent.contains(&i) {
                 true => " (all in a staging set between prompts)",
                 false => "",
             };
-            writeln!(f, "  blk.{:<3} {n:>4} / {}{lent}", l.block, l.n_expert)?;
+            writeln!(f, "  blk.{:<3} {n:>4} / {}{note}", l.block, l.n_expert)?;
         }
         Ok(())
     }
