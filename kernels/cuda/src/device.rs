@@ -54,12 +54,20 @@ struct Marks {
 /// How long a profiled pass waits behind `bl_hold` while the host queues it.
 const HOLD_NS: i64 = 40_000_000;
 
-/// A captured, instantiated graph.
-struct Graph(CudaGraph);
+/// A captured, instantiated graph, and the scratch area its launches name.
+struct Graph {
+    exec: CudaGraph,
+    scratch: u64,
+}
 
 // SAFETY: a graph is only touched under the device's `graphs` mutex, which serialises every
 // access as the CUDA graph API requires; the driver objects themselves are not thread-bound.
 unsafe impl Send for Graph {}
+
+/// The scratch areas the graphs name.
+fn scratch_named(graphs: &HashMap<u64, Graph>) -> Vec<u64> {
+    graphs.values().map(|g| g.scratch).collect()
+}
 
 impl CudaDevice {
     /// Opens device `config.index` (refusing cleanly when there is no driver or no such device).
@@ -140,6 +148,7 @@ impl CudaDevice {
             .lock()
             .map_err(|_| PluginError::device("buffer table poisoned"))?
             .insert(ptr, bytes);
+        crate::memlog::note("alloc", bytes as i64);
         Ok(ptr)
     }
 
@@ -167,8 +176,11 @@ impl CudaDevice {
             Some(Some(p)) => unsafe { sys::cuMemFreeHost(p as *mut _) }
                 .result()
                 .map_err(err("cuMemFreeHost")),
-            // SAFETY: `buffer` came from `malloc_sync` and was just removed from the table.
-            None => unsafe { result::free_sync(buffer) }.map_err(err("cuMemFree")),
+            None => {
+                crate::memlog::note("free", -(removed.unwrap_or(0) as i64));
+                // SAFETY: `buffer` came from `malloc_sync` and was just removed from the table.
+                unsafe { result::free_sync(buffer) }.map_err(err("cuMemFree"))
+            }
         }
     }
 
@@ -368,6 +380,12 @@ impl KernelDevice for CudaDevice {
     fn capture(&self, calls: RSlice<'_, OpCall>) -> RResult<u64, PluginError> {
         let capture = || -> Result<u64, PluginError> {
             self.settle()?;
+            let mut graphs = self
+                .graphs
+                .lock()
+                .map_err(|_| PluginError::device("graph table poisoned"))?;
+            // The eager passes before a capture size the scratch; what they outgrew goes now.
+            self.kernels.free_retired(&scratch_named(&graphs))?;
             let stream = &self.kernels.stream;
             stream
                 .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)
@@ -383,10 +401,14 @@ impl KernelDevice for CudaDevice {
                 .map_err(err("instantiating a captured graph"))?
                 .ok_or_else(|| PluginError::device("graph capture recorded nothing"))?;
             let id = self.next_graph.fetch_add(1, Ordering::Relaxed);
-            self.graphs
-                .lock()
-                .map_err(|_| PluginError::device("graph table poisoned"))?
-                .insert(id, Graph(graph));
+            graphs.insert(
+                id,
+                Graph {
+                    exec: graph,
+                    scratch: self.kernels.scratch_base(),
+                },
+            );
+            crate::memlog::event("graph captured");
             Ok(id)
         };
         capture().into()
@@ -401,7 +423,7 @@ impl KernelDevice for CudaDevice {
             let g = graphs
                 .get(&graph)
                 .ok_or_else(|| PluginError::invalid(format!("no captured graph {graph}")))?;
-            g.0.launch().map_err(err("launching a captured graph"))
+            g.exec.launch().map_err(err("launching a captured graph"))
         };
         replay().into()
     }
@@ -577,12 +599,14 @@ impl KernelDevice for CudaDevice {
     fn release_graph(&self, graph: u64) -> RResult<(), PluginError> {
         let release = || -> Result<(), PluginError> {
             self.settle()?;
-            self.graphs
+            let mut graphs = self
+                .graphs
                 .lock()
-                .map_err(|_| PluginError::device("graph table poisoned"))?
+                .map_err(|_| PluginError::device("graph table poisoned"))?;
+            graphs
                 .remove(&graph)
-                .map(|_| ())
-                .ok_or_else(|| PluginError::invalid(format!("no captured graph {graph}")))
+                .ok_or_else(|| PluginError::invalid(format!("no captured graph {graph}")))?;
+            self.kernels.free_retired(&scratch_named(&graphs))
         };
         release().into()
     }

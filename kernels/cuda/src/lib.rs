@@ -8,6 +8,7 @@
 //! it at open. [`ops`] launches them.
 
 pub mod device;
+pub mod memlog;
 pub mod ops;
 pub mod probe;
 pub mod profile;

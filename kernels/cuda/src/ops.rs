@@ -340,8 +340,9 @@ pub struct Launcher {
     split_counters: u64,
     /// Device scratch for quantized activations: (pointer, bytes).
     scratch: Mutex<(u64, u64)>,
-    /// Scratch areas outgrown while captured graphs may still name them; freed on drop.
-    retired: Mutex<Vec<u64>>,
+    /// Scratch areas outgrown while queued launches or captured graphs may still use them:
+    /// (pointer, bytes), freed by [`Launcher::free_retired`] or on drop.
+    retired: Mutex<Vec<(u64, u64)>>,
     /// Set while a graph is being captured: the scratch must not grow then.
     pub capturing: AtomicBool,
     /// How batches of quantized products run.
@@ -457,6 +458,9 @@ impl Mmq {
     }
 }
 
+/// The scratch grows in whole multiples of this.
+const SCRATCH_GRAIN: u64 = 2 << 20;
+
 /// Threads of `bl_moe_tiles`, a thread per stack expert (`TILES_THREADS`).
 const TILES_THREADS: u32 = 1024;
 /// Threads of `bl_moe_route` (`ROUTE_THREADS`): a chunk of 32 entries a thread per round.
@@ -564,8 +568,9 @@ impl Launcher {
         Ok(f)
     }
 
-    /// A scratch area of at least `bytes`. When too small it grows (never while capturing); the
-    /// old area stays allocated until drop because captured graphs may still use it.
+    /// A scratch area of at least `bytes`. When too small it grows (never while capturing), to
+    /// whole 2 MiB; the old area stays allocated until [`Launcher::free_retired`] finds no
+    /// captured graph naming it, since launches still queued or graphs may use it.
     fn scratch(&self, bytes: u64) -> Result<u64, PluginError> {
         let mut s = self
             .scratch
@@ -582,17 +587,47 @@ impl Launcher {
                 self.retired
                     .lock()
                     .map_err(|_| PluginError::device("scratch poisoned"))?
-                    .push(s.0);
+                    .push(*s);
                 *s = (0, 0);
             }
-            let bytes = bytes.next_power_of_two();
+            let bytes = bytes.div_ceil(SCRATCH_GRAIN) * SCRATCH_GRAIN;
             let n =
                 usize::try_from(bytes).map_err(|_| PluginError::invalid("scratch too large"))?;
             // SAFETY: the context is current (bound by the caller); freed in Drop.
             let p = unsafe { result::malloc_sync(n) }.map_err(driver_err("cuMemAlloc scratch"))?;
+            crate::memlog::note("scratch", bytes as i64);
             *s = (p, bytes);
         }
         Ok(s.0)
+    }
+
+    /// The scratch area in use (0 before the first), which a graph captured now names.
+    pub fn scratch_base(&self) -> u64 {
+        self.scratch.lock().map_or(0, |s| s.0)
+    }
+
+    /// Frees the outgrown scratch areas that no graph in `named` (the scratch bases of the live
+    /// captured graphs) names. Call only with the kernel stream idle.
+    pub fn free_retired(&self, named: &[u64]) -> Result<(), PluginError> {
+        self.forget_quantized();
+        let mut retired = self
+            .retired
+            .lock()
+            .map_err(|_| PluginError::device("scratch poisoned"))?;
+        let mut err = Ok(());
+        retired.retain(|&(p, bytes)| {
+            if named.contains(&p) {
+                return true;
+            }
+            crate::memlog::note("scratch freed", -(bytes as i64));
+            // SAFETY: `p` is an outgrown scratch area: no launch is queued (the caller's
+            // contract) and no live graph names it; it leaves the list here, so it is freed once.
+            if let Err(e) = unsafe { result::free_sync(p) } {
+                err = Err(PluginError::device(format!("cuMemFree scratch: {e:?}")));
+            }
+            false
+        });
+        err
     }
 
     /// Holds the stream for `ns` nanoseconds (the profiler queues a pass behind it).
@@ -1816,7 +1851,11 @@ impl Drop for Launcher {
     fn drop(&mut self) {
         if self.ctx.bind_to_thread().is_ok() {
             let s = self.scratch.lock().map(|s| s.0).unwrap_or(0);
-            let mut all = self.retired.lock().map(|r| r.clone()).unwrap_or_default();
+            let mut all: Vec<u64> = self
+                .retired
+                .lock()
+                .map(|r| r.iter().map(|a| a.0).collect())
+                .unwrap_or_default();
             all.push(s);
             // SAFETY: every allocation is owned here and no longer used (the device synchronised
             // and released its graphs before dropping the launcher).
