@@ -21,8 +21,9 @@ pub struct PlacementArgs {
     pub override_tensor: Option<String>,
     /// Card memory to plan with instead of its free memory (e.g. `6.3G`): what bloomery
     /// allocates (weights, KV, scratch, staging). The driver's context and the kernel modules
-    /// come on top: nvidia-smi shows about 340 MiB more than the budget on an H200 with driver
-    /// 580 (about 530 MiB for them, less the part of the scratch reserve left unused).
+    /// come on top (about 530 MiB on an H200 with driver 580), less the planned scratch a run
+    /// leaves unused: nvidia-smi peaked at 2,337 MiB for a plan of 1.86 GiB (30B-A3B, `-cmoe
+    /// --gpu-budget 1950M`).
     #[arg(long = "gpu-budget", value_name = "SIZE")]
     pub gpu_budget: Option<String>,
     /// Host RAM to plan with instead of MemAvailable (e.g. `8G`).

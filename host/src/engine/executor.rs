@@ -24,11 +24,13 @@ use super::plan::plan_arena;
 use crate::tiering::bus_balance::BusBalance;
 use crate::tiering::lending::Lending;
 use crate::tiering::residency::Residency;
-use crate::tiering::{DiskTier, ExpertTier, HostSlice, STREAM_MIN_ROWS};
+use crate::tiering::{DiskTier, ExpertTier, STREAM_MIN_ROWS};
 
 mod tiered;
 
-use self::tiered::{host_moe, moe_routers, stream_moe, HostedMoe, NextRouter, TierTimes};
+use self::tiered::{
+    host_moe, moe_routers, stream_moe, stream_parts, HostedMoe, NextRouter, TierTimes, Upload,
+};
 
 /// Why a graph could not be prepared or run.
 #[derive(Debug, thiserror::Error)]
@@ -139,7 +141,8 @@ enum Replay {
     Eager,
 }
 
-/// A MoE call whose layer's whole stacks are copied to the card before it runs.
+/// A MoE call whose layer's whole stacks (or one part of its experts) are copied to the card
+/// before it runs.
 struct Streamed {
     /// The call's index.
     at: usize,
@@ -147,8 +150,8 @@ struct Streamed {
     layer: usize,
     /// The staging set it is copied into.
     set: usize,
-    /// (Staging buffer, file bytes) per stack.
-    uploads: Vec<(u64, HostSlice)>,
+    /// The copies into the staging set, per stack.
+    uploads: Vec<Upload>,
 }
 
 /// A prepared graph.
@@ -157,11 +160,14 @@ pub struct Executor {
     pub shape: BatchShape,
     calls: Vec<OpCall>,
     hosted: Vec<HostedMoe>,
-    /// MoE calls whose layers' whole stacks are copied to the card first. Consecutive layers
-    /// take turns over the staging sets.
+    /// MoE calls whose layers' whole stacks (or expert parts) are copied to the card first.
+    /// Consecutive layers take turns over the staging sets, and a layer's parts over the
+    /// parts of its set.
     streamed: Vec<Streamed>,
-    /// Staging sets the streamed layers take turns over.
-    staging_sets: usize,
+    /// Staging sets times parts: the copies in flight, each into its own memory.
+    staging_slots: usize,
+    /// Where a streamed call's two halves write before the add that sums them.
+    _part_out: Option<Buffer>,
     /// What the staging sets hold between prompts, when this executor streams layers or reads
     /// lent ones.
     lending: Option<Arc<Lending>>,
@@ -351,6 +357,25 @@ impl Executor {
         let mut streamed = Vec::new();
         let mut reads_lent = false;
         let stream = shape.n_rows >= STREAM_MIN_ROWS;
+        // One buffer for every streamed layer's halves: the calls run in order on the card,
+        // each layer's add reading it before the next layer's halves write it.
+        let part_out = match bind.tier {
+            Some(t) if stream && t.staging_parts > 1 => {
+                let bytes = graph
+                    .nodes
+                    .iter()
+                    .filter(|n| matches!(n.op, Op::MoeExperts(_)))
+                    .map(|n| 2 * graph.tensors[n.dst.0 as usize].ne.iter().product::<u64>() * 4)
+                    .max()
+                    .unwrap_or(0);
+                Some(
+                    device
+                        .alloc(bytes)
+                        .map_err(dev("allocating the streamed parts' output"))?,
+                )
+            }
+            _ => None,
+        };
         // With the disk tier reading ahead, each hosted layer's segment also guesses the next
         // tier layer's experts with that layer's router.
         let guesses = bind
@@ -432,12 +457,33 @@ impl Executor {
                 match tier.layer(w).map(|(i, l)| (i, l, tier.lending.set_of(i))) {
                     Some((i, layer, _)) if stream => {
                         let set = tier.stream_set(i);
+                        let mut parts =
+                            stream_parts(tier, layer, set, call, part_out.as_ref())?.into_iter();
+                        let first = parts
+                            .next()
+                            .ok_or_else(|| ExecError::BadGraph("a call without parts".into()))?;
+                        let at = calls.len();
                         streamed.push(Streamed {
-                            at: calls.len(),
+                            at,
                             layer: i,
                             set,
-                            uploads: stream_moe(tier, layer, set, &mut call)?,
+                            uploads: first.uploads,
                         });
+                        // The first half's call stands for the call; the rest follows it.
+                        let mut first_calls = first.calls.into_iter();
+                        call = first_calls.next().ok_or_else(|| {
+                            ExecError::BadGraph("a streamed part without its call".into())
+                        })?;
+                        adds.extend(first_calls);
+                        for part in parts {
+                            streamed.push(Streamed {
+                                at: at + 1 + adds.len(),
+                                layer: i,
+                                set,
+                                uploads: part.uploads,
+                            });
+                            adds.extend(part.calls);
+                        }
                     }
                     Some((_, layer, Some(set))) => {
                         // Its stacks wait in the staging set lent to it: no copies to make.
@@ -501,7 +547,10 @@ impl Executor {
             reads_lent,
             hosted,
             streamed,
-            staging_sets: bind.tier.map_or(1, |t| t.staging.len()),
+            staging_slots: bind
+                .tier
+                .map_or(1, |t| t.staging.len() * t.staging_parts.max(1)),
+            _part_out: part_out,
             inputs,
             input_buffer,
             input_stage,

@@ -11,9 +11,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bloomery_gguf::{GgufError, GgufModel, ModelTensor};
-use bloomery_plugin_api::graph::{BatchShape, GraphKind};
+use bloomery_plugin_api::graph::{BatchShape, Graph, GraphKind};
 use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
 use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec, StateKind};
+use bloomery_plugin_api::op::Op;
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 
@@ -69,23 +70,47 @@ pub enum ModelError {
     Plan(#[from] PlanError),
 }
 
-/// Card memory kept free for kernel scratch (quantized activations, routing tables, graphs) on
-/// top of the planned activation arenas, for passes of up to [`RESERVE_ROWS`] rows.
-const CARD_RESERVE: u64 = 512 << 20;
+/// Card memory kept free besides the planned arenas and the kernels' per-row scratch
+/// ([`scratch_per_row`]): captured graphs, the page tables of page-locked host memory, the
+/// executors' inputs and small buffers. Measured on the H200 (docs/performance.md, "every expert
+/// on the host at llama.cpp's card memory"): the 30B-A3B file with every expert on the host used
+/// about 45 MiB of these (graphs 15, page tables 30).
+const CARD_RESERVE: u64 = 96 << 20;
 
-/// The pass size [`CARD_RESERVE`] covers, and what each row beyond it adds. Measured on the H200
-/// (docs/performance.md, "the 6.3 GB card at equal card memory"): the 30B-A3B file's unplanned
-/// card memory came to 317 MiB at 512 rows and 593 MiB at 2,048 with arenas planned for 512
-/// rows, of which 132 MiB the larger arenas: ≈ 96 KiB a row of kernel scratch, and a third more
-/// here.
-const RESERVE_ROWS: u64 = 512;
-const RESERVE_PER_ROW: u64 = 128 << 10;
+/// The least kernel scratch planned per row of the largest pass.
+const MIN_SCRATCH_PER_ROW: u64 = 32 << 10;
+
+/// Kernel scratch per row of a pass of `graph`, at least [`MIN_SCRATCH_PER_ROW`]: what a batched
+/// MoE call holds per row (its `k` experts' gate|up and down products in f32, with Q8_1 copies of
+/// its input and of the GLU, as the CUDA bundles lay them out), and a quarter more.
+fn scratch_per_row(graph: &Graph) -> u64 {
+    let moe = graph
+        .nodes
+        .iter()
+        .filter_map(|n| match n.op {
+            Op::MoeExperts(p) => {
+                let n_embd = graph.tensors.get(n.srcs.first()?.0 as usize)?.ne[0];
+                let (k, n_ff) = (u64::from(p.k), u64::from(p.n_ff));
+                let q8 = |n: u64| n.div_ceil(32) * 36;
+                Some(k * (2 * n_ff + n_embd) * 4 + k * q8(n_ff) + q8(n_embd))
+            }
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    (moe + moe / 4).max(MIN_SCRATCH_PER_ROW)
+}
+
+/// Card memory the driver takes per byte of host memory the card reads in place (page-locked
+/// and mapped: host experts, token tables): its page tables, 8 bytes a 4 KiB page. Measured on
+/// the H200: 30 MiB for the 30B-A3B file's 15.5 GiB.
+const PAGE_TABLE_SHARE: u64 = 512;
 
 /// The card memory planned for activations and kernel scratch: two arenas of the largest pass
-/// (`arena` bytes, planned for `rows` rows) and the reserve, grown for passes over
-/// [`RESERVE_ROWS`].
-fn scratch_bytes(arena: u64, rows: u32) -> u64 {
-    2 * arena + CARD_RESERVE + u64::from(rows).saturating_sub(RESERVE_ROWS) * RESERVE_PER_ROW
+/// (`arena` bytes, planned for `rows` rows), its kernel scratch (`per_row` a row), the reserve,
+/// and the page tables of `mapped` bytes of host memory the card may read in place.
+fn scratch_bytes(arena: u64, rows: u32, per_row: u64, mapped: u64) -> u64 {
+    2 * arena + CARD_RESERVE + u64::from(rows) * per_row + mapped / PAGE_TABLE_SHARE
 }
 
 /// Prepared executors kept per model; the least recently used beyond this is dropped.
@@ -640,11 +665,21 @@ fn plan_for(
         .into_iter()
         .filter(|i| !stacks.contains(spec.weights[*i].name.as_str()))
         .collect();
+    let table_bytes = tables.iter().map(size).sum();
+    let expert_bytes: u64 = layers
+        .iter()
+        .map(|l| l.expert_bytes * u64::from(l.n_expert))
+        .sum();
     let fixed = FixedCosts {
         dense,
         state,
-        scratch: scratch_bytes(arena, rows),
-        tables: tables.iter().map(size).sum(),
+        scratch: scratch_bytes(
+            arena,
+            rows,
+            scratch_per_row(&batch),
+            expert_bytes + table_bytes,
+        ),
+        tables: table_bytes,
     };
     let card = request
         .gpu_budget
@@ -766,8 +801,72 @@ fn allocate_state(
 
 #[cfg(test)]
 mod tests {
-    use super::{may_fall_back, ModelError};
+    use super::{may_fall_back, scratch_per_row, ModelError, MIN_SCRATCH_PER_ROW};
     use crate::tiering::plan::PlanError;
+    use bloomery_plugin_api::graph::{BatchInput, GraphBuilder};
+    use bloomery_plugin_api::op::{GluKind, MoeParams, Op};
+    use bloomery_plugin_api::DType;
+
+    /// A graph of one MoE call over `rows` rows of width `n_embd` (`k` of 128 experts, FFN
+    /// `n_ff`), or of one product when `k` is 0.
+    fn one_call(rows: u64, n_embd: u64, k: u32, n_ff: u32) -> bloomery_plugin_api::graph::Graph {
+        let mut g = GraphBuilder::new();
+        let x = g.input(BatchInput::Tokens, [n_embd, rows, 1, 1]).unwrap();
+        let y = if k == 0 {
+            let w = g
+                .weight(0, "w", DType::F32, [n_embd, n_embd, 1, 1])
+                .unwrap();
+            g.op("y", Op::MatMul, &[w, x], DType::F32, [n_embd, rows, 1, 1])
+                .unwrap()
+        } else {
+            let ids = g
+                .input(BatchInput::Positions, [u64::from(k), rows, 1, 1])
+                .unwrap();
+            let (ff, e) = (u64::from(n_ff), 128);
+            let gate = g
+                .weight(0, "gate", DType::Q4_K, [n_embd, ff, e, 1])
+                .unwrap();
+            let up = g.weight(1, "up", DType::Q4_K, [n_embd, ff, e, 1]).unwrap();
+            let down = g
+                .weight(2, "down", DType::Q4_K, [ff, n_embd, e, 1])
+                .unwrap();
+            let p = MoeParams {
+                n_expert: 128,
+                k,
+                n_ff,
+                glu: GluKind::SwiGlu,
+                limit: 0.0,
+                fused_gate_up: false,
+                expert_map: false,
+            };
+            g.op(
+                "moe",
+                Op::MoeExperts(p),
+                &[x, ids, ids, gate, up, down],
+                DType::F32,
+                [n_embd, rows, 1, 1],
+            )
+            .unwrap()
+        };
+        g.output("y", y);
+        g.finish()
+    }
+
+    #[test]
+    fn the_kernel_scratch_planned_per_row_covers_what_the_card_used() {
+        // The 30B-A3B shape (k 8 of 128, FFN 768, width 2048): the CUDA bundle's scratch grew
+        // to 62 MiB for a 512-row prompt (docs/performance.md, "every expert on the host at
+        // llama.cpp's card memory"); planned with a quarter more, not past it.
+        let per_row = scratch_per_row(&one_call(512, 2048, 8, 768));
+        assert!(512 * per_row >= 62 << 20, "{per_row}");
+        assert!(512 * per_row <= 80 << 20, "{per_row}");
+        // Wider experts need more; a graph without MoE calls gets the floor.
+        assert!(scratch_per_row(&one_call(512, 4096, 8, 1536)) > per_row * 19 / 10);
+        assert_eq!(
+            scratch_per_row(&one_call(512, 2048, 0, 0)),
+            MIN_SCRATCH_PER_ROW
+        );
+    }
 
     #[test]
     fn a_placement_that_does_not_fit_is_refused_rather_than_run_on_the_cpu() {

@@ -62,6 +62,15 @@ impl HostSlice {
         }
     }
 
+    /// `len` bytes of the slice from byte `from` (clamped to its end).
+    pub fn part(&self, from: usize, len: usize) -> HostSlice {
+        let from = from.min(self.len);
+        HostSlice {
+            addr: self.addr + from,
+            len: len.min(self.len - from),
+        }
+    }
+
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: `addr..addr+len` lies in the model's read-only file mapping, which outlives
@@ -102,11 +111,14 @@ pub struct TierLayer {
     pub host_map: TensorRef,
     /// The full stacks in the mapped file, for streaming to the card, with their layouts.
     pub stream: Vec<(HostSlice, TensorRef)>,
-    /// The compacted card stacks: buffer handle and bytes per expert (residency rewrites slots).
-    pub card_stacks: Vec<(u64, u64)>,
+    /// The compacted card stacks (residency rewrites their slots, `nb[2]` bytes apart).
+    pub card_stacks: Vec<TensorRef>,
     /// The full stacks in the page-locked file as card buffers the card reads in place (the
     /// bus share of a decode step's host experts); empty when the card cannot read them.
     pub bus_stacks: Vec<TensorRef>,
+    /// With [`ExpertTier::staging_parts`] over 1: per part, i32 `[n_expert]` on the card, the
+    /// expert's own index when it lies in the part (an equal run of experts), else -1.
+    pub part_maps: Vec<TensorRef>,
 }
 
 /// The staging set of `sets` a prompt streams tier layer `layer` (its rank among the layers with
@@ -115,6 +127,10 @@ pub struct TierLayer {
 pub fn stream_set(layer: usize, sets: usize) -> usize {
     layer % sets.max(1)
 }
+
+/// Alignment of each weight in the card's one weight allocation (the kernels' widest loads
+/// want 16 bytes; 256 as the driver aligns allocations).
+const WEIGHT_ALIGN: u64 = 256;
 
 /// Most experts moved onto the card per step (each move copies one expert's stacks).
 const MAX_FLIPS_PER_STEP: usize = 4;
@@ -126,6 +142,8 @@ pub struct ExpertTier {
     /// Card buffers a streamed layer's stacks are copied into: one or two sets (streamed layers
     /// take turns), each one buffer per stack position.
     pub staging: Vec<Vec<Buffer>>,
+    /// Parts a streamed layer's experts are copied and computed in (1, or 2 with one set).
+    pub staging_parts: usize,
     /// The staging sets' layers between prompts (shared with the executors).
     pub lending: Arc<Lending>,
     /// Routing counts and the placement they move (shared with the executors, which count).
@@ -168,11 +186,12 @@ impl ExpertTier {
         let flips = r.step(MAX_FLIPS_PER_STEP);
         for f in &flips {
             let layer = &self.layers[f.layer];
-            for ((slice, _), &(handle, stride)) in layer.stream.iter().zip(&layer.card_stacks) {
+            for ((slice, _), stack) in layer.stream.iter().zip(&layer.card_stacks) {
+                let stride = stack.nb[2];
                 let from = f.incoming as usize * stride as usize;
                 card.write_handle(
-                    handle,
-                    u64::from(f.slot) * stride,
+                    stack.buffer,
+                    stack.offset + u64::from(f.slot) * stride,
                     &slice.bytes()[from..from + stride as usize],
                 )?;
             }
@@ -366,13 +385,34 @@ pub fn load_weights(
     let mut weights = Vec::with_capacity(spec.weights.len());
     let mut host_stacks: Vec<Vec<TensorRef>> = vec![Vec::new(); plan.layers.len()];
     let mut stream: Vec<Vec<(HostSlice, TensorRef)>> = vec![Vec::new(); plan.layers.len()];
-    let mut card_stacks: Vec<Vec<(u64, u64)>> = vec![Vec::new(); plan.layers.len()];
+    let mut card_stacks: Vec<Vec<TensorRef>> = vec![Vec::new(); plan.layers.len()];
     let mut sources: Vec<Vec<StackSource>> = vec![Vec::new(); plan.layers.len()];
+    // Every weight the card holds lies in one allocation, at these offsets: the driver rounds
+    // each allocation up to whole 2 MiB pages, and one allocation a tensor cost the 30B-A3B file
+    // about 230 MiB of card memory with every expert on the host (docs/performance.md).
+    let mut packed_at = vec![None; spec.weights.len()];
+    let mut packed = 0u64;
+    for (i, w) in spec.weights.iter().enumerate() {
+        let (t, _, nb) = weight_tensor(file, spec, w.name.as_str())?;
+        let bytes = match stack_of.get(&i) {
+            None if plan.table_weights.contains(&i) => 0,
+            None => t.info.size,
+            Some(&(li, _)) => plan.on_card[li].iter().filter(|&&c| c).count() as u64 * nb[2],
+        };
+        if bytes > 0 {
+            packed_at[i] = Some(packed);
+            packed += bytes.div_ceil(WEIGHT_ALIGN) * WEIGHT_ALIGN;
+        }
+    }
+    let arena = card
+        .alloc(packed)
+        .map_err(dev_err("allocating the card's weights"))?;
     // The tables left in host RAM: weight index and bytes, given views once page-locked.
     let mut tables: Vec<(usize, HostSlice)> = Vec::new();
     for (i, w) in spec.weights.iter().enumerate() {
         let (t, ne, nb) = weight_tensor(file, spec, w.name.as_str())?;
         let data = file.tensor_data(t)?;
+        let at = packed_at[i].unwrap_or(0);
         if plan.table_weights.contains(&i) && !stack_of.contains_key(&i) {
             tables.push((i, HostSlice::of(data)));
             weights.push(TensorRef {
@@ -385,19 +425,15 @@ pub fn load_weights(
             continue;
         }
         let Some(&(li, _)) = stack_of.get(&i) else {
-            let buf = card
-                .alloc(t.info.size)
-                .map_err(dev_err(&format!("allocating `{}` on the card", w.name)))?;
-            card.write(&buf, 0, data)
+            card.write(&arena, at, data)
                 .map_err(dev_err("copying weights to the card"))?;
             weights.push(TensorRef {
-                buffer: buf.handle,
-                offset: 0,
+                buffer: arena.handle,
+                offset: at,
                 dtype: t.info.dtype,
                 ne,
                 nb,
             });
-            card_buffers.push(buf);
             continue;
         };
         let full = TensorRef {
@@ -430,19 +466,21 @@ pub fn load_weights(
         };
         if !on_card.is_empty() {
             let stride = nb[2] as usize;
-            let buf = card
-                .alloc(stride as u64 * on_card.len() as u64)
-                .map_err(dev_err(&format!("allocating `{}` on the card", w.name)))?;
             for (j, &e) in on_card.iter().enumerate() {
-                card.write(&buf, (j * stride) as u64, &data[e * stride..][..stride])
-                    .map_err(dev_err("copying experts to the card"))?;
+                card.write(
+                    &arena,
+                    at + (j * stride) as u64,
+                    &data[e * stride..][..stride],
+                )
+                .map_err(dev_err("copying experts to the card"))?;
             }
-            r.buffer = buf.handle;
-            card_buffers.push(buf);
+            r.buffer = arena.handle;
+            r.offset = at;
         }
-        card_stacks[li].push((r.buffer, nb[2]));
+        card_stacks[li].push(r);
         weights.push(r);
     }
+    card_buffers.push(arena);
     let mut layers = Vec::new();
     let mut layer_sources = Vec::new();
     let mut routing = Vec::new();
@@ -504,6 +542,7 @@ pub fn load_weights(
             stream: std::mem::take(&mut stream[li]),
             card_stacks: std::mem::take(&mut card_stacks[li]),
             bus_stacks: Vec::new(),
+            part_maps: Vec::new(),
         });
         layer_sources.push(std::mem::take(&mut sources[li]));
         let on_card: Vec<u32> = (0..l.n_expert).filter(|&e| here[e as usize]).collect();
@@ -575,6 +614,9 @@ pub fn load_weights(
         }
         staging.push(set);
     }
+    if plan.staging_parts > 1 && !layers.is_empty() {
+        card_buffers.push(part_maps(card, &mut layers, plan.staging_parts)?);
+    }
     let mut sets = vec![None; staging.len()];
     for t in lent {
         let set = stream_set(t, staging.len());
@@ -595,6 +637,7 @@ pub fn load_weights(
         ExpertTier {
             layers,
             staging,
+            staging_parts: plan.staging_parts.max(1),
             lending,
             residency: Arc::new(Mutex::new(Residency::new(routing, !request.no_residency))),
             disk,
@@ -604,6 +647,41 @@ pub fn load_weights(
             host,
         },
     ))
+}
+
+/// Writes every layer's part maps ([`TierLayer::part_maps`], `parts` each) into one card
+/// buffer, which it returns.
+fn part_maps(
+    card: &Arc<Device>,
+    layers: &mut [TierLayer],
+    parts: usize,
+) -> Result<Buffer, ModelError> {
+    let mut maps: Vec<i32> = Vec::new();
+    for l in layers.iter() {
+        let n = l.card_map.ne[0] as usize;
+        for p in 0..parts {
+            let (lo, hi) = (n * p / parts, n * (p + 1) / parts);
+            maps.extend((0..n).map(|e| if (lo..hi).contains(&e) { e as i32 } else { -1 }));
+        }
+    }
+    let buf = card
+        .alloc(4 * maps.len() as u64)
+        .map_err(dev_err("allocating the experts' part maps"))?;
+    card.write(&buf, 0, i32_bytes(&maps))
+        .map_err(dev_err("writing the experts' part maps"))?;
+    let mut offset = 0;
+    for l in layers.iter_mut() {
+        let like = l.card_map;
+        for _ in 0..parts {
+            l.part_maps.push(TensorRef {
+                buffer: buf.handle,
+                offset,
+                ..like
+            });
+            offset += like.ne[0] * 4;
+        }
+    }
+    Ok(buf)
 }
 
 #[cfg(test)]

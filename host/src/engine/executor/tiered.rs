@@ -658,17 +658,19 @@ impl Executor {
     }
 
     /// Runs the calls with each tiered layer's whole stacks copied into the card's staging
-    /// buffers before its MoE call. The copies run on the card's copy queue: layer `s`'s copy is
-    /// issued once the calls up to its attention are submitted, and starts when the layer that
-    /// last used its staging set has run (two sets: the copy overlaps the previous layer's MoE
-    /// and this layer's attention; one set: copies and calls alternate).
+    /// buffers before its MoE call (or each part's experts before that part's call). The copies
+    /// run on the card's copy queue: copy `s` is issued once the calls before its call are
+    /// submitted, and starts when the call that last used its memory has run (two sets: a
+    /// layer's copy overlaps the previous layer's MoE and this layer's attention; one set in
+    /// two parts: one part's copy overlaps the other part's call; one set whole: copies and
+    /// calls alternate).
     pub(super) fn run_streamed(&self, device: &Device) -> Result<(), ExecError> {
-        let sets = self.staging_sets.max(1);
+        let slots = self.staging_slots.max(1);
         let lending = self.lending.as_ref();
         if let Some(l) = lending {
             l.overwriting().map_err(dev("tracking the staging sets"))?;
         }
-        // freed[l]: the fence after which layer l's staging set may be overwritten.
+        // freed[s]: the fence after which copy s's memory may be overwritten.
         let mut freed = Vec::with_capacity(self.streamed.len());
         let mut start = 0;
         for (seg, s) in self.streamed.iter().enumerate() {
@@ -676,11 +678,11 @@ impl Executor {
             if seg > 0 {
                 freed.push(device.fence().map_err(dev("fencing a streamed layer"))?);
             }
-            let after = if seg >= sets { freed[seg - sets] } else { 0 };
-            for (handle, slice) in &s.uploads {
+            let after = if seg >= slots { freed[seg - slots] } else { 0 };
+            for (handle, offset, slice) in &s.uploads {
                 // SAFETY: the slice is the mapped model file, which outlives every executor;
                 // the sync below (or an earlier failure's) ends the copy's use of it.
-                unsafe { device.upload(*handle, 0, slice.bytes(), after) }
+                unsafe { device.upload(*handle, *offset, slice.bytes(), after) }
                     .map_err(dev("streaming host experts to the card"))?;
                 // With the disk tier host RAM is short: the layer's pages leave resident memory
                 // as soon as they are queued (a copy still reading them faults them in again).
@@ -712,6 +714,9 @@ fn host_experts(ids: &[i32], slot_of: &[i32]) -> Vec<u32> {
         .collect()
 }
 
+/// A copy of file bytes to a card buffer: (buffer handle, byte offset in it, the bytes).
+pub(super) type Upload = (u64, u64, HostSlice);
+
 /// Points a tiered MoE call's stacks at staging set `set` of the card, where its layer's whole
 /// stacks are copied before it runs; returns the copies.
 pub(super) fn stream_moe(
@@ -719,7 +724,7 @@ pub(super) fn stream_moe(
     layer: &TierLayer,
     set: usize,
     call: &mut OpCall,
-) -> Result<Vec<(u64, HostSlice)>, ExecError> {
+) -> Result<Vec<Upload>, ExecError> {
     let mut uploads = Vec::new();
     for (k, (slice, full)) in layer.stream.iter().enumerate() {
         let staging = tier
@@ -729,9 +734,101 @@ pub(super) fn stream_moe(
             .filter(|b| b.bytes >= slice.bytes().len() as u64)
             .ok_or_else(|| ExecError::BadGraph("no staging buffer for a streamed stack".into()))?;
         call.srcs[3 + k] = staging.tensor(*full);
-        uploads.push((staging.handle, *slice));
+        uploads.push((staging.handle, 0, *slice));
     }
     Ok(uploads)
+}
+
+/// One part of a streamed MoE call ([`stream_parts`]).
+pub(super) struct StreamPart {
+    /// The part's call, and the add that sums it into the call's destination (parts after the
+    /// first).
+    pub(super) calls: Vec<OpCall>,
+    /// The copies of the part's experts into the staging set.
+    pub(super) uploads: Vec<Upload>,
+}
+
+/// A streamed MoE call (see [`stream_moe`]) split over its layer's two expert halves
+/// ([`ExpertTier::staging_parts`]): each half's call reads the whole staging set through its
+/// map (only its own experts) once that half's experts are copied, so the copy of one half
+/// overlaps the call over the other within one set. The halves write the two halves of
+/// `part_out`, and an add after the second sums them into the call's destination.
+pub(super) fn stream_parts(
+    tier: &ExpertTier,
+    layer: &TierLayer,
+    set: usize,
+    call: OpCall,
+    part_out: Option<&Buffer>,
+) -> Result<Vec<StreamPart>, ExecError> {
+    let mut whole = call;
+    let uploads = stream_moe(tier, layer, set, &mut whole)?;
+    match layer.part_maps.len() {
+        0 | 1 => {
+            return Ok(vec![StreamPart {
+                calls: vec![whole],
+                uploads,
+            }])
+        }
+        2 => {}
+        n => {
+            return Err(ExecError::BadGraph(format!(
+                "a streamed call in {n} parts (at most 2)"
+            )))
+        }
+    }
+    let Op::MoeExperts(mut p) = whole.op else {
+        return Err(ExecError::BadGraph("not a MoE call".into()));
+    };
+    let n = 3 + if p.fused_gate_up { 2 } else { 3 };
+    if whole.n_srcs as usize != n || p.expert_map || n + 1 > MAX_SRCS {
+        return Err(ExecError::BadGraph(
+            "a streamed MoE call must name x, ids, weights and its stacks, without a map".into(),
+        ));
+    }
+    p.expert_map = true;
+    let parts = layer.part_maps.len() as u64;
+    let n_expert = u64::from(p.n_expert);
+    let mut out = Vec::new();
+    for (i, map) in layer.part_maps.iter().enumerate() {
+        let (lo, hi) = (
+            n_expert * i as u64 / parts,
+            n_expert * (i as u64 + 1) / parts,
+        );
+        let half_out = |i: u64| -> Result<TensorRef, ExecError> {
+            let bytes = whole.dst.elements() * 4;
+            let b = part_out
+                .filter(|b| b.bytes >= 2 * bytes)
+                .ok_or_else(|| ExecError::BadGraph("no buffer for a streamed half".into()))?;
+            Ok(TensorRef {
+                offset: i * bytes,
+                ..b.tensor(whole.dst)
+            })
+        };
+        let mut c = whole;
+        c.op = Op::MoeExperts(p);
+        c.srcs[n] = *map;
+        c.n_srcs = n as u32 + 1;
+        c.dst = half_out(i as u64)?;
+        let mut calls = vec![c];
+        if i == 1 {
+            calls.push(OpCall::new(Op::Add, &[half_out(0)?, c.dst], whole.dst));
+        }
+        let uploads = uploads
+            .iter()
+            .zip(&layer.stream)
+            .map(|(&(handle, _, slice), (_, full))| {
+                let stride = full.nb[2];
+                let at = lo * stride;
+                (
+                    handle,
+                    at,
+                    slice.part(at as usize, ((hi - lo) * stride) as usize),
+                )
+            })
+            .collect();
+        out.push(StreamPart { calls, uploads });
+    }
+    Ok(out)
 }
 
 /// The calls a tiered MoE call brings to the executor's list around it.
