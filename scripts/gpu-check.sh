@@ -67,8 +67,15 @@
 #                                 layers on the 30B-A3B file, and the graph-mode bench.
 #   scripts/gpu-check.sh card-memory  on the GPU machine: the card memory nvidia-smi shows in use
 #                                 (peak, sampled every 100 ms) and pp512/tg64 of the 30B-A3B file
-#                                 under --gpu-budget 5.8G and 6.3G, alternating with llama-bench
-#                                 -ncmoe 36 when LLAMA_BENCH names one (placements at equal memory).
+#                                 under each of PLACEMENTS (bloomery flags, ';'-separated; default
+#                                 --gpu-budget 5.8G and 6.3G), ROUNDS times (default 3), alternating
+#                                 with llama-bench LLAMA_ARGS (default -ncmoe 36) when LLAMA_BENCH
+#                                 names one (placements at equal memory).
+#   scripts/gpu-check.sh host-equal  on the GPU machine: every expert on the host (-cmoe) with one
+#                                 staging set filled in halves: greedy text of the tiny files against
+#                                 the CPU and two sets, the 30B-A3B file's plans under BUDGETS
+#                                 (default 1950M: one set, 2300M: two) and its greedy text in both
+#                                 forms (the same tokens).
 #   scripts/gpu-check.sh decode-staging  on the GPU machine: the staging sets lent to decode
 #                                 (default) against --no-decode-staging: greedy text of the tiny
 #                                 files and of the 30B-A3B file (a lent layer gives the tokens of
@@ -307,20 +314,53 @@ case "${1:-}" in
     peak() {
       nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$out/smi.txt" &
       local s=$!
-      "$@" 2>&1 | grep -E "pp512|tg64" | awk -F'|' '{printf "%s %s; ", $(NF-2), $(NF-1)}'
+      "$@" 2>&1 | tee -a "$out/card-memory.log" | grep -E "pp512|tg64|rror" \
+        | awk -F'|' '{printf "%s %s; ", $(NF-2), $(NF-1)}'
       kill $s
       wait $s 2> /dev/null || true
       echo " peak $(($(sort -n "$out/smi.txt" | tail -1) - base)) MiB above idle"
     }
-    for round in 1 2 3; do
+    IFS=';' read -r -a placements <<< "${PLACEMENTS:---gpu-budget 5.8G;--gpu-budget 6.3G}"
+    for round in $(seq "${ROUNDS:-3}"); do
       if [ -n "${LLAMA_BENCH:-}" ]; then
-        echo "== llama-bench -ncmoe 36 r$round: $(peak "$LLAMA_BENCH" -m "$f" -p 512 -n 64 -r 3 -ngl 99 \
-          -fa 1 -t 16 -ncmoe 36)" | tee -a "$out/card-memory.txt"
+        # shellcheck disable=SC2086
+        echo "== llama-bench ${LLAMA_ARGS:--ncmoe 36} r$round: $(peak "$LLAMA_BENCH" -m "$f" -p 512 \
+          -n 64 -r 3 -ngl 99 -fa 1 -t 16 ${LLAMA_ARGS:--ncmoe 36})" | tee -a "$out/card-memory.txt"
       fi
-      for budget in 5.8G 6.3G; do
-        echo "== bloomery --gpu-budget $budget r$round: $(peak dist/bloomery --plugin-dir dist/plugins \
-          bench -m "$f" -p 512 -n 64 -r 3 -ngl 99 --gpu-budget $budget)" | tee -a "$out/card-memory.txt"
+      for p in "${placements[@]}"; do
+        # shellcheck disable=SC2086
+        echo "== bloomery $p r$round: $(peak dist/bloomery --plugin-dir dist/plugins \
+          bench -m "$f" -p 512 -n 64 -r 3 -ngl 99 $p)" | tee -a "$out/card-memory.txt"
       done
+    done
+    ;;
+  host-equal)
+    # Every expert on the host in little card memory: one staging set filled in halves.
+    b="dist/bloomery --plugin-dir dist/plugins"
+    m=$(tiny_files)
+    long="one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen \
+sixteen seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three twenty-four"
+    # The card budget of the -cmoe plan with one staging set: its total less half the staging.
+    one_set() {
+      $b plan -m "$1" -cmoe "${@:2}" 2>&1 | awk '
+        function bytes(v, u) { return u ~ /GiB/ ? v * 1073741824 : v * 1048576 }
+        /^  (dense weights|KV cache|scratch)/ { t += bytes($(NF-1), $NF) }
+        /^  expert staging/ { t += bytes($3, $4) / 2 }
+        END { printf "%d", t + 262144 }'
+    }
+    for f in f32 q4k; do
+      budget=$(one_set "$m/$f.gguf")
+      $b plan -m "$m/$f.gguf" -cmoe --gpu-budget "$budget" 2>&1 | grep staging
+      greedy_md5 "$f" "$long" "-ngl 0" "-ngl 99 -cmoe" "-ngl 99 -cmoe --gpu-budget $budget"
+    done
+    f=$(file_30b)
+    for budget in ${BUDGETS:-1950M 2300M}; do
+      $b plan -m "$f" -cmoe --gpu-budget "$budget" -c 512 2>&1 | grep -E "^  |budget" | sed -n 1,8p
+    done
+    for flags in "-cmoe" "-cmoe --gpu-budget ${BUDGETS%% *}" "-ncmoe 46 --no-decode-staging"; do
+      # shellcheck disable=SC2086
+      echo "greedy 30b $flags: $($b run -m "$f" -c 512 -p "$long" -n 32 --temp 0 -ngl 99 \
+        --bus-experts 0 $flags 2> /dev/null | md5sum)"
     done
     ;;
   decode-staging)
