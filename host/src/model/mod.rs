@@ -70,11 +70,12 @@ pub enum ModelError {
     Plan(#[from] PlanError),
 }
 
-/// Card memory kept free besides the planned arenas and the kernels' per-row scratch
-/// ([`scratch_per_row`]): captured graphs, the page tables of page-locked host memory, the
-/// executors' inputs and small buffers. Measured on the H200 (docs/performance.md, "every expert
-/// on the host at llama.cpp's card memory"): the 30B-A3B file with every expert on the host used
-/// about 45 MiB of these (graphs 15, page tables 30).
+/// Card memory kept free besides the planned arenas, the kernels' per-row scratch
+/// ([`scratch_per_row`]) and the page tables ([`PAGE_TABLE_SHARE`]): captured graphs, the
+/// executors' inputs, a streamed layer's halves' output and small buffers. Measured on the H200
+/// (docs/performance.md, "every expert on the host within llama.cpp's card memory"): the
+/// 30B-A3B file with every expert on the host used about 25 MiB of these (graphs 15, the
+/// halves' output 8).
 const CARD_RESERVE: u64 = 96 << 20;
 
 /// The least kernel scratch planned per row of the largest pass.
@@ -855,7 +856,7 @@ mod tests {
     #[test]
     fn the_kernel_scratch_planned_per_row_covers_what_the_card_used() {
         // The 30B-A3B shape (k 8 of 128, FFN 768, width 2048): the CUDA bundle's scratch grew
-        // to 62 MiB for a 512-row prompt (docs/performance.md, "every expert on the host at
+        // to 62 MiB for a 512-row prompt (docs/performance.md, "every expert on the host within
         // llama.cpp's card memory"); planned with a quarter more, not past it.
         let per_row = scratch_per_row(&one_call(512, 2048, 8, 768));
         assert!(512 * per_row >= 62 << 20, "{per_row}");

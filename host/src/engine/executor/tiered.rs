@@ -741,8 +741,8 @@ pub(super) fn stream_moe(
 
 /// One part of a streamed MoE call ([`stream_parts`]).
 pub(super) struct StreamPart {
-    /// The part's call, and the add that sums it into the call's destination (parts after the
-    /// first).
+    /// The part's call, and after the second half's the add that sums both into the call's
+    /// destination.
     pub(super) calls: Vec<OpCall>,
     /// The copies of the part's experts into the staging set.
     pub(super) uploads: Vec<Upload>,
@@ -786,32 +786,26 @@ pub(super) fn stream_parts(
         ));
     }
     p.expert_map = true;
-    let parts = layer.part_maps.len() as u64;
     let n_expert = u64::from(p.n_expert);
+    let bytes = whole.dst.elements() * 4;
+    let out_buffer = part_out
+        .filter(|b| b.bytes >= 2 * bytes)
+        .ok_or_else(|| ExecError::BadGraph("no buffer for a streamed half".into()))?;
+    let half_out = |i: u64| TensorRef {
+        offset: i * bytes,
+        ..out_buffer.tensor(whole.dst)
+    };
     let mut out = Vec::new();
     for (i, map) in layer.part_maps.iter().enumerate() {
-        let (lo, hi) = (
-            n_expert * i as u64 / parts,
-            n_expert * (i as u64 + 1) / parts,
-        );
-        let half_out = |i: u64| -> Result<TensorRef, ExecError> {
-            let bytes = whole.dst.elements() * 4;
-            let b = part_out
-                .filter(|b| b.bytes >= 2 * bytes)
-                .ok_or_else(|| ExecError::BadGraph("no buffer for a streamed half".into()))?;
-            Ok(TensorRef {
-                offset: i * bytes,
-                ..b.tensor(whole.dst)
-            })
-        };
+        let (lo, hi) = (n_expert * i as u64 / 2, n_expert * (i as u64 + 1) / 2);
         let mut c = whole;
         c.op = Op::MoeExperts(p);
         c.srcs[n] = *map;
         c.n_srcs = n as u32 + 1;
-        c.dst = half_out(i as u64)?;
+        c.dst = half_out(i as u64);
         let mut calls = vec![c];
         if i == 1 {
-            calls.push(OpCall::new(Op::Add, &[half_out(0)?, c.dst], whole.dst));
+            calls.push(OpCall::new(Op::Add, &[half_out(0), c.dst], whole.dst));
         }
         let uploads = uploads
             .iter()
