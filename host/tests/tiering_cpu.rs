@@ -490,7 +490,7 @@ fn one_staging_set_filled_in_halves_gives_the_unsplit_logits() {
         ..Default::default()
     };
     let p = load(&path, &cmoe).plan.unwrap();
-    assert_eq!((p.staging_sets, p.staging_parts), (2, 1));
+    assert_eq!((p.staging_sets, p.staging_parts()), (2, 1));
     let one_set = p.card_dense_bytes() + p.fixed.state + p.fixed.scratch + p.staging / 2;
     let tight = TierRequest {
         gpu_budget: Some(one_set),
@@ -498,7 +498,7 @@ fn one_staging_set_filled_in_halves_gives_the_unsplit_logits() {
     };
     let mut m = load(&path, &tight);
     let p = m.plan.as_ref().unwrap();
-    assert_eq!((p.staging_sets, p.staging_parts), (1, 2));
+    assert_eq!((p.staging_sets, p.staging_parts()), (1, 2));
     assert_eq!(p.lent, vec![3]);
     let rel = max_rel(&run(&mut m), &want);
     assert!(rel < 1e-5, "halves differ by {rel}");

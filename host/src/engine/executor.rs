@@ -457,32 +457,25 @@ impl Executor {
                 match tier.layer(w).map(|(i, l)| (i, l, tier.lending.set_of(i))) {
                     Some((i, layer, _)) if stream => {
                         let set = tier.stream_set(i);
-                        let mut parts =
-                            stream_parts(tier, layer, set, call, part_out.as_ref())?.into_iter();
-                        let first = parts
-                            .next()
-                            .ok_or_else(|| ExecError::BadGraph("a call without parts".into()))?;
+                        let parts = stream_parts(tier, layer, set, call, part_out.as_ref())?;
+                        // The first part's call stands for the call; the others follow it.
                         let at = calls.len();
-                        streamed.push(Streamed {
-                            at,
-                            layer: i,
-                            set,
-                            uploads: first.uploads,
-                        });
-                        // The first half's call stands for the call; the rest follows it.
-                        let mut first_calls = first.calls.into_iter();
-                        call = first_calls.next().ok_or_else(|| {
-                            ExecError::BadGraph("a streamed part without its call".into())
-                        })?;
-                        adds.extend(first_calls);
-                        for part in parts {
+                        for (p, part) in parts.into_iter().enumerate() {
+                            let at = match p {
+                                0 => at,
+                                _ => at + 1 + adds.len(),
+                            };
                             streamed.push(Streamed {
-                                at: at + 1 + adds.len(),
+                                at,
                                 layer: i,
                                 set,
                                 uploads: part.uploads,
                             });
-                            adds.extend(part.calls);
+                            match p {
+                                0 => call = part.call,
+                                _ => adds.push(part.call),
+                            }
+                            adds.extend(part.add);
                         }
                     }
                     Some((_, layer, Some(set))) => {

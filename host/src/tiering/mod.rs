@@ -614,8 +614,9 @@ pub fn load_weights(
         }
         staging.push(set);
     }
-    if plan.staging_parts > 1 && !layers.is_empty() {
-        card_buffers.push(part_maps(card, &mut layers, plan.staging_parts)?);
+    let parts = plan.staging_parts();
+    if parts > 1 && !layers.is_empty() {
+        card_buffers.push(part_maps(card, &mut layers, parts)?);
     }
     let mut sets = vec![None; staging.len()];
     for t in lent {
@@ -637,7 +638,7 @@ pub fn load_weights(
         ExpertTier {
             layers,
             staging,
-            staging_parts: plan.staging_parts.max(1),
+            staging_parts: parts,
             lending,
             residency: Arc::new(Mutex::new(Residency::new(routing, !request.no_residency))),
             disk,

@@ -169,9 +169,6 @@ pub struct Plan {
     pub staging: u64,
     /// Sets of staging buffers in `staging` (0, 1 or 2).
     pub staging_sets: usize,
-    /// Parts each streamed layer's experts are copied and computed in: 2 with one set (the
-    /// copy of one half overlaps the call over the other), else 1.
-    pub staging_parts: usize,
     /// Layers (indices in `layers`, none with card experts) whose whole stacks the staging sets
     /// hold between prompts, one a set: passes that stream nothing (decode) compute them on the
     /// card from there. A prompt streams every layer with host experts in order, each into set
@@ -374,12 +371,21 @@ impl Plan {
             fixed,
             staging: staging * staging_sets as u64,
             staging_sets,
-            staging_parts: if staging_sets == 1 { 2 } else { 1 },
             card_budget,
             host_budget,
             tables_on_host,
             table_weights: Vec::new(),
         })
+    }
+
+    /// Parts each streamed layer's experts are copied and computed in: 2 with one set (the
+    /// copy of one half overlaps the call over the other), else 1.
+    pub fn staging_parts(&self) -> usize {
+        if self.staging_sets == 1 {
+            2
+        } else {
+            1
+        }
     }
 
     /// Bytes of dense weights on the card (less the tables left in host RAM).
@@ -441,7 +447,7 @@ impl fmt::Display for Plan {
             gib(self.staging),
             self.staging_sets,
             if self.staging_sets == 1 { "" } else { "s" },
-            match self.staging_parts {
+            match self.staging_parts() {
                 0 | 1 => String::new(),
                 n => format!(", filled in {n} parts"),
             },
@@ -532,13 +538,13 @@ mod tests {
         // experts of one more.
         let p = Plan::make(layers(4, 4, 100), FIXED, 2800, 1 << 30, &keep).unwrap();
         assert_eq!(on_card_counts(&p), vec![0, 0, 3, 4]);
-        assert_eq!((p.staging, p.staging_sets, p.staging_parts), (800, 2, 1));
+        assert_eq!((p.staging, p.staging_sets, p.staging_parts()), (800, 2, 1));
         assert_eq!(p.card_expert_bytes(), 700);
         assert_eq!(p.host_expert_bytes(), 900);
         assert!(p.lent.is_empty());
         // Room for one set only: the card keeps only it, and experts in what is left.
         let p = Plan::make(layers(4, 4, 100), FIXED, 2000, 1 << 30, &keep).unwrap();
-        assert_eq!((p.staging, p.staging_sets, p.staging_parts), (400, 1, 2));
+        assert_eq!((p.staging, p.staging_sets, p.staging_parts()), (400, 1, 2));
         assert_eq!(on_card_counts(&p), vec![0, 0, 0, 3]);
         assert_eq!(p.card_expert_bytes(), 300);
         assert_eq!(p.host_expert_bytes(), 1300);
@@ -639,12 +645,12 @@ mod tests {
         let p = Plan::make(layers(3, 4, 100), FIXED, big, big, &cmoe).unwrap();
         assert_eq!(on_card_counts(&p), vec![0, 0, 0]);
         // Room to spare: two staging sets, so prompts overlap copies with calls.
-        assert_eq!((p.staging, p.staging_sets, p.staging_parts), (800, 2, 1));
+        assert_eq!((p.staging, p.staging_sets, p.staging_parts()), (800, 2, 1));
         // Room for exactly one set: one.
         let p = Plan::make(layers(3, 4, 100), FIXED, 1300 + 400, big, &cmoe).unwrap();
-        assert_eq!((p.staging, p.staging_sets, p.staging_parts), (400, 1, 2));
+        assert_eq!((p.staging, p.staging_sets, p.staging_parts()), (400, 1, 2));
         let p = Plan::make(layers(3, 4, 100), FIXED, 1300 + 800, big, &cmoe).unwrap();
-        assert_eq!((p.staging, p.staging_sets, p.staging_parts), (800, 2, 1));
+        assert_eq!((p.staging, p.staging_sets, p.staging_parts()), (800, 2, 1));
         let ncmoe = TierRequest {
             n_cpu_moe: Some(2),
             ..Default::default()

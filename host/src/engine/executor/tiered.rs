@@ -741,9 +741,10 @@ pub(super) fn stream_moe(
 
 /// One part of a streamed MoE call ([`stream_parts`]).
 pub(super) struct StreamPart {
-    /// The part's call, and after the second half's the add that sums both into the call's
-    /// destination.
-    pub(super) calls: Vec<OpCall>,
+    /// The part's call.
+    pub(super) call: OpCall,
+    /// After the second half's call, the add that sums both into the call's destination.
+    pub(super) add: Option<OpCall>,
     /// The copies of the part's experts into the staging set.
     pub(super) uploads: Vec<Upload>,
 }
@@ -765,7 +766,8 @@ pub(super) fn stream_parts(
     match layer.part_maps.len() {
         0 | 1 => {
             return Ok(vec![StreamPart {
-                calls: vec![whole],
+                call: whole,
+                add: None,
                 uploads,
             }])
         }
@@ -803,10 +805,7 @@ pub(super) fn stream_parts(
         c.srcs[n] = *map;
         c.n_srcs = n as u32 + 1;
         c.dst = half_out(i as u64);
-        let mut calls = vec![c];
-        if i == 1 {
-            calls.push(OpCall::new(Op::Add, &[half_out(0), c.dst], whole.dst));
-        }
+        let add = (i == 1).then(|| OpCall::new(Op::Add, &[half_out(0), c.dst], whole.dst));
         let uploads = uploads
             .iter()
             .zip(&layer.stream)
@@ -820,7 +819,11 @@ pub(super) fn stream_parts(
                 )
             })
             .collect();
-        out.push(StreamPart { calls, uploads });
+        out.push(StreamPart {
+            call: c,
+            add,
+            uploads,
+        });
     }
     Ok(out)
 }
