@@ -354,10 +354,11 @@ sixteen seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three tw
       greedy_md5 "$f" "$long" "-ngl 0" "-ngl 99 -cmoe" "-ngl 99 -cmoe --gpu-budget $budget"
     done
     f=$(file_30b)
-    for budget in ${BUDGETS:-1950M 2300M}; do
+    budgets=${BUDGETS:-1950M 2300M}
+    for budget in $budgets; do
       $b plan -m "$f" -cmoe --gpu-budget "$budget" -c 512 2>&1 | grep -E "^  |budget" | sed -n 1,8p
     done
-    for flags in "-cmoe" "-cmoe --gpu-budget ${BUDGETS%% *}" "-ncmoe 46 --no-decode-staging"; do
+    for flags in "-cmoe" "-cmoe --gpu-budget ${budgets%% *}" "-ncmoe 46 --no-decode-staging"; do
       # shellcheck disable=SC2086
       echo "greedy 30b $flags: $($b run -m "$f" -c 512 -p "$long" -n 32 --temp 0 -ngl 99 \
         --bus-experts 0 $flags 2> /dev/null | md5sum)"
