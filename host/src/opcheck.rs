@@ -1337,6 +1337,7 @@ pub fn check_model(
             kv_type: kv,
             threads: 0,
             graphs: true,
+            mlock: false,
         };
         let what = |p: &str| format!("model {} ({kv} cache): {p}", path.display());
         let eager_opts = LoadOptions {

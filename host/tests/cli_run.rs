@@ -81,6 +81,32 @@ fn greedy_and_seeded_runs_repeat_exactly() {
 }
 
 #[test]
+fn mlock_locks_the_whole_file_on_the_cpu_and_changes_no_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny(dir.path());
+    let greedy = ["-p", "the cat sat", "-n", "8", "--temp", "0"];
+    let plain = ok(&run(&m, &greedy)).0;
+    let (text, stderr) = ok(&run(&m, &[&greedy[..], &["--mlock", "-v"]].concat()));
+    assert_eq!(text, plain);
+    // "--mlock: 28.1 MiB of the model locked in RAM (VmLck 28736 kB)": the kernel's count.
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("--mlock:"))
+        .unwrap_or_else(|| panic!("no --mlock line in:\n{stderr}"));
+    let kib: u64 = line
+        .split("VmLck ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no VmLck in: {line}"));
+    let len = std::fs::metadata(&m).unwrap().len();
+    assert!(
+        kib * 1024 >= len,
+        "{kib} kB locked for a file of {len} bytes: {line}"
+    );
+}
+
+#[test]
 fn chat_wraps_the_prompt_in_the_template() {
     let dir = tempfile::tempdir().unwrap();
     let m = tiny(dir.path());

@@ -26,6 +26,7 @@ fn load(path: &std::path::Path, n_slots: u32) -> LoadedModel {
         kv_type: DType::F32,
         threads: 2,
         graphs: true,
+        mlock: false,
     };
     LoadedModel::load(&reg, path, opts).unwrap()
 }

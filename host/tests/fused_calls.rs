@@ -43,6 +43,7 @@ fn load_typed(arch: &str, dir: &tempfile::TempDir, experts: DType, dense: DType)
         kv_type: DType::F32,
         threads: 2,
         graphs: false,
+        mlock: false,
     };
     LoadedModel::load(&reg, &path, opts).unwrap()
 }

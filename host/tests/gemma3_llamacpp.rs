@@ -41,6 +41,7 @@ fn load() -> LoadedModel {
         kv_type: DType::F32,
         threads: 2,
         graphs: true,
+        mlock: false,
     };
     LoadedModel::load(&reg, &model_path(), opts).unwrap()
 }

@@ -41,6 +41,7 @@ fn load(path: &Path, n_slots: u32) -> LoadedModel {
         kv_type: DType::F32,
         threads: 2,
         graphs: true,
+        mlock: false,
     };
     LoadedModel::load(&reg, path, opts).unwrap()
 }

@@ -35,6 +35,7 @@ fn load(arch: &str, dir: &tempfile::TempDir, n_slots: u32) -> LoadedModel {
         kv_type: DType::F32,
         threads: 2,
         graphs: true,
+        mlock: false,
     };
     LoadedModel::load(&reg, &path, opts).unwrap()
 }

@@ -25,6 +25,7 @@ const OPTS: LoadOptions = LoadOptions {
     kv_type: DType::F32,
     threads: 2,
     graphs: true,
+    mlock: false,
 };
 
 fn golden(name: &str) -> serde_json::Value {

@@ -64,6 +64,7 @@ fn compare_with(name: &str, file: &str, t: [DType; 4]) -> Agreement {
         kv_type: DType::F32,
         threads: 2,
         graphs: true,
+        mlock: false,
     };
     let mut a = Agreement {
         max_rel: 0.0,

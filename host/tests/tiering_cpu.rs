@@ -37,6 +37,7 @@ fn try_load(path: &Path, request: &TierRequest) -> Result<LoadedModel, String> {
         kv_type: DType::F32,
         threads: 2,
         graphs: true,
+        mlock: false,
     };
     common::load_on_scalar_card(path, opts, request)
 }
@@ -514,4 +515,54 @@ fn one_staging_set_filled_in_halves_gives_the_unsplit_logits() {
         .filter(|w| matches!(w[0].op, Op::MoeExperts(_)) && w[1].op == Op::Add)
         .count();
     assert_eq!(halves_summed, 4);
+}
+
+/// `--mlock` locks what the host reads during a run: with every expert on the host, their
+/// stacks and the token tables (not the dense weights the card holds); with the disk tier,
+/// none of the experts it reads into its arena; without the flag, nothing.
+#[test]
+fn mlock_locks_the_host_experts_and_tables_but_not_what_the_disk_tier_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(&dir, DType::Q8_0);
+    let file_len = std::fs::metadata(&path).unwrap().len();
+    let opts = LoadOptions {
+        n_slots: 1,
+        ctx_per_slot: 64,
+        kv_type: DType::F32,
+        threads: 2,
+        graphs: true,
+        mlock: true,
+    };
+    let load = |r: &TierRequest, mlock: bool| {
+        common::load_on_scalar_card(&path, LoadOptions { mlock, ..opts }, r).unwrap()
+    };
+    let cmoe = TierRequest {
+        cpu_moe: true,
+        ..Default::default()
+    };
+    let m = load(&cmoe, true);
+    let p = m.plan.as_ref().unwrap();
+    let host = p.host_expert_bytes() + p.host_table_bytes();
+    assert!(p.tables_on_host && p.host_table_bytes() > 0, "{p}");
+    // Whole pages of each stack and table: at most a page more at either end of each.
+    let slack = 2 * 4096 * (4 * 3 + 1);
+    assert!(
+        (host..=host + slack).contains(&m.locked),
+        "locked {} for {host} bytes of experts and tables (file {file_len})",
+        m.locked
+    );
+    assert!(m.locked < file_len);
+    assert_eq!(load(&cmoe, false).locked, 0);
+
+    // Host RAM for eight experts: every host expert is read from the file into the arena, and
+    // the tables go to the card, so the host reads nothing of the file in place.
+    let expert = p.layers[0].expert_bytes;
+    let disk = TierRequest {
+        host_budget: Some(8 * expert),
+        ..cmoe
+    };
+    let d = load(&disk, true);
+    assert!(d.disk_stats().is_some());
+    assert!(!d.plan.as_ref().unwrap().tables_on_host);
+    assert_eq!(d.locked, 0);
 }

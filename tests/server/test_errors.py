@@ -75,7 +75,7 @@ def test_without_slots_and_metrics_flags(tiny_path):
 
 @pytest.mark.parametrize("flag,named", [
     (["--no-such-flag"], "--no-such-flag"),
-    (["--mlock"], "--mlock"),
+    (["--no-mmap"], "--no-mmap"),
     (["-ot", "exps=TPU"], "TPU"),
     (["--gpu-budget", "lots"], "--gpu-budget"),
     (["--cache-ram", "-5"], "--cache-ram"),
@@ -91,7 +91,7 @@ def test_llama_server_harness_flags_are_accepted(tiny_path):
     s = Server(tiny_path, "--temp", "0.8", "--seed", "42", "--host", "127.0.0.1", "--batch-size", "32",
                "--ubatch-size", "32", "--threads", "2", "--n-gpu-layers", "0", "--ctx-size", "512", "--parallel", "2",
                "-fa", "on", "--n-predict", "8", "--alias", "tinyllama-2", "--jinja", "--reasoning-format", "none",
-               "-ctk", "f16", "-ctv", "f16", "--cache-ram", "0", "-ncmoe", "2", "-ot", "exps=CPU",
+               "-ctk", "f16", "-ctv", "f16", "--cache-ram", "0", "-ncmoe", "2", "-ot", "exps=CPU", "--mlock",
                env={"LLAMA_ARG_N_PARALLEL": "3"})
     try:
         props = s.get("/props").json()

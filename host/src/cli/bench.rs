@@ -154,6 +154,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         kv_type: DType::F16,
         threads: a.threads,
         graphs: !a.no_graphs,
+        mlock: a.placement.mlock,
     };
     // The pp test is one batch of n_prompt rows, a tg step one row per sequence, and the depth
     // is filled in batches of DEFAULT_BATCH_ROWS.

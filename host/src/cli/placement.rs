@@ -1,6 +1,6 @@
 //! Expert placement flags shared by `serve`, `run`, `bench` and `plan`, spelled as llama.cpp
-//! spells them (`-cmoe`, `-ncmoe N`, `-ot REGEX=BUFFER`), plus budgets that emulate a smaller
-//! card or host.
+//! spells them (`-cmoe`, `-ncmoe N`, `-ot REGEX=BUFFER`, `--mlock`), plus budgets that emulate a
+//! smaller card or host.
 
 use clap::Args;
 
@@ -50,6 +50,11 @@ pub struct PlacementArgs {
     /// the card: one or two layers fewer for the CPU, at no card memory cost.
     #[arg(long = "no-decode-staging")]
     pub no_decode_staging: bool,
+    /// Lock the model in RAM at load (llama.cpp's `--mlock`): its mapped file, less the routed
+    /// experts a host budget below them leaves to the disk tier. Past `ulimit -l` (without
+    /// CAP_IPC_LOCK) a warning says how much was locked.
+    #[arg(long = "mlock", env = "LLAMA_ARG_MLOCK")]
+    pub mlock: bool,
 }
 
 /// The most rows a prompt pass evaluates under llama-server's `-b` and `-ub`: the smaller, at

@@ -251,6 +251,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         kv_type: DType::F16,
         threads: a.threads,
         graphs: true,
+        mlock: a.placement.mlock,
     };
     let mut model = LoadedModel::load_offloaded(
         &reg,

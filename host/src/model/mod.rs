@@ -1,6 +1,7 @@
 //! A model loaded for inference: the mapped file, its plugin instance, weights mapped on a
 //! device, the state buffers of every sequence slot, and prepared graphs per batch shape.
 
+mod mlock;
 mod snapshot;
 pub mod view;
 
@@ -131,6 +132,8 @@ pub struct LoadOptions {
     /// Capture each batch shape's calls into a device graph on its second pass and replay it
     /// after (devices that cannot capture run eagerly either way).
     pub graphs: bool,
+    /// Lock the model's mapped bytes in RAM at load (`--mlock`; see [`mlock`]).
+    pub mlock: bool,
 }
 
 impl Default for LoadOptions {
@@ -141,6 +144,7 @@ impl Default for LoadOptions {
             kv_type: DType::F16,
             threads: 0,
             graphs: true,
+            mlock: false,
         }
     }
 }
@@ -171,6 +175,8 @@ pub struct LoadedModel {
     pub options: LoadOptions,
     /// The mapped file (kept alive for the weight buffers).
     pub file: GgufModel,
+    /// Bytes of the mapped file locked in RAM (`--mlock`; 0 without it).
+    pub locked: u64,
 }
 
 fn device_err(context: &str) -> impl FnOnce(PluginError) -> ModelError + '_ {
@@ -323,6 +329,26 @@ impl LoadedModel {
                 (b, w, None)
             }
         };
+        let locked = if options.mlock {
+            let ranges = match &tier {
+                Some(t) => t.host_read_ranges(),
+                // Every weight copied to the card: the host reads none of the file.
+                None if kernel.probe.class == DeviceClass::Gpu => Vec::new(),
+                None => file
+                    .parts()
+                    .iter()
+                    .map(|p| {
+                        (
+                            p.bytes().as_ptr() as usize,
+                            p.bytes().as_ptr() as usize + p.bytes().len(),
+                        )
+                    })
+                    .collect(),
+            };
+            mlock::lock_ranges(&ranges)
+        } else {
+            0
+        };
         let mut model = LoadedModel {
             executors: HashMap::new(),
             clock: 0,
@@ -339,6 +365,7 @@ impl LoadedModel {
             plugin: plugin.name.clone(),
             options,
             file,
+            locked,
         };
         model.executor(1, 1)?;
         Ok(model)

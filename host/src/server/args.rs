@@ -202,9 +202,6 @@ pub struct ServeArgs {
     /// Read the model into memory instead of mapping it (not implemented yet: refused).
     #[arg(long = "no-mmap", env = "LLAMA_ARG_NO_MMAP")]
     pub no_mmap: bool,
-    /// Lock the model in RAM (not implemented yet: refused).
-    #[arg(long = "mlock", env = "LLAMA_ARG_MLOCK")]
-    pub mlock: bool,
     /// Requests that may wait for a slot; more are answered 503 with Retry-After.
     #[arg(long = "queue-depth", default_value_t = 64)]
     pub queue_depth: usize,
@@ -266,9 +263,6 @@ impl ServeArgs {
         }
         if self.no_mmap {
             not_yet("--no-mmap", "the model is always mapped")?;
-        }
-        if self.mlock {
-            not_yet("--mlock", "locking the mapped model")?;
         }
         if self.parallel == 0 || self.parallel < -1 {
             bail!(

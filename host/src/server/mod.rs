@@ -245,6 +245,7 @@ fn load(cli_plugin_dir: &std::path::Path, a: &ServeArgs) -> anyhow::Result<Ready
         kv_type,
         threads,
         graphs: true,
+        mlock: a.placement.mlock,
     };
     // Prompts are evaluated in batches of at most n_batch rows (the engine's config below).
     let mut request = a.placement.request()?;

@@ -156,12 +156,29 @@ pub struct ExpertTier {
     /// The card's views of the page-locked stacks behind [`TierLayer::bus_stacks`] and of the
     /// token tables it reads in place.
     _bus_views: Vec<Buffer>,
+    /// The token tables left in host RAM (see [`ExpertTier::host_read_ranges`]).
+    tables: Vec<HostSlice>,
     _host_buffers: Vec<Buffer>,
     /// The CPU device that computes host experts.
     pub host: Arc<Device>,
 }
 
 impl ExpertTier {
+    /// The address ranges of the mapped file the host reads during a run, as `(start, end)`:
+    /// the layers' host stacks (not when the disk tier reads them into its arena) and the token
+    /// tables the card reads in place.
+    pub fn host_read_ranges(&self) -> Vec<(usize, usize)> {
+        let stacks = self
+            .layers
+            .iter()
+            .filter(|_| self.disk.is_none())
+            .flat_map(|l| l.stream.iter().map(|(h, _)| h));
+        stacks
+            .chain(&self.tables)
+            .map(|h| (h.addr, h.addr + h.len))
+            .collect()
+    }
+
     /// The staging set a prompt streams tier layer `layer` into (see [`stream_set`]).
     pub fn stream_set(&self, layer: usize) -> usize {
         stream_set(layer, self.staging.len())
@@ -644,6 +661,7 @@ pub fn load_weights(
             disk,
             bus: Arc::new(Mutex::new(BusBalance::new(request.bus_experts))),
             _bus_views: bus,
+            tables: slices,
             _host_buffers: host_buffers,
             host,
         },

@@ -79,6 +79,7 @@ fn load(model: &Path, kv_type: DType) -> LoadedModel {
         kv_type,
         threads: 0,
         graphs: true,
+        mlock: false,
     };
     LoadedModel::load(&reg, model, opts).unwrap()
 }
