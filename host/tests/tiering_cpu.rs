@@ -566,3 +566,65 @@ fn mlock_locks_the_host_experts_and_tables_but_not_what_the_disk_tier_reads() {
     assert!(!d.plan.as_ref().unwrap().tables_on_host);
     assert_eq!(d.locked, 0);
 }
+
+/// Resident bytes of the mapping that holds address `addr` (`/proc/self/smaps`' `Rss` of it).
+fn mapped_rss(addr: usize) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut inside = false;
+    for line in smaps.lines() {
+        let range = line
+            .split_whitespace()
+            .next()
+            .and_then(|r| r.split_once('-'));
+        if let Some((lo, hi)) = range.filter(|_| !line.ends_with(':') && !line.contains(": ")) {
+            let lo = usize::from_str_radix(lo, 16).unwrap_or(usize::MAX);
+            let hi = usize::from_str_radix(hi, 16).unwrap_or(0);
+            inside = (lo..hi).contains(&addr);
+        } else if inside && line.starts_with("Rss:") {
+            let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+            return kib * 1024;
+        }
+    }
+    panic!("no mapping holds {addr:#x}")
+}
+
+/// With the disk tier, the experts of the mapped file do not stay in the process's resident
+/// memory: prompts stream them from the mapping and release them, calls read them into the
+/// arena. With them in host RAM, they are resident after the same run.
+#[test]
+fn the_disk_tier_keeps_the_files_experts_out_of_resident_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(&dir, DType::Q8_0);
+    let file_len = std::fs::metadata(&path).unwrap().len();
+    let cmoe = TierRequest {
+        cpu_moe: true,
+        bus_experts: Some(0),
+        ..Default::default()
+    };
+    let mut m = load(&path, &cmoe);
+    let want = run(&mut m);
+    let experts = m.plan.as_ref().unwrap().host_expert_bytes();
+    let expert = m.plan.as_ref().unwrap().layers[0].expert_bytes;
+    let in_ram = mapped_rss(m.file.parts()[0].bytes().as_ptr() as usize);
+    assert!(
+        in_ram >= experts,
+        "{in_ram} resident for {experts} of experts"
+    );
+    drop(m);
+
+    let disk = TierRequest {
+        host_budget: Some(8 * expert),
+        ..cmoe
+    };
+    let mut d = load(&path, &disk);
+    let paged = run(&mut d);
+    assert!(max_rel(&paged, &want) < 1e-5);
+    let rss = mapped_rss(d.file.parts()[0].bytes().as_ptr() as usize);
+    // What is left resident is the rest of the file (read at load) and at most a page at
+    // either end of each of the 12 stacks.
+    let bound = file_len - experts + 2 * 4096 * 12;
+    assert!(
+        rss <= bound,
+        "{rss} of the file resident with the disk tier, over {bound} (experts {experts})"
+    );
+}
