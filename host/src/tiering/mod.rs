@@ -444,6 +444,9 @@ pub fn load_weights(
         let Some(&(li, _)) = stack_of.get(&i) else {
             card.write(&arena, at, data)
                 .map_err(dev_err("copying weights to the card"))?;
+            // The host never reads a weight the card holds: its pages leave resident memory
+            // (the disk tier's budget is the host's whole share, docs/performance.md).
+            HostSlice::of(data).release();
             weights.push(TensorRef {
                 buffer: arena.handle,
                 offset: at,
@@ -493,6 +496,10 @@ pub fn load_weights(
             }
             r.buffer = arena.handle;
             r.offset = at;
+            if on_card.len() as u64 == ne[2] {
+                // A layer whole on the card is not a tier layer: nothing streams its stacks.
+                HostSlice::of(data).release();
+            }
         }
         card_stacks[li].push(r);
         weights.push(r);
