@@ -526,12 +526,10 @@ fn mlock_locks_the_host_experts_and_tables_but_not_what_the_disk_tier_reads() {
     let path = tiny(&dir, DType::Q8_0);
     let file_len = std::fs::metadata(&path).unwrap().len();
     let opts = LoadOptions {
-        n_slots: 1,
         ctx_per_slot: 64,
         kv_type: DType::F32,
         threads: 2,
-        graphs: true,
-        mlock: true,
+        ..LoadOptions::default()
     };
     let load = |r: &TierRequest, mlock: bool| {
         common::load_on_scalar_card(&path, LoadOptions { mlock, ..opts }, r).unwrap()

@@ -50,9 +50,10 @@ pub struct PlacementArgs {
     /// the card: one or two layers fewer for the CPU, at no card memory cost.
     #[arg(long = "no-decode-staging")]
     pub no_decode_staging: bool,
-    /// Lock the model in RAM at load (llama.cpp's `--mlock`): its mapped file, less the routed
-    /// experts a host budget below them leaves to the disk tier. Past `ulimit -l` (without
-    /// CAP_IPC_LOCK) a warning says how much was locked.
+    /// Lock in RAM at load what the host reads of the model (llama.cpp's `--mlock`): the whole
+    /// file on the CPU; with a card, the host experts and token tables, never the experts the
+    /// disk tier reads. Past `ulimit -l` (without CAP_IPC_LOCK) a warning says how much was
+    /// locked.
     #[arg(long = "mlock", env = "LLAMA_ARG_MLOCK")]
     pub mlock: bool,
 }

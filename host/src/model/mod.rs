@@ -337,12 +337,8 @@ impl LoadedModel {
                 None => file
                     .parts()
                     .iter()
-                    .map(|p| {
-                        (
-                            p.bytes().as_ptr() as usize,
-                            p.bytes().as_ptr() as usize + p.bytes().len(),
-                        )
-                    })
+                    .map(|p| p.bytes().as_ptr_range())
+                    .map(|r| (r.start as usize, r.end as usize))
                     .collect(),
             };
             mlock::lock_ranges(&ranges)

@@ -444,8 +444,8 @@ pub fn load_weights(
         let Some(&(li, _)) = stack_of.get(&i) else {
             card.write(&arena, at, data)
                 .map_err(dev_err("copying weights to the card"))?;
-            // The host never reads a weight the card holds: its pages leave resident memory
-            // (the disk tier's budget is the host's whole share, docs/performance.md).
+            // The host never reads a weight the card holds: its pages leave resident memory,
+            // which then holds what the host budget plans for (docs/performance.md).
             HostSlice::of(data).release();
             weights.push(TensorRef {
                 buffer: arena.handle,
