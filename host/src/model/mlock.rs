@@ -6,12 +6,14 @@
 //! disk). A lock the kernel refuses (`RLIMIT_MEMLOCK`) is a warning naming how much was locked,
 //! and the model runs with the rest pageable, as llama.cpp does.
 
+use crate::tiering::{page_size, whole_pages};
+
 /// Locks the pages of the address ranges `ranges` (`(start, end)`, in the model's mappings);
 /// logs the bytes locked and the kernel's count of the process's locked memory (`VmLck`), or a
 /// warning on refusal. Returns the bytes locked.
 pub fn lock_ranges(ranges: &[(usize, usize)]) -> u64 {
     let mut locked = 0u64;
-    for (lo, hi) in pages(ranges, page_size()) {
+    for (lo, hi) in whole_pages(ranges, page_size()) {
         if let Err(e) = lock_range(lo, hi - lo) {
             tracing::warn!(
                 "--mlock: locking {:.1} MiB of the model failed after {:.1} MiB ({e}); the rest \
@@ -32,32 +34,6 @@ pub fn lock_ranges(ranges: &[(usize, usize)]) -> u64 {
 }
 
 const MIB: f64 = (1u64 << 20) as f64;
-
-fn page_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
-        .unwrap_or(4096)
-        .max(1)
-}
-
-/// `ranges` rounded out to whole pages and merged where they touch or overlap: sorted,
-/// disjoint `(lo, hi)`; empty ranges dropped.
-fn pages(ranges: &[(usize, usize)], page: usize) -> Vec<(usize, usize)> {
-    let mut r: Vec<(usize, usize)> = ranges
-        .iter()
-        .filter(|&&(a, b)| a < b)
-        .map(|&(a, b)| (a / page * page, b.div_ceil(page) * page))
-        .collect();
-    r.sort_unstable();
-    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(r.len());
-    for (a, b) in r {
-        match merged.last_mut() {
-            Some(last) if a <= last.1 => last.1 = last.1.max(b),
-            _ => merged.push((a, b)),
-        }
-    }
-    merged
-}
 
 /// `mlock` of `len` bytes from `lo` (page-aligned).
 fn lock_range(lo: usize, len: usize) -> std::io::Result<()> {
@@ -85,27 +61,6 @@ fn vm_locked_kib() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ranges_are_rounded_out_to_pages_and_merged() {
-        let p = 4096;
-        assert_eq!(pages(&[(100, 3 * p + 5)], p), vec![(0, 4 * p)]);
-        // Unsorted; two sharing a page merge; one touching the next merges; an empty one goes.
-        assert_eq!(
-            pages(
-                &[
-                    (9 * p, 9 * p + 1),
-                    (p + 5, 2 * p + 1),
-                    (3 * p - 1, 4 * p),
-                    (4 * p, 5 * p),
-                    (7 * p, 7 * p),
-                ],
-                p
-            ),
-            vec![(p, 5 * p), (9 * p, 10 * p)]
-        );
-        assert!(pages(&[], p).is_empty());
-    }
 
     #[test]
     fn locking_what_is_not_mapped_is_an_error_and_a_mapped_page_locks() {

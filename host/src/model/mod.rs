@@ -331,7 +331,7 @@ impl LoadedModel {
         };
         let locked = if options.mlock {
             let ranges = match &tier {
-                Some(t) => t.host_read_ranges(),
+                Some(t) => t.host_read.clone(),
                 // Every weight copied to the card: the host reads none of the file.
                 None if kernel.probe.class == DeviceClass::Gpu => Vec::new(),
                 None => file

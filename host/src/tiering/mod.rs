@@ -82,10 +82,9 @@ impl HostSlice {
     /// prompts' layers from the mapping and must not keep them resident). The bytes do not
     /// change: a later read faults the pages in again from the file.
     pub fn release(&self) {
-        // SAFETY: sysconf has no preconditions.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        let lo = self.addr.div_ceil(page.max(1)) * page;
-        let hi = (self.addr + self.len) / page.max(1) * page;
+        let page = page_size();
+        let lo = self.addr.div_ceil(page) * page;
+        let hi = (self.addr + self.len) / page * page;
         if hi > lo {
             // SAFETY: [lo, hi) is whole pages inside the model's read-only shared file mapping,
             // alive while the tier is (see `bytes`). MADV_DONTNEED on such a mapping only unmaps
@@ -94,6 +93,34 @@ impl HostSlice {
             let _ = unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED) };
         }
     }
+}
+
+/// The system's page size in bytes.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .unwrap_or(4096)
+        .max(1)
+}
+
+/// Address ranges `(start, end)` rounded out to whole pages of `page` bytes and merged where
+/// they touch or overlap: sorted and disjoint, empty ranges dropped (what page-locking and
+/// `mlock` take).
+pub fn whole_pages(ranges: &[(usize, usize)], page: usize) -> Vec<(usize, usize)> {
+    let mut r: Vec<(usize, usize)> = ranges
+        .iter()
+        .filter(|&&(a, b)| a < b)
+        .map(|&(a, b)| (a / page * page, b.div_ceil(page) * page))
+        .collect();
+    r.sort_unstable();
+    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(r.len());
+    for (a, b) in r {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    merged
 }
 
 /// One MoE layer with host experts, as the executor needs it.
@@ -156,29 +183,16 @@ pub struct ExpertTier {
     /// The card's views of the page-locked stacks behind [`TierLayer::bus_stacks`] and of the
     /// token tables it reads in place.
     _bus_views: Vec<Buffer>,
-    /// The token tables left in host RAM (see [`ExpertTier::host_read_ranges`]).
-    tables: Vec<HostSlice>,
+    /// The address ranges `(start, end)` of the file mapping the host reads during a run: the
+    /// layers' stacks (not when the disk tier reads them into its arena) and the token tables
+    /// the card reads in place. Page-locked at load; `--mlock` locks them too.
+    pub host_read: Vec<(usize, usize)>,
     _host_buffers: Vec<Buffer>,
     /// The CPU device that computes host experts.
     pub host: Arc<Device>,
 }
 
 impl ExpertTier {
-    /// The address ranges of the mapped file the host reads during a run, as `(start, end)`:
-    /// the layers' host stacks (not when the disk tier reads them into its arena) and the token
-    /// tables the card reads in place.
-    pub fn host_read_ranges(&self) -> Vec<(usize, usize)> {
-        let stacks = self
-            .layers
-            .iter()
-            .filter(|_| self.disk.is_none())
-            .flat_map(|l| l.stream.iter().map(|(h, _)| h));
-        stacks
-            .chain(&self.tables)
-            .map(|h| (h.addr, h.addr + h.len))
-            .collect()
-    }
-
     /// The staging set a prompt streams tier layer `layer` into (see [`stream_set`]).
     pub fn stream_set(&self, layer: usize) -> usize {
         stream_set(layer, self.staging.len())
@@ -270,27 +284,13 @@ fn dev_err(context: &str) -> impl FnOnce(bloomery_plugin_api::PluginError) -> Mo
     }
 }
 
-/// Page-locks the file ranges a prompt streams to the card (each layer's host stacks) and the
-/// tables the card reads in place (`tables`), merged to whole pages, so the copies run at bus
-/// speed rather than through the driver's bounce buffer. Failure is logged and false returned:
-/// the copies then stay pageable, and the card cannot read the tables in place.
-fn pin_streamed(card: &Device, layers: &[TierLayer], tables: &[HostSlice]) -> bool {
-    const PAGE: usize = 4096;
-    let mut ranges: Vec<(usize, usize)> = layers
-        .iter()
-        .flat_map(|l| l.stream.iter().map(|(h, _)| h))
-        .chain(tables)
-        .map(|h| (h.addr / PAGE * PAGE, (h.addr + h.len).div_ceil(PAGE) * PAGE))
-        .collect();
-    ranges.sort_unstable();
-    let mut merged: Vec<(usize, usize)> = Vec::new();
-    for (lo, hi) in ranges {
-        match merged.last_mut() {
-            Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
-            _ => merged.push((lo, hi)),
-        }
-    }
-    for (lo, hi) in merged {
+/// Page-locks `ranges` of the file mapping (the host's reads: the stacks a prompt streams to
+/// the card and the tables the card reads in place, [`ExpertTier::host_read`]), rounded to whole
+/// pages, so the copies run at bus speed rather than through the driver's bounce buffer. Failure
+/// is logged and false returned: the copies then stay pageable, and the card cannot read the
+/// tables in place.
+fn pin_streamed(card: &Device, ranges: &[(usize, usize)]) -> bool {
+    for (lo, hi) in whole_pages(ranges, page_size()) {
         // SAFETY: every range lies in the model's read-only file mapping (rounded to the pages
         // it occupies), which outlives the card device (LoadedModel's field order).
         if let Err(e) = unsafe { card.pin_host(lo as *const u8, (hi - lo) as u64) } {
@@ -575,11 +575,18 @@ pub fn load_weights(
         host_buffers.push(hbuf);
     }
     let mut bus = Vec::new();
-    let slices: Vec<HostSlice> = tables.iter().map(|(_, h)| *h).collect();
-    let disk = if plan.host_expert_bytes() > plan.host_budget && !layers.is_empty() {
-        // Only the tables are page-locked (prompts stream the disk tier's experts from the
-        // mapping); the plan puts them here only when the card cannot hold them.
-        pin_streamed(card, &[], &slices);
+    let on_disk = plan.host_expert_bytes() > plan.host_budget && !layers.is_empty();
+    // With the disk tier only the tables (prompts stream its experts from the mapping; the plan
+    // puts the tables here only when the card cannot hold them).
+    let host_read: Vec<(usize, usize)> = layers
+        .iter()
+        .filter(|_| !on_disk)
+        .flat_map(|l| l.stream.iter().map(|(h, _)| h))
+        .chain(tables.iter().map(|(_, h)| h))
+        .map(|h| (h.addr, h.addr + h.len))
+        .collect();
+    let pinned = pin_streamed(card, &host_read);
+    let disk = if on_disk {
         Some(Arc::new(disk_tier(
             &host,
             file,
@@ -589,7 +596,6 @@ pub fn load_weights(
             request.disk_prefetch,
         )?))
     } else {
-        let pinned = pin_streamed(card, &layers, &slices);
         if pinned && request.bus_experts != Some(0) {
             bus = bus_views(card, &mut layers);
         }
@@ -668,7 +674,7 @@ pub fn load_weights(
             disk,
             bus: Arc::new(Mutex::new(BusBalance::new(request.bus_experts))),
             _bus_views: bus,
-            tables: slices,
+            host_read,
             _host_buffers: host_buffers,
             host,
         },
@@ -712,7 +718,7 @@ fn part_maps(
 
 #[cfg(test)]
 mod tests {
-    use super::{gathered_tables, HostSlice};
+    use super::{gathered_tables, whole_pages, HostSlice};
     use bloomery_plugin_api::graph::{BatchInput, GraphBuilder};
     use bloomery_plugin_api::op::Op;
     use bloomery_plugin_api::DType;
@@ -762,6 +768,27 @@ mod tests {
         g.output("y", y);
         let other = g.finish();
         assert!(gathered_tables(&[&graph, &other]).is_empty());
+    }
+
+    #[test]
+    fn ranges_are_rounded_out_to_pages_and_merged() {
+        let p = 4096;
+        assert_eq!(whole_pages(&[(100, 3 * p + 5)], p), vec![(0, 4 * p)]);
+        // Unsorted; two sharing a page merge; one touching the next merges; an empty one goes.
+        assert_eq!(
+            whole_pages(
+                &[
+                    (9 * p, 9 * p + 1),
+                    (p + 5, 2 * p + 1),
+                    (3 * p - 1, 4 * p),
+                    (4 * p, 5 * p),
+                    (7 * p, 7 * p),
+                ],
+                p
+            ),
+            vec![(p, 5 * p), (9 * p, 10 * p)]
+        );
+        assert!(whole_pages(&[], p).is_empty());
     }
 
     /// Resident pages of this process (`/proc/self/statm`, second field).
