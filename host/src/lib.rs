@@ -1,12 +1,13 @@
-//! The bloomery host: command line, plugin loader, model files, engine.
+//! The bloomery host's front ends: the command line (`run`, `bench`, `serve`, `plan`, `info`,
+//! `synth`, `opcheck`, `plugins`), the llama-server-compatible HTTP server, their shared flags,
+//! and the tools beside them (op checks against the reference plugin, random-weight files).
+//! Everything below the front ends lives in its own crate, and dependencies point one way:
+//! `bloomery` → `bloomery-runtime` → `bloomery-exec` → `bloomery-tiering` → `bloomery-devices`
+//! → `bloomery-plugin-api` (docs/architecture.md).
 
 pub mod cli;
-pub mod engine;
-pub mod model;
+pub mod flags;
 pub mod opcheck;
-pub mod plugins;
-pub mod sampling;
 pub mod server;
 pub mod synth;
 pub mod text;
-pub mod tiering;

@@ -3,7 +3,7 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let args = bloomery::server::args::expand_short_flags(std::env::args_os());
+    let args = bloomery::flags::short::expand_short_flags(std::env::args_os());
     let cli = bloomery::cli::Cli::parse_from(args);
     let serving = matches!(cli.command, bloomery::cli::Command::Serve(_));
     let filter = match (cli.verbose, serving) {

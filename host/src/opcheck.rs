@@ -18,7 +18,7 @@ use half::f16;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::engine::device::{Buffer, Device};
+use bloomery_devices::{Buffer, Device};
 
 mod blocks;
 
@@ -1280,13 +1280,13 @@ fn cache_tol(kv: DType, tol: f64) -> f64 {
 /// four decode steps of both slots (two rows each). `tol` bounds ‖Δ‖/‖ref‖ per
 /// pass with an f32 cache; an f16 cache gets `F16_CACHE_ALLOWANCE` more (`cache_tol`).
 pub fn check_model(
-    reg: &crate::plugins::Registry,
+    reg: &bloomery_devices::Registry,
     path: &std::path::Path,
-    kernel: &crate::plugins::KernelPluginFile,
+    kernel: &bloomery_devices::KernelPluginFile,
     tol: f64,
 ) -> Vec<Outcome> {
-    use crate::engine::executor::BatchInputs;
-    use crate::model::{LoadOptions, LoadedModel};
+    use bloomery_exec::BatchInputs;
+    use bloomery_exec::{LoadOptions, LoadedModel};
     let prompt: Vec<i32> = vec![
         5, 77, 300, 12, 509, 256, 1, 40, 41, 42, 7, 9, 100, 200, 301, 88, 17, 63, 150, 222,
     ];
@@ -1429,16 +1429,16 @@ pub fn check_model(
 /// must equal the unsplit card's bit for bit, op by op and replayed from device graphs; a copy
 /// that overwrote a set still in use, or a call that ran before its copy, would show.
 fn streamed_prompt(
-    reg: &crate::plugins::Registry,
+    reg: &bloomery_devices::Registry,
     path: &std::path::Path,
-    opts: crate::model::LoadOptions,
-    kernel: &crate::plugins::KernelPluginFile,
-    dev: &mut crate::model::LoadedModel,
+    opts: bloomery_exec::LoadOptions,
+    kernel: &bloomery_devices::KernelPluginFile,
+    dev: &mut bloomery_exec::LoadedModel,
     what: &dyn Fn(&str) -> String,
 ) -> Outcome {
-    use crate::engine::executor::BatchInputs;
-    use crate::tiering::plan::TierRequest;
-    let rows = 2 * crate::tiering::STREAM_MIN_ROWS as i32;
+    use bloomery_exec::BatchInputs;
+    use bloomery_tiering::plan::TierRequest;
+    let rows = 2 * bloomery_tiering::STREAM_MIN_ROWS as i32;
     let batch = BatchInputs {
         tokens: (0..rows).map(|i| (i * 37 + 11) % 500).collect(),
         positions: (0..rows).collect(),
@@ -1453,7 +1453,7 @@ fn streamed_prompt(
         cpu_moe: true,
         ..Default::default()
     };
-    let r = crate::model::LoadedModel::load_placed(reg, path, opts, kernel, &cmoe)
+    let r = bloomery_exec::LoadedModel::load_placed(reg, path, opts, kernel, &cmoe)
         .map_err(|e| e.to_string())
         .and_then(|mut split| {
             // Three passes: eager, captured and replayed (each segment's device graph is taken

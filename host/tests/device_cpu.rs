@@ -2,7 +2,7 @@
 
 mod common;
 
-use bloomery::engine::device::Device;
+use bloomery_devices::Device;
 use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
 
 /// Ranges longer than the staging, of its exact size, empty, and starting inside a buffer come
@@ -10,7 +10,7 @@ use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
 /// go in turns and a range is split across them).
 #[test]
 fn ranges_read_through_a_small_staging_equal_direct_reads() {
-    let reg = bloomery::plugins::Registry::load(&common::plugin_dir())
+    let reg = bloomery_devices::Registry::load(&common::plugin_dir())
         .expect("plugin folder (run `cargo xtask plugins` first)");
     let plugin = reg.best_kernel(DeviceClass::Cpu).unwrap();
     let dev = Device::open(

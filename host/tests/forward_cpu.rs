@@ -4,10 +4,10 @@ mod common;
 
 use common::{plugin_dir, tiny_qwen3moe as tiny};
 
-use bloomery::engine::executor::BatchInputs;
-use bloomery::model::{LoadOptions, LoadedModel};
-use bloomery::plugins::Registry;
 use bloomery::synth::ClassTypes;
+use bloomery_devices::Registry;
+use bloomery_exec::BatchInputs;
+use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_plugin_api::DType;
 
 const F32: ClassTypes = ClassTypes {

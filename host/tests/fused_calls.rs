@@ -12,9 +12,9 @@ mod common;
 
 use common::{plugin_dir, tiny_of};
 
-use bloomery::model::{LoadOptions, LoadedModel};
-use bloomery::plugins::Registry;
 use bloomery::synth::ClassTypes;
+use bloomery_devices::Registry;
+use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_kernels_cuda::ops::{gated_adds, gdn_steps, shared_moes};
 use bloomery_plugin_api::DType;
 

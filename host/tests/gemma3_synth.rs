@@ -8,10 +8,10 @@ use common::plugin_dir;
 
 use std::path::{Path, PathBuf};
 
-use bloomery::engine::executor::BatchInputs;
-use bloomery::model::{LoadOptions, LoadedModel};
-use bloomery::plugins::Registry;
 use bloomery::synth::{self, ClassTypes};
+use bloomery_devices::Registry;
+use bloomery_exec::BatchInputs;
+use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_plugin_api::DType;
 
 const F32: ClassTypes = ClassTypes {

@@ -7,9 +7,9 @@ use common::plugin_dir;
 use std::path::Path;
 use std::process::Command;
 
-use bloomery::model::{LoadOptions, LoadedModel};
-use bloomery::plugins::Registry;
 use bloomery::synth::{self, ClassTypes};
+use bloomery_devices::Registry;
+use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_plugin_api::DType;
 
 fn bloomery(dir: &Path, args: &[&str]) -> (bool, String, String) {

@@ -7,10 +7,10 @@ mod common;
 
 use common::{plugin_dir, tiny_of};
 
-use bloomery::engine::executor::BatchInputs;
-use bloomery::model::{LoadOptions, LoadedModel};
-use bloomery::plugins::Registry;
 use bloomery::synth::ClassTypes;
+use bloomery_devices::Registry;
+use bloomery_exec::BatchInputs;
+use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_plugin_api::DType;
 
 const SEQ_A: [i32; 9] = [5, 77, 300, 12, 509, 256, 1, 42, 8];

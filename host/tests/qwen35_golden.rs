@@ -10,12 +10,12 @@ use common::{plugin_dir, tiny_of};
 
 use std::path::Path;
 
-use bloomery::engine::executor::BatchInputs;
-use bloomery::model::{LoadOptions, LoadedModel};
-use bloomery::plugins::Registry;
 use bloomery::synth::ClassTypes;
-use bloomery::tiering::plan::TierRequest;
+use bloomery_devices::Registry;
+use bloomery_exec::BatchInputs;
+use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_plugin_api::DType;
+use bloomery_tiering::plan::TierRequest;
 use sha2::{Digest, Sha256};
 
 /// One slot of 64 positions, f32 K/V: every golden sequence fits.

@@ -8,15 +8,15 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use bloomery::engine::executor::BatchInputs;
-use bloomery::model::{LoadOptions, LoadedModel};
 use bloomery::synth::ClassTypes;
-use bloomery::tiering::bus_balance::{TRIALS, WARMUP};
-use bloomery::tiering::plan::TierRequest;
+use bloomery_exec::BatchInputs;
+use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_kernels_cuda::ops::{add2_norms, copy_runs};
 use bloomery_plugin_api::op::Op;
 use bloomery_plugin_api::tensor::OpCall;
 use bloomery_plugin_api::DType;
+use bloomery_tiering::bus_balance::{TRIALS, WARMUP};
+use bloomery_tiering::plan::TierRequest;
 
 fn tiny(dir: &tempfile::TempDir, experts: DType) -> PathBuf {
     let types = ClassTypes {

@@ -5,7 +5,7 @@ For fixed logits, a penalty history and a parameter set, runs llama.cpp's defaul
 candidates left with their probabilities (the token llama.cpp draws is not recorded: its RNG
 cannot be matched, so only the distributions are compared).
 
-Usage: /work/oracle/venv/bin/python tests/oracle/sampling_llama_cpp.py host/tests/fixtures/sampling_goldens.json
+Usage: /work/oracle/venv/bin/python tests/oracle/sampling_llama_cpp.py runtime/tests/fixtures/sampling_goldens.json
 """
 
 import ctypes

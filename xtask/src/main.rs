@@ -6,6 +6,7 @@
 //!   `target/<profile>/plugins/`.
 //! - `cargo xtask test`: format and lint checks, the plugins, the test data, then every test.
 //! - `cargo xtask demo`: `dist`, then the gemma-3-270m demo model answers a prompt.
+//! - `cargo xtask layers`: the crates' and modules' dependency direction (part of `test`).
 //! - `cargo xtask cuda-tools`: installs the pinned CUDA 13.0 compiler from PyPI into
 //!   `target/cuda-tools` (every other task does this first, so the CUDA bundles get their kernels).
 
@@ -13,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{bail, Context, Result};
+
+mod layers;
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -35,9 +38,10 @@ fn main() -> Result<()> {
         }
         Some("test") => test(&root, &args[1..]),
         Some("demo") => demo(&root),
+        Some("layers") => layers::check(&root),
         _ => {
             eprintln!(
-                "usage: cargo xtask <dist | plugins [--release] | test [cargo test args] | demo | cuda-tools>"
+                "usage: cargo xtask <dist | plugins [--release] | test [cargo test args] | demo | layers | cuda-tools>"
             );
             bail!("unknown or missing task")
         }
@@ -253,6 +257,7 @@ fn run(cmd: &mut Command) -> Result<()> {
 
 fn test(root: &Path, extra: &[String]) -> Result<()> {
     cargo(root, &["fmt", "--all", "--", "--check"])?;
+    layers::check(root)?;
     cargo(
         root,
         &[

@@ -1,19 +1,25 @@
 //! `bloomery bench`: prompt-processing and generation speed like llama-bench (random token ids, a
 //! fresh sequence per repetition), printed as a markdown table of mean ± standard deviation.
+//! Every test is a request to the runtime's scheduler, as `serve` and `run` make them: the tokens
+//! a test generates are llama-bench's random ids, fed as forced tokens.
 
 use std::path::PathBuf;
-use std::time::Instant;
+use std::sync::Arc;
 
+use anyhow::bail;
+use bloomery_devices::Registry;
+use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_plugin_api::DType;
+use bloomery_runtime::request::{Event, Finish, GenParams};
+use bloomery_runtime::sampling::SamplerParams;
+use bloomery_runtime::{Runtime, RuntimeConfig};
+use bloomery_tiering::plan::DEFAULT_BATCH_ROWS;
 use clap::Args;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::Cli;
-use crate::engine::executor::BatchInputs;
-use crate::model::{LoadOptions, LoadedModel};
-use crate::plugins::Registry;
-use crate::tiering::plan::DEFAULT_BATCH_ROWS;
 
 /// Options of `bloomery bench`.
 #[derive(Args, Debug)]
@@ -47,7 +53,7 @@ pub struct BenchArgs {
     pub n_gpu_layers: u32,
     /// Where routed experts go when the model runs on a GPU (`-cmoe`, `-ncmoe`, `-ot`, budgets).
     #[command(flatten)]
-    pub placement: super::placement::PlacementArgs,
+    pub placement: crate::flags::placement::PlacementArgs,
     /// Launch every op of every pass from the host instead of replaying captured device graphs
     /// (to measure what the graphs save).
     #[arg(long = "no-graphs")]
@@ -86,68 +92,114 @@ fn bytes(n: u64) -> String {
     }
 }
 
-/// Where a test runs: the context already there and the sequences decoded together.
-#[derive(Clone, Copy)]
-struct At {
-    depth: u32,
-    parallel: u32,
+/// The tests' requests to the runtime: random ids, every slot's context of `depth` tokens kept
+/// between tests.
+struct Tests {
+    runtime: Runtime,
+    rng: StdRng,
+    vocab: u32,
+    /// Each slot's context (empty at depth 0).
+    context: Vec<Vec<u32>>,
 }
 
-/// One timed run of a test: the model, the token count, where it runs, the RNG of the random
-/// ids; seconds.
-type TestFn = fn(&mut LoadedModel, u32, At, &mut StdRng) -> anyhow::Result<f64>;
-
-/// Seconds for one batch of `n` random tokens of slot 0 from position `depth` (the prompt test).
-fn pp_once(model: &mut LoadedModel, n: u32, at: At, rng: &mut StdRng) -> anyhow::Result<f64> {
-    prompt(model, n, at.depth, 0, rng)
-}
-
-/// Seconds for one batch of `n` random tokens of `slot` from position `from`.
-fn prompt(
-    model: &mut LoadedModel,
-    n: u32,
-    from: u32,
-    slot: i32,
-    rng: &mut StdRng,
-) -> anyhow::Result<f64> {
-    let vocab = model.spec.hparams.n_vocab as i32;
-    let d = from as i32;
-    let batch = BatchInputs {
-        tokens: (0..n).map(|_| rng.gen_range(0..vocab)).collect(),
-        positions: (d..d + n as i32).collect(),
-        slots: vec![slot; n as usize],
-        output_rows: vec![n as i32 - 1],
-        history: vec![],
-    };
-    let t = Instant::now();
-    model.forward(&batch)?;
-    Ok(t.elapsed().as_secs_f64())
-}
-
-/// Seconds for `n` steps from position `depth`, each one token of every one of the `parallel`
-/// sequences (the generation test).
-fn tg_once(model: &mut LoadedModel, n: u32, at: At, rng: &mut StdRng) -> anyhow::Result<f64> {
-    let vocab = model.spec.hparams.n_vocab as i32;
-    let np = at.parallel as usize;
-    let mut batch = BatchInputs {
-        tokens: (0..np).map(|_| rng.gen_range(0..vocab)).collect(),
-        positions: vec![0; np],
-        slots: (0..np as i32).collect(),
-        output_rows: (0..np as i32).collect(),
-        history: vec![],
-    };
-    let t = Instant::now();
-    for pos in at.depth as i32..(at.depth + n) as i32 {
-        batch.positions.fill(pos);
-        model.forward(&batch)?;
+/// A request's settings: greedy (no test samples: every token is forced), reusing the slot's
+/// context only when there is one to reuse (a fresh sequence per repetition otherwise).
+fn params(reuse: bool, forced: Vec<u32>, prompt_only: bool) -> GenParams {
+    GenParams {
+        sampler: SamplerParams {
+            temp: 0.0,
+            ..SamplerParams::default()
+        },
+        n_predict: Some(forced.len()),
+        stop: Vec::new(),
+        n_probs: 0,
+        ignore_eos: true,
+        cache_prompt: reuse,
+        forced,
+        prompt_only,
     }
-    Ok(t.elapsed().as_secs_f64())
+}
+
+/// Waits for a request's end.
+fn finish(rx: &mut UnboundedReceiver<Event>) -> anyhow::Result<Finish> {
+    loop {
+        match rx.blocking_recv() {
+            Some(Event::Done(f)) => return Ok(f),
+            Some(Event::Failed(msg)) => bail!("a benchmark request failed: {msg}"),
+            Some(_) => {}
+            None => bail!("the scheduler stopped before a benchmark request ended"),
+        }
+    }
+}
+
+impl Tests {
+    fn random(&mut self, n: u32) -> Vec<u32> {
+        (0..n).map(|_| self.rng.gen_range(0..self.vocab)).collect()
+    }
+
+    /// Fills every slot's context with `depth` random tokens (untimed).
+    fn fill_context(&mut self, depth: u32) -> anyhow::Result<()> {
+        let mut requests = Vec::new();
+        for slot in 0..self.context.len() {
+            self.context[slot] = self.random(depth);
+            requests.push((
+                self.context[slot].clone(),
+                params(true, Vec::new(), true),
+                Some(slot),
+            ));
+        }
+        for mut rx in self.runtime.submit_together_blocking(requests)? {
+            finish(&mut rx)?;
+        }
+        Ok(())
+    }
+
+    /// Seconds for one batch of `n` random tokens after slot 0's context (the prompt test).
+    fn pp_once(&mut self, n: u32) -> anyhow::Result<f64> {
+        let mut prompt = self.context[0].clone();
+        prompt.extend(self.random(n));
+        let reuse = !self.context[0].is_empty();
+        let mut rx =
+            self.runtime
+                .submit_blocking(prompt, params(reuse, Vec::new(), true), Some(0))?;
+        Ok(finish(&mut rx)?.prompt_ms / 1e3)
+    }
+
+    /// Seconds for `n` steps after every slot's context, each one token of every sequence (the
+    /// generation test): one random token evaluated as the prompt, then `n` passes, each
+    /// evaluating the random token forced after the last.
+    fn tg_once(&mut self, n: u32) -> anyhow::Result<f64> {
+        let mut requests = Vec::new();
+        for slot in 0..self.context.len() {
+            let mut prompt = self.context[slot].clone();
+            prompt.extend(self.random(1));
+            let reuse = !self.context[slot].is_empty();
+            let forced = self.random(n + 1);
+            requests.push((prompt, params(reuse, forced, false), Some(slot)));
+        }
+        let mut secs: f64 = 0.0;
+        for mut rx in self.runtime.submit_together_blocking(requests)? {
+            let f = finish(&mut rx)?;
+            if f.n_predicted != n as usize + 1 {
+                bail!(
+                    "a generation test ended after {} of {} tokens ({:?})",
+                    f.n_predicted,
+                    n + 1,
+                    f.stop_type
+                );
+            }
+            secs = secs.max(f.predicted_ms / 1e3);
+        }
+        Ok(secs)
+    }
 }
 
 /// Runs the command.
 pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
     let reg = Registry::load(&cli.plugin_dir())?;
-    let ctx = a.n_prompt.max(a.n_gen).max(1) + a.n_depth;
+    // Room for the pp test's prompt and for the tg test's first token, its n steps and the
+    // token sampled after the last.
+    let ctx = (a.n_prompt + 1).max(a.n_gen + 2) + a.n_depth;
     let options = LoadOptions {
         n_slots: a.parallel,
         ctx_per_slot: ctx,
@@ -163,8 +215,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         .n_prompt
         .max(a.parallel)
         .max(DEFAULT_BATCH_ROWS.min(a.n_depth));
-    let mut model =
-        LoadedModel::load_offloaded(&reg, &a.model, options, a.n_gpu_layers > 0, &request)?;
+    let model = LoadedModel::load_offloaded(&reg, &a.model, options, a.n_gpu_layers > 0, &request)?;
     let backend = model.kernel_plugin().to_owned();
     let meta = model.file.metadata();
     let arch = meta.get_str("general.architecture").unwrap_or("?");
@@ -190,50 +241,59 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
     } else {
         a.threads
     };
-    let mut rng = StdRng::seed_from_u64(0);
-    if a.n_depth > 0 {
-        // The context the tests start from: positions 0 .. depth of every slot, which no test
-        // overwrites.
-        for slot in 0..a.parallel as i32 {
-            for from in (0..a.n_depth).step_by(DEFAULT_BATCH_ROWS as usize) {
-                let n = DEFAULT_BATCH_ROWS.min(a.n_depth - from);
-                prompt(&mut model, n, from, slot, &mut rng)?;
-            }
-        }
-    }
-    let at = At {
-        depth: a.n_depth,
-        parallel: a.parallel,
+    let vocab = model.spec.hparams.n_vocab;
+    let tok = Arc::new(crate::text::tokenizer(&model.file)?);
+    let runtime = Runtime::start(
+        model,
+        tok,
+        RuntimeConfig {
+            n_ctx_slot: ctx as usize,
+            n_batch: request.batch_rows as usize,
+            cache_ram: None,
+            queue_depth: 1,
+        },
+    )?;
+    let mut tests = Tests {
+        runtime,
+        rng: StdRng::seed_from_u64(0),
+        vocab,
+        context: vec![Vec::new(); a.parallel as usize],
     };
+    if a.n_depth > 0 {
+        tests.fill_context(a.n_depth)?;
+    }
     let depth = if a.n_depth > 0 {
         format!(" @ d{}", a.n_depth)
     } else {
         String::new()
     };
     let mut rows = Vec::new();
-    // Each test's name, token count per sequence, run, and tokens a run evaluates in all.
     let seqs = match a.parallel {
         1 => String::new(),
         n => format!(" x{n}"),
     };
-    let tests: [(String, u32, TestFn, u32); 2] = [
-        (format!("pp{}", a.n_prompt), a.n_prompt, pp_once, a.n_prompt),
+    // Each test's name, token count per sequence, and tokens a run evaluates in all.
+    let tests_run: [(String, u32, u32); 2] = [
+        (format!("pp{}", a.n_prompt), a.n_prompt, a.n_prompt),
         (
             format!("tg{}{seqs}", a.n_gen),
             a.n_gen,
-            tg_once,
             a.n_gen * a.parallel,
         ),
     ];
-    for (name, n, once, tokens) in tests {
+    for (i, (name, n, tokens)) in tests_run.into_iter().enumerate() {
         if n == 0 {
             continue;
         }
+        let once = |t: &mut Tests| match i {
+            0 => t.pp_once(n),
+            _ => t.tg_once(n),
+        };
         // One warm-up run, as llama-bench does (it also builds the graph of this batch shape).
-        once(&mut model, n, at, &mut rng)?;
+        once(&mut tests)?;
         let mut rates = Vec::new();
         for _ in 0..a.repetitions.max(1) {
-            let secs = once(&mut model, n, at, &mut rng)?;
+            let secs = once(&mut tests)?;
             rates.push(if secs > 0.0 {
                 f64::from(tokens) / secs
             } else {
@@ -243,6 +303,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         let (mean, std) = mean_std(&rates);
         rows.push((format!("{name}{depth}"), mean, std));
     }
+    let model = tests.runtime.shutdown()?;
     if let Some(s) = model.residency_stats() {
         let all = (s.card + s.host).max(1) as f64;
         eprintln!(

@@ -8,9 +8,9 @@ use bloomery_plugin_api::graph::{BatchShape, GraphKind};
 use bloomery_plugin_api::kernel::DeviceClass;
 
 use super::Cli;
-use crate::engine::check::missing_kernels;
-use crate::model::view::file_view;
-use crate::plugins::Registry;
+use bloomery_devices::Registry;
+use bloomery_exec::support::missing_kernels;
+use bloomery_exec::view::file_view;
 
 /// Prints the report.
 pub fn run(cli: &Cli, model: &Path) -> anyhow::Result<()> {

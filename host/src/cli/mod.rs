@@ -3,7 +3,6 @@
 mod bench;
 mod info;
 mod opcheck;
-pub mod placement;
 mod plan;
 mod plugins;
 mod run;
@@ -52,7 +51,7 @@ pub enum Command {
     /// Show where a model's weights would live (card, host RAM) under given budgets.
     Plan(plan::PlanArgs),
     /// Serve the model over HTTP as llama-server does (same routes, flags and shapes).
-    Serve(Box<crate::server::args::ServeArgs>),
+    Serve(Box<crate::flags::serve::ServeArgs>),
 }
 
 impl Cli {
@@ -78,6 +77,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(a) => bench::run(&cli, a),
         Command::Opcheck(a) => opcheck::run(&cli, a),
         Command::Plan(a) => plan::run(&cli, a),
-        Command::Serve(a) => crate::server::serve(&cli, a),
+        Command::Serve(a) => crate::server::serve(&cli.plugin_dir(), a),
     }
 }

@@ -8,9 +8,9 @@ use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
 use clap::Args;
 
 use super::Cli;
-use crate::engine::device::Device;
 use crate::opcheck;
-use crate::plugins::Registry;
+use bloomery_devices::Device;
+use bloomery_devices::Registry;
 
 /// Options of `bloomery opcheck`.
 #[derive(Args, Debug)]

@@ -7,10 +7,11 @@ use anyhow::Context;
 use bloomery_plugin_api::kernel::DeviceClass;
 use clap::Args;
 
-use super::placement::{pass_rows, PlacementArgs};
 use super::Cli;
-use crate::model::{plan_only, LoadOptions};
-use crate::plugins::Registry;
+use crate::flags::placement::{pass_rows, PlacementArgs};
+use bloomery_devices::Registry;
+use bloomery_exec::placement::plan_only;
+use bloomery_exec::LoadOptions;
 
 /// Options of `bloomery plan`.
 #[derive(Args, Debug)]
@@ -29,7 +30,7 @@ pub struct PlanArgs {
     pub batch_size: u32,
     /// Most tokens in one forward pass (physical batch), as `serve -ub`: the card's scratch is
     /// planned for the smaller of the two.
-    #[arg(long = "ubatch-size", default_value_t = crate::tiering::plan::DEFAULT_BATCH_ROWS)]
+    #[arg(long = "ubatch-size", default_value_t = bloomery_tiering::plan::DEFAULT_BATCH_ROWS)]
     pub ubatch_size: u32,
     /// Where routed experts go.
     #[command(flatten)]

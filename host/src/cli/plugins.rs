@@ -7,7 +7,7 @@ use bloomery_plugin_api::op::describe_support;
 use bloomery_plugin_api::ABI_VERSION;
 
 use super::Cli;
-use crate::plugins::{LoadError, Registry};
+use bloomery_devices::{LoadError, Registry};
 
 /// Prints the listing.
 pub fn run(cli: &Cli) -> anyhow::Result<()> {

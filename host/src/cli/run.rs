@@ -1,21 +1,24 @@
-//! `bloomery run`: generates text from a prompt, streaming it to stdout, with llama.cpp's flag
-//! spellings and its sampler chain; timings go to stderr.
+//! `bloomery run`: generates text from a prompt through the runtime's scheduler (as `serve`
+//! does), streaming it to stdout, with llama.cpp's flag spellings and its sampler chain; timings
+//! go to stderr.
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
+use bloomery_devices::Registry;
+use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_plugin_api::DType;
-use bloomery_text::{ChatRequest, StreamDecoder, TemplateValue, Tokenizer};
+use bloomery_runtime::request::{Event, Finish, GenParams};
+use bloomery_runtime::sampling::SamplerParams;
+use bloomery_runtime::{Runtime, RuntimeConfig};
+use bloomery_text::{ChatRequest, TemplateValue};
+use bloomery_tiering::plan::DEFAULT_BATCH_ROWS;
 use clap::Args;
 
 use super::Cli;
-use crate::engine::executor::BatchInputs;
-use crate::model::{LoadOptions, LoadedModel};
-use crate::plugins::Registry;
-use crate::sampling::{Sampler, SamplerParams};
-use crate::tiering::plan::DEFAULT_BATCH_ROWS;
 
 /// Options of `bloomery run`.
 #[derive(Args, Debug)]
@@ -78,7 +81,7 @@ pub struct RunArgs {
     pub n_gpu_layers: u32,
     /// Where routed experts go when the model runs on a GPU (`-cmoe`, `-ncmoe`, `-ot`, budgets).
     #[command(flatten)]
-    pub placement: super::placement::PlacementArgs,
+    pub placement: crate::flags::placement::PlacementArgs,
 }
 
 /// The prompt as token ids, wrapped in the chat template when asked.
@@ -112,14 +115,6 @@ fn prompt_tokens(
     Ok((tok, ids))
 }
 
-fn rate(n: usize, secs: f64) -> f64 {
-    if secs > 0.0 {
-        n as f64 / secs
-    } else {
-        0.0
-    }
-}
-
 /// The context size in force: `-c`, or the model's training context for `-c 0`.
 fn context_size(a: &RunArgs) -> anyhow::Result<u32> {
     if a.ctx_size != 0 {
@@ -148,94 +143,34 @@ fn sampler_params(a: &RunArgs, ctx: u32) -> SamplerParams {
     }
 }
 
-/// Counts and times of one generation.
-#[derive(Default)]
-struct Stats {
-    load_secs: f64,
-    prompt_tokens: usize,
-    prompt_secs: f64,
-    generated: usize,
-    evals: usize,
-    eval_secs: f64,
-    gen_secs: f64,
-}
-
-/// Samples up to `limit` tokens after the prompt whose last logits are `logits`, streaming text to
-/// stdout; stops at an end-of-generation token or the end of the context.
-fn generate(
-    model: &mut LoadedModel,
-    tok: &Tokenizer,
-    sampler: &mut Sampler,
-    mut logits: Vec<f32>,
-    limit: usize,
-    stats: &mut Stats,
-) -> anyhow::Result<()> {
-    let ctx = model.options.ctx_per_slot as usize;
-    let mut decoder = StreamDecoder::new(tok, false);
-    let mut piece = String::with_capacity(64);
-    let mut out = std::io::stdout().lock();
-    let mut pos = stats.prompt_tokens;
-    let mut batch = BatchInputs {
-        tokens: vec![0],
-        positions: vec![0],
-        slots: vec![0],
-        output_rows: vec![0],
-        history: vec![],
-    };
-    let started = Instant::now();
-    while stats.generated < limit {
-        let id = sampler.sample(&logits);
-        sampler.accept(id);
-        stats.generated += 1;
-        if tok.is_eog(id) {
-            break;
-        }
-        piece.clear();
-        decoder.push_to(id, &mut piece);
-        out.write_all(piece.as_bytes())?;
-        out.flush()?;
-        if stats.generated >= limit || pos >= ctx {
-            break;
-        }
-        batch.tokens[0] = id as i32;
-        batch.positions[0] = pos as i32;
-        let t = Instant::now();
-        logits = model.forward(&batch)?;
-        stats.eval_secs += t.elapsed().as_secs_f64();
-        stats.evals += 1;
-        pos += 1;
-    }
-    out.write_all(decoder.flush().as_bytes())?;
-    writeln!(out)?;
-    out.flush()?;
-    stats.gen_secs = started.elapsed().as_secs_f64();
-    Ok(())
-}
-
 /// Prints the timings to stderr in llama.cpp's layout.
-fn print_timings(s: &Stats) {
-    let per = |secs: f64, n: usize| if n > 0 { secs * 1e3 / n as f64 } else { 0.0 };
+fn print_timings(load_secs: f64, f: &Finish) {
+    let per = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
+    let rate = |n: usize, ms: f64| if ms > 0.0 { n as f64 * 1e3 / ms } else { 0.0 };
+    // The first token comes from the prompt's pass; each later one from a run of its own.
+    let runs = f.n_predicted.saturating_sub(1);
     eprintln!();
-    eprintln!("load time        = {:10.2} ms", s.load_secs * 1e3);
+    eprintln!("load time        = {:10.2} ms", load_secs * 1e3);
     eprintln!(
         "prompt eval time = {:10.2} ms / {:5} tokens ({:8.2} ms per token, {:8.2} tokens per second)",
-        s.prompt_secs * 1e3,
-        s.prompt_tokens,
-        per(s.prompt_secs, s.prompt_tokens),
-        rate(s.prompt_tokens, s.prompt_secs)
+        f.prompt_ms,
+        f.n_prompt,
+        per(f.prompt_ms, f.n_prompt),
+        rate(f.n_prompt, f.prompt_ms)
     );
     eprintln!(
         "       eval time = {:10.2} ms / {:5} runs   ({:8.2} ms per token, {:8.2} tokens per second)",
-        s.eval_secs * 1e3,
-        s.evals,
-        per(s.eval_secs, s.evals),
-        rate(s.evals, s.eval_secs)
+        f.predicted_ms,
+        runs,
+        per(f.predicted_ms, runs),
+        rate(runs, f.predicted_ms)
     );
+    let all = f.prompt_ms + f.predicted_ms;
     eprintln!(
-        "      generated  = {:10.2} ms / {:5} tokens ({:8.2} tokens per second, sampling included)",
-        s.gen_secs * 1e3,
-        s.generated,
-        rate(s.generated, s.gen_secs)
+        "      generated  = {:10.2} ms / {:5} tokens ({:8.2} tokens per second, prompt included)",
+        all,
+        f.n_predicted,
+        rate(f.n_predicted, all)
     );
 }
 
@@ -243,7 +178,6 @@ fn print_timings(s: &Stats) {
 pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let reg = Registry::load(&cli.plugin_dir())?;
     let ctx = context_size(a)?;
-    let mut stats = Stats::default();
     let load_started = Instant::now();
     let options = LoadOptions {
         n_slots: 1,
@@ -253,20 +187,20 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         graphs: true,
         mlock: a.placement.mlock,
     };
-    let mut model = LoadedModel::load_offloaded(
+    let model = LoadedModel::load_offloaded(
         &reg,
         &a.model,
         options,
         a.n_gpu_layers > 0,
         &a.placement.request()?,
     )?;
-    stats.load_secs = load_started.elapsed().as_secs_f64();
+    let load_secs = load_started.elapsed().as_secs_f64();
     eprintln!("running on {}", model.kernel_plugin());
     let (tok, prompt) = prompt_tokens(&model, a)?;
     if prompt.is_empty() {
         bail!("the prompt gives no tokens");
     }
-    if prompt.len() > ctx as usize {
+    if prompt.len() >= ctx as usize {
         bail!(
             "the prompt has {} tokens, but the context holds {} (raise -c)",
             prompt.len(),
@@ -279,36 +213,45 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         params.seed, params.top_k, params.typ_p, params.top_p, params.min_p, params.temp,
         params.penalty_repeat, params.penalty_last_n, params.penalty_present, params.penalty_freq
     );
-    let mut sampler = Sampler::new(params, model.spec.hparams.n_vocab as usize);
-    for &t in &prompt {
-        sampler.accept(t);
-    }
-    let n = prompt.len();
-    stats.prompt_tokens = n;
-    let started = Instant::now();
-    // Batches of the size the placement plan sized the card's scratch for; only the last one's
-    // logits are read.
-    let batch = DEFAULT_BATCH_ROWS as usize;
-    let mut logits = Vec::new();
-    for (i, chunk) in prompt.chunks(batch).enumerate() {
-        let from = (i * batch) as i32;
-        let last = from as usize + chunk.len() == n;
-        logits = model.forward(&BatchInputs {
-            tokens: chunk.iter().map(|&t| t as i32).collect(),
-            positions: (from..from + chunk.len() as i32).collect(),
-            slots: vec![0; chunk.len()],
-            output_rows: if last {
-                vec![chunk.len() as i32 - 1]
-            } else {
-                Vec::new()
-            },
-            history: vec![],
-        })?;
-    }
-    stats.prompt_secs = started.elapsed().as_secs_f64();
-    let limit = usize::try_from(a.n_predict).unwrap_or(usize::MAX);
-    generate(&mut model, &tok, &mut sampler, logits, limit, &mut stats)?;
-    print_timings(&stats);
+    let runtime = Runtime::start(
+        model,
+        Arc::new(tok),
+        RuntimeConfig {
+            n_ctx_slot: ctx as usize,
+            // Prompts go in batches of the size the placement plan sized the card's scratch for.
+            n_batch: DEFAULT_BATCH_ROWS as usize,
+            cache_ram: None,
+            queue_depth: 1,
+        },
+    )?;
+    let gen = GenParams {
+        sampler: params,
+        n_predict: usize::try_from(a.n_predict).ok(),
+        stop: Vec::new(),
+        n_probs: 0,
+        ignore_eos: false,
+        cache_prompt: false,
+        forced: Vec::new(),
+        prompt_only: a.n_predict == 0,
+    };
+    let mut events = runtime.submit_blocking(prompt, gen, Some(0))?;
+    let mut out = std::io::stdout().lock();
+    let finish = loop {
+        match events.blocking_recv() {
+            Some(Event::Token(piece)) => {
+                out.write_all(piece.text.as_bytes())?;
+                out.flush()?;
+            }
+            Some(Event::Started { .. }) => {}
+            Some(Event::Done(f)) => break f,
+            Some(Event::Failed(msg)) => bail!("{msg}"),
+            None => bail!("the scheduler stopped before the request ended"),
+        }
+    };
+    writeln!(out)?;
+    out.flush()?;
+    let model = runtime.shutdown()?;
+    print_timings(load_secs, &finish);
     if let Some(d) = model.disk_stats() {
         eprintln!("{d}");
     }

@@ -6,8 +6,8 @@ use bloomery_plugin_api::DType;
 use clap::Args;
 
 use super::Cli;
-use crate::plugins::Registry;
 use crate::synth::{self, ClassTypes};
+use bloomery_devices::Registry;
 
 /// Options of `bloomery synth`.
 #[derive(Args, Debug)]

@@ -11,7 +11,7 @@ use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 
 use super::{read_values, relative, worst, Outcome};
-use crate::engine::device::{Buffer, Device};
+use bloomery_devices::{Buffer, Device};
 
 /// Values per check: not a multiple of a block or a page.
 const N: usize = 3 * 1024 + 7;

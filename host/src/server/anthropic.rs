@@ -9,13 +9,13 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::chat::{self, Delta, DeltaSplitter};
-use super::engine::{Event, Finish, StopType};
 use super::error::ApiError;
 use super::gen::{collect, event_stream, random_id, sse_event, submit};
 use super::native::ok;
 use super::openai::{prepare_chat, ChatJob};
 use super::params::{gen_params, Fields};
 use super::{parse_body, AppRef};
+use bloomery_runtime::request::{Event, Finish, StopType};
 
 fn stop_reason(f: &Finish, tool_use: bool) -> &'static str {
     if tool_use {

@@ -6,8 +6,8 @@
 use bloomery_text::{ChatRequest, ChatTemplate, TemplateValue, Tokenizer};
 use serde_json::{json, Map, Value};
 
-use super::args::ReasoningFormat;
 use super::error::ApiError;
+use crate::flags::serve::ReasoningFormat;
 
 const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";

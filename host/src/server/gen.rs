@@ -12,9 +12,9 @@ use futures_util::Stream;
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use super::engine::{Event, Finish, GenParams, Job, Piece, Request};
 use super::error::ApiError;
 use super::Ready;
+use bloomery_runtime::request::{Event, Finish, GenParams, Job, Piece, Request};
 
 /// Queues a generation; the receiver yields its events (dropping it cancels the request).
 pub fn submit(

@@ -4,20 +4,16 @@
 //! Anthropic).
 
 pub mod anthropic;
-pub mod args;
 pub mod chat;
-pub mod engine;
 pub mod error;
 pub mod gen;
 pub mod native;
 pub mod openai;
 pub mod params;
-pub mod prompt_cache;
-pub mod slot_file;
-pub mod stop;
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -31,14 +27,16 @@ use bloomery_text::{ChatTemplate, Tokenizer};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
-use self::args::{ReasoningFormat, ServeArgs};
-use self::engine::{EngineConfig, Shared};
+use bloomery_devices::Registry;
+use bloomery_exec::{LoadOptions, LoadedModel};
+use bloomery_runtime::request::Request as Job;
+use bloomery_runtime::sampling::SamplerParams;
+use bloomery_runtime::status::Shared;
+use bloomery_runtime::{Runtime, RuntimeConfig};
+
 use self::error::ApiError;
 use self::params::Defaults;
-use crate::cli::Cli;
-use crate::model::{LoadOptions, LoadedModel};
-use crate::plugins::Registry;
-use crate::sampling::SamplerParams;
+use crate::flags::serve::{ReasoningFormat, ServeArgs};
 
 /// What the routes need once the model is loaded.
 pub struct Ready {
@@ -49,7 +47,7 @@ pub struct Ready {
     /// Its source, for /props.
     pub template_source: String,
     /// Jobs for the scheduler (bounded: the wait queue).
-    pub jobs: mpsc::Sender<engine::Request>,
+    pub jobs: mpsc::Sender<Job>,
     /// Slot views and counters.
     pub shared: Arc<Shared>,
     /// Context positions per slot.
@@ -194,7 +192,7 @@ async fn guard(
     {
         Ok(r) => r,
         Err(panic) => {
-            let what = crate::server::error::panic_message(panic.as_ref());
+            let what = bloomery_runtime::panic_message(panic.as_ref());
             tracing::error!("a request handler panicked: {what}");
             ApiError::internal(format!("internal error: {what}")).into_response()
         }
@@ -220,8 +218,8 @@ fn context_size(a: &ServeArgs, file: &bloomery_gguf::GgufModel) -> anyhow::Resul
 }
 
 /// Loads the model and starts the scheduler thread.
-fn load(cli_plugin_dir: &std::path::Path, a: &ServeArgs) -> anyhow::Result<Ready> {
-    let reg = Registry::load(cli_plugin_dir)?;
+fn load(plugin_dir: &Path, a: &ServeArgs) -> anyhow::Result<Ready> {
+    let reg = Registry::load(plugin_dir)?;
     let file = bloomery_gguf::GgufModel::open(&a.model)?;
     let n_ctx = context_size(a, &file)?;
     let n_slots = a.n_slots();
@@ -320,39 +318,22 @@ fn load(cli_plugin_dir: &std::path::Path, a: &ServeArgs) -> anyhow::Result<Ready
         seed: u64::try_from(a.seed).ok(),
         n_predict: usize::try_from(a.n_predict).ok(),
     };
-    // Every slot idle, as the scheduler publishes them, so that /slots answers in full before
-    // its first publish.
-    let idle = (0..n_slots as usize)
-        .map(|id| engine::SlotView {
-            id,
-            is_processing: false,
-            n_cached: 0,
-            n_decoded: 0,
-            n_remain: 0,
-        })
-        .collect();
-    let shared = Arc::new(Shared {
-        slots: Mutex::new(idle),
-        counters: Default::default(),
-    });
-    let (jobs_tx, jobs_rx) = mpsc::channel(a.queue_depth);
-    let cfg = EngineConfig {
-        n_ctx_slot: n_ctx_slot as usize,
-        n_batch: a.n_batch() as usize,
-        cache_ram: a.cache_ram_bytes(),
-    };
-    let engine_tok = Arc::clone(&tok);
-    let engine_shared = Arc::clone(&shared);
-    std::thread::Builder::new()
-        .name("bloomery-scheduler".into())
-        .spawn(move || engine::run(model, engine_tok, cfg, jobs_rx, engine_shared))
-        .context("starting the scheduler thread")?;
+    let runtime = Runtime::start(
+        model,
+        Arc::clone(&tok),
+        RuntimeConfig {
+            n_ctx_slot: n_ctx_slot as usize,
+            n_batch: a.n_batch() as usize,
+            cache_ram: a.cache_ram_bytes(),
+            queue_depth: a.queue_depth,
+        },
+    )?;
     Ok(Ready {
         tok,
         template,
         template_source,
-        jobs: jobs_tx,
-        shared,
+        jobs: runtime.sender(),
+        shared: Arc::clone(runtime.shared()),
         n_ctx_slot: n_ctx_slot as usize,
         n_slots: n_slots as usize,
         model_id: a.alias.clone().unwrap_or_else(|| model_path.clone()),
@@ -362,8 +343,8 @@ fn load(cli_plugin_dir: &std::path::Path, a: &ServeArgs) -> anyhow::Result<Ready
     })
 }
 
-/// Runs the server until interrupted.
-pub fn serve(cli: &Cli, a: &ServeArgs) -> anyhow::Result<()> {
+/// Runs the server until interrupted, with the plugins of `plugin_dir`.
+pub fn serve(plugin_dir: &Path, a: &ServeArgs) -> anyhow::Result<()> {
     a.validate()?;
     let reasoning = a.reasoning()?;
     let api_keys = a
@@ -386,7 +367,7 @@ pub fn serve(cli: &Cli, a: &ServeArgs) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let plugin_dir = cli.plugin_dir();
+    let plugin_dir = plugin_dir.to_owned();
     rt.block_on(async move {
         let addr: SocketAddr = format!("{}:{}", a.host, a.port)
             .parse()

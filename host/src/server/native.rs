@@ -10,11 +10,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
 
-use super::engine::{Event, Finish, GenParams, Request, SlotAction, SlotCommand};
 use super::error::ApiError;
 use super::gen::{self, collect, native_probs, sse_data, submit, timings};
 use super::params::{gen_params, Fields};
 use super::{chat, parse_body, AppRef, Ready};
+use bloomery_runtime::request::{Event, Finish, GenParams, Request, SlotAction, SlotCommand};
 
 /// GET /health.
 pub async fn health(State(state): State<AppRef>) -> Response {
@@ -57,6 +57,8 @@ fn default_params(ready: &Ready) -> GenParams {
         n_probs: 0,
         ignore_eos: false,
         cache_prompt: true,
+        forced: Vec::new(),
+        prompt_only: false,
     }
 }
 
@@ -632,7 +634,7 @@ fn native_stream(
 ) -> Response {
     struct St {
         text: String,
-        pieces: Vec<super::engine::Piece>,
+        pieces: Vec<bloomery_runtime::request::Piece>,
         id_slot: usize,
     }
     let st = St {
@@ -805,7 +807,7 @@ pub fn finish_reason(f: &Finish, tool_calls: bool) -> &'static str {
         return "tool_calls";
     }
     match f.stop_type {
-        super::engine::StopType::Limit => "length",
+        bloomery_runtime::request::StopType::Limit => "length",
         _ => "stop",
     }
 }

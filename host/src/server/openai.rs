@@ -9,9 +9,7 @@ use axum::response::Response;
 use serde_json::{json, Map, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::args::{parse_reasoning, ReasoningFormat};
 use super::chat::{self, ChatPrompt, Delta, DeltaSplitter};
-use super::engine::{Event, Finish};
 use super::error::ApiError;
 use super::gen::{
     collect, event_stream, openai_logprobs, random_id, sse_data, submit, timings, unix_now,
@@ -19,6 +17,8 @@ use super::gen::{
 use super::native::{finish_reason, ok, prompts};
 use super::params::{gen_params, Fields};
 use super::{parse_body, AppRef, AppState, Ready};
+use crate::flags::serve::{parse_reasoning, ReasoningFormat};
+use bloomery_runtime::request::{Event, Finish};
 
 const FINGERPRINT: &str = concat!("b0-bloomery-", env!("CARGO_PKG_VERSION"));
 

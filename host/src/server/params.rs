@@ -4,9 +4,9 @@
 
 use serde_json::{Map, Value};
 
-use super::engine::GenParams;
 use super::error::ApiError;
-use crate::sampling::SamplerParams;
+use bloomery_runtime::request::GenParams;
+use bloomery_runtime::sampling::SamplerParams;
 
 /// Server-wide defaults a request starts from (from the command line).
 #[derive(Clone, Debug)]
@@ -138,6 +138,8 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         n_probs,
         ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
         cache_prompt: f.bool("cache_prompt")?.unwrap_or(true),
+        forced: Vec::new(),
+        prompt_only: false,
     })
 }
 

@@ -18,7 +18,7 @@ pub fn tiny_qwen3moe(
     dir: &tempfile::TempDir,
     types: bloomery::synth::ClassTypes,
 ) -> std::path::PathBuf {
-    let reg = bloomery::plugins::Registry::load(&plugin_dir())
+    let reg = bloomery_devices::Registry::load(&plugin_dir())
         .expect("plugin folder (run `cargo xtask plugins` first)");
     let plugin = reg.model_for("qwen3moe").unwrap();
     let presets = plugin.module.synth_presets()();
@@ -37,7 +37,7 @@ pub fn tiny_of(
     dir: &std::path::Path,
     types: bloomery::synth::ClassTypes,
 ) -> std::path::PathBuf {
-    let reg = bloomery::plugins::Registry::load(&plugin_dir())
+    let reg = bloomery_devices::Registry::load(&plugin_dir())
         .expect("plugin folder (run `cargo xtask plugins` first)");
     let plugin = reg.model_for(arch).unwrap();
     let presets = plugin.module.synth_presets()();
@@ -87,15 +87,15 @@ pub fn agreement(ours: &[f32], vocab: usize, golden: &serde_json::Value) -> (f32
 #[allow(dead_code)] // only the test crates that tier experts load this way
 pub fn load_on_scalar_card(
     path: &std::path::Path,
-    opts: bloomery::model::LoadOptions,
-    request: &bloomery::tiering::plan::TierRequest,
-) -> Result<bloomery::model::LoadedModel, String> {
-    let reg = bloomery::plugins::Registry::load(&plugin_dir()).unwrap();
+    opts: bloomery_exec::LoadOptions,
+    request: &bloomery_tiering::plan::TierRequest,
+) -> Result<bloomery_exec::LoadedModel, String> {
+    let reg = bloomery_devices::Registry::load(&plugin_dir()).unwrap();
     let scalar = reg
         .kernels
         .iter()
         .find(|k| k.name == "cpu-scalar")
         .expect("the cpu-scalar plugin");
-    bloomery::model::LoadedModel::load_placed(&reg, path, opts, scalar, request)
+    bloomery_exec::LoadedModel::load_placed(&reg, path, opts, scalar, request)
         .map_err(|e| e.to_string())
 }

@@ -13,9 +13,8 @@
 
 use std::path::{Path, PathBuf};
 
-use bloomery::engine::executor::BatchInputs;
-use bloomery::model::{LoadOptions, LoadedModel};
-use bloomery::plugins::Registry;
+use bloomery_devices::Registry;
+use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel};
 use bloomery_plugin_api::DType;
 use serde_json::Value;
 

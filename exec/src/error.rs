@@ -1,0 +1,71 @@
+//! Why a model could not be loaded or run.
+
+use bloomery_devices::SelectError;
+use bloomery_gguf::GgufError;
+use bloomery_plugin_api::PluginError;
+use bloomery_tiering::plan::PlanError;
+use bloomery_tiering::TierError;
+
+use crate::executor::ExecError;
+
+/// Why a model could not be loaded or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The file is not a valid GGUF.
+    #[error(transparent)]
+    File(#[from] GgufError),
+    /// No plugin serves it.
+    #[error(transparent)]
+    Select(#[from] SelectError),
+    /// The file lacks `general.architecture`.
+    #[error("{path}: no `general.architecture` key")]
+    NoArchitecture {
+        /// The file.
+        path: String,
+    },
+    /// The model plugin refused the file.
+    #[error("{path}: the `{plugin}` plugin cannot load it: {source}")]
+    Plugin {
+        /// The file.
+        path: String,
+        /// The model plugin.
+        plugin: String,
+        /// Its error.
+        source: PluginError,
+    },
+    /// A device operation failed.
+    #[error("{context}: {source}")]
+    Device {
+        /// What was being done.
+        context: String,
+        /// The plugin's error.
+        source: PluginError,
+    },
+    /// Preparing or running a graph failed.
+    #[error(transparent)]
+    Exec(#[from] ExecError),
+    /// A request the model cannot serve (a position past the context, a bad slot).
+    #[error("{0}")]
+    Request(String),
+    /// No placement of the weights fits the budgets.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+}
+
+impl From<TierError> for ModelError {
+    fn from(e: TierError) -> Self {
+        match e {
+            TierError::Plan(p) => ModelError::Plan(p),
+            TierError::Device { context, source } => ModelError::Device { context, source },
+            other => ModelError::Request(other.to_string()),
+        }
+    }
+}
+
+/// Maps a device error to [`ModelError::Device`] with what was being done.
+pub(crate) fn device_err(context: &str) -> impl FnOnce(PluginError) -> ModelError + '_ {
+    move |source| ModelError::Device {
+        context: context.to_owned(),
+        source,
+    }
+}

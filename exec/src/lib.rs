@@ -1,0 +1,23 @@
+//! Model loading and execution: a model file opened by its architecture plugin, its weights put
+//! on the devices the placement plan chose, the state of every sequence slot, and the graph
+//! executor that runs one forward pass over a batch of rows.
+
+pub mod arena_plan;
+mod error;
+pub mod executor;
+mod mlock;
+pub mod model;
+mod open;
+mod options;
+pub mod placement;
+mod snapshot;
+mod state;
+pub mod support;
+pub mod view;
+pub mod weights;
+
+pub use error::ModelError;
+pub use executor::{BatchInputs, ExecError};
+pub use model::{LoadedModel, RoutingStats};
+pub use options::LoadOptions;
+pub use snapshot::Rewind;

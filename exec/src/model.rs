@@ -1,0 +1,413 @@
+//! A model loaded for inference: the mapped file, its plugin instance, weights mapped on a
+//! device, the state buffers of every sequence slot, and prepared graphs per batch shape.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use bloomery_devices::{Buffer, Device, KernelPluginFile, Registry, Staging};
+use bloomery_gguf::GgufModel;
+use bloomery_plugin_api::graph::{BatchShape, GraphKind};
+use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
+use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec};
+use bloomery_plugin_api::tensor::{OpCall, TensorRef};
+use bloomery_tiering::arena::ArenaStats;
+use bloomery_tiering::plan::{Plan, TierRequest};
+use bloomery_tiering::ExpertTier;
+
+use crate::error::{device_err, ModelError};
+use crate::executor::{BatchInputs, Bindings, Executor};
+use crate::mlock;
+use crate::open::{open_model, Opened};
+use crate::options::LoadOptions;
+use crate::placement::plan_for;
+use crate::state::allocate_state;
+use crate::weights::{load_tiered, map_weights};
+
+/// Prepared executors kept per model; the least recently used beyond this is dropped.
+const MAX_EXECUTORS: usize = 8;
+
+/// A loaded model. Field order is drop order: device buffers go before the mapping they view.
+pub struct LoadedModel {
+    /// Prepared executors by (rows, outputs), with the tick each was last used.
+    pub(crate) executors: HashMap<(u32, u32), (Executor, u64)>,
+    pub(crate) clock: u64,
+    pub(crate) state_buffers: Vec<Buffer>,
+    pub(crate) state: Vec<TensorRef>,
+    /// Page-locked memory that slot states are copied out through, made at the first copy or at
+    /// a server's start (`snapshot.rs`).
+    pub(crate) snapshot_staging: std::sync::Mutex<Option<Staging>>,
+    _weight_buffers: Vec<Buffer>,
+    pub(crate) weights: Vec<TensorRef>,
+    pub(crate) tier: Option<ExpertTier>,
+    /// Where the routed experts live (made when the model runs on a GPU or placement was asked
+    /// for).
+    pub plan: Option<Plan>,
+    pub(crate) instance: ModelInstanceBox,
+    pub(crate) device: Arc<Device>,
+    /// What the plugin declared.
+    pub spec: ModelSpec,
+    /// The plugin's name.
+    pub plugin: String,
+    /// Load options in force.
+    pub options: LoadOptions,
+    /// The mapped file (kept alive for the weight buffers).
+    pub file: GgufModel,
+    /// Bytes of the mapped file locked in RAM (`--mlock`; 0 without it).
+    pub locked: u64,
+}
+
+/// Routed expert calls of the layers with host experts, since load or the last reset.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoutingStats {
+    /// Served by experts on the card.
+    pub card: u64,
+    /// Served by experts in host RAM.
+    pub host: u64,
+    /// Of `host`, computed by the card reading the expert over the bus.
+    pub bus: u64,
+    /// Experts moved onto the card.
+    pub flips: u64,
+    /// The bus share's size per k host experts, once the first decode passes chose it.
+    pub bus_kept: Option<usize>,
+}
+
+/// Whether a model that failed to load on the GPU may run on the CPU instead: not when its
+/// placement does not fit the card's budget (see [`LoadedModel::load_offloaded`]).
+fn may_fall_back(e: &ModelError) -> bool {
+    !matches!(e, ModelError::Plan(_))
+}
+
+impl LoadedModel {
+    /// Opens `path`, finds its model plugin and the best CPU kernel plugin, maps the weights and
+    /// allocates the state. Every failure is a named error.
+    pub fn load(
+        reg: &Registry,
+        path: &Path,
+        options: LoadOptions,
+    ) -> Result<LoadedModel, ModelError> {
+        Self::load_on(reg, path, options, reg.best_kernel(DeviceClass::Cpu)?)
+    }
+
+    /// With `gpu`, the whole model on the best GPU kernel plugin; when none can run here, or the
+    /// chosen one lacks an op of this model, on the CPU with one warning naming why. A placement
+    /// that does not fit the card's budget is refused with its terms instead (falling back would
+    /// run the model many times slower than asked, with only a warning to say so). Without
+    /// `gpu`, as [`LoadedModel::load`].
+    pub fn load_offloaded(
+        reg: &Registry,
+        path: &Path,
+        options: LoadOptions,
+        gpu: bool,
+        request: &TierRequest,
+    ) -> Result<LoadedModel, ModelError> {
+        if gpu {
+            let tried = reg
+                .best_kernel(DeviceClass::Gpu)
+                .map_err(ModelError::from)
+                .and_then(|k| Self::load_placed(reg, path, options, k, request));
+            match tried {
+                Ok(m) => return Ok(m),
+                Err(e) if !may_fall_back(&e) => return Err(e),
+                Err(e) => tracing::warn!(
+                    "GPU offload requested but not possible ({e}); running on the CPU"
+                ),
+            }
+        }
+        Self::load(reg, path, options)
+    }
+
+    /// The kernel plugin the model runs on.
+    pub fn kernel_plugin(&self) -> &str {
+        &self.device.plugin
+    }
+
+    /// As [`LoadedModel::load`], on the device of a given kernel plugin (weights copied there when
+    /// the device is not the host). A graph op the plugin lacks is a named error at load.
+    pub fn load_on(
+        reg: &Registry,
+        path: &Path,
+        options: LoadOptions,
+        kernel: &KernelPluginFile,
+    ) -> Result<LoadedModel, ModelError> {
+        Self::load_placed(reg, path, options, kernel, &TierRequest::default())
+    }
+
+    /// As [`LoadedModel::load_on`], with routed experts placed as `request` asks (or as the card's
+    /// free memory allows): experts planned for the host are computed there by the best CPU
+    /// kernel plugin, straight from the mapped file.
+    pub fn load_placed(
+        reg: &Registry,
+        path: &Path,
+        options: LoadOptions,
+        kernel: &KernelPluginFile,
+        request: &TierRequest,
+    ) -> Result<LoadedModel, ModelError> {
+        let Opened {
+            file,
+            shown,
+            plugin,
+            instance,
+            spec,
+        } = open_model(reg, path)?;
+        tracing::info!(model = %plugin.name, kernel = %kernel.name, "loading {shown}");
+        let device = Device::open(
+            kernel,
+            DeviceConfig {
+                index: 0,
+                threads: options.threads,
+                pin_threads: true,
+            },
+        )
+        .map_err(device_err("opening the kernel plugin's device"))?;
+        let plan = if kernel.probe.class == DeviceClass::Gpu || !request.is_default() {
+            Some(plan_for(
+                &instance,
+                &spec,
+                &file,
+                &device,
+                options,
+                request,
+                &shown,
+                &plugin.name,
+            )?)
+        } else {
+            None
+        };
+        let (state_buffers, state) = allocate_state(&device, &spec, options)?;
+        let (weight_buffers, weights, tier) = match &plan {
+            Some(p) if p.has_host_experts() => {
+                let host = reg.best_kernel(DeviceClass::Cpu)?;
+                tracing::info!(
+                    "routed experts: {:.2} GiB on the card, {:.2} GiB in host RAM on {}",
+                    p.card_expert_bytes() as f64 / (1u64 << 30) as f64,
+                    p.host_expert_bytes() as f64 / (1u64 << 30) as f64,
+                    host.name
+                );
+                let (b, w, t) =
+                    load_tiered(&device, host, options.threads, &file, &spec, p, request)?;
+                (b, w, Some(t))
+            }
+            _ => {
+                let (b, w) = map_weights(&device, &file, &spec)?;
+                (b, w, None)
+            }
+        };
+        let locked = if options.mlock {
+            let ranges = match &tier {
+                Some(t) => t.host_read.clone(),
+                // Every weight copied to the card: the host reads none of the file.
+                None if kernel.probe.class == DeviceClass::Gpu => Vec::new(),
+                None => file
+                    .parts()
+                    .iter()
+                    .map(|p| p.bytes().as_ptr_range())
+                    .map(|r| (r.start as usize, r.end as usize))
+                    .collect(),
+            };
+            mlock::lock_ranges(&ranges)
+        } else {
+            0
+        };
+        let mut model = LoadedModel {
+            executors: HashMap::new(),
+            clock: 0,
+            state_buffers,
+            state,
+            snapshot_staging: std::sync::Mutex::new(None),
+            _weight_buffers: weight_buffers,
+            weights,
+            tier,
+            plan,
+            instance,
+            device,
+            spec,
+            plugin: plugin.name.clone(),
+            options,
+            file,
+            locked,
+        };
+        model.executor(1, 1)?;
+        Ok(model)
+    }
+
+    fn executor(&mut self, n_rows: u32, n_outputs: u32) -> Result<&Executor, ModelError> {
+        let key = (n_rows, n_outputs);
+        self.clock += 1;
+        let now = self.clock;
+        if !self.executors.contains_key(&key) {
+            // A server sees many batch shapes: keep the most recently used few.
+            while self.executors.len() >= MAX_EXECUTORS {
+                let oldest = self
+                    .executors
+                    .iter()
+                    .min_by_key(|(_, e)| e.1)
+                    .map(|(k, _)| *k);
+                match oldest {
+                    Some(k) => self.executors.remove(&k),
+                    None => break,
+                };
+            }
+            let shape = BatchShape {
+                n_rows,
+                n_outputs,
+                kind: GraphKind::Main,
+            };
+            let graph = self
+                .instance
+                .build_graph(shape)
+                .into_result()
+                .map_err(|source| ModelError::Plugin {
+                    path: self.file.parts()[0].path().display().to_string(),
+                    plugin: self.plugin.clone(),
+                    source,
+                })?;
+            let bind = Bindings {
+                weights: &self.weights,
+                state: &self.state,
+                tier: self.tier.as_ref(),
+            };
+            let started = std::time::Instant::now();
+            let exec = Executor::prepare(&self.device, shape, &graph, &bind, self.options.graphs)?;
+            tracing::debug!(
+                "prepared the pass of {n_rows} rows and {n_outputs} outputs in {:.2} ms",
+                started.elapsed().as_secs_f64() * 1e3
+            );
+            self.executors.insert(key, (exec, now));
+        }
+        let entry = self
+            .executors
+            .get_mut(&key)
+            .ok_or_else(|| ModelError::Request("executor cache lost an entry".into()))?;
+        entry.1 = now;
+        Ok(&entry.0)
+    }
+
+    /// The op calls of a pass of `n_rows` rows and `n_outputs` outputs, as the kernel plugin
+    /// receives them (memory planned; for checking what a kernel plugin will see).
+    pub fn pass_calls(&mut self, n_rows: u32, n_outputs: u32) -> Result<Vec<OpCall>, ModelError> {
+        Ok(self.executor(n_rows, n_outputs)?.calls().to_vec())
+    }
+
+    /// Runs one pass over a batch and returns the logits of its output rows, `n_vocab` values per
+    /// output row in the order of `batch.output_rows`.
+    pub fn forward(&mut self, batch: &BatchInputs) -> Result<Vec<f32>, ModelError> {
+        let rows = batch.tokens.len();
+        if rows == 0 || batch.positions.len() != rows || batch.slots.len() != rows {
+            return Err(ModelError::Request(format!(
+                "a batch needs one position and slot per token: {} tokens, {} positions, {} slots",
+                rows,
+                batch.positions.len(),
+                batch.slots.len()
+            )));
+        }
+        let ctx = self.options.ctx_per_slot as i32;
+        let n_vocab = self.spec.hparams.n_vocab as i32;
+        for r in 0..rows {
+            let (t, p, s) = (batch.tokens[r], batch.positions[r], batch.slots[r]);
+            if p < 0 || p >= ctx {
+                return Err(ModelError::Request(format!(
+                    "position {p} is outside the context of {ctx}"
+                )));
+            }
+            if s < 0 || s >= self.options.n_slots as i32 {
+                return Err(ModelError::Request(format!(
+                    "slot {s} of {}",
+                    self.options.n_slots
+                )));
+            }
+            if t < 0 || t >= n_vocab {
+                return Err(ModelError::Request(format!(
+                    "token {t} outside the vocabulary of {n_vocab}"
+                )));
+            }
+        }
+        if batch
+            .output_rows
+            .iter()
+            .any(|&o| o < 0 || o as usize >= rows)
+        {
+            return Err(ModelError::Request(
+                "an output row is outside the batch".into(),
+            ));
+        }
+        let device = Arc::clone(&self.device);
+        if batch.output_rows.is_empty() {
+            // A prompt chunk before the last: no logits wanted. Graphs always keep one output
+            // row (kernels need not handle empty tensors); its logits are dropped.
+            let mut one = batch.clone();
+            one.output_rows.push(rows as i32 - 1);
+            self.executor(rows as u32, 1)?.run(&device, &one)?;
+            self.rebalance()?;
+            return Ok(Vec::new());
+        }
+        let exec = self.executor(rows as u32, batch.output_rows.len() as u32)?;
+        exec.run(&device, batch)?;
+        let logits = exec.read_f32(&device, "logits")?;
+        self.rebalance()?;
+        Ok(logits)
+    }
+
+    /// Moves routed experts between the card and the host as the routing counts call for
+    /// (nothing without host experts, or with residency off).
+    fn rebalance(&self) -> Result<(), ModelError> {
+        if let Some(t) = &self.tier {
+            t.rebalance(&self.device)
+                .map_err(device_err("moving experts onto the card"))?;
+        }
+        Ok(())
+    }
+
+    /// Routed calls in layers with host experts and the experts moved so far (`None` without
+    /// host experts).
+    pub fn residency_stats(&self) -> Option<RoutingStats> {
+        let r = self.tier.as_ref()?.residency.lock().ok()?;
+        Some(RoutingStats {
+            card: r.card_calls,
+            host: r.host_calls,
+            bus: r.bus_calls,
+            flips: r.flips,
+            bus_kept: self.tier.as_ref()?.bus.lock().ok()?.kept(),
+        })
+    }
+
+    /// Routed calls per expert of each layer with host experts, in layer order, as the residency
+    /// counts them (faded between steps while residency is on; `None` without tiering).
+    pub fn routing_counts(&self) -> Option<Vec<Vec<f32>>> {
+        let r = self.tier.as_ref()?.residency.lock().ok()?;
+        Some(r.layers.iter().map(|l| l.counts.clone()).collect())
+    }
+
+    /// Experts read from the model file by the disk tier so far, and how many of them were
+    /// read ahead (`None` without a disk tier).
+    pub fn disk_stats(&self) -> Option<ArenaStats> {
+        self.tier.as_ref()?.disk.as_ref()?.stats().ok()
+    }
+
+    /// Layers copied back into the staging sets lent to them so far (`None` without tiering);
+    /// see [`bloomery_tiering::lending`].
+    pub fn lent_restores(&self) -> Option<u64> {
+        Some(self.tier.as_ref()?.lending.restored())
+    }
+
+    /// Forgets the routing counts and statistics (`POST /residency/reset`).
+    pub fn reset_residency(&self) {
+        if let Some(mut r) = self.tier.as_ref().and_then(|t| t.residency.lock().ok()) {
+            r.reset();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{may_fall_back, ModelError};
+    use bloomery_tiering::plan::PlanError;
+
+    #[test]
+    fn a_placement_that_does_not_fit_is_refused_rather_than_run_on_the_cpu() {
+        assert!(!may_fall_back(&ModelError::Plan(PlanError(
+            "dense weights … over its budget".into()
+        ))));
+        assert!(may_fall_back(&ModelError::Request("no GPU plugin".into())));
+    }
+}

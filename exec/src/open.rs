@@ -1,0 +1,48 @@
+//! A model file opened by the plugin that serves its `general.architecture`.
+
+use std::path::Path;
+
+use bloomery_devices::{ModelPluginFile, Registry};
+use bloomery_gguf::GgufModel;
+use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec};
+
+use crate::error::ModelError;
+use crate::view;
+
+/// A file opened by its model plugin.
+pub(crate) struct Opened<'r> {
+    pub(crate) file: GgufModel,
+    pub(crate) shown: String,
+    pub(crate) plugin: &'r ModelPluginFile,
+    pub(crate) instance: ModelInstanceBox,
+    pub(crate) spec: ModelSpec,
+}
+
+pub(crate) fn open_model<'r>(reg: &'r Registry, path: &Path) -> Result<Opened<'r>, ModelError> {
+    let file = GgufModel::open(path)?;
+    let shown = path.display().to_string();
+    let arch = file
+        .metadata()
+        .get_str("general.architecture")
+        .map_err(|_| ModelError::NoArchitecture {
+            path: shown.clone(),
+        })?
+        .to_owned();
+    let plugin = reg.model_for(&arch)?;
+    let view = view::file_view(&file);
+    let instance = plugin.module.load()(&view)
+        .into_result()
+        .map_err(|source| ModelError::Plugin {
+            path: shown.clone(),
+            plugin: plugin.name.clone(),
+            source,
+        })?;
+    let spec = instance.spec();
+    Ok(Opened {
+        file,
+        shown,
+        plugin,
+        instance,
+        spec,
+    })
+}

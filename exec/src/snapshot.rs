@@ -1,0 +1,311 @@
+//! A slot's state copied out of and back into the model's state buffers (slot save/restore), and
+//! the model identity a saved state is tied to.
+
+use bloomery_plugin_api::model::StateKind;
+
+use bloomery_devices::Staging;
+
+use crate::error::ModelError;
+use crate::model::LoadedModel;
+
+/// Bytes of page-locked memory slot states are copied out through (a larger state goes through it
+/// in turns).
+const SNAPSHOT_STAGING: u64 = 32 << 20;
+
+/// FNV-1a, 64-bit: a stable hash for the identity (std's hasher is not stable across releases).
+fn fnv1a(h: &mut u64, bytes: &[u8]) {
+    for &b in bytes {
+        *h ^= u64::from(b);
+        *h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+}
+
+fn lcm(a: u32, b: u32) -> u32 {
+    let (mut x, mut y) = (a, b);
+    while y != 0 {
+        (x, y) = (y, x % y);
+    }
+    a / x * b
+}
+
+/// How far back a model's saved state can be restored, from what its state buffers hold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rewind {
+    /// Some buffer holds per-sequence state (convolution or recurrent), which cannot be
+    /// rewound: a saved state restores only whole, or at one of its checkpoints.
+    pub per_sequence: bool,
+    /// Positions restore in multiples of this (pooled-key blocks; 1 without them).
+    pub block: u32,
+}
+
+impl Rewind {
+    /// The longest prefix of at most `want` positions that a state saved for `saved` positions
+    /// restores to without checkpoints: any prefix when every buffer is positional, whole
+    /// pooled blocks when pooled keys are kept, and only all `saved` positions when a buffer
+    /// holds per-sequence state.
+    pub fn prefix(&self, saved: u32, want: u32) -> u32 {
+        let want = want.min(saved);
+        if want == saved {
+            want
+        } else if self.per_sequence {
+            0
+        } else {
+            want - want % self.block
+        }
+    }
+
+    /// Whether a checkpoint at `n` positions can be restored with the positional buffers of a
+    /// later state: every pooled-key block it needs must be whole.
+    pub fn checkpoint(&self, n: u32) -> bool {
+        n.is_multiple_of(self.block)
+    }
+
+    /// How many of the `shared` leading positions of a state of `saved` positions with
+    /// checkpoints at `checkpoints` can be restored, and from which checkpoint (`None`: the
+    /// state itself).
+    pub fn reach(
+        &self,
+        saved: usize,
+        checkpoints: impl Iterator<Item = usize>,
+        shared: usize,
+    ) -> (usize, Option<usize>) {
+        let direct = self.prefix(saved as u32, shared as u32) as usize;
+        checkpoints
+            .enumerate()
+            .filter(|&(_, n)| n <= shared && n <= saved && n > direct && self.checkpoint(n as u32))
+            .max_by_key(|&(_, n)| n)
+            .map_or((direct, None), |(i, n)| (n, Some(i)))
+    }
+}
+
+impl LoadedModel {
+    /// What a saved slot state is valid for: the architecture, the tensor table (names, types,
+    /// shapes, offsets) and the cache type and layout.
+    pub fn identity(&self) -> String {
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for t in self.file.tensors() {
+            fnv1a(&mut h, t.info.name.as_bytes());
+            fnv1a(&mut h, &t.info.dtype.0.to_le_bytes());
+            for d in &t.info.shape {
+                fnv1a(&mut h, &d.to_le_bytes());
+            }
+            fnv1a(&mut h, &t.info.offset.to_le_bytes());
+        }
+        for s in &self.state {
+            fnv1a(&mut h, &s.dtype.0.to_le_bytes());
+            fnv1a(&mut h, &s.nb[1].to_le_bytes());
+        }
+        format!(
+            "{} {} tensors {:016x}",
+            self.spec.architecture,
+            self.file.tensors().len(),
+            h
+        )
+    }
+
+    /// Byte offset and length of slot `slot`'s first `n_pos` positions in state buffer `i`
+    /// (its whole row for per-sequence kinds).
+    fn extent(&self, i: usize, slot: u32, n_pos: u32) -> (u64, usize) {
+        let r = &self.state[i];
+        let rows = match self.spec.state[i].kind {
+            StateKind::Keys | StateKind::Values | StateKind::Latent => {
+                u64::from(n_pos).min(r.ne[1])
+            }
+            StateKind::PooledKeys => u64::from(n_pos)
+                .div_ceil(u64::from(self.spec.state[i].block.max(1)))
+                .min(r.ne[1]),
+            StateKind::Conv | StateKind::Recurrent => r.ne[1],
+        };
+        (u64::from(slot) * r.nb[2], (rows * r.nb[1]) as usize)
+    }
+
+    fn check_slot(&self, slot: u32, n_pos: u32) -> Result<(), ModelError> {
+        if slot >= self.options.n_slots || n_pos > self.options.ctx_per_slot {
+            return Err(ModelError::Request(format!(
+                "slot {slot} with {n_pos} positions (the model has {} slots of {})",
+                self.options.n_slots, self.options.ctx_per_slot
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copies out the state of `slot` for its first `n_pos` positions: one byte string per
+    /// state buffer, in declaration order.
+    pub fn read_slot(&self, slot: u32, n_pos: u32) -> Result<Vec<Vec<u8>>, ModelError> {
+        self.check_slot(slot, n_pos)?;
+        let extents: Vec<(u64, u64, usize)> = (0..self.state.len())
+            .map(|i| {
+                let (offset, len) = self.extent(i, slot, n_pos);
+                (self.state[i].buffer, offset, len)
+            })
+            .collect();
+        let staging = self.snapshot_staging()?;
+        match staging.as_ref() {
+            Some(s) => self.device.read_through(&extents, s),
+            None => extents
+                .iter()
+                .map(|&(handle, offset, len)| {
+                    let mut bytes = vec![0u8; len];
+                    self.device.read(handle, offset, &mut bytes)?;
+                    Ok(bytes)
+                })
+                .collect(),
+        }
+        .map_err(crate::error::device_err("reading slot state"))
+    }
+
+    /// The page-locked memory slot states are copied out through, made on first use (None
+    /// where the device cannot make it: copies then read range by range).
+    fn snapshot_staging(&self) -> Result<std::sync::MutexGuard<'_, Option<Staging>>, ModelError> {
+        let mut staging = self
+            .snapshot_staging
+            .lock()
+            .map_err(|_| ModelError::Request("the state staging buffer is poisoned".into()))?;
+        if staging.is_none() {
+            match self.device.alloc_staging(SNAPSHOT_STAGING) {
+                Ok(s) => *staging = Some(s),
+                Err(e) => tracing::debug!("no page-locked staging for slot states ({e})"),
+            }
+        }
+        Ok(staging)
+    }
+
+    /// Makes the staging of [`LoadedModel::read_slot`] now (a page-locked allocation of ≈ 20 ms
+    /// on the H200's host), so that the first state copied out does not wait for it; a server
+    /// with a prompt cache calls it at start.
+    pub fn reserve_snapshot_staging(&self) -> Result<(), ModelError> {
+        self.snapshot_staging().map(|_| ())
+    }
+
+    /// How far back this model's saved states can be restored.
+    pub fn rewind(&self) -> Rewind {
+        let mut r = Rewind {
+            per_sequence: false,
+            block: 1,
+        };
+        for s in self.spec.state.iter() {
+            match s.kind {
+                StateKind::Keys | StateKind::Values | StateKind::Latent => {}
+                StateKind::PooledKeys => r.block = lcm(r.block, s.block.max(1)),
+                StateKind::Conv | StateKind::Recurrent => r.per_sequence = true,
+            }
+        }
+        r
+    }
+
+    /// The longest prefix of at most `want` positions that a state saved for `saved` positions
+    /// can be restored to ([`Rewind::prefix`]).
+    pub fn restorable_prefix(&self, saved: u32, want: u32) -> u32 {
+        self.rewind().prefix(saved, want)
+    }
+
+    /// Whether state buffer `i` is kept per sequence (convolution or recurrent) rather than per
+    /// position.
+    fn per_sequence(&self, i: usize) -> bool {
+        matches!(
+            self.spec.state[i].kind,
+            StateKind::Conv | StateKind::Recurrent
+        )
+    }
+
+    /// Copies out slot `slot`'s per-sequence buffers (convolution and recurrent state), in
+    /// declaration order: a checkpoint of where its sequence stands now. Together with the
+    /// positional buffers of any later saved state of the same tokens it restores this point.
+    pub fn read_checkpoint(&self, slot: u32) -> Result<Vec<Vec<u8>>, ModelError> {
+        self.check_slot(slot, 0)?;
+        let mut parts = Vec::new();
+        for (i, r) in self.state.iter().enumerate() {
+            if !self.per_sequence(i) {
+                continue;
+            }
+            let (offset, len) = self.extent(i, slot, 0);
+            let mut bytes = vec![0u8; len];
+            self.device
+                .read(r.buffer, offset, &mut bytes)
+                .map_err(crate::error::device_err("reading a checkpoint"))?;
+            parts.push(bytes);
+        }
+        Ok(parts)
+    }
+
+    /// Writes a checkpoint from [`LoadedModel::read_checkpoint`] back into slot `slot`'s
+    /// per-sequence buffers, leaving its positional buffers as they are.
+    pub fn write_checkpoint(&mut self, slot: u32, parts: &[Vec<u8>]) -> Result<(), ModelError> {
+        self.check_slot(slot, 0)?;
+        let ids: Vec<usize> = (0..self.state.len())
+            .filter(|&i| self.per_sequence(i))
+            .collect();
+        if ids.len() != parts.len() {
+            return Err(ModelError::Request(format!(
+                "a checkpoint has {} parts; this model keeps {} per-sequence buffers",
+                parts.len(),
+                ids.len()
+            )));
+        }
+        for (&i, part) in ids.iter().zip(parts) {
+            let (offset, len) = self.extent(i, slot, 0);
+            if part.len() != len {
+                return Err(ModelError::Request(format!(
+                    "checkpoint part for state buffer {i} has {} bytes; the layout needs {len}",
+                    part.len()
+                )));
+            }
+            self.device
+                .write(&self.state_buffers[i], offset, part)
+                .map_err(crate::error::device_err("writing a checkpoint"))?;
+        }
+        Ok(())
+    }
+
+    /// Writes back the first `n_pos` positions of what [`LoadedModel::read_slot`] gave for
+    /// `saved` positions; each part must have the length this model's layout gives for `saved`.
+    /// Without `checkpoint`, `n_pos` must be a prefix [`LoadedModel::restorable_prefix`]
+    /// allows; with one (taken at `n_pos` on the way to `saved`), the per-sequence buffers come
+    /// from it.
+    pub fn write_slot(
+        &mut self,
+        slot: u32,
+        n_pos: u32,
+        saved: u32,
+        parts: &[Vec<u8>],
+        checkpoint: Option<&[Vec<u8>]>,
+    ) -> Result<(), ModelError> {
+        self.check_slot(slot, saved)?;
+        let allowed = match checkpoint {
+            None => n_pos == self.restorable_prefix(saved, n_pos),
+            Some(_) => n_pos <= saved && self.rewind().checkpoint(n_pos),
+        };
+        if !allowed {
+            return Err(ModelError::Request(format!(
+                "a state saved for {saved} positions cannot be restored to its first {n_pos}"
+            )));
+        }
+        if parts.len() != self.state.len() {
+            return Err(ModelError::Request(format!(
+                "a saved state has {} parts; this model keeps {}",
+                parts.len(),
+                self.state.len()
+            )));
+        }
+        for (i, part) in parts.iter().enumerate() {
+            let (_, saved_len) = self.extent(i, slot, saved);
+            if part.len() != saved_len {
+                return Err(ModelError::Request(format!(
+                    "saved state part {i} has {} bytes; this model's layout needs {saved_len}",
+                    part.len()
+                )));
+            }
+            if checkpoint.is_some() && self.per_sequence(i) {
+                continue;
+            }
+            let (offset, len) = self.extent(i, slot, n_pos);
+            self.device
+                .write(&self.state_buffers[i], offset, &part[..len])
+                .map_err(crate::error::device_err("writing slot state"))?;
+        }
+        if let Some(ck) = checkpoint {
+            self.write_checkpoint(slot, ck)?;
+        }
+        Ok(())
+    }
+}

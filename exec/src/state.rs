@@ -1,0 +1,65 @@
+//! The state buffers every sequence slot holds (K/V rows, latent rows, pooled keys, conv and
+//! recurrent state), as the model plugin declares them.
+
+use std::sync::Arc;
+
+use bloomery_devices::{Buffer, Device};
+use bloomery_plugin_api::model::{ModelSpec, StateDecl, StateKind};
+use bloomery_plugin_api::tensor::TensorRef;
+use bloomery_plugin_api::DType;
+
+use crate::error::{device_err, ModelError};
+use crate::options::LoadOptions;
+
+/// Bytes of every state buffer for all slots, as [`allocate_state`] lays them out.
+pub(crate) fn state_bytes(spec: &ModelSpec, o: LoadOptions) -> u64 {
+    spec.state
+        .iter()
+        .map(|s| {
+            let (dtype, rows) = state_rows(s, o);
+            dtype.row_bytes(s.row_elems).unwrap_or(0) * rows * u64::from(o.n_slots)
+        })
+        .sum()
+}
+
+/// The type of state buffer `s` and its rows per slot: one per position for positional kinds
+/// (pooled keys: per block), one per sequence otherwise.
+fn state_rows(s: &StateDecl, o: LoadOptions) -> (DType, u64) {
+    let ctx = u64::from(o.ctx_per_slot);
+    match s.kind {
+        StateKind::Keys | StateKind::Values | StateKind::Latent => (o.kv_type, ctx),
+        StateKind::PooledKeys => (DType::F32, ctx.div_ceil(u64::from(s.block.max(1)))),
+        StateKind::Conv | StateKind::Recurrent => (DType::F32, 1),
+    }
+}
+
+/// Allocates every declared state buffer for all slots.
+pub(crate) fn allocate_state(
+    device: &Arc<Device>,
+    spec: &ModelSpec,
+    o: LoadOptions,
+) -> Result<(Vec<Buffer>, Vec<TensorRef>), ModelError> {
+    let mut buffers = Vec::new();
+    let mut refs = Vec::new();
+    for s in spec.state.iter() {
+        let (dtype, len) = state_rows(s, o);
+        let ne = [s.row_elems, len, u64::from(o.n_slots), 1];
+        let nb = TensorRef::contiguous_strides(dtype, ne).ok_or_else(|| {
+            ModelError::Request(format!("state `{}` has no layout for {dtype}", s.name))
+        })?;
+        let bytes = nb[3];
+        let buf = device.alloc(bytes).map_err(device_err(&format!(
+            "allocating state `{}` ({bytes} bytes)",
+            s.name
+        )))?;
+        refs.push(TensorRef {
+            buffer: buf.handle,
+            offset: 0,
+            dtype,
+            ne,
+            nb,
+        });
+        buffers.push(buf);
+    }
+    Ok((buffers, refs))
+}

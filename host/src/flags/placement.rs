@@ -1,0 +1,91 @@
+//! Expert placement flags shared by `serve`, `run`, `bench` and `plan`, spelled as llama.cpp
+//! spells them (`-cmoe`, `-ncmoe N`, `-ot REGEX=BUFFER`, `--mlock`), plus budgets that emulate a
+//! smaller card or host.
+
+use clap::Args;
+
+use bloomery_tiering::plan::{parse_size, TierRequest};
+
+/// Where routed experts go.
+#[derive(Args, Debug, Clone, Default)]
+pub struct PlacementArgs {
+    /// Keep every MoE expert in host RAM (computed there by the CPU).
+    #[arg(long = "cpu-moe", env = "LLAMA_ARG_CPU_MOE")]
+    pub cpu_moe: bool,
+    /// Keep the MoE experts of the first N layers in host RAM.
+    #[arg(long = "n-cpu-moe", env = "LLAMA_ARG_N_CPU_MOE")]
+    pub n_cpu_moe: Option<u32>,
+    /// Tensor placement overrides `REGEX=BUFFER,...` (BUFFER: CPU, CUDA0 or GPU); only routed
+    /// expert stacks may go to the CPU.
+    #[arg(long = "override-tensor", env = "LLAMA_ARG_OVERRIDE_TENSOR")]
+    pub override_tensor: Option<String>,
+    /// Card memory to plan with instead of its free memory (e.g. `6.3G`): what bloomery
+    /// allocates (weights, KV, scratch, staging). The driver's context and the kernel modules
+    /// come on top (about 530 MiB on an H200 with driver 580), less the planned scratch a run
+    /// leaves unused: nvidia-smi peaked at 2,337 MiB for a plan of 1.86 GiB (30B-A3B, `-cmoe
+    /// --gpu-budget 1950M`).
+    #[arg(long = "gpu-budget", value_name = "SIZE")]
+    pub gpu_budget: Option<String>,
+    /// Host RAM to plan with instead of MemAvailable (e.g. `8G`).
+    #[arg(long = "host-budget", value_name = "SIZE")]
+    pub host_budget: Option<String>,
+    /// Keep the planned placement: do not move often-called experts onto the card while running
+    /// (for repeatable output).
+    #[arg(long = "no-residency")]
+    pub no_residency: bool,
+    /// When host experts are read from disk (host budget below them): while the CPU computes a
+    /// layer, read ahead each row's N likeliest experts of the next layer (the card applies the
+    /// next layer's router to this layer's input). Pays only when the guesses are nearly all
+    /// right or the drive has bandwidth to spare: bench and run report how many were used.
+    #[arg(long = "disk-prefetch", value_name = "N", default_value_t = 0)]
+    pub disk_prefetch: u32,
+    /// Of every k host experts a decode pass routes to in a layer (k: experts per token), how
+    /// many the card computes by reading their weights in place over PCIe while the CPU computes
+    /// the rest (default: the first one-row decode passes try 2 and 3 of 8 and keep the faster,
+    /// logged once; give N for repeatable output across runs; 0: the CPU computes them all).
+    #[arg(long = "bus-experts", value_name = "N")]
+    pub bus_experts: Option<u32>,
+    /// Leave the prompts' staging sets empty between prompts. By default each holds one layer
+    /// of host experts whole (the last layers a prompt streams), which decode then computes on
+    /// the card: one or two layers fewer for the CPU, at no card memory cost.
+    #[arg(long = "no-decode-staging")]
+    pub no_decode_staging: bool,
+    /// Lock in RAM at load what the host reads of the model (llama.cpp's `--mlock`): the whole
+    /// file on the CPU; with a card, the host experts and token tables, never the experts the
+    /// disk tier reads. Past `ulimit -l` (without CAP_IPC_LOCK) a warning says how much was
+    /// locked.
+    #[arg(long = "mlock", env = "LLAMA_ARG_MLOCK")]
+    pub mlock: bool,
+}
+
+/// The most rows a prompt pass evaluates under llama-server's `-b` and `-ub`: the smaller, at
+/// least one.
+pub fn pass_rows(batch_size: u32, ubatch_size: u32) -> u32 {
+    batch_size.min(ubatch_size).max(1)
+}
+
+impl PlacementArgs {
+    /// The request these flags make; a malformed size or override is refused by name.
+    pub fn request(&self) -> anyhow::Result<TierRequest> {
+        let size = |flag: &str, v: &Option<String>| -> anyhow::Result<Option<u64>> {
+            v.as_deref()
+                .map(|s| parse_size(s).map_err(|e| anyhow::anyhow!("{flag}: {e}")))
+                .transpose()
+        };
+        Ok(TierRequest {
+            cpu_moe: self.cpu_moe,
+            n_cpu_moe: self.n_cpu_moe,
+            overrides: match &self.override_tensor {
+                Some(s) => TierRequest::parse_overrides(s).map_err(|e| anyhow::anyhow!(e))?,
+                None => Vec::new(),
+            },
+            gpu_budget: size("--gpu-budget", &self.gpu_budget)?,
+            host_budget: size("--host-budget", &self.host_budget)?,
+            no_residency: self.no_residency,
+            disk_prefetch: self.disk_prefetch,
+            bus_experts: self.bus_experts,
+            no_decode_staging: self.no_decode_staging,
+            batch_rows: 0,
+        })
+    }
+}

@@ -1,0 +1,125 @@
+//! The handle front ends hold: the scheduler thread started with a model, where requests go, what
+//! it publishes, and its shutdown.
+
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use bloomery_exec::LoadedModel;
+use bloomery_text::Tokenizer;
+use tokio::sync::mpsc;
+
+use crate::request::{Event, GenParams, Job, Request};
+use crate::scheduler::{self, RuntimeConfig};
+use crate::status::{Shared, SlotView};
+
+/// The running scheduler: where requests go, what it publishes, and its thread.
+pub struct Runtime {
+    jobs: mpsc::Sender<Request>,
+    shared: Arc<Shared>,
+    thread: JoinHandle<LoadedModel>,
+}
+
+/// Why the runtime refused or lost a request.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The scheduler thread could not start.
+    #[error("starting the scheduler thread: {0}")]
+    Start(std::io::Error),
+    /// The scheduler has stopped (a panic outside a pass, or shutdown).
+    #[error("the scheduler has stopped")]
+    Stopped,
+}
+
+impl Runtime {
+    /// Starts the scheduler thread with `model`, which it owns until [`Runtime::shutdown`].
+    pub fn start(
+        model: LoadedModel,
+        tok: Arc<Tokenizer>,
+        cfg: RuntimeConfig,
+    ) -> Result<Runtime, RuntimeError> {
+        // Every slot idle, as the scheduler publishes them, so that readers see every slot
+        // before its first publish.
+        let idle = (0..model.options.n_slots as usize)
+            .map(|id| SlotView {
+                id,
+                ..SlotView::default()
+            })
+            .collect();
+        let shared = Arc::new(Shared {
+            slots: Mutex::new(idle),
+            counters: Default::default(),
+        });
+        let (jobs, rx) = mpsc::channel(cfg.queue_depth.max(1));
+        let published = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("bloomery-scheduler".into())
+            .spawn(move || scheduler::run(model, tok, cfg, rx, published))
+            .map_err(RuntimeError::Start)?;
+        Ok(Runtime {
+            jobs,
+            shared,
+            thread,
+        })
+    }
+
+    /// Where requests go (bounded: a full queue means the server is busy).
+    pub fn sender(&self) -> mpsc::Sender<Request> {
+        self.jobs.clone()
+    }
+
+    /// What the scheduler publishes.
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Submits a generation request from a thread outside any async runtime, waiting while the
+    /// queue is full; the receiver gets its events.
+    pub fn submit_blocking(
+        &self,
+        prompt: Vec<u32>,
+        params: GenParams,
+        id_slot: Option<usize>,
+    ) -> Result<mpsc::UnboundedReceiver<Event>, RuntimeError> {
+        let (events, rx) = mpsc::unbounded_channel();
+        let job = Job {
+            prompt,
+            params,
+            id_slot,
+            events,
+        };
+        self.jobs
+            .blocking_send(Request::Generate(job))
+            .map_err(|_| RuntimeError::Stopped)?;
+        Ok(rx)
+    }
+
+    /// As [`Runtime::submit_blocking`] for several requests that start together, in the same
+    /// passes: each `(prompt, params, slot)` gets its receiver, in order.
+    pub fn submit_together_blocking(
+        &self,
+        requests: Vec<(Vec<u32>, GenParams, Option<usize>)>,
+    ) -> Result<Vec<mpsc::UnboundedReceiver<Event>>, RuntimeError> {
+        let mut receivers = Vec::with_capacity(requests.len());
+        let mut jobs = Vec::with_capacity(requests.len());
+        for (prompt, params, id_slot) in requests {
+            let (events, rx) = mpsc::unbounded_channel();
+            receivers.push(rx);
+            jobs.push(Job {
+                prompt,
+                params,
+                id_slot,
+                events,
+            });
+        }
+        self.jobs
+            .blocking_send(Request::GenerateTogether(jobs))
+            .map_err(|_| RuntimeError::Stopped)?;
+        Ok(receivers)
+    }
+
+    /// Stops taking requests, waits for the running ones to end and gives the model back.
+    pub fn shutdown(self) -> Result<LoadedModel, RuntimeError> {
+        drop(self.jobs);
+        self.thread.join().map_err(|_| RuntimeError::Stopped)
+    }
+}

@@ -1,0 +1,172 @@
+//! What front ends send the scheduler (generation requests, slot operations) and what it sends
+//! back to a request (its slot, its tokens, its end).
+
+use std::path::PathBuf;
+
+use tokio::sync::{mpsc, oneshot};
+
+use crate::sampling::SamplerParams;
+
+/// What a request asks of generation.
+#[derive(Clone, Debug)]
+pub struct GenParams {
+    /// The sampler chain's settings.
+    pub sampler: SamplerParams,
+    /// Most tokens to generate (`None`: until an end-of-generation token or the context's end).
+    pub n_predict: Option<usize>,
+    /// Texts that end generation; the text from the match on is not returned.
+    pub stop: Vec<String>,
+    /// Alternatives to report per generated token with their log-probabilities (0: none).
+    pub n_probs: usize,
+    /// Keep generating past end-of-generation tokens.
+    pub ignore_eos: bool,
+    /// Reuse the slot's cached prefix.
+    pub cache_prompt: bool,
+    /// Tokens emitted in order in place of sampled ones while they last (benchmarks feed
+    /// llama-bench's random tokens this way); the logits are computed all the same.
+    pub forced: Vec<u32>,
+    /// Evaluate the prompt and end without generating (`run -n 0`; a benchmark's context).
+    pub prompt_only: bool,
+}
+
+/// A generation request handed to the scheduler.
+pub struct Job {
+    /// Prompt token ids (not empty, shorter than a slot's context).
+    pub prompt: Vec<u32>,
+    /// Settings.
+    pub params: GenParams,
+    /// The slot asked for (`None`: any free one).
+    pub id_slot: Option<usize>,
+    /// Where the scheduler sends what happens; dropping the receiver cancels the request.
+    pub events: mpsc::UnboundedSender<Event>,
+}
+
+/// A slot operation of `/slots/:id?action=…`.
+#[derive(Debug)]
+pub enum SlotAction {
+    /// Write the slot's tokens and state to this file.
+    Save(PathBuf),
+    /// Load the slot from this file.
+    Restore(PathBuf),
+    /// Forget what the slot holds.
+    Erase,
+}
+
+/// What a slot operation did.
+#[derive(Debug, Clone)]
+pub struct SlotReply {
+    /// Tokens saved, restored or erased.
+    pub n_tokens: usize,
+    /// Bytes written or read.
+    pub n_bytes: u64,
+    /// Time taken.
+    pub ms: f64,
+}
+
+/// A slot operation and where its answer goes.
+pub struct SlotCommand {
+    /// The slot.
+    pub id: usize,
+    /// What to do.
+    pub action: SlotAction,
+    /// The answer (an error message on failure).
+    pub reply: oneshot::Sender<Result<SlotReply, String>>,
+}
+
+/// What a front end sends the scheduler.
+pub enum Request {
+    /// Generate.
+    Generate(Job),
+    /// Generate several requests that start together, in the same passes (a benchmark's
+    /// parallel sequences); one that finds no free slot fails.
+    GenerateTogether(Vec<Job>),
+    /// Save, restore or erase a slot.
+    Slot(SlotCommand),
+    /// Forget the routing counts that move experts onto the card; the answer says whether the
+    /// model has host experts.
+    ResidencyReset(oneshot::Sender<bool>),
+}
+
+/// Why generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopType {
+    /// An end-of-generation token.
+    Eos,
+    /// `n_predict` or the context's end.
+    Limit,
+    /// A stop string.
+    Word,
+}
+
+impl StopType {
+    /// llama-server's name (`stop_type`).
+    pub fn name(self) -> &'static str {
+        match self {
+            StopType::Eos => "eos",
+            StopType::Limit => "limit",
+            StopType::Word => "word",
+        }
+    }
+}
+
+/// Log-probabilities around one generated token.
+#[derive(Clone, Debug)]
+pub struct TokenProbs {
+    /// The generated token's log-probability.
+    pub logprob: f32,
+    /// The most likely tokens, best first, with their log-probabilities.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// One generated token and the text it releases (text can lag its token while a stop string
+/// might still match, or a UTF-8 character is incomplete).
+#[derive(Clone, Debug)]
+pub struct Piece {
+    /// The token id.
+    pub id: u32,
+    /// Text released with this token.
+    pub text: String,
+    /// Log-probabilities, when asked for.
+    pub probs: Option<TokenProbs>,
+}
+
+/// The end of a request, with its counts and timings.
+#[derive(Clone, Debug)]
+pub struct Finish {
+    /// Why it ended.
+    pub stop_type: StopType,
+    /// The stop string that matched (empty otherwise).
+    pub stopping_word: String,
+    /// The slot that served it.
+    pub id_slot: usize,
+    /// Prompt tokens.
+    pub n_prompt: usize,
+    /// Prompt tokens reused from the slot's cache.
+    pub n_cached: usize,
+    /// Tokens generated (the end-of-generation token included).
+    pub n_predicted: usize,
+    /// Time from the start of prompt processing to the first token.
+    pub prompt_ms: f64,
+    /// Time from the first token to the end.
+    pub predicted_ms: f64,
+    /// Generation stopped because the context was full.
+    pub truncated: bool,
+}
+
+/// What the scheduler reports to a request.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A slot took the request.
+    Started {
+        /// The slot.
+        id_slot: usize,
+        /// Prompt tokens reused from its cache.
+        n_cached: usize,
+    },
+    /// A generated token.
+    Token(Piece),
+    /// The end.
+    Done(Finish),
+    /// The request failed; the message says why.
+    Failed(String),
+}

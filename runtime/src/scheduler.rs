@@ -1,0 +1,695 @@
+//! The scheduler: one thread owns the model and its slots and runs continuous batching. Each pass
+//! holds the next token of every generating slot and chunks of new prompts, up to the batch size;
+//! a request never waits for another to finish. A slot keeps the tokens its cache holds, so a
+//! request that shares a prefix with the slot's last one skips it. Before a slot's cache is
+//! overwritten, its state is saved to the prompt cache in host RAM (`--cache-ram`), from which any
+//! slot later restores the longest prefix a request shares with it. A client that goes away (its
+//! event receiver dropped) frees its slot before the next pass.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bloomery_exec::{BatchInputs, LoadedModel, Rewind};
+use bloomery_text::{StreamDecoder, Tokenizer};
+use tokio::sync::mpsc;
+
+use crate::panic::panic_message;
+use crate::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
+use crate::request::{Event, Job, Request, SlotAction, SlotReply};
+use crate::sampling::Sampler;
+use crate::slot_file::SlotFile;
+use crate::status::{Shared, SlotView};
+use crate::stop::StopScan;
+use crate::task::Task;
+use crate::token::step;
+
+/// Scheduler settings.
+#[derive(Clone, Copy, Debug)]
+pub struct RuntimeConfig {
+    /// Context positions per slot.
+    pub n_ctx_slot: usize,
+    /// Most rows in one forward pass.
+    pub n_batch: usize,
+    /// Host RAM for the prompt cache in bytes (`None`: no prompt cache).
+    pub cache_ram: Option<u64>,
+    /// Requests that may wait for the scheduler (a full queue refuses more).
+    pub queue_depth: usize,
+}
+
+/// A sequence slot: the tokens its cache holds and the request running in it.
+struct Slot<'t> {
+    id: usize,
+    cached: Vec<u32>,
+    /// Per-sequence state at earlier points of `cached` (hybrid models), oldest first.
+    checkpoints: Vec<Checkpoint>,
+    task: Option<Task<'t>>,
+    last_used: u64,
+}
+
+impl Slot<'_> {
+    /// Keeps the first `n` cached positions and the checkpoints within them.
+    fn keep(&mut self, n: usize) {
+        self.cached.truncate(n);
+        self.checkpoints.retain(|c| c.n <= n);
+    }
+}
+
+/// A hybrid model's slot takes a checkpoint when its prompt has advanced this many positions
+/// past the last one, and at the end of every prompt.
+const CHECKPOINT_EVERY: usize = 2048;
+
+/// Checkpoints kept per slot; the oldest goes first.
+const MAX_CHECKPOINTS: usize = 8;
+
+/// The scheduler's state.
+struct Scheduler<'t> {
+    model: LoadedModel,
+    tok: &'t Tokenizer,
+    cfg: RuntimeConfig,
+    slots: Vec<Slot<'t>>,
+    shared: Arc<Shared>,
+    clock: u64,
+    n_vocab: usize,
+    identity: String,
+    /// How far back the model's state restores (its checkpoints, if it keeps per-sequence
+    /// state); fixed at load.
+    rewind: Rewind,
+    cache: Option<PromptCache>,
+}
+
+/// Runs the scheduler on the current thread until every job sender is gone and nothing runs;
+/// gives the model back.
+pub(crate) fn run(
+    model: LoadedModel,
+    tok: Arc<Tokenizer>,
+    cfg: RuntimeConfig,
+    jobs: mpsc::Receiver<Request>,
+    shared: Arc<Shared>,
+) -> LoadedModel {
+    let identity = model.identity();
+    let rewind = model.rewind();
+    let n_slots = model.options.n_slots as usize;
+    let n_vocab = model.spec.hparams.n_vocab as usize;
+    let mut s = Scheduler {
+        model,
+        tok: &tok,
+        cfg,
+        slots: (0..n_slots)
+            .map(|id| Slot {
+                id,
+                cached: Vec::new(),
+                checkpoints: Vec::new(),
+                task: None,
+                last_used: 0,
+            })
+            .collect(),
+        shared,
+        clock: 0,
+        n_vocab,
+        identity,
+        rewind,
+        cache: cfg.cache_ram.map(|b| PromptCache::new(b, rewind)),
+    };
+    s.publish();
+    // After publishing the slots, so that /slots answers while the allocation runs.
+    if s.cache.is_some() {
+        if let Err(e) = s.model.reserve_snapshot_staging() {
+            tracing::warn!("preparing the prompt cache's copies: {e}");
+        }
+    }
+    s.serve(jobs);
+    s.model
+}
+
+impl<'t> Scheduler<'t> {
+    fn serve(&mut self, mut jobs: mpsc::Receiver<Request>) {
+        loop {
+            if !self.intake(&mut jobs) {
+                return;
+            }
+            self.drop_cancelled();
+            if self.slots.iter().all(|s| s.task.is_none()) {
+                continue;
+            }
+            let result = catch_unwind(AssertUnwindSafe(|| self.pass()));
+            match result {
+                Ok(Ok(())) => {}
+                Ok(Err(msg)) => {
+                    tracing::error!("a forward pass failed: {msg}");
+                    self.fail_all(&msg)
+                }
+                Err(panic) => {
+                    let what = panic_message(panic.as_ref());
+                    tracing::error!("a forward pass panicked: {what}");
+                    self.fail_all(&format!("internal error: {what}"));
+                }
+            }
+            self.publish();
+        }
+    }
+
+    /// Moves waiting jobs into free slots; blocks when nothing runs. False when the server is
+    /// shutting down and nothing runs.
+    fn intake(&mut self, jobs: &mut mpsc::Receiver<Request>) -> bool {
+        loop {
+            if !self.slots.iter().any(|s| s.task.is_none()) {
+                break;
+            }
+            let idle = self.slots.iter().all(|s| s.task.is_none());
+            let job = if idle {
+                match jobs.blocking_recv() {
+                    Some(j) => j,
+                    None => return false,
+                }
+            } else {
+                match jobs.try_recv() {
+                    Ok(j) => j,
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                    Err(mpsc::error::TryRecvError::Disconnected) => break,
+                }
+            };
+            self.shared
+                .counters
+                .deferred
+                .store(jobs.len() as u64, Ordering::Relaxed);
+            match job {
+                Request::Generate(job) => self.assign(job),
+                Request::GenerateTogether(jobs) => {
+                    for job in jobs {
+                        self.assign(job);
+                    }
+                }
+                Request::ResidencyReset(reply) => {
+                    self.model.reset_residency();
+                    let _ = reply.send(self.model.residency_stats().is_some());
+                }
+                Request::Slot(cmd) => {
+                    let result = self.slot_command(cmd.id, cmd.action);
+                    let _ = cmd.reply.send(result);
+                }
+            }
+        }
+        true
+    }
+
+    /// Saves, restores or erases a slot that is not running a request.
+    fn slot_command(&mut self, id: usize, action: SlotAction) -> Result<SlotReply, String> {
+        let started = Instant::now();
+        let slot = self
+            .slots
+            .get(id)
+            .ok_or_else(|| format!("no slot {id} ({} slots)", self.slots.len()))?;
+        if slot.task.is_some() {
+            return Err(format!("slot {id} is busy"));
+        }
+        let ms = |t: Instant| t.elapsed().as_secs_f64() * 1e3;
+        match action {
+            SlotAction::Erase => {
+                let n = slot.cached.len();
+                self.slots[id].keep(0);
+                Ok(SlotReply {
+                    n_tokens: n,
+                    n_bytes: 0,
+                    ms: ms(started),
+                })
+            }
+            SlotAction::Save(path) => {
+                let tokens = slot.cached.clone();
+                let parts = self
+                    .model
+                    .read_slot(id as u32, tokens.len() as u32)
+                    .map_err(|e| e.to_string())?;
+                let file = SlotFile {
+                    identity: self.identity.clone(),
+                    tokens,
+                    parts,
+                };
+                let n_bytes = file.write(&path).map_err(|e| e.to_string())?;
+                Ok(SlotReply {
+                    n_tokens: file.tokens.len(),
+                    n_bytes,
+                    ms: ms(started),
+                })
+            }
+            SlotAction::Restore(path) => {
+                let (file, n_bytes) =
+                    SlotFile::read(&path, &self.identity).map_err(|e| e.to_string())?;
+                if file.tokens.len() >= self.cfg.n_ctx_slot {
+                    return Err(format!(
+                        "the saved slot holds {} tokens; a slot's context here holds {}",
+                        file.tokens.len(),
+                        self.cfg.n_ctx_slot
+                    ));
+                }
+                if let Some(&bad) = file.tokens.iter().find(|&&t| t as usize >= self.n_vocab) {
+                    return Err(format!(
+                        "the saved slot holds token {bad}, outside the vocabulary"
+                    ));
+                }
+                if let Some(old) = self.capture(id) {
+                    self.store(id, old);
+                }
+                self.slots[id].keep(0);
+                self.model
+                    .write_slot(
+                        id as u32,
+                        file.tokens.len() as u32,
+                        file.tokens.len() as u32,
+                        &file.parts,
+                        None,
+                    )
+                    .map_err(|e| e.to_string())?;
+                let n = file.tokens.len();
+                self.slots[id].cached = file.tokens;
+                Ok(SlotReply {
+                    n_tokens: n,
+                    n_bytes,
+                    ms: ms(started),
+                })
+            }
+        }
+    }
+
+    /// Starts `job` in the slot it asked for, or the free slot whose cache shares the longest
+    /// prefix with its prompt (the least recently used among equals).
+    fn assign(&mut self, job: Job) {
+        if job.events.is_closed() {
+            return;
+        }
+        if job.prompt.is_empty() || job.prompt.len() >= self.cfg.n_ctx_slot {
+            let _ = job.events.send(Event::Failed(format!(
+                "the prompt has {} tokens; a slot's context holds {}",
+                job.prompt.len(),
+                self.cfg.n_ctx_slot
+            )));
+            return;
+        }
+        let free = |s: &&Slot| s.task.is_none();
+        let chosen = match job.id_slot {
+            Some(id) => match self.slots.get(id) {
+                Some(s) if s.task.is_none() => Some(id),
+                Some(_) => {
+                    // Asked-for slot busy: any free slot instead, as llama-server does.
+                    self.slots.iter().find(free).map(|s| s.id)
+                }
+                None => {
+                    let _ = job.events.send(Event::Failed(format!(
+                        "id_slot {id} does not exist ({} slots)",
+                        self.slots.len()
+                    )));
+                    return;
+                }
+            },
+            None => self
+                .slots
+                .iter()
+                .filter(free)
+                .max_by_key(|s| {
+                    let shared = if job.params.cache_prompt {
+                        common_prefix(&s.cached, &job.prompt)
+                    } else {
+                        0
+                    };
+                    (shared, std::cmp::Reverse(s.last_used))
+                })
+                .map(|s| s.id),
+        };
+        let Some(id) = chosen else {
+            let _ = job.events.send(Event::Failed("no slot is free".into()));
+            return;
+        };
+        self.clock += 1;
+        self.slots[id].last_used = self.clock;
+        // The prompt's time includes restoring a saved prefix.
+        let started = Instant::now();
+        let keep = self.prepare_slot(id, &job.prompt, job.params.cache_prompt);
+        let slot = &mut self.slots[id];
+        let mut sampler = Sampler::new(job.params.sampler, self.n_vocab);
+        for &t in &job.prompt {
+            sampler.accept(t);
+        }
+        self.shared
+            .counters
+            .cached_tokens
+            .fetch_add(keep as u64, Ordering::Relaxed);
+        let _ = job.events.send(Event::Started {
+            id_slot: id,
+            n_cached: keep,
+        });
+        let stop = StopScan::new(job.params.stop.clone());
+        slot.task = Some(Task {
+            job,
+            n_past: keep,
+            n_cached: keep,
+            sampler,
+            decoder: StreamDecoder::new(self.tok, false),
+            stop,
+            generated: 0,
+            next: None,
+            started,
+            first_token: None,
+        });
+    }
+
+    /// Leaves in slot `id` the longest prefix of `prompt` it can have without evaluating it: its
+    /// own cached prefix or one restored from the prompt cache, whichever is longer. What the
+    /// slot held is saved to the prompt cache before any of it is overwritten. Returns the
+    /// prefix's length, always short of the whole prompt: the last prompt token is evaluated,
+    /// its logits give the first token.
+    fn prepare_slot(&mut self, id: usize, prompt: &[u32], cache_prompt: bool) -> usize {
+        let limit = prompt.len() - 1;
+        let rule = self.rewind;
+        let slot = &self.slots[id];
+        let (own, own_checkpoint) = if cache_prompt {
+            rule.reach(
+                slot.cached.len(),
+                slot.checkpoints.iter().map(|c| c.n),
+                common_prefix(&slot.cached, prompt).min(limit),
+            )
+        } else {
+            (0, None)
+        };
+        let from_cache = match &self.cache {
+            Some(c) if cache_prompt => c.best(prompt, limit).filter(|&(_, n)| n > own),
+            _ => None,
+        };
+        // The slot's state is copied out first and stored last, so that making room for it
+        // cannot evict the entry being restored. It is worth a copy only when the request
+        // discards a real part of it: not when it keeps all but a few tokens (a regenerated
+        // answer), since those stay in the slot.
+        let held = slot.cached.len();
+        let lost = if from_cache.is_some() {
+            held
+        } else {
+            held - own
+        };
+        let old = if lost > 0 && lost * 8 >= held {
+            self.capture(id)
+        } else {
+            None
+        };
+        let keep = match (from_cache, self.cache.as_mut()) {
+            (Some((i, n)), Some(cache)) => {
+                let state = cache.touch(i);
+                // Once writing starts the slot's old state is gone, whatever the outcome.
+                self.slots[id].keep(0);
+                let saved = state.tokens.len() as u32;
+                let checkpoint = state
+                    .reach(rule, n)
+                    .1
+                    .map(|c| state.checkpoints[c].parts.as_slice());
+                match self
+                    .model
+                    .write_slot(id as u32, n as u32, saved, &state.parts, checkpoint)
+                {
+                    Ok(()) => {
+                        let slot = &mut self.slots[id];
+                        slot.cached = state.tokens[..n].to_vec();
+                        slot.checkpoints = state
+                            .checkpoints
+                            .iter()
+                            .filter(|c| c.n <= n)
+                            .cloned()
+                            .collect();
+                        let c = &self.shared.counters;
+                        c.cache_restores.fetch_add(1, Ordering::Relaxed);
+                        c.cache_restored_tokens
+                            .fetch_add(n as u64, Ordering::Relaxed);
+                        tracing::debug!("slot {id}: restored {n} positions from the prompt cache");
+                        n
+                    }
+                    Err(e) => {
+                        tracing::warn!("slot {id}: restoring a saved prompt state failed: {e}");
+                        0
+                    }
+                }
+            }
+            _ => {
+                let keep = match own_checkpoint {
+                    Some(c) => {
+                        let parts = &self.slots[id].checkpoints[c].parts;
+                        match self.model.write_checkpoint(id as u32, parts) {
+                            Ok(()) => {
+                                tracing::debug!("slot {id}: back to its checkpoint at {own}");
+                                own
+                            }
+                            Err(e) => {
+                                tracing::warn!("slot {id}: restoring a checkpoint failed: {e}");
+                                0
+                            }
+                        }
+                    }
+                    None => own,
+                };
+                self.slots[id].keep(keep);
+                keep
+            }
+        };
+        if let Some(state) = old {
+            self.store(id, state);
+        }
+        keep
+    }
+
+    /// Slot `id`'s tokens and state, when there is a prompt cache that lacks them.
+    fn capture(&self, id: usize) -> Option<SavedState> {
+        let cache = self.cache.as_ref()?;
+        let tokens = &self.slots[id].cached;
+        if tokens.is_empty() || cache.covers(tokens) {
+            return None;
+        }
+        let started = Instant::now();
+        match self.model.read_slot(id as u32, tokens.len() as u32) {
+            Ok(parts) => {
+                tracing::debug!(
+                    "slot {id}: copied its {} positions out in {:.2} ms",
+                    tokens.len(),
+                    started.elapsed().as_secs_f64() * 1e3
+                );
+                Some(SavedState {
+                    tokens: tokens.clone(),
+                    parts,
+                    checkpoints: self.slots[id]
+                        .checkpoints
+                        .iter()
+                        .filter(|c| c.n < tokens.len())
+                        .cloned()
+                        .collect(),
+                })
+            }
+            Err(e) => {
+                tracing::warn!("slot {id}: saving its state to the prompt cache failed: {e}");
+                None
+            }
+        }
+    }
+
+    /// Keeps a state captured from slot `id` in the prompt cache.
+    fn store(&mut self, id: usize, state: SavedState) {
+        let Some(cache) = self.cache.as_mut() else {
+            return;
+        };
+        let n = state.tokens.len();
+        let c = &self.shared.counters;
+        match cache.insert(state) {
+            Inserted::Stored { evicted, .. } => {
+                c.cache_saves.fetch_add(1, Ordering::Relaxed);
+                c.cache_evictions
+                    .fetch_add(evicted as u64, Ordering::Relaxed);
+                tracing::debug!("slot {id}: saved {n} positions to the prompt cache");
+            }
+            Inserted::TooLarge => {
+                tracing::debug!("slot {id}: its state of {n} positions exceeds --cache-ram");
+            }
+            Inserted::Covered => {}
+        }
+        c.cache_bytes.store(cache.bytes(), Ordering::Relaxed);
+        c.cache_entries.store(cache.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Frees the slots of requests whose clients went away.
+    fn drop_cancelled(&mut self) {
+        for slot in &mut self.slots {
+            if slot.task.as_ref().is_some_and(|t| t.job.events.is_closed()) {
+                tracing::info!("slot {}: client went away, request cancelled", slot.id);
+                // K/V of a half-evaluated prompt chunk are still valid up to `cached`.
+                slot.task = None;
+            }
+        }
+    }
+
+    /// Ends every running request with `msg` and forgets every slot's cache (its K/V may be
+    /// half-written).
+    fn fail_all(&mut self, msg: &str) {
+        for slot in &mut self.slots {
+            if let Some(task) = slot.task.take() {
+                let _ = task.job.events.send(Event::Failed(msg.to_owned()));
+            }
+            slot.keep(0);
+        }
+    }
+
+    /// One forward pass over the next token of every generating slot and as much prompt as fits.
+    fn pass(&mut self) -> Result<(), String> {
+        let mut batch = BatchInputs {
+            tokens: Vec::new(),
+            positions: Vec::new(),
+            slots: Vec::new(),
+            output_rows: Vec::new(),
+            history: Vec::new(),
+        };
+        // (slot index, tokens added to its cache, whether its last row is an output)
+        let mut plan: Vec<(usize, Vec<u32>, bool)> = Vec::new();
+        for slot in &self.slots {
+            let Some(task) = &slot.task else { continue };
+            if let Some(next) = task.next {
+                batch.tokens.push(next as i32);
+                batch.positions.push(slot.cached.len() as i32);
+                batch.slots.push(slot.id as i32);
+                batch.output_rows.push(batch.tokens.len() as i32 - 1);
+                plan.push((slot.id, vec![next], true));
+            }
+        }
+        for slot in &self.slots {
+            let Some(task) = &slot.task else { continue };
+            if task.next.is_some() {
+                continue;
+            }
+            let room = self.cfg.n_batch.saturating_sub(batch.tokens.len());
+            if room == 0 {
+                break;
+            }
+            let rest = &task.job.prompt[task.n_past..];
+            let take = rest.len().min(room);
+            let start = slot.cached.len();
+            for (i, &t) in rest[..take].iter().enumerate() {
+                batch.tokens.push(t as i32);
+                batch.positions.push((start + i) as i32);
+                batch.slots.push(slot.id as i32);
+            }
+            let last = take == rest.len();
+            if last {
+                batch.output_rows.push(batch.tokens.len() as i32 - 1);
+            }
+            plan.push((slot.id, rest[..take].to_vec(), last));
+        }
+        if batch.tokens.is_empty() {
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let logits = self.model.forward(&batch).map_err(|e| e.to_string())?;
+        let us = t0.elapsed().as_micros() as u64;
+        tracing::trace!(
+            "a pass of {} rows, {} outputs: {:.2} ms",
+            batch.tokens.len(),
+            batch.output_rows.len(),
+            us as f64 / 1e3
+        );
+        let c = &self.shared.counters;
+        if let Some(s) = self.model.residency_stats() {
+            c.routed_card.store(s.card, Ordering::Relaxed);
+            c.routed_host.store(s.host, Ordering::Relaxed);
+            c.routed_bus.store(s.bus, Ordering::Relaxed);
+            c.residency_flips.store(s.flips, Ordering::Relaxed);
+        }
+        if let Some(d) = self.model.disk_stats() {
+            c.disk_reads.store(d.reads, Ordering::Relaxed);
+            c.disk_prefetched.store(d.prefetched, Ordering::Relaxed);
+            c.disk_prefetch_hits
+                .store(d.prefetch_hits, Ordering::Relaxed);
+        }
+        c.decode_calls.fetch_add(1, Ordering::Relaxed);
+        c.busy_slot_passes
+            .fetch_add(plan.len() as u64, Ordering::Relaxed);
+        let n_prompt_rows: usize = plan
+            .iter()
+            .filter(|(id, _, _)| {
+                self.slots[*id]
+                    .task
+                    .as_ref()
+                    .is_some_and(|t| t.next.is_none())
+            })
+            .map(|(_, toks, _)| toks.len())
+            .sum();
+        let n_rows = batch.tokens.len().max(1);
+        c.prompt_tokens
+            .fetch_add(n_prompt_rows as u64, Ordering::Relaxed);
+        c.prompt_us
+            .fetch_add(us * n_prompt_rows as u64 / n_rows as u64, Ordering::Relaxed);
+        c.predicted_us.fetch_add(
+            us * (n_rows - n_prompt_rows) as u64 / n_rows as u64,
+            Ordering::Relaxed,
+        );
+        let mut out = 0;
+        let checkpoints = self.rewind.per_sequence;
+        for (id, toks, has_output) in plan {
+            let slot = &mut self.slots[id];
+            slot.cached.extend_from_slice(&toks);
+            let Some(task) = slot.task.as_mut() else {
+                continue;
+            };
+            if task.next.is_none() {
+                task.n_past += toks.len();
+                let n = slot.cached.len();
+                let since = n - slot.checkpoints.last().map_or(0, |c| c.n);
+                if checkpoints
+                    && task.job.params.cache_prompt
+                    && (has_output || since >= CHECKPOINT_EVERY)
+                {
+                    match self.model.read_checkpoint(id as u32) {
+                        Ok(parts) => {
+                            if slot.checkpoints.len() == MAX_CHECKPOINTS {
+                                slot.checkpoints.remove(0);
+                            }
+                            slot.checkpoints.push(Checkpoint { n, parts });
+                        }
+                        Err(e) => tracing::warn!("slot {id}: taking a checkpoint failed: {e}"),
+                    }
+                }
+            }
+            if !has_output {
+                continue;
+            }
+            let row = &logits[out * self.n_vocab..(out + 1) * self.n_vocab];
+            out += 1;
+            let done = step(
+                id,
+                task,
+                row,
+                self.tok,
+                slot.cached.len(),
+                self.cfg.n_ctx_slot,
+                c,
+            );
+            if done {
+                slot.task = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// Refreshes what `/slots` shows.
+    fn publish(&self) {
+        let views = self
+            .slots
+            .iter()
+            .map(|s| SlotView {
+                id: s.id,
+                is_processing: s.task.is_some(),
+                n_cached: s.cached.len(),
+                n_decoded: s.task.as_ref().map_or(0, |t| t.generated),
+                n_remain: s.task.as_ref().map_or(0, |t| {
+                    t.job
+                        .params
+                        .n_predict
+                        .map_or(-1, |n| n.saturating_sub(t.generated) as i64)
+                }),
+            })
+            .collect();
+        if let Ok(mut g) = self.shared.slots.lock() {
+            *g = views;
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! A request while it runs in a slot: its progress through the prompt, its sampler, decoder and
+//! stop-string matcher, and its clock.
+
+use std::time::Instant;
+
+use bloomery_text::StreamDecoder;
+
+use crate::request::Job;
+use crate::sampling::Sampler;
+use crate::stop::StopScan;
+
+/// A request running in a slot.
+pub(crate) struct Task<'t> {
+    pub(crate) job: Job,
+    /// Prompt tokens whose K/V are in the cache.
+    pub(crate) n_past: usize,
+    pub(crate) n_cached: usize,
+    pub(crate) sampler: Sampler,
+    pub(crate) decoder: StreamDecoder<'t>,
+    pub(crate) stop: StopScan,
+    pub(crate) generated: usize,
+    /// The sampled token whose K/V the next pass writes.
+    pub(crate) next: Option<u32>,
+    pub(crate) started: Instant,
+    pub(crate) first_token: Option<Instant>,
+}
