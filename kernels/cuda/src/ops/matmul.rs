@@ -1,10 +1,11 @@
 //! Matrix products (`cu/matmul.cuh`, `cu/gemm_f32.cuh`, `cu/mmq.cuh`): `y = W x` for F32 weights
-//! (a block per output for the few outputs of routers and gates, a warp per output, or tiles for
-//! batches) and for weights of any type of [`QUANT_TYPES`] against activations quantized to Q8_1
-//! in the scratch: a warp per (row, column) for a single column, the few-column forms for 2 to 15
-//! columns (each weight row read once per pass of up to 8), and tiles on the int8 tensor cores
-//! (or dp4a) for batches of 16 rows or more. Up to three products of the same activations go in
-//! one launch (`fused::matmul_parts`).
+//! (a block per output for the few outputs of routers and gates, `bl_matmul_f32_split` in
+//! `cu/router.cuh` beside the fused router kernel that repeats its sums; a warp per output; or
+//! tiles for batches) and for weights of any type of [`QUANT_TYPES`] against activations
+//! quantized to Q8_1 in the scratch: a warp per (row, column) for a single column, the few-column
+//! forms for 2 to 15 columns (each weight row read once per pass of up to 8), and tiles on the
+//! int8 tensor cores (or dp4a) for batches of 16 rows or more. Up to three products of the same
+//! activations go in one launch (`fused::matmul_parts`).
 //!
 //! [`QUANT_TYPES`]: super::QUANT_TYPES
 
