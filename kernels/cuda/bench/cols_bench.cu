@@ -60,7 +60,7 @@ static bool run_single(const uint8_t* w, long long stride, const uint8_t* xq, lo
     return true;
 }
 
-// bl_matmul_q_few_<wt>_<M>_<R> as src/ops.rs launches it (M: columns per pass).
+// bl_matmul_q_few_<wt>_<M>_<R> as src/ops/matmul.rs launches it (M: columns per pass).
 static bool run_few_r(const uint8_t* w, long long stride, const uint8_t* xq, long long x_row, float* y, int k, int n,
                       int m, int wt, int R, cudaStream_t s) {
     const int M = m <= 2 ? 2 : m <= 4 ? 4 : 8;
@@ -75,7 +75,7 @@ static bool run_few_r(const uint8_t* w, long long stride, const uint8_t* xq, lon
     return false;
 }
 
-// The host's choice of R (src/ops.rs `few_cols`).
+// The host's choice of R (src/ops/matmul.rs `few_cols`).
 static int host_rows(int wt, int n) { return wt == WT_Q8_0 && n >= 2048 ? 4 : n >= 1024 ? 2 : 1; }
 
 template <int R>
@@ -200,7 +200,8 @@ int main() {
             CK(cudaFree(pool));
         }
     // Q, K and V of one layer (4096, 512 and 512 rows of 2048 values): three few-column launches
-    // against one bl_matmul_q_few_parts launch (R by the widest part, as ops/fused.rs picks it).
+    // against one bl_matmul_q_few_parts launch (R by the widest part, as
+    // ops/fused/matmul_parts.rs picks it).
     for (int wt : types) {
         const int k = 2048, ns[3] = {4096, 512, 512};
         const size_t rb = row_bytes(wt, k);

@@ -349,8 +349,9 @@ static __device__ void mmq_dense(const uint8_t* w, long long w_stride, int wtype
 MMQ_DENSE(bl_mmq_mma, true)
 MMQ_DENSE(bl_mmq_dp4a, false)
 
-// Up to three products of the same activations (Q, K and V of a prompt; ops/fused.rs), as one
-// launch: grid (row tiles of all parts, column tiles). Part p is y_p[c * n_p + j] = W_p,j . x_c.
+// Up to three products of the same activations (Q, K and V of a prompt;
+// ops/fused/matmul_parts.rs), as one launch: grid (row tiles of all parts, column tiles). Part p
+// is y_p[c * n_p + j] = W_p,j . x_c.
 template <bool USE_MMA>
 static __device__ void mmq_parts(MatmulPart pa, MatmulPart pb, MatmulPart pc, int wtype, const uint8_t* xq,
                                  long long x_row, int k, int m) {

@@ -1,8 +1,8 @@
 // Routed experts for decode batches (a warp per task): gate/up with the GLU into h, the hidden
 // rows' quantization in the staged pair layout, and the weighted down products; and the forms
-// with a sigmoid-gated shared expert as one more slot (ops/moe_shared.rs). Included by kernels.cu
-// after quant.cuh, with PER_WTYPE naming the weight types to instantiate;
-// kernels/cuda/sim/moe_test.cpp runs it on the CPU.
+// with a sigmoid-gated shared expert as one more slot (ops/fused/moe_shared.rs). Launched by
+// ops/moe.rs; included by kernels.cu after quant.cuh, with PER_WTYPE naming the weight types to
+// instantiate; kernels/cuda/sim/moe_test.cpp runs it on the CPU.
 
 // The same blocks in the staged layout of quant.cuh (STAGE_PAIR bytes per two blocks; nblocks
 // even), which the routed down products read straight from global memory.
@@ -133,14 +133,14 @@ extern "C" __global__ void bl_moe_gate_up(MOE_GATE_UP_PARAMS) {
     moe_gate_up<-1>(warp_task(), MOE_GATE_UP_ARGS);
 }
 
-// A sigmoid-gated shared expert as slot k of the routed experts' decode kernels (ops/moe_shared.rs):
-// first one warp per (r, f) for h[(r*(k + 1) + k)*n_ff + f] = glu(sgate[f] . x_r, sup[f] . x_r)
-// (stacks of type ST, pair form, x the routed Q8_1 rows xg) and one warp per row for gs[r] = gw .
-// xf_r (the gate's F32 logit over the f32 rows xf, n_embd values each), then the routed warps as
-// moe_gate_up<WT> with k + 1 slots of h per row. The shared expert needs no routing: with `early`
-// (the previous kernel was the routing, which writes neither x nor the scratch) its warps form
-// their values before waiting on it and only write after, and the first blocks, theirs, leave
-// early for the routed ones.
+// A sigmoid-gated shared expert as slot k of the routed experts' decode kernels
+// (ops/fused/moe_shared.rs): first one warp per (r, f) for h[(r*(k + 1) + k)*n_ff + f] =
+// glu(sgate[f] . x_r, sup[f] . x_r) (stacks of type ST, pair form, x the routed Q8_1 rows xg) and
+// one warp per row for gs[r] = gw . xf_r (the gate's F32 logit over the f32 rows xf, n_embd values
+// each), then the routed warps as moe_gate_up<WT> with k + 1 slots of h per row. The shared expert
+// needs no routing: with `early` (the previous kernel was the routing, which writes neither x nor
+// the scratch) its warps form their values before waiting on it and only write after, and the first
+// blocks, theirs, leave early for the routed ones.
 #define MOE_SHARED_PARAMS \
     const uint8_t *sgate, const uint8_t *sup, long long sg_row, long long su_row, const float *gw, const float *xf, \
         float *gs, int early

@@ -9,8 +9,8 @@
 #include <stdint.h>
 #include <cuda_fp16.h>
 
-// Weight type codes (`wtype`), as kernels/cuda/src/ops.rs passes them. 0 is F32 (f32 activations);
-// the others take Q8_1 activations.
+// Weight type codes (`wtype`), as kernels/cuda/src/ops/quant.rs names them. 0 is F32 (f32
+// activations); the others take Q8_1 activations.
 #define WT_F32 0
 #define WT_Q8_0 1
 #define WT_Q4_K 2
@@ -25,7 +25,8 @@
 #define WT_Q3_K 11
 #define WT_IQ3_XXS 12
 
-// The non-linear 4-bit tables (kernels/cpu/src/quant/iq_tables.rs; a test in ops.rs compares).
+// The non-linear 4-bit tables (kernels/cpu/src/quant/iq_tables.rs; a test in ops/quant.rs
+// compares).
 #define KVALUES_IQ4NL_LIST -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113
 #define KVALUES_E2M1_LIST 0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12
 // The IQ3_XXS grid: 256 rows of four magnitudes, a byte each (iq_tables.rs IQ3XXS_GRID).

@@ -298,7 +298,7 @@ extern "C" __global__ void __launch_bounds__(128)
 // ---- A GDN mixer's decode step in two kernels -----------------------------------------------------
 // For batches whose segments are all shorter than DR_CHUNK, the fifteen calls from beta's sigmoid to
 // the gated output (and the F32 products of beta and alpha before them, when the kernel can form
-// those) run as two launches (ops/gdn.rs matches them). bl_conv_causal_step: the conv's
+// those) run as two launches (ops/fused/gdn.rs matches them). bl_conv_causal_step: the conv's
 // outputs as bl_conv_causal forms them (into the launcher's scratch) and the state update as
 // bl_conv_causal_state leaves it, a thread per (segment, channel) walking the segment's rows, so a
 // channel's old state is read and rewritten by one thread. bl_gdn_step then takes beta =

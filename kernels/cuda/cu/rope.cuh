@@ -1,6 +1,6 @@
-// RoPE (NORM: pairs (2i, 2i+1); NEOX: pairs (i, i + n_dims/2)), YaRN as ggml, and the per-head
-// RMS norm + RoPE with its K/V cache stores (ops/fused.rs). Included by kernels.cu after
-// common.cuh; kernels/cuda/sim/rope_test.cpp runs it on the CPU.
+// RoPE (NORM: pairs (2i, 2i+1); NEOX: pairs (i, i + n_dims/2)), YaRN as ggml (ops/rope.rs), and
+// the per-head RMS norm + RoPE with its K/V cache stores (ops/fused/norm_rope.rs). Included by
+// kernels.cu after common.cuh; kernels/cuda/sim/rope_test.cpp runs it on the CPU.
 
 #pragma once
 
@@ -67,14 +67,14 @@ extern "C" __global__ void bl_rope_f32(const float* x, float* out, const int* po
     }
 }
 
-// An RMS norm over each head and the RoPE of its result in one kernel (ops/fused.rs), optionally
-// storing the rotated rows into a cache and another tensor's rows (V) into a second cache. One
-// block per (row, head) of round_up(head_dim / 2, 32) threads, plus (with v) one block per row of
-// V. The norm sums squares in f64 as bl_rms_norm_f32 does, and `normed` (the norm's own
-// result) is written too unless null (no later call reads it). Every input is read before the first barrier and the rotated values
-// are written after a second, so x, normed and out may share memory. With qnh > 0 another group
-// of heads of the same rows and rope (Q, while the main group is K) comes first: rows * qnh
-// blocks normed by qw from qx into qnormed and qout, with no store.
+// An RMS norm over each head and the RoPE of its result in one kernel (ops/fused/norm_rope.rs),
+// optionally storing the rotated rows into a cache and another tensor's rows (V) into a second
+// cache. One block per (row, head) of round_up(head_dim / 2, 32) threads, plus (with v) one block
+// per row of V. The norm sums squares in f64 as bl_rms_norm_f32 does, and `normed` (the norm's own
+// result) is written too unless null (no later call reads it). Every input is read before the first
+// barrier and the rotated values are written after a second, so x, normed and out may share memory.
+// With qnh > 0 another group of heads of the same rows and rope (Q, while the main group is K)
+// comes first: rows * qnh blocks normed by qw from qx into qnormed and qout, with no store.
 template <typename T>
 static __device__ void norm_rope(const float* x, const float* w, float* normed, float* out, const int* pos, int hd,
                                  int nh, int rows, float eps, int neox, int n_dims, double log2_base, float freq_scale,

@@ -237,10 +237,10 @@ static __device__ float block_max(float v) {
     return m;
 }
 
-// RouterTopK and RouterWeights of the same logits as one kernel (ops/fused.rs): one block per row
-// of round_up(n_expert, 32) threads (n_expert <= 512), a thread per expert. An expert's rank is
-// the number of experts ahead of it (a higher key, or an equal key and a lower id; NaN ranks
-// lowest), so the top k come from one pass of comparisons instead of k rounds of a warp-wide
+// RouterTopK and RouterWeights of the same logits as one kernel (ops/fused/routing.rs): one block
+// per row of round_up(n_expert, 32) threads (n_expert <= 512), a thread per expert. An expert's
+// rank is the number of experts ahead of it (a higher key, or an equal key and a lower id; NaN
+// ranks lowest), so the top k come from one pass of comparisons instead of k rounds of a warp-wide
 // arg-max; then warp 0 writes ids and weights as bl_router_weights does, the softmax statistics
 // reused.
 // The body of bl_router_topk_weights for one row of logits (`row`, in global or shared memory),
@@ -291,11 +291,11 @@ extern "C" __global__ void bl_router_topk_weights(const float* logits, const flo
                             n_expert, k, gating, norm, norm_min, scale, err);
 }
 
-// The router's logits and then its choice, as one kernel (ops/fused.rs): block b computes logit
-// b % n_expert of row b / n_expert as bl_matmul_f32_split does (its first SPLIT_THREADS threads,
-// the same sums in the same order), and the last block of a row to finish (a counter per row in
-// `counters`, which it sets back to zero) runs bl_router_topk_weights' body on that row. Blocks of
-// max(SPLIT_THREADS, n_expert rounded up to a warp) threads, n_expert <= 512; rows <= the
+// The router's logits and then its choice, as one kernel (ops/fused/routing.rs): block b computes
+// logit b % n_expert of row b / n_expert as bl_matmul_f32_split does (its first SPLIT_THREADS
+// threads, the same sums in the same order), and the last block of a row to finish (a counter per
+// row in `counters`, which it sets back to zero) runs bl_router_topk_weights' body on that row.
+// Blocks of max(SPLIT_THREADS, n_expert rounded up to a warp) threads, n_expert <= 512; rows <= the
 // counters.
 extern "C" __global__ void bl_router_logits_topk(const uint8_t* w, long long w_stride, const float* x, int n_embd,
                                                  float* logits, const float* bias, int* ids, float* out, int n_expert,

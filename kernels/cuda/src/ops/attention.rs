@@ -5,13 +5,18 @@
 //! short context's heads among blocks. Other calls (f32 caches, other head sizes) take one block
 //! per (row, head) holding every score.
 
-use bloomery_plugin_api::op::AttentionParams;
-use bloomery_plugin_api::tensor::{OpCall, TensorRef};
+use bloomery_plugin_api::op::{AttentionParams, OpKind, OpSupport};
+use bloomery_plugin_api::tensor::OpCall;
 use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::LaunchConfig;
 
-use super::{driver_err, f32_only, Launcher};
+use super::{claim, driver_err, f32_only, Addr, Launcher, Src};
+
+/// The `(op, dtypes)` pairs this family implements.
+pub(super) fn claims() -> Vec<OpSupport> {
+    vec![claim(OpKind::Attention, &[DType::F32, DType::F16])]
+}
 
 /// Batches of at least this many rows take the flash form in one launch (fewer: split).
 const FLASH_MIN_ROWS: u64 = 16;
@@ -160,15 +165,13 @@ fn splits(rows: u64, pair_blocks: u64, n_kv: u64, len: u64, kt: u64) -> u64 {
     want.min(len.div_ceil(kt)).clamp(1, MAX_SPLITS)
 }
 
-type Addr<'a> = &'a dyn Fn(&TensorRef, &str) -> Result<u64, PluginError>;
-
 impl Launcher {
     /// Attention of the rows of q over the caches (sources q, K cache, V cache, slots,
     /// positions, and sinks when the op has them).
     pub(super) fn attention<'c>(
         &self,
         addr: Addr<'_>,
-        src: &dyn Fn(usize) -> Result<&'c TensorRef, PluginError>,
+        src: Src<'_, 'c>,
         c: &'c OpCall,
         p: AttentionParams,
     ) -> Result<(), PluginError> {

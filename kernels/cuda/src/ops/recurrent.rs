@@ -3,12 +3,20 @@
 //! Slots and positions stay on the card: segments (the rows of one sequence) are found by the
 //! kernels, so a step needs no host read and can be captured in a device graph.
 
-use bloomery_plugin_api::op::DeltaRuleParams;
+use bloomery_plugin_api::op::{DeltaRuleParams, OpKind, OpSupport};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::LaunchConfig;
 
-use super::{driver_err, Launcher};
+use super::{claim, driver_err, Addr, Launcher, Src};
+
+/// The `(op, dtypes)` pairs this family implements.
+pub(super) fn claims() -> Vec<OpSupport> {
+    vec![
+        claim(OpKind::ConvCausal, &[DType::F32]),
+        claim(OpKind::DeltaRule, &[DType::F32]),
+    ]
+}
 
 /// Most taps of a causal conv (`CONV_MAX_TAPS`).
 const CONV_MAX_TAPS: u32 = 16;
@@ -21,8 +29,6 @@ const DR_CHUNK: u64 = 64;
 const DR_MAX_DK: u32 = 256;
 /// State columns per block of the delta-rule kernels (`DR_STEP_COLS`, `DR_COLS`).
 const DR_COLS: u64 = 16;
-
-type Addr<'a> = &'a dyn Fn(&TensorRef, &str) -> Result<u64, PluginError>;
 
 fn grid3(x: u64, y: u64, z: u64, threads: u32) -> LaunchConfig {
     LaunchConfig {
@@ -49,7 +55,7 @@ impl Launcher {
     pub(super) fn conv_causal<'c>(
         &self,
         addr: Addr<'_>,
-        src: &dyn Fn(usize) -> Result<&'c TensorRef, PluginError>,
+        src: Src<'_, 'c>,
         c: &'c OpCall,
         taps: u32,
     ) -> Result<(), PluginError> {
@@ -121,7 +127,7 @@ impl Launcher {
     pub(super) fn delta_rule<'c>(
         &self,
         addr: Addr<'_>,
-        src: &dyn Fn(usize) -> Result<&'c TensorRef, PluginError>,
+        src: Src<'_, 'c>,
         c: &'c OpCall,
         p: DeltaRuleParams,
     ) -> Result<(), PluginError> {

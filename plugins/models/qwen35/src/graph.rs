@@ -146,7 +146,7 @@ fn delta_net(
     let walpha = g.w(&d.alpha)?;
     let alpha = g.matmul("alpha", walpha, x)?;
     // From here to the gated output the calls run in this order, which the CUDA bundles launch
-    // as one decode step (kernels/cuda/src/ops/gdn.rs).
+    // as one decode step (kernels/cuda/src/ops/fused/gdn.rs).
     let beta = unary(g, "beta_sigmoid", beta, UnaryFn::Sigmoid)?;
     let dt = g.w(&d.dt_bias)?;
     let alpha = g.add("alpha_biased", alpha, dt)?;

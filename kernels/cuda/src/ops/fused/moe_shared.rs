@@ -10,11 +10,13 @@ use bloomery_plugin_api::op::{GluKind, Op};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::PluginError;
 
-use super::fused::{gated_add_calls, plain, skipped_read_later};
-use super::{
-    contiguous_address, moe_shared_kernels, pairs_ok, weight_code, Buffers, Launcher, Quantized,
-    SharedSlot,
-};
+use super::gated_add::gated_add_calls;
+use super::{plain, skipped_read_later};
+use crate::ops::activations::Quantized;
+use crate::ops::matmul::MMQ_MIN_ROWS;
+use crate::ops::moe::{moe_shared_kernels, SharedSlot};
+use crate::ops::quant::{pairs_ok, weight_code};
+use crate::ops::{contiguous_address, Buffers, Launcher};
 
 /// Calls of the group: the shared expert's four, the routed experts, the gated sum's four.
 const CALLS: usize = 9;
@@ -92,7 +94,7 @@ fn group(calls: &[OpCall]) -> Option<Group> {
         && wd.dtype == wg.dtype
         && kernels.is_some()
         && moe.srcs()[1..].iter().all(|t| !t.shares_bytes(&out))
-        && (1..super::MMQ_MIN_ROWS).contains(&rows)
+        && (1..MMQ_MIN_ROWS).contains(&rows)
         && n_ff <= i32::MAX as u64;
     let skipped = || skipped_read_later(&calls[..CALLS], &[out], &calls[CALLS..], None);
     (holds && !skipped()).then_some(Group {

@@ -14,8 +14,9 @@ use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::{result, LaunchConfig};
 
-use super::fused::{plain, skipped_read_later};
-use super::{driver_err, quantized_reader, Launcher, Quantized};
+use super::{plain, skipped_read_later};
+use crate::ops::activations::{quantized_reader, Quantized};
+use crate::ops::{driver_err, Launcher};
 
 /// Calls of the group from β's sigmoid on (two more when the kernel forms β and α itself).
 const CALLS: usize = 15;
