@@ -46,7 +46,12 @@ cd "$(dirname "$0")/.."
 suite=${1:-}
 out=${OUT:-$(mktemp -d /tmp/gpu-check.XXXXXX)}
 mkdir -p "$out"
-trap 'echo "gpu-check $suite: FAILED: \`$BASH_COMMAND\` exited $? (line $LINENO; logs in $out)" >&2' ERR
+# Names the command that stopped the suite (set -e) and its status.
+on_error() {
+  local rc=$? cmd=${BASH_COMMAND%%$'\n'*}
+  echo "gpu-check $suite: FAILED: \`$cmd\` exited $rc (line ${BASH_LINENO[0]}; logs in $out)" >&2
+}
+trap on_error ERR
 
 default_placements="-ngl 99;-ngl 99 -cmoe;-ngl 99 --gpu-budget 5850M;-ngl 99 -cmoe --gpu-budget 1950M"
 # llama.cpp's flags for the same card memory on the 30B-A3B file: all on the card, every expert on
@@ -73,6 +78,8 @@ finish() {
   fi
   echo "gpu-check $suite: all passed in ${SECONDS} s (logs in $out)"
 }
+# The line of log $1 that says why a command failed: its last error line, else its last line.
+why() { { grep -iE "error|panic" "$1" || tail -1 "$1"; } | tail -1; }
 # A file name for flags: "-ngl 99 -cmoe" gives "ngl99_cmoe".
 slug() { echo "$*" | sed -E 's/(^| )-+/\1/g; s/ +/_/g; s/[^A-Za-z0-9._]/-/g'; }
 
@@ -103,7 +110,7 @@ big_file() {
 
 # The rows of a bench or llama-bench table: "pp512 t/s" and "tg128 t/s" means (or "-").
 bench_rates() {
-  awk -F'|' '$(NF-2) ~ /pp512/ { pp = $(NF-1) } $(NF-2) ~ /tg128/ { tg = $(NF-1) }
+  awk -F'|' 'NF > 3 && $(NF-2) ~ /pp512/ { pp = $(NF-1) } NF > 3 && $(NF-2) ~ /tg128/ { tg = $(NF-1) }
     END { split(pp, a, "±"); split(tg, b, "±"); gsub(/ /, "", a[1]); gsub(/ /, "", b[1])
           printf "%s\t%s", (a[1] == "" ? "-" : a[1]), (b[1] == "" ? "-" : b[1]) }' "$1"
 }
@@ -191,7 +198,7 @@ opcheck() {
     echo "ok   $what: $(tail -1 "$log")"
   else
     grep -E "^FAIL" "$log" | head -5 >&2 || [ $? = 1 ]
-    fail "$what: $(tail -1 "$log") [$log]"
+    fail "$what: $(why "$log") [$log]"
   fi
 }
 
@@ -210,7 +217,7 @@ same_text() {
   mkdir -p "$dir"
   for form in "$@"; do
     if ! greedy "$file" "$prompt" "$form" "$dir/$i.txt"; then
-      bad+=("'$form' exited: $(tail -1 "$dir/$i.txt.log")")
+      bad+=("'$form' exited: $(why "$dir/$i.txt.log")")
     elif ! cmp -s "$dir/0.txt" "$dir/$i.txt"; then
       bad+=("'$form'")
     fi
@@ -354,7 +361,7 @@ check_prompt_cache() {
   bl serve -m "$tiny/qwen3moe-f32.gguf" -ngl 99 -np 4 -c 16384 --port $port > "$log" 2>&1 &
   server=$!
   if ! wait_ready $port $server "$log"; then
-    fail "serve -ngl 99 (tiny file) did not start: $(tail -1 "$log") [$log]"
+    fail "serve -ngl 99 (tiny file) did not start: $(why "$log") [$log]"
     return
   fi
   if python3 scripts/prompt_cache_bench.py --url "http://127.0.0.1:$port" --slots 4 --vocab 512 \
@@ -417,7 +424,7 @@ check_suite() {
 # $5; the rest is the command, the flags go last. Adds a row to $out/rows.tsv, with the card's peak
 # memory above idle when $idle is set.
 timed_run() {
-  local log=$1 label=$2 name=$3 flags=$4 round=$5 smi=$1.smi sampler peak=""
+  local log=$1 label=$2 name=$3 flags=$4 round=$5 smi=$1.smi sampler peak="" rates
   shift 5
   if [ -n "${idle:-}" ]; then
     nvidia-smi -i 0 --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 > "$smi" &
@@ -427,15 +434,16 @@ timed_run() {
   if "$@" $flags > "$log" 2>&1; then
     :
   else
-    fail "$label $name '$flags' round $round: $(tail -1 "$log") [$log]"
+    fail "$label $name '$flags' round $round: $(why "$log") [$log]"
   fi
   if [ -n "${idle:-}" ]; then
     kill "$sampler"
     wait "$sampler" 2> /dev/null || [ $? = 143 ]
     peak=$(($(sort -n "$smi" | tail -1) - idle))
   fi
-  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$label" "$flags" "$round" "$(bench_rates "$log")" \
-    "$peak" | tee -a "$out/rows.tsv"
+  rates=$(bench_rates "$log")
+  printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$name" "$label" "$flags" "$round" "$rates" "$peak" \
+    | tee -a "$out/rows.tsv"
 }
 
 bench_suite() {
@@ -500,7 +508,7 @@ serve_suite() {
   bl serve -m "$f" -ngl 99 -np 4 -c 32768 --metrics --port $port > "$log" 2>&1 &
   server=$!
   if ! wait_ready $port $server "$log"; then
-    fail "serve -ngl 99 did not start: $(tail -1 "$log") [$log]"
+    fail "serve -ngl 99 did not start: $(why "$log") [$log]"
     finish
   fi
   if python3 scripts/prompt_cache_bench.py --url "http://127.0.0.1:$port" --slots 4 --vocab 151000 \
