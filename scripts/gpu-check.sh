@@ -46,12 +46,20 @@ cd "$(dirname "$0")/.."
 suite=${1:-}
 out=${OUT:-$(mktemp -d /tmp/gpu-check.XXXXXX)}
 mkdir -p "$out"
-# Names the command that stopped the suite (set -e) and its status.
+# Names the command that stopped the suite (set -e), its status and the checks failed before it.
 on_error() {
-  local rc=$? cmd=${BASH_COMMAND%%$'\n'*}
-  echo "gpu-check $suite: FAILED: \`$cmd\` exited $rc (line ${BASH_LINENO[0]}; logs in $out)" >&2
+  local rc=$? cmd=${BASH_COMMAND%%$'\n'*} before=""
+  if [ ${#failures[@]} -gt 0 ]; then
+    printf -v before '%s; ' "${failures[@]}"
+    before="; failed before it: ${before%; }"
+  fi
+  echo "gpu-check $suite: FAILED: \`$cmd\` exited $rc (line ${BASH_LINENO[0]}; logs in $out)$before" >&2
 }
+failures=()
 trap on_error ERR
+# A server started in the background, stopped on the way out whatever happens.
+server=""
+trap '[ -z "$server" ] || kill "$server" 2> /dev/null || :' EXIT
 
 default_placements="-ngl 99;-ngl 99 -cmoe;-ngl 99 --gpu-budget 5850M;-ngl 99 -cmoe --gpu-budget 1950M"
 # llama.cpp's flags for the same card memory on the 30B-A3B file: all on the card, every expert on
@@ -62,7 +70,6 @@ tiny=/dev/shm/bloomery-gpu-check
 
 bl() { dist/bloomery --plugin-dir dist/plugins "$@"; }
 
-failures=()
 # Records a failed check ($*): printed now, and named again in the closing line.
 fail() {
   echo "FAIL $*" >&2
@@ -86,7 +93,7 @@ slug() { echo "$*" | sed -E 's/(^| )-+/\1/g; s/ +/_/g; s/[^A-Za-z0-9._]/-/g'; }
 # The benchmark files in /dev/shm, written on first use (to a temporary name, so an interrupted
 # synth leaves nothing behind); each prints its path. 30b: the Qwen3-30B-A3B shape, experts Q4_K
 # and attention/embeddings/output Q8_0; 35b: the Qwen3.6-35B-A3B hybrid, experts Q4_K, the rest
-# Q8_0.
+# Q8_0. Written with explicit returns: callers may test it (errexit off).
 big_file() {
   local f start=$SECONDS
   case $1 in
@@ -101,8 +108,8 @@ big_file() {
       30b) bl synth --arch qwen3moe --preset 30b-a3b --experts Q4_K $q8 -o "$f.part" > /dev/null ;;
       35b) bl synth --arch qwen35moe --preset 35b-a3b --experts Q4_K $q8 --dense Q8_0 \
         -o "$f.part" > /dev/null ;;
-    esac
-    mv "$f.part" "$f"
+    esac || return 1
+    mv "$f.part" "$f" || return 1
     echo "synth $1: $((SECONDS - start)) s" >&2
   fi
   echo "$f"
@@ -197,7 +204,7 @@ opcheck() {
     --seed "$seed" --model-tol "$tol" "${args[@]}" > "$log" 2>&1; then
     echo "ok   $what: $(tail -1 "$log")"
   else
-    grep -E "^FAIL" "$log" | head -5 >&2 || [ $? = 1 ]
+    grep -m 5 -E "^FAIL" "$log" >&2 || [ $? = 1 ]
     fail "$what: $(why "$log") [$log]"
   fi
 }
@@ -233,50 +240,65 @@ same_text() {
   fi
 }
 
-# The last size ("1.25 GiB", "648.0 MiB") on the plan line (stdin) matching $1, in bytes.
+# The last size ("1.25 GiB", "648.0 MiB") on the first line of stdin matching $1, in bytes (0 when
+# none does).
 plan_bytes() {
-  awk -v pat="$1" '$0 ~ pat {
-      for (i = 1; i < NF; i++) if ($(i + 1) ~ /^(GiB|MiB)/) b = $i * ($(i + 1) ~ /GiB/ ? 1073741824 : 1048576)
-      printf "%d", b; exit }'
+  awk -v pat="$1" '$0 ~ pat && !seen { seen = 1
+      for (i = 1; i < NF; i++) if ($(i + 1) ~ /^(GiB|MiB)/) b = $i * ($(i + 1) ~ /GiB/ ? 1073741824 : 1048576) }
+    END { printf "%d", b }'
+}
+# The helpers below return 1 (with a line on stderr) rather than rely on errexit, which is off
+# where their callers test them.
+#
+# The plan (`bloomery plan`) of file $1 under flags $2…, also kept in $out/plans/.
+plan_of() {
+  local log
+  mkdir -p "$out/plans"
+  log="$out/plans/$(basename "$1" .gguf)_$(slug "${@:2}").txt"
+  if ! bl plan -m "$@" > "$log" 2>&1; then
+    echo "gpu-check: bloomery plan -m $*: $(why "$log")" >&2
+    return 1
+  fi
+  cat "$log"
 }
 # The card budget under which `-cmoe` (flags $2…) on file $1 plans one staging set filled in two
-# halves: the plan's total less half its staging, and 256 KiB; fails unless the plan says so.
+# halves: the plan's total less half its staging, and 256 KiB.
 one_set_budget() {
   local f=$1 plan budget
   shift
-  plan=$(bl plan -m "$f" -cmoe "$@" 2>&1)
-  budget=$(( $(plan_bytes "^  total" <<< "$plan") - $(plan_bytes "^  expert staging" <<< "$plan") / 2 \
-    + 262144 ))
-  bl plan -m "$f" -cmoe "$@" --gpu-budget "$budget" > "$out/plan-one-set-$(basename "$f").txt" 2>&1
-  grep -q "staging .*(1 set, filled in 2 parts" "$out/plan-one-set-$(basename "$f").txt" || {
-    echo "gpu-check: -cmoe --gpu-budget $budget does not plan one set in halves for $f" >&2
+  plan=$(plan_of "$f" -cmoe "$@") || return 1
+  budget=$(($(plan_bytes "^  total" <<< "$plan") - $(plan_bytes "^  expert staging" <<< "$plan") / 2
+    + 262144))
+  plan=$(plan_of "$f" -cmoe "$@" --gpu-budget "$budget") || return 1
+  if ! grep -q "staging .*(1 set, filled in 2 parts" <<< "$plan"; then
+    echo "gpu-check: -cmoe $* --gpu-budget $budget plans no staging set in halves for $f" >&2
     return 1
-  }
+  fi
   echo "$budget"
 }
 # A host budget of half the host experts of file $1 under -cmoe, so that the disk tier reads the
-# rest; fails unless the plan says so.
+# rest.
 disk_budget() {
   local plan budget
-  plan=$(bl plan -m "$1" -cmoe 2>&1)
-  budget=$(( $(plan_bytes "^host budget .*routed experts" <<< "$plan") / 2 ))
-  plan=$(bl plan -m "$1" -cmoe --host-budget "$budget" 2>&1)
-  grep -q "over the budget: read from disk" <<< "$plan" || {
-    echo "gpu-check: -cmoe --host-budget $budget does not read $1's experts from disk" >&2
+  plan=$(plan_of "$1" -cmoe) || return 1
+  budget=$(($(plan_bytes "^host budget .*routed experts" <<< "$plan") / 2))
+  plan=$(plan_of "$1" -cmoe --host-budget "$budget") || return 1
+  if ! grep -q "over the budget: read from disk" <<< "$plan"; then
+    echo "gpu-check: -cmoe --host-budget $budget reads none of $1's experts from disk" >&2
     return 1
-  }
+  fi
   echo "$budget"
 }
 # The first layer whose experts the staging sets hold for decode under -cmoe and flags $2… on
 # file $1 (the lent layers are the last ones).
 first_lent() {
   local plan n
-  plan=$(bl plan -m "$1" -cmoe "${@:2}" 2>&1)
+  plan=$(plan_of "$1" -cmoe "${@:2}") || return 1
   n=$(sed -nE 's/.*holding the experts of blk\.([0-9]+).*/\1/p' <<< "$plan")
-  [ -n "$n" ] || {
+  if [ -z "$n" ]; then
     echo "gpu-check: -cmoe ${*:2} lends no staging set to decode on $1" >&2
     return 1
-  }
+  fi
   echo "$n"
 }
 
@@ -286,8 +308,10 @@ check_tiny_text() {
   long="one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen \
 sixteen seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three twenty-four"
   for f in qwen3moe-f32 qwen3moe-q4_k qwen35moe-f32; do
-    one=$(one_set_budget "$tiny/$f.gguf")
-    disk=$(disk_budget "$tiny/$f.gguf")
+    if ! one=$(one_set_budget "$tiny/$f.gguf") || ! disk=$(disk_budget "$tiny/$f.gguf"); then
+      fail "greedy $f: no budget for one staging set or the disk tier (the line above says why)"
+      continue
+    fi
     # A two-token prompt runs on the host's experts; decode's host experts on the CPU, the card
     # in place (--bus-experts) or from the staging sets (lent); the disk tier reads them.
     forms=("-ngl 0" "-ngl 99" "-ngl 99 -ncmoe 2" "-ngl 99 -cmoe" "-ngl 99 -cmoe --bus-experts 0"
@@ -304,15 +328,17 @@ sixteen seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three tw
   same_text qwen35-f32-short "$tiny/qwen35-f32.gguf" "$short" "-ngl 0" "-ngl 99"
   # Quantized activations round differently on the CPU (Q8_K) and the card (Q8_1), so after the
   # long prompt the Q4_K file is compared between forms that compute the same products on the same
-  # devices: decode's host experts on the CPU (--bus-experts 0), a plan kept (--no-residency).
+  # devices: decode's host experts on the CPU (--bus-experts 0), the plan kept (--no-residency),
+  # and a layer lent to decode against the same layer placed on the card.
   f=$tiny/qwen3moe-q4_k.gguf
-  one=$(one_set_budget "$f")
-  disk=$(disk_budget "$f")
+  if ! one=$(one_set_budget "$f") || ! disk=$(disk_budget "$f") || ! lent=$(first_lent "$f") \
+    || ! lent1=$(first_lent "$f" --gpu-budget "$one"); then
+    fail "greedy qwen3moe-q4_k-long: no plan to compare (the line above says why)"
+    return
+  fi
   forms=("-ngl 99 -cmoe --bus-experts 0 --no-residency --no-decode-staging")
   same_text qwen3moe-q4_k-long-streamed "$f" "$long" "${forms[0]}" "${forms[0]} --gpu-budget $one" \
     "${forms[0]} --host-budget $disk --disk-prefetch 2"
-  lent=$(first_lent "$f")
-  lent1=$(first_lent "$f" --gpu-budget "$one")
   forms=("-ngl 99 --bus-experts 0 --no-residency")
   same_text qwen3moe-q4_k-long-lent "$f" "$long" "${forms[0]} -ncmoe $lent --no-decode-staging" \
     "${forms[0]} -cmoe"
@@ -321,16 +347,21 @@ sixteen seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three tw
 }
 
 # The 30B-A3B file (128 experts a layer): the staging sets lent to decode and one set in halves
-# give the text of the same layers placed on the card (32 tokens, as above).
+# (--gpu-budget 1950M, llama.cpp's -ncmoe 48 card memory) give the text of the same layers placed
+# on the card; 32 tokens.
 check_30b_text() {
-  local f long lent lent1 base
-  f=$(big_file 30b)
+  local f long lent lent1 base plan
   long="1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30 31 32 33 \
 34 35 36 37 38 39 40"
   base="-ngl 99 -c 512 --bus-experts 0 --no-residency"
-  lent=$(first_lent "$f" -c 512)
-  lent1=$(first_lent "$f" -c 512 --gpu-budget 1950M)
-  bl plan -m "$f" -c 512 -cmoe --gpu-budget 1950M > "$out/plan-30b-1950M.txt" 2>&1
+  if ! f=$(big_file 30b) || ! lent=$(first_lent "$f" -c 512) \
+    || ! lent1=$(first_lent "$f" -c 512 --gpu-budget 1950M) \
+    || ! plan=$(plan_of "$f" -c 512 -cmoe --gpu-budget 1950M); then
+    fail "greedy 30b: no file or plan to compare (the line above says why)"
+    return
+  fi
+  grep -q "staging .*(1 set, filled in 2 parts" <<< "$plan" \
+    || fail "greedy 30b: -cmoe --gpu-budget 1950M no longer plans one staging set in halves"
   NTOK=32 same_text 30b-lent "$f" "$long" "$base -ncmoe $lent --no-decode-staging" "$base -cmoe"
   NTOK=32 same_text 30b-lent-one-set "$f" "$long" "$base -ncmoe $lent1 --no-decode-staging" \
     "$base -cmoe --gpu-budget 1950M"
@@ -338,29 +369,41 @@ check_30b_text() {
     "$base -cmoe --gpu-budget 1950M --no-decode-staging"
 }
 
-# Waits until the server on port $1 (process $2, log $3) answers /health; false if it exits first
-# or is not ready in 300 s.
+# A TCP port no process listens on.
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+# Waits until the server on port $1 (process $2) answers /health; false if it exits first or is
+# not ready in 300 s.
 wait_ready() {
   local _
   for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$1/health" > /dev/null && return 0
     kill -0 "$2" 2> /dev/null || return 1
+    curl -sf "http://127.0.0.1:$1/health" > /dev/null && return 0
     sleep 0.5
   done
   return 1
 }
-# Stops server $1 (SIGTERM; its status then is 0 or 143).
+# Stops $server (log $1): a failed check when it had exited by itself.
 stop_server() {
-  kill "$1"
-  wait "$1" 2> /dev/null || [ $? = 143 ]
+  if kill "$server" 2> /dev/null; then
+    wait "$server" || [ $? = 143 ]
+  else
+    wait "$server" || :
+    fail "the server exited before it was stopped: $(why "$1") [$1]"
+  fi
+  server=""
 }
 
 # The prompt cache on the card: a restored prefix gives the tokens the slot held (tiny F32 file).
 check_prompt_cache() {
-  local port=18093 server log="$out/serve-prompt-cache.log"
-  bl serve -m "$tiny/qwen3moe-f32.gguf" -ngl 99 -np 4 -c 16384 --port $port > "$log" 2>&1 &
+  local port log="$out/serve-prompt-cache.log"
+  port=$(free_port)
+  # The binary itself in the background (not `bl`), so that $! is the server.
+  dist/bloomery --plugin-dir dist/plugins serve -m "$tiny/qwen3moe-f32.gguf" -ngl 99 -np 4 \
+    -c 16384 --port "$port" > "$log" 2>&1 &
   server=$!
-  if ! wait_ready $port $server "$log"; then
+  if ! wait_ready "$port" "$server"; then
     fail "serve -ngl 99 (tiny file) did not start: $(why "$log") [$log]"
     return
   fi
@@ -370,7 +413,7 @@ check_prompt_cache() {
   else
     fail "prompt cache on the card: $(tail -1 "$out/prompt-cache.txt") [$out/prompt-cache.txt]"
   fi
-  stop_server $server
+  stop_server "$log"
 }
 
 check_suite() {
@@ -500,14 +543,16 @@ compare_suite() {
 # ---- serve ----
 
 serve_suite() {
-  local f port=18093 server log d place
+  local f port log d place
   f=$(big_file "${FILES:-30b}")
   log="$out/serve.log"
+  port=$(free_port)
   # llama-server's API with 4 slots, all on the card: the prompt cache (a restored 4,000-token
   # prefix gives the tokens the slot held) and time to first token, restored against not cached.
-  bl serve -m "$f" -ngl 99 -np 4 -c 32768 --metrics --port $port > "$log" 2>&1 &
+  dist/bloomery --plugin-dir dist/plugins serve -m "$f" -ngl 99 -np 4 -c 32768 --metrics \
+    --port "$port" > "$log" 2>&1 &
   server=$!
-  if ! wait_ready $port $server "$log"; then
+  if ! wait_ready "$port" "$server"; then
     fail "serve -ngl 99 did not start: $(why "$log") [$log]"
     finish
   fi
@@ -518,7 +563,7 @@ serve_suite() {
   else
     fail "prompt cache: $(tail -1 "$out/prompt-cache.txt") [$out/prompt-cache.txt]"
   fi
-  stop_server $server
+  stop_server "$log"
   for d in ${PREV:-} dist; do
     for place in "-ngl 99" "-ngl 99 -cmoe"; do
       echo "== $d, streams, $place" | tee -a "$out/streams.txt"
