@@ -87,11 +87,11 @@ finish() {
 }
 # The line of log $1 that says why a command failed: its last error line, else its last line.
 why() { { grep -iE "error|panic" "$1" || tail -1 "$1"; } | tail -1; }
-# A file name for flags: "-ngl 99 -cmoe" gives "ngl99_cmoe".
+# A file name for flags: "-ngl 99 -cmoe" gives "ngl_99_cmoe".
 slug() { echo "$*" | sed -E 's/(^| )-+/\1/g; s/ +/_/g; s/[^A-Za-z0-9._]/-/g'; }
 
-# The benchmark files in /dev/shm, written on first use (to a temporary name, so an interrupted
-# synth leaves nothing behind); each prints its path. 30b: the Qwen3-30B-A3B shape, experts Q4_K
+# The benchmark files in /dev/shm, written on first use (to FILE.part, renamed when complete, so
+# an interrupted synth is never taken for the file); each prints its path. 30b: the Qwen3-30B-A3B shape, experts Q4_K
 # and attention/embeddings/output Q8_0; 35b: the Qwen3.6-35B-A3B hybrid, experts Q4_K, the rest
 # Q8_0. Written with explicit returns: callers may test it (errexit off).
 big_file() {
