@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check: a few named suites. Each ends with one line: what passed, or (exit status 1) what
-# failed. Full logs go to $OUT (default: a new folder under /tmp).
+# failed. Full logs go to a new folder under /tmp, packed into $OUT/gpu-check-SUITE.tar.gz on the
+# way out when OUT is set (the device tool returns at most 8 files from $OUT), tables beside it.
 #
 #   scripts/gpu-check.sh build    here (no GPU): `cargo xtask dist` (the pinned nvcc compiles the
 #                                 kernels), stripped; fails when dist/ outgrows the 64 MiB carry.
@@ -24,7 +25,7 @@
 #                                 on the card and with every expert on the host, with PREV.
 #
 # Settings (environment):
-#   OUT         folder for the logs.
+#   OUT         folder that receives the packed logs and the tables.
 #   BUNDLES     check: the kernel plugins checked (default: the runnable GPU ones in `bloomery
 #               plugins`; `BUNDLES=cpu-avx2` runs the suite on a machine without a GPU).
 #   SKIP_30B    check: leave out the 30B-A3B file's greedy text (its synth takes a while).
@@ -44,8 +45,15 @@ shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 
 suite=${1:-}
-out=${OUT:-$(mktemp -d /tmp/gpu-check.XXXXXX)}
-mkdir -p "$out"
+case $suite in
+  build | check | bench | compare | serve) ;;
+  *)
+    echo "usage: scripts/gpu-check.sh build|check|bench|compare|serve (see the top of the file)" >&2
+    exit 2
+    ;;
+esac
+out=$(mktemp -d "/tmp/gpu-check-$suite.XXXXXX")
+where="logs in $out${OUT:+, packed into \$OUT/gpu-check-$suite.tar.gz}"
 # Names the command that stopped the suite (set -e), its status and the checks failed before it.
 on_error() {
   local rc=$? cmd=${BASH_COMMAND%%$'\n'*} before=""
@@ -53,13 +61,21 @@ on_error() {
     printf -v before '%s; ' "${failures[@]}"
     before="; failed before it: ${before%; }"
   fi
-  echo "gpu-check $suite: FAILED: \`$cmd\` exited $rc (line ${BASH_LINENO[0]}; logs in $out)$before" >&2
+  echo "gpu-check $suite: FAILED: \`$cmd\` exited $rc (line ${BASH_LINENO[0]}; $where)$before" >&2
 }
 failures=()
 trap on_error ERR
 # A server started in the background, stopped on the way out whatever happens.
 server=""
-trap '[ -z "$server" ] || kill "$server" 2> /dev/null || :' EXIT
+# On the way out: the server stopped, the logs packed into $OUT and the tables copied there.
+on_exit() {
+  [ -z "$server" ] || kill "$server" 2> /dev/null || :
+  if [ -n "${OUT:-}" ]; then
+    tar -C "$out" -czf "$OUT/gpu-check-$suite.tar.gz" .
+    [ ! -f "$out/table.md" ] || cp "$out/table.md" "$OUT/table-$suite.md"
+  fi
+}
+trap on_exit EXIT
 
 default_placements="-ngl 99;-ngl 99 -cmoe;-ngl 99 --gpu-budget 5850M;-ngl 99 -cmoe --gpu-budget 1950M"
 # llama.cpp's flags for the same card memory on the 30B-A3B file: all on the card, every expert on
@@ -80,10 +96,10 @@ finish() {
   if [ ${#failures[@]} -gt 0 ]; then
     local all
     printf -v all '%s; ' "${failures[@]}"
-    echo "gpu-check $suite: ${#failures[@]} FAILED: ${all%; } (logs in $out)" >&2
+    echo "gpu-check $suite: ${#failures[@]} FAILED: ${all%; } ($where)" >&2
     exit 1
   fi
-  echo "gpu-check $suite: all passed in ${SECONDS} s (logs in $out)"
+  echo "gpu-check $suite: all passed in ${SECONDS} s ($where)"
 }
 # The line of log $1 that says why a command failed: its last error line, else its last line.
 why() { { grep -iE "error|panic" "$1" || tail -1 "$1"; } | tail -1; }
@@ -566,11 +582,11 @@ serve_suite() {
   stop_server "$log"
   for d in ${PREV:-} dist; do
     for place in "-ngl 99" "-ngl 99 -cmoe"; do
-      echo "== $d, streams, $place" | tee -a "$out/streams.txt"
+      echo "== $d, streams, $place" | tee -a "$out/table.md"
       python3 scripts/server_bench.py --bin "$(dist_bin "$d")" --plugins "$d/plugins" -n 128 \
         --streams 1,2,4 --ctx 8192 --rounds 2 --server-args="$place" \
         --server-log "$out/server-$(slug "$d")-$(slug "$place").log" "$f" 2>&1 \
-        | tee -a "$out/streams.txt" || fail "server_bench $d '$place' [$out/streams.txt]"
+        | tee -a "$out/table.md" || fail "server_bench $d '$place' [$out/table.md]"
     done
   done
   finish
@@ -588,14 +604,4 @@ build_suite() {
   finish
 }
 
-case "$suite" in
-  build) build_suite ;;
-  check) check_suite ;;
-  bench) bench_suite ;;
-  compare) compare_suite ;;
-  serve) serve_suite ;;
-  *)
-    echo "usage: scripts/gpu-check.sh build|check|bench|compare|serve (see the top of the file)" >&2
-    exit 2
-    ;;
-esac
+"${suite}_suite"
