@@ -34,7 +34,8 @@
 #   LLAMA_PLACEMENTS  compare: llama-bench's flags, ';'-separated (default below).
 #   ROUNDS      bench, compare: rounds (default 2); builds and engines alternate which goes first.
 #   PREV        bench, serve: earlier dists (space-separated) run beside this one; a dist holding
-#               only plugins/ runs under this build's binary.
+#               only plugins/ runs under this build's binary. dist/ and PREV share the 64 MiB
+#               carry: leave out of both the bundles the card does not run (cuda-sm121, cuda-sm86).
 # A call holds 10 minutes: with PREV or LLAMA_BENCH, name one file (FILES=30b).
 #
 # Experiments (profiles, ncu, one-off A/B modes) are not kept here: docs/performance.md quotes the
