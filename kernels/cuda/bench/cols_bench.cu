@@ -1,8 +1,10 @@
 // Times the few-column quantized products (2 .. 8 activation columns: decode passes of several
 // streams) on the card, each kernel replayed from a CUDA graph over a pool of weight copies larger
 // than L2 (so weights come from DRAM as in a decode step), and checks every form against
-// bl_matmul_q_cols. Built by scripts/gpu-check.sh (`cols-bench` mode) with the card's nvcc:
-//   nvcc -O3 -arch=sm_90 -o cols_bench kernels/cuda/bench/cols_bench.cu && ./cols_bench
+// bl_matmul_q_cols. Built here with the pinned nvcc (its static CUDA runtime) and carried in dist/:
+//   cu=target/cuda-tools/.venv/lib/python3.11/site-packages/nvidia/cu13
+//   "$cu/bin/nvcc" -O3 -arch=sm_90 -L"$cu/lib" -o dist/cols_bench kernels/cuda/bench/cols_bench.cu
+// then run on the GPU machine: dist/cols_bench.
 // Prints one line per (shape, type, columns, form): microseconds a launch and GB/s of weights,
 // then Q, K and V of a layer as three launches against one parts launch;
 // exits 1 when a form's outputs differ from bl_matmul_q_cols' by more than 1e-5 of their largest.

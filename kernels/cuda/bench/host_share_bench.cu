@@ -4,9 +4,9 @@
 // 4 GiB buffer alone; page-locked host-to-card copies alone; both at once; and a card kernel
 // reading page-locked memory in place (mapped, no copy: as a routed-expert kernel could read a
 // streamed expert) 8 MiB a launch (about three Q4_K experts of the 30B-A3B shape), alone and with
-// the CPU threads. Built by
-// `scripts/gpu-check.sh cols-bench-build` beside cols_bench; run by the `host-share` mode.
-//   nvcc -O3 -arch=sm_90 -Xcompiler -O3,-mavx2 -o host_share_bench kernels/cuda/bench/host_share_bench.cu
+// the CPU threads. Built here as cols_bench is (`$cu` as there) and run on the GPU machine:
+//   "$cu/bin/nvcc" -O3 -arch=sm_90 -Xcompiler -O3,-mavx2 -L"$cu/lib" -o dist/host_share_bench \
+//     kernels/cuda/bench/host_share_bench.cu
 // Prints GB/s for each side in each phase.
 #include <atomic>
 #include <chrono>
