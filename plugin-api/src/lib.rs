@@ -14,11 +14,14 @@ pub mod builders;
 pub mod dtype;
 pub mod error;
 pub mod graph;
+pub mod hparams;
 pub mod kernel;
 pub mod meta;
 pub mod model;
 pub mod op;
+pub mod synth;
 pub mod tensor;
+pub mod weights;
 
 pub use abi_stable;
 pub use dtype::{BlockLayout, DType};

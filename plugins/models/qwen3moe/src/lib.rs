@@ -9,11 +9,13 @@ pub mod synth;
 pub mod weights;
 
 use abi_stable::std_types::RResult;
-use bloomery_plugin_api::builders::{kv_cache_decls, RopeConfig};
+use bloomery_plugin_api::builders::kv_cache_decls;
 use bloomery_plugin_api::graph::{BatchShape, Graph};
+use bloomery_plugin_api::hparams::{ArchKeys, RopeConfig};
 use bloomery_plugin_api::meta::ModelFileView;
 use bloomery_plugin_api::model::{ModelCaps, ModelInstance, ModelSpec};
 use bloomery_plugin_api::op::{RopeMode, RopeParams};
+use bloomery_plugin_api::weights::WeightTable;
 use bloomery_plugin_api::PluginError;
 
 use hparams::{HParams, ARCH};
@@ -31,8 +33,9 @@ impl Qwen3Moe {
     pub fn load(view: &ModelFileView) -> Result<Self, PluginError> {
         view.expect_architecture(ARCH)?;
         let hp = HParams::from_view(view)?;
-        let weights = Weights::from_view(view, &hp)?;
-        let rope = RopeConfig::from_view(view, ARCH, RopeMode::Neox, hp.head_dim)?.params;
+        let weights = weights::declare(&mut WeightTable::new(view), &hp)?;
+        let keys = ArchKeys::new(view, ARCH);
+        let rope = RopeConfig::read(&keys, RopeMode::Neox, hp.lm.attn.head_dim)?.params;
         Ok(Qwen3Moe { hp, weights, rope })
     }
 }
@@ -43,12 +46,8 @@ impl ModelInstance for Qwen3Moe {
             architecture: ARCH.into(),
             hparams: self.hp.summary(),
             weights: self.weights.decls.clone(),
-            state: kv_cache_decls(
-                self.hp.n_layer,
-                u64::from(self.hp.head_dim * self.hp.n_head_kv),
-                |_| 0,
-            ),
-            caps: ModelCaps::kv_only(u64::from(self.hp.n_ctx_train)),
+            state: kv_cache_decls(self.hp.lm.n_layer, self.hp.lm.attn.kv_width(), |_| 0),
+            caps: ModelCaps::kv_only(u64::from(self.hp.lm.n_ctx_train)),
         }
     }
 
@@ -62,4 +61,18 @@ bloomery_plugin_api::export_model_plugin! {
     architectures: [ARCH],
     synth_presets: synth::presets,
     load: Qwen3Moe::load,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bloomery_plugin_api::DType;
+
+    #[test]
+    fn every_preset_loads_with_its_declared_weights() {
+        for p in synth::presets() {
+            let m = Qwen3Moe::load(&p.file_view(DType::F32)).unwrap();
+            assert_eq!(m.spec().weights.len(), p.tensors.len(), "{}", p.name);
+        }
+    }
 }
