@@ -146,7 +146,7 @@ fn tg_once(model: &mut LoadedModel, n: u32, at: At, rng: &mut StdRng) -> anyhow:
 
 /// Runs the command.
 pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
-    let reg = Registry::load(&cli.plugin_dir())?;
+    let reg = Registry::load_all(&cli.plugin_dirs())?;
     let ctx = a.n_prompt.max(a.n_gen).max(1) + a.n_depth;
     let options = LoadOptions {
         n_slots: a.parallel,

@@ -241,7 +241,7 @@ fn print_timings(s: &Stats) {
 
 /// Runs the command.
 pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
-    let reg = Registry::load(&cli.plugin_dir())?;
+    let reg = Registry::load_all(&cli.plugin_dirs())?;
     let ctx = context_size(a)?;
     let mut stats = Stats::default();
     let load_started = Instant::now();

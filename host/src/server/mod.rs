@@ -220,8 +220,8 @@ fn context_size(a: &ServeArgs, file: &bloomery_gguf::GgufModel) -> anyhow::Resul
 }
 
 /// Loads the model and starts the scheduler thread.
-fn load(cli_plugin_dir: &std::path::Path, a: &ServeArgs) -> anyhow::Result<Ready> {
-    let reg = Registry::load(cli_plugin_dir)?;
+fn load(plugin_dirs: &[std::path::PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
+    let reg = Registry::load_all(plugin_dirs)?;
     let file = bloomery_gguf::GgufModel::open(&a.model)?;
     let n_ctx = context_size(a, &file)?;
     let n_slots = a.n_slots();
@@ -386,7 +386,7 @@ pub fn serve(cli: &Cli, a: &ServeArgs) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let plugin_dir = cli.plugin_dir();
+    let plugin_dirs = cli.plugin_dirs();
     rt.block_on(async move {
         let addr: SocketAddr = format!("{}:{}", a.host, a.port)
             .parse()
@@ -402,7 +402,7 @@ pub fn serve(cli: &Cli, a: &ServeArgs) -> anyhow::Result<()> {
         let loader_state = Arc::clone(&state);
         let args = a.clone();
         let (fail_tx, mut fail_rx) = mpsc::channel::<anyhow::Error>(1);
-        tokio::task::spawn_blocking(move || match load(&plugin_dir, &args) {
+        tokio::task::spawn_blocking(move || match load(&plugin_dirs, &args) {
             Ok(ready) => {
                 let _ = loader_state.ready.set(Arc::new(ready));
                 eprintln!("bloomery: model loaded; serving");
