@@ -11,9 +11,8 @@ use common::plugin_dir;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use bloomery::model::{LoadOptions, LoadedModel};
+use bloomery::model::LoadedModel;
 use bloomery::plugins::Registry;
-use bloomery_plugin_api::DType;
 use sha2::{Digest, Sha256};
 
 /// Where `cargo xtask test` builds the example (its own cargo invocation and target folder).
@@ -85,15 +84,7 @@ fn check(t: &str, band: f32) {
     let dir = tempfile::tempdir().unwrap();
     let path = tiny(dir.path(), t, &g);
     let reg = Registry::load_all(&[plugin_dir(), example_dir()]).unwrap();
-    let opts = LoadOptions {
-        n_slots: 1,
-        ctx_per_slot: 64,
-        kv_type: DType::F32,
-        threads: 2,
-        graphs: true,
-        mlock: false,
-    };
-    let mut m = LoadedModel::load(&reg, &path, opts).unwrap();
+    let mut m = LoadedModel::load(&reg, &path, common::GOLDEN_OPTS).unwrap();
     let (rel, same, n) = common::golden_agreement(&mut m, &g);
     eprintln!("qwen3 {t}: max rel {rel:.2e}, argmax {same}/{n}");
     assert!(rel < band, "{t}: max rel {rel} over the band {band}");

@@ -7,6 +7,7 @@
 use abi_stable::std_types::RVec;
 
 use crate::graph::{BatchInput, BatchShape, Graph, GraphBuilder, TensorId};
+use crate::hparams::LmHParams;
 use crate::model::{StateDecl, StateKind};
 use crate::op::{AttentionParams, GluKind, MoeParams, Op, RopeParams, RouterParams};
 use crate::weights::{GluFfnWeights, LmGlobals, PreNormLayer, WeightRef};
@@ -119,6 +120,18 @@ pub struct LayerSettings {
     pub rope: Option<RopeParams>,
     /// RMS ε of the layer's norms (pre-attention, QK, pre-FFN).
     pub eps: f32,
+}
+
+impl LayerSettings {
+    /// GQA over the heads of `lm` (scale `1/sqrt(head_dim)`, no window) with the rotary embedding
+    /// `rope` and ε of `lm`.
+    pub fn new(lm: &LmHParams, rope: RopeParams) -> Self {
+        LayerSettings {
+            attn: lm.attn.gqa(),
+            rope: Some(rope),
+            eps: lm.eps,
+        }
+    }
 }
 
 /// The graph of a causal LM for `shape`: the batch inputs, the token embeddings, then `layer`

@@ -16,6 +16,7 @@ pub mod error;
 pub mod graph;
 pub mod hparams;
 pub mod kernel;
+pub mod kv_model;
 pub mod meta;
 pub mod model;
 pub mod op;

@@ -6,7 +6,7 @@
 use abi_stable::std_types::RVec;
 
 use crate::meta::{MetaEntry, MetaValue, ModelFileView, TensorInfo};
-use crate::model::{SynthPreset, SynthTensor};
+use crate::model::{ModelInstance, SynthPreset, SynthTensor};
 use crate::weights::WeightTable;
 use crate::{DType, PluginError};
 
@@ -165,6 +165,25 @@ impl PresetBuilder {
             .find(|(n, _)| *n == name)
             .map(|&(_, r)| r)
     }
+}
+
+/// Loads each preset's file view ([`SynthPreset::file_view`]) with `load` and checks that the model
+/// declares exactly the preset's tensors: a plugin's test that its presets and its loader agree.
+pub fn check_presets<M: ModelInstance>(
+    presets: &[SynthPreset],
+    load: impl Fn(&ModelFileView) -> Result<M, PluginError>,
+) -> Result<(), String> {
+    for p in presets {
+        let m = load(&p.file_view(DType::F32)).map_err(|e| format!("{}: {e}", p.name))?;
+        let (declared, listed) = (m.spec().weights.len(), p.tensors.len());
+        if declared != listed {
+            return Err(format!(
+                "{}: {declared} weights declared, {listed} tensors listed",
+                p.name
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl SynthPreset {

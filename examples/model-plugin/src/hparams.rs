@@ -2,6 +2,7 @@
 //! has, and the width of the dense FFN.
 
 use bloomery_plugin_api::hparams::{ArchKeys, LmHParams};
+use bloomery_plugin_api::kv_model::ArchHParams;
 use bloomery_plugin_api::meta::ModelFileView;
 use bloomery_plugin_api::model::HParams as Summary;
 use bloomery_plugin_api::PluginError;
@@ -18,9 +19,8 @@ pub struct HParams {
     pub n_ff: u32,
 }
 
-impl HParams {
-    /// Reads the keys; a missing or mistyped key is a named error.
-    pub fn from_view(view: &ModelFileView) -> Result<Self, PluginError> {
+impl ArchHParams for HParams {
+    fn read(view: &ModelFileView) -> Result<Self, PluginError> {
         let keys = ArchKeys::new(view, ARCH);
         Ok(HParams {
             lm: LmHParams::read(&keys)?,
@@ -28,8 +28,11 @@ impl HParams {
         })
     }
 
-    /// The summary the host shows and plans with.
-    pub fn summary(&self) -> Summary {
+    fn lm(&self) -> &LmHParams {
+        &self.lm
+    }
+
+    fn summary(&self) -> Summary {
         self.lm.dense_summary(self.n_ff)
     }
 }

@@ -1,11 +1,12 @@
 //! Shapes for `bloomery synth --arch qwen3`: a tiny model for tests and Qwen3-0.6B's sizes.
 
 use abi_stable::std_types::RVec;
+use bloomery_plugin_api::kv_model::KvModel;
 use bloomery_plugin_api::model::SynthPreset;
 use bloomery_plugin_api::synth::PresetBuilder;
 
-use crate::hparams::{HParams, ARCH};
-use crate::weights;
+use crate::hparams::ARCH;
+use crate::Qwen3;
 
 struct Shape {
     name: &'static str,
@@ -54,7 +55,7 @@ fn preset(s: &Shape) -> SynthPreset {
         .attention(s.n_head, s.n_head_kv, s.head_dim)
         .f32("rope.freq_base", 1_000_000.0)
         .f32("attention.layer_norm_rms_epsilon", 1e-6)
-        .build(|view, t| weights::declare(t, &HParams::from_view(view)?).map(drop))
+        .build(KvModel::<Qwen3>::declare)
 }
 
 /// Every preset.

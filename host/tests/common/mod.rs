@@ -82,6 +82,17 @@ pub fn agreement(ours: &[f32], vocab: usize, golden: &serde_json::Value) -> (f32
     (max_rel, same, n)
 }
 
+/// One slot of 64 positions, f32 K/V, 2 threads, graphs on: every golden sequence fits.
+#[allow(dead_code)] // not every test crate that shares this module compares goldens
+pub const GOLDEN_OPTS: bloomery::model::LoadOptions = bloomery::model::LoadOptions {
+    n_slots: 1,
+    ctx_per_slot: 64,
+    kv_type: bloomery_plugin_api::DType::F32,
+    threads: 2,
+    graphs: true,
+    mlock: false,
+};
+
 /// How `m`'s logits agree with a golden file's (`{sequences: [{tokens, logits}]}`), each
 /// sequence run as one batch from position 0 in slot 0: as [`agreement`] says, over all of them.
 #[allow(dead_code)] // not every test crate that shares this module compares goldens

@@ -80,6 +80,7 @@ mod tests {
     use bloomery_plugin_api::graph::GraphKind;
     use bloomery_plugin_api::meta::{MetaEntry, MetaValue};
     use bloomery_plugin_api::op::Op;
+    use bloomery_plugin_api::synth::check_presets;
     use bloomery_plugin_api::DType;
 
     /// A file view made from a synth preset, every tensor f32.
@@ -91,10 +92,7 @@ mod tests {
 
     #[test]
     fn every_preset_loads_with_its_declared_weights() {
-        for p in synth::presets() {
-            let m = Gemma3::load(&p.file_view(DType::F32)).unwrap();
-            assert_eq!(m.spec().weights.len(), p.tensors.len(), "{}", p.name);
-        }
+        check_presets(&synth::presets(), Gemma3::load).unwrap();
     }
 
     #[test]

@@ -110,13 +110,10 @@ bloomery_plugin_api::export_model_plugin! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bloomery_plugin_api::DType;
+    use bloomery_plugin_api::synth::check_presets;
 
     #[test]
     fn every_preset_loads_with_its_declared_weights() {
-        for p in synth::presets() {
-            let m = Qwen35::load(&p.file_view(DType::F32)).unwrap();
-            assert_eq!(m.spec().weights.len(), p.tensors.len(), "{}", p.name);
-        }
+        check_presets(&synth::presets(), Qwen35::load).unwrap();
     }
 }

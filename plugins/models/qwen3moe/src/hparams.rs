@@ -1,6 +1,7 @@
 //! Typed hyperparameters of a `qwen3moe` file, parsed once from its metadata.
 
 use bloomery_plugin_api::hparams::{ArchKeys, Experts, LmHParams};
+use bloomery_plugin_api::kv_model::ArchHParams;
 use bloomery_plugin_api::meta::ModelFileView;
 use bloomery_plugin_api::model::HParams as Summary;
 use bloomery_plugin_api::PluginError;
@@ -17,9 +18,8 @@ pub struct HParams {
     pub experts: Experts,
 }
 
-impl HParams {
-    /// Reads the keys; a missing or mistyped key is a named error.
-    pub fn from_view(view: &ModelFileView) -> Result<Self, PluginError> {
+impl ArchHParams for HParams {
+    fn read(view: &ModelFileView) -> Result<Self, PluginError> {
         let keys = ArchKeys::new(view, ARCH);
         Ok(HParams {
             lm: LmHParams::read(&keys)?,
@@ -27,8 +27,11 @@ impl HParams {
         })
     }
 
-    /// The summary the host shows and plans with.
-    pub fn summary(&self) -> Summary {
+    fn lm(&self) -> &LmHParams {
+        &self.lm
+    }
+
+    fn summary(&self) -> Summary {
         self.lm.moe_summary(&self.experts)
     }
 }

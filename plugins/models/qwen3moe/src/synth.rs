@@ -1,11 +1,12 @@
 //! Shapes for `bloomery synth`: the real Qwen3-MoE sizes and a tiny one for tests.
 
 use abi_stable::std_types::RVec;
+use bloomery_plugin_api::kv_model::KvModel;
 use bloomery_plugin_api::model::SynthPreset;
 use bloomery_plugin_api::synth::PresetBuilder;
 
-use crate::hparams::{HParams, ARCH};
-use crate::weights;
+use crate::hparams::ARCH;
+use crate::Qwen3Moe;
 
 struct Shape {
     name: &'static str,
@@ -82,7 +83,7 @@ fn preset(s: &Shape) -> SynthPreset {
         .f32("attention.layer_norm_rms_epsilon", 1e-6)
         .experts(s.n_expert, s.n_used, s.n_ff_exp)
         .with_tensor("output.weight")
-        .build(|view, t| weights::declare(t, &HParams::from_view(view)?).map(drop))
+        .build(KvModel::<Qwen3Moe>::declare)
 }
 
 /// Every preset.
