@@ -174,7 +174,7 @@ impl GraphBuilder {
         })
     }
 
-    /// Declares a weight found by [`WeightTable`].
+    /// Declares a weight found by [`crate::weights::WeightTable`].
     pub fn w(&mut self, w: &WeightRef) -> Result<TensorId, PluginError> {
         self.weight(w.index, &w.name, w.dtype, w.ne)
     }

@@ -29,11 +29,6 @@ impl<'a> ArchKeys<'a> {
         self.view
     }
 
-    /// The architecture prefix.
-    pub fn arch(&self) -> &'a str {
-        self.arch
-    }
-
     /// The full key of `name`: `{arch}.{name}`.
     pub fn key(&self, name: &str) -> String {
         format!("{}.{name}", self.arch)
