@@ -153,6 +153,48 @@ fn two_claims_on_one_architecture_or_name_keep_the_first() {
     );
 }
 
+#[test]
+fn plugin_folders_named_several_times_all_load_and_the_first_claim_wins() {
+    let first = folder_with(&[
+        ("model-qwen3moe.so", "model-qwen3moe.so"),
+        ("kernel-cpu-scalar.so", "kernel-cpu-scalar.so"),
+    ]);
+    let second = folder_with(&[
+        ("model-gemma3.so", "model-gemma3.so"),
+        ("model-qwen3moe.so", "model-qwen3moe.so"),
+    ]);
+    let out = Command::new(env!("CARGO_BIN_EXE_bloomery"))
+        .arg("--plugin-dir")
+        .arg(first.path())
+        .arg("--plugin-dir")
+        .arg(second.path())
+        .arg("plugins")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stderr}");
+    let folders = format!(
+        "plugin folder: {}, {}",
+        first.path().display(),
+        second.path().display()
+    );
+    assert!(stdout.contains(&folders), "{stdout}");
+    assert!(stdout.contains("architectures: gemma3"), "{stdout}");
+    assert!(stdout.contains("cpu-scalar     kernel"), "{stdout}");
+    assert!(
+        stdout.contains("qwen3moe (claimed by another plugin)"),
+        "{stdout}"
+    );
+    let claim = format!(
+        "architecture `qwen3moe` is claimed by both {}",
+        first.path().join("model-qwen3moe.so").display()
+    );
+    assert!(stdout.contains(&claim), "{stdout}");
+}
+
 fn tiny_preset() -> bloomery_plugin_api::model::SynthPreset {
     let reg = Registry::load(&plugin_dir()).unwrap();
     let presets = reg.model_for("qwen3moe").unwrap().module.synth_presets()();

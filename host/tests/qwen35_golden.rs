@@ -13,20 +13,10 @@ use std::path::Path;
 use bloomery::synth::ClassTypes;
 use bloomery_devices::Registry;
 use bloomery_exec::BatchInputs;
-use bloomery_exec::{LoadOptions, LoadedModel};
+use bloomery_exec::LoadedModel;
 use bloomery_plugin_api::DType;
 use bloomery_tiering::plan::TierRequest;
 use sha2::{Digest, Sha256};
-
-/// One slot of 64 positions, f32 K/V: every golden sequence fits.
-const OPTS: LoadOptions = LoadOptions {
-    n_slots: 1,
-    ctx_per_slot: 64,
-    kv_type: DType::F32,
-    threads: 2,
-    graphs: true,
-    mlock: false,
-};
 
 fn golden(name: &str) -> serde_json::Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.json"));
@@ -56,31 +46,8 @@ fn compare(arch: &str, t: DType, file: &str) -> (f32, usize, usize) {
         "synth output changed: rerun tests/oracle/make_qwen35_goldens.sh"
     );
     let reg = Registry::load(&plugin_dir()).unwrap();
-    let (mut max_rel, mut same, mut n_pos) = (0f32, 0, 0);
-    let mut m = LoadedModel::load(&reg, &path, OPTS).unwrap();
-    let vocab = m.spec.hparams.n_vocab as usize;
-    for seq in g["sequences"].as_array().unwrap() {
-        let tokens: Vec<i32> = seq["tokens"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_i64().unwrap() as i32)
-            .collect();
-        let n = tokens.len() as i32;
-        let ours = m
-            .forward(&BatchInputs {
-                tokens,
-                positions: (0..n).collect(),
-                slots: vec![0; n as usize],
-                output_rows: (0..n).collect(),
-                history: vec![],
-            })
-            .unwrap();
-        let (rel, s, n) = common::agreement(&ours, vocab, &seq["logits"]);
-        max_rel = max_rel.max(rel);
-        same += s;
-        n_pos += n;
-    }
+    let mut m = LoadedModel::load(&reg, &path, common::GOLDEN_OPTS).unwrap();
+    let (max_rel, same, n_pos) = common::golden_agreement(&mut m, &g);
     eprintln!("{file}: max rel {max_rel:.2e}, argmax {same}/{n_pos}");
     (max_rel, same, n_pos)
 }
@@ -140,7 +107,7 @@ fn qwen35moe_routes_each_token_as_transformers_does() {
         let want = seq["router_ids"]
             .as_array()
             .expect("router_ids in the golden (tests/oracle/hf_qwen35.py)");
-        let mut m = common::load_on_scalar_card(&path, OPTS, &request).unwrap();
+        let mut m = common::load_on_scalar_card(&path, common::GOLDEN_OPTS, &request).unwrap();
         let mut before = m.routing_counts().unwrap();
         assert_eq!(before.len(), want.len(), "layers with routed experts");
         for (i, tok) in seq["tokens"].as_array().unwrap().iter().enumerate() {

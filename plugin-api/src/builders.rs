@@ -1,140 +1,19 @@
-//! Shared model builders: the weight table a plugin fills at load, and the blocks forward graphs
-//! are made of (norms, projections, attention over the host's cache, routed experts, the head).
-//! A model plugin's graph function strings these together; an architecture that needs a block no
-//! other uses builds it from [`GraphBuilder::op`] directly.
+//! Shared graph builders: the blocks forward graphs are made of (norms, projections, attention
+//! over the host's cache, gated FFNs, routed experts, the head, a pre-norm layer, the frame of a
+//! causal LM) and the K/V cache declarations they read. A model plugin's graph function strings
+//! these together; an architecture that needs a block no other uses builds it from
+//! [`GraphBuilder::op`] directly.
 
 use abi_stable::std_types::RVec;
 
-use crate::graph::{BatchInput, GraphBuilder, TensorId};
-use crate::meta::ModelFileView;
-use crate::model::{StateDecl, StateKind, WeightClass, WeightDecl, WeightRole};
-use crate::op::{AttentionParams, GluKind, MoeParams, Op, RopeMode, RopeParams, RouterParams};
+use crate::graph::{BatchInput, BatchShape, Graph, GraphBuilder, TensorId};
+use crate::hparams::LmHParams;
+use crate::model::{StateDecl, StateKind};
+use crate::op::{AttentionParams, GluKind, MoeParams, Op, RopeParams, RouterParams};
+use crate::weights::{
+    AttentionWeights, ExpertWeights, GluFfnWeights, LmGlobals, PreNormLayer, WeightRef,
+};
 use crate::{DType, PluginError};
-
-/// A weight found in the file: its index in the model's weight list, type and shape.
-#[derive(Clone, Debug, PartialEq)]
-pub struct WeightRef {
-    /// Index into `ModelSpec::weights`.
-    pub index: u32,
-    /// GGUF name.
-    pub name: String,
-    /// Type in the file.
-    pub dtype: DType,
-    /// Shape in the file.
-    pub ne: [u64; 4],
-}
-
-/// Collects the weights a model declares, checking each against the file.
-#[derive(Default)]
-pub struct WeightTable {
-    decls: Vec<WeightDecl>,
-}
-
-impl WeightTable {
-    /// An empty table.
-    pub fn new() -> Self {
-        WeightTable::default()
-    }
-
-    /// Declares a weight that must exist with shape `ne` (unused trailing dims 1).
-    pub fn require(
-        &mut self,
-        view: &ModelFileView,
-        name: &str,
-        role: WeightRole,
-        class: WeightClass,
-        ne: [u64; 4],
-    ) -> Result<WeightRef, PluginError> {
-        self.optional(view, name, role, class, ne)?
-            .ok_or_else(|| PluginError::MissingTensor { name: name.into() })
-    }
-
-    /// Declares a weight that may be absent; when present it must have shape `ne`.
-    pub fn optional(
-        &mut self,
-        view: &ModelFileView,
-        name: &str,
-        role: WeightRole,
-        class: WeightClass,
-        ne: [u64; 4],
-    ) -> Result<Option<WeightRef>, PluginError> {
-        let Some(t) = view.tensor(name) else {
-            return Ok(None);
-        };
-        if t.ne != ne {
-            return Err(PluginError::BadTensor {
-                name: name.into(),
-                message: format!("expected shape {ne:?}, found {:?}", t.ne).into(),
-            });
-        }
-        if t.dtype.layout().is_none() {
-            return Err(PluginError::BadTensor {
-                name: name.into(),
-                message: format!("unknown type {}", t.dtype).into(),
-            });
-        }
-        let index = self.decls.len() as u32;
-        self.decls.push(WeightDecl {
-            name: name.into(),
-            role,
-            class,
-        });
-        Ok(Some(WeightRef {
-            index,
-            name: name.to_owned(),
-            dtype: t.dtype,
-            ne,
-        }))
-    }
-
-    /// Declares the weights outside the layers of a causal LM: `token_embd` `[n_embd, n_vocab]`,
-    /// `output_norm` and `output` (the embedding when the file ties them).
-    pub fn lm_globals(
-        &mut self,
-        view: &ModelFileView,
-        n_embd: u64,
-        n_vocab: u64,
-    ) -> Result<LmGlobals, PluginError> {
-        let (e, v, g) = (n_embd, n_vocab, WeightRole::Global);
-        let tok_embd = self.require(
-            view,
-            "token_embd.weight",
-            g,
-            WeightClass::Embedding,
-            [e, v, 1, 1],
-        )?;
-        let output_norm = self.require(
-            view,
-            "output_norm.weight",
-            g,
-            WeightClass::Norm,
-            [e, 1, 1, 1],
-        )?;
-        let output = self
-            .optional(view, "output.weight", g, WeightClass::Output, [e, v, 1, 1])?
-            .unwrap_or_else(|| tok_embd.clone());
-        Ok(LmGlobals {
-            tok_embd,
-            output_norm,
-            output,
-        })
-    }
-
-    /// The declarations, in index order.
-    pub fn into_decls(self) -> RVec<WeightDecl> {
-        self.decls.into()
-    }
-}
-
-/// The weights outside the layers of a causal LM ([`WeightTable::lm_globals`]).
-pub struct LmGlobals {
-    /// Token embedding.
-    pub tok_embd: WeightRef,
-    /// Final norm.
-    pub output_norm: WeightRef,
-    /// Output head (the embedding when the file ties them).
-    pub output: WeightRef,
-}
 
 /// State indices of layer `il`'s key and value caches, as [`kv_cache_decls`] declares them.
 pub fn kv_cache_indices(il: u32) -> (u32, u32) {
@@ -164,63 +43,6 @@ pub fn kv_cache_decls(
         .collect()
 }
 
-/// Rotary settings read from the common GGUF keys of an architecture.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct RopeConfig {
-    /// Parameters for [`Op::Rope`].
-    pub params: RopeParams,
-}
-
-impl RopeConfig {
-    /// Reads `{arch}.rope.*` (freq base, dimension count, linear or YaRN scaling).
-    pub fn from_view(
-        view: &ModelFileView,
-        arch: &str,
-        mode: RopeMode,
-        head_dim: u32,
-    ) -> Result<Self, PluginError> {
-        let k = |s: &str| format!("{arch}.{s}");
-        let n_dims = view.u32_or(&k("rope.dimension_count"), head_dim)?;
-        let freq_base = view.f32_or(&k("rope.freq_base"), 10000.0)?;
-        let scaling = match view.get(&k("rope.scaling.type")) {
-            Some(v) => v.as_str().unwrap_or("none").to_owned(),
-            None => "none".to_owned(),
-        };
-        let factor = view.f32_or(&k("rope.scaling.factor"), 1.0)?;
-        let n_ctx_train = view.u32_or(&k("context_length"), 0)?;
-        let n_ctx_orig = view.u32_or(&k("rope.scaling.original_context_length"), n_ctx_train)?;
-        let (freq_scale, ext_factor) = match scaling.as_str() {
-            "linear" => (1.0 / factor, 0.0),
-            "yarn" => (1.0 / factor, 1.0),
-            "none" => (1.0, 0.0),
-            other => {
-                return Err(PluginError::BadKey {
-                    key: k("rope.scaling.type").into(),
-                    message: format!(
-                        "unsupported rope scaling `{other}` (supported: none, linear, yarn)"
-                    )
-                    .into(),
-                })
-            }
-        };
-        Ok(RopeConfig {
-            params: RopeParams {
-                mode,
-                n_dims,
-                sections: [0; 4],
-                freq_base,
-                freq_scale,
-                ext_factor,
-                attn_factor: 1.0,
-                beta_fast: 32.0,
-                beta_slow: 1.0,
-                n_ctx_orig,
-                inverse: false,
-            },
-        })
-    }
-}
-
 /// One attention layer over the host's K/V cache.
 pub struct AttentionBlock<'a> {
     /// Query projection `[n_embd, head_dim·n_head]`.
@@ -245,6 +67,50 @@ pub struct AttentionBlock<'a> {
     pub k_cache: u32,
     /// State index of the value cache.
     pub v_cache: u32,
+}
+
+impl AttentionWeights {
+    /// The attention block of layer `layer`, over the caches [`kv_cache_decls`]
+    /// declares for it, its QK-norms with ε `norm_eps`.
+    pub fn block(
+        &self,
+        layer: u32,
+        params: AttentionParams,
+        rope: Option<RopeParams>,
+        norm_eps: f32,
+    ) -> AttentionBlock<'_> {
+        let (k_cache, v_cache) = kv_cache_indices(layer);
+        AttentionBlock {
+            wq: &self.wq,
+            wk: &self.wk,
+            wv: &self.wv,
+            wo: &self.wo,
+            q_norm: Some(&self.q_norm),
+            k_norm: Some(&self.k_norm),
+            norm_eps,
+            rope,
+            params,
+            k_cache,
+            v_cache,
+        }
+    }
+}
+
+impl ExpertWeights {
+    /// The experts' block with router parameters `route` and activation `glu` (no selection
+    /// bias, no clamp).
+    pub fn block(&self, route: RouterParams, glu: GluKind) -> MoeBlock<'_> {
+        MoeBlock {
+            router: &self.router,
+            router_bias: None,
+            route,
+            gate: &self.gate,
+            up: self.up.as_ref(),
+            down: &self.down,
+            glu,
+            limit: 0.0,
+        }
+    }
 }
 
 /// The routed experts of one layer.
@@ -280,6 +146,68 @@ pub struct LmInputs {
     pub out_rows: TensorId,
 }
 
+/// A layer's place in the graph [`causal_lm`] builds.
+#[derive(Clone, Copy, Debug)]
+pub struct LayerAt<'a> {
+    /// Layer index.
+    pub index: u32,
+    /// Whether it is the last layer (where only the wanted output rows go on).
+    pub last: bool,
+    /// The pass's inputs.
+    pub inp: &'a LmInputs,
+}
+
+/// How the attention of a [`PreNormLayer`] runs.
+#[derive(Clone, Copy, Debug)]
+pub struct LayerSettings {
+    /// Attention parameters.
+    pub attn: AttentionParams,
+    /// Rotary embedding, if any.
+    pub rope: Option<RopeParams>,
+    /// RMS ε of the layer's norms (pre-attention, QK, pre-FFN).
+    pub eps: f32,
+}
+
+impl LayerSettings {
+    /// GQA over the heads of `lm` (scale `1/sqrt(head_dim)`, no window) with the rotary embedding
+    /// `rope` and ε of `lm`.
+    pub fn new(lm: &LmHParams, rope: RopeParams) -> Self {
+        LayerSettings {
+            attn: lm.attn.gqa(),
+            rope: Some(rope),
+            eps: lm.eps,
+        }
+    }
+}
+
+/// The graph of a causal LM for `shape`: the batch inputs, the token embeddings, then `layer`
+/// for each of `layers` in turn (its input the previous layer's output, the graph's current
+/// layer set to its index), then the final norm and head as the output `logits`
+/// `[n_vocab, n_outputs]`.
+pub fn causal_lm<L>(
+    shape: BatchShape,
+    globals: &LmGlobals,
+    eps: f32,
+    layers: &[L],
+    mut layer: impl FnMut(&mut GraphBuilder, LayerAt<'_>, &L, TensorId) -> Result<TensorId, PluginError>,
+) -> Result<Graph, PluginError> {
+    let mut g = GraphBuilder::new();
+    let inp = g.lm_inputs(shape.n_rows, shape.n_outputs)?;
+    let mut x = g.embed(globals, &inp)?;
+    for (il, l) in layers.iter().enumerate() {
+        g.set_layer(il as i32);
+        let at = LayerAt {
+            index: il as u32,
+            last: il + 1 == layers.len(),
+            inp: &inp,
+        };
+        x = layer(&mut g, at, l, x)?;
+    }
+    let logits = g.lm_head(globals, x, eps)?;
+    g.output("logits", logits);
+    Ok(g.finish())
+}
+
 impl GraphBuilder {
     /// Declares the token, position, slot and output-row inputs.
     pub fn lm_inputs(&mut self, n_rows: u32, n_outputs: u32) -> Result<LmInputs, PluginError> {
@@ -292,7 +220,7 @@ impl GraphBuilder {
         })
     }
 
-    /// Declares a weight found by [`WeightTable`].
+    /// Declares a weight found by [`crate::weights::WeightTable`].
     pub fn w(&mut self, w: &WeightRef) -> Result<TensorId, PluginError> {
         self.weight(w.index, &w.name, w.dtype, w.ne)
     }
@@ -385,6 +313,55 @@ impl GraphBuilder {
     ) -> Result<TensorId, PluginError> {
         let ne = self.ne(gate);
         self.op(name, Op::Glu { kind, limit }, &[gate, up], DType::F32, ne)
+    }
+
+    /// A gated FFN of `x` `[n_embd, rows]`: `down · (act(gate · x) ⊙ (up · x))`, its nodes named
+    /// `{prefix}gate`, `{prefix}up`, `{prefix}swiglu` or `{prefix}geglu`, `{prefix}down`.
+    pub fn glu_ffn(
+        &mut self,
+        prefix: &str,
+        f: &GluFfnWeights,
+        kind: GluKind,
+        x: TensorId,
+    ) -> Result<TensorId, PluginError> {
+        let gate = self.w(&f.gate)?;
+        let up = self.w(&f.up)?;
+        let down = self.w(&f.down)?;
+        let a = self.matmul(&format!("{prefix}gate"), gate, x)?;
+        let b = self.matmul(&format!("{prefix}up"), up, x)?;
+        let act = match kind {
+            GluKind::SwiGlu => "swiglu",
+            GluKind::GeGlu => "geglu",
+        };
+        let h = self.glu(&format!("{prefix}{act}"), a, b, kind, 0.0)?;
+        self.matmul(&format!("{prefix}down"), down, h)
+    }
+
+    /// One pre-norm layer of `x`: `h = x + attention(rms_norm(x))` (nodes `attn_norm`,
+    /// `ffn_inp`), then `h + ffn(rms_norm(h))` (`ffn_norm`, `l_out`). In the last layer only the
+    /// wanted output rows go on after attention.
+    pub fn pre_norm_layer<F>(
+        &mut self,
+        l: &PreNormLayer<F>,
+        at: LayerAt<'_>,
+        s: LayerSettings,
+        x: TensorId,
+        ffn: impl FnOnce(&mut GraphBuilder, &F, TensorId) -> Result<TensorId, PluginError>,
+    ) -> Result<TensorId, PluginError> {
+        let an = self.w(&l.attn_norm)?;
+        let cur = self.rms_norm("attn_norm", x, Some(an), s.eps)?;
+        let blk = l.attn.block(at.index, s.attn, s.rope, s.eps);
+        let mut cur = self.attention_block(&blk, cur, at.inp)?;
+        let mut x = x;
+        if at.last {
+            cur = self.select_outputs(cur, at.inp)?;
+            x = self.select_outputs(x, at.inp)?;
+        }
+        let ffn_inp = self.add("ffn_inp", cur, x)?;
+        let fnorm = self.w(&l.ffn_norm)?;
+        let cur = self.rms_norm("ffn_norm", ffn_inp, Some(fnorm), s.eps)?;
+        let cur = ffn(self, &l.ffn, cur)?;
+        self.add("l_out", cur, ffn_inp)
     }
 
     /// Attention over the host's cache, from the normed input `x` `[n_embd, rows]` to the output

@@ -8,17 +8,26 @@
 //! the plain C functions `bloomery_abi_version` and `bloomery_plugin_kind`, which the host reads
 //! before anything else (so a plugin built against another ABI is refused with both version numbers,
 //! without touching its types), and the abi_stable root module, whose layout abi_stable checks.
+//!
+//! Model plugins are made of compile-time helpers that never cross the boundary: [`hparams`]
+//! (keys and their checks), [`weights`] (the weight table), [`builders`] (graph blocks),
+//! [`synth`] (presets) and [`kv_model`] (the loaded model of a K/V-cache architecture);
+//! `docs/new-architecture.md` shows how they fit.
 #![allow(non_local_definitions)]
 
 pub mod builders;
 pub mod dtype;
 pub mod error;
 pub mod graph;
+pub mod hparams;
 pub mod kernel;
+pub mod kv_model;
 pub mod meta;
 pub mod model;
 pub mod op;
+pub mod synth;
 pub mod tensor;
+pub mod weights;
 
 pub use abi_stable;
 pub use dtype::{BlockLayout, DType};

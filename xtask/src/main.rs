@@ -4,7 +4,8 @@
 //!   (`dist/bloomery`, `dist/plugins/*.so`).
 //! - `cargo xtask plugins [--release]`: builds the plugins and gathers them in
 //!   `target/<profile>/plugins/`.
-//! - `cargo xtask test`: format and lint checks, the plugins, the test data, then every test.
+//! - `cargo xtask test`: format and lint checks, the plugins, the example plugin (built outside the
+//!   workspace), the test data, then every test.
 //! - `cargo xtask demo`: `dist`, then the gemma-3-270m demo model answers a prompt.
 //! - `cargo xtask layers`: the crates' and modules' dependency direction (part of `test`).
 //! - `cargo xtask cuda-tools`: installs the pinned CUDA 13.0 compiler from PyPI into
@@ -271,11 +272,37 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     )?;
     let plugins = gather_plugins(root, false)?;
     std::env::set_var("BLOOMERY_TEST_PLUGIN_DIR", &plugins);
+    example_plugin(root)?;
     test_data(root)?;
     let mut args = vec!["test", "--workspace"];
     args.extend(extra.iter().map(String::as_str));
     cargo(root, &args)?;
     server_tests(root, &plugins)
+}
+
+/// The example architecture plugin (`examples/model-plugin`), built as a third party builds one:
+/// its own workspace, cargo invocation and target folder (`examples/model-plugin/target`, where
+/// `host/tests/qwen3_example.rs` loads it from beside the workspace's plugins). Checks its format
+/// and lints and runs its own tests.
+fn example_plugin(root: &Path) -> Result<()> {
+    let manifest = root.join("examples/model-plugin/Cargo.toml");
+    let target = root.join("examples/model-plugin/target");
+    let (manifest, target) = (path_str(&manifest)?, path_str(&target)?);
+    let on_example = ["--manifest-path", manifest, "--target-dir", target];
+    cargo(root, &["fmt", "--manifest-path", manifest, "--", "--check"])?;
+    let clippy = [
+        &["clippy", "--all-targets"][..],
+        &on_example,
+        &["--", "-D", "warnings"],
+    ];
+    cargo(root, &clippy.concat())?;
+    cargo(root, &[&["build"][..], &on_example].concat())?;
+    cargo(root, &[&["test"][..], &on_example].concat())
+}
+
+fn path_str(p: &Path) -> Result<&str> {
+    p.to_str()
+        .with_context(|| format!("{} is not UTF-8", p.display()))
 }
 
 /// The HTTP server's tests (`tests/server`, pytest with the official `openai` and `anthropic`

@@ -1,5 +1,6 @@
-//! The plugin registry: every plugin of a folder, the errors of those that could not be used, and
-//! the choice of a model plugin per architecture and of the best kernel plugin per device class.
+//! The plugin registry: every plugin of one or more folders, the errors of those that could not be
+//! used, and the choice of a model plugin per architecture and of the best kernel plugin per
+//! device class.
 
 mod error;
 mod loader;
@@ -12,18 +13,18 @@ use bloomery_plugin_api::kernel::DeviceClass;
 pub use error::{LoadError, SelectError};
 pub use loader::{KernelPluginFile, ModelPluginFile, PluginFile};
 
-/// Every plugin found in a folder.
+/// Every plugin found in the plugin folders.
 #[derive(Default)]
 pub struct Registry {
-    /// The folder scanned.
-    pub dir: PathBuf,
-    /// Model plugins, in file-name order.
+    /// The folders scanned, in order.
+    pub dirs: Vec<PathBuf>,
+    /// Model plugins, folder by folder in file-name order.
     pub models: Vec<ModelPluginFile>,
-    /// Kernel plugins, in file-name order.
+    /// Kernel plugins, folder by folder in file-name order.
     pub kernels: Vec<KernelPluginFile>,
     /// Files that could not be used, and refused claims.
     pub errors: Vec<LoadError>,
-    /// Architecture → index into `models` (first claim wins).
+    /// Architecture → index into `models` (first claim wins, earlier folders first).
     arch_index: BTreeMap<String, usize>,
 }
 
@@ -31,29 +32,18 @@ impl Registry {
     /// Loads every `*.so` file of `dir` (not recursing). A missing folder is an error; a bad file is
     /// recorded in `errors` and skipped.
     pub fn load(dir: &Path) -> Result<Registry, LoadError> {
-        let folder_err = |e: std::io::Error| LoadError::Folder {
-            path: dir.to_owned(),
-            reason: e.to_string(),
-        };
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(folder_err)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "so") && p.is_file())
-            .collect();
-        files.sort();
+        Registry::load_all(&[dir.to_owned()])
+    }
+
+    /// Loads every `*.so` file of each of `dirs` in turn, as [`Registry::load`] does one: where
+    /// two folders serve an architecture or hold a kernel plugin of one name, the earlier wins.
+    pub fn load_all(dirs: &[PathBuf]) -> Result<Registry, LoadError> {
         let mut reg = Registry {
-            dir: dir.to_owned(),
+            dirs: dirs.to_vec(),
             ..Registry::default()
         };
-        for path in files {
-            match loader::open(&path) {
-                Ok(PluginFile::Model(m)) => reg.add_model(m),
-                Ok(PluginFile::Kernel(k)) => reg.add_kernel(k),
-                Err(e) => {
-                    tracing::warn!("{e}");
-                    reg.errors.push(e);
-                }
-            }
+        for dir in dirs {
+            reg.add_folder(dir)?;
         }
         for k in &reg.kernels {
             tracing::info!(
@@ -64,6 +54,36 @@ impl Registry {
             );
         }
         Ok(reg)
+    }
+
+    /// The folders scanned, for messages: `a, b`.
+    pub fn folders(&self) -> String {
+        let names: Vec<String> = self.dirs.iter().map(|d| d.display().to_string()).collect();
+        names.join(", ")
+    }
+
+    fn add_folder(&mut self, dir: &Path) -> Result<(), LoadError> {
+        let folder_err = |e: std::io::Error| LoadError::Folder {
+            path: dir.to_owned(),
+            reason: e.to_string(),
+        };
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(folder_err)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "so") && p.is_file())
+            .collect();
+        files.sort();
+        for path in files {
+            match loader::open(&path) {
+                Ok(PluginFile::Model(m)) => self.add_model(m),
+                Ok(PluginFile::Kernel(k)) => self.add_kernel(k),
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    self.errors.push(e);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn add_model(&mut self, m: ModelPluginFile) {
@@ -141,7 +161,7 @@ impl Registry {
             .count();
         if candidates == 0 {
             return Err(SelectError::NoKernel {
-                reasons: format!("no {class:?} kernel plugin in {}", self.dir.display()),
+                reasons: format!("no {class:?} kernel plugin in {}", self.folders()),
             });
         }
         best.ok_or_else(|| SelectError::NoKernel {

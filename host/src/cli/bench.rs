@@ -196,7 +196,7 @@ impl Tests {
 
 /// Runs the command.
 pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
-    let reg = Registry::load(&cli.plugin_dir())?;
+    let reg = Registry::load_all(&cli.plugin_dirs())?;
     // Room for the pp test's prompt and for the tg test's first token, its n steps and the
     // token sampled after the last.
     let ctx = (a.n_prompt + 1).max(a.n_gen + 2) + a.n_depth;

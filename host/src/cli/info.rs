@@ -15,7 +15,7 @@ use bloomery_exec::view::file_view;
 /// Prints the report.
 pub fn run(cli: &Cli, model: &Path) -> anyhow::Result<()> {
     let file = GgufModel::open(model)?;
-    let reg = Registry::load(&cli.plugin_dir());
+    let reg = Registry::load_all(&cli.plugin_dirs());
     let mut out = String::new();
     describe_file(&mut out, model, &file);
     match reg {
@@ -125,7 +125,7 @@ fn describe_file(out: &mut String, path: &Path, file: &GgufModel) {
 }
 
 fn describe_support(out: &mut String, reg: &Registry, file: &GgufModel) {
-    let _ = writeln!(out, "\nplugins ({}):", reg.dir.display());
+    let _ = writeln!(out, "\nplugins ({}):", reg.folders());
     let arch = match file.metadata().get_str("general.architecture") {
         Ok(a) => a.to_owned(),
         Err(e) => {

@@ -16,9 +16,11 @@ use clap::{Parser, Subcommand};
 #[derive(Parser, Debug)]
 #[command(name = "bloomery", version, about)]
 pub struct Cli {
-    /// Folder of model and kernel plugins (default: `plugins` beside the executable).
+    /// Folder of model and kernel plugins (default: `plugins` beside the executable). Repeat it
+    /// to load plugins from several folders (e.g. one built outside this project); where two
+    /// serve the same architecture, the folder named first wins.
     #[arg(long, global = true, value_name = "DIR")]
-    pub plugin_dir: Option<PathBuf>,
+    pub plugin_dir: Vec<PathBuf>,
 
     /// Verbose logs (and full plugin-loader reports).
     #[arg(short, long, global = true)]
@@ -55,15 +57,15 @@ pub enum Command {
 }
 
 impl Cli {
-    /// The plugin folder in force.
-    pub fn plugin_dir(&self) -> PathBuf {
-        if let Some(d) = &self.plugin_dir {
-            return d.clone();
+    /// The plugin folders in force, in the order given.
+    pub fn plugin_dirs(&self) -> Vec<PathBuf> {
+        if !self.plugin_dir.is_empty() {
+            return self.plugin_dir.clone();
         }
-        std::env::current_exe()
+        vec![std::env::current_exe()
             .ok()
             .and_then(|p| p.parent().map(|d| d.join("plugins")))
-            .unwrap_or_else(|| PathBuf::from("plugins"))
+            .unwrap_or_else(|| PathBuf::from("plugins"))]
     }
 }
 
@@ -77,6 +79,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(a) => bench::run(&cli, a),
         Command::Opcheck(a) => opcheck::run(&cli, a),
         Command::Plan(a) => plan::run(&cli, a),
-        Command::Serve(a) => crate::server::serve(&cli.plugin_dir(), a),
+        Command::Serve(a) => crate::server::serve(&cli.plugin_dirs(), a),
     }
 }

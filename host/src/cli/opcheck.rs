@@ -36,7 +36,7 @@ pub struct OpcheckArgs {
 
 /// Runs the command.
 pub fn run(cli: &Cli, a: &OpcheckArgs) -> anyhow::Result<()> {
-    let reg = Registry::load(&cli.plugin_dir())?;
+    let reg = Registry::load_all(&cli.plugin_dirs())?;
     let plugin = match &a.plugin {
         Some(name) => reg
             .kernels

@@ -39,7 +39,7 @@ pub struct PlanArgs {
 
 /// Prints the plan for the best GPU kernel plugin here (the best CPU one when there is none).
 pub fn run(cli: &Cli, a: &PlanArgs) -> anyhow::Result<()> {
-    let reg = Registry::load(&cli.plugin_dir())?;
+    let reg = Registry::load_all(&cli.plugin_dirs())?;
     let kernel = reg
         .best_kernel(DeviceClass::Gpu)
         .or_else(|_| reg.best_kernel(DeviceClass::Cpu))?;

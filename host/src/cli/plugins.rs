@@ -11,8 +11,7 @@ use bloomery_devices::{LoadError, Registry};
 
 /// Prints the listing.
 pub fn run(cli: &Cli) -> anyhow::Result<()> {
-    let dir = cli.plugin_dir();
-    let reg = Registry::load(&dir)?;
+    let reg = Registry::load_all(&cli.plugin_dirs())?;
     print!("{}", render(&reg, cli.verbose));
     Ok(())
 }
@@ -30,7 +29,7 @@ pub fn render(reg: &Registry, verbose: bool) -> String {
     let _ = writeln!(
         out,
         "plugin folder: {}   (host ABI {ABI_VERSION})",
-        reg.dir.display()
+        reg.folders()
     );
     let _ = writeln!(out, "\nmodel plugins:");
     if reg.models.is_empty() {

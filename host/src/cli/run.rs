@@ -176,7 +176,7 @@ fn print_timings(load_secs: f64, f: &Finish) {
 
 /// Runs the command.
 pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
-    let reg = Registry::load(&cli.plugin_dir())?;
+    let reg = Registry::load_all(&cli.plugin_dirs())?;
     let ctx = context_size(a)?;
     let load_started = Instant::now();
     let options = LoadOptions {

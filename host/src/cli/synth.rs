@@ -55,7 +55,7 @@ fn parse_dtype(s: &str) -> Result<DType, String> {
 
 /// Runs the command.
 pub fn run(cli: &Cli, a: &SynthArgs) -> anyhow::Result<()> {
-    let reg = Registry::load(&cli.plugin_dir())?;
+    let reg = Registry::load_all(&cli.plugin_dirs())?;
     if a.list {
         for m in &reg.models {
             for p in m.module.synth_presets()().iter() {

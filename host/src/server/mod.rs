@@ -12,7 +12,7 @@ pub mod openai;
 pub mod params;
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
@@ -218,8 +218,8 @@ fn context_size(a: &ServeArgs, file: &bloomery_gguf::GgufModel) -> anyhow::Resul
 }
 
 /// Loads the model and starts the scheduler thread.
-fn load(plugin_dir: &Path, a: &ServeArgs) -> anyhow::Result<Ready> {
-    let reg = Registry::load(plugin_dir)?;
+fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
+    let reg = Registry::load_all(plugin_dirs)?;
     let file = bloomery_gguf::GgufModel::open(&a.model)?;
     let n_ctx = context_size(a, &file)?;
     let n_slots = a.n_slots();
@@ -343,8 +343,8 @@ fn load(plugin_dir: &Path, a: &ServeArgs) -> anyhow::Result<Ready> {
     })
 }
 
-/// Runs the server until interrupted, with the plugins of `plugin_dir`.
-pub fn serve(plugin_dir: &Path, a: &ServeArgs) -> anyhow::Result<()> {
+/// Runs the server until interrupted, with the plugins of `plugin_dirs`.
+pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
     a.validate()?;
     let reasoning = a.reasoning()?;
     let api_keys = a
@@ -367,7 +367,7 @@ pub fn serve(plugin_dir: &Path, a: &ServeArgs) -> anyhow::Result<()> {
         .worker_threads(2)
         .enable_all()
         .build()?;
-    let plugin_dir = plugin_dir.to_owned();
+    let plugin_dirs = plugin_dirs.to_vec();
     rt.block_on(async move {
         let addr: SocketAddr = format!("{}:{}", a.host, a.port)
             .parse()
@@ -383,7 +383,7 @@ pub fn serve(plugin_dir: &Path, a: &ServeArgs) -> anyhow::Result<()> {
         let loader_state = Arc::clone(&state);
         let args = a.clone();
         let (fail_tx, mut fail_rx) = mpsc::channel::<anyhow::Error>(1);
-        tokio::task::spawn_blocking(move || match load(&plugin_dir, &args) {
+        tokio::task::spawn_blocking(move || match load(&plugin_dirs, &args) {
             Ok(ready) => {
                 let _ = loader_state.ready.set(Arc::new(ready));
                 eprintln!("bloomery: model loaded; serving");

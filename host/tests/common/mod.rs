@@ -82,6 +82,51 @@ pub fn agreement(ours: &[f32], vocab: usize, golden: &serde_json::Value) -> (f32
     (max_rel, same, n)
 }
 
+/// One slot of 64 positions, f32 K/V, 2 threads, graphs on: every golden sequence fits.
+#[allow(dead_code)] // not every test crate that shares this module compares goldens
+pub const GOLDEN_OPTS: bloomery_exec::LoadOptions = bloomery_exec::LoadOptions {
+    n_slots: 1,
+    ctx_per_slot: 64,
+    kv_type: bloomery_plugin_api::DType::F32,
+    threads: 2,
+    graphs: true,
+    mlock: false,
+};
+
+/// How `m`'s logits agree with a golden file's (`{sequences: [{tokens, logits}]}`), each
+/// sequence run as one batch from position 0 in slot 0: as [`agreement`] says, over all of them.
+#[allow(dead_code)] // not every test crate that shares this module compares goldens
+pub fn golden_agreement(
+    m: &mut bloomery_exec::LoadedModel,
+    golden: &serde_json::Value,
+) -> (f32, usize, usize) {
+    let vocab = m.spec.hparams.n_vocab as usize;
+    let (mut max_rel, mut same, mut positions) = (0f32, 0, 0);
+    for seq in golden["sequences"].as_array().unwrap() {
+        let tokens: Vec<i32> = seq["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap() as i32)
+            .collect();
+        let n = tokens.len() as i32;
+        let ours = m
+            .forward(&bloomery_exec::BatchInputs {
+                tokens,
+                positions: (0..n).collect(),
+                slots: vec![0; n as usize],
+                output_rows: (0..n).collect(),
+                history: vec![],
+            })
+            .unwrap();
+        let (rel, s, n) = agreement(&ours, vocab, &seq["logits"]);
+        max_rel = max_rel.max(rel);
+        same += s;
+        positions += n;
+    }
+    (max_rel, same, positions)
+}
+
 /// Loads `path` with cpu-scalar standing in for the card (so that CI runs tiering without a GPU)
 /// and the routed experts placed as `request` asks.
 #[allow(dead_code)] // only the test crates that tier experts load this way

@@ -10,11 +10,12 @@ pub mod synth;
 pub mod weights;
 
 use abi_stable::std_types::RResult;
-use bloomery_plugin_api::builders::RopeConfig;
 use bloomery_plugin_api::graph::{BatchShape, Graph};
+use bloomery_plugin_api::hparams::{ArchKeys, RopeConfig};
 use bloomery_plugin_api::meta::ModelFileView;
 use bloomery_plugin_api::model::{ModelCaps, ModelInstance, ModelSpec};
 use bloomery_plugin_api::op::RopeMode;
+use bloomery_plugin_api::weights::WeightTable;
 use bloomery_plugin_api::PluginError;
 
 use graph::Ropes;
@@ -33,8 +34,9 @@ impl Gemma3 {
     pub fn load(view: &ModelFileView) -> Result<Self, PluginError> {
         view.expect_architecture(ARCH)?;
         let hp = HParams::from_view(view)?;
-        let weights = Weights::from_view(view, &hp)?;
-        let global = RopeConfig::from_view(view, ARCH, RopeMode::Neox, hp.head_dim)?.params;
+        let weights = weights::declare(&mut WeightTable::new(view), &hp)?;
+        let keys = ArchKeys::new(view, ARCH);
+        let global = RopeConfig::read(&keys, RopeMode::Neox, hp.lm.attn.head_dim)?.params;
         // The sliding layers keep the file's scaling settings but use their own base, unscaled
         // (llama.cpp: `rope_freq_scale_train_swa` stays 1).
         let mut local = global;
@@ -56,7 +58,7 @@ impl ModelInstance for Gemma3 {
             hparams: self.hp.summary(),
             weights: self.weights.decls.clone(),
             state: state::declare(&self.hp),
-            caps: ModelCaps::kv_only(u64::from(self.hp.n_ctx_train)),
+            caps: ModelCaps::kv_only(u64::from(self.hp.lm.n_ctx_train)),
         }
     }
 
@@ -76,27 +78,21 @@ bloomery_plugin_api::export_model_plugin! {
 mod tests {
     use super::*;
     use bloomery_plugin_api::graph::GraphKind;
-    use bloomery_plugin_api::meta::{MetaEntry, MetaValue, TensorInfo};
+    use bloomery_plugin_api::meta::{MetaEntry, MetaValue};
     use bloomery_plugin_api::op::Op;
+    use bloomery_plugin_api::synth::check_presets;
     use bloomery_plugin_api::DType;
 
     /// A file view made from a synth preset, every tensor f32.
     fn view(preset: &str) -> ModelFileView {
         let presets = synth::presets();
         let p = presets.iter().find(|p| p.name.as_str() == preset).unwrap();
-        ModelFileView {
-            metadata: p.metadata.clone(),
-            tensors: p
-                .tensors
-                .iter()
-                .map(|t| TensorInfo {
-                    name: t.name.clone(),
-                    dtype: DType::F32,
-                    n_dims: t.n_dims,
-                    ne: t.ne,
-                })
-                .collect(),
-        }
+        p.file_view(DType::F32)
+    }
+
+    #[test]
+    fn every_preset_loads_with_its_declared_weights() {
+        check_presets(&synth::presets(), Gemma3::load).unwrap();
     }
 
     #[test]

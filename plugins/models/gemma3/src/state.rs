@@ -17,7 +17,5 @@ pub fn window(hp: &HParams, il: u32) -> u32 {
 
 /// Declares every cache (keys and values per layer, sliding layers windowed).
 pub fn declare(hp: &HParams) -> RVec<StateDecl> {
-    kv_cache_decls(hp.n_layer, u64::from(hp.head_dim * hp.n_head_kv), |il| {
-        window(hp, il)
-    })
+    kv_cache_decls(hp.lm.n_layer, hp.lm.attn.kv_width(), |il| window(hp, il))
 }

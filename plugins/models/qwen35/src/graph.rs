@@ -4,16 +4,15 @@
 //! RMS norm → routed experts plus a sigmoid-gated shared expert (`qwen35moe`) or a SwiGLU FFN
 //! (`qwen35`) → residual. Node names follow llama.cpp's graph.
 
-use bloomery_plugin_api::builders::{LmInputs, MoeBlock};
+use bloomery_plugin_api::builders::{causal_lm, LmInputs};
 use bloomery_plugin_api::graph::{BatchShape, Graph, GraphBuilder, TensorId};
-use bloomery_plugin_api::op::{
-    AttentionParams, DeltaRuleParams, GluKind, Op, RopeParams, RouterParams, UnaryFn,
-};
+use bloomery_plugin_api::op::{DeltaRuleParams, GluKind, Op, RopeParams, RouterParams, UnaryFn};
+use bloomery_plugin_api::weights::AttentionWeights;
 use bloomery_plugin_api::{DType, PluginError};
 
 use crate::hparams::{Ffn, HParams};
 use crate::state::LayerState;
-use crate::weights::{Attention, DeltaNet, FfnWeights, Mixer, Weights};
+use crate::weights::{DeltaNet, FfnWeights, Mixer, Weights};
 
 /// What the graph needs besides the weights.
 pub struct Model<'a> {
@@ -59,7 +58,7 @@ fn slice(
 fn attention(
     m: &Model<'_>,
     g: &mut GraphBuilder,
-    a: &Attention,
+    a: &AttentionWeights,
     (k_cache, v_cache): (u32, u32),
     x: TensorId,
     inp: &LmInputs,
@@ -67,9 +66,9 @@ fn attention(
     let hp = m.hp;
     let rows = g.ne(x)[1];
     let (hd, nh, nkv) = (
-        u64::from(hp.head_dim),
-        u64::from(hp.n_head),
-        u64::from(hp.n_head_kv),
+        u64::from(hp.lm.attn.head_dim),
+        u64::from(hp.lm.attn.n_head),
+        u64::from(hp.lm.attn.n_head_kv),
     );
     let wq = g.w(&a.wq)?;
     let q_full = g.matmul("Qcur_full", wq, x)?;
@@ -85,7 +84,7 @@ fn attention(
     // Each of q and k normed, then rotated (adjacent calls a kernel plugin may fuse).
     let rope = Op::Rope(m.rope);
     let qn = g.w(&a.q_norm)?;
-    let q = g.rms_norm("Qcur_normed", q, Some(qn), hp.eps)?;
+    let q = g.rms_norm("Qcur_normed", q, Some(qn), hp.lm.eps)?;
     let q = g.op(
         "Qcur_rope",
         rope,
@@ -94,7 +93,7 @@ fn attention(
         [hd, nh, rows, 1],
     )?;
     let kn = g.w(&a.k_norm)?;
-    let k = g.rms_norm("Kcur_normed", k, Some(kn), hp.eps)?;
+    let k = g.rms_norm("Kcur_normed", k, Some(kn), hp.lm.eps)?;
     let k = g.op(
         "Kcur_rope",
         rope,
@@ -107,7 +106,7 @@ fn attention(
     let vc = g.state(v_cache, "cache_v");
     g.op_into(Op::CacheStore, &[k, kc, inp.slots, inp.positions], kc)?;
     g.op_into(Op::CacheStore, &[v, vc, inp.slots, inp.positions], vc)?;
-    let params = AttentionParams::gqa(hp.n_head, hp.n_head_kv, hp.head_dim);
+    let params = hp.lm.attn.gqa();
     let o = g.op(
         "attn_pregate",
         Op::Attention(params),
@@ -168,7 +167,7 @@ fn delta_net(
     let q = slice(g, "q_conv", conv, [dk, hk, rows, 1], (dk, ch), 0)?;
     let q = g.op(
         "q_conv_norm",
-        Op::L2Norm { eps: hp.eps },
+        Op::L2Norm { eps: hp.lm.eps },
         &[q],
         DType::F32,
         [dk, hk, rows, 1],
@@ -176,7 +175,7 @@ fn delta_net(
     let k = slice(g, "k_conv", conv, [dk, hk, rows, 1], (dk, ch), dk * hk)?;
     let k = g.op(
         "k_conv_norm",
-        Op::L2Norm { eps: hp.eps },
+        Op::L2Norm { eps: hp.lm.eps },
         &[k],
         DType::F32,
         [dk, hk, rows, 1],
@@ -200,7 +199,7 @@ fn delta_net(
         [dv, hv, rows, 1],
     )?;
     let nw = g.w(&d.norm)?;
-    let o = g.rms_norm("attn_out_norm", o, Some(nw), hp.eps)?;
+    let o = g.rms_norm("attn_out_norm", o, Some(nw), hp.lm.eps)?;
     let z = g.reshape(z, [dv, hv, rows, 1])?;
     let z = unary(g, "z_silu", z, UnaryFn::Silu)?;
     let o = g.mul("attn_out_gated", o, z)?;
@@ -215,43 +214,22 @@ fn ffn(
     f: &FfnWeights,
     x: TensorId,
 ) -> Result<TensorId, PluginError> {
-    let swiglu =
-        |g: &mut GraphBuilder, gate, up, down, pre: &str| -> Result<TensorId, PluginError> {
-            let wg = g.w(gate)?;
-            let wu = g.w(up)?;
-            let wd = g.w(down)?;
-            let a = g.matmul(&format!("{pre}gate"), wg, x)?;
-            let b = g.matmul(&format!("{pre}up"), wu, x)?;
-            let h = g.glu(&format!("{pre}swiglu"), a, b, GluKind::SwiGlu, 0.0)?;
-            g.matmul(&format!("{pre}down"), wd, h)
-        };
     match f {
-        FfnWeights::Dense(d) => swiglu(g, &d.gate, &d.up, &d.down, "ffn_"),
+        FfnWeights::Dense(d) => g.glu_ffn("ffn_", d, GluKind::SwiGlu, x),
         FfnWeights::Moe(e) => {
-            let Ffn::Moe {
-                n_expert,
-                n_expert_used,
-                weights_scale,
-                ..
-            } = m.hp.ffn
-            else {
+            let Ffn::Moe { experts, .. } = m.hp.ffn else {
                 return Err(PluginError::invalid("expert weights on a dense model"));
             };
-            let route = RouterParams::softmax_renorm(n_expert, n_expert_used, weights_scale);
-            let blk = MoeBlock {
-                router: &e.router,
-                router_bias: None,
-                route,
-                gate: &e.gate,
-                up: e.up.as_ref(),
-                down: &e.down,
-                glu: GluKind::SwiGlu,
-                limit: 0.0,
-            };
+            let route = RouterParams::softmax_renorm(
+                experts.n_expert,
+                experts.n_expert_used,
+                experts.weights_scale,
+            );
+            let blk = e.experts.block(route, GluKind::SwiGlu);
             // The shared expert between the routing and the routed experts: with those on the
             // host it runs on the card meanwhile.
             let route = g.moe_route(&blk, x)?;
-            let sh = swiglu(g, &e.sh_gate, &e.sh_up, &e.sh_down, "ffn_shexp_")?;
+            let sh = g.glu_ffn("ffn_shexp_", &e.shared, GluKind::SwiGlu, x)?;
             let moe = g.moe_experts(&blk, x, route)?;
             let sgw = g.w(&e.shared_gate)?;
             let sg = g.matmul("shared_expert_gate", sgw, x)?;
@@ -264,21 +242,18 @@ fn ffn(
 
 /// Builds the graph for `shape`.
 pub fn build(m: &Model<'_>, shape: BatchShape) -> Result<Graph, PluginError> {
-    let hp = m.hp;
-    let w = m.w;
-    let mut g = GraphBuilder::new();
-    let inp = g.lm_inputs(shape.n_rows, shape.n_outputs)?;
-    let mut x = g.embed(&w.globals, &inp)?;
-    for (il, l) in w.layers.iter().enumerate() {
-        g.set_layer(il as i32);
+    let eps = m.hp.lm.eps;
+    causal_lm(shape, &m.w.globals, eps, &m.w.layers, |g, at, l, x| {
+        let il = at.index;
         let an = g.w(&l.attn_norm)?;
-        let cur = g.rms_norm("attn_norm", x, Some(an), hp.eps)?;
-        let mut cur = match (&l.mixer, m.state[il]) {
-            (Mixer::Attention(a), LayerState::Attention { k, v }) => {
-                attention(m, &mut g, a, (k, v), cur, &inp)?
+        let cur = g.rms_norm("attn_norm", x, Some(an), eps)?;
+        let state = m.state.get(il as usize).copied();
+        let mut cur = match (&l.mixer, state) {
+            (Mixer::Attention(a), Some(LayerState::Attention { k, v })) => {
+                attention(m, g, a, (k, v), cur, at.inp)?
             }
-            (Mixer::DeltaNet(d), LayerState::Recurrent { conv, ssm }) => {
-                delta_net(m, &mut g, d, (conv, ssm), cur, &inp)?
+            (Mixer::DeltaNet(d), Some(LayerState::Recurrent { conv, ssm })) => {
+                delta_net(m, g, d, (conv, ssm), cur, at.inp)?
             }
             _ => {
                 return Err(PluginError::invalid(format!(
@@ -286,17 +261,15 @@ pub fn build(m: &Model<'_>, shape: BatchShape) -> Result<Graph, PluginError> {
                 )))
             }
         };
-        if il + 1 == w.layers.len() {
-            cur = g.select_outputs(cur, &inp)?;
-            x = g.select_outputs(x, &inp)?;
+        let mut x = x;
+        if at.last {
+            cur = g.select_outputs(cur, at.inp)?;
+            x = g.select_outputs(x, at.inp)?;
         }
         let res = g.add("attn_residual", cur, x)?;
         let pn = g.w(&l.post_norm)?;
-        let cur = g.rms_norm("attn_post_norm", res, Some(pn), hp.eps)?;
-        let cur = ffn(m, &mut g, &l.ffn, cur)?;
-        x = g.add("l_out", cur, res)?;
-    }
-    let logits = g.lm_head(&w.globals, x, hp.eps)?;
-    g.output("logits", logits);
-    Ok(g.finish())
+        let cur = g.rms_norm("attn_post_norm", res, Some(pn), eps)?;
+        let cur = ffn(m, g, &l.ffn, cur)?;
+        g.add("l_out", cur, res)
+    })
 }

@@ -13,11 +13,12 @@ pub mod synth;
 pub mod weights;
 
 use abi_stable::std_types::{RResult, RVec};
-use bloomery_plugin_api::builders::RopeConfig;
 use bloomery_plugin_api::graph::{BatchShape, Graph};
+use bloomery_plugin_api::hparams::{ArchKeys, RopeConfig};
 use bloomery_plugin_api::meta::ModelFileView;
 use bloomery_plugin_api::model::{ModelCaps, ModelInstance, ModelSpec, StateDecl};
 use bloomery_plugin_api::op::{RopeMode, RopeParams};
+use bloomery_plugin_api::weights::WeightTable;
 use bloomery_plugin_api::PluginError;
 
 use hparams::{HParams, ARCH_DENSE, ARCH_MOE};
@@ -47,16 +48,16 @@ impl Qwen35 {
             }
         };
         let hp = HParams::from_view(view, arch)?;
-        let weights = Weights::from_view(view, &hp)?;
+        let weights = weights::declare(&mut WeightTable::new(view), &hp)?;
         let (state, layer_state) = state::declare(&hp);
-        let mut rope = RopeConfig::from_view(view, arch, RopeMode::Imrope, hp.head_dim)?.params;
-        let sections = view.u32_array_or_empty(&format!("{arch}.rope.dimension_sections"))?;
-        if sections.len() > 4 || sections.iter().sum::<u32>() * 2 > rope.n_dims {
-            return Err(PluginError::BadKey {
-                key: format!("{arch}.rope.dimension_sections").into(),
-                message: format!("{sections:?} does not fit {} rotated dims", rope.n_dims).into(),
-            });
-        }
+        let keys = ArchKeys::new(view, arch);
+        let mut rope = RopeConfig::read(&keys, RopeMode::Imrope, hp.lm.attn.head_dim)?.params;
+        let sections = keys.u32_array_or_empty("rope.dimension_sections")?;
+        keys.check(
+            sections.len() <= 4 && sections.iter().sum::<u32>() * 2 <= rope.n_dims,
+            "rope.dimension_sections",
+            || format!("{sections:?} does not fit {} rotated dims", rope.n_dims),
+        )?;
         for (i, s) in sections.iter().enumerate() {
             rope.sections[i] = *s;
         }
@@ -83,7 +84,7 @@ impl ModelInstance for Qwen35 {
             caps: ModelCaps {
                 recurrent: true,
                 n_mtp_layers: 0,
-                max_context: u64::from(self.hp.n_ctx_train),
+                max_context: u64::from(self.hp.lm.n_ctx_train),
             },
         }
     }
@@ -104,4 +105,15 @@ bloomery_plugin_api::export_model_plugin! {
     architectures: [ARCH_MOE, ARCH_DENSE],
     synth_presets: synth::presets,
     load: Qwen35::load,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bloomery_plugin_api::synth::check_presets;
+
+    #[test]
+    fn every_preset_loads_with_its_declared_weights() {
+        check_presets(&synth::presets(), Qwen35::load).unwrap();
+    }
 }

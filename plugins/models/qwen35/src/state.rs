@@ -28,9 +28,9 @@ pub enum LayerState {
 /// Declares every state buffer, in layer order, and where each layer's is.
 pub fn declare(hp: &HParams) -> (RVec<StateDecl>, Vec<LayerState>) {
     let mut decls = Vec::new();
-    let mut layers = Vec::with_capacity(hp.n_layer as usize);
+    let mut layers = Vec::with_capacity(hp.lm.n_layer as usize);
     let g = hp.gdn;
-    for il in 0..hp.n_layer {
+    for il in 0..hp.lm.n_layer {
         let mut add = |name: &str, kind: StateKind, row_elems: u64| {
             decls.push(StateDecl {
                 name: format!("{name}_l{il}").into(),
@@ -56,7 +56,7 @@ pub fn declare(hp: &HParams) -> (RVec<StateDecl>, Vec<LayerState>) {
                 ),
             }
         } else {
-            let kv = u64::from(hp.head_dim * hp.n_head_kv);
+            let kv = hp.lm.attn.kv_width();
             LayerState::Attention {
                 k: add("cache_k", StateKind::Keys, kv),
                 v: add("cache_v", StateKind::Values, kv),

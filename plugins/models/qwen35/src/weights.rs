@@ -1,28 +1,13 @@
 //! Every weight of a Qwen3.5 hybrid, by role and shape.
 
-use abi_stable::std_types::RVec;
-use bloomery_plugin_api::builders::{LmGlobals, WeightRef, WeightTable};
-use bloomery_plugin_api::meta::ModelFileView;
-use bloomery_plugin_api::model::{WeightClass as C, WeightDecl, WeightRole};
+use bloomery_plugin_api::model::WeightClass as C;
+use bloomery_plugin_api::weights::{
+    AttentionWeights, ExpertWeights, GluFfnWeights, LayerWeights, ModelWeights, WeightRef,
+    WeightTable,
+};
 use bloomery_plugin_api::PluginError;
 
 use crate::hparams::{Ffn, HParams};
-
-/// A gated attention layer's projections.
-pub struct Attention {
-    /// Query and output gate, interleaved per head: `[n_embd, 2·head_dim·n_head]`.
-    pub wq: WeightRef,
-    /// Key projection.
-    pub wk: WeightRef,
-    /// Value projection.
-    pub wv: WeightRef,
-    /// Output projection.
-    pub wo: WeightRef,
-    /// Query per-head RMS norm.
-    pub q_norm: WeightRef,
-    /// Key per-head RMS norm.
-    pub k_norm: WeightRef,
-}
 
 /// A Gated DeltaNet layer's weights.
 pub struct DeltaNet {
@@ -48,48 +33,29 @@ pub struct DeltaNet {
 
 /// The mixing half of a layer.
 pub enum Mixer {
-    /// Gated attention.
-    Attention(Attention),
+    /// Gated attention: the query projection `[n_embd, 2·head_dim·n_head]` holds each head's
+    /// query followed by its output gate.
+    Attention(AttentionWeights),
     /// Gated DeltaNet.
     DeltaNet(DeltaNet),
 }
 
 /// The routed and shared experts of a layer.
 pub struct Moe {
-    /// Router.
-    pub router: WeightRef,
-    /// Gate stack, or fused gate+up stack.
-    pub gate: WeightRef,
-    /// Up stack (absent when fused).
-    pub up: Option<WeightRef>,
-    /// Down stack.
-    pub down: WeightRef,
+    /// Router and routed stacks.
+    pub experts: ExpertWeights,
     /// Shared expert gate logit `[n_embd]`.
     pub shared_gate: WeightRef,
-    /// Shared expert gate projection.
-    pub sh_gate: WeightRef,
-    /// Shared expert up projection.
-    pub sh_up: WeightRef,
-    /// Shared expert down projection.
-    pub sh_down: WeightRef,
-}
-
-/// A dense SwiGLU FFN.
-pub struct Dense {
-    /// Gate projection.
-    pub gate: WeightRef,
-    /// Up projection.
-    pub up: WeightRef,
-    /// Down projection.
-    pub down: WeightRef,
+    /// Shared expert.
+    pub shared: GluFfnWeights,
 }
 
 /// The FFN half of a layer.
 pub enum FfnWeights {
     /// Experts.
     Moe(Box<Moe>),
-    /// Dense.
-    Dense(Dense),
+    /// Dense SwiGLU.
+    Dense(GluFfnWeights),
 }
 
 /// The weights of one layer.
@@ -105,168 +71,54 @@ pub struct Layer {
 }
 
 /// All weights.
-pub struct Weights {
-    /// Embedding, final norm and head.
-    pub globals: LmGlobals,
-    /// Layers.
-    pub layers: Vec<Layer>,
-    /// Declarations in index order.
-    pub decls: RVec<WeightDecl>,
-}
+pub type Weights = ModelWeights<Layer>;
 
-impl Weights {
-    /// Finds every weight in the file, checking shapes.
-    pub fn from_view(view: &ModelFileView, hp: &HParams) -> Result<Self, PluginError> {
-        let mut t = WeightTable::new();
-        let (e, v) = (u64::from(hp.n_embd), u64::from(hp.n_vocab));
-        let globals = t.lm_globals(view, e, v)?;
-        let mut layers = Vec::with_capacity(hp.n_layer as usize);
-        for il in 0..hp.n_layer {
-            let r = WeightRole::Layer { layer: il };
-            let n = |s: &str| format!("blk.{il}.{s}.weight");
-            let attn_norm = t.require(view, &n("attn_norm"), r, C::Norm, [e, 1, 1, 1])?;
-            let post_norm = t.require(view, &n("post_attention_norm"), r, C::Norm, [e, 1, 1, 1])?;
-            let mixer = if hp.recurrent[il as usize] {
-                Mixer::DeltaNet(delta_net(&mut t, view, hp, il)?)
-            } else {
-                let q = u64::from(hp.head_dim * hp.n_head);
-                let kv = u64::from(hp.head_dim * hp.n_head_kv);
-                let hd = u64::from(hp.head_dim);
-                Mixer::Attention(Attention {
-                    wq: t.require(view, &n("attn_q"), r, C::Attention, [e, 2 * q, 1, 1])?,
-                    wk: t.require(view, &n("attn_k"), r, C::Attention, [e, kv, 1, 1])?,
-                    wv: t.require(view, &n("attn_v"), r, C::Attention, [e, kv, 1, 1])?,
-                    wo: t.require(view, &n("attn_output"), r, C::Attention, [q, e, 1, 1])?,
-                    q_norm: t.require(view, &n("attn_q_norm"), r, C::Norm, [hd, 1, 1, 1])?,
-                    k_norm: t.require(view, &n("attn_k_norm"), r, C::Norm, [hd, 1, 1, 1])?,
-                })
-            };
-            let ffn = match hp.ffn {
-                Ffn::Moe {
-                    n_expert,
-                    n_ff_exp,
-                    n_ff_shexp,
-                    ..
-                } => FfnWeights::Moe(Box::new(moe(
-                    &mut t, view, il, e, n_expert, n_ff_exp, n_ff_shexp,
-                )?)),
-                Ffn::Dense { n_ff } => {
-                    let ff = u64::from(n_ff);
-                    FfnWeights::Dense(Dense {
-                        gate: t.require(view, &n("ffn_gate"), r, C::Ffn, [e, ff, 1, 1])?,
-                        up: t.require(view, &n("ffn_up"), r, C::Ffn, [e, ff, 1, 1])?,
-                        down: t.require(view, &n("ffn_down"), r, C::Ffn, [ff, e, 1, 1])?,
-                    })
-                }
-            };
-            layers.push(Layer {
-                attn_norm,
-                post_norm,
-                mixer,
-                ffn,
-            });
-        }
-        Ok(Weights {
-            globals,
-            layers,
-            decls: t.into_decls(),
+/// Declares every weight into `t`.
+pub fn declare(t: &mut WeightTable<'_>, hp: &HParams) -> Result<Weights, PluginError> {
+    let e = u64::from(hp.lm.n_embd);
+    ModelWeights::declare(t, &hp.lm, |l| {
+        let attn_norm = l.norm("attn_norm", e)?;
+        let post_norm = l.norm("post_attention_norm", e)?;
+        let mixer = if hp.recurrent[l.index() as usize] {
+            Mixer::DeltaNet(delta_net(l, hp)?)
+        } else {
+            Mixer::Attention(l.gated_attention(e, &hp.lm.attn)?)
+        };
+        let ffn = match hp.ffn {
+            Ffn::Moe {
+                experts: x,
+                n_ff_shexp,
+            } => FfnWeights::Moe(Box::new(Moe {
+                experts: l.experts(e, u64::from(x.n_ff_exp), x.n_expert)?,
+                shared_gate: l.weight("ffn_gate_inp_shexp", C::Router, &[e])?,
+                shared: l.glu_ffn("_shexp", C::SharedExpert, e, u64::from(n_ff_shexp))?,
+            })),
+            Ffn::Dense { n_ff } => FfnWeights::Dense(l.glu_ffn("", C::Ffn, e, u64::from(n_ff))?),
+        };
+        Ok(Layer {
+            attn_norm,
+            post_norm,
+            mixer,
+            ffn,
         })
-    }
-}
-
-fn delta_net(
-    t: &mut WeightTable,
-    view: &ModelFileView,
-    hp: &HParams,
-    il: u32,
-) -> Result<DeltaNet, PluginError> {
-    let r = WeightRole::Layer { layer: il };
-    let n = |s: &str| format!("blk.{il}.{s}.weight");
-    let g = hp.gdn;
-    let e = u64::from(hp.n_embd);
-    let ch = u64::from(g.conv_channels());
-    let vw = u64::from(g.value_width());
-    let hv = u64::from(g.n_head_v);
-    let one = |x: u64| [x, 1, 1, 1];
-    Ok(DeltaNet {
-        wqkv: t.require(view, &n("attn_qkv"), r, C::Attention, [e, ch, 1, 1])?,
-        wgate: t.require(view, &n("attn_gate"), r, C::Attention, [e, vw, 1, 1])?,
-        conv: t.require(
-            view,
-            &n("ssm_conv1d"),
-            r,
-            C::Recurrent,
-            [u64::from(g.taps), ch, 1, 1],
-        )?,
-        dt_bias: t.require(
-            view,
-            &format!("blk.{il}.ssm_dt.bias"),
-            r,
-            C::Recurrent,
-            one(hv),
-        )?,
-        a: t.require(view, &format!("blk.{il}.ssm_a"), r, C::Recurrent, one(hv))?,
-        beta: t.require(view, &n("ssm_beta"), r, C::Recurrent, [e, hv, 1, 1])?,
-        alpha: t.require(view, &n("ssm_alpha"), r, C::Recurrent, [e, hv, 1, 1])?,
-        norm: t.require(view, &n("ssm_norm"), r, C::Norm, one(u64::from(g.dv)))?,
-        out: t.require(view, &n("ssm_out"), r, C::Attention, [vw, e, 1, 1])?,
     })
 }
 
-fn moe(
-    t: &mut WeightTable,
-    view: &ModelFileView,
-    il: u32,
-    e: u64,
-    n_expert: u32,
-    n_ff_exp: u32,
-    n_ff_shexp: u32,
-) -> Result<Moe, PluginError> {
-    let r = WeightRole::Layer { layer: il };
-    let x = WeightRole::RoutedExperts {
-        layer: il,
-        n_expert,
-    };
-    let n = |s: &str| format!("blk.{il}.{s}.weight");
-    let (ff, ne, sh) = (
-        u64::from(n_ff_exp),
-        u64::from(n_expert),
-        u64::from(n_ff_shexp),
-    );
-    let fused = t.optional(
-        view,
-        &n("ffn_gate_up_exps"),
-        x,
-        C::Experts,
-        [e, 2 * ff, ne, 1],
-    )?;
-    let (gate, up) = match fused {
-        Some(gu) => (gu, None),
-        None => (
-            t.require(view, &n("ffn_gate_exps"), x, C::Experts, [e, ff, ne, 1])?,
-            Some(t.require(view, &n("ffn_up_exps"), x, C::Experts, [e, ff, ne, 1])?),
-        ),
-    };
-    Ok(Moe {
-        router: t.require(view, &n("ffn_gate_inp"), r, C::Router, [e, ne, 1, 1])?,
-        gate,
-        up,
-        down: t.require(view, &n("ffn_down_exps"), x, C::Experts, [ff, e, ne, 1])?,
-        shared_gate: t.require(view, &n("ffn_gate_inp_shexp"), r, C::Router, [e, 1, 1, 1])?,
-        sh_gate: t.require(
-            view,
-            &n("ffn_gate_shexp"),
-            r,
-            C::SharedExpert,
-            [e, sh, 1, 1],
-        )?,
-        sh_up: t.require(view, &n("ffn_up_shexp"), r, C::SharedExpert, [e, sh, 1, 1])?,
-        sh_down: t.require(
-            view,
-            &n("ffn_down_shexp"),
-            r,
-            C::SharedExpert,
-            [sh, e, 1, 1],
-        )?,
+fn delta_net(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<DeltaNet, PluginError> {
+    let g = hp.gdn;
+    let e = u64::from(hp.lm.n_embd);
+    let ch = u64::from(g.conv_channels());
+    let vw = u64::from(g.value_width());
+    let hv = u64::from(g.n_head_v);
+    Ok(DeltaNet {
+        wqkv: l.weight("attn_qkv", C::Attention, &[e, ch])?,
+        wgate: l.weight("attn_gate", C::Attention, &[e, vw])?,
+        conv: l.weight("ssm_conv1d", C::Recurrent, &[u64::from(g.taps), ch])?,
+        dt_bias: l.tensor("ssm_dt.bias", C::Recurrent, &[hv])?,
+        a: l.tensor("ssm_a", C::Recurrent, &[hv])?,
+        beta: l.weight("ssm_beta", C::Recurrent, &[e, hv])?,
+        alpha: l.weight("ssm_alpha", C::Recurrent, &[e, hv])?,
+        norm: l.norm("ssm_norm", u64::from(g.dv))?,
+        out: l.weight("ssm_out", C::Attention, &[vw, e])?,
     })
 }

@@ -1,9 +1,11 @@
 //! Shapes for `bloomery synth`: the real Qwen3-MoE sizes and a tiny one for tests.
 
 use abi_stable::std_types::RVec;
-use bloomery_plugin_api::meta::{MetaEntry as E, MetaValue};
-use bloomery_plugin_api::model::{SynthPreset, SynthTensor as T, WeightClass as C};
+use bloomery_plugin_api::kv_model::KvModel;
+use bloomery_plugin_api::model::SynthPreset;
+use bloomery_plugin_api::synth::PresetBuilder;
 
+use crate::graph::Qwen3Moe;
 use crate::hparams::ARCH;
 
 struct Shape {
@@ -73,62 +75,15 @@ const SHAPES: [Shape; 3] = [
 ];
 
 fn preset(s: &Shape) -> SynthPreset {
-    let k = |x: &str| format!("{ARCH}.{x}");
-    let metadata = vec![
-        E::new("general.architecture", MetaValue::String(ARCH.into())),
-        E::new(
-            "general.name",
-            MetaValue::String(format!("synthetic qwen3moe {}", s.name).into()),
-        ),
-        E::new(&k("block_count"), MetaValue::U32(s.n_layer)),
-        E::new(&k("context_length"), MetaValue::U32(s.n_ctx)),
-        E::new(&k("embedding_length"), MetaValue::U32(s.n_embd)),
-        E::new(
-            &k("feed_forward_length"),
-            MetaValue::U32(s.n_ff_exp * s.n_used),
-        ),
-        E::new(&k("attention.head_count"), MetaValue::U32(s.n_head)),
-        E::new(&k("attention.head_count_kv"), MetaValue::U32(s.n_head_kv)),
-        E::new(&k("attention.key_length"), MetaValue::U32(s.head_dim)),
-        E::new(&k("attention.value_length"), MetaValue::U32(s.head_dim)),
-        E::new(&k("rope.freq_base"), MetaValue::F32(s.rope_base)),
-        E::new(&k("attention.layer_norm_rms_epsilon"), MetaValue::F32(1e-6)),
-        E::new(&k("expert_count"), MetaValue::U32(s.n_expert)),
-        E::new(&k("expert_used_count"), MetaValue::U32(s.n_used)),
-        E::new(&k("expert_feed_forward_length"), MetaValue::U32(s.n_ff_exp)),
-    ];
-    let (e, v) = (u64::from(s.n_embd), u64::from(s.n_vocab));
-    let q = u64::from(s.head_dim * s.n_head);
-    let kvw = u64::from(s.head_dim * s.n_head_kv);
-    let (ff, ne) = (u64::from(s.n_ff_exp), u64::from(s.n_expert));
-    let mut tensors = vec![
-        T::new("token_embd.weight".into(), C::Embedding, &[e, v]),
-        T::new("output_norm.weight".into(), C::Norm, &[e]),
-        T::new("output.weight".into(), C::Output, &[e, v]),
-    ];
-    for il in 0..s.n_layer {
-        let n = |x: &str| format!("blk.{il}.{x}.weight");
-        tensors.extend([
-            T::new(n("attn_norm"), C::Norm, &[e]),
-            T::new(n("attn_q"), C::Attention, &[e, q]),
-            T::new(n("attn_k"), C::Attention, &[e, kvw]),
-            T::new(n("attn_v"), C::Attention, &[e, kvw]),
-            T::new(n("attn_output"), C::Attention, &[q, e]),
-            T::new(n("attn_q_norm"), C::Norm, &[u64::from(s.head_dim)]),
-            T::new(n("attn_k_norm"), C::Norm, &[u64::from(s.head_dim)]),
-            T::new(n("ffn_norm"), C::Norm, &[e]),
-            T::new(n("ffn_gate_inp"), C::Router, &[e, ne]),
-            T::new(n("ffn_gate_exps"), C::Experts, &[e, ff, ne]),
-            T::new(n("ffn_up_exps"), C::Experts, &[e, ff, ne]),
-            T::new(n("ffn_down_exps"), C::Experts, &[ff, e, ne]),
-        ]);
-    }
-    SynthPreset {
-        name: s.name.into(),
-        description: s.description.into(),
-        metadata: metadata.into(),
-        tensors: tensors.into(),
-    }
+    PresetBuilder::new(ARCH, s.name, s.description, s.n_vocab)
+        .model(s.n_layer, s.n_ctx, s.n_embd)
+        .u32("feed_forward_length", s.n_ff_exp * s.n_used)
+        .attention(s.n_head, s.n_head_kv, s.head_dim)
+        .f32("rope.freq_base", s.rope_base)
+        .f32("attention.layer_norm_rms_epsilon", 1e-6)
+        .experts(s.n_expert, s.n_used, s.n_ff_exp)
+        .with_tensor("output.weight")
+        .build(KvModel::<Qwen3Moe>::declare)
 }
 
 /// Every preset.

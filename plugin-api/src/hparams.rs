@@ -1,0 +1,462 @@
+//! Reading a model's hyperparameters from its GGUF metadata: keys under the architecture's prefix
+//! with errors that name them, the checks every transformer needs (head counts, expert counts),
+//! per-layer patterns, the rotary settings, and the sizes read from the tensors the file holds.
+//!
+//! A plugin's `hparams.rs` reads the common part with [`LmHParams::read`] and adds the keys its
+//! architecture has on top, through the same [`ArchKeys`].
+
+use crate::meta::{MetaValue, ModelFileView};
+use crate::model::HParams as Summary;
+use crate::op::{AttentionParams, RopeMode, RopeParams};
+use crate::PluginError;
+
+/// The keys of one architecture: every name is read as `{arch}.{name}`, and every error names the
+/// full key.
+#[derive(Clone, Copy, Debug)]
+pub struct ArchKeys<'a> {
+    view: &'a ModelFileView,
+    arch: &'a str,
+}
+
+impl<'a> ArchKeys<'a> {
+    /// The keys of `arch` in `view`.
+    pub fn new(view: &'a ModelFileView, arch: &'a str) -> Self {
+        ArchKeys { view, arch }
+    }
+
+    /// The file view the keys are read from.
+    pub fn view(&self) -> &'a ModelFileView {
+        self.view
+    }
+
+    /// The full key of `name`: `{arch}.{name}`.
+    pub fn key(&self, name: &str) -> String {
+        format!("{}.{name}", self.arch)
+    }
+
+    /// The value of `name`, if present.
+    pub fn get(&self, name: &str) -> Option<&'a MetaValue> {
+        self.view.get(&self.key(name))
+    }
+
+    /// A required `u32`.
+    pub fn u32(&self, name: &str) -> Result<u32, PluginError> {
+        self.view.u32(&self.key(name))
+    }
+
+    /// An optional `u32`: `default` when absent.
+    pub fn u32_or(&self, name: &str, default: u32) -> Result<u32, PluginError> {
+        self.view.u32_or(&self.key(name), default)
+    }
+
+    /// A required `u32` that must be positive.
+    pub fn positive(&self, name: &str) -> Result<u32, PluginError> {
+        let v = self.u32(name)?;
+        self.check(v > 0, name, || "must be positive".into())?;
+        Ok(v)
+    }
+
+    /// An optional `u32` (`default` when absent) that must be positive.
+    pub fn positive_or(&self, name: &str, default: u32) -> Result<u32, PluginError> {
+        let v = self.u32_or(name, default)?;
+        self.check(v > 0, name, || "must be positive".into())?;
+        Ok(v)
+    }
+
+    /// A required number, as `f32`.
+    pub fn f32(&self, name: &str) -> Result<f32, PluginError> {
+        self.view.f32(&self.key(name))
+    }
+
+    /// An optional number: `default` when absent.
+    pub fn f32_or(&self, name: &str, default: f32) -> Result<f32, PluginError> {
+        self.view.f32_or(&self.key(name), default)
+    }
+
+    /// An optional array of integers; empty when absent.
+    pub fn u32_array_or_empty(&self, name: &str) -> Result<Vec<u32>, PluginError> {
+        self.view.u32_array_or_empty(&self.key(name))
+    }
+
+    /// A [`PluginError::BadKey`] naming the full key of `name`.
+    pub fn bad(&self, name: &str, message: impl Into<String>) -> PluginError {
+        PluginError::BadKey {
+            key: self.key(name).into(),
+            message: message.into().into(),
+        }
+    }
+
+    /// `Ok` when `ok` holds, else [`ArchKeys::bad`] with the message `why` makes.
+    pub fn check(
+        &self,
+        ok: bool,
+        name: &str,
+        why: impl FnOnce() -> String,
+    ) -> Result<(), PluginError> {
+        if ok {
+            Ok(())
+        } else {
+            Err(self.bad(name, why()))
+        }
+    }
+
+    /// One flag per layer from `name`: an array of one flag per layer (booleans or integers), or a
+    /// period as [`periodic_flags`] reads it (`default_period` when the key is absent).
+    pub fn layer_flags(
+        &self,
+        name: &str,
+        n_layer: u32,
+        default_period: u32,
+    ) -> Result<Vec<bool>, PluginError> {
+        if let Some(MetaValue::Array(_)) = self.get(name) {
+            let flags = self.u32_array_or_empty(name)?;
+            self.check(flags.len() == n_layer as usize, name, || {
+                format!("{} flags for {n_layer} layers", flags.len())
+            })?;
+            return Ok(flags.iter().map(|&f| f != 0).collect());
+        }
+        Ok(periodic_flags(n_layer, self.u32_or(name, default_period)?))
+    }
+}
+
+/// One flag per layer for a repeating pattern: in each period of `period` layers every layer but
+/// the last is flagged (period 4: three flagged layers, then one not); period 0 flags every layer.
+pub fn periodic_flags(n_layer: u32, period: u32) -> Vec<bool> {
+    (0..n_layer)
+        .map(|il| period == 0 || il % period < period - 1)
+        .collect()
+}
+
+/// The rows of the token embedding `token_embd.weight`: the vocabulary, read from the tensor the
+/// file holds rather than from a key.
+pub fn vocab_rows(view: &ModelFileView) -> Result<u32, PluginError> {
+    const NAME: &str = "token_embd.weight";
+    let t = view
+        .tensor(NAME)
+        .ok_or_else(|| PluginError::MissingTensor { name: NAME.into() })?;
+    u32::try_from(t.ne[1]).map_err(|_| PluginError::BadTensor {
+        name: NAME.into(),
+        message: format!("{} rows do not fit in u32", t.ne[1]).into(),
+    })
+}
+
+/// The heads of a grouped-query attention layer whose keys and values share one head size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionShape {
+    /// Query heads.
+    pub n_head: u32,
+    /// Key/value heads (they divide the query heads).
+    pub n_head_kv: u32,
+    /// Elements per head, of keys and values alike.
+    pub head_dim: u32,
+}
+
+impl AttentionShape {
+    /// Reads `attention.head_count` (positive), `attention.head_count_kv` (default: the query
+    /// heads; must divide them), `attention.key_length` (default `n_embd / n_head`) and
+    /// `attention.value_length` (default and only value: the key length).
+    pub fn read(keys: &ArchKeys<'_>, n_embd: u32) -> Result<Self, PluginError> {
+        let n_head = keys.positive("attention.head_count")?;
+        let head_dim = keys.u32_or("attention.key_length", n_embd / n_head)?;
+        let v_dim = keys.u32_or("attention.value_length", head_dim)?;
+        keys.check(
+            v_dim == head_dim && head_dim > 0,
+            "attention.value_length",
+            || format!("value length {v_dim} must equal key length {head_dim}"),
+        )?;
+        let n_head_kv = keys.u32_or("attention.head_count_kv", n_head)?;
+        keys.check(
+            n_head_kv > 0 && n_head.is_multiple_of(n_head_kv),
+            "attention.head_count_kv",
+            || format!("{n_head_kv} KV heads do not divide {n_head} heads"),
+        )?;
+        Ok(AttentionShape {
+            n_head,
+            n_head_kv,
+            head_dim,
+        })
+    }
+
+    /// Width of the queries: `head_dim · n_head`.
+    pub fn q_width(&self) -> u64 {
+        u64::from(self.head_dim) * u64::from(self.n_head)
+    }
+
+    /// Width of the keys, and of the values: `head_dim · n_head_kv`.
+    pub fn kv_width(&self) -> u64 {
+        u64::from(self.head_dim) * u64::from(self.n_head_kv)
+    }
+
+    /// The attention op's parameters (scale `1/sqrt(head_dim)`, causal, no window).
+    pub fn gqa(&self) -> AttentionParams {
+        AttentionParams::gqa(self.n_head, self.n_head_kv, self.head_dim)
+    }
+}
+
+/// The hyperparameters every causal LM file has.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LmHParams {
+    /// Layers the main graph runs.
+    pub n_layer: u32,
+    /// Hidden width.
+    pub n_embd: u32,
+    /// Training context (0 when the file does not say).
+    pub n_ctx_train: u32,
+    /// Vocabulary rows of the embedding.
+    pub n_vocab: u32,
+    /// RMS norm ε.
+    pub eps: f32,
+    /// The attention heads.
+    pub attn: AttentionShape,
+}
+
+impl LmHParams {
+    /// Reads `block_count`, `embedding_length`, `context_length` (optional), the attention heads
+    /// ([`AttentionShape::read`]) and `attention.layer_norm_rms_epsilon`, and the vocabulary from
+    /// the embedding's rows ([`vocab_rows`]).
+    pub fn read(keys: &ArchKeys<'_>) -> Result<Self, PluginError> {
+        let n_embd = keys.u32("embedding_length")?;
+        Ok(LmHParams {
+            n_layer: keys.u32("block_count")?,
+            n_embd,
+            n_ctx_train: keys.u32_or("context_length", 0)?,
+            n_vocab: vocab_rows(keys.view())?,
+            eps: keys.f32("attention.layer_norm_rms_epsilon")?,
+            attn: AttentionShape::read(keys, n_embd)?,
+        })
+    }
+
+    /// The summary of a model with a dense FFN of `n_ff`.
+    pub fn dense_summary(&self, n_ff: u32) -> Summary {
+        Summary {
+            n_ff,
+            ..self.summary()
+        }
+    }
+
+    /// The summary of a model with routed experts.
+    pub fn moe_summary(&self, e: &Experts) -> Summary {
+        Summary {
+            n_expert: e.n_expert,
+            n_expert_used: e.n_expert_used,
+            n_ff_exp: e.n_ff_exp,
+            ..self.summary()
+        }
+    }
+
+    fn summary(&self) -> Summary {
+        Summary {
+            n_layer: self.n_layer,
+            n_embd: self.n_embd,
+            n_vocab: self.n_vocab,
+            n_ctx_train: self.n_ctx_train,
+            n_head: self.attn.n_head,
+            n_head_kv: self.attn.n_head_kv,
+            head_dim: self.attn.head_dim,
+            n_expert: 0,
+            n_expert_used: 0,
+            n_ff_exp: 0,
+            n_ff: 0,
+        }
+    }
+}
+
+/// The routed experts of a mixture-of-experts FFN.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Experts {
+    /// Routed experts.
+    pub n_expert: u32,
+    /// Experts per token (1 to `n_expert`).
+    pub n_expert_used: u32,
+    /// Expert FFN width.
+    pub n_ff_exp: u32,
+    /// Factor on the chosen experts' weights (1 when the file has none or 0).
+    pub weights_scale: f32,
+}
+
+impl Experts {
+    /// Reads `expert_count`, `expert_used_count` (1 to the expert count),
+    /// `expert_feed_forward_length` and `expert_weights_scale` (optional).
+    pub fn read(keys: &ArchKeys<'_>) -> Result<Self, PluginError> {
+        let n_expert_used = keys.u32("expert_used_count")?;
+        let n_expert = keys.u32("expert_count")?;
+        keys.check(
+            n_expert > 0 && n_expert_used > 0 && n_expert_used <= n_expert,
+            "expert_used_count",
+            || format!("{n_expert_used} experts used of {n_expert}"),
+        )?;
+        let scale = keys.f32_or("expert_weights_scale", 0.0)?;
+        Ok(Experts {
+            n_expert,
+            n_expert_used,
+            n_ff_exp: keys.u32("expert_feed_forward_length")?,
+            weights_scale: if scale == 0.0 { 1.0 } else { scale },
+        })
+    }
+}
+
+/// Rotary settings read from the common GGUF keys of an architecture.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RopeConfig {
+    /// Parameters for [`crate::op::Op::Rope`].
+    pub params: RopeParams,
+}
+
+impl RopeConfig {
+    /// Reads `rope.dimension_count` (default `head_dim`), `rope.freq_base`, and linear or YaRN
+    /// scaling (`rope.scaling.type`, `.factor`, `.original_context_length`).
+    pub fn read(keys: &ArchKeys<'_>, mode: RopeMode, head_dim: u32) -> Result<Self, PluginError> {
+        let n_dims = keys.u32_or("rope.dimension_count", head_dim)?;
+        let freq_base = keys.f32_or("rope.freq_base", 10000.0)?;
+        let scaling = match keys.get("rope.scaling.type") {
+            Some(v) => v.as_str().unwrap_or("none").to_owned(),
+            None => "none".to_owned(),
+        };
+        let factor = keys.f32_or("rope.scaling.factor", 1.0)?;
+        let n_ctx_train = keys.u32_or("context_length", 0)?;
+        let n_ctx_orig = keys.u32_or("rope.scaling.original_context_length", n_ctx_train)?;
+        let (freq_scale, ext_factor) = match scaling.as_str() {
+            "linear" => (1.0 / factor, 0.0),
+            "yarn" => (1.0 / factor, 1.0),
+            "none" => (1.0, 0.0),
+            other => {
+                return Err(keys.bad(
+                    "rope.scaling.type",
+                    format!("unsupported rope scaling `{other}` (supported: none, linear, yarn)"),
+                ))
+            }
+        };
+        Ok(RopeConfig {
+            params: RopeParams {
+                mode,
+                n_dims,
+                sections: [0; 4],
+                freq_base,
+                freq_scale,
+                ext_factor,
+                attn_factor: 1.0,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                n_ctx_orig,
+                inverse: false,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::{MetaEntry, TensorInfo};
+    use crate::DType;
+
+    fn view(entries: &[(&str, MetaValue)]) -> ModelFileView {
+        ModelFileView {
+            metadata: entries
+                .iter()
+                .map(|(k, v)| MetaEntry::new(&format!("a.{k}"), v.clone()))
+                .collect(),
+            tensors: vec![TensorInfo {
+                name: "token_embd.weight".into(),
+                dtype: DType::F32,
+                n_dims: 2,
+                ne: [64, 100, 1, 1],
+            }]
+            .into(),
+        }
+    }
+
+    fn lm(extra: &[(&str, MetaValue)]) -> Result<LmHParams, PluginError> {
+        let mut e = vec![
+            ("block_count", MetaValue::U32(3)),
+            ("embedding_length", MetaValue::U32(64)),
+            ("attention.head_count", MetaValue::U32(4)),
+            ("attention.layer_norm_rms_epsilon", MetaValue::F32(1e-6)),
+        ];
+        e.extend(extra.iter().cloned());
+        let v = view(&e);
+        LmHParams::read(&ArchKeys::new(&v, "a"))
+    }
+
+    #[test]
+    fn the_common_keys_default_as_llama_cpp_does_and_the_vocabulary_comes_from_the_tensor() {
+        let hp = lm(&[]).unwrap();
+        assert_eq!(
+            hp.attn,
+            AttentionShape {
+                n_head: 4,
+                n_head_kv: 4,
+                head_dim: 16
+            }
+        );
+        assert_eq!((hp.n_layer, hp.n_vocab, hp.n_ctx_train), (3, 100, 0));
+        assert_eq!(hp.dense_summary(7).n_ff, 7);
+    }
+
+    #[test]
+    fn head_counts_that_do_not_fit_are_named_errors() {
+        let bad = |extra: &[(&str, MetaValue)], key: &str| {
+            let e = lm(extra).unwrap_err();
+            assert!(
+                matches!(&e, PluginError::BadKey { key: k, .. } if k.as_str() == key),
+                "{e}"
+            );
+        };
+        bad(
+            &[("attention.head_count_kv", MetaValue::U32(3))],
+            "a.attention.head_count_kv",
+        );
+        bad(
+            &[("attention.head_count_kv", MetaValue::U32(0))],
+            "a.attention.head_count_kv",
+        );
+        bad(
+            &[("attention.value_length", MetaValue::U32(8))],
+            "a.attention.value_length",
+        );
+        let v = view(&[("attention.head_count", MetaValue::U32(0))]);
+        let e = AttentionShape::read(&ArchKeys::new(&v, "a"), 64).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "metadata key `a.attention.head_count`: must be positive"
+        );
+    }
+
+    #[test]
+    fn experts_used_must_be_between_one_and_the_expert_count() {
+        let keys = |used: u32| {
+            view(&[
+                ("expert_count", MetaValue::U32(8)),
+                ("expert_used_count", MetaValue::U32(used)),
+                ("expert_feed_forward_length", MetaValue::U32(32)),
+            ])
+        };
+        let v = keys(2);
+        let x = Experts::read(&ArchKeys::new(&v, "a")).unwrap();
+        assert_eq!((x.n_expert, x.n_expert_used, x.weights_scale), (8, 2, 1.0));
+        for used in [0, 9] {
+            let v = keys(used);
+            let e = Experts::read(&ArchKeys::new(&v, "a")).unwrap_err();
+            assert!(e.to_string().contains("a.expert_used_count"), "{e}");
+        }
+    }
+
+    #[test]
+    fn layer_flags_read_an_array_or_a_period() {
+        assert_eq!(
+            periodic_flags(8, 4),
+            [true, true, true, false, true, true, true, false]
+        );
+        assert_eq!(periodic_flags(2, 0), [true, true]);
+        assert_eq!(periodic_flags(2, 1), [false, false]);
+        let flags = [1u32, 0, 1].map(MetaValue::U32).into_iter().collect();
+        let v = view(&[("p", MetaValue::Array(flags))]);
+        let keys = ArchKeys::new(&v, "a");
+        assert_eq!(keys.layer_flags("p", 3, 6).unwrap(), [true, false, true]);
+        assert!(keys.layer_flags("p", 4, 6).is_err());
+        assert_eq!(
+            keys.layer_flags("absent", 3, 2).unwrap(),
+            [true, false, true]
+        );
+    }
+}
