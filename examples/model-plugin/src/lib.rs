@@ -24,7 +24,7 @@ bloomery_plugin_api::export_model_plugin! {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bloomery_plugin_api::graph::GraphKind;
+    use bloomery_plugin_api::graph::{BatchShape, GraphKind};
     use bloomery_plugin_api::op::OpKind;
     use bloomery_plugin_api::synth::check_presets;
     use bloomery_plugin_api::DType;
