@@ -10,6 +10,9 @@ use clap::Args;
 /// Options of `bloomery serve`.
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
+    /// Print help (`-h`, `--help`, `--usage`).
+    #[arg(short = 'h', long = "help", visible_alias = "usage", action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
     /// The GGUF file (the first part of a split model).
     #[arg(
         short = 'm',
@@ -51,17 +54,106 @@ pub struct ServeArgs {
     #[arg(short = 'n', long = "n-predict", visible_alias = "predict", default_value_t = -1, allow_negative_numbers = true, env = "LLAMA_ARG_N_PREDICT")]
     pub n_predict: i64,
     /// Default temperature.
-    #[arg(long = "temp", default_value_t = 0.8, allow_negative_numbers = true)]
+    #[arg(
+        long = "temp",
+        visible_alias = "temperature",
+        default_value_t = 0.8,
+        allow_negative_numbers = true,
+        env = "LLAMA_ARG_TEMPERATURE"
+    )]
     pub temp: f32,
     /// Default top-k (0: off).
-    #[arg(long = "top-k", default_value_t = 40)]
+    #[arg(long = "top-k", default_value_t = 40, env = "LLAMA_ARG_TOP_K")]
     pub top_k: i32,
     /// Default top-p (1: off).
-    #[arg(long = "top-p", default_value_t = 0.95)]
+    #[arg(long = "top-p", default_value_t = 0.95, env = "LLAMA_ARG_TOP_P")]
     pub top_p: f32,
     /// Default min-p (0: off).
-    #[arg(long = "min-p", default_value_t = 0.05)]
+    #[arg(long = "min-p", default_value_t = 0.05, env = "LLAMA_ARG_MIN_P")]
     pub min_p: f32,
+    /// Default locally typical sampling mass (1: off).
+    #[arg(long = "typical", visible_alias = "typical-p", default_value_t = 1.0)]
+    pub typical: f32,
+    /// Default tokens the penalties look back over (0: off, -1: the context size).
+    #[arg(
+        long = "repeat-last-n",
+        default_value_t = 64,
+        allow_negative_numbers = true
+    )]
+    pub repeat_last_n: i32,
+    /// Default repetition penalty (1: off).
+    #[arg(
+        long = "repeat-penalty",
+        default_value_t = 1.0,
+        env = "LLAMA_ARG_REPEAT_PENALTY"
+    )]
+    pub repeat_penalty: f32,
+    /// Default presence penalty (0: off).
+    #[arg(
+        long = "presence-penalty",
+        default_value_t = 0.0,
+        allow_negative_numbers = true,
+        env = "LLAMA_ARG_PRESENCE_PENALTY"
+    )]
+    pub presence_penalty: f32,
+    /// Default frequency penalty (0: off).
+    #[arg(
+        long = "frequency-penalty",
+        default_value_t = 0.0,
+        allow_negative_numbers = true,
+        env = "LLAMA_ARG_FREQUENCY_PENALTY"
+    )]
+    pub frequency_penalty: f32,
+    /// Keep generating past end-of-generation tokens unless a request says otherwise.
+    #[arg(long = "ignore-eos")]
+    pub ignore_eos: bool,
+    /// Reuse a slot's cached prefix unless a request says otherwise (the default).
+    #[arg(long = "cache-prompt", overrides_with = "no_cache_prompt", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "LLAMA_ARG_CACHE_PROMPT")]
+    pub cache_prompt: bool,
+    /// Do not reuse cached prefixes unless a request asks to.
+    #[arg(long = "no-cache-prompt", overrides_with = "cache_prompt")]
+    pub no_cache_prompt: bool,
+    /// Most checkpoints of recurrent state a slot keeps (hybrid models; 0: none).
+    #[arg(
+        long = "ctx-checkpoints",
+        visible_alias = "swa-checkpoints",
+        default_value_t = 32,
+        env = "LLAMA_ARG_CTX_CHECKPOINTS"
+    )]
+    pub ctx_checkpoints: u32,
+    /// Prompt positions between checkpoints of recurrent state (one is also taken at the end of
+    /// every prompt).
+    #[arg(
+        long = "checkpoint-min-step",
+        default_value_t = 8192,
+        env = "LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT"
+    )]
+    pub checkpoint_min_step: u32,
+    /// Deprecated in llama-server and without effect there; accepted with the same warning.
+    #[arg(
+        long = "defrag-thold",
+        allow_negative_numbers = true,
+        env = "LLAMA_ARG_DEFRAG_THOLD"
+    )]
+    pub defrag_thold: Option<f32>,
+    /// How the model is loaded: `auto` or `mmap` (mapped), `mmap+mlock` (mapped and locked in
+    /// RAM, as `--mlock`); `none`, `mlock` and `dio` are refused (the model is always mapped).
+    #[arg(
+        long = "load-mode",
+        default_value = "auto",
+        env = "LLAMA_ARG_LOAD_MODE"
+    )]
+    pub load_mode: String,
+    /// A file of API keys, one per line (added to `--api-key`'s).
+    #[arg(long = "api-key-file", env = "LLAMA_ARG_API_KEY_FILE")]
+    pub api_key_file: Option<PathBuf>,
+    /// Speculative decoding: `none` (the only type implemented yet).
+    #[arg(
+        long = "spec-type",
+        default_value = "none",
+        env = "LLAMA_ARG_SPEC_TYPE"
+    )]
+    pub spec_type: String,
     /// Default seed (-1: a random one per request).
     #[arg(short = 's', long = "seed", default_value_t = -1, allow_negative_numbers = true, env = "LLAMA_ARG_SEED")]
     pub seed: i64,
@@ -121,17 +213,18 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics at /metrics.
     #[arg(long = "metrics", env = "LLAMA_ARG_ENDPOINT_METRICS")]
     pub metrics: bool,
-    /// Serve /slots (the default).
-    #[arg(long = "slots", overrides_with = "no_slots")]
+    /// Serve /slots (the default; `--no-slots` turns it off).
+    #[arg(long = "slots", overrides_with = "no_slots", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "LLAMA_ARG_ENDPOINT_SLOTS")]
     pub slots: bool,
     /// Do not serve /slots.
-    #[arg(long = "no-slots", env = "LLAMA_ARG_NO_ENDPOINT_SLOTS")]
+    #[arg(long = "no-slots", overrides_with = "slots")]
     pub no_slots: bool,
-    /// Use the Jinja chat template (always on: the flag is accepted for compatibility).
-    #[arg(long = "jinja", overrides_with = "no_jinja")]
+    /// Chat templates with llama-server's Jinja extensions, tool calls included (the default;
+    /// `--no-jinja` refuses tool calls).
+    #[arg(long = "jinja", overrides_with = "no_jinja", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "LLAMA_ARG_JINJA")]
     pub jinja: bool,
-    /// Do not use Jinja features beyond the template itself: tool calls are refused.
-    #[arg(long = "no-jinja")]
+    /// Refuse tool calls (llama-server's plain template engine has none).
+    #[arg(long = "no-jinja", overrides_with = "jinja")]
     pub no_jinja: bool,
     /// Chat template: Jinja source or a built-in name (`chatml`).
     #[arg(long = "chat-template", env = "LLAMA_ARG_CHAT_TEMPLATE")]
@@ -183,6 +276,48 @@ impl ServeArgs {
         } else {
             self.parallel.max(1) as u32
         }
+    }
+
+    /// Whether the model's mapped bytes are locked in RAM (`--mlock` or `-lm mmap+mlock`).
+    pub fn mlock(&self) -> bool {
+        self.placement.mlock || self.load_mode == "mmap+mlock"
+    }
+
+    /// The API keys of `--api-key` and `--api-key-file`.
+    pub fn api_keys(&self) -> anyhow::Result<Vec<String>> {
+        let mut keys: Vec<String> = self
+            .api_key
+            .iter()
+            .flat_map(|k| k.split(','))
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if let Some(path) = &self.api_key_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("--api-key-file {}: {e}", path.display()))?;
+            keys.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned),
+            );
+        }
+        Ok(keys)
+    }
+
+    /// Whether `/slots` is served (`--slots`, `--no-slots`, `LLAMA_ARG_ENDPOINT_SLOTS`).
+    pub fn endpoint_slots(&self) -> bool {
+        self.slots && !self.no_slots
+    }
+
+    /// Whether tool calls are allowed (`--jinja`, `--no-jinja`, `LLAMA_ARG_JINJA`).
+    pub fn jinja(&self) -> bool {
+        self.jinja && !self.no_jinja
+    }
+
+    /// Whether requests reuse cached prefixes by default.
+    pub fn cache_prompt(&self) -> bool {
+        self.cache_prompt && !self.no_cache_prompt
     }
 
     /// The prompt cache's budget in bytes (`None`: off).
@@ -251,6 +386,24 @@ impl ServeArgs {
         }
         if self.queue_depth == 0 {
             bail!("--queue-depth must be at least 1");
+        }
+        if !["auto", "mmap", "mmap+mlock"].contains(&self.load_mode.as_str()) {
+            bail!(
+                "-lm/--load-mode {}: not supported: the model is always mapped (auto, mmap or \
+                 mmap+mlock)",
+                self.load_mode
+            );
+        }
+        if self.spec_type != "none" {
+            bail!(
+                "--spec-type {}: not supported: speculative decoding is not implemented yet",
+                self.spec_type
+            );
+        }
+        if self.defrag_thold.is_some() {
+            tracing::warn!(
+                "DEPRECATED: --defrag-thold is deprecated and no longer necessary to specify"
+            );
         }
         self.reasoning()?;
         Ok(())

@@ -243,7 +243,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         kv_type,
         threads,
         graphs: true,
-        mlock: a.placement.mlock,
+        mlock: a.mlock(),
     };
     // Prompts are evaluated in batches of at most n_batch rows (the engine's config below).
     let mut request = a.placement.request()?;
@@ -311,12 +311,20 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         top_k: a.top_k,
         top_p: a.top_p,
         min_p: a.min_p,
+        typ_p: a.typical,
+        // -1: the slot's context, as llama-server reads it.
+        penalty_last_n: usize::try_from(a.repeat_last_n).unwrap_or(n_ctx_slot as usize),
+        penalty_repeat: a.repeat_penalty,
+        penalty_freq: a.frequency_penalty,
+        penalty_present: a.presence_penalty,
         ..SamplerParams::default()
     };
     let defaults = Defaults {
         sampler,
         seed: u64::try_from(a.seed).ok(),
         n_predict: usize::try_from(a.n_predict).ok(),
+        ignore_eos: a.ignore_eos,
+        cache_prompt: a.cache_prompt(),
     };
     let runtime = Runtime::start(
         model,
@@ -326,6 +334,8 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
             n_batch: a.n_batch() as usize,
             cache_ram: a.cache_ram_bytes(),
             queue_depth: a.queue_depth,
+            max_checkpoints: a.ctx_checkpoints as usize,
+            checkpoint_every: a.checkpoint_min_step as usize,
         },
     )?;
     Ok(Ready {
@@ -347,16 +357,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
 pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
     a.validate()?;
     let reasoning = a.reasoning()?;
-    let api_keys = a
-        .api_key
-        .as_deref()
-        .map(|k| {
-            k.split(',')
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-                .collect()
-        })
-        .unwrap_or_default();
+    let api_keys = a.api_keys()?;
     let state = Arc::new(AppState {
         args: a.clone(),
         ready: OnceLock::new(),
