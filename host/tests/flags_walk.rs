@@ -262,12 +262,10 @@ fn every_spelling_parses_is_honoured_or_is_refused_by_name() {
                 (Arity::Two, false) => vec![spelling, value, value],
                 _ => vec![spelling],
             };
-            let refused = match (f.answer, negated) {
-                (Answer::Refused(_), _)
-                | (Answer::OnlyOn(_), true)
-                | (Answer::OnlyOff(_), false) => true,
-                _ => false,
-            };
+            let refused = matches!(
+                (f.answer, negated),
+                (Answer::Refused(_), _) | (Answer::OnlyOn(_), true) | (Answer::OnlyOff(_), false)
+            );
             let got = parse(&args);
             if refused {
                 let e = got.expect_err(spelling);

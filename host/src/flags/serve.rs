@@ -21,11 +21,12 @@ pub struct ServeArgs {
         env = "LLAMA_ARG_MODEL"
     )]
     pub model: PathBuf,
-    /// Context size in tokens, shared by the slots (0: the model's training context).
+    /// Context size in tokens, shared by the slots (0, the default: the model's training
+    /// context).
     #[arg(
         short = 'c',
         long = "ctx-size",
-        default_value_t = 4096,
+        default_value_t = 0,
         env = "LLAMA_ARG_CTX_SIZE"
     )]
     pub ctx_size: u32,
@@ -188,8 +189,11 @@ pub struct ServeArgs {
         env = "LLAMA_ARG_CACHE_TYPE_V"
     )]
     pub cache_type_v: String,
-    /// Layers on the GPU: 0 runs on the CPU; anything else runs the whole model on the best GPU
-    /// kernel plugin (no partial offload yet), or on the CPU with a warning when none can.
+    /// Layers on the GPU, as llama-server reads `-ngl`: `auto` (the default) or `all` or a
+    /// count of at least the model's layers put the whole model on the best GPU kernel plugin
+    /// (its routed experts placed by the plan: `-ncmoe`, `-cmoe`, `--gpu-budget`), or on the CPU
+    /// with a warning when none can run it; 0 keeps it on the CPU. A count between is refused:
+    /// offloading part of the layers is not implemented.
     #[arg(
         long = "n-gpu-layers",
         visible_alias = "gpu-layers",
@@ -410,6 +414,27 @@ impl ServeArgs {
     }
 }
 
+/// Whether `-ngl` (`value`; absent is llama-server's `auto`) puts a model of `n_layer` layers on
+/// the GPU; a partial count is refused by name.
+pub fn gpu_layers(value: Option<&str>, n_layer: u64) -> anyhow::Result<bool> {
+    let n = match value {
+        None | Some("auto") | Some("all") => return Ok(true),
+        Some(v) => v.parse::<i64>().map_err(|_| {
+            anyhow::anyhow!("-ngl/--n-gpu-layers {v:?}: expected a number, auto or all")
+        })?,
+    };
+    match n {
+        0 => Ok(false),
+        // -1 is auto, -2 and below all, as llama-server reads them.
+        n if n < 0 || n as u64 >= n_layer => Ok(true),
+        n => bail!(
+            "-ngl {n}: not supported: offloading {n} of the model's {n_layer} layers is not \
+             implemented; -ngl 0 runs on the CPU, -ngl {n_layer} (or all) puts every layer on the \
+             card, and -ncmoe/-cmoe/--gpu-budget keep routed experts in host RAM"
+        ),
+    }
+}
+
 /// Parses a `--reasoning-format` value.
 pub fn parse_reasoning(v: &str) -> anyhow::Result<ReasoningFormat> {
     Ok(match v {
@@ -420,4 +445,24 @@ pub fn parse_reasoning(v: &str) -> anyhow::Result<ReasoningFormat> {
             bail!("--reasoning-format {other:?}: expected none, auto, deepseek or deepseek-legacy")
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gpu_layers;
+
+    #[test]
+    fn ngl_is_read_as_llama_server_reads_it() {
+        assert!(gpu_layers(None, 48).unwrap(), "auto by default");
+        for v in ["auto", "all", "99", "48", "-1", "-2"] {
+            assert!(gpu_layers(Some(v), 48).unwrap(), "{v}");
+        }
+        assert!(!gpu_layers(Some("0"), 48).unwrap());
+        let e = gpu_layers(Some("20"), 48).unwrap_err().to_string();
+        assert!(
+            e.starts_with("-ngl 20: not supported: offloading 20 of the model's 48"),
+            "{e}"
+        );
+        assert!(gpu_layers(Some("many"), 48).is_err());
+    }
 }

@@ -217,6 +217,12 @@ fn context_size(a: &ServeArgs, file: &bloomery_gguf::GgufModel) -> anyhow::Resul
     u32::try_from(n).context("context length")
 }
 
+/// The model's layer count (`{arch}.block_count`).
+fn block_count(file: &bloomery_gguf::GgufModel) -> anyhow::Result<u64> {
+    let arch = file.metadata().get_str("general.architecture")?.to_owned();
+    Ok(file.metadata().get_uint(&format!("{arch}.block_count"))?)
+}
+
 /// Loads the model and starts the scheduler thread.
 fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     let reg = Registry::load_all(plugin_dirs)?;
@@ -227,10 +233,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     if n_ctx_slot < 2 {
         anyhow::bail!("-c {n_ctx} over {n_slots} slots leaves {n_ctx_slot} positions per slot");
     }
-    // -ngl: 0 keeps everything on the CPU; anything else (99, all, auto) puts the whole model on
-    // the best GPU kernel plugin (partial offload is not implemented), falling back to the CPU
-    // with one warning.
-    let gpu = a.n_gpu_layers.as_deref().is_some_and(|n| n != "0");
+    let gpu = crate::flags::serve::gpu_layers(a.n_gpu_layers.as_deref(), block_count(&file)?)?;
     let kv_type = if a.cache_type_k == "f32" {
         DType::F32
     } else {

@@ -157,6 +157,8 @@ mod tests {
             sampler: SamplerParams::default(),
             seed: Some(7),
             n_predict: Some(16),
+            ignore_eos: false,
+            cache_prompt: true,
         }
     }
 

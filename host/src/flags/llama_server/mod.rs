@@ -219,10 +219,10 @@ mod tests {
             [
                 "--parallel",
                 "4",
-                "--n-gpu-layers=99",
-                "-c",
+                "--gpu-layers=99",
+                "--ctx-size",
                 "-1",
-                "-m",
+                "--model",
                 "x"
             ]
         );
@@ -238,7 +238,7 @@ mod tests {
             .starts_with("-hf: "));
         assert_eq!(
             screened(&["--offline", "-cb", "-m", "x"]).unwrap(),
-            ["-m", "x"]
+            ["--model", "x"]
         );
         assert!(screened(&["-nocb"]).unwrap_err().0.contains("continuous"));
         assert_eq!(
