@@ -3,7 +3,15 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let args = bloomery::flags::short::expand_short_flags(std::env::args_os());
+    let args = match bloomery::flags::command_line(std::env::args_os().collect(), |v| {
+        std::env::var(v).ok()
+    }) {
+        Ok(args) => args,
+        Err(refused) => {
+            eprintln!("error: {refused}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     let cli = bloomery::cli::Cli::parse_from(args);
     let serving = matches!(cli.command, bloomery::cli::Command::Serve(_));
     let filter = match (cli.verbose, serving) {

@@ -21,4 +21,4 @@ mod token;
 
 pub use handle::{Runtime, RuntimeError};
 pub use panic::panic_message;
-pub use scheduler::RuntimeConfig;
+pub use scheduler::{RuntimeConfig, DEFAULT_CHECKPOINT_EVERY, DEFAULT_MAX_CHECKPOINTS};

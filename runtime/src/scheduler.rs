@@ -25,6 +25,12 @@ use crate::stop::StopScan;
 use crate::task::Task;
 use crate::token::step;
 
+/// Checkpoints a slot keeps by default (llama-server's `--ctx-checkpoints`).
+pub const DEFAULT_MAX_CHECKPOINTS: usize = 32;
+
+/// Prompt positions between checkpoints by default (llama-server's `--checkpoint-min-step`).
+pub const DEFAULT_CHECKPOINT_EVERY: usize = 8192;
+
 /// Scheduler settings.
 #[derive(Clone, Copy, Debug)]
 pub struct RuntimeConfig {
@@ -36,6 +42,11 @@ pub struct RuntimeConfig {
     pub cache_ram: Option<u64>,
     /// Requests that may wait for the scheduler (a full queue refuses more).
     pub queue_depth: usize,
+    /// Checkpoints of recurrent state a slot keeps (hybrid models); the oldest goes first.
+    pub max_checkpoints: usize,
+    /// A hybrid model's slot takes a checkpoint when its prompt has advanced this many positions
+    /// past the last one (0: only at the ends of prompts), and at the end of every prompt.
+    pub checkpoint_every: usize,
 }
 
 /// A sequence slot: the tokens its cache holds and the request running in it.
@@ -55,13 +66,6 @@ impl Slot<'_> {
         self.checkpoints.retain(|c| c.n <= n);
     }
 }
-
-/// A hybrid model's slot takes a checkpoint when its prompt has advanced this many positions
-/// past the last one, and at the end of every prompt.
-const CHECKPOINT_EVERY: usize = 2048;
-
-/// Checkpoints kept per slot; the oldest goes first.
-const MAX_CHECKPOINTS: usize = 8;
 
 /// The scheduler's state.
 struct Scheduler<'t> {
@@ -635,12 +639,14 @@ impl<'t> Scheduler<'t> {
                 let n = slot.cached.len();
                 let since = n - slot.checkpoints.last().map_or(0, |c| c.n);
                 if checkpoints
+                    && self.cfg.max_checkpoints > 0
                     && task.job.params.cache_prompt
-                    && (has_output || since >= CHECKPOINT_EVERY)
+                    && (has_output
+                        || (self.cfg.checkpoint_every > 0 && since >= self.cfg.checkpoint_every))
                 {
                     match self.model.read_checkpoint(id as u32) {
                         Ok(parts) => {
-                            if slot.checkpoints.len() == MAX_CHECKPOINTS {
+                            if slot.checkpoints.len() >= self.cfg.max_checkpoints {
                                 slot.checkpoints.remove(0);
                             }
                             slot.checkpoints.push(Checkpoint { n, parts });

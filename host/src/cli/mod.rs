@@ -23,7 +23,7 @@ pub struct Cli {
     pub plugin_dir: Vec<PathBuf>,
 
     /// Verbose logs (and full plugin-loader reports).
-    #[arg(short, long, global = true)]
+    #[arg(short, long, visible_alias = "log-verbose", global = true)]
     pub verbose: bool,
 
     /// What to do.
@@ -53,6 +53,7 @@ pub enum Command {
     /// Show where a model's weights would live (card, host RAM) under given budgets.
     Plan(plan::PlanArgs),
     /// Serve the model over HTTP as llama-server does (same routes, flags and shapes).
+    #[command(version, disable_help_flag = true)]
     Serve(Box<crate::flags::serve::ServeArgs>),
 }
 

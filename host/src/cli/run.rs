@@ -222,6 +222,8 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
             n_batch: DEFAULT_BATCH_ROWS as usize,
             cache_ram: None,
             queue_depth: 1,
+            max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
+            checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
         },
     )?;
     let gen = GenParams {

@@ -2,6 +2,29 @@
 //! expert placement (`serve`, `run`, `bench`, `plan`), `serve`'s llama-server flags, and the
 //! rewriting of multi-letter short flags.
 
+pub mod llama_server;
 pub mod placement;
 pub mod serve;
 pub mod short;
+
+use std::ffi::OsString;
+
+use self::llama_server::Refusal;
+
+/// The command line as clap will parse it: `serve`'s arguments screened against llama-server's
+/// flags ([`llama_server::screen`]: refused flags named, multi-letter short flags spelled long),
+/// the other subcommands' multi-letter short flags spelled long ([`short::expand_short_flags`]).
+/// `env` reads the environment (for refused flags' `LLAMA_ARG_*` twins).
+pub fn command_line(
+    args: Vec<OsString>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<OsString>, Refusal> {
+    match args.iter().position(|a| a == "serve") {
+        Some(at) => {
+            let mut out = args[..=at].to_vec();
+            out.extend(llama_server::screen(&args[at + 1..], env)?);
+            Ok(out)
+        }
+        None => Ok(short::expand_short_flags(args)),
+    }
+}

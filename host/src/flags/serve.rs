@@ -10,6 +10,9 @@ use clap::Args;
 /// Options of `bloomery serve`.
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
+    /// Print help (`-h`, `--help`, `--usage`).
+    #[arg(short = 'h', long = "help", visible_alias = "usage", action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
     /// The GGUF file (the first part of a split model).
     #[arg(
         short = 'm',
@@ -18,11 +21,12 @@ pub struct ServeArgs {
         env = "LLAMA_ARG_MODEL"
     )]
     pub model: PathBuf,
-    /// Context size in tokens, shared by the slots (0: the model's training context).
+    /// Context size in tokens, shared by the slots (0, the default: the model's training
+    /// context).
     #[arg(
         short = 'c',
         long = "ctx-size",
-        default_value_t = 4096,
+        default_value_t = 0,
         env = "LLAMA_ARG_CTX_SIZE"
     )]
     pub ctx_size: u32,
@@ -51,17 +55,106 @@ pub struct ServeArgs {
     #[arg(short = 'n', long = "n-predict", visible_alias = "predict", default_value_t = -1, allow_negative_numbers = true, env = "LLAMA_ARG_N_PREDICT")]
     pub n_predict: i64,
     /// Default temperature.
-    #[arg(long = "temp", default_value_t = 0.8, allow_negative_numbers = true)]
+    #[arg(
+        long = "temp",
+        visible_alias = "temperature",
+        default_value_t = 0.8,
+        allow_negative_numbers = true,
+        env = "LLAMA_ARG_TEMPERATURE"
+    )]
     pub temp: f32,
     /// Default top-k (0: off).
-    #[arg(long = "top-k", default_value_t = 40)]
+    #[arg(long = "top-k", default_value_t = 40, env = "LLAMA_ARG_TOP_K")]
     pub top_k: i32,
     /// Default top-p (1: off).
-    #[arg(long = "top-p", default_value_t = 0.95)]
+    #[arg(long = "top-p", default_value_t = 0.95, env = "LLAMA_ARG_TOP_P")]
     pub top_p: f32,
     /// Default min-p (0: off).
-    #[arg(long = "min-p", default_value_t = 0.05)]
+    #[arg(long = "min-p", default_value_t = 0.05, env = "LLAMA_ARG_MIN_P")]
     pub min_p: f32,
+    /// Default locally typical sampling mass (1: off).
+    #[arg(long = "typical", visible_alias = "typical-p", default_value_t = 1.0)]
+    pub typical: f32,
+    /// Default tokens the penalties look back over (0: off, -1: the context size).
+    #[arg(
+        long = "repeat-last-n",
+        default_value_t = 64,
+        allow_negative_numbers = true
+    )]
+    pub repeat_last_n: i32,
+    /// Default repetition penalty (1: off).
+    #[arg(
+        long = "repeat-penalty",
+        default_value_t = 1.0,
+        env = "LLAMA_ARG_REPEAT_PENALTY"
+    )]
+    pub repeat_penalty: f32,
+    /// Default presence penalty (0: off).
+    #[arg(
+        long = "presence-penalty",
+        default_value_t = 0.0,
+        allow_negative_numbers = true,
+        env = "LLAMA_ARG_PRESENCE_PENALTY"
+    )]
+    pub presence_penalty: f32,
+    /// Default frequency penalty (0: off).
+    #[arg(
+        long = "frequency-penalty",
+        default_value_t = 0.0,
+        allow_negative_numbers = true,
+        env = "LLAMA_ARG_FREQUENCY_PENALTY"
+    )]
+    pub frequency_penalty: f32,
+    /// Keep generating past end-of-generation tokens unless a request says otherwise.
+    #[arg(long = "ignore-eos")]
+    pub ignore_eos: bool,
+    /// Reuse a slot's cached prefix unless a request says otherwise (the default).
+    #[arg(long = "cache-prompt", overrides_with = "no_cache_prompt", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "LLAMA_ARG_CACHE_PROMPT")]
+    pub cache_prompt: bool,
+    /// Do not reuse cached prefixes unless a request asks to.
+    #[arg(long = "no-cache-prompt", overrides_with = "cache_prompt")]
+    pub no_cache_prompt: bool,
+    /// Most checkpoints of recurrent state a slot keeps (hybrid models; 0: none).
+    #[arg(
+        long = "ctx-checkpoints",
+        visible_alias = "swa-checkpoints",
+        default_value_t = 32,
+        env = "LLAMA_ARG_CTX_CHECKPOINTS"
+    )]
+    pub ctx_checkpoints: u32,
+    /// Prompt positions between checkpoints of recurrent state (one is also taken at the end of
+    /// every prompt).
+    #[arg(
+        long = "checkpoint-min-step",
+        default_value_t = 8192,
+        env = "LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT"
+    )]
+    pub checkpoint_min_step: u32,
+    /// Deprecated in llama-server and without effect there; accepted with the same warning.
+    #[arg(
+        long = "defrag-thold",
+        allow_negative_numbers = true,
+        env = "LLAMA_ARG_DEFRAG_THOLD"
+    )]
+    pub defrag_thold: Option<f32>,
+    /// How the model is loaded: `auto` or `mmap` (mapped), `mmap+mlock` (mapped and locked in
+    /// RAM, as `--mlock`); `none`, `mlock` and `dio` are refused (the model is always mapped).
+    #[arg(
+        long = "load-mode",
+        default_value = "auto",
+        env = "LLAMA_ARG_LOAD_MODE"
+    )]
+    pub load_mode: String,
+    /// A file of API keys, one per line (added to `--api-key`'s).
+    #[arg(long = "api-key-file", env = "LLAMA_ARG_API_KEY_FILE")]
+    pub api_key_file: Option<PathBuf>,
+    /// Speculative decoding: `none` (the only type implemented yet).
+    #[arg(
+        long = "spec-type",
+        default_value = "none",
+        env = "LLAMA_ARG_SPEC_TYPE"
+    )]
+    pub spec_type: String,
     /// Default seed (-1: a random one per request).
     #[arg(short = 's', long = "seed", default_value_t = -1, allow_negative_numbers = true, env = "LLAMA_ARG_SEED")]
     pub seed: i64,
@@ -96,8 +189,11 @@ pub struct ServeArgs {
         env = "LLAMA_ARG_CACHE_TYPE_V"
     )]
     pub cache_type_v: String,
-    /// Layers on the GPU: 0 runs on the CPU; anything else runs the whole model on the best GPU
-    /// kernel plugin (no partial offload yet), or on the CPU with a warning when none can.
+    /// Layers on the GPU, as llama-server reads `-ngl`: `auto` (the default) or `all` or a
+    /// count of at least the model's layers put the whole model on the best GPU kernel plugin
+    /// (its routed experts placed by the plan: `-ncmoe`, `-cmoe`, `--gpu-budget`), or on the CPU
+    /// with a warning when none can run it; 0 keeps it on the CPU. A count between is refused:
+    /// offloading part of the layers is not implemented.
     #[arg(
         long = "n-gpu-layers",
         visible_alias = "gpu-layers",
@@ -121,17 +217,18 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics at /metrics.
     #[arg(long = "metrics", env = "LLAMA_ARG_ENDPOINT_METRICS")]
     pub metrics: bool,
-    /// Serve /slots (the default).
-    #[arg(long = "slots", overrides_with = "no_slots")]
+    /// Serve /slots (the default; `--no-slots` turns it off).
+    #[arg(long = "slots", overrides_with = "no_slots", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "LLAMA_ARG_ENDPOINT_SLOTS")]
     pub slots: bool,
     /// Do not serve /slots.
-    #[arg(long = "no-slots", env = "LLAMA_ARG_NO_ENDPOINT_SLOTS")]
+    #[arg(long = "no-slots", overrides_with = "slots")]
     pub no_slots: bool,
-    /// Use the Jinja chat template (always on: the flag is accepted for compatibility).
-    #[arg(long = "jinja", overrides_with = "no_jinja")]
+    /// Chat templates with llama-server's Jinja extensions, tool calls included (the default;
+    /// `--no-jinja` refuses tool calls).
+    #[arg(long = "jinja", overrides_with = "no_jinja", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "LLAMA_ARG_JINJA")]
     pub jinja: bool,
-    /// Do not use Jinja features beyond the template itself: tool calls are refused.
-    #[arg(long = "no-jinja")]
+    /// Refuse tool calls (llama-server's plain template engine has none).
+    #[arg(long = "no-jinja", overrides_with = "jinja")]
     pub no_jinja: bool,
     /// Chat template: Jinja source or a built-in name (`chatml`).
     #[arg(long = "chat-template", env = "LLAMA_ARG_CHAT_TEMPLATE")]
@@ -183,6 +280,48 @@ impl ServeArgs {
         } else {
             self.parallel.max(1) as u32
         }
+    }
+
+    /// Whether the model's mapped bytes are locked in RAM (`--mlock` or `-lm mmap+mlock`).
+    pub fn mlock(&self) -> bool {
+        self.placement.mlock || self.load_mode == "mmap+mlock"
+    }
+
+    /// The API keys of `--api-key` and `--api-key-file`.
+    pub fn api_keys(&self) -> anyhow::Result<Vec<String>> {
+        let mut keys: Vec<String> = self
+            .api_key
+            .iter()
+            .flat_map(|k| k.split(','))
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect();
+        if let Some(path) = &self.api_key_file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("--api-key-file {}: {e}", path.display()))?;
+            keys.extend(
+                text.lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned),
+            );
+        }
+        Ok(keys)
+    }
+
+    /// Whether `/slots` is served (`--slots`, `--no-slots`, `LLAMA_ARG_ENDPOINT_SLOTS`).
+    pub fn endpoint_slots(&self) -> bool {
+        self.slots && !self.no_slots
+    }
+
+    /// Whether tool calls are allowed (`--jinja`, `--no-jinja`, `LLAMA_ARG_JINJA`).
+    pub fn jinja(&self) -> bool {
+        self.jinja && !self.no_jinja
+    }
+
+    /// Whether requests reuse cached prefixes by default.
+    pub fn cache_prompt(&self) -> bool {
+        self.cache_prompt && !self.no_cache_prompt
     }
 
     /// The prompt cache's budget in bytes (`None`: off).
@@ -252,8 +391,47 @@ impl ServeArgs {
         if self.queue_depth == 0 {
             bail!("--queue-depth must be at least 1");
         }
+        if !["auto", "mmap", "mmap+mlock"].contains(&self.load_mode.as_str()) {
+            bail!(
+                "-lm/--load-mode {}: not supported: the model is always mapped (auto, mmap or \
+                 mmap+mlock)",
+                self.load_mode
+            );
+        }
+        if self.spec_type != "none" {
+            bail!(
+                "--spec-type {}: not supported: speculative decoding is not implemented yet",
+                self.spec_type
+            );
+        }
+        if self.defrag_thold.is_some() {
+            tracing::warn!(
+                "DEPRECATED: --defrag-thold is deprecated and no longer necessary to specify"
+            );
+        }
         self.reasoning()?;
         Ok(())
+    }
+}
+
+/// Whether `-ngl` (`value`; absent is llama-server's `auto`) puts a model of `n_layer` layers on
+/// the GPU; a partial count is refused by name.
+pub fn gpu_layers(value: Option<&str>, n_layer: u64) -> anyhow::Result<bool> {
+    let n = match value {
+        None | Some("auto") | Some("all") => return Ok(true),
+        Some(v) => v.parse::<i64>().map_err(|_| {
+            anyhow::anyhow!("-ngl/--n-gpu-layers {v:?}: expected a number, auto or all")
+        })?,
+    };
+    match n {
+        0 => Ok(false),
+        // -1 is auto, -2 and below all, as llama-server reads them.
+        n if n < 0 || n as u64 >= n_layer => Ok(true),
+        n => bail!(
+            "-ngl {n}: not supported: offloading {n} of the model's {n_layer} layers is not \
+             implemented; -ngl 0 runs on the CPU, -ngl {n_layer} (or all) puts every layer on the \
+             card, and -ncmoe/-cmoe/--gpu-budget keep routed experts in host RAM"
+        ),
     }
 }
 
@@ -267,4 +445,24 @@ pub fn parse_reasoning(v: &str) -> anyhow::Result<ReasoningFormat> {
             bail!("--reasoning-format {other:?}: expected none, auto, deepseek or deepseek-legacy")
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gpu_layers;
+
+    #[test]
+    fn ngl_is_read_as_llama_server_reads_it() {
+        assert!(gpu_layers(None, 48).unwrap(), "auto by default");
+        for v in ["auto", "all", "99", "48", "-1", "-2"] {
+            assert!(gpu_layers(Some(v), 48).unwrap(), "{v}");
+        }
+        assert!(!gpu_layers(Some("0"), 48).unwrap());
+        let e = gpu_layers(Some("20"), 48).unwrap_err().to_string();
+        assert!(
+            e.starts_with("-ngl 20: not supported: offloading 20 of the model's 48"),
+            "{e}"
+        );
+        assert!(gpu_layers(Some("many"), 48).is_err());
+    }
 }

@@ -217,6 +217,12 @@ fn context_size(a: &ServeArgs, file: &bloomery_gguf::GgufModel) -> anyhow::Resul
     u32::try_from(n).context("context length")
 }
 
+/// The model's layer count (`{arch}.block_count`).
+fn block_count(file: &bloomery_gguf::GgufModel) -> anyhow::Result<u64> {
+    let arch = file.metadata().get_str("general.architecture")?.to_owned();
+    Ok(file.metadata().get_uint(&format!("{arch}.block_count"))?)
+}
+
 /// Loads the model and starts the scheduler thread.
 fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     let reg = Registry::load_all(plugin_dirs)?;
@@ -227,10 +233,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     if n_ctx_slot < 2 {
         anyhow::bail!("-c {n_ctx} over {n_slots} slots leaves {n_ctx_slot} positions per slot");
     }
-    // -ngl: 0 keeps everything on the CPU; anything else (99, all, auto) puts the whole model on
-    // the best GPU kernel plugin (partial offload is not implemented), falling back to the CPU
-    // with one warning.
-    let gpu = a.n_gpu_layers.as_deref().is_some_and(|n| n != "0");
+    let gpu = crate::flags::serve::gpu_layers(a.n_gpu_layers.as_deref(), block_count(&file)?)?;
     let kv_type = if a.cache_type_k == "f32" {
         DType::F32
     } else {
@@ -243,7 +246,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         kv_type,
         threads,
         graphs: true,
-        mlock: a.placement.mlock,
+        mlock: a.mlock(),
     };
     // Prompts are evaluated in batches of at most n_batch rows (the engine's config below).
     let mut request = a.placement.request()?;
@@ -311,12 +314,20 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         top_k: a.top_k,
         top_p: a.top_p,
         min_p: a.min_p,
+        typ_p: a.typical,
+        // -1: the slot's context, as llama-server reads it.
+        penalty_last_n: usize::try_from(a.repeat_last_n).unwrap_or(n_ctx_slot as usize),
+        penalty_repeat: a.repeat_penalty,
+        penalty_freq: a.frequency_penalty,
+        penalty_present: a.presence_penalty,
         ..SamplerParams::default()
     };
     let defaults = Defaults {
         sampler,
         seed: u64::try_from(a.seed).ok(),
         n_predict: usize::try_from(a.n_predict).ok(),
+        ignore_eos: a.ignore_eos,
+        cache_prompt: a.cache_prompt(),
     };
     let runtime = Runtime::start(
         model,
@@ -326,6 +337,8 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
             n_batch: a.n_batch() as usize,
             cache_ram: a.cache_ram_bytes(),
             queue_depth: a.queue_depth,
+            max_checkpoints: a.ctx_checkpoints as usize,
+            checkpoint_every: a.checkpoint_min_step as usize,
         },
     )?;
     Ok(Ready {
@@ -347,16 +360,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
 pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
     a.validate()?;
     let reasoning = a.reasoning()?;
-    let api_keys = a
-        .api_key
-        .as_deref()
-        .map(|k| {
-            k.split(',')
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-                .collect()
-        })
-        .unwrap_or_default();
+    let api_keys = a.api_keys()?;
     let state = Arc::new(AppState {
         args: a.clone(),
         ready: OnceLock::new(),

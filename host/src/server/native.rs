@@ -90,7 +90,7 @@ pub async fn slots(
     State(state): State<AppRef>,
     Query(q): Query<std::collections::HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    if state.args.no_slots {
+    if !state.args.endpoint_slots() {
         return Err(ApiError::not_supported(
             "This server does not support slots endpoint (started with --no-slots)",
         ));
@@ -138,7 +138,7 @@ pub async fn slot_action(
     Query(q): Query<std::collections::HashMap<String, String>>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    if state.args.no_slots {
+    if !state.args.endpoint_slots() {
         return Err(ApiError::not_supported(
             "This server does not support slots endpoint (started with --no-slots)",
         ));

@@ -52,7 +52,7 @@ pub fn prepare_chat(
     tools: Option<&Value>,
 ) -> Result<ChatJob, ApiError> {
     let tools = tools.filter(|t| t.as_array().is_some_and(|a| !a.is_empty()));
-    if tools.is_some() && state.args.no_jinja {
+    if tools.is_some() && !state.args.jinja() {
         return Err(ApiError::invalid("tools param requires --jinja flag"));
     }
     let kwargs: Map<String, Value> = match f.get("chat_template_kwargs") {

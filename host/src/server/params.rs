@@ -17,6 +17,10 @@ pub struct Defaults {
     pub seed: Option<u64>,
     /// Default generation limit (`None`: unbounded).
     pub n_predict: Option<usize>,
+    /// Default of `ignore_eos`.
+    pub ignore_eos: bool,
+    /// Default of `cache_prompt`.
+    pub cache_prompt: bool,
 }
 
 /// A JSON object's fields with typed, named access.
@@ -136,8 +140,8 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         n_predict: limit,
         stop,
         n_probs,
-        ignore_eos: f.bool("ignore_eos")?.unwrap_or(false),
-        cache_prompt: f.bool("cache_prompt")?.unwrap_or(true),
+        ignore_eos: f.bool("ignore_eos")?.unwrap_or(d.ignore_eos),
+        cache_prompt: f.bool("cache_prompt")?.unwrap_or(d.cache_prompt),
         forced: Vec::new(),
         prompt_only: false,
     })
@@ -153,6 +157,8 @@ mod tests {
             sampler: SamplerParams::default(),
             seed: Some(7),
             n_predict: Some(16),
+            ignore_eos: false,
+            cache_prompt: true,
         }
     }
 
