@@ -13,19 +13,17 @@ fn main() -> std::process::ExitCode {
         }
     };
     let cli = bloomery::cli::Cli::parse_from(args);
-    let serving = matches!(cli.command, bloomery::cli::Command::Serve(_));
-    let filter = match (cli.verbose, serving) {
-        (true, _) => "bloomery=debug",
-        (false, true) => "bloomery=info",
-        (false, false) => "bloomery=warn",
+    let (default, log) = match &cli.command {
+        bloomery::cli::Command::Serve(a) => ("bloomery=info", a.log.clone()),
+        _ => (
+            "bloomery=warn",
+            bloomery::flags::logging::LogArgs::default(),
+        ),
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(filter)),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    if let Err(e) = log.init(cli.verbose, default) {
+        eprintln!("error: {e:#}");
+        return std::process::ExitCode::FAILURE;
+    }
     match bloomery::cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -3,6 +3,7 @@
 //! rewriting of multi-letter short flags.
 
 pub mod llama_server;
+pub mod logging;
 pub mod placement;
 pub mod serve;
 pub mod short;

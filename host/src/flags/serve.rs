@@ -203,6 +203,9 @@ pub struct ServeArgs {
     /// Where routed experts go (`-cmoe`, `-ncmoe`, `-ot`, budgets).
     #[command(flatten)]
     pub placement: crate::flags::placement::PlacementArgs,
+    /// How the server logs.
+    #[command(flatten)]
+    pub log: crate::flags::logging::LogArgs,
     /// Host RAM for saved prompt states in MiB (0: off, -1: no limit).
     #[arg(
         long = "cache-ram",
