@@ -13,7 +13,6 @@ use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
 use super::gen::{self, collect, native_probs, sse_data, submit, timings};
-use super::offload::heavy;
 use super::params::{gen_params, Fields};
 use super::{chat, parse_body, AppRef, Ready};
 use bloomery_runtime::request::{Event, Finish, GenParams, Request, SlotAction, SlotCommand};
@@ -663,7 +662,7 @@ async fn run_native(
     let mut results = Vec::new();
     for (i, rx) in receivers.into_iter().enumerate() {
         let out = collect(rx).await?;
-        let mut v = heavy(|| final_json(&ready, &params, &prompts[i], &out, return_tokens));
+        let mut v = final_json(&ready, &params, &prompts[i], &out, return_tokens);
         v["index"] = json!(i);
         results.push(filter_fields(v, &fields));
     }
