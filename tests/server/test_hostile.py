@@ -121,6 +121,8 @@ CASES = [
     ("text over the context", "POST", "/completion", {"prompt": LONG}, 400),
     ("chat over the context", "POST", "/v1/chat/completions", chat(messages=[{"role": "user", "content": LONG}]), 400),
     ("infill over the context", "POST", "/infill", {"input_prefix": LONG}, 501),
+    ("count_tokens of a long chat", "POST", "/v1/messages/count_tokens",
+     chat(messages=[{"role": "user", "content": LONG}]), 200),
     # 7. The smaller ones.
     ("id_slot 99", "POST", "/completion", {"prompt": "hi", "id_slot": 99}, 400),
     ("id_slot 2^62", "POST", "/completion", {"prompt": "hi", "id_slot": 2**62}, 400),

@@ -42,26 +42,27 @@ fn tool_input(arguments: &str) -> Value {
     serde_json::from_str(arguments).unwrap_or_else(|_| json!({}))
 }
 
-/// The chat of an Anthropic body, rendered.
+/// The chat of an Anthropic body, rendered (`to_run`: see [`prepare_chat`]).
 fn prepare(
     state: &super::AppState,
     ready: &super::Ready,
     f: &Fields<'_>,
+    to_run: bool,
 ) -> Result<ChatJob, ApiError> {
     let (messages, tools) = chat::anthropic_to_openai(f.0)?;
     let messages = chat::openai_messages(&messages)?;
-    prepare_chat(state, ready, f, &messages, tools.as_ref())
+    prepare_chat(state, ready, f, &messages, tools.as_ref(), to_run)
 }
 
 /// The body and its rendered chat, worked out on the CPU pool.
-async fn prepared(state: &AppRef, body: Bytes) -> Result<(Value, ChatJob), ApiError> {
+async fn prepared(state: &AppRef, body: Bytes, to_run: bool) -> Result<(Value, ChatJob), ApiError> {
     let ready = state.ready()?;
     let st = Arc::clone(state);
     state
         .cpu
         .run(move || {
             let body = parse_body(&body)?;
-            let job = prepare(&st, &ready, &Fields::of(&body)?)?;
+            let job = prepare(&st, &ready, &Fields::of(&body)?, to_run)?;
             Ok((body, job))
         })
         .await
@@ -72,14 +73,14 @@ pub async fn count_tokens(
     State(state): State<AppRef>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let (_, job) = prepared(&state, body).await?;
+    let (_, job) = prepared(&state, body, false).await?;
     Ok(Json(json!({ "input_tokens": job.prompt.tokens.len() })))
 }
 
 /// POST /v1/messages.
 pub async fn messages(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
     let ready = state.ready()?;
-    let (body, job) = prepared(&state, body).await?;
+    let (body, job) = prepared(&state, body, true).await?;
     let f = Fields::of(&body)?;
     let mut params = gen_params(&f, &ready.defaults, 0)?;
     if f.get("max_tokens").is_none() {

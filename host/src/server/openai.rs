@@ -44,12 +44,15 @@ pub struct ChatJob {
 }
 
 /// Renders a chat from OpenAI-shaped `messages` and `tools` with the request's template options.
+/// With `to_run`, a prompt whose text cannot fit a slot is refused before it is tokenized (a
+/// count of tokens has no such limit).
 pub fn prepare_chat(
     state: &AppState,
     ready: &Ready,
     f: &Fields<'_>,
     messages: &Value,
     tools: Option<&Value>,
+    to_run: bool,
 ) -> Result<ChatJob, ApiError> {
     let tools = chat::tools(tools)?;
     if tools.is_some() && state.args.no_jinja {
@@ -68,7 +71,13 @@ pub fn prepare_chat(
         tools,
         &kwargs,
         enable_thinking,
-        |text| check_fits(ready, fewest_tokens(ready, text)),
+        |text| {
+            if to_run {
+                check_fits(ready, fewest_tokens(ready, text))
+            } else {
+                Ok(())
+            }
+        },
     )?;
     Ok(ChatJob {
         prompt,
@@ -107,7 +116,7 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
             let body = parse_body(&body)?;
             let f = Fields::of(&body)?;
             let messages = chat::openai_messages(f.get("messages").unwrap_or(&Value::Null))?;
-            let job = prepare_chat(&st, &r, &f, &messages, f.get("tools"))?;
+            let job = prepare_chat(&st, &r, &f, &messages, f.get("tools"), true)?;
             Ok((body, job))
         })
         .await?;
@@ -415,7 +424,7 @@ pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Respo
             let body = parse_body(&body)?;
             let f = Fields::of(&body)?;
             let messages = responses_messages(&f)?;
-            let job = prepare_chat(&st, &r, &f, &messages, None)?;
+            let job = prepare_chat(&st, &r, &f, &messages, None, true)?;
             Ok((body, job))
         })
         .await?;
