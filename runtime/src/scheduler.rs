@@ -126,7 +126,7 @@ pub(crate) fn run(
 
 impl<'t> Scheduler<'t> {
     /// Turns until every job sender is gone and nothing runs. A panic that no request's own
-    /// guard caught (a forward pass, which every running request shares) fails the running
+    /// guard caught (in a forward pass, which every running request shares) fails the running
     /// requests and the scheduler goes on: the thread outlives any request.
     fn serve(&mut self, mut jobs: mpsc::Receiver<Request>) {
         loop {
@@ -135,7 +135,9 @@ impl<'t> Scheduler<'t> {
                 Ok(false) => return,
                 Err(panic) => {
                     let what = panic_message(panic.as_ref());
-                    tracing::error!("the scheduler panicked in a forward pass: {what}");
+                    tracing::error!(
+                        "the scheduler panicked outside any one request's work: {what}"
+                    );
                     self.fail_all(&format!("internal error: {what}"));
                     self.publish();
                 }
@@ -143,8 +145,8 @@ impl<'t> Scheduler<'t> {
         }
     }
 
-    /// Takes waiting jobs, ends what was cancelled or cut, and runs one pass; false when the
-    /// server is shutting down and nothing runs.
+    /// Takes waiting jobs, ends what was cancelled or cut, and runs one pass; false once every
+    /// job sender is gone and nothing runs.
     fn turn(&mut self, jobs: &mut mpsc::Receiver<Request>) -> bool {
         if !self.intake(jobs) {
             return false;
