@@ -17,6 +17,19 @@ pub enum ModelError {
     /// No plugin serves it.
     #[error(transparent)]
     Select(#[from] SelectError),
+    /// A hyperparameter the file's own tensors contradict, refused before the model plugin
+    /// sizes anything by it.
+    #[error("{path}: `{key}` is {value}, but {why}")]
+    Hyperparameter {
+        /// The file.
+        path: String,
+        /// The metadata key.
+        key: String,
+        /// Its value.
+        value: u64,
+        /// What the tensors hold instead.
+        why: String,
+    },
     /// The file lacks `general.architecture`.
     #[error("{path}: no `general.architecture` key")]
     NoArchitecture {

@@ -5,6 +5,7 @@
 pub mod arena_plan;
 mod error;
 pub mod executor;
+mod file_check;
 mod mlock;
 pub mod model;
 mod open;
@@ -19,5 +20,6 @@ pub mod weights;
 pub use error::ModelError;
 pub use executor::{BatchInputs, ExecError};
 pub use model::{LoadedModel, RoutingStats};
+pub use open::instantiate;
 pub use options::LoadOptions;
 pub use snapshot::Rewind;

@@ -7,6 +7,7 @@ use bloomery_gguf::GgufModel;
 use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec};
 
 use crate::error::ModelError;
+use crate::file_check::check_hyperparameters;
 use crate::view;
 
 /// A file opened by its model plugin.
@@ -16,6 +17,24 @@ pub(crate) struct Opened<'r> {
     pub(crate) plugin: &'r ModelPluginFile,
     pub(crate) instance: ModelInstanceBox,
     pub(crate) spec: ModelSpec,
+}
+
+/// `file` (of architecture `arch`, shown as `shown` in errors) loaded by its model `plugin`,
+/// once the host's checks of its hyperparameters pass (`file_check.rs`).
+pub fn instantiate(
+    plugin: &ModelPluginFile,
+    file: &GgufModel,
+    arch: &str,
+    shown: &str,
+) -> Result<ModelInstanceBox, ModelError> {
+    check_hyperparameters(file, arch, shown)?;
+    plugin.module.load()(&view::file_view(file))
+        .into_result()
+        .map_err(|source| ModelError::Plugin {
+            path: shown.to_owned(),
+            plugin: plugin.name.clone(),
+            source,
+        })
 }
 
 pub(crate) fn open_model<'r>(reg: &'r Registry, path: &Path) -> Result<Opened<'r>, ModelError> {
@@ -29,14 +48,7 @@ pub(crate) fn open_model<'r>(reg: &'r Registry, path: &Path) -> Result<Opened<'r
         })?
         .to_owned();
     let plugin = reg.model_for(&arch)?;
-    let view = view::file_view(&file);
-    let instance = plugin.module.load()(&view)
-        .into_result()
-        .map_err(|source| ModelError::Plugin {
-            path: shown.clone(),
-            plugin: plugin.name.clone(),
-            source,
-        })?;
+    let instance = instantiate(plugin, &file, &arch, &shown)?;
     let spec = instance.spec();
     Ok(Opened {
         file,

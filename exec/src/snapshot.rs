@@ -20,6 +20,28 @@ fn fnv1a(h: &mut u64, bytes: &[u8]) {
     }
 }
 
+/// Windows of a tensor's content the identity hashes.
+const SAMPLES: usize = 16;
+
+/// Bytes of each window.
+const WINDOW: usize = 4096;
+
+/// The byte ranges of a tensor of `len` bytes that the identity hashes: all of it when it is
+/// at most [`SAMPLES`] windows, else [`SAMPLES`] windows evenly spread from its start to its
+/// end.
+fn content_windows(len: usize) -> Vec<std::ops::Range<usize>> {
+    if len <= SAMPLES * WINDOW {
+        return std::iter::once(0..len).collect();
+    }
+    let step = (len - WINDOW) / (SAMPLES - 1);
+    (0..SAMPLES)
+        .map(|i| {
+            let start = i * step;
+            start..start + WINDOW
+        })
+        .collect()
+}
+
 fn lcm(a: u32, b: u32) -> u32 {
     let (mut x, mut y) = (a, b);
     while y != 0 {
@@ -80,7 +102,11 @@ impl Rewind {
 
 impl LoadedModel {
     /// What a saved slot state is valid for: the architecture, the tensor table (names, types,
-    /// shapes, offsets) and the cache type and layout.
+    /// shapes, offsets), the weights' content and the cache type and layout. The content is
+    /// sampled: up to [`SAMPLES`] windows of [`WINDOW`] bytes spread over each tensor (all of a
+    /// small one). A fine-tune changes nearly every weight, so two files of one shape differ in
+    /// every window, while reading each whole file would take minutes for a large model. The
+    /// windows are read from the mapping, so the first call touches their pages.
     pub fn identity(&self) -> String {
         let mut h = 0xcbf2_9ce4_8422_2325u64;
         for t in self.file.tensors() {
@@ -90,6 +116,12 @@ impl LoadedModel {
                 fnv1a(&mut h, &d.to_le_bytes());
             }
             fnv1a(&mut h, &t.info.offset.to_le_bytes());
+            // A tensor outside its part was refused at load.
+            if let Ok(data) = self.file.tensor_data(t) {
+                for window in content_windows(data.len()) {
+                    fnv1a(&mut h, &data[window]);
+                }
+            }
         }
         for s in &self.state {
             fnv1a(&mut h, &s.dtype.0.to_le_bytes());
@@ -307,5 +339,23 @@ impl LoadedModel {
             self.write_checkpoint(slot, ck)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_windows_cover_small_tensors_and_spread_over_large_ones() {
+        let whole = |len: usize| std::iter::once(0..len).collect::<Vec<_>>();
+        assert_eq!(content_windows(0), whole(0));
+        assert_eq!(content_windows(SAMPLES * WINDOW), whole(SAMPLES * WINDOW));
+        let len = 10 << 20;
+        let w = content_windows(len);
+        assert_eq!(w.len(), SAMPLES);
+        assert_eq!(w[0], 0..WINDOW);
+        assert_eq!(w[SAMPLES - 1].end, len - (len - WINDOW) % (SAMPLES - 1));
+        assert!(w.windows(2).all(|p| p[0].end <= p[1].start));
     }
 }

@@ -1,6 +1,7 @@
 //! The handle front ends hold: the scheduler thread started with a model, where requests go, what
 //! it publishes, and its shutdown.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -48,6 +49,7 @@ impl Runtime {
         let shared = Arc::new(Shared {
             slots: Mutex::new(idle),
             counters: Default::default(),
+            stop: AtomicBool::new(false),
         });
         let (jobs, rx) = mpsc::channel(cfg.queue_depth.max(1));
         let published = Arc::clone(&shared);

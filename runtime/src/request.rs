@@ -114,8 +114,19 @@ impl StopType {
 pub struct TokenProbs {
     /// The generated token's log-probability.
     pub logprob: f32,
-    /// The most likely tokens, best first, with their log-probabilities.
+    /// The most likely tokens with their log-probabilities, in no particular order: the
+    /// scheduler selects them in one pass over the vocabulary and leaves ranking them to the
+    /// request's own thread ([`TokenProbs::ranked`]), off the pass every slot shares.
     pub top: Vec<(u32, f32)>,
+}
+
+impl TokenProbs {
+    /// The most likely tokens, best first (ties by id).
+    pub fn ranked(&self) -> Vec<(u32, f32)> {
+        let mut top = self.top.clone();
+        top.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        top
+    }
 }
 
 /// One generated token and the text it releases (text can lag its token while a stop string
@@ -153,6 +164,43 @@ pub struct Finish {
     pub truncated: bool,
 }
 
+/// What kind of failure ended a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    /// The request asked for what this server cannot give (a slot it does not have, a prompt
+    /// over a slot's context).
+    Invalid,
+    /// The server is shutting down: the request was cut at the end of the drain.
+    ShuttingDown,
+    /// Something failed inside the server (a forward pass, a caught panic).
+    Internal,
+}
+
+/// Why a request ended without finishing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The kind, for the status a front end answers with.
+    pub kind: FailureKind,
+    /// What happened.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure of `kind` saying `message`.
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        Failure {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// What the scheduler reports to a request.
 #[derive(Clone, Debug)]
 pub enum Event {
@@ -167,6 +215,6 @@ pub enum Event {
     Token(Piece),
     /// The end.
     Done(Finish),
-    /// The request failed; the message says why.
-    Failed(String),
+    /// The request failed; the failure says why.
+    Failed(Failure),
 }

@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use crate::panic::panic_message;
 use crate::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
-use crate::request::{Event, Job, Request, SlotAction, SlotReply};
+use crate::request::{Event, Failure, FailureKind, Job, Request, SlotAction, SlotReply};
 use crate::sampling::Sampler;
 use crate::slot_file::SlotFile;
 use crate::status::{Shared, SlotView};
@@ -76,7 +76,9 @@ struct Scheduler<'t> {
     shared: Arc<Shared>,
     clock: u64,
     n_vocab: usize,
-    identity: String,
+    /// What slot files are tied to, worked out at the first save or restore (it reads samples
+    /// of every weight).
+    identity: Option<String>,
     /// How far back the model's state restores (its checkpoints, if it keeps per-sequence
     /// state); fixed at load.
     rewind: Rewind,
@@ -92,7 +94,6 @@ pub(crate) fn run(
     jobs: mpsc::Receiver<Request>,
     shared: Arc<Shared>,
 ) -> LoadedModel {
-    let identity = model.identity();
     let rewind = model.rewind();
     let n_slots = model.options.n_slots as usize;
     let n_vocab = model.spec.hparams.n_vocab as usize;
@@ -112,7 +113,7 @@ pub(crate) fn run(
         shared,
         clock: 0,
         n_vocab,
-        identity,
+        identity: None,
         rewind,
         cache: cfg.cache_ram.map(|b| PromptCache::new(b, rewind)),
     };
@@ -128,28 +129,68 @@ pub(crate) fn run(
 }
 
 impl<'t> Scheduler<'t> {
+    /// Turns until every job sender is gone and nothing runs. A panic that no request's own
+    /// guard caught (in a forward pass, which every running request shares) fails the running
+    /// requests and the scheduler goes on: the thread outlives any request.
     fn serve(&mut self, mut jobs: mpsc::Receiver<Request>) {
         loop {
-            if !self.intake(&mut jobs) {
-                return;
-            }
-            self.drop_cancelled();
-            if self.slots.iter().all(|s| s.task.is_none()) {
-                continue;
-            }
-            let result = catch_unwind(AssertUnwindSafe(|| self.pass()));
-            match result {
-                Ok(Ok(())) => {}
-                Ok(Err(msg)) => {
-                    tracing::error!("a forward pass failed: {msg}");
-                    self.fail_all(&msg)
-                }
+            match catch_unwind(AssertUnwindSafe(|| self.turn(&mut jobs))) {
+                Ok(true) => {}
+                Ok(false) => return,
                 Err(panic) => {
                     let what = panic_message(panic.as_ref());
-                    tracing::error!("a forward pass panicked: {what}");
+                    tracing::error!(
+                        "the scheduler panicked outside any one request's work: {what}"
+                    );
                     self.fail_all(&format!("internal error: {what}"));
+                    self.publish();
                 }
             }
+        }
+    }
+
+    /// Takes waiting jobs, ends what was cancelled or cut, and runs one pass; false once every
+    /// job sender is gone and nothing runs.
+    fn turn(&mut self, jobs: &mut mpsc::Receiver<Request>) -> bool {
+        if !self.intake(jobs) {
+            return false;
+        }
+        self.cut_if_stopping();
+        self.drop_cancelled();
+        if self.slots.iter().all(|s| s.task.is_none()) {
+            return true;
+        }
+        if let Err(msg) = self.pass() {
+            tracing::error!("a forward pass failed: {msg}");
+            self.fail_all(&msg);
+        }
+        self.publish();
+        true
+    }
+
+    /// At the end of a shutdown's drain: ends every running request as shutting down and logs
+    /// what each had done.
+    fn cut_if_stopping(&mut self) {
+        if !self.shared.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut cut = 0;
+        for slot in &mut self.slots {
+            let Some(task) = slot.task.take() else {
+                continue;
+            };
+            cut += 1;
+            let n_prompt = task.job.prompt.len();
+            tracing::warn!(
+                "shutdown: slot {} cut at its deadline after {} of {} prompt tokens and {} generated",
+                slot.id,
+                task.n_past.min(n_prompt),
+                n_prompt,
+                task.generated
+            );
+            let _ = task.job.events.send(Event::Failed(shutting_down()));
+        }
+        if cut > 0 {
             self.publish();
         }
     }
@@ -190,7 +231,20 @@ impl<'t> Scheduler<'t> {
                     let _ = reply.send(self.model.residency_stats().is_some());
                 }
                 Request::Slot(cmd) => {
-                    let result = self.slot_command(cmd.id, cmd.action);
+                    let id = cmd.id;
+                    let result =
+                        catch_unwind(AssertUnwindSafe(|| self.slot_command(id, cmd.action)))
+                            .unwrap_or_else(|panic| {
+                                let what = panic_message(panic.as_ref());
+                                tracing::error!("slot {id}: a slot action panicked: {what}");
+                                // Its state may be half-written.
+                                if let Some(slot) = self.slots.get_mut(id) {
+                                    slot.keep(0);
+                                }
+                                Err(format!("internal error: {what}"))
+                            });
+                    // /slots shows the action's effect by the time its answer is read.
+                    self.publish();
                     let _ = cmd.reply.send(result);
                 }
             }
@@ -226,7 +280,7 @@ impl<'t> Scheduler<'t> {
                     .read_slot(id as u32, tokens.len() as u32)
                     .map_err(|e| e.to_string())?;
                 let file = SlotFile {
-                    identity: self.identity.clone(),
+                    identity: self.identity().to_owned(),
                     tokens,
                     parts,
                 };
@@ -239,7 +293,7 @@ impl<'t> Scheduler<'t> {
             }
             SlotAction::Restore(path) => {
                 let (file, n_bytes) =
-                    SlotFile::read(&path, &self.identity).map_err(|e| e.to_string())?;
+                    SlotFile::read(&path, self.identity()).map_err(|e| e.to_string())?;
                 if file.tokens.len() >= self.cfg.n_ctx_slot {
                     return Err(format!(
                         "the saved slot holds {} tokens; a slot's context here holds {}",
@@ -277,33 +331,60 @@ impl<'t> Scheduler<'t> {
     }
 
     /// Starts `job` in the slot it asked for, or the free slot whose cache shares the longest
-    /// prefix with its prompt (the least recently used among equals).
+    /// prefix with its prompt (the least recently used among equals). A panic while the request
+    /// is set up fails that request alone and forgets its slot's cache (which it may have
+    /// half-written).
     fn assign(&mut self, job: Job) {
         if job.events.is_closed() {
             return;
         }
-        if job.prompt.is_empty() || job.prompt.len() >= self.cfg.n_ctx_slot {
-            let _ = job.events.send(Event::Failed(format!(
-                "the prompt has {} tokens; a slot's context holds {}",
-                job.prompt.len(),
-                self.cfg.n_ctx_slot
+        let id = match self.choose(&job) {
+            Ok(id) => id,
+            Err(failure) => {
+                let _ = job.events.send(Event::Failed(failure));
+                return;
+            }
+        };
+        let events = job.events.clone();
+        if let Err(panic) = catch_unwind(AssertUnwindSafe(|| self.start(id, job))) {
+            let what = panic_message(panic.as_ref());
+            tracing::error!("slot {id}: setting up a request panicked: {what}");
+            let slot = &mut self.slots[id];
+            slot.task = None;
+            slot.keep(0);
+            let _ = events.send(Event::Failed(Failure::new(
+                FailureKind::Internal,
+                format!("internal error: {what}"),
             )));
-            return;
+        }
+    }
+
+    /// The slot `job` goes to, or why it cannot run.
+    fn choose(&self, job: &Job) -> Result<usize, Failure> {
+        if self.shared.stop.load(Ordering::Relaxed) {
+            return Err(shutting_down());
+        }
+        if job.prompt.is_empty() || job.prompt.len() >= self.cfg.n_ctx_slot {
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                format!(
+                    "the prompt has {} tokens; a slot's context holds {}",
+                    job.prompt.len(),
+                    self.cfg.n_ctx_slot
+                ),
+            ));
         }
         let free = |s: &&Slot| s.task.is_none();
         let chosen = match job.id_slot {
             Some(id) => match self.slots.get(id) {
                 Some(s) if s.task.is_none() => Some(id),
-                Some(_) => {
-                    // Asked-for slot busy: any free slot instead, as llama-server does.
-                    self.slots.iter().find(free).map(|s| s.id)
-                }
+                // Asked-for slot busy: any free slot instead, as llama-server does.
+                Some(_) => self.slots.iter().find(free).map(|s| s.id),
                 None => {
-                    let _ = job.events.send(Event::Failed(format!(
-                        "id_slot {id} does not exist ({} slots)",
-                        self.slots.len()
-                    )));
-                    return;
+                    return Err(Failure::new(
+                        FailureKind::Invalid,
+                        format!("id_slot {id} does not exist ({} slots)", self.slots.len()),
+                    ))
                 }
             },
             None => self
@@ -320,17 +401,23 @@ impl<'t> Scheduler<'t> {
                 })
                 .map(|s| s.id),
         };
-        let Some(id) = chosen else {
-            let _ = job.events.send(Event::Failed("no slot is free".into()));
-            return;
-        };
+        chosen.ok_or_else(|| Failure::new(FailureKind::Internal, "no slot is free"))
+    }
+
+    /// Runs `job` in free slot `id`: its prefix kept or restored, its sampler primed with the
+    /// prompt.
+    fn start(&mut self, id: usize, job: Job) {
         self.clock += 1;
         self.slots[id].last_used = self.clock;
         // The prompt's time includes restoring a saved prefix.
         let started = Instant::now();
         let keep = self.prepare_slot(id, &job.prompt, job.params.cache_prompt);
         let slot = &mut self.slots[id];
-        let mut sampler = Sampler::new(job.params.sampler, self.n_vocab);
+        // The penalty window never holds more than a slot's context: a longer one (a client's
+        // -1 read as "all") is the whole context, not an allocation of its length.
+        let mut params = job.params.sampler;
+        params.penalty_last_n = params.penalty_last_n.min(self.cfg.n_ctx_slot);
+        let mut sampler = Sampler::new(params, self.n_vocab);
         for &t in &job.prompt {
             sampler.accept(t);
         }
@@ -354,6 +441,7 @@ impl<'t> Scheduler<'t> {
             next: None,
             started,
             first_token: None,
+            probs_scratch: Vec::new(),
         });
     }
 
@@ -457,6 +545,11 @@ impl<'t> Scheduler<'t> {
         keep
     }
 
+    /// The model identity slot files carry.
+    fn identity(&mut self) -> &str {
+        self.identity.get_or_insert_with(|| self.model.identity())
+    }
+
     /// Slot `id`'s tokens and state, when there is a prompt cache that lacks them.
     fn capture(&self, id: usize) -> Option<SavedState> {
         let cache = self.cache.as_ref()?;
@@ -529,7 +622,8 @@ impl<'t> Scheduler<'t> {
     fn fail_all(&mut self, msg: &str) {
         for slot in &mut self.slots {
             if let Some(task) = slot.task.take() {
-                let _ = task.job.events.send(Event::Failed(msg.to_owned()));
+                let failure = Failure::new(FailureKind::Internal, msg);
+                let _ = task.job.events.send(Event::Failed(failure));
             }
             slot.keep(0);
         }
@@ -660,15 +754,20 @@ impl<'t> Scheduler<'t> {
             }
             let row = &logits[out * self.n_vocab..(out + 1) * self.n_vocab];
             out += 1;
-            let done = step(
-                id,
-                task,
-                row,
-                self.tok,
-                slot.cached.len(),
-                self.cfg.n_ctx_slot,
-                c,
-            );
+            let (tok, n_cached, n_ctx) = (self.tok, slot.cached.len(), self.cfg.n_ctx_slot);
+            // A panic in one request's sampling ends that request alone: the pass is done, so
+            // the slot's cache is whole.
+            let done = catch_unwind(AssertUnwindSafe(|| {
+                step(id, task, row, tok, n_cached, n_ctx, c)
+            }))
+            .unwrap_or_else(|panic| {
+                let what = panic_message(panic.as_ref());
+                tracing::error!("slot {id}: sampling a token panicked: {what}");
+                let failure =
+                    Failure::new(FailureKind::Internal, format!("internal error: {what}"));
+                let _ = task.job.events.send(Event::Failed(failure));
+                true
+            });
             if done {
                 slot.task = None;
             }
@@ -698,4 +797,9 @@ impl<'t> Scheduler<'t> {
             *g = views;
         }
     }
+}
+
+/// What a request cut or refused by a shutdown is told.
+fn shutting_down() -> Failure {
+    Failure::new(FailureKind::ShuttingDown, "the server is shutting down")
 }

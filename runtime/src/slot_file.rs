@@ -1,17 +1,25 @@
 //! The file `/slots/:id?action=save` writes and `restore` reads: a header naming the model it came
-//! from, the tokens the slot held, and the slot's state buffers. Every field is checked on read;
-//! a file of another model or a damaged one is refused with a named error.
+//! from, the tokens the slot held, the slot's state buffers and a SHA-256 of all of it. Every
+//! field is checked on read, the digest first (a flipped bit anywhere is refused, never restored);
+//! a file of another model or a damaged one is refused with a named error. Files are opened
+//! without following a symbolic link in their last component, for reading or for writing: a link
+//! placed in the slot folder cannot send a save or a restore elsewhere.
 //!
-//! Layout (little-endian): `BLOOMSLT`, version u32 (1), identity length u32 + UTF-8 identity,
-//! token count u32 + token ids u32, part count u32, then per part its length u64 + bytes.
+//! Layout (little-endian): `BLOOMSLT`, version u32 (2), identity length u32 + UTF-8 identity,
+//! token count u32 + token ids u32, part count u32, then per part its length u64 + bytes, then the
+//! SHA-256 of every byte before it.
 
+use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 const MAGIC: &[u8; 8] = b"BLOOMSLT";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+const DIGEST: usize = 32;
 
 /// Why a slot file was refused.
 #[derive(Debug, Error)]
@@ -23,6 +31,12 @@ pub enum SlotFileError {
         path: String,
         /// The cause.
         source: std::io::Error,
+    },
+    /// The name is a symbolic link, which slot files never follow.
+    #[error("slot file {path} is a symbolic link; slot files are read and written only in place")]
+    Link {
+        /// The file.
+        path: String,
     },
     /// Not a slot file, truncated or damaged.
     #[error("slot file {path} is not a valid bloomery slot file: {why}")]
@@ -55,6 +69,34 @@ pub struct SlotFile {
     pub parts: Vec<Vec<u8>>,
 }
 
+/// The error of opening `path`: a symbolic link is named as one.
+fn open_error(path: &Path, source: std::io::Error) -> SlotFileError {
+    let shown = path.display().to_string();
+    if source.raw_os_error() == Some(libc::ELOOP) {
+        SlotFileError::Link { path: shown }
+    } else {
+        SlotFileError::Io {
+            path: shown,
+            source,
+        }
+    }
+}
+
+/// Writes bytes to a file and to the digest.
+struct Hashed {
+    file: File,
+    digest: Sha256,
+    n: u64,
+}
+
+impl Hashed {
+    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.digest.update(bytes);
+        self.n += bytes.len() as u64;
+        self.file.write_all(bytes)
+    }
+}
+
 impl SlotFile {
     /// Writes the file; returns the bytes written.
     pub fn write(&self, path: &Path) -> Result<u64, SlotFileError> {
@@ -62,26 +104,37 @@ impl SlotFile {
             path: path.display().to_string(),
             source,
         };
-        let mut buf = Vec::new();
-        buf.extend_from_slice(MAGIC);
-        buf.extend_from_slice(&VERSION.to_le_bytes());
-        buf.extend_from_slice(&(self.identity.len() as u32).to_le_bytes());
-        buf.extend_from_slice(self.identity.as_bytes());
-        buf.extend_from_slice(&(self.tokens.len() as u32).to_le_bytes());
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|e| open_error(path, e))?;
+        let mut head = Vec::new();
+        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(&VERSION.to_le_bytes());
+        head.extend_from_slice(&(self.identity.len() as u32).to_le_bytes());
+        head.extend_from_slice(self.identity.as_bytes());
+        head.extend_from_slice(&(self.tokens.len() as u32).to_le_bytes());
         for t in &self.tokens {
-            buf.extend_from_slice(&t.to_le_bytes());
+            head.extend_from_slice(&t.to_le_bytes());
         }
-        buf.extend_from_slice(&(self.parts.len() as u32).to_le_bytes());
-        let mut f = std::fs::File::create(path).map_err(io)?;
-        f.write_all(&buf).map_err(io)?;
-        let mut n = buf.len() as u64;
+        head.extend_from_slice(&(self.parts.len() as u32).to_le_bytes());
+        let mut out = Hashed {
+            file,
+            digest: Sha256::new(),
+            n: 0,
+        };
+        out.put(&head).map_err(io)?;
         for p in &self.parts {
-            f.write_all(&(p.len() as u64).to_le_bytes()).map_err(io)?;
-            f.write_all(p).map_err(io)?;
-            n += 8 + p.len() as u64;
+            out.put(&(p.len() as u64).to_le_bytes()).map_err(io)?;
+            out.put(p).map_err(io)?;
         }
-        f.flush().map_err(io)?;
-        Ok(n)
+        let digest = out.digest.finalize();
+        out.file.write_all(&digest).map_err(io)?;
+        out.file.flush().map_err(io)?;
+        Ok(out.n + DIGEST as u64)
     }
 
     /// Reads and checks a file against the running model's `identity`; returns it and the
@@ -89,8 +142,12 @@ impl SlotFile {
     pub fn read(path: &Path, identity: &str) -> Result<(SlotFile, u64), SlotFileError> {
         let shown = path.display().to_string();
         let mut bytes = Vec::new();
-        std::fs::File::open(path)
-            .and_then(|mut f| f.read_to_end(&mut bytes))
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|e| open_error(path, e))?
+            .read_to_end(&mut bytes)
             .map_err(|source| SlotFileError::Io {
                 path: shown.clone(),
                 source,
@@ -110,6 +167,20 @@ impl SlotFile {
         if version != VERSION {
             return Err(corrupt(&format!("version {version}, expected {VERSION}")));
         }
+        let body = bytes
+            .len()
+            .checked_sub(DIGEST)
+            .filter(|&n| n >= r.at)
+            .ok_or_else(|| corrupt("too short for its digest"))?;
+        if Sha256::digest(&bytes[..body])[..] != bytes[body..] {
+            return Err(corrupt(
+                "its SHA-256 does not match its contents (damaged or cut short)",
+            ));
+        }
+        let mut r = Reader {
+            b: &bytes[..body],
+            at: r.at,
+        };
         let n = r.u32().ok_or_else(|| corrupt("truncated header"))? as usize;
         let saved = r
             .take(n)
@@ -124,7 +195,7 @@ impl SlotFile {
             });
         }
         let n_tokens = r.u32().ok_or_else(|| corrupt("truncated token count"))? as usize;
-        if n_tokens > (bytes.len() - r.at) / 4 {
+        if n_tokens > (body - r.at) / 4 {
             return Err(corrupt("token count larger than the file"));
         }
         let tokens = (0..n_tokens)
@@ -143,7 +214,7 @@ impl SlotFile {
                 .ok_or_else(|| corrupt(&format!("part {i} is cut short")))?;
             parts.push(p.to_vec());
         }
-        if r.at != bytes.len() {
+        if r.at != body {
             return Err(corrupt("trailing bytes after the last part"));
         }
         let n = bytes.len() as u64;
@@ -222,5 +293,35 @@ mod tests {
         let e = SlotFile::read(&path, "gemma3 7 tensors ffff").unwrap_err();
         assert!(matches!(e, SlotFileError::OtherModel { .. }));
         assert!(e.to_string().contains("gemma3") && e.to_string().contains("qwen3moe"));
+    }
+
+    #[test]
+    fn a_flipped_bit_anywhere_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.bin");
+        sample().write(&path).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        for at in 0..bytes.len() {
+            let mut flipped = bytes.clone();
+            flipped[at] ^= 0x10;
+            std::fs::write(&path, &flipped).unwrap();
+            let e = SlotFile::read(&path, &sample().identity).unwrap_err();
+            assert!(matches!(e, SlotFileError::Corrupt { .. }), "byte {at}: {e}");
+        }
+    }
+
+    #[test]
+    fn symbolic_links_are_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real.bin");
+        sample().write(&real).unwrap();
+        let before = std::fs::read(&real).unwrap();
+        let link = dir.path().join("link.bin");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let e = SlotFile::read(&link, &sample().identity).unwrap_err();
+        assert!(matches!(e, SlotFileError::Link { .. }), "{e}");
+        let e = sample().write(&link).unwrap_err();
+        assert!(matches!(e, SlotFileError::Link { .. }), "{e}");
+        assert_eq!(std::fs::read(&real).unwrap(), before);
     }
 }

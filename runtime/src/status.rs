@@ -1,7 +1,7 @@
 //! What the scheduler publishes while it runs: each slot's view (`/slots`) and the counters
 //! (`/metrics`).
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Mutex;
 
 /// What `/slots` shows of one slot.
@@ -68,8 +68,12 @@ pub struct Counters {
 
 /// What front ends share with the scheduler thread.
 pub struct Shared {
-    /// Per-slot state, refreshed after every pass.
+    /// Per-slot state, refreshed after every pass and every slot operation.
     pub slots: Mutex<Vec<SlotView>>,
     /// Counters.
     pub counters: Counters,
+    /// Set by a front end when a shutdown's drain ends: from its next turn on, the scheduler
+    /// ends every running request and refuses every new one as shutting down, logging each
+    /// request it cuts.
+    pub stop: AtomicBool,
 }

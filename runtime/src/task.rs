@@ -23,4 +23,7 @@ pub(crate) struct Task<'t> {
     pub(crate) next: Option<u32>,
     pub(crate) started: Instant,
     pub(crate) first_token: Option<Instant>,
+    /// The vocabulary's ids and logits, reused to select each token's most likely
+    /// alternatives (empty unless the request asks for probabilities).
+    pub(crate) probs_scratch: Vec<(u32, f32)>,
 }

@@ -11,24 +11,27 @@ use crate::request::{Event, Finish, Piece, StopType, TokenProbs};
 use crate::status::Counters;
 use crate::task::Task;
 
-/// Natural-log softmax of `logits`: the log-probability of `id` and the `n` best tokens.
-fn log_probs(logits: &[f32], id: u32, n: usize) -> TokenProbs {
+/// Natural-log softmax of `logits`: the log-probability of `id` and the `n` best tokens (at most
+/// the whole vocabulary, as llama-server caps it), in no particular order. One pass for the
+/// softmax and one selection over `scratch` (the vocabulary's ids and logits, reused across the
+/// request's tokens): linear in the vocabulary whatever `n`, so a request asking for every
+/// token's probability costs the shared pass no more than its sampler does; ranking is left to
+/// the request's own thread.
+fn log_probs(logits: &[f32], id: u32, n: usize, scratch: &mut Vec<(u32, f32)>) -> TokenProbs {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
     let lse = max + sum.ln() as f32;
-    let mut top: Vec<(u32, f32)> = Vec::with_capacity(n + 1);
-    for (i, &l) in logits.iter().enumerate() {
-        if top.len() < n || top.last().is_some_and(|t| l > t.1) {
-            let at = top.partition_point(|t| t.1 >= l);
-            top.insert(at, (i as u32, l));
-            top.truncate(n);
-        }
+    let n = n.min(logits.len());
+    scratch.clear();
+    scratch.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+    if n > 0 && n < scratch.len() {
+        scratch.select_nth_unstable_by(n - 1, |a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     }
     TokenProbs {
         logprob: logits
             .get(id as usize)
             .map_or(f32::NEG_INFINITY, |l| l - lse),
-        top: top.into_iter().map(|(i, l)| (i, l - lse)).collect(),
+        top: scratch[..n].iter().map(|&(i, l)| (i, l - lse)).collect(),
     }
 }
 
@@ -66,7 +69,8 @@ pub(crate) fn step(
     task.sampler.accept(id);
     task.generated += 1;
     c.predicted_tokens.fetch_add(1, Ordering::Relaxed);
-    let probs = (task.job.params.n_probs > 0).then(|| log_probs(row, id, task.job.params.n_probs));
+    let n_probs = task.job.params.n_probs;
+    let probs = (n_probs > 0).then(|| log_probs(row, id, n_probs, &mut task.probs_scratch));
     let finish = |task: &Task<'_>, stop_type: StopType, word: String, truncated: bool| Finish {
         stop_type,
         stopping_word: word,
@@ -139,4 +143,24 @@ pub(crate) fn step(
     }
     task.next = Some(id);
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_probs_select_the_best_tokens_and_cap_at_the_vocabulary() {
+        let logits = [0.5f32, 3.0, -1.0, 3.0, 2.0];
+        let mut scratch = Vec::new();
+        let p = log_probs(&logits, 4, 3, &mut scratch);
+        let lse = logits.iter().map(|&l| f64::from(l).exp()).sum::<f64>().ln() as f32;
+        assert!((p.logprob - (2.0 - lse)).abs() < 1e-5);
+        let ids: Vec<u32> = p.ranked().iter().map(|t| t.0).collect();
+        assert_eq!(ids, vec![1, 3, 4]);
+        // Asking for more than the vocabulary (2^62 here) gives the whole vocabulary, ranked.
+        let all = log_probs(&logits, 0, 1 << 62, &mut scratch);
+        let ids: Vec<u32> = all.ranked().iter().map(|t| t.0).collect();
+        assert_eq!(ids, vec![1, 3, 4, 0, 2]);
+    }
 }

@@ -119,3 +119,44 @@ def tiny(tiny_path):
     s = Server(tiny_path, "-c", "4096", "-np", "4", "--chat-template-file", str(QWEN3_TEMPLATE), "--metrics")
     yield s
     s.stop()
+
+
+class Tally:
+    """Counts for the hostile suites, printed at the end of the run: requests tried, those
+    answered with a named error (llama-server's JSON error shape with a message), crashes (the
+    server process gone) and stalls (a request, or the normal request after a case, that took
+    longer than its bound)."""
+
+    def __init__(self):
+        self.tried = self.normal = self.named = self.crashes = self.stalls = 0
+
+    def note(self, server, r=None, elapsed=0.0, bound=None, normal=False):
+        """Counts one request (its response `r`, or None when it got none) sent to `server`; a
+        `normal` one is the check after a case."""
+        if normal:
+            self.normal += 1
+        else:
+            self.tried += 1
+        if r is not None and r.status_code >= 400:
+            try:
+                e = r.json()["error"]
+                if e["code"] == r.status_code and e["type"] and e["message"]:
+                    self.named += 1
+            except (ValueError, KeyError, TypeError):
+                pass
+        if server is not None and server.proc.poll() is not None:
+            self.crashes += 1
+        if bound is not None and elapsed > bound:
+            self.stalls += 1
+
+    def line(self):
+        return (f"hostile requests: {self.tried} tried, {self.named} answered with a named error, "
+                f"{self.normal} normal requests after them, {self.crashes} crashes, {self.stalls} stalls")
+
+
+TALLY = Tally()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if TALLY.tried:
+        terminalreporter.write_line(TALLY.line())

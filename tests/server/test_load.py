@@ -70,3 +70,41 @@ def test_eight_clients_with_disconnects_leave_every_slot_idle_without_memory_gro
     growth = tiny.rss_kib() - rss_after_first
     assert growth < 20 * 1024, f"RSS grew by {growth} KiB over 160 requests"
     assert tiny.post("/completion", {"prompt": "x", "n_predict": 2}).status_code == 200
+
+
+def test_24_clients_with_a_third_disconnecting_end_idle_within_the_cache_budget(tiny_path):
+    """24 clients × 10 streams, every third one dropped after its first frames: every stream
+    ends, every slot is idle afterwards, and resident memory is back within what the prompt
+    cache may hold (its budget) over where it stood after a warm-up round."""
+    import time
+    from conftest import Server
+    budget_mib = 16
+    s = Server(tiny_path, "-c", "4096", "-np", "4", "--cache-ram", str(budget_mib), "--metrics")
+    try:
+        def round_(n_requests):
+            with concurrent.futures.ThreadPoolExecutor(24) as ex:
+                return list(ex.map(lambda c: one_client(s.url, 100 + c, n_requests), range(24)))
+
+        def idle():
+            for _ in range(200):
+                if not any(v["is_processing"] for v in s.get("/slots").json()):
+                    return True
+                time.sleep(0.05)
+            return False
+
+        round_(2)
+        assert idle()
+        rss_warm = s.rss_kib()
+        results = round_(10)
+        done, cancelled = sum(d for d, _ in results), sum(c for _, c in results)
+        assert done + cancelled == 240 and cancelled == 80, (done, cancelled)
+        assert idle(), s.get("/slots").json()
+        metrics = s.get("/metrics").text
+        held = next(float(line.split()[1]) for line in metrics.splitlines()
+                    if line.startswith("llamacpp:prompt_cache_bytes "))
+        assert held <= budget_mib << 20
+        growth = s.rss_kib() - rss_warm
+        assert growth <= (budget_mib + 16) * 1024, f"RSS grew by {growth} KiB; the cache may hold {budget_mib} MiB"
+        assert s.post("/completion", {"prompt": "x", "n_predict": 2}).status_code == 200
+    finally:
+        s.stop()

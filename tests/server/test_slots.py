@@ -45,3 +45,46 @@ def test_restore_refuses_corrupt_files_other_models_and_bad_names(tiny_path, gem
         assert s.post("/completion", {"prompt": "still fine", "n_predict": 2}).status_code == 200
     finally:
         s.stop()
+
+
+def test_restore_refuses_a_flipped_bit_a_link_and_weights_of_the_same_shape(tiny_path, tmp_path):
+    from conftest import TALLY, run_cli
+    slots = tmp_path / "slots"
+    slots.mkdir()
+    s = Server(tiny_path, "-c", "1024", "-np", "2", "--slot-save-path", str(slots))
+
+    def ask(server, path, body):
+        r = server.post(path, body)
+        TALLY.note(server, r)
+        return r
+
+    try:
+        s.post("/completion", {"prompt": list(range(20, 60)), "n_predict": 3, "temperature": 0, "id_slot": 0})
+        assert s.post("/slots/0?action=save", {"filename": "a.bin"}).status_code == 200
+        data = bytearray((slots / "a.bin").read_bytes())
+        data[len(data) // 2] ^= 0x04  # one bit of the saved state
+        (slots / "flipped.bin").write_bytes(data)
+        r = ask(s, "/slots/1?action=restore", {"filename": "flipped.bin"})
+        assert r.status_code == 400 and "SHA-256" in r.json()["error"]["message"], r.text
+        (slots / "link.bin").symlink_to(slots / "a.bin")
+        r = ask(s, "/slots/1?action=restore", {"filename": "link.bin"})
+        assert r.status_code == 400 and "symbolic link" in r.json()["error"]["message"], r.text
+        outside = tmp_path / "outside.txt"
+        outside.write_text("keep me")
+        (slots / "out.bin").symlink_to(outside)
+        r = ask(s, "/slots/0?action=save", {"filename": "out.bin"})
+        assert r.status_code == 400 and outside.read_text() == "keep me", r.text
+        assert s.post("/slots/1?action=restore", {"filename": "a.bin"}).status_code == 200
+    finally:
+        s.stop()
+    # The same shapes, other weights: a fine-tune's slot file is not this model's.
+    other = tmp_path / "seed8.gguf"
+    rc, out = run_cli("synth", "--arch", "qwen3moe", "--preset", "tiny", "--seed", "8", "-o", str(other))
+    assert rc == 0, out
+    o = Server(other, "-c", "512", "--slot-save-path", str(slots))
+    try:
+        r = ask(o, "/slots/0?action=restore", {"filename": "a.bin"})
+        assert r.status_code == 400 and "saved from another model" in r.json()["error"]["message"], r.text
+        assert o.post("/completion", {"prompt": "still fine", "n_predict": 2}).status_code == 200
+    finally:
+        o.stop()

@@ -20,6 +20,9 @@ pub struct Tokenizer {
     specials: SpecialMatcher,
     /// Bytes of each token when shown; control and unknown tokens hold their text here.
     pieces: Vec<Vec<u8>>,
+    /// The most bytes of input text one token stands for (`None` when some byte maps to no
+    /// token, so text can vanish).
+    max_token_bytes: Option<usize>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -46,6 +49,7 @@ impl Tokenizer {
             VocabKind::SentencePiece => Encoder::SentencePiece,
         };
         let pieces = build_pieces(&vocab);
+        let max_token_bytes = max_token_bytes(&vocab, &pieces);
         let specials = SpecialMatcher::new(&vocab);
         tracing::info!(
             kind = ?vocab.kind,
@@ -61,6 +65,7 @@ impl Tokenizer {
             encoder,
             specials,
             pieces,
+            max_token_bytes,
         })
     }
 
@@ -132,6 +137,14 @@ impl Tokenizer {
         String::from_utf8_lossy(&bytes).into_owned()
     }
 
+    /// The most bytes of input text one token of [`Tokenizer::encode`] stands for, so a text of
+    /// `n` bytes gives at least `n / max` tokens (a bound a server checks before tokenizing a
+    /// prompt that cannot fit its context). `None` when some byte has no token at all (neither
+    /// its own nor an unknown token), so that text can vanish and no such bound holds.
+    pub fn max_token_bytes(&self) -> Option<usize> {
+        self.max_token_bytes
+    }
+
     /// Number of tokens in the vocabulary.
     pub fn vocab_size(&self) -> usize {
         self.vocab.len()
@@ -183,6 +196,32 @@ impl Tokenizer {
         v.sort_unstable();
         v
     }
+}
+
+/// The most bytes of input one token stands for: its text (special tokens, SentencePiece's
+/// `▁`) or its bytes, whichever is longer; `None` unless every byte has a token (byte-level BPE
+/// holds a token for each byte's character; SentencePiece falls back to `<0xXX>` tokens or the
+/// unknown token).
+fn max_token_bytes(vocab: &Vocab, pieces: &[Vec<u8>]) -> Option<usize> {
+    let covered = match vocab.kind {
+        VocabKind::BytePairBpe => crate::bpe::byte_to_char()
+            .iter()
+            .all(|c| vocab.ids.contains_key(&c.to_string())),
+        VocabKind::SentencePiece => {
+            vocab.special.unk.is_some()
+                || (0..=255u8).all(|b| vocab.ids.contains_key(&format!("<0x{b:02X}>")))
+        }
+    };
+    covered.then(|| {
+        vocab
+            .tokens
+            .iter()
+            .zip(pieces)
+            .map(|(text, piece)| text.len().max(piece.len()))
+            .max()
+            .unwrap_or(0)
+            .max(1)
+    })
 }
 
 /// Precomputes every token's bytes (empty for unused tokens): byte-level decoding for BPE, `▁` to space and `<0xXX>` to the byte
@@ -286,6 +325,21 @@ mod tests {
         assert_eq!(tok.token_to_piece(u32::from(b' '), true), b" ");
         assert_eq!(tok.token_to_piece(99_999, true), b"");
         assert_eq!(tok.vocab_size(), 263);
+    }
+
+    #[test]
+    fn no_token_stands_for_more_input_than_the_bound() {
+        let tok = Tokenizer::from_spec(&toy_spec()).unwrap();
+        // `<|im_start|>` is the longest text; every byte has its own token.
+        assert_eq!(tok.max_token_bytes(), Some(12));
+        let text = "hello hello<|im_start|>hellohello";
+        let n = tok.encode(text, false, true).unwrap().len();
+        assert!(n >= text.len().div_ceil(12), "{n} tokens");
+        // Without a token for byte 0x00, that byte vanishes and no bound holds.
+        let mut spec = toy_spec();
+        spec.tokens[0] = "[GONE]".into();
+        let tok = Tokenizer::from_spec(&spec).unwrap();
+        assert_eq!(tok.max_token_bytes(), None);
     }
 
     #[test]

@@ -9,8 +9,8 @@ use bloomery_plugin_api::kernel::DeviceClass;
 
 use super::Cli;
 use bloomery_devices::Registry;
+use bloomery_exec::instantiate;
 use bloomery_exec::support::missing_kernels;
-use bloomery_exec::view::file_view;
 
 /// Prints the report.
 pub fn run(cli: &Cli, model: &Path) -> anyhow::Result<()> {
@@ -140,7 +140,8 @@ fn describe_support(out: &mut String, reg: &Registry, file: &GgufModel) {
             return;
         }
     };
-    let instance = match plugin.module.load()(&file_view(file)).into_result() {
+    let shown = file.parts()[0].path().display().to_string();
+    let instance = match instantiate(plugin, file, &arch, &shown) {
         Ok(i) => i,
         Err(e) => {
             let _ = writeln!(out, "  model: `{}` refuses the file: {e}", plugin.name);

@@ -256,6 +256,24 @@ pub struct ServeArgs {
     /// Requests that may wait for a slot; more are answered 503 with Retry-After.
     #[arg(long = "queue-depth", default_value_t = 64)]
     pub queue_depth: usize,
+    /// Seconds a client may take to send a request's body, and that a response write may stall
+    /// (the client not reading), before its connection is closed (llama-server's read/write
+    /// timeout).
+    #[arg(long = "timeout", default_value_t = 3600, env = "LLAMA_ARG_TIMEOUT")]
+    pub timeout: u64,
+    /// Seconds a connection may stay idle between requests, and a client may take to send a
+    /// request's headers, before it is closed.
+    #[arg(long = "idle-timeout", default_value_t = 5)]
+    pub idle_timeout: u64,
+    /// Threads for the CPU work of requests (reading JSON, tokenizing, chat templates,
+    /// probability tables), off the threads that answer HTTP; -1: the larger of --parallel + 4
+    /// and the cores less one, as llama-server sizes its HTTP threads.
+    #[arg(long = "threads-http", default_value_t = -1, allow_negative_numbers = true, env = "LLAMA_ARG_THREADS_HTTP")]
+    pub threads_http: i32,
+    /// Seconds SIGTERM or SIGINT lets running requests finish before each is cut (a stream
+    /// ends with an error frame, and the log names what was cut); a second signal exits at once.
+    #[arg(long = "shutdown-timeout", default_value_t = 5)]
+    pub shutdown_timeout: u64,
 }
 
 /// How `<think>` spans are returned.
@@ -273,6 +291,17 @@ impl ServeArgs {
     /// The most rows a prompt pass evaluates: the smaller of `-b` and `-ub`, at least one.
     pub fn n_batch(&self) -> u32 {
         crate::flags::placement::pass_rows(self.batch_size, self.ubatch_size)
+    }
+
+    /// Threads for requests' CPU work: `--threads-http`, or llama-server's default for -1.
+    pub fn threads_http(&self) -> usize {
+        match usize::try_from(self.threads_http) {
+            Ok(n) => n,
+            Err(_) => {
+                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                (self.n_slots() as usize + 4).max(cores.saturating_sub(1))
+            }
+        }
     }
 
     /// Slots in force.
@@ -410,6 +439,15 @@ impl ServeArgs {
         if self.defrag_thold.is_some() {
             tracing::warn!(
                 "DEPRECATED: --defrag-thold is deprecated and no longer necessary to specify"
+            );
+        }
+        if self.timeout == 0 || self.idle_timeout == 0 {
+            bail!("-to/--timeout and --idle-timeout are seconds, at least 1");
+        }
+        if self.threads_http == 0 || self.threads_http < -1 {
+            bail!(
+                "--threads-http {}: a number of threads, or -1 for the default",
+                self.threads_http
             );
         }
         self.reasoning()?;

@@ -14,6 +14,7 @@ const MULTI_LETTER_SHORT: &[(&str, &str)] = &[
     ("-ncmoe", "--n-cpu-moe"),
     ("-ot", "--override-tensor"),
     ("-cram", "--cache-ram"),
+    ("-to", "--timeout"),
 ];
 
 /// The command line with llama.cpp's multi-letter short flags (`-np 4`, `-ngl=99`) after the

@@ -1,6 +1,8 @@
 //! Anthropic routes: /v1/messages (whole or as the `message_start` … `message_stop` event
 //! sequence) and /v1/messages/count_tokens.
 
+use std::sync::Arc;
+
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
@@ -11,11 +13,11 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::chat::{self, Delta, DeltaSplitter};
 use super::error::ApiError;
 use super::gen::{collect, event_stream, random_id, sse_event, submit};
-use super::native::ok;
+use super::native::{id_slot, ok};
 use super::openai::{prepare_chat, ChatJob};
 use super::params::{gen_params, Fields};
 use super::{parse_body, AppRef};
-use bloomery_runtime::request::{Event, Finish, StopType};
+use bloomery_runtime::request::{Event, FailureKind, Finish, StopType};
 
 fn stop_reason(f: &Finish, tool_use: bool) -> &'static str {
     if tool_use {
@@ -40,15 +42,30 @@ fn tool_input(arguments: &str) -> Value {
     serde_json::from_str(arguments).unwrap_or_else(|_| json!({}))
 }
 
-/// The chat of an Anthropic body, rendered.
+/// The chat of an Anthropic body, rendered (`to_run`: see [`prepare_chat`]).
 fn prepare(
     state: &super::AppState,
     ready: &super::Ready,
     f: &Fields<'_>,
+    to_run: bool,
 ) -> Result<ChatJob, ApiError> {
     let (messages, tools) = chat::anthropic_to_openai(f.0)?;
     let messages = chat::openai_messages(&messages)?;
-    prepare_chat(state, ready, f, &messages, tools.as_ref())
+    prepare_chat(state, ready, f, &messages, tools.as_ref(), to_run)
+}
+
+/// The body and its rendered chat, worked out on the CPU pool.
+async fn prepared(state: &AppRef, body: Bytes, to_run: bool) -> Result<(Value, ChatJob), ApiError> {
+    let ready = state.ready()?;
+    let st = Arc::clone(state);
+    state
+        .cpu
+        .run(move || {
+            let body = parse_body(&body)?;
+            let job = prepare(&st, &ready, &Fields::of(&body)?, to_run)?;
+            Ok((body, job))
+        })
+        .await
 }
 
 /// POST /v1/messages/count_tokens.
@@ -56,19 +73,15 @@ pub async fn count_tokens(
     State(state): State<AppRef>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let ready = state.ready()?;
-    let body = parse_body(&body)?;
-    let f = Fields::of(&body)?;
-    let job = prepare(&state, &ready, &f)?;
+    let (_, job) = prepared(&state, body, false).await?;
     Ok(Json(json!({ "input_tokens": job.prompt.tokens.len() })))
 }
 
 /// POST /v1/messages.
 pub async fn messages(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
     let ready = state.ready()?;
-    let body = parse_body(&body)?;
+    let (body, job) = prepared(&state, body, true).await?;
     let f = Fields::of(&body)?;
-    let job = prepare(&state, &ready, &f)?;
     let mut params = gen_params(&f, &ready.defaults, 0)?;
     if f.get("max_tokens").is_none() {
         params.n_predict = Some(4096);
@@ -77,7 +90,8 @@ pub async fn messages(State(state): State<AppRef>, body: Bytes) -> Result<Respon
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
     let n_prompt = job.prompt.tokens.len();
-    let rx = submit(&ready, job.prompt.tokens.clone(), params, None)?;
+    let slot = id_slot(&f, ready.n_slots)?;
+    let rx = submit(&ready, job.prompt.tokens.clone(), params, slot)?;
     if f.bool("stream")?.unwrap_or(false) {
         return Ok(stream_messages(job, model, n_prompt, rx));
     }
@@ -197,10 +211,14 @@ fn stream_messages(
             out.extend_from_slice(&sse_event("message_stop", &json!({"type": "message_stop"})));
             true
         }
-        Event::Failed(msg) => {
+        Event::Failed(failure) => {
+            let kind = match failure.kind {
+                FailureKind::Invalid => "invalid_request_error",
+                FailureKind::ShuttingDown | FailureKind::Internal => "api_error",
+            };
             out.extend_from_slice(&sse_event(
                 "error",
-                &json!({"type": "error", "error": {"type": "api_error", "message": msg}}),
+                &json!({"type": "error", "error": {"type": kind, "message": failure.message}}),
             ));
             true
         }

@@ -7,6 +7,7 @@ use bloomery_text::{ChatRequest, ChatTemplate, TemplateValue, Tokenizer};
 use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
+use super::params::Fields;
 use crate::flags::serve::ReasoningFormat;
 
 const THINK_OPEN: &str = "<think>";
@@ -62,6 +63,12 @@ pub fn openai_messages(messages: &Value) -> Result<Value, ApiError> {
             .get("role")
             .and_then(Value::as_str)
             .ok_or_else(|| ApiError::invalid(format!("messages[{i}] needs a \"role\" string")))?;
+        if !obj.contains_key("content") && !obj.contains_key("tool_calls") {
+            // As llama-server refuses it (`content: null` is an empty message).
+            return Err(ApiError::invalid(format!(
+                "messages[{i}] needs \"content\" or \"tool_calls\""
+            )));
+        }
         let mut msg = Map::new();
         msg.insert("role".into(), json!(role));
         let content = content_text(
@@ -200,6 +207,68 @@ pub fn anthropic_to_openai(body: &Map<String, Value>) -> Result<(Value, Option<V
     Ok((Value::Array(out), tools))
 }
 
+/// The offered `tools` (OpenAI-shaped), checked whatever the template makes of them: an array
+/// of `{"type": "function", "function": {"name": …}}` with an optional string `description`
+/// and object `parameters`. `None` when absent or empty.
+pub fn tools(v: Option<&Value>) -> Result<Option<&Value>, ApiError> {
+    let list = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(list)) => list,
+        Some(_) => return Err(ApiError::invalid("\"tools\" must be an array")),
+    };
+    for (i, t) in list.iter().enumerate() {
+        let bad = |why: &str| ApiError::invalid(format!("tools[{i}]: {why}"));
+        if t.get("type").and_then(Value::as_str) != Some("function") {
+            return Err(bad("\"type\" must be \"function\""));
+        }
+        let f = t
+            .get("function")
+            .and_then(Value::as_object)
+            .ok_or_else(|| bad("\"function\" must be an object"))?;
+        if f.get("name")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            return Err(bad("\"function.name\" must be a non-empty string"));
+        }
+        if f.get("description")
+            .is_some_and(|d| !d.is_string() && !d.is_null())
+        {
+            return Err(bad("\"function.description\" must be a string"));
+        }
+        if f.get("parameters")
+            .is_some_and(|p| !p.is_object() && !p.is_null())
+        {
+            return Err(bad("\"function.parameters\" must be a JSON schema object"));
+        }
+    }
+    Ok(v.filter(|_| !list.is_empty()))
+}
+
+/// Variables the template receives from the request's own fields, which
+/// `chat_template_kwargs` may not replace.
+const RESERVED_KWARGS: &[&str] = &["messages", "tools", "add_generation_prompt"];
+
+/// `chat_template_kwargs`: an object of extra template variables, none of them one the request
+/// sets through its own fields.
+pub fn template_kwargs(f: &Fields<'_>) -> Result<Map<String, Value>, ApiError> {
+    let kwargs = match f.get("chat_template_kwargs") {
+        None => return Ok(Map::new()),
+        Some(Value::Object(m)) => m,
+        Some(_) => {
+            return Err(ApiError::invalid(
+                "\"chat_template_kwargs\" must be an object",
+            ))
+        }
+    };
+    if let Some(k) = RESERVED_KWARGS.iter().find(|k| kwargs.contains_key(**k)) {
+        return Err(ApiError::invalid(format!(
+            "\"chat_template_kwargs\" may not set \"{k}\": it comes from the request itself"
+        )));
+    }
+    Ok(kwargs.clone())
+}
+
 /// A rendered chat prompt.
 pub struct ChatPrompt {
     /// Token ids.
@@ -211,6 +280,8 @@ pub struct ChatPrompt {
 }
 
 /// Renders `messages` (OpenAI shape) and `tools` with the template and tokenizes the result.
+/// `fits` checks the rendered text before it is tokenized (a prompt that cannot fit the
+/// context is refused without the work).
 pub fn render(
     tmpl: &ChatTemplate,
     tok: &Tokenizer,
@@ -218,6 +289,7 @@ pub fn render(
     tools: Option<&Value>,
     kwargs: &Map<String, Value>,
     enable_thinking: bool,
+    fits: impl FnOnce(&str) -> Result<(), ApiError>,
 ) -> Result<ChatPrompt, ApiError> {
     let mut kw: Vec<(String, TemplateValue)> = vec![(
         "enable_thinking".into(),
@@ -240,6 +312,7 @@ pub fn render(
     let text = tmpl
         .strip_added_specials(&rendered, s.add_bos, s.add_eos)
         .to_owned();
+    fits(&text)?;
     let tokens = tok
         .encode(&text, true, true)
         .map_err(|e| ApiError::internal(format!("tokenizing the prompt: {e}")))?;

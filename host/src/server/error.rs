@@ -3,6 +3,7 @@
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use bloomery_runtime::request::{Failure, FailureKind};
 use serde_json::{json, Value};
 
 /// An error answered to a client.
@@ -19,7 +20,8 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+    /// An error of any status and `type`.
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
         ApiError {
             status,
             kind,
@@ -80,6 +82,17 @@ impl ApiError {
         }
     }
 
+    /// As [`ApiError::exceeds_context`] for a prompt refused before it was tokenized: it holds
+    /// at least `n_prompt_tokens` tokens.
+    pub fn exceeds_context_at_least(n_prompt_tokens: usize, n_ctx: usize) -> Self {
+        ApiError {
+            message: format!(
+                "the request exceeds the available context size (at least {n_prompt_tokens} prompt tokens, {n_ctx} per slot), try increasing it"
+            ),
+            ..Self::exceeds_context(n_prompt_tokens, n_ctx)
+        }
+    }
+
     /// The JSON body.
     pub fn body(&self) -> Value {
         let mut e = json!({
@@ -93,6 +106,18 @@ impl ApiError {
             }
         }
         json!({ "error": e })
+    }
+}
+
+impl From<Failure> for ApiError {
+    /// A request the scheduler ended early: 400 for what this server cannot give, 503 for a
+    /// shutdown, 500 for an internal failure.
+    fn from(f: Failure) -> Self {
+        match f.kind {
+            FailureKind::Invalid => ApiError::invalid(f.message),
+            FailureKind::ShuttingDown => ApiError::unavailable(f.message),
+            FailureKind::Internal => ApiError::internal(f.message),
+        }
     }
 }
 

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::error::ApiError;
+use super::offload::heavy;
 use super::Ready;
 use bloomery_runtime::request::{Event, Finish, GenParams, Job, Piece, Request};
 
@@ -76,7 +77,7 @@ pub async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Outcome, 
                     finish,
                 })
             }
-            Event::Failed(msg) => return Err(ApiError::internal(msg)),
+            Event::Failed(failure) => return Err(ApiError::from(failure)),
         }
     }
     Err(ApiError::internal("the scheduler dropped the request"))
@@ -106,25 +107,41 @@ fn token_json(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
     (String::from_utf8_lossy(&bytes).into_owned(), bytes)
 }
 
+/// Alternatives past which a probability table is built off the async runtime's workers.
+const LARGE_TABLE: usize = 1024;
+
 /// One entry per piece that carries probabilities: the token, its bytes and logprob, and its
-/// `top_logprobs`; the shape both the native and the OpenAI APIs use.
+/// `top_logprobs`, best first; the shape both the native and the OpenAI APIs use. A large table
+/// (a request may ask for the whole vocabulary) is built without holding up other requests.
 fn prob_entries(tok: &Tokenizer, pieces: &[Piece]) -> Vec<Value> {
-    pieces
+    let build = || {
+        pieces
+            .iter()
+            .filter_map(|p| {
+                let pr = p.probs.as_ref()?;
+                let (text, bytes) = token_json(tok, p.id);
+                let top: Vec<Value> = pr
+                    .ranked()
+                    .into_iter()
+                    .map(|(id, lp)| {
+                        let (t, b) = token_json(tok, id);
+                        json!({"id": id, "token": t, "bytes": b, "logprob": lp})
+                    })
+                    .collect();
+                Some(json!({"id": p.id, "token": text, "bytes": bytes, "logprob": pr.logprob, "top_logprobs": top}))
+            })
+            .collect()
+    };
+    let size: usize = pieces
         .iter()
-        .filter_map(|p| {
-            let pr = p.probs.as_ref()?;
-            let (text, bytes) = token_json(tok, p.id);
-            let top: Vec<Value> = pr
-                .top
-                .iter()
-                .map(|&(id, lp)| {
-                    let (t, b) = token_json(tok, id);
-                    json!({"id": id, "token": t, "bytes": b, "logprob": lp})
-                })
-                .collect();
-            Some(json!({"id": p.id, "token": text, "bytes": bytes, "logprob": pr.logprob, "top_logprobs": top}))
-        })
-        .collect()
+        .filter_map(|p| p.probs.as_ref())
+        .map(|pr| pr.top.len())
+        .sum();
+    if size > LARGE_TABLE {
+        heavy(build)
+    } else {
+        build()
+    }
 }
 
 /// `completion_probabilities` entries of the native API.
@@ -196,7 +213,18 @@ where
         let mut out = std::mem::take(&mut d.pending);
         while !d.ended && out.is_empty() {
             d.ended = match d.rx.recv().await {
-                Some(ev) => (d.on_event)(&mut d.state, ev, &mut out),
+                // A panic while framing an event ends this stream with an error frame.
+                Some(ev) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    (d.on_event)(&mut d.state, ev, &mut out)
+                }))
+                .unwrap_or_else(|panic| {
+                    let what = bloomery_runtime::panic_message(panic.as_ref());
+                    tracing::error!("framing a streamed event panicked: {what}");
+                    out.extend_from_slice(&sse_data(
+                        &ApiError::internal(format!("internal error: {what}")).body(),
+                    ));
+                    true
+                }),
                 None => true,
             };
         }

@@ -7,18 +7,24 @@ pub mod anthropic;
 pub mod chat;
 pub mod error;
 pub mod gen;
+pub mod guard;
+pub mod listen;
 pub mod native;
+pub mod offload;
 pub mod openai;
 pub mod params;
+pub mod shutdown;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use anyhow::Context;
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderMap, Method, StatusCode};
-use axum::middleware::{self, Next};
+use axum::extract::DefaultBodyLimit;
+use axum::http::{Method, StatusCode};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -62,6 +68,8 @@ pub struct Ready {
     pub model_meta: Value,
     /// Request defaults.
     pub defaults: Defaults,
+    /// The largest request body read (`guard::body_limit` of the context).
+    pub body_limit: usize,
 }
 
 /// The server's state: flags, and the loaded model once it is ready.
@@ -74,6 +82,10 @@ pub struct AppState {
     pub reasoning: ReasoningFormat,
     /// Accepted API keys (empty: no key needed).
     pub api_keys: Vec<String>,
+    /// Set by the first SIGTERM or SIGINT: new requests get 503 while running ones finish.
+    pub draining: AtomicBool,
+    /// Where requests' CPU work runs (`--threads-http`).
+    pub cpu: offload::CpuPool,
 }
 
 impl AppState {
@@ -83,6 +95,18 @@ impl AppState {
             .get()
             .cloned()
             .ok_or_else(|| ApiError::unavailable("Loading model"))
+    }
+
+    /// Whether a shutdown is draining the server.
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+
+    /// The largest request body read now.
+    pub fn body_limit(&self) -> usize {
+        self.ready
+            .get()
+            .map_or(guard::LOADING_BODY_LIMIT, |r| r.body_limit)
     }
 }
 
@@ -118,9 +142,6 @@ pub const ROUTES: &[&str] = &[
     "POST /v1/embeddings",
 ];
 
-/// Paths answered without an API key.
-const PUBLIC: &[&str] = &["/health", "/v1/health", "/models", "/v1/models"];
-
 /// The router over `state`.
 pub fn router(state: AppRef) -> Router {
     Router::new()
@@ -150,8 +171,9 @@ pub fn router(state: AppRef) -> Router {
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .fallback(not_found)
-        .layer(middleware::from_fn_with_state(state.clone(), guard))
-        .layer(DefaultBodyLimit::max(64 << 20))
+        .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
+        // `guard` reads every body under the limit the context sets.
+        .layer(DefaultBodyLimit::disable())
         .with_state(state)
 }
 
@@ -159,44 +181,6 @@ async fn not_found(method: Method, uri: axum::http::Uri) -> Response {
     let mut e = ApiError::not_found(format!("no route for {method} {}", uri.path()));
     e.extra = Some(json!({ "routes": ROUTES }));
     e.into_response()
-}
-
-/// API-key check, and a 500 for a handler that panics (the server keeps serving).
-async fn guard(
-    State(state): State<AppRef>,
-    headers: HeaderMap,
-    req: Request,
-    next: Next,
-) -> Response {
-    if !state.api_keys.is_empty()
-        && req.method() != Method::OPTIONS
-        && !PUBLIC.contains(&req.uri().path())
-    {
-        let bearer = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        let x_key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
-        let ok = [bearer, x_key]
-            .into_iter()
-            .flatten()
-            .any(|k| state.api_keys.iter().any(|a| a == k.trim()));
-        if !ok {
-            return ApiError::unauthorized().into_response();
-        }
-    }
-    use futures_util::FutureExt;
-    match std::panic::AssertUnwindSafe(next.run(req))
-        .catch_unwind()
-        .await
-    {
-        Ok(r) => r,
-        Err(panic) => {
-            let what = bloomery_runtime::panic_message(panic.as_ref());
-            tracing::error!("a request handler panicked: {what}");
-            ApiError::internal(format!("internal error: {what}")).into_response()
-        }
-    }
 }
 
 /// Parses a JSON request body, or a 400 that says why.
@@ -329,6 +313,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         ignore_eos: a.ignore_eos,
         cache_prompt: a.cache_prompt(),
     };
+    let body_limit = guard::body_limit(n_ctx as usize, tok.max_token_bytes());
     let runtime = Runtime::start(
         model,
         Arc::clone(&tok),
@@ -353,6 +338,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         model_path,
         model_meta,
         defaults,
+        body_limit,
     })
 }
 
@@ -366,16 +352,19 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
         ready: OnceLock::new(),
         reasoning,
         api_keys,
+        draining: AtomicBool::new(false),
+        cpu: offload::CpuPool::new(a.threads_http()),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     let plugin_dirs = plugin_dirs.to_vec();
-    rt.block_on(async move {
+    let served = rt.block_on(async move {
         let addr: SocketAddr = format!("{}:{}", a.host, a.port)
             .parse()
             .with_context(|| format!("--host {} --port {}", a.host, a.port))?;
+        let mut signals = shutdown::Signals::new().context("listening for SIGTERM and SIGINT")?;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("listening on {addr}"))?;
@@ -396,24 +385,39 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
                 let _ = fail_tx.blocking_send(e);
             }
         });
+        let timeouts = listen::Timeouts {
+            idle: Duration::from_secs(a.idle_timeout),
+            write: Duration::from_secs(a.timeout),
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let app = router(Arc::clone(&state));
-        let server = axum::serve(listener, app).with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        });
+        let mut http = std::pin::pin!(listen::serve(listener, app, timeouts, async {
+            let _ = stop_rx.await;
+        }));
         tokio::select! {
-            r = server => r.context("the HTTP server stopped"),
+            () = &mut http => anyhow::bail!("the HTTP server stopped"),
             Some(e) = fail_rx.recv() => Err(e.context("loading the model")),
+            first = signals.next() => {
+                shutdown::drain(&state, &mut signals, first, stop_tx, http).await;
+                Ok(())
+            }
         }
-    })
+    });
+    // A model still loading, or a request's work still running, is not waited for.
+    rt.shutdown_background();
+    served
 }
 
-/// The status and JSON of /health.
+/// The status and JSON of /health: 200 while the model serves; 503 while it loads or the
+/// server drains; 500 once the scheduler has stopped (requests could only fail).
 pub fn health_body(state: &AppState) -> (StatusCode, Value) {
-    match state.ready.get() {
-        Some(_) => (StatusCode::OK, json!({"status": "ok"})),
-        None => {
-            let e = ApiError::unavailable("Loading model");
-            (e.status, e.body())
-        }
-    }
+    let e = match state.ready.get() {
+        None => ApiError::unavailable("Loading model"),
+        Some(ready) if ready.jobs.is_closed() => ApiError::internal(
+            "the scheduler has stopped: requests cannot be served (see the log for why)",
+        ),
+        Some(_) if state.is_draining() => ApiError::unavailable("the server is shutting down"),
+        Some(_) => return (StatusCode::OK, json!({"status": "ok"})),
+    };
+    (e.status, e.body())
 }

@@ -2,6 +2,7 @@
 //! /infill), /tokenize, /detokenize, /apply-template.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -472,6 +473,26 @@ fn token_id(ready: &Ready, x: &Value) -> Result<u32, ApiError> {
         })
 }
 
+/// The fewest tokens `text` can give: a prompt that cannot fit a slot's context is refused
+/// before it is tokenized.
+pub fn fewest_tokens(ready: &Ready, text: &str) -> usize {
+    ready
+        .tok
+        .max_token_bytes()
+        .map_or(0, |m| text.len().div_ceil(m))
+}
+
+/// A 400 for a prompt known to hold at least `n` tokens, when that cannot fit a slot.
+pub fn check_fits(ready: &Ready, at_least: usize) -> Result<(), ApiError> {
+    if at_least >= ready.n_ctx_slot {
+        return Err(ApiError::exceeds_context_at_least(
+            at_least,
+            ready.n_ctx_slot,
+        ));
+    }
+    Ok(())
+}
+
 /// A native prompt: a string, token ids, or a mix of both.
 fn prompt_tokens(ready: &Ready, v: &Value) -> Result<Vec<u32>, ApiError> {
     let encode = |s: &str, first: bool| {
@@ -481,8 +502,18 @@ fn prompt_tokens(ready: &Ready, v: &Value) -> Result<Vec<u32>, ApiError> {
             .map_err(|e| ApiError::invalid(format!("tokenizing the prompt: {e}")))
     };
     match v {
-        Value::String(s) => encode(s, true),
+        Value::String(s) => {
+            check_fits(ready, fewest_tokens(ready, s))?;
+            encode(s, true)
+        }
         Value::Array(items) => {
+            let at_least = items
+                .iter()
+                .map(|x| x.as_str().map_or(1, |s| fewest_tokens(ready, s)))
+                .sum();
+            if at_least > items.len() {
+                check_fits(ready, at_least)?;
+            }
             let mut out = Vec::new();
             for (i, x) in items.iter().enumerate() {
                 match x {
@@ -517,8 +548,17 @@ pub fn prompts(ready: &Ready, f: &Fields<'_>) -> Result<Vec<Vec<u32>>, ApiError>
     }
 }
 
-fn id_slot(f: &Fields<'_>) -> Result<Option<usize>, ApiError> {
-    Ok(f.i64("id_slot")?.and_then(|i| usize::try_from(i).ok()))
+/// The slot a request asks for (`id_slot`; negative: any), or a 400 when there is no such
+/// slot.
+pub fn id_slot(f: &Fields<'_>, n_slots: usize) -> Result<Option<usize>, ApiError> {
+    match f.i64("id_slot")?.map(usize::try_from) {
+        None | Some(Err(_)) => Ok(None),
+        Some(Ok(id)) if id < n_slots => Ok(Some(id)),
+        Some(Ok(id)) => Err(ApiError::invalid(format!(
+            "id_slot {id} does not exist: this server has {n_slots} slots (0 to {})",
+            n_slots - 1
+        ))),
+    }
 }
 
 /// Keeps only `response_fields` (paths like `generation_settings/n_predict`, unnested).
@@ -582,23 +622,31 @@ fn final_json(
 /// POST /completion: the native completion, streamed or not.
 pub async fn completion(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
     let ready = state.ready()?;
-    let body = parse_body(&body)?;
-    let f = Fields::of(&body)?;
-    let prompts = prompts(&ready, &f)?;
-    run_native(ready, &f, prompts).await
+    let r = Arc::clone(&ready);
+    let (body, prompts) = state
+        .cpu
+        .run(move || {
+            let body = parse_body(&body)?;
+            let prompts = prompts(&r, &Fields::of(&body)?)?;
+            Ok((body, prompts))
+        })
+        .await?;
+    run_native(ready, &Fields::of(&body)?, prompts).await
 }
 
 async fn run_native(
-    ready: std::sync::Arc<Ready>,
+    ready: Arc<Ready>,
     f: &Fields<'_>,
     prompts: Vec<Vec<u32>>,
 ) -> Result<Response, ApiError> {
-    let n_probs = f.i64("n_probs")?.unwrap_or(0).max(0) as usize;
+    // At most every token of the vocabulary, as llama-server caps it.
+    let n_vocab = ready.tok.vocab_size() as i64;
+    let n_probs = f.i64("n_probs")?.unwrap_or(0).clamp(0, n_vocab) as usize;
     let params = gen_params(f, &ready.defaults, n_probs)?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let return_tokens = f.bool("return_tokens")?.unwrap_or(false);
     let fields = f.strings("response_fields")?;
-    let slot = id_slot(f)?;
+    let slot = id_slot(f, ready.n_slots)?;
     if stream {
         if prompts.len() != 1 {
             return Err(ApiError::invalid("streaming takes one prompt"));
@@ -627,7 +675,7 @@ async fn run_native(
 
 /// The native stream: a partial chunk per token, then the full object with `stop: true`.
 fn native_stream(
-    ready: std::sync::Arc<Ready>,
+    ready: Arc<Ready>,
     params: GenParams,
     prompt: Vec<u32>,
     rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
@@ -677,8 +725,8 @@ fn native_stream(
             out.extend_from_slice(&sse_data(&v));
             true
         }
-        Event::Failed(msg) => {
-            out.extend_from_slice(&sse_data(&ApiError::internal(msg).body()));
+        Event::Failed(failure) => {
+            out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
             true
         }
     })
@@ -687,8 +735,20 @@ fn native_stream(
 /// POST /infill: fill-in-the-middle for models with FIM tokens.
 pub async fn infill(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
     let ready = state.ready()?;
-    let body = parse_body(&body)?;
-    let f = Fields::of(&body)?;
+    let r = Arc::clone(&ready);
+    let (body, prompt) = state
+        .cpu
+        .run(move || {
+            let body = parse_body(&body)?;
+            let prompt = infill_prompt(&r, &Fields::of(&body)?)?;
+            Ok((body, prompt))
+        })
+        .await?;
+    run_native(ready, &Fields::of(&body)?, vec![prompt]).await
+}
+
+/// The fill-in-the-middle prompt of an /infill body.
+fn infill_prompt(ready: &Ready, f: &Fields<'_>) -> Result<Vec<u32>, ApiError> {
     let tok = &ready.tok;
     let find = |names: &[&str]| names.iter().find_map(|n| tok.token_id(n));
     let (Some(pre), Some(suf), Some(mid)) = (
@@ -700,6 +760,11 @@ pub async fn infill(State(state): State<AppRef>, body: Bytes) -> Result<Response
             "this model has no fill-in-the-middle tokens",
         ));
     };
+    let mut at_least = 3;
+    for key in ["input_prefix", "input_suffix", "prompt"] {
+        at_least += fewest_tokens(ready, f.str(key)?.unwrap_or(""));
+    }
+    check_fits(ready, at_least)?;
     let text = |key: &str| -> Result<Vec<u32>, ApiError> {
         let s = f.str(key)?.unwrap_or("");
         tok.encode(s, false, false)
@@ -715,13 +780,17 @@ pub async fn infill(State(state): State<AppRef>, body: Bytes) -> Result<Response
     prompt.extend(text("input_suffix")?);
     prompt.push(mid);
     prompt.extend(text("prompt")?);
-    run_native(ready, &f, vec![prompt]).await
+    Ok(prompt)
 }
 
 /// POST /tokenize.
 pub async fn tokenize(State(state): State<AppRef>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let ready = state.ready()?;
-    let body = parse_body(&body)?;
+    state.cpu.run(move || tokenize_body(&ready, &body)).await
+}
+
+fn tokenize_body(ready: &Ready, body: &[u8]) -> Result<Json<Value>, ApiError> {
+    let body = parse_body(body)?;
     let f = Fields::of(&body)?;
     let content = f.str("content")?.unwrap_or("");
     let add_special = f.bool("add_special")?.unwrap_or(false);
@@ -751,13 +820,17 @@ pub async fn tokenize(State(state): State<AppRef>, body: Bytes) -> Result<Json<V
 /// POST /detokenize.
 pub async fn detokenize(State(state): State<AppRef>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let ready = state.ready()?;
-    let body = parse_body(&body)?;
+    state.cpu.run(move || detokenize_body(&ready, &body)).await
+}
+
+fn detokenize_body(ready: &Ready, body: &[u8]) -> Result<Json<Value>, ApiError> {
+    let body = parse_body(body)?;
     let f = Fields::of(&body)?;
     let ids: Vec<u32> = match f.get("tokens") {
         None => Vec::new(),
         Some(Value::Array(a)) => a
             .iter()
-            .map(|x| token_id(&ready, x))
+            .map(|x| token_id(ready, x))
             .collect::<Result<_, _>>()?,
         Some(_) => {
             return Err(ApiError::invalid(
@@ -774,24 +847,27 @@ pub async fn apply_template(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let ready = state.ready()?;
-    let body = parse_body(&body)?;
-    let f = Fields::of(&body)?;
-    let messages = chat::openai_messages(f.get("messages").unwrap_or(&Value::Null))?;
-    let kwargs = f
-        .get("chat_template_kwargs")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
     let enable_thinking = state.args.reasoning_budget != 0;
-    let p = chat::render(
-        &ready.template,
-        &ready.tok,
-        &messages,
-        f.get("tools"),
-        &kwargs,
-        enable_thinking,
-    )?;
-    Ok(Json(json!({ "prompt": p.text })))
+    state
+        .cpu
+        .run(move || {
+            let body = parse_body(&body)?;
+            let f = Fields::of(&body)?;
+            let messages = chat::openai_messages(f.get("messages").unwrap_or(&Value::Null))?;
+            let tools = chat::tools(f.get("tools"))?;
+            let kwargs = chat::template_kwargs(&f)?;
+            let p = chat::render(
+                &ready.template,
+                &ready.tok,
+                &messages,
+                tools,
+                &kwargs,
+                enable_thinking,
+                |_| Ok(()),
+            )?;
+            Ok(Json(json!({ "prompt": p.text })))
+        })
+        .await
 }
 
 /// POST /embedding(s): not served (no embedding model runs yet).

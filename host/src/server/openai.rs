@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::chat::{self, ChatPrompt, Delta, DeltaSplitter};
@@ -14,8 +14,8 @@ use super::error::ApiError;
 use super::gen::{
     collect, event_stream, openai_logprobs, random_id, sse_data, submit, timings, unix_now,
 };
-use super::native::{finish_reason, ok, prompts};
-use super::params::{gen_params, Fields};
+use super::native::{check_fits, fewest_tokens, finish_reason, id_slot, ok, prompts};
+use super::params::{gen_params, Fields, I32_MAX};
 use super::{parse_body, AppRef, AppState, Ready};
 use crate::flags::serve::{parse_reasoning, ReasoningFormat};
 use bloomery_runtime::request::{Event, Finish};
@@ -44,26 +44,21 @@ pub struct ChatJob {
 }
 
 /// Renders a chat from OpenAI-shaped `messages` and `tools` with the request's template options.
+/// With `to_run`, a prompt whose text cannot fit a slot is refused before it is tokenized (a
+/// count of tokens has no such limit).
 pub fn prepare_chat(
     state: &AppState,
     ready: &Ready,
     f: &Fields<'_>,
     messages: &Value,
     tools: Option<&Value>,
+    to_run: bool,
 ) -> Result<ChatJob, ApiError> {
-    let tools = tools.filter(|t| t.as_array().is_some_and(|a| !a.is_empty()));
+    let tools = chat::tools(tools)?;
     if tools.is_some() && !state.args.jinja() {
         return Err(ApiError::invalid("tools param requires --jinja flag"));
     }
-    let kwargs: Map<String, Value> = match f.get("chat_template_kwargs") {
-        None => Map::new(),
-        Some(Value::Object(m)) => m.clone(),
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "\"chat_template_kwargs\" must be an object",
-            ))
-        }
-    };
+    let kwargs = chat::template_kwargs(f)?;
     let reasoning = match f.str("reasoning_format")? {
         Some(v) => parse_reasoning(v).map_err(|e| ApiError::invalid(e.to_string()))?,
         None => state.reasoning,
@@ -76,6 +71,13 @@ pub fn prepare_chat(
         tools,
         &kwargs,
         enable_thinking,
+        |text| {
+            if to_run {
+                check_fits(ready, fewest_tokens(ready, text))
+            } else {
+                Ok(())
+            }
+        },
     )?;
     Ok(ChatJob {
         prompt,
@@ -107,10 +109,18 @@ fn tool_calls_json(calls: &[chat::ToolCall], with_index: bool) -> Value {
 /// POST /v1/chat/completions.
 pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
     let ready = state.ready()?;
-    let body = parse_body(&body)?;
+    let (st, r) = (Arc::clone(&state), Arc::clone(&ready));
+    let (body, job) = state
+        .cpu
+        .run(move || {
+            let body = parse_body(&body)?;
+            let f = Fields::of(&body)?;
+            let messages = chat::openai_messages(f.get("messages").unwrap_or(&Value::Null))?;
+            let job = prepare_chat(&st, &r, &f, &messages, f.get("tools"), true)?;
+            Ok((body, job))
+        })
+        .await?;
     let f = Fields::of(&body)?;
-    let messages = chat::openai_messages(f.get("messages").unwrap_or(&Value::Null))?;
-    let job = prepare_chat(&state, &ready, &f, &messages, f.get("tools"))?;
     let n_probs = if f.bool("logprobs")?.unwrap_or(false) {
         f.i64("top_logprobs")?.unwrap_or(1).clamp(1, 20) as usize
     } else {
@@ -120,7 +130,8 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
     let model = f
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
-    let rx = submit(&ready, job.prompt.tokens.clone(), params, None)?;
+    let slot = id_slot(&f, ready.n_slots)?;
+    let rx = submit(&ready, job.prompt.tokens.clone(), params, slot)?;
     if f.bool("stream")?.unwrap_or(false) {
         return Ok(chat_stream(ready, job, model, rx, n_probs > 0));
     }
@@ -248,8 +259,8 @@ fn chat_stream(
             out.extend_from_slice(b"data: [DONE]\n\n");
             true
         }
-        Event::Failed(msg) => {
-            out.extend_from_slice(&sse_data(&ApiError::internal(msg).body()));
+        Event::Failed(failure) => {
+            out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
             true
         }
     })
@@ -265,9 +276,16 @@ fn delta_json(d: &Delta) -> Value {
 /// POST /v1/completions.
 pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
     let ready = state.ready()?;
-    let body = parse_body(&body)?;
+    let r = Arc::clone(&ready);
+    let (body, mut prompts) = state
+        .cpu
+        .run(move || {
+            let body = parse_body(&body)?;
+            let prompts = prompts(&r, &Fields::of(&body)?)?;
+            Ok((body, prompts))
+        })
+        .await?;
     let f = Fields::of(&body)?;
-    let mut prompts = prompts(&ready, &f)?;
     if prompts.len() != 1 {
         return Err(ApiError::invalid("/v1/completions takes one prompt"));
     }
@@ -277,7 +295,7 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
     let model = f
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
-    let rx = submit(&ready, prompt, params, None)?;
+    let rx = submit(&ready, prompt, params, id_slot(&f, ready.n_slots)?)?;
     let id = random_id("cmpl-");
     if f.bool("stream")?.unwrap_or(false) {
         return Ok(completions_stream(ready, id, model, rx, n_probs > 0));
@@ -331,12 +349,41 @@ fn completions_stream(
                 out.extend_from_slice(b"data: [DONE]\n\n");
                 true
             }
-            Event::Failed(msg) => {
-                out.extend_from_slice(&sse_data(&ApiError::internal(msg).body()));
+            Event::Failed(failure) => {
+                out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
                 true
             }
         }
     })
+}
+
+/// The text of a Responses input item's content parts; other parts (images, files) are refused
+/// as a chat's are.
+fn input_text(parts: &[Value]) -> Result<String, ApiError> {
+    let mut out = String::new();
+    for p in parts {
+        match (p.get("type").and_then(Value::as_str), p.get("text")) {
+            (Some("input_text" | "output_text" | "text"), Some(Value::String(t))) => {
+                out.push_str(t)
+            }
+            (Some(kind @ ("input_text" | "output_text" | "text")), _) => {
+                return Err(ApiError::invalid(format!(
+                    "an \"{kind}\" part needs a \"text\" string"
+                )))
+            }
+            (Some(other), _) => {
+                return Err(ApiError::invalid(format!(
+                    "\"input\": content parts of type \"{other}\" are not supported (text only)"
+                )))
+            }
+            (None, _) => {
+                return Err(ApiError::invalid(
+                    "\"input\": a content part without a type",
+                ))
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Responses API `input` (+ `instructions`) as chat messages.
@@ -352,10 +399,7 @@ fn responses_messages(f: &Fields<'_>) -> Result<Value, ApiError> {
                 let role = it.get("role").and_then(Value::as_str).unwrap_or("user");
                 let content = match it.get("content") {
                     Some(Value::String(s)) => s.clone(),
-                    Some(Value::Array(parts)) => parts
-                        .iter()
-                        .filter_map(|p| p.get("text").and_then(Value::as_str))
-                        .collect::<String>(),
+                    Some(Value::Array(parts)) => input_text(parts)?,
                     _ => return Err(ApiError::invalid("each \"input\" item needs \"content\"")),
                 };
                 msgs.push(json!({"role": if role == "developer" { "system" } else { role }, "content": content}));
@@ -373,18 +417,31 @@ fn responses_messages(f: &Fields<'_>) -> Result<Value, ApiError> {
 /// POST /v1/responses: the Responses API served as a chat completion.
 pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
     let ready = state.ready()?;
-    let body = parse_body(&body)?;
+    let (st, r) = (Arc::clone(&state), Arc::clone(&ready));
+    let (body, job) = state
+        .cpu
+        .run(move || {
+            let body = parse_body(&body)?;
+            let f = Fields::of(&body)?;
+            let messages = responses_messages(&f)?;
+            let job = prepare_chat(&st, &r, &f, &messages, None, true)?;
+            Ok((body, job))
+        })
+        .await?;
     let f = Fields::of(&body)?;
-    let messages = responses_messages(&f)?;
-    let job = prepare_chat(&state, &ready, &f, &messages, None)?;
     let mut params = gen_params(&f, &ready.defaults, 0)?;
-    if let Some(n) = f.i64("max_output_tokens")? {
+    if let Some(n) = f.int_in("max_output_tokens", -1, I32_MAX)? {
         params.n_predict = usize::try_from(n).ok();
     }
     let model = f
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
-    let rx = submit(&ready, job.prompt.tokens.clone(), params, None)?;
+    let rx = submit(
+        &ready,
+        job.prompt.tokens.clone(),
+        params,
+        id_slot(&f, ready.n_slots)?,
+    )?;
     let ids = RespIds {
         id: random_id("resp_"),
         msg: random_id("msg_"),
@@ -498,8 +555,8 @@ fn responses_stream(ids: RespIds, job: ChatJob, rx: UnboundedReceiver<Event>) ->
             st.ev(out, "response.completed", json!({"response": done}));
             true
         }
-        Event::Failed(m) => {
-            st.ev(out, "error", json!({"message": m}));
+        Event::Failed(failure) => {
+            st.ev(out, "error", json!({"message": failure.message}));
             true
         }
     })

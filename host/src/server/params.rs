@@ -1,6 +1,7 @@
 //! Request fields shared by every route: sampling, limits, stop strings and probabilities, under
 //! llama-server's native names and their OpenAI and Anthropic spellings. A field of the wrong type
-//! is a 400 that names it.
+//! is a 400 that names it; numbers are held to llama-server's limits (b11434's completion
+//! schema): some are clamped into range, the others are a 400 outside it.
 
 use serde_json::{Map, Value};
 
@@ -61,6 +62,17 @@ impl<'a> Fields<'a> {
             .transpose()
     }
 
+    /// An integer field that must lie in `min..=max` (one of llama-server's hard limits), or
+    /// a 400 naming it and the range.
+    pub fn int_in(&self, key: &str, min: i64, max: i64) -> Result<Option<i64>, ApiError> {
+        match self.i64(key)? {
+            Some(v) if v < min || v > max => Err(ApiError::invalid(format!(
+                "\"{key}\" must be between {min} and {max}, got {v}"
+            ))),
+            v => Ok(v),
+        }
+    }
+
     /// A boolean field.
     pub fn bool(&self, key: &str) -> Result<Option<bool>, ApiError> {
         self.get(key)
@@ -93,40 +105,45 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// The largest value llama-server's integer fields take.
+pub const I32_MAX: i64 = i32::MAX as i64;
+
 /// The generation settings of a request body over the server's defaults. `n_probs` comes from
 /// the caller (its spelling differs per API).
 pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenParams, ApiError> {
     let mut s = d.sampler;
-    let num = |key: &str, v: &mut f32| -> Result<(), ApiError> {
+    // Clamped into `min..=max`, as llama-server's soft limits are.
+    let num = |key: &str, v: &mut f32, min: f64, max: f64| -> Result<(), ApiError> {
         if let Some(x) = f.f64(key)? {
-            *v = x as f32;
+            *v = x.clamp(min, max) as f32;
         }
         Ok(())
     };
-    num("temperature", &mut s.temp)?;
-    num("top_p", &mut s.top_p)?;
-    num("min_p", &mut s.min_p)?;
-    num("typical_p", &mut s.typ_p)?;
-    num("repeat_penalty", &mut s.penalty_repeat)?;
-    num("presence_penalty", &mut s.penalty_present)?;
-    num("frequency_penalty", &mut s.penalty_freq)?;
+    let any = f64::MAX;
+    num("temperature", &mut s.temp, 0.0, any)?;
+    num("top_p", &mut s.top_p, 0.0, 1.0)?;
+    num("min_p", &mut s.min_p, 0.0, 1.0)?;
+    num("typical_p", &mut s.typ_p, -any, any)?;
+    num("repeat_penalty", &mut s.penalty_repeat, -any, any)?;
+    num("presence_penalty", &mut s.penalty_present, -any, any)?;
+    num("frequency_penalty", &mut s.penalty_freq, -any, any)?;
     if let Some(k) = f.i64("top_k")? {
-        s.top_k = k.clamp(i64::from(i32::MIN), i64::from(i32::MAX)) as i32;
+        s.top_k = k.clamp(0, I32_MAX) as i32;
     }
-    if let Some(n) = f.i64("repeat_last_n")? {
-        s.penalty_last_n = if n < 0 { usize::MAX } else { n as usize };
+    if let Some(n) = f.int_in("repeat_last_n", 0, I32_MAX)? {
+        s.penalty_last_n = n as usize;
     }
-    if let Some(n) = f.i64("min_keep")? {
-        s.min_keep = n.max(0) as usize;
+    if let Some(n) = f.int_in("min_keep", 0, I32_MAX)? {
+        s.min_keep = n as usize;
     }
     s.seed = match f.i64("seed")? {
         Some(seed) if seed >= 0 => seed as u64,
         _ => d.seed.unwrap_or_else(|| u64::from(rand::random::<u32>())),
     };
     let limit = match (
-        f.i64("n_predict")?,
-        f.i64("max_tokens")?,
-        f.i64("max_completion_tokens")?,
+        f.int_in("n_predict", -1, I32_MAX)?,
+        f.int_in("max_tokens", -1, I32_MAX)?,
+        f.int_in("max_completion_tokens", -1, I32_MAX)?,
     ) {
         (Some(n), _, _) | (None, Some(n), _) | (None, None, Some(n)) => {
             (n >= 0).then_some(n as usize)
@@ -196,5 +213,30 @@ mod tests {
             assert!(e.message.contains(name), "{}", e.message);
         }
         assert!(Fields::of(&json!([1])).is_err());
+    }
+
+    #[test]
+    fn numbers_are_held_to_llama_servers_limits() {
+        for (body, name) in [
+            (json!({"repeat_last_n": -1}), "repeat_last_n"),
+            (json!({"repeat_last_n": 1e12}), "repeat_last_n"),
+            (json!({"min_keep": -3}), "min_keep"),
+            (json!({"n_predict": -2}), "n_predict"),
+            (json!({"max_tokens": 1e300}), "max_tokens"),
+        ] {
+            let e = gen_params(&Fields::of(&body).unwrap(), &defaults(), 0).unwrap_err();
+            assert!(
+                e.status.as_u16() == 400 && e.message.contains(name),
+                "{body}: {e}"
+            );
+        }
+        let body = json!({"temperature": -2, "top_p": 7, "min_p": -1, "top_k": -5,
+                          "repeat_last_n": 2147483647, "seed": 1e300});
+        let p = gen_params(&Fields::of(&body).unwrap(), &defaults(), 0).unwrap();
+        let s = p.sampler;
+        assert_eq!(
+            (s.temp, s.top_p, s.min_p, s.top_k, s.penalty_last_n),
+            (0.0, 1.0, 0.0, 0, 2147483647)
+        );
     }
 }
