@@ -10,7 +10,9 @@
 pub mod gbnf;
 mod matcher;
 mod program;
+mod sample;
 
+pub mod schema;
 mod stacks;
 mod utf8;
 mod vocab;
