@@ -437,13 +437,15 @@ impl<'a> Reader<'a> {
                 "time" => Format::Time,
                 "date-time" => Format::DateTime,
                 "uuid" | "uuid1" | "uuid2" | "uuid3" | "uuid4" | "uuid5" => Format::Uuid,
-                other => return Err(fail(
-                    path,
-                    "format",
-                    format!(
+                other => {
+                    return Err(fail(
+                        path,
+                        "format",
+                        format!(
                         "format `{other}` cannot be enforced (date, time, date-time and uuid can)"
                     ),
-                )),
+                    ))
+                }
             }),
             Some(_) => return Err(fail(path, "format", "`format` must be a string")),
         };

@@ -70,6 +70,12 @@ pub async fn messages(State(state): State<AppRef>, body: Bytes) -> Result<Respon
     let f = Fields::of(&body)?;
     let job = prepare(&state, &ready, &f)?;
     let mut params = gen_params(&f, &ready.defaults, 0)?;
+    super::structured::for_chat(
+        &f,
+        &mut params,
+        job.tools.is_some(),
+        job.prompt.starts_in_thinking,
+    )?;
     if f.get("max_tokens").is_none() {
         params.n_predict = Some(4096);
     }

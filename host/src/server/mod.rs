@@ -10,6 +10,7 @@ pub mod gen;
 pub mod native;
 pub mod openai;
 pub mod params;
+pub mod structured;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -326,6 +327,7 @@ fn load(plugin_dir: &Path, a: &ServeArgs) -> anyhow::Result<Ready> {
             n_batch: a.n_batch() as usize,
             cache_ram: a.cache_ram_bytes(),
             queue_depth: a.queue_depth,
+            schemajump: !a.no_schemajump,
         },
     )?;
     Ok(Ready {

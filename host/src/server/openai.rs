@@ -16,6 +16,7 @@ use super::gen::{
 };
 use super::native::{finish_reason, ok, prompts};
 use super::params::{gen_params, Fields};
+use super::structured;
 use super::{parse_body, AppRef, AppState, Ready};
 use crate::flags::serve::{parse_reasoning, ReasoningFormat};
 use bloomery_runtime::request::{Event, Finish};
@@ -51,7 +52,13 @@ pub fn prepare_chat(
     messages: &Value,
     tools: Option<&Value>,
 ) -> Result<ChatJob, ApiError> {
-    let tools = tools.filter(|t| t.as_array().is_some_and(|a| !a.is_empty()));
+    // `tool_choice: "none"`: no tools offered to the template, none parsed from the answer.
+    let offered = match f.get("tool_choice") {
+        Some(Value::String(s)) => s != "none",
+        Some(choice) => choice.get("type").and_then(Value::as_str) != Some("none"),
+        None => true,
+    };
+    let tools = tools.filter(|t| offered && t.as_array().is_some_and(|a| !a.is_empty()));
     if tools.is_some() && state.args.no_jinja {
         return Err(ApiError::invalid("tools param requires --jinja flag"));
     }
@@ -116,7 +123,13 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
     } else {
         0
     };
-    let params = gen_params(&f, &ready.defaults, n_probs)?;
+    let mut params = gen_params(&f, &ready.defaults, n_probs)?;
+    structured::for_chat(
+        &f,
+        &mut params,
+        job.tools.is_some(),
+        job.prompt.starts_in_thinking,
+    )?;
     let model = f
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
@@ -378,6 +391,7 @@ pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Respo
     let messages = responses_messages(&f)?;
     let job = prepare_chat(&state, &ready, &f, &messages, None)?;
     let mut params = gen_params(&f, &ready.defaults, 0)?;
+    structured::for_chat(&f, &mut params, false, job.prompt.starts_in_thinking)?;
     if let Some(n) = f.i64("max_output_tokens")? {
         params.n_predict = usize::try_from(n).ok();
     }
