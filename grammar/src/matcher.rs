@@ -102,6 +102,13 @@ impl Matcher {
         }
     }
 
+    /// Back to the grammar's start, keeping the cached masks (to walk another sentence of the
+    /// same grammar over the same vocabulary).
+    pub fn restart(&mut self) {
+        self.set = self.stacks.start();
+        self.partial = Partial::default();
+    }
+
     /// Whether the text so far is a whole sentence of the grammar (end of generation allowed).
     pub fn accepts_end(&self) -> bool {
         self.partial.remain == 0 && self.stacks.accepts(self.set)
@@ -170,6 +177,8 @@ impl Matcher {
             let node = vocab.nodes[n as usize];
             let set = match dec.push(node.byte) {
                 Step::Invalid => continue,
+                // A character in progress that no stack can take ends the whole subtree.
+                Step::More if !self.ends_well(set, dec.partial) => continue,
                 Step::More => set,
                 Step::Char(c) => {
                     let next = self.stacks.step(set, c);
@@ -359,5 +368,70 @@ mod tests {
         m.accept(0, b"<think>", false).unwrap();
         let mask = m.mask();
         assert!(mask.allows(0) && !mask.allows(1) && mask.allows(2));
+    }
+}
+
+#[cfg(test)]
+mod mask_tests {
+    //! The mask against taking each token one by one, on a vocabulary of JSON pieces, whitespace
+    //! runs and split multi-byte characters.
+    use super::*;
+
+    fn vocab() -> Vec<Vec<u8>> {
+        let mut v: Vec<Vec<u8>> = (0u8..=255).map(|b| vec![b]).collect();
+        for s in [
+            "{\"", "\":", "\": ", "\",", "\"}", "},", "[{", "}]", "true", "false", "null", "na",
+            "me", "\"name", "\"name\"", "  ", "\n\n", "\t\t\t", " \"", "12", "-3", "e+", "é",
+            "中文", "\\u00", "\\\"", "alpha", "al", "pha\"", "\"a", "😀",
+        ] {
+            v.push(s.as_bytes().to_vec());
+        }
+        // Multi-byte characters split at every byte.
+        for s in ["é", "中", "😀"] {
+            let b = s.as_bytes();
+            for i in 1..b.len() {
+                v.push(b[..i].to_vec());
+                v.push(b[i..].to_vec());
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn the_mask_equals_taking_each_token() {
+        let pieces = vocab();
+        let eog = pieces.len() as u32;
+        let mut all = pieces.clone();
+        all.push(b"</s>".to_vec());
+        let trie = Arc::new(TokenTrie::new(all.len(), |i| &all[i as usize], &[eog]));
+        let schema = serde_json::json!({"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 4}, "kind": {"enum": ["alpha", "beta"]},
+            "n": {"type": "number"}}, "required": ["name", "kind"]});
+        let g = Grammar::parse(&crate::schema::to_gbnf(&schema).unwrap(), None).unwrap();
+        for seed in 0..3 {
+            let text = g.sample(seed).unwrap();
+            // Byte tokens spell the sentence (ids 0..256 are the single bytes).
+            let ids: Vec<u32> = text.bytes().map(u32::from).collect();
+            let mut m = Matcher::new(&g, trie.clone());
+            for step in 0..=ids.len() {
+                let mask = m.mask();
+                for id in 0..all.len() as u32 {
+                    let mut probe = Matcher::new(&g, trie.clone());
+                    for &p in &ids[..step] {
+                        probe.accept(p, &all[p as usize], false).unwrap();
+                    }
+                    let ok = probe.accept(id, &all[id as usize], id == eog).is_ok();
+                    assert_eq!(
+                        mask.allows(id),
+                        ok,
+                        "{text:?} at {step}, token {:?}",
+                        all[id as usize]
+                    );
+                }
+                if let Some(&id) = ids.get(step) {
+                    m.accept(id, &all[id as usize], false).unwrap();
+                }
+            }
+        }
     }
 }
