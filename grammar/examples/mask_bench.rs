@@ -9,7 +9,8 @@
 //! VOCAB is a `bloomery_text::VocabSpec` as JSON (text/tests/fixtures/fetch.sh writes qwen2's
 //! 151,665 and qwen35's 248,320 tokens); SCHEMA a JSON schema; N sentences (default 3);
 //! `--compact` drops the whitespace llama.cpp's grammar allows between JSON tokens (a what-if for
-//! the forced fraction).
+//! the forced fraction). With `MASK_BENCH_SENTENCES=FILE` the sentences are appended to FILE as
+//! JSON lines, for `scripts/grammar_oracle/llama_mask_bench.py` (llama.cpp's side).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -57,6 +58,15 @@ fn main() {
         (0f64, 0f64, 0f64, 0usize, 0usize);
     for seed in 0..n {
         let text = g.sample(seed).unwrap();
+        if let Ok(path) = std::env::var("MASK_BENCH_SENTENCES") {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .unwrap();
+            writeln!(f, "{}", serde_json::Value::String(text.clone())).unwrap();
+        }
         let ids = tok.encode(&text, false, false).unwrap();
         let mut m = Matcher::new(&g, trie.clone());
         for &id in &ids {
