@@ -26,8 +26,8 @@ SCHEMA = {
 @pytest.fixture(scope="module")
 def pair(tiny_path):
     """The tiny model served twice: schemajump on (the default) and off."""
-    on = Server(tiny_path, "-c", "2048", "-np", "4", "--metrics", "--chat-template-file", str(QWEN3_TEMPLATE))
-    off = Server(tiny_path, "-c", "2048", "-np", "4", "--no-schemajump", "--chat-template-file", str(QWEN3_TEMPLATE))
+    on = Server(tiny_path, "-c", "8192", "-np", "4", "--metrics", "--chat-template-file", str(QWEN3_TEMPLATE))
+    off = Server(tiny_path, "-c", "8192", "-np", "4", "--no-schemajump", "--chat-template-file", str(QWEN3_TEMPLATE))
     yield on, off
     on.stop()
     off.stop()
@@ -109,3 +109,58 @@ def test_llama_server_refusals(pair, route, body, says):
     r = on.post(route, body)
     assert r.status_code == 400, r.text
     assert says in r.json()["error"]["message"], r.text
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
+                                         "b": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["a", "b"], "additionalProperties": False}}},
+]
+BY_NAME = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+
+def chat_tools(server, seed, **extra):
+    r = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "call a tool"}],
+                                             "tools": TOOLS, "max_tokens": 300, "seed": seed,
+                                             "temperature": 1.0, **extra})
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tool_choice_required_named_and_single(pair, seed):
+    on, _ = pair
+    for extra, names, most in [
+        ({"tool_choice": "required"}, set(BY_NAME), None),
+        ({"tool_choice": {"type": "function", "function": {"name": "add"}}}, {"add"}, None),
+        ({"tool_choice": "required", "parallel_tool_calls": False}, set(BY_NAME), 1),
+    ]:
+        choice = chat_tools(on, seed, **extra)
+        calls = choice["message"].get("tool_calls") or []
+        assert calls, choice
+        assert most is None or len(calls) <= most, calls
+        for c in calls:
+            assert c["function"]["name"] in names, c
+            jsonschema.validate(json.loads(c["function"]["arguments"]), BY_NAME[c["function"]["name"]])
+
+
+def test_tool_choice_none_offers_and_parses_nothing(pair):
+    on, _ = pair
+    choice = chat_tools(on, 3, tool_choice="none", max_tokens=20)
+    assert not choice["message"].get("tool_calls")
+
+
+def test_anthropic_tool_choice_any_gives_tool_use(pair):
+    on, _ = pair
+    r = on.post("/v1/messages", {"model": "x", "max_tokens": 300, "messages": [{"role": "user", "content": "hi"}],
+                                 "tools": [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]}
+                                           for t in TOOLS],
+                                 "tool_choice": {"type": "any"}})
+    assert r.status_code == 200, r.text
+    uses = [b for b in r.json()["content"] if b["type"] == "tool_use"]
+    assert uses, r.json()
+    for u in uses:
+        jsonschema.validate(u["input"], BY_NAME[u["name"]])

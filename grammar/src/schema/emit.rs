@@ -148,6 +148,11 @@ impl Converter {
         }
     }
 
+    /// More `$ref` targets (another schema's, for `rules_for`).
+    pub(crate) fn add_refs(&mut self, refs: Vec<(String, Option<Node>)>) {
+        self.refs.extend(refs);
+    }
+
     /// Adds a rule under `name` (or `name` and a number, when another rule holds the name) and
     /// returns the name used.
     fn add(&mut self, name: &str, body: String) -> String {

@@ -33,6 +33,21 @@ pub fn to_gbnf(schema: &Value) -> Result<String, SchemaError> {
     Ok(conv.format())
 }
 
+/// Rules for several schemas in one grammar (tool arguments): each `(name, schema)` becomes a
+/// rule named after `name`, returned in order, beside the rules they share; the caller writes
+/// `root`. A schema's `$ref`s resolve within that schema.
+pub fn rules_for(schemas: &[(&str, &Value)]) -> Result<(String, Vec<String>), SchemaError> {
+    let mut conv = emit::Converter::new(Vec::new());
+    let mut names = Vec::with_capacity(schemas.len());
+    for (name, schema) in schemas {
+        let mut reader = node::Reader::new(schema);
+        let root = reader.node(schema, "#")?;
+        conv.add_refs(reader.refs);
+        names.push(conv.visit(&root, name)?);
+    }
+    Ok((conv.format(), names))
+}
+
 /// llama-server's grammar for `response_format: {"type": "json_object"}` without a schema: any
 /// JSON object.
 pub fn any_object() -> String {

@@ -73,7 +73,8 @@ pub async fn messages(State(state): State<AppRef>, body: Bytes) -> Result<Respon
     super::structured::for_chat(
         &f,
         &mut params,
-        job.tools.is_some(),
+        job.tools.as_ref(),
+        &ready.template_source,
         job.prompt.starts_in_thinking,
     )?;
     if f.get("max_tokens").is_none() {

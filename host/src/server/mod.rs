@@ -11,6 +11,7 @@ pub mod native;
 pub mod openai;
 pub mod params;
 pub mod structured;
+pub mod tools;
 
 use std::net::SocketAddr;
 use std::path::Path;

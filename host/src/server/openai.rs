@@ -127,7 +127,8 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
     structured::for_chat(
         &f,
         &mut params,
-        job.tools.is_some(),
+        job.tools.as_ref(),
+        &ready.template_source,
         job.prompt.starts_in_thinking,
     )?;
     let model = f
@@ -391,7 +392,13 @@ pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Respo
     let messages = responses_messages(&f)?;
     let job = prepare_chat(&state, &ready, &f, &messages, None)?;
     let mut params = gen_params(&f, &ready.defaults, 0)?;
-    structured::for_chat(&f, &mut params, false, job.prompt.starts_in_thinking)?;
+    structured::for_chat(
+        &f,
+        &mut params,
+        None,
+        &ready.template_source,
+        job.prompt.starts_in_thinking,
+    )?;
     if let Some(n) = f.i64("max_output_tokens")? {
         params.n_predict = usize::try_from(n).ok();
     }

@@ -86,18 +86,29 @@ pub fn grammar(f: &Fields<'_>) -> Result<Option<GrammarSpec>, ApiError> {
     }))
 }
 
-/// A chat request's checks and settings: a `grammar` beside tools is llama-server's 400; when
-/// the template opened a think span the grammar applies after it.
+/// A chat request's checks and settings: a `grammar` beside tools is llama-server's 400; tool
+/// choices that need calls get the tool-call grammar of the template's format (`tools.rs`);
+/// when the template opened a think span the grammar applies after it.
 pub fn for_chat(
     f: &Fields<'_>,
     params: &mut GenParams,
-    tools_offered: bool,
+    tools: Option<&Value>,
+    template_source: &str,
     starts_in_thinking: bool,
 ) -> Result<(), ApiError> {
-    if tools_offered && f.get("grammar").is_some() {
-        return Err(ApiError::invalid(
-            "Cannot use custom grammar constraints with tools.",
-        ));
+    if let Some(tools) = tools {
+        if f.get("grammar").is_some() {
+            return Err(ApiError::invalid(
+                "Cannot use custom grammar constraints with tools.",
+            ));
+        }
+        let format = super::tools::ToolFormat::of_template(template_source);
+        let choice = super::tools::choice(f)?;
+        if let Some(spec) =
+            super::tools::grammar(format, tools, &choice, super::tools::parallel(f)?)?
+        {
+            params.grammar = Some(spec);
+        }
     }
     if starts_in_thinking {
         if let Some(g) = params.grammar.as_mut() {
