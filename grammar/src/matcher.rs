@@ -119,7 +119,8 @@ impl Matcher {
         self.set == DEAD
     }
 
-    /// The tokens admitted next, from the cache when this state was seen before.
+    /// The tokens admitted next, from the cache when this state was seen before. On the decode
+    /// path: a cached mask is an `Arc` clone; a new state allocates its mask (`n_vocab` bits).
     pub fn mask(&mut self) -> Arc<Mask> {
         let key = (self.set, self.partial);
         if let Some(m) = self.masks.get(&key) {
@@ -213,7 +214,8 @@ impl Matcher {
     }
 
     /// Takes token `id` whose piece is `piece` (end-of-generation tokens: `eog`). A refused
-    /// token leaves the state as it was.
+    /// token leaves the state as it was. On the decode path: a state met before costs table
+    /// lookups and no allocation (a grammar with token items builds one short list per call).
     pub fn accept(&mut self, id: u32, piece: &[u8], eog: bool) -> Result<(), Rejected> {
         if eog {
             return if self.accepts_end() {

@@ -31,6 +31,8 @@ pub(crate) struct Stacks {
     set_ids: HashMap<Arc<[StackId]>, SetId>,
     /// A set stepped over a character.
     steps: HashMap<(SetId, u32), SetId>,
+    /// A set's character-topped part.
+    char_parts: HashMap<SetId, SetId>,
 }
 
 impl Stacks {
@@ -46,6 +48,7 @@ impl Stacks {
             sets: vec![empty],
             set_ids,
             steps: HashMap::new(),
+            char_parts: HashMap::new(),
         }
     }
 
@@ -198,6 +201,9 @@ impl Stacks {
 
     /// The character-topped stacks of a set (what a token's text is matched against).
     pub(crate) fn char_stacks(&mut self, set: SetId) -> SetId {
+        if let Some(&c) = self.char_parts.get(&set) {
+            return c;
+        }
         let stacks = self.sets[set as usize].clone();
         let keep: Vec<StackId> = stacks
             .iter()
@@ -207,7 +213,9 @@ impl Stacks {
                     .is_some_and(|p| matches!(self.program.elem(p), Elem::Class(_) | Elem::Any))
             })
             .collect();
-        self.intern(keep)
+        let id = self.intern(keep);
+        self.char_parts.insert(set, id);
+        id
     }
 
     /// Whether the set may end here (holds the empty stack).
