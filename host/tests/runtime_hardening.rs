@@ -51,6 +51,7 @@ fn greedy(n_predict: usize) -> GenParams {
         cache_prompt: false,
         forced: Vec::new(),
         prompt_only: false,
+        grammar: None,
     }
 }
 
@@ -98,6 +99,7 @@ fn hostile_settings_run_alone_and_the_next_request_answers_the_same() {
         queue_depth: 8,
         max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
         checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
+        schemajump: true,
     };
     let runtime = Runtime::start(model, tok, cfg).unwrap();
     let want = outcome(&runtime, greedy(6)).unwrap();

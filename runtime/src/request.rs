@@ -2,10 +2,23 @@
 //! back to a request (its slot, its tokens, its end).
 
 use std::path::PathBuf;
+use std::sync::Arc;
+
+use bloomery_grammar::Grammar;
 
 use tokio::sync::{mpsc, oneshot};
 
 use crate::sampling::SamplerParams;
+
+/// A grammar that constrains what a request generates.
+#[derive(Clone, Debug)]
+pub struct GrammarSpec {
+    /// The grammar, parsed once.
+    pub grammar: Arc<Grammar>,
+    /// Text the model writes before the grammar applies (the end of a think span); `None`: the
+    /// grammar applies from the first token.
+    pub after: Option<String>,
+}
 
 /// What a request asks of generation.
 #[derive(Clone, Debug)]
@@ -27,6 +40,8 @@ pub struct GenParams {
     pub forced: Vec<u32>,
     /// Evaluate the prompt and end without generating (`run -n 0`; a benchmark's context).
     pub prompt_only: bool,
+    /// The grammar generation must follow (`grammar`, `json_schema`, `response_format`).
+    pub grammar: Option<GrammarSpec>,
 }
 
 /// A generation request handed to the scheduler.
@@ -156,6 +171,8 @@ pub struct Finish {
     pub n_cached: usize,
     /// Tokens generated (the end-of-generation token included).
     pub n_predicted: usize,
+    /// Of those, the tokens schemajump forced (the grammar admitted only them).
+    pub n_forced: usize,
     /// Time from the start of prompt processing to the first token.
     pub prompt_ms: f64,
     /// Time from the first token to the end.

@@ -15,6 +15,7 @@ use bloomery_exec::{BatchInputs, LoadedModel, Rewind};
 use bloomery_text::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc;
 
+use crate::grammar::{token_trie, Constraint};
 use crate::panic::panic_message;
 use crate::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
 use crate::request::{Event, Failure, FailureKind, Job, Request, SlotAction, SlotReply};
@@ -23,7 +24,7 @@ use crate::slot_file::SlotFile;
 use crate::status::{Shared, SlotView};
 use crate::stop::StopScan;
 use crate::task::Task;
-use crate::token::step;
+use crate::token::{step, StepContext};
 
 /// Checkpoints a slot keeps by default (llama-server's `--ctx-checkpoints`).
 pub const DEFAULT_MAX_CHECKPOINTS: usize = 32;
@@ -47,6 +48,9 @@ pub struct RuntimeConfig {
     /// A hybrid model's slot takes a checkpoint when its prompt has advanced this many positions
     /// past the last one (0: only at the ends of prompts), and at the end of every prompt.
     pub checkpoint_every: usize,
+    /// Schemajump: where a grammar admits a single token, take it without sampling and evaluate
+    /// the run of such tokens in the next pass as one chunk.
+    pub schemajump: bool,
 }
 
 /// A sequence slot: the tokens its cache holds and the request running in it.
@@ -83,6 +87,8 @@ struct Scheduler<'t> {
     /// state); fixed at load.
     rewind: Rewind,
     cache: Option<PromptCache>,
+    /// The vocabulary trie grammars mask with, built for the first request with a grammar.
+    vocab: Option<Arc<bloomery_grammar::TokenTrie>>,
 }
 
 /// Runs the scheduler on the current thread until every job sender is gone and nothing runs;
@@ -116,6 +122,7 @@ pub(crate) fn run(
         identity: None,
         rewind,
         cache: cfg.cache_ram.map(|b| PromptCache::new(b, rewind)),
+        vocab: None,
     };
     s.publish();
     // After publishing the slots, so that /slots answers while the allocation runs.
@@ -412,7 +419,6 @@ impl<'t> Scheduler<'t> {
         // The prompt's time includes restoring a saved prefix.
         let started = Instant::now();
         let keep = self.prepare_slot(id, &job.prompt, job.params.cache_prompt);
-        let slot = &mut self.slots[id];
         // The penalty window never holds more than a slot's context: a longer one (a client's
         // -1 read as "all") is the whole context, not an allocation of its length.
         let mut params = job.params.sampler;
@@ -430,6 +436,14 @@ impl<'t> Scheduler<'t> {
             n_cached: keep,
         });
         let stop = StopScan::new(job.params.stop.clone());
+        let grammar = job.params.grammar.as_ref().map(|spec| {
+            let vocab = self
+                .vocab
+                .get_or_insert_with(|| token_trie(self.tok, self.n_vocab))
+                .clone();
+            Constraint::new(spec, vocab)
+        });
+        let slot = &mut self.slots[id];
         slot.task = Some(Task {
             job,
             n_past: keep,
@@ -438,7 +452,8 @@ impl<'t> Scheduler<'t> {
             decoder: StreamDecoder::new(self.tok, false),
             stop,
             generated: 0,
-            next: None,
+            next: Vec::new(),
+            grammar,
             started,
             first_token: None,
             probs_scratch: Vec::new(),
@@ -640,19 +655,30 @@ impl<'t> Scheduler<'t> {
         };
         // (slot index, tokens added to its cache, whether its last row is an output)
         let mut plan: Vec<(usize, Vec<u32>, bool)> = Vec::new();
+        // Generated tokens first: one row per slot, or a run schemajump forced as one chunk
+        // (split over passes when it does not fit; its last row gives the next logits).
         for slot in &self.slots {
             let Some(task) = &slot.task else { continue };
-            if let Some(next) = task.next {
-                batch.tokens.push(next as i32);
-                batch.positions.push(slot.cached.len() as i32);
-                batch.slots.push(slot.id as i32);
-                batch.output_rows.push(batch.tokens.len() as i32 - 1);
-                plan.push((slot.id, vec![next], true));
+            if task.next.is_empty() {
+                continue;
             }
+            let room = self.cfg.n_batch.saturating_sub(batch.tokens.len()).max(1);
+            let take = task.next.len().min(room);
+            let start = slot.cached.len();
+            for (i, &t) in task.next[..take].iter().enumerate() {
+                batch.tokens.push(t as i32);
+                batch.positions.push((start + i) as i32);
+                batch.slots.push(slot.id as i32);
+            }
+            let last = take == task.next.len();
+            if last {
+                batch.output_rows.push(batch.tokens.len() as i32 - 1);
+            }
+            plan.push((slot.id, task.next[..take].to_vec(), last));
         }
         for slot in &self.slots {
             let Some(task) = &slot.task else { continue };
-            if task.next.is_some() {
+            if !task.next.is_empty() {
                 continue;
             }
             let room = self.cfg.n_batch.saturating_sub(batch.tokens.len());
@@ -707,7 +733,7 @@ impl<'t> Scheduler<'t> {
                 self.slots[*id]
                     .task
                     .as_ref()
-                    .is_some_and(|t| t.next.is_none())
+                    .is_some_and(|t| t.next.is_empty())
             })
             .map(|(_, toks, _)| toks.len())
             .sum();
@@ -728,7 +754,7 @@ impl<'t> Scheduler<'t> {
             let Some(task) = slot.task.as_mut() else {
                 continue;
             };
-            if task.next.is_none() {
+            if task.next.is_empty() {
                 task.n_past += toks.len();
                 let n = slot.cached.len();
                 let since = n - slot.checkpoints.last().map_or(0, |c| c.n);
@@ -749,25 +775,33 @@ impl<'t> Scheduler<'t> {
                     }
                 }
             }
+            if !task.next.is_empty() {
+                task.next.drain(..toks.len());
+            }
             if !has_output {
                 continue;
             }
             let row = &logits[out * self.n_vocab..(out + 1) * self.n_vocab];
             out += 1;
-            let (tok, n_cached, n_ctx) = (self.tok, slot.cached.len(), self.cfg.n_ctx_slot);
+            let cx = StepContext {
+                id_slot: id,
+                tok: self.tok,
+                n_cached: slot.cached.len(),
+                n_ctx: self.cfg.n_ctx_slot,
+                counters: c,
+                schemajump: self.cfg.schemajump,
+            };
             // A panic in one request's sampling ends that request alone: the pass is done, so
             // the slot's cache is whole.
-            let done = catch_unwind(AssertUnwindSafe(|| {
-                step(id, task, row, tok, n_cached, n_ctx, c)
-            }))
-            .unwrap_or_else(|panic| {
-                let what = panic_message(panic.as_ref());
-                tracing::error!("slot {id}: sampling a token panicked: {what}");
-                let failure =
-                    Failure::new(FailureKind::Internal, format!("internal error: {what}"));
-                let _ = task.job.events.send(Event::Failed(failure));
-                true
-            });
+            let done =
+                catch_unwind(AssertUnwindSafe(|| step(&cx, task, row))).unwrap_or_else(|panic| {
+                    let what = panic_message(panic.as_ref());
+                    tracing::error!("slot {id}: sampling a token panicked: {what}");
+                    let failure =
+                        Failure::new(FailureKind::Internal, format!("internal error: {what}"));
+                    let _ = task.job.events.send(Event::Failed(failure));
+                    true
+                });
             if done {
                 slot.task = None;
             }

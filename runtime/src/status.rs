@@ -64,6 +64,9 @@ pub struct Counters {
     pub cache_bytes: AtomicU64,
     /// States the prompt cache holds now.
     pub cache_entries: AtomicU64,
+    /// Generated tokens schemajump forced (a grammar admitted only them; counted in
+    /// `predicted_tokens` too).
+    pub forced_tokens: AtomicU64,
 }
 
 /// What front ends share with the scheduler thread.

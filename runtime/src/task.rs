@@ -5,6 +5,7 @@ use std::time::Instant;
 
 use bloomery_text::StreamDecoder;
 
+use crate::grammar::Constraint;
 use crate::request::Job;
 use crate::sampling::Sampler;
 use crate::stop::StopScan;
@@ -19,8 +20,11 @@ pub(crate) struct Task<'t> {
     pub(crate) decoder: StreamDecoder<'t>,
     pub(crate) stop: StopScan,
     pub(crate) generated: usize,
-    /// The sampled token whose K/V the next pass writes.
-    pub(crate) next: Option<u32>,
+    /// The generated tokens whose K/V the next passes write (the sampled token and any tokens
+    /// schemajump forced after it); empty while the prompt is evaluated.
+    pub(crate) next: Vec<u32>,
+    /// The request's grammar, if it has one.
+    pub(crate) grammar: Option<Constraint>,
     pub(crate) started: Instant,
     pub(crate) first_token: Option<Instant>,
     /// The vocabulary's ids and logits, reused to select each token's most likely

@@ -1,13 +1,14 @@
-//! One generated token of a request: drawn from its logits by the request's sampler (or taken
-//! from its forced tokens), reported with its text once no stop string can still claim it, and
-//! the request's end when a stop rule says so.
+//! One generated token of a request: drawn from its logits by the request's sampler (within its
+//! grammar, or taken from its forced tokens), reported with its text once no stop string can
+//! still claim it, and the request's end when a stop rule says so; then, with schemajump, the
+//! tokens its grammar admits alone, taken without a pass each.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use bloomery_text::Tokenizer;
 
-use crate::request::{Event, Finish, Piece, StopType, TokenProbs};
+use crate::request::{Event, Failure, FailureKind, Finish, Piece, StopType, TokenProbs};
 use crate::status::Counters;
 use crate::task::Task;
 
@@ -35,53 +36,128 @@ fn log_probs(logits: &[f32], id: u32, n: usize, scratch: &mut Vec<(u32, f32)>) -
     }
 }
 
-/// Samples the next token of `task` from `row`, reports it, and says whether the request ended.
-pub(crate) fn step(
-    id_slot: usize,
-    task: &mut Task<'_>,
-    row: &[f32],
-    tok: &Tokenizer,
-    n_cached: usize,
-    n_ctx: usize,
-    c: &Counters,
-) -> bool {
+/// Longest run of tokens schemajump forces after one sampled token (the scheduler splits a run
+/// over passes when it does not fit one).
+const MAX_FORCED_RUN: usize = 256;
+
+/// What every token of one step reports against.
+pub(crate) struct StepContext<'a, 't> {
+    pub(crate) id_slot: usize,
+    pub(crate) tok: &'t Tokenizer,
+    /// Positions the slot's cache holds after this pass.
+    pub(crate) n_cached: usize,
+    pub(crate) n_ctx: usize,
+    pub(crate) counters: &'a Counters,
+    pub(crate) schemajump: bool,
+}
+
+/// Samples the next token of `task` from `row`, reports it (and the tokens schemajump forces
+/// after it), and says whether the request ended.
+pub(crate) fn step(cx: &StepContext<'_, '_>, task: &mut Task<'_>, row: &[f32]) -> bool {
     let now = Instant::now();
     let first = *task.first_token.get_or_insert(now);
     if task.job.params.prompt_only {
-        let done = Finish {
-            stop_type: StopType::Limit,
-            stopping_word: String::new(),
-            id_slot,
-            n_prompt: task.job.prompt.len(),
-            n_cached: task.n_cached,
+        let done = finish(cx, task, first, now, StopType::Limit, String::new(), false);
+        let _ = task.job.events.send(Event::Done(Finish {
             n_predicted: 0,
-            prompt_ms: (first - task.started).as_secs_f64() * 1e3,
             predicted_ms: 0.0,
-            truncated: false,
-        };
-        let _ = task.job.events.send(Event::Done(done));
+            ..done
+        }));
         return true;
     }
-    let id = match task.job.params.forced.get(task.generated) {
-        Some(&forced) => forced,
-        None => task.sampler.sample(row),
+    let chosen = match task.job.params.forced.get(task.generated) {
+        Some(&forced) => Ok(forced),
+        None => match task.grammar.as_mut() {
+            Some(g) => g.choose(row, &mut task.sampler),
+            None => Ok(task.sampler.sample(row)),
+        },
     };
-    task.sampler.accept(id);
-    task.generated += 1;
-    c.predicted_tokens.fetch_add(1, Ordering::Relaxed);
+    let id = match chosen {
+        Ok(id) => id,
+        Err(msg) => {
+            let _ = task
+                .job
+                .events
+                .send(Event::Failed(Failure::new(FailureKind::Internal, msg)));
+            return true;
+        }
+    };
     let n_probs = task.job.params.n_probs;
     let probs = (n_probs > 0).then(|| log_probs(row, id, n_probs, &mut task.probs_scratch));
-    let finish = |task: &Task<'_>, stop_type: StopType, word: String, truncated: bool| Finish {
+    task.next.clear();
+    if emit(cx, task, id, probs, first, now) {
+        return true;
+    }
+    task.next.push(id);
+    // Log-probabilities need every token's logits, so a request that asks for them samples each.
+    if !cx.schemajump || task.job.params.n_probs > 0 {
+        return false;
+    }
+    while task.next.len() < MAX_FORCED_RUN {
+        let Some(g) = task.grammar.as_mut() else {
+            break;
+        };
+        let Some(t) = g.only() else { break };
+        if cx.tok.is_eog(t) {
+            break;
+        }
+        task.sampler.skip_draw();
+        g.forced += 1;
+        cx.counters.forced_tokens.fetch_add(1, Ordering::Relaxed);
+        if emit(cx, task, t, None, first, now) {
+            return true;
+        }
+        task.next.push(t);
+    }
+    false
+}
+
+/// The request's end as a `Finish`.
+fn finish(
+    cx: &StepContext<'_, '_>,
+    task: &Task<'_>,
+    first: Instant,
+    now: Instant,
+    stop_type: StopType,
+    stopping_word: String,
+    truncated: bool,
+) -> Finish {
+    Finish {
         stop_type,
-        stopping_word: word,
-        id_slot,
+        stopping_word,
+        id_slot: cx.id_slot,
         n_prompt: task.job.prompt.len(),
         n_cached: task.n_cached,
         n_predicted: task.generated,
+        n_forced: task.grammar.as_ref().map_or(0, |g| g.forced),
         prompt_ms: (first - task.started).as_secs_f64() * 1e3,
         predicted_ms: (now - first).as_secs_f64() * 1e3,
         truncated,
-    };
+    }
+}
+
+/// Takes token `id` into the request: the sampler's window, the grammar, the text and stop
+/// strings, the limits. True when the request ended (its end is reported).
+fn emit(
+    cx: &StepContext<'_, '_>,
+    task: &mut Task<'_>,
+    id: u32,
+    probs: Option<TokenProbs>,
+    first: Instant,
+    now: Instant,
+) -> bool {
+    task.sampler.accept(id);
+    if let Some(g) = task.grammar.as_mut() {
+        if let Err(msg) = g.accept(id, cx.tok) {
+            let _ = task
+                .job
+                .events
+                .send(Event::Failed(Failure::new(FailureKind::Internal, msg)));
+            return true;
+        }
+    }
+    task.generated += 1;
+    cx.counters.predicted_tokens.fetch_add(1, Ordering::Relaxed);
     let send = |task: &Task<'_>, e: Event| task.job.events.send(e).is_ok();
     // The end of a request: what the stop-string matcher and the decoder still hold, then Done.
     let end = |task: &mut Task<'_>, stop_type: StopType, truncated: bool| {
@@ -96,13 +172,11 @@ pub(crate) fn step(
                 }),
             );
         }
-        send(
-            task,
-            Event::Done(finish(task, stop_type, String::new(), truncated)),
-        );
+        let done = finish(cx, task, first, now, stop_type, String::new(), truncated);
+        send(task, Event::Done(done));
         true
     };
-    if tok.is_eog(id) && !task.job.params.ignore_eos {
+    if cx.tok.is_eog(id) && !task.job.params.ignore_eos {
         return end(task, StopType::Eos, false);
     }
     let mut text = String::new();
@@ -119,7 +193,8 @@ pub(crate) fn step(
                 }),
             );
         }
-        send(task, Event::Done(finish(task, StopType::Word, word, false)));
+        let done = finish(cx, task, first, now, StopType::Word, word, false);
+        send(task, Event::Done(done));
         return true;
     }
     if !send(
@@ -137,11 +212,11 @@ pub(crate) fn step(
         .params
         .n_predict
         .is_some_and(|n| task.generated >= n);
-    let ctx_full = n_cached + 1 >= n_ctx;
+    // Tokens taken but not yet in the cache occupy positions too.
+    let ctx_full = cx.n_cached + task.next.len() + 1 >= cx.n_ctx;
     if at_limit || ctx_full {
         return end(task, StopType::Limit, ctx_full && !at_limit);
     }
-    task.next = Some(id);
     false
 }
 

@@ -13,6 +13,7 @@ use anyhow::{bail, Context, Result};
 const LAYERS: &[(&str, u32)] = &[
     ("bloomery-plugin-api", 0),
     ("bloomery-text", 0),
+    ("bloomery-grammar", 0),
     ("bloomery-gguf", 1),
     ("bloomery-kernels-cpu", 1),
     ("bloomery-kernels-cuda", 2),

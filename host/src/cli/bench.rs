@@ -10,6 +10,7 @@ use anyhow::bail;
 use bloomery_devices::Registry;
 use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_plugin_api::DType;
+use bloomery_runtime::request::GrammarSpec;
 use bloomery_runtime::request::{Event, Finish, GenParams};
 use bloomery_runtime::sampling::SamplerParams;
 use bloomery_runtime::{Runtime, RuntimeConfig};
@@ -54,6 +55,11 @@ pub struct BenchArgs {
     /// Where routed experts go when the model runs on a GPU (`-cmoe`, `-ncmoe`, `-ot`, budgets).
     #[command(flatten)]
     pub placement: crate::flags::placement::PlacementArgs,
+    /// A grammar or JSON schema: adds the test `js<n>` (each sequence generates greedily within
+    /// the grammar, up to `-n` tokens; the rate counts every generated token, and stderr gives
+    /// the answer time and the fraction schemajump forced).
+    #[command(flatten)]
+    pub grammar: crate::flags::grammar::GrammarArgs,
     /// Launch every op of every pass from the host instead of replaying captured device graphs
     /// (to measure what the graphs save).
     #[arg(long = "no-graphs")]
@@ -117,6 +123,7 @@ fn params(reuse: bool, forced: Vec<u32>, prompt_only: bool) -> GenParams {
         cache_prompt: reuse,
         forced,
         prompt_only,
+        grammar: None,
     }
 }
 
@@ -192,6 +199,30 @@ impl Tests {
         }
         Ok(secs)
     }
+
+    /// (seconds, tokens, forced tokens) of every sequence generating within `grammar` after its
+    /// context, greedily, up to `n` tokens each (the grammar test).
+    fn grammar_once(&mut self, n: u32, grammar: &GrammarSpec) -> anyhow::Result<(f64, u32, usize)> {
+        let mut requests = Vec::new();
+        for slot in 0..self.context.len() {
+            let mut prompt = self.context[slot].clone();
+            prompt.extend(self.random(1));
+            let reuse = !self.context[slot].is_empty();
+            let mut p = params(reuse, Vec::new(), false);
+            p.n_predict = Some(n as usize);
+            p.ignore_eos = false;
+            p.grammar = Some(grammar.clone());
+            requests.push((prompt, p, Some(slot)));
+        }
+        let (mut secs, mut tokens, mut forced) = (0f64, 0, 0);
+        for mut rx in self.runtime.submit_together_blocking(requests)? {
+            let f = finish(&mut rx)?;
+            secs = secs.max(f.predicted_ms / 1e3);
+            tokens += f.n_predicted as u32;
+            forced += f.n_forced;
+        }
+        Ok((secs, tokens, forced))
+    }
 }
 
 /// Runs the command.
@@ -243,6 +274,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
     };
     let vocab = model.spec.hparams.n_vocab;
     let tok = Arc::new(crate::text::tokenizer(&model.file)?);
+    let grammar = a.grammar.spec(&tok)?;
     let runtime = Runtime::start(
         model,
         tok,
@@ -253,6 +285,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             queue_depth: 1,
             max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
             checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
+            schemajump: !a.grammar.no_schemajump,
         },
     )?;
     let mut tests = Tests {
@@ -275,7 +308,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         n => format!(" x{n}"),
     };
     // Each test's name, token count per sequence, and tokens a run evaluates in all.
-    let tests_run: [(String, u32, u32); 2] = [
+    let mut tests_run: Vec<(String, u32, u32)> = vec![
         (format!("pp{}", a.n_prompt), a.n_prompt, a.n_prompt),
         (
             format!("tg{}{seqs}", a.n_gen),
@@ -283,19 +316,33 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             a.n_gen * a.parallel,
         ),
     ];
+    if grammar.is_some() {
+        tests_run.push((format!("js{}{seqs}", a.n_gen), a.n_gen, 0));
+    }
     for (i, (name, n, tokens)) in tests_run.into_iter().enumerate() {
         if n == 0 {
             continue;
         }
-        let once = |t: &mut Tests| match i {
-            0 => t.pp_once(n),
-            _ => t.tg_once(n),
+        let once = |t: &mut Tests| -> anyhow::Result<(f64, u32)> {
+            Ok(match (i, &grammar) {
+                (0, _) => (t.pp_once(n)?, tokens),
+                (1, _) | (_, None) => (t.tg_once(n)?, tokens),
+                (_, Some(g)) => {
+                    let (secs, made, forced) = t.grammar_once(n, g)?;
+                    eprintln!(
+                        "{name}: {made} tokens in {:.1} ms, {forced} forced ({:.1}%)",
+                        secs * 1e3,
+                        100.0 * forced as f64 / f64::from(made.max(1))
+                    );
+                    (secs, made)
+                }
+            })
         };
         // One warm-up run, as llama-bench does (it also builds the graph of this batch shape).
         once(&mut tests)?;
         let mut rates = Vec::new();
         for _ in 0..a.repetitions.max(1) {
-            let secs = once(&mut tests)?;
+            let (secs, tokens) = once(&mut tests)?;
             rates.push(if secs > 0.0 {
                 f64::from(tokens) / secs
             } else {

@@ -82,6 +82,9 @@ pub struct RunArgs {
     /// Where routed experts go when the model runs on a GPU (`-cmoe`, `-ncmoe`, `-ot`, budgets).
     #[command(flatten)]
     pub placement: crate::flags::placement::PlacementArgs,
+    /// A grammar or JSON schema the output follows.
+    #[command(flatten)]
+    pub grammar: crate::flags::grammar::GrammarArgs,
 }
 
 /// The prompt as token ids, wrapped in the chat template when asked.
@@ -197,6 +200,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let load_secs = load_started.elapsed().as_secs_f64();
     eprintln!("running on {}", model.kernel_plugin());
     let (tok, prompt) = prompt_tokens(&model, a)?;
+    let grammar = a.grammar.spec(&tok)?;
     if prompt.is_empty() {
         bail!("the prompt gives no tokens");
     }
@@ -224,6 +228,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
             queue_depth: 1,
             max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
             checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
+            schemajump: !a.grammar.no_schemajump,
         },
     )?;
     let gen = GenParams {
@@ -235,6 +240,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         cache_prompt: false,
         forced: Vec::new(),
         prompt_only: a.n_predict == 0,
+        grammar,
     };
     let mut events = runtime.submit_blocking(prompt, gen, Some(0))?;
     let mut out = std::io::stdout().lock();

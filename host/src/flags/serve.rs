@@ -217,6 +217,10 @@ pub struct ServeArgs {
     /// Folder for `/slots/:id?action=save|restore` files.
     #[arg(long = "slot-save-path", env = "LLAMA_ARG_SLOT_SAVE_PATH")]
     pub slot_save_path: Option<PathBuf>,
+    /// Sample every token, even where a request's grammar admits one alone (schemajump, on by
+    /// default, takes such runs without sampling and evaluates them as one chunk).
+    #[arg(long = "no-schemajump")]
+    pub no_schemajump: bool,
     /// Serve Prometheus metrics at /metrics.
     #[arg(long = "metrics", env = "LLAMA_ARG_ENDPOINT_METRICS")]
     pub metrics: bool,

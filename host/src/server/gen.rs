@@ -98,6 +98,8 @@ pub fn timings(f: &Finish) -> Value {
         "predicted_ms": f.predicted_ms,
         "predicted_per_token_ms": per(f.predicted_ms, f.n_predicted),
         "predicted_per_second": rate(f.predicted_ms, f.n_predicted),
+        // Of predicted_n, the tokens schemajump forced (the grammar admitted only them).
+        "forced_n": f.n_forced,
     })
 }
 

@@ -14,6 +14,8 @@ pub mod offload;
 pub mod openai;
 pub mod params;
 pub mod shutdown;
+pub mod structured;
+pub mod tools;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -324,6 +326,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
             queue_depth: a.queue_depth,
             max_checkpoints: a.ctx_checkpoints as usize,
             checkpoint_every: a.checkpoint_min_step as usize,
+            schemajump: !a.no_schemajump,
         },
     )?;
     Ok(Ready {

@@ -60,6 +60,7 @@ fn default_params(ready: &Ready) -> GenParams {
         cache_prompt: true,
         forced: Vec::new(),
         prompt_only: false,
+        grammar: None,
     }
 }
 
@@ -421,6 +422,12 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
             "prompt_cache_states",
             "Saved states the prompt cache holds.",
             get(&c.cache_entries) as f64,
+        ),
+        (
+            "counter",
+            "tokens_forced_total",
+            "Generated tokens schemajump forced (a grammar admitted only them).",
+            get(&c.forced_tokens) as f64,
         ),
     ];
     let mut out = String::new();

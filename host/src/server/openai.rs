@@ -16,6 +16,7 @@ use super::gen::{
 };
 use super::native::{check_fits, fewest_tokens, finish_reason, id_slot, ok, prompts};
 use super::params::{gen_params, Fields, I32_MAX};
+use super::structured;
 use super::{parse_body, AppRef, AppState, Ready};
 use crate::flags::serve::{parse_reasoning, ReasoningFormat};
 use bloomery_runtime::request::{Event, Finish};
@@ -54,7 +55,13 @@ pub fn prepare_chat(
     tools: Option<&Value>,
     to_run: bool,
 ) -> Result<ChatJob, ApiError> {
-    let tools = chat::tools(tools)?;
+    // `tool_choice: "none"`: no tools offered to the template, none parsed from the answer.
+    let offered = match f.get("tool_choice") {
+        Some(Value::String(s)) => s != "none",
+        Some(choice) => choice.get("type").and_then(Value::as_str) != Some("none"),
+        None => true,
+    };
+    let tools = chat::tools(tools)?.filter(|_| offered);
     if tools.is_some() && !state.args.jinja() {
         return Err(ApiError::invalid("tools param requires --jinja flag"));
     }
@@ -126,7 +133,14 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
     } else {
         0
     };
-    let params = gen_params(&f, &ready.defaults, n_probs)?;
+    let mut params = gen_params(&f, &ready.defaults, n_probs)?;
+    structured::for_chat(
+        &f,
+        &mut params,
+        job.tools.as_ref(),
+        &ready.template_source,
+        job.prompt.starts_in_thinking,
+    )?;
     let model = f
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
@@ -430,6 +444,13 @@ pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Respo
         .await?;
     let f = Fields::of(&body)?;
     let mut params = gen_params(&f, &ready.defaults, 0)?;
+    structured::for_chat(
+        &f,
+        &mut params,
+        None,
+        &ready.template_source,
+        job.prompt.starts_in_thinking,
+    )?;
     if let Some(n) = f.int_in("max_output_tokens", -1, I32_MAX)? {
         params.n_predict = usize::try_from(n).ok();
     }

@@ -1,4 +1,5 @@
-//! Request fields shared by every route: sampling, limits, stop strings and probabilities, under
+//! Request fields shared by every route: sampling, limits, stop strings, probabilities and the
+//! grammar (`structured.rs`), under
 //! llama-server's native names and their OpenAI and Anthropic spellings. A field of the wrong type
 //! is a 400 that names it; numbers are held to llama-server's limits (b11434's completion
 //! schema): some are clamped into range, the others are a 400 outside it.
@@ -161,6 +162,7 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         cache_prompt: f.bool("cache_prompt")?.unwrap_or(d.cache_prompt),
         forced: Vec::new(),
         prompt_only: false,
+        grammar: super::structured::grammar(f)?,
     })
 }
 

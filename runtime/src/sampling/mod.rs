@@ -127,6 +127,12 @@ impl Sampler {
         temperature::temperature(c, p.temp);
     }
 
+    /// Advances the RNG as one draw does, for a token taken without sampling (the only one a
+    /// grammar admits), so that the draws after it are those of sampling token by token.
+    pub fn skip_draw(&mut self) {
+        let _: f64 = rand::Rng::gen(&mut self.rng);
+    }
+
     /// Picks the next token from one row of logits (`n_vocab` values). Greedy when the temperature
     /// is at or below zero; otherwise the full chain and a draw. Does not accept the token (call
     /// [`Sampler::accept`]). Does not allocate once the candidate buffer has reached the vocabulary.

@@ -1,0 +1,446 @@
+//! A grammar in use by one request: its state (a set of stacks and any partial character), which
+//! tokens it admits next (a mask over the vocabulary, cached per state), and taking a token.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::gbnf::Grammar;
+use crate::program::{Elem, Program};
+use crate::stacks::{SetId, Stacks, DEAD};
+use crate::utf8::{Decoder, Partial, Step};
+use crate::vocab::TokenTrie;
+
+/// Masks kept per matcher before the cache starts over (each is `n_vocab` bits).
+const MAX_CACHED_MASKS: usize = 4096;
+
+/// The tokens a grammar state admits.
+#[derive(Clone, Debug)]
+pub struct Mask {
+    bits: Vec<u64>,
+    count: usize,
+    last: u32,
+}
+
+impl Mask {
+    fn new(n_vocab: usize) -> Self {
+        Mask {
+            bits: vec![0; n_vocab.div_ceil(64)],
+            count: 0,
+            last: 0,
+        }
+    }
+
+    fn set(&mut self, id: u32) {
+        let (w, b) = ((id / 64) as usize, id % 64);
+        if let Some(word) = self.bits.get_mut(w) {
+            if *word & (1 << b) == 0 {
+                *word |= 1 << b;
+                self.count += 1;
+                self.last = id;
+            }
+        }
+    }
+
+    /// Whether token `id` is admitted.
+    pub fn allows(&self, id: u32) -> bool {
+        self.bits
+            .get((id / 64) as usize)
+            .is_some_and(|w| w & (1 << (id % 64)) != 0)
+    }
+
+    /// How many tokens are admitted.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The only admitted token, when exactly one is.
+    pub fn only(&self) -> Option<u32> {
+        (self.count == 1).then_some(self.last)
+    }
+
+    /// Sets every refused token's logit to negative infinity (`logits` has one per token).
+    pub fn apply(&self, logits: &mut [f32]) {
+        for (i, l) in logits.iter_mut().enumerate() {
+            if !self.allows(i as u32) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+    }
+}
+
+/// A token the grammar does not admit here.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the grammar does not admit token {token} here")]
+pub struct Rejected {
+    /// The token.
+    pub token: u32,
+}
+
+/// One request's grammar state over a vocabulary.
+pub struct Matcher {
+    stacks: Stacks,
+    vocab: Arc<TokenTrie>,
+    set: SetId,
+    partial: Partial,
+    masks: HashMap<(SetId, Partial), Arc<Mask>>,
+    /// Masks computed (not found in the cache).
+    pub computed: u64,
+}
+
+impl Matcher {
+    /// The grammar at its start.
+    pub fn new(grammar: &Grammar, vocab: Arc<TokenTrie>) -> Self {
+        let mut stacks = Stacks::new(Arc::new(Program::new(grammar)));
+        let set = stacks.start();
+        Matcher {
+            stacks,
+            vocab,
+            set,
+            partial: Partial::default(),
+            masks: HashMap::new(),
+            computed: 0,
+        }
+    }
+
+    /// Back to the grammar's start, keeping the cached masks (to walk another sentence of the
+    /// same grammar over the same vocabulary).
+    pub fn restart(&mut self) {
+        self.set = self.stacks.start();
+        self.partial = Partial::default();
+    }
+
+    /// Whether the text so far is a whole sentence of the grammar (end of generation allowed).
+    pub fn accepts_end(&self) -> bool {
+        self.partial.remain == 0 && self.stacks.accepts(self.set)
+    }
+
+    /// Whether no continuation is possible (only after text the grammar refused).
+    fn dead(&self) -> bool {
+        self.set == DEAD
+    }
+
+    /// The tokens admitted next, from the cache when this state was seen before. On the decode
+    /// path: a cached mask is an `Arc` clone; a new state allocates its mask (`n_vocab` bits).
+    pub fn mask(&mut self) -> Arc<Mask> {
+        let key = (self.set, self.partial);
+        if let Some(m) = self.masks.get(&key) {
+            return m.clone();
+        }
+        if self.masks.len() >= MAX_CACHED_MASKS {
+            self.masks.clear();
+        }
+        let m = Arc::new(self.compute());
+        self.computed += 1;
+        self.masks.insert(key, m.clone());
+        m
+    }
+
+    fn compute(&mut self) -> Mask {
+        let vocab = self.vocab.clone();
+        let mut mask = Mask::new(vocab.n_vocab);
+        if self.stacks.accepts(self.set) && self.partial.remain == 0 {
+            for &id in &vocab.eog {
+                mask.set(id);
+            }
+        }
+        // Token elements on top admit whole tokens by id.
+        let tops: Vec<u32> = self
+            .stacks
+            .set(self.set)
+            .iter()
+            .filter_map(|&s| self.stacks.top(s))
+            .collect();
+        for pos in tops {
+            if let Elem::Token { id, negated } = *self.stacks.program().elem(pos) {
+                if vocab.eog.contains(&id) && !negated {
+                    continue;
+                }
+                if negated {
+                    for &t in &vocab.ids {
+                        if t != id {
+                            mask.set(t);
+                        }
+                    }
+                } else if (id as usize) < vocab.n_vocab {
+                    mask.set(id);
+                }
+            }
+        }
+        let start = self.stacks.char_stacks(self.set);
+        if start == DEAD {
+            return mask;
+        }
+        let root = vocab.nodes[0];
+        let mut todo: Vec<(u32, SetId, Decoder)> = (root.children.0..root.children.1)
+            .map(|c| (c, start, Decoder::new(self.partial)))
+            .collect();
+        while let Some((n, set, mut dec)) = todo.pop() {
+            let node = vocab.nodes[n as usize];
+            let set = match dec.push(node.byte) {
+                Step::Invalid => continue,
+                // A character in progress that no stack can take ends the whole subtree.
+                Step::More if !self.ends_well(set, dec.partial) => continue,
+                Step::More => set,
+                Step::Char(c) => {
+                    let next = self.stacks.step(set, c);
+                    if next == DEAD {
+                        continue;
+                    }
+                    next
+                }
+            };
+            if node.tokens.0 < node.tokens.1 && self.ends_well(set, dec.partial) {
+                for &id in &vocab.ids[node.tokens.0 as usize..node.tokens.1 as usize] {
+                    mask.set(id);
+                }
+            }
+            for c in node.children.0..node.children.1 {
+                todo.push((c, set, dec));
+            }
+        }
+        mask
+    }
+
+    /// Whether a token may end in `set` with `partial` unfinished.
+    fn ends_well(&self, set: SetId, partial: Partial) -> bool {
+        if partial.remain == 0 {
+            return true;
+        }
+        self.stacks.set(set).iter().any(|&s| {
+            self.stacks
+                .top(s)
+                .is_some_and(|pos| self.stacks.program().may_take(pos, partial))
+        })
+    }
+
+    /// Takes token `id` whose piece is `piece` (end-of-generation tokens: `eog`). A refused
+    /// token leaves the state as it was. On the decode path: a state met before costs table
+    /// lookups and no allocation (a grammar with token items builds one short list per call).
+    pub fn accept(&mut self, id: u32, piece: &[u8], eog: bool) -> Result<(), Rejected> {
+        if eog {
+            return if self.accepts_end() {
+                Ok(())
+            } else {
+                Err(Rejected { token: id })
+            };
+        }
+        let by_token = self.stacks.step_token(self.set, id);
+        let piece = &piece[..piece.iter().position(|&b| b == 0).unwrap_or(piece.len())];
+        let mut set = self.stacks.char_stacks(self.set);
+        let mut dec = Decoder::new(self.partial);
+        if piece.is_empty() {
+            set = DEAD;
+        }
+        for &b in piece {
+            match dec.push(b) {
+                Step::Invalid => {
+                    set = DEAD;
+                    break;
+                }
+                Step::More => {}
+                Step::Char(c) => set = self.stacks.step(set, c),
+            }
+            if set == DEAD {
+                break;
+            }
+        }
+        if set != DEAD && !self.ends_well(set, dec.partial) {
+            set = DEAD;
+        }
+        let (set, partial) = match (by_token == DEAD, set == DEAD) {
+            (true, true) => return Err(Rejected { token: id }),
+            (false, true) => (by_token, Partial::default()),
+            (true, false) => (set, dec.partial),
+            (false, false) => (self.stacks.union(by_token, set), dec.partial),
+        };
+        self.set = set;
+        self.partial = partial;
+        Ok(())
+    }
+
+    /// Takes a whole text (no token ids), as the grammar engine of llama.cpp's validator does:
+    /// false when the grammar refuses some character.
+    pub fn accept_text(&mut self, text: &str) -> bool {
+        let mut set = self.set;
+        for c in text.chars() {
+            set = self.stacks.step(set, c as u32);
+            if set == DEAD {
+                self.set = DEAD;
+                return false;
+            }
+        }
+        self.set = set;
+        !self.dead()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn trie(pieces: &[&'static str], eog: &[u32]) -> Arc<TokenTrie> {
+        let p: Vec<&[u8]> = pieces.iter().map(|s| s.as_bytes()).collect();
+        Arc::new(TokenTrie::new(p.len(), |i| p[i as usize], eog))
+    }
+
+    fn grammar(src: &str) -> Grammar {
+        Grammar::parse(src, None).unwrap()
+    }
+
+    fn full(src: &str, text: &str) -> bool {
+        let g = grammar(src);
+        let mut m = Matcher::new(&g, trie(&[], &[]));
+        m.accept_text(text) && m.accepts_end()
+    }
+
+    #[test]
+    fn text_matching_follows_the_language() {
+        let g = "root ::= \"a\"{2,3} (\"b\" | [c-e]+)? .";
+        for (t, ok) in [
+            ("aax", true),
+            ("aaax", true),
+            ("ax", false),
+            ("aaaax", false),
+            ("aabx", true),
+            ("aacdex", true),
+            ("aabcx", false),
+            ("aa", false),
+        ] {
+            assert_eq!(full(g, t), ok, "{t}");
+        }
+        assert!(full("root ::= [^\"\\\\]* \"\\\"\"", "héllo\""));
+        assert!(full("root ::= x*\nx ::= \"(\" x* \")\"", "(()(()))"));
+        assert!(!full("root ::= x*\nx ::= \"(\" x* \")\"", "(()"));
+    }
+
+    #[test]
+    fn the_mask_admits_exactly_the_tokens_that_fit() {
+        let t = trie(&["{", "\"", "\"a", "a\"", "}", "{\"", "x", "</s>"], &[7]);
+        let g = grammar("root ::= \"{\" (\"\\\"a\\\"\")? \"}\"");
+        let mut m = Matcher::new(&g, t);
+        let mask = m.mask();
+        let admitted: Vec<u32> = (0..8).filter(|&i| mask.allows(i)).collect();
+        assert_eq!(admitted, vec![0, 5]);
+        m.accept(5, b"{\"", false).unwrap();
+        let mask = m.mask();
+        assert_eq!(mask.only(), Some(3));
+        assert!(m.accept(6, b"x", false).is_err());
+        m.accept(3, b"a\"", false).unwrap();
+        assert_eq!(m.mask().only(), Some(4));
+        m.accept(4, b"}", false).unwrap();
+        assert_eq!(m.mask().only(), Some(7));
+        m.accept(7, b"</s>", true).unwrap();
+    }
+
+    #[test]
+    fn a_character_may_span_tokens() {
+        let e = "é".as_bytes();
+        let halves: Vec<&[u8]> = vec![&e[..1], &e[1..], b"e", "\u{e8}".as_bytes()];
+        let t = Arc::new(TokenTrie::new(halves.len(), |i| halves[i as usize], &[]));
+        let g = grammar("root ::= [\\u00e9]");
+        let mut m = Matcher::new(&g, t);
+        let mask = m.mask();
+        // The lead byte 0xC3 may become é; è (also 0xC3 ..) is whole and refused.
+        assert!(mask.allows(0) && !mask.allows(2) && !mask.allows(3));
+        m.accept(0, &e[..1], false).unwrap();
+        assert!(!m.accepts_end());
+        assert_eq!(m.mask().only(), Some(1));
+        m.accept(1, &e[1..], false).unwrap();
+        assert!(m.accepts_end());
+    }
+
+    #[test]
+    fn masks_are_cached_per_state() {
+        let t = trie(&["a", "b"], &[]);
+        let g = grammar("root ::= \"a\"*");
+        let mut m = Matcher::new(&g, t);
+        for _ in 0..5 {
+            m.mask();
+            m.accept(0, b"a", false).unwrap();
+        }
+        assert_eq!(m.computed, 1);
+    }
+
+    #[test]
+    fn token_items_admit_their_token() {
+        let t = trie(&["<think>", "x", "y"], &[]);
+        let g = grammar("root ::= <[0]> !<[1]>");
+        let mut m = Matcher::new(&g, t);
+        assert_eq!(m.mask().only(), Some(0));
+        m.accept(0, b"<think>", false).unwrap();
+        let mask = m.mask();
+        assert!(mask.allows(0) && !mask.allows(1) && mask.allows(2));
+    }
+}
+
+#[cfg(test)]
+mod mask_tests {
+    //! The mask against taking each token one by one, on a vocabulary of JSON pieces, whitespace
+    //! runs and split multi-byte characters.
+    use super::*;
+
+    fn vocab() -> Vec<Vec<u8>> {
+        let mut v: Vec<Vec<u8>> = (0u8..=255).map(|b| vec![b]).collect();
+        for s in [
+            "{\"", "\":", "\": ", "\",", "\"}", "},", "[{", "}]", "true", "false", "null", "na",
+            "me", "\"name", "\"name\"", "  ", "\n\n", "\t\t\t", " \"", "12", "-3", "e+", "é",
+            "中文", "\\u00", "\\\"", "alpha", "al", "pha\"", "\"a", "😀",
+        ] {
+            v.push(s.as_bytes().to_vec());
+        }
+        // Multi-byte characters split at every byte.
+        for s in ["é", "中", "😀"] {
+            let b = s.as_bytes();
+            for i in 1..b.len() {
+                v.push(b[..i].to_vec());
+                v.push(b[i..].to_vec());
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn the_mask_equals_taking_each_token() {
+        let pieces = vocab();
+        let eog = pieces.len() as u32;
+        let mut all = pieces.clone();
+        all.push(b"</s>".to_vec());
+        let trie = Arc::new(TokenTrie::new(all.len(), |i| &all[i as usize], &[eog]));
+        // A JSON object of a short string, an enum and an optional number (as the schema
+        // converter writes one, spelled out here).
+        let g = Grammar::parse(
+            r#"root ::= "{" ws "\"name\"" ws ":" ws str ws "," ws "\"kind\"" ws ":" ws kind ( ws "," ws "\"n\"" ws ":" ws num )? ws "}"
+ws ::= ( " " | "\n" "\n"? [ \t]{0,3} )?
+str ::= "\"" ( [^"\\\x00-\x1F] | "\\" ["\\bfnrt] ){0,4} "\""
+kind ::= "\"alpha\"" | "\"beta\""
+num ::= "-"? [0-9]+ ("." [0-9]+)?"#,
+            None,
+        )
+        .unwrap();
+        for seed in 0..2 {
+            let text = g.sample(seed).unwrap();
+            // Byte tokens spell the sentence (ids 0..256 are the single bytes).
+            let ids: Vec<u32> = text.bytes().map(u32::from).collect();
+            let mut m = Matcher::new(&g, trie.clone());
+            for step in 0..=ids.len() {
+                let mask = m.mask();
+                for id in 0..all.len() as u32 {
+                    let mut probe = Matcher::new(&g, trie.clone());
+                    for &p in &ids[..step] {
+                        probe.accept(p, &all[p as usize], false).unwrap();
+                    }
+                    let ok = probe.accept(id, &all[id as usize], id == eog).is_ok();
+                    assert_eq!(
+                        mask.allows(id),
+                        ok,
+                        "{text:?} at {step}, token {:?}",
+                        all[id as usize]
+                    );
+                }
+                if let Some(&id) = ids.get(step) {
+                    m.accept(id, &all[id as usize], false).unwrap();
+                }
+            }
+        }
+    }
+}

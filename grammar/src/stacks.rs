@@ -1,0 +1,232 @@
+//! The pushdown stacks of a grammar in use, interned: a stack is a node (the position to match
+//! next and the stack below it), so equal stacks are one id; a state is an interned, sorted set of
+//! stacks whose tops are terminals (or the empty stack, which means the grammar may end). Expanding
+//! a stack to its terminals and stepping a set over a character are memoized, so a state seen
+//! before costs a table lookup.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::program::{Elem, Program};
+
+/// A stack id; [`EMPTY`] is the stack with nothing left to match.
+pub(crate) type StackId = u32;
+/// A set id; [`DEAD`] is the empty set (no way forward).
+pub(crate) type SetId = u32;
+
+/// The empty stack: the grammar's input may end here.
+pub(crate) const EMPTY: StackId = 0;
+/// The empty set.
+pub(crate) const DEAD: SetId = 0;
+
+/// Interned stacks and sets of one grammar in use.
+pub(crate) struct Stacks {
+    program: Arc<Program>,
+    /// (top position, stack below) per stack id; index 0 is the empty stack.
+    nodes: Vec<(u32, StackId)>,
+    node_ids: HashMap<(u32, StackId), StackId>,
+    /// The terminal-topped stacks each stack expands to, once computed.
+    expanded: Vec<Option<SetId>>,
+    sets: Vec<Arc<[StackId]>>,
+    set_ids: HashMap<Arc<[StackId]>, SetId>,
+    /// A set stepped over a character.
+    steps: HashMap<(SetId, u32), SetId>,
+    /// A set's character-topped part.
+    char_parts: HashMap<SetId, SetId>,
+}
+
+impl Stacks {
+    pub(crate) fn new(program: Arc<Program>) -> Self {
+        let empty: Arc<[StackId]> = Arc::from(Vec::new());
+        let mut set_ids = HashMap::new();
+        set_ids.insert(empty.clone(), DEAD);
+        Stacks {
+            program,
+            nodes: vec![(u32::MAX, EMPTY)],
+            node_ids: HashMap::new(),
+            expanded: vec![None],
+            sets: vec![empty],
+            set_ids,
+            steps: HashMap::new(),
+            char_parts: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// The set of the start rule's alternatives, expanded.
+    pub(crate) fn start(&mut self) -> SetId {
+        let root = self.program.root as usize;
+        let starts = self.program.alts[root].clone();
+        let mut out = Vec::new();
+        for a in starts {
+            let s = if matches!(self.program.elem(a), Elem::End) {
+                EMPTY
+            } else {
+                self.node(a, EMPTY)
+            };
+            let e = self.expand(s);
+            out.extend_from_slice(&self.sets[e as usize]);
+        }
+        self.intern(out)
+    }
+
+    pub(crate) fn set(&self, id: SetId) -> &Arc<[StackId]> {
+        &self.sets[id as usize]
+    }
+
+    /// The position a stack matches next (None for the empty stack).
+    pub(crate) fn top(&self, s: StackId) -> Option<u32> {
+        (s != EMPTY).then(|| self.nodes[s as usize].0)
+    }
+
+    fn node(&mut self, pos: u32, below: StackId) -> StackId {
+        if let Some(&id) = self.node_ids.get(&(pos, below)) {
+            return id;
+        }
+        let id = self.nodes.len() as StackId;
+        self.nodes.push((pos, below));
+        self.expanded.push(None);
+        self.node_ids.insert((pos, below), id);
+        id
+    }
+
+    /// Interns a set of stacks (sorted and deduplicated here).
+    pub(crate) fn intern(&mut self, mut v: Vec<StackId>) -> SetId {
+        v.sort_unstable();
+        v.dedup();
+        if let Some(&id) = self.set_ids.get(v.as_slice()) {
+            return id;
+        }
+        let id = self.sets.len() as SetId;
+        let a: Arc<[StackId]> = Arc::from(v);
+        self.sets.push(a.clone());
+        self.set_ids.insert(a, id);
+        id
+    }
+
+    /// The stack after its top element matched: the next element of the alternative, or the
+    /// stack below when the alternative ends there.
+    pub(crate) fn after(&mut self, s: StackId) -> StackId {
+        let (pos, below) = self.nodes[s as usize];
+        if matches!(self.program.elem(pos + 1), Elem::End) {
+            below
+        } else {
+            self.node(pos + 1, below)
+        }
+    }
+
+    /// The terminal-topped stacks (and the empty stack) that `s` stands for: rule references
+    /// on top are entered, each alternative a stack of its own.
+    pub(crate) fn expand(&mut self, s: StackId) -> SetId {
+        if let Some(e) = self.expanded[s as usize] {
+            return e;
+        }
+        let mut out = Vec::new();
+        let mut todo = vec![s];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(t) = todo.pop() {
+            if !seen.insert(t) {
+                continue;
+            }
+            if t == EMPTY {
+                out.push(EMPTY);
+                continue;
+            }
+            let pos = self.nodes[t as usize].0;
+            match self.program.elem(pos) {
+                Elem::Ref(r) => {
+                    let r = *r as usize;
+                    let cont = self.after(t);
+                    for i in 0..self.program.alts[r].len() {
+                        let a = self.program.alts[r][i];
+                        if matches!(self.program.elem(a), Elem::End) {
+                            todo.push(cont);
+                        } else {
+                            let n = self.node(a, cont);
+                            todo.push(n);
+                        }
+                    }
+                }
+                Elem::End => {}
+                _ => out.push(t),
+            }
+        }
+        let id = self.intern(out);
+        self.expanded[s as usize] = Some(id);
+        id
+    }
+
+    /// The set after character `c`: every character-topped stack that takes it, advanced.
+    pub(crate) fn step(&mut self, set: SetId, c: u32) -> SetId {
+        if set == DEAD {
+            return DEAD;
+        }
+        if let Some(&n) = self.steps.get(&(set, c)) {
+            return n;
+        }
+        let stacks = self.sets[set as usize].clone();
+        let mut out = Vec::new();
+        for &s in stacks.iter() {
+            let Some(pos) = self.top(s) else { continue };
+            if self.program.takes(pos, c) {
+                let next = self.after(s);
+                let e = self.expand(next);
+                out.extend_from_slice(&self.sets[e as usize]);
+            }
+        }
+        let id = self.intern(out);
+        self.steps.insert((set, c), id);
+        id
+    }
+
+    /// The set after a whole token taken by a token element on top.
+    pub(crate) fn step_token(&mut self, set: SetId, token: u32) -> SetId {
+        let stacks = self.sets[set as usize].clone();
+        let mut out = Vec::new();
+        for &s in stacks.iter() {
+            let Some(pos) = self.top(s) else { continue };
+            if let Elem::Token { id, negated } = *self.program.elem(pos) {
+                if (id == token) != negated {
+                    let next = self.after(s);
+                    let e = self.expand(next);
+                    out.extend_from_slice(&self.sets[e as usize]);
+                }
+            }
+        }
+        self.intern(out)
+    }
+
+    /// The character-topped stacks of a set (what a token's text is matched against).
+    pub(crate) fn char_stacks(&mut self, set: SetId) -> SetId {
+        if let Some(&c) = self.char_parts.get(&set) {
+            return c;
+        }
+        let stacks = self.sets[set as usize].clone();
+        let keep: Vec<StackId> = stacks
+            .iter()
+            .copied()
+            .filter(|&s| {
+                self.top(s)
+                    .is_some_and(|p| matches!(self.program.elem(p), Elem::Class(_) | Elem::Any))
+            })
+            .collect();
+        let id = self.intern(keep);
+        self.char_parts.insert(set, id);
+        id
+    }
+
+    /// Whether the set may end here (holds the empty stack).
+    pub(crate) fn accepts(&self, set: SetId) -> bool {
+        self.sets[set as usize].first() == Some(&EMPTY)
+    }
+
+    /// Union of two sets.
+    pub(crate) fn union(&mut self, a: SetId, b: SetId) -> SetId {
+        let mut v = self.sets[a as usize].to_vec();
+        v.extend_from_slice(&self.sets[b as usize]);
+        self.intern(v)
+    }
+}

@@ -1,0 +1,114 @@
+//! A request's grammar while it generates: where it applies in the sampler chain (llama.cpp's
+//! place: the chain samples first, and only a token the grammar refuses makes it sample again
+//! with the grammar's mask applied before the chain), the wait for a think span's end, and the
+//! forced tokens of schemajump (a state that admits a single token needs no sampling).
+
+use std::sync::Arc;
+
+use bloomery_grammar::{Matcher, TokenTrie};
+use bloomery_text::Tokenizer;
+
+use crate::request::GrammarSpec;
+use crate::sampling::Sampler;
+
+/// The vocabulary trie a grammar's mask walks, built once per model from the tokenizer's
+/// pieces (special tokens as their text, as llama.cpp's grammar sees them).
+pub(crate) fn token_trie(tok: &Tokenizer, n_vocab: usize) -> Arc<TokenTrie> {
+    let started = std::time::Instant::now();
+    let trie = TokenTrie::new(n_vocab, |id| tok.token_to_piece(id, true), &tok.eog_ids());
+    tracing::info!(
+        "grammar: vocabulary trie of {} tokens, {} nodes in {:.0} ms",
+        n_vocab,
+        trie.n_nodes(),
+        started.elapsed().as_secs_f64() * 1e3
+    );
+    Arc::new(trie)
+}
+
+/// A request's grammar state.
+pub(crate) struct Constraint {
+    matcher: Matcher,
+    /// The text that opens the grammar and what the model has written while it waits for it.
+    waiting: Option<(String, String)>,
+    /// Logits with the mask applied (reused: no allocation per token once grown).
+    masked: Vec<f32>,
+    /// Tokens forced by schemajump.
+    pub(crate) forced: usize,
+}
+
+impl Constraint {
+    pub(crate) fn new(spec: &GrammarSpec, vocab: Arc<TokenTrie>) -> Self {
+        Constraint {
+            matcher: Matcher::new(&spec.grammar, vocab),
+            waiting: spec.after.clone().map(|t| (t, String::new())),
+            masked: Vec::new(),
+            forced: 0,
+        }
+    }
+
+    /// Whether the grammar applies to the next token.
+    pub(crate) fn active(&self) -> bool {
+        self.waiting.is_none()
+    }
+
+    /// The only token the grammar admits next, when exactly one is (an end-of-generation token
+    /// included).
+    pub(crate) fn only(&mut self) -> Option<u32> {
+        if !self.active() {
+            return None;
+        }
+        self.matcher.mask().only()
+    }
+
+    /// Picks the next token from `row`: the only admissible one (one draw of the RNG, as a
+    /// sampled token costs); else the chain's pick when the grammar admits it; else the chain
+    /// again over the masked logits.
+    pub(crate) fn choose(&mut self, row: &[f32], sampler: &mut Sampler) -> Result<u32, String> {
+        if !self.active() {
+            return Ok(sampler.sample(row));
+        }
+        let mask = self.matcher.mask();
+        if mask.count() == 0 {
+            return Err("the grammar admits no token of this vocabulary here".into());
+        }
+        if let Some(only) = mask.only() {
+            sampler.skip_draw();
+            return Ok(only);
+        }
+        let id = sampler.sample(row);
+        if mask.allows(id) {
+            return Ok(id);
+        }
+        self.masked.clear();
+        self.masked.extend_from_slice(row);
+        mask.apply(&mut self.masked);
+        let id = sampler.sample(&self.masked);
+        if mask.allows(id) {
+            Ok(id)
+        } else {
+            Err("no token the grammar admits survives the sampler".into())
+        }
+    }
+
+    /// Advances over the generated token `id`.
+    pub(crate) fn accept(&mut self, id: u32, tok: &Tokenizer) -> Result<(), String> {
+        let piece = tok.token_to_piece(id, true);
+        if let Some((open, seen)) = &mut self.waiting {
+            seen.push_str(&String::from_utf8_lossy(piece));
+            if let Some(at) = seen.find(open.as_str()) {
+                let rest = seen[at + open.len()..].to_owned();
+                let open = open.clone();
+                self.waiting = None;
+                if !rest.is_empty() && !self.matcher.accept_text(&rest) {
+                    return Err(format!(
+                        "the text after {open:?} in one token does not fit the grammar"
+                    ));
+                }
+            }
+            return Ok(());
+        }
+        self.matcher
+            .accept(id, piece, tok.is_eog(id))
+            .map_err(|e| e.to_string())
+    }
+}

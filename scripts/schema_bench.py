@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Structured-output speed, the issue's benchmark: one JSON-schema answer (10 objects x 8 fixed
+keys, enum and number values) from `bloomery serve` with schemajump on and off and from
+llama-server, the same file, prompt, schema and greedy settings, measured the same way over HTTP
+(answer time = the request's wall time; tokens/s from `timings`; forced fraction from
+`timings.forced_n`). Run it on the device machine; every server of one row runs in the same call.
+
+Usage:
+  scripts/schema_bench.py --bloomery dist/bloomery --plugins dist/plugins \\
+      [--llama-server PATH] [--reps 3] [--n-predict 600] \\
+      FILE[::FLAGS] ...
+FLAGS are extra server flags for that file, shared by both servers where they make sense, e.g.
+  synth-30b.gguf::-ngl 99            (every expert on the card)
+  synth-30b.gguf::-ngl 99 -cmoe      (every expert on the host)
+  gemma-3-270m-q4_k_m.gguf::         (the CPU)
+Prints a markdown table for docs/performance.md.
+"""
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+OBJ = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "integer", "minimum": 0, "maximum": 999},
+        "kind": {"enum": ["alpha", "beta", "gamma"]},
+        "score": {"type": "number"},
+        "status": {"enum": ["active", "inactive", "pending"]},
+        "weight": {"type": "number"},
+        "level": {"enum": ["low", "medium", "high"]},
+        "ratio": {"type": "number"},
+        "flag": {"enum": ["yes", "no"]},
+    },
+    "required": ["id", "kind", "score", "status", "weight", "level", "ratio", "flag"],
+    "additionalProperties": False,
+}
+SCHEMA = {"type": "array", "minItems": 10, "maxItems": 10, "items": OBJ}
+PROMPT = "List ten inventory records as JSON.\n"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def post(url, body, timeout=600):
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+class Server:
+    def __init__(self, cmd, port):
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = open(f"/tmp/schema-bench-{port}.log", "w")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        start = time.time()
+        while time.time() - start < 900:
+            if self.proc.poll() is not None:
+                sys.exit(f"{cmd[0]} exited: see {self.log.name}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        sys.exit(f"{cmd[0]} did not become ready")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def measure(server, reps, n_predict):
+    body = {"prompt": PROMPT, "json_schema": SCHEMA, "n_predict": n_predict, "temperature": 0,
+            "seed": 1, "cache_prompt": False}
+    post(server.url + "/completion", body)  # warm-up (graphs, masks of this grammar)
+    rows = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        out = post(server.url + "/completion", body)
+        wall = time.perf_counter() - t
+        tm = out["timings"]
+        rows.append((wall, tm["predicted_n"], tm.get("forced_n", 0), tm["predicted_per_second"]))
+    rows.sort()
+    return rows[len(rows) // 2]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bloomery", required=True)
+    ap.add_argument("--plugins", required=True)
+    ap.add_argument("--llama-server")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--n-predict", type=int, default=600)
+    ap.add_argument("files", nargs="+")
+    a = ap.parse_args()
+    print("| file | flags | server | answer s | tokens | forced | tok/s |")
+    print("|---|---|---|---:|---:|---:|---:|")
+    for spec in a.files:
+        path, _, flags = spec.partition("::")
+        flags = flags.split()
+        runs = [("bloomery", [a.bloomery, "--plugin-dir", a.plugins, "serve", "-m", path, *flags]),
+                ("bloomery --no-schemajump",
+                 [a.bloomery, "--plugin-dir", a.plugins, "serve", "-m", path, "--no-schemajump", *flags])]
+        if a.llama_server:
+            runs.append(("llama-server b11434", [a.llama_server, "-m", path, *flags]))
+        for name, cmd in runs:
+            port = free_port()
+            s = Server([*cmd, "--port", str(port), "-c", "4096", "-np", "1"], port)
+            try:
+                wall, n, forced, tps = measure(s, a.reps, a.n_predict)
+            finally:
+                s.stop()
+            print(f"| {os.path.basename(path)} | {' '.join(flags)} | {name} | {wall:.2f} | {n} | "
+                  f"{100.0 * forced / max(n, 1):.0f}% | {tps:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

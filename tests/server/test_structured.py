@@ -1,0 +1,166 @@
+"""Structured output against the real server: grammar, json_schema and response_format on every
+route, llama-server's 400s, answers of a random-weight model that validate with the `jsonschema`
+package, and schemajump giving the same tokens on and off (greedy and seeded)."""
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import jsonschema
+import pytest
+
+from conftest import QWEN3_TEMPLATE, Server
+
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 6},
+        "kind": {"enum": ["alpha", "beta", "gamma"]},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "ok": {"type": "boolean"},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 3}, "maxItems": 2},
+    },
+    "required": ["name", "kind", "age", "ok"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_path):
+    """The tiny model served twice: schemajump on (the default) and off."""
+    on = Server(tiny_path, "-c", "8192", "-np", "4", "--metrics", "--chat-template-file", str(QWEN3_TEMPLATE))
+    off = Server(tiny_path, "-c", "8192", "-np", "4", "--no-schemajump", "--chat-template-file", str(QWEN3_TEMPLATE))
+    yield on, off
+    on.stop()
+    off.stop()
+
+
+def complete(server, seed, temperature, schema=SCHEMA, **extra):
+    r = server.post("/completion", {"prompt": f"record {seed}:", "json_schema": schema, "n_predict": 200,
+                                    "temperature": temperature, "seed": seed, "return_tokens": True, **extra})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_random_weight_answers_validate(pair):
+    on, _ = pair
+    with ThreadPoolExecutor(4) as ex:
+        outs = list(ex.map(lambda s: complete(on, s, 1.0), range(120)))
+    for out in outs:
+        assert out["stop_type"] == "eos", out
+        jsonschema.validate(json.loads(out["content"]), SCHEMA)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_schemajump_on_and_off_give_the_same_tokens(pair, temperature):
+    on, off = pair
+    forced = 0
+    for seed in range(6):
+        a, b = complete(on, seed, temperature), complete(off, seed, temperature)
+        assert a["tokens"] == b["tokens"] and a["content"] == b["content"]
+        assert b["timings"]["forced_n"] == 0
+        forced += a["timings"]["forced_n"]
+    assert forced > 0
+    assert "llamacpp:tokens_forced_total" in on.get("/metrics").text
+
+
+def test_grammar_field_and_chat_response_format(pair):
+    on, _ = pair
+    r = on.post("/completion", {"prompt": "x", "grammar": 'root ::= "yes" | "no"', "n_predict": 8})
+    assert r.status_code == 200 and r.json()["content"] in ("yes", "no"), r.text
+    r = on.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 200,
+                                         "response_format": {"type": "json_schema",
+                                                             "json_schema": {"name": "r", "schema": SCHEMA}}})
+    assert r.status_code == 200, r.text
+    jsonschema.validate(json.loads(r.json()["choices"][0]["message"]["content"]), SCHEMA)
+    r = on.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 300,
+                                         "response_format": {"type": "json_object"}})
+    assert r.status_code == 200, r.text
+    r = on.post("/v1/responses", {"input": "hi", "max_output_tokens": 200,
+                                  "text": {"format": {"type": "json_schema", "name": "r", "schema": SCHEMA}}})
+    assert r.status_code == 200, r.text
+    text = r.json()["output"][-1]["content"][0]["text"]
+    jsonschema.validate(json.loads(text), SCHEMA)
+
+
+def test_openai_sdk_parses_a_schema_answer(pair):
+    openai = pytest.importorskip("openai")
+    on, _ = pair
+    client = openai.OpenAI(base_url=on.url + "/v1", api_key="none")
+    out = client.chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}], max_tokens=200,
+                                         response_format={"type": "json_schema",
+                                                          "json_schema": {"name": "r", "schema": SCHEMA}})
+    jsonschema.validate(json.loads(out.choices[0].message.content), SCHEMA)
+
+
+@pytest.mark.parametrize("route,body,says", [
+    ("/completion", {"prompt": "x", "grammar": 'root ::= "a"', "json_schema": {}}, "Cannot use both"),
+    ("/completion", {"prompt": "x", "grammar": "root ::= [a"}, "line 1, column 12"),
+    ("/completion", {"prompt": "x", "grammar": "item ::= \"a\""}, "root"),
+    ("/completion", {"prompt": "x", "json_schema": {"properties": {"a": {"type": "string", "format": "email"}}}},
+     "#/properties/a"),
+    ("/completion", {"prompt": "x", "json_schema": {"$ref": "#/$defs/none"}}, "unresolved $ref"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}],
+                              "response_format": {"type": "yaml"}}, "but got: yaml"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "grammar": 'root ::= "a"',
+                              "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
+     "Cannot use custom grammar constraints with tools"),
+])
+def test_llama_server_refusals(pair, route, body, says):
+    on, _ = pair
+    r = on.post(route, body)
+    assert r.status_code == 400, r.text
+    assert says in r.json()["error"]["message"], r.text
+
+
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 8}}, "required": ["city"]}}},
+    {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
+                                         "b": {"type": "integer", "minimum": 0, "maximum": 99}},
+        "required": ["a", "b"], "additionalProperties": False}}},
+]
+BY_NAME = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+
+def chat_tools(server, seed, **extra):
+    r = server.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "call a tool"}],
+                                             "tools": TOOLS, "max_tokens": 300, "seed": seed,
+                                             "temperature": 1.0, **extra})
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_tool_choice_required_named_and_single(pair, seed):
+    on, _ = pair
+    for extra, names, most in [
+        ({"tool_choice": "required"}, set(BY_NAME), None),
+        ({"tool_choice": {"type": "function", "function": {"name": "add"}}}, {"add"}, None),
+        ({"tool_choice": "required", "parallel_tool_calls": False}, set(BY_NAME), 1),
+    ]:
+        choice = chat_tools(on, seed, **extra)
+        calls = choice["message"].get("tool_calls") or []
+        assert calls, choice
+        assert most is None or len(calls) <= most, calls
+        for c in calls:
+            assert c["function"]["name"] in names, c
+            jsonschema.validate(json.loads(c["function"]["arguments"]), BY_NAME[c["function"]["name"]])
+
+
+def test_tool_choice_none_offers_and_parses_nothing(pair):
+    on, _ = pair
+    choice = chat_tools(on, 3, tool_choice="none", max_tokens=20)
+    assert not choice["message"].get("tool_calls")
+
+
+def test_anthropic_tool_choice_any_gives_tool_use(pair):
+    on, _ = pair
+    r = on.post("/v1/messages", {"model": "x", "max_tokens": 300, "messages": [{"role": "user", "content": "hi"}],
+                                 "tools": [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]}
+                                           for t in TOOLS],
+                                 "tool_choice": {"type": "any"}})
+    assert r.status_code == 200, r.text
+    uses = [b for b in r.json()["content"] if b["type"] == "tool_use"]
+    assert uses, r.json()
+    for u in uses:
+        jsonschema.validate(u["input"], BY_NAME[u["name"]])
