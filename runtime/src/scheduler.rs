@@ -621,14 +621,20 @@ impl<'t> Scheduler<'t> {
         c.cache_entries.store(cache.len() as u64, Ordering::Relaxed);
     }
 
-    /// Frees the slots of requests whose clients went away.
+    /// Frees the slots of requests whose clients went away, and shows it in `/slots` (when that
+    /// leaves every slot idle, the next turn waits for a job without a pass to publish it).
     fn drop_cancelled(&mut self) {
+        let mut dropped = false;
         for slot in &mut self.slots {
             if slot.task.as_ref().is_some_and(|t| t.job.events.is_closed()) {
                 tracing::info!("slot {}: client went away, request cancelled", slot.id);
                 // K/V of a half-evaluated prompt chunk are still valid up to `cached`.
                 slot.task = None;
+                dropped = true;
             }
+        }
+        if dropped {
+            self.publish();
         }
     }
 

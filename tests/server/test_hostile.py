@@ -225,3 +225,20 @@ def test_bearer_is_case_insensitive(tiny_path):
             assert r.status_code == code, auth
     finally:
         s.stop()
+
+
+def test_a_dropped_stream_shows_its_slot_idle(hostile):
+    """A client that drops its stream frees its slot, and /slots says so even when that left
+    every slot idle (the scheduler then waits for a job with no pass to publish the change)."""
+    for i in range(12):
+        body = {"prompt": [7, 8, 9, i], "n_predict": 400, "ignore_eos": True, "stream": True}
+        with requests.post(hostile.url + "/completion", json=body, stream=True, timeout=CASE_BOUND) as r:
+            for n, _ in enumerate(r.iter_lines()):
+                if n >= 2:
+                    break
+        TALLY.note(hostile, None)
+        deadline = time.time() + 5
+        while any(v["is_processing"] for v in hostile.get("/slots").json()):
+            assert time.time() < deadline, f"round {i}: /slots still shows the dropped request's slot busy"
+            time.sleep(0.02)
+    normal_answers_the_same(hostile)
