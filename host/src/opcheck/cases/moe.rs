@@ -29,14 +29,16 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
             let (e, f) = if superblocks { (256, 256) } else { (64, 32) };
             // 256-value types: as for MatMul, Q8_K against Q8_1 activations, twice (x, then the
             // GLU rows); Q4_K seeds 1-3 gave 0.8e-2 to 2.1e-2 on the H200, and a CPU simulation
-            // of both roundings 1.9e-2 to 2.3e-2 worst over 12 seeds for each of these types.
+            // of both roundings 1.9e-2 to 2.3e-2 worst over 12 seeds for each of these types;
+            // on the H100, seed 4 gave 3.1e-2 (Q5_K, separate GLU) and seed 7 3.4e-2 (Q4_K,
+            // fused GEGLU): the heavy-tailed GLU rows' 8-bit rounding, so 5e-2.
             // The 32-value types: the GLU rows differ from the CPU's in the last bits, which can
             // move one of their 8-bit activations by a step (up to about 2.5e-3 of the output in
             // the 3-row cases, 7e-4 in the 40-row ones); a wrong layout gives errors near 1. F32
             // and Q8_0 keep the bounds they were measured with.
             let tol = match t {
                 DType::F32 | DType::Q8_0 => 1e-5,
-                _ if superblocks => 3e-2,
+                _ if superblocks => 5e-2,
                 _ => 5e-3,
             };
             let stack = |ne: [u64; 4]| spec(t, ne, Fill::Random(0.1));
