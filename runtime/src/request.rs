@@ -42,6 +42,9 @@ pub struct GenParams {
     pub prompt_only: bool,
     /// The grammar generation must follow (`grammar`, `json_schema`, `response_format`).
     pub grammar: Option<GrammarSpec>,
+    /// Once generation has run this many milliseconds (from its first token), end at the next
+    /// token whose text holds a newline (llama-server's `t_max_predict_ms`; `None`: no limit).
+    pub t_max_predict_ms: Option<u64>,
 }
 
 /// A generation request handed to the scheduler.

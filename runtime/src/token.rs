@@ -197,6 +197,7 @@ fn emit(
         send(task, Event::Done(done));
         return true;
     }
+    let has_newline = released.contains('\n');
     if !send(
         task,
         Event::Token(Piece {
@@ -207,11 +208,18 @@ fn emit(
     ) {
         return true;
     }
-    let at_limit = task
+    // llama-server's time limit: checked on a token whose sent text holds a newline.
+    let out_of_time = task
         .job
         .params
-        .n_predict
-        .is_some_and(|n| task.generated >= n);
+        .t_max_predict_ms
+        .is_some_and(|ms| has_newline && (now - first).as_secs_f64() * 1e3 > ms as f64);
+    let at_limit = out_of_time
+        || task
+            .job
+            .params
+            .n_predict
+            .is_some_and(|n| task.generated >= n);
     // Tokens taken but not yet in the cache occupy positions too.
     let ctx_full = cx.n_cached + task.next.len() + 1 >= cx.n_ctx;
     if at_limit || ctx_full {

@@ -14,6 +14,7 @@ use tokio::sync::mpsc;
 
 use super::error::ApiError;
 use super::offload::heavy;
+use super::params::Fields;
 use super::Ready;
 use bloomery_runtime::request::{Event, Finish, GenParams, Job, Piece, Request};
 
@@ -47,6 +48,42 @@ pub fn submit(
             mpsc::error::TrySendError::Closed(_) => ApiError::internal("the scheduler has stopped"),
         })?;
     Ok(rx)
+}
+
+/// How many completions of each prompt a request asks for: `n_cmpl`, or OpenAI's `n` when it is
+/// absent, from 1 to the slot count as llama-server holds it. More than one is answered whole
+/// only: a stream of several is a 400 naming it.
+pub fn n_cmpl(f: &Fields<'_>, n_slots: usize, stream: bool) -> Result<usize, ApiError> {
+    let max = n_slots.max(1) as i64;
+    let n = match f.int_in("n_cmpl", 1, max)? {
+        Some(n) => n,
+        None => f.int_in("n", 1, max)?.unwrap_or(1),
+    };
+    if n > 1 && stream {
+        return Err(ApiError::invalid(
+            "\"n_cmpl\"/\"n\" above 1 with \"stream\": several streamed completions are not implemented",
+        ));
+    }
+    Ok(n as usize)
+}
+
+/// Queues `n` completions of one prompt: the first on the slot asked for with the request's
+/// seed, each further one on any slot with the seed plus its number (llama-server's child
+/// tasks).
+pub fn submit_n(
+    ready: &Ready,
+    prompt: &[u32],
+    params: &GenParams,
+    id_slot: Option<usize>,
+    n: usize,
+) -> Result<Vec<mpsc::UnboundedReceiver<Event>>, ApiError> {
+    (0..n)
+        .map(|j| {
+            let mut p = params.clone();
+            p.sampler.seed = p.sampler.seed.wrapping_add(j as u64);
+            submit(ready, prompt.to_vec(), p, id_slot.filter(|_| j == 0))
+        })
+        .collect()
 }
 
 /// Everything a finished generation produced.

@@ -12,7 +12,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::chat::{self, ChatPrompt, Delta, DeltaSplitter};
 use super::error::ApiError;
 use super::gen::{
-    collect, event_stream, openai_logprobs, random_id, sse_data, submit, timings, unix_now,
+    collect, event_stream, n_cmpl, openai_logprobs, random_id, sse_data, submit, submit_n, timings,
+    unix_now, Outcome,
 };
 use super::native::{check_fits, fewest_tokens, finish_reason, id_slot, ok, prompts};
 use super::params::{gen_params, Fields, I32_MAX};
@@ -145,11 +146,45 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
     let slot = id_slot(&f, ready.n_slots)?;
-    let rx = submit(&ready, job.prompt.tokens.clone(), params, slot)?;
-    if f.bool("stream")?.unwrap_or(false) {
-        return Ok(chat_stream(ready, job, model, rx, n_probs > 0));
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let n = n_cmpl(&f, ready.n_slots, stream)?;
+    let mut receivers = submit_n(&ready, &job.prompt.tokens, &params, slot, n)?.into_iter();
+    if stream {
+        let usage = include_usage(&f)?;
+        let rx = receivers
+            .next()
+            .ok_or_else(|| ApiError::internal("no completion queued"))?;
+        return Ok(chat_stream(ready, job, model, rx, n_probs > 0, usage));
     }
-    let out = collect(rx).await?;
+    let mut outs = Vec::new();
+    for rx in receivers {
+        outs.push(collect(rx).await?);
+    }
+    let choices: Vec<Value> = outs
+        .iter()
+        .enumerate()
+        .map(|(i, out)| chat_choice(&ready, &job, out, n_probs > 0, i))
+        .collect();
+    // As llama-server: with several choices, `usage` and `timings` are the first one's.
+    let first = &outs
+        .first()
+        .ok_or_else(|| ApiError::internal("no completion queued"))?
+        .finish;
+    Ok(ok(json!({
+        "choices": choices,
+        "created": unix_now(),
+        "model": model,
+        "system_fingerprint": FINGERPRINT,
+        "object": "chat.completion",
+        "usage": usage(first),
+        "id": random_id("chatcmpl-"),
+        "timings": timings(first),
+    })))
+}
+
+/// One choice of a chat answer: the message parsed from the text, the finish reason and
+/// (with `logprobs`) the probabilities.
+fn chat_choice(ready: &Ready, job: &ChatJob, out: &Outcome, logprobs: bool, index: usize) -> Value {
     let parsed = chat::parse(
         &out.text,
         job.prompt.starts_in_thinking,
@@ -168,31 +203,33 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
     }
     let mut choice = json!({
         "finish_reason": finish_reason(&out.finish, !parsed.tool_calls.is_empty()),
-        "index": 0,
+        "index": index,
         "message": message,
     });
-    if n_probs > 0 {
+    if logprobs {
         choice["logprobs"] = openai_logprobs(&ready.tok, &out.pieces);
     }
-    Ok(ok(json!({
-        "choices": [choice],
-        "created": unix_now(),
-        "model": model,
-        "system_fingerprint": FINGERPRINT,
-        "object": "chat.completion",
-        "usage": usage(&out.finish),
-        "id": random_id("chatcmpl-"),
-        "timings": timings(&out.finish),
-    })))
+    choice
 }
 
-/// The chat stream: role chunk, deltas, finish chunk, usage chunk, `[DONE]`.
+/// `stream_options.include_usage` (false when absent, as in llama-server).
+fn include_usage(f: &Fields<'_>) -> Result<bool, ApiError> {
+    match f.get("stream_options") {
+        None => Ok(false),
+        Some(Value::Object(o)) => Ok(Fields(o).bool("include_usage")?.unwrap_or(false)),
+        Some(_) => Err(ApiError::invalid("\"stream_options\" must be an object")),
+    }
+}
+
+/// The chat stream: role chunk, deltas, finish chunk, the usage chunk when `include_usage`
+/// asks for it, `[DONE]`; the last chunk carries the timings.
 fn chat_stream(
     ready: Arc<Ready>,
     job: ChatJob,
     model: String,
     rx: UnboundedReceiver<Event>,
     logprobs: bool,
+    include_usage: bool,
 ) -> Response {
     struct St {
         ready: Arc<Ready>,
@@ -264,12 +301,16 @@ fn chat_stream(
                     st.chunk(out, json!([{"finish_reason": null, "index": 0, "delta": {"tool_calls": tool_calls_json(&calls, true)}}]));
                 }
             }
-            st.chunk(out, json!([{"finish_reason": finish_reason(&f, !calls.is_empty()), "index": 0, "delta": {}}]));
-            let mut u = st.head.clone();
-            u["choices"] = json!([]);
-            u["usage"] = usage(&f);
-            u["timings"] = timings(&f);
-            out.extend_from_slice(&sse_data(&u));
+            let mut last = st.head.clone();
+            last["choices"] = json!([{"finish_reason": finish_reason(&f, !calls.is_empty()), "index": 0, "delta": {}}]);
+            if include_usage {
+                out.extend_from_slice(&sse_data(&last));
+                last = st.head.clone();
+                last["choices"] = json!([]);
+                last["usage"] = usage(&f);
+            }
+            last["timings"] = timings(&f);
+            out.extend_from_slice(&sse_data(&last));
             out.extend_from_slice(b"data: [DONE]\n\n");
             true
         }
@@ -309,26 +350,47 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
     let model = f
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
-    let rx = submit(&ready, prompt, params, id_slot(&f, ready.n_slots)?)?;
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let n = n_cmpl(&f, ready.n_slots, stream)?;
+    let slot = id_slot(&f, ready.n_slots)?;
+    let mut receivers = submit_n(&ready, &prompt, &params, slot, n)?.into_iter();
     let id = random_id("cmpl-");
-    if f.bool("stream")?.unwrap_or(false) {
+    if stream {
+        let rx = receivers
+            .next()
+            .ok_or_else(|| ApiError::internal("no completion queued"))?;
         return Ok(completions_stream(ready, id, model, rx, n_probs > 0));
     }
-    let out = collect(rx).await?;
+    let mut outs = Vec::new();
+    for rx in receivers {
+        outs.push(collect(rx).await?);
+    }
+    let choices: Vec<Value> = outs
+        .iter()
+        .enumerate()
+        .map(|(i, out)| {
+            json!({
+                "text": out.text,
+                "index": i,
+                "logprobs": if n_probs > 0 { openai_logprobs(&ready.tok, &out.pieces) } else { Value::Null },
+                "finish_reason": finish_reason(&out.finish, false),
+            })
+        })
+        .collect();
+    // As llama-server: with several choices, `usage` and `timings` are the first one's.
+    let first = &outs
+        .first()
+        .ok_or_else(|| ApiError::internal("no completion queued"))?
+        .finish;
     Ok(ok(json!({
-        "choices": [{
-            "text": out.text,
-            "index": 0,
-            "logprobs": if n_probs > 0 { openai_logprobs(&ready.tok, &out.pieces) } else { Value::Null },
-            "finish_reason": finish_reason(&out.finish, false),
-        }],
+        "choices": choices,
         "created": unix_now(),
         "model": model,
         "system_fingerprint": FINGERPRINT,
         "object": "text_completion",
-        "usage": usage(&out.finish),
+        "usage": usage(first),
         "id": id,
-        "timings": timings(&out.finish),
+        "timings": timings(first),
     })))
 }
 
