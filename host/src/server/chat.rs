@@ -289,6 +289,7 @@ pub fn render(
     tools: Option<&Value>,
     kwargs: &Map<String, Value>,
     enable_thinking: bool,
+    add_generation_prompt: bool,
     fits: impl FnOnce(&str) -> Result<(), ApiError>,
 ) -> Result<ChatPrompt, ApiError> {
     let mut kw: Vec<(String, TemplateValue)> = vec![(
@@ -302,7 +303,7 @@ pub fn render(
     let req = ChatRequest {
         messages: TemplateValue::from(messages),
         tools: tools.map(TemplateValue::from),
-        add_generation_prompt: true,
+        add_generation_prompt,
         kwargs: kw,
     };
     let rendered = tmpl

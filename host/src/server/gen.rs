@@ -124,7 +124,16 @@ pub async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Outcome, 
 pub fn timings(f: &Finish) -> Value {
     let n_prompt = f.n_prompt - f.n_cached;
     let per = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
-    let rate = |ms: f64, n: usize| if ms > 0.0 { 1e3 * n as f64 / ms } else { 0.0 };
+    let rate = |ms: f64, n: usize| {
+        if ms > 0.0 && n > 0 {
+            1e3 * n as f64 / ms
+        } else {
+            0.0
+        }
+    };
+    // As llama-server: the first token comes from the prompt's last pass, so the generation
+    // rate is over the decode steps after it.
+    let steps = f.n_predicted.saturating_sub(1);
     json!({
         "cache_n": f.n_cached,
         "prompt_n": n_prompt,
@@ -133,8 +142,8 @@ pub fn timings(f: &Finish) -> Value {
         "prompt_per_second": rate(f.prompt_ms, n_prompt),
         "predicted_n": f.n_predicted,
         "predicted_ms": f.predicted_ms,
-        "predicted_per_token_ms": per(f.predicted_ms, f.n_predicted),
-        "predicted_per_second": rate(f.predicted_ms, f.n_predicted),
+        "predicted_per_token_ms": per(f.predicted_ms, steps),
+        "predicted_per_second": rate(f.predicted_ms, steps),
         // Of predicted_n, the tokens schemajump forced (the grammar admitted only them).
         "forced_n": f.n_forced,
     })

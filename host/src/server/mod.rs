@@ -88,6 +88,8 @@ pub struct AppState {
     pub draining: AtomicBool,
     /// Where requests' CPU work runs (`--threads-http`).
     pub cpu: offload::CpuPool,
+    /// Unix seconds when the server started (`/metrics`' `Process-Start-Time-Unix` header).
+    pub started_unix: u64,
 }
 
 impl AppState {
@@ -357,6 +359,7 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
         api_keys,
         draining: AtomicBool::new(false),
         cpu: offload::CpuPool::new(a.threads_http()),
+        started_unix: gen::unix_now(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -440,7 +440,17 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
             "# HELP llamacpp:{name} {help}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {v}\n"
         ));
     }
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/plain; version=0.0.4".to_owned()),
+            (
+                header::HeaderName::from_static("process-start-time-unix"),
+                state.started_unix.to_string(),
+            ),
+        ],
+        out,
+    )
+        .into_response())
 }
 
 /// GET /v1/models and /models.
@@ -890,6 +900,7 @@ pub async fn apply_template(
                 tools,
                 &kwargs,
                 enable_thinking,
+                f.bool("add_generation_prompt")?.unwrap_or(true),
                 |_| Ok(()),
             )?;
             Ok(Json(json!({ "prompt": p.text })))

@@ -62,6 +62,20 @@ pub fn prepare_chat(
         Some(choice) => choice.get("type").and_then(Value::as_str) != Some("none"),
         None => true,
     };
+    // As llama-server, which would continue a final assistant message but not two.
+    let roles: Vec<Option<&str>> = messages
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .map(|x| x.get("role").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    if roles.len() >= 2 && roles[roles.len() - 2..] == [Some("assistant"), Some("assistant")] {
+        return Err(ApiError::invalid(
+            "Cannot have 2 or more assistant messages at the end of the list.",
+        ));
+    }
     let tools = chat::tools(tools)?.filter(|_| offered);
     if tools.is_some() && !state.args.jinja() {
         return Err(ApiError::invalid("tools param requires --jinja flag"));
@@ -79,6 +93,7 @@ pub fn prepare_chat(
         tools,
         &kwargs,
         enable_thinking,
+        f.bool("add_generation_prompt")?.unwrap_or(true),
         |text| {
             if to_run {
                 check_fits(ready, fewest_tokens(ready, text))
