@@ -64,12 +64,19 @@ def test_several_completions_with_n_cmpl_and_n(tiny):
 
 
 def test_unbuilt_switches_are_refused_by_name(tiny):
-    for field in ("post_sampling_probs", "return_progress", "timings_per_token"):
+    for field in ("post_sampling_probs", "return_progress", "timings_per_token", "verbose"):
         for route, body in (("/completion", {"prompt": "x"}),
                             ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
             e = error_of(tiny.post(route, {**body, "max_tokens": 1, field: True}), 400, "invalid_request_error")
             assert field in e["message"]
             assert tiny.post(route, {**body, "max_tokens": 1, field: False}).status_code == 200
+
+
+def test_unbuilt_numbers_are_refused_by_name_above_zero(tiny):
+    for field in ("n_indent", "n_cache_reuse"):
+        e = error_of(tiny.post("/completion", {"prompt": "x", "n_predict": 1, field: 4}), 400, "invalid_request_error")
+        assert field in e["message"]
+        assert tiny.post("/completion", {"prompt": "x", "n_predict": 1, field: 0}).status_code == 200
 
 
 def test_apply_template_reads_add_generation_prompt(tiny):
@@ -83,3 +90,11 @@ def test_two_trailing_assistant_messages_are_refused(tiny):
     msgs = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "assistant", "content": "c"}]
     e = error_of(tiny.post("/v1/chat/completions", {"messages": msgs}), 400, "invalid_request_error")
     assert "assistant messages" in e["message"]
+
+
+def test_tools_on_a_template_without_tools_are_refused_by_name(gemma3):
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "tools": [tool]}
+    e = error_of(gemma3.post("/v1/chat/completions", body), 400, "invalid_request_error")
+    assert "tools" in e["message"]
+    assert gemma3.post("/v1/chat/completions", {**body, "tools": []}).status_code == 200

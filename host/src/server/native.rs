@@ -305,9 +305,34 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
         ),
         (
             "counter",
-            "prompt_tokens_cache_total",
-            "Prompt tokens reused from slot caches",
+            "prompt_tokens_cached_total",
+            "Number of prompt tokens reused from the cache",
             get(&c.cached_tokens) as f64,
+        ),
+        (
+            "counter",
+            "n_tokens_max",
+            "Largest observed sequence length (prompt + generation)",
+            get(&c.n_tokens_max) as f64,
+        ),
+        // No speculative decoding runs: llama-server's counters of it stay at zero.
+        (
+            "counter",
+            "spec_decode_num_draft_tokens_total",
+            "Speculative: Total draft tokens generated",
+            0.0,
+        ),
+        (
+            "counter",
+            "spec_decode_num_accepted_tokens_total",
+            "Speculative: Total draft tokens accepted by the target model",
+            0.0,
+        ),
+        (
+            "counter",
+            "spec_decode_num_drafts_total",
+            "Speculative: Total speculative decoding verification steps",
+            0.0,
         ),
         (
             "gauge",
@@ -342,12 +367,6 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
             "requests_deferred",
             "Number of requests deferred.",
             get(&c.deferred) as f64,
-        ),
-        (
-            "gauge",
-            "n_tokens_max",
-            "Largest context a slot holds.",
-            ready.n_ctx_slot as f64,
         ),
         (
             "counter",

@@ -77,6 +77,15 @@ pub fn prepare_chat(
         ));
     }
     let tools = chat::tools(tools)?.filter(|_| offered);
+    // A template that never reads `tools` would drop them without a word.
+    let offers_tools = tools
+        .and_then(Value::as_array)
+        .is_some_and(|list| !list.is_empty());
+    if to_run && offers_tools && !ready.template_source.contains("tools") {
+        return Err(ApiError::invalid(
+            "\"tools\": this model's chat template does not render tools, and llama-server's handling of such templates is not implemented",
+        ));
+    }
     if tools.is_some() && !state.args.jinja() {
         return Err(ApiError::invalid("tools param requires --jinja flag"));
     }

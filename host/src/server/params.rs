@@ -152,9 +152,11 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         }
         (None, None, None) => d.n_predict,
     };
-    // `n_keep` matters only to context shift, which bloomery refuses (`--context-shift`), as
-    // llama-server ignores it without; it is held to llama-server's limits all the same.
+    // `n_keep` and `n_discard` matter only to context shift, which bloomery refuses
+    // (`--context-shift`), as llama-server ignores them without it; they are held to
+    // llama-server's limits all the same.
     f.int_in("n_keep", -1, I32_MAX)?;
+    f.int_in("n_discard", 0, I32_MAX)?;
     let t_max_predict_ms = f
         .int_in("t_max_predict_ms", -1, i64::MAX)?
         .and_then(|ms| u64::try_from(ms).ok())
@@ -192,8 +194,24 @@ fn refuse_unbuilt(f: &Fields<'_>) -> Result<(), ApiError> {
             "timings_per_token",
             "timings in every streamed chunk are not implemented",
         ),
+        ("verbose", "the __verbose debug object is not implemented"),
     ] {
         if f.bool(key)? == Some(true) {
+            return Err(ApiError::invalid(format!("\"{key}\": {what}")));
+        }
+    }
+    // Numbers whose 0 asks for what bloomery does.
+    for (key, what) in [
+        (
+            "n_indent",
+            "the minimum indentation of code completions is not implemented",
+        ),
+        (
+            "n_cache_reuse",
+            "reusing cached chunks by shifting the cache is not implemented",
+        ),
+    ] {
+        if f.int_in(key, 0, I32_MAX)?.is_some_and(|n| n > 0) {
             return Err(ApiError::invalid(format!("\"{key}\": {what}")));
         }
     }
