@@ -63,8 +63,24 @@ def test_several_completions_with_n_cmpl_and_n(tiny):
     assert "stream" in e["message"]
 
 
+def test_timings_per_token_puts_the_timings_so_far_in_every_token_chunk(tiny):
+    body = {"prompt": "x", "n_predict": 4, "stream": True, "timings_per_token": True}
+    frames = sse_frames(requests.post(tiny.url + "/completion", json=body, stream=True))
+    assert [f["timings"]["predicted_n"] for f in frames[:-1]] == [1, 2, 3, 4]
+    assert all(f["timings"]["prompt_n"] == frames[-1]["timings"]["prompt_n"] for f in frames)
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": True,
+            "timings_per_token": True}
+    frames = sse_frames(requests.post(tiny.url + "/v1/chat/completions", json=chat, stream=True))
+    assert "timings" not in frames[0]
+    # A token whose text the splitter holds back (a possible tag) sends no chunk of its own.
+    seen = [f["timings"]["predicted_n"] for f in frames[1:-1] if f["choices"][0]["delta"]]
+    assert seen and seen == sorted(set(seen)) and seen[-1] <= 3, seen
+    plain = sse_frames(requests.post(tiny.url + "/completion", json={**body, "timings_per_token": False}, stream=True))
+    assert all("timings" not in f for f in plain[:-1])
+
+
 def test_unbuilt_switches_are_refused_by_name(tiny):
-    for field in ("post_sampling_probs", "return_progress", "timings_per_token", "verbose"):
+    for field in ("post_sampling_probs", "return_progress", "verbose"):
         for route, body in (("/completion", {"prompt": "x"}),
                             ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
             e = error_of(tiny.post(route, {**body, "max_tokens": 1, field: True}), 400, "invalid_request_error")

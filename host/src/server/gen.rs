@@ -16,7 +16,7 @@ use super::error::ApiError;
 use super::offload::heavy;
 use super::params::Fields;
 use super::Ready;
-use bloomery_runtime::request::{Event, Finish, GenParams, Job, Piece, Request};
+use bloomery_runtime::request::{Event, Finish, GenParams, Job, Piece, Progress, Request};
 
 /// Queues a generation; the receiver yields its events (dropping it cancels the request).
 pub fn submit(
@@ -120,8 +120,20 @@ pub async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Outcome, 
     Err(ApiError::internal("the scheduler dropped the request"))
 }
 
-/// llama-server's `timings` object.
+/// llama-server's `timings` object of a finished request.
 pub fn timings(f: &Finish) -> Value {
+    progress_timings(&Progress {
+        n_prompt: f.n_prompt,
+        n_cached: f.n_cached,
+        n_predicted: f.n_predicted,
+        n_forced: f.n_forced,
+        prompt_ms: f.prompt_ms,
+        predicted_ms: f.predicted_ms,
+    })
+}
+
+/// llama-server's `timings` object of a request so far (a token's, for `timings_per_token`).
+pub fn progress_timings(f: &Progress) -> Value {
     let n_prompt = f.n_prompt - f.n_cached;
     let per = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
     let rate = |ms: f64, n: usize| {

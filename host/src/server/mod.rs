@@ -131,6 +131,8 @@ pub const ROUTES: &[&str] = &[
     "POST /v1/completions",
     "POST /chat/completions",
     "POST /v1/chat/completions",
+    "POST /chat/completions/input_tokens",
+    "POST /v1/chat/completions/input_tokens",
     "POST /v1/messages",
     "POST /v1/messages/count_tokens",
     "POST /v1/responses",
@@ -170,6 +172,14 @@ pub fn router(state: AppRef) -> Router {
         .route("/v1/completions", post(openai::completions))
         .route("/chat/completions", post(openai::chat))
         .route("/v1/chat/completions", post(openai::chat))
+        .route(
+            "/chat/completions/input_tokens",
+            post(openai::chat_input_tokens),
+        )
+        .route(
+            "/v1/chat/completions/input_tokens",
+            post(openai::chat_input_tokens),
+        )
         .route("/v1/responses", post(openai::responses))
         .route("/responses", post(openai::responses))
         .route("/v1/messages", post(anthropic::messages))

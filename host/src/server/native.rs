@@ -705,7 +705,8 @@ async fn run_native(
         }
         let prompt = prompts.into_iter().next().unwrap_or_default();
         let rx = submit(&ready, prompt.clone(), params.clone(), slot)?;
-        return Ok(native_stream(ready, params, prompt, rx));
+        let timings_per_token = f.bool("timings_per_token")?.unwrap_or(false);
+        return Ok(native_stream(ready, params, prompt, rx, timings_per_token));
     }
     // Each prompt `n_cmpl` times, in prompt order.
     let n = gen::n_cmpl(f, ready.n_slots, stream)?;
@@ -735,6 +736,7 @@ fn native_stream(
     params: GenParams,
     prompt: Vec<u32>,
     rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    timings_per_token: bool,
 ) -> Response {
     struct St {
         text: String,
@@ -765,6 +767,9 @@ fn native_stream(
             if params.n_probs > 0 {
                 chunk["completion_probabilities"] =
                     native_probs(&ready.tok, std::slice::from_ref(&p));
+            }
+            if timings_per_token {
+                chunk["timings"] = gen::progress_timings(&p.so_far);
             }
             st.pieces.push(p);
             out.extend_from_slice(&sse_data(&chunk));
@@ -918,8 +923,10 @@ pub async fn apply_template(
                 &messages,
                 tools,
                 &kwargs,
-                enable_thinking,
-                f.bool("add_generation_prompt")?.unwrap_or(true),
+                chat::RenderSwitches {
+                    enable_thinking,
+                    add_generation_prompt: f.bool("add_generation_prompt")?.unwrap_or(true),
+                },
                 |_| Ok(()),
             )?;
             Ok(Json(json!({ "prompt": p.text })))

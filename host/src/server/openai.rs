@@ -12,8 +12,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::chat::{self, ChatPrompt, Delta, DeltaSplitter};
 use super::error::ApiError;
 use super::gen::{
-    collect, event_stream, n_cmpl, openai_logprobs, random_id, sse_data, submit, submit_n, timings,
-    unix_now, Outcome,
+    collect, event_stream, n_cmpl, openai_logprobs, progress_timings, random_id, sse_data, submit,
+    submit_n, timings, unix_now, Outcome,
 };
 use super::native::{check_fits, fewest_tokens, finish_reason, id_slot, ok, prompts};
 use super::params::{gen_params, Fields, I32_MAX};
@@ -101,8 +101,10 @@ pub fn prepare_chat(
         messages,
         tools,
         &kwargs,
-        enable_thinking,
-        f.bool("add_generation_prompt")?.unwrap_or(true),
+        chat::RenderSwitches {
+            enable_thinking,
+            add_generation_prompt: f.bool("add_generation_prompt")?.unwrap_or(true),
+        },
         |text| {
             if to_run {
                 check_fits(ready, fewest_tokens(ready, text))
@@ -136,6 +138,25 @@ fn tool_calls_json(calls: &[chat::ToolCall], with_index: bool) -> Value {
             })
             .collect(),
     )
+}
+
+/// POST /v1/chat/completions/input_tokens: the prompt tokens the chat would take.
+pub async fn chat_input_tokens(
+    State(state): State<AppRef>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let ready = state.ready()?;
+    let st = Arc::clone(&state);
+    state
+        .cpu
+        .run(move || {
+            let body = parse_body(&body)?;
+            let f = Fields::of(&body)?;
+            let messages = chat::openai_messages(f.get("messages").unwrap_or(&Value::Null))?;
+            let job = prepare_chat(&st, &ready, &f, &messages, f.get("tools"), false)?;
+            Ok(ok(json!({ "input_tokens": job.prompt.tokens.len() })))
+        })
+        .await
 }
 
 /// POST /v1/chat/completions.
@@ -175,10 +196,19 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
     let mut receivers = submit_n(&ready, &job.prompt.tokens, &params, slot, n)?.into_iter();
     if stream {
         let usage = include_usage(&f)?;
+        let per_token = f.bool("timings_per_token")?.unwrap_or(false);
         let rx = receivers
             .next()
             .ok_or_else(|| ApiError::internal("no completion queued"))?;
-        return Ok(chat_stream(ready, job, model, rx, n_probs > 0, usage));
+        return Ok(chat_stream(
+            ready,
+            job,
+            model,
+            rx,
+            n_probs > 0,
+            usage,
+            per_token,
+        ));
     }
     let mut outs = Vec::new();
     for rx in receivers {
@@ -254,6 +284,7 @@ fn chat_stream(
     rx: UnboundedReceiver<Event>,
     logprobs: bool,
     include_usage: bool,
+    timings_per_token: bool,
 ) -> Response {
     struct St {
         ready: Arc<Ready>,
@@ -262,10 +293,13 @@ fn chat_stream(
         head: Value,
     }
     impl St {
-        /// One `chat.completion.chunk` frame with these choices.
-        fn chunk(&self, out: &mut Vec<u8>, choices: Value) {
+        /// One `chat.completion.chunk` frame with these choices (and timings, when given).
+        fn chunk(&self, out: &mut Vec<u8>, choices: Value, timings: Option<Value>) {
             let mut c = self.head.clone();
             c["choices"] = choices;
+            if let Some(t) = timings {
+                c["timings"] = t;
+            }
             out.extend_from_slice(&sse_data(&c));
         }
     }
@@ -291,17 +325,21 @@ fn chat_stream(
     st.chunk(
         &mut prelude,
         json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]),
+        None,
     );
     event_stream(rx, st, prelude, move |st, ev, out| match ev {
         Event::Started { .. } => false,
         Event::Token(p) => {
             let deltas = st.split.push(&p.text);
+            let last = deltas.len().saturating_sub(1);
             for (i, d) in deltas.iter().enumerate() {
                 let mut choice = json!({"finish_reason": null, "index": 0, "delta": delta_json(d)});
                 if logprobs && i == 0 {
                     choice["logprobs"] = openai_logprobs(&st.ready.tok, std::slice::from_ref(&p));
                 }
-                st.chunk(out, json!([choice]));
+                // As llama-server: the token's last chunk carries the timings so far.
+                let timings = (timings_per_token && i == last).then(|| progress_timings(&p.so_far));
+                st.chunk(out, json!([choice]), timings);
             }
             false
         }
@@ -310,6 +348,7 @@ fn chat_stream(
                 st.chunk(
                     out,
                     json!([{"finish_reason": null, "index": 0, "delta": delta_json(&d)}]),
+                    None,
                 );
             }
             let mut calls = Vec::new();
@@ -322,7 +361,7 @@ fn chat_stream(
                 );
                 calls = parsed.tool_calls;
                 if !calls.is_empty() {
-                    st.chunk(out, json!([{"finish_reason": null, "index": 0, "delta": {"tool_calls": tool_calls_json(&calls, true)}}]));
+                    st.chunk(out, json!([{"finish_reason": null, "index": 0, "delta": {"tool_calls": tool_calls_json(&calls, true)}}]), None);
                 }
             }
             let mut last = st.head.clone();
@@ -383,7 +422,15 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
         let rx = receivers
             .next()
             .ok_or_else(|| ApiError::internal("no completion queued"))?;
-        return Ok(completions_stream(ready, id, model, rx, n_probs > 0));
+        let per_token = f.bool("timings_per_token")?.unwrap_or(false);
+        return Ok(completions_stream(
+            ready,
+            id,
+            model,
+            rx,
+            n_probs > 0,
+            per_token,
+        ));
     }
     let mut outs = Vec::new();
     for rx in receivers {
@@ -424,6 +471,7 @@ fn completions_stream(
     model: String,
     rx: UnboundedReceiver<Event>,
     logprobs: bool,
+    timings_per_token: bool,
 ) -> Response {
     let head = json!({"id": id, "created": unix_now(), "model": model, "system_fingerprint": FINGERPRINT, "object": "text_completion"});
     event_stream(rx, (), Vec::new(), move |_, ev, out| {
@@ -438,6 +486,9 @@ fn completions_stream(
                 };
                 c["choices"] =
                     json!([{"text": p.text, "index": 0, "logprobs": lp, "finish_reason": null}]);
+                if timings_per_token {
+                    c["timings"] = progress_timings(&p.so_far);
+                }
                 out.extend_from_slice(&sse_data(&c));
                 false
             }

@@ -190,10 +190,6 @@ fn refuse_unbuilt(f: &Fields<'_>) -> Result<(), ApiError> {
             "return_progress",
             "prompt progress events are not implemented",
         ),
-        (
-            "timings_per_token",
-            "timings in every streamed chunk are not implemented",
-        ),
         ("verbose", "the __verbose debug object is not implemented"),
     ] {
         if f.bool(key)? == Some(true) {
