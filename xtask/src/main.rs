@@ -6,6 +6,8 @@
 //!   `target/<profile>/plugins/`.
 //! - `cargo xtask test`: format and lint checks, the plugins, the example plugin (built outside the
 //!   workspace), the test data, then every test.
+//! - `cargo xtask llama-suite`: only llama.cpp's own server tests against the debug binary (the
+//!   last step of `test`).
 //! - `cargo xtask demo`: `dist`, then the gemma-3-270m demo model answers a prompt.
 //! - `cargo xtask layers`: the crates' and modules' dependency direction (part of `test`).
 //! - `cargo xtask cuda-tools`: installs the pinned CUDA 13.0 compiler from PyPI into
@@ -21,10 +23,17 @@ mod layers;
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = workspace_root();
-    if args
-        .first()
-        .is_some_and(|t| ["dist", "plugins", "test", "demo", "cuda-tools"].contains(&t.as_str()))
-    {
+    if args.first().is_some_and(|t| {
+        [
+            "dist",
+            "plugins",
+            "test",
+            "llama-suite",
+            "demo",
+            "cuda-tools",
+        ]
+        .contains(&t.as_str())
+    }) {
         let nvcc = cuda_tools(&root)?;
         // Read by kernels/cuda/build.rs: compile the kernels with this nvcc, and fail without one.
         std::env::set_var("BLOOMERY_NVCC", &nvcc);
@@ -38,11 +47,17 @@ fn main() -> Result<()> {
             gather_plugins(&root, release).map(|dir| println!("{}", dir.display()))
         }
         Some("test") => test(&root, &args[1..]),
+        Some("llama-suite") => {
+            let plugins = gather_plugins(&root, false)?;
+            test_data(&root)?;
+            cargo(&root, &["build", "-p", "bloomery"])?;
+            llama_server_suite(&root, &plugins)
+        }
         Some("demo") => demo(&root),
         Some("layers") => layers::check(&root),
         _ => {
             eprintln!(
-                "usage: cargo xtask <dist | plugins [--release] | test [cargo test args] | demo | layers | cuda-tools>"
+                "usage: cargo xtask <dist | plugins [--release] | test [cargo test args] | llama-suite | demo | layers | cuda-tools>"
             );
             bail!("unknown or missing task")
         }
