@@ -3,7 +3,8 @@
 - The suite's session fixture starts every model preset once to download it; our models are
   local (the shim makes them), so that warm-up is turned off.
 - Every test named in `skips.txt` is marked skipped with its reason class and reason; a test
-  the list names that the run did not collect is reported, so the list cannot go stale unseen.
+  the list names that a whole-suite run did not collect fails the run, so the list cannot go
+  stale unseen.
 - Tests marked `slow` upstream (llama.cpp's CI leaves them out too) are skipped: each one
   downloads a real multi-GB model.
 - At the end, one line gives the counts: passed, failed, and skipped by reason class.
@@ -98,6 +99,12 @@ def pytest_runtest_logreport(report):
         RUN.outcome[report.nodeid] = "failed" if report.when == "call" else "error"
     elif report.when == "call":
         RUN.outcome[report.nodeid] = "passed"
+
+
+def pytest_sessionfinish(session):
+    # A whole-suite run fails when skips.txt names a test the suite no longer has.
+    if RUN.collected_whole_suite and any(e[0] not in RUN.used for e in RUN.skips):
+        session.exitstatus = 1
 
 
 def pytest_terminal_summary(terminalreporter):
