@@ -52,6 +52,7 @@ fn greedy(n_predict: usize) -> GenParams {
         forced: Vec::new(),
         prompt_only: false,
         grammar: None,
+        t_max_predict_ms: None,
     }
 }
 

@@ -42,6 +42,9 @@ pub struct GenParams {
     pub prompt_only: bool,
     /// The grammar generation must follow (`grammar`, `json_schema`, `response_format`).
     pub grammar: Option<GrammarSpec>,
+    /// Once generation has run this many milliseconds (from its first token), end at the next
+    /// token whose text holds a newline (llama-server's `t_max_predict_ms`; `None`: no limit).
+    pub t_max_predict_ms: Option<u64>,
 }
 
 /// A generation request handed to the scheduler.
@@ -154,6 +157,25 @@ pub struct Piece {
     pub text: String,
     /// Log-probabilities, when asked for.
     pub probs: Option<TokenProbs>,
+    /// The request's counts and times up to this token (llama-server's `timings_per_token`).
+    pub so_far: Progress,
+}
+
+/// A running request's counts and times, as [`Finish`] gives them at its end.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Progress {
+    /// Prompt tokens.
+    pub n_prompt: usize,
+    /// Of them, those reused from a cache.
+    pub n_cached: usize,
+    /// Tokens generated so far.
+    pub n_predicted: usize,
+    /// Of them, those schemajump forced.
+    pub n_forced: usize,
+    /// Milliseconds from the slot taking the request to its first token.
+    pub prompt_ms: f64,
+    /// Milliseconds since the first token.
+    pub predicted_ms: f64,
 }
 
 /// The end of a request, with its counts and timings.

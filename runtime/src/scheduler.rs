@@ -815,8 +815,13 @@ impl<'t> Scheduler<'t> {
         Ok(())
     }
 
-    /// Refreshes what `/slots` shows.
+    /// Refreshes what `/slots` shows, and the longest sequence `/metrics` reports.
     fn publish(&self) {
+        let longest = self.slots.iter().map(|s| s.cached.len()).max().unwrap_or(0);
+        self.shared
+            .counters
+            .n_tokens_max
+            .fetch_max(longest as u64, Ordering::Relaxed);
         let views = self
             .slots
             .iter()

@@ -38,6 +38,8 @@ pub struct Counters {
     pub deferred: AtomicU64,
     /// Prompt tokens reused from slot caches or restored from the prompt cache.
     pub cached_tokens: AtomicU64,
+    /// The longest sequence a slot has held (prompt and generated tokens).
+    pub n_tokens_max: AtomicU64,
     /// Routed expert calls of layers with host experts served by experts on the card.
     pub routed_card: AtomicU64,
     /// Routed expert calls of layers with host experts served in host RAM.

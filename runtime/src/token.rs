@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use bloomery_text::Tokenizer;
 
-use crate::request::{Event, Failure, FailureKind, Finish, Piece, StopType, TokenProbs};
+use crate::request::{Event, Failure, FailureKind, Finish, Piece, Progress, StopType, TokenProbs};
 use crate::status::Counters;
 use crate::task::Task;
 
@@ -159,6 +159,14 @@ fn emit(
     task.generated += 1;
     cx.counters.predicted_tokens.fetch_add(1, Ordering::Relaxed);
     let send = |task: &Task<'_>, e: Event| task.job.events.send(e).is_ok();
+    let so_far = |task: &Task<'_>| Progress {
+        n_prompt: task.job.prompt.len(),
+        n_cached: task.n_cached,
+        n_predicted: task.generated,
+        n_forced: task.grammar.as_ref().map_or(0, |g| g.forced),
+        prompt_ms: (first - task.started).as_secs_f64() * 1e3,
+        predicted_ms: (now - first).as_secs_f64() * 1e3,
+    };
     // The end of a request: what the stop-string matcher and the decoder still hold, then Done.
     let end = |task: &mut Task<'_>, stop_type: StopType, truncated: bool| {
         let tail = task.stop.flush(&task.decoder.flush());
@@ -169,6 +177,7 @@ fn emit(
                     id,
                     text: tail,
                     probs: None,
+                    so_far: so_far(task),
                 }),
             );
         }
@@ -190,6 +199,7 @@ fn emit(
                     id,
                     text: released,
                     probs,
+                    so_far: so_far(task),
                 }),
             );
         }
@@ -197,21 +207,30 @@ fn emit(
         send(task, Event::Done(done));
         return true;
     }
+    let has_newline = released.contains('\n');
     if !send(
         task,
         Event::Token(Piece {
             id,
             text: released,
             probs,
+            so_far: so_far(task),
         }),
     ) {
         return true;
     }
-    let at_limit = task
+    // llama-server's time limit: checked on a token whose sent text holds a newline.
+    let out_of_time = task
         .job
         .params
-        .n_predict
-        .is_some_and(|n| task.generated >= n);
+        .t_max_predict_ms
+        .is_some_and(|ms| has_newline && (now - first).as_secs_f64() * 1e3 > ms as f64);
+    let at_limit = out_of_time
+        || task
+            .job
+            .params
+            .n_predict
+            .is_some_and(|n| task.generated >= n);
     // Tokens taken but not yet in the cache occupy positions too.
     let ctx_full = cx.n_cached + task.next.len() + 1 >= cx.n_ctx;
     if at_limit || ctx_full {

@@ -54,7 +54,10 @@ def test_api_key_bearer_and_x_api_key(tiny_path):
     s = Server(tiny_path, "-c", "256", "--api-key", "k1,k2")
     try:
         assert s.get("/health").status_code == 200
-        assert s.get("/v1/models").status_code == 200
+        # As llama-server b11434: only /health and /v1/health are public.
+        error_of(s.get("/v1/models"), 401, "authentication_error")
+        error_of(s.get("/models"), 401, "authentication_error")
+        assert s.get("/v1/models", headers={"Authorization": "Bearer k1"}).status_code == 200
         error_of(s.post("/completion", {"prompt": "x", "n_predict": 1}), 401, "authentication_error")
         error_of(s.post("/completion", {"prompt": "x", "n_predict": 1}, headers={"Authorization": "Bearer nope"}), 401, "authentication_error")
         assert s.post("/completion", {"prompt": "x", "n_predict": 1}, headers={"Authorization": "Bearer k2"}).status_code == 200

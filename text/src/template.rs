@@ -34,6 +34,8 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    /// The fixed time `strftime_now`, `datetime` and `date_string` read (`None`: the UTC clock).
+    now: Option<CivilTime>,
 }
 
 impl fmt::Debug for ChatTemplate {
@@ -145,6 +147,7 @@ impl ChatTemplate {
             env,
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
+            now,
         })
     }
 
@@ -161,6 +164,11 @@ impl ChatTemplate {
         ));
         ctx.push(("bos_token".into(), Value::from(self.bos_token.as_str())));
         ctx.push(("eos_token".into(), Value::from(self.eos_token.as_str())));
+        // The dates llama.cpp's chat code puts beside every template's variables (Llama 3.x
+        // templates print `date_string`, falling back to a fixed date without it).
+        let now = self.now.unwrap_or_else(CivilTime::now_utc);
+        ctx.push(("datetime".into(), Value::from(now.format("%b %d %Y"))));
+        ctx.push(("date_string".into(), Value::from(now.format("%d %b %Y"))));
         for (k, v) in &req.kwargs {
             ctx.push((k.clone(), v.value().clone()));
         }
@@ -253,6 +261,27 @@ mod python_printing {
             out,
             r#"1.0|True|None|{'a': [1, "x'y"]}|True|[1.0, True, None, {'a': [1, "x'y"]}]"#
         );
+    }
+
+    #[test]
+    fn dates_beside_the_variables_as_llama_cpp_puts_them() {
+        let now = CivilTime {
+            year: 2026,
+            month: 12,
+            day: 6,
+            hour: 7,
+            minute: 0,
+            second: 0,
+        };
+        let src = "{% if not date_string is defined %}26 Jul 2024{% else %}{{ date_string }}{% endif %}|{{ datetime }}";
+        let t = ChatTemplate::with_clock(src, "", "", Some(now)).unwrap();
+        let req = ChatRequest {
+            messages: TemplateValue::from_json_str("messages", "[]").unwrap(),
+            tools: None,
+            add_generation_prompt: true,
+            kwargs: Vec::new(),
+        };
+        assert_eq!(t.render(&req).unwrap(), "06 Dec 2026|Dec 06 2026");
     }
 
     #[test]

@@ -6,6 +6,8 @@
 //!   `target/<profile>/plugins/`.
 //! - `cargo xtask test`: format and lint checks, the plugins, the example plugin (built outside the
 //!   workspace), the test data, then every test.
+//! - `cargo xtask llama-suite`: only llama.cpp's own server tests against the debug binary (the
+//!   last step of `test`).
 //! - `cargo xtask demo`: `dist`, then the gemma-3-270m demo model answers a prompt.
 //! - `cargo xtask layers`: the crates' and modules' dependency direction (part of `test`).
 //! - `cargo xtask cuda-tools`: installs the pinned CUDA 13.0 compiler from PyPI into
@@ -21,10 +23,17 @@ mod layers;
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let root = workspace_root();
-    if args
-        .first()
-        .is_some_and(|t| ["dist", "plugins", "test", "demo", "cuda-tools"].contains(&t.as_str()))
-    {
+    if args.first().is_some_and(|t| {
+        [
+            "dist",
+            "plugins",
+            "test",
+            "llama-suite",
+            "demo",
+            "cuda-tools",
+        ]
+        .contains(&t.as_str())
+    }) {
         let nvcc = cuda_tools(&root)?;
         // Read by kernels/cuda/build.rs: compile the kernels with this nvcc, and fail without one.
         std::env::set_var("BLOOMERY_NVCC", &nvcc);
@@ -38,11 +47,17 @@ fn main() -> Result<()> {
             gather_plugins(&root, release).map(|dir| println!("{}", dir.display()))
         }
         Some("test") => test(&root, &args[1..]),
+        Some("llama-suite") => {
+            let plugins = gather_plugins(&root, false)?;
+            test_data(&root)?;
+            cargo(&root, &["build", "-p", "bloomery"])?;
+            llama_server_suite(&root, &plugins)
+        }
         Some("demo") => demo(&root),
         Some("layers") => layers::check(&root),
         _ => {
             eprintln!(
-                "usage: cargo xtask <dist | plugins [--release] | test [cargo test args] | demo | layers | cuda-tools>"
+                "usage: cargo xtask <dist | plugins [--release] | test [cargo test args] | llama-suite | demo | layers | cuda-tools>"
             );
             bail!("unknown or missing task")
         }
@@ -381,5 +396,59 @@ fn server_tests(root: &Path, plugins: &Path) -> Result<()> {
         ])
         .current_dir(root)
         .env("BLOOMERY_BIN", root.join("target/debug/bloomery"))
-        .env("BLOOMERY_TEST_PLUGIN_DIR", plugins))
+        .env("BLOOMERY_TEST_PLUGIN_DIR", plugins))?;
+    llama_server_suite(root, plugins)
+}
+
+/// llama.cpp b11434's own server tests (`tools/server/tests/unit` of the pinned sdist, never
+/// copied into the tree) against the debug binary: `tests/llama-server-suite/shim` stands in for
+/// `llama-server` and maps the suite's models to offline files, and `suite_plugin.py` skips the
+/// tests `skips.txt` names (each with its reason) and prints the counts. The suite pins its own
+/// pytest and openai, so it gets its own venv.
+fn llama_server_suite(root: &Path, plugins: &Path) -> Result<()> {
+    let venv = root.join("target/test-data/.venv-llama-suite");
+    if !venv.join("bin/python").exists() {
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+    }
+    // tools/server/tests/requirements.txt, each at the version it resolved to when pinned.
+    run(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "aiohttp==3.9.5",
+        "pytest==8.3.5",
+        "pytest-xdist==3.8.0",
+        "filelock==3.32.7",
+        "numpy==2.2.6",
+        "openai==2.14.0",
+        "prometheus-client==0.20.0",
+        "requests==2.32.5",
+        "wget==3.2",
+    ]))?;
+    let suite = root.join("tests/llama-server-suite");
+    // A port nothing listens on now; the suite starts one server at a time on it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    run(Command::new(venv.join("bin/python"))
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "suite_plugin",
+            "unit",
+        ])
+        .current_dir(llama_source(root)?.join("tools/server/tests"))
+        .env("LLAMA_SERVER_BIN_PATH", suite.join("shim"))
+        .env("PYTHONPATH", &suite)
+        .env("PORT", port.to_string())
+        .env("BLOOMERY_BIN", root.join("target/debug/bloomery"))
+        .env("BLOOMERY_TEST_PLUGIN_DIR", plugins)
+        .env(
+            "BLOOMERY_SUITE_MODELS",
+            root.join("target/llama-server-suite/models"),
+        ))
 }

@@ -279,6 +279,15 @@ pub struct ChatPrompt {
     pub starts_in_thinking: bool,
 }
 
+/// The switches a chat's rendering takes besides its messages, tools and kwargs.
+#[derive(Clone, Copy, Debug)]
+pub struct RenderSwitches {
+    /// `enable_thinking` unless the request's kwargs set it.
+    pub enable_thinking: bool,
+    /// End with the opening of the assistant's turn (the request's `add_generation_prompt`).
+    pub add_generation_prompt: bool,
+}
+
 /// Renders `messages` (OpenAI shape) and `tools` with the template and tokenizes the result.
 /// `fits` checks the rendered text before it is tokenized (a prompt that cannot fit the
 /// context is refused without the work).
@@ -288,12 +297,12 @@ pub fn render(
     messages: &Value,
     tools: Option<&Value>,
     kwargs: &Map<String, Value>,
-    enable_thinking: bool,
+    switches: RenderSwitches,
     fits: impl FnOnce(&str) -> Result<(), ApiError>,
 ) -> Result<ChatPrompt, ApiError> {
     let mut kw: Vec<(String, TemplateValue)> = vec![(
         "enable_thinking".into(),
-        TemplateValue::from(&json!(enable_thinking)),
+        TemplateValue::from(&json!(switches.enable_thinking)),
     )];
     for (k, v) in kwargs {
         kw.retain(|(name, _)| name != k);
@@ -302,7 +311,7 @@ pub fn render(
     let req = ChatRequest {
         messages: TemplateValue::from(messages),
         tools: tools.map(TemplateValue::from),
-        add_generation_prompt: true,
+        add_generation_prompt: switches.add_generation_prompt,
         kwargs: kw,
     };
     let rendered = tmpl

@@ -14,8 +14,9 @@ use tokio::sync::mpsc;
 
 use super::error::ApiError;
 use super::offload::heavy;
+use super::params::Fields;
 use super::Ready;
-use bloomery_runtime::request::{Event, Finish, GenParams, Job, Piece, Request};
+use bloomery_runtime::request::{Event, Finish, GenParams, Job, Piece, Progress, Request};
 
 /// Queues a generation; the receiver yields its events (dropping it cancels the request).
 pub fn submit(
@@ -47,6 +48,42 @@ pub fn submit(
             mpsc::error::TrySendError::Closed(_) => ApiError::internal("the scheduler has stopped"),
         })?;
     Ok(rx)
+}
+
+/// How many completions of each prompt a request asks for: `n_cmpl`, or OpenAI's `n` when it is
+/// absent, from 1 to the slot count as llama-server holds it. More than one is answered whole
+/// only: a stream of several is a 400 naming it.
+pub fn n_cmpl(f: &Fields<'_>, n_slots: usize, stream: bool) -> Result<usize, ApiError> {
+    let max = n_slots.max(1) as i64;
+    let n = match f.int_in("n_cmpl", 1, max)? {
+        Some(n) => n,
+        None => f.int_in("n", 1, max)?.unwrap_or(1),
+    };
+    if n > 1 && stream {
+        return Err(ApiError::invalid(
+            "\"n_cmpl\"/\"n\" above 1 with \"stream\": several streamed completions are not implemented",
+        ));
+    }
+    Ok(n as usize)
+}
+
+/// Queues `n` completions of one prompt: the first on the slot asked for with the request's
+/// seed, each further one on any slot with the seed plus its number (llama-server's child
+/// tasks).
+pub fn submit_n(
+    ready: &Ready,
+    prompt: &[u32],
+    params: &GenParams,
+    id_slot: Option<usize>,
+    n: usize,
+) -> Result<Vec<mpsc::UnboundedReceiver<Event>>, ApiError> {
+    (0..n)
+        .map(|j| {
+            let mut p = params.clone();
+            p.sampler.seed = p.sampler.seed.wrapping_add(j as u64);
+            submit(ready, prompt.to_vec(), p, id_slot.filter(|_| j == 0))
+        })
+        .collect()
 }
 
 /// Everything a finished generation produced.
@@ -83,11 +120,32 @@ pub async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Outcome, 
     Err(ApiError::internal("the scheduler dropped the request"))
 }
 
-/// llama-server's `timings` object.
+/// llama-server's `timings` object of a finished request.
 pub fn timings(f: &Finish) -> Value {
+    progress_timings(&Progress {
+        n_prompt: f.n_prompt,
+        n_cached: f.n_cached,
+        n_predicted: f.n_predicted,
+        n_forced: f.n_forced,
+        prompt_ms: f.prompt_ms,
+        predicted_ms: f.predicted_ms,
+    })
+}
+
+/// llama-server's `timings` object of a request so far (a token's, for `timings_per_token`).
+pub fn progress_timings(f: &Progress) -> Value {
     let n_prompt = f.n_prompt - f.n_cached;
     let per = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
-    let rate = |ms: f64, n: usize| if ms > 0.0 { 1e3 * n as f64 / ms } else { 0.0 };
+    let rate = |ms: f64, n: usize| {
+        if ms > 0.0 && n > 0 {
+            1e3 * n as f64 / ms
+        } else {
+            0.0
+        }
+    };
+    // As llama-server: the first token comes from the prompt's last pass, so the generation
+    // rate is over the decode steps after it.
+    let steps = f.n_predicted.saturating_sub(1);
     json!({
         "cache_n": f.n_cached,
         "prompt_n": n_prompt,
@@ -96,8 +154,8 @@ pub fn timings(f: &Finish) -> Value {
         "prompt_per_second": rate(f.prompt_ms, n_prompt),
         "predicted_n": f.n_predicted,
         "predicted_ms": f.predicted_ms,
-        "predicted_per_token_ms": per(f.predicted_ms, f.n_predicted),
-        "predicted_per_second": rate(f.predicted_ms, f.n_predicted),
+        "predicted_per_token_ms": per(f.predicted_ms, steps),
+        "predicted_per_second": rate(f.predicted_ms, steps),
         // Of predicted_n, the tokens schemajump forced (the grammar admitted only them).
         "forced_n": f.n_forced,
     })

@@ -14,8 +14,9 @@ use futures_util::{FutureExt, StreamExt};
 use super::error::ApiError;
 use super::{AppRef, AppState};
 
-/// Paths answered without an API key.
-const PUBLIC: &[&str] = &["/health", "/v1/health", "/models", "/v1/models"];
+/// Paths answered without an API key (llama-server b11434's public endpoints; `/models` and
+/// `/v1/models` need the key).
+const PUBLIC: &[&str] = &["/health", "/v1/health"];
 
 /// Paths answered while the server drains (they report the drain rather than refuse).
 const DURING_DRAIN: &[&str] = &["/health", "/v1/health"];

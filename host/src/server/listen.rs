@@ -62,9 +62,13 @@ pub async fn serve(
         let open = open_rx.clone();
         tokio::spawn(async move {
             let mut builder = http1::Builder::new();
+            // Header names in Title-Case, as llama-server's HTTP library writes them (clients
+            // that keep headers in a plain map, llama.cpp's own test utilities among them,
+            // look them up that way).
             builder
                 .timer(TokioTimer::new())
-                .header_read_timeout(timeouts.idle);
+                .header_read_timeout(timeouts.idle)
+                .title_case_headers(true);
             let mut conn = pin!(builder.serve_connection(io, service));
             let mut stopping = pin!(wait_true(stopping));
             let mut asked = false;

@@ -88,6 +88,8 @@ pub struct AppState {
     pub draining: AtomicBool,
     /// Where requests' CPU work runs (`--threads-http`).
     pub cpu: offload::CpuPool,
+    /// Unix seconds when the server started (`/metrics`' `Process-Start-Time-Unix` header).
+    pub started_unix: u64,
 }
 
 impl AppState {
@@ -129,6 +131,8 @@ pub const ROUTES: &[&str] = &[
     "POST /v1/completions",
     "POST /chat/completions",
     "POST /v1/chat/completions",
+    "POST /chat/completions/input_tokens",
+    "POST /v1/chat/completions/input_tokens",
     "POST /v1/messages",
     "POST /v1/messages/count_tokens",
     "POST /v1/responses",
@@ -168,6 +172,14 @@ pub fn router(state: AppRef) -> Router {
         .route("/v1/completions", post(openai::completions))
         .route("/chat/completions", post(openai::chat))
         .route("/v1/chat/completions", post(openai::chat))
+        .route(
+            "/chat/completions/input_tokens",
+            post(openai::chat_input_tokens),
+        )
+        .route(
+            "/v1/chat/completions/input_tokens",
+            post(openai::chat_input_tokens),
+        )
         .route("/v1/responses", post(openai::responses))
         .route("/responses", post(openai::responses))
         .route("/v1/messages", post(anthropic::messages))
@@ -357,6 +369,7 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
         api_keys,
         draining: AtomicBool::new(false),
         cpu: offload::CpuPool::new(a.threads_http()),
+        started_unix: gen::unix_now(),
     });
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -61,6 +61,7 @@ fn default_params(ready: &Ready) -> GenParams {
         forced: Vec::new(),
         prompt_only: false,
         grammar: None,
+        t_max_predict_ms: None,
     }
 }
 
@@ -107,26 +108,29 @@ pub async fn slots(
     if q.get("fail_on_no_slot").is_some_and(|v| v != "0") && views.iter().all(|v| v.is_processing) {
         return Err(ApiError::unavailable("no slot available"));
     }
-    let params = settings_json(&ready, &default_params(&ready));
+    // As llama-server b11434 shows a slot: the task's fields only while it has one (its
+    // `params` are not kept, so not shown).
     Ok(Json(Value::Array(
         views
             .iter()
             .map(|v| {
-                json!({
+                let mut slot = json!({
                     "id": v.id,
-                    "id_task": if v.is_processing { 0 } else { -1 },
                     "n_ctx": ready.n_ctx_slot,
                     "speculative": false,
                     "is_processing": v.is_processing,
-                    "params": params,
                     "n_cached": v.n_cached,
-                    "next_token": {
-                        "has_next_token": v.is_processing,
+                });
+                if v.is_processing {
+                    slot["id_task"] = json!(0);
+                    slot["next_token"] = json!([{
+                        "has_next_token": true,
                         "has_new_line": false,
                         "n_remain": v.n_remain,
                         "n_decoded": v.n_decoded,
-                    },
-                })
+                    }]);
+                }
+                slot
             })
             .collect(),
     )))
@@ -301,9 +305,34 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
         ),
         (
             "counter",
-            "prompt_tokens_cache_total",
-            "Prompt tokens reused from slot caches",
+            "prompt_tokens_cached_total",
+            "Number of prompt tokens reused from the cache",
             get(&c.cached_tokens) as f64,
+        ),
+        (
+            "counter",
+            "n_tokens_max",
+            "Largest observed sequence length (prompt + generation)",
+            get(&c.n_tokens_max) as f64,
+        ),
+        // No speculative decoding runs: llama-server's counters of it stay at zero.
+        (
+            "counter",
+            "spec_decode_num_draft_tokens_total",
+            "Speculative: Total draft tokens generated",
+            0.0,
+        ),
+        (
+            "counter",
+            "spec_decode_num_accepted_tokens_total",
+            "Speculative: Total draft tokens accepted by the target model",
+            0.0,
+        ),
+        (
+            "counter",
+            "spec_decode_num_drafts_total",
+            "Speculative: Total speculative decoding verification steps",
+            0.0,
         ),
         (
             "gauge",
@@ -338,12 +367,6 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
             "requests_deferred",
             "Number of requests deferred.",
             get(&c.deferred) as f64,
-        ),
-        (
-            "gauge",
-            "n_tokens_max",
-            "Largest context a slot holds.",
-            ready.n_ctx_slot as f64,
         ),
         (
             "counter",
@@ -436,7 +459,17 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
             "# HELP llamacpp:{name} {help}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {v}\n"
         ));
     }
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response())
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/plain; version=0.0.4".to_owned()),
+            (
+                header::HeaderName::from_static("process-start-time-unix"),
+                state.started_unix.to_string(),
+            ),
+        ],
+        out,
+    )
+        .into_response())
 }
 
 /// GET /v1/models and /models.
@@ -500,7 +533,8 @@ pub fn check_fits(ready: &Ready, at_least: usize) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A native prompt: a string, token ids, or a mix of both.
+/// A native prompt: a string, token ids, a mix of both, or llama-server's JSON prompt object
+/// (`{"prompt_string": ...}`).
 fn prompt_tokens(ready: &Ready, v: &Value) -> Result<Vec<u32>, ApiError> {
     let encode = |s: &str, first: bool| {
         ready
@@ -535,7 +569,19 @@ fn prompt_tokens(ready: &Ready, v: &Value) -> Result<Vec<u32>, ApiError> {
             }
             Ok(out)
         }
-        _ => Err(ApiError::invalid("\"prompt\" must be a string or an array")),
+        // llama-server's JSON prompt object; bloomery serves no multimodal model.
+        Value::Object(o) => match o.get("prompt_string") {
+            _ if o.contains_key("multimodal_data") => Err(ApiError::invalid(
+                "Multimodal data provided, but model does not support multimodal requests.",
+            )),
+            Some(inner @ (Value::String(_) | Value::Array(_))) => prompt_tokens(ready, inner),
+            _ => Err(ApiError::invalid(
+                "a prompt object needs \"prompt_string\": a string or a list of mixed strings and tokens",
+            )),
+        },
+        _ => Err(ApiError::invalid(
+            "\"prompt\" elements must be a string, a list of tokens, a JSON object containing a prompt string, or a list of mixed strings & tokens.",
+        )),
     }
 }
 
@@ -544,11 +590,9 @@ pub fn prompts(ready: &Ready, f: &Fields<'_>) -> Result<Vec<Vec<u32>>, ApiError>
     let p = f
         .get("prompt")
         .ok_or_else(|| ApiError::invalid("\"prompt\" is required"))?;
+    // As llama-server: an array with no token id at its top level is a list of prompts.
     match p {
-        Value::Array(items)
-            if items.iter().any(|x| x.is_array())
-                || (items.len() > 1 && items.iter().all(Value::is_string)) =>
-        {
+        Value::Array(items) if !items.is_empty() && !items.iter().any(Value::is_number) => {
             items.iter().map(|x| prompt_tokens(ready, x)).collect()
         }
         _ => Ok(vec![prompt_tokens(ready, p)?]),
@@ -655,21 +699,27 @@ async fn run_native(
     let fields = f.strings("response_fields")?;
     let slot = id_slot(f, ready.n_slots)?;
     if stream {
+        gen::n_cmpl(f, ready.n_slots, stream)?;
         if prompts.len() != 1 {
             return Err(ApiError::invalid("streaming takes one prompt"));
         }
         let prompt = prompts.into_iter().next().unwrap_or_default();
         let rx = submit(&ready, prompt.clone(), params.clone(), slot)?;
-        return Ok(native_stream(ready, params, prompt, rx));
+        let timings_per_token = f.bool("timings_per_token")?.unwrap_or(false);
+        return Ok(native_stream(ready, params, prompt, rx, timings_per_token));
     }
+    // Each prompt `n_cmpl` times, in prompt order.
+    let n = gen::n_cmpl(f, ready.n_slots, stream)?;
     let mut receivers = Vec::new();
     for p in &prompts {
-        receivers.push(submit(&ready, p.clone(), params.clone(), slot)?);
+        for rx in gen::submit_n(&ready, p, &params, slot, n)? {
+            receivers.push((p, rx));
+        }
     }
     let mut results = Vec::new();
-    for (i, rx) in receivers.into_iter().enumerate() {
+    for (i, (prompt, rx)) in receivers.into_iter().enumerate() {
         let out = collect(rx).await?;
-        let mut v = final_json(&ready, &params, &prompts[i], &out, return_tokens);
+        let mut v = final_json(&ready, &params, prompt, &out, return_tokens);
         v["index"] = json!(i);
         results.push(filter_fields(v, &fields));
     }
@@ -686,6 +736,7 @@ fn native_stream(
     params: GenParams,
     prompt: Vec<u32>,
     rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    timings_per_token: bool,
 ) -> Response {
     struct St {
         text: String,
@@ -716,6 +767,9 @@ fn native_stream(
             if params.n_probs > 0 {
                 chunk["completion_probabilities"] =
                     native_probs(&ready.tok, std::slice::from_ref(&p));
+            }
+            if timings_per_token {
+                chunk["timings"] = gen::progress_timings(&p.so_far);
             }
             st.pieces.push(p);
             out.extend_from_slice(&sse_data(&chunk));
@@ -869,7 +923,10 @@ pub async fn apply_template(
                 &messages,
                 tools,
                 &kwargs,
-                enable_thinking,
+                chat::RenderSwitches {
+                    enable_thinking,
+                    add_generation_prompt: f.bool("add_generation_prompt")?.unwrap_or(true),
+                },
                 |_| Ok(()),
             )?;
             Ok(Json(json!({ "prompt": p.text })))

@@ -12,7 +12,8 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::chat::{self, ChatPrompt, Delta, DeltaSplitter};
 use super::error::ApiError;
 use super::gen::{
-    collect, event_stream, openai_logprobs, random_id, sse_data, submit, timings, unix_now,
+    collect, event_stream, n_cmpl, openai_logprobs, progress_timings, random_id, sse_data, submit,
+    submit_n, timings, unix_now, Outcome,
 };
 use super::native::{check_fits, fewest_tokens, finish_reason, id_slot, ok, prompts};
 use super::params::{gen_params, Fields, I32_MAX};
@@ -61,7 +62,30 @@ pub fn prepare_chat(
         Some(choice) => choice.get("type").and_then(Value::as_str) != Some("none"),
         None => true,
     };
+    // As llama-server, which would continue a final assistant message but not two.
+    let roles: Vec<Option<&str>> = messages
+        .as_array()
+        .map(|m| {
+            m.iter()
+                .map(|x| x.get("role").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    if roles.len() >= 2 && roles[roles.len() - 2..] == [Some("assistant"), Some("assistant")] {
+        return Err(ApiError::invalid(
+            "Cannot have 2 or more assistant messages at the end of the list.",
+        ));
+    }
     let tools = chat::tools(tools)?.filter(|_| offered);
+    // A template that never reads `tools` would drop them without a word.
+    let offers_tools = tools
+        .and_then(Value::as_array)
+        .is_some_and(|list| !list.is_empty());
+    if to_run && offers_tools && !ready.template_source.contains("tools") {
+        return Err(ApiError::invalid(
+            "\"tools\": this model's chat template does not render tools, and llama-server's handling of such templates is not implemented",
+        ));
+    }
     if tools.is_some() && !state.args.jinja() {
         return Err(ApiError::invalid("tools param requires --jinja flag"));
     }
@@ -77,7 +101,10 @@ pub fn prepare_chat(
         messages,
         tools,
         &kwargs,
-        enable_thinking,
+        chat::RenderSwitches {
+            enable_thinking,
+            add_generation_prompt: f.bool("add_generation_prompt")?.unwrap_or(true),
+        },
         |text| {
             if to_run {
                 check_fits(ready, fewest_tokens(ready, text))
@@ -113,6 +140,25 @@ fn tool_calls_json(calls: &[chat::ToolCall], with_index: bool) -> Value {
     )
 }
 
+/// POST /v1/chat/completions/input_tokens: the prompt tokens the chat would take.
+pub async fn chat_input_tokens(
+    State(state): State<AppRef>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let ready = state.ready()?;
+    let st = Arc::clone(&state);
+    state
+        .cpu
+        .run(move || {
+            let body = parse_body(&body)?;
+            let f = Fields::of(&body)?;
+            let messages = chat::openai_messages(f.get("messages").unwrap_or(&Value::Null))?;
+            let job = prepare_chat(&st, &ready, &f, &messages, f.get("tools"), false)?;
+            Ok(ok(json!({ "input_tokens": job.prompt.tokens.len() })))
+        })
+        .await
+}
+
 /// POST /v1/chat/completions.
 pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
     let ready = state.ready()?;
@@ -145,11 +191,54 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
     let slot = id_slot(&f, ready.n_slots)?;
-    let rx = submit(&ready, job.prompt.tokens.clone(), params, slot)?;
-    if f.bool("stream")?.unwrap_or(false) {
-        return Ok(chat_stream(ready, job, model, rx, n_probs > 0));
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let n = n_cmpl(&f, ready.n_slots, stream)?;
+    let mut receivers = submit_n(&ready, &job.prompt.tokens, &params, slot, n)?.into_iter();
+    if stream {
+        let usage = include_usage(&f)?;
+        let per_token = f.bool("timings_per_token")?.unwrap_or(false);
+        let rx = receivers
+            .next()
+            .ok_or_else(|| ApiError::internal("no completion queued"))?;
+        return Ok(chat_stream(
+            ready,
+            job,
+            model,
+            rx,
+            n_probs > 0,
+            usage,
+            per_token,
+        ));
     }
-    let out = collect(rx).await?;
+    let mut outs = Vec::new();
+    for rx in receivers {
+        outs.push(collect(rx).await?);
+    }
+    let choices: Vec<Value> = outs
+        .iter()
+        .enumerate()
+        .map(|(i, out)| chat_choice(&ready, &job, out, n_probs > 0, i))
+        .collect();
+    // As llama-server: with several choices, `usage` and `timings` are the first one's.
+    let first = &outs
+        .first()
+        .ok_or_else(|| ApiError::internal("no completion queued"))?
+        .finish;
+    Ok(ok(json!({
+        "choices": choices,
+        "created": unix_now(),
+        "model": model,
+        "system_fingerprint": FINGERPRINT,
+        "object": "chat.completion",
+        "usage": usage(first),
+        "id": random_id("chatcmpl-"),
+        "timings": timings(first),
+    })))
+}
+
+/// One choice of a chat answer: the message parsed from the text, the finish reason and
+/// (with `logprobs`) the probabilities.
+fn chat_choice(ready: &Ready, job: &ChatJob, out: &Outcome, logprobs: bool, index: usize) -> Value {
     let parsed = chat::parse(
         &out.text,
         job.prompt.starts_in_thinking,
@@ -168,31 +257,34 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
     }
     let mut choice = json!({
         "finish_reason": finish_reason(&out.finish, !parsed.tool_calls.is_empty()),
-        "index": 0,
+        "index": index,
         "message": message,
     });
-    if n_probs > 0 {
+    if logprobs {
         choice["logprobs"] = openai_logprobs(&ready.tok, &out.pieces);
     }
-    Ok(ok(json!({
-        "choices": [choice],
-        "created": unix_now(),
-        "model": model,
-        "system_fingerprint": FINGERPRINT,
-        "object": "chat.completion",
-        "usage": usage(&out.finish),
-        "id": random_id("chatcmpl-"),
-        "timings": timings(&out.finish),
-    })))
+    choice
 }
 
-/// The chat stream: role chunk, deltas, finish chunk, usage chunk, `[DONE]`.
+/// `stream_options.include_usage` (false when absent, as in llama-server).
+fn include_usage(f: &Fields<'_>) -> Result<bool, ApiError> {
+    match f.get("stream_options") {
+        None => Ok(false),
+        Some(Value::Object(o)) => Ok(Fields(o).bool("include_usage")?.unwrap_or(false)),
+        Some(_) => Err(ApiError::invalid("\"stream_options\" must be an object")),
+    }
+}
+
+/// The chat stream: role chunk, deltas, finish chunk, the usage chunk when `include_usage`
+/// asks for it, `[DONE]`; the last chunk carries the timings.
 fn chat_stream(
     ready: Arc<Ready>,
     job: ChatJob,
     model: String,
     rx: UnboundedReceiver<Event>,
     logprobs: bool,
+    include_usage: bool,
+    timings_per_token: bool,
 ) -> Response {
     struct St {
         ready: Arc<Ready>,
@@ -201,10 +293,13 @@ fn chat_stream(
         head: Value,
     }
     impl St {
-        /// One `chat.completion.chunk` frame with these choices.
-        fn chunk(&self, out: &mut Vec<u8>, choices: Value) {
+        /// One `chat.completion.chunk` frame with these choices (and timings, when given).
+        fn chunk(&self, out: &mut Vec<u8>, choices: Value, timings: Option<Value>) {
             let mut c = self.head.clone();
             c["choices"] = choices;
+            if let Some(t) = timings {
+                c["timings"] = t;
+            }
             out.extend_from_slice(&sse_data(&c));
         }
     }
@@ -230,17 +325,21 @@ fn chat_stream(
     st.chunk(
         &mut prelude,
         json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]),
+        None,
     );
     event_stream(rx, st, prelude, move |st, ev, out| match ev {
         Event::Started { .. } => false,
         Event::Token(p) => {
             let deltas = st.split.push(&p.text);
+            let last = deltas.len().saturating_sub(1);
             for (i, d) in deltas.iter().enumerate() {
                 let mut choice = json!({"finish_reason": null, "index": 0, "delta": delta_json(d)});
                 if logprobs && i == 0 {
                     choice["logprobs"] = openai_logprobs(&st.ready.tok, std::slice::from_ref(&p));
                 }
-                st.chunk(out, json!([choice]));
+                // As llama-server: the token's last chunk carries the timings so far.
+                let timings = (timings_per_token && i == last).then(|| progress_timings(&p.so_far));
+                st.chunk(out, json!([choice]), timings);
             }
             false
         }
@@ -249,6 +348,7 @@ fn chat_stream(
                 st.chunk(
                     out,
                     json!([{"finish_reason": null, "index": 0, "delta": delta_json(&d)}]),
+                    None,
                 );
             }
             let mut calls = Vec::new();
@@ -261,15 +361,19 @@ fn chat_stream(
                 );
                 calls = parsed.tool_calls;
                 if !calls.is_empty() {
-                    st.chunk(out, json!([{"finish_reason": null, "index": 0, "delta": {"tool_calls": tool_calls_json(&calls, true)}}]));
+                    st.chunk(out, json!([{"finish_reason": null, "index": 0, "delta": {"tool_calls": tool_calls_json(&calls, true)}}]), None);
                 }
             }
-            st.chunk(out, json!([{"finish_reason": finish_reason(&f, !calls.is_empty()), "index": 0, "delta": {}}]));
-            let mut u = st.head.clone();
-            u["choices"] = json!([]);
-            u["usage"] = usage(&f);
-            u["timings"] = timings(&f);
-            out.extend_from_slice(&sse_data(&u));
+            let mut last = st.head.clone();
+            last["choices"] = json!([{"finish_reason": finish_reason(&f, !calls.is_empty()), "index": 0, "delta": {}}]);
+            if include_usage {
+                out.extend_from_slice(&sse_data(&last));
+                last = st.head.clone();
+                last["choices"] = json!([]);
+                last["usage"] = usage(&f);
+            }
+            last["timings"] = timings(&f);
+            out.extend_from_slice(&sse_data(&last));
             out.extend_from_slice(b"data: [DONE]\n\n");
             true
         }
@@ -309,26 +413,55 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
     let model = f
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
-    let rx = submit(&ready, prompt, params, id_slot(&f, ready.n_slots)?)?;
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let n = n_cmpl(&f, ready.n_slots, stream)?;
+    let slot = id_slot(&f, ready.n_slots)?;
+    let mut receivers = submit_n(&ready, &prompt, &params, slot, n)?.into_iter();
     let id = random_id("cmpl-");
-    if f.bool("stream")?.unwrap_or(false) {
-        return Ok(completions_stream(ready, id, model, rx, n_probs > 0));
+    if stream {
+        let rx = receivers
+            .next()
+            .ok_or_else(|| ApiError::internal("no completion queued"))?;
+        let per_token = f.bool("timings_per_token")?.unwrap_or(false);
+        return Ok(completions_stream(
+            ready,
+            id,
+            model,
+            rx,
+            n_probs > 0,
+            per_token,
+        ));
     }
-    let out = collect(rx).await?;
+    let mut outs = Vec::new();
+    for rx in receivers {
+        outs.push(collect(rx).await?);
+    }
+    let choices: Vec<Value> = outs
+        .iter()
+        .enumerate()
+        .map(|(i, out)| {
+            json!({
+                "text": out.text,
+                "index": i,
+                "logprobs": if n_probs > 0 { openai_logprobs(&ready.tok, &out.pieces) } else { Value::Null },
+                "finish_reason": finish_reason(&out.finish, false),
+            })
+        })
+        .collect();
+    // As llama-server: with several choices, `usage` and `timings` are the first one's.
+    let first = &outs
+        .first()
+        .ok_or_else(|| ApiError::internal("no completion queued"))?
+        .finish;
     Ok(ok(json!({
-        "choices": [{
-            "text": out.text,
-            "index": 0,
-            "logprobs": if n_probs > 0 { openai_logprobs(&ready.tok, &out.pieces) } else { Value::Null },
-            "finish_reason": finish_reason(&out.finish, false),
-        }],
+        "choices": choices,
         "created": unix_now(),
         "model": model,
         "system_fingerprint": FINGERPRINT,
         "object": "text_completion",
-        "usage": usage(&out.finish),
+        "usage": usage(first),
         "id": id,
-        "timings": timings(&out.finish),
+        "timings": timings(first),
     })))
 }
 
@@ -338,6 +471,7 @@ fn completions_stream(
     model: String,
     rx: UnboundedReceiver<Event>,
     logprobs: bool,
+    timings_per_token: bool,
 ) -> Response {
     let head = json!({"id": id, "created": unix_now(), "model": model, "system_fingerprint": FINGERPRINT, "object": "text_completion"});
     event_stream(rx, (), Vec::new(), move |_, ev, out| {
@@ -352,6 +486,9 @@ fn completions_stream(
                 };
                 c["choices"] =
                     json!([{"text": p.text, "index": 0, "logprobs": lp, "finish_reason": null}]);
+                if timings_per_token {
+                    c["timings"] = progress_timings(&p.so_far);
+                }
                 out.extend_from_slice(&sse_data(&c));
                 false
             }

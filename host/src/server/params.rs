@@ -141,16 +141,27 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         Some(seed) if seed >= 0 => seed as u64,
         _ => d.seed.unwrap_or_else(|| u64::from(rand::random::<u32>())),
     };
+    // llama-server reads `n_predict`, then its aliases in this order.
     let limit = match (
         f.int_in("n_predict", -1, I32_MAX)?,
-        f.int_in("max_tokens", -1, I32_MAX)?,
         f.int_in("max_completion_tokens", -1, I32_MAX)?,
+        f.int_in("max_tokens", -1, I32_MAX)?,
     ) {
         (Some(n), _, _) | (None, Some(n), _) | (None, None, Some(n)) => {
             (n >= 0).then_some(n as usize)
         }
         (None, None, None) => d.n_predict,
     };
+    // `n_keep` and `n_discard` matter only to context shift, which bloomery refuses
+    // (`--context-shift`), as llama-server ignores them without it; they are held to
+    // llama-server's limits all the same.
+    f.int_in("n_keep", -1, I32_MAX)?;
+    f.int_in("n_discard", 0, I32_MAX)?;
+    let t_max_predict_ms = f
+        .int_in("t_max_predict_ms", -1, i64::MAX)?
+        .and_then(|ms| u64::try_from(ms).ok())
+        .filter(|&ms| ms > 0);
+    refuse_unbuilt(f)?;
     let mut stop = f.strings("stop")?;
     stop.extend(f.strings("stop_sequences")?);
     Ok(GenParams {
@@ -163,7 +174,44 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         forced: Vec::new(),
         prompt_only: false,
         grammar: super::structured::grammar(f)?,
+        t_max_predict_ms,
     })
+}
+
+/// llama-server's request switches bloomery has not built: `true` is a 400 naming the field,
+/// never accepted and ignored (`false` asks for what bloomery does).
+fn refuse_unbuilt(f: &Fields<'_>) -> Result<(), ApiError> {
+    for (key, what) in [
+        (
+            "post_sampling_probs",
+            "probabilities after the sampling chain are not implemented",
+        ),
+        (
+            "return_progress",
+            "prompt progress events are not implemented",
+        ),
+        ("verbose", "the __verbose debug object is not implemented"),
+    ] {
+        if f.bool(key)? == Some(true) {
+            return Err(ApiError::invalid(format!("\"{key}\": {what}")));
+        }
+    }
+    // Numbers whose 0 asks for what bloomery does.
+    for (key, what) in [
+        (
+            "n_indent",
+            "the minimum indentation of code completions is not implemented",
+        ),
+        (
+            "n_cache_reuse",
+            "reusing cached chunks by shifting the cache is not implemented",
+        ),
+    ] {
+        if f.int_in(key, 0, I32_MAX)?.is_some_and(|n| n > 0) {
+            return Err(ApiError::invalid(format!("\"{key}\": {what}")));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -200,6 +248,24 @@ mod tests {
         assert_eq!((p.n_predict, p.stop.len(), p.sampler.seed), (None, 2, 7));
         let p = gen_params(&Fields::of(&json!({})).unwrap(), &defaults(), 0).unwrap();
         assert_eq!(p.n_predict, Some(16));
+    }
+
+    #[test]
+    fn n_predict_then_max_completion_tokens_then_max_tokens() {
+        let limit = |body: Value| {
+            gen_params(&Fields::of(&body).unwrap(), &defaults(), 0)
+                .unwrap()
+                .n_predict
+        };
+        assert_eq!(
+            limit(json!({"max_tokens": 3, "max_completion_tokens": 5})),
+            Some(5)
+        );
+        assert_eq!(
+            limit(json!({"n_predict": 2, "max_tokens": 3, "max_completion_tokens": 5})),
+            Some(2)
+        );
+        assert_eq!(limit(json!({"max_tokens": 3})), Some(3));
     }
 
     #[test]
