@@ -27,6 +27,16 @@ pub enum Stage {
     AdaptiveP,
 }
 
+impl Stage {
+    /// The stage's canonical name.
+    pub fn name(self) -> &'static str {
+        CANONICAL
+            .iter()
+            .find(|&&(_, s)| s == self)
+            .map_or("", |&(n, _)| n)
+    }
+}
+
 /// llama.cpp's default order.
 pub const DEFAULT_ORDER: [Stage; 9] = [
     Stage::Penalties,
