@@ -92,6 +92,8 @@ CASES = [
     ("dry_custom_breakers", 0, 4,
      dict(dry_multiplier=1.5, dry_base=1.5, seed=64, top_k=40, top_p=1.0, min_p=0.0, temp=1.0,
           dry_sequence_breakers=["a\":", "the"]), "tail"),
+    ("dry_breaker_continues_the_repeat", 0, 3,
+     dict(dry_multiplier=1.0, seed=67, top_k=40, top_p=1.0, min_p=0.0, temp=1.0), "breaker_next"),
     ("dry_short_window", 0, 4,
      dict(dry_multiplier=1.0, dry_penalty_last_n=8, seed=65, top_k=40, top_p=1.0, min_p=0.0,
           temp=1.0), "repeats"),
@@ -112,8 +114,13 @@ def dry_history(kind, rng):
         # the repeat crosses a newline (107) and a colon (296), which cut it
         return words[:3] + [107] + words + [900] + words[:2] + [296] + words[:4]
     if kind == "tail":
-        # `"` (272) then `:` (296) completes the breaker `":` only as tokens 272 296
-        return words[:4] + [272, 296] + words + [272] + words[:4]
+        # `ra` (601) then `":` (1083) spell the breaker `a":` as a head and a one-token tail:
+        # the repeat at the end may reach back only to just after it
+        a = words[:2] + [601, 1083] + words[2:4]
+        return a + [words[4], 900, 901] + a
+    if kind == "breaker_next":
+        # the token that would continue the repeat is `:` (296), a breaker on its own: no penalty
+        return words[:3] + [296] + words[3:6] + [902] + words[:3]
     raise ValueError(kind)
 
 
@@ -234,9 +241,13 @@ def main(gguf, out):
         for _ in range(steps):
             logits = (rng.standard_normal(n_vocab) * 3.0).astype(np.float32)
             if dry:
-                # the history's tokens and what would extend it are likely, so DRY bites
+                # the history's tokens are likely, and the tokens that would continue a repeat
+                # of its end most likely, so DRY bites
                 for t in set(history):
-                    logits[t] += 6.0
+                    logits[t] += 4.0
+                for j in range(len(history) - 1):
+                    if history[j] == history[-1]:
+                        logits[history[j + 1]] += 9.0
             kept, selected = step(chain, logits)
             L.llama_sampler_accept(chain, selected)
             if dry:
