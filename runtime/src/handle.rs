@@ -90,7 +90,7 @@ impl Runtime {
             events,
         };
         self.jobs
-            .blocking_send(Request::Generate(job))
+            .blocking_send(Request::Generate(Box::new(job)))
             .map_err(|_| RuntimeError::Stopped)?;
         Ok(rx)
     }

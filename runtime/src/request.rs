@@ -94,7 +94,7 @@ pub struct SlotCommand {
 /// What a front end sends the scheduler.
 pub enum Request {
     /// Generate.
-    Generate(Job),
+    Generate(Box<Job>),
     /// Generate several requests that start together, in the same passes (a benchmark's
     /// parallel sequences); one that finds no free slot fails.
     GenerateTogether(Vec<Job>),

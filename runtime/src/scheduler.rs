@@ -227,7 +227,7 @@ impl<'t> Scheduler<'t> {
                 .deferred
                 .store(jobs.len() as u64, Ordering::Relaxed);
             match job {
-                Request::Generate(job) => self.assign(job),
+                Request::Generate(job) => self.assign(*job),
                 Request::GenerateTogether(jobs) => {
                     for job in jobs {
                         self.assign(job);
@@ -421,8 +421,9 @@ impl<'t> Scheduler<'t> {
         let keep = self.prepare_slot(id, &job.prompt, job.params.cache_prompt);
         // The penalty window never holds more than a slot's context: a longer one (a client's
         // -1 read as "all") is the whole context, not an allocation of its length.
-        let mut params = job.params.sampler;
+        let mut params = job.params.sampler.clone();
         params.penalty_last_n = params.penalty_last_n.min(self.cfg.n_ctx_slot);
+        params.dry_penalty_last_n = params.dry_penalty_last_n.min(self.cfg.n_ctx_slot);
         let mut sampler = Sampler::new(params, self.n_vocab);
         for &t in &job.prompt {
             sampler.accept(t);

@@ -45,7 +45,7 @@ pub enum Command {
     /// Write a random-weight model of an architecture's preset shape.
     Synth(synth::SynthArgs),
     /// Generate text from a prompt, streaming it to stdout (llama.cpp's spellings).
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// Measure prompt and generation speed, like llama-bench.
     Bench(bench::BenchArgs),
     /// Check every op a kernel plugin claims against the cpu-scalar reference on random inputs.

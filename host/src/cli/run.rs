@@ -82,6 +82,9 @@ pub struct RunArgs {
     /// Where routed experts go when the model runs on a GPU (`-cmoe`, `-ncmoe`, `-ot`, budgets).
     #[command(flatten)]
     pub placement: crate::flags::placement::PlacementArgs,
+    /// The sampler stages beyond the basic ones, and their order.
+    #[command(flatten)]
+    pub sampling: crate::flags::sampling::SamplingArgs,
     /// A grammar or JSON schema the output follows.
     #[command(flatten)]
     pub grammar: crate::flags::grammar::GrammarArgs,
@@ -141,8 +144,8 @@ fn sampler_params(a: &RunArgs, ctx: u32) -> SamplerParams {
         penalty_repeat: a.repeat_penalty,
         penalty_freq: a.frequency_penalty,
         penalty_present: a.presence_penalty,
-        min_keep: 0,
         seed: a.seed.unwrap_or_else(|| u64::from(rand::random::<u32>())),
+        ..SamplerParams::default()
     }
 }
 
@@ -211,7 +214,9 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
             ctx
         );
     }
-    let params = sampler_params(a, ctx);
+    let mut params = sampler_params(a, ctx);
+    let n_vocab = model.spec.hparams.n_vocab as usize;
+    a.sampling.apply(&mut params, &tok, n_vocab)?;
     eprintln!(
         "sampler: seed {}, top_k {}, typical {}, top_p {}, min_p {}, temp {}, repeat_penalty {} (last {}), presence {}, frequency {}",
         params.seed, params.top_k, params.typ_p, params.top_p, params.min_p, params.temp,

@@ -1,11 +1,13 @@
 //! Command-line flags shared by more than one front end, spelled as llama.cpp spells them:
-//! expert placement (`serve`, `run`, `bench`, `plan`), grammars (`run`, `bench`), `serve`'s llama-server flags, and the
+//! expert placement (`serve`, `run`, `bench`, `plan`), grammars (`run`, `bench`), samplers
+//! (`serve`, `run`), `serve`'s llama-server flags, and the
 //! rewriting of multi-letter short flags.
 
 pub mod grammar;
 pub mod llama_server;
 pub mod logging;
 pub mod placement;
+pub mod sampling;
 pub mod serve;
 pub mod short;
 

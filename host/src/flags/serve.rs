@@ -203,6 +203,9 @@ pub struct ServeArgs {
     /// Where routed experts go (`-cmoe`, `-ncmoe`, `-ot`, budgets).
     #[command(flatten)]
     pub placement: crate::flags::placement::PlacementArgs,
+    /// The sampler stages beyond the basic ones, and their order.
+    #[command(flatten)]
+    pub sampling: crate::flags::sampling::SamplingArgs,
     /// How the server logs.
     #[command(flatten)]
     pub log: crate::flags::logging::LogArgs,

@@ -40,7 +40,7 @@ pub fn submit(
     };
     ready
         .jobs
-        .try_send(Request::Generate(job))
+        .try_send(Request::Generate(Box::new(job)))
         .map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => ApiError::unavailable(
                 "the server is busy: every slot is in use and the queue is full; retry later",

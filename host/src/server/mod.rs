@@ -13,6 +13,7 @@ pub mod native;
 pub mod offload;
 pub mod openai;
 pub mod params;
+pub mod sampler_fields;
 pub mod shutdown;
 pub mod structured;
 pub mod tools;
@@ -307,7 +308,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         "n_params": 0,
         "size": size,
     });
-    let sampler = SamplerParams {
+    let mut sampler = SamplerParams {
         temp: a.temp,
         top_k: a.top_k,
         top_p: a.top_p,
@@ -320,12 +321,16 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         penalty_present: a.presence_penalty,
         ..SamplerParams::default()
     };
+    a.sampling.apply(&mut sampler, &tok, hp.n_vocab as usize)?;
+
     let defaults = Defaults {
         sampler,
         seed: u64::try_from(a.seed).ok(),
         n_predict: usize::try_from(a.n_predict).ok(),
         ignore_eos: a.ignore_eos,
         cache_prompt: a.cache_prompt(),
+        tok: Arc::clone(&tok),
+        n_vocab: hp.n_vocab as usize,
     };
     let body_limit = guard::body_limit(n_ctx as usize, tok.max_token_bytes());
     let runtime = Runtime::start(

@@ -16,6 +16,7 @@ use super::gen::{self, collect, native_probs, sse_data, submit, timings};
 use super::params::{gen_params, Fields};
 use super::{chat, parse_body, AppRef, Ready};
 use bloomery_runtime::request::{Event, Finish, GenParams, Request, SlotAction, SlotCommand};
+use bloomery_runtime::sampling::MirostatVersion;
 
 /// GET /health.
 pub async fn health(State(state): State<AppRef>) -> Response {
@@ -39,17 +40,36 @@ fn settings_json(ready: &Ready, p: &GenParams) -> Value {
         "presence_penalty": s.penalty_present,
         "frequency_penalty": s.penalty_freq,
         "min_keep": s.min_keep,
+        "dynatemp_range": s.dynatemp_range,
+        "dynatemp_exponent": s.dynatemp_exponent,
+        "top_n_sigma": s.top_n_sigma,
+        "xtc_probability": s.xtc_probability,
+        "xtc_threshold": s.xtc_threshold,
+        "dry_multiplier": s.dry_multiplier,
+        "dry_base": s.dry_base,
+        "dry_allowed_length": s.dry_allowed_length,
+        "dry_penalty_last_n": s.dry_penalty_last_n,
+        "mirostat": match s.mirostat {
+            None => 0,
+            Some(MirostatVersion::V1) => 1,
+            Some(MirostatVersion::V2) => 2,
+        },
+        "mirostat_tau": s.mirostat_tau,
+        "mirostat_eta": s.mirostat_eta,
+        "adaptive_target": s.adaptive_target,
+        "adaptive_decay": s.adaptive_decay,
+        "logit_bias": s.logit_bias.iter().map(|&(t, b)| json!([t, if b.is_finite() { json!(b) } else { json!(false) }])).collect::<Vec<_>>(),
         "stop": p.stop,
         "n_probs": p.n_probs,
         "ignore_eos": p.ignore_eos,
         "cache_prompt": p.cache_prompt,
         "n_ctx": ready.n_ctx_slot,
-        "samplers": ["penalties", "top_k", "typ_p", "top_p", "min_p", "temperature"],
+        "samplers": s.order.iter().map(|st| st.name()).collect::<Vec<_>>(),
     })
 }
 
 fn default_params(ready: &Ready) -> GenParams {
-    let mut sampler = ready.defaults.sampler;
+    let mut sampler = ready.defaults.sampler.clone();
     sampler.seed = ready.defaults.seed.unwrap_or(u64::from(u32::MAX));
     GenParams {
         sampler,

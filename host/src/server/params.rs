@@ -4,11 +4,14 @@
 //! is a 400 that names it; numbers are held to llama-server's limits (b11434's completion
 //! schema): some are clamped into range, the others are a 400 outside it.
 
+use std::sync::Arc;
+
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
 use bloomery_runtime::request::GenParams;
 use bloomery_runtime::sampling::SamplerParams;
+use bloomery_text::Tokenizer;
 
 /// Server-wide defaults a request starts from (from the command line).
 #[derive(Clone, Debug)]
@@ -23,6 +26,10 @@ pub struct Defaults {
     pub ignore_eos: bool,
     /// Default of `cache_prompt`.
     pub cache_prompt: bool,
+    /// The model's tokenizer (`logit_bias` texts, `dry_sequence_breakers`).
+    pub tok: Arc<Tokenizer>,
+    /// The model's vocabulary size (`logit_bias` ids are checked against it).
+    pub n_vocab: usize,
 }
 
 /// A JSON object's fields with typed, named access.
@@ -112,7 +119,7 @@ pub const I32_MAX: i64 = i32::MAX as i64;
 /// The generation settings of a request body over the server's defaults. `n_probs` comes from
 /// the caller (its spelling differs per API).
 pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenParams, ApiError> {
-    let mut s = d.sampler;
+    let mut s = d.sampler.clone();
     // Clamped into `min..=max`, as llama-server's soft limits are.
     let num = |key: &str, v: &mut f32, min: f64, max: f64| -> Result<(), ApiError> {
         if let Some(x) = f.f64(key)? {
@@ -137,6 +144,7 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
     if let Some(n) = f.int_in("min_keep", 0, I32_MAX)? {
         s.min_keep = n as usize;
     }
+    super::sampler_fields::apply(f, d, &mut s)?;
     s.seed = match f.i64("seed")? {
         Some(seed) if seed >= 0 => seed as u64,
         _ => d.seed.unwrap_or_else(|| u64::from(rand::random::<u32>())),
@@ -215,7 +223,7 @@ fn refuse_unbuilt(f: &Fields<'_>) -> Result<(), ApiError> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use serde_json::json;
 
@@ -226,7 +234,43 @@ mod tests {
             n_predict: Some(16),
             ignore_eos: false,
             cache_prompt: true,
+            tok: Arc::new(toy_tokenizer()),
+            n_vocab: 300,
         }
+    }
+
+    /// A byte-level vocabulary of the 256 byte characters and `ab` (id 256), padded to 300.
+    pub(crate) fn toy_tokenizer() -> Tokenizer {
+        // GPT-2's byte characters: printable Latin-1 bytes stand for themselves, the others
+        // for 256 + n in order.
+        let mut shifted = 0;
+        let mut tokens: Vec<String> = (0..256u32)
+            .map(|b| {
+                let printable = (0x21..=0x7e).contains(&b)
+                    || (0xa1..=0xac).contains(&b)
+                    || (0xae..=0xff).contains(&b);
+                let c = if printable {
+                    b
+                } else {
+                    shifted += 1;
+                    255 + shifted
+                };
+                char::from_u32(c).unwrap().to_string()
+            })
+            .collect();
+        tokens.push("ab".into());
+        tokens.extend((257..300).map(|i| format!("<unused{i}>")));
+        let mut types = vec![1; 257];
+        types.extend(std::iter::repeat_n(3, 43));
+        Tokenizer::from_spec(&bloomery_text::VocabSpec {
+            model: "gpt2".into(),
+            pre: Some("qwen2".into()),
+            tokens,
+            token_types: Some(types),
+            merges: Some(vec!["a b".into()]),
+            ..bloomery_text::VocabSpec::default()
+        })
+        .unwrap()
     }
 
     #[test]

@@ -1,16 +1,15 @@
-//! The final draw: softmax of the remaining logits and one uniform number from a seeded RNG, with
-//! llama.cpp's rule (the first token whose running mass reaches `u · total`).
-
-use rand::rngs::StdRng;
-use rand::Rng;
+//! The final draw: softmax of the remaining logits and one uniform number from the seeded
+//! Mersenne Twister, with llama.cpp's rule (the first token whose running mass reaches
+//! `u · total`): the same seed and candidates in the same order draw llama.cpp's token.
 
 use super::candidates::Candidates;
+use super::rng::Mt19937;
 
 /// Sets each candidate's probability and returns the index of the drawn one. Always draws one
 /// number, even for a single candidate, so that the RNG stream does not depend on the list size.
 /// Returns `None` only for an empty list. Does not allocate.
-pub fn draw(cands: &mut Candidates, rng: &mut StdRng) -> Option<usize> {
-    let u: f64 = rng.gen::<f64>();
+pub fn draw(cands: &mut Candidates, rng: &mut Mt19937) -> Option<usize> {
+    let u = rng.uniform_f64();
     if cands.is_empty() {
         return None;
     }
@@ -44,11 +43,10 @@ pub fn draw(cands: &mut Candidates, rng: &mut StdRng) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::SeedableRng;
 
     #[test]
     fn frequencies_follow_the_softmax() {
-        let mut rng = StdRng::seed_from_u64(1);
+        let mut rng = Mt19937::new(1);
         let mut counts = [0u32; 3];
         let mut c = Candidates::default();
         let logits = [0.0, (2f32).ln(), f32::NEG_INFINITY];

@@ -25,7 +25,7 @@ fn kept_candidates_and_probabilities_match_llama_cpp() {
             penalty_freq: f("penalty_freq"),
             penalty_present: f("penalty_present"),
             min_keep: p["min_keep"].as_u64().unwrap() as usize,
-            seed: 0,
+            ..SamplerParams::default()
         };
         let logits: Vec<f32> = case["logits"]
             .as_array()
@@ -33,7 +33,7 @@ fn kept_candidates_and_probabilities_match_llama_cpp() {
             .iter()
             .map(|v| v.as_f64().unwrap() as f32)
             .collect();
-        let mut s = Sampler::new(params, logits.len());
+        let mut s = Sampler::new(params.clone(), logits.len());
         for t in case["history"].as_array().unwrap() {
             s.accept(t.as_u64().unwrap() as u32);
         }

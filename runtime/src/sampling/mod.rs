@@ -1,28 +1,46 @@
-//! Token sampling in llama.cpp's default chain order, with llama-server's defaults: repetition
-//! penalties, top-k, typical-p, top-p, min-p, temperature, then a seeded draw from the softmax.
-//! A temperature at or below zero samples greedily (the highest penalized logit).
-//!
-//! DRY, XTC, top-n-sigma and mirostat are not implemented; their llama-server defaults
-//! leave them off.
+//! Token sampling with llama.cpp's sampler chain and llama-server's defaults: the logit bias,
+//! then the configurable stages in order (by default repetition penalties, DRY, top-n-sigma,
+//! top-k, typical-p, top-p, min-p, XTC, temperature with an optional dynamic range), then a
+//! seeded draw from the softmax, or adaptive-p in its place; or, with Mirostat on, the logit
+//! bias, the temperature and Mirostat alone. A temperature at or below zero samples greedily.
+//! Every draw uses llama.cpp's random numbers (`rng.rs`), so a seed draws llama.cpp's tokens.
 
+pub mod adaptive_p;
 pub mod candidates;
 pub mod dist;
+pub mod dry;
+pub mod logit_bias;
+pub mod mirostat;
+pub mod order;
 pub mod penalties;
+pub mod rng;
 pub mod temperature;
+pub mod top_n_sigma;
 pub mod truncate;
 pub mod typical;
+pub mod xtc;
 
 #[cfg(test)]
 mod golden;
+#[cfg(test)]
+mod golden_stages;
 
-use rand::rngs::StdRng;
-use rand::SeedableRng;
+use std::sync::Arc;
 
 pub use candidates::{Candidates, TokenData};
+pub use dry::DryBreakers;
+pub use mirostat::Version as MirostatVersion;
+pub use order::{Stage, DEFAULT_ORDER};
 pub use penalties::Penalties;
 
+use adaptive_p::AdaptiveP;
+use dry::Dry;
+use mirostat::Mirostat;
+use rng::Mt19937;
+use xtc::Xtc;
+
 /// Sampling settings; [`Default`] gives llama-server's defaults.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct SamplerParams {
     /// Tokens kept by top-k (`<= 0`: all).
     pub top_k: i32,
@@ -34,6 +52,10 @@ pub struct SamplerParams {
     pub min_p: f32,
     /// Temperature (`<= 0`: greedy).
     pub temp: f32,
+    /// Dynamic temperature: the temperature ranges over `temp ± range` (`<= 0`: off).
+    pub dynatemp_range: f32,
+    /// Dynamic temperature: how the normalized entropy maps into the range.
+    pub dynatemp_exponent: f32,
     /// Tokens the penalties look back over (0: off).
     pub penalty_last_n: usize,
     /// Repetition penalty (1: off).
@@ -42,9 +64,39 @@ pub struct SamplerParams {
     pub penalty_freq: f32,
     /// Presence penalty, once per seen token (0: off).
     pub penalty_present: f32,
-    /// Fewest candidates top-p and min-p leave (0: no floor beyond one).
+    /// DRY multiplier (0: off).
+    pub dry_multiplier: f32,
+    /// DRY base of the penalty's growth (below 1: off).
+    pub dry_base: f32,
+    /// DRY: repeats up to this length go unpenalized.
+    pub dry_allowed_length: usize,
+    /// DRY: tokens scanned for repeats (0: off).
+    pub dry_penalty_last_n: usize,
+    /// DRY sequence breakers, as tokens of the model's vocabulary.
+    pub dry_breakers: Arc<DryBreakers>,
+    /// Top-n-sigma (`<= 0`: off).
+    pub top_n_sigma: f32,
+    /// XTC: the chance per token that it cuts (0: off).
+    pub xtc_probability: f32,
+    /// XTC: the probability a top choice must reach to be cut (above 0.5: off).
+    pub xtc_threshold: f32,
+    /// Mirostat (`None`: off), which then replaces the stages after the temperature.
+    pub mirostat: Option<MirostatVersion>,
+    /// Mirostat target surprise, in bits.
+    pub mirostat_tau: f32,
+    /// Mirostat learning rate.
+    pub mirostat_eta: f32,
+    /// Adaptive-p target probability (negative: plain draws).
+    pub adaptive_target: f32,
+    /// Adaptive-p decay of the average of picked probabilities.
+    pub adaptive_decay: f32,
+    /// `(token, bias)` added to the logits first (negative infinity bans the token).
+    pub logit_bias: Vec<(u32, f32)>,
+    /// The stages and their order.
+    pub order: Vec<Stage>,
+    /// Fewest candidates top-p, min-p, typical-p and XTC leave (0: no floor beyond one).
     pub min_keep: usize,
-    /// Seed of the draw.
+    /// Seed of the draws (its low 32 bits, as llama.cpp's seed is 32-bit).
     pub seed: u64,
 }
 
@@ -56,37 +108,106 @@ impl Default for SamplerParams {
             top_p: 0.95,
             min_p: 0.05,
             temp: 0.8,
+            dynatemp_range: 0.0,
+            dynatemp_exponent: 1.0,
             penalty_last_n: 64,
             penalty_repeat: 1.0,
             penalty_freq: 0.0,
             penalty_present: 0.0,
+            dry_multiplier: 0.0,
+            dry_base: 1.75,
+            dry_allowed_length: 2,
+            dry_penalty_last_n: 64,
+            dry_breakers: Arc::default(),
+            top_n_sigma: -1.0,
+            xtc_probability: 0.0,
+            xtc_threshold: 0.1,
+            mirostat: None,
+            mirostat_tau: 5.0,
+            mirostat_eta: 0.1,
+            adaptive_target: -1.0,
+            adaptive_decay: 0.9,
+            logit_bias: Vec::new(),
+            order: DEFAULT_ORDER.to_vec(),
             min_keep: 0,
             seed: 0,
         }
     }
 }
 
-/// A sampler chain with its penalty window, RNG and candidate buffer.
+/// What picks the token once the stages have run.
+#[derive(Clone, Debug)]
+enum Pick {
+    /// A draw from the softmax.
+    Dist,
+    /// Adaptive-p.
+    Adaptive(AdaptiveP),
+    /// Mirostat (after the temperature; the stages do not run).
+    Mirostat(Mirostat),
+}
+
+/// A sampler chain with its stateful stages, random numbers and candidate buffer.
 #[derive(Clone, Debug)]
 pub struct Sampler {
     params: SamplerParams,
     penalties: Penalties,
-    rng: StdRng,
+    dry: Option<Dry>,
+    xtc: Option<Xtc>,
+    pick: Pick,
+    /// The greedy pick is the penalized argmax (nothing else in force changes it).
+    plain_greedy: bool,
+    rng: Mt19937,
     cands: Candidates,
 }
 
 impl Sampler {
     /// A chain over a vocabulary of `n_vocab` tokens.
     pub fn new(params: SamplerParams, n_vocab: usize) -> Self {
+        let seed = params.seed as u32;
+        let p = &params;
+        let in_order = |s: Stage| p.order.contains(&s);
+        let pick = match p.mirostat {
+            Some(v) => Pick::Mirostat(Mirostat::new(
+                v,
+                p.mirostat_tau,
+                p.mirostat_eta,
+                n_vocab,
+                seed,
+            )),
+            None if in_order(Stage::AdaptiveP) => {
+                Pick::Adaptive(AdaptiveP::new(p.adaptive_target, p.adaptive_decay, seed))
+            }
+            None => Pick::Dist,
+        };
+        let dry = Dry::new(
+            p.dry_multiplier,
+            p.dry_base,
+            p.dry_allowed_length,
+            p.dry_penalty_last_n,
+            Arc::clone(&p.dry_breakers),
+        );
+        let xtc = Xtc::new(p.xtc_probability, p.xtc_threshold, p.min_keep, seed);
+        let plain_greedy = p.temp <= 0.0
+            && matches!(pick, Pick::Dist)
+            && p.order == DEFAULT_ORDER
+            && p.logit_bias.is_empty()
+            && p.dynatemp_range <= 0.0
+            && dry.is_none()
+            && xtc.is_none()
+            && p.top_n_sigma <= 0.0;
         Sampler {
             penalties: Penalties::new(
-                params.penalty_last_n,
-                params.penalty_repeat,
-                params.penalty_freq,
-                params.penalty_present,
+                p.penalty_last_n,
+                p.penalty_repeat,
+                p.penalty_freq,
+                p.penalty_present,
                 n_vocab,
             ),
-            rng: StdRng::seed_from_u64(params.seed),
+            dry,
+            xtc,
+            pick,
+            plain_greedy,
+            rng: Mt19937::new(seed),
             cands: Candidates {
                 data: Vec::with_capacity(n_vocab),
                 sorted: false,
@@ -100,14 +221,21 @@ impl Sampler {
         &self.params
     }
 
-    /// Records a token in the penalty window (prompt tokens and each sampled token, as
-    /// llama-server does).
+    /// Records a token in the stages that look back (prompt tokens and each sampled token, as
+    /// llama-server does); adaptive-p learns from the token it drew.
     pub fn accept(&mut self, token: u32) {
         self.penalties.accept(token);
+        if let Some(d) = &mut self.dry {
+            d.accept(token);
+        }
+        if let Pick::Adaptive(a) = &mut self.pick {
+            a.accept(token);
+        }
     }
 
-    /// Runs every stage but the draw on `logits` and returns the candidates left, with their
-    /// probabilities (the softmax of the final logits, in descending order).
+    /// Runs the logit bias and the stages (not the pick) on `logits` and returns the
+    /// candidates left, with their probabilities (the softmax of the final logits, in
+    /// descending order). Stateful stages advance as in a sampled step.
     pub fn candidates(&mut self, logits: &[f32]) -> &Candidates {
         self.filter(logits);
         self.cands.sort();
@@ -116,34 +244,65 @@ impl Sampler {
     }
 
     fn filter(&mut self, logits: &[f32]) {
-        let p = self.params;
+        let p = &self.params;
         let c = &mut self.cands;
         c.fill(logits);
-        self.penalties.apply(c);
-        truncate::top_k(c, p.top_k);
-        typical::typical(c, p.typ_p, p.min_keep);
-        truncate::top_p(c, p.top_p, p.min_keep);
-        truncate::min_p(c, p.min_p, p.min_keep);
-        temperature::temperature(c, p.temp);
+        logit_bias::apply(c, &p.logit_bias);
+        if matches!(self.pick, Pick::Mirostat(_)) {
+            temperature::temperature(c, p.temp);
+            return;
+        }
+        for &stage in &p.order {
+            match stage {
+                Stage::Penalties => self.penalties.apply(c),
+                Stage::Dry => {
+                    if let Some(d) = &mut self.dry {
+                        d.apply(c);
+                    }
+                }
+                Stage::TopNSigma => top_n_sigma::apply(c, p.top_n_sigma),
+                Stage::TopK => truncate::top_k(c, p.top_k),
+                Stage::TypicalP => typical::typical(c, p.typ_p, p.min_keep),
+                Stage::TopP => truncate::top_p(c, p.top_p, p.min_keep),
+                Stage::MinP => truncate::min_p(c, p.min_p, p.min_keep),
+                Stage::Xtc => {
+                    if let Some(x) = &mut self.xtc {
+                        x.apply(c);
+                    }
+                }
+                Stage::Temperature => {
+                    temperature::dynamic(c, p.temp, p.dynatemp_range, p.dynatemp_exponent)
+                }
+                // It picks: see `sample`.
+                Stage::AdaptiveP => {}
+            }
+        }
     }
 
-    /// Advances the RNG as one draw does, for a token taken without sampling (the only one a
-    /// grammar admits), so that the draws after it are those of sampling token by token.
+    /// Advances the draw's random numbers as one draw does, for a token taken without
+    /// sampling (the only one a grammar admits), so that the draws after it are those of
+    /// sampling token by token.
     pub fn skip_draw(&mut self) {
-        let _: f64 = rand::Rng::gen(&mut self.rng);
+        self.rng.uniform_f64();
     }
 
-    /// Picks the next token from one row of logits (`n_vocab` values). Greedy when the temperature
-    /// is at or below zero; otherwise the full chain and a draw. Does not accept the token (call
-    /// [`Sampler::accept`]). Does not allocate once the candidate buffer has reached the vocabulary.
+    /// Picks the next token from one row of logits (`n_vocab` values): the chain, then its
+    /// pick. Does not accept the token (call [`Sampler::accept`]). Does not allocate once the
+    /// candidate buffer has reached the vocabulary (DRY's and adaptive-p's buffers grow once).
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        if self.params.temp <= 0.0 {
+        if self.plain_greedy {
             // Every truncation stage keeps the highest logit, so greedy is the penalized argmax.
             return self.penalties.argmax(logits) as u32;
         }
         self.filter(logits);
-        match dist::draw(&mut self.cands, &mut self.rng) {
-            Some(i) => self.cands.data[i].id,
+        let c = &mut self.cands;
+        let picked = match &mut self.pick {
+            Pick::Dist => dist::draw(c, &mut self.rng),
+            Pick::Adaptive(a) => a.sample(c),
+            Pick::Mirostat(m) => m.sample(c),
+        };
+        match picked {
+            Some(i) => c.data[i].id,
             // An empty vocabulary: nothing to pick from.
             None => 0,
         }
@@ -153,7 +312,8 @@ impl Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rand::Rng;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
 
     fn random_logits(seed: u64, n: usize) -> Vec<f32> {
         let mut rng = StdRng::seed_from_u64(seed);

@@ -9,7 +9,6 @@ const SPECULATIVE: &str = "speculative decoding is not implemented yet";
 const MULTIMODAL: &str = "multimodal input is not supported";
 const DOWNLOAD: &str = "bloomery loads local GGUF files only";
 const PRESET: &str = "presets download models; bloomery loads local GGUF files only";
-const SAMPLER: &str = "this sampler is not implemented yet";
 const ROPE: &str = "rope parameters come from the model file";
 const WEB_PAGE: &str = "there is no web page yet";
 const ADAPTERS: &str = "adapters and control vectors are not supported";
@@ -18,7 +17,6 @@ const EMBEDDINGS: &str = "embeddings are not implemented yet";
 const TLS: &str = "TLS is not implemented yet";
 const CORS: &str = "CORS is not implemented yet";
 const ONE_CARD: &str = "one card: splitting across cards is not implemented yet";
-const SAMPLER_ORDER: &str = "the sampler order is not configurable yet";
 const GRAMMAR: &str = "a default grammar is not implemented yet";
 const SCHEMA: &str = "a default JSON schema is not implemented yet";
 const TOOLS: &str = "the server's own tools are not supported";
@@ -64,35 +62,35 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-sp", "--special"], &[], None, Flag, Refused("special tokens in the output are a request option here")),
     flag(&["--warmup"], &["--no-warmup"], None, Switch, OnlyOff("no warmup pass is run at load")),
     flag(&["--spm-infill"], &[], None, Flag, Refused("/infill uses the model's own FIM order")),
-    flag(&["--samplers"], &[], None, Value, Refused(SAMPLER_ORDER)),
+    flag(&["--samplers"], &[], None, Value, Serve),
     flag(&["-s", "--seed"], &[], None, Value, Serve),
-    flag(&["--sampler-seq", "--sampling-seq"], &[], None, Value, Refused(SAMPLER_ORDER)),
+    flag(&["--sampler-seq", "--sampling-seq"], &[], None, Value, Serve),
     flag(&["--ignore-eos"], &[], None, Flag, Serve),
     flag(&["--temp", "--temperature"], &[], Some("LLAMA_ARG_TEMPERATURE"), Value, Serve),
     flag(&["--top-k"], &[], Some("LLAMA_ARG_TOP_K"), Value, Serve),
     flag(&["--top-p"], &[], Some("LLAMA_ARG_TOP_P"), Value, Serve),
     flag(&["--min-p"], &[], Some("LLAMA_ARG_MIN_P"), Value, Serve),
-    flag(&["--top-nsigma", "--top-n-sigma"], &[], None, Value, Refused(SAMPLER)),
-    flag(&["--xtc-probability"], &[], None, Value, Refused(SAMPLER)),
-    flag(&["--xtc-threshold"], &[], None, Value, Refused(SAMPLER)),
+    flag(&["--top-nsigma", "--top-n-sigma"], &[], None, Value, Serve),
+    flag(&["--xtc-probability"], &[], None, Value, Serve),
+    flag(&["--xtc-threshold"], &[], None, Value, Serve),
     flag(&["--typical", "--typical-p"], &[], None, Value, Serve),
     flag(&["--repeat-last-n"], &[], None, Value, Serve),
     flag(&["--repeat-penalty"], &[], Some("LLAMA_ARG_REPEAT_PENALTY"), Value, Serve),
     flag(&["--presence-penalty"], &[], Some("LLAMA_ARG_PRESENCE_PENALTY"), Value, Serve),
     flag(&["--frequency-penalty"], &[], Some("LLAMA_ARG_FREQUENCY_PENALTY"), Value, Serve),
-    flag(&["--dry-multiplier"], &[], None, Value, Refused(SAMPLER)),
-    flag(&["--dry-base"], &[], None, Value, Refused(SAMPLER)),
-    flag(&["--dry-allowed-length"], &[], None, Value, Refused(SAMPLER)),
-    flag(&["--dry-penalty-last-n"], &[], None, Value, Refused(SAMPLER)),
-    flag(&["--dry-sequence-breaker"], &[], None, Value, Refused(SAMPLER)),
-    flag(&["--adaptive-target"], &[], None, Value, Refused(SAMPLER)),
-    flag(&["--adaptive-decay"], &[], None, Value, Refused(SAMPLER)),
-    flag(&["--dynatemp-range"], &[], None, Value, Refused(SAMPLER)),
-    flag(&["--dynatemp-exp"], &[], None, Value, Refused(SAMPLER)),
-    flag(&["--mirostat"], &[], None, Value, Refused(SAMPLER)),
-    flag(&["--mirostat-lr"], &[], None, Value, Refused(SAMPLER)),
-    flag(&["--mirostat-ent"], &[], None, Value, Refused(SAMPLER)),
-    flag(&["-l", "--logit-bias"], &[], None, Value, Refused("a default logit bias is not implemented yet")),
+    flag(&["--dry-multiplier"], &[], None, Value, Serve),
+    flag(&["--dry-base"], &[], None, Value, Serve),
+    flag(&["--dry-allowed-length"], &[], None, Value, Serve),
+    flag(&["--dry-penalty-last-n"], &[], None, Value, Serve),
+    flag(&["--dry-sequence-breaker"], &[], None, Value, Serve),
+    flag(&["--adaptive-target"], &[], None, Value, Serve),
+    flag(&["--adaptive-decay"], &[], None, Value, Serve),
+    flag(&["--dynatemp-range"], &[], None, Value, Serve),
+    flag(&["--dynatemp-exp"], &[], None, Value, Serve),
+    flag(&["--mirostat"], &[], None, Value, Serve),
+    flag(&["--mirostat-lr"], &[], None, Value, Serve),
+    flag(&["--mirostat-ent"], &[], None, Value, Serve),
+    flag(&["-l", "--logit-bias"], &[], None, Value, Serve),
     flag(&["--grammar"], &[], None, Value, Refused(GRAMMAR)),
     flag(&["--grammar-file"], &[], None, Value, Refused(GRAMMAR)),
     flag(&["-j", "--json-schema"], &[], None, Value, Refused(SCHEMA)),
