@@ -18,6 +18,10 @@ pub struct GrammarSpec {
     /// Text the model writes before the grammar applies (the end of a think span); `None`: the
     /// grammar applies from the first token.
     pub after: Option<String>,
+    /// A lazy grammar's trigger words (llama.cpp's `grammar_lazy`): when not empty, the text is
+    /// free until one of them appears (after `after`, if set), and the grammar applies from the
+    /// start of the first one written, the word itself included.
+    pub triggers: Vec<String>,
 }
 
 /// What a request asks of generation.

@@ -15,6 +15,8 @@ pub mod openai;
 pub mod params;
 pub mod shutdown;
 pub mod structured;
+pub mod tool_grammar;
+pub mod tool_parse;
 pub mod tools;
 
 use std::net::SocketAddr;

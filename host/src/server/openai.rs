@@ -9,7 +9,7 @@ use axum::response::Response;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::chat::{self, ChatPrompt, Delta, DeltaSplitter};
+use super::chat::{self, ChatPrompt, Delta, DeltaSplitter, OfferedTools};
 use super::error::ApiError;
 use super::gen::{
     collect, event_stream, openai_logprobs, random_id, sse_data, submit, timings, unix_now,
@@ -17,6 +17,8 @@ use super::gen::{
 use super::native::{check_fits, fewest_tokens, finish_reason, id_slot, ok, prompts};
 use super::params::{gen_params, Fields, I32_MAX};
 use super::structured;
+use super::tool_parse::ToolCall;
+use super::tools::ToolFormat;
 use super::{parse_body, AppRef, AppState, Ready};
 use crate::flags::serve::{parse_reasoning, ReasoningFormat};
 use bloomery_runtime::request::{Event, Finish};
@@ -37,9 +39,8 @@ fn usage(f: &Finish) -> Value {
 pub struct ChatJob {
     /// The rendered prompt.
     pub prompt: ChatPrompt,
-    /// The tools offered, OpenAI-shaped (tool calls are parsed only then; their parameter
-    /// types decide how XML-style arguments are read).
-    pub tools: Option<Value>,
+    /// The tools offered and the template's call format (tool calls are parsed only then).
+    pub tools: Option<OfferedTools>,
     /// How thinking comes back.
     pub reasoning: ReasoningFormat,
 }
@@ -88,26 +89,29 @@ pub fn prepare_chat(
     )?;
     Ok(ChatJob {
         prompt,
-        tools: tools.cloned(),
+        tools: tools.map(|list| OfferedTools {
+            list: list.clone(),
+            format: ToolFormat::of_template(&ready.template_source),
+        }),
         reasoning,
     })
 }
 
-fn tool_calls_json(calls: &[chat::ToolCall], with_index: bool) -> Value {
+/// A call's id: the one the model wrote (Solar), else a new one.
+fn call_id(c: &ToolCall) -> String {
+    c.id.clone().unwrap_or_else(|| random_id("call_"))
+}
+
+fn tool_calls_json(calls: &[ToolCall]) -> Value {
     Value::Array(
         calls
             .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let mut v = json!({
-                    "id": random_id("call_"),
+            .map(|c| {
+                json!({
+                    "id": call_id(c),
                     "type": "function",
                     "function": {"name": c.name, "arguments": c.arguments},
-                });
-                if with_index {
-                    v["index"] = json!(i);
-                }
-                v
+                })
             })
             .collect(),
     )
@@ -138,7 +142,6 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
         &f,
         &mut params,
         job.tools.as_ref(),
-        &ready.template_source,
         job.prompt.starts_in_thinking,
     )?;
     let model = f
@@ -164,7 +167,7 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
         message["reasoning_content"] = json!(r);
     }
     if !parsed.tool_calls.is_empty() {
-        message["tool_calls"] = tool_calls_json(&parsed.tool_calls, false);
+        message["tool_calls"] = tool_calls_json(&parsed.tool_calls);
     }
     let mut choice = json!({
         "finish_reason": finish_reason(&out.finish, !parsed.tool_calls.is_empty()),
@@ -197,8 +200,9 @@ fn chat_stream(
     struct St {
         ready: Arc<Ready>,
         split: DeltaSplitter,
-        job: ChatJob,
         head: Value,
+        /// Tool calls streamed so far.
+        calls: usize,
     }
     impl St {
         /// One `chat.completion.chunk` frame with these choices.
@@ -206,6 +210,23 @@ fn chat_stream(
             let mut c = self.head.clone();
             c["choices"] = choices;
             out.extend_from_slice(&sse_data(&c));
+        }
+
+        /// A part's `delta` objects: a tool call is its id and name, then its arguments.
+        fn deltas(&mut self, d: &Delta) -> Vec<Value> {
+            match d {
+                Delta::Content(c) => vec![json!({ "content": c })],
+                Delta::Reasoning(r) => vec![json!({ "reasoning_content": r })],
+                Delta::Call(c) => {
+                    let index = self.calls;
+                    self.calls += 1;
+                    vec![
+                        json!({"tool_calls": [{"index": index, "id": call_id(c), "type": "function",
+                            "function": {"name": c.name, "arguments": ""}}]}),
+                        json!({"tool_calls": [{"index": index, "function": {"arguments": c.arguments}}]}),
+                    ]
+                }
+            }
         }
     }
     let head = json!({
@@ -215,16 +236,12 @@ fn chat_stream(
         "system_fingerprint": FINGERPRINT,
         "object": "chat.completion.chunk",
     });
-    let split = DeltaSplitter::new(
-        job.prompt.starts_in_thinking,
-        job.reasoning,
-        job.tools.is_some(),
-    );
+    let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, job.tools);
     let st = St {
         ready,
         split,
-        job,
         head,
+        calls: 0,
     };
     let mut prelude = Vec::new();
     st.chunk(
@@ -234,9 +251,10 @@ fn chat_stream(
     event_stream(rx, st, prelude, move |st, ev, out| match ev {
         Event::Started { .. } => false,
         Event::Token(p) => {
-            let deltas = st.split.push(&p.text);
-            for (i, d) in deltas.iter().enumerate() {
-                let mut choice = json!({"finish_reason": null, "index": 0, "delta": delta_json(d)});
+            let parts = st.split.push(&p.text);
+            let deltas: Vec<Value> = parts.iter().flat_map(|d| st.deltas(d)).collect();
+            for (i, delta) in deltas.into_iter().enumerate() {
+                let mut choice = json!({"finish_reason": null, "index": 0, "delta": delta});
                 if logprobs && i == 0 {
                     choice["logprobs"] = openai_logprobs(&st.ready.tok, std::slice::from_ref(&p));
                 }
@@ -245,26 +263,14 @@ fn chat_stream(
             false
         }
         Event::Done(f) => {
-            for d in st.split.finish() {
+            let parts = st.split.finish();
+            for delta in parts.iter().flat_map(|d| st.deltas(d)).collect::<Vec<_>>() {
                 st.chunk(
                     out,
-                    json!([{"finish_reason": null, "index": 0, "delta": delta_json(&d)}]),
+                    json!([{"finish_reason": null, "index": 0, "delta": delta}]),
                 );
             }
-            let mut calls = Vec::new();
-            if st.job.tools.is_some() && st.split.holding_tools() {
-                let parsed = chat::parse(
-                    &st.split.full,
-                    st.job.prompt.starts_in_thinking,
-                    st.job.reasoning,
-                    st.job.tools.as_ref(),
-                );
-                calls = parsed.tool_calls;
-                if !calls.is_empty() {
-                    st.chunk(out, json!([{"finish_reason": null, "index": 0, "delta": {"tool_calls": tool_calls_json(&calls, true)}}]));
-                }
-            }
-            st.chunk(out, json!([{"finish_reason": finish_reason(&f, !calls.is_empty()), "index": 0, "delta": {}}]));
+            st.chunk(out, json!([{"finish_reason": finish_reason(&f, st.split.called()), "index": 0, "delta": {}}]));
             let mut u = st.head.clone();
             u["choices"] = json!([]);
             u["usage"] = usage(&f);
@@ -278,13 +284,6 @@ fn chat_stream(
             true
         }
     })
-}
-
-fn delta_json(d: &Delta) -> Value {
-    match d {
-        Delta::Content(c) => json!({ "content": c }),
-        Delta::Reasoning(r) => json!({ "reasoning_content": r }),
-    }
 }
 
 /// POST /v1/completions.
@@ -444,13 +443,7 @@ pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Respo
         .await?;
     let f = Fields::of(&body)?;
     let mut params = gen_params(&f, &ready.defaults, 0)?;
-    structured::for_chat(
-        &f,
-        &mut params,
-        None,
-        &ready.template_source,
-        job.prompt.starts_in_thinking,
-    )?;
+    structured::for_chat(&f, &mut params, None, job.prompt.starts_in_thinking)?;
     if let Some(n) = f.int_in("max_output_tokens", -1, I32_MAX)? {
         params.n_predict = usize::try_from(n).ok();
     }
@@ -539,7 +532,7 @@ fn responses_stream(ids: RespIds, job: ChatJob, rx: UnboundedReceiver<Event>) ->
             }
         }
     }
-    let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, false);
+    let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, None);
     let mut st = St {
         ids,
         split,

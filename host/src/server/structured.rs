@@ -11,6 +11,7 @@ use bloomery_grammar::{schema, Grammar};
 use bloomery_runtime::request::{GenParams, GrammarSpec};
 use serde_json::{json, Value};
 
+use super::chat::OfferedTools;
 use super::error::ApiError;
 use super::params::Fields;
 
@@ -83,6 +84,7 @@ pub fn grammar(f: &Fields<'_>) -> Result<Option<GrammarSpec>, ApiError> {
     Ok(Some(GrammarSpec {
         grammar: Arc::new(grammar),
         after: None,
+        triggers: Vec::new(),
     }))
 }
 
@@ -92,8 +94,7 @@ pub fn grammar(f: &Fields<'_>) -> Result<Option<GrammarSpec>, ApiError> {
 pub fn for_chat(
     f: &Fields<'_>,
     params: &mut GenParams,
-    tools: Option<&Value>,
-    template_source: &str,
+    tools: Option<&OfferedTools>,
     starts_in_thinking: bool,
 ) -> Result<(), ApiError> {
     if let Some(tools) = tools {
@@ -102,11 +103,9 @@ pub fn for_chat(
                 "Cannot use custom grammar constraints with tools.",
             ));
         }
-        let format = super::tools::ToolFormat::of_template(template_source);
         let choice = super::tools::choice(f)?;
-        if let Some(spec) =
-            super::tools::grammar(format, tools, &choice, super::tools::parallel(f)?)?
-        {
+        let parallel = super::tools::parallel(f)?;
+        if let Some(spec) = super::tools::grammar(tools.format, &tools.list, &choice, parallel)? {
             params.grammar = Some(spec);
         }
     }
