@@ -79,13 +79,13 @@ fn call(rules: &mut Rules, format: ToolFormat, t: &Tool<'_>) -> Result<String, A
         ToolFormat::QwenXml => {
             const END: &str = "\n</parameter>";
             let params = rules.params(&t.params, |rules, key, prop| {
-                let mut value = rules.bare(prop, END);
+                let mut value = rules.bare(prop, END)?;
                 if prop.get("type").and_then(Value::as_str) == Some("boolean") {
                     // Jinja's `| string` writes Python's spelling.
                     value = format!("( {value} | \"True\" | \"False\" )");
                 }
                 let head = lit(&format!("<parameter={key}>\n"));
-                format!("{head} {value} {}", lit(&format!("{END}\n")))
+                Ok(format!("{head} {value} {}", lit(&format!("{END}\n"))))
             })?;
             let head = lit(&format!("<tool_call>\n<function={}>\n", t.name));
             format!("{head} {params} {}", lit("</function>\n</tool_call>"))
@@ -93,9 +93,9 @@ fn call(rules: &mut Rules, format: ToolFormat, t: &Tool<'_>) -> Result<String, A
         ToolFormat::GlmXml => {
             const END: &str = "</arg_value>";
             let params = rules.params(&t.params, |rules, key, prop| {
-                let value = rules.bare(prop, END);
+                let value = rules.bare(prop, END)?;
                 let head = lit(&format!("<arg_key>{key}</arg_key><arg_value>"));
-                format!("{head} {value} {}", lit(END))
+                Ok(format!("{head} {value} {}", lit(END)))
             })?;
             format!(
                 "{} {params} {}",
@@ -111,13 +111,18 @@ fn call(rules: &mut Rules, format: ToolFormat, t: &Tool<'_>) -> Result<String, A
                         "<｜DSML｜parameter name=\"{key}\" string=\"{string}\">"
                     ))
                 };
-                let text = format!("{} {}", head(true), rules.until(END));
                 let value = match prop.get("type").and_then(Value::as_str) {
-                    Some("string") => text,
-                    None => format!("( {text} | {} {} )", head(false), rules.json(prop)),
+                    Some("string") => format!("{} {}", head(true), rules.raw_string(prop, END)?),
+                    None => format!(
+                        "( {} {} | {} {} )",
+                        head(true),
+                        rules.until(END),
+                        head(false),
+                        rules.json(prop)
+                    ),
                     Some(_) => format!("{} {}", head(false), rules.json(prop)),
                 };
-                format!("{value} {}", lit(&format!("{END}\n")))
+                Ok(format!("{value} {}", lit(&format!("{END}\n"))))
             })?;
             // A call without arguments writes one empty line.
             let params = if params == lit("") { lit("\n") } else { params };
@@ -144,11 +149,52 @@ impl Rules {
 
     /// A property's value written bare before `close`: text for a `string` or untyped
     /// property, else JSON of the property's schema.
-    fn bare(&mut self, prop: &Value, close: &str) -> String {
+    fn bare(&mut self, prop: &Value, close: &str) -> Result<String, ApiError> {
         match prop.get("type").and_then(Value::as_str) {
-            None | Some("string") => self.until(close),
-            Some(_) => self.json(prop),
+            None => Ok(self.until(close)),
+            Some("string") => self.raw_string(prop, close),
+            Some(_) => Ok(self.json(prop)),
         }
+    }
+
+    /// A `string` property written bare before `close`: one of its `enum`/`const` texts, or
+    /// `minLength`..`maxLength` characters other than `close`'s first, or any text without
+    /// `close`. Other string keywords (`pattern`, `format`) are refused, never dropped.
+    fn raw_string(&mut self, prop: &Value, close: &str) -> Result<String, ApiError> {
+        if let Some(k) = ["pattern", "format"]
+            .iter()
+            .find(|k| prop.get(**k).is_some())
+        {
+            return Err(ApiError::invalid(format!(
+                "a string parameter's `{k}` cannot be enforced in this template's tool-call format (its strings are written bare)"
+            )));
+        }
+        let texts: Option<Vec<&Value>> = match (prop.get("enum"), prop.get("const")) {
+            (Some(Value::Array(e)), _) => Some(e.iter().collect()),
+            (_, Some(c)) => Some(vec![c]),
+            _ => None,
+        };
+        if let Some(texts) = texts {
+            let alts: Option<Vec<String>> = texts.iter().map(|t| t.as_str().map(lit)).collect();
+            return alts
+                .filter(|a| !a.is_empty())
+                .map(|a| format!("( {} )", a.join(" | ")))
+                .ok_or_else(|| {
+                    ApiError::invalid("a string parameter's `enum` must list strings".to_owned())
+                });
+        }
+        let (min, max) = (
+            prop.get("minLength").and_then(Value::as_u64),
+            prop.get("maxLength").and_then(Value::as_u64),
+        );
+        Ok(match (min, max) {
+            (None, None) => self.until(close),
+            (min, max) => {
+                let first = close.chars().next().map_or(String::new(), class_char);
+                let max = max.map_or(String::new(), |m| m.to_string());
+                format!("[^{first}]{{{},{max}}}", min.unwrap_or(0))
+            }
+        })
     }
 
     /// The properties of an object schema in declared order, each written by
@@ -156,7 +202,7 @@ impl Rules {
     fn params(
         &mut self,
         schema: &Value,
-        mut one: impl FnMut(&mut Self, &str, &Value) -> String,
+        mut one: impl FnMut(&mut Self, &str, &Value) -> Result<String, ApiError>,
     ) -> Result<String, ApiError> {
         let required: Vec<&str> = schema
             .get("required")
@@ -175,7 +221,7 @@ impl Rules {
                     "parameter name {key:?} cannot be written in this template's tool-call format"
                 )));
             }
-            let part = one(self, key, prop);
+            let part = one(self, key, prop)?;
             parts.push(if required.contains(&key.as_str()) {
                 part
             } else {
@@ -286,6 +332,7 @@ mod tests {
     use std::sync::Arc;
 
     use bloomery_grammar::{Grammar, Matcher, TokenTrie};
+    use serde_json::json;
 
     use super::*;
     use crate::server::tool_parse::tests::{rendered, Rendered};
@@ -381,6 +428,38 @@ mod tests {
             let bad_days = format!("{}3.5{}", &text[..j], &text[j + 1..]);
             assert!(!accepts(&g, &bad_days), "{}: {bad_days}", r.template);
         }
+    }
+
+    #[test]
+    fn bare_strings_keep_their_enum_and_length_and_refuse_a_pattern() {
+        let tool = |city: Value| {
+            vec![Tool {
+                name: "f",
+                params: json!({"type": "object", "properties": {"city": city}, "required": ["city"]}),
+            }]
+        };
+        let call = |v: &str| {
+            format!("<tool_call>f<arg_key>city</arg_key><arg_value>{v}</arg_value></tool_call>")
+        };
+        let g = |city: Value| {
+            Grammar::parse(
+                &calls_gbnf(ToolFormat::GlmXml, &tool(city), true).unwrap(),
+                None,
+            )
+            .unwrap()
+        };
+        let e = g(json!({"type": "string", "enum": ["Oslo", "Lima"]}));
+        assert!(accepts(&e, &call("Oslo")) && !accepts(&e, &call("Rome")));
+        let n = g(json!({"type": "string", "minLength": 2, "maxLength": 4}));
+        assert!(
+            accepts(&n, &call("Rome")) && !accepts(&n, &call("Paris")) && !accepts(&n, &call("R"))
+        );
+        let q = calls_gbnf(
+            ToolFormat::QwenXml,
+            &tool(json!({"type": "string", "pattern": "^a"})),
+            true,
+        );
+        assert!(q.unwrap_err().message.contains("`pattern`"));
     }
 
     #[test]

@@ -54,12 +54,16 @@ pub fn closed_calls(text: &str, format: ToolFormat, tools: Option<&Value>) -> Ve
 fn scan(content: &str, format: ToolFormat, tools: Option<&Value>) -> Scan {
     match format {
         ToolFormat::HermesJson | ToolFormat::QwenXml => {
-            blocks(content, "<tool_call>", "</tool_call>", |b| {
-                json_call(b).or_else(|| xml_call(b, tools)).map(|c| vec![c])
+            blocks(content, "<tool_call>", "</tool_call>", |b, closed| {
+                json_call(b)
+                    .or_else(|| {
+                        (closed || b.contains("</function>")).then(|| xml_call(b, tools))?
+                    })
+                    .map(|c| vec![c])
             })
         }
-        ToolFormat::GlmXml => blocks(content, "<tool_call>", "</tool_call>", |b| {
-            glm_call(b, tools).map(|c| vec![c])
+        ToolFormat::GlmXml => blocks(content, "<tool_call>", "</tool_call>", |b, closed| {
+            closed.then(|| glm_call(b, tools))?.map(|c| vec![c])
         }),
         ToolFormat::DeepSeekDsml => {
             let open = if content.contains(DSML_V32_OPEN) {
@@ -68,10 +72,10 @@ fn scan(content: &str, format: ToolFormat, tools: Option<&Value>) -> Scan {
                 DSML_OPEN
             };
             let close = format!("</{}", &open[1..]);
-            blocks(content, open, &close, dsml_calls)
+            blocks(content, open, &close, |b, _| dsml_calls(b))
         }
         ToolFormat::Solar => {
-            let mut s = blocks(content, SOLAR_OPEN, SOLAR_CLOSE, |b| {
+            let mut s = blocks(content, SOLAR_OPEN, SOLAR_CLOSE, |b, _| {
                 solar_call(b).map(|c| vec![c])
             });
             for marker in SOLAR_FRAME {
@@ -83,12 +87,13 @@ fn scan(content: &str, format: ToolFormat, tools: Option<&Value>) -> Scan {
 }
 
 /// The blocks between `open` and `close` (an unclosed last block runs to the end): each one
-/// that `body` reads as calls is replaced by them, others stay text.
+/// that `body(text, closed)` reads as calls is replaced by them, others stay text. An unclosed
+/// block is a call only where its own syntax ends it (a whole JSON object, a closed function).
 fn blocks(
     content: &str,
     open: &str,
     close: &str,
-    body: impl Fn(&str) -> Option<Vec<ToolCall>>,
+    body: impl Fn(&str, bool) -> Option<Vec<ToolCall>>,
 ) -> Scan {
     let mut calls = Vec::new();
     let mut text = String::new();
@@ -100,7 +105,7 @@ fn blocks(
             None => (after, "", false),
         };
         text.push_str(&rest[..at]);
-        match body(inner) {
+        match body(inner, closed) {
             Some(found) => calls.extend(found.into_iter().map(|c| (c, closed))),
             None => {
                 text.push_str(&rest[at..at + open.len() + inner.len()]);
@@ -236,16 +241,18 @@ const DSML_PARAM_END: &str = "</｜DSML｜parameter>";
 
 /// DeepSeek DSML: `<｜DSML｜invoke name="N">` blocks of `<｜DSML｜parameter name="K"
 /// string="true|false">V</｜DSML｜parameter>` (a `true` value is text, a `false` one JSON).
-/// Calls whose invoke has not closed yet are left out (the block is still being written).
+/// An invoke not closed yet is left out (the block is still being written, or was cut short).
 fn dsml_calls(body: &str) -> Option<Vec<ToolCall>> {
     let mut calls = Vec::new();
     let mut rest = body;
     loop {
         let t = rest.trim_start();
-        if t.is_empty() {
-            break;
+        if t.is_empty() || DSML_INVOKE.starts_with(t) {
+            break; // the end, or an invoke still being opened
         }
-        let (name, after) = t.strip_prefix(DSML_INVOKE)?.split_once("\">")?;
+        let Some((name, after)) = t.strip_prefix(DSML_INVOKE)?.split_once("\">") else {
+            break; // a name still being written
+        };
         let name = plain_name(name)?;
         let Some(end) = after.find(DSML_INVOKE_END) else {
             break; // an invoke still being written

@@ -284,6 +284,16 @@ fn a_stream_releases_each_call_when_its_block_closes() {
 }
 
 #[test]
+fn a_reply_cut_short_keeps_its_whole_calls() {
+    for r in rendered().into_iter().filter(|r| r.case == "several") {
+        // Inside the third call's name.
+        let cut = r.reply.rfind("ping").unwrap() + 2;
+        let (_, calls) = parse_tool_calls(&r.reply[..cut], r.format, Some(&r.tools));
+        assert_eq!(calls.len(), 2, "{}: {}", r.template, &r.reply[..cut]);
+    }
+}
+
+#[test]
 fn blocks_that_are_not_calls_stay_text_in_every_format() {
     for (format, text) in [
         (
