@@ -293,6 +293,9 @@ pub struct ChatPrompt {
     pub text: String,
     /// The template opened a thinking span at the end of the prompt.
     pub starts_in_thinking: bool,
+    /// The prompt ends with no thinking span opened or closed: the model may open one itself
+    /// (Qwen3), so a grammar from the first token lets it.
+    pub may_open_thinking: bool,
 }
 
 /// Renders `messages` (OpenAI shape) and `tools` with the template and tokenizes the result.
@@ -333,10 +336,12 @@ pub fn render(
         .encode(&text, true, true)
         .map_err(|e| ApiError::internal(format!("tokenizing the prompt: {e}")))?;
     let starts_in_thinking = text.trim_end().ends_with(THINK_OPEN);
+    let may_open_thinking = !starts_in_thinking && !text.trim_end().ends_with(THINK_CLOSE);
     Ok(ChatPrompt {
         tokens,
         text,
         starts_in_thinking,
+        may_open_thinking,
     })
 }
 

@@ -11,7 +11,7 @@ use bloomery_grammar::{schema, Grammar};
 use bloomery_runtime::request::{GenParams, GrammarSpec};
 use serde_json::{json, Value};
 
-use super::chat::OfferedTools;
+use super::chat::{ChatPrompt, OfferedTools};
 use super::error::ApiError;
 use super::params::Fields;
 
@@ -88,15 +88,17 @@ pub fn grammar(f: &Fields<'_>) -> Result<Option<GrammarSpec>, ApiError> {
     }))
 }
 
-/// A chat request's checks and settings: a `grammar` beside tools is llama-server's 400; tool
-/// choices that need calls get the tool-call grammar of the template's format (`tools.rs`);
-/// when the template opened a think span the grammar applies after it.
+/// A chat request's checks and settings: a `grammar` beside tools is llama-server's 400; tools
+/// get the tool-call grammar of the template's format (`tools.rs`); when the template opened a
+/// think span the grammar applies after it, and when the model may open one itself the
+/// grammar lets it.
 pub fn for_chat(
     f: &Fields<'_>,
     params: &mut GenParams,
     tools: Option<&OfferedTools>,
-    starts_in_thinking: bool,
+    prompt: &ChatPrompt,
 ) -> Result<(), ApiError> {
+    let starts_in_thinking = prompt.starts_in_thinking;
     if let Some(tools) = tools {
         if f.get("grammar").is_some() {
             return Err(ApiError::invalid(
@@ -105,7 +107,10 @@ pub fn for_chat(
         }
         let choice = super::tools::choice(f)?;
         let parallel = super::tools::parallel(f)?;
-        if let Some(spec) = super::tools::grammar(tools.format, &tools.list, &choice, parallel)? {
+        let think = prompt.may_open_thinking && tools.format.is_some_and(|f| f.thinks_in_tags());
+        if let Some(spec) =
+            super::tools::grammar(tools.format, &tools.list, &choice, parallel, think)?
+        {
             params.grammar = Some(spec);
         }
     }

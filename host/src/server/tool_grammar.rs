@@ -23,11 +23,13 @@ pub struct Tool<'a> {
 }
 
 /// The grammar (with its `root`) whose texts are one call of `tools`, or one or more of them
-/// when `parallel`, as `format` writes them.
+/// when `parallel`, as `format` writes them; with `think`, after an optional `<think>…</think>`
+/// span (a model that opens its thinking itself).
 pub fn calls_gbnf(
     format: ToolFormat,
     tools: &[Tool<'_>],
     parallel: bool,
+    think: bool,
 ) -> Result<String, ApiError> {
     let mut rules = Rules::default();
     let mut calls = Vec::with_capacity(tools.len());
@@ -37,22 +39,30 @@ pub fn calls_gbnf(
     let some = if parallel { "+" } else { "" };
     let root = match format {
         ToolFormat::HermesJson | ToolFormat::QwenXml if parallel => {
-            "root ::= tool-call ( \"\\n\" tool-call )*\n".to_owned()
+            "tool-calls ::= tool-call ( \"\\n\" tool-call )*\n".to_owned()
         }
-        ToolFormat::GlmXml if parallel => "root ::= tool-call ( \"\\n\"? tool-call )*\n".to_owned(),
+        ToolFormat::GlmXml if parallel => {
+            "tool-calls ::= tool-call ( \"\\n\"? tool-call )*\n".to_owned()
+        }
         ToolFormat::HermesJson | ToolFormat::QwenXml | ToolFormat::GlmXml => {
-            "root ::= tool-call\n".to_owned()
+            "tool-calls ::= tool-call\n".to_owned()
         }
         ToolFormat::DeepSeekDsml => format!(
-            "root ::= {} tool-call{some} {}\n",
+            "tool-calls ::= {} tool-call{some} {}\n",
             lit(&format!("{DSML_OPEN}\n")),
             lit("</｜DSML｜tool_calls>")
         ),
         ToolFormat::Solar => format!(
-            "root ::= {}? tool-call{some} {}?\nsolar-id ::= [a-z0-9]{{10}}\n",
+            "tool-calls ::= {}? tool-call{some} {}?\nsolar-id ::= [a-z0-9]{{10}}\n",
             lit(SOLAR_FRAME[0]),
             lit(SOLAR_FRAME[1])
         ),
+    };
+    let root = if think {
+        let span = rules.until("</think>");
+        format!("root ::= ( \"<think>\" {span} \"</think>\" [ \\n]* )? tool-calls\n{root}")
+    } else {
+        format!("root ::= tool-calls\n{root}")
     };
     let mut gbnf = format!("{root}tool-call ::= {}\n", calls.join(" | "));
     rules.write(&mut gbnf)?;
@@ -338,6 +348,10 @@ mod tests {
     use crate::server::tool_parse::tests::{rendered, Rendered};
 
     fn grammar_of(r: &Rendered, only: Option<&str>, parallel: bool) -> Grammar {
+        grammar_thinking(r, only, parallel, false)
+    }
+
+    fn grammar_thinking(r: &Rendered, only: Option<&str>, parallel: bool, think: bool) -> Grammar {
         let list: Vec<Tool<'_>> = r
             .tools
             .as_array()
@@ -349,7 +363,7 @@ mod tests {
             })
             .filter(|t| only.is_none_or(|n| n == t.name))
             .collect();
-        let gbnf = calls_gbnf(r.format, &list, parallel).unwrap();
+        let gbnf = calls_gbnf(r.format, &list, parallel, think).unwrap();
         Grammar::parse(&gbnf, None).unwrap_or_else(|e| panic!("{e}\n{gbnf}"))
     }
 
@@ -386,6 +400,29 @@ mod tests {
                 let other = if name == "ping" { "search" } else { "ping" };
                 assert!(!accepts(&grammar_of(&r, Some(other), true), text), "{at}");
             }
+        }
+    }
+
+    #[test]
+    fn a_model_that_opens_its_thinking_may_think_before_its_calls() {
+        for r in rendered().into_iter().filter(|r| r.template == "qwen3") {
+            // Qwen3's reply opens and closes a think span before the calls.
+            assert!(r.reply.starts_with("<think>"), "{}", r.reply);
+            let thinking = grammar_thinking(&r, None, true, true);
+            assert_eq!(
+                accepts(&thinking, &r.reply),
+                r.content.is_empty(),
+                "{}",
+                r.case
+            );
+            assert!(accepts(&thinking, calls_text(&r)), "{}", r.case);
+            assert!(
+                !accepts(&grammar_of(&r, None, true), &r.reply),
+                "{}",
+                r.case
+            );
+            let open = r.reply.replacen("</think>", "", 1);
+            assert!(!accepts(&thinking, &open), "{}", r.case);
         }
     }
 
@@ -443,7 +480,7 @@ mod tests {
         };
         let g = |city: Value| {
             Grammar::parse(
-                &calls_gbnf(ToolFormat::GlmXml, &tool(city), true).unwrap(),
+                &calls_gbnf(ToolFormat::GlmXml, &tool(city), true, false).unwrap(),
                 None,
             )
             .unwrap()
@@ -458,6 +495,7 @@ mod tests {
             ToolFormat::QwenXml,
             &tool(json!({"type": "string", "pattern": "^a"})),
             true,
+            false,
         );
         assert!(q.unwrap_err().message.contains("`pattern`"));
     }

@@ -64,6 +64,11 @@ impl ToolFormat {
             ToolFormat::Solar => &[SOLAR_FRAME[0], SOLAR_OPEN],
         }
     }
+
+    /// Whether the family thinks inside `<think>…</think>` (Solar has its own markers).
+    pub fn thinks_in_tags(self) -> bool {
+        self != ToolFormat::Solar
+    }
 }
 
 /// What `tool_choice` asks for.
@@ -123,14 +128,15 @@ pub fn parallel(f: &Fields<'_>) -> Result<bool, ApiError> {
 }
 
 /// The grammar that holds the reply to tool calls: from the first token when `choice` asks for
-/// calls, lazily (from the format's opening text on) with `auto`; `tools` are the offered tools,
-/// OpenAI-shaped. With `auto`, a template of an unknown format or tools whose schemas cannot be
+/// calls (after an optional `<think>` span with `think`), lazily (from the format's opening text
+/// on) with `auto`; `tools` are the offered tools, OpenAI-shaped. With `auto`, a template of an unknown format or tools whose schemas cannot be
 /// enforced leave the reply unconstrained, as without tools (logged).
 pub fn grammar(
     format: Option<ToolFormat>,
     tools: &Value,
     choice: &Choice,
     parallel: bool,
+    think: bool,
 ) -> Result<Option<GrammarSpec>, ApiError> {
     let offered: Vec<&Value> = tools
         .as_array()
@@ -159,7 +165,8 @@ pub fn grammar(
             "tool_choice {choice:?} needs a tool-call grammar, and this template writes tool calls in no format this server knows"
         )));
     };
-    let built = spec(format, &wanted, parallel);
+    let think = think && *choice != Choice::Auto;
+    let built = spec(format, &wanted, parallel, think);
     match (built, choice) {
         (Ok(mut spec), Choice::Auto) => {
             spec.triggers = format.openers().iter().map(|s| (*s).to_owned()).collect();
@@ -174,7 +181,12 @@ pub fn grammar(
 }
 
 /// The grammar of calls of `wanted` in `format`, applying from the first token.
-fn spec(format: ToolFormat, wanted: &[&Value], parallel: bool) -> Result<GrammarSpec, ApiError> {
+fn spec(
+    format: ToolFormat,
+    wanted: &[&Value],
+    parallel: bool,
+    think: bool,
+) -> Result<GrammarSpec, ApiError> {
     let mut list = Vec::with_capacity(wanted.len());
     for (i, t) in wanted.iter().enumerate() {
         let name = t
@@ -192,7 +204,7 @@ fn spec(format: ToolFormat, wanted: &[&Value], parallel: bool) -> Result<Grammar
         };
         list.push(Tool { name, params });
     }
-    let gbnf = calls_gbnf(format, &list, parallel)?;
+    let gbnf = calls_gbnf(format, &list, parallel, think)?;
     let g = Grammar::parse(&gbnf, None)
         .map_err(|e| ApiError::internal(format!("the tool-call grammar: {e}")))?;
     Ok(GrammarSpec {
@@ -248,23 +260,31 @@ mod tests {
         let fmt = Some(ToolFormat::HermesJson);
         let one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
         let two = format!("{one}\n<tool_call>\n{{\"name\": \"add\", \"arguments\": {{\"a\": 1, \"b\": 2}}}}\n</tool_call>");
-        let req = grammar(fmt, &t, &Choice::Required, true).unwrap().unwrap();
+        let req = grammar(fmt, &t, &Choice::Required, true, false)
+            .unwrap()
+            .unwrap();
         assert!(accepts(&req, one) && accepts(&req, &two));
         assert!(!accepts(&req, "Paris is sunny."));
         assert!(!accepts(&req, &one.replace("Paris\"", "Paris\", \"x\": 1")));
-        let single = grammar(fmt, &t, &Choice::Required, false).unwrap().unwrap();
+        let single = grammar(fmt, &t, &Choice::Required, false, false)
+            .unwrap()
+            .unwrap();
         assert!(accepts(&single, one) && !accepts(&single, &two));
-        let named = grammar(fmt, &t, &Choice::Named("add".into()), true)
+        let named = grammar(fmt, &t, &Choice::Named("add".into()), true, false)
             .unwrap()
             .unwrap();
         assert!(!accepts(&named, one));
         let (_, calls) = parse_tool_calls(&two, ToolFormat::HermesJson, Some(&t));
         assert_eq!(calls.len(), 2);
         assert_eq!(calls[1].arguments, "{\"a\":1,\"b\":2}");
-        assert!(grammar(fmt, &t, &Choice::Named("nope".into()), true).is_err());
-        assert!(grammar(None, &t, &Choice::Required, true).is_err());
-        assert!(grammar(None, &t, &Choice::Auto, true).unwrap().is_none());
-        let lazy = grammar(fmt, &t, &Choice::Auto, true).unwrap().unwrap();
+        assert!(grammar(fmt, &t, &Choice::Named("nope".into()), true, false).is_err());
+        assert!(grammar(None, &t, &Choice::Required, true, false).is_err());
+        assert!(grammar(None, &t, &Choice::Auto, true, false)
+            .unwrap()
+            .is_none());
+        let lazy = grammar(fmt, &t, &Choice::Auto, true, false)
+            .unwrap()
+            .unwrap();
         assert_eq!(lazy.triggers, ["<tool_call>"]);
     }
 }
