@@ -41,6 +41,8 @@ pub(crate) struct Constraint {
 /// the grammar's text), then one of a lazy grammar's trigger words (kept in it).
 struct Wait {
     after: Option<String>,
+    /// A span the text may open with, inside which trigger words do not count.
+    span: Option<(String, String)>,
     triggers: Vec<String>,
     seen: String,
 }
@@ -58,6 +60,18 @@ impl Wait {
             let at = self.seen.find(after.as_str())?;
             self.seen.drain(..at + after.len());
             self.after = None;
+        }
+        if let Some((open, close)) = self.span.as_ref().filter(|_| !self.triggers.is_empty()) {
+            let t = self.seen.trim_start();
+            if t.starts_with(open.as_str()) {
+                let at = self.seen.find(close.as_str())?;
+                self.seen.drain(..at + close.len());
+                self.span = None;
+            } else if open.starts_with(t) {
+                return None; // maybe the span's opening
+            } else {
+                self.span = None;
+            }
         }
         if !self.triggers.is_empty() {
             let Some(at) = self
@@ -92,7 +106,11 @@ impl Constraint {
             matcher: Matcher::new(&spec.grammar, vocab),
             wait: Wait {
                 after: spec.after.clone(),
-                triggers: spec.triggers.clone(),
+                span: spec.lazy.as_ref().and_then(|l| l.optional_span.clone()),
+                triggers: spec
+                    .lazy
+                    .as_ref()
+                    .map_or(Vec::new(), |l| l.triggers.clone()),
                 seen: String::new(),
             },
             masked: Vec::new(),
@@ -170,6 +188,7 @@ mod tests {
     fn wait(after: Option<&str>, triggers: &[&str]) -> Wait {
         Wait {
             after: after.map(str::to_owned),
+            span: None,
             triggers: triggers.iter().map(|t| (*t).to_owned()).collect(),
             seen: String::new(),
         }
@@ -192,6 +211,21 @@ mod tests {
             w.push("a<|x|> <tool_call>").as_deref(),
             Some("<|x|> <tool_call>")
         );
+    }
+
+    #[test]
+    fn a_trigger_inside_a_span_the_model_opened_does_not_count() {
+        let span = |w: &mut Wait| w.span = Some(("<think>".into(), "</think>".into()));
+        let mut w = wait(None, &["<tool_call>"]);
+        span(&mut w);
+        for piece in ["\n<th", "ink>maybe <tool_call>", " x</think>\n"] {
+            assert_eq!(w.push(piece), None, "{piece}");
+        }
+        assert_eq!(w.push("<tool_call>{").as_deref(), Some("<tool_call>{"));
+        // Text that does not open the span looks for triggers at once.
+        let mut w = wait(None, &["<tool_call>"]);
+        span(&mut w);
+        assert_eq!(w.push("Hi <tool_call>").as_deref(), Some("<tool_call>"));
     }
 
     #[test]

@@ -84,7 +84,7 @@ pub fn grammar(f: &Fields<'_>) -> Result<Option<GrammarSpec>, ApiError> {
     Ok(Some(GrammarSpec {
         grammar: Arc::new(grammar),
         after: None,
-        triggers: Vec::new(),
+        lazy: None,
     }))
 }
 

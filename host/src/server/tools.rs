@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use bloomery_grammar::Grammar;
-use bloomery_runtime::request::GrammarSpec;
+use bloomery_runtime::request::{GrammarSpec, LazyOpening};
 use serde_json::{json, Value};
 
 use super::error::ApiError;
@@ -128,8 +128,9 @@ pub fn parallel(f: &Fields<'_>) -> Result<bool, ApiError> {
 }
 
 /// The grammar that holds the reply to tool calls: from the first token when `choice` asks for
-/// calls (after an optional `<think>` span with `think`), lazily (from the format's opening text
-/// on) with `auto`; `tools` are the offered tools, OpenAI-shaped. With `auto`, a template of an unknown format or tools whose schemas cannot be
+/// calls, lazily (from the format's opening text on) with `auto`; with `think` (the model may
+/// open a think span itself) the span may come first, and a lazy grammar's trigger inside it does
+/// not count; `tools` are the offered tools, OpenAI-shaped. With `auto`, a template of an unknown format or tools whose schemas cannot be
 /// enforced leave the reply unconstrained, as without tools (logged).
 pub fn grammar(
     format: Option<ToolFormat>,
@@ -165,11 +166,14 @@ pub fn grammar(
             "tool_choice {choice:?} needs a tool-call grammar, and this template writes tool calls in no format this server knows"
         )));
     };
-    let think = think && *choice != Choice::Auto;
-    let built = spec(format, &wanted, parallel, think);
+    let lazy = *choice == Choice::Auto;
+    let built = spec(format, &wanted, parallel, think && !lazy);
     match (built, choice) {
         (Ok(mut spec), Choice::Auto) => {
-            spec.triggers = format.openers().iter().map(|s| (*s).to_owned()).collect();
+            spec.lazy = Some(Box::new(LazyOpening {
+                triggers: format.openers().iter().map(|s| (*s).to_owned()).collect(),
+                optional_span: think.then(|| ("<think>".to_owned(), "</think>".to_owned())),
+            }));
             Ok(Some(spec))
         }
         (Err(e), Choice::Auto) => {
@@ -210,7 +214,7 @@ fn spec(
     Ok(GrammarSpec {
         grammar: Arc::new(g),
         after: None,
-        triggers: Vec::new(),
+        lazy: None,
     })
 }
 
@@ -285,6 +289,13 @@ mod tests {
         let lazy = grammar(fmt, &t, &Choice::Auto, true, false)
             .unwrap()
             .unwrap();
-        assert_eq!(lazy.triggers, ["<tool_call>"]);
+        let opening = lazy.lazy.unwrap();
+        assert_eq!(opening.triggers, ["<tool_call>"]);
+        assert_eq!(opening.optional_span, None);
+        let lazy = grammar(fmt, &t, &Choice::Auto, true, true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(lazy.lazy.unwrap().optional_span.unwrap().0, "<think>");
+        assert!(req.lazy.is_none());
     }
 }
