@@ -1,6 +1,7 @@
 //! A lazy grammar (llama.cpp's `grammar_lazy`, `tool_choice: auto`) through the real runtime on
 //! the tiny random-weight model: the text is free until the trigger word, then held to the
-//! grammar from the word on; the same grammar from the first token refuses the free text.
+//! grammar from the word on; the same grammar from the first token refuses the free text. And a
+//! format's tags that the vocabulary holds as control tokens reach the reply's text.
 
 mod common;
 
@@ -14,7 +15,7 @@ use bloomery_grammar::Grammar;
 use bloomery_runtime::request::{Event, GenParams, GrammarSpec, LazyOpening};
 use bloomery_runtime::sampling::SamplerParams;
 use bloomery_runtime::{Runtime, RuntimeConfig};
-use bloomery_text::Tokenizer;
+use bloomery_text::{StreamDecoder, Tokenizer};
 
 const CALL: &str = "root ::= \"<tool_call>\" [a-z]{1,6} \"</tool_call>\"";
 
@@ -53,16 +54,9 @@ fn runtime() -> (Runtime, Arc<Tokenizer>, tempfile::TempDir) {
     )
 }
 
-/// Generates after `written` (tokens forced first, as if the model wrote them) with `grammar`;
-/// returns the text, or why the request failed.
-fn generate(
-    rt: &Runtime,
-    tok: &Tokenizer,
-    written: &str,
-    grammar: GrammarSpec,
-    seed: u32,
-) -> Result<String, String> {
-    let params = GenParams {
+/// Settings that force `written` (as if the model wrote it), then sample at temperature 1.
+fn free_params(tok: &Tokenizer, written: &str, seed: u32) -> GenParams {
+    GenParams {
         sampler: SamplerParams {
             temp: 1.0,
             seed: seed.into(),
@@ -73,10 +67,15 @@ fn generate(
         n_probs: 0,
         ignore_eos: false,
         cache_prompt: false,
-        forced: tok.encode(written, false, false).unwrap(),
+        forced: tok.encode(written, false, true).unwrap(),
         prompt_only: false,
-        grammar: Some(grammar),
-    };
+        grammar: None,
+        preserved: Vec::new(),
+    }
+}
+
+/// The text of a request, or why it failed.
+fn run(rt: &Runtime, params: GenParams) -> Result<String, String> {
     let mut rx = rt
         .submit_blocking(vec![5, 77, 300, 12], params, None)
         .map_err(|e| e.to_string())?;
@@ -97,6 +96,21 @@ fn generate(
     Err("no answer within 60 s".into())
 }
 
+/// Generates after `written` with `grammar`.
+fn generate(
+    rt: &Runtime,
+    tok: &Tokenizer,
+    written: &str,
+    grammar: GrammarSpec,
+    seed: u32,
+) -> Result<String, String> {
+    let params = GenParams {
+        grammar: Some(grammar),
+        ..free_params(tok, written, seed)
+    };
+    run(rt, params)
+}
+
 fn spec(lazy: bool) -> GrammarSpec {
     GrammarSpec {
         grammar: Arc::new(Grammar::parse(CALL, None).unwrap()),
@@ -108,6 +122,37 @@ fn spec(lazy: bool) -> GrammarSpec {
             })
         }),
     }
+}
+
+#[test]
+fn a_formats_control_tokens_stay_in_the_reply_text() {
+    let (rt, tok, _dir) = runtime();
+    // The tiny vocabulary's ChatML tags are control tokens, as GLM's and Solar's tool-call tags
+    // are in theirs.
+    let ids = bloomery::server::tools::control_ids(&tok, &["<|im_start|>", "<|im_end|>", "plain"]);
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let plain = StreamDecoder::new(&tok, false).push(ids[0]);
+    assert_eq!(plain, "");
+    assert_eq!(
+        StreamDecoder::new(&tok, false)
+            .preserving(&ids)
+            .push(ids[0]),
+        "<|im_start|>"
+    );
+    // Through the runtime: a preserved tag the model writes reaches the text.
+    let mut params = free_params(&tok, "x<|im_start|>y", 0);
+    params.n_predict = Some(3);
+    let kept = run(
+        &rt,
+        GenParams {
+            preserved: ids.clone(),
+            ..params.clone()
+        },
+    )
+    .unwrap();
+    assert_eq!(kept, "x<|im_start|>y");
+    assert_eq!(run(&rt, params).unwrap(), "xy");
+    rt.shutdown().unwrap();
 }
 
 #[test]

@@ -52,6 +52,7 @@ fn greedy(n_predict: usize) -> GenParams {
         forced: Vec::new(),
         prompt_only: false,
         grammar: None,
+        preserved: Vec::new(),
     }
 }
 

@@ -56,6 +56,9 @@ pub struct GenParams {
     pub prompt_only: bool,
     /// The grammar generation must follow (`grammar`, `json_schema`, `response_format`).
     pub grammar: Option<GrammarSpec>,
+    /// Control tokens whose text the output keeps (the tags a chat format's tool-call parser
+    /// reads, llama.cpp's preserved tokens); others decode to nothing.
+    pub preserved: Vec<u32>,
 }
 
 /// A generation request handed to the scheduler.

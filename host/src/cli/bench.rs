@@ -124,6 +124,7 @@ fn params(reuse: bool, forced: Vec<u32>, prompt_only: bool) -> GenParams {
         forced,
         prompt_only,
         grammar: None,
+        preserved: Vec::new(),
     }
 }
 

@@ -241,6 +241,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         forced: Vec::new(),
         prompt_only: a.n_predict == 0,
         grammar,
+        preserved: Vec::new(),
     };
     let mut events = runtime.submit_blocking(prompt, gen, Some(0))?;
     let mut out = std::io::stdout().lock();

@@ -84,7 +84,7 @@ pub async fn messages(State(state): State<AppRef>, body: Bytes) -> Result<Respon
     let (body, job) = prepared(&state, body, true).await?;
     let f = Fields::of(&body)?;
     let mut params = gen_params(&f, &ready.defaults, 0)?;
-    super::structured::for_chat(&f, &mut params, job.tools.as_ref(), &job.prompt)?;
+    super::structured::for_chat(&f, &mut params, job.tools.as_ref(), &job.prompt, &ready.tok)?;
     if f.get("max_tokens").is_none() {
         params.n_predict = Some(4096);
     }

@@ -61,6 +61,7 @@ fn default_params(ready: &Ready) -> GenParams {
         forced: Vec::new(),
         prompt_only: false,
         grammar: None,
+        preserved: Vec::new(),
     }
 }
 

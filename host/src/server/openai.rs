@@ -138,7 +138,7 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
         0
     };
     let mut params = gen_params(&f, &ready.defaults, n_probs)?;
-    structured::for_chat(&f, &mut params, job.tools.as_ref(), &job.prompt)?;
+    structured::for_chat(&f, &mut params, job.tools.as_ref(), &job.prompt, &ready.tok)?;
     let model = f
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
@@ -438,7 +438,7 @@ pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Respo
         .await?;
     let f = Fields::of(&body)?;
     let mut params = gen_params(&f, &ready.defaults, 0)?;
-    structured::for_chat(&f, &mut params, None, &job.prompt)?;
+    structured::for_chat(&f, &mut params, None, &job.prompt, &ready.tok)?;
     if let Some(n) = f.int_in("max_output_tokens", -1, I32_MAX)? {
         params.n_predict = usize::try_from(n).ok();
     }

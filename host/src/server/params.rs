@@ -163,6 +163,7 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         forced: Vec::new(),
         prompt_only: false,
         grammar: super::structured::grammar(f)?,
+        preserved: Vec::new(),
     })
 }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use bloomery_grammar::{schema, Grammar};
 use bloomery_runtime::request::{GenParams, GrammarSpec};
+use bloomery_text::Tokenizer;
 use serde_json::{json, Value};
 
 use super::chat::{ChatPrompt, OfferedTools};
@@ -91,12 +92,14 @@ pub fn grammar(f: &Fields<'_>) -> Result<Option<GrammarSpec>, ApiError> {
 /// A chat request's checks and settings: a `grammar` beside tools is llama-server's 400; tools
 /// get the tool-call grammar of the template's format (`tools.rs`); when the template opened a
 /// think span the grammar applies after it, and when the model may open one itself the
-/// grammar lets it.
+/// grammar lets it; the format's tags that the vocabulary holds as control tokens stay in the
+/// reply's text for the parser.
 pub fn for_chat(
     f: &Fields<'_>,
     params: &mut GenParams,
     tools: Option<&OfferedTools>,
     prompt: &ChatPrompt,
+    tok: &Tokenizer,
 ) -> Result<(), ApiError> {
     let starts_in_thinking = prompt.starts_in_thinking;
     if let Some(tools) = tools {
@@ -104,6 +107,9 @@ pub fn for_chat(
             return Err(ApiError::invalid(
                 "Cannot use custom grammar constraints with tools.",
             ));
+        }
+        if let Some(format) = tools.format {
+            params.preserved = super::tools::control_ids(tok, format.tags());
         }
         let choice = super::tools::choice(f)?;
         let parallel = super::tools::parallel(f)?;

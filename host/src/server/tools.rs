@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use bloomery_grammar::Grammar;
 use bloomery_runtime::request::{GrammarSpec, LazyOpening};
+use bloomery_text::Tokenizer;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
@@ -65,10 +66,56 @@ impl ToolFormat {
         }
     }
 
+    /// The fixed tags of the format (and of thinking), which a vocabulary may hold as control
+    /// tokens that must still reach the parser as text.
+    pub fn tags(self) -> &'static [&'static str] {
+        match self {
+            ToolFormat::HermesJson => &["<tool_call>", "</tool_call>", "<think>", "</think>"],
+            ToolFormat::QwenXml => &[
+                "<tool_call>",
+                "</tool_call>",
+                "</function>",
+                "</parameter>",
+                "<think>",
+                "</think>",
+            ],
+            ToolFormat::GlmXml => &[
+                "<tool_call>",
+                "</tool_call>",
+                "<arg_key>",
+                "</arg_key>",
+                "<arg_value>",
+                "</arg_value>",
+                "<think>",
+                "</think>",
+            ],
+            ToolFormat::DeepSeekDsml => &["｜DSML｜", "<think>", "</think>"],
+            ToolFormat::Solar => &[
+                "<|tool_calls|>",
+                "<|calls|>",
+                "<|tool_call:begin|>",
+                "<|tool_call:name|>",
+                "<|tool_call:args|>",
+                "<|tool_call:end|>",
+            ],
+        }
+    }
+
     /// Whether the family thinks inside `<think>…</think>` (Solar has its own markers).
     pub fn thinks_in_tags(self) -> bool {
         self != ToolFormat::Solar
     }
+}
+
+/// The ids of those `tags` that the vocabulary holds as one control token (whose text a reply
+/// would otherwise lose): llama.cpp's preserved tokens.
+pub fn control_ids(tok: &Tokenizer, tags: &[&str]) -> Vec<u32> {
+    tags.iter()
+        .filter_map(|t| match tok.encode(t, false, true).ok()?.as_slice() {
+            [id] if tok.token_to_piece(*id, false).is_empty() => Some(*id),
+            _ => None,
+        })
+        .collect()
 }
 
 /// What `tool_choice` asks for.
