@@ -53,6 +53,7 @@ fn greedy(n_predict: usize) -> GenParams {
         prompt_only: false,
         grammar: None,
         t_max_predict_ms: None,
+        preserved: Vec::new(),
     }
 }
 

@@ -1,7 +1,8 @@
 //! A request's grammar while it generates: where it applies in the sampler chain (llama.cpp's
 //! place: the chain samples first, and only a token the grammar refuses makes it sample again
-//! with the grammar's mask applied before the chain), the wait for a think span's end, and the
-//! forced tokens of schemajump (a state that admits a single token needs no sampling).
+//! with the grammar's mask applied before the chain), the wait for a think span's end and for a
+//! lazy grammar's trigger word, and the forced tokens of schemajump (a state that admits a single
+//! token needs no sampling).
 
 use std::sync::Arc;
 
@@ -28,19 +29,90 @@ pub(crate) fn token_trie(tok: &Tokenizer, n_vocab: usize) -> Arc<TokenTrie> {
 /// A request's grammar state.
 pub(crate) struct Constraint {
     matcher: Matcher,
-    /// The text that opens the grammar and what the model has written while it waits for it.
-    waiting: Option<(String, String)>,
+    /// What the grammar still waits for and the text written since it began waiting.
+    wait: Wait,
     /// Logits with the mask applied (reused: no allocation per token once grown).
     masked: Vec<f32>,
     /// Tokens forced by schemajump.
     pub(crate) forced: usize,
 }
 
+/// The texts a grammar waits for before it applies: first the end of a think span (left out of
+/// the grammar's text), then one of a lazy grammar's trigger words (kept in it).
+struct Wait {
+    after: Option<String>,
+    /// A span the text may open with, inside which trigger words do not count.
+    span: Option<(String, String)>,
+    triggers: Vec<String>,
+    seen: String,
+}
+
+impl Wait {
+    fn done(&self) -> bool {
+        self.after.is_none() && self.triggers.is_empty()
+    }
+
+    /// Adds written text; once nothing is awaited, returns the text the grammar must read
+    /// (from the first trigger word's start, or what followed `after`).
+    fn push(&mut self, text: &str) -> Option<String> {
+        self.seen.push_str(text);
+        if let Some(after) = &self.after {
+            let at = self.seen.find(after.as_str())?;
+            self.seen.drain(..at + after.len());
+            self.after = None;
+        }
+        if let Some((open, close)) = self.span.as_ref().filter(|_| !self.triggers.is_empty()) {
+            let t = self.seen.trim_start();
+            if t.starts_with(open.as_str()) {
+                let at = self.seen.find(close.as_str())?;
+                self.seen.drain(..at + close.len());
+                self.span = None;
+            } else if open.starts_with(t) {
+                return None; // maybe the span's opening
+            } else {
+                self.span = None;
+            }
+        }
+        if !self.triggers.is_empty() {
+            let Some(at) = self
+                .triggers
+                .iter()
+                .filter_map(|t| self.seen.find(t.as_str()))
+                .min()
+            else {
+                self.keep_tail();
+                return None;
+            };
+            self.seen.drain(..at);
+            self.triggers.clear();
+        }
+        Some(std::mem::take(&mut self.seen))
+    }
+
+    /// Keeps only the text a trigger word could still end in (a word split across tokens).
+    fn keep_tail(&mut self) {
+        let longest = self.triggers.iter().map(String::len).max().unwrap_or(0);
+        let mut cut = self.seen.len().saturating_sub(longest);
+        while !self.seen.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        self.seen.drain(..cut);
+    }
+}
+
 impl Constraint {
     pub(crate) fn new(spec: &GrammarSpec, vocab: Arc<TokenTrie>) -> Self {
         Constraint {
             matcher: Matcher::new(&spec.grammar, vocab),
-            waiting: spec.after.clone().map(|t| (t, String::new())),
+            wait: Wait {
+                after: spec.after.clone(),
+                span: spec.lazy.as_ref().and_then(|l| l.optional_span.clone()),
+                triggers: spec
+                    .lazy
+                    .as_ref()
+                    .map_or(Vec::new(), |l| l.triggers.clone()),
+                seen: String::new(),
+            },
             masked: Vec::new(),
             forced: 0,
         }
@@ -48,7 +120,7 @@ impl Constraint {
 
     /// Whether the grammar applies to the next token.
     pub(crate) fn active(&self) -> bool {
-        self.waiting.is_none()
+        self.wait.done()
     }
 
     /// The only token the grammar admits next, when exactly one is (an end-of-generation token
@@ -93,15 +165,11 @@ impl Constraint {
     /// Advances over the generated token `id`.
     pub(crate) fn accept(&mut self, id: u32, tok: &Tokenizer) -> Result<(), String> {
         let piece = tok.token_to_piece(id, true);
-        if let Some((open, seen)) = &mut self.waiting {
-            seen.push_str(&String::from_utf8_lossy(piece));
-            if let Some(at) = seen.find(open.as_str()) {
-                let rest = seen[at + open.len()..].to_owned();
-                let open = open.clone();
-                self.waiting = None;
-                if !rest.is_empty() && !self.matcher.accept_text(&rest) {
+        if !self.wait.done() {
+            if let Some(text) = self.wait.push(&String::from_utf8_lossy(piece)) {
+                if !text.is_empty() && !self.matcher.accept_text(&text) {
                     return Err(format!(
-                        "the text after {open:?} in one token does not fit the grammar"
+                        "the text that opened the grammar, {text:?}, does not fit it"
                     ));
                 }
             }
@@ -110,5 +178,65 @@ impl Constraint {
         self.matcher
             .accept(id, piece, tok.is_eog(id))
             .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wait(after: Option<&str>, triggers: &[&str]) -> Wait {
+        Wait {
+            after: after.map(str::to_owned),
+            span: None,
+            triggers: triggers.iter().map(|t| (*t).to_owned()).collect(),
+            seen: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_lazy_grammar_opens_at_its_trigger_word_split_across_pieces() {
+        let mut w = wait(None, &["<tool_call>", "<|x|>"]);
+        for piece in ["Let me look: a < b, ", "then <tool", "_"] {
+            assert_eq!(w.push(piece), None, "{piece}");
+        }
+        assert_eq!(
+            w.push("call>\n{\"na").as_deref(),
+            Some("<tool_call>\n{\"na")
+        );
+        assert!(w.done());
+        // The earliest trigger wins.
+        let mut w = wait(None, &["<tool_call>", "<|x|>"]);
+        assert_eq!(
+            w.push("a<|x|> <tool_call>").as_deref(),
+            Some("<|x|> <tool_call>")
+        );
+    }
+
+    #[test]
+    fn a_trigger_inside_a_span_the_model_opened_does_not_count() {
+        let span = |w: &mut Wait| w.span = Some(("<think>".into(), "</think>".into()));
+        let mut w = wait(None, &["<tool_call>"]);
+        span(&mut w);
+        for piece in ["\n<th", "ink>maybe <tool_call>", " x</think>\n"] {
+            assert_eq!(w.push(piece), None, "{piece}");
+        }
+        assert_eq!(w.push("<tool_call>{").as_deref(), Some("<tool_call>{"));
+        // Text that does not open the span looks for triggers at once.
+        let mut w = wait(None, &["<tool_call>"]);
+        span(&mut w);
+        assert_eq!(w.push("Hi <tool_call>").as_deref(), Some("<tool_call>"));
+    }
+
+    #[test]
+    fn a_trigger_inside_the_think_span_does_not_open_the_grammar() {
+        let mut w = wait(Some("</think>"), &["<tool_call>"]);
+        assert_eq!(w.push("I could write <tool_call> here"), None);
+        assert_eq!(w.push("</think>\n\nSure."), None);
+        assert!(!w.done());
+        assert_eq!(w.push(" 東京<tool_call>").as_deref(), Some("<tool_call>"));
+        // Without triggers the text after the span is the grammar's.
+        let mut w = wait(Some("</think>"), &[]);
+        assert_eq!(w.push("x</think>{\"a").as_deref(), Some("{\"a"));
     }
 }

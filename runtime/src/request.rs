@@ -18,6 +18,20 @@ pub struct GrammarSpec {
     /// Text the model writes before the grammar applies (the end of a think span); `None`: the
     /// grammar applies from the first token.
     pub after: Option<String>,
+    /// When set, the grammar is lazy (llama.cpp's `grammar_lazy`): it waits for a trigger word.
+    pub lazy: Option<Box<LazyOpening>>,
+}
+
+/// What opens a lazy grammar: the text is free until one of `triggers` appears (after
+/// `GrammarSpec::after`, if set), and the grammar applies from the start of the first one
+/// written, the word itself included.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LazyOpening {
+    /// The trigger words (not empty).
+    pub triggers: Vec<String>,
+    /// A span the text may open with (`<think>`, `</think>` of a model that opens its thinking
+    /// itself): trigger words inside it do not count.
+    pub optional_span: Option<(String, String)>,
 }
 
 /// What a request asks of generation.
@@ -45,6 +59,9 @@ pub struct GenParams {
     /// Once generation has run this many milliseconds (from its first token), end at the next
     /// token whose text holds a newline (llama-server's `t_max_predict_ms`; `None`: no limit).
     pub t_max_predict_ms: Option<u64>,
+    /// Control tokens whose text the output keeps (the tags a chat format's tool-call parser
+    /// reads, llama.cpp's preserved tokens); others decode to nothing.
+    pub preserved: Vec<u32>,
 }
 
 /// A generation request handed to the scheduler.

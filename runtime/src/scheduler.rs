@@ -444,13 +444,14 @@ impl<'t> Scheduler<'t> {
                 .clone();
             Constraint::new(spec, vocab)
         });
+        let decoder = StreamDecoder::new(self.tok, false).preserving(&job.params.preserved);
         let slot = &mut self.slots[id];
         slot.task = Some(Task {
             job,
             n_past: keep,
             n_cached: keep,
             sampler,
-            decoder: StreamDecoder::new(self.tok, false),
+            decoder,
             stop,
             generated: 0,
             next: Vec::new(),

@@ -10,6 +10,8 @@ pub struct StreamDecoder<'t> {
     tokenizer: &'t Tokenizer,
     pending: Vec<u8>,
     render_special: bool,
+    /// Control tokens shown as text all the same (a chat format's tags).
+    preserved: Vec<u32>,
 }
 
 impl<'t> StreamDecoder<'t> {
@@ -20,7 +22,15 @@ impl<'t> StreamDecoder<'t> {
             tokenizer,
             pending: Vec::with_capacity(8),
             render_special,
+            preserved: Vec::new(),
         }
+    }
+
+    /// The same decoder showing the text of these control tokens (llama.cpp's preserved tokens:
+    /// the tags a chat format's parser reads).
+    pub fn preserving(mut self, ids: &[u32]) -> Self {
+        self.preserved = ids.to_vec();
+        self
     }
 
     /// Adds one token and returns the text that became complete (possibly empty).
@@ -33,7 +43,8 @@ impl<'t> StreamDecoder<'t> {
     /// Adds one token and appends the text that became complete to `out`. On the decode hot path:
     /// allocates only when `out` or the (at most 4-byte) hold-back buffer must grow.
     pub fn push_to(&mut self, id: u32, out: &mut String) {
-        let piece = self.tokenizer.token_to_piece(id, self.render_special);
+        let special = self.render_special || self.preserved.contains(&id);
+        let piece = self.tokenizer.token_to_piece(id, special);
         if self.pending.is_empty() {
             // Fast path: a whole piece of valid text with nothing held back.
             if let Ok(s) = std::str::from_utf8(piece) {

@@ -384,6 +384,7 @@ fn server_tests(root: &Path, plugins: &Path) -> Result<()> {
         "openai==3.57.0",
         "anthropic==2.14.0",
         "jsonschema==4.26.0",
+        "jinja2==3.1.6",
     ]))?;
     run(Command::new(venv.join("bin/python"))
         .args([

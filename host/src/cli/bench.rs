@@ -125,6 +125,7 @@ fn params(reuse: bool, forced: Vec<u32>, prompt_only: bool) -> GenParams {
         prompt_only,
         grammar: None,
         t_max_predict_ms: None,
+        preserved: Vec::new(),
     }
 }
 

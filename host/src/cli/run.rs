@@ -247,6 +247,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         prompt_only: a.n_predict == 0,
         grammar,
         t_max_predict_ms: None,
+        preserved: Vec::new(),
     };
     let mut events = runtime.submit_blocking(prompt, gen, Some(0))?;
     let mut out = std::io::stdout().lock();

@@ -66,6 +66,7 @@ impl GrammarArgs {
         Ok(Some(GrammarSpec {
             grammar: parse_gbnf(&gbnf, tok)?,
             after: None,
+            lazy: None,
         }))
     }
 }

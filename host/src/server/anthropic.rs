@@ -16,6 +16,7 @@ use super::gen::{collect, event_stream, random_id, sse_event, submit};
 use super::native::{id_slot, ok};
 use super::openai::{prepare_chat, ChatJob};
 use super::params::{gen_params, Fields};
+use super::tool_parse::ToolCall;
 use super::{parse_body, AppRef};
 use bloomery_runtime::request::{Event, FailureKind, Finish, StopType};
 
@@ -83,13 +84,7 @@ pub async fn messages(State(state): State<AppRef>, body: Bytes) -> Result<Respon
     let (body, job) = prepared(&state, body, true).await?;
     let f = Fields::of(&body)?;
     let mut params = gen_params(&f, &ready.defaults, 0)?;
-    super::structured::for_chat(
-        &f,
-        &mut params,
-        job.tools.as_ref(),
-        &ready.template_source,
-        job.prompt.starts_in_thinking,
-    )?;
+    super::structured::for_chat(&f, &mut params, job.tools.as_ref(), &job.prompt, &ready.tok)?;
     if f.get("max_tokens").is_none() {
         params.n_predict = Some(4096);
     }
@@ -153,18 +148,12 @@ fn stream_messages(
 ) -> Response {
     struct St {
         split: DeltaSplitter,
-        job: ChatJob,
         open: Block,
         index: usize,
     }
-    let split = DeltaSplitter::new(
-        job.prompt.starts_in_thinking,
-        job.reasoning,
-        job.tools.is_some(),
-    );
+    let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, job.tools);
     let st = St {
         split,
-        job,
         open: Block::None,
         index: 0,
     };
@@ -188,32 +177,8 @@ fn stream_messages(
                 emit_delta(&mut st.open, &mut st.index, &d, out);
             }
             close(&mut st.open, &mut st.index, out);
-            let mut calls = Vec::new();
-            if st.job.tools.is_some() && st.split.holding_tools() {
-                calls = chat::parse(
-                    &st.split.full,
-                    st.job.prompt.starts_in_thinking,
-                    st.job.reasoning,
-                    st.job.tools.as_ref(),
-                )
-                .tool_calls;
-            }
-            for c in &calls {
-                out.extend_from_slice(&sse_event("content_block_start", &json!({"type": "content_block_start", "index": st.index,
-                    "content_block": {"type": "tool_use", "id": random_id("toolu_"), "name": c.name, "input": {}}})));
-                out.extend_from_slice(&sse_event(
-                    "content_block_delta",
-                    &json!({"type": "content_block_delta", "index": st.index,
-                    "delta": {"type": "input_json_delta", "partial_json": c.arguments}}),
-                ));
-                out.extend_from_slice(&sse_event(
-                    "content_block_stop",
-                    &json!({"type": "content_block_stop", "index": st.index}),
-                ));
-                st.index += 1;
-            }
             out.extend_from_slice(&sse_event("message_delta", &json!({"type": "message_delta",
-                "delta": {"stop_reason": stop_reason(&f, !calls.is_empty()), "stop_sequence": stop_sequence(&f)},
+                "delta": {"stop_reason": stop_reason(&f, st.split.called()), "stop_sequence": stop_sequence(&f)},
                 "usage": {"output_tokens": f.n_predicted}})));
             out.extend_from_slice(&sse_event("message_stop", &json!({"type": "message_stop"})));
             true
@@ -251,8 +216,29 @@ fn close(open: &mut Block, index: &mut usize, out: &mut Vec<u8>) {
     *open = Block::None;
 }
 
+/// A whole tool call as its own block: start (id, name), the input as one JSON delta, stop.
+fn emit_call(index: &mut usize, c: &ToolCall, out: &mut Vec<u8>) {
+    out.extend_from_slice(&sse_event("content_block_start", &json!({"type": "content_block_start", "index": *index,
+        "content_block": {"type": "tool_use", "id": random_id("toolu_"), "name": c.name, "input": {}}})));
+    out.extend_from_slice(&sse_event(
+        "content_block_delta",
+        &json!({"type": "content_block_delta", "index": *index,
+        "delta": {"type": "input_json_delta", "partial_json": c.arguments}}),
+    ));
+    out.extend_from_slice(&sse_event(
+        "content_block_stop",
+        &json!({"type": "content_block_stop", "index": *index}),
+    ));
+    *index += 1;
+}
+
 fn emit_delta(open: &mut Block, index: &mut usize, d: &Delta, out: &mut Vec<u8>) {
     let (want, delta) = match d {
+        Delta::Call(c) => {
+            close(open, index, out);
+            emit_call(index, c, out);
+            return;
+        }
         Delta::Reasoning(r) => (
             Block::Thinking,
             json!({"type": "thinking_delta", "thinking": r}),

@@ -16,6 +16,8 @@ pub mod params;
 pub mod sampler_fields;
 pub mod shutdown;
 pub mod structured;
+pub mod tool_grammar;
+pub mod tool_parse;
 pub mod tools;
 
 use std::net::SocketAddr;

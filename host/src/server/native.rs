@@ -82,6 +82,7 @@ fn default_params(ready: &Ready) -> GenParams {
         prompt_only: false,
         grammar: None,
         t_max_predict_ms: None,
+        preserved: Vec::new(),
     }
 }
 

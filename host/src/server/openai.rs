@@ -9,7 +9,7 @@ use axum::response::Response;
 use serde_json::{json, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
 
-use super::chat::{self, ChatPrompt, Delta, DeltaSplitter};
+use super::chat::{self, ChatPrompt, Delta, DeltaSplitter, OfferedTools};
 use super::error::ApiError;
 use super::gen::{
     collect, event_stream, n_cmpl, openai_logprobs, progress_timings, random_id, sse_data, submit,
@@ -18,6 +18,8 @@ use super::gen::{
 use super::native::{check_fits, fewest_tokens, finish_reason, id_slot, ok, prompts};
 use super::params::{gen_params, Fields, I32_MAX};
 use super::structured;
+use super::tool_parse::ToolCall;
+use super::tools::ToolFormat;
 use super::{parse_body, AppRef, AppState, Ready};
 use crate::flags::serve::{parse_reasoning, ReasoningFormat};
 use bloomery_runtime::request::{Event, Finish};
@@ -38,9 +40,8 @@ fn usage(f: &Finish) -> Value {
 pub struct ChatJob {
     /// The rendered prompt.
     pub prompt: ChatPrompt,
-    /// The tools offered, OpenAI-shaped (tool calls are parsed only then; their parameter
-    /// types decide how XML-style arguments are read).
-    pub tools: Option<Value>,
+    /// The tools offered and the template's call format (tool calls are parsed only then).
+    pub tools: Option<OfferedTools>,
     /// How thinking comes back.
     pub reasoning: ReasoningFormat,
 }
@@ -115,26 +116,29 @@ pub fn prepare_chat(
     )?;
     Ok(ChatJob {
         prompt,
-        tools: tools.cloned(),
+        tools: tools.map(|list| OfferedTools {
+            list: list.clone(),
+            format: ToolFormat::of_template(&ready.template_source),
+        }),
         reasoning,
     })
 }
 
-fn tool_calls_json(calls: &[chat::ToolCall], with_index: bool) -> Value {
+/// A call's id: the one the model wrote (Solar), else a new one.
+fn call_id(c: &ToolCall) -> String {
+    c.id.clone().unwrap_or_else(|| random_id("call_"))
+}
+
+fn tool_calls_json(calls: &[ToolCall]) -> Value {
     Value::Array(
         calls
             .iter()
-            .enumerate()
-            .map(|(i, c)| {
-                let mut v = json!({
-                    "id": random_id("call_"),
+            .map(|c| {
+                json!({
+                    "id": call_id(c),
                     "type": "function",
                     "function": {"name": c.name, "arguments": c.arguments},
-                });
-                if with_index {
-                    v["index"] = json!(i);
-                }
-                v
+                })
             })
             .collect(),
     )
@@ -180,13 +184,7 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
         0
     };
     let mut params = gen_params(&f, &ready.defaults, n_probs)?;
-    structured::for_chat(
-        &f,
-        &mut params,
-        job.tools.as_ref(),
-        &ready.template_source,
-        job.prompt.starts_in_thinking,
-    )?;
+    structured::for_chat(&f, &mut params, job.tools.as_ref(), &job.prompt, &ready.tok)?;
     let model = f
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
@@ -253,7 +251,7 @@ fn chat_choice(ready: &Ready, job: &ChatJob, out: &Outcome, logprobs: bool, inde
         message["reasoning_content"] = json!(r);
     }
     if !parsed.tool_calls.is_empty() {
-        message["tool_calls"] = tool_calls_json(&parsed.tool_calls, false);
+        message["tool_calls"] = tool_calls_json(&parsed.tool_calls);
     }
     let mut choice = json!({
         "finish_reason": finish_reason(&out.finish, !parsed.tool_calls.is_empty()),
@@ -289,8 +287,9 @@ fn chat_stream(
     struct St {
         ready: Arc<Ready>,
         split: DeltaSplitter,
-        job: ChatJob,
         head: Value,
+        /// Tool calls streamed so far.
+        calls: usize,
     }
     impl St {
         /// One `chat.completion.chunk` frame with these choices (and timings, when given).
@@ -302,6 +301,23 @@ fn chat_stream(
             }
             out.extend_from_slice(&sse_data(&c));
         }
+
+        /// A part's `delta` objects: a tool call is its id and name, then its arguments.
+        fn deltas(&mut self, d: &Delta) -> Vec<Value> {
+            match d {
+                Delta::Content(c) => vec![json!({ "content": c })],
+                Delta::Reasoning(r) => vec![json!({ "reasoning_content": r })],
+                Delta::Call(c) => {
+                    let index = self.calls;
+                    self.calls += 1;
+                    vec![
+                        json!({"tool_calls": [{"index": index, "id": call_id(c), "type": "function",
+                            "function": {"name": c.name, "arguments": ""}}]}),
+                        json!({"tool_calls": [{"index": index, "function": {"arguments": c.arguments}}]}),
+                    ]
+                }
+            }
+        }
     }
     let head = json!({
         "id": random_id("chatcmpl-"),
@@ -310,16 +326,12 @@ fn chat_stream(
         "system_fingerprint": FINGERPRINT,
         "object": "chat.completion.chunk",
     });
-    let split = DeltaSplitter::new(
-        job.prompt.starts_in_thinking,
-        job.reasoning,
-        job.tools.is_some(),
-    );
+    let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, job.tools);
     let st = St {
         ready,
         split,
-        job,
         head,
+        calls: 0,
     };
     let mut prelude = Vec::new();
     st.chunk(
@@ -330,10 +342,11 @@ fn chat_stream(
     event_stream(rx, st, prelude, move |st, ev, out| match ev {
         Event::Started { .. } => false,
         Event::Token(p) => {
-            let deltas = st.split.push(&p.text);
+            let parts = st.split.push(&p.text);
+            let deltas: Vec<Value> = parts.iter().flat_map(|d| st.deltas(d)).collect();
             let last = deltas.len().saturating_sub(1);
-            for (i, d) in deltas.iter().enumerate() {
-                let mut choice = json!({"finish_reason": null, "index": 0, "delta": delta_json(d)});
+            for (i, delta) in deltas.into_iter().enumerate() {
+                let mut choice = json!({"finish_reason": null, "index": 0, "delta": delta});
                 if logprobs && i == 0 {
                     choice["logprobs"] = openai_logprobs(&st.ready.tok, std::slice::from_ref(&p));
                 }
@@ -344,28 +357,16 @@ fn chat_stream(
             false
         }
         Event::Done(f) => {
-            for d in st.split.finish() {
+            let parts = st.split.finish();
+            for delta in parts.iter().flat_map(|d| st.deltas(d)).collect::<Vec<_>>() {
                 st.chunk(
                     out,
-                    json!([{"finish_reason": null, "index": 0, "delta": delta_json(&d)}]),
+                    json!([{"finish_reason": null, "index": 0, "delta": delta}]),
                     None,
                 );
             }
-            let mut calls = Vec::new();
-            if st.job.tools.is_some() && st.split.holding_tools() {
-                let parsed = chat::parse(
-                    &st.split.full,
-                    st.job.prompt.starts_in_thinking,
-                    st.job.reasoning,
-                    st.job.tools.as_ref(),
-                );
-                calls = parsed.tool_calls;
-                if !calls.is_empty() {
-                    st.chunk(out, json!([{"finish_reason": null, "index": 0, "delta": {"tool_calls": tool_calls_json(&calls, true)}}]), None);
-                }
-            }
             let mut last = st.head.clone();
-            last["choices"] = json!([{"finish_reason": finish_reason(&f, !calls.is_empty()), "index": 0, "delta": {}}]);
+            last["choices"] = json!([{"finish_reason": finish_reason(&f, st.split.called()), "index": 0, "delta": {}}]);
             if include_usage {
                 out.extend_from_slice(&sse_data(&last));
                 last = st.head.clone();
@@ -382,13 +383,6 @@ fn chat_stream(
             true
         }
     })
-}
-
-fn delta_json(d: &Delta) -> Value {
-    match d {
-        Delta::Content(c) => json!({ "content": c }),
-        Delta::Reasoning(r) => json!({ "reasoning_content": r }),
-    }
 }
 
 /// POST /v1/completions.
@@ -581,13 +575,7 @@ pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Respo
         .await?;
     let f = Fields::of(&body)?;
     let mut params = gen_params(&f, &ready.defaults, 0)?;
-    structured::for_chat(
-        &f,
-        &mut params,
-        None,
-        &ready.template_source,
-        job.prompt.starts_in_thinking,
-    )?;
+    structured::for_chat(&f, &mut params, None, &job.prompt, &ready.tok)?;
     if let Some(n) = f.int_in("max_output_tokens", -1, I32_MAX)? {
         params.n_predict = usize::try_from(n).ok();
     }
@@ -676,7 +664,7 @@ fn responses_stream(ids: RespIds, job: ChatJob, rx: UnboundedReceiver<Event>) ->
             }
         }
     }
-    let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, false);
+    let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, None);
     let mut st = St {
         ids,
         split,

@@ -183,6 +183,7 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         prompt_only: false,
         grammar: super::structured::grammar(f)?,
         t_max_predict_ms,
+        preserved: Vec::new(),
     })
 }
 

@@ -9,8 +9,10 @@ use std::sync::Arc;
 
 use bloomery_grammar::{schema, Grammar};
 use bloomery_runtime::request::{GenParams, GrammarSpec};
+use bloomery_text::Tokenizer;
 use serde_json::{json, Value};
 
+use super::chat::{ChatPrompt, OfferedTools};
 use super::error::ApiError;
 use super::params::Fields;
 
@@ -83,29 +85,37 @@ pub fn grammar(f: &Fields<'_>) -> Result<Option<GrammarSpec>, ApiError> {
     Ok(Some(GrammarSpec {
         grammar: Arc::new(grammar),
         after: None,
+        lazy: None,
     }))
 }
 
-/// A chat request's checks and settings: a `grammar` beside tools is llama-server's 400; tool
-/// choices that need calls get the tool-call grammar of the template's format (`tools.rs`);
-/// when the template opened a think span the grammar applies after it.
+/// A chat request's checks and settings: a `grammar` beside tools is llama-server's 400; tools
+/// get the tool-call grammar of the template's format (`tools.rs`); when the template opened a
+/// think span the grammar applies after it, and when the model may open one itself the
+/// grammar lets it; the format's tags that the vocabulary holds as control tokens stay in the
+/// reply's text for the parser.
 pub fn for_chat(
     f: &Fields<'_>,
     params: &mut GenParams,
-    tools: Option<&Value>,
-    template_source: &str,
-    starts_in_thinking: bool,
+    tools: Option<&OfferedTools>,
+    prompt: &ChatPrompt,
+    tok: &Tokenizer,
 ) -> Result<(), ApiError> {
+    let starts_in_thinking = prompt.starts_in_thinking;
     if let Some(tools) = tools {
         if f.get("grammar").is_some() {
             return Err(ApiError::invalid(
                 "Cannot use custom grammar constraints with tools.",
             ));
         }
-        let format = super::tools::ToolFormat::of_template(template_source);
+        if let Some(format) = tools.format {
+            params.preserved = super::tools::control_ids(tok, format.tags());
+        }
         let choice = super::tools::choice(f)?;
+        let parallel = super::tools::parallel(f)?;
+        let think = prompt.may_open_thinking && tools.format.is_some_and(|f| f.thinks_in_tags());
         if let Some(spec) =
-            super::tools::grammar(format, tools, &choice, super::tools::parallel(f)?)?
+            super::tools::grammar(tools.format, &tools.list, &choice, parallel, think)?
         {
             params.grammar = Some(spec);
         }

@@ -1,21 +1,22 @@
 //! Tool calls: which format a chat template's family writes them in (read from the template's
 //! text, as llama.cpp's chat.cpp recognises it, until model plugins declare it), and the grammar
-//! that makes a reply one or more calls when the request asks for them (`tool_choice`
-//! `required`/`any` or a named function, `parallel_tool_calls`).
-//!
-//! Constrained so far: Hermes JSON (`<tool_call>\n{"name": …, "arguments": …}\n</tool_call>`,
-//! Qwen3). The other formats are recognised and parsed where `chat.rs` parses them (Qwen XML);
-//! a request that needs their grammar is refused with the format named, never answered
-//! unconstrained.
+//! that holds a reply to calls (`tool_grammar.rs`): from the first token when the request asks
+//! for calls (`tool_choice` `required`/`any` or a named function), lazily from the format's
+//! opening text on with `auto` (llama.cpp's lazy grammar), one or several per
+//! `parallel_tool_calls`. A template whose format this server does not know gets no grammar,
+//! and a request that needs one is refused.
 
 use std::sync::Arc;
 
-use bloomery_grammar::{schema, Grammar};
-use bloomery_runtime::request::GrammarSpec;
+use bloomery_grammar::Grammar;
+use bloomery_runtime::request::{GrammarSpec, LazyOpening};
+use bloomery_text::Tokenizer;
 use serde_json::{json, Value};
 
 use super::error::ApiError;
 use super::params::Fields;
+use super::tool_grammar::{calls_gbnf, Tool};
+use super::tool_parse::{DSML_OPEN, DSML_V32_OPEN, SOLAR_FRAME, SOLAR_OPEN};
 
 /// How a template's family writes tool calls.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +55,67 @@ impl ToolFormat {
         }
         None
     }
+
+    /// The texts that open a reply's calls: a lazy grammar's trigger words, and where a
+    /// stream starts holding text back.
+    pub fn openers(self) -> &'static [&'static str] {
+        match self {
+            ToolFormat::HermesJson | ToolFormat::QwenXml | ToolFormat::GlmXml => &["<tool_call>"],
+            ToolFormat::DeepSeekDsml => &[DSML_OPEN, DSML_V32_OPEN],
+            ToolFormat::Solar => &[SOLAR_FRAME[0], SOLAR_OPEN],
+        }
+    }
+
+    /// The fixed tags of the format (and of thinking), which a vocabulary may hold as control
+    /// tokens that must still reach the parser as text.
+    pub fn tags(self) -> &'static [&'static str] {
+        match self {
+            ToolFormat::HermesJson => &["<tool_call>", "</tool_call>", "<think>", "</think>"],
+            ToolFormat::QwenXml => &[
+                "<tool_call>",
+                "</tool_call>",
+                "</function>",
+                "</parameter>",
+                "<think>",
+                "</think>",
+            ],
+            ToolFormat::GlmXml => &[
+                "<tool_call>",
+                "</tool_call>",
+                "<arg_key>",
+                "</arg_key>",
+                "<arg_value>",
+                "</arg_value>",
+                "<think>",
+                "</think>",
+            ],
+            ToolFormat::DeepSeekDsml => &["｜DSML｜", "<think>", "</think>"],
+            ToolFormat::Solar => &[
+                "<|tool_calls|>",
+                "<|calls|>",
+                "<|tool_call:begin|>",
+                "<|tool_call:name|>",
+                "<|tool_call:args|>",
+                "<|tool_call:end|>",
+            ],
+        }
+    }
+
+    /// Whether the family thinks inside `<think>…</think>` (Solar has its own markers).
+    pub fn thinks_in_tags(self) -> bool {
+        self != ToolFormat::Solar
+    }
+}
+
+/// The ids of those `tags` that the vocabulary holds as one control token (whose text a reply
+/// would otherwise lose): llama.cpp's preserved tokens.
+pub fn control_ids(tok: &Tokenizer, tags: &[&str]) -> Vec<u32> {
+    tags.iter()
+        .filter_map(|t| match tok.encode(t, false, true).ok()?.as_slice() {
+            [id] if tok.token_to_piece(*id, false).is_empty() => Some(*id),
+            _ => None,
+        })
+        .collect()
 }
 
 /// What `tool_choice` asks for.
@@ -112,25 +174,27 @@ pub fn parallel(f: &Fields<'_>) -> Result<bool, ApiError> {
     Ok(f.bool("parallel_tool_calls")?.unwrap_or(true) && !disabled)
 }
 
-/// The grammar that makes the reply tool calls, when `choice` asks for them; `tools` are the
-/// offered tools, OpenAI-shaped.
+/// The grammar that holds the reply to tool calls: from the first token when `choice` asks for
+/// calls, lazily (from the format's opening text on) with `auto`; with `think` (the model may
+/// open a think span itself) the span may come first, and a lazy grammar's trigger inside it does
+/// not count; `tools` are the offered tools, OpenAI-shaped. With `auto`, a template of an unknown format or tools whose schemas cannot be
+/// enforced leave the reply unconstrained, as without tools (logged).
 pub fn grammar(
     format: Option<ToolFormat>,
     tools: &Value,
     choice: &Choice,
     parallel: bool,
+    think: bool,
 ) -> Result<Option<GrammarSpec>, ApiError> {
+    let offered: Vec<&Value> = tools
+        .as_array()
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
     let wanted: Vec<&Value> = match choice {
-        Choice::Auto => return Ok(None),
-        Choice::Required => tools
-            .as_array()
-            .map(|a| a.iter().collect())
-            .unwrap_or_default(),
+        Choice::Auto | Choice::Required => offered,
         Choice::Named(n) => {
-            let t: Vec<&Value> = tools
-                .as_array()
+            let t: Vec<&Value> = offered
                 .into_iter()
-                .flatten()
                 .filter(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(n))
                 .collect();
             if t.is_empty() {
@@ -141,85 +205,70 @@ pub fn grammar(
             t
         }
     };
-    match format {
-        Some(ToolFormat::HermesJson) => {}
-        other => {
-            return Err(ApiError::invalid(format!(
-                "tool_choice {choice:?} needs a tool-call grammar, not built yet for this template's format ({})",
-                other.map_or("none recognised".to_owned(), |f| format!("{f:?}"))
-            )))
+    let Some(format) = format else {
+        if *choice == Choice::Auto {
+            return Ok(None);
         }
+        return Err(ApiError::invalid(format!(
+            "tool_choice {choice:?} needs a tool-call grammar, and this template writes tool calls in no format this server knows"
+        )));
+    };
+    let lazy = *choice == Choice::Auto;
+    let built = spec(format, &wanted, parallel, think && !lazy);
+    match (built, choice) {
+        (Ok(mut spec), Choice::Auto) => {
+            spec.lazy = Some(Box::new(LazyOpening {
+                triggers: format.openers().iter().map(|s| (*s).to_owned()).collect(),
+                optional_span: think.then(|| ("<think>".to_owned(), "</think>".to_owned())),
+            }));
+            Ok(Some(spec))
+        }
+        (Err(e), Choice::Auto) => {
+            tracing::warn!("tool calls left unconstrained: {}", e.message);
+            Ok(None)
+        }
+        (built, _) => built.map(Some),
     }
-    let mut named = Vec::with_capacity(wanted.len());
+}
+
+/// The grammar of calls of `wanted` in `format`, applying from the first token.
+fn spec(
+    format: ToolFormat,
+    wanted: &[&Value],
+    parallel: bool,
+    think: bool,
+) -> Result<GrammarSpec, ApiError> {
+    let mut list = Vec::with_capacity(wanted.len());
     for (i, t) in wanted.iter().enumerate() {
         let name = t
             .pointer("/function/name")
             .and_then(Value::as_str)
             .ok_or_else(|| ApiError::invalid(format!("tools[{i}] has no function name")))?;
-        let params = t
-            .pointer("/function/parameters")
-            .cloned()
-            .unwrap_or_else(|| json!({"type": "object"}));
-        let params = if params.as_object().is_some_and(|o| o.is_empty()) {
-            json!({"type": "object"})
-        } else {
-            params
+        if name.contains(['<', '>', '"', '\n']) {
+            return Err(ApiError::invalid(format!(
+                "tools[{i}]: the name {name:?} cannot be written in this template's tool-call format"
+            )));
+        }
+        let params = match t.pointer("/function/parameters") {
+            Some(p) if p.as_object().is_some_and(|o| !o.is_empty()) => p.clone(),
+            _ => json!({"type": "object"}),
         };
-        named.push((name.to_owned(), format!("tool-{i}-args"), params));
+        list.push(Tool { name, params });
     }
-    let list: Vec<(&str, &Value)> = named.iter().map(|(_, r, p)| (r.as_str(), p)).collect();
-    let (rules, arg_rules) = schema::rules_for(&list).map_err(|e| {
-        ApiError::invalid(format!(
-            "a tool's parameters: {e} (keyword `{}`)",
-            e.keyword
-        ))
-    })?;
-    let calls: Vec<String> = named
-        .iter()
-        .zip(&arg_rules)
-        .map(|((name, _, _), args)| {
-            let head = schema_literal(&format!(
-                "<tool_call>\n{{\"name\": {}, \"arguments\": ",
-                Value::String(name.clone())
-            ));
-            format!("{head} {args} \"}}\\n</tool_call>\"")
-        })
-        .collect();
-    let mut gbnf = format!("tool-call ::= {}\n", calls.join(" | "));
-    gbnf.push_str(if parallel {
-        "root ::= tool-call (\"\\n\" tool-call)*\n"
-    } else {
-        "root ::= tool-call\n"
-    });
-    gbnf.push_str(&rules);
+    let gbnf = calls_gbnf(format, &list, parallel, think)?;
     let g = Grammar::parse(&gbnf, None)
         .map_err(|e| ApiError::internal(format!("the tool-call grammar: {e}")))?;
-    Ok(Some(GrammarSpec {
+    Ok(GrammarSpec {
         grammar: Arc::new(g),
         after: None,
-    }))
-}
-
-/// A GBNF string literal.
-fn schema_literal(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            _ => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+        lazy: None,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::server::chat::parse_tool_calls;
+    use crate::server::tool_parse::parse_tool_calls;
 
     fn tools() -> Value {
         json!([
@@ -262,21 +311,38 @@ mod tests {
         let fmt = Some(ToolFormat::HermesJson);
         let one = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
         let two = format!("{one}\n<tool_call>\n{{\"name\": \"add\", \"arguments\": {{\"a\": 1, \"b\": 2}}}}\n</tool_call>");
-        let req = grammar(fmt, &t, &Choice::Required, true).unwrap().unwrap();
+        let req = grammar(fmt, &t, &Choice::Required, true, false)
+            .unwrap()
+            .unwrap();
         assert!(accepts(&req, one) && accepts(&req, &two));
         assert!(!accepts(&req, "Paris is sunny."));
         assert!(!accepts(&req, &one.replace("Paris\"", "Paris\", \"x\": 1")));
-        let single = grammar(fmt, &t, &Choice::Required, false).unwrap().unwrap();
+        let single = grammar(fmt, &t, &Choice::Required, false, false)
+            .unwrap()
+            .unwrap();
         assert!(accepts(&single, one) && !accepts(&single, &two));
-        let named = grammar(fmt, &t, &Choice::Named("add".into()), true)
+        let named = grammar(fmt, &t, &Choice::Named("add".into()), true, false)
             .unwrap()
             .unwrap();
         assert!(!accepts(&named, one));
-        let (_, calls) = parse_tool_calls(&two, Some(&t));
+        let (_, calls) = parse_tool_calls(&two, ToolFormat::HermesJson, Some(&t));
         assert_eq!(calls.len(), 2);
         assert_eq!(calls[1].arguments, "{\"a\":1,\"b\":2}");
-        assert!(grammar(fmt, &t, &Choice::Named("nope".into()), true).is_err());
-        assert!(grammar(Some(ToolFormat::GlmXml), &t, &Choice::Required, true).is_err());
-        assert!(grammar(fmt, &t, &Choice::Auto, true).unwrap().is_none());
+        assert!(grammar(fmt, &t, &Choice::Named("nope".into()), true, false).is_err());
+        assert!(grammar(None, &t, &Choice::Required, true, false).is_err());
+        assert!(grammar(None, &t, &Choice::Auto, true, false)
+            .unwrap()
+            .is_none());
+        let lazy = grammar(fmt, &t, &Choice::Auto, true, false)
+            .unwrap()
+            .unwrap();
+        let opening = lazy.lazy.unwrap();
+        assert_eq!(opening.triggers, ["<tool_call>"]);
+        assert_eq!(opening.optional_span, None);
+        let lazy = grammar(fmt, &t, &Choice::Auto, true, true)
+            .unwrap()
+            .unwrap();
+        assert_eq!(lazy.lazy.unwrap().optional_span.unwrap().0, "<think>");
+        assert!(req.lazy.is_none());
     }
 }
