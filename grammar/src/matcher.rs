@@ -258,6 +258,29 @@ impl Matcher {
         Ok(())
     }
 
+    /// The text the grammar fixes from here: the characters taken one by one while the state
+    /// admits exactly one next character (and may neither end nor take a token item), at most
+    /// `max_chars` of them. Empty in the middle of a character. The state is left as it was.
+    /// A stretch ends at any branch, optional whitespace included.
+    pub fn fixed_text(&mut self, max_chars: usize) -> String {
+        let mut text = String::new();
+        if self.partial.remain != 0 {
+            return text;
+        }
+        let mut set = self.set;
+        for _ in 0..max_chars {
+            let Some(c) = self.stacks.only_char(set).and_then(char::from_u32) else {
+                break;
+            };
+            set = self.stacks.step(set, c as u32);
+            if set == DEAD {
+                break;
+            }
+            text.push(c);
+        }
+        text
+    }
+
     /// Takes a whole text (no token ids), as the grammar engine of llama.cpp's validator does:
     /// false when the grammar refuses some character.
     pub fn accept_text(&mut self, text: &str) -> bool {
@@ -359,6 +382,31 @@ mod tests {
             m.accept(0, b"a", false).unwrap();
         }
         assert_eq!(m.computed, 1);
+    }
+
+    #[test]
+    fn the_fixed_text_runs_to_the_first_branch() {
+        let g = grammar(
+            r#"root ::= "{" ws "\"kind\"" ws ":" ws ("\"alpha\"" | "\"beta\"") "}"
+ws ::= " "?"#,
+        );
+        let t = trie(&["{", "\"", "kind", "\":", " ", "\"al", "pha\"}"], &[]);
+        let mut m = Matcher::new(&g, t);
+        assert_eq!(m.fixed_text(64), "{");
+        m.accept(0, b"{", false).unwrap();
+        // Optional whitespace is a branch.
+        assert_eq!(m.fixed_text(64), "");
+        m.accept(1, b"\"", false).unwrap();
+        assert_eq!(m.fixed_text(64), "kind\"");
+        assert_eq!(m.fixed_text(2), "ki");
+        m.accept(2, b"kind", false).unwrap();
+        m.accept(3, b"\":", false).unwrap();
+        assert_eq!(m.fixed_text(64), "");
+        m.accept(5, b"\"al", false).unwrap();
+        // A unique enum continuation, up to the end the grammar allows.
+        assert_eq!(m.fixed_text(64), "pha\"}");
+        m.accept(6, b"pha\"}", false).unwrap();
+        assert_eq!(m.fixed_text(64), "");
     }
 
     #[test]

@@ -88,7 +88,7 @@ pub fn timings(f: &Finish) -> Value {
     let n_prompt = f.n_prompt - f.n_cached;
     let per = |ms: f64, n: usize| if n > 0 { ms / n as f64 } else { 0.0 };
     let rate = |ms: f64, n: usize| if ms > 0.0 { 1e3 * n as f64 / ms } else { 0.0 };
-    json!({
+    let mut t = json!({
         "cache_n": f.n_cached,
         "prompt_n": n_prompt,
         "prompt_ms": f.prompt_ms,
@@ -100,7 +100,14 @@ pub fn timings(f: &Finish) -> Value {
         "predicted_per_second": rate(f.predicted_ms, f.n_predicted),
         // Of predicted_n, the tokens schemajump forced (the grammar admitted only them).
         "forced_n": f.n_forced,
-    })
+    });
+    // Schemajump's drafts, under llama-server's names for a speculative draft's counts (which
+    // it too gives only when something was drafted).
+    if f.n_drafted > 0 {
+        t["draft_n"] = json!(f.n_drafted);
+        t["draft_n_accepted"] = json!(f.n_accepted);
+    }
+    t
 }
 
 /// A token's text and bytes as llama-server reports them.
