@@ -65,9 +65,11 @@ impl Constraint {
 
     /// Appends to `out` at most `max` tokens: the model's own tokenization of the text the
     /// grammar fixes from here (up to its first branch; see [`Matcher::fixed_text`]), tokenized
-    /// alone, so every token lies inside the fixed text. Nothing while the grammar waits for
-    /// its opening text, or when the tokens do not spell the text exactly (a tokenizer that adds
-    /// a leading space). A guess that sampling verifies: it never changes what is generated.
+    /// alone, so every token lies inside the fixed text; its last token is left out when the
+    /// grammar admits a longer token there that would join it to what follows (a key's closing
+    /// `"` that a model writes as `":`). Nothing while the grammar waits for its opening text,
+    /// or when the tokens do not spell the text exactly (a tokenizer that adds a leading space).
+    /// A guess that sampling verifies: it never changes what is generated.
     pub(crate) fn draft(&mut self, tok: &Tokenizer, max: usize, out: &mut Vec<u32>) {
         if !self.active() || max == 0 {
             return;
@@ -80,7 +82,17 @@ impl Constraint {
             if self.drafts.len() >= MAX_CACHED_DRAFTS {
                 self.drafts.clear();
             }
-            let ids = canonical_tokens(tok, &text);
+            let mut ids = canonical_tokens(tok, &text);
+            if let Some(&last) = ids.last() {
+                let piece = tok.token_to_piece(last, true);
+                let joins = match text.get(..text.len() - piece.len()) {
+                    Some(before) => self.matcher.admits_longer(before, piece),
+                    None => true,
+                };
+                if joins {
+                    ids.pop();
+                }
+            }
             self.drafts.insert(text.clone(), ids);
         }
         if let Some(ids) = self.drafts.get(&text) {

@@ -861,6 +861,9 @@ impl<'t> Scheduler<'t> {
                 }
             }
             out += outputs;
+            if n_drafted > 0 {
+                tracing::trace!("slot {id}: {accepted} of the drafted tokens {drafted:?} accepted");
+            }
             // Drafted tokens after the first refused one leave the cache.
             slot.keep(verified + accepted);
             if done {
