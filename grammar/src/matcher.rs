@@ -317,12 +317,13 @@ impl Matcher {
 
     /// The text the grammar fixes from here: the characters taken one by one while the state
     /// admits exactly one next character (and may neither end nor take a token item), at most
-    /// `max_chars` of them. Empty in the middle of a character. The state is left as it was.
-    /// A stretch ends at any branch, optional whitespace included.
-    pub fn fixed_text(&mut self, max_chars: usize) -> String {
-        let mut text = String::new();
+    /// `max_chars` of them, written over `text`. Empty in the middle of a character. The state
+    /// is left as it was. A stretch ends at any branch, optional whitespace included. On the
+    /// decode path: memoized steps, and no allocation once `text` has grown.
+    pub fn fixed_text(&mut self, max_chars: usize, text: &mut String) {
+        text.clear();
         if self.partial.remain != 0 {
-            return text;
+            return;
         }
         let mut set = self.set;
         for _ in 0..max_chars {
@@ -335,7 +336,6 @@ impl Matcher {
             }
             text.push(c);
         }
-        text
     }
 
     /// Takes a whole text (no token ids), as the grammar engine of llama.cpp's validator does:
@@ -449,21 +449,26 @@ ws ::= " "?"#,
         );
         let t = trie(&["{", "\"", "kind", "\":", " ", "\"al", "pha\"}"], &[]);
         let mut m = Matcher::new(&g, t);
-        assert_eq!(m.fixed_text(64), "{");
+        let mut fixed = |m: &mut Matcher, max| {
+            let mut text = String::new();
+            m.fixed_text(max, &mut text);
+            text
+        };
+        assert_eq!(fixed(&mut m, 64), "{");
         m.accept(0, b"{", false).unwrap();
         // Optional whitespace is a branch.
-        assert_eq!(m.fixed_text(64), "");
+        assert_eq!(fixed(&mut m, 64), "");
         m.accept(1, b"\"", false).unwrap();
-        assert_eq!(m.fixed_text(64), "kind\"");
-        assert_eq!(m.fixed_text(2), "ki");
+        assert_eq!(fixed(&mut m, 64), "kind\"");
+        assert_eq!(fixed(&mut m, 2), "ki");
         m.accept(2, b"kind", false).unwrap();
         m.accept(3, b"\":", false).unwrap();
-        assert_eq!(m.fixed_text(64), "");
+        assert_eq!(fixed(&mut m, 64), "");
         m.accept(5, b"\"al", false).unwrap();
         // A unique enum continuation, up to the end the grammar allows.
-        assert_eq!(m.fixed_text(64), "pha\"}");
+        assert_eq!(fixed(&mut m, 64), "pha\"}");
         m.accept(6, b"pha\"}", false).unwrap();
-        assert_eq!(m.fixed_text(64), "");
+        assert_eq!(fixed(&mut m, 64), "");
     }
 
     #[test]

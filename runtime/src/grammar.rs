@@ -42,6 +42,8 @@ pub(crate) struct Constraint {
     pub(crate) accepted: usize,
     /// Each fixed text met so far and its canonical tokens (empty: not drafted).
     drafts: HashMap<String, Vec<u32>>,
+    /// The fixed text from the current state (reused: no allocation per token once grown).
+    fixed: String,
 }
 
 /// Longest fixed text a draft is made of, in characters.
@@ -60,6 +62,7 @@ impl Constraint {
             drafted: 0,
             accepted: 0,
             drafts: HashMap::new(),
+            fixed: String::new(),
         }
     }
 
@@ -74,15 +77,22 @@ impl Constraint {
         if !self.active() || max == 0 {
             return;
         }
-        let text = self.matcher.fixed_text(MAX_DRAFT_CHARS);
-        if text.is_empty() {
-            return;
+        let mut text = std::mem::take(&mut self.fixed);
+        self.matcher.fixed_text(MAX_DRAFT_CHARS, &mut text);
+        if !text.is_empty() {
+            self.draft_of(&text, tok, max, out);
         }
-        if !self.drafts.contains_key(&text) {
+        self.fixed = text;
+    }
+
+    /// Appends to `out` at most `max` of the draft tokens of the fixed text `text`, worked out
+    /// the first time it is met.
+    fn draft_of(&mut self, text: &str, tok: &Tokenizer, max: usize, out: &mut Vec<u32>) {
+        if !self.drafts.contains_key(text) {
             if self.drafts.len() >= MAX_CACHED_DRAFTS {
                 self.drafts.clear();
             }
-            let mut ids = canonical_tokens(tok, &text);
+            let mut ids = canonical_tokens(tok, text);
             if let Some(&last) = ids.last() {
                 let piece = tok.token_to_piece(last, true);
                 let joins = match text.get(..text.len() - piece.len()) {
@@ -93,9 +103,9 @@ impl Constraint {
                     ids.pop();
                 }
             }
-            self.drafts.insert(text.clone(), ids);
+            self.drafts.insert(text.to_owned(), ids);
         }
-        if let Some(ids) = self.drafts.get(&text) {
+        if let Some(ids) = self.drafts.get(text) {
             out.extend(ids.iter().take(max));
         }
     }
