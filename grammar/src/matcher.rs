@@ -449,7 +449,7 @@ ws ::= " "?"#,
         );
         let t = trie(&["{", "\"", "kind", "\":", " ", "\"al", "pha\"}"], &[]);
         let mut m = Matcher::new(&g, t);
-        let mut fixed = |m: &mut Matcher, max| {
+        let fixed = |m: &mut Matcher, max| {
             let mut text = String::new();
             m.fixed_text(max, &mut text);
             text
