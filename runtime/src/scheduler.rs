@@ -836,7 +836,7 @@ impl<'t> Scheduler<'t> {
                     n_ctx: self.cfg.n_ctx_slot,
                     counters: c,
                     schemajump: self.cfg.schemajump,
-                    drafts: !self.rewind.per_sequence,
+                    drafts: !self.rewind.per_sequence && self.rewind.block == 1,
                 };
                 // A panic in one request's sampling ends that request alone: the pass is
                 // done, so the slot's cache is whole.

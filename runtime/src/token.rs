@@ -53,8 +53,8 @@ pub(crate) struct StepContext<'a, 't> {
     pub(crate) n_ctx: usize,
     pub(crate) counters: &'a Counters,
     pub(crate) schemajump: bool,
-    /// Whether the model's state rewinds by position, so refused drafted tokens can be
-    /// dropped (false for per-sequence state: no drafts).
+    /// Whether the model's state rewinds to any position, so refused drafted tokens can be
+    /// dropped (false for per-sequence state or pooled-key blocks: no drafts).
     pub(crate) drafts: bool,
 }
 
