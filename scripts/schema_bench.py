@@ -2,8 +2,12 @@
 """Structured-output speed, the issue's benchmark: one JSON-schema answer (10 objects x 8 fixed
 keys, enum and number values) from `bloomery serve` with schemajump on and off and from
 llama-server, the same file, prompt, schema and greedy settings, measured the same way over HTTP
-(answer time = the request's wall time; tokens/s from `timings`; forced fraction from
-`timings.forced_n`). Run it on the device machine; every server of one row runs in the same call.
+(answer time = the request's wall time; tokens/s from `timings`; "no pass" = the tokens generated
+without a pass of their own: `timings.forced_n` (the grammar admitted only them) plus
+`timings.draft_n_accepted` (drafted from the text the grammar fixes and confirmed by sampling), over
+`predicted_n`; "drafted" = `draft_n_accepted` / `draft_n`). Every server of one file runs in the
+same call; the answers of all bloomery servers must be the same tokens (checked: schemajump must
+not change the output), so a row that differs stops the script.
 
 Usage:
   scripts/schema_bench.py --bloomery dist/bloomery --plugins dist/plugins \\
@@ -82,6 +86,8 @@ class Server:
 
 
 def measure(server, reps, n_predict):
+    """The median run's (answer seconds, tokens, tokens without a pass, drafted, accepted,
+    tokens/s) and the answer's content."""
     body = {"prompt": PROMPT, "json_schema": SCHEMA, "n_predict": n_predict, "temperature": 0,
             "seed": 1, "cache_prompt": False}
     post(server.url + "/completion", body)  # warm-up (graphs, masks of this grammar)
@@ -91,7 +97,9 @@ def measure(server, reps, n_predict):
         out = post(server.url + "/completion", body)
         wall = time.perf_counter() - t
         tm = out["timings"]
-        rows.append((wall, tm["predicted_n"], tm.get("forced_n", 0), tm["predicted_per_second"]))
+        accepted = tm.get("draft_n_accepted", 0)
+        rows.append((wall, tm["predicted_n"], tm.get("forced_n", 0) + accepted,
+                     tm.get("draft_n", 0), accepted, tm["predicted_per_second"], out["content"]))
     rows.sort()
     return rows[len(rows) // 2]
 
@@ -105,8 +113,8 @@ def main():
     ap.add_argument("--n-predict", type=int, default=600)
     ap.add_argument("files", nargs="+")
     a = ap.parse_args()
-    print("| file | flags | server | answer s | tokens | forced | tok/s |")
-    print("|---|---|---|---:|---:|---:|---:|")
+    print("| file | flags | server | answer s | tokens | no pass | drafted | tok/s |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
     for spec in a.files:
         path, _, flags = spec.partition("::")
         flags = flags.split()
@@ -115,15 +123,21 @@ def main():
                  [a.bloomery, "--plugin-dir", a.plugins, "serve", "-m", path, "--no-schemajump", *flags])]
         if a.llama_server:
             runs.append(("llama-server b11434", [a.llama_server, "-m", path, *flags]))
+        answers = {}
         for name, cmd in runs:
             port = free_port()
             s = Server([*cmd, "--port", str(port), "-c", "4096", "-np", "1"], port)
             try:
-                wall, n, forced, tps = measure(s, a.reps, a.n_predict)
+                wall, n, no_pass, drafted, accepted, tps, content = measure(s, a.reps, a.n_predict)
             finally:
                 s.stop()
+            answers[name] = content
+            shown = f"{accepted}/{drafted}" if drafted else "-"
             print(f"| {os.path.basename(path)} | {' '.join(flags)} | {name} | {wall:.2f} | {n} | "
-                  f"{100.0 * forced / max(n, 1):.0f}% | {tps:.1f} |", flush=True)
+                  f"{100.0 * no_pass / max(n, 1):.0f}% | {shown} | {tps:.1f} |", flush=True)
+        ours = {v for k, v in answers.items() if k.startswith("bloomery")}
+        if len(ours) != 1:
+            sys.exit(f"{path}: schemajump on and off gave different answers: {answers}")
 
 
 if __name__ == "__main__":

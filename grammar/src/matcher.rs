@@ -170,9 +170,29 @@ impl Matcher {
         if start == DEAD {
             return mask;
         }
-        let root = vocab.nodes[0];
-        let mut todo: Vec<(u32, SetId, Decoder)> = (root.children.0..root.children.1)
-            .map(|c| (c, start, Decoder::new(self.partial)))
+        self.walk(0, start, Decoder::new(self.partial), |ids| {
+            for &id in ids {
+                mask.set(id);
+            }
+            false
+        });
+        mask
+    }
+
+    /// Walks the trie below node `from`, whose bytes left the character-topped stacks `set`
+    /// and the decoder `dec`, handing `found` the tokens of every node the grammar admits;
+    /// true as soon as `found` returns true (the walk stops there).
+    fn walk(
+        &mut self,
+        from: u32,
+        set: SetId,
+        dec: Decoder,
+        mut found: impl FnMut(&[u32]) -> bool,
+    ) -> bool {
+        let vocab = self.vocab.clone();
+        let top = vocab.nodes[from as usize];
+        let mut todo: Vec<(u32, SetId, Decoder)> = (top.children.0..top.children.1)
+            .map(|c| (c, set, dec))
             .collect();
         while let Some((n, set, mut dec)) = todo.pop() {
             let node = vocab.nodes[n as usize];
@@ -189,16 +209,53 @@ impl Matcher {
                     next
                 }
             };
-            if node.tokens.0 < node.tokens.1 && self.ends_well(set, dec.partial) {
-                for &id in &vocab.ids[node.tokens.0 as usize..node.tokens.1 as usize] {
-                    mask.set(id);
-                }
+            if node.tokens.0 < node.tokens.1
+                && self.ends_well(set, dec.partial)
+                && found(&vocab.ids[node.tokens.0 as usize..node.tokens.1 as usize])
+            {
+                return true;
             }
             for c in node.children.0..node.children.1 {
                 todo.push((c, set, dec));
             }
         }
-        mask
+        false
+    }
+
+    /// Whether, once the text `before` is taken from here, the grammar admits a token whose
+    /// piece is `piece` followed by more bytes: a token that would join `piece` to what comes
+    /// after it. True in the middle of a character (unknown: the caller should not rely on
+    /// `piece` standing alone). The state is left as it was.
+    pub fn admits_longer(&mut self, before: &str, piece: &[u8]) -> bool {
+        if self.partial.remain != 0 {
+            return true;
+        }
+        let mut set = self.set;
+        for c in before.chars() {
+            set = self.stacks.step(set, c as u32);
+        }
+        let mut set = self.stacks.char_stacks(set);
+        let vocab = self.vocab.clone();
+        let mut node = 0u32;
+        let mut dec = Decoder::new(Partial::default());
+        for &b in piece {
+            let n = vocab.nodes[node as usize];
+            let Some(child) =
+                (n.children.0..n.children.1).find(|&c| vocab.nodes[c as usize].byte == b)
+            else {
+                return false;
+            };
+            node = child;
+            match dec.push(b) {
+                Step::Invalid => return false,
+                Step::More => {}
+                Step::Char(c) => set = self.stacks.step(set, c),
+            }
+            if set == DEAD {
+                return false;
+            }
+        }
+        self.walk(node, set, dec, |_| true)
     }
 
     /// Whether a token may end in `set` with `partial` unfinished.
@@ -256,6 +313,29 @@ impl Matcher {
         self.set = set;
         self.partial = partial;
         Ok(())
+    }
+
+    /// The text the grammar fixes from here: the characters taken one by one while the state
+    /// admits exactly one next character (and may neither end nor take a token item), at most
+    /// `max_chars` of them, written over `text`. Empty in the middle of a character. The state
+    /// is left as it was. A stretch ends at any branch, optional whitespace included. On the
+    /// decode path: memoized steps, and no allocation once `text` has grown.
+    pub fn fixed_text(&mut self, max_chars: usize, text: &mut String) {
+        text.clear();
+        if self.partial.remain != 0 {
+            return;
+        }
+        let mut set = self.set;
+        for _ in 0..max_chars {
+            let Some(c) = self.stacks.only_char(set).and_then(char::from_u32) else {
+                break;
+            };
+            set = self.stacks.step(set, c as u32);
+            if set == DEAD {
+                break;
+            }
+            text.push(c);
+        }
     }
 
     /// Takes a whole text (no token ids), as the grammar engine of llama.cpp's validator does:
@@ -359,6 +439,56 @@ mod tests {
             m.accept(0, b"a", false).unwrap();
         }
         assert_eq!(m.computed, 1);
+    }
+
+    #[test]
+    fn the_fixed_text_runs_to_the_first_branch() {
+        let g = grammar(
+            r#"root ::= "{" ws "\"kind\"" ws ":" ws ("\"alpha\"" | "\"beta\"") "}"
+ws ::= " "?"#,
+        );
+        let t = trie(&["{", "\"", "kind", "\":", " ", "\"al", "pha\"}"], &[]);
+        let mut m = Matcher::new(&g, t);
+        let fixed = |m: &mut Matcher, max| {
+            let mut text = String::new();
+            m.fixed_text(max, &mut text);
+            text
+        };
+        assert_eq!(fixed(&mut m, 64), "{");
+        m.accept(0, b"{", false).unwrap();
+        // Optional whitespace is a branch.
+        assert_eq!(fixed(&mut m, 64), "");
+        m.accept(1, b"\"", false).unwrap();
+        assert_eq!(fixed(&mut m, 64), "kind\"");
+        assert_eq!(fixed(&mut m, 2), "ki");
+        m.accept(2, b"kind", false).unwrap();
+        m.accept(3, b"\":", false).unwrap();
+        assert_eq!(fixed(&mut m, 64), "");
+        m.accept(5, b"\"al", false).unwrap();
+        // A unique enum continuation, up to the end the grammar allows.
+        assert_eq!(fixed(&mut m, 64), "pha\"}");
+        m.accept(6, b"pha\"}", false).unwrap();
+        assert_eq!(fixed(&mut m, 64), "");
+    }
+
+    #[test]
+    fn a_longer_token_that_would_join_a_piece_to_what_follows_is_found() {
+        let g = grammar(
+            r#"root ::= "{\"kind\"" ws ":" ws "1"
+ws ::= " "?"#,
+        );
+        let t = trie(&["{\"", "kind", "\"", "\":", "\"x", ":", " 1"], &[]);
+        let mut m = Matcher::new(&g, t.clone());
+        m.accept(0, b"{\"", false).unwrap();
+        // `"` may join the `:` after it (`":`); `kind` cannot grow into an admitted token.
+        assert!(m.admits_longer("kind", b"\""));
+        assert!(!m.admits_longer("", b"kind"));
+        // Past the colon only ` 1` extends nothing of `:`.
+        assert!(!m.admits_longer("kind\"", b":"));
+        let g = grammar(r#"root ::= "{\"kind\"" " " "1""#);
+        let mut m = Matcher::new(&g, t);
+        m.accept(0, b"{\"", false).unwrap();
+        assert!(!m.admits_longer("kind", b"\""));
     }
 
     #[test]

@@ -218,6 +218,28 @@ impl Stacks {
         id
     }
 
+    /// The one character every stack of `set` takes next, when the set admits exactly one
+    /// character and nothing else: no end of the input, no token item, no class of more than
+    /// one code point.
+    pub(crate) fn only_char(&self, set: SetId) -> Option<u32> {
+        let mut only = None;
+        for &s in self.sets[set as usize].iter() {
+            let Elem::Class(class) = self.program.elem(self.top(s)?) else {
+                return None;
+            };
+            if class.negated {
+                return None;
+            }
+            for &(lo, hi) in &class.ranges {
+                if lo != hi || only.is_some_and(|c| c != lo) {
+                    return None;
+                }
+                only = Some(lo);
+            }
+        }
+        only
+    }
+
     /// Whether the set may end here (holds the empty stack).
     pub(crate) fn accepts(&self, set: SetId) -> bool {
         self.sets[set as usize].first() == Some(&EMPTY)

@@ -1,9 +1,11 @@
 //! A request's grammar while it generates: where it applies in the sampler chain (llama.cpp's
 //! place: the chain samples first, and only a token the grammar refuses makes it sample again
 //! with the grammar's mask applied before the chain), the wait for a think span's end and for a
-//! lazy grammar's trigger word, and the forced tokens of schemajump (a state that admits a single
-//! token needs no sampling).
+//! lazy grammar's trigger word, the forced tokens of schemajump (a state that admits a single
+//! token needs no sampling), and its drafts (the canonical tokens of the text the grammar fixes
+//! next, verified by sampling).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bloomery_grammar::{Matcher, TokenTrie};
@@ -35,6 +37,14 @@ pub(crate) struct Constraint {
     masked: Vec<f32>,
     /// Tokens forced by schemajump.
     pub(crate) forced: usize,
+    /// Tokens schemajump drafted and a pass evaluated.
+    pub(crate) drafted: usize,
+    /// Of those, the tokens sampling confirmed.
+    pub(crate) accepted: usize,
+    /// Each fixed text met so far and its canonical tokens (empty: not drafted).
+    drafts: HashMap<String, Vec<u32>>,
+    /// The fixed text from the current state (reused: no allocation per token once grown).
+    fixed: String,
 }
 
 /// The texts a grammar waits for before it applies: first the end of a think span (left out of
@@ -100,6 +110,12 @@ impl Wait {
     }
 }
 
+/// Longest fixed text a draft is made of, in characters.
+const MAX_DRAFT_CHARS: usize = 64;
+
+/// Fixed texts whose tokens a request remembers before it starts over.
+const MAX_CACHED_DRAFTS: usize = 1024;
+
 impl Constraint {
     pub(crate) fn new(spec: &GrammarSpec, vocab: Arc<TokenTrie>) -> Self {
         Constraint {
@@ -115,6 +131,54 @@ impl Constraint {
             },
             masked: Vec::new(),
             forced: 0,
+            drafted: 0,
+            accepted: 0,
+            drafts: HashMap::new(),
+            fixed: String::new(),
+        }
+    }
+
+    /// Appends to `out` at most `max` tokens: the model's own tokenization of the text the
+    /// grammar fixes from here (up to its first branch; see [`Matcher::fixed_text`]), tokenized
+    /// alone, so every token lies inside the fixed text; its last token is left out when the
+    /// grammar admits a longer token there that would join it to what follows (a key's closing
+    /// `"` that a model writes as `":`). Nothing while the grammar waits for its opening text,
+    /// or when the tokens do not spell the text exactly (a tokenizer that adds a leading space).
+    /// A guess that sampling verifies: it never changes what is generated.
+    pub(crate) fn draft(&mut self, tok: &Tokenizer, max: usize, out: &mut Vec<u32>) {
+        if !self.active() || max == 0 {
+            return;
+        }
+        let mut text = std::mem::take(&mut self.fixed);
+        self.matcher.fixed_text(MAX_DRAFT_CHARS, &mut text);
+        if !text.is_empty() {
+            self.draft_of(&text, tok, max, out);
+        }
+        self.fixed = text;
+    }
+
+    /// Appends to `out` at most `max` of the draft tokens of the fixed text `text`, worked out
+    /// the first time it is met.
+    fn draft_of(&mut self, text: &str, tok: &Tokenizer, max: usize, out: &mut Vec<u32>) {
+        if !self.drafts.contains_key(text) {
+            if self.drafts.len() >= MAX_CACHED_DRAFTS {
+                self.drafts.clear();
+            }
+            let mut ids = canonical_tokens(tok, text);
+            if let Some(&last) = ids.last() {
+                let piece = tok.token_to_piece(last, true);
+                let joins = match text.get(..text.len() - piece.len()) {
+                    Some(before) => self.matcher.admits_longer(before, piece),
+                    None => true,
+                };
+                if joins {
+                    ids.pop();
+                }
+            }
+            self.drafts.insert(text.to_owned(), ids);
+        }
+        if let Some(ids) = self.drafts.get(text) {
+            out.extend(ids.iter().take(max));
         }
     }
 
@@ -178,6 +242,22 @@ impl Constraint {
         self.matcher
             .accept(id, piece, tok.is_eog(id))
             .map_err(|e| e.to_string())
+    }
+}
+
+/// The tokens `text` encodes to alone, when their pieces spell exactly `text`; else none.
+fn canonical_tokens(tok: &Tokenizer, text: &str) -> Vec<u32> {
+    let Ok(ids) = tok.encode(text, false, false) else {
+        return Vec::new();
+    };
+    let mut spelled = Vec::with_capacity(text.len());
+    for &id in &ids {
+        spelled.extend_from_slice(tok.token_to_piece(id, true));
+    }
+    if spelled == text.as_bytes() {
+        ids
+    } else {
+        Vec::new()
     }
 }
 

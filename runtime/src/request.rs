@@ -189,6 +189,10 @@ pub struct Progress {
     pub n_predicted: usize,
     /// Of them, those schemajump forced.
     pub n_forced: usize,
+    /// Tokens schemajump drafted so far.
+    pub n_drafted: usize,
+    /// Of those, the tokens sampling confirmed.
+    pub n_accepted: usize,
     /// Milliseconds from the slot taking the request to its first token.
     pub prompt_ms: f64,
     /// Milliseconds since the first token.
@@ -212,6 +216,11 @@ pub struct Finish {
     pub n_predicted: usize,
     /// Of those, the tokens schemajump forced (the grammar admitted only them).
     pub n_forced: usize,
+    /// Tokens schemajump drafted and a pass evaluated (llama-server's `draft_n`).
+    pub n_drafted: usize,
+    /// Of those, the tokens sampling confirmed, generated without a pass of their own
+    /// (llama-server's `draft_n_accepted`; counted in `n_predicted`, not in `n_forced`).
+    pub n_accepted: usize,
     /// Time from the start of prompt processing to the first token.
     pub prompt_ms: f64,
     /// Time from the first token to the end.

@@ -24,7 +24,7 @@ use crate::slot_file::SlotFile;
 use crate::status::{Shared, SlotView};
 use crate::stop::StopScan;
 use crate::task::Task;
-use crate::token::{step, StepContext};
+use crate::token::{step, Row, StepContext};
 
 /// Checkpoints a slot keeps by default (llama-server's `--ctx-checkpoints`).
 pub const DEFAULT_MAX_CHECKPOINTS: usize = 32;
@@ -455,6 +455,7 @@ impl<'t> Scheduler<'t> {
             stop,
             generated: 0,
             next: Vec::new(),
+            draft: 0,
             grammar,
             started,
             first_token: None,
@@ -661,16 +662,23 @@ impl<'t> Scheduler<'t> {
             output_rows: Vec::new(),
             history: Vec::new(),
         };
-        // (slot index, tokens added to its cache, whether its last row is an output)
-        let mut plan: Vec<(usize, Vec<u32>, bool)> = Vec::new();
+        let mut plan: Vec<Planned> = Vec::new();
         // Generated tokens first: one row per slot, or a run schemajump forced as one chunk
-        // (split over passes when it does not fit; its last row gives the next logits).
-        for slot in &self.slots {
-            let Some(task) = &slot.task else { continue };
+        // (split over passes when it does not fit; its last row gives the next logits), then
+        // the slot's drafted tokens, each row an output that verifies the next. A draft that
+        // does not fit the pass is dropped, being only a guess.
+        for slot in &mut self.slots {
+            let Some(task) = &mut slot.task else { continue };
             if task.next.is_empty() {
                 continue;
             }
             let room = self.cfg.n_batch.saturating_sub(batch.tokens.len()).max(1);
+            let committed = task.next.len() - task.draft;
+            if task.next.len() > room {
+                let keep = room.max(committed);
+                task.next.truncate(keep);
+                task.draft = keep - committed;
+            }
             let take = task.next.len().min(room);
             let start = slot.cached.len();
             for (i, &t) in task.next[..take].iter().enumerate() {
@@ -678,11 +686,18 @@ impl<'t> Scheduler<'t> {
                 batch.positions.push((start + i) as i32);
                 batch.slots.push(slot.id as i32);
             }
-            let last = take == task.next.len();
-            if last {
-                batch.output_rows.push(batch.tokens.len() as i32 - 1);
-            }
-            plan.push((slot.id, task.next[..take].to_vec(), last));
+            let outputs = if take == task.next.len() {
+                task.draft + 1
+            } else {
+                0
+            };
+            let end = batch.tokens.len() as i32;
+            batch.output_rows.extend(end - outputs as i32..end);
+            plan.push(Planned {
+                id: slot.id,
+                tokens: task.next[..take].to_vec(),
+                outputs,
+            });
         }
         for slot in &self.slots {
             let Some(task) = &slot.task else { continue };
@@ -705,7 +720,11 @@ impl<'t> Scheduler<'t> {
             if last {
                 batch.output_rows.push(batch.tokens.len() as i32 - 1);
             }
-            plan.push((slot.id, rest[..take].to_vec(), last));
+            plan.push(Planned {
+                id: slot.id,
+                tokens: rest[..take].to_vec(),
+                outputs: usize::from(last),
+            });
         }
         if batch.tokens.is_empty() {
             return Ok(());
@@ -737,13 +756,13 @@ impl<'t> Scheduler<'t> {
             .fetch_add(plan.len() as u64, Ordering::Relaxed);
         let n_prompt_rows: usize = plan
             .iter()
-            .filter(|(id, _, _)| {
-                self.slots[*id]
+            .filter(|p| {
+                self.slots[p.id]
                     .task
                     .as_ref()
                     .is_some_and(|t| t.next.is_empty())
             })
-            .map(|(_, toks, _)| toks.len())
+            .map(|p| p.tokens.len())
             .sum();
         let n_rows = batch.tokens.len().max(1);
         c.prompt_tokens
@@ -756,7 +775,13 @@ impl<'t> Scheduler<'t> {
         );
         let mut out = 0;
         let checkpoints = self.rewind.per_sequence;
-        for (id, toks, has_output) in plan {
+        for Planned {
+            id,
+            tokens: toks,
+            outputs,
+        } in plan
+        {
+            let has_output = outputs > 0;
             let slot = &mut self.slots[id];
             slot.cached.extend_from_slice(&toks);
             let Some(task) = slot.task.as_mut() else {
@@ -789,27 +814,60 @@ impl<'t> Scheduler<'t> {
             if !has_output {
                 continue;
             }
-            let row = &logits[out * self.n_vocab..(out + 1) * self.n_vocab];
-            out += 1;
-            let cx = StepContext {
-                id_slot: id,
-                tok: self.tok,
-                n_cached: slot.cached.len(),
-                n_ctx: self.cfg.n_ctx_slot,
-                counters: c,
-                schemajump: self.cfg.schemajump,
-            };
-            // A panic in one request's sampling ends that request alone: the pass is done, so
-            // the slot's cache is whole.
-            let done =
-                catch_unwind(AssertUnwindSafe(|| step(&cx, task, row))).unwrap_or_else(|panic| {
+            // The drafted tokens end the chunk; the rows before each give its verdict.
+            let n_drafted = outputs - 1;
+            let drafted = &toks[toks.len() - n_drafted..];
+            let verified = slot.cached.len() - n_drafted;
+            task.draft = 0;
+            if n_drafted > 0 {
+                if let Some(g) = task.grammar.as_mut() {
+                    g.drafted += n_drafted;
+                }
+                c.drafted.fetch_add(n_drafted as u64, Ordering::Relaxed);
+            }
+            let mut accepted = 0;
+            let mut done = false;
+            for (j, row) in logits[out * self.n_vocab..(out + outputs) * self.n_vocab]
+                .chunks_exact(self.n_vocab)
+                .enumerate()
+            {
+                let cx = StepContext {
+                    id_slot: id,
+                    tok: self.tok,
+                    n_cached: verified + j,
+                    n_ctx: self.cfg.n_ctx_slot,
+                    counters: c,
+                    schemajump: self.cfg.schemajump,
+                    drafts: !self.rewind.per_sequence && self.rewind.block == 1,
+                };
+                // A panic in one request's sampling ends that request alone: the pass is
+                // done, so the slot's cache is whole.
+                let row = catch_unwind(AssertUnwindSafe(|| {
+                    step(&cx, task, row, drafted.get(j).copied())
+                }))
+                .unwrap_or_else(|panic| {
                     let what = panic_message(panic.as_ref());
                     tracing::error!("slot {id}: sampling a token panicked: {what}");
                     let failure =
                         Failure::new(FailureKind::Internal, format!("internal error: {what}"));
                     let _ = task.job.events.send(Event::Failed(failure));
-                    true
+                    Row::Ended
                 });
+                match row {
+                    Row::Accepted => accepted += 1,
+                    Row::Sampled => break,
+                    Row::Ended => {
+                        done = true;
+                        break;
+                    }
+                }
+            }
+            out += outputs;
+            if n_drafted > 0 {
+                tracing::trace!("slot {id}: {accepted} of the drafted tokens {drafted:?} accepted");
+            }
+            // Drafted tokens after the first refused one leave the cache.
+            slot.keep(verified + accepted);
             if done {
                 slot.task = None;
             }
@@ -844,6 +902,16 @@ impl<'t> Scheduler<'t> {
             *g = views;
         }
     }
+}
+
+/// One slot's rows in a pass.
+struct Planned {
+    id: usize,
+    /// The tokens the pass adds to the slot's cache.
+    tokens: Vec<u32>,
+    /// Output rows, the chunk's last ones: its drafted tokens and the row before them (0 for a
+    /// chunk of a prompt or forced run that continues in the next pass).
+    outputs: usize,
 }
 
 /// What a request cut or refused by a shutdown is told.

@@ -69,6 +69,10 @@ pub struct Counters {
     /// Generated tokens schemajump forced (a grammar admitted only them; counted in
     /// `predicted_tokens` too).
     pub forced_tokens: AtomicU64,
+    /// Tokens schemajump drafted and a pass evaluated.
+    pub drafted: AtomicU64,
+    /// Of those, the tokens sampling confirmed (counted in `predicted_tokens` too).
+    pub draft_accepted: AtomicU64,
 }
 
 /// What front ends share with the scheduler thread.

@@ -20,9 +20,11 @@ pub(crate) struct Task<'t> {
     pub(crate) decoder: StreamDecoder<'t>,
     pub(crate) stop: StopScan,
     pub(crate) generated: usize,
-    /// The generated tokens whose K/V the next passes write (the sampled token and any tokens
-    /// schemajump forced after it); empty while the prompt is evaluated.
+    /// The generated tokens whose K/V the next passes write (the sampled token, any tokens
+    /// schemajump forced after it and its draft); empty while the prompt is evaluated.
     pub(crate) next: Vec<u32>,
+    /// How many tokens at the end of `next` schemajump drafted (to be verified by sampling).
+    pub(crate) draft: usize,
     /// The request's grammar, if it has one.
     pub(crate) grammar: Option<Constraint>,
     pub(crate) started: Instant,

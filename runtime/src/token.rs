@@ -1,7 +1,8 @@
 //! One generated token of a request: drawn from its logits by the request's sampler (within its
 //! grammar, or taken from its forced tokens), reported with its text once no stop string can
 //! still claim it, and the request's end when a stop rule says so; then, with schemajump, the
-//! tokens its grammar admits alone, taken without a pass each.
+//! tokens its grammar admits alone, taken without a pass each, and a draft of the text its
+//! grammar fixes next, which the next pass evaluates and the following rows verify.
 
 use std::sync::atomic::Ordering;
 use std::time::Instant;
@@ -40,20 +41,46 @@ fn log_probs(logits: &[f32], id: u32, n: usize, scratch: &mut Vec<(u32, f32)>) -
 /// over passes when it does not fit one).
 const MAX_FORCED_RUN: usize = 256;
 
+/// Most tokens schemajump drafts after one sampled token.
+const MAX_DRAFT: usize = 16;
+
 /// What every token of one step reports against.
 pub(crate) struct StepContext<'a, 't> {
     pub(crate) id_slot: usize,
     pub(crate) tok: &'t Tokenizer,
-    /// Positions the slot's cache holds after this pass.
+    /// Positions before this row's token that the slot's cache holds verified.
     pub(crate) n_cached: usize,
     pub(crate) n_ctx: usize,
     pub(crate) counters: &'a Counters,
     pub(crate) schemajump: bool,
+    /// Whether the model's state rewinds to any position, so refused drafted tokens can be
+    /// dropped (false for per-sequence state or pooled-key blocks: no drafts).
+    pub(crate) drafts: bool,
 }
 
-/// Samples the next token of `task` from `row`, reports it (and the tokens schemajump forces
-/// after it), and says whether the request ended.
-pub(crate) fn step(cx: &StepContext<'_, '_>, task: &mut Task<'_>, row: &[f32]) -> bool {
+/// What one output row did to its request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Row {
+    /// The token sampled from the row was the drafted one: already in the cache, and the next
+    /// row verifies the next drafted token.
+    Accepted,
+    /// A token was sampled (no draft here, or the draft refused); the tokens the next pass
+    /// evaluates are in `task.next`.
+    Sampled,
+    /// The request ended (its end is reported).
+    Ended,
+}
+
+/// Samples the next token of `task` from `row`, reports it, and says what that did. `drafted`
+/// is the token schemajump drafted for this position, if any: a sample equal to it is
+/// accepted. Otherwise the sample is followed by the tokens schemajump forces after it and a
+/// draft of the text the grammar fixes next, in `task.next` (`task.draft` of them drafted).
+pub(crate) fn step(
+    cx: &StepContext<'_, '_>,
+    task: &mut Task<'_>,
+    row: &[f32],
+    drafted: Option<u32>,
+) -> Row {
     let now = Instant::now();
     let first = *task.first_token.get_or_insert(now);
     if task.job.params.prompt_only {
@@ -63,7 +90,7 @@ pub(crate) fn step(cx: &StepContext<'_, '_>, task: &mut Task<'_>, row: &[f32]) -
             predicted_ms: 0.0,
             ..done
         }));
-        return true;
+        return Row::Ended;
     }
     let chosen = match task.job.params.forced.get(task.generated) {
         Some(&forced) => Ok(forced),
@@ -79,21 +106,30 @@ pub(crate) fn step(cx: &StepContext<'_, '_>, task: &mut Task<'_>, row: &[f32]) -
                 .job
                 .events
                 .send(Event::Failed(Failure::new(FailureKind::Internal, msg)));
-            return true;
+            return Row::Ended;
         }
     };
     let n_probs = task.job.params.n_probs;
     let probs = (n_probs > 0).then(|| log_probs(row, id, n_probs, &mut task.probs_scratch));
     task.next.clear();
+    task.draft = 0;
     if emit(cx, task, id, probs, first, now) {
-        return true;
+        return Row::Ended;
+    }
+    if drafted == Some(id) {
+        if let Some(g) = task.grammar.as_mut() {
+            g.accepted += 1;
+        }
+        cx.counters.draft_accepted.fetch_add(1, Ordering::Relaxed);
+        return Row::Accepted;
     }
     task.next.push(id);
-    // Log-probabilities need every token's logits, so a request that asks for them samples each.
-    if !cx.schemajump || task.job.params.n_probs > 0 {
-        return false;
+    if !cx.schemajump {
+        return Row::Sampled;
     }
-    while task.next.len() < MAX_FORCED_RUN {
+    // Log-probabilities need every token's logits, so a request that asks for them samples
+    // each: no forced tokens (drafted ones get their rows).
+    while task.job.params.n_probs == 0 && task.next.len() < MAX_FORCED_RUN {
         let Some(g) = task.grammar.as_mut() else {
             break;
         };
@@ -105,11 +141,27 @@ pub(crate) fn step(cx: &StepContext<'_, '_>, task: &mut Task<'_>, row: &[f32]) -
         g.forced += 1;
         cx.counters.forced_tokens.fetch_add(1, Ordering::Relaxed);
         if emit(cx, task, t, None, first, now) {
-            return true;
+            return Row::Ended;
         }
         task.next.push(t);
     }
-    false
+    if cx.drafts && task.job.params.forced.is_empty() {
+        // Rows past the request's last token or the context's end would be wasted (the
+        // context's: refused).
+        let left = task
+            .job
+            .params
+            .n_predict
+            .map_or(usize::MAX, |n| n.saturating_sub(task.generated + 1));
+        let room = cx.n_ctx.saturating_sub(cx.n_cached + task.next.len() + 1);
+        let max = MAX_DRAFT.min(left).min(room);
+        if let Some(g) = task.grammar.as_mut() {
+            let before = task.next.len();
+            g.draft(cx.tok, max, &mut task.next);
+            task.draft = task.next.len() - before;
+        }
+    }
+    Row::Sampled
 }
 
 /// The request's end as a `Finish`.
@@ -130,6 +182,8 @@ fn finish(
         n_cached: task.n_cached,
         n_predicted: task.generated,
         n_forced: task.grammar.as_ref().map_or(0, |g| g.forced),
+        n_drafted: task.grammar.as_ref().map_or(0, |g| g.drafted),
+        n_accepted: task.grammar.as_ref().map_or(0, |g| g.accepted),
         prompt_ms: (first - task.started).as_secs_f64() * 1e3,
         predicted_ms: (now - first).as_secs_f64() * 1e3,
         truncated,
@@ -164,6 +218,8 @@ fn emit(
         n_cached: task.n_cached,
         n_predicted: task.generated,
         n_forced: task.grammar.as_ref().map_or(0, |g| g.forced),
+        n_drafted: task.grammar.as_ref().map_or(0, |g| g.drafted),
+        n_accepted: task.grammar.as_ref().map_or(0, |g| g.accepted),
         prompt_ms: (first - task.started).as_secs_f64() * 1e3,
         predicted_ms: (now - first).as_secs_f64() * 1e3,
     };

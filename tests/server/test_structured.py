@@ -56,10 +56,13 @@ def test_schemajump_on_and_off_give_the_same_tokens(pair, temperature):
     for seed in range(6):
         a, b = complete(on, seed, temperature), complete(off, seed, temperature)
         assert a["tokens"] == b["tokens"] and a["content"] == b["content"]
-        assert b["timings"]["forced_n"] == 0
+        assert b["timings"]["forced_n"] == 0 and "draft_n" not in b["timings"]
+        assert a["timings"].get("draft_n_accepted", 0) <= a["timings"].get("draft_n", 0)
         forced += a["timings"]["forced_n"]
     assert forced > 0
-    assert "llamacpp:tokens_forced_total" in on.get("/metrics").text
+    metrics = on.get("/metrics").text
+    for name in ("tokens_forced_total", "tokens_drafted_total", "tokens_drafted_accepted_total"):
+        assert f"llamacpp:{name}" in metrics
 
 
 def test_grammar_field_and_chat_response_format(pair):

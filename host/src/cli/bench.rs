@@ -57,7 +57,7 @@ pub struct BenchArgs {
     pub placement: crate::flags::placement::PlacementArgs,
     /// A grammar or JSON schema: adds the test `js<n>` (each sequence generates greedily within
     /// the grammar, up to `-n` tokens; the rate counts every generated token, and stderr gives
-    /// the answer time and the fraction schemajump forced).
+    /// the answer time and the fraction schemajump forced or drafted and saw accepted).
     #[command(flatten)]
     pub grammar: crate::flags::grammar::GrammarArgs,
     /// Launch every op of every pass from the host instead of replaying captured device graphs
@@ -202,9 +202,14 @@ impl Tests {
         Ok(secs)
     }
 
-    /// (seconds, tokens, forced tokens) of every sequence generating within `grammar` after its
-    /// context, greedily, up to `n` tokens each (the grammar test).
-    fn grammar_once(&mut self, n: u32, grammar: &GrammarSpec) -> anyhow::Result<(f64, u32, usize)> {
+    /// (seconds, tokens, forced tokens, drafted tokens, accepted drafted tokens) of every
+    /// sequence generating within `grammar` after its context, greedily, up to `n` tokens each
+    /// (the grammar test).
+    fn grammar_once(
+        &mut self,
+        n: u32,
+        grammar: &GrammarSpec,
+    ) -> anyhow::Result<(f64, u32, usize, usize, usize)> {
         let mut requests = Vec::new();
         for slot in 0..self.context.len() {
             let mut prompt = self.context[slot].clone();
@@ -216,14 +221,16 @@ impl Tests {
             p.grammar = Some(grammar.clone());
             requests.push((prompt, p, Some(slot)));
         }
-        let (mut secs, mut tokens, mut forced) = (0f64, 0, 0);
+        let (mut secs, mut tokens, mut forced, mut drafted, mut accepted) = (0f64, 0, 0, 0, 0);
         for mut rx in self.runtime.submit_together_blocking(requests)? {
             let f = finish(&mut rx)?;
             secs = secs.max(f.predicted_ms / 1e3);
             tokens += f.n_predicted as u32;
             forced += f.n_forced;
+            drafted += f.n_drafted;
+            accepted += f.n_accepted;
         }
-        Ok((secs, tokens, forced))
+        Ok((secs, tokens, forced, drafted, accepted))
     }
 }
 
@@ -330,11 +337,12 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
                 (0, _) => (t.pp_once(n)?, tokens),
                 (1, _) | (_, None) => (t.tg_once(n)?, tokens),
                 (_, Some(g)) => {
-                    let (secs, made, forced) = t.grammar_once(n, g)?;
+                    let (secs, made, forced, drafted, accepted) = t.grammar_once(n, g)?;
                     eprintln!(
-                        "{name}: {made} tokens in {:.1} ms, {forced} forced ({:.1}%)",
+                        "{name}: {made} tokens in {:.1} ms, {forced} forced and {accepted} of \
+                         {drafted} drafted accepted ({:.1}% without a pass of their own)",
                         secs * 1e3,
-                        100.0 * forced as f64 / f64::from(made.max(1))
+                        100.0 * (forced + accepted) as f64 / f64::from(made.max(1))
                     );
                     (secs, made)
                 }

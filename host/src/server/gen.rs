@@ -127,6 +127,8 @@ pub fn timings(f: &Finish) -> Value {
         n_cached: f.n_cached,
         n_predicted: f.n_predicted,
         n_forced: f.n_forced,
+        n_drafted: f.n_drafted,
+        n_accepted: f.n_accepted,
         prompt_ms: f.prompt_ms,
         predicted_ms: f.predicted_ms,
     })
@@ -146,7 +148,7 @@ pub fn progress_timings(f: &Progress) -> Value {
     // As llama-server: the first token comes from the prompt's last pass, so the generation
     // rate is over the decode steps after it.
     let steps = f.n_predicted.saturating_sub(1);
-    json!({
+    let mut t = json!({
         "cache_n": f.n_cached,
         "prompt_n": n_prompt,
         "prompt_ms": f.prompt_ms,
@@ -158,7 +160,14 @@ pub fn progress_timings(f: &Progress) -> Value {
         "predicted_per_second": rate(f.predicted_ms, steps),
         // Of predicted_n, the tokens schemajump forced (the grammar admitted only them).
         "forced_n": f.n_forced,
-    })
+    });
+    // Schemajump's drafts, under llama-server's names for a speculative draft's counts (which
+    // it too gives only when something was drafted).
+    if f.n_drafted > 0 {
+        t["draft_n"] = json!(f.n_drafted);
+        t["draft_n_accepted"] = json!(f.n_accepted);
+    }
+    t
 }
 
 /// A token's text and bytes as llama-server reports them.

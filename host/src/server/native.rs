@@ -473,6 +473,18 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
             "Generated tokens schemajump forced (a grammar admitted only them).",
             get(&c.forced_tokens) as f64,
         ),
+        (
+            "counter",
+            "tokens_drafted_total",
+            "Tokens schemajump drafted (the text a grammar fixes) and a pass evaluated.",
+            get(&c.drafted) as f64,
+        ),
+        (
+            "counter",
+            "tokens_drafted_accepted_total",
+            "Drafted tokens that sampling confirmed.",
+            get(&c.draft_accepted) as f64,
+        ),
     ];
     let mut out = String::new();
     for (kind, name, help, v) in rows {
