@@ -28,7 +28,7 @@ pub fn catch<T>(
 }
 
 /// The text a panic carries (`panic!` with a literal or a format string), or a placeholder.
-fn panic_text(payload: &(dyn Any + Send)) -> String {
+pub(crate) fn panic_text(payload: &(dyn Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = payload.downcast_ref::<String>() {

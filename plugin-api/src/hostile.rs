@@ -10,6 +10,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::graph::{BatchShape, GraphKind};
+use crate::guard::panic_text;
 use crate::meta::{MetaValue, ModelFileView};
 use crate::model::{ModelInstance, SynthPreset};
 use crate::{DType, PluginError};
@@ -207,11 +208,7 @@ pub fn try_load<M: ModelInstance>(
     };
     match catch_unwind(AssertUnwindSafe(run)) {
         Ok(r) => Ok(r.is_ok()),
-        Err(payload) => Err(payload
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic without a message".to_owned())),
+        Err(payload) => Err(panic_text(payload.as_ref())),
     }
 }
 
