@@ -124,8 +124,13 @@ fn run_child(plugins: &Path, args: &[&str]) -> Outcome {
         return Outcome::Bad(format!("killed by a signal ({status}): {}", tail()));
     };
     let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("error:")).collect();
-    if errors.len() != 1 {
+    let [line] = errors[..] else {
         return Outcome::Bad(format!("exit {code} without one named error: {}", tail()));
+    };
+    // A cause printed twice (the message and again as its source) ends the line twice.
+    let end = &line[line.char_indices().rev().nth(39).map_or(0, |(i, _)| i)..];
+    if line.matches(end).count() > 1 {
+        return Outcome::Bad(format!("the error repeats itself: {line}"));
     }
     Outcome::Named
 }
