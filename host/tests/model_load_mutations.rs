@@ -44,9 +44,12 @@ impl Rng {
     }
 }
 
-/// Where the numbers sit in the header, as (byte offset, width): the integer keys of `arch`, then
-/// the tensors' extents.
-fn number_fields(file: &GgufFile, arch: &str) -> (Vec<(usize, usize)>, Vec<(usize, usize)>) {
+/// Where numbers sit in a header: (byte offset, width) of each.
+type Fields = Vec<(usize, usize)>;
+
+/// The numbers of the header: the integer keys of `arch` (array elements included), then the
+/// tensors' extents.
+fn number_fields(file: &GgufFile, arch: &str) -> (Fields, Fields) {
     let (mut keys, mut dims) = (Vec::new(), Vec::new());
     for e in file.metadata().entries() {
         if !e.key.starts_with(&format!("{arch}.")) {
