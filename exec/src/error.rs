@@ -36,23 +36,24 @@ pub enum ModelError {
         /// The file.
         path: String,
     },
-    /// The model plugin refused the file.
-    #[error("{path}: the `{plugin}` plugin cannot load it: {source}")]
+    /// The model plugin refused the file. (The plugin's error is part of the message, not a
+    /// `source`, so that `{:#}` does not print it twice.)
+    #[error("{path}: the `{plugin}` plugin cannot load it: {error}")]
     Plugin {
         /// The file.
         path: String,
         /// The model plugin.
         plugin: String,
         /// Its error.
-        source: PluginError,
+        error: PluginError,
     },
     /// A device operation failed.
-    #[error("{context}: {source}")]
+    #[error("{context}: {error}")]
     Device {
         /// What was being done.
         context: String,
         /// The plugin's error.
-        source: PluginError,
+        error: PluginError,
     },
     /// Preparing or running a graph failed.
     #[error(transparent)]
@@ -69,7 +70,10 @@ impl From<TierError> for ModelError {
     fn from(e: TierError) -> Self {
         match e {
             TierError::Plan(p) => ModelError::Plan(p),
-            TierError::Device { context, source } => ModelError::Device { context, source },
+            TierError::Device { context, source } => ModelError::Device {
+                context,
+                error: source,
+            },
             other => ModelError::Request(other.to_string()),
         }
     }
@@ -77,8 +81,8 @@ impl From<TierError> for ModelError {
 
 /// Maps a device error to [`ModelError::Device`] with what was being done.
 pub(crate) fn device_err(context: &str) -> impl FnOnce(PluginError) -> ModelError + '_ {
-    move |source| ModelError::Device {
+    move |error| ModelError::Device {
         context: context.to_owned(),
-        source,
+        error,
     }
 }

@@ -257,10 +257,10 @@ impl LoadedModel {
                 .instance
                 .build_graph(shape)
                 .into_result()
-                .map_err(|source| ModelError::Plugin {
+                .map_err(|error| ModelError::Plugin {
                     path: self.file.parts()[0].path().display().to_string(),
                     plugin: self.plugin.clone(),
-                    source,
+                    error,
                 })?;
             let bind = Bindings {
                 weights: &self.weights,

@@ -30,10 +30,10 @@ pub fn instantiate(
     check_hyperparameters(file, arch, shown)?;
     plugin.module.load()(&view::file_view(file))
         .into_result()
-        .map_err(|source| ModelError::Plugin {
+        .map_err(|error| ModelError::Plugin {
             path: shown.to_owned(),
             plugin: plugin.name.clone(),
-            source,
+            error,
         })
 }
 

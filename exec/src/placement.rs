@@ -134,10 +134,10 @@ pub(crate) fn plan_for(
                 kind: GraphKind::Main,
             })
             .into_result()
-            .map_err(|source| ModelError::Plugin {
+            .map_err(|error| ModelError::Plugin {
                 path: path.to_owned(),
                 plugin: plugin.to_owned(),
-                source,
+                error,
             })
     };
     let decode = graph_of(1)?;

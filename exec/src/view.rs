@@ -2,7 +2,7 @@
 //! [`ModelFileView`]. The tokenizer's large arrays stay with the host.
 
 use abi_stable::std_types::RVec;
-use bloomery_gguf::{Array, GgufModel, Value};
+use bloomery_gguf::{Array, GgufModel, Metadata, Value};
 use bloomery_plugin_api::meta::{MetaEntry, MetaValue, ModelFileView, TensorInfo};
 
 /// Keys the host keeps to itself (vocabulary arrays of up to ~250k entries).
@@ -60,8 +60,16 @@ pub fn meta_value(v: &Value) -> MetaValue {
 
 /// The view of a model for its plugin.
 pub fn file_view(model: &GgufModel) -> ModelFileView {
-    let metadata: RVec<MetaEntry> = model
-        .metadata()
+    header_view(model.metadata(), model.tensors().iter().map(|t| &t.info))
+}
+
+/// The view of a model for its plugin from a parsed header's metadata and tensor infos (the
+/// fuzz target `fuzz/fuzz_targets/model_load.rs` builds it from arbitrary bytes).
+pub fn header_view<'a>(
+    metadata: &Metadata,
+    tensors: impl Iterator<Item = &'a bloomery_gguf::TensorInfo>,
+) -> ModelFileView {
+    let metadata: RVec<MetaEntry> = metadata
         .entries()
         .iter()
         .filter(|e| !HOST_ONLY.contains(&e.key.as_str()))
@@ -70,18 +78,16 @@ pub fn file_view(model: &GgufModel) -> ModelFileView {
             value: meta_value(&e.value),
         })
         .collect();
-    let tensors: RVec<TensorInfo> = model
-        .tensors()
-        .iter()
+    let tensors: RVec<TensorInfo> = tensors
         .map(|t| {
             let mut ne = [1u64; 4];
-            for (d, &x) in t.info.shape.iter().take(4).enumerate() {
+            for (d, &x) in t.shape.iter().take(4).enumerate() {
                 ne[d] = x;
             }
             TensorInfo {
-                name: t.info.name.as_str().into(),
-                dtype: t.info.dtype,
-                n_dims: t.info.shape.len() as u32,
+                name: t.name.as_str().into(),
+                dtype: t.dtype,
+                n_dims: t.shape.len() as u32,
                 ne,
             }
         })

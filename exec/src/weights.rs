@@ -33,7 +33,7 @@ pub fn weight_tensor<'f>(
     let t = file.tensor(name).ok_or_else(|| ModelError::Plugin {
         path: file.parts()[0].path().display().to_string(),
         plugin: spec.architecture.to_string(),
-        source: PluginError::MissingTensor { name: name.into() },
+        error: PluginError::MissingTensor { name: name.into() },
     })?;
     let mut ne = [1u64; 4];
     for (d, &x) in t.info.shape.iter().take(4).enumerate() {

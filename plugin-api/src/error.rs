@@ -5,7 +5,8 @@ use abi_stable::StableAbi;
 use std::fmt;
 
 /// An error returned by a plugin entry point. No panic crosses the boundary: every fallible call
-/// returns `RResult<_, PluginError>`.
+/// returns `RResult<_, PluginError>`, and a model plugin's boundary turns a panic into
+/// [`PluginError::Panicked`].
 #[repr(C, u8)]
 #[derive(StableAbi, Clone, Debug, PartialEq)]
 pub enum PluginError {
@@ -58,6 +59,14 @@ pub enum PluginError {
         /// The driver's message.
         message: RString,
     },
+    /// The plugin panicked; its export boundary caught the panic ([`crate::guard`]) so that it
+    /// did not unwind into the host.
+    Panicked {
+        /// The plugin's name.
+        plugin: RString,
+        /// The entry point that panicked and the panic's message: ``in `load`: …``.
+        message: RString,
+    },
 }
 
 impl PluginError {
@@ -108,6 +117,9 @@ impl fmt::Display for PluginError {
                 "out of device memory: asked for {requested} bytes, {available} free"
             ),
             PluginError::Device { message } => write!(f, "device error: {message}"),
+            PluginError::Panicked { plugin, message } => {
+                write!(f, "plugin `{plugin}` panicked {message}")
+            }
         }
     }
 }

@@ -2,10 +2,15 @@
 //! with errors that name them, the checks every transformer needs (head counts, expert counts),
 //! per-layer patterns, the rotary settings, and the sizes read from the tensors the file holds.
 //!
+//! Every count a plugin sizes a table or a shape by is checked against the tensor that carries it
+//! before anything is allocated ([`ArchKeys::agrees`], [`ArchKeys::carried_by`]): a crafted file
+//! whose `block_count` is 2^31 − 1 or whose head count overflows a width is a named error (the
+//! key, its value and what the tensor says), not an allocation that ends the process.
+//!
 //! A plugin's `hparams.rs` reads the common part with [`LmHParams::read`] and adds the keys its
 //! architecture has on top, through the same [`ArchKeys`].
 
-use crate::meta::{MetaValue, ModelFileView};
+use crate::meta::{MetaValue, ModelFileView, TensorInfo};
 use crate::model::HParams as Summary;
 use crate::op::{AttentionParams, RopeMode, RopeParams};
 use crate::PluginError;
@@ -100,6 +105,60 @@ impl<'a> ArchKeys<'a> {
         }
     }
 
+    /// Checks `name`'s `value` against the file's tensors: `implied`, the extent the value gives
+    /// (`None` when computing it overflowed), must equal extent `axis` of `tensor`. A file
+    /// without the tensor passes: the weight table names a missing tensor.
+    pub fn agrees(
+        &self,
+        name: &str,
+        value: u64,
+        implied: Option<u64>,
+        tensor: Option<&TensorInfo>,
+        axis: usize,
+    ) -> Result<(), PluginError> {
+        let Some(t) = tensor else {
+            return Ok(());
+        };
+        let extent = t.ne.get(axis).copied().unwrap_or(1);
+        if implied == Some(extent) {
+            return Ok(());
+        }
+        let gives = match implied {
+            Some(x) if x == value => String::new(),
+            Some(x) => format!(" (the value gives {x})"),
+            None => " (the value overflows it)".to_owned(),
+        };
+        Err(self.bad(
+            name,
+            format!(
+                "{value} disagrees with tensor `{}`, whose extent {axis} is {extent}{gives}",
+                t.name
+            ),
+        ))
+    }
+
+    /// Checks `name`'s `value` against extent `axis` of the lowest layer's `blk.N.{suffix}`
+    /// tensor, the tensor that carries it ([`ArchKeys::agrees`]); returns the value.
+    pub fn carried_by(
+        &self,
+        name: &str,
+        value: u32,
+        suffix: &str,
+        axis: usize,
+    ) -> Result<u32, PluginError> {
+        let v = u64::from(value);
+        let t = self.view.first_layer_tensor(suffix);
+        self.agrees(name, v, Some(v), t, axis)?;
+        Ok(value)
+    }
+
+    /// A required positive `u32` (an FFN's width) checked against extent `axis` of the lowest
+    /// layer's `blk.N.{suffix}` tensor ([`ArchKeys::carried_by`]).
+    pub fn width(&self, name: &str, suffix: &str, axis: usize) -> Result<u32, PluginError> {
+        let v = self.positive(name)?;
+        self.carried_by(name, v, suffix, axis)
+    }
+
     /// One flag per layer from `name`: an array of one flag per layer (booleans or integers), or a
     /// period as [`periodic_flags`] reads it (`default_period` when the key is absent).
     pub fn layer_flags(
@@ -154,7 +213,9 @@ pub struct AttentionShape {
 impl AttentionShape {
     /// Reads `attention.head_count` (positive), `attention.head_count_kv` (default: the query
     /// heads; must divide them), `attention.key_length` (default `n_embd / n_head`) and
-    /// `attention.value_length` (default and only value: the key length).
+    /// `attention.value_length` (default and only value: the key length), each checked against
+    /// the first attention layer's tensors: the key length against `attn_k_norm` (when the file
+    /// has one), the query width against `attn_output`, the key width against `attn_k`.
     pub fn read(keys: &ArchKeys<'_>, n_embd: u32) -> Result<Self, PluginError> {
         let n_head = keys.positive("attention.head_count")?;
         let head_dim = keys.u32_or("attention.key_length", n_embd / n_head)?;
@@ -170,6 +231,14 @@ impl AttentionShape {
             "attention.head_count_kv",
             || format!("{n_head_kv} KV heads do not divide {n_head} heads"),
         )?;
+        let first = |suffix: &str| keys.view().first_layer_tensor(suffix);
+        keys.carried_by("attention.key_length", head_dim, "attn_k_norm.weight", 0)?;
+        let hd = u64::from(head_dim);
+        let (nh, nkv) = (u64::from(n_head), u64::from(n_head_kv));
+        let q = first("attn_output.weight");
+        keys.agrees("attention.head_count", nh, hd.checked_mul(nh), q, 0)?;
+        let k = first("attn_k.weight");
+        keys.agrees("attention.head_count_kv", nkv, hd.checked_mul(nkv), k, 1)?;
         Ok(AttentionShape {
             n_head,
             n_head_kv,
@@ -211,13 +280,22 @@ pub struct LmHParams {
 }
 
 impl LmHParams {
-    /// Reads `block_count`, `embedding_length`, `context_length` (optional), the attention heads
+    /// Reads `block_count` (at most the layers the tensors name), `embedding_length` (the
+    /// embedding's columns), `context_length` (optional), the attention heads
     /// ([`AttentionShape::read`]) and `attention.layer_norm_rms_epsilon`, and the vocabulary from
     /// the embedding's rows ([`vocab_rows`]).
     pub fn read(keys: &ArchKeys<'_>) -> Result<Self, PluginError> {
-        let n_embd = keys.u32("embedding_length")?;
+        let n_layer = keys.u32("block_count")?;
+        let named = keys.view().layers_named();
+        keys.check(u64::from(n_layer) <= named, "block_count", || {
+            format!("{n_layer} layers, but the file's tensors name {named}")
+        })?;
+        let n_embd = keys.positive("embedding_length")?;
+        let e = u64::from(n_embd);
+        let embd = keys.view().tensor("token_embd.weight");
+        keys.agrees("embedding_length", e, Some(e), embd, 0)?;
         Ok(LmHParams {
-            n_layer: keys.u32("block_count")?,
+            n_layer,
             n_embd,
             n_ctx_train: keys.u32_or("context_length", 0)?,
             n_vocab: vocab_rows(keys.view())?,
@@ -275,8 +353,9 @@ pub struct Experts {
 }
 
 impl Experts {
-    /// Reads `expert_count`, `expert_used_count` (1 to the expert count),
-    /// `expert_feed_forward_length` and `expert_weights_scale` (optional).
+    /// Reads `expert_count` (the router's rows), `expert_used_count` (1 to the expert count),
+    /// `expert_feed_forward_length` (the down stacks' columns) and `expert_weights_scale`
+    /// (optional).
     pub fn read(keys: &ArchKeys<'_>) -> Result<Self, PluginError> {
         let n_expert_used = keys.u32("expert_used_count")?;
         let n_expert = keys.u32("expert_count")?;
@@ -285,11 +364,12 @@ impl Experts {
             "expert_used_count",
             || format!("{n_expert_used} experts used of {n_expert}"),
         )?;
+        keys.carried_by("expert_count", n_expert, "ffn_gate_inp.weight", 1)?;
         let scale = keys.f32_or("expert_weights_scale", 0.0)?;
         Ok(Experts {
             n_expert,
             n_expert_used,
-            n_ff_exp: keys.u32("expert_feed_forward_length")?,
+            n_ff_exp: keys.width("expert_feed_forward_length", "ffn_down_exps.weight", 0)?,
             weights_scale: if scale == 0.0 { 1.0 } else { scale },
         })
     }
@@ -303,10 +383,16 @@ pub struct RopeConfig {
 }
 
 impl RopeConfig {
-    /// Reads `rope.dimension_count` (default `head_dim`), `rope.freq_base`, and linear or YaRN
-    /// scaling (`rope.scaling.type`, `.factor`, `.original_context_length`).
+    /// Reads `rope.dimension_count` (default `head_dim`; even and at most `head_dim`),
+    /// `rope.freq_base`, and linear or YaRN scaling (`rope.scaling.type`, `.factor`,
+    /// `.original_context_length`).
     pub fn read(keys: &ArchKeys<'_>, mode: RopeMode, head_dim: u32) -> Result<Self, PluginError> {
         let n_dims = keys.u32_or("rope.dimension_count", head_dim)?;
+        keys.check(
+            n_dims <= head_dim && n_dims.is_multiple_of(2),
+            "rope.dimension_count",
+            || format!("{n_dims} rotated dims of a {head_dim}-wide head (even, at most the head)"),
+        )?;
         let freq_base = keys.f32_or("rope.freq_base", 10000.0)?;
         let scaling = match keys.get("rope.scaling.type") {
             Some(v) => v.as_str().unwrap_or("none").to_owned(),
@@ -350,19 +436,23 @@ mod tests {
     use crate::meta::{MetaEntry, TensorInfo};
     use crate::DType;
 
+    /// A view of `entries` (under the architecture `a`) whose tensors are the embedding
+    /// `[64, 100]` and one norm in each of layers 0 to 2.
     fn view(entries: &[(&str, MetaValue)]) -> ModelFileView {
+        let tensor = |name: &str, ne: [u64; 4]| TensorInfo {
+            name: name.into(),
+            dtype: DType::F32,
+            n_dims: 2,
+            ne,
+        };
+        let mut tensors = vec![tensor("token_embd.weight", [64, 100, 1, 1])];
+        tensors.extend((0..3).map(|il| tensor(&format!("blk.{il}.attn_norm.weight"), [64; 4])));
         ModelFileView {
             metadata: entries
                 .iter()
                 .map(|(k, v)| MetaEntry::new(&format!("a.{k}"), v.clone()))
                 .collect(),
-            tensors: vec![TensorInfo {
-                name: "token_embd.weight".into(),
-                dtype: DType::F32,
-                n_dims: 2,
-                ne: [64, 100, 1, 1],
-            }]
-            .into(),
+            tensors: tensors.into(),
         }
     }
 
@@ -423,6 +513,58 @@ mod tests {
     }
 
     #[test]
+    fn counts_the_tensors_contradict_are_named_errors_with_what_the_tensor_says() {
+        let err = |extra: &[(&str, MetaValue)], view_edit: &dyn Fn(&mut ModelFileView)| {
+            let mut e = vec![
+                ("block_count", MetaValue::U32(3)),
+                ("embedding_length", MetaValue::U32(64)),
+                ("attention.head_count", MetaValue::U32(4)),
+                ("attention.layer_norm_rms_epsilon", MetaValue::F32(1e-6)),
+            ];
+            e.retain(|(k, _)| extra.iter().all(|(x, _)| x != k));
+            e.extend(extra.iter().cloned());
+            let mut v = view(&e);
+            view_edit(&mut v);
+            LmHParams::read(&ArchKeys::new(&v, "a"))
+                .unwrap_err()
+                .to_string()
+        };
+        let none = |_: &mut ModelFileView| {};
+        assert_eq!(
+            err(&[("block_count", MetaValue::U32(i32::MAX as u32))], &none),
+            "metadata key `a.block_count`: 2147483647 layers, but the file's tensors name 3"
+        );
+        assert_eq!(
+            err(&[("embedding_length", MetaValue::U32(65))], &none),
+            "metadata key `a.embedding_length`: 65 disagrees with tensor `token_embd.weight`, \
+             whose extent 0 is 64"
+        );
+        let attn_output = |v: &mut ModelFileView| {
+            v.tensors.push(TensorInfo {
+                name: "blk.1.attn_output.weight".into(),
+                dtype: DType::F32,
+                n_dims: 2,
+                ne: [64, 64, 1, 1],
+            })
+        };
+        let huge = [
+            ("attention.head_count", MetaValue::U32(u32::MAX)),
+            ("attention.key_length", MetaValue::U32(u32::MAX)),
+            ("attention.value_length", MetaValue::U32(u32::MAX)),
+            ("attention.head_count_kv", MetaValue::U32(1)),
+        ];
+        assert_eq!(
+            err(&huge, &attn_output),
+            "metadata key `a.attention.head_count`: 4294967295 disagrees with tensor \
+             `blk.1.attn_output.weight`, whose extent 0 is 64 (the value gives \
+             18446744065119617025)"
+        );
+        // A layer missing in the middle: only the layers before it count.
+        let gap = |v: &mut ModelFileView| v.tensors.retain(|t| !t.name.starts_with("blk.1."));
+        assert!(err(&[], &gap).contains("3 layers, but the file's tensors name 1"));
+    }
+
+    #[test]
     fn experts_used_must_be_between_one_and_the_expert_count() {
         let keys = |used: u32| {
             view(&[
@@ -439,6 +581,19 @@ mod tests {
             let e = Experts::read(&ArchKeys::new(&v, "a")).unwrap_err();
             assert!(e.to_string().contains("a.expert_used_count"), "{e}");
         }
+        let mut v = keys(2);
+        v.tensors.push(TensorInfo {
+            name: "blk.0.ffn_gate_inp.weight".into(),
+            dtype: DType::F32,
+            n_dims: 2,
+            ne: [64, 4, 1, 1],
+        });
+        let e = Experts::read(&ArchKeys::new(&v, "a")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "metadata key `a.expert_count`: 8 disagrees with tensor `blk.0.ffn_gate_inp.weight`, \
+             whose extent 1 is 4"
+        );
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //!
 //! Model plugins are made of compile-time helpers that never cross the boundary: [`hparams`]
 //! (keys and their checks), [`weights`] (the weight table), [`builders`] (graph blocks),
-//! [`synth`] (presets) and [`kv_model`] (the loaded model of a K/V-cache architecture);
+//! [`synth`] (presets), [`kv_model`] (the loaded model of a K/V-cache architecture) and
+//! [`hostile`] (the crafted files a loader's tests must survive);
 //! `docs/new-architecture.md` shows how they fit.
 #![allow(non_local_definitions)]
 
@@ -19,6 +20,8 @@ pub mod builders;
 pub mod dtype;
 pub mod error;
 pub mod graph;
+pub mod guard;
+pub mod hostile;
 pub mod hparams;
 pub mod kernel;
 pub mod kv_model;
@@ -35,7 +38,7 @@ pub use error::PluginError;
 
 /// The ABI version of this crate: a plugin is loaded only when its version equals the host's.
 /// Any change to a type that crosses the boundary (the op set included) bumps it.
-pub const ABI_VERSION: u32 = 7;
+pub const ABI_VERSION: u32 = 8;
 
 /// `bloomery_plugin_kind` of a model plugin.
 pub const PLUGIN_KIND_MODEL: u32 = 1;
@@ -48,7 +51,8 @@ pub const ABI_VERSION_SYMBOL: &[u8] = b"bloomery_abi_version\0";
 pub const PLUGIN_KIND_SYMBOL: &[u8] = b"bloomery_plugin_kind\0";
 
 /// Exports a model plugin: the ABI symbols and the root module, from the plugin's name, the
-/// architectures it serves, its synth presets and its loader:
+/// architectures it serves, its synth presets and its loader. The loader and the loaded model's
+/// entry points run under [`guard`]: a panic comes back as [`PluginError::Panicked`].
 ///
 /// ```text
 /// bloomery_plugin_api::export_model_plugin! {
@@ -99,14 +103,14 @@ macro_rules! export_model_plugin {
         extern "C" fn __bloomery_load(
             view: &$crate::meta::ModelFileView,
         ) -> $crate::abi_stable::std_types::RResult<$crate::model::ModelInstanceBox, $crate::PluginError> {
-            $load(view)
-                .map(|m| {
-                    $crate::model::ModelInstance_TO::from_value(
-                        m,
-                        $crate::abi_stable::sabi_trait::TD_Opaque,
-                    )
-                })
-                .into()
+            $crate::guard::catch($name, "load", || {
+                let model = $crate::guard::Guarded::new($name, $load(view)?)?;
+                Ok($crate::model::ModelInstance_TO::from_value(
+                    model,
+                    $crate::abi_stable::sabi_trait::TD_Opaque,
+                ))
+            })
+            .into()
         }
 
         /// The root module.

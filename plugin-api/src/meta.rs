@@ -261,6 +261,34 @@ impl ModelFileView {
         self.tensors.iter().find(|t| t.name.as_str() == name)
     }
 
+    /// The `blk.N.{suffix}` tensor of the lowest layer `N` that has one (the first tensor that
+    /// carries a per-layer hyperparameter).
+    pub fn first_layer_tensor(&self, suffix: &str) -> Option<&TensorInfo> {
+        self.tensors
+            .iter()
+            .filter_map(|t| {
+                let (n, rest) = t.name.as_str().strip_prefix("blk.")?.split_once('.')?;
+                (rest == suffix).then_some((n.parse::<u64>().ok()?, t))
+            })
+            .min_by_key(|(n, _)| *n)
+            .map(|(_, t)| t)
+    }
+
+    /// Layers the tensors name: the `N` such that layers 0 to `N − 1` each have a `blk.{i}.…`
+    /// tensor (the GGUF naming every architecture follows). It never exceeds the tensor count, so
+    /// a table sized by it is as large as the file's header at most.
+    pub fn layers_named(&self) -> u64 {
+        let named: std::collections::HashSet<u64> = self
+            .tensors
+            .iter()
+            .filter_map(|t| {
+                let (n, _) = t.name.as_str().strip_prefix("blk.")?.split_once('.')?;
+                n.parse::<u64>().ok()
+            })
+            .collect();
+        (0..).take_while(|i| named.contains(i)).count() as u64
+    }
+
     fn require(&self, key: &str) -> Result<&MetaValue, PluginError> {
         self.get(key)
             .ok_or_else(|| PluginError::MissingKey { key: key.into() })

@@ -136,14 +136,20 @@ impl PresetBuilder {
             tensors: RVec::new(),
         };
         let n_embd = view.u32(&format!("{}.embedding_length", self.arch))?;
+        let n_layer = view.u32(&format!("{}.block_count", self.arch))?;
+        let tensor = |name: String, ne: [u64; 4]| TensorInfo {
+            name: name.into(),
+            dtype: DType::F32,
+            n_dims: 2,
+            ne,
+        };
+        // The embedding, and one stand-in tensor per layer so that the hyperparameter checks
+        // against the file's tensors see the layers the preset declares.
+        let embd = [u64::from(n_embd), u64::from(self.n_vocab), 1, 1];
+        let mut tensors = vec![tensor("token_embd.weight".into(), embd)];
+        tensors.extend((0..n_layer).map(|il| tensor(format!("blk.{il}.synth"), [1; 4])));
         let view = ModelFileView {
-            tensors: vec![TensorInfo {
-                name: "token_embd.weight".into(),
-                dtype: DType::F32,
-                n_dims: 2,
-                ne: [u64::from(n_embd), u64::from(self.n_vocab), 1, 1],
-            }]
-            .into(),
+            tensors: tensors.into(),
             ..view
         };
         let mut table = WeightTable::synth(&self.optional);

@@ -24,7 +24,7 @@ impl ArchHParams for HParams {
         let keys = ArchKeys::new(view, ARCH);
         Ok(HParams {
             lm: LmHParams::read(&keys)?,
-            n_ff: keys.positive("feed_forward_length")?,
+            n_ff: keys.width("feed_forward_length", "ffn_down.weight", 0)?,
         })
     }
 

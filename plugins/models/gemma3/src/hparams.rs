@@ -59,7 +59,7 @@ impl HParams {
             1.0 / (lm.attn.head_dim as f32).sqrt()
         };
         Ok(HParams {
-            n_ff: keys.u32("feed_forward_length")?,
+            n_ff: keys.width("feed_forward_length", "ffn_down.weight", 0)?,
             sliding_window,
             is_swa,
             freq_base_swa: keys.f32_or("rope.freq_base_swa", DEFAULT_FREQ_BASE_SWA)?,

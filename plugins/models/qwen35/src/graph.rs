@@ -135,7 +135,7 @@ fn delta_net(
     let rows = g.ne(x)[1];
     let (dk, dv) = (u64::from(s.dk), u64::from(s.dv));
     let (hk, hv) = (u64::from(s.n_head_k), u64::from(s.n_head_v));
-    let ch = u64::from(s.conv_channels());
+    let ch = s.conv_channels();
     let wqkv = g.w(&d.wqkv)?;
     let qkv = g.matmul("linear_attn_qkv_mixed", wqkv, x)?;
     let wgate = g.w(&d.wgate)?;

@@ -43,14 +43,15 @@ pub struct Gdn {
 }
 
 impl Gdn {
-    /// Channels of the convolution: queries, keys and values side by side.
-    pub fn conv_channels(&self) -> u32 {
-        2 * self.n_head_k * self.dk + self.n_head_v * self.dv
+    /// Channels of the convolution: queries, keys and values side by side (at most three times
+    /// `ssm.inner_size`, a `u32`, so it cannot overflow).
+    pub fn conv_channels(&self) -> u64 {
+        2 * u64::from(self.n_head_k) * u64::from(self.dk) + self.value_width()
     }
 
     /// Width of the value (and output gate) projection.
-    pub fn value_width(&self) -> u32 {
-        self.n_head_v * self.dv
+    pub fn value_width(&self) -> u64 {
+        u64::from(self.n_head_v) * u64::from(self.dv)
     }
 }
 
@@ -72,8 +73,8 @@ pub struct HParams {
 }
 
 impl HParams {
-    /// Reads the keys of a file whose architecture is `arch`; a missing or inconsistent key is a
-    /// named error.
+    /// Reads the keys of a file whose architecture is `arch`; a missing or inconsistent key, or
+    /// one the tensors that carry it contradict, is a named error.
     pub fn from_view(view: &ModelFileView, arch: &'static str) -> Result<Self, PluginError> {
         let keys = ArchKeys::new(view, arch);
         let mut lm = LmHParams::read(&keys)?;
@@ -98,8 +99,11 @@ impl HParams {
             "ssm.inner_size",
             || format!("{d_inner} is not {n_head_v} value heads × {d_state}"),
         )?;
+        keys.carried_by("ssm.time_step_rank", n_head_v, "ssm_a", 0)?;
+        keys.carried_by("ssm.state_size", d_state, "ssm_norm.weight", 0)?;
         let taps = keys.u32("ssm.conv_kernel")?;
         keys.check(taps >= 2, "ssm.conv_kernel", || format!("{taps} taps"))?;
+        keys.carried_by("ssm.conv_kernel", taps, "ssm_conv1d.weight", 0)?;
         let gdn = Gdn {
             taps,
             n_head_k,
@@ -109,13 +113,15 @@ impl HParams {
         };
         let ffn = if arch == ARCH_MOE {
             let experts = Experts::read(&keys)?;
+            let shexp = "expert_shared_feed_forward_length";
+            let n_ff_shexp = keys.u32_or(shexp, experts.n_ff_exp)?;
             Ffn::Moe {
-                n_ff_shexp: keys.u32_or("expert_shared_feed_forward_length", experts.n_ff_exp)?,
+                n_ff_shexp: keys.carried_by(shexp, n_ff_shexp, "ffn_down_shexp.weight", 0)?,
                 experts,
             }
         } else {
             Ffn::Dense {
-                n_ff: keys.u32("feed_forward_length")?,
+                n_ff: keys.width("feed_forward_length", "ffn_down.weight", 0)?,
             }
         };
         Ok(HParams {

@@ -53,8 +53,9 @@ impl Qwen35 {
         let keys = ArchKeys::new(view, arch);
         let mut rope = RopeConfig::read(&keys, RopeMode::Imrope, hp.lm.attn.head_dim)?.params;
         let sections = keys.u32_array_or_empty("rope.dimension_sections")?;
+        let rotated: u64 = sections.iter().map(|&s| 2 * u64::from(s)).sum();
         keys.check(
-            sections.len() <= 4 && sections.iter().sum::<u32>() * 2 <= rope.n_dims,
+            sections.len() <= 4 && rotated <= u64::from(rope.n_dims),
             "rope.dimension_sections",
             || format!("{sections:?} does not fit {} rotated dims", rope.n_dims),
         )?;
@@ -107,13 +108,38 @@ bloomery_plugin_api::export_model_plugin! {
     load: Qwen35::load,
 }
 
+/// The test binary refuses any one allocation over 1 GiB, so that the hostile-file test fails
+/// on a table sized by a hostile count.
+#[cfg(test)]
+#[global_allocator]
+static ALLOC: bloomery_plugin_api::hostile::CappedAlloc =
+    bloomery_plugin_api::hostile::CappedAlloc::new(1 << 30);
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bloomery_plugin_api::hostile::check_hostile;
     use bloomery_plugin_api::synth::check_presets;
+    use bloomery_plugin_api::DType;
 
     #[test]
     fn every_preset_loads_with_its_declared_weights() {
         check_presets(&synth::presets(), Qwen35::load).unwrap();
+    }
+
+    #[test]
+    fn hostile_keys_and_shapes_end_in_named_errors_never_in_a_panic() {
+        let presets = synth::presets();
+        for arch in [ARCH_MOE, ARCH_DENSE] {
+            let tiny = presets
+                .iter()
+                .find(|p| {
+                    p.name.as_str() == "tiny" && p.file_view(DType::F32).architecture() == Ok(arch)
+                })
+                .unwrap();
+            let r = check_hostile(tiny, arch, Qwen35::load, 300, 0x5eed).unwrap();
+            println!("{arch}: {r:?}");
+            assert!(r.loaded > 0 && r.refused > 0, "{r:?}");
+        }
     }
 }

@@ -47,7 +47,7 @@ pub fn declare(hp: &HParams) -> (RVec<StateDecl>, Vec<LayerState>) {
                 conv: add(
                     "conv_state",
                     StateKind::Conv,
-                    u64::from(g.conv_channels()) * u64::from(g.taps - 1),
+                    g.conv_channels() * u64::from(g.taps - 1),
                 ),
                 ssm: add(
                     "ssm_state",

@@ -107,8 +107,8 @@ pub fn declare(t: &mut WeightTable<'_>, hp: &HParams) -> Result<Weights, PluginE
 fn delta_net(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<DeltaNet, PluginError> {
     let g = hp.gdn;
     let e = u64::from(hp.lm.n_embd);
-    let ch = u64::from(g.conv_channels());
-    let vw = u64::from(g.value_width());
+    let ch = g.conv_channels();
+    let vw = g.value_width();
     let hv = u64::from(g.n_head_v);
     Ok(DeltaNet {
         wqkv: l.weight("attn_qkv", C::Attention, &[e, ch])?,
