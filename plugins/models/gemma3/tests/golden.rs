@@ -75,7 +75,8 @@ fn load(model: &Path, kv_type: DType) -> LoadedModel {
     let opts = LoadOptions {
         n_slots: 1,
         ctx_per_slot: 256,
-        kv_type,
+        kv_type_k: kv_type,
+        kv_type_v: kv_type,
         threads: 0,
         graphs: true,
         mlock: false,
