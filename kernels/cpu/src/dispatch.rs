@@ -489,7 +489,9 @@ fn delta_rule(
 }
 
 /// The names of [`crate::quant::KV_CACHE_TYPES`], for refusals.
-const KV_CACHE_NAMES: [&str; 8] = ["F32", "F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL"];
+const KV_CACHE_NAMES: [&str; 8] = [
+    "F32", "F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL",
+];
 
 fn cache_store(buf: &Buffers, c: &OpCall) -> Result<(), PluginError> {
     let rows = f32s(buf, src(c, 0, "CacheStore")?, "rows")?;

@@ -23,7 +23,11 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
             // 6.1e-5; with Q4_K's and Q5_K's mins, up to 3.8e-4 over seeds 1-7 on the H100).
             let superblocks = t.layout().is_some_and(|l| l.block > 32);
             let tol = if superblocks { 2e-2 } else { 1e-5 };
-            let (four_rows_tol, exact_tol) = if superblocks { (5e-2, 1e-3) } else { (tol, tol) };
+            let (four_rows_tol, exact_tol) = if superblocks {
+                (5e-2, 1e-3)
+            } else {
+                (tol, tol)
+            };
             let tiled_k = if superblocks { 512 } else { 352 };
             vec![
                 case(

@@ -236,7 +236,9 @@ fn check_caches(k_cache: KvCache, v_cache: KvCache, p: &AttentionParams) -> Resu
             if !d.is_multiple_of(32) {
                 return Err(OpError::Parameter {
                     op: OP,
-                    what: format!("a {t} {what} cache needs heads of a multiple of 32 values, not {d}"),
+                    what: format!(
+                        "a {t} {what} cache needs heads of a multiple of 32 values, not {d}"
+                    ),
                 });
             }
         }

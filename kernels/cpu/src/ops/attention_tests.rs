@@ -503,8 +503,19 @@ fn quantized_caches_match_f64_over_their_dequantized_values() {
         assert!(moved > 0.0 && moved < 0.3, "{kt}/{vt}: {moved}");
     }
     let (vb, vd) = quantized(DType::Q8_0, &f.v, 128, 40);
-    let got = run(&q, &slots, &pos, KvCache::F16(&f.k16), KvCache::Quant(DType::Q8_0, &vb), &p);
-    assert_close(&got, &reference(&q, &slots, &pos, &widen16(&f.k16), &vd, &p), 1e-5);
+    let got = run(
+        &q,
+        &slots,
+        &pos,
+        KvCache::F16(&f.k16),
+        KvCache::Quant(DType::Q8_0, &vb),
+        &p,
+    );
+    assert_close(
+        &got,
+        &reference(&q, &slots, &pos, &widen16(&f.k16), &vd, &p),
+        1e-5,
+    );
 }
 
 #[test]
@@ -535,7 +546,15 @@ fn quantized_store_writes_each_row_as_llama_cpp_quantizes_it() {
         assert!(cache[..row].iter().all(|&b| b == 0xaa), "{t}");
         // A row that is not whole blocks is refused by name.
         let mut small = vec![0u8; 2 * row];
-        let e = store_kv(&[0.0; 48], 48, &[0], &[0], KvCacheMut::Quant(*t, &mut small), 1, 1);
+        let e = store_kv(
+            &[0.0; 48],
+            48,
+            &[0],
+            &[0],
+            KvCacheMut::Quant(*t, &mut small),
+            1,
+            1,
+        );
         assert!(e.unwrap_err().to_string().contains("multiple of 32"), "{t}");
     }
 }
@@ -549,6 +568,15 @@ fn q8_0_cache_rows_round_ties_to_even_as_llama_cpp_x86_store() {
     x[1] = 2.5;
     x[2] = -0.5;
     let mut cache = vec![0u8; 34];
-    store_kv(&x, 32, &[0], &[0], KvCacheMut::Quant(DType::Q8_0, &mut cache), 1, 1).unwrap();
+    store_kv(
+        &x,
+        32,
+        &[0],
+        &[0],
+        KvCacheMut::Quant(DType::Q8_0, &mut cache),
+        1,
+        1,
+    )
+    .unwrap();
     assert_eq!([cache[2 + 1] as i8, cache[2 + 2] as i8], [2, 0]);
 }
