@@ -37,18 +37,20 @@ fn plugin_dir() -> PathBuf {
         })
 }
 
-/// The fixtures: llama.cpp with its default f16 K/V cache, and with an f32 one; ours runs with
-/// the same cache type.
-const CASES: [(&str, DType); 2] = [
+/// The fixtures: llama.cpp with its default f16 K/V cache, with an f32 one, and with Q8_0 and
+/// Q4_0 ones (`-ctk`/`-ctv`); ours runs with the same cache type.
+const CASES: [(&str, DType); 4] = [
     ("gemma3_270m_golden.json", DType::F16),
     ("gemma3_270m_golden_kvf32.json", DType::F32),
+    ("gemma3_270m_golden_kvq8_0.json", DType::Q8_0),
+    ("gemma3_270m_golden_kvq4_0.json", DType::Q4_0),
 ];
 
 /// The fixtures this build runs: a debug build (about 7 minutes per fixture on two cores) runs
-/// only llama.cpp's default, f16; a release build (seconds) runs both.
+/// only llama.cpp's default, f16; a release build (seconds) runs them all.
 fn cases() -> &'static [(&'static str, DType)] {
     if cfg!(debug_assertions) {
-        println!("debug build: the f32 K/V fixture runs in release builds only");
+        println!("debug build: the f32 and quantized K/V fixtures run in release builds only");
         &CASES[..1]
     } else {
         &CASES
