@@ -9,8 +9,10 @@ pub struct LoadOptions {
     pub n_slots: u32,
     /// Context positions per slot.
     pub ctx_per_slot: u32,
-    /// Key/value cache type (F32 or F16).
-    pub kv_type: DType,
+    /// Key cache type (`-ctk`: F32, F16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 or IQ4_NL; latent rows too).
+    pub kv_type_k: DType,
+    /// Value cache type (`-ctv`, the same set), independent of the keys'.
+    pub kv_type_v: DType,
     /// CPU worker threads (0 = one per core).
     pub threads: u32,
     /// Capture each batch shape's calls into a device graph on its second pass and replay it
@@ -25,7 +27,8 @@ impl Default for LoadOptions {
         LoadOptions {
             n_slots: 1,
             ctx_per_slot: 4096,
-            kv_type: DType::F16,
+            kv_type_k: DType::F16,
+            kv_type_v: DType::F16,
             threads: 0,
             graphs: true,
             mlock: false,

@@ -27,7 +27,8 @@ pub(crate) fn state_bytes(spec: &ModelSpec, o: LoadOptions) -> u64 {
 fn state_rows(s: &StateDecl, o: LoadOptions) -> (DType, u64) {
     let ctx = u64::from(o.ctx_per_slot);
     match s.kind {
-        StateKind::Keys | StateKind::Values | StateKind::Latent => (o.kv_type, ctx),
+        StateKind::Keys | StateKind::Latent => (o.kv_type_k, ctx),
+        StateKind::Values => (o.kv_type_v, ctx),
         StateKind::PooledKeys => (DType::F32, ctx.div_ceil(u64::from(s.block.max(1)))),
         StateKind::Conv | StateKind::Recurrent => (DType::F32, 1),
     }

@@ -40,7 +40,8 @@ fn load_typed(arch: &str, dir: &tempfile::TempDir, experts: DType, dense: DType)
     let opts = LoadOptions {
         n_slots: 4,
         ctx_per_slot: 128,
-        kv_type: DType::F32,
+        kv_type_k: DType::F32,
+        kv_type_v: DType::F32,
         threads: 2,
         graphs: false,
         mlock: false,

@@ -38,7 +38,8 @@ fn load() -> LoadedModel {
     let opts = LoadOptions {
         n_slots: 1,
         ctx_per_slot: 256,
-        kv_type: DType::F32,
+        kv_type_k: DType::F32,
+        kv_type_v: DType::F32,
         threads: 2,
         graphs: true,
         mlock: false,

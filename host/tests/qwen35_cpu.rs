@@ -32,7 +32,8 @@ fn load(arch: &str, dir: &tempfile::TempDir, n_slots: u32) -> LoadedModel {
     let opts = LoadOptions {
         n_slots,
         ctx_per_slot: 64,
-        kv_type: DType::F32,
+        kv_type_k: DType::F32,
+        kv_type_v: DType::F32,
         threads: 2,
         graphs: true,
         mlock: false,

@@ -61,7 +61,8 @@ fn compare_with(name: &str, file: &str, t: [DType; 4]) -> Agreement {
     let opts = LoadOptions {
         n_slots: 1,
         ctx_per_slot: 64,
-        kv_type: DType::F32,
+        kv_type_k: DType::F32,
+        kv_type_v: DType::F32,
         threads: 2,
         graphs: true,
         mlock: false,

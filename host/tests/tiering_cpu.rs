@@ -34,7 +34,8 @@ fn try_load(path: &Path, request: &TierRequest) -> Result<LoadedModel, String> {
     let opts = LoadOptions {
         n_slots: 2,
         ctx_per_slot: 64,
-        kv_type: DType::F32,
+        kv_type_k: DType::F32,
+        kv_type_v: DType::F32,
         threads: 2,
         graphs: true,
         mlock: false,
@@ -527,7 +528,8 @@ fn mlock_locks_the_host_experts_and_tables_but_not_what_the_disk_tier_reads() {
     let file_len = std::fs::metadata(&path).unwrap().len();
     let opts = LoadOptions {
         ctx_per_slot: 64,
-        kv_type: DType::F32,
+        kv_type_k: DType::F32,
+        kv_type_v: DType::F32,
         threads: 2,
         ..LoadOptions::default()
     };

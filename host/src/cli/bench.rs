@@ -9,7 +9,6 @@ use std::sync::Arc;
 use anyhow::bail;
 use bloomery_devices::Registry;
 use bloomery_exec::{LoadOptions, LoadedModel};
-use bloomery_plugin_api::DType;
 use bloomery_runtime::request::GrammarSpec;
 use bloomery_runtime::request::{Event, Finish, GenParams};
 use bloomery_runtime::sampling::SamplerParams;
@@ -48,6 +47,9 @@ pub struct BenchArgs {
     /// CPU threads (0: one per core).
     #[arg(short = 't', long = "threads", default_value_t = 0)]
     pub threads: u32,
+    /// K and V cache types (`-ctk`, `-ctv`).
+    #[command(flatten)]
+    pub cache: crate::flags::cache_type::CacheTypeArgs,
     /// Layers on the GPU, llama-bench's `-ngl`: 0 runs on the CPU; any other value runs the whole
     /// model on the best GPU kernel plugin (no partial offload yet).
     #[arg(long = "n-gpu-layers", default_value_t = 0)]
@@ -240,10 +242,12 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
     // Room for the pp test's prompt and for the tg test's first token, its n steps and the
     // token sampled after the last.
     let ctx = (a.n_prompt + 1).max(a.n_gen + 2) + a.n_depth;
+    let (kv_type_k, kv_type_v) = a.cache.types()?;
     let options = LoadOptions {
         n_slots: a.parallel,
         ctx_per_slot: ctx,
-        kv_type: DType::F16,
+        kv_type_k,
+        kv_type_v,
         threads: a.threads,
         graphs: !a.no_graphs,
         mlock: a.placement.mlock,
@@ -381,11 +385,21 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
     if let Some(d) = model.disk_stats() {
         eprintln!("{d}");
     }
-    println!("| model | size | params | backend | threads | test | t/s |");
-    println!("| --- | ---: | ---: | --- | ---: | ---: | ---: |");
+    // llama-bench's type_k and type_v columns, shown when either cache is not f16.
+    let (types_head, types_rule, types) = if a.cache.non_default() {
+        (
+            " type_k | type_v |",
+            " ---: | ---: |",
+            format!(" {} | {} |", a.cache.cache_type_k, a.cache.cache_type_v),
+        )
+    } else {
+        ("", "", String::new())
+    };
+    println!("| model | size | params | backend | threads |{types_head} test | t/s |");
+    println!("| --- | ---: | ---: | --- | ---: |{types_rule} ---: | ---: |");
     for (test, mean, std) in rows {
         println!(
-            "| {name} | {} | {} | {backend} | {threads} | {test} | {mean:.2} ± {std:.2} |",
+            "| {name} | {} | {} | {backend} | {threads} |{types} {test} | {mean:.2} ± {std:.2} |",
             bytes(size),
             human(params)
         );

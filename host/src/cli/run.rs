@@ -10,7 +10,6 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use bloomery_devices::Registry;
 use bloomery_exec::{LoadOptions, LoadedModel};
-use bloomery_plugin_api::DType;
 use bloomery_runtime::request::{Event, Finish, GenParams};
 use bloomery_runtime::sampling::SamplerParams;
 use bloomery_runtime::{Runtime, RuntimeConfig};
@@ -75,6 +74,9 @@ pub struct RunArgs {
     /// CPU threads (0: one per core).
     #[arg(short = 't', long = "threads", default_value_t = 0)]
     pub threads: u32,
+    /// K and V cache types (`-ctk`, `-ctv`).
+    #[command(flatten)]
+    pub cache: crate::flags::cache_type::CacheTypeArgs,
     /// Layers on the GPU, llama.cpp's `-ngl`: 0 runs on the CPU; any other value runs the whole
     /// model on the best GPU kernel plugin (CPU fallback with one warning; no partial offload yet).
     #[arg(long = "n-gpu-layers", default_value_t = 0)]
@@ -185,10 +187,12 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let reg = Registry::load_all(&cli.plugin_dirs())?;
     let ctx = context_size(a)?;
     let load_started = Instant::now();
+    let (kv_type_k, kv_type_v) = a.cache.types()?;
     let options = LoadOptions {
         n_slots: 1,
         ctx_per_slot: ctx,
-        kv_type: DType::F16,
+        kv_type_k,
+        kv_type_v,
         threads: a.threads,
         graphs: true,
         mlock: a.placement.mlock,

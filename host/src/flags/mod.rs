@@ -1,8 +1,9 @@
 //! Command-line flags shared by more than one front end, spelled as llama.cpp spells them:
-//! expert placement (`serve`, `run`, `bench`, `plan`), grammars (`run`, `bench`), samplers
-//! (`serve`, `run`), `serve`'s llama-server flags, and the
+//! cache types (`serve`, `run`, `bench`), expert placement (`serve`, `run`, `bench`, `plan`),
+//! grammars (`run`, `bench`), samplers (`serve`, `run`), `serve`'s llama-server flags, and the
 //! rewriting of multi-letter short flags.
 
+pub mod cache_type;
 pub mod grammar;
 pub mod llama_server;
 pub mod logging;

@@ -175,20 +175,9 @@ pub struct ServeArgs {
     /// Flash attention: on, off or auto (the CPU kernels' attention is exact either way).
     #[arg(long = "flash-attn", default_value = "auto", num_args = 0..=1, default_missing_value = "on", env = "LLAMA_ARG_FLASH_ATTN")]
     pub flash_attn: String,
-    /// K cache type: f32 or f16.
-    #[arg(
-        long = "cache-type-k",
-        default_value = "f16",
-        env = "LLAMA_ARG_CACHE_TYPE_K"
-    )]
-    pub cache_type_k: String,
-    /// V cache type: f32 or f16 (must equal the K type).
-    #[arg(
-        long = "cache-type-v",
-        default_value = "f16",
-        env = "LLAMA_ARG_CACHE_TYPE_V"
-    )]
-    pub cache_type_v: String,
+    /// K and V cache types (`-ctk`, `-ctv`).
+    #[command(flatten)]
+    pub cache: crate::flags::cache_type::CacheTypeArgs,
     /// Layers on the GPU, as llama-server reads `-ngl`: `auto` (the default) or `all` or a
     /// count of at least the model's layers put the whole model on the best GPU kernel plugin
     /// (its routed experts placed by the plan: `-ncmoe`, `-cmoe`, `--gpu-budget`), or on the CPU
@@ -405,17 +394,12 @@ impl ServeArgs {
                 self.flash_attn
             );
         }
-        if self.cache_type_k != self.cache_type_v {
+        let (_, v) = self.cache.types()?;
+        if v.is_quantized() && ["off", "0", "false"].contains(&self.flash_attn.as_str()) {
             bail!(
-                "-ctk {} and -ctv {} differ: the CPU cache holds K and V in one type",
-                self.cache_type_k,
-                self.cache_type_v
-            );
-        }
-        if !["f16", "f32"].contains(&self.cache_type_k.as_str()) {
-            bail!(
-                "-ctk/-ctv {}: only f16 and f32 caches are implemented yet",
-                self.cache_type_k
+                "-ctv {} with -fa {}: a quantized V cache needs flash attention, as in llama.cpp",
+                self.cache.cache_type_v,
+                self.flash_attn
             );
         }
         if self.reasoning_budget != -1 && self.reasoning_budget != 0 {

@@ -284,6 +284,16 @@ fn read_values(dev: &Arc<Device>, d: &Buffer, dtype: DType) -> Result<Vec<f32>, 
             .chunks_exact(4)
             .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f32)
             .collect(),
+        // Quantized results (caches) compare as their values.
+        t if t.is_quantized() => {
+            let n = t
+                .layout()
+                .map_or(0, |l| out.len() / l.bytes as usize * l.block as usize);
+            let mut v = vec![0f32; n];
+            bloomery_kernels_cpu::quant::dequantize_row(t, &out, &mut v)
+                .map_err(|e| PluginError::invalid(format!("reading a {t} result: {e}")))?;
+            v
+        }
         _ => out
             .chunks_exact(4)
             .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -447,6 +457,10 @@ mod tests {
             (OpKind::DeltaRule, DType::F32),
             (OpKind::Copy, DType::F16),
             (OpKind::L2Norm, DType::F32),
+            (OpKind::CacheStore, DType::Q4_1),
+            (OpKind::CacheStore, DType::IQ4_NL),
+            (OpKind::Attention, DType::Q8_0),
+            (OpKind::Attention, DType::Q5_1),
         ] {
             let cs = cases(op, t);
             assert!(!cs.is_empty(), "{op:?} {t}");

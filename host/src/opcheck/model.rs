@@ -81,7 +81,8 @@ pub fn check_model(
         let opts = LoadOptions {
             n_slots: 2,
             ctx_per_slot: 64,
-            kv_type: kv,
+            kv_type_k: kv,
+            kv_type_v: kv,
             threads: 0,
             graphs: true,
             mlock: false,

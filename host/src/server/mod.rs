@@ -33,7 +33,6 @@ use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use bloomery_plugin_api::DType;
 use bloomery_text::{ChatTemplate, Tokenizer};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
@@ -235,16 +234,13 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         anyhow::bail!("-c {n_ctx} over {n_slots} slots leaves {n_ctx_slot} positions per slot");
     }
     let gpu = crate::flags::serve::gpu_layers(a.n_gpu_layers.as_deref(), block_count(&file)?)?;
-    let kv_type = if a.cache_type_k == "f32" {
-        DType::F32
-    } else {
-        DType::F16
-    };
+    let (kv_type_k, kv_type_v) = a.cache.types()?;
     let threads = u32::try_from(a.threads).unwrap_or(0);
     let options = LoadOptions {
         n_slots,
         ctx_per_slot: n_ctx_slot,
-        kv_type,
+        kv_type_k,
+        kv_type_v,
         threads,
         graphs: true,
         mlock: a.mlock(),

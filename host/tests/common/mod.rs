@@ -87,7 +87,8 @@ pub fn agreement(ours: &[f32], vocab: usize, golden: &serde_json::Value) -> (f32
 pub const GOLDEN_OPTS: bloomery_exec::LoadOptions = bloomery_exec::LoadOptions {
     n_slots: 1,
     ctx_per_slot: 64,
-    kv_type: bloomery_plugin_api::DType::F32,
+    kv_type_k: bloomery_plugin_api::DType::F32,
+    kv_type_v: bloomery_plugin_api::DType::F32,
     threads: 2,
     graphs: true,
     mlock: false,

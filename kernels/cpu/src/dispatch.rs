@@ -73,7 +73,7 @@ pub fn capabilities() -> RVec<OpSupport> {
     for op in [OpKind::CacheStore, OpKind::Attention] {
         list.push(OpSupport {
             op,
-            dtypes: vec![DType::F32, DType::F16].into(),
+            dtypes: crate::quant::KV_CACHE_TYPES.to_vec().into(),
         });
     }
     // I32: contiguous moves only (the tiered executor packs expert ids).
@@ -488,6 +488,11 @@ fn delta_rule(
     ops::delta_rule::delta_rule(b.par, &x, &params, state, out).map_err(op_err)
 }
 
+/// The names of [`crate::quant::KV_CACHE_TYPES`], for refusals.
+const KV_CACHE_NAMES: [&str; 8] = [
+    "F32", "F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL",
+];
+
 fn cache_store(buf: &Buffers, c: &OpCall) -> Result<(), PluginError> {
     let rows = f32s(buf, src(c, 0, "CacheStore")?, "rows")?;
     let cache = src(c, 1, "CacheStore")?;
@@ -502,10 +507,13 @@ fn cache_store(buf: &Buffers, c: &OpCall) -> Result<(), PluginError> {
     let target = match cache.dtype {
         DType::F32 => ops::attention::KvCacheMut::F32(f32s_mut(buf, &c.dst, "cache")?),
         DType::F16 => ops::attention::KvCacheMut::F16(f16s_mut(buf, &c.dst, "cache")?),
+        t if crate::quant::KV_CACHE_TYPES.contains(&t) => {
+            ops::attention::KvCacheMut::Quant(t, crate::tensors::bytes_mut(buf, &c.dst)?)
+        }
         t => {
             return Err(PluginError::unsupported(
                 format!("CacheStore into {t}"),
-                &["F32", "F16"],
+                &KV_CACHE_NAMES,
             ))
         }
     };
@@ -516,10 +524,13 @@ fn kv<'a>(buf: &Buffers, t: &TensorRef) -> Result<ops::attention::KvCache<'a>, P
     Ok(match t.dtype {
         DType::F32 => ops::attention::KvCache::F32(f32s(buf, t, "cache")?),
         DType::F16 => ops::attention::KvCache::F16(f16s(buf, t, "cache")?),
+        d if crate::quant::KV_CACHE_TYPES.contains(&d) => {
+            ops::attention::KvCache::Quant(d, crate::tensors::bytes(buf, t)?)
+        }
         d => {
             return Err(PluginError::unsupported(
                 format!("attention over a {d} cache"),
-                &["F32", "F16"],
+                &KV_CACHE_NAMES,
             ))
         }
     })

@@ -38,6 +38,16 @@ pub fn bytes<'a>(buf: &Buffers, t: &TensorRef) -> Result<&'a [u8], PluginError> 
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
 }
 
+/// The bytes of a destination whose rows are contiguous (a quantized K/V cache).
+pub fn bytes_mut<'a>(buf: &Buffers, t: &TensorRef) -> Result<&'a mut [u8], PluginError> {
+    let ptr = buf.check_tensor(t)?;
+    let len = usize::try_from(t.span_bytes().unwrap_or(0))
+        .map_err(|_| PluginError::invalid("tensor too large"))?;
+    // SAFETY: `check_tensor` proved the span lies inside a live buffer; the destination is the
+    // call's only reference to these bytes, by the host's memory plan, as in [`f32s_mut`].
+    Ok(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
+}
+
 /// A contiguous f32 tensor.
 pub fn f32s<'a>(buf: &Buffers, t: &TensorRef, what: &str) -> Result<&'a [f32], PluginError> {
     expect(t, DType::F32, what)?;

@@ -6,9 +6,10 @@
 // or a negative position is error 2 and more visible positions than the cache holds error 3; such
 // rows are left unwritten.
 //
-// Two kernels: a flash form on the f16 tensor cores (f16 caches, heads of 64, 128 or 256: batches
-// in one launch, decode split along the positions), and one block per (row, head) holding every
-// score (f32 caches and other head sizes).
+// Two kernels: a flash form on the f16 tensor cores (K and V caches of one type, f16 or quantized
+// and dequantized on load, heads of 64, 128 or 256: batches in one launch, decode split along the
+// positions), and one block per (row, head) holding every score (f32 caches, other head sizes,
+// and any pair of K and V types through bl_attention_kv).
 
 #include "attn_split.cuh"
 
@@ -16,8 +17,15 @@
 // position), softmax with an f64 sum (sinks included), then p.v. window 0 = unbounded.
 // Head dimensions up to ATT_MAX_D.
 #define ATT_MAX_D 256
+// Head kvh (of d values) of cache row `row` (of `width` values): a pointer into an f32 or f16
+// cache (a run-time-typed one, KvAny, has its own below).
+template <typename T>
+static __device__ __forceinline__ const T* head_of(const T* c, long long row, long long width, int kvh, int d) {
+    return c + row * width + (long long)kvh * d;
+}
+
 template <typename K, typename V>
-static __device__ void attend(const float* q, const K* kc, const V* vc, const int* slots, const int* pos, float* out,
+static __device__ void attend(const float* q, const K kc, const V vc, const int* slots, const int* pos, float* out,
                               uint8_t* oq, int n_head, int n_head_kv, int dk, int dv, int len, int n_slots, float scale,
                               float softcap, int window, const float* sinks, int* err) {
     extern __shared__ float sc[];
@@ -42,7 +50,7 @@ static __device__ void attend(const float* q, const K* kc, const V* vc, const in
     float mx = -INFINITY;
     for (int i = warp; i < n; i += nwarps) {
         const int t = lo + i;
-        const K* kr = kc + ((long long)s * len + t % len) * kw + (long long)kvh * dk;
+        const auto kr = head_of(kc, (long long)s * len + t % len, kw, kvh, dk);
         float d = 0.0f;
 #pragma unroll
         for (int j = 0; j < ATT_MAX_D / WARP; ++j)
@@ -77,7 +85,7 @@ static __device__ void attend(const float* q, const K* kc, const V* vc, const in
 #pragma unroll 8
         for (int i = 0; i < n; ++i) {
             const int t = lo + i;
-            const V* vr = vc + ((long long)s * len + t % len) * vw + (long long)kvh * dv;
+            const auto vr = head_of(vc, (long long)s * len + t % len, vw, kvh, dv);
             acc += sc[i] * inv * to_f32(vr[e]);
         }
         o[e] = acc;
@@ -98,6 +106,34 @@ static __device__ void attend(const float* q, const K* kc, const V* vc, const in
     }
 ATTEND(bl_attention_f32, float, float)
 ATTEND(bl_attention_f16, __half, __half)
+
+// A cache of any kv_quant.cuh type, chosen at run time, read a value at a time (every pair of K
+// and V types the fast forms do not take: mixed types, quantized heads of other sizes).
+struct KvAny {
+    const uint8_t* base;
+    int t;
+    long long row;  // bytes of a cache row (n_head_kv heads)
+};
+struct KvAnyHead {
+    const uint8_t* p;
+    int t;
+    __device__ __forceinline__ float operator[](int i) const { return kv_elem(t, p, i); }
+};
+// Head kvh (of d values) of cache row `row` (found by argument-dependent lookup from attend).
+static __device__ __forceinline__ KvAnyHead head_of(const KvAny& c, long long row, long long, int kvh, int d) {
+    return {c.base + row * c.row + kv_row_bytes(c.t, (long long)kvh * d), c.t};
+}
+
+// bl_attention_kv: the scores form over K and V caches of types kt and vt (kv_quant.cuh codes).
+extern "C" __global__ void bl_attention_kv(const float* q, const void* kc, const void* vc, const int* slots,
+                                           const int* pos, float* out, uint8_t* oq, int n_head, int n_head_kv,
+                                           int dk, int dv, int len, int n_slots, float scale, float softcap,
+                                           int window, const float* sinks, int* err, int kt, int vt) {
+    KERNEL_ENTRY();
+    const KvAny k = {(const uint8_t*)kc, kt, kv_row_bytes(kt, (long long)dk * n_head_kv)};
+    const KvAny v = {(const uint8_t*)vc, vt, kv_row_bytes(vt, (long long)dv * n_head_kv)};
+    attend(q, k, v, slots, pos, out, oq, n_head, n_head_kv, dk, dv, len, n_slots, scale, softcap, window, sinks, err);
+}
 
 // ---- flash attention ------------------------------------------------------------------------------
 // A block of FA_WARPS warps takes pb <= FA_ROWS (row, head) pairs of one KV head (blockIdx.y):
@@ -198,8 +234,8 @@ static __device__ __forceinline__ void flash_rows(const int* slots, const int* p
     __syncthreads();
 }
 
-template <int D, int KT>
-static __device__ void flash_attend(const float* q, const __half* kc, const __half* vc, const int* slots,
+template <int D, int KT, int CT>
+static __device__ void flash_attend(const float* q, const uint8_t* kc, const uint8_t* vc, const int* slots,
                                     const int* pos, float* out, uint8_t* oq, float* part, int* counters, int rows,
                                     int pb, int n_head, int n_head_kv, int len, int n_slots, float scale,
                                     float softcap, int window, const float* sinks, int* err) {
@@ -278,8 +314,25 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
                 const int i = c / (D / 8), part = (c % (D / 8)) * 8, tt = t0 + i;
                 const bool ok = tt <= last;
                 const long long row = ok ? ((long long)s * len + tt % len) * n_head_kv + kvh : 0;
-                cp_async16(smem_addr(ks + i * LD + part), kc + row * D + part, ok);
-                cp_async16(smem_addr(vs + i * LD + part), vc + row * D + part, ok);
+                using CR = KvRead<CT>;
+                if constexpr (CR::F16) {
+                    cp_async16(smem_addr(ks + i * LD + part), kc + row * D * 2 + part * 2, ok);
+                    cp_async16(smem_addr(vs + i * LD + part), vc + row * D * 2 + part * 2, ok);
+                } else {
+                    // Quantized caches: dequantized on load, staged as f16 for the tensor cores.
+                    float f[8];
+                    __half2 h[4];
+                    const uint8_t* rows[2] = {kc, vc};
+                    __half* dst[2] = {ks + i * LD + part, vs + i * LD + part};
+#pragma unroll
+                    for (int kv = 0; kv < 2; ++kv) {
+                        CR::decode(ok ? CR::load(rows[kv] + row * CR::row_bytes(D), part) : make_uint4(0, 0, 0, 0), f);
+#pragma unroll
+                        for (int j = 0; j < 4; ++j)
+                            h[j] = ok ? __floats2half2_rn(f[2 * j], f[2 * j + 1]) : __floats2half2_rn(0.0f, 0.0f);
+                        *(uint4*)dst[kv] = *(const uint4*)h;
+                    }
+                }
             }
             cp_async_wait_all();
             __syncthreads();
@@ -440,20 +493,23 @@ static __device__ void flash_attend(const float* q, const __half* kc, const __ha
     }
 }
 
-// bl_flash_attn_f16_<D>: f16 caches, dk = dv = D. Grid (ceil(rows * G / pb), n_head_kv, splits),
-// pb <= FA_ROWS pairs per block, FA_WARPS warps, dynamic shared memory (2 * FA_ROWS + 2 * KT) *
-// (D + 8) * 2 bytes; with more than one split, part holds their partials and counters one zeroed
-// int per (x, y) block.
-#define FLASH_ATTEND(D)                                                                                            \
+// bl_flash_attn_<type>_<D>: K and V caches of one type (f16 copied to shared memory as it is; q8_0
+// and q4_0 dequantized on load to f16; the other types take bl_attention_kv), dk = dv = D. Grid (ceil(rows * G /
+// pb), n_head_kv, splits), pb <= FA_ROWS pairs per block, FA_WARPS warps, dynamic shared memory
+// (2 * FA_ROWS + 2 * KT) * (D + 8) * 2 bytes; with more than one split, part holds their partials
+// and counters one zeroed int per (x, y) block.
+#define FLASH_ATTEND(NAME, T, D)                                                                                   \
     extern "C" __global__ void __launch_bounds__(FA_WARPS * WARP)                                                 \
-        bl_flash_attn_f16_##D(const float* q, const __half* kc, const __half* vc, const int* slots, const int* pos, \
-                              float* out, uint8_t* oq, float* part, int* counters, int rows, int pb, int n_head,    \
-                              int n_head_kv, int len, int n_slots, float scale, float softcap, int window,          \
-                              const float* sinks, int* err) {                                                       \
+        bl_flash_attn_##NAME##_##D(const float* q, const void* kc, const void* vc, const int* slots, const int* pos, \
+                                   float* out, uint8_t* oq, float* part, int* counters, int rows, int pb,          \
+                                   int n_head, int n_head_kv, int len, int n_slots, float scale, float softcap,   \
+                                   int window, const float* sinks, int* err) {                                     \
         KERNEL_ENTRY();                                                                                            \
-        flash_attend<D, FA_KT_##D>(q, kc, vc, slots, pos, out, oq, part, counters, rows, pb, n_head, n_head_kv,    \
-                                   len, n_slots, scale, softcap, window, sinks, err);                              \
+        flash_attend<D, FA_KT_##D, T>(q, (const uint8_t*)kc, (const uint8_t*)vc, slots, pos, out, oq, part,       \
+                                      counters, rows, pb, n_head, n_head_kv, len, n_slots, scale, softcap, window, \
+                                      sinks, err);                                                                 \
     }
-FLASH_ATTEND(64)
-FLASH_ATTEND(128)
-FLASH_ATTEND(256)
+#define FLASH_ATTEND_SIZES(NAME, T) FLASH_ATTEND(NAME, T, 64) FLASH_ATTEND(NAME, T, 128) FLASH_ATTEND(NAME, T, 256)
+FLASH_ATTEND_SIZES(f16, KV_F16)
+FLASH_ATTEND_SIZES(q8_0, KV_Q8_0)
+FLASH_ATTEND_SIZES(q4_0, KV_Q4_0)

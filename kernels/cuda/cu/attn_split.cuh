@@ -6,6 +6,8 @@
 
 #pragma once
 
+#include "kv_quant.cuh"
+
 // The first position row r sees (lo above), or a negative error code: -2 for a bad slot or
 // position, -3 for more visible positions than the cache holds.
 static __device__ __forceinline__ int visible_from(const int* slots, const int* pos, int r, int len, int n_slots,
@@ -126,7 +128,8 @@ static __device__ void flash_merge(const float* part, int S, int nz, long long o
 }
 
 // ---- decode attention -----------------------------------------------------------------------------
-// Few rows (decode) over f16 caches, at most DEC_MAX_G heads per KV head: the flash form's split
+// Few rows (decode) over f16 or quantized caches (read through kv_quant.cuh's KvRead, eight values a
+// load, decoded to f32 where used), at most DEC_MAX_G heads per KV head: the flash form's split
 // launch (grid (rows, n_head_kv, S), the same arguments) without the tensor cores, whose 16-row
 // tiles a row's G heads would leave mostly empty. Per row, from its visible positions, the S
 // blocks along z of (row, KV head) are shared out among f parts of the KV head's heads
@@ -160,19 +163,8 @@ static __device__ __forceinline__ int decode_head_parts(int fmax, int ntiles, in
     return f;
 }
 
-// The 8 f16 values of v as floats.
-static __device__ __forceinline__ void half8_to_float(const uint4& v, float* f) {
-    const __half2* h = (const __half2*)&v;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const float2 p = __half22float2(h[j]);
-        f[2 * j] = p.x;
-        f[2 * j + 1] = p.y;
-    }
-}
-
-template <int D>
-static __device__ void attend_decode(const float* q, const __half* kc, const __half* vc, const int* slots,
+template <int D, int KT, int VT>
+static __device__ void attend_decode(const uint8_t* kc, const uint8_t* vc, const float* q, const int* slots,
                                      const int* pos, float* out, uint8_t* oq, float* part, int* counters, int rows,
                                      int hb, int n_head, int n_head_kv, int len, int n_slots, float scale,
                                      float softcap, int window, const float* sinks, int* err) {
@@ -227,6 +219,8 @@ static __device__ void attend_decode(const float* q, const __half* kc, const __h
     __syncthreads();
 
     const int hf = tid & 1, tk = tid >> 1, dg = tid % DG, pg = tid / DG;
+    using KR = KvRead<KT>;
+    using VR = KvRead<VT>;
     const auto cache_row = [&](int t) { return ((long long)slot * len + t % len) * n_head_kv + kvh; };
     float acc[DEC_MAX_G][8];
 #pragma unroll
@@ -237,16 +231,16 @@ static __device__ void attend_decode(const float* q, const __half* kc, const __h
     for (int t0 = first; t0 <= last; t0 += DEC_KT) {
         const int tt = t0 + tk;
         const bool kok = tt <= last;
-        const uint4* krow = (const uint4*)(kc + cache_row(kok ? tt : t0) * D + hf * (D / 2));
+        const uint8_t* krow = kc + cache_row(kok ? tt : t0) * KR::row_bytes(D);
         uint4 kv[D / 16];
 #pragma unroll
-        for (int i = 0; i < D / 16; ++i) kv[i] = kok ? krow[i] : make_uint4(0, 0, 0, 0);
+        for (int i = 0; i < D / 16; ++i) kv[i] = kok ? KR::load(krow, hf * (D / 2) + 8 * i) : make_uint4(0, 0, 0, 0);
         uint4 vv[VP];
         const auto load_v = [&]() {
 #pragma unroll
             for (int j = 0; j < VP; ++j) {
                 const int tv = t0 + pg + j * PG;
-                vv[j] = tv <= last ? *(const uint4*)(vc + cache_row(tv) * D + dg * 8) : make_uint4(0, 0, 0, 0);
+                vv[j] = tv <= last ? VR::load(vc + cache_row(tv) * VR::row_bytes(D), dg * 8) : make_uint4(0, 0, 0, 0);
             }
         };
         if constexpr (EARLY_V) load_v();
@@ -260,7 +254,7 @@ static __device__ void attend_decode(const float* q, const __half* kc, const __h
         for (int i = 0; i < D / 16; ++i) {
             if (!kwarp) break;
             float kf[8];
-            half8_to_float(kv[i], kf);
+            KR::decode(kv[i], kf);
 #pragma unroll
             for (int h = 0; h < DEC_MAX_G; ++h) {
                 if (h >= G) break;
@@ -316,7 +310,7 @@ static __device__ void attend_decode(const float* q, const __half* kc, const __h
             const int t = pg + j * PG;
             if (t0 + t > last) break;
             float vf[8];
-            half8_to_float(vv[j], vf);
+            VR::decode(vv[j], vf);
 #pragma unroll
             for (int h = 0; h < DEC_MAX_G; ++h) {
                 if (h >= G) break;
@@ -364,19 +358,21 @@ static __device__ void attend_decode(const float* q, const __half* kc, const __h
     flash_merge<D>(part, S, nz, outs, G, r * GK + sub * G, GK, n_head, kvh, info, sinks, sm, zrun, out, oq);
 }
 
-// bl_attn_decode_f16_<D>: f16 caches, dk = dv = D, G <= DEC_MAX_G; the flash form's arguments
-// (pb: the fewest heads a block takes, dividing G; grid (rows, n_head_kv, S) with S >= G / pb),
-// DEC_THREADS threads, no dynamic shared memory; split counters for rows * n_head_kv * G / pb.
-#define ATTEND_DECODE(D)                                                                                          \
+// bl_attn_decode_<type>_<D>: K and V caches of one type (f16, q8_0 or q4_0; the other types take
+// bl_attention_kv), dk = dv = D, G <= DEC_MAX_G; the flash form's arguments (pb: the fewest heads a
+// block takes, dividing G; grid (rows, n_head_kv, S) with S >= G / pb), DEC_THREADS threads, no
+// dynamic shared memory; split counters for rows * n_head_kv * G / pb.
+#define ATTEND_DECODE(NAME, T, D)                                                                                 \
     extern "C" __global__ void __launch_bounds__(DEC_THREADS)                                                     \
-        bl_attn_decode_f16_##D(const float* q, const __half* kc, const __half* vc, const int* slots,              \
-                               const int* pos, float* out, uint8_t* oq, float* part, int* counters, int rows,      \
-                               int hb, int n_head, int n_head_kv, int len, int n_slots, float scale, float softcap, \
-                               int window, const float* sinks, int* err) {                                         \
+        bl_attn_decode_##NAME##_##D(const float* q, const void* kc, const void* vc, const int* slots,             \
+                                    const int* pos, float* out, uint8_t* oq, float* part, int* counters, int rows, \
+                                    int hb, int n_head, int n_head_kv, int len, int n_slots, float scale,          \
+                                    float softcap, int window, const float* sinks, int* err) {                     \
         KERNEL_ENTRY();                                                                                           \
-        attend_decode<D>(q, kc, vc, slots, pos, out, oq, part, counters, rows, hb, n_head, n_head_kv, len,         \
-                         n_slots, scale, softcap, window, sinks, err);                                             \
+        attend_decode<D, T, T>((const uint8_t*)kc, (const uint8_t*)vc, q, slots, pos, out, oq, part, counters,    \
+                               rows, hb, n_head, n_head_kv, len, n_slots, scale, softcap, window, sinks, err);    \
     }
-ATTEND_DECODE(64)
-ATTEND_DECODE(128)
-ATTEND_DECODE(256)
+#define ATTEND_DECODE_SIZES(NAME, T) ATTEND_DECODE(NAME, T, 64) ATTEND_DECODE(NAME, T, 128) ATTEND_DECODE(NAME, T, 256)
+ATTEND_DECODE_SIZES(f16, KV_F16)
+ATTEND_DECODE_SIZES(q8_0, KV_Q8_0)
+ATTEND_DECODE_SIZES(q4_0, KV_Q4_0)

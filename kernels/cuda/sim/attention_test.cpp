@@ -1,7 +1,9 @@
-// Checks the decode attention of cu/attn_split.cuh (bl_attn_decode_f16_<D>) on the CPU (sim.h)
+// Checks the decode attention of cu/attn_split.cuh (bl_attn_decode_<type>_<D>) on the CPU (sim.h)
 // against an f64 reference written here from the definition: for each row and head, the scores
 // scale * q.k over the row's visible positions (softcapped), a softmax that counts the head's sink,
-// and the weighted sum of the values, with K and V read from f16 caches. Cases cover heads of 64,
+// and the weighted sum of the values, with K and V read from f16, Q8_0 or Q4_0 caches (the
+// reference decodes the blocks itself, from the formats' definitions; the caches are filled by
+// cu/kv_quant.cuh's store quantizer). Cases cover heads of 64,
 // 128 and 256, 1 to 8 heads per KV head, one run and several runs merged by the last block,
 // windows, sinks, softcap, and bad rows (error codes, output left as it was). Each case launches
 // twice on fresh inputs, so a split counter left set fails the second; the second runs the blocks
@@ -11,6 +13,7 @@
 #include "sim.h"
 
 #include <cstdint>
+#include <cstring>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -28,19 +31,50 @@ struct Case {
     bool sinks;
     std::vector<int> slots, pos;  // per row; a bad row's expected error code in `bad`
     std::vector<int> bad;         // 0: a good row, else the error the kernel must report
+    int ct = KV_F16;              // the caches' type (kv_quant.cuh)
 };
 
-using Kernel = void (*)(const float*, const __half*, const __half*, const int*, const int*, float*, uint8_t*, float*,
+using Kernel = void (*)(const float*, const void*, const void*, const int*, const int*, float*, uint8_t*, float*,
                         int*, int, int, int, int, int, int, float, float, int, const float*, int*);
 
-static Kernel kernel_for(int d) {
+static Kernel kernel_for(int d, int ct) {
+    if (ct == KV_Q8_0) return d == 64 ? bl_attn_decode_q8_0_64 : d == 128 ? bl_attn_decode_q8_0_128 : bl_attn_decode_q8_0_256;
+    if (ct == KV_Q4_0) return d == 64 ? bl_attn_decode_q4_0_64 : d == 128 ? bl_attn_decode_q4_0_128 : bl_attn_decode_q4_0_256;
     return d == 64 ? bl_attn_decode_f16_64 : d == 128 ? bl_attn_decode_f16_128 : bl_attn_decode_f16_256;
 }
 
+static const char* type_name(int ct) { return ct == KV_Q8_0 ? "q8_0" : ct == KV_Q4_0 ? "q4_0" : "f16"; }
+
+// Bytes of a head row of d values of type ct.
+static size_t head_bytes(int ct, int d) { return ct == KV_Q8_0 ? d / 32 * 34 : ct == KV_Q4_0 ? d / 32 * 18 : 2 * d; }
+
+static float f16_at(const uint8_t* p) {
+    __half h;
+    std::memcpy(&h, p, 2);
+    return __half2float(h);
+}
+
+// Value i of the head row at p, from the formats' definitions: Q8_0 blocks of d:f16 and 32 int8;
+// Q4_0 blocks of d:f16 and 16 bytes, value j (< 16) in the low nibble of byte j, j + 16 in its
+// high nibble, minus 8.
+static double value_at(int ct, const uint8_t* p, int i) {
+    if (ct == KV_Q8_0) {
+        const uint8_t* b = p + i / 32 * 34;
+        return (double)f16_at(b) * (int8_t)b[2 + i % 32];
+    }
+    if (ct == KV_Q4_0) {
+        const uint8_t* b = p + i / 32 * 18;
+        const int j = i % 32, q = j < 16 ? b[2 + j] & 15 : b[2 + j - 16] >> 4;
+        return (double)f16_at(b) * (q - 8);
+    }
+    return f16_at(p + 2 * i);
+}
+
 // The reference output row (n_head * d values) of row r.
-static std::vector<double> reference(const Case& c, int r, const std::vector<float>& q, const std::vector<__half>& kc,
-                                     const std::vector<__half>& vc, const std::vector<float>& sinks, float scale) {
+static std::vector<double> reference(const Case& c, int r, const std::vector<float>& q, const std::vector<uint8_t>& kc,
+                                     const std::vector<uint8_t>& vc, const std::vector<float>& sinks, float scale) {
     const int d = c.d, G = c.n_head / c.n_kv, s = c.slots[r], p = c.pos[r];
+    const size_t hb = head_bytes(c.ct, d);
     const int lo = c.window > 0 ? std::max(0, p - c.window + 1) : 0;
     std::vector<double> o((size_t)c.n_head * d, 0.0);
     for (int h = 0; h < c.n_head; ++h) {
@@ -50,7 +84,7 @@ static std::vector<double> reference(const Case& c, int r, const std::vector<flo
             const size_t row = ((size_t)s * c.len + t % c.len) * c.n_kv + kvh;
             double v = 0.0;
             for (int i = 0; i < d; ++i)
-                v += (double)q[((size_t)r * c.n_head + h) * d + i] * __half2float(kc[row * d + i]);
+                v += (double)q[((size_t)r * c.n_head + h) * d + i] * value_at(c.ct, kc.data() + row * hb, i);
             v *= scale;
             if (c.softcap > 0.0f) v = c.softcap * std::tanh(v / c.softcap);
             sc.push_back(v);
@@ -61,10 +95,30 @@ static std::vector<double> reference(const Case& c, int r, const std::vector<flo
         for (double& v : sc) l += v = std::exp(v - m);
         for (int t = lo; t <= p; ++t) {
             const size_t row = ((size_t)s * c.len + t % c.len) * c.n_kv + kvh;
-            for (int i = 0; i < d; ++i) o[(size_t)h * d + i] += sc[t - lo] / l * __half2float(vc[row * d + i]);
+            for (int i = 0; i < d; ++i)
+                o[(size_t)h * d + i] += sc[t - lo] / l * value_at(c.ct, vc.data() + row * hb, i);
         }
     }
     return o;
+}
+
+// A cache of n head rows of d values of type ct, random in [-1, 1] (quantized by the store's
+// block quantizer).
+static std::vector<uint8_t> random_cache(int ct, int d, size_t n) {
+    const size_t hb = head_bytes(ct, d);
+    std::vector<uint8_t> c(n * hb);
+    std::vector<float> x(d);
+    for (size_t r = 0; r < n; ++r) {
+        for (auto& v : x) v = uniform(-1.0f, 1.0f);
+        if (ct == KV_F16)
+            for (int i = 0; i < d; ++i) {
+                const __half h = __float2half_rn(x[i]);
+                std::memcpy(c.data() + r * hb + 2 * i, &h, 2);
+            }
+        else
+            for (int b = 0; b < d / 32; ++b) kv_quantize_block(ct, x.data() + 32 * b, c.data() + r * hb + b * (hb / (d / 32)));
+    }
+    return c;
 }
 
 // hb: the fewest heads a block takes (dividing G), as the launch passes it (ops/attention.rs); the
@@ -76,15 +130,14 @@ static bool run_case(const Case& c, std::vector<int>& counters, int hb) {
     bool ok = true;
     for (int launch_no = 0; launch_no < 2; ++launch_no) {
         std::vector<float> q(outs * d), sinks(c.n_head);
-        std::vector<__half> kc((size_t)c.n_slots * c.len * c.n_kv * d), vc(kc.size());
+        const size_t heads = (size_t)c.n_slots * c.len * c.n_kv;
+        const std::vector<uint8_t> kc = random_cache(c.ct, d, heads), vc = random_cache(c.ct, d, heads);
         for (auto& v : q) v = uniform(-1.0f, 1.0f);
-        for (auto& v : kc) v = __float2half_rn(uniform(-1.0f, 1.0f));
-        for (auto& v : vc) v = __float2half_rn(uniform(-1.0f, 1.0f));
         for (auto& v : sinks) v = uniform(-2.0f, 2.0f);
         std::vector<float> out(outs * d, NAN), part((size_t)S * outs * (d + 2), NAN);
         std::vector<uint8_t> oq(outs * d / 32 * 36, 0xAB);
         int err = 0;
-        const Kernel k = kernel_for(d);
+        const Kernel k = kernel_for(d, c.ct);
         // The second launch runs the blocks in a shuffled order.
         g_block_shuffle = launch_no;
         launch(Dim3{(unsigned)rows, (unsigned)c.n_kv, (unsigned)S}, DEC_THREADS, [&] {
@@ -147,9 +200,9 @@ static bool run_case(const Case& c, std::vector<int>& counters, int hb) {
             const int f = decode_head_parts(G / hb, (c.pos[r] - lo) / DEC_KT + 1, S);
             parts += (r ? "," : "") + std::to_string(f);
         }
-        std::printf("%s %s (at least %d heads a block, parts %s, launch %d): rel error %.2e, Q8_1 copy within %.2f "
-                    "steps\n",
-                    good ? "ok  " : "FAIL", c.name, hb, parts.c_str(), launch_no, worst, qworst);
+        std::printf("%s %s, %s caches (at least %d heads a block, parts %s, launch %d): rel error %.2e, Q8_1 copy "
+                    "within %.2f steps\n",
+                    good ? "ok  " : "FAIL", c.name, type_name(c.ct), hb, parts.c_str(), launch_no, worst, qworst);
         ok = ok && good;
     }
     return ok;
@@ -172,7 +225,16 @@ int main() {
         {"bad slot (error 2)", 64, 8, 2, 100, 1, 2, 0, 0.0f, false, {0, 3}, {50, 10}, {0, 2}},
         {"context past the cache (error 3)", 64, 8, 2, 100, 1, 2, 0, 0.0f, false, {0}, {150}, {3}},
     };
+    // Quantized caches through the same cases' shapes: one run and merged runs, sinks, a window.
+    const std::vector<Case> quantized = {cases[0], cases[1], cases[2]};
     bool ok = true;
+    for (int ct : {KV_Q8_0, KV_Q4_0})
+        for (Case c : quantized) {
+            c.ct = ct;
+            const int G = c.n_head / c.n_kv;
+            ok = run_case(c, counters, G) && ok;
+            ok = run_case(c, counters, 1) && ok;
+        }
     // Each case with the heads of a KV head kept together, with parts down to one head (the
     // launch's choice, ops/attention.rs decode_parts) and, where two divide G, down to two heads.
     for (const Case& c : cases) {

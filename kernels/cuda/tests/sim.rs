@@ -13,7 +13,8 @@
 //! (`cu/mmq.cuh`, the int8 mma and ldmatrix emulated by `sim/mma.h`: dense, Q/K/V parts and routed
 //! experts against the per-sub-block terms summed in k order, bit for bit) and the weight readers
 //! (`cu/quant.cuh`: every value of every quantized type against the CPU reference's dequantizers,
-//! bit for bit).
+//! bit for bit) and the quantized K/V cache store (`cu/cache_store.cuh`, `cu/kv_quant.cuh`: every
+//! cache type against the CPU reference's quantizers).
 //! Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so, when there is none.
 
 use std::path::{Path, PathBuf};
@@ -142,4 +143,58 @@ fn weight_readers_match_the_cpu_dequantizers_under_emulation() {
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("quant_cases.bin");
     std::fs::write(&path, file).expect("writing the cases");
     run_emulated_with("quant_test", &[&path]);
+}
+
+#[test]
+fn quantized_cache_store_matches_the_cpu_quantizers_under_emulation() {
+    use bloomery_kernels_cpu::quant::{iquants::quantize_iq4_nl, quantize_row};
+    use bloomery_plugin_api::DType;
+    let mut state = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    // The kv_quant.cuh codes (KV_Q8_0 = 2 ...).
+    let types = [
+        (DType::Q8_0, 2),
+        (DType::Q4_0, 3),
+        (DType::Q4_1, 4),
+        (DType::Q5_0, 5),
+        (DType::Q5_1, 6),
+        (DType::IQ4_NL, 7),
+    ];
+    let (width, rows) = (128usize, 24usize);
+    let mut file = Vec::new();
+    for (t, code) in types {
+        let rb = t.row_bytes(width as u64).expect("whole blocks") as usize;
+        // Values in [-2, 2), and a block of zeros, a block of one value and a tie-prone block.
+        let mut x: Vec<f32> = (0..rows * width)
+            .map(|_| (next() % 4096) as f32 / 1024.0 - 2.0)
+            .collect();
+        x[..32].fill(0.0);
+        x[32..64].fill(0.75);
+        for (i, v) in x[64..96].iter_mut().enumerate() {
+            *v = (i as f32 - 16.0) * 0.5;
+        }
+        let mut want = vec![0u8; rows * rb];
+        for (src, dst) in x.chunks_exact(width).zip(want.chunks_exact_mut(rb)) {
+            if t == DType::IQ4_NL {
+                quantize_iq4_nl(src, dst);
+            } else {
+                quantize_row(t, src, dst).expect("the CPU quantizes it");
+            }
+        }
+        for v in [code, width as i32, rows as i32, rb as i32] {
+            file.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in &x {
+            file.extend_from_slice(&v.to_le_bytes());
+        }
+        file.extend_from_slice(&want);
+    }
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cache_store_cases.bin");
+    std::fs::write(&path, file).expect("writing the cases");
+    run_emulated_with("cache_store_test", &[&path]);
 }

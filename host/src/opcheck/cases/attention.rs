@@ -31,7 +31,13 @@ fn attn(n_head: u32, n_head_kv: u32, d: u32, window: u32, softcap: f32) -> Op {
 /// The cases of this family for `(op, dtype)`; none for pairs of other families.
 pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
     match (op, dtype) {
-        (OpKind::Attention, t @ (DType::F32 | DType::F16)) => {
+        (OpKind::Attention, t)
+            if super::cache_store::QUANTIZED.contains(&t)
+                || matches!(t, DType::F32 | DType::F16) =>
+        {
+            // Quantized caches: the CPU scores q quantized to Q8_0/Q8_1 against the keys (as
+            // llama.cpp's CPU does), the card the dequantized keys in f32 or f16 parts.
+            let tol = if t.is_quantized() { 3e-2 } else { 1e-5 };
             let cache = || spec(t, [2 * 64, 40, 3, 1], Fill::Random(1.0));
             // A case of `slots.rows()` rows of q over K and V caches of [len, n_slots] (sinks
             // random when the op has them).
@@ -56,7 +62,7 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                         Fill::Random(2.0),
                     ));
                 }
-                case(name, Op::Attention(p), srcs, [q, rows, 1, 1], 1e-5)
+                case(name, Op::Attention(p), srcs, [q, rows, 1, 1], tol)
             };
             let srcs = || {
                 vec![
@@ -67,20 +73,20 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     ids(5, 40),
                 ]
             };
-            vec![
+            let mut all = vec![
                 case(
                     "gqa 8/2 heads, full",
                     attn(8, 2, 64, 0, 0.0),
                     srcs(),
                     [64 * 8, 5, 1, 1],
-                    1e-5,
+                    tol,
                 ),
                 case(
                     "window 7, softcap 30",
                     attn(8, 2, 64, 7, 30.0),
                     srcs(),
                     [64 * 8, 5, 1, 1],
-                    1e-5,
+                    tol,
                 ),
                 // Batches of 16 rows and more take a GPU plugin's flash form: rows of two
                 // sequences (a block's rows then span both slots), head sizes 64 to 256, rows in
@@ -158,7 +164,25 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     runs(24, 24, [1, 0], 0),
                     runs(24, 24, [45, 0], 1),
                 ),
-            ]
+            ];
+            if t.is_quantized() {
+                // K and V of different types: the card's run-time-typed scores form.
+                let srcs = vec![
+                    f32s([64 * 8, 5, 1, 1]),
+                    cache(),
+                    spec(DType::F16, [2 * 64, 40, 3, 1], Fill::Random(1.0)),
+                    ids(5, 3),
+                    ids(5, 40),
+                ];
+                all.push(case(
+                    "an f16 V beside this K, gqa 8/2",
+                    attn(8, 2, 64, 0, 0.0),
+                    srcs,
+                    [64 * 8, 5, 1, 1],
+                    tol,
+                ));
+            }
+            all
         }
         _ => Vec::new(),
     }

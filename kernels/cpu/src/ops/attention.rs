@@ -1,5 +1,6 @@
-//! Causal grouped-query attention over a per-layer KV cache (f32 or f16), for a batch of rows from
-//! several sequences, and the store that writes new K/V rows into that cache.
+//! Causal grouped-query attention over a per-layer KV cache (f32, f16 or a 32-element block
+//! quantization: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, K and V of independent types), for a batch
+//! of rows from several sequences, and the store that writes new K/V rows into that cache.
 //!
 //! Cache layout: `[width, cache_len, n_slots]` where `width = head_dim * n_head_kv`; the token of
 //! sequence slot `s` at position `p` lives at cache row `p % cache_len` of slot `s` (a ring when
@@ -7,12 +8,19 @@
 //! head `h / (n_head / n_head_kv)`, as ggml broadcasts. Per head, every score is computed, then
 //! softmaxed, then applied to V, as ggml's unfused path does (per-thread scratch, grown once). The
 //! query heads that share a KV head are computed together, so each cached K and V row is read
-//! (and widened from f16) once for all of them; [`attention_group`] computes one such group of one
-//! row, so that callers can spread a row's groups over threads.
+//! (and widened from f16, or dequantized block by block) once for all of them; [`attention_group`]
+//! computes one such group of one row, so that callers can spread a row's groups over threads.
+//!
+//! Quantized caches are read as llama.cpp's CPU flash attention reads them: each query head is
+//! quantized to the key type's dot-product format (Q8_0 or Q8_1) and scored by the integer dot
+//! product of [`crate::quant::vec_dot`]; value rows are dequantized to f32. A quantized cache's
+//! head width must be a whole number of blocks.
 
+use bloomery_plugin_api::DType;
 use half::f16;
 
 use super::{check_len, mul_dims, positive, whole_rows, OpError};
+use crate::quant;
 
 /// One layer's K or V cache, read-only: `[width, cache_len, n_slots]`.
 #[derive(Debug, Clone, Copy)]
@@ -21,6 +29,9 @@ pub enum KvCache<'a> {
     F32(&'a [f32]),
     /// f16 values, widened to f32 when read.
     F16(&'a [f16]),
+    /// Blocks of 32 elements of a quantized type (one of [`quant::KV_CACHE_TYPES`]), rows laid end
+    /// to end.
+    Quant(DType, &'a [u8]),
 }
 
 /// One layer's K or V cache, writable: `[width, cache_len, n_slots]`.
@@ -30,6 +41,16 @@ pub enum KvCacheMut<'a> {
     F32(&'a mut [f32]),
     /// f16 values, rounded to nearest even from f32 when written.
     F16(&'a mut [f16]),
+    /// Blocks of 32 elements of a quantized type, quantized as [`quant::quantize_kv_row`] does.
+    Quant(DType, &'a mut [u8]),
+}
+
+/// Elements of a quantized cache's `bytes` of type `t` (0 for a type without 32-element blocks).
+fn quant_elements(t: DType, bytes: usize) -> usize {
+    match t.layout() {
+        Some(l) if l.block == 32 => bytes / l.bytes as usize * 32,
+        _ => 0,
+    }
 }
 
 impl KvCache<'_> {
@@ -37,8 +58,58 @@ impl KvCache<'_> {
         match self {
             KvCache::F32(c) => c.len(),
             KvCache::F16(c) => c.len(),
+            KvCache::Quant(t, c) => quant_elements(*t, c.len()),
         }
     }
+
+    /// The quantized type, if any.
+    fn quant_type(&self) -> Option<DType> {
+        match self {
+            KvCache::Quant(t, _) => Some(*t),
+            _ => None,
+        }
+    }
+
+    /// Elements `start .. start + n` as f32: a slice of an f32 cache, else converted into
+    /// `scratch` (`start` and `n` whole blocks for a quantized cache, as checked at the call).
+    #[inline]
+    fn row<'s>(&'s self, start: usize, n: usize, scratch: &'s mut [f32]) -> &'s [f32] {
+        match self {
+            KvCache::F32(c) => &c[start..][..n],
+            KvCache::F16(c) => {
+                use half::slice::HalfFloatSliceExt;
+                let dst = &mut scratch[..n];
+                c[start..][..n].convert_to_f32_slice(dst);
+                dst
+            }
+            KvCache::Quant(t, c) => {
+                let dst = &mut scratch[..n];
+                let (b0, nb) = block_span(*t, start, n);
+                // The span was checked against the cache's length and the type's blocks.
+                let _ = quant::dequantize_row(*t, &c[b0..][..nb], dst);
+                dst
+            }
+        }
+    }
+
+    /// The bytes of elements `start .. start + n` of a quantized cache (whole blocks).
+    #[inline]
+    fn quant_bytes(&self, start: usize, n: usize) -> &[u8] {
+        match self {
+            KvCache::Quant(t, c) => {
+                let (b0, nb) = block_span(*t, start, n);
+                &c[b0..][..nb]
+            }
+            _ => &[],
+        }
+    }
+}
+
+/// The byte offset and length of elements `start .. start + n` of type `t` (32-element blocks).
+#[inline]
+fn block_span(t: DType, start: usize, n: usize) -> (usize, usize) {
+    let bytes = t.layout().map_or(0, |l| l.bytes as usize);
+    (start / 32 * bytes, n / 32 * bytes)
 }
 
 /// The shape and options of one attention call.
@@ -160,6 +231,18 @@ fn check_caches(k_cache: KvCache, v_cache: KvCache, p: &AttentionParams) -> Resu
     let (k_width, v_width) = (p.head_dim_k * p.n_head_kv, p.head_dim_v * p.n_head_kv);
     check_len(OP, "k_cache", k_cache.len(), mul_dims(OP, k_width, rows)?)?;
     check_len(OP, "v_cache", v_cache.len(), mul_dims(OP, v_width, rows)?)?;
+    for (cache, d, what) in [(k_cache, p.head_dim_k, "K"), (v_cache, p.head_dim_v, "V")] {
+        if let Some(t) = cache.quant_type() {
+            if !d.is_multiple_of(32) {
+                return Err(OpError::Parameter {
+                    op: OP,
+                    what: format!(
+                        "a {t} {what} cache needs heads of a multiple of 32 values, not {d}"
+                    ),
+                });
+            }
+        }
+    }
     if let Some(s) = p.sinks {
         check_len(OP, "sinks", s.len(), p.n_head)?;
     }
@@ -181,48 +264,6 @@ fn visible(slot: u32, pos: i32, p: &AttentionParams) -> Result<(usize, usize, us
         });
     }
     Ok((slot, lo, hi))
-}
-
-/// [`attend`] for the cache element types at hand.
-fn attend_group(
-    q: &[f32],
-    span: (usize, usize, usize),
-    kvh: usize,
-    k_cache: KvCache,
-    v_cache: KvCache,
-    p: &AttentionParams,
-    out: &mut [f32],
-) {
-    match (k_cache, v_cache) {
-        (KvCache::F32(k), KvCache::F32(v)) => attend(q, span, kvh, k, v, p, out),
-        (KvCache::F32(k), KvCache::F16(v)) => attend(q, span, kvh, k, v, p, out),
-        (KvCache::F16(k), KvCache::F32(v)) => attend(q, span, kvh, k, v, p, out),
-        (KvCache::F16(k), KvCache::F16(v)) => attend(q, span, kvh, k, v, p, out),
-    }
-}
-
-/// A cache element read as f32.
-/// A cache element type whose rows can be read as f32.
-trait CacheRow: Copy {
-    /// `src` as f32: itself for f32, converted into `scratch` (F16C when the CPU has it) for f16.
-    fn as_f32<'a>(src: &'a [Self], scratch: &'a mut [f32]) -> &'a [f32];
-}
-
-impl CacheRow for f32 {
-    #[inline]
-    fn as_f32<'a>(src: &'a [Self], _scratch: &'a mut [f32]) -> &'a [f32] {
-        src
-    }
-}
-
-impl CacheRow for f16 {
-    #[inline]
-    fn as_f32<'a>(src: &'a [Self], scratch: &'a mut [f32]) -> &'a [f32] {
-        use half::slice::HalfFloatSliceExt;
-        let dst = &mut scratch[..src.len()];
-        src.convert_to_f32_slice(dst);
-        dst
-    }
 }
 
 /// `Σ a·b` with eight independent partial sums (so the compiler vectorises it), combined
@@ -249,20 +290,24 @@ thread_local! {
     /// converted V row, each head's running max then its normaliser.
     static SCRATCH: std::cell::RefCell<[Vec<f32>; 4]> =
         const { std::cell::RefCell::new([Vec::new(), Vec::new(), Vec::new(), Vec::new()]) };
+    /// Per-thread scratch of a quantized key cache: the group's query heads in the keys' dot
+    /// product format.
+    static QUANT_Q: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// The attention loop proper for one group of query heads sharing KV head `kvh`, monomorphised
-/// per cache element type; every length and index was checked by the caller. Two passes per
-/// head, as ggml's unfused path computes it: every score (`q·k · scale`, softcapped), then
-/// `softmax` (max, exponentials, the sum in f64), then `Σ p·v` with the normalised weights; each
-/// cached row is widened once for every head of the group. Scratch grows per thread and is then
-/// reused.
-fn attend<K: CacheRow, V: CacheRow>(
+/// The attention loop proper for one group of query heads sharing KV head `kvh`; every length
+/// and index was checked by the caller. Two passes per head, as ggml's unfused path computes it:
+/// every score (`q·k · scale`, softcapped), then `softmax` (max, exponentials, the sum in f64),
+/// then `Σ p·v` with the normalised weights; each cached row is widened (or dequantized) once for
+/// every head of the group. A quantized key cache scores each head's query quantized to the
+/// keys' dot-product format, as llama.cpp's CPU flash attention does. Scratch grows per thread
+/// and is then reused.
+fn attend_group(
     q: &[f32],
     (slot, lo, hi): (usize, usize, usize),
     kvh: usize,
-    k_cache: &[K],
-    v_cache: &[V],
+    k_cache: KvCache,
+    v_cache: KvCache,
     p: &AttentionParams,
     out: &mut [f32],
 ) {
@@ -270,58 +315,92 @@ fn attend<K: CacheRow, V: CacheRow>(
     let (k_width, v_width) = (dk * p.n_head_kv, dv * p.n_head_kv);
     let group = p.n_head / p.n_head_kv;
     let n = hi - lo + 1;
-    SCRATCH.with(|cell| {
-        let mut guard = cell.borrow_mut();
-        let [scores, krow, vrow, per_head] = &mut *guard;
-        let grow = |v: &mut Vec<f32>, len: usize| {
-            if v.len() < len {
-                v.resize(len, 0.0);
+    // A quantized key cache: the group's query heads in the keys' dot-product format.
+    let k_dot = k_cache
+        .quant_type()
+        .and_then(|t| Some((t, quant::vec_dot_type(t)?)));
+    let q_bytes = k_dot
+        .and_then(|(_, at)| at.row_bytes(dk as u64))
+        .map_or(0, |b| b as usize);
+    QUANT_Q.with(|qcell| {
+        let mut qq = qcell.borrow_mut();
+        if let Some((_, at)) = k_dot {
+            if qq.len() < group * q_bytes {
+                qq.resize(group * q_bytes, 0);
             }
-        };
-        grow(scores, group * n);
-        grow(krow, dk);
-        grow(vrow, dv);
-        grow(per_head, group);
-        let sink = |g: usize| p.sinks.map(|s| s[kvh * group + g]);
-        for (g, max) in per_head[..group].iter_mut().enumerate() {
-            *max = sink(g).unwrap_or(f32::NEG_INFINITY);
+            for g in 0..group {
+                // Lengths were checked: dk is whole blocks.
+                let _ = quant::quantize_act_row(
+                    at,
+                    &q[g * dk..][..dk],
+                    &mut qq[g * q_bytes..][..q_bytes],
+                );
+            }
         }
-        for (i, t) in (lo..=hi).enumerate() {
-            let cache_row = slot * p.cache_len + t % p.cache_len;
-            let kr = K::as_f32(&k_cache[cache_row * k_width + kvh * dk..][..dk], krow);
+        SCRATCH.with(|cell| {
+            let mut guard = cell.borrow_mut();
+            let [scores, krow, vrow, per_head] = &mut *guard;
+            let grow = |v: &mut Vec<f32>, len: usize| {
+                if v.len() < len {
+                    v.resize(len, 0.0);
+                }
+            };
+            grow(scores, group * n);
+            grow(krow, dk);
+            grow(vrow, dv);
+            grow(per_head, group);
+            let sink = |g: usize| p.sinks.map(|s| s[kvh * group + g]);
             for (g, max) in per_head[..group].iter_mut().enumerate() {
-                let mut s = dot(&q[g * dk..][..dk], kr) * p.scale;
-                if let Some(c) = p.softcap {
-                    s = c * (s / c).tanh();
+                *max = sink(g).unwrap_or(f32::NEG_INFINITY);
+            }
+            for (i, t) in (lo..=hi).enumerate() {
+                let start = (slot * p.cache_len + t % p.cache_len) * k_width + kvh * dk;
+                let kq = k_dot.map(|_| k_cache.quant_bytes(start, dk));
+                let kr = if kq.is_some() {
+                    &krow[..0]
+                } else {
+                    k_cache.row(start, dk, krow)
+                };
+                for (g, max) in per_head[..group].iter_mut().enumerate() {
+                    let raw = match (k_dot, kq) {
+                        (Some((t, _)), Some(kb)) => {
+                            quant::vec_dot(t, dk, kb, &qq[g * q_bytes..][..q_bytes]).unwrap_or(0.0)
+                        }
+                        _ => dot(&q[g * dk..][..dk], kr),
+                    };
+                    let mut s = raw * p.scale;
+                    if let Some(c) = p.softcap {
+                        s = c * (s / c).tanh();
+                    }
+                    scores[g * n + i] = s;
+                    *max = max.max(s);
                 }
-                scores[g * n + i] = s;
-                *max = max.max(s);
             }
-        }
-        for (g, head) in per_head[..group].iter_mut().enumerate() {
-            let max = *head;
-            let mut sum = sink(g).map_or(0.0, |s| f64::from((s - max).exp()));
-            for s in &mut scores[g * n..][..n] {
-                *s = (*s - max).exp();
-                sum += f64::from(*s);
-            }
-            *head = if sum > 0.0 { (1.0 / sum) as f32 } else { 0.0 };
-        }
-        out.fill(0.0);
-        for (i, t) in (lo..=hi).enumerate() {
-            let cache_row = slot * p.cache_len + t % p.cache_len;
-            let vr = V::as_f32(&v_cache[cache_row * v_width + kvh * dv..][..dv], vrow);
-            for (g, &inv) in per_head[..group].iter().enumerate() {
-                let w = scores[g * n + i] * inv;
-                if w == 0.0 || w.is_nan() {
-                    continue;
+            for (g, head) in per_head[..group].iter_mut().enumerate() {
+                let max = *head;
+                let mut sum = sink(g).map_or(0.0, |s| f64::from((s - max).exp()));
+                for s in &mut scores[g * n..][..n] {
+                    *s = (*s - max).exp();
+                    sum += f64::from(*s);
                 }
-                out[g * dv..][..dv]
-                    .iter_mut()
-                    .zip(vr.iter())
-                    .for_each(|(a, &b)| *a += w * b);
+                *head = if sum > 0.0 { (1.0 / sum) as f32 } else { 0.0 };
             }
-        }
+            out.fill(0.0);
+            for (i, t) in (lo..=hi).enumerate() {
+                let start = (slot * p.cache_len + t % p.cache_len) * v_width + kvh * dv;
+                let vr = v_cache.row(start, dv, vrow);
+                for (g, &inv) in per_head[..group].iter().enumerate() {
+                    let w = scores[g * n + i] * inv;
+                    if w == 0.0 || w.is_nan() {
+                        continue;
+                    }
+                    out[g * dv..][..dv]
+                        .iter_mut()
+                        .zip(vr.iter())
+                        .for_each(|(a, &b)| *a += w * b);
+                }
+            }
+        })
     })
 }
 
@@ -399,6 +478,15 @@ pub fn store_kv(
     let found = match &cache {
         KvCacheMut::F32(c) => c.len(),
         KvCacheMut::F16(c) => c.len(),
+        KvCacheMut::Quant(t, c) => {
+            if !width.is_multiple_of(32) {
+                return Err(OpError::Parameter {
+                    op: OP,
+                    what: format!("a {t} cache needs rows of a multiple of 32 values, not {width}"),
+                });
+            }
+            quant_elements(*t, c.len())
+        }
     };
     check_len(OP, "cache", found, cache_size)?;
     let index = |r: usize| -> Result<usize, OpError> {
@@ -432,6 +520,18 @@ pub fn store_kv(
                 dst.iter_mut()
                     .zip(src)
                     .for_each(|(d, &s)| *d = f16::from_f32(s));
+            }
+        }
+        KvCacheMut::Quant(t, c) => {
+            let row = t.row_bytes(width as u64).map_or(0, |b| b as usize);
+            for (r, src) in rows.chunks_exact(width).enumerate() {
+                let at = index(r)? / width * row;
+                quant::quantize_kv_row(t, src, &mut c[at..][..row]).map_err(|e| {
+                    OpError::Parameter {
+                        op: OP,
+                        what: e.to_string(),
+                    }
+                })?;
             }
         }
     }

@@ -1,6 +1,7 @@
 //! Tests of [`super::attention`] and [`super::store_kv`] against an independent f64 attention.
 
 use super::*;
+use bloomery_plugin_api::DType;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
 fn random(n: usize, rng: &mut StdRng) -> Vec<f32> {
@@ -443,4 +444,139 @@ fn bad_shapes_are_named_errors() {
         &mut out,
     );
     assert!(matches!(r, Err(OpError::Length { .. })));
+}
+
+/// `x` stored row by row into a fresh cache of quantized type `t` (`width` per row), and the
+/// cache's bytes dequantized back to f64.
+fn quantized(t: DType, x: &[f32], width: usize, rows: usize) -> (Vec<u8>, Vec<f64>) {
+    let row = t.row_bytes(width as u64).unwrap() as usize;
+    let mut bytes = vec![0u8; row * rows];
+    for r in 0..rows {
+        store_kv(
+            &x[r * width..][..width],
+            width,
+            &[0],
+            &[r as i32],
+            KvCacheMut::Quant(t, &mut bytes),
+            rows,
+            1,
+        )
+        .unwrap();
+    }
+    let mut back = vec![0f32; width * rows];
+    quant::dequantize_row(t, &bytes, &mut back).unwrap();
+    (bytes, widen(&back))
+}
+
+#[test]
+fn quantized_caches_match_f64_over_their_dequantized_values() {
+    // 4 heads over 2 KV heads of 64, 40 positions of one slot; K and V of independent types.
+    let p = params(4, 2, 64, 64, 40, 1);
+    let f = fill(&p, 40, 9);
+    let mut rng = StdRng::seed_from_u64(10);
+    let q = random(3 * 4 * 64, &mut rng);
+    let (slots, pos) = ([0u32, 0, 0], [0i32, 17, 39]);
+    let types = &quant::KV_CACHE_TYPES[2..];
+    for (i, &kt) in types.iter().enumerate() {
+        // Every type as K, each beside another type as V (and F32/F16 beside Q8_0).
+        let vt = types[(i + 1) % types.len()];
+        let (kb, kd) = quantized(kt, &f.k, 128, 40);
+        let (vb, vd) = quantized(vt, &f.v, 128, 40);
+        let got = run(
+            &q,
+            &slots,
+            &pos,
+            KvCache::Quant(kt, &kb),
+            KvCache::Quant(vt, &vb),
+            &p,
+        );
+        // The scores take q quantized to Q8_0/Q8_1 (about 0.4% of each element): the output
+        // moves by far less than the quantization of the cache itself.
+        let want = reference(&q, &slots, &pos, &kd, &vd, &p);
+        assert_close(&got, &want, 2e-2);
+        let exact_f32 = run(&q, &slots, &pos, KvCache::F32(&f.k), KvCache::F32(&f.v), &p);
+        let moved = got
+            .iter()
+            .zip(&exact_f32)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(moved > 0.0 && moved < 0.3, "{kt}/{vt}: {moved}");
+    }
+    let (vb, vd) = quantized(DType::Q8_0, &f.v, 128, 40);
+    let got = run(
+        &q,
+        &slots,
+        &pos,
+        KvCache::F16(&f.k16),
+        KvCache::Quant(DType::Q8_0, &vb),
+        &p,
+    );
+    assert_close(
+        &got,
+        &reference(&q, &slots, &pos, &widen16(&f.k16), &vd, &p),
+        1e-5,
+    );
+}
+
+#[test]
+fn quantized_store_writes_each_row_as_llama_cpp_quantizes_it() {
+    let mut rng = StdRng::seed_from_u64(11);
+    let width = 64;
+    for t in &quant::KV_CACHE_TYPES[2..] {
+        let row = t.row_bytes(width as u64).unwrap() as usize;
+        let x = random(width * 3, &mut rng);
+        // Three rows into slots 1, 0, 1 at positions 5, 2, 2 of a [64, 4, 2] cache.
+        let mut cache = vec![0xaau8; row * 8];
+        store_kv(
+            &x,
+            width,
+            &[1, 0, 1],
+            &[5, 2, 2],
+            KvCacheMut::Quant(*t, &mut cache),
+            4,
+            2,
+        )
+        .unwrap();
+        for (r, at) in [(0, 4 + 1), (1, 2), (2, 4 + 2)] {
+            let mut want = vec![0u8; row];
+            quant::quantize_kv_row(*t, &x[r * width..][..width], &mut want).unwrap();
+            assert_eq!(&cache[at * row..][..row], &want[..], "{t} row {r}");
+        }
+        // Untouched rows keep their bytes.
+        assert!(cache[..row].iter().all(|&b| b == 0xaa), "{t}");
+        // A row that is not whole blocks is refused by name.
+        let mut small = vec![0u8; 2 * row];
+        let e = store_kv(
+            &[0.0; 48],
+            48,
+            &[0],
+            &[0],
+            KvCacheMut::Quant(*t, &mut small),
+            1,
+            1,
+        );
+        assert!(e.unwrap_err().to_string().contains("multiple of 32"), "{t}");
+    }
+}
+
+#[test]
+fn q8_0_cache_rows_round_ties_to_even_as_llama_cpp_x86_store() {
+    // max|x| = 127 makes x · (127 / max) = x exactly: 2.5 and -0.5 are ties, which llama.cpp's
+    // x86 store rounds to even (2, -0), where the reference quantizer rounds away (3, -1).
+    let mut x = vec![0f32; 32];
+    x[0] = 127.0;
+    x[1] = 2.5;
+    x[2] = -0.5;
+    let mut cache = vec![0u8; 34];
+    store_kv(
+        &x,
+        32,
+        &[0],
+        &[0],
+        KvCacheMut::Quant(DType::Q8_0, &mut cache),
+        1,
+        1,
+    )
+    .unwrap();
+    assert_eq!([cache[2 + 1] as i8, cache[2 + 2] as i8], [2, 0]);
 }

@@ -218,3 +218,68 @@ pub fn dequantize_iq4_xs(src: &[u8], dst: &mut [f32]) {
         }
     }
 }
+
+/// The index of the IQ4_NL table value nearest `x` (ties to the lower index only where `x` lies
+/// strictly nearer it), as ggml's reference quantizer searches the sorted table.
+#[inline]
+fn nearest_iq4nl(x: f32) -> usize {
+    let v = |i: usize| f32::from(KVALUES_IQ4NL[i]);
+    if x <= v(0) {
+        return 0;
+    }
+    if x >= v(15) {
+        return 15;
+    }
+    let (mut lo, mut hi) = (0usize, 15usize);
+    while hi - lo > 1 {
+        let mid = (lo + hi) / 2;
+        if x < v(mid) {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    if x - v(hi - 1) < v(hi) - x {
+        hi - 1
+    } else {
+        hi
+    }
+}
+
+/// f32 to IQ4_NL as ggml's reference quantizer (`quantize_row_iq4_nl_ref`, no importance
+/// weights): per block the value of largest magnitude `m` gives `d = m / -127`, each element
+/// takes the nearest table value of `x / d`, then `d` becomes the least-squares scale
+/// `Σ w·q·x / Σ w·q²` with `w = x²`. A block whose largest magnitude is below 1e-15 stores
+/// `d = 0` (all-zero indices).
+pub fn quantize_iq4_nl(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(32).zip(dst.chunks_exact_mut(18)) {
+        let (mut amax, mut max) = (0f32, 0f32);
+        for &v in x {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        b[2..].fill(0);
+        if amax < 1e-15 {
+            super::bits::write_u16(b, 0, 0);
+            continue;
+        }
+        let id = 1.0 / (max / f32::from(KVALUES_IQ4NL[0]));
+        let (mut sumqx, mut sumq2) = (0f32, 0f32);
+        let mut l = [0u8; 32];
+        for (j, &v) in x.iter().enumerate() {
+            let i = nearest_iq4nl(id * v);
+            l[j] = i as u8;
+            let q = f32::from(KVALUES_IQ4NL[i]);
+            let w = v * v;
+            sumqx += w * q * v;
+            sumq2 += w * q * q;
+        }
+        let d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
+        super::bits::write_u16(b, 0, super::bits::f32_to_f16(d));
+        for j in 0..16 {
+            b[2 + j] = l[j] | (l[j + 16] << 4);
+        }
+    }
+}

@@ -175,6 +175,40 @@ pub fn quantize_act_row(t: DType, src: &[f32], dst: &mut [u8]) -> Result<(), Qua
     Ok(())
 }
 
+/// The element types a K/V cache may hold (llama.cpp's `-ctk`/`-ctv` set).
+pub const KV_CACHE_TYPES: [DType; 8] = [
+    DType::F32,
+    DType::F16,
+    DType::Q8_0,
+    DType::Q4_0,
+    DType::Q4_1,
+    DType::Q5_0,
+    DType::Q5_1,
+    DType::IQ4_NL,
+];
+
+/// Quantizes one K/V row into a cache of type `t` as llama.cpp's CPU cache store does (its
+/// `from_float` of the type): Q8_0 with the rounding of ggml's x86 path (as activations), Q4_0,
+/// Q4_1, Q5_0, Q5_1 and IQ4_NL with ggml's reference quantizers. Does not allocate.
+pub fn quantize_kv_row(t: DType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    let f: fn(&[f32], &mut [u8]) = match t {
+        DType::Q8_0 => legacy::quantize_q8_0_act,
+        DType::IQ4_NL => iquants::quantize_iq4_nl,
+        t if KV_CACHE_TYPES.contains(&t) => return quantize_row(t, src, dst),
+        _ => {
+            return Err(QuantError::Unsupported {
+                dtype: t,
+                op: "K/V cache store",
+            })
+        }
+    };
+    const OP: &str = "K/V cache store";
+    let bytes = row_bytes(t, src.len(), OP)?;
+    check_len(t, "destination bytes", bytes, dst.len())?;
+    f(src, dst);
+    Ok(())
+}
+
 /// The activation format paired with weight type `t` in [`vec_dot`] (ggml's `vec_dot_type`), or
 /// `None` when `t` has no dot product here.
 pub fn vec_dot_type(t: DType) -> Option<DType> {

@@ -1,9 +1,11 @@
-//! Launches of attention over the K/V cache (`cu/attention.cuh`). Calls over f16 caches with head
+//! Launches of attention over the K/V cache (`cu/attention.cuh`). Calls over K and V caches of one
+//! type, f16, Q8_0 or Q4_0 (dequantized on load), with head
 //! sizes the flash form has take it, on the tensor cores: batches (prompts) in one launch, decode
 //! split along the visible positions into enough blocks to fill the card, the last block of each
 //! group merging the splits. Decode of few rows takes the decode form instead, which also splits a
-//! short context's heads among blocks. Other calls (f32 caches, other head sizes) take one block
-//! per (row, head) holding every score.
+//! short context's heads among blocks. Other calls (f32 caches, other head sizes, K and V of
+//! different types, Q4_1, Q5_0, Q5_1 and IQ4_NL caches) take one block per (row, head) holding
+//! every score, the quantized ones read a value at a time.
 
 use bloomery_plugin_api::op::{AttentionParams, OpKind, OpSupport};
 use bloomery_plugin_api::tensor::OpCall;
@@ -11,11 +13,12 @@ use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::LaunchConfig;
 
+use super::cache_store::{kv_code, KV_TYPES};
 use super::{claim, driver_err, f32_only, Addr, Launcher, Src};
 
 /// The `(op, dtypes)` pairs this family implements.
 pub(super) fn claims() -> Vec<OpSupport> {
-    vec![claim(OpKind::Attention, &[DType::F32, DType::F16])]
+    vec![claim(OpKind::Attention, &KV_TYPES)]
 }
 
 /// Batches of at least this many rows take the flash form in one launch (fewer: split).
@@ -32,17 +35,31 @@ pub(super) const SPLIT_COUNTERS: u64 = 1024;
 const FA_ROWS: u64 = 64;
 /// Threads per block of the flash form (`FA_WARPS` warps).
 const FA_THREADS: u32 = 128;
-/// The flash form's head sizes (dk = dv), key positions per staged tile (`FA_KT_<d>`) and kernels.
-const FLASH: [(u32, u64, &str); 3] = [
-    (64, 64, "bl_flash_attn_f16_64"),
-    (128, 64, "bl_flash_attn_f16_128"),
-    (256, 32, "bl_flash_attn_f16_256"),
+/// The flash form's cache types (K and V of one type), head sizes (dk = dv), key positions per
+/// staged tile (`FA_KT_<d>`) and kernels.
+const FLASH: [(DType, u32, u64, &str); 9] = [
+    (DType::F16, 64, 64, "bl_flash_attn_f16_64"),
+    (DType::F16, 128, 64, "bl_flash_attn_f16_128"),
+    (DType::F16, 256, 32, "bl_flash_attn_f16_256"),
+    (DType::Q8_0, 64, 64, "bl_flash_attn_q8_0_64"),
+    (DType::Q8_0, 128, 64, "bl_flash_attn_q8_0_128"),
+    (DType::Q8_0, 256, 32, "bl_flash_attn_q8_0_256"),
+    (DType::Q4_0, 64, 64, "bl_flash_attn_q4_0_64"),
+    (DType::Q4_0, 128, 64, "bl_flash_attn_q4_0_128"),
+    (DType::Q4_0, 256, 32, "bl_flash_attn_q4_0_256"),
 ];
-/// The decode form's kernels by head size (f16 caches, dk = dv, as the flash form's).
-const DECODE: [(u32, &str); 3] = [
-    (64, "bl_attn_decode_f16_64"),
-    (128, "bl_attn_decode_f16_128"),
-    (256, "bl_attn_decode_f16_256"),
+/// The decode form's kernels by cache type and head size (K and V of one type, dk = dv, as the
+/// flash form's).
+const DECODE: [(DType, u32, &str); 9] = [
+    (DType::F16, 64, "bl_attn_decode_f16_64"),
+    (DType::F16, 128, "bl_attn_decode_f16_128"),
+    (DType::F16, 256, "bl_attn_decode_f16_256"),
+    (DType::Q8_0, 64, "bl_attn_decode_q8_0_64"),
+    (DType::Q8_0, 128, "bl_attn_decode_q8_0_128"),
+    (DType::Q8_0, 256, "bl_attn_decode_q8_0_256"),
+    (DType::Q4_0, 64, "bl_attn_decode_q4_0_64"),
+    (DType::Q4_0, 128, "bl_attn_decode_q4_0_128"),
+    (DType::Q4_0, 256, "bl_attn_decode_q4_0_256"),
 ];
 /// Most heads per KV head of the decode form (`DEC_MAX_G`).
 const DEC_MAX_G: u64 = 8;
@@ -66,8 +83,13 @@ enum Form {
     /// Decode without the tensor cores: the flash form's split launch (a block per row, KV head
     /// and split), its partials and merge; runs of DEC_KT-position tiles.
     Decode { name: &'static str },
-    /// One block per (row, head), every score of the row in shared memory.
-    Scores { name: &'static str, smem: u32 },
+    /// One block per (row, head), every score of the row in shared memory; `types` the K and V
+    /// type codes of the run-time-typed kernel (`bl_attention_kv`).
+    Scores {
+        name: &'static str,
+        smem: u32,
+        types: Option<(i32, i32)>,
+    },
 }
 
 /// Shared memory of a flash block for head size `d` and `kt`-position tiles: q's two parts for
@@ -79,21 +101,32 @@ fn flash_smem(d: u32, kt: u64) -> u32 {
 /// Picks the form for caches of `k`/`v` element types, `len` positions per slot and heads of
 /// `dk`/`dv`, on a card whose blocks may opt into `optin` bytes of shared memory.
 fn choose(k: DType, v: DType, dk: u32, dv: u32, len: u64, optin: u32) -> Result<Form, PluginError> {
-    let scores = match (k, v) {
-        (DType::F32, DType::F32) => "bl_attention_f32",
-        (DType::F16, DType::F16) => "bl_attention_f16",
-        (k, v) => {
+    let (kc, vc) = match (kv_code(k), kv_code(v)) {
+        (Some(kc), Some(vc)) => (kc, vc),
+        _ => {
             return Err(PluginError::unsupported(
                 format!("attention over a {k} K and {v} V cache"),
                 &[],
             ))
         }
     };
+    for (t, d) in [(k, dk), (v, dv)] {
+        if t.is_quantized() && !d.is_multiple_of(32) {
+            return Err(PluginError::invalid(format!(
+                "attention over a {t} cache needs heads of a multiple of 32 values, not {d}"
+            )));
+        }
+    }
+    let (scores, types) = match (k, v) {
+        (DType::F32, DType::F32) => ("bl_attention_f32", None),
+        (DType::F16, DType::F16) => ("bl_attention_f16", None),
+        _ => ("bl_attention_kv", Some((kc, vc))),
+    };
     let scores_smem = len.saturating_mul(4).min(u64::from(u32::MAX)) as u32;
-    let flash = (k == DType::F16 && dk == dv)
-        .then(|| FLASH.iter().find(|f| f.0 == dk))
+    let flash = (k == v && dk == dv)
+        .then(|| FLASH.iter().find(|f| f.0 == k && f.1 == dk))
         .flatten()
-        .map(|&(d, kt, name)| Form::Flash {
+        .map(|&(_, d, kt, name)| Form::Flash {
             name,
             smem: flash_smem(d, kt),
             kt,
@@ -104,6 +137,7 @@ fn choose(k: DType, v: DType, dk: u32, dv: u32, len: u64, optin: u32) -> Result<
         _ if scores_smem <= optin => Ok(Form::Scores {
             name: scores,
             smem: scores_smem,
+            types,
         }),
         _ => Err(PluginError::unsupported(
             format!(
@@ -112,22 +146,22 @@ fn choose(k: DType, v: DType, dk: u32, dv: u32, len: u64, optin: u32) -> Result<
                 optin / 4
             ),
             &[
-                "an f16 cache with heads of 64, 128 or 256",
+                "K and V caches of one type (f16, q8_0 or q4_0) with heads of 64, 128 or 256",
                 "a smaller context per slot",
             ],
         )),
     }
 }
 
-/// The form for `rows` rows of `g` heads of `d` per KV head: the flash form's decode calls (fewer
-/// than FLASH_MIN_ROWS rows) take the decode form when it holds their heads, as a row's G heads
-/// fill few of a tensor-core tile's 16 rows.
-fn for_rows(form: Form, rows: u64, g: u64, d: u32) -> Form {
+/// The form for `rows` rows of `g` heads of `d` per KV head over caches of type `t`: the flash
+/// form's decode calls (fewer than FLASH_MIN_ROWS rows) take the decode form when it holds their
+/// heads, as a row's G heads fill few of a tensor-core tile's 16 rows.
+fn for_rows(form: Form, rows: u64, g: u64, d: u32, t: DType) -> Form {
     match form {
         Form::Flash { .. } if rows < FLASH_MIN_ROWS && g <= DEC_MAX_G => DECODE
             .iter()
-            .find(|e| e.0 == d)
-            .map_or(form, |&(_, name)| Form::Decode { name }),
+            .find(|e| e.0 == t && e.1 == d)
+            .map_or(form, |&(_, _, name)| Form::Decode { name }),
         f => f,
     }
 }
@@ -227,7 +261,7 @@ impl Launcher {
         let wanted =
             self.product_next.load(std::sync::atomic::Ordering::Relaxed) && dv.is_multiple_of(32);
         let g = u64::from(nh / nkv);
-        let form = for_rows(form, rows, g, dk);
+        let form = for_rows(form, rows, g, dk, kc.dtype);
         // A decode launch has a block per row and KV head along x and y; its blocks along z
         // take runs of positions, or parts of the heads and runs of each (at least as many blocks
         // as parts).
@@ -258,7 +292,7 @@ impl Launcher {
         let copy = self.copy_slot(wanted, po, c.dst.elements())?;
         let oq = copy.map_or(0u64, |c| c.q);
         let (name, smem) = match form {
-            Form::Flash { name, smem, .. } | Form::Scores { name, smem } => (name, smem),
+            Form::Flash { name, smem, .. } | Form::Scores { name, smem, .. } => (name, smem),
             Form::Decode { name, .. } => (name, 0),
         };
         let f = self.func_smem(name, smem)?;
@@ -299,6 +333,13 @@ impl Launcher {
             .arg(&window)
             .arg(&sinks)
             .arg(&err);
+        let types = match form {
+            Form::Scores { types, .. } => types,
+            _ => None,
+        };
+        if let Some((kt, vt)) = &types {
+            l.arg(kt).arg(vt);
+        }
         if rows > 0 {
             // SAFETY: the arguments follow the kernel's parameters for its form; q, dst and the
             // caches hold the shapes checked above; slots and positions are checked on the card;
@@ -363,6 +404,26 @@ mod tests {
         // f32 caches keep the scores form, opting into more shared memory.
         let f32c = choose(DType::F32, DType::F32, 128, 128, 20_000, H200).unwrap();
         assert!(matches!(f32c, Form::Scores { smem: 80_000, .. }));
+        // Quantized caches of one type take it too, mixed types the run-time-typed scores form.
+        let q8 = choose(DType::Q8_0, DType::Q8_0, 128, 128, 4096, H200).unwrap();
+        assert!(matches!(
+            q8,
+            Form::Flash {
+                name: "bl_flash_attn_q8_0_128",
+                ..
+            }
+        ));
+        let mixed = choose(DType::Q8_0, DType::F16, 128, 128, 4096, H200).unwrap();
+        assert!(matches!(
+            mixed,
+            Form::Scores {
+                name: "bl_attention_kv",
+                types: Some((2, 1)),
+                ..
+            }
+        ));
+        let odd = choose(DType::Q4_0, DType::Q4_0, 80, 80, 4096, H200).unwrap_err();
+        assert!(odd.to_string().contains("multiple of 32"), "{odd}");
     }
 
     #[test]
@@ -428,7 +489,7 @@ mod tests {
         let flash = choose(DType::F16, DType::F16, 128, 128, 4096, H200).unwrap();
         for rows in [1, 4, 15] {
             assert_eq!(
-                for_rows(flash, rows, 8, 128),
+                for_rows(flash, rows, 8, 128, DType::F16),
                 Form::Decode {
                     name: "bl_attn_decode_f16_128"
                 },
@@ -436,11 +497,18 @@ mod tests {
             );
         }
         // Batches, and more heads per KV head than a decode block holds, keep the flash form.
-        assert_eq!(for_rows(flash, 16, 8, 128), flash);
-        assert_eq!(for_rows(flash, 1, 16, 128), flash);
+        assert_eq!(for_rows(flash, 16, 8, 128, DType::F16), flash);
+        assert_eq!(for_rows(flash, 1, 16, 128, DType::F16), flash);
+        let q4 = choose(DType::Q4_0, DType::Q4_0, 128, 128, 4096, H200).unwrap();
+        assert_eq!(
+            for_rows(q4, 1, 8, 128, DType::Q4_0),
+            Form::Decode {
+                name: "bl_attn_decode_q4_0_128"
+            }
+        );
         // The scores form (f32 caches) stays as it is.
         let f32c = choose(DType::F32, DType::F32, 128, 128, 4096, H200).unwrap();
-        assert_eq!(for_rows(f32c, 1, 4, 128), f32c);
+        assert_eq!(for_rows(f32c, 1, 4, 128, DType::F32), f32c);
     }
 
     #[test]
@@ -451,16 +519,41 @@ mod tests {
         assert_eq!(define("FA_WARPS") * 16, FA_ROWS);
         assert_eq!(define("FA_WARPS") * 32, u64::from(FA_THREADS));
         assert_eq!(define("FA_MAX_SPLITS"), MAX_SPLITS);
-        for (d, kt, name) in FLASH {
+        let code = |t: DType| {
+            let n = t.name().unwrap_or("?").to_ascii_lowercase();
+            (n.clone(), format!("KV_{}", t.name().unwrap_or("?")))
+        };
+        assert!(src.contains(
+            "FLASH_ATTEND(NAME, T, 64) FLASH_ATTEND(NAME, T, 128) FLASH_ATTEND(NAME, T, 256)"
+        ));
+        for (t, d, kt, name) in FLASH {
             let kt_define = super::super::tests::define_in(src, &format!("FA_KT_{d}"));
             assert_eq!(kt_define, kt, "{name}");
-            assert!(src.contains(&format!("FLASH_ATTEND({d})")), "{name}");
+            let (n, c) = code(t);
+            assert_eq!(name, format!("bl_flash_attn_{n}_{d}"));
+            assert!(
+                src.contains(&format!("FLASH_ATTEND_SIZES({n}, {c})")),
+                "{name}"
+            );
         }
         assert_eq!(define("DEC_MAX_G"), DEC_MAX_G);
         assert_eq!(define("DEC_KT"), DEC_KT);
         assert_eq!(define("DEC_THREADS"), u64::from(FA_THREADS));
-        for (d, name) in DECODE {
-            assert!(split.contains(&format!("ATTEND_DECODE({d})")), "{name}");
+        assert!(split.contains(
+            "ATTEND_DECODE(NAME, T, 64) ATTEND_DECODE(NAME, T, 128) ATTEND_DECODE(NAME, T, 256)"
+        ));
+        for (t, d, name) in DECODE {
+            let (n, c) = code(t);
+            assert_eq!(name, format!("bl_attn_decode_{n}_{d}"));
+            assert!(
+                split.contains(&format!("ATTEND_DECODE_SIZES({n}, {c})")),
+                "{name}"
+            );
+        }
+        let quant = include_str!("../../cu/kv_quant.cuh");
+        for (i, t) in KV_TYPES.iter().enumerate() {
+            let (_, c) = code(*t);
+            assert_eq!(super::super::tests::define_in(quant, &c), i as u64, "{c}");
         }
     }
 }
