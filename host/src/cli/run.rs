@@ -188,7 +188,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         kv_type: DType::F16,
         threads: a.threads,
         graphs: true,
-        mlock: a.placement.mlock,
+        mlock: a.placement.experts.mlock,
     };
     let model = LoadedModel::load_offloaded(
         &reg,

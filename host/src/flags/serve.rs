@@ -320,7 +320,7 @@ impl ServeArgs {
 
     /// Whether the model's mapped bytes are locked in RAM (`--mlock` or `-lm mmap+mlock`).
     pub fn mlock(&self) -> bool {
-        self.placement.mlock || self.load_mode == "mmap+mlock"
+        self.placement.experts.mlock || self.load_mode == "mmap+mlock"
     }
 
     /// The API keys of `--api-key` and `--api-key-file`.

@@ -685,7 +685,7 @@ fn native_stream(
     ready: Arc<Ready>,
     params: GenParams,
     prompt: Vec<u32>,
-    rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    rx: gen::Events,
 ) -> Response {
     struct St {
         text: String,

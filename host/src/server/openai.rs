@@ -7,7 +7,6 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
 use serde_json::{json, Value};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::chat::{self, ChatPrompt, Delta, DeltaSplitter};
 use super::error::ApiError;
@@ -191,7 +190,7 @@ fn chat_stream(
     ready: Arc<Ready>,
     job: ChatJob,
     model: String,
-    rx: UnboundedReceiver<Event>,
+    rx: super::gen::Events,
     logprobs: bool,
 ) -> Response {
     struct St {
@@ -336,7 +335,7 @@ fn completions_stream(
     ready: Arc<Ready>,
     id: String,
     model: String,
-    rx: UnboundedReceiver<Event>,
+    rx: super::gen::Events,
     logprobs: bool,
 ) -> Response {
     let head = json!({"id": id, "created": unix_now(), "model": model, "system_fingerprint": FINGERPRINT, "object": "text_completion"});
@@ -511,7 +510,7 @@ impl RespIds {
 }
 
 /// The Responses event stream: created, item and part added, text deltas, done, completed.
-fn responses_stream(ids: RespIds, job: ChatJob, rx: UnboundedReceiver<Event>) -> Response {
+fn responses_stream(ids: RespIds, job: ChatJob, rx: super::gen::Events) -> Response {
     struct St {
         ids: RespIds,
         split: DeltaSplitter,
