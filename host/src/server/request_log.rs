@@ -6,6 +6,7 @@
 //! request: POST /v1/chat/completions 200 | slot 1 | prompt 12 tokens (40 cached), 812.50 t/s | generated 32 tokens, 41.20 t/s
 //! ```
 //!
+//! Monitors' polls (`GET /health`, `/metrics`, `/slots`, `/props`) are logged at debug level.
 //! The line is written when the response body ends (a stream's last frame, or the client
 //! going away), so it carries the generation's counts. A generation's numbers reach it through
 //! [`Events`], the receiver [`super::gen::submit`] hands out: the record of the request in
@@ -111,13 +112,23 @@ impl Events {
 struct LineOnDrop {
     head: String,
     record: Arc<Record>,
+    /// A monitor's poll: logged at debug level.
+    quiet: bool,
 }
 
 impl Drop for LineOnDrop {
     fn drop(&mut self) {
-        tracing::info!("request: {}{}", self.head, self.record.fields());
+        if self.quiet {
+            tracing::debug!("request: {}{}", self.head, self.record.fields());
+        } else {
+            tracing::info!("request: {}{}", self.head, self.record.fields());
+        }
     }
 }
+
+/// Routes monitors poll (a load balancer's health check every second): their lines are
+/// debug-level, so the default log holds the requests that do work.
+const POLLED: &[&str] = &["/health", "/v1/health", "/metrics", "/slots", "/props"];
 
 /// A response body that logs its request's line when it ends.
 struct LoggedBody {
@@ -149,11 +160,13 @@ impl hyper::body::Body for LoggedBody {
 /// response body ends.
 pub async fn log_requests(req: Request, next: Next) -> Response {
     let head = format!("{} {}", req.method(), req.uri().path());
+    let quiet = req.method() == axum::http::Method::GET && POLLED.contains(&req.uri().path());
     let record = Arc::new(Record::default());
     let response = RECORD.scope(Arc::clone(&record), next.run(req)).await;
     let line = LineOnDrop {
         head: format!("{head} {}", response.status().as_u16()),
         record,
+        quiet,
     };
     response.map(|inner| Body::new(LoggedBody { inner, _line: line }))
 }
