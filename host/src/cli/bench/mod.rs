@@ -368,7 +368,9 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             bail!("the benchmark's model is not loaded");
         };
         if s.depth != Some(inst.depth) {
-            step(Some("depth run".into()));
+            if inst.depth > 0 {
+                step(Some("depth run".into()));
+            }
             s.fill_context(inst.depth)?;
         }
         if a.delay > 0 {
