@@ -129,6 +129,7 @@ impl Plot {
         }
         chart
             .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
             .label_font(("sans-serif", 14))
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
