@@ -165,6 +165,15 @@ fn cache_type(flag: &str, v: &str) -> anyhow::Result<DType> {
     }
 }
 
+/// A cache type's name as llama-bench writes it (ggml's lower-case type name).
+fn cache_name(t: DType) -> &'static str {
+    if t == DType::F32 {
+        "f32"
+    } else {
+        "f16"
+    }
+}
+
 /// Every test of the run in llama-bench's order (setups outermost, depth, then the pp, tg,
 /// grammar and pg tests), checked before any runs.
 fn instances(a: &BenchArgs, n_layer: u64, grammar: bool) -> anyhow::Result<Vec<Instance>> {
@@ -387,11 +396,8 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             n_batch: inst.setup.n_batch,
             n_ubatch: inst.setup.n_ubatch,
             n_threads: s.threads,
-            type_k: lists::words(&a.cache_type_k, "f16")
-                .into_iter()
-                .find(|k| cache_type("-ctk", k).ok() == Some(inst.setup.kv_type))
-                .unwrap_or_default(),
-            type_v: String::new(),
+            type_k: cache_name(inst.setup.kv_type).into(),
+            type_v: cache_name(inst.setup.kv_type).into(),
             n_gpu_layers: inst.setup.ngl,
             n_cpu_moe: inst.setup.n_cpu_moe,
             flash_attn: inst.flash_attn,
@@ -405,7 +411,6 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             test_time: report::utc_now(),
             ..Record::default()
         };
-        record.type_v = record.type_k.clone();
         (record.n_prompt, record.n_gen, record.grammar) = match inst.test {
             Test::Prompt(p) => (p, 0, false),
             Test::Generate(n) => (0, n, false),
