@@ -319,6 +319,10 @@ fn bench_refuses_what_it_cannot_do_by_name() {
         (&["-fa", "off"][..], "-fa off: not supported"),
         (&["-ngl", "1"][..], "-ngl 1: not supported"),
         (&["-p", "1-8+0"][..], "-p \"1-8+0\": the range"),
+        (
+            &["-nkvo", "1"][..],
+            "-nkvo: not supported by bloomery bench",
+        ),
     ] {
         let mut args = vec!["bench", "-m", &m, "-r", "1"];
         args.extend_from_slice(flags);
