@@ -174,84 +174,106 @@ fn cache_name(t: DType) -> &'static str {
     }
 }
 
-/// Every test of the run in llama-bench's order (setups outermost, depth, then the pp, tg,
-/// grammar and pg tests), checked before any runs.
-fn instances(a: &BenchArgs, n_layer: u64, grammar: bool) -> anyhow::Result<Vec<Instance>> {
-    let u32s = |flag: &str, given: &[String], default: i64, min: i64| -> anyhow::Result<Vec<u32>> {
-        lists::ints(flag, given, &[default], false, min)?
-            .into_iter()
-            .map(|v| u32::try_from(v).map_err(|_| anyhow::anyhow!("{flag} {v}: too large")))
-            .collect()
-    };
-    let n_prompt = u32s("-p", &a.n_prompt, 512, 0)?;
-    let n_gen = u32s("-n", &a.n_gen, 128, 0)?;
-    let pg = lists::prompt_gen_pairs(&a.pg)?;
-    let depths = u32s("-d", &a.n_depth, 0, 0)?;
-    let batches = u32s("-b", &a.batch_size, 2048, 1)?;
-    let ubatches = u32s("-ub", &a.ubatch_size, 512, 1)?;
-    let threads = u32s("-t", &a.threads, 0, 0)?;
-    let ncmoe = u32s("-ncmoe", &a.n_cpu_moe, 0, 0)?;
+/// A list flag's values as counts of at least `min` (`default` when not given).
+fn counts(flag: &str, given: &[String], default: i64, min: i64) -> anyhow::Result<Vec<u32>> {
+    lists::ints(flag, given, &[default], false, min)?
+        .into_iter()
+        .map(|v| u32::try_from(v).map_err(|_| anyhow::anyhow!("{flag} {v}: too large")))
+        .collect()
+}
+
+/// The cache types `-ctk` × `-ctv` ask for (K and V must agree).
+fn cache_types(a: &BenchArgs) -> anyhow::Result<Vec<DType>> {
+    let mut out = Vec::new();
+    for k in lists::words(&a.cache_type_k, "f16") {
+        for v in lists::words(&a.cache_type_v, "f16") {
+            let kv = cache_type("-ctk", &k)?;
+            if cache_type("-ctv", &v)? != kv {
+                bail!("-ctk {k} with -ctv {v}: not supported: the cache holds K and V in one type");
+            }
+            out.push(kv);
+        }
+    }
+    Ok(out)
+}
+
+/// Every setup and `-fa` value, in llama-bench's order (`-ngl` outermost, `-t` innermost).
+fn setups(a: &BenchArgs, n_layer: u64) -> anyhow::Result<Vec<(Setup, i64)>> {
     let ngls = lists::ints("-ngl", &a.n_gpu_layers, &[-1], true, i64::MIN)?;
+    let ncmoe = counts("-ncmoe", &a.n_cpu_moe, 0, 0)?;
+    let batches = counts("-b", &a.batch_size, 2048, 1)?;
+    let ubatches = counts("-ub", &a.ubatch_size, 512, 1)?;
+    let kv_types = cache_types(a)?;
     let fas = lists::words(&a.flash_attn, "auto")
         .iter()
         .map(|v| flash_attn(v))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let ctk = lists::words(&a.cache_type_k, "f16");
-    let ctv = lists::words(&a.cache_type_v, "f16");
+    let threads = counts("-t", &a.threads, 0, 0)?;
+    let (batches, ubatches, kv_types) = (&batches, &ubatches, &kv_types);
     let mut out = Vec::new();
     for &ngl in &ngls {
         let gpu = crate::flags::serve::gpu_layers(Some(&ngl.to_string()), n_layer)?;
-        for &n_cpu_moe in &ncmoe {
-            for &n_batch in &batches {
-                for &n_ubatch in &ubatches {
-                    for k in &ctk {
-                        for v in &ctv {
-                            let kv_type = cache_type("-ctk", k)?;
-                            if cache_type("-ctv", v)? != kv_type {
-                                bail!(
-                                    "-ctk {k} with -ctv {v}: not supported: the cache holds K \
-                                     and V in one type"
-                                );
-                            }
-                            for &fa in &fas {
-                                for &t in &threads {
-                                    let setup = Setup {
-                                        ngl,
-                                        gpu,
-                                        n_cpu_moe,
-                                        n_batch,
-                                        n_ubatch,
-                                        kv_type,
-                                        threads: t,
-                                    };
-                                    for &depth in &depths {
-                                        let mut push = |test| {
-                                            out.push(Instance {
-                                                setup: setup.clone(),
-                                                flash_attn: fa,
-                                                depth,
-                                                test,
-                                            })
-                                        };
-                                        for &p in n_prompt.iter().filter(|&&p| p > 0) {
-                                            push(Test::Prompt(p));
-                                        }
-                                        for &n in n_gen.iter().filter(|&&n| n > 0) {
-                                            push(Test::Generate(n));
-                                            if grammar {
-                                                push(Test::Grammar(n));
-                                            }
-                                        }
-                                        for &(p, n) in pg.iter().filter(|&&(p, n)| p + n > 0) {
-                                            push(Test::PromptGenerate(p, n));
-                                        }
-                                    }
-                                }
-                            }
-                        }
-                    }
+        let product = ncmoe.iter().flat_map(|&m| {
+            batches.iter().flat_map(move |&b| {
+                ubatches
+                    .iter()
+                    .flat_map(move |&ub| kv_types.iter().map(move |&kv| (m, b, ub, kv)))
+            })
+        });
+        for (n_cpu_moe, n_batch, n_ubatch, kv_type) in product {
+            for &fa in &fas {
+                for &t in &threads {
+                    let setup = Setup {
+                        ngl,
+                        gpu,
+                        n_cpu_moe,
+                        n_batch,
+                        n_ubatch,
+                        kv_type,
+                        threads: t,
+                    };
+                    out.push((setup, fa));
                 }
             }
+        }
+    }
+    Ok(out)
+}
+
+/// Every test of the run in llama-bench's order (setups outermost, depth, then the pp, tg,
+/// grammar and pg tests), checked before any runs.
+fn instances(a: &BenchArgs, n_layer: u64, grammar: bool) -> anyhow::Result<Vec<Instance>> {
+    let n_prompt = counts("-p", &a.n_prompt, 512, 0)?;
+    let n_gen = counts("-n", &a.n_gen, 128, 0)?;
+    let pg = lists::prompt_gen_pairs(&a.pg)?;
+    let depths = counts("-d", &a.n_depth, 0, 0)?;
+    let mut tests = Vec::new();
+    tests.extend(
+        n_prompt
+            .iter()
+            .filter(|&&p| p > 0)
+            .map(|&p| Test::Prompt(p)),
+    );
+    for &n in n_gen.iter().filter(|&&n| n > 0) {
+        tests.push(Test::Generate(n));
+        if grammar {
+            tests.push(Test::Grammar(n));
+        }
+    }
+    tests.extend(
+        pg.iter()
+            .filter(|&&(p, n)| p + n > 0)
+            .map(|&(p, n)| Test::PromptGenerate(p, n)),
+    );
+    let mut out = Vec::new();
+    for (setup, flash_attn) in setups(a, n_layer)? {
+        for &depth in &depths {
+            out.extend(tests.iter().map(|&test| Instance {
+                setup: setup.clone(),
+                flash_attn,
+                depth,
+                test,
+            }));
         }
     }
     Ok(out)
