@@ -155,6 +155,10 @@ pub fn load_tiered(
     )
     .map_err(device_err("opening the host experts' CPU device"))?;
     let mut host_buffers = Vec::new();
+    let mapped = Stage::begin(
+        LoadStage::Mapped,
+        file.parts().iter().map(|p| p.bytes().len() as u64).sum(),
+    );
     for part in file.parts() {
         let bytes = part.bytes();
         // SAFETY: the mapping lives in `LoadedModel::file`, which is dropped after the tier
@@ -162,7 +166,9 @@ pub fn load_tiered(
         let buf = unsafe { host.map_host(bytes.as_ptr(), bytes.len() as u64) }
             .map_err(device_err("mapping the model file for host experts"))?;
         host_buffers.push(buf);
+        mapped.advance(bytes.len() as u64);
     }
+    drop(mapped);
     // weight index → (layer, position among its stacks)
     let mut stack_of: HashMap<usize, (usize, usize)> = HashMap::new();
     for (li, l) in plan.layers.iter().enumerate() {
