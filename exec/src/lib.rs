@@ -11,6 +11,7 @@ pub mod model;
 mod open;
 mod options;
 pub mod placement;
+pub mod progress;
 mod snapshot;
 mod state;
 pub mod support;

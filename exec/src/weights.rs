@@ -22,6 +22,7 @@ use bloomery_tiering::residency::{LayerResidency, Residency};
 use bloomery_tiering::{stream_set, ExpertTier, HostSlice, TierLayer};
 
 use crate::error::{device_err, ModelError};
+use crate::progress::{LoadStage, Stage};
 
 /// The file tensor behind declared weight `name`, with its shape and contiguous strides; a
 /// missing tensor is the plugin's named error.
@@ -52,6 +53,8 @@ pub fn map_weights(
     spec: &ModelSpec,
 ) -> Result<(Vec<Buffer>, Vec<TensorRef>), ModelError> {
     let mut buffers = Vec::new();
+    let total = file.parts().iter().map(|p| p.bytes().len() as u64).sum();
+    let stage = Stage::begin(LoadStage::Mapped, total);
     for part in file.parts() {
         let bytes = part.bytes();
         // SAFETY: the mapping lives in `LoadedModel::file`, which is dropped after the buffers
@@ -59,7 +62,9 @@ pub fn map_weights(
         let buf = unsafe { device.map_host(bytes.as_ptr(), bytes.len() as u64) }
             .map_err(device_err("mapping the model file"))?;
         buffers.push(buf);
+        stage.advance(bytes.len() as u64);
     }
+    drop(stage);
     let mut refs = Vec::with_capacity(spec.weights.len());
     for w in spec.weights.iter() {
         let (t, ne, nb) = weight_tensor(file, spec, w.name.as_str())?;
@@ -84,13 +89,19 @@ const WEIGHT_ALIGN: u64 = 256;
 /// is logged and false returned: the copies then stay pageable, and the card cannot read the
 /// tables in place.
 fn pin_streamed(card: &Device, ranges: &[(usize, usize)]) -> bool {
-    for (lo, hi) in whole_pages(ranges, page_size()) {
+    let pages = whole_pages(ranges, page_size());
+    let stage = Stage::begin(
+        LoadStage::Pinned,
+        pages.iter().map(|(lo, hi)| (hi - lo) as u64).sum(),
+    );
+    for (lo, hi) in pages {
         // SAFETY: every range lies in the model's read-only file mapping (rounded to the pages
         // it occupies), which outlives the card device (LoadedModel's field order).
         if let Err(e) = unsafe { card.pin_host(lo as *const u8, (hi - lo) as u64) } {
             tracing::warn!("page-locking host experts failed ({e}); prompts copy them pageable");
             return false;
         }
+        stage.advance((hi - lo) as u64);
     }
     true
 }
@@ -144,6 +155,10 @@ pub fn load_tiered(
     )
     .map_err(device_err("opening the host experts' CPU device"))?;
     let mut host_buffers = Vec::new();
+    let mapped = Stage::begin(
+        LoadStage::Mapped,
+        file.parts().iter().map(|p| p.bytes().len() as u64).sum(),
+    );
     for part in file.parts() {
         let bytes = part.bytes();
         // SAFETY: the mapping lives in `LoadedModel::file`, which is dropped after the tier
@@ -151,7 +166,9 @@ pub fn load_tiered(
         let buf = unsafe { host.map_host(bytes.as_ptr(), bytes.len() as u64) }
             .map_err(device_err("mapping the model file for host experts"))?;
         host_buffers.push(buf);
+        mapped.advance(bytes.len() as u64);
     }
+    drop(mapped);
     // weight index → (layer, position among its stacks)
     let mut stack_of: HashMap<usize, (usize, usize)> = HashMap::new();
     for (li, l) in plan.layers.iter().enumerate() {
@@ -185,6 +202,7 @@ pub fn load_tiered(
     let arena = card
         .alloc(packed)
         .map_err(device_err("allocating the card's weights"))?;
+    let copied = Stage::begin(LoadStage::CopiedToCard, packed);
     // The tables left in host RAM: weight index and bytes, given views once page-locked.
     let mut tables: Vec<(usize, HostSlice)> = Vec::new();
     for (i, w) in spec.weights.iter().enumerate() {
@@ -205,6 +223,7 @@ pub fn load_tiered(
         let Some(&(li, _)) = stack_of.get(&i) else {
             card.write(&arena, at, data)
                 .map_err(device_err("copying weights to the card"))?;
+            copied.advance(data.len() as u64);
             // The host never reads a weight the card holds: its pages leave resident memory,
             // which then holds what the host budget plans for (docs/performance.md).
             HostSlice::of(data).release();
@@ -254,6 +273,7 @@ pub fn load_tiered(
                     &data[e * stride..][..stride],
                 )
                 .map_err(device_err("copying experts to the card"))?;
+                copied.advance(stride as u64);
             }
             r.buffer = arena.handle;
             r.offset = at;
@@ -346,6 +366,7 @@ pub fn load_tiered(
         .chain(tables.iter().map(|(_, h)| h))
         .map(|h| (h.addr, h.addr + h.len))
         .collect();
+    drop(copied);
     let pinned = pin_streamed(card, &host_read);
     let disk = if on_disk {
         Some(Arc::new(disk_tier(

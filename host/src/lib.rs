@@ -8,6 +8,7 @@
 pub mod cli;
 pub mod flags;
 pub mod opcheck;
+pub mod progress;
 pub mod server;
 pub mod synth;
 pub mod text;

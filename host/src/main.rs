@@ -1,6 +1,6 @@
 //! The `bloomery` command.
 
-use clap::Parser;
+use clap::FromArgMatches;
 
 fn main() -> std::process::ExitCode {
     let args = match bloomery::flags::command_line(std::env::args_os().collect(), |v| {
@@ -12,7 +12,11 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let cli = bloomery::cli::Cli::parse_from(args);
+    let matches = bloomery::cli::help::command().get_matches_from(args);
+    let cli = match bloomery::cli::Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let (default, log) = match &cli.command {
         bloomery::cli::Command::Serve(a) => ("bloomery=info", a.log.clone()),
         _ => (
@@ -23,6 +27,11 @@ fn main() -> std::process::ExitCode {
     if let Err(e) = log.init(cli.verbose, default) {
         eprintln!("error: {e:#}");
         return std::process::ExitCode::FAILURE;
+    }
+    // Model loads show their progress (a bar on a terminal, lines otherwise), unless logging
+    // is off altogether.
+    if !log.log_disable {
+        bloomery::progress::LoadProgress::install(log.colors());
     }
     match bloomery::cli::run(cli) {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -21,6 +21,8 @@ struct CppFlag {
     negations: Vec<String>,
     env: Option<String>,
     arity: Arity,
+    /// The `--help` section llama-server lists it under.
+    section: &'static str,
 }
 
 /// The index of the parenthesis closing the one at `open`, skipping strings, character
@@ -141,11 +143,21 @@ fn server_flags(src: &str) -> Vec<CppFlag> {
             .split(".set_env(\"")
             .nth(1)
             .and_then(|r| r.split('"').next());
+        let section = if chain.contains(".set_sampling()") {
+            "sampling params"
+        } else if chain.contains(".set_spec()") {
+            "speculative params"
+        } else if examples.iter().any(|e| e == "LLAMA_EXAMPLE_SERVER") {
+            "server params"
+        } else {
+            "common params"
+        };
         out.push(CppFlag {
             names: quoted(names),
             negations,
             env: env.map(str::to_owned),
             arity,
+            section,
         });
     }
     out
@@ -199,6 +211,40 @@ fn the_table_holds_every_llama_server_flag_as_arg_cpp_spells_it() {
         extra.is_empty(),
         "flags in the table but not in arg.cpp: {extra:?}"
     );
+}
+
+/// `serve --help` lists each flag under llama-server's section for it (`--help`'s sections in
+/// arg.cpp), but the placement flags, which have a section of their own.
+#[test]
+fn serve_help_sections_follow_arg_cpp() {
+    let Some(src) = arg_cpp() else { return };
+    let serve = bloomery::cli::help::command()
+        .find_subcommand("serve")
+        .cloned()
+        .expect("a serve subcommand");
+    // A flag arg.cpp defines twice (`-np`: the server's and the other tools') takes the
+    // server's definition.
+    let mut sections = BTreeMap::new();
+    for f in server_flags(&src) {
+        if let Some(long) = f.names.iter().find_map(|n| n.strip_prefix("--")) {
+            let s = sections.entry(long.to_owned()).or_insert(f.section);
+            if f.section == "server params" {
+                *s = f.section;
+            }
+        }
+    }
+    let mut checked = 0;
+    for (long, section) in sections {
+        let Some(arg) = serve.get_arguments().find(|a| a.get_long() == Some(&long)) else {
+            continue;
+        };
+        let heading = arg.get_help_heading().unwrap_or("");
+        if heading != "placement params" {
+            assert_eq!(heading, section, "--{long}");
+            checked += 1;
+        }
+    }
+    assert!(checked > 40, "only {checked} flags checked");
 }
 
 /// A value each flag that takes one accepts, different from its default.

@@ -82,7 +82,7 @@ def test_without_slots_and_metrics_flags(tiny_path):
     (["-ot", "exps=TPU"], "TPU"),
     (["--gpu-budget", "lots"], "--gpu-budget"),
     (["--cache-ram", "-5"], "--cache-ram"),
-    (["-ctk", "q4_0", "-ctv", "q4_0"], "q4_0"),
+    (["-ctk", "bf16"], "bf16"),
 ])
 def test_unknown_and_unimplemented_flags_are_refused_by_name(tiny_path, flag, named):
     rc, out = run_cli("serve", "-m", str(tiny_path), "--port", "1", *flag)

@@ -1,6 +1,7 @@
 //! The command line: global options and one module per subcommand.
 
 mod bench;
+pub mod help;
 mod info;
 mod opcheck;
 mod plan;
@@ -12,9 +13,14 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-/// bloomery: a mixture-of-experts inference engine built for offloading.
+/// bloomery: an inference engine for mixture-of-experts models, built for offloading.
+///
+/// Routed experts live on the GPU, in host RAM or on NVMe, and the experts the routing calls
+/// most move onto the card while it runs. `serve` is a drop-in llama-server (the same HTTP API,
+/// GGUF files and flag spellings); `bench` measures as llama-bench does; model architectures
+/// and kernel bundles are plugins chosen at startup by probing the machine.
 #[derive(Parser, Debug)]
-#[command(name = "bloomery", version, about)]
+#[command(name = "bloomery", version)]
 pub struct Cli {
     /// Folder of model and kernel plugins (default: `plugins` beside the executable). Repeat it
     /// to load plugins from several folders (e.g. one built outside this project); where two
@@ -47,7 +53,7 @@ pub enum Command {
     /// Generate text from a prompt, streaming it to stdout (llama.cpp's spellings).
     Run(Box<run::RunArgs>),
     /// Measure prompt and generation speed, like llama-bench.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Check every op a kernel plugin claims against the cpu-scalar reference on random inputs.
     Opcheck(opcheck::OpcheckArgs),
     /// Show where a model's weights would live (card, host RAM) under given budgets.

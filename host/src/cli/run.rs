@@ -195,7 +195,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         kv_type_v,
         threads: a.threads,
         graphs: true,
-        mlock: a.placement.mlock,
+        mlock: a.placement.experts.mlock,
     };
     let model = LoadedModel::load_offloaded(
         &reg,

@@ -6,6 +6,7 @@ use bloomery_plugin_api::DType;
 use clap::Args;
 
 use super::Cli;
+use crate::progress::{Progress, Unit};
 use crate::synth::{self, ClassTypes};
 use bloomery_devices::Registry;
 
@@ -94,7 +95,16 @@ pub fn run(cli: &Cli, a: &SynthArgs) -> anyhow::Result<()> {
         .clone()
         .ok_or_else(|| anyhow::anyhow!("-o FILE is required"))?;
     let started = std::time::Instant::now();
-    let r = synth::write(preset, types, a.seed, &out)?;
+    let bar = crate::progress::on_terminal();
+    let mut progress: Option<Progress> = None;
+    let r = synth::write_reporting(preset, types, a.seed, &out, &mut |done, total| {
+        let p = progress
+            .get_or_insert_with(|| Progress::new("synth: written", total, Unit::Bytes, bar, bar));
+        p.inc(done.saturating_sub(p.done()));
+    })?;
+    if let Some(p) = progress {
+        p.finish();
+    }
     println!(
         "wrote {} ({} tensors, {:.2} GB) in {:.1} s",
         out.display(),

@@ -55,6 +55,14 @@ impl CacheTypeArgs {
     }
 }
 
+/// A cache type's name as llama.cpp writes it (ggml's lower-case type name).
+pub fn cache_name(t: DType) -> &'static str {
+    NAMES
+        .iter()
+        .find(|(_, d)| *d == Some(t))
+        .map_or("f16", |(n, _)| *n)
+}
+
 /// The cache type `name` given to `flag`, as llama.cpp names them (lowercase, exactly).
 pub fn cache_type(flag: &str, name: &str) -> anyhow::Result<DType> {
     match NAMES.iter().find(|(n, _)| *n == name) {

@@ -37,6 +37,14 @@ pub fn parse_gbnf(text: &str, tok: &bloomery_text::Tokenizer) -> anyhow::Result<
 }
 
 impl GrammarArgs {
+    /// Whether any grammar source was given.
+    pub fn given(&self) -> bool {
+        self.grammar.is_some()
+            || self.grammar_file.is_some()
+            || self.json_schema.is_some()
+            || self.json_schema_file.is_some()
+    }
+
     /// The grammar these flags ask for (at most one source).
     pub fn spec(&self, tok: &bloomery_text::Tokenizer) -> anyhow::Result<Option<GrammarSpec>> {
         let read = |p: &std::path::Path| {

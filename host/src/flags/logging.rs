@@ -88,17 +88,23 @@ impl LogArgs {
         Ok(())
     }
 
+    /// Whether stderr gets colours: `--log-colors on`, or `auto` (the default) when stderr is
+    /// a terminal.
+    pub fn colors(&self) -> bool {
+        match self.log_colors.as_str() {
+            "on" | "true" | "1" | "enabled" => true,
+            "off" | "false" | "0" | "disabled" => false,
+            _ => std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        }
+    }
+
     /// Sets up the process's log subscriber (`RUST_LOG` overrides the level); `default` is the
     /// filter without `-v` or `-lv`.
     pub fn init(&self, verbose: bool, default: &'static str) -> anyhow::Result<()> {
         self.validate()?;
         let filter = tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(self.filter(verbose, default)));
-        let colors = match self.log_colors.as_str() {
-            "on" | "true" | "1" | "enabled" => true,
-            "off" | "false" | "0" | "disabled" => false,
-            _ => std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        };
+        let colors = self.colors();
         let builder = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_level(self.log_prefix && !self.no_log_prefix);

@@ -5,6 +5,7 @@
 
 pub mod cache_type;
 pub mod grammar;
+pub mod llama_bench;
 pub mod llama_server;
 pub mod logging;
 pub mod placement;
@@ -18,7 +19,8 @@ use self::llama_server::Refusal;
 
 /// The command line as clap will parse it: `serve`'s arguments screened against llama-server's
 /// flags ([`llama_server::screen`]: refused flags named, multi-letter short flags spelled long),
-/// the other subcommands' multi-letter short flags spelled long ([`short::expand_short_flags`]).
+/// the other subcommands' multi-letter short flags spelled long ([`short::expand_short_flags`]),
+/// and `bench`'s llama-bench flags it does not take refused ([`llama_bench::screen`]).
 /// `env` reads the environment (for refused flags' `LLAMA_ARG_*` twins).
 pub fn command_line(
     args: Vec<OsString>,
@@ -30,6 +32,11 @@ pub fn command_line(
             out.extend(llama_server::screen(&args[at + 1..], env)?);
             Ok(out)
         }
-        None => Ok(short::expand_short_flags(args)),
+        None => {
+            if let Some(at) = args.iter().position(|a| a == "bench") {
+                llama_bench::screen(&args[at + 1..])?;
+            }
+            Ok(short::expand_short_flags(args))
+        }
     }
 }

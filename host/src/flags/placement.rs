@@ -9,12 +9,27 @@ use bloomery_tiering::plan::{parse_size, TierRequest};
 /// Where routed experts go.
 #[derive(Args, Debug, Clone, Default)]
 pub struct PlacementArgs {
-    /// Keep every MoE expert in host RAM (computed there by the CPU).
-    #[arg(long = "cpu-moe", env = "LLAMA_ARG_CPU_MOE")]
-    pub cpu_moe: bool,
+    /// Every placement flag but `-ncmoe`.
+    #[command(flatten)]
+    pub experts: ExpertFlags,
     /// Keep the MoE experts of the first N layers in host RAM.
     #[arg(long = "n-cpu-moe", env = "LLAMA_ARG_N_CPU_MOE")]
     pub n_cpu_moe: Option<u32>,
+}
+
+impl PlacementArgs {
+    /// The request these flags make; a malformed size or override is refused by name.
+    pub fn request(&self) -> anyhow::Result<TierRequest> {
+        self.experts.request(self.n_cpu_moe)
+    }
+}
+
+/// The placement flags but `-ncmoe` (which `bench` takes as a list, as llama-bench does).
+#[derive(Args, Debug, Clone, Default)]
+pub struct ExpertFlags {
+    /// Keep every MoE expert in host RAM (computed there by the CPU).
+    #[arg(long = "cpu-moe", env = "LLAMA_ARG_CPU_MOE")]
+    pub cpu_moe: bool,
     /// Tensor placement overrides `REGEX=BUFFER,...` (BUFFER: CPU, CUDA0 or GPU); only routed
     /// expert stacks may go to the CPU.
     #[arg(long = "override-tensor", env = "LLAMA_ARG_OVERRIDE_TENSOR")]
@@ -64,9 +79,10 @@ pub fn pass_rows(batch_size: u32, ubatch_size: u32) -> u32 {
     batch_size.min(ubatch_size).max(1)
 }
 
-impl PlacementArgs {
-    /// The request these flags make; a malformed size or override is refused by name.
-    pub fn request(&self) -> anyhow::Result<TierRequest> {
+impl ExpertFlags {
+    /// The request these flags make with `-ncmoe` `n_cpu_moe`; a malformed size or override is
+    /// refused by name.
+    pub fn request(&self, n_cpu_moe: Option<u32>) -> anyhow::Result<TierRequest> {
         let size = |flag: &str, v: &Option<String>| -> anyhow::Result<Option<u64>> {
             v.as_deref()
                 .map(|s| parse_size(s).map_err(|e| anyhow::anyhow!("{flag}: {e}")))
@@ -74,7 +90,7 @@ impl PlacementArgs {
         };
         Ok(TierRequest {
             cpu_moe: self.cpu_moe,
-            n_cpu_moe: self.n_cpu_moe,
+            n_cpu_moe,
             overrides: match &self.override_tensor {
                 Some(s) => TierRequest::parse_overrides(s).map_err(|e| anyhow::anyhow!(e))?,
                 None => Vec::new(),

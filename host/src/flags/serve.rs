@@ -7,7 +7,8 @@ use std::path::PathBuf;
 use anyhow::bail;
 use clap::Args;
 
-/// Options of `bloomery serve`.
+/// Options of `bloomery serve`, declared section by section as `--help` lists them
+/// (`cli/help.rs`: common, sampling, server, placement).
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// Print help (`-h`, `--help`, `--usage`).
@@ -30,27 +31,6 @@ pub struct ServeArgs {
         env = "LLAMA_ARG_CTX_SIZE"
     )]
     pub ctx_size: u32,
-    /// Slots: requests served at once, each with ctx-size / parallel positions.
-    #[arg(
-        long = "parallel",
-        default_value_t = 1,
-        env = "LLAMA_ARG_N_PARALLEL",
-        allow_negative_numbers = true
-    )]
-    pub parallel: i32,
-    /// Address to listen on.
-    #[arg(long = "host", default_value = "127.0.0.1", env = "LLAMA_ARG_HOST")]
-    pub host: String,
-    /// Port to listen on.
-    #[arg(long = "port", default_value_t = 8080, env = "LLAMA_ARG_PORT")]
-    pub port: u16,
-    /// API keys (comma-separated); requests must carry one as `Authorization: Bearer` or
-    /// `X-Api-Key`. /health and /v1/models stay public.
-    #[arg(long = "api-key", env = "LLAMA_API_KEY")]
-    pub api_key: Option<String>,
-    /// Name the model is listed and answered under (default: the file path).
-    #[arg(short = 'a', long = "alias", env = "LLAMA_ARG_ALIAS")]
-    pub alias: Option<String>,
     /// Default number of tokens to generate (-1: until end of generation or context).
     #[arg(short = 'n', long = "n-predict", visible_alias = "predict", default_value_t = -1, allow_negative_numbers = true, env = "LLAMA_ARG_N_PREDICT")]
     pub n_predict: i64,
@@ -108,6 +88,27 @@ pub struct ServeArgs {
     /// Keep generating past end-of-generation tokens unless a request says otherwise.
     #[arg(long = "ignore-eos")]
     pub ignore_eos: bool,
+    /// Slots: requests served at once, each with ctx-size / parallel positions.
+    #[arg(
+        long = "parallel",
+        default_value_t = 1,
+        env = "LLAMA_ARG_N_PARALLEL",
+        allow_negative_numbers = true
+    )]
+    pub parallel: i32,
+    /// Address to listen on.
+    #[arg(long = "host", default_value = "127.0.0.1", env = "LLAMA_ARG_HOST")]
+    pub host: String,
+    /// Port to listen on.
+    #[arg(long = "port", default_value_t = 8080, env = "LLAMA_ARG_PORT")]
+    pub port: u16,
+    /// API keys (comma-separated); requests must carry one as `Authorization: Bearer` or
+    /// `X-Api-Key`. /health and /v1/models stay public.
+    #[arg(long = "api-key", env = "LLAMA_API_KEY")]
+    pub api_key: Option<String>,
+    /// Name the model is listed and answered under (default: the file path).
+    #[arg(short = 'a', long = "alias", env = "LLAMA_ARG_ALIAS")]
+    pub alias: Option<String>,
     /// Reuse a slot's cached prefix unless a request says otherwise (the default).
     #[arg(long = "cache-prompt", overrides_with = "no_cache_prompt", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "LLAMA_ARG_CACHE_PROMPT")]
     pub cache_prompt: bool,
@@ -312,7 +313,7 @@ impl ServeArgs {
 
     /// Whether the model's mapped bytes are locked in RAM (`--mlock` or `-lm mmap+mlock`).
     pub fn mlock(&self) -> bool {
-        self.placement.mlock || self.load_mode == "mmap+mlock"
+        self.placement.experts.mlock || self.load_mode == "mmap+mlock"
     }
 
     /// The API keys of `--api-key` and `--api-key-file`.

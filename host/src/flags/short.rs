@@ -15,7 +15,17 @@ const MULTI_LETTER_SHORT: &[(&str, &str)] = &[
     ("-ot", "--override-tensor"),
     ("-cram", "--cache-ram"),
     ("-to", "--timeout"),
+    ("-pg", "--pg"),
 ];
+
+/// The multi-letter short spellings of a long flag (`--parallel`: `-np`).
+pub fn spellings_of(long: &str) -> Vec<&'static str> {
+    MULTI_LETTER_SHORT
+        .iter()
+        .filter(|(_, l)| *l == long)
+        .map(|(s, _)| *s)
+        .collect()
+}
 
 /// The command line with llama.cpp's multi-letter short flags (`-np 4`, `-ngl=99`) after the
 /// `serve`, `bench` or `run` subcommand written as their long forms (a prompt after `-p` is left

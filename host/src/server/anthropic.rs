@@ -8,7 +8,6 @@ use axum::extract::State;
 use axum::response::Response;
 use axum::Json;
 use serde_json::{json, Value};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::chat::{self, Delta, DeltaSplitter};
 use super::error::ApiError;
@@ -144,7 +143,7 @@ fn stream_messages(
     job: ChatJob,
     model: String,
     n_prompt: usize,
-    rx: UnboundedReceiver<Event>,
+    rx: super::gen::Events,
 ) -> Response {
     struct St {
         split: DeltaSplitter,

@@ -15,16 +15,18 @@ use tokio::sync::mpsc;
 use super::error::ApiError;
 use super::offload::heavy;
 use super::params::Fields;
+pub use super::request_log::Events;
 use super::Ready;
 use bloomery_runtime::request::{Event, Finish, GenParams, Job, Piece, Progress, Request};
 
-/// Queues a generation; the receiver yields its events (dropping it cancels the request).
+/// Queues a generation; the receiver yields its events (dropping it cancels the request) and
+/// counts its end in the request's log line.
 pub fn submit(
     ready: &Ready,
     prompt: Vec<u32>,
     params: GenParams,
     id_slot: Option<usize>,
-) -> Result<mpsc::UnboundedReceiver<Event>, ApiError> {
+) -> Result<Events, ApiError> {
     if prompt.is_empty() {
         return Err(ApiError::invalid("the prompt is empty"));
     }
@@ -47,7 +49,7 @@ pub fn submit(
             ),
             mpsc::error::TrySendError::Closed(_) => ApiError::internal("the scheduler has stopped"),
         })?;
-    Ok(rx)
+    Ok(Events::new(rx))
 }
 
 /// How many completions of each prompt a request asks for: `n_cmpl`, or OpenAI's `n` when it is
@@ -76,7 +78,7 @@ pub fn submit_n(
     params: &GenParams,
     id_slot: Option<usize>,
     n: usize,
-) -> Result<Vec<mpsc::UnboundedReceiver<Event>>, ApiError> {
+) -> Result<Vec<Events>, ApiError> {
     (0..n)
         .map(|j| {
             let mut p = params.clone();
@@ -97,7 +99,7 @@ pub struct Outcome {
 }
 
 /// Waits for the end of a generation.
-pub async fn collect(mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Outcome, ApiError> {
+pub async fn collect(mut rx: Events) -> Result<Outcome, ApiError> {
     let mut text = String::new();
     let mut pieces = Vec::new();
     while let Some(e) = rx.recv().await {
@@ -254,18 +256,13 @@ where
 /// `on_event` appends each event's frames to the pending bytes and says whether the stream ends
 /// (after `Done` or `Failed`). Events that add nothing are folded into the next frame; a closed
 /// channel ends the stream after whatever is pending.
-pub fn event_stream<S, F>(
-    rx: mpsc::UnboundedReceiver<Event>,
-    state: S,
-    prelude: Vec<u8>,
-    on_event: F,
-) -> Response
+pub fn event_stream<S, F>(rx: Events, state: S, prelude: Vec<u8>, on_event: F) -> Response
 where
     S: Send + 'static,
     F: FnMut(&mut S, Event, &mut Vec<u8>) -> bool + Send + 'static,
 {
     struct Drive<S, F> {
-        rx: mpsc::UnboundedReceiver<Event>,
+        rx: Events,
         state: S,
         on_event: F,
         pending: Vec<u8>,

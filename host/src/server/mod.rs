@@ -13,6 +13,7 @@ pub mod native;
 pub mod offload;
 pub mod openai;
 pub mod params;
+pub mod request_log;
 pub mod sampler_fields;
 pub mod shutdown;
 pub mod structured;
@@ -190,6 +191,8 @@ pub fn router(state: AppRef) -> Router {
         .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
         // `guard` reads every body under the limit the context sets.
         .layer(DefaultBodyLimit::disable())
+        // Outermost: refused requests get their line too.
+        .layer(middleware::from_fn(request_log::log_requests))
         .with_state(state)
 }
 
@@ -218,7 +221,7 @@ fn context_size(a: &ServeArgs, file: &bloomery_gguf::GgufModel) -> anyhow::Resul
 }
 
 /// The model's layer count (`{arch}.block_count`).
-fn block_count(file: &bloomery_gguf::GgufModel) -> anyhow::Result<u64> {
+pub(crate) fn block_count(file: &bloomery_gguf::GgufModel) -> anyhow::Result<u64> {
     let arch = file.metadata().get_str("general.architecture")?.to_owned();
     Ok(file.metadata().get_uint(&format!("{arch}.block_count"))?)
 }

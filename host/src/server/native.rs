@@ -768,7 +768,7 @@ fn native_stream(
     ready: Arc<Ready>,
     params: GenParams,
     prompt: Vec<u32>,
-    rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    rx: gen::Events,
     timings_per_token: bool,
 ) -> Response {
     struct St {

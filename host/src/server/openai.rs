@@ -7,7 +7,6 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
 use serde_json::{json, Value};
-use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::chat::{self, ChatPrompt, Delta, DeltaSplitter, OfferedTools};
 use super::error::ApiError;
@@ -279,7 +278,7 @@ fn chat_stream(
     ready: Arc<Ready>,
     job: ChatJob,
     model: String,
-    rx: UnboundedReceiver<Event>,
+    rx: super::gen::Events,
     logprobs: bool,
     include_usage: bool,
     timings_per_token: bool,
@@ -463,7 +462,7 @@ fn completions_stream(
     ready: Arc<Ready>,
     id: String,
     model: String,
-    rx: UnboundedReceiver<Event>,
+    rx: super::gen::Events,
     logprobs: bool,
     timings_per_token: bool,
 ) -> Response {
@@ -636,7 +635,7 @@ impl RespIds {
 }
 
 /// The Responses event stream: created, item and part added, text deltas, done, completed.
-fn responses_stream(ids: RespIds, job: ChatJob, rx: UnboundedReceiver<Event>) -> Response {
+fn responses_stream(ids: RespIds, job: ChatJob, rx: super::gen::Events) -> Response {
     struct St {
         ids: RespIds,
         split: DeltaSplitter,

@@ -100,6 +100,18 @@ pub fn write(
     seed: u64,
     path: &Path,
 ) -> anyhow::Result<SynthReport> {
+    write_reporting(preset, types, seed, path, &mut |_, _| {})
+}
+
+/// As [`write`], calling `progress(bytes, total)` after each tensor with the tensor bytes
+/// written so far and in all.
+pub fn write_reporting(
+    preset: &SynthPreset,
+    types: ClassTypes,
+    seed: u64,
+    path: &Path,
+    progress: &mut dyn FnMut(u64, u64),
+) -> anyhow::Result<SynthReport> {
     let mut w = GgufWriter::new();
     let mut n_vocab = None;
     for e in preset.metadata.iter() {
@@ -139,6 +151,8 @@ pub fn write(
         w.set(&k, val)?;
     }
     let mut index = 0usize;
+    let total: u64 = w.tensors().iter().map(|t| t.size).sum();
+    let mut done = 0u64;
     let bytes = w.write_file(path, |t, sink| {
         let range = ranges
             .get(index)
@@ -146,7 +160,10 @@ pub fn write(
             .unwrap_or(fill::float_range(WeightClass::Other, [0.0; 2]));
         index += 1;
         let mut rng = fill::Rng::for_tensor(seed, &t.name);
-        fill::write_tensor(sink, &mut rng, t.dtype, range, t.size)
+        fill::write_tensor(sink, &mut rng, t.dtype, range, t.size)?;
+        done += t.size;
+        progress(done, total);
+        Ok(())
     })?;
     Ok(SynthReport {
         bytes,

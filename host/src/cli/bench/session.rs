@@ -1,0 +1,344 @@
+//! One loaded model under the runtime and the tests a bench runs on it: requests of random ids,
+//! every slot's context of `-d` tokens kept between tests by prefix reuse.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use anyhow::bail;
+use bloomery_devices::Registry;
+use bloomery_exec::{LoadOptions, LoadedModel};
+use bloomery_plugin_api::kernel::DeviceClass;
+use bloomery_runtime::request::{Event, Finish, GenParams, GrammarSpec};
+use bloomery_runtime::sampling::SamplerParams;
+use bloomery_runtime::{Runtime, RuntimeConfig};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use super::{BenchArgs, Setup};
+use crate::flags::grammar::GrammarArgs;
+use crate::flags::placement::pass_rows;
+
+/// A test's kind and token counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Test {
+    /// `pp<n>`: one prompt of n random tokens.
+    Prompt(u32),
+    /// `tg<n>`: n decode steps of every sequence, each on a forced random token.
+    Generate(u32),
+    /// `js<n>`: every sequence generating greedily within the grammar, up to n tokens.
+    Grammar(u32),
+    /// `pp<p>+tg<n>`: a prompt then n decode steps, timed together.
+    PromptGenerate(u32, u32),
+}
+
+impl Test {
+    /// What a progress line calls its runs (llama-bench's words).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Test::Prompt(_) => "prompt",
+            Test::Generate(_) => "generation",
+            Test::Grammar(_) => "grammar",
+            Test::PromptGenerate(..) => "prompt+generation",
+        }
+    }
+}
+
+/// A model loaded with one setup, its runtime, and the tests' random ids.
+pub struct Session {
+    /// The setup it was loaded with.
+    pub setup: Setup,
+    /// The context every slot holds (None before the first fill).
+    pub depth: Option<u32>,
+    /// The kernel plugin it runs on.
+    pub backend: String,
+    /// The card's name (empty on the CPU).
+    pub gpu_info: String,
+    /// CPU threads in use.
+    pub threads: u32,
+    runtime: Runtime,
+    rng: StdRng,
+    vocab: u32,
+    /// Each slot's context.
+    context: Vec<Vec<u32>>,
+    grammar: Option<GrammarSpec>,
+}
+
+/// A request's settings: greedy (no test samples: every token is forced), reusing the slot's
+/// context only when there is one to reuse (a fresh sequence per repetition otherwise).
+fn params(reuse: bool, forced: Vec<u32>, prompt_only: bool) -> GenParams {
+    GenParams {
+        sampler: SamplerParams {
+            temp: 0.0,
+            ..SamplerParams::default()
+        },
+        n_predict: Some(forced.len()),
+        stop: Vec::new(),
+        n_probs: 0,
+        ignore_eos: true,
+        cache_prompt: reuse,
+        forced,
+        prompt_only,
+        grammar: None,
+        t_max_predict_ms: None,
+        preserved: Vec::new(),
+    }
+}
+
+/// Waits for a request's end.
+fn finish(rx: &mut UnboundedReceiver<Event>) -> anyhow::Result<Finish> {
+    loop {
+        match rx.blocking_recv() {
+            Some(Event::Done(f)) => return Ok(f),
+            Some(Event::Failed(msg)) => bail!("a benchmark request failed: {msg}"),
+            Some(_) => {}
+            None => bail!("the scheduler stopped before a benchmark request ended"),
+        }
+    }
+}
+
+impl Session {
+    /// Loads the model with `setup` (slots of `ctx` positions) and starts its runtime.
+    pub fn start(
+        reg: &Registry,
+        a: &BenchArgs,
+        setup: &Setup,
+        ctx: u32,
+        grammar: Option<&GrammarArgs>,
+    ) -> anyhow::Result<Session> {
+        let options = LoadOptions {
+            n_slots: a.parallel,
+            ctx_per_slot: ctx,
+            kv_type_k: setup.kv_type_k,
+            kv_type_v: setup.kv_type_v,
+            threads: setup.threads,
+            graphs: !a.no_graphs,
+            mlock: a.placement.mlock,
+        };
+        let rows = pass_rows(setup.n_batch, setup.n_ubatch);
+        let mut request = a
+            .placement
+            .request((setup.n_cpu_moe > 0).then_some(setup.n_cpu_moe))?;
+        // A pass holds a prompt's chunk of `rows` rows, or one row of every sequence.
+        request.batch_rows = rows.max(a.parallel);
+        let model = LoadedModel::load_offloaded(reg, &a.model, options, setup.gpu, &request)?;
+        let backend = model.kernel_plugin().to_owned();
+        let gpu_info = reg
+            .best_kernel(DeviceClass::Gpu)
+            .ok()
+            .filter(|k| k.name == backend)
+            .and_then(|k| k.probe.devices.first().map(|d| d.name.to_string()))
+            .unwrap_or_default();
+        let threads = match setup.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()) as u32,
+            t => t,
+        };
+        let vocab = model.spec.hparams.n_vocab;
+        let tok = Arc::new(crate::text::tokenizer(&model.file)?);
+        let grammar = match grammar {
+            Some(g) => g.spec(&tok)?,
+            None => None,
+        };
+        let schemajump = !a.grammar.no_schemajump;
+        let runtime = Runtime::start(
+            model,
+            tok,
+            RuntimeConfig {
+                n_ctx_slot: ctx as usize,
+                n_batch: request.batch_rows as usize,
+                cache_ram: None,
+                queue_depth: 1,
+                max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
+                checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
+                schemajump,
+            },
+        )?;
+        Ok(Session {
+            setup: setup.clone(),
+            depth: None,
+            backend,
+            gpu_info,
+            threads,
+            runtime,
+            rng: StdRng::seed_from_u64(0),
+            vocab,
+            context: vec![Vec::new(); a.parallel as usize],
+            grammar,
+        })
+    }
+
+    fn random(&mut self, n: u32) -> Vec<u32> {
+        (0..n).map(|_| self.rng.gen_range(0..self.vocab)).collect()
+    }
+
+    /// Fills every slot's context with `depth` random tokens (untimed).
+    pub fn fill_context(&mut self, depth: u32) -> anyhow::Result<()> {
+        let mut requests = Vec::new();
+        for slot in 0..self.context.len() {
+            self.context[slot] = self.random(depth);
+            if depth > 0 {
+                requests.push((
+                    self.context[slot].clone(),
+                    params(true, Vec::new(), true),
+                    Some(slot),
+                ));
+            }
+        }
+        if !requests.is_empty() {
+            for mut rx in self.runtime.submit_together_blocking(requests)? {
+                finish(&mut rx)?;
+            }
+        }
+        self.depth = Some(depth);
+        Ok(())
+    }
+
+    /// One run of `test`: its seconds and the tokens it evaluated (or generated, for the
+    /// grammar test).
+    pub fn once(&mut self, test: &Test) -> anyhow::Result<(f64, u64)> {
+        match *test {
+            Test::Prompt(n) => Ok((self.prompt_once(n, 0)?, u64::from(n))),
+            Test::Generate(n) => Ok((
+                self.generate_once(n)?,
+                u64::from(n) * self.context.len() as u64,
+            )),
+            Test::PromptGenerate(p, n) => Ok((self.prompt_once(p, n)?, u64::from(p + n))),
+            Test::Grammar(n) => {
+                let Some(g) = self.grammar.clone() else {
+                    bail!("the grammar test needs a grammar");
+                };
+                let (secs, made, forced, drafted, accepted) = self.grammar_once(n, &g)?;
+                eprintln!(
+                    "js{n}: {made} tokens in {:.1} ms, {forced} forced and {accepted} of {drafted} \
+                     drafted accepted ({:.1}% without a pass of their own)",
+                    secs * 1e3,
+                    100.0 * (forced + accepted) as f64 / made.max(1) as f64
+                );
+                Ok((secs, made))
+            }
+        }
+    }
+
+    /// Seconds for a prompt of `p` random tokens after slot 0's context, then `n` decode steps
+    /// (the pp test with `n` = 0, the pg test otherwise).
+    fn prompt_once(&mut self, p: u32, n: u32) -> anyhow::Result<f64> {
+        let mut prompt = self.context[0].clone();
+        prompt.extend(self.random(p));
+        let reuse = !self.context[0].is_empty();
+        let forced = if n > 0 {
+            self.random(n + 1)
+        } else {
+            Vec::new()
+        };
+        let mut rx =
+            self.runtime
+                .submit_blocking(prompt, params(reuse, forced, n == 0), Some(0))?;
+        let f = finish(&mut rx)?;
+        if n > 0 && f.n_predicted != n as usize + 1 {
+            bail!(
+                "a prompt+generation test ended after {} of {} tokens ({:?})",
+                f.n_predicted,
+                n + 1,
+                f.stop_type
+            );
+        }
+        Ok((f.prompt_ms + if n > 0 { f.predicted_ms } else { 0.0 }) / 1e3)
+    }
+
+    /// Seconds for `n` steps after every slot's context, each one token of every sequence (the
+    /// generation test): one random token evaluated as the prompt, then `n` passes, each
+    /// evaluating the random token forced after the last.
+    fn generate_once(&mut self, n: u32) -> anyhow::Result<f64> {
+        let mut requests = Vec::new();
+        for slot in 0..self.context.len() {
+            let mut prompt = self.context[slot].clone();
+            prompt.extend(self.random(1));
+            let reuse = !self.context[slot].is_empty();
+            let forced = self.random(n + 1);
+            requests.push((prompt, params(reuse, forced, false), Some(slot)));
+        }
+        let mut secs: f64 = 0.0;
+        for mut rx in self.runtime.submit_together_blocking(requests)? {
+            let f = finish(&mut rx)?;
+            if f.n_predicted != n as usize + 1 {
+                bail!(
+                    "a generation test ended after {} of {} tokens ({:?})",
+                    f.n_predicted,
+                    n + 1,
+                    f.stop_type
+                );
+            }
+            secs = secs.max(f.predicted_ms / 1e3);
+        }
+        Ok(secs)
+    }
+
+    /// (seconds, tokens, forced tokens, drafted tokens, accepted drafted tokens) of every
+    /// sequence generating within `grammar` after its
+    /// context, greedily, up to `n` tokens each (the grammar test).
+    fn grammar_once(
+        &mut self,
+        n: u32,
+        grammar: &GrammarSpec,
+    ) -> anyhow::Result<(f64, u64, usize, usize, usize)> {
+        let mut requests = Vec::new();
+        for slot in 0..self.context.len() {
+            let mut prompt = self.context[slot].clone();
+            prompt.extend(self.random(1));
+            let reuse = !self.context[slot].is_empty();
+            let mut p = params(reuse, Vec::new(), false);
+            p.n_predict = Some(n as usize);
+            p.ignore_eos = false;
+            p.grammar = Some(grammar.clone());
+            requests.push((prompt, p, Some(slot)));
+        }
+        let (mut secs, mut tokens, mut forced, mut drafted, mut accepted) = (0f64, 0, 0, 0, 0);
+        for mut rx in self.runtime.submit_together_blocking(requests)? {
+            let f = finish(&mut rx)?;
+            secs = secs.max(f.predicted_ms / 1e3);
+            tokens += f.n_predicted as u64;
+            forced += f.n_forced;
+            drafted += f.n_drafted;
+            accepted += f.n_accepted;
+        }
+        Ok((secs, tokens, forced, drafted, accepted))
+    }
+
+    /// Routed calls of the layers with host experts so far: (on the card, on the host); None
+    /// when the run has no host experts.
+    pub fn routed_calls(&self) -> Option<(u64, u64)> {
+        let c = &self.runtime.shared().counters;
+        let (card, host) = (
+            c.routed_card.load(Ordering::Relaxed),
+            c.routed_host.load(Ordering::Relaxed),
+        );
+        (host > 0).then_some((card, host))
+    }
+
+    /// Stops the runtime and reports on stderr where routed calls ran and what the disk tier
+    /// read.
+    pub fn finish(self) -> anyhow::Result<()> {
+        let model = self.runtime.shutdown()?;
+        if let Some(s) = model.residency_stats() {
+            let all = (s.card + s.host).max(1) as f64;
+            eprintln!(
+                "routed calls of layers with host experts: {:.1}% on the card ({} of {}), {:.1}% \
+                 read by the card over the bus{}, {} experts moved onto the card",
+                100.0 * s.card as f64 / all,
+                s.card,
+                s.card + s.host,
+                100.0 * s.bus as f64 / all,
+                s.bus_kept
+                    .map(|n| format!(
+                        " (the card takes {n} of a row's host experts, chosen by timing)"
+                    ))
+                    .unwrap_or_default(),
+                s.flips
+            );
+        }
+        if let Some(d) = model.disk_stats() {
+            eprintln!("{d}");
+        }
+        Ok(())
+    }
+}
