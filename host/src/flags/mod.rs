@@ -1,6 +1,6 @@
 //! Command-line flags shared by more than one front end, spelled as llama.cpp spells them:
-//! expert placement (`serve`, `run`, `bench`, `plan`), grammars (`run`, `bench`), `serve`'s llama-server flags, and the
-//! rewriting of multi-letter short flags.
+//! expert placement (`serve`, `run`, `bench`, `plan`), grammars (`run`, `bench`), `serve`'s llama-server flags, its page, CORS and TLS
+//! flags, and the rewriting of multi-letter short flags.
 
 pub mod grammar;
 pub mod llama_server;
@@ -8,6 +8,7 @@ pub mod logging;
 pub mod placement;
 pub mod serve;
 pub mod short;
+pub mod web;
 
 use std::ffi::OsString;
 

@@ -203,6 +203,9 @@ pub struct ServeArgs {
     /// Where routed experts go (`-cmoe`, `-ncmoe`, `-ot`, budgets).
     #[command(flatten)]
     pub placement: crate::flags::placement::PlacementArgs,
+    /// The chat page, CORS and TLS.
+    #[command(flatten)]
+    pub web: crate::flags::web::WebArgs,
     /// How the server logs.
     #[command(flatten)]
     pub log: crate::flags::logging::LogArgs,
@@ -455,6 +458,7 @@ impl ServeArgs {
             );
         }
         self.reasoning()?;
+        self.web.validate()?;
         Ok(())
     }
 }
