@@ -64,8 +64,12 @@ def css(driver, selector):
 
 
 def text_of(driver, selector):
-    found = css(driver, selector)
-    return found[-1].text if found else ""
+    """The rendered text of the last element `selector` matches, read in one script call (a
+    streaming message is redrawn on every piece, so an element found first may be gone by the
+    time a second call reads it)."""
+    return driver.execute_script(
+        "const found = document.querySelectorAll(arguments[0]);"
+        "return found.length ? found[found.length - 1].innerText : '';", selector)
 
 
 def set_field(driver, field, value):
@@ -120,7 +124,8 @@ def test_load_send_and_stream(server, browser):
     assert answer and len(answer) >= grew[-1] - 1
     timings = text_of(browser, ".msg.assistant .timings")
     assert "prompt" in timings and "tok/s" in timings and "cached" in timings and "decode 24 tok" in timings
-    assert [e.text for e in css(browser, ".msg .role")] == ["user", "assistant"]
+    roles = browser.execute_script("return [...document.querySelectorAll('.msg .role')].map(e => e.innerText)")
+    assert roles == ["user", "assistant"]
 
 
 def test_conversations_survive_a_reload(server, browser):
@@ -206,7 +211,9 @@ def test_the_server_panel_shows_props_slots_and_experts(server, browser):
     wait(browser, lambda d: ALIAS in d.find_element(By.ID, "props").text, timeout=30)
     assert "1024" in browser.find_element(By.ID, "props").text  # context per slot: 2048 over 2
     wait(browser, lambda d: len(css(d, "#slots tbody tr")) == 2, timeout=30)
-    assert {r.text.split()[1] for r in css(browser, "#slots tbody tr")} <= {"idle", "busy"}
+    states = browser.execute_script(
+        "return [...document.querySelectorAll('#slots tbody tr')].map(r => r.cells[1].innerText)")
+    assert len(states) == 2 and set(states) <= {"idle", "busy"}, states
     wait(browser, lambda d: "served on the card" in d.find_element(By.ID, "experts").text, timeout=30)
     browser.find_element(By.ID, "toggle-server").click()
 
