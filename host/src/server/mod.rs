@@ -149,8 +149,8 @@ pub const ROUTES: &[&str] = &[
     "POST /v1/embeddings",
 ];
 
-/// The router over `state`, with `cors` outermost (a preflight is answered before any other
-/// check).
+/// The router over `state`, with `cors` around every route and the fallback, outside the guard
+/// (a preflight is answered before any other check).
 pub fn router(state: AppRef, cors: tower_http::cors::CorsLayer) -> Router {
     let api = Router::new()
         .route("/health", get(native::health))
