@@ -14,6 +14,7 @@ let chats = load(STORE.chats, []);
 let settings = Object.assign({ system: "", tools: "", api_key: "" }, load(STORE.settings, {}));
 let currentId = localStorage.getItem(STORE.current);
 let running = null; // { controller, message } while an answer streams
+const nodes = new WeakMap(); // message -> its element (kept out of the stored messages)
 let serverTimer = null;
 
 function load(key, fallback) {
@@ -142,7 +143,7 @@ function renderMessages() {
   chat.messages.forEach((m, i) => {
     const node = el("div");
     fill(node, m, i === chat.messages.length - 1);
-    m.node = node;
+    nodes.set(m, node);
     box.append(node);
   });
   box.scrollTop = box.scrollHeight;
@@ -245,7 +246,7 @@ async function generate(chat) {
     if (!res.ok) throw new Error(await errorText(res));
     await readEvents(res, (chunk) => {
       applyDelta(m, chunk);
-      fill(m.node, m, true);
+      fill(nodes.get(m), m, true);
       $("messages").scrollTop = $("messages").scrollHeight;
     });
   } catch (e) {
