@@ -29,9 +29,11 @@ def free_port():
 class Server:
     """One `bloomery serve` process."""
 
-    def __init__(self, model, *flags, env=None):
+    def __init__(self, model, *flags, env=None, ca=None):
+        """`ca`: the certificate that signs the server's, for a server started with TLS."""
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if ca else 'http'}://127.0.0.1:{self.port}"
+        self.verify = str(ca) if ca else True
         cmd = [BIN, "--plugin-dir", PLUGINS, "serve", "-m", str(model), "--port", str(self.port), *flags]
         self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"bloomery-serve-{self.port}.log", "w+")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
@@ -43,7 +45,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {self.output()}")
             try:
-                if requests.get(self.url + "/health", timeout=1).status_code == 200:
+                if requests.get(self.url + "/health", timeout=1, verify=self.verify).status_code == 200:
                     return
             except requests.ConnectionError:
                 pass
@@ -56,10 +58,10 @@ class Server:
         return self.log.read()
 
     def get(self, path, **kw):
-        return requests.get(self.url + path, timeout=120, **kw)
+        return requests.get(self.url + path, timeout=120, verify=self.verify, **kw)
 
     def post(self, path, body=None, **kw):
-        return requests.post(self.url + path, json=body, timeout=300, **kw)
+        return requests.post(self.url + path, json=body, timeout=300, verify=self.verify, **kw)
 
     def rss_kib(self):
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():

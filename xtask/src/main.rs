@@ -8,7 +8,8 @@
 //!   workspace), the test data, then every test.
 //! - `cargo xtask llama-suite`: only llama.cpp's own server tests against the debug binary (the
 //!   last step of `test`).
-//! - `cargo xtask demo`: `dist`, then the gemma-3-270m demo model answers a prompt.
+//! - `cargo xtask demo`: `dist`, then serves the gemma-3-270m demo model with the chat page at
+//!   http://127.0.0.1:8080 until interrupted.
 //! - `cargo xtask layers`: the crates' and modules' dependency direction (part of `test`).
 //! - `cargo xtask cuda-tools`: installs the pinned CUDA 13.0 compiler from PyPI into
 //!   `target/cuda-tools` (every other task does this first, so the CUDA bundles get their kernels).
@@ -295,18 +296,63 @@ fn demo_model(root: &Path) -> Result<PathBuf> {
     Ok(model)
 }
 
-/// Builds `dist/`, installs the gemma-3-270m demo model and answers a prompt with it.
+/// Builds `dist/`, installs the gemma-3-270m demo model and serves it, with the chat page at
+/// http://127.0.0.1:8080, until interrupted.
 fn demo(root: &Path) -> Result<()> {
     dist(root)?;
     let model = demo_model(root)?;
+    eprintln!("open http://127.0.0.1:8080 for the chat page (Ctrl-C stops the server)");
     run(Command::new(root.join("dist/bloomery"))
         .arg("--plugin-dir")
         .arg(root.join("dist/plugins"))
-        .arg("run")
+        .arg("serve")
         .arg("-m")
         .arg(&model)
-        .args(["-n", "32", "--temp", "0", "-p"])
-        .arg("The three longest rivers in Europe are"))
+        .args(["-c", "8192", "-np", "2", "--metrics", "-a", "gemma-3-270m"])
+        .args(["--host", "127.0.0.1", "--port", "8080"]))
+}
+
+/// Debian packages the server tests use: Chromium and its driver for the chat page's browser
+/// tests, openssl's command for the TLS test's certificate. Installed with apt-get when missing
+/// and this runs as root (as CI does); otherwise says loudly which tests will skip or fail.
+fn test_packages() -> Result<()> {
+    let missing: Vec<&str> = [
+        ("chromium", "chromium"),
+        ("chromedriver", "chromium-driver"),
+        ("openssl", "openssl"),
+    ]
+    .into_iter()
+    .filter(|(bin, _)| !on_path(bin))
+    .map(|(_, package)| package)
+    .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let root_user = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
+    if !root_user || !on_path("apt-get") {
+        eprintln!(
+            "!! WARNING: {} not installed and apt-get cannot run here (root needed): the chat \
+             page's browser tests will be SKIPPED",
+            missing.join(", ")
+        );
+        return Ok(());
+    }
+    run(Command::new("apt-get")
+        .args(["update", "-qq"])
+        .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-qq", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+/// Whether `bin` is an executable on `PATH`.
+fn on_path(bin: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|dir| dir.join(bin).is_file()))
 }
 
 fn run(cmd: &mut Command) -> Result<()> {
@@ -368,9 +414,11 @@ fn path_str(p: &Path) -> Result<&str> {
 }
 
 /// The HTTP server's tests (`tests/server`, pytest with the official `openai` and `anthropic`
-/// SDKs, pinned) against the real debug binary.
+/// SDKs, pinned, and the chat page in Debian's headless Chromium driven by selenium) against the
+/// real debug binary.
 fn server_tests(root: &Path, plugins: &Path) -> Result<()> {
     cargo(root, &["build", "-p", "bloomery"])?;
+    test_packages()?;
     let venv = root.join("target/test-data/.venv");
     if !venv.join("bin/python").exists() {
         run(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
@@ -385,6 +433,7 @@ fn server_tests(root: &Path, plugins: &Path) -> Result<()> {
         "anthropic==2.14.0",
         "jsonschema==4.26.0",
         "jinja2==3.1.6",
+        "selenium==4.51.0",
     ]))?;
     run(Command::new(venv.join("bin/python"))
         .args([

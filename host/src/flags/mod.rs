@@ -1,7 +1,7 @@
 //! Command-line flags shared by more than one front end, spelled as llama.cpp spells them:
 //! cache types (`serve`, `run`, `bench`), expert placement (`serve`, `run`, `bench`, `plan`),
-//! grammars (`run`, `bench`), samplers (`serve`, `run`), `serve`'s llama-server flags, and the
-//! rewriting of multi-letter short flags.
+//! grammars (`run`, `bench`), samplers (`serve`, `run`), `serve`'s llama-server flags, its page,
+//! CORS and TLS flags, and the rewriting of multi-letter short flags.
 
 pub mod cache_type;
 pub mod grammar;
@@ -12,6 +12,7 @@ pub mod placement;
 pub mod sampling;
 pub mod serve;
 pub mod short;
+pub mod web;
 
 use std::ffi::OsString;
 

@@ -196,6 +196,9 @@ pub struct ServeArgs {
     /// The sampler stages beyond the basic ones, and their order.
     #[command(flatten)]
     pub sampling: crate::flags::sampling::SamplingArgs,
+    /// The chat page, CORS and TLS.
+    #[command(flatten)]
+    pub web: crate::flags::web::WebArgs,
     /// How the server logs.
     #[command(flatten)]
     pub log: crate::flags::logging::LogArgs,
@@ -443,6 +446,7 @@ impl ServeArgs {
             );
         }
         self.reasoning()?;
+        self.web.validate()?;
         Ok(())
     }
 }

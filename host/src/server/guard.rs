@@ -41,6 +41,7 @@ pub async fn guard(State(state): State<AppRef>, req: Request, next: Next) -> Res
     if !state.api_keys.is_empty()
         && req.method() != Method::OPTIONS
         && !PUBLIC.contains(&req.uri().path())
+        && !super::page::is_page_file(&state.page, req.method(), req.uri().path())
         && !key_accepted(&state.api_keys, req.headers())
     {
         return ApiError::unauthorized().into_response();

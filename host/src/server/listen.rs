@@ -2,7 +2,8 @@
 //! graceful stop. A client has `--idle-timeout` seconds to send a request's headers, which also
 //! bounds how long a kept-alive connection may sit idle; a response write that makes no progress
 //! for `--timeout` seconds (the client stopped reading) closes the connection, which cancels its
-//! request. (The body's own deadline is checked where it is read, `guard.rs`.)
+//! request. With TLS (`tls.rs`) the handshake must end within `--idle-timeout` seconds, and the
+//! write deadline watches the socket under the encryption. (The body's own deadline is checked where it is read, `guard.rs`.)
 
 use std::future::Future;
 use std::io;
@@ -18,6 +19,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::time::Sleep;
+use tokio_rustls::TlsAcceptor;
 
 /// How long a connection may take.
 #[derive(Clone, Copy, Debug)]
@@ -28,13 +30,14 @@ pub struct Timeouts {
     pub write: Duration,
 }
 
-/// Serves `app` on `listener` until `stop` resolves; then accepts no more connections, lets
-/// every request in flight finish (a connection closes after its current response) and
-/// returns once all connections have closed.
+/// Serves `app` on `listener` (over TLS when `tls` is given) until `stop` resolves; then
+/// accepts no more connections, lets every request in flight finish (a connection closes after
+/// its current response) and returns once all connections have closed.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     timeouts: Timeouts,
+    tls: Option<TlsAcceptor>,
     stop: impl Future<Output = ()>,
 ) {
     let (stopping_tx, stopping_rx) = watch::channel(false);
@@ -56,35 +59,24 @@ pub async fn serve(
             () = &mut stop => break,
         };
         let _ = stream.set_nodelay(true);
-        let io = TokioIo::new(WriteDeadline::new(stream, timeouts.write));
+        let io = WriteDeadline::new(stream, timeouts.write);
         let service = TowerToHyperService::new(app.clone());
         let stopping = stopping_rx.clone();
         let open = open_rx.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let mut builder = http1::Builder::new();
-            // Header names in Title-Case, as llama-server's HTTP library writes them (clients
-            // that keep headers in a plain map, llama.cpp's own test utilities among them,
-            // look them up that way).
-            builder
-                .timer(TokioTimer::new())
-                .header_read_timeout(timeouts.idle)
-                .title_case_headers(true);
-            let mut conn = pin!(builder.serve_connection(io, service));
-            let mut stopping = pin!(wait_true(stopping));
-            let mut asked = false;
-            loop {
-                tokio::select! {
-                    done = conn.as_mut() => {
-                        if let Err(e) = done {
-                            tracing::debug!("a connection ended: {e}");
-                        }
-                        break;
+            match tls {
+                None => connection(TokioIo::new(io), service, timeouts.idle, stopping).await,
+                // The handshake is held to the time a client has to send its headers.
+                Some(acceptor) => match tokio::time::timeout(timeouts.idle, acceptor.accept(io))
+                    .await
+                {
+                    Ok(Ok(stream)) => {
+                        connection(TokioIo::new(stream), service, timeouts.idle, stopping).await;
                     }
-                    () = &mut stopping, if !asked => {
-                        asked = true;
-                        conn.as_mut().graceful_shutdown();
-                    }
-                }
+                    Ok(Err(e)) => tracing::debug!("a TLS handshake failed: {e}"),
+                    Err(_) => tracing::debug!("a TLS handshake timed out"),
+                },
             }
             drop(open);
         });
@@ -93,6 +85,42 @@ pub async fn serve(
     drop(open_rx);
     let _ = stopping_tx.send(true);
     open_tx.closed().await;
+}
+
+/// Serves one connection's requests until it closes; asks it to close after its current
+/// response once `stopping` turns true.
+async fn connection<I>(
+    io: I,
+    service: TowerToHyperService<Router>,
+    idle: Duration,
+    stopping: watch::Receiver<bool>,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let mut builder = http1::Builder::new();
+    // Header names in Title-Case, as llama-server's HTTP library writes them (clients that keep
+    // headers in a plain map, llama.cpp's own test utilities among them, look them up that way).
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(idle)
+        .title_case_headers(true);
+    let mut conn = pin!(builder.serve_connection(io, service));
+    let mut stopping = pin!(wait_true(stopping));
+    let mut asked = false;
+    loop {
+        tokio::select! {
+            done = conn.as_mut() => {
+                if let Err(e) = done {
+                    tracing::debug!("a connection ended: {e}");
+                }
+                break;
+            }
+            () = &mut stopping, if !asked => {
+                asked = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
 }
 
 /// Resolves once the value is true (or its sender is gone).

@@ -5,6 +5,7 @@
 
 pub mod anthropic;
 pub mod chat;
+pub mod cors;
 pub mod error;
 pub mod gen;
 pub mod guard;
@@ -12,11 +13,13 @@ pub mod listen;
 pub mod native;
 pub mod offload;
 pub mod openai;
+pub mod page;
 pub mod params;
 pub mod request_log;
 pub mod sampler_fields;
 pub mod shutdown;
 pub mod structured;
+pub mod tls;
 pub mod tool_grammar;
 pub mod tool_parse;
 pub mod tools;
@@ -93,6 +96,8 @@ pub struct AppState {
     pub cpu: offload::CpuPool,
     /// Unix seconds when the server started (`/metrics`' `Process-Start-Time-Unix` header).
     pub started_unix: u64,
+    /// What `/` serves.
+    pub page: crate::flags::web::Page,
 }
 
 impl AppState {
@@ -151,9 +156,10 @@ pub const ROUTES: &[&str] = &[
     "POST /v1/embeddings",
 ];
 
-/// The router over `state`.
-pub fn router(state: AppRef) -> Router {
-    Router::new()
+/// The router over `state`, with `cors` around every route and the fallback, outside the guard
+/// (a preflight is answered before any other check).
+pub fn router(state: AppRef, cors: tower_http::cors::CorsLayer) -> Router {
+    let api = Router::new()
         .route("/health", get(native::health))
         .route("/v1/health", get(native::health))
         .route("/props", get(native::props))
@@ -186,16 +192,18 @@ pub fn router(state: AppRef) -> Router {
         .route("/v1/responses", post(openai::responses))
         .route("/responses", post(openai::responses))
         .route("/v1/messages", post(anthropic::messages))
-        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
-        .fallback(not_found)
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens));
+    page::add(api, &state.page)
         .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
         // `guard` reads every body under the limit the context sets.
         .layer(DefaultBodyLimit::disable())
+        .layer(cors)
         // Outermost: refused requests get their line too.
         .layer(middleware::from_fn(request_log::log_requests))
         .with_state(state)
 }
 
+/// llama-server's 404, listing the routes.
 async fn not_found(method: Method, uri: axum::http::Uri) -> Response {
     let mut e = ApiError::not_found(format!("no route for {method} {}", uri.path()));
     e.extra = Some(json!({ "routes": ROUTES }));
@@ -376,7 +384,14 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
         draining: AtomicBool::new(false),
         cpu: offload::CpuPool::new(a.threads_http()),
         started_unix: gen::unix_now(),
+        page: a.web.page(),
     });
+    let cors = cors::layer(&a.web)?;
+    let tls = match a.web.tls_files()? {
+        Some((key, cert)) => Some(tls::acceptor(&key, &cert)?),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -390,11 +405,20 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("listening on {addr}"))?;
-        tracing::info!("listening on http://{addr} (loading the model)");
+        tracing::info!("listening on {scheme}://{addr} (loading the model)");
         eprintln!(
-            "bloomery: listening on http://{addr}; loading {}",
+            "bloomery: listening on {scheme}://{addr}; loading {}",
             a.model.display()
         );
+        match &state.page {
+            crate::flags::web::Page::BuiltIn => {
+                eprintln!("bloomery: the chat page is at {scheme}://{addr}/");
+            }
+            crate::flags::web::Page::Folder(dir) => {
+                eprintln!("bloomery: serving {} at {scheme}://{addr}/", dir.display());
+            }
+            crate::flags::web::Page::Off => {}
+        }
         let loader_state = Arc::clone(&state);
         let args = a.clone();
         let (fail_tx, mut fail_rx) = mpsc::channel::<anyhow::Error>(1);
@@ -412,8 +436,8 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
             write: Duration::from_secs(a.timeout),
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let app = router(Arc::clone(&state));
-        let mut http = std::pin::pin!(listen::serve(listener, app, timeouts, async {
+        let app = router(Arc::clone(&state), cors);
+        let mut http = std::pin::pin!(listen::serve(listener, app, timeouts, tls, async {
             let _ = stop_rx.await;
         }));
         tokio::select! {

@@ -10,12 +10,10 @@ const MULTIMODAL: &str = "multimodal input is not supported";
 const DOWNLOAD: &str = "bloomery loads local GGUF files only";
 const PRESET: &str = "presets download models; bloomery loads local GGUF files only";
 const ROPE: &str = "rope parameters come from the model file";
-const WEB_PAGE: &str = "there is no web page yet";
+const UI_CONFIG: &str = "the chat page keeps its settings in the browser (no server-side defaults)";
 const ADAPTERS: &str = "adapters and control vectors are not supported";
 const ROUTER: &str = "one server serves one model (no model router)";
 const EMBEDDINGS: &str = "embeddings are not implemented yet";
-const TLS: &str = "TLS is not implemented yet";
-const CORS: &str = "CORS is not implemented yet";
 const ONE_CARD: &str = "one card: splitting across cards is not implemented yet";
 const GRAMMAR: &str = "a default grammar is not implemented yet";
 const SCHEMA: &str = "a default JSON schema is not implemented yet";
@@ -162,27 +160,27 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--host"], &[], Some("LLAMA_ARG_HOST"), Value, Serve),
     flag(&["--port"], &[], Some("LLAMA_ARG_PORT"), Value, Serve),
     flag(&["--reuse-port"], &[], Some("LLAMA_ARG_REUSE_PORT"), Flag, Refused("SO_REUSEPORT is not implemented")),
-    flag(&["--path"], &[], Some("LLAMA_ARG_STATIC_PATH"), Value, Refused(WEB_PAGE)),
-    flag(&["--cors-origins"], &[], Some("LLAMA_ARG_CORS_ORIGINS"), Value, Refused(CORS)),
-    flag(&["--cors-methods"], &[], Some("LLAMA_ARG_CORS_METHODS"), Value, Refused(CORS)),
-    flag(&["--cors-headers"], &[], Some("LLAMA_ARG_CORS_HEADERS"), Value, Refused(CORS)),
-    flag(&["--cors-credentials"], &["--no-cors-credentials"], Some("LLAMA_ARG_CORS_CREDENTIALS"), Switch, OnlyOff(CORS)),
+    flag(&["--path"], &[], Some("LLAMA_ARG_STATIC_PATH"), Value, Serve),
+    flag(&["--cors-origins"], &[], Some("LLAMA_ARG_CORS_ORIGINS"), Value, Serve),
+    flag(&["--cors-methods"], &[], Some("LLAMA_ARG_CORS_METHODS"), Value, Serve),
+    flag(&["--cors-headers"], &[], Some("LLAMA_ARG_CORS_HEADERS"), Value, Serve),
+    flag(&["--cors-credentials"], &["--no-cors-credentials"], Some("LLAMA_ARG_CORS_CREDENTIALS"), Switch, Serve),
     flag(&["--api-prefix"], &[], Some("LLAMA_ARG_API_PREFIX"), Value, Refused("a route prefix is not implemented yet")),
-    flag(&["--ui-config", "--webui-config"], &[], Some("LLAMA_ARG_UI_CONFIG"), Value, Refused(WEB_PAGE)),
-    flag(&["--ui-config-file", "--webui-config-file"], &[], Some("LLAMA_ARG_UI_CONFIG_FILE"), Value, Refused(WEB_PAGE)),
+    flag(&["--ui-config", "--webui-config"], &[], Some("LLAMA_ARG_UI_CONFIG"), Value, Refused(UI_CONFIG)),
+    flag(&["--ui-config-file", "--webui-config-file"], &[], Some("LLAMA_ARG_UI_CONFIG_FILE"), Value, Refused(UI_CONFIG)),
     flag(&["--ui-mcp-proxy", "--webui-mcp-proxy"], &["--no-ui-mcp-proxy", "--no-webui-mcp-proxy"], Some("LLAMA_ARG_UI_MCP_PROXY"), Switch, OnlyOff("the MCP proxy is not supported")),
     flag(&["--tools"], &[], Some("LLAMA_ARG_TOOLS"), Value, Refused(TOOLS)),
     flag(&["--tools-runtime"], &[], Some("LLAMA_ARG_TOOLS_RUNTIME"), Value, Refused(TOOLS)),
     flag(&["--mcp-servers-config"], &[], Some("LLAMA_ARG_MCP_SERVERS_CONFIG"), Value, Refused(MCP)),
     flag(&["--mcp-servers-json"], &[], Some("LLAMA_ARG_MCP_SERVERS_JSON"), Value, Refused(MCP)),
     flag(&["-ag", "--agent"], &["-no-ag", "--no-agent"], Some("LLAMA_ARG_AGENT"), Switch, OnlyOff("the agent tools are not supported")),
-    flag(&["--ui", "--webui"], &["--no-ui", "--no-webui"], Some("LLAMA_ARG_UI"), Switch, OnlyOff(WEB_PAGE)),
+    flag(&["--ui", "--webui"], &["--no-ui", "--no-webui"], Some("LLAMA_ARG_UI"), Switch, Serve),
     flag(&["--embedding", "--embeddings"], &[], Some("LLAMA_ARG_EMBEDDINGS"), Flag, Refused(EMBEDDINGS)),
     flag(&["--rerank", "--reranking"], &[], Some("LLAMA_ARG_RERANKING"), Flag, Refused("reranking is not implemented")),
     flag(&["--api-key"], &[], Some("LLAMA_API_KEY"), Value, Serve),
     flag(&["--api-key-file"], &[], Some("LLAMA_ARG_API_KEY_FILE"), Value, Serve),
-    flag(&["--ssl-key-file"], &[], Some("LLAMA_ARG_SSL_KEY_FILE"), Value, Refused(TLS)),
-    flag(&["--ssl-cert-file"], &[], Some("LLAMA_ARG_SSL_CERT_FILE"), Value, Refused(TLS)),
+    flag(&["--ssl-key-file"], &[], Some("LLAMA_ARG_SSL_KEY_FILE"), Value, Serve),
+    flag(&["--ssl-cert-file"], &[], Some("LLAMA_ARG_SSL_CERT_FILE"), Value, Serve),
     flag(&["--chat-template-kwargs"], &[], Some("LLAMA_ARG_CHAT_TEMPLATE_KWARGS"), Value, Refused("server-wide template arguments are not implemented yet; requests carry chat_template_kwargs")),
     flag(&["-to", "--timeout"], &[], Some("LLAMA_ARG_TIMEOUT"), Value, Serve),
     flag(&["--sse-ping-interval"], &[], Some("LLAMA_ARG_SSE_PING_INTERVAL"), Value, Refused("SSE keep-alive pings are not implemented yet")),
