@@ -343,15 +343,6 @@ sixteen seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three tw
     fi
   done
   same_text qwen35-f32-short "$tiny/qwen35-f32.gguf" "$short" "-ngl 0" "-ngl 99"
-  # Quantized K/V caches (-ctk/-ctv): the card's store, decode and flash prompt forms (q8_0,
-  # q4_0) and its run-time-typed scores form (a q8_0 K beside an f16 V, iq4_nl) against the CPU's
-  # (which scores q quantized to Q8, as llama.cpp's CPU does: a near tie may part them).
-  local k v kv
-  for kv in "q8_0 q8_0" "q4_0 q4_0" "q8_0 f16" "iq4_nl iq4_nl"; do
-    read -r k v <<< "$kv"
-    same_text "qwen3moe-f32-long-ctk-$k-ctv-$v" "$tiny/qwen3moe-f32.gguf" "$long" \
-      "-ngl 0 -ctk $k -ctv $v" "-ngl 99 -ctk $k -ctv $v"
-  done
   # Quantized activations round differently on the CPU (Q8_K) and the card (Q8_1), so after the
   # long prompt the Q4_K file is compared between forms that compute the same products on the same
   # devices: decode's host experts on the CPU (--bus-experts 0), the plan kept (--no-residency),
