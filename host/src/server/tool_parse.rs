@@ -247,8 +247,13 @@ fn dsml_calls(body: &str) -> Option<Vec<ToolCall>> {
     let mut rest = body;
     loop {
         let t = rest.trim_start();
-        if t.is_empty() || DSML_INVOKE.starts_with(t) {
-            break; // the end, or an invoke still being opened
+        let closing = |open: &str| format!("</{}", &open[1..]).starts_with(t);
+        if t.is_empty()
+            || DSML_INVOKE.starts_with(t)
+            || closing(DSML_OPEN)
+            || closing(DSML_V32_OPEN)
+        {
+            break; // the end, an invoke still being opened, or the block's close being written
         }
         let Some((name, after)) = t.strip_prefix(DSML_INVOKE)?.split_once("\">") else {
             break; // a name still being written

@@ -294,6 +294,24 @@ fn a_reply_cut_short_keeps_its_whole_calls() {
 }
 
 #[test]
+fn a_dsml_reply_cut_inside_its_closing_tag_keeps_its_calls() {
+    for r in rendered()
+        .into_iter()
+        .filter(|r| r.format == ToolFormat::DeepSeekDsml)
+    {
+        let Some(end) = r.reply.rfind("</｜DSML｜") else {
+            continue;
+        };
+        let whole = parse_tool_calls(&r.reply, r.format, Some(&r.tools)).1;
+        // Every cut inside the block's closing tag (a random model ran out of tokens there).
+        for (i, _) in r.reply[end..].char_indices().skip(1) {
+            let (_, calls) = parse_tool_calls(&r.reply[..end + i], r.format, Some(&r.tools));
+            assert_eq!(calls.len(), whole.len(), "{}: {}", r.case, &r.reply[..end + i]);
+        }
+    }
+}
+
+#[test]
 fn blocks_that_are_not_calls_stay_text_in_every_format() {
     for (format, text) in [
         (
