@@ -306,7 +306,13 @@ fn a_dsml_reply_cut_inside_its_closing_tag_keeps_its_calls() {
         // Every cut inside the block's closing tag (a random model ran out of tokens there).
         for (i, _) in r.reply[end..].char_indices().skip(1) {
             let (_, calls) = parse_tool_calls(&r.reply[..end + i], r.format, Some(&r.tools));
-            assert_eq!(calls.len(), whole.len(), "{}: {}", r.case, &r.reply[..end + i]);
+            assert_eq!(
+                calls.len(),
+                whole.len(),
+                "{}: {}",
+                r.case,
+                &r.reply[..end + i]
+            );
         }
     }
 }
