@@ -122,6 +122,21 @@ pub async fn collect(mut rx: Events) -> Result<Outcome, ApiError> {
     Err(ApiError::internal("the scheduler dropped the request"))
 }
 
+/// Every completion of a request with several (`n_cmpl`/`n`), in order; never empty, so the first,
+/// whose `usage` and `timings` llama-server reports for the whole request, is always there.
+pub async fn collect_all(
+    receivers: impl IntoIterator<Item = Events>,
+) -> Result<Vec<Outcome>, ApiError> {
+    let mut outs = Vec::new();
+    for rx in receivers {
+        outs.push(collect(rx).await?);
+    }
+    if outs.is_empty() {
+        return Err(ApiError::internal("no completion queued"));
+    }
+    Ok(outs)
+}
+
 /// llama-server's `timings` object of a finished request.
 pub fn timings(f: &Finish) -> Value {
     progress_timings(&Progress {

@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use super::chat::{self, ChatPrompt, Delta, DeltaSplitter, OfferedTools};
 use super::error::ApiError;
 use super::gen::{
-    collect, event_stream, n_cmpl, openai_logprobs, progress_timings, random_id, sse_data, submit,
-    submit_n, timings, unix_now, Outcome,
+    collect, collect_all, event_stream, n_cmpl, openai_logprobs, progress_timings, random_id,
+    sse_data, submit, submit_n, timings, unix_now, Outcome,
 };
 use super::native::{check_fits, fewest_tokens, finish_reason, id_slot, ok, prompts};
 use super::params::{gen_params, Fields, I32_MAX};
@@ -207,20 +207,13 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
             per_token,
         ));
     }
-    let mut outs = Vec::new();
-    for rx in receivers {
-        outs.push(collect(rx).await?);
-    }
+    let outs = collect_all(receivers).await?;
     let choices: Vec<Value> = outs
         .iter()
         .enumerate()
         .map(|(i, out)| chat_choice(&ready, &job, out, n_probs > 0, i))
         .collect();
-    // As llama-server: with several choices, `usage` and `timings` are the first one's.
-    let first = &outs
-        .first()
-        .ok_or_else(|| ApiError::internal("no completion queued"))?
-        .finish;
+    let first = &outs[0].finish;
     Ok(ok(json!({
         "choices": choices,
         "created": unix_now(),
@@ -425,10 +418,7 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
             per_token,
         ));
     }
-    let mut outs = Vec::new();
-    for rx in receivers {
-        outs.push(collect(rx).await?);
-    }
+    let outs = collect_all(receivers).await?;
     let choices: Vec<Value> = outs
         .iter()
         .enumerate()
@@ -441,11 +431,7 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
             })
         })
         .collect();
-    // As llama-server: with several choices, `usage` and `timings` are the first one's.
-    let first = &outs
-        .first()
-        .ok_or_else(|| ApiError::internal("no completion queued"))?
-        .finish;
+    let first = &outs[0].finish;
     Ok(ok(json!({
         "choices": choices,
         "created": unix_now(),
