@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bloomery_grammar::{Matcher, TokenTrie};
 use bloomery_text::Tokenizer;
@@ -41,6 +42,8 @@ pub(crate) struct Constraint {
     pub(crate) drafted: usize,
     /// Of those, the tokens sampling confirmed.
     pub(crate) accepted: usize,
+    /// Time spent in the grammar: masks, the chain's re-sampling, advancing, drafting.
+    pub(crate) spent: Duration,
     /// Each fixed text met so far and its canonical tokens (empty: not drafted).
     drafts: HashMap<String, Vec<u32>>,
     /// The fixed text from the current state (reused: no allocation per token once grown).
@@ -133,6 +136,7 @@ impl Constraint {
             forced: 0,
             drafted: 0,
             accepted: 0,
+            spent: Duration::ZERO,
             drafts: HashMap::new(),
             fixed: String::new(),
         }
@@ -146,6 +150,12 @@ impl Constraint {
     /// or when the tokens do not spell the text exactly (a tokenizer that adds a leading space).
     /// A guess that sampling verifies: it never changes what is generated.
     pub(crate) fn draft(&mut self, tok: &Tokenizer, max: usize, out: &mut Vec<u32>) {
+        let started = Instant::now();
+        self.draft_untimed(tok, max, out);
+        self.spent += started.elapsed();
+    }
+
+    fn draft_untimed(&mut self, tok: &Tokenizer, max: usize, out: &mut Vec<u32>) {
         if !self.active() || max == 0 {
             return;
         }
@@ -193,7 +203,10 @@ impl Constraint {
         if !self.active() {
             return None;
         }
-        self.matcher.mask().only()
+        let started = Instant::now();
+        let only = self.matcher.mask().only();
+        self.spent += started.elapsed();
+        only
     }
 
     /// Picks the next token from `row`: the only admissible one (one draw of the RNG, as a
@@ -203,6 +216,14 @@ impl Constraint {
         if !self.active() {
             return Ok(sampler.sample(row));
         }
+        let started = Instant::now();
+        let chosen = self.choose_masked(row, sampler);
+        self.spent += started.elapsed();
+        chosen
+    }
+
+    /// [`Constraint::choose`] once the grammar applies.
+    fn choose_masked(&mut self, row: &[f32], sampler: &mut Sampler) -> Result<u32, String> {
         let mask = self.matcher.mask();
         if mask.count() == 0 {
             return Err("the grammar admits no token of this vocabulary here".into());
@@ -228,6 +249,13 @@ impl Constraint {
 
     /// Advances over the generated token `id`.
     pub(crate) fn accept(&mut self, id: u32, tok: &Tokenizer) -> Result<(), String> {
+        let started = Instant::now();
+        let accepted = self.accept_untimed(id, tok);
+        self.spent += started.elapsed();
+        accepted
+    }
+
+    fn accept_untimed(&mut self, id: u32, tok: &Tokenizer) -> Result<(), String> {
         let piece = tok.token_to_piece(id, true);
         if !self.wait.done() {
             if let Some(text) = self.wait.push(&String::from_utf8_lossy(piece)) {

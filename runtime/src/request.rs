@@ -221,6 +221,9 @@ pub struct Finish {
     /// Of those, the tokens sampling confirmed, generated without a pass of their own
     /// (llama-server's `draft_n_accepted`; counted in `n_predicted`, not in `n_forced`).
     pub n_accepted: usize,
+    /// Time the request's grammar took (masks, re-sampling, advancing, drafting); none without
+    /// a grammar.
+    pub grammar_ms: Option<f64>,
     /// Time from the start of prompt processing to the first token.
     pub prompt_ms: f64,
     /// Time from the first token to the end.

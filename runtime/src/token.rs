@@ -184,6 +184,7 @@ fn finish(
         n_forced: task.grammar.as_ref().map_or(0, |g| g.forced),
         n_drafted: task.grammar.as_ref().map_or(0, |g| g.drafted),
         n_accepted: task.grammar.as_ref().map_or(0, |g| g.accepted),
+        grammar_ms: task.grammar.as_ref().map(|g| g.spent.as_secs_f64() * 1e3),
         prompt_ms: (first - task.started).as_secs_f64() * 1e3,
         predicted_ms: (now - first).as_secs_f64() * 1e3,
         truncated,

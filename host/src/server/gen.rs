@@ -139,7 +139,7 @@ pub async fn collect_all(
 
 /// llama-server's `timings` object of a finished request.
 pub fn timings(f: &Finish) -> Value {
-    progress_timings(&Progress {
+    let mut t = progress_timings(&Progress {
         n_prompt: f.n_prompt,
         n_cached: f.n_cached,
         n_predicted: f.n_predicted,
@@ -148,7 +148,13 @@ pub fn timings(f: &Finish) -> Value {
         n_accepted: f.n_accepted,
         prompt_ms: f.prompt_ms,
         predicted_ms: f.predicted_ms,
-    })
+    });
+    // Not llama-server's: the time the grammar took (masks, re-sampling, advancing, drafting),
+    // given only when the request had one.
+    if let Some(ms) = f.grammar_ms {
+        t["grammar_ms"] = json!(ms);
+    }
+    t
 }
 
 /// llama-server's `timings` object of a request so far (a token's, for `timings_per_token`).

@@ -190,6 +190,7 @@ mod tests {
             n_forced: 0,
             n_drafted: 0,
             n_accepted: 0,
+            grammar_ms: None,
             prompt_ms: 20.0,
             predicted_ms: 200.0,
             truncated: false,
