@@ -132,6 +132,41 @@ impl DType {
             .find(|t| t.name().is_some_and(|n| n.eq_ignore_ascii_case(name)))
     }
 
+    /// llama.cpp's `general.file_type` for a file made mostly of this type (`LLAMA_FTYPE_*`:
+    /// 0 "all F32", K-quants as their medium mix), the value llama.cpp also guesses from the
+    /// type most tensors have when a file lacks the key.
+    pub fn llama_file_type(self) -> u32 {
+        match self.name().unwrap_or("") {
+            "F16" => 1,
+            "BF16" => 32,
+            "Q4_0" => 2,
+            "Q4_1" => 3,
+            "Q5_0" => 8,
+            "Q5_1" => 9,
+            "Q8_0" => 7,
+            "Q2_K" => 10,
+            "Q3_K" => 12,
+            "Q4_K" => 15,
+            "Q5_K" => 17,
+            "Q6_K" => 18,
+            "TQ1_0" => 36,
+            "TQ2_0" => 37,
+            "IQ2_XXS" => 19,
+            "IQ2_XS" => 20,
+            "IQ2_S" => 28,
+            "IQ3_XXS" => 23,
+            "IQ1_S" => 24,
+            "IQ1_M" => 31,
+            "IQ4_NL" => 25,
+            "IQ4_XS" => 30,
+            "IQ3_S" => 26,
+            "NVFP4" => 39,
+            "Q1_0" => 40,
+            "Q2_0" => 41,
+            _ => 0,
+        }
+    }
+
     /// True for the block-quantized types (block larger than one element).
     pub fn is_quantized(self) -> bool {
         self.layout().is_some_and(|l| l.block > 1)

@@ -84,39 +84,6 @@ const FILE_TYPES: &[(u32, &str)] = &[
     (41, "Q2_0"),
 ];
 
-/// The file type llama.cpp guesses from a tensor type (the type most tensors have).
-fn guessed_file_type(t: DType) -> u32 {
-    match t.name().unwrap_or("") {
-        "F16" => 1,
-        "BF16" => 32,
-        "Q4_0" => 2,
-        "Q4_1" => 3,
-        "Q5_0" => 8,
-        "Q5_1" => 9,
-        "Q8_0" => 7,
-        "Q2_K" => 10,
-        "Q3_K" => 12,
-        "Q4_K" => 15,
-        "Q5_K" => 17,
-        "Q6_K" => 18,
-        "TQ1_0" => 36,
-        "TQ2_0" => 37,
-        "IQ2_XXS" => 19,
-        "IQ2_XS" => 20,
-        "IQ2_S" => 28,
-        "IQ3_XXS" => 23,
-        "IQ1_S" => 24,
-        "IQ1_M" => 31,
-        "IQ4_NL" => 25,
-        "IQ4_XS" => 30,
-        "IQ3_S" => 26,
-        "NVFP4" => 39,
-        "Q1_0" => 40,
-        "Q2_0" => 41,
-        _ => 0,
-    }
-}
-
 /// The file type's name as llama.cpp prints it: `general.file_type` when the file has it, else
 /// guessed from the tensor type most tensors have (ties go to the type that reached the count
 /// first in name order) with llama.cpp's "(guessed) " mark.
@@ -140,7 +107,7 @@ pub fn file_type_name(meta: &Metadata, tensors: &[(String, DType)]) -> String {
             (most, best) = (*c, *t);
         }
     }
-    format!("(guessed) {}", name(guessed_file_type(best)))
+    format!("(guessed) {}", name(best.llama_file_type()))
 }
 
 /// llama-bench's `model_type`: `{arch} {size class} {file type}`.
