@@ -19,6 +19,10 @@
 #   scripts/gpu-check.sh compare  on the GPU machine: bench's runs beside llama-bench (LLAMA_BENCH,
 #                                 required) at llama.cpp's placements, alternating, with each run's
 #                                 peak card memory (nvidia-smi every 100 ms).
+#   scripts/gpu-check.sh kvdepth  on the GPU machine: decode after 16,384 tokens of context (tg64
+#                                 @ d16384) of the 30B-A3B file all on the card under each K/V cache
+#                                 type of KV_TYPES, beside llama-bench (LLAMA_BENCH, required) with
+#                                 the same -ctk/-ctv, engines alternating by round.
 #   scripts/gpu-check.sh serve    on the GPU machine: the server on the 30B-A3B file: the prompt
 #                                 cache and time to first token (scripts/prompt_cache_bench.py),
 #                                 then total tok/s of 1, 2 and 4 streams (scripts/server_bench.py)
@@ -32,7 +36,9 @@
 #   FILES       bench, compare, serve: 30b and/or 35b (default both; serve: 30b).
 #   PLACEMENTS  bench, compare: bloomery's flags, ';'-separated (default below).
 #   LLAMA_PLACEMENTS  compare: llama-bench's flags, ';'-separated (default below).
-#   ROUNDS      bench, compare: rounds (default 2); builds and engines alternate which goes first.
+#   ROUNDS      bench, compare, kvdepth: rounds (default 2); builds and engines alternate which
+#               goes first.
+#   KV_TYPES    kvdepth: the cache types, K and V alike (default "f16 q8_0 q4_0").
 #   PREV        bench, serve: earlier dists (space-separated) run beside this one; a dist holding
 #               only plugins/ runs under this build's binary. dist/ and PREV share the 64 MiB
 #               carry: leave out of both the bundles the card does not run (cuda-sm121, cuda-sm86).
@@ -47,9 +53,9 @@ cd "$(dirname "$0")/.."
 
 suite=${1:-}
 case $suite in
-  build | check | bench | compare | serve) ;;
+  build | check | bench | compare | kvdepth | serve) ;;
   *)
-    echo "usage: scripts/gpu-check.sh build|check|bench|compare|serve (see the top of the file)" >&2
+    echo "usage: scripts/gpu-check.sh build|check|bench|compare|kvdepth|serve (see the top of the file)" >&2
     exit 2
     ;;
 esac
@@ -133,21 +139,25 @@ big_file() {
 }
 
 # The rows of a bench or llama-bench table: "pp512 t/s" and "tg128 t/s" means (or "-").
+# The prompt and decode tests bench_rates reads and rounds_table heads (kvdepth: decode at depth).
+rate_pp=pp512
+rate_tg=tg128
 bench_rates() {
-  awk -F'|' 'NF > 3 && $(NF-2) ~ /pp512/ { pp = $(NF-1) } NF > 3 && $(NF-2) ~ /tg128/ { tg = $(NF-1) }
+  awk -F'|' -v pt="$rate_pp" -v tt="$rate_tg" \
+    'NF > 3 && index($(NF-2), pt) { pp = $(NF-1) } NF > 3 && index($(NF-2), tt) { tg = $(NF-1) }
     END { split(pp, a, "±"); split(tg, b, "±"); gsub(/ /, "", a[1]); gsub(/ /, "", b[1])
           printf "%s\t%s", (a[1] == "" ? "-" : a[1]), (b[1] == "" ? "-" : b[1]) }' "$1"
 }
 # A markdown table of the rows in $1 (file, engine and build, flags, round, pp512, tg128 and an
 # optional peak), one line per file, engine and flags, the rounds side by side.
 rounds_table() {
-  awk -F'\t' '
+  awk -F'\t' -v pt="$rate_pp" -v tt="$rate_tg" '
     { k = $1 "\t" $2 "\t" $3
       if (!(k in pp)) { keys[n++] = k; pp[k] = $5; tg[k] = $6; pk[k] = $7 }
       else { pp[k] = pp[k] " / " $5; tg[k] = tg[k] " / " $6; pk[k] = pk[k] " / " $7 }
       peak = peak || $7 != "" }
     END {
-      printf "| file | build | flags | pp512 t/s | tg128 t/s |%s\n", peak ? " peak MiB above idle |" : ""
+      printf "| file | build | flags | %s t/s | %s t/s |%s\n", pt, tt, peak ? " peak MiB above idle |" : ""
       printf "|---|---|---|---:|---:|%s\n", peak ? "---:|" : ""
       for (i = 0; i < n; i++) {
         split(keys[i], c, "\t")
@@ -343,6 +353,16 @@ sixteen seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three tw
     fi
   done
   same_text qwen35-f32-short "$tiny/qwen35-f32.gguf" "$short" "-ngl 0" "-ngl 99"
+  # Quantized K/V caches (-ctk/-ctv), rotated as llama.cpp's: the card's store, decode and flash
+  # prompt forms (q8_0, q4_0) and its run-time-typed scores form (a q8_0 K beside an f16 V,
+  # iq4_nl) against the CPU's (which scores q quantized to Q8, as llama.cpp's CPU does: a near
+  # tie may part them).
+  local k v kv
+  for kv in "q8_0 q8_0" "q4_0 q4_0" "q8_0 f16" "iq4_nl iq4_nl"; do
+    read -r k v <<< "$kv"
+    same_text "qwen3moe-f32-long-ctk-$k-ctv-$v" "$tiny/qwen3moe-f32.gguf" "$long" \
+      "-ngl 0 -ctk $k -ctv $v" "-ngl 99 -ctk $k -ctv $v"
+  done
   # Quantized activations round differently on the CPU (Q8_K) and the card (Q8_1), so after the
   # long prompt the Q4_K file is compared between forms that compute the same products on the same
   # devices: decode's host experts on the CPU (--bus-experts 0), the plan kept (--no-residency),
@@ -549,6 +569,33 @@ compare_suite() {
             timed_run "$out/bloomery-$name-$(slug "$p")-r$round.txt" bloomery "$name" "$p" "$round" \
               dist/bloomery --plugin-dir dist/plugins bench -m "$f" -p 512 -n 128 -r 3
           done
+        fi
+      done
+    done
+  done
+  rounds_table "$out/rows.tsv" | tee "$out/table.md"
+  finish
+}
+
+kvdepth_suite() {
+  local round t f first second engine depth=16384
+  if [ -z "${LLAMA_BENCH:-}" ] || [ ! -x "$LLAMA_BENCH" ]; then
+    echo "gpu-check kvdepth: FAILED: LLAMA_BENCH must name a llama-bench binary (is '${LLAMA_BENCH:-}')" >&2
+    exit 1
+  fi
+  rate_pp="no prompt test" rate_tg="tg64 @ d$depth"
+  f=$(big_file 30b)
+  for round in $(seq "${ROUNDS:-2}"); do
+    first=llama second=bloomery
+    [ $((round % 2)) = 1 ] || first=bloomery second=llama
+    for t in ${KV_TYPES:-f16 q8_0 q4_0}; do
+      for engine in $first $second; do
+        if [ "$engine" = llama ]; then
+          timed_run "$out/llama-kv-$t-r$round.txt" llama.cpp 30b "-ngl 99 -fa 1 -t 16 -ctk $t -ctv $t" \
+            "$round" "$LLAMA_BENCH" -m "$f" -p 0 -n 64 -d "$depth" -r 3
+        else
+          timed_run "$out/bloomery-kv-$t-r$round.txt" bloomery 30b "-ngl 99 -ctk $t -ctv $t" "$round" \
+            dist/bloomery --plugin-dir dist/plugins bench -m "$f" -p 0 -n 64 -d "$depth" -r 3
         fi
       done
     done

@@ -101,18 +101,6 @@ impl LoadedModel {
         gpu: bool,
         request: &TierRequest,
     ) -> Result<LoadedModel, ModelError> {
-        let quantized_cache = [options.kv_type_k, options.kv_type_v]
-            .into_iter()
-            .find(|t| t.is_quantized());
-        if let (true, Some(t)) = (gpu, quantized_cache) {
-            // The card's quantized cache store does not pass opcheck yet (kernels/cuda
-            // ops/cache_store.rs says how it fails), so such a cache runs where it is checked.
-            tracing::warn!(
-                "GPU offload requested with a {t} K/V cache (-ctk/-ctv), which runs on the CPU \
-                 only for now; running on the CPU"
-            );
-            return Self::load(reg, path, options);
-        }
         if gpu {
             let tried = reg
                 .best_kernel(DeviceClass::Gpu)

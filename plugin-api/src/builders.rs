@@ -415,8 +415,13 @@ impl GraphBuilder {
         let k2 = self.reshape(k, [dk * nkv, rows, 1, 1])?;
         let kc = self.state(blk.k_cache, "cache_k");
         let vc = self.state(blk.v_cache, "cache_v");
-        self.op_into(Op::CacheStore, &[k2, kc, inp.slots, inp.positions], kc)?;
-        self.op_into(Op::CacheStore, &[v, vc, inp.slots, inp.positions], vc)?;
+        // A quantized cache stores rows rotated as the attention reading it expects.
+        let (kst, vst) = (
+            Op::CacheStore { rot: p.rot_k },
+            Op::CacheStore { rot: p.rot_v },
+        );
+        self.op_into(kst, &[k2, kc, inp.slots, inp.positions], kc)?;
+        self.op_into(vst, &[v, vc, inp.slots, inp.positions], vc)?;
         let a = self.op(
             "kqv_out",
             Op::Attention(p),

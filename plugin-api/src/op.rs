@@ -84,11 +84,44 @@ pub struct AttentionParams {
     /// An extra i32 `[n_sel, rows]` source lists cache positions each row attends besides its
     /// window (sparse selection); -1 entries are skipped.
     pub selected: bool,
+    /// With a quantized K cache, q is rotated by the orthonormal Walsh-Hadamard transform in
+    /// chunks of this many values before it is scored, as the keys were before they were stored
+    /// (the `rot` of their [`Op::CacheStore`]); 0 = none. Ignored for f32/f16 K caches.
+    pub rot_k: u32,
+    /// With a quantized V cache, each head's output is rotated back in chunks of this many
+    /// values (the `rot` the values were stored with); 0 = none. Ignored for f32/f16 V caches.
+    pub rot_v: u32,
+}
+
+/// The Walsh-Hadamard chunk llama.cpp rotates keys (and queries) by before a quantized K cache
+/// of heads of `head_dim` values: the largest power of two from 64 up that divides it, or 0 when
+/// 64 does not (llama.cpp b11434 `llama-kv-cache.cpp`, `n_rot_k`).
+pub fn kv_rotation_k(head_dim: u32) -> u32 {
+    if head_dim == 0 || !head_dim.is_multiple_of(64) {
+        return 0;
+    }
+    let mut n = 64;
+    while head_dim.is_multiple_of(2 * n) {
+        n *= 2;
+    }
+    n
+}
+
+/// The Walsh-Hadamard chunk llama.cpp rotates values (and the attention output) by before a
+/// quantized V cache of heads of `head_dim` values: 64, or 0 when 64 does not divide it
+/// (`n_rot_v`).
+pub fn kv_rotation_v(head_dim: u32) -> u32 {
+    if head_dim != 0 && head_dim.is_multiple_of(64) {
+        64
+    } else {
+        0
+    }
 }
 
 impl AttentionParams {
     /// Plain causal GQA over the whole context: keys and values of `head_dim`, logits scaled by
-    /// `1/sqrt(head_dim)`, no cap, window, sinks or selection (set those fields after).
+    /// `1/sqrt(head_dim)`, no cap, window, sinks or selection (set those fields after), and
+    /// llama.cpp's rotations for quantized caches of that head width.
     pub fn gqa(n_head: u32, n_head_kv: u32, head_dim: u32) -> AttentionParams {
         AttentionParams {
             n_head,
@@ -101,6 +134,8 @@ impl AttentionParams {
             v_from_k: false,
             sinks: false,
             selected: false,
+            rot_k: kv_rotation_k(head_dim),
+            rot_v: kv_rotation_v(head_dim),
         }
     }
 }
@@ -293,8 +328,15 @@ pub enum Op {
     /// Rotary embedding: srcs `[x [head_dim, n_head, rows], positions]` → same shape.
     Rope(RopeParams),
     /// Write rows into a cache: srcs `[x [d, rows], cache [d, len, n_slots], slots, positions]`,
-    /// dst = the cache (updated in place at row `position % len` of each row's slot).
-    CacheStore,
+    /// dst = the cache (updated in place at row `position % len` of each row's slot). A
+    /// quantized cache stores each row rotated by the orthonormal Walsh-Hadamard transform in
+    /// chunks of `rot` values (0 = none; f32/f16 caches ignore it), as llama.cpp does: the
+    /// Attention reading the cache names the same chunk (`rot_k`, `rot_v`).
+    CacheStore {
+        /// The rotation's chunk, a power of two dividing the head width ([`kv_rotation_k`],
+        /// [`kv_rotation_v`]), or 0.
+        rot: u32,
+    },
     /// Causal attention over a cache: srcs `[q [dk, n_head, rows], k_cache, v_cache, slots,
     /// positions, sinks?, selected?]` → `[dv, n_head, rows]`.
     Attention(AttentionParams),
@@ -414,7 +456,7 @@ impl Op {
             Op::GetRows | Op::MatMul | Op::Copy => Some(0),
             Op::MoeExperts(_) => Some(3),
             Op::Attention(_) => Some(1),
-            Op::CacheStore => Some(1),
+            Op::CacheStore { .. } => Some(1),
             _ => None,
         }
     }

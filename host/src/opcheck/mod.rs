@@ -7,6 +7,7 @@
 //! device's calls using host memory in place; [`check_model`] runs model files end to end.
 
 mod blocks;
+mod cache_blocks;
 mod cases;
 mod host_memory;
 mod model;
@@ -92,6 +93,10 @@ pub struct Case {
     pub also_src: Option<usize>,
     /// Destination type when not a source (F32, or I32 for ids).
     pub dst_dtype: DType,
+    /// The destination is a quantized cache, compared block by block ([`cache_blocks`]): `tol`
+    /// bounds the share of blocks outside the rounding llama.cpp's CPU and CUDA stores differ
+    /// by.
+    pub cache_blocks: bool,
     /// Largest accepted relative error.
     pub tol: f64,
 }
@@ -272,6 +277,51 @@ fn run_on(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Vec<Vec<f3
     Ok(results)
 }
 
+/// Runs a case whose destination is a quantized cache: its bytes.
+fn run_bytes(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Vec<u8>, PluginError> {
+    let p = place(dev, case, data)?;
+    dev.run(std::slice::from_ref(&p.call))?;
+    dev.sync()?;
+    let d = case
+        .dst_is_src
+        .and_then(|i| p.bufs.get(i))
+        .ok_or_else(|| PluginError::invalid("a cache case names no cache source"))?;
+    let mut out = vec![0u8; d.bytes as usize];
+    dev.read(d.handle, 0, &mut out)?;
+    Ok(out)
+}
+
+/// The outcome of a cache case: the share of blocks outside [`cache_blocks`]' allowance, and the
+/// first element of the first such block as dequantized values.
+fn cache_outcome(what: String, case: &Case, dtype: DType, out: &[u8], reference: &[u8]) -> Outcome {
+    let diff = cache_blocks::compare(dtype, out, reference);
+    let value = |bytes: &[u8], i: usize| {
+        let mut v = vec![0f32; 32];
+        let per = dtype.layout().map_or(0, |l| l.bytes as usize);
+        let block = bytes.get(i / 32 * per..(i / 32 + 1) * per).unwrap_or(&[]);
+        match bloomery_kernels_cpu::quant::dequantize_row(dtype, block, &mut v) {
+            Ok(()) => v[i % 32],
+            Err(_) => f32::NAN,
+        }
+    };
+    match diff {
+        Ok(d) => Outcome {
+            what,
+            rel: d.bad as f64 / d.blocks.max(1) as f64,
+            tol: case.tol,
+            error: None,
+            worst: d.first_bad.map(|i| (i, value(out, i), value(reference, i))),
+        },
+        Err(e) => Outcome {
+            what,
+            rel: f64::NAN,
+            tol: case.tol,
+            error: Some(e),
+            worst: None,
+        },
+    }
+}
+
 fn read_values(dev: &Arc<Device>, d: &Buffer, dtype: DType) -> Result<Vec<f32>, PluginError> {
     let mut out = vec![0u8; d.bytes as usize];
     dev.read(d.handle, 0, &mut out)?;
@@ -380,6 +430,30 @@ pub fn check(dev: &Arc<Device>, reference: &Arc<Device>, seed: u64) -> Vec<Outco
             }
             for case in cases {
                 let what = format!("{what}: {}", case.name);
+                if case.cache_blocks {
+                    let result = case
+                        .srcs
+                        .iter()
+                        .map(|s| fill_bytes(s, &mut rng))
+                        .collect::<Result<Vec<_>, _>>()
+                        .and_then(|data| {
+                            Ok((
+                                run_bytes(dev, &case, &data)?,
+                                run_bytes(reference, &case, &data)?,
+                            ))
+                        });
+                    outcomes.push(match result {
+                        Ok((out, reference)) => cache_outcome(what, &case, dtype, &out, &reference),
+                        Err(e) => Outcome {
+                            what,
+                            rel: f64::NAN,
+                            tol: case.tol,
+                            error: Some(e.to_string()),
+                            worst: None,
+                        },
+                    });
+                    continue;
+                }
                 let result = case
                     .srcs
                     .iter()

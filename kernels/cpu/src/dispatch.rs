@@ -244,7 +244,7 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
             let out = copy_in(buf, c, "Rope")?;
             ops::rope::rope(out, hd, nh, pos, &params).map_err(op_err)
         }
-        Op::CacheStore => cache_store(buf, c),
+        Op::CacheStore { rot } => cache_store(buf, c, rot as usize),
         Op::Attention(p) => attention(b, c, p),
         Op::TopK { k } => {
             let x = f32s(buf, src(c, 0, "TopK")?, "x")?;
@@ -493,7 +493,7 @@ const KV_CACHE_NAMES: [&str; 8] = [
     "F32", "F16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL",
 ];
 
-fn cache_store(buf: &Buffers, c: &OpCall) -> Result<(), PluginError> {
+fn cache_store(buf: &Buffers, c: &OpCall, rot: usize) -> Result<(), PluginError> {
     let rows = f32s(buf, src(c, 0, "CacheStore")?, "rows")?;
     let cache = src(c, 1, "CacheStore")?;
     if *cache != c.dst {
@@ -517,7 +517,8 @@ fn cache_store(buf: &Buffers, c: &OpCall) -> Result<(), PluginError> {
             ))
         }
     };
-    ops::attention::store_kv(rows, width, slots, pos, target, len, n_slots).map_err(op_err)
+    ops::attention::store_kv_rotated(rows, width, slots, pos, target, len, n_slots, rot)
+        .map_err(op_err)
 }
 
 fn kv<'a>(buf: &Buffers, t: &TensorRef) -> Result<ops::attention::KvCache<'a>, PluginError> {
@@ -569,6 +570,8 @@ fn attention(
         softcap: (p.softcap > 0.0).then_some(p.softcap),
         window: (p.window > 0).then_some(p.window as usize),
         sinks,
+        rot_k: p.rot_k as usize,
+        rot_v: p.rot_v as usize,
     };
     let (kcache, vcache) = (kv(buf, kc)?, kv(buf, vc)?);
     let out = f32s_mut(buf, &c.dst, "Attention dst")?;

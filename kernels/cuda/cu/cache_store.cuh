@@ -50,3 +50,27 @@ extern "C" __global__ void bl_cache_store_quant(const float* rows, uint8_t* cach
     for (int b = threadIdx.x; b < nb; b += blockDim.x)
         kv_quantize_block(t, rows + (long long)r * width + 32 * b, dst + (long long)b * bb);
 }
+
+// ---- Walsh-Hadamard rotation ---------------------------------------------------------------------
+
+// y = x rotated in chunks of n values (a power of two) by the orthonormal Walsh-Hadamard transform,
+// as llama.cpp rotates the rows of a quantized K/V cache, the queries that read it and the output
+// of its values: each value times 1/sqrt(n), then butterflies (u + v, u - v) of widths 1, 2, 4 ...
+// n/2, in f32 (the CPU reference's order: kernels/cpu ops/hadamard.rs), so the bits equal the
+// CPU's. One block per chunk; x may be y.
+extern "C" __global__ void bl_fwht_f32(const float* x, float* y, int n) {
+    KERNEL_ENTRY();
+    const long long base = (long long)blockIdx.x * n;
+    const float scale = 1.0f / sqrtf((float)n);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) y[base + i] = x[base + i] * scale;
+    __syncthreads();
+    for (int len = 1; len < n; len *= 2) {
+        for (int k = threadIdx.x; k < n / 2; k += blockDim.x) {
+            const long long i = base + (long long)(k / len) * 2 * len + k % len;
+            const float u = y[i], v = y[i + len];
+            y[i] = u + v;
+            y[i + len] = u - v;
+        }
+        __syncthreads();
+    }
+}

@@ -45,9 +45,12 @@ static __device__ __forceinline__ float kv_half(const uint8_t* p) {
     return __half2float(h);
 }
 
+// v rounded to f16 at p (2-byte aligned: every block and every field of one is), as one 16-bit
+// store. Not as two byte stores: nvcc emits those from the f16 register itself (memcpy of a
+// __half, or its bits' bytes), and ptxas 13.0 compiles a byte store of an f16 register as a
+// conversion of its value to an integer (F2I.U8.F16), so a scale below 1 lost its low byte.
 static __device__ __forceinline__ void kv_put_half(uint8_t* p, float v) {
-    const __half h = __float2half_rn(v);
-    memcpy(p, &h, 2);
+    *(uint16_t*)p = __half_as_ushort(__float2half_rn(v));
 }
 
 static __device__ __forceinline__ float kv_half_bits(unsigned bits) {

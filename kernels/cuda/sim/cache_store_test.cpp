@@ -50,7 +50,8 @@ int main(int argc, char** argv) {
         }
         std::vector<uint8_t> cache((size_t)n_slots * len * rb, 0xA5);
         int err = 0;
-        launch(Dim3{(unsigned)rows, 1, 1}, 32, [&] {
+        // The launcher's geometry (ops/cache_store.rs: a block of 128 threads per row).
+        launch(Dim3{(unsigned)rows, 1, 1}, 128, [&] {
             bl_cache_store_quant(x.data(), cache.data(), slots.data(), pos.data(), width, len, n_slots, t, &err);
         });
         long long bad = 0;

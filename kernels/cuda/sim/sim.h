@@ -156,6 +156,11 @@ inline __half __ushort_as_half(unsigned short b) {
     std::memcpy(&h, &b, 2);
     return h;
 }
+inline unsigned short __half_as_ushort(__half h) {
+    unsigned short b;
+    std::memcpy(&b, &h, 2);
+    return b;
+}
 inline float __uint_as_float(unsigned b) {
     float f;
     std::memcpy(&f, &b, 4);

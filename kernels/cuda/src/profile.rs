@@ -23,7 +23,7 @@ pub fn label(c: &OpCall) -> String {
     let rows = match c.op {
         Op::Attention(_) => c.srcs().get(3).map_or(0, |t| t.elements()),
         Op::Rope(_) => c.srcs().get(1).map_or(0, |t| t.elements()),
-        Op::CacheStore => c.srcs().get(3).map_or(0, |t| t.elements()),
+        Op::CacheStore { .. } => c.srcs().get(3).map_or(0, |t| t.elements()),
         _ => c.dst.rows(),
     };
     let dtype = c

@@ -14,7 +14,8 @@
 //! experts against the per-sub-block terms summed in k order, bit for bit) and the weight readers
 //! (`cu/quant.cuh`: every value of every quantized type against the CPU reference's dequantizers,
 //! bit for bit) and the quantized K/V cache store (`cu/cache_store.cuh`, `cu/kv_quant.cuh`: every
-//! cache type against the CPU reference's quantizers).
+//! cache type against the CPU reference's quantizers) and the Walsh-Hadamard rotation of quantized
+//! caches (`bl_fwht_f32`: against the CPU's, bit for bit).
 //! Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so, when there is none.
 
 use std::path::{Path, PathBuf};
@@ -165,7 +166,8 @@ fn quantized_cache_store_matches_the_cpu_quantizers_under_emulation() {
         (DType::Q5_1, 6),
         (DType::IQ4_NL, 7),
     ];
-    let (width, rows) = (128usize, 24usize);
+    // Rows of 256 values (8 blocks), as opcheck's case stores them.
+    let (width, rows) = (256usize, 24usize);
     let mut file = Vec::new();
     for (t, code) in types {
         let rb = t.row_bytes(width as u64).expect("whole blocks") as usize;
@@ -197,4 +199,34 @@ fn quantized_cache_store_matches_the_cpu_quantizers_under_emulation() {
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cache_store_cases.bin");
     std::fs::write(&path, file).expect("writing the cases");
     run_emulated_with("cache_store_test", &[&path]);
+}
+
+#[test]
+fn cache_rotation_matches_the_cpu_bit_for_bit_under_emulation() {
+    use bloomery_kernels_cpu::ops::hadamard::walsh_hadamard;
+    let mut state = 0x6a09_e667_f3bc_c908_u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut file = Vec::new();
+    // llama.cpp's chunks: 64 (V, and K of 64-wide heads), 128 and 256 (K of wider heads).
+    for (n, count) in [(64usize, 64 * 7), (128, 128 * 3), (256, 512)] {
+        let x: Vec<f32> = (0..count)
+            .map(|_| (next() % 8192) as f32 / 1024.0 - 4.0)
+            .collect();
+        let mut want = x.clone();
+        walsh_hadamard(&mut want, n).expect("the CPU rotates it");
+        for v in [n as i32, count as i32] {
+            file.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in x.iter().chain(&want) {
+            file.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fwht_cases.bin");
+    std::fs::write(&path, file).expect("writing the cases");
+    run_emulated_with("fwht_test", &[&path]);
 }

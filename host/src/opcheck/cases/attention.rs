@@ -20,6 +20,9 @@ fn attn_params(n_head: u32, n_head_kv: u32, d: u32, window: u32, softcap: f32) -
         v_from_k: false,
         sinks: false,
         selected: false,
+        // Unrotated (the rotated cases set these).
+        rot_k: 0,
+        rot_v: 0,
     }
 }
 
@@ -180,6 +183,30 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     srcs,
                     [64 * 8, 5, 1, 1],
                     tol,
+                ));
+                // llama.cpp's Walsh-Hadamard rotation: q rotated as the keys were stored, each
+                // head's output rotated back (a decode and a batch).
+                all.push(flash(
+                    "rotated K (128) and V (64), decode of 3 rows, gqa 8/2, d 128",
+                    AttentionParams {
+                        rot_k: 128,
+                        rot_v: 64,
+                        ..attn_params(8, 2, 128, 0, 0.0)
+                    },
+                    [300, 2],
+                    ids(3, 2),
+                    ids(3, 300),
+                ));
+                all.push(flash(
+                    "rotated K and V (64), batch of two sequences, gqa 16/2, d 64",
+                    AttentionParams {
+                        rot_k: 64,
+                        rot_v: 64,
+                        ..attn_params(16, 2, 64, 0, 0.0)
+                    },
+                    [70, 2],
+                    runs(24, 24, [1, 0], 0),
+                    runs(24, 24, [45, 0], 1),
                 ));
             }
             all

@@ -1,7 +1,7 @@
 //! Cases of the K/V cache store: f32 and f16 caches exactly, quantized ones (Q8_0, Q4_0, Q4_1,
-//! Q5_0, Q5_1, IQ4_NL) compared dequantized: the CPU quantizes Q8_0 as llama.cpp's x86 store
-//! (ties to even), the card as llama.cpp's CUDA store (ties away), and IQ4_NL's scale sums in
-//! another order, so a tie or a last f16 bit may differ now and then.
+//! Q5_0, Q5_1, IQ4_NL) block by block (`opcheck/cache_blocks.rs`): every block's bytes equal,
+//! but for a value one step apart where llama.cpp's CPU and CUDA stores round differently (ties,
+//! fused multiply-adds) and IQ4_NL's scale in its last f16 bit; no block may differ more.
 
 use bloomery_plugin_api::op::{Op, OpKind};
 use bloomery_plugin_api::DType;
@@ -25,25 +25,36 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
         (OpKind::CacheStore, t)
             if QUANTIZED.contains(&t) || matches!(t, DType::F32 | DType::F16) =>
         {
-            let tol = if t.is_quantized() { 1e-3 } else { 0.0 };
-            // 6 rows of width 256 into a [256, 32 positions, 3 slots] cache.
-            vec![Case {
-                dst_is_src: Some(1),
-                ..case(
-                    "6 rows into 3 slots",
-                    Op::CacheStore,
-                    vec![
-                        f32s([256, 6, 1, 1]),
-                        spec(t, [256, 32, 3, 1], Fill::Random(1.0)),
-                        ids(6, 3),
-                        // Distinct positions: two rows never name one cell, whose final value
-                        // would depend on which write lands last.
-                        spec(DType::I32, [6, 1, 1, 1], Fill::Distinct(32)),
-                    ],
-                    [256, 32, 3, 1],
-                    tol,
-                )
-            }]
+            // 6 rows of width 256 into a [256, 32 positions, 3 slots] cache; a quantized cache
+            // also rotated in chunks of 64 and of 128 (llama.cpp's Walsh-Hadamard rotation).
+            let rots: &[u32] = if t.is_quantized() {
+                &[0, 64, 128]
+            } else {
+                &[0]
+            };
+            rots.iter()
+                .map(|&rot| Case {
+                    dst_is_src: Some(1),
+                    cache_blocks: t.is_quantized(),
+                    ..case(
+                        &match rot {
+                            0 => "6 rows into 3 slots".to_owned(),
+                            r => format!("6 rows into 3 slots, rotated by {r}"),
+                        },
+                        Op::CacheStore { rot },
+                        vec![
+                            f32s([256, 6, 1, 1]),
+                            spec(t, [256, 32, 3, 1], Fill::Random(1.0)),
+                            ids(6, 3),
+                            // Distinct positions: two rows never name one cell, whose final
+                            // value would depend on which write lands last.
+                            spec(DType::I32, [6, 1, 1, 1], Fill::Distinct(32)),
+                        ],
+                        [256, 32, 3, 1],
+                        0.0,
+                    )
+                })
+                .collect()
         }
         _ => Vec::new(),
     }

@@ -14,7 +14,10 @@
 //! Quantized caches are read as llama.cpp's CPU flash attention reads them: each query head is
 //! quantized to the key type's dot-product format (Q8_0 or Q8_1) and scored by the integer dot
 //! product of [`crate::quant::vec_dot`]; value rows are dequantized to f32. A quantized cache's
-//! head width must be a whole number of blocks.
+//! head width must be a whole number of blocks. As llama.cpp does, a quantized cache may hold its
+//! rows rotated by the Walsh-Hadamard transform ([`super::hadamard`]): the store rotates each row
+//! in chunks of `rot` values before quantizing it, attention rotates the queries the same way
+//! before scoring them (`rot_k`) and each head's output back (`rot_v`).
 
 use bloomery_plugin_api::DType;
 use half::f16;
@@ -137,6 +140,13 @@ pub struct AttentionParams<'a> {
     /// `[n_head]` per-head sink logits: an extra term `exp(sink_h)` in the softmax denominator with
     /// no value (not scaled or capped). `None` for no sinks.
     pub sinks: Option<&'a [f32]>,
+    /// With a quantized K cache, each query head is rotated by the Walsh-Hadamard transform in
+    /// chunks of this many values (a power of two dividing `head_dim_k`) before it is scored, as
+    /// the keys were stored ([`store_kv_rotated`]); 0 = none.
+    pub rot_k: usize,
+    /// With a quantized V cache, each head's output is rotated back in chunks of this many values
+    /// (a power of two dividing `head_dim_v`); 0 = none.
+    pub rot_v: usize,
 }
 
 /// Attention of `q`, `[head_dim_k, n_head, n_rows]` f32, over the cache, into `out`,
@@ -293,6 +303,27 @@ thread_local! {
     /// Per-thread scratch of a quantized key cache: the group's query heads in the keys' dot
     /// product format.
     static QUANT_Q: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Per-thread scratch of rotated rows: the group's query heads, or a row being stored.
+    static ROTATED: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `rows` rotated in chunks of `rot` into this thread's scratch, handed to `f` (`rows` itself
+/// when `rot` is 0). Grows the scratch once, then does not allocate.
+fn with_rotated<R>(rows: &[f32], rot: usize, f: impl FnOnce(&[f32]) -> R) -> R {
+    if rot == 0 {
+        return f(rows);
+    }
+    ROTATED.with(|cell| {
+        let mut buf = cell.borrow_mut();
+        if buf.len() < rows.len() {
+            buf.resize(rows.len(), 0.0);
+        }
+        let r = &mut buf[..rows.len()];
+        r.copy_from_slice(rows);
+        // The chunk was checked against the row's width by the caller.
+        let _ = super::hadamard::walsh_hadamard(r, rot);
+        f(r)
+    })
 }
 
 /// The attention loop proper for one group of query heads sharing KV head `kvh`; every length
@@ -328,14 +359,18 @@ fn attend_group(
             if qq.len() < group * q_bytes {
                 qq.resize(group * q_bytes, 0);
             }
-            for g in 0..group {
-                // Lengths were checked: dk is whole blocks.
-                let _ = quant::quantize_act_row(
-                    at,
-                    &q[g * dk..][..dk],
-                    &mut qq[g * q_bytes..][..q_bytes],
-                );
-            }
+            // The queries rotated as the keys were stored (llama.cpp rotates them before
+            // quantizing them for the dot products).
+            with_rotated(&q[..group * dk], p.rot_k, |q| {
+                for g in 0..group {
+                    // Lengths were checked: dk is whole blocks.
+                    let _ = quant::quantize_act_row(
+                        at,
+                        &q[g * dk..][..dk],
+                        &mut qq[g * q_bytes..][..q_bytes],
+                    );
+                }
+            });
         }
         SCRATCH.with(|cell| {
             let mut guard = cell.borrow_mut();
@@ -400,6 +435,11 @@ fn attend_group(
                         .for_each(|(a, &b)| *a += w * b);
                 }
             }
+            if v_cache.quant_type().is_some() && p.rot_v > 0 {
+                // The values were stored rotated: rotate each head's output back. The chunk was
+                // checked against dv.
+                let _ = super::hadamard::walsh_hadamard(out, p.rot_v);
+            }
         })
     })
 }
@@ -421,6 +461,16 @@ fn check_params(p: &AttentionParams) -> Result<(), OpError> {
     }
     if let Some(c) = p.softcap.filter(|&c| !positive(c)) {
         return bad(format!("softcap {c} must be positive"));
+    }
+    for (rot, d, what) in [
+        (p.rot_k, p.head_dim_k, "rot_k"),
+        (p.rot_v, p.head_dim_v, "rot_v"),
+    ] {
+        if rot != 0 && !(rot.is_power_of_two() && d.is_multiple_of(rot)) {
+            return bad(format!(
+                "{what} {rot} is not a power of two dividing the head width {d}"
+            ));
+        }
     }
     Ok(())
 }
@@ -454,7 +504,8 @@ fn locate(
 
 /// Writes `rows`, `[width, n_rows]` f32, into `cache`, `[width, cache_len, n_slots]`, row `r` going
 /// to cache row `positions[r] % cache_len` of slot `slots[r]` (converted to f16 for an f16 cache).
-/// Every index is checked before anything is written. No allocation.
+/// Every index is checked before anything is written. No allocation. [`store_kv_rotated`] with
+/// no rotation.
 pub fn store_kv(
     rows: &[f32],
     width: usize,
@@ -464,7 +515,31 @@ pub fn store_kv(
     cache_len: usize,
     n_slots: usize,
 ) -> Result<(), OpError> {
+    store_kv_rotated(rows, width, slots, positions, cache, cache_len, n_slots, 0)
+}
+
+/// [`store_kv`], a quantized cache's rows rotated by the Walsh-Hadamard transform in chunks of
+/// `rot` values (a power of two dividing `width`; 0 = none) before they are quantized, as
+/// llama.cpp stores them; f32 and f16 caches are not rotated. No allocation once this thread's
+/// scratch has grown.
+#[allow(clippy::too_many_arguments)]
+pub fn store_kv_rotated(
+    rows: &[f32],
+    width: usize,
+    slots: &[u32],
+    positions: &[i32],
+    cache: KvCacheMut,
+    cache_len: usize,
+    n_slots: usize,
+    rot: usize,
+) -> Result<(), OpError> {
     const OP: &str = "store_kv";
+    if rot != 0 && !(rot.is_power_of_two() && width.is_multiple_of(rot)) {
+        return Err(OpError::Parameter {
+            op: OP,
+            what: format!("rotation of {rot} values is not a power of two dividing {width}"),
+        });
+    }
     let n_rows = whole_rows(OP, "rows", rows.len(), width)?;
     check_len(OP, "slots", slots.len(), n_rows)?;
     check_len(OP, "positions", positions.len(), n_rows)?;
@@ -526,11 +601,12 @@ pub fn store_kv(
             let row = t.row_bytes(width as u64).map_or(0, |b| b as usize);
             for (r, src) in rows.chunks_exact(width).enumerate() {
                 let at = index(r)? / width * row;
-                quant::quantize_kv_row(t, src, &mut c[at..][..row]).map_err(|e| {
-                    OpError::Parameter {
-                        op: OP,
-                        what: e.to_string(),
-                    }
+                with_rotated(src, rot, |src| {
+                    quant::quantize_kv_row(t, src, &mut c[at..][..row])
+                })
+                .map_err(|e| OpError::Parameter {
+                    op: OP,
+                    what: e.to_string(),
                 })?;
             }
         }

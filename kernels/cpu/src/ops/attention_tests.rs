@@ -35,6 +35,8 @@ fn params(
         softcap: None,
         window: None,
         sinks: None,
+        rot_k: 0,
+        rot_v: 0,
     }
 }
 
@@ -579,4 +581,70 @@ fn q8_0_cache_rows_round_ties_to_even_as_llama_cpp_x86_store() {
     )
     .unwrap();
     assert_eq!([cache[2 + 1] as i8, cache[2 + 2] as i8], [2, 0]);
+}
+
+/// `x` stored row by row, rotated in chunks of `rot`, into a fresh cache of quantized type `t`.
+fn quantized_rotated(t: DType, x: &[f32], width: usize, rows: usize, rot: usize) -> Vec<u8> {
+    let row = t.row_bytes(width as u64).unwrap() as usize;
+    let mut bytes = vec![0u8; row * rows];
+    let slots = vec![0u32; rows];
+    let pos: Vec<i32> = (0..rows as i32).collect();
+    let cache = KvCacheMut::Quant(t, &mut bytes);
+    store_kv_rotated(x, width, &slots, &pos, cache, rows, 1, rot).unwrap();
+    bytes
+}
+
+#[test]
+fn rotated_quantized_caches_attend_as_the_unrotated_values() {
+    // Q4_0 K and V rotated in chunks of 64 (llama.cpp's rotation): attention rotates q before
+    // scoring and each output back, so the result approximates attention over the f32 values,
+    // as closely as the unrotated cache does; reading the rotated cache without the rotations
+    // does not.
+    let p = params(4, 2, 64, 64, 40, 1);
+    let f = fill(&p, 40, 21);
+    let mut rng = StdRng::seed_from_u64(22);
+    let q = random(3 * 4 * 64, &mut rng);
+    let (slots, pos) = ([0u32, 0, 0], [0i32, 17, 39]);
+    let exact = run(&q, &slots, &pos, KvCache::F32(&f.k), KvCache::F32(&f.v), &p);
+    let dist = |a: &[f32]| {
+        a.iter()
+            .zip(&exact)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    };
+    let t = DType::Q4_0;
+    let (kr, vr) = (
+        quantized_rotated(t, &f.k, 128, 40, 64),
+        quantized_rotated(t, &f.v, 128, 40, 64),
+    );
+    let rotated = AttentionParams {
+        rot_k: 64,
+        rot_v: 64,
+        ..p
+    };
+    let (kc, vc) = (KvCache::Quant(t, &kr), KvCache::Quant(t, &vr));
+    let with = run(&q, &slots, &pos, kc, vc, &rotated);
+    let without = run(&q, &slots, &pos, kc, vc, &p);
+    let (kp, vp) = (
+        quantized_rotated(t, &f.k, 128, 40, 0),
+        quantized_rotated(t, &f.v, 128, 40, 0),
+    );
+    let plain = run(
+        &q,
+        &slots,
+        &pos,
+        KvCache::Quant(t, &kp),
+        KvCache::Quant(t, &vp),
+        &p,
+    );
+    let (d_with, d_plain, d_without) = (dist(&with), dist(&plain), dist(&without));
+    assert!(d_with < 0.3 && d_plain < 0.3, "{d_with} {d_plain}");
+    assert!(d_without > 3.0 * d_with, "{d_without} vs {d_with}");
+    // A chunk that is not a power of two dividing the head is refused.
+    let bad = AttentionParams { rot_k: 48, ..p };
+    let mut out = vec![0f32; 3 * 4 * 64];
+    assert!(attention(&q, &slots, &pos, kc, vc, &bad, &mut out).is_err());
+    let mut bytes = vec![0u8; 40 * 72];
+    let cache = KvCacheMut::Quant(t, &mut bytes);
+    assert!(store_kv_rotated(&f.k[..128], 128, &[0], &[0], cache, 40, 1, 96).is_err());
 }

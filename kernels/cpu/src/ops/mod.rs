@@ -17,6 +17,7 @@ pub mod conv;
 pub mod delta_rule;
 pub mod elementwise;
 pub mod embedding;
+pub mod hadamard;
 pub mod norms;
 pub mod rope;
 pub mod router;

@@ -247,7 +247,12 @@ impl Launcher {
             0u64
         };
         let (len, ns) = (kc.ne[1] as i32, kc.ne[2] as i32);
-        let (pq, pk, pv) = (addr(q, "q")?, addr(kc, "k cache")?, addr(vc, "v cache")?);
+        let (mut pq, pk, pv) = (addr(q, "q")?, addr(kc, "k cache")?, addr(vc, "v cache")?);
+        // llama.cpp's Walsh-Hadamard rotation of quantized caches: q rotated as the keys were
+        // (into the scratch, after the output's Q8_1 copy and the split partials), the output
+        // rotated back in place after the launch.
+        let rotate_q = p.rot_k > 0 && kc.dtype.is_quantized();
+        let rotate_out = p.rot_v > 0 && vc.dtype.is_quantized();
         let (ps, pp, po) = (
             addr(slots, "slots")?,
             addr(pos, "positions")?,
@@ -258,8 +263,9 @@ impl Launcher {
         let window = p.window as i32;
         let err = self.error_word;
         // The output's Q8_1 copy too, when a quantized product reads it next.
-        let wanted =
-            self.product_next.load(std::sync::atomic::Ordering::Relaxed) && dv.is_multiple_of(32);
+        let wanted = self.product_next.load(std::sync::atomic::Ordering::Relaxed)
+            && dv.is_multiple_of(32)
+            && !rotate_out;
         let g = u64::from(nh / nkv);
         let form = for_rows(form, rows, g, dk, kc.dtype);
         // A decode launch has a block per row and KV head along x and y; its blocks along z
@@ -280,12 +286,27 @@ impl Launcher {
             Form::Scores { .. } => (rows, 0, 1),
         };
         // Split partials go in the scratch after the output's Q8_1 copy: o, then max and sum,
-        // per split and output row. The scratch is sized for both before the copy takes its
-        // start.
-        let part = if split > 1 {
-            let copy_bytes = (c.dst.elements() / 32 * 36).div_ceil(256) * 256;
-            let part_bytes = split * rows * u64::from(nh) * (u64::from(dv) + 2) * 4;
-            self.scratch(copy_bytes + part_bytes)? + copy_bytes
+        // per split and output row; a rotated q after them. The scratch is sized for all before
+        // the copy takes its start.
+        let copy_bytes = (c.dst.elements() / 32 * 36).div_ceil(256) * 256;
+        let part_bytes = if split > 1 {
+            (split * rows * u64::from(nh) * (u64::from(dv) + 2) * 4).div_ceil(256) * 256
+        } else {
+            0
+        };
+        let q_bytes = if rotate_q { q.elements() * 4 } else { 0 };
+        let part = if split > 1 || rotate_q {
+            let base = self.scratch(copy_bytes + part_bytes + q_bytes)?;
+            if rotate_q {
+                let rotated = base + copy_bytes + part_bytes;
+                self.rotate(pq, rotated, q.elements(), p.rot_k)?;
+                pq = rotated;
+            }
+            if split > 1 {
+                base + copy_bytes
+            } else {
+                0
+            }
         } else {
             0u64
         };
@@ -346,6 +367,9 @@ impl Launcher {
             // the partials of a split launch fit the scratch sized above, and its blocks the
             // split counters (`splits`).
             unsafe { l.launch(cfg) }.map_err(driver_err(name))?;
+            if rotate_out {
+                self.rotate(po, po, c.dst.elements(), p.rot_v)?;
+            }
         }
         if let Some(copy) = copy {
             self.keep_quantized(copy)?;

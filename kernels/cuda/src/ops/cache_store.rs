@@ -1,7 +1,8 @@
 //! The K/V cache store (`cu/cache_store.cuh`): each row written at row `position % len` of its
 //! slot in an f32, f16 or quantized cache (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL: blocks
-//! quantized as llama.cpp's CUDA cache copies quantize them, `cu/kv_quant.cuh`), a block per row,
-//! slots and positions checked on the card. The f32 and f16 stores that follow a per-head RMSNorm
+//! quantized as llama.cpp's CUDA cache copies quantize them, `cu/kv_quant.cuh`, after the
+//! Walsh-Hadamard rotation the op names), a block per row, slots and positions checked on the
+//! card. The f32 and f16 stores that follow a per-head RMSNorm
 //! and Rope go in their launch (`fused::norm_rope`).
 
 use bloomery_plugin_api::op::{OpKind, OpSupport};
@@ -10,13 +11,9 @@ use bloomery_plugin_api::{DType, PluginError};
 
 use super::{cfg, claim, driver_err, f32_only, Addr, Launcher, Src};
 
-/// The `(op, dtypes)` pairs this family implements: f32 and f16 caches only for now. The
-/// quantized store (`bl_cache_store_quant`) passes the simulation but not `opcheck` on an H100
-/// (2026-12-06: CacheStore Q8_0 … IQ4_NL 2.5e-2 to 5e-2 from the CPU, some cells keep their old
-/// blocks), so a model with a quantized cache runs on the CPU, with the usual warning, until it
-/// does.
+/// The `(op, dtypes)` pairs this family implements: every K/V cache type.
 pub(super) fn claims() -> Vec<OpSupport> {
-    vec![claim(OpKind::CacheStore, &KV_TYPES[..2])]
+    vec![claim(OpKind::CacheStore, &KV_TYPES)]
 }
 
 /// The K/V cache types, in the order of their codes in `cu/kv_quant.cuh` (`KV_F32` = 0 ...).
@@ -38,12 +35,14 @@ pub(super) fn kv_code(t: DType) -> Option<i32> {
 
 impl Launcher {
     /// Rows (source 0) into the cache (source 1, the call's destination) at their slots and
-    /// positions (sources 2 and 3).
+    /// positions (sources 2 and 3); a quantized cache's rows rotated in chunks of `rot` first
+    /// (llama.cpp's Walsh-Hadamard rotation, `rotate.rs`; 0 = none).
     pub(super) fn cache_store<'c>(
         &self,
         addr: Addr<'_>,
         src: Src<'_, 'c>,
         c: &'c OpCall,
+        rot: u32,
     ) -> Result<(), PluginError> {
         let (rows, cache, slots, pos) = (src(0)?, src(1)?, src(2)?, src(3)?);
         if *cache != c.dst {
@@ -70,7 +69,15 @@ impl Launcher {
         if rows.ne[0] != cache.ne[0] || slots.elements() != n || pos.elements() != n {
             return Err(PluginError::invalid("CacheStore shapes"));
         }
-        let (pr, pc) = (addr(rows, "rows")?, addr(cache, "cache")?);
+        let (mut pr, pc) = (addr(rows, "rows")?, addr(cache, "cache")?);
+        if rot > 0 && cache.dtype.is_quantized() {
+            // The rows rotated into the scratch first (nothing the scratch held is read later:
+            // only routing calls keep it).
+            let values = rows.elements();
+            let rotated = self.scratch(values * 4)?;
+            self.rotate(pr, rotated, values, rot)?;
+            pr = rotated;
+        }
         let (ps, pp) = (addr(slots, "slots")?, addr(pos, "positions")?);
         let (w, len, ns) = (cache.ne[0] as i32, cache.ne[1] as i32, cache.ne[2] as i32);
         let err = self.error_word;

@@ -41,6 +41,7 @@ mod norm;
 mod quant;
 mod recurrent;
 mod rope;
+mod rotate;
 mod router;
 mod scratch;
 
@@ -362,7 +363,7 @@ impl Launcher {
             Op::L2Norm { eps } => self.l2_norm(&addr, &src, c, eps),
             Op::MatMul => self.matmul(&addr, &src, c, held),
             Op::Rope(p) => self.rope(&addr, &src, c, p),
-            Op::CacheStore => self.cache_store(&addr, &src, c),
+            Op::CacheStore { rot } => self.cache_store(&addr, &src, c, rot),
             Op::Attention(p) => self.attention(&addr, &src, c, p),
             Op::RouterTopK(p) | Op::RouterWeights(p) => self.route(&addr, &src, c, p),
             Op::MoeExperts(p) => self.moe(&addr, &src, c, p, held, None),
@@ -446,6 +447,7 @@ mod tests {
         "bl_norm_rope_f16",
         "bl_cache_store_f32",
         "bl_cache_store_f16",
+        "bl_fwht_f32",
         "bl_attention_f32",
         "bl_attention_f16",
         "bl_flash_attn_f16_64",
@@ -516,6 +518,7 @@ mod tests {
             include_str!("norm.rs"),
             include_str!("recurrent.rs"),
             include_str!("rope.rs"),
+            include_str!("rotate.rs"),
             include_str!("router.rs"),
         ];
         let fused = [
@@ -572,6 +575,69 @@ mod tests {
                     "{target}: no {name}"
                 );
             }
+        }
+    }
+
+    /// The kernels of `ptx` that store an f16 register through a byte store (`st.*.u8` /
+    /// `.s8` / `.b8` of a register written by a `cvt` to f16), with the offending line.
+    ///
+    /// ptxas 13.0 compiles such a store as a conversion of the f16 value to an integer
+    /// (`F2I.U8.F16`) rather than a store of its low byte: the quantized cache store wrote every
+    /// block's f16 scale with its low byte 0 that way (opcheck on the H100, 2026-12-06), while
+    /// the CPU emulation of the same source, which has no ptxas, stored the right bytes.
+    fn byte_stores_of_f16_registers(ptx: &str) -> Vec<String> {
+        let mut found = Vec::new();
+        let (mut kernel, mut halves) = ("", std::collections::HashSet::new());
+        for line in ptx.lines().map(str::trim) {
+            if let Some(rest) = line.strip_prefix(".visible .entry ") {
+                kernel = rest.split('(').next().unwrap_or(rest);
+                halves.clear();
+            }
+            // `cvt.rn.f16.f32 %rs1, %f2;` (inside inline asm braces, as cuda_fp16.h writes it).
+            let code = line.trim_start_matches('{').trim();
+            if code.starts_with("cvt.") && code.contains(".f16.") {
+                if let Some(dst) = code.split_whitespace().nth(1) {
+                    halves.insert(dst.trim_end_matches(',').to_owned());
+                }
+            }
+            let byte_store = code.starts_with("st.")
+                && [".u8 ", ".s8 ", ".b8 "].iter().any(|t| code.contains(t));
+            if byte_store {
+                let src = code
+                    .rsplit(',')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .trim_end_matches(';');
+                if halves.contains(src) {
+                    found.push(format!("{kernel}: {code}"));
+                }
+            }
+        }
+        found
+    }
+
+    #[test]
+    fn no_kernel_stores_an_f16_register_byte_by_byte() {
+        // The pattern as nvcc 13.0 wrote it for the cache store's scale (memcpy of a __half).
+        let bad =
+            ".visible .entry k(\n{  cvt.rn.f16.f32 %rs7, %f3;}\n\tst.global.u8 [%rd8], %rs7;\n}";
+        assert_eq!(byte_stores_of_f16_registers(bad).len(), 1);
+        for (ptx, target) in [
+            (crate::PTX_SM86, "sm_86"),
+            (crate::PTX_SM90, "sm_90"),
+            (crate::PTX_SM121, "sm_121"),
+        ] {
+            if ptx.is_empty() {
+                eprintln!("skipped {target}: built without nvcc");
+                continue;
+            }
+            let found = byte_stores_of_f16_registers(ptx);
+            assert!(
+                found.is_empty(),
+                "{target}: byte stores of f16 registers (ptxas converts the value):\n{}",
+                found.join("\n")
+            );
         }
     }
 }

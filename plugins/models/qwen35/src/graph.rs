@@ -104,9 +104,13 @@ fn attention(
     let k = g.reshape(k, [hd * nkv, rows, 1, 1])?;
     let kc = g.state(k_cache, "cache_k");
     let vc = g.state(v_cache, "cache_v");
-    g.op_into(Op::CacheStore, &[k, kc, inp.slots, inp.positions], kc)?;
-    g.op_into(Op::CacheStore, &[v, vc, inp.slots, inp.positions], vc)?;
     let params = hp.lm.attn.gqa();
+    let (kst, vst) = (
+        Op::CacheStore { rot: params.rot_k },
+        Op::CacheStore { rot: params.rot_v },
+    );
+    g.op_into(kst, &[k, kc, inp.slots, inp.positions], kc)?;
+    g.op_into(vst, &[v, vc, inp.slots, inp.positions], vc)?;
     let o = g.op(
         "attn_pregate",
         Op::Attention(params),

@@ -85,7 +85,7 @@ fn norm_rope_group(
     }
     // A store of `out` (reshaped to [hd·nh, rows]) into a cache.
     let store_of = |c: &OpCall, rows_ok: &dyn Fn(&TensorRef) -> bool| -> Option<TensorRef> {
-        if !matches!(c.op, Op::CacheStore) || c.n_srcs != 4 {
+        if !matches!(c.op, Op::CacheStore { .. }) || c.n_srcs != 4 {
             return None;
         }
         let (t, cache, slots, at) = (c.srcs()[0], c.srcs()[1], c.srcs()[2], c.srcs()[3]);
