@@ -17,7 +17,7 @@ use crate::sampling::Sampler;
 
 /// The vocabulary trie a grammar's mask walks, built once per model from the tokenizer's
 /// pieces (special tokens as their text, as llama.cpp's grammar sees them).
-pub(crate) fn token_trie(tok: &Tokenizer, n_vocab: usize) -> Arc<TokenTrie> {
+pub fn token_trie(tok: &Tokenizer, n_vocab: usize) -> Arc<TokenTrie> {
     let started = std::time::Instant::now();
     let trie = TokenTrie::new(n_vocab, |id| tok.token_to_piece(id, true), &tok.eog_ids());
     tracing::info!(
@@ -29,8 +29,8 @@ pub(crate) fn token_trie(tok: &Tokenizer, n_vocab: usize) -> Arc<TokenTrie> {
     Arc::new(trie)
 }
 
-/// A request's grammar state.
-pub(crate) struct Constraint {
+/// A request's grammar state (public for `examples/grammar_bench.rs`, which times it).
+pub struct Constraint {
     matcher: Matcher,
     /// What the grammar still waits for and the text written since it began waiting.
     wait: Wait,
@@ -120,7 +120,9 @@ const MAX_DRAFT_CHARS: usize = 64;
 const MAX_CACHED_DRAFTS: usize = 1024;
 
 impl Constraint {
-    pub(crate) fn new(spec: &GrammarSpec, vocab: Arc<TokenTrie>) -> Self {
+    /// The grammar of `spec` at its start (or waiting for its opening text), masking with the
+    /// trie `vocab`.
+    pub fn new(spec: &GrammarSpec, vocab: Arc<TokenTrie>) -> Self {
         Constraint {
             matcher: Matcher::new(&spec.grammar, vocab),
             wait: Wait {
@@ -149,7 +151,7 @@ impl Constraint {
     /// `"` that a model writes as `":`). Nothing while the grammar waits for its opening text,
     /// or when the tokens do not spell the text exactly (a tokenizer that adds a leading space).
     /// A guess that sampling verifies: it never changes what is generated.
-    pub(crate) fn draft(&mut self, tok: &Tokenizer, max: usize, out: &mut Vec<u32>) {
+    pub fn draft(&mut self, tok: &Tokenizer, max: usize, out: &mut Vec<u32>) {
         let started = Instant::now();
         self.draft_untimed(tok, max, out);
         self.spent += started.elapsed();
@@ -193,13 +195,13 @@ impl Constraint {
     }
 
     /// Whether the grammar applies to the next token.
-    pub(crate) fn active(&self) -> bool {
+    pub fn active(&self) -> bool {
         self.wait.done()
     }
 
     /// The only token the grammar admits next, when exactly one is (an end-of-generation token
     /// included).
-    pub(crate) fn only(&mut self) -> Option<u32> {
+    pub fn only(&mut self) -> Option<u32> {
         if !self.active() {
             return None;
         }
@@ -212,7 +214,7 @@ impl Constraint {
     /// Picks the next token from `row`: the only admissible one (one draw of the RNG, as a
     /// sampled token costs); else the chain's pick when the grammar admits it; else the chain
     /// again over the masked logits.
-    pub(crate) fn choose(&mut self, row: &[f32], sampler: &mut Sampler) -> Result<u32, String> {
+    pub fn choose(&mut self, row: &[f32], sampler: &mut Sampler) -> Result<u32, String> {
         if !self.active() {
             return Ok(sampler.sample(row));
         }
@@ -248,7 +250,7 @@ impl Constraint {
     }
 
     /// Advances over the generated token `id`.
-    pub(crate) fn accept(&mut self, id: u32, tok: &Tokenizer) -> Result<(), String> {
+    pub fn accept(&mut self, id: u32, tok: &Tokenizer) -> Result<(), String> {
         let started = Instant::now();
         let accepted = self.accept_untimed(id, tok);
         self.spent += started.elapsed();
