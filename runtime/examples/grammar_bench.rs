@@ -84,6 +84,8 @@ struct Tally {
     only: Duration,
     draft: Duration,
     pick: Duration,
+    /// FNV-1a of the answer's tokens (equal across builds: the grammar must not change them).
+    hash: u64,
 }
 
 impl Tally {
@@ -113,7 +115,10 @@ struct Bench<'a> {
 impl Bench<'_> {
     /// One request: at most `n` tokens of `source`.
     fn run(&self, mut source: Source<'_>, n: usize) -> Tally {
-        let mut t = Tally::default();
+        let mut t = Tally {
+            hash: 0xcbf2_9ce4_8422_2325,
+            ..Tally::default()
+        };
         let params = SamplerParams {
             temp: 0.0,
             ..SamplerParams::default()
@@ -205,6 +210,9 @@ impl Bench<'_> {
         c.accept(id, self.tok).expect("an admitted token");
         t.accept += started.elapsed();
         t.tokens += 1;
+        for b in id.to_le_bytes() {
+            t.hash = (t.hash ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
     }
 }
 
@@ -258,8 +266,8 @@ fn main() {
         bench.trie.n_nodes(),
         if drafts { "on" } else { "off" }
     );
-    println!("| answer | tokens | forced | drafted accepted | grammar ms/token (fastest rep) | choose | accept | only | draft | pick (no grammar) |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| answer | tokens | tokens' hash | forced | drafted accepted | grammar ms/token (fastest rep) | choose | accept | only | draft | pick (no grammar) |");
+    println!("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     let encode = |text: &str| tok.encode(text, false, false).expect("tokens");
     let streams = [
         ("random", None),
@@ -277,7 +285,8 @@ fn main() {
         let t = &runs[runs.len() / 2];
         let k = t.tokens;
         println!(
-            "| {name} | {k} | {} | {}/{} | {:.4} ({:.4}) | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
+            "| {name} | {k} | {:016x} | {} | {}/{} | {:.4} ({:.4}) | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
+            t.hash,
             t.forced,
             t.accepted,
             t.drafted,
