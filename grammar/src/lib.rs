@@ -8,6 +8,7 @@
 //! which tokens may come next.
 
 pub mod gbnf;
+mod mask;
 mod matcher;
 mod program;
 mod sample;
@@ -18,5 +19,6 @@ mod utf8;
 mod vocab;
 
 pub use gbnf::{Grammar, ParseError};
-pub use matcher::{Mask, Matcher, Rejected};
+pub use mask::Mask;
+pub use matcher::{Matcher, Rejected};
 pub use vocab::TokenTrie;

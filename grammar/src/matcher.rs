@@ -1,72 +1,17 @@
 //! A grammar in use by one request: its state (a set of stacks and any partial character), which
 //! tokens it admits next (a mask over the vocabulary, cached per state), and taking a token.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::gbnf::Grammar;
+use crate::mask::Mask;
 use crate::program::{Elem, Program};
-use crate::stacks::{SetId, Stacks, DEAD};
+use crate::stacks::{Map, SetId, Stacks, DEAD};
 use crate::utf8::{Decoder, Partial, Step};
 use crate::vocab::TokenTrie;
 
-/// Masks kept per matcher before the cache starts over (each is `n_vocab` bits).
+/// Masks kept per matcher before the cache starts over (each at most `n_vocab` bits).
 const MAX_CACHED_MASKS: usize = 4096;
-
-/// The tokens a grammar state admits.
-#[derive(Clone, Debug)]
-pub struct Mask {
-    bits: Vec<u64>,
-    count: usize,
-    last: u32,
-}
-
-impl Mask {
-    fn new(n_vocab: usize) -> Self {
-        Mask {
-            bits: vec![0; n_vocab.div_ceil(64)],
-            count: 0,
-            last: 0,
-        }
-    }
-
-    fn set(&mut self, id: u32) {
-        let (w, b) = ((id / 64) as usize, id % 64);
-        if let Some(word) = self.bits.get_mut(w) {
-            if *word & (1 << b) == 0 {
-                *word |= 1 << b;
-                self.count += 1;
-                self.last = id;
-            }
-        }
-    }
-
-    /// Whether token `id` is admitted.
-    pub fn allows(&self, id: u32) -> bool {
-        self.bits
-            .get((id / 64) as usize)
-            .is_some_and(|w| w & (1 << (id % 64)) != 0)
-    }
-
-    /// How many tokens are admitted.
-    pub fn count(&self) -> usize {
-        self.count
-    }
-
-    /// The only admitted token, when exactly one is.
-    pub fn only(&self) -> Option<u32> {
-        (self.count == 1).then_some(self.last)
-    }
-
-    /// Sets every refused token's logit to negative infinity (`logits` has one per token).
-    pub fn apply(&self, logits: &mut [f32]) {
-        for (i, l) in logits.iter_mut().enumerate() {
-            if !self.allows(i as u32) {
-                *l = f32::NEG_INFINITY;
-            }
-        }
-    }
-}
 
 /// A token the grammar does not admit here.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -82,7 +27,11 @@ pub struct Matcher {
     vocab: Arc<TokenTrie>,
     set: SetId,
     partial: Partial,
-    masks: HashMap<(SetId, Partial), Arc<Mask>>,
+    masks: Map<(SetId, Partial), Arc<Mask>>,
+    /// The trie nodes a walk has still to visit (kept: no allocation per mask once grown).
+    todo: Vec<(u32, SetId, Decoder)>,
+    /// The tokens a mask being computed admits (kept, as `todo`).
+    found: Vec<u32>,
     /// Masks computed (not found in the cache).
     pub computed: u64,
 }
@@ -97,7 +46,9 @@ impl Matcher {
             vocab,
             set,
             partial: Partial::default(),
-            masks: HashMap::new(),
+            masks: Map::default(),
+            todo: Vec::new(),
+            found: Vec::new(),
             computed: 0,
         }
     }
@@ -136,12 +87,19 @@ impl Matcher {
     }
 
     fn compute(&mut self) -> Mask {
+        let mut found = std::mem::take(&mut self.found);
+        found.clear();
+        self.admitted(&mut found);
+        let mask = Mask::of(self.vocab.n_vocab, &mut found);
+        self.found = found;
+        mask
+    }
+
+    /// Appends to `found` the tokens admitted here (in no order, perhaps repeated).
+    fn admitted(&mut self, found: &mut Vec<u32>) {
         let vocab = self.vocab.clone();
-        let mut mask = Mask::new(vocab.n_vocab);
         if self.stacks.accepts(self.set) && self.partial.remain == 0 {
-            for &id in &vocab.eog {
-                mask.set(id);
-            }
+            found.extend_from_slice(&vocab.eog);
         }
         // Token elements on top admit whole tokens by id.
         let tops: Vec<u32> = self
@@ -156,27 +114,20 @@ impl Matcher {
                     continue;
                 }
                 if negated {
-                    for &t in &vocab.ids {
-                        if t != id {
-                            mask.set(t);
-                        }
-                    }
-                } else if (id as usize) < vocab.n_vocab {
-                    mask.set(id);
+                    found.extend(vocab.ids.iter().filter(|&&t| t != id));
+                } else {
+                    found.push(id);
                 }
             }
         }
         let start = self.stacks.char_stacks(self.set);
         if start == DEAD {
-            return mask;
+            return;
         }
         self.walk(0, start, Decoder::new(self.partial), |ids| {
-            for &id in ids {
-                mask.set(id);
-            }
+            found.extend_from_slice(ids);
             false
         });
-        mask
     }
 
     /// Walks the trie below node `from`, whose bytes left the character-topped stacks `set`
@@ -187,13 +138,45 @@ impl Matcher {
         from: u32,
         set: SetId,
         dec: Decoder,
-        mut found: impl FnMut(&[u32]) -> bool,
+        found: impl FnMut(&[u32]) -> bool,
     ) -> bool {
         let vocab = self.vocab.clone();
-        let top = vocab.nodes[from as usize];
-        let mut todo: Vec<(u32, SetId, Decoder)> = (top.children.0..top.children.1)
-            .map(|c| (c, set, dec))
-            .collect();
+        let mut todo = std::mem::take(&mut self.todo);
+        todo.clear();
+        self.push_children(&vocab, from, set, dec, &mut todo);
+        let found = self.walk_from(&vocab, &mut todo, found);
+        self.todo = todo;
+        found
+    }
+
+    /// Queues the children of trie node `n` that may follow: all of them in the middle of a
+    /// character, else those whose byte is not an ASCII character `set` refuses.
+    fn push_children(
+        &self,
+        vocab: &TokenTrie,
+        n: u32,
+        set: SetId,
+        dec: Decoder,
+        todo: &mut Vec<(u32, SetId, Decoder)>,
+    ) {
+        let node = vocab.nodes[n as usize];
+        let between = dec.partial.remain == 0;
+        for c in node.children.0..node.children.1 {
+            let b = vocab.nodes[c as usize].byte;
+            if between && b < 0x80 && !self.stacks.takes_ascii(set, b) {
+                continue;
+            }
+            todo.push((c, set, dec));
+        }
+    }
+
+    /// [`Matcher::walk`] over the nodes queued in `todo`.
+    fn walk_from(
+        &mut self,
+        vocab: &TokenTrie,
+        todo: &mut Vec<(u32, SetId, Decoder)>,
+        mut found: impl FnMut(&[u32]) -> bool,
+    ) -> bool {
         while let Some((n, set, mut dec)) = todo.pop() {
             let node = vocab.nodes[n as usize];
             let set = match dec.push(node.byte) {
@@ -215,9 +198,7 @@ impl Matcher {
             {
                 return true;
             }
-            for c in node.children.0..node.children.1 {
-                todo.push((c, set, dec));
-            }
+            self.push_children(vocab, n, set, dec, todo);
         }
         false
     }

@@ -27,6 +27,9 @@ pub(crate) struct Program {
     pub(crate) alts: Vec<Vec<u32>>,
     /// The start rule.
     pub(crate) root: u32,
+    /// Per element, the ASCII characters it takes (bit `c` of the pair; none for non-character
+    /// elements).
+    ascii: Vec<[u64; 2]>,
 }
 
 impl Program {
@@ -52,11 +55,27 @@ impl Program {
             }
             alts.push(starts);
         }
-        Program {
+        let mut p = Program {
             elems,
             alts,
             root: g.root,
-        }
+            ascii: Vec::new(),
+        };
+        p.ascii = (0..p.elems.len() as u32)
+            .map(|pos| {
+                let mut bits = [0u64; 2];
+                for c in (0..128u32).filter(|&c| p.takes(pos, c)) {
+                    bits[(c / 64) as usize] |= 1 << (c % 64);
+                }
+                bits
+            })
+            .collect();
+        p
+    }
+
+    /// The ASCII characters the element at `pos` takes (bit `c` of the pair).
+    pub(crate) fn ascii(&self, pos: u32) -> [u64; 2] {
+        self.ascii[pos as usize]
     }
 
     pub(crate) fn elem(&self, pos: u32) -> &Elem {

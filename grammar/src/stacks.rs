@@ -4,7 +4,7 @@
 //! a stack to its terminals and stepping a set over a character are memoized, so a state seen
 //! before costs a table lookup.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crate::program::{Elem, Program};
@@ -19,36 +19,42 @@ pub(crate) const EMPTY: StackId = 0;
 /// The empty set.
 pub(crate) const DEAD: SetId = 0;
 
+/// A hash map keyed by small integers, hashed fast (the keys come from our own tables).
+pub(crate) type Map<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+
 /// Interned stacks and sets of one grammar in use.
 pub(crate) struct Stacks {
     program: Arc<Program>,
     /// (top position, stack below) per stack id; index 0 is the empty stack.
     nodes: Vec<(u32, StackId)>,
-    node_ids: HashMap<(u32, StackId), StackId>,
+    node_ids: Map<(u32, StackId), StackId>,
     /// The terminal-topped stacks each stack expands to, once computed.
     expanded: Vec<Option<SetId>>,
     sets: Vec<Arc<[StackId]>>,
-    set_ids: HashMap<Arc<[StackId]>, SetId>,
+    /// Per set, the ASCII characters some stack of it takes next (bit `c` of the pair).
+    ascii: Vec<[u64; 2]>,
+    set_ids: Map<Arc<[StackId]>, SetId>,
     /// A set stepped over a character.
-    steps: HashMap<(SetId, u32), SetId>,
+    steps: Map<(SetId, u32), SetId>,
     /// A set's character-topped part.
-    char_parts: HashMap<SetId, SetId>,
+    char_parts: Map<SetId, SetId>,
 }
 
 impl Stacks {
     pub(crate) fn new(program: Arc<Program>) -> Self {
         let empty: Arc<[StackId]> = Arc::from(Vec::new());
-        let mut set_ids = HashMap::new();
+        let mut set_ids = Map::default();
         set_ids.insert(empty.clone(), DEAD);
         Stacks {
             program,
             nodes: vec![(u32::MAX, EMPTY)],
-            node_ids: HashMap::new(),
+            node_ids: Map::default(),
             expanded: vec![None],
             sets: vec![empty],
+            ascii: vec![[0; 2]],
             set_ids,
-            steps: HashMap::new(),
-            char_parts: HashMap::new(),
+            steps: Map::default(),
+            char_parts: Map::default(),
         }
     }
 
@@ -101,10 +107,24 @@ impl Stacks {
             return id;
         }
         let id = self.sets.len() as SetId;
+        let mut ascii = [0u64; 2];
+        for pos in v.iter().filter_map(|&s| self.top(s)) {
+            let bits = self.program.ascii(pos);
+            ascii[0] |= bits[0];
+            ascii[1] |= bits[1];
+        }
         let a: Arc<[StackId]> = Arc::from(v);
         self.sets.push(a.clone());
+        self.ascii.push(ascii);
         self.set_ids.insert(a, id);
         id
+    }
+
+    /// Whether some stack of `set` takes the ASCII character `c` (`c` < 128): a check that
+    /// spares the memo table the characters a set refuses.
+    pub(crate) fn takes_ascii(&self, set: SetId, c: u8) -> bool {
+        let bits = self.ascii[set as usize];
+        c < 128 && bits[usize::from(c / 64)] >> (c % 64) & 1 != 0
     }
 
     /// The stack after its top element matched: the next element of the alternative, or the
@@ -126,7 +146,7 @@ impl Stacks {
         }
         let mut out = Vec::new();
         let mut todo = vec![s];
-        let mut seen = std::collections::HashSet::new();
+        let mut seen: HashSet<StackId, foldhash::fast::FixedState> = HashSet::default();
         while let Some(t) = todo.pop() {
             if !seen.insert(t) {
                 continue;

@@ -17,7 +17,7 @@ use crate::sampling::Sampler;
 
 /// The vocabulary trie a grammar's mask walks, built once per model from the tokenizer's
 /// pieces (special tokens as their text, as llama.cpp's grammar sees them).
-pub(crate) fn token_trie(tok: &Tokenizer, n_vocab: usize) -> Arc<TokenTrie> {
+pub fn token_trie(tok: &Tokenizer, n_vocab: usize) -> Arc<TokenTrie> {
     let started = std::time::Instant::now();
     let trie = TokenTrie::new(n_vocab, |id| tok.token_to_piece(id, true), &tok.eog_ids());
     tracing::info!(
@@ -29,8 +29,8 @@ pub(crate) fn token_trie(tok: &Tokenizer, n_vocab: usize) -> Arc<TokenTrie> {
     Arc::new(trie)
 }
 
-/// A request's grammar state.
-pub(crate) struct Constraint {
+/// A request's grammar state (public for `examples/grammar_bench.rs`, which times it).
+pub struct Constraint {
     matcher: Matcher,
     /// What the grammar still waits for and the text written since it began waiting.
     wait: Wait,
@@ -116,11 +116,17 @@ impl Wait {
 /// Longest fixed text a draft is made of, in characters.
 const MAX_DRAFT_CHARS: usize = 64;
 
+/// A greedy chain picks from the admitted tokens' logits alone when fewer than one token in
+/// this many is admitted (else over the whole row, which vectorizes).
+const SPARSE_SHARE: usize = 8;
+
 /// Fixed texts whose tokens a request remembers before it starts over.
 const MAX_CACHED_DRAFTS: usize = 1024;
 
 impl Constraint {
-    pub(crate) fn new(spec: &GrammarSpec, vocab: Arc<TokenTrie>) -> Self {
+    /// The grammar of `spec` at its start (or waiting for its opening text), masking with the
+    /// trie `vocab`.
+    pub fn new(spec: &GrammarSpec, vocab: Arc<TokenTrie>) -> Self {
         Constraint {
             matcher: Matcher::new(&spec.grammar, vocab),
             wait: Wait {
@@ -149,7 +155,7 @@ impl Constraint {
     /// `"` that a model writes as `":`). Nothing while the grammar waits for its opening text,
     /// or when the tokens do not spell the text exactly (a tokenizer that adds a leading space).
     /// A guess that sampling verifies: it never changes what is generated.
-    pub(crate) fn draft(&mut self, tok: &Tokenizer, max: usize, out: &mut Vec<u32>) {
+    pub fn draft(&mut self, tok: &Tokenizer, max: usize, out: &mut Vec<u32>) {
         let started = Instant::now();
         self.draft_untimed(tok, max, out);
         self.spent += started.elapsed();
@@ -193,13 +199,13 @@ impl Constraint {
     }
 
     /// Whether the grammar applies to the next token.
-    pub(crate) fn active(&self) -> bool {
+    pub fn active(&self) -> bool {
         self.wait.done()
     }
 
     /// The only token the grammar admits next, when exactly one is (an end-of-generation token
     /// included).
-    pub(crate) fn only(&mut self) -> Option<u32> {
+    pub fn only(&mut self) -> Option<u32> {
         if !self.active() {
             return None;
         }
@@ -212,7 +218,7 @@ impl Constraint {
     /// Picks the next token from `row`: the only admissible one (one draw of the RNG, as a
     /// sampled token costs); else the chain's pick when the grammar admits it; else the chain
     /// again over the masked logits.
-    pub(crate) fn choose(&mut self, row: &[f32], sampler: &mut Sampler) -> Result<u32, String> {
+    pub fn choose(&mut self, row: &[f32], sampler: &mut Sampler) -> Result<u32, String> {
         if !self.active() {
             return Ok(sampler.sample(row));
         }
@@ -232,14 +238,26 @@ impl Constraint {
             sampler.skip_draw();
             return Ok(only);
         }
-        let id = sampler.sample(row);
-        if mask.allows(id) {
-            return Ok(id);
-        }
-        self.masked.clear();
-        self.masked.extend_from_slice(row);
-        mask.apply(&mut self.masked);
-        let id = sampler.sample(&self.masked);
+        // A greedy chain's pick, when admitted, is also the best admitted token, and the best
+        // admitted token is what the masked re-sample picks: with few tokens admitted, read
+        // their logits alone (no pass over the row, no copy).
+        let sparse = mask.count() * SPARSE_SHARE < row.len();
+        let greedy = sparse
+            .then(|| sampler.greedy_among(row, mask.admitted()))
+            .flatten();
+        let id = match greedy {
+            Some(id) => id,
+            None => {
+                let id = sampler.sample(row);
+                if mask.allows(id) {
+                    return Ok(id);
+                }
+                self.masked.clear();
+                self.masked.extend_from_slice(row);
+                mask.apply(&mut self.masked);
+                sampler.sample(&self.masked)
+            }
+        };
         if mask.allows(id) {
             Ok(id)
         } else {
@@ -248,7 +266,7 @@ impl Constraint {
     }
 
     /// Advances over the generated token `id`.
-    pub(crate) fn accept(&mut self, id: u32, tok: &Tokenizer) -> Result<(), String> {
+    pub fn accept(&mut self, id: u32, tok: &Tokenizer) -> Result<(), String> {
         let started = Instant::now();
         let accepted = self.accept_untimed(id, tok);
         self.spent += started.elapsed();
@@ -292,6 +310,89 @@ fn canonical_tokens(tok: &Tokenizer, text: &str) -> Vec<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sampling::SamplerParams;
+    use bloomery_grammar::Grammar;
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    /// The pick, however it is made, is llama.cpp's: the chain's pick when the grammar admits
+    /// it, else the chain's pick over the masked row. Greedy (which reads the admitted tokens
+    /// alone when few are), with penalties, and sampled; leaders admitted and refused, ties,
+    /// NaNs and infinities.
+    #[test]
+    fn the_pick_is_the_chain_then_the_masked_chain() {
+        // 300 tokens: the single bytes, then longer pieces; the grammar admits digits only.
+        let pieces: Vec<Vec<u8>> = (0u8..=255)
+            .map(|b| vec![b])
+            .chain((0..44).map(|i| format!("{}x", i % 10).into_bytes()))
+            .collect();
+        let trie = Arc::new(TokenTrie::new(300, |i| &pieces[i as usize], &[]));
+        let spec = GrammarSpec {
+            grammar: Arc::new(Grammar::parse("root ::= [0-9]+", None).unwrap()),
+            after: None,
+            lazy: None,
+        };
+        let digit = |id: u32| (48..58).contains(&id);
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut rows: Vec<Vec<f32>> = (0..40)
+            .map(|_| (0..300).map(|_| rng.gen_range(-4.0..4.0)).collect())
+            .collect();
+        for (i, row) in rows.iter_mut().enumerate() {
+            match i % 5 {
+                // The leader admitted.
+                0 => row[50] = 9.0,
+                // Tied admitted leaders.
+                1 => (row[49], row[55]) = (6.0, 6.0),
+                2 => row[0] = f32::NAN,
+                3 => row[52] = f32::INFINITY,
+                _ => {}
+            }
+        }
+        rows.push(vec![f32::NEG_INFINITY; 300]);
+        let chains = [
+            SamplerParams {
+                temp: 0.0,
+                ..SamplerParams::default()
+            },
+            SamplerParams {
+                temp: 0.0,
+                penalty_repeat: 1.5,
+                penalty_present: 0.5,
+                ..SamplerParams::default()
+            },
+            SamplerParams {
+                seed: 3,
+                ..SamplerParams::default()
+            },
+        ];
+        for params in chains {
+            let mut ours = Sampler::new(params.clone(), 300);
+            let mut theirs = Sampler::new(params.clone(), 300);
+            let mut c = Constraint::new(&spec, trie.clone());
+            for (i, row) in rows.iter().enumerate() {
+                let want = match theirs.sample(row) {
+                    id if digit(id) => Ok(id),
+                    _ => {
+                        let mut masked = row.clone();
+                        for (t, l) in masked.iter_mut().enumerate() {
+                            if !digit(t as u32) {
+                                *l = f32::NEG_INFINITY;
+                            }
+                        }
+                        Some(theirs.sample(&masked))
+                            .filter(|&id| digit(id))
+                            .ok_or(())
+                    }
+                };
+                let got = c.choose(row, &mut ours).map_err(|_| ());
+                assert_eq!(got, want, "{params:?} row {i}");
+                if let Ok(id) = want {
+                    ours.accept(id);
+                    theirs.accept(id);
+                }
+            }
+        }
+    }
 
     fn wait(after: Option<&str>, triggers: &[&str]) -> Wait {
         Wait {

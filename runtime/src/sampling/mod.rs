@@ -286,6 +286,16 @@ impl Sampler {
         self.rng.uniform_f64();
     }
 
+    /// The token [`Sampler::sample`] would pick from `logits` with every token outside `ids`
+    /// (ascending) set to negative infinity, when the chain is plain greedy (its pick is the
+    /// penalized argmax): read from the logits of `ids` alone, with no copy of the row. None
+    /// for any other chain. When the chain's pick from the whole row is in `ids`, this is that
+    /// pick (the first maximum of the row is the first maximum of any part holding it).
+    pub fn greedy_among(&self, logits: &[f32], ids: impl IntoIterator<Item = u32>) -> Option<u32> {
+        self.plain_greedy
+            .then(|| self.penalties.argmax_among(logits, ids) as u32)
+    }
+
     /// Picks the next token from one row of logits (`n_vocab` values): the chain, then its
     /// pick. Does not accept the token (call [`Sampler::accept`]). Does not allocate once the
     /// candidate buffer has reached the vocabulary (DRY's and adaptive-p's buffers grow once).

@@ -114,6 +114,32 @@ impl Penalties {
         }
         best
     }
+
+    /// [`Penalties::argmax`] of `logits` with every index outside `ids` (ascending) set to
+    /// negative infinity, reading only the logits of `ids`.
+    pub fn argmax_among(&self, logits: &[f32], ids: impl IntoIterator<Item = u32>) -> usize {
+        let mut ids = ids.into_iter().peekable();
+        let Some(&first) = logits.first() else {
+            return 0;
+        };
+        // The scan starts from index 0 whether or not it is admitted.
+        let mut best = 0;
+        let mut best_v = if ids.next_if_eq(&0).is_some() {
+            self.penalized(0, first)
+        } else {
+            f32::NEG_INFINITY
+        };
+        for id in ids {
+            let Some(&v) = logits.get(id as usize) else {
+                break;
+            };
+            let v = self.penalized(id as usize, v);
+            if v > best_v {
+                (best, best_v) = (id as usize, v);
+            }
+        }
+        best
+    }
 }
 
 /// The index of the first maximum of a non-empty row, as a scan with `>` from index 0 finds it
@@ -239,6 +265,50 @@ mod tests {
             1
         );
         assert_eq!(Penalties::new(0, 1.0, 0.0, 0.0, 0).argmax(&[]), 0);
+    }
+
+    /// The argmax among admitted indices equals the argmax of the row with the others set to
+    /// negative infinity: penalized leaders, ties, NaNs and infinities, index 0 in and out.
+    #[test]
+    fn argmax_among_equals_the_argmax_of_the_masked_row() {
+        let smooth: Vec<f32> = (0..300)
+            .map(|i| ((i * 7919) % 101) as f32 / 10.0 - 5.0)
+            .collect();
+        let mut rows = vec![
+            smooth.clone(),
+            vec![f32::NEG_INFINITY; 70],
+            (0..70)
+                .map(|i| if i % 5 == 0 { f32::NAN } else { 1.0 })
+                .collect(),
+            (0..70)
+                .map(|i| if i % 9 == 4 { f32::INFINITY } else { 0.0 })
+                .collect(),
+        ];
+        rows[1][3] = 0.5;
+        let admitted: Vec<Vec<u32>> = vec![
+            vec![],
+            vec![0],
+            vec![0, 4, 5, 13, 40],
+            (1..70).step_by(3).collect(),
+            (0..300).filter(|i| i % 7 != 2).collect(),
+            vec![3, 299, 400],
+        ];
+        for (repeat, freq, presence) in [(1.0, 0.0, 0.0), (1.3, 0.4, 0.2)] {
+            let mut p = Penalties::new(16, repeat, freq, presence, 300);
+            for t in [0, 4, 4, 13, 36, 299] {
+                p.accept(t);
+            }
+            for row in &rows {
+                for ids in &admitted {
+                    let mut masked = vec![f32::NEG_INFINITY; row.len()];
+                    for &i in ids.iter().filter(|&&i| (i as usize) < row.len()) {
+                        masked[i as usize] = row[i as usize];
+                    }
+                    let got = p.argmax_among(row, ids.iter().copied());
+                    assert_eq!(got, p.argmax(&masked), "{repeat} {row:?} {ids:?}");
+                }
+            }
+        }
     }
 
     #[test]
