@@ -65,6 +65,7 @@ fn free_params(tok: &Tokenizer, written: &str, seed: u32) -> GenParams {
         n_predict: Some(60),
         stop: Vec::new(),
         n_probs: 0,
+        post_sampling_probs: false,
         ignore_eos: false,
         cache_prompt: false,
         forced: tok.encode(written, false, true).unwrap(),

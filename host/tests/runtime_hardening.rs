@@ -47,6 +47,7 @@ fn greedy(n_predict: usize) -> GenParams {
         n_predict: Some(n_predict),
         stop: Vec::new(),
         n_probs: 0,
+        post_sampling_probs: false,
         ignore_eos: true,
         cache_prompt: false,
         forced: Vec::new(),

@@ -112,6 +112,7 @@ fn params(grammar: &Arc<Grammar>, seed: Option<u32>, n_predict: usize) -> GenPar
         n_predict: Some(n_predict),
         stop: Vec::new(),
         n_probs: 0,
+        post_sampling_probs: false,
         ignore_eos: false,
         cache_prompt: false,
         forced: Vec::new(),

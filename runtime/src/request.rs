@@ -45,6 +45,9 @@ pub struct GenParams {
     pub stop: Vec<String>,
     /// Alternatives to report per generated token with their log-probabilities (0: none).
     pub n_probs: usize,
+    /// Report the probabilities the sampler chain drew from (its candidates after every stage)
+    /// rather than the softmax of the raw logits (llama-server's `post_sampling_probs`).
+    pub post_sampling_probs: bool,
     /// Keep generating past end-of-generation tokens.
     pub ignore_eos: bool,
     /// Reuse the slot's cached prefix.
@@ -144,9 +147,13 @@ impl StopType {
     }
 }
 
-/// Log-probabilities around one generated token.
+/// Log-probabilities around one generated token: of the softmax of the model's logits, or,
+/// with `post_sampling`, of the candidates the sampler chain drew from (none of zero
+/// probability).
 #[derive(Clone, Debug)]
 pub struct TokenProbs {
+    /// Whether these are the sampler chain's probabilities (`post_sampling_probs`).
+    pub post_sampling: bool,
     /// The generated token's log-probability.
     pub logprob: f32,
     /// The most likely tokens with their log-probabilities, in no particular order: the

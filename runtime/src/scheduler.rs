@@ -425,6 +425,9 @@ impl<'t> Scheduler<'t> {
         params.penalty_last_n = params.penalty_last_n.min(self.cfg.n_ctx_slot);
         params.dry_penalty_last_n = params.dry_penalty_last_n.min(self.cfg.n_ctx_slot);
         let mut sampler = Sampler::new(params, self.n_vocab);
+        if job.params.post_sampling_probs && job.params.n_probs > 0 {
+            sampler.keep_candidates();
+        }
         for &t in &job.prompt {
             sampler.accept(t);
         }

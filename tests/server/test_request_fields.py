@@ -1,7 +1,9 @@
 """Request fields of issue 41, each as llama-server b11434 reads it (tools/server/server-schema.cpp,
 server-task.cpp, server-context.cpp of the pinned sdist) or refused with a 400 naming it."""
 import json
+import math
 
+import pytest
 import requests
 
 from test_errors import error_of
@@ -79,8 +81,49 @@ def test_timings_per_token_puts_the_timings_so_far_in_every_token_chunk(tiny):
     assert all("timings" not in f for f in plain[:-1])
 
 
+def test_post_sampling_probs_are_the_chains_candidates(tiny):
+    # As llama-server b11434 (server-context.cpp populate_token_probs, server-task.cpp
+    # probs_vector_to_json): the candidates the sampler chain drew from, best first, none of
+    # probability 0, under "prob" and "top_probs".
+    body = {"prompt": "x", "n_predict": 6, "n_probs": 10, "post_sampling_probs": True,
+            "temperature": 1.0, "top_k": 4, "top_p": 1.0, "min_p": 0.0, "seed": 3}
+    r = tiny.post("/completion", body).json()
+    assert r["generation_settings"]["post_sampling_probs"] is True
+    toks = r["completion_probabilities"]
+    assert len(toks) == 6
+    for t in toks:
+        assert "logprob" not in t and "top_logprobs" not in t
+        top = t["top_probs"]
+        # top-k 4 leaves four candidates, all of them reported (n_probs 10), summing to 1.
+        assert len(top) == 4 and sum(p["prob"] for p in top) == pytest.approx(1.0, abs=1e-5)
+        assert [p["prob"] for p in top] == sorted((p["prob"] for p in top), reverse=True)
+        assert t["prob"] == pytest.approx(next(p["prob"] for p in top if p["id"] == t["id"]))
+    # With the chain an identity (no cut, temperature 1) they are the softmax of the logits:
+    # exp of the pre-sampling log-probabilities of the same draws.
+    wide = {**body, "top_k": 0}
+    post = tiny.post("/completion", wide).json()["completion_probabilities"]
+    pre = tiny.post("/completion", {**wide, "post_sampling_probs": False}).json()["completion_probabilities"]
+    assert [t["id"] for t in post] == [t["id"] for t in pre]
+    for a, b in zip(post, pre):
+        assert a["prob"] == pytest.approx(math.exp(b["logprob"]), rel=1e-4)
+        assert [p["id"] for p in a["top_probs"]] == [p["id"] for p in b["top_logprobs"]]
+    # Greedy leaves one candidate, of probability 1.
+    greedy = tiny.post("/completion", {**body, "temperature": 0}).json()["completion_probabilities"]
+    assert all(t["top_probs"] == [{**t["top_probs"][0], "id": t["id"], "prob": 1.0}] and t["prob"] == 1.0
+               for t in greedy), greedy[0]
+    # The OpenAI shape carries the same keys, streamed too.
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "logprobs": True,
+            "top_logprobs": 5, "post_sampling_probs": True, "temperature": 1.0, "top_k": 3}
+    content = tiny.post("/v1/chat/completions", chat).json()["choices"][0]["logprobs"]["content"]
+    assert content and all(0 < len(c["top_probs"]) <= 3 and 0 < c["prob"] <= 1 for c in content)
+    frames = sse_frames(requests.post(tiny.url + "/v1/chat/completions", json={**chat, "stream": True}, stream=True))
+    streamed = [c for f in frames if f.get("choices") and f["choices"][0].get("logprobs")
+                for c in f["choices"][0]["logprobs"]["content"]]
+    assert streamed and all("top_probs" in c and "prob" in c for c in streamed)
+
+
 def test_unbuilt_switches_are_refused_by_name(tiny):
-    for field in ("post_sampling_probs", "return_progress", "verbose"):
+    for field in ("return_progress", "verbose"):
         for route, body in (("/completion", {"prompt": "x"}),
                             ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
             e = error_of(tiny.post(route, {**body, "max_tokens": 1, field: True}), 400, "invalid_request_error")

@@ -245,6 +245,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         n_predict: usize::try_from(a.n_predict).ok(),
         stop: Vec::new(),
         n_probs: 0,
+        post_sampling_probs: false,
         ignore_eos: false,
         cache_prompt: false,
         forced: Vec::new(),

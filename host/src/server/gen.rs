@@ -197,24 +197,32 @@ fn token_json(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
 const LARGE_TABLE: usize = 1024;
 
 /// One entry per piece that carries probabilities: the token, its bytes and logprob, and its
-/// `top_logprobs`, best first; the shape both the native and the OpenAI APIs use. A large table
-/// (a request may ask for the whole vocabulary) is built without holding up other requests.
+/// `top_logprobs`, best first; the shape both the native and the OpenAI APIs use. With
+/// `post_sampling_probs` the values are probabilities, under `prob` and `top_probs`, as
+/// llama-server names them. A large table (a request may ask for the whole vocabulary) is built
+/// without holding up other requests.
 fn prob_entries(tok: &Tokenizer, pieces: &[Piece]) -> Vec<Value> {
     let build = || {
         pieces
             .iter()
             .filter_map(|p| {
                 let pr = p.probs.as_ref()?;
+                let (value, top_key) = if pr.post_sampling {
+                    ("prob", "top_probs")
+                } else {
+                    ("logprob", "top_logprobs")
+                };
+                let shown = |lp: f32| if pr.post_sampling { lp.exp() } else { lp };
                 let (text, bytes) = token_json(tok, p.id);
                 let top: Vec<Value> = pr
                     .ranked()
                     .into_iter()
                     .map(|(id, lp)| {
                         let (t, b) = token_json(tok, id);
-                        json!({"id": id, "token": t, "bytes": b, "logprob": lp})
+                        json!({"id": id, "token": t, "bytes": b, value: shown(lp)})
                     })
                     .collect();
-                Some(json!({"id": p.id, "token": text, "bytes": bytes, "logprob": pr.logprob, "top_logprobs": top}))
+                Some(json!({"id": p.id, "token": text, "bytes": bytes, value: shown(pr.logprob), top_key: top}))
             })
             .collect()
     };

@@ -177,6 +177,7 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         n_predict: limit,
         stop,
         n_probs,
+        post_sampling_probs: f.bool("post_sampling_probs")?.unwrap_or(false),
         ignore_eos: f.bool("ignore_eos")?.unwrap_or(d.ignore_eos),
         cache_prompt: f.bool("cache_prompt")?.unwrap_or(d.cache_prompt),
         forced: Vec::new(),
@@ -191,10 +192,6 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
 /// never accepted and ignored (`false` asks for what bloomery does).
 fn refuse_unbuilt(f: &Fields<'_>) -> Result<(), ApiError> {
     for (key, what) in [
-        (
-            "post_sampling_probs",
-            "probabilities after the sampling chain are not implemented",
-        ),
         (
             "return_progress",
             "prompt progress events are not implemented",
