@@ -66,6 +66,7 @@ fn free_params(tok: &Tokenizer, written: &str, seed: u32) -> GenParams {
         stop: Vec::new(),
         n_probs: 0,
         post_sampling_probs: false,
+        return_progress: false,
         ignore_eos: false,
         cache_prompt: false,
         forced: tok.encode(written, false, true).unwrap(),

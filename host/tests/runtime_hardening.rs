@@ -48,6 +48,7 @@ fn greedy(n_predict: usize) -> GenParams {
         stop: Vec::new(),
         n_probs: 0,
         post_sampling_probs: false,
+        return_progress: false,
         ignore_eos: true,
         cache_prompt: false,
         forced: Vec::new(),

@@ -113,6 +113,7 @@ fn params(grammar: &Arc<Grammar>, seed: Option<u32>, n_predict: usize) -> GenPar
         stop: Vec::new(),
         n_probs: 0,
         post_sampling_probs: false,
+        return_progress: false,
         ignore_eos: false,
         cache_prompt: false,
         forced: Vec::new(),

@@ -45,6 +45,9 @@ pub struct GenParams {
     pub stop: Vec<String>,
     /// Alternatives to report per generated token with their log-probabilities (0: none).
     pub n_probs: usize,
+    /// Report how far the prompt has been evaluated: once when a slot takes the request and
+    /// after each pass that evaluates part of it (llama-server's `return_progress`).
+    pub return_progress: bool,
     /// Report the probabilities the sampler chain drew from (its candidates after every stage)
     /// rather than the softmax of the raw logits (llama-server's `post_sampling_probs`).
     pub post_sampling_probs: bool,
@@ -206,6 +209,19 @@ pub struct Progress {
     pub predicted_ms: f64,
 }
 
+/// How far a request's prompt has been evaluated (llama-server's `prompt_progress`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PromptProgress {
+    /// Prompt tokens.
+    pub total: usize,
+    /// Of them, those reused from a cache.
+    pub cache: usize,
+    /// Of them, those in the slot's cache now (the reused ones included).
+    pub processed: usize,
+    /// Milliseconds since the slot took the request (0 in the report before the first pass).
+    pub elapsed_ms: f64,
+}
+
 /// The end of a request, with its counts and timings.
 #[derive(Clone, Debug)]
 pub struct Finish {
@@ -283,6 +299,8 @@ pub enum Event {
         /// Prompt tokens reused from its cache.
         n_cached: usize,
     },
+    /// Part of the prompt was evaluated (only for requests with `return_progress`).
+    PromptProgress(PromptProgress),
     /// A generated token.
     Token(Piece),
     /// The end.

@@ -6,6 +6,7 @@ import math
 import pytest
 import requests
 
+from conftest import Server
 from test_errors import error_of
 
 # A grammar that never ends and puts a newline every third character.
@@ -122,8 +123,62 @@ def test_post_sampling_probs_are_the_chains_candidates(tiny):
     assert streamed and all("top_probs" in c and "prob" in c for c in streamed)
 
 
+@pytest.fixture(scope="module")
+def small_batches(tiny_path):
+    """The tiny model with passes of 64 rows, so that a short prompt takes several."""
+    s = Server(tiny_path, "-c", "1024", "-np", "1", "-b", "64", "-ub", "64")
+    yield s
+    s.stop()
+
+
+def test_return_progress_streams_the_prompts_progress(small_batches):
+    # As llama-server b11434 (server-context.cpp send_partial_response with is_progress): a
+    # report when the slot takes the request (processed = cache) and one after each pass that
+    # evaluates part of the prompt; the prompt here takes three passes of 64 rows.
+    srv = small_batches
+    body = {"prompt": [5] * 150, "n_predict": 2, "stream": True, "return_progress": True,
+            "timings_per_token": True}
+
+    def progress(route, body):
+        frames = sse_frames(requests.post(srv.url + route, json=body, stream=True))
+        return frames, [f for f in frames if "prompt_progress" in f]
+
+    frames, reports = progress("/completion", body)
+    seen = [(r["prompt_progress"]["total"], r["prompt_progress"]["cache"], r["prompt_progress"]["processed"])
+            for r in reports]
+    assert seen == [(150, 0, 0), (150, 0, 64), (150, 0, 128), (150, 0, 150)], seen
+    assert all(r["content"] == "" and r["tokens"] == [] and r["stop"] is False for r in reports)
+    assert reports[0]["timings"]["prompt_n"] == 0 and reports[0]["timings"]["prompt_ms"] == 0.0
+    assert reports[-1]["timings"]["prompt_n"] == 150
+    # Progress comes before the first token.
+    assert frames.index(reports[-1]) < next(i for i, f in enumerate(frames) if f.get("tokens"))
+    # The same prompt again: all but its last token come from the slot's cache.
+    _, again = progress("/completion", body)
+    assert [(r["prompt_progress"]["cache"], r["prompt_progress"]["processed"]) for r in again] == [(149, 149), (149, 150)]
+    # Without a stream there is nothing to report to.
+    whole = srv.post("/completion", {**body, "stream": False}).json()
+    assert "prompt_progress" not in whole and whole["tokens_predicted"] == 2
+    # The OpenAI shapes: a role delta, a text chunk and an in-progress event carry it.
+    text = "x " * 100
+    chat = {"messages": [{"role": "user", "content": text}], "max_tokens": 2, "stream": True,
+            "return_progress": True, "cache_prompt": False}
+    _, reports = progress("/v1/chat/completions", chat)
+    assert len(reports) >= 3 and all(r["choices"][0]["delta"] == {"role": "assistant", "content": None} for r in reports)
+    assert reports[-1]["prompt_progress"]["processed"] == reports[-1]["prompt_progress"]["total"]
+    _, reports = progress("/v1/completions", {"prompt": text, "max_tokens": 2, "stream": True,
+                                               "return_progress": True, "cache_prompt": False})
+    assert len(reports) >= 3 and all(r["choices"][0]["text"] == "" for r in reports)
+    events = sse_frames(requests.post(srv.url + "/v1/responses", json={
+        "input": text, "max_output_tokens": 2, "stream": True, "return_progress": True,
+        "timings_per_token": True, "cache_prompt": False}, stream=True))
+    reports = [e for e in events if "prompt_progress" in e]
+    assert len(reports) >= 3 and all(e["type"] == "response.in_progress" for e in reports)
+    assert all("timings" in e for e in events if e["type"] == "response.output_text.delta")
+    assert "timings" in events[-1] and events[-1]["type"] == "response.completed"
+
+
 def test_unbuilt_switches_are_refused_by_name(tiny):
-    for field in ("return_progress", "verbose"):
+    for field in ("verbose",):
         for route, body in (("/completion", {"prompt": "x"}),
                             ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
             e = error_of(tiny.post(route, {**body, "max_tokens": 1, field: True}), 400, "invalid_request_error")

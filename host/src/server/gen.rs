@@ -17,7 +17,9 @@ use super::offload::heavy;
 use super::params::Fields;
 pub use super::request_log::Events;
 use super::Ready;
-use bloomery_runtime::request::{Event, Finish, GenParams, Job, Piece, Progress, Request};
+use bloomery_runtime::request::{
+    Event, Finish, GenParams, Job, Piece, Progress, PromptProgress, Request,
+};
 
 /// Queues a generation; the receiver yields its events (dropping it cancels the request) and
 /// counts its end in the request's log line.
@@ -104,7 +106,7 @@ pub async fn collect(mut rx: Events) -> Result<Outcome, ApiError> {
     let mut pieces = Vec::new();
     while let Some(e) = rx.recv().await {
         match e {
-            Event::Started { .. } => {}
+            Event::Started { .. } | Event::PromptProgress(_) => {}
             Event::Token(p) => {
                 text.push_str(&p.text);
                 pieces.push(p);
@@ -185,6 +187,27 @@ pub fn progress_timings(f: &Progress) -> Value {
         t["draft_n_accepted"] = json!(f.n_accepted);
     }
     t
+}
+
+/// llama-server's `prompt_progress` object.
+pub fn prompt_progress(p: &PromptProgress) -> Value {
+    json!({
+        "total": p.total,
+        "cache": p.cache,
+        "processed": p.processed,
+        "time_ms": p.elapsed_ms as i64,
+    })
+}
+
+/// The `timings` object of a progress report (with `timings_per_token`): the prompt so far,
+/// nothing generated.
+pub fn prompt_progress_timings(p: &PromptProgress) -> Value {
+    progress_timings(&Progress {
+        n_prompt: p.processed,
+        n_cached: p.cache,
+        prompt_ms: p.elapsed_ms,
+        ..Progress::default()
+    })
 }
 
 /// A token's text and bytes as llama-server reports them.

@@ -78,6 +78,7 @@ fn default_params(ready: &Ready) -> GenParams {
         stop: Vec::new(),
         n_probs: 0,
         post_sampling_probs: false,
+        return_progress: false,
         ignore_eos: false,
         cache_prompt: true,
         forced: Vec::new(),
@@ -786,6 +787,23 @@ fn native_stream(
     gen::event_stream(rx, st, Vec::new(), move |st, ev, out| match ev {
         Event::Started { id_slot, .. } => {
             st.id_slot = id_slot;
+            false
+        }
+        Event::PromptProgress(pp) => {
+            let mut chunk = json!({
+                "index": 0,
+                "content": "",
+                "tokens": [],
+                "stop": false,
+                "id_slot": st.id_slot,
+                "tokens_predicted": 0,
+                "tokens_evaluated": prompt.len(),
+                "prompt_progress": gen::prompt_progress(&pp),
+            });
+            if timings_per_token {
+                chunk["timings"] = gen::prompt_progress_timings(&pp);
+            }
+            out.extend_from_slice(&sse_data(&chunk));
             false
         }
         Event::Token(p) => {

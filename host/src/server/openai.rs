@@ -11,8 +11,8 @@ use serde_json::{json, Value};
 use super::chat::{self, ChatPrompt, Delta, DeltaSplitter, OfferedTools};
 use super::error::ApiError;
 use super::gen::{
-    collect, collect_all, event_stream, n_cmpl, openai_logprobs, progress_timings, random_id,
-    sse_data, submit, submit_n, timings, unix_now, Outcome,
+    collect, collect_all, event_stream, n_cmpl, openai_logprobs, progress_timings, prompt_progress,
+    prompt_progress_timings, random_id, sse_data, submit, submit_n, timings, unix_now, Outcome,
 };
 use super::native::{check_fits, fewest_tokens, finish_reason, id_slot, ok, prompts};
 use super::params::{gen_params, Fields, I32_MAX};
@@ -333,6 +333,17 @@ fn chat_stream(
     );
     event_stream(rx, st, prelude, move |st, ev, out| match ev {
         Event::Started { .. } => false,
+        Event::PromptProgress(pp) => {
+            // As llama-server: a role delta that carries the progress.
+            let mut c = st.head.clone();
+            c["choices"] = json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]);
+            if timings_per_token {
+                c["timings"] = prompt_progress_timings(&pp);
+            }
+            c["prompt_progress"] = prompt_progress(&pp);
+            out.extend_from_slice(&sse_data(&c));
+            false
+        }
         Event::Token(p) => {
             let parts = st.split.push(&p.text);
             let deltas: Vec<Value> = parts.iter().flat_map(|d| st.deltas(d)).collect();
@@ -457,6 +468,16 @@ fn completions_stream(
         let mut c = head.clone();
         match ev {
             Event::Started { .. } => false,
+            Event::PromptProgress(pp) => {
+                c["choices"] =
+                    json!([{"text": "", "index": 0, "logprobs": null, "finish_reason": null}]);
+                if timings_per_token {
+                    c["timings"] = prompt_progress_timings(&pp);
+                }
+                c["prompt_progress"] = prompt_progress(&pp);
+                out.extend_from_slice(&sse_data(&c));
+                false
+            }
             Event::Token(p) => {
                 let lp = if logprobs {
                     openai_logprobs(&ready.tok, std::slice::from_ref(&p))
@@ -592,7 +613,8 @@ pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Respo
             Some(&out.finish),
         )));
     }
-    Ok(responses_stream(ids, job, rx))
+    let timings_per_token = f.bool("timings_per_token")?.unwrap_or(false);
+    Ok(responses_stream(ids, job, rx, timings_per_token))
 }
 
 /// The ids a Responses answer repeats.
@@ -621,7 +643,12 @@ impl RespIds {
 }
 
 /// The Responses event stream: created, item and part added, text deltas, done, completed.
-fn responses_stream(ids: RespIds, job: ChatJob, rx: super::gen::Events) -> Response {
+fn responses_stream(
+    ids: RespIds,
+    job: ChatJob,
+    rx: super::gen::Events,
+    timings_per_token: bool,
+) -> Response {
     struct St {
         ids: RespIds,
         split: DeltaSplitter,
@@ -635,17 +662,25 @@ fn responses_stream(ids: RespIds, job: ChatJob, rx: super::gen::Events) -> Respo
             self.seq += 1;
             out.extend_from_slice(&super::gen::sse_event(name, &v));
         }
-        fn deltas(&mut self, out: &mut Vec<u8>, ds: Vec<Delta>) {
-            for d in ds {
-                if let Delta::Content(c) = d {
-                    self.text.push_str(&c);
-                    let msg = self.ids.msg.clone();
-                    self.ev(
-                        out,
-                        "response.output_text.delta",
-                        json!({"output_index": 0, "content_index": 0, "item_id": msg, "delta": c}),
-                    );
+        /// A text delta event per content part; the last one carries `timings` when given.
+        fn deltas(&mut self, out: &mut Vec<u8>, ds: Vec<Delta>, timings: Option<Value>) {
+            let texts: Vec<String> = ds
+                .into_iter()
+                .filter_map(|d| match d {
+                    Delta::Content(c) => Some(c),
+                    _ => None,
+                })
+                .collect();
+            let last = texts.len().saturating_sub(1);
+            for (i, c) in texts.into_iter().enumerate() {
+                self.text.push_str(&c);
+                let msg = self.ids.msg.clone();
+                let mut v =
+                    json!({"output_index": 0, "content_index": 0, "item_id": msg, "delta": c});
+                if let Some(t) = timings.as_ref().filter(|_| i == last) {
+                    v["timings"] = t.clone();
                 }
+                self.ev(out, "response.output_text.delta", v);
             }
         }
     }
@@ -666,16 +701,27 @@ fn responses_stream(ids: RespIds, job: ChatJob, rx: super::gen::Events) -> Respo
     );
     st.ev(&mut prelude, "response.output_item.added", json!({"output_index": 0, "item": {"type": "message", "id": msg, "status": "in_progress", "role": "assistant", "content": []}}));
     st.ev(&mut prelude, "response.content_part.added", json!({"output_index": 0, "content_index": 0, "item_id": msg, "part": {"type": "output_text", "text": "", "annotations": []}}));
-    event_stream(rx, st, prelude, |st, ev, out| match ev {
+    event_stream(rx, st, prelude, move |st, ev, out| match ev {
         Event::Started { .. } => false,
+        Event::PromptProgress(pp) => {
+            // As llama-server: an in-progress event that carries the progress.
+            let mut v = json!({"response": st.ids.response("in_progress", "", None)});
+            if timings_per_token {
+                v["timings"] = prompt_progress_timings(&pp);
+            }
+            v["prompt_progress"] = prompt_progress(&pp);
+            st.ev(out, "response.in_progress", v);
+            false
+        }
         Event::Token(p) => {
             let ds = st.split.push(&p.text);
-            st.deltas(out, ds);
+            let t = timings_per_token.then(|| progress_timings(&p.so_far));
+            st.deltas(out, ds, t);
             false
         }
         Event::Done(fin) => {
             let ds = st.split.finish();
-            st.deltas(out, ds);
+            st.deltas(out, ds, None);
             let (msg, text) = (st.ids.msg.clone(), st.text.clone());
             st.ev(
                 out,
@@ -683,7 +729,11 @@ fn responses_stream(ids: RespIds, job: ChatJob, rx: super::gen::Events) -> Respo
                 json!({"output_index": 0, "content_index": 0, "item_id": msg, "text": text}),
             );
             let done = st.ids.response("completed", &text, Some(&fin));
-            st.ev(out, "response.completed", json!({"response": done}));
+            st.ev(
+                out,
+                "response.completed",
+                json!({"response": done, "timings": timings(&fin)}),
+            );
             true
         }
         Event::Failed(failure) => {

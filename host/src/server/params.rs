@@ -178,6 +178,9 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         stop,
         n_probs,
         post_sampling_probs: f.bool("post_sampling_probs")?.unwrap_or(false),
+        // Only a stream shows it, as llama-server sends progress only in a stream.
+        return_progress: f.bool("return_progress")?.unwrap_or(false)
+            && f.bool("stream")?.unwrap_or(false),
         ignore_eos: f.bool("ignore_eos")?.unwrap_or(d.ignore_eos),
         cache_prompt: f.bool("cache_prompt")?.unwrap_or(d.cache_prompt),
         forced: Vec::new(),
@@ -191,13 +194,7 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
 /// llama-server's request switches bloomery has not built: `true` is a 400 naming the field,
 /// never accepted and ignored (`false` asks for what bloomery does).
 fn refuse_unbuilt(f: &Fields<'_>) -> Result<(), ApiError> {
-    for (key, what) in [
-        (
-            "return_progress",
-            "prompt progress events are not implemented",
-        ),
-        ("verbose", "the __verbose debug object is not implemented"),
-    ] {
+    for (key, what) in [("verbose", "the __verbose debug object is not implemented")] {
         if f.bool(key)? == Some(true) {
             return Err(ApiError::invalid(format!("\"{key}\": {what}")));
         }

@@ -76,6 +76,7 @@ fn params(reuse: bool, forced: Vec<u32>, prompt_only: bool) -> GenParams {
         stop: Vec::new(),
         n_probs: 0,
         post_sampling_probs: false,
+        return_progress: false,
         ignore_eos: true,
         cache_prompt: reuse,
         forced,
