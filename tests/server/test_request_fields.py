@@ -14,8 +14,11 @@ LINES = 'root ::= ("ab\\n")+'
 
 
 def sse_frames(r):
-    return [json.loads(line[6:]) for line in r.iter_lines(decode_unicode=True)
-            if line.startswith("data: ") and line != "data: [DONE]"]
+    return sse_frames_of(r.iter_lines(decode_unicode=True))
+
+
+def sse_frames_of(lines):
+    return [json.loads(line[6:]) for line in lines if line.startswith("data: ") and line != "data: [DONE]"]
 
 
 def test_chat_stream_sends_usage_only_with_include_usage(tiny):
@@ -58,12 +61,47 @@ def test_several_completions_with_n_cmpl_and_n(tiny):
     assert [c["index"] for c in r["choices"]] == [0, 1]
     r = tiny.post("/v1/completions", {"prompt": "x", "max_tokens": 2, "n": 2}).json()
     assert len(r["choices"]) == 2
-    # From 1 to the slot count (4 here), and not streamed.
+    # From 1 to the slot count (4 here).
     for n in (0, 5):
         e = error_of(tiny.post("/completion", {"prompt": "x", "n_cmpl": n}), 400, "invalid_request_error")
         assert "n_cmpl" in e["message"]
-    e = error_of(tiny.post("/completion", {"prompt": "x", "n_cmpl": 2, "stream": True}), 400, "invalid_request_error")
-    assert "stream" in e["message"]
+
+
+def test_several_completions_stream_each_with_its_index(tiny):
+    # As llama-server b11434 streams child tasks (server-context.cpp handle_completions_impl):
+    # every chunk is one completion's, with its index; each ends with its own final chunk.
+    body = {"prompt": "x", "n_predict": 3, "n_cmpl": 3, "stream": True, "seed": 5}
+    frames = sse_frames(requests.post(tiny.url + "/completion", json=body, stream=True))
+    finals = [f for f in frames if f["stop"]]
+    assert sorted(f["index"] for f in finals) == [0, 1, 2]
+    for i in range(3):
+        mine = [f for f in frames if f["index"] == i]
+        assert [f["tokens_predicted"] for f in mine[:-1]] == [1, 2, 3] and mine[-1]["stop"]
+    # The streamed tokens are each completion's: as the same request answers unstreamed.
+    whole = tiny.post("/completion", {**body, "stream": False}).json()
+    assert [w["content"] for w in whole] == ["".join(f["content"] for f in frames if f["index"] == i) for i in range(3)]
+    # Two prompts, twice each: four completions, in prompt order.
+    frames = sse_frames(requests.post(tiny.url + "/completion", json={**body, "prompt": ["x", "y"], "n_cmpl": 2}, stream=True))
+    assert sorted(f["index"] for f in frames if f["stop"]) == [0, 1, 2, 3]
+
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "n": 2, "stream": True, "seed": 5,
+            "stream_options": {"include_usage": True}}
+    lines = [l for l in requests.post(tiny.url + "/v1/chat/completions", json=chat, stream=True).iter_lines(decode_unicode=True) if l]
+    assert lines[-1] == "data: [DONE]" and lines.count("data: [DONE]") == 1
+    frames = sse_frames_of(lines)
+    ends = [f["choices"][0] for f in frames if f["choices"] and f["choices"][0]["finish_reason"]]
+    assert sorted(c["index"] for c in ends) == [0, 1]
+    assert len([f for f in frames if "usage" in f]) == 2
+    texts = ["".join(f["choices"][0]["delta"].get("content") or "" for f in frames
+                     if f["choices"] and f["choices"][0]["index"] == i) for i in range(2)]
+    unstreamed = tiny.post("/v1/chat/completions", {**chat, "stream": False}).json()["choices"]
+    assert texts == [c["message"]["content"] for c in unstreamed]
+
+    lines = [l for l in requests.post(tiny.url + "/v1/completions", json={"prompt": "x", "max_tokens": 3, "n": 2, "stream": True},
+                                      stream=True).iter_lines(decode_unicode=True) if l]
+    assert lines[-1] == "data: [DONE]" and lines.count("data: [DONE]") == 1
+    ends = [f["choices"][0] for f in sse_frames_of(lines) if f["choices"][0]["finish_reason"]]
+    assert sorted(c["index"] for c in ends) == [0, 1]
 
 
 def test_timings_per_token_puts_the_timings_so_far_in_every_token_chunk(tiny):
