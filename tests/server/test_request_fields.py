@@ -244,9 +244,31 @@ def test_two_trailing_assistant_messages_are_refused(tiny):
     assert "assistant messages" in e["message"]
 
 
-def test_tools_on_a_template_without_tools_are_refused_by_name(gemma3):
-    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
-    body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, "tools": [tool]}
-    e = error_of(gemma3.post("/v1/chat/completions", body), 400, "invalid_request_error")
-    assert "tools" in e["message"]
-    assert gemma3.post("/v1/chat/completions", {**body, "tools": []}).status_code == 200
+def test_tools_on_a_template_without_tools_are_described_and_read_back(gemma3):
+    # llama-server b11434 passes tools to such a template, which drops them, and reads the reply
+    # as content. bloomery describes them in the system message and holds the reply to one JSON
+    # object of calls (or, with auto, an answer), read back into tool calls.
+    tool = {"type": "function", "function": {"name": "get_weather", "description": "The weather of a city",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    prompt = gemma3.post("/apply-template", {"messages": msgs, "tools": [tool]}).json()["prompt"]
+    assert "get_weather" in prompt and '"response"' in prompt
+    plain = gemma3.post("/apply-template", {"messages": msgs, "tools": [tool], "tool_choice": "none"}).json()["prompt"]
+    assert "get_weather" not in plain
+    body = {"messages": msgs, "tools": [tool], "tool_choice": "required", "parallel_tool_calls": False,
+            "max_tokens": 60, "temperature": 0}
+    r = gemma3.post("/v1/chat/completions", body).json()["choices"][0]
+    assert r["finish_reason"] == "tool_calls", r
+    [call] = r["message"]["tool_calls"]
+    assert call["function"]["name"] == "get_weather"
+    assert isinstance(json.loads(call["function"]["arguments"])["city"], str)
+    frames = sse_frames(requests.post(gemma3.url + "/v1/chat/completions", json={**body, "stream": True}, stream=True))
+    deltas = [f["choices"][0]["delta"] for f in frames if f["choices"]]
+    streamed = [d["tool_calls"][0] for d in deltas if d.get("tool_calls")]
+    assert streamed[0]["function"]["name"] == "get_weather"
+    assert "".join(t["function"]["arguments"] for t in streamed) == call["function"]["arguments"]
+    assert not any(d.get("content") for d in deltas)
+    msg = gemma3.post("/v1/messages", {"messages": msgs, "max_tokens": 60, "temperature": 0,
+                                       "tools": [{"name": "get_weather", "input_schema": tool["function"]["parameters"]}],
+                                       "tool_choice": {"type": "any", "disable_parallel_tool_use": True}}).json()
+    assert msg["stop_reason"] == "tool_use" and msg["content"][-1]["name"] == "get_weather", msg

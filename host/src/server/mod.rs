@@ -20,6 +20,7 @@ pub mod sampler_fields;
 pub mod shutdown;
 pub mod structured;
 pub mod tls;
+pub mod tool_generic;
 pub mod tool_grammar;
 pub mod tool_parse;
 pub mod tools;

@@ -969,28 +969,17 @@ pub async fn apply_template(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let ready = state.ready()?;
-    let enable_thinking = state.args.reasoning_budget != 0;
+    let st = Arc::clone(&state);
     state
         .cpu
         .run(move || {
             let body = parse_body(&body)?;
             let f = Fields::of(&body)?;
             let messages = chat::openai_messages(f.get("messages").unwrap_or(&Value::Null))?;
-            let tools = chat::tools(f.get("tools"))?;
-            let kwargs = chat::template_kwargs(&f)?;
-            let p = chat::render(
-                &ready.template,
-                &ready.tok,
-                &messages,
-                tools,
-                &kwargs,
-                chat::RenderSwitches {
-                    enable_thinking,
-                    add_generation_prompt: f.bool("add_generation_prompt")?.unwrap_or(true),
-                },
-                |_| Ok(()),
-            )?;
-            Ok(Json(json!({ "prompt": p.text })))
+            // The prompt a chat request would run (tools a template never renders included).
+            let job =
+                super::openai::prepare_chat(&st, &ready, &f, &messages, f.get("tools"), false)?;
+            Ok(Json(json!({ "prompt": job.prompt.text })))
         })
         .await
 }

@@ -18,6 +18,7 @@ use super::gen::{
 use super::native::{check_fits, fewest_tokens, finish_reason, id_slot, ok, prompts};
 use super::params::{gen_params, Fields, I32_MAX};
 use super::structured;
+use super::tool_generic;
 use super::tool_parse::ToolCall;
 use super::tools::ToolFormat;
 use super::{parse_body, AppRef, AppState, Ready};
@@ -78,18 +79,30 @@ pub fn prepare_chat(
         ));
     }
     let tools = chat::tools(tools)?.filter(|_| offered);
-    // A template that never reads `tools` would drop them without a word.
-    let offers_tools = tools
-        .and_then(Value::as_array)
-        .is_some_and(|list| !list.is_empty());
-    if to_run && offers_tools && !ready.template_source.contains("tools") {
-        return Err(ApiError::invalid(
-            "\"tools\": this model's chat template does not render tools, and llama-server's handling of such templates is not implemented",
-        ));
-    }
     if tools.is_some() && !state.args.jinja() {
         return Err(ApiError::invalid("tools param requires --jinja flag"));
     }
+    // A template that never reads `tools` would drop them without a word: they are described
+    // in the system message instead, and the reply is a JSON object of calls or an answer.
+    let offers_tools = tools
+        .and_then(Value::as_array)
+        .is_some_and(|list| !list.is_empty());
+    let generic = offers_tools && !tool_generic::renders_tools(&ready.template_source);
+    let described;
+    let messages = match tools {
+        Some(list) if generic => {
+            let choice = super::tools::choice(f)?;
+            let parallel = super::tools::parallel(f)?;
+            described = tool_generic::with_tools_described(messages, list, &choice, parallel)?;
+            &described
+        }
+        _ => messages,
+    };
+    let format = if generic {
+        Some(ToolFormat::GenericJson)
+    } else {
+        ToolFormat::of_template(&ready.template_source)
+    };
     let kwargs = chat::template_kwargs(f)?;
     let reasoning = match f.str("reasoning_format")? {
         Some(v) => parse_reasoning(v).map_err(|e| ApiError::invalid(e.to_string()))?,
@@ -118,7 +131,7 @@ pub fn prepare_chat(
         prompt,
         tools: tools.map(|list| OfferedTools {
             list: list.clone(),
-            format: ToolFormat::of_template(&ready.template_source),
+            format,
         }),
         reasoning,
     })
