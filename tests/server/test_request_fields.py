@@ -215,6 +215,23 @@ def test_return_progress_streams_the_prompts_progress(small_batches):
     assert "timings" in events[-1] and events[-1]["type"] == "response.completed"
 
 
+def test_ignore_eos_bans_every_end_of_generation_token_by_a_logit_bias(tiny):
+    # As llama-server b11434 (server-schema.cpp's ignore_eos handler, common.cpp's
+    # logit_bias_eog): the biases are listed in generation_settings, -inf shown as null.
+    body = {"prompt": "x", "n_predict": 4, "temperature": 0}
+    assert tiny.post("/completion", body).json()["generation_settings"]["logit_bias"] == []
+    banned = tiny.post("/completion", {**body, "ignore_eos": True}).json()["generation_settings"]["logit_bias"]
+    assert banned and all(b["bias"] is None for b in banned)
+    eog = [b["token"] for b in banned]
+    # An end-of-generation token pushed to the top ends the reply at once, unless ignore_eos bans it.
+    pushed = {**body, "logit_bias": [[eog[0], 100]]}
+    r = tiny.post("/completion", pushed).json()
+    assert r["stop_type"] == "eos" and r["tokens_predicted"] == 1
+    r = tiny.post("/completion", {**pushed, "ignore_eos": True, "return_tokens": True}).json()
+    assert r["stop_type"] == "limit" and r["tokens_predicted"] == 4 and not set(r["tokens"]) & set(eog)
+    assert r["generation_settings"]["logit_bias"][0] == {"bias": 100.0, "token": eog[0]}
+
+
 def test_unbuilt_switches_are_refused_by_name(tiny):
     for field in ("verbose",):
         for route, body in (("/completion", {"prompt": "x"}),

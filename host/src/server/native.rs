@@ -58,7 +58,8 @@ fn settings_json(ready: &Ready, p: &GenParams) -> Value {
         "mirostat_eta": s.mirostat_eta,
         "adaptive_target": s.adaptive_target,
         "adaptive_decay": s.adaptive_decay,
-        "logit_bias": s.logit_bias.iter().map(|&(t, b)| json!([t, if b.is_finite() { json!(b) } else { json!(false) }])).collect::<Vec<_>>(),
+        // llama-server's shape: a negative infinity (a banned token) is JSON's null.
+        "logit_bias": s.logit_bias.iter().map(|&(t, b)| json!({"bias": if b.is_finite() { json!(b) } else { Value::Null }, "token": t})).collect::<Vec<_>>(),
         "stop": p.stop,
         "n_probs": p.n_probs,
         "post_sampling_probs": p.post_sampling_probs,
@@ -72,6 +73,9 @@ fn settings_json(ready: &Ready, p: &GenParams) -> Value {
 fn default_params(ready: &Ready) -> GenParams {
     let mut sampler = ready.defaults.sampler.clone();
     sampler.seed = ready.defaults.seed.unwrap_or(u64::from(u32::MAX));
+    if ready.defaults.ignore_eos {
+        super::params::ban_eog(&mut sampler, &ready.tok);
+    }
     GenParams {
         sampler,
         n_predict: ready.defaults.n_predict,
@@ -79,7 +83,7 @@ fn default_params(ready: &Ready) -> GenParams {
         n_probs: 0,
         post_sampling_probs: false,
         return_progress: false,
-        ignore_eos: false,
+        ignore_eos: ready.defaults.ignore_eos,
         cache_prompt: true,
         forced: Vec::new(),
         prompt_only: false,
