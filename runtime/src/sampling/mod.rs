@@ -157,6 +157,8 @@ pub struct Sampler {
     /// The greedy pick is the penalized argmax (nothing else in force changes it), taken
     /// without filling the candidates.
     plain_greedy: bool,
+    /// Every draw leaves its candidates for [`Sampler::drawn_probs`].
+    keep_candidates: bool,
     rng: Mt19937,
     cands: Candidates,
 }
@@ -208,6 +210,7 @@ impl Sampler {
             xtc,
             pick,
             plain_greedy,
+            keep_candidates: false,
             rng: Mt19937::new(seed),
             cands: Candidates {
                 data: Vec::with_capacity(n_vocab),
@@ -226,11 +229,12 @@ impl Sampler {
     /// [`Sampler::drawn_probs`] can read what it left (llama-server's `post_sampling_probs`).
     pub fn keep_candidates(&mut self) {
         self.plain_greedy = false;
+        self.keep_candidates = true;
     }
 
-    /// Whether every draw leaves its candidates ([`Sampler::keep_candidates`]).
+    /// Whether every draw leaves its candidates ([`Sampler::keep_candidates`] was called).
     pub fn keeps_candidates(&self) -> bool {
-        !self.plain_greedy
+        self.keep_candidates
     }
 
     /// The probabilities the last [`Sampler::sample`] drew from (llama-server's
