@@ -87,7 +87,7 @@ fn run(rt: &Runtime, params: GenParams) -> Result<String, String> {
     while Instant::now() < deadline {
         match rx.try_recv() {
             Ok(Event::Token(p)) => text.push_str(&p.text),
-            Ok(Event::Started { .. }) => {}
+            Ok(Event::Started { .. } | Event::PromptProgress(_)) => {}
             Ok(Event::Done(_)) => return Ok(text),
             Ok(Event::Failed(f)) => return Err(f.message),
             Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {

@@ -75,7 +75,7 @@ fn outcome(runtime: &Runtime, params: GenParams) -> Result<(Vec<u32>, usize), St
                 }
                 ids.push(p.id);
             }
-            Ok(Event::Started { .. }) => {}
+            Ok(Event::Started { .. } | Event::PromptProgress(_)) => {}
             Ok(Event::Done(_)) => return Ok((ids, alternatives)),
             Ok(Event::Failed(f)) => return Err(f.message),
             Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {

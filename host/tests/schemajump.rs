@@ -141,7 +141,7 @@ fn answer(rt: &Runtime, prompt: &[u32], p: GenParams) -> (Vec<u32>, String, Fini
                 ids.push(piece.id);
                 text.push_str(&piece.text);
             }
-            Event::Started { .. } => {}
+            Event::Started { .. } | Event::PromptProgress(_) => {}
             Event::Done(f) => return (ids, text, f),
             Event::Failed(f) => panic!("request failed: {}", f.message),
         }
