@@ -65,6 +65,8 @@ fn free_params(tok: &Tokenizer, written: &str, seed: u32) -> GenParams {
         n_predict: Some(60),
         stop: Vec::new(),
         n_probs: 0,
+        post_sampling_probs: false,
+        return_progress: false,
         ignore_eos: false,
         cache_prompt: false,
         forced: tok.encode(written, false, true).unwrap(),
@@ -85,7 +87,7 @@ fn run(rt: &Runtime, params: GenParams) -> Result<String, String> {
     while Instant::now() < deadline {
         match rx.try_recv() {
             Ok(Event::Token(p)) => text.push_str(&p.text),
-            Ok(Event::Started { .. }) => {}
+            Ok(Event::Started { .. } | Event::PromptProgress(_)) => {}
             Ok(Event::Done(_)) => return Ok(text),
             Ok(Event::Failed(f)) => return Err(f.message),
             Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {

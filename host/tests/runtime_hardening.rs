@@ -47,6 +47,8 @@ fn greedy(n_predict: usize) -> GenParams {
         n_predict: Some(n_predict),
         stop: Vec::new(),
         n_probs: 0,
+        post_sampling_probs: false,
+        return_progress: false,
         ignore_eos: true,
         cache_prompt: false,
         forced: Vec::new(),
@@ -73,7 +75,7 @@ fn outcome(runtime: &Runtime, params: GenParams) -> Result<(Vec<u32>, usize), St
                 }
                 ids.push(p.id);
             }
-            Ok(Event::Started { .. }) => {}
+            Ok(Event::Started { .. } | Event::PromptProgress(_)) => {}
             Ok(Event::Done(_)) => return Ok((ids, alternatives)),
             Ok(Event::Failed(f)) => return Err(f.message),
             Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {

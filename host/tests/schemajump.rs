@@ -112,6 +112,8 @@ fn params(grammar: &Arc<Grammar>, seed: Option<u32>, n_predict: usize) -> GenPar
         n_predict: Some(n_predict),
         stop: Vec::new(),
         n_probs: 0,
+        post_sampling_probs: false,
+        return_progress: false,
         ignore_eos: false,
         cache_prompt: false,
         forced: Vec::new(),
@@ -139,7 +141,7 @@ fn answer(rt: &Runtime, prompt: &[u32], p: GenParams) -> (Vec<u32>, String, Fini
                 ids.push(piece.id);
                 text.push_str(&piece.text);
             }
-            Event::Started { .. } => {}
+            Event::Started { .. } | Event::PromptProgress(_) => {}
             Event::Done(f) => return (ids, text, f),
             Event::Failed(f) => panic!("request failed: {}", f.message),
         }

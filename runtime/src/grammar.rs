@@ -216,8 +216,9 @@ impl Constraint {
     }
 
     /// Picks the next token from `row`: the only admissible one (one draw of the RNG, as a
-    /// sampled token costs); else the chain's pick when the grammar admits it; else the chain
-    /// again over the masked logits.
+    /// sampled token costs; not when the sampler keeps its candidates, whose probabilities are
+    /// then those of the chain that chose it); else the chain's pick when the grammar admits
+    /// it; else the chain again over the masked logits.
     pub fn choose(&mut self, row: &[f32], sampler: &mut Sampler) -> Result<u32, String> {
         if !self.active() {
             return Ok(sampler.sample(row));
@@ -234,7 +235,7 @@ impl Constraint {
         if mask.count() == 0 {
             return Err("the grammar admits no token of this vocabulary here".into());
         }
-        if let Some(only) = mask.only() {
+        if let Some(only) = mask.only().filter(|_| !sampler.keeps_candidates()) {
             sampler.skip_draw();
             return Ok(only);
         }

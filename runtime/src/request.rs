@@ -45,6 +45,12 @@ pub struct GenParams {
     pub stop: Vec<String>,
     /// Alternatives to report per generated token with their log-probabilities (0: none).
     pub n_probs: usize,
+    /// Report how far the prompt has been evaluated: once when a slot takes the request and
+    /// after each pass that evaluates part of it (llama-server's `return_progress`).
+    pub return_progress: bool,
+    /// Report the probabilities the sampler chain drew from (its candidates after every stage)
+    /// rather than the softmax of the raw logits (llama-server's `post_sampling_probs`).
+    pub post_sampling_probs: bool,
     /// Keep generating past end-of-generation tokens.
     pub ignore_eos: bool,
     /// Reuse the slot's cached prefix.
@@ -144,9 +150,13 @@ impl StopType {
     }
 }
 
-/// Log-probabilities around one generated token.
+/// Log-probabilities around one generated token: of the softmax of the model's logits, or,
+/// with `post_sampling`, of the candidates the sampler chain drew from (none of zero
+/// probability).
 #[derive(Clone, Debug)]
 pub struct TokenProbs {
+    /// Whether these are the sampler chain's probabilities (`post_sampling_probs`).
+    pub post_sampling: bool,
     /// The generated token's log-probability.
     pub logprob: f32,
     /// The most likely tokens with their log-probabilities, in no particular order: the
@@ -197,6 +207,19 @@ pub struct Progress {
     pub prompt_ms: f64,
     /// Milliseconds since the first token.
     pub predicted_ms: f64,
+}
+
+/// How far a request's prompt has been evaluated (llama-server's `prompt_progress`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PromptProgress {
+    /// Prompt tokens.
+    pub total: usize,
+    /// Of them, those reused from a cache.
+    pub cache: usize,
+    /// Of them, those in the slot's cache now (the reused ones included).
+    pub processed: usize,
+    /// Milliseconds since the slot took the request (0 in the report before the first pass).
+    pub elapsed_ms: f64,
 }
 
 /// The end of a request, with its counts and timings.
@@ -279,6 +302,8 @@ pub enum Event {
         /// Prompt tokens reused from its cache.
         n_cached: usize,
     },
+    /// Part of the prompt was evaluated (only for requests with `return_progress`).
+    PromptProgress(PromptProgress),
     /// A generated token.
     Token(Piece),
     /// The end.

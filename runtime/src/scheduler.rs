@@ -18,7 +18,9 @@ use tokio::sync::mpsc;
 use crate::grammar::{token_trie, Constraint};
 use crate::panic::panic_message;
 use crate::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
-use crate::request::{Event, Failure, FailureKind, Job, Request, SlotAction, SlotReply};
+use crate::request::{
+    Event, Failure, FailureKind, Job, PromptProgress, Request, SlotAction, SlotReply,
+};
 use crate::sampling::Sampler;
 use crate::slot_file::SlotFile;
 use crate::status::{Shared, SlotView};
@@ -425,6 +427,9 @@ impl<'t> Scheduler<'t> {
         params.penalty_last_n = params.penalty_last_n.min(self.cfg.n_ctx_slot);
         params.dry_penalty_last_n = params.dry_penalty_last_n.min(self.cfg.n_ctx_slot);
         let mut sampler = Sampler::new(params, self.n_vocab);
+        if job.params.post_sampling_probs && job.params.n_probs > 0 {
+            sampler.keep_candidates();
+        }
         for &t in &job.prompt {
             sampler.accept(t);
         }
@@ -436,6 +441,14 @@ impl<'t> Scheduler<'t> {
             id_slot: id,
             n_cached: keep,
         });
+        if job.params.return_progress {
+            let _ = job.events.send(Event::PromptProgress(PromptProgress {
+                total: job.prompt.len(),
+                cache: keep,
+                processed: keep,
+                elapsed_ms: 0.0,
+            }));
+        }
         let stop = StopScan::new(job.params.stop.clone());
         let grammar = job.params.grammar.as_ref().map(|spec| {
             let vocab = self
@@ -789,6 +802,14 @@ impl<'t> Scheduler<'t> {
             };
             if task.next.is_empty() {
                 task.n_past += toks.len();
+                if task.job.params.return_progress {
+                    let _ = task.job.events.send(Event::PromptProgress(PromptProgress {
+                        total: task.job.prompt.len(),
+                        cache: task.n_cached,
+                        processed: task.n_past,
+                        elapsed_ms: task.started.elapsed().as_secs_f64() * 1e3,
+                    }));
+                }
                 let n = slot.cached.len();
                 let since = n - slot.checkpoints.last().map_or(0, |c| c.n);
                 if checkpoints

@@ -10,6 +10,7 @@ use std::time::Instant;
 use bloomery_text::Tokenizer;
 
 use crate::request::{Event, Failure, FailureKind, Finish, Piece, Progress, StopType, TokenProbs};
+use crate::sampling::Sampler;
 use crate::status::Counters;
 use crate::task::Task;
 
@@ -30,10 +31,22 @@ fn log_probs(logits: &[f32], id: u32, n: usize, scratch: &mut Vec<(u32, f32)>) -
         scratch.select_nth_unstable_by(n - 1, |a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
     }
     TokenProbs {
+        post_sampling: false,
         logprob: logits
             .get(id as usize)
             .map_or(f32::NEG_INFINITY, |l| l - lse),
         top: scratch[..n].iter().map(|&(i, l)| (i, l - lse)).collect(),
+    }
+}
+
+/// The probabilities the sampler drew `id` from, as log-probabilities (llama-server's
+/// `post_sampling_probs`): the `n` likeliest candidates the chain left.
+fn drawn_probs(sampler: &Sampler, id: u32, n: usize) -> TokenProbs {
+    let (p, top) = sampler.drawn_probs(id, n);
+    TokenProbs {
+        post_sampling: true,
+        logprob: p.ln(),
+        top: top.into_iter().map(|(t, p)| (t, p.ln())).collect(),
     }
 }
 
@@ -110,7 +123,13 @@ pub(crate) fn step(
         }
     };
     let n_probs = task.job.params.n_probs;
-    let probs = (n_probs > 0).then(|| log_probs(row, id, n_probs, &mut task.probs_scratch));
+    let probs = (n_probs > 0).then(|| {
+        if task.job.params.post_sampling_probs {
+            drawn_probs(&task.sampler, id, n_probs)
+        } else {
+            log_probs(row, id, n_probs, &mut task.probs_scratch)
+        }
+    });
     task.next.clear();
     task.draft = 0;
     if emit(cx, task, id, probs, first, now) {

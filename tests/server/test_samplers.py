@@ -86,7 +86,8 @@ def test_flags_set_the_defaults_props_shows(gemma3_path):
                p["dynatemp_range"])
         assert got == pytest.approx((2, 3.5, 0.5, 0.2, 1.5, 0.3))
         assert p["samplers"] == ["penalties", "top_k", "temperature"]
-        assert p["logit_bias"] == [[506, -2.0]]
+        # b11434's shape (server-task.cpp format_logit_bias).
+        assert p["logit_bias"] == [{"bias": -2.0, "token": 506}]
         a = complete(s)["content"]
         assert a == complete(s)["content"]
     finally:

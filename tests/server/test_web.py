@@ -104,6 +104,21 @@ def test_bad_page_and_cors_flags_are_named(tiny_path, tmp_path):
     assert rc != 0 and "--cors-methods" in out, out
 
 
+def test_several_host_addresses_each_serve(tiny_path):
+    # --host takes a comma-separated list, as llama-server b11434 reads it (common/arg.cpp).
+    s = Server(tiny_path, "--host", " 127.0.0.1, ::1 ")
+    try:
+        for host in ("127.0.0.1", "[::1]"):
+            r = requests.post(f"http://{host}:{s.port}/completion", json={"prompt": "x", "n_predict": 1}, timeout=60)
+            assert r.status_code == 200 and r.json()["tokens_predicted"] == 1
+    finally:
+        s.stop()
+    port = str(free_port())
+    for value, says in ((" , ", "at least one address"), ("127.0.0.1,/tmp/b.sock", "UNIX socket")):
+        rc, out = run_cli("serve", "-m", str(tiny_path), "--port", port, "--host", value)
+        assert rc != 0 and says in out, out
+
+
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory):
     """A self-signed certificate for 127.0.0.1 and its key (openssl's command line)."""

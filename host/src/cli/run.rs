@@ -245,6 +245,8 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         n_predict: usize::try_from(a.n_predict).ok(),
         stop: Vec::new(),
         n_probs: 0,
+        post_sampling_probs: false,
+        return_progress: false,
         ignore_eos: false,
         cache_prompt: false,
         forced: Vec::new(),
@@ -261,7 +263,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
                 out.write_all(piece.text.as_bytes())?;
                 out.flush()?;
             }
-            Some(Event::Started { .. }) => {}
+            Some(Event::Started { .. } | Event::PromptProgress(_)) => {}
             Some(Event::Done(f)) => break f,
             Some(Event::Failed(msg)) => bail!("{msg}"),
             None => bail!("the scheduler stopped before the request ended"),

@@ -96,7 +96,7 @@ pub struct ServeArgs {
         allow_negative_numbers = true
     )]
     pub parallel: i32,
-    /// Address to listen on.
+    /// Addresses to listen on, comma-separated (with several, `::` binds IPv6 alone).
     #[arg(long = "host", default_value = "127.0.0.1", env = "LLAMA_ARG_HOST")]
     pub host: String,
     /// Port to listen on.

@@ -164,7 +164,8 @@ fn stream_messages(
     }))
     .to_vec();
     event_stream(rx, st, prelude, |st, ev, out| match ev {
-        Event::Started { .. } => false,
+        // llama-server's Anthropic stream shows no prompt progress.
+        Event::Started { .. } | Event::PromptProgress(_) => false,
         Event::Token(p) => {
             for d in st.split.push(&p.text) {
                 emit_delta(&mut st.open, &mut st.index, &d, out);

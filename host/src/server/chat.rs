@@ -585,11 +585,16 @@ impl DeltaSplitter {
     }
 
     /// What is still held at the end: the held text's remaining calls (an unclosed last block
-    /// read as far as it goes), or the text that was not a tag after all.
+    /// read as far as it goes) and its text outside them, or the text that was not a tag after
+    /// all.
     pub fn finish(&mut self) -> Vec<Delta> {
         let mut out = Vec::new();
-        if self.held.is_some() {
+        if let (Some(held), Some(tools)) = (&self.held, &self.tools) {
+            let (rest, _) = parse_tool_calls(held, tools.parse_format(), Some(&tools.list));
             self.release_calls(&mut out, true);
+            if !rest.is_empty() {
+                out.push(Delta::Content(rest));
+            }
             return out;
         }
         if !self.buf.is_empty() {

@@ -17,7 +17,9 @@ use super::offload::heavy;
 use super::params::Fields;
 pub use super::request_log::Events;
 use super::Ready;
-use bloomery_runtime::request::{Event, Finish, GenParams, Job, Piece, Progress, Request};
+use bloomery_runtime::request::{
+    Event, Finish, GenParams, Job, Piece, Progress, PromptProgress, Request,
+};
 
 /// Queues a generation; the receiver yields its events (dropping it cancels the request) and
 /// counts its end in the request's log line.
@@ -53,19 +55,13 @@ pub fn submit(
 }
 
 /// How many completions of each prompt a request asks for: `n_cmpl`, or OpenAI's `n` when it is
-/// absent, from 1 to the slot count as llama-server holds it. More than one is answered whole
-/// only: a stream of several is a 400 naming it.
-pub fn n_cmpl(f: &Fields<'_>, n_slots: usize, stream: bool) -> Result<usize, ApiError> {
+/// absent, from 1 to the slot count as llama-server holds it.
+pub fn n_cmpl(f: &Fields<'_>, n_slots: usize) -> Result<usize, ApiError> {
     let max = n_slots.max(1) as i64;
     let n = match f.int_in("n_cmpl", 1, max)? {
         Some(n) => n,
         None => f.int_in("n", 1, max)?.unwrap_or(1),
     };
-    if n > 1 && stream {
-        return Err(ApiError::invalid(
-            "\"n_cmpl\"/\"n\" above 1 with \"stream\": several streamed completions are not implemented",
-        ));
-    }
     Ok(n as usize)
 }
 
@@ -104,7 +100,7 @@ pub async fn collect(mut rx: Events) -> Result<Outcome, ApiError> {
     let mut pieces = Vec::new();
     while let Some(e) = rx.recv().await {
         match e {
-            Event::Started { .. } => {}
+            Event::Started { .. } | Event::PromptProgress(_) => {}
             Event::Token(p) => {
                 text.push_str(&p.text);
                 pieces.push(p);
@@ -193,6 +189,27 @@ pub fn progress_timings(f: &Progress) -> Value {
     t
 }
 
+/// llama-server's `prompt_progress` object.
+pub fn prompt_progress(p: &PromptProgress) -> Value {
+    json!({
+        "total": p.total,
+        "cache": p.cache,
+        "processed": p.processed,
+        "time_ms": p.elapsed_ms as i64,
+    })
+}
+
+/// The `timings` object of a progress report (with `timings_per_token`): the prompt so far,
+/// nothing generated.
+pub fn prompt_progress_timings(p: &PromptProgress) -> Value {
+    progress_timings(&Progress {
+        n_prompt: p.processed,
+        n_cached: p.cache,
+        prompt_ms: p.elapsed_ms,
+        ..Progress::default()
+    })
+}
+
 /// A token's text and bytes as llama-server reports them.
 fn token_json(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
     let bytes = tok.token_to_piece(id, true).to_vec();
@@ -203,24 +220,32 @@ fn token_json(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
 const LARGE_TABLE: usize = 1024;
 
 /// One entry per piece that carries probabilities: the token, its bytes and logprob, and its
-/// `top_logprobs`, best first; the shape both the native and the OpenAI APIs use. A large table
-/// (a request may ask for the whole vocabulary) is built without holding up other requests.
+/// `top_logprobs`, best first; the shape both the native and the OpenAI APIs use. With
+/// `post_sampling_probs` the values are probabilities, under `prob` and `top_probs`, as
+/// llama-server names them. A large table (a request may ask for the whole vocabulary) is built
+/// without holding up other requests.
 fn prob_entries(tok: &Tokenizer, pieces: &[Piece]) -> Vec<Value> {
     let build = || {
         pieces
             .iter()
             .filter_map(|p| {
                 let pr = p.probs.as_ref()?;
+                let (value, top_key) = if pr.post_sampling {
+                    ("prob", "top_probs")
+                } else {
+                    ("logprob", "top_logprobs")
+                };
+                let shown = |lp: f32| if pr.post_sampling { lp.exp() } else { lp };
                 let (text, bytes) = token_json(tok, p.id);
                 let top: Vec<Value> = pr
                     .ranked()
                     .into_iter()
                     .map(|(id, lp)| {
                         let (t, b) = token_json(tok, id);
-                        json!({"id": id, "token": t, "bytes": b, "logprob": lp})
+                        json!({"id": id, "token": t, "bytes": b, value: shown(lp)})
                     })
                     .collect();
-                Some(json!({"id": p.id, "token": text, "bytes": bytes, "logprob": pr.logprob, "top_logprobs": top}))
+                Some(json!({"id": p.id, "token": text, "bytes": bytes, value: shown(pr.logprob), top_key: top}))
             })
             .collect()
     };
@@ -277,43 +302,88 @@ where
 /// `on_event` appends each event's frames to the pending bytes and says whether the stream ends
 /// (after `Done` or `Failed`). Events that add nothing are folded into the next frame; a closed
 /// channel ends the stream after whatever is pending.
-pub fn event_stream<S, F>(rx: Events, state: S, prelude: Vec<u8>, on_event: F) -> Response
+pub fn event_stream<S, F>(rx: Events, state: S, prelude: Vec<u8>, mut on_event: F) -> Response
 where
     S: Send + 'static,
     F: FnMut(&mut S, Event, &mut Vec<u8>) -> bool + Send + 'static,
 {
+    event_streams(vec![rx], state, prelude, b"", move |st, _, ev, out| {
+        on_event(st, ev, out)
+    })
+}
+
+/// An SSE answer driven by the events of several completions of one request (`n_cmpl`/`n`),
+/// interleaved as they come, as llama-server streams its child tasks: `on_event` gets each
+/// event with its completion's index, appends its frames and says whether that completion
+/// ended. The stream ends once every completion has ended, with `epilogue` after the last
+/// frame (OpenAI's `[DONE]`), or at the first `Failed` (its frames, no epilogue) or when the
+/// scheduler drops them all.
+pub fn event_streams<S, F>(
+    receivers: Vec<Events>,
+    state: S,
+    prelude: Vec<u8>,
+    epilogue: &'static [u8],
+    on_event: F,
+) -> Response
+where
+    S: Send + 'static,
+    F: FnMut(&mut S, usize, Event, &mut Vec<u8>) -> bool + Send + 'static,
+{
+    use futures_util::stream::{select_all, BoxStream, StreamExt};
     struct Drive<S, F> {
-        rx: Events,
+        events: futures_util::stream::SelectAll<BoxStream<'static, (usize, Event)>>,
         state: S,
         on_event: F,
         pending: Vec<u8>,
+        running: usize,
         ended: bool,
     }
+    let running = receivers.len();
+    let events = select_all(receivers.into_iter().enumerate().map(|(i, rx)| {
+        futures_util::stream::unfold(rx, move |mut rx| async move {
+            rx.recv().await.map(|e| ((i, e), rx))
+        })
+        .boxed()
+    }));
     let drive = Drive {
-        rx,
+        events,
         state,
         on_event,
         pending: prelude,
-        ended: false,
+        running,
+        ended: running == 0,
     };
-    let frames = futures_util::stream::unfold(drive, |mut d| async move {
+    let frames = futures_util::stream::unfold(drive, move |mut d| async move {
         let mut out = std::mem::take(&mut d.pending);
         while !d.ended && out.is_empty() {
-            d.ended = match d.rx.recv().await {
-                // A panic while framing an event ends this stream with an error frame.
-                Some(ev) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    (d.on_event)(&mut d.state, ev, &mut out)
-                }))
-                .unwrap_or_else(|panic| {
-                    let what = bloomery_runtime::panic_message(panic.as_ref());
-                    tracing::error!("framing a streamed event panicked: {what}");
-                    out.extend_from_slice(&sse_data(
-                        &ApiError::internal(format!("internal error: {what}")).body(),
-                    ));
-                    true
-                }),
-                None => true,
-            };
+            match d.events.next().await {
+                Some((i, ev)) => {
+                    let failed = matches!(ev, Event::Failed(_));
+                    // A panic while framing an event ends this stream with an error frame.
+                    let over = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        (d.on_event)(&mut d.state, i, ev, &mut out)
+                    }))
+                    .unwrap_or_else(|panic| {
+                        let what = bloomery_runtime::panic_message(panic.as_ref());
+                        tracing::error!("framing a streamed event panicked: {what}");
+                        out.extend_from_slice(&sse_data(
+                            &ApiError::internal(format!("internal error: {what}")).body(),
+                        ));
+                        d.ended = true;
+                        true
+                    });
+                    if failed {
+                        d.ended = true;
+                    } else if over && !d.ended {
+                        d.running -= 1;
+                        if d.running == 0 {
+                            out.extend_from_slice(epilogue);
+                            d.ended = true;
+                        }
+                    }
+                }
+                None => d.ended = true,
+            }
         }
         (!out.is_empty()).then(|| (Bytes::from(out), d))
     });

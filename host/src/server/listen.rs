@@ -30,11 +30,11 @@ pub struct Timeouts {
     pub write: Duration,
 }
 
-/// Serves `app` on `listener` (over TLS when `tls` is given) until `stop` resolves; then
+/// Serves `app` on every listener (over TLS when `tls` is given) until `stop` resolves; then
 /// accepts no more connections, lets every request in flight finish (a connection closes after
 /// its current response) and returns once all connections have closed.
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     app: Router,
     timeouts: Timeouts,
     tls: Option<TlsAcceptor>,
@@ -45,8 +45,10 @@ pub async fn serve(
     let (open_tx, open_rx) = watch::channel(());
     let mut stop = pin!(stop);
     loop {
+        let accept =
+            futures_util::future::select_all(listeners.iter().map(|l| Box::pin(l.accept())));
         let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
+            (accepted, _, _) = accept => match accepted {
                 Ok((stream, _)) => stream,
                 Err(e) => {
                     // Out of descriptors, or a connection reset before it was accepted:
@@ -81,7 +83,7 @@ pub async fn serve(
             drop(open);
         });
     }
-    drop(listener);
+    drop(listeners);
     drop(open_rx);
     let _ = stopping_tx.send(true);
     open_tx.closed().await;

@@ -4,6 +4,7 @@
 //! Anthropic).
 
 pub mod anthropic;
+pub mod bind;
 pub mod chat;
 pub mod cors;
 pub mod error;
@@ -20,11 +21,11 @@ pub mod sampler_fields;
 pub mod shutdown;
 pub mod structured;
 pub mod tls;
+pub mod tool_generic;
 pub mod tool_grammar;
 pub mod tool_parse;
 pub mod tools;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -398,16 +399,18 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
         .build()?;
     let plugin_dirs = plugin_dirs.to_vec();
     let served = rt.block_on(async move {
-        let addr: SocketAddr = format!("{}:{}", a.host, a.port)
-            .parse()
-            .with_context(|| format!("--host {} --port {}", a.host, a.port))?;
         let mut signals = shutdown::Signals::new().context("listening for SIGTERM and SIGINT")?;
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .with_context(|| format!("listening on {addr}"))?;
-        tracing::info!("listening on {scheme}://{addr} (loading the model)");
+        let bound = bind::bind_all(&bind::hosts(&a.host)?, a.port).await?;
+        let urls: Vec<String> = bound
+            .iter()
+            .map(|(_, addr)| format!("{scheme}://{addr}"))
+            .collect();
+        let addr = bound[0].1;
+        let listeners = bound.into_iter().map(|(l, _)| l).collect();
+        tracing::info!("listening on {} (loading the model)", urls.join(", "));
         eprintln!(
-            "bloomery: listening on {scheme}://{addr}; loading {}",
+            "bloomery: listening on {}; loading {}",
+            urls.join(", "),
             a.model.display()
         );
         match &state.page {
@@ -437,7 +440,7 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let app = router(Arc::clone(&state), cors);
-        let mut http = std::pin::pin!(listen::serve(listener, app, timeouts, tls, async {
+        let mut http = std::pin::pin!(listen::serve(listeners, app, timeouts, tls, async {
             let _ = stop_rx.await;
         }));
         tokio::select! {

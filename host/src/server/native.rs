@@ -12,7 +12,7 @@ use axum::Json;
 use serde_json::{json, Map, Value};
 
 use super::error::ApiError;
-use super::gen::{self, collect, native_probs, sse_data, submit, timings};
+use super::gen::{self, collect, native_probs, sse_data, timings};
 use super::params::{gen_params, Fields};
 use super::{chat, parse_body, AppRef, Ready};
 use bloomery_runtime::request::{Event, Finish, GenParams, Request, SlotAction, SlotCommand};
@@ -58,9 +58,11 @@ fn settings_json(ready: &Ready, p: &GenParams) -> Value {
         "mirostat_eta": s.mirostat_eta,
         "adaptive_target": s.adaptive_target,
         "adaptive_decay": s.adaptive_decay,
-        "logit_bias": s.logit_bias.iter().map(|&(t, b)| json!([t, if b.is_finite() { json!(b) } else { json!(false) }])).collect::<Vec<_>>(),
+        // llama-server's shape: a negative infinity (a banned token) is JSON's null.
+        "logit_bias": s.logit_bias.iter().map(|&(t, b)| json!({"bias": if b.is_finite() { json!(b) } else { Value::Null }, "token": t})).collect::<Vec<_>>(),
         "stop": p.stop,
         "n_probs": p.n_probs,
+        "post_sampling_probs": p.post_sampling_probs,
         "ignore_eos": p.ignore_eos,
         "cache_prompt": p.cache_prompt,
         "n_ctx": ready.n_ctx_slot,
@@ -71,12 +73,17 @@ fn settings_json(ready: &Ready, p: &GenParams) -> Value {
 fn default_params(ready: &Ready) -> GenParams {
     let mut sampler = ready.defaults.sampler.clone();
     sampler.seed = ready.defaults.seed.unwrap_or(u64::from(u32::MAX));
+    if ready.defaults.ignore_eos {
+        super::params::ban_eog(&mut sampler, &ready.tok);
+    }
     GenParams {
         sampler,
         n_predict: ready.defaults.n_predict,
         stop: Vec::new(),
         n_probs: 0,
-        ignore_eos: false,
+        post_sampling_probs: false,
+        return_progress: false,
+        ignore_eos: ready.defaults.ignore_eos,
         cache_prompt: true,
         forced: Vec::new(),
         prompt_only: false,
@@ -731,28 +738,22 @@ async fn run_native(
     let return_tokens = f.bool("return_tokens")?.unwrap_or(false);
     let fields = f.strings("response_fields")?;
     let slot = id_slot(f, ready.n_slots)?;
-    if stream {
-        gen::n_cmpl(f, ready.n_slots, stream)?;
-        if prompts.len() != 1 {
-            return Err(ApiError::invalid("streaming takes one prompt"));
-        }
-        let prompt = prompts.into_iter().next().unwrap_or_default();
-        let rx = submit(&ready, prompt.clone(), params.clone(), slot)?;
-        let timings_per_token = f.bool("timings_per_token")?.unwrap_or(false);
-        return Ok(native_stream(ready, params, prompt, rx, timings_per_token));
-    }
-    // Each prompt `n_cmpl` times, in prompt order.
-    let n = gen::n_cmpl(f, ready.n_slots, stream)?;
+    // Each prompt `n_cmpl` times, in prompt order (llama-server's task indices).
+    let n = gen::n_cmpl(f, ready.n_slots)?;
     let mut receivers = Vec::new();
     for p in &prompts {
         for rx in gen::submit_n(&ready, p, &params, slot, n)? {
-            receivers.push((p, rx));
+            receivers.push((p.clone(), rx));
         }
+    }
+    if stream {
+        let timings_per_token = f.bool("timings_per_token")?.unwrap_or(false);
+        return Ok(native_stream(ready, params, receivers, timings_per_token));
     }
     let mut results = Vec::new();
     for (i, (prompt, rx)) in receivers.into_iter().enumerate() {
         let out = collect(rx).await?;
-        let mut v = final_json(&ready, &params, prompt, &out, return_tokens);
+        let mut v = final_json(&ready, &params, &prompt, &out, return_tokens);
         v["index"] = json!(i);
         results.push(filter_fields(v, &fields));
     }
@@ -763,65 +764,96 @@ async fn run_native(
     })
 }
 
-/// The native stream: a partial chunk per token, then the full object with `stop: true`.
+/// The native stream: a partial chunk per token, then the full object with `stop: true`, for
+/// each completion (prompts times `n_cmpl`), interleaved as they come, each chunk with its
+/// completion's `index`, as llama-server streams its tasks.
 fn native_stream(
     ready: Arc<Ready>,
     params: GenParams,
-    prompt: Vec<u32>,
-    rx: gen::Events,
+    receivers: Vec<(Vec<u32>, gen::Events)>,
     timings_per_token: bool,
 ) -> Response {
-    struct St {
+    /// One completion's stream so far.
+    struct One {
+        prompt: Vec<u32>,
         text: String,
         pieces: Vec<bloomery_runtime::request::Piece>,
         id_slot: usize,
     }
-    let st = St {
-        text: String::new(),
-        pieces: Vec::new(),
-        id_slot: 0,
-    };
-    gen::event_stream(rx, st, Vec::new(), move |st, ev, out| match ev {
-        Event::Started { id_slot, .. } => {
-            st.id_slot = id_slot;
-            false
-        }
-        Event::Token(p) => {
-            st.text.push_str(&p.text);
-            let mut chunk = json!({
-                "index": 0,
-                "content": p.text,
-                "tokens": [p.id],
-                "stop": false,
-                "id_slot": st.id_slot,
-                "tokens_predicted": st.pieces.len() + 1,
-                "tokens_evaluated": prompt.len(),
-            });
-            if params.n_probs > 0 {
-                chunk["completion_probabilities"] =
-                    native_probs(&ready.tok, std::slice::from_ref(&p));
-            }
-            if timings_per_token {
-                chunk["timings"] = gen::progress_timings(&p.so_far);
-            }
-            st.pieces.push(p);
-            out.extend_from_slice(&sse_data(&chunk));
-            false
-        }
-        Event::Done(finish) => {
-            let done = gen::Outcome {
-                text: std::mem::take(&mut st.text),
-                pieces: std::mem::take(&mut st.pieces),
-                finish,
+    let (all, receivers): (Vec<One>, Vec<gen::Events>) = receivers
+        .into_iter()
+        .map(|(prompt, rx)| {
+            let one = One {
+                prompt,
+                text: String::new(),
+                pieces: Vec::new(),
+                id_slot: 0,
             };
-            let mut v = final_json(&ready, &params, &prompt, &done, false);
-            v["content"] = json!("");
-            out.extend_from_slice(&sse_data(&v));
-            true
-        }
-        Event::Failed(failure) => {
-            out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
-            true
+            (one, rx)
+        })
+        .unzip();
+    gen::event_streams(receivers, all, Vec::new(), b"", move |all, i, ev, out| {
+        let st = &mut all[i];
+        match ev {
+            Event::Started { id_slot, .. } => {
+                st.id_slot = id_slot;
+                false
+            }
+            Event::PromptProgress(pp) => {
+                let mut chunk = json!({
+                    "index": i,
+                    "content": "",
+                    "tokens": [],
+                    "stop": false,
+                    "id_slot": st.id_slot,
+                    "tokens_predicted": 0,
+                    "tokens_evaluated": st.prompt.len(),
+                    "prompt_progress": gen::prompt_progress(&pp),
+                });
+                if timings_per_token {
+                    chunk["timings"] = gen::prompt_progress_timings(&pp);
+                }
+                out.extend_from_slice(&sse_data(&chunk));
+                false
+            }
+            Event::Token(p) => {
+                st.text.push_str(&p.text);
+                let mut chunk = json!({
+                    "index": i,
+                    "content": p.text,
+                    "tokens": [p.id],
+                    "stop": false,
+                    "id_slot": st.id_slot,
+                    "tokens_predicted": st.pieces.len() + 1,
+                    "tokens_evaluated": st.prompt.len(),
+                });
+                if params.n_probs > 0 {
+                    chunk["completion_probabilities"] =
+                        native_probs(&ready.tok, std::slice::from_ref(&p));
+                }
+                if timings_per_token {
+                    chunk["timings"] = gen::progress_timings(&p.so_far);
+                }
+                st.pieces.push(p);
+                out.extend_from_slice(&sse_data(&chunk));
+                false
+            }
+            Event::Done(finish) => {
+                let done = gen::Outcome {
+                    text: std::mem::take(&mut st.text),
+                    pieces: std::mem::take(&mut st.pieces),
+                    finish,
+                };
+                let mut v = final_json(&ready, &params, &st.prompt, &done, false);
+                v["content"] = json!("");
+                v["index"] = json!(i);
+                out.extend_from_slice(&sse_data(&v));
+                true
+            }
+            Event::Failed(failure) => {
+                out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
+                true
+            }
         }
     })
 }
@@ -941,28 +973,17 @@ pub async fn apply_template(
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let ready = state.ready()?;
-    let enable_thinking = state.args.reasoning_budget != 0;
+    let st = Arc::clone(&state);
     state
         .cpu
         .run(move || {
             let body = parse_body(&body)?;
             let f = Fields::of(&body)?;
             let messages = chat::openai_messages(f.get("messages").unwrap_or(&Value::Null))?;
-            let tools = chat::tools(f.get("tools"))?;
-            let kwargs = chat::template_kwargs(&f)?;
-            let p = chat::render(
-                &ready.template,
-                &ready.tok,
-                &messages,
-                tools,
-                &kwargs,
-                chat::RenderSwitches {
-                    enable_thinking,
-                    add_generation_prompt: f.bool("add_generation_prompt")?.unwrap_or(true),
-                },
-                |_| Ok(()),
-            )?;
-            Ok(Json(json!({ "prompt": p.text })))
+            // The prompt a chat request would run (tools a template never renders included).
+            let job =
+                super::openai::prepare_chat(&st, &ready, &f, &messages, f.get("tools"), false)?;
+            Ok(Json(json!({ "prompt": job.prompt.text })))
         })
         .await
 }

@@ -11,12 +11,14 @@ use serde_json::{json, Value};
 use super::chat::{self, ChatPrompt, Delta, DeltaSplitter, OfferedTools};
 use super::error::ApiError;
 use super::gen::{
-    collect, collect_all, event_stream, n_cmpl, openai_logprobs, progress_timings, random_id,
-    sse_data, submit, submit_n, timings, unix_now, Outcome,
+    collect, collect_all, event_stream, event_streams, n_cmpl, openai_logprobs, progress_timings,
+    prompt_progress, prompt_progress_timings, random_id, sse_data, submit, submit_n, timings,
+    unix_now, Outcome,
 };
 use super::native::{check_fits, fewest_tokens, finish_reason, id_slot, ok, prompts};
 use super::params::{gen_params, Fields, I32_MAX};
 use super::structured;
+use super::tool_generic;
 use super::tool_parse::ToolCall;
 use super::tools::ToolFormat;
 use super::{parse_body, AppRef, AppState, Ready};
@@ -77,18 +79,30 @@ pub fn prepare_chat(
         ));
     }
     let tools = chat::tools(tools)?.filter(|_| offered);
-    // A template that never reads `tools` would drop them without a word.
-    let offers_tools = tools
-        .and_then(Value::as_array)
-        .is_some_and(|list| !list.is_empty());
-    if to_run && offers_tools && !ready.template_source.contains("tools") {
-        return Err(ApiError::invalid(
-            "\"tools\": this model's chat template does not render tools, and llama-server's handling of such templates is not implemented",
-        ));
-    }
     if tools.is_some() && !state.args.jinja() {
         return Err(ApiError::invalid("tools param requires --jinja flag"));
     }
+    // A template that never reads `tools` would drop them without a word: they are described
+    // in the system message instead, and the reply is a JSON object of calls or an answer.
+    let offers_tools = tools
+        .and_then(Value::as_array)
+        .is_some_and(|list| !list.is_empty());
+    let generic = offers_tools && !tool_generic::renders_tools(&ready.template_source);
+    let described;
+    let messages = match tools {
+        Some(list) if generic => {
+            let choice = super::tools::choice(f)?;
+            let parallel = super::tools::parallel(f)?;
+            described = tool_generic::with_tools_described(messages, list, &choice, parallel)?;
+            &described
+        }
+        _ => messages,
+    };
+    let format = if generic {
+        Some(ToolFormat::GenericJson)
+    } else {
+        ToolFormat::of_template(&ready.template_source)
+    };
     let kwargs = chat::template_kwargs(f)?;
     let reasoning = match f.str("reasoning_format")? {
         Some(v) => parse_reasoning(v).map_err(|e| ApiError::invalid(e.to_string()))?,
@@ -117,7 +131,7 @@ pub fn prepare_chat(
         prompt,
         tools: tools.map(|list| OfferedTools {
             list: list.clone(),
-            format: ToolFormat::of_template(&ready.template_source),
+            format,
         }),
         reasoning,
     })
@@ -189,19 +203,16 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
     let slot = id_slot(&f, ready.n_slots)?;
     let stream = f.bool("stream")?.unwrap_or(false);
-    let n = n_cmpl(&f, ready.n_slots, stream)?;
-    let mut receivers = submit_n(&ready, &job.prompt.tokens, &params, slot, n)?.into_iter();
+    let n = n_cmpl(&f, ready.n_slots)?;
+    let receivers = submit_n(&ready, &job.prompt.tokens, &params, slot, n)?;
     if stream {
         let usage = include_usage(&f)?;
         let per_token = f.bool("timings_per_token")?.unwrap_or(false);
-        let rx = receivers
-            .next()
-            .ok_or_else(|| ApiError::internal("no completion queued"))?;
         return Ok(chat_stream(
             ready,
             job,
             model,
-            rx,
+            receivers,
             n_probs > 0,
             usage,
             per_token,
@@ -266,34 +277,25 @@ fn include_usage(f: &Fields<'_>) -> Result<bool, ApiError> {
 }
 
 /// The chat stream: role chunk, deltas, finish chunk, the usage chunk when `include_usage`
-/// asks for it, `[DONE]`; the last chunk carries the timings.
+/// asks for it, for each choice (`n`), interleaved as they come, each chunk with its choice's
+/// `index`, as llama-server streams its tasks; then `[DONE]`. A choice's last chunk carries
+/// its timings.
 fn chat_stream(
     ready: Arc<Ready>,
     job: ChatJob,
     model: String,
-    rx: super::gen::Events,
+    receivers: Vec<super::gen::Events>,
     logprobs: bool,
     include_usage: bool,
     timings_per_token: bool,
 ) -> Response {
-    struct St {
-        ready: Arc<Ready>,
+    /// One choice's stream so far.
+    struct Choice {
         split: DeltaSplitter,
-        head: Value,
         /// Tool calls streamed so far.
         calls: usize,
     }
-    impl St {
-        /// One `chat.completion.chunk` frame with these choices (and timings, when given).
-        fn chunk(&self, out: &mut Vec<u8>, choices: Value, timings: Option<Value>) {
-            let mut c = self.head.clone();
-            c["choices"] = choices;
-            if let Some(t) = timings {
-                c["timings"] = t;
-            }
-            out.extend_from_slice(&sse_data(&c));
-        }
-
+    impl Choice {
         /// A part's `delta` objects: a tool call is its id and name, then its arguments.
         fn deltas(&mut self, d: &Delta) -> Vec<Value> {
             match d {
@@ -311,6 +313,22 @@ fn chat_stream(
             }
         }
     }
+    struct St {
+        ready: Arc<Ready>,
+        head: Value,
+        choices: Vec<Choice>,
+    }
+    impl St {
+        /// One `chat.completion.chunk` frame with these choices (and timings, when given).
+        fn chunk(&self, out: &mut Vec<u8>, choices: Value, timings: Option<Value>) {
+            let mut c = self.head.clone();
+            c["choices"] = choices;
+            if let Some(t) = timings {
+                c["timings"] = t;
+            }
+            out.extend_from_slice(&sse_data(&c));
+        }
+    }
     let head = json!({
         "id": random_id("chatcmpl-"),
         "created": unix_now(),
@@ -318,63 +336,96 @@ fn chat_stream(
         "system_fingerprint": FINGERPRINT,
         "object": "chat.completion.chunk",
     });
-    let split = DeltaSplitter::new(job.prompt.starts_in_thinking, job.reasoning, job.tools);
+    let choices = (0..receivers.len())
+        .map(|_| Choice {
+            split: DeltaSplitter::new(
+                job.prompt.starts_in_thinking,
+                job.reasoning,
+                job.tools.clone(),
+            ),
+            calls: 0,
+        })
+        .collect();
     let st = St {
         ready,
-        split,
         head,
-        calls: 0,
+        choices,
     };
     let mut prelude = Vec::new();
-    st.chunk(
-        &mut prelude,
-        json!([{"finish_reason": null, "index": 0, "delta": {"role": "assistant", "content": null}}]),
-        None,
-    );
-    event_stream(rx, st, prelude, move |st, ev, out| match ev {
-        Event::Started { .. } => false,
-        Event::Token(p) => {
-            let parts = st.split.push(&p.text);
-            let deltas: Vec<Value> = parts.iter().flat_map(|d| st.deltas(d)).collect();
-            let last = deltas.len().saturating_sub(1);
-            for (i, delta) in deltas.into_iter().enumerate() {
-                let mut choice = json!({"finish_reason": null, "index": 0, "delta": delta});
-                if logprobs && i == 0 {
-                    choice["logprobs"] = openai_logprobs(&st.ready.tok, std::slice::from_ref(&p));
+    for i in 0..receivers.len() {
+        st.chunk(
+            &mut prelude,
+            json!([{"finish_reason": null, "index": i, "delta": {"role": "assistant", "content": null}}]),
+            None,
+        );
+    }
+    let done: &[u8] = b"data: [DONE]\n\n";
+    event_streams(
+        receivers,
+        st,
+        prelude,
+        done,
+        move |st, i, ev, out| match ev {
+            Event::Started { .. } => false,
+            Event::PromptProgress(pp) => {
+                // As llama-server: a role delta that carries the progress.
+                let mut c = st.head.clone();
+                c["choices"] = json!([{"finish_reason": null, "index": i, "delta": {"role": "assistant", "content": null}}]);
+                if timings_per_token {
+                    c["timings"] = prompt_progress_timings(&pp);
                 }
-                // As llama-server: the token's last chunk carries the timings so far.
-                let timings = (timings_per_token && i == last).then(|| progress_timings(&p.so_far));
-                st.chunk(out, json!([choice]), timings);
+                c["prompt_progress"] = prompt_progress(&pp);
+                out.extend_from_slice(&sse_data(&c));
+                false
             }
-            false
-        }
-        Event::Done(f) => {
-            let parts = st.split.finish();
-            for delta in parts.iter().flat_map(|d| st.deltas(d)).collect::<Vec<_>>() {
-                st.chunk(
-                    out,
-                    json!([{"finish_reason": null, "index": 0, "delta": delta}]),
-                    None,
-                );
+            Event::Token(p) => {
+                let choice = &mut st.choices[i];
+                let parts = choice.split.push(&p.text);
+                let deltas: Vec<Value> = parts.iter().flat_map(|d| choice.deltas(d)).collect();
+                let last = deltas.len().saturating_sub(1);
+                for (j, delta) in deltas.into_iter().enumerate() {
+                    let mut c = json!({"finish_reason": null, "index": i, "delta": delta});
+                    if logprobs && j == 0 {
+                        c["logprobs"] = openai_logprobs(&st.ready.tok, std::slice::from_ref(&p));
+                    }
+                    // As llama-server: the token's last chunk carries the timings so far.
+                    let timings =
+                        (timings_per_token && j == last).then(|| progress_timings(&p.so_far));
+                    st.chunk(out, json!([c]), timings);
+                }
+                false
             }
-            let mut last = st.head.clone();
-            last["choices"] = json!([{"finish_reason": finish_reason(&f, st.split.called()), "index": 0, "delta": {}}]);
-            if include_usage {
+            Event::Done(f) => {
+                let choice = &mut st.choices[i];
+                let parts = choice.split.finish();
+                let deltas: Vec<Value> = parts.iter().flat_map(|d| choice.deltas(d)).collect();
+                let called = choice.split.called();
+                for delta in deltas {
+                    st.chunk(
+                        out,
+                        json!([{"finish_reason": null, "index": i, "delta": delta}]),
+                        None,
+                    );
+                }
+                let mut last = st.head.clone();
+                last["choices"] =
+                    json!([{"finish_reason": finish_reason(&f, called), "index": i, "delta": {}}]);
+                if include_usage {
+                    out.extend_from_slice(&sse_data(&last));
+                    last = st.head.clone();
+                    last["choices"] = json!([]);
+                    last["usage"] = usage(&f);
+                }
+                last["timings"] = timings(&f);
                 out.extend_from_slice(&sse_data(&last));
-                last = st.head.clone();
-                last["choices"] = json!([]);
-                last["usage"] = usage(&f);
+                true
             }
-            last["timings"] = timings(&f);
-            out.extend_from_slice(&sse_data(&last));
-            out.extend_from_slice(b"data: [DONE]\n\n");
-            true
-        }
-        Event::Failed(failure) => {
-            out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
-            true
-        }
-    })
+            Event::Failed(failure) => {
+                out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
+                true
+            }
+        },
+    )
 }
 
 /// POST /v1/completions.
@@ -400,20 +451,17 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
     let stream = f.bool("stream")?.unwrap_or(false);
-    let n = n_cmpl(&f, ready.n_slots, stream)?;
+    let n = n_cmpl(&f, ready.n_slots)?;
     let slot = id_slot(&f, ready.n_slots)?;
-    let mut receivers = submit_n(&ready, &prompt, &params, slot, n)?.into_iter();
+    let receivers = submit_n(&ready, &prompt, &params, slot, n)?;
     let id = random_id("cmpl-");
     if stream {
-        let rx = receivers
-            .next()
-            .ok_or_else(|| ApiError::internal("no completion queued"))?;
         let per_token = f.bool("timings_per_token")?.unwrap_or(false);
         return Ok(completions_stream(
             ready,
             id,
             model,
-            rx,
+            receivers,
             n_probs > 0,
             per_token,
         ));
@@ -444,19 +492,32 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
     })))
 }
 
+/// The text completion stream: a chunk per token and a finish chunk with the usage for each
+/// choice (`n`), interleaved as they come, each with its choice's `index`; then `[DONE]`.
 fn completions_stream(
     ready: Arc<Ready>,
     id: String,
     model: String,
-    rx: super::gen::Events,
+    receivers: Vec<super::gen::Events>,
     logprobs: bool,
     timings_per_token: bool,
 ) -> Response {
     let head = json!({"id": id, "created": unix_now(), "model": model, "system_fingerprint": FINGERPRINT, "object": "text_completion"});
-    event_stream(rx, (), Vec::new(), move |_, ev, out| {
+    let done: &[u8] = b"data: [DONE]\n\n";
+    event_streams(receivers, (), Vec::new(), done, move |_, i, ev, out| {
         let mut c = head.clone();
         match ev {
             Event::Started { .. } => false,
+            Event::PromptProgress(pp) => {
+                c["choices"] =
+                    json!([{"text": "", "index": i, "logprobs": null, "finish_reason": null}]);
+                if timings_per_token {
+                    c["timings"] = prompt_progress_timings(&pp);
+                }
+                c["prompt_progress"] = prompt_progress(&pp);
+                out.extend_from_slice(&sse_data(&c));
+                false
+            }
             Event::Token(p) => {
                 let lp = if logprobs {
                     openai_logprobs(&ready.tok, std::slice::from_ref(&p))
@@ -464,7 +525,7 @@ fn completions_stream(
                     Value::Null
                 };
                 c["choices"] =
-                    json!([{"text": p.text, "index": 0, "logprobs": lp, "finish_reason": null}]);
+                    json!([{"text": p.text, "index": i, "logprobs": lp, "finish_reason": null}]);
                 if timings_per_token {
                     c["timings"] = progress_timings(&p.so_far);
                 }
@@ -472,11 +533,10 @@ fn completions_stream(
                 false
             }
             Event::Done(f) => {
-                c["choices"] = json!([{"text": "", "index": 0, "logprobs": null, "finish_reason": finish_reason(&f, false)}]);
+                c["choices"] = json!([{"text": "", "index": i, "logprobs": null, "finish_reason": finish_reason(&f, false)}]);
                 c["usage"] = usage(&f);
                 c["timings"] = timings(&f);
                 out.extend_from_slice(&sse_data(&c));
-                out.extend_from_slice(b"data: [DONE]\n\n");
                 true
             }
             Event::Failed(failure) => {
@@ -592,7 +652,8 @@ pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Respo
             Some(&out.finish),
         )));
     }
-    Ok(responses_stream(ids, job, rx))
+    let timings_per_token = f.bool("timings_per_token")?.unwrap_or(false);
+    Ok(responses_stream(ids, job, rx, timings_per_token))
 }
 
 /// The ids a Responses answer repeats.
@@ -621,7 +682,12 @@ impl RespIds {
 }
 
 /// The Responses event stream: created, item and part added, text deltas, done, completed.
-fn responses_stream(ids: RespIds, job: ChatJob, rx: super::gen::Events) -> Response {
+fn responses_stream(
+    ids: RespIds,
+    job: ChatJob,
+    rx: super::gen::Events,
+    timings_per_token: bool,
+) -> Response {
     struct St {
         ids: RespIds,
         split: DeltaSplitter,
@@ -635,17 +701,25 @@ fn responses_stream(ids: RespIds, job: ChatJob, rx: super::gen::Events) -> Respo
             self.seq += 1;
             out.extend_from_slice(&super::gen::sse_event(name, &v));
         }
-        fn deltas(&mut self, out: &mut Vec<u8>, ds: Vec<Delta>) {
-            for d in ds {
-                if let Delta::Content(c) = d {
-                    self.text.push_str(&c);
-                    let msg = self.ids.msg.clone();
-                    self.ev(
-                        out,
-                        "response.output_text.delta",
-                        json!({"output_index": 0, "content_index": 0, "item_id": msg, "delta": c}),
-                    );
+        /// A text delta event per content part; the last one carries `timings` when given.
+        fn deltas(&mut self, out: &mut Vec<u8>, ds: Vec<Delta>, timings: Option<Value>) {
+            let texts: Vec<String> = ds
+                .into_iter()
+                .filter_map(|d| match d {
+                    Delta::Content(c) => Some(c),
+                    _ => None,
+                })
+                .collect();
+            let last = texts.len().saturating_sub(1);
+            for (i, c) in texts.into_iter().enumerate() {
+                self.text.push_str(&c);
+                let msg = self.ids.msg.clone();
+                let mut v =
+                    json!({"output_index": 0, "content_index": 0, "item_id": msg, "delta": c});
+                if let Some(t) = timings.as_ref().filter(|_| i == last) {
+                    v["timings"] = t.clone();
                 }
+                self.ev(out, "response.output_text.delta", v);
             }
         }
     }
@@ -666,16 +740,27 @@ fn responses_stream(ids: RespIds, job: ChatJob, rx: super::gen::Events) -> Respo
     );
     st.ev(&mut prelude, "response.output_item.added", json!({"output_index": 0, "item": {"type": "message", "id": msg, "status": "in_progress", "role": "assistant", "content": []}}));
     st.ev(&mut prelude, "response.content_part.added", json!({"output_index": 0, "content_index": 0, "item_id": msg, "part": {"type": "output_text", "text": "", "annotations": []}}));
-    event_stream(rx, st, prelude, |st, ev, out| match ev {
+    event_stream(rx, st, prelude, move |st, ev, out| match ev {
         Event::Started { .. } => false,
+        Event::PromptProgress(pp) => {
+            // As llama-server: an in-progress event that carries the progress.
+            let mut v = json!({"response": st.ids.response("in_progress", "", None)});
+            if timings_per_token {
+                v["timings"] = prompt_progress_timings(&pp);
+            }
+            v["prompt_progress"] = prompt_progress(&pp);
+            st.ev(out, "response.in_progress", v);
+            false
+        }
         Event::Token(p) => {
             let ds = st.split.push(&p.text);
-            st.deltas(out, ds);
+            let t = timings_per_token.then(|| progress_timings(&p.so_far));
+            st.deltas(out, ds, t);
             false
         }
         Event::Done(fin) => {
             let ds = st.split.finish();
-            st.deltas(out, ds);
+            st.deltas(out, ds, None);
             let (msg, text) = (st.ids.msg.clone(), st.text.clone());
             st.ev(
                 out,
@@ -683,7 +768,11 @@ fn responses_stream(ids: RespIds, job: ChatJob, rx: super::gen::Events) -> Respo
                 json!({"output_index": 0, "content_index": 0, "item_id": msg, "text": text}),
             );
             let done = st.ids.response("completed", &text, Some(&fin));
-            st.ev(out, "response.completed", json!({"response": done}));
+            st.ev(
+                out,
+                "response.completed",
+                json!({"response": done, "timings": timings(&fin)}),
+            );
             true
         }
         Event::Failed(failure) => {

@@ -170,6 +170,10 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         .and_then(|ms| u64::try_from(ms).ok())
         .filter(|&ms| ms > 0);
     refuse_unbuilt(f)?;
+    let ignore_eos = f.bool("ignore_eos")?.unwrap_or(d.ignore_eos);
+    if ignore_eos {
+        ban_eog(&mut s, &d.tok);
+    }
     let mut stop = f.strings("stop")?;
     stop.extend(f.strings("stop_sequences")?);
     Ok(GenParams {
@@ -177,7 +181,11 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         n_predict: limit,
         stop,
         n_probs,
-        ignore_eos: f.bool("ignore_eos")?.unwrap_or(d.ignore_eos),
+        post_sampling_probs: f.bool("post_sampling_probs")?.unwrap_or(false),
+        // Only a stream shows it, as llama-server sends progress only in a stream.
+        return_progress: f.bool("return_progress")?.unwrap_or(false)
+            && f.bool("stream")?.unwrap_or(false),
+        ignore_eos,
         cache_prompt: f.bool("cache_prompt")?.unwrap_or(d.cache_prompt),
         forced: Vec::new(),
         prompt_only: false,
@@ -187,20 +195,17 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
     })
 }
 
+/// `ignore_eos` as llama-server applies it: every end-of-generation token banned by a logit
+/// bias of negative infinity, after the request's own biases (`generation_settings` lists them).
+pub fn ban_eog(s: &mut SamplerParams, tok: &Tokenizer) {
+    s.logit_bias
+        .extend(tok.eog_ids().into_iter().map(|id| (id, f32::NEG_INFINITY)));
+}
+
 /// llama-server's request switches bloomery has not built: `true` is a 400 naming the field,
 /// never accepted and ignored (`false` asks for what bloomery does).
 fn refuse_unbuilt(f: &Fields<'_>) -> Result<(), ApiError> {
-    for (key, what) in [
-        (
-            "post_sampling_probs",
-            "probabilities after the sampling chain are not implemented",
-        ),
-        (
-            "return_progress",
-            "prompt progress events are not implemented",
-        ),
-        ("verbose", "the __verbose debug object is not implemented"),
-    ] {
+    for (key, what) in [("verbose", "the __verbose debug object is not implemented")] {
         if f.bool(key)? == Some(true) {
             return Err(ApiError::invalid(format!("\"{key}\": {what}")));
         }

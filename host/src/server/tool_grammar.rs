@@ -57,6 +57,7 @@ pub fn calls_gbnf(
             lit(SOLAR_FRAME[0]),
             lit(SOLAR_FRAME[1])
         ),
+        ToolFormat::GenericJson => return Err(generic()),
     };
     let root = if think {
         let span = rules.until("</think>");
@@ -69,9 +70,15 @@ pub fn calls_gbnf(
     Ok(gbnf)
 }
 
+/// A generic reply is one JSON object, whose grammar `tool_generic.rs` writes from a schema.
+fn generic() -> ApiError {
+    ApiError::internal("a generic tool reply's grammar comes from tool_generic, not tool_grammar")
+}
+
 /// One call of `t` as `format` writes it.
 fn call(rules: &mut Rules, format: ToolFormat, t: &Tool<'_>) -> Result<String, ApiError> {
     Ok(match format {
+        ToolFormat::GenericJson => return Err(generic()),
         ToolFormat::HermesJson => {
             let head = format!(
                 "<tool_call>\n{{\"name\": {}, \"arguments\": ",

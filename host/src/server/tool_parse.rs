@@ -74,6 +74,13 @@ fn scan(content: &str, format: ToolFormat, tools: Option<&Value>) -> Scan {
             let close = format!("</{}", &open[1..]);
             blocks(content, open, &close, |b, _| dsml_calls(b))
         }
+        ToolFormat::GenericJson => {
+            let (content, calls) = super::tool_generic::parse(content);
+            Scan {
+                content,
+                calls: calls.into_iter().map(|c| (c, true)).collect(),
+            }
+        }
         ToolFormat::Solar => {
             let mut s = blocks(content, SOLAR_OPEN, SOLAR_CLOSE, |b, _| {
                 solar_call(b).map(|c| vec![c])

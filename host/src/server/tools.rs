@@ -31,6 +31,9 @@ pub enum ToolFormat {
     DeepSeekDsml,
     /// `<|tool_call:begin|>ID<|tool_call:name|>NAME<|tool_call:args|>{json}<|tool_call:end|>`.
     Solar,
+    /// A template that never renders tools: bloomery's own reply, one JSON object of calls or
+    /// an answer (`tool_generic.rs`).
+    GenericJson,
 }
 
 impl ToolFormat {
@@ -63,6 +66,8 @@ impl ToolFormat {
             ToolFormat::HermesJson | ToolFormat::QwenXml | ToolFormat::GlmXml => &["<tool_call>"],
             ToolFormat::DeepSeekDsml => &[DSML_OPEN, DSML_V32_OPEN],
             ToolFormat::Solar => &[SOLAR_FRAME[0], SOLAR_OPEN],
+            // The whole reply is the object.
+            ToolFormat::GenericJson => &["{"],
         }
     }
 
@@ -98,12 +103,13 @@ impl ToolFormat {
                 "<|tool_call:args|>",
                 "<|tool_call:end|>",
             ],
+            ToolFormat::GenericJson => &[],
         }
     }
 
     /// Whether the family thinks inside `<think>…</think>` (Solar has its own markers).
     pub fn thinks_in_tags(self) -> bool {
-        self != ToolFormat::Solar
+        !matches!(self, ToolFormat::Solar | ToolFormat::GenericJson)
     }
 }
 
@@ -205,6 +211,9 @@ pub fn grammar(
             t
         }
     };
+    if format == Some(ToolFormat::GenericJson) {
+        return super::tool_generic::grammar(tools, choice, parallel).map(Some);
+    }
     let Some(format) = format else {
         if *choice == Choice::Auto {
             return Ok(None);

@@ -154,8 +154,11 @@ pub struct Sampler {
     dry: Option<Dry>,
     xtc: Option<Xtc>,
     pick: Pick,
-    /// The greedy pick is the penalized argmax (nothing else in force changes it).
+    /// The greedy pick is the penalized argmax (nothing else in force changes it), taken
+    /// without filling the candidates.
     plain_greedy: bool,
+    /// Every draw leaves its candidates for [`Sampler::drawn_probs`].
+    keep_candidates: bool,
     rng: Mt19937,
     cands: Candidates,
 }
@@ -207,6 +210,7 @@ impl Sampler {
             xtc,
             pick,
             plain_greedy,
+            keep_candidates: false,
             rng: Mt19937::new(seed),
             cands: Candidates {
                 data: Vec::with_capacity(n_vocab),
@@ -219,6 +223,40 @@ impl Sampler {
     /// The settings in force.
     pub fn params(&self) -> &SamplerParams {
         &self.params
+    }
+
+    /// Makes every [`Sampler::sample`] run the whole chain, greedy included, so that
+    /// [`Sampler::drawn_probs`] can read what it left (llama-server's `post_sampling_probs`).
+    pub fn keep_candidates(&mut self) {
+        self.plain_greedy = false;
+        self.keep_candidates = true;
+    }
+
+    /// Whether every draw leaves its candidates ([`Sampler::keep_candidates`] was called).
+    pub fn keeps_candidates(&self) -> bool {
+        self.keep_candidates
+    }
+
+    /// The probabilities the last [`Sampler::sample`] drew from (llama-server's
+    /// `post_sampling_probs`; call [`Sampler::keep_candidates`] first): token `id`'s (1 when the
+    /// chain no longer holds it, as llama-server reports it) and the `n` most likely candidates
+    /// with a probability above zero, best first (ties by id). Allocates the list it returns.
+    pub fn drawn_probs(&self, id: u32, n: usize) -> (f32, Vec<(u32, f32)>) {
+        let data = &self.cands.data;
+        let p = data.iter().find(|t| t.id == id).map_or(1.0, |t| t.p);
+        let mut top: Vec<(u32, f32)> = data
+            .iter()
+            .filter(|t| t.p > 0.0)
+            .map(|t| (t.id, t.p))
+            .collect();
+        let by_p = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        let n = n.min(top.len());
+        if n > 0 && n < top.len() {
+            top.select_nth_unstable_by(n - 1, by_p);
+        }
+        top.truncate(n);
+        top.sort_unstable_by(by_p);
+        (p, top)
     }
 
     /// Records a token in the stages that look back (prompt tokens and each sampled token, as

@@ -75,6 +75,8 @@ fn params(reuse: bool, forced: Vec<u32>, prompt_only: bool) -> GenParams {
         n_predict: Some(forced.len()),
         stop: Vec::new(),
         n_probs: 0,
+        post_sampling_probs: false,
+        return_progress: false,
         ignore_eos: true,
         cache_prompt: reuse,
         forced,
