@@ -17,7 +17,9 @@ Three files:
 A byte-level BPE tokenizer is trained with `tokenizers` on the text crate's corpus (specials of both
 families added); the converter cannot recognise its pre-tokenizer hash, so `get_vocab_base_pre` is
 replaced by the family's name (`solar-open`, `glm4`); nothing else of the converter is changed. With
-`--vocab-only` the same converter writes `solar_vocab.gguf`, a larger vocabulary for the tokenizer test.
+`--vocab-only` the same converter writes `solar_vocab.gguf`, a larger vocabulary for the tokenizer test,
+whose merges were trained across the split pattern's pieces, so that only the right pattern gives
+llama.cpp's ids.
 
 usage: PYTHON=/work/notes/hf-venv/bin/python
        $PYTHON tests/oracle/hf_glm4moe.py SDIST_LLAMA_CPP_DIR OUT_DIR
@@ -57,12 +59,17 @@ def sha256(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def tokenizer(vocab_size, out_dir):
+def tokenizer(vocab_size, out_dir, split):
+    """A byte-level BPE trained on the corpus. With `split` its merges stay inside the pieces of
+    Solar's split pattern; without it they also cross them (digit runs, spaces, punctuation), so
+    that a tokenizer applying another pattern gives other ids."""
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(SPLIT), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    if split:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(SPLIT), behavior="isolated"), byte_level])
+    else:
+        tok.pre_tokenizer = byte_level
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
@@ -141,9 +148,9 @@ def main():
     ref = f"transformers {transformers.__version__}, torch {torch.__version__}, CPU f32"
     with tempfile.TemporaryDirectory() as tmp:
         big = os.path.join(tmp, "vocab")
-        n_big = tokenizer(1200, big)
+        n_big = tokenizer(1200, big, split=False)
         small = os.path.join(tmp, "small")
-        n_vocab = tokenizer(300, small)
+        n_vocab = tokenizer(300, small, split=True)
         common = dict(vocab_size=n_vocab, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
                       head_dim=16, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=8,
                       n_shared_experts=1, rms_norm_eps=1e-5, initializer_range=0.1, tie_word_embeddings=False,
