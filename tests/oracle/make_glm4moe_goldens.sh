@@ -18,5 +18,17 @@ for name in solar_tiny_rot_full solar_tiny_rot_half glm_tiny; do
   cp "$tmp/$name.gguf" "$tmp/${name}_hf.json" "$out/"
   "$LLAMA_PY" tests/oracle/llamacpp_logits.py "$out/$name.gguf" "$out/$name.json" "${seqs[@]}"
 done
+# The plugin's own tiny presets (seed 7), F32 and all-Q8_0, against llama.cpp.
+cargo xtask plugins >/dev/null
+for preset in tiny tiny-solar; do
+  for t in F32 Q8_0; do
+    f="$tmp/$preset-$t.gguf"
+    target/debug/bloomery --plugin-dir target/debug/plugins synth --arch glm4moe --preset "$preset" \
+      --seed 7 --experts "$t" --attn "$t" --embd "$t" --output-type "$t" --dense "$t" -o "$f"
+    lower=$(echo "$t" | tr 'A-Z' 'a-z')
+    "$LLAMA_PY" tests/oracle/llamacpp_logits.py "$f" "$out/synth_${preset/-/_}_$lower.json" \
+      "5,77,300,12,509,256,1" "3,4,5,6,100,200,300,400,450,257,258,259"
+  done
+done
 (cd text/tests/fixtures && PYTHONPATH="$GGUF_PATH" "$LLAMA_PY" make_solar_goldens.py "$tmp/solar_vocab.gguf" > solar_goldens.json)
 rm -rf "$tmp"

@@ -97,10 +97,11 @@ fn attention(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<Attention, Pl
     let wq = l.weight("attn_q", c, &[e, q])?;
     let wk = l.weight("attn_k", c, &[e, kv])?;
     let wv = l.weight("attn_v", c, &[e, kv])?;
+    // Biases stay F32 in quantized files, as norms do.
     let bias = [
-        l.optional_tensor("attn_q.bias", c, &[q])?,
-        l.optional_tensor("attn_k.bias", c, &[kv])?,
-        l.optional_tensor("attn_v.bias", c, &[kv])?,
+        l.optional_tensor("attn_q.bias", C::Norm, &[q])?,
+        l.optional_tensor("attn_k.bias", C::Norm, &[kv])?,
+        l.optional_tensor("attn_v.bias", C::Norm, &[kv])?,
     ];
     Ok(Attention {
         wq,
