@@ -200,6 +200,9 @@ tiny_files() {
     synth_tiny qwen35moe-q4_k qwen35moe --experts Q4_K $q8 --dense Q8_0
     synth_tiny qwen35-f32 qwen35
     synth_tiny qwen35-q8_0 qwen35 --experts Q8_0 $q8 --dense Q8_0
+    # GLM dialect: Q/K/V biases, QK-norm, half the head rotated, a dense lead layer, x2.5.
+    synth_tiny glm4moe-f32 glm4moe
+    synth_tiny glm4moe-q4_k glm4moe --experts Q4_K $q8 --dense Q8_0
   }
 }
 synth_tiny() {
@@ -363,6 +366,7 @@ sixteen seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three tw
     same_text "qwen3moe-f32-long-ctk-$k-ctv-$v" "$tiny/qwen3moe-f32.gguf" "$long" \
       "-ngl 0 -ctk $k -ctv $v" "-ngl 99 -ctk $k -ctv $v"
   done
+  same_text glm4moe-f32-short "$tiny/glm4moe-f32.gguf" "$short" "-ngl 0" "-ngl 99" "-ngl 99 -cmoe"
   # Quantized activations round differently on the CPU (Q8_K) and the card (Q8_1), so after the
   # long prompt the Q4_K file is compared between forms that compute the same products on the same
   # devices: decode's host experts on the CPU (--bus-experts 0), the plan kept (--no-residency),
@@ -478,10 +482,10 @@ check_suite() {
     # 2e-2; their Q4_K experts sit up to 2.6e-1 at decode step 2, fused shared expert or not.
     # The bands catch gross errors (a wrong scale or block gives about 1); the op cases the fine
     # ones.
-    opcheck "$b" 1 1e-5 qwen3moe-f32 qwen35moe-f32 qwen35-f32
+    opcheck "$b" 1 1e-5 qwen3moe-f32 qwen35moe-f32 qwen35-f32 glm4moe-f32
     opcheck "$b" 2 5e-2 qwen3moe-q8_0
     opcheck "$b" 3 1.5e-1 qwen3moe-q6_k qwen3moe-q5_k
-    opcheck "$b" 4 1e-1 qwen3moe-q4_k
+    opcheck "$b" 4 1e-1 qwen3moe-q4_k glm4moe-q4_k
     opcheck "$b" 5 2e-2 qwen35moe-q8_0 qwen35-q8_0
     opcheck "$b" 6 3e-1 qwen35moe-q4_k
     # The dp4a form of the batched products (the int8 tensor-core tiles otherwise).

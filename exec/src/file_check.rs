@@ -21,15 +21,20 @@ fn layers_named(file: &GgufModel) -> u64 {
         .map_or(0, |n| n + 1)
 }
 
-/// Refuses a file whose `<arch>.block_count` exceeds the layers its tensors name.
+/// Refuses a file whose `<arch>.block_count` exceeds the layers its tensors name and the MTP
+/// layers it counts (`<arch>.nextn_predict_layers`: a file converted without its MTP weights
+/// keeps them in the count, and llama.cpp loads it; the plugin checks its main layers against
+/// the tensors).
 pub fn check_hyperparameters(file: &GgufModel, arch: &str, shown: &str) -> Result<(), ModelError> {
     let key = format!("{arch}.block_count");
     let Some(declared) = file.metadata().get(&key).and_then(|v| v.as_uint()) else {
         // Absent or not an integer: the plugin names it.
         return Ok(());
     };
+    let mtp_key = format!("{arch}.nextn_predict_layers");
+    let mtp = file.metadata().get(&mtp_key).and_then(|v| v.as_uint());
     let named = layers_named(file);
-    if declared > named {
+    if declared > named.saturating_add(mtp.unwrap_or(0)) {
         return Err(ModelError::Hyperparameter {
             path: shown.to_owned(),
             key,

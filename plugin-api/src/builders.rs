@@ -57,6 +57,8 @@ pub struct AttentionBlock<'a> {
     pub q_norm: Option<&'a WeightRef>,
     /// Per-head RMS norm of keys.
     pub k_norm: Option<&'a WeightRef>,
+    /// Biases added to the query, key and value projections (GLM), each `[width]`.
+    pub qkv_bias: [Option<&'a WeightRef>; 3],
     /// RMS ε of the QK-norms.
     pub norm_eps: f32,
     /// Rotary embedding, if any.
@@ -87,6 +89,7 @@ impl AttentionWeights {
             wo: &self.wo,
             q_norm: Some(&self.q_norm),
             k_norm: Some(&self.k_norm),
+            qkv_bias: [None; 3],
             norm_eps,
             rope,
             params,
@@ -379,9 +382,21 @@ impl GraphBuilder {
         let wq = self.w(blk.wq)?;
         let wk = self.w(blk.wk)?;
         let wv = self.w(blk.wv)?;
-        let q = self.matmul("Qcur", wq, x)?;
-        let k = self.matmul("Kcur", wk, x)?;
-        let v = self.matmul("Vcur", wv, x)?;
+        let mut q = self.matmul("Qcur", wq, x)?;
+        let mut k = self.matmul("Kcur", wk, x)?;
+        let mut v = self.matmul("Vcur", wv, x)?;
+        // The biases after all three products, so that a kernel plugin still sees the products
+        // of one input side by side.
+        for ((t, b), name) in [&mut q, &mut k, &mut v]
+            .into_iter()
+            .zip(blk.qkv_bias)
+            .zip(["Qcur_b", "Kcur_b", "Vcur_b"])
+        {
+            if let Some(b) = b {
+                let b = self.w(b)?;
+                *t = self.add(name, *t, b)?;
+            }
+        }
         let mut q = self.reshape(q, [dk, nh, rows, 1])?;
         let mut k = self.reshape(k, [dk, nkv, rows, 1])?;
         // Each of q and k is normed and then rotated, in that order, so that a kernel plugin can

@@ -285,7 +285,19 @@ impl LmHParams {
     /// ([`AttentionShape::read`]) and `attention.layer_norm_rms_epsilon`, and the vocabulary from
     /// the embedding's rows ([`vocab_rows`]).
     pub fn read(keys: &ArchKeys<'_>) -> Result<Self, PluginError> {
-        let n_layer = keys.u32("block_count")?;
+        Self::read_trunk(keys, 0)
+    }
+
+    /// [`LmHParams::read`] for a file whose last `n_mtp` of `block_count` layers are MTP draft
+    /// layers the main graph does not run: `n_layer` counts the others (at least one), and only
+    /// they must be named by the tensors (a file converted without its MTP weights keeps the
+    /// count).
+    pub fn read_trunk(keys: &ArchKeys<'_>, n_mtp: u32) -> Result<Self, PluginError> {
+        let n_all = keys.u32("block_count")?;
+        keys.check(n_mtp == 0 || n_mtp < n_all, "nextn_predict_layers", || {
+            format!("{n_mtp} MTP layers of {n_all} (the main graph needs one)")
+        })?;
+        let n_layer = n_all - n_mtp;
         let named = keys.view().layers_named();
         keys.check(u64::from(n_layer) <= named, "block_count", || {
             format!("{n_layer} layers, but the file's tensors name {named}")

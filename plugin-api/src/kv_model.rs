@@ -24,6 +24,12 @@ pub trait ArchHParams: Sized + Send + Sync + 'static {
 
     /// The summary the host shows and plans with.
     fn summary(&self) -> Summary;
+
+    /// What the host reads before it touches a weight: by default K/V state only, no MTP
+    /// layers, the training context as the longest.
+    fn caps(&self) -> ModelCaps {
+        ModelCaps::kv_only(u64::from(self.lm().n_ctx_train))
+    }
 }
 
 /// An architecture served through [`KvModel`]: what its plugin declares.
@@ -84,7 +90,7 @@ impl<A: KvArchitecture> ModelInstance for KvModel<A> {
             hparams: self.hp.summary(),
             weights: self.weights.decls.clone(),
             state: kv_cache_decls(lm.n_layer, lm.attn.kv_width(), |_| 0),
-            caps: ModelCaps::kv_only(u64::from(lm.n_ctx_train)),
+            caps: self.hp.caps(),
         }
     }
 

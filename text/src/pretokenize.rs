@@ -4,7 +4,7 @@ use crate::error::TextError;
 
 /// llama.cpp's adaptation of the Llama-3 pattern (case-insensitive contractions spelled out).
 const LLAMA3: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-/// Qwen2 / Qwen3: like Llama-3 but single digits.
+/// Qwen2 / Qwen3 (and Solar-Open's `solar-open`): like Llama-3 but single digits.
 const QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen3.5: Qwen2 with combining marks (`\p{M}`) kept inside words.
 const QWEN35: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
@@ -46,6 +46,7 @@ pub const KNOWN_PRE: &[&str] = &[
     "deepseek-v3",
     "joyai-llm",
     "hunyuan-dense",
+    "solar-open",
     "chatglm-bpe",
     "glm4",
     "glm5",
@@ -62,7 +63,7 @@ pub fn pre_tokenizer(pre: Option<&str>) -> Result<PreTokenizerSpec, TextError> {
         "gpt-2" => (vec![GPT2], false),
         "llama3" | "llama-v3" | "llama-bpe" => (vec![LLAMA3], true),
         "dbrx" | "smaug-bpe" => (vec![LLAMA3], false),
-        "qwen2" | "deepseek-r1-qwen" | "stablelm2" => (vec![QWEN2], false),
+        "qwen2" | "deepseek-r1-qwen" | "stablelm2" | "solar-open" => (vec![QWEN2], false),
         "qwen35" => (vec![QWEN35], false),
         "deepseek-v3" | "joyai-llm" | "hunyuan-dense" => (DEEPSEEK3.to_vec(), false),
         "chatglm-bpe" => (vec![LLAMA3], false),

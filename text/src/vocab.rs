@@ -171,6 +171,16 @@ const FIM_EOG_TEXTS: &[&str] = &[
     "<|file_sep|>",
 ];
 
+/// `<|end|>`'s id when it ends only a message, not generation, as llama.cpp decides it: among the
+/// ids that end generation, `<|return|>` and `<|call|>` (o200k_harmony), or `<|call|>` or
+/// `<|calls|>` with `<|flush|>` (Solar-Open), which end the reply instead.
+fn end_of_message_not_generation(eog: &HashSet<u32>, ids: &HashMap<String, u32>) -> Option<u32> {
+    let has = |t: &str| ids.get(t).is_some_and(|id| eog.contains(id));
+    let end = ids.get("<|end|>").copied().filter(|id| eog.contains(id))?;
+    let call = has("<|call|>") || has("<|calls|>");
+    (call && (has("<|return|>") || has("<|flush|>"))).then_some(end)
+}
+
 /// A checked vocabulary: token texts, types, scores, the text-to-id map and the special tokens.
 #[derive(Debug, Clone)]
 pub struct Vocab {
@@ -334,6 +344,11 @@ impl Vocab {
                 .into_iter()
                 .flatten(),
         );
+        if let Some(end) = end_of_message_not_generation(&eog, &ids) {
+            // `<|end|>` closes a message here, not the reply: it goes back to being text.
+            eog.remove(&end);
+            types[end as usize] = TokenType::UserDefined;
+        }
         for &id in &eog {
             let t = &mut types[id as usize];
             if *t != TokenType::Control {

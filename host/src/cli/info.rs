@@ -18,6 +18,9 @@ pub fn run(cli: &Cli, model: &Path) -> anyhow::Result<()> {
     let reg = Registry::load_all(&cli.plugin_dirs());
     let mut out = String::new();
     describe_file(&mut out, model, &file);
+    for w in rotary_warnings(&file) {
+        let _ = writeln!(out, "\nwarning: {w}");
+    }
     match reg {
         Ok(reg) => describe_support(&mut out, &reg, &file),
         Err(e) => {
@@ -121,6 +124,37 @@ fn describe_file(out: &mut String, path: &Path, file: &GgufModel) {
     let _ = writeln!(out, "\nbytes by type:");
     for (t, (n, b)) in by_type {
         let _ = writeln!(out, "  {t:<8} {n:>5} tensors  {}", human(b));
+    }
+}
+
+/// Warnings about a file whose keys look converted wrongly. A `solar-open` vocabulary (Solar-Open,
+/// architecture `glm4moe`) whose `rope.dimension_count` is below the head width was most likely
+/// converted without `partial_rotary_factor` in its config: llama.cpp's converter then writes half
+/// the head, and the file is run as written (as llama.cpp runs it), unlike transformers, which
+/// rotates the whole head.
+fn rotary_warnings(file: &GgufModel) -> Vec<String> {
+    let meta = file.metadata();
+    let (Ok(arch), Ok("solar-open")) = (
+        meta.get_str("general.architecture"),
+        meta.get_str("tokenizer.ggml.pre"),
+    ) else {
+        return Vec::new();
+    };
+    let key = |k: &str| format!("{arch}.{k}");
+    let uint = |k: &str| meta.get_uint(&key(k)).ok();
+    let head_dim = uint("attention.key_length").or_else(|| {
+        let (e, h) = (uint("embedding_length")?, uint("attention.head_count")?);
+        e.checked_div(h)
+    });
+    match (uint("rope.dimension_count"), head_dim) {
+        (Some(rot), Some(hd)) if rot < hd => vec![format!(
+            "`{}` is {rot}, below the head width {hd}, with a `solar-open` vocabulary: Solar-Open \
+             rotates the whole head, so this file was probably converted without \
+             `partial_rotary_factor: 1.0` in its config; it runs as written, rotating {rot} of \
+             {hd} dims (as llama.cpp does), and its outputs will differ from the released model's",
+            key("rope.dimension_count")
+        )],
+        _ => Vec::new(),
     }
 }
 

@@ -42,6 +42,10 @@ pub struct SynthArgs {
     /// Type of dense and shared-expert FFNs.
     #[arg(long, default_value = "F32", value_parser = parse_dtype)]
     pub dense: DType,
+    /// Write only the preset's first N layers (its real widths at a smaller depth); per-layer
+    /// keys keep those layers' entries.
+    #[arg(long, value_name = "N")]
+    pub layers: Option<u64>,
     /// Random seed.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -83,6 +87,14 @@ pub fn run(cli: &Cli, a: &SynthArgs) -> anyhow::Result<()> {
                 names.join(", ")
             )
         })?;
+    let cut;
+    let preset = match a.layers {
+        Some(n) => {
+            cut = synth::depth::first_layers(preset, n).map_err(anyhow::Error::msg)?;
+            &cut
+        }
+        None => preset,
+    };
     let types = ClassTypes {
         experts: a.experts,
         attention: a.attn,

@@ -1,6 +1,7 @@
 //! `bloomery synth`: random-weight GGUF files with an architecture's real tensor names, shapes and
 //! metadata (from its model plugin's presets), a loadable vocabulary, and per-class quant types.
 
+pub mod depth;
 pub mod fill;
 pub mod vocab;
 

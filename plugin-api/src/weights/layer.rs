@@ -46,6 +46,19 @@ impl<'t, 'v> LayerWeights<'t, 'v> {
         self.table.require(&full, role, class, ne)
     }
 
+    /// Declares `blk.{layer}.{name}` of the layer when the file holds it (a bias or norm some
+    /// files of an architecture carry and others do not); when present it must have extents `ne`.
+    pub fn optional_tensor(
+        &mut self,
+        name: &str,
+        class: WeightClass,
+        ne: &[u64],
+    ) -> Result<Option<WeightRef>, PluginError> {
+        let role = WeightRole::Layer { layer: self.layer };
+        let full = format!("blk.{}.{name}", self.layer);
+        self.table.optional(&full, role, class, ne)
+    }
+
     /// Declares the norm weight `blk.{layer}.{name}.weight` of `width` elements.
     pub fn norm(&mut self, name: &str, width: u64) -> Result<WeightRef, PluginError> {
         self.weight(name, WeightClass::Norm, &[width])

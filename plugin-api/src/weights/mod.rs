@@ -60,7 +60,8 @@ impl<'v> WeightTable<'v> {
     }
 
     /// A table that lists every declaration as a tensor of a synthetic file (F32, the declared
-    /// shape); an optional weight is there when `optional` names it.
+    /// shape); an optional weight is there when `optional` names it, or names it with `*` for
+    /// its layer (`blk.*.attn_q.bias`: that tensor of every layer).
     pub fn synth(optional: &'v [&'v str]) -> Self {
         WeightTable {
             source: Source::Synth { optional },
@@ -128,7 +129,7 @@ impl<'v> WeightTable<'v> {
                 t.dtype
             }
             Source::Synth { optional } => {
-                if !required && !optional.contains(&name) {
+                if !required && !optional.iter().any(|o| names_optional(o, name)) {
                     return Ok(None);
                 }
                 self.synth
@@ -174,6 +175,17 @@ impl<'v> WeightTable<'v> {
     /// The tensors of a synthetic file ([`WeightTable::synth`]), in declaration order.
     pub(crate) fn into_synth_tensors(self) -> Vec<SynthTensor> {
         self.synth
+    }
+}
+
+/// Whether the synthetic file's optional entry `pattern` names the tensor `name`: the same name,
+/// or `blk.*.{rest}` for `blk.{i}.{rest}` of any layer `i`.
+fn names_optional(pattern: &str, name: &str) -> bool {
+    match (pattern.strip_prefix("blk.*."), name.strip_prefix("blk.")) {
+        (Some(rest), Some(tail)) => tail
+            .split_once('.')
+            .is_some_and(|(layer, r)| r == rest && layer.bytes().all(|b| b.is_ascii_digit())),
+        _ => pattern == name,
     }
 }
 
@@ -275,6 +287,19 @@ mod tests {
         ]
         .map(|(n, d, ne)| (n.to_owned(), d, ne));
         assert_eq!(listed, want);
+        let mut t = WeightTable::synth(&["blk.*.ffn_up.bias"]);
+        let mut l = t.layer(3);
+        assert!(l
+            .optional_tensor("ffn_up.bias", WeightClass::Ffn, &[16])
+            .unwrap()
+            .is_some());
+        assert!(l
+            .optional_tensor("ffn_gate.bias", WeightClass::Ffn, &[16])
+            .unwrap()
+            .is_none());
+        assert_eq!(t.into_synth_tensors()[0].name.as_str(), "blk.3.ffn_up.bias");
+        assert!(!names_optional("blk.*.up.bias", "blk.x.up.bias"));
+        assert!(!names_optional("blk.*.up.bias", "blk.1.2.up.bias"));
         let mut t = WeightTable::synth(&["output.weight"]);
         let g = t.lm_globals(8, 32).unwrap();
         assert_eq!(g.output.name, "output.weight");
