@@ -213,7 +213,7 @@ fn cache_rotation_matches_the_cpu_bit_for_bit_under_emulation() {
     };
     let mut file = Vec::new();
     // llama.cpp's chunks: 64 (V, and K of 64-wide heads), 128 and 256 (K of wider heads).
-    for (n, count) in [(64usize, 64 * 7), (128, 128 * 3), (256, 512)] {
+    for (n, count) in [(64usize, 64usize * 7), (128, 128 * 3), (256, 512)] {
         let x: Vec<f32> = (0..count)
             .map(|_| (next() % 8192) as f32 / 1024.0 - 4.0)
             .collect();
