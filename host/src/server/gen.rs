@@ -17,6 +17,7 @@ use super::offload::heavy;
 use super::params::Fields;
 pub use super::request_log::Events;
 use super::Ready;
+use bloomery_runtime::embedding::Pooling;
 use bloomery_runtime::request::{Event, Finish, GenParams, Job, Piece, Progress, Request};
 
 /// Queues a generation; the receiver yields its events (dropping it cancels the request) and
@@ -33,11 +34,24 @@ pub fn submit(
     if prompt.len() >= ready.n_ctx_slot {
         return Err(ApiError::exceeds_context(prompt.len(), ready.n_ctx_slot));
     }
+    queue(ready, prompt, params, id_slot, None)
+}
+
+/// Queues a job as it is (a generation, or an embedding with `embed`); the receiver yields its
+/// events and counts its end in the request's log line.
+pub fn queue(
+    ready: &Ready,
+    prompt: Vec<u32>,
+    params: GenParams,
+    id_slot: Option<usize>,
+    embed: Option<Pooling>,
+) -> Result<Events, ApiError> {
     let (tx, rx) = mpsc::unbounded_channel();
     let job = Job {
         prompt,
         params,
         id_slot,
+        embed,
         events: tx,
     };
     ready
@@ -88,6 +102,19 @@ pub fn submit_n(
         .collect()
 }
 
+/// What a generation answered with an embedding's end is told (the scheduler sends
+/// `Event::Embedded` to embedding requests only).
+pub fn not_a_generation() -> ApiError {
+    ApiError::internal("the scheduler answered a generation with an embedding")
+}
+
+/// Ends a stream that received an embedding's end with an error frame (see
+/// [`not_a_generation`]); true: the stream is over.
+pub fn stream_not_a_generation(out: &mut Vec<u8>) -> bool {
+    out.extend_from_slice(&sse_data(&not_a_generation().body()));
+    true
+}
+
 /// Everything a finished generation produced.
 pub struct Outcome {
     /// The text (stop strings removed).
@@ -117,6 +144,7 @@ pub async fn collect(mut rx: Events) -> Result<Outcome, ApiError> {
                 })
             }
             Event::Failed(failure) => return Err(ApiError::from(failure)),
+            Event::Embedded(_) => return Err(not_a_generation()),
         }
     }
     Err(ApiError::internal("the scheduler dropped the request"))

@@ -370,6 +370,7 @@ fn chat_stream(
             out.extend_from_slice(b"data: [DONE]\n\n");
             true
         }
+        Event::Embedded(_) => super::gen::stream_not_a_generation(out),
         Event::Failed(failure) => {
             out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
             true
@@ -479,6 +480,7 @@ fn completions_stream(
                 out.extend_from_slice(b"data: [DONE]\n\n");
                 true
             }
+            Event::Embedded(_) => super::gen::stream_not_a_generation(out),
             Event::Failed(failure) => {
                 out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
                 true
@@ -686,6 +688,7 @@ fn responses_stream(ids: RespIds, job: ChatJob, rx: super::gen::Events) -> Respo
             st.ev(out, "response.completed", json!({"response": done}));
             true
         }
+        Event::Embedded(_) => super::gen::stream_not_a_generation(out),
         Event::Failed(failure) => {
             st.ev(out, "error", json!({"message": failure.message}));
             true
