@@ -372,7 +372,10 @@ impl<'t> Scheduler<'t> {
             return Err(shutting_down());
         }
         // A generation needs a position for its first token; an embedding may fill the slot.
-        let room = self.cfg.n_ctx_slot - usize::from(job.embed.is_none());
+        let room = self
+            .cfg
+            .n_ctx_slot
+            .saturating_sub(usize::from(job.embed.is_none()));
         if job.prompt.is_empty() || job.prompt.len() > room {
             return Err(Failure::new(
                 FailureKind::Invalid,
@@ -420,7 +423,9 @@ impl<'t> Scheduler<'t> {
         self.slots[id].last_used = self.clock;
         // The prompt's time includes restoring a saved prefix.
         let started = Instant::now();
-        let keep = self.prepare_slot(id, &job.prompt, job.params.cache_prompt);
+        // An embedding reads rows of its whole prompt: no cached prefix stands in for them.
+        let reuse = job.params.cache_prompt && job.embed.is_none();
+        let keep = self.prepare_slot(id, &job.prompt, reuse);
         // The penalty window never holds more than a slot's context: a longer one (a client's
         // -1 read as "all") is the whole context, not an allocation of its length.
         let mut params = job.params.sampler.clone();
@@ -841,9 +846,11 @@ impl<'t> Scheduler<'t> {
                 task.next.drain(..toks.len());
             }
             if let Some(pooling) = task.job.embed {
-                task.rows
-                    .extend_from_slice(&rows[out * n_embd..(out + outputs) * n_embd]);
-                out += outputs;
+                if outputs > 0 {
+                    task.rows
+                        .extend_from_slice(&rows[out * n_embd..(out + outputs) * n_embd]);
+                    out += outputs;
+                }
                 if task.n_past == task.job.prompt.len() {
                     let embedded = Embedded {
                         rows: pooling.pool(&task.rows, n_embd),

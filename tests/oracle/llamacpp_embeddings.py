@@ -2,7 +2,10 @@
 """Reference embeddings from llama.cpp's `llama-embedding`, as a JSON golden.
 
 Runs a built `llama-embedding` (llama.cpp b11434) on a GGUF file once per pooling, all prompts in
-one run (one sequence each, one batch), with `--embd-output-format json --verbose-prompt`, and
+one run (one sequence each, one batch), with `--embd-output-format json --verbose-prompt` and
+`--no-repack` (the plain CPU weight layout, whose activation rounding bloomery's CPU kernels
+follow; the repacked layouts round prompt rows in groups of four, and llama.cpp's own rows with
+and without them differ by up to 1.7e-3 in cosine on this model's pooling `last`), and
 keeps each prompt's token ids (from the verbose listing) and the rows as printed (`%1.7f`). The
 pooled runs (mean, cls, last) normalize as the server does by default (`--embd-normalize 2`);
 pooling `none` is run on one prompt without normalization (`--embd-normalize -1`), since
@@ -22,7 +25,7 @@ def run(binary, model, prompts, pooling, normalize):
     out = subprocess.run(
         [binary, "-m", model, "-p", "\n".join(prompts), "--pooling", pooling,
          "--embd-normalize", str(normalize), "--embd-output-format", "json",
-         "--verbose-prompt", "-t", "2"],
+         "--verbose-prompt", "--no-repack", "-fa", "off", "-ctk", "f32", "-ctv", "f32", "-t", "2"],
         check=True, capture_output=True, text=True).stdout
     start = out.index('{\n  "object": "list"')
     rows = [d["embedding"] for d in json.loads(out[start:])["data"]]

@@ -135,8 +135,16 @@ async fn embed(state: AppRef, body: Bytes, oai: bool) -> Result<Response, ApiErr
         .run(move || read_request(&r, mode, &parse_body(&body)?, oai))
         .await?;
     let mut queued = Vec::with_capacity(asked.inputs.len());
-    for prompt in asked.inputs {
-        queued.push(submit(&ready, prompt, mode.pooling)?);
+    for (i, prompt) in asked.inputs.into_iter().enumerate() {
+        let params = GenParams::embedding();
+        let embed = Some(mode.pooling);
+        // A full queue refuses the request (503) before any of it runs; once its first input
+        // is queued, the rest wait for room.
+        queued.push(if i == 0 {
+            gen::queue(&ready, prompt, params, None, embed)?
+        } else {
+            gen::queue_waiting(&ready, prompt, params, embed).await?
+        });
     }
     let mut results = Vec::with_capacity(queued.len());
     for rx in queued {
@@ -301,11 +309,6 @@ fn fits(ready: &Ready, pooling: Pooling, n: usize) -> Result<(), ApiError> {
         }),
         _ => Ok(()),
     }
-}
-
-/// Queues the embedding of `prompt`.
-fn submit(ready: &Ready, prompt: Vec<u32>, pooling: Pooling) -> Result<Events, ApiError> {
-    gen::queue(ready, prompt, GenParams::embedding(), None, Some(pooling))
 }
 
 /// Waits for an embedding's rows.

@@ -46,6 +46,41 @@ pub fn queue(
     id_slot: Option<usize>,
     embed: Option<Pooling>,
 ) -> Result<Events, ApiError> {
+    let (job, rx) = job(prompt, params, id_slot, embed);
+    ready.jobs.try_send(job).map_err(|e| match e {
+        mpsc::error::TrySendError::Full(_) => ApiError::unavailable(
+            "the server is busy: every slot is in use and the queue is full; retry later",
+        ),
+        mpsc::error::TrySendError::Closed(_) => ApiError::internal("the scheduler has stopped"),
+    })?;
+    Ok(Events::new(rx))
+}
+
+/// As [`queue`], waiting for room while the queue is full instead of answering 503: for the
+/// later inputs of a request whose first one was queued (an embedding request may hold more
+/// inputs than the queue).
+pub async fn queue_waiting(
+    ready: &Ready,
+    prompt: Vec<u32>,
+    params: GenParams,
+    embed: Option<Pooling>,
+) -> Result<Events, ApiError> {
+    let (job, rx) = job(prompt, params, None, embed);
+    ready
+        .jobs
+        .send(job)
+        .await
+        .map_err(|_| ApiError::internal("the scheduler has stopped"))?;
+    Ok(Events::new(rx))
+}
+
+/// A job for the scheduler and the receiver of its events.
+fn job(
+    prompt: Vec<u32>,
+    params: GenParams,
+    id_slot: Option<usize>,
+    embed: Option<Pooling>,
+) -> (Request, mpsc::UnboundedReceiver<Event>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let job = Job {
         prompt,
@@ -54,16 +89,7 @@ pub fn queue(
         embed,
         events: tx,
     };
-    ready
-        .jobs
-        .try_send(Request::Generate(Box::new(job)))
-        .map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => ApiError::unavailable(
-                "the server is busy: every slot is in use and the queue is full; retry later",
-            ),
-            mpsc::error::TrySendError::Closed(_) => ApiError::internal("the scheduler has stopped"),
-        })?;
-    Ok(Events::new(rx))
+    (Request::Generate(Box::new(job)), rx)
 }
 
 /// How many completions of each prompt a request asks for: `n_cmpl`, or OpenAI's `n` when it is
