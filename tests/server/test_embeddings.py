@@ -174,7 +174,7 @@ def test_pooling_none_gives_every_tokens_row_unnormalized(none):
     assert len(rows) == len(want) == len(GOLDEN["tokens"][1])
     for ours, theirs in zip(rows, want):
         assert cosine(ours, theirs) >= MIN_COSINE
-        assert norm(ours) == pytest.approx(norm(theirs), rel=1e-2)
+        assert norm(ours) == pytest.approx(norm(theirs), rel=5e-2)
     r = none.post("/v1/embeddings", {"input": PROMPTS[1]})
     assert r.status_code == 400
     assert "Pooling type 'none' is not OAI compatible" in r.json()["error"]["message"]
