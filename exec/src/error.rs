@@ -61,6 +61,14 @@ pub enum ModelError {
     /// A request the model cannot serve (a position past the context, a bad slot).
     #[error("{0}")]
     Request(String),
+    /// The model's graph gives no final-norm rows, so it serves no embeddings.
+    #[error("the `{plugin}` plugin's model serves no embeddings: {why}")]
+    NoEmbeddings {
+        /// The model plugin.
+        plugin: String,
+        /// What its graph lacks.
+        why: String,
+    },
     /// No placement of the weights fits the budgets.
     #[error(transparent)]
     Plan(#[from] PlanError),

@@ -12,6 +12,7 @@ mod open;
 mod options;
 pub mod placement;
 pub mod progress;
+pub mod readout;
 mod snapshot;
 mod state;
 pub mod support;
@@ -20,7 +21,8 @@ pub mod weights;
 
 pub use error::ModelError;
 pub use executor::{BatchInputs, ExecError};
-pub use model::{LoadedModel, RoutingStats};
+pub use model::{LoadedModel, PassOutputs, RoutingStats};
 pub use open::instantiate;
 pub use options::LoadOptions;
+pub use readout::Readout;
 pub use snapshot::Rewind;

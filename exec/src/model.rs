@@ -21,6 +21,7 @@ use crate::mlock;
 use crate::open::{open_model, Opened};
 use crate::options::LoadOptions;
 use crate::placement::plan_for;
+use crate::readout::{graph_for, Readout, EMBEDDINGS_OUTPUT};
 use crate::state::allocate_state;
 use crate::weights::{load_tiered, map_weights};
 
@@ -29,8 +30,8 @@ const MAX_EXECUTORS: usize = 8;
 
 /// A loaded model. Field order is drop order: device buffers go before the mapping they view.
 pub struct LoadedModel {
-    /// Prepared executors by (rows, outputs), with the tick each was last used.
-    pub(crate) executors: HashMap<(u32, u32), (Executor, u64)>,
+    /// Prepared executors by (rows, outputs, readout), with the tick each was last used.
+    pub(crate) executors: HashMap<(u32, u32, Readout), (Executor, u64)>,
     pub(crate) clock: u64,
     pub(crate) state_buffers: Vec<Buffer>,
     pub(crate) state: Vec<TensorRef>,
@@ -55,6 +56,15 @@ pub struct LoadedModel {
     pub file: GgufModel,
     /// Bytes of the mapped file locked in RAM (`--mlock`; 0 without it).
     pub locked: u64,
+}
+
+/// What a pass read back for its output rows (each empty when its readout did not ask for it).
+#[derive(Clone, Debug, Default)]
+pub struct PassOutputs {
+    /// `n_vocab` logits a row.
+    pub logits: Vec<f32>,
+    /// `n_embd` final-norm values a row (the embeddings).
+    pub embeddings: Vec<f32>,
 }
 
 /// Routed expert calls of the layers with host experts, since load or the last reset.
@@ -227,12 +237,17 @@ impl LoadedModel {
             file,
             locked,
         };
-        model.executor(1, 1)?;
+        model.executor(1, 1, Readout::Logits)?;
         Ok(model)
     }
 
-    fn executor(&mut self, n_rows: u32, n_outputs: u32) -> Result<&Executor, ModelError> {
-        let key = (n_rows, n_outputs);
+    fn executor(
+        &mut self,
+        n_rows: u32,
+        n_outputs: u32,
+        readout: Readout,
+    ) -> Result<&Executor, ModelError> {
+        let key = (n_rows, n_outputs, readout);
         self.clock += 1;
         let now = self.clock;
         if !self.executors.contains_key(&key) {
@@ -262,6 +277,10 @@ impl LoadedModel {
                     plugin: self.plugin.clone(),
                     error,
                 })?;
+            let graph = graph_for(graph, readout).map_err(|why| ModelError::NoEmbeddings {
+                plugin: self.plugin.clone(),
+                why,
+            })?;
             let bind = Bindings {
                 weights: &self.weights,
                 state: &self.state,
@@ -270,7 +289,7 @@ impl LoadedModel {
             let started = std::time::Instant::now();
             let exec = Executor::prepare(&self.device, shape, &graph, &bind, self.options.graphs)?;
             tracing::debug!(
-                "prepared the pass of {n_rows} rows and {n_outputs} outputs in {:.2} ms",
+                "prepared the pass of {n_rows} rows and {n_outputs} outputs ({readout:?}) in {:.2} ms",
                 started.elapsed().as_secs_f64() * 1e3
             );
             self.executors.insert(key, (exec, now));
@@ -286,12 +305,31 @@ impl LoadedModel {
     /// The op calls of a pass of `n_rows` rows and `n_outputs` outputs, as the kernel plugin
     /// receives them (memory planned; for checking what a kernel plugin will see).
     pub fn pass_calls(&mut self, n_rows: u32, n_outputs: u32) -> Result<Vec<OpCall>, ModelError> {
-        Ok(self.executor(n_rows, n_outputs)?.calls().to_vec())
+        Ok(self
+            .executor(n_rows, n_outputs, Readout::Logits)?
+            .calls()
+            .to_vec())
+    }
+
+    /// Checks that the model's graph gives its final-norm rows, which embeddings read (a
+    /// named error otherwise), and prepares the one-row pass that reads them.
+    pub fn check_embeddings(&mut self) -> Result<(), ModelError> {
+        self.executor(1, 1, Readout::Embeddings).map(|_| ())
     }
 
     /// Runs one pass over a batch and returns the logits of its output rows, `n_vocab` values per
     /// output row in the order of `batch.output_rows`.
     pub fn forward(&mut self, batch: &BatchInputs) -> Result<Vec<f32>, ModelError> {
+        Ok(self.forward_reading(batch, Readout::Logits)?.logits)
+    }
+
+    /// Runs one pass over a batch and reads back what `readout` asks for its output rows, in the
+    /// order of `batch.output_rows`: `n_vocab` logits and/or `n_embd` final-norm values a row.
+    pub fn forward_reading(
+        &mut self,
+        batch: &BatchInputs,
+        readout: Readout,
+    ) -> Result<PassOutputs, ModelError> {
         let rows = batch.tokens.len();
         if rows == 0 || batch.positions.len() != rows || batch.slots.len() != rows {
             return Err(ModelError::Request(format!(
@@ -337,15 +375,22 @@ impl LoadedModel {
             // row (kernels need not handle empty tensors); its logits are dropped.
             let mut one = batch.clone();
             one.output_rows.push(rows as i32 - 1);
-            self.executor(rows as u32, 1)?.run(&device, &one)?;
+            self.executor(rows as u32, 1, Readout::Logits)?
+                .run(&device, &one)?;
             self.rebalance()?;
-            return Ok(Vec::new());
+            return Ok(PassOutputs::default());
         }
-        let exec = self.executor(rows as u32, batch.output_rows.len() as u32)?;
+        let exec = self.executor(rows as u32, batch.output_rows.len() as u32, readout)?;
         exec.run(&device, batch)?;
-        let logits = exec.read_f32(&device, "logits")?;
+        let mut out = PassOutputs::default();
+        if readout.logits() {
+            out.logits = exec.read_f32(&device, "logits")?;
+        }
+        if readout.embeddings() {
+            out.embeddings = exec.read_f32(&device, EMBEDDINGS_OUTPUT)?;
+        }
         self.rebalance()?;
-        Ok(logits)
+        Ok(out)
     }
 
     /// Moves routed experts between the card and the host as the routing counts call for

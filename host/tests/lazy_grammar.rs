@@ -90,6 +90,7 @@ fn run(rt: &Runtime, params: GenParams) -> Result<String, String> {
             Ok(Event::Started { .. } | Event::PromptProgress(_)) => {}
             Ok(Event::Done(_)) => return Ok(text),
             Ok(Event::Failed(f)) => return Err(f.message),
+            Ok(Event::Embedded(_)) => return Err("a generation answered with embeddings".into()),
             Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {
                 std::thread::sleep(Duration::from_millis(2))
             }

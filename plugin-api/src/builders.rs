@@ -531,7 +531,8 @@ impl GraphBuilder {
     }
 
     /// The final RMS norm of `x` and the output head: logits `[n_vocab, rows]` (`result_norm`,
-    /// `result_output`), outside any layer.
+    /// [`crate::graph::FINAL_NORM`], which the host reads as embeddings; `result_output`), outside
+    /// any layer.
     pub fn lm_head(
         &mut self,
         globals: &LmGlobals,
@@ -540,7 +541,7 @@ impl GraphBuilder {
     ) -> Result<TensorId, PluginError> {
         self.set_layer(-1);
         let norm = self.w(&globals.output_norm)?;
-        let x = self.rms_norm("result_norm", x, Some(norm), eps)?;
+        let x = self.rms_norm(crate::graph::FINAL_NORM, x, Some(norm), eps)?;
         let head = self.w(&globals.output)?;
         self.matmul("result_output", head, x)
     }

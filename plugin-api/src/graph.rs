@@ -106,6 +106,13 @@ pub struct GraphOutput {
     pub tensor: TensorId,
 }
 
+/// The name of a causal LM's final-norm rows, f32 `[n_embd, n_outputs]` outside any layer
+/// (llama.cpp's `result_norm`, which it reads as the embeddings): the host reads this tensor as
+/// the embeddings of the output rows, and runs the graph only up to the node that writes it when
+/// no logits are wanted. [`crate::builders::GraphBuilder::lm_head`] declares it; a graph without
+/// it serves no embeddings.
+pub const FINAL_NORM: &str = "result_norm";
+
 /// Which graph to build.
 #[repr(u8)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash)]

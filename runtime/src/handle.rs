@@ -9,6 +9,7 @@ use bloomery_exec::LoadedModel;
 use bloomery_text::Tokenizer;
 use tokio::sync::mpsc;
 
+use crate::embedding::Pooling;
 use crate::request::{Event, GenParams, Job, Request};
 use crate::scheduler::{self, RuntimeConfig};
 use crate::status::{Shared, SlotView};
@@ -87,6 +88,29 @@ impl Runtime {
             prompt,
             params,
             id_slot,
+            embed: None,
+            events,
+        };
+        self.jobs
+            .blocking_send(Request::Generate(Box::new(job)))
+            .map_err(|_| RuntimeError::Stopped)?;
+        Ok(rx)
+    }
+
+    /// Submits the embedding of `prompt` (its final-norm rows pooled so) from a thread outside
+    /// any async runtime, waiting while the queue is full; the receiver gets its events, the
+    /// last of them [`Event::Embedded`].
+    pub fn submit_embedding_blocking(
+        &self,
+        prompt: Vec<u32>,
+        pooling: Pooling,
+    ) -> Result<mpsc::UnboundedReceiver<Event>, RuntimeError> {
+        let (events, rx) = mpsc::unbounded_channel();
+        let job = Job {
+            prompt,
+            params: GenParams::embedding(),
+            id_slot: None,
+            embed: Some(pooling),
             events,
         };
         self.jobs
@@ -110,6 +134,7 @@ impl Runtime {
                 prompt,
                 params,
                 id_slot,
+                embed: None,
                 events,
             });
         }

@@ -8,6 +8,7 @@ use bloomery_grammar::Grammar;
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::embedding::Pooling;
 use crate::sampling::SamplerParams;
 
 /// A grammar that constrains what a request generates.
@@ -70,6 +71,28 @@ pub struct GenParams {
     pub preserved: Vec<u32>,
 }
 
+impl GenParams {
+    /// The settings an embedding job carries ([`Job::embed`]): nothing is sampled, and every
+    /// prompt row is evaluated (no cached prefix is reused).
+    pub fn embedding() -> GenParams {
+        GenParams {
+            sampler: SamplerParams::default(),
+            n_predict: Some(0),
+            stop: Vec::new(),
+            n_probs: 0,
+            post_sampling_probs: false,
+            return_progress: false,
+            ignore_eos: false,
+            cache_prompt: false,
+            forced: Vec::new(),
+            prompt_only: true,
+            grammar: None,
+            t_max_predict_ms: None,
+            preserved: Vec::new(),
+        }
+    }
+}
+
 /// A generation request handed to the scheduler.
 pub struct Job {
     /// Prompt token ids (not empty, shorter than a slot's context).
@@ -78,6 +101,10 @@ pub struct Job {
     pub params: GenParams,
     /// The slot asked for (`None`: any free one).
     pub id_slot: Option<usize>,
+    /// Embed the prompt instead of generating: its final-norm rows pooled so, sent as
+    /// [`Event::Embedded`] (`params` unused but for `cache_prompt`). The prompt may fill the
+    /// slot's context.
+    pub embed: Option<Pooling>,
     /// Where the scheduler sends what happens; dropping the receiver cancels the request.
     pub events: mpsc::UnboundedSender<Event>,
 }
@@ -292,6 +319,20 @@ impl std::fmt::Display for Failure {
     }
 }
 
+/// The end of an embedding request: its pooled rows, with its counts.
+#[derive(Clone, Debug)]
+pub struct Embedded {
+    /// One row per prompt token (pooling `none`) or one pooled row, `n_embd` values each, not
+    /// normalized.
+    pub rows: Vec<Vec<f32>>,
+    /// The slot that served it.
+    pub id_slot: usize,
+    /// Prompt tokens.
+    pub n_prompt: usize,
+    /// Time from the slot taking the request to its rows.
+    pub prompt_ms: f64,
+}
+
 /// What the scheduler reports to a request.
 #[derive(Clone, Debug)]
 pub enum Event {
@@ -308,6 +349,8 @@ pub enum Event {
     Token(Piece),
     /// The end.
     Done(Finish),
+    /// The end of an embedding request ([`Job::embed`]).
+    Embedded(Embedded),
     /// The request failed; the failure says why.
     Failed(Failure),
 }

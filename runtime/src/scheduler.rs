@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bloomery_exec::{BatchInputs, LoadedModel, Rewind};
+use bloomery_exec::{BatchInputs, LoadedModel, Readout, Rewind};
 use bloomery_text::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc;
 
@@ -19,7 +19,7 @@ use crate::grammar::{token_trie, Constraint};
 use crate::panic::panic_message;
 use crate::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
 use crate::request::{
-    Event, Failure, FailureKind, Job, PromptProgress, Request, SlotAction, SlotReply,
+    Embedded, Event, Failure, FailureKind, Job, PromptProgress, Request, SlotAction, SlotReply,
 };
 use crate::sampling::Sampler;
 use crate::slot_file::SlotFile;
@@ -373,7 +373,12 @@ impl<'t> Scheduler<'t> {
         if self.shared.stop.load(Ordering::Relaxed) {
             return Err(shutting_down());
         }
-        if job.prompt.is_empty() || job.prompt.len() >= self.cfg.n_ctx_slot {
+        // A generation needs a position for its first token; an embedding may fill the slot.
+        let room = self
+            .cfg
+            .n_ctx_slot
+            .saturating_sub(usize::from(job.embed.is_none()));
+        if job.prompt.is_empty() || job.prompt.len() > room {
             return Err(Failure::new(
                 FailureKind::Invalid,
                 format!(
@@ -420,7 +425,9 @@ impl<'t> Scheduler<'t> {
         self.slots[id].last_used = self.clock;
         // The prompt's time includes restoring a saved prefix.
         let started = Instant::now();
-        let keep = self.prepare_slot(id, &job.prompt, job.params.cache_prompt);
+        // An embedding reads rows of its whole prompt: no cached prefix stands in for them.
+        let reuse = job.params.cache_prompt && job.embed.is_none();
+        let keep = self.prepare_slot(id, &job.prompt, reuse);
         // The penalty window never holds more than a slot's context: a longer one (a client's
         // -1 read as "all") is the whole context, not an allocation of its length.
         let mut params = job.params.sampler.clone();
@@ -473,6 +480,7 @@ impl<'t> Scheduler<'t> {
             started,
             first_token: None,
             probs_scratch: Vec::new(),
+            rows: Vec::new(),
         });
     }
 
@@ -676,6 +684,9 @@ impl<'t> Scheduler<'t> {
             history: Vec::new(),
         };
         let mut plan: Vec<Planned> = Vec::new();
+        // What the output rows read back: logits for generations, final-norm rows for
+        // embeddings.
+        let (mut logits, mut embeddings) = (false, false);
         // Generated tokens first: one row per slot, or a run schemajump forced as one chunk
         // (split over passes when it does not fit; its last row gives the next logits), then
         // the slot's drafted tokens, each row an output that verifies the next. A draft that
@@ -706,6 +717,7 @@ impl<'t> Scheduler<'t> {
             };
             let end = batch.tokens.len() as i32;
             batch.output_rows.extend(end - outputs as i32..end);
+            logits |= outputs > 0;
             plan.push(Planned {
                 id: slot.id,
                 tokens: task.next[..take].to_vec(),
@@ -721,29 +733,51 @@ impl<'t> Scheduler<'t> {
             if room == 0 {
                 break;
             }
-            let rest = &task.job.prompt[task.n_past..];
+            let prompt = &task.job.prompt;
+            let rest = &prompt[task.n_past..];
             let take = rest.len().min(room);
             let start = slot.cached.len();
+            let first_row = batch.tokens.len();
             for (i, &t) in rest[..take].iter().enumerate() {
                 batch.tokens.push(t as i32);
                 batch.positions.push((start + i) as i32);
                 batch.slots.push(slot.id as i32);
             }
             let last = take == rest.len();
-            if last {
-                batch.output_rows.push(batch.tokens.len() as i32 - 1);
-            }
+            let outputs = match task.job.embed {
+                // An embedding reads its pooling's rows of every chunk.
+                Some(pooling) => {
+                    let read = (0..take).filter(|&i| pooling.reads(task.n_past + i, prompt.len()));
+                    let before = batch.output_rows.len();
+                    batch
+                        .output_rows
+                        .extend(read.map(|i| (first_row + i) as i32));
+                    embeddings |= batch.output_rows.len() > before;
+                    batch.output_rows.len() - before
+                }
+                None if last => {
+                    batch.output_rows.push(batch.tokens.len() as i32 - 1);
+                    logits = true;
+                    1
+                }
+                None => 0,
+            };
             plan.push(Planned {
                 id: slot.id,
                 tokens: rest[..take].to_vec(),
-                outputs: usize::from(last),
+                outputs,
             });
         }
         if batch.tokens.is_empty() {
             return Ok(());
         }
         let t0 = Instant::now();
-        let logits = self.model.forward(&batch).map_err(|e| e.to_string())?;
+        let read = self
+            .model
+            .forward_reading(&batch, Readout::of(logits, embeddings))
+            .map_err(|e| e.to_string())?;
+        let (logits, rows) = (read.logits, read.embeddings);
+        let n_embd = self.model.spec.hparams.n_embd as usize;
         let us = t0.elapsed().as_micros() as u64;
         tracing::trace!(
             "a pass of {} rows, {} outputs: {:.2} ms",
@@ -831,6 +865,24 @@ impl<'t> Scheduler<'t> {
             }
             if !task.next.is_empty() {
                 task.next.drain(..toks.len());
+            }
+            if let Some(pooling) = task.job.embed {
+                if outputs > 0 {
+                    task.rows
+                        .extend_from_slice(&rows[out * n_embd..(out + outputs) * n_embd]);
+                    out += outputs;
+                }
+                if task.n_past == task.job.prompt.len() {
+                    let embedded = Embedded {
+                        rows: pooling.pool(&task.rows, n_embd),
+                        id_slot: id,
+                        n_prompt: task.n_past,
+                        prompt_ms: task.started.elapsed().as_secs_f64() * 1e3,
+                    };
+                    let _ = task.job.events.send(Event::Embedded(embedded));
+                    slot.task = None;
+                }
+                continue;
             }
             if !has_output {
                 continue;

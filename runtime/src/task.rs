@@ -32,4 +32,7 @@ pub(crate) struct Task<'t> {
     /// The vocabulary's ids and logits, reused to select each token's most likely
     /// alternatives (empty unless the request asks for probabilities).
     pub(crate) probs_scratch: Vec<(u32, f32)>,
+    /// The final-norm rows an embedding request has read so far, in prompt order (`n_embd`
+    /// values each; empty for a generation).
+    pub(crate) rows: Vec<f32>,
 }

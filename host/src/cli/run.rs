@@ -266,6 +266,9 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
             Some(Event::Started { .. } | Event::PromptProgress(_)) => {}
             Some(Event::Done(f)) => break f,
             Some(Event::Failed(msg)) => bail!("{msg}"),
+            Some(Event::Embedded(_)) => {
+                bail!("the scheduler answered a generation with an embedding")
+            }
             None => bail!("the scheduler stopped before the request ended"),
         }
     };

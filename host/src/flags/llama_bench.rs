@@ -59,7 +59,7 @@ const REFUSED: &[(&[&str], &str)] = &[
     (&["-lm", "--load-mode", "-lzm", "--lazy-mode"], MAPPED),
     (
         &["-embd", "--embeddings"],
-        "embeddings are not implemented yet",
+        "bench times generation passes only (embeddings are served by `serve --embeddings`)",
     ),
     (
         &["-nopo", "--no-op-offload", "--no-host", "--repack"],

@@ -217,6 +217,26 @@ pub struct ServeArgs {
     /// default, takes such runs without sampling and evaluates them as one chunk).
     #[arg(long = "no-schemajump")]
     pub no_schemajump: bool,
+    /// Serve embeddings (`/embedding`, `/embeddings`, `/v1/embeddings`) from the model's
+    /// final-norm rows; completions are served as well.
+    #[arg(
+        long = "embedding",
+        visible_alias = "embeddings",
+        env = "LLAMA_ARG_EMBEDDINGS"
+    )]
+    pub embeddings: bool,
+    /// Pooling of embeddings: none, mean, cls or last (rank needs a rank head, which no model
+    /// plugin has); default: the model's `pooling_type`, else none.
+    #[arg(long = "pooling", env = "LLAMA_ARG_POOLING")]
+    pub pooling: Option<String>,
+    /// Normalization of pooled embeddings: -1 none, 0 max absolute (int16 range), 1 taxicab,
+    /// 2 Euclidean, above 2 the p-norm.
+    #[arg(
+        long = "embd-normalize",
+        default_value_t = 2,
+        allow_negative_numbers = true
+    )]
+    pub embd_normalize: i32,
     /// Serve Prometheus metrics at /metrics.
     #[arg(long = "metrics", env = "LLAMA_ARG_ENDPOINT_METRICS")]
     pub metrics: bool,

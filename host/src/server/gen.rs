@@ -17,6 +17,7 @@ use super::offload::heavy;
 use super::params::Fields;
 pub use super::request_log::Events;
 use super::Ready;
+use bloomery_runtime::embedding::Pooling;
 use bloomery_runtime::request::{
     Event, Finish, GenParams, Job, Piece, Progress, PromptProgress, Request,
 };
@@ -35,23 +36,62 @@ pub fn submit(
     if prompt.len() >= ready.n_ctx_slot {
         return Err(ApiError::exceeds_context(prompt.len(), ready.n_ctx_slot));
     }
+    queue(ready, prompt, params, id_slot, None)
+}
+
+/// Queues a job as it is (a generation, or an embedding with `embed`); the receiver yields its
+/// events and counts its end in the request's log line.
+pub fn queue(
+    ready: &Ready,
+    prompt: Vec<u32>,
+    params: GenParams,
+    id_slot: Option<usize>,
+    embed: Option<Pooling>,
+) -> Result<Events, ApiError> {
+    let (job, rx) = job(prompt, params, id_slot, embed);
+    ready.jobs.try_send(job).map_err(|e| match e {
+        mpsc::error::TrySendError::Full(_) => ApiError::unavailable(
+            "the server is busy: every slot is in use and the queue is full; retry later",
+        ),
+        mpsc::error::TrySendError::Closed(_) => ApiError::internal("the scheduler has stopped"),
+    })?;
+    Ok(Events::new(rx))
+}
+
+/// As [`queue`], waiting for room while the queue is full instead of answering 503: for the
+/// later inputs of a request whose first one was queued (an embedding request may hold more
+/// inputs than the queue).
+pub async fn queue_waiting(
+    ready: &Ready,
+    prompt: Vec<u32>,
+    params: GenParams,
+    embed: Option<Pooling>,
+) -> Result<Events, ApiError> {
+    let (job, rx) = job(prompt, params, None, embed);
+    ready
+        .jobs
+        .send(job)
+        .await
+        .map_err(|_| ApiError::internal("the scheduler has stopped"))?;
+    Ok(Events::new(rx))
+}
+
+/// A job for the scheduler and the receiver of its events.
+fn job(
+    prompt: Vec<u32>,
+    params: GenParams,
+    id_slot: Option<usize>,
+    embed: Option<Pooling>,
+) -> (Request, mpsc::UnboundedReceiver<Event>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let job = Job {
         prompt,
         params,
         id_slot,
+        embed,
         events: tx,
     };
-    ready
-        .jobs
-        .try_send(Request::Generate(Box::new(job)))
-        .map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => ApiError::unavailable(
-                "the server is busy: every slot is in use and the queue is full; retry later",
-            ),
-            mpsc::error::TrySendError::Closed(_) => ApiError::internal("the scheduler has stopped"),
-        })?;
-    Ok(Events::new(rx))
+    (Request::Generate(Box::new(job)), rx)
 }
 
 /// How many completions of each prompt a request asks for: `n_cmpl`, or OpenAI's `n` when it is
@@ -84,6 +124,19 @@ pub fn submit_n(
         .collect()
 }
 
+/// What a generation answered with an embedding's end is told (the scheduler sends
+/// `Event::Embedded` to embedding requests only).
+pub fn not_a_generation() -> ApiError {
+    ApiError::internal("the scheduler answered a generation with an embedding")
+}
+
+/// Ends a stream that received an embedding's end with an error frame (see
+/// [`not_a_generation`]); true: the stream is over.
+pub fn stream_not_a_generation(out: &mut Vec<u8>) -> bool {
+    out.extend_from_slice(&sse_data(&not_a_generation().body()));
+    true
+}
+
 /// Everything a finished generation produced.
 pub struct Outcome {
     /// The text (stop strings removed).
@@ -113,6 +166,7 @@ pub async fn collect(mut rx: Events) -> Result<Outcome, ApiError> {
                 })
             }
             Event::Failed(failure) => return Err(ApiError::from(failure)),
+            Event::Embedded(_) => return Err(not_a_generation()),
         }
     }
     Err(ApiError::internal("the scheduler dropped the request"))

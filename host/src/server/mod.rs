@@ -7,6 +7,7 @@ pub mod anthropic;
 pub mod bind;
 pub mod chat;
 pub mod cors;
+pub mod embeddings;
 pub mod error;
 pub mod gen;
 pub mod guard;
@@ -79,6 +80,8 @@ pub struct Ready {
     pub defaults: Defaults,
     /// The largest request body read (`guard::body_limit` of the context).
     pub body_limit: usize,
+    /// How the embedding routes embed (`None`: without `--embeddings` they are refused).
+    pub embeddings: Option<embeddings::EmbeddingMode>,
 }
 
 /// The server's state: flags, and the loaded model once it is ready.
@@ -155,6 +158,10 @@ pub const ROUTES: &[&str] = &[
     "POST /embedding",
     "POST /embeddings",
     "POST /v1/embeddings",
+    "POST /rerank",
+    "POST /reranking",
+    "POST /v1/rerank",
+    "POST /v1/reranking",
 ];
 
 /// The router over `state`, with `cors` around every route and the fallback, outside the guard
@@ -176,9 +183,13 @@ pub fn router(state: AppRef, cors: tower_http::cors::CorsLayer) -> Router {
         .route("/tokenize", post(native::tokenize))
         .route("/detokenize", post(native::detokenize))
         .route("/apply-template", post(native::apply_template))
-        .route("/embedding", post(native::embeddings))
-        .route("/embeddings", post(native::embeddings))
-        .route("/v1/embeddings", post(native::embeddings))
+        .route("/embedding", post(embeddings::native))
+        .route("/embeddings", post(embeddings::native))
+        .route("/v1/embeddings", post(embeddings::openai))
+        .route("/rerank", post(embeddings::rerank))
+        .route("/reranking", post(embeddings::rerank))
+        .route("/v1/rerank", post(embeddings::rerank))
+        .route("/v1/reranking", post(embeddings::rerank))
         .route("/v1/completions", post(openai::completions))
         .route("/chat/completions", post(openai::chat))
         .route("/v1/chat/completions", post(openai::chat))
@@ -260,8 +271,17 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     // Prompts are evaluated in batches of at most n_batch rows (the engine's config below).
     let mut request = a.placement.request()?;
     request.batch_rows = a.n_batch();
-    let model = LoadedModel::load_offloaded(&reg, &a.model, options, gpu, &request)?;
+    let mut model = LoadedModel::load_offloaded(&reg, &a.model, options, gpu, &request)?;
     tracing::info!("running on {}", model.kernel_plugin());
+    let embeddings = embeddings::mode(a, &model.file, model.spec.hparams.n_embd as usize)?;
+    if let Some(m) = embeddings {
+        model.check_embeddings()?;
+        tracing::info!(
+            "serving embeddings: pooling {}, normalization {}",
+            m.pooling.name(),
+            m.normalize
+        );
+    }
     let tok = Arc::new(crate::text::tokenizer(&model.file)?);
     let meta = model.file.metadata();
     let text_of = |id: Option<u32>| {
@@ -369,6 +389,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         model_meta,
         defaults,
         body_limit,
+        embeddings,
     })
 }
 

@@ -575,7 +575,7 @@ pub fn check_fits(ready: &Ready, at_least: usize) -> Result<(), ApiError> {
 
 /// A native prompt: a string, token ids, a mix of both, or llama-server's JSON prompt object
 /// (`{"prompt_string": ...}`).
-fn prompt_tokens(ready: &Ready, v: &Value) -> Result<Vec<u32>, ApiError> {
+pub(crate) fn prompt_tokens(ready: &Ready, v: &Value) -> Result<Vec<u32>, ApiError> {
     let encode = |s: &str, first: bool| {
         ready
             .tok
@@ -850,6 +850,7 @@ fn native_stream(
                 out.extend_from_slice(&sse_data(&v));
                 true
             }
+            Event::Embedded(_) => super::gen::stream_not_a_generation(out),
             Event::Failed(failure) => {
                 out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
                 true
@@ -986,13 +987,6 @@ pub async fn apply_template(
             Ok(Json(json!({ "prompt": job.prompt.text })))
         })
         .await
-}
-
-/// POST /embedding(s): not served (no embedding model runs yet).
-pub async fn embeddings(State(_state): State<AppRef>) -> ApiError {
-    ApiError::not_supported(
-        "This server does not support embeddings: no embedding model runs in bloomery yet",
-    )
 }
 
 /// Finish details shared by the OpenAI and Anthropic shapes.

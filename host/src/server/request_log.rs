@@ -20,7 +20,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
-use bloomery_runtime::request::{Event, Finish};
+use bloomery_runtime::request::{Embedded, Event, Finish};
 use hyper::body::{Frame, SizeHint};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -57,6 +57,17 @@ impl Record {
             t.n_predicted += f.n_predicted;
             t.prompt_ms += f.prompt_ms;
             t.predicted_ms += f.predicted_ms;
+        }
+    }
+
+    fn add_embedding(&self, x: &Embedded) {
+        if let Ok(mut t) = self.0.lock() {
+            let t = t.get_or_insert_with(Totals::default);
+            if !t.slots.contains(&x.id_slot) {
+                t.slots.push(x.id_slot);
+            }
+            t.n_prompt += x.n_prompt;
+            t.prompt_ms += x.prompt_ms;
         }
     }
 
@@ -101,8 +112,10 @@ impl Events {
     /// The next event (None once the scheduler dropped the request).
     pub async fn recv(&mut self) -> Option<Event> {
         let e = self.rx.recv().await;
-        if let (Some(Event::Done(f)), Some(r)) = (&e, &self.record) {
-            r.add(f);
+        match (&e, &self.record) {
+            (Some(Event::Done(f)), Some(r)) => r.add(f),
+            (Some(Event::Embedded(x)), Some(r)) => r.add_embedding(x),
+            _ => {}
         }
         e
     }

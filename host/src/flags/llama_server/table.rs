@@ -13,7 +13,6 @@ const ROPE: &str = "rope parameters come from the model file";
 const UI_CONFIG: &str = "the chat page keeps its settings in the browser (no server-side defaults)";
 const ADAPTERS: &str = "adapters and control vectors are not supported";
 const ROUTER: &str = "one server serves one model (no model router)";
-const EMBEDDINGS: &str = "embeddings are not implemented yet";
 const ONE_CARD: &str = "one card: splitting across cards is not implemented yet";
 const GRAMMAR: &str = "a default grammar is not implemented yet";
 const SCHEMA: &str = "a default JSON schema is not implemented yet";
@@ -94,7 +93,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-j", "--json-schema"], &[], None, Value, Refused(SCHEMA)),
     flag(&["-jf", "--json-schema-file"], &[], None, Value, Refused(SCHEMA)),
     flag(&["-bs", "--backend-sampling"], &[], Some("LLAMA_ARG_BACKEND_SAMPLING"), Flag, Refused("sampling runs on the host")),
-    flag(&["--pooling"], &[], Some("LLAMA_ARG_POOLING"), Value, Refused(EMBEDDINGS)),
+    flag(&["--pooling"], &[], Some("LLAMA_ARG_POOLING"), Value, Serve),
     flag(&["--rope-scaling"], &[], Some("LLAMA_ARG_ROPE_SCALING_TYPE"), Value, Refused(ROPE)),
     flag(&["--rope-scale"], &[], Some("LLAMA_ARG_ROPE_SCALE"), Value, Refused(ROPE)),
     flag(&["--rope-freq-base"], &[], Some("LLAMA_ARG_ROPE_FREQ_BASE"), Value, Refused(ROPE)),
@@ -156,7 +155,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-hf", "-hfr", "--hf-repo"], &[], Some("LLAMA_ARG_HF_REPO"), Value, Refused(DOWNLOAD)),
     flag(&["-hff", "--hf-file"], &[], Some("LLAMA_ARG_HF_FILE"), Value, Refused(DOWNLOAD)),
     flag(&["-hft", "--hf-token"], &[], Some("HF_TOKEN"), Value, Refused(DOWNLOAD)),
-    flag(&["--embd-normalize"], &[], None, Value, Refused(EMBEDDINGS)),
+    flag(&["--embd-normalize"], &[], None, Value, Serve),
     flag(&["--host"], &[], Some("LLAMA_ARG_HOST"), Value, Serve),
     flag(&["--port"], &[], Some("LLAMA_ARG_PORT"), Value, Serve),
     flag(&["--reuse-port"], &[], Some("LLAMA_ARG_REUSE_PORT"), Flag, Refused("SO_REUSEPORT is not implemented")),
@@ -175,8 +174,8 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--mcp-servers-json"], &[], Some("LLAMA_ARG_MCP_SERVERS_JSON"), Value, Refused(MCP)),
     flag(&["-ag", "--agent"], &["-no-ag", "--no-agent"], Some("LLAMA_ARG_AGENT"), Switch, OnlyOff("the agent tools are not supported")),
     flag(&["--ui", "--webui"], &["--no-ui", "--no-webui"], Some("LLAMA_ARG_UI"), Switch, Serve),
-    flag(&["--embedding", "--embeddings"], &[], Some("LLAMA_ARG_EMBEDDINGS"), Flag, Refused(EMBEDDINGS)),
-    flag(&["--rerank", "--reranking"], &[], Some("LLAMA_ARG_RERANKING"), Flag, Refused("reranking is not implemented")),
+    flag(&["--embedding", "--embeddings"], &[], Some("LLAMA_ARG_EMBEDDINGS"), Flag, Serve),
+    flag(&["--rerank", "--reranking"], &[], Some("LLAMA_ARG_RERANKING"), Flag, Refused("reranking needs a model with a rank (classifier) head, and no model plugin has one")),
     flag(&["--api-key"], &[], Some("LLAMA_API_KEY"), Value, Serve),
     flag(&["--api-key-file"], &[], Some("LLAMA_ARG_API_KEY_FILE"), Value, Serve),
     flag(&["--ssl-key-file"], &[], Some("LLAMA_ARG_SSL_KEY_FILE"), Value, Serve),
