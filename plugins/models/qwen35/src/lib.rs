@@ -1,5 +1,7 @@
 //! Model plugin for the Qwen3.5 hybrid family: GGUF architectures `qwen35moe` (Qwen3.5/3.6-MoE,
-//! e.g. Qwen3.6-35B-A3B) and `qwen35` (dense; Clef's backbone). Three Gated DeltaNet layers to one
+//! e.g. Qwen3.6-35B-A3B), `qwen35` (dense; Clef's backbone) and `clef` (that backbone with a
+//! decision head in the file, whose weights it declares for the host to run; its graph ends in
+//! the final-norm rows). Three Gated DeltaNet layers to one
 //! gated attention layer: the DeltaNet layers keep a convolution history and a recurrent matrix
 //! per sequence, the attention layers a K/V cache; attention uses QK-norm, IMROPE over a quarter
 //! of each head and a sigmoid output gate. MoE layers route 256 experts top-8 (softmax,
@@ -21,7 +23,7 @@ use bloomery_plugin_api::op::{RopeMode, RopeParams};
 use bloomery_plugin_api::weights::WeightTable;
 use bloomery_plugin_api::PluginError;
 
-use hparams::{HParams, ARCH_DENSE, ARCH_MOE};
+use hparams::{HParams, ARCH_CLEF, ARCH_DENSE, ARCH_MOE};
 use state::LayerState;
 use weights::Weights;
 
@@ -40,10 +42,11 @@ impl Qwen35 {
         let arch = match view.architecture()? {
             ARCH_MOE => ARCH_MOE,
             ARCH_DENSE => ARCH_DENSE,
+            ARCH_CLEF => ARCH_CLEF,
             other => {
                 return Err(PluginError::unsupported(
                     format!("architecture `{other}`"),
-                    &[ARCH_MOE, ARCH_DENSE],
+                    &[ARCH_MOE, ARCH_DENSE, ARCH_CLEF],
                 ))
             }
         };
@@ -80,7 +83,7 @@ impl ModelInstance for Qwen35 {
         ModelSpec {
             architecture: self.hp.arch.into(),
             hparams: self.hp.summary(),
-            weights: self.weights.decls.clone(),
+            weights: self.weights.lm.decls.clone(),
             state: self.state.clone(),
             caps: ModelCaps {
                 recurrent: true,
@@ -103,7 +106,7 @@ impl ModelInstance for Qwen35 {
 
 bloomery_plugin_api::export_model_plugin! {
     name: "qwen35",
-    architectures: [ARCH_MOE, ARCH_DENSE],
+    architectures: [ARCH_MOE, ARCH_DENSE, ARCH_CLEF],
     synth_presets: synth::presets,
     load: Qwen35::load,
 }
@@ -130,7 +133,7 @@ mod tests {
     #[test]
     fn hostile_keys_and_shapes_end_in_named_errors_never_in_a_panic() {
         let presets = synth::presets();
-        for arch in [ARCH_MOE, ARCH_DENSE] {
+        for arch in [ARCH_MOE, ARCH_DENSE, ARCH_CLEF] {
             let tiny = presets
                 .iter()
                 .find(|p| {
