@@ -304,6 +304,11 @@ impl LoadedModel {
     /// Runs one pass over a batch and returns the logits of its output rows, `n_vocab` values per
     /// output row in the order of `batch.output_rows`.
     pub fn forward(&mut self, batch: &BatchInputs) -> Result<Vec<f32>, ModelError> {
+        self.pass(batch, "logits")
+    }
+
+    /// Runs one pass and reads the output `output` of its output rows.
+    fn pass(&mut self, batch: &BatchInputs, output: &str) -> Result<Vec<f32>, ModelError> {
         let rows = batch.tokens.len();
         if rows == 0 || batch.positions.len() != rows || batch.slots.len() != rows {
             return Err(ModelError::Request(format!(
@@ -355,9 +360,31 @@ impl LoadedModel {
         }
         let exec = self.executor(rows as u32, batch.output_rows.len() as u32)?;
         exec.run(&device, batch)?;
-        let logits = exec.read_f32(&device, "logits")?;
+        let values = exec.read_f32(&device, output)?;
         self.rebalance()?;
-        Ok(logits)
+        Ok(values)
+    }
+
+    /// Runs one pass over a batch and returns the final-norm rows of its output rows, `n_embd`
+    /// values per output row in the order of `batch.output_rows`, for a graph that ends in
+    /// them (a decision model's backbone; its head reads them).
+    pub fn forward_hidden(&mut self, batch: &BatchInputs) -> Result<Vec<f32>, ModelError> {
+        if batch.output_rows.is_empty() {
+            return Err(ModelError::Request(
+                "a pass for final-norm rows needs output rows".into(),
+            ));
+        }
+        self.pass(batch, "hidden")
+    }
+
+    /// The resolved tensor of the weight named `name` (its GGUF name), if the model has one.
+    pub fn weight_ref(&self, name: &str) -> Option<TensorRef> {
+        let i = self
+            .spec
+            .weights
+            .iter()
+            .position(|w| w.name.as_str() == name)?;
+        self.weights.get(i).copied()
     }
 
     /// Moves routed experts between the card and the host as the routing counts call for

@@ -300,14 +300,15 @@ fn attention_dense(buf: &Buffers, c: &OpCall, scale: f32, causal: bool) -> Resul
         n_head_kv: usz(k.ne[1]),
         n_q: usz(q.ne[2]),
         n_k: usz(k.ne[2]),
+        scale,
+        causal,
     };
     let (q, k, v) = (f32s(buf, q, "q")?, f32s(buf, k, "k")?, f32s(buf, v, "v")?);
     let out = f32s_mut(buf, &c.dst, "AttentionDense dst")?;
     // Scratch for one row of scores: a decision head's call has tens to thousands of keys, far
     // from the decode path.
     let mut scores = vec![0f64; shape.n_k];
-    ops::attention_dense::attention_dense(q, k, v, out, shape, scale, causal, &mut scores)
-        .map_err(op_err)
+    ops::attention_dense::attention_dense(q, k, v, out, shape, &mut scores).map_err(op_err)
 }
 
 fn softplus(x: f32) -> f32 {

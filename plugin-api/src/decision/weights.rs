@@ -53,7 +53,7 @@ pub enum BlockKind {
         /// Pre-self-attention norm.
         norm: Norm,
         /// Self-attention.
-        attn: Attention,
+        attn: Box<Attention>,
     },
 }
 
@@ -161,7 +161,7 @@ pub fn declare(t: &mut WeightTable<'_>, hp: &HeadHParams) -> Result<HeadWeights,
         } else {
             BlockKind::Decoder {
                 norm: norm(&mut w, &format!("{p}attn_norm"), h)?,
-                attn: attention(&mut w, &format!("{p}attn_"), h)?,
+                attn: Box::new(attention(&mut w, &format!("{p}attn_"), h)?),
             }
         };
         blocks.push(Block {

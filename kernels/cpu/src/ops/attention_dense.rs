@@ -19,11 +19,15 @@ pub struct DenseShape {
     pub n_q: usize,
     /// Key/value rows.
     pub n_k: usize,
+    /// Logit scale.
+    pub scale: f32,
+    /// Query `i` sees keys `0..=i` only.
+    pub causal: bool,
 }
 
 /// `out[:, h, i] = Σ_j softmax_j(scale · q[:, h, i]·k[:, g, j]) v[:, g, j]` with `q` `[dk,
 /// n_head, n_q]`, `k` `[dk, n_head_kv, n_k]`, `v` `[dv, n_head_kv, n_k]` and `out` `[dv, n_head,
-/// n_q]`; with `causal`, query `i` sees keys `0..=i`. Scores and sums in f64; `scores` is
+/// n_q]` (`scale` and `causal` from the shape). Scores and sums in f64; `scores` is
 /// caller-owned scratch of at least `n_k` values, so nothing allocates.
 pub fn attention_dense(
     q: &[f32],
@@ -31,12 +35,10 @@ pub fn attention_dense(
     v: &[f32],
     out: &mut [f32],
     s: DenseShape,
-    scale: f32,
-    causal: bool,
     scores: &mut [f64],
 ) -> Result<(), OpError> {
     const OP: &str = "attention_dense";
-    if s.n_head_kv == 0 || s.n_head % s.n_head_kv != 0 || s.n_k == 0 {
+    if s.n_head_kv == 0 || !s.n_head.is_multiple_of(s.n_head_kv) || s.n_k == 0 {
         return Err(OpError::Parameter {
             op: OP,
             what: format!(
@@ -60,7 +62,7 @@ pub fn attention_dense(
     }
     let group = s.n_head / s.n_head_kv;
     for i in 0..s.n_q {
-        let seen = if causal { (i + 1).min(s.n_k) } else { s.n_k };
+        let seen = if s.causal { (i + 1).min(s.n_k) } else { s.n_k };
         for h in 0..s.n_head {
             let g = h / group;
             let qr = &q[(i * s.n_head + h) * s.dk..][..s.dk];
@@ -72,7 +74,7 @@ pub fn attention_dense(
                     .zip(kr)
                     .map(|(a, b)| f64::from(*a) * f64::from(*b))
                     .sum();
-                *sc = dot * f64::from(scale);
+                *sc = dot * f64::from(s.scale);
                 max = max.max(*sc);
             }
             let mut sum = 0.0;
@@ -105,19 +107,22 @@ mod tests {
             n_head_kv: 1,
             n_q: 1,
             n_k: 2,
+            scale: 1.0,
+            causal: false,
         };
         let q = [1.0, 0.0, 0.0, 1.0];
         let k = [1.0, 0.0, 1.0, 0.0];
         let v = [2.0, 4.0];
         let mut out = [0.0; 2];
         let mut scratch = [0.0; 2];
-        attention_dense(&q, &k, &v, &mut out, s, 1.0, false, &mut scratch).unwrap();
+        attention_dense(&q, &k, &v, &mut out, s, &mut scratch).unwrap();
         assert_eq!(out, [3.0, 3.0]);
-        attention_dense(&q, &k, &v, &mut out, s, 1.0, true, &mut scratch).unwrap();
+        let causal = DenseShape { causal: true, ..s };
+        attention_dense(&q, &k, &v, &mut out, causal, &mut scratch).unwrap();
         assert_eq!(out, [2.0, 2.0]);
         // Head 0 against a larger first key: softmax weights e/(e+1) and 1/(e+1).
         let k = [2.0, 0.0, 1.0, 0.0];
-        attention_dense(&q, &k, &v, &mut out, s, 1.0, false, &mut scratch).unwrap();
+        attention_dense(&q, &k, &v, &mut out, s, &mut scratch).unwrap();
         let e = std::f64::consts::E;
         assert!((f64::from(out[0]) - (2.0 * e + 4.0) / (e + 1.0)).abs() < 1e-6);
         assert_eq!(out[1], 3.0);

@@ -131,6 +131,68 @@ mod tests {
     }
 
     #[test]
+    fn a_clef_head_tensor_missing_extra_or_misshaped_is_refused_by_name() {
+        use bloomery_plugin_api::meta::TensorInfo;
+        let presets = synth::presets();
+        let clef = presets
+            .iter()
+            .find(|p| p.file_view(DType::F32).architecture() == Ok(ARCH_CLEF))
+            .unwrap();
+        let base = clef.file_view(DType::F32);
+        let head = Qwen35::load(&base).unwrap();
+        assert!(head.weights.head.is_some());
+        assert!(head
+            .spec()
+            .weights
+            .iter()
+            .any(|w| w.name.as_str() == "dec.blk.3.ffn_down.bias"));
+        let refused = |edit: &dyn Fn(&mut Vec<TensorInfo>), name: &str| {
+            let mut view = base.clone();
+            let mut tensors: Vec<TensorInfo> = view.tensors.into_iter().collect();
+            edit(&mut tensors);
+            view.tensors = tensors.into();
+            let e = Qwen35::load(&view).err().expect("refused").to_string();
+            assert!(e.contains(name), "`{e}` does not name {name}");
+        };
+        refused(
+            &|t| t.retain(|x| x.name.as_str() != "decision.scales"),
+            "decision.scales",
+        );
+        refused(
+            &|t| {
+                let mut x = t
+                    .iter()
+                    .find(|x| x.name.as_str() == "dec.blk.3.ffn_up.bias")
+                    .unwrap()
+                    .clone();
+                x.name = "dec.blk.4.ffn_up.bias".into();
+                t.push(x);
+            },
+            "dec.blk.4.ffn_up.bias",
+        );
+        refused(
+            &|t| {
+                let x = t
+                    .iter_mut()
+                    .find(|x| x.name.as_str() == "dec.blk.2.attn_q.weight")
+                    .unwrap();
+                x.ne = [64, 32, 1, 1];
+            },
+            "dec.blk.2.attn_q.weight",
+        );
+        refused(
+            &|t| {
+                let x = t
+                    .iter_mut()
+                    .find(|x| x.name.as_str() == "decision.proj_memory.weight")
+                    .unwrap();
+                x.ne = [256, 66, 1, 1];
+            },
+            "decision.head_count",
+        );
+    }
+
+    #[test]
     fn hostile_keys_and_shapes_end_in_named_errors_never_in_a_panic() {
         let presets = synth::presets();
         for arch in [ARCH_MOE, ARCH_DENSE, ARCH_CLEF] {
