@@ -115,7 +115,7 @@ pub fn decider(
                 bloomery_gguf::Value::F64(v) => *v as f32,
                 other => anyhow::bail!("{}: expected a number, found {other:?}", e.key),
             };
-            if !(t > 0.0) {
+            if t.is_nan() || t <= 0.0 {
                 anyhow::bail!("invalid decision temperature: {} = {t}", e.key);
             }
             temps.insert(name.to_owned(), t);
