@@ -114,3 +114,33 @@ def test_concurrent_requests_answer_as_each_alone(clef):
         for qid in ("route", "urgency"):
             for k, v in a["answers"][qid]["probabilities"].items():
                 assert abs(v - b["answers"][qid]["probabilities"][k]) < 1e-6
+
+
+def test_answers_equal_llama_servers_on_the_same_file(clef, clef_path):
+    """llama-server b11434's answers on the same file (fixtures/systemone_llamacpp.json, made by
+    tests/oracle/llamacpp_systemone.py; see host/tests/fixtures/PROVENANCE.md): the same prompt
+    length, the same keys in the same order, every probability within 1e-4."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    golden = json.loads((Path(__file__).parent / "fixtures/systemone_llamacpp.json").read_text())
+    sha = hashlib.sha256(Path(clef_path).read_bytes()).hexdigest()
+    assert sha == golden["file_sha256"], "synth output changed: rerun tests/oracle/llamacpp_systemone.py"
+
+    def values(answer):
+        out = [answer[k] for k in ("noul", "score") if k in answer]
+        return out + list(answer.get("probabilities", {}).values())
+
+    for case in golden["cases"]:
+        r = clef.post("/v1/systemone", case["body"])
+        assert r.status_code == 200, r.text
+        ours, theirs = r.json(), case["response"]
+        assert ours["usage"] == theirs["usage"]
+        assert list(ours["answers"]) == list(theirs["answers"])
+        for qid, a in theirs["answers"].items():
+            b = ours["answers"][qid]
+            assert list(b) == list(a) and list(b.get("probabilities", {})) == list(a.get("probabilities", {}))
+            assert b.get("choice") == a.get("choice") and b.get("legend") == a.get("legend")
+            for x, y in zip(values(b), values(a)):
+                assert abs(x - y) < 1e-4, (qid, b, a)
