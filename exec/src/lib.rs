@@ -3,6 +3,7 @@
 //! executor that runs one forward pass over a batch of rows.
 
 pub mod arena_plan;
+pub mod decision;
 mod error;
 pub mod executor;
 mod file_check;

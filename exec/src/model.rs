@@ -393,6 +393,28 @@ impl LoadedModel {
         Ok(out)
     }
 
+    /// Runs one pass over a batch and returns the final-norm rows of its output rows, `n_embd`
+    /// values per output row in the order of `batch.output_rows` (a decision model's backbone,
+    /// whose head reads them), read as embeddings are: the graph cut after its final norm.
+    pub fn forward_hidden(&mut self, batch: &BatchInputs) -> Result<Vec<f32>, ModelError> {
+        if batch.output_rows.is_empty() {
+            return Err(ModelError::Request(
+                "a pass for final-norm rows needs output rows".into(),
+            ));
+        }
+        Ok(self.forward_reading(batch, Readout::Embeddings)?.embeddings)
+    }
+
+    /// The resolved tensor of the weight named `name` (its GGUF name), if the model has one.
+    pub fn weight_ref(&self, name: &str) -> Option<TensorRef> {
+        let i = self
+            .spec
+            .weights
+            .iter()
+            .position(|w| w.name.as_str() == name)?;
+        self.weights.get(i).copied()
+    }
+
     /// Moves routed experts between the card and the host as the routing counts call for
     /// (nothing without host experts, or with residency off).
     fn rebalance(&self) -> Result<(), ModelError> {

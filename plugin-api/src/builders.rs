@@ -185,13 +185,13 @@ impl LayerSettings {
 
 /// The graph of a causal LM for `shape`: the batch inputs, the token embeddings, then `layer`
 /// for each of `layers` in turn (its input the previous layer's output, the graph's current
-/// layer set to its index), then the final norm and head as the output `logits`
-/// `[n_vocab, n_outputs]`.
-pub fn causal_lm<L>(
+/// layer set to its index), then the final norm and what `outputs` names.
+pub fn causal_lm_with<L>(
     shape: BatchShape,
     globals: &LmGlobals,
     eps: f32,
     layers: &[L],
+    outputs: LmOutputs,
     mut layer: impl FnMut(&mut GraphBuilder, LayerAt<'_>, &L, TensorId) -> Result<TensorId, PluginError>,
 ) -> Result<Graph, PluginError> {
     let mut g = GraphBuilder::new();
@@ -206,9 +206,41 @@ pub fn causal_lm<L>(
         };
         x = layer(&mut g, at, l, x)?;
     }
-    let logits = g.lm_head(globals, x, eps)?;
-    g.output("logits", logits);
+    g.set_layer(-1);
+    let norm = g.w(&globals.output_norm)?;
+    let hidden = g.rms_norm("result_norm", x, Some(norm), eps)?;
+    if outputs != LmOutputs::Hidden {
+        let head = g.w(&globals.output)?;
+        let logits = g.matmul("result_output", head, hidden)?;
+        g.output("logits", logits);
+    }
+    if outputs != LmOutputs::Logits {
+        g.output("hidden", hidden);
+    }
     Ok(g.finish())
+}
+
+/// What a causal LM's graph ends in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LmOutputs {
+    /// The output head: `logits` `[n_vocab, n_outputs]`.
+    Logits,
+    /// The final-norm rows, without the output head: `hidden` `[n_embd, n_outputs]` (a backbone
+    /// whose rows a decision head reads).
+    Hidden,
+    /// Both `logits` and `hidden` (a generative model that may also serve a decision head).
+    LogitsAndHidden,
+}
+
+/// [`causal_lm_with`] ending in the output head ([`LmOutputs::Logits`]).
+pub fn causal_lm<L>(
+    shape: BatchShape,
+    globals: &LmGlobals,
+    eps: f32,
+    layers: &[L],
+    layer: impl FnMut(&mut GraphBuilder, LayerAt<'_>, &L, TensorId) -> Result<TensorId, PluginError>,
+) -> Result<Graph, PluginError> {
+    causal_lm_with(shape, globals, eps, layers, LmOutputs::Logits, layer)
 }
 
 impl GraphBuilder {

@@ -11,12 +11,13 @@
 //!
 //! Model plugins are made of compile-time helpers that never cross the boundary: [`hparams`]
 //! (keys and their checks), [`weights`] (the weight table), [`builders`] (graph blocks),
-//! [`synth`] (presets), [`kv_model`] (the loaded model of a K/V-cache architecture) and
+//! [`synth`] (presets), [`decision`] (decision heads), [`kv_model`] (the loaded model of a K/V-cache architecture) and
 //! [`hostile`] (the crafted files a loader's tests must survive);
 //! `docs/new-architecture.md` shows how they fit.
 #![allow(non_local_definitions)]
 
 pub mod builders;
+pub mod decision;
 pub mod dtype;
 pub mod error;
 pub mod graph;

@@ -19,6 +19,7 @@ pub struct PresetBuilder {
     metadata: Vec<MetaEntry>,
     optional: Vec<&'static str>,
     ranges: Vec<(&'static str, [f32; 2])>,
+    stand_ins: Vec<(&'static str, [u64; 4])>,
 }
 
 impl PresetBuilder {
@@ -40,6 +41,7 @@ impl PresetBuilder {
             metadata,
             optional: Vec::new(),
             ranges: Vec::new(),
+            stand_ins: Vec::new(),
         }
     }
 
@@ -47,6 +49,20 @@ impl PresetBuilder {
     pub fn value(mut self, key: &str, value: MetaValue) -> Self {
         let key = format!("{}.{key}", self.arch);
         self.metadata.push(MetaEntry::new(&key, value));
+        self
+    }
+
+    /// Adds `key` = `value` as written (a key outside the architecture's, such as a named chat
+    /// template).
+    pub fn global(mut self, key: &str, value: MetaValue) -> Self {
+        self.metadata.push(MetaEntry::new(key, value));
+        self
+    }
+
+    /// The declaring loader sees a tensor `name` of extents `ne` (one whose shape gives a size no
+    /// key records, such as a decision head's width); the preset's own tensor is declared as usual.
+    pub fn stand_in(mut self, name: &'static str, ne: [u64; 4]) -> Self {
+        self.stand_ins.push((name, ne));
         self
     }
 
@@ -98,8 +114,9 @@ impl PresetBuilder {
         self
     }
 
-    /// Float values of every layer's tensor `blk.{i}.{name}` are drawn from `[lo, hi]` (decay
-    /// rates that must stay negative, biases of one sign); the others get the host's range for
+    /// Float values of every layer's tensor `blk.{i}.{name}` (or of the tensor named `name`
+    /// exactly) are drawn from `[lo, hi]` (decay rates that must stay negative, biases of one
+    /// sign); the others get the host's range for
     /// their class.
     pub fn range(mut self, name: &'static str, lo: f32, hi: f32) -> Self {
         self.ranges.push((name, [lo, hi]));
@@ -148,6 +165,7 @@ impl PresetBuilder {
         let embd = [u64::from(n_embd), u64::from(self.n_vocab), 1, 1];
         let mut tensors = vec![tensor("token_embd.weight".into(), embd)];
         tensors.extend((0..n_layer).map(|il| tensor(format!("blk.{il}.synth"), [1; 4])));
+        tensors.extend(self.stand_ins.iter().map(|&(n, ne)| tensor(n.into(), ne)));
         let view = ModelFileView {
             tensors: tensors.into(),
             ..view
@@ -165,6 +183,9 @@ impl PresetBuilder {
     }
 
     fn range_of(&self, tensor: &str) -> Option<[f32; 2]> {
+        if let Some(&(_, r)) = self.ranges.iter().find(|(n, _)| *n == tensor) {
+            return Some(r);
+        }
         let (_, name) = tensor.strip_prefix("blk.")?.split_once('.')?;
         self.ranges
             .iter()

@@ -5,6 +5,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+use bloomery_exec::decision::DecisionHead;
 use bloomery_exec::LoadedModel;
 use bloomery_text::Tokenizer;
 use tokio::sync::mpsc;
@@ -17,6 +18,8 @@ use crate::status::{Shared, SlotView};
 /// The running scheduler: where requests go, what it publishes, and its thread.
 pub struct Runtime {
     jobs: mpsc::Sender<Request>,
+    /// Whether the model has a decision head (`Request::Decide` is served).
+    pub decides: bool,
     shared: Arc<Shared>,
     thread: JoinHandle<LoadedModel>,
 }
@@ -39,6 +42,18 @@ impl Runtime {
         tok: Arc<Tokenizer>,
         cfg: RuntimeConfig,
     ) -> Result<Runtime, RuntimeError> {
+        Self::start_with_head(model, None, tok, cfg)
+    }
+
+    /// As [`Runtime::start`], with the model's decision head (which the scheduler owns beside
+    /// the model it reads).
+    pub fn start_with_head(
+        model: LoadedModel,
+        head: Option<DecisionHead>,
+        tok: Arc<Tokenizer>,
+        cfg: RuntimeConfig,
+    ) -> Result<Runtime, RuntimeError> {
+        let decides = head.is_some();
         // Every slot idle, as the scheduler publishes them, so that readers see every slot
         // before its first publish.
         let idle = (0..model.options.n_slots as usize)
@@ -56,10 +71,11 @@ impl Runtime {
         let published = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("bloomery-scheduler".into())
-            .spawn(move || scheduler::run(model, tok, cfg, rx, published))
+            .spawn(move || scheduler::run(model, head, tok, cfg, rx, published))
             .map_err(RuntimeError::Start)?;
         Ok(Runtime {
             jobs,
+            decides,
             shared,
             thread,
         })

@@ -141,8 +141,24 @@ pub struct SlotCommand {
     pub reply: oneshot::Sender<Result<SlotReply, String>>,
 }
 
+/// A decision: the prompt's final-norm rows through the model's decision head, one score per
+/// option.
+pub struct DecideJob {
+    /// The prompt.
+    pub prompt: Vec<u32>,
+    /// Its question spans.
+    pub questions: Vec<bloomery_exec::decision::QuestionSpan>,
+    /// Its option spans.
+    pub options: Vec<bloomery_exec::decision::OptionSpan>,
+    /// The scores (in `options` order), or why there are none; a dropped receiver (client gone)
+    /// cancels the job before it runs.
+    pub reply: oneshot::Sender<Result<Vec<f32>, Failure>>,
+}
+
 /// What a front end sends the scheduler.
 pub enum Request {
+    /// Score a decision's options ([`DecideJob`]).
+    Decide(Box<DecideJob>),
     /// Generate.
     Generate(Box<Job>),
     /// Generate several requests that start together, in the same passes (a benchmark's

@@ -11,6 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use bloomery_exec::decision::{DecisionHead, HeadRequest};
 use bloomery_exec::{BatchInputs, LoadedModel, Readout, Rewind};
 use bloomery_text::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc;
@@ -19,7 +20,8 @@ use crate::grammar::{token_trie, Constraint};
 use crate::panic::panic_message;
 use crate::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
 use crate::request::{
-    Embedded, Event, Failure, FailureKind, Job, PromptProgress, Request, SlotAction, SlotReply,
+    DecideJob, Embedded, Event, Failure, FailureKind, Job, PromptProgress, Request, SlotAction,
+    SlotReply,
 };
 use crate::sampling::Sampler;
 use crate::slot_file::SlotFile;
@@ -91,12 +93,15 @@ struct Scheduler<'t> {
     cache: Option<PromptCache>,
     /// The vocabulary trie grammars mask with, built for the first request with a grammar.
     vocab: Option<Arc<bloomery_grammar::TokenTrie>>,
+    /// The model's decision head, when it has one (`Request::Decide`).
+    head: Option<DecisionHead>,
 }
 
 /// Runs the scheduler on the current thread until every job sender is gone and nothing runs;
 /// gives the model back.
 pub(crate) fn run(
     model: LoadedModel,
+    head: Option<DecisionHead>,
     tok: Arc<Tokenizer>,
     cfg: RuntimeConfig,
     jobs: mpsc::Receiver<Request>,
@@ -125,6 +130,7 @@ pub(crate) fn run(
         rewind,
         cache: cfg.cache_ram.map(|b| PromptCache::new(b, rewind)),
         vocab: None,
+        head,
     };
     s.publish();
     // After publishing the slots, so that /slots answers while the allocation runs.
@@ -229,6 +235,23 @@ impl<'t> Scheduler<'t> {
                 .deferred
                 .store(jobs.len() as u64, Ordering::Relaxed);
             match job {
+                Request::Decide(job) => {
+                    let job = *job;
+                    if job.reply.is_closed() {
+                        continue;
+                    }
+                    let result = catch_unwind(AssertUnwindSafe(|| self.decide(&job)))
+                        .unwrap_or_else(|panic| {
+                            let what = panic_message(panic.as_ref());
+                            tracing::error!("a decision panicked: {what}");
+                            Err(Failure::new(
+                                FailureKind::Internal,
+                                format!("internal error: {what}"),
+                            ))
+                        });
+                    let _ = job.reply.send(result);
+                    self.publish();
+                }
                 Request::Generate(job) => self.assign(*job),
                 Request::GenerateTogether(jobs) => {
                     for job in jobs {
@@ -259,6 +282,67 @@ impl<'t> Scheduler<'t> {
             }
         }
         true
+    }
+
+    /// Runs a decision's prompt through the backbone on the least recently used free slot, in
+    /// passes of at most the batch size that read every row's final-norm row, then the head.
+    /// The slot's earlier state goes to the prompt cache first; afterwards the slot holds
+    /// nothing reusable (the head needs every row, which no saved state keeps).
+    fn decide(&mut self, job: &DecideJob) -> Result<Vec<f32>, Failure> {
+        let invalid = |m: String| Failure::new(FailureKind::Invalid, m);
+        let internal = |m: String| Failure::new(FailureKind::Internal, m);
+        let Some(n_embd) = self.head.as_ref().map(|h| h.hp.n_embd as usize) else {
+            return Err(invalid("this model has no decision head".into()));
+        };
+        let n = job.prompt.len();
+        if n == 0 || n > self.cfg.n_ctx_slot {
+            return Err(invalid(format!(
+                "request ({n} tokens) exceeds the available context size ({} tokens), try increasing it",
+                self.cfg.n_ctx_slot
+            )));
+        }
+        let Some(id) = self
+            .slots
+            .iter()
+            .filter(|s| s.task.is_none())
+            .min_by_key(|s| s.last_used)
+            .map(|s| s.id)
+        else {
+            return Err(internal("no free slot for a decision".into()));
+        };
+        self.prepare_slot(id, &job.prompt, false);
+        self.slots[id].keep(0);
+        let mut hidden = Vec::with_capacity(n * n_embd);
+        for start in (0..n).step_by(self.cfg.n_batch.max(1)) {
+            let end = (start + self.cfg.n_batch.max(1)).min(n);
+            let rows = end - start;
+            let batch = BatchInputs {
+                tokens: job.prompt[start..end].iter().map(|&t| t as i32).collect(),
+                positions: (start as i32..end as i32).collect(),
+                slots: vec![id as i32; rows],
+                output_rows: (0..rows as i32).collect(),
+                history: Vec::new(),
+            };
+            let rows_hidden = self
+                .model
+                .forward_hidden(&batch)
+                .map_err(|e| internal(e.to_string()))?;
+            hidden.extend_from_slice(&rows_hidden);
+        }
+        self.clock += 1;
+        self.slots[id].last_used = self.clock;
+        let tokens: Vec<i32> = job.prompt.iter().map(|&t| t as i32).collect();
+        let req = HeadRequest {
+            hidden: &hidden,
+            tokens: &tokens,
+            questions: &job.questions,
+            options: &job.options,
+        };
+        let head = self
+            .head
+            .as_ref()
+            .ok_or_else(|| internal("no head".into()))?;
+        head.scores(&req).map_err(|e| internal(e.to_string()))
     }
 
     /// Saves, restores or erases a slot that is not running a request.

@@ -81,6 +81,8 @@ const SERVER: &[&str] = &[
     "timeout",
     "threads-http",
     "queue-depth",
+    "decision-head",
+    "decision-head-device",
     "idle-timeout",
     "shutdown-timeout",
     "ui",

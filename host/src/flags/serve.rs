@@ -276,6 +276,18 @@ pub struct ServeArgs {
     /// Requests that may wait for a slot; more are answered 503 with Retry-After.
     #[arg(long = "queue-depth", default_value_t = 64)]
     pub queue_depth: usize,
+    /// A decision head for `POST /v1/systemone`: `joint_head.safetensors`, with its
+    /// `joint_head_config.json` beside it, over a `qwen35` backbone (a `clef` file carries its own).
+    #[arg(long = "decision-head", value_name = "FILE")]
+    pub decision_head: Option<PathBuf>,
+    /// Where the decision head runs: `cpu` (the card's kernels for the head are not built yet:
+    /// `gpu` is refused).
+    #[arg(
+        long = "decision-head-device",
+        default_value = "cpu",
+        value_name = "cpu|gpu"
+    )]
+    pub decision_head_device: String,
     /// Seconds a client may take to send a request's body, and that a response write may stall
     /// (the client not reading), before its connection is closed (llama-server's read/write
     /// timeout).
@@ -434,6 +446,13 @@ impl ServeArgs {
         }
         if self.chat_template.is_some() && self.chat_template_file.is_some() {
             bail!("give --chat-template or --chat-template-file, not both");
+        }
+        match self.decision_head_device.as_str() {
+            "cpu" => {}
+            "gpu" => bail!(
+                "--decision-head-device gpu: the decision head's card kernels are not built yet (use cpu)"
+            ),
+            other => bail!("--decision-head-device {other}: expected cpu or gpu"),
         }
         if self.queue_depth == 0 {
             bail!("--queue-depth must be at least 1");

@@ -21,6 +21,7 @@ pub mod request_log;
 pub mod sampler_fields;
 pub mod shutdown;
 pub mod structured;
+pub mod systemone;
 pub mod tls;
 pub mod tool_generic;
 pub mod tool_grammar;
@@ -58,6 +59,8 @@ use crate::flags::serve::{ReasoningFormat, ServeArgs};
 pub struct Ready {
     /// The vocabulary.
     pub tok: Arc<Tokenizer>,
+    /// `POST /v1/systemone`'s template and temperatures, when the model has a decision head.
+    pub decision: Option<Arc<systemone::Decider>>,
     /// The chat template.
     pub template: ChatTemplate,
     /// Its source, for /props.
@@ -162,6 +165,7 @@ pub const ROUTES: &[&str] = &[
     "POST /reranking",
     "POST /v1/rerank",
     "POST /v1/reranking",
+    "POST /v1/systemone",
 ];
 
 /// The router over `state`, with `cors` around every route and the fallback, outside the guard
@@ -204,7 +208,8 @@ pub fn router(state: AppRef, cors: tower_http::cors::CorsLayer) -> Router {
         .route("/v1/responses", post(openai::responses))
         .route("/responses", post(openai::responses))
         .route("/v1/messages", post(anthropic::messages))
-        .route("/v1/messages/count_tokens", post(anthropic::count_tokens));
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/v1/systemone", post(systemone::systemone));
     page::add(api, &state.page)
         .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
         // `guard` reads every body under the limit the context sets.
@@ -363,8 +368,28 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         n_vocab: hp.n_vocab as usize,
     };
     let body_limit = guard::body_limit(n_ctx as usize, tok.max_token_bytes());
-    let runtime = Runtime::start(
+    let head = match &a.decision_head {
+        Some(path) => Some(bloomery_exec::decision::head_file::load(&model, path)?),
+        None => bloomery_exec::decision::DecisionHead::from_model(&model)?,
+    };
+    let decision = match &head {
+        Some(h) => {
+            tracing::info!(
+                "decision head from {}: width {}, {} heads, {} routing + {} decoder blocks, on the {}",
+                h.source_name,
+                h.hp.width,
+                h.hp.n_head,
+                h.hp.n_routing,
+                h.hp.n_joint,
+                a.decision_head_device
+            );
+            Some(Arc::new(systemone::decider(meta, &arch, &tok)?))
+        }
+        None => None,
+    };
+    let runtime = Runtime::start_with_head(
         model,
+        head,
         Arc::clone(&tok),
         RuntimeConfig {
             n_ctx_slot: n_ctx_slot as usize,
@@ -390,6 +415,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         defaults,
         body_limit,
         embeddings,
+        decision,
     })
 }
 

@@ -55,6 +55,8 @@ pub fn capabilities() -> RVec<OpSupport> {
         OpKind::RouterWeights,
         OpKind::ConvCausal,
         OpKind::DeltaRule,
+        OpKind::AttentionDense,
+        OpKind::SpanMean,
     ];
     let mut list: Vec<OpSupport> = f32_only
         .iter()
@@ -269,11 +271,44 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
             }
             Ok(())
         }
+        Op::AttentionDense { scale, causal } => attention_dense(buf, c, scale, causal),
+        Op::SpanMean => {
+            let (x, spans) = (src(c, 0, "SpanMean")?, src(c, 1, "SpanMean")?);
+            let n = usz(x.ne[0]);
+            let (x, spans) = (f32s(buf, x, "x")?, i32s(buf, spans, "spans")?);
+            let out = f32s_mut(buf, &c.dst, "SpanMean dst")?;
+            ops::span_mean::span_mean(x, n, spans, out).map_err(op_err)
+        }
         other => Err(PluginError::unsupported(
             format!("op {} on the CPU", other.kind()),
             &[],
         )),
     }
+}
+
+/// Dense attention: srcs `[q [dk, n_head, n_q], k [dk, n_head_kv, n_k], v [dv, n_head_kv, n_k]]`.
+fn attention_dense(buf: &Buffers, c: &OpCall, scale: f32, causal: bool) -> Result<(), PluginError> {
+    let (q, k, v) = (
+        src(c, 0, "AttentionDense")?,
+        src(c, 1, "AttentionDense")?,
+        src(c, 2, "AttentionDense")?,
+    );
+    let shape = ops::attention_dense::DenseShape {
+        dk: usz(q.ne[0]),
+        dv: usz(v.ne[0]),
+        n_head: usz(q.ne[1]),
+        n_head_kv: usz(k.ne[1]),
+        n_q: usz(q.ne[2]),
+        n_k: usz(k.ne[2]),
+        scale,
+        causal,
+    };
+    let (q, k, v) = (f32s(buf, q, "q")?, f32s(buf, k, "k")?, f32s(buf, v, "v")?);
+    let out = f32s_mut(buf, &c.dst, "AttentionDense dst")?;
+    // Scratch for one row of scores: a decision head's call has tens to thousands of keys, far
+    // from the decode path.
+    let mut scores = vec![0f64; shape.n_k];
+    ops::attention_dense::attention_dense(q, k, v, out, shape, &mut scores).map_err(op_err)
 }
 
 fn softplus(x: f32) -> f32 {

@@ -167,6 +167,19 @@ impl<'v> WeightTable<'v> {
         })
     }
 
+    /// Every declaration so far, in index order.
+    pub fn decls(&self) -> Vec<WeightDecl> {
+        self.decls.clone()
+    }
+
+    /// The file the declarations are checked against (`None` for a synthetic file).
+    pub fn file(&self) -> Option<&'v ModelFileView> {
+        match self.source {
+            Source::File(view) => Some(view),
+            Source::Synth { .. } => None,
+        }
+    }
+
     /// The weights of layer `layer`.
     pub fn layer(&mut self, layer: u32) -> LayerWeights<'_, 'v> {
         LayerWeights::new(self, layer)

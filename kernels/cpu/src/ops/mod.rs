@@ -13,6 +13,7 @@
 
 pub mod activations;
 pub mod attention;
+pub mod attention_dense;
 pub mod conv;
 pub mod delta_rule;
 pub mod elementwise;
@@ -22,6 +23,7 @@ pub mod norms;
 pub mod rope;
 pub mod router;
 pub mod softmax;
+pub mod span_mean;
 
 /// An op was called with shapes or parameters that do not fit together.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

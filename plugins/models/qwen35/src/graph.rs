@@ -4,13 +4,13 @@
 //! RMS norm → routed experts plus a sigmoid-gated shared expert (`qwen35moe`) or a SwiGLU FFN
 //! (`qwen35`) → residual. Node names follow llama.cpp's graph.
 
-use bloomery_plugin_api::builders::{causal_lm, LmInputs};
+use bloomery_plugin_api::builders::{causal_lm_with, LmInputs, LmOutputs};
 use bloomery_plugin_api::graph::{BatchShape, Graph, GraphBuilder, TensorId};
 use bloomery_plugin_api::op::{DeltaRuleParams, GluKind, Op, RopeParams, RouterParams, UnaryFn};
 use bloomery_plugin_api::weights::AttentionWeights;
 use bloomery_plugin_api::{DType, PluginError};
 
-use crate::hparams::{Ffn, HParams};
+use crate::hparams::{Ffn, HParams, ARCH_DENSE};
 use crate::state::LayerState;
 use crate::weights::{DeltaNet, FfnWeights, Mixer, Weights};
 
@@ -247,33 +247,47 @@ fn ffn(
 /// Builds the graph for `shape`.
 pub fn build(m: &Model<'_>, shape: BatchShape) -> Result<Graph, PluginError> {
     let eps = m.hp.lm.eps;
-    causal_lm(shape, &m.w.globals, eps, &m.w.layers, |g, at, l, x| {
-        let il = at.index;
-        let an = g.w(&l.attn_norm)?;
-        let cur = g.rms_norm("attn_norm", x, Some(an), eps)?;
-        let state = m.state.get(il as usize).copied();
-        let mut cur = match (&l.mixer, state) {
-            (Mixer::Attention(a), Some(LayerState::Attention { k, v })) => {
-                attention(m, g, a, (k, v), cur, at.inp)?
+    // A decision model's graph ends in the rows its head reads; a dense one may serve a head
+    // file (`--decision-head`) too.
+    let outputs = match (m.w.head.is_some(), m.hp.arch) {
+        (true, _) => LmOutputs::Hidden,
+        (false, ARCH_DENSE) => LmOutputs::LogitsAndHidden,
+        (false, _) => LmOutputs::Logits,
+    };
+    causal_lm_with(
+        shape,
+        &m.w.lm.globals,
+        eps,
+        &m.w.lm.layers,
+        outputs,
+        |g, at, l, x| {
+            let il = at.index;
+            let an = g.w(&l.attn_norm)?;
+            let cur = g.rms_norm("attn_norm", x, Some(an), eps)?;
+            let state = m.state.get(il as usize).copied();
+            let mut cur = match (&l.mixer, state) {
+                (Mixer::Attention(a), Some(LayerState::Attention { k, v })) => {
+                    attention(m, g, a, (k, v), cur, at.inp)?
+                }
+                (Mixer::DeltaNet(d), Some(LayerState::Recurrent { conv, ssm })) => {
+                    delta_net(m, g, d, (conv, ssm), cur, at.inp)?
+                }
+                _ => {
+                    return Err(PluginError::invalid(format!(
+                        "layer {il}: weights and state disagree"
+                    )))
+                }
+            };
+            let mut x = x;
+            if at.last {
+                cur = g.select_outputs(cur, at.inp)?;
+                x = g.select_outputs(x, at.inp)?;
             }
-            (Mixer::DeltaNet(d), Some(LayerState::Recurrent { conv, ssm })) => {
-                delta_net(m, g, d, (conv, ssm), cur, at.inp)?
-            }
-            _ => {
-                return Err(PluginError::invalid(format!(
-                    "layer {il}: weights and state disagree"
-                )))
-            }
-        };
-        let mut x = x;
-        if at.last {
-            cur = g.select_outputs(cur, at.inp)?;
-            x = g.select_outputs(x, at.inp)?;
-        }
-        let res = g.add("attn_residual", cur, x)?;
-        let pn = g.w(&l.post_norm)?;
-        let cur = g.rms_norm("attn_post_norm", res, Some(pn), eps)?;
-        let cur = ffn(m, g, &l.ffn, cur)?;
-        g.add("l_out", cur, res)
-    })
+            let res = g.add("attn_residual", cur, x)?;
+            let pn = g.w(&l.post_norm)?;
+            let cur = g.rms_norm("attn_post_norm", res, Some(pn), eps)?;
+            let cur = ffn(m, g, &l.ffn, cur)?;
+            g.add("l_out", cur, res)
+        },
+    )
 }

@@ -1,5 +1,6 @@
 //! Typed hyperparameters of a `qwen35moe` or `qwen35` file, parsed once from its metadata.
 
+use bloomery_plugin_api::decision::HeadHParams;
 use bloomery_plugin_api::hparams::{periodic_flags, ArchKeys, Experts, LmHParams};
 use bloomery_plugin_api::meta::ModelFileView;
 use bloomery_plugin_api::model::HParams as Summary;
@@ -9,6 +10,8 @@ use bloomery_plugin_api::PluginError;
 pub const ARCH_MOE: &str = "qwen35moe";
 /// The dense architecture string (Qwen3.5 dense, Clef's backbone).
 pub const ARCH_DENSE: &str = "qwen35";
+/// The decision model: the dense backbone plus a joint schema head in the same file (Clef).
+pub const ARCH_CLEF: &str = "clef";
 
 /// The feed-forward half of the family.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,6 +73,8 @@ pub struct HParams {
     pub gdn: Gdn,
     /// The FFN.
     pub ffn: Ffn,
+    /// The decision head (`clef` files).
+    pub head: Option<HeadHParams>,
 }
 
 impl HParams {
@@ -124,6 +129,10 @@ impl HParams {
                 n_ff: keys.width("feed_forward_length", "ffn_down.weight", 0)?,
             }
         };
+        let head = HeadHParams::read(&keys, lm.n_embd)?;
+        if arch == ARCH_CLEF && head.is_none() {
+            return Err(keys.bad("decision.type", "a `clef` file needs its decision head"));
+        }
         Ok(HParams {
             arch,
             lm,
@@ -131,6 +140,7 @@ impl HParams {
             recurrent,
             gdn,
             ffn,
+            head,
         })
     }
 

@@ -1,5 +1,7 @@
 //! Model plugin for the Qwen3.5 hybrid family: GGUF architectures `qwen35moe` (Qwen3.5/3.6-MoE,
-//! e.g. Qwen3.6-35B-A3B) and `qwen35` (dense; Clef's backbone). Three Gated DeltaNet layers to one
+//! e.g. Qwen3.6-35B-A3B), `qwen35` (dense; Clef's backbone) and `clef` (that backbone with a
+//! decision head in the file, whose weights it declares for the host to run; its graph ends in
+//! the final-norm rows). Three Gated DeltaNet layers to one
 //! gated attention layer: the DeltaNet layers keep a convolution history and a recurrent matrix
 //! per sequence, the attention layers a K/V cache; attention uses QK-norm, IMROPE over a quarter
 //! of each head and a sigmoid output gate. MoE layers route 256 experts top-8 (softmax,
@@ -21,7 +23,7 @@ use bloomery_plugin_api::op::{RopeMode, RopeParams};
 use bloomery_plugin_api::weights::WeightTable;
 use bloomery_plugin_api::PluginError;
 
-use hparams::{HParams, ARCH_DENSE, ARCH_MOE};
+use hparams::{HParams, ARCH_CLEF, ARCH_DENSE, ARCH_MOE};
 use state::LayerState;
 use weights::Weights;
 
@@ -40,10 +42,11 @@ impl Qwen35 {
         let arch = match view.architecture()? {
             ARCH_MOE => ARCH_MOE,
             ARCH_DENSE => ARCH_DENSE,
+            ARCH_CLEF => ARCH_CLEF,
             other => {
                 return Err(PluginError::unsupported(
                     format!("architecture `{other}`"),
-                    &[ARCH_MOE, ARCH_DENSE],
+                    &[ARCH_MOE, ARCH_DENSE, ARCH_CLEF],
                 ))
             }
         };
@@ -80,7 +83,7 @@ impl ModelInstance for Qwen35 {
         ModelSpec {
             architecture: self.hp.arch.into(),
             hparams: self.hp.summary(),
-            weights: self.weights.decls.clone(),
+            weights: self.weights.lm.decls.clone(),
             state: self.state.clone(),
             caps: ModelCaps {
                 recurrent: true,
@@ -103,7 +106,7 @@ impl ModelInstance for Qwen35 {
 
 bloomery_plugin_api::export_model_plugin! {
     name: "qwen35",
-    architectures: [ARCH_MOE, ARCH_DENSE],
+    architectures: [ARCH_MOE, ARCH_DENSE, ARCH_CLEF],
     synth_presets: synth::presets,
     load: Qwen35::load,
 }
@@ -128,9 +131,71 @@ mod tests {
     }
 
     #[test]
+    fn a_clef_head_tensor_missing_extra_or_misshaped_is_refused_by_name() {
+        use bloomery_plugin_api::meta::TensorInfo;
+        let presets = synth::presets();
+        let clef = presets
+            .iter()
+            .find(|p| p.file_view(DType::F32).architecture() == Ok(ARCH_CLEF))
+            .unwrap();
+        let base = clef.file_view(DType::F32);
+        let head = Qwen35::load(&base).unwrap();
+        assert!(head.weights.head.is_some());
+        assert!(head
+            .spec()
+            .weights
+            .iter()
+            .any(|w| w.name.as_str() == "dec.blk.3.ffn_down.bias"));
+        let refused = |edit: &dyn Fn(&mut Vec<TensorInfo>), name: &str| {
+            let mut view = base.clone();
+            let mut tensors: Vec<TensorInfo> = view.tensors.into_iter().collect();
+            edit(&mut tensors);
+            view.tensors = tensors.into();
+            let e = Qwen35::load(&view).err().expect("refused").to_string();
+            assert!(e.contains(name), "`{e}` does not name {name}");
+        };
+        refused(
+            &|t| t.retain(|x| x.name.as_str() != "decision.scales"),
+            "decision.scales",
+        );
+        refused(
+            &|t| {
+                let mut x = t
+                    .iter()
+                    .find(|x| x.name.as_str() == "dec.blk.3.ffn_up.bias")
+                    .unwrap()
+                    .clone();
+                x.name = "dec.blk.4.ffn_up.bias".into();
+                t.push(x);
+            },
+            "dec.blk.4.ffn_up.bias",
+        );
+        refused(
+            &|t| {
+                let x = t
+                    .iter_mut()
+                    .find(|x| x.name.as_str() == "dec.blk.2.attn_q.weight")
+                    .unwrap();
+                x.ne = [64, 32, 1, 1];
+            },
+            "dec.blk.2.attn_q.weight",
+        );
+        refused(
+            &|t| {
+                let x = t
+                    .iter_mut()
+                    .find(|x| x.name.as_str() == "decision.proj_memory.weight")
+                    .unwrap();
+                x.ne = [256, 66, 1, 1];
+            },
+            "decision.head_count",
+        );
+    }
+
+    #[test]
     fn hostile_keys_and_shapes_end_in_named_errors_never_in_a_panic() {
         let presets = synth::presets();
-        for arch in [ARCH_MOE, ARCH_DENSE] {
+        for arch in [ARCH_MOE, ARCH_DENSE, ARCH_CLEF] {
             let tiny = presets
                 .iter()
                 .find(|p| {

@@ -2,10 +2,14 @@
 //! tests (real head sizes: attention heads of 256 with 64 rotated dims, DeltaNet heads of 128).
 
 use abi_stable::std_types::RVec;
+use bloomery_plugin_api::decision::{
+    DECISION_TYPE_CLEF, FFN_TENSOR, SYSTEMONE_TEMPLATE, TORCH_LAYER_NORM_EPS, WIDTH_TENSOR,
+};
+use bloomery_plugin_api::meta::MetaValue;
 use bloomery_plugin_api::model::SynthPreset;
 use bloomery_plugin_api::synth::PresetBuilder;
 
-use crate::hparams::{HParams, ARCH_DENSE, ARCH_MOE};
+use crate::hparams::{HParams, ARCH_CLEF, ARCH_DENSE, ARCH_MOE};
 use crate::weights;
 
 struct Shape {
@@ -30,7 +34,7 @@ struct Shape {
     n_ctx: u32,
 }
 
-const SHAPES: [Shape; 3] = [
+const SHAPES: [Shape; 4] = [
     Shape {
         arch: ARCH_MOE,
         name: "tiny",
@@ -88,7 +92,29 @@ const SHAPES: [Shape; 3] = [
         n_vocab: 512,
         n_ctx: 4096,
     },
+    Shape {
+        arch: ARCH_CLEF,
+        name: "tiny",
+        description: "the tiny qwen35 backbone with a decision head: width 64, 4 heads, 2 routing + 2 decoder blocks, ff 128, vocab 512",
+        n_layer: 4,
+        n_embd: 256,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 256,
+        n_head_k: 2,
+        n_head_v: 4,
+        d_state: 128,
+        n_expert: 0,
+        n_used: 0,
+        n_ff: 512,
+        n_ff_shexp: 0,
+        n_vocab: 512,
+        n_ctx: 4096,
+    },
 ];
+
+/// The tiny decision head: width, attention heads, routing and decoder blocks, FFN width.
+const HEAD: (u32, u32, u32, u32, u32) = (64, 4, 2, 2, 128);
 
 const TAPS: u32 = 4;
 const INTERVAL: u32 = 4;
@@ -112,6 +138,27 @@ fn preset(s: &Shape) -> SynthPreset {
             .u32("expert_shared_feed_forward_length", s.n_ff_shexp)
     } else {
         b.u32("feed_forward_length", s.n_ff)
+    };
+    let b = if s.arch == ARCH_CLEF {
+        let (width, heads, routing, joint, ff) = HEAD;
+        b.value(
+            "decision.type",
+            MetaValue::String(DECISION_TYPE_CLEF.into()),
+        )
+        .u32("decision.routing_block_count", routing)
+        .u32("decision.block_count", joint)
+        .u32("decision.head_count", heads)
+        .f32("attention.layer_norm_epsilon", TORCH_LAYER_NORM_EPS)
+        .global(
+            "tokenizer.chat_template.systemone",
+            MetaValue::String(SYSTEMONE_TEMPLATE.into()),
+        )
+        .stand_in(WIDTH_TENSOR, [u64::from(s.n_embd), u64::from(width), 1, 1])
+        .stand_in(FFN_TENSOR, [u64::from(width), u64::from(ff), 1, 1])
+        // The transformed scalars: logit scales exp(s) > 0, the gate a sigmoid.
+        .range("decision.scales", 0.3, 0.9)
+    } else {
+        b
     };
     b.with_tensor("output.weight")
         // Convolution taps and gate projections near zero, decay biases positive and decay

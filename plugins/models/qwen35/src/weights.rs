@@ -1,5 +1,6 @@
 //! Every weight of a Qwen3.5 hybrid, by role and shape.
 
+use bloomery_plugin_api::decision::{self, weights::HeadWeights};
 use bloomery_plugin_api::model::WeightClass as C;
 use bloomery_plugin_api::weights::{
     AttentionWeights, ExpertWeights, GluFfnWeights, LayerWeights, ModelWeights, WeightRef,
@@ -70,11 +71,33 @@ pub struct Layer {
     pub ffn: FfnWeights,
 }
 
-/// All weights.
-pub type Weights = ModelWeights<Layer>;
+/// All weights: the backbone's and, in a `clef` file, the decision head's.
+pub struct Weights {
+    /// The backbone.
+    pub lm: ModelWeights<Layer>,
+    /// The decision head (declared so the host maps it; the host runs it).
+    pub head: Option<HeadWeights>,
+}
 
-/// Declares every weight into `t`.
+/// Declares every weight into `t`: the backbone's, then the decision head's when there is one.
 pub fn declare(t: &mut WeightTable<'_>, hp: &HParams) -> Result<Weights, PluginError> {
+    let mut lm = backbone(t, hp)?;
+    let head = match &hp.head {
+        Some(h) => {
+            let head = decision::weights::declare(t, h)?;
+            lm.decls = t.decls().into();
+            Some(head)
+        }
+        None => None,
+    };
+    if let Some(view) = t.file() {
+        let names: Vec<&str> = lm.decls.iter().map(|d| d.name.as_str()).collect();
+        decision::weights::refuse_extra(view, &names)?;
+    }
+    Ok(Weights { lm, head })
+}
+
+fn backbone(t: &mut WeightTable<'_>, hp: &HParams) -> Result<ModelWeights<Layer>, PluginError> {
     let e = u64::from(hp.lm.n_embd);
     ModelWeights::declare(t, &hp.lm, |l| {
         let attn_norm = l.norm("attn_norm", e)?;

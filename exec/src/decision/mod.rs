@@ -1,0 +1,410 @@
+//! A decision head run by the host beside its backbone: Clef's joint schema head, read from the
+//! `clef` file that carries it or from a `joint_head.safetensors` beside a `qwen35` file
+//! ([`head_file`]), and run as a graph of ABI ops on the backbone's device, so a kernel plugin
+//! that has the ops (LayerNorm, Softmax, AttentionDense, SpanMean, ...) runs it where the
+//! backbone runs.
+//!
+//! The head reads one prompt's final-norm rows ([`crate::LoadedModel::forward_hidden`]), the
+//! prompt's token ids and its question and option spans, and gives one score per option.
+
+pub mod head_file;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bloomery_devices::{Buffer, Device};
+use bloomery_plugin_api::decision::graph::HEAD_INPUTS;
+use bloomery_plugin_api::decision::graph::{self as head_graph, HeadInput, HeadModel, HeadShape};
+use bloomery_plugin_api::decision::weights::{declare, HeadWeights};
+use bloomery_plugin_api::decision::HeadHParams;
+use bloomery_plugin_api::graph::{BatchShape, GraphKind};
+use bloomery_plugin_api::hparams::ArchKeys;
+use bloomery_plugin_api::tensor::TensorRef;
+use bloomery_plugin_api::weights::{WeightRef, WeightTable};
+use bloomery_plugin_api::DType;
+
+use crate::executor::{BatchInputs, Bindings, Executor};
+use crate::model::LoadedModel;
+use crate::view::file_view;
+
+/// Why a decision head could not be loaded or run.
+#[derive(Debug, thiserror::Error)]
+pub enum DecisionError {
+    /// The head's file, keys or tensors are not a head this build runs.
+    #[error("{source_name}: {message}")]
+    Load {
+        /// The file or form the head came from.
+        source_name: String,
+        /// What is wrong, naming the key or tensor.
+        message: String,
+    },
+    /// A request's layout does not fit the head (spans outside the prompt, an empty span).
+    #[error("decision head: {0}")]
+    Layout(String),
+    /// Preparing or running the head's graph failed.
+    #[error("decision head: {0}")]
+    Exec(#[from] crate::ExecError),
+    /// The device failed.
+    #[error("decision head: {context}: {message}")]
+    Device {
+        /// What was being done.
+        context: String,
+        /// The device's error.
+        message: String,
+    },
+}
+
+fn device_err(
+    context: &str,
+) -> impl FnOnce(bloomery_plugin_api::PluginError) -> DecisionError + '_ {
+    move |e| DecisionError::Device {
+        context: context.to_owned(),
+        message: e.to_string(),
+    }
+}
+
+/// A question's span of prompt rows and its type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QuestionSpan {
+    /// Type index: noul 0, choice 1, score 2 (rows of `token_types.weight`).
+    pub kind: u32,
+    /// First row.
+    pub start: u32,
+    /// One past the last row.
+    pub end: u32,
+}
+
+/// An option's span of prompt rows and the question it belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OptionSpan {
+    /// Index of its question.
+    pub question: u32,
+    /// First row.
+    pub start: u32,
+    /// One past the last row.
+    pub end: u32,
+}
+
+/// What the head reads for one prompt.
+#[derive(Clone, Copy, Debug)]
+pub struct HeadRequest<'a> {
+    /// The backbone's final-norm rows, `n_embd` per prompt row.
+    pub hidden: &'a [f32],
+    /// The prompt's token ids.
+    pub tokens: &'a [i32],
+    /// Question spans, in prompt order.
+    pub questions: &'a [QuestionSpan],
+    /// Option spans, in prompt order (each question's options after it).
+    pub options: &'a [OptionSpan],
+}
+
+/// Head graphs kept prepared (one per count of rows, questions and options).
+const MAX_EXECUTORS: usize = 4;
+
+/// A prepared head graph with the buffer its per-request inputs are written to.
+struct Prepared {
+    exec: Executor,
+    inputs: Buffer,
+    /// Each input's offset in `inputs`.
+    offsets: Vec<u64>,
+    tick: u64,
+}
+
+/// A loaded decision head.
+pub struct DecisionHead {
+    /// Sizes.
+    pub hp: HeadHParams,
+    weights: HeadWeights,
+    scales: [f32; 3],
+    /// The backbone's output head, bound after the head's weights.
+    output: WeightRef,
+    /// The head's weights then the output head, resolved on `device`.
+    bound: Vec<TensorRef>,
+    /// Where the head's weights were uploaded (the safetensors form).
+    _weights_buffer: Option<Buffer>,
+    device: Arc<Device>,
+    prepared: Mutex<(HashMap<HeadShape, Prepared>, u64)>,
+    /// Where the head came from, for messages.
+    pub source_name: String,
+}
+
+impl DecisionHead {
+    /// The head in the model's own file (`{arch}.decision.*` keys): `None` when the file has
+    /// none. The weights are the model's, as its plugin declared and mapped them.
+    pub fn from_model(model: &LoadedModel) -> Result<Option<DecisionHead>, DecisionError> {
+        let view = file_view(&model.file);
+        let arch = model.spec.architecture.to_string();
+        let source_name = format!("{arch} model file");
+        let load = |message: String| DecisionError::Load {
+            source_name: source_name.clone(),
+            message,
+        };
+        let keys = ArchKeys::new(&view, &arch);
+        let Some(hp) =
+            HeadHParams::read(&keys, model.spec.hparams.n_embd).map_err(|e| load(e.to_string()))?
+        else {
+            return Ok(None);
+        };
+        let mut table = WeightTable::new(&view);
+        let weights = declare(&mut table, &hp).map_err(|e| load(e.to_string()))?;
+        let mut bound = Vec::new();
+        for d in table.decls() {
+            bound.push(model.weight_ref(d.name.as_str()).ok_or_else(|| {
+                load(format!(
+                    "tensor `{}` is not a weight of the loaded model",
+                    d.name
+                ))
+            })?);
+        }
+        let scales = read_scales(&model.device, &bound[weights.scales.index as usize])?;
+        let head = DecisionHead::assemble(model, hp, weights, scales, bound, None, source_name)?;
+        Ok(Some(head))
+    }
+
+    /// Adds the backbone's output head to `bound` and wraps the rest.
+    fn assemble(
+        model: &LoadedModel,
+        hp: HeadHParams,
+        weights: HeadWeights,
+        scales: [f32; 3],
+        mut bound: Vec<TensorRef>,
+        buffer: Option<Buffer>,
+        source_name: String,
+    ) -> Result<DecisionHead, DecisionError> {
+        let name = ["output.weight", "token_embd.weight"]
+            .into_iter()
+            .find(|n| model.weight_ref(n).is_some())
+            .ok_or_else(|| DecisionError::Load {
+                source_name: source_name.clone(),
+                message: "the backbone has no output head to read option rows from".into(),
+            })?;
+        let r = model.weight_ref(name).ok_or_else(|| DecisionError::Load {
+            source_name: source_name.clone(),
+            message: format!("no `{name}`"),
+        })?;
+        if r.ne[0] != u64::from(hp.n_embd) {
+            return Err(DecisionError::Load {
+                source_name,
+                message: format!(
+                    "the head reads rows of {} values, the backbone's `{name}` has {}",
+                    hp.n_embd, r.ne[0]
+                ),
+            });
+        }
+        let output = WeightRef {
+            index: bound.len() as u32,
+            name: name.to_owned(),
+            dtype: r.dtype,
+            ne: r.ne,
+        };
+        bound.push(r);
+        Ok(DecisionHead {
+            hp,
+            weights,
+            scales,
+            output,
+            bound,
+            _weights_buffer: buffer,
+            device: Arc::clone(&model.device),
+            prepared: Mutex::new((HashMap::new(), 0)),
+            source_name,
+        })
+    }
+
+    /// `decision.scales`' values: prior scale, joint scale, residual gate.
+    pub fn scales(&self) -> [f32; 3] {
+        self.scales
+    }
+
+    /// One score per option of `req` (in `req.options` order).
+    pub fn scores(&self, req: &HeadRequest<'_>) -> Result<Vec<f32>, DecisionError> {
+        let shape = self.check(req)?;
+        let mut guard = self
+            .prepared
+            .lock()
+            .map_err(|_| DecisionError::Layout("head state poisoned".into()))?;
+        let (cache, clock) = &mut *guard;
+        *clock += 1;
+        let now = *clock;
+        if !cache.contains_key(&shape) {
+            while cache.len() >= MAX_EXECUTORS {
+                let oldest = cache.iter().min_by_key(|(_, p)| p.tick).map(|(k, _)| *k);
+                match oldest {
+                    Some(k) => cache.remove(&k),
+                    None => break,
+                };
+            }
+            let p = self.prepare(shape)?;
+            cache.insert(shape, p);
+        }
+        let p = cache
+            .get_mut(&shape)
+            .ok_or_else(|| DecisionError::Layout("head cache lost an entry".into()))?;
+        p.tick = now;
+        for (input, bytes) in HEAD_INPUTS.iter().zip(self.input_bytes(req, shape)) {
+            self.device
+                .write(&p.inputs, p.offsets[*input as usize], &bytes)
+                .map_err(device_err("writing the head's inputs"))?;
+        }
+        let batch = BatchInputs {
+            tokens: req.tokens.to_vec(),
+            ..BatchInputs::default()
+        };
+        p.exec.run(&self.device, &batch)?;
+        Ok(p.exec.read_f32(&self.device, "scores")?)
+    }
+
+    /// The head graph for `shape`, prepared with a buffer for its inputs.
+    fn prepare(&self, shape: HeadShape) -> Result<Prepared, DecisionError> {
+        let m = HeadModel {
+            hp: &self.hp,
+            w: &self.weights,
+            output: &self.output,
+            inputs_base: self.bound.len() as u32,
+            scales: self.scales,
+        };
+        let graph =
+            head_graph::build(&m, shape).map_err(|e| DecisionError::Layout(e.to_string()))?;
+        let mut offsets = Vec::new();
+        let mut total = 0u64;
+        let mut layouts = Vec::new();
+        for input in HEAD_INPUTS {
+            let (dtype, ne) = input.layout(&self.hp, shape);
+            let bytes = ne.iter().product::<u64>() * 4;
+            offsets.push(total);
+            layouts.push((dtype, ne, total));
+            total += bytes.div_ceil(64) * 64;
+        }
+        let inputs = self
+            .device
+            .alloc(total)
+            .map_err(device_err("allocating the head's inputs"))?;
+        let mut bound = self.bound.clone();
+        for (dtype, ne, offset) in layouts {
+            let nb = TensorRef::contiguous_strides(dtype, ne)
+                .ok_or_else(|| DecisionError::Layout(format!("no layout for an input {ne:?}")))?;
+            bound.push(TensorRef {
+                buffer: inputs.handle,
+                offset,
+                dtype,
+                ne,
+                nb,
+            });
+        }
+        let batch = BatchShape {
+            n_rows: shape.n_rows,
+            n_outputs: shape.n_options,
+            kind: GraphKind::Main,
+        };
+        let bind = Bindings {
+            weights: &bound,
+            state: &[],
+            tier: None,
+        };
+        let exec = Executor::prepare(&self.device, batch, &graph, &bind, false)?;
+        Ok(Prepared {
+            exec,
+            inputs,
+            offsets,
+            tick: 0,
+        })
+    }
+
+    /// The request's shape, once its layout is checked.
+    fn check(&self, req: &HeadRequest<'_>) -> Result<HeadShape, DecisionError> {
+        let e = self.hp.n_embd as usize;
+        let rows = req.tokens.len();
+        let bad = |m: String| Err(DecisionError::Layout(m));
+        if rows == 0 || req.hidden.len() != rows * e {
+            return bad(format!(
+                "{} hidden values for {rows} rows of {e}",
+                req.hidden.len()
+            ));
+        }
+        if req.questions.is_empty() || req.options.is_empty() {
+            return bad("a decision needs a question and an option".into());
+        }
+        let in_prompt = |s: u32, t: u32| s < t && t as usize <= rows;
+        for q in req.questions {
+            if !in_prompt(q.start, q.end) || q.kind > 2 {
+                return bad(format!("question span {q:?} in a prompt of {rows} rows"));
+            }
+        }
+        let mut has_option = vec![false; req.questions.len()];
+        for o in req.options {
+            if !in_prompt(o.start, o.end) || o.question as usize >= req.questions.len() {
+                return bad(format!("option span {o:?} in a prompt of {rows} rows"));
+            }
+            has_option[o.question as usize] = true;
+        }
+        if let Some(q) = has_option.iter().position(|h| !h) {
+            return bad(format!("question {q} has no option"));
+        }
+        let count = |n: usize| u32::try_from(n).map_err(|_| DecisionError::Layout(format!("{n}")));
+        Ok(HeadShape {
+            n_rows: count(rows)?,
+            n_questions: count(req.questions.len())?,
+            n_options: count(req.options.len())?,
+        })
+    }
+
+    /// Each input's bytes, in [`HEAD_INPUTS`] order.
+    fn input_bytes(&self, req: &HeadRequest<'_>, shape: HeadShape) -> Vec<Vec<u8>> {
+        let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let i32s = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let (nq, no) = (shape.n_questions as usize, shape.n_options as usize);
+        let mut mask = vec![f32::NEG_INFINITY; no * nq];
+        for (i, o) in req.options.iter().enumerate() {
+            mask[o.question as usize * no + i] = 0.0;
+        }
+        HEAD_INPUTS
+            .iter()
+            .map(|input| match input {
+                HeadInput::Hidden => f32s(req.hidden),
+                HeadInput::QuestionSpans => i32s(
+                    &req.questions
+                        .iter()
+                        .flat_map(|q| [q.start as i32, q.end as i32])
+                        .collect::<Vec<_>>(),
+                ),
+                HeadInput::OptionSpans => i32s(
+                    &req.options
+                        .iter()
+                        .flat_map(|o| [o.start as i32, o.end as i32])
+                        .collect::<Vec<_>>(),
+                ),
+                HeadInput::QuestionTypes => i32s(
+                    &req.questions
+                        .iter()
+                        .map(|q| q.kind as i32)
+                        .collect::<Vec<_>>(),
+                ),
+                HeadInput::OptionOwners => i32s(
+                    &req.options
+                        .iter()
+                        .map(|o| o.question as i32)
+                        .collect::<Vec<_>>(),
+                ),
+                HeadInput::OptionMask => f32s(&mask),
+                HeadInput::OnesEmbd => f32s(&vec![1.0; self.hp.n_embd as usize]),
+                HeadInput::OnesWidth => f32s(&vec![1.0; self.hp.width as usize]),
+            })
+            .collect()
+    }
+}
+
+/// The three values of an f32 `decision.scales` tensor.
+fn read_scales(device: &Device, r: &TensorRef) -> Result<[f32; 3], DecisionError> {
+    if r.dtype != DType::F32 || r.elements() != 3 {
+        return Err(DecisionError::Load {
+            source_name: "decision.scales".into(),
+            message: format!("is {} {:?}, expected F32 [3]", r.dtype, r.ne),
+        });
+    }
+    let mut bytes = [0u8; 12];
+    device
+        .read(r.buffer, r.offset, &mut bytes)
+        .map_err(device_err("reading decision.scales"))?;
+    let v = |i: usize| f32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    Ok([v(0), v(4), v(8)])
+}

@@ -1,0 +1,364 @@
+//! The decision head of the synthetic tiny `clef` file against the float64 reference of
+//! `tests/oracle/clef_head.py` (numpy from the published math, checked there against torch's
+//! MultiheadAttention and TransformerDecoderLayer): golden `fixtures/clef_head_tiny.json`, see
+//! fixtures/PROVENANCE.md. The same head written as `joint_head.safetensors` (torch names, packed
+//! `in_proj`, raw scalars) beside the tiny `qwen35` file, whose backbone the tiny `clef` file
+//! shares (same seed, same tensors), gives the same scores; a missing, extra or mis-shaped tensor
+//! of that form is refused by name.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bloomery::synth::ClassTypes;
+use bloomery_devices::Registry;
+use bloomery_exec::decision::{head_file, DecisionHead, HeadRequest, OptionSpan, QuestionSpan};
+use bloomery_exec::LoadedModel;
+use bloomery_gguf::GgufModel;
+use bloomery_plugin_api::DType;
+use common::{plugin_dir, tiny_of};
+use sha2::{Digest, Sha256};
+
+const F32: ClassTypes = ClassTypes {
+    experts: DType::F32,
+    attention: DType::F32,
+    embedding: DType::F32,
+    output: DType::F32,
+    dense: DType::F32,
+};
+
+fn golden() -> serde_json::Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/clef_head_tiny.json");
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+/// The golden's request: hidden rows, tokens, question and option spans.
+struct Request {
+    hidden: Vec<f32>,
+    tokens: Vec<i32>,
+    questions: Vec<QuestionSpan>,
+    options: Vec<OptionSpan>,
+}
+
+fn request(g: &serde_json::Value) -> Request {
+    let u = |v: &serde_json::Value, k: &str| v[k].as_u64().unwrap() as u32;
+    Request {
+        hidden: g["hidden"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as f32)
+            .collect(),
+        tokens: g["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap() as i32)
+            .collect(),
+        questions: g["questions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| QuestionSpan {
+                kind: u(q, "kind"),
+                start: u(q, "start"),
+                end: u(q, "end"),
+            })
+            .collect(),
+        options: g["options"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| OptionSpan {
+                question: u(o, "question"),
+                start: u(o, "start"),
+                end: u(o, "end"),
+            })
+            .collect(),
+    }
+}
+
+fn scores(head: &DecisionHead, r: &Request) -> Vec<f32> {
+    head.scores(&HeadRequest {
+        hidden: &r.hidden,
+        tokens: &r.tokens,
+        questions: &r.questions,
+        options: &r.options,
+    })
+    .unwrap()
+}
+
+fn max_diff(a: &[f32], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (f64::from(*x) - y).abs())
+        .fold(0.0, f64::max)
+}
+
+fn tiny(arch: &str, dir: &Path) -> PathBuf {
+    tiny_of(arch, dir, F32)
+}
+
+#[test]
+fn clef_file_head_matches_the_f64_reference_within_2e5() {
+    let g = golden();
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny("clef", dir.path());
+    let sha = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
+    assert_eq!(
+        sha,
+        g["file_sha256"].as_str().unwrap(),
+        "synth output changed: rerun tests/oracle/clef_head.py (fixtures/PROVENANCE.md)"
+    );
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let m = LoadedModel::load(&reg, &path, common::GOLDEN_OPTS).unwrap();
+    let head = DecisionHead::from_model(&m)
+        .unwrap()
+        .expect("a clef file has a head");
+    let want: Vec<f64> = g["scores"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    let got = scores(&head, &request(&g));
+    let d = max_diff(&got, &want);
+    eprintln!(
+        "clef head: {} scores, max |d| {d:.2e} against f64",
+        got.len()
+    );
+    assert!(d < 2e-5, "max |d| {d} over 2e-5: {got:?} against {want:?}");
+}
+
+/// Writes the head of the `clef` file at `clef` as `joint_head.safetensors` and its config into
+/// `dir`, under torch's names; `edit` may change the tensor list first.
+fn write_safetensors(
+    clef: &Path,
+    dir: &Path,
+    edit: impl FnOnce(&mut Vec<(String, Vec<usize>, Vec<f32>)>),
+) -> PathBuf {
+    let file = GgufModel::open(clef).unwrap();
+    let values = |name: &str| -> (Vec<usize>, Vec<f32>) {
+        let t = file.tensor(name).unwrap_or_else(|| panic!("{name}"));
+        let bytes = file.data(name).unwrap();
+        let v: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        (t.info.shape.iter().rev().map(|&x| x as usize).collect(), v)
+    };
+    let mut out: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+    let globals = [
+        ("hidden_norm", "decision.hidden_norm"),
+        ("memory_projection", "decision.proj_memory"),
+        ("question_projection", "decision.proj_question"),
+        (
+            "option_question_projection",
+            "decision.proj_option_question",
+        ),
+        ("global_projection", "decision.proj_global"),
+        ("option_context_projection", "decision.proj_option_context"),
+        ("option_lexical_projection", "decision.proj_option_lexical"),
+        ("option_summary_norm", "decision.option_summary_norm"),
+        ("field_norm", "decision.field_norm"),
+        ("option_norm", "decision.option_norm"),
+        ("residual_scorer.0", "decision.scorer"),
+        ("residual_scorer.3", "decision.scorer_out"),
+        ("type_embedding", "token_types"),
+    ];
+    let copy = |out: &mut Vec<_>, st: &str, gg: &str| {
+        for s in ["weight", "bias"] {
+            if file.tensor(&format!("{gg}.{s}")).is_some() {
+                let (shape, v) = values(&format!("{gg}.{s}"));
+                out.push((format!("{st}.{s}"), shape, v));
+            }
+        }
+    };
+    for (st, gg) in globals {
+        copy(&mut out, st, gg);
+    }
+    let attn = |out: &mut Vec<_>, st: &str, gg: &str| {
+        for s in ["weight", "bias"] {
+            let mut shape = Vec::new();
+            let mut v = Vec::new();
+            for x in ["q", "k", "v"] {
+                let (sh, part) = values(&format!("{gg}{x}.{s}"));
+                shape = sh;
+                v.extend(part);
+            }
+            shape[0] *= 3;
+            out.push((format!("{st}.in_proj_{s}"), shape, v));
+            let (sh, o) = values(&format!("{gg}o.{s}"));
+            out.push((format!("{st}.out_proj.{s}"), sh, o));
+        }
+    };
+    let meta = |k: &str| file.metadata().get_uint(k).unwrap() as usize;
+    let (routing, joint) = (
+        meta("clef.decision.routing_block_count"),
+        meta("clef.decision.block_count"),
+    );
+    for i in 0..routing {
+        let (p, d) = (format!("dec.blk.{i}."), format!("evidence_layers.{i}."));
+        copy(
+            &mut out,
+            &format!("{d}query_norm"),
+            &format!("{p}cross_attn_norm"),
+        );
+        copy(
+            &mut out,
+            &format!("{d}memory_norm"),
+            &format!("{p}cross_attn_norm_kv"),
+        );
+        attn(
+            &mut out,
+            &format!("{d}attention"),
+            &format!("{p}cross_attn_"),
+        );
+        copy(
+            &mut out,
+            &format!("{d}feedforward_norm"),
+            &format!("{p}ffn_norm"),
+        );
+        copy(
+            &mut out,
+            &format!("{d}feedforward.0"),
+            &format!("{p}ffn_up"),
+        );
+        copy(
+            &mut out,
+            &format!("{d}feedforward.3"),
+            &format!("{p}ffn_down"),
+        );
+    }
+    for j in 0..joint {
+        let (p, d) = (format!("dec.blk.{}.", routing + j), format!("layers.{j}."));
+        copy(&mut out, &format!("{d}norm1"), &format!("{p}attn_norm"));
+        attn(&mut out, &format!("{d}self_attn"), &format!("{p}attn_"));
+        copy(
+            &mut out,
+            &format!("{d}norm2"),
+            &format!("{p}cross_attn_norm"),
+        );
+        attn(
+            &mut out,
+            &format!("{d}multihead_attn"),
+            &format!("{p}cross_attn_"),
+        );
+        copy(&mut out, &format!("{d}norm3"), &format!("{p}ffn_norm"));
+        copy(&mut out, &format!("{d}linear1"), &format!("{p}ffn_up"));
+        copy(&mut out, &format!("{d}linear2"), &format!("{p}ffn_down"));
+    }
+    let (_, s) = values("decision.scales");
+    let raw = [
+        f64::from(s[0]).ln(),
+        f64::from(s[1]).ln(),
+        (f64::from(s[2]) / (1.0 - f64::from(s[2]))).ln(),
+    ];
+    for (name, r) in ["prior_logit_scale", "joint_logit_scale", "residual_gate"]
+        .into_iter()
+        .zip(raw)
+    {
+        out.push((name.into(), Vec::new(), vec![r as f32]));
+    }
+    edit(&mut out);
+    let bytes: HashMap<String, Vec<u8>> = out
+        .iter()
+        .map(|(n, _, v)| (n.clone(), v.iter().flat_map(|x| x.to_le_bytes()).collect()))
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = out
+        .iter()
+        .map(|(n, shape, _)| {
+            let view = safetensors::tensor::TensorView::new(
+                safetensors::Dtype::F32,
+                shape.clone(),
+                &bytes[n],
+            )
+            .unwrap();
+            (n.clone(), view)
+        })
+        .collect();
+    let path = dir.join("joint_head.safetensors");
+    safetensors::tensor::serialize_to_file(views, None, &path).unwrap();
+    let cfg = format!("{{\"routing_layers\": {routing}, \"layers\": {joint}, \"heads\": 4}}");
+    std::fs::write(dir.join(head_file::CONFIG_NAME), cfg).unwrap();
+    path
+}
+
+#[test]
+fn safetensors_head_beside_qwen35_gives_the_clef_files_scores() {
+    let g = golden();
+    let dir = tempfile::tempdir().unwrap();
+    let clef = tiny("clef", dir.path());
+    let qwen35 = tiny("qwen35", dir.path());
+    let st = write_safetensors(&clef, dir.path(), |_| {});
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let m = LoadedModel::load(&reg, &qwen35, common::GOLDEN_OPTS).unwrap();
+    assert!(DecisionHead::from_model(&m).unwrap().is_none());
+    let head = head_file::load(&m, &st).unwrap();
+    let r = request(&g);
+    let got = scores(&head, &r);
+    let mc = LoadedModel::load(&reg, &clef, common::GOLDEN_OPTS).unwrap();
+    let in_file = scores(&DecisionHead::from_model(&mc).unwrap().unwrap(), &r);
+    let d = got
+        .iter()
+        .zip(&in_file)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    eprintln!("safetensors head against the clef file's: max |d| {d:.2e}");
+    assert!(d < 1e-6, "{got:?} against {in_file:?}");
+}
+
+#[test]
+fn safetensors_head_with_a_missing_extra_or_misshaped_tensor_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let clef = tiny("clef", dir.path());
+    let qwen35 = tiny("qwen35", dir.path());
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let m = LoadedModel::load(&reg, &qwen35, common::GOLDEN_OPTS).unwrap();
+    type Edit = Box<dyn FnOnce(&mut Vec<(String, Vec<usize>, Vec<f32>)>)>;
+    let cases: Vec<(Edit, &str)> = vec![
+        (
+            Box::new(|t| t.retain(|(n, ..)| n != "field_norm.bias")),
+            "decision.field_norm.bias",
+        ),
+        (
+            Box::new(|t| {
+                let (_, s, v) = t
+                    .iter()
+                    .find(|(n, ..)| n == "layers.1.linear2.bias")
+                    .unwrap()
+                    .clone();
+                t.push(("layers.2.linear2.bias".into(), s, v));
+            }),
+            "dec.blk.4.ffn_down.bias",
+        ),
+        (
+            Box::new(|t| {
+                let e = t
+                    .iter_mut()
+                    .find(|(n, ..)| n == "option_norm.weight")
+                    .unwrap();
+                e.1 = vec![32];
+                e.2.truncate(32);
+            }),
+            "decision.option_norm.weight",
+        ),
+        (
+            Box::new(|t| t.push(("layers.0.extra.weight".into(), vec![2], vec![0.0; 2]))),
+            "layers.0.extra.weight",
+        ),
+        (
+            Box::new(|t| t.retain(|(n, ..)| n != "residual_gate")),
+            "residual_gate",
+        ),
+    ];
+    for (i, (edit, name)) in cases.into_iter().enumerate() {
+        let sub = dir.path().join(format!("case{i}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        let st = write_safetensors(&clef, &sub, edit);
+        let err = head_file::load(&m, &st).err().expect("refused").to_string();
+        assert!(err.contains(name), "case {i}: `{err}` does not name {name}");
+    }
+}
