@@ -269,7 +269,15 @@ fn short(v: &Value) -> String {
 fn hostile_hyperparameters_end_in_named_errors_never_in_an_abort() {
     let dir = tempfile::tempdir().unwrap();
     let plugins = small_plugin_dir(dir.path());
-    let archs = ["qwen3moe", "gemma3", "qwen35moe", "qwen35", "qwen3", "solar-open2", "kimi-linear"];
+    let archs = [
+        "qwen3moe",
+        "gemma3",
+        "qwen35moe",
+        "qwen35",
+        "qwen3",
+        "solar-open2",
+        "kimi-linear",
+    ];
     let mut all = Vec::new();
     for arch in archs {
         let path = dir.path().join(format!("{arch}.gguf"));
