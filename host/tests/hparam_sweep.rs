@@ -276,6 +276,8 @@ fn hostile_hyperparameters_end_in_named_errors_never_in_an_abort() {
         "qwen35",
         "qwen3",
         "glm4moe",
+        "solar-open2",
+        "kimi-linear",
     ];
     let mut all = Vec::new();
     for arch in archs {

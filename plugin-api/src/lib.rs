@@ -24,6 +24,7 @@ pub mod graph;
 pub mod guard;
 pub mod hostile;
 pub mod hparams;
+pub mod kda;
 pub mod kernel;
 pub mod kv_model;
 pub mod meta;

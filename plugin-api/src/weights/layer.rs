@@ -59,6 +59,26 @@ impl<'t, 'v> LayerWeights<'t, 'v> {
         self.table.optional(&full, role, class, ne)
     }
 
+    /// The extents of the file's `blk.{layer}.{name}` (None when absent, or for a synthetic
+    /// table), to tell variants apart before declaring.
+    pub fn found_shape(&self, name: &str) -> Option<[u64; 4]> {
+        self.table
+            .found_shape(&format!("blk.{}.{name}", self.layer))
+    }
+
+    /// Declares `blk.{layer}.{name}` with one of the extents `shapes`
+    /// ([`WeightTable::require_one_of`]).
+    pub fn tensor_of_shapes(
+        &mut self,
+        name: &str,
+        class: WeightClass,
+        shapes: &[&[u64]],
+    ) -> Result<WeightRef, PluginError> {
+        let role = WeightRole::Layer { layer: self.layer };
+        let full = format!("blk.{}.{name}", self.layer);
+        self.table.require_one_of(&full, role, class, shapes)
+    }
+
     /// Declares the norm weight `blk.{layer}.{name}.weight` of `width` elements.
     pub fn norm(&mut self, name: &str, width: u64) -> Result<WeightRef, PluginError> {
         self.weight(name, WeightClass::Norm, &[width])

@@ -82,6 +82,40 @@ impl<'v> WeightTable<'v> {
             .ok_or_else(|| PluginError::MissingTensor { name: name.into() })
     }
 
+    /// Declares a weight that must exist with one of the extents `shapes` (converters write
+    /// some tensors with or without unit axes); a synthetic file gets the first.
+    pub fn require_one_of(
+        &mut self,
+        name: &str,
+        role: WeightRole,
+        class: WeightClass,
+        shapes: &[&[u64]],
+    ) -> Result<WeightRef, PluginError> {
+        let padded = |ne: &[u64]| {
+            let mut full = [1u64; 4];
+            full[..ne.len().min(4)].copy_from_slice(&ne[..ne.len().min(4)]);
+            full
+        };
+        let pick = match &self.source {
+            Source::File(view) => view
+                .tensor(name)
+                .and_then(|t| shapes.iter().find(|s| padded(s) == t.ne)),
+            Source::Synth { .. } => shapes.first(),
+        };
+        match pick {
+            Some(ne) => self.require(name, role, class, ne),
+            None => self.require(name, role, class, shapes.first().copied().unwrap_or(&[])),
+        }
+    }
+
+    /// The extents of the file's tensor `name` (None when absent, or for a synthetic table).
+    pub fn found_shape(&self, name: &str) -> Option<[u64; 4]> {
+        match &self.source {
+            Source::File(view) => view.tensor(name).map(|t| t.ne),
+            Source::Synth { .. } => None,
+        }
+    }
+
     /// Declares a weight that may be absent; when present it must have the extents `ne`.
     pub fn optional(
         &mut self,

@@ -12,13 +12,15 @@
 //! Two forms compute it:
 //!
 //! - step-wise, row by row: one pass over each head's state per row (decode);
-//! - chunked (per-head gate only), [`CHUNK`] rows at a time in the WY/UT form: with `γ_t` the
+//! - chunked, [`CHUNK`] rows at a time in the WY/UT form: for a per-head gate, with `γ_t` the
 //!   decay from the chunk's start through row `t` (`γ_t = exp(Σ_{s≤t} g_s)`) and `S0` the state
 //!   at the chunk's start, `δ_t = β_t(v_t − γ_t·S0ᵀk_t) − Σ_{s<t} β_t(γ_t/γ_s)(k_t·k_s)·δ_s` (a
 //!   unit lower-triangular solve by forward substitution), `out_t = scale·(γ_t·S0ᵀq_t +
 //!   Σ_{s≤t} (γ_t/γ_s)(q_t·k_s)·δ_s)` and the next state `γ_c·S0 + Σ_s (γ_c/γ_s)·k_s·δ_sᵀ`. It
 //!   reads the state twice per chunk instead of once per row. Decay ratios are taken as
-//!   `exp(difference)`, so nothing overflows over a chunk.
+//!   `exp(difference)`, so nothing overflows over a chunk. A per-dim gate (KDA) has its own
+//!   chunk (`delta_rule_chunk_dim.rs`): the same three steps with the decays as diagonal
+//!   matrices, carried as running products of each row's decays so that none overflows either.
 //!
 //! Columns of `S` never mix (column `j` sees only `v[j]`), so tasks split the value heads and, when
 //! there are fewer heads than twice the workers, each head's columns; a task runs every sequence
@@ -31,6 +33,8 @@ use crate::linear::Parallel;
 
 #[path = "delta_rule_chunk.rs"]
 mod chunk;
+#[path = "delta_rule_chunk_dim.rs"]
+mod chunk_dim;
 
 /// Rows per chunk of the chunked form. Measured at dk = dv = 128 over 512 rows, 16 beats 32 and
 /// 64 (the in-chunk pair products grow with the chunk while the state passes they save do not).
@@ -44,12 +48,11 @@ pub const CHUNKED_FROM: usize = 8;
 /// Which form computes a sequence's rows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Form {
-    /// Chunked for sequences of at least [`CHUNKED_FROM`] rows with a per-head gate, step-wise
-    /// otherwise.
+    /// Chunked for sequences of at least [`CHUNKED_FROM`] rows, step-wise otherwise.
     Auto,
     /// Row by row, as the definition reads.
     Steps,
-    /// Chunks of [`CHUNK`] rows (the last one shorter); refused with a per-dim gate.
+    /// Chunks of [`CHUNK`] rows (the last one shorter).
     Chunks,
 }
 
@@ -155,9 +158,6 @@ fn check(
             "{hk} key heads must divide {hv} value heads, dk {dk} and dv {dv} be positive"
         ));
     }
-    if p.per_dim_gate && p.form == Form::Chunks {
-        return bad("the chunked form takes a per-head gate only".into());
-    }
     let rows = x.slots.len();
     let hk_rows = mul_dims(OP, hk, rows)?;
     let hv_rows = mul_dims(OP, hv, rows)?;
@@ -228,11 +228,16 @@ fn run_part(
         let chunked = match p.form {
             Form::Steps => false,
             Form::Chunks => true,
-            Form::Auto => !p.per_dim_gate && end - r >= CHUNKED_FROM,
+            Form::Auto => end - r >= CHUNKED_FROM,
         };
         if chunked {
+            let run = if p.per_dim_gate {
+                chunk_dim::chunk
+            } else {
+                chunk::chunk
+            };
             for t0 in (r..end).step_by(CHUNK) {
-                chunk::chunk(x, p, part, t0..(t0 + CHUNK).min(end), s, o, scratch);
+                run(x, p, part, t0..(t0 + CHUNK).min(end), s, o, scratch);
             }
         } else {
             for t in r..end {

@@ -7,15 +7,20 @@ use super::{grown, out_row, qkv, DeltaRuleInputs, DeltaRuleParams, Part};
 use crate::ops::SharedMut;
 
 /// Rows of a register block.
-const R: usize = 4;
+pub(super) const R: usize = 4;
 /// Columns of a register block.
-const L: usize = 8;
+pub(super) const L: usize = 8;
 
 /// `acc[r][l] = Σ_{t<n} a(t)[r]·b[t·stride + l]`: one 4×8 block of a product whose left factor
 /// comes column by column (`a(t)` holds the block's four rows of column `t`) and whose right
 /// factor is the first eight values of rows of `b`.
 #[inline(always)]
-fn block(n: usize, a: impl Fn(usize) -> [f32; R], b: &[f32], stride: usize) -> [[f32; L]; R] {
+pub(super) fn block(
+    n: usize,
+    a: impl Fn(usize) -> [f32; R],
+    b: &[f32],
+    stride: usize,
+) -> [[f32; L]; R] {
     let mut acc = [[0f32; L]; R];
     for t in 0..n {
         let mut bv = [0f32; L];
@@ -31,7 +36,7 @@ fn block(n: usize, a: impl Fn(usize) -> [f32; R], b: &[f32], stride: usize) -> [
 }
 
 /// `n` rounded up to whole register-block columns.
-fn padded(n: usize) -> usize {
+pub(super) fn padded(n: usize) -> usize {
     n.div_ceil(L) * L
 }
 

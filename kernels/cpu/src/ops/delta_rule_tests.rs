@@ -180,6 +180,9 @@ fn both_forms_match_the_definition() {
         (Form::Chunks, false, (20, 44)),
         (Form::Steps, false, (20, 44)),
         (Form::Steps, true, (32, 48)),
+        (Form::Chunks, true, (32, 48)),
+        (Form::Chunks, true, (20, 13)),
+        (Form::Chunks, true, (20, 44)),
     ] {
         let p = DeltaRuleParams {
             per_dim_gate: per_dim,
@@ -221,23 +224,81 @@ fn chunked_and_step_wise_forms_agree() {
 }
 
 #[test]
+fn per_dim_chunked_and_step_wise_forms_agree() {
+    let pool = Pool::with_threads(3).unwrap();
+    let steps = DeltaRuleParams {
+        per_dim_gate: true,
+        beta_scale: 2.0,
+        ..params(4, 4, 128, 128, Form::Steps)
+    };
+    let chunks = DeltaRuleParams {
+        form: Form::Chunks,
+        ..steps
+    };
+    let b = Batch::random(&steps, &[(0, 0, 200), (2, 31, 70)], 23);
+    let start = random_state(&steps, 24);
+    let (mut s1, mut s2) = (start.clone(), start);
+    let (o1, o2) = (
+        run(&pool, &b, &steps, &mut s1),
+        run(&pool, &b, &chunks, &mut s2),
+    );
+    let (e_out, e_state) = (rel(&widen(&o2), &widen(&o1)), rel(&widen(&s2), &widen(&s1)));
+    assert!(e_out < BAND && e_state < BAND, "{e_out:e} {e_state:e}");
+}
+
+/// An unbounded KDA gate (`−e^{A_log}·softplus(·)`) can decay a key dim by `e^{-200}` in one
+/// row: a chunk that divided cumulative decays would overflow to inf and NaN there. The chunked
+/// form must stay finite and equal to the step-wise one and the definition.
+#[test]
+fn per_dim_chunks_survive_decays_that_underflow() {
+    let pool = Pool::with_threads(2).unwrap();
+    let p = DeltaRuleParams {
+        per_dim_gate: true,
+        ..params(2, 2, 32, 16, Form::Chunks)
+    };
+    let mut b = Batch::random(&p, &[(0, 0, 40)], 25);
+    // Every third key dim of every fifth row forgets almost at once.
+    for (n, g) in b.gate.iter_mut().enumerate() {
+        if n % 3 == 0 && (n / (p.dk * p.n_head_v)) % 5 == 1 {
+            *g = -200.0 - (n % 7) as f32 * 30.0;
+        }
+    }
+    let start = random_state(&p, 26);
+    let mut chunked = start.clone();
+    let mut want_state = widen(&start);
+    let got = run(&pool, &b, &p, &mut chunked);
+    assert!(got.iter().chain(&chunked).all(|v| v.is_finite()));
+    let want = reference(&b, &p, &mut want_state);
+    let (e_out, e_state) = (rel(&widen(&got), &want), rel(&widen(&chunked), &want_state));
+    assert!(e_out < BAND && e_state < BAND, "{e_out:e} {e_state:e}");
+}
+
+#[test]
 fn a_batched_prompt_equals_token_by_token() {
     let pool = Pool::with_threads(2).unwrap();
-    let p = params(2, 4, 64, 64, Form::Auto);
-    let b = Batch::random(&p, &[(1, 0, 130)], 31);
-    let start = random_state(&p, 32);
-    let mut batched = start.clone();
-    let all = run(&pool, &b, &p, &mut batched);
-    let mut stepped = start;
-    let mut one_by_one = Vec::new();
-    for t in 0..130 {
-        one_by_one.extend(run(&pool, &b.rows(&p, t..t + 1), &p, &mut stepped));
+    for per_dim in [false, true] {
+        let p = DeltaRuleParams {
+            per_dim_gate: per_dim,
+            ..params(2, 4, 64, 64, Form::Auto)
+        };
+        let b = Batch::random(&p, &[(1, 0, 130)], 31);
+        let start = random_state(&p, 32);
+        let mut batched = start.clone();
+        let all = run(&pool, &b, &p, &mut batched);
+        let mut stepped = start;
+        let mut one_by_one = Vec::new();
+        for t in 0..130 {
+            one_by_one.extend(run(&pool, &b.rows(&p, t..t + 1), &p, &mut stepped));
+        }
+        let (e_out, e_state) = (
+            rel(&widen(&all), &widen(&one_by_one)),
+            rel(&widen(&batched), &widen(&stepped)),
+        );
+        assert!(
+            e_out < BAND && e_state < BAND,
+            "per_dim {per_dim}: {e_out:e} {e_state:e}"
+        );
     }
-    let (e_out, e_state) = (
-        rel(&widen(&all), &widen(&one_by_one)),
-        rel(&widen(&batched), &widen(&stepped)),
-    );
-    assert!(e_out < BAND && e_state < BAND, "{e_out:e} {e_state:e}");
 }
 
 #[test]
@@ -305,12 +366,16 @@ fn bad_calls_are_refused_before_writing() {
     let b = Batch::random(&p, &[(0, 0, 3)], 71);
     let mut state = vec![0.5; p.dk * p.dv * p.n_head_v * p.n_slots];
     let mut out = vec![0.0; p.dv * p.n_head_v * 3];
+    // A per-dim call whose gate holds one value per head.
     let per_dim = DeltaRuleParams {
         per_dim_gate: true,
         ..p
     };
     let r = delta_rule(&pool, &b.inputs(), &per_dim, &mut state, &mut out);
-    assert!(matches!(r, Err(OpError::Parameter { .. })), "{r:?}");
+    assert!(
+        matches!(r, Err(OpError::Length { what: "gate", .. })),
+        "{r:?}"
+    );
     let mut bad = b.rows(&p, 0..3);
     bad.slots[2] = 3;
     let r = delta_rule(&pool, &bad.inputs(), &p, &mut state, &mut out);

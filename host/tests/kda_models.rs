@@ -1,0 +1,195 @@
+//! The Kimi Delta Attention hybrids on the CPU (`solar-open2`, all-KDA `kimi-linear`):
+//!
+//! - logits of the synthetic tiny files against independent references (goldens made by the
+//!   commands in host/tests/fixtures/PROVENANCE.md): `kimi-linear` against transformers 5.24's
+//!   `KimiLinearForCausalLM` (the file is, tensor for tensor, what llama.cpp's converter makes of
+//!   that model), `solar-open2` against an f64 numpy reference of its semantics; within 1e-4 with
+//!   the argmax equal, and every token routed to the reference's experts;
+//! - against themselves where the recurrent state matters: a prompt in one pass (the chunked KDA
+//!   form) equals the tokens one by one (the step form), and restoring a checkpoint equals
+//!   evaluating the prefix again.
+
+mod common;
+
+use common::{plugin_dir, tiny_of};
+
+use std::path::Path;
+
+use bloomery::synth::ClassTypes;
+use bloomery_devices::Registry;
+use bloomery_exec::{BatchInputs, LoadedModel};
+use bloomery_plugin_api::DType;
+use bloomery_tiering::plan::TierRequest;
+use sha2::{Digest, Sha256};
+
+const F32: ClassTypes = ClassTypes {
+    experts: DType::F32,
+    attention: DType::F32,
+    embedding: DType::F32,
+    output: DType::F32,
+    dense: DType::F32,
+};
+
+fn golden(name: &str) -> serde_json::Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.json"));
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+/// `arch`'s tiny file in `dir`, checked to be the file golden `g` was made on.
+fn tiny_for(arch: &str, dir: &Path, g: &serde_json::Value) -> std::path::PathBuf {
+    let path = tiny_of(arch, dir, F32);
+    let sha = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
+    assert_eq!(
+        sha,
+        g["file_sha256"].as_str().unwrap(),
+        "synth output changed: remake the goldens (host/tests/fixtures/PROVENANCE.md)"
+    );
+    path
+}
+
+fn check(arch: &str, file: &str) {
+    let g = golden(file);
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_for(arch, dir.path(), &g);
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let mut m = LoadedModel::load(&reg, &path, common::GOLDEN_OPTS).unwrap();
+    let (rel, same, n) = common::golden_agreement(&mut m, &g);
+    eprintln!("{file}: max rel {rel:.2e}, argmax {same}/{n}");
+    assert!(rel < 1e-4, "{file}: max rel {rel}");
+    assert_eq!(same, n, "{file}: argmax differs");
+}
+
+#[test]
+fn kimi_linear_matches_transformers_within_1e4() {
+    check("kimi-linear", "kimi_linear_tiny_f32_hf");
+}
+
+#[test]
+fn solar_open2_matches_the_numpy_reference_within_1e4() {
+    check("solar-open2", "solar_open2_tiny_f32_np");
+}
+
+/// The experts each MoE layer picks for each token, against the reference's: every routed expert
+/// on the host (cpu-scalar standing in for the card), whose routing counts record each pass's
+/// ids; one token a pass gives each position's set.
+fn routes_as_the_reference(arch: &str, file: &str) {
+    let g = golden(file);
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_for(arch, dir.path(), &g);
+    let request = TierRequest {
+        cpu_moe: true,
+        no_residency: true,
+        bus_experts: Some(0),
+        no_decode_staging: true,
+        ..Default::default()
+    };
+    let mut compared = 0;
+    for seq in g["sequences"].as_array().unwrap() {
+        let want = seq["router_ids"].as_array().unwrap();
+        let mut m = common::load_on_scalar_card(&path, common::GOLDEN_OPTS, &request).unwrap();
+        let mut before = m.routing_counts().unwrap();
+        assert_eq!(before.len(), want.len(), "layers with routed experts");
+        for (i, tok) in seq["tokens"].as_array().unwrap().iter().enumerate() {
+            m.forward(&rows(&[tok.as_i64().unwrap() as i32], 0, i as i32))
+                .unwrap();
+            let after = m.routing_counts().unwrap();
+            for (layer, (a, b)) in after.iter().zip(&before).enumerate() {
+                let ours: Vec<u64> = (0..a.len())
+                    .filter(|&e| a[e] != b[e])
+                    .map(|e| e as u64)
+                    .collect();
+                let theirs: Vec<u64> = want[layer][i]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap())
+                    .collect();
+                assert_eq!(ours, theirs, "{arch}: layer {layer}, position {i}");
+                compared += 1;
+            }
+            before = after;
+        }
+    }
+    assert!(compared > 0);
+}
+
+#[test]
+fn kimi_linear_routes_each_token_as_transformers_does() {
+    routes_as_the_reference("kimi-linear", "kimi_linear_tiny_f32_hf");
+}
+
+#[test]
+fn solar_open2_routes_each_token_as_the_numpy_reference_does() {
+    routes_as_the_reference("solar-open2", "solar_open2_tiny_f32_np");
+}
+
+const SEQ: [i32; 21] = [
+    5, 77, 300, 12, 509, 256, 1, 42, 8, 3, 4, 5, 6, 100, 200, 300, 400, 450, 257, 258, 259,
+];
+
+fn load(arch: &str, dir: &tempfile::TempDir) -> LoadedModel {
+    let path = tiny_of(arch, dir.path(), F32);
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    LoadedModel::load(&reg, &path, common::GOLDEN_OPTS).unwrap()
+}
+
+/// Rows `tokens` of slot `slot` from position `start`, every row an output.
+fn rows(tokens: &[i32], slot: i32, start: i32) -> BatchInputs {
+    let n = tokens.len() as i32;
+    BatchInputs {
+        tokens: tokens.to_vec(),
+        positions: (start..start + n).collect(),
+        slots: vec![slot; tokens.len()],
+        output_rows: (0..n).collect(),
+        history: vec![],
+    }
+}
+
+fn max_rel(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0f32, |s, v| s.max(v.abs()));
+    a.iter().zip(b).fold(0f32, |s, (x, y)| s.max((x - y).abs())) / scale
+}
+
+#[test]
+fn a_prompt_in_one_pass_equals_token_by_token() {
+    for arch in ["solar-open2", "kimi-linear"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = load(arch, &dir);
+        // 21 rows: one whole chunk of the chunked KDA form and a partial one.
+        let whole = m.forward(&rows(&SEQ, 0, 0)).unwrap();
+        let mut steps = Vec::new();
+        for (i, &t) in SEQ.iter().enumerate() {
+            steps.extend(m.forward(&rows(&[t], 0, i as i32)).unwrap());
+        }
+        let r = max_rel(&steps, &whole);
+        eprintln!("{arch}: prompt vs token by token: max rel {r:.2e}");
+        assert!(r < 1e-5, "{arch}: max rel {r}");
+    }
+}
+
+#[test]
+fn a_checkpoint_restores_the_state_it_was_taken_at() {
+    for arch in ["solar-open2", "kimi-linear"] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = load(arch, &dir);
+        assert!(m.rewind().per_sequence);
+        let (head, tail) = SEQ.split_at(11);
+        let n = head.len() as u32;
+        m.forward(&rows(head, 0, 0)).unwrap();
+        let ck = m.read_checkpoint(0).unwrap();
+        let first = m.forward(&rows(tail, 0, n as i32)).unwrap();
+        let all = SEQ.len() as u32;
+        let saved = m.read_slot(0, all).unwrap();
+        // Another sequence overwrites the slot; the checkpoint brings back the prefix's state.
+        m.forward(&rows(&SEQ[..9], 0, 0)).unwrap();
+        let other = m.read_checkpoint(0).unwrap();
+        m.write_slot(0, n, all, &saved, Some(&ck)).unwrap();
+        let again = m.forward(&rows(tail, 0, n as i32)).unwrap();
+        let r = max_rel(&again, &first);
+        assert!(r < 1e-6, "{arch}: max rel {r}");
+        m.write_slot(0, n, all, &saved, Some(&other)).unwrap();
+        let wrong = m.forward(&rows(tail, 0, n as i32)).unwrap();
+        assert!(max_rel(&wrong, &first) > 1e-3, "{arch}");
+    }
+}
