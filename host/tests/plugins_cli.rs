@@ -258,24 +258,3 @@ fn a_missing_tensor_or_key_is_named() {
         "{e}"
     );
 }
-
-#[test]
-fn synth_names_its_file_type_by_the_type_holding_most_bytes() {
-    let dir = tempfile::tempdir().unwrap();
-    let preset = tiny_preset();
-    for (types, want) in [
-        (F32, 0),
-        (
-            ClassTypes {
-                experts: DType::Q8_0,
-                ..F32
-            },
-            7,
-        ),
-    ] {
-        let path = dir.path().join("m.gguf");
-        synth::write(&preset, types, 1, &path).unwrap();
-        let f = bloomery_gguf::GgufFile::open(&path).unwrap();
-        assert_eq!(f.metadata().get_uint("general.file_type").unwrap(), want);
-    }
-}

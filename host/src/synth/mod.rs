@@ -122,7 +122,6 @@ pub fn write_reporting(
         )?;
     }
     let mut ranges = Vec::new();
-    let mut bytes_by_type: Vec<(DType, u64)> = Vec::new();
     for t in preset.tensors.iter() {
         let dtype = types.of(t.class);
         if !fill::SYNTH_TYPES.contains(&dtype) {
@@ -145,17 +144,6 @@ pub fn write_reporting(
         }
         w.add_tensor(t.name.as_str(), dtype, shape)?;
         ranges.push(fill::float_range(t.class, t.range));
-        let bytes = shape[1..]
-            .iter()
-            .fold(dtype.row_bytes(shape[0]).unwrap_or(0), |b, &n| b * n);
-        match bytes_by_type.iter_mut().find(|(d, _)| *d == dtype) {
-            Some((_, b)) => *b += bytes,
-            None => bytes_by_type.push((dtype, bytes)),
-        }
-    }
-    // The file type as llama-quantize names a file: the type that holds most of its bytes.
-    if let Some(&(bulk, _)) = bytes_by_type.iter().max_by_key(|(_, b)| *b) {
-        w.set("general.file_type", Value::U32(bulk.llama_file_type()))?;
     }
     let n_vocab = n_vocab
         .ok_or_else(|| anyhow::anyhow!("preset `{}` has no embedding table", preset.name))?;
