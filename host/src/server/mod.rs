@@ -372,6 +372,16 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         Some(path) => Some(bloomery_exec::decision::head_file::load(&model, path)?),
         None => bloomery_exec::decision::DecisionHead::from_model(&model)?,
     };
+    // The head runs on the backbone's device, and only the CPU plugins have its kernels
+    // (AttentionDense, SpanMean): a backbone on the card would take the head there, which
+    // `--decision-head-device cpu` says it does not.
+    if head.is_some() && !model.kernel_plugin().starts_with("cpu-") {
+        anyhow::bail!(
+            "the decision head runs on the backbone's device ({}), which has no kernels for it yet: \
+             load the model on the CPU (-ngl 0) to serve /v1/systemone",
+            model.kernel_plugin()
+        );
+    }
     let decision = match &head {
         Some(h) => {
             tracing::info!(
