@@ -220,6 +220,9 @@ fn test_data(root: &Path) -> Result<()> {
         let model = demo_model(root)?;
         std::env::set_var("BLOOMERY_GEMMA3", model);
     }
+    if std::env::var_os("BLOOMERY_GEMMA3_F32").is_none() {
+        std::env::set_var("BLOOMERY_GEMMA3_F32", demo_model_f32(root)?);
+    }
     if std::env::var_os("BLOOMERY_LLAMA_SRC").is_none() {
         std::env::set_var("BLOOMERY_LLAMA_SRC", llama_source(root)?);
     }
@@ -293,6 +296,32 @@ fn demo_model(root: &Path) -> Result<PathBuf> {
         model.display().to_string()
     );
     run(Command::new(venv.join("bin/python")).args(["-c", &script]))?;
+    Ok(model)
+}
+
+/// Writes (once) and returns gemma-3-270m with F32 layer weights: the demo file's `blk.*` tensors
+/// dequantized by the pinned `gguf` package (`tests/oracle/dequantize_gguf.py`), for the
+/// embeddings' check against llama.cpp without 8-bit input rounding.
+fn demo_model_f32(root: &Path) -> Result<PathBuf> {
+    let quantized = demo_model(root)?;
+    let model = root.join("target/test-data/gemma-3-270m-blk-f32.gguf");
+    if model.exists() {
+        return Ok(model);
+    }
+    let venv = root.join("target/test-data/.venv");
+    run(Command::new(venv.join("bin/pip")).args([
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "gguf==0.19.0",
+        "numpy==2.4.6",
+    ]))?;
+    let partial = model.with_extension("gguf.partial");
+    run(Command::new(venv.join("bin/python"))
+        .arg(root.join("tests/oracle/dequantize_gguf.py"))
+        .arg(&quantized)
+        .arg(&partial))?;
+    std::fs::rename(&partial, &model)?;
     Ok(model)
 }
 
