@@ -34,6 +34,10 @@ const SIZE_NAMES: &[(&str, u64, Option<u64>, &str)] = &[
     ("gemma3", 34, None, "4B"),
     ("gemma3", 48, None, "12B"),
     ("gemma3", 62, None, "27B"),
+    ("glm4moe", 46, None, "106B.A12B"),
+    ("glm4moe", 48, None, "102B.A12B"),
+    ("glm4moe", 92, None, "355B.A32B"),
+    ("kimi-linear", 27, None, "48B.A3B"),
 ];
 
 /// llama.cpp's size class of a model (`?B` where it has none).
@@ -114,9 +118,11 @@ pub fn file_type_name(meta: &Metadata, tensors: &[(String, DType)]) -> String {
 pub fn model_type(meta: &Metadata, tensors: &[(String, DType)]) -> String {
     let arch = meta.get_str("general.architecture").unwrap_or("?");
     let key = |k: &str| meta.get_uint(&format!("{arch}.{k}")).unwrap_or(0);
+    // llama.cpp counts layers without the MTP ones (`n_layer_all - n_layer_nextn`).
+    let n_layer = key("block_count").saturating_sub(key("nextn_predict_layers"));
     format!(
         "{arch} {} {}",
-        size_name(arch, key("block_count"), key("embedding_length")),
+        size_name(arch, n_layer, key("embedding_length")),
         file_type_name(meta, tensors)
     )
 }
@@ -137,6 +143,8 @@ mod tests {
         assert_eq!(size_name("qwen35", 24, 1024), "0.8B");
         assert_eq!(size_name("qwen35", 24, 2048), "2B");
         assert_eq!(size_name("llama", 32, 4096), "?B");
+        assert_eq!(size_name("glm4moe", 48, 4096), "102B.A12B");
+        assert_eq!(size_name("glm4moe", 46, 4096), "106B.A12B");
     }
 
     #[test]
