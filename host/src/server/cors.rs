@@ -5,14 +5,20 @@
 //! echoed back and credentials are allowed; `--cors-origins localhost` echoes only origins on
 //! this machine.
 //!
+//! A list of allowed methods goes out as `--cors-methods` spells it (llama-server's default
+//! `GET, POST, DELETE, OPTIONS`, spaces kept), after each item is checked to be a method.
 //! Where llama-server writes `*` for the allowed request headers while allowing credentials
-//! (which browsers do not read as a wildcard then), the layer echoes the headers the preflight
-//! asks for, which allows the same requests; a list of several origins is matched against the
-//! request's rather than sent whole.
+//! (which browsers do not read as a wildcard then, and never for `Authorization`), the layer
+//! echoes the headers the preflight asks for, so a browser may send its key; a list of several
+//! origins is matched against the request's rather than sent whole.
 
 use anyhow::{bail, Context};
+use axum::extract::{Request, State};
+use axum::http::header::ACCESS_CONTROL_ALLOW_METHODS;
 use axum::http::request::Parts;
 use axum::http::{HeaderName, HeaderValue, Method};
+use axum::middleware::Next;
+use axum::response::Response;
 use tower_http::cors::{AllowHeaders, AllowMethods, AllowOrigin, Any, CorsLayer};
 
 use crate::flags::web::WebArgs;
@@ -69,6 +75,32 @@ pub fn layer(a: &WebArgs) -> anyhow::Result<CorsLayer> {
         .allow_methods(methods)
         .allow_headers(headers)
         .allow_credentials(credentials))
+}
+
+/// The `Access-Control-Allow-Methods` value a preflight carries as `--cors-methods` spells it,
+/// when that is a list (`None` for `*`, which the layer answers itself).
+pub fn preflight_methods(a: &WebArgs) -> anyhow::Result<Option<HeaderValue>> {
+    let list = a.cors_methods.trim();
+    if list == "*" {
+        return Ok(None);
+    }
+    let value = HeaderValue::from_str(list)
+        .with_context(|| format!("--cors-methods: {list:?} is not a header value"))?;
+    Ok(Some(value))
+}
+
+/// Middleware: sets a preflight answer's allowed methods to `methods` verbatim (tower-http
+/// joins a list without spaces).
+pub async fn spell_methods(
+    State(methods): State<HeaderValue>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let mut res = next.run(req).await;
+    if let Some(v) = res.headers_mut().get_mut(ACCESS_CONTROL_ALLOW_METHODS) {
+        *v = methods;
+    }
+    res
 }
 
 /// The non-empty items of a comma-separated list, trimmed.

@@ -170,7 +170,11 @@ pub const ROUTES: &[&str] = &[
 
 /// The router over `state`, with `cors` around every route and the fallback, outside the guard
 /// (a preflight is answered before any other check).
-pub fn router(state: AppRef, cors: tower_http::cors::CorsLayer) -> Router {
+pub fn router(
+    state: AppRef,
+    cors: tower_http::cors::CorsLayer,
+    methods: Option<axum::http::HeaderValue>,
+) -> Router {
     let api = Router::new()
         .route("/health", get(native::health))
         .route("/v1/health", get(native::health))
@@ -210,13 +214,16 @@ pub fn router(state: AppRef, cors: tower_http::cors::CorsLayer) -> Router {
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/systemone", post(systemone::systemone));
-    page::add(api, &state.page)
+    let mut app = page::add(api, &state.page)
         .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
         // `guard` reads every body under the limit the context sets.
         .layer(DefaultBodyLimit::disable())
-        .layer(cors)
-        // Outermost: refused requests get their line too.
-        .layer(middleware::from_fn(request_log::log_requests))
+        .layer(cors);
+    if let Some(methods) = methods {
+        app = app.layer(middleware::from_fn_with_state(methods, cors::spell_methods));
+    }
+    // Outermost: refused requests get their line too.
+    app.layer(middleware::from_fn(request_log::log_requests))
         .with_state(state)
 }
 
@@ -445,6 +452,7 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
         page: a.web.page(),
     });
     let cors = cors::layer(&a.web)?;
+    let cors_methods = cors::preflight_methods(&a.web)?;
     let tls = match a.web.tls_files()? {
         Some((key, cert)) => Some(tls::acceptor(&key, &cert)?),
         None => None,
@@ -496,7 +504,7 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
             write: Duration::from_secs(a.timeout),
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let app = router(Arc::clone(&state), cors);
+        let app = router(Arc::clone(&state), cors, cors_methods);
         let mut http = std::pin::pin!(listen::serve(listeners, app, timeouts, tls, async {
             let _ = stop_rx.await;
         }));

@@ -1,5 +1,6 @@
 //! The chain against llama.cpp's own samplers: candidates kept and their probabilities for fixed
-//! logits (goldens from `tests/oracle/sampling_llama_cpp.py`, see `host/tests/fixtures/sampling_PROVENANCE.md`).
+//! logits (goldens from `tests/oracle/sampling_llama_cpp.py`, see
+//! `runtime/tests/fixtures/sampling_PROVENANCE.md`).
 
 use super::{Sampler, SamplerParams};
 
