@@ -69,6 +69,19 @@ pub struct GenParams {
     /// Control tokens whose text the output keeps (the tags a chat format's tool-call parser
     /// reads, llama.cpp's preserved tokens); others decode to nothing.
     pub preserved: Vec<u32>,
+    /// What a context shift keeps and drops (used only with `--context-shift`).
+    pub shift: ShiftParams,
+}
+
+/// What a context shift keeps and drops when generation reaches the slot's context
+/// (llama-server's `n_keep` and `n_discard`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShiftParams {
+    /// Prompt tokens kept at the front, after the BOS token when the model adds one (-1: the
+    /// whole prompt); at most the context less 4.
+    pub n_keep: i32,
+    /// Tokens dropped after the kept ones (0: half of what follows them).
+    pub n_discard: usize,
 }
 
 impl GenParams {
@@ -89,6 +102,7 @@ impl GenParams {
             grammar: None,
             t_max_predict_ms: None,
             preserved: Vec::new(),
+            shift: ShiftParams::default(),
         }
     }
 }

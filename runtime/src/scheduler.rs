@@ -55,6 +55,12 @@ pub struct RuntimeConfig {
     /// Schemajump: where a grammar admits a single token, take it without sampling and evaluate
     /// the run of such tokens in the next pass as one chunk.
     pub schemajump: bool,
+    /// When generation reaches a slot's context, drop tokens after the kept ones and go on
+    /// (`--context-shift`; the model must be able to move cached positions).
+    pub context_shift: bool,
+    /// Reuse cached chunks of at least this many tokens that moved within a new prompt by
+    /// moving them in the cache (`--cache-reuse`; 0: off).
+    pub cache_reuse: usize,
 }
 
 /// A sequence slot: the tokens its cache holds and the request running in it.
@@ -565,6 +571,7 @@ impl<'t> Scheduler<'t> {
             first_token: None,
             probs_scratch: Vec::new(),
             rows: Vec::new(),
+            shifted: false,
         });
     }
 
@@ -767,6 +774,9 @@ impl<'t> Scheduler<'t> {
             output_rows: Vec::new(),
             history: Vec::new(),
         };
+        if self.cfg.context_shift {
+            self.shift_full_slots();
+        }
         let mut plan: Vec<Planned> = Vec::new();
         // What the output rows read back: logits for generations, final-norm rows for
         // embeddings.
@@ -993,6 +1003,7 @@ impl<'t> Scheduler<'t> {
                     tok: self.tok,
                     n_cached: verified + j,
                     n_ctx: self.cfg.n_ctx_slot,
+                    context_shift: self.cfg.context_shift,
                     counters: c,
                     schemajump: self.cfg.schemajump,
                     drafts: !self.rewind.per_sequence && self.rewind.block == 1,
@@ -1030,6 +1041,85 @@ impl<'t> Scheduler<'t> {
             }
         }
         Ok(())
+    }
+
+    /// Context shift, as llama-server does it before a pass: each generating slot whose next
+    /// tokens would not fit its context keeps its first `n_keep` positions (the prompt's first
+    /// `n_keep` tokens after the BOS the model adds; -1: the whole prompt; at most the context
+    /// less 4), drops the `n_discard` after them (0: half of the rest) and moves the rest down.
+    /// Drafted tokens are dropped (they are only guesses); a request whose forced tokens still
+    /// do not fit fails.
+    fn shift_full_slots(&mut self) {
+        let n_ctx = self.cfg.n_ctx_slot;
+        let add_bos = self.tok.special().add_bos;
+        for id in 0..self.slots.len() {
+            let slot = &mut self.slots[id];
+            let Some(task) = slot.task.as_mut() else {
+                continue;
+            };
+            let held = slot.cached.len();
+            if task.next.is_empty() || held + task.next.len() < n_ctx {
+                continue;
+            }
+            let shift = task.job.params.shift;
+            let mut n_keep = match usize::try_from(shift.n_keep) {
+                Ok(n) => n,
+                Err(_) => task.job.prompt.len(),
+            };
+            n_keep += usize::from(add_bos);
+            let n_keep = n_keep.min(n_ctx.saturating_sub(4)).min(held);
+            let n_left = held - n_keep;
+            let n_discard = match shift.n_discard {
+                0 => n_left / 2,
+                n => n,
+            }
+            .min(n_left.saturating_sub(1));
+            tracing::warn!(
+                "slot {id}: context shift, n_keep = {n_keep}, n_left = {n_left}, n_discard = {n_discard}"
+            );
+            let moved = match n_discard {
+                0 => Err(format!(
+                    "context shift has nothing to drop: n_keep = {n_keep} of {held} positions"
+                )),
+                _ => self
+                    .model
+                    .move_positions(
+                        id as u32,
+                        (n_keep + n_discard) as u32,
+                        n_keep as u32,
+                        (n_left - n_discard) as u32,
+                    )
+                    .map_err(|e| format!("context shift failed: {e}")),
+            };
+            let failure = match moved {
+                Err(e) => Some(e),
+                Ok(()) => {
+                    slot.cached.drain(n_keep..n_keep + n_discard);
+                    slot.checkpoints.clear();
+                    task.shifted = true;
+                    let committed = task.next.len() - task.draft;
+                    task.next.truncate(committed);
+                    task.draft = 0;
+                    (slot.cached.len() + task.next.len() > n_ctx).then(|| {
+                        format!(
+                            "context shift left {} positions, short of the {} tokens taken",
+                            n_ctx - slot.cached.len(),
+                            task.next.len()
+                        )
+                    })
+                }
+            };
+            if let Some(msg) = failure {
+                tracing::error!("slot {id}: {msg}");
+                if let Some(task) = slot.task.take() {
+                    let _ = task
+                        .job
+                        .events
+                        .send(Event::Failed(Failure::new(FailureKind::Internal, msg)));
+                }
+                slot.keep(0);
+            }
+        }
     }
 
     /// Refreshes what `/slots` shows, and the longest sequence `/metrics` reports.

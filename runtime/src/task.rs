@@ -35,4 +35,6 @@ pub(crate) struct Task<'t> {
     /// The final-norm rows an embedding request has read so far, in prompt order (`n_embd`
     /// values each; empty for a generation).
     pub(crate) rows: Vec<f32>,
+    /// A context shift dropped part of what the slot held (the answer says `truncated`).
+    pub(crate) shifted: bool,
 }

@@ -64,6 +64,8 @@ pub(crate) struct StepContext<'a, 't> {
     /// Positions before this row's token that the slot's cache holds verified.
     pub(crate) n_cached: usize,
     pub(crate) n_ctx: usize,
+    /// The context's end shifts the slot's cache rather than ending the request.
+    pub(crate) context_shift: bool,
     pub(crate) counters: &'a Counters,
     pub(crate) schemajump: bool,
     /// Whether the model's state rewinds to any position, so refused drafted tokens can be
@@ -206,7 +208,7 @@ fn finish(
         grammar_ms: task.grammar.as_ref().map(|g| g.spent.as_secs_f64() * 1e3),
         prompt_ms: (first - task.started).as_secs_f64() * 1e3,
         predicted_ms: (now - first).as_secs_f64() * 1e3,
-        truncated,
+        truncated: truncated || task.shifted,
     }
 }
 
@@ -307,8 +309,9 @@ fn emit(
             .params
             .n_predict
             .is_some_and(|n| task.generated >= n);
-    // Tokens taken but not yet in the cache occupy positions too.
-    let ctx_full = cx.n_cached + task.next.len() + 1 >= cx.n_ctx;
+    // Tokens taken but not yet in the cache occupy positions too. With context shift the
+    // scheduler makes room before the next pass instead.
+    let ctx_full = !cx.context_shift && cx.n_cached + task.next.len() + 1 >= cx.n_ctx;
     if at_limit || ctx_full {
         return end(task, StopType::Limit, ctx_full && !at_limit);
     }

@@ -115,6 +115,18 @@ pub struct ServeArgs {
     /// Do not reuse cached prefixes unless a request asks to.
     #[arg(long = "no-cache-prompt", overrides_with = "cache_prompt")]
     pub no_cache_prompt: bool,
+    /// When generation reaches a slot's context, drop half of what follows the kept tokens
+    /// (`--keep`, a request's `n_keep`/`n_discard`) and go on, as llama-server does (off by
+    /// default; refused at start for models whose cache cannot move positions).
+    #[arg(long = "context-shift", overrides_with = "no_context_shift", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "LLAMA_ARG_CONTEXT_SHIFT")]
+    pub context_shift: bool,
+    /// Stop generating at the context's end (the default).
+    #[arg(long = "no-context-shift", overrides_with = "context_shift")]
+    pub no_context_shift: bool,
+    /// Prompt tokens a context shift keeps by default (-1: the whole prompt); a request's
+    /// `n_keep` overrides it.
+    #[arg(long = "keep", default_value_t = 0, allow_negative_numbers = true)]
+    pub keep: i32,
     /// Most checkpoints of recurrent state a slot keeps (hybrid models; 0: none).
     #[arg(
         long = "ctx-checkpoints",
@@ -381,6 +393,11 @@ impl ServeArgs {
     /// Whether tool calls are allowed (`--jinja`, `--no-jinja`, `LLAMA_ARG_JINJA`).
     pub fn jinja(&self) -> bool {
         self.jinja && !self.no_jinja
+    }
+
+    /// Whether context shift is on.
+    pub fn context_shift(&self) -> bool {
+        self.context_shift && !self.no_context_shift
     }
 
     /// Whether requests reuse cached prefixes by default.

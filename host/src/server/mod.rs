@@ -278,6 +278,11 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     request.batch_rows = a.n_batch();
     let mut model = LoadedModel::load_offloaded(&reg, &a.model, options, gpu, &request)?;
     tracing::info!("running on {}", model.kernel_plugin());
+    if a.context_shift() {
+        if let Some(why) = model.shift_refusal() {
+            anyhow::bail!("--context-shift: {why}");
+        }
+    }
     let embeddings = embeddings::mode(a, &model.file, model.spec.hparams.n_embd as usize)?;
     if let Some(m) = embeddings {
         model.check_embeddings()?;
@@ -364,6 +369,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         n_predict: usize::try_from(a.n_predict).ok(),
         ignore_eos: a.ignore_eos,
         cache_prompt: a.cache_prompt(),
+        n_keep: a.keep,
         tok: Arc::clone(&tok),
         n_vocab: hp.n_vocab as usize,
     };
@@ -409,6 +415,8 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
             max_checkpoints: a.ctx_checkpoints as usize,
             checkpoint_every: a.checkpoint_min_step as usize,
             schemajump: !a.no_schemajump,
+            context_shift: a.context_shift(),
+            cache_reuse: 0,
         },
     )?;
     Ok(Ready {

@@ -185,6 +185,7 @@ mod tests {
             n_predict: None,
             ignore_eos: false,
             cache_prompt: true,
+            n_keep: 0,
             tok: Arc::new(toy_tokenizer()),
             n_vocab: 300,
         }
