@@ -101,6 +101,9 @@ struct Scheduler<'t> {
     vocab: Option<Arc<bloomery_grammar::TokenTrie>>,
     /// The model's decision head, when it has one (`Request::Decide`).
     head: Option<DecisionHead>,
+    /// Requests that ended since `/slots` was last published: their ending events go out
+    /// after it ([`Scheduler::deliver`]).
+    ended: Vec<Task<'t>>,
 }
 
 /// Runs the scheduler on the current thread until every job sender is gone and nothing runs;
@@ -137,6 +140,7 @@ pub(crate) fn run(
         cache: cfg.cache_ram.map(|b| PromptCache::new(b, rewind)),
         vocab: None,
         head,
+        ended: Vec::new(),
     };
     s.publish();
     // After publishing the slots, so that /slots answers while the allocation runs.
@@ -165,6 +169,7 @@ impl<'t> Scheduler<'t> {
                     );
                     self.fail_all(&format!("internal error: {what}"));
                     self.publish();
+                    self.deliver();
                 }
             }
         }
@@ -186,7 +191,18 @@ impl<'t> Scheduler<'t> {
             self.fail_all(&msg);
         }
         self.publish();
+        self.deliver();
         true
+    }
+
+    /// Sends the ending events of the requests that ended, once `/slots` (and so `/metrics`)
+    /// shows their slots free.
+    fn deliver(&mut self) {
+        for task in self.ended.drain(..) {
+            if let Some(e) = task.end {
+                let _ = task.job.events.send(e);
+            }
+        }
     }
 
     /// At the end of a shutdown's drain: ends every running request as shutting down and logs
@@ -209,10 +225,14 @@ impl<'t> Scheduler<'t> {
                 n_prompt,
                 task.generated
             );
-            let _ = task.job.events.send(Event::Failed(shutting_down()));
+            self.ended.push(Task {
+                end: Some(Event::Failed(shutting_down())),
+                ..task
+            });
         }
         if cut > 0 {
             self.publish();
+            self.deliver();
         }
     }
 
@@ -572,6 +592,7 @@ impl<'t> Scheduler<'t> {
             probs_scratch: Vec::new(),
             rows: Vec::new(),
             shifted: false,
+            end: None,
         });
     }
 
@@ -759,7 +780,10 @@ impl<'t> Scheduler<'t> {
         for slot in &mut self.slots {
             if let Some(task) = slot.task.take() {
                 let failure = Failure::new(FailureKind::Internal, msg);
-                let _ = task.job.events.send(Event::Failed(failure));
+                self.ended.push(Task {
+                    end: Some(Event::Failed(failure)),
+                    ..task
+                });
             }
             slot.keep(0);
         }
@@ -973,8 +997,8 @@ impl<'t> Scheduler<'t> {
                         n_prompt: task.n_past,
                         prompt_ms: task.started.elapsed().as_secs_f64() * 1e3,
                     };
-                    let _ = task.job.events.send(Event::Embedded(embedded));
-                    slot.task = None;
+                    task.end = Some(Event::Embedded(embedded));
+                    self.ended.extend(slot.task.take());
                 }
                 continue;
             }
@@ -1018,7 +1042,7 @@ impl<'t> Scheduler<'t> {
                     tracing::error!("slot {id}: sampling a token panicked: {what}");
                     let failure =
                         Failure::new(FailureKind::Internal, format!("internal error: {what}"));
-                    let _ = task.job.events.send(Event::Failed(failure));
+                    task.end = Some(Event::Failed(failure));
                     Row::Ended
                 });
                 match row {
@@ -1037,7 +1061,7 @@ impl<'t> Scheduler<'t> {
             // Drafted tokens after the first refused one leave the cache.
             slot.keep(verified + accepted);
             if done {
-                slot.task = None;
+                self.ended.extend(slot.task.take());
             }
         }
         Ok(())
@@ -1112,10 +1136,10 @@ impl<'t> Scheduler<'t> {
             if let Some(msg) = failure {
                 tracing::error!("slot {id}: {msg}");
                 if let Some(task) = slot.task.take() {
-                    let _ = task
-                        .job
-                        .events
-                        .send(Event::Failed(Failure::new(FailureKind::Internal, msg)));
+                    self.ended.push(Task {
+                        end: Some(Event::Failed(Failure::new(FailureKind::Internal, msg))),
+                        ..task
+                    });
                 }
                 slot.keep(0);
             }

@@ -100,7 +100,7 @@ pub(crate) fn step(
     let first = *task.first_token.get_or_insert(now);
     if task.job.params.prompt_only {
         let done = finish(cx, task, first, now, StopType::Limit, String::new(), false);
-        let _ = task.job.events.send(Event::Done(Finish {
+        task.end = Some(Event::Done(Finish {
             n_predicted: 0,
             predicted_ms: 0.0,
             ..done
@@ -117,10 +117,7 @@ pub(crate) fn step(
     let id = match chosen {
         Ok(id) => id,
         Err(msg) => {
-            let _ = task
-                .job
-                .events
-                .send(Event::Failed(Failure::new(FailureKind::Internal, msg)));
+            task.end = Some(Event::Failed(Failure::new(FailureKind::Internal, msg)));
             return Row::Ended;
         }
     };
@@ -225,10 +222,7 @@ fn emit(
     task.sampler.accept(id);
     if let Some(g) = task.grammar.as_mut() {
         if let Err(msg) = g.accept(id, cx.tok) {
-            let _ = task
-                .job
-                .events
-                .send(Event::Failed(Failure::new(FailureKind::Internal, msg)));
+            task.end = Some(Event::Failed(Failure::new(FailureKind::Internal, msg)));
             return true;
         }
     }
@@ -260,7 +254,7 @@ fn emit(
             );
         }
         let done = finish(cx, task, first, now, stop_type, String::new(), truncated);
-        send(task, Event::Done(done));
+        task.end = Some(Event::Done(done));
         true
     };
     if cx.tok.is_eog(id) && !task.job.params.ignore_eos {
@@ -282,7 +276,7 @@ fn emit(
             );
         }
         let done = finish(cx, task, first, now, StopType::Word, word, false);
-        send(task, Event::Done(done));
+        task.end = Some(Event::Done(done));
         return true;
     }
     let has_newline = released.contains('\n');
