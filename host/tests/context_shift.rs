@@ -153,7 +153,6 @@ fn generate(context_shift: bool, n_predict: usize) -> (Vec<u32>, Finish) {
         checkpoint_every: 0,
         schemajump: true,
         context_shift,
-        cache_reuse: 0,
     };
     let runtime = Runtime::start(model, tok, cfg).unwrap();
     let params = GenParams {
@@ -166,7 +165,7 @@ fn generate(context_shift: bool, n_predict: usize) -> (Vec<u32>, Finish) {
         },
         shift: ShiftParams {
             n_keep: 2,
-            n_discard: 0,
+            ..ShiftParams::default()
         },
         ..GenParams::embedding()
     };

@@ -69,7 +69,6 @@ fn runtime(n_batch: usize) -> (Runtime, Arc<Tokenizer>) {
         checkpoint_every: 0,
         schemajump: false,
         context_shift: false,
-        cache_reuse: 0,
     };
     (Runtime::start(model, Arc::clone(&tok), cfg).unwrap(), tok)
 }

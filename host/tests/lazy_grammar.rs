@@ -47,7 +47,6 @@ fn runtime() -> (Runtime, Arc<Tokenizer>, tempfile::TempDir) {
         checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
         schemajump: true,
         context_shift: false,
-        cache_reuse: 0,
     };
     (
         Runtime::start(model, Arc::clone(&tok), cfg).unwrap(),

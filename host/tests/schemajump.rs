@@ -51,7 +51,6 @@ fn start(path: &Path, on: bool) -> (Runtime, Arc<Tokenizer>) {
         checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
         schemajump: on,
         context_shift: false,
-        cache_reuse: 0,
     };
     (Runtime::start(model, tok.clone(), cfg).unwrap(), tok)
 }

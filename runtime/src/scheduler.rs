@@ -58,9 +58,6 @@ pub struct RuntimeConfig {
     /// When generation reaches a slot's context, drop tokens after the kept ones and go on
     /// (`--context-shift`; the model must be able to move cached positions).
     pub context_shift: bool,
-    /// Reuse cached chunks of at least this many tokens that moved within a new prompt by
-    /// moving them in the cache (`--cache-reuse`; 0: off).
-    pub cache_reuse: usize,
 }
 
 /// A sequence slot: the tokens its cache holds and the request running in it.
@@ -336,7 +333,7 @@ impl<'t> Scheduler<'t> {
         else {
             return Err(internal("no free slot for a decision".into()));
         };
-        self.prepare_slot(id, &job.prompt, false);
+        self.prepare_slot(id, &job.prompt, false, 0);
         self.slots[id].keep(0);
         let mut hidden = Vec::with_capacity(n * n_embd);
         for start in (0..n).step_by(self.cfg.n_batch.max(1)) {
@@ -537,7 +534,7 @@ impl<'t> Scheduler<'t> {
         let started = Instant::now();
         // An embedding reads rows of its whole prompt: no cached prefix stands in for them.
         let reuse = job.params.cache_prompt && job.embed.is_none();
-        let keep = self.prepare_slot(id, &job.prompt, reuse);
+        let keep = self.prepare_slot(id, &job.prompt, reuse, job.params.shift.n_cache_reuse);
         // The penalty window never holds more than a slot's context: a longer one (a client's
         // -1 read as "all") is the whole context, not an allocation of its length.
         let mut params = job.params.sampler.clone();
@@ -597,11 +594,19 @@ impl<'t> Scheduler<'t> {
     }
 
     /// Leaves in slot `id` the longest prefix of `prompt` it can have without evaluating it: its
-    /// own cached prefix or one restored from the prompt cache, whichever is longer. What the
+    /// own cached prefix (with runs of at least `n_cache_reuse` cached tokens the prompt holds
+    /// further on moved after it, when that is not 0) or one restored from the prompt cache,
+    /// whichever is longer. What the
     /// slot held is saved to the prompt cache before any of it is overwritten. Returns the
     /// prefix's length, always short of the whole prompt: the last prompt token is evaluated,
     /// its logits give the first token.
-    fn prepare_slot(&mut self, id: usize, prompt: &[u32], cache_prompt: bool) -> usize {
+    fn prepare_slot(
+        &mut self,
+        id: usize,
+        prompt: &[u32],
+        cache_prompt: bool,
+        n_cache_reuse: usize,
+    ) -> usize {
         let limit = prompt.len() - 1;
         let rule = self.rewind;
         let slot = &self.slots[id];
@@ -684,6 +689,9 @@ impl<'t> Scheduler<'t> {
                             }
                         }
                     }
+                    None if cache_prompt && n_cache_reuse > 0 => {
+                        self.reuse_chunks(id, prompt, own, n_cache_reuse)
+                    }
                     None => own,
                 };
                 self.slots[id].keep(keep);
@@ -694,6 +702,49 @@ impl<'t> Scheduler<'t> {
             self.store(id, state);
         }
         keep
+    }
+
+    /// llama-server's cache reuse: after the `keep` positions slot `id` shares with `prompt`,
+    /// each run of at least `min` cached tokens that the prompt holds further on, in order,
+    /// is moved down to where the prompt has it (keys rotated by the move) rather than
+    /// evaluated again. Returns the positions the slot now holds for the prompt (short of its
+    /// last token, whose logits give the first token). A model whose cache cannot move keeps
+    /// `keep` (`--cache-reuse` is refused at start for it).
+    fn reuse_chunks(&mut self, id: usize, prompt: &[u32], keep: usize, min: usize) -> usize {
+        if self.model.shift_refusal().is_some() {
+            return keep;
+        }
+        let limit = prompt.len() - 1;
+        let slot = &mut self.slots[id];
+        let (mut head_c, mut head_p) = (keep, keep);
+        while head_c < slot.cached.len() && head_p < limit {
+            let n = slot.cached[head_c..]
+                .iter()
+                .zip(&prompt[head_p..limit])
+                .take_while(|(a, b)| a == b)
+                .count();
+            if n < min || n == 0 {
+                head_c += 1;
+                continue;
+            }
+            if let Err(e) =
+                self.model
+                    .move_positions(id as u32, head_c as u32, head_p as u32, n as u32)
+            {
+                tracing::warn!("slot {id}: reusing a cached chunk failed: {e}");
+                break;
+            }
+            tracing::debug!(
+                "slot {id}: reusing {n} cached tokens, [{head_c}, {}) -> [{head_p}, {})",
+                head_c + n,
+                head_p + n
+            );
+            slot.cached.copy_within(head_c..head_c + n, head_p);
+            head_c += n;
+            head_p += n;
+        }
+        slot.keep(head_p);
+        head_p
     }
 
     /// The model identity slot files carry.

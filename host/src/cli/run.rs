@@ -239,7 +239,6 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
             checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
             schemajump: !a.grammar.no_schemajump,
             context_shift: false,
-            cache_reuse: 0,
         },
     )?;
     let gen = GenParams {

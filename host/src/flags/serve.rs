@@ -127,6 +127,15 @@ pub struct ServeArgs {
     /// `n_keep` overrides it.
     #[arg(long = "keep", default_value_t = 0, allow_negative_numbers = true)]
     pub keep: i32,
+    /// Reuse cached runs of at least N tokens that moved within a new prompt by moving them in
+    /// the cache (0: off; a request's `n_cache_reuse` overrides it; refused at start for
+    /// models whose cache cannot move positions).
+    #[arg(
+        long = "cache-reuse",
+        default_value_t = 0,
+        env = "LLAMA_ARG_CACHE_REUSE"
+    )]
+    pub cache_reuse: u32,
     /// Most checkpoints of recurrent state a slot keeps (hybrid models; 0: none).
     #[arg(
         long = "ctx-checkpoints",

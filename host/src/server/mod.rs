@@ -278,9 +278,13 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     request.batch_rows = a.n_batch();
     let mut model = LoadedModel::load_offloaded(&reg, &a.model, options, gpu, &request)?;
     tracing::info!("running on {}", model.kernel_plugin());
-    if a.context_shift() {
-        if let Some(why) = model.shift_refusal() {
+    let no_shift = model.shift_refusal();
+    if let Some(why) = &no_shift {
+        if a.context_shift() {
             anyhow::bail!("--context-shift: {why}");
+        }
+        if a.cache_reuse > 0 {
+            anyhow::bail!("--cache-reuse: {why}");
         }
     }
     let embeddings = embeddings::mode(a, &model.file, model.spec.hparams.n_embd as usize)?;
@@ -370,6 +374,8 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         ignore_eos: a.ignore_eos,
         cache_prompt: a.cache_prompt(),
         n_keep: a.keep,
+        n_cache_reuse: a.cache_reuse as usize,
+        no_shift,
         tok: Arc::clone(&tok),
         n_vocab: hp.n_vocab as usize,
     };
@@ -416,7 +422,6 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
             checkpoint_every: a.checkpoint_min_step as usize,
             schemajump: !a.no_schemajump,
             context_shift: a.context_shift(),
-            cache_reuse: 0,
         },
     )?;
     Ok(Ready {

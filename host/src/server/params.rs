@@ -28,6 +28,11 @@ pub struct Defaults {
     pub cache_prompt: bool,
     /// Default of `n_keep` (`--keep`).
     pub n_keep: i32,
+    /// Default of `n_cache_reuse` (`--cache-reuse`).
+    pub n_cache_reuse: usize,
+    /// Why the model's cached positions cannot move, if they cannot (`n_cache_reuse` > 0 is
+    /// then refused).
+    pub no_shift: Option<String>,
     /// The model's tokenizer (`logit_bias` texts, `dry_sequence_breakers`).
     pub tok: Arc<Tokenizer>,
     /// The model's vocabulary size (`logit_bias` ids are checked against it).
@@ -168,7 +173,13 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
             .int_in("n_keep", -1, I32_MAX)?
             .map_or(d.n_keep, |n| n as i32),
         n_discard: f.int_in("n_discard", 0, I32_MAX)?.map_or(0, |n| n as usize),
+        n_cache_reuse: f
+            .int_in("n_cache_reuse", 0, I32_MAX)?
+            .map_or(d.n_cache_reuse, |n| n as usize),
     };
+    if let (true, Some(why)) = (shift.n_cache_reuse > 0, &d.no_shift) {
+        return Err(ApiError::invalid(format!("\"n_cache_reuse\": {why}")));
+    }
     let t_max_predict_ms = f
         .int_in("t_max_predict_ms", -1, i64::MAX)?
         .and_then(|ms| u64::try_from(ms).ok())
@@ -216,16 +227,10 @@ fn refuse_unbuilt(f: &Fields<'_>) -> Result<(), ApiError> {
         }
     }
     // Numbers whose 0 asks for what bloomery does.
-    for (key, what) in [
-        (
-            "n_indent",
-            "the minimum indentation of code completions is not implemented",
-        ),
-        (
-            "n_cache_reuse",
-            "reusing cached chunks by shifting the cache is not implemented",
-        ),
-    ] {
+    for (key, what) in [(
+        "n_indent",
+        "the minimum indentation of code completions is not implemented",
+    )] {
         if f.int_in(key, 0, I32_MAX)?.is_some_and(|n| n > 0) {
             return Err(ApiError::invalid(format!("\"{key}\": {what}")));
         }
@@ -246,6 +251,8 @@ pub(crate) mod tests {
             ignore_eos: false,
             cache_prompt: true,
             n_keep: 0,
+            n_cache_reuse: 0,
+            no_shift: None,
             tok: Arc::new(toy_tokenizer()),
             n_vocab: 300,
         }

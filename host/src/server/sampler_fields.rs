@@ -186,6 +186,8 @@ mod tests {
             ignore_eos: false,
             cache_prompt: true,
             n_keep: 0,
+            n_cache_reuse: 0,
+            no_shift: None,
             tok: Arc::new(toy_tokenizer()),
             n_vocab: 300,
         }

@@ -155,7 +155,6 @@ impl Session {
                 checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
                 schemajump,
                 context_shift: false,
-                cache_reuse: 0,
             },
         )?;
         Ok(Session {

@@ -185,7 +185,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--sse-ping-interval"], &[], Some("LLAMA_ARG_SSE_PING_INTERVAL"), Value, Refused("SSE keep-alive pings are not implemented yet")),
     flag(&["--threads-http"], &[], Some("LLAMA_ARG_THREADS_HTTP"), Value, Serve),
     flag(&["--cache-prompt"], &["--no-cache-prompt"], Some("LLAMA_ARG_CACHE_PROMPT"), Switch, Serve),
-    flag(&["--cache-reuse"], &[], Some("LLAMA_ARG_CACHE_REUSE"), Value, Refused("reusing cached chunks by shifting the KV cache is not implemented")),
+    flag(&["--cache-reuse"], &[], Some("LLAMA_ARG_CACHE_REUSE"), Value, Serve),
     flag(&["--metrics"], &[], Some("LLAMA_ARG_ENDPOINT_METRICS"), Flag, Serve),
     flag(&["--props"], &[], Some("LLAMA_ARG_ENDPOINT_PROPS"), Flag, Refused("POST /props is not implemented")),
     flag(&["--slots"], &["--no-slots"], Some("LLAMA_ARG_ENDPOINT_SLOTS"), Switch, Serve),
