@@ -288,6 +288,21 @@ pub struct ServeArgs {
         env = "LLAMA_ARG_THINK"
     )]
     pub reasoning_format: String,
+    /// Reasoning in chats: on, off (the template's `enable_thinking` false, and a thinking
+    /// block the template opens closed at once) or auto (on unless --reasoning-budget is 0).
+    #[arg(
+        long = "reasoning",
+        default_value = "auto",
+        env = "LLAMA_ARG_REASONING"
+    )]
+    pub reasoning: String,
+    /// The chat template's `reasoning_effort` (`default`: none given, the template's own).
+    #[arg(
+        long = "reasoning-effort",
+        default_value = "default",
+        env = "LLAMA_ARG_REASONING_EFFORT"
+    )]
+    pub reasoning_effort: String,
     /// Thinking budget: -1 unrestricted, 0 thinking off (other budgets are refused).
     #[arg(long = "reasoning-budget", default_value_t = -1, allow_negative_numbers = true, env = "LLAMA_ARG_THINK_BUDGET")]
     pub reasoning_budget: i64,
@@ -423,6 +438,22 @@ impl ServeArgs {
         }
     }
 
+    /// Whether chats render with `enable_thinking` (`--reasoning`; auto: unless the budget is
+    /// 0), or the value's error.
+    pub fn enable_thinking(&self) -> anyhow::Result<bool> {
+        match self.reasoning.as_str() {
+            "on" | "enabled" | "true" | "1" => Ok(true),
+            "off" | "disabled" | "false" | "0" => Ok(false),
+            "auto" | "-1" => Ok(self.reasoning_budget != 0),
+            v => bail!("-rea/--reasoning {v:?}: expected on, off or auto"),
+        }
+    }
+
+    /// The `reasoning_effort` chats render with (`None`: the template's default).
+    pub fn reasoning_effort(&self) -> Option<&str> {
+        (self.reasoning_effort != "default").then_some(self.reasoning_effort.as_str())
+    }
+
     /// The reasoning format in force.
     pub fn reasoning(&self) -> anyhow::Result<ReasoningFormat> {
         parse_reasoning(&self.reasoning_format)
@@ -435,6 +466,7 @@ impl ServeArgs {
             bail!("{flag} is not implemented yet ({what}); leave it out")
         };
         self.placement.request()?;
+        self.enable_thinking()?;
         if self.cache_ram < -1 {
             bail!(
                 "-cram/--cache-ram {}: expected MiB, 0 (off) or -1 (no limit)",
