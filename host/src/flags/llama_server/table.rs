@@ -49,7 +49,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"], &[], Some("LLAMA_ARG_CTX_CHECKPOINTS"), Value, Serve),
     flag(&["-cms", "--checkpoint-min-step"], &[], Some("LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT"), Value, Serve),
     flag(&["-cram", "--cache-ram"], &[], Some("LLAMA_ARG_CACHE_RAM"), Value, Serve),
-    flag(&["-kvu", "--kv-unified"], &["-no-kvu", "--no-kv-unified"], Some("LLAMA_ARG_KV_UNIFIED"), Switch, OnlyOff("each slot holds ctx-size/parallel positions; a KV pool shared by the slots is not implemented")),
+    flag(&["-kvu", "--kv-unified"], &["-no-kvu", "--no-kv-unified"], Some("LLAMA_ARG_KV_UNIFIED"), Switch, OnlyOff("each slot holds ctx-size/parallel positions in a plane of its own, which the cache-store and attention ops of every device index by slot; a pool of cells the slots share is not implemented (one slot, the default -np 1, has the whole context)")),
     flag(&["--cache-idle-slots"], &["--no-cache-idle-slots"], Some("LLAMA_ARG_CACHE_IDLE_SLOTS"), Switch, OnlyOff("idle slots are saved to the prompt cache lazily, before their positions are reused")),
     flag(&["--context-shift"], &["--no-context-shift"], Some("LLAMA_ARG_CONTEXT_SHIFT"), Switch, Serve),
     flag(&["-fa", "--flash-attn"], &[], Some("LLAMA_ARG_FLASH_ATTN"), Value, Serve),
