@@ -14,6 +14,7 @@ mod options;
 pub mod placement;
 pub mod progress;
 pub mod readout;
+mod shift;
 mod snapshot;
 mod state;
 pub mod support;

@@ -38,6 +38,9 @@ pub struct LoadedModel {
     /// Page-locked memory that slot states are copied out through, made at the first copy or at
     /// a server's start (`snapshot.rs`).
     pub(crate) snapshot_staging: std::sync::Mutex<Option<Staging>>,
+    /// What moving cached positions does to each state buffer (`shift.rs`), worked out at the
+    /// first shift.
+    pub(crate) shift: std::sync::OnceLock<crate::shift::ShiftPlan>,
     _weight_buffers: Vec<Buffer>,
     pub(crate) weights: Vec<TensorRef>,
     pub(crate) tier: Option<ExpertTier>,
@@ -225,6 +228,7 @@ impl LoadedModel {
             state_buffers,
             state,
             snapshot_staging: std::sync::Mutex::new(None),
+            shift: std::sync::OnceLock::new(),
             _weight_buffers: weight_buffers,
             weights,
             tier,

@@ -95,6 +95,7 @@ fn runtime(file: File, n_batch: usize) -> (Runtime, Arc<Tokenizer>) {
         max_checkpoints: 0,
         checkpoint_every: 0,
         schemajump: false,
+        context_shift: false,
     };
     (Runtime::start(model, Arc::clone(&tok), cfg).unwrap(), tok)
 }

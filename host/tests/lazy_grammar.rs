@@ -46,6 +46,7 @@ fn runtime() -> (Runtime, Arc<Tokenizer>, tempfile::TempDir) {
         max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
         checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
         schemajump: true,
+        context_shift: false,
     };
     (
         Runtime::start(model, Arc::clone(&tok), cfg).unwrap(),
@@ -74,6 +75,7 @@ fn free_params(tok: &Tokenizer, written: &str, seed: u32) -> GenParams {
         grammar: None,
         t_max_predict_ms: None,
         preserved: Vec::new(),
+        shift: bloomery_runtime::request::ShiftParams::default(),
     }
 }
 
@@ -150,6 +152,7 @@ fn a_formats_control_tokens_stay_in_the_reply_text() {
         &rt,
         GenParams {
             preserved: ids.clone(),
+            shift: bloomery_runtime::request::ShiftParams::default(),
             ..params.clone()
         },
     )

@@ -56,6 +56,7 @@ fn greedy(n_predict: usize) -> GenParams {
         grammar: None,
         t_max_predict_ms: None,
         preserved: Vec::new(),
+        shift: bloomery_runtime::request::ShiftParams::default(),
     }
 }
 
@@ -105,6 +106,7 @@ fn hostile_settings_run_alone_and_the_next_request_answers_the_same() {
         max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
         checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
         schemajump: true,
+        context_shift: false,
     };
     let runtime = Runtime::start(model, tok, cfg).unwrap();
     let want = outcome(&runtime, greedy(6)).unwrap();

@@ -50,6 +50,7 @@ fn start(path: &Path, on: bool) -> (Runtime, Arc<Tokenizer>) {
         max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
         checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
         schemajump: on,
+        context_shift: false,
     };
     (Runtime::start(model, tok.clone(), cfg).unwrap(), tok)
 }
@@ -125,6 +126,7 @@ fn params(grammar: &Arc<Grammar>, seed: Option<u32>, n_predict: usize) -> GenPar
         }),
         t_max_predict_ms: None,
         preserved: Vec::new(),
+        shift: bloomery_runtime::request::ShiftParams::default(),
     }
 }
 

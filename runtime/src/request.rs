@@ -69,6 +69,24 @@ pub struct GenParams {
     /// Control tokens whose text the output keeps (the tags a chat format's tool-call parser
     /// reads, llama.cpp's preserved tokens); others decode to nothing.
     pub preserved: Vec<u32>,
+    /// What a context shift keeps and drops (with `--context-shift`) and which cached runs a
+    /// prompt reuses.
+    pub shift: ShiftParams,
+}
+
+/// What moving cached positions may do: what a context shift keeps and drops when generation
+/// reaches the slot's context (llama-server's `n_keep` and `n_discard`), and which cached runs
+/// a new prompt reuses (`n_cache_reuse`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShiftParams {
+    /// Prompt tokens kept at the front, after the BOS token when the model adds one (-1: the
+    /// whole prompt); at most the context less 4.
+    pub n_keep: i32,
+    /// Tokens dropped after the kept ones (0: half of what follows them).
+    pub n_discard: usize,
+    /// Reuse cached runs of at least this many tokens that moved within a new prompt by moving
+    /// them in the cache (llama-server's `n_cache_reuse`, `--cache-reuse`; 0: off).
+    pub n_cache_reuse: usize,
 }
 
 impl GenParams {
@@ -89,6 +107,7 @@ impl GenParams {
             grammar: None,
             t_max_predict_ms: None,
             preserved: Vec::new(),
+            shift: ShiftParams::default(),
         }
     }
 }

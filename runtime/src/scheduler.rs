@@ -55,6 +55,9 @@ pub struct RuntimeConfig {
     /// Schemajump: where a grammar admits a single token, take it without sampling and evaluate
     /// the run of such tokens in the next pass as one chunk.
     pub schemajump: bool,
+    /// When generation reaches a slot's context, drop tokens after the kept ones and go on
+    /// (`--context-shift`; the model must be able to move cached positions).
+    pub context_shift: bool,
 }
 
 /// A sequence slot: the tokens its cache holds and the request running in it.
@@ -95,6 +98,9 @@ struct Scheduler<'t> {
     vocab: Option<Arc<bloomery_grammar::TokenTrie>>,
     /// The model's decision head, when it has one (`Request::Decide`).
     head: Option<DecisionHead>,
+    /// Requests that ended since `/slots` was last published: their ending events go out
+    /// after it ([`Scheduler::deliver`]).
+    ended: Vec<Task<'t>>,
 }
 
 /// Runs the scheduler on the current thread until every job sender is gone and nothing runs;
@@ -131,6 +137,7 @@ pub(crate) fn run(
         cache: cfg.cache_ram.map(|b| PromptCache::new(b, rewind)),
         vocab: None,
         head,
+        ended: Vec::new(),
     };
     s.publish();
     // After publishing the slots, so that /slots answers while the allocation runs.
@@ -159,6 +166,7 @@ impl<'t> Scheduler<'t> {
                     );
                     self.fail_all(&format!("internal error: {what}"));
                     self.publish();
+                    self.deliver();
                 }
             }
         }
@@ -180,7 +188,18 @@ impl<'t> Scheduler<'t> {
             self.fail_all(&msg);
         }
         self.publish();
+        self.deliver();
         true
+    }
+
+    /// Sends the ending events of the requests that ended, once `/slots` (and so `/metrics`)
+    /// shows their slots free.
+    fn deliver(&mut self) {
+        for task in self.ended.drain(..) {
+            if let Some(e) = task.end {
+                let _ = task.job.events.send(e);
+            }
+        }
     }
 
     /// At the end of a shutdown's drain: ends every running request as shutting down and logs
@@ -203,10 +222,14 @@ impl<'t> Scheduler<'t> {
                 n_prompt,
                 task.generated
             );
-            let _ = task.job.events.send(Event::Failed(shutting_down()));
+            self.ended.push(Task {
+                end: Some(Event::Failed(shutting_down())),
+                ..task
+            });
         }
         if cut > 0 {
             self.publish();
+            self.deliver();
         }
     }
 
@@ -310,7 +333,7 @@ impl<'t> Scheduler<'t> {
         else {
             return Err(internal("no free slot for a decision".into()));
         };
-        self.prepare_slot(id, &job.prompt, false);
+        self.prepare_slot(id, &job.prompt, false, 0);
         self.slots[id].keep(0);
         let mut hidden = Vec::with_capacity(n * n_embd);
         for start in (0..n).step_by(self.cfg.n_batch.max(1)) {
@@ -511,7 +534,7 @@ impl<'t> Scheduler<'t> {
         let started = Instant::now();
         // An embedding reads rows of its whole prompt: no cached prefix stands in for them.
         let reuse = job.params.cache_prompt && job.embed.is_none();
-        let keep = self.prepare_slot(id, &job.prompt, reuse);
+        let keep = self.prepare_slot(id, &job.prompt, reuse, job.params.shift.n_cache_reuse);
         // The penalty window never holds more than a slot's context: a longer one (a client's
         // -1 read as "all") is the whole context, not an allocation of its length.
         let mut params = job.params.sampler.clone();
@@ -565,15 +588,25 @@ impl<'t> Scheduler<'t> {
             first_token: None,
             probs_scratch: Vec::new(),
             rows: Vec::new(),
+            shifted: false,
+            end: None,
         });
     }
 
     /// Leaves in slot `id` the longest prefix of `prompt` it can have without evaluating it: its
-    /// own cached prefix or one restored from the prompt cache, whichever is longer. What the
+    /// own cached prefix (with runs of at least `n_cache_reuse` cached tokens the prompt holds
+    /// further on moved after it, when that is not 0) or one restored from the prompt cache,
+    /// whichever is longer. What the
     /// slot held is saved to the prompt cache before any of it is overwritten. Returns the
     /// prefix's length, always short of the whole prompt: the last prompt token is evaluated,
     /// its logits give the first token.
-    fn prepare_slot(&mut self, id: usize, prompt: &[u32], cache_prompt: bool) -> usize {
+    fn prepare_slot(
+        &mut self,
+        id: usize,
+        prompt: &[u32],
+        cache_prompt: bool,
+        n_cache_reuse: usize,
+    ) -> usize {
         let limit = prompt.len() - 1;
         let rule = self.rewind;
         let slot = &self.slots[id];
@@ -656,6 +689,9 @@ impl<'t> Scheduler<'t> {
                             }
                         }
                     }
+                    None if cache_prompt && n_cache_reuse > 0 => {
+                        self.reuse_chunks(id, prompt, own, n_cache_reuse)
+                    }
                     None => own,
                 };
                 self.slots[id].keep(keep);
@@ -666,6 +702,49 @@ impl<'t> Scheduler<'t> {
             self.store(id, state);
         }
         keep
+    }
+
+    /// llama-server's cache reuse: after the `keep` positions slot `id` shares with `prompt`,
+    /// each run of at least `min` cached tokens that the prompt holds further on, in order,
+    /// is moved down to where the prompt has it (keys rotated by the move) rather than
+    /// evaluated again. Returns the positions the slot now holds for the prompt (short of its
+    /// last token, whose logits give the first token). A model whose cache cannot move keeps
+    /// `keep` (`--cache-reuse` is refused at start for it).
+    fn reuse_chunks(&mut self, id: usize, prompt: &[u32], keep: usize, min: usize) -> usize {
+        if self.model.shift_refusal().is_some() {
+            return keep;
+        }
+        let limit = prompt.len() - 1;
+        let slot = &mut self.slots[id];
+        let (mut head_c, mut head_p) = (keep, keep);
+        while head_c < slot.cached.len() && head_p < limit {
+            let n = slot.cached[head_c..]
+                .iter()
+                .zip(&prompt[head_p..limit])
+                .take_while(|(a, b)| a == b)
+                .count();
+            if n < min || n == 0 {
+                head_c += 1;
+                continue;
+            }
+            if let Err(e) =
+                self.model
+                    .move_positions(id as u32, head_c as u32, head_p as u32, n as u32)
+            {
+                tracing::warn!("slot {id}: reusing a cached chunk failed: {e}");
+                break;
+            }
+            tracing::debug!(
+                "slot {id}: reusing {n} cached tokens, [{head_c}, {}) -> [{head_p}, {})",
+                head_c + n,
+                head_p + n
+            );
+            slot.cached.copy_within(head_c..head_c + n, head_p);
+            head_c += n;
+            head_p += n;
+        }
+        slot.keep(head_p);
+        head_p
     }
 
     /// The model identity slot files carry.
@@ -752,7 +831,10 @@ impl<'t> Scheduler<'t> {
         for slot in &mut self.slots {
             if let Some(task) = slot.task.take() {
                 let failure = Failure::new(FailureKind::Internal, msg);
-                let _ = task.job.events.send(Event::Failed(failure));
+                self.ended.push(Task {
+                    end: Some(Event::Failed(failure)),
+                    ..task
+                });
             }
             slot.keep(0);
         }
@@ -767,6 +849,9 @@ impl<'t> Scheduler<'t> {
             output_rows: Vec::new(),
             history: Vec::new(),
         };
+        if self.cfg.context_shift {
+            self.shift_full_slots();
+        }
         let mut plan: Vec<Planned> = Vec::new();
         // What the output rows read back: logits for generations, final-norm rows for
         // embeddings.
@@ -963,8 +1048,8 @@ impl<'t> Scheduler<'t> {
                         n_prompt: task.n_past,
                         prompt_ms: task.started.elapsed().as_secs_f64() * 1e3,
                     };
-                    let _ = task.job.events.send(Event::Embedded(embedded));
-                    slot.task = None;
+                    task.end = Some(Event::Embedded(embedded));
+                    self.ended.extend(slot.task.take());
                 }
                 continue;
             }
@@ -993,6 +1078,7 @@ impl<'t> Scheduler<'t> {
                     tok: self.tok,
                     n_cached: verified + j,
                     n_ctx: self.cfg.n_ctx_slot,
+                    context_shift: self.cfg.context_shift,
                     counters: c,
                     schemajump: self.cfg.schemajump,
                     drafts: !self.rewind.per_sequence && self.rewind.block == 1,
@@ -1007,7 +1093,7 @@ impl<'t> Scheduler<'t> {
                     tracing::error!("slot {id}: sampling a token panicked: {what}");
                     let failure =
                         Failure::new(FailureKind::Internal, format!("internal error: {what}"));
-                    let _ = task.job.events.send(Event::Failed(failure));
+                    task.end = Some(Event::Failed(failure));
                     Row::Ended
                 });
                 match row {
@@ -1026,10 +1112,89 @@ impl<'t> Scheduler<'t> {
             // Drafted tokens after the first refused one leave the cache.
             slot.keep(verified + accepted);
             if done {
-                slot.task = None;
+                self.ended.extend(slot.task.take());
             }
         }
         Ok(())
+    }
+
+    /// Context shift, as llama-server does it before a pass: each generating slot whose next
+    /// tokens would not fit its context keeps its first `n_keep` positions (the prompt's first
+    /// `n_keep` tokens after the BOS the model adds; -1: the whole prompt; at most the context
+    /// less 4), drops the `n_discard` after them (0: half of the rest) and moves the rest down.
+    /// Drafted tokens are dropped (they are only guesses); a request whose forced tokens still
+    /// do not fit fails.
+    fn shift_full_slots(&mut self) {
+        let n_ctx = self.cfg.n_ctx_slot;
+        let add_bos = self.tok.special().add_bos;
+        for id in 0..self.slots.len() {
+            let slot = &mut self.slots[id];
+            let Some(task) = slot.task.as_mut() else {
+                continue;
+            };
+            let held = slot.cached.len();
+            if task.next.is_empty() || held + task.next.len() < n_ctx {
+                continue;
+            }
+            let shift = task.job.params.shift;
+            let mut n_keep = match usize::try_from(shift.n_keep) {
+                Ok(n) => n,
+                Err(_) => task.job.prompt.len(),
+            };
+            n_keep += usize::from(add_bos);
+            let n_keep = n_keep.min(n_ctx.saturating_sub(4)).min(held);
+            let n_left = held - n_keep;
+            let n_discard = match shift.n_discard {
+                0 => n_left / 2,
+                n => n,
+            }
+            .min(n_left.saturating_sub(1));
+            tracing::warn!(
+                "slot {id}: context shift, n_keep = {n_keep}, n_left = {n_left}, n_discard = {n_discard}"
+            );
+            let moved = match n_discard {
+                0 => Err(format!(
+                    "context shift has nothing to drop: n_keep = {n_keep} of {held} positions"
+                )),
+                _ => self
+                    .model
+                    .move_positions(
+                        id as u32,
+                        (n_keep + n_discard) as u32,
+                        n_keep as u32,
+                        (n_left - n_discard) as u32,
+                    )
+                    .map_err(|e| format!("context shift failed: {e}")),
+            };
+            let failure = match moved {
+                Err(e) => Some(e),
+                Ok(()) => {
+                    slot.cached.drain(n_keep..n_keep + n_discard);
+                    slot.checkpoints.clear();
+                    task.shifted = true;
+                    let committed = task.next.len() - task.draft;
+                    task.next.truncate(committed);
+                    task.draft = 0;
+                    (slot.cached.len() + task.next.len() > n_ctx).then(|| {
+                        format!(
+                            "context shift left {} positions, short of the {} tokens taken",
+                            n_ctx - slot.cached.len(),
+                            task.next.len()
+                        )
+                    })
+                }
+            };
+            if let Some(msg) = failure {
+                tracing::error!("slot {id}: {msg}");
+                if let Some(task) = slot.task.take() {
+                    self.ended.push(Task {
+                        end: Some(Event::Failed(Failure::new(FailureKind::Internal, msg))),
+                        ..task
+                    });
+                }
+                slot.keep(0);
+            }
+        }
     }
 
     /// Refreshes what `/slots` shows, and the longest sequence `/metrics` reports.

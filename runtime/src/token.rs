@@ -64,6 +64,8 @@ pub(crate) struct StepContext<'a, 't> {
     /// Positions before this row's token that the slot's cache holds verified.
     pub(crate) n_cached: usize,
     pub(crate) n_ctx: usize,
+    /// The context's end shifts the slot's cache rather than ending the request.
+    pub(crate) context_shift: bool,
     pub(crate) counters: &'a Counters,
     pub(crate) schemajump: bool,
     /// Whether the model's state rewinds to any position, so refused drafted tokens can be
@@ -98,7 +100,7 @@ pub(crate) fn step(
     let first = *task.first_token.get_or_insert(now);
     if task.job.params.prompt_only {
         let done = finish(cx, task, first, now, StopType::Limit, String::new(), false);
-        let _ = task.job.events.send(Event::Done(Finish {
+        task.end = Some(Event::Done(Finish {
             n_predicted: 0,
             predicted_ms: 0.0,
             ..done
@@ -115,10 +117,7 @@ pub(crate) fn step(
     let id = match chosen {
         Ok(id) => id,
         Err(msg) => {
-            let _ = task
-                .job
-                .events
-                .send(Event::Failed(Failure::new(FailureKind::Internal, msg)));
+            task.end = Some(Event::Failed(Failure::new(FailureKind::Internal, msg)));
             return Row::Ended;
         }
     };
@@ -206,7 +205,7 @@ fn finish(
         grammar_ms: task.grammar.as_ref().map(|g| g.spent.as_secs_f64() * 1e3),
         prompt_ms: (first - task.started).as_secs_f64() * 1e3,
         predicted_ms: (now - first).as_secs_f64() * 1e3,
-        truncated,
+        truncated: truncated || task.shifted,
     }
 }
 
@@ -223,10 +222,7 @@ fn emit(
     task.sampler.accept(id);
     if let Some(g) = task.grammar.as_mut() {
         if let Err(msg) = g.accept(id, cx.tok) {
-            let _ = task
-                .job
-                .events
-                .send(Event::Failed(Failure::new(FailureKind::Internal, msg)));
+            task.end = Some(Event::Failed(Failure::new(FailureKind::Internal, msg)));
             return true;
         }
     }
@@ -258,7 +254,7 @@ fn emit(
             );
         }
         let done = finish(cx, task, first, now, stop_type, String::new(), truncated);
-        send(task, Event::Done(done));
+        task.end = Some(Event::Done(done));
         true
     };
     if cx.tok.is_eog(id) && !task.job.params.ignore_eos {
@@ -280,7 +276,7 @@ fn emit(
             );
         }
         let done = finish(cx, task, first, now, StopType::Word, word, false);
-        send(task, Event::Done(done));
+        task.end = Some(Event::Done(done));
         return true;
     }
     let has_newline = released.contains('\n');
@@ -307,8 +303,9 @@ fn emit(
             .params
             .n_predict
             .is_some_and(|n| task.generated >= n);
-    // Tokens taken but not yet in the cache occupy positions too.
-    let ctx_full = cx.n_cached + task.next.len() + 1 >= cx.n_ctx;
+    // Tokens taken but not yet in the cache occupy positions too. With context shift the
+    // scheduler makes room before the next pass instead.
+    let ctx_full = !cx.context_shift && cx.n_cached + task.next.len() + 1 >= cx.n_ctx;
     if at_limit || ctx_full {
         return end(task, StopType::Limit, ctx_full && !at_limit);
     }

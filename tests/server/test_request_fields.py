@@ -242,7 +242,7 @@ def test_unbuilt_switches_are_refused_by_name(tiny):
 
 
 def test_unbuilt_numbers_are_refused_by_name_above_zero(tiny):
-    for field in ("n_indent", "n_cache_reuse"):
+    for field in ("n_indent",):
         e = error_of(tiny.post("/completion", {"prompt": "x", "n_predict": 1, field: 4}), 400, "invalid_request_error")
         assert field in e["message"]
         assert tiny.post("/completion", {"prompt": "x", "n_predict": 1, field: 0}).status_code == 200

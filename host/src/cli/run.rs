@@ -238,6 +238,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
             max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
             checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
             schemajump: !a.grammar.no_schemajump,
+            context_shift: false,
         },
     )?;
     let gen = GenParams {
@@ -254,6 +255,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         grammar,
         t_max_predict_ms: None,
         preserved: Vec::new(),
+        shift: bloomery_runtime::request::ShiftParams::default(),
     };
     let mut events = runtime.submit_blocking(prompt, gen, Some(0))?;
     let mut out = std::io::stdout().lock();

@@ -115,6 +115,27 @@ pub struct ServeArgs {
     /// Do not reuse cached prefixes unless a request asks to.
     #[arg(long = "no-cache-prompt", overrides_with = "cache_prompt")]
     pub no_cache_prompt: bool,
+    /// When generation reaches a slot's context, drop half of what follows the kept tokens
+    /// (`--keep`, a request's `n_keep`/`n_discard`) and go on, as llama-server does (off by
+    /// default; refused at start for models whose cache cannot move positions).
+    #[arg(long = "context-shift", overrides_with = "no_context_shift", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "LLAMA_ARG_CONTEXT_SHIFT")]
+    pub context_shift: bool,
+    /// Stop generating at the context's end (the default).
+    #[arg(long = "no-context-shift", overrides_with = "context_shift")]
+    pub no_context_shift: bool,
+    /// Prompt tokens a context shift keeps by default (-1: the whole prompt); a request's
+    /// `n_keep` overrides it.
+    #[arg(long = "keep", default_value_t = 0, allow_negative_numbers = true)]
+    pub keep: i32,
+    /// Reuse cached runs of at least N tokens that moved within a new prompt by moving them in
+    /// the cache (0: off; a request's `n_cache_reuse` overrides it; refused at start for
+    /// models whose cache cannot move positions).
+    #[arg(
+        long = "cache-reuse",
+        default_value_t = 0,
+        env = "LLAMA_ARG_CACHE_REUSE"
+    )]
+    pub cache_reuse: u32,
     /// Most checkpoints of recurrent state a slot keeps (hybrid models; 0: none).
     #[arg(
         long = "ctx-checkpoints",
@@ -267,6 +288,21 @@ pub struct ServeArgs {
         env = "LLAMA_ARG_THINK"
     )]
     pub reasoning_format: String,
+    /// Reasoning in chats: on, off (the template's `enable_thinking` false, and a thinking
+    /// block the template opens closed at once) or auto (on unless --reasoning-budget is 0).
+    #[arg(
+        long = "reasoning",
+        default_value = "auto",
+        env = "LLAMA_ARG_REASONING"
+    )]
+    pub reasoning: String,
+    /// The chat template's `reasoning_effort` (`default`: none given, the template's own).
+    #[arg(
+        long = "reasoning-effort",
+        default_value = "default",
+        env = "LLAMA_ARG_REASONING_EFFORT"
+    )]
+    pub reasoning_effort: String,
     /// Thinking budget: -1 unrestricted, 0 thinking off (other budgets are refused).
     #[arg(long = "reasoning-budget", default_value_t = -1, allow_negative_numbers = true, env = "LLAMA_ARG_THINK_BUDGET")]
     pub reasoning_budget: i64,
@@ -383,6 +419,11 @@ impl ServeArgs {
         self.jinja && !self.no_jinja
     }
 
+    /// Whether context shift is on.
+    pub fn context_shift(&self) -> bool {
+        self.context_shift && !self.no_context_shift
+    }
+
     /// Whether requests reuse cached prefixes by default.
     pub fn cache_prompt(&self) -> bool {
         self.cache_prompt && !self.no_cache_prompt
@@ -397,6 +438,22 @@ impl ServeArgs {
         }
     }
 
+    /// Whether chats render with `enable_thinking` (`--reasoning`; auto: unless the budget is
+    /// 0), or the value's error.
+    pub fn enable_thinking(&self) -> anyhow::Result<bool> {
+        match self.reasoning.as_str() {
+            "on" | "enabled" | "true" | "1" => Ok(true),
+            "off" | "disabled" | "false" | "0" => Ok(false),
+            "auto" | "-1" => Ok(self.reasoning_budget != 0),
+            v => bail!("-rea/--reasoning {v:?}: expected on, off or auto"),
+        }
+    }
+
+    /// The `reasoning_effort` chats render with (`None`: the template's default).
+    pub fn reasoning_effort(&self) -> Option<&str> {
+        (self.reasoning_effort != "default").then_some(self.reasoning_effort.as_str())
+    }
+
     /// The reasoning format in force.
     pub fn reasoning(&self) -> anyhow::Result<ReasoningFormat> {
         parse_reasoning(&self.reasoning_format)
@@ -409,6 +466,7 @@ impl ServeArgs {
             bail!("{flag} is not implemented yet ({what}); leave it out")
         };
         self.placement.request()?;
+        self.enable_thinking()?;
         if self.cache_ram < -1 {
             bail!(
                 "-cram/--cache-ram {}: expected MiB, 0 (off) or -1 (no limit)",

@@ -300,9 +300,12 @@ pub struct ChatPrompt {
 
 /// The switches a chat's rendering takes besides its messages, tools and kwargs.
 #[derive(Clone, Copy, Debug)]
-pub struct RenderSwitches {
-    /// `enable_thinking` unless the request's kwargs set it.
+pub struct RenderSwitches<'a> {
+    /// `enable_thinking` unless the request's kwargs set it. When it is false in the end, a
+    /// thinking block the template leaves open is closed (`--reasoning off`, as llama.cpp).
     pub enable_thinking: bool,
+    /// `reasoning_effort` unless the request's kwargs set it (`None`: not given).
+    pub reasoning_effort: Option<&'a str>,
     /// End with the opening of the assistant's turn (the request's `add_generation_prompt`).
     pub add_generation_prompt: bool,
 }
@@ -316,13 +319,23 @@ pub fn render(
     messages: &Value,
     tools: Option<&Value>,
     kwargs: &Map<String, Value>,
-    switches: RenderSwitches,
+    switches: RenderSwitches<'_>,
     fits: impl FnOnce(&str) -> Result<(), ApiError>,
 ) -> Result<ChatPrompt, ApiError> {
     let mut kw: Vec<(String, TemplateValue)> = vec![(
         "enable_thinking".into(),
         TemplateValue::from(&json!(switches.enable_thinking)),
     )];
+    if let Some(effort) = switches.reasoning_effort {
+        kw.push((
+            "reasoning_effort".into(),
+            TemplateValue::from(&json!(effort)),
+        ));
+    }
+    let thinking = kwargs
+        .get("enable_thinking")
+        .and_then(Value::as_bool)
+        .unwrap_or(switches.enable_thinking);
     for (k, v) in kwargs {
         kw.retain(|(name, _)| name != k);
         kw.push((k.clone(), TemplateValue::from(v)));
@@ -337,9 +350,14 @@ pub fn render(
         .render(&req)
         .map_err(|e| ApiError::invalid(format!("the chat template failed: {e}")))?;
     let s = tok.special();
-    let text = tmpl
+    let mut text = tmpl
         .strip_added_specials(&rendered, s.add_bos, s.add_eos)
         .to_owned();
+    // Thinking off, and the template opens the thinking block itself (DeepSeek-R1, QwQ): it
+    // is closed at once, as llama.cpp does.
+    if !thinking && text.trim_end().ends_with(THINK_OPEN) {
+        text.push_str(THINK_CLOSE);
+    }
     fits(&text)?;
     let tokens = tok
         .encode(&text, true, true)

@@ -285,6 +285,15 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     request.batch_rows = a.n_batch();
     let mut model = LoadedModel::load_offloaded(&reg, &a.model, options, gpu, &request)?;
     tracing::info!("running on {}", model.kernel_plugin());
+    let no_shift = model.shift_refusal();
+    if let Some(why) = &no_shift {
+        if a.context_shift() {
+            anyhow::bail!("--context-shift: {why}");
+        }
+        if a.cache_reuse > 0 {
+            anyhow::bail!("--cache-reuse: {why}");
+        }
+    }
     let embeddings = embeddings::mode(a, &model.file, model.spec.hparams.n_embd as usize)?;
     if let Some(m) = embeddings {
         model.check_embeddings()?;
@@ -371,6 +380,9 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         n_predict: usize::try_from(a.n_predict).ok(),
         ignore_eos: a.ignore_eos,
         cache_prompt: a.cache_prompt(),
+        n_keep: a.keep,
+        n_cache_reuse: a.cache_reuse as usize,
+        no_shift,
         tok: Arc::clone(&tok),
         n_vocab: hp.n_vocab as usize,
     };
@@ -416,6 +428,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
             max_checkpoints: a.ctx_checkpoints as usize,
             checkpoint_every: a.checkpoint_min_step as usize,
             schemajump: !a.no_schemajump,
+            context_shift: a.context_shift(),
         },
     )?;
     Ok(Ready {

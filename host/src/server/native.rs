@@ -90,6 +90,7 @@ fn default_params(ready: &Ready) -> GenParams {
         grammar: None,
         t_max_predict_ms: None,
         preserved: Vec::new(),
+        shift: bloomery_runtime::request::ShiftParams::default(),
     }
 }
 

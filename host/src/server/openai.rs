@@ -108,7 +108,8 @@ pub fn prepare_chat(
         Some(v) => parse_reasoning(v).map_err(|e| ApiError::invalid(e.to_string()))?,
         None => state.reasoning,
     };
-    let enable_thinking = state.args.reasoning_budget != 0;
+    // Checked at start (`ServeArgs::validate`).
+    let enable_thinking = state.args.enable_thinking().unwrap_or(true);
     let prompt = chat::render(
         &ready.template,
         &ready.tok,
@@ -117,6 +118,7 @@ pub fn prepare_chat(
         &kwargs,
         chat::RenderSwitches {
             enable_thinking,
+            reasoning_effort: state.args.reasoning_effort(),
             add_generation_prompt: f.bool("add_generation_prompt")?.unwrap_or(true),
         },
         |text| {

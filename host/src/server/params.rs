@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
-use bloomery_runtime::request::GenParams;
+use bloomery_runtime::request::{GenParams, ShiftParams};
 use bloomery_runtime::sampling::SamplerParams;
 use bloomery_text::Tokenizer;
 
@@ -26,6 +26,13 @@ pub struct Defaults {
     pub ignore_eos: bool,
     /// Default of `cache_prompt`.
     pub cache_prompt: bool,
+    /// Default of `n_keep` (`--keep`).
+    pub n_keep: i32,
+    /// Default of `n_cache_reuse` (`--cache-reuse`).
+    pub n_cache_reuse: usize,
+    /// Why the model's cached positions cannot move, if they cannot (`n_cache_reuse` > 0 is
+    /// then refused).
+    pub no_shift: Option<String>,
     /// The model's tokenizer (`logit_bias` texts, `dry_sequence_breakers`).
     pub tok: Arc<Tokenizer>,
     /// The model's vocabulary size (`logit_bias` ids are checked against it).
@@ -160,11 +167,19 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         }
         (None, None, None) => d.n_predict,
     };
-    // `n_keep` and `n_discard` matter only to context shift, which bloomery refuses
-    // (`--context-shift`), as llama-server ignores them without it; they are held to
-    // llama-server's limits all the same.
-    f.int_in("n_keep", -1, I32_MAX)?;
-    f.int_in("n_discard", 0, I32_MAX)?;
+    // `n_keep` and `n_discard` matter only to context shift (`--context-shift`).
+    let shift = ShiftParams {
+        n_keep: f
+            .int_in("n_keep", -1, I32_MAX)?
+            .map_or(d.n_keep, |n| n as i32),
+        n_discard: f.int_in("n_discard", 0, I32_MAX)?.map_or(0, |n| n as usize),
+        n_cache_reuse: f
+            .int_in("n_cache_reuse", 0, I32_MAX)?
+            .map_or(d.n_cache_reuse, |n| n as usize),
+    };
+    if let (true, Some(why)) = (shift.n_cache_reuse > 0, &d.no_shift) {
+        return Err(ApiError::invalid(format!("\"n_cache_reuse\": {why}")));
+    }
     let t_max_predict_ms = f
         .int_in("t_max_predict_ms", -1, i64::MAX)?
         .and_then(|ms| u64::try_from(ms).ok())
@@ -192,6 +207,7 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         grammar: super::structured::grammar(f)?,
         t_max_predict_ms,
         preserved: Vec::new(),
+        shift,
     })
 }
 
@@ -211,16 +227,10 @@ fn refuse_unbuilt(f: &Fields<'_>) -> Result<(), ApiError> {
         }
     }
     // Numbers whose 0 asks for what bloomery does.
-    for (key, what) in [
-        (
-            "n_indent",
-            "the minimum indentation of code completions is not implemented",
-        ),
-        (
-            "n_cache_reuse",
-            "reusing cached chunks by shifting the cache is not implemented",
-        ),
-    ] {
+    for (key, what) in [(
+        "n_indent",
+        "the minimum indentation of code completions is not implemented",
+    )] {
         if f.int_in(key, 0, I32_MAX)?.is_some_and(|n| n > 0) {
             return Err(ApiError::invalid(format!("\"{key}\": {what}")));
         }
@@ -240,6 +250,9 @@ pub(crate) mod tests {
             n_predict: Some(16),
             ignore_eos: false,
             cache_prompt: true,
+            n_keep: 0,
+            n_cache_reuse: 0,
+            no_shift: None,
             tok: Arc::new(toy_tokenizer()),
             n_vocab: 300,
         }

@@ -185,6 +185,9 @@ mod tests {
             n_predict: None,
             ignore_eos: false,
             cache_prompt: true,
+            n_keep: 0,
+            n_cache_reuse: 0,
+            no_shift: None,
             tok: Arc::new(toy_tokenizer()),
             n_vocab: 300,
         }

@@ -84,6 +84,7 @@ fn params(reuse: bool, forced: Vec<u32>, prompt_only: bool) -> GenParams {
         grammar: None,
         t_max_predict_ms: None,
         preserved: Vec::new(),
+        shift: bloomery_runtime::request::ShiftParams::default(),
     }
 }
 
@@ -153,6 +154,7 @@ impl Session {
                 max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
                 checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
                 schemajump,
+                context_shift: false,
             },
         )?;
         Ok(Session {

@@ -242,10 +242,10 @@ mod tests {
         );
         assert!(screened(&["-nocb"]).unwrap_err().0.contains("continuous"));
         assert_eq!(
-            screened(&["--no-context-shift"]).unwrap(),
+            screened(&["--no-kv-unified"]).unwrap(),
             Vec::<String>::new()
         );
-        assert!(screened(&["--context-shift"]).is_err());
+        assert!(screened(&["-kvu"]).is_err());
         // A refused flag's value is not screened as a flag of its own.
         assert!(screened(&["--tags", "-m"])
             .unwrap_err()

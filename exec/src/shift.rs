@@ -1,0 +1,288 @@
+//! Moving a slot's cached positions to earlier positions, as llama.cpp's `seq_rm` + `seq_add`
+//! do for context shift and cache reuse: the rows are copied down and each key row is rotated
+//! back by the distance it moved (keys are stored after their rotary embedding). Done through
+//! the device's reads and writes, so it serves every device alike; the rotation itself is the
+//! CPU kernels' rope on the host.
+
+use bloomery_kernels_cpu::ops::rope::{rope, RopeParams};
+use bloomery_plugin_api::graph::{BatchShape, Graph, GraphKind, TensorId, TensorSource};
+use bloomery_plugin_api::model::StateKind;
+use bloomery_plugin_api::op::Op;
+use bloomery_plugin_api::DType;
+
+use crate::error::{device_err, ModelError};
+use crate::model::LoadedModel;
+
+/// What moving a position does to one state buffer's rows.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum RowMove {
+    /// Copied as they are (values).
+    Copy,
+    /// Keys without rotary embedding (NoPE layers): copied as they are.
+    Unrotated,
+    /// Keys rotated by this rope over heads of `head_dim` values: rotated back by the distance.
+    Rotated {
+        /// The rope the graph applies before storing the keys.
+        params: RopeParams,
+        /// Values per head.
+        head_dim: usize,
+    },
+}
+
+/// Why a model's cache cannot move positions, or what moving does to each state buffer.
+pub(crate) type ShiftPlan = Result<Vec<RowMove>, String>;
+
+/// The node that wrote tensor `t` (through views), if any.
+fn producer(g: &Graph, mut t: TensorId) -> Option<&bloomery_plugin_api::graph::Node> {
+    loop {
+        if let Some(n) = g.nodes.iter().find(|n| n.dst == t) {
+            return Some(n);
+        }
+        match g.tensors.get(t.0 as usize)?.source {
+            TensorSource::View { base, .. } => t = base,
+            _ => return None,
+        }
+    }
+}
+
+/// Whether any rope runs upstream of tensor `t`.
+fn roped_upstream(g: &Graph, t: TensorId) -> bool {
+    let mut todo = vec![t];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(t) = todo.pop() {
+        if !seen.insert(t.0) {
+            continue;
+        }
+        if let Some(TensorSource::View { base, .. }) = g.tensors.get(t.0 as usize).map(|d| d.source)
+        {
+            todo.push(base);
+        }
+        if let Some(n) = g.nodes.iter().find(|n| n.dst == t) {
+            if matches!(n.op, Op::Rope(_)) {
+                return true;
+            }
+            todo.extend(n.srcs.iter().copied());
+        }
+    }
+    false
+}
+
+/// What moving positions does to each of the model's state buffers, read from its one-row
+/// graph: the rope whose output each key cache stores. Refused for state that is not one row
+/// per position (recurrent, convolution, pooled keys, latent rows), for a quantized key cache,
+/// and for keys that pass through anything but views between their rope and their store.
+pub(crate) fn plan(g: &Graph, kinds: &[StateKind], kv_type_k: DType) -> ShiftPlan {
+    let mut moves = Vec::with_capacity(kinds.len());
+    for (i, kind) in kinds.iter().enumerate() {
+        let m = match kind {
+            StateKind::Values => RowMove::Copy,
+            StateKind::Keys => {
+                if kv_type_k != DType::F32 && kv_type_k != DType::F16 {
+                    return Err(format!(
+                        "a {kv_type_k} key cache cannot be shifted (its rows would be dequantized, rotated and requantized; use -ctk f16)"
+                    ));
+                }
+                key_move(g, i as u32)?
+            }
+            other => {
+                return Err(format!(
+                    "the model keeps {other:?} state, which cannot move to other positions (recurrent and hybrid models cannot shift)"
+                ))
+            }
+        };
+        moves.push(m);
+    }
+    Ok(moves)
+}
+
+/// The rope applied to the keys that state buffer `index` stores.
+fn key_move(g: &Graph, index: u32) -> Result<RowMove, String> {
+    let is_cache = |t: TensorId| matches!(g.tensors.get(t.0 as usize).map(|d| d.source), Some(TensorSource::State { index: i }) if i == index);
+    let store = g.nodes.iter().find(|n| {
+        matches!(n.op, Op::CacheStore { .. }) && n.srcs.get(1).is_some_and(|&c| is_cache(c))
+    });
+    let Some(store) = store else {
+        return Err(format!("no cache store writes key buffer {index}"));
+    };
+    let Some(&k) = store.srcs.first() else {
+        return Err(format!("the store of key buffer {index} has no source"));
+    };
+    match producer(g, k) {
+        Some(n) => match n.op {
+            Op::Rope(p) if !p.inverse => {
+                let head_dim = n
+                    .srcs
+                    .first()
+                    .and_then(|&x| g.tensors.get(x.0 as usize))
+                    .map_or(0, |d| d.ne[0] as usize);
+                Ok(RowMove::Rotated {
+                    params: RopeParams::from_abi(&p),
+                    head_dim,
+                })
+            }
+            _ if roped_upstream(g, k) => Err(format!(
+                "the keys of buffer {index} pass through `{:?}` after their rope",
+                n.op
+            )),
+            _ => Ok(RowMove::Unrotated),
+        },
+        None => Ok(RowMove::Unrotated),
+    }
+}
+
+impl LoadedModel {
+    /// What moving positions does to each state buffer, or why this model cannot: worked out
+    /// once from the one-row graph.
+    fn shift_plan(&self) -> &ShiftPlan {
+        self.shift.get_or_init(|| {
+            let shape = BatchShape {
+                n_rows: 1,
+                n_outputs: 1,
+                kind: GraphKind::Main,
+            };
+            let g = self
+                .instance
+                .build_graph(shape)
+                .into_result()
+                .map_err(|e| format!("building the graph: {e}"))?;
+            let kinds: Vec<StateKind> = self.spec.state.iter().map(|s| s.kind).collect();
+            plan(&g, &kinds, self.options.kv_type_k)
+        })
+    }
+
+    /// Why this model's cached positions cannot be moved (context shift, cache reuse), if they
+    /// cannot.
+    pub fn shift_refusal(&self) -> Option<String> {
+        self.shift_plan().as_ref().err().cloned()
+    }
+
+    /// Moves `len` cached positions of slot `slot` from `from` down to `to` (`to < from`), as
+    /// llama.cpp's `seq_add` by `to - from`: the rows are copied and every key row is rotated
+    /// back by `from - to` positions. Positions past the moved ones keep their (now stale)
+    /// rows: the caller drops them from what the slot holds. Not on the step path: it copies
+    /// the rows through host memory.
+    pub fn move_positions(
+        &mut self,
+        slot: u32,
+        from: u32,
+        to: u32,
+        len: u32,
+    ) -> Result<(), ModelError> {
+        let end = from
+            .checked_add(len)
+            .filter(|&e| e <= self.options.ctx_per_slot);
+        if to >= from || end.is_none() || slot >= self.options.n_slots {
+            return Err(ModelError::Request(format!(
+                "moving {len} positions of slot {slot} from {from} to {to} (slots of {} positions, {} slots)",
+                self.options.ctx_per_slot, self.options.n_slots
+            )));
+        }
+        let moves = self.shift_plan().clone().map_err(ModelError::Request)?;
+        let delta = from as i32 - to as i32;
+        for (i, m) in moves.iter().enumerate() {
+            let r = self.state[i];
+            let base = u64::from(slot) * r.nb[2];
+            let row = r.nb[1];
+            let mut bytes = vec![0u8; (u64::from(len) * row) as usize];
+            self.device
+                .read(r.buffer, base + u64::from(from) * row, &mut bytes)
+                .map_err(device_err("reading cache rows to move"))?;
+            if let RowMove::Rotated { params, head_dim } = m {
+                rotate_back(&mut bytes, r.dtype, *head_dim, params, delta)?;
+            }
+            self.device
+                .write(&self.state_buffers[i], base + u64::from(to) * row, &bytes)
+                .map_err(device_err("writing moved cache rows"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Rotates key rows (f32 or f16 bytes) back by `delta` positions: the rope at position
+/// `-delta`, as a pure rotation (YaRN's magnitude factor is taken out, since the stored keys
+/// carry it already).
+fn rotate_back(
+    bytes: &mut [u8],
+    dtype: DType,
+    head_dim: usize,
+    params: &RopeParams,
+    delta: i32,
+) -> Result<(), ModelError> {
+    let mut p = *params;
+    let (_, mscale) = p.yarn_terms();
+    p.attn_factor = (f64::from(p.attn_factor) / mscale) as f32;
+    let mut x: Vec<f32> = match dtype {
+        DType::F32 => bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+        DType::F16 => bytes
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
+        other => {
+            return Err(ModelError::Request(format!(
+                "a {other} key cache cannot be rotated"
+            )))
+        }
+    };
+    if head_dim == 0 || !x.len().is_multiple_of(head_dim) {
+        return Err(ModelError::Request(format!(
+            "key rows of {} values do not split into heads of {head_dim}",
+            x.len()
+        )));
+    }
+    // One "row" per head: every head of every position turns by the same angle.
+    let positions = vec![-delta; x.len() / head_dim];
+    rope(&mut x, head_dim, 1, &positions, &p)
+        .map_err(|e| ModelError::Request(format!("rotating moved keys: {e}")))?;
+    match dtype {
+        DType::F32 => {
+            for (b, v) in bytes.chunks_exact_mut(4).zip(&x) {
+                b.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+        _ => {
+            for (b, v) in bytes.chunks_exact_mut(2).zip(&x) {
+                b.copy_from_slice(&half::f16::from_f32(*v).to_le_bytes());
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bloomery_kernels_cpu::ops::rope::RopeMode;
+
+    #[test]
+    fn rotating_back_by_the_move_equals_the_rope_at_the_new_position() {
+        let head_dim = 8;
+        let p = RopeParams::plain(RopeMode::Neox, 6, 10000.0);
+        let x0: Vec<f32> = (0..2 * head_dim).map(|i| (i as f32 * 0.37).sin()).collect();
+        // Two heads at position 11, moved to position 4.
+        let mut at11 = x0.clone();
+        rope(&mut at11, head_dim, 2, &[11], &p).unwrap();
+        let mut want = x0.clone();
+        rope(&mut want, head_dim, 2, &[4], &p).unwrap();
+        let mut bytes: Vec<u8> = at11.iter().flat_map(|v| v.to_le_bytes()).collect();
+        rotate_back(&mut bytes, DType::F32, head_dim, &p, 7).unwrap();
+        let got: Vec<f32> = bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-5, "{got:?} vs {want:?}");
+        }
+    }
+
+    #[test]
+    fn state_that_is_not_one_row_per_position_cannot_shift() {
+        let g = Graph::default();
+        let e = plan(&g, &[StateKind::Recurrent], DType::F16).unwrap_err();
+        assert!(e.contains("cannot shift"), "{e}");
+        let e = plan(&g, &[StateKind::Keys], DType::Q8_0).unwrap_err();
+        assert!(e.contains("q8_0") || e.contains("Q8_0"), "{e}");
+    }
+}
