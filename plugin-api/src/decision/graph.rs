@@ -74,9 +74,9 @@ impl HeadShape {
                 n_options: 0,
             },
             |a, p| HeadShape {
-                n_rows: a.n_rows + p.n_rows,
-                n_questions: a.n_questions + p.n_questions,
-                n_options: a.n_options + p.n_options,
+                n_rows: a.n_rows.saturating_add(p.n_rows),
+                n_questions: a.n_questions.saturating_add(p.n_questions),
+                n_options: a.n_options.saturating_add(p.n_options),
             },
         )
     }
