@@ -15,6 +15,7 @@ pub mod placement;
 pub mod progress;
 pub mod readout;
 mod shift;
+mod shift_plan;
 mod snapshot;
 mod state;
 pub mod support;

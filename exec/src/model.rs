@@ -40,7 +40,7 @@ pub struct LoadedModel {
     pub(crate) snapshot_staging: std::sync::Mutex<Option<Staging>>,
     /// What moving cached positions does to each state buffer (`shift.rs`), worked out at the
     /// first shift.
-    pub(crate) shift: std::sync::OnceLock<crate::shift::ShiftPlan>,
+    pub(crate) shift: std::sync::OnceLock<crate::shift_plan::ShiftPlan>,
     _weight_buffers: Vec<Buffer>,
     pub(crate) weights: Vec<TensorRef>,
     pub(crate) tier: Option<ExpertTier>,

@@ -14,9 +14,11 @@ use std::path::{Path, PathBuf};
 use bloomery::synth::ClassTypes;
 use bloomery_devices::Registry;
 use bloomery_exec::decision::{head_file, DecisionHead, HeadRequest, OptionSpan, QuestionSpan};
-use bloomery_exec::LoadedModel;
+use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_gguf::GgufModel;
 use bloomery_plugin_api::DType;
+use bloomery_runtime::request::{Decided, Decision, Event, GenParams, Job, Request as Submit};
+use bloomery_runtime::{Runtime, RuntimeConfig};
 use common::{plugin_dir, tiny_of};
 use sha2::{Digest, Sha256};
 
@@ -361,4 +363,177 @@ fn safetensors_head_with_a_missing_extra_or_misshaped_tensor_is_refused_by_name(
         let err = head_file::load(&m, &st).err().expect("refused").to_string();
         assert!(err.contains(name), "case {i}: `{err}` does not name {name}");
     }
+}
+
+/// Several requests through one run of the head (`scores_batch`) give each request's scores alone
+/// within 1e-6: stacked rows, spans moved with them, and each request's attention over its own
+/// rows only (attending over the others' rows moves the scores by ~1e-2).
+#[test]
+fn requests_stacked_in_one_head_run_score_as_each_alone() {
+    let g = golden();
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny("clef", dir.path());
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let m = LoadedModel::load(&reg, &path, common::GOLDEN_OPTS).unwrap();
+    let head = DecisionHead::from_model(&m).unwrap().unwrap();
+    let a = request(&g);
+    // A second, different request: the first 20 rows in reverse order, its first two questions.
+    let e = head.hp.n_embd as usize;
+    let n = 20;
+    let b = Request {
+        hidden: a.hidden[..n * e]
+            .chunks_exact(e)
+            .rev()
+            .flatten()
+            .copied()
+            .collect(),
+        tokens: a.tokens[..n].iter().rev().copied().collect(),
+        questions: a.questions[..2].to_vec(),
+        options: a
+            .options
+            .iter()
+            .filter(|o| o.question < 2)
+            .copied()
+            .collect(),
+    };
+    let reqs = [&a, &b, &a];
+    let alone: Vec<Vec<f32>> = reqs.iter().map(|r| scores(&head, r)).collect();
+    let together = head
+        .scores_batch(
+            &reqs
+                .iter()
+                .map(|r| HeadRequest {
+                    hidden: &r.hidden,
+                    tokens: &r.tokens,
+                    questions: &r.questions,
+                    options: &r.options,
+                })
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+    assert_eq!(together.len(), 3);
+    assert_ne!(alone[0], alone[1], "the two requests differ");
+    let mut worst = 0f32;
+    for (x, y) in alone.iter().zip(&together) {
+        assert_eq!(x.len(), y.len());
+        for (p, q) in x.iter().zip(y) {
+            worst = worst.max((p - q).abs());
+        }
+    }
+    eprintln!("3 requests in one head run against each alone: max |d| {worst:.2e}");
+    assert!(worst < 1e-6, "{together:?} against {alone:?}");
+}
+
+/// A decision job for `r` (its tokens, spans, no shared prefix) and the receiver of its events.
+fn decision_job(r: &Request) -> (Job, tokio::sync::mpsc::UnboundedReceiver<Event>) {
+    let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+    let job = Job {
+        prompt: r.tokens.iter().map(|&t| t as u32).collect(),
+        params: GenParams::decision(),
+        id_slot: None,
+        embed: None,
+        decide: Some(Box::new(Decision {
+            questions: r.questions.clone(),
+            options: r.options.clone(),
+            shared: 0,
+        })),
+        events,
+    };
+    (job, rx)
+}
+
+fn decided(mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> Decided {
+    loop {
+        match rx
+            .blocking_recv()
+            .expect("the runtime dropped the decision")
+        {
+            Event::Decided(d) => return d,
+            Event::Started { .. } | Event::PromptProgress(_) => {}
+            other => panic!("a decision got {other:?}"),
+        }
+    }
+}
+
+/// Eight decisions that start together (one intake, as concurrent requests queued during a
+/// pass) share the scheduler's passes and one run of the head, which the runtime's counters
+/// show; each one's scores equal its scores run alone within 1e-6. Before batching, each
+/// decision ran alone (eight head runs, eight passes).
+#[test]
+fn decisions_that_start_together_share_passes_and_one_head_run() {
+    let g = golden();
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny("clef", dir.path());
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let options = LoadOptions {
+        n_slots: 8,
+        ctx_per_slot: 64,
+        ..common::GOLDEN_OPTS
+    };
+    let model = LoadedModel::load(&reg, &path, options).unwrap();
+    let head = DecisionHead::from_model(&model).unwrap().unwrap();
+    let tok = std::sync::Arc::new(bloomery::text::tokenizer(&model.file).unwrap());
+    let cfg = RuntimeConfig {
+        n_ctx_slot: 64,
+        n_batch: 512,
+        cache_ram: None,
+        queue_depth: 16,
+        max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
+        checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
+        schemajump: false,
+    };
+    let runtime = Runtime::start_with_head(model, Some(head), tok, cfg).unwrap();
+    // Eight different prompts: the golden's, each with its tokens shifted by i.
+    let base = request(&g);
+    let reqs: Vec<Request> = (0..8)
+        .map(|i| Request {
+            hidden: Vec::new(),
+            tokens: base.tokens.iter().map(|&t| (t + 3 * i) % 500).collect(),
+            questions: base.questions.clone(),
+            options: base.options.clone(),
+        })
+        .collect();
+    let alone: Vec<Decided> = reqs
+        .iter()
+        .map(|r| {
+            let (job, rx) = decision_job(r);
+            runtime
+                .sender()
+                .blocking_send(Submit::Generate(Box::new(job)))
+                .unwrap();
+            decided(rx)
+        })
+        .collect();
+    let c = &runtime.shared().counters;
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    let (runs, passes) = (get(&c.decision_head_runs), get(&c.decode_calls));
+    assert_eq!(runs, 8);
+    let (jobs, receivers): (Vec<Job>, Vec<_>) = reqs.iter().map(decision_job).unzip();
+    runtime
+        .sender()
+        .blocking_send(Submit::GenerateTogether(jobs))
+        .unwrap();
+    let together: Vec<Decided> = receivers.into_iter().map(decided).collect();
+    assert_eq!(
+        get(&c.decision_head_runs) - runs,
+        1,
+        "one head run for all eight"
+    );
+    assert_eq!(
+        get(&c.decode_calls) - passes,
+        1,
+        "one pass for all eight prompts"
+    );
+    assert_eq!(get(&c.decisions), 16);
+    let mut worst = 0f32;
+    for (a, b) in alone.iter().zip(&together) {
+        assert_eq!(b.n_batched, 8);
+        assert_eq!(a.scores.len(), b.scores.len());
+        for (x, y) in a.scores.iter().zip(&b.scores) {
+            worst = worst.max((x - y).abs());
+        }
+    }
+    assert_ne!(alone[0].scores, alone[1].scores, "the prompts differ");
+    eprintln!("8 decisions in one head run against each alone: max |d| {worst:.2e}");
+    assert!(worst < 1e-6);
 }

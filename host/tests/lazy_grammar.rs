@@ -92,7 +92,9 @@ fn run(rt: &Runtime, params: GenParams) -> Result<String, String> {
             Ok(Event::Started { .. } | Event::PromptProgress(_)) => {}
             Ok(Event::Done(_)) => return Ok(text),
             Ok(Event::Failed(f)) => return Err(f.message),
-            Ok(Event::Embedded(_)) => return Err("a generation answered with embeddings".into()),
+            Ok(Event::Embedded(_) | Event::Decided(_)) => {
+                return Err("a generation answered with embeddings or a decision".into())
+            }
             Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {
                 std::thread::sleep(Duration::from_millis(2))
             }

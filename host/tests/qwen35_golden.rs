@@ -140,3 +140,57 @@ fn qwen35moe_routes_each_token_as_transformers_does() {
     }
     assert!(compared > 0);
 }
+
+/// The final-norm rows of the tiny dense `qwen35` (Clef's backbone: what a decision head reads)
+/// against transformers' `Qwen3_5ForCausalLM` (its last hidden state) and llama.cpp b11434's
+/// `llama-embedding --pooling none` on the same file and token ids, every row of each prompt
+/// read in one pass (golden by `tests/oracle/final_norm_rows.py`; fixtures/PROVENANCE.md).
+#[test]
+fn qwen35_final_norm_rows_match_transformers_and_llama_cpp_within_1e4() {
+    let g = golden("qwen35_tiny_f32_rows");
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_of("qwen35", dir.path(), types(DType::F32));
+    let sha = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
+    assert_eq!(
+        sha,
+        g["file_sha256"].as_str().unwrap(),
+        "synth output changed: rerun tests/oracle/final_norm_rows.py"
+    );
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let mut m = LoadedModel::load(&reg, &path, common::GOLDEN_OPTS).unwrap();
+    let n_embd = m.spec.hparams.n_embd as usize;
+    for seq in g["sequences"].as_array().unwrap() {
+        let tokens: Vec<i32> = seq["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_i64().unwrap() as i32)
+            .collect();
+        let n = tokens.len() as i32;
+        let rows = m
+            .forward_hidden(&BatchInputs {
+                tokens,
+                positions: (0..n).collect(),
+                slots: vec![0; n as usize],
+                output_rows: (0..n).collect(),
+                history: vec![],
+            })
+            .unwrap();
+        for oracle in ["transformers", "llamacpp"] {
+            let want: Vec<f64> = seq[oracle]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()))
+                .collect();
+            assert_eq!(want.len(), rows.len(), "{oracle}: {n} rows of {n_embd}");
+            let d = rows
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (f64::from(*a) - b).abs())
+                .fold(0.0, f64::max);
+            eprintln!("qwen35 final-norm rows, {n} positions, against {oracle}: max |d| {d:.2e}");
+            assert!(d < 1e-4, "{oracle}: max |d| {d} over 1e-4");
+        }
+    }
+}

@@ -79,7 +79,9 @@ fn outcome(runtime: &Runtime, params: GenParams) -> Result<(Vec<u32>, usize), St
             Ok(Event::Started { .. } | Event::PromptProgress(_)) => {}
             Ok(Event::Done(_)) => return Ok((ids, alternatives)),
             Ok(Event::Failed(f)) => return Err(f.message),
-            Ok(Event::Embedded(_)) => return Err("a generation answered with embeddings".into()),
+            Ok(Event::Embedded(_) | Event::Decided(_)) => {
+                return Err("a generation answered with embeddings or a decision".into())
+            }
             Err(tokio::sync::mpsc::error::TryRecvError::Empty) => {
                 std::thread::sleep(Duration::from_millis(2))
             }

@@ -146,7 +146,9 @@ fn answer(rt: &Runtime, prompt: &[u32], p: GenParams) -> (Vec<u32>, String, Fini
             Event::Started { .. } | Event::PromptProgress(_) => {}
             Event::Done(f) => return (ids, text, f),
             Event::Failed(f) => panic!("request failed: {}", f.message),
-            Event::Embedded(_) => panic!("a generation answered with embeddings"),
+            Event::Embedded(_) | Event::Decided(_) => {
+                panic!("a generation answered with embeddings or a decision")
+            }
         }
     }
 }

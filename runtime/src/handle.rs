@@ -18,7 +18,7 @@ use crate::status::{Shared, SlotView};
 /// The running scheduler: where requests go, what it publishes, and its thread.
 pub struct Runtime {
     jobs: mpsc::Sender<Request>,
-    /// Whether the model has a decision head (`Request::Decide` is served).
+    /// Whether the model has a decision head (jobs with `decide` are served).
     pub decides: bool,
     shared: Arc<Shared>,
     thread: JoinHandle<LoadedModel>,
@@ -105,6 +105,7 @@ impl Runtime {
             params,
             id_slot,
             embed: None,
+            decide: None,
             events,
         };
         self.jobs
@@ -127,6 +128,7 @@ impl Runtime {
             params: GenParams::embedding(),
             id_slot: None,
             embed: Some(pooling),
+            decide: None,
             events,
         };
         self.jobs
@@ -151,6 +153,7 @@ impl Runtime {
                 params,
                 id_slot,
                 embed: None,
+                decide: None,
                 events,
             });
         }

@@ -3,6 +3,8 @@
 //! restores the longest prefix it shares with a saved state. Entries are evicted least recently
 //! used first; a state larger than the whole budget is not kept. A state whose tokens begin
 //! another saved state's adds nothing and is not kept; one that extends a saved state replaces it.
+//! A decision's state keeps the final-norm rows of its positions too (its head reads every row):
+//! a later decision restores only a prefix whose rows are kept.
 
 use bloomery_exec::Rewind;
 
@@ -35,6 +37,11 @@ pub struct SavedState {
     pub parts: Vec<Vec<u8>>,
     /// Checkpoints at fewer positions than `tokens` (hybrid models only).
     pub checkpoints: Vec<Checkpoint>,
+    /// The final-norm rows of the first [`SavedState::hidden_rows`] positions, `n_embd` values
+    /// each (kept by decisions; empty otherwise).
+    pub hidden: Vec<f32>,
+    /// Positions whose final-norm rows `hidden` holds.
+    pub hidden_rows: usize,
 }
 
 impl SavedState {
@@ -47,11 +54,11 @@ impl SavedState {
         )
     }
 
-    /// Host bytes the state occupies (parts, checkpoints and tokens).
+    /// Host bytes the state occupies (parts, checkpoints, rows and tokens).
     pub fn bytes(&self) -> u64 {
         let parts: usize = self.parts.iter().map(Vec::len).sum();
         let checkpoints: usize = self.checkpoints.iter().map(Checkpoint::bytes).sum();
-        (parts + checkpoints + self.tokens.len() * 4) as u64
+        (parts + checkpoints + self.hidden.len() * 4 + self.tokens.len() * 4) as u64
     }
 }
 
@@ -121,17 +128,19 @@ impl PromptCache {
     }
 
     /// Whether an entry holds `tokens` or a longer state beginning with them that restores to
-    /// exactly them.
-    pub fn covers(&self, tokens: &[u32]) -> bool {
+    /// exactly them, with the final-norm rows of at least `hidden_rows` positions.
+    pub fn covers(&self, tokens: &[u32], hidden_rows: usize) -> bool {
         let n = tokens.len();
-        self.entries
-            .iter()
-            .any(|e| e.state.tokens.starts_with(tokens) && e.state.reach(self.rule, n).0 == n)
+        self.entries.iter().any(|e| {
+            e.state.tokens.starts_with(tokens)
+                && e.state.reach(self.rule, n).0 == n
+                && e.state.hidden_rows >= hidden_rows
+        })
     }
 
     /// Keeps `state`, evicting least recently used entries until it fits.
     pub fn insert(&mut self, state: SavedState) -> Inserted {
-        if self.covers(&state.tokens) {
+        if self.covers(&state.tokens, state.hidden_rows) {
             return Inserted::Covered;
         }
         let bytes = state.bytes();
@@ -142,7 +151,9 @@ impl PromptCache {
         let rule = self.rule;
         self.entries.retain(|e| {
             let n = e.state.tokens.len();
-            !(state.tokens.starts_with(&e.state.tokens) && state.reach(rule, n).0 == n)
+            !(state.tokens.starts_with(&e.state.tokens)
+                && state.reach(rule, n).0 == n
+                && state.hidden_rows >= e.state.hidden_rows)
         });
         let replaced = before - self.entries.len();
         self.used = self.entries.iter().map(|e| e.bytes).sum();
@@ -167,13 +178,17 @@ impl PromptCache {
 
     /// The entry to restore for `prompt`: its index and the number of positions to restore,
     /// the longest over all entries (from the state itself or one of its checkpoints); `limit`
-    /// caps the prefix (the prompt's last token is always evaluated).
-    pub fn best(&self, prompt: &[u32], limit: usize) -> Option<(usize, usize)> {
+    /// caps the prefix (the prompt's last token is always evaluated). With `rows`, only
+    /// positions whose final-norm rows the entry keeps count (a decision reads every row).
+    pub fn best(&self, prompt: &[u32], limit: usize, rows: bool) -> Option<(usize, usize)> {
         self.entries
             .iter()
             .enumerate()
             .map(|(i, e)| {
-                let shared = common_prefix(&e.state.tokens, prompt).min(limit);
+                let mut shared = common_prefix(&e.state.tokens, prompt).min(limit);
+                if rows {
+                    shared = shared.min(e.state.hidden_rows);
+                }
                 (i, e.state.reach(self.rule, shared).0)
             })
             .filter(|&(_, n)| n > 0)
@@ -207,6 +222,8 @@ mod tests {
             tokens: tokens.to_vec(),
             parts: vec![vec![7u8; tokens.len() * bytes_per_token]],
             checkpoints: Vec::new(),
+            hidden: Vec::new(),
+            hidden_rows: 0,
         }
     }
 
@@ -227,10 +244,10 @@ mod tests {
         c.insert(state(&[1, 2, 3, 4], 8));
         c.insert(state(&[1, 2, 9, 9, 9], 8));
         c.insert(state(&[5, 6], 8));
-        assert_eq!(c.best(&[1, 2, 3, 4, 5, 6], 100), Some((0, 4)));
-        assert_eq!(c.best(&[1, 2, 9, 9, 7], 100), Some((1, 4)));
-        assert_eq!(c.best(&[1, 2, 9, 9, 7], 3), Some((1, 3)));
-        assert_eq!(c.best(&[8], 100), None);
+        assert_eq!(c.best(&[1, 2, 3, 4, 5, 6], 100, false), Some((0, 4)));
+        assert_eq!(c.best(&[1, 2, 9, 9, 7], 100, false), Some((1, 4)));
+        assert_eq!(c.best(&[1, 2, 9, 9, 7], 3, false), Some((1, 3)));
+        assert_eq!(c.best(&[8], 100, false), None);
     }
 
     #[test]
@@ -238,11 +255,11 @@ mod tests {
         let mut c = PromptCache::new(1 << 20, HYBRID);
         c.insert(with_checkpoints(state(&[1, 2, 3, 4, 5, 6], 8), &[2, 4]));
         // The whole state, when the prompt continues it.
-        assert_eq!(c.best(&[1, 2, 3, 4, 5, 6, 7], 100), Some((0, 6)));
+        assert_eq!(c.best(&[1, 2, 3, 4, 5, 6, 7], 100, false), Some((0, 6)));
         // The latest checkpoint within the shared prefix otherwise.
-        assert_eq!(c.best(&[1, 2, 3, 4, 5, 9], 100), Some((0, 4)));
-        assert_eq!(c.best(&[1, 2, 3, 9], 100), Some((0, 2)));
-        assert_eq!(c.best(&[1, 9], 100), None);
+        assert_eq!(c.best(&[1, 2, 3, 4, 5, 9], 100, false), Some((0, 4)));
+        assert_eq!(c.best(&[1, 2, 3, 9], 100, false), Some((0, 2)));
+        assert_eq!(c.best(&[1, 9], 100, false), None);
         assert_eq!(
             c.entries[0].state.reach(HYBRID, 5),
             (4, Some(1)),
@@ -291,7 +308,7 @@ mod tests {
         c.insert(s(2));
         assert_eq!(c.bytes(), 96);
         // Using 1 makes 2 the least recently used.
-        let (i, _) = c.best(&[1, 1, 1, 1, 0], 100).unwrap();
+        let (i, _) = c.best(&[1, 1, 1, 1, 0], 100, false).unwrap();
         c.touch(i);
         assert_eq!(
             c.insert(s(3)),
@@ -302,9 +319,9 @@ mod tests {
         );
         assert_eq!(c.len(), 2);
         assert_eq!(c.bytes(), 96);
-        assert!(c.best(&[2, 2], 100).is_none());
-        assert!(c.best(&[1, 1], 100).is_some());
-        assert!(c.best(&[3, 3], 100).is_some());
+        assert!(c.best(&[2, 2], 100, false).is_none());
+        assert!(c.best(&[1, 1], 100, false).is_some());
+        assert!(c.best(&[3, 3], 100, false).is_some());
         assert_eq!(c.insert(state(&[4; 10], 8)), Inserted::TooLarge);
         assert_eq!(c.len(), 2);
     }
@@ -326,5 +343,28 @@ mod tests {
         // Its own prefix adds nothing.
         assert_eq!(c.insert(state(&[1, 2], 8)), Inserted::Covered);
         assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn a_decision_restores_only_positions_whose_rows_are_kept() {
+        let mut c = PromptCache::new(1 << 20, POSITIONAL);
+        let mut s = state(&[1, 2, 3, 4, 5, 6], 8);
+        s.hidden = vec![0.5; 4 * 2];
+        s.hidden_rows = 4;
+        assert!(matches!(c.insert(s), Inserted::Stored { .. }));
+        // A generation restores every shared position; a decision only those with rows.
+        assert_eq!(c.best(&[1, 2, 3, 4, 5, 9], 100, false), Some((0, 5)));
+        assert_eq!(c.best(&[1, 2, 3, 4, 5, 9], 100, true), Some((0, 4)));
+        // The same tokens with more rows are not covered by the entry; with fewer they are.
+        assert!(!c.covers(&[1, 2, 3, 4, 5, 6], 6));
+        assert!(c.covers(&[1, 2, 3, 4, 5, 6], 4));
+        let mut more = state(&[1, 2, 3, 4, 5, 6], 8);
+        more.hidden = vec![0.5; 6 * 2];
+        more.hidden_rows = 6;
+        assert!(matches!(
+            c.insert(more),
+            Inserted::Stored { replaced: 1, .. }
+        ));
+        assert_eq!(c.best(&[1, 2, 3, 4, 5, 9], 100, true), Some((0, 5)));
     }
 }

@@ -124,6 +124,10 @@ pub struct Job {
     /// [`Event::Embedded`] (`params` unused but for `cache_prompt`). The prompt may fill the
     /// slot's context.
     pub embed: Option<Pooling>,
+    /// Score the prompt's options with the model's decision head instead of generating, sent
+    /// as [`Event::Decided`] (`params` unused but for `cache_prompt`). The prompt may fill the
+    /// slot's context.
+    pub decide: Option<Box<Decision>>,
     /// Where the scheduler sends what happens; dropping the receiver cancels the request.
     pub events: mpsc::UnboundedSender<Event>,
 }
@@ -160,25 +164,35 @@ pub struct SlotCommand {
     pub reply: oneshot::Sender<Result<SlotReply, String>>,
 }
 
-/// A decision: the prompt's final-norm rows through the model's decision head, one score per
-/// option.
-pub struct DecideJob {
-    /// The prompt.
-    pub prompt: Vec<u32>,
+/// A decision's layout: the prompt's final-norm rows go through the model's decision head, one
+/// score per option. The prompt's chunks share passes with other requests' rows, and the head
+/// runs once over every decision whose prompt ends in the same pass.
+#[derive(Clone, Debug)]
+pub struct Decision {
     /// Its question spans.
     pub questions: Vec<bloomery_exec::decision::QuestionSpan>,
     /// Its option spans.
     pub options: Vec<bloomery_exec::decision::OptionSpan>,
-    /// The scores (in `options` order), or why there are none; a dropped receiver (client gone)
-    /// cancels the job before it runs.
-    pub reply: oneshot::Sender<Result<Vec<f32>, Failure>>,
+    /// The leading prompt tokens other decisions may share (the state's part, before any
+    /// question): a chunk ends there, so a hybrid model's recurrent state is kept at that point
+    /// and a later decision on the same state restores it with its final-norm rows.
+    pub shared: usize,
+}
+
+impl GenParams {
+    /// The settings a decision job carries ([`Job::decide`]): nothing is sampled; a cached
+    /// prefix is reused where its final-norm rows are kept.
+    pub fn decision() -> GenParams {
+        GenParams {
+            cache_prompt: true,
+            ..GenParams::embedding()
+        }
+    }
 }
 
 /// What a front end sends the scheduler.
 pub enum Request {
-    /// Score a decision's options ([`DecideJob`]).
-    Decide(Box<DecideJob>),
-    /// Generate.
+    /// Generate, embed or decide.
     Generate(Box<Job>),
     /// Generate several requests that start together, in the same passes (a benchmark's
     /// parallel sequences); one that finds no free slot fails.
@@ -368,6 +382,23 @@ pub struct Embedded {
     pub prompt_ms: f64,
 }
 
+/// The end of a decision request: one score per option, with its counts.
+#[derive(Clone, Debug)]
+pub struct Decided {
+    /// The head's scores, in the order of [`Decision::options`].
+    pub scores: Vec<f32>,
+    /// The slot that served it.
+    pub id_slot: usize,
+    /// Prompt tokens.
+    pub n_prompt: usize,
+    /// Of them, those whose state and rows were reused from a cache.
+    pub n_cached: usize,
+    /// Requests the head scored in the same run (this one included).
+    pub n_batched: usize,
+    /// Time from the slot taking the request to its scores.
+    pub prompt_ms: f64,
+}
+
 /// What the scheduler reports to a request.
 #[derive(Clone, Debug)]
 pub enum Event {
@@ -386,6 +417,8 @@ pub enum Event {
     Done(Finish),
     /// The end of an embedding request ([`Job::embed`]).
     Embedded(Embedded),
+    /// The end of a decision request ([`Job::decide`]).
+    Decided(Decided),
     /// The request failed; the failure says why.
     Failed(Failure),
 }

@@ -5,6 +5,10 @@
 //! overwritten, its state is saved to the prompt cache in host RAM (`--cache-ram`), from which any
 //! slot later restores the longest prefix a request shares with it. A client that goes away (its
 //! event receiver dropped) frees its slot before the next pass.
+//!
+//! A decision (`Job::decide`) runs in a slot like any prompt, its chunks sharing passes with
+//! other slots' rows, every row read back (its final-norm rows, which the slot keeps beside its
+//! tokens); the decision head then runs once over every decision whose prompt ended in that pass.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -20,7 +24,7 @@ use crate::grammar::{token_trie, Constraint};
 use crate::panic::panic_message;
 use crate::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
 use crate::request::{
-    DecideJob, Embedded, Event, Failure, FailureKind, Job, PromptProgress, Request, SlotAction,
+    Decided, Embedded, Event, Failure, FailureKind, Job, PromptProgress, Request, SlotAction,
     SlotReply,
 };
 use crate::sampling::Sampler;
@@ -68,13 +72,23 @@ struct Slot<'t> {
     checkpoints: Vec<Checkpoint>,
     task: Option<Task<'t>>,
     last_used: u64,
+    /// The final-norm rows of the first positions of `cached`, `n_embd` values each (what a
+    /// decision read; a later decision sharing the prefix reuses them).
+    hidden: Vec<f32>,
+    n_embd: usize,
 }
 
 impl Slot<'_> {
-    /// Keeps the first `n` cached positions and the checkpoints within them.
+    /// Keeps the first `n` cached positions and the checkpoints and rows within them.
     fn keep(&mut self, n: usize) {
         self.cached.truncate(n);
         self.checkpoints.retain(|c| c.n <= n);
+        self.hidden.truncate(n * self.n_embd);
+    }
+
+    /// Positions whose final-norm rows the slot keeps.
+    fn hidden_rows(&self) -> usize {
+        self.hidden.len() / self.n_embd.max(1)
     }
 }
 
@@ -96,7 +110,7 @@ struct Scheduler<'t> {
     cache: Option<PromptCache>,
     /// The vocabulary trie grammars mask with, built for the first request with a grammar.
     vocab: Option<Arc<bloomery_grammar::TokenTrie>>,
-    /// The model's decision head, when it has one (`Request::Decide`).
+    /// The model's decision head, when it has one (jobs with `decide`).
     head: Option<DecisionHead>,
     /// Requests that ended since `/slots` was last published: their ending events go out
     /// after it ([`Scheduler::deliver`]).
@@ -116,6 +130,7 @@ pub(crate) fn run(
     let rewind = model.rewind();
     let n_slots = model.options.n_slots as usize;
     let n_vocab = model.spec.hparams.n_vocab as usize;
+    let n_embd = model.spec.hparams.n_embd as usize;
     let mut s = Scheduler {
         model,
         tok: &tok,
@@ -127,6 +142,8 @@ pub(crate) fn run(
                 checkpoints: Vec::new(),
                 task: None,
                 last_used: 0,
+                hidden: Vec::new(),
+                n_embd,
             })
             .collect(),
         shared,
@@ -258,23 +275,6 @@ impl<'t> Scheduler<'t> {
                 .deferred
                 .store(jobs.len() as u64, Ordering::Relaxed);
             match job {
-                Request::Decide(job) => {
-                    let job = *job;
-                    if job.reply.is_closed() {
-                        continue;
-                    }
-                    let result = catch_unwind(AssertUnwindSafe(|| self.decide(&job)))
-                        .unwrap_or_else(|panic| {
-                            let what = panic_message(panic.as_ref());
-                            tracing::error!("a decision panicked: {what}");
-                            Err(Failure::new(
-                                FailureKind::Internal,
-                                format!("internal error: {what}"),
-                            ))
-                        });
-                    let _ = job.reply.send(result);
-                    self.publish();
-                }
                 Request::Generate(job) => self.assign(*job),
                 Request::GenerateTogether(jobs) => {
                     for job in jobs {
@@ -305,67 +305,6 @@ impl<'t> Scheduler<'t> {
             }
         }
         true
-    }
-
-    /// Runs a decision's prompt through the backbone on the least recently used free slot, in
-    /// passes of at most the batch size that read every row's final-norm row, then the head.
-    /// The slot's earlier state goes to the prompt cache first; afterwards the slot holds
-    /// nothing reusable (the head needs every row, which no saved state keeps).
-    fn decide(&mut self, job: &DecideJob) -> Result<Vec<f32>, Failure> {
-        let invalid = |m: String| Failure::new(FailureKind::Invalid, m);
-        let internal = |m: String| Failure::new(FailureKind::Internal, m);
-        let Some(n_embd) = self.head.as_ref().map(|h| h.hp.n_embd as usize) else {
-            return Err(invalid("this model has no decision head".into()));
-        };
-        let n = job.prompt.len();
-        if n == 0 || n > self.cfg.n_ctx_slot {
-            return Err(invalid(format!(
-                "request ({n} tokens) exceeds the available context size ({} tokens), try increasing it",
-                self.cfg.n_ctx_slot
-            )));
-        }
-        let Some(id) = self
-            .slots
-            .iter()
-            .filter(|s| s.task.is_none())
-            .min_by_key(|s| s.last_used)
-            .map(|s| s.id)
-        else {
-            return Err(internal("no free slot for a decision".into()));
-        };
-        self.prepare_slot(id, &job.prompt, false, 0);
-        self.slots[id].keep(0);
-        let mut hidden = Vec::with_capacity(n * n_embd);
-        for start in (0..n).step_by(self.cfg.n_batch.max(1)) {
-            let end = (start + self.cfg.n_batch.max(1)).min(n);
-            let rows = end - start;
-            let batch = BatchInputs {
-                tokens: job.prompt[start..end].iter().map(|&t| t as i32).collect(),
-                positions: (start as i32..end as i32).collect(),
-                slots: vec![id as i32; rows],
-                output_rows: (0..rows as i32).collect(),
-                history: Vec::new(),
-            };
-            let rows_hidden = self
-                .model
-                .forward_hidden(&batch)
-                .map_err(|e| internal(e.to_string()))?;
-            hidden.extend_from_slice(&rows_hidden);
-        }
-        self.clock += 1;
-        self.slots[id].last_used = self.clock;
-        let tokens: Vec<i32> = job.prompt.iter().map(|&t| t as i32).collect();
-        let req = HeadRequest {
-            hidden: &hidden,
-            tokens: &tokens,
-            questions: &job.questions,
-            options: &job.options,
-        };
-        let head = self
-            .head
-            .as_ref()
-            .ok_or_else(|| internal("no head".into()))?;
-        head.scores(&req).map_err(|e| internal(e.to_string()))
     }
 
     /// Saves, restores or erases a slot that is not running a request.
@@ -480,11 +419,16 @@ impl<'t> Scheduler<'t> {
         if self.shared.stop.load(Ordering::Relaxed) {
             return Err(shutting_down());
         }
-        // A generation needs a position for its first token; an embedding may fill the slot.
-        let room = self
-            .cfg
-            .n_ctx_slot
-            .saturating_sub(usize::from(job.embed.is_none()));
+        if job.decide.is_some() && self.head.is_none() {
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                "this model has no decision head",
+            ));
+        }
+        // A generation needs a position for its first token; an embedding or a decision may
+        // fill the slot.
+        let generates = job.embed.is_none() && job.decide.is_none();
+        let room = self.cfg.n_ctx_slot.saturating_sub(usize::from(generates));
         if job.prompt.is_empty() || job.prompt.len() > room {
             return Err(Failure::new(
                 FailureKind::Invalid,
@@ -532,9 +476,17 @@ impl<'t> Scheduler<'t> {
         self.slots[id].last_used = self.clock;
         // The prompt's time includes restoring a saved prefix.
         let started = Instant::now();
-        // An embedding reads rows of its whole prompt: no cached prefix stands in for them.
+        // An embedding reads rows of its whole prompt: no cached prefix stands in for them. A
+        // decision reuses a prefix whose rows are kept.
         let reuse = job.params.cache_prompt && job.embed.is_none();
-        let keep = self.prepare_slot(id, &job.prompt, reuse, job.params.shift.n_cache_reuse);
+        let rows = job.decide.is_some();
+        // A decision's kept rows stay where they were evaluated: no chunk of it moves.
+        let n_cache_reuse = if rows {
+            0
+        } else {
+            job.params.shift.n_cache_reuse
+        };
+        let keep = self.prepare_slot(id, &job.prompt, reuse, n_cache_reuse, rows);
         // The penalty window never holds more than a slot's context: a longer one (a client's
         // -1 read as "all") is the whole context, not an allocation of its length.
         let mut params = job.params.sampler.clone();
@@ -599,28 +551,35 @@ impl<'t> Scheduler<'t> {
     /// whichever is longer. What the
     /// slot held is saved to the prompt cache before any of it is overwritten. Returns the
     /// prefix's length, always short of the whole prompt: the last prompt token is evaluated,
-    /// its logits give the first token.
+    /// its logits give the first token. With `rows` (a decision) the prefix is one whose
+    /// final-norm rows are kept, and the slot's rows cover it.
     fn prepare_slot(
         &mut self,
         id: usize,
         prompt: &[u32],
         cache_prompt: bool,
         n_cache_reuse: usize,
+        rows: bool,
     ) -> usize {
         let limit = prompt.len() - 1;
         let rule = self.rewind;
         let slot = &self.slots[id];
+        let own_limit = if rows {
+            limit.min(slot.hidden_rows())
+        } else {
+            limit
+        };
         let (own, own_checkpoint) = if cache_prompt {
             rule.reach(
                 slot.cached.len(),
                 slot.checkpoints.iter().map(|c| c.n),
-                common_prefix(&slot.cached, prompt).min(limit),
+                common_prefix(&slot.cached, prompt).min(own_limit),
             )
         } else {
             (0, None)
         };
         let from_cache = match &self.cache {
-            Some(c) if cache_prompt => c.best(prompt, limit).filter(|&(_, n)| n > own),
+            Some(c) if cache_prompt => c.best(prompt, limit, rows).filter(|&(_, n)| n > own),
             _ => None,
         };
         // The slot's state is copied out first and stored last, so that making room for it
@@ -655,6 +614,8 @@ impl<'t> Scheduler<'t> {
                     Ok(()) => {
                         let slot = &mut self.slots[id];
                         slot.cached = state.tokens[..n].to_vec();
+                        let kept = n.min(state.hidden_rows) * slot.n_embd;
+                        slot.hidden = state.hidden[..kept].to_vec();
                         slot.checkpoints = state
                             .checkpoints
                             .iter()
@@ -755,8 +716,9 @@ impl<'t> Scheduler<'t> {
     /// Slot `id`'s tokens and state, when there is a prompt cache that lacks them.
     fn capture(&self, id: usize) -> Option<SavedState> {
         let cache = self.cache.as_ref()?;
-        let tokens = &self.slots[id].cached;
-        if tokens.is_empty() || cache.covers(tokens) {
+        let slot = &self.slots[id];
+        let tokens = &slot.cached;
+        if tokens.is_empty() || cache.covers(tokens, slot.hidden_rows()) {
             return None;
         }
         let started = Instant::now();
@@ -769,6 +731,8 @@ impl<'t> Scheduler<'t> {
                 );
                 Some(SavedState {
                     tokens: tokens.clone(),
+                    hidden: slot.hidden.clone(),
+                    hidden_rows: slot.hidden_rows(),
                     parts,
                     checkpoints: self.slots[id]
                         .checkpoints
@@ -904,7 +868,19 @@ impl<'t> Scheduler<'t> {
             }
             let prompt = &task.job.prompt;
             let rest = &prompt[task.n_past..];
-            let take = rest.len().min(room);
+            let mut take = rest.len().min(room);
+            // A decision's chunk ends where the part other decisions may share ends, so that
+            // point is checkpointed (a hybrid model's recurrent state cannot be rewound to it).
+            if let Some(d) = task
+                .job
+                .decide
+                .as_ref()
+                .filter(|_| self.rewind.per_sequence)
+            {
+                if task.n_past < d.shared {
+                    take = take.min(d.shared - task.n_past);
+                }
+            }
             let start = slot.cached.len();
             let first_row = batch.tokens.len();
             for (i, &t) in rest[..take].iter().enumerate() {
@@ -914,6 +890,14 @@ impl<'t> Scheduler<'t> {
             }
             let last = take == rest.len();
             let outputs = match task.job.embed {
+                // A decision reads every row.
+                None if task.job.decide.is_some() => {
+                    batch
+                        .output_rows
+                        .extend((first_row..first_row + take).map(|i| i as i32));
+                    embeddings = true;
+                    take
+                }
                 // An embedding reads its pooling's rows of every chunk.
                 Some(pooling) => {
                     let read = (0..take).filter(|&i| pooling.reads(task.n_past + i, prompt.len()));
@@ -991,6 +975,8 @@ impl<'t> Scheduler<'t> {
         );
         let mut out = 0;
         let checkpoints = self.rewind.per_sequence;
+        // Decisions whose prompt this pass ended.
+        let mut decided = Vec::new();
         for Planned {
             id,
             tokens: toks,
@@ -1015,10 +1001,17 @@ impl<'t> Scheduler<'t> {
                 }
                 let n = slot.cached.len();
                 let since = n - slot.checkpoints.last().map_or(0, |c| c.n);
+                let ended = task.n_past == task.job.prompt.len();
+                let at_shared = task
+                    .job
+                    .decide
+                    .as_ref()
+                    .is_some_and(|d| d.shared > 0 && d.shared == task.n_past);
                 if checkpoints
                     && self.cfg.max_checkpoints > 0
                     && task.job.params.cache_prompt
-                    && (has_output
+                    && (ended
+                        || at_shared
                         || (self.cfg.checkpoint_every > 0 && since >= self.cfg.checkpoint_every))
                 {
                     match self.model.read_checkpoint(id as u32) {
@@ -1034,6 +1027,34 @@ impl<'t> Scheduler<'t> {
             }
             if !task.next.is_empty() {
                 task.next.drain(..toks.len());
+            }
+            if task.job.decide.is_some() {
+                let first = slot.cached.len() - toks.len();
+                let held = slot.hidden.len() / n_embd.max(1);
+                let ended = task.n_past == task.job.prompt.len();
+                if held == first {
+                    slot.hidden
+                        .extend_from_slice(&rows[out * n_embd..(out + outputs) * n_embd]);
+                    if ended {
+                        decided.push(id);
+                    }
+                } else {
+                    // Rows for a prefix the slot does not hold cannot happen: prepare_slot
+                    // keeps only a prefix with rows. Refuse rather than misread.
+                    let failure = Failure::new(
+                        FailureKind::Internal,
+                        format!("slot {id}: final-norm rows for {held} of {first} positions"),
+                    );
+                    if let Some(task) = slot.task.take() {
+                        self.ended.push(Task {
+                            end: Some(Event::Failed(failure)),
+                            ..task
+                        });
+                    }
+                    slot.keep(0);
+                }
+                out += outputs;
+                continue;
             }
             if let Some(pooling) = task.job.embed {
                 if outputs > 0 {
@@ -1115,6 +1136,9 @@ impl<'t> Scheduler<'t> {
                 self.ended.extend(slot.task.take());
             }
         }
+        if !decided.is_empty() {
+            self.decide(&decided);
+        }
         Ok(())
     }
 
@@ -1193,6 +1217,88 @@ impl<'t> Scheduler<'t> {
                     });
                 }
                 slot.keep(0);
+            }
+        }
+    }
+
+    /// Runs the decision head once over the decisions of slots `ids`, whose prompts (and rows)
+    /// are complete, and answers each; their slots keep the tokens and rows for later
+    /// decisions. A failure or panic of the head fails those decisions alone.
+    fn decide(&mut self, ids: &[usize]) {
+        let started = Instant::now();
+        let tokens: Vec<Vec<i32>> = ids
+            .iter()
+            .map(|&id| {
+                self.slots[id].task.as_ref().map_or_else(Vec::new, |t| {
+                    t.job.prompt.iter().map(|&x| x as i32).collect()
+                })
+            })
+            .collect();
+        let result = {
+            let reqs: Vec<HeadRequest<'_>> = ids
+                .iter()
+                .zip(&tokens)
+                .filter_map(|(&id, tokens)| {
+                    let slot = &self.slots[id];
+                    let d = slot.task.as_ref()?.job.decide.as_ref()?;
+                    Some(HeadRequest {
+                        hidden: slot.hidden.get(..tokens.len() * slot.n_embd)?,
+                        tokens,
+                        questions: &d.questions,
+                        options: &d.options,
+                    })
+                })
+                .collect();
+            match (&self.head, reqs.len() == ids.len()) {
+                (Some(head), true) => catch_unwind(AssertUnwindSafe(|| head.scores_batch(&reqs)))
+                    .map_err(|panic| format!("internal error: {}", panic_message(panic.as_ref())))
+                    .and_then(|r| r.map_err(|e| e.to_string())),
+                (None, _) => Err("this model has no decision head".into()),
+                (_, false) => Err("a decision's rows are missing".into()),
+            }
+        };
+        let n_rows: usize = tokens.iter().map(Vec::len).sum();
+        tracing::debug!(
+            "decision head: {} requests, {n_rows} rows in one run: {:.2} ms",
+            ids.len(),
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        let c = &self.shared.counters;
+        c.decision_head_runs.fetch_add(1, Ordering::Relaxed);
+        c.decision_rows.fetch_add(n_rows as u64, Ordering::Relaxed);
+        let n_batched = ids.len();
+        match result {
+            Ok(scores) => {
+                c.decisions.fetch_add(n_batched as u64, Ordering::Relaxed);
+                for (&id, scores) in ids.iter().zip(scores) {
+                    let Some(task) = self.slots[id].task.take() else {
+                        continue;
+                    };
+                    let decided = Event::Decided(Decided {
+                        scores,
+                        id_slot: id,
+                        n_prompt: task.job.prompt.len(),
+                        n_cached: task.n_cached,
+                        n_batched,
+                        prompt_ms: task.started.elapsed().as_secs_f64() * 1e3,
+                    });
+                    self.ended.push(Task {
+                        end: Some(decided),
+                        ..task
+                    });
+                }
+            }
+            Err(msg) => {
+                tracing::error!("the decision head failed: {msg}");
+                for &id in ids {
+                    if let Some(task) = self.slots[id].task.take() {
+                        let failure = Failure::new(FailureKind::Internal, msg.clone());
+                        self.ended.push(Task {
+                            end: Some(Event::Failed(failure)),
+                            ..task
+                        });
+                    }
+                }
             }
         }
     }

@@ -73,6 +73,12 @@ pub struct Counters {
     pub drafted: AtomicU64,
     /// Of those, the tokens sampling confirmed (counted in `predicted_tokens` too).
     pub draft_accepted: AtomicU64,
+    /// Decisions the decision head scored.
+    pub decisions: AtomicU64,
+    /// Runs of the decision head (each over every decision whose prompt ended in one pass).
+    pub decision_head_runs: AtomicU64,
+    /// Prompt rows the decision head read, over all its runs.
+    pub decision_rows: AtomicU64,
 }
 
 /// What front ends share with the scheduler thread.

@@ -37,8 +37,8 @@ pub(crate) struct Task<'t> {
     pub(crate) rows: Vec<f32>,
     /// A context shift dropped part of what the slot held (the answer says `truncated`).
     pub(crate) shifted: bool,
-    /// The event that ends the request (`Done`, `Failed`, `Embedded`), sent only once its slot
-    /// is free and `/slots` and `/metrics` show it free (a client that reads `/metrics` right
-    /// after its answer must not see its request still running).
+    /// The event that ends the request (`Done`, `Failed`, `Embedded`, `Decided`), sent only
+    /// once its slot is free and `/slots` and `/metrics` show it free (a client that reads
+    /// `/metrics` right after its answer must not see its request still running).
     pub(crate) end: Option<crate::request::Event>,
 }

@@ -7,9 +7,15 @@
   stale unseen.
 - Tests marked `slow` upstream (llama.cpp's CI leaves them out too) are skipped: each one
   downloads a real multi-GB model.
+- `get_img_url` (test_vision_api.py, imported by other test files) downloads its test images from
+  huggingface.co; the tests' own copies of it answer a small PNG made here instead (a URL id
+  stays the URL), for tests that only check how an image is answered, not what it shows.
 - At the end, one line gives the counts: passed, failed, and skipped by reason class.
 """
+import base64
+import struct
 import sys
+import zlib
 from collections import Counter
 from pathlib import Path
 
@@ -77,7 +83,28 @@ def pytest_sessionstart(session):
         utils.ServerPreset.load_all = staticmethod(lambda: None)
 
 
+def offline_png():
+    """A 2x2 RGB PNG, written here."""
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+    rows = b"".join(b"\x00" + bytes([200, 30, 30] * 2) for _ in range(2))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b""))
+
+
+def offline_img_url(id):
+    """`get_img_url` without the network: the base64 forms of the PNG above."""
+    if id.startswith("IMG_URL_"):
+        return f"https://huggingface.co/ggml-org/tinygemma3-GGUF/resolve/main/test/{id}.png"
+    data = base64.b64encode(offline_png()).decode()
+    return "data:image/png;base64," + data if id.startswith("IMG_BASE64_URI_") else data
+
+
 def pytest_collection_modifyitems(config, items):
+    for module in {item.module for item in items if getattr(item, "module", None) is not None}:
+        if hasattr(module, "get_img_url"):
+            module.get_img_url = offline_img_url
     RUN.collected_whole_suite = len({item.nodeid.split("::")[0] for item in items}) == len(
         list(Path(str(config.rootpath), "unit").glob("test_*.py")))
     for item in items:

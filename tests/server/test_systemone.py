@@ -1,10 +1,8 @@
 """POST /v1/systemone on the synthetic tiny `clef` file (a random backbone and decision head):
 the answers' shapes and invariants llama-server b11434 promises (answers in request order,
 probabilities that sum to 1, the choice at the most probable option, the score as the expected
-level), its refusals (400 with a message, 501 for images and for a model without a head), a
-JSON-object state, and concurrent requests answered as each alone."""
-
-import concurrent.futures
+level), its refusals (400 with a message, 501 for images and for a model without a head), and a
+JSON-object state; concurrent requests: test_systemone_batching.py."""
 
 import pytest
 
@@ -101,19 +99,6 @@ def test_images_and_models_without_a_head_are_501(clef, tiny):
     r = tiny.post("/v1/systemone", {"state": STATE, "questions": QUESTIONS})
     assert r.status_code == 501, r.text
     assert r.json()["error"]["message"] == "This model is not a decision model"
-
-
-def test_concurrent_requests_answer_as_each_alone(clef):
-    bodies = [{"state": f"{STATE} #{i}", "questions": QUESTIONS} for i in range(4)]
-    alone = [clef.post("/v1/systemone", b).json() for b in bodies]
-    with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        together = list(pool.map(lambda b: clef.post("/v1/systemone", b).json(), bodies))
-    for a, b in zip(alone, together):
-        check_answers(b)
-        assert a["usage"] == b["usage"]
-        for qid in ("route", "urgency"):
-            for k, v in a["answers"][qid]["probabilities"].items():
-                assert abs(v - b["answers"][qid]["probabilities"][k]) < 1e-6
 
 
 def test_answers_equal_llama_servers_on_the_same_file(clef, clef_path):

@@ -5,7 +5,8 @@
 //! backbone runs.
 //!
 //! The head reads one prompt's final-norm rows ([`crate::LoadedModel::forward_hidden`]), the
-//! prompt's token ids and its question and option spans, and gives one score per option.
+//! prompt's token ids and its question and option spans, and gives one score per option; several
+//! prompts' requests run stacked in one graph ([`DecisionHead::scores_batch`]).
 
 pub mod head_file;
 
@@ -98,7 +99,7 @@ pub struct HeadRequest<'a> {
     pub options: &'a [OptionSpan],
 }
 
-/// Head graphs kept prepared (one per count of rows, questions and options).
+/// Head graphs kept prepared (one per list of requests' counts of rows, questions and options).
 const MAX_EXECUTORS: usize = 4;
 
 /// A prepared head graph with the buffer its per-request inputs are written to.
@@ -123,7 +124,7 @@ pub struct DecisionHead {
     /// Where the head's weights were uploaded (the safetensors form).
     _weights_buffer: Option<Buffer>,
     device: Arc<Device>,
-    prepared: Mutex<(HashMap<HeadShape, Prepared>, u64)>,
+    prepared: Mutex<(HashMap<Vec<HeadShape>, Prepared>, u64)>,
     /// Where the head came from, for messages.
     pub source_name: String,
 }
@@ -218,7 +219,24 @@ impl DecisionHead {
 
     /// One score per option of `req` (in `req.options` order).
     pub fn scores(&self, req: &HeadRequest<'_>) -> Result<Vec<f32>, DecisionError> {
-        let shape = self.check(req)?;
+        let mut all = self.scores_batch(std::slice::from_ref(req))?;
+        all.pop()
+            .ok_or_else(|| DecisionError::Layout("no scores".into()))
+    }
+
+    /// One score per option of each of `reqs` (each in its `options` order), from one run of
+    /// the head over all of them stacked: every weight is read once for the batch, and each
+    /// request's attention sees only its own rows, so each request's scores are its scores
+    /// alone (to the summation order of the products).
+    pub fn scores_batch(&self, reqs: &[HeadRequest<'_>]) -> Result<Vec<Vec<f32>>, DecisionError> {
+        let parts = reqs
+            .iter()
+            .map(|r| self.check(r))
+            .collect::<Result<Vec<_>, _>>()?;
+        if parts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let shape = HeadShape::total(&parts);
         let mut guard = self
             .prepared
             .lock()
@@ -226,36 +244,51 @@ impl DecisionHead {
         let (cache, clock) = &mut *guard;
         *clock += 1;
         let now = *clock;
-        if !cache.contains_key(&shape) {
+        if !cache.contains_key(&parts) {
             while cache.len() >= MAX_EXECUTORS {
-                let oldest = cache.iter().min_by_key(|(_, p)| p.tick).map(|(k, _)| *k);
+                let oldest = cache
+                    .iter()
+                    .min_by_key(|(_, p)| p.tick)
+                    .map(|(k, _)| k.clone());
                 match oldest {
                     Some(k) => cache.remove(&k),
                     None => break,
                 };
             }
-            let p = self.prepare(shape)?;
-            cache.insert(shape, p);
+            let p = self.prepare(&parts)?;
+            cache.insert(parts.clone(), p);
         }
         let p = cache
-            .get_mut(&shape)
+            .get_mut(&parts)
             .ok_or_else(|| DecisionError::Layout("head cache lost an entry".into()))?;
         p.tick = now;
-        for (input, bytes) in HEAD_INPUTS.iter().zip(self.input_bytes(req, shape)) {
+        for (input, bytes) in HEAD_INPUTS.iter().zip(self.input_bytes(reqs, shape)) {
             self.device
                 .write(&p.inputs, p.offsets[*input as usize], &bytes)
                 .map_err(device_err("writing the head's inputs"))?;
         }
         let batch = BatchInputs {
-            tokens: req.tokens.to_vec(),
+            tokens: reqs.iter().flat_map(|r| r.tokens.iter().copied()).collect(),
             ..BatchInputs::default()
         };
         p.exec.run(&self.device, &batch)?;
-        Ok(p.exec.read_f32(&self.device, "scores")?)
+        let scores = p.exec.read_f32(&self.device, "scores")?;
+        let mut out = Vec::with_capacity(reqs.len());
+        let mut at = 0;
+        for r in reqs {
+            let n = r.options.len();
+            let s = scores
+                .get(at..at + n)
+                .ok_or_else(|| DecisionError::Layout("the head gave too few scores".into()))?;
+            out.push(s.to_vec());
+            at += n;
+        }
+        Ok(out)
     }
 
-    /// The head graph for `shape`, prepared with a buffer for its inputs.
-    fn prepare(&self, shape: HeadShape) -> Result<Prepared, DecisionError> {
+    /// The head graph for requests of the counts `parts`, prepared with a buffer for its inputs.
+    fn prepare(&self, parts: &[HeadShape]) -> Result<Prepared, DecisionError> {
+        let shape = HeadShape::total(parts);
         let m = HeadModel {
             hp: &self.hp,
             w: &self.weights,
@@ -264,7 +297,7 @@ impl DecisionHead {
             scales: self.scales,
         };
         let graph =
-            head_graph::build(&m, shape).map_err(|e| DecisionError::Layout(e.to_string()))?;
+            head_graph::build_batch(&m, parts).map_err(|e| DecisionError::Layout(e.to_string()))?;
         let mut offsets = Vec::new();
         let mut total = 0u64;
         let mut layouts = Vec::new();
@@ -348,46 +381,45 @@ impl DecisionHead {
         })
     }
 
-    /// Each input's bytes, in [`HEAD_INPUTS`] order.
-    fn input_bytes(&self, req: &HeadRequest<'_>, shape: HeadShape) -> Vec<Vec<u8>> {
+    /// Each input's bytes for `reqs` stacked, in [`HEAD_INPUTS`] order: each request's rows,
+    /// questions and options after the previous one's, its spans and owners moved with them.
+    fn input_bytes(&self, reqs: &[HeadRequest<'_>], shape: HeadShape) -> Vec<Vec<u8>> {
         let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let i32s = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let (nq, no) = (shape.n_questions as usize, shape.n_options as usize);
         let mut mask = vec![f32::NEG_INFINITY; no * nq];
-        for (i, o) in req.options.iter().enumerate() {
-            mask[o.question as usize * no + i] = 0.0;
+        let (mut hidden, mut q_spans, mut o_spans) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut types, mut owners, mut last) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut row0, mut q0) = (0i32, 0i32);
+        for r in reqs {
+            hidden.extend_from_slice(r.hidden);
+            let rows = r.tokens.len() as i32;
+            for q in r.questions {
+                q_spans.extend([row0 + q.start as i32, row0 + q.end as i32]);
+                types.push(q.kind as i32);
+                last.push(row0 + rows - 1);
+            }
+            for o in r.options {
+                let (option, question) = (owners.len(), q0 + o.question as i32);
+                o_spans.extend([row0 + o.start as i32, row0 + o.end as i32]);
+                mask[question as usize * no + option] = 0.0;
+                owners.push(question);
+            }
+            row0 += rows;
+            q0 += r.questions.len() as i32;
         }
         HEAD_INPUTS
             .iter()
             .map(|input| match input {
-                HeadInput::Hidden => f32s(req.hidden),
-                HeadInput::QuestionSpans => i32s(
-                    &req.questions
-                        .iter()
-                        .flat_map(|q| [q.start as i32, q.end as i32])
-                        .collect::<Vec<_>>(),
-                ),
-                HeadInput::OptionSpans => i32s(
-                    &req.options
-                        .iter()
-                        .flat_map(|o| [o.start as i32, o.end as i32])
-                        .collect::<Vec<_>>(),
-                ),
-                HeadInput::QuestionTypes => i32s(
-                    &req.questions
-                        .iter()
-                        .map(|q| q.kind as i32)
-                        .collect::<Vec<_>>(),
-                ),
-                HeadInput::OptionOwners => i32s(
-                    &req.options
-                        .iter()
-                        .map(|o| o.question as i32)
-                        .collect::<Vec<_>>(),
-                ),
+                HeadInput::Hidden => f32s(&hidden),
+                HeadInput::QuestionSpans => i32s(&q_spans),
+                HeadInput::OptionSpans => i32s(&o_spans),
+                HeadInput::QuestionTypes => i32s(&types),
+                HeadInput::OptionOwners => i32s(&owners),
                 HeadInput::OptionMask => f32s(&mask),
                 HeadInput::OnesEmbd => f32s(&vec![1.0; self.hp.n_embd as usize]),
                 HeadInput::OnesWidth => f32s(&vec![1.0; self.hp.width as usize]),
+                HeadInput::QuestionLastRows => i32s(&last),
             })
             .collect()
     }

@@ -268,8 +268,8 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
             Some(Event::Started { .. } | Event::PromptProgress(_)) => {}
             Some(Event::Done(f)) => break f,
             Some(Event::Failed(msg)) => bail!("{msg}"),
-            Some(Event::Embedded(_)) => {
-                bail!("the scheduler answered a generation with an embedding")
+            Some(Event::Embedded(_) | Event::Decided(_)) => {
+                bail!("the scheduler answered a generation with an embedding or a decision")
             }
             None => bail!("the scheduler stopped before the request ended"),
         }

@@ -183,7 +183,7 @@ fn stream_messages(
             out.extend_from_slice(&sse_event("message_stop", &json!({"type": "message_stop"})));
             true
         }
-        Event::Embedded(_) => super::gen::stream_not_a_generation(out),
+        Event::Embedded(_) | Event::Decided(_) => super::gen::stream_not_a_generation(out),
         Event::Failed(failure) => {
             let kind = match failure.kind {
                 FailureKind::Invalid => "invalid_request_error",

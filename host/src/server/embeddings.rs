@@ -318,9 +318,9 @@ async fn collect(mut rx: Events) -> Result<Embedded, ApiError> {
             Event::Started { .. } | Event::PromptProgress(_) => {}
             Event::Embedded(e) => return Ok(e),
             Event::Failed(failure) => return Err(ApiError::from(failure)),
-            Event::Token(_) | Event::Done(_) => {
+            Event::Token(_) | Event::Done(_) | Event::Decided(_) => {
                 return Err(ApiError::internal(
-                    "the scheduler answered an embedding with generated tokens",
+                    "the scheduler answered an embedding with another kind of result",
                 ))
             }
         }

@@ -19,7 +19,7 @@ pub use super::request_log::Events;
 use super::Ready;
 use bloomery_runtime::embedding::Pooling;
 use bloomery_runtime::request::{
-    Event, Finish, GenParams, Job, Piece, Progress, PromptProgress, Request,
+    Decision, Event, Finish, GenParams, Job, Piece, Progress, PromptProgress, Request,
 };
 
 /// Queues a generation; the receiver yields its events (dropping it cancels the request) and
@@ -48,7 +48,28 @@ pub fn queue(
     id_slot: Option<usize>,
     embed: Option<Pooling>,
 ) -> Result<Events, ApiError> {
-    let (job, rx) = job(prompt, params, id_slot, embed);
+    let (job, rx) = job(prompt, params, id_slot, embed, None);
+    try_send(ready, job, rx)
+}
+
+/// Queues a decision (its prompt and layout); the receiver yields its events, the last of them
+/// `Event::Decided` or `Event::Failed`, and counts its end in the request's log line.
+pub fn queue_decision(
+    ready: &Ready,
+    prompt: Vec<u32>,
+    decision: Decision,
+) -> Result<Events, ApiError> {
+    let params = GenParams::decision();
+    let (job, rx) = job(prompt, params, None, None, Some(Box::new(decision)));
+    try_send(ready, job, rx)
+}
+
+/// Queues `job` unless the queue is full (503); `rx` becomes its events.
+fn try_send(
+    ready: &Ready,
+    job: Request,
+    rx: mpsc::UnboundedReceiver<Event>,
+) -> Result<Events, ApiError> {
     ready.jobs.try_send(job).map_err(|e| match e {
         mpsc::error::TrySendError::Full(_) => ApiError::unavailable(
             "the server is busy: every slot is in use and the queue is full; retry later",
@@ -67,7 +88,7 @@ pub async fn queue_waiting(
     params: GenParams,
     embed: Option<Pooling>,
 ) -> Result<Events, ApiError> {
-    let (job, rx) = job(prompt, params, None, embed);
+    let (job, rx) = job(prompt, params, None, embed, None);
     ready
         .jobs
         .send(job)
@@ -82,6 +103,7 @@ fn job(
     params: GenParams,
     id_slot: Option<usize>,
     embed: Option<Pooling>,
+    decide: Option<Box<Decision>>,
 ) -> (Request, mpsc::UnboundedReceiver<Event>) {
     let (tx, rx) = mpsc::unbounded_channel();
     let job = Job {
@@ -89,6 +111,7 @@ fn job(
         params,
         id_slot,
         embed,
+        decide,
         events: tx,
     };
     (Request::Generate(Box::new(job)), rx)
@@ -124,13 +147,13 @@ pub fn submit_n(
         .collect()
 }
 
-/// What a generation answered with an embedding's end is told (the scheduler sends
-/// `Event::Embedded` to embedding requests only).
+/// What a generation answered with an embedding's or a decision's end is told (the scheduler
+/// sends `Event::Embedded` and `Event::Decided` to those requests only).
 pub fn not_a_generation() -> ApiError {
-    ApiError::internal("the scheduler answered a generation with an embedding")
+    ApiError::internal("the scheduler answered a generation with an embedding or a decision")
 }
 
-/// Ends a stream that received an embedding's end with an error frame (see
+/// Ends a stream that received an embedding's or a decision's end with an error frame (see
 /// [`not_a_generation`]); true: the stream is over.
 pub fn stream_not_a_generation(out: &mut Vec<u8>) -> bool {
     out.extend_from_slice(&sse_data(&not_a_generation().body()));
@@ -166,7 +189,7 @@ pub async fn collect(mut rx: Events) -> Result<Outcome, ApiError> {
                 })
             }
             Event::Failed(failure) => return Err(ApiError::from(failure)),
-            Event::Embedded(_) => return Err(not_a_generation()),
+            Event::Embedded(_) | Event::Decided(_) => return Err(not_a_generation()),
         }
     }
     Err(ApiError::internal("the scheduler dropped the request"))

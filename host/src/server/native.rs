@@ -493,6 +493,24 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
             "Drafted tokens that sampling confirmed.",
             get(&c.draft_accepted) as f64,
         ),
+        (
+            "counter",
+            "decisions_total",
+            "Decisions (/v1/systemone) the decision head scored.",
+            get(&c.decisions) as f64,
+        ),
+        (
+            "counter",
+            "decision_head_runs_total",
+            "Runs of the decision head, each over every decision whose prompt ended in one pass.",
+            get(&c.decision_head_runs) as f64,
+        ),
+        (
+            "counter",
+            "decision_rows_total",
+            "Prompt rows the decision head read.",
+            get(&c.decision_rows) as f64,
+        ),
     ];
     let mut out = String::new();
     for (kind, name, help, v) in rows {
@@ -851,7 +869,7 @@ fn native_stream(
                 out.extend_from_slice(&sse_data(&v));
                 true
             }
-            Event::Embedded(_) => super::gen::stream_not_a_generation(out),
+            Event::Embedded(_) | Event::Decided(_) => super::gen::stream_not_a_generation(out),
             Event::Failed(failure) => {
                 out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
                 true

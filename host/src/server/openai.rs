@@ -422,7 +422,7 @@ fn chat_stream(
                 out.extend_from_slice(&sse_data(&last));
                 true
             }
-            Event::Embedded(_) => super::gen::stream_not_a_generation(out),
+            Event::Embedded(_) | Event::Decided(_) => super::gen::stream_not_a_generation(out),
             Event::Failed(failure) => {
                 out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
                 true
@@ -542,7 +542,7 @@ fn completions_stream(
                 out.extend_from_slice(&sse_data(&c));
                 true
             }
-            Event::Embedded(_) => super::gen::stream_not_a_generation(out),
+            Event::Embedded(_) | Event::Decided(_) => super::gen::stream_not_a_generation(out),
             Event::Failed(failure) => {
                 out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
                 true
@@ -779,7 +779,7 @@ fn responses_stream(
             );
             true
         }
-        Event::Embedded(_) => super::gen::stream_not_a_generation(out),
+        Event::Embedded(_) | Event::Decided(_) => super::gen::stream_not_a_generation(out),
         Event::Failed(failure) => {
             st.ev(out, "error", json!({"message": failure.message}));
             true

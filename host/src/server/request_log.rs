@@ -20,7 +20,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
-use bloomery_runtime::request::{Embedded, Event, Finish};
+use bloomery_runtime::request::{Decided, Embedded, Event, Finish};
 use hyper::body::{Frame, SizeHint};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -71,6 +71,18 @@ impl Record {
         }
     }
 
+    fn add_decision(&self, d: &Decided) {
+        if let Ok(mut t) = self.0.lock() {
+            let t = t.get_or_insert_with(Totals::default);
+            if !t.slots.contains(&d.id_slot) {
+                t.slots.push(d.id_slot);
+            }
+            t.n_prompt += d.n_prompt.saturating_sub(d.n_cached);
+            t.n_cached += d.n_cached;
+            t.prompt_ms += d.prompt_ms;
+        }
+    }
+
     /// The generation part of the line (empty without a finished generation).
     fn fields(&self) -> String {
         let Ok(t) = self.0.lock() else {
@@ -115,6 +127,7 @@ impl Events {
         match (&e, &self.record) {
             (Some(Event::Done(f)), Some(r)) => r.add(f),
             (Some(Event::Embedded(x)), Some(r)) => r.add_embedding(x),
+            (Some(Event::Decided(d)), Some(r)) => r.add_decision(d),
             _ => {}
         }
         e

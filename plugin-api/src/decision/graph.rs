@@ -1,10 +1,12 @@
-//! The joint schema head as a graph of ABI ops, for one request's prompt (or several requests'
-//! prompts one after another, each its own head graph): from the backbone's final-norm rows to one
-//! score per option, `P·prior + g·(J·cos + r)`.
+//! The joint schema head as a graph of ABI ops, for one request's prompt or several requests'
+//! prompts stacked (one graph, one run): from the backbone's final-norm rows to one score per
+//! option, `P·prior + g·(J·cos + r)`.
 //!
-//! The request's layout is data, bound as tensors the graph reads ([`HeadInput`]): the graph
-//! depends only on the counts of rows, questions and options ([`HeadShape`]), so it serves every
-//! request of those counts, on any device whose kernel plugin has the ops.
+//! The requests' layout is data, bound as tensors the graph reads ([`HeadInput`]): the graph
+//! depends only on each request's counts of rows, questions and options ([`HeadShape`]), so it
+//! serves every batch of those counts, on any device whose kernel plugin has the ops. Stacked
+//! requests share every projection, norm and feed-forward (one product over all their rows); an
+//! attention runs once per request over views of its own rows, so no request sees another's.
 
 use crate::graph::{BatchInput, Graph, GraphBuilder, TensorId};
 use crate::op::{Op, UnaryFn};
@@ -45,10 +47,12 @@ pub enum HeadInput {
     OnesEmbd = 6,
     /// f32 `[width, 1]` of ones (sums over the head's width).
     OnesWidth = 7,
+    /// i32 `[n_questions]`: the last row of each question's request (its prompt's last row).
+    QuestionLastRows = 8,
 }
 
 /// Every [`HeadInput`], in index order.
-pub const HEAD_INPUTS: [HeadInput; 8] = [
+pub const HEAD_INPUTS: [HeadInput; 9] = [
     HeadInput::Hidden,
     HeadInput::QuestionSpans,
     HeadInput::OptionSpans,
@@ -57,7 +61,26 @@ pub const HEAD_INPUTS: [HeadInput; 8] = [
     HeadInput::OptionMask,
     HeadInput::OnesEmbd,
     HeadInput::OnesWidth,
+    HeadInput::QuestionLastRows,
 ];
+
+impl HeadShape {
+    /// The counts of `parts` stacked (the shape the inputs of a batch have).
+    pub fn total(parts: &[HeadShape]) -> HeadShape {
+        parts.iter().fold(
+            HeadShape {
+                n_rows: 0,
+                n_questions: 0,
+                n_options: 0,
+            },
+            |a, p| HeadShape {
+                n_rows: a.n_rows.saturating_add(p.n_rows),
+                n_questions: a.n_questions.saturating_add(p.n_questions),
+                n_options: a.n_options.saturating_add(p.n_options),
+            },
+        )
+    }
+}
 
 impl HeadInput {
     /// The element type and extents of this input for `shape`.
@@ -77,6 +100,7 @@ impl HeadInput {
             HeadInput::OptionMask => (DType::F32, [o, q, 1, 1]),
             HeadInput::OnesEmbd => (DType::F32, [e, 1, 1, 1]),
             HeadInput::OnesWidth => (DType::F32, [h, 1, 1, 1]),
+            HeadInput::QuestionLastRows => (DType::I32, [q, 1, 1, 1]),
         }
     }
 }
@@ -95,17 +119,30 @@ pub struct HeadModel<'a> {
     pub scales: [f32; 3],
 }
 
-/// Builds the head's graph for `shape`; its output `scores` is f32 `[1, n_options]`.
+/// Builds the head's graph for one request of `shape`; its output `scores` is f32
+/// `[1, n_options]`.
 pub fn build(m: &HeadModel<'_>, shape: HeadShape) -> Result<Graph, PluginError> {
-    if shape.n_rows == 0 || shape.n_questions == 0 || shape.n_options == 0 {
+    build_batch(m, &[shape])
+}
+
+/// Builds the head's graph for requests of the counts `parts`, stacked in that order: their rows
+/// one after another, then their questions, then their options (the inputs' layout for the
+/// total, [`HeadShape::total`]); its output `scores` is f32 `[1, n_options]` over all of them.
+pub fn build_batch(m: &HeadModel<'_>, parts: &[HeadShape]) -> Result<Graph, PluginError> {
+    if parts.is_empty()
+        || parts
+            .iter()
+            .any(|s| s.n_rows == 0 || s.n_questions == 0 || s.n_options == 0)
+    {
         return Err(PluginError::invalid(format!(
-            "a decision head needs rows, questions and options: {shape:?}"
+            "a decision head needs rows, questions and options for every request: {parts:?}"
         )));
     }
     let mut g = Head {
         g: GraphBuilder::new(),
         m,
-        shape,
+        shape: HeadShape::total(parts),
+        parts,
     };
     let scores = g.scores()?;
     g.g.output("scores", scores);
@@ -115,14 +152,34 @@ pub fn build(m: &HeadModel<'_>, shape: HeadShape) -> Result<Graph, PluginError> 
 struct Head<'a, 'm> {
     g: GraphBuilder,
     m: &'a HeadModel<'m>,
+    /// The counts of all requests together.
     shape: HeadShape,
+    /// Each request's counts.
+    parts: &'a [HeadShape],
+}
+
+/// Which count of a request splits a tensor's columns among the requests.
+#[derive(Clone, Copy)]
+enum Columns {
+    Rows,
+    Questions,
+    Options,
+}
+
+impl Columns {
+    fn of(self, s: &HeadShape) -> u64 {
+        u64::from(match self {
+            Columns::Rows => s.n_rows,
+            Columns::Questions => s.n_questions,
+            Columns::Options => s.n_options,
+        })
+    }
 }
 
 impl Head<'_, '_> {
     fn scores(&mut self) -> Result<TensorId, PluginError> {
-        let (hp, w) = (self.m.hp, self.m.w);
+        let w = self.m.w;
         let t = u64::from(self.shape.n_rows);
-        let e = u64::from(hp.n_embd);
         let hidden = self.input(HeadInput::Hidden)?;
         let tokens = self.g.input(BatchInput::Tokens, [t, 1, 1, 1])?;
         let q_spans = self.input(HeadInput::QuestionSpans)?;
@@ -131,13 +188,9 @@ impl Head<'_, '_> {
 
         let hidden = self.norm("decision_hidden_norm", hidden, &w.hidden_norm)?;
         let memory = self.proj("decision_memory", &w.proj_memory, hidden)?;
-        let global = self.g.view(
-            hidden,
-            "decision_global",
-            [e, 1, 1, 1],
-            [4, 4 * e, 4 * e, 4 * e],
-            4 * e * (t - 1),
-        );
+        // Each question's request's last row.
+        let last = self.input(HeadInput::QuestionLastRows)?;
+        let global = self.g.get_rows("decision_global", hidden, last)?;
         let question = self.op("decision_question", Op::SpanMean, &[hidden, q_spans], |n| {
             [n[0][0], n[1][1], 1, 1]
         })?;
@@ -168,7 +221,8 @@ impl Head<'_, '_> {
                 BlockKind::Routing { memory_norm } => {
                     let q = self.norm("cross_attn_norm", options, &blk.cross_norm)?;
                     let kv = self.norm("cross_attn_norm_kv", memory, memory_norm)?;
-                    let att = self.attention("cross_attn", q, kv, &blk.cross)?;
+                    let cols = (Columns::Options, Columns::Rows);
+                    let att = self.attention("cross_attn", q, kv, &blk.cross, cols)?;
                     options = self.g.add("cross_attn_residual", options, att)?;
                     options = self.ffn(options, blk)?;
                 }
@@ -180,10 +234,12 @@ impl Head<'_, '_> {
                     }
                     let mut f = fields[0];
                     let x = self.norm("attn_norm", f, norm)?;
-                    let att = self.attention("self_attn", x, x, attn)?;
+                    let cols = (Columns::Questions, Columns::Questions);
+                    let att = self.attention("self_attn", x, x, attn, cols)?;
                     f = self.g.add("self_attn_residual", f, att)?;
                     let x = self.norm("cross_attn_norm", f, &blk.cross_norm)?;
-                    let att = self.attention("cross_attn", x, memory, &blk.cross)?;
+                    let cols = (Columns::Questions, Columns::Rows);
+                    let att = self.attention("cross_attn", x, memory, &blk.cross, cols)?;
                     f = self.g.add("cross_attn_residual", f, att)?;
                     fields[0] = self.ffn(f, blk)?;
                 }
@@ -340,13 +396,16 @@ impl Head<'_, '_> {
         self.g.add(name, y, b)
     }
 
-    /// torch `MultiheadAttention` of queries `q` `[width, n_q]` over `kv` `[width, n_kv]`, no mask.
+    /// torch `MultiheadAttention` of queries `q` `[width, n_q]` over `kv` `[width, n_kv]`, no
+    /// mask, each request's queries over its own keys: `cols` says which of a request's counts
+    /// splits the columns of `q` and of `kv`.
     fn attention(
         &mut self,
         name: &str,
         q: TensorId,
         kv: TensorId,
         a: &Attention,
+        cols: (Columns, Columns),
     ) -> Result<TensorId, PluginError> {
         let (nh, d) = (u64::from(self.m.hp.n_head), u64::from(self.m.hp.head_dim()));
         let heads = |g: &mut GraphBuilder, x: TensorId| {
@@ -365,7 +424,29 @@ impl Head<'_, '_> {
             scale: 1.0 / (d as f32).sqrt(),
             causal: false,
         };
-        let out = self.op(name, op, &[qc, kc, vc], |n| n[0])?;
+        let out = if self.parts.len() == 1 {
+            self.op(name, op, &[qc, kc, vc], |n| n[0])?
+        } else {
+            // The result's rows, each request's written by its own attention.
+            let out = self.g.scale(name, qc, 0.0)?;
+            let (mut at_q, mut at_kv) = (0, 0);
+            for part in self.parts {
+                let (nq, nkv) = (cols.0.of(part), cols.1.of(part));
+                let view = |g: &mut GraphBuilder, x: TensorId, at: u64, n: u64| {
+                    let ne = [d, nh, n, 1];
+                    let nb = [4, 4 * d, 4 * d * nh, 4 * d * nh * n];
+                    g.view(x, name, ne, nb, at * 4 * d * nh)
+                };
+                let q_r = view(&mut self.g, qc, at_q, nq);
+                let k_r = view(&mut self.g, kc, at_kv, nkv);
+                let v_r = view(&mut self.g, vc, at_kv, nkv);
+                let o_r = view(&mut self.g, out, at_q, nq);
+                self.g.op_into(op, &[q_r, k_r, v_r], o_r)?;
+                at_q += nq;
+                at_kv += nkv;
+            }
+            out
+        };
         let n = self.g.ne(out)[2];
         let out = self.g.reshape(out, [d * nh, n, 1, 1])?;
         self.linear(&format!("{name}_o"), &a.o, out)

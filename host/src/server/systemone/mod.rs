@@ -1,7 +1,10 @@
 //! `POST /v1/systemone`: a decision model's typed answers (llama-server b11434's route): the
 //! request is checked (`request`), its prompt built from the model's `systemone` template
-//! (`prompt`), the runtime runs the backbone and the decision head (`Request::Decide`), and each
-//! question's options' scores become its answer (`answer`).
+//! (`prompt`), the runtime runs the backbone and the decision head (a job with `decide`: its
+//! prompt shares passes with other requests, the head runs over every decision ready in the same
+//! pass, and a prefix on the same state comes from the slots or the prompt cache), and each
+//! question's options' scores become its answer (`answer`). A client that goes away cancels the
+//! job and frees its slot.
 
 pub mod answer;
 pub mod prompt;
@@ -12,13 +15,13 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::Json;
-use bloomery_runtime::request::{DecideJob, Request as Job};
+use bloomery_runtime::request::{Decision, Event};
 use bloomery_text::{ChatTemplate, Tokenizer};
 use serde_json::{json, Map, Value};
-use tokio::sync::{mpsc, oneshot};
 
 use self::answer::Temperatures;
 use crate::server::error::ApiError;
+use crate::server::gen;
 use crate::server::AppRef;
 
 /// What the route needs from a model with a decision head.
@@ -53,25 +56,20 @@ pub async fn systemone(State(state): State<AppRef>, body: Bytes) -> Result<Json<
     if n > ready.n_ctx_slot {
         return Err(ApiError::exceeds_context(n, ready.n_ctx_slot));
     }
-    let (reply, rx) = oneshot::channel();
-    let job = DecideJob {
-        prompt: prompt.tokens,
+    let decision = Decision {
         questions: prompt.questions,
         options: prompt.options,
-        reply,
+        shared: prompt.shared,
     };
-    ready
-        .jobs
-        .try_send(Job::Decide(Box::new(job)))
-        .map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => ApiError::unavailable(
-                "the server is busy: every slot is in use and the queue is full; retry later",
-            ),
-            mpsc::error::TrySendError::Closed(_) => ApiError::internal("the scheduler has stopped"),
-        })?;
-    let scores = rx
-        .await
-        .map_err(|_| ApiError::internal("the scheduler dropped the decision"))??;
+    let mut events = gen::queue_decision(&ready, prompt.tokens, decision)?;
+    let scores = loop {
+        match events.recv().await {
+            Some(Event::Decided(d)) => break d.scores,
+            Some(Event::Failed(f)) => return Err(f.into()),
+            Some(_) => {}
+            None => return Err(ApiError::internal("the scheduler dropped the decision")),
+        }
+    };
     let mut answers = Map::new();
     let mut at = 0;
     for q in &questions {

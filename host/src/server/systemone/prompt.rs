@@ -2,7 +2,8 @@
 //! the template renders the state and the questions (JSON keys sorted, `<<clef:` in any string
 //! written `<<clef `), the text is split at the separator marker and each piece tokenized on its
 //! own (special tokens parsed, no BOS), and a piece that opens with the question or option marker
-//! opens that question's or option's span.
+//! opens that question's or option's span. The leading pieces that do not depend on the questions
+//! (the state's part) are the prefix other decisions on the same state share.
 
 use bloomery_exec::decision::{OptionSpan, QuestionSpan};
 use bloomery_text::{ChatRequest, ChatTemplate, TemplateValue, Tokenizer};
@@ -29,6 +30,9 @@ pub struct Prompt {
     pub questions: Vec<QuestionSpan>,
     /// Each option's span, question by question.
     pub options: Vec<OptionSpan>,
+    /// The leading tokens that do not depend on the questions: the pieces the template renders
+    /// alike with no questions (the state's part).
+    pub shared: usize,
 }
 
 /// The prompt of `state` and `questions` through `template` (the `systemone` template).
@@ -55,30 +59,25 @@ pub fn build(
         })
         .collect();
     let input = unmark(&sorted(&json!({"state": state, "questions": qs})));
-    let value = |v: &Value| -> Result<TemplateValue, ApiError> { Ok(TemplateValue::from(v)) };
-    let req = ChatRequest {
-        messages: value(&json!([]))?,
-        tools: None,
-        add_generation_prompt: false,
-        kwargs: vec![
-            ("state".into(), value(&input["state"])?),
-            ("questions".into(), value(&input["questions"])?),
-            ("images".into(), value(&json!([]))?),
-            ("sep".into(), value(&json!(SEP))?),
-            ("mark_question".into(), value(&json!(MARK_QUESTION))?),
-            ("mark_option".into(), value(&json!(MARK_OPTION))?),
-        ],
-    };
-    let text = template
-        .render(&req)
-        .map_err(|e| ApiError::internal(format!("the systemone template: {e}")))?;
+    let text = render(template, &input["state"], &input["questions"])?;
+    // The same state without questions: the pieces both texts open with are shared.
+    let bare = render(template, &input["state"], &json!([]))?;
+    let n_shared = text
+        .split(SEP)
+        .zip(bare.split(SEP))
+        .take_while(|(a, b)| a == b)
+        .count();
     let invalid = || ApiError::internal("unexpected layout of the decision prompt");
     let mut p = Prompt {
         tokens: Vec::new(),
         questions: Vec::new(),
         options: Vec::new(),
+        shared: 0,
     };
-    for piece in text.split(SEP) {
+    for (i, piece) in text.split(SEP).enumerate() {
+        if i == n_shared {
+            p.shared = p.tokens.len();
+        }
         let (piece, span) = if let Some(rest) = piece.strip_prefix(MARK_QUESTION) {
             let q = questions.get(p.questions.len()).ok_or_else(invalid)?;
             (rest, Some(Some(q.kind.type_row())))
@@ -115,6 +114,27 @@ pub fn build(
         return Err(invalid());
     }
     Ok(p)
+}
+
+/// The template's text for `state` and `questions` (already sorted and defused).
+fn render(template: &ChatTemplate, state: &Value, questions: &Value) -> Result<String, ApiError> {
+    let value = |v: &Value| TemplateValue::from(v);
+    let req = ChatRequest {
+        messages: value(&json!([])),
+        tools: None,
+        add_generation_prompt: false,
+        kwargs: vec![
+            ("state".into(), value(state)),
+            ("questions".into(), value(questions)),
+            ("images".into(), value(&json!([]))),
+            ("sep".into(), value(&json!(SEP))),
+            ("mark_question".into(), value(&json!(MARK_QUESTION))),
+            ("mark_option".into(), value(&json!(MARK_OPTION))),
+        ],
+    };
+    template
+        .render(&req)
+        .map_err(|e| ApiError::internal(format!("the systemone template: {e}")))
 }
 
 /// `v` with every object's keys in sorted order (byte order, as `std::map` sorts them).
