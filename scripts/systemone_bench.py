@@ -147,6 +147,9 @@ def run_level(url: str, clients: int, total: int, a: argparse.Namespace, first_t
                 with lock:
                     lat.append(dt)
                     tokens.append(r["usage"]["input_tokens"])
+            except urllib.error.HTTPError as e:
+                with lock:
+                    errors.append(f"{e}: {e.read()[:300]!r}")
             except Exception as e:  # noqa: BLE001 - every failure is counted and reported
                 with lock:
                     errors.append(str(e))
