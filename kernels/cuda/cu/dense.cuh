@@ -170,11 +170,14 @@ extern "C" __global__ void __launch_bounds__(DENSE_THREADS)
         const int chunk = min(DENSE_THREADS, seen - j0);
 #pragma unroll
         for (int u = 0; u < DENSE_DV_PER; ++u) {
+            // A guard, not a break: the accumulators stay in registers under the full unroll.
             const int d = t + u * DENSE_THREADS;
-            if (d >= dv) break;
-            double a = acc[u] * corr;
-            for (int jj = 0; jj < chunk; ++jj) a += p[jj] * (double)v[((long long)(j0 + jj) * n_head_kv + g) * dv + d];
-            acc[u] = a;
+            if (d < dv) {
+                double a = acc[u] * corr;
+                for (int jj = 0; jj < chunk; ++jj)
+                    a += p[jj] * (double)v[((long long)(j0 + jj) * n_head_kv + g) * dv + d];
+                acc[u] = a;
+            }
         }
         m = nm;
         // Every thread has read this chunk's weights before the next chunk writes them.
