@@ -12,7 +12,9 @@
 #                                 card and the tiered placements (-cmoe, one staging set in halves,
 #                                 the disk tier); the 30B-A3B file's lent staging sets and halves
 #                                 against the same layers placed on the card; the server's prompt
-#                                 cache on the card.
+#                                 cache on the card; the tiny clef file's /v1/systemone answers with
+#                                 -ngl 99 and the decision head on the card and on the CPU against
+#                                 the CPU run (probabilities within 1e-4).
 #   scripts/gpu-check.sh bench    on the GPU machine: `bloomery bench -p 512 -n 128 -r 3` of the
 #                                 30B-A3B and 35B-A3B files under four placements, ROUNDS rounds,
 #                                 alternating with the dists in PREV; a table at the end.
@@ -209,6 +211,9 @@ tiny_files() {
     # GLM dialect: Q/K/V biases, QK-norm, half the head rotated, a dense lead layer, x2.5.
     synth_tiny glm4moe-f32 glm4moe
     synth_tiny glm4moe-q5_0 glm4moe --experts Q5_0 $q8 --dense Q8_0
+    # Decision model: the tiny backbone and its f32 head (option rows from a Q8_0 output head).
+    synth_tiny clef-f32 clef
+    synth_tiny clef-q8_0 clef --attn Q8_0 --embd Q8_0 --output-type Q8_0 --dense Q8_0
   }
 }
 synth_tiny() {
@@ -463,6 +468,58 @@ check_prompt_cache() {
   stop_server "$log"
 }
 
+# Starts the server on tiny file $1 with flags $2 (log $3) in the background: sets $server and
+# $port (the caller's locals); false when it is not ready.
+serve_tiny() {
+  port=$(free_port)
+  # The binary itself in the background (not `bl`), so that $! is the server.
+  # shellcheck disable=SC2086
+  dist/bloomery --plugin-dir dist/plugins serve -m "$tiny/$1.gguf" -np 2 -c 8192 --port "$port" \
+    $2 > "$3" 2>&1 &
+  server=$!
+  wait_ready "$port" "$server"
+}
+# A server that did not start (log $1): a failed check; stopped if it still runs.
+not_started() {
+  fail "serve $2 did not start: $(why "$1") [$1]"
+  kill "$server" 2> /dev/null || :
+  wait "$server" || :
+  server=""
+}
+
+# The decision head on the card and on the CPU beside a backbone on the card: /v1/systemone
+# answers of the tiny clef files (F32; Q8_0 backbone and option rows) against the same file all
+# on the CPU, within 1e-4 (scripts/systemone_check.py).
+check_decision_head() {
+  local file flags port ref_port ref_server log ref_log
+  for file in clef-f32 clef-q8_0; do
+    ref_log="$out/serve-$file-cpu.log"
+    if ! serve_tiny "$file" "-ngl 0" "$ref_log"; then
+      not_started "$ref_log" "$file -ngl 0"
+      continue
+    fi
+    ref_port=$port
+    ref_server=$server
+    for flags in "-ngl 99" "-ngl 99 --decision-head-device cpu"; do
+      log="$out/serve-$file-$(slug "$flags").log"
+      if ! serve_tiny "$file" "$flags" "$log"; then
+        not_started "$log" "$file $flags"
+        continue
+      fi
+      if python3 scripts/systemone_check.py --tol 1e-4 "http://127.0.0.1:$ref_port" \
+        "http://127.0.0.1:$port" > "$log.check" 2>&1; then
+        echo "ok   /v1/systemone $file $flags against -ngl 0: $(tail -1 "$log.check")"
+      else
+        fail "/v1/systemone $file $flags against -ngl 0: $(tail -1 "$log.check") [$log.check]"
+      fi
+      grep -m 1 "decision head from" "$log" || :
+      stop_server "$log"
+    done
+    server=$ref_server
+    stop_server "$ref_log"
+  done
+}
+
 check_suite() {
   local b list
   if command -v nvidia-smi > /dev/null; then
@@ -505,6 +562,8 @@ check_suite() {
   fi
   echo "== prompt cache (${SECONDS} s)"
   check_prompt_cache
+  echo "== decision head on the card and beside it (${SECONDS} s)"
+  check_decision_head
   finish
 }
 

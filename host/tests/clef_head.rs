@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use bloomery::synth::ClassTypes;
 use bloomery_devices::Registry;
+use bloomery_exec::decision::placement::HeadHome;
 use bloomery_exec::decision::{head_file, DecisionHead, HeadRequest, OptionSpan, QuestionSpan};
 use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_gguf::GgufModel;
@@ -116,7 +117,7 @@ fn clef_file_head_matches_the_f64_reference_within_2e5() {
     );
     let reg = Registry::load(&plugin_dir()).unwrap();
     let m = LoadedModel::load(&reg, &path, common::GOLDEN_OPTS).unwrap();
-    let head = DecisionHead::from_model(&m)
+    let head = DecisionHead::from_model(&m, HeadHome::backbone(&m))
         .unwrap()
         .expect("a clef file has a head");
     let want: Vec<f64> = g["scores"]
@@ -297,12 +298,20 @@ fn safetensors_head_beside_qwen35_gives_the_clef_files_scores() {
     let st = write_safetensors(&clef, dir.path(), |_| {});
     let reg = Registry::load(&plugin_dir()).unwrap();
     let m = LoadedModel::load(&reg, &qwen35, common::GOLDEN_OPTS).unwrap();
-    assert!(DecisionHead::from_model(&m).unwrap().is_none());
-    let head = head_file::load(&m, &st).unwrap();
+    assert!(!DecisionHead::declared_in(&m));
+    assert!(DecisionHead::from_model(&m, HeadHome::backbone(&m))
+        .unwrap()
+        .is_none());
+    let head = head_file::load(&m, &st, HeadHome::backbone(&m)).unwrap();
     let r = request(&g);
     let got = scores(&head, &r);
     let mc = LoadedModel::load(&reg, &clef, common::GOLDEN_OPTS).unwrap();
-    let in_file = scores(&DecisionHead::from_model(&mc).unwrap().unwrap(), &r);
+    let in_file = scores(
+        &DecisionHead::from_model(&mc, HeadHome::backbone(&mc))
+            .unwrap()
+            .unwrap(),
+        &r,
+    );
     let d = got
         .iter()
         .zip(&in_file)
@@ -360,7 +369,10 @@ fn safetensors_head_with_a_missing_extra_or_misshaped_tensor_is_refused_by_name(
         let sub = dir.path().join(format!("case{i}"));
         std::fs::create_dir_all(&sub).unwrap();
         let st = write_safetensors(&clef, &sub, edit);
-        let err = head_file::load(&m, &st).err().expect("refused").to_string();
+        let err = head_file::load(&m, &st, HeadHome::backbone(&m))
+            .err()
+            .expect("refused")
+            .to_string();
         assert!(err.contains(name), "case {i}: `{err}` does not name {name}");
     }
 }
@@ -375,7 +387,9 @@ fn requests_stacked_in_one_head_run_score_as_each_alone() {
     let path = tiny("clef", dir.path());
     let reg = Registry::load(&plugin_dir()).unwrap();
     let m = LoadedModel::load(&reg, &path, common::GOLDEN_OPTS).unwrap();
-    let head = DecisionHead::from_model(&m).unwrap().unwrap();
+    let head = DecisionHead::from_model(&m, HeadHome::backbone(&m))
+        .unwrap()
+        .unwrap();
     let a = request(&g);
     // A second, different request: the first 20 rows in reverse order, its first two questions.
     let e = head.hp.n_embd as usize;
@@ -471,7 +485,9 @@ fn decisions_that_start_together_share_passes_and_one_head_run() {
         ..common::GOLDEN_OPTS
     };
     let model = LoadedModel::load(&reg, &path, options).unwrap();
-    let head = DecisionHead::from_model(&model).unwrap().unwrap();
+    let head = DecisionHead::from_model(&model, HeadHome::backbone(&model))
+        .unwrap()
+        .unwrap();
     let tok = std::sync::Arc::new(bloomery::text::tokenizer(&model.file).unwrap());
     let cfg = RuntimeConfig {
         n_ctx_slot: 64,
@@ -537,4 +553,94 @@ fn decisions_that_start_together_share_passes_and_one_head_run() {
     assert_ne!(alone[0].scores, alone[1].scores, "the prompts differ");
     eprintln!("8 decisions in one head run against each alone: max |d| {worst:.2e}");
     assert!(worst < 1e-6);
+}
+
+/// The head on a device apart from the backbone's (as `--decision-head-device cpu` beside a
+/// backbone on the card: the file mapped again on that device, its weights and option rows read
+/// there) gives the backbone device's scores, in both forms.
+#[test]
+fn a_head_on_another_device_than_the_backbones_gives_the_same_scores() {
+    let g = golden();
+    let r = request(&g);
+    let dir = tempfile::tempdir().unwrap();
+    let clef = tiny("clef", dir.path());
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let m = LoadedModel::load(&reg, &clef, common::GOLDEN_OPTS).unwrap();
+    let on_backbone = scores(
+        &DecisionHead::from_model(&m, HeadHome::backbone(&m))
+            .unwrap()
+            .unwrap(),
+        &r,
+    );
+    // A plugin other than the backbone's, so that a weight resolved on the backbone's device
+    // would be a handle the head's device does not know.
+    let other = reg
+        .kernels
+        .iter()
+        .find(|k| k.name.starts_with("cpu-") && k.name != m.kernel_plugin())
+        .unwrap_or_else(|| reg.kernels.iter().find(|k| k.name == "cpu-scalar").unwrap());
+    let home = HeadHome::on_plugin(&m, other).unwrap();
+    let head = DecisionHead::from_model(&m, home).unwrap().unwrap();
+    assert_eq!(head.device_plugin(), other.name);
+    let apart = scores(&head, &r);
+    let st = write_safetensors(&clef, dir.path(), |_| {});
+    let file_head = head_file::load(&m, &st, HeadHome::on_plugin(&m, other).unwrap()).unwrap();
+    let apart_st = scores(&file_head, &r);
+    let d = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0f32, f32::max)
+    };
+    eprintln!(
+        "head on {} beside a backbone on {}: max |d| {:.2e} (safetensors {:.2e})",
+        other.name,
+        m.kernel_plugin(),
+        d(&apart, &on_backbone),
+        d(&apart_st, &on_backbone)
+    );
+    assert!(
+        d(&apart, &on_backbone) < 2e-6,
+        "{apart:?} against {on_backbone:?}"
+    );
+    assert!(
+        d(&apart_st, &on_backbone) < 2e-6,
+        "{apart_st:?} against {on_backbone:?}"
+    );
+}
+
+/// Every `(op, dtype)` of the head's graph is claimed by each CUDA bundle (so `-ngl 99` runs the
+/// head on the card), for f32 and Q8_0 option rows; a bundle built without nvcc claims nothing
+/// and is skipped, saying so.
+#[test]
+fn the_cuda_bundles_claim_every_op_of_the_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let q8 = ClassTypes {
+        output: DType::Q8_0,
+        ..F32
+    };
+    for types in [F32, q8] {
+        let sub = dir.path().join(format!("{}", types.output));
+        std::fs::create_dir_all(&sub).unwrap();
+        let clef = tiny_of("clef", &sub, types);
+        let m = LoadedModel::load(&reg, &clef, common::GOLDEN_OPTS).unwrap();
+        let head = DecisionHead::from_model(&m, HeadHome::backbone(&m))
+            .unwrap()
+            .unwrap();
+        let mut checked = 0;
+        for k in reg.kernels.iter().filter(|k| k.name.starts_with("cuda-")) {
+            if k.capabilities.is_empty() {
+                eprintln!("skipped {}: built without kernels (no nvcc)", k.name);
+                continue;
+            }
+            let missing = head.missing_kernels(&k.capabilities).unwrap();
+            assert!(missing.is_empty(), "{} lacks {missing:?}", k.name);
+            checked += 1;
+        }
+        eprintln!(
+            "output {}: {checked} CUDA bundles claim every op of the head",
+            types.output
+        );
+    }
 }

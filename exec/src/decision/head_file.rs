@@ -2,7 +2,7 @@
 //! Cloudflare publishes beside a `qwen35` backbone): tensors renamed and split as llama.cpp's
 //! converter does (`conversion/clef.py`), the three learned scalars transformed into
 //! `decision.scales`, every tensor checked by name and shape as the `clef` form's are, then
-//! uploaded in f32 to the backbone's device.
+//! uploaded in f32 to the head's device.
 
 use std::path::Path;
 
@@ -16,6 +16,7 @@ use bloomery_plugin_api::weights::WeightTable;
 use bloomery_plugin_api::DType;
 use safetensors::{Dtype, SafeTensors};
 
+use super::placement::HeadHome;
 use super::{device_err, DecisionError, DecisionHead};
 use crate::model::LoadedModel;
 
@@ -30,8 +31,13 @@ struct Named {
     values: Vec<f32>,
 }
 
-/// Loads the head in `path` (its config `joint_head_config.json` beside it) for `model`.
-pub fn load(model: &LoadedModel, path: &Path) -> Result<DecisionHead, DecisionError> {
+/// Loads the head in `path` (its config `joint_head_config.json` beside it) for `model`, to run
+/// on `home`.
+pub fn load(
+    model: &LoadedModel,
+    path: &Path,
+    home: HeadHome,
+) -> Result<DecisionHead, DecisionError> {
     let shown = path.display().to_string();
     let err = |message: String| DecisionError::Load {
         source_name: shown.clone(),
@@ -160,7 +166,7 @@ pub fn load(model: &LoadedModel, path: &Path) -> Result<DecisionHead, DecisionEr
         offsets.push(total);
         total += (n.values.len() as u64 * 4).div_ceil(64) * 64;
     }
-    let buffer = model
+    let buffer = home
         .device
         .alloc(total.max(64))
         .map_err(device_err("allocating the head's weights"))?;
@@ -171,8 +177,7 @@ pub fn load(model: &LoadedModel, path: &Path) -> Result<DecisionHead, DecisionEr
             .find(|t| t.name == *name)
             .ok_or_else(|| err(format!("no `{name}`")))?;
         let data: Vec<u8> = n.values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        model
-            .device
+        home.device
             .write(&buffer, offset, &data)
             .map_err(device_err("uploading the head's weights"))?;
         let nb = TensorRef::contiguous_strides(DType::F32, n.ne)
@@ -185,7 +190,7 @@ pub fn load(model: &LoadedModel, path: &Path) -> Result<DecisionHead, DecisionEr
             nb,
         });
     }
-    DecisionHead::assemble(model, hp, weights, scales, bound, Some(buffer), shown)
+    DecisionHead::assemble(model, home, hp, weights, scales, bound, Some(buffer), shown)
 }
 
 /// The values of a safetensors tensor as f32 (F32, F16 and BF16 tensors).

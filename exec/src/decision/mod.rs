@@ -1,32 +1,39 @@
 //! A decision head run by the host beside its backbone: Clef's joint schema head, read from the
 //! `clef` file that carries it or from a `joint_head.safetensors` beside a `qwen35` file
-//! ([`head_file`]), and run as a graph of ABI ops on the backbone's device, so a kernel plugin
-//! that has the ops (LayerNorm, Softmax, AttentionDense, SpanMean, ...) runs it where the
-//! backbone runs.
+//! ([`head_file`]), and run as a graph of ABI ops on the device [`placement`] chooses: the
+//! backbone's by default, or the CPU beside a backbone on the card. Every kernel plugin with the
+//! ops (LayerNorm, Softmax, AttentionDense, SpanMean, ...: the CPU plugins and the CUDA bundles)
+//! runs it; a device without them is refused at load, naming what it lacks.
 //!
 //! The head reads one prompt's final-norm rows ([`crate::LoadedModel::forward_hidden`]), the
 //! prompt's token ids and its question and option spans, and gives one score per option; several
 //! prompts' requests run stacked in one graph ([`DecisionHead::scores_batch`]).
 
 pub mod head_file;
+pub mod placement;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
+use std::time::Instant;
 
 use bloomery_devices::{Buffer, Device};
 use bloomery_plugin_api::decision::graph::HEAD_INPUTS;
 use bloomery_plugin_api::decision::graph::{self as head_graph, HeadInput, HeadModel, HeadShape};
 use bloomery_plugin_api::decision::weights::{declare, HeadWeights};
 use bloomery_plugin_api::decision::HeadHParams;
+use bloomery_plugin_api::graph::Graph;
 use bloomery_plugin_api::graph::{BatchShape, GraphKind};
 use bloomery_plugin_api::hparams::ArchKeys;
+use bloomery_plugin_api::op::OpSupport;
 use bloomery_plugin_api::tensor::TensorRef;
 use bloomery_plugin_api::weights::{WeightRef, WeightTable};
 use bloomery_plugin_api::DType;
 
 use crate::executor::{BatchInputs, Bindings, Executor};
 use crate::model::LoadedModel;
+use crate::support::{missing_kernels, MissingKernel};
 use crate::view::file_view;
+use placement::HeadHome;
 
 /// Why a decision head could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
@@ -121,18 +128,31 @@ pub struct DecisionHead {
     output: WeightRef,
     /// The head's weights then the output head, resolved on `device`.
     bound: Vec<TensorRef>,
+    /// The head's prepared graphs (dropped before the buffers and device they use).
+    prepared: Mutex<(HashMap<Vec<HeadShape>, Prepared>, u64)>,
     /// Where the head's weights were uploaded (the safetensors form).
     _weights_buffer: Option<Buffer>,
-    device: Arc<Device>,
-    prepared: Mutex<(HashMap<Vec<HeadShape>, Prepared>, u64)>,
+    /// The device the head runs on.
+    home: HeadHome,
     /// Where the head came from, for messages.
     pub source_name: String,
 }
 
 impl DecisionHead {
-    /// The head in the model's own file (`{arch}.decision.*` keys): `None` when the file has
-    /// none. The weights are the model's, as its plugin declared and mapped them.
-    pub fn from_model(model: &LoadedModel) -> Result<Option<DecisionHead>, DecisionError> {
+    /// Whether the model's file declares a decision head (`{arch}.decision.type`), as
+    /// [`DecisionHead::from_model`] reads it.
+    pub fn declared_in(model: &LoadedModel) -> bool {
+        let key = format!("{}.decision.type", model.spec.architecture);
+        model.file.metadata().get(&key).is_some()
+    }
+
+    /// The head in the model's own file (`{arch}.decision.*` keys), run on `home`: `None` when
+    /// the file has none. The weights are the model's, as its plugin declared them, resolved on
+    /// `home`'s device.
+    pub fn from_model(
+        model: &LoadedModel,
+        home: HeadHome,
+    ) -> Result<Option<DecisionHead>, DecisionError> {
         let view = file_view(&model.file);
         let arch = model.spec.architecture.to_string();
         let source_name = format!("{arch} model file");
@@ -150,21 +170,25 @@ impl DecisionHead {
         let weights = declare(&mut table, &hp).map_err(|e| load(e.to_string()))?;
         let mut bound = Vec::new();
         for d in table.decls() {
-            bound.push(model.weight_ref(d.name.as_str()).ok_or_else(|| {
+            bound.push(home.weight(model, d.name.as_str())?.ok_or_else(|| {
                 load(format!(
                     "tensor `{}` is not a weight of the loaded model",
                     d.name
                 ))
             })?);
         }
-        let scales = read_scales(&model.device, &bound[weights.scales.index as usize])?;
-        let head = DecisionHead::assemble(model, hp, weights, scales, bound, None, source_name)?;
+        let scales = read_scales(&home.device, &bound[weights.scales.index as usize])?;
+        let head =
+            DecisionHead::assemble(model, home, hp, weights, scales, bound, None, source_name)?;
         Ok(Some(head))
     }
 
-    /// Adds the backbone's output head to `bound` and wraps the rest.
+    /// Adds the backbone's output head to `bound` and wraps the rest; refuses a device that lacks
+    /// a kernel of the head's graph, naming each.
+    #[allow(clippy::too_many_arguments)]
     fn assemble(
         model: &LoadedModel,
+        home: HeadHome,
         hp: HeadHParams,
         weights: HeadWeights,
         scales: [f32; 3],
@@ -179,10 +203,12 @@ impl DecisionHead {
                 source_name: source_name.clone(),
                 message: "the backbone has no output head to read option rows from".into(),
             })?;
-        let r = model.weight_ref(name).ok_or_else(|| DecisionError::Load {
-            source_name: source_name.clone(),
-            message: format!("no `{name}`"),
-        })?;
+        let r = home
+            .weight(model, name)?
+            .ok_or_else(|| DecisionError::Load {
+                source_name: source_name.clone(),
+                message: format!("no `{name}`"),
+            })?;
         if r.ne[0] != u64::from(hp.n_embd) {
             return Err(DecisionError::Load {
                 source_name,
@@ -199,17 +225,57 @@ impl DecisionHead {
             ne: r.ne,
         };
         bound.push(r);
-        Ok(DecisionHead {
+        let head = DecisionHead {
             hp,
             weights,
             scales,
             output,
             bound,
-            _weights_buffer: buffer,
-            device: Arc::clone(&model.device),
             prepared: Mutex::new((HashMap::new(), 0)),
+            _weights_buffer: buffer,
+            home,
             source_name,
-        })
+        };
+        let missing = head.missing_kernels(&head.home.device.capabilities)?;
+        if !missing.is_empty() {
+            let list: Vec<String> = missing.iter().map(|m| m.to_string()).collect();
+            return Err(DecisionError::Load {
+                source_name: head.source_name.clone(),
+                message: format!(
+                    "the decision head's device ({}) lacks {}",
+                    head.home.device.plugin,
+                    list.join(", ")
+                ),
+            });
+        }
+        Ok(head)
+    }
+
+    /// The kernel plugin the head runs on.
+    pub fn device_plugin(&self) -> &str {
+        &self.home.device.plugin
+    }
+
+    /// The `(op, dtype)` pairs of the head's graph that `supported` lacks (none: a device with
+    /// these capabilities runs the head).
+    pub fn missing_kernels(
+        &self,
+        supported: &[OpSupport],
+    ) -> Result<Vec<MissingKernel>, DecisionError> {
+        // Any counts give the same ops: the graph's shape depends on them, its nodes do not;
+        // one request and two stacked ones cover both forms of the graph.
+        let probe = HeadShape {
+            n_rows: 2,
+            n_questions: 1,
+            n_options: 2,
+        };
+        let mut missing = missing_kernels(&self.graph(&[probe])?, supported);
+        for m in missing_kernels(&self.graph(&[probe, probe])?, supported) {
+            if !missing.contains(&m) {
+                missing.push(m);
+            }
+        }
+        Ok(missing)
     }
 
     /// `decision.scales`' values: prior scale, joint scale, residual gate.
@@ -236,6 +302,7 @@ impl DecisionHead {
         if parts.is_empty() {
             return Ok(Vec::new());
         }
+        let started = Instant::now();
         let shape = HeadShape::total(&parts);
         let mut guard = self
             .prepared
@@ -262,8 +329,9 @@ impl DecisionHead {
             .get_mut(&parts)
             .ok_or_else(|| DecisionError::Layout("head cache lost an entry".into()))?;
         p.tick = now;
+        let device = &self.home.device;
         for (input, bytes) in HEAD_INPUTS.iter().zip(self.input_bytes(reqs, shape)) {
-            self.device
+            device
                 .write(&p.inputs, p.offsets[*input as usize], &bytes)
                 .map_err(device_err("writing the head's inputs"))?;
         }
@@ -271,8 +339,17 @@ impl DecisionHead {
             tokens: reqs.iter().flat_map(|r| r.tokens.iter().copied()).collect(),
             ..BatchInputs::default()
         };
-        p.exec.run(&self.device, &batch)?;
-        let scores = p.exec.read_f32(&self.device, "scores")?;
+        p.exec.run(device, &batch)?;
+        let scores = p.exec.read_f32(device, "scores")?;
+        tracing::debug!(
+            "decision head on {}: {} requests, {} rows, {} questions, {} options in {:.3} ms",
+            device.plugin,
+            reqs.len(),
+            shape.n_rows,
+            shape.n_questions,
+            shape.n_options,
+            started.elapsed().as_secs_f64() * 1e3
+        );
         let mut out = Vec::with_capacity(reqs.len());
         let mut at = 0;
         for r in reqs {
@@ -286,9 +363,8 @@ impl DecisionHead {
         Ok(out)
     }
 
-    /// The head graph for requests of the counts `parts`, prepared with a buffer for its inputs.
-    fn prepare(&self, parts: &[HeadShape]) -> Result<Prepared, DecisionError> {
-        let shape = HeadShape::total(parts);
+    /// The head's graph for requests of the counts `parts`, stacked.
+    pub fn graph(&self, parts: &[HeadShape]) -> Result<Graph, DecisionError> {
         let m = HeadModel {
             hp: &self.hp,
             w: &self.weights,
@@ -296,8 +372,14 @@ impl DecisionHead {
             inputs_base: self.bound.len() as u32,
             scales: self.scales,
         };
-        let graph =
-            head_graph::build_batch(&m, parts).map_err(|e| DecisionError::Layout(e.to_string()))?;
+        head_graph::build_batch(&m, parts).map_err(|e| DecisionError::Layout(e.to_string()))
+    }
+
+    /// The head graph for requests of the counts `parts`, prepared with a buffer for its inputs.
+    fn prepare(&self, parts: &[HeadShape]) -> Result<Prepared, DecisionError> {
+        let shape = HeadShape::total(parts);
+        let graph = self.graph(parts)?;
+        let device = &self.home.device;
         let mut offsets = Vec::new();
         let mut total = 0u64;
         let mut layouts = Vec::new();
@@ -308,8 +390,7 @@ impl DecisionHead {
             layouts.push((dtype, ne, total));
             total += bytes.div_ceil(64) * 64;
         }
-        let inputs = self
-            .device
+        let inputs = device
             .alloc(total)
             .map_err(device_err("allocating the head's inputs"))?;
         let mut bound = self.bound.clone();
@@ -334,7 +415,7 @@ impl DecisionHead {
             state: &[],
             tier: None,
         };
-        let exec = Executor::prepare(&self.device, batch, &graph, &bind, false)?;
+        let exec = Executor::prepare(device, batch, &graph, &bind, false)?;
         Ok(Prepared {
             exec,
             inputs,

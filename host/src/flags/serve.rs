@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use anyhow::bail;
+use bloomery_exec::decision::placement::HeadDevice;
 use clap::Args;
 
 /// Options of `bloomery serve`, declared section by section as `--help` lists them
@@ -316,14 +317,10 @@ pub struct ServeArgs {
     /// `joint_head_config.json` beside it, over a `qwen35` backbone (a `clef` file carries its own).
     #[arg(long = "decision-head", value_name = "FILE")]
     pub decision_head: Option<PathBuf>,
-    /// Where the decision head runs: `cpu` (the card's kernels for the head are not built yet:
-    /// `gpu` is refused).
-    #[arg(
-        long = "decision-head-device",
-        default_value = "cpu",
-        value_name = "cpu|gpu"
-    )]
-    pub decision_head_device: String,
+    /// Where the decision head runs: `gpu` on the card beside the backbone, `cpu` on the CPU
+    /// (the backbone's final-norm rows copied to the host); default: the backbone's device.
+    #[arg(long = "decision-head-device", value_name = "cpu|gpu")]
+    pub decision_head_device: Option<String>,
     /// Seconds a client may take to send a request's body, and that a response write may stall
     /// (the client not reading), before its connection is closed (llama-server's read/write
     /// timeout).
@@ -505,12 +502,8 @@ impl ServeArgs {
         if self.chat_template.is_some() && self.chat_template_file.is_some() {
             bail!("give --chat-template or --chat-template-file, not both");
         }
-        match self.decision_head_device.as_str() {
-            "cpu" => {}
-            "gpu" => bail!(
-                "--decision-head-device gpu: the decision head's card kernels are not built yet (use cpu)"
-            ),
-            other => bail!("--decision-head-device {other}: expected cpu or gpu"),
+        if let Some(d) = &self.decision_head_device {
+            HeadDevice::parse(d).map_err(anyhow::Error::msg)?;
         }
         if self.queue_depth == 0 {
             bail!("--queue-depth must be at least 1");

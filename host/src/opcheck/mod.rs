@@ -37,6 +37,8 @@ pub enum Fill {
     Steps,
     /// F32 uniform in `[lo, hi)` (log decays, write strengths).
     Range(f32, f32),
+    /// I32 `(start, end)` pairs of non-empty spans inside `[0, n)` (span means).
+    Spans(i32),
     /// I32 in two runs, as a batch of two sequences: element `r` is `first[0] + step·r` before
     /// `split`, then `first[1] + step·(r − split)` (slots with step 0, positions with step 1).
     Runs {
@@ -120,6 +122,14 @@ fn fill_bytes(s: &Spec, rng: &mut StdRng) -> Result<Vec<u8>, PluginError> {
                 let j = rng.gen_range(i..all.len());
                 all.swap(i, j);
                 c.copy_from_slice(&all[i].to_le_bytes());
+            }
+        }
+        (DType::I32, Fill::Spans(rows)) => {
+            for pair in out.chunks_exact_mut(8) {
+                let start = rng.gen_range(0..rows.max(1));
+                let end = rng.gen_range(start + 1..=rows.max(start + 1));
+                pair[..4].copy_from_slice(&start.to_le_bytes());
+                pair[4..].copy_from_slice(&end.to_le_bytes());
             }
         }
         (DType::I32, Fill::Ids(max)) => {
@@ -535,6 +545,11 @@ mod tests {
             (OpKind::CacheStore, DType::IQ4_NL),
             (OpKind::Attention, DType::Q8_0),
             (OpKind::Attention, DType::Q5_1),
+            (OpKind::LayerNorm, DType::F32),
+            (OpKind::Softmax, DType::F32),
+            (OpKind::Concat, DType::F32),
+            (OpKind::SpanMean, DType::F32),
+            (OpKind::AttentionDense, DType::F32),
         ] {
             let cs = cases(op, t);
             assert!(!cs.is_empty(), "{op:?} {t}");

@@ -45,7 +45,10 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use bloomery_devices::Registry;
+use bloomery_exec::decision::placement::{HeadDevice, HeadHome};
+use bloomery_exec::decision::{head_file, DecisionHead};
 use bloomery_exec::{LoadOptions, LoadedModel};
+use bloomery_plugin_api::kernel::DeviceClass;
 use bloomery_runtime::request::Request as Job;
 use bloomery_runtime::sampling::SamplerParams;
 use bloomery_runtime::status::Shared;
@@ -258,6 +261,33 @@ pub(crate) fn block_count(file: &bloomery_gguf::GgufModel) -> anyhow::Result<u64
     Ok(file.metadata().get_uint(&format!("{arch}.block_count"))?)
 }
 
+/// The model's decision head (its own, or `--decision-head`'s file), on the device
+/// `--decision-head-device` names or else the backbone's; `None` for a model without one.
+fn decision_head(
+    reg: &Registry,
+    model: &LoadedModel,
+    a: &ServeArgs,
+) -> anyhow::Result<Option<DecisionHead>> {
+    let asked = a
+        .decision_head_device
+        .as_deref()
+        .map(HeadDevice::parse)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let backbone = reg
+        .kernels
+        .iter()
+        .find(|k| k.name == model.kernel_plugin())
+        .map_or(DeviceClass::Cpu, |k| k.probe.class);
+    let on = HeadDevice::choose(asked, backbone).map_err(anyhow::Error::msg)?;
+    let home = || HeadHome::open(reg, model, on);
+    Ok(match &a.decision_head {
+        Some(path) => Some(head_file::load(model, path, home()?)?),
+        None if DecisionHead::declared_in(model) => DecisionHead::from_model(model, home()?)?,
+        None => None,
+    })
+}
+
 /// Loads the model and starts the scheduler thread.
 fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     let reg = Registry::load_all(plugin_dirs)?;
@@ -387,30 +417,17 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         n_vocab: hp.n_vocab as usize,
     };
     let body_limit = guard::body_limit(n_ctx as usize, tok.max_token_bytes());
-    let head = match &a.decision_head {
-        Some(path) => Some(bloomery_exec::decision::head_file::load(&model, path)?),
-        None => bloomery_exec::decision::DecisionHead::from_model(&model)?,
-    };
-    // The head runs on the backbone's device, and only the CPU plugins have its kernels
-    // (AttentionDense, SpanMean): a backbone on the card would take the head there, which
-    // `--decision-head-device cpu` says it does not.
-    if head.is_some() && !model.kernel_plugin().starts_with("cpu-") {
-        anyhow::bail!(
-            "the decision head runs on the backbone's device ({}), which has no kernels for it yet: \
-             load the model on the CPU (-ngl 0) to serve /v1/systemone",
-            model.kernel_plugin()
-        );
-    }
+    let head = decision_head(&reg, &model, a)?;
     let decision = match &head {
         Some(h) => {
             tracing::info!(
-                "decision head from {}: width {}, {} heads, {} routing + {} decoder blocks, on the {}",
+                "decision head from {}: width {}, {} heads, {} routing + {} decoder blocks, on {}",
                 h.source_name,
                 h.hp.width,
                 h.hp.n_head,
                 h.hp.n_routing,
                 h.hp.n_joint,
-                a.decision_head_device
+                h.device_plugin()
             );
             Some(Arc::new(systemone::decider(meta, &arch, &tok)?))
         }

@@ -7,7 +7,8 @@
 // quantized tiles on the tensor-core primitives of mma.cuh), rope.cuh (RoPE, and the per-head norm
 // + RoPE with its cache stores), cache_store.cuh (the K/V cache store), router.cuh (small F32
 // products and MoE routing), moe.cuh and moe_batch.cuh (routed experts of decode and of prompt
-// batches), attention.cuh (attention over the K/V cache), recurrent.cuh (ConvCausal, DeltaRule).
+// batches), attention.cuh (attention over the K/V cache), recurrent.cuh (ConvCausal, DeltaRule),
+// dense.cuh (LayerNorm, Softmax, Concat, span means, attention between graph tensors).
 // common.cuh holds the shared reductions and quant.cuh the GGUF weight blocks. Tensors are
 // contiguous rows (a Copy source may be any view); sizes are checked by the host before launch.
 // Numerics follow the CPU reference (kernels/cpu): quantized products take activations quantized
@@ -52,6 +53,7 @@
 #include "moe_batch.cuh"
 #include "attention.cuh"
 #include "recurrent.cuh"
+#include "dense.cuh"
 
 // ---- profiling: hold the stream for `ns` nanoseconds (one thread), so that the host can queue a
 // whole pass before its first kernel runs and event pairs then time kernels, not launches.

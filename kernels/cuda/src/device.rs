@@ -369,6 +369,9 @@ impl KernelDevice for CudaDevice {
                     "MoeExperts: hidden rows laid out in pairs for down rows that do not suit \
                      that layout (on the card)",
                 )),
+                7 => Err(PluginError::invalid(
+                    "SpanMean: a span empty or outside its rows (on the card)",
+                )),
                 code => Err(PluginError::device(format!(
                     "a kernel reported error {code}"
                 ))),

@@ -10,6 +10,7 @@ use super::{Case, Fill, Spec};
 mod attention;
 mod cache_store;
 mod copy;
+mod dense;
 mod elementwise;
 mod matmul;
 mod moe;
@@ -19,7 +20,7 @@ mod rope;
 mod router;
 
 /// Each family's cases for an `(op, dtype)` pair: none for the pairs of other families.
-const FAMILIES: [fn(OpKind, DType) -> Vec<Case>; 10] = [
+const FAMILIES: [fn(OpKind, DType) -> Vec<Case>; 11] = [
     elementwise::cases,
     copy::cases,
     norm::cases,
@@ -30,6 +31,7 @@ const FAMILIES: [fn(OpKind, DType) -> Vec<Case>; 10] = [
     router::cases,
     moe::cases,
     recurrent::cases,
+    dense::cases,
 ];
 
 /// The cases for one `(op, dtype)` pair; empty when none is written yet.

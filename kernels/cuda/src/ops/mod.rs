@@ -7,7 +7,8 @@
 //! positions, YaRN), `cache_store` (the K/V cache store), `attention` (over an f32 or f16 cache),
 //! `router` (MoE routing), `moe` and `moe_batch` (routed experts of F32 or [`QUANT_TYPES`] stacks,
 //! decode and prompt batches), `recurrent` (the causal conv and gated delta rule of
-//! linear-attention layers); `fused` launches runs of consecutive calls as one kernel, one module
+//! linear-attention layers), `dense` (LayerNorm, Softmax, Concat, span means and attention between
+//! graph tensors: the ops of decision heads); `fused` launches runs of consecutive calls as one kernel, one module
 //! per pattern. The quantized types are Q8_0, Q4_K, Q6_K, Q5_K, Q5_0, Q4_0, Q5_1, IQ4_XS, IQ4_NL,
 //! MXFP4, Q3_K and IQ3_XXS; `cu/quant.cuh` unpacks each GGUF block layout once for all of these
 //! kernels (`quant`). This module holds what no op owns: the [`Launcher`] (the loaded kernels, the
@@ -31,6 +32,7 @@ mod activations;
 mod attention;
 mod cache_store;
 mod copy;
+mod dense;
 mod elementwise;
 mod fused;
 mod launch;
@@ -53,7 +55,7 @@ pub use launch::Args;
 pub use quant::QUANT_TYPES;
 
 /// Each family's claim: the `(op, dtypes)` pairs its launcher implements, each op in one family.
-const FAMILIES: [fn() -> Vec<OpSupport>; 10] = [
+const FAMILIES: [fn() -> Vec<OpSupport>; 11] = [
     elementwise::claims,
     copy::claims,
     norm::claims,
@@ -64,6 +66,7 @@ const FAMILIES: [fn() -> Vec<OpSupport>; 10] = [
     router::claims,
     moe::claims,
     recurrent::claims,
+    dense::claims,
 ];
 
 /// Every `(op, dtype)` pair the kernels implement (none for a bundle built without them): the
@@ -369,6 +372,13 @@ impl Launcher {
             Op::MoeExperts(p) => self.moe(&addr, &src, c, p, held, None),
             Op::ConvCausal { taps } => self.conv_causal(&addr, &src, c, taps),
             Op::DeltaRule(p) => self.delta_rule(&addr, &src, c, p),
+            Op::LayerNorm { eps } => self.layer_norm(&addr, &src, c, eps),
+            Op::Softmax { scale } => self.softmax(&addr, &src, c, scale),
+            Op::Concat => self.concat(&addr, &src, c),
+            Op::SpanMean => self.span_mean(&addr, &src, c),
+            Op::AttentionDense { scale, causal } => {
+                self.attention_dense(&addr, &src, c, scale, causal)
+            }
             other => Err(PluginError::unsupported(
                 format!("op {} on the CUDA bundles", other.kind()),
                 &[],
@@ -477,6 +487,11 @@ mod tests {
         "bl_delta_rule_step",
         "bl_delta_rule_prep",
         "bl_delta_rule_chunks",
+        "bl_layer_norm_f32",
+        "bl_softmax_f32",
+        "bl_concat_f32",
+        "bl_span_mean_f32",
+        "bl_attention_dense_f32",
         "bl_hold",
     ];
 
@@ -511,6 +526,7 @@ mod tests {
             include_str!("attention.rs"),
             include_str!("cache_store.rs"),
             include_str!("copy.rs"),
+            include_str!("dense.rs"),
             include_str!("elementwise.rs"),
             include_str!("matmul.rs"),
             include_str!("moe.rs"),
