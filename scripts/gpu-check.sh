@@ -461,7 +461,7 @@ stop_server() {
 }
 
 # The prompt cache on the card: a restored prefix gives the tokens the slot held (tiny F32 file
-# $1; a hybrid's restores its recurrent state from checkpoints).
+# $1; with $2 = --checkpoints, a hybrid's, restored to its checkpoints).
 check_prompt_cache() {
   local port name=$1 log="$out/serve-prompt-cache-$1.log" report="$out/prompt-cache-$1.txt"
   port=$(free_port)
@@ -474,7 +474,7 @@ check_prompt_cache() {
     return
   fi
   if python3 scripts/prompt_cache_bench.py --url "http://127.0.0.1:$port" --slots 4 --vocab 512 \
-    --prefix 1000 > "$report" 2>&1; then
+    --prefix 1000 ${2:+"$2"} > "$report" 2>&1; then
     echo "ok   prompt cache on the card ($name): $(head -1 "$report")"
   else
     fail "prompt cache on the card ($name): $(tail -1 "$report") [$report]"
@@ -525,7 +525,7 @@ check_suite() {
   fi
   echo "== prompt cache (${SECONDS} s)"
   check_prompt_cache qwen3moe-f32
-  check_prompt_cache solar-open2-f32
+  check_prompt_cache solar-open2-f32 --checkpoints
   finish
 }
 
