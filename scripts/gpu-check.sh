@@ -29,6 +29,11 @@
 #                                 cache and time to first token (scripts/prompt_cache_bench.py),
 #                                 then total tok/s of 1, 2 and 4 streams (scripts/server_bench.py)
 #                                 on the card and with every expert on the host, with PREV.
+#   scripts/gpu-check.sh solar2speed  on the GPU machine: `bloomery bench -p 512 -n 64 -d
+#                                 512,16384 -r 2` of Solar-Open2 at its real widths, 12 layers (3
+#                                 gated GQA + 9 KDA), 320 Q4_K experts a layer, the rest Q8_0
+#                                 (about 35 GB, written to /dev/shm on first use), all on the card
+#                                 and with every expert on the host; the tables at the end.
 #
 # Settings (environment):
 #   OUT         folder that receives the packed logs and the tables.
@@ -37,7 +42,9 @@
 #   SKIP_30B    check: leave out the 30B-A3B file's greedy text (its synth takes a while).
 #   FILES       bench, compare, serve: 30b, 35b and/or solar100 (default 30b 35b; serve: 30b).
 #   SOLAR_LAYERS  the solar100 file's depth (default 48, the whole model).
-#   PLACEMENTS  bench, compare: bloomery's flags, ';'-separated (default below).
+#   PLACEMENTS  bench, compare, solar2speed: bloomery's flags, ';'-separated (default below;
+#               solar2speed: "-ngl 99;-ngl 99 -cmoe").
+#   DEPTHS      solar2speed: bench's -d list (default 512,16384).
 #   LLAMA_PLACEMENTS  compare: llama-bench's flags, ';'-separated (default below).
 #   ROUNDS      bench, compare, kvdepth: rounds (default 2); builds and engines alternate which
 #               goes first.
@@ -56,9 +63,9 @@ cd "$(dirname "$0")/.."
 
 suite=${1:-}
 case $suite in
-  build | check | bench | compare | kvdepth | serve) ;;
+  build | check | bench | compare | kvdepth | serve | solar2speed) ;;
   *)
-    echo "usage: scripts/gpu-check.sh build|check|bench|compare|kvdepth|serve (see the top of the file)" >&2
+    echo "usage: scripts/gpu-check.sh build|check|bench|compare|kvdepth|serve|solar2speed (see the top of the file)" >&2
     exit 2
     ;;
 esac
@@ -120,15 +127,17 @@ slug() { echo "$*" | sed -E 's/(^| )-+/\1/g; s/ +/_/g; s/[^A-Za-z0-9._]/-/g'; }
 # an interrupted synth is never taken for the file); each prints its path. 30b: the Qwen3-30B-A3B shape, experts Q4_K
 # and attention/embeddings/output Q8_0; 35b: the Qwen3.6-35B-A3B hybrid, experts Q4_K, the rest
 # Q8_0; solar100: Solar-Open-100B (glm4moe) at SOLAR_LAYERS of its 48 layers (default 48, about
-# 61 GB), experts Q4_K, the rest Q8_0. Written with explicit returns: callers may test it (errexit
-# off).
+# 61 GB), experts Q4_K, the rest Q8_0; solar2: Solar-Open2-250B's first 12 layers (every fourth
+# from layer 0 gated GQA, the others KDA), 320 experts a layer in Q4_K, the rest Q8_0. Written
+# with explicit returns: callers may test it (errexit off).
 big_file() {
   local f start=$SECONDS
   case $1 in
     30b) f=/dev/shm/q3-30b-a3b-q4k.gguf ;;
     35b) f=/dev/shm/q36-35b-a3b-q4k.gguf ;;
     solar100) f=/dev/shm/solar-open-100b-L${SOLAR_LAYERS:-48}-q4k.gguf ;;
-    *) echo "gpu-check: unknown file '$1' (30b, 35b or solar100)" >&2; return 2 ;;
+    solar2) f=/dev/shm/solar-open2-250b-12l-q4k.gguf ;;
+    *) echo "gpu-check: unknown file '$1' (30b, 35b, solar100 or solar2)" >&2; return 2 ;;
   esac
   if [ ! -f "$f" ]; then
     local q8="--attn Q8_0 --embd Q8_0 --output-type Q8_0"
@@ -139,6 +148,8 @@ big_file() {
         -o "$f.part" > /dev/null ;;
       solar100) bl synth --arch glm4moe --preset solar-open-100b --layers "${SOLAR_LAYERS:-48}" \
         --experts Q4_K $q8 --dense Q8_0 -o "$f.part" > /dev/null ;;
+      solar2) bl synth --arch solar-open2 --preset 250b --layers 12 --experts Q4_K $q8 --dense Q8_0 \
+        -o "$f.part" > /dev/null ;;
     esac || return 1
     mv "$f.part" "$f" || return 1
     echo "synth $1: $((SECONDS - start)) s" >&2
@@ -208,6 +219,11 @@ tiny_files() {
     synth_tiny qwen35moe-q4_k qwen35moe --experts Q4_K $q8 --dense Q8_0
     synth_tiny qwen35-f32 qwen35
     synth_tiny qwen35-q8_0 qwen35 --experts Q8_0 $q8 --dense Q8_0
+    # Kimi Delta Attention (a decay per head and key dim): Solar-Open2 (KDA + gated NoPE GQA) and
+    # Kimi-Linear (all KDA, a dense lead layer).
+    synth_tiny solar-open2-f32 solar-open2
+    synth_tiny solar-open2-q8_0 solar-open2 --experts Q8_0 $q8 --dense Q8_0
+    synth_tiny kimi-linear-f32 kimi-linear
     # GLM dialect: Q/K/V biases, QK-norm, half the head rotated, a dense lead layer, x2.5.
     synth_tiny glm4moe-f32 glm4moe
     synth_tiny glm4moe-q5_0 glm4moe --experts Q5_0 $q8 --dense Q8_0
@@ -367,6 +383,13 @@ sixteen seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three tw
     fi
   done
   same_text qwen35-f32-short "$tiny/qwen35-f32.gguf" "$short" "-ngl 0" "-ngl 99"
+  # KDA on the card: decode (the step-wise kernel) after a short prompt, and a prompt of more
+  # than 64 tokens (the card's chunked form, 64-row chunks).
+  local longer="$long $long $long $long"
+  for f in solar-open2-f32 kimi-linear-f32; do
+    same_text "$f-short" "$tiny/$f.gguf" "$short" "-ngl 0" "-ngl 99" "-ngl 99 -cmoe"
+    same_text "$f-longer" "$tiny/$f.gguf" "$longer" "-ngl 0" "-ngl 99"
+  done
   # Quantized K/V caches (-ctk/-ctv), rotated as llama.cpp's: the card's store, decode and flash
   # prompt forms (q8_0, q4_0) and its run-time-typed scores form (a q8_0 K beside an f16 V,
   # iq4_nl) against the CPU's (which scores q quantized to Q8, as llama.cpp's CPU does: a near
@@ -447,23 +470,24 @@ stop_server() {
   server=""
 }
 
-# The prompt cache on the card: a restored prefix gives the tokens the slot held (tiny F32 file).
+# The prompt cache on the card: a restored prefix gives the tokens the slot held (tiny F32 file
+# $1; with $2 = --checkpoints, a hybrid's, restored to its checkpoints).
 check_prompt_cache() {
-  local port log="$out/serve-prompt-cache.log"
+  local port name=$1 log="$out/serve-prompt-cache-$1.log" report="$out/prompt-cache-$1.txt"
   port=$(free_port)
   # The binary itself in the background (not `bl`), so that $! is the server.
-  dist/bloomery --plugin-dir dist/plugins serve -m "$tiny/qwen3moe-f32.gguf" -ngl 99 -np 4 \
+  dist/bloomery --plugin-dir dist/plugins serve -m "$tiny/$name.gguf" -ngl 99 -np 4 \
     -c 16384 --port "$port" > "$log" 2>&1 &
   server=$!
   if ! wait_ready "$port" "$server"; then
-    fail "serve -ngl 99 (tiny file) did not start: $(why "$log") [$log]"
+    fail "serve -ngl 99 ($name) did not start: $(why "$log") [$log]"
     return
   fi
   if python3 scripts/prompt_cache_bench.py --url "http://127.0.0.1:$port" --slots 4 --vocab 512 \
-    --prefix 1000 > "$out/prompt-cache.txt" 2>&1; then
-    echo "ok   prompt cache on the card: $(head -1 "$out/prompt-cache.txt")"
+    --prefix 1000 ${2:+"$2"} > "$report" 2>&1; then
+    echo "ok   prompt cache on the card ($name): $(head -1 "$report")"
   else
-    fail "prompt cache on the card: $(tail -1 "$out/prompt-cache.txt") [$out/prompt-cache.txt]"
+    fail "prompt cache on the card ($name): $(tail -1 "$report") [$report]"
   fi
   stop_server "$log"
 }
@@ -544,12 +568,13 @@ check_suite() {
     # its third decode step since 6cb104e); Q4_K the same (1.26-1.38e-2). The hybrids' Q8_0 files
     # 2e-2; their Q4_K experts sit up to 2.6e-1 at decode step 2, fused shared expert or not.
     # The bands catch gross errors (a wrong scale or block gives about 1); the op cases the fine
-    # ones.
-    opcheck "$b" 1 1e-5 qwen3moe-f32 qwen35moe-f32 qwen35-f32 glm4moe-f32
+    # ones. The KDA files sit in the hybrids' bands.
+    opcheck "$b" 1 1e-5 qwen3moe-f32 qwen35moe-f32 qwen35-f32 glm4moe-f32 solar-open2-f32 \
+      kimi-linear-f32
     opcheck "$b" 2 5e-2 qwen3moe-q8_0
     opcheck "$b" 3 1.5e-1 qwen3moe-q6_k qwen3moe-q5_k
     opcheck "$b" 4 1e-1 qwen3moe-q4_k glm4moe-q5_0
-    opcheck "$b" 5 2e-2 qwen35moe-q8_0 qwen35-q8_0
+    opcheck "$b" 5 2e-2 qwen35moe-q8_0 qwen35-q8_0 solar-open2-q8_0
     opcheck "$b" 6 3e-1 qwen35moe-q4_k
     # The dp4a form of the batched products (the int8 tensor-core tiles otherwise).
     MMQ=dp4a opcheck "$b" 7 1e-1 qwen3moe-q4_k
@@ -561,7 +586,8 @@ check_suite() {
     check_30b_text
   fi
   echo "== prompt cache (${SECONDS} s)"
-  check_prompt_cache
+  check_prompt_cache qwen3moe-f32
+  check_prompt_cache solar-open2-f32 --checkpoints
   echo "== decision head on the card and beside it (${SECONDS} s)"
   check_decision_head
   finish
@@ -670,6 +696,26 @@ kvdepth_suite() {
     done
   done
   rounds_table "$out/rows.tsv" | tee "$out/table.md"
+  finish
+}
+
+# Solar-Open2 at its real widths, 12 layers: decode and pp512 at each depth of DEPTHS, under each
+# placement; bench's own tables (one per placement) at the end.
+solar2speed_suite() {
+  local f p round placements log
+  IFS=';' read -r -a placements <<< "${PLACEMENTS:-"-ngl 99;-ngl 99 -cmoe"}"
+  f=$(big_file solar2)
+  for round in $(seq "${ROUNDS:-1}"); do
+    for p in "${placements[@]}"; do
+      log="$out/bench-solar2-$(slug "$p")-r$round.txt"
+      # shellcheck disable=SC2086
+      if bl bench -m "$f" -p 512 -n 64 -d "${DEPTHS:-512,16384}" -r 2 $p > "$log" 2>&1; then
+        { echo "solar2 \`$p\` round $round:"; grep "|" "$log"; echo; } | tee -a "$out/table.md"
+      else
+        fail "solar2 bench '$p' round $round: $(why "$log") [$log]"
+      fi
+    done
+  done
   finish
 }
 

@@ -193,3 +193,42 @@ fn a_checkpoint_restores_the_state_it_was_taken_at() {
         assert!(max_rel(&wrong, &first) > 1e-3, "{arch}");
     }
 }
+
+/// `synth --arch solar-open2 --preset 250b --layers 12` (the speed file, too big to write
+/// here): Solar-Open2's real widths, layers 0, 4 and 8 gated GQA with 8 KV heads, the other nine
+/// KDA, 320 experts a layer.
+#[test]
+fn the_250b_preset_cut_to_12_layers_is_3_gqa_and_9_kda_layers() {
+    use bloomery_plugin_api::meta::MetaValue;
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let presets = reg.model_for("solar-open2").unwrap().module.synth_presets()();
+    let full = presets.iter().find(|p| p.name.as_str() == "250b").unwrap();
+    let p = bloomery::synth::depth::first_layers(full, 12).unwrap();
+    let meta = |k: &str| {
+        let e = p.metadata.iter().find(|e| e.key.as_str() == k);
+        e.unwrap_or_else(|| panic!("no {k}")).value.clone()
+    };
+    assert_eq!(meta("solar-open2.block_count").as_u64(), Some(12));
+    assert_eq!(meta("solar-open2.expert_count").as_u64(), Some(320));
+    let kv: Vec<u64> = match meta("solar-open2.attention.head_count_kv") {
+        MetaValue::Array(v) => v.iter().map(|x| x.as_u64().unwrap()).collect(),
+        v => panic!("head_count_kv {v:?}"),
+    };
+    assert_eq!(kv, [8, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0]);
+    let has = |il: u32, t: &str| {
+        let name = format!("blk.{il}.{t}.weight");
+        p.tensors.iter().any(|x| x.name.as_str() == name)
+    };
+    for il in 0..12 {
+        let gqa = il % 4 == 0;
+        assert_eq!(has(il, "attn_gate"), gqa, "layer {il}");
+        assert_eq!(has(il, "ssm_f_a"), !gqa, "layer {il}");
+        assert!(has(il, "ffn_gate_exps"), "layer {il}");
+    }
+    assert!(!p.tensors.iter().any(|x| x.name.starts_with("blk.12.")));
+    let gate = p
+        .tensors
+        .iter()
+        .find(|x| x.name.as_str() == "blk.1.ffn_gate_exps.weight");
+    assert_eq!(gate.unwrap().ne, [4096, 1280, 320, 1]);
+}

@@ -99,7 +99,9 @@ extern "C" __global__ void bl_conv_causal_state(const float* x, float* state, co
 // ---- DeltaRule -----------------------------------------------------------------------------------
 // Per row and value head h (key head h % hk), with S the [dk, dv] state (S[i][j] at
 // (h * dv + j) * dk + i): S <- exp(gate) S; d = beta_scale * beta * (v - S^T k); S <- S + k d^T;
-// out = scale * S^T q. Column j of S evolves on its own (d_j and out_j read only column j).
+// out = scale * S^T q. Column j of S evolves on its own (d_j and out_j read only column j). The
+// gate is one log decay per (row, head) (GDN, `per_dim` 0, gate [hv, rows]) or one per (row, head,
+// key dim) (KDA, `per_dim` 1, gate [dk, hv, rows]), which scales row i of S.
 //
 // Batches of fewer than DR_CHUNK rows run the step-wise form on every segment. Larger ones first
 // list their segments (`bl_delta_rule_table`); segments of DR_CHUNK rows or more then run the
@@ -218,7 +220,8 @@ template <int E>
 static __device__ void delta_step(const float* q, const float* k, const float* v, const float* gate,
                                   const float* beta, float* state, const int* slots, const int* pos, float* out,
                                   int* tab, int max_short, int max_long, int max_chunks, int hk, int hv, int dk,
-                                  int dv, int rows, int n_slots, float scale, float beta_scale, int* err) {
+                                  int dv, int rows, int n_slots, float scale, float beta_scale, int per_dim,
+                                  int* err) {
     const int h = blockIdx.z;
     int r0 = blockIdx.x;
     if (tab) {
@@ -249,7 +252,8 @@ static __device__ void delta_step(const float* q, const float* k, const float* v
     for (int r = r0; r < end; ++r) {
         const float* kr = k + ((long long)r * hk + kh) * dk;
         const float* qr = q + ((long long)r * hk + kh) * dk;
-        const float g = expf(gate[(long long)r * hv + h]);
+        const float* gr = gate + ((long long)r * hv + h) * (per_dim ? dk : 1);
+        const float g = per_dim ? 0.0f : expf(gr[0]);
         const float b = beta_scale * beta[(long long)r * hv + h];
         const float vj = col ? v[((long long)r * hv + h) * dv + j] : 0.0f;
         float kk[E], qq[E];
@@ -259,7 +263,7 @@ static __device__ void delta_step(const float* q, const float* k, const float* v
             const int i = l + DR_GROUP * e;
             kk[e] = i < dk ? kr[i] : 0.0f;
             qq[e] = i < dk ? qr[i] : 0.0f;
-            s[e] *= g;
+            s[e] *= per_dim ? (i < dk ? expf(gr[i]) : 0.0f) : g;
             kv += s[e] * kk[e];
         }
         const float d = b * (vj - group_sum(kv));
@@ -283,11 +287,11 @@ extern "C" __global__ void __launch_bounds__(128)
     bl_delta_rule_step(const float* q, const float* k, const float* v, const float* gate, const float* beta,
                        float* state, const int* slots, const int* pos, float* out, int* tab, int max_short,
                        int max_long, int max_chunks, int hk, int hv, int dk, int dv, int rows, int n_slots,
-                       float scale, float beta_scale, int* err) {
+                       float scale, float beta_scale, int per_dim, int* err) {
     KERNEL_ENTRY();
 #define DR_STEP(E)                                                                                                 \
     delta_step<E>(q, k, v, gate, beta, state, slots, pos, out, tab, max_short, max_long, max_chunks, hk, hv, dk, dv, \
-                  rows, n_slots, scale, beta_scale, err)
+                  rows, n_slots, scale, beta_scale, per_dim, err)
     if (dk <= 4 * DR_GROUP) DR_STEP(4);
     else if (dk <= 8 * DR_GROUP) DR_STEP(8);
     else if (dk <= 16 * DR_GROUP) DR_STEP(16);
@@ -622,6 +626,127 @@ extern "C" __global__ void __launch_bounds__(256)
     }
 }
 
+// The per-dimension form of `prep` (KDA): with Gam_t = exp(G_t) now a vector (G_t the cumulative
+// sum of row t's gates per key dim) and R(t, s) = exp(G_t - G_s) the decay from row s to row t,
+//   A[t][s] = b_t k_t.(R(t, s) k_s) (s < t),  P[t][s] = q_t.(R(t, s) k_s) (s <= t),
+//   W = T diag(b) (Gam K),  and for `chunks`: Qg_t = Gam_t q_t,  Kg_t = R(L-1, t) k_t,  gl = Gam_{L-1},
+// so that D = U - W S0, out_t = scale * (Qg_t^T S0 + sum_{s <= t} P[t][s] d_s) and
+// S = diag(gl) S0 + sum_t Kg_t d_t^T. G is summed in f64: R(t, s) comes from the difference of two
+// sums that an unbounded gate drives to thousands, where f32 would lose the small decays' digits.
+// Only R(t, s) with s <= t is ever formed, so with gates <= 0 every factor lies in [0, 1] and one
+// that underflows is the exact limit, zero. G (scratch area gs) is written as zeros: `chunks` then
+// takes its per-head factors as 1 and reads Qg, Kg and gl instead.
+#define DR_SLAB 16
+
+extern "C" __global__ void __launch_bounds__(256)
+    bl_delta_rule_prep_dim(const float* q, const float* k, const float* v, const float* gate, const float* beta,
+                           int* tab, int rows, int max_short, int max_long, int max_chunks, int hk, int hv, int dk,
+                           int dv, float beta_scale, float* gs, float* ps, float* ws, float* us, float* qg, float* kg,
+                           float* gl) {
+    KERNEL_ENTRY();
+    __shared__ float B[DR_CHUNK];
+    __shared__ float Ks[DR_CHUNK][DR_SLAB + 1], Qs[DR_CHUNK][DR_SLAB + 1];
+    __shared__ double G[DR_CHUNK][DR_SLAB + 1];
+    __shared__ float As[DR_CHUNK][DR_CHUNK + 1];
+    const DrTable tb = dr_table(tab, rows, max_short, max_long, max_chunks);
+    const int ci = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
+    if (ci >= tb.count[2]) return;
+    const int r0 = tb.chunk_row[ci], L = tb.chunk_len[ci];
+    const int kh = h % hk;
+    const long long idx = (long long)ci * hv + h;
+    if (tid < DR_CHUNK) {
+        B[tid] = tid < L ? beta_scale * beta[(long long)(r0 + tid) * hv + h] : 0.0f;
+        gs[idx * DR_CHUNK + tid] = 0.0f;
+    }
+    // Thread (a, c) takes pairs (t, s) = (a + 16u, c + 16w).
+    const int a = tid / 16, c = tid % 16;
+    float kk[4][4], qk[4][4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int w = 0; w < 4; ++w) kk[u][w] = qk[u][w] = 0.0f;
+    for (int i0 = 0; i0 < dk; i0 += DR_SLAB) {
+        __syncthreads();
+        for (int p = tid; p < DR_CHUNK * DR_SLAB; p += blockDim.x) {
+            const int t = p / DR_SLAB, i = p % DR_SLAB;
+            const bool in = t < L && i0 + i < dk;
+            const long long at = ((long long)(r0 + t) * hk + kh) * dk + i0 + i;
+            Ks[t][i] = in ? k[at] : 0.0f;
+            Qs[t][i] = in ? q[at] : 0.0f;
+            G[t][i] = in ? (double)gate[((long long)(r0 + t) * hv + h) * dk + i0 + i] : 0.0;
+        }
+        __syncthreads();
+        if (tid < DR_SLAB) {
+            double acc = 0.0;
+            for (int t = 0; t < DR_CHUNK; ++t) G[t][tid] = acc += G[t][tid];
+        }
+        __syncthreads();
+        // The right-hand side of W (solved in place below), Qg, Kg and gl of this slab.
+        for (int p = tid; p < DR_CHUNK * DR_SLAB; p += blockDim.x) {
+            const int t = p / DR_SLAB, i = p % DR_SLAB;
+            if (i0 + i >= dk) continue;
+            const bool live = t < L;
+            const float e = live ? expf((float)G[t][i]) : 0.0f;
+            const long long at = (idx * DR_CHUNK + t) * dk + i0 + i;
+            ws[at] = B[t] * e * Ks[t][i];
+            qg[at] = e * Qs[t][i];
+            kg[at] = live ? expf((float)(G[L - 1][i] - G[t][i])) * Ks[t][i] : 0.0f;
+            if (t == 0) gl[idx * dk + i0 + i] = expf((float)G[L - 1][i]);
+        }
+#pragma unroll 4
+        for (int i = 0; i < DR_SLAB; ++i) {
+            float kr[4], qr[4], kc[4];
+            double gr[4], gc[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                kr[u] = Ks[a + 16 * u][i];
+                qr[u] = Qs[a + 16 * u][i];
+                kc[u] = Ks[c + 16 * u][i];
+                gr[u] = G[a + 16 * u][i];
+                gc[u] = G[c + 16 * u][i];
+            }
+#pragma unroll
+            for (int u = 0; u < 4; ++u)
+#pragma unroll
+                for (int w = 0; w < 4; ++w)
+                    if (c + 16 * w <= a + 16 * u) {
+                        const float kd = kc[w] * expf((float)(gr[u] - gc[w]));
+                        kk[u][w] += kr[u] * kd;
+                        qk[u][w] += qr[u] * kd;
+                    }
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            const int t = a + 16 * u, s = c + 16 * w;
+            As[t][s] = s < t && t < L ? B[t] * kk[u][w] : 0.0f;
+            ps[(idx * DR_CHUNK + t) * DR_CHUNK + s] = s <= t && t < L ? qk[u][w] : 0.0f;
+        }
+    __syncthreads();
+    // Forward substitution as in `prep`, a thread per column of [W | U]; W's right-hand side is in
+    // place (this thread's column only, written above and read back after the barrier).
+    const volatile float* av = &As[0][0];
+    for (int col = tid; col < dk + dv; col += blockDim.x) {
+        const bool is_w = col < dk;
+        float* dst = is_w ? ws + idx * DR_CHUNK * dk + col : us + idx * DR_CHUNK * dv + (col - dk);
+        const int ld = is_w ? dk : dv;
+        const float* vs = v + (long long)h * dv + (col - dk);
+        float x[DR_CHUNK];
+#pragma unroll
+        for (int t = 0; t < DR_CHUNK; ++t) {
+            float acc = t >= L ? 0.0f : is_w ? dst[(long long)t * ld] : B[t] * vs[(long long)(r0 + t) * hv * dv];
+#pragma unroll
+            for (int s = 0; s < t; ++s) acc -= av[t * (DR_CHUNK + 1) + s] * x[s];
+            x[t] = acc;
+        }
+#pragma unroll
+        for (int t = 0; t < DR_CHUNK; ++t)
+            if (t < L) dst[(long long)t * ld] = x[t];
+    }
+}
+
 // Shared memory of one `chunks` block: its slice of the state, the chunk's D, and G, exp(G),
 // exp(G_{L-1} - G).
 struct DrSmem {
@@ -633,11 +758,14 @@ struct DrSmem {
 // Per (long segment, 16 columns of the state, value head), 128 threads: the segment's chunks in
 // order. Thread (tt, tj) computes rows tt and tt + 32 of D and of the output at columns
 // 4 tj .. 4 tj + 3, then rows tt + 32 m (m < M, dk <= 32 M) of the new state at those columns.
-template <int M>
+// With a per-dimension gate (PD, `gl` set) the queries and keys are `prep_dim`'s Qg and Kg and
+// row i of the state decays by gl[i] (G is zero then, so the per-head factors are 1).
+template <int M, bool PD>
 static __device__ void delta_chunks(DrSmem* sm, const float* q, const float* k, float* state, const int* slots,
                                     const int* pos, const DrTable& tb, const float* gs, const float* ps,
-                                    const float* ws, const float* us, float* out, int hk, int hv, int dk, int dv,
-                                    int n_slots, float scale) {
+                                    const float* ws, const float* us, const float* qg, const float* kg,
+                                    const float* gl, float* out, int hk, int hv, int dk, int dv, int n_slots,
+                                    float scale) {
     const int sg = blockIdx.x, j0 = blockIdx.y * DR_COLS, h = blockIdx.z, tid = threadIdx.x;
     if (sg >= tb.count[1]) return;
     const int first = tb.long_row[sg];
@@ -670,7 +798,8 @@ static __device__ void delta_chunks(DrSmem* sm, const float* q, const float* k, 
             const int t = tt + 32 * u;
             live[u] = t < L;
             wr[u] = ws + (idx * DR_CHUNK + (live[u] ? t : 0)) * dk;
-            qr[u] = q + ((long long)(r0 + (live[u] ? t : 0)) * hk + kh) * dk;
+            qr[u] = PD ? qg + (idx * DR_CHUNK + (live[u] ? t : 0)) * dk
+                       : q + ((long long)(r0 + (live[u] ? t : 0)) * hk + kh) * dk;
 #pragma unroll
             for (int c = 0; c < 4; ++c) d[u][c] = o[u][c] = 0.0f;
         }
@@ -721,14 +850,16 @@ static __device__ void delta_chunks(DrSmem* sm, const float* q, const float* k, 
             }
         }
         // S = exp(G_{L-1}) S0 + sum_t exp(G_{L-1} - G_t) k_t d_t^T.
-        const float decay = sm->Ge[L - 1];
         float acc[M][4];
 #pragma unroll
-        for (int m = 0; m < M; ++m)
+        for (int m = 0; m < M; ++m) {
+            const int i = tt + 32 * m;
+            const float decay = i < dk ? sm->Ge[L - 1] * (PD ? gl[idx * dk + i] : 1.0f) : 0.0f;
 #pragma unroll
-            for (int c = 0; c < 4; ++c) acc[m][c] = tt + 32 * m < dk ? decay * sm->S[tt + 32 * m][4 * tj + c] : 0.0f;
+            for (int c = 0; c < 4; ++c) acc[m][c] = i < dk ? decay * sm->S[i][4 * tj + c] : 0.0f;
+        }
         for (int t = 0; t < L; ++t) {
-            const float* kr = k + ((long long)(r0 + t) * hk + kh) * dk;
+            const float* kr = PD ? kg + (idx * DR_CHUNK + t) * dk : k + ((long long)(r0 + t) * hk + kh) * dk;
             float dd[4];
 #pragma unroll
             for (int c = 0; c < 4; ++c) dd[c] = sm->Gd[t] * sm->D[t][4 * tj + c];
@@ -756,16 +887,26 @@ static __device__ void delta_chunks(DrSmem* sm, const float* q, const float* k, 
 extern "C" __global__ void __launch_bounds__(128)
     bl_delta_rule_chunks(const float* q, const float* k, float* state, const int* slots, const int* pos, int* tab,
                          int rows, int max_short, int max_long, int max_chunks, const float* gs, const float* ps,
-                         const float* ws, const float* us, float* out, int hk, int hv, int dk, int dv, int n_slots,
-                         float scale) {
+                         const float* ws, const float* us, const float* qg, const float* kg, const float* gl,
+                         float* out, int hk, int hv, int dk, int dv, int n_slots, float scale) {
     KERNEL_ENTRY();
     __shared__ DrSmem sm;
     const DrTable tb = dr_table(tab, rows, max_short, max_long, max_chunks);
-#define DR_CHUNKS(M) \
-    delta_chunks<M>(&sm, q, k, state, slots, pos, tb, gs, ps, ws, us, out, hk, hv, dk, dv, n_slots, scale)
-    if (dk <= 32) DR_CHUNKS(1);
-    else if (dk <= 64) DR_CHUNKS(2);
-    else if (dk <= 128) DR_CHUNKS(4);
-    else DR_CHUNKS(8);
+#define DR_CHUNKS(M)                                                                                              \
+    if (gl)                                                                                                       \
+        delta_chunks<M, true>(&sm, q, k, state, slots, pos, tb, gs, ps, ws, us, qg, kg, gl, out, hk, hv, dk, dv,  \
+                              n_slots, scale);                                                                    \
+    else                                                                                                          \
+        delta_chunks<M, false>(&sm, q, k, state, slots, pos, tb, gs, ps, ws, us, qg, kg, gl, out, hk, hv, dk, dv, \
+                               n_slots, scale)
+    if (dk <= 32) {
+        DR_CHUNKS(1);
+    } else if (dk <= 64) {
+        DR_CHUNKS(2);
+    } else if (dk <= 128) {
+        DR_CHUNKS(4);
+    } else {
+        DR_CHUNKS(8);
+    }
 #undef DR_CHUNKS
 }

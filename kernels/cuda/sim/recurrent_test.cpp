@@ -97,6 +97,7 @@ static bool conv_case(const char* name, int ch, int taps, int n_slots, const std
 struct Shape {
     int hk, hv, dk, dv, n_slots;
     float scale, beta_scale;
+    bool per_dim = false;  // a log decay per (head, key dim) (KDA), else per head (GDN)
 };
 
 struct Inputs {
@@ -112,11 +113,14 @@ static void dr_reference(const Shape& p, const Inputs& in, std::vector<double>& 
         if (starts(in.slots, in.pos, r) && in.pos[r] == 0) std::fill(st, st + per, 0.0);
         for (int h = 0; h < p.hv; ++h) {
             const long kq = (r * p.hk + h % p.hk) * p.dk;
-            const double g = std::exp((double)in.gate[r * p.hv + h]), b = p.beta_scale * in.beta[r * p.hv + h];
+            const double b = p.beta_scale * in.beta[r * p.hv + h];
+            auto decay = [&](int i) {
+                return std::exp((double)in.gate[p.per_dim ? (r * p.hv + h) * p.dk + i : r * p.hv + h]);
+            };
             for (int j = 0; j < p.dv; ++j) {
                 double* s = st + ((long)h * p.dv + j) * p.dk;
                 double kv = 0, o = 0;
-                for (int i = 0; i < p.dk; ++i) kv += (s[i] *= g) * in.k[kq + i];
+                for (int i = 0; i < p.dk; ++i) kv += (s[i] *= decay(i)) * in.k[kq + i];
                 const double d = b * (in.v[(r * p.hv + h) * p.dv + j] - kv);
                 for (int i = 0; i < p.dk; ++i) o += (s[i] += in.k[kq + i] * d) * in.q[kq + i];
                 out[(r * p.hv + h) * p.dv + j] = p.scale * o;
@@ -134,7 +138,7 @@ static bool dr_launch(const Shape& p, const Inputs& in, std::vector<float>& stat
         launch(Dim3{segments, cols, (unsigned)p.hv}, 128, [&] {
             bl_delta_rule_step(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), in.beta.data(), state.data(),
                                in.slots.data(), in.pos.data(), out.data(), tab, max_short, max_long, max_chunks,
-                               p.hk, p.hv, p.dk, p.dv, rows, p.n_slots, p.scale, p.beta_scale, err);
+                               p.hk, p.hv, p.dk, p.dv, rows, p.n_slots, p.scale, p.beta_scale, p.per_dim, err);
         });
     };
     if (rows < DR_CHUNK) {
@@ -147,25 +151,36 @@ static bool dr_launch(const Shape& p, const Inputs& in, std::vector<float>& stat
     std::vector<int> tab(3 + (rows + 1) + max_short + 3 * max_long + 1 + 2 * max_chunks, 0x5a5a5a5a);
     const long per = (long)max_chunks * p.hv * DR_CHUNK;
     std::vector<float> gs(per, NAN), ps(per * DR_CHUNK, NAN), ws(per * p.dk, NAN), us(per * p.dv, NAN);
+    // prep_dim's areas, absent (null) for a per-head decay.
+    std::vector<float> qg(p.per_dim ? per * p.dk : 0, NAN), kg(qg.size(), NAN);
+    std::vector<float> gl(p.per_dim ? (long)max_chunks * p.hv * p.dk : 0, NAN);
     launch(Dim3{1, 1, 1}, 1024, [&] {
         bl_delta_rule_table(in.slots.data(), in.pos.data(), tab.data(), rows, p.n_slots, max_short, max_long,
                             max_chunks, err);
     });
     step(tab.data(), max_short, max_long, max_chunks, max_short);
     launch(Dim3{(unsigned)max_chunks, (unsigned)p.hv, 1}, 256, [&] {
-        bl_delta_rule_prep(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), in.beta.data(), tab.data(), rows,
-                           max_short, max_long, max_chunks, p.hk, p.hv, p.dk, p.dv, p.beta_scale, gs.data(),
-                           ps.data(), ws.data(), us.data());
+        if (p.per_dim)
+            bl_delta_rule_prep_dim(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), in.beta.data(), tab.data(),
+                                   rows, max_short, max_long, max_chunks, p.hk, p.hv, p.dk, p.dv, p.beta_scale,
+                                   gs.data(), ps.data(), ws.data(), us.data(), qg.data(), kg.data(), gl.data());
+        else
+            bl_delta_rule_prep(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), in.beta.data(), tab.data(),
+                               rows, max_short, max_long, max_chunks, p.hk, p.hv, p.dk, p.dv, p.beta_scale,
+                               gs.data(), ps.data(), ws.data(), us.data());
     });
     launch(Dim3{(unsigned)max_long, (unsigned)((p.dv + DR_COLS - 1) / DR_COLS), (unsigned)p.hv}, 128, [&] {
         bl_delta_rule_chunks(in.q.data(), in.k.data(), state.data(), in.slots.data(), in.pos.data(), tab.data(), rows,
-                             max_short, max_long, max_chunks, gs.data(), ps.data(), ws.data(), us.data(), out.data(),
-                             p.hk, p.hv, p.dk, p.dv, p.n_slots, p.scale);
+                             max_short, max_long, max_chunks, gs.data(), ps.data(), ws.data(), us.data(),
+                             p.per_dim ? qg.data() : nullptr, p.per_dim ? kg.data() : nullptr,
+                             p.per_dim ? gl.data() : nullptr, out.data(), p.hk, p.hv, p.dk, p.dv, p.n_slots,
+                             p.scale);
     });
     return true;
 }
 
-// Unit-norm queries and keys (as after L2Norm), log decays in [gmin, gmax), beta in [0, 1).
+// Unit-norm queries and keys (as after L2Norm), log decays in [gmin, gmax) (per head, or per
+// (head, key dim)), beta in [0, 1).
 static Inputs dr_inputs(const Shape& p, const std::vector<Run>& runs, float gmin, float gmax) {
     Inputs in;
     rows_of(runs, in.slots, in.pos);
@@ -184,7 +199,7 @@ static Inputs dr_inputs(const Shape& p, const std::vector<Run>& runs, float gmin
         }
     in.v.resize(rows * p.hv * p.dv);
     for (float& a : in.v) a = uniform(-1, 1);
-    in.gate.resize(rows * p.hv);
+    in.gate.resize(rows * p.hv * (p.per_dim ? p.dk : 1));
     for (float& a : in.gate) a = uniform(gmin, gmax);
     in.beta.resize(rows * p.hv);
     for (float& a : in.beta) a = uniform(0, 1);
@@ -201,8 +216,8 @@ static bool dr_case(const char* name, const Shape& p, const std::vector<Run>& ru
     const bool chunked = dr_launch(p, in, state, out, &err);
     const double eo = rel(out, want), es = rel(state, want_state);
     const bool ok = err == 0 && eo < 2e-6 && es < 2e-6;
-    printf("%s DeltaRule %s (%s, %zu rows): out %.2g, state %.2g\n", ok ? "ok  " : "FAIL", name,
-           chunked ? "chunked" : "step-wise", in.slots.size(), eo, es);
+    printf("%s DeltaRule%s %s (%s, %zu rows): out %.2g, state %.2g\n", ok ? "ok  " : "FAIL",
+           p.per_dim ? " per dim" : "", name, chunked ? "chunked" : "step-wise", in.slots.size(), eo, es);
     return ok;
 }
 
@@ -394,6 +409,19 @@ int main() {
     ok &= dr_case("dk 96, dv 40", odd, {{0, 5, 130}, {1, 0, 10}, {2, 0, 65}}, -0.2f, 0);
     ok &= dr_case("dk 256", Shape{2, 2, 256, 32, 2, 0.06f, 1.0f}, {{1, 0, 70}, {0, 4, 2}}, -0.2f, 0);
     ok &= dr_case("dk 16", Shape{2, 2, 16, 16, 2, 0.25f, 1.0f}, {{1, 0, 70}, {0, 4, 2}}, -0.2f, 0);
+    // KDA: a decay per (head, key dim), Solar-Open2's head dims and beta x2.
+    const Shape kda{3, 3, 128, 128, 4, 0.088f, 2.0f, true};
+    ok &= dr_case("decode, 3 slots", kda, {{0, 5, 1}, {1, 0, 1}, {2, 9, 1}}, -1, 0);
+    ok &= dr_case("short prompt + decode", kda, {{0, 5, 1}, {3, 0, 12}, {2, 9, 3}}, -1, 0);
+    ok &= dr_case("long and short runs", kda, {{3, 0, 100}, {1, 17, 4}, {0, 130, 71}, {2, 3, 1}}, -0.3f, 0);
+    ok &= dr_case("one run of 64", kda, {{2, 64, 64}}, -0.1f, 0);
+    ok &= dr_case("gates in [-1, 1]", kda, {{3, 0, 130}, {1, 17, 4}}, -1, 1);
+    // Decays that reach e^-4000 within a chunk (an unbounded gate forgets a dim at once): the
+    // products underflow to exact zeros, never inf or NaN.
+    ok &= dr_case("gates down to -60", kda, {{3, 0, 130}, {1, 17, 70}}, -60, 0);
+    ok &= dr_case("dk 96, dv 40", Shape{1, 2, 96, 40, 3, 0.1f, 1.0f, true}, {{0, 5, 130}, {1, 0, 10}, {2, 0, 65}},
+                  -0.2f, 0);
+    ok &= dr_case("dk 16", Shape{2, 2, 16, 16, 2, 0.25f, 1.0f, true}, {{1, 0, 70}, {0, 4, 2}}, -0.5f, 0);
     ok &= gdn_case("decode, 3 slots", Gdn{qwen, 0, 1e-6f, 1e-6f}, {{0, 5, 1}, {1, 0, 1}, {2, 9, 1}});
     ok &= gdn_case("decode, 2 slots", Gdn{qwen, 96, 1e-6f, 1e-6f}, {{3, 5, 1}, {1, 7, 1}});
     ok &= gdn_case("short runs", Gdn{Shape{1, 2, 32, 32, 3, 0.17f, 1.0f}, 64, 1e-6f, 1e-5f},

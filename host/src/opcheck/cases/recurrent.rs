@@ -1,5 +1,6 @@
-//! Cases of the sequence-state ops of linear-attention layers: the causal conv and the gated delta
-//! rule, one row and batches of two sequences, with the state each updates.
+//! Cases of the sequence-state ops of linear-attention layers: the causal conv and the delta rule
+//! (a decay per head, or per head and key dim), one row and batches of two sequences, with the
+//! state each updates.
 
 use bloomery_plugin_api::op::{DeltaRuleParams, Op, OpKind};
 use bloomery_plugin_api::DType;
@@ -33,45 +34,74 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                 .collect()
         }
         (OpKind::DeltaRule, DType::F32) => {
-            // Qwen3.5's shape. Keys and queries of norm about 1 (as after L2Norm), log decays in
-            // [-1, -0.05), β in [0, 1): the state stays bounded over 130 rows. Slot 2 continues
-            // from position 37, slot 0 starts at 0 (its random state must be ignored), slot 1 is
-            // not in the batch. The CPU's step-wise and chunked forms agree to 3e-7 here; a dropped
-            // decay, a wrong key head or a missed reset gives errors from 0.1 to 4.
-            let (dk, dv, hk, hv) = (128, 128, 16, 32);
-            let srcs = |rows: u64, split: u64| {
-                vec![
-                    spec(DType::F32, [dk, hk, rows, 1], Fill::Random(0.15)),
-                    spec(DType::F32, [dk, hk, rows, 1], Fill::Random(0.15)),
-                    f32s([dv, hv, rows, 1]),
-                    spec(DType::F32, [hv, rows, 1, 1], Fill::Range(-1.0, -0.05)),
-                    spec(DType::F32, [hv, rows, 1, 1], Fill::Range(0.0, 1.0)),
-                    spec(DType::F32, [dk * dv * hv, 1, 3, 1], Fill::Random(0.1)),
-                    runs(rows, split, [2, 0], 0),
-                    runs(rows, split, [37, 0], 1),
-                ]
-            };
-            let op = Op::DeltaRule(DeltaRuleParams {
-                n_head_k: hk as u32,
-                n_head_v: hv as u32,
-                dk: dk as u32,
-                dv: dv as u32,
-                scale: 1.0 / (dk as f32).sqrt(),
-                per_dim_gate: false,
-                beta_scale: 1.0,
-            });
-            [
-                ("decode: 1 row", 1, 1),
-                ("7 rows, 2 sequences", 7, 3),
-                ("130 rows, 2 sequences", 130, 50),
-            ]
-            .into_iter()
-            .map(|(name, rows, split)| Case {
-                also_src: Some(5),
-                ..case(name, op, srcs(rows, split), [dv, hv, rows, 1], 1e-4)
-            })
-            .collect()
+            let mut all = delta_rule_cases(false);
+            all.extend(delta_rule_cases(true));
+            all
         }
         _ => Vec::new(),
     }
+}
+
+/// The delta rule's cases with a decay per head (Qwen3.5's GDN shape) or per (head, key dim)
+/// (KDA, Solar-Open2's shape: 64 heads of 128, β doubled). Keys and queries of norm about 1 (as
+/// after L2Norm), β in [0, 1): the state stays bounded over 130 rows. Slot 2 continues from
+/// position 37, slot 0 starts at 0 (its random state must be ignored), slot 1 is not in the
+/// batch. Log decays in [-1, -0.05), and for KDA also in [-30, 0) (an unbounded gate that forgets
+/// some dimensions within a row: decays underflow to zero). The CPU's step-wise and chunked forms
+/// agree to 3e-7 here; a dropped decay, a wrong key head or a missed reset gives errors from 0.1
+/// to 4.
+fn delta_rule_cases(per_dim: bool) -> Vec<Case> {
+    let (dk, dv, hk, hv) = if per_dim {
+        (128, 128, 64, 64)
+    } else {
+        (128, 128, 16, 32)
+    };
+    let gates = if per_dim { dk * hv } else { hv };
+    let srcs = |rows: u64, split: u64, strongest: f32| {
+        vec![
+            spec(DType::F32, [dk, hk, rows, 1], Fill::Random(0.15)),
+            spec(DType::F32, [dk, hk, rows, 1], Fill::Random(0.15)),
+            f32s([dv, hv, rows, 1]),
+            spec(
+                DType::F32,
+                [gates, rows, 1, 1],
+                Fill::Range(strongest, -0.05),
+            ),
+            spec(DType::F32, [hv, rows, 1, 1], Fill::Range(0.0, 1.0)),
+            spec(DType::F32, [dk * dv * hv, 1, 3, 1], Fill::Random(0.1)),
+            runs(rows, split, [2, 0], 0),
+            runs(rows, split, [37, 0], 1),
+        ]
+    };
+    let op = Op::DeltaRule(DeltaRuleParams {
+        n_head_k: hk as u32,
+        n_head_v: hv as u32,
+        dk: dk as u32,
+        dv: dv as u32,
+        scale: 1.0 / (dk as f32).sqrt(),
+        per_dim_gate: per_dim,
+        beta_scale: if per_dim { 2.0 } else { 1.0 },
+    });
+    let mut shapes = vec![
+        ("decode: 1 row", 1, 1, -1.0),
+        ("7 rows, 2 sequences", 7, 3, -1.0),
+        ("130 rows, 2 sequences", 130, 50, -1.0),
+    ];
+    if per_dim {
+        shapes.push(("130 rows, 2 sequences, strong decay", 130, 50, -30.0));
+    }
+    let form = if per_dim { "per dim, " } else { "" };
+    shapes
+        .into_iter()
+        .map(|(name, rows, split, strongest)| Case {
+            also_src: Some(5),
+            ..case(
+                &format!("{form}{name}"),
+                op,
+                srcs(rows, split, strongest),
+                [dv, hv, rows, 1],
+                1e-4,
+            )
+        })
+        .collect()
 }

@@ -486,6 +486,7 @@ mod tests {
         "bl_delta_rule_table",
         "bl_delta_rule_step",
         "bl_delta_rule_prep",
+        "bl_delta_rule_prep_dim",
         "bl_delta_rule_chunks",
         "bl_layer_norm_f32",
         "bl_softmax_f32",

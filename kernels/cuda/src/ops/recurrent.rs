@@ -120,10 +120,11 @@ impl Launcher {
         Ok(())
     }
 
-    /// Gated delta rule (GDN). Batches of fewer than [`DR_CHUNK`] rows: the step-wise kernel on
-    /// every segment. Larger batches: the segment lists in scratch, then the step-wise kernel on
-    /// the short segments and the chunked form (prep over all chunks, then the chunks of each
-    /// long segment in order) on the others.
+    /// Gated delta rule, with a decay per head (GDN) or per (head, key dim) (KDA). Batches of
+    /// fewer than [`DR_CHUNK`] rows: the step-wise kernel on every segment. Larger batches: the
+    /// segment lists in scratch, then the step-wise kernel on the short segments and the chunked
+    /// form (prep over all chunks, `bl_delta_rule_prep_dim` for a per-dimension decay, then the
+    /// chunks of each long segment in order) on the others.
     pub(super) fn delta_rule<'c>(
         &self,
         addr: Addr<'_>,
@@ -131,12 +132,6 @@ impl Launcher {
         c: &'c OpCall,
         p: DeltaRuleParams,
     ) -> Result<(), PluginError> {
-        if p.per_dim_gate {
-            return Err(PluginError::unsupported(
-                "DeltaRule with a per-dimension decay (KDA) on the CUDA bundles",
-                &["per-head decay (GDN)"],
-            ));
-        }
         let (q, k, v, gate, beta) = (src(0)?, src(1)?, src(2)?, src(3)?, src(4)?);
         let (state, slots, pos) = (src(5)?, src(6)?, src(7)?);
         for (t, what) in [
@@ -162,6 +157,7 @@ impl Launcher {
         let (hk, hv, dk, dv) = (u64::from(hk), u64::from(hv), u64::from(dk), u64::from(dv));
         let rows = slots.elements();
         let n_slots = state.rows();
+        let per_row_gates = if p.per_dim_gate { dk * hv } else { hv };
         if hk == 0
             || hv % hk != 0
             || dk == 0
@@ -169,7 +165,7 @@ impl Launcher {
             || q.elements() != dk * hk * rows
             || k.elements() != dk * hk * rows
             || v.elements() != dv * hv * rows
-            || gate.elements() != hv * rows
+            || gate.elements() != per_row_gates * rows
             || beta.elements() != hv * rows
             || state.ne[0] != dk * dv * hv
             || pos.elements() != rows
@@ -200,6 +196,7 @@ impl Launcher {
         );
         let (hki, hvi, dki, dvi) = (hk as i32, hv as i32, dk as i32, dv as i32);
         let (ri, nsi, err) = (rows as i32, n_slots as i32, self.error_word);
+        let per_dim = i32::from(p.per_dim_gate);
         let col_groups = dv.div_ceil(DR_COLS);
         let step = |tab: u64, lists: [i32; 3], segments: u64| -> Result<(), PluginError> {
             let f = self.func("bl_delta_rule_step")?;
@@ -208,7 +205,7 @@ impl Launcher {
             l.arg(&ps).arg(&pp).arg(&po).arg(&tab);
             l.arg(&lists[0]).arg(&lists[1]).arg(&lists[2]);
             l.arg(&hki).arg(&hvi).arg(&dki).arg(&dvi).arg(&ri).arg(&nsi);
-            l.arg(&p.scale).arg(&p.beta_scale).arg(&err);
+            l.arg(&p.scale).arg(&p.beta_scale).arg(&per_dim).arg(&err);
             // SAFETY: each block reads its segment's rows of q, k, v, gate and beta and writes
             // its rows of dst, all inside the checked spans; slots are checked on the card before
             // the state is touched, and each (slot, head, column) of the state belongs to one
@@ -229,21 +226,31 @@ impl Launcher {
         // DrTable in cu/recurrent.cuh: counts, all segments, short, long (3 lists), chunks (2).
         let tab_ints = 3 + (rows + 1) + max_short + 3 * max_long + 1 + 2 * max_chunks;
         let per = max_chunks * hv * DR_CHUNK * 4;
+        // A per-dimension decay adds prep_dim's Qg, Kg and gl; a per-head one leaves them empty.
+        let dim = u64::from(p.per_dim_gate);
         let sizes = [
             align(tab_ints * 4),
-            align(per),            // G
-            align(per * DR_CHUNK), // P
-            align(per * dk),       // W
-            align(per * dv),       // U
+            align(per),                            // G
+            align(per * DR_CHUNK),                 // P
+            align(per * dk),                       // W
+            align(per * dv),                       // U
+            align(dim * per * dk),                 // Qg
+            align(dim * per * dk),                 // Kg
+            align(dim * max_chunks * hv * dk * 4), // gl
         ];
         let base = self.scratch(sizes.iter().sum())?;
-        let mut at = [0u64; 5];
+        let mut at = [0u64; 8];
         let mut off = base;
         for (a, sz) in at.iter_mut().zip(sizes) {
             *a = off;
             off += sz;
         }
-        let [tab, gs, pps, ws, us] = at;
+        let [tab, gs, pps, ws, us, qg, kg, gl] = at;
+        let (qg, kg, gl) = if p.per_dim_gate {
+            (qg, kg, gl)
+        } else {
+            (0, 0, 0)
+        };
         let lists = [max_short as i32, max_long as i32, max_chunks as i32];
         let f = self.func("bl_delta_rule_table")?;
         let mut l = self.args(&f);
@@ -253,7 +260,12 @@ impl Launcher {
         // area holds at their largest.
         unsafe { l.launch(grid3(1, 1, 1, 1024)) }.map_err(driver_err("bl_delta_rule_table"))?;
         step(tab, lists, max_short)?;
-        let f = self.func("bl_delta_rule_prep")?;
+        let prep = if p.per_dim_gate {
+            "bl_delta_rule_prep_dim"
+        } else {
+            "bl_delta_rule_prep"
+        };
+        let f = self.func(prep)?;
         let mut l = self.args(&f);
         l.arg(&pq)
             .arg(&pk)
@@ -265,11 +277,13 @@ impl Launcher {
         l.arg(&lists[0]).arg(&lists[1]).arg(&lists[2]);
         l.arg(&hki).arg(&hvi).arg(&dki).arg(&dvi).arg(&p.beta_scale);
         l.arg(&gs).arg(&pps).arg(&ws).arg(&us);
+        if p.per_dim_gate {
+            l.arg(&qg).arg(&kg).arg(&gl);
+        }
         // SAFETY: block (chunk, head) reads the chunk's rows of the inputs and writes its own
-        // areas of G, P, W and U, sized for max_chunks chunks above; blocks past the table's
-        // chunk count return.
-        unsafe { l.launch(grid3(max_chunks, hv, 1, 256)) }
-            .map_err(driver_err("bl_delta_rule_prep"))?;
+        // areas of G, P, W and U (and of Qg, Kg and gl for a per-dimension decay), sized for
+        // max_chunks chunks above; blocks past the table's chunk count return.
+        unsafe { l.launch(grid3(max_chunks, hv, 1, 256)) }.map_err(driver_err(prep))?;
         let f = self.func("bl_delta_rule_chunks")?;
         let mut l = self.args(&f);
         l.arg(&pq)
@@ -280,7 +294,8 @@ impl Launcher {
             .arg(&tab)
             .arg(&ri);
         l.arg(&lists[0]).arg(&lists[1]).arg(&lists[2]);
-        l.arg(&gs).arg(&pps).arg(&ws).arg(&us).arg(&po);
+        l.arg(&gs).arg(&pps).arg(&ws).arg(&us);
+        l.arg(&qg).arg(&kg).arg(&gl).arg(&po);
         l.arg(&hki)
             .arg(&hvi)
             .arg(&dki)

@@ -1,5 +1,6 @@
-//! Shapes for `bloomery synth`: Solar-Open2-250B's widths at several depths (every fourth layer
-//! GQA, from layer 0), tiny `solar-open2` and `kimi-linear` models for tests.
+//! Shapes for `bloomery synth`: Solar-Open2-250B (`250b`: every fourth layer gated GQA, from layer
+//! 0; `--layers N` writes its first N layers at the real widths), tiny `solar-open2` and
+//! `kimi-linear` models for tests.
 
 use abi_stable::std_types::RVec;
 use bloomery_plugin_api::meta::MetaValue;
@@ -8,9 +9,6 @@ use bloomery_plugin_api::synth::PresetBuilder;
 
 use crate::hparams::{HParams, ARCH_KIMI, ARCH_SOLAR};
 use crate::weights;
-
-/// Depths of the real-width Solar-Open2 presets (`250b-L{n}`; `250b` is all 48 layers).
-const DEPTHS: [u32; 6] = [4, 8, 12, 16, 24, 36];
 
 struct Shape {
     arch: &'static str,
@@ -33,20 +31,14 @@ struct Shape {
     n_ctx: u32,
 }
 
-fn solar_250b(n_layer: u32) -> Shape {
-    let name = match n_layer {
-        48 => "250b".to_owned(),
-        n => format!("250b-L{n}"),
-    };
-    let gqa = n_layer.div_ceil(4);
+/// Solar-Open2-250B: 48 layers, 12 of them gated NoPE GQA (layers 0, 4, …). `synth --layers N`
+/// cuts it to any depth up to 48 (N = 12 gives 3 GQA and 9 KDA layers).
+fn solar_250b() -> Shape {
     Shape {
         arch: ARCH_SOLAR,
-        name,
-        description: format!(
-            "Solar-Open2-250B widths, {n_layer} layers ({gqa} gated NoPE GQA + {} KDA), hidden 4096, 64 heads x 128 (8 KV), 320 experts top-8 (ff 1280) + shared, vocab 196,608",
-            n_layer - gqa
-        ),
-        n_layer,
+        name: "250b".to_owned(),
+        description: "Solar-Open2-250B, 48 layers (12 gated NoPE GQA, layers 0, 4, …, + 36 KDA; --layers N for the first N), hidden 4096, 64 heads x 128 (8 KV), 320 experts top-8 (ff 1280) + shared, vocab 196,608".to_owned(),
+        n_layer: 48,
         n_embd: 4096,
         n_head: 64,
         n_head_kv: 8,
@@ -62,7 +54,7 @@ fn solar_250b(n_layer: u32) -> Shape {
 }
 
 fn shapes() -> Vec<Shape> {
-    let mut v = vec![
+    vec![
         Shape {
             arch: ARCH_SOLAR,
             name: "tiny".into(),
@@ -97,9 +89,8 @@ fn shapes() -> Vec<Shape> {
             n_vocab: 512,
             n_ctx: 4096,
         },
-    ];
-    v.extend(DEPTHS.iter().chain(&[48]).map(|&n| solar_250b(n)));
-    v
+        solar_250b(),
+    ]
 }
 
 fn preset(s: &Shape) -> SynthPreset {
