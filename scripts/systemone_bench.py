@@ -33,7 +33,8 @@ import time
 import urllib.error
 import urllib.request
 
-HEAD_LINE = re.compile(r"decision head on (\S+): (\d+) rows, (\d+) questions, (\d+) options in ([0-9.]+) ms")
+HEAD_LINE = re.compile(
+    r"decision head on (\S+): (\d+) requests, (\d+) rows, (\d+) questions, (\d+) options in ([0-9.]+) ms")
 
 WORDS = (
     "the customer wrote again about an order that arrived late and was missing one item while the "
@@ -180,18 +181,21 @@ def run_level(url: str, clients: int, total: int, a: argparse.Namespace, first_t
 
 
 def head_times(log_path: str) -> dict:
-    """The head's time per call from a bloomery log: plugin, calls, median and mean ms."""
-    ms, plugins = [], set()
+    """The head's time from a bloomery log: plugin, runs, median and mean ms per run, requests
+    per run, and ms per request (each run scores every decision whose prompt ended in a pass)."""
+    ms, reqs, plugins = [], [], set()
     with open(log_path, errors="replace") as f:
         for line in f:
             m = HEAD_LINE.search(line)
             if m:
                 plugins.add(m.group(1))
-                ms.append(float(m.group(5)))
+                reqs.append(int(m.group(2)))
+                ms.append(float(m.group(6)))
     if not ms:
         return {}
     return {"plugin": ",".join(sorted(plugins)), "calls": len(ms), "median_ms": statistics.median(ms),
-            "mean_ms": statistics.mean(ms)}
+            "mean_ms": statistics.mean(ms), "requests_per_run": statistics.mean(reqs),
+            "ms_per_request": sum(ms) / sum(reqs)}
 
 
 def bench_engine(name: str, a: argparse.Namespace, levels: list) -> dict:
@@ -265,7 +269,8 @@ def main() -> int:
         h = res["head"]
         if h:
             print(f"head time, {res['engine']}: on {h['plugin']}, median {h['median_ms']:.2f} ms, "
-                  f"mean {h['mean_ms']:.2f} ms over {h['calls']} calls")
+                  f"mean {h['mean_ms']:.2f} ms a run over {h['calls']} runs of "
+                  f"{h['requests_per_run']:.1f} requests: {h['ms_per_request']:.2f} ms a request")
     by = {res["engine"]: {r["clients"]: r for r in res["rows"]} for res in results}
     top = max(levels)
     ours = by.get("ours-p32", {}).get(top)
