@@ -9,9 +9,8 @@ use std::path::{Path, PathBuf};
 
 use bloomery::synth::ClassTypes;
 use bloomery_devices::Registry;
-use bloomery_exec::{BatchInputs, LoadedModel};
+use bloomery_exec::LoadedModel;
 use bloomery_plugin_api::DType;
-use bloomery_tiering::plan::TierRequest;
 use sha2::{Digest, Sha256};
 
 fn fixture(name: &str) -> PathBuf {
@@ -90,54 +89,10 @@ fn glm_with_bias_qk_norm_partial_rotary_and_a_dense_lead_matches_transformers_wi
     check("glm_tiny", "glm_tiny_hf", 1e-4);
 }
 
-/// The experts each MoE layer's router picks for each token, against transformers' top-k
-/// (`router_ids`: per sequence, MoE layer and position). Every routed expert is placed on the
-/// host (`-cmoe`, cpu-scalar standing in for the card), whose routing counts record each pass's
-/// ids; one token a pass gives each position's set of experts.
+/// The experts each MoE layer's router picks for each token, against transformers' top-k.
 fn routes_as_transformers_does(file: &str) {
     let g = golden(&format!("{file}_hf"));
-    let path = model_file(file, &g);
-    let request = TierRequest {
-        cpu_moe: true,
-        no_residency: true,
-        bus_experts: Some(0),
-        no_decode_staging: true,
-        ..Default::default()
-    };
-    let mut compared = 0;
-    for seq in g["sequences"].as_array().unwrap() {
-        let want = seq["router_ids"].as_array().unwrap();
-        let mut m = common::load_on_scalar_card(&path, common::GOLDEN_OPTS, &request).unwrap();
-        let mut before = m.routing_counts().unwrap();
-        assert_eq!(before.len(), want.len(), "layers with routed experts");
-        for (i, tok) in seq["tokens"].as_array().unwrap().iter().enumerate() {
-            m.forward(&BatchInputs {
-                tokens: vec![tok.as_i64().unwrap() as i32],
-                positions: vec![i as i32],
-                slots: vec![0],
-                output_rows: vec![0],
-                history: vec![],
-            })
-            .unwrap();
-            let after = m.routing_counts().unwrap();
-            for (layer, (a, b)) in after.iter().zip(&before).enumerate() {
-                let ours: Vec<u64> = (0..a.len())
-                    .filter(|&e| a[e] != b[e])
-                    .map(|e| e as u64)
-                    .collect();
-                let theirs: Vec<u64> = want[layer][i]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap())
-                    .collect();
-                assert_eq!(ours, theirs, "{file}: MoE layer {layer}, position {i}");
-                compared += 1;
-            }
-            before = after;
-        }
-    }
-    assert!(compared > 0);
+    common::assert_routes_match(&model_file(file, &g), &g, file);
 }
 
 #[test]

@@ -19,7 +19,6 @@ use bloomery::synth::ClassTypes;
 use bloomery_devices::Registry;
 use bloomery_exec::{BatchInputs, LoadedModel};
 use bloomery_plugin_api::DType;
-use bloomery_tiering::plan::TierRequest;
 use sha2::{Digest, Sha256};
 
 const F32: ClassTypes = ClassTypes {
@@ -69,48 +68,12 @@ fn solar_open2_matches_the_numpy_reference_within_1e4() {
     check("solar-open2", "solar_open2_tiny_f32_np");
 }
 
-/// The experts each MoE layer picks for each token, against the reference's: every routed expert
-/// on the host (cpu-scalar standing in for the card), whose routing counts record each pass's
-/// ids; one token a pass gives each position's set.
+/// The experts each MoE layer picks for each token, against the reference's.
 fn routes_as_the_reference(arch: &str, file: &str) {
     let g = golden(file);
     let dir = tempfile::tempdir().unwrap();
     let path = tiny_for(arch, dir.path(), &g);
-    let request = TierRequest {
-        cpu_moe: true,
-        no_residency: true,
-        bus_experts: Some(0),
-        no_decode_staging: true,
-        ..Default::default()
-    };
-    let mut compared = 0;
-    for seq in g["sequences"].as_array().unwrap() {
-        let want = seq["router_ids"].as_array().unwrap();
-        let mut m = common::load_on_scalar_card(&path, common::GOLDEN_OPTS, &request).unwrap();
-        let mut before = m.routing_counts().unwrap();
-        assert_eq!(before.len(), want.len(), "layers with routed experts");
-        for (i, tok) in seq["tokens"].as_array().unwrap().iter().enumerate() {
-            m.forward(&rows(&[tok.as_i64().unwrap() as i32], 0, i as i32))
-                .unwrap();
-            let after = m.routing_counts().unwrap();
-            for (layer, (a, b)) in after.iter().zip(&before).enumerate() {
-                let ours: Vec<u64> = (0..a.len())
-                    .filter(|&e| a[e] != b[e])
-                    .map(|e| e as u64)
-                    .collect();
-                let theirs: Vec<u64> = want[layer][i]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap())
-                    .collect();
-                assert_eq!(ours, theirs, "{arch}: layer {layer}, position {i}");
-                compared += 1;
-            }
-            before = after;
-        }
-    }
-    assert!(compared > 0);
+    common::assert_routes_match(&path, &g, arch);
 }
 
 #[test]

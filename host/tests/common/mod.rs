@@ -145,3 +145,56 @@ pub fn load_on_scalar_card(
     bloomery_exec::LoadedModel::load_placed(&reg, path, opts, scalar, request)
         .map_err(|e| e.to_string())
 }
+
+/// Checks the experts each MoE layer's router picks for each token of `golden`'s sequences
+/// (`router_ids`: per sequence, MoE layer and position) against the model file at `path`. Every
+/// routed expert is placed on the host (`-cmoe`, cpu-scalar standing in for the card), whose
+/// routing counts record each pass's ids; one token a pass gives each position's set of experts.
+#[allow(dead_code)] // only the MoE golden test crates check routes
+pub fn assert_routes_match(path: &std::path::Path, golden: &serde_json::Value, label: &str) {
+    let request = bloomery_tiering::plan::TierRequest {
+        cpu_moe: true,
+        no_residency: true,
+        bus_experts: Some(0),
+        no_decode_staging: true,
+        ..Default::default()
+    };
+    let mut compared = 0;
+    for seq in golden["sequences"].as_array().unwrap() {
+        let want = seq["router_ids"].as_array().unwrap();
+        let mut m = load_on_scalar_card(path, GOLDEN_OPTS, &request).unwrap();
+        let mut before = m.routing_counts().unwrap();
+        assert_eq!(
+            before.len(),
+            want.len(),
+            "{label}: layers with routed experts"
+        );
+        for (i, tok) in seq["tokens"].as_array().unwrap().iter().enumerate() {
+            m.forward(&bloomery_exec::BatchInputs {
+                tokens: vec![tok.as_i64().unwrap() as i32],
+                positions: vec![i as i32],
+                slots: vec![0],
+                output_rows: vec![0],
+                history: vec![],
+            })
+            .unwrap();
+            let after = m.routing_counts().unwrap();
+            for (layer, (a, b)) in after.iter().zip(&before).enumerate() {
+                let ours: Vec<u64> = (0..a.len())
+                    .filter(|&e| a[e] != b[e])
+                    .map(|e| e as u64)
+                    .collect();
+                let theirs: Vec<u64> = want[layer][i]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_u64().unwrap())
+                    .collect();
+                assert_eq!(ours, theirs, "{label}: MoE layer {layer}, position {i}");
+                compared += 1;
+            }
+            before = after;
+        }
+    }
+    assert!(compared > 0, "{label}: no routes compared");
+}
