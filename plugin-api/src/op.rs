@@ -81,8 +81,10 @@ pub struct AttentionParams {
     pub v_from_k: bool,
     /// A per-head sink logit (f32 `[n_head]`) joins the softmax denominator.
     pub sinks: bool,
-    /// An extra i32 `[n_sel, rows]` source lists cache positions each row attends besides its
-    /// window (sparse selection); -1 entries are skipped.
+    /// Sparse selection: an extra i32 `[n_sel, rows]` source lists the cache positions each row
+    /// attends. The row then sees exactly those positions (−1 entries and positions after the
+    /// row's own are skipped; a position listed twice counts once) plus, when `window` > 0, its
+    /// sliding window; with `window` 0 it sees only the listed positions.
     pub selected: bool,
     /// With a quantized K cache, q is rotated by the orthonormal Walsh-Hadamard transform in
     /// chunks of this many values before it is scored, as the keys were before they were stored
@@ -248,6 +250,22 @@ pub struct DeltaRuleParams {
     pub beta_scale: f32,
 }
 
+/// The k-pool indexer of [`Op::KPoolSelect`].
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub struct KPoolParams {
+    /// Indexer heads.
+    pub n_head: u32,
+    /// Indexer head width (`dh`).
+    pub head_dim: u32,
+    /// Positions per pool.
+    pub kpool: u32,
+    /// Pools kept per row (`indexer.top_k / kpool`).
+    pub n_top: u32,
+    /// The positions after the last complete pool are selected too.
+    pub tail: bool,
+}
+
 /// Unary element-wise functions.
 #[repr(u8)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
@@ -280,7 +298,9 @@ pub enum Op {
     Copy,
     /// Concatenate along ne0: srcs `[a [n1, m], b [n2, m]]` → `[n1+n2, m]`.
     Concat,
-    /// Matrix product: srcs `[w [k, n] weight dtype, x f32 [k, m]]` → f32 `[n, m]`, y = Wx.
+    /// Matrix product: srcs `[w [k, n] weight dtype, x f32 [k, m]]` → f32 `[n, m]`, y = Wx. With
+    /// a stack of `h` matrices `w [k, n, h]` and `x [k, h, m]` it is one product per head:
+    /// `y[:, j, r] = W_j·x[:, j, r]` → `[n, h, m]` (latent attention's absorbed `attn_k_b`/`attn_v_b`).
     MatMul,
     /// `a + b`: srcs `[a [n, m], b]` → `[n, m]`; `b` has the same shape, or is one row `[n]`
     /// added to every row, or one value per row `[1, m]` added to every element of its row.
@@ -379,17 +399,24 @@ pub enum Op {
     /// out = scale·Sᵀq`. A row at position 0 starts its sequence from a zero state; the state is
     /// updated in place.
     DeltaRule(DeltaRuleParams),
-    /// Sinkhorn normalisation of `[n, n, m]` matrices (hyper-connections): srcs `[x]`.
+    /// Sinkhorn normalisation of `[n, n, m]` matrices (manifold hyper-connections): srcs `[x]` →
+    /// `[n, n, m]`. Element `(i, j)` of matrix `r` is at `i + n·j + n²·r` (`i` the destination
+    /// stream, `j` the source stream). Per matrix: `x ← softmax over i` (for each `j`), then
+    /// `x ← x + eps`, then `x ← x / (Σ_j x + eps)` (for each `i`); then `iters − 1` times
+    /// `x ← x / (Σ_i x + eps)` followed by `x ← x / (Σ_j x + eps)` (llama.cpp b11434
+    /// `glm5-next.cpp` `build_hc_sinkhorn`; transformers 5.24 `glm5_next` counts the same 20).
     Sinkhorn {
         /// Iterations.
         iters: u32,
         /// ε.
         eps: f32,
     },
-    /// Weighted sum of residual streams: srcs `[streams [n, s, rows], w [s, rows]]` → `[n, rows]`.
+    /// Weighted sum of residual streams: srcs `[streams [n, s, rows], w [s, rows]]` → `[n, rows]`,
+    /// `out[:, r] = Σ_j w[j, r]·streams[:, j, r]`.
     StreamMix,
     /// Residual stream update: srcs `[streams [n, s, rows], comb [s, s, rows], post [s, rows],
-    /// y [n, rows]]` → `[n, s, rows]` = comb·streams + post ⊗ y.
+    /// y [n, rows]]` → `[n, s, rows]`, `out[:, i, r] = post[i, r]·y[:, r] + Σ_j comb[i, j, r]·
+    /// streams[:, j, r]` with `comb[i, j, r]` at `i + s·j + s²·r` (as [`Op::Sinkhorn`] lays it).
     StreamUpdate,
     /// Hashed n-gram row ids: srcs `[history i32 [orders+1, rows], multipliers i64, moduli i64,
     /// offsets i64]` → i32 `[orders·heads, rows]` (rows into an n-gram table, for [`Op::GetRows`]).
@@ -401,6 +428,22 @@ pub enum Op {
     },
     /// Mean of row spans: srcs `[x [n, rows], spans i32 [2, s]]` (start, end exclusive) → `[n, s]`.
     SpanMean,
+    /// K-pool indexer selection (GLM-5.3's DSA): which cache positions each row's sparse attention
+    /// reads ([`AttentionParams::selected`]). Srcs `[q [dh, n_head, rows], w [n_head, rows], cache
+    /// [3·dh, len, n_slots], ape [dh, kpool], slots, positions]` → i32 `[n_sel, rows]`.
+    ///
+    /// Each cache row (stored by [`Op::CacheStore`] at `position % len` of its slot) is `[key |
+    /// gate | pooled]`, `dh` values each. Positions `g·kpool .. g·kpool + kpool` form pool `g`,
+    /// complete once its last position is stored. Its pooled key is, per dimension `d`,
+    /// `Σ_t softmax_t(gate[t, d] + ape[d, t])·key[t, d]` over the pool's `kpool` rows `t`. The op
+    /// writes the pooled key of every pool that a row of this call completes into the pooled
+    /// section of that pool's last row (the cache is updated in place) and reads earlier pools'
+    /// from there. A row at position `p` scores each complete pool `g` (`g·kpool + kpool − 1 ≤ p`)
+    /// as `Σ_h w[h]·relu(q_h·pooled_g)` and keeps the `min(n_top, complete pools)` best (ties:
+    /// lower pool); its output lists their positions, pools in descending score order, each
+    /// pool's positions ascending, then with `tail` the positions after the last complete pool up
+    /// to `p`; unused entries are −1. `n_sel = kpool·n_top + (tail ? kpool − 1 : 0)`.
+    KPoolSelect(KPoolParams),
 }
 
 /// An op's name and identity without its parameters, for capability lists.
@@ -444,7 +487,7 @@ op_kinds! {
     RmsNorm = 10, LayerNorm = 11, L2Norm = 12, Softmax = 13, Rope = 14, CacheStore = 15,
     Attention = 16, AttentionDense = 17, TopK = 18, RouterTopK = 19, RouterWeights = 20,
     MoeExperts = 21, ConvCausal = 22, DeltaRule = 23, Sinkhorn = 24, StreamMix = 25,
-    StreamUpdate = 26, NgramHash = 27, SpanMean = 28,
+    StreamUpdate = 26, NgramHash = 27, SpanMean = 28, KPoolSelect = 29,
 }
 
 impl Op {
