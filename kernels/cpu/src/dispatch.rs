@@ -349,6 +349,12 @@ fn glu(
     u: &[f32],
     out: &mut [f32],
 ) -> Result<(), PluginError> {
+    if limit.is_nan() || limit < 0.0 || (limit > 0.0 && kind == GluKind::GeGlu) {
+        return Err(PluginError::unsupported(
+            format!("a GLU limit of {limit} with {kind:?} (a clamp is SwiGlu's, and 0 or more)"),
+            &[],
+        ));
+    }
     match kind {
         GluKind::SwiGlu => {
             let clamp = if limit > 0.0 {

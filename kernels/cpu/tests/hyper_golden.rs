@@ -204,3 +204,26 @@ fn mismatched_shapes_are_refused_by_name() {
     let err = try_run(op, &[(&v[..32], [4, 4, 2, 1])], [4, 4, 2, 1]).unwrap_err();
     assert!(err.contains("0 iterations"), "{err}");
 }
+
+#[test]
+fn a_limit_is_refused_on_geglu_and_below_zero() {
+    let v = [0.5f32; 8];
+    let ne = [8, 1, 1, 1];
+    for (kind, limit) in [
+        (GluKind::GeGlu, 7.0),
+        (GluKind::SwiGlu, -1.0),
+        (GluKind::SwiGlu, f32::NAN),
+    ] {
+        let err = try_run(Op::Glu { kind, limit }, &[(&v, ne), (&v, ne)], ne).unwrap_err();
+        assert!(err.contains("GLU limit"), "{kind:?} {limit}: {err}");
+    }
+    assert!(try_run(
+        Op::Glu {
+            kind: GluKind::GeGlu,
+            limit: 0.0
+        },
+        &[(&v, ne), (&v, ne)],
+        ne
+    )
+    .is_ok());
+}
