@@ -31,8 +31,8 @@ pub fn sinkhorn(x: &mut [f32], n: usize, iters: u32, eps: f32) -> Result<(), OpE
         over_sources(mat, n, eps);
         for _ in 1..iters {
             for col in mat.chunks_exact_mut(n) {
-                let inv = sum(col.iter().copied()) + eps;
-                col.iter_mut().for_each(|v| *v /= inv);
+                let total = sum(col.iter().copied()) + eps;
+                col.iter_mut().for_each(|v| *v /= total);
             }
             over_sources(mat, n, eps);
         }
