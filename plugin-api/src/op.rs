@@ -317,12 +317,14 @@ pub enum Op {
         /// Which.
         f: UnaryFn,
     },
-    /// Gated linear unit: srcs `[gate [n, m], up [n, m]]` → `[n, m]`. With `limit` > 0 the gate is
-    /// clamped to at most `limit` and up to `[-limit, limit]` before the product.
+    /// Gated linear unit: srcs `[gate [n, m], up [n, m]]` → `[n, m]`. With `limit` > 0 (SwiGlu
+    /// only) the gate is clamped before its activation and up on both sides:
+    /// `silu(min(gate, limit))·clamp(up, −limit, limit)` (ggml's `swiglu_clamp`, which llama.cpp
+    /// b11434 and transformers 5.24 apply to GLM-5.3's routed, shared and dense FFNs).
     Glu {
         /// Flavour.
         kind: GluKind,
-        /// Clamp limit, 0 = none.
+        /// Clamp limit, 0 = none; a negative limit, or one with GeGlu, is refused.
         limit: f32,
     },
     /// RMS norm over ne0: srcs `[x, weight [n]?]`.

@@ -13,6 +13,8 @@ use crate::ops::{self, OpError};
 use crate::quant;
 use crate::tensors::{bytes, f16s, f16s_mut, f32s, f32s_mut, i32s, i32s_mut};
 
+mod hyper;
+
 /// What a CPU plugin plugs into the shared dispatch.
 pub struct Backend<'a> {
     /// The buffer table.
@@ -57,6 +59,9 @@ pub fn capabilities() -> RVec<OpSupport> {
         OpKind::DeltaRule,
         OpKind::AttentionDense,
         OpKind::SpanMean,
+        OpKind::Sinkhorn,
+        OpKind::StreamMix,
+        OpKind::StreamUpdate,
     ];
     let mut list: Vec<OpSupport> = f32_only
         .iter()
@@ -279,6 +284,9 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
             let out = f32s_mut(buf, &c.dst, "SpanMean dst")?;
             ops::span_mean::span_mean(x, n, spans, out).map_err(op_err)
         }
+        Op::Sinkhorn { iters, eps } => hyper::sinkhorn(b, c, iters, eps),
+        Op::StreamMix => hyper::stream_mix(b, c),
+        Op::StreamUpdate => hyper::stream_update(b, c),
         other => Err(PluginError::unsupported(
             format!("op {} on the CPU", other.kind()),
             &[],
@@ -341,6 +349,12 @@ fn glu(
     u: &[f32],
     out: &mut [f32],
 ) -> Result<(), PluginError> {
+    if limit.is_nan() || limit < 0.0 || (limit > 0.0 && kind == GluKind::GeGlu) {
+        return Err(PluginError::unsupported(
+            format!("a GLU limit of {limit} with {kind:?} (a clamp is SwiGlu's, and 0 or more)"),
+            &[],
+        ));
+    }
     match kind {
         GluKind::SwiGlu => {
             let clamp = if limit > 0.0 {

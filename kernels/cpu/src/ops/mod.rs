@@ -1,5 +1,6 @@
 //! Reference ops on f32 rows: norms, rope, softmax, attention, routing, activations, elementwise
-//! arithmetic, embedding gathers, and the recurrent causal conv and delta rule.
+//! arithmetic, embedding gathers, the recurrent causal conv and delta rule, and the
+//! hyper-connections' Sinkhorn and stream mixing.
 //!
 //! Every op is a plain function over slices in ggml order: `ne0` is the contiguous dimension and a
 //! "row" is `ne0` contiguous values, so hidden states are `[n_embd, n_rows]`, a query tensor is
@@ -9,7 +10,7 @@
 //! all of them are safe on the decode hot path. They are single-threaded and callers split rows
 //! across the [`crate::pool::Pool`] themselves, except the recurrent ops ([`conv`], [`delta_rule`]):
 //! their tasks split channels or heads (and heads' value columns), which interleave in the output,
-//! so they take the pool.
+//! so they take the pool; and the stream ops of [`hyper`], which split rows over it.
 
 pub mod activations;
 pub mod attention;
@@ -19,6 +20,7 @@ pub mod delta_rule;
 pub mod elementwise;
 pub mod embedding;
 pub mod hadamard;
+pub mod hyper;
 pub mod norms;
 pub mod rope;
 pub mod router;
