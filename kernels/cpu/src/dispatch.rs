@@ -614,19 +614,35 @@ fn attention(
     p: bloomery_plugin_api::op::AttentionParams,
 ) -> Result<(), PluginError> {
     let buf = b.buffers;
-    if p.v_from_k || p.selected {
-        return Err(PluginError::unsupported(
-            "latent or sparse attention on the CPU",
-            &[],
-        ));
-    }
     let q = f32s(buf, src(c, 0, "Attention")?, "q")?;
     let kc = src(c, 1, "Attention")?;
     let vc = src(c, 2, "Attention")?;
+    if p.v_from_k && vc != kc {
+        return Err(PluginError::invalid(
+            "Attention with v_from_k: the V source must be the K cache again",
+        ));
+    }
     let slots = slots_u32(i32s(buf, src(c, 3, "Attention")?, "slots")?)?;
     let pos = i32s(buf, src(c, 4, "Attention")?, "positions")?;
     let sinks = if p.sinks {
         Some(f32s(buf, src(c, 5, "Attention")?, "sinks")?)
+    } else {
+        None
+    };
+    let selected = if p.selected {
+        let at = 5 + usize::from(p.sinks);
+        let t = src(c, at, "Attention")?;
+        if t.rows() != slots.len() as u64 {
+            return Err(PluginError::invalid(format!(
+                "Attention selection {:?} for {} rows (want i32 [n_sel, rows])",
+                t.ne,
+                slots.len()
+            )));
+        }
+        Some(ops::attention_select::Selection {
+            ids: i32s(buf, t, "selected")?,
+            n_sel: usz(t.ne[0]),
+        })
     } else {
         None
     };
@@ -643,6 +659,8 @@ fn attention(
         sinks,
         rot_k: p.rot_k as usize,
         rot_v: p.rot_v as usize,
+        v_from_k: p.v_from_k,
+        selected,
     };
     let (kcache, vcache) = (kv(buf, kc)?, kv(buf, vc)?);
     let out = f32s_mut(buf, &c.dst, "Attention dst")?;
@@ -667,6 +685,7 @@ fn attention(
         let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(task * og), og) };
         let res = ops::attention::attention_group(
             &q[task * qg..][..qg],
+            r,
             slots[r],
             pos[r],
             kvh,
