@@ -30,6 +30,7 @@ use crate::probe::Bundle;
 
 mod activations;
 mod attention;
+mod attention_select;
 mod cache_store;
 mod copy;
 mod dense;
