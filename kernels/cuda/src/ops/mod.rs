@@ -38,6 +38,7 @@ mod elementwise;
 mod fused;
 mod launch;
 mod matmul;
+mod matmul_heads;
 mod moe;
 mod moe_batch;
 mod norm;
