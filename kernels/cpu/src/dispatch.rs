@@ -8,6 +8,7 @@ use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 
 use crate::linear::{self, ExpertStacks, Parallel, RowsDot};
+use crate::linear_heads;
 use crate::memory::Buffers;
 use crate::ops::{self, OpError};
 use crate::quant;
@@ -109,6 +110,9 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
         Op::MatMul => {
             let (w, x) = (src(c, 0, "MatMul")?, src(c, 1, "MatMul")?);
             let xs = f32s(buf, x, "MatMul x")?;
+            if w.ne[2] > 1 {
+                return matmul_heads(b, c, w, x, xs);
+            }
             let (k, n, m) = (usz(w.ne[0]), usz(w.ne[1]), usz(x.rows()));
             if usz(x.ne[0]) != k
                 || c.dst.ne[0] != w.ne[1]
@@ -317,6 +321,38 @@ fn attention_dense(buf: &Buffers, c: &OpCall, scale: f32, causal: bool) -> Resul
     // from the decode path.
     let mut scores = vec![0f64; shape.n_k];
     ops::attention_dense::attention_dense(q, k, v, out, shape, &mut scores).map_err(op_err)
+}
+
+/// MatMul over a stack of per-head matrices: `w [k, n, h]`, `x [k, h, m]` → `[n, h, m]`.
+fn matmul_heads(
+    b: &Backend<'_>,
+    c: &OpCall,
+    w: &TensorRef,
+    x: &TensorRef,
+    xs: &[f32],
+) -> Result<(), PluginError> {
+    let (k, n, h) = (w.ne[0], w.ne[1], w.ne[2]);
+    let m = x.ne[2] * x.ne[3];
+    if w.ne[3] != 1 || x.ne[0] != k || x.ne[1] != h || c.dst.ne != [n, h, m, 1] {
+        return Err(PluginError::invalid(format!(
+            "per-head MatMul shapes {:?} x {:?} -> {:?} (want w [k, n, h], x [k, h, m] -> [n, h, m])",
+            w.ne, x.ne, c.dst.ne
+        )));
+    }
+    let y = f32s_mut(b.buffers, &c.dst, "MatMul dst")?;
+    let stack = linear_heads::HeadStack {
+        dtype: w.dtype,
+        bytes: bytes(b.buffers, w)?,
+        row_stride: usz(w.nb[1]),
+        head_stride: usz(w.nb[2]),
+    };
+    let shape = linear_heads::HeadsShape {
+        k: usz(k),
+        n: usz(n),
+        heads: usz(h),
+        cols: usz(m),
+    };
+    linear_heads::matmul_heads(b.par, b.dot, stack, shape, xs, y)
 }
 
 fn softplus(x: f32) -> f32 {
@@ -592,19 +628,35 @@ fn attention(
     p: bloomery_plugin_api::op::AttentionParams,
 ) -> Result<(), PluginError> {
     let buf = b.buffers;
-    if p.v_from_k || p.selected {
-        return Err(PluginError::unsupported(
-            "latent or sparse attention on the CPU",
-            &[],
-        ));
-    }
     let q = f32s(buf, src(c, 0, "Attention")?, "q")?;
     let kc = src(c, 1, "Attention")?;
     let vc = src(c, 2, "Attention")?;
+    if p.v_from_k && vc != kc {
+        return Err(PluginError::invalid(
+            "Attention with v_from_k: the V source must be the K cache again",
+        ));
+    }
     let slots = slots_u32(i32s(buf, src(c, 3, "Attention")?, "slots")?)?;
     let pos = i32s(buf, src(c, 4, "Attention")?, "positions")?;
     let sinks = if p.sinks {
         Some(f32s(buf, src(c, 5, "Attention")?, "sinks")?)
+    } else {
+        None
+    };
+    let selected = if p.selected {
+        let at = 5 + usize::from(p.sinks);
+        let t = src(c, at, "Attention")?;
+        if t.rows() != slots.len() as u64 {
+            return Err(PluginError::invalid(format!(
+                "Attention selection {:?} for {} rows (want i32 [n_sel, rows])",
+                t.ne,
+                slots.len()
+            )));
+        }
+        Some(ops::attention_select::Selection {
+            ids: i32s(buf, t, "selected")?,
+            n_sel: usz(t.ne[0]),
+        })
     } else {
         None
     };
@@ -621,6 +673,8 @@ fn attention(
         sinks,
         rot_k: p.rot_k as usize,
         rot_v: p.rot_v as usize,
+        v_from_k: p.v_from_k,
+        selected,
     };
     let (kcache, vcache) = (kv(buf, kc)?, kv(buf, vc)?);
     let out = f32s_mut(buf, &c.dst, "Attention dst")?;
@@ -645,6 +699,7 @@ fn attention(
         let o = unsafe { std::slice::from_raw_parts_mut(out_ptr.at(task * og), og) };
         let res = ops::attention::attention_group(
             &q[task * qg..][..qg],
+            r,
             slots[r],
             pos[r],
             kvh,

@@ -7,6 +7,7 @@
 pub mod device;
 pub mod dispatch;
 pub mod linear;
+pub mod linear_heads;
 #[cfg(test)]
 mod linear_tests;
 pub mod memory;

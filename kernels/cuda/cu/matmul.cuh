@@ -343,3 +343,5 @@ MATMUL_Q_FEW_M(1, 2)
 MATMUL_Q_FEW_M(1, 4)
 MATMUL_Q_FEW_M(2, 1)
 MATMUL_Q_FEW_M(2, 2)
+
+#include "matmul_heads.cuh"

@@ -4,8 +4,11 @@
 //! fused GDN decode step against an f64 form of the calls it replaces) and the routing kernels
 //! (`cu/router.cuh`: the fused logits + choice against the two kernels it replaces and an f64
 //! top-k; the gated shared-expert sum) and the decode attention (`cu/attn_split.cuh`: one run and merged runs,
-//! windows, sinks, softcap, bad rows, against an f64 attention) and the routed experts' decode
-//! kernels with a shared expert slot (`cu/moe.cuh`: against the separate kernels they replace) and
+//! windows, sinks, softcap, bad rows, against an f64 attention) and attention's selection form
+//! (`cu/attn_select.cuh`: latent rows of 512 with values from the keys, sparse lists with unused,
+//! repeated and later entries, windows, wide heads, bad rows, against an f64 attention) and the
+//! products over per-head weight stacks (`cu/matmul_heads.cuh`: f32 and Q8_0 stacks against f64)
+//! and the routed experts' decode kernels with a shared expert slot (`cu/moe.cuh`: against the separate kernels they replace) and
 //! the tiled f32 product of batches (`cu/gemm_f32.cuh`: against the in-order f32 sum bit for bit)
 //! and the prompt batches' route table, tile list, GLU into Q8_1 and combine (`cu/moe_batch.cuh`:
 //! against the lists, blocks and sums they must give) and the per-head norm + RoPE with its cache stores
@@ -96,6 +99,16 @@ fn routing_kernels_match_the_reference_under_emulation() {
 #[test]
 fn decode_attention_matches_the_reference_under_emulation() {
     run_emulated("attention_test");
+}
+
+#[test]
+fn selection_attention_matches_the_reference_under_emulation() {
+    run_emulated("attn_select_test");
+}
+
+#[test]
+fn per_head_products_match_the_reference_under_emulation() {
+    run_emulated("matmul_heads_test");
 }
 
 #[test]

@@ -22,6 +22,7 @@
 use bloomery_plugin_api::DType;
 use half::f16;
 
+use super::attention_select::{selected_positions, Selection};
 use super::{check_len, mul_dims, positive, whole_rows, OpError};
 use crate::quant;
 
@@ -147,6 +148,42 @@ pub struct AttentionParams<'a> {
     /// With a quantized V cache, each head's output is rotated back in chunks of this many values
     /// (a power of two dividing `head_dim_v`); 0 = none.
     pub rot_v: usize,
+    /// Values are the first `head_dim_v` dims of each key head (latent attention, K = V): they
+    /// are read from the K cache and the V cache argument must be that cache again. f32 and f16
+    /// caches only.
+    pub v_from_k: bool,
+    /// Sparse selection: each row sees only its listed positions (plus its window when `window`
+    /// is set), as [`selected_positions`] collects them. `None` for dense attention.
+    pub selected: Option<Selection<'a>>,
+}
+
+/// The cache positions one row sees: a span `lo..=hi`, or a sorted list.
+#[derive(Debug, Clone, Copy)]
+enum Seen<'s> {
+    Span(usize, usize),
+    List(&'s [usize]),
+}
+
+impl Seen<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Seen::Span(lo, hi) => hi - lo + 1,
+            Seen::List(l) => l.len(),
+        }
+    }
+
+    fn iter(
+        &self,
+    ) -> std::iter::Chain<
+        std::ops::RangeInclusive<usize>,
+        std::iter::Copied<std::slice::Iter<'_, usize>>,
+    > {
+        match *self {
+            Seen::Span(lo, hi) => (lo..=hi).chain([].iter().copied()),
+            #[allow(clippy::reversed_empty_ranges)]
+            Seen::List(l) => (1..=0).chain(l.iter().copied()),
+        }
+    }
 }
 
 /// Attention of `q`, `[head_dim_k, n_head, n_rows]` f32, over the cache, into `out`,
@@ -172,36 +209,92 @@ pub fn attention(
     let (dk, dv) = (p.head_dim_k, p.head_dim_v);
     check_heads(q, out, p, mul_dims(OP, p.n_head, n_rows)?)?;
     check_caches(k_cache, v_cache, p)?;
+    if let Some(sel) = p.selected {
+        check_len(
+            OP,
+            "selected",
+            sel.ids.len(),
+            mul_dims(OP, sel.n_sel, n_rows)?,
+        )?;
+    }
     // Validate every row before writing anything.
-    for (&slot, &pos) in slots.iter().zip(positions) {
-        visible(slot, pos, p)?;
+    for (r, (&slot, &pos)) in slots.iter().zip(positions).enumerate() {
+        with_seen(r, slot, pos, p, |_, _| ())?;
     }
     let group = p.n_head / p.n_head_kv;
     for (r, (&slot, &pos)) in slots.iter().zip(positions).enumerate() {
-        let span = visible(slot, pos, p)?;
-        for kvh in 0..p.n_head_kv {
-            let heads = r * p.n_head + kvh * group;
-            attend_group(
-                &q[heads * dk..][..group * dk],
-                span,
-                kvh,
-                k_cache,
-                v_cache,
-                p,
-                &mut out[heads * dv..][..group * dv],
-            );
-        }
+        with_seen(r, slot, pos, p, |slot, seen| {
+            for kvh in 0..p.n_head_kv {
+                let heads = r * p.n_head + kvh * group;
+                attend_group(
+                    &q[heads * dk..][..group * dk],
+                    slot,
+                    seen,
+                    kvh,
+                    k_cache,
+                    v_cache,
+                    p,
+                    &mut out[heads * dv..][..group * dv],
+                );
+            }
+        })?;
     }
     Ok(())
+}
+
+thread_local! {
+    /// Per-thread scratch of a sparse row's visible positions.
+    static SEEN: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Calls `f(slot, seen)` with row `r`'s checked slot and the positions it sees: its window's span
+/// (refused when longer than the cache), or with a selection its sorted list.
+fn with_seen<R>(
+    r: usize,
+    slot: u32,
+    pos: i32,
+    p: &AttentionParams,
+    f: impl FnOnce(usize, Seen<'_>) -> R,
+) -> Result<R, OpError> {
+    let Some(sel) = p.selected else {
+        let (slot, lo, hi) = visible(slot, pos, p)?;
+        return Ok(f(slot, Seen::Span(lo, hi)));
+    };
+    let (slot, _, hi) = locate("attention", slot, pos, p)?;
+    if p.window.is_some_and(|w| w > p.cache_len) {
+        return Err(OpError::Parameter {
+            op: "attention",
+            what: format!(
+                "a window of {} positions over a cache of {} rows per slot",
+                p.window.unwrap_or(0),
+                p.cache_len
+            ),
+        });
+    }
+    if sel.n_sel == 0 || r >= sel.ids.len() / sel.n_sel {
+        return Err(OpError::Index {
+            op: "attention",
+            what: "selection row",
+            index: r as i64,
+            bound: sel.ids.len().checked_div(sel.n_sel).unwrap_or(0),
+        });
+    }
+    SEEN.with(|cell| {
+        let mut list = cell.borrow_mut();
+        selected_positions(sel.row(r), hi, p.window, p.cache_len, &mut list)?;
+        Ok(f(slot, Seen::List(&list)))
+    })
 }
 
 /// Attention of one row's query heads that read KV head `kvh` (heads `kvh · G .. (kvh + 1) · G`,
 /// `G = n_head / n_head_kv`): `q`, `[head_dim_k, G]` f32, over the cache, into `out`,
 /// `[head_dim_v, G]` f32; the row is in sequence slot `slot` at position `pos`, as in
-/// [`attention`]. No allocation once this thread's scratch has grown.
+/// [`attention`], and is row `row` of the call's selection when there is one. No allocation
+/// once this thread's scratch has grown.
 #[allow(clippy::too_many_arguments)]
 pub fn attention_group(
     q: &[f32],
+    row: usize,
     slot: u32,
     pos: i32,
     kvh: usize,
@@ -222,9 +315,9 @@ pub fn attention_group(
         });
     }
     check_caches(k_cache, v_cache, p)?;
-    let span = visible(slot, pos, p)?;
-    attend_group(q, span, kvh, k_cache, v_cache, p, out);
-    Ok(())
+    with_seen(row, slot, pos, p, |slot, seen| {
+        attend_group(q, slot, seen, kvh, k_cache, v_cache, p, out)
+    })
 }
 
 /// `q` and `out` hold `heads` query heads (of `head_dim_k` and `head_dim_v` values).
@@ -238,9 +331,26 @@ fn check_heads(q: &[f32], out: &[f32], p: &AttentionParams, heads: usize) -> Res
 fn check_caches(k_cache: KvCache, v_cache: KvCache, p: &AttentionParams) -> Result<(), OpError> {
     const OP: &str = "attention";
     let rows = mul_dims(OP, p.cache_len, p.n_slots)?;
-    let (k_width, v_width) = (p.head_dim_k * p.n_head_kv, p.head_dim_v * p.n_head_kv);
+    let (k_width, v_width) = (p.head_dim_k * p.n_head_kv, v_row_width(p));
     check_len(OP, "k_cache", k_cache.len(), mul_dims(OP, k_width, rows)?)?;
     check_len(OP, "v_cache", v_cache.len(), mul_dims(OP, v_width, rows)?)?;
+    if p.v_from_k {
+        if p.head_dim_v > p.head_dim_k {
+            return Err(OpError::Parameter {
+                op: OP,
+                what: format!(
+                    "values taken from the keys (v_from_k) need dv {} <= dk {}",
+                    p.head_dim_v, p.head_dim_k
+                ),
+            });
+        }
+        if let Some(t) = k_cache.quant_type() {
+            return Err(OpError::Parameter {
+                op: OP,
+                what: format!("values taken from the keys (v_from_k) of a {t} cache"),
+            });
+        }
+    }
     for (cache, d, what) in [(k_cache, p.head_dim_k, "K"), (v_cache, p.head_dim_v, "V")] {
         if let Some(t) = cache.quant_type() {
             if !d.is_multiple_of(32) {
@@ -257,6 +367,15 @@ fn check_caches(k_cache: KvCache, v_cache: KvCache, p: &AttentionParams) -> Resu
         check_len(OP, "sinks", s.len(), p.n_head)?;
     }
     Ok(())
+}
+
+/// Values per cache row of the V source: the K cache's row with `v_from_k`.
+fn v_row_width(p: &AttentionParams) -> usize {
+    if p.v_from_k {
+        p.head_dim_k * p.n_head_kv
+    } else {
+        p.head_dim_v * p.n_head_kv
+    }
 }
 
 /// A row's checked slot and visible positions `lo..=hi`, refused when longer than the cache.
@@ -333,9 +452,11 @@ fn with_rotated<R>(rows: &[f32], rot: usize, f: impl FnOnce(&[f32]) -> R) -> R {
 /// every head of the group. A quantized key cache scores each head's query quantized to the
 /// keys' dot-product format, as llama.cpp's CPU flash attention does. Scratch grows per thread
 /// and is then reused.
+#[allow(clippy::too_many_arguments)]
 fn attend_group(
     q: &[f32],
-    (slot, lo, hi): (usize, usize, usize),
+    slot: usize,
+    seen: Seen<'_>,
     kvh: usize,
     k_cache: KvCache,
     v_cache: KvCache,
@@ -343,9 +464,11 @@ fn attend_group(
     out: &mut [f32],
 ) {
     let (dk, dv) = (p.head_dim_k, p.head_dim_v);
-    let (k_width, v_width) = (dk * p.n_head_kv, dv * p.n_head_kv);
+    let (k_width, v_width) = (dk * p.n_head_kv, v_row_width(p));
+    // Where KV head `kvh`'s values start in a V row: after the earlier heads' keys with v_from_k.
+    let v_head = if p.v_from_k { dk } else { dv } * kvh;
     let group = p.n_head / p.n_head_kv;
-    let n = hi - lo + 1;
+    let n = seen.len();
     // A quantized key cache: the group's query heads in the keys' dot-product format.
     let k_dot = k_cache
         .quant_type()
@@ -388,7 +511,7 @@ fn attend_group(
             for (g, max) in per_head[..group].iter_mut().enumerate() {
                 *max = sink(g).unwrap_or(f32::NEG_INFINITY);
             }
-            for (i, t) in (lo..=hi).enumerate() {
+            for (i, t) in seen.iter().enumerate() {
                 let start = (slot * p.cache_len + t % p.cache_len) * k_width + kvh * dk;
                 let kq = k_dot.map(|_| k_cache.quant_bytes(start, dk));
                 let kr = if kq.is_some() {
@@ -421,8 +544,8 @@ fn attend_group(
                 *head = if sum > 0.0 { (1.0 / sum) as f32 } else { 0.0 };
             }
             out.fill(0.0);
-            for (i, t) in (lo..=hi).enumerate() {
-                let start = (slot * p.cache_len + t % p.cache_len) * v_width + kvh * dv;
+            for (i, t) in seen.iter().enumerate() {
+                let start = (slot * p.cache_len + t % p.cache_len) * v_width + v_head;
                 let vr = v_cache.row(start, dv, vrow);
                 for (g, &inv) in per_head[..group].iter().enumerate() {
                     let w = scores[g * n + i] * inv;
@@ -617,3 +740,7 @@ pub fn store_kv_rotated(
 #[cfg(test)]
 #[path = "attention_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "attention_latent_tests.rs"]
+mod latent_tests;

@@ -37,6 +37,8 @@ fn params(
         sinks: None,
         rot_k: 0,
         rot_v: 0,
+        v_from_k: false,
+        selected: None,
     }
 }
 
@@ -240,7 +242,7 @@ fn each_group_of_heads_alone_equals_the_whole_call() {
             let heads = r * 6 + kvh * 3;
             let mut out = vec![f32::NAN; 5 * 3];
             let q_group = &q[heads * 7..][..7 * 3];
-            attention_group(q_group, slots[r], pos[r], kvh, k, v, &p, &mut out).unwrap();
+            attention_group(q_group, r, slots[r], pos[r], kvh, k, v, &p, &mut out).unwrap();
             assert_eq!(
                 &whole[heads * 5..][..5 * 3],
                 &out[..],
@@ -249,7 +251,7 @@ fn each_group_of_heads_alone_equals_the_whole_call() {
         }
     }
     let mut out = vec![0.0; 5 * 3];
-    let e = attention_group(&q[..7 * 3], 0, 3, 2, k, v, &p, &mut out).unwrap_err();
+    let e = attention_group(&q[..7 * 3], 0, 0, 3, 2, k, v, &p, &mut out).unwrap_err();
     assert!(e.to_string().contains("kv head"), "{e}");
 }
 

@@ -15,6 +15,7 @@
 pub mod activations;
 pub mod attention;
 pub mod attention_dense;
+pub mod attention_select;
 pub mod conv;
 pub mod delta_rule;
 pub mod elementwise;

@@ -5,7 +5,8 @@
 //! group merging the splits. Decode of few rows takes the decode form instead, which also splits a
 //! short context's heads among blocks. Other calls (f32 caches, other head sizes, K and V of
 //! different types, Q4_1, Q5_0, Q5_1 and IQ4_NL caches) take one block per (row, head) holding
-//! every score, the quantized ones read a value at a time.
+//! every score, the quantized ones read a value at a time. Latent (values from the keys), sparse
+//! and wider-headed calls take the selection form (`attention_select`).
 
 use bloomery_plugin_api::op::{AttentionParams, OpKind, OpSupport};
 use bloomery_plugin_api::tensor::OpCall;
@@ -13,6 +14,7 @@ use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::sys::CUfunction_attribute_enum;
 use cudarc::driver::LaunchConfig;
 
+use super::attention_select::takes_select_form;
 use super::cache_store::{kv_code, KV_TYPES};
 use super::{claim, driver_err, f32_only, Addr, Launcher, Src};
 
@@ -209,23 +211,14 @@ impl Launcher {
         c: &'c OpCall,
         p: AttentionParams,
     ) -> Result<(), PluginError> {
-        if p.v_from_k || p.selected {
-            return Err(PluginError::unsupported(
-                "latent or sparse attention on the CUDA bundles",
-                &[],
-            ));
+        if takes_select_form(&p) {
+            return self.attention_select(addr, src, c, p);
         }
         let (q, kc, vc, slots, pos) = (src(0)?, src(1)?, src(2)?, src(3)?, src(4)?);
         f32_only(q, "Attention q")?;
         f32_only(&c.dst, "Attention dst")?;
         let rows = slots.elements();
         let (nh, nkv, dk, dv) = (p.n_head, p.n_head_kv, p.dk, p.dv);
-        if dk > 256 {
-            return Err(PluginError::unsupported(
-                format!("attention heads of {dk} on the CUDA bundles (at most 256)"),
-                &[],
-            ));
-        }
         if nkv == 0
             || nh % nkv != 0
             || q.elements() != u64::from(dk * nh) * rows
@@ -379,7 +372,7 @@ impl Launcher {
 
     /// The kernel `name`, allowed `smem` bytes of dynamic shared memory when that is more than
     /// every block may use by default.
-    fn func_smem(
+    pub(super) fn func_smem(
         &self,
         name: &'static str,
         smem: u32,

@@ -5,7 +5,8 @@
 //! quantized to Q8_1 in the scratch: a warp per (row, column) for a single column, the few-column
 //! forms for 2 to 15 columns (each weight row read once per pass of up to 8), and tiles on the
 //! int8 tensor cores (or dp4a) for batches of 16 rows or more. Up to three products of the same
-//! activations go in one launch (`fused::matmul_parts`).
+//! activations go in one launch (`fused::matmul_parts`). Stacks of per-head matrices take
+//! `matmul_heads`.
 //!
 //! [`QUANT_TYPES`]: super::QUANT_TYPES
 
@@ -15,6 +16,7 @@ use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::{result, LaunchConfig};
 
 use super::activations::Quantized;
+use super::matmul_heads::is_per_head;
 use super::quant::{pairs_ok, per_wtype, typed, weight_code, with_quant_types, STAGE_PAIR};
 use super::{cfg, driver_err, f32_only, grid, Addr, Launcher, Src, BLOCK, WARPS};
 
@@ -203,6 +205,9 @@ impl Launcher {
         let (w, x) = (src(0)?, src(1)?);
         f32_only(x, "MatMul x")?;
         f32_only(&c.dst, "MatMul dst")?;
+        if is_per_head(w) {
+            return self.matmul_heads(addr, w, x, c, held);
+        }
         let (k, n, m) = (w.ne[0], w.ne[1], x.rows());
         if x.ne[0] != k || c.dst.ne[0] != n || c.dst.rows() != m || w.rows() != n {
             return Err(PluginError::invalid(format!(

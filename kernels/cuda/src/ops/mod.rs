@@ -31,6 +31,7 @@ use crate::probe::Bundle;
 
 mod activations;
 mod attention;
+mod attention_select;
 mod cache_store;
 mod copy;
 mod dense;
@@ -39,6 +40,7 @@ mod fused;
 mod hyper;
 mod launch;
 mod matmul;
+mod matmul_heads;
 mod moe;
 mod moe_batch;
 mod norm;
