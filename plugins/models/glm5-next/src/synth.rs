@@ -42,7 +42,7 @@ struct Shape {
 const SHAPES: &[Shape] = &[
     Shape {
         name: "tiny",
-        description: "8 layers (layer 0 dense; KDA, MLA at 3 and 7) + NextN, hidden 128, 4 heads (KDA x 32, MLA q_lora 64, latent 512, x 64), indexer 4 x 128 top 8 kpool 4, 8 experts top-2 (ff 64) + shared, vocab 256",
+        description: "8 layers (layer 0 dense; KDA, MLA at 3 and 7) + NextN, hidden 128, 4 heads (KDA x 32, MLA q_lora 64, latent 512, x 64), indexer 4 x 128 top 8 kpool 4, 8 experts top-2 (ff 64) + shared, vocab 272",
         n_layer: 8,
         n_embd: 128,
         n_head: 4,
@@ -60,7 +60,7 @@ const SHAPES: &[Shape] = &[
         n_used: 2,
         n_ff_exp: 64,
         clamp: 0.5,
-        n_vocab: 256,
+        n_vocab: 272,
         n_ctx: 4096,
     },
     Shape {

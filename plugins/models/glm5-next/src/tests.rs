@@ -413,7 +413,7 @@ fn the_trunk_graph_follows_llama_cpps_order_and_shapes() {
     let logits = &g.outputs[0];
     assert_eq!(
         (logits.name.as_str(), ne(&g, logits.tensor)),
-        ("logits", [256, 2, 1, 1])
+        ("logits", [272, 2, 1, 1])
     );
 }
 
@@ -507,7 +507,7 @@ fn the_nextn_head_runs_its_own_layer_over_the_trunks_hidden_state() {
     let logits = nextn::draft_head(&mm, &mut g, h, inp.tokens, &inp).unwrap();
     g.output("logits", logits);
     let g = g.finish();
-    assert_eq!(ne(&g, logits), [256, 1, 1, 1]);
+    assert_eq!(ne(&g, logits), [272, 1, 1, 1]);
     // [enorm(e); hnorm(h)], e first, into eh_proj.
     let cat = g
         .nodes
