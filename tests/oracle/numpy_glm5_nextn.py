@@ -44,6 +44,9 @@ import numpy as np
 from gguf import GGUFReader
 
 ARCH = "glm5-next"
+# The tie bands of hf_glm5_next.py: router gap (absolute) and DSA gap (relative to the row's best).
+TIE_ROUTER = 1e-4
+TIE_DSA = 1e-4
 
 
 def field(r, key, default=None):
@@ -210,6 +213,9 @@ def main():
         nxt = [int(x) for x in nxt.split(",")]
         assert hidden.shape[0] == len(tokens) == len(nxt), (hidden.shape, len(tokens), len(nxt))
         logits, routes, picks, gap = nextn(f, hidden, nxt)
+        # A near tie would let two correct implementations pick differently: refuse the sequence.
+        if gap["router"] < TIE_ROUTER or gap["dsa"] < TIE_DSA:
+            sys.exit(f"{spec}: a selection within the tie band ({gap}); choose another sequence")
         rounded = [[float(f"{v:.8g}") for v in row] for row in logits.tolist()]
         seqs.append({"tokens": tokens, "next_tokens": nxt, "logits": rounded, "router_ids": routes,
                      "dsa_picks": picks, "min_gap": {k: float(f"{v:.3g}") for k, v in gap.items()}})
