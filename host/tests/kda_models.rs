@@ -195,3 +195,34 @@ fn the_250b_preset_cut_to_12_layers_is_3_gqa_and_9_kda_layers() {
         .find(|x| x.name.as_str() == "blk.1.ffn_gate_exps.weight");
     assert_eq!(gate.unwrap().ne, [4096, 1280, 320, 1]);
 }
+
+/// A quantized synth writes matrices in their class's type and one-row tensors (the output-gate
+/// biases of the tiny solar-open2 file) in f32, as llama.cpp's quantizer does: the card's Add
+/// takes f32 operands only, so a Q8_0 bias made the file unrunnable there.
+#[test]
+fn a_quantized_synth_keeps_one_row_tensors_f32() {
+    let dir = tempfile::tempdir().unwrap();
+    let q8 = ClassTypes {
+        attention: DType::Q8_0,
+        dense: DType::Q8_0,
+        ..F32
+    };
+    let path = tiny_of("solar-open2", dir.path(), q8);
+    let file = bloomery_gguf::GgufFile::open(&path).unwrap();
+    let dtype = |name: &str| file.tensor(name).unwrap().dtype;
+    assert_eq!(dtype("blk.0.attn_gate.weight"), DType::Q8_0);
+    for bias in ["blk.0.attn_gate.bias", "blk.4.attn_gate.bias"] {
+        assert_eq!(dtype(bias), DType::F32, "{bias}");
+    }
+    let quantized_vectors: Vec<&str> = file
+        .tensors()
+        .iter()
+        .filter(|t| t.shape.iter().filter(|&&n| n != 1).count() < 2 && t.dtype != DType::F32)
+        .map(|t| t.name.as_str())
+        .collect();
+    assert!(quantized_vectors.is_empty(), "{quantized_vectors:?}");
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let mut m = LoadedModel::load(&reg, &path, common::GOLDEN_OPTS).unwrap();
+    let logits = m.forward(&rows(&[1, 2, 3], 0, 0)).unwrap();
+    assert!(logits.iter().all(|v| v.is_finite()));
+}

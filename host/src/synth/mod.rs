@@ -28,6 +28,18 @@ pub struct ClassTypes {
 }
 
 impl ClassTypes {
+    /// The type a tensor of `class` and shape `ne` is written in: its class's type for matrices,
+    /// f32 for a tensor of one row (a bias or a gate vector), as llama.cpp's quantizer keeps
+    /// every tensor of fewer than two dimensions (trailing 1s not counted) in f32.
+    pub fn for_tensor(&self, class: WeightClass, ne: &[u64]) -> DType {
+        let dims = ne.iter().rposition(|&n| n != 1).map_or(0, |i| i + 1);
+        if dims < 2 {
+            DType::F32
+        } else {
+            self.of(class)
+        }
+    }
+
     /// The type of a class (norms, routers and the rest stay f32).
     pub fn of(&self, class: WeightClass) -> DType {
         match class {
@@ -123,14 +135,14 @@ pub fn write_reporting(
     }
     let mut ranges = Vec::new();
     for t in preset.tensors.iter() {
-        let dtype = types.of(t.class);
+        let shape = &t.ne[..t.n_dims as usize];
+        let dtype = types.for_tensor(t.class, shape);
         if !fill::SYNTH_TYPES.contains(&dtype) {
             anyhow::bail!(
                 "synth cannot write {dtype} (it writes {:?})",
                 fill::SYNTH_TYPES
             );
         }
-        let shape = &t.ne[..t.n_dims as usize];
         if dtype.row_bytes(shape[0]).is_none() {
             anyhow::bail!(
                 "tensor `{}`: rows of {} values are not whole {dtype} blocks; pick another type for {:?}",
