@@ -665,6 +665,34 @@ impl Executor {
         }
     }
 
+    /// The names of the graph's outputs, in its order.
+    pub fn output_names(&self) -> impl Iterator<Item = &str> {
+        self.outputs.iter().map(|(n, ..)| n.as_str())
+    }
+
+    /// Reads an i32 output by name (never staged: only f32 outputs are).
+    pub fn read_i32(&self, device: &Device, name: &str) -> Result<Vec<i32>, ExecError> {
+        let r = self
+            .outputs
+            .iter()
+            .find(|(n, ..)| n == name)
+            .map(|(_, r, _)| r)
+            .ok_or_else(|| ExecError::BadGraph(format!("the graph has no output `{name}`")))?;
+        if r.dtype != DType::I32 || !r.is_contiguous() {
+            return Err(ExecError::BadGraph(format!(
+                "output `{name}` is not contiguous i32"
+            )));
+        }
+        let mut bytes = vec![0u8; r.elements() as usize * 4];
+        device
+            .read(r.buffer, r.offset, &mut bytes)
+            .map_err(dev("reading outputs"))?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
     /// Reads an f32 output by name.
     pub fn read_f32(&self, device: &Device, name: &str) -> Result<Vec<f32>, ExecError> {
         let (_, r, staged) = self

@@ -21,7 +21,7 @@ use crate::mlock;
 use crate::open::{open_model, Opened};
 use crate::options::LoadOptions;
 use crate::placement::plan_for;
-use crate::readout::{graph_for, Readout, EMBEDDINGS_OUTPUT};
+use crate::readout::{graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT};
 use crate::state::allocate_state;
 use crate::weights::{load_tiered, map_weights};
 
@@ -286,9 +286,12 @@ impl LoadedModel {
                     plugin: self.plugin.clone(),
                     error,
                 })?;
-            let graph = graph_for(graph, readout).map_err(|why| ModelError::NoEmbeddings {
-                plugin: self.plugin.clone(),
-                why,
+            let graph = graph_for(graph, readout).map_err(|why| match readout {
+                Readout::Tap(_) => ModelError::Request(why),
+                _ => ModelError::NoEmbeddings {
+                    plugin: self.plugin.clone(),
+                    why,
+                },
             })?;
             let bind = Bindings {
                 weights: &self.weights,
@@ -339,19 +342,8 @@ impl LoadedModel {
         self.executor(1, 1, Readout::Embeddings).map(|_| ())
     }
 
-    /// Runs one pass over a batch and returns the logits of its output rows, `n_vocab` values per
-    /// output row in the order of `batch.output_rows`.
-    pub fn forward(&mut self, batch: &BatchInputs) -> Result<Vec<f32>, ModelError> {
-        Ok(self.forward_reading(batch, Readout::Logits)?.logits)
-    }
-
-    /// Runs one pass over a batch and reads back what `readout` asks for its output rows, in the
-    /// order of `batch.output_rows`: `n_vocab` logits and/or `n_embd` final-norm values a row.
-    pub fn forward_reading(
-        &mut self,
-        batch: &BatchInputs,
-        readout: Readout,
-    ) -> Result<PassOutputs, ModelError> {
+    /// Refuses a batch whose rows, positions, slots, tokens or output rows are out of range.
+    fn check_batch(&self, batch: &BatchInputs) -> Result<(), ModelError> {
         let rows = batch.tokens.len();
         if rows == 0 || batch.positions.len() != rows || batch.slots.len() != rows {
             return Err(ModelError::Request(format!(
@@ -391,6 +383,24 @@ impl LoadedModel {
                 "an output row is outside the batch".into(),
             ));
         }
+        Ok(())
+    }
+
+    /// Runs one pass over a batch and returns the logits of its output rows, `n_vocab` values per
+    /// output row in the order of `batch.output_rows`.
+    pub fn forward(&mut self, batch: &BatchInputs) -> Result<Vec<f32>, ModelError> {
+        Ok(self.forward_reading(batch, Readout::Logits)?.logits)
+    }
+
+    /// Runs one pass over a batch and reads back what `readout` asks for its output rows, in the
+    /// order of `batch.output_rows`: `n_vocab` logits and/or `n_embd` final-norm values a row.
+    pub fn forward_reading(
+        &mut self,
+        batch: &BatchInputs,
+        readout: Readout,
+    ) -> Result<PassOutputs, ModelError> {
+        self.check_batch(batch)?;
+        let rows = batch.tokens.len();
         let device = Arc::clone(&self.device);
         if batch.output_rows.is_empty() {
             // A prompt chunk before the last: no logits wanted. Graphs always keep one output
@@ -413,6 +423,35 @@ impl LoadedModel {
         }
         self.rebalance()?;
         Ok(out)
+    }
+
+    /// Runs one pass over a batch and reads back every i32 tensor of the graph named `name`,
+    /// in the graph's order, each with its layer: an intermediate to check against a reference,
+    /// such as a sparse attention's selection (`indexer_sel_idx`). A name the graph lacks or a
+    /// tensor not i32 is an error.
+    pub fn forward_tap_i32(
+        &mut self,
+        batch: &BatchInputs,
+        name: &'static str,
+    ) -> Result<Vec<(i32, Vec<i32>)>, ModelError> {
+        self.check_batch(batch)?;
+        if batch.output_rows.is_empty() {
+            return Err(ModelError::Request(
+                "a tapped pass needs output rows".into(),
+            ));
+        }
+        let (rows, outputs) = (batch.tokens.len() as u32, batch.output_rows.len() as u32);
+        let device = Arc::clone(&self.device);
+        let exec = self.executor(rows, outputs, Readout::Tap(name))?;
+        exec.run(&device, batch)?;
+        let mut taps = Vec::new();
+        for out in exec.output_names() {
+            if let Some(layer) = tap_layer(out, name) {
+                taps.push((layer, exec.read_i32(&device, out)?));
+            }
+        }
+        self.rebalance()?;
+        Ok(taps)
     }
 
     /// Runs one pass over a batch and returns the final-norm rows of its output rows, `n_embd`

@@ -1,0 +1,253 @@
+//! GLM-5.3 (`glm5-next`) end to end on the CPU, on the synthetic tiny file (`bloomery synth
+//! --arch glm5-next --preset tiny --seed 7`; goldens made by tests/oracle/make_glm5next_goldens.sh,
+//! see host/tests/fixtures/PROVENANCE.md):
+//!
+//! - logits at every position of two 44-token sequences within 1e-4 relative of transformers 5.24
+//!   (`tiny_hf.json`) and of llama.cpp b11434 (`tiny_llamacpp.json`), the argmax equal;
+//! - every MoE layer's experts and every MLA layer's DSA selection per position as transformers'
+//!   (the sequences were drawn outside the tie bands);
+//! - against itself: a prompt in one pass equals the same tokens in chunks and token by token, a
+//!   restored checkpoint equals the prefix evaluated again, and below the dense threshold
+//!   (`top_k + kpool − 1` positions) the indexer selects every position.
+
+mod common;
+
+use common::{plugin_dir, tiny_of};
+
+use std::path::{Path, PathBuf};
+
+use bloomery::synth::ClassTypes;
+use bloomery_devices::Registry;
+use bloomery_exec::{BatchInputs, LoadedModel};
+use bloomery_plugin_api::DType;
+use sha2::{Digest, Sha256};
+
+const ARCH: &str = "glm5-next";
+
+/// The indexer's selection node of a full-indexer MLA layer.
+const SEL: &str = "indexer_sel_idx";
+
+const F32: ClassTypes = ClassTypes {
+    experts: DType::F32,
+    attention: DType::F32,
+    embedding: DType::F32,
+    output: DType::F32,
+    dense: DType::F32,
+};
+
+fn golden(name: &str) -> serde_json::Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/glm5next")
+        .join(format!("{name}.json"));
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+/// The tiny file in `dir`, checked to be the file the goldens were made on.
+fn tiny(dir: &Path) -> PathBuf {
+    let path = tiny_of(ARCH, dir, F32);
+    let sha = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
+    for name in ["tiny_hf", "tiny_llamacpp", "tiny_nextn_np"] {
+        assert_eq!(
+            sha,
+            golden(name)["file_sha256"].as_str().unwrap(),
+            "{name}: synth output changed: remake the goldens (host/tests/fixtures/PROVENANCE.md)"
+        );
+    }
+    path
+}
+
+fn load(path: &Path) -> LoadedModel {
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    LoadedModel::load(&reg, path, common::GOLDEN_OPTS).unwrap()
+}
+
+fn tokens(seq: &serde_json::Value) -> Vec<i32> {
+    let t = seq["tokens"].as_array().unwrap();
+    t.iter().map(|v| v.as_i64().unwrap() as i32).collect()
+}
+
+/// Rows `tokens` of slot 0 from position `start`, every row an output.
+fn rows(tokens: &[i32], start: i32) -> BatchInputs {
+    let n = tokens.len() as i32;
+    BatchInputs {
+        tokens: tokens.to_vec(),
+        positions: (start..start + n).collect(),
+        slots: vec![0; tokens.len()],
+        output_rows: (0..n).collect(),
+        history: vec![],
+    }
+}
+
+fn max_rel(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0f32, |s, v| s.max(v.abs()));
+    a.iter().zip(b).fold(0f32, |s, (x, y)| s.max((x - y).abs())) / scale
+}
+
+fn check(reference: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = load(&tiny(dir.path()));
+    let g = golden(reference);
+    let (rel, same, n) = common::golden_agreement(&mut m, &g);
+    eprintln!("{reference}: max rel {rel:.2e}, argmax {same}/{n}");
+    assert_eq!(n, 88, "{reference}: positions compared");
+    assert!(rel < 1e-4, "{reference}: max rel {rel}");
+    assert_eq!(same, n, "{reference}: argmax differs");
+}
+
+#[test]
+fn logits_match_transformers_within_1e4() {
+    check("tiny_hf");
+}
+
+#[test]
+fn logits_match_llama_cpp_within_1e4() {
+    check("tiny_llamacpp");
+}
+
+#[test]
+fn every_token_is_routed_to_transformers_experts() {
+    let dir = tempfile::tempdir().unwrap();
+    common::assert_routes_match(&tiny(dir.path()), &golden("tiny_hf"), ARCH);
+}
+
+/// Each full-indexer layer's selection (`layer`, positions per row, ascending), over one pass of
+/// `tokens` from position 0.
+fn picks(m: &mut LoadedModel, tokens: &[i32]) -> Vec<(i32, Vec<Vec<i32>>)> {
+    let taps = m.forward_tap_i32(&rows(tokens, 0), SEL).unwrap();
+    taps.into_iter()
+        .map(|(layer, sel)| {
+            let n_sel = sel.len() / tokens.len();
+            let per_row = sel
+                .chunks(n_sel)
+                .map(|r| {
+                    let mut r: Vec<i32> = r.iter().copied().filter(|&p| p >= 0).collect();
+                    r.sort_unstable();
+                    r
+                })
+                .collect();
+            (layer, per_row)
+        })
+        .collect()
+}
+
+#[test]
+fn the_dsa_indexer_picks_transformers_positions() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = load(&tiny(dir.path()));
+    let g = golden("tiny_hf");
+    let layers: Vec<i32> = g["mla_layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_i64().unwrap() as i32)
+        .collect();
+    let mut compared = 0;
+    for (s, seq) in g["sequences"].as_array().unwrap().iter().enumerate() {
+        let ours = picks(&mut m, &tokens(seq));
+        let got_layers: Vec<i32> = ours.iter().map(|(l, _)| *l).collect();
+        assert_eq!(got_layers, layers, "full-indexer layers");
+        for (i, (layer, rows)) in ours.iter().enumerate() {
+            let want = seq["dsa_picks"][i].as_array().unwrap();
+            assert_eq!(rows.len(), want.len());
+            for (p, (got, want)) in rows.iter().zip(want).enumerate() {
+                let want: Vec<i32> = want
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_i64().unwrap() as i32)
+                    .collect();
+                assert_eq!(got, &want, "sequence {s}, layer {layer}, position {p}");
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 2 * 2 * 44);
+}
+
+/// The tiny preset's indexer keeps `top_k` 8 positions in pools of `kpool` 4 plus the tail: below
+/// position 11 every row sees all of `0..=p`, from there on at most 11 positions (8 and a tail
+/// of up to 3).
+#[test]
+fn below_the_dense_threshold_every_position_is_selected() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = load(&tiny(dir.path()));
+    let g = golden("tiny_hf");
+    let seq = tokens(&g["sequences"][1]);
+    let threshold = 8 + 4 - 1;
+    for (layer, rows) in picks(&mut m, &seq) {
+        for (p, got) in rows.iter().enumerate() {
+            if p < threshold {
+                let all: Vec<i32> = (0..=p as i32).collect();
+                assert_eq!(got, &all, "layer {layer}, position {p}");
+            } else {
+                assert!(
+                    got.len() <= threshold,
+                    "layer {layer}, position {p}: {got:?}"
+                );
+            }
+        }
+    }
+}
+
+/// One sequence's logits run as `chunks` passes (lengths), from position 0.
+fn in_chunks(m: &mut LoadedModel, tokens: &[i32], chunks: &[usize]) -> Vec<f32> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for &n in chunks {
+        out.extend(m.forward(&rows(&tokens[at..at + n], at as i32)).unwrap());
+        at += n;
+    }
+    assert_eq!(at, tokens.len());
+    out
+}
+
+/// The chunked KDA form against its step form, the indexer's pools completed in a later pass than
+/// the one that started them, and the latent cache read across passes.
+#[test]
+fn a_prompt_in_one_pass_equals_chunks_and_token_by_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = load(&tiny(dir.path()));
+    let g = golden("tiny_hf");
+    let seq = tokens(&g["sequences"][0]);
+    let whole = in_chunks(&mut m, &seq, &[44]);
+    for chunks in [vec![5, 13, 26], vec![1; 44]] {
+        let parts = in_chunks(&mut m, &seq, &chunks);
+        let r = max_rel(&parts, &whole);
+        eprintln!("chunks {:?}…: max rel {r:.2e}", &chunks[..3]);
+        assert!(r < 1e-5, "chunks {chunks:?}: max rel {r}");
+    }
+}
+
+/// A checkpoint taken after 13 positions, with the positional caches of a later save, brings the
+/// slot back to the prefix: the rest of the sequence then gives the logits of a fresh run.
+#[test]
+fn a_restored_checkpoint_equals_the_prefix_evaluated_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = load(&tiny(dir.path()));
+    assert!(m.rewind().per_sequence);
+    let g = golden("tiny_hf");
+    let seq = tokens(&g["sequences"][0]);
+    let other = tokens(&g["sequences"][1]);
+    let fresh = m.forward(&rows(&seq, 0)).unwrap();
+    let (head, tail) = seq.split_at(13);
+    let n = head.len() as u32;
+    m.forward(&rows(head, 0)).unwrap();
+    let ck = m.read_checkpoint(0).unwrap();
+    m.forward(&rows(tail, n as i32)).unwrap();
+    let all = seq.len() as u32;
+    let saved = m.read_slot(0, all).unwrap();
+    // Another sequence overwrites the slot; the saved state brings back the prefix.
+    m.forward(&rows(&other, 0)).unwrap();
+    let wrong = m.read_checkpoint(0).unwrap();
+    m.write_slot(0, n, all, &saved, Some(&ck)).unwrap();
+    let again = m.forward(&rows(tail, n as i32)).unwrap();
+    let vocab = m.spec.hparams.n_vocab as usize;
+    let r = max_rel(&again, &fresh[head.len() * vocab..]);
+    eprintln!("restored vs fresh: max rel {r:.2e}");
+    assert!(r < 1e-5, "max rel {r}");
+    // The other sequence's recurrent state in its place gives other logits.
+    m.write_slot(0, n, all, &saved, Some(&wrong)).unwrap();
+    let off = m.forward(&rows(tail, n as i32)).unwrap();
+    assert!(max_rel(&off, &fresh[head.len() * vocab..]) > 1e-3);
+}
