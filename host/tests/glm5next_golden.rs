@@ -6,6 +6,9 @@
 //!   (`tiny_hf.json`) and of llama.cpp b11434 (`tiny_llamacpp.json`), the argmax equal;
 //! - every MoE layer's experts and every MLA layer's DSA selection per position as transformers'
 //!   (the sequences were drawn outside the tie bands);
+//! - the NextN layer through the host's draft pass (`LoadedModel::forward_draft` on the trunk's
+//!   final-norm rows): logits within 1e-4 of the f64 numpy reference (`tiny_nextn_np.json`), its
+//!   experts and DSA selection as the reference's;
 //! - against itself: a prompt in one pass equals the same tokens in chunks and token by token, a
 //!   restored checkpoint equals the prefix evaluated again, and below the dense threshold
 //!   (`top_k + kpool − 1` positions) the indexer selects every position.
@@ -62,8 +65,24 @@ fn load(path: &Path) -> LoadedModel {
 }
 
 fn tokens(seq: &serde_json::Value) -> Vec<i32> {
-    let t = seq["tokens"].as_array().unwrap();
-    t.iter().map(|v| v.as_i64().unwrap() as i32).collect()
+    ids(&seq["tokens"])
+}
+
+fn ids(v: &serde_json::Value) -> Vec<i32> {
+    let v = v.as_array().unwrap();
+    v.iter().map(|x| x.as_i64().unwrap() as i32).collect()
+}
+
+/// Each row of `[n, rows]` i32 values without its −1 entries, ascending.
+fn sorted_rows(values: &[i32], rows: usize) -> Vec<Vec<i32>> {
+    values
+        .chunks(values.len() / rows)
+        .map(|r| {
+            let mut r: Vec<i32> = r.iter().copied().filter(|&p| p >= 0).collect();
+            r.sort_unstable();
+            r
+        })
+        .collect()
 }
 
 /// Rows `tokens` of slot 0 from position `start`, every row an output.
@@ -114,20 +133,9 @@ fn every_token_is_routed_to_transformers_experts() {
 /// Each full-indexer layer's selection (`layer`, positions per row, ascending), over one pass of
 /// `tokens` from position 0.
 fn picks(m: &mut LoadedModel, tokens: &[i32]) -> Vec<(i32, Vec<Vec<i32>>)> {
-    let taps = m.forward_tap_i32(&rows(tokens, 0), SEL).unwrap();
+    let taps = m.forward_tap_i32(&rows(tokens, 0), None, SEL).unwrap();
     taps.into_iter()
-        .map(|(layer, sel)| {
-            let n_sel = sel.len() / tokens.len();
-            let per_row = sel
-                .chunks(n_sel)
-                .map(|r| {
-                    let mut r: Vec<i32> = r.iter().copied().filter(|&p| p >= 0).collect();
-                    r.sort_unstable();
-                    r
-                })
-                .collect();
-            (layer, per_row)
-        })
+        .map(|(layer, sel)| (layer, sorted_rows(&sel, tokens.len())))
         .collect()
 }
 
@@ -136,12 +144,7 @@ fn the_dsa_indexer_picks_transformers_positions() {
     let dir = tempfile::tempdir().unwrap();
     let mut m = load(&tiny(dir.path()));
     let g = golden("tiny_hf");
-    let layers: Vec<i32> = g["mla_layers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_i64().unwrap() as i32)
-        .collect();
+    let layers = ids(&g["mla_layers"]);
     let mut compared = 0;
     for (s, seq) in g["sequences"].as_array().unwrap().iter().enumerate() {
         let ours = picks(&mut m, &tokens(seq));
@@ -151,13 +154,7 @@ fn the_dsa_indexer_picks_transformers_positions() {
             let want = seq["dsa_picks"][i].as_array().unwrap();
             assert_eq!(rows.len(), want.len());
             for (p, (got, want)) in rows.iter().zip(want).enumerate() {
-                let want: Vec<i32> = want
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_i64().unwrap() as i32)
-                    .collect();
-                assert_eq!(got, &want, "sequence {s}, layer {layer}, position {p}");
+                assert_eq!(got, &ids(want), "sequence {s}, layer {layer}, position {p}");
                 compared += 1;
             }
         }
@@ -250,4 +247,45 @@ fn a_restored_checkpoint_equals_the_prefix_evaluated_again() {
     m.write_slot(0, n, all, &saved, Some(&wrong)).unwrap();
     let off = m.forward(&rows(tail, n as i32)).unwrap();
     assert!(max_rel(&off, &fresh[head.len() * vocab..]) > 1e-3);
+}
+
+/// The NextN layer (8) of each sequence: the trunk's final-norm rows of the sequence, row `i`
+/// paired with token `i + 1` (the last with the first, as the reference pairs them) at position
+/// `i` of the layer's own caches, in one draft pass; its logits within 1e-4 of the numpy
+/// reference's (which ran on transformers' trunk rows), its experts and its DSA selection (a full
+/// indexer over its own cache) as the reference's.
+#[test]
+fn the_nextn_layer_matches_the_numpy_reference_within_1e4() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = load(&tiny(dir.path()));
+    let g = golden("tiny_nextn_np");
+    let layer = g["layer"].as_i64().unwrap() as i32;
+    let vocab = m.spec.hparams.n_vocab as usize;
+    let (mut max, mut same, mut n) = (0f32, 0, 0);
+    for (s, seq) in g["sequences"].as_array().unwrap().iter().enumerate() {
+        let (t, next) = (tokens(seq), ids(&seq["next_tokens"]));
+        let h = m.forward_hidden(&rows(&t, 0)).unwrap();
+        let draft = rows(&next, 0);
+        let ours = m.forward_draft(&draft, &h).unwrap();
+        let (rel, sm, k) = common::agreement(&ours, vocab, &seq["logits"]);
+        eprintln!("NextN, sequence {s}: max rel {rel:.2e}, argmax {sm}/{k}");
+        (max, same, n) = (max.max(rel), same + sm, n + k);
+        for (name, key) in [("ffn_moe_topk", "router_ids"), (SEL, "dsa_picks")] {
+            let taps = m.forward_tap_i32(&draft, Some(&h), name).unwrap();
+            assert_eq!(taps.len(), 1, "{name}: one in the draft graph");
+            assert_eq!(taps[0].0, layer, "{name}");
+            let got = sorted_rows(&taps[0].1, next.len());
+            let want = seq[key].as_array().unwrap();
+            assert_eq!(got.len(), want.len());
+            for (p, (got, want)) in got.iter().zip(want).enumerate() {
+                let mut want = ids(want);
+                want.sort_unstable();
+                assert_eq!(got, &want, "{key}: sequence {s}, position {p}");
+            }
+        }
+    }
+    eprintln!("NextN against numpy: max rel {max:.2e}, argmax {same}/{n}");
+    assert_eq!(n, 88);
+    assert!(max < 1e-4, "NextN: max rel {max}");
+    assert_eq!(same, n, "NextN: argmax differs");
 }
