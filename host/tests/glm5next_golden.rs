@@ -9,7 +9,8 @@
 //! - the NextN layer through the host's draft pass (`LoadedModel::forward_draft` on the trunk's
 //!   final-norm rows): logits within 1e-4 of the f64 numpy reference (`tiny_nextn_np.json`), its
 //!   experts and DSA selection as the reference's;
-//! - against itself: a prompt in one pass equals the same tokens in chunks and token by token, a
+//! - against itself: a prompt in one pass equals the same tokens in chunks and token by token (the
+//!   trunk and the NextN layer), two sequences in one pass in two slots equal each alone, a
 //!   restored checkpoint equals the prefix evaluated again, and below the dense threshold
 //!   (`top_k + kpool − 1` positions) the indexer selects every position.
 
@@ -103,15 +104,29 @@ fn max_rel(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0f32, |s, (x, y)| s.max((x - y).abs())) / scale
 }
 
+/// The logits of both sequences on each CPU kernel plugin against `reference`.
 fn check(reference: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let mut m = load(&tiny(dir.path()));
+    let path = tiny(dir.path());
     let g = golden(reference);
-    let (rel, same, n) = common::golden_agreement(&mut m, &g);
-    eprintln!("{reference}: max rel {rel:.2e}, argmax {same}/{n}");
-    assert_eq!(n, 88, "{reference}: positions compared");
-    assert!(rel < 1e-4, "{reference}: max rel {rel}");
-    assert_eq!(same, n, "{reference}: argmax differs");
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let cpus: Vec<_> = reg
+        .kernels
+        .iter()
+        .filter(|k| k.name.starts_with("cpu-"))
+        .collect();
+    assert!(cpus.len() >= 2, "cpu-scalar and cpu-avx2");
+    for k in cpus {
+        let mut m = LoadedModel::load_on(&reg, &path, common::GOLDEN_OPTS, k).unwrap();
+        let (rel, same, n) = common::golden_agreement(&mut m, &g);
+        eprintln!(
+            "{reference} on {}: max rel {rel:.2e}, argmax {same}/{n}",
+            k.name
+        );
+        assert_eq!(n, 88, "{reference}: positions compared");
+        assert!(rel < 1e-4, "{reference} on {}: max rel {rel}", k.name);
+        assert_eq!(same, n, "{reference} on {}: argmax differs", k.name);
+    }
 }
 
 #[test]
@@ -288,4 +303,71 @@ fn the_nextn_layer_matches_the_numpy_reference_within_1e4() {
     assert_eq!(n, 88);
     assert!(max < 1e-4, "NextN: max rel {max}");
     assert_eq!(same, n, "NextN: argmax differs");
+}
+
+/// Both sequences interleaved row by row in one pass, in slots 0 and 1, against each run alone:
+/// every cache (latent, indexer with its pooled keys, KDA states) kept per slot.
+#[test]
+fn two_sequences_in_one_pass_equal_each_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(dir.path());
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let opts = bloomery_exec::LoadOptions {
+        n_slots: 2,
+        ..common::GOLDEN_OPTS
+    };
+    let mut m = LoadedModel::load(&reg, &path, opts).unwrap();
+    let g = golden("tiny_hf");
+    let seqs = [tokens(&g["sequences"][0]), tokens(&g["sequences"][1])];
+    let alone: Vec<Vec<f32>> = seqs
+        .iter()
+        .map(|t| m.forward(&rows(t, 0)).unwrap())
+        .collect();
+    let n = seqs[0].len();
+    let mut both = BatchInputs {
+        tokens: vec![],
+        positions: vec![],
+        slots: vec![],
+        output_rows: (0..2 * n as i32).collect(),
+        history: vec![],
+    };
+    for p in 0..n {
+        for (s, t) in seqs.iter().enumerate() {
+            both.tokens.push(t[p]);
+            both.positions.push(p as i32);
+            both.slots.push(s as i32);
+        }
+    }
+    let mixed = m.forward(&both).unwrap();
+    let vocab = m.spec.hparams.n_vocab as usize;
+    for (s, alone) in alone.iter().enumerate() {
+        let rows: Vec<f32> = (0..n)
+            .flat_map(|p| mixed[(2 * p + s) * vocab..][..vocab].iter().copied())
+            .collect();
+        let r = max_rel(&rows, alone);
+        eprintln!("slot {s}: interleaved vs alone: max rel {r:.2e}");
+        assert!(r < 1e-5, "slot {s}: max rel {r}");
+    }
+}
+
+/// The draft pass over a sequence's rows in one pass equals it row by row (the NextN layer's
+/// caches and pooled keys carried across passes).
+#[test]
+fn the_nextn_draft_in_one_pass_equals_row_by_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = load(&tiny(dir.path()));
+    let g = golden("tiny_nextn_np");
+    let seq = &g["sequences"][0];
+    let (t, next) = (tokens(seq), ids(&seq["next_tokens"]));
+    let h = m.forward_hidden(&rows(&t, 0)).unwrap();
+    let whole = m.forward_draft(&rows(&next, 0), &h).unwrap();
+    let n_embd = m.spec.hparams.n_embd as usize;
+    let mut steps = Vec::new();
+    for (i, &tok) in next.iter().enumerate() {
+        let hi = &h[i * n_embd..(i + 1) * n_embd];
+        steps.extend(m.forward_draft(&rows(&[tok], i as i32), hi).unwrap());
+    }
+    let r = max_rel(&steps, &whole);
+    eprintln!("NextN draft row by row vs one pass: max rel {r:.2e}");
+    assert!(r < 1e-5, "max rel {r}");
 }
