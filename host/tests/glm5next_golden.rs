@@ -202,6 +202,47 @@ fn below_the_dense_threshold_every_position_is_selected() {
     }
 }
 
+/// The tiny preset with `attention.indexer.top_k` 64 (every pool of a 64-position context kept:
+/// dense everywhere) written into `dir`.
+fn dense_tiny(dir: &Path) -> PathBuf {
+    use bloomery_plugin_api::meta::{MetaEntry, MetaValue};
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let presets = reg.model_for(ARCH).unwrap().module.synth_presets()();
+    let mut p = presets
+        .into_iter()
+        .find(|p| p.name.as_str() == "tiny")
+        .unwrap();
+    let key = format!("{ARCH}.attention.indexer.top_k");
+    let e = p.metadata.iter_mut().find(|e| e.key.as_str() == key);
+    *e.unwrap() = MetaEntry::new(&key, MetaValue::U32(64));
+    let path = dir.join("dense.gguf");
+    bloomery::synth::write(&p, F32, 7, &path).unwrap();
+    path
+}
+
+/// Below the threshold the sparse model's logits are the dense model's (the same weights with
+/// `top_k` 64): the same positions attended, only listed in another order; from position 11 on
+/// they differ.
+#[test]
+fn below_the_dense_threshold_the_logits_are_the_dense_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut sparse = load(&tiny(dir.path()));
+    let mut dense = load(&dense_tiny(dir.path()));
+    let g = golden("tiny_hf");
+    let seq = tokens(&g["sequences"][0]);
+    let (a, b) = (
+        sparse.forward(&rows(&seq, 0)).unwrap(),
+        dense.forward(&rows(&seq, 0)).unwrap(),
+    );
+    let vocab = sparse.spec.hparams.n_vocab as usize;
+    let cut = 11 * vocab;
+    let below = max_rel(&a[..cut], &b[..cut]);
+    let above = max_rel(&a[cut..], &b[cut..]);
+    eprintln!("sparse vs dense: below the threshold {below:.2e}, above {above:.2e}");
+    assert!(below < 1e-6, "below the threshold: max rel {below}");
+    assert!(above > 1e-3, "above the threshold: max rel {above}");
+}
+
 /// One sequence's logits run as `chunks` passes (lengths), from position 0.
 fn in_chunks(m: &mut LoadedModel, tokens: &[i32], chunks: &[usize]) -> Vec<f32> {
     let mut out = Vec::new();
