@@ -18,7 +18,7 @@ use bloomery_plugin_api::op::{Op, OpKind, RouterParams};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef, MAX_SRCS};
 use bloomery_plugin_api::{DType, PluginError};
 
-use bloomery_devices::bytes::i32_bytes;
+use bloomery_devices::bytes::{f32_bytes, i32_bytes};
 use bloomery_devices::{Buffer, Device};
 use bloomery_tiering::bus_balance::BusBalance;
 use bloomery_tiering::lending::Lending;
@@ -562,22 +562,32 @@ impl Executor {
 
     /// Writes the inputs and runs every call; waits for the device.
     pub fn run(&self, device: &Device, batch: &BatchInputs) -> Result<(), ExecError> {
+        self.run_with_hidden(device, batch, &[])
+    }
+
+    /// [`Executor::run`] for a graph that also reads hidden rows (`hidden`, `n_embd` f32 a row:
+    /// [`BatchInput::Hidden`]).
+    pub fn run_with_hidden(
+        &self,
+        device: &Device,
+        batch: &BatchInputs,
+        hidden: &[f32],
+    ) -> Result<(), ExecError> {
         for (kind, r) in &self.inputs {
-            let data: &[i32] = match kind {
-                BatchInput::Tokens => &batch.tokens,
-                BatchInput::Positions => &batch.positions,
-                BatchInput::Slots => &batch.slots,
-                BatchInput::OutputRows => &batch.output_rows,
-                BatchInput::TokenHistory => &batch.history,
+            let (n, bytes) = match kind {
+                BatchInput::Tokens => (batch.tokens.len(), i32_bytes(&batch.tokens)),
+                BatchInput::Positions => (batch.positions.len(), i32_bytes(&batch.positions)),
+                BatchInput::Slots => (batch.slots.len(), i32_bytes(&batch.slots)),
+                BatchInput::OutputRows => (batch.output_rows.len(), i32_bytes(&batch.output_rows)),
+                BatchInput::TokenHistory => (batch.history.len(), i32_bytes(&batch.history)),
+                BatchInput::Hidden => (hidden.len(), f32_bytes(hidden)),
             };
-            if data.len() as u64 != r.elements() {
+            if n as u64 != r.elements() {
                 return Err(ExecError::BadGraph(format!(
-                    "input {kind:?}: {} values for a tensor of {}",
-                    data.len(),
+                    "input {kind:?}: {n} values for a tensor of {}",
                     r.elements()
                 )));
             }
-            let bytes = i32_bytes(data);
             match &self.input_stage {
                 Some(stage) => {
                     // SAFETY: the stage holds `input_layout`'s bytes, of which this input's
@@ -665,6 +675,34 @@ impl Executor {
         }
     }
 
+    /// The names of the graph's outputs, in its order.
+    pub fn output_names(&self) -> impl Iterator<Item = &str> {
+        self.outputs.iter().map(|(n, ..)| n.as_str())
+    }
+
+    /// Reads an i32 output by name (never staged: only f32 outputs are).
+    pub fn read_i32(&self, device: &Device, name: &str) -> Result<Vec<i32>, ExecError> {
+        let r = self
+            .outputs
+            .iter()
+            .find(|(n, ..)| n == name)
+            .map(|(_, r, _)| r)
+            .ok_or_else(|| ExecError::BadGraph(format!("the graph has no output `{name}`")))?;
+        if r.dtype != DType::I32 || !r.is_contiguous() {
+            return Err(ExecError::BadGraph(format!(
+                "output `{name}` is not contiguous i32"
+            )));
+        }
+        let mut bytes = vec![0u8; r.elements() as usize * 4];
+        device
+            .read(r.buffer, r.offset, &mut bytes)
+            .map_err(dev("reading outputs"))?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
     /// Reads an f32 output by name.
     pub fn read_f32(&self, device: &Device, name: &str) -> Result<Vec<f32>, ExecError> {
         let (_, r, staged) = self
@@ -727,10 +765,15 @@ fn input_layout(graph: &Graph) -> Result<(Vec<u64>, u64), ExecError> {
         if !matches!(d.source, TensorSource::Input { .. }) {
             continue;
         }
-        if d.dtype != DType::I32 {
+        let TensorSource::Input { input } = d.source else {
+            continue;
+        };
+        if d.dtype != input.dtype() {
             return Err(ExecError::BadGraph(format!(
-                "input `{}` is {}, not I32",
-                d.name, d.dtype
+                "input `{}` is {}, not {}",
+                d.name,
+                d.dtype,
+                input.dtype()
             )));
         }
         let bytes = d

@@ -21,7 +21,7 @@ use crate::mlock;
 use crate::open::{open_model, Opened};
 use crate::options::LoadOptions;
 use crate::placement::plan_for;
-use crate::readout::{graph_for, Readout, EMBEDDINGS_OUTPUT};
+use crate::readout::{graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT};
 use crate::state::allocate_state;
 use crate::weights::{load_tiered, map_weights};
 
@@ -30,8 +30,8 @@ const MAX_EXECUTORS: usize = 8;
 
 /// A loaded model. Field order is drop order: device buffers go before the mapping they view.
 pub struct LoadedModel {
-    /// Prepared executors by (rows, outputs, readout), with the tick each was last used.
-    pub(crate) executors: HashMap<(u32, u32, Readout), (Executor, u64)>,
+    /// Prepared executors by (batch shape, readout), with the tick each was last used.
+    pub(crate) executors: HashMap<(BatchShape, Readout), (Executor, u64)>,
     pub(crate) clock: u64,
     pub(crate) state_buffers: Vec<Buffer>,
     pub(crate) state: Vec<TensorRef>,
@@ -250,13 +250,31 @@ impl LoadedModel {
         Ok(model)
     }
 
+    /// The main graph's executor for `n_rows` rows and `n_outputs` outputs.
     fn executor(
         &mut self,
         n_rows: u32,
         n_outputs: u32,
         readout: Readout,
     ) -> Result<&Executor, ModelError> {
-        let key = (n_rows, n_outputs, readout);
+        let shape = BatchShape {
+            n_rows,
+            n_outputs,
+            kind: GraphKind::Main,
+        };
+        self.executor_of(shape, readout)
+    }
+
+    /// The executor of the graph of `shape`, read as `readout` asks, prepared on first use.
+    fn executor_of(
+        &mut self,
+        shape: BatchShape,
+        readout: Readout,
+    ) -> Result<&Executor, ModelError> {
+        let key = (shape, readout);
+        let BatchShape {
+            n_rows, n_outputs, ..
+        } = shape;
         self.clock += 1;
         let now = self.clock;
         if !self.executors.contains_key(&key) {
@@ -272,11 +290,6 @@ impl LoadedModel {
                     None => break,
                 };
             }
-            let shape = BatchShape {
-                n_rows,
-                n_outputs,
-                kind: GraphKind::Main,
-            };
             let graph = self
                 .instance
                 .build_graph(shape)
@@ -286,9 +299,12 @@ impl LoadedModel {
                     plugin: self.plugin.clone(),
                     error,
                 })?;
-            let graph = graph_for(graph, readout).map_err(|why| ModelError::NoEmbeddings {
-                plugin: self.plugin.clone(),
-                why,
+            let graph = graph_for(graph, readout).map_err(|why| match readout {
+                Readout::Tap(_) => ModelError::Request(why),
+                _ => ModelError::NoEmbeddings {
+                    plugin: self.plugin.clone(),
+                    why,
+                },
             })?;
             let bind = Bindings {
                 weights: &self.weights,
@@ -298,7 +314,8 @@ impl LoadedModel {
             let started = std::time::Instant::now();
             let exec = Executor::prepare(&self.device, shape, &graph, &bind, self.options.graphs)?;
             tracing::debug!(
-                "prepared the pass of {n_rows} rows and {n_outputs} outputs ({readout:?}) in {:.2} ms",
+                "prepared the {:?} pass of {n_rows} rows and {n_outputs} outputs ({readout:?}) in {:.2} ms",
+                shape.kind,
                 started.elapsed().as_secs_f64() * 1e3
             );
             self.executors.insert(key, (exec, now));
@@ -339,19 +356,8 @@ impl LoadedModel {
         self.executor(1, 1, Readout::Embeddings).map(|_| ())
     }
 
-    /// Runs one pass over a batch and returns the logits of its output rows, `n_vocab` values per
-    /// output row in the order of `batch.output_rows`.
-    pub fn forward(&mut self, batch: &BatchInputs) -> Result<Vec<f32>, ModelError> {
-        Ok(self.forward_reading(batch, Readout::Logits)?.logits)
-    }
-
-    /// Runs one pass over a batch and reads back what `readout` asks for its output rows, in the
-    /// order of `batch.output_rows`: `n_vocab` logits and/or `n_embd` final-norm values a row.
-    pub fn forward_reading(
-        &mut self,
-        batch: &BatchInputs,
-        readout: Readout,
-    ) -> Result<PassOutputs, ModelError> {
+    /// Refuses a batch whose rows, positions, slots, tokens or output rows are out of range.
+    fn check_batch(&self, batch: &BatchInputs) -> Result<(), ModelError> {
         let rows = batch.tokens.len();
         if rows == 0 || batch.positions.len() != rows || batch.slots.len() != rows {
             return Err(ModelError::Request(format!(
@@ -391,6 +397,24 @@ impl LoadedModel {
                 "an output row is outside the batch".into(),
             ));
         }
+        Ok(())
+    }
+
+    /// Runs one pass over a batch and returns the logits of its output rows, `n_vocab` values per
+    /// output row in the order of `batch.output_rows`.
+    pub fn forward(&mut self, batch: &BatchInputs) -> Result<Vec<f32>, ModelError> {
+        Ok(self.forward_reading(batch, Readout::Logits)?.logits)
+    }
+
+    /// Runs one pass over a batch and reads back what `readout` asks for its output rows, in the
+    /// order of `batch.output_rows`: `n_vocab` logits and/or `n_embd` final-norm values a row.
+    pub fn forward_reading(
+        &mut self,
+        batch: &BatchInputs,
+        readout: Readout,
+    ) -> Result<PassOutputs, ModelError> {
+        self.check_batch(batch)?;
+        let rows = batch.tokens.len();
         let device = Arc::clone(&self.device);
         if batch.output_rows.is_empty() {
             // A prompt chunk before the last: no logits wanted. Graphs always keep one output
@@ -413,6 +437,81 @@ impl LoadedModel {
         }
         self.rebalance()?;
         Ok(out)
+    }
+
+    /// Runs one pass over a batch and reads back every i32 tensor of the graph named `name`,
+    /// in the graph's order, each with its layer: an intermediate to check against a reference,
+    /// such as a sparse attention's selection (`indexer_sel_idx`). The main graph, or with
+    /// `hidden` the draft graph ([`LoadedModel::forward_draft`]). A name the graph lacks or a
+    /// tensor not i32 is an error.
+    pub fn forward_tap_i32(
+        &mut self,
+        batch: &BatchInputs,
+        hidden: Option<&[f32]>,
+        name: &'static str,
+    ) -> Result<Vec<(i32, Vec<i32>)>, ModelError> {
+        self.check_batch(batch)?;
+        if batch.output_rows.is_empty() {
+            return Err(ModelError::Request(
+                "a tapped pass needs output rows".into(),
+            ));
+        }
+        let shape = BatchShape {
+            n_rows: batch.tokens.len() as u32,
+            n_outputs: batch.output_rows.len() as u32,
+            kind: if hidden.is_some() {
+                GraphKind::Mtp
+            } else {
+                GraphKind::Main
+            },
+        };
+        let device = Arc::clone(&self.device);
+        let exec = self.executor_of(shape, Readout::Tap(name))?;
+        exec.run_with_hidden(&device, batch, hidden.unwrap_or_default())?;
+        let mut taps = Vec::new();
+        for out in exec.output_names() {
+            if let Some(layer) = tap_layer(out, name) {
+                taps.push((layer, exec.read_i32(&device, out)?));
+            }
+        }
+        self.rebalance()?;
+        Ok(taps)
+    }
+
+    /// Runs the model's draft layers (its multi-token-prediction graph, [`GraphKind::Mtp`]) over
+    /// a batch whose row `r` pairs `batch.tokens[r]` with the hidden row `hidden[r·n_embd..]`
+    /// (the main graph's final-norm row of the position before, as [`LoadedModel::forward_hidden`]
+    /// reads it) at `batch.positions[r]` of the draft layers' own caches; returns the logits of
+    /// the output rows. A model without draft layers is a named error.
+    pub fn forward_draft(
+        &mut self,
+        batch: &BatchInputs,
+        hidden: &[f32],
+    ) -> Result<Vec<f32>, ModelError> {
+        self.check_batch(batch)?;
+        if batch.output_rows.is_empty() {
+            return Err(ModelError::Request("a draft pass needs output rows".into()));
+        }
+        let n_embd = self.spec.hparams.n_embd as usize;
+        if hidden.len() != n_embd * batch.tokens.len() {
+            return Err(ModelError::Request(format!(
+                "a draft pass of {} rows needs {} hidden values ({n_embd} a row), not {}",
+                batch.tokens.len(),
+                n_embd * batch.tokens.len(),
+                hidden.len()
+            )));
+        }
+        let shape = BatchShape {
+            n_rows: batch.tokens.len() as u32,
+            n_outputs: batch.output_rows.len() as u32,
+            kind: GraphKind::Mtp,
+        };
+        let device = Arc::clone(&self.device);
+        let exec = self.executor_of(shape, Readout::Logits)?;
+        exec.run_with_hidden(&device, batch, hidden)?;
+        let logits = exec.read_f32(&device, "logits")?;
+        self.rebalance()?;
+        Ok(logits)
     }
 
     /// Runs one pass over a batch and returns the final-norm rows of its output rows, `n_embd`

@@ -1,7 +1,9 @@
 //! What a pass reads back for its output rows: their logits, their final-norm rows (the
 //! embeddings, [`FINAL_NORM`]), or both. The model plugin builds one graph per batch shape; the
 //! host derives the other readouts from it: embeddings alone run the graph up to the node that
-//! writes the final norm (no output head), both keep the whole graph and read the norm too.
+//! writes the final norm (no output head), both keep the whole graph and read the norm too. A
+//! tap keeps the whole graph and also reads every tensor of one name (an intermediate, such as
+//! a sparse attention's selection, for checking it against a reference).
 
 use bloomery_plugin_api::graph::{Graph, GraphOutput, TensorId, FINAL_NORM};
 
@@ -17,6 +19,19 @@ pub enum Readout {
     Embeddings,
     /// Both, for a pass whose output rows mix generations and embeddings.
     Both,
+    /// The logits and every tensor named this, one output per tensor ([`tap_layer`]).
+    Tap(&'static str),
+}
+
+/// The output name the host gives a tapped tensor named `name` of layer `layer` (-1: none).
+fn tap_output(name: &str, layer: i32) -> String {
+    format!("tap:{name}:{layer}")
+}
+
+/// The layer of a tapped tensor named `name` from its output name (`None`: another output).
+pub fn tap_layer(output: &str, name: &str) -> Option<i32> {
+    let rest = output.strip_prefix("tap:")?.strip_prefix(name)?;
+    rest.strip_prefix(':')?.parse().ok()
 }
 
 impl Readout {
@@ -36,14 +51,16 @@ impl Readout {
 
     /// Whether the pass reads the final-norm rows.
     pub fn embeddings(self) -> bool {
-        self != Readout::Logits
+        matches!(self, Readout::Embeddings | Readout::Both)
     }
 }
 
 /// `graph` as it runs for `readout`; an error says why it cannot (no final-norm rows).
 pub fn graph_for(mut graph: Graph, readout: Readout) -> Result<Graph, String> {
-    if readout == Readout::Logits {
-        return Ok(graph);
+    match readout {
+        Readout::Logits => return Ok(graph),
+        Readout::Tap(name) => return tapped(graph, name),
+        Readout::Embeddings | Readout::Both => {}
     }
     let norm = final_norm(&graph)?;
     let output = GraphOutput {
@@ -65,6 +82,26 @@ pub fn graph_for(mut graph: Graph, readout: Readout) -> Result<Graph, String> {
     Ok(graph)
 }
 
+/// `graph` with every tensor named `name` added to its outputs, in the graph's order; an error
+/// when it has none.
+fn tapped(mut graph: Graph, name: &str) -> Result<Graph, String> {
+    let found: Vec<TensorId> = (0..graph.tensors.len())
+        .filter(|&i| graph.tensors[i].name.as_str() == name)
+        .map(|i| TensorId(i as u32))
+        .collect();
+    if found.is_empty() {
+        return Err(format!("the graph has no tensor named `{name}` to tap"));
+    }
+    for tensor in found {
+        let layer = graph.tensors[tensor.0 as usize].layer;
+        graph.outputs.push(GraphOutput {
+            name: tap_output(name, layer).into(),
+            tensor,
+        });
+    }
+    Ok(graph)
+}
+
 /// The final-norm rows of `graph`: the last tensor named [`FINAL_NORM`] outside any layer.
 fn final_norm(graph: &Graph) -> Result<TensorId, String> {
     let at = graph
@@ -77,7 +114,7 @@ fn final_norm(graph: &Graph) -> Result<TensorId, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{graph_for, Readout, EMBEDDINGS_OUTPUT};
+    use super::{graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT};
     use bloomery_plugin_api::graph::{Graph, GraphBuilder, FINAL_NORM};
     use bloomery_plugin_api::op::{Op, UnaryFn};
     use bloomery_plugin_api::DType;
@@ -161,5 +198,40 @@ mod tests {
         g.output("logits", x);
         let e = graph_for(g.finish(), Readout::Embeddings).unwrap_err();
         assert!(e.contains(FINAL_NORM), "{e}");
+    }
+
+    #[test]
+    fn a_tap_reads_every_tensor_of_its_name_with_its_layer_and_keeps_the_logits() {
+        let mut g = GraphBuilder::new();
+        let mut last = None;
+        for layer in [3, 7] {
+            g.set_layer(layer);
+            let src: Vec<_> = last.into_iter().collect();
+            let t = g
+                .op(
+                    "sel",
+                    Op::Unary { f: UnaryFn::Silu },
+                    &src,
+                    DType::F32,
+                    [4, 1, 1, 1],
+                )
+                .unwrap();
+            last = Some(t);
+        }
+        g.set_layer(-1);
+        g.output("logits", last.unwrap());
+        let base = g.finish();
+        let t = graph_for(base.clone(), Readout::Tap("sel")).unwrap();
+        assert_eq!(t.nodes, base.nodes);
+        let layers: Vec<Option<i32>> = t
+            .outputs
+            .iter()
+            .map(|o| tap_layer(&o.name, "sel"))
+            .collect();
+        assert_eq!(layers, [None, Some(3), Some(7)]);
+        assert_eq!(tap_layer("tap:sel:3", "se"), None);
+        let e = graph_for(base, Readout::Tap("nothing")).unwrap_err();
+        assert!(e.contains("`nothing`"), "{e}");
+        assert!(Readout::Tap("sel").logits() && !Readout::Tap("sel").embeddings());
     }
 }

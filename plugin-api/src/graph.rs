@@ -33,6 +33,20 @@ pub enum BatchInput {
     /// i32 `[n, rows]`: each row's token and the n-1 tokens before it in its sequence (-1 before
     /// the start), newest first; n = `ne[0]` of the declaration (hashed n-gram tables).
     TokenHistory = 4,
+    /// f32 `[n_embd, rows]`: each row's hidden state from an earlier pass, the main graph's
+    /// final-norm row ([`FINAL_NORM`]) of some position; the draft graph ([`GraphKind::Mtp`])
+    /// pairs it with the row's token.
+    Hidden = 5,
+}
+
+impl BatchInput {
+    /// The element type of the input.
+    pub fn dtype(self) -> DType {
+        match self {
+            BatchInput::Hidden => DType::F32,
+            _ => DType::I32,
+        }
+    }
 }
 
 /// Where a tensor's memory comes from.
@@ -119,7 +133,8 @@ pub const FINAL_NORM: &str = "result_norm";
 pub enum GraphKind {
     /// The model's forward pass.
     Main = 0,
-    /// The multi-token-prediction draft layers.
+    /// The multi-token-prediction draft layers: each row's token with its
+    /// [`BatchInput::Hidden`] row.
     Mtp = 1,
 }
 
@@ -229,15 +244,16 @@ impl GraphBuilder {
 
     /// Declares a batch input; `ne` as documented on [`BatchInput`].
     pub fn input(&mut self, input: BatchInput, ne: [u64; 4]) -> Result<TensorId, PluginError> {
-        let nb = Self::contiguous(DType::I32, ne)?;
+        let nb = Self::contiguous(input.dtype(), ne)?;
         let name = match input {
             BatchInput::Tokens => "inp_tokens",
             BatchInput::Positions => "inp_pos",
             BatchInput::Slots => "inp_slots",
             BatchInput::OutputRows => "inp_out_ids",
             BatchInput::TokenHistory => "inp_history",
+            BatchInput::Hidden => "inp_hidden",
         };
-        Ok(self.push(name, DType::I32, ne, nb, TensorSource::Input { input }))
+        Ok(self.push(name, input.dtype(), ne, nb, TensorSource::Input { input }))
     }
 
     /// Adds a node whose result is a new contiguous intermediate of `dtype` and `ne`.

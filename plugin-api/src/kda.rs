@@ -16,7 +16,9 @@
 //! ```
 //!
 //! The tensor names are those llama.cpp's converter writes for Kimi-Linear (`ssm_conv1d_{q,k,v}`
-//! `[taps, 1, d]`, `ssm_a` `[1, n_head]` or `[n_head]`, holding −e^{A_log}).
+//! `[taps, 1, d]`, `ssm_a` `[1, n_head]` or `[n_head]`, holding −e^{A_log}: llama.cpp b11434
+//! declares `[1, n_head]` for Kimi-Linear and `[n_head]` for GLM-5.3, and refuses the other;
+//! [`SsmAShape`] says which one an architecture writes).
 
 use crate::graph::{GraphBuilder, TensorId};
 use crate::hparams::ArchKeys;
@@ -116,6 +118,16 @@ impl KdaShape {
     }
 }
 
+/// The shape of `ssm_a` an architecture's files have (llama.cpp's declaration for it): the one
+/// `bloomery synth` writes. Loading accepts either.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SsmAShape {
+    /// `[1, n_head]` (Kimi-Linear's; Solar-Open2, which llama.cpp lacks, keeps it).
+    Row,
+    /// `[n_head]` (GLM-5.3's).
+    Flat,
+}
+
 /// One KDA layer's weights.
 pub struct KdaWeights {
     /// Query, key and value projections `[n_embd, d]`.
@@ -143,13 +155,14 @@ pub struct KdaWeights {
 }
 
 impl KdaWeights {
-    /// Declares layer `l`'s KDA weights (`ssm_a` as `[1, n_head]` when the file has that shape,
-    /// else `[n_head]`); keys narrower than the values (a `num_kv_heads` variant) are refused by
-    /// name.
+    /// Declares layer `l`'s KDA weights (`ssm_a` as the file has it, `[1, n_head]` or
+    /// `[n_head]`; a synthetic file gets `a_shape`); keys narrower than the values (a
+    /// `num_kv_heads` variant) are refused by name.
     pub fn declare(
         l: &mut LayerWeights<'_, '_>,
         s: &KdaShape,
         n_embd: u64,
+        a_shape: SsmAShape,
     ) -> Result<Self, PluginError> {
         let (e, d, hd, nh) = (
             n_embd,
@@ -188,7 +201,10 @@ impl KdaWeights {
             f_a: l.weight("ssm_f_a", r, &[e, hd])?,
             f_b: l.weight("ssm_f_b", r, &[hd, d])?,
             dt_bias: l.tensor("ssm_dt.bias", r, &[d])?,
-            a: l.tensor_of_shapes("ssm_a", r, &[&[1, nh], &[nh]])?,
+            a: match a_shape {
+                SsmAShape::Row => l.tensor_of_shapes("ssm_a", r, &[&[1, nh], &[nh]])?,
+                SsmAShape::Flat => l.tensor_of_shapes("ssm_a", r, &[&[nh], &[1, nh]])?,
+            },
             beta: l.weight("ssm_beta", r, &[e, nh])?,
             g_a: l.weight("ssm_g_a", a, &[e, hd])?,
             g_b: l.weight("ssm_g_b", a, &[hd, d])?,

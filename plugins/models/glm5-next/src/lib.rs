@@ -2,8 +2,8 @@
 //! `glm5next`): Kimi Delta Attention layers and, every fourth layer, NoPE latent attention (MLA)
 //! over the selection of a k-pool DSA indexer; manifold hyper-connections (4 residual streams)
 //! around every mixer and FFN; dense SwiGLU lead layers, then 288 sigmoid-routed experts plus a
-//! shared expert, clamped; a NextN layer after the trunk, declared and built apart
-//! ([`nextn::draft_head`]). The KDA layer is the shared builder `bloomery_plugin_api::kda`.
+//! shared expert, clamped; a NextN layer after the trunk, declared and built apart as the
+//! draft graph ([`nextn::build`]). The KDA layer is the shared builder `bloomery_plugin_api::kda`.
 
 pub mod graph;
 pub mod hparams;
@@ -85,11 +85,7 @@ impl ModelInstance for Glm5Next {
     fn build_graph(&self, shape: BatchShape) -> RResult<Graph, PluginError> {
         match shape.kind {
             GraphKind::Main => graph::build(&self.model(), shape),
-            GraphKind::Mtp => Err(PluginError::unsupported(
-                "the NextN draft graph (it reads the trunk's hidden state, which no batch input \
-                 carries yet; the MTP issue builds it from nextn::draft_head)",
-                &["the main graph"],
-            )),
+            GraphKind::Mtp => nextn::build(&self.model(), shape),
         }
         .into()
     }

@@ -11,11 +11,11 @@
 //! ```
 //!
 //! No hyper-connections: one stream. The trunk's graph never reads these weights; the draft
-//! graph that pairs each trunk row's `h` with the next token is the MTP issue's, which calls
-//! [`draft_head`].
+//! graph ([`build`], `GraphKind::Mtp`) takes `h` as a batch input (`BatchInput::Hidden`: the
+//! trunk's final-norm row, which the host reads from an earlier pass) with each row's token.
 
 use bloomery_plugin_api::builders::LmInputs;
-use bloomery_plugin_api::graph::{GraphBuilder, TensorId};
+use bloomery_plugin_api::graph::{BatchInput, BatchShape, Graph, GraphBuilder, TensorId};
 use bloomery_plugin_api::op::Op;
 use bloomery_plugin_api::{DType, PluginError};
 
@@ -70,4 +70,17 @@ pub fn draft_head(
     let out = g.rms_norm("mtp_shared_head_norm", out, Some(hw), eps)?;
     let head = g.w(n.head.as_ref().unwrap_or(&globals.output))?;
     g.matmul("result_output", head, out)
+}
+
+/// The draft graph of `shape`: row `r` pairs its token with its hidden row (`inp_hidden`
+/// `[n_embd, rows]`) at its position of the NextN layer's caches; `logits` `[n_vocab,
+/// n_outputs]` of the wanted rows. A file without the NextN layer is refused by name.
+pub fn build(m: &Model<'_>, shape: BatchShape) -> Result<Graph, PluginError> {
+    let mut g = GraphBuilder::new();
+    let inp = g.lm_inputs(shape.n_rows, shape.n_outputs)?;
+    let ne = [u64::from(m.hp.lm.n_embd), u64::from(shape.n_rows), 1, 1];
+    let h = g.input(BatchInput::Hidden, ne)?;
+    let logits = draft_head(m, &mut g, h, inp.tokens, &inp)?;
+    g.output("logits", logits);
+    Ok(g.finish())
 }

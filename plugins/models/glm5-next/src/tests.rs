@@ -4,7 +4,7 @@
 
 use super::*;
 use bloomery_plugin_api::builders::LmInputs;
-use bloomery_plugin_api::graph::{GraphBuilder, Node, TensorSource};
+use bloomery_plugin_api::graph::{BatchInput, GraphBuilder, Node, TensorSource};
 use bloomery_plugin_api::hostile::check_hostile;
 use bloomery_plugin_api::meta::{MetaEntry, MetaValue};
 use bloomery_plugin_api::model::{StateKind, SynthPreset};
@@ -285,6 +285,14 @@ fn a_file_without_the_nextn_tensors_loads_its_trunk_alone() {
     assert!(m.weights.nextn.is_none());
     assert!(!spec.state.iter().any(|s| s.layer == 8));
     assert!(!graph(&m, 3, 1).nodes.is_empty());
+    // No draft graph: refused by name.
+    let shape = BatchShape {
+        n_rows: 1,
+        n_outputs: 1,
+        kind: GraphKind::Mtp,
+    };
+    let e = m.build_graph(shape).into_result().unwrap_err().to_string();
+    assert!(e.contains("NextN"), "{e}");
 }
 
 #[test]
@@ -543,14 +551,32 @@ fn the_nextn_head_runs_its_own_layer_over_the_trunks_hidden_state() {
         }
         s => panic!("{s:?}"),
     }
-    // The host's draft graph kind is refused by name until a batch input carries h.
+    // The host's draft graph: the same head over the hidden rows of a batch input.
     let shape = BatchShape {
-        n_rows: 1,
+        n_rows: 3,
         n_outputs: 1,
         kind: GraphKind::Mtp,
     };
-    let e = m.build_graph(shape).into_result().unwrap_err().to_string();
-    assert!(e.contains("NextN"), "{e}");
+    let d = m.build_graph(shape).into_result().unwrap();
+    let hidden = d
+        .tensors
+        .iter()
+        .position(|t| {
+            t.source
+                == TensorSource::Input {
+                    input: BatchInput::Hidden,
+                }
+        })
+        .unwrap();
+    assert_eq!(d.tensors[hidden].ne, [128, 3, 1, 1]);
+    assert_eq!(d.tensors[hidden].dtype, DType::F32);
+    let hnorm = d
+        .nodes
+        .iter()
+        .find(|n| name(&d, n.dst) == "mtp_hnorm")
+        .unwrap();
+    assert_eq!(hnorm.srcs[0].0 as usize, hidden);
+    assert_eq!(ne(&d, d.outputs[0].tensor), [272, 1, 1, 1]);
 }
 
 fn spec_index(m: &Glm5Next, state: &str) -> u32 {

@@ -3,7 +3,7 @@
 //! (so that tiering places it) when the file holds it, and read only by the draft graph
 //! ([`crate::nextn`]).
 
-use bloomery_plugin_api::kda::KdaWeights;
+use bloomery_plugin_api::kda::{KdaWeights, SsmAShape};
 use bloomery_plugin_api::model::WeightClass as C;
 use bloomery_plugin_api::weights::{
     ExpertWeights, GluFfnWeights, LayerWeights, ModelWeights, WeightRef, WeightTable,
@@ -177,7 +177,12 @@ fn layer(l: &mut LayerWeights<'_, '_>, hp: &HParams, trunk: bool) -> Result<Laye
         false => None,
     };
     let mixer = match hp.kind(il) {
-        Some(LayerKind::Kda) => Mixer::Kda(Box::new(KdaWeights::declare(l, &hp.kda, e)?)),
+        Some(LayerKind::Kda) => Mixer::Kda(Box::new(KdaWeights::declare(
+            l,
+            &hp.kda,
+            e,
+            SsmAShape::Flat,
+        )?)),
         Some(LayerKind::Mla { full_indexer }) => Mixer::Mla(Box::new(mla(l, hp, full_indexer)?)),
         None => return Err(PluginError::invalid(format!("layer {il}: no kind"))),
     };

@@ -1,6 +1,6 @@
 //! Every weight of a `solar-open2` or `kimi-linear` file, by role and shape.
 
-use bloomery_plugin_api::kda::KdaWeights;
+use bloomery_plugin_api::kda::{KdaWeights, SsmAShape};
 use bloomery_plugin_api::model::WeightClass as C;
 use bloomery_plugin_api::weights::{
     ExpertWeights, GluFfnWeights, LayerWeights, ModelWeights, WeightRef, WeightTable,
@@ -73,7 +73,12 @@ pub fn declare(t: &mut WeightTable<'_>, hp: &HParams) -> Result<Weights, PluginE
         let il = l.index();
         let attn_norm = l.norm("attn_norm", e)?;
         let mixer = if hp.is_kda(il) {
-            Mixer::Kda(Box::new(KdaWeights::declare(l, &hp.kda, e)?))
+            Mixer::Kda(Box::new(KdaWeights::declare(
+                l,
+                &hp.kda,
+                e,
+                SsmAShape::Row,
+            )?))
         } else {
             Mixer::Gqa(Box::new(gqa(l, hp, hp.n_head_kv[il as usize])?))
         };
