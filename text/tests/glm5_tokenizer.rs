@@ -58,7 +58,10 @@ fn the_corpus_and_glm_strings_tokenize_as_llama_cpp_does_in_both_modes() {
     let gold = goldens();
     let corpus: Vec<String> = serde_json::from_str(&read("corpus.json")).unwrap();
     let glm: Vec<String> = serde_json::from_value(gold["glm_cases"].clone()).unwrap();
-    assert!(glm.len() > 15, "the GLM cases include the template's renders");
+    assert!(
+        glm.len() > 15,
+        "the GLM cases include the template's renders"
+    );
     let mut failures = differences(&tok, &gold, &corpus, "");
     failures.extend(differences(&tok, &gold, &glm, "glm_"));
     assert!(
@@ -87,10 +90,20 @@ fn endoftext_user_and_observation_end_generation() {
         assert_eq!(id_of(t), first + offset, "{t}");
     }
     for t in ["<|endoftext|>", "<|user|>", "<|observation|>"] {
-        assert_eq!(tok.encode(t, false, true).unwrap(), [id_of(t)], "{t} is one token");
+        assert_eq!(
+            tok.encode(t, false, true).unwrap(),
+            [id_of(t)],
+            "{t} is one token"
+        );
         assert!(tok.is_eog(id_of(t)), "{t} ends generation");
     }
-    for t in ["<|assistant|>", "[gMASK]", "<sop>", "</think>", "</tool_call>"] {
+    for t in [
+        "<|assistant|>",
+        "[gMASK]",
+        "<sop>",
+        "</think>",
+        "</tool_call>",
+    ] {
         assert!(!tok.is_eog(id_of(t)), "{t} does not end generation");
     }
     assert_eq!(tok.bos(), Some(id_of("[gMASK]")));
