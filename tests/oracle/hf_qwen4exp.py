@@ -117,7 +117,9 @@ heads/dim, nk/nv/ds GDN heads/dim, E experts, f/fs expert/shared ff, V vocab):
   After the last layer output_hc_* (no inject) -> output. No Sinkhorn.
 * GDN (Qwen4ExpTextGatedDeltaNet.forward; llama.cpp build_layer_attn_linear, build_norm_gated): conv
   over [q; k; v] channels with SiLU, q/k l2-normalised (x / sqrt(sum x^2 + eps); llama.cpp's
-  build_gdn_l2_norm = rms_norm(eps/n)/sqrt(n), the same), g = -exp(A_log) softplus(alpha + dt_bias),
+  build_gdn_l2_norm = rms_norm(eps/n)/sqrt(n), the same; transformers hard-codes eps 1e-6, llama.cpp
+  takes the rms eps, equal in these files); v head j reads k head j // (nv/nk) in transformers'
+  grouped order, i.e. j % nk in the file's tiled order; g = -exp(A_log) softplus(alpha + dt_bias),
   beta = sigmoid(b), delta rule with q scaled by 1/sqrt(ds); output RMSNorm(o) * ssm_norm *
   SIGMOID(z) (transformers defaults to hidden_act = SiLU: output_gate_type "sigmoid" is set here, as
   llama.cpp hard-codes).
@@ -162,8 +164,10 @@ heads/dim, nk/nv/ds GDN heads/dim, E experts, f/fs expert/shared ff, V vocab):
 === Conversion traps (issue 47) =========================================================================
 1. transformers >= 5.2x's Qwen4ExpTextConfig.__post_init__ renames layer_types "full_attention" to
    "indexed_attention"; the converter loads hparams through AutoConfig and writes compress_ratios =
-   ratio only where the type is "full_attention": all zero (seen here: [0]*8 without the fix). This
-   script refuses such a file by name; `--convert` undoes the rename inside the converter.
+   ratio only where the type is "full_attention": all zero (seen here: [0]*8 without the fix).
+   llama.cpp b11434 runs such a file without a word, as dense attention (on the tiny file 0.86
+   relative off transformers from position 19, where the selection starts). This script refuses it
+   by name; `--convert` undoes the rename inside the converter.
 2. Pass partial_rotary_factor 0.25 and mrope_section [11, 11, 10] (rope_parameters): transformers
    requires head_dim * partial_rotary_factor <= indexer_head_dim, and the converter writes
    rope.dimension_count from the factor (Qwen3NextModel.set_gguf_parameters defaults it to 0.25).
