@@ -16,6 +16,13 @@
 #      silently: 0.86 off from position 19, where the selection starts); and llama.cpp's MTP graph on
 #      the MTP file with the same rows and tokens as step 4 (llamacpp_mtp_logits.cpp, ours) against
 #      the numpy block (1.5e-7 / 1.5e-7, argmax 68/68).
+# Also tried by hand on the same checkpoint (not in this script): converted with --fuse-gate-up-exps
+# (ffn_gate_up_exps), transformers, the numpy MTP block and llama.cpp give the figures above unchanged;
+# converted with --outtype q8_0, the static GGML_NATIVE build of llama.cpp on this CPU (AMX) crashes
+# (SIGSEGV in ggml_backend_amx_mul_mat, the AMX repack of the Q8_0 weights) and runs with the model's
+# use_extra_bufts off; it then differs from transformers on the dequantized weights by 0.40 (llama.cpp
+# rounds activations to Q8_0 for those products; this tiny model amplifies that), so quantized files are
+# compared against llama.cpp on the same file, not against this oracle.
 # Two sequences of 68 tokens (QSA selects from position 19 on: 49 positions each; the first holds the
 # PLE end id 270 at 20, 41 and 42), drawn until no router or QSA choice of the trunk or the MTP block
 # was within the 1e-4 tie bands.
