@@ -44,8 +44,9 @@ Keys (prefix qwen4exp.), trunk file (`--no-mtp`; 48 keys in the tiny file):
   rope.dimension_sections [11,11,10,0]     rope.freq_base 1e7 [1e7]   (no rope.scaling.type written)
   attention.layer_norm_rms_epsilon 1e-6    (every RMSNorm, the GDN l2norm and the QSA norms)
   expert_count 8 [512]   expert_used_count 2 [10]   expert_feed_forward_length 32 [640]
-  expert_shared_feed_forward_length 32 [640]        (no gating-func / weights-scale / norm keys:
-                                           llama.cpp's graph hard-codes softmax, renormalised, scale 1)
+  expert_shared_feed_forward_length 32 [640]        (no gating-func / weights-scale / norm keys: the
+                                           qwen4exp loader reads none; build_layer_ffn passes softmax,
+                                           renormalised, and expert_weights_scale stays 0 = unscaled)
   ssm.conv_kernel 4 [4]   ssm.state_size 128 [128] (= k and v head dim)   ssm.group_count 2 [16]
   (k heads)   ssm.time_step_rank 4 [48] (v heads)   ssm.inner_size 512 [6144] (= v heads * 128)
   attention.recurrent_layers bool[8] [T,T,T,F,T,T,T,F]   full_attention_interval 4
@@ -61,6 +62,10 @@ Keys (prefix qwen4exp.), trunk file (`--no-mtp`; 48 keys in the tiny file):
   ple.head_offsets u64[16] [0, 1009, 2022, ...]   ple.head_vocab_sizes u64[16] [1009, 1013, 1019, ...]
   (ple.image_token_id only from a Qwen4ExpForConditionalGeneration checkpoint's image_token_id)
   No output_norm, attn_norm or ffn_norm keys/tensors exist (hyper-connections replace them).
+  Outside the prefix: general.architecture "qwen4exp", general.type "model", general.name,
+  general.size_label, general.file_type, general.quantization_version 2; tokenizer.ggml.{model, pre,
+  tokens, token_type, merges} -- synthetic here (gpt2 / "qwen35", 272 byte-level tokens, one merge:
+  `set_vocab` below); a real checkpoint's Qwen tokenizer adds its ids, specials and chat template.
 MTP file (`--mtp`; 40 keys): the same minus every ple.* key and embedding_length_per_layer_input, with
   block_count 9 [49], nextn_predict_layers 1, recurrent_layers [.., F] and compress_ratios [.., 4]
   extended by the MTP block. `--no-mtp` drops the MTP block from the trunk file; without either flag
