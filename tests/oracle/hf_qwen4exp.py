@@ -104,7 +104,8 @@ heads/dim, nk/nv/ds GDN heads/dim, E experts, f/fs expert/shared ff, V vocab):
     (1 + w), nextn.hnorm {hc*n} [512] (one gamma per stream, 1 + w), nextn.hc_head_norm {hc*n}
     (1 + w), nextn.hc_head_down {hc*n, lr}, nextn.hc_head_up {lr, hc*n}. No shared_head_norm.
 
-=== Numerics to match (each checked here against transformers; llama.cpp source named) ==============
+=== Numerics to match (transformers' and llama.cpp's code named; the two agree on the tiny file within
+3.2e-6 with every one of these active: check_qwen4exp_tiny.sh) ======================================
 * RMSNorm: x * rsqrt(mean(x^2) + eps) * gamma, gamma as stored. Stored 1 + w (transformers'
   Qwen4ExpTextRMSNorm.forward multiplies by 1 + weight): output_hc_norm, hc_*_norm, attn_q/k_norm,
   nextn.{enorm, hnorm, hc_head_norm} (conversion/qwen.py Qwen3NextModel.modify_tensors: every name
@@ -158,8 +159,8 @@ heads/dim, nk/nv/ds GDN heads/dim, E experts, f/fs expert/shared ff, V vocab):
   ngram_vocab_size_base - 1 [20,000,000]; the converter copies the checkpoint's int64 buffers.) The
   16 rows of pd are concatenated in head order (16*pd = n) -> emb. key = ple_key emb (hc*n), value =
   ple_value emb (n); kn = grouped RMSNorm(key) (ple_norm_key), qn = grouped RMSNorm(x) (ple_norm_query;
-  x is the hc-wide residual); s_str = sum(kn_s * qn_s) / sqrt(n); gate_s = sigmoid(sign(s) *
-  sqrt(max(|s|, 1e-6))); gv_s = gate_s * value; out_s = gv_s + silu(conv(grouped RMSNorm(gv)
+  x is the hc-wide residual); per stream s_s = sum_d(kn_s * qn_s) / sqrt(n), gate_s = sigmoid(sign(s_s)
+  * sqrt(max(|s_s|, 1e-6))), gv_s = gate_s * value; out_s = gv_s + silu(conv(grouped RMSNorm(gv)
   (ple_norm_conv))), conv depthwise causal over hc*n channels with kernel ple.conv_kernel and
   DILATION ngram_size: out[c, t] = sum_k w[c, k] x[c, t - (K-1-k)*3], zero before the start (the state
   keeps the last (K-1)*3 = 9 rows). Checked: the ple_rows transformers reads on the tiny file equal
