@@ -553,6 +553,8 @@ mod tests {
             (OpKind::Sinkhorn, DType::F32),
             (OpKind::StreamMix, DType::F32),
             (OpKind::StreamUpdate, DType::F32),
+            (OpKind::KPoolSelect, DType::F32),
+            (OpKind::KPoolSelect, DType::F16),
         ] {
             let cs = cases(op, t);
             assert!(!cs.is_empty(), "{op:?} {t}");

@@ -9,7 +9,8 @@
 // products and MoE routing), moe.cuh and moe_batch.cuh (routed experts of decode and of prompt
 // batches), attention.cuh (attention over the K/V cache), recurrent.cuh (ConvCausal, DeltaRule),
 // dense.cuh (LayerNorm, Softmax, Concat, span means, attention between graph tensors), hyper.cuh
-// (Sinkhorn, stream mixing and update of hyper-connection residual streams).
+// (Sinkhorn, stream mixing and update of hyper-connection residual streams), kpool.cuh (the k-pool
+// DSA indexer's selection).
 // common.cuh holds the shared reductions and quant.cuh the GGUF weight blocks. Tensors are
 // contiguous rows (a Copy source may be any view); sizes are checked by the host before launch.
 // Numerics follow the CPU reference (kernels/cpu): quantized products take activations quantized
@@ -56,6 +57,7 @@
 #include "recurrent.cuh"
 #include "dense.cuh"
 #include "hyper.cuh"
+#include "kpool.cuh"
 
 // ---- profiling: hold the stream for `ns` nanoseconds (one thread), so that the host can queue a
 // whole pass before its first kernel runs and event pairs then time kernels, not launches.

@@ -52,6 +52,8 @@ inline std::barrier<>* g_block_barrier;
 inline std::vector<std::unique_ptr<WarpExchange>> g_warps;
 
 inline void __syncthreads() { g_block_barrier->arrive_and_wait(); }
+// A barrier of the calling thread's warp (every lane must reach it, as the kernels under test do).
+inline void __syncwarp(unsigned = 0xffffffffu) { g_warps[threadIdx.x / WARP]->bar.arrive_and_wait(); }
 
 // Lane `src(lane)`'s v, for values of up to 8 bytes (float, int, double).
 template <typename T, typename Src>
@@ -159,6 +161,11 @@ inline __half __ushort_as_half(unsigned short b) {
 inline unsigned short __half_as_ushort(__half h) {
     unsigned short b;
     std::memcpy(&b, &h, 2);
+    return b;
+}
+inline unsigned __float_as_uint(float f) {
+    unsigned b;
+    std::memcpy(&b, &f, 4);
     return b;
 }
 inline float __uint_as_float(unsigned b) {

@@ -372,6 +372,9 @@ impl KernelDevice for CudaDevice {
                 7 => Err(PluginError::invalid(
                     "SpanMean: a span empty or outside its rows (on the card)",
                 )),
+                8 => Err(PluginError::invalid(
+                    "KPoolSelect: a slot or position outside the cache (on the card)",
+                )),
                 code => Err(PluginError::device(format!(
                     "a kernel reported error {code}"
                 ))),

@@ -20,7 +20,9 @@
 //! cache type against the CPU reference's quantizers) and the Walsh-Hadamard rotation of quantized
 //! caches (`bl_fwht_f32`: against the CPU's, bit for bit) and the ops of decision heads
 //! (`cu/dense.cuh`: LayerNorm, Softmax, Concat, span means and dense attention against f64) and
-//! the hyper-connection ops (`cu/hyper.cuh`: Sinkhorn, stream mix and update against f64).
+//! the hyper-connection ops (`cu/hyper.cuh`: Sinkhorn, stream mix and update against f64) and the
+//! k-pool DSA indexer (`cu/kpool.cuh`: pooled keys and selections against f64, prompts in chunks,
+//! f16 caches, the in-place sort of many pools, bad rows).
 //! Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so, when there is none.
 
 use std::path::{Path, PathBuf};
@@ -74,6 +76,123 @@ fn run_emulated_with(name: &str, args: &[&Path]) {
         run.status.success(),
         "the emulated kernels failed:\n{report}"
     );
+}
+
+/// The numpy golden's input streams: splitmix64, `((z >> 40) / 2^23 − 1)·a`
+/// (tests/oracle/numpy_kpool.py `draw`).
+fn splitmix_draw(seed: u64, n: usize, a: f32) -> Vec<f32> {
+    let mut state = seed;
+    (0..n)
+        .map(|_| {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^= z >> 31;
+            ((z >> 40) as f32 / (1u32 << 23) as f32 - 1.0) * a
+        })
+        .collect()
+}
+
+/// The cases of host/tests/fixtures/kpool_select.json (f64 numpy, `tests/oracle/numpy_kpool.py`)
+/// with their inputs regenerated, as `sim/kpool_test.cpp` reads them: per case the shape (8 i32:
+/// n_head, dh, kpool, n_top, tail, len, n_slots, rows), q, w, the cache (pooled sections NaN, so a
+/// read before the call's write shows), ape (f32), slots, positions, the golden lists (i32), each
+/// row's scores of its complete pools (f64), then the number of golden pooled keys and each as
+/// slot, pool (i32) and dh f64 values.
+fn kpool_golden_file() -> PathBuf {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../host/tests/fixtures/kpool_select.json"
+    );
+    let text = std::fs::read_to_string(path).expect("the k-pool golden");
+    let g: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let int = |v: &serde_json::Value| v.as_i64().expect("an integer") as i32;
+    fn put_i32(file: &mut Vec<u8>, v: i32) {
+        file.extend_from_slice(&v.to_le_bytes());
+    }
+    let mut file = Vec::new();
+    for c in g["cases"].as_array().expect("cases") {
+        let shape: Vec<i32> = ["n_head", "head_dim", "kpool", "n_top"]
+            .iter()
+            .map(|k| int(&c[*k]))
+            .collect();
+        let (nh, dh, kpool) = (shape[0] as usize, shape[1] as usize, shape[2]);
+        let tail = c["tail"].as_bool().expect("tail");
+        let (len, n_slots) = (int(&c["len"]), int(&c["n_slots"]));
+        let slots: Vec<i32> = c["slots"]
+            .as_array()
+            .expect("slots")
+            .iter()
+            .map(int)
+            .collect();
+        let positions: Vec<i32> = c["positions"]
+            .as_array()
+            .expect("positions")
+            .iter()
+            .map(int)
+            .collect();
+        let rows = slots.len();
+        for v in shape
+            .iter()
+            .copied()
+            .chain([i32::from(tail), len, n_slots, rows as i32])
+        {
+            put_i32(&mut file, v);
+        }
+        let seed = c["seed"].as_u64().expect("seed");
+        let mut cache = splitmix_draw(seed + 3, 3 * dh * len as usize * n_slots as usize, 2.0);
+        for row in cache.chunks_exact_mut(3 * dh) {
+            row[2 * dh..].fill(f32::NAN);
+        }
+        let floats = [
+            splitmix_draw(seed + 1, dh * nh * rows, 1.0),
+            splitmix_draw(seed + 2, nh * rows, 1.0),
+            cache,
+            splitmix_draw(seed + 4, dh * kpool as usize, 1.0),
+        ];
+        for v in floats.iter().flatten() {
+            file.extend_from_slice(&v.to_le_bytes());
+        }
+        for &v in slots.iter().chain(&positions) {
+            put_i32(&mut file, v);
+        }
+        for row in c["selected"].as_array().expect("selected") {
+            for v in row.as_array().expect("a list") {
+                put_i32(&mut file, int(v));
+            }
+        }
+        for (r, row) in c["scores"].as_array().expect("scores").iter().enumerate() {
+            let scores = row.as_array().expect("a row's scores");
+            assert_eq!(scores.len() as i32, (positions[r] + 1) / kpool, "row {r}");
+            for v in scores {
+                file.extend_from_slice(&v.as_f64().expect("a score").to_le_bytes());
+            }
+        }
+        let pooled = c["pooled"].as_object().expect("pooled");
+        let count: usize = pooled
+            .values()
+            .map(|p| p.as_array().map_or(0, Vec::len))
+            .sum();
+        put_i32(&mut file, count as i32);
+        for (slot, pools) in pooled {
+            for (g, key) in pools.as_array().expect("pools").iter().enumerate() {
+                put_i32(&mut file, slot.parse().expect("a slot"));
+                put_i32(&mut file, g as i32);
+                for v in key.as_array().expect("a key") {
+                    file.extend_from_slice(&v.as_f64().expect("a value").to_le_bytes());
+                }
+            }
+        }
+    }
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kpool_golden.bin");
+    std::fs::write(&out, file).expect("writing the cases");
+    out
+}
+
+#[test]
+fn kpool_selection_matches_the_numpy_golden_and_f64_under_emulation() {
+    run_emulated_with("kpool_test", &[&kpool_golden_file()]);
 }
 
 #[test]

@@ -13,6 +13,7 @@ mod copy;
 mod dense;
 mod elementwise;
 mod hyper;
+mod kpool;
 mod matmul;
 mod moe;
 mod norm;
@@ -21,7 +22,7 @@ mod rope;
 mod router;
 
 /// Each family's cases for an `(op, dtype)` pair: none for the pairs of other families.
-const FAMILIES: [fn(OpKind, DType) -> Vec<Case>; 12] = [
+const FAMILIES: [fn(OpKind, DType) -> Vec<Case>; 13] = [
     elementwise::cases,
     copy::cases,
     norm::cases,
@@ -34,6 +35,7 @@ const FAMILIES: [fn(OpKind, DType) -> Vec<Case>; 12] = [
     recurrent::cases,
     dense::cases,
     hyper::cases,
+    kpool::cases,
 ];
 
 /// The cases for one `(op, dtype)` pair; empty when none is written yet.

@@ -69,7 +69,7 @@ pub struct KPoolInputs<'a> {
 pub trait CacheValue: Copy + Send + Sync {
     /// The value as f64.
     fn get(self) -> f64;
-    /// `v` rounded to this type (to nearest).
+    /// `v` rounded to this type (to nearest f32, then to nearest of this type).
     fn put(v: f64) -> Self;
 }
 
@@ -87,7 +87,10 @@ impl CacheValue for f16 {
         f64::from(self.to_f32())
     }
     fn put(v: f64) -> Self {
-        f16::from_f64(v)
+        // Through f32, each step to nearest even: `half`'s from_f64 goes through f32 where the
+        // CPU has F16C and drops the low 32 bits first where not, so this is the one rounding
+        // that every machine and the card share.
+        f16::from_f32(v as f32)
     }
 }
 

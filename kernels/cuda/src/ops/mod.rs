@@ -9,7 +9,8 @@
 //! decode and prompt batches), `recurrent` (the causal conv and gated delta rule of
 //! linear-attention layers), `dense` (LayerNorm, Softmax, Concat, span means and attention between
 //! graph tensors: the ops of decision heads), `hyper` (Sinkhorn, StreamMix and StreamUpdate of
-//! hyper-connection residual streams); `fused` launches runs of consecutive calls as one kernel, one module
+//! hyper-connection residual streams), `kpool` (the k-pool DSA indexer's selection over an f32 or
+//! f16 cache); `fused` launches runs of consecutive calls as one kernel, one module
 //! per pattern. The quantized types are Q8_0, Q4_K, Q6_K, Q5_K, Q5_0, Q4_0, Q5_1, IQ4_XS, IQ4_NL,
 //! MXFP4, Q3_K and IQ3_XXS; `cu/quant.cuh` unpacks each GGUF block layout once for all of these
 //! kernels (`quant`). This module holds what no op owns: the [`Launcher`] (the loaded kernels, the
@@ -38,6 +39,7 @@ mod dense;
 mod elementwise;
 mod fused;
 mod hyper;
+mod kpool;
 mod launch;
 mod matmul;
 mod matmul_heads;
@@ -59,7 +61,7 @@ pub use launch::Args;
 pub use quant::QUANT_TYPES;
 
 /// Each family's claim: the `(op, dtypes)` pairs its launcher implements, each op in one family.
-const FAMILIES: [fn() -> Vec<OpSupport>; 12] = [
+const FAMILIES: [fn() -> Vec<OpSupport>; 13] = [
     elementwise::claims,
     copy::claims,
     norm::claims,
@@ -72,6 +74,7 @@ const FAMILIES: [fn() -> Vec<OpSupport>; 12] = [
     recurrent::claims,
     dense::claims,
     hyper::claims,
+    kpool::claims,
 ];
 
 /// Every `(op, dtype)` pair the kernels implement (none for a bundle built without them): the
@@ -381,6 +384,7 @@ impl Launcher {
             Op::Softmax { scale } => self.softmax(&addr, &src, c, scale),
             Op::Concat => self.concat(&addr, &src, c),
             Op::SpanMean => self.span_mean(&addr, &src, c),
+            Op::KPoolSelect(p) => self.kpool_select(&addr, &src, c, p),
             Op::AttentionDense { scale, causal } => {
                 self.attention_dense(&addr, &src, c, scale, causal)
             }
@@ -504,6 +508,11 @@ mod tests {
         "bl_sinkhorn_f32",
         "bl_stream_mix_f32",
         "bl_stream_update_f32",
+        "bl_kpool_pool_f32",
+        "bl_kpool_pool_f16",
+        "bl_kpool_scores_f32",
+        "bl_kpool_scores_f16",
+        "bl_kpool_select",
         "bl_hold",
     ];
 
@@ -541,6 +550,7 @@ mod tests {
             include_str!("dense.rs"),
             include_str!("elementwise.rs"),
             include_str!("hyper.rs"),
+            include_str!("kpool.rs"),
             include_str!("matmul.rs"),
             include_str!("moe.rs"),
             include_str!("moe_batch.rs"),
