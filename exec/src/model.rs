@@ -59,6 +59,9 @@ pub struct LoadedModel {
     pub file: GgufModel,
     /// Bytes of the mapped file locked in RAM (`--mlock`; 0 without it).
     pub locked: u64,
+    /// The graph gives logits (false for a decision model's backbone, whose graph ends at its
+    /// final norm): text generation needs them.
+    pub output_head: bool,
 }
 
 /// What a pass read back for its output rows (each empty when its readout did not ask for it).
@@ -240,8 +243,10 @@ impl LoadedModel {
             options,
             file,
             locked,
+            output_head: false,
         };
         model.executor(1, 1, Readout::Logits)?;
+        model.output_head = model.graph_has_logits();
         Ok(model)
     }
 
@@ -304,6 +309,19 @@ impl LoadedModel {
             .ok_or_else(|| ModelError::Request("executor cache lost an entry".into()))?;
         entry.1 = now;
         Ok(&entry.0)
+    }
+
+    /// Whether the plugin's one-row graph has a `logits` output.
+    fn graph_has_logits(&self) -> bool {
+        let shape = BatchShape {
+            n_rows: 1,
+            n_outputs: 1,
+            kind: GraphKind::Main,
+        };
+        self.instance
+            .build_graph(shape)
+            .into_result()
+            .is_ok_and(|g| g.outputs.iter().any(|o| o.name.as_str() == "logits"))
     }
 
     /// The op calls of a pass of `n_rows` rows and `n_outputs` outputs, as the kernel plugin

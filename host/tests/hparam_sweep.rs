@@ -278,6 +278,7 @@ fn hostile_hyperparameters_end_in_named_errors_never_in_an_abort() {
         "glm4moe",
         "solar-open2",
         "kimi-linear",
+        "glm5-next",
     ];
     let mut all = Vec::new();
     for arch in archs {

@@ -317,12 +317,14 @@ pub enum Op {
         /// Which.
         f: UnaryFn,
     },
-    /// Gated linear unit: srcs `[gate [n, m], up [n, m]]` → `[n, m]`. With `limit` > 0 the gate is
-    /// clamped to at most `limit` and up to `[-limit, limit]` before the product.
+    /// Gated linear unit: srcs `[gate [n, m], up [n, m]]` → `[n, m]`. With `limit` > 0 (SwiGlu
+    /// only) the gate is clamped before its activation and up on both sides:
+    /// `silu(min(gate, limit))·clamp(up, −limit, limit)` (ggml's `swiglu_clamp`, which llama.cpp
+    /// b11434 and transformers 5.24 apply to GLM-5.3's routed, shared and dense FFNs).
     Glu {
         /// Flavour.
         kind: GluKind,
-        /// Clamp limit, 0 = none.
+        /// Clamp limit, 0 = none; a negative limit, or one with GeGlu, is refused.
         limit: f32,
     },
     /// RMS norm over ne0: srcs `[x, weight [n]?]`.
@@ -430,19 +432,26 @@ pub enum Op {
     SpanMean,
     /// K-pool indexer selection (GLM-5.3's DSA): which cache positions each row's sparse attention
     /// reads ([`AttentionParams::selected`]). Srcs `[q [dh, n_head, rows], w [n_head, rows], cache
-    /// [3·dh, len, n_slots], ape [dh, kpool], slots, positions]` → i32 `[n_sel, rows]`.
+    /// [3·dh, len, n_slots], ape [dh, kpool], slots, positions]` → i32 `[n_sel, rows]`; q, w and
+    /// ape f32, slots and positions i32 `[rows]`, the cache f32 or f16 (its type is the pair's).
     ///
     /// Each cache row (stored by [`Op::CacheStore`] at `position % len` of its slot) is `[key |
     /// gate | pooled]`, `dh` values each. Positions `g·kpool .. g·kpool + kpool` form pool `g`,
     /// complete once its last position is stored. Its pooled key is, per dimension `d`,
-    /// `Σ_t softmax_t(gate[t, d] + ape[d, t])·key[t, d]` over the pool's `kpool` rows `t`. The op
+    /// `Σ_t softmax_t(gate[t, d] + ape[d, t])·key[t, d]` over the pool's `kpool` rows `t` (the
+    /// softmax runs over the pool's positions, separately for each `d`). The op
     /// writes the pooled key of every pool that a row of this call completes into the pooled
     /// section of that pool's last row (the cache is updated in place) and reads earlier pools'
     /// from there. A row at position `p` scores each complete pool `g` (`g·kpool + kpool − 1 ≤ p`)
-    /// as `Σ_h w[h]·relu(q_h·pooled_g)` and keeps the `min(n_top, complete pools)` best (ties:
-    /// lower pool); its output lists their positions, pools in descending score order, each
-    /// pool's positions ascending, then with `tail` the positions after the last complete pool up
-    /// to `p`; unused entries are −1. `n_sel = kpool·n_top + (tail ? kpool − 1 : 0)`.
+    /// as `Σ_h w[h]·relu(q_h·pooled_g)` (the graph scales `w` by `1/√(dh·n_head)` beforehand, as
+    /// llama.cpp b11434 and transformers 5.24 `glm5_next` do), scores ranked as f32 values, and
+    /// keeps the `min(n_top, complete pools)` best (ties: lower pool). Output entries
+    /// `0 .. kpool·n_top` list their positions, pools in descending score order, each pool's
+    /// positions ascending, then −1. With `tail`, entries `kpool·n_top .. n_sel` list the
+    /// positions after the last complete pool up to `p` (`(p + 1) % kpool` of them, ascending),
+    /// then −1. `n_sel = kpool·n_top + (tail ? kpool − 1 : 0)`. So with `tail` a row at
+    /// `p < kpool·n_top + kpool − 1` sees every position `0..=p` (dense). Positions must be below
+    /// `len` (pools are never wrapped).
     KPoolSelect(KPoolParams),
 }
 
@@ -492,7 +501,8 @@ op_kinds! {
 
 impl Op {
     /// The source whose element type selects the kernel (the weight of a matmul, the table of a
-    /// gather, the expert stacks, the cache of attention); `None` when every source is f32/i32.
+    /// gather, the expert stacks, the cache of attention or of the k-pool indexer); `None` when
+    /// every source is f32/i32.
     /// Capability lists are keyed by this source's dtype.
     pub fn typed_src(&self) -> Option<usize> {
         match self {
@@ -500,6 +510,7 @@ impl Op {
             Op::MoeExperts(_) => Some(3),
             Op::Attention(_) => Some(1),
             Op::CacheStore { .. } => Some(1),
+            Op::KPoolSelect(_) => Some(2),
             _ => None,
         }
     }

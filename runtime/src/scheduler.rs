@@ -428,6 +428,16 @@ impl<'t> Scheduler<'t> {
         // A generation needs a position for its first token; an embedding or a decision may
         // fill the slot.
         let generates = job.embed.is_none() && job.decide.is_none();
+        if generates && !job.params.prompt_only && !self.model.output_head {
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                format!(
+                    "this model (`{}`) has no output head, so it cannot generate text: a decision \
+                     model answers POST /v1/systemone",
+                    self.model.spec.architecture
+                ),
+            ));
+        }
         let room = self.cfg.n_ctx_slot.saturating_sub(usize::from(generates));
         if job.prompt.is_empty() || job.prompt.len() > room {
             return Err(Failure::new(
@@ -908,6 +918,8 @@ impl<'t> Scheduler<'t> {
                     embeddings |= batch.output_rows.len() > before;
                     batch.output_rows.len() - before
                 }
+                // A prompt-only request to a model without an output head reads nothing.
+                None if last && !self.model.output_head => 0,
                 None if last => {
                     batch.output_rows.push(batch.tokens.len() as i32 - 1);
                     logits = true;
@@ -1075,6 +1087,22 @@ impl<'t> Scheduler<'t> {
                 continue;
             }
             if !has_output {
+                if task.job.params.prompt_only && task.n_past == task.job.prompt.len() {
+                    // A model without an output head: the prompt-only request ends here (its
+                    // step reads no row).
+                    let cx = StepContext {
+                        id_slot: id,
+                        tok: self.tok,
+                        n_cached: slot.cached.len(),
+                        n_ctx: self.cfg.n_ctx_slot,
+                        context_shift: self.cfg.context_shift,
+                        counters: c,
+                        schemajump: self.cfg.schemajump,
+                        drafts: false,
+                    };
+                    step(&cx, task, &[], None);
+                    self.ended.extend(slot.task.take());
+                }
                 continue;
             }
             // The drafted tokens end the chunk; the rows before each give its verdict.

@@ -5,15 +5,18 @@ Runs llama.cpp (the CPU library that `pip install llama-cpp-python==0.3.36` buil
 vendored llama.cpp 0c1e57098) on a GGUF file: one batch holding a token sequence, logits at every
 position, f32 KV cache, no flash attention. Writes {file_sha256, sequences: [{tokens, logits}]}.
 
-usage: llamacpp_logits.py MODEL.gguf OUT.json SEQ [SEQ...]   (SEQ = comma-separated token ids)
+With --dumper DUMP REFERENCE the logits come instead from DUMP, tests/oracle/llamacpp_dump_logits.cpp
+linked against another llama.cpp build (for architectures 0c1e57098 lacks, e.g. glm5-next in
+b11434), with the same settings; REFERENCE names that build in the JSON. With --per-token as
+well, DUMP decodes one token per call (the recurrent-state path) instead of one batch.
+
+usage: llamacpp_logits.py [--dumper DUMP REFERENCE [--per-token]] MODEL.gguf OUT.json SEQ [SEQ...]
+  (SEQ = comma-separated token ids)
 """
-import ctypes
 import hashlib
 import json
+import subprocess
 import sys
-
-import llama_cpp
-import numpy as np
 
 
 def sha256(path):
@@ -25,6 +28,9 @@ def sha256(path):
 
 
 def logits_for(model_path, tokens):
+    import llama_cpp
+    import numpy as np
+
     llama_cpp.llama_backend_init()
     mp = llama_cpp.llama_model_default_params()
     model = llama_cpp.llama_model_load_from_file(model_path.encode(), mp)
@@ -62,15 +68,30 @@ def logits_for(model_path, tokens):
 
 
 def main():
-    model, out_path, seqs = sys.argv[1], sys.argv[2], sys.argv[3:]
-    result = {
-        "reference": "llama.cpp 0c1e57098 via llama-cpp-python " + llama_cpp.__version__,
-        "file_sha256": sha256(model),
-        "sequences": [],
-    }
-    for s in seqs:
-        tokens = [int(x) for x in s.split(",")]
-        result["sequences"].append({"tokens": tokens, "logits": logits_for(model, tokens)})
+    args = sys.argv[1:]
+    dumper = None
+    mode = "batch"
+    if args[0] == "--dumper":
+        dumper, reference, args = args[1], args[2], args[3:]
+        if args[0] == "--per-token":
+            mode, args = "token", args[1:]
+    model, out_path, seqs = args[0], args[1], args[2:]
+    result = {"reference": None, "file_sha256": sha256(model), "sequences": []}
+    if dumper:
+        result["reference"] = f"{reference}, tests/oracle/llamacpp_dump_logits.cpp ({mode})"
+        out = subprocess.run([dumper, model, mode, *seqs], check=True, capture_output=True, text=True).stdout
+        for got, s in zip(json.loads(out), seqs, strict=True):
+            assert got["tokens"] == [int(x) for x in s.split(",")]
+            # 8 significant digits, as the transformers goldens.
+            got["logits"] = [[float(f"{v:.8g}") for v in row] for row in got["logits"]]
+            result["sequences"].append(got)
+    else:
+        import llama_cpp
+
+        result["reference"] = "llama.cpp 0c1e57098 via llama-cpp-python " + llama_cpp.__version__
+        for s in seqs:
+            tokens = [int(x) for x in s.split(",")]
+            result["sequences"].append({"tokens": tokens, "logits": logits_for(model, tokens)})
     with open(out_path, "w") as f:
         json.dump(result, f)
 

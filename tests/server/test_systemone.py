@@ -101,6 +101,31 @@ def test_images_and_models_without_a_head_are_501(clef, tiny):
     assert r.json()["error"]["message"] == "This model is not a decision model"
 
 
+@pytest.mark.parametrize("path,body", [
+    ("/completion", {"prompt": "hi", "n_predict": 3}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}),
+])
+def test_text_generation_on_a_model_without_an_output_head_is_a_named_400(clef, path, body):
+    # The clef graph ends at the final norm: no logits to sample from. Named, and the server
+    # keeps answering decisions.
+    r = clef.post(path, body)
+    assert r.status_code == 400, r.text
+    assert "has no output head" in r.json()["error"]["message"]
+    r = clef.post("/v1/systemone", {"state": STATE, "questions": QUESTIONS})
+    assert r.status_code == 200, r.text
+
+
+def test_run_and_bench_take_prompts_alone_on_a_decision_model(clef_path):
+    rc, text = run_cli("run", "-m", str(clef_path), "-p", "hello", "-n", "4")
+    assert rc != 0 and "has no output head" in text, text
+    rc, text = run_cli("run", "-m", str(clef_path), "-p", "hello", "-n", "0")
+    assert rc == 0, text
+    rc, text = run_cli("bench", "-m", str(clef_path), "-p", "32", "-n", "4", "-r", "1")
+    assert rc != 0 and "bench its prompts alone with -n 0" in text, text
+    rc, text = run_cli("bench", "-m", str(clef_path), "-p", "32", "-n", "0", "-r", "1")
+    assert rc == 0 and "pp32" in text, text
+
+
 def test_answers_equal_llama_servers_on_the_same_file(clef, clef_path):
     """llama-server b11434's answers on the same file (fixtures/systemone_llamacpp.json, made by
     tests/oracle/llamacpp_systemone.py; see host/tests/fixtures/PROVENANCE.md): the same prompt

@@ -593,6 +593,9 @@ mod tests {
             (OpKind::Concat, DType::F32),
             (OpKind::SpanMean, DType::F32),
             (OpKind::AttentionDense, DType::F32),
+            (OpKind::Sinkhorn, DType::F32),
+            (OpKind::StreamMix, DType::F32),
+            (OpKind::StreamUpdate, DType::F32),
         ] {
             let cs = cases(op, t);
             assert!(!cs.is_empty(), "{op:?} {t}");

@@ -2,7 +2,9 @@
 //! real widths with fewer layers than it has. Works on any plugin's preset by GGUF convention:
 //! tensors `blk.{i}.*` with `i >= N` are dropped, `{arch}.block_count` loses as many layers (MTP
 //! layers a preset counts without writing their weights stay counted), and every per-layer array
-//! key (as long as the old `block_count`) keeps the entries of the layers that remain.
+//! key (as long as the old `block_count`) keeps the entries of the layers that remain. MTP layers
+//! a preset writes (the last `{arch}.nextn_predict_layers` of `block_count`, all named by its
+//! tensors) stay too, renumbered to follow the first `N`.
 
 use abi_stable::std_types::RVec;
 use bloomery_plugin_api::meta::MetaValue;
@@ -14,8 +16,18 @@ fn layer_of(name: &str) -> Option<u64> {
     n.parse().ok()
 }
 
-/// `preset` with only its first `n` layers; an error names what does not fit (no layers named,
-/// `n` of 0 or above the layers the preset writes, no `block_count` key).
+/// The value of the preset's key ending in `suffix` (`.block_count`), as an integer.
+fn key_ending(preset: &SynthPreset, suffix: &str) -> Option<u64> {
+    preset
+        .metadata
+        .iter()
+        .find(|e| e.key.as_str().ends_with(suffix))
+        .and_then(|e| e.value.as_u64())
+}
+
+/// `preset` with only its first `n` layers (and the MTP layers it writes); an error names what
+/// does not fit (no layers named, `n` of 0 or above the trunk layers the preset writes, no
+/// `block_count` key).
 pub fn first_layers(preset: &SynthPreset, n: u64) -> Result<SynthPreset, String> {
     let named = preset
         .tensors
@@ -23,20 +35,24 @@ pub fn first_layers(preset: &SynthPreset, n: u64) -> Result<SynthPreset, String>
         .filter_map(|t| layer_of(&t.name))
         .max()
         .map_or(0, |i| i + 1);
-    if n == 0 || n > named {
+    let count = key_ending(preset, ".block_count")
+        .ok_or_else(|| format!("preset `{}` has no block_count", preset.name))?;
+    let n_mtp = key_ending(preset, ".nextn_predict_layers").unwrap_or(0);
+    // MTP layers the preset writes come after the trunk's: kept, renumbered after the cut.
+    let written_mtp = if named == count && n_mtp < named {
+        n_mtp
+    } else {
+        0
+    };
+    let trunk = named - written_mtp;
+    if n == 0 || n > trunk {
         return Err(format!(
-            "--layers {n}: preset `{}` writes {named} layers (1 to {named})",
+            "--layers {n}: preset `{}` writes {trunk} layers (1 to {trunk})",
             preset.name
         ));
     }
-    let count = preset
-        .metadata
-        .iter()
-        .find(|e| e.key.as_str().ends_with(".block_count"))
-        .and_then(|e| e.value.as_u64())
-        .ok_or_else(|| format!("preset `{}` has no block_count", preset.name))?;
-    let (dropped, extra) = (named - n, count.saturating_sub(named));
-    let keep = |len: u64| (0..len).filter(move |&i| i < n || i >= named);
+    let (dropped, extra) = (trunk - n, count.saturating_sub(named));
+    let keep = |len: u64| (0..len).filter(move |&i| i < n || i >= trunk);
     let metadata = preset
         .metadata
         .iter()
@@ -59,8 +75,17 @@ pub fn first_layers(preset: &SynthPreset, n: u64) -> Result<SynthPreset, String>
     let tensors = preset
         .tensors
         .iter()
-        .filter(|t| layer_of(&t.name).is_none_or(|i| i < n))
-        .cloned()
+        .filter_map(|t| match layer_of(&t.name) {
+            None => Some(t.clone()),
+            Some(i) if i < n => Some(t.clone()),
+            Some(i) if i >= trunk => {
+                let (_, rest) = t.name.strip_prefix("blk.")?.split_once('.')?;
+                let mut t = t.clone();
+                t.name = format!("blk.{}.{rest}", i - dropped).into();
+                Some(t)
+            }
+            Some(_) => None,
+        })
         .collect();
     Ok(SynthPreset {
         name: format!("{}-{n}l", preset.name).into(),
@@ -119,6 +144,31 @@ mod tests {
             ]
         );
         assert_eq!(first_layers(&preset(6, 6), 6).unwrap().tensors.len(), 7);
+    }
+
+    #[test]
+    fn mtp_layers_the_preset_writes_stay_renumbered_after_the_cut() {
+        // 5 trunk layers and one MTP layer, all written.
+        let mut p = preset(6, 6);
+        let mut meta = p.metadata.to_vec();
+        meta.push(MetaEntry::new("a.nextn_predict_layers", MetaValue::U32(1)));
+        p.metadata = meta.into();
+        let cut = first_layers(&p, 2).unwrap();
+        assert_eq!(cut.metadata[0].value, MetaValue::U32(3));
+        let kept: Vec<MetaValue> = [0, 1, 5].map(MetaValue::U32).to_vec();
+        assert_eq!(cut.metadata[1].value, MetaValue::Array(kept.into()));
+        let names: Vec<&str> = cut.tensors.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "token_embd.weight",
+                "blk.0.attn_norm.weight",
+                "blk.1.attn_norm.weight",
+                "blk.2.attn_norm.weight"
+            ]
+        );
+        let e = first_layers(&p, 6).unwrap_err();
+        assert!(e.contains("1 to 5"), "{e}");
     }
 
     #[test]

@@ -14,6 +14,8 @@ use crate::ops::{self, OpError};
 use crate::quant;
 use crate::tensors::{bytes, f16s, f16s_mut, f32s, f32s_mut, i32s, i32s_mut};
 
+mod hyper;
+
 /// What a CPU plugin plugs into the shared dispatch.
 pub struct Backend<'a> {
     /// The buffer table.
@@ -58,6 +60,9 @@ pub fn capabilities() -> RVec<OpSupport> {
         OpKind::DeltaRule,
         OpKind::AttentionDense,
         OpKind::SpanMean,
+        OpKind::Sinkhorn,
+        OpKind::StreamMix,
+        OpKind::StreamUpdate,
     ];
     let mut list: Vec<OpSupport> = f32_only
         .iter()
@@ -73,6 +78,10 @@ pub fn capabilities() -> RVec<OpSupport> {
             dtypes: weights.clone().into(),
         });
     }
+    list.push(OpSupport {
+        op: OpKind::KPoolSelect,
+        dtypes: vec![DType::F32, DType::F16].into(),
+    });
     for op in [OpKind::CacheStore, OpKind::Attention] {
         list.push(OpSupport {
             op,
@@ -276,6 +285,7 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
             Ok(())
         }
         Op::AttentionDense { scale, causal } => attention_dense(buf, c, scale, causal),
+        Op::KPoolSelect(p) => kpool_select(b, c, p),
         Op::SpanMean => {
             let (x, spans) = (src(c, 0, "SpanMean")?, src(c, 1, "SpanMean")?);
             let n = usz(x.ne[0]);
@@ -283,6 +293,9 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
             let out = f32s_mut(buf, &c.dst, "SpanMean dst")?;
             ops::span_mean::span_mean(x, n, spans, out).map_err(op_err)
         }
+        Op::Sinkhorn { iters, eps } => hyper::sinkhorn(b, c, iters, eps),
+        Op::StreamMix => hyper::stream_mix(b, c),
+        Op::StreamUpdate => hyper::stream_update(b, c),
         other => Err(PluginError::unsupported(
             format!("op {} on the CPU", other.kind()),
             &[],
@@ -377,6 +390,12 @@ fn glu(
     u: &[f32],
     out: &mut [f32],
 ) -> Result<(), PluginError> {
+    if limit.is_nan() || limit < 0.0 || (limit > 0.0 && kind == GluKind::GeGlu) {
+        return Err(PluginError::unsupported(
+            format!("a GLU limit of {limit} with {kind:?} (a clamp is SwiGlu's, and 0 or more)"),
+            &[],
+        ));
+    }
     match kind {
         GluKind::SwiGlu => {
             let clamp = if limit > 0.0 {
@@ -484,6 +503,12 @@ fn state_mut<'a>(
     i: usize,
     what: &str,
 ) -> Result<&'a mut [f32], PluginError> {
+    alone(buf, c, i, what)?;
+    f32s_mut(buf, src(c, i, what)?, what)
+}
+
+/// Refuses a call whose source `i` (updated in place) overlaps any other tensor of the call.
+fn alone(buf: &Buffers, c: &OpCall, i: usize, what: &str) -> Result<(), PluginError> {
     let span = |t: &TensorRef| -> Result<(usize, usize), PluginError> {
         let start = buf.check_tensor(t)? as usize;
         Ok((start, start + usz(t.span_bytes().unwrap_or(0))))
@@ -500,7 +525,76 @@ fn state_mut<'a>(
             )));
         }
     }
-    f32s_mut(buf, state, what)
+    Ok(())
+}
+
+/// The k-pool indexer's selection: srcs `[q [dh, n_head, rows], w [n_head, rows], cache [3·dh,
+/// len, n_slots] f32 or f16 (updated in place), ape [dh, kpool], slots, positions]` → i32
+/// `[n_sel, rows]`.
+fn kpool_select(
+    b: &Backend<'_>,
+    c: &OpCall,
+    p: bloomery_plugin_api::op::KPoolParams,
+) -> Result<(), PluginError> {
+    const OP: &str = "KPoolSelect";
+    let buf = b.buffers;
+    let (q, w, cache, ape) = (
+        src(c, 0, OP)?,
+        src(c, 1, OP)?,
+        src(c, 2, OP)?,
+        src(c, 3, OP)?,
+    );
+    let s = ops::kpool::KPoolShape {
+        n_head: p.n_head as usize,
+        head_dim: p.head_dim as usize,
+        kpool: p.kpool as usize,
+        n_top: p.n_top as usize,
+        tail: p.tail,
+        len: usz(cache.ne[1]),
+        n_slots: usz(cache.ne[2]),
+    };
+    let (dh, nh, rows) = (u64::from(p.head_dim), u64::from(p.n_head), q.ne[2]);
+    let fits = q.ne == [dh, nh, rows, 1]
+        && w.ne == [nh, rows, 1, 1]
+        && cache.ne[0] == 3 * dh
+        && cache.ne[3] == 1
+        && ape.ne == [dh, u64::from(p.kpool), 1, 1]
+        && c.dst.ne == [s.n_sel() as u64, rows, 1, 1];
+    if !fits {
+        return Err(PluginError::invalid(format!(
+            "{OP} of {} heads of {dh}, pools of {}: q {:?}, w {:?}, cache {:?}, ape {:?} into {:?}",
+            p.n_head, p.kpool, q.ne, w.ne, cache.ne, ape.ne, c.dst.ne
+        )));
+    }
+    let x = ops::kpool::KPoolInputs {
+        q: f32s(buf, q, "q")?,
+        w: f32s(buf, w, "w")?,
+        ape: f32s(buf, ape, "ape")?,
+        slots: slots_u32(i32s(buf, src(c, 4, OP)?, "slots")?)?,
+        positions: i32s(buf, src(c, 5, OP)?, "positions")?,
+    };
+    alone(buf, c, 2, "KPoolSelect cache")?;
+    let out = i32s_mut(buf, &c.dst, "KPoolSelect dst")?;
+    // Scratch for the ranking keys of up to 64 rows at a time (a prompt's rows in passes).
+    let mut keys = vec![0u64; s.max_pools().max(1) * usz(rows).clamp(1, 64)];
+    let keys = &mut keys;
+    match cache.dtype {
+        DType::F32 => {
+            let cache = f32s_mut(buf, cache, "KPoolSelect cache")?;
+            ops::kpool::kpool_select(b.par, &x, cache, &s, keys, out)
+        }
+        DType::F16 => {
+            let cache = f16s_mut(buf, cache, "KPoolSelect cache")?;
+            ops::kpool::kpool_select(b.par, &x, cache, &s, keys, out)
+        }
+        t => {
+            return Err(PluginError::unsupported(
+                format!("{OP} over a {t} cache"),
+                &["F32", "F16"],
+            ))
+        }
+    }
+    .map_err(op_err)
 }
 
 fn conv_causal(b: &Backend<'_>, c: &OpCall, taps: u32) -> Result<(), PluginError> {

@@ -1,5 +1,5 @@
 //! Tests of the dispatch of the recurrent ops (a state written besides the destination), of the
-//! one-value-per-row broadcast of Add and Mul, and of same-type copies.
+//! one-value-per-row broadcast of Add and Mul, of same-type copies, and of the k-pool selection.
 
 use super::*;
 use crate::linear::{reference_rows_dot, Serial};
@@ -226,4 +226,91 @@ fn copies_move_i32_and_may_overlap() {
     };
     run(&b, &OpCall::new(Op::Copy, &[view(0)], view(4))).unwrap();
     assert_eq!(read(&buf, &whole), vec![1.0, 1.0, 2.0, 3.0]);
+}
+
+const KP: bloomery_plugin_api::op::KPoolParams = bloomery_plugin_api::op::KPoolParams {
+    n_head: 2,
+    head_dim: 4,
+    kpool: 2,
+    n_top: 1,
+    tail: true,
+};
+
+/// The k-pool selection's sources for rows at positions 0..=2 of slot 1 over a 2-slot cache of 4
+/// rows, as f32 or f16 cache values.
+fn kpool_srcs(buf: &Buffers, cache: DType) -> Vec<TensorRef> {
+    let rows = values(12 * 8, 4);
+    let cache = match cache {
+        DType::F16 => {
+            let b: Vec<u8> = rows
+                .iter()
+                .flat_map(|&v| half::f16::from_f32(v).to_le_bytes())
+                .collect();
+            tensor(buf, DType::F16, [12, 4, 2, 1], &b)
+        }
+        _ => f32_tensor(buf, [12, 4, 2, 1], &rows),
+    };
+    vec![
+        f32_tensor(buf, [4, 2, 3, 1], &values(24, 1)),
+        f32_tensor(buf, [2, 3, 1, 1], &[1.0, 0.5, 1.0, 0.5, 1.0, 0.5]),
+        cache,
+        f32_tensor(buf, [4, 2, 1, 1], &values(8, 3)),
+        i32_tensor(buf, &[1, 1, 1]),
+        i32_tensor(buf, &[0, 1, 2]),
+    ]
+}
+
+fn read_i32(buf: &Buffers, t: &TensorRef) -> Vec<i32> {
+    read(buf, t)
+        .into_iter()
+        .map(f32::to_bits)
+        .map(|b| b as i32)
+        .collect()
+}
+
+#[test]
+fn kpool_select_runs_on_either_cache_type_and_refuses_bad_calls_by_name() {
+    for cache in [DType::F32, DType::F16] {
+        let buf = Buffers::default();
+        let b = backend(&buf);
+        let srcs = kpool_srcs(&buf, cache);
+        let dst = tensor(&buf, DType::I32, [3, 3, 1, 1], &[0x55; 36]);
+        run(&b, &OpCall::new(Op::KPoolSelect(KP), &srcs, dst)).unwrap();
+        // Position 0: no pool, tail 0; 1: pool 0, no tail; 2: pool 0, tail 2.
+        assert_eq!(
+            read_i32(&buf, &dst),
+            [-1, -1, 0, 0, 1, -1, 0, 1, 2],
+            "{cache}"
+        );
+    }
+    let buf = Buffers::default();
+    let b = backend(&buf);
+    let srcs = kpool_srcs(&buf, DType::F32);
+    let dst = tensor(&buf, DType::I32, [4, 3, 1, 1], &[0; 48]);
+    let err = run(&b, &OpCall::new(Op::KPoolSelect(KP), &srcs, dst)).unwrap_err();
+    assert!(
+        err.to_string().contains("KPoolSelect of 2 heads of 4"),
+        "{err}"
+    );
+    // The destination written over the cache's first bytes.
+    let dst = TensorRef {
+        dtype: DType::I32,
+        ne: [3, 3, 1, 1],
+        nb: TensorRef::contiguous_strides(DType::I32, [3, 3, 1, 1]).unwrap(),
+        ..srcs[2]
+    };
+    let err = run(&b, &OpCall::new(Op::KPoolSelect(KP), &srcs, dst)).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("cache (source 2) overlaps the destination"),
+        "{err}"
+    );
+    let mut bad = srcs.clone();
+    bad[2].dtype = DType::I32;
+    let dst = tensor(&buf, DType::I32, [3, 3, 1, 1], &[0; 36]);
+    let err = run(&b, &OpCall::new(Op::KPoolSelect(KP), &bad, dst)).unwrap_err();
+    assert!(
+        err.to_string().contains("KPoolSelect over a I32 cache"),
+        "{err}"
+    );
 }

@@ -8,7 +8,8 @@
 // + RoPE with its cache stores), cache_store.cuh (the K/V cache store), router.cuh (small F32
 // products and MoE routing), moe.cuh and moe_batch.cuh (routed experts of decode and of prompt
 // batches), attention.cuh (attention over the K/V cache), recurrent.cuh (ConvCausal, DeltaRule),
-// dense.cuh (LayerNorm, Softmax, Concat, span means, attention between graph tensors).
+// dense.cuh (LayerNorm, Softmax, Concat, span means, attention between graph tensors), hyper.cuh
+// (Sinkhorn, stream mixing and update of hyper-connection residual streams).
 // common.cuh holds the shared reductions and quant.cuh the GGUF weight blocks. Tensors are
 // contiguous rows (a Copy source may be any view); sizes are checked by the host before launch.
 // Numerics follow the CPU reference (kernels/cpu): quantized products take activations quantized
@@ -54,6 +55,7 @@
 #include "attention.cuh"
 #include "recurrent.cuh"
 #include "dense.cuh"
+#include "hyper.cuh"
 
 // ---- profiling: hold the stream for `ns` nanoseconds (one thread), so that the host can queue a
 // whole pass before its first kernel runs and event pairs then time kernels, not launches.

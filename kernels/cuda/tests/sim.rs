@@ -19,7 +19,8 @@
 //! bit for bit) and the quantized K/V cache store (`cu/cache_store.cuh`, `cu/kv_quant.cuh`: every
 //! cache type against the CPU reference's quantizers) and the Walsh-Hadamard rotation of quantized
 //! caches (`bl_fwht_f32`: against the CPU's, bit for bit) and the ops of decision heads
-//! (`cu/dense.cuh`: LayerNorm, Softmax, Concat, span means and dense attention against f64).
+//! (`cu/dense.cuh`: LayerNorm, Softmax, Concat, span means and dense attention against f64) and
+//! the hyper-connection ops (`cu/hyper.cuh`: Sinkhorn, stream mix and update against f64).
 //! Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so, when there is none.
 
 use std::path::{Path, PathBuf};
@@ -78,6 +79,11 @@ fn run_emulated_with(name: &str, args: &[&Path]) {
 #[test]
 fn dense_graph_ops_match_the_f64_reference_under_emulation() {
     run_emulated("dense_test");
+}
+
+#[test]
+fn hyper_connection_ops_match_the_f64_reference_under_emulation() {
+    run_emulated("hyper_test");
 }
 
 #[test]

@@ -377,6 +377,15 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         let Some(s) = session.as_mut() else {
             bail!("the benchmark's model is not loaded");
         };
+        if !s.output_head {
+            if let Some(t) = all.iter().find(|i| !matches!(i.test, Test::Prompt(_))) {
+                bail!(
+                    "this model has no output head (a decision model), so its {} tests cannot \
+                     run: bench its prompts alone with -n 0",
+                    t.test.kind()
+                );
+            }
+        }
         if s.depth != Some(inst.depth) {
             if inst.depth > 0 {
                 step(Some("depth run".into()));

@@ -38,6 +38,7 @@ const SIZE_NAMES: &[(&str, u64, Option<u64>, &str)] = &[
     ("glm4moe", 48, None, "102B.A12B"),
     ("glm4moe", 92, None, "355B.A32B"),
     ("kimi-linear", 27, None, "48B.A3B"),
+    ("glm5-next", 45, None, "320B.A18B"),
 ];
 
 /// llama.cpp's size class of a model (`?B` where it has none).

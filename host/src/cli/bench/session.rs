@@ -56,6 +56,8 @@ pub struct Session {
     pub gpu_info: String,
     /// CPU threads in use.
     pub threads: u32,
+    /// The model gives logits (a decision model's backbone does not: prompts only).
+    pub output_head: bool,
     runtime: Runtime,
     rng: StdRng,
     vocab: u32,
@@ -137,6 +139,7 @@ impl Session {
             t => t,
         };
         let vocab = model.spec.hparams.n_vocab;
+        let output_head = model.output_head;
         let tok = Arc::new(crate::text::tokenizer(&model.file)?);
         let grammar = match grammar {
             Some(g) => g.spec(&tok)?,
@@ -163,6 +166,7 @@ impl Session {
             backend,
             gpu_info,
             threads,
+            output_head,
             runtime,
             rng: StdRng::seed_from_u64(0),
             vocab,

@@ -72,6 +72,19 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     1e-6,
                 ),
                 case(
+                    "swiglu, limit 3 on gate and up",
+                    Op::Glu {
+                        kind: GluKind::SwiGlu,
+                        limit: 3.0,
+                    },
+                    vec![
+                        spec(DType::F32, [2048, 3, 1, 1], Fill::Random(8.0)),
+                        spec(DType::F32, [2048, 3, 1, 1], Fill::Random(8.0)),
+                    ],
+                    [2048, 3, 1, 1],
+                    1e-6,
+                ),
+                case(
                     "geglu",
                     Op::Glu {
                         kind: GluKind::GeGlu,

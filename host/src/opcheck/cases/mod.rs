@@ -12,6 +12,7 @@ mod cache_store;
 mod copy;
 mod dense;
 mod elementwise;
+mod hyper;
 mod matmul;
 mod moe;
 mod norm;
@@ -20,7 +21,7 @@ mod rope;
 mod router;
 
 /// Each family's cases for an `(op, dtype)` pair: none for the pairs of other families.
-const FAMILIES: [fn(OpKind, DType) -> Vec<Case>; 11] = [
+const FAMILIES: [fn(OpKind, DType) -> Vec<Case>; 12] = [
     elementwise::cases,
     copy::cases,
     norm::cases,
@@ -32,6 +33,7 @@ const FAMILIES: [fn(OpKind, DType) -> Vec<Case>; 11] = [
     moe::cases,
     recurrent::cases,
     dense::cases,
+    hyper::cases,
 ];
 
 /// The cases for one `(op, dtype)` pair; empty when none is written yet.

@@ -1,5 +1,5 @@
 //! Cases of the routed experts: F32 and every quantized stack type, separate and fused gate/up,
-//! decode rows and batches (the tiled path).
+//! decode rows and batches (the tiled path), SwiGLU plain and clamped (GLM-5.3's limit) and GeGLU.
 
 use bloomery_plugin_api::op::{GluKind, MoeParams, Op, OpKind};
 use bloomery_plugin_api::DType;
@@ -85,7 +85,41 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                 }),
                 other => other,
             };
+            // GLM-5.3's clamped SwiGLU: the gate and up values here have spreads of about 0.3
+            // (0.5 over rows of 256), so a limit of 0.2 clamps many of both.
+            let clamped = |fused: bool| match params(fused, GluKind::SwiGlu) {
+                Op::MoeExperts(p) => Op::MoeExperts(MoeParams { limit: 0.2, ..p }),
+                other => other,
+            };
             vec![
+                case(
+                    "swiglu limit 0.2, separate gate and up",
+                    clamped(false),
+                    split.clone(),
+                    [e, 3, 1, 1],
+                    tol,
+                ),
+                case(
+                    "swiglu limit 0.2, fused gate_up, 15 rows",
+                    clamped(true),
+                    few(15, true),
+                    [e, 15, 1, 1],
+                    tol,
+                ),
+                case(
+                    "swiglu limit 0.2, 40 rows",
+                    clamped(false),
+                    batch.clone(),
+                    [e, 40, 1, 1],
+                    tol,
+                ),
+                case(
+                    "swiglu limit 0.2, fused gate_up, 40 rows",
+                    clamped(true),
+                    batch_fused.clone(),
+                    [e, 40, 1, 1],
+                    tol,
+                ),
                 case(
                     "swiglu, separate gate and up",
                     params(false, GluKind::SwiGlu),

@@ -1,5 +1,6 @@
 //! Reference ops on f32 rows: norms, rope, softmax, attention, routing, activations, elementwise
-//! arithmetic, embedding gathers, and the recurrent causal conv and delta rule.
+//! arithmetic, embedding gathers, the recurrent causal conv and delta rule, and the
+//! hyper-connections' Sinkhorn and stream mixing.
 //!
 //! Every op is a plain function over slices in ggml order: `ne0` is the contiguous dimension and a
 //! "row" is `ne0` contiguous values, so hidden states are `[n_embd, n_rows]`, a query tensor is
@@ -9,7 +10,7 @@
 //! all of them are safe on the decode hot path. They are single-threaded and callers split rows
 //! across the [`crate::pool::Pool`] themselves, except the recurrent ops ([`conv`], [`delta_rule`]):
 //! their tasks split channels or heads (and heads' value columns), which interleave in the output,
-//! so they take the pool.
+//! so they take the pool; and the stream ops of [`hyper`], which split rows over it.
 
 pub mod activations;
 pub mod attention;
@@ -20,6 +21,8 @@ pub mod delta_rule;
 pub mod elementwise;
 pub mod embedding;
 pub mod hadamard;
+pub mod hyper;
+pub mod kpool;
 pub mod norms;
 pub mod rope;
 pub mod router;
@@ -144,23 +147,24 @@ pub(crate) fn sigmoid_f32(x: f32) -> f32 {
     }
 }
 
-/// A mutable f32 slice handed to the tasks of one parallel loop, each of which writes only its own
-/// elements (the recurrent ops split channels or heads, which interleave in memory).
-pub(crate) struct SharedMut<'a> {
-    ptr: *mut f32,
+/// A mutable slice (f32 unless named) handed to the tasks of one parallel loop, each of which
+/// writes only its own elements (the recurrent ops split channels or heads, which interleave in
+/// memory).
+pub(crate) struct SharedMut<'a, T = f32> {
+    ptr: *mut T,
     len: usize,
-    _borrow: std::marker::PhantomData<&'a mut [f32]>,
+    _borrow: std::marker::PhantomData<&'a mut [T]>,
 }
 
-// SAFETY: the wrapper is a `&mut [f32]` split between threads; `SharedMut::part` requires that the
+// SAFETY: the wrapper is a `&mut [T]` split between threads; `SharedMut::part` requires that the
 // parts in use at one time are disjoint, so no element is reached from two threads at once.
-unsafe impl Send for SharedMut<'_> {}
+unsafe impl<T: Send> Send for SharedMut<'_, T> {}
 // SAFETY: as above.
-unsafe impl Sync for SharedMut<'_> {}
+unsafe impl<T: Send> Sync for SharedMut<'_, T> {}
 
-impl<'a> SharedMut<'a> {
+impl<'a, T> SharedMut<'a, T> {
     /// Shares `s` for the duration of the borrow.
-    pub(crate) fn new(s: &'a mut [f32]) -> Self {
+    pub(crate) fn new(s: &'a mut [T]) -> Self {
         SharedMut {
             ptr: s.as_mut_ptr(),
             len: s.len(),
@@ -175,7 +179,7 @@ impl<'a> SharedMut<'a> {
     /// While the returned slice lives, no other slice obtained from this wrapper (on any thread)
     /// may overlap it.
     #[allow(clippy::mut_from_ref)] // unsafe: the contract keeps parts disjoint
-    pub(crate) unsafe fn part(&self, start: usize, len: usize) -> &mut [f32] {
+    pub(crate) unsafe fn part(&self, start: usize, len: usize) -> &mut [T] {
         assert!(
             start <= self.len && len <= self.len - start,
             "part {start}+{len} of {}",

@@ -36,6 +36,21 @@ pub(super) fn unary_code(which: UnaryFn) -> i32 {
     }
 }
 
+/// The kernels' code of a GLU (`kind` in cu/elementwise.cuh and cu/moe.cuh: 0 SwiGLU, 1 GeGLU),
+/// refusing a negative limit and a limit on GeGLU (the clamp is SwiGLU's) by name.
+pub(super) fn glu_code(kind: GluKind, limit: f32) -> Result<i32, PluginError> {
+    if limit.is_nan() || limit < 0.0 || (limit > 0.0 && kind == GluKind::GeGlu) {
+        return Err(PluginError::unsupported(
+            format!("a GLU limit of {limit} with {kind:?} (a clamp is SwiGlu's, and 0 or more)"),
+            &[],
+        ));
+    }
+    Ok(match kind {
+        GluKind::SwiGlu => 0,
+        GluKind::GeGlu => 1,
+    })
+}
+
 impl Launcher {
     /// `a + b` or `a · b` (the call's op), `b` broadcast as [`Op::Add`] allows.
     pub(super) fn add_mul<'c>(
@@ -114,10 +129,7 @@ impl Launcher {
         if g.elements() as i64 != n || u.elements() as i64 != n {
             return Err(PluginError::invalid("Glu shapes"));
         }
-        let k: i32 = match kind {
-            GluKind::SwiGlu => 0,
-            GluKind::GeGlu => 1,
-        };
+        let k = glu_code(kind, limit)?;
         let (pg, pu, po) = (addr(g, "gate")?, addr(u, "up")?, addr(&c.dst, "dst")?);
         // The output's Q8_1 copy too, when a quantized product reads it next.
         let wanted = self.product_next.load(Ordering::Relaxed);
@@ -165,5 +177,24 @@ impl Launcher {
         unsafe { l.launch(cfg(grid(n as u64, 256).min(4096), 256)) }
             .map_err(driver_err("bl_unary_f32"))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_glu_limit_is_swiglus_and_not_negative() {
+        assert_eq!(glu_code(GluKind::SwiGlu, 7.0).unwrap(), 0);
+        assert_eq!(glu_code(GluKind::GeGlu, 0.0).unwrap(), 1);
+        for (kind, limit) in [
+            (GluKind::GeGlu, 7.0),
+            (GluKind::SwiGlu, -1.0),
+            (GluKind::SwiGlu, f32::NAN),
+        ] {
+            let err = glu_code(kind, limit).unwrap_err().to_string();
+            assert!(err.contains("GLU limit"), "{kind:?} {limit}: {err}");
+        }
     }
 }

@@ -8,7 +8,8 @@
 //! `router` (MoE routing), `moe` and `moe_batch` (routed experts of F32 or [`QUANT_TYPES`] stacks,
 //! decode and prompt batches), `recurrent` (the causal conv and gated delta rule of
 //! linear-attention layers), `dense` (LayerNorm, Softmax, Concat, span means and attention between
-//! graph tensors: the ops of decision heads); `fused` launches runs of consecutive calls as one kernel, one module
+//! graph tensors: the ops of decision heads), `hyper` (Sinkhorn, StreamMix and StreamUpdate of
+//! hyper-connection residual streams); `fused` launches runs of consecutive calls as one kernel, one module
 //! per pattern. The quantized types are Q8_0, Q4_K, Q6_K, Q5_K, Q5_0, Q4_0, Q5_1, IQ4_XS, IQ4_NL,
 //! MXFP4, Q3_K and IQ3_XXS; `cu/quant.cuh` unpacks each GGUF block layout once for all of these
 //! kernels (`quant`). This module holds what no op owns: the [`Launcher`] (the loaded kernels, the
@@ -36,6 +37,7 @@ mod copy;
 mod dense;
 mod elementwise;
 mod fused;
+mod hyper;
 mod launch;
 mod matmul;
 mod matmul_heads;
@@ -57,7 +59,7 @@ pub use launch::Args;
 pub use quant::QUANT_TYPES;
 
 /// Each family's claim: the `(op, dtypes)` pairs its launcher implements, each op in one family.
-const FAMILIES: [fn() -> Vec<OpSupport>; 11] = [
+const FAMILIES: [fn() -> Vec<OpSupport>; 12] = [
     elementwise::claims,
     copy::claims,
     norm::claims,
@@ -69,6 +71,7 @@ const FAMILIES: [fn() -> Vec<OpSupport>; 11] = [
     moe::claims,
     recurrent::claims,
     dense::claims,
+    hyper::claims,
 ];
 
 /// Every `(op, dtype)` pair the kernels implement (none for a bundle built without them): the
@@ -381,6 +384,9 @@ impl Launcher {
             Op::AttentionDense { scale, causal } => {
                 self.attention_dense(&addr, &src, c, scale, causal)
             }
+            Op::Sinkhorn { iters, eps } => self.sinkhorn(&addr, &src, c, iters, eps),
+            Op::StreamMix => self.stream_mix(&addr, &src, c),
+            Op::StreamUpdate => self.stream_update(&addr, &src, c),
             other => Err(PluginError::unsupported(
                 format!("op {} on the CUDA bundles", other.kind()),
                 &[],
@@ -495,6 +501,9 @@ mod tests {
         "bl_concat_f32",
         "bl_span_mean_f32",
         "bl_attention_dense_f32",
+        "bl_sinkhorn_f32",
+        "bl_stream_mix_f32",
+        "bl_stream_update_f32",
         "bl_hold",
     ];
 
@@ -531,6 +540,7 @@ mod tests {
             include_str!("copy.rs"),
             include_str!("dense.rs"),
             include_str!("elementwise.rs"),
+            include_str!("hyper.rs"),
             include_str!("matmul.rs"),
             include_str!("moe.rs"),
             include_str!("moe_batch.rs"),

@@ -7,12 +7,13 @@
 //!
 //! [`QUANT_TYPES`]: super::QUANT_TYPES
 
-use bloomery_plugin_api::op::{GluKind, MoeParams, OpKind, OpSupport};
+use bloomery_plugin_api::op::{MoeParams, OpKind, OpSupport};
 use bloomery_plugin_api::tensor::OpCall;
 use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::LaunchConfig;
 
 use super::activations::Quantized;
+use super::elementwise::glu_code;
 use super::moe_batch::Stacks;
 use super::quant::{pairs_ok, per_wtype, typed, weight_code, with_quant_types, STAGE_PAIR};
 use super::{driver_err, Addr, Launcher, Src, BLOCK, WARPS};
@@ -52,6 +53,7 @@ impl Launcher {
             (Some(src(4)?), 5)
         };
         let down = src(down_i)?;
+        let kind = glu_code(p.glu, p.limit)?;
         let map = if p.expert_map {
             addr(src(down_i + 1)?, "expert map")?
         } else {
@@ -190,10 +192,6 @@ impl Launcher {
             rows as i32,
             p.n_expert as i32,
         );
-        let kind: i32 = match p.glu {
-            GluKind::SwiGlu => 0,
-            GluKind::GeGlu => 1,
-        };
         let (fused, err) = (i32::from(p.fused_gate_up), self.error_word);
         let name = match names {
             Some((gate_up, _)) => gate_up,

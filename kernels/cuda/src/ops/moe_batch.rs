@@ -4,10 +4,11 @@
 //! between them straight into Q8_1, and the weighted sum in slot order. `moe` takes this path for
 //! batches of 16 rows or more with quantized stacks.
 
-use bloomery_plugin_api::op::{GluKind, MoeParams};
+use bloomery_plugin_api::op::MoeParams;
 use bloomery_plugin_api::PluginError;
 use cudarc::driver::LaunchConfig;
 
+use super::elementwise::glu_code;
 use super::matmul::{MMQ_THREADS, MMQ_TILE};
 use super::{driver_err, Launcher};
 
@@ -156,10 +157,7 @@ impl Launcher {
                 product(up, xq, x_row, ki, gu + n_ff * 4, gu_row, n_embd, n_ff)?;
             }
         }
-        let kind: i32 = match p.glu {
-            GluKind::SwiGlu => 0,
-            GluKind::GeGlu => 1,
-        };
+        let kind = glu_code(p.glu, p.limit)?;
         let n_e = entries as i64;
         let f = self.func("bl_moe_glu_q8_1")?;
         let mut l = self.args(&f);

@@ -1,0 +1,64 @@
+//! Cases of the hyper-connection ops of GLM-5.3's residual streams: Sinkhorn of its 4 streams (20
+//! iterations over a prompt's rows, 1 iteration, and 8 streams), and the streams' weighted sum and
+//! update at its width (4 streams of 4096) for a decode row and a prompt's rows.
+
+use bloomery_plugin_api::op::{Op, OpKind};
+use bloomery_plugin_api::DType;
+
+use super::{case, f32s, spec};
+use crate::opcheck::{Case, Fill};
+
+/// Sinkhorn of `mats` matrices of `n` streams.
+fn sinkhorn(name: &str, n: u64, mats: u64, iters: u32) -> Case {
+    case(
+        name,
+        Op::Sinkhorn { iters, eps: 1e-6 },
+        vec![spec(DType::F32, [n, n, mats, 1], Fill::Random(6.0))],
+        [n, n, mats, 1],
+        1e-6,
+    )
+}
+
+/// The cases of this family for `(op, dtype)`; none for pairs of other families.
+pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
+    let n = 4096;
+    let rows_name = |rows: u64| match rows {
+        1 => "a decode row".to_owned(),
+        _ => format!("{rows} prompt rows"),
+    };
+    match (op, dtype) {
+        (OpKind::Sinkhorn, DType::F32) => vec![
+            sinkhorn("4 streams, 20 iterations, 300 rows", 4, 300, 20),
+            sinkhorn("4 streams, 1 iteration", 4, 7, 1),
+            sinkhorn("8 streams, 20 iterations", 8, 5, 20),
+        ],
+        (OpKind::StreamMix, DType::F32) => [1, 40]
+            .map(|rows| {
+                case(
+                    &format!("4 streams of {n}, {}", rows_name(rows)),
+                    Op::StreamMix,
+                    vec![f32s([n, 4, rows, 1]), f32s([4, rows, 1, 1])],
+                    [n, rows, 1, 1],
+                    1e-6,
+                )
+            })
+            .to_vec(),
+        (OpKind::StreamUpdate, DType::F32) => [1, 40]
+            .map(|rows| {
+                case(
+                    &format!("4 streams of {n}, {}", rows_name(rows)),
+                    Op::StreamUpdate,
+                    vec![
+                        f32s([n, 4, rows, 1]),
+                        spec(DType::F32, [4, 4, rows, 1], Fill::Range(0.0, 1.0)),
+                        spec(DType::F32, [4, rows, 1, 1], Fill::Range(0.0, 2.0)),
+                        f32s([n, rows, 1, 1]),
+                    ],
+                    [n, 4, rows, 1],
+                    1e-6,
+                )
+            })
+            .to_vec(),
+        _ => Vec::new(),
+    }
+}

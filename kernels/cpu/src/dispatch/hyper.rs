@@ -1,0 +1,78 @@
+//! The dispatch of the hyper-connection ops (`Op::Sinkhorn`, `Op::StreamMix`,
+//! `Op::StreamUpdate`): their tensors' shapes checked against each other, then the reference ops
+//! of [`crate::ops::hyper`].
+
+use bloomery_plugin_api::tensor::OpCall;
+use bloomery_plugin_api::PluginError;
+
+use super::{copy_in, op_err, src, usz, Backend};
+use crate::ops;
+use crate::tensors::{f32s, f32s_mut};
+
+/// Refuses a call whose extents do not fit together, naming them.
+fn shapes(op: &str, ok: bool, c: &OpCall) -> Result<(), PluginError> {
+    if ok {
+        return Ok(());
+    }
+    let srcs: Vec<_> = c.srcs().iter().map(|t| t.ne).collect();
+    Err(PluginError::invalid(format!(
+        "{op}: sources {srcs:?} into {:?}",
+        c.dst.ne
+    )))
+}
+
+/// Sinkhorn normalisation: srcs `[x [n, n, m]]` → `[n, n, m]`.
+pub(super) fn sinkhorn(
+    b: &Backend<'_>,
+    c: &OpCall,
+    iters: u32,
+    eps: f32,
+) -> Result<(), PluginError> {
+    let x = src(c, 0, "Sinkhorn")?;
+    shapes("Sinkhorn", x.ne[0] == x.ne[1] && c.dst.ne == x.ne, c)?;
+    let out = copy_in(b.buffers, c, "Sinkhorn")?;
+    ops::hyper::sinkhorn(out, usz(x.ne[0]), iters, eps).map_err(op_err)
+}
+
+/// Weighted sum of streams: srcs `[streams [n, s, rows], w [s, rows]]` → `[n, rows]`.
+pub(super) fn stream_mix(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
+    let (x, w) = (src(c, 0, "StreamMix")?, src(c, 1, "StreamMix")?);
+    let rows = x.ne[2] * x.ne[3];
+    let fits =
+        w.ne[0] == x.ne[1] && w.rows() == rows && c.dst.ne[0] == x.ne[0] && c.dst.rows() == rows;
+    shapes("StreamMix", fits, c)?;
+    let buf = b.buffers;
+    let (xs, ws) = (
+        f32s(buf, x, "StreamMix streams")?,
+        f32s(buf, w, "StreamMix w")?,
+    );
+    let out = f32s_mut(buf, &c.dst, "StreamMix dst")?;
+    ops::hyper::stream_mix(b.par, xs, ws, usz(x.ne[0]), usz(x.ne[1]), out).map_err(op_err)
+}
+
+/// Stream update: srcs `[streams [n, s, rows], comb [s, s, rows], post [s, rows], y [n, rows]]` →
+/// `[n, s, rows]`.
+pub(super) fn stream_update(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
+    const OP: &str = "StreamUpdate";
+    let (x, comb) = (src(c, 0, OP)?, src(c, 1, OP)?);
+    let (post, y) = (src(c, 2, OP)?, src(c, 3, OP)?);
+    let (n, s, rows) = (x.ne[0], x.ne[1], x.ne[2] * x.ne[3]);
+    let fits = comb.ne[0] == s
+        && comb.ne[1] == s
+        && comb.ne[2] * comb.ne[3] == rows
+        && post.ne[0] == s
+        && post.rows() == rows
+        && y.ne[0] == n
+        && y.rows() == rows
+        && c.dst.ne == x.ne;
+    shapes(OP, fits, c)?;
+    let buf = b.buffers;
+    let out = f32s_mut(buf, &c.dst, "StreamUpdate dst")?;
+    let inputs = ops::hyper::UpdateInputs {
+        streams: f32s(buf, x, "StreamUpdate streams")?,
+        comb: f32s(buf, comb, "StreamUpdate comb")?,
+        post: f32s(buf, post, "StreamUpdate post")?,
+        y: f32s(buf, y, "StreamUpdate y")?,
+    };
+    ops::hyper::stream_update(b.par, &inputs, usz(n), usz(s), out).map_err(op_err)
+}

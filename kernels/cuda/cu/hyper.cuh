@@ -1,0 +1,98 @@
+// Manifold hyper-connections (GLM-5.3's mHC, ops/hyper.rs): Sinkhorn normalisation of each
+// token's stream mixing matrix, the weighted sum of a token's residual streams, and the streams'
+// update from a block's output; layouts and steps as plugin-api's Op::Sinkhorn, Op::StreamMix and
+// Op::StreamUpdate. f32 in the CPU reference's order (kernels/cpu/src/ops/hyper.rs): sums of a
+// matrix's rows and columns in f64 rounded to f32, products kept apart from the adds they feed
+// (__fmul_rn: no contraction into fma), so the card rounds as the CPU does but for expf.
+// Included by kernels.cu after common.cuh (and by kernels/cuda/sim/hyper_test.cpp after sim.h).
+
+#pragma once
+
+// The most streams a Sinkhorn block takes: a thread per matrix element.
+#define HC_MAX_STREAMS 32
+
+// The sum of m[first + stride*k] for k < n, in f64 in order of k, rounded to f32.
+static __device__ float hc_sum(const float* m, int first, int stride, int n) {
+    double s = 0.0;
+    for (int k = 0; k < n; ++k) s += (double)m[first + stride * k];
+    return (float)s;
+}
+
+// Sinkhorn of one [n, n] matrix per block (matrix r at x + r*n*n, element (i, j) at i + n*j, i the
+// destination stream, j the source), a thread per element (blockDim a multiple of WARP covering
+// n*n, n <= HC_MAX_STREAMS): softmax over i for each j (a column of -inf becomes zeros), + eps,
+// x / (sum over j + eps) for each i, then iters - 1 times x / (sum over i + eps) and
+// x / (sum over j + eps). iters >= 1 (the host checks).
+extern "C" __global__ void bl_sinkhorn_f32(const float* x, float* out, int n, int iters, float eps) {
+    KERNEL_ENTRY();
+    __shared__ float m[HC_MAX_STREAMS * HC_MAX_STREAMS];
+    const int nn = n * n, t = threadIdx.x, i = t % n, j = t / n;
+    const bool mine = t < nn;
+    const long long base = (long long)blockIdx.x * nn;
+    if (mine) m[t] = x[base + t];
+    __syncthreads();
+    float v = 0.0f;
+    if (mine) {
+        float mx = -INFINITY;
+        for (int k = 0; k < n; ++k) mx = fmaxf(mx, m[k + n * j]);
+        if (mx != -INFINITY) {
+            double s = 0.0;
+            for (int k = 0; k < n; ++k) s += (double)expf(m[k + n * j] - mx);
+            v = expf(m[t] - mx) * (float)(1.0 / s);
+        }
+        v += eps;
+    }
+    // Each step: every thread has read m before any writes its new value, and the writes are
+    // seen before the next step's reads.
+    __syncthreads();
+    if (mine) m[t] = v;
+    __syncthreads();
+    for (int it = 0; it < iters; ++it) {
+        if (it > 0) {
+            if (mine) v = m[t] / (hc_sum(m, n * j, 1, n) + eps);
+            __syncthreads();
+            if (mine) m[t] = v;
+            __syncthreads();
+        }
+        if (mine) v = m[t] / (hc_sum(m, i, n, n) + eps);
+        __syncthreads();
+        if (mine) m[t] = v;
+        __syncthreads();
+    }
+    if (mine) out[base + t] = v;
+}
+
+// out[c, r] = sum_j w[j, r] * x[c, j, r] for x [n, s, rows], w [s, rows], out [n, rows]: a thread
+// per output element (grid-stride), the products added in order of j.
+extern "C" __global__ void bl_stream_mix_f32(const float* x, const float* w, float* out, int n, int s,
+                                             long long rows) {
+    KERNEL_ENTRY();
+    const long long total = rows * n;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (long long)gridDim.x * blockDim.x) {
+        const long long r = e / n, c = e % n;
+        const float* xr = x + r * s * n + c;
+        const float* wr = w + r * s;
+        float o = 0.0f;
+        for (int k = 0; k < s; ++k) o += __fmul_rn(xr[(long long)k * n], wr[k]);
+        out[e] = o;
+    }
+}
+
+// out[c, i, r] = post[i, r] * y[c, r] + sum_j comb[i, j, r] * x[c, j, r] for x and out [n, s, rows],
+// comb [s, s, rows] (element (i, j) at i + s*j), post [s, rows], y [n, rows]: a thread per output
+// element (grid-stride), the products added in order of j after the block output's.
+extern "C" __global__ void bl_stream_update_f32(const float* x, const float* comb, const float* post,
+                                                const float* y, float* out, int n, int s, long long rows) {
+    KERNEL_ENTRY();
+    const long long total = rows * s * n;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (long long)gridDim.x * blockDim.x) {
+        const long long c = e % n, i = e / n % s, r = e / ((long long)n * s);
+        const float* xr = x + r * s * n + c;
+        const float* cr = comb + r * s * s + i;
+        float o = __fmul_rn(y[r * n + c], post[r * s + i]);
+        for (int k = 0; k < s; ++k) o += __fmul_rn(xr[(long long)k * n], cr[(long long)s * k]);
+        out[e] = o;
+    }
+}

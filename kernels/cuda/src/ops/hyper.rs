@@ -1,0 +1,243 @@
+//! The hyper-connection ops of GLM-5.3's residual streams (`cu/hyper.cuh`): Sinkhorn
+//! normalisation of each token's `[n, n]` mixing matrix (a block per matrix, a thread per
+//! element), the weighted sum of a token's streams and the streams' update (a thread per output
+//! element). f32, rounded as the CPU reference but for `expf`.
+
+use bloomery_plugin_api::op::{OpKind, OpSupport};
+use bloomery_plugin_api::tensor::{OpCall, TensorRef};
+use bloomery_plugin_api::{DType, PluginError};
+
+use super::{cfg, claim, driver_err, f32_only, grid, Addr, Launcher, Src};
+
+/// The `(op, dtypes)` pairs this family implements.
+pub(super) fn claims() -> Vec<OpSupport> {
+    vec![
+        claim(OpKind::Sinkhorn, &[DType::F32]),
+        claim(OpKind::StreamMix, &[DType::F32]),
+        claim(OpKind::StreamUpdate, &[DType::F32]),
+    ]
+}
+
+/// The most streams a Sinkhorn block takes (`HC_MAX_STREAMS` in cu/hyper.cuh).
+pub(super) const HC_MAX_STREAMS: u64 = 32;
+
+/// Threads of the stream kernels' blocks.
+const STREAM_THREADS: u32 = 256;
+
+/// Refuses a call whose extents do not fit together, naming them.
+fn bad(op: &str, srcs: &[&TensorRef], dst: &TensorRef) -> PluginError {
+    let ne: Vec<_> = srcs.iter().map(|t| t.ne).collect();
+    PluginError::invalid(format!("{op}: sources {ne:?} into {:?}", dst.ne))
+}
+
+/// `(n, matrices)` of a Sinkhorn call of `x` into `dst`, checked.
+pub(super) fn sinkhorn_shape(
+    x: &TensorRef,
+    dst: &TensorRef,
+    iters: u32,
+) -> Result<(u64, u64), PluginError> {
+    let (n, m) = (x.ne[0], x.ne[2] * x.ne[3]);
+    if x.ne[1] != n || dst.ne != x.ne {
+        return Err(bad("Sinkhorn", &[x], dst));
+    }
+    if n == 0 || n > HC_MAX_STREAMS || m > i32::MAX as u64 {
+        return Err(PluginError::unsupported(
+            format!(
+                "Sinkhorn of {m} matrices of {n} streams on the CUDA bundles (1 to \
+                 {HC_MAX_STREAMS} streams)"
+            ),
+            &[],
+        ));
+    }
+    if iters == 0 {
+        return Err(PluginError::invalid(
+            "Sinkhorn of 0 iterations (the first normalisation is iteration 1)",
+        ));
+    }
+    Ok((n, m))
+}
+
+/// `(n, s, rows)` of a StreamMix call of streams `x` and weights `w` into `dst`, checked.
+pub(super) fn stream_mix_shape(
+    x: &TensorRef,
+    w: &TensorRef,
+    dst: &TensorRef,
+) -> Result<(u64, u64, u64), PluginError> {
+    let (n, s, rows) = (x.ne[0], x.ne[1], x.ne[2] * x.ne[3]);
+    if w.ne[0] != s || w.rows() != rows || dst.ne[0] != n || dst.rows() != rows {
+        return Err(bad("StreamMix", &[x, w], dst));
+    }
+    small_streams("StreamMix", n, s)?;
+    Ok((n, s, rows))
+}
+
+/// `(n, s, rows)` of a StreamUpdate call of streams `x`, `comb`, `post` and block output `y`
+/// into `dst`, checked.
+pub(super) fn stream_update_shape(
+    x: &TensorRef,
+    comb: &TensorRef,
+    post: &TensorRef,
+    y: &TensorRef,
+    dst: &TensorRef,
+) -> Result<(u64, u64, u64), PluginError> {
+    let (n, s, rows) = (x.ne[0], x.ne[1], x.ne[2] * x.ne[3]);
+    let fits = comb.ne[0] == s
+        && comb.ne[1] == s
+        && comb.ne[2] * comb.ne[3] == rows
+        && post.ne[0] == s
+        && post.rows() == rows
+        && y.ne[0] == n
+        && y.rows() == rows
+        && dst.ne == x.ne;
+    if !fits {
+        return Err(bad("StreamUpdate", &[x, comb, post, y], dst));
+    }
+    small_streams("StreamUpdate", n, s)?;
+    Ok((n, s, rows))
+}
+
+/// Refuses stream widths and counts the kernels' `int`s cannot hold.
+fn small_streams(op: &str, n: u64, s: u64) -> Result<(), PluginError> {
+    if n > i32::MAX as u64 || s > i32::MAX as u64 {
+        return Err(PluginError::unsupported(
+            format!("{op} of {s} streams of {n} values on the CUDA bundles"),
+            &[],
+        ));
+    }
+    Ok(())
+}
+
+impl Launcher {
+    /// Sinkhorn normalisation of each `[n, n]` matrix of source 0.
+    pub(super) fn sinkhorn<'c>(
+        &self,
+        addr: Addr<'_>,
+        src: Src<'_, 'c>,
+        c: &'c OpCall,
+        iters: u32,
+        eps: f32,
+    ) -> Result<(), PluginError> {
+        let x = src(0)?;
+        f32_only(x, "Sinkhorn")?;
+        f32_only(&c.dst, "Sinkhorn")?;
+        let (n, m) = sinkhorn_shape(x, &c.dst, iters)?;
+        let (px, po) = (addr(x, "x")?, addr(&c.dst, "dst")?);
+        if m == 0 {
+            return Ok(());
+        }
+        let (n, iters) = (n as i32, iters as i32);
+        let f = self.func("bl_sinkhorn_f32")?;
+        let mut l = self.args(&f);
+        l.arg(&px).arg(&po).arg(&n).arg(&iters).arg(&eps);
+        let threads = ((n * n) as u32).div_ceil(32) * 32;
+        // SAFETY: a block per matrix of n·n elements inside x and dst (checked), n ≤
+        // HC_MAX_STREAMS so the block's threads cover it and its shared matrix holds it.
+        unsafe { l.launch(cfg(m as u32, threads)) }.map_err(driver_err("bl_sinkhorn_f32"))
+    }
+
+    /// The weighted sum of the streams of source 0 by the weights of source 1.
+    pub(super) fn stream_mix<'c>(
+        &self,
+        addr: Addr<'_>,
+        src: Src<'_, 'c>,
+        c: &'c OpCall,
+    ) -> Result<(), PluginError> {
+        let (x, w) = (src(0)?, src(1)?);
+        for t in [x, w, &c.dst] {
+            f32_only(t, "StreamMix")?;
+        }
+        let (n, s, rows) = stream_mix_shape(x, w, &c.dst)?;
+        let (px, pw, po) = (addr(x, "streams")?, addr(w, "w")?, addr(&c.dst, "dst")?);
+        let total = n * rows;
+        if total == 0 {
+            return Ok(());
+        }
+        let (n, s, rows) = (n as i32, s as i32, rows as i64);
+        let f = self.func("bl_stream_mix_f32")?;
+        let mut l = self.args(&f);
+        l.arg(&px).arg(&pw).arg(&po).arg(&n).arg(&s).arg(&rows);
+        // SAFETY: a thread per output element (grid-stride), every read inside x and w (checked).
+        unsafe { l.launch(cfg(grid(total, 256).min(4096), STREAM_THREADS)) }
+            .map_err(driver_err("bl_stream_mix_f32"))
+    }
+
+    /// The streams of source 0 updated by `comb`, `post` and the block output `y` (sources 1-3).
+    pub(super) fn stream_update<'c>(
+        &self,
+        addr: Addr<'_>,
+        src: Src<'_, 'c>,
+        c: &'c OpCall,
+    ) -> Result<(), PluginError> {
+        let (x, comb, post, y) = (src(0)?, src(1)?, src(2)?, src(3)?);
+        for t in [x, comb, post, y, &c.dst] {
+            f32_only(t, "StreamUpdate")?;
+        }
+        let (n, s, rows) = stream_update_shape(x, comb, post, y, &c.dst)?;
+        let (px, pc) = (addr(x, "streams")?, addr(comb, "comb")?);
+        let (pp, py, po) = (addr(post, "post")?, addr(y, "y")?, addr(&c.dst, "dst")?);
+        let total = c.dst.elements();
+        if total == 0 {
+            return Ok(());
+        }
+        let (n, s, rows) = (n as i32, s as i32, rows as i64);
+        let f = self.func("bl_stream_update_f32")?;
+        let mut l = self.args(&f);
+        l.arg(&px)
+            .arg(&pc)
+            .arg(&pp)
+            .arg(&py)
+            .arg(&po)
+            .arg(&n)
+            .arg(&s)
+            .arg(&rows);
+        // SAFETY: a thread per output element (grid-stride), every read inside its source
+        // (checked).
+        unsafe { l.launch(cfg(grid(total, 256).min(4096), STREAM_THREADS)) }
+            .map_err(driver_err("bl_stream_update_f32"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::tests::{define_in, tensor_at};
+
+    #[test]
+    fn launch_constants_match_the_kernels() {
+        let src = include_str!("../../cu/hyper.cuh");
+        assert_eq!(HC_MAX_STREAMS, define_in(src, "HC_MAX_STREAMS"));
+    }
+
+    #[test]
+    fn shapes_are_checked_and_limits_named() {
+        let t = |ne| tensor_at(1, 0, DType::F32, ne);
+        assert_eq!(
+            sinkhorn_shape(&t([4, 4, 7, 1]), &t([4, 4, 7, 1]), 20).unwrap(),
+            (4, 7)
+        );
+        assert!(sinkhorn_shape(&t([4, 3, 7, 1]), &t([4, 3, 7, 1]), 20).is_err());
+        assert!(sinkhorn_shape(&t([4, 4, 7, 1]), &t([4, 4, 6, 1]), 20).is_err());
+        assert!(sinkhorn_shape(&t([4, 4, 7, 1]), &t([4, 4, 7, 1]), 0).is_err());
+        let wide = sinkhorn_shape(&t([33, 33, 1, 1]), &t([33, 33, 1, 1]), 1)
+            .unwrap_err()
+            .to_string();
+        assert!(wide.contains("1 to 32 streams"), "{wide}");
+
+        let (x, w) = (t([64, 4, 3, 1]), t([4, 3, 1, 1]));
+        assert_eq!(
+            stream_mix_shape(&x, &w, &t([64, 3, 1, 1])).unwrap(),
+            (64, 4, 3)
+        );
+        assert!(stream_mix_shape(&x, &t([4, 2, 1, 1]), &t([64, 3, 1, 1])).is_err());
+        assert!(stream_mix_shape(&x, &w, &t([64, 4, 3, 1])).is_err());
+
+        let (comb, post, y) = (t([4, 4, 3, 1]), t([4, 3, 1, 1]), t([64, 3, 1, 1]));
+        assert_eq!(
+            stream_update_shape(&x, &comb, &post, &y, &x).unwrap(),
+            (64, 4, 3)
+        );
+        assert!(stream_update_shape(&x, &t([4, 4, 2, 1]), &post, &y, &x).is_err());
+        assert!(stream_update_shape(&x, &comb, &post, &t([32, 3, 1, 1]), &x).is_err());
+        assert!(stream_update_shape(&x, &comb, &post, &y, &y).is_err());
+    }
+}
