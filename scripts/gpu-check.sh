@@ -6,15 +6,18 @@
 #   scripts/gpu-check.sh build    here (no GPU): `cargo xtask dist` (the pinned nvcc compiles the
 #                                 kernels), stripped; fails when dist/ outgrows the 64 MiB carry.
 #   scripts/gpu-check.sh check    on the GPU machine (carry dist/), about 5 minutes: every op of each
-#                                 runnable CUDA bundle against cpu-scalar and the tiny model files
+#                                 runnable CUDA bundle against cpu-scalar (GLM-5.3's latent, sparse
+#                                 and wide-headed attention, per-head products and hyper-connection
+#                                 ops among them) and the tiny model files (GLM-5.3's among them)
 #                                 end to end against the CPU (graph replay against op by op, bit
 #                                 for bit); greedy text of the tiny files the same on the CPU, the
 #                                 card and the tiered placements (-cmoe, one staging set in halves,
 #                                 the disk tier); the 30B-A3B file's lent staging sets and halves
 #                                 against the same layers placed on the card; the server's prompt
-#                                 cache on the card; the tiny clef file's /v1/systemone answers with
-#                                 -ngl 99 and the decision head on the card and on the CPU against
-#                                 the CPU run (probabilities within 1e-4).
+#                                 cache on the card (GLM-5.3's restored to its checkpoints); the
+#                                 tiny clef file's /v1/systemone answers with -ngl 99 and the
+#                                 decision head on the card and on the CPU against the CPU run
+#                                 (probabilities within 1e-4).
 #   scripts/gpu-check.sh bench    on the GPU machine: `bloomery bench -p 512 -n 128 -r 3` of the
 #                                 30B-A3B and 35B-A3B files under four placements, ROUNDS rounds,
 #                                 alternating with the dists in PREV; a table at the end.
@@ -34,20 +37,33 @@
 #                                 gated GQA + 9 KDA), 320 Q4_K experts a layer, the rest Q8_0
 #                                 (about 35 GB, written to /dev/shm on first use), all on the card
 #                                 and with every expert on the host; the tables at the end.
+#   scripts/gpu-check.sh glm5speed  on the GPU machine: `bloomery bench -p 512 -n 64 -d 512,8192
+#                                 -r 2` of GLM-5.3-Flash at its real widths, 12 layers (3 dense;
+#                                 MLA at 3, 7, 11, the rest KDA) and NextN, 288 experts a layer
+#                                 (gate/up Q4_K, down Q5_K), the rest Q8_0 (about 45 GiB, written
+#                                 to /dev/shm on first use), all on the card and with every expert
+#                                 on the host; with LLAMA_BENCH, llama-bench on the same file and
+#                                 depths, engines alternating by round; the tables at the end.
 #
 # Settings (environment):
 #   OUT         folder that receives the packed logs and the tables.
 #   BUNDLES     check: the kernel plugins checked (default: the runnable GPU ones in `bloomery
 #               plugins`; `BUNDLES=cpu-avx2` runs the suite on a machine without a GPU).
 #   SKIP_30B    check: leave out the 30B-A3B file's greedy text (its synth takes a while).
+#   ONLY        check: a regular expression: only the tiny files and greedy labels it matches
+#               (ONLY=glm5 runs GLM-5.3's; the 30B-A3B file is `30b`); op cases run with the
+#               opcheck calls whose files remain.
 #   FILES       bench, compare, serve: 30b, 35b and/or solar100 (default 30b 35b; serve: 30b).
 #   SOLAR_LAYERS  the solar100 file's depth (default 48, the whole model).
-#   PLACEMENTS  bench, compare, solar2speed: bloomery's flags, ';'-separated (default below;
-#               solar2speed: "-ngl 99;-ngl 99 -cmoe").
-#   DEPTHS      solar2speed: bench's -d list (default 512,16384).
-#   LLAMA_PLACEMENTS  compare: llama-bench's flags, ';'-separated (default below).
-#   ROUNDS      bench, compare, kvdepth: rounds (default 2); builds and engines alternate which
-#               goes first.
+#   PLACEMENTS  bench, compare, solar2speed, glm5speed: bloomery's flags, ';'-separated (default
+#               below; solar2speed and glm5speed: "-ngl 99;-ngl 99 -cmoe").
+#   DEPTHS      solar2speed, glm5speed: bench's (and llama-bench's) -d list (default
+#               512,16384; glm5speed 512,8192).
+#   LLAMA_PLACEMENTS  compare, glm5speed: llama-bench's flags, ';'-separated (default below;
+#               glm5speed: "-ngl 99;-ngl 99 -ncmoe 13").
+#   LLAMA_BENCH compare, kvdepth (required), glm5speed (optional): a llama-bench binary.
+#   ROUNDS      bench, compare, kvdepth: rounds (default 2); solar2speed, glm5speed (default 1);
+#               builds and engines alternate which goes first.
 #   KV_TYPES    kvdepth: the cache types, K and V alike (default "f16 q8_0 q4_0").
 #   PREV        bench, serve: earlier dists (space-separated) run beside this one; a dist holding
 #               only plugins/ runs under this build's binary. dist/ and PREV share the 64 MiB
@@ -63,9 +79,9 @@ cd "$(dirname "$0")/.."
 
 suite=${1:-}
 case $suite in
-  build | check | bench | compare | kvdepth | serve | solar2speed) ;;
+  build | check | bench | compare | kvdepth | serve | solar2speed | glm5speed) ;;
   *)
-    echo "usage: scripts/gpu-check.sh build|check|bench|compare|kvdepth|serve|solar2speed (see the top of the file)" >&2
+    echo "usage: scripts/gpu-check.sh build|check|bench|compare|kvdepth|serve|solar2speed|glm5speed (see the top of the file)" >&2
     exit 2
     ;;
 esac
@@ -128,7 +144,9 @@ slug() { echo "$*" | sed -E 's/(^| )-+/\1/g; s/ +/_/g; s/[^A-Za-z0-9._]/-/g'; }
 # and attention/embeddings/output Q8_0; 35b: the Qwen3.6-35B-A3B hybrid, experts Q4_K, the rest
 # Q8_0; solar100: Solar-Open-100B (glm4moe) at SOLAR_LAYERS of its 48 layers (default 48, about
 # 61 GB), experts Q4_K, the rest Q8_0; solar2: Solar-Open2-250B's first 12 layers (every fourth
-# from layer 0 gated GQA, the others KDA), 320 experts a layer in Q4_K, the rest Q8_0. Written
+# from layer 0 gated GQA, the others KDA), 320 experts a layer in Q4_K, the rest Q8_0; glm5:
+# GLM-5.3-Flash's first 12 layers (3 dense; MLA at 3, 7 and 11, the others KDA) and its NextN
+# layer, 288 experts a layer with gate and up in Q4_K and down in Q5_K, the rest Q8_0. Written
 # with explicit returns: callers may test it (errexit off).
 big_file() {
   local f start=$SECONDS
@@ -137,7 +155,8 @@ big_file() {
     35b) f=/dev/shm/q36-35b-a3b-q4k.gguf ;;
     solar100) f=/dev/shm/solar-open-100b-L${SOLAR_LAYERS:-48}-q4k.gguf ;;
     solar2) f=/dev/shm/solar-open2-250b-12l-q4k.gguf ;;
-    *) echo "gpu-check: unknown file '$1' (30b, 35b, solar100 or solar2)" >&2; return 2 ;;
+    glm5) f=/dev/shm/glm5-next-flash-12l-q4k-q5k.gguf ;;
+    *) echo "gpu-check: unknown file '$1' (30b, 35b, solar100, solar2 or glm5)" >&2; return 2 ;;
   esac
   if [ ! -f "$f" ]; then
     local q8="--attn Q8_0 --embd Q8_0 --output-type Q8_0"
@@ -150,6 +169,8 @@ big_file() {
         --experts Q4_K $q8 --dense Q8_0 -o "$f.part" > /dev/null ;;
       solar2) bl synth --arch solar-open2 --preset 250b --layers 12 --experts Q4_K $q8 --dense Q8_0 \
         -o "$f.part" > /dev/null ;;
+      glm5) bl synth --arch glm5-next --preset flash --layers 12 --experts Q4_K --experts-down Q5_K \
+        $q8 --dense Q8_0 -o "$f.part" > /dev/null ;;
     esac || return 1
     mv "$f.part" "$f" || return 1
     echo "synth $1: $((SECONDS - start)) s" >&2
@@ -224,6 +245,11 @@ tiny_files() {
     synth_tiny solar-open2-f32 solar-open2
     synth_tiny solar-open2-q8_0 solar-open2 --experts Q8_0 $q8 --dense Q8_0
     synth_tiny kimi-linear-f32 kimi-linear
+    # GLM-5.3 (glm5-next): KDA and NoPE latent MLA (K = V on 512-wide rows, per-head absorbed
+    # products) over the k-pool DSA indexer's sparse selection, four hyper-connection streams
+    # (Sinkhorn), clamped SwiGLU, a dense lead layer and a NextN layer (vocab 272).
+    synth_tiny glm5-next-f32 glm5-next
+    synth_tiny glm5-next-q8_0 glm5-next --experts Q8_0 $q8 --dense Q8_0
     # GLM dialect: Q/K/V biases, QK-norm, half the head rotated, a dense lead layer, x2.5.
     synth_tiny glm4moe-f32 glm4moe
     synth_tiny glm4moe-q5_0 glm4moe --experts Q5_0 $q8 --dense Q8_0
@@ -238,6 +264,9 @@ synth_tiny() {
   bl synth --arch "$arch" --preset tiny --seed 7 "$@" -o "$tiny/$name.gguf" > /dev/null
 }
 
+# Whether the checks of tiny file or greedy label $1 run: ONLY unset, or $1 matching it.
+wanted() { [ -z "${ONLY:-}" ] || [[ $1 =~ $ONLY ]]; }
+
 # The kernel plugins to check: BUNDLES, or every GPU plugin `bloomery plugins` says runs here.
 bundles() {
   if [ -n "${BUNDLES:-}" ]; then
@@ -251,8 +280,14 @@ bundles() {
 # `bloomery opcheck` of plugin $1 with op cases of seed $2, the tiny files $4… end to end with
 # tolerance $3; MMQ, when set, is the batched products' form (BLOOMERY_CUDA_MMQ).
 opcheck() {
-  local bundle=$1 seed=$2 tol=$3 what log args=() envs=() m
+  local bundle=$1 seed=$2 tol=$3 what log args=() envs=() m models=()
   shift 3
+  for m in "$@"; do ! wanted "$m" || models+=("$m"); done
+  if [ ${#models[@]} = 0 ]; then
+    echo "skip opcheck $bundle seed $seed: ONLY='${ONLY:-}' names none of $*"
+    return
+  fi
+  set -- "${models[@]}"
   what="opcheck $bundle seed $seed${MMQ:+ BLOOMERY_CUDA_MMQ=$MMQ} ($*)"
   log="$out/opcheck-$bundle-$seed${MMQ:+-$MMQ}.txt"
   for m in "$@"; do args+=(--model "$tiny/$m.gguf"); done
@@ -277,6 +312,7 @@ greedy() {
 same_text() {
   local label=$1 file=$2 prompt=$3 dir form i=0 bad=()
   shift 3
+  wanted "$label" || return 0
   dir="$out/greedy/$label"
   mkdir -p "$dir"
   for form in "$@"; do
@@ -365,6 +401,7 @@ check_tiny_text() {
   long="one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen \
 sixteen seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three twenty-four"
   for f in qwen3moe-f32 qwen3moe-q4_k qwen35moe-f32; do
+    wanted "$f" || continue
     if ! one=$(one_set_budget "$tiny/$f.gguf") || ! disk=$(disk_budget "$tiny/$f.gguf"); then
       fail "greedy $f: no budget for one staging set or the disk tier (the line above says why)"
       continue
@@ -401,11 +438,26 @@ sixteen seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three tw
       "-ngl 0 -ctk $k -ctv $v" "-ngl 99 -ctk $k -ctv $v"
   done
   same_text glm4moe-f32-short "$tiny/glm4moe-f32.gguf" "$short" "-ngl 0" "-ngl 99" "-ngl 99 -cmoe"
+  # GLM-5.3: the indexer selects from position 11 (top 8 + kpool 4 - 1), so decode after the
+  # short prompt runs sparse latent attention; the longer prompt takes the KDA's chunked form and
+  # selects inside the prompt. Its experts on the host, in one staging set and on the disk tier.
+  f=$tiny/glm5-next-f32.gguf
+  if ! wanted glm5-next-f32; then
+    :
+  elif ! one=$(one_set_budget "$f") || ! disk=$(disk_budget "$f"); then
+    fail "greedy glm5-next-f32: no budget for one staging set or the disk tier (the line above says why)"
+  else
+    same_text glm5-next-f32-short "$f" "$short" "-ngl 0" "-ngl 99" "-ngl 99 -cmoe" \
+      "-ngl 99 -cmoe --bus-experts 0" "-ngl 99 -cmoe --gpu-budget $one" \
+      "-ngl 99 -cmoe --host-budget $disk"
+    same_text glm5-next-f32-longer "$f" "$longer" "-ngl 0" "-ngl 99" "-ngl 99 -cmoe"
+  fi
   # Quantized activations round differently on the CPU (Q8_K) and the card (Q8_1), so after the
   # long prompt the Q4_K file is compared between forms that compute the same products on the same
   # devices: decode's host experts on the CPU (--bus-experts 0), the plan kept (--no-residency),
   # and a layer lent to decode against the same layer placed on the card.
   f=$tiny/qwen3moe-q4_k.gguf
+  wanted qwen3moe-q4_k || return 0
   if ! one=$(one_set_budget "$f") || ! disk=$(disk_budget "$f") || ! lent=$(first_lent "$f") \
     || ! lent1=$(first_lent "$f" --gpu-budget "$one"); then
     fail "greedy qwen3moe-q4_k-long: no plan to compare (the line above says why)"
@@ -471,9 +523,10 @@ stop_server() {
 }
 
 # The prompt cache on the card: a restored prefix gives the tokens the slot held (tiny F32 file
-# $1; with $2 = --checkpoints, a hybrid's, restored to its checkpoints).
+# $1 of vocabulary $2; with $3 = --checkpoints, a hybrid's, restored to its checkpoints).
 check_prompt_cache() {
-  local port name=$1 log="$out/serve-prompt-cache-$1.log" report="$out/prompt-cache-$1.txt"
+  local port name=$1 vocab=$2 log="$out/serve-prompt-cache-$1.log" report="$out/prompt-cache-$1.txt"
+  wanted "$name" || return 0
   port=$(free_port)
   # The binary itself in the background (not `bl`), so that $! is the server.
   dist/bloomery --plugin-dir dist/plugins serve -m "$tiny/$name.gguf" -ngl 99 -np 4 \
@@ -483,8 +536,8 @@ check_prompt_cache() {
     fail "serve -ngl 99 ($name) did not start: $(why "$log") [$log]"
     return
   fi
-  if python3 scripts/prompt_cache_bench.py --url "http://127.0.0.1:$port" --slots 4 --vocab 512 \
-    --prefix 1000 ${2:+"$2"} > "$report" 2>&1; then
+  if python3 scripts/prompt_cache_bench.py --url "http://127.0.0.1:$port" --slots 4 \
+    --vocab "$vocab" --prefix 1000 ${3:+"$3"} > "$report" 2>&1; then
     echo "ok   prompt cache on the card ($name): $(head -1 "$report")"
   else
     fail "prompt cache on the card ($name): $(tail -1 "$report") [$report]"
@@ -517,6 +570,7 @@ not_started() {
 check_decision_head() {
   local file flags port ref_port ref_server log ref_log
   for file in clef-f32 clef-q8_0; do
+    wanted "$file" || continue
     ref_log="$out/serve-$file-cpu.log"
     if ! serve_tiny "$file" "-ngl 0" "$ref_log"; then
       not_started "$ref_log" "$file -ngl 0"
@@ -568,26 +622,28 @@ check_suite() {
     # its third decode step since 6cb104e); Q4_K the same (1.26-1.38e-2). The hybrids' Q8_0 files
     # 2e-2; their Q4_K experts sit up to 2.6e-1 at decode step 2, fused shared expert or not.
     # The bands catch gross errors (a wrong scale or block gives about 1); the op cases the fine
-    # ones. The KDA files sit in the hybrids' bands.
+    # ones. The KDA files sit in the hybrids' bands, and so do GLM-5.3's (its DSA picks are
+    # compared through the logits: a flipped pick near a tie shows as a large error).
     opcheck "$b" 1 1e-5 qwen3moe-f32 qwen35moe-f32 qwen35-f32 glm4moe-f32 solar-open2-f32 \
-      kimi-linear-f32
+      kimi-linear-f32 glm5-next-f32
     opcheck "$b" 2 5e-2 qwen3moe-q8_0
     opcheck "$b" 3 1.5e-1 qwen3moe-q6_k qwen3moe-q5_k
     opcheck "$b" 4 1e-1 qwen3moe-q4_k glm4moe-q5_0
-    opcheck "$b" 5 2e-2 qwen35moe-q8_0 qwen35-q8_0 solar-open2-q8_0
+    opcheck "$b" 5 2e-2 qwen35moe-q8_0 qwen35-q8_0 solar-open2-q8_0 glm5-next-q8_0
     opcheck "$b" 6 3e-1 qwen35moe-q4_k
     # The dp4a form of the batched products (the int8 tensor-core tiles otherwise).
     MMQ=dp4a opcheck "$b" 7 1e-1 qwen3moe-q4_k
   done
   echo "== greedy text of the tiny files (${SECONDS} s)"
   check_tiny_text
-  if [ -z "${SKIP_30B:-}" ]; then
+  if [ -z "${SKIP_30B:-}" ] && wanted 30b; then
     echo "== greedy text of the 30B-A3B file (${SECONDS} s)"
     check_30b_text
   fi
   echo "== prompt cache (${SECONDS} s)"
-  check_prompt_cache qwen3moe-f32
-  check_prompt_cache solar-open2-f32 --checkpoints
+  check_prompt_cache qwen3moe-f32 512
+  check_prompt_cache solar-open2-f32 512 --checkpoints
+  check_prompt_cache glm5-next-f32 272 --checkpoints
   echo "== decision head on the card and beside it (${SECONDS} s)"
   check_decision_head
   finish
@@ -713,6 +769,52 @@ solar2speed_suite() {
         { echo "solar2 \`$p\` round $round:"; grep "|" "$log"; echo; } | tee -a "$out/table.md"
       else
         fail "solar2 bench '$p' round $round: $(why "$log") [$log]"
+      fi
+    done
+  done
+  finish
+}
+
+# GLM-5.3-Flash at its real widths, 12 layers and NextN: decode and pp512 at each depth of
+# DEPTHS under each placement, and llama-bench (LLAMA_BENCH, when set) on the same file at its
+# placements (LLAMA_PLACEMENTS), the engines alternating by round; bench's tables at the end.
+glm5speed_suite() {
+  local f p round placements llama log first second engine
+  IFS=';' read -r -a placements <<< "${PLACEMENTS:-"-ngl 99;-ngl 99 -cmoe"}"
+  # -ncmoe 13: the experts of all 13 blocks (12 trunk layers and NextN) on the host.
+  IFS=';' read -r -a llama <<< "${LLAMA_PLACEMENTS:-"-ngl 99;-ngl 99 -ncmoe 13"}"
+  if [ -n "${LLAMA_BENCH:-}" ] && [ ! -x "$LLAMA_BENCH" ]; then
+    echo "gpu-check glm5speed: FAILED: LLAMA_BENCH is not a program ('$LLAMA_BENCH')" >&2
+    exit 1
+  fi
+  f=$(big_file glm5)
+  for round in $(seq "${ROUNDS:-1}"); do
+    first=bloomery second=llama
+    [ $((round % 2)) = 1 ] || first=llama second=bloomery
+    for engine in $first $second; do
+      if [ "$engine" = bloomery ]; then
+        for p in "${placements[@]}"; do
+          log="$out/bench-glm5-$(slug "$p")-r$round.txt"
+          # shellcheck disable=SC2086
+          if bl bench -m "$f" -p 512 -n 64 -d "${DEPTHS:-512,8192}" -r 2 $p > "$log" 2>&1; then
+            { echo "glm5 bloomery \`$p\` round $round:"; grep "|" "$log"; echo; } \
+              | tee -a "$out/table.md"
+          else
+            fail "glm5 bench '$p' round $round: $(why "$log") [$log]"
+          fi
+        done
+      elif [ -n "${LLAMA_BENCH:-}" ]; then
+        for p in "${llama[@]}"; do
+          log="$out/llama-glm5-$(slug "$p")-r$round.txt"
+          # shellcheck disable=SC2086
+          if "$LLAMA_BENCH" -m "$f" -p 512 -n 64 -d "${DEPTHS:-512,8192}" -r 2 -fa 1 -t 16 $p \
+            > "$log" 2>&1; then
+            { echo "glm5 llama.cpp \`$p\` round $round:"; grep "|" "$log"; echo; } \
+              | tee -a "$out/table.md"
+          else
+            fail "glm5 llama-bench '$p' round $round: $(why "$log") [$log]"
+          fi
+        done
       fi
     done
   done

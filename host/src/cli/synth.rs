@@ -7,7 +7,7 @@ use clap::Args;
 
 use super::Cli;
 use crate::progress::{Progress, Unit};
-use crate::synth::{self, ClassTypes};
+use crate::synth::{self, ClassTypes, TensorTypes};
 use bloomery_devices::Registry;
 
 /// Options of `bloomery synth`.
@@ -30,6 +30,9 @@ pub struct SynthArgs {
     /// Type of routed experts.
     #[arg(long, default_value = "F32", value_parser = parse_dtype)]
     pub experts: DType,
+    /// Type of the routed experts' down projections (default: --experts).
+    #[arg(long, value_parser = parse_dtype, value_name = "TYPE")]
+    pub experts_down: Option<DType>,
     /// Type of attention projections.
     #[arg(long, default_value = "F32", value_parser = parse_dtype)]
     pub attn: DType,
@@ -95,12 +98,15 @@ pub fn run(cli: &Cli, a: &SynthArgs) -> anyhow::Result<()> {
         }
         None => preset,
     };
-    let types = ClassTypes {
-        experts: a.experts,
-        attention: a.attn,
-        embedding: a.embd,
-        output: a.output_type,
-        dense: a.dense,
+    let types = TensorTypes {
+        classes: ClassTypes {
+            experts: a.experts,
+            attention: a.attn,
+            embedding: a.embd,
+            output: a.output_type,
+            dense: a.dense,
+        },
+        experts_down: a.experts_down,
     };
     let out = a
         .output

@@ -90,6 +90,9 @@ pub struct Case {
     pub dst_is_src: Option<usize>,
     /// A source seen through a strided view.
     pub view: Option<View>,
+    /// `Some((i, j))`: source `j` is source `i` again, one tensor passed twice (latent
+    /// attention's V source is its K cache); `i < j`, and `j`'s spec is not filled.
+    pub alias: Option<(usize, usize)>,
     /// The op also updates source `i` in place (a recurrent state): it is compared after the run
     /// as a second outcome.
     pub also_src: Option<usize>,
@@ -207,16 +210,47 @@ fn fill_bytes(s: &Spec, rng: &mut StdRng) -> Result<Vec<u8>, PluginError> {
     Ok(out)
 }
 
+/// Random bytes for each source of `case`; none for a source that is another one again.
+fn fill_sources(case: &Case, rng: &mut StdRng) -> Result<Vec<Vec<u8>>, PluginError> {
+    case.srcs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| match case.alias {
+            Some((_, again)) if again == i => Ok(Vec::new()),
+            _ => fill_bytes(s, rng),
+        })
+        .collect()
+}
+
 /// A case's tensors on one device.
 struct Placed {
     bufs: Vec<Buffer>,
     call: OpCall,
 }
 
+impl Placed {
+    /// The buffer holding tensor `t`.
+    fn buffer(&self, t: TensorRef) -> Result<&Buffer, PluginError> {
+        self.bufs
+            .iter()
+            .find(|b| b.handle == t.buffer)
+            .ok_or_else(|| PluginError::invalid("a case's tensor in no buffer of the case"))
+    }
+}
+
 fn place(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Placed, PluginError> {
     let mut bufs = Vec::new();
     let mut srcs = [TensorRef::default(); MAX_SRCS];
     for (i, (s, bytes)) in case.srcs.iter().zip(data).enumerate() {
+        if let Some((first, again)) = case.alias.filter(|a| a.1 == i) {
+            if first >= again {
+                return Err(PluginError::invalid(format!(
+                    "source {again} is source {first} again: an earlier source, please"
+                )));
+            }
+            srcs[i] = srcs[first];
+            continue;
+        }
         let b = dev.alloc(bytes.len() as u64)?;
         dev.write(&b, 0, bytes)?;
         let nb = TensorRef::contiguous_strides(s.dtype, s.ne)
@@ -273,16 +307,10 @@ fn run_on(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Vec<Vec<f3
     let p = place(dev, case, data)?;
     dev.run(std::slice::from_ref(&p.call))?;
     dev.sync()?;
-    let d = match case.dst_is_src {
-        Some(i) => &p.bufs[i],
-        None => p
-            .bufs
-            .last()
-            .ok_or_else(|| PluginError::invalid("no destination"))?,
-    };
-    let mut results = vec![read_values(dev, d, p.call.dst.dtype)?];
+    let mut results = vec![read_values(dev, p.buffer(p.call.dst)?, p.call.dst.dtype)?];
     if let Some(i) = case.also_src {
-        results.push(read_values(dev, &p.bufs[i], p.call.srcs[i].dtype)?);
+        let t = p.call.srcs[i];
+        results.push(read_values(dev, p.buffer(t)?, t.dtype)?);
     }
     Ok(results)
 }
@@ -292,10 +320,10 @@ fn run_bytes(dev: &Arc<Device>, case: &Case, data: &[Vec<u8>]) -> Result<Vec<u8>
     let p = place(dev, case, data)?;
     dev.run(std::slice::from_ref(&p.call))?;
     dev.sync()?;
-    let d = case
-        .dst_is_src
-        .and_then(|i| p.bufs.get(i))
-        .ok_or_else(|| PluginError::invalid("a cache case names no cache source"))?;
+    if case.dst_is_src.is_none() {
+        return Err(PluginError::invalid("a cache case names no cache source"));
+    }
+    let d = p.buffer(p.call.dst)?;
     let mut out = vec![0u8; d.bytes as usize];
     dev.read(d.handle, 0, &mut out)?;
     Ok(out)
@@ -441,17 +469,12 @@ pub fn check(dev: &Arc<Device>, reference: &Arc<Device>, seed: u64) -> Vec<Outco
             for case in cases {
                 let what = format!("{what}: {}", case.name);
                 if case.cache_blocks {
-                    let result = case
-                        .srcs
-                        .iter()
-                        .map(|s| fill_bytes(s, &mut rng))
-                        .collect::<Result<Vec<_>, _>>()
-                        .and_then(|data| {
-                            Ok((
-                                run_bytes(dev, &case, &data)?,
-                                run_bytes(reference, &case, &data)?,
-                            ))
-                        });
+                    let result = fill_sources(&case, &mut rng).and_then(|data| {
+                        Ok((
+                            run_bytes(dev, &case, &data)?,
+                            run_bytes(reference, &case, &data)?,
+                        ))
+                    });
                     outcomes.push(match result {
                         Ok((out, reference)) => cache_outcome(what, &case, dtype, &out, &reference),
                         Err(e) => Outcome {
@@ -464,14 +487,9 @@ pub fn check(dev: &Arc<Device>, reference: &Arc<Device>, seed: u64) -> Vec<Outco
                     });
                     continue;
                 }
-                let result = case
-                    .srcs
-                    .iter()
-                    .map(|s| fill_bytes(s, &mut rng))
-                    .collect::<Result<Vec<_>, _>>()
-                    .and_then(|data| {
-                        Ok((run_on(dev, &case, &data)?, run_on(reference, &case, &data)?))
-                    });
+                let result = fill_sources(&case, &mut rng).and_then(|data| {
+                    Ok((run_on(dev, &case, &data)?, run_on(reference, &case, &data)?))
+                });
                 match result {
                     Ok((outs, refs)) => {
                         for (i, (out, reference)) in outs.iter().zip(&refs).enumerate() {
@@ -516,6 +534,30 @@ mod tests {
     }
 
     #[test]
+    fn a_latent_attention_case_passes_its_k_cache_again() {
+        let mut latent = 0;
+        for &op in OpKind::ALL {
+            for &t in DType::ALL {
+                for c in cases(op, t) {
+                    if let Some((first, again)) = c.alias {
+                        assert!(first < again && again < c.srcs.len(), "{}", c.name);
+                        let (a, b) = (c.srcs[first], c.srcs[again]);
+                        assert_eq!((a.dtype, a.ne), (b.dtype, b.ne), "{}", c.name);
+                    }
+                    if let Op::Attention(p) = c.op {
+                        if p.v_from_k {
+                            assert_eq!(c.alias, Some((1, 2)), "{}", c.name);
+                            latent += 1;
+                        }
+                    }
+                }
+            }
+        }
+        // Each of the f32 and f16 caches' latent cases.
+        assert!(latent >= 2 * 6, "{latent} latent cases");
+    }
+
+    #[test]
     fn every_case_fills_its_sources() {
         let mut rng = StdRng::seed_from_u64(1);
         for (op, t) in [
@@ -545,6 +587,7 @@ mod tests {
             (OpKind::CacheStore, DType::IQ4_NL),
             (OpKind::Attention, DType::Q8_0),
             (OpKind::Attention, DType::Q5_1),
+            (OpKind::Attention, DType::F16),
             (OpKind::LayerNorm, DType::F32),
             (OpKind::Softmax, DType::F32),
             (OpKind::Concat, DType::F32),

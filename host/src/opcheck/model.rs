@@ -22,10 +22,11 @@ fn cache_tol(kv: DType, tol: f64) -> f64 {
 }
 
 /// End to end: the logits of a model file on `kernel` against the best CPU plugin, for a
-/// 20-token prompt (a batch long enough for a GPU plugin's batched kernels) in one batch (every
-/// row an output) in slot 0, the same prompt in slot 1 alongside one decode step of slot 0, then
-/// four decode steps of both slots (two rows each). `tol` bounds ‖Δ‖/‖ref‖ per
-/// pass with an f32 cache; an f16 cache gets `F16_CACHE_ALLOWANCE` more (`cache_tol`).
+/// 20-token prompt (a batch long enough for a GPU plugin's batched kernels; ids past a small
+/// vocabulary wrap into it, as GLM-5.3's tiny file has 272) in one batch (every row an output) in
+/// slot 0, the same prompt in slot 1 alongside one decode step of slot 0, then four decode steps
+/// of both slots (two rows each). `tol` bounds ‖Δ‖/‖ref‖ per pass with an f32 cache; an f16 cache
+/// gets `F16_CACHE_ALLOWANCE` more (`cache_tol`).
 pub fn check_model(
     reg: &bloomery_devices::Registry,
     path: &std::path::Path,
@@ -112,7 +113,9 @@ pub fn check_model(
                 continue;
             }
         };
+        let n_vocab = cpu.spec.hparams.n_vocab.max(1) as i32;
         for (name, batch) in &passes {
+            let batch = &in_vocab(batch, n_vocab);
             let r = cpu
                 .forward(batch)
                 .and_then(|want| Ok((dev.forward(batch)?, want)));
@@ -172,6 +175,14 @@ pub fn check_model(
     outcomes
 }
 
+/// `batch` with each token id taken modulo `n_vocab`.
+fn in_vocab(batch: &bloomery_exec::BatchInputs, n_vocab: i32) -> bloomery_exec::BatchInputs {
+    bloomery_exec::BatchInputs {
+        tokens: batch.tokens.iter().map(|t| t % n_vocab).collect(),
+        ..batch.clone()
+    }
+}
+
 /// Every routed expert on the host (`-cmoe`): a prompt long enough to stream each layer's stacks
 /// through the card's staging sets runs the card's own products on the copies, so its logits
 /// must equal the unsplit card's bit for bit, op by op and replayed from device graphs; a copy
@@ -187,8 +198,9 @@ fn streamed_prompt(
     use bloomery_exec::BatchInputs;
     use bloomery_tiering::plan::TierRequest;
     let rows = 2 * bloomery_tiering::STREAM_MIN_ROWS as i32;
+    let n_vocab = dev.spec.hparams.n_vocab.clamp(1, 500) as i32;
     let batch = BatchInputs {
-        tokens: (0..rows).map(|i| (i * 37 + 11) % 500).collect(),
+        tokens: (0..rows).map(|i| (i * 37 + 11) % n_vocab).collect(),
         positions: (0..rows).collect(),
         slots: vec![0; rows as usize],
         output_rows: (0..rows).collect(),
@@ -241,6 +253,23 @@ fn streamed_prompt(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn token_ids_wrap_into_a_small_vocabulary() {
+        let batch = bloomery_exec::BatchInputs {
+            tokens: vec![5, 271, 272, 509],
+            positions: vec![0, 1, 2, 3],
+            slots: vec![0; 4],
+            output_rows: vec![3],
+            history: vec![],
+        };
+        let fit = super::in_vocab(&batch, 272);
+        assert_eq!(fit.tokens, [5, 271, 0, 237]);
+        assert_eq!(
+            (fit.positions, fit.output_rows),
+            (batch.positions, batch.output_rows)
+        );
+    }
+
     #[test]
     fn an_f16_cache_adds_to_the_model_tolerance_without_scaling_it() {
         use super::{cache_tol, DType};

@@ -9,7 +9,7 @@ use std::path::Path;
 
 use bloomery_gguf::{GgufWriter, Value};
 use bloomery_plugin_api::meta::MetaValue;
-use bloomery_plugin_api::model::{SynthPreset, WeightClass};
+use bloomery_plugin_api::model::{SynthPreset, SynthTensor, WeightClass};
 use bloomery_plugin_api::DType;
 
 /// Types per weight class.
@@ -49,6 +49,41 @@ impl ClassTypes {
             WeightClass::Output => self.output,
             WeightClass::Ffn | WeightClass::SharedExpert => self.dense,
             _ => DType::F32,
+        }
+    }
+}
+
+/// Types per tensor: the class types, and the routed experts' down projections apart when asked
+/// (a Q4_K_M-style mix keeps them one type wider than gate and up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TensorTypes {
+    /// Types per class.
+    pub classes: ClassTypes,
+    /// Type of the routed experts' down projections (`*.ffn_down_exps.weight`); `None` = the
+    /// experts' type.
+    pub experts_down: Option<DType>,
+}
+
+impl TensorTypes {
+    /// The type tensor `t` is written in.
+    pub fn of(&self, t: &SynthTensor) -> DType {
+        match self.experts_down {
+            Some(down)
+                if t.class == WeightClass::Experts
+                    && t.name.as_str().ends_with(".ffn_down_exps.weight") =>
+            {
+                down
+            }
+            _ => self.classes.for_tensor(t.class, &t.ne[..t.n_dims as usize]),
+        }
+    }
+}
+
+impl From<ClassTypes> for TensorTypes {
+    fn from(classes: ClassTypes) -> TensorTypes {
+        TensorTypes {
+            classes,
+            experts_down: None,
         }
     }
 }
@@ -113,14 +148,14 @@ pub fn write(
     seed: u64,
     path: &Path,
 ) -> anyhow::Result<SynthReport> {
-    write_reporting(preset, types, seed, path, &mut |_, _| {})
+    write_reporting(preset, types.into(), seed, path, &mut |_, _| {})
 }
 
 /// As [`write`], calling `progress(bytes, total)` after each tensor with the tensor bytes
 /// written so far and in all.
 pub fn write_reporting(
     preset: &SynthPreset,
-    types: ClassTypes,
+    types: TensorTypes,
     seed: u64,
     path: &Path,
     progress: &mut dyn FnMut(u64, u64),
@@ -136,7 +171,7 @@ pub fn write_reporting(
     let mut ranges = Vec::new();
     for t in preset.tensors.iter() {
         let shape = &t.ne[..t.n_dims as usize];
-        let dtype = types.for_tensor(t.class, shape);
+        let dtype = types.of(t);
         if !fill::SYNTH_TYPES.contains(&dtype) {
             anyhow::bail!(
                 "synth cannot write {dtype} (it writes {:?})",
@@ -182,4 +217,74 @@ pub fn write_reporting(
         bytes,
         tensors: preset.tensors.len(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f32s() -> ClassTypes {
+        ClassTypes {
+            experts: DType::F32,
+            attention: DType::F32,
+            embedding: DType::F32,
+            output: DType::F32,
+            dense: DType::F32,
+        }
+    }
+
+    /// A preset of an embedding table, a dense down projection and one layer's expert stacks.
+    fn preset() -> SynthPreset {
+        let t = |name: &str, class, ne: &[u64]| SynthTensor::new(name.to_owned(), class, ne);
+        SynthPreset {
+            name: "down".into(),
+            description: "expert stacks".into(),
+            metadata: Default::default(),
+            tensors: vec![
+                t("token_embd.weight", WeightClass::Embedding, &[256, 300]),
+                t("blk.0.ffn_down.weight", WeightClass::Ffn, &[256, 256]),
+                t(
+                    "blk.0.ffn_gate_exps.weight",
+                    WeightClass::Experts,
+                    &[256, 256, 2],
+                ),
+                t(
+                    "blk.0.ffn_up_exps.weight",
+                    WeightClass::Experts,
+                    &[256, 256, 2],
+                ),
+                t(
+                    "blk.0.ffn_down_exps.weight",
+                    WeightClass::Experts,
+                    &[256, 256, 2],
+                ),
+            ]
+            .into(),
+        }
+    }
+
+    #[test]
+    fn the_experts_down_projections_take_their_own_type() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("down.gguf");
+        let types = TensorTypes {
+            classes: ClassTypes {
+                experts: DType::Q4_K,
+                dense: DType::Q8_0,
+                ..f32s()
+            },
+            experts_down: Some(DType::Q5_K),
+        };
+        write_reporting(&preset(), types, 1, &path, &mut |_, _| {}).unwrap();
+        let file = bloomery_gguf::GgufFile::open(&path).unwrap();
+        let of = |name: &str| file.tensor(name).unwrap().dtype;
+        assert_eq!(of("blk.0.ffn_gate_exps.weight"), DType::Q4_K);
+        assert_eq!(of("blk.0.ffn_up_exps.weight"), DType::Q4_K);
+        assert_eq!(of("blk.0.ffn_down_exps.weight"), DType::Q5_K);
+        assert_eq!(of("blk.0.ffn_down.weight"), DType::Q8_0);
+        assert_eq!(of("token_embd.weight"), DType::F32);
+        // Without a type of their own they take the experts'.
+        let same = TensorTypes::from(types.classes);
+        assert_eq!(same.of(&preset().tensors[4]), DType::Q4_K);
+    }
 }

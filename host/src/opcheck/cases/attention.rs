@@ -1,5 +1,6 @@
 //! Cases of attention over f32 and f16 caches: GQA, windows, softcap and sinks, batches of one and
-//! two sequences, decode over short and long caches.
+//! two sequences, decode over short and long caches; over f32 and f16 caches also latent
+//! attention (values from the keys, GLM-5.3's 512-wide rows), sparse selection and wide heads.
 
 use bloomery_plugin_api::op::{AttentionParams, Op, OpKind};
 use bloomery_plugin_api::DType;
@@ -168,6 +169,9 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     runs(24, 24, [45, 0], 1),
                 ),
             ];
+            if !t.is_quantized() {
+                all.extend(latent_and_sparse(t));
+            }
             if t.is_quantized() {
                 // K and V of different types: the card's run-time-typed scores form.
                 let srcs = vec![
@@ -213,4 +217,135 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
         }
         _ => Vec::new(),
     }
+}
+
+/// Latent (values from the keys), sparse and wide-headed cases over `t` (f32 or f16) caches:
+/// GLM-5.3's latent layer in small (query heads of 512 over one KV head, scale 1/16), dense and
+/// with lists of random positions (repeats, and positions after the row's, among them), decode
+/// rows and a prompt's rows, a list beside a window, and a 320-wide head.
+fn latent_and_sparse(t: DType) -> Vec<Case> {
+    let latent = |n_head: u32, selected: bool, window: u32| AttentionParams {
+        v_from_k: true,
+        selected,
+        window,
+        scale: 1.0 / 16.0,
+        ..attn_params(n_head, 1, 512, 0, 0.0)
+    };
+    // Rows of q (in the given slots, at the given positions) over caches of [len, n_slots], then
+    // lists of n_sel positions per row; with values from the keys, the V source is the K cache
+    // passed again.
+    let call = |name: &str,
+                p: AttentionParams,
+                [len, n_slots]: [u64; 2],
+                [slots, pos]: [Spec; 2],
+                n_sel: u64| {
+        let rows = slots.ne[0];
+        let q = u64::from(p.dk * p.n_head);
+        let kv = |d: u32| {
+            spec(
+                t,
+                [u64::from(d * p.n_head_kv), len, n_slots, 1],
+                Fill::Random(1.0),
+            )
+        };
+        let v = if p.v_from_k { kv(p.dk) } else { kv(p.dv) };
+        let mut srcs = vec![f32s([q, rows, 1, 1]), kv(p.dk), v, slots, pos];
+        if p.sinks {
+            srcs.push(spec(
+                DType::F32,
+                [u64::from(p.n_head), 1, 1, 1],
+                Fill::Random(2.0),
+            ));
+        }
+        if p.selected {
+            srcs.push(spec(DType::I32, [n_sel, rows, 1, 1], Fill::Ids(len as i32)));
+        }
+        let out = u64::from(p.dv * p.n_head);
+        Case {
+            alias: p.v_from_k.then_some((1, 2)),
+            ..case(name, Op::Attention(p), srcs, [out, rows, 1, 1], 1e-5)
+        }
+    };
+    // `rows` decode rows of one slot at the last positions of a cache of `len`.
+    let last = |rows: u64, len: u64| {
+        [
+            runs(rows, rows, [0, 0], 0),
+            runs(rows, rows, [(len - rows) as i32, 0], 1),
+        ]
+    };
+    let random =
+        |rows: u64, [len, n_slots]: [u64; 2]| [ids(rows, n_slots as i32), ids(rows, len as i32)];
+    vec![
+        call(
+            "latent d 512, 64/1 heads, decode of 2 random rows",
+            latent(64, false, 0),
+            [300, 2],
+            random(2, [300, 2]),
+            0,
+        ),
+        call(
+            "latent d 512, 8/1 heads, dense decode at 8191",
+            latent(8, false, 0),
+            [8192, 1],
+            last(1, 8192),
+            0,
+        ),
+        call(
+            "latent d 512, sparse 64 of 500, decode of 3 random rows",
+            latent(16, true, 0),
+            [500, 2],
+            random(3, [500, 2]),
+            64,
+        ),
+        call(
+            "latent d 512, sparse 2100 of 4000, decode at 3999",
+            latent(8, true, 0),
+            [4000, 1],
+            last(1, 4000),
+            2100,
+        ),
+        call(
+            "latent d 512, sparse 40, 20 prompt rows at 280..300",
+            latent(8, true, 0),
+            [300, 2],
+            last(20, 300),
+            40,
+        ),
+        call(
+            "latent d 512, sparse 40 + window 16, 3 random rows",
+            latent(8, true, 16),
+            [300, 2],
+            random(3, [300, 2]),
+            40,
+        ),
+        call(
+            "sparse 24, gqa 8/2, d 64, sinks",
+            AttentionParams {
+                selected: true,
+                sinks: true,
+                ..attn_params(8, 2, 64, 0, 0.0)
+            },
+            [200, 2],
+            random(4, [200, 2]),
+            24,
+        ),
+        call(
+            "values from the keys, dk 128 dv 64, gqa 4/2",
+            AttentionParams {
+                v_from_k: true,
+                dv: 64,
+                ..attn_params(4, 2, 128, 0, 0.0)
+            },
+            [100, 2],
+            random(3, [100, 2]),
+            0,
+        ),
+        call(
+            "wide heads, d 320, gqa 4/2, window 50",
+            attn_params(4, 2, 320, 50, 0.0),
+            [100, 2],
+            random(3, [100, 2]),
+            0,
+        ),
+    ]
 }

@@ -1,5 +1,5 @@
 //! Cases of the matrix products: F32 and every quantized weight type, one column, a few columns
-//! (decode with several streams) and batches (the tiled products).
+//! (decode with several streams), batches (the tiled products) and stacks of per-head matrices.
 
 use bloomery_plugin_api::op::{Op, OpKind};
 use bloomery_plugin_api::DType;
@@ -135,6 +135,28 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                         f32s([tiled_k, 70, 1, 1]),
                     ],
                     [200, 70, 1, 1],
+                    tol,
+                ),
+                // Stacks of per-head matrices (GLM-5.3's absorbed attn_k_b [256, 512, 64] and
+                // attn_v_b [512, 256, 64], fewer heads): one product per head.
+                case(
+                    "per-head stack, 256 -> 512 over 16 heads, decode",
+                    Op::MatMul,
+                    vec![
+                        spec(t, [256, 512, 16, 1], Fill::Random(0.1)),
+                        f32s([256, 16, 1, 1]),
+                    ],
+                    [512, 16, 1, 1],
+                    tol,
+                ),
+                case(
+                    "per-head stack, 512 -> 256 over 8 heads, 5 columns",
+                    Op::MatMul,
+                    vec![
+                        spec(t, [512, 256, 8, 1], Fill::Random(0.1)),
+                        f32s([512, 8, 5, 1]),
+                    ],
+                    [256, 8, 5, 1],
                     tol,
                 ),
             ]

@@ -63,6 +63,7 @@ fn case(name: &str, op: Op, srcs: Vec<Spec>, dst: [u64; 4], tol: f64) -> Case {
         dst,
         dst_is_src: None,
         view: None,
+        alias: None,
         also_src: None,
         dst_dtype: DType::F32,
         cache_blocks: false,
