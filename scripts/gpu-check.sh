@@ -68,7 +68,9 @@
 #   PREV        bench, serve: earlier dists (space-separated) run beside this one; a dist holding
 #               only plugins/ runs under this build's binary. dist/ and PREV share the 64 MiB
 #               carry: leave out of both the bundles the card does not run (cuda-sm121, cuda-sm86).
-# A call holds 10 minutes: with PREV or LLAMA_BENCH, name one file (FILES=30b).
+# A call holds 10 minutes: with PREV or LLAMA_BENCH, name one file (FILES=30b); glm5speed writes
+# its file on the first call, and PLACEMENTS, LLAMA_PLACEMENTS and DEPTHS split its runs across
+# calls.
 #
 # Experiments (profiles, ncu, one-off A/B modes) are not kept here: docs/performance.md quotes the
 # commands each entry ran, and the modes named in entries before 2026-12-06 are in this file's
