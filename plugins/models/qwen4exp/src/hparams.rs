@@ -18,8 +18,10 @@ use crate::ple::{self, Ple};
 pub const ARCH: &str = "qwen4exp";
 
 /// Keys every file must hold (besides `general.architecture`): those llama.cpp reads without a
-/// default, and `rope.dimension_count` (the converter always writes it; without it the rotary
-/// width would silently become the whole head).
+/// default, and those it defaults but the b11434 converter always writes, where the default
+/// would silently change the model: `context_length`, the head widths, `rope.dimension_count`
+/// (else the whole head), `rope.freq_base`, the shared expert width, and
+/// `attention.compress_ratios` (absent, llama.cpp runs every attention layer dense: the trap).
 const REQUIRED: &[&str] = &[
     "block_count",
     "context_length",

@@ -84,15 +84,15 @@
 //!    n-gram module): `ctx_0` = the token, `ctx_j` = the token `j` back; once a predecessor is
 //!    missing or equals the end id (`ple.eos_token_id`), it and every older one read as the end
 //!    id (the token's own end id does not cut its context); for `m = 2 ..= ngram_size`,
-//!    `h = XOR_{j<m} ctx_j·mult_j` in wrapping u64, and each of that size's heads `k` reads row
+//!    `h = XOR_{j<m} ctx_j·mult_j` in u64, and each of that size's heads `k` reads row
 //!    `h mod head_vocab_sizes[k] + head_offsets[k]`. Proposed: `NgramHash { ngram_size,
 //!    heads_per_ngram, end_id }` with srcs `[tokens [T], context state [ngram_size − 1, 1,
 //!    n_slots], slots, positions, multipliers u64, sizes u64, offsets u64]`, the context read
 //!    and updated in place as `ConvCausal` does its history (a row at position 0 starts from
 //!    all end ids), which is the `ple_tokens` state this crate declares; or, instead, the host
 //!    fills `TokenHistory` from its record of the sequence and the op applies the end-id rule.
-//!    Note: at the real vocabulary the products exceed 2^64 (multiplier 3.1e16 × id 2.5e5), so
-//!    the wrapping must be u64's, as llama.cpp's is.
+//!    transformers draws each multiplier below `2^63 / vocab`, so no product wraps (the loader
+//!    refuses a file whose multipliers would), and u64 and i64 arithmetic agree.
 //! 3. **PLE gate.** Per stream `d = Σ(kn_j·qn_j) / √n` over each `n`-wide stream, then
 //!    `σ(sign(d)·√max(|d|, 1e-6))`: the ABI has no reduction over a row and no sign, abs or sqrt
 //!    function. Proposed: `GroupDotGate { group: n, scale: 1/√n, floor: 1e-6 }`, srcs `[a [n, s,

@@ -134,6 +134,16 @@ pub fn read(
         },
     };
     let multipliers = u64s(keys, "ple.layer_multipliers", ngram_size as usize)?;
+    // transformers draws each multiplier below 2^63 / vocab, so no product with a token id
+    // wraps as i64 (where its remainder and llama.cpp's u64 one would part).
+    let top = u64::from(lm.n_vocab - 1);
+    keys.check(
+        multipliers
+            .iter()
+            .all(|&m| m.checked_mul(top).is_some_and(|p| p <= i64::MAX as u64)),
+        "ple.layer_multipliers",
+        || format!("{multipliers:?}: a product with token id {top} exceeds 2^63 − 1"),
+    )?;
     let head_offsets = u64s(keys, "ple.head_offsets", n_heads as usize)?;
     let head_sizes = u64s(keys, "ple.head_vocab_sizes", n_heads as usize)?;
     let mut end = 0;

@@ -5,7 +5,8 @@
 //!
 //! The PLE hash constants are the converter's layout: each head's row count is the next prime
 //! after the previous head's (the first at least `ngram_vocab_base`), the offsets their running
-//! sums; the multipliers are those of the reference checkpoint (ple index 0).
+//! sums; the multipliers are those of the reference's tiny checkpoint, folded for a larger
+//! vocabulary to odd numbers below `2^63 / vocab` as transformers draws them.
 
 use abi_stable::std_types::RVec;
 use bloomery_plugin_api::meta::MetaValue;
@@ -15,7 +16,7 @@ use bloomery_plugin_api::synth::PresetBuilder;
 use crate::hparams::{HParams, ARCH};
 use crate::weights;
 
-/// The reference checkpoint's n-gram multipliers (one per context token).
+/// The reference's tiny checkpoint's n-gram multipliers (one per context token).
 const MULTIPLIERS: [u64; 3] = [
     2_175_817_888_646_129,
     31_215_934_654_987_533,
@@ -134,6 +135,22 @@ fn ple_heads(base: u64) -> (Vec<u64>, Vec<u64>) {
     (sizes, offsets)
 }
 
+/// [`MULTIPLIERS`] kept where they fit `n_vocab` (products with every id below 2^63), else
+/// folded to odd numbers below `2^63 / n_vocab`.
+fn multipliers(n_vocab: u32) -> Vec<u64> {
+    let bound = i64::MAX as u64 / u64::from(n_vocab);
+    MULTIPLIERS
+        .iter()
+        .map(|&m| {
+            if m < bound {
+                m
+            } else {
+                2 * (m % (bound / 2)) + 1
+            }
+        })
+        .collect()
+}
+
 fn array(v: impl IntoIterator<Item = MetaValue>) -> MetaValue {
     MetaValue::Array(v.into_iter().collect())
 }
@@ -192,7 +209,7 @@ fn preset(s: &Shape) -> SynthPreset {
                     "embedding_length_per_layer_input",
                     s.n_embd / PLE_HEADS as u32,
                 )
-                .value("ple.layer_multipliers", u64s(&MULTIPLIERS))
+                .value("ple.layer_multipliers", u64s(&multipliers(s.n_vocab)))
                 .value("ple.head_offsets", u64s(&offsets))
                 .value("ple.head_vocab_sizes", u64s(&sizes))
         }

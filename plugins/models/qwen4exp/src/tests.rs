@@ -138,6 +138,12 @@ fn tiny_ple_constants_are_the_converters() {
     assert_eq!(p.head_offsets[..4], [0, 1009, 2022, 3041]);
     assert_eq!(p.head_offsets[15], 15729);
     assert_eq!(p.rows, 16896);
+    let mults = [
+        2_175_817_888_646_129,
+        31_215_934_654_987_533,
+        4_449_929_463_106_639,
+    ];
+    assert_eq!(p.multipliers, mults);
     assert_eq!(m.weights().ple_table.as_ref().unwrap().ne, [8, 16896, 1, 1]);
 }
 
@@ -299,6 +305,12 @@ fn the_table_keys_are_checked_by_name() {
             "ple.layer_multipliers",
             u64s(&[1, 2]),
             "2 values, 3 expected",
+        ),
+        // Below u64's range but past i64's with token id 271.
+        (
+            "ple.layer_multipliers",
+            u64s(&[1, 50_000_000_000_000_000, 1]),
+            "exceeds 2^63",
         ),
         ("ple.head_offsets", u64s(&[0; 15]), "15 values, 16 expected"),
         (
