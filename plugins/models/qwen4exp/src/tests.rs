@@ -231,6 +231,31 @@ fn the_mtp_only_file_holds_the_embeddings_the_head_and_the_block() {
 }
 
 #[test]
+fn an_mtp_only_file_names_its_block_at_block_count_less_one() {
+    let view = preset("tiny-mtp").file_view(DType::F32);
+    let e = refusal(&set(view, "block_count", Some(MetaValue::U32(10))));
+    assert!(
+        e.contains("qwen4exp.block_count") && e.contains("layer 9"),
+        "{e}"
+    );
+}
+
+/// At real widths the head sizes are the 16 primes from 20,000,000 (the first 20,000,003, by
+/// a separate count) and the table has the 320,001,536 rows `tests/oracle/hf_qwen4exp.py`'s
+/// docstring gives for the real model.
+#[test]
+fn flash_has_the_real_table() {
+    let m = Qwen4Exp::load(&preset("flash").file_view(DType::F32)).unwrap();
+    let p = m.hparams().ple.clone().unwrap();
+    assert_eq!((p.head_dim, p.eos, p.rows), (160, 248_044, 320_001_536));
+    assert_eq!(
+        (p.head_sizes[0], p.head_offsets[1]),
+        (20_000_003, 20_000_003)
+    );
+    assert_eq!(m.hparams().kinds.len(), 48);
+}
+
+#[test]
 fn all_zero_compress_ratios_are_the_converters_trap_and_refused() {
     let e = refusal(&with_key("attention.compress_ratios", i32s(&[0; 8])));
     assert!(e.contains("qwen4exp.attention.compress_ratios"), "{e}");
