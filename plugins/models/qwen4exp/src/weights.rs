@@ -95,7 +95,7 @@ pub struct PleWeights {
 pub struct Moe {
     /// Router and stacks (fused gate+up or separate).
     pub experts: ExpertWeights,
-    /// Shared expert gate logit `[n_embd]` (written `[n_embd, 1]` by the converter).
+    /// Shared expert gate logit `[n_embd, 1]`.
     pub shared_gate: WeightRef,
     /// The shared expert.
     pub shared: GluFfnWeights,
@@ -316,7 +316,9 @@ fn moe(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<Moe, PluginError> {
     let x = hp.experts;
     Ok(Moe {
         experts: l.experts(e, u64::from(x.n_ff_exp), x.n_expert)?,
-        shared_gate: l.weight("ffn_gate_inp_shexp", C::Router, &[e])?,
+        // Written `[n_embd, 1]` as the converter does; a 1-D `[n_embd]` (llama.cpp's
+        // declaration) has the same extents.
+        shared_gate: l.weight("ffn_gate_inp_shexp", C::Router, &[e, 1])?,
         shared: l.glu_ffn("_shexp", C::SharedExpert, e, u64::from(hp.n_ff_shexp))?,
     })
 }
