@@ -89,7 +89,6 @@ impl From<ClassTypes> for TensorTypes {
 }
 
 fn to_value(v: &MetaValue) -> Result<Value, String> {
-    use bloomery_gguf::Array;
     Ok(match v {
         MetaValue::U8(x) => Value::U8(*x),
         MetaValue::I8(x) => Value::I8(*x),
@@ -103,32 +102,36 @@ fn to_value(v: &MetaValue) -> Result<Value, String> {
         MetaValue::F64(x) => Value::F64(*x),
         MetaValue::Bool(x) => Value::Bool(*x),
         MetaValue::String(s) => Value::String(s.to_string()),
-        MetaValue::Array(items) => {
-            if items.iter().all(|i| matches!(i, MetaValue::U32(_))) {
-                Value::Array(Array::U32(
-                    items
-                        .iter()
-                        .filter_map(|i| i.as_u64().map(|x| x as u32))
-                        .collect(),
-                ))
-            } else if items.iter().all(|i| matches!(i, MetaValue::I32(_))) {
-                Value::Array(Array::I32(
-                    items
-                        .iter()
-                        .filter_map(|i| i.as_f64().map(|x| x as i32))
-                        .collect(),
-                ))
-            } else if items.iter().all(|i| matches!(i, MetaValue::F32(_))) {
-                Value::Array(Array::F32(
-                    items
-                        .iter()
-                        .filter_map(|i| i.as_f64().map(|x| x as f32))
-                        .collect(),
-                ))
-            } else {
-                return Err(format!("preset array of mixed or unsupported types: {v:?}"));
-            }
-        }
+        MetaValue::Array(items) => Value::Array(
+            array(items)
+                .ok_or_else(|| format!("preset array of mixed or unsupported types: {v:?}"))?,
+        ),
+    })
+}
+
+/// A GGUF array of the items' one element type (u32 when empty); `None` when they mix types or
+/// are strings or arrays.
+fn array(items: &[MetaValue]) -> Option<bloomery_gguf::Array> {
+    use bloomery_gguf::Array;
+    fn all<T>(items: &[MetaValue], f: impl Fn(&MetaValue) -> Option<T>) -> Option<Vec<T>> {
+        items.iter().map(f).collect()
+    }
+    macro_rules! of {
+        ($variant:ident) => {
+            Array::$variant(all(items, |i| match i {
+                MetaValue::$variant(x) => Some(*x),
+                _ => None,
+            })?)
+        };
+    }
+    Some(match items.first() {
+        None | Some(MetaValue::U32(_)) => of!(U32),
+        Some(MetaValue::I32(_)) => of!(I32),
+        Some(MetaValue::U64(_)) => of!(U64),
+        Some(MetaValue::I64(_)) => of!(I64),
+        Some(MetaValue::F32(_)) => of!(F32),
+        Some(MetaValue::Bool(_)) => of!(Bool),
+        _ => return None,
     })
 }
 
@@ -222,6 +225,7 @@ pub fn write_reporting(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bloomery_gguf::Array;
 
     fn f32s() -> ClassTypes {
         ClassTypes {
@@ -286,5 +290,26 @@ mod tests {
         // Without a type of their own they take the experts'.
         let same = TensorTypes::from(types.classes);
         assert_eq!(same.of(&preset().tensors[4]), DType::Q4_K);
+    }
+
+    fn arr(items: Vec<MetaValue>) -> Result<Value, String> {
+        to_value(&MetaValue::Array(items.into()))
+    }
+
+    /// qwen4exp's presets write bool flags (`attention.recurrent_layers`) and u64 hash constants
+    /// (`ple.head_offsets`), as the b11434 converter does.
+    #[test]
+    fn arrays_keep_their_element_type() {
+        let b = arr(vec![MetaValue::Bool(true), MetaValue::Bool(false)]);
+        assert_eq!(b, Ok(Value::Array(Array::Bool(vec![true, false]))));
+        let u = arr(vec![MetaValue::U64(1 << 40), MetaValue::U64(3)]);
+        assert_eq!(u, Ok(Value::Array(Array::U64(vec![1 << 40, 3]))));
+        let i = arr(vec![MetaValue::I64(-1)]);
+        assert_eq!(i, Ok(Value::Array(Array::I64(vec![-1]))));
+        let i = arr(vec![MetaValue::I32(-1), MetaValue::I32(4)]);
+        assert_eq!(i, Ok(Value::Array(Array::I32(vec![-1, 4]))));
+        assert_eq!(arr(vec![]), Ok(Value::Array(Array::U32(vec![]))));
+        assert!(arr(vec![MetaValue::U32(1), MetaValue::U64(2)]).is_err());
+        assert!(arr(vec![MetaValue::String("a".into())]).is_err());
     }
 }

@@ -1,0 +1,210 @@
+//! Model plugin for Qwen3.8-Flash-Next (GGUF architecture `qwen4exp`, llama.cpp b11434
+//! `src/models/qwen4exp.cpp`; reference `tests/oracle/hf_qwen4exp.py`, whose docstring lists
+//! every key and tensor the b11434 converter writes): Gated DeltaNet layers and, every fourth
+//! layer, gated GQA over the QSA indexer's block selection; gated hyper-connections (4 residual
+//! streams, low-rank mixers, no Sinkhorn) in place of every norm; 512 softmax-routed experts
+//! plus a sigmoid-gated shared expert in every layer; the PLE n-gram table added on one layer;
+//! the MTP block, from the trunk file or from a separate MTP-only file.
+//!
+//! This crate reads and checks the hyperparameters ([`hparams`], [`layers`], [`ple`]), declares
+//! every weight ([`weights`]) and the state ([`state`]), and offers `synth` presets ([`synth`]).
+//! The graph is not built yet: [`ModelInstance::build_graph`] refuses by name, because the ABI
+//! lacks some of the ops it needs (below).
+//!
+//! # Design note: the graph's ops against the ABI
+//!
+//! Sources: the numerics section of `tests/oracle/hf_qwen4exp.py` and b11434's
+//! `src/models/qwen4exp.cpp` (`build_hc_mix`, `build_hc_combine`, `build_qsa_sel`, `build_ple`,
+//! `llm_graph_input_qwen4exp_ple::set_input`, `graph_mtp`); the ABI as `plugin-api/src/op.rs`
+//! documents it on main when this was written. `n` = `n_embd`, `s` = `n_stream` (4), `T` rows.
+//!
+//! ## What maps onto existing ops
+//!
+//! * **Streams.** The residual is `[s·n, T]` (stream-major within a row, as the grouped norms'
+//!   gammas are stored). Its start, `s` copies of the embedding row (`GetRows`), is two
+//!   `Concat`s (doubling).
+//! * **Grouped RMSNorm** (`hc_*_norm`, `ple_norm_*`, `nextn.hnorm`): reshape to `[n, s·T]`,
+//!   `RmsNorm` without weight, reshape back, `Mul` by the `[s·n]` gamma (one row broadcast).
+//! * **Mixer projections**: `g = σ(up · silu(down · xn / s))` and the injection
+//!   `2·σ(inject · xn / s)` are `MatMul`, `Scale`, `Unary` (Silu, Sigmoid).
+//! * **Gated DeltaNet**: as `qwen35` (`MatMul`, `ConvCausal` with 4 taps, `Unary` Silu,
+//!   `L2Norm`, `DeltaRule` with tiled value heads, decay `a·softplus(alpha + dt_bias)`, `β = σ`),
+//!   but the output gate is `RmsNorm(o)·ssm_norm·σ(z)`: `Unary` Sigmoid in place of Silu.
+//! * **Gated GQA**: `attn_q` split per head into query and gate (views), per-head `RmsNorm`
+//!   with `attn_q_norm`/`attn_k_norm`, `Rope` IMROPE on the first 64 dims (sections
+//!   [11, 11, 10, 0]), `CacheStore`, `Attention` with `selected` (the QSA selection as the
+//!   positions it lists, −1 padded, exactly the form `KPoolSelect` gives), `Mul` by `σ(gate)`,
+//!   `MatMul` `attn_output`. The indexer query `RmsNorm(q_proj x)·q_norm` per head, roped at the
+//!   row's position, is `MatMul`, `RmsNorm`, `Rope` before the selection op.
+//! * **MoE**: `RouterTopK`/`RouterWeights` with `Gating::Softmax`, renormalised, scale 1;
+//!   `MoeExperts` (fused or separate stacks); shared expert `Glu` SwiGlu, scaled by
+//!   `σ(ffn_gate_inp_shexp · x)` (`MatMul` to `[1, T]`, `Unary`, `Mul` one value per row).
+//! * **Final mixer**: `output_hc_*` as a layer mixer without injection, then `MatMul` `output`.
+//! * **The table read**: `GetRows` of `per_layer_token_embd` by the row ids (16 per token),
+//!   reshaped to `[n, T]`; where the table lives (host RAM, or the tiering's reader) and the
+//!   prefetch of token t+1's rows are the host's, not the ABI's.
+//!
+//! ## What maps only at a cost (an extension is proposed)
+//!
+//! * **The mixer's gated mean** `Σ_j σ(g)_j·xn_j / s` over streams: `StreamMix` takes one weight
+//!   per stream and row (`[s, T]`), not per element. With existing ops it is `Mul`, then `s`
+//!   `Copy`s of strided stream views, `s − 1` `Add`s and a `Scale` (about `2s` extra passes over
+//!   `s·n` per mixer, three mixers per layer). Proposed: `StreamMix` also accepts per-element
+//!   weights `w [n, s, T]`: `out[:, r] = Σ_j w[:, j, r]·streams[:, j, r]` (the graph passes
+//!   `σ(g)/s`), which llama.cpp fuses the same way (`ggml_dsv4_hc_pre_gated`).
+//! * **The combine** `x_j += w_j·y`: `StreamUpdate` needs a comb matrix `[s, s, T]`, here the
+//!   identity, which the graph cannot make (no constant tensors). With existing ops it is `y`
+//!   concatenated `s` times, reshaped to `[n, s·T]`, `Mul` by `w` as `[1, s·T]`, `Add`.
+//!   Proposed: `StreamUpdate` with the comb source absent meaning the identity:
+//!   `out[:, i, r] = streams[:, i, r] + post[i, r]·y[:, r]`.
+//!
+//! ## What needs a new or extended op
+//!
+//! 1. **QSA block selection.** `KPoolSelect` pools differently (a softmax over each pool's
+//!    positions gated per dimension with `ape`, rows `[key | gate | pooled]` of `3·dh`) and
+//!    weighs heads by a per-row `w`. QSA: cache rows `[raw key | pooled key]` of `2·dh` (the
+//!    raw key `k_proj x` stored without norm or rope); block `g` = positions `g·r .. g·r + r`
+//!    (`r` the compress ratio), complete once its last position is stored; its pooled key is
+//!    `rope(RmsNorm(mean of its r raw keys)·k_norm)`, roped at the block's FIRST position
+//!    `g·r` with the model's rope (IMROPE, first `rope.dimension_count` dims), written into the
+//!    pooled half of the block's last row; score `Σ_h relu(q_h · pooled_g) / √dh` (no head
+//!    weights); keep the `min(top_k / r, complete)` best (ties: lower block), then every
+//!    position after the last complete block: output as `KPoolSelect`'s,
+//!    `n_sel = r·(top_k / r) + r − 1`, so up to `top_k + r − 1` visible positions it is dense.
+//!    Proposed: `KPoolSelect` gains a pooling mode, `MeanNormRope { eps, rope: RopeParams }`
+//!    with srcs `[q, cache, k_norm, slots, positions]` (`k_norm` the `dh` gamma) and a
+//!    constant head weight (`1/√dh`), the `w` source absent. llama.cpp forms blocks from the
+//!    visible cells in cache order
+//!    (`kpool_by_order`); with positional caches that start at 0 and have no holes that is
+//!    position order, but a context shift or a cache edit that moves positions must re-pool
+//!    the blocks it touches (or be refused for this model).
+//! 2. **PLE row ids.** `NgramHash` states no hash and has no kernel in any bundle, and the
+//!    `TokenHistory` batch input it would read is never filled by the runtime (its scheduler
+//!    passes an empty history). Exact semantics needed (b11434 `set_input`, transformers'
+//!    n-gram module): `ctx_0` = the token, `ctx_j` = the token `j` back; once a predecessor is
+//!    missing or equals the end id (`ple.eos_token_id`), it and every older one read as the end
+//!    id (the token's own end id does not cut its context); for `m = 2 ..= ngram_size`,
+//!    `h = XOR_{j<m} ctx_j·mult_j` in u64, and each of that size's heads `k` reads row
+//!    `h mod head_vocab_sizes[k] + head_offsets[k]`. Proposed: `NgramHash { ngram_size,
+//!    heads_per_ngram, end_id }` with srcs `[tokens [T], context state [ngram_size − 1, 1,
+//!    n_slots], slots, positions, multipliers u64, sizes u64, offsets u64]`, the context read
+//!    and updated in place as `ConvCausal` does its history (a row at position 0 starts from
+//!    all end ids), which is the `ple_tokens` state this crate declares; or, instead, the host
+//!    fills `TokenHistory` from its record of the sequence and the op applies the end-id rule.
+//!    transformers draws each multiplier below `2^63 / vocab`, so no product wraps (the loader
+//!    refuses a file whose multipliers would), and u64 and i64 arithmetic agree.
+//! 3. **PLE gate.** Per stream `d = Σ(kn_j·qn_j) / √n` over each `n`-wide stream, then
+//!    `σ(sign(d)·√max(|d|, 1e-6))`: the ABI has no reduction over a row and no sign, abs or sqrt
+//!    function. Proposed: `GroupDotGate { group: n, scale: 1/√n, floor: 1e-6 }`, srcs `[a [n, s,
+//!    T], b [n, s, T]]` → `[s, T]`. The gated value `gate_j·value` is then `value` concatenated
+//!    `s` times and `Mul` by the gate as `[1, s·T]`.
+//! 4. **Dilated causal convolution** (PLE, kernel `ple.conv_kernel` 4, dilation `ngram_size` 3):
+//!    `ConvCausal` has no dilation. Proposed: `ConvCausal { taps, dilation }`, `y[t, c] =
+//!    Σ_j w[j, c]·x[t − (taps − 1 − j)·dilation, c]` (zero before the sequence start), the state
+//!    holding the last `(taps − 1)·dilation` inputs oldest first (the `ple_conv_state` declared
+//!    here); dilation 1 is today's op.
+//! 5. **MTP hidden input.** The MTP block reads the trunk's `s·n`-wide residual before the final
+//!    mixer, not a final-norm row of `n`: `BatchInput::Hidden` (`[n_embd, T]`, the
+//!    `result_norm` row) must allow the wider row. That is the MTP issue's.
+
+pub mod hparams;
+pub mod layers;
+pub mod ple;
+pub mod state;
+pub mod synth;
+pub mod weights;
+
+use abi_stable::std_types::{RResult, RVec};
+use bloomery_plugin_api::graph::{BatchShape, Graph};
+use bloomery_plugin_api::meta::ModelFileView;
+use bloomery_plugin_api::model::{ModelCaps, ModelInstance, ModelSpec, StateDecl};
+use bloomery_plugin_api::weights::WeightTable;
+use bloomery_plugin_api::PluginError;
+
+use hparams::{HParams, ARCH};
+use state::LayerState;
+use weights::Weights;
+
+/// A loaded Qwen3.8-Flash-Next file (trunk, MTP-only, or both).
+pub struct Qwen4Exp {
+    hp: HParams,
+    weights: Weights,
+    state: Vec<StateDecl>,
+    layer_state: Vec<Option<LayerState>>,
+}
+
+impl Qwen4Exp {
+    /// Reads hyperparameters and weights from the file view.
+    pub fn load(view: &ModelFileView) -> Result<Self, PluginError> {
+        view.expect_architecture(ARCH)?;
+        let hp = HParams::from_view(view)?;
+        let weights = weights::declare(&mut WeightTable::new(view), &hp)?;
+        let (state, layer_state) = state::declare(&hp, weights.nextn.is_some());
+        Ok(Qwen4Exp {
+            hp,
+            weights,
+            state,
+            layer_state,
+        })
+    }
+
+    /// The hyperparameters.
+    pub fn hparams(&self) -> &HParams {
+        &self.hp
+    }
+
+    /// The weights.
+    pub fn weights(&self) -> &Weights {
+        &self.weights
+    }
+
+    /// Where layer `il`'s state is (`None` for a layer the file does not hold).
+    pub fn layer_state(&self, il: u32) -> Option<LayerState> {
+        self.layer_state.get(il as usize).copied().flatten()
+    }
+}
+
+impl ModelInstance for Qwen4Exp {
+    fn spec(&self) -> ModelSpec {
+        ModelSpec {
+            architecture: ARCH.into(),
+            hparams: self.hp.summary(),
+            weights: self.weights.decls.clone().into(),
+            state: RVec::from(self.state.clone()),
+            caps: ModelCaps {
+                recurrent: true,
+                n_mtp_layers: u32::from(self.weights.nextn.is_some()),
+                max_context: u64::from(self.hp.lm.n_ctx_train),
+            },
+        }
+    }
+
+    fn build_graph(&self, shape: BatchShape) -> RResult<Graph, PluginError> {
+        RResult::RErr(PluginError::unsupported(
+            format!(
+                "the qwen4exp {:?} graph: the ABI lacks the QSA block selection, the n-gram row \
+                 ids with the end-id reset, the PLE gate and the dilated convolution (crate \
+                 docs, design note)",
+                shape.kind
+            ),
+            &[],
+        ))
+    }
+}
+
+bloomery_plugin_api::export_model_plugin! {
+    name: ARCH,
+    architectures: [ARCH],
+    synth_presets: synth::presets,
+    load: Qwen4Exp::load,
+}
+
+/// The test binary refuses any one allocation over 1 GiB, so that the hostile-file test fails
+/// on a table sized by a hostile count.
+#[cfg(test)]
+#[global_allocator]
+static ALLOC: bloomery_plugin_api::hostile::CappedAlloc =
+    bloomery_plugin_api::hostile::CappedAlloc::new(1 << 30);
+
+#[cfg(test)]
+mod tests;
