@@ -1,0 +1,181 @@
+//! The Qwen3.5 MTP (nextn) block through the host's draft pass, on the synthetic tiny files with
+//! one (`bloomery synth --arch qwen35moe|qwen35 --preset tiny-mtp --seed 7`; goldens made by
+//! tests/oracle/make_qwen35_mtp_goldens.sh, see host/tests/fixtures/PROVENANCE.md):
+//!
+//! - `LoadedModel::forward_draft` on the trunk's final-norm rows, each fed the sequence's next
+//!   token: logits at every position within 1e-4 relative of the f64 numpy reference (written
+//!   from llama.cpp b11434's `graph_mtp`, run on transformers' trunk rows), the argmax equal, and
+//!   on `qwen35moe` the block's experts per position as the reference's;
+//! - the draft pass over a sequence in one pass equals it row by row (the block's K/V caches
+//!   carried across passes);
+//! - a file without the block refuses a draft pass by name.
+
+mod common;
+
+use common::plugin_dir;
+
+use std::path::{Path, PathBuf};
+
+use bloomery::synth::ClassTypes;
+use bloomery_devices::Registry;
+use bloomery_exec::{BatchInputs, LoadedModel};
+use bloomery_plugin_api::DType;
+use sha2::{Digest, Sha256};
+
+const F32: ClassTypes = ClassTypes {
+    experts: DType::F32,
+    attention: DType::F32,
+    embedding: DType::F32,
+    output: DType::F32,
+    dense: DType::F32,
+};
+
+fn golden(arch: &str) -> serde_json::Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/qwen35mtp")
+        .join(format!("{arch}_tiny_mtp_np.json"));
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+/// `arch`'s synthetic file of preset `preset` (seed 7, every tensor F32) in `dir`.
+fn synth(arch: &str, preset: &str, dir: &Path) -> PathBuf {
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let presets = reg.model_for(arch).unwrap().module.synth_presets()();
+    let p = presets
+        .iter()
+        .find(|p| {
+            p.name.as_str() == preset
+                && p.metadata.iter().any(|e| {
+                    e.key.as_str() == "general.architecture" && e.value.as_str() == Some(arch)
+                })
+        })
+        .unwrap();
+    let path = dir.join(format!("{arch}-{preset}.gguf"));
+    bloomery::synth::write(p, F32, 7, &path).unwrap();
+    path
+}
+
+/// The tiny file with an MTP block, checked to be the file the golden was made on.
+fn tiny_mtp(arch: &str, dir: &Path) -> LoadedModel {
+    let path = synth(arch, "tiny-mtp", dir);
+    let sha = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
+    assert_eq!(
+        sha,
+        golden(arch)["file_sha256"].as_str().unwrap(),
+        "{arch}: synth output changed: remake the golden (host/tests/fixtures/PROVENANCE.md)"
+    );
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    LoadedModel::load(&reg, &path, common::GOLDEN_OPTS).unwrap()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<i32> {
+    let v = v.as_array().unwrap();
+    v.iter().map(|x| x.as_i64().unwrap() as i32).collect()
+}
+
+/// Rows `tokens` of slot 0 from position `start`, every row an output.
+fn rows(tokens: &[i32], start: i32) -> BatchInputs {
+    let n = tokens.len() as i32;
+    BatchInputs {
+        tokens: tokens.to_vec(),
+        positions: (start..start + n).collect(),
+        slots: vec![0; tokens.len()],
+        output_rows: (0..n).collect(),
+        history: vec![],
+    }
+}
+
+fn max_rel(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0f32, |s, v| s.max(v.abs()));
+    a.iter().zip(b).fold(0f32, |s, (x, y)| s.max((x - y).abs())) / scale
+}
+
+/// The block's logits (and, with experts, its router ids) for every golden sequence against the
+/// reference's; returns the positions compared.
+fn check_against_numpy(arch: &str) -> usize {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = tiny_mtp(arch, dir.path());
+    assert_eq!(m.spec.caps.n_mtp_layers, 1);
+    let g = golden(arch);
+    let layer = g["layer"].as_i64().unwrap() as i32;
+    let vocab = m.spec.hparams.n_vocab as usize;
+    let (mut max, mut same, mut n) = (0f32, 0, 0);
+    for (s, seq) in g["sequences"].as_array().unwrap().iter().enumerate() {
+        let (t, next) = (ids(&seq["tokens"]), ids(&seq["next_tokens"]));
+        let h = m.forward_hidden(&rows(&t, 0)).unwrap();
+        let draft = rows(&next, 0);
+        let ours = m.forward_draft(&draft, &h).unwrap();
+        let (rel, sm, k) = common::agreement(&ours, vocab, &seq["logits"]);
+        eprintln!("{arch} MTP, sequence {s}: max rel {rel:.2e}, argmax {sm}/{k}");
+        (max, same, n) = (max.max(rel), same + sm, n + k);
+        let Some(want) = seq.get("router_ids") else {
+            continue;
+        };
+        let taps = m
+            .forward_tap_i32(&draft, Some(&h), "ffn_moe_topk")
+            .unwrap();
+        assert_eq!(taps.len(), 1, "ffn_moe_topk: one in the draft graph");
+        assert_eq!(taps[0].0, layer, "ffn_moe_topk's layer");
+        let values = &taps[0].1;
+        let want = want.as_array().unwrap();
+        assert_eq!(values.len() % next.len(), 0);
+        for (p, (got, want)) in values
+            .chunks(values.len() / next.len())
+            .zip(want)
+            .enumerate()
+        {
+            let mut got = got.to_vec();
+            got.sort_unstable();
+            assert_eq!(got, ids(want), "router ids: sequence {s}, position {p}");
+        }
+    }
+    eprintln!("{arch} MTP against numpy: max rel {max:.2e}, argmax {same}/{n}");
+    assert!(max < 1e-4, "{arch} MTP: max rel {max}");
+    assert_eq!(same, n, "{arch} MTP: argmax differs");
+    n
+}
+
+#[test]
+fn the_qwen35moe_mtp_block_matches_the_numpy_reference_within_1e4() {
+    assert_eq!(check_against_numpy("qwen35moe"), 48);
+}
+
+#[test]
+fn the_qwen35_mtp_block_matches_the_numpy_reference_within_1e4() {
+    assert_eq!(check_against_numpy("qwen35"), 48);
+}
+
+/// The draft pass over a sequence's rows in one pass equals it row by row.
+#[test]
+fn the_mtp_draft_in_one_pass_equals_row_by_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = tiny_mtp("qwen35moe", dir.path());
+    let g = golden("qwen35moe");
+    let seq = &g["sequences"][0];
+    let (t, next) = (ids(&seq["tokens"]), ids(&seq["next_tokens"]));
+    let h = m.forward_hidden(&rows(&t, 0)).unwrap();
+    let whole = m.forward_draft(&rows(&next, 0), &h).unwrap();
+    let n_embd = m.spec.hparams.n_embd as usize;
+    let mut steps = Vec::new();
+    for (i, &tok) in next.iter().enumerate() {
+        let hi = &h[i * n_embd..(i + 1) * n_embd];
+        steps.extend(m.forward_draft(&rows(&[tok], i as i32), hi).unwrap());
+    }
+    let r = max_rel(&steps, &whole);
+    eprintln!("MTP draft row by row vs one pass: max rel {r:.2e}");
+    assert!(r < 1e-5, "max rel {r}");
+}
+
+/// The plain tiny file has no MTP block: its draft pass is refused, naming the block.
+#[test]
+fn a_file_without_the_block_refuses_a_draft_pass_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = synth("qwen35moe", "tiny", dir.path());
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let mut m = LoadedModel::load(&reg, &path, common::GOLDEN_OPTS).unwrap();
+    assert_eq!(m.spec.caps.n_mtp_layers, 0);
+    let h = vec![0f32; m.spec.hparams.n_embd as usize];
+    let e = m.forward_draft(&rows(&[1], 0), &h).unwrap_err().to_string();
+    assert!(e.contains("MTP (nextn) block"), "{e}");
+}
