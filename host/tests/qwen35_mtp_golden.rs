@@ -7,7 +7,7 @@
 //!   from llama.cpp b11434's `graph_mtp`, run on transformers' trunk rows), the argmax equal, and
 //!   on `qwen35moe` the block's experts per position as the reference's;
 //! - the draft pass over a sequence in one pass equals it row by row (the block's K/V caches
-//!   carried across passes);
+//!   carried across passes), and leaves the trunk's state alone;
 //! - a file without the block refuses a draft pass by name.
 
 mod common;
@@ -112,9 +112,7 @@ fn check_against_numpy(arch: &str) -> usize {
         let Some(want) = seq.get("router_ids") else {
             continue;
         };
-        let taps = m
-            .forward_tap_i32(&draft, Some(&h), "ffn_moe_topk")
-            .unwrap();
+        let taps = m.forward_tap_i32(&draft, Some(&h), "ffn_moe_topk").unwrap();
         assert_eq!(taps.len(), 1, "ffn_moe_topk: one in the draft graph");
         assert_eq!(taps[0].0, layer, "ffn_moe_topk's layer");
         let values = &taps[0].1;
@@ -164,6 +162,26 @@ fn the_mtp_draft_in_one_pass_equals_row_by_row() {
     }
     let r = max_rel(&steps, &whole);
     eprintln!("MTP draft row by row vs one pass: max rel {r:.2e}");
+    assert!(r < 1e-5, "max rel {r}");
+}
+
+/// A draft pass between two trunk passes leaves the trunk's state alone: the trunk's logits after
+/// it equal those of the whole sequence in one pass (the block's caches its own).
+#[test]
+fn a_draft_pass_leaves_the_trunks_state_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = tiny_mtp("qwen35moe", dir.path());
+    let g = golden("qwen35moe");
+    let seq = &g["sequences"][1];
+    let (t, next) = (ids(&seq["tokens"]), ids(&seq["next_tokens"]));
+    let vocab = m.spec.hparams.n_vocab as usize;
+    let whole = m.forward(&rows(&t, 0)).unwrap();
+    let k = t.len() / 2;
+    let h = m.forward_hidden(&rows(&t[..k], 0)).unwrap();
+    m.forward_draft(&rows(&next[..k], 0), &h).unwrap();
+    let rest = m.forward(&rows(&t[k..], k as i32)).unwrap();
+    let r = max_rel(&rest, &whole[k * vocab..]);
+    eprintln!("trunk after a draft pass vs one pass: max rel {r:.2e}");
     assert!(r < 1e-5, "max rel {r}");
 }
 
