@@ -2,10 +2,11 @@
 //! one (`bloomery synth --arch qwen35moe|qwen35 --preset tiny-mtp --seed 7`; goldens made by
 //! tests/oracle/make_qwen35_mtp_goldens.sh, see host/tests/fixtures/PROVENANCE.md):
 //!
-//! - `LoadedModel::forward_draft` on the trunk's final-norm rows, each fed the sequence's next
-//!   token: logits at every position within 1e-4 relative of the f64 numpy reference (written
-//!   from llama.cpp b11434's `graph_mtp`, run on transformers' trunk rows), the argmax equal, and
-//!   on `qwen35moe` the block's experts per position as the reference's;
+//! - `LoadedModel::forward_draft` over a sequence paired as llama.cpp b11434's draft-mtp pairs a
+//!   prompt (token `p` with the trunk's final-norm row of position `p − 1`, position 0 with a
+//!   zero row): logits at every position within 1e-4 relative of the f64 numpy reference (written
+//!   from llama.cpp's `graph_mtp`, run on transformers' trunk rows), the argmax equal, and on
+//!   `qwen35moe` the block's experts per position as the reference's;
 //! - the draft pass over a sequence in one pass equals it row by row (the block's K/V caches
 //!   carried across passes), and leaves the trunk's state alone;
 //! - a file without the block refuses a draft pass by name.
@@ -56,7 +57,7 @@ fn synth(arch: &str, preset: &str, dir: &Path) -> PathBuf {
 }
 
 /// The tiny file with an MTP block, checked to be the file the golden was made on.
-fn tiny_mtp(arch: &str, dir: &Path) -> LoadedModel {
+fn tiny_mtp_file(arch: &str, dir: &Path) -> PathBuf {
     let path = synth(arch, "tiny-mtp", dir);
     let sha = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
     assert_eq!(
@@ -64,8 +65,13 @@ fn tiny_mtp(arch: &str, dir: &Path) -> LoadedModel {
         golden(arch)["file_sha256"].as_str().unwrap(),
         "{arch}: synth output changed: remake the golden (host/tests/fixtures/PROVENANCE.md)"
     );
+    path
+}
+
+/// [`tiny_mtp_file`] loaded on the default kernel plugin.
+fn tiny_mtp(arch: &str, dir: &Path) -> LoadedModel {
     let reg = Registry::load(&plugin_dir()).unwrap();
-    LoadedModel::load(&reg, &path, common::GOLDEN_OPTS).unwrap()
+    LoadedModel::load(&reg, &tiny_mtp_file(arch, dir), common::GOLDEN_OPTS).unwrap()
 }
 
 fn ids(v: &serde_json::Value) -> Vec<i32> {
@@ -85,6 +91,15 @@ fn rows(tokens: &[i32], start: i32) -> BatchInputs {
     }
 }
 
+/// The draft pass's hidden rows for `tokens` from the trunk's final-norm rows `h` of the same
+/// tokens: row `p` is the trunk's row `p − 1`, row 0 zeros (draft-mtp's `pending_h` of a new
+/// sequence).
+fn shifted(h: &[f32], n_embd: usize) -> Vec<f32> {
+    let mut rows = vec![0f32; n_embd];
+    rows.extend_from_slice(&h[..h.len() - n_embd]);
+    rows
+}
+
 fn max_rel(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     let scale = b.iter().fold(0f32, |s, v| s.max(v.abs()));
@@ -92,19 +107,38 @@ fn max_rel(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// The block's logits (and, with experts, its router ids) for every golden sequence against the
-/// reference's; returns the positions compared.
+/// reference's, on each CPU kernel plugin; returns the positions compared on each.
 fn check_against_numpy(arch: &str) -> usize {
     let dir = tempfile::tempdir().unwrap();
-    let mut m = tiny_mtp(arch, dir.path());
+    let path = tiny_mtp_file(arch, dir.path());
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let cpus: Vec<_> = reg
+        .kernels
+        .iter()
+        .filter(|k| k.name.starts_with("cpu-"))
+        .collect();
+    assert!(cpus.len() >= 2, "cpu-scalar and cpu-avx2");
+    let mut n = 0;
+    for k in cpus {
+        eprintln!("{arch} on {}:", k.name);
+        let mut m = LoadedModel::load_on(&reg, &path, common::GOLDEN_OPTS, k).unwrap();
+        n = check_model(arch, &mut m);
+    }
+    n
+}
+
+/// [`check_against_numpy`] on one loaded model.
+fn check_model(arch: &str, m: &mut LoadedModel) -> usize {
     assert_eq!(m.spec.caps.n_mtp_layers, 1);
     let g = golden(arch);
     let layer = g["layer"].as_i64().unwrap() as i32;
     let vocab = m.spec.hparams.n_vocab as usize;
+    let n_embd = m.spec.hparams.n_embd as usize;
     let (mut max, mut same, mut n) = (0f32, 0, 0);
     for (s, seq) in g["sequences"].as_array().unwrap().iter().enumerate() {
-        let (t, next) = (ids(&seq["tokens"]), ids(&seq["next_tokens"]));
-        let h = m.forward_hidden(&rows(&t, 0)).unwrap();
-        let draft = rows(&next, 0);
+        let t = ids(&seq["tokens"]);
+        let h = shifted(&m.forward_hidden(&rows(&t, 0)).unwrap(), n_embd);
+        let draft = rows(&t, 0);
         let ours = m.forward_draft(&draft, &h).unwrap();
         let (rel, sm, k) = common::agreement(&ours, vocab, &seq["logits"]);
         eprintln!("{arch} MTP, sequence {s}: max rel {rel:.2e}, argmax {sm}/{k}");
@@ -117,12 +151,8 @@ fn check_against_numpy(arch: &str) -> usize {
         assert_eq!(taps[0].0, layer, "ffn_moe_topk's layer");
         let values = &taps[0].1;
         let want = want.as_array().unwrap();
-        assert_eq!(values.len() % next.len(), 0);
-        for (p, (got, want)) in values
-            .chunks(values.len() / next.len())
-            .zip(want)
-            .enumerate()
-        {
+        assert_eq!(values.len() % t.len(), 0);
+        for (p, (got, want)) in values.chunks(values.len() / t.len()).zip(want).enumerate() {
             let mut got = got.to_vec();
             got.sort_unstable();
             assert_eq!(got, ids(want), "router ids: sequence {s}, position {p}");
@@ -150,13 +180,12 @@ fn the_mtp_draft_in_one_pass_equals_row_by_row() {
     let dir = tempfile::tempdir().unwrap();
     let mut m = tiny_mtp("qwen35moe", dir.path());
     let g = golden("qwen35moe");
-    let seq = &g["sequences"][0];
-    let (t, next) = (ids(&seq["tokens"]), ids(&seq["next_tokens"]));
-    let h = m.forward_hidden(&rows(&t, 0)).unwrap();
-    let whole = m.forward_draft(&rows(&next, 0), &h).unwrap();
+    let t = ids(&g["sequences"][0]["tokens"]);
     let n_embd = m.spec.hparams.n_embd as usize;
+    let h = shifted(&m.forward_hidden(&rows(&t, 0)).unwrap(), n_embd);
+    let whole = m.forward_draft(&rows(&t, 0), &h).unwrap();
     let mut steps = Vec::new();
-    for (i, &tok) in next.iter().enumerate() {
+    for (i, &tok) in t.iter().enumerate() {
         let hi = &h[i * n_embd..(i + 1) * n_embd];
         steps.extend(m.forward_draft(&rows(&[tok], i as i32), hi).unwrap());
     }
@@ -172,13 +201,15 @@ fn a_draft_pass_leaves_the_trunks_state_alone() {
     let dir = tempfile::tempdir().unwrap();
     let mut m = tiny_mtp("qwen35moe", dir.path());
     let g = golden("qwen35moe");
-    let seq = &g["sequences"][1];
-    let (t, next) = (ids(&seq["tokens"]), ids(&seq["next_tokens"]));
-    let vocab = m.spec.hparams.n_vocab as usize;
+    let t = ids(&g["sequences"][1]["tokens"]);
+    let (vocab, n_embd) = (
+        m.spec.hparams.n_vocab as usize,
+        m.spec.hparams.n_embd as usize,
+    );
     let whole = m.forward(&rows(&t, 0)).unwrap();
     let k = t.len() / 2;
-    let h = m.forward_hidden(&rows(&t[..k], 0)).unwrap();
-    m.forward_draft(&rows(&next[..k], 0), &h).unwrap();
+    let h = shifted(&m.forward_hidden(&rows(&t[..k], 0)).unwrap(), n_embd);
+    m.forward_draft(&rows(&t[..k], 0), &h).unwrap();
     let rest = m.forward(&rows(&t[k..], k as i32)).unwrap();
     let r = max_rel(&rest, &whole[k * vocab..]);
     eprintln!("trunk after a draft pass vs one pass: max rel {r:.2e}");

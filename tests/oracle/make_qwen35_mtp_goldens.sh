@@ -4,8 +4,9 @@
 # 4-layer trunk and an MTP block at layer 4; every tensor F32), two sequences of 24 tokens:
 #   <arch>_tiny_mtp_np.json  the block in f64 numpy (tests/oracle/numpy_qwen35_mtp.py, written from
 #                            llama.cpp b11434's graph_mtp) on transformers 5.24's final-norm trunk rows
-#                            (hf_qwen35.py's model of the file), row i fed token i+1 (the last row
-#                            the first token); qwen35moe's also hold the block's experts per position.
+#                            (hf_qwen35.py's model of the file) paired as llama.cpp's draft-mtp
+#                            pairs a prompt: token p with the row of position p-1 (position 0 with
+#                            zeros); qwen35moe's also hold the block's experts per position.
 #                            --check-hf: the block through transformers' own decoder layer class
 #                            loaded with the block's weights agrees with numpy's within 1e-5.
 # usage: tests/oracle/make_qwen35_mtp_goldens.sh [PYTHON]

@@ -3,17 +3,19 @@
 
 transformers 5.24 has no module for Qwen3.5's MTP head (it drops `mtp.*` on load), so this is written
 from llama.cpp b11434's `src/models/qwen35moe.cpp` / `qwen35.cpp` `graph_mtp` (facts only; issue 48).
-For the trunk's final-norm row h_i at position i (output_norm of the last layer's output, llama.cpp's
-`h_nextn`) and the token n_i fed with it (the trunk's next token):
+Rows are paired as llama.cpp's draft-mtp feeds the block a prompt (common/speculative.cpp,
+common_speculative_impl_draft_mtp::process): the block's row at position p holds token x_p and the
+trunk's final-norm row of position p-1 (output_norm of the last layer's output, llama.cpp's
+`h_nextn`), position 0 a zero row (its `pending_h` of a new sequence). For a row (h, x):
 
-  * e = embedding(n_i) (nextn.embed_tokens if the file has it, else token_embd);
-    x = eh_proj [enorm(e); hnorm(h_i)] (e first: ggml_concat(e_norm, h_norm) along ne0);
+  * e = embedding(x) (nextn.embed_tokens if the file has it, else token_embd);
+    x = eh_proj [enorm(e); hnorm(h)] (e first: ggml_concat(e_norm, h_norm) along ne0);
   * the block, a full-attention Qwen3.5 decoder layer: x += attn(attn_norm(x)), then
     x += ffn(post_attention_norm(x));
     attn: per head, attn_q gives [query (head_dim), gate (head_dim)]; q = RMS(query) * attn_q_norm,
     k = RMS(attn_k x) * attn_k_norm, v = attn_v x; q and k rotated (IMROPE with all sections at the
     text position: the NEOX rotation of the first rope.dimension_count dims, base rope.freq_base);
-    causal over the block's own cache of positions 0..i, scale 1/sqrt(head_dim), GQA;
+    causal over the block's own cache of positions 0..p, scale 1/sqrt(head_dim), GQA;
     out = attn_output (o * sigmoid(gate));
     ffn (qwen35moe): softmax router over ffn_gate_inp, top-k, renormalised, SwiGLU experts, plus the
     SwiGLU shared expert times sigmoid(ffn_gate_inp_shexp . y); (qwen35): one SwiGLU FFN;
@@ -27,11 +29,10 @@ on its final norm). With --check-hf the block is also run through transformers' 
 class (Qwen3_5MoeDecoderLayer / Qwen3_5DecoderLayer, full attention) loaded with the MTP block's
 weights, on numpy's eh_proj rows, and must agree within 1e-5 relative with numpy's block output.
 
-Writes {reference, file_sha256, layer, sequences: [{tokens, next_tokens, logits, router_ids}]}
-(router_ids of the MTP block per position, sorted; qwen35moe only).
+Writes {reference, file_sha256, layer, sequences: [{tokens, logits, router_ids}]} (router_ids of the
+MTP block per position, sorted; qwen35moe only).
 
-usage: numpy_qwen35_mtp.py MODEL.gguf OUT.json [--check-hf] SEQ [SEQ ...]   (SEQ = comma-separated ids;
-  row i is fed token i+1, the last row the first token)
+usage: numpy_qwen35_mtp.py MODEL.gguf OUT.json [--check-hf] SEQ [SEQ ...]   (SEQ = comma-separated ids)
 """
 import hashlib
 import json
@@ -164,8 +165,8 @@ def block(f, x):
     return x + m, routes, gap
 
 
-def mtp(f, h, next_tokens):
-    emb = f.opt("nextn.embed_tokens.weight", "token_embd.weight")[next_tokens]
+def mtp(f, h, tokens):
+    emb = f.opt("nextn.embed_tokens.weight", "token_embd.weight")[tokens]
     cat = np.concatenate([rms(emb, f.w("nextn.enorm.weight"), f.eps), rms(h, f.w("nextn.hnorm.weight"), f.eps)], -1)
     x0 = cat @ f.w("nextn.eh_proj.weight").T
     x, routes, gap = block(f, x0)
@@ -258,9 +259,9 @@ def main():
     seqs = []
     for spec in rest:
         tokens = [int(x) for x in spec.split(",")]
-        nxt = tokens[1:] + tokens[:1]
         h = trunk_rows(model, tokens)
-        logits, routes, gap, x0, x = mtp(f, h, nxt)
+        shifted = np.concatenate([np.zeros((1, h.shape[1])), h[:-1]])
+        logits, routes, gap, x0, x = mtp(f, shifted, tokens)
         if check_hf:
             theirs = hf_block(f, model, x0)
             rel = np.abs(theirs - x).max() / np.abs(x).max()
@@ -270,12 +271,12 @@ def main():
         if gap < TIE_ROUTER:
             sys.exit(f"{spec}: a router choice within the tie band ({gap}); choose another sequence")
         rounded = [[float(f"{v:.8g}") for v in row] for row in logits.tolist()]
-        seq = {"tokens": tokens, "next_tokens": nxt, "logits": rounded}
+        seq = {"tokens": tokens, "logits": rounded}
         if routes is not None:
             seq.update(router_ids=routes, min_gap=float(f"{gap:.3g}"))
         seqs.append(seq)
     json.dump({"reference": "float64 numpy, llama.cpp b11434 qwen35moe.cpp/qwen35.cpp graph_mtp form, on "
-               "transformers' trunk rows (tests/oracle/numpy_qwen35_mtp.py)",
+               "transformers' trunk rows shifted by one as draft-mtp pairs them (tests/oracle/numpy_qwen35_mtp.py)",
                "file_sha256": sha256(path), "layer": f.il, "sequences": seqs}, open(out, "w"))
 
 
