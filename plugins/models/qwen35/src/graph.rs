@@ -55,7 +55,8 @@ fn slice(
     g.op(name, Op::Copy, &[v], DType::F32, ne)
 }
 
-fn attention(
+/// A gated attention layer over `x` (already normed), its K/V in `(k_cache, v_cache)`.
+pub(crate) fn attention(
     m: &Model<'_>,
     g: &mut GraphBuilder,
     a: &AttentionWeights,
@@ -212,7 +213,8 @@ fn delta_net(
     g.matmul("linear_attn_out", wout, o)
 }
 
-fn ffn(
+/// The FFN half over `x` (already normed): experts plus the gated shared expert, or SwiGLU.
+pub(crate) fn ffn(
     m: &Model<'_>,
     g: &mut GraphBuilder,
     f: &FfnWeights,

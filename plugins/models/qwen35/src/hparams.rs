@@ -65,7 +65,7 @@ pub struct HParams {
     pub arch: &'static str,
     /// Layers run by the main graph (without MTP layers), widths, attention heads, vocabulary.
     pub lm: LmHParams,
-    /// MTP layers stored after them (not run).
+    /// MTP layers stored after them (`nextn_predict_layers`: 0 or 1), run by the draft graph.
     pub n_mtp: u32,
     /// Whether each layer is a Gated DeltaNet layer (else gated attention).
     pub recurrent: Vec<bool>,
@@ -84,9 +84,16 @@ impl HParams {
         let keys = ArchKeys::new(view, arch);
         let mut lm = LmHParams::read(&keys)?;
         let n_mtp = keys.u32_or("nextn_predict_layers", 0)?;
-        keys.check(n_mtp < lm.n_layer, "nextn_predict_layers", || {
-            format!("{n_mtp} MTP layers of {}", lm.n_layer)
-        })?;
+        keys.check(
+            n_mtp <= 1 && n_mtp < lm.n_layer,
+            "nextn_predict_layers",
+            || {
+                format!(
+                    "{n_mtp} MTP layers of {} (0 or 1, after at least one trunk layer)",
+                    lm.n_layer
+                )
+            },
+        )?;
         lm.n_layer -= n_mtp;
         let interval = keys.positive_or("full_attention_interval", 4)?;
         let recurrent = periodic_flags(lm.n_layer, interval);

@@ -1,5 +1,6 @@
 //! The per-layer state of a Qwen3.5 hybrid: a key and a value cache per attention layer, a
-//! convolution history and a recurrent matrix per Gated DeltaNet layer.
+//! convolution history and a recurrent matrix per Gated DeltaNet layer; the MTP block, a
+//! gated-attention layer, its own key and value caches after the trunk's.
 
 use abi_stable::std_types::RVec;
 use bloomery_plugin_api::model::{StateDecl, StateKind};
@@ -25,12 +26,14 @@ pub enum LayerState {
     },
 }
 
-/// Declares every state buffer, in layer order, and where each layer's is.
-pub fn declare(hp: &HParams) -> (RVec<StateDecl>, Vec<LayerState>) {
+/// Declares every state buffer of the trunk's layers and, when `mtp`, of the MTP block after
+/// them, in layer order, and where each layer's is.
+pub fn declare(hp: &HParams, mtp: bool) -> (RVec<StateDecl>, Vec<LayerState>) {
     let mut decls = Vec::new();
-    let mut layers = Vec::with_capacity(hp.lm.n_layer as usize);
+    let n = hp.lm.n_layer + u32::from(mtp);
+    let mut layers = Vec::with_capacity(n as usize);
     let g = hp.gdn;
-    for il in 0..hp.lm.n_layer {
+    for il in 0..n {
         let mut add = |name: &str, kind: StateKind, row_elems: u64| {
             decls.push(StateDecl {
                 name: format!("{name}_l{il}").into(),
@@ -42,7 +45,8 @@ pub fn declare(hp: &HParams) -> (RVec<StateDecl>, Vec<LayerState>) {
             });
             decls.len() as u32 - 1
         };
-        layers.push(if hp.recurrent[il as usize] {
+        let recurrent = hp.recurrent.get(il as usize).copied().unwrap_or(false);
+        layers.push(if recurrent {
             LayerState::Recurrent {
                 conv: add(
                     "conv_state",

@@ -1,6 +1,7 @@
 //! Shapes for `bloomery synth`: Qwen3.6-35B-A3B, Clef-Flash (a `clef` file: the 9B `qwen35`
 //! backbone and its joint schema head), and tiny `qwen35moe`, `qwen35` and `clef` models for tests
-//! (real head sizes: attention heads of 256 with 64 rotated dims, DeltaNet heads of 128).
+//! (real head sizes: attention heads of 256 with 64 rotated dims, DeltaNet heads of 128), the
+//! first two also as `tiny-mtp`, with an MTP block after the trunk.
 
 use abi_stable::std_types::RVec;
 use bloomery_plugin_api::decision::{
@@ -35,6 +36,8 @@ struct Shape {
     n_ctx: u32,
     /// A `clef` file's decision head.
     head: Option<Head>,
+    /// MTP (nextn) blocks after the trunk (0 or 1).
+    n_mtp: u32,
 }
 
 /// A decision head's sizes: width, attention heads, routing and decoder blocks, FFN width.
@@ -47,27 +50,8 @@ struct Head {
     ff: u32,
 }
 
-const SHAPES: [Shape; 5] = [
-    Shape {
-        arch: ARCH_MOE,
-        name: "tiny",
-        description: "4 layers (3 DeltaNet + 1 attention), hidden 256, attention 4/2 x 256, DeltaNet 2 k / 4 v heads x 128, 8 experts top-2 (ff 256) + shared, vocab 512",
-        n_layer: 4,
-        n_embd: 256,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 256,
-        n_head_k: 2,
-        n_head_v: 4,
-        d_state: 128,
-        n_expert: 8,
-        n_used: 2,
-        n_ff: 256,
-        n_ff_shexp: 256,
-        n_vocab: 512,
-        n_ctx: 4096,
-        head: None,
-    },
+const SHAPES: [Shape; 7] = [
+    TINY_MOE,
     Shape {
         arch: ARCH_MOE,
         name: "35b-a3b",
@@ -87,27 +71,9 @@ const SHAPES: [Shape; 5] = [
         n_vocab: 248_320,
         n_ctx: 262_144,
         head: None,
+        n_mtp: 0,
     },
-    Shape {
-        arch: ARCH_DENSE,
-        name: "tiny",
-        description: "4 layers (3 DeltaNet + 1 attention), hidden 256, attention 4/2 x 256, DeltaNet 2 k / 4 v heads x 128, SwiGLU ff 512, vocab 512",
-        n_layer: 4,
-        n_embd: 256,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 256,
-        n_head_k: 2,
-        n_head_v: 4,
-        d_state: 128,
-        n_expert: 0,
-        n_used: 0,
-        n_ff: 512,
-        n_ff_shexp: 0,
-        n_vocab: 512,
-        n_ctx: 4096,
-        head: None,
-    },
+    TINY_DENSE,
     Shape {
         arch: ARCH_CLEF,
         name: "tiny",
@@ -127,6 +93,7 @@ const SHAPES: [Shape; 5] = [
         n_vocab: 512,
         n_ctx: 4096,
         head: Some(TINY_HEAD),
+        n_mtp: 0,
     },
     // Clef-Flash: Qwen3.5-9B's backbone (32 layers, hidden 4096, models.md §1) and a head of
     // width 1,024 with 2 routing + 4 decoder blocks and FFN 4,096, which makes the ~122 M
@@ -159,8 +126,67 @@ const SHAPES: [Shape; 5] = [
             joint: 4,
             ff: 4096,
         }),
+        n_mtp: 0,
+    },
+    Shape {
+        name: "tiny-mtp",
+        description: "the tiny qwen35moe model with an MTP block (layer 4: gated attention, 8 experts top-2 + shared; nextn.shared_head_norm, the model's embedding and head)",
+        n_mtp: 1,
+        ..TINY_MOE
+    },
+    Shape {
+        name: "tiny-mtp",
+        description: "the tiny qwen35 model with an MTP block (layer 4: gated attention, SwiGLU ff 512; nextn.shared_head_norm, the model's embedding and head)",
+        n_mtp: 1,
+        ..TINY_DENSE
     },
 ];
+
+/// The tiny `qwen35moe` model.
+const TINY_MOE: Shape = Shape {
+    arch: ARCH_MOE,
+    name: "tiny",
+    description: "4 layers (3 DeltaNet + 1 attention), hidden 256, attention 4/2 x 256, DeltaNet 2 k / 4 v heads x 128, 8 experts top-2 (ff 256) + shared, vocab 512",
+    n_layer: 4,
+    n_embd: 256,
+    n_head: 4,
+    n_head_kv: 2,
+    head_dim: 256,
+    n_head_k: 2,
+    n_head_v: 4,
+    d_state: 128,
+    n_expert: 8,
+    n_used: 2,
+    n_ff: 256,
+    n_ff_shexp: 256,
+    n_vocab: 512,
+    n_ctx: 4096,
+    head: None,
+    n_mtp: 0,
+};
+
+/// The tiny `qwen35` model.
+const TINY_DENSE: Shape = Shape {
+    arch: ARCH_DENSE,
+    name: "tiny",
+    description: "4 layers (3 DeltaNet + 1 attention), hidden 256, attention 4/2 x 256, DeltaNet 2 k / 4 v heads x 128, SwiGLU ff 512, vocab 512",
+    n_layer: 4,
+    n_embd: 256,
+    n_head: 4,
+    n_head_kv: 2,
+    head_dim: 256,
+    n_head_k: 2,
+    n_head_v: 4,
+    d_state: 128,
+    n_expert: 0,
+    n_used: 0,
+    n_ff: 512,
+    n_ff_shexp: 0,
+    n_vocab: 512,
+    n_ctx: 4096,
+    head: None,
+    n_mtp: 0,
+};
 
 /// The tiny decision head.
 const TINY_HEAD: Head = Head {
@@ -176,7 +202,7 @@ const INTERVAL: u32 = 4;
 
 fn preset(s: &Shape) -> SynthPreset {
     let b = PresetBuilder::new(s.arch, s.name, s.description, s.n_vocab)
-        .model(s.n_layer, s.n_ctx, s.n_embd)
+        .model(s.n_layer + s.n_mtp, s.n_ctx, s.n_embd)
         .attention(s.n_head, s.n_head_kv, s.head_dim)
         .f32("rope.freq_base", 10_000_000.0)
         .u32("rope.dimension_count", s.head_dim / 4)
@@ -220,6 +246,14 @@ fn preset(s: &Shape) -> SynthPreset {
         .range("decision.scales", 0.3, 0.9)
     } else {
         b
+    };
+    // The MTP block as Qwen3.5's converted files have it: its own head norm (`mtp.norm`), the
+    // model's embedding and head.
+    let b = match s.n_mtp {
+        0 => b,
+        n => b
+            .u32("nextn_predict_layers", n)
+            .with_tensor("blk.*.nextn.shared_head_norm.weight"),
     };
     b.with_tensor("output.weight")
         // Convolution taps and gate projections near zero, decay biases positive and decay

@@ -71,17 +71,48 @@ pub struct Layer {
     pub ffn: FfnWeights,
 }
 
-/// All weights: the backbone's and, in a `clef` file, the decision head's.
+/// The MTP (nextn) block stored after the trunk: a gated-attention layer with the trunk's FFN
+/// kind, fed `eh_proj·[enorm(e); hnorm(h)]` ([`crate::mtp`]).
+pub struct Mtp {
+    /// Its index (the trunk's layer count).
+    pub index: u32,
+    /// Its attention layer and FFN.
+    pub layer: Layer,
+    /// Projection of `[enorm(e); hnorm(h)]`, `[2·n_embd, n_embd]`.
+    pub eh_proj: WeightRef,
+    /// RMS norm of the token embedding.
+    pub enorm: WeightRef,
+    /// RMS norm of the trunk's hidden state.
+    pub hnorm: WeightRef,
+    /// Its own embedding table, when the file has one (else the model's).
+    pub embed_tokens: Option<WeightRef>,
+    /// Its head's RMS norm, when the file has one (else `output_norm`).
+    pub head_norm: Option<WeightRef>,
+    /// Its head, when the file has one (else `output`).
+    pub head: Option<WeightRef>,
+}
+
+/// All weights: the backbone's, the MTP block's when the file has one and, in a `clef` file,
+/// the decision head's.
 pub struct Weights {
-    /// The backbone.
+    /// The backbone; its `decls` list every declaration (the MTP block's and head's included).
     pub lm: ModelWeights<Layer>,
+    /// The MTP block.
+    pub mtp: Option<Mtp>,
     /// The decision head (declared so the host maps it; the host runs it).
     pub head: Option<HeadWeights>,
 }
 
-/// Declares every weight into `t`: the backbone's, then the decision head's when there is one.
+/// Declares every weight into `t`: the backbone's, then the MTP block's when
+/// `nextn_predict_layers` is 1 (each of its tensors required), then the decision head's when
+/// there is one.
 pub fn declare(t: &mut WeightTable<'_>, hp: &HParams) -> Result<Weights, PluginError> {
     let mut lm = backbone(t, hp)?;
+    let mtp = match hp.n_mtp {
+        0 => None,
+        _ => Some(mtp(&mut t.layer(hp.lm.n_layer), hp)?),
+    };
+    lm.decls = t.decls().into();
     let head = match &hp.head {
         Some(h) => {
             let head = decision::weights::declare(t, h)?;
@@ -94,36 +125,61 @@ pub fn declare(t: &mut WeightTable<'_>, hp: &HParams) -> Result<Weights, PluginE
         let names: Vec<&str> = lm.decls.iter().map(|d| d.name.as_str()).collect();
         decision::weights::refuse_extra(view, &names)?;
     }
-    Ok(Weights { lm, head })
+    Ok(Weights { lm, mtp, head })
 }
 
 fn backbone(t: &mut WeightTable<'_>, hp: &HParams) -> Result<ModelWeights<Layer>, PluginError> {
-    let e = u64::from(hp.lm.n_embd);
     ModelWeights::declare(t, &hp.lm, |l| {
-        let attn_norm = l.norm("attn_norm", e)?;
-        let post_norm = l.norm("post_attention_norm", e)?;
-        let mixer = if hp.recurrent[l.index() as usize] {
-            Mixer::DeltaNet(delta_net(l, hp)?)
-        } else {
-            Mixer::Attention(l.gated_attention(e, &hp.lm.attn)?)
-        };
-        let ffn = match hp.ffn {
-            Ffn::Moe {
-                experts: x,
-                n_ff_shexp,
-            } => FfnWeights::Moe(Box::new(Moe {
-                experts: l.experts(e, u64::from(x.n_ff_exp), x.n_expert)?,
-                shared_gate: l.weight("ffn_gate_inp_shexp", C::Router, &[e])?,
-                shared: l.glu_ffn("_shexp", C::SharedExpert, e, u64::from(n_ff_shexp))?,
-            })),
-            Ffn::Dense { n_ff } => FfnWeights::Dense(l.glu_ffn("", C::Ffn, e, u64::from(n_ff))?),
-        };
-        Ok(Layer {
-            attn_norm,
-            post_norm,
-            mixer,
-            ffn,
-        })
+        let recurrent = hp.recurrent[l.index() as usize];
+        layer(l, hp, recurrent)
+    })
+}
+
+fn mtp(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<Mtp, PluginError> {
+    let (e, v) = (u64::from(hp.lm.n_embd), u64::from(hp.lm.n_vocab));
+    let layer = layer(l, hp, false)?;
+    Ok(Mtp {
+        index: l.index(),
+        layer,
+        eh_proj: l.weight("nextn.eh_proj", C::Other, &[2 * e, e])?,
+        enorm: l.norm("nextn.enorm", e)?,
+        hnorm: l.norm("nextn.hnorm", e)?,
+        embed_tokens: l.optional_tensor("nextn.embed_tokens.weight", C::Embedding, &[e, v])?,
+        head_norm: l.optional_tensor("nextn.shared_head_norm.weight", C::Norm, &[e])?,
+        head: l.optional_tensor("nextn.shared_head_head.weight", C::Output, &[e, v])?,
+    })
+}
+
+/// A layer: a Gated DeltaNet one when `recurrent`, else gated attention; the file's FFN kind.
+fn layer(
+    l: &mut LayerWeights<'_, '_>,
+    hp: &HParams,
+    recurrent: bool,
+) -> Result<Layer, PluginError> {
+    let e = u64::from(hp.lm.n_embd);
+    let attn_norm = l.norm("attn_norm", e)?;
+    let post_norm = l.norm("post_attention_norm", e)?;
+    let mixer = if recurrent {
+        Mixer::DeltaNet(delta_net(l, hp)?)
+    } else {
+        Mixer::Attention(l.gated_attention(e, &hp.lm.attn)?)
+    };
+    let ffn = match hp.ffn {
+        Ffn::Moe {
+            experts: x,
+            n_ff_shexp,
+        } => FfnWeights::Moe(Box::new(Moe {
+            experts: l.experts(e, u64::from(x.n_ff_exp), x.n_expert)?,
+            shared_gate: l.weight("ffn_gate_inp_shexp", C::Router, &[e])?,
+            shared: l.glu_ffn("_shexp", C::SharedExpert, e, u64::from(n_ff_shexp))?,
+        })),
+        Ffn::Dense { n_ff } => FfnWeights::Dense(l.glu_ffn("", C::Ffn, e, u64::from(n_ff))?),
+    };
+    Ok(Layer {
+        attn_norm,
+        post_norm,
+        mixer,
+        ffn,
     })
 }
 
