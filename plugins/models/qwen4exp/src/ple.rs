@@ -10,7 +10,10 @@ use bloomery_plugin_api::meta::MetaValue;
 use bloomery_plugin_api::PluginError;
 
 use crate::layers::LayerKind;
-use crate::state::MAX_F32_TOKEN;
+
+/// The largest vocabulary whose ids an f32 holds exactly (the PLE token context is held as
+/// f32 rows, [`crate::state`]).
+const MAX_F32_TOKEN: u32 = 1 << 24;
 
 /// The largest `ngram_size` llama.cpp accepts (`LLAMA_MAX_PLE_NGRAM`).
 const MAX_NGRAM: u32 = 8;

@@ -19,9 +19,6 @@ use bloomery_plugin_api::model::{StateDecl, StateKind};
 use crate::hparams::HParams;
 use crate::layers::LayerKind;
 
-/// The largest vocabulary whose ids an f32 holds exactly.
-pub const MAX_F32_TOKEN: u32 = 1 << 24;
-
 /// The n-gram table layer's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PleState {
