@@ -1,12 +1,9 @@
 //! Tests of latent attention (values from the keys, `v_from_k`) and sparse selection against an
 //! f64 attention that decides each position's visibility on its own.
 
+use super::tests::{assert_close, random, run};
 use super::*;
-use rand::{rngs::StdRng, Rng, SeedableRng};
-
-fn random(n: usize, rng: &mut StdRng) -> Vec<f32> {
-    (0..n).map(|_| rng.gen_range(-1.5f32..1.5)).collect()
-}
+use rand::{rngs::StdRng, SeedableRng};
 
 fn params(
     n_head: usize,
@@ -78,13 +75,6 @@ fn reference(
     out
 }
 
-fn assert_close(a: &[f32], b: &[f64], tol: f64) {
-    assert_eq!(a.len(), b.len());
-    for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
-        assert!((f64::from(x) - y).abs() <= tol, "at {i}: {x} vs {y}");
-    }
-}
-
 /// A random K cache of `p`'s shape (f32, and the same values through f16), and the f16 one
 /// widened to f64.
 fn keys(p: &AttentionParams, seed: u64) -> (Vec<f32>, Vec<f16>, Vec<f64>) {
@@ -96,19 +86,6 @@ fn keys(p: &AttentionParams, seed: u64) -> (Vec<f32>, Vec<f16>, Vec<f64>) {
     let k16: Vec<f16> = k.iter().map(|&x| f16::from_f32(x)).collect();
     let k16_64 = k16.iter().map(|x| x.to_f64()).collect();
     (k, k16, k16_64)
-}
-
-fn run(
-    q: &[f32],
-    slots: &[u32],
-    pos: &[i32],
-    k: KvCache,
-    v: KvCache,
-    p: &AttentionParams,
-) -> Vec<f32> {
-    let mut out = vec![f32::NAN; p.head_dim_v * p.n_head * slots.len()];
-    attention(q, slots, pos, k, v, p, &mut out).unwrap();
-    out
 }
 
 #[test]

@@ -4,7 +4,8 @@ use super::*;
 use bloomery_plugin_api::DType;
 use rand::{rngs::StdRng, Rng, SeedableRng};
 
-fn random(n: usize, rng: &mut StdRng) -> Vec<f32> {
+/// `n` values drawn uniformly from [-1.5, 1.5).
+pub(super) fn random(n: usize, rng: &mut StdRng) -> Vec<f32> {
     (0..n).map(|_| rng.gen_range(-1.5f32..1.5)).collect()
 }
 
@@ -127,7 +128,8 @@ fn widen16(x: &[f16]) -> Vec<f64> {
     x.iter().map(|v| v.to_f64()).collect()
 }
 
-fn run(
+/// One attention call into a fresh output (NaN where the call writes nothing).
+pub(super) fn run(
     q: &[f32],
     slots: &[u32],
     pos: &[i32],
@@ -140,7 +142,8 @@ fn run(
     out
 }
 
-fn assert_close(a: &[f32], b: &[f64], tol: f64) {
+/// Every value of `a` within `tol` of `b`'s.
+pub(super) fn assert_close(a: &[f32], b: &[f64], tol: f64) {
     assert_eq!(a.len(), b.len());
     for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
         assert!((x as f64 - y).abs() <= tol, "at {i}: {x} vs {y}");
