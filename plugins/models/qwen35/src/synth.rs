@@ -78,22 +78,8 @@ const SHAPES: [Shape; 7] = [
         arch: ARCH_CLEF,
         name: "tiny",
         description: "the tiny qwen35 backbone with a decision head: width 64, 4 heads, 2 routing + 2 decoder blocks, ff 128, vocab 512",
-        n_layer: 4,
-        n_embd: 256,
-        n_head: 4,
-        n_head_kv: 2,
-        head_dim: 256,
-        n_head_k: 2,
-        n_head_v: 4,
-        d_state: 128,
-        n_expert: 0,
-        n_used: 0,
-        n_ff: 512,
-        n_ff_shexp: 0,
-        n_vocab: 512,
-        n_ctx: 4096,
         head: Some(TINY_HEAD),
-        n_mtp: 0,
+        ..TINY_DENSE
     },
     // Clef-Flash: Qwen3.5-9B's backbone (32 layers, hidden 4096, models.md §1) and a head of
     // width 1,024 with 2 routing + 4 decoder blocks and FFN 4,096, which makes the ~122 M
