@@ -16,8 +16,8 @@
 
 use bloomery_plugin_api::builders::LmInputs;
 use bloomery_plugin_api::graph::{BatchInput, BatchShape, Graph, GraphBuilder, TensorId};
-use bloomery_plugin_api::op::Op;
-use bloomery_plugin_api::{DType, PluginError};
+use bloomery_plugin_api::nextn::NextnFallbacks;
+use bloomery_plugin_api::PluginError;
 
 use crate::graph::{ffn, mixer, Model};
 
@@ -39,22 +39,12 @@ pub fn draft_head(
     let il = n.index;
     g.set_layer(il as i32);
     let globals = &m.w.trunk.globals;
-    let table = g.w(n.embed_tokens.as_ref().unwrap_or(&globals.tok_embd))?;
-    let e = g.get_rows("mtp_tok_embd", table, tokens)?;
-    let en = g.w(&n.enorm)?;
-    let e = g.rms_norm("mtp_enorm", e, Some(en), eps)?;
-    let hn = g.w(&n.hnorm)?;
-    let h = g.rms_norm("mtp_hnorm", h, Some(hn), eps)?;
-    let [ne, rows, _, _] = g.ne(h);
-    let eh = g.op(
-        "mtp_concat",
-        Op::Concat,
-        &[e, h],
-        DType::F32,
-        [2 * ne, rows, 1, 1],
-    )?;
-    let proj = g.w(&n.eh_proj)?;
-    let x = g.matmul("mtp_eh_proj", proj, eh)?;
+    let model = NextnFallbacks {
+        tok_embd: &globals.tok_embd,
+        output_norm: &globals.output_norm,
+        output: &globals.output,
+    };
+    let x = n.glue.joined_input(g, &model, tokens, h, eps)?;
     let an = g.w(&n.layer.attn_norm)?;
     let cur = g.rms_norm("mtp_attn_norm", x, Some(an), eps)?;
     let mut sel = None;
@@ -66,10 +56,7 @@ pub fn draft_head(
     let out = g.add("mtp_post_ffn", cur, ffn_inp)?;
     g.set_layer(-1);
     let out = g.select_outputs(out, inp)?;
-    let hw = g.w(n.head_norm.as_ref().unwrap_or(&globals.output_norm))?;
-    let out = g.rms_norm("mtp_shared_head_norm", out, Some(hw), eps)?;
-    let head = g.w(n.head.as_ref().unwrap_or(&globals.output))?;
-    g.matmul("result_output", head, out)
+    n.glue.logits(g, &model, out, eps)
 }
 
 /// The draft graph of `shape`: row `r` pairs its token with its hidden row (`inp_hidden`

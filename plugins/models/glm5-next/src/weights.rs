@@ -5,6 +5,7 @@
 
 use bloomery_plugin_api::kda::{KdaWeights, SsmAShape};
 use bloomery_plugin_api::model::WeightClass as C;
+use bloomery_plugin_api::nextn::NextnWeights;
 use bloomery_plugin_api::weights::{
     ExpertWeights, GluFfnWeights, LayerWeights, ModelWeights, WeightRef, WeightTable,
 };
@@ -109,18 +110,8 @@ pub struct NextN {
     pub index: u32,
     /// Its MLA layer and FFN (no hyper-connections).
     pub layer: Layer,
-    /// Projection of `[enorm(e); hnorm(h)]`, `[2·n_embd, n_embd]`.
-    pub eh_proj: WeightRef,
-    /// RMS norm of the token embedding.
-    pub enorm: WeightRef,
-    /// RMS norm of the trunk's hidden state.
-    pub hnorm: WeightRef,
-    /// Its own embedding table, when the file has one (else the model's).
-    pub embed_tokens: Option<WeightRef>,
-    /// Its head's RMS norm, when the file has one (else `output_norm`).
-    pub head_norm: Option<WeightRef>,
-    /// Its head, when the file has one (else `output`).
-    pub head: Option<WeightRef>,
+    /// `nextn.eh_proj`, its norms and its optional embedding table and head.
+    pub glue: NextnWeights,
 }
 
 /// All weights.
@@ -158,12 +149,7 @@ fn nextn(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<NextN, PluginErro
     Ok(NextN {
         index: l.index(),
         layer,
-        eh_proj: l.weight("nextn.eh_proj", C::Other, &[2 * e, e])?,
-        enorm: l.norm("nextn.enorm", e)?,
-        hnorm: l.norm("nextn.hnorm", e)?,
-        embed_tokens: l.optional_tensor("nextn.embed_tokens.weight", C::Embedding, &[e, v])?,
-        head_norm: l.optional_tensor("nextn.shared_head_norm.weight", C::Norm, &[e])?,
-        head: l.optional_tensor("nextn.shared_head_head.weight", C::Output, &[e, v])?,
+        glue: NextnWeights::declare(l, e, v)?,
     })
 }
 

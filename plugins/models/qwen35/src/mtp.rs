@@ -14,8 +14,8 @@
 //! reads from an earlier pass) with each row's token.
 
 use bloomery_plugin_api::graph::{BatchInput, BatchShape, Graph, GraphBuilder};
-use bloomery_plugin_api::op::Op;
-use bloomery_plugin_api::{DType, PluginError};
+use bloomery_plugin_api::nextn::NextnFallbacks;
+use bloomery_plugin_api::PluginError;
 
 use crate::graph::{attention, ffn, Model};
 use crate::state::LayerState;
@@ -44,22 +44,12 @@ pub fn build(m: &Model<'_>, shape: BatchShape) -> Result<Graph, PluginError> {
     let ne = [u64::from(m.hp.lm.n_embd), u64::from(shape.n_rows), 1, 1];
     let h = g.input(BatchInput::Hidden, ne)?;
     g.set_layer(il as i32);
-    let table = g.w(b.embed_tokens.as_ref().unwrap_or(&globals.tok_embd))?;
-    let e = g.get_rows("mtp_tok_embd", table, inp.tokens)?;
-    let en = g.w(&b.enorm)?;
-    let e = g.rms_norm("mtp_enorm", e, Some(en), eps)?;
-    let hn = g.w(&b.hnorm)?;
-    let h = g.rms_norm("mtp_hnorm", h, Some(hn), eps)?;
-    let [width, rows, _, _] = g.ne(h);
-    let eh = g.op(
-        "mtp_concat",
-        Op::Concat,
-        &[e, h],
-        DType::F32,
-        [2 * width, rows, 1, 1],
-    )?;
-    let proj = g.w(&b.eh_proj)?;
-    let x = g.matmul("mtp_eh_proj", proj, eh)?;
+    let model = NextnFallbacks {
+        tok_embd: &globals.tok_embd,
+        output_norm: &globals.output_norm,
+        output: &globals.output,
+    };
+    let x = b.glue.joined_input(&mut g, &model, inp.tokens, h, eps)?;
     let an = g.w(&b.layer.attn_norm)?;
     let cur = g.rms_norm("mtp_attn_norm", x, Some(an), eps)?;
     let cur = attention(m, &mut g, a, (k, v), cur, &inp)?;
@@ -70,10 +60,7 @@ pub fn build(m: &Model<'_>, shape: BatchShape) -> Result<Graph, PluginError> {
     let out = g.add("mtp_post_ffn", cur, res)?;
     g.set_layer(-1);
     let out = g.select_outputs(out, &inp)?;
-    let hw = g.w(b.head_norm.as_ref().unwrap_or(&globals.output_norm))?;
-    let out = g.rms_norm("mtp_shared_head_norm", out, Some(hw), eps)?;
-    let head = g.w(b.head.as_ref().unwrap_or(&globals.output))?;
-    let logits = g.matmul("result_output", head, out)?;
+    let logits = b.glue.logits(&mut g, &model, out, eps)?;
     g.output("logits", logits);
     Ok(g.finish())
 }

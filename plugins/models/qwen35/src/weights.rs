@@ -2,6 +2,7 @@
 
 use bloomery_plugin_api::decision::{self, weights::HeadWeights};
 use bloomery_plugin_api::model::WeightClass as C;
+use bloomery_plugin_api::nextn::NextnWeights;
 use bloomery_plugin_api::weights::{
     AttentionWeights, ExpertWeights, GluFfnWeights, LayerWeights, ModelWeights, WeightRef,
     WeightTable,
@@ -78,18 +79,8 @@ pub struct Mtp {
     pub index: u32,
     /// Its attention layer and FFN.
     pub layer: Layer,
-    /// Projection of `[enorm(e); hnorm(h)]`, `[2·n_embd, n_embd]`.
-    pub eh_proj: WeightRef,
-    /// RMS norm of the token embedding.
-    pub enorm: WeightRef,
-    /// RMS norm of the trunk's hidden state.
-    pub hnorm: WeightRef,
-    /// Its own embedding table, when the file has one (else the model's).
-    pub embed_tokens: Option<WeightRef>,
-    /// Its head's RMS norm, when the file has one (else `output_norm`).
-    pub head_norm: Option<WeightRef>,
-    /// Its head, when the file has one (else `output`).
-    pub head: Option<WeightRef>,
+    /// `nextn.eh_proj`, its norms and its optional embedding table and head.
+    pub glue: NextnWeights,
 }
 
 /// All weights: the backbone's, the MTP block's when the file has one and, in a `clef` file,
@@ -141,12 +132,7 @@ fn mtp(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<Mtp, PluginError> {
     Ok(Mtp {
         index: l.index(),
         layer,
-        eh_proj: l.weight("nextn.eh_proj", C::Other, &[2 * e, e])?,
-        enorm: l.norm("nextn.enorm", e)?,
-        hnorm: l.norm("nextn.hnorm", e)?,
-        embed_tokens: l.optional_tensor("nextn.embed_tokens.weight", C::Embedding, &[e, v])?,
-        head_norm: l.optional_tensor("nextn.shared_head_norm.weight", C::Norm, &[e])?,
-        head: l.optional_tensor("nextn.shared_head_head.weight", C::Output, &[e, v])?,
+        glue: NextnWeights::declare(l, e, v)?,
     })
 }
 
