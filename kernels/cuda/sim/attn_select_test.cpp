@@ -1,15 +1,20 @@
-// Checks attention's selection form (cu/attn_select.cuh, bl_attention_sel_<f32|f16>) on the CPU
+// Checks attention's selection form (cu/attn_select.cuh: the list kernel bl_attn_sel_list, the
+// shared-read kernels bl_attention_sel_<f32|f16> and the merge bl_attn_sel_merge) on the CPU
 // (sim.h) against an f64 reference written here from the definition (AttentionParams in
 // plugin-api/src/op.rs): for each row and head, the scores scale * q.k over the positions the row
 // sees (each decided on its own: listed and not after the row, or inside its window; without a
 // selection, its window or everything up to it), softcapped, a softmax that counts the head's
-// sink, and the weighted sum of the values (the key head's first dv values with v_from_k). Cases:
-// GLM-5.3's latent rows (dk = dv = 512, one KV head, values from the keys) dense and sparse,
-// lists with unused entries, repeats and later positions, with and without a window, a list of
-// 2,100 entries (top 2,048 and a tail), a wide head over a ring cache, separate V caches with
-// GQA, sinks and softcap, and bad rows (error codes, output left unwritten). The output's Q8_1
-// copy is checked to dequantize to the output (within 0.6 of a step). Prints one line per case;
-// exits 1 on a failure.
+// sink, and the weighted sum of the values (the key head's first dv values with v_from_k). Every
+// case runs in one run per row (S = 1, the output written by the attention blocks) and in split
+// runs of uneven length merged (S = 3, 5 or 7; and 64, the most, which leaves runs empty, where
+// the emulation's time allows).
+// Cases: GLM-5.3's latent rows (dk = dv = 512, one KV head, values from the keys, 64 heads: four
+// chunks of 16) dense and sparse at several depths, lists with unused, repeated and later
+// entries, with and without a window, a list of 2,100 entries (top 2,048 and a tail), a wide head
+// over a ring cache, separate V caches with GQA (a group of 24: chunks of 16 and 8), dims that
+// are no multiple of 8, sinks and softcap, and bad rows (error codes, output left unwritten). The
+// output's Q8_1 copy is checked to dequantize to the output (within 0.6 of a step). Prints one
+// line per case; exits 1 on a failure.
 #include "sim.h"
 
 #include <cstdint>
@@ -40,6 +45,7 @@ struct Case {
     int n_sel;                // 0: no selection
     std::vector<int> sel;     // [n_sel, rows]; empty with n_sel > 0: drawn at random
     std::vector<int> bad;     // per row: 0, or the error the kernel must report
+    std::vector<int> runs = {1, 3, 7, 64};  // the runs S each row is cut into, one launch each
 };
 
 // Row r sees position t.
@@ -62,7 +68,7 @@ static double at(const std::vector<T>& v, size_t i) {
 }
 
 template <typename T>
-static bool run(Case c) {
+static bool run(Case c, int S) {
     const int rows = (int)c.pos.size(), nh = c.n_head, dk = c.dk, dv = c.dv;
     const float scale = 1.0f / 16.0f;
     if (c.n_sel > 0 && c.sel.empty())
@@ -84,18 +90,37 @@ static bool run(Case c) {
     std::vector<uint8_t> oq(dv % 32 == 0 ? out.size() / 32 * 36 : 0, 0xAB);
     int err = 0;
     const T* vp = c.v_from_k ? kc.data() : vc.data();
-    launch(Dim3{(unsigned)(rows * nh), 1, 1}, SEL_THREADS, [&] {
+    // Scratch: each row's list and count, and the split runs' partials (o, then maximum and sum).
+    std::vector<int> list((size_t)rows * std::max(c.n_sel, 1), -7), count(rows, -7);
+    std::vector<float> part((size_t)S * rows * nh * (dv + 2), NAN);
+    const int* sp = c.n_sel ? c.sel.data() : nullptr;
+    const int* lp = c.n_sel ? list.data() : nullptr;
+    const int* cp = c.n_sel ? count.data() : nullptr;
+    const float* sk = c.sinks ? sinks.data() : nullptr;
+    uint8_t* oqp = oq.empty() ? nullptr : oq.data();
+    for (auto& v : g_dynamic_smem) v = NAN;
+    if (c.n_sel) {
+        launch(Dim3{(unsigned)rows, 1, 1}, SEL_THREADS, [&] {
+            bl_attn_sel_list(c.slots.data(), c.pos.data(), sp, c.n_sel, c.len, c.n_slots, c.window, list.data(),
+                             count.data(), &err);
+        });
+    }
+    const int g = nh / c.n_kv, chunks = c.n_kv * ((g + SEL_HEADS - 1) / SEL_HEADS);
+    launch(Dim3{(unsigned)S, (unsigned)chunks, (unsigned)rows}, SEL_THREADS, [&] {
         if constexpr (sizeof(T) == 2)
-            bl_attention_sel_f16(q.data(), kc.data(), vp, c.slots.data(), c.pos.data(),
-                                 c.n_sel ? c.sel.data() : nullptr, c.n_sel, out.data(),
-                                 oq.empty() ? nullptr : oq.data(), nh, c.n_kv, dk, dv, c.len, c.n_slots, scale,
-                                 c.softcap, c.window, c.sinks ? sinks.data() : nullptr, c.v_from_k, &err);
+            bl_attention_sel_f16(q.data(), kc.data(), vp, c.slots.data(), c.pos.data(), lp, cp, c.n_sel, out.data(),
+                                 oqp, part.data(), nh, c.n_kv, dk, dv, c.len, c.n_slots, scale, c.softcap, c.window,
+                                 sk, c.v_from_k, &err);
         else
-            bl_attention_sel_f32(q.data(), kc.data(), vp, c.slots.data(), c.pos.data(),
-                                 c.n_sel ? c.sel.data() : nullptr, c.n_sel, out.data(),
-                                 oq.empty() ? nullptr : oq.data(), nh, c.n_kv, dk, dv, c.len, c.n_slots, scale,
-                                 c.softcap, c.window, c.sinks ? sinks.data() : nullptr, c.v_from_k, &err);
+            bl_attention_sel_f32(q.data(), kc.data(), vp, c.slots.data(), c.pos.data(), lp, cp, c.n_sel, out.data(),
+                                 oqp, part.data(), nh, c.n_kv, dk, dv, c.len, c.n_slots, scale, c.softcap, c.window,
+                                 sk, c.v_from_k, &err);
     });
+    if (S > 1)
+        launch(Dim3{(unsigned)(rows * nh), 1, 1}, SEL_THREADS, [&] {
+            bl_attn_sel_merge(part.data(), S, c.slots.data(), c.pos.data(), cp, nh, dv, c.len, c.n_slots, c.window,
+                              sk, out.data(), oqp);
+        });
     int want_err = 0;
     for (int b : c.bad) want_err = want_err ? want_err : b;
     bool ok = err == want_err;
@@ -156,8 +181,8 @@ static bool run(Case c) {
             }
     }
     const bool good = ok && worst <= 1e-5 && qworst <= 0.6;
-    std::printf("%s %s, %s caches: rel error %.2e, Q8_1 copy within %.2f steps\n", good ? "ok  " : "FAIL", c.name,
-                sizeof(T) == 2 ? "f16" : "f32", worst, qworst);
+    std::printf("%s %s, %s caches, %d runs: rel error %.2e, Q8_1 copy within %.2f steps\n", good ? "ok  " : "FAIL",
+                c.name, sizeof(T) == 2 ? "f16" : "f32", S, worst, qworst);
     return good;
 }
 
@@ -174,6 +199,21 @@ int main() {
         // The k-pool indexer's longest list (top 2,048 and a tail of up to 52) over 8,192 positions.
         {"latent d 512, sparse 2100 over 8192", false, 1, 1, 512, 512, 8192, 1, 0, true, false, 0.0f, {0}, {8191},
          2100, {}, {0}},
+        // All 64 heads of a latent row (four chunks of 16 sharing each row read): decode at depth 513
+        // (dense, as the indexer lists it below its threshold) and sparse decode at 8,192; prompt
+        // rows of two slots, dense and sparse.
+        {"latent d 512, 64/1 heads, dense decode at 512", false, 64, 1, 512, 512, 600, 1, 0, true, false, 0.0f, {0},
+         {512}, 0, {}, {0}, {1, 7}},
+        {"latent d 512, 64/1 heads, sparse 300 at 8191", false, 64, 1, 512, 512, 8192, 1, 0, true, false, 0.0f, {0},
+         {8191}, 300, {}, {0}, {1, 7}},
+        {"latent d 512, 64/1 heads, sparse 48, 6 prompt rows", false, 64, 1, 512, 512, 200, 2, 0, true, false, 0.0f,
+         {1, 1, 1, 0, 0, 0}, {150, 151, 152, 60, 61, 62}, 48, {}, {0, 0, 0, 0, 0, 0}, {1, 5}},
+        // A group of 24 heads (chunks of 16 and 8) over separate V, dims no multiple of 8, sinks,
+        // softcap, a window beside the list.
+        {"dk 100 dv 36, separate V, gqa 48/2, sinks, softcap, sparse 20 + window 5", false, 48, 2, 100, 36, 90, 2, 5,
+         false, true, 0.5f, {1, 0, 1}, {89, 7, 40}, 20, {}, {0, 0, 0}},
+        {"dk 100 dv 36, separate V, gqa 48/2, dense", false, 48, 2, 100, 36, 90, 2, 0, false, false, 0.0f, {1, 0},
+         {89, 7}, 0, {}, {0, 0}},
         // A listed row that lists nothing it may see: zeros (no sink).
         {"sparse, nothing visible", false, 2, 1, 64, 64, 16, 1, 0, true, false, 0.0f, {0}, {5}, 3, {-1, 9, -1}, {0}},
         // Values from keys wider than them, GQA, sinks and softcap, sparse and dense.
@@ -192,10 +232,11 @@ int main() {
         {"bad slot (error 2)", false, 2, 1, 64, 64, 16, 1, 0, true, false, 0.0f, {2}, {4}, 1, {0}, {2}},
     };
     bool ok = true;
-    for (const Case& c : cases) {
-        ok = run<float>(c) && ok;
-        ok = run<__half>(c) && ok;
-    }
+    for (const Case& c : cases)
+        for (const int S : c.runs) {
+            ok = run<float>(c, S) && ok;
+            ok = run<__half>(c, S) && ok;
+        }
     std::printf(ok ? "all selection attention cases passed\n" : "selection attention cases FAILED\n");
     return ok ? 0 : 1;
 }

@@ -5,8 +5,10 @@
 //! (`cu/router.cuh`: the fused logits + choice against the two kernels it replaces and an f64
 //! top-k; the gated shared-expert sum) and the decode attention (`cu/attn_split.cuh`: one run and merged runs,
 //! windows, sinks, softcap, bad rows, against an f64 attention) and attention's selection form
-//! (`cu/attn_select.cuh`: latent rows of 512 with values from the keys, sparse lists with unused,
-//! repeated and later entries, windows, wide heads, bad rows, against an f64 attention) and the
+//! (`cu/attn_select.cuh`: the rows' sorted lists, blocks of heads sharing each cache row, one run
+//! a row and merged runs; latent rows of 512 with values from the keys, all 64 of GLM-5.3's heads,
+//! sparse lists with unused, repeated and later entries, windows, wide heads, bad rows, against
+//! an f64 attention) and the
 //! products over per-head weight stacks (`cu/matmul_heads.cuh`: f32 and Q8_0 stacks against f64)
 //! and the routed experts' decode kernels with a shared expert slot (`cu/moe.cuh`: against the separate kernels they replace) and
 //! the tiled f32 product of batches (`cu/gemm_f32.cuh`: against the in-order f32 sum bit for bit)

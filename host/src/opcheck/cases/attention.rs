@@ -347,5 +347,35 @@ fn latent_and_sparse(t: DType) -> Vec<Case> {
             random(3, [100, 2]),
             0,
         ),
+        // GLM-5.3's decode and prompt shapes: all 64 heads (four blocks of 16 sharing each
+        // latent row), a decode row over the indexer's longest list in merged runs, and prompt
+        // rows in one run each.
+        call(
+            "latent d 512, 64/1 heads, sparse 2051 of 8192, decode at 8191",
+            latent(64, true, 0),
+            [8192, 1],
+            last(1, 8192),
+            2051,
+        ),
+        call(
+            "latent d 512, 64/1 heads, sparse 300, 96 prompt rows at 904..1000",
+            latent(64, true, 0),
+            [1000, 1],
+            last(96, 1000),
+            300,
+        ),
+        // A group of 24 heads (blocks of 16 and 8) over separate V, dims no multiple of 8.
+        call(
+            "sparse 20 + window 6, gqa 48/2, dk 100 dv 36, sinks, softcap",
+            AttentionParams {
+                selected: true,
+                sinks: true,
+                dv: 36,
+                ..attn_params(48, 2, 100, 6, 0.5)
+            },
+            [90, 2],
+            random(3, [90, 2]),
+            20,
+        ),
     ]
 }

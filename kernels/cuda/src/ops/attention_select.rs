@@ -1,8 +1,12 @@
 //! Launches of attention's selection form (`cu/attn_select.cuh`): the calls the other forms do not
 //! take, over f32 or f16 caches: heads wider than 256 (up to 512, GLM-5.3's latent rows), values
-//! taken from the keys (`v_from_k`, latent attention) and sparse selection (`selected`). One block
-//! per (row, head) holds the row's scores (and, with a selection, its sorted list) in shared
-//! memory. Quantized caches are refused by name for these calls.
+//! taken from the keys (`v_from_k`, latent attention) and sparse selection (`selected`). With a
+//! selection a block per row first sorts and dedups the row's list into the scratch. The
+//! attention blocks take up to 16 heads of one KV head, which share every key row they load, over
+//! one of S runs of the row's positions; with S > 1 a merge launch combines the runs. S grows
+//! with the positions a row may see until the launch has about SPLIT_BLOCKS blocks (decode), and
+//! is 1 for batches that fill the card with rows. Quantized caches are refused by name for these
+//! calls.
 
 use bloomery_plugin_api::op::AttentionParams;
 use bloomery_plugin_api::tensor::OpCall;
@@ -11,38 +15,59 @@ use cudarc::driver::LaunchConfig;
 
 use super::{driver_err, f32_only, Addr, Launcher, Src};
 
-/// Threads per block (`SEL_THREADS`).
-const SEL_THREADS: u32 = 128;
-/// The widest key head (`SEL_MAX_D`).
+/// Threads per block of the three kernels (`SEL_THREADS`).
+const SEL_THREADS: u32 = 256;
+/// The widest key or value head (`SEL_MAX_D`).
 pub(super) const SEL_MAX_D: u32 = 512;
+/// Heads per attention block (`SEL_HEADS`) and positions per tile (`SEL_TILE`).
+const SEL_HEADS: u64 = 16;
+const SEL_TILE: u64 = 32;
+/// Blocks a split launch aims at (about two per SM of a large card).
+const SPLIT_BLOCKS: u64 = 256;
+/// Most runs of a row (`FA_MAX_SPLITS`: the merge's weights).
+const MAX_SPLITS: u64 = 64;
+/// Fewest tiles a run takes when the row has that many positions.
+const MIN_RUN_TILES: u64 = 2;
 
 /// Whether a call takes the selection form rather than the others.
 pub(super) fn takes_select_form(p: &AttentionParams) -> bool {
     p.v_from_k || p.selected || p.dk > 256
 }
 
-/// Dynamic shared memory of a block: a score per window position (the whole visible span
-/// without a selection, at most `len`) and, with a list of `n_sel`, the list padded to a power
-/// of two and a score per entry.
-fn select_smem(len: u64, window: u32, n_sel: Option<u64>) -> u64 {
-    match n_sel {
-        None => {
-            4 * if window > 0 {
-                len.min(u64::from(window))
-            } else {
-                len
-            }
-        }
-        Some(n) => {
-            let npad = n.max(1).next_power_of_two();
-            4 * (2 * npad
-                + if window > 0 {
-                    len.min(u64::from(window))
-                } else {
-                    0
-                })
-        }
-    }
+/// A head width as the tiles pad it (`sel_pad`).
+fn pad(d: u32) -> u64 {
+    u64::from(d).div_ceil(8) * 8
+}
+
+/// Dynamic shared memory of an attention block: q rows of its heads, the key tile, a value tile
+/// when the values are not the keys, the scores of the tile, its positions and three floats a
+/// head (`attend_select`'s layout).
+fn attend_smem(dk: u32, dv: u32, v_from_k: bool) -> u64 {
+    let values = if v_from_k { 0 } else { SEL_TILE * pad(dv) };
+    4 * (SEL_HEADS * (pad(dk) + 4)
+        + SEL_TILE * pad(dk)
+        + values
+        + SEL_HEADS * SEL_TILE
+        + SEL_TILE
+        + 3 * SEL_HEADS)
+}
+
+/// Dynamic shared memory of a list block: the list padded to a power of two.
+fn list_smem(n_sel: u64) -> u64 {
+    4 * n_sel.max(1).next_power_of_two()
+}
+
+/// Attention blocks per row: chunks of up to SEL_HEADS heads of each KV head's group.
+fn head_chunks(n_head: u32, n_kv: u32) -> u64 {
+    u64::from(n_kv) * u64::from(n_head / n_kv).div_ceil(SEL_HEADS)
+}
+
+/// Runs each row's positions are cut into: enough for about SPLIT_BLOCKS blocks, but at least
+/// MIN_RUN_TILES tiles a run of the most positions a row may see (`most`), 1 to MAX_SPLITS.
+fn runs(rows: u64, chunks: u64, most: u64) -> u64 {
+    let want = SPLIT_BLOCKS.div_ceil((rows * chunks).max(1));
+    want.min(most.div_ceil(MIN_RUN_TILES * SEL_TILE))
+        .clamp(1, MAX_SPLITS)
 }
 
 /// The kernel for caches of type `t`, or the refusal that names the call.
@@ -70,6 +95,11 @@ fn kernel_for(t: DType, p: &AttentionParams) -> Result<&'static str, PluginError
     }
 }
 
+/// 256-byte multiples, as the scratch's parts are laid out.
+fn aligned(bytes: u64) -> u64 {
+    bytes.div_ceil(256) * 256
+}
+
 impl Launcher {
     /// Attention through the selection form (sources q, K cache, V cache, slots, positions,
     /// sinks when the op has them, the selection when it has one).
@@ -86,9 +116,9 @@ impl Launcher {
         let name = kernel_for(kc.dtype, &p)?;
         let rows = slots.elements();
         let (nh, nkv, dk, dv) = (p.n_head, p.n_head_kv, p.dk, p.dv);
-        if dk > SEL_MAX_D {
+        if dk > SEL_MAX_D || dv > SEL_MAX_D {
             return Err(PluginError::unsupported(
-                format!("attention heads of {dk} on the CUDA bundles (at most {SEL_MAX_D})"),
+                format!("attention heads of {dk}/{dv} on the CUDA bundles (at most {SEL_MAX_D})"),
                 &[],
             ));
         }
@@ -112,6 +142,12 @@ impl Launcher {
         {
             return Err(PluginError::invalid("Attention shapes"));
         }
+        if rows > 65_535 {
+            return Err(PluginError::unsupported(
+                format!("attention's selection form over {rows} rows in one call (at most 65,535)"),
+                &["smaller batches"],
+            ));
+        }
         let sinks = if p.sinks {
             let s = src(5)?;
             f32_only(s, "sinks")?;
@@ -131,20 +167,49 @@ impl Launcher {
         } else {
             (0u64, None)
         };
-        let smem = select_smem(kc.ne[1], p.window, n_sel);
-        if smem > u64::from(self.smem_optin) {
+        let len = kc.ne[1];
+        let smem = attend_smem(dk, dv, p.v_from_k);
+        let lsmem = n_sel.map_or(0, list_smem);
+        if smem.max(lsmem) > u64::from(self.smem_optin) {
             return Err(PluginError::unsupported(
                 format!(
-                    "attention over {} cached positions with a window of {} and a selection of \
-                     {} on this card ({smem} bytes of shared memory a block; it holds {})",
-                    kc.ne[1],
-                    p.window,
+                    "attention's selection form with heads of {dk}/{dv} and a selection of {} on \
+                     this card ({} bytes of shared memory a block; it holds {})",
                     n_sel.unwrap_or(0),
+                    smem.max(lsmem),
                     self.smem_optin
                 ),
-                &["a smaller context per slot", "a shorter selection"],
+                &["f16 caches, narrower heads or a shorter selection"],
             ));
         }
+        let window = u64::from(p.window);
+        let span = if window > 0 { window.min(len) } else { len };
+        let most = n_sel.map_or(span, |n| n + if window > 0 { span } else { 0 });
+        let chunks = head_chunks(nh, nkv);
+        let split = runs(rows, chunks, most);
+        // The scratch: the output's Q8_1 copy first (copy_slot takes its start), then the runs'
+        // partials (o, then maximum and sum, per run and output row), then the rows' lists and
+        // counts.
+        let copy_bytes = aligned(c.dst.elements() / 32 * 36);
+        let part_bytes = if split > 1 {
+            aligned(split * rows * u64::from(nh) * (u64::from(dv) + 2) * 4)
+        } else {
+            0
+        };
+        let list_bytes = n_sel.map_or(0, |n| aligned(rows * n * 4) + aligned(rows * 4));
+        let (part, list, count) = if part_bytes + list_bytes > 0 {
+            let base = self.scratch(copy_bytes + part_bytes + list_bytes)?;
+            let part = if split > 1 { base + copy_bytes } else { 0 };
+            match n_sel {
+                Some(n) => {
+                    let list = base + copy_bytes + part_bytes;
+                    (part, list, list + aligned(rows * n * 4))
+                }
+                None => (part, 0, 0),
+            }
+        } else {
+            (0, 0, 0)
+        };
         let po = addr(&c.dst, "dst")?;
         let wanted =
             self.product_next.load(std::sync::atomic::Ordering::Relaxed) && dv.is_multiple_of(32);
@@ -152,10 +217,37 @@ impl Launcher {
         let oq = copy.map_or(0u64, |c| c.q);
         let (pq, pk, pv) = (addr(q, "q")?, addr(kc, "k cache")?, addr(vc, "v cache")?);
         let (ps, pp) = (addr(slots, "slots")?, addr(pos, "positions")?);
-        let n_sel = n_sel.unwrap_or(0) as i32;
+        let n_seli = n_sel.unwrap_or(0) as i32;
         let (nhi, nkvi, dki, dvi) = (nh as i32, nkv as i32, dk as i32, dv as i32);
-        let (len, ns) = (kc.ne[1] as i32, kc.ne[2] as i32);
-        let (window, v_from_k, err) = (p.window as i32, i32::from(p.v_from_k), self.error_word);
+        let (leni, ns) = (len as i32, kc.ne[2] as i32);
+        let (wi, v_from_k, err) = (p.window as i32, i32::from(p.v_from_k), self.error_word);
+        if rows == 0 {
+            return Ok(());
+        }
+        if n_sel.is_some() {
+            let f = self.func_smem("bl_attn_sel_list", lsmem as u32)?;
+            let mut l = self.args(&f);
+            l.arg(&ps)
+                .arg(&pp)
+                .arg(&sel)
+                .arg(&n_seli)
+                .arg(&leni)
+                .arg(&ns)
+                .arg(&wi)
+                .arg(&list)
+                .arg(&count)
+                .arg(&err);
+            let cfg = LaunchConfig {
+                grid_dim: (rows as u32, 1, 1),
+                block_dim: (SEL_THREADS, 1, 1),
+                shared_mem_bytes: lsmem as u32,
+            };
+            // SAFETY: the arguments follow bl_attn_sel_list's parameters; the selection holds
+            // n_sel entries a row (checked above), the list and count areas of the scratch as
+            // many and one a row; slots and positions are checked on the card; the block's
+            // shared memory is the padded list, which the card allows.
+            unsafe { l.launch(cfg) }.map_err(driver_err("bl_attn_sel_list"))?;
+        }
         let f = self.func_smem(name, smem as u32)?;
         let mut l = self.args(&f);
         l.arg(&pq)
@@ -163,33 +255,61 @@ impl Launcher {
             .arg(&pv)
             .arg(&ps)
             .arg(&pp)
-            .arg(&sel)
-            .arg(&n_sel)
+            .arg(&list)
+            .arg(&count)
+            .arg(&n_seli)
             .arg(&po)
             .arg(&oq)
+            .arg(&part)
             .arg(&nhi)
             .arg(&nkvi)
             .arg(&dki)
             .arg(&dvi)
-            .arg(&len)
+            .arg(&leni)
             .arg(&ns)
             .arg(&p.scale)
             .arg(&p.softcap)
-            .arg(&window)
+            .arg(&wi)
             .arg(&sinks)
             .arg(&v_from_k)
             .arg(&err);
-        if rows > 0 {
+        let cfg = LaunchConfig {
+            grid_dim: (split as u32, chunks as u32, rows as u32),
+            block_dim: (SEL_THREADS, 1, 1),
+            shared_mem_bytes: smem as u32,
+        };
+        // SAFETY: the arguments follow bl_attention_sel_<type>'s parameters; q, dst and the
+        // caches hold the shapes checked above, the lists and counts were written by the launch
+        // before, the partials of `split` runs fit the scratch sized above; slots and positions
+        // are checked on the card; the block's shared memory is `smem`, the kernel's layout,
+        // which the card allows.
+        unsafe { l.launch(cfg) }.map_err(driver_err(name))?;
+        if split > 1 {
+            let f = self.func("bl_attn_sel_merge")?;
+            let mut l = self.args(&f);
+            let spliti = split as i32;
+            l.arg(&part)
+                .arg(&spliti)
+                .arg(&ps)
+                .arg(&pp)
+                .arg(&count)
+                .arg(&nhi)
+                .arg(&dvi)
+                .arg(&leni)
+                .arg(&ns)
+                .arg(&wi)
+                .arg(&sinks)
+                .arg(&po)
+                .arg(&oq);
             let cfg = LaunchConfig {
                 grid_dim: ((rows * u64::from(nh)) as u32, 1, 1),
                 block_dim: (SEL_THREADS, 1, 1),
-                shared_mem_bytes: smem as u32,
+                shared_mem_bytes: 0,
             };
-            // SAFETY: the arguments follow bl_attention_sel_<type>'s parameters; q, dst, the
-            // caches and the selection hold the shapes checked above; slots, positions and the
-            // listed positions are checked on the card; the block's shared memory is `smem`,
-            // which the kernel's layout needs and the card allows.
-            unsafe { l.launch(cfg) }.map_err(driver_err(name))?;
+            // SAFETY: the arguments follow bl_attn_sel_merge's parameters; the partials of
+            // `split` runs of every output row were written by the launch before into the
+            // scratch sized above; dst holds rows x n_head x dv floats.
+            unsafe { l.launch(cfg) }.map_err(driver_err("bl_attn_sel_merge"))?;
         }
         if let Some(copy) = copy {
             self.keep_quantized(copy)?;
@@ -203,12 +323,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shared_memory_holds_the_scores_and_the_sorted_list() {
-        assert_eq!(select_smem(8192, 0, None), 4 * 8192);
-        assert_eq!(select_smem(8192, 128, None), 4 * 128);
-        // top 2,048 and a tail: a list of 4,096 after padding, and as many scores
-        assert_eq!(select_smem(8192, 0, Some(2100)), 4 * 2 * 4096);
-        assert_eq!(select_smem(100, 300, Some(3)), 4 * (2 * 4 + 100));
+    fn shared_memory_follows_the_kernels_layout() {
+        // GLM-5.3's latent rows: q of 16 heads (520 a row), a key tile of 32 x 512, the scores,
+        // the tile's positions and three floats a head.
+        assert_eq!(
+            attend_smem(512, 512, true),
+            4 * (16 * 516 + 32 * 512 + 16 * 32 + 32 + 48)
+        );
+        // A separate value tile, widths padded to 8.
+        assert_eq!(
+            attend_smem(100, 36, false),
+            4 * (16 * 108 + 32 * 104 + 32 * 40 + 16 * 32 + 32 + 48)
+        );
+        // top 2,048 and a tail: a list of 4,096 after padding
+        assert_eq!(list_smem(2100), 4 * 4096);
+    }
+
+    #[test]
+    fn decode_splits_into_runs_and_batches_do_not() {
+        // One decode row of 64 heads (4 chunks) over a list of 2,051: 33 runs of about 2 tiles.
+        assert_eq!(head_chunks(64, 1), 4);
+        assert_eq!(runs(1, 4, 2051), 33);
+        // A long dense row: as many runs as make 256 blocks.
+        assert_eq!(runs(1, 4, 100_000), 64);
+        assert_eq!(runs(2, 4, 100_000), 32);
+        // A prompt's rows fill the card: one run a row.
+        assert_eq!(runs(512, 4, 2051), 1);
+        // A group of 24: chunks of 16 and 8.
+        assert_eq!(head_chunks(48, 2), 4);
     }
 
     #[test]
