@@ -384,14 +384,20 @@ pub enum Op {
     /// [n_embd, n_ff, n_expert], up, down [n_ff, n_embd, n_expert], map?]` (or `gate_up` in place of
     /// gate and up when fused) → `[n_embd, rows]`, the weighted sum of the chosen experts.
     MoeExperts(MoeParams),
-    /// Causal depthwise conv over time with a per-sequence state: srcs `[x [ch, rows], w [taps,
-    /// ch], state [ch·(taps-1), 1, n_slots], slots, positions]` → `[ch, rows]`, `y[t, c] =
-    /// Σ_j w[j, c]·x[t - (taps-1) + j, c]` (the last tap weighs the current row). The state holds
-    /// the last taps-1 inputs of each sequence, oldest first (element `(j, c)` at `j·ch + c`); a
-    /// row at position 0 starts its sequence from zeros; the state is updated in place.
+    /// Causal depthwise conv over time with a per-sequence state, optionally dilated: srcs `[x
+    /// [ch, rows], w [taps, ch], state [ch·(taps−1)·dilation, 1, n_slots], slots, positions]` →
+    /// `[ch, rows]`, `y[t, c] = Σ_j w[j, c]·x[t − (taps−1−j)·dilation, c]` (the last tap weighs
+    /// the current row; inputs before the sequence start are zero). The state holds the last
+    /// `(taps−1)·dilation` inputs of each sequence, oldest first (element `(i, c)` at `i·ch + c`);
+    /// a row at position 0 starts its sequence from zeros; the state is updated in place.
+    /// Dilation 1 is the short convolution of the delta-rule layers; Qwen3.8-Flash-Next's n-gram
+    /// table layer convolves with 4 taps at dilation `ngram_size` 3 (transformers 5.24
+    /// `Qwen4ExpTextPLELayer.conv1d`, llama.cpp b11434 `qwen4exp.cpp` `build_ple`).
     ConvCausal {
-        /// Kernel taps.
+        /// Kernel taps (at least 1).
         taps: u32,
+        /// Rows between taps (at least 1).
+        dilation: u32,
     },
     /// Delta-rule recurrence: srcs `[q [dk, hk, rows], k, v [dv, hv, rows], gate (log decay; [hv,
     /// rows] or [dk, hv, rows] per_dim), beta [hv, rows], state [dk·dv·hv, 1, n_slots], slots,
@@ -413,12 +419,18 @@ pub enum Op {
         /// ε.
         eps: f32,
     },
-    /// Weighted sum of residual streams: srcs `[streams [n, s, rows], w [s, rows]]` → `[n, rows]`,
-    /// `out[:, r] = Σ_j w[j, r]·streams[:, j, r]`.
+    /// Weighted sum of residual streams: srcs `[streams [n, s, rows], w]` → `[n, rows]`. With `w`
+    /// `[s, rows]` (one weight per stream and row) `out[:, r] = Σ_j w[j, r]·streams[:, j, r]`;
+    /// with `w` `[n, s, rows]` (one weight per element, the gated mean of Qwen3.8-Flash-Next's
+    /// mixers, whose graph passes `σ(g)/s`) `out[i, r] = Σ_j w[i, j, r]·streams[i, j, r]`. The
+    /// products are added in order of `j`. (For `n` = 1 the two forms are the same.)
     StreamMix,
     /// Residual stream update: srcs `[streams [n, s, rows], comb [s, s, rows], post [s, rows],
     /// y [n, rows]]` → `[n, s, rows]`, `out[:, i, r] = post[i, r]·y[:, r] + Σ_j comb[i, j, r]·
-    /// streams[:, j, r]` with `comb[i, j, r]` at `i + s·j + s²·r` (as [`Op::Sinkhorn`] lays it).
+    /// streams[:, j, r]` with `comb[i, j, r]` at `i + s·j + s²·r` (as [`Op::Sinkhorn`] lays it),
+    /// the products added in order of `j` after the block output's. With three sources
+    /// `[streams, post, y]` the comb is the identity (Qwen3.8-Flash-Next's gated hyper-connections,
+    /// llama.cpp b11434 `build_hc_combine`): `out[:, i, r] = streams[:, i, r] + post[i, r]·y[:, r]`.
     StreamUpdate,
     /// Hashed n-gram row ids: srcs `[history i32 [orders+1, rows], multipliers i64, moduli i64,
     /// offsets i64]` → i32 `[orders·heads, rows]` (rows into an n-gram table, for [`Op::GetRows`]).
@@ -453,6 +465,19 @@ pub enum Op {
     /// `p < kpool·n_top + kpool − 1` sees every position `0..=p` (dense). Positions must be below
     /// `len` (pools are never wrapped).
     KPoolSelect(KPoolParams),
+    /// A sigmoid gate from each group's dot product (Qwen3.8-Flash-Next's n-gram table layer):
+    /// srcs `[a [n, s, rows], b [n, s, rows]]` f32 → f32 `[s, rows]`. Per group `(j, r)`:
+    /// `d = scale·Σ_i a[i, j, r]·b[i, j, r]` (the f32 products summed in f64 and rounded to f32,
+    /// as ggml's `sum_rows`, then scaled in f32), and
+    /// `out[j, r] = σ(sign(d)·√max(|d|, floor))` with `sign(0)` = 0 (so `d` = 0 gives ½).
+    /// transformers 5.24 `Qwen4ExpTextPLELayer.forward` and llama.cpp b11434 `build_ple` use
+    /// `scale` = `1/√n` and `floor` = 1e-6.
+    GroupDotGate {
+        /// Multiplies the group's sum.
+        scale: f32,
+        /// Least magnitude under the square root.
+        floor: f32,
+    },
 }
 
 /// An op's name and identity without its parameters, for capability lists.
@@ -496,7 +521,7 @@ op_kinds! {
     RmsNorm = 10, LayerNorm = 11, L2Norm = 12, Softmax = 13, Rope = 14, CacheStore = 15,
     Attention = 16, AttentionDense = 17, TopK = 18, RouterTopK = 19, RouterWeights = 20,
     MoeExperts = 21, ConvCausal = 22, DeltaRule = 23, Sinkhorn = 24, StreamMix = 25,
-    StreamUpdate = 26, NgramHash = 27, SpanMean = 28, KPoolSelect = 29,
+    StreamUpdate = 26, NgramHash = 27, SpanMean = 28, KPoolSelect = 29, GroupDotGate = 30,
 }
 
 impl Op {

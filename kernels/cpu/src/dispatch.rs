@@ -63,6 +63,7 @@ pub fn capabilities() -> RVec<OpSupport> {
         OpKind::Sinkhorn,
         OpKind::StreamMix,
         OpKind::StreamUpdate,
+        OpKind::GroupDotGate,
     ];
     let mut list: Vec<OpSupport> = f32_only
         .iter()
@@ -184,7 +185,7 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
             }
             .map_err(op_err)
         }
-        Op::ConvCausal { taps } => conv_causal(b, c, taps),
+        Op::ConvCausal { taps, dilation } => conv_causal(b, c, taps, dilation),
         Op::DeltaRule(p) => delta_rule(b, c, p),
         Op::Scale { s } => {
             let out = copy_in(buf, c, "Scale")?;
@@ -296,6 +297,7 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
         Op::Sinkhorn { iters, eps } => hyper::sinkhorn(b, c, iters, eps),
         Op::StreamMix => hyper::stream_mix(b, c),
         Op::StreamUpdate => hyper::stream_update(b, c),
+        Op::GroupDotGate { scale, floor } => hyper::group_dot_gate(b, c, scale, floor),
         other => Err(PluginError::unsupported(
             format!("op {} on the CPU", other.kind()),
             &[],
@@ -597,7 +599,7 @@ fn kpool_select(
     .map_err(op_err)
 }
 
-fn conv_causal(b: &Backend<'_>, c: &OpCall, taps: u32) -> Result<(), PluginError> {
+fn conv_causal(b: &Backend<'_>, c: &OpCall, taps: u32, dilation: u32) -> Result<(), PluginError> {
     let buf = b.buffers;
     let (x, w) = (src(c, 0, "ConvCausal")?, src(c, 1, "ConvCausal")?);
     let st = src(c, 2, "ConvCausal")?;
@@ -610,6 +612,7 @@ fn conv_causal(b: &Backend<'_>, c: &OpCall, taps: u32) -> Result<(), PluginError
     let p = ops::conv::ConvParams {
         ch: usz(x.ne[0]),
         taps: taps as usize,
+        dilation: dilation as usize,
         n_slots: usz(st.rows()),
     };
     let slots = slots_u32(i32s(buf, src(c, 3, "ConvCausal")?, "slots")?)?;

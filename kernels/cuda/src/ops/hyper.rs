@@ -1,7 +1,8 @@
 //! The hyper-connection ops of GLM-5.3's residual streams (`cu/hyper.cuh`): Sinkhorn
 //! normalisation of each token's `[n, n]` mixing matrix (a block per matrix, a thread per
 //! element), the weighted sum of a token's streams and the streams' update (a thread per output
-//! element). f32, rounded as the CPU reference but for `expf`.
+//! element). f32, rounded as the CPU reference but for `expf`. Qwen3.8-Flash-Next's forms
+//! (per-element StreamMix weights, StreamUpdate's identity comb) are refused by name.
 
 use bloomery_plugin_api::op::{OpKind, OpSupport};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
@@ -64,7 +65,14 @@ pub(super) fn stream_mix_shape(
     dst: &TensorRef,
 ) -> Result<(u64, u64, u64), PluginError> {
     let (n, s, rows) = (x.ne[0], x.ne[1], x.ne[2] * x.ne[3]);
-    if w.ne[0] != s || w.rows() != rows || dst.ne[0] != n || dst.rows() != rows {
+    let per_stream = w.ne[0] == s && w.rows() == rows;
+    if !per_stream && w.ne == [n, s, rows, 1] {
+        return Err(PluginError::unsupported(
+            "StreamMix with per-element weights [n, s, rows] on the CUDA bundles",
+            &["one weight per stream and row"],
+        ));
+    }
+    if !per_stream || dst.ne[0] != n || dst.rows() != rows {
         return Err(bad("StreamMix", &[x, w], dst));
     }
     small_streams("StreamMix", n, s)?;
@@ -94,6 +102,17 @@ pub(super) fn stream_update_shape(
     }
     small_streams("StreamUpdate", n, s)?;
     Ok((n, s, rows))
+}
+
+/// Refuses StreamUpdate's identity-comb form (three sources), which no kernel here runs.
+pub(super) fn identity_comb_refused(n_srcs: usize) -> Result<(), PluginError> {
+    if n_srcs == 3 {
+        return Err(PluginError::unsupported(
+            "StreamUpdate with the identity comb (three sources) on the CUDA bundles",
+            &["a comb matrix source"],
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses stream widths and counts the kernels' `int`s cannot hold.
@@ -168,6 +187,7 @@ impl Launcher {
         src: Src<'_, 'c>,
         c: &'c OpCall,
     ) -> Result<(), PluginError> {
+        identity_comb_refused(c.srcs().len())?;
         let (x, comb, post, y) = (src(0)?, src(1)?, src(2)?, src(3)?);
         for t in [x, comb, post, y, &c.dst] {
             f32_only(t, "StreamUpdate")?;
@@ -239,5 +259,16 @@ mod tests {
         assert!(stream_update_shape(&x, &t([4, 4, 2, 1]), &post, &y, &x).is_err());
         assert!(stream_update_shape(&x, &comb, &post, &t([32, 3, 1, 1]), &x).is_err());
         assert!(stream_update_shape(&x, &comb, &post, &y, &y).is_err());
+    }
+
+    #[test]
+    fn qwen4exp_forms_are_refused_by_name() {
+        let t = |ne| tensor_at(1, 0, DType::F32, ne);
+        let x = t([64, 4, 3, 1]);
+        let e = stream_mix_shape(&x, &t([64, 4, 3, 1]), &t([64, 3, 1, 1])).unwrap_err();
+        assert!(e.to_string().contains("per-element weights"), "{e}");
+        let e = identity_comb_refused(3).unwrap_err();
+        assert!(e.to_string().contains("identity comb"), "{e}");
+        assert!(identity_comb_refused(4).is_ok());
     }
 }

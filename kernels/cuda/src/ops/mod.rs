@@ -378,7 +378,7 @@ impl Launcher {
             Op::Attention(p) => self.attention(&addr, &src, c, p),
             Op::RouterTopK(p) | Op::RouterWeights(p) => self.route(&addr, &src, c, p),
             Op::MoeExperts(p) => self.moe(&addr, &src, c, p, held, None),
-            Op::ConvCausal { taps } => self.conv_causal(&addr, &src, c, taps),
+            Op::ConvCausal { taps, dilation } => self.conv_causal(&addr, &src, c, taps, dilation),
             Op::DeltaRule(p) => self.delta_rule(&addr, &src, c, p),
             Op::LayerNorm { eps } => self.layer_norm(&addr, &src, c, eps),
             Op::Softmax { scale } => self.softmax(&addr, &src, c, scale),
