@@ -250,6 +250,26 @@ pub struct DeltaRuleParams {
     pub beta_scale: f32,
 }
 
+/// How [`Op::KPoolSelect`] pools a complete pool's keys and weighs the indexer heads.
+#[repr(C, u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub enum KPoolMode {
+    /// GLM-5.3's DSA: cache rows `[key | gate | pooled]` of `3·dh`; per dimension a softmax over
+    /// the pool's positions of `gate + ape`, weighting the keys; heads weighted by the `w` source.
+    SoftmaxGate,
+    /// Qwen3.8-Flash-Next's QSA: cache rows `[raw key | pooled]` of `2·dh`; the pooled key is
+    /// `rope(RmsNorm(mean of the pool's raw keys)·k_norm)`, roped at the pool's first position;
+    /// every head weighs `scale` (`1/√dh` in the model).
+    MeanNormRope {
+        /// ε of the RMS norm.
+        eps: f32,
+        /// The rope of the pooled key (the model's: IMROPE on the first `n_dims` dims).
+        rope: RopeParams,
+        /// The weight of every head's `relu(q_h·pooled)`.
+        scale: f32,
+    },
+}
+
 /// The k-pool indexer of [`Op::KPoolSelect`].
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
@@ -264,6 +284,8 @@ pub struct KPoolParams {
     pub n_top: u32,
     /// The positions after the last complete pool are selected too.
     pub tail: bool,
+    /// The pooling and head weights.
+    pub mode: KPoolMode,
 }
 
 /// Unary element-wise functions.
@@ -464,6 +486,18 @@ pub enum Op {
     /// then −1. `n_sel = kpool·n_top + (tail ? kpool − 1 : 0)`. So with `tail` a row at
     /// `p < kpool·n_top + kpool − 1` sees every position `0..=p` (dense). Positions must be below
     /// `len` (pools are never wrapped).
+    ///
+    /// That is [`KPoolMode::SoftmaxGate`]. With [`KPoolMode::MeanNormRope`] (Qwen3.8-Flash-Next's
+    /// QSA block selection: transformers 5.24 `Qwen4ExpTextQSAIndexer`, llama.cpp b11434
+    /// `qwen4exp.cpp` `build_qsa_sel`) the srcs are `[q [dh, n_head, rows], k_norm [dh], cache
+    /// [2·dh, len, n_slots], slots, positions]` (the cache still source 2, its type the pair's),
+    /// each cache row `[raw key | pooled]` (the raw key as projected, stored by
+    /// [`Op::CacheStore`] into the first `dh` values), the pooled key of pool `g` is
+    /// `rope(RmsNorm(m)·k_norm)` with `m` the mean of its `kpool` raw keys, the RMS norm over the
+    /// `dh` values with `eps`, roped with `rope` at position `g·kpool` (the pool's first), written
+    /// into the pooled half of the pool's last row; a pool scores `scale·Σ_h relu(q_h·pooled_g)`.
+    /// Pools, ranking, ties and the output are as above (`n_top` = `budget / kpool`, `tail` on:
+    /// with up to `budget + kpool − 1` positions it is dense).
     KPoolSelect(KPoolParams),
     /// A sigmoid gate from each group's dot product (Qwen3.8-Flash-Next's n-gram table layer):
     /// srcs `[a [n, s, rows], b [n, s, rows]]` f32 → f32 `[s, rows]`. Per group `(j, r)`:

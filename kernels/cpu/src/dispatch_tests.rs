@@ -248,6 +248,7 @@ const KP: bloomery_plugin_api::op::KPoolParams = bloomery_plugin_api::op::KPoolP
     kpool: 2,
     n_top: 1,
     tail: true,
+    mode: bloomery_plugin_api::op::KPoolMode::SoftmaxGate,
 };
 
 /// The k-pool selection's sources for rows at positions 0..=2 of slot 1 over a 2-slot cache of 4

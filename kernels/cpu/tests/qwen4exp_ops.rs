@@ -1,14 +1,15 @@
 //! The ops Qwen3.8-Flash-Next adds (per-element StreamMix, StreamUpdate with the identity comb,
-//! GroupDotGate, dilated ConvCausal) against transformers 5.24's own `qwen4_exp` decoder layer
-//! (fixtures/qwen4exp/: its n-gram table layer and attention mixer, made by
-//! `tests/oracle/hf_qwen4exp_ops.py`), each run through the CPU dispatch as a graph node would be,
+//! GroupDotGate, dilated ConvCausal, KPoolSelect with the QSA pooling) against transformers 5.24's
+//! own `qwen4_exp` modules (fixtures/qwen4exp/: the decoder layer's n-gram table layer and
+//! attention mixer, made by `tests/oracle/hf_qwen4exp_ops.py`; the QSA indexer, made by
+//! `tests/oracle/hf_qwen4exp_qsa.py`), each run through the CPU dispatch as a graph node would be,
 //! rows split over a pool of three workers.
 
 use bloomery_kernels_cpu::dispatch::{self, Backend};
 use bloomery_kernels_cpu::linear::reference_rows_dot;
 use bloomery_kernels_cpu::memory::Buffers;
 use bloomery_kernels_cpu::pool::Pool;
-use bloomery_plugin_api::op::{Op, UnaryFn};
+use bloomery_plugin_api::op::{KPoolMode, KPoolParams, Op, RopeMode, RopeParams, UnaryFn};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::DType;
 use serde_json::Value;
@@ -56,6 +57,30 @@ impl Session {
         assert_eq!(ne.iter().product::<u64>() as usize, data.len(), "{ne:?}");
         let bytes: Vec<u8> = data.iter().flat_map(|x| x.to_le_bytes()).collect();
         self.raw(DType::F32, ne, &bytes)
+    }
+
+    /// The values of i32 tensor `t`.
+    fn read_i32(&self, t: &TensorRef) -> Vec<i32> {
+        let mut bytes = vec![0u8; t.span_bytes().unwrap() as usize];
+        self.buf.read(t.buffer, 0, &mut bytes).unwrap();
+        bytes
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    /// Runs `op` on `srcs` into a fresh i32 destination of extents `dst`.
+    fn run_i32(&self, op: Op, srcs: &[TensorRef], dst: [u64; 4]) -> Result<TensorRef, String> {
+        let n = dst.iter().product::<u64>() as usize;
+        let bytes = vec![0x55u8; 4 * n];
+        let out = self.raw(DType::I32, dst, &bytes);
+        let b = Backend {
+            buffers: &self.buf,
+            par: &self.pool,
+            dot: reference_rows_dot,
+        };
+        dispatch::run(&b, &OpCall::new(op, srcs, out)).map_err(|e| e.to_string())?;
+        Ok(out)
     }
 
     /// An i32 tensor `[len]` holding `data`.
@@ -274,6 +299,111 @@ fn the_gated_mixer_and_identity_combine_match_transformers() {
     }
 }
 
+/// The QSA selection's parameters: `n_head` heads of `dh`, blocks of `ratio`, `budget` tokens, the
+/// model's rope (IMROPE [11, 11, 10, 0] on the first `rope_dims` dims).
+fn qsa(n_head: u32, dh: u32, ratio: u32, budget: u32, rope_dims: u32, eps: f32) -> KPoolParams {
+    let rope = RopeParams {
+        mode: RopeMode::Imrope,
+        n_dims: rope_dims,
+        sections: [11, 11, 10, 0],
+        freq_base: 1e7,
+        freq_scale: 1.0,
+        ext_factor: 0.0,
+        attn_factor: 1.0,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        n_ctx_orig: 0,
+        inverse: false,
+    };
+    KPoolParams {
+        n_head,
+        head_dim: dh,
+        kpool: ratio,
+        n_top: budget / ratio,
+        tail: true,
+        mode: KPoolMode::MeanNormRope {
+            eps,
+            rope,
+            scale: 1.0 / (dh as f32).sqrt(),
+        },
+    }
+}
+
+#[test]
+fn the_qsa_block_selection_matches_transformers_across_calls() {
+    let g: Value =
+        serde_json::from_str(include_str!("fixtures/qwen4exp/qsa_hf.json")).expect("the golden");
+    for v in g["cases"].as_array().unwrap() {
+        let name = v["name"].as_str().unwrap();
+        let dim = |k: &str| v[k].as_u64().unwrap();
+        let (rows, nh, dh) = (dim("rows"), dim("n_head"), dim("head_dim"));
+        let (ratio, budget) = (dim("ratio") as u32, dim("budget") as u32);
+        let eps = v["eps"].as_f64().unwrap() as f32;
+        let p = qsa(
+            nh as u32,
+            dh as u32,
+            ratio,
+            budget,
+            dim("rope_dims") as u32,
+            eps,
+        );
+        let n_sel = u64::from(ratio * (budget / ratio) + ratio - 1);
+        let t = Session::new();
+        // Slot 1 holds the sequence (raw keys in the first half of each row; NaN in the pooled
+        // half until the op writes it); slot 0 is NaN throughout and must stay so.
+        let len = 64;
+        let mut cache = vec![f32::NAN; (2 * dh * len * 2) as usize];
+        let raw = floats(&v["raw_keys"]);
+        for (pos, key) in raw.chunks_exact(dh as usize).enumerate() {
+            let at = ((len + pos as u64) * 2 * dh) as usize;
+            cache[at..at + dh as usize].copy_from_slice(key);
+        }
+        let cache = t.f32s([2 * dh, len, 2, 1], &cache);
+        let k_norm = t.f32s([dh, 1, 1, 1], &floats(&v["k_norm"]));
+        let q = floats(&v["q"]);
+        let per_q = (nh * dh) as usize;
+        let mut got = Vec::new();
+        // A prompt in two calls, split inside a block.
+        let split = rows / 2 + 1;
+        for (r0, r1) in [(0, split), (split, rows)] {
+            let n = r1 - r0;
+            let srcs = [
+                t.f32s([dh, nh, n, 1], &q[r0 as usize * per_q..r1 as usize * per_q]),
+                k_norm,
+                cache,
+                t.i32s(&vec![1; n as usize]),
+                t.i32s(&(r0 as i32..r1 as i32).collect::<Vec<_>>()),
+            ];
+            let out = t.run_i32(Op::KPoolSelect(p), &srcs, [n_sel, n, 1, 1]);
+            got.extend(t.read_i32(&out.unwrap()));
+        }
+        for (r, want) in v["selected"].as_array().unwrap().iter().enumerate() {
+            let mut sel: Vec<i64> = got[r * n_sel as usize..(r + 1) * n_sel as usize]
+                .iter()
+                .filter(|&&e| e >= 0)
+                .map(|&e| i64::from(e))
+                .collect();
+            sel.sort_unstable();
+            let want: Vec<i64> = want
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| e.as_i64().unwrap())
+                .collect();
+            assert_eq!(sel, want, "{name}: row {r}");
+        }
+        let kept = t.read(&cache);
+        assert!(
+            kept[..(2 * dh * len) as usize].iter().all(|v| v.is_nan()),
+            "{name}: slot 0"
+        );
+        eprintln!(
+            "{name}: {rows} rows select as transformers' indexer (smallest gap {})",
+            v["min_gap"]
+        );
+    }
+}
+
 #[test]
 fn mismatched_new_forms_are_refused_by_name() {
     let t = Session::new();
@@ -325,4 +455,17 @@ fn mismatched_new_forms_are_refused_by_name() {
         )
         .unwrap_err();
     assert!(err.contains("dilation 0"), "{err}");
+    // A QSA cache of DSA rows (3·dh).
+    let p = qsa(1, 4, 2, 4, 4, 1e-6);
+    let srcs = [
+        t.f32s([4, 1, 1, 1], &v[..4]),
+        t.f32s([4, 1, 1, 1], &v[..4]),
+        t.f32s([12, 4, 1, 1], &v[..48]),
+        t.i32s(&[0]),
+        t.i32s(&[0]),
+    ];
+    let err = t
+        .run_i32(Op::KPoolSelect(p), &srcs, [5, 1, 1, 1])
+        .unwrap_err();
+    assert!(err.contains("KPoolSelect of 1 heads of 4"), "{err}");
 }
