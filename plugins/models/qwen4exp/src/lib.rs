@@ -10,7 +10,8 @@
 //! every weight ([`weights`]) and the state ([`state`]), and offers `synth` presets ([`synth`]).
 //! The graph is not built yet: [`ModelInstance::build_graph`] refuses by name. ABI 12 added the
 //! ops the note below proposed, but for the n-gram row ids (item 2), with CPU kernels; the CUDA
-//! bundles refuse them by name.
+//! bundles run the mixer forms and the PLE gate and refuse the dilated convolution and the QSA
+//! pooling by name.
 //!
 //! # Design note: the graph's ops against the ABI
 //!
