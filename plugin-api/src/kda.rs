@@ -337,7 +337,10 @@ fn conv_branch(
     let st = g.state(state, &format!("conv_state_{name}"));
     let y = g.op(
         &format!("kda_{name}_conv"),
-        Op::ConvCausal { taps: s.taps },
+        Op::ConvCausal {
+            taps: s.taps,
+            dilation: 1,
+        },
         &[y, wc, st, inp.slots, inp.positions],
         DType::F32,
         [d, rows, 1, 1],

@@ -250,6 +250,26 @@ pub struct DeltaRuleParams {
     pub beta_scale: f32,
 }
 
+/// How [`Op::KPoolSelect`] pools a complete pool's keys and weighs the indexer heads.
+#[repr(C, u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub enum KPoolMode {
+    /// GLM-5.3's DSA: cache rows `[key | gate | pooled]` of `3·dh`; per dimension a softmax over
+    /// the pool's positions of `gate + ape`, weighting the keys; heads weighted by the `w` source.
+    SoftmaxGate,
+    /// Qwen3.8-Flash-Next's QSA: cache rows `[raw key | pooled]` of `2·dh`; the pooled key is
+    /// `rope(RmsNorm(mean of the pool's raw keys)·k_norm)`, roped at the pool's first position;
+    /// every head weighs `scale` (`1/√dh` in the model).
+    MeanNormRope {
+        /// ε of the RMS norm.
+        eps: f32,
+        /// The rope of the pooled key (the model's: IMROPE on the first `n_dims` dims).
+        rope: RopeParams,
+        /// The weight of every head's `relu(q_h·pooled)`.
+        scale: f32,
+    },
+}
+
 /// The k-pool indexer of [`Op::KPoolSelect`].
 #[repr(C)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
@@ -264,6 +284,8 @@ pub struct KPoolParams {
     pub n_top: u32,
     /// The positions after the last complete pool are selected too.
     pub tail: bool,
+    /// The pooling and head weights.
+    pub mode: KPoolMode,
 }
 
 /// Unary element-wise functions.
@@ -384,14 +406,20 @@ pub enum Op {
     /// [n_embd, n_ff, n_expert], up, down [n_ff, n_embd, n_expert], map?]` (or `gate_up` in place of
     /// gate and up when fused) → `[n_embd, rows]`, the weighted sum of the chosen experts.
     MoeExperts(MoeParams),
-    /// Causal depthwise conv over time with a per-sequence state: srcs `[x [ch, rows], w [taps,
-    /// ch], state [ch·(taps-1), 1, n_slots], slots, positions]` → `[ch, rows]`, `y[t, c] =
-    /// Σ_j w[j, c]·x[t - (taps-1) + j, c]` (the last tap weighs the current row). The state holds
-    /// the last taps-1 inputs of each sequence, oldest first (element `(j, c)` at `j·ch + c`); a
-    /// row at position 0 starts its sequence from zeros; the state is updated in place.
+    /// Causal depthwise conv over time with a per-sequence state, optionally dilated: srcs `[x
+    /// [ch, rows], w [taps, ch], state [ch·(taps−1)·dilation, 1, n_slots], slots, positions]` →
+    /// `[ch, rows]`, `y[t, c] = Σ_j w[j, c]·x[t − (taps−1−j)·dilation, c]` (the last tap weighs
+    /// the current row; inputs before the sequence start are zero). The state holds the last
+    /// `(taps−1)·dilation` inputs of each sequence, oldest first (element `(i, c)` at `i·ch + c`);
+    /// a row at position 0 starts its sequence from zeros; the state is updated in place.
+    /// Dilation 1 is the short convolution of the delta-rule layers; Qwen3.8-Flash-Next's n-gram
+    /// table layer convolves with 4 taps at dilation `ngram_size` 3 (transformers 5.24
+    /// `Qwen4ExpTextPLELayer.conv1d`, llama.cpp b11434 `qwen4exp.cpp` `build_ple`).
     ConvCausal {
-        /// Kernel taps.
+        /// Kernel taps (at least 1).
         taps: u32,
+        /// Rows between taps (at least 1).
+        dilation: u32,
     },
     /// Delta-rule recurrence: srcs `[q [dk, hk, rows], k, v [dv, hv, rows], gate (log decay; [hv,
     /// rows] or [dk, hv, rows] per_dim), beta [hv, rows], state [dk·dv·hv, 1, n_slots], slots,
@@ -413,12 +441,18 @@ pub enum Op {
         /// ε.
         eps: f32,
     },
-    /// Weighted sum of residual streams: srcs `[streams [n, s, rows], w [s, rows]]` → `[n, rows]`,
-    /// `out[:, r] = Σ_j w[j, r]·streams[:, j, r]`.
+    /// Weighted sum of residual streams: srcs `[streams [n, s, rows], w]` → `[n, rows]`. With `w`
+    /// `[s, rows]` (one weight per stream and row) `out[:, r] = Σ_j w[j, r]·streams[:, j, r]`;
+    /// with `w` `[n, s, rows]` (one weight per element, the gated mean of Qwen3.8-Flash-Next's
+    /// mixers, whose graph passes `σ(g)/s`) `out[i, r] = Σ_j w[i, j, r]·streams[i, j, r]`. The
+    /// products are added in order of `j`. (For `n` = 1 the two forms are the same.)
     StreamMix,
     /// Residual stream update: srcs `[streams [n, s, rows], comb [s, s, rows], post [s, rows],
     /// y [n, rows]]` → `[n, s, rows]`, `out[:, i, r] = post[i, r]·y[:, r] + Σ_j comb[i, j, r]·
-    /// streams[:, j, r]` with `comb[i, j, r]` at `i + s·j + s²·r` (as [`Op::Sinkhorn`] lays it).
+    /// streams[:, j, r]` with `comb[i, j, r]` at `i + s·j + s²·r` (as [`Op::Sinkhorn`] lays it),
+    /// the products added in order of `j` after the block output's. With three sources
+    /// `[streams, post, y]` the comb is the identity (Qwen3.8-Flash-Next's gated hyper-connections,
+    /// llama.cpp b11434 `build_hc_combine`): `out[:, i, r] = streams[:, i, r] + post[i, r]·y[:, r]`.
     StreamUpdate,
     /// Hashed n-gram row ids: srcs `[history i32 [orders+1, rows], multipliers i64, moduli i64,
     /// offsets i64]` → i32 `[orders·heads, rows]` (rows into an n-gram table, for [`Op::GetRows`]).
@@ -452,7 +486,32 @@ pub enum Op {
     /// then −1. `n_sel = kpool·n_top + (tail ? kpool − 1 : 0)`. So with `tail` a row at
     /// `p < kpool·n_top + kpool − 1` sees every position `0..=p` (dense). Positions must be below
     /// `len` (pools are never wrapped).
+    ///
+    /// That is [`KPoolMode::SoftmaxGate`]. With [`KPoolMode::MeanNormRope`] (Qwen3.8-Flash-Next's
+    /// QSA block selection: transformers 5.24 `Qwen4ExpTextQSAIndexer`, llama.cpp b11434
+    /// `qwen4exp.cpp` `build_qsa_sel`) the srcs are `[q [dh, n_head, rows], k_norm [dh], cache
+    /// [2·dh, len, n_slots], slots, positions]` (the cache still source 2, its type the pair's),
+    /// each cache row `[raw key | pooled]` (the raw key as projected, stored by
+    /// [`Op::CacheStore`] into the first `dh` values), the pooled key of pool `g` is
+    /// `rope(RmsNorm(m)·k_norm)` with `m` the mean of its `kpool` raw keys, the RMS norm over the
+    /// `dh` values with `eps`, roped with `rope` at position `g·kpool` (the pool's first), written
+    /// into the pooled half of the pool's last row; a pool scores `scale·Σ_h relu(q_h·pooled_g)`.
+    /// Pools, ranking, ties and the output are as above (`n_top` = `budget / kpool`, `tail` on:
+    /// with up to `budget + kpool − 1` positions it is dense).
     KPoolSelect(KPoolParams),
+    /// A sigmoid gate from each group's dot product (Qwen3.8-Flash-Next's n-gram table layer):
+    /// srcs `[a [n, s, rows], b [n, s, rows]]` f32 → f32 `[s, rows]`. Per group `(j, r)`:
+    /// `d = scale·Σ_i a[i, j, r]·b[i, j, r]` (the f32 products summed in f64 and rounded to f32,
+    /// as ggml's `sum_rows`, then scaled in f32), and
+    /// `out[j, r] = σ(sign(d)·√max(|d|, floor))` with `sign(0)` = 0 (so `d` = 0 gives ½).
+    /// transformers 5.24 `Qwen4ExpTextPLELayer.forward` and llama.cpp b11434 `build_ple` use
+    /// `scale` = `1/√n` and `floor` = 1e-6.
+    GroupDotGate {
+        /// Multiplies the group's sum.
+        scale: f32,
+        /// Least magnitude under the square root.
+        floor: f32,
+    },
 }
 
 /// An op's name and identity without its parameters, for capability lists.
@@ -496,7 +555,7 @@ op_kinds! {
     RmsNorm = 10, LayerNorm = 11, L2Norm = 12, Softmax = 13, Rope = 14, CacheStore = 15,
     Attention = 16, AttentionDense = 17, TopK = 18, RouterTopK = 19, RouterWeights = 20,
     MoeExperts = 21, ConvCausal = 22, DeltaRule = 23, Sinkhorn = 24, StreamMix = 25,
-    StreamUpdate = 26, NgramHash = 27, SpanMean = 28, KPoolSelect = 29,
+    StreamUpdate = 26, NgramHash = 27, SpanMean = 28, KPoolSelect = 29, GroupDotGate = 30,
 }
 
 impl Op {

@@ -596,6 +596,7 @@ mod tests {
             (OpKind::Sinkhorn, DType::F32),
             (OpKind::StreamMix, DType::F32),
             (OpKind::StreamUpdate, DType::F32),
+            (OpKind::GroupDotGate, DType::F32),
             (OpKind::KPoolSelect, DType::F32),
             (OpKind::KPoolSelect, DType::F16),
         ] {

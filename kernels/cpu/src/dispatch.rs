@@ -63,6 +63,7 @@ pub fn capabilities() -> RVec<OpSupport> {
         OpKind::Sinkhorn,
         OpKind::StreamMix,
         OpKind::StreamUpdate,
+        OpKind::GroupDotGate,
     ];
     let mut list: Vec<OpSupport> = f32_only
         .iter()
@@ -184,7 +185,7 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
             }
             .map_err(op_err)
         }
-        Op::ConvCausal { taps } => conv_causal(b, c, taps),
+        Op::ConvCausal { taps, dilation } => conv_causal(b, c, taps, dilation),
         Op::DeltaRule(p) => delta_rule(b, c, p),
         Op::Scale { s } => {
             let out = copy_in(buf, c, "Scale")?;
@@ -296,6 +297,7 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
         Op::Sinkhorn { iters, eps } => hyper::sinkhorn(b, c, iters, eps),
         Op::StreamMix => hyper::stream_mix(b, c),
         Op::StreamUpdate => hyper::stream_update(b, c),
+        Op::GroupDotGate { scale, floor } => hyper::group_dot_gate(b, c, scale, floor),
         other => Err(PluginError::unsupported(
             format!("op {} on the CPU", other.kind()),
             &[],
@@ -529,21 +531,17 @@ fn alone(buf: &Buffers, c: &OpCall, i: usize, what: &str) -> Result<(), PluginEr
 }
 
 /// The k-pool indexer's selection: srcs `[q [dh, n_head, rows], w [n_head, rows], cache [3·dh,
-/// len, n_slots] f32 or f16 (updated in place), ape [dh, kpool], slots, positions]` → i32
-/// `[n_sel, rows]`.
+/// len, n_slots] f32 or f16 (updated in place), ape [dh, kpool], slots, positions]` (DSA) or `[q,
+/// k_norm [dh], cache [2·dh, len, n_slots], slots, positions]` (QSA) → i32 `[n_sel, rows]`.
 fn kpool_select(
     b: &Backend<'_>,
     c: &OpCall,
     p: bloomery_plugin_api::op::KPoolParams,
 ) -> Result<(), PluginError> {
+    use bloomery_plugin_api::op::KPoolMode;
     const OP: &str = "KPoolSelect";
     let buf = b.buffers;
-    let (q, w, cache, ape) = (
-        src(c, 0, OP)?,
-        src(c, 1, OP)?,
-        src(c, 2, OP)?,
-        src(c, 3, OP)?,
-    );
+    let (q, cache) = (src(c, 0, OP)?, src(c, 2, OP)?);
     let s = ops::kpool::KPoolShape {
         n_head: p.n_head as usize,
         head_dim: p.head_dim as usize,
@@ -554,24 +552,49 @@ fn kpool_select(
         n_slots: usz(cache.ne[2]),
     };
     let (dh, nh, rows) = (u64::from(p.head_dim), u64::from(p.n_head), q.ne[2]);
-    let fits = q.ne == [dh, nh, rows, 1]
-        && w.ne == [nh, rows, 1, 1]
-        && cache.ne[0] == 3 * dh
+    let (pooling, sections, (fits_srcs, srcs_ne), at) = match p.mode {
+        KPoolMode::SoftmaxGate => {
+            let (w, ape) = (src(c, 1, OP)?, src(c, 3, OP)?);
+            let pooling = ops::kpool::Pooling::SoftmaxGate {
+                w: f32s(buf, w, "w")?,
+                ape: f32s(buf, ape, "ape")?,
+            };
+            let fits = w.ne == [nh, rows, 1, 1] && ape.ne == [dh, u64::from(p.kpool), 1, 1];
+            (
+                pooling,
+                3,
+                (fits, format!("w {:?}, ape {:?}", w.ne, ape.ne)),
+                4,
+            )
+        }
+        KPoolMode::MeanNormRope { eps, rope, scale } => {
+            let k_norm = src(c, 1, OP)?;
+            let pooling = ops::kpool::Pooling::MeanNormRope {
+                k_norm: f32s(buf, k_norm, "k_norm")?,
+                eps,
+                rope: ops::rope::RopeParams::from_abi(&rope),
+                scale,
+            };
+            let fits = k_norm.ne == [dh, 1, 1, 1];
+            (pooling, 2, (fits, format!("k_norm {:?}", k_norm.ne)), 3)
+        }
+    };
+    let fits = fits_srcs
+        && q.ne == [dh, nh, rows, 1]
+        && cache.ne[0] == sections * dh
         && cache.ne[3] == 1
-        && ape.ne == [dh, u64::from(p.kpool), 1, 1]
         && c.dst.ne == [s.n_sel() as u64, rows, 1, 1];
     if !fits {
         return Err(PluginError::invalid(format!(
-            "{OP} of {} heads of {dh}, pools of {}: q {:?}, w {:?}, cache {:?}, ape {:?} into {:?}",
-            p.n_head, p.kpool, q.ne, w.ne, cache.ne, ape.ne, c.dst.ne
+            "{OP} of {} heads of {dh}, pools of {}: q {:?}, {srcs_ne}, cache {:?} into {:?}",
+            p.n_head, p.kpool, q.ne, cache.ne, c.dst.ne
         )));
     }
     let x = ops::kpool::KPoolInputs {
         q: f32s(buf, q, "q")?,
-        w: f32s(buf, w, "w")?,
-        ape: f32s(buf, ape, "ape")?,
-        slots: slots_u32(i32s(buf, src(c, 4, OP)?, "slots")?)?,
-        positions: i32s(buf, src(c, 5, OP)?, "positions")?,
+        pooling,
+        slots: slots_u32(i32s(buf, src(c, at, OP)?, "slots")?)?,
+        positions: i32s(buf, src(c, at + 1, OP)?, "positions")?,
     };
     alone(buf, c, 2, "KPoolSelect cache")?;
     let out = i32s_mut(buf, &c.dst, "KPoolSelect dst")?;
@@ -597,7 +620,7 @@ fn kpool_select(
     .map_err(op_err)
 }
 
-fn conv_causal(b: &Backend<'_>, c: &OpCall, taps: u32) -> Result<(), PluginError> {
+fn conv_causal(b: &Backend<'_>, c: &OpCall, taps: u32, dilation: u32) -> Result<(), PluginError> {
     let buf = b.buffers;
     let (x, w) = (src(c, 0, "ConvCausal")?, src(c, 1, "ConvCausal")?);
     let st = src(c, 2, "ConvCausal")?;
@@ -610,6 +633,7 @@ fn conv_causal(b: &Backend<'_>, c: &OpCall, taps: u32) -> Result<(), PluginError
     let p = ops::conv::ConvParams {
         ch: usz(x.ne[0]),
         taps: taps as usize,
+        dilation: dilation as usize,
         n_slots: usz(st.rows()),
     };
     let slots = slots_u32(i32s(buf, src(c, 3, "ConvCausal")?, "slots")?)?;

@@ -156,7 +156,18 @@ fn conv_causal_writes_its_output_and_its_state() {
         i32_tensor(&buf, &[4]),
     ];
     let dst = f32_tensor(&buf, [2, 1, 1, 1], &[f32::NAN; 2]);
-    run(&b, &OpCall::new(Op::ConvCausal { taps: 3 }, &srcs, dst)).unwrap();
+    run(
+        &b,
+        &OpCall::new(
+            Op::ConvCausal {
+                taps: 3,
+                dilation: 1,
+            },
+            &srcs,
+            dst,
+        ),
+    )
+    .unwrap();
     // channel 0: 1·0.5 + 2·1.5 + 3·10; channel 1: 4·0.25 + 5·1.25 + 6·20
     assert_eq!(read(&buf, &dst), vec![33.5, 127.25]);
     assert_eq!(read(&buf, &srcs[2]), vec![1.5, 1.25, 10.0, 20.0]);
@@ -168,7 +179,10 @@ fn conv_causal_writes_its_output_and_its_state() {
     let err = run(
         &b,
         &OpCall::new(
-            Op::ConvCausal { taps: 3 },
+            Op::ConvCausal {
+                taps: 3,
+                dilation: 1,
+            },
             &[srcs[0], short, srcs[2], srcs[3], srcs[4]],
             dst,
         ),
@@ -234,6 +248,7 @@ const KP: bloomery_plugin_api::op::KPoolParams = bloomery_plugin_api::op::KPoolP
     kpool: 2,
     n_top: 1,
     tail: true,
+    mode: bloomery_plugin_api::op::KPoolMode::SoftmaxGate,
 };
 
 /// The k-pool selection's sources for rows at positions 0..=2 of slot 1 over a 2-slot cache of 4

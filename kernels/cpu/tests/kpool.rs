@@ -6,7 +6,9 @@
 //! refused by name.
 
 use bloomery_kernels_cpu::linear::Serial;
-use bloomery_kernels_cpu::ops::kpool::{kpool_select, CacheValue, KPoolInputs, KPoolShape};
+use bloomery_kernels_cpu::ops::kpool::{
+    kpool_select, CacheValue, KPoolInputs, KPoolShape, Pooling,
+};
 use bloomery_kernels_cpu::pool::Pool;
 use half::f16;
 use serde_json::Value;
@@ -74,8 +76,10 @@ impl Inputs {
         let mut out = vec![7777; n_sel * (r1 - r0)];
         let x = KPoolInputs {
             q: &self.q[r0 * per_q..r1 * per_q],
-            w: &self.w[r0 * nh..r1 * nh],
-            ape: &self.ape,
+            pooling: Pooling::SoftmaxGate {
+                w: &self.w[r0 * nh..r1 * nh],
+                ape: &self.ape,
+            },
             slots: &self.slots[r0..r1],
             positions: &self.positions[r0..r1],
         };
@@ -295,8 +299,10 @@ fn slots_are_independent_and_threads_change_nothing() {
     let mut out = vec![0; all.len()];
     let inputs = KPoolInputs {
         q: &x.q,
-        w: &x.w,
-        ape: &x.ape,
+        pooling: Pooling::SoftmaxGate {
+            w: &x.w,
+            ape: &x.ape,
+        },
         slots: &x.slots,
         positions: &x.positions,
     };
@@ -375,8 +381,10 @@ fn bad_calls_are_refused_by_name_before_any_write() {
         let mut out = vec![0; s.n_sel() * slots.len()];
         let inputs = KPoolInputs {
             q: &x.q[..q_len],
-            w: &x.w,
-            ape: &x.ape,
+            pooling: Pooling::SoftmaxGate {
+                w: &x.w,
+                ape: &x.ape,
+            },
             slots,
             positions,
         };

@@ -36,6 +36,7 @@ fn one_row_steps_do_not_allocate() {
     let conv = ConvParams {
         ch: 600,
         taps: 4,
+        dilation: 1,
         n_slots: 2,
     };
     let (x, w) = (vec![0.25f32; conv.ch], vec![0.5f32; conv.ch * conv.taps]);

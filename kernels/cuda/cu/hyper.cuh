@@ -1,7 +1,9 @@
-// Manifold hyper-connections (GLM-5.3's mHC, ops/hyper.rs): Sinkhorn normalisation of each
-// token's stream mixing matrix, the weighted sum of a token's residual streams, and the streams'
-// update from a block's output; layouts and steps as plugin-api's Op::Sinkhorn, Op::StreamMix and
-// Op::StreamUpdate. f32 in the CPU reference's order (kernels/cpu/src/ops/hyper.rs): sums of a
+// Hyper-connections (ops/hyper.rs): Sinkhorn normalisation of each token's stream mixing matrix
+// (GLM-5.3's mHC), the weighted sum of a token's residual streams (per stream, or per element for
+// Qwen3.8-Flash-Next's gated mean), the streams' update from a block's output (by a mixing matrix,
+// or the identity), and the sigmoid gate of a group's dot product (Qwen3.8-Flash-Next's n-gram
+// table layer); layouts and steps as plugin-api's Op::Sinkhorn, Op::StreamMix, Op::StreamUpdate
+// and Op::GroupDotGate. f32 in the CPU reference's order (kernels/cpu/src/ops/hyper.rs): sums of a
 // matrix's rows and columns in f64 rounded to f32, products kept apart from the adds they feed
 // (__fmul_rn: no contraction into fma), so the card rounds as the CPU does but for expf.
 // Included by kernels.cu after common.cuh (and by kernels/cuda/sim/hyper_test.cpp after sim.h).
@@ -94,5 +96,51 @@ extern "C" __global__ void bl_stream_update_f32(const float* x, const float* com
         float o = __fmul_rn(y[r * n + c], post[r * s + i]);
         for (int k = 0; k < s; ++k) o += __fmul_rn(xr[(long long)k * n], cr[(long long)s * k]);
         out[e] = o;
+    }
+}
+
+// Op::StreamMix with per-element weights: out[c, r] = sum_j w[c, j, r] * x[c, j, r] for x and w
+// [n, s, rows] and out [n, rows]: a thread per output element (grid-stride), the products added
+// in order of j.
+extern "C" __global__ void bl_stream_mix_el_f32(const float* x, const float* w, float* out, int n, int s,
+                                                long long rows) {
+    KERNEL_ENTRY();
+    const long long total = rows * n;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (long long)gridDim.x * blockDim.x) {
+        const long long r = e / n, c = e % n, base = r * s * n + c;
+        float o = 0.0f;
+        for (int k = 0; k < s; ++k) o += __fmul_rn(x[base + (long long)k * n], w[base + (long long)k * n]);
+        out[e] = o;
+    }
+}
+
+// Op::StreamUpdate with the identity comb: out[c, i, r] = post[i, r] * y[c, r] + x[c, i, r] for x
+// and out [n, s, rows], post [s, rows], y [n, rows]: a thread per output element (grid-stride).
+extern "C" __global__ void bl_stream_update_id_f32(const float* x, const float* post, const float* y, float* out,
+                                                   int n, int s, long long rows) {
+    KERNEL_ENTRY();
+    const long long total = rows * s * n;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total;
+         e += (long long)gridDim.x * blockDim.x) {
+        const long long c = e % n, i = e / n % s, r = e / ((long long)n * s);
+        out[e] = __fmul_rn(y[r * n + c], post[r * s + i]) + x[e];
+    }
+}
+
+// Op::GroupDotGate: for a and b [n, groups] and out [groups], d = scale * (the f32 products
+// a[i] * b[i] summed in f64, rounded to f32) and out = sigmoid(sign(d) * sqrt(max(|d|, floor))),
+// sign(0) = 0: a block per group (grid-stride over groups).
+extern "C" __global__ void bl_group_dot_gate_f32(const float* a, const float* b, float* out, int n,
+                                                 long long groups, float scale, float floor_) {
+    KERNEL_ENTRY();
+    for (long long g = blockIdx.x; g < groups; g += gridDim.x) {
+        const float* ag = a + g * n;
+        const float* bg = b + g * n;
+        double s = 0.0;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) s += (double)__fmul_rn(ag[i], bg[i]);
+        const float d = __fmul_rn((float)block_sum_f64(s), scale);
+        if (threadIdx.x == 0) out[g] = sigmoid_f(d == 0.0f ? 0.0f : copysignf(sqrtf(fmaxf(fabsf(d), floor_)), d));
+        __syncthreads();  // block_sum_f64's shared words serve the next group
     }
 }

@@ -1,10 +1,13 @@
 // Checks the hyper-connection kernels of cu/hyper.cuh on the CPU (sim.h) against f64 references
 // written here from the ops' definitions (plugin-api's Op::Sinkhorn, Op::StreamMix,
-// Op::StreamUpdate): Sinkhorn of GLM-5.3's 4 streams at 20, 3 and 1 iterations, of 3, 5 and 8
-// streams (a block of two warps), with logits of ±80 (the softmax's maximum) and a column of
-// -inf (zeros before eps); the streams' weighted sum and update at GLM-5.3's width (4 streams of
-// 4096) over several rows, a grid smaller than the work (grid-stride) and odd widths. Blocks run
-// in a shuffled order. Prints one line per case; exits 1 on a failure.
+// Op::StreamUpdate, Op::GroupDotGate): Sinkhorn of GLM-5.3's 4 streams at 20, 3 and 1 iterations,
+// of 3, 5 and 8 streams (a block of two warps), with logits of ±80 (the softmax's maximum) and a
+// column of -inf (zeros before eps); the streams' weighted sum and update at GLM-5.3's width (4
+// streams of 4096) over several rows, a grid smaller than the work (grid-stride) and odd widths,
+// each also in Qwen3.8-Flash-Next's form (per-element weights, the identity comb); the group gate
+// at its width (4 streams of 2560) and an odd one, with a zero group (gate ½) and groups under the
+// floor, over fewer blocks than groups. Blocks run in a shuffled order. Prints one line per case;
+// exits 1 on a failure.
 #include "sim.h"
 
 #include <cstdio>
@@ -124,6 +127,64 @@ static bool stream_update_case(int n, int s, int rows, unsigned blocks) {
                        out, want, 1e-6);
 }
 
+static bool stream_mix_el_case(int n, int s, int rows, unsigned blocks) {
+    const std::vector<float> x = randoms((size_t)n * s * rows, 2.0f), w = randoms(x.size(), 1.0f);
+    std::vector<double> want((size_t)n * rows, 0.0);
+    for (int r = 0; r < rows; ++r)
+        for (int j = 0; j < s; ++j)
+            for (int c = 0; c < n; ++c) {
+                const size_t at = ((size_t)r * s + j) * n + c;
+                want[(size_t)r * n + c] += (double)w[at] * x[at];
+            }
+    std::vector<float> out(want.size(), NAN);
+    launch(Dim3{blocks, 1, 1}, 256, [&] { bl_stream_mix_el_f32(x.data(), w.data(), out.data(), n, s, rows); });
+    return report_case("stream mix per element of " + std::to_string(s) + " streams of " + std::to_string(n) +
+                           ", " + std::to_string(rows) + " rows, " + std::to_string(blocks) + " blocks",
+                       out, want, 1e-6);
+}
+
+static bool stream_update_id_case(int n, int s, int rows, unsigned blocks) {
+    const std::vector<float> x = randoms((size_t)n * s * rows, 2.0f), y = randoms((size_t)n * rows, 2.0f);
+    const std::vector<float> post = randoms((size_t)s * rows, 2.0f);
+    std::vector<double> want((size_t)n * s * rows);
+    for (int r = 0; r < rows; ++r)
+        for (int i = 0; i < s; ++i)
+            for (int c = 0; c < n; ++c) {
+                const size_t at = ((size_t)r * s + i) * n + c;
+                want[at] = (double)post[(size_t)r * s + i] * y[(size_t)r * n + c] + x[at];
+            }
+    std::vector<float> out(want.size(), NAN);
+    launch(Dim3{blocks, 1, 1}, 256,
+           [&] { bl_stream_update_id_f32(x.data(), post.data(), y.data(), out.data(), n, s, rows); });
+    return report_case("stream update by the identity of " + std::to_string(s) + " streams of " + std::to_string(n) +
+                           ", " + std::to_string(rows) + " rows, " + std::to_string(blocks) + " blocks",
+                       out, want, 1e-6);
+}
+
+// Op::GroupDotGate in f64: sigmoid(sign(d) sqrt(max(|d|, floor))), d = scale * sum a*b.
+static bool group_gate_case(int n, int groups, unsigned blocks) {
+    std::vector<float> a = randoms((size_t)n * groups, 1.0f), b = randoms(a.size(), 1.0f);
+    for (int i = 0; i < n; ++i) a[i] = 0.0f;                      // group 0: d = 0, gate 1/2
+    for (int i = 0; i < n; ++i) a[(size_t)n + i] *= 1e-6f;        // group 1: |d| under the floor
+    const float scale = 1.0f / std::sqrt((float)n), floor_ = 1e-6f;
+    std::vector<double> want(groups);
+    for (int g = 0; g < groups; ++g) {
+        double d = 0.0;
+        for (int i = 0; i < n; ++i) d += (double)a[(size_t)g * n + i] * b[(size_t)g * n + i];
+        d *= scale;
+        const double m = d == 0.0 ? 0.0 : std::copysign(std::sqrt(std::max(std::fabs(d), (double)floor_)), d);
+        want[g] = 1.0 / (1.0 + std::exp(-m));
+    }
+    std::vector<float> out(groups, NAN);
+    launch(Dim3{blocks, 1, 1}, 128,
+           [&] { bl_group_dot_gate_f32(a.data(), b.data(), out.data(), n, groups, scale, floor_); });
+    const bool half = out[0] == 0.5f;
+    if (!half) std::printf("FAIL group gate: a zero group gives %.9g, not 0.5\n", out[0]);
+    return half && report_case("group gate of " + std::to_string(groups) + " groups of " + std::to_string(n) + ", " +
+                                   std::to_string(blocks) + " blocks",
+                               out, want, 1e-6);
+}
+
 int main() {
     g_block_shuffle = 5;
     bool ok = true;
@@ -137,6 +198,12 @@ int main() {
     ok &= stream_mix_case(100, 3, 7, 2);
     ok &= stream_update_case(4096, 4, 3, 24);
     ok &= stream_update_case(100, 3, 7, 2);
+    ok &= stream_mix_el_case(2560, 4, 3, 24);
+    ok &= stream_mix_el_case(100, 3, 7, 2);
+    ok &= stream_update_id_case(2560, 4, 3, 24);
+    ok &= stream_update_id_case(100, 3, 7, 2);
+    ok &= group_gate_case(2560, 12, 5);
+    ok &= group_gate_case(37, 9, 9);
     std::printf(ok ? "all hyper-connection cases passed\n" : "FAILED\n");
     return ok ? 0 : 1;
 }

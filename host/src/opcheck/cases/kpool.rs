@@ -6,7 +6,7 @@
 //! call writes) besides the lists, which must be equal (any other pool moves a position by at
 //! least 4, far above the tolerance).
 
-use bloomery_plugin_api::op::{KPoolParams, Op, OpKind};
+use bloomery_plugin_api::op::{KPoolMode, KPoolParams, Op, OpKind};
 use bloomery_plugin_api::DType;
 
 use super::{case, f32s, runs, spec};
@@ -57,6 +57,7 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
         kpool: 4,
         n_top: 512,
         tail: true,
+        mode: KPoolMode::SoftmaxGate,
     };
     match (op, dtype) {
         (OpKind::KPoolSelect, DType::F32 | DType::F16) => vec![

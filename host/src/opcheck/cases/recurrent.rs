@@ -24,7 +24,10 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     runs(rows, split, [9, 0], 1),
                 ]
             };
-            let conv = Op::ConvCausal { taps: taps as u32 };
+            let conv = Op::ConvCausal {
+                taps: taps as u32,
+                dilation: 1,
+            };
             [("decode: 1 row", 1, 1), ("70 rows, 2 sequences", 70, 30)]
                 .into_iter()
                 .map(|(name, rows, split)| Case {

@@ -1,6 +1,6 @@
 //! The dispatch of the hyper-connection ops (`Op::Sinkhorn`, `Op::StreamMix`,
-//! `Op::StreamUpdate`): their tensors' shapes checked against each other, then the reference ops
-//! of [`crate::ops::hyper`].
+//! `Op::StreamUpdate`) and of `Op::GroupDotGate`: their tensors' shapes checked against each
+//! other, then the reference ops of [`crate::ops::hyper`].
 
 use bloomery_plugin_api::tensor::OpCall;
 use bloomery_plugin_api::PluginError;
@@ -34,12 +34,20 @@ pub(super) fn sinkhorn(
     ops::hyper::sinkhorn(out, usz(x.ne[0]), iters, eps).map_err(op_err)
 }
 
-/// Weighted sum of streams: srcs `[streams [n, s, rows], w [s, rows]]` → `[n, rows]`.
+/// Weighted sum of streams: srcs `[streams [n, s, rows], w [s, rows] or [n, s, rows]]` →
+/// `[n, rows]`.
 pub(super) fn stream_mix(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
+    use ops::hyper::MixWeights;
     let (x, w) = (src(c, 0, "StreamMix")?, src(c, 1, "StreamMix")?);
-    let rows = x.ne[2] * x.ne[3];
-    let fits =
-        w.ne[0] == x.ne[1] && w.rows() == rows && c.dst.ne[0] == x.ne[0] && c.dst.rows() == rows;
+    let (n, s, rows) = (x.ne[0], x.ne[1], x.ne[2] * x.ne[3]);
+    let form = if w.ne == [n, s, rows, 1] {
+        MixWeights::PerElement
+    } else {
+        MixWeights::PerStream
+    };
+    let fits = (form == MixWeights::PerElement || (w.ne[0] == s && w.rows() == rows))
+        && c.dst.ne[0] == n
+        && c.dst.rows() == rows;
     shapes("StreamMix", fits, c)?;
     let buf = b.buffers;
     let (xs, ws) = (
@@ -47,19 +55,21 @@ pub(super) fn stream_mix(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError>
         f32s(buf, w, "StreamMix w")?,
     );
     let out = f32s_mut(buf, &c.dst, "StreamMix dst")?;
-    ops::hyper::stream_mix(b.par, xs, ws, usz(x.ne[0]), usz(x.ne[1]), out).map_err(op_err)
+    ops::hyper::stream_mix(b.par, xs, ws, (usz(n), usz(s), form), out).map_err(op_err)
 }
 
-/// Stream update: srcs `[streams [n, s, rows], comb [s, s, rows], post [s, rows], y [n, rows]]` →
-/// `[n, s, rows]`.
+/// Stream update: srcs `[streams [n, s, rows], comb [s, s, rows], post [s, rows], y [n, rows]]`,
+/// or `[streams, post, y]` for the identity comb → `[n, s, rows]`.
 pub(super) fn stream_update(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
     const OP: &str = "StreamUpdate";
-    let (x, comb) = (src(c, 0, OP)?, src(c, 1, OP)?);
-    let (post, y) = (src(c, 2, OP)?, src(c, 3, OP)?);
+    let x = src(c, 0, OP)?;
+    let (comb, post, y) = match c.srcs().len() {
+        3 => (None, src(c, 1, OP)?, src(c, 2, OP)?),
+        _ => (Some(src(c, 1, OP)?), src(c, 2, OP)?, src(c, 3, OP)?),
+    };
     let (n, s, rows) = (x.ne[0], x.ne[1], x.ne[2] * x.ne[3]);
-    let fits = comb.ne[0] == s
-        && comb.ne[1] == s
-        && comb.ne[2] * comb.ne[3] == rows
+    let comb_fits = comb.is_none_or(|m| m.ne[0] == s && m.ne[1] == s && m.ne[2] * m.ne[3] == rows);
+    let fits = comb_fits
         && post.ne[0] == s
         && post.rows() == rows
         && y.ne[0] == n
@@ -70,9 +80,37 @@ pub(super) fn stream_update(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginErr
     let out = f32s_mut(buf, &c.dst, "StreamUpdate dst")?;
     let inputs = ops::hyper::UpdateInputs {
         streams: f32s(buf, x, "StreamUpdate streams")?,
-        comb: f32s(buf, comb, "StreamUpdate comb")?,
+        comb: comb
+            .map(|m| f32s(buf, m, "StreamUpdate comb"))
+            .transpose()?,
         post: f32s(buf, post, "StreamUpdate post")?,
         y: f32s(buf, y, "StreamUpdate y")?,
     };
     ops::hyper::stream_update(b.par, &inputs, usz(n), usz(s), out).map_err(op_err)
+}
+
+/// The gate of each group's dot product: srcs `[a [n, s, rows], b [n, s, rows]]` → `[s, rows]`.
+pub(super) fn group_dot_gate(
+    b: &Backend<'_>,
+    c: &OpCall,
+    scale: f32,
+    floor: f32,
+) -> Result<(), PluginError> {
+    const OP: &str = "GroupDotGate";
+    let (a, bt) = (src(c, 0, OP)?, src(c, 1, OP)?);
+    let groups = a.ne[1] * a.ne[2] * a.ne[3];
+    let fits = bt.ne == a.ne && c.dst.ne[0] * c.dst.rows() == groups && c.dst.ne[0] == a.ne[1];
+    shapes(OP, fits, c)?;
+    if !(floor.is_finite() && floor >= 0.0) {
+        return Err(PluginError::invalid(format!(
+            "{OP}: floor {floor} (must be finite and not negative)"
+        )));
+    }
+    let buf = b.buffers;
+    let (xa, xb) = (
+        f32s(buf, a, "GroupDotGate a")?,
+        f32s(buf, bt, "GroupDotGate b")?,
+    );
+    let out = f32s_mut(buf, &c.dst, "GroupDotGate dst")?;
+    ops::hyper::group_dot_gate(xa, xb, usz(a.ne[0]), (scale, floor), out).map_err(op_err)
 }

@@ -1,9 +1,11 @@
-//! Causal depthwise convolution over time with a per-sequence state: the short convolution in
-//! front of Gated DeltaNet layers.
+//! Causal depthwise convolution over time with a per-sequence state, optionally dilated: the short
+//! convolution in front of Gated DeltaNet layers (dilation 1), and the n-gram table layer's of
+//! Qwen3.8-Flash-Next (dilation `ngram_size`).
 //!
 //! Shapes in ggml order: x `[ch, rows]`, weights `[taps, ch]` (tap `j` of channel `c` at
-//! `c·taps + j`, the last tap weighing the current row), state `[ch·(taps-1), n_slots]`: the last
-//! `taps-1` inputs of each sequence, oldest first (input `j` of channel `c` at `j·ch + c`). Rows
+//! `c·taps + j`, the last tap weighing the current row, tap `j` the input `(taps-1-j)·dilation`
+//! rows back), state `[ch·(taps-1)·dilation, n_slots]`: the last `(taps-1)·dilation` inputs of
+//! each sequence, oldest first (input `i` of channel `c` at `i·ch + c`). Rows
 //! are taken in batch order; each one reads its slot's window and then shifts its own input in, so
 //! the state *is* the sliding window: a batch may hold several sequences, and afterwards every slot
 //! of the batch holds its last `taps-1` inputs. A row at position 0 clears its slot's window first.
@@ -19,6 +21,8 @@ pub struct ConvParams {
     pub ch: usize,
     /// Kernel taps (at least 1).
     pub taps: usize,
+    /// Rows between taps (at least 1).
+    pub dilation: usize,
     /// Sequence slots in the state.
     pub n_slots: usize,
 }
@@ -26,7 +30,8 @@ pub struct ConvParams {
 /// Channels per task.
 const BLOCK: usize = 256;
 
-/// `out[t, c] = Σ_j w[j, c]·x[t - (taps-1) + j, c]` with the window of each row's slot in `state`
+/// `out[t, c] = Σ_j w[j, c]·x[t - (taps-1-j)·dilation, c]`, the taps added in order of `j`, with
+/// the window of each row's slot in `state`
 /// (see the module docs), updating `state`. Every length and index is checked before anything is
 /// written. No allocation.
 #[allow(clippy::too_many_arguments)]
@@ -41,13 +46,13 @@ pub fn conv_causal(
     out: &mut [f32],
 ) -> Result<(), OpError> {
     const OP: &str = "conv_causal";
-    let (ch, taps) = (p.ch, p.taps);
-    if ch == 0 || taps == 0 {
-        let what = format!("{ch} channels and {taps} taps (both must be positive)");
+    let (ch, taps, dil) = (p.ch, p.taps, p.dilation);
+    if ch == 0 || taps == 0 || dil == 0 {
+        let what = format!("{ch} channels, {taps} taps and dilation {dil} (all must be positive)");
         return Err(OpError::Parameter { op: OP, what });
     }
     let rows = slots.len();
-    let hist = taps - 1;
+    let hist = mul_dims(OP, taps - 1, dil)?;
     let width = mul_dims(OP, hist, ch)?;
     check_len(OP, "positions", positions.len(), rows)?;
     check_len(OP, "x", x.len(), mul_dims(OP, ch, rows)?)?;
@@ -81,18 +86,21 @@ pub fn conv_causal(
             // overlapping one is taken.
             let y = unsafe { o.part(r * ch + c0, n) };
             y.fill(0.0);
-            for j in 0..hist {
-                // SAFETY: as above.
-                let win = unsafe { st.part(base + j * ch, n) };
-                if pos == 0 {
-                    win.fill(0.0);
+            if pos == 0 {
+                for j in 0..hist {
+                    // SAFETY: as above.
+                    unsafe { st.part(base + j * ch, n) }.fill(0.0);
                 }
+            }
+            for j in 0..taps - 1 {
+                // SAFETY: as above; tap j reads window row j·dilation.
+                let win = unsafe { st.part(base + j * dil * ch, n) };
                 for (i, (yi, &xi)) in y.iter_mut().zip(win.iter()).enumerate() {
                     *yi += wb[i * taps + j] * xi;
                 }
             }
             for (i, (yi, &xi)) in y.iter_mut().zip(xr).enumerate() {
-                *yi += wb[i * taps + hist] * xi;
+                *yi += wb[i * taps + taps - 1] * xi;
             }
             for j in 0..hist {
                 // SAFETY: as above; `win` and `next` are different window rows (j < j + 1).

@@ -11,7 +11,13 @@ fn random(n: usize, rng: &mut StdRng) -> Vec<f32> {
 /// `y[t, c] = Σ_j w[j, c]·x[t - (taps-1) + j, c]` over one whole sequence `x` `[ch, n]` that starts
 /// from `history` (`[ch, taps-1]`, oldest first), in f64.
 fn reference(x: &[f32], w: &[f32], history: &[f32], ch: usize, taps: usize) -> Vec<f64> {
-    let hist = taps - 1;
+    dilated(x, w, history, ch, taps, 1)
+}
+
+/// `y[t, c] = Σ_j w[j, c]·x[t - (taps-1-j)·dil, c]` over one whole sequence `x` `[ch, n]` that
+/// starts from `history` (`[ch, (taps-1)·dil]`, oldest first), in f64.
+fn dilated(x: &[f32], w: &[f32], history: &[f32], ch: usize, taps: usize, dil: usize) -> Vec<f64> {
+    let hist = (taps - 1) * dil;
     let n = x.len() / ch;
     let at = |t: usize, c: usize| -> f64 {
         if t < hist {
@@ -24,7 +30,7 @@ fn reference(x: &[f32], w: &[f32], history: &[f32], ch: usize, taps: usize) -> V
     for t in 0..n {
         for c in 0..ch {
             y[t * ch + c] = (0..taps)
-                .map(|j| f64::from(w[c * taps + j]) * at(t + j, c))
+                .map(|j| f64::from(w[c * taps + j]) * at(t + j * dil, c))
                 .sum();
         }
     }
@@ -58,8 +64,35 @@ fn call(
 const P: ConvParams = ConvParams {
     ch: 300,
     taps: 4,
+    dilation: 1,
     n_slots: 3,
 };
+
+#[test]
+fn a_dilated_sequence_split_over_three_calls_matches_the_definition() {
+    // 4 taps at dilation 3: a window of 9 rows; calls of 2, 8 and 1 rows.
+    let p = ConvParams { dilation: 3, ..P };
+    let pool = Pool::with_threads(3).unwrap();
+    let mut rng = StdRng::seed_from_u64(4);
+    let (ch, n, hist) = (p.ch, 11, 9);
+    let (x, w) = (random(ch * n, &mut rng), random(p.taps * ch, &mut rng));
+    let mut state = random(ch * hist * p.n_slots, &mut rng);
+    let mut got = Vec::new();
+    for (r, pos0) in [(0..2, 0), (2..10, 2), (10..11, 10)] {
+        let rows = r.len();
+        let pos: Vec<i32> = (pos0..pos0 + rows as i32).collect();
+        let xs = &x[r.start * ch..r.end * ch];
+        got.extend(call(&pool, xs, &w, &mut state, &vec![2; rows], &pos, &p));
+    }
+    let want = dilated(&x, &w, &vec![0.0; hist * ch], ch, p.taps, 3);
+    assert_close(&got, &want, "dilated");
+    // The slot holds its last nine inputs, oldest first.
+    assert_eq!(&state[2 * hist * ch..], &x[2 * ch..]);
+    let zero = ConvParams { dilation: 0, ..P };
+    let mut out = vec![0.0; ch];
+    let err = conv_causal(&pool, &x[..ch], &w, &mut state, &[0], &[0], &zero, &mut out);
+    assert!(matches!(err, Err(OpError::Parameter { .. })), "{err:?}");
+}
 
 #[test]
 fn a_sequence_split_over_two_calls_matches_the_definition() {

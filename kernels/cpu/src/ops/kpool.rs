@@ -1,16 +1,19 @@
-//! The k-pool DSA indexer's selection (GLM-5.3, `Op::KPoolSelect`): which cache positions each
-//! row's sparse attention reads.
+//! The k-pool indexer's selection (`Op::KPoolSelect`): which cache positions each row's sparse
+//! attention reads, for GLM-5.3's DSA ([`Pooling::SoftmaxGate`]) and Qwen3.8-Flash-Next's QSA
+//! ([`Pooling::MeanNormRope`]).
 //!
-//! A slot's cache rows are `[key | gate | pooled]`, `dh` values each, at their position. Pool `g`
-//! is positions `g·kpool .. g·kpool + kpool`; the call first pools, once each, the pools its rows
-//! complete (a row at the pool's last position) and writes each pooled key into that row's pooled
-//! section, then scores every complete pool a row sees, `Σ_h w[h]·relu(q_h·pooled)`, and lists
-//! the best pools' positions (see [`kpool_select`]). Softmaxes, products and sums run in f64; the
-//! pooled key is rounded to the cache's type and each score to f32 before ranking, so another
-//! device that takes its sums in f64 ranks the same pools in the same order.
+//! A slot's cache rows are `[key | gate | pooled]` (DSA) or `[raw key | pooled]` (QSA), `dh`
+//! values each, at their position. Pool `g` is positions `g·kpool .. g·kpool + kpool`; the call
+//! first pools, once each, the pools its rows complete (a row at the pool's last position) and
+//! writes each pooled key into that row's pooled section, then scores every complete pool a row
+//! sees, `Σ_h w_h·relu(q_h·pooled)`, and lists the best pools' positions (see [`kpool_select`]).
+//! Softmaxes, means, products and sums run in f64 (the QSA key's rope in f32); the pooled key is
+//! rounded to the cache's type and each score to f32 before ranking, so another device that takes
+//! its sums in f64 ranks the same pools in the same order.
 
 use half::f16;
 
+use super::rope::{rope, RopeParams};
 use super::{check_len, mul_dims, OpError, SharedMut};
 use crate::linear::Parallel;
 
@@ -19,7 +22,7 @@ use crate::linear::Parallel;
 pub struct KPoolShape {
     /// Indexer heads.
     pub n_head: usize,
-    /// Head width `dh` (each of a cache row's three sections).
+    /// Head width `dh` (each of a cache row's sections).
     pub head_dim: usize,
     /// Positions per pool.
     pub kpool: usize,
@@ -50,15 +53,49 @@ impl KPoolShape {
     }
 }
 
+/// How a pool's keys are pooled and the heads weighed.
+#[derive(Clone, Copy, Debug)]
+pub enum Pooling<'a> {
+    /// GLM-5.3's DSA: rows `[key | gate | pooled]`; per dimension `d` the pooled key is
+    /// `Σ_t softmax_t(gate[t, d] + ape[d, t])·key[t, d]`; head `h` of row `r` weighs `w[h, r]`.
+    SoftmaxGate {
+        /// Head weights `[n_head, rows]`.
+        w: &'a [f32],
+        /// The pool's position embedding `[dh, kpool]`.
+        ape: &'a [f32],
+    },
+    /// Qwen3.8-Flash-Next's QSA: rows `[raw key | pooled]`; the pooled key is
+    /// `rope(RmsNorm(mean of the raw keys)·k_norm)` roped at the pool's first position; every
+    /// head weighs `scale`.
+    MeanNormRope {
+        /// The RMS norm's gamma `[dh]`.
+        k_norm: &'a [f32],
+        /// The RMS norm's ε.
+        eps: f32,
+        /// The pooled key's rope.
+        rope: RopeParams,
+        /// Every head's weight.
+        scale: f32,
+    },
+}
+
+impl Pooling<'_> {
+    /// Sections of `dh` values in a cache row.
+    fn sections(&self) -> usize {
+        match self {
+            Pooling::SoftmaxGate { .. } => 3,
+            Pooling::MeanNormRope { .. } => 2,
+        }
+    }
+}
+
 /// One call's read-only inputs (see [`kpool_select`]).
 #[derive(Clone, Copy, Debug)]
 pub struct KPoolInputs<'a> {
     /// Queries `[dh, n_head, rows]`.
     pub q: &'a [f32],
-    /// Head weights `[n_head, rows]`.
-    pub w: &'a [f32],
-    /// The pool's position embedding `[dh, kpool]`.
-    pub ape: &'a [f32],
+    /// The pooling and head weights.
+    pub pooling: Pooling<'a>,
     /// Each row's slot.
     pub slots: &'a [u32],
     /// Each row's position.
@@ -115,9 +152,58 @@ fn key_pool(key: u64) -> usize {
     (u32::MAX - key as u32) as usize
 }
 
-/// The pooled key of the pool whose first row is `rows[0]` (`kpool` rows of `3·dh` values), per
-/// dimension `d`: `Σ_t softmax_t(gate[t, d] + ape[d, t])·key[t, d]`, in f64.
-fn pool_into<T: CacheValue>(rows: &mut [T], ape: &[f32], dh: usize, kpool: usize) {
+/// The pooled key of the pool whose first row is `rows[0]` and first position `first`, into the
+/// pooled section of its last row.
+fn pool_into<T: CacheValue>(
+    rows: &mut [T],
+    pooling: &Pooling<'_>,
+    (dh, kpool, first): (usize, usize, usize),
+) -> Result<(), OpError> {
+    match *pooling {
+        Pooling::SoftmaxGate { ape, .. } => softmax_gate_into(rows, ape, dh, kpool),
+        Pooling::MeanNormRope {
+            k_norm, eps, rope, ..
+        } => return mean_norm_rope_into(rows, (k_norm, eps, &rope), dh, kpool, first),
+    }
+    Ok(())
+}
+
+/// The QSA pooled key: per dimension the mean of the `kpool` raw keys (rows of `2·dh`), the RMS
+/// norm over the `dh` means (f64, `eps` inside the root) times `k_norm`, rounded to f32, roped at
+/// position `first`, then rounded to the cache's type.
+fn mean_norm_rope_into<T: CacheValue>(
+    rows: &mut [T],
+    (k_norm, eps, p): (&[f32], f32, &RopeParams),
+    dh: usize,
+    kpool: usize,
+    first: usize,
+) -> Result<(), OpError> {
+    let width = 2 * dh;
+    let mean: Vec<f64> = (0..dh)
+        .map(|d| (0..kpool).map(|t| rows[t * width + d].get()).sum::<f64>() / kpool as f64)
+        .collect();
+    let ms = mean.iter().map(|m| m * m).sum::<f64>() / dh as f64;
+    let inv = 1.0 / (ms + f64::from(eps)).sqrt();
+    let mut key: Vec<f32> = mean
+        .iter()
+        .zip(k_norm)
+        .map(|(&m, &g)| (m * inv * f64::from(g)) as f32)
+        .collect();
+    let pos = i32::try_from(first).map_err(|_| OpError::Parameter {
+        op: "kpool_select",
+        what: format!("position {first} does not fit the rope's i32"),
+    })?;
+    rope(&mut key, dh, 1, &[pos], p)?;
+    let pooled = &mut rows[(kpool - 1) * width + dh..kpool * width];
+    for (o, &v) in pooled.iter_mut().zip(&key) {
+        *o = T::put(f64::from(v));
+    }
+    Ok(())
+}
+
+/// The DSA pooled key of the pool whose first row is `rows[0]` (`kpool` rows of `3·dh` values),
+/// per dimension `d`: `Σ_t softmax_t(gate[t, d] + ape[d, t])·key[t, d]`, in f64.
+fn softmax_gate_into<T: CacheValue>(rows: &mut [T], ape: &[f32], dh: usize, kpool: usize) {
     let width = 3 * dh;
     for d in 0..dh {
         let logit = |t: usize| rows[t * width + dh + d].get() + f64::from(ape[t * dh + d]);
@@ -132,11 +218,12 @@ fn pool_into<T: CacheValue>(rows: &mut [T], ape: &[f32], dh: usize, kpool: usize
     }
 }
 
-/// `Σ_h w[h]·relu(q_h·pooled)` for one row's heads `q [dh, n_head]`, in f64.
-fn score<T: CacheValue>(q: &[f32], w: &[f32], pooled: &[T], dh: usize) -> f64 {
+/// `Σ_h w(h)·relu(q_h·pooled)` for one row's heads `q [dh, n_head]`, in f64.
+fn score<T: CacheValue>(q: &[f32], w: impl Fn(usize) -> f32, pooled: &[T], dh: usize) -> f64 {
     q.chunks_exact(dh)
-        .zip(w)
-        .map(|(qh, &wh)| {
+        .enumerate()
+        .map(|(h, qh)| {
+            let wh = w(h);
             let dot: f64 = qh
                 .iter()
                 .zip(pooled)
@@ -171,15 +258,21 @@ fn check<T>(
     check_len(OP, "positions", positions.len(), rows)?;
     let per_row = mul_dims(OP, s.head_dim, s.n_head)?;
     check_len(OP, "q", x.q.len(), mul_dims(OP, per_row, rows)?)?;
-    check_len(OP, "w", x.w.len(), mul_dims(OP, s.n_head, rows)?)?;
-    let slot_values = mul_dims(OP, mul_dims(OP, 3, s.head_dim)?, s.len)?;
+    let sections = x.pooling.sections();
+    match x.pooling {
+        Pooling::SoftmaxGate { w, ape } => {
+            check_len(OP, "w", w.len(), mul_dims(OP, s.n_head, rows)?)?;
+            check_len(OP, "ape", ape.len(), mul_dims(OP, s.head_dim, s.kpool)?)?;
+        }
+        Pooling::MeanNormRope { k_norm, .. } => check_len(OP, "k_norm", k_norm.len(), s.head_dim)?,
+    }
+    let slot_values = mul_dims(OP, mul_dims(OP, sections, s.head_dim)?, s.len)?;
     check_len(
         OP,
         "cache",
         cache.len(),
         mul_dims(OP, slot_values, s.n_slots)?,
     )?;
-    check_len(OP, "ape", x.ape.len(), mul_dims(OP, s.head_dim, s.kpool)?)?;
     check_len(OP, "out", out.len(), mul_dims(OP, s.n_sel(), rows)?)?;
     for (&slot, &p) in slots.iter().zip(positions) {
         if slot as usize >= s.n_slots {
@@ -204,9 +297,10 @@ fn check<T>(
     Ok(rows)
 }
 
-/// The k-pool indexer's selection for `rows` rows: `x` (`q [dh, n_head, rows]`, `w [n_head,
-/// rows]`, `ape [dh, kpool]`, each row's slot and position, below `len`), `cache [3·dh, len,
-/// n_slots]` (`[key | gate | pooled]` rows, updated in place) → `out [n_sel, rows]`.
+/// The k-pool indexer's selection for `rows` rows: `x` (`q [dh, n_head, rows]`, the pooling's
+/// sources, each row's slot and position, below `len`), `cache [sections·dh, len, n_slots]`
+/// (`[key | gate | pooled]` or `[raw key | pooled]` rows, updated in place) → `out [n_sel,
+/// rows]`.
 ///
 /// The pooled key of every pool that a row completes (a row at the pool's last position) is
 /// computed once and written into the pooled section of that row before any row is scored, so a
@@ -230,12 +324,13 @@ pub fn kpool_select<T: CacheValue>(
     let rows = check(x, cache, s, out)?;
     let KPoolInputs {
         q,
-        w,
-        ape,
+        pooling,
         slots,
         positions,
     } = *x;
-    let (dh, kpool, width) = (s.head_dim, s.kpool, 3 * s.head_dim);
+    let (dh, kpool) = (s.head_dim, s.kpool);
+    let width = pooling.sections() * dh;
+    let pooled_at = width - dh;
     let max_pools = s.max_pools().max(1);
     let pass = keys.len() / max_pools;
     if pass == 0 {
@@ -251,8 +346,13 @@ pub fn kpool_select<T: CacheValue>(
     for (&slot, &p) in slots.iter().zip(positions) {
         let p = p as usize;
         if (p + 1).is_multiple_of(kpool) {
-            let first = (slot as usize * s.len + p + 1 - kpool) * width;
-            pool_into(&mut cache[first..first + kpool * width], ape, dh, kpool);
+            let start = p + 1 - kpool;
+            let first = (slot as usize * s.len + start) * width;
+            pool_into(
+                &mut cache[first..first + kpool * width],
+                &pooling,
+                (dh, kpool, start),
+            )?;
         }
     }
     let cache: &[T] = cache;
@@ -275,13 +375,14 @@ pub fn kpool_select<T: CacheValue>(
             // SAFETY: task (i, chunk) writes only row i's keys of pools g0..g1, disjoint from
             // every other task's.
             let k = unsafe { shared.part(i * max_pools + g0, g1 - g0) };
-            let (qr, wr) = (
-                &q[r * per_q..(r + 1) * per_q],
-                &w[r * s.n_head..][..s.n_head],
-            );
+            let qr = &q[r * per_q..(r + 1) * per_q];
+            let w = |h: usize| match pooling {
+                Pooling::SoftmaxGate { w, .. } => w[r * s.n_head + h],
+                Pooling::MeanNormRope { scale, .. } => scale,
+            };
             for (g, key) in (g0..g1).zip(k.iter_mut()) {
                 let last = (slot * s.len + g * kpool + kpool - 1) * width;
-                *key = rank_key(score(qr, wr, &cache[last + 2 * dh..last + width], dh), g);
+                *key = rank_key(score(qr, w, &cache[last + pooled_at..last + width], dh), g);
             }
         });
         let (shared, outs) = (

@@ -1,7 +1,9 @@
 //! The hyper-connection ops of GLM-5.3's residual streams (`cu/hyper.cuh`): Sinkhorn
 //! normalisation of each token's `[n, n]` mixing matrix (a block per matrix, a thread per
 //! element), the weighted sum of a token's streams and the streams' update (a thread per output
-//! element). f32, rounded as the CPU reference but for `expf`.
+//! element), with Qwen3.8-Flash-Next's forms (per-element StreamMix weights, StreamUpdate's
+//! identity comb), and the sigmoid gate of a group's dot product (GroupDotGate, a block per
+//! group). f32, rounded as the CPU reference but for `expf`.
 
 use bloomery_plugin_api::op::{OpKind, OpSupport};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
@@ -15,6 +17,7 @@ pub(super) fn claims() -> Vec<OpSupport> {
         claim(OpKind::Sinkhorn, &[DType::F32]),
         claim(OpKind::StreamMix, &[DType::F32]),
         claim(OpKind::StreamUpdate, &[DType::F32]),
+        claim(OpKind::GroupDotGate, &[DType::F32]),
     ]
 }
 
@@ -23,6 +26,8 @@ pub(super) const HC_MAX_STREAMS: u64 = 32;
 
 /// Threads of the stream kernels' blocks.
 const STREAM_THREADS: u32 = 256;
+/// Threads of a GroupDotGate block (one group).
+const GATE_THREADS: u32 = 128;
 
 /// Refuses a call whose extents do not fit together, naming them.
 fn bad(op: &str, srcs: &[&TensorRef], dst: &TensorRef) -> PluginError {
@@ -57,43 +62,74 @@ pub(super) fn sinkhorn_shape(
     Ok((n, m))
 }
 
-/// `(n, s, rows)` of a StreamMix call of streams `x` and weights `w` into `dst`, checked.
+/// `(n, s, rows, per_element)` of a StreamMix call of streams `x` and weights `w` (`[s, rows]`,
+/// or `[n, s, rows]` per element) into `dst`, checked.
 pub(super) fn stream_mix_shape(
     x: &TensorRef,
     w: &TensorRef,
     dst: &TensorRef,
-) -> Result<(u64, u64, u64), PluginError> {
+) -> Result<(u64, u64, u64, bool), PluginError> {
     let (n, s, rows) = (x.ne[0], x.ne[1], x.ne[2] * x.ne[3]);
-    if w.ne[0] != s || w.rows() != rows || dst.ne[0] != n || dst.rows() != rows {
+    let per_element = w.ne == [n, s, rows, 1];
+    let per_stream = w.ne[0] == s && w.rows() == rows;
+    if !(per_element || per_stream) || dst.ne[0] != n || dst.rows() != rows {
         return Err(bad("StreamMix", &[x, w], dst));
     }
     small_streams("StreamMix", n, s)?;
-    Ok((n, s, rows))
+    Ok((n, s, rows, per_element))
 }
 
-/// `(n, s, rows)` of a StreamUpdate call of streams `x`, `comb`, `post` and block output `y`
-/// into `dst`, checked.
+/// `(n, s, rows)` of a StreamUpdate call of streams `x`, `comb` (`None`: the identity), `post`
+/// and block output `y` into `dst`, checked.
 pub(super) fn stream_update_shape(
     x: &TensorRef,
-    comb: &TensorRef,
+    comb: Option<&TensorRef>,
     post: &TensorRef,
     y: &TensorRef,
     dst: &TensorRef,
 ) -> Result<(u64, u64, u64), PluginError> {
     let (n, s, rows) = (x.ne[0], x.ne[1], x.ne[2] * x.ne[3]);
-    let fits = comb.ne[0] == s
-        && comb.ne[1] == s
-        && comb.ne[2] * comb.ne[3] == rows
+    let fits = comb.is_none_or(|m| m.ne[0] == s && m.ne[1] == s && m.ne[2] * m.ne[3] == rows)
         && post.ne[0] == s
         && post.rows() == rows
         && y.ne[0] == n
         && y.rows() == rows
         && dst.ne == x.ne;
     if !fits {
-        return Err(bad("StreamUpdate", &[x, comb, post, y], dst));
+        let srcs: Vec<&TensorRef> = [Some(x), comb, Some(post), Some(y)]
+            .into_iter()
+            .flatten()
+            .collect();
+        return Err(bad("StreamUpdate", &srcs, dst));
     }
     small_streams("StreamUpdate", n, s)?;
     Ok((n, s, rows))
+}
+
+/// `(n, groups)` of a GroupDotGate call of `a` and `b` (`[n, s, rows]`) into `dst` (`[s, rows]`),
+/// checked.
+pub(super) fn group_dot_gate_shape(
+    a: &TensorRef,
+    b: &TensorRef,
+    dst: &TensorRef,
+    floor: f32,
+) -> Result<(u64, u64), PluginError> {
+    let (n, groups) = (a.ne[0], a.ne[1] * a.ne[2] * a.ne[3]);
+    if b.ne != a.ne || dst.ne[0] != a.ne[1] || dst.elements() != groups {
+        return Err(bad("GroupDotGate", &[a, b], dst));
+    }
+    if !(floor.is_finite() && floor >= 0.0) {
+        return Err(PluginError::invalid(format!(
+            "GroupDotGate: floor {floor} (must be finite and not negative)"
+        )));
+    }
+    if n == 0 || n > i32::MAX as u64 {
+        return Err(PluginError::unsupported(
+            format!("GroupDotGate over groups of {n} on the CUDA bundles"),
+            &[],
+        ));
+    }
+    Ok((n, groups))
 }
 
 /// Refuses stream widths and counts the kernels' `int`s cannot hold.
@@ -146,33 +182,43 @@ impl Launcher {
         for t in [x, w, &c.dst] {
             f32_only(t, "StreamMix")?;
         }
-        let (n, s, rows) = stream_mix_shape(x, w, &c.dst)?;
+        let (n, s, rows, per_element) = stream_mix_shape(x, w, &c.dst)?;
         let (px, pw, po) = (addr(x, "streams")?, addr(w, "w")?, addr(&c.dst, "dst")?);
         let total = n * rows;
         if total == 0 {
             return Ok(());
         }
         let (n, s, rows) = (n as i32, s as i32, rows as i64);
-        let f = self.func("bl_stream_mix_f32")?;
+        let name = if per_element {
+            "bl_stream_mix_el_f32"
+        } else {
+            "bl_stream_mix_f32"
+        };
+        let f = self.func(name)?;
         let mut l = self.args(&f);
         l.arg(&px).arg(&pw).arg(&po).arg(&n).arg(&s).arg(&rows);
-        // SAFETY: a thread per output element (grid-stride), every read inside x and w (checked).
+        // SAFETY: a thread per output element (grid-stride), every read inside x and w (checked,
+        // w of the form the kernel reads).
         unsafe { l.launch(cfg(grid(total, 256).min(4096), STREAM_THREADS)) }
-            .map_err(driver_err("bl_stream_mix_f32"))
+            .map_err(driver_err(name))
     }
 
-    /// The streams of source 0 updated by `comb`, `post` and the block output `y` (sources 1-3).
+    /// The streams of source 0 updated by `comb`, `post` and the block output `y` (sources 1-3),
+    /// or with three sources by the identity comb, `post` and `y` (sources 1-2).
     pub(super) fn stream_update<'c>(
         &self,
         addr: Addr<'_>,
         src: Src<'_, 'c>,
         c: &'c OpCall,
     ) -> Result<(), PluginError> {
+        if c.srcs().len() == 3 {
+            return self.stream_update_identity(addr, src, c);
+        }
         let (x, comb, post, y) = (src(0)?, src(1)?, src(2)?, src(3)?);
         for t in [x, comb, post, y, &c.dst] {
             f32_only(t, "StreamUpdate")?;
         }
-        let (n, s, rows) = stream_update_shape(x, comb, post, y, &c.dst)?;
+        let (n, s, rows) = stream_update_shape(x, Some(comb), post, y, &c.dst)?;
         let (px, pc) = (addr(x, "streams")?, addr(comb, "comb")?);
         let (pp, py, po) = (addr(post, "post")?, addr(y, "y")?, addr(&c.dst, "dst")?);
         let total = c.dst.elements();
@@ -194,6 +240,74 @@ impl Launcher {
         // (checked).
         unsafe { l.launch(cfg(grid(total, 256).min(4096), STREAM_THREADS)) }
             .map_err(driver_err("bl_stream_update_f32"))
+    }
+
+    /// The streams of source 0 plus `post` (source 1) times the block output `y` (source 2).
+    fn stream_update_identity<'c>(
+        &self,
+        addr: Addr<'_>,
+        src: Src<'_, 'c>,
+        c: &'c OpCall,
+    ) -> Result<(), PluginError> {
+        let (x, post, y) = (src(0)?, src(1)?, src(2)?);
+        for t in [x, post, y, &c.dst] {
+            f32_only(t, "StreamUpdate")?;
+        }
+        let (n, s, rows) = stream_update_shape(x, None, post, y, &c.dst)?;
+        let (px, pp, py) = (addr(x, "streams")?, addr(post, "post")?, addr(y, "y")?);
+        let po = addr(&c.dst, "dst")?;
+        let total = c.dst.elements();
+        if total == 0 {
+            return Ok(());
+        }
+        let (n, s, rows) = (n as i32, s as i32, rows as i64);
+        let f = self.func("bl_stream_update_id_f32")?;
+        let mut l = self.args(&f);
+        l.arg(&px)
+            .arg(&pp)
+            .arg(&py)
+            .arg(&po)
+            .arg(&n)
+            .arg(&s)
+            .arg(&rows);
+        // SAFETY: a thread per output element (grid-stride), every read inside its source
+        // (checked).
+        unsafe { l.launch(cfg(grid(total, 256).min(4096), STREAM_THREADS)) }
+            .map_err(driver_err("bl_stream_update_id_f32"))
+    }
+
+    /// The sigmoid gate of each group's dot product of sources 0 and 1.
+    pub(super) fn group_dot_gate<'c>(
+        &self,
+        addr: Addr<'_>,
+        src: Src<'_, 'c>,
+        c: &'c OpCall,
+        scale: f32,
+        floor: f32,
+    ) -> Result<(), PluginError> {
+        let (a, b) = (src(0)?, src(1)?);
+        for t in [a, b, &c.dst] {
+            f32_only(t, "GroupDotGate")?;
+        }
+        let (n, groups) = group_dot_gate_shape(a, b, &c.dst, floor)?;
+        let (pa, pb, po) = (addr(a, "a")?, addr(b, "b")?, addr(&c.dst, "dst")?);
+        if groups == 0 {
+            return Ok(());
+        }
+        let (n, groups) = (n as i32, groups as i64);
+        let f = self.func("bl_group_dot_gate_f32")?;
+        let mut l = self.args(&f);
+        l.arg(&pa)
+            .arg(&pb)
+            .arg(&po)
+            .arg(&n)
+            .arg(&groups)
+            .arg(&scale)
+            .arg(&floor);
+        // SAFETY: a block per group (grid-stride over groups), every read inside a and b and
+        // every write inside dst (checked).
+        unsafe { l.launch(cfg(grid(groups as u64, 1).min(4096), GATE_THREADS)) }
+            .map_err(driver_err("bl_group_dot_gate_f32"))
     }
 }
 
@@ -226,18 +340,40 @@ mod tests {
         let (x, w) = (t([64, 4, 3, 1]), t([4, 3, 1, 1]));
         assert_eq!(
             stream_mix_shape(&x, &w, &t([64, 3, 1, 1])).unwrap(),
-            (64, 4, 3)
+            (64, 4, 3, false)
         );
+        assert_eq!(
+            stream_mix_shape(&x, &t([64, 4, 3, 1]), &t([64, 3, 1, 1])).unwrap(),
+            (64, 4, 3, true)
+        );
+        assert!(stream_mix_shape(&x, &t([64, 3, 3, 1]), &t([64, 3, 1, 1])).is_err());
         assert!(stream_mix_shape(&x, &t([4, 2, 1, 1]), &t([64, 3, 1, 1])).is_err());
         assert!(stream_mix_shape(&x, &w, &t([64, 4, 3, 1])).is_err());
 
         let (comb, post, y) = (t([4, 4, 3, 1]), t([4, 3, 1, 1]), t([64, 3, 1, 1]));
         assert_eq!(
-            stream_update_shape(&x, &comb, &post, &y, &x).unwrap(),
+            stream_update_shape(&x, Some(&comb), &post, &y, &x).unwrap(),
             (64, 4, 3)
         );
-        assert!(stream_update_shape(&x, &t([4, 4, 2, 1]), &post, &y, &x).is_err());
-        assert!(stream_update_shape(&x, &comb, &post, &t([32, 3, 1, 1]), &x).is_err());
-        assert!(stream_update_shape(&x, &comb, &post, &y, &y).is_err());
+        assert!(stream_update_shape(&x, Some(&t([4, 4, 2, 1])), &post, &y, &x).is_err());
+        assert!(stream_update_shape(&x, Some(&comb), &post, &t([32, 3, 1, 1]), &x).is_err());
+        assert!(stream_update_shape(&x, Some(&comb), &post, &y, &y).is_err());
+    }
+
+    #[test]
+    fn qwen4exp_forms_are_checked() {
+        let t = |ne| tensor_at(1, 0, DType::F32, ne);
+        let (x, post, y) = (t([64, 4, 3, 1]), t([4, 3, 1, 1]), t([64, 3, 1, 1]));
+        assert_eq!(
+            stream_update_shape(&x, None, &post, &y, &x).unwrap(),
+            (64, 4, 3)
+        );
+        assert!(stream_update_shape(&x, None, &t([4, 2, 1, 1]), &y, &x).is_err());
+        let gate = t([4, 3, 1, 1]);
+        assert_eq!(group_dot_gate_shape(&x, &x, &gate, 1e-6).unwrap(), (64, 12));
+        assert!(group_dot_gate_shape(&x, &y, &gate, 1e-6).is_err());
+        assert!(group_dot_gate_shape(&x, &x, &t([3, 4, 1, 1]), 1e-6).is_err());
+        let e = group_dot_gate_shape(&x, &x, &gate, -1.0).unwrap_err();
+        assert!(e.to_string().contains("floor -1"), "{e}");
     }
 }

@@ -6,7 +6,7 @@
 //! scores ranked as f32, as the CPU reference takes them, so both list the same pools in the same
 //! order.
 
-use bloomery_plugin_api::op::{KPoolParams, OpKind, OpSupport};
+use bloomery_plugin_api::op::{KPoolMode, KPoolParams, OpKind, OpSupport};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::LaunchConfig;
@@ -32,6 +32,18 @@ const POOL_THREADS: u32 = 128;
 const KPOOL_SELECT_THREADS: u32 = 512;
 /// The scratch a pass of rows keeps its ranking keys in.
 const KEYS_BYTES: u64 = 16 << 20;
+
+/// Refuses the QSA pooling ([`KPoolMode::MeanNormRope`], Qwen3.8-Flash-Next), which no kernel
+/// here runs.
+pub(super) fn softmax_gate_only(p: &KPoolParams) -> Result<(), PluginError> {
+    match p.mode {
+        KPoolMode::SoftmaxGate => Ok(()),
+        KPoolMode::MeanNormRope { .. } => Err(PluginError::unsupported(
+            "KPoolSelect with the QSA pooling (MeanNormRope) on the CUDA bundles",
+            &["SoftmaxGate"],
+        )),
+    }
+}
 
 /// The extents of a call, checked against each other and the kernels' limits: `(rows, len,
 /// n_slots, n_sel)`.
@@ -99,6 +111,7 @@ impl Launcher {
         c: &'c OpCall,
         p: KPoolParams,
     ) -> Result<(), PluginError> {
+        softmax_gate_only(&p)?;
         let t: [&TensorRef; 6] = [src(0)?, src(1)?, src(2)?, src(3)?, src(4)?, src(5)?];
         let [q, w, cache, ape, slots, pos] = t;
         for (x, what) in [
@@ -248,6 +261,7 @@ mod tests {
             kpool: 4,
             n_top: 512,
             tail: true,
+            mode: KPoolMode::SoftmaxGate,
         };
         let (q, w, cache, ape) = (
             f([128, 32, 3, 1]),
@@ -281,5 +295,29 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(e.contains("KPoolSelect with 32 heads of 512"), "{e}");
+        // The QSA pooling is refused by name.
+        assert!(softmax_gate_only(&p).is_ok());
+        let qsa = KPoolParams {
+            mode: KPoolMode::MeanNormRope {
+                eps: 1e-6,
+                rope: bloomery_plugin_api::op::RopeParams {
+                    mode: bloomery_plugin_api::op::RopeMode::Imrope,
+                    n_dims: 64,
+                    sections: [11, 11, 10, 0],
+                    freq_base: 1e7,
+                    freq_scale: 1.0,
+                    ext_factor: 0.0,
+                    attn_factor: 1.0,
+                    beta_fast: 32.0,
+                    beta_slow: 1.0,
+                    n_ctx_orig: 0,
+                    inverse: false,
+                },
+                scale: 0.088,
+            },
+            ..p
+        };
+        let e = softmax_gate_only(&qsa).unwrap_err().to_string();
+        assert!(e.contains("QSA pooling"), "{e}");
     }
 }

@@ -9,7 +9,7 @@
 //! decode and prompt batches), `recurrent` (the causal conv and gated delta rule of
 //! linear-attention layers), `dense` (LayerNorm, Softmax, Concat, span means and attention between
 //! graph tensors: the ops of decision heads), `hyper` (Sinkhorn, StreamMix and StreamUpdate of
-//! hyper-connection residual streams), `kpool` (the k-pool DSA indexer's selection over an f32 or
+//! hyper-connection residual streams, GroupDotGate), `kpool` (the k-pool DSA indexer's selection over an f32 or
 //! f16 cache); `fused` launches runs of consecutive calls as one kernel, one module
 //! per pattern. The quantized types are Q8_0, Q4_K, Q6_K, Q5_K, Q5_0, Q4_0, Q5_1, IQ4_XS, IQ4_NL,
 //! MXFP4, Q3_K and IQ3_XXS; `cu/quant.cuh` unpacks each GGUF block layout once for all of these
@@ -378,7 +378,7 @@ impl Launcher {
             Op::Attention(p) => self.attention(&addr, &src, c, p),
             Op::RouterTopK(p) | Op::RouterWeights(p) => self.route(&addr, &src, c, p),
             Op::MoeExperts(p) => self.moe(&addr, &src, c, p, held, None),
-            Op::ConvCausal { taps } => self.conv_causal(&addr, &src, c, taps),
+            Op::ConvCausal { taps, dilation } => self.conv_causal(&addr, &src, c, taps, dilation),
             Op::DeltaRule(p) => self.delta_rule(&addr, &src, c, p),
             Op::LayerNorm { eps } => self.layer_norm(&addr, &src, c, eps),
             Op::Softmax { scale } => self.softmax(&addr, &src, c, scale),
@@ -391,6 +391,7 @@ impl Launcher {
             Op::Sinkhorn { iters, eps } => self.sinkhorn(&addr, &src, c, iters, eps),
             Op::StreamMix => self.stream_mix(&addr, &src, c),
             Op::StreamUpdate => self.stream_update(&addr, &src, c),
+            Op::GroupDotGate { scale, floor } => self.group_dot_gate(&addr, &src, c, scale, floor),
             other => Err(PluginError::unsupported(
                 format!("op {} on the CUDA bundles", other.kind()),
                 &[],
@@ -508,6 +509,9 @@ mod tests {
         "bl_sinkhorn_f32",
         "bl_stream_mix_f32",
         "bl_stream_update_f32",
+        "bl_stream_mix_el_f32",
+        "bl_stream_update_id_f32",
+        "bl_group_dot_gate_f32",
         "bl_kpool_pool_f32",
         "bl_kpool_pool_f16",
         "bl_kpool_scores_f32",

@@ -49,6 +49,18 @@ fn expect(t: &TensorRef, dtype: DType, what: &str) -> Result<(), PluginError> {
     }
 }
 
+/// Refuses a dilated ConvCausal (Qwen3.8-Flash-Next's n-gram table layer), which no kernel here
+/// runs.
+fn undilated(dilation: u32) -> Result<(), PluginError> {
+    if dilation == 1 {
+        return Ok(());
+    }
+    Err(PluginError::unsupported(
+        format!("ConvCausal at dilation {dilation} on the CUDA bundles"),
+        &["dilation 1"],
+    ))
+}
+
 impl Launcher {
     /// Causal depthwise conv: the outputs (one thread per (row, channel), reading the old state),
     /// then the state update by each segment's last row.
@@ -58,7 +70,9 @@ impl Launcher {
         src: Src<'_, 'c>,
         c: &'c OpCall,
         taps: u32,
+        dilation: u32,
     ) -> Result<(), PluginError> {
+        undilated(dilation)?;
         let (x, w, state, slots, pos) = (src(0)?, src(1)?, src(2)?, src(3)?, src(4)?);
         for (t, what) in [(x, "x"), (w, "w"), (state, "state"), (&c.dst, "dst")] {
             expect(t, DType::F32, &format!("ConvCausal {what}"))?;
@@ -307,5 +321,17 @@ impl Launcher {
         unsafe { l.launch(grid3(max_long, col_groups, hv, 128)) }
             .map_err(driver_err("bl_delta_rule_chunks"))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dilated_conv_is_refused_by_name() {
+        assert!(undilated(1).is_ok());
+        let e = undilated(3).unwrap_err().to_string();
+        assert!(e.contains("ConvCausal at dilation 3"), "{e}");
     }
 }

@@ -7,7 +7,7 @@ use bloomery_plugin_api::hparams::{vocab_rows, ArchKeys, AttentionShape, Experts
 use bloomery_plugin_api::kda::KdaShape;
 use bloomery_plugin_api::meta::{MetaValue, ModelFileView};
 use bloomery_plugin_api::model::HParams as Summary;
-use bloomery_plugin_api::op::{Gating, KPoolParams, RouterParams};
+use bloomery_plugin_api::op::{Gating, KPoolMode, KPoolParams, RouterParams};
 use bloomery_plugin_api::PluginError;
 
 use crate::layers::{self, LayerKind};
@@ -98,6 +98,7 @@ impl Indexer {
             kpool: self.kpool,
             n_top: self.top_k / self.kpool,
             tail: self.tail,
+            mode: KPoolMode::SoftmaxGate,
         }
     }
 

@@ -8,7 +8,7 @@ use bloomery_plugin_api::graph::{BatchInput, GraphBuilder, Node, TensorSource};
 use bloomery_plugin_api::hostile::check_hostile;
 use bloomery_plugin_api::meta::{MetaEntry, MetaValue};
 use bloomery_plugin_api::model::{StateKind, SynthPreset};
-use bloomery_plugin_api::op::{KPoolParams, Op, OpKind};
+use bloomery_plugin_api::op::{KPoolMode, KPoolParams, Op, OpKind};
 use bloomery_plugin_api::synth::check_presets;
 use bloomery_plugin_api::DType;
 
@@ -401,6 +401,7 @@ fn the_trunk_graph_follows_llama_cpps_order_and_shapes() {
         kpool: 4,
         n_top: 2,
         tail: true,
+        mode: KPoolMode::SoftmaxGate,
     };
     assert_eq!(sel.op, Op::KPoolSelect(p));
     assert_eq!(g.tensors[sel.dst.0 as usize].dtype, DType::I32);

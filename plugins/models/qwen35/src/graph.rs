@@ -161,7 +161,10 @@ fn delta_net(
     let cs = g.state(conv_state, "conv_state");
     let conv = g.op(
         "conv_output_raw",
-        Op::ConvCausal { taps: s.taps },
+        Op::ConvCausal {
+            taps: s.taps,
+            dilation: 1,
+        },
         &[qkv, wconv, cs, inp.slots, inp.positions],
         DType::F32,
         [ch, rows, 1, 1],

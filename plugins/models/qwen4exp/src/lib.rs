@@ -8,8 +8,10 @@
 //!
 //! This crate reads and checks the hyperparameters ([`hparams`], [`layers`], [`ple`]), declares
 //! every weight ([`weights`]) and the state ([`state`]), and offers `synth` presets ([`synth`]).
-//! The graph is not built yet: [`ModelInstance::build_graph`] refuses by name, because the ABI
-//! lacks some of the ops it needs (below).
+//! The graph is not built yet: [`ModelInstance::build_graph`] refuses by name. ABI 12 added the
+//! ops the note below proposed, but for the n-gram row ids (item 2), with CPU kernels; the CUDA
+//! bundles run the mixer forms and the PLE gate and refuse the dilated convolution and the QSA
+//! pooling by name.
 //!
 //! # Design note: the graph's ops against the ABI
 //!
@@ -44,21 +46,21 @@
 //!   reshaped to `[n, T]`; where the table lives (host RAM, or the tiering's reader) and the
 //!   prefetch of token t+1's rows are the host's, not the ABI's.
 //!
-//! ## What maps only at a cost (an extension is proposed)
+//! ## What mapped only at a cost (extended in ABI 12)
 //!
 //! * **The mixer's gated mean** `Σ_j σ(g)_j·xn_j / s` over streams: `StreamMix` takes one weight
 //!   per stream and row (`[s, T]`), not per element. With existing ops it is `Mul`, then `s`
 //!   `Copy`s of strided stream views, `s − 1` `Add`s and a `Scale` (about `2s` extra passes over
-//!   `s·n` per mixer, three mixers per layer). Proposed: `StreamMix` also accepts per-element
+//!   `s·n` per mixer, three mixers per layer). Built: `StreamMix` also accepts per-element
 //!   weights `w [n, s, T]`: `out[:, r] = Σ_j w[:, j, r]·streams[:, j, r]` (the graph passes
 //!   `σ(g)/s`), which llama.cpp fuses the same way (`ggml_dsv4_hc_pre_gated`).
 //! * **The combine** `x_j += w_j·y`: `StreamUpdate` needs a comb matrix `[s, s, T]`, here the
 //!   identity, which the graph cannot make (no constant tensors). With existing ops it is `y`
 //!   concatenated `s` times, reshaped to `[n, s·T]`, `Mul` by `w` as `[1, s·T]`, `Add`.
-//!   Proposed: `StreamUpdate` with the comb source absent meaning the identity:
+//!   Built: `StreamUpdate` with the comb source absent (three sources) meaning the identity:
 //!   `out[:, i, r] = streams[:, i, r] + post[i, r]·y[:, r]`.
 //!
-//! ## What needs a new or extended op
+//! ## What needed a new or extended op (1, 3 and 4 built in ABI 12; 2 open)
 //!
 //! 1. **QSA block selection.** `KPoolSelect` pools differently (a softmax over each pool's
 //!    positions gated per dimension with `ape`, rows `[key | gate | pooled]` of `3·dh`) and
@@ -71,14 +73,14 @@
 //!    weights); keep the `min(top_k / r, complete)` best (ties: lower block), then every
 //!    position after the last complete block: output as `KPoolSelect`'s,
 //!    `n_sel = r·(top_k / r) + r − 1`, so up to `top_k + r − 1` visible positions it is dense.
-//!    Proposed: `KPoolSelect` gains a pooling mode, `MeanNormRope { eps, rope: RopeParams }`
-//!    with srcs `[q, cache, k_norm, slots, positions]` (`k_norm` the `dh` gamma) and a
-//!    constant head weight (`1/√dh`), the `w` source absent. llama.cpp forms blocks from the
+//!    Built: `KPoolParams::mode`, `KPoolMode::MeanNormRope { eps, rope, scale }` with srcs
+//!    `[q, k_norm, cache, slots, positions]` (`k_norm` the `dh` gamma; the cache stays source
+//!    2) and every head weighing `scale` (`1/√dh`). llama.cpp forms blocks from the
 //!    visible cells in cache order
 //!    (`kpool_by_order`); with positional caches that start at 0 and have no holes that is
 //!    position order, but a context shift or a cache edit that moves positions must re-pool
 //!    the blocks it touches (or be refused for this model).
-//! 2. **PLE row ids.** `NgramHash` states no hash and has no kernel in any bundle, and the
+//! 2. **PLE row ids** (open). `NgramHash` states no hash and has no kernel in any bundle, and the
 //!    `TokenHistory` batch input it would read is never filled by the runtime (its scheduler
 //!    passes an empty history). Exact semantics needed (b11434 `set_input`, transformers'
 //!    n-gram module): `ctx_0` = the token, `ctx_j` = the token `j` back; once a predecessor is
@@ -92,14 +94,19 @@
 //!    all end ids), which is the `ple_tokens` state this crate declares; or, instead, the host
 //!    fills `TokenHistory` from its record of the sequence and the op applies the end-id rule.
 //!    transformers draws each multiplier below `2^63 / vocab`, so no product wraps (the loader
-//!    refuses a file whose multipliers would), and u64 and i64 arithmetic agree.
+//!    refuses a file whose multipliers would), and u64 and i64 arithmetic agree. Either way the
+//!    op needs the hash constants (3 multipliers, 16 sizes and offsets), which no source can
+//!    carry (no constant tensors) and which would grow every `Op` if they were parameters;
+//!    since the host needs token t+1's row ids anyway to prefetch its table rows, the simplest
+//!    sound form may be a host-side hash (llama.cpp computes them in `set_input`, on the host)
+//!    from a spec the model declares, into a batch input of row ids.
 //! 3. **PLE gate.** Per stream `d = Σ(kn_j·qn_j) / √n` over each `n`-wide stream, then
 //!    `σ(sign(d)·√max(|d|, 1e-6))`: the ABI has no reduction over a row and no sign, abs or sqrt
-//!    function. Proposed: `GroupDotGate { group: n, scale: 1/√n, floor: 1e-6 }`, srcs `[a [n, s,
-//!    T], b [n, s, T]]` → `[s, T]`. The gated value `gate_j·value` is then `value` concatenated
-//!    `s` times and `Mul` by the gate as `[1, s·T]`.
+//!    function. Built: `GroupDotGate { scale: 1/√n, floor: 1e-6 }` (the group is `ne[0]`), srcs
+//!    `[a [n, s, T], b [n, s, T]]` → `[s, T]`. The gated value `gate_j·value` is then the
+//!    identity `StreamUpdate` of zero streams by `post` = the gate and `y` = value (exact).
 //! 4. **Dilated causal convolution** (PLE, kernel `ple.conv_kernel` 4, dilation `ngram_size` 3):
-//!    `ConvCausal` has no dilation. Proposed: `ConvCausal { taps, dilation }`, `y[t, c] =
+//!    `ConvCausal` had no dilation. Built: `ConvCausal { taps, dilation }`, `y[t, c] =
 //!    Σ_j w[j, c]·x[t − (taps − 1 − j)·dilation, c]` (zero before the sequence start), the state
 //!    holding the last `(taps − 1)·dilation` inputs oldest first (the `ple_conv_state` declared
 //!    here); dilation 1 is today's op.
@@ -182,9 +189,8 @@ impl ModelInstance for Qwen4Exp {
     fn build_graph(&self, shape: BatchShape) -> RResult<Graph, PluginError> {
         RResult::RErr(PluginError::unsupported(
             format!(
-                "the qwen4exp {:?} graph: the ABI lacks the QSA block selection, the n-gram row \
-                 ids with the end-id reset, the PLE gate and the dilated convolution (crate \
-                 docs, design note)",
+                "the qwen4exp {:?} graph: the builder is not written and the ABI lacks the \
+                 n-gram row ids with the end-id reset (crate docs, design note)",
                 shape.kind
             ),
             &[],

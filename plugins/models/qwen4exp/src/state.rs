@@ -6,8 +6,8 @@
 //! (llama.cpp b11434's `kpool_row` 2): the raw key as projected, and in the row of a block's
 //! last position the block's pooled key (mean of the raw keys, RMS-normed, roped at the block's
 //! first position). It is declared [`StateKind::PooledKeys`] with a block of 1, the positional
-//! kind the host keeps in f32, as glm5-next's is; the op that fills it is not in the ABI yet
-//! (crate docs).
+//! kind the host keeps in f32, as glm5-next's is; `Op::KPoolSelect` with
+//! `KPoolMode::MeanNormRope` fills it.
 //!
 //! The token context holds the last `ngram_size − 1` token ids of the sequence, oldest first,
 //! the end id where a predecessor is missing or cut by one: the ABI has no integer per-sequence

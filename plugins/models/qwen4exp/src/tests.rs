@@ -477,7 +477,7 @@ fn the_graph_is_refused_by_name() {
     };
     let e = m.build_graph(shape).into_result().unwrap_err().to_string();
     assert!(
-        e.contains("qwen4exp") && e.contains("QSA block selection"),
+        e.contains("qwen4exp") && e.contains("n-gram row ids"),
         "{e}"
     );
 }

@@ -121,7 +121,7 @@ fn find_after(calls: &[OpCall], products: Option<[TensorRef; 3]>) -> Option<GdnG
     {
         return None;
     }
-    let (Op::ConvCausal { taps }, Op::DeltaRule(p)) = (conv.op, dr.op) else {
+    let (Op::ConvCausal { taps, dilation: 1 }, Op::DeltaRule(p)) = (conv.op, dr.op) else {
         return None;
     };
     let (Op::L2Norm { eps: l2_eps }, Op::L2Norm { eps: k_eps }, Op::RmsNorm { eps: rms_eps }) =
@@ -535,7 +535,10 @@ mod tests {
             unary(UnaryFn::Softplus, alpha_b, alpha_sp),
             OpCall::new(Op::Mul, &[alpha_sp, a], gate),
             OpCall::new(
-                Op::ConvCausal { taps: TAPS as u32 },
+                Op::ConvCausal {
+                    taps: TAPS as u32,
+                    dilation: 1,
+                },
                 &[x, conv_w, conv_state, slots, pos],
                 conv,
             ),
@@ -574,6 +577,19 @@ mod tests {
         assert!(!find(&chain(&f32)).expect("the group").copy_only);
         // Rows of one long segment take the chunked rule.
         assert!(find(&chain(&Layout::new(64))).is_none());
+    }
+
+    #[test]
+    fn a_dilated_conv_is_not_fused() {
+        let mut calls = chain(&Layout::new(1));
+        let conv = calls
+            .iter_mut()
+            .find(|c| matches!(c.op, Op::ConvCausal { .. }));
+        conv.expect("the conv").op = Op::ConvCausal {
+            taps: TAPS as u32,
+            dilation: 3,
+        };
+        assert!(find(&calls).is_none());
     }
 
     #[test]
