@@ -243,9 +243,9 @@ mod tests {
 
     #[test]
     fn the_top_choice_is_the_argmax_with_its_probability_among_the_ten_likeliest() {
-        // Eleven tokens: the smallest (id 3) is outside the top ten and adds nothing.
+        // Eleven tokens: the smallest (id 3) is outside the top ten, left out of the sum.
         let mut logits = vec![0.0f32; 11];
-        logits[3] = -50.0;
+        logits[3] = -1.0;
         logits[7] = 2.0;
         let (id, p) = top_choice(&logits);
         assert_eq!(id, 7);

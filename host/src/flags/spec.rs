@@ -113,7 +113,7 @@ mod tests {
         );
         let e = args(Some("draft-mtp")).config(0, "qwen3moe").unwrap_err();
         assert!(
-            e.to_string().contains("`qwen3moe` has no MTP layers"),
+            e.to_string().contains("(`qwen3moe`) has no MTP layers"),
             "{e}"
         );
         let e = args(Some("draft-mtp,ngram-mod"))
