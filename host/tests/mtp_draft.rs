@@ -6,6 +6,8 @@
 //! - test-only sources: a perfect one (the target's own greedy continuation) has every draft
 //!   accepted, an always-wrong one every draft refused at its first row, both with the same
 //!   tokens;
+//! - the MTP driver drafts what the block run by hand, paired as llama.cpp's draft-mtp pairs it,
+//!   gives;
 //! - after refused drafts (refused at the first, second or third drafted row) the slot's state
 //!   (K/V rows, recurrent and convolution state) is bit-for-bit the state of decoding the kept
 //!   tokens without drafts (on the CPU a row's results do not depend on the rows beside it).
@@ -18,11 +20,11 @@ use std::sync::Arc;
 
 use bloomery::synth::ClassTypes;
 use bloomery_devices::Registry;
-use bloomery_exec::{LoadOptions, LoadedModel};
+use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel, Readout};
 use bloomery_plugin_api::DType;
 use bloomery_runtime::request::{Event, Finish, GenParams, ShiftParams};
 use bloomery_runtime::sampling::SamplerParams;
-use bloomery_runtime::spec::{DraftSource, SpecConfig};
+use bloomery_runtime::spec::{Chunk, DraftSource, MtpDrafter, SpecConfig, Want};
 use bloomery_runtime::{Runtime, RuntimeConfig};
 use bloomery_text::Tokenizer;
 
@@ -333,5 +335,78 @@ fn after_refused_drafts_the_state_is_bit_for_bit_that_of_decoding_without_drafts
                 }
             }
         }
+    }
+}
+
+/// Rows `tokens` of slot `slot` from position `start`, every row an output.
+fn rows(tokens: &[u32], start: usize, slot: i32) -> BatchInputs {
+    BatchInputs {
+        tokens: tokens.iter().map(|&t| t as i32).collect(),
+        positions: (start..start + tokens.len()).map(|p| p as i32).collect(),
+        slots: vec![slot; tokens.len()],
+        output_rows: (0..tokens.len() as i32).collect(),
+        history: vec![],
+    }
+}
+
+/// The likeliest token of `logits` (the lowest id among equals).
+fn argmax(logits: &[f32]) -> u32 {
+    let best = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    logits.iter().position(|&l| l == best).unwrap() as u32
+}
+
+/// The MTP driver's draft after a prompt against the block run by hand as llama.cpp's draft-mtp
+/// pairs it (common/speculative.cpp): row p is token p with the trunk's final-norm row of p − 1
+/// (zeros at 0), and each later step its drafted token with the block's own final-norm row of
+/// the step before, one position on.
+#[test]
+fn the_mtp_driver_drafts_as_the_block_run_by_hand() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (mut m, tok) = load(&path);
+    let n = m.spec.hparams.n_embd as usize;
+    let nv = m.spec.hparams.n_vocab as usize;
+    for prompt in prompts(&tok) {
+        let len = prompt.len();
+        let trunk = m
+            .forward_reading(&rows(&prompt, 0, 0), Readout::Both)
+            .unwrap();
+        let x = argmax(&trunk.logits[(len - 1) * nv..]);
+        let mut driver = MtpDrafter::new(SpecConfig::MTP, 2, n);
+        let chunk = Chunk {
+            slot: 0,
+            start: 0,
+            tokens: &prompt,
+            rows: &trunk.embeddings,
+            kept: len,
+        };
+        driver.take_in(&mut m, &[chunk]).unwrap();
+        let want = Want {
+            slot: 0,
+            last: x,
+            pos: len,
+            max: 3,
+        };
+        let got = driver.draft(&mut m, &[want]).unwrap();
+        // By hand, in slot 1's draft caches.
+        let toks = [prompt.clone(), vec![x]].concat();
+        let hidden = [vec![0f32; n], trunk.embeddings.clone()].concat();
+        let r = m
+            .forward_draft_reading(&rows(&toks, 0, 1), &hidden, Readout::Both)
+            .unwrap();
+        let mut drafts = vec![argmax(&r.logits[len * nv..])];
+        let mut h = r.embeddings[len * n..].to_vec();
+        for step in 1..3 {
+            let r = m
+                .forward_draft_reading(
+                    &rows(&drafts[step - 1..step], len + step, 1),
+                    &h,
+                    Readout::Both,
+                )
+                .unwrap();
+            drafts.push(argmax(&r.logits));
+            h = r.embeddings;
+        }
+        assert_eq!(got, vec![drafts], "prompt of {len} tokens");
     }
 }

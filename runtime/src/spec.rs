@@ -74,27 +74,33 @@ impl Drafter {
 }
 
 /// One slot's rows of a target pass, as the MTP block takes them in.
-pub(crate) struct Chunk<'a> {
-    pub(crate) slot: usize,
+pub struct Chunk<'a> {
+    /// The slot.
+    pub slot: usize,
     /// Position of the first row.
-    pub(crate) start: usize,
-    pub(crate) tokens: &'a [u32],
+    pub start: usize,
+    /// The rows' tokens.
+    pub tokens: &'a [u32],
     /// The target's final-norm rows of `tokens`, `n_embd` values each.
-    pub(crate) rows: &'a [f32],
+    pub rows: &'a [f32],
     /// Rows of the chunk the slot keeps (drafted tokens past the first refused one are not).
-    pub(crate) kept: usize,
+    pub kept: usize,
 }
 
 /// One slot's draft request: the token just sampled, at `pos`, and at most `max` tokens.
-pub(crate) struct Want {
-    pub(crate) slot: usize,
-    pub(crate) last: u32,
-    pub(crate) pos: usize,
-    pub(crate) max: usize,
+pub struct Want {
+    /// The slot.
+    pub slot: usize,
+    /// The token just sampled.
+    pub last: u32,
+    /// Its position.
+    pub pos: usize,
+    /// Most tokens to draft.
+    pub max: usize,
 }
 
 /// The MTP block's driver: the target row each slot's next block row pairs with.
-pub(crate) struct MtpDrafter {
+pub struct MtpDrafter {
     cfg: SpecConfig,
     n_embd: usize,
     /// Per slot, the target's final-norm row of the last position it keeps (zeros before a
@@ -104,7 +110,7 @@ pub(crate) struct MtpDrafter {
 
 impl MtpDrafter {
     /// A driver for `n_slots` slots of a model `n_embd` wide.
-    pub(crate) fn new(cfg: SpecConfig, n_slots: usize, n_embd: usize) -> MtpDrafter {
+    pub fn new(cfg: SpecConfig, n_slots: usize, n_embd: usize) -> MtpDrafter {
         MtpDrafter {
             cfg,
             n_embd,
@@ -113,17 +119,13 @@ impl MtpDrafter {
     }
 
     /// Forgets slot `slot`'s carried row (a new sequence starts there).
-    pub(crate) fn reset(&mut self, slot: usize) {
+    pub fn reset(&mut self, slot: usize) {
         self.pending[slot].fill(0.0);
     }
 
     /// Runs the block over the rows of a target pass (filling its cache at their positions)
     /// and keeps each slot's row of its last kept position for the next pairing.
-    pub(crate) fn take_in(
-        &mut self,
-        model: &mut LoadedModel,
-        chunks: &[Chunk<'_>],
-    ) -> Result<(), String> {
+    pub fn take_in(&mut self, model: &mut LoadedModel, chunks: &[Chunk<'_>]) -> Result<(), String> {
         let n = self.n_embd;
         let mut batch = empty_batch();
         let mut hidden = Vec::new();
@@ -153,7 +155,7 @@ impl MtpDrafter {
 
     /// Drafts for every slot of `wants`, all slots' steps in shared passes; the drafts in the
     /// order of `wants`.
-    pub(crate) fn draft(
+    pub fn draft(
         &mut self,
         model: &mut LoadedModel,
         wants: &[Want],
