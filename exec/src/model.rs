@@ -488,6 +488,20 @@ impl LoadedModel {
         batch: &BatchInputs,
         hidden: &[f32],
     ) -> Result<Vec<f32>, ModelError> {
+        Ok(self
+            .forward_draft_reading(batch, hidden, Readout::Logits)?
+            .logits)
+    }
+
+    /// As [`LoadedModel::forward_draft`], reading back what `readout` asks for the output rows:
+    /// the logits and/or the draft layers' own final-norm rows (`FINAL_NORM` of the draft graph:
+    /// the hidden row a chained draft step pairs with the token it drafted).
+    pub fn forward_draft_reading(
+        &mut self,
+        batch: &BatchInputs,
+        hidden: &[f32],
+        readout: Readout,
+    ) -> Result<PassOutputs, ModelError> {
         self.check_batch(batch)?;
         if batch.output_rows.is_empty() {
             return Err(ModelError::Request("a draft pass needs output rows".into()));
@@ -507,11 +521,17 @@ impl LoadedModel {
             kind: GraphKind::Mtp,
         };
         let device = Arc::clone(&self.device);
-        let exec = self.executor_of(shape, Readout::Logits)?;
+        let exec = self.executor_of(shape, readout)?;
         exec.run_with_hidden(&device, batch, hidden)?;
-        let logits = exec.read_f32(&device, "logits")?;
+        let mut out = PassOutputs::default();
+        if readout.logits() {
+            out.logits = exec.read_f32(&device, "logits")?;
+        }
+        if readout.embeddings() {
+            out.embeddings = exec.read_f32(&device, EMBEDDINGS_OUTPUT)?;
+        }
         self.rebalance()?;
-        Ok(logits)
+        Ok(out)
     }
 
     /// Runs one pass over a batch and returns the final-norm rows of its output rows, `n_embd`

@@ -498,6 +498,7 @@ fn decisions_that_start_together_share_passes_and_one_head_run() {
         checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
         schemajump: false,
         context_shift: false,
+        spec: bloomery_runtime::spec::SpecConfig::OFF,
     };
     let runtime = Runtime::start_with_head(model, Some(head), tok, cfg).unwrap();
     // Eight different prompts: the golden's, each with its tokens shifted by i.

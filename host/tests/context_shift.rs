@@ -153,6 +153,7 @@ fn generate(context_shift: bool, n_predict: usize) -> (Vec<u32>, Finish) {
         checkpoint_every: 0,
         schemajump: true,
         context_shift,
+        spec: bloomery_runtime::spec::SpecConfig::OFF,
     };
     let runtime = Runtime::start(model, tok, cfg).unwrap();
     let params = GenParams {

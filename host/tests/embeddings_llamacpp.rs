@@ -96,6 +96,7 @@ fn runtime(file: File, n_batch: usize) -> (Runtime, Arc<Tokenizer>) {
         checkpoint_every: 0,
         schemajump: false,
         context_shift: false,
+        spec: bloomery_runtime::spec::SpecConfig::OFF,
     };
     (Runtime::start(model, Arc::clone(&tok), cfg).unwrap(), tok)
 }

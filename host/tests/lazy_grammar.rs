@@ -47,6 +47,7 @@ fn runtime() -> (Runtime, Arc<Tokenizer>, tempfile::TempDir) {
         checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
         schemajump: true,
         context_shift: false,
+        spec: bloomery_runtime::spec::SpecConfig::OFF,
     };
     (
         Runtime::start(model, Arc::clone(&tok), cfg).unwrap(),

@@ -109,6 +109,7 @@ fn hostile_settings_run_alone_and_the_next_request_answers_the_same() {
         checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
         schemajump: true,
         context_shift: false,
+        spec: bloomery_runtime::spec::SpecConfig::OFF,
     };
     let runtime = Runtime::start(model, tok, cfg).unwrap();
     let want = outcome(&runtime, greedy(6)).unwrap();

@@ -51,6 +51,7 @@ fn start(path: &Path, on: bool) -> (Runtime, Arc<Tokenizer>) {
         checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
         schemajump: on,
         context_shift: false,
+        spec: bloomery_runtime::spec::SpecConfig::OFF,
     };
     (Runtime::start(model, tok.clone(), cfg).unwrap(), tok)
 }

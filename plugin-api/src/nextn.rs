@@ -10,7 +10,7 @@
 //! The block may carry its own embedding table, head norm and head; without them it uses the
 //! model's `token_embd`, `output_norm` and `output`.
 
-use crate::graph::{GraphBuilder, TensorId};
+use crate::graph::{GraphBuilder, TensorId, FINAL_NORM};
 use crate::model::WeightClass as C;
 use crate::op::Op;
 use crate::weights::{LayerWeights, WeightRef};
@@ -87,7 +87,9 @@ impl NextnWeights {
         g.matmul("mtp_eh_proj", proj, eh)
     }
 
-    /// The block's logits from its output rows: `head·shared_head_norm(out)`.
+    /// The block's logits from its output rows: `head·shared_head_norm(out)`. The normed rows
+    /// are named [`FINAL_NORM`] (llama.cpp's `h_nextn` of the draft context): a chained draft
+    /// step pairs its next token with them, and the host reads them as it reads the trunk's.
     pub fn logits(
         &self,
         g: &mut GraphBuilder,
@@ -96,7 +98,7 @@ impl NextnWeights {
         eps: f32,
     ) -> Result<TensorId, PluginError> {
         let hw = g.w(self.head_norm.as_ref().unwrap_or(model.output_norm))?;
-        let out = g.rms_norm("mtp_shared_head_norm", out, Some(hw), eps)?;
+        let out = g.rms_norm(FINAL_NORM, out, Some(hw), eps)?;
         let head = g.w(self.head.as_ref().unwrap_or(model.output))?;
         g.matmul("result_output", head, out)
     }

@@ -38,10 +38,6 @@ pub struct Constraint {
     masked: Vec<f32>,
     /// Tokens forced by schemajump.
     pub(crate) forced: usize,
-    /// Tokens schemajump drafted and a pass evaluated.
-    pub(crate) drafted: usize,
-    /// Of those, the tokens sampling confirmed.
-    pub(crate) accepted: usize,
     /// Time spent in the grammar: masks, the chain's re-sampling, advancing, drafting.
     pub(crate) spent: Duration,
     /// Each fixed text met so far and its canonical tokens (empty: not drafted).
@@ -140,8 +136,6 @@ impl Constraint {
             },
             masked: Vec::new(),
             forced: 0,
-            drafted: 0,
-            accepted: 0,
             spent: Duration::ZERO,
             drafts: HashMap::new(),
             fixed: String::new(),

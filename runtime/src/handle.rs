@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use crate::embedding::Pooling;
 use crate::request::{Event, GenParams, Job, Request};
 use crate::scheduler::{self, RuntimeConfig};
+use crate::spec::DraftSource;
 use crate::status::{Shared, SlotView};
 
 /// The running scheduler: where requests go, what it publishes, and its thread.
@@ -45,6 +46,17 @@ impl Runtime {
         Self::start_with_head(model, None, tok, cfg)
     }
 
+    /// As [`Runtime::start`], with drafts from `source` instead of the model's MTP block (tests
+    /// and benchmarks: `cfg.spec.n_max` and the room left bound each draft).
+    pub fn start_drafting(
+        model: LoadedModel,
+        tok: Arc<Tokenizer>,
+        cfg: RuntimeConfig,
+        source: Box<dyn DraftSource>,
+    ) -> Result<Runtime, RuntimeError> {
+        Self::start_inner(model, None, tok, cfg, Some(source))
+    }
+
     /// As [`Runtime::start`], with the model's decision head (which the scheduler owns beside
     /// the model it reads).
     pub fn start_with_head(
@@ -52,6 +64,16 @@ impl Runtime {
         head: Option<DecisionHead>,
         tok: Arc<Tokenizer>,
         cfg: RuntimeConfig,
+    ) -> Result<Runtime, RuntimeError> {
+        Self::start_inner(model, head, tok, cfg, None)
+    }
+
+    fn start_inner(
+        model: LoadedModel,
+        head: Option<DecisionHead>,
+        tok: Arc<Tokenizer>,
+        cfg: RuntimeConfig,
+        source: Option<Box<dyn DraftSource>>,
     ) -> Result<Runtime, RuntimeError> {
         let decides = head.is_some();
         // Every slot idle, as the scheduler publishes them, so that readers see every slot
@@ -71,7 +93,7 @@ impl Runtime {
         let published = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("bloomery-scheduler".into())
-            .spawn(move || scheduler::run(model, head, tok, cfg, rx, published))
+            .spawn(move || scheduler::run(model, head, tok, cfg, rx, published, source))
             .map_err(RuntimeError::Start)?;
         Ok(Runtime {
             jobs,

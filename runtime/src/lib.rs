@@ -16,6 +16,7 @@ pub mod request;
 pub mod sampling;
 mod scheduler;
 pub mod slot_file;
+pub mod spec;
 pub mod status;
 pub mod stop;
 mod task;

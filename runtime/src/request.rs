@@ -275,7 +275,7 @@ pub struct Progress {
     pub n_predicted: usize,
     /// Of them, those schemajump forced.
     pub n_forced: usize,
-    /// Tokens schemajump drafted so far.
+    /// Tokens drafted (by schemajump or the MTP block) so far.
     pub n_drafted: usize,
     /// Of those, the tokens sampling confirmed.
     pub n_accepted: usize,
@@ -315,7 +315,8 @@ pub struct Finish {
     pub n_predicted: usize,
     /// Of those, the tokens schemajump forced (the grammar admitted only them).
     pub n_forced: usize,
-    /// Tokens schemajump drafted and a pass evaluated (llama-server's `draft_n`).
+    /// Tokens drafted (by schemajump or the MTP block) and a pass evaluated (llama-server's
+    /// `draft_n`).
     pub n_drafted: usize,
     /// Of those, the tokens sampling confirmed, generated without a pass of their own
     /// (llama-server's `draft_n_accepted`; counted in `n_predicted`, not in `n_forced`).

@@ -29,6 +29,7 @@ use crate::request::{
 };
 use crate::sampling::Sampler;
 use crate::slot_file::SlotFile;
+use crate::spec::{Chunk, DraftSource, Drafter, MtpDrafter, SpecConfig, SpecType, Want};
 use crate::status::{Shared, SlotView};
 use crate::stop::StopScan;
 use crate::task::Task;
@@ -62,6 +63,8 @@ pub struct RuntimeConfig {
     /// When generation reaches a slot's context, drop tokens after the kept ones and go on
     /// (`--context-shift`; the model must be able to move cached positions).
     pub context_shift: bool,
+    /// Draft decoding (`--spec-*`).
+    pub spec: SpecConfig,
 }
 
 /// A sequence slot: the tokens its cache holds and the request running in it.
@@ -115,6 +118,8 @@ struct Scheduler<'t> {
     /// Requests that ended since `/slots` was last published: their ending events go out
     /// after it ([`Scheduler::deliver`]).
     ended: Vec<Task<'t>>,
+    /// What drafts generated tokens for the target to verify (none: drafting off).
+    drafter: Option<Drafter>,
 }
 
 /// Runs the scheduler on the current thread until every job sender is gone and nothing runs;
@@ -126,11 +131,13 @@ pub(crate) fn run(
     cfg: RuntimeConfig,
     jobs: mpsc::Receiver<Request>,
     shared: Arc<Shared>,
+    source: Option<Box<dyn DraftSource>>,
 ) -> LoadedModel {
     let rewind = model.rewind();
     let n_slots = model.options.n_slots as usize;
     let n_vocab = model.spec.hparams.n_vocab as usize;
     let n_embd = model.spec.hparams.n_embd as usize;
+    let drafter = drafter_of(&model, cfg.spec, rewind, source);
     let mut s = Scheduler {
         model,
         tok: &tok,
@@ -155,6 +162,7 @@ pub(crate) fn run(
         vocab: None,
         head,
         ended: Vec::new(),
+        drafter,
     };
     s.publish();
     // After publishing the slots, so that /slots answers while the allocation runs.
@@ -497,6 +505,9 @@ impl<'t> Scheduler<'t> {
             job.params.shift.n_cache_reuse
         };
         let keep = self.prepare_slot(id, &job.prompt, reuse, n_cache_reuse, rows);
+        if let (0, Some(Drafter::Mtp(m))) = (keep, self.drafter.as_mut()) {
+            m.reset(id);
+        }
         // The penalty window never holds more than a slot's context: a longer one (a client's
         // -1 read as "all") is the whole context, not an allocation of its length.
         let mut params = job.params.sampler.clone();
@@ -545,6 +556,9 @@ impl<'t> Scheduler<'t> {
             generated: 0,
             next: Vec::new(),
             draft: 0,
+            n_drafted: 0,
+            n_accepted: 0,
+            spec_draft: false,
             grammar,
             started,
             first_token: None,
@@ -828,8 +842,12 @@ impl<'t> Scheduler<'t> {
         }
         let mut plan: Vec<Planned> = Vec::new();
         // What the output rows read back: logits for generations, final-norm rows for
-        // embeddings.
+        // embeddings, and with the MTP block drafting, every generation row's final-norm row.
         let (mut logits, mut embeddings) = (false, false);
+        let reads_rows = self.drafter.as_ref().is_some_and(Drafter::reads_rows);
+        // The per-sequence state of each slot whose drafted tokens this pass evaluates, as it
+        // was before: a refused draft rolls back to it.
+        let mut saved: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
         // Generated tokens first: one row per slot, or a run schemajump forced as one chunk
         // (split over passes when it does not fit; its last row gives the next logits), then
         // the slot's drafted tokens, each row an output that verifies the next. A draft that
@@ -858,13 +876,22 @@ impl<'t> Scheduler<'t> {
             } else {
                 0
             };
+            let read = if reads_rows { take } else { outputs };
             let end = batch.tokens.len() as i32;
-            batch.output_rows.extend(end - outputs as i32..end);
+            batch.output_rows.extend(end - read as i32..end);
             logits |= outputs > 0;
+            embeddings |= reads_rows;
+            if outputs > 1 && self.rewind.per_sequence {
+                let parts = self.model.read_checkpoint(slot.id as u32).map_err(|e| {
+                    format!("slot {}: saving its state before a draft: {e}", slot.id)
+                })?;
+                saved.push((slot.id, parts));
+            }
             plan.push(Planned {
                 id: slot.id,
                 tokens: task.next[..take].to_vec(),
                 outputs,
+                read,
             });
         }
         for slot in &self.slots {
@@ -899,6 +926,7 @@ impl<'t> Scheduler<'t> {
                 batch.slots.push(slot.id as i32);
             }
             let last = take == rest.len();
+            let mut read = None;
             let outputs = match task.job.embed {
                 // A decision reads every row.
                 None if task.job.decide.is_some() => {
@@ -907,6 +935,16 @@ impl<'t> Scheduler<'t> {
                         .extend((first_row..first_row + take).map(|i| i as i32));
                     embeddings = true;
                     take
+                }
+                // The MTP block takes in every row of a generation's prompt.
+                None if reads_rows => {
+                    batch
+                        .output_rows
+                        .extend((first_row..first_row + take).map(|i| i as i32));
+                    embeddings = true;
+                    logits |= last;
+                    read = Some(take);
+                    usize::from(last)
                 }
                 // An embedding reads its pooling's rows of every chunk.
                 Some(pooling) => {
@@ -931,6 +969,7 @@ impl<'t> Scheduler<'t> {
                 id: slot.id,
                 tokens: rest[..take].to_vec(),
                 outputs,
+                read: read.unwrap_or(outputs),
             });
         }
         if batch.tokens.is_empty() {
@@ -989,18 +1028,31 @@ impl<'t> Scheduler<'t> {
         let checkpoints = self.rewind.per_sequence;
         // Decisions whose prompt this pass ended.
         let mut decided = Vec::new();
+        // Generation rows the MTP block takes in: (slot, first position, tokens, first output
+        // row, rows kept).
+        let mut taken: Vec<(usize, usize, Vec<u32>, usize, usize)> = Vec::new();
+        // Slots whose refused drafts roll back: (slot, first position, state before the pass).
+        let mut refused: Vec<(usize, usize, Vec<Vec<u8>>)> = Vec::new();
         for Planned {
             id,
             tokens: toks,
             outputs,
+            read,
         } in plan
         {
+            let base = out;
+            out += read;
             let has_output = outputs > 0;
             let slot = &mut self.slots[id];
+            let start = slot.cached.len();
             slot.cached.extend_from_slice(&toks);
             let Some(task) = slot.task.as_mut() else {
                 continue;
             };
+            let generates = task.job.embed.is_none() && task.job.decide.is_none();
+            if reads_rows && generates {
+                taken.push((id, start, toks.clone(), base, toks.len()));
+            }
             if task.next.is_empty() {
                 task.n_past += toks.len();
                 if task.job.params.return_progress {
@@ -1046,7 +1098,7 @@ impl<'t> Scheduler<'t> {
                 let ended = task.n_past == task.job.prompt.len();
                 if held == first {
                     slot.hidden
-                        .extend_from_slice(&rows[out * n_embd..(out + outputs) * n_embd]);
+                        .extend_from_slice(&rows[base * n_embd..(base + outputs) * n_embd]);
                     if ended {
                         decided.push(id);
                     }
@@ -1065,14 +1117,12 @@ impl<'t> Scheduler<'t> {
                     }
                     slot.keep(0);
                 }
-                out += outputs;
                 continue;
             }
             if let Some(pooling) = task.job.embed {
                 if outputs > 0 {
                     task.rows
-                        .extend_from_slice(&rows[out * n_embd..(out + outputs) * n_embd]);
-                    out += outputs;
+                        .extend_from_slice(&rows[base * n_embd..(base + outputs) * n_embd]);
                 }
                 if task.n_past == task.job.prompt.len() {
                     let embedded = Embedded {
@@ -1110,15 +1160,12 @@ impl<'t> Scheduler<'t> {
             let drafted = &toks[toks.len() - n_drafted..];
             let verified = slot.cached.len() - n_drafted;
             task.draft = 0;
-            if n_drafted > 0 {
-                if let Some(g) = task.grammar.as_mut() {
-                    g.drafted += n_drafted;
-                }
-                c.drafted.fetch_add(n_drafted as u64, Ordering::Relaxed);
-            }
+            task.n_drafted += n_drafted;
+            c.drafted.fetch_add(n_drafted as u64, Ordering::Relaxed);
             let mut accepted = 0;
             let mut done = false;
-            for (j, row) in logits[out * self.n_vocab..(out + outputs) * self.n_vocab]
+            let first = base + read - outputs;
+            for (j, row) in logits[first * self.n_vocab..(first + outputs) * self.n_vocab]
                 .chunks_exact(self.n_vocab)
                 .enumerate()
             {
@@ -1154,18 +1201,138 @@ impl<'t> Scheduler<'t> {
                     }
                 }
             }
-            out += outputs;
             if n_drafted > 0 {
                 tracing::trace!("slot {id}: {accepted} of the drafted tokens {drafted:?} accepted");
+                if std::mem::take(&mut task.spec_draft) {
+                    c.spec_verify_steps.fetch_add(1, Ordering::Relaxed);
+                    c.spec_draft_tokens
+                        .fetch_add(n_drafted as u64, Ordering::Relaxed);
+                    c.spec_accepted
+                        .fetch_add(accepted as u64, Ordering::Relaxed);
+                }
             }
-            // Drafted tokens after the first refused one leave the cache.
-            slot.keep(verified + accepted);
+            // Drafted tokens after the first refused one leave the cache; per-sequence state
+            // goes back to before the pass and takes in the kept tokens again.
+            let kept = verified + accepted;
+            if kept < slot.cached.len() {
+                if let Some(i) = saved.iter().position(|s| s.0 == id) {
+                    refused.push((id, start, saved.swap_remove(i).1));
+                }
+            }
+            slot.keep(kept);
+            if let Some(t) = taken.last_mut().filter(|t| t.0 == id) {
+                t.4 = kept - start;
+            }
             if done {
                 self.ended.extend(slot.task.take());
             }
         }
+        self.roll_back(&refused)?;
+        if let Some(Drafter::Mtp(m)) = self.drafter.as_mut() {
+            let chunks: Vec<Chunk<'_>> = taken
+                .iter()
+                .map(|(slot, start, tokens, base, kept)| Chunk {
+                    slot: *slot,
+                    start: *start,
+                    tokens,
+                    rows: &rows[base * n_embd..(base + tokens.len()) * n_embd],
+                    kept: *kept,
+                })
+                .collect();
+            m.take_in(&mut self.model, &chunks)?;
+        }
+        self.draft_next()?;
         if !decided.is_empty() {
             self.decide(&decided);
+        }
+        Ok(())
+    }
+
+    /// Puts each slot of `refused` back to the state saved before the pass at its first
+    /// position and runs the tokens it keeps from there again, all in one pass without
+    /// outputs: its per-sequence state then holds exactly the kept tokens. (Positional caches
+    /// need nothing: rows past the kept ones are written again before any row reads them.)
+    fn roll_back(&mut self, refused: &[(usize, usize, Vec<Vec<u8>>)]) -> Result<(), String> {
+        if refused.is_empty() {
+            return Ok(());
+        }
+        let mut batch = BatchInputs {
+            tokens: Vec::new(),
+            positions: Vec::new(),
+            slots: Vec::new(),
+            output_rows: Vec::new(),
+            history: Vec::new(),
+        };
+        for (id, start, parts) in refused {
+            self.model
+                .write_checkpoint(*id as u32, parts)
+                .map_err(|e| format!("slot {id}: rolling back a refused draft: {e}"))?;
+            for (p, &t) in self.slots[*id].cached.iter().enumerate().skip(*start) {
+                batch.tokens.push(t as i32);
+                batch.positions.push(p as i32);
+                batch.slots.push(*id as i32);
+            }
+        }
+        self.model
+            .forward_reading(&batch, Readout::Logits)
+            .map_err(|e| format!("taking in the kept tokens after a refused draft: {e}"))?;
+        Ok(())
+    }
+
+    /// Drafts the tokens after each slot's newly sampled token, for the next pass to verify:
+    /// slots generating one sampled token (no forced run, no schemajump draft), as many as the
+    /// request's limit and the slot's context leave room for (llama-server's
+    /// `get_n_draft_max`).
+    fn draft_next(&mut self) -> Result<(), String> {
+        let Some(drafter) = self.drafter.as_mut() else {
+            return Ok(());
+        };
+        let n_max = self.cfg.spec.n_max;
+        let mut wants = Vec::new();
+        for slot in &self.slots {
+            let Some(task) = &slot.task else { continue };
+            if task.next.len() != 1 || task.draft != 0 || !task.job.params.forced.is_empty() {
+                continue;
+            }
+            let room = self.cfg.n_ctx_slot.saturating_sub(slot.cached.len() + 2);
+            let left = task
+                .job
+                .params
+                .n_predict
+                .map_or(usize::MAX, |n| n.saturating_sub(task.generated + 1));
+            let max = n_max.min(room).min(left);
+            if max > 0 {
+                wants.push(Want {
+                    slot: slot.id,
+                    last: task.next[0],
+                    pos: slot.cached.len(),
+                    max,
+                });
+            }
+        }
+        if wants.is_empty() {
+            return Ok(());
+        }
+        let drafts = match drafter {
+            Drafter::Mtp(m) => m.draft(&mut self.model, &wants)?,
+            Drafter::Source(src) => wants
+                .iter()
+                .map(|w| {
+                    let slot = &self.slots[w.slot];
+                    let mut tokens = slot.cached.clone();
+                    tokens.push(w.last);
+                    let mut d = src.draft(w.slot, &tokens, w.max);
+                    d.truncate(w.max);
+                    d
+                })
+                .collect(),
+        };
+        for (w, d) in wants.iter().zip(drafts) {
+            if let Some(task) = self.slots[w.slot].task.as_mut() {
+                task.draft = d.len();
+                task.spec_draft = !d.is_empty();
+                task.next.extend(d);
+            }
         }
         Ok(())
     }
@@ -1368,6 +1535,43 @@ struct Planned {
     /// Output rows, the chunk's last ones: its drafted tokens and the row before them (0 for a
     /// chunk of a prompt or forced run that continues in the next pass).
     outputs: usize,
+    /// Output rows the pass reads for the chunk: `outputs`, or every row when the MTP block
+    /// takes them in (the chunk's `outputs` then its last ones).
+    read: usize,
+}
+
+/// What drafts for the target to verify, as `spec` or a `source` asks; none (with a warning
+/// naming why) where this model cannot draft.
+fn drafter_of(
+    model: &LoadedModel,
+    spec: SpecConfig,
+    rewind: Rewind,
+    source: Option<Box<dyn DraftSource>>,
+) -> Option<Drafter> {
+    if spec.kind == SpecType::None && source.is_none() {
+        return None;
+    }
+    if rewind.block != 1 {
+        tracing::warn!(
+            "drafting off: this model keeps pooled keys in blocks of {} positions, which a \
+             refused draft cannot be cut back within",
+            rewind.block
+        );
+        return None;
+    }
+    if let Some(source) = source {
+        return Some(Drafter::Source(source));
+    }
+    if model.spec.caps.n_mtp_layers == 0 {
+        tracing::warn!(
+            "drafting off: this model (`{}`) has no MTP layers to draft with",
+            model.spec.architecture
+        );
+        return None;
+    }
+    let n_slots = model.options.n_slots as usize;
+    let n_embd = model.spec.hparams.n_embd as usize;
+    Some(Drafter::Mtp(MtpDrafter::new(spec, n_slots, n_embd)))
 }
 
 /// What a request cut or refused by a shutdown is told.

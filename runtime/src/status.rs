@@ -69,10 +69,18 @@ pub struct Counters {
     /// Generated tokens schemajump forced (a grammar admitted only them; counted in
     /// `predicted_tokens` too).
     pub forced_tokens: AtomicU64,
-    /// Tokens schemajump drafted and a pass evaluated.
+    /// Tokens drafted (by schemajump or the MTP block) and a pass evaluated.
     pub drafted: AtomicU64,
     /// Of those, the tokens sampling confirmed (counted in `predicted_tokens` too).
     pub draft_accepted: AtomicU64,
+    /// Tokens the draft decoder (`--spec-type`) drafted and a pass evaluated (llama-server's
+    /// `spec_decode_num_draft_tokens_total`; counted in `drafted` too).
+    pub spec_draft_tokens: AtomicU64,
+    /// Of those, the tokens the target confirmed (`spec_decode_num_accepted_tokens_total`).
+    pub spec_accepted: AtomicU64,
+    /// Passes that verified the draft decoder's drafts, one per slot and pass
+    /// (`spec_decode_num_drafts_total`).
+    pub spec_verify_steps: AtomicU64,
     /// Decisions the decision head scored.
     pub decisions: AtomicU64,
     /// Runs of the decision head (each over every decision whose prompt ended in one pass).

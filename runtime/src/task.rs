@@ -23,8 +23,16 @@ pub(crate) struct Task<'t> {
     /// The generated tokens whose K/V the next passes write (the sampled token, any tokens
     /// schemajump forced after it and its draft); empty while the prompt is evaluated.
     pub(crate) next: Vec<u32>,
-    /// How many tokens at the end of `next` schemajump drafted (to be verified by sampling).
+    /// How many tokens at the end of `next` were drafted (by schemajump or the MTP block), to
+    /// be verified by sampling.
     pub(crate) draft: usize,
+    /// Drafted tokens a pass evaluated so far (schemajump's or the MTP block's; llama-server's
+    /// `draft_n`).
+    pub(crate) n_drafted: usize,
+    /// Of them, those the target's own choice confirmed (`draft_n_accepted`).
+    pub(crate) n_accepted: usize,
+    /// The drafted tokens in `next` are the draft decoder's (not schemajump's).
+    pub(crate) spec_draft: bool,
     /// The request's grammar, if it has one.
     pub(crate) grammar: Option<Constraint>,
     pub(crate) started: Instant,

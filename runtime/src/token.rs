@@ -135,9 +135,7 @@ pub(crate) fn step(
         return Row::Ended;
     }
     if drafted == Some(id) {
-        if let Some(g) = task.grammar.as_mut() {
-            g.accepted += 1;
-        }
+        task.n_accepted += 1;
         cx.counters.draft_accepted.fetch_add(1, Ordering::Relaxed);
         return Row::Accepted;
     }
@@ -200,8 +198,8 @@ fn finish(
         n_cached: task.n_cached,
         n_predicted: task.generated,
         n_forced: task.grammar.as_ref().map_or(0, |g| g.forced),
-        n_drafted: task.grammar.as_ref().map_or(0, |g| g.drafted),
-        n_accepted: task.grammar.as_ref().map_or(0, |g| g.accepted),
+        n_drafted: task.n_drafted,
+        n_accepted: task.n_accepted,
         grammar_ms: task.grammar.as_ref().map(|g| g.spent.as_secs_f64() * 1e3),
         prompt_ms: (first - task.started).as_secs_f64() * 1e3,
         predicted_ms: (now - first).as_secs_f64() * 1e3,
@@ -234,8 +232,8 @@ fn emit(
         n_cached: task.n_cached,
         n_predicted: task.generated,
         n_forced: task.grammar.as_ref().map_or(0, |g| g.forced),
-        n_drafted: task.grammar.as_ref().map_or(0, |g| g.drafted),
-        n_accepted: task.grammar.as_ref().map_or(0, |g| g.accepted),
+        n_drafted: task.n_drafted,
+        n_accepted: task.n_accepted,
         prompt_ms: (first - task.started).as_secs_f64() * 1e3,
         predicted_ms: (now - first).as_secs_f64() * 1e3,
     };

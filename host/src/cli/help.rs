@@ -103,7 +103,12 @@ const SERVER: &[&str] = &[
 ];
 
 /// Speculative decoding's flags (arg.cpp's `set_spec`).
-const SPECULATIVE: &[&str] = &["spec-type"];
+const SPECULATIVE: &[&str] = &[
+    "spec-type",
+    "spec-draft-n-max",
+    "spec-draft-n-min",
+    "spec-draft-p-min",
+];
 
 /// Where the model's weights and experts go: llama.cpp's `-ngl`, `-cmoe`, `-ncmoe`, `-ot`,
 /// `--mlock`, and bloomery's budgets and tiering switches.

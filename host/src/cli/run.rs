@@ -90,6 +90,9 @@ pub struct RunArgs {
     /// A grammar or JSON schema the output follows.
     #[command(flatten)]
     pub grammar: crate::flags::grammar::GrammarArgs,
+    /// Draft decoding (`--spec-*`).
+    #[command(flatten)]
+    pub spec: crate::flags::spec::SpecArgs,
 }
 
 /// The prompt as token ids, wrapped in the chat template when asked.
@@ -226,6 +229,9 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         params.seed, params.top_k, params.typ_p, params.top_p, params.min_p, params.temp,
         params.penalty_repeat, params.penalty_last_n, params.penalty_present, params.penalty_freq
     );
+    let spec = a
+        .spec
+        .config(model.spec.caps.n_mtp_layers, &model.spec.architecture)?;
     let runtime = Runtime::start(
         model,
         Arc::new(tok),
@@ -239,6 +245,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
             checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
             schemajump: !a.grammar.no_schemajump,
             context_shift: false,
+            spec,
         },
     )?;
     let gen = GenParams {

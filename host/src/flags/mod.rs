@@ -1,6 +1,6 @@
 //! Command-line flags shared by more than one front end, spelled as llama.cpp spells them:
 //! cache types (`serve`, `run`, `bench`), expert placement (`serve`, `run`, `bench`, `plan`),
-//! grammars (`run`, `bench`), samplers (`serve`, `run`), `serve`'s llama-server flags, its page,
+//! grammars (`run`, `bench`), draft decoding (`serve`, `run`, `bench`), samplers (`serve`, `run`), `serve`'s llama-server flags, its page,
 //! CORS and TLS flags, and the rewriting of multi-letter short flags.
 
 pub mod cache_type;
@@ -12,6 +12,7 @@ pub mod placement;
 pub mod sampling;
 pub mod serve;
 pub mod short;
+pub mod spec;
 pub mod web;
 
 use std::ffi::OsString;

@@ -171,13 +171,9 @@ pub struct ServeArgs {
     /// A file of API keys, one per line (added to `--api-key`'s).
     #[arg(long = "api-key-file", env = "LLAMA_ARG_API_KEY_FILE")]
     pub api_key_file: Option<PathBuf>,
-    /// Speculative decoding: `none` (the only type implemented yet).
-    #[arg(
-        long = "spec-type",
-        default_value = "none",
-        env = "LLAMA_ARG_SPEC_TYPE"
-    )]
-    pub spec_type: String,
+    /// Draft decoding (`--spec-*`).
+    #[command(flatten)]
+    pub spec: crate::flags::spec::SpecArgs,
     /// Default seed (-1: a random one per request).
     #[arg(short = 's', long = "seed", default_value_t = -1, allow_negative_numbers = true, env = "LLAMA_ARG_SEED")]
     pub seed: i64,
@@ -513,12 +509,6 @@ impl ServeArgs {
                 "-lm/--load-mode {}: not supported: the model is always mapped (auto, mmap or \
                  mmap+mlock)",
                 self.load_mode
-            );
-        }
-        if self.spec_type != "none" {
-            bail!(
-                "--spec-type {}: not supported: speculative decoding is not implemented yet",
-                self.spec_type
             );
         }
         if self.defrag_thold.is_some() {

@@ -433,6 +433,9 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         }
         None => None,
     };
+    let spec = a
+        .spec
+        .config(model.spec.caps.n_mtp_layers, &model.spec.architecture)?;
     let runtime = Runtime::start_with_head(
         model,
         head,
@@ -446,6 +449,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
             checkpoint_every: a.checkpoint_min_step as usize,
             schemajump: !a.no_schemajump,
             context_shift: a.context_shift(),
+            spec,
         },
     )?;
     Ok(Ready {

@@ -344,24 +344,24 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
             "Largest observed sequence length (prompt + generation)",
             get(&c.n_tokens_max) as f64,
         ),
-        // No speculative decoding runs: llama-server's counters of it stay at zero.
+        // The draft decoder's (`--spec-type`) counters, as llama-server names them.
         (
             "counter",
             "spec_decode_num_draft_tokens_total",
             "Speculative: Total draft tokens generated",
-            0.0,
+            get(&c.spec_draft_tokens) as f64,
         ),
         (
             "counter",
             "spec_decode_num_accepted_tokens_total",
             "Speculative: Total draft tokens accepted by the target model",
-            0.0,
+            get(&c.spec_accepted) as f64,
         ),
         (
             "counter",
             "spec_decode_num_drafts_total",
             "Speculative: Total speculative decoding verification steps",
-            0.0,
+            get(&c.spec_verify_steps) as f64,
         ),
         (
             "gauge",
@@ -484,7 +484,7 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
         (
             "counter",
             "tokens_drafted_total",
-            "Tokens schemajump drafted (the text a grammar fixes) and a pass evaluated.",
+            "Tokens drafted (schemajump: the text a grammar fixes; the draft decoder) and a pass evaluated.",
             get(&c.drafted) as f64,
         ),
         (

@@ -107,6 +107,9 @@ pub struct BenchArgs {
     /// the answer time and the fraction schemajump forced or drafted and saw accepted).
     #[command(flatten)]
     pub grammar: crate::flags::grammar::GrammarArgs,
+    /// Draft decoding (`--spec-*`; on by default for a file with MTP layers).
+    #[command(flatten)]
+    pub spec: crate::flags::spec::SpecArgs,
     /// Launch every op of every pass from the host instead of replaying captured device graphs
     /// (to measure what the graphs save).
     #[arg(long = "no-graphs")]

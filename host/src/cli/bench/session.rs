@@ -146,6 +146,9 @@ impl Session {
             None => None,
         };
         let schemajump = !a.grammar.no_schemajump;
+        let spec = a
+            .spec
+            .config(model.spec.caps.n_mtp_layers, &model.spec.architecture)?;
         let runtime = Runtime::start(
             model,
             tok,
@@ -158,6 +161,7 @@ impl Session {
                 checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
                 schemajump,
                 context_shift: false,
+                spec,
             },
         )?;
         Ok(Session {

@@ -5,7 +5,8 @@ use super::Arity::{Flag, Switch, Two, Value};
 use super::{flag, KnownFlag};
 
 const AFFINITY: &str = "the worker pool pins one thread per core itself (-t sets the count)";
-const SPECULATIVE: &str = "speculative decoding is not implemented yet";
+const SPECULATIVE: &str =
+    "of speculative decoding, only the model's own MTP block drafts (--spec-type draft-mtp)";
 const MULTIMODAL: &str = "multimodal input is not supported";
 const DOWNLOAD: &str = "bloomery loads local GGUF files only";
 const PRESET: &str = "presets download models; bloomery loads local GGUF files only";
@@ -236,12 +237,12 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--spec-draft-override-tensor", "-otd", "--override-tensor-draft"], &[], None, Value, Refused(SPECULATIVE)),
     flag(&["--spec-draft-cpu-moe", "-cmoed", "--cpu-moe-draft"], &[], Some("LLAMA_ARG_SPEC_DRAFT_CPU_MOE"), Flag, Refused(SPECULATIVE)),
     flag(&["--spec-draft-n-cpu-moe", "--spec-draft-ncmoe", "-ncmoed", "--n-cpu-moe-draft"], &[], Some("LLAMA_ARG_SPEC_DRAFT_N_CPU_MOE"), Value, Refused(SPECULATIVE)),
-    flag(&["--spec-draft-n-max"], &[], Some("LLAMA_ARG_SPEC_DRAFT_N_MAX"), Value, Refused(SPECULATIVE)),
-    flag(&["--spec-draft-n-min"], &[], Some("LLAMA_ARG_SPEC_DRAFT_N_MIN"), Value, Refused(SPECULATIVE)),
+    flag(&["--spec-draft-n-max"], &[], Some("LLAMA_ARG_SPEC_DRAFT_N_MAX"), Value, Serve),
+    flag(&["--spec-draft-n-min"], &[], Some("LLAMA_ARG_SPEC_DRAFT_N_MIN"), Value, Serve),
     flag(&["--spec-synth-len"], &[], Some("LLAMA_ARG_SPEC_SYNTH_LEN"), Value, Refused(SPECULATIVE)),
     flag(&["--spec-synth-rates"], &[], Some("LLAMA_ARG_SPEC_SYNTH_RATES"), Value, Refused(SPECULATIVE)),
     flag(&["--spec-draft-p-split", "--draft-p-split"], &[], Some("LLAMA_ARG_SPEC_DRAFT_P_SPLIT"), Value, Refused(SPECULATIVE)),
-    flag(&["--spec-draft-p-min", "--draft-p-min"], &[], Some("LLAMA_ARG_SPEC_DRAFT_P_MIN"), Value, Refused(SPECULATIVE)),
+    flag(&["--spec-draft-p-min", "--draft-p-min"], &[], Some("LLAMA_ARG_SPEC_DRAFT_P_MIN"), Value, Serve),
     flag(&["--spec-draft-backend-sampling"], &["--no-spec-draft-backend-sampling"], Some("LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING"), Switch, OnlyOff(SPECULATIVE)),
     flag(&["--spec-draft-sampling"], &[], Some("LLAMA_ARG_SPEC_DRAFT_SAMPLING"), Value, Refused(SPECULATIVE)),
     flag(&["--spec-draft-device", "-devd", "--device-draft"], &[], None, Value, Refused(SPECULATIVE)),

@@ -1,0 +1,412 @@
+//! Draft decoding through the shared runtime on the tiny files with an MTP block
+//! (`bloomery synth --arch qwen35moe|qwen35 --preset tiny-mtp --seed 7`, every tensor F32):
+//!
+//! - the MTP block drafting (n_max 3) gives the same tokens as no drafting, greedy and seeded,
+//!   one request at a time and two in shared passes;
+//! - test-only sources: a perfect one (the target's own greedy continuation) has every draft
+//!   accepted, an always-wrong one every draft refused at its first row, both with the same
+//!   tokens;
+//! - the MTP driver drafts what the block run by hand, paired as llama.cpp's draft-mtp pairs it,
+//!   gives;
+//! - after refused drafts (refused at the first, second or third drafted row) the slot's state
+//!   (K/V rows, recurrent and convolution state) is bit-for-bit the state of decoding the kept
+//!   tokens without drafts (on the CPU a row's results do not depend on the rows beside it).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bloomery::synth::ClassTypes;
+use bloomery_devices::Registry;
+use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel, Readout};
+use bloomery_plugin_api::DType;
+use bloomery_runtime::request::{Event, Finish, GenParams, ShiftParams};
+use bloomery_runtime::sampling::SamplerParams;
+use bloomery_runtime::spec::{Chunk, DraftSource, MtpDrafter, SpecConfig, Want};
+use bloomery_runtime::{Runtime, RuntimeConfig};
+use bloomery_text::Tokenizer;
+
+const F32: ClassTypes = ClassTypes {
+    experts: DType::F32,
+    attention: DType::F32,
+    embedding: DType::F32,
+    output: DType::F32,
+    dense: DType::F32,
+};
+
+const N_PREDICT: usize = 24;
+
+/// `arch`'s tiny file with an MTP block (seed 7) in `dir`.
+fn tiny_mtp(arch: &str, dir: &Path) -> PathBuf {
+    let reg = Registry::load(&common::plugin_dir()).unwrap();
+    let presets = reg.model_for(arch).unwrap().module.synth_presets()();
+    let p = presets
+        .iter()
+        .find(|p| {
+            p.name.as_str() == "tiny-mtp"
+                && p.metadata.iter().any(|e| {
+                    e.key.as_str() == "general.architecture" && e.value.as_str() == Some(arch)
+                })
+        })
+        .unwrap();
+    let path = dir.join(format!("{arch}-tiny-mtp.gguf"));
+    bloomery::synth::write(p, F32, 7, &path).unwrap();
+    path
+}
+
+fn load(path: &Path) -> (LoadedModel, Arc<Tokenizer>) {
+    let reg = Registry::load(&common::plugin_dir()).unwrap();
+    let options = LoadOptions {
+        n_slots: 2,
+        ctx_per_slot: 256,
+        threads: 2,
+        ..LoadOptions::default()
+    };
+    let model = LoadedModel::load(&reg, path, options).unwrap();
+    assert_eq!(model.spec.caps.n_mtp_layers, 1);
+    let tok = Arc::new(bloomery::text::tokenizer(&model.file).unwrap());
+    (model, tok)
+}
+
+fn config(spec: SpecConfig) -> RuntimeConfig {
+    RuntimeConfig {
+        n_ctx_slot: 256,
+        n_batch: 64,
+        cache_ram: None,
+        queue_depth: 8,
+        max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
+        checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
+        schemajump: true,
+        context_shift: false,
+        spec,
+    }
+}
+
+/// The model at `path` with drafting as `spec` asks.
+fn start(path: &Path, spec: SpecConfig) -> (Runtime, Arc<Tokenizer>) {
+    let (model, tok) = load(path);
+    (
+        Runtime::start(model, tok.clone(), config(spec)).unwrap(),
+        tok,
+    )
+}
+
+/// The model at `path` drafting from `source`, at most `n_max` tokens a step.
+fn start_with(path: &Path, source: impl DraftSource + 'static, n_max: usize) -> Runtime {
+    let (model, tok) = load(path);
+    let spec = SpecConfig {
+        n_max,
+        ..SpecConfig::OFF
+    };
+    Runtime::start_drafting(model, tok, config(spec), Box::new(source)).unwrap()
+}
+
+fn params(seed: Option<u32>) -> GenParams {
+    GenParams {
+        sampler: SamplerParams {
+            temp: if seed.is_some() { 1.0 } else { 0.0 },
+            seed: u64::from(seed.unwrap_or(0)),
+            ..SamplerParams::default()
+        },
+        n_predict: Some(N_PREDICT),
+        stop: Vec::new(),
+        n_probs: 0,
+        post_sampling_probs: false,
+        return_progress: false,
+        ignore_eos: true,
+        cache_prompt: false,
+        forced: Vec::new(),
+        prompt_only: false,
+        grammar: None,
+        t_max_predict_ms: None,
+        preserved: Vec::new(),
+        shift: ShiftParams::default(),
+    }
+}
+
+fn prompts(tok: &Tokenizer) -> Vec<Vec<u32>> {
+    [
+        "The quick brown fox",
+        "Once upon a time, in a land far away,",
+        "1, 2, 3, 4,",
+        "Hello",
+    ]
+    .iter()
+    .map(|s| tok.encode(s, true, false).unwrap())
+    .collect()
+}
+
+/// The tokens a request's receiver gets, and its end.
+fn collect(mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> (Vec<u32>, Finish) {
+    let mut ids = Vec::new();
+    loop {
+        match rx
+            .blocking_recv()
+            .expect("the scheduler dropped the request")
+        {
+            Event::Token(piece) => ids.push(piece.id),
+            Event::Done(f) => return (ids, f),
+            Event::Failed(f) => panic!("request failed: {}", f.message),
+            _ => {}
+        }
+    }
+}
+
+/// `prompt` answered in slot 0.
+fn answer(rt: &Runtime, prompt: &[u32], p: GenParams) -> (Vec<u32>, Finish) {
+    collect(rt.submit_blocking(prompt.to_vec(), p, Some(0)).unwrap())
+}
+
+/// `prompts` answered together, in shared passes.
+fn answer_together(rt: &Runtime, prompts: &[Vec<u32>]) -> Vec<Vec<u32>> {
+    let reqs = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| (p.clone(), params(None), Some(i)))
+        .collect();
+    let rxs = rt.submit_together_blocking(reqs).unwrap();
+    rxs.into_iter().map(|rx| collect(rx).0).collect()
+}
+
+/// Drafts from known greedy continuations: the next tokens of the sequence that `tokens`
+/// starts, each from draft position `from` on replaced by the next id (wrong).
+struct Scripted {
+    sequences: Vec<Vec<u32>>,
+    n_vocab: u32,
+    /// Draft positions (0: the first) from which tokens are wrong.
+    from: usize,
+}
+
+impl DraftSource for Scripted {
+    fn draft(&mut self, _: usize, tokens: &[u32], max: usize) -> Vec<u32> {
+        let Some(seq) = self.sequences.iter().find(|s| s.starts_with(tokens)) else {
+            return Vec::new();
+        };
+        seq[tokens.len()..]
+            .iter()
+            .take(max)
+            .enumerate()
+            .map(|(i, &t)| match i >= self.from {
+                true => (t + 1) % self.n_vocab,
+                false => t,
+            })
+            .collect()
+    }
+}
+
+/// Greedy answers with drafting off: each prompt's whole sequence (prompt and answer).
+fn greedy_off(path: &Path) -> Vec<Vec<u32>> {
+    let (off, tok) = start(path, SpecConfig::OFF);
+    let mut out = Vec::new();
+    for prompt in prompts(&tok) {
+        let (ids, f) = answer(&off, &prompt, params(None));
+        assert_eq!((f.n_drafted, f.n_accepted), (0, 0));
+        out.push([prompt, ids].concat());
+    }
+    off.shutdown().unwrap();
+    out
+}
+
+fn mtp_on_and_off_agree(arch: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp(arch, dir.path());
+    let (off, tok) = start(&path, SpecConfig::OFF);
+    let (on, _) = start(&path, SpecConfig::MTP);
+    let (mut drafted, mut accepted) = (0, 0);
+    for prompt in prompts(&tok) {
+        for seed in [None, Some(3), Some(11)] {
+            let (a, fa) = answer(&on, &prompt, params(seed));
+            let (b, fb) = answer(&off, &prompt, params(seed));
+            assert_eq!(a, b, "{arch}, seed {seed:?}: tokens differ");
+            assert_eq!((fb.n_drafted, fb.n_accepted), (0, 0));
+            assert!(fa.n_accepted <= fa.n_drafted);
+            drafted += fa.n_drafted;
+            accepted += fa.n_accepted;
+        }
+    }
+    let all = prompts(&tok);
+    for pair in all.chunks(2) {
+        assert_eq!(
+            answer_together(&on, pair),
+            answer_together(&off, pair),
+            "{arch}: two requests in shared passes"
+        );
+    }
+    eprintln!("{arch}: {accepted} of {drafted} MTP drafts accepted");
+    assert!(drafted > 0, "the MTP block drafted nothing");
+    on.shutdown().unwrap();
+    off.shutdown().unwrap();
+}
+
+#[test]
+fn qwen35moe_greedy_and_seeded_tokens_are_the_same_with_mtp_drafting_on_and_off() {
+    mtp_on_and_off_agree("qwen35moe");
+}
+
+#[test]
+fn qwen35_greedy_and_seeded_tokens_are_the_same_with_mtp_drafting_on_and_off() {
+    mtp_on_and_off_agree("qwen35");
+}
+
+/// Answers every prompt in slot 0 drafting from `source` (`from` wrong positions on), checks
+/// the tokens against `want`, and gives the (drafted, accepted) totals.
+fn scripted(path: &Path, want: &[Vec<u32>], from: usize) -> (usize, usize) {
+    let (model, tok) = load(path);
+    let n_vocab = model.spec.hparams.n_vocab;
+    drop(model);
+    let source = Scripted {
+        sequences: want.to_vec(),
+        n_vocab,
+        from,
+    };
+    let rt = start_with(path, source, 3);
+    let (mut drafted, mut accepted) = (0, 0);
+    for (prompt, seq) in prompts(&tok).iter().zip(want) {
+        let (ids, f) = answer(&rt, prompt, params(None));
+        assert_eq!(
+            ids,
+            seq[prompt.len()..],
+            "drafts wrong from {from}: tokens differ"
+        );
+        drafted += f.n_drafted;
+        accepted += f.n_accepted;
+    }
+    // llama-server's spec_decode counters (/metrics) say the same.
+    let c = &rt.shared().counters;
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as usize;
+    assert_eq!(get(&c.spec_draft_tokens), drafted);
+    assert_eq!(get(&c.spec_accepted), accepted);
+    assert!(get(&c.spec_verify_steps) * 3 >= drafted);
+    rt.shutdown().unwrap();
+    (drafted, accepted)
+}
+
+#[test]
+fn a_perfect_source_is_accepted_whole_and_a_wrong_one_refused_at_its_first_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let want = greedy_off(&path);
+    let (drafted, accepted) = scripted(&path, &want, usize::MAX);
+    eprintln!("perfect: {accepted} of {drafted} accepted");
+    assert!(drafted > 0);
+    assert_eq!(
+        accepted, drafted,
+        "a perfect source's drafts are all accepted"
+    );
+    let (drafted, accepted) = scripted(&path, &want, 0);
+    eprintln!("wrong: {accepted} of {drafted} accepted");
+    // Each step after the first token drafts 3 (fewer near the limit) and keeps none.
+    assert!(drafted >= want.len() * (N_PREDICT - 4) * 3);
+    assert_eq!(accepted, 0, "a wrong source's drafts are all refused");
+}
+
+/// Slot 0's state after answering `prompt` greedily on `rt`, and the positions it holds.
+fn state_after(rt: Runtime, prompt: &[u32]) -> Vec<Vec<u8>> {
+    let (ids, _) = answer(&rt, prompt, params(None));
+    // The last token is reported, never evaluated.
+    let n = prompt.len() + ids.len() - 1;
+    let model = rt.shutdown().unwrap();
+    model.read_slot(0, n as u32).unwrap()
+}
+
+#[test]
+fn after_refused_drafts_the_state_is_bit_for_bit_that_of_decoding_without_drafts() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ["qwen35moe", "qwen35"] {
+        let path = tiny_mtp(arch, dir.path());
+        let want = greedy_off(&path);
+        let (model, tok) = load(&path);
+        let n_vocab = model.spec.hparams.n_vocab;
+        drop(model);
+        for prompt in prompts(&tok) {
+            let plain = state_after(start(&path, SpecConfig::OFF).0, &prompt);
+            for from in [0, 1, 2] {
+                let wrong = Scripted {
+                    sequences: want.clone(),
+                    n_vocab,
+                    from,
+                };
+                let drafting = state_after(start_with(&path, wrong, 3), &prompt);
+                assert_eq!(drafting.len(), plain.len());
+                for (i, (a, b)) in drafting.iter().zip(&plain).enumerate() {
+                    assert!(a == b, "{arch}, wrong from {from}: state part {i} differs");
+                }
+            }
+        }
+    }
+}
+
+/// Rows `tokens` of slot `slot` from position `start`, every row an output.
+fn rows(tokens: &[u32], start: usize, slot: i32) -> BatchInputs {
+    BatchInputs {
+        tokens: tokens.iter().map(|&t| t as i32).collect(),
+        positions: (start..start + tokens.len()).map(|p| p as i32).collect(),
+        slots: vec![slot; tokens.len()],
+        output_rows: (0..tokens.len() as i32).collect(),
+        history: vec![],
+    }
+}
+
+/// The likeliest token of `logits` (the lowest id among equals).
+fn argmax(logits: &[f32]) -> u32 {
+    let best = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    logits.iter().position(|&l| l == best).unwrap() as u32
+}
+
+/// The MTP driver's draft after a prompt against the block run by hand as llama.cpp's draft-mtp
+/// pairs it (common/speculative.cpp): row p is token p with the trunk's final-norm row of p − 1
+/// (zeros at 0), and each later step its drafted token with the block's own final-norm row of
+/// the step before, one position on.
+#[test]
+fn the_mtp_driver_drafts_as_the_block_run_by_hand() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (mut m, tok) = load(&path);
+    let n = m.spec.hparams.n_embd as usize;
+    let nv = m.spec.hparams.n_vocab as usize;
+    for prompt in prompts(&tok) {
+        let len = prompt.len();
+        let trunk = m
+            .forward_reading(&rows(&prompt, 0, 0), Readout::Both)
+            .unwrap();
+        let x = argmax(&trunk.logits[(len - 1) * nv..]);
+        let mut driver = MtpDrafter::new(SpecConfig::MTP, 2, n);
+        let chunk = Chunk {
+            slot: 0,
+            start: 0,
+            tokens: &prompt,
+            rows: &trunk.embeddings,
+            kept: len,
+        };
+        driver.take_in(&mut m, &[chunk]).unwrap();
+        let want = Want {
+            slot: 0,
+            last: x,
+            pos: len,
+            max: 3,
+        };
+        let got = driver.draft(&mut m, &[want]).unwrap();
+        // By hand, in slot 1's draft caches.
+        let toks = [prompt.clone(), vec![x]].concat();
+        let hidden = [vec![0f32; n], trunk.embeddings.clone()].concat();
+        let r = m
+            .forward_draft_reading(&rows(&toks, 0, 1), &hidden, Readout::Both)
+            .unwrap();
+        let mut drafts = vec![argmax(&r.logits[len * nv..])];
+        let mut h = r.embeddings[len * n..].to_vec();
+        for step in 1..3 {
+            let r = m
+                .forward_draft_reading(
+                    &rows(&drafts[step - 1..step], len + step, 1),
+                    &h,
+                    Readout::Both,
+                )
+                .unwrap();
+            drafts.push(argmax(&r.logits));
+            h = r.embeddings;
+        }
+        assert_eq!(got, vec![drafts], "prompt of {len} tokens");
+    }
+}

@@ -1,0 +1,259 @@
+//! Draft decoding with the model's own multi-token-prediction (MTP) block, as llama-server's
+//! `--spec-type draft-mtp` runs it (common/speculative.cpp of b11434): after every target pass the
+//! block runs over the pass's rows, each token paired with the target's final-norm row of the
+//! position before (the first with the row kept from the previous pass), which fills the block's
+//! own K/V cache; then, from the last sampled token and the target's row that sampled it, the
+//! block drafts up to `n_max` tokens, each step pairing its drafted token with the block's own
+//! final-norm row. A draft is its greedy choice, kept while the probability of that choice among
+//! the ten likeliest tokens reaches `p_min`, and dropped whole when shorter than `n_min`.
+//!
+//! Other sources (tests, benchmarks) draft through [`DraftSource`].
+
+use bloomery_exec::{BatchInputs, LoadedModel, Readout};
+
+/// Which drafts a generation is verified against (llama-server's `--spec-type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SpecType {
+    /// No drafts.
+    None,
+    /// The model's MTP block (`draft-mtp`).
+    DraftMtp,
+}
+
+/// Draft decoding settings (llama-server's `--spec-*` flags).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SpecConfig {
+    /// What drafts.
+    pub kind: SpecType,
+    /// Most tokens drafted after one sampled token (`--spec-draft-n-max`).
+    pub n_max: usize,
+    /// A draft shorter than this is dropped (`--spec-draft-n-min`).
+    pub n_min: usize,
+    /// Drafting stops at a token whose probability among the block's ten likeliest is below
+    /// this (`--spec-draft-p-min`).
+    pub p_min: f32,
+}
+
+impl SpecConfig {
+    /// No drafting.
+    pub const OFF: SpecConfig = SpecConfig {
+        kind: SpecType::None,
+        ..SpecConfig::MTP
+    };
+
+    /// llama-server b11434's defaults with `--spec-type draft-mtp`.
+    pub const MTP: SpecConfig = SpecConfig {
+        kind: SpecType::DraftMtp,
+        n_max: 3,
+        n_min: 0,
+        p_min: 0.0,
+    };
+}
+
+/// A source of drafts other than the model's MTP block: for tests (a perfect source, a wrong
+/// one) and benchmarks.
+pub trait DraftSource: Send {
+    /// Up to `max` tokens that may follow `tokens` (what slot `id_slot` holds and the token just
+    /// sampled after it).
+    fn draft(&mut self, id_slot: usize, tokens: &[u32], max: usize) -> Vec<u32>;
+}
+
+/// What drafts in a scheduler.
+pub(crate) enum Drafter {
+    /// The model's MTP block.
+    Mtp(MtpDrafter),
+    /// A source from outside.
+    Source(Box<dyn DraftSource>),
+}
+
+impl Drafter {
+    /// Whether every target pass must read its rows' final-norm rows (for the MTP block).
+    pub(crate) fn reads_rows(&self) -> bool {
+        matches!(self, Drafter::Mtp(_))
+    }
+}
+
+/// One slot's rows of a target pass, as the MTP block takes them in.
+pub struct Chunk<'a> {
+    /// The slot.
+    pub slot: usize,
+    /// Position of the first row.
+    pub start: usize,
+    /// The rows' tokens.
+    pub tokens: &'a [u32],
+    /// The target's final-norm rows of `tokens`, `n_embd` values each.
+    pub rows: &'a [f32],
+    /// Rows of the chunk the slot keeps (drafted tokens past the first refused one are not).
+    pub kept: usize,
+}
+
+/// One slot's draft request: the token just sampled, at `pos`, and at most `max` tokens.
+pub struct Want {
+    /// The slot.
+    pub slot: usize,
+    /// The token just sampled.
+    pub last: u32,
+    /// Its position.
+    pub pos: usize,
+    /// Most tokens to draft.
+    pub max: usize,
+}
+
+/// The MTP block's driver: the target row each slot's next block row pairs with.
+pub struct MtpDrafter {
+    cfg: SpecConfig,
+    n_embd: usize,
+    /// Per slot, the target's final-norm row of the last position it keeps (zeros before a
+    /// slot's first pass, as draft-mtp's `pending_h` of a new sequence).
+    pending: Vec<Vec<f32>>,
+}
+
+impl MtpDrafter {
+    /// A driver for `n_slots` slots of a model `n_embd` wide.
+    pub fn new(cfg: SpecConfig, n_slots: usize, n_embd: usize) -> MtpDrafter {
+        MtpDrafter {
+            cfg,
+            n_embd,
+            pending: vec![vec![0.0; n_embd]; n_slots],
+        }
+    }
+
+    /// Forgets slot `slot`'s carried row (a new sequence starts there).
+    pub fn reset(&mut self, slot: usize) {
+        self.pending[slot].fill(0.0);
+    }
+
+    /// Runs the block over the rows of a target pass (filling its cache at their positions)
+    /// and keeps each slot's row of its last kept position for the next pairing.
+    pub fn take_in(&mut self, model: &mut LoadedModel, chunks: &[Chunk<'_>]) -> Result<(), String> {
+        let n = self.n_embd;
+        let mut batch = empty_batch();
+        let mut hidden = Vec::new();
+        for c in chunks.iter().filter(|c| !c.tokens.is_empty()) {
+            for (i, &t) in c.tokens.iter().enumerate() {
+                batch.tokens.push(t as i32);
+                batch.positions.push((c.start + i) as i32);
+                batch.slots.push(c.slot as i32);
+                match i {
+                    0 => hidden.extend_from_slice(&self.pending[c.slot]),
+                    _ => hidden.extend_from_slice(&c.rows[(i - 1) * n..i * n]),
+                }
+            }
+            batch.output_rows.push(batch.tokens.len() as i32 - 1);
+        }
+        if batch.tokens.is_empty() {
+            return Ok(());
+        }
+        model
+            .forward_draft_reading(&batch, &hidden, Readout::Embeddings)
+            .map_err(|e| format!("the MTP block's pass over the target's rows: {e}"))?;
+        for c in chunks.iter().filter(|c| c.kept > 0) {
+            self.pending[c.slot].copy_from_slice(&c.rows[(c.kept - 1) * n..c.kept * n]);
+        }
+        Ok(())
+    }
+
+    /// Drafts for every slot of `wants`, all slots' steps in shared passes; the drafts in the
+    /// order of `wants`.
+    pub fn draft(
+        &mut self,
+        model: &mut LoadedModel,
+        wants: &[Want],
+    ) -> Result<Vec<Vec<u32>>, String> {
+        let n = self.n_embd;
+        let n_vocab = model.spec.hparams.n_vocab as usize;
+        let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); wants.len()];
+        // Each drafting slot's next row: its token and the row it pairs with.
+        let mut rows: Vec<(usize, u32, Vec<f32>)> = wants
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.max > 0)
+            .map(|(i, w)| (i, w.last, self.pending[w.slot].clone()))
+            .collect();
+        while !rows.is_empty() {
+            let mut batch = empty_batch();
+            let mut hidden = Vec::with_capacity(rows.len() * n);
+            for (r, (i, token, h)) in rows.iter().enumerate() {
+                let w = &wants[*i];
+                batch.tokens.push(*token as i32);
+                batch.positions.push((w.pos + drafts[*i].len()) as i32);
+                batch.slots.push(w.slot as i32);
+                batch.output_rows.push(r as i32);
+                hidden.extend_from_slice(h);
+            }
+            let out = model
+                .forward_draft_reading(&batch, &hidden, Readout::Both)
+                .map_err(|e| format!("an MTP draft step: {e}"))?;
+            let mut next = Vec::with_capacity(rows.len());
+            for (r, (i, _, _)) in rows.into_iter().enumerate() {
+                let (best, p) = top_choice(&out.logits[r * n_vocab..(r + 1) * n_vocab]);
+                if p < self.cfg.p_min {
+                    continue;
+                }
+                drafts[i].push(best);
+                if drafts[i].len() < wants[i].max {
+                    next.push((i, best, out.embeddings[r * n..(r + 1) * n].to_vec()));
+                }
+            }
+            rows = next;
+        }
+        for d in &mut drafts {
+            if d.len() < self.cfg.n_min {
+                d.clear();
+            }
+        }
+        Ok(drafts)
+    }
+}
+
+/// Candidates the draft's probability is taken over (draft-mtp's top-k sampler).
+const TOP_K: usize = 10;
+
+/// The likeliest token of `logits` (the lowest id among equals) and its probability among the
+/// [`TOP_K`] likeliest (draft-mtp's top-k 10 then softmax).
+fn top_choice(logits: &[f32]) -> (u32, f32) {
+    let mut top: Vec<(u32, f32)> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| (i as u32, l))
+        .collect();
+    let k = TOP_K.min(top.len());
+    let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    if k < top.len() {
+        top.select_nth_unstable_by(k - 1, order);
+        top.truncate(k);
+    }
+    top.sort_unstable_by(order);
+    let max = top[0].1;
+    let sum: f32 = top.iter().map(|&(_, l)| (l - max).exp()).sum();
+    (top[0].0, 1.0 / sum)
+}
+
+fn empty_batch() -> BatchInputs {
+    BatchInputs {
+        tokens: Vec::new(),
+        positions: Vec::new(),
+        slots: Vec::new(),
+        output_rows: Vec::new(),
+        history: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::top_choice;
+
+    #[test]
+    fn the_top_choice_is_the_argmax_with_its_probability_among_the_ten_likeliest() {
+        // Eleven tokens: the smallest (id 3) is outside the top ten, left out of the sum.
+        let mut logits = vec![0.0f32; 11];
+        logits[3] = -1.0;
+        logits[7] = 2.0;
+        let (id, p) = top_choice(&logits);
+        assert_eq!(id, 7);
+        let want = 2f32.exp() / (2f32.exp() + 9.0);
+        assert!((p - want).abs() < 1e-6, "{p} vs {want}");
+        // Among equals the lowest id.
+        assert_eq!(top_choice(&[1.0, 3.0, 3.0]).0, 1);
+    }
+}
