@@ -11,7 +11,7 @@ use abi_stable::{package_version_strings, sabi_trait, StableAbi};
 
 use crate::graph::{BatchShape, Graph};
 use crate::meta::{MetaEntry, ModelFileView};
-use crate::PluginError;
+use crate::{DType, PluginError};
 
 /// What a weight is for; the tiering service moves routed experts, synth picks types by class.
 #[repr(u8)]
@@ -37,6 +37,10 @@ pub enum WeightClass {
     Recurrent = 8,
     /// Anything else (hyper-connection mixers, n-gram tables, decision heads).
     Other = 9,
+    /// An integer id table (DeepSeek-V4's hash-routing table `ffn_gate_tid2eid`): stored as
+    /// I32; in a synthetic file each row of `ne0` values holds distinct ids drawn from the
+    /// tensor's `[range lo, range hi)`.
+    Index = 10,
 }
 
 /// Where a weight sits in the model.
@@ -240,6 +244,15 @@ impl SynthTensor {
             n_dims: n as u32,
             ne: full,
             range: [0.0, 0.0],
+        }
+    }
+
+    /// The type a synthetic file stores a tensor of `class` in before the host picks its quant
+    /// types: I32 for an id table, else F32.
+    pub fn dtype_of(class: WeightClass) -> DType {
+        match class {
+            WeightClass::Index => DType::I32,
+            _ => DType::F32,
         }
     }
 

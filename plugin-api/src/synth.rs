@@ -6,7 +6,7 @@
 use abi_stable::std_types::RVec;
 
 use crate::meta::{MetaEntry, MetaValue, ModelFileView, TensorInfo};
-use crate::model::{ModelInstance, SynthPreset, SynthTensor};
+use crate::model::{ModelInstance, SynthPreset, SynthTensor, WeightClass};
 use crate::weights::WeightTable;
 use crate::{DType, PluginError};
 
@@ -215,7 +215,8 @@ pub fn check_presets<M: ModelInstance>(
 
 impl SynthPreset {
     /// The file view a model plugin's loader would get for this preset, every tensor stored as
-    /// `dtype` (for tests of a plugin's loader and graph without writing a file).
+    /// `dtype` but id tables, which stay I32 (for tests of a plugin's loader and graph without
+    /// writing a file).
     pub fn file_view(&self, dtype: DType) -> ModelFileView {
         ModelFileView {
             metadata: self.metadata.clone(),
@@ -224,7 +225,10 @@ impl SynthPreset {
                 .iter()
                 .map(|t| TensorInfo {
                     name: t.name.clone(),
-                    dtype,
+                    dtype: match t.class {
+                        WeightClass::Index => DType::I32,
+                        _ => dtype,
+                    },
                     n_dims: t.n_dims,
                     ne: t.ne,
                 })
@@ -237,7 +241,6 @@ impl SynthPreset {
 mod tests {
     use super::*;
     use crate::hparams::{ArchKeys, LmHParams};
-    use crate::model::WeightClass;
     use crate::weights::ModelWeights;
 
     fn tiny(n_head_kv: u32) -> SynthPreset {

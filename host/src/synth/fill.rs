@@ -48,7 +48,8 @@ impl Rng {
     }
 }
 
-/// Types `synth` can write, with how their scale fields are set.
+/// Types `synth` can write, with how their scale fields are set (and I32 for id tables only,
+/// [`write_ids`]).
 pub const SYNTH_TYPES: [DType; 13] = [
     DType::F32,
     DType::F16,
@@ -144,10 +145,67 @@ pub fn write_tensor(
     Ok(())
 }
 
+/// Writes `bytes` bytes of an I32 id table of rows of `row` values into `out`: each row holds
+/// distinct ids drawn uniformly from `[lo, hi)`, where `range` is `(centre, half-width)` of
+/// `[lo, hi]` ([`float_range`]); a row longer than the ids available is an error.
+pub fn write_ids(
+    out: &mut dyn Write,
+    rng: &mut Rng,
+    row: u64,
+    range: (f32, f32),
+    bytes: u64,
+) -> io::Result<()> {
+    let (lo, hi) = ((range.0 - range.1) as i64, (range.0 + range.1) as i64);
+    let pool: Vec<i32> = (lo..hi).filter_map(|x| i32::try_from(x).ok()).collect();
+    if row == 0 || row > pool.len() as u64 || !bytes.is_multiple_of(4 * row) {
+        return Err(io::Error::other(format!(
+            "an id table of rows of {row} distinct ids from [{lo}, {hi}) in {bytes} bytes"
+        )));
+    }
+    let mut ids = pool;
+    for _ in 0..bytes / (4 * row) {
+        // A partial Fisher-Yates shuffle: the first `row` entries are a uniform draw without
+        // repetition.
+        for i in 0..row as usize {
+            let j = i + (rng.next_u64() % (ids.len() - i) as u64) as usize;
+            ids.swap(i, j);
+            out.write_all(&ids[i].to_le_bytes())?;
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use bloomery_kernels_cpu::quant::dequantize_row;
+
+    #[test]
+    fn id_tables_hold_distinct_ids_in_range_per_row() {
+        let mut data = Vec::new();
+        let mut rng = Rng::for_tensor(1, "ids");
+        let range = float_range(WeightClass::Index, [0.0, 16.0]);
+        write_ids(&mut data, &mut rng, 6, range, 4 * 6 * 50).unwrap();
+        let ids: Vec<i32> = data
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let mut seen = [false; 16];
+        for row in ids.chunks_exact(6) {
+            let mut r = row.to_vec();
+            r.sort_unstable();
+            r.dedup();
+            assert_eq!(r.len(), 6, "{row:?}");
+            assert!(row.iter().all(|&x| (0..16).contains(&x)), "{row:?}");
+            row.iter().for_each(|&x| seen[x as usize] = true);
+        }
+        assert!(
+            seen.iter().all(|&s| s),
+            "every id drawn somewhere: {seen:?}"
+        );
+        let mut rng = Rng::for_tensor(1, "ids");
+        assert!(write_ids(&mut Vec::new(), &mut rng, 17, range, 4 * 17).is_err());
+    }
 
     #[test]
     fn quantized_payloads_dequantize_to_small_finite_values() {

@@ -28,12 +28,15 @@ pub struct ClassTypes {
 }
 
 impl ClassTypes {
-    /// The type a tensor of `class` and shape `ne` is written in: its class's type for matrices,
-    /// f32 for a tensor of one row (a bias or a gate vector), as llama.cpp's quantizer keeps
-    /// every tensor of fewer than two dimensions (trailing 1s not counted) in f32.
+    /// The type a tensor of `class` and shape `ne` is written in: I32 for an id table; its
+    /// class's type for matrices, f32 for a tensor of one row (a bias or a gate vector), as
+    /// llama.cpp's quantizer keeps every tensor of fewer than two dimensions (trailing 1s not
+    /// counted) in f32.
     pub fn for_tensor(&self, class: WeightClass, ne: &[u64]) -> DType {
         let dims = ne.iter().rposition(|&n| n != 1).map_or(0, |i| i + 1);
-        if dims < 2 {
+        if class == WeightClass::Index {
+            DType::I32
+        } else if dims < 2 {
             DType::F32
         } else {
             self.of(class)
@@ -175,7 +178,8 @@ pub fn write_reporting(
     for t in preset.tensors.iter() {
         let shape = &t.ne[..t.n_dims as usize];
         let dtype = types.of(t);
-        if !fill::SYNTH_TYPES.contains(&dtype) {
+        let ids = t.class == WeightClass::Index;
+        if !(ids || fill::SYNTH_TYPES.contains(&dtype)) {
             anyhow::bail!(
                 "synth cannot write {dtype} (it writes {:?})",
                 fill::SYNTH_TYPES
@@ -211,7 +215,11 @@ pub fn write_reporting(
             .unwrap_or(fill::float_range(WeightClass::Other, [0.0; 2]));
         index += 1;
         let mut rng = fill::Rng::for_tensor(seed, &t.name);
-        fill::write_tensor(sink, &mut rng, t.dtype, range, t.size)?;
+        // Only an id table is I32 (`ClassTypes::for_tensor`).
+        match t.dtype {
+            DType::I32 => fill::write_ids(sink, &mut rng, t.shape[0], range, t.size)?,
+            dtype => fill::write_tensor(sink, &mut rng, dtype, range, t.size)?,
+        }
         done += t.size;
         progress(done, total);
         Ok(())

@@ -59,8 +59,8 @@ impl<'v> WeightTable<'v> {
         }
     }
 
-    /// A table that lists every declaration as a tensor of a synthetic file (F32, the declared
-    /// shape); an optional weight is there when `optional` names it, or names it with `*` for
+    /// A table that lists every declaration as a tensor of a synthetic file (F32, or I32 for an
+    /// id table, in the declared shape); an optional weight is there when `optional` names it, or names it with `*` for
     /// its layer (`blk.*.attn_q.bias`: that tensor of every layer).
     pub fn synth(optional: &'v [&'v str]) -> Self {
         WeightTable {
@@ -154,6 +154,16 @@ impl<'v> WeightTable<'v> {
                         message: format!("expected shape {full:?}, found {:?}", t.ne).into(),
                     });
                 }
+                if (class == WeightClass::Index) != (t.dtype == DType::I32) {
+                    return Err(PluginError::BadTensor {
+                        name: name.into(),
+                        message: format!(
+                            "type {} (an id table is I32, and only an id table is)",
+                            t.dtype
+                        )
+                        .into(),
+                    });
+                }
                 if t.dtype.layout().is_none() {
                     return Err(PluginError::BadTensor {
                         name: name.into(),
@@ -168,7 +178,7 @@ impl<'v> WeightTable<'v> {
                 }
                 self.synth
                     .push(SynthTensor::new(name.to_owned(), class, ne));
-                DType::F32
+                SynthTensor::dtype_of(class)
             }
         };
         let index = self.decls.len() as u32;

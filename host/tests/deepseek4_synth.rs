@@ -1,0 +1,119 @@
+//! DeepSeek-V4-Flash (`deepseek4`) through the host: `synth --arch deepseek4 --preset tiny`
+//! writes the hash-routing tables as I32 rows of distinct expert ids, and the written file loads
+//! in the plugin across the ABI, whose graph is refused by name; the real-width `flash` preset
+//! cut to a few layers keeps its per-layer keys and loads.
+
+mod common;
+
+use common::plugin_dir;
+
+use bloomery::synth::{self, ClassTypes};
+use bloomery_devices::Registry;
+use bloomery_gguf::GgufModel;
+use bloomery_plugin_api::graph::{BatchShape, GraphKind};
+use bloomery_plugin_api::DType;
+
+const F32: ClassTypes = ClassTypes {
+    experts: DType::F32,
+    attention: DType::F32,
+    embedding: DType::F32,
+    output: DType::F32,
+    dense: DType::F32,
+};
+
+#[test]
+fn the_tiny_file_holds_i32_hash_tables_and_loads_in_the_plugin() {
+    let reg = Registry::load(&plugin_dir()).expect("plugin folder (cargo xtask plugins)");
+    let plugin = reg.model_for("deepseek4").unwrap();
+    let presets = plugin.module.synth_presets()();
+    let preset = presets.iter().find(|p| p.name.as_str() == "tiny").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("deepseek4.gguf");
+    synth::write(preset, F32, 7, &path).unwrap();
+    let file = GgufModel::open(&path).unwrap();
+    let mut seen = [false; 16];
+    for il in 0..6 {
+        let name = format!("blk.{il}.ffn_gate_tid2eid.weight");
+        let Some(t) = file.tensor(&name) else {
+            assert!(il >= 3, "{name} missing");
+            continue;
+        };
+        assert!(il < 3, "{name} on a router layer");
+        assert_eq!(
+            (t.info.dtype, t.info.shape.as_slice()),
+            (DType::I32, &[6, 320][..])
+        );
+        let ids: Vec<i32> = file
+            .tensor_data(t)
+            .unwrap()
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        for row in ids.chunks_exact(6) {
+            let mut r = row.to_vec();
+            r.sort_unstable();
+            r.dedup();
+            assert_eq!(r.len(), 6, "{name}: {row:?} repeats an expert");
+            for &e in row {
+                assert!((0..16).contains(&e), "{name}: expert {e}");
+                seen[e as usize] = true;
+            }
+        }
+    }
+    assert!(seen.iter().all(|&s| s), "every expert drawn: {seen:?}");
+    let bias = file.tensor("blk.3.exp_probs_b.bias").unwrap();
+    assert_eq!(bias.info.dtype, DType::F32);
+    let m = bloomery_exec::instantiate(plugin, &file, "deepseek4", "tiny").unwrap();
+    let spec = m.spec();
+    assert_eq!(spec.weights.len(), preset.tensors.len());
+    assert_eq!(spec.state.len(), 6 + 4 * 2 + 2 * 2);
+    let shape = BatchShape {
+        n_rows: 3,
+        n_outputs: 1,
+        kind: GraphKind::Main,
+    };
+    let e = m
+        .build_graph(shape)
+        .into_result()
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("deepseek4") && e.contains("two-source attention"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_flash_preset_cut_to_four_layers_keeps_its_ratios_and_loads() {
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let plugin = reg.model_for("deepseek4").unwrap();
+    let presets = plugin.module.synth_presets()();
+    let full = presets.iter().find(|p| p.name.as_str() == "flash").unwrap();
+    let p = bloomery::synth::depth::first_layers(full, 4).unwrap();
+    let meta = |k: &str| {
+        let e = p.metadata.iter().find(|e| e.key.as_str() == k);
+        e.unwrap_or_else(|| panic!("no {k}")).value.clone()
+    };
+    assert_eq!(meta("deepseek4.block_count").as_u64(), Some(4));
+    let ratios = meta("deepseek4.attention.compress_ratios");
+    let ratios: Vec<u64> = match ratios {
+        bloomery_plugin_api::meta::MetaValue::Array(v) => {
+            v.iter().map(|x| x.as_u64().unwrap()).collect()
+        }
+        v => panic!("compress_ratios {v:?}"),
+    };
+    assert_eq!(ratios, [0, 0, 4, 128]);
+    let has = |t: &str| p.tensors.iter().any(|x| x.name.as_str() == t);
+    assert!(has("blk.2.ffn_gate_tid2eid.weight") && has("blk.3.exp_probs_b.bias"));
+    assert!(has("blk.2.indexer.attn_q_b.weight") && !has("blk.3.indexer.attn_q_b.weight"));
+    assert!(!p.tensors.iter().any(|x| x.name.starts_with("blk.4.")));
+    let q_b = p
+        .tensors
+        .iter()
+        .find(|x| x.name.as_str() == "blk.0.attn_q_b.weight");
+    assert_eq!(q_b.unwrap().ne, [1024, 64 * 512, 1, 1]);
+    let loaded = plugin.module.load()(&p.file_view(DType::F32)).into_result();
+    let m = loaded.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(m.spec().weights.len(), p.tensors.len());
+}

@@ -1,0 +1,134 @@
+//! Model plugin for DeepSeek-V4-Flash (GGUF architecture `deepseek4`, llama.cpp b11434
+//! `src/models/deepseek4.cpp`; references `tests/oracle/hf_deepseek4.py` (transformers 5.24) and
+//! `tests/oracle/llamacpp_dump_deepseek4.cpp`, tiny file `tests/oracle/make_deepseek4_tiny.py`):
+//! latent attention (one 512-wide row serving as key and value) over a 128-position window ring
+//! and compressed rows (ratio-4 layers with their own indexer, ratio-128 layers), rope on a tail
+//! of each head and the inverse rope on the output, sinks, a grouped output projection;
+//! manifold hyper-connections (4 streams, Sinkhorn) collapsed by a trained head; √softplus-routed
+//! experts with a selection-only bias, the first `hash_layer_count` layers routed by a token
+//! table, clamped SwiGLU, a shared expert.
+//!
+//! This crate reads and checks the hyperparameters ([`hparams`], [`layers`]), declares every
+//! weight ([`weights`]) and the state as far as the ABI allows ([`state`]), and offers `synth`
+//! presets ([`synth`]). The graph is not built yet: [`ModelInstance::build_graph`] refuses by
+//! name, because the ABI lacks ops it needs. The forward pass, which ops fit and the exact
+//! semantics of each missing one are in `docs/deepseek4-plan.md`; the missing ones are:
+//!
+//! 1. a rope dimension offset (`RopeParams` rotates the first `n_dims` of a head; V4 rotates
+//!    the last `rope.dimension_count`), for the queries, the latent rows, the compressed rows,
+//!    the indexer queries and the output's inverse rope;
+//! 2. two-source attention: one softmax over the window ring and the compressed rows (all
+//!    visible ones, or the indexer's picks);
+//! 3. the compressor (a softmax-gated sum of each window's rows per dimension, overlapping
+//!    series on ratio 4, then norm and rope at the row's first position);
+//! 4. the indexer over compressed rows (`Σ_h w_h·relu(q_h·k_j)`, top-k of the visible rows);
+//! 5. integer gathers: `GetRows` of the I32 `ffn_gate_tid2eid` giving I32 expert ids;
+//! 6. the host honouring a state's `window` (the ring; [`state`]).
+//!
+//! MTP blocks (`nextn_predict_layers` with their tensors) are refused by name by the loader.
+
+pub mod hparams;
+pub mod layers;
+pub mod state;
+pub mod synth;
+pub mod weights;
+
+use abi_stable::std_types::{RResult, RVec};
+use bloomery_plugin_api::graph::{BatchShape, Graph};
+use bloomery_plugin_api::meta::ModelFileView;
+use bloomery_plugin_api::model::{ModelCaps, ModelInstance, ModelSpec, StateDecl};
+use bloomery_plugin_api::weights::WeightTable;
+use bloomery_plugin_api::PluginError;
+
+use hparams::{HParams, ARCH};
+use state::LayerState;
+use weights::Weights;
+
+/// The ops the graph needs that the ABI lacks (the crate docs and docs/deepseek4-plan.md say
+/// what each computes).
+pub const MISSING_OPS: &str = "the rope dimension offset, two-source attention (window ring + \
+     compressed rows), the compressor, the indexer over compressed rows, I32 GetRows for the \
+     hash routing table, and the host honouring state windows";
+
+/// A loaded DeepSeek-V4-Flash file.
+pub struct Deepseek4 {
+    hp: HParams,
+    weights: Weights,
+    state: Vec<StateDecl>,
+    layer_state: Vec<LayerState>,
+}
+
+impl Deepseek4 {
+    /// Reads hyperparameters and weights from the file view.
+    pub fn load(view: &ModelFileView) -> Result<Self, PluginError> {
+        view.expect_architecture(ARCH)?;
+        let hp = HParams::from_view(view)?;
+        let weights = weights::declare(&mut WeightTable::new(view), &hp)?;
+        let (state, layer_state) = state::declare(&hp);
+        Ok(Deepseek4 {
+            hp,
+            weights,
+            state,
+            layer_state,
+        })
+    }
+
+    /// The hyperparameters.
+    pub fn hparams(&self) -> &HParams {
+        &self.hp
+    }
+
+    /// The weights.
+    pub fn weights(&self) -> &Weights {
+        &self.weights
+    }
+
+    /// Where layer `il`'s state is.
+    pub fn layer_state(&self, il: u32) -> Option<LayerState> {
+        self.layer_state.get(il as usize).copied()
+    }
+}
+
+impl ModelInstance for Deepseek4 {
+    fn spec(&self) -> ModelSpec {
+        ModelSpec {
+            architecture: ARCH.into(),
+            hparams: self.hp.summary(),
+            weights: self.weights.decls.clone().into(),
+            state: RVec::from(self.state.clone()),
+            caps: ModelCaps {
+                recurrent: false,
+                n_mtp_layers: 0,
+                max_context: u64::from(self.hp.lm.n_ctx_train),
+            },
+        }
+    }
+
+    fn build_graph(&self, shape: BatchShape) -> RResult<Graph, PluginError> {
+        RResult::RErr(PluginError::unsupported(
+            format!(
+                "the deepseek4 {:?} graph: the ABI lacks {MISSING_OPS} (crate docs, \
+                 docs/deepseek4-plan.md)",
+                shape.kind
+            ),
+            &[],
+        ))
+    }
+}
+
+bloomery_plugin_api::export_model_plugin! {
+    name: ARCH,
+    architectures: [ARCH],
+    synth_presets: synth::presets,
+    load: Deepseek4::load,
+}
+
+/// The test binary refuses any one allocation over 1 GiB, so that the hostile-file test fails
+/// on a table sized by a hostile count.
+#[cfg(test)]
+#[global_allocator]
+static ALLOC: bloomery_plugin_api::hostile::CappedAlloc =
+    bloomery_plugin_api::hostile::CappedAlloc::new(1 << 30);
+
+#[cfg(test)]
+mod tests;
