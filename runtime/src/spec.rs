@@ -20,6 +20,17 @@ pub enum SpecType {
     DraftMtp,
 }
 
+impl SpecType {
+    /// The type's name as `--spec-type` spells it and llama-server reports it
+    /// (`speculative.types` in a slot's params).
+    pub fn name(self) -> &'static str {
+        match self {
+            SpecType::None => "none",
+            SpecType::DraftMtp => "draft-mtp",
+        }
+    }
+}
+
 /// Draft decoding settings (llama-server's `--spec-*` flags).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SpecConfig {

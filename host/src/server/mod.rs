@@ -74,6 +74,8 @@ pub struct Ready {
     pub shared: Arc<Shared>,
     /// Context positions per slot.
     pub n_ctx_slot: usize,
+    /// Draft decoding as the slots run it (`--spec-*`), for /props and /slots.
+    pub spec: bloomery_runtime::spec::SpecConfig,
     /// Slots.
     pub n_slots: usize,
     /// The model's name in answers.
@@ -459,6 +461,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         jobs: runtime.sender(),
         shared: Arc::clone(runtime.shared()),
         n_ctx_slot: n_ctx_slot as usize,
+        spec,
         n_slots: n_slots as usize,
         model_id: a.alias.clone().unwrap_or_else(|| model_path.clone()),
         model_path,

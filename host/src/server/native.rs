@@ -67,6 +67,7 @@ fn settings_json(ready: &Ready, p: &GenParams) -> Value {
         "cache_prompt": p.cache_prompt,
         "n_ctx": ready.n_ctx_slot,
         "samplers": s.order.iter().map(|st| st.name()).collect::<Vec<_>>(),
+        "speculative.types": ready.spec.kind.name(),
     })
 }
 
@@ -94,6 +95,12 @@ fn default_params(ready: &Ready) -> GenParams {
     }
 }
 
+/// Whether the slots draft (llama-server's `speculative`: a slot with a draft source; schemajump's
+/// grammar drafts are not one).
+fn drafts(ready: &Ready) -> bool {
+    ready.spec.kind != bloomery_runtime::spec::SpecType::None
+}
+
 /// GET /props.
 pub async fn props(State(state): State<AppRef>) -> Result<Json<Value>, ApiError> {
     let ready = state.ready()?;
@@ -103,7 +110,7 @@ pub async fn props(State(state): State<AppRef>) -> Result<Json<Value>, ApiError>
             "id": 0,
             "id_task": -1,
             "n_ctx": ready.n_ctx_slot,
-            "speculative": false,
+            "speculative": drafts(&ready),
             "is_processing": false,
             "params": params,
         },
@@ -146,7 +153,7 @@ pub async fn slots(
                 let mut slot = json!({
                     "id": v.id,
                     "n_ctx": ready.n_ctx_slot,
-                    "speculative": false,
+                    "speculative": drafts(&ready),
                     "is_processing": v.is_processing,
                     "n_cached": v.n_cached,
                 });
