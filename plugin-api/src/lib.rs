@@ -28,6 +28,7 @@ pub mod kda;
 pub mod kernel;
 pub mod kv_model;
 pub mod meta;
+pub mod mhc;
 pub mod model;
 pub mod nextn;
 pub mod op;

@@ -5,7 +5,8 @@
 //! have their own module ([`crate::layers`]).
 
 use bloomery_plugin_api::hparams::{vocab_rows, ArchKeys, AttentionShape, Experts, LmHParams};
-use bloomery_plugin_api::meta::{MetaValue, ModelFileView};
+use bloomery_plugin_api::meta::ModelFileView;
+use bloomery_plugin_api::mhc::{swiglu_clamps, HyperConnections};
 use bloomery_plugin_api::model::HParams as Summary;
 use bloomery_plugin_api::op::{Gating, RouterParams};
 use bloomery_plugin_api::PluginError;
@@ -60,10 +61,6 @@ const GATING_SQRT_SOFTPLUS: u32 = 4;
 /// (the smallest normal f16).
 const NORM_MIN: f32 = 6.103_515_6e-5;
 
-/// The most Sinkhorn iterations accepted (the model uses 20; a crafted count would stall every
-/// pass).
-const MAX_SINKHORN: u32 = 1000;
-
 /// The indexer's head width must be a multiple of this: llama.cpp b11434 rotates the indexer's
 /// queries and keys by a Walsh-Hadamard matrix of 64-wide blocks and aborts otherwise.
 const INDEXER_BLOCK: u32 = 64;
@@ -103,26 +100,6 @@ pub struct Indexer {
     pub head_dim: u32,
     /// Compressed rows kept per query (`attention.indexer.top_k`).
     pub top_k: u32,
-}
-
-/// The manifold hyper-connections (mHC) around every layer's attention and FFN, and the trained
-/// head that collapses the streams after the last layer.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct HyperConnections {
-    /// Residual streams (`hyper_connection.count`; only 4 is built, as for GLM-5.3).
-    pub n_stream: u32,
-    /// Sinkhorn iterations (`hyper_connection.sinkhorn_iterations`).
-    pub iters: u32,
-    /// ε of the pre weights and of the Sinkhorn steps (`hyper_connection.epsilon`).
-    pub eps: f32,
-}
-
-impl HyperConnections {
-    /// Mixing coefficients per row: `n` pre, `n` post, `n²` comb.
-    pub fn n_mix(&self) -> u64 {
-        let n = u64::from(self.n_stream);
-        (2 + n) * n
-    }
 }
 
 /// Hyperparameters.
@@ -180,8 +157,8 @@ impl HParams {
         let w = u64::from(n_ff_shexp);
         keys.agrees("expert_shared_count", u64::from(n_shared), Some(w), t, 0)?;
         let n = n_layer as usize;
-        let clamp_exp = clamps(&keys, "swiglu_clamp_exp", n, None)?;
-        let clamp_shexp = clamps(&keys, "swiglu_clamp_shexp", n, Some(&clamp_exp))?;
+        let clamp_exp = swiglu_clamps(&keys, "swiglu_clamp_exp", n, None)?;
+        let clamp_shexp = swiglu_clamps(&keys, "swiglu_clamp_shexp", n, Some(&clamp_exp))?;
         Ok(HParams {
             hc: hyper_connections(&keys, lm.n_embd)?,
             route: router(&keys, &experts)?,
@@ -359,73 +336,21 @@ fn indexer(keys: &ArchKeys<'_>, attn_dim: u32) -> Result<Indexer, PluginError> {
     })
 }
 
-/// The hyper-connections: 4 streams, 1 to [`MAX_SINKHORN`] Sinkhorn iterations, a finite ε ≥ 0;
-/// `hc_attn_fn` reads all `4·n_embd` stream values, and `embedding_length_out`, when present, is
-/// that width (llama.cpp recomputes it; a file that says otherwise is refused).
+/// The hyper-connections ([`HyperConnections::read`]); `embedding_length_out`, when present, is
+/// their width `n_stream·n_embd` (llama.cpp recomputes it; a file that says otherwise is refused).
 fn hyper_connections(keys: &ArchKeys<'_>, n_embd: u32) -> Result<HyperConnections, PluginError> {
-    let n_stream = keys.u32("hyper_connection.count")?;
-    keys.check(n_stream == 4, "hyper_connection.count", || {
-        format!("{n_stream} streams (only 4 is built)")
-    })?;
-    let implied = u64::from(n_embd) * u64::from(n_stream);
+    let hc = HyperConnections::read(keys, n_embd)?;
+    let implied = u64::from(n_embd) * u64::from(hc.n_stream);
     if keys.get("embedding_length_out").is_some() {
         let out = keys.u32("embedding_length_out")?;
         keys.check(u64::from(out) == implied, "embedding_length_out", || {
-            format!("{out}, but {n_stream} streams of {n_embd} make {implied}")
+            format!(
+                "{out}, but {} streams of {n_embd} make {implied}",
+                hc.n_stream
+            )
         })?;
     }
-    let t = keys.view().first_layer_tensor("hc_attn_fn.weight");
-    keys.agrees(
-        "hyper_connection.count",
-        u64::from(n_stream),
-        Some(implied),
-        t,
-        0,
-    )?;
-    let iters = keys.u32("hyper_connection.sinkhorn_iterations")?;
-    keys.check(
-        (1..=MAX_SINKHORN).contains(&iters),
-        "hyper_connection.sinkhorn_iterations",
-        || format!("{iters} (1 to {MAX_SINKHORN})"),
-    )?;
-    let eps = keys.f32("hyper_connection.epsilon")?;
-    keys.check(
-        eps.is_finite() && eps >= 0.0,
-        "hyper_connection.epsilon",
-        || format!("{eps}"),
-    )?;
-    Ok(HyperConnections {
-        n_stream,
-        iters,
-        eps,
-    })
-}
-
-/// A per-layer SwiGLU clamp: an array of one value per layer or one value for all; absent,
-/// `default` (or 0, no clamp). Values at most 1e-6 mean no clamp, as in llama.cpp.
-fn clamps(
-    keys: &ArchKeys<'_>,
-    name: &str,
-    n_layer: usize,
-    default: Option<&[f32]>,
-) -> Result<Vec<f32>, PluginError> {
-    let value = |v: &MetaValue| -> Result<f32, PluginError> {
-        let x = v
-            .as_f64()
-            .ok_or_else(|| keys.bad(name, format!("{} is not a number", v.type_name())))?;
-        keys.check(!x.is_nan(), name, || "NaN".into())?;
-        Ok(if x > 1e-6 { x as f32 } else { 0.0 })
-    };
-    match keys.get(name) {
-        None => Ok(default.map_or_else(|| vec![0.0; n_layer], <[f32]>::to_vec)),
-        Some(MetaValue::Array(items)) => {
-            keys.check(items.len() == n_layer, name, || {
-                format!("{} values for {n_layer} layers", items.len())
-            })?;
-            items.iter().map(value).collect()
-        }
-        Some(v) => Ok(vec![value(v)?; n_layer]),
-    }
+    Ok(hc)
 }
 
 /// The router: √softplus scores (`expert_gating_func` 4, the only one llama.cpp's loader takes),

@@ -5,7 +5,8 @@
 
 use bloomery_plugin_api::hparams::{vocab_rows, ArchKeys, AttentionShape, Experts, LmHParams};
 use bloomery_plugin_api::kda::KdaShape;
-use bloomery_plugin_api::meta::{MetaValue, ModelFileView};
+use bloomery_plugin_api::meta::ModelFileView;
+use bloomery_plugin_api::mhc::{swiglu_clamps, HyperConnections};
 use bloomery_plugin_api::model::HParams as Summary;
 use bloomery_plugin_api::op::{Gating, KPoolMode, KPoolParams, RouterParams};
 use bloomery_plugin_api::PluginError;
@@ -50,10 +51,6 @@ const REQUIRED: &[&str] = &[
 /// llama.cpp's floor under the sum of the chosen expert weights before they are renormalised
 /// (the smallest normal f16).
 const NORM_MIN: f32 = 6.103_515_6e-5;
-
-/// The most Sinkhorn iterations accepted (the model uses 20; a crafted count would stall every
-/// pass).
-const MAX_SINKHORN: u32 = 1000;
 
 /// The NoPE latent attention (MLA) layers' sizes.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -106,25 +103,6 @@ impl Indexer {
     pub fn n_sel(&self) -> u32 {
         let p = self.params();
         p.kpool * p.n_top + if p.tail { p.kpool - 1 } else { 0 }
-    }
-}
-
-/// The manifold hyper-connections (mHC) around every trunk layer's mixer and FFN.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct HyperConnections {
-    /// Residual streams (`hyper_connection.count`; only 4 is built, as in llama.cpp).
-    pub n_stream: u32,
-    /// Sinkhorn iterations (`hyper_connection.sinkhorn_iterations`).
-    pub iters: u32,
-    /// ε of the pre weights and of the Sinkhorn steps (`hyper_connection.epsilon`).
-    pub eps: f32,
-}
-
-impl HyperConnections {
-    /// Mixing coefficients per row: `n` pre, `n` post, `n²` comb.
-    pub fn n_mix(&self) -> u64 {
-        let n = u64::from(self.n_stream);
-        (2 + n) * n
     }
 }
 
@@ -206,12 +184,12 @@ impl HParams {
             keys.agrees("expert_shared_count", u64::from(n_shared), Some(w), t, 0)?;
         }
         let n_all = n_all as usize;
-        let clamp_exp = clamps(&keys, "swiglu_clamp_exp", n_all, None)?;
-        let clamp_shexp = clamps(&keys, "swiglu_clamp_shexp", n_all, Some(&clamp_exp))?;
+        let clamp_exp = swiglu_clamps(&keys, "swiglu_clamp_exp", n_all, None)?;
+        let clamp_shexp = swiglu_clamps(&keys, "swiglu_clamp_shexp", n_all, Some(&clamp_exp))?;
         Ok(HParams {
             arch,
             indexer: indexer(&keys, lm.n_ctx_train)?,
-            hc: hyper_connections(&keys, lm.n_embd)?,
+            hc: HyperConnections::read(&keys, lm.n_embd)?,
             route: router(&keys, &experts)?,
             lm,
             n_mtp,
@@ -339,72 +317,6 @@ fn indexer(keys: &ArchKeys<'_>, n_ctx: u32) -> Result<Indexer, PluginError> {
         tail,
         eps,
     })
-}
-
-/// The hyper-connections: 4 streams (llama.cpp builds no other count), 1 to [`MAX_SINKHORN`]
-/// Sinkhorn iterations, a finite ε ≥ 0; `hc_attn_fn` reads all `4·n_embd` stream values.
-fn hyper_connections(keys: &ArchKeys<'_>, n_embd: u32) -> Result<HyperConnections, PluginError> {
-    let n_stream = keys.u32("hyper_connection.count")?;
-    keys.check(n_stream == 4, "hyper_connection.count", || {
-        format!("{n_stream} streams (only 4 is built, as in llama.cpp)")
-    })?;
-    // The graph reads the embeddings' first `n` values of each row (`crate::mhc`).
-    keys.check(n_embd >= n_stream, "embedding_length", || {
-        format!("{n_embd}, narrower than the {n_stream} hyper-connection streams")
-    })?;
-    let t = keys.view().first_layer_tensor("hc_attn_fn.weight");
-    let implied = u64::from(n_embd) * u64::from(n_stream);
-    keys.agrees(
-        "hyper_connection.count",
-        u64::from(n_stream),
-        Some(implied),
-        t,
-        0,
-    )?;
-    let iters = keys.u32("hyper_connection.sinkhorn_iterations")?;
-    keys.check(
-        (1..=MAX_SINKHORN).contains(&iters),
-        "hyper_connection.sinkhorn_iterations",
-        || format!("{iters} (1 to {MAX_SINKHORN})"),
-    )?;
-    let eps = keys.f32("hyper_connection.epsilon")?;
-    keys.check(
-        eps.is_finite() && eps >= 0.0,
-        "hyper_connection.epsilon",
-        || format!("{eps}"),
-    )?;
-    Ok(HyperConnections {
-        n_stream,
-        iters,
-        eps,
-    })
-}
-
-/// A per-layer SwiGLU clamp: an array of one value per layer (NextN included) or one value for
-/// all; absent, `default` (or 0, no clamp). Values at most 1e-6 mean no clamp, as in llama.cpp.
-fn clamps(
-    keys: &ArchKeys<'_>,
-    name: &str,
-    n_all: usize,
-    default: Option<&[f32]>,
-) -> Result<Vec<f32>, PluginError> {
-    let value = |v: &MetaValue| -> Result<f32, PluginError> {
-        let x = v
-            .as_f64()
-            .ok_or_else(|| keys.bad(name, format!("{} is not a number", v.type_name())))?;
-        keys.check(!x.is_nan(), name, || "NaN".into())?;
-        Ok(if x > 1e-6 { x as f32 } else { 0.0 })
-    };
-    match keys.get(name) {
-        None => Ok(default.map_or_else(|| vec![0.0; n_all], <[f32]>::to_vec)),
-        Some(MetaValue::Array(items)) => {
-            keys.check(items.len() == n_all, name, || {
-                format!("{} values for {n_all} layers", items.len())
-            })?;
-            items.iter().map(value).collect()
-        }
-        Some(v) => Ok(vec![value(v)?; n_all]),
-    }
 }
 
 /// The router: sigmoid scores (`expert_gating_func` absent, 0 or 2), the selection bias

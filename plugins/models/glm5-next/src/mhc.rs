@@ -19,8 +19,8 @@ use bloomery_plugin_api::graph::{GraphBuilder, TensorId};
 use bloomery_plugin_api::op::{Op, UnaryFn};
 use bloomery_plugin_api::{DType, PluginError};
 
-use crate::hparams::HyperConnections;
 use crate::weights::HcWeights;
+use bloomery_plugin_api::mhc::HyperConnections;
 
 /// Bytes of an f32.
 const F: u64 = 4;
