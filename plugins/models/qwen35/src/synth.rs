@@ -50,28 +50,14 @@ struct Head {
     ff: u32,
 }
 
-const SHAPES: [Shape; 7] = [
+const SHAPES: [Shape; 8] = [
     TINY_MOE,
+    Q36_35B,
     Shape {
-        arch: ARCH_MOE,
-        name: "35b-a3b",
-        description: "Qwen3.6-35B-A3B: 40 layers (30 DeltaNet + 10 attention), hidden 2048, attention 16/2 x 256, DeltaNet 16 k / 32 v heads x 128, 256 experts top-8 (ff 512) + shared",
-        n_layer: 40,
-        n_embd: 2048,
-        n_head: 16,
-        n_head_kv: 2,
-        head_dim: 256,
-        n_head_k: 16,
-        n_head_v: 32,
-        d_state: 128,
-        n_expert: 256,
-        n_used: 8,
-        n_ff: 512,
-        n_ff_shexp: 512,
-        n_vocab: 248_320,
-        n_ctx: 262_144,
-        head: None,
-        n_mtp: 0,
+        name: "35b-a3b-mtp",
+        description: "Qwen3.6-35B-A3B with its MTP block (layer 40: gated attention, 256 experts top-8 + shared; nextn.shared_head_norm, the model's embedding and head)",
+        n_mtp: 1,
+        ..Q36_35B
     },
     TINY_DENSE,
     Shape {
@@ -127,6 +113,29 @@ const SHAPES: [Shape; 7] = [
         ..TINY_DENSE
     },
 ];
+
+/// Qwen3.6-35B-A3B.
+const Q36_35B: Shape = Shape {
+    arch: ARCH_MOE,
+    name: "35b-a3b",
+    description: "Qwen3.6-35B-A3B: 40 layers (30 DeltaNet + 10 attention), hidden 2048, attention 16/2 x 256, DeltaNet 16 k / 32 v heads x 128, 256 experts top-8 (ff 512) + shared",
+    n_layer: 40,
+    n_embd: 2048,
+    n_head: 16,
+    n_head_kv: 2,
+    head_dim: 256,
+    n_head_k: 16,
+    n_head_v: 32,
+    d_state: 128,
+    n_expert: 256,
+    n_used: 8,
+    n_ff: 512,
+    n_ff_shexp: 512,
+    n_vocab: 248_320,
+    n_ctx: 262_144,
+    head: None,
+    n_mtp: 0,
+};
 
 /// The tiny `qwen35moe` model.
 const TINY_MOE: Shape = Shape {
