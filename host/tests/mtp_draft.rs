@@ -1,15 +1,17 @@
 //! Draft decoding through the shared runtime on the tiny files with an MTP block
-//! (`bloomery synth --arch qwen35moe|qwen35 --preset tiny-mtp --seed 7`, every tensor F32):
+//! (`bloomery synth --arch qwen35moe|qwen35 --preset tiny-mtp --seed 7`, and glm5-next's `tiny`
+//! with its NextN layer, every tensor F32):
 //!
-//! - the MTP block drafting (n_max 3) gives the same tokens as no drafting, greedy and seeded,
-//!   one request at a time and two in shared passes;
+//! - the MTP block drafting (n_max 3; GLM-5.3's NextN layer one token a step) gives the same
+//!   tokens as no drafting, greedy and seeded, one request at a time and two in shared passes;
 //! - test-only sources: a perfect one (the target's own greedy continuation) has every draft
 //!   accepted, an always-wrong one every draft refused at its first row, both with the same
 //!   tokens;
 //! - the MTP driver drafts what the block run by hand, paired as llama.cpp's draft-mtp pairs it,
 //!   gives;
 //! - after refused drafts (refused at the first, second or third drafted row) the slot's state
-//!   (K/V rows, recurrent and convolution state) is bit-for-bit the state of decoding the kept
+//!   (K/V rows, recurrent and convolution state; GLM-5.3's KDA state, latent and indexer caches
+//!   and its NextN layer's) is bit-for-bit the state of decoding the kept
 //!   tokens without drafts (on the CPU a row's results do not depend on the rows beside it).
 
 mod common;
@@ -38,14 +40,19 @@ const F32: ClassTypes = ClassTypes {
 
 const N_PREDICT: usize = 24;
 
-/// `arch`'s tiny file with an MTP block (seed 7) in `dir`.
+/// `arch`'s tiny file with an MTP block (seed 7) in `dir`: the `tiny-mtp` preset, or glm5-next's
+/// `tiny`, which carries its NextN layer.
 fn tiny_mtp(arch: &str, dir: &Path) -> PathBuf {
+    let preset = match arch {
+        "glm5-next" => "tiny",
+        _ => "tiny-mtp",
+    };
     let reg = Registry::load(&common::plugin_dir()).unwrap();
     let presets = reg.model_for(arch).unwrap().module.synth_presets()();
     let p = presets
         .iter()
         .find(|p| {
-            p.name.as_str() == "tiny-mtp"
+            p.name.as_str() == preset
                 && p.metadata.iter().any(|e| {
                     e.key.as_str() == "general.architecture" && e.value.as_str() == Some(arch)
                 })
@@ -209,7 +216,8 @@ fn greedy_off(path: &Path) -> Vec<Vec<u32>> {
     out
 }
 
-fn mtp_on_and_off_agree(arch: &str) {
+/// `arch`'s tokens with MTP drafting on and off agree; its steps draft at most `width` tokens.
+fn mtp_on_and_off_agree(arch: &str, width: usize) {
     let dir = tempfile::tempdir().unwrap();
     let path = tiny_mtp(arch, dir.path());
     let (off, tok) = start(&path, SpecConfig::OFF);
@@ -236,18 +244,33 @@ fn mtp_on_and_off_agree(arch: &str) {
     }
     eprintln!("{arch}: {accepted} of {drafted} MTP drafts accepted");
     assert!(drafted > 0, "the MTP block drafted nothing");
+    let c = &on.shared().counters;
+    let steps = c.spec_verify_steps.load(Ordering::Relaxed) as usize;
+    let tokens = c.spec_draft_tokens.load(Ordering::Relaxed) as usize;
+    assert!(tokens <= width * steps, "{tokens} tokens in {steps} drafts");
+    assert!(
+        tokens > (width - 1) * steps,
+        "{tokens} tokens in {steps} drafts"
+    );
     on.shutdown().unwrap();
     off.shutdown().unwrap();
 }
 
 #[test]
 fn qwen35moe_greedy_and_seeded_tokens_are_the_same_with_mtp_drafting_on_and_off() {
-    mtp_on_and_off_agree("qwen35moe");
+    mtp_on_and_off_agree("qwen35moe", 3);
 }
 
 #[test]
 fn qwen35_greedy_and_seeded_tokens_are_the_same_with_mtp_drafting_on_and_off() {
-    mtp_on_and_off_agree("qwen35");
+    mtp_on_and_off_agree("qwen35", 3);
+}
+
+/// GLM-5.3's NextN layer drafts one token a step (issue 48) through its own latent and indexer
+/// caches, beside the trunk's KDA, MLA and hyper-connection streams.
+#[test]
+fn glm5next_greedy_and_seeded_tokens_are_the_same_with_nextn_drafting_on_and_off() {
+    mtp_on_and_off_agree("glm5-next", 1);
 }
 
 /// Answers every prompt in slot 0 drafting from `source` (`from` wrong positions on), checks
@@ -304,9 +327,9 @@ fn a_perfect_source_is_accepted_whole_and_a_wrong_one_refused_at_its_first_row()
 
 /// Slot 0's state after answering `prompt` greedily on `rt`, and the positions it holds.
 fn state_after(rt: Runtime, prompt: &[u32]) -> Vec<Vec<u8>> {
-    let (ids, _) = answer(&rt, prompt, params(None));
+    let (_, f) = answer(&rt, prompt, params(None));
     // The last token is reported, never evaluated.
-    let n = prompt.len() + ids.len() - 1;
+    let n = prompt.len() + f.n_predicted - 1;
     let model = rt.shutdown().unwrap();
     model.read_slot(0, n as u32).unwrap()
 }
@@ -314,7 +337,7 @@ fn state_after(rt: Runtime, prompt: &[u32]) -> Vec<Vec<u8>> {
 #[test]
 fn after_refused_drafts_the_state_is_bit_for_bit_that_of_decoding_without_drafts() {
     let dir = tempfile::tempdir().unwrap();
-    for arch in ["qwen35moe", "qwen35"] {
+    for arch in ["qwen35moe", "qwen35", "glm5-next"] {
         let path = tiny_mtp(arch, dir.path());
         let want = greedy_off(&path);
         let (model, tok) = load(&path);

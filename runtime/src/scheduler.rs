@@ -139,6 +139,21 @@ pub(crate) fn run(
     source: Option<Box<dyn DraftSource>>,
 ) -> LoadedModel {
     let rewind = model.rewind();
+    let mut cfg = cfg;
+    if source.is_none() {
+        let arch = &model.spec.architecture;
+        let spec = cfg.spec.for_model(arch);
+        if spec.kind != SpecType::None && spec.n_max < cfg.spec.n_max {
+            tracing::info!(
+                "`{arch}`'s MTP layers draft at most {} token(s) a step: --spec-draft-n-max {} \
+                 taken as {}",
+                spec.n_max,
+                cfg.spec.n_max,
+                spec.n_max
+            );
+        }
+        cfg.spec = spec;
+    }
     let n_slots = model.options.n_slots as usize;
     let n_vocab = model.spec.hparams.n_vocab as usize;
     let n_embd = model.spec.hparams.n_embd as usize;

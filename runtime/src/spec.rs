@@ -67,6 +67,25 @@ impl SpecConfig {
         p_min: 0.0,
         synth_len: None,
     };
+
+    /// These settings for a model of architecture `arch` drafting with its own MTP layers:
+    /// `n_max` at most the [`mtp_width`] of its layers.
+    pub fn for_model(self, arch: &str) -> SpecConfig {
+        SpecConfig {
+            n_max: mtp_width(arch).map_or(self.n_max, |w| self.n_max.min(w)),
+            ..self
+        }
+    }
+}
+
+/// Most tokens the MTP layers of architecture `arch` draft after one sampled token, where that
+/// is fewer than `--spec-draft-n-max` may ask (issue 48): GLM-5.3's single NextN layer predicts
+/// the token after next from the trunk's row and drafts one token a step; other blocks chain.
+pub fn mtp_width(arch: &str) -> Option<usize> {
+    match arch {
+        "glm5-next" | "glm5next" => Some(1),
+        _ => None,
+    }
 }
 
 /// A fixed acceptance length for benchmarks on random-weight files (`--spec-synth-len L`):

@@ -183,13 +183,21 @@ impl SpecArgs {
         if let (Some(l), SpecType::None) = (synth_len, kind) {
             bail!("--spec-synth-len {l}: this model (`{arch}`) has no MTP layers to draft with");
         }
-        Ok(SpecConfig {
+        let spec = SpecConfig {
             kind,
             n_max: self.n_max,
             n_min: self.n_min,
             p_min: self.p_min,
             synth_len,
-        })
+        };
+        let n_max = spec.for_model(arch).n_max;
+        if let Some(l) = synth_len.filter(|&l| l > n_max as f64) {
+            bail!(
+                "--spec-synth-len {l}: this model's MTP layers (`{arch}`) draft at most {n_max} \
+                 token(s) a step"
+            );
+        }
+        Ok(spec)
     }
 }
 
@@ -267,6 +275,18 @@ mod tests {
             e.contains("(`qwen3moe`) has no MTP layers to draft with"),
             "{e}"
         );
+        // GLM-5.3's NextN layer drafts one token a step.
+        let e = d.bench_config(b, 1, "glm5-next").unwrap_err().to_string();
+        assert!(
+            e.contains("(`glm5-next`) draft at most 1 token(s) a step"),
+            "{e}"
+        );
+        d.synth_len = Some("0.8".into());
+        let b = &d.bench_specs().unwrap()[0];
+        assert_eq!(
+            d.bench_config(b, 1, "glm5-next").unwrap().synth_len,
+            Some(0.8)
+        );
         let refused = |a: &SpecArgs, what: &str| {
             let e = a.bench_specs().unwrap_err().to_string();
             assert!(e.contains(what), "{e}");
@@ -287,7 +307,7 @@ mod tests {
         // serve and run refuse a length by name.
         let e = d.config(1, "x").unwrap_err().to_string();
         assert!(
-            e.starts_with("--spec-synth-len 1.7: only `bloomery bench`"),
+            e.starts_with("--spec-synth-len 0.8: only `bloomery bench`"),
             "{e}"
         );
     }
