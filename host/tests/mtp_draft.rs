@@ -1,15 +1,17 @@
 //! Draft decoding through the shared runtime on the tiny files with an MTP block
-//! (`bloomery synth --arch qwen35moe|qwen35 --preset tiny-mtp --seed 7`, every tensor F32):
+//! (`bloomery synth --arch qwen35moe|qwen35 --preset tiny-mtp --seed 7`, and glm5-next's `tiny`
+//! with its NextN layer, every tensor F32):
 //!
-//! - the MTP block drafting (n_max 3) gives the same tokens as no drafting, greedy and seeded,
-//!   one request at a time and two in shared passes;
+//! - the MTP block drafting (n_max 3; GLM-5.3's NextN layer one token a step) gives the same
+//!   tokens as no drafting, greedy and seeded, one request at a time and two in shared passes;
 //! - test-only sources: a perfect one (the target's own greedy continuation) has every draft
 //!   accepted, an always-wrong one every draft refused at its first row, both with the same
 //!   tokens;
 //! - the MTP driver drafts what the block run by hand, paired as llama.cpp's draft-mtp pairs it,
 //!   gives;
 //! - after refused drafts (refused at the first, second or third drafted row) the slot's state
-//!   (K/V rows, recurrent and convolution state) is bit-for-bit the state of decoding the kept
+//!   (K/V rows, recurrent and convolution state; GLM-5.3's KDA state, latent and indexer caches
+//!   and its NextN layer's) is bit-for-bit the state of decoding the kept
 //!   tokens without drafts (on the CPU a row's results do not depend on the rows beside it).
 
 mod common;
@@ -38,14 +40,19 @@ const F32: ClassTypes = ClassTypes {
 
 const N_PREDICT: usize = 24;
 
-/// `arch`'s tiny file with an MTP block (seed 7) in `dir`.
+/// `arch`'s tiny file with an MTP block (seed 7) in `dir`: the `tiny-mtp` preset, or glm5-next's
+/// `tiny`, which carries its NextN layer.
 fn tiny_mtp(arch: &str, dir: &Path) -> PathBuf {
+    let preset = match arch {
+        "glm5-next" => "tiny",
+        _ => "tiny-mtp",
+    };
     let reg = Registry::load(&common::plugin_dir()).unwrap();
     let presets = reg.model_for(arch).unwrap().module.synth_presets()();
     let p = presets
         .iter()
         .find(|p| {
-            p.name.as_str() == "tiny-mtp"
+            p.name.as_str() == preset
                 && p.metadata.iter().any(|e| {
                     e.key.as_str() == "general.architecture" && e.value.as_str() == Some(arch)
                 })
@@ -209,7 +216,8 @@ fn greedy_off(path: &Path) -> Vec<Vec<u32>> {
     out
 }
 
-fn mtp_on_and_off_agree(arch: &str) {
+/// `arch`'s tokens with MTP drafting on and off agree; its steps draft at most `width` tokens.
+fn mtp_on_and_off_agree(arch: &str, width: usize) {
     let dir = tempfile::tempdir().unwrap();
     let path = tiny_mtp(arch, dir.path());
     let (off, tok) = start(&path, SpecConfig::OFF);
@@ -236,18 +244,33 @@ fn mtp_on_and_off_agree(arch: &str) {
     }
     eprintln!("{arch}: {accepted} of {drafted} MTP drafts accepted");
     assert!(drafted > 0, "the MTP block drafted nothing");
+    let c = &on.shared().counters;
+    let steps = c.spec_verify_steps.load(Ordering::Relaxed) as usize;
+    let tokens = c.spec_draft_tokens.load(Ordering::Relaxed) as usize;
+    assert!(tokens <= width * steps, "{tokens} tokens in {steps} drafts");
+    assert!(
+        tokens > (width - 1) * steps,
+        "{tokens} tokens in {steps} drafts"
+    );
     on.shutdown().unwrap();
     off.shutdown().unwrap();
 }
 
 #[test]
 fn qwen35moe_greedy_and_seeded_tokens_are_the_same_with_mtp_drafting_on_and_off() {
-    mtp_on_and_off_agree("qwen35moe");
+    mtp_on_and_off_agree("qwen35moe", 3);
 }
 
 #[test]
 fn qwen35_greedy_and_seeded_tokens_are_the_same_with_mtp_drafting_on_and_off() {
-    mtp_on_and_off_agree("qwen35");
+    mtp_on_and_off_agree("qwen35", 3);
+}
+
+/// GLM-5.3's NextN layer drafts one token a step (issue 48) through its own latent and indexer
+/// caches, beside the trunk's KDA, MLA and hyper-connection streams.
+#[test]
+fn glm5next_greedy_and_seeded_tokens_are_the_same_with_nextn_drafting_on_and_off() {
+    mtp_on_and_off_agree("glm5-next", 1);
 }
 
 /// Answers every prompt in slot 0 drafting from `source` (`from` wrong positions on), checks
@@ -304,9 +327,9 @@ fn a_perfect_source_is_accepted_whole_and_a_wrong_one_refused_at_its_first_row()
 
 /// Slot 0's state after answering `prompt` greedily on `rt`, and the positions it holds.
 fn state_after(rt: Runtime, prompt: &[u32]) -> Vec<Vec<u8>> {
-    let (ids, _) = answer(&rt, prompt, params(None));
+    let (_, f) = answer(&rt, prompt, params(None));
     // The last token is reported, never evaluated.
-    let n = prompt.len() + ids.len() - 1;
+    let n = prompt.len() + f.n_predicted - 1;
     let model = rt.shutdown().unwrap();
     model.read_slot(0, n as u32).unwrap()
 }
@@ -314,7 +337,7 @@ fn state_after(rt: Runtime, prompt: &[u32]) -> Vec<Vec<u8>> {
 #[test]
 fn after_refused_drafts_the_state_is_bit_for_bit_that_of_decoding_without_drafts() {
     let dir = tempfile::tempdir().unwrap();
-    for arch in ["qwen35moe", "qwen35"] {
+    for arch in ["qwen35moe", "qwen35", "glm5-next"] {
         let path = tiny_mtp(arch, dir.path());
         let want = greedy_off(&path);
         let (model, tok) = load(&path);
@@ -409,4 +432,187 @@ fn the_mtp_driver_drafts_as_the_block_run_by_hand() {
         }
         assert_eq!(got, vec![drafts], "prompt of {len} tokens");
     }
+}
+
+/// Every draft a [`Recorder`] made, with the length of what it follows.
+type Seen = Arc<std::sync::Mutex<Vec<(usize, Vec<u32>)>>>;
+
+/// Drafts `n_max` wrong tokens (each the token before it plus 7) and records every draft.
+struct Recorder {
+    n_vocab: u32,
+    seen: Seen,
+}
+
+impl DraftSource for Recorder {
+    fn draft(&mut self, _: usize, tokens: &[u32], max: usize) -> Vec<u32> {
+        let mut last = *tokens.last().unwrap();
+        let d: Vec<u32> = (0..max)
+            .map(|_| {
+                last = (last + 7) % self.n_vocab;
+                last
+            })
+            .collect();
+        self.seen.lock().unwrap().push((tokens.len(), d.clone()));
+        d
+    }
+}
+
+/// The target's greedy choice after every prefix of `seq` past `prompt` (drafting off, the
+/// answer forced, each row's likeliest token read from its probabilities).
+fn greedy_choices(path: &Path, prompt: &[u32], answer: &[u32]) -> Vec<u32> {
+    let (off, _) = start(path, SpecConfig::OFF);
+    let mut p = params(None);
+    p.n_predict = Some(answer.len());
+    p.forced = answer.to_vec();
+    p.n_probs = 1;
+    let mut rx = off.submit_blocking(prompt.to_vec(), p, Some(0)).unwrap();
+    let mut best = Vec::new();
+    loop {
+        match rx.blocking_recv().unwrap() {
+            // The end's flush of held text comes without probabilities.
+            Event::Token(piece) => best.extend(piece.probs.map(|p| p.ranked()[0].0)),
+            Event::Done(_) => break,
+            Event::Failed(f) => panic!("{}", f.message),
+            _ => {}
+        }
+    }
+    off.shutdown().unwrap();
+    assert_eq!(best.len(), answer.len());
+    best
+}
+
+/// `--spec-synth-len 1.7` (a benchmark's fixed acceptance length): every verify step keeps one
+/// or two of its three drafts, 1.7 on average; the kept tokens are the drafts themselves, and
+/// every token after them is the target's own greedy choice given everything kept before it
+/// (so the cache and recurrent state hold exactly the kept tokens).
+#[test]
+fn a_fixed_acceptance_length_keeps_the_drafts_and_the_state_follows_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (model, tok) = load(&path);
+    let n_vocab = model.spec.hparams.n_vocab;
+    drop(model);
+    let seen: Seen = Arc::default();
+    let source = Recorder {
+        n_vocab,
+        seen: Arc::clone(&seen),
+    };
+    let (model, _) = load(&path);
+    let spec = SpecConfig {
+        n_max: 3,
+        synth_len: Some(1.7),
+        ..SpecConfig::OFF
+    };
+    let rt = Runtime::start_drafting(model, tok.clone(), config(spec), Box::new(source)).unwrap();
+    let (mut steps, mut kept_total) = (0, 0);
+    for prompt in prompts(&tok) {
+        seen.lock().unwrap().clear();
+        let mut p = params(None);
+        p.n_predict = Some(120);
+        let (mut ids, f) = answer(&rt, &prompt, p);
+        // The end's flush of held text may repeat the last id.
+        assert_eq!(f.n_predicted, 120);
+        ids.truncate(120);
+        let seq = [prompt.clone(), ids.clone()].concat();
+        let drafts = seen.lock().unwrap().clone();
+        let best = greedy_choices(&path, &prompt, &ids);
+        // Each draft follows `c` tokens; the next draft follows what this step kept and the
+        // token sampled after it.
+        for w in drafts.windows(2) {
+            let ((c, d), (next, _)) = (&w[0], &w[1]);
+            let kept = next - c - 1;
+            assert!(kept == 1 || kept == 2, "{kept} drafts kept of {d:?}");
+            assert_eq!(
+                seq[*c..c + kept],
+                d[..kept],
+                "the kept tokens are the drafts"
+            );
+            // The token after them is the target's greedy choice there.
+            let at = c + kept - prompt.len();
+            assert_eq!(ids[at], best[at], "token {at} after {kept} kept drafts");
+            steps += 1;
+            kept_total += kept;
+        }
+        assert_eq!(f.n_accepted, f.n_accepted.min(f.n_drafted));
+    }
+    let mean = kept_total as f64 / steps as f64;
+    eprintln!("{kept_total} drafts kept in {steps} steps: {mean:.3} a step");
+    // About 170 steps: the binomial spread of the mean is under 0.04.
+    assert!((mean - 1.7).abs() < 0.12, "mean {mean}");
+    let c = &rt.shared().counters;
+    let steps_all = c.spec_verify_steps.load(Ordering::Relaxed) as f64;
+    let accepted_all = c.spec_accepted.load(Ordering::Relaxed) as f64;
+    assert!((accepted_all / steps_all - 1.7).abs() < 0.12);
+    rt.shutdown().unwrap();
+}
+
+/// With the MTP block drafting (the benchmark's path) the realised mean is the length asked
+/// for, and without a length drafting still gives the greedy tokens of no drafting.
+#[test]
+fn mtp_drafting_with_a_fixed_acceptance_length_keeps_its_mean() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    for len in [1.2, 2.4] {
+        let spec = SpecConfig {
+            synth_len: Some(len),
+            ..SpecConfig::MTP
+        };
+        let (rt, tok) = start(&path, spec);
+        for prompt in prompts(&tok) {
+            let mut p = params(None);
+            p.n_predict = Some(120);
+            assert_eq!(answer(&rt, &prompt, p).1.n_predicted, 120);
+        }
+        let c = &rt.shared().counters;
+        let steps = c.spec_verify_steps.load(Ordering::Relaxed) as f64;
+        let mean = c.spec_accepted.load(Ordering::Relaxed) as f64 / steps;
+        eprintln!("L {len}: {mean:.3} accepted a step over {steps} steps");
+        assert!((mean - len).abs() < 0.12, "L {len}: mean {mean}");
+        rt.shutdown().unwrap();
+    }
+}
+
+/// `bloomery bench` runs decoding with drafting off and on at a fixed acceptance length, each
+/// a row of its table with the accepted drafts per verify step.
+#[test]
+fn bench_runs_drafting_off_and_on_and_prints_the_accepted_per_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_bloomery"))
+        .arg("--plugin-dir")
+        .arg(common::plugin_dir())
+        .args([
+            "bench",
+            "-m",
+            path.to_str().unwrap(),
+            "-p",
+            "0",
+            "-n",
+            "100",
+        ])
+        .args(["-r", "2", "-t", "2", "--spec-type", "none,draft-mtp"])
+        .args(["--spec-synth-len", "1.7"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[0].contains("| spec             | acc/step |"),
+        "{stdout}"
+    );
+    let row = |spec: &str| {
+        let l = lines
+            .iter()
+            .find(|l| l.contains(&format!("| {spec:<16} |")))
+            .unwrap_or_else(|| panic!("no {spec} row: {stdout}"));
+        let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+        assert_eq!(cells[cells.len() - 3], "tg100", "{l}");
+        cells[cells.len() - 4].to_owned()
+    };
+    assert_eq!(row("none"), "-");
+    let acc: f64 = row("draft-mtp L1.7").parse().unwrap();
+    assert!((acc - 1.7).abs() < 0.2, "{acc}\n{stdout}");
+    assert!(stderr.contains("verify steps"), "{stderr}");
 }

@@ -29,11 +29,13 @@ use crate::request::{
 };
 use crate::sampling::Sampler;
 use crate::slot_file::SlotFile;
-use crate::spec::{Chunk, DraftSource, Drafter, MtpDrafter, SpecConfig, SpecType, Want};
+use crate::spec::{
+    Chunk, DraftSource, Drafter, MtpDrafter, SpecConfig, SpecType, SynthAcceptance, Want,
+};
 use crate::status::{Shared, SlotView};
 use crate::stop::StopScan;
 use crate::task::Task;
-use crate::token::{step, Row, StepContext};
+use crate::token::{step, Drafted, Row, StepContext};
 
 /// Checkpoints a slot keeps by default (llama-server's `--ctx-checkpoints`).
 pub const DEFAULT_MAX_CHECKPOINTS: usize = 32;
@@ -120,6 +122,9 @@ struct Scheduler<'t> {
     ended: Vec<Task<'t>>,
     /// What drafts generated tokens for the target to verify (none: drafting off).
     drafter: Option<Drafter>,
+    /// A benchmark's fixed acceptance length (`--spec-synth-len`), forcing each verify step's
+    /// verdict on the drafter's drafts.
+    synth: Option<SynthAcceptance>,
 }
 
 /// Runs the scheduler on the current thread until every job sender is gone and nothing runs;
@@ -134,6 +139,21 @@ pub(crate) fn run(
     source: Option<Box<dyn DraftSource>>,
 ) -> LoadedModel {
     let rewind = model.rewind();
+    let mut cfg = cfg;
+    if source.is_none() {
+        let arch = &model.spec.architecture;
+        let spec = cfg.spec.for_model(arch);
+        if spec.kind != SpecType::None && spec.n_max < cfg.spec.n_max {
+            tracing::info!(
+                "`{arch}`'s MTP layers draft at most {} token(s) a step: --spec-draft-n-max {} \
+                 taken as {}",
+                spec.n_max,
+                cfg.spec.n_max,
+                spec.n_max
+            );
+        }
+        cfg.spec = spec;
+    }
     let n_slots = model.options.n_slots as usize;
     let n_vocab = model.spec.hparams.n_vocab as usize;
     let n_embd = model.spec.hparams.n_embd as usize;
@@ -163,6 +183,7 @@ pub(crate) fn run(
         head,
         ended: Vec::new(),
         drafter,
+        synth: cfg.spec.synth_len.map(SynthAcceptance::new),
     };
     s.publish();
     // After publishing the slots, so that /slots answers while the allocation runs.
@@ -1150,7 +1171,7 @@ impl<'t> Scheduler<'t> {
                         schemajump: self.cfg.schemajump,
                         drafts: false,
                     };
-                    step(&cx, task, &[], None);
+                    step(&cx, task, &[], Drafted::No);
                     self.ended.extend(slot.task.take());
                 }
                 continue;
@@ -1165,6 +1186,12 @@ impl<'t> Scheduler<'t> {
             let mut accepted = 0;
             let mut done = false;
             let first = base + read - outputs;
+            // With a fixed acceptance length the drafter's drafts are taken, not checked.
+            let n_take = match self.synth.as_mut() {
+                Some(s) if task.spec_draft => s.accepted(n_drafted),
+                _ => 0,
+            };
+            let synth = self.synth.is_some() && task.spec_draft;
             for (j, row) in logits[first * self.n_vocab..(first + outputs) * self.n_vocab]
                 .chunks_exact(self.n_vocab)
                 .enumerate()
@@ -1182,7 +1209,12 @@ impl<'t> Scheduler<'t> {
                 // A panic in one request's sampling ends that request alone: the pass is
                 // done, so the slot's cache is whole.
                 let row = catch_unwind(AssertUnwindSafe(|| {
-                    step(&cx, task, row, drafted.get(j).copied())
+                    let d = match drafted.get(j) {
+                        Some(&t) if j < n_take => Drafted::Take(t),
+                        Some(&t) if !synth => Drafted::Check(t),
+                        _ => Drafted::No,
+                    };
+                    step(&cx, task, row, d)
                 }))
                 .unwrap_or_else(|panic| {
                     let what = panic_message(panic.as_ref());

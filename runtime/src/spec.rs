@@ -7,9 +7,13 @@
 //! final-norm row. A draft is its greedy choice, kept while the probability of that choice among
 //! the ten likeliest tokens reaches `p_min`, and dropped whole when shorter than `n_min`.
 //!
-//! Other sources (tests, benchmarks) draft through [`DraftSource`].
+//! Other sources (tests, benchmarks) draft through [`DraftSource`]. For benchmarks on
+//! random-weight files, whose drafts are almost never right, [`SynthAcceptance`] fixes how many
+//! drafts each verify step keeps.
 
 use bloomery_exec::{BatchInputs, LoadedModel, Readout};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 /// Which drafts a generation is verified against (llama-server's `--spec-type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +47,9 @@ pub struct SpecConfig {
     /// Drafting stops at a token whose probability among the block's ten likeliest is below
     /// this (`--spec-draft-p-min`).
     pub p_min: f32,
+    /// Benchmarks only: each verify step keeps ⌊L⌋ or ⌈L⌉ of its drafts (at most those
+    /// drafted), L on average, whatever the target's rows say (see [`SynthAcceptance`]).
+    pub synth_len: Option<f64>,
 }
 
 impl SpecConfig {
@@ -58,7 +65,55 @@ impl SpecConfig {
         n_max: 3,
         n_min: 0,
         p_min: 0.0,
+        synth_len: None,
     };
+
+    /// These settings for a model of architecture `arch` drafting with its own MTP layers:
+    /// `n_max` at most the [`mtp_width`] of its layers.
+    pub fn for_model(self, arch: &str) -> SpecConfig {
+        SpecConfig {
+            n_max: mtp_width(arch).map_or(self.n_max, |w| self.n_max.min(w)),
+            ..self
+        }
+    }
+}
+
+/// Most tokens the MTP layers of architecture `arch` draft after one sampled token, where that
+/// is fewer than `--spec-draft-n-max` may ask (issue 48): GLM-5.3's single NextN layer predicts
+/// the token after next from the trunk's row and drafts one token a step; other blocks chain.
+pub fn mtp_width(arch: &str) -> Option<usize> {
+    match arch {
+        "glm5-next" | "glm5next" => Some(1),
+        _ => None,
+    }
+}
+
+/// A fixed acceptance length for benchmarks on random-weight files (`--spec-synth-len L`):
+/// the real draft passes and the real verify pass run, and only the verdict is forced. Each
+/// step keeps ⌈L⌉ drafts with probability L − ⌊L⌋ and ⌊L⌋ otherwise (from a fixed seed, so a
+/// run repeats), at most as many as were drafted; the kept tokens are the drafts themselves, so
+/// the cache holds what the request generated, and the target's row after the last kept one
+/// gives the next token as usual.
+pub(crate) struct SynthAcceptance {
+    len: f64,
+    rng: StdRng,
+}
+
+impl SynthAcceptance {
+    /// Acceptance of mean `len` (at least 0).
+    pub(crate) fn new(len: f64) -> SynthAcceptance {
+        SynthAcceptance {
+            len: len.max(0.0),
+            rng: StdRng::seed_from_u64(0x05ee_d1e9),
+        }
+    }
+
+    /// How many of a step's `n_drafted` drafts it keeps.
+    pub(crate) fn accepted(&mut self, n_drafted: usize) -> usize {
+        let floor = self.len.floor();
+        let up = self.rng.gen::<f64>() < self.len - floor;
+        (floor as usize + usize::from(up)).min(n_drafted)
+    }
 }
 
 /// A source of drafts other than the model's MTP block: for tests (a perfect source, a wrong
@@ -252,7 +307,24 @@ fn empty_batch() -> BatchInputs {
 
 #[cfg(test)]
 mod tests {
-    use super::top_choice;
+    use super::{top_choice, SynthAcceptance};
+
+    #[test]
+    fn synthetic_acceptance_keeps_the_floor_or_the_ceiling_with_the_asked_mean() {
+        for len in [0.0, 1.2, 1.7, 2.0, 2.8] {
+            let mut s = SynthAcceptance::new(len);
+            let n = 20_000;
+            let draws: Vec<usize> = (0..n).map(|_| s.accepted(3)).collect();
+            let (lo, hi) = (len.floor() as usize, len.ceil() as usize);
+            assert!(draws.iter().all(|&d| d == lo || d == hi), "L {len}");
+            let mean = draws.iter().sum::<usize>() as f64 / n as f64;
+            // Binomial spread at most 0.5/sqrt(n) = 0.0035.
+            assert!((mean - len).abs() < 0.02, "L {len}: mean {mean}");
+        }
+        // Never more than drafted.
+        let mut s = SynthAcceptance::new(2.8);
+        assert!((0..100).all(|_| s.accepted(1) <= 1));
+    }
 
     #[test]
     fn the_top_choice_is_the_argmax_with_its_probability_among_the_ten_likeliest() {

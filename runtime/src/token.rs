@@ -86,15 +86,27 @@ pub(crate) enum Row {
     Ended,
 }
 
+/// What the token at a row's position was drafted as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Drafted {
+    /// Nothing drafted there: the row's sample is the next token.
+    No,
+    /// A drafted token, kept when the row's sample equals it.
+    Check(u32),
+    /// A drafted token kept without sampling (a benchmark's fixed acceptance length).
+    Take(u32),
+}
+
 /// Samples the next token of `task` from `row`, reports it, and says what that did. `drafted`
-/// is the token schemajump drafted for this position, if any: a sample equal to it is
-/// accepted. Otherwise the sample is followed by the tokens schemajump forces after it and a
-/// draft of the text the grammar fixes next, in `task.next` (`task.draft` of them drafted).
+/// says what was drafted for this position: a sample equal to a checked draft is accepted, and
+/// a taken draft is accepted unsampled. Otherwise the sample is followed by the tokens
+/// schemajump forces after it and a draft of the text the grammar fixes next, in `task.next`
+/// (`task.draft` of them drafted).
 pub(crate) fn step(
     cx: &StepContext<'_, '_>,
     task: &mut Task<'_>,
     row: &[f32],
-    drafted: Option<u32>,
+    drafted: Drafted,
 ) -> Row {
     let now = Instant::now();
     let first = *task.first_token.get_or_insert(now);
@@ -107,9 +119,13 @@ pub(crate) fn step(
         }));
         return Row::Ended;
     }
-    let chosen = match task.job.params.forced.get(task.generated) {
-        Some(&forced) => Ok(forced),
-        None => match task.grammar.as_mut() {
+    let chosen = match (task.job.params.forced.get(task.generated), drafted) {
+        (Some(&forced), _) => Ok(forced),
+        (None, Drafted::Take(t)) => {
+            task.sampler.skip_draw();
+            Ok(t)
+        }
+        (None, _) => match task.grammar.as_mut() {
             Some(g) => g.choose(row, &mut task.sampler),
             None => Ok(task.sampler.sample(row)),
         },
@@ -134,7 +150,7 @@ pub(crate) fn step(
     if emit(cx, task, id, probs, first, now) {
         return Row::Ended;
     }
-    if drafted == Some(id) {
+    if matches!(drafted, Drafted::Check(t) | Drafted::Take(t) if t == id) {
         task.n_accepted += 1;
         cx.counters.draft_accepted.fetch_add(1, Ordering::Relaxed);
         return Row::Accepted;

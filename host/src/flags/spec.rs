@@ -1,7 +1,9 @@
 //! Draft decoding flags of `serve`, `run` and `bench`, spelled as llama-server b11434 spells them,
 //! each with its `LLAMA_ARG_*` twin: `--spec-type none|draft-mtp` (llama.cpp's other types
 //! refused by name), `--spec-draft-n-max`, `--spec-draft-n-min` and `--spec-draft-p-min`.
-//! Without `--spec-type`, a file with MTP layers drafts with them.
+//! Without `--spec-type`, a file with MTP layers drafts with them. `bench` alone takes
+//! `--spec-synth-len` (a fixed acceptance length for random-weight files) and runs each of its
+//! `--spec-type` and `--spec-synth-len` values as a test of its own.
 
 use anyhow::bail;
 use bloomery_runtime::spec::{SpecConfig, SpecType};
@@ -24,6 +26,33 @@ pub struct SpecArgs {
     /// below this (greedy drafting).
     #[arg(long = "spec-draft-p-min", value_name = "P", default_value_t = SpecConfig::MTP.p_min, env = "LLAMA_ARG_SPEC_DRAFT_P_MIN")]
     pub p_min: f32,
+    /// `bench` only: each verify step keeps ⌊L⌋ or ⌈L⌉ of the drafts, L on average, whatever
+    /// the model says (the real draft and verify passes run; for random-weight files). A
+    /// comma-separated list runs each value as a test of its own.
+    #[arg(long = "spec-synth-len", value_name = "L[,L...]")]
+    pub synth_len: Option<String>,
+}
+
+/// One drafting setup of a benchmark: a single `--spec-type` value (None: the file's default)
+/// and a fixed acceptance length.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchSpec {
+    /// The type (`none` or `draft-mtp`), or None for the default.
+    pub spec_type: Option<String>,
+    /// `--spec-synth-len`'s value for this test.
+    pub synth_len: Option<f64>,
+}
+
+impl BenchSpec {
+    /// How the bench's table names it: `none`, `draft-mtp`, `draft-mtp L1.7`; `default` for the
+    /// file's own choice.
+    pub fn name(&self) -> String {
+        let t = self.spec_type.as_deref().unwrap_or("default");
+        match self.synth_len {
+            Some(l) => format!("{t} L{l}"),
+            None => t.to_owned(),
+        }
+    }
 }
 
 /// llama-server b11434's speculative decoding types that bloomery does not implement.
@@ -39,43 +68,136 @@ const OTHER_TYPES: &[&str] = &[
     "ngram-cache",
 ];
 
+/// The drafting one `--spec-type` list asks for (llama-server's types combined); an unknown or
+/// unimplemented type is an error naming it.
+fn kind_of(list: &str) -> anyhow::Result<SpecType> {
+    let mut kind = SpecType::None;
+    for t in list.split(',').map(str::trim) {
+        match t {
+            "none" => {}
+            "draft-mtp" => kind = SpecType::DraftMtp,
+            t if OTHER_TYPES.contains(&t) => bail!(
+                "--spec-type {t}: not supported: only draft-mtp (the model's own MTP block) is \
+                 implemented"
+            ),
+            t => bail!(
+                "--spec-type {t}: unknown speculative decoding type (none, draft-mtp, {})",
+                OTHER_TYPES.join(", ")
+            ),
+        }
+    }
+    Ok(kind)
+}
+
 impl SpecArgs {
-    /// The drafting these flags ask for on a model of `arch` with `n_mtp_layers` MTP layers;
-    /// an unknown or unimplemented type, or `draft-mtp` on a model without MTP layers, is an
-    /// error naming it.
+    /// The drafting these flags ask for on a model of `arch` with `n_mtp_layers` MTP layers, for
+    /// `serve` and `run`; an unknown or unimplemented type, `draft-mtp` on a model without MTP
+    /// layers, or `--spec-synth-len` (a benchmark's) is an error naming it.
     pub fn config(&self, n_mtp_layers: u32, arch: &str) -> anyhow::Result<SpecConfig> {
-        let kind = match self.spec_type.as_deref() {
+        if let Some(l) = &self.synth_len {
+            bail!(
+                "--spec-synth-len {l}: only `bloomery bench` takes it (it forces how many drafts \
+                 are kept, whatever the model says)"
+            );
+        }
+        self.resolve(self.spec_type.as_deref(), None, n_mtp_layers, arch)
+    }
+
+    /// The drafting setups a benchmark runs, each value of `--spec-type` (comma-separated) and
+    /// with drafting each value of `--spec-synth-len` a test of its own; checked before any
+    /// model loads.
+    pub fn bench_specs(&self) -> anyhow::Result<Vec<BenchSpec>> {
+        let lens = match &self.synth_len {
+            None => vec![None],
+            Some(list) => list
+                .split(',')
+                .map(|v| {
+                    let l: f64 = v.trim().parse().map_err(|_| {
+                        anyhow::anyhow!("--spec-synth-len {v:?}: expected a number of drafts")
+                    })?;
+                    if !(0.0..=self.n_max as f64).contains(&l) {
+                        bail!(
+                            "--spec-synth-len {v}: must lie between 0 and --spec-draft-n-max ({})",
+                            self.n_max
+                        );
+                    }
+                    Ok(Some(l))
+                })
+                .collect::<anyhow::Result<_>>()?,
+        };
+        let types: Vec<Option<String>> = match &self.spec_type {
+            None => vec![None],
+            Some(list) => list.split(',').map(|t| Some(t.trim().to_owned())).collect(),
+        };
+        let mut out = Vec::new();
+        for t in types {
+            if let Some(t) = &t {
+                kind_of(t)?;
+            }
+            if t.as_deref() == Some("none") {
+                out.push(BenchSpec {
+                    spec_type: t,
+                    synth_len: None,
+                });
+                continue;
+            }
+            out.extend(lens.iter().map(|&synth_len| BenchSpec {
+                spec_type: t.clone(),
+                synth_len,
+            }));
+        }
+        if self.synth_len.is_some() && out.iter().all(|b| b.synth_len.is_none()) {
+            bail!("--spec-synth-len: --spec-type none drafts nothing to accept");
+        }
+        Ok(out)
+    }
+
+    /// A benchmark setup's drafting on a model of `arch` with `n_mtp_layers` MTP layers.
+    pub fn bench_config(
+        &self,
+        b: &BenchSpec,
+        n_mtp_layers: u32,
+        arch: &str,
+    ) -> anyhow::Result<SpecConfig> {
+        self.resolve(b.spec_type.as_deref(), b.synth_len, n_mtp_layers, arch)
+    }
+
+    fn resolve(
+        &self,
+        spec_type: Option<&str>,
+        synth_len: Option<f64>,
+        n_mtp_layers: u32,
+        arch: &str,
+    ) -> anyhow::Result<SpecConfig> {
+        let kind = match spec_type {
             None if n_mtp_layers > 0 => SpecType::DraftMtp,
             None => SpecType::None,
             Some(list) => {
-                let mut kind = SpecType::None;
-                for t in list.split(',').map(str::trim) {
-                    match t {
-                        "none" => {}
-                        "draft-mtp" => kind = SpecType::DraftMtp,
-                        t if OTHER_TYPES.contains(&t) => bail!(
-                            "--spec-type {t}: not supported: only draft-mtp (the model's own MTP \
-                             block) is implemented"
-                        ),
-                        t => bail!(
-                            "--spec-type {t}: unknown speculative decoding type (none, \
-                             draft-mtp, {})",
-                            OTHER_TYPES.join(", ")
-                        ),
-                    }
-                }
+                let kind = kind_of(list)?;
                 if kind == SpecType::DraftMtp && n_mtp_layers == 0 {
                     bail!("--spec-type draft-mtp: this model (`{arch}`) has no MTP layers");
                 }
                 kind
             }
         };
-        Ok(SpecConfig {
+        if let (Some(l), SpecType::None) = (synth_len, kind) {
+            bail!("--spec-synth-len {l}: this model (`{arch}`) has no MTP layers to draft with");
+        }
+        let spec = SpecConfig {
             kind,
             n_max: self.n_max,
             n_min: self.n_min,
             p_min: self.p_min,
-        })
+            synth_len,
+        };
+        let n_max = spec.for_model(arch).n_max;
+        if let Some(l) = synth_len.filter(|&l| l > n_max as f64) {
+            bail!(
+                "--spec-synth-len {l}: this model's MTP layers (`{arch}`) draft at most {n_max} \
+                 token(s) a step"
+            );
+        }
+        Ok(spec)
     }
 }
 
@@ -89,6 +211,7 @@ mod tests {
             n_max: 5,
             n_min: 1,
             p_min: 0.5,
+            synth_len: None,
         }
     }
 
@@ -127,6 +250,64 @@ mod tests {
         let e = args(Some("draft-mpt")).config(1, "x").unwrap_err();
         assert!(
             e.to_string().starts_with("--spec-type draft-mpt: unknown"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_benchmark_runs_each_type_and_length_and_only_bench_takes_a_length() {
+        let mut a = args(Some("none,draft-mtp"));
+        a.n_max = 3;
+        a.synth_len = Some("1.2, 2.8".into());
+        let names: Vec<String> = a.bench_specs().unwrap().iter().map(|b| b.name()).collect();
+        assert_eq!(names, ["none", "draft-mtp L1.2", "draft-mtp L2.8"]);
+        let specs = a.bench_specs().unwrap();
+        let c = a.bench_config(&specs[2], 1, "x").unwrap();
+        assert_eq!((c.kind, c.synth_len), (SpecType::DraftMtp, Some(2.8)));
+        assert_eq!(a.bench_config(&specs[0], 1, "x").unwrap().synth_len, None);
+        // The file's default type, with a length: refused on a file without MTP layers.
+        let mut d = args(None);
+        d.synth_len = Some("1.7".into());
+        let b = &d.bench_specs().unwrap()[0];
+        assert_eq!(b.name(), "default L1.7");
+        let e = d.bench_config(b, 0, "qwen3moe").unwrap_err().to_string();
+        assert!(
+            e.contains("(`qwen3moe`) has no MTP layers to draft with"),
+            "{e}"
+        );
+        // GLM-5.3's NextN layer drafts one token a step.
+        let e = d.bench_config(b, 1, "glm5-next").unwrap_err().to_string();
+        assert!(
+            e.contains("(`glm5-next`) draft at most 1 token(s) a step"),
+            "{e}"
+        );
+        d.synth_len = Some("0.8".into());
+        let b = &d.bench_specs().unwrap()[0];
+        assert_eq!(
+            d.bench_config(b, 1, "glm5-next").unwrap().synth_len,
+            Some(0.8)
+        );
+        let refused = |a: &SpecArgs, what: &str| {
+            let e = a.bench_specs().unwrap_err().to_string();
+            assert!(e.contains(what), "{e}");
+        };
+        a.synth_len = Some("3.5".into());
+        refused(&a, "between 0 and --spec-draft-n-max (3)");
+        a.synth_len = Some("x".into());
+        refused(&a, "expected a number");
+        a.synth_len = Some("-0.5".into());
+        refused(&a, "between 0");
+        let mut n = args(Some("none"));
+        n.synth_len = Some("1".into());
+        refused(&n, "--spec-type none drafts nothing");
+        refused(
+            &args(Some("draft-mtp,ngram-mod")),
+            "ngram-mod: not supported",
+        );
+        // serve and run refuse a length by name.
+        let e = d.config(1, "x").unwrap_err().to_string();
+        assert!(
+            e.starts_with("--spec-synth-len 0.8: only `bloomery bench`"),
             "{e}"
         );
     }

@@ -3,7 +3,11 @@
 //! `--no-warmup`, `--progress`) and outputs (`-o md|csv|json|jsonl|sql`). Every test is a
 //! request to the runtime's scheduler, as `serve` and `run` make them: the tokens a test
 //! generates are llama-bench's random ids, fed as forced tokens. Beyond llama-bench: `-np`
-//! sequences decoded together, a grammar test, and `--plot`.
+//! sequences decoded together, a grammar test, `--plot`, and draft decoding: each
+//! `--spec-type` value (`none,draft-mtp`) and `--spec-synth-len` value a test of its own, the
+//! table saying each test's drafting and its mean accepted drafts per verify step. On a file
+//! with MTP layers the generation tests generate greedily instead of forcing random ids (drafts
+//! need the model's own tokens), with drafting on and off alike.
 
 mod lists;
 mod model_desc;
@@ -25,6 +29,7 @@ use self::report::{Columns, Format, Printer, Record, RunInfo};
 use self::session::{Session, Test};
 use super::Cli;
 use crate::flags::cache_type::{cache_name, cache_type};
+use crate::flags::spec::BenchSpec;
 use crate::progress::{Progress, Unit};
 
 /// Options of `bloomery bench`. Test parameters take comma-separated values and ranges
@@ -107,7 +112,8 @@ pub struct BenchArgs {
     /// the answer time and the fraction schemajump forced or drafted and saw accepted).
     #[command(flatten)]
     pub grammar: crate::flags::grammar::GrammarArgs,
-    /// Draft decoding (`--spec-*`; on by default for a file with MTP layers).
+    /// Draft decoding (`--spec-*`; on by default for a file with MTP layers). Each value of
+    /// `--spec-type` and of `--spec-synth-len` (comma-separated) is a test of its own.
     #[command(flatten)]
     pub spec: crate::flags::spec::SpecArgs,
     /// Launch every op of every pass from the host instead of replaying captured device graphs
@@ -142,6 +148,7 @@ pub struct Setup {
 struct Instance {
     setup: Setup,
     flash_attn: i64,
+    spec: BenchSpec,
     depth: u32,
     test: Test,
 }
@@ -222,13 +229,20 @@ fn setups(a: &BenchArgs, n_layer: u64) -> anyhow::Result<Vec<(Setup, i64)>> {
     Ok(out)
 }
 
-/// Every test of the run in llama-bench's order (setups outermost, depth, then the pp, tg,
-/// grammar and pg tests), checked before any runs.
+/// Every test of the run in llama-bench's order (setups outermost, then drafting, depth, and
+/// the pp, tg, grammar and pg tests), checked before any runs.
 fn instances(a: &BenchArgs, n_layer: u64, grammar: bool) -> anyhow::Result<Vec<Instance>> {
     let n_prompt = counts("-p", &a.n_prompt, 512, 0)?;
     let n_gen = counts("-n", &a.n_gen, 128, 0)?;
     let pg = lists::prompt_gen_pairs(&a.pg)?;
     let depths = counts("-d", &a.n_depth, 0, 0)?;
+    let specs = a.spec.bench_specs()?;
+    if grammar && specs.iter().any(|b| b.synth_len.is_some()) {
+        bail!(
+            "--spec-synth-len with a grammar: drafts kept without checking would break the \
+             grammar; bench the grammar test without it"
+        );
+    }
     let mut tests = Vec::new();
     tests.extend(
         n_prompt
@@ -249,13 +263,16 @@ fn instances(a: &BenchArgs, n_layer: u64, grammar: bool) -> anyhow::Result<Vec<I
     );
     let mut out = Vec::new();
     for (setup, flash_attn) in setups(a, n_layer)? {
-        for &depth in &depths {
-            out.extend(tests.iter().map(|&test| Instance {
-                setup: setup.clone(),
-                flash_attn,
-                depth,
-                test,
-            }));
+        for spec in &specs {
+            for &depth in &depths {
+                out.extend(tests.iter().map(|&test| Instance {
+                    setup: setup.clone(),
+                    flash_attn,
+                    spec: spec.clone(),
+                    depth,
+                    test,
+                }));
+            }
         }
     }
     Ok(out)
@@ -342,6 +359,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         type_v: !a.cache_type_v.is_empty(),
         flash_attn: !a.flash_attn.is_empty(),
         overrides: a.placement.override_tensor.is_some(),
+        spec: a.spec.spec_type.is_some() || a.spec.synth_len.is_some(),
     };
     let mut printer = Printer::new(a.output, &columns);
     emit(&printer.header())?;
@@ -373,6 +391,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
                 &reg,
                 a,
                 &inst.setup,
+                &inst.spec,
                 ctx,
                 grammar.then_some(&a.grammar),
             )?);
@@ -380,6 +399,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         let Some(s) = session.as_mut() else {
             bail!("the benchmark's model is not loaded");
         };
+        s.set_spec(a, &inst.spec)?;
         if !s.output_head {
             if let Some(t) = all.iter().find(|i| !matches!(i.test, Test::Prompt(_))) {
                 bail!(
@@ -422,6 +442,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             n_depth: inst.depth,
             n_seq: a.parallel,
             test_time: report::utc_now(),
+            spec: inst.spec.name(),
             ..Record::default()
         };
         (record.n_prompt, record.n_gen, record.grammar) = match inst.test {
@@ -430,6 +451,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             Test::Grammar(n) => (0, n, true),
             Test::PromptGenerate(p, n) => (p, n, false),
         };
+        let before = s.spec_counts();
         for rep in 0..a.repetitions {
             step(Some(format!(
                 "{} run {}/{}",
@@ -444,6 +466,18 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             if let Some((card, host)) = s.routed_calls() {
                 plot.routed(started.elapsed().as_secs_f64(), card, host);
             }
+        }
+        let after = s.spec_counts();
+        let steps = after.0 - before.0;
+        if steps > 0 {
+            let accepted = after.1 - before.1;
+            record.accepted_per_step = Some(accepted as f64 / steps as f64);
+            eprintln!(
+                "{} ({}): {accepted} drafts accepted in {steps} verify steps, {:.3} a step",
+                record.test_name(),
+                record.spec,
+                accepted as f64 / steps as f64
+            );
         }
         plot.rate(&record);
         emit(&printer.test(&info, &record))?;

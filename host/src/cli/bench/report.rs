@@ -134,6 +134,11 @@ pub struct Record {
     pub samples_ns: Vec<u64>,
     /// Each repetition's tokens (prompt and every sequence's generated tokens).
     pub samples_tokens: Vec<u64>,
+    /// The test's drafting (`none`, `draft-mtp L1.7`; a column of the markdown table when
+    /// `--spec-*` chose it).
+    pub spec: String,
+    /// Drafts the target kept per verify step over the repetitions (None: nothing drafted).
+    pub accepted_per_step: Option<f64>,
 }
 
 impl Record {
@@ -275,6 +280,9 @@ pub struct Columns {
     pub flash_attn: bool,
     /// `-ot` was given.
     pub overrides: bool,
+    /// `--spec-type` or `--spec-synth-len` was given: each test's drafting and its accepted
+    /// drafts per verify step.
+    pub spec: bool,
 }
 
 /// Writes the results as they come: a header, one entry per test, a footer.
@@ -295,6 +303,8 @@ fn width(field: &str) -> i32 {
         "n_ubatch" => 8,
         "type_k" | "type_v" => 6,
         "test" => 15,
+        "spec" => -16,
+        "acc/step" => 8,
         f => {
             let w = f.len().max(10) as i32;
             if kind(f) == Kind::Text {
@@ -377,6 +387,8 @@ impl Printer {
             (columns.type_v, "type_v"),
             (columns.flash_attn, "flash_attn"),
             (columns.overrides, "tensor_buft_overrides"),
+            (columns.spec, "spec"),
+            (columns.spec, "acc/step"),
         ];
         fields.extend(optional.iter().filter(|(on, _)| *on).map(|(_, f)| *f));
         fields.extend(["test", "t/s"]);
@@ -440,6 +452,10 @@ impl Printer {
                         "backend" => r.backend.clone(),
                         "test" => r.test_name(),
                         "t/s" => format!("{avg:.2} ± {sd:.2}"),
+                        "spec" => r.spec.clone(),
+                        "acc/step" => r
+                            .accepted_per_step
+                            .map_or_else(|| "-".into(), |v| format!("{v:.2}")),
                         other => FIELDS
                             .iter()
                             .position(|g| *g == other)

@@ -1,5 +1,7 @@
-//! One loaded model under the runtime and the tests a bench runs on it: requests of random ids,
-//! every slot's context of `-d` tokens kept between tests by prefix reuse.
+//! One loaded model under the runtime and the tests a bench runs on it: requests of random ids
+//! (greedy generation on a file with MTP layers), every slot's context of `-d` tokens kept
+//! between tests by prefix reuse. A test with other drafting restarts the runtime on the same
+//! model.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use bloomery_plugin_api::kernel::DeviceClass;
 use bloomery_runtime::request::{Event, Finish, GenParams, GrammarSpec};
 use bloomery_runtime::sampling::SamplerParams;
 use bloomery_runtime::{Runtime, RuntimeConfig};
+use bloomery_text::Tokenizer;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -18,6 +21,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::{BenchArgs, Setup};
 use crate::flags::grammar::GrammarArgs;
 use crate::flags::placement::pass_rows;
+use crate::flags::spec::BenchSpec;
 
 /// A test's kind and token counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,7 +62,17 @@ pub struct Session {
     pub threads: u32,
     /// The model gives logits (a decision model's backbone does not: prompts only).
     pub output_head: bool,
-    runtime: Runtime,
+    /// Always Some but while the runtime restarts.
+    runtime: Option<Runtime>,
+    tok: Arc<Tokenizer>,
+    /// The runtime's settings (its drafting changes between tests).
+    cfg: RuntimeConfig,
+    /// The drafting the runtime runs with.
+    spec: BenchSpec,
+    /// The model's MTP layers (and architecture): generation tests are greedy, not forced,
+    /// whenever it has some, so that drafting on and off generate alike.
+    n_mtp_layers: u32,
+    arch: String,
     rng: StdRng,
     vocab: u32,
     /// Each slot's context.
@@ -66,15 +80,16 @@ pub struct Session {
     grammar: Option<GrammarSpec>,
 }
 
-/// A request's settings: greedy (no test samples: every token is forced), reusing the slot's
-/// context only when there is one to reuse (a fresh sequence per repetition otherwise).
-fn params(reuse: bool, forced: Vec<u32>, prompt_only: bool) -> GenParams {
+/// A request's settings: greedy, with the tokens it generates `forced` (or `n_predict` of its
+/// own choosing when none are), reusing the slot's context only when there is one to reuse (a
+/// fresh sequence per repetition otherwise).
+fn params(reuse: bool, forced: Vec<u32>, n_predict: usize, prompt_only: bool) -> GenParams {
     GenParams {
         sampler: SamplerParams {
             temp: 0.0,
             ..SamplerParams::default()
         },
-        n_predict: Some(forced.len()),
+        n_predict: Some(n_predict),
         stop: Vec::new(),
         n_probs: 0,
         post_sampling_probs: false,
@@ -103,11 +118,13 @@ fn finish(rx: &mut UnboundedReceiver<Event>) -> anyhow::Result<Finish> {
 }
 
 impl Session {
-    /// Loads the model with `setup` (slots of `ctx` positions) and starts its runtime.
+    /// Loads the model with `setup` (slots of `ctx` positions) and starts its runtime drafting
+    /// as `spec` asks.
     pub fn start(
         reg: &Registry,
         a: &BenchArgs,
         setup: &Setup,
+        spec: &BenchSpec,
         ctx: u32,
         grammar: Option<&GrammarArgs>,
     ) -> anyhow::Result<Session> {
@@ -146,24 +163,20 @@ impl Session {
             None => None,
         };
         let schemajump = !a.grammar.no_schemajump;
-        let spec = a
-            .spec
-            .config(model.spec.caps.n_mtp_layers, &model.spec.architecture)?;
-        let runtime = Runtime::start(
-            model,
-            tok,
-            RuntimeConfig {
-                n_ctx_slot: ctx as usize,
-                n_batch: request.batch_rows as usize,
-                cache_ram: None,
-                queue_depth: 1,
-                max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
-                checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
-                schemajump,
-                context_shift: false,
-                spec,
-            },
-        )?;
+        let n_mtp_layers = model.spec.caps.n_mtp_layers;
+        let arch = model.spec.architecture.to_string();
+        let cfg = RuntimeConfig {
+            n_ctx_slot: ctx as usize,
+            n_batch: request.batch_rows as usize,
+            cache_ram: None,
+            queue_depth: 1,
+            max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
+            checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
+            schemajump,
+            context_shift: false,
+            spec: a.spec.bench_config(spec, n_mtp_layers, &arch)?,
+        };
+        let runtime = Runtime::start(model, Arc::clone(&tok), cfg)?;
         Ok(Session {
             setup: setup.clone(),
             depth: None,
@@ -171,12 +184,61 @@ impl Session {
             gpu_info,
             threads,
             output_head,
-            runtime,
+            runtime: Some(runtime),
+            tok,
+            cfg,
+            spec: spec.clone(),
+            n_mtp_layers,
+            arch,
             rng: StdRng::seed_from_u64(0),
             vocab,
             context: vec![Vec::new(); a.parallel as usize],
             grammar,
         })
+    }
+
+    fn runtime(&self) -> anyhow::Result<&Runtime> {
+        self.runtime
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("the benchmark's runtime failed to restart"))
+    }
+
+    /// Restarts the runtime on the same model drafting as `spec` asks, unless it does already
+    /// (every slot's context is then filled again).
+    pub fn set_spec(&mut self, a: &BenchArgs, spec: &BenchSpec) -> anyhow::Result<()> {
+        if self.spec == *spec && self.runtime.is_some() {
+            return Ok(());
+        }
+        self.cfg.spec = a.spec.bench_config(spec, self.n_mtp_layers, &self.arch)?;
+        let Some(old) = self.runtime.take() else {
+            bail!("the benchmark's runtime failed to restart");
+        };
+        let model = old.shutdown()?;
+        self.runtime = Some(Runtime::start(model, Arc::clone(&self.tok), self.cfg)?);
+        self.spec = spec.clone();
+        self.depth = None;
+        Ok(())
+    }
+
+    /// (verify steps of drafts, drafts accepted) so far in this runtime.
+    pub fn spec_counts(&self) -> (u64, u64) {
+        let Some(rt) = self.runtime.as_ref() else {
+            return (0, 0);
+        };
+        let c = &rt.shared().counters;
+        (
+            c.spec_verify_steps.load(Ordering::Relaxed),
+            c.spec_accepted.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The tokens a test generates: `n` forced random ids, or none (its own greedy choice) on a
+    /// file with MTP layers.
+    fn generated(&mut self, n: u32) -> Vec<u32> {
+        match self.n_mtp_layers {
+            0 => self.random(n),
+            _ => Vec::new(),
+        }
     }
 
     fn random(&mut self, n: u32) -> Vec<u32> {
@@ -191,13 +253,13 @@ impl Session {
             if depth > 0 {
                 requests.push((
                     self.context[slot].clone(),
-                    params(true, Vec::new(), true),
+                    params(true, Vec::new(), 0, true),
                     Some(slot),
                 ));
             }
         }
         if !requests.is_empty() {
-            for mut rx in self.runtime.submit_together_blocking(requests)? {
+            for mut rx in self.runtime()?.submit_together_blocking(requests)? {
                 finish(&mut rx)?;
             }
         }
@@ -237,14 +299,15 @@ impl Session {
         let mut prompt = self.context[0].clone();
         prompt.extend(self.random(p));
         let reuse = !self.context[0].is_empty();
-        let forced = if n > 0 {
-            self.random(n + 1)
-        } else {
-            Vec::new()
+        let (forced, n_predict) = match n {
+            0 => (Vec::new(), 0),
+            n => (self.generated(n + 1), n as usize + 1),
         };
-        let mut rx =
-            self.runtime
-                .submit_blocking(prompt, params(reuse, forced, n == 0), Some(0))?;
+        let mut rx = self.runtime()?.submit_blocking(
+            prompt,
+            params(reuse, forced, n_predict, n == 0),
+            Some(0),
+        )?;
         let f = finish(&mut rx)?;
         if n > 0 && f.n_predicted != n as usize + 1 {
             bail!(
@@ -257,20 +320,24 @@ impl Session {
         Ok((f.prompt_ms + if n > 0 { f.predicted_ms } else { 0.0 }) / 1e3)
     }
 
-    /// Seconds for `n` steps after every slot's context, each one token of every sequence (the
-    /// generation test): one random token evaluated as the prompt, then `n` passes, each
-    /// evaluating the random token forced after the last.
+    /// Seconds for `n` tokens of every sequence after its context (the generation test): one
+    /// random token evaluated as the prompt, then `n` tokens, each a pass of its own (the
+    /// random token forced after the last) unless drafts verified together save passes.
     fn generate_once(&mut self, n: u32) -> anyhow::Result<f64> {
         let mut requests = Vec::new();
         for slot in 0..self.context.len() {
             let mut prompt = self.context[slot].clone();
             prompt.extend(self.random(1));
             let reuse = !self.context[slot].is_empty();
-            let forced = self.random(n + 1);
-            requests.push((prompt, params(reuse, forced, false), Some(slot)));
+            let forced = self.generated(n + 1);
+            requests.push((
+                prompt,
+                params(reuse, forced, (n + 1) as usize, false),
+                Some(slot),
+            ));
         }
         let mut secs: f64 = 0.0;
-        for mut rx in self.runtime.submit_together_blocking(requests)? {
+        for mut rx in self.runtime()?.submit_together_blocking(requests)? {
             let f = finish(&mut rx)?;
             if f.n_predicted != n as usize + 1 {
                 bail!(
@@ -298,14 +365,13 @@ impl Session {
             let mut prompt = self.context[slot].clone();
             prompt.extend(self.random(1));
             let reuse = !self.context[slot].is_empty();
-            let mut p = params(reuse, Vec::new(), false);
-            p.n_predict = Some(n as usize);
+            let mut p = params(reuse, Vec::new(), n as usize, false);
             p.ignore_eos = false;
             p.grammar = Some(grammar.clone());
             requests.push((prompt, p, Some(slot)));
         }
         let (mut secs, mut tokens, mut forced, mut drafted, mut accepted) = (0f64, 0, 0, 0, 0);
-        for mut rx in self.runtime.submit_together_blocking(requests)? {
+        for mut rx in self.runtime()?.submit_together_blocking(requests)? {
             let f = finish(&mut rx)?;
             secs = secs.max(f.predicted_ms / 1e3);
             tokens += f.n_predicted as u64;
@@ -319,7 +385,7 @@ impl Session {
     /// Routed calls of the layers with host experts so far: (on the card, on the host); None
     /// when the run has no host experts.
     pub fn routed_calls(&self) -> Option<(u64, u64)> {
-        let c = &self.runtime.shared().counters;
+        let c = &self.runtime.as_ref()?.shared().counters;
         let (card, host) = (
             c.routed_card.load(Ordering::Relaxed),
             c.routed_host.load(Ordering::Relaxed),
@@ -330,7 +396,10 @@ impl Session {
     /// Stops the runtime and reports on stderr where routed calls ran and what the disk tier
     /// read.
     pub fn finish(self) -> anyhow::Result<()> {
-        let model = self.runtime.shutdown()?;
+        let Some(rt) = self.runtime else {
+            bail!("the benchmark's runtime failed to restart");
+        };
+        let model = rt.shutdown()?;
         if let Some(s) = model.residency_stats() {
             let all = (s.card + s.host).max(1) as f64;
             eprintln!(
