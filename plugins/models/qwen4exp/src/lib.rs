@@ -7,10 +7,11 @@
 //! the MTP block, from the trunk file or from a separate MTP-only file.
 //!
 //! This crate reads and checks the hyperparameters ([`hparams`], [`layers`], [`ple`]), declares
-//! every weight ([`weights`]) and the state ([`state`]), and offers `synth` presets
-//! ([`synth`]); the graph is not built yet: [`ModelInstance::build_graph`] refuses by name. The n-gram table's row ids are hashed by
+//! every weight ([`weights`]) and the state ([`state`]), builds the trunk's forward graph
+//! ([`graph`]) and offers `synth` presets ([`synth`]). The n-gram table's row ids are hashed by
 //! the host from the constants [`ModelSpec::ngram`] declares (`bloomery_plugin_api::ngram`).
-//! The CPU bundles run every op of the trunk; the CUDA bundles run the mixer forms and the PLE gate and refuse the dilated convolution and
+//! The MTP block's draft graph is refused by name. The CPU bundles run every op of the trunk;
+//! the CUDA bundles run the mixer forms and the PLE gate and refuse the dilated convolution and
 //! the QSA pooling by name.
 //!
 //! # Design note: the graph's ops against the ABI
@@ -107,6 +108,7 @@
 //!    mixer, not a final-norm row of `n`: `BatchInput::Hidden` (`[n_embd, T]`, the
 //!    `result_norm` row) must allow the wider row. That is the MTP issue's.
 
+pub mod graph;
 pub mod hparams;
 pub mod layers;
 pub mod ple;
@@ -115,7 +117,7 @@ pub mod synth;
 pub mod weights;
 
 use abi_stable::std_types::{RResult, RVec};
-use bloomery_plugin_api::graph::{BatchShape, Graph};
+use bloomery_plugin_api::graph::{BatchShape, Graph, GraphKind};
 use bloomery_plugin_api::meta::ModelFileView;
 use bloomery_plugin_api::model::{ModelCaps, ModelInstance, ModelSpec, StateDecl};
 use bloomery_plugin_api::weights::WeightTable;
@@ -181,13 +183,21 @@ impl ModelInstance for Qwen4Exp {
     }
 
     fn build_graph(&self, shape: BatchShape) -> RResult<Graph, PluginError> {
-        RResult::RErr(PluginError::unsupported(
-            format!(
-                "the qwen4exp {:?} graph: the builder is not written (crate docs, design note)",
-                shape.kind
-            ),
-            &[],
-        ))
+        if shape.kind != GraphKind::Main {
+            return RResult::RErr(PluginError::unsupported(
+                format!(
+                    "the qwen4exp {:?} graph: drafting with the MTP block is not built",
+                    shape.kind
+                ),
+                &[],
+            ));
+        }
+        let m = graph::Model {
+            hp: &self.hp,
+            w: &self.weights,
+            state: &self.layer_state,
+        };
+        graph::build(&m, shape).into()
     }
 }
 

@@ -3,7 +3,7 @@
 //! compress-ratio trap first), hostile files, and the graph's refusal.
 
 use super::*;
-use bloomery_plugin_api::graph::GraphKind;
+use bloomery_plugin_api::graph::{BatchInput, GraphKind, TensorSource};
 use bloomery_plugin_api::hostile::{check_hostile, key_sweep};
 use bloomery_plugin_api::meta::{MetaEntry, MetaValue, TensorInfo};
 use bloomery_plugin_api::model::{StateKind, SynthPreset};
@@ -468,16 +468,33 @@ fn hostile_files_are_refused_by_name_not_by_panic() {
 }
 
 #[test]
-fn the_graph_is_refused_by_name_and_the_ngram_constants_declared() {
+fn the_trunk_graph_reads_the_ngram_rows_and_drafting_is_refused_by_name() {
     let m = Qwen4Exp::load(&tiny()).unwrap();
     let spec = m.spec();
     let ngram = spec.ngram.as_ref().into_option().unwrap();
     assert_eq!((ngram.n_ids(), ngram.end_id), (16, 270));
-    let shape = BatchShape {
-        n_rows: 1,
+    let shape = |kind| BatchShape {
+        n_rows: 3,
         n_outputs: 1,
-        kind: GraphKind::Main,
+        kind,
     };
-    let e = m.build_graph(shape).into_result().unwrap_err().to_string();
-    assert!(e.contains("qwen4exp") && e.contains("not written"), "{e}");
+    let g = m.build_graph(shape(GraphKind::Main)).into_result().unwrap();
+    let inputs: Vec<_> = g
+        .tensors
+        .iter()
+        .filter(|t| {
+            t.source
+                == TensorSource::Input {
+                    input: BatchInput::NgramRows,
+                }
+        })
+        .map(|t| t.ne)
+        .collect();
+    assert_eq!(inputs, [[16, 3, 1, 1]]);
+    let e = m
+        .build_graph(shape(GraphKind::Mtp))
+        .into_result()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("qwen4exp") && e.contains("MTP"), "{e}");
 }

@@ -1,0 +1,211 @@
+//! Qwen3.8-Flash-Next (`qwen4exp`) trunk end to end on the CPU, on the synthetic tiny file
+//! (`bloomery synth --arch qwen4exp --preset tiny --seed 7`; golden made by
+//! tests/oracle/make_qwen4exp_goldens.sh, see host/tests/fixtures/PROVENANCE.md), against
+//! transformers 5.24 (`tiny_hf.json`), two sequences of 68 tokens (QSA selects from position 19
+//! on: 49 positions each; the first holds the PLE end id at 20, 41 and 42):
+//!
+//! - the n-gram table row ids the host hashes ([`bloomery_plugin_api::ngram`]) are the ones
+//!   transformers reads, at every position;
+//! - logits at every position within 1e-4 relative, the argmax equal, on each CPU kernel plugin,
+//!   the prompt in one pass and token by token;
+//! - every layer's experts and every QSA layer's selected blocks per position as transformers'.
+
+mod common;
+
+use common::{ngram_rows, plugin_dir, tiny_of};
+
+use std::path::{Path, PathBuf};
+
+use bloomery::synth::ClassTypes;
+use bloomery_devices::Registry;
+use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel};
+use bloomery_plugin_api::DType;
+use sha2::{Digest, Sha256};
+
+const ARCH: &str = "qwen4exp";
+
+/// The QSA selection node of an attention layer.
+const SEL: &str = "indexer_sel_idx";
+
+const F32: ClassTypes = ClassTypes {
+    experts: DType::F32,
+    attention: DType::F32,
+    embedding: DType::F32,
+    output: DType::F32,
+    dense: DType::F32,
+};
+
+/// One slot of 128 positions (the sequences have 68), f32 K/V, 2 threads, graphs on.
+const OPTS: LoadOptions = LoadOptions {
+    ctx_per_slot: 128,
+    ..common::GOLDEN_OPTS
+};
+
+fn golden() -> serde_json::Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen4exp/tiny_hf.json");
+    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+}
+
+/// The tiny file in `dir`, checked to be the file the golden was made on.
+fn tiny(dir: &Path) -> PathBuf {
+    let path = tiny_of(ARCH, dir, F32);
+    let sha = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
+    assert_eq!(
+        sha,
+        golden()["file_sha256"].as_str().unwrap(),
+        "synth output changed: remake the golden (host/tests/fixtures/PROVENANCE.md)"
+    );
+    path
+}
+
+fn ids(v: &serde_json::Value) -> Vec<i32> {
+    let v = v.as_array().unwrap();
+    v.iter().map(|x| x.as_i64().unwrap() as i32).collect()
+}
+
+/// Positions `start..start + n` of `seq` (its tokens from position 0) in slot 0, every row an
+/// output, with their n-gram row ids.
+fn rows(m: &LoadedModel, seq: &[i32], start: usize, n: usize) -> BatchInputs {
+    BatchInputs {
+        tokens: seq[start..start + n].to_vec(),
+        positions: (start as i32..(start + n) as i32).collect(),
+        slots: vec![0; n],
+        output_rows: (0..n as i32).collect(),
+        ngram_rows: ngram_rows(&m.spec, &seq[..start + n], start),
+    }
+}
+
+fn load_on_each_cpu(path: &Path) -> Vec<(String, LoadedModel)> {
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let cpus: Vec<_> = reg
+        .kernels
+        .iter()
+        .filter(|k| k.name.starts_with("cpu-"))
+        .collect();
+    assert!(cpus.len() >= 2, "cpu-scalar and cpu-avx2");
+    cpus.into_iter()
+        .map(|k| {
+            let m = LoadedModel::load_on(&reg, path, OPTS, k).unwrap();
+            (k.name.to_string(), m)
+        })
+        .collect()
+}
+
+#[test]
+fn the_hashed_ngram_rows_are_transformers() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let m = LoadedModel::load(&reg, &tiny(dir.path()), OPTS).unwrap();
+    let g = golden();
+    let mut compared = 0;
+    for (s, seq) in g["sequences"].as_array().unwrap().iter().enumerate() {
+        let tokens = ids(&seq["tokens"]);
+        let ours = ngram_rows(&m.spec, &tokens, 0);
+        let want = seq["ple_rows"].as_array().unwrap();
+        assert_eq!(
+            ours.len(),
+            want.len() * 16,
+            "sequence {s}: 16 rows a position"
+        );
+        for (p, (got, want)) in ours.chunks(16).zip(want).enumerate() {
+            assert_eq!(got, &ids(want)[..], "sequence {s}, position {p}");
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 2 * 68);
+}
+
+/// Each sequence in one pass, and token by token, against transformers on every CPU plugin.
+#[test]
+fn logits_match_transformers_within_1e4() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(dir.path());
+    let g = golden();
+    let vocab = 272;
+    for (name, mut m) in load_on_each_cpu(&path) {
+        let (mut worst, mut same, mut n) = (0f32, 0, 0);
+        let (mut worst_tok, mut same_tok) = (0f32, 0);
+        for seq in g["sequences"].as_array().unwrap() {
+            let tokens = ids(&seq["tokens"]);
+            let batch = m.forward(&rows(&m, &tokens, 0, tokens.len())).unwrap();
+            let (rel, s, k) = common::agreement(&batch, vocab, &seq["logits"]);
+            worst = worst.max(rel);
+            same += s;
+            n += k;
+            let mut step = Vec::new();
+            for p in 0..tokens.len() {
+                step.extend(m.forward(&rows(&m, &tokens, p, 1)).unwrap());
+            }
+            let (rel, s, _) = common::agreement(&step, vocab, &seq["logits"]);
+            worst_tok = worst_tok.max(rel);
+            same_tok += s;
+        }
+        eprintln!(
+            "transformers on {name}: one pass {worst:.2e} (argmax {same}/{n}), token by token \
+             {worst_tok:.2e} (argmax {same_tok}/{n})"
+        );
+        assert_eq!(n, 2 * 68, "positions compared");
+        assert!(worst < 1e-4, "{name}, one pass: max rel {worst}");
+        assert!(
+            worst_tok < 1e-4,
+            "{name}, token by token: max rel {worst_tok}"
+        );
+        assert_eq!((same, same_tok), (n, n), "{name}: argmax differs");
+    }
+}
+
+#[test]
+fn every_token_is_routed_to_transformers_experts() {
+    let dir = tempfile::tempdir().unwrap();
+    common::assert_routes_match_with(&tiny(dir.path()), &golden(), ARCH, OPTS);
+}
+
+/// Each QSA layer's selection in one pass per sequence: the complete blocks it keeps are
+/// transformers', and every position after the last complete block is kept too.
+#[test]
+fn the_qsa_indexer_keeps_transformers_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let mut m = LoadedModel::load(&reg, &tiny(dir.path()), OPTS).unwrap();
+    let g = golden();
+    let ratio = g["compress_ratio"].as_i64().unwrap() as i32;
+    let layers = ids(&g["qsa_layers"]);
+    let mut compared = 0;
+    for (s, seq) in g["sequences"].as_array().unwrap().iter().enumerate() {
+        let tokens = ids(&seq["tokens"]);
+        let n = tokens.len();
+        let taps = m
+            .forward_tap_i32(&rows(&m, &tokens, 0, n), None, SEL)
+            .unwrap();
+        let got_layers: Vec<i32> = taps.iter().map(|(l, _)| *l).collect();
+        assert_eq!(got_layers, layers, "QSA layers");
+        for (i, (layer, sel)) in taps.iter().enumerate() {
+            let want = seq["qsa_blocks"][i].as_array().unwrap();
+            for (p, row) in sel.chunks(sel.len() / n).enumerate() {
+                let complete = (p as i32 + 1) / ratio;
+                let mut blocks: Vec<i32> = row
+                    .iter()
+                    .filter(|&&q| q >= 0 && q < complete * ratio)
+                    .map(|&q| q / ratio)
+                    .collect();
+                blocks.sort_unstable();
+                blocks.dedup();
+                let mut tail: Vec<i32> = row
+                    .iter()
+                    .copied()
+                    .filter(|&q| q >= complete * ratio)
+                    .collect();
+                tail.sort_unstable();
+                let at = format!("sequence {s}, layer {layer}, position {p}");
+                assert_eq!(blocks, ids(&want[p]), "{at}");
+                assert_eq!(
+                    tail,
+                    (complete * ratio..=p as i32).collect::<Vec<_>>(),
+                    "{at}"
+                );
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 2 * 2 * 68);
+}
