@@ -8,18 +8,25 @@
 //!   transformers reads, at every position;
 //! - logits at every position within 1e-4 relative, the argmax equal, on each CPU kernel plugin,
 //!   the prompt in one pass and token by token;
-//! - every layer's experts and every QSA layer's selected blocks per position as transformers'.
+//! - every layer's experts and every QSA layer's selected blocks per position as transformers';
+//! - the runtime (its scheduler hashes the row ids from each slot's record) generates what the
+//!   model gives run by hand, and after a prompt its first greedy token is transformers' argmax.
 
 mod common;
 
 use common::{ngram_rows, plugin_dir, tiny_of};
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bloomery::synth::ClassTypes;
 use bloomery_devices::Registry;
 use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel};
 use bloomery_plugin_api::DType;
+use bloomery_runtime::request::{Event, GenParams, Piece, ShiftParams};
+use bloomery_runtime::sampling::SamplerParams;
+use bloomery_runtime::spec::SpecConfig;
+use bloomery_runtime::{Runtime, RuntimeConfig};
 use sha2::{Digest, Sha256};
 
 const ARCH: &str = "qwen4exp";
@@ -208,4 +215,118 @@ fn the_qsa_indexer_keeps_transformers_blocks() {
         }
     }
     assert_eq!(compared, 2 * 2 * 68);
+}
+
+fn greedy(n_predict: usize, n_probs: usize) -> GenParams {
+    GenParams {
+        sampler: SamplerParams {
+            temp: 0.0,
+            ..SamplerParams::default()
+        },
+        n_predict: Some(n_predict),
+        stop: Vec::new(),
+        n_probs,
+        post_sampling_probs: false,
+        return_progress: false,
+        ignore_eos: true,
+        cache_prompt: false,
+        forced: Vec::new(),
+        prompt_only: false,
+        grammar: None,
+        t_max_predict_ms: None,
+        preserved: Vec::new(),
+        shift: ShiftParams::default(),
+    }
+}
+
+/// The generated tokens of one request, with each one's log-probabilities of the `n_probs`
+/// likeliest tokens (none when 0).
+fn generated(rt: &Runtime, prompt: &[u32], n: usize, n_probs: usize) -> Vec<Piece> {
+    let params = greedy(n, n_probs);
+    let mut rx = rt
+        .submit_blocking(prompt.to_vec(), params, Some(0))
+        .unwrap();
+    let mut pieces = Vec::new();
+    loop {
+        match rx
+            .blocking_recv()
+            .expect("the scheduler dropped the request")
+        {
+            Event::Token(piece) => pieces.push(piece),
+            Event::Done(_) => return pieces,
+            Event::Failed(f) => panic!("request failed: {}", f.message),
+            _ => {}
+        }
+    }
+}
+
+/// The runtime hashes each row's n-gram ids from its slot's record, across prompt chunks (16 rows
+/// a pass) and generated tokens: after each prefix of sequence 0 (ending at, just after and past
+/// the end ids) the log-probabilities of every token are transformers' within 1e-4 of its largest
+/// logit, and 12 greedy tokens after a 30-token prompt are those of the model run token by token
+/// here.
+#[test]
+fn the_runtime_fills_the_ngram_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(dir.path());
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let g = golden();
+    let seq = ids(&g["sequences"][0]["tokens"]);
+    let mut m = LoadedModel::load(&reg, &path, OPTS).unwrap();
+    let mut want = seq[..30].to_vec();
+    let mut logits = m.forward(&rows(&m, &want, 0, 30)).unwrap();
+    for _ in 0..12 {
+        let last = &logits[logits.len() - 272..];
+        let next = (0..272)
+            .max_by(|&a, &b| last[a].total_cmp(&last[b]))
+            .unwrap();
+        want.push(next as i32);
+        logits = m.forward(&rows(&m, &want, want.len() - 1, 1)).unwrap();
+    }
+    let model = LoadedModel::load(&reg, &path, OPTS).unwrap();
+    let tok = Arc::new(bloomery::text::tokenizer(&model.file).unwrap());
+    let config = RuntimeConfig {
+        n_ctx_slot: 128,
+        n_batch: 16,
+        cache_ram: None,
+        queue_depth: 8,
+        max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
+        checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
+        schemajump: false,
+        context_shift: false,
+        spec: SpecConfig::OFF,
+    };
+    let rt = Runtime::start(model, tok, config).unwrap();
+    let prompt: Vec<u32> = seq.iter().map(|&t| t as u32).collect();
+    for k in [20, 21, 22, 43, 45, 68] {
+        let row = &g["sequences"][0]["logits"][k - 1];
+        let row: Vec<f64> = row
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect();
+        let top = row.iter().fold(f64::MIN, |a, &b| a.max(b));
+        let lse = top + row.iter().map(|&x| (x - top).exp()).sum::<f64>().ln();
+        let scale = row.iter().fold(0f64, |a, &b| a.max(b.abs()));
+        let first = generated(&rt, &prompt[..k], 1, 272).remove(0);
+        let probs = first.probs.expect("log-probabilities asked for");
+        assert_eq!(probs.top.len(), 272);
+        let worst = probs
+            .top
+            .iter()
+            .map(|&(t, lp)| (f64::from(lp) - (row[t as usize] - lse)).abs())
+            .fold(0f64, f64::max);
+        assert!(
+            worst < 1e-4 * scale,
+            "prefix of {k}: log-probabilities off by {worst}"
+        );
+    }
+    let got: Vec<u32> = generated(&rt, &prompt[..30], 12, 0)
+        .iter()
+        .map(|p| p.id)
+        .collect();
+    let want: Vec<u32> = want[30..].iter().map(|&t| t as u32).collect();
+    assert_eq!(got[..12], want[..]);
+    rt.shutdown().unwrap();
 }
