@@ -1,16 +1,18 @@
 //! Qwen3.8-Flash-Next (`qwen4exp`) trunk end to end on the CPU, on the synthetic tiny file
-//! (`bloomery synth --arch qwen4exp --preset tiny --seed 7`; golden made by
+//! (`bloomery synth --arch qwen4exp --preset tiny --seed 7`; goldens made by
 //! tests/oracle/make_qwen4exp_goldens.sh, see host/tests/fixtures/PROVENANCE.md), against
-//! transformers 5.24 (`tiny_hf.json`), two sequences of 68 tokens (QSA selects from position 19
-//! on: 49 positions each; the first holds the PLE end id at 20, 41 and 42):
+//! transformers 5.24 (`tiny_hf.json`) and llama.cpp b11434 (`tiny_llamacpp.json`), two sequences
+//! of 68 tokens (QSA selects from position 19 on: 49 positions each; the first holds the PLE end
+//! id at 20, 41, 42 and 44):
 //!
 //! - the n-gram table row ids the host hashes ([`bloomery_plugin_api::ngram`]) are the ones
 //!   transformers reads, at every position;
-//! - logits at every position within 1e-4 relative, the argmax equal, on each CPU kernel plugin,
-//!   the prompt in one pass and token by token;
+//! - logits at every position within 1e-4 relative of each reference, the argmax equal, on each
+//!   CPU kernel plugin, the prompt in one pass and token by token;
 //! - every layer's experts and every QSA layer's selected blocks per position as transformers';
-//! - the runtime (its scheduler hashes the row ids from each slot's record) generates what the
-//!   model gives run by hand, and after a prompt its first greedy token is transformers' argmax.
+//! - through the runtime (whose scheduler hashes the row ids from each slot's record, across
+//!   prompt chunks) the log-probabilities after prefixes are transformers', and greedy tokens
+//!   are the model's run by hand.
 
 mod common;
 
@@ -49,7 +51,13 @@ const OPTS: LoadOptions = LoadOptions {
 };
 
 fn golden() -> serde_json::Value {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen4exp/tiny_hf.json");
+    reference("tiny_hf")
+}
+
+fn reference(name: &str) -> serde_json::Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/qwen4exp")
+        .join(format!("{name}.json"));
     serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
 }
 
@@ -57,11 +65,13 @@ fn golden() -> serde_json::Value {
 fn tiny(dir: &Path) -> PathBuf {
     let path = tiny_of(ARCH, dir, F32);
     let sha = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
-    assert_eq!(
-        sha,
-        golden()["file_sha256"].as_str().unwrap(),
-        "synth output changed: remake the golden (host/tests/fixtures/PROVENANCE.md)"
-    );
+    for name in ["tiny_hf", "tiny_llamacpp"] {
+        assert_eq!(
+            sha,
+            reference(name)["file_sha256"].as_str().unwrap(),
+            "{name}: synth output changed: remake the goldens (host/tests/fixtures/PROVENANCE.md)"
+        );
+    }
     path
 }
 
@@ -122,14 +132,13 @@ fn the_hashed_ngram_rows_are_transformers() {
     assert_eq!(compared, 2 * 68);
 }
 
-/// Each sequence in one pass, and token by token, against transformers on every CPU plugin.
-#[test]
-fn logits_match_transformers_within_1e4() {
+/// Each sequence in one pass, and token by token, against `name`'s logits on every CPU plugin.
+fn check_logits(name: &str) {
     let dir = tempfile::tempdir().unwrap();
     let path = tiny(dir.path());
-    let g = golden();
+    let g = reference(name);
     let vocab = 272;
-    for (name, mut m) in load_on_each_cpu(&path) {
+    for (plugin, mut m) in load_on_each_cpu(&path) {
         let (mut worst, mut same, mut n) = (0f32, 0, 0);
         let (mut worst_tok, mut same_tok) = (0f32, 0);
         for seq in g["sequences"].as_array().unwrap() {
@@ -148,17 +157,34 @@ fn logits_match_transformers_within_1e4() {
             same_tok += s;
         }
         eprintln!(
-            "transformers on {name}: one pass {worst:.2e} (argmax {same}/{n}), token by token \
+            "{name} on {plugin}: one pass {worst:.2e} (argmax {same}/{n}), token by token \
              {worst_tok:.2e} (argmax {same_tok}/{n})"
         );
         assert_eq!(n, 2 * 68, "positions compared");
-        assert!(worst < 1e-4, "{name}, one pass: max rel {worst}");
+        assert!(
+            worst < 1e-4,
+            "{name} on {plugin}, one pass: max rel {worst}"
+        );
         assert!(
             worst_tok < 1e-4,
-            "{name}, token by token: max rel {worst_tok}"
+            "{name} on {plugin}, token by token: max rel {worst_tok}"
         );
-        assert_eq!((same, same_tok), (n, n), "{name}: argmax differs");
+        assert_eq!(
+            (same, same_tok),
+            (n, n),
+            "{name} on {plugin}: argmax differs"
+        );
     }
+}
+
+#[test]
+fn logits_match_transformers_within_1e4() {
+    check_logits("tiny_hf");
+}
+
+#[test]
+fn logits_match_llama_cpp_within_1e4() {
+    check_logits("tiny_llamacpp");
 }
 
 #[test]
