@@ -120,3 +120,65 @@ impl NgramSpec {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tiny qwen4exp preset's constants (3-grams, 8 heads a size, end id 270).
+    fn spec() -> NgramSpec {
+        let sizes: Vec<u64> = vec![
+            1009, 1013, 1019, 1021, 1031, 1033, 1039, 1049, 1051, 1061, 1063, 1069, 1087, 1091,
+            1093, 1097,
+        ];
+        let offsets = sizes.iter().scan(0, |o, &s| {
+            let at = *o;
+            *o += s;
+            Some(at)
+        });
+        NgramSpec {
+            ngram_size: 3,
+            heads_per_ngram: 8,
+            end_id: 270,
+            multipliers: vec![
+                2_175_817_888_646_129,
+                31_215_934_654_987_533,
+                4_449_929_463_106_639,
+            ]
+            .into(),
+            head_offsets: offsets.collect::<Vec<_>>().into(),
+            head_sizes: sizes.into(),
+        }
+    }
+
+    /// A sequence hashed in chunks (the scheduler's prompt chunks and generated tokens) gives the
+    /// ids of the whole sequence hashed at once, wherever the chunks split it.
+    #[test]
+    fn chunks_hash_as_the_whole_sequence() {
+        let n = spec();
+        n.check().unwrap();
+        let seq: Vec<u32> = vec![5, 9, 270, 7, 7, 270, 270, 1, 2, 3, 4, 200, 100, 270, 9];
+        let mut whole = Vec::new();
+        n.extend_rows(&[], &seq, &mut whole);
+        assert_eq!(whole.len(), seq.len() * 16);
+        for cuts in [[1, 2], [3, 4], [2, 9], [6, 7], [13, 14]] {
+            let mut parts = Vec::new();
+            let mut at = 0;
+            for end in cuts.into_iter().chain([seq.len()]) {
+                n.extend_rows(&seq[..at], &seq[at..end], &mut parts);
+                at = end;
+            }
+            assert_eq!(parts, whole, "cut at {cuts:?}");
+        }
+    }
+
+    #[test]
+    fn a_spec_whose_counts_disagree_is_refused() {
+        let mut n = spec();
+        n.multipliers.pop();
+        assert!(n.check().is_err());
+        let mut n = spec();
+        n.head_sizes[3] = 0;
+        assert!(n.check().is_err());
+    }
+}
