@@ -83,9 +83,13 @@ pub struct BatchInputs {
     pub slots: Vec<i32>,
     /// Rows whose outputs are wanted.
     pub output_rows: Vec<i32>,
-    /// For each row, its token and the ones before it, newest first (-1 before the start), as
-    /// many per row as the graph's `TokenHistory` input declares.
-    pub history: Vec<i32>,
+    /// Each row's hashed n-gram table row ids, [`NgramSpec::n_ids`] per row in row order, for a
+    /// graph that reads [`BatchInput::NgramRows`] (filled with [`NgramSpec::row_ids`]; empty
+    /// otherwise).
+    ///
+    /// [`NgramSpec::n_ids`]: bloomery_plugin_api::ngram::NgramSpec::n_ids
+    /// [`NgramSpec::row_ids`]: bloomery_plugin_api::ngram::NgramSpec::row_ids
+    pub ngram_rows: Vec<i32>,
 }
 
 /// The largest output moved to host memory by the pass itself; larger ones (every row's logits
@@ -579,7 +583,7 @@ impl Executor {
                 BatchInput::Positions => (batch.positions.len(), i32_bytes(&batch.positions)),
                 BatchInput::Slots => (batch.slots.len(), i32_bytes(&batch.slots)),
                 BatchInput::OutputRows => (batch.output_rows.len(), i32_bytes(&batch.output_rows)),
-                BatchInput::TokenHistory => (batch.history.len(), i32_bytes(&batch.history)),
+                BatchInput::NgramRows => (batch.ngram_rows.len(), i32_bytes(&batch.ngram_rows)),
                 BatchInput::Hidden => (hidden.len(), f32_bytes(hidden)),
             };
             if n as u64 != r.elements() {

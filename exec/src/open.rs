@@ -4,6 +4,7 @@ use std::path::Path;
 
 use bloomery_devices::{ModelPluginFile, Registry};
 use bloomery_gguf::GgufModel;
+use bloomery_plugin_api::abi_stable::std_types::ROption;
 use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec};
 
 use crate::error::ModelError;
@@ -28,13 +29,19 @@ pub fn instantiate(
     shown: &str,
 ) -> Result<ModelInstanceBox, ModelError> {
     check_hyperparameters(file, arch, shown)?;
-    plugin.module.load()(&view::file_view(file))
+    let refused = |error| ModelError::Plugin {
+        path: shown.to_owned(),
+        plugin: plugin.name.clone(),
+        error,
+    };
+    let instance = plugin.module.load()(&view::file_view(file))
         .into_result()
-        .map_err(|error| ModelError::Plugin {
-            path: shown.to_owned(),
-            plugin: plugin.name.clone(),
-            error,
-        })
+        .map_err(refused)?;
+    // The host hashes with the declared n-gram constants: checked before any pass reads them.
+    if let ROption::RSome(n) = &instance.spec().ngram {
+        n.check().map_err(refused)?;
+    }
+    Ok(instance)
 }
 
 pub(crate) fn open_model<'r>(reg: &'r Registry, path: &Path) -> Result<Opened<'r>, ModelError> {

@@ -43,7 +43,7 @@ fn last_logits(m: &mut LoadedModel, slot: i32, start: i32, tokens: &[i32]) -> Ve
         positions: (start..start + n).collect(),
         slots: vec![slot; n as usize],
         output_rows: vec![n - 1],
-        history: vec![],
+        ngram_rows: vec![],
     })
     .unwrap()
 }

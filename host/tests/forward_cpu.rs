@@ -49,7 +49,7 @@ fn a_batched_prompt_equals_token_by_token() {
         positions: (0..n as i32).collect(),
         slots: vec![0; n],
         output_rows: (0..n as i32).collect(),
-        history: vec![],
+        ngram_rows: vec![],
     };
     let all = m.forward(&batch).unwrap();
     let vocab = m.spec.hparams.n_vocab as usize;
@@ -62,7 +62,7 @@ fn a_batched_prompt_equals_token_by_token() {
                 positions: vec![i as i32],
                 slots: vec![0],
                 output_rows: vec![0],
-                history: vec![],
+                ngram_rows: vec![],
             })
             .unwrap();
         let rel = max_rel(&one, &all[i * vocab..(i + 1) * vocab]);
@@ -82,7 +82,7 @@ fn sequences_in_one_batch_equal_each_alone() {
         positions: vec![0, 1, 2, 3, 0, 1, 2],
         slots: vec![0, 0, 0, 0, 1, 1, 1],
         output_rows: vec![3, 6],
-        history: vec![],
+        ngram_rows: vec![],
     };
     let out = both.forward(&batch).unwrap();
     let vocab = both.spec.hparams.n_vocab as usize;
@@ -95,7 +95,7 @@ fn sequences_in_one_batch_equal_each_alone() {
                 positions: (0..n as i32).collect(),
                 slots: vec![0; n],
                 output_rows: vec![n as i32 - 1],
-                history: vec![],
+                ngram_rows: vec![],
             })
             .unwrap();
         let rel = max_rel(&out[want_row * vocab..(want_row + 1) * vocab], &logits);
@@ -114,7 +114,7 @@ fn a_position_past_the_context_is_refused_by_name() {
             positions: vec![64],
             slots: vec![0],
             output_rows: vec![0],
-            history: vec![],
+            ngram_rows: vec![],
         })
         .unwrap_err()
         .to_string();
@@ -184,7 +184,7 @@ fn fused_gate_up_stacks_equal_separate_ones() {
         positions: vec![0, 1, 2, 3],
         slots: vec![0; 4],
         output_rows: vec![0, 1, 2, 3],
-        history: vec![],
+        ngram_rows: vec![],
     };
     let a = load(&separate, 1).forward(&batch).unwrap();
     let b = load(&fused, 1).forward(&batch).unwrap();

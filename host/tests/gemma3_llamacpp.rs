@@ -63,7 +63,7 @@ fn batch(tokens: &[i32], start: usize, outputs: Vec<i32>) -> BatchInputs {
         positions: (start as i32..(start + tokens.len()) as i32).collect(),
         slots: vec![0; tokens.len()],
         output_rows: outputs,
-        history: vec![],
+        ngram_rows: vec![],
     }
 }
 

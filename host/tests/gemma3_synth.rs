@@ -59,7 +59,7 @@ fn batch(tokens: &[i32], start: i32, slot: i32, outputs: Vec<i32>) -> BatchInput
         positions: (start..start + n).collect(),
         slots: vec![slot; tokens.len()],
         output_rows: outputs,
-        history: vec![],
+        ngram_rows: vec![],
     }
 }
 
@@ -94,7 +94,7 @@ fn sequences_in_one_batch_equal_each_alone() {
             positions: (0..7).chain(0..3).collect(),
             slots: [0; 7].into_iter().chain([1; 3]).collect(),
             output_rows: vec![6, 9],
-            history: vec![],
+            ngram_rows: vec![],
         })
         .unwrap();
     let vocab = both.spec.hparams.n_vocab as usize;

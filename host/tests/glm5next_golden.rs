@@ -94,7 +94,7 @@ fn rows(tokens: &[i32], start: i32) -> BatchInputs {
         positions: (start..start + n).collect(),
         slots: vec![0; tokens.len()],
         output_rows: (0..n).collect(),
-        history: vec![],
+        ngram_rows: vec![],
     }
 }
 
@@ -370,7 +370,7 @@ fn two_sequences_in_one_pass_equal_each_alone() {
         positions: vec![],
         slots: vec![],
         output_rows: (0..2 * n as i32).collect(),
-        history: vec![],
+        ngram_rows: vec![],
     };
     for p in 0..n {
         for (s, t) in seqs.iter().enumerate() {

@@ -104,7 +104,7 @@ fn rows(tokens: &[i32], slot: i32, start: i32) -> BatchInputs {
         positions: (start..start + n).collect(),
         slots: vec![slot; tokens.len()],
         output_rows: (0..n).collect(),
-        history: vec![],
+        ngram_rows: vec![],
     }
 }
 

@@ -47,7 +47,7 @@ fn greedy(m: &mut LoadedModel, prompt: &[i32], n: usize) -> Vec<i32> {
                 positions: (at..at + rows).collect(),
                 slots: vec![0; rows as usize],
                 output_rows: vec![rows - 1],
-                history: vec![],
+                ngram_rows: vec![],
             })
             .unwrap();
         argmax(&logits[logits.len() - vocab..])

@@ -368,7 +368,7 @@ fn rows(tokens: &[u32], start: usize, slot: i32) -> BatchInputs {
         positions: (start..start + tokens.len()).map(|p| p as i32).collect(),
         slots: vec![slot; tokens.len()],
         output_rows: (0..tokens.len() as i32).collect(),
-        history: vec![],
+        ngram_rows: vec![],
     }
 }
 

@@ -116,7 +116,7 @@ fn qwen35moe_routes_each_token_as_transformers_does() {
                 positions: vec![i as i32],
                 slots: vec![0],
                 output_rows: vec![0],
-                history: vec![],
+                ngram_rows: vec![],
             })
             .unwrap();
             let after = m.routing_counts().unwrap();
@@ -173,7 +173,7 @@ fn qwen35_final_norm_rows_match_transformers_and_llama_cpp_within_1e4() {
                 positions: (0..n).collect(),
                 slots: vec![0; n as usize],
                 output_rows: (0..n).collect(),
-                history: vec![],
+                ngram_rows: vec![],
             })
             .unwrap();
         for oracle in ["transformers", "llamacpp"] {

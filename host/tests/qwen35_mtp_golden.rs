@@ -96,7 +96,7 @@ fn rows(tokens: &[i32], start: i32) -> BatchInputs {
         positions: (start..start + n).collect(),
         slots: vec![0; tokens.len()],
         output_rows: (0..n).collect(),
-        history: vec![],
+        ngram_rows: vec![],
     }
 }
 

@@ -87,7 +87,7 @@ fn compare_with(name: &str, file: &str, t: [DType; 4]) -> Agreement {
                 positions: (0..n as i32).collect(),
                 slots: vec![0; n],
                 output_rows: (0..n as i32).collect(),
-                history: vec![],
+                ngram_rows: vec![],
             })
             .unwrap();
         let vocab = m.spec.hparams.n_vocab as usize;

@@ -59,7 +59,7 @@ fn run(m: &mut LoadedModel) -> Vec<Vec<f32>> {
             positions: (0..40).collect(),
             slots: vec![1; 40],
             output_rows: (0..40).collect(),
-            history: vec![],
+            ngram_rows: vec![],
         })
         .unwrap()];
     out.push(
@@ -68,7 +68,7 @@ fn run(m: &mut LoadedModel) -> Vec<Vec<f32>> {
             positions: (0..n).collect(),
             slots: vec![0; tokens.len()],
             output_rows: (0..n).collect(),
-            history: vec![],
+            ngram_rows: vec![],
         })
         .unwrap(),
     );
@@ -79,7 +79,7 @@ fn run(m: &mut LoadedModel) -> Vec<Vec<f32>> {
                 positions: vec![n + step, 40 + step],
                 slots: vec![0, 1],
                 output_rows: vec![0, 1],
-                history: vec![],
+                ngram_rows: vec![],
             })
             .unwrap(),
         );
@@ -390,7 +390,7 @@ fn the_first_one_row_passes_choose_the_bus_share() {
                 positions: vec![p],
                 slots: vec![0],
                 output_rows: vec![0],
-                history: vec![],
+                ngram_rows: vec![],
             })
             .unwrap();
         }
@@ -432,7 +432,7 @@ fn the_staging_sets_lent_to_decode_give_the_unsplit_logits() {
                 positions: vec![0],
                 slots: vec![0],
                 output_rows: vec![0],
-                history: vec![],
+                ngram_rows: vec![],
             })
             .unwrap()];
         out.extend(run(m));

@@ -30,9 +30,10 @@ pub enum BatchInput {
     Slots = 2,
     /// i32 `[n_outputs]`: rows whose outputs are wanted (logits are computed for these only).
     OutputRows = 3,
-    /// i32 `[n, rows]`: each row's token and the n-1 tokens before it in its sequence (-1 before
-    /// the start), newest first; n = `ne[0]` of the declaration (hashed n-gram tables).
-    TokenHistory = 4,
+    /// i32 `[n_ids, rows]`: each row's hashed n-gram table row ids, which the host computes with
+    /// the model's [`crate::ngram::NgramSpec`] from its record of the row's sequence
+    /// ([`crate::ngram::NgramSpec::row_ids`]); `n_ids` = [`crate::ngram::NgramSpec::n_ids`].
+    NgramRows = 4,
     /// f32 `[n_embd, rows]`: each row's hidden state from an earlier pass, the main graph's
     /// final-norm row ([`FINAL_NORM`]) of some position; the draft graph ([`GraphKind::Mtp`])
     /// pairs it with the row's token.
@@ -250,7 +251,7 @@ impl GraphBuilder {
             BatchInput::Positions => "inp_pos",
             BatchInput::Slots => "inp_slots",
             BatchInput::OutputRows => "inp_out_ids",
-            BatchInput::TokenHistory => "inp_history",
+            BatchInput::NgramRows => "inp_ngram_rows",
             BatchInput::Hidden => "inp_hidden",
         };
         Ok(self.push(name, input.dtype(), ne, nb, TensorSource::Input { input }))

@@ -91,6 +91,7 @@ impl<A: KvArchitecture> ModelInstance for KvModel<A> {
             weights: self.weights.decls.clone(),
             state: kv_cache_decls(lm.n_layer, lm.attn.kv_width(), |_| 0),
             caps: self.hp.caps(),
+            ngram: abi_stable::std_types::ROption::RNone,
         }
     }
 

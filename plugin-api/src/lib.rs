@@ -31,6 +31,7 @@ pub mod meta;
 pub mod mhc;
 pub mod model;
 pub mod nextn;
+pub mod ngram;
 pub mod op;
 pub mod synth;
 pub mod tensor;
@@ -42,7 +43,7 @@ pub use error::PluginError;
 
 /// The ABI version of this crate: a plugin is loaded only when its version equals the host's.
 /// Any change to a type that crosses the boundary (the op set included) bumps it.
-pub const ABI_VERSION: u32 = 12;
+pub const ABI_VERSION: u32 = 13;
 
 /// `bloomery_plugin_kind` of a model plugin.
 pub const PLUGIN_KIND_MODEL: u32 = 1;

@@ -6,11 +6,12 @@
 
 use abi_stable::library::RootModule;
 use abi_stable::sabi_types::VersionStrings;
-use abi_stable::std_types::{RBox, RResult, RString, RVec};
+use abi_stable::std_types::{RBox, ROption, RResult, RString, RVec};
 use abi_stable::{package_version_strings, sabi_trait, StableAbi};
 
 use crate::graph::{BatchShape, Graph};
 use crate::meta::{MetaEntry, ModelFileView};
+use crate::ngram::NgramSpec;
 use crate::{DType, PluginError};
 
 /// What a weight is for; the tiering service moves routed experts, synth picks types by class.
@@ -185,6 +186,9 @@ pub struct ModelSpec {
     pub state: RVec<StateDecl>,
     /// Capabilities.
     pub caps: ModelCaps,
+    /// The hashed n-gram table's row-id constants, when a graph reads
+    /// [`crate::graph::BatchInput::NgramRows`] (the host fills that input with them).
+    pub ngram: ROption<NgramSpec>,
 }
 
 /// A loaded model: its spec and a graph builder.

@@ -3,7 +3,7 @@
 //! The set is versioned with [`crate::ABI_VERSION`] and covers the target architectures: GQA with
 //! output gates and sinks, latent (MLA) attention with K = V rows, sliding windows, sparse selection,
 //! delta-rule linear attention with recurrent and conv state, mixture-of-experts routing,
-//! hyper-connection stream mixing, hashed n-gram tables, and the small dense heads of decision
+//! hyper-connection stream mixing, and the small dense heads of decision
 //! models. A kernel plugin lists which `(op, dtype)` pairs it implements ([`OpSupport`]); the host
 //! refuses at load time, by name, a graph that uses a pair no loaded plugin implements.
 //!
@@ -454,14 +454,6 @@ pub enum Op {
     /// `[streams, post, y]` the comb is the identity (Qwen3.8-Flash-Next's gated hyper-connections,
     /// llama.cpp b11434 `build_hc_combine`): `out[:, i, r] = streams[:, i, r] + post[i, r]·y[:, r]`.
     StreamUpdate,
-    /// Hashed n-gram row ids: srcs `[history i32 [orders+1, rows], multipliers i64, moduli i64,
-    /// offsets i64]` → i32 `[orders·heads, rows]` (rows into an n-gram table, for [`Op::GetRows`]).
-    NgramHash {
-        /// n-gram orders (2 for 2- and 3-grams).
-        orders: u32,
-        /// Hash heads per order.
-        heads: u32,
-    },
     /// Mean of row spans: srcs `[x [n, rows], spans i32 [2, s]]` (start, end exclusive) → `[n, s]`.
     SpanMean,
     /// K-pool indexer selection (GLM-5.3's DSA): which cache positions each row's sparse attention
@@ -550,12 +542,13 @@ macro_rules! op_kinds {
     };
 }
 
+// Id 27 was `NgramHash` until ABI 13: the host computes n-gram row ids ([`crate::ngram`]).
 op_kinds! {
     GetRows = 1, Copy = 2, Concat = 3, MatMul = 4, Add = 5, Mul = 6, Scale = 7, Unary = 8, Glu = 9,
     RmsNorm = 10, LayerNorm = 11, L2Norm = 12, Softmax = 13, Rope = 14, CacheStore = 15,
     Attention = 16, AttentionDense = 17, TopK = 18, RouterTopK = 19, RouterWeights = 20,
     MoeExperts = 21, ConvCausal = 22, DeltaRule = 23, Sinkhorn = 24, StreamMix = 25,
-    StreamUpdate = 26, NgramHash = 27, SpanMean = 28, KPoolSelect = 29, GroupDotGate = 30,
+    StreamUpdate = 26, SpanMean = 28, KPoolSelect = 29, GroupDotGate = 30,
 }
 
 impl Op {

@@ -856,11 +856,14 @@ impl<'t> Scheduler<'t> {
             positions: Vec::new(),
             slots: Vec::new(),
             output_rows: Vec::new(),
-            history: Vec::new(),
+            ngram_rows: Vec::new(),
         };
         if self.cfg.context_shift {
             self.shift_full_slots();
         }
+        // A model with a hashed n-gram table reads each row's row ids, hashed here from the
+        // slot's record of its sequence.
+        let ngram = self.model.spec.ngram.clone().into_option();
         let mut plan: Vec<Planned> = Vec::new();
         // What the output rows read back: logits for generations, final-norm rows for
         // embeddings, and with the MTP block drafting, every generation row's final-norm row.
@@ -891,6 +894,9 @@ impl<'t> Scheduler<'t> {
                 batch.tokens.push(t as i32);
                 batch.positions.push((start + i) as i32);
                 batch.slots.push(slot.id as i32);
+            }
+            if let Some(n) = &ngram {
+                n.extend_rows(&slot.cached, &task.next[..take], &mut batch.ngram_rows);
             }
             let outputs = if take == task.next.len() {
                 task.draft + 1
@@ -945,6 +951,9 @@ impl<'t> Scheduler<'t> {
                 batch.tokens.push(t as i32);
                 batch.positions.push((start + i) as i32);
                 batch.slots.push(slot.id as i32);
+            }
+            if let Some(n) = &ngram {
+                n.extend_rows(&slot.cached, &rest[..take], &mut batch.ngram_rows);
             }
             let last = take == rest.len();
             let mut read = None;
@@ -1293,16 +1302,21 @@ impl<'t> Scheduler<'t> {
             positions: Vec::new(),
             slots: Vec::new(),
             output_rows: Vec::new(),
-            history: Vec::new(),
+            ngram_rows: Vec::new(),
         };
         for (id, start, parts) in refused {
             self.model
                 .write_checkpoint(*id as u32, parts)
                 .map_err(|e| format!("slot {id}: rolling back a refused draft: {e}"))?;
-            for (p, &t) in self.slots[*id].cached.iter().enumerate().skip(*start) {
+            let cached = &self.slots[*id].cached;
+            for (p, &t) in cached.iter().enumerate().skip(*start) {
                 batch.tokens.push(t as i32);
                 batch.positions.push(p as i32);
                 batch.slots.push(*id as i32);
+            }
+            if let Some(n) = self.model.spec.ngram.as_ref().into_option() {
+                let (before, kept) = cached.split_at(*start);
+                n.extend_rows(before, kept, &mut batch.ngram_rows);
             }
         }
         self.model

@@ -301,7 +301,7 @@ fn empty_batch() -> BatchInputs {
         positions: Vec::new(),
         slots: Vec::new(),
         output_rows: Vec::new(),
-        history: Vec::new(),
+        ngram_rows: Vec::new(),
     }
 }
 

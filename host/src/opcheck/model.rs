@@ -47,7 +47,7 @@ pub fn check_model(
                 positions: (0..n).collect(),
                 slots: vec![0; prompt.len()],
                 output_rows: (0..n).collect(),
-                history: vec![],
+                ngram_rows: vec![],
             },
         )];
         let mut mixed = BatchInputs {
@@ -55,7 +55,7 @@ pub fn check_model(
             positions: vec![n],
             slots: vec![0],
             output_rows: vec![0],
-            history: vec![],
+            ngram_rows: vec![],
         };
         mixed.tokens.extend(&prompt);
         mixed.positions.extend(0..n);
@@ -70,7 +70,7 @@ pub fn check_model(
                     positions: vec![n + 1 + s, n + s],
                     slots: vec![0, 1],
                     output_rows: vec![0, 1],
-                    history: vec![],
+                    ngram_rows: vec![],
                 },
             ));
         }
@@ -204,7 +204,7 @@ fn streamed_prompt(
         positions: (0..rows).collect(),
         slots: vec![0; rows as usize],
         output_rows: (0..rows).collect(),
-        history: vec![],
+        ngram_rows: vec![],
     };
     let name = what(&format!(
         "{rows}-row prompt with every expert on the host (streamed) vs on the card, bit for bit"
@@ -260,7 +260,7 @@ mod tests {
             positions: vec![0, 1, 2, 3],
             slots: vec![0; 4],
             output_rows: vec![3],
-            history: vec![],
+            ngram_rows: vec![],
         };
         let fit = super::in_vocab(&batch, 272);
         assert_eq!(fit.tokens, [5, 271, 0, 237]);

@@ -55,6 +55,25 @@ pub fn tiny_of(
     path
 }
 
+/// The n-gram table row ids of positions `start..` of a sequence whose tokens from position 0
+/// are `seq`, for a model that declares an n-gram spec (none for any other).
+#[allow(dead_code)] // not every test crate that shares this module runs an n-gram model
+pub fn ngram_rows(
+    spec: &bloomery_plugin_api::model::ModelSpec,
+    seq: &[i32],
+    start: usize,
+) -> Vec<i32> {
+    match &spec.ngram {
+        bloomery_plugin_api::abi_stable::std_types::ROption::RSome(n) => {
+            let tokens: Vec<u32> = seq.iter().map(|&t| t as u32).collect();
+            let mut rows = Vec::new();
+            n.extend_rows(&tokens[..start], &tokens[start..], &mut rows);
+            rows
+        }
+        bloomery_plugin_api::abi_stable::std_types::ROption::RNone => Vec::new(),
+    }
+}
+
 /// How `ours` (`[vocab, positions]` logits) agrees with a golden sequence's `logits` (one array
 /// per position): the largest |Δ| over the largest |logit| of any position, the positions whose
 /// argmax agrees, and the positions compared.
@@ -113,11 +132,11 @@ pub fn golden_agreement(
         let n = tokens.len() as i32;
         let ours = m
             .forward(&bloomery_exec::BatchInputs {
+                ngram_rows: ngram_rows(&m.spec, &tokens, 0),
                 tokens,
                 positions: (0..n).collect(),
                 slots: vec![0; n as usize],
                 output_rows: (0..n).collect(),
-                history: vec![],
             })
             .unwrap();
         let (rel, s, n) = agreement(&ours, vocab, &seq["logits"]);
@@ -152,6 +171,17 @@ pub fn load_on_scalar_card(
 /// routing counts record each pass's ids; one token a pass gives each position's set of experts.
 #[allow(dead_code)] // only the MoE golden test crates check routes
 pub fn assert_routes_match(path: &std::path::Path, golden: &serde_json::Value, label: &str) {
+    assert_routes_match_with(path, golden, label, GOLDEN_OPTS);
+}
+
+/// [`assert_routes_match`] with the model loaded with `opts` (a longer context).
+#[allow(dead_code)] // only the MoE golden test crates check routes
+pub fn assert_routes_match_with(
+    path: &std::path::Path,
+    golden: &serde_json::Value,
+    label: &str,
+    opts: bloomery_exec::LoadOptions,
+) {
     let request = bloomery_tiering::plan::TierRequest {
         cpu_moe: true,
         no_residency: true,
@@ -162,20 +192,26 @@ pub fn assert_routes_match(path: &std::path::Path, golden: &serde_json::Value, l
     let mut compared = 0;
     for seq in golden["sequences"].as_array().unwrap() {
         let want = seq["router_ids"].as_array().unwrap();
-        let mut m = load_on_scalar_card(path, GOLDEN_OPTS, &request).unwrap();
+        let mut m = load_on_scalar_card(path, opts, &request).unwrap();
+        let tokens: Vec<i32> = seq["tokens"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_i64().unwrap() as i32)
+            .collect();
         let mut before = m.routing_counts().unwrap();
         assert_eq!(
             before.len(),
             want.len(),
             "{label}: layers with routed experts"
         );
-        for (i, tok) in seq["tokens"].as_array().unwrap().iter().enumerate() {
+        for (i, &tok) in tokens.iter().enumerate() {
             m.forward(&bloomery_exec::BatchInputs {
-                tokens: vec![tok.as_i64().unwrap() as i32],
+                tokens: vec![tok],
                 positions: vec![i as i32],
                 slots: vec![0],
                 output_rows: vec![0],
-                history: vec![],
+                ngram_rows: ngram_rows(&m.spec, &tokens[..=i], i),
             })
             .unwrap();
             let after = m.routing_counts().unwrap();

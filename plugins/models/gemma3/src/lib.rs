@@ -59,6 +59,7 @@ impl ModelInstance for Gemma3 {
             weights: self.weights.decls.clone(),
             state: state::declare(&self.hp),
             caps: ModelCaps::kv_only(u64::from(self.hp.lm.n_ctx_train)),
+            ngram: abi_stable::std_types::ROption::RNone,
         }
     }
 

@@ -110,7 +110,7 @@ fn forward(m: &mut LoadedModel, tokens: &[i32], start: i32) -> Vec<f32> {
         positions: (start..start + n).collect(),
         slots: vec![0; tokens.len()],
         output_rows: (0..n).collect(),
-        history: vec![],
+        ngram_rows: vec![],
     })
     .unwrap()
 }

@@ -79,6 +79,7 @@ impl ModelInstance for Glm5Next {
                 n_mtp_layers: u32::from(self.weights.nextn.is_some()),
                 max_context: u64::from(self.hp.lm.n_ctx_train),
             },
+            ngram: abi_stable::std_types::ROption::RNone,
         }
     }
 

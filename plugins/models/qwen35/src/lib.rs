@@ -92,6 +92,7 @@ impl ModelInstance for Qwen35 {
                 n_mtp_layers: u32::from(self.weights.mtp.is_some()),
                 max_context: u64::from(self.hp.lm.n_ctx_train),
             },
+            ngram: abi_stable::std_types::ROption::RNone,
         }
     }
 

@@ -7,11 +7,12 @@
 //! the MTP block, from the trunk file or from a separate MTP-only file.
 //!
 //! This crate reads and checks the hyperparameters ([`hparams`], [`layers`], [`ple`]), declares
-//! every weight ([`weights`]) and the state ([`state`]), and offers `synth` presets ([`synth`]).
-//! The graph is not built yet: [`ModelInstance::build_graph`] refuses by name. ABI 12 added the
-//! ops the note below proposed, but for the n-gram row ids (item 2), with CPU kernels; the CUDA
-//! bundles run the mixer forms and the PLE gate and refuse the dilated convolution and the QSA
-//! pooling by name.
+//! every weight ([`weights`]) and the state ([`state`]), builds the trunk's forward graph
+//! ([`graph`]) and offers `synth` presets ([`synth`]). The n-gram table's row ids are hashed by
+//! the host from the constants [`ModelSpec::ngram`] declares (`bloomery_plugin_api::ngram`).
+//! The MTP block's draft graph is refused by name. The CPU bundles run every op of the trunk;
+//! the CUDA bundles run the mixer forms and the PLE gate and refuse the dilated convolution and
+//! the QSA pooling by name.
 //!
 //! # Design note: the graph's ops against the ABI
 //!
@@ -60,7 +61,7 @@
 //!   Built: `StreamUpdate` with the comb source absent (three sources) meaning the identity:
 //!   `out[:, i, r] = streams[:, i, r] + post[i, r]·y[:, r]`.
 //!
-//! ## What needed a new or extended op (1, 3 and 4 built in ABI 12; 2 open)
+//! ## What needed a new or extended op or input (1, 3 and 4 built in ABI 12, 2 in ABI 13)
 //!
 //! 1. **QSA block selection.** `KPoolSelect` pools differently (a softmax over each pool's
 //!    positions gated per dimension with `ape`, rows `[key | gate | pooled]` of `3·dh`) and
@@ -80,26 +81,19 @@
 //!    (`kpool_by_order`); with positional caches that start at 0 and have no holes that is
 //!    position order, but a context shift or a cache edit that moves positions must re-pool
 //!    the blocks it touches (or be refused for this model).
-//! 2. **PLE row ids** (open). `NgramHash` states no hash and has no kernel in any bundle, and the
-//!    `TokenHistory` batch input it would read is never filled by the runtime (its scheduler
-//!    passes an empty history). Exact semantics needed (b11434 `set_input`, transformers'
-//!    n-gram module): `ctx_0` = the token, `ctx_j` = the token `j` back; once a predecessor is
-//!    missing or equals the end id (`ple.eos_token_id`), it and every older one read as the end
-//!    id (the token's own end id does not cut its context); for `m = 2 ..= ngram_size`,
-//!    `h = XOR_{j<m} ctx_j·mult_j` in u64, and each of that size's heads `k` reads row
-//!    `h mod head_vocab_sizes[k] + head_offsets[k]`. Proposed: `NgramHash { ngram_size,
-//!    heads_per_ngram, end_id }` with srcs `[tokens [T], context state [ngram_size − 1, 1,
-//!    n_slots], slots, positions, multipliers u64, sizes u64, offsets u64]`, the context read
-//!    and updated in place as `ConvCausal` does its history (a row at position 0 starts from
-//!    all end ids), which is the `ple_tokens` state this crate declares; or, instead, the host
-//!    fills `TokenHistory` from its record of the sequence and the op applies the end-id rule.
-//!    transformers draws each multiplier below `2^63 / vocab`, so no product wraps (the loader
-//!    refuses a file whose multipliers would), and u64 and i64 arithmetic agree. Either way the
-//!    op needs the hash constants (3 multipliers, 16 sizes and offsets), which no source can
-//!    carry (no constant tensors) and which would grow every `Op` if they were parameters;
-//!    since the host needs token t+1's row ids anyway to prefetch its table rows, the simplest
-//!    sound form may be a host-side hash (llama.cpp computes them in `set_input`, on the host)
-//!    from a spec the model declares, into a batch input of row ids.
+//! 2. **PLE row ids** (built in ABI 13, on the host). Semantics (b11434 `set_input`,
+//!    transformers' n-gram module): `ctx_0` = the token, `ctx_j` = the token `j` back; once a
+//!    predecessor is missing or equals the end id (`ple.eos_token_id`), it and every older one
+//!    read as the end id (the token's own end id does not cut its context); for `m = 2 ..=
+//!    ngram_size`, `h = XOR_{j<m} ctx_j·mult_j` in u64, and each of that size's heads `k` reads
+//!    row `h mod head_vocab_sizes[k] + head_offsets[k]`. An op would need the hash constants (3
+//!    multipliers, 16 sizes and offsets), which no source can carry (no constant tensors) and
+//!    which would grow every `Op` as parameters, plus the sequence's last tokens as state; the
+//!    host has both the sequence record and the need (it fetches token t+1's table rows ahead),
+//!    as llama.cpp computes them in `set_input`. So the model declares the constants
+//!    (`ModelSpec::ngram`), the host hashes (`NgramSpec::extend_rows`) into the batch input
+//!    `NgramRows`, and the graph gathers the table rows with `GetRows`; ABI 13 dropped the
+//!    unimplemented `NgramHash` op and the never-filled `TokenHistory` input.
 //! 3. **PLE gate.** Per stream `d = Σ(kn_j·qn_j) / √n` over each `n`-wide stream, then
 //!    `σ(sign(d)·√max(|d|, 1e-6))`: the ABI has no reduction over a row and no sign, abs or sqrt
 //!    function. Built: `GroupDotGate { scale: 1/√n, floor: 1e-6 }` (the group is `ne[0]`), srcs
@@ -114,6 +108,7 @@
 //!    mixer, not a final-norm row of `n`: `BatchInput::Hidden` (`[n_embd, T]`, the
 //!    `result_norm` row) must allow the wider row. That is the MTP issue's.
 
+pub mod graph;
 pub mod hparams;
 pub mod layers;
 pub mod ple;
@@ -122,7 +117,7 @@ pub mod synth;
 pub mod weights;
 
 use abi_stable::std_types::{RResult, RVec};
-use bloomery_plugin_api::graph::{BatchShape, Graph};
+use bloomery_plugin_api::graph::{BatchShape, Graph, GraphKind};
 use bloomery_plugin_api::meta::ModelFileView;
 use bloomery_plugin_api::model::{ModelCaps, ModelInstance, ModelSpec, StateDecl};
 use bloomery_plugin_api::weights::WeightTable;
@@ -183,18 +178,26 @@ impl ModelInstance for Qwen4Exp {
                 n_mtp_layers: u32::from(self.weights.nextn.is_some()),
                 max_context: u64::from(self.hp.lm.n_ctx_train),
             },
+            ngram: self.hp.ple.as_ref().map(ple::Ple::spec).into(),
         }
     }
 
     fn build_graph(&self, shape: BatchShape) -> RResult<Graph, PluginError> {
-        RResult::RErr(PluginError::unsupported(
-            format!(
-                "the qwen4exp {:?} graph: the builder is not written and the ABI lacks the \
-                 n-gram row ids with the end-id reset (crate docs, design note)",
-                shape.kind
-            ),
-            &[],
-        ))
+        if shape.kind != GraphKind::Main {
+            return RResult::RErr(PluginError::unsupported(
+                format!(
+                    "the qwen4exp {:?} graph: drafting with the MTP block is not built",
+                    shape.kind
+                ),
+                &[],
+            ));
+        }
+        let m = graph::Model {
+            hp: &self.hp,
+            w: &self.weights,
+            state: &self.layer_state,
+        };
+        graph::build(&m, shape).into()
     }
 }
 

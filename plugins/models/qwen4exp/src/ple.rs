@@ -7,16 +7,11 @@
 
 use bloomery_plugin_api::hparams::{ArchKeys, LmHParams};
 use bloomery_plugin_api::meta::MetaValue;
+use bloomery_plugin_api::ngram::{NgramSpec, MAX_NGRAM};
 use bloomery_plugin_api::PluginError;
 
 use crate::layers::LayerKind;
 
-/// The largest vocabulary whose ids an f32 holds exactly (the PLE token context is held as
-/// f32 rows, [`crate::state`]).
-const MAX_F32_TOKEN: u32 = 1 << 24;
-
-/// The largest `ngram_size` llama.cpp accepts (`LLAMA_MAX_PLE_NGRAM`).
-const MAX_NGRAM: u32 = 8;
 /// The most heads llama.cpp accepts (`LLAMA_MAX_PLE_HEADS`).
 const MAX_HEADS: u32 = 64;
 /// Rows of the table are addressed as `i32` by llama.cpp's gather: every head's range ends below.
@@ -59,6 +54,18 @@ impl Ple {
     /// Heads: `(ngram_size − 1) · heads_per_ngram`.
     pub fn n_heads(&self) -> u32 {
         (self.ngram_size - 1) * self.heads_per_ngram
+    }
+
+    /// The row-id constants the host hashes with ([`bloomery_plugin_api::ngram`]).
+    pub fn spec(&self) -> NgramSpec {
+        NgramSpec {
+            ngram_size: self.ngram_size,
+            heads_per_ngram: self.heads_per_ngram,
+            end_id: self.eos,
+            multipliers: self.multipliers.clone().into(),
+            head_sizes: self.head_sizes.clone().into(),
+            head_offsets: self.head_offsets.clone().into(),
+        }
     }
 
     /// Rows of the convolution history: `(conv_kernel − 1) · ngram_size` (the dilation).
@@ -121,13 +128,6 @@ pub fn read(
         format!("{conv_kernel} taps (at least 2)")
     })?;
     keys.carried_by("ple.conv_kernel", conv_kernel, "ple_conv1d.weight", 0)?;
-    // The token context is held as f32 (crate::state).
-    keys.check(lm.n_vocab <= MAX_F32_TOKEN, "ple.layers", || {
-        format!(
-            "a PLE layer with {} tokens (ids above 2^24 are not exact as f32)",
-            lm.n_vocab
-        )
-    })?;
     let eos = token(keys, "ple.eos_token_id", lm.n_vocab)?;
     let image_token = match keys.get("ple.image_token_id") {
         None => eos,

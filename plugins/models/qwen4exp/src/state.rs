@@ -1,6 +1,7 @@
 //! The per-layer state, trunk then MTP block: a Gated DeltaNet layer's convolution history and
 //! delta-rule matrices; an attention layer's key and value caches and its QSA indexer cache; the
-//! n-gram table layer's dilated convolution history and token context.
+//! n-gram table layer's dilated convolution history. (The table's row ids need the sequence's
+//! last tokens, which the host keeps: `bloomery_plugin_api::ngram`.)
 //!
 //! The indexer cache holds one f32 row of `2·head_dim` per position, `[raw key | pooled key]`
 //! (llama.cpp b11434's `kpool_row` 2): the raw key as projected, and in the row of a block's
@@ -8,25 +9,11 @@
 //! first position). It is declared [`StateKind::PooledKeys`] with a block of 1, the positional
 //! kind the host keeps in f32, as glm5-next's is; `Op::KPoolSelect` with
 //! `KPoolMode::MeanNormRope` fills it.
-//!
-//! The token context holds the last `ngram_size − 1` token ids of the sequence, oldest first,
-//! the end id where a predecessor is missing or cut by one: the ABI has no integer per-sequence
-//! state, so it is a [`StateKind::Conv`] row of f32, exact for ids below 2^24 (the loader refuses
-//! a larger vocabulary with a PLE layer).
 
 use bloomery_plugin_api::model::{StateDecl, StateKind};
 
 use crate::hparams::HParams;
 use crate::layers::LayerKind;
-
-/// The n-gram table layer's state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PleState {
-    /// The dilated convolution's last `(conv_kernel − 1)·ngram_size` inputs.
-    pub conv: u32,
-    /// The last `ngram_size − 1` token ids.
-    pub tokens: u32,
-}
 
 /// Where one layer's state lives: indices into the declared state list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,8 +24,9 @@ pub enum LayerState {
         conv: u32,
         /// The `[head_dim, head_dim]` matrix of every value head.
         ssm: u32,
-        /// The n-gram table's state (that layer only).
-        ple: Option<PleState>,
+        /// The n-gram table layer's dilated convolution history, its last
+        /// `(conv_kernel − 1)·ngram_size` inputs (that layer only).
+        ple_conv: Option<u32>,
     },
     /// An attention layer's caches.
     Qsa {
@@ -87,15 +75,12 @@ pub fn declare(hp: &HParams, nextn: bool) -> (Vec<StateDecl>, Vec<Option<LayerSt
                     StateKind::Recurrent,
                     u64::from(g.head_dim) * u64::from(g.head_dim) * u64::from(g.n_head_v),
                 ),
-                ple: match &hp.ple {
-                    Some(p) if p.layer == il => Some(PleState {
-                        conv: add(
-                            "ple_conv_state",
-                            StateKind::Conv,
-                            hp.hc_width() * p.conv_history(),
-                        ),
-                        tokens: add("ple_tokens", StateKind::Conv, u64::from(p.ngram_size - 1)),
-                    }),
+                ple_conv: match &hp.ple {
+                    Some(p) if p.layer == il => Some(add(
+                        "ple_conv_state",
+                        StateKind::Conv,
+                        hp.hc_width() * p.conv_history(),
+                    )),
                     _ => None,
                 },
             },

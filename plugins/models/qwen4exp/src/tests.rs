@@ -3,7 +3,7 @@
 //! compress-ratio trap first), hostile files, and the graph's refusal.
 
 use super::*;
-use bloomery_plugin_api::graph::GraphKind;
+use bloomery_plugin_api::graph::{BatchInput, GraphKind, TensorSource};
 use bloomery_plugin_api::hostile::{check_hostile, key_sweep};
 use bloomery_plugin_api::meta::{MetaEntry, MetaValue, TensorInfo};
 use bloomery_plugin_api::model::{StateKind, SynthPreset};
@@ -11,7 +11,6 @@ use bloomery_plugin_api::synth::check_presets;
 use bloomery_plugin_api::DType;
 
 use crate::layers::LayerKind;
-use crate::state::PleState;
 
 fn preset(name: &str) -> SynthPreset {
     synth::presets()
@@ -155,19 +154,18 @@ fn state_has_the_deltanet_the_caches_and_the_table_layers_history() {
     let Some(LayerState::Gdn {
         conv,
         ssm,
-        ple: Some(PleState { conv: pc, tokens }),
+        ple_conv: Some(pc),
     }) = m.layer_state(1)
     else {
         panic!("layer 1: {:?}", m.layer_state(1));
     };
     assert_eq!(row(conv), (StateKind::Conv, 1024 * 3));
     assert_eq!(row(ssm), (StateKind::Recurrent, 128 * 128 * 4));
-    // Dilation 3, kernel 4: nine rows of the 512-wide residual; the last two token ids.
+    // Dilation 3, kernel 4: nine rows of the 512-wide residual.
     assert_eq!(row(pc), (StateKind::Conv, 512 * 9));
-    assert_eq!(row(tokens), (StateKind::Conv, 2));
     assert!(matches!(
         m.layer_state(0),
-        Some(LayerState::Gdn { ple: None, .. })
+        Some(LayerState::Gdn { ple_conv: None, .. })
     ));
     let Some(LayerState::Qsa { k, v, indexer }) = m.layer_state(3) else {
         panic!("layer 3: {:?}", m.layer_state(3));
@@ -175,7 +173,9 @@ fn state_has_the_deltanet_the_caches_and_the_table_layers_history() {
     assert_eq!(row(k), (StateKind::Keys, 512));
     assert_eq!(row(v), (StateKind::Values, 512));
     assert_eq!(row(indexer), (StateKind::PooledKeys, 256));
-    assert_eq!(decls.len(), 6 * 2 + 2 * 3 + 2);
+    // Six DeltaNet layers (conv, delta rule), two attention layers (K, V, indexer), the PLE
+    // convolution.
+    assert_eq!(decls.len(), 6 * 2 + 2 * 3 + 1);
 }
 
 #[test]
@@ -468,16 +468,33 @@ fn hostile_files_are_refused_by_name_not_by_panic() {
 }
 
 #[test]
-fn the_graph_is_refused_by_name() {
+fn the_trunk_graph_reads_the_ngram_rows_and_drafting_is_refused_by_name() {
     let m = Qwen4Exp::load(&tiny()).unwrap();
-    let shape = BatchShape {
-        n_rows: 1,
+    let spec = m.spec();
+    let ngram = spec.ngram.as_ref().into_option().unwrap();
+    assert_eq!((ngram.n_ids(), ngram.end_id), (16, 270));
+    let shape = |kind| BatchShape {
+        n_rows: 3,
         n_outputs: 1,
-        kind: GraphKind::Main,
+        kind,
     };
-    let e = m.build_graph(shape).into_result().unwrap_err().to_string();
-    assert!(
-        e.contains("qwen4exp") && e.contains("n-gram row ids"),
-        "{e}"
-    );
+    let g = m.build_graph(shape(GraphKind::Main)).into_result().unwrap();
+    let inputs: Vec<_> = g
+        .tensors
+        .iter()
+        .filter(|t| {
+            t.source
+                == TensorSource::Input {
+                    input: BatchInput::NgramRows,
+                }
+        })
+        .map(|t| t.ne)
+        .collect();
+    assert_eq!(inputs, [[16, 3, 1, 1]]);
+    let e = m
+        .build_graph(shape(GraphKind::Mtp))
+        .into_result()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("qwen4exp") && e.contains("MTP"), "{e}");
 }

@@ -66,6 +66,7 @@ impl ModelInstance for KdaHybrid {
                 n_mtp_layers: 0,
                 max_context: u64::from(self.hp.lm.n_ctx_train),
             },
+            ngram: abi_stable::std_types::ROption::RNone,
         }
     }
 

@@ -1,0 +1,535 @@
+//! The trunk's forward graph, in llama.cpp b11434's order (`qwen4exp.cpp`; transformers 5.24
+//! `Qwen4ExpTextDecoderLayer.forward`): the embedding repeated into `n_stream` residual streams;
+//! per layer the n-gram table's contribution (its layer only), the attention mixer, Gated DeltaNet
+//! or gated GQA over the QSA selection, the combine, the FFN mixer, the routed experts plus the
+//! sigmoid-gated shared expert, the combine; then the final `output_hc_*` mixer (in place of an
+//! output norm) and the head, for the wanted rows.
+//!
+//! A gated hyper-connection mixer of the streams `x` `[n, s, rows]`:
+//!
+//! ```text
+//! xn     = grouped RmsNorm(x)·norm                       (each n-wide stream on its own)
+//! w      = σ(up · silu(down · xn / s)) / s               [n, s, rows]
+//! mixed  = Σ_j w_j·xn_j                                  the block's input [n, rows]
+//! inject = 2·σ(inject · xn / s)                          [s, rows] (layer mixers only)
+//! x_j   += inject_j·block(mixed)                         the combine, on the raw x
+//! ```
+
+use bloomery_plugin_api::builders::LmInputs;
+use bloomery_plugin_api::graph::{
+    BatchInput, BatchShape, Graph, GraphBuilder, TensorId, FINAL_NORM,
+};
+use bloomery_plugin_api::op::{
+    DeltaRuleParams, GluKind, KPoolMode, KPoolParams, Op, RouterParams, UnaryFn,
+};
+use bloomery_plugin_api::weights::{AttentionWeights, WeightRef};
+use bloomery_plugin_api::{DType, PluginError};
+
+use crate::hparams::HParams;
+use crate::state::LayerState;
+use crate::weights::{DeltaNet, HcMixer, Indexer, Layer, Mixer, Moe, PleWeights, Weights};
+
+/// What a graph needs besides the batch shape.
+pub struct Model<'a> {
+    /// Hyperparameters.
+    pub hp: &'a HParams,
+    /// Weights.
+    pub w: &'a Weights,
+    /// Each layer's state indices.
+    pub state: &'a [Option<LayerState>],
+}
+
+/// Bytes of an f32.
+const F: u64 = 4;
+
+fn unary(
+    g: &mut GraphBuilder,
+    name: &str,
+    x: TensorId,
+    f: UnaryFn,
+) -> Result<TensorId, PluginError> {
+    let ne = g.ne(x);
+    g.op(name, Op::Unary { f }, &[x], DType::F32, ne)
+}
+
+/// A contiguous copy of `[ne0, heads, rows]` f32 elements of `base`, heads `head_stride` and
+/// rows `row_stride` elements apart, starting `offset` elements in.
+fn slice(
+    g: &mut GraphBuilder,
+    name: &str,
+    base: TensorId,
+    ne: [u64; 4],
+    (head_stride, row_stride): (u64, u64),
+    offset: u64,
+) -> Result<TensorId, PluginError> {
+    let nb = [F, head_stride * F, row_stride * F, row_stride * F * ne[2]];
+    let v = g.view(base, name, ne, nb, offset * F);
+    g.op(name, Op::Copy, &[v], DType::F32, ne)
+}
+
+/// A grouped RMS norm of `x` (`[n·s, rows]` or `[n, s, rows]`, contiguous): each `n`-wide
+/// stream normed on its own, times the `[n·s]` gamma (stored flat or `[n, s]`): `[n·s, rows]`.
+fn grouped_norm(
+    m: &Model<'_>,
+    g: &mut GraphBuilder,
+    name: &str,
+    x: TensorId,
+    gamma: &WeightRef,
+) -> Result<TensorId, PluginError> {
+    let n = u64::from(m.hp.lm.n_embd);
+    let w = m.hp.hc_width();
+    let rows = g.ne(x).iter().product::<u64>() / w;
+    let per = g.reshape(x, [n, w / n * rows, 1, 1])?;
+    let normed = g.rms_norm(name, per, None, m.hp.lm.eps)?;
+    let normed = g.reshape(normed, [w, rows, 1, 1])?;
+    let mut gm = g.w(gamma)?;
+    if g.ne(gm)[0] != w {
+        gm = g.reshape(gm, [w, 1, 1, 1])?;
+    }
+    g.mul(&format!("{name}_scaled"), normed, gm)
+}
+
+/// A mixer of the streams `x` `[n, s, rows]`: the block's input `[n, rows]` and, for a layer
+/// mixer, the injection weights `[s, rows]`.
+fn mix(
+    m: &Model<'_>,
+    g: &mut GraphBuilder,
+    w: &HcMixer,
+    x: TensorId,
+    name: &str,
+) -> Result<(TensorId, Option<TensorId>), PluginError> {
+    let [n, s, rows, _] = g.ne(x);
+    let inv_s = 1.0 / s as f32;
+    let xn = grouped_norm(m, g, &format!("{name}_norm"), x, &w.norm)?;
+    let down = g.w(&w.down)?;
+    let d = g.matmul(&format!("{name}_down"), down, xn)?;
+    let d = g.scale(&format!("{name}_down_scaled"), d, inv_s)?;
+    let d = unary(g, &format!("{name}_down_silu"), d, UnaryFn::Silu)?;
+    let up = g.w(&w.up)?;
+    let u = g.matmul(&format!("{name}_up"), up, d)?;
+    let u = unary(g, &format!("{name}_up_sigmoid"), u, UnaryFn::Sigmoid)?;
+    let u = g.scale(&format!("{name}_weights"), u, inv_s)?;
+    let u = g.reshape(u, [n, s, rows, 1])?;
+    let xs = g.reshape(xn, [n, s, rows, 1])?;
+    let mixed = g.op(
+        &format!("{name}_mixed"),
+        Op::StreamMix,
+        &[xs, u],
+        DType::F32,
+        [n, rows, 1, 1],
+    )?;
+    let inject = match &w.inject {
+        Some(iw) => {
+            let iw = g.w(iw)?;
+            let i = g.matmul(&format!("{name}_inject"), iw, xn)?;
+            let i = g.scale(&format!("{name}_inject_scaled"), i, inv_s)?;
+            let i = unary(g, &format!("{name}_inject_sigmoid"), i, UnaryFn::Sigmoid)?;
+            Some(g.scale(&format!("{name}_inject_weights"), i, 2.0)?)
+        }
+        None => None,
+    };
+    Ok((mixed, inject))
+}
+
+/// `x_j + post_j·y` for every stream `j` (the identity-comb [`Op::StreamUpdate`]).
+fn combine(
+    g: &mut GraphBuilder,
+    x: TensorId,
+    post: TensorId,
+    y: TensorId,
+    name: &str,
+) -> Result<TensorId, PluginError> {
+    let ne = g.ne(x);
+    g.op(name, Op::StreamUpdate, &[x, post, y], DType::F32, ne)
+}
+
+/// The n-gram table's contribution to the streams `x` `[n, s, rows]`, added to them: `x +
+/// gv + silu(conv(grouped RmsNorm(gv)))` with `gv_j = σ(gate_j)·value` (transformers 5.24
+/// `Qwen4ExpTextPLELayer.forward`, llama.cpp b11434 `build_ple`).
+fn ple(
+    m: &Model<'_>,
+    g: &mut GraphBuilder,
+    w: &PleWeights,
+    conv_state: u32,
+    (x, ids): (TensorId, TensorId),
+    inp: &LmInputs,
+) -> Result<TensorId, PluginError> {
+    let [n, s, rows, _] = g.ne(x);
+    let p =
+        m.hp.ple
+            .as_ref()
+            .ok_or_else(|| PluginError::invalid("PLE weights without keys"))?;
+    let table =
+        m.w.ple_table
+            .as_ref()
+            .ok_or_else(|| PluginError::invalid("PLE weights without the table"))?;
+    let table = g.w(table)?;
+    let ids = g.reshape(ids, [u64::from(p.n_heads()) * rows, 1, 1, 1])?;
+    let emb = g.get_rows("ple_rows", table, ids)?;
+    let emb = g.reshape(emb, [n, rows, 1, 1])?;
+    let wk = g.w(&w.key)?;
+    let key = g.matmul("ple_key", wk, emb)?;
+    let kn = grouped_norm(m, g, "ple_key_norm", key, &w.norm_key)?;
+    let wv = g.w(&w.value)?;
+    let value = g.matmul("ple_value", wv, emb)?;
+    let qn = grouped_norm(m, g, "ple_query_norm", x, &w.norm_query)?;
+    let kn = g.reshape(kn, [n, s, rows, 1])?;
+    let qn = g.reshape(qn, [n, s, rows, 1])?;
+    let gate = g.op(
+        "ple_gate",
+        Op::GroupDotGate {
+            scale: 1.0 / (n as f32).sqrt(),
+            floor: 1e-6,
+        },
+        &[kn, qn],
+        DType::F32,
+        [s, rows, 1, 1],
+    )?;
+    // gate_j·value exactly: the identity update of zero streams.
+    let zeros = g.scale("ple_zeros", x, 0.0)?;
+    let gv = combine(g, zeros, gate, value, "ple_gated_value")?;
+    let gvn = grouped_norm(m, g, "ple_conv_norm", gv, &w.norm_conv)?;
+    let wc = g.w(&w.conv)?;
+    let cs = g.state(conv_state, "ple_conv_state");
+    let conv = g.op(
+        "ple_conv",
+        Op::ConvCausal {
+            taps: p.conv_kernel,
+            dilation: p.ngram_size,
+        },
+        &[gvn, wc, cs, inp.slots, inp.positions],
+        DType::F32,
+        [n * s, rows, 1, 1],
+    )?;
+    let conv = unary(g, "ple_conv_silu", conv, UnaryFn::Silu)?;
+    let gv = g.reshape(gv, [n * s, rows, 1, 1])?;
+    let out = g.add("ple_out", gv, conv)?;
+    let xf = g.reshape(x, [n * s, rows, 1, 1])?;
+    let x = g.add("ple_residual", xf, out)?;
+    g.reshape(x, [n, s, rows, 1])
+}
+
+/// A Gated DeltaNet layer of the mixed input `x` `[n, rows]`, output gate `RmsNorm(o)·ssm_norm·
+/// σ(z)` (Qwen3.5's is SiLU).
+fn delta_net(
+    m: &Model<'_>,
+    g: &mut GraphBuilder,
+    d: &DeltaNet,
+    (conv_state, ssm_state): (u32, u32),
+    x: TensorId,
+    inp: &LmInputs,
+) -> Result<TensorId, PluginError> {
+    let hp = m.hp;
+    let s = hp.gdn;
+    let rows = g.ne(x)[1];
+    let dh = u64::from(s.head_dim);
+    let (hk, hv) = (u64::from(s.n_head_k), u64::from(s.n_head_v));
+    let ch = s.conv_channels();
+    let wqkv = g.w(&d.wqkv)?;
+    let qkv = g.matmul("linear_attn_qkv_mixed", wqkv, x)?;
+    let wgate = g.w(&d.wgate)?;
+    let z = g.matmul("z", wgate, x)?;
+    let wbeta = g.w(&d.beta)?;
+    let beta = g.matmul("beta", wbeta, x)?;
+    let walpha = g.w(&d.alpha)?;
+    let alpha = g.matmul("alpha", walpha, x)?;
+    let beta = unary(g, "beta_sigmoid", beta, UnaryFn::Sigmoid)?;
+    let dt = g.w(&d.dt_bias)?;
+    let alpha = g.add("alpha_biased", alpha, dt)?;
+    let alpha = unary(g, "a_softplus", alpha, UnaryFn::Softplus)?;
+    let a = g.w(&d.a)?;
+    let gate = g.mul("gate", alpha, a)?;
+    let wconv = g.w(&d.conv)?;
+    let cs = g.state(conv_state, "conv_state");
+    let conv = g.op(
+        "conv_output_raw",
+        Op::ConvCausal {
+            taps: s.taps,
+            dilation: 1,
+        },
+        &[qkv, wconv, cs, inp.slots, inp.positions],
+        DType::F32,
+        [ch, rows, 1, 1],
+    )?;
+    let conv = unary(g, "conv_output_silu", conv, UnaryFn::Silu)?;
+    let l2 = Op::L2Norm { eps: hp.lm.eps };
+    let q = slice(g, "q_conv", conv, [dh, hk, rows, 1], (dh, ch), 0)?;
+    let q = g.op("q_conv_norm", l2, &[q], DType::F32, [dh, hk, rows, 1])?;
+    let k = slice(g, "k_conv", conv, [dh, hk, rows, 1], (dh, ch), dh * hk)?;
+    let k = g.op("k_conv_norm", l2, &[k], DType::F32, [dh, hk, rows, 1])?;
+    let v = slice(g, "v_conv", conv, [dh, hv, rows, 1], (dh, ch), 2 * dh * hk)?;
+    let ss = g.state(ssm_state, "ssm_state");
+    let params = DeltaRuleParams {
+        n_head_k: s.n_head_k,
+        n_head_v: s.n_head_v,
+        dk: s.head_dim,
+        dv: s.head_dim,
+        scale: 1.0 / (s.head_dim as f32).sqrt(),
+        per_dim_gate: false,
+        beta_scale: 1.0,
+    };
+    let o = g.op(
+        "delta_out",
+        Op::DeltaRule(params),
+        &[q, k, v, gate, beta, ss, inp.slots, inp.positions],
+        DType::F32,
+        [dh, hv, rows, 1],
+    )?;
+    let nw = g.w(&d.norm)?;
+    let o = g.rms_norm("attn_out_norm", o, Some(nw), hp.lm.eps)?;
+    let z = g.reshape(z, [dh, hv, rows, 1])?;
+    let z = unary(g, "z_sigmoid", z, UnaryFn::Sigmoid)?;
+    let o = g.mul("attn_out_gated", o, z)?;
+    let o = g.reshape(o, [dh * hv, rows, 1, 1])?;
+    let wout = g.w(&d.out)?;
+    g.matmul("linear_attn_out", wout, o)
+}
+
+/// The QSA block selection of the mixed input `x`: the cache positions each row attends, i32
+/// `[n_sel, rows]` (`KPoolSelect` with [`KPoolMode::MeanNormRope`]).
+fn qsa_select(
+    m: &Model<'_>,
+    g: &mut GraphBuilder,
+    ix: &Indexer,
+    cache: u32,
+    x: TensorId,
+    inp: &LmInputs,
+) -> Result<TensorId, PluginError> {
+    let hp = m.hp;
+    let q = hp.qsa;
+    let rows = g.ne(x)[1];
+    let (nh, dh) = (u64::from(q.n_head), u64::from(q.head_dim));
+    let wq = g.w(&ix.q_proj)?;
+    let iq = g.matmul("indexer_q", wq, x)?;
+    let iq = g.reshape(iq, [dh, nh, rows, 1])?;
+    let qn = g.w(&ix.q_norm)?;
+    let iq = g.rms_norm("indexer_q_norm", iq, Some(qn), hp.lm.eps)?;
+    let iq = g.op(
+        "indexer_q_rope",
+        Op::Rope(hp.rope),
+        &[iq, inp.positions],
+        DType::F32,
+        [dh, nh, rows, 1],
+    )?;
+    // The raw key, then room for the pooled key the selection writes into a block's last row.
+    let wk = g.w(&ix.k_proj)?;
+    let k = g.matmul("indexer_k", wk, x)?;
+    let zeros = g.scale("indexer_pool_zero", k, 0.0)?;
+    let row = g.op(
+        "indexer_row",
+        Op::Concat,
+        &[k, zeros],
+        DType::F32,
+        [2 * dh, rows, 1, 1],
+    )?;
+    let c = g.state(cache, "cache_indexer");
+    g.op_into(
+        Op::CacheStore { rot: 0 },
+        &[row, c, inp.slots, inp.positions],
+        c,
+    )?;
+    let params = KPoolParams {
+        n_head: q.n_head,
+        head_dim: q.head_dim,
+        kpool: q.ratio,
+        n_top: q.n_blocks(),
+        tail: true,
+        mode: KPoolMode::MeanNormRope {
+            eps: hp.lm.eps,
+            rope: hp.rope,
+            scale: 1.0 / (q.head_dim as f32).sqrt(),
+        },
+    };
+    let n_sel = u64::from(q.ratio) * u64::from(q.n_blocks()) + u64::from(q.ratio) - 1;
+    let kn = g.w(&ix.k_norm)?;
+    g.op(
+        "indexer_sel_idx",
+        Op::KPoolSelect(params),
+        &[iq, kn, c, inp.slots, inp.positions],
+        DType::I32,
+        [n_sel, rows, 1, 1],
+    )
+}
+
+/// Gated GQA of the mixed input `x` over the QSA selection: each head's query and output gate
+/// from `attn_q`, QK-norm, IMROPE, `σ(gate)` on the output.
+fn attention(
+    m: &Model<'_>,
+    g: &mut GraphBuilder,
+    (a, ix): (&AttentionWeights, &Indexer),
+    (k_cache, v_cache, indexer): (u32, u32, u32),
+    x: TensorId,
+    inp: &LmInputs,
+) -> Result<TensorId, PluginError> {
+    let hp = m.hp;
+    let rows = g.ne(x)[1];
+    let at = hp.lm.attn;
+    let (hd, nh, nkv) = (
+        u64::from(at.head_dim),
+        u64::from(at.n_head),
+        u64::from(at.n_head_kv),
+    );
+    let sel = qsa_select(m, g, ix, indexer, x, inp)?;
+    let wq = g.w(&a.wq)?;
+    let q_full = g.matmul("Qcur_full", wq, x)?;
+    let strides = (2 * hd, 2 * hd * nh);
+    let q = slice(g, "Qcur", q_full, [hd, nh, rows, 1], strides, 0)?;
+    let gate = slice(g, "gate", q_full, [hd, nh, rows, 1], strides, hd)?;
+    let wk = g.w(&a.wk)?;
+    let k = g.matmul("Kcur", wk, x)?;
+    let k = g.reshape(k, [hd, nkv, rows, 1])?;
+    let wv = g.w(&a.wv)?;
+    let v = g.matmul("Vcur", wv, x)?;
+    let rope = Op::Rope(hp.rope);
+    let qn = g.w(&a.q_norm)?;
+    let q = g.rms_norm("Qcur_normed", q, Some(qn), hp.lm.eps)?;
+    let q = g.op(
+        "Qcur_rope",
+        rope,
+        &[q, inp.positions],
+        DType::F32,
+        [hd, nh, rows, 1],
+    )?;
+    let kn = g.w(&a.k_norm)?;
+    let k = g.rms_norm("Kcur_normed", k, Some(kn), hp.lm.eps)?;
+    let k = g.op(
+        "Kcur_rope",
+        rope,
+        &[k, inp.positions],
+        DType::F32,
+        [hd, nkv, rows, 1],
+    )?;
+    let k = g.reshape(k, [hd * nkv, rows, 1, 1])?;
+    let kc = g.state(k_cache, "cache_k");
+    let vc = g.state(v_cache, "cache_v");
+    let mut params = at.gqa();
+    params.selected = true;
+    let (kst, vst) = (
+        Op::CacheStore { rot: params.rot_k },
+        Op::CacheStore { rot: params.rot_v },
+    );
+    g.op_into(kst, &[k, kc, inp.slots, inp.positions], kc)?;
+    g.op_into(vst, &[v, vc, inp.slots, inp.positions], vc)?;
+    let o = g.op(
+        "attn_pregate",
+        Op::Attention(params),
+        &[q, kc, vc, inp.slots, inp.positions, sel],
+        DType::F32,
+        [hd, nh, rows, 1],
+    )?;
+    let o = g.reshape(o, [hd * nh, rows, 1, 1])?;
+    let gate = g.reshape(gate, [hd * nh, rows, 1, 1])?;
+    let gate = unary(g, "gate_sigmoid", gate, UnaryFn::Sigmoid)?;
+    let o = g.mul("attn_gated", o, gate)?;
+    let wo = g.w(&a.wo)?;
+    g.matmul("attn_output", wo, o)
+}
+
+/// The routed experts (softmax, top-k, renormalised) plus the shared expert gated by
+/// `σ(ffn_gate_inp_shexp · x)`, of the mixed input `x`.
+fn moe(m: &Model<'_>, g: &mut GraphBuilder, f: &Moe, x: TensorId) -> Result<TensorId, PluginError> {
+    let e = m.hp.experts;
+    let route = RouterParams::softmax_renorm(e.n_expert, e.n_expert_used, e.weights_scale);
+    let blk = f.experts.block(route, GluKind::SwiGlu);
+    // The shared expert between the routing and the routed experts: with those on the host it
+    // runs on the card meanwhile.
+    let route = g.moe_route(&blk, x)?;
+    let sh = g.glu_ffn("ffn_shexp_", &f.shared, GluKind::SwiGlu, x)?;
+    let out = g.moe_experts(&blk, x, route)?;
+    let sgw = g.w(&f.shared_gate)?;
+    let sg = g.matmul("shared_expert_gate", sgw, x)?;
+    let sg = unary(g, "shared_expert_gate_sigmoid", sg, UnaryFn::Sigmoid)?;
+    let sh = g.mul("ffn_shexp_gated", sh, sg)?;
+    g.add("ffn_out", out, sh)
+}
+
+/// Layer `il` of the streams `x` `[n, s, rows]`.
+fn layer(
+    m: &Model<'_>,
+    g: &mut GraphBuilder,
+    (il, l): (u32, &Layer),
+    x: TensorId,
+    (inp, ngram): (&LmInputs, Option<TensorId>),
+) -> Result<TensorId, PluginError> {
+    let state = m.state.get(il as usize).copied().flatten();
+    let mut x = x;
+    if let Some(pw) = &l.ple {
+        let (
+            Some(LayerState::Gdn {
+                ple_conv: Some(cs), ..
+            }),
+            Some(ids),
+        ) = (state, ngram)
+        else {
+            return Err(PluginError::invalid(format!(
+                "layer {il}: PLE weights without their state or row ids"
+            )));
+        };
+        x = ple(m, g, pw, cs, (x, ids), inp)?;
+    }
+    let (cur, inject) = mix(m, g, &l.hc_attn, x, "hc_attn")?;
+    let cur = match (&l.mixer, state) {
+        (Mixer::Gdn(d), Some(LayerState::Gdn { conv, ssm, .. })) => {
+            delta_net(m, g, d, (conv, ssm), cur, inp)?
+        }
+        (Mixer::Qsa(a, ix), Some(LayerState::Qsa { k, v, indexer })) => {
+            attention(m, g, (a, ix), (k, v, indexer), cur, inp)?
+        }
+        _ => {
+            return Err(PluginError::invalid(format!(
+                "layer {il}: weights and state disagree"
+            )))
+        }
+    };
+    let inject = inject.ok_or_else(|| PluginError::invalid("a layer mixer without inject"))?;
+    let x = combine(g, x, inject, cur, "hc_attn_post")?;
+    let (cur, inject) = mix(m, g, &l.hc_ffn, x, "hc_ffn")?;
+    let cur = moe(m, g, &l.moe, cur)?;
+    let inject = inject.ok_or_else(|| PluginError::invalid("a layer mixer without inject"))?;
+    combine(g, x, inject, cur, "l_out")
+}
+
+/// Builds the trunk's graph for `shape`: `logits` `[n_vocab, n_outputs]` of the wanted rows, the
+/// final mixer's output before the head named [`FINAL_NORM`].
+pub fn build(m: &Model<'_>, shape: BatchShape) -> Result<Graph, PluginError> {
+    let hp = m.hp;
+    let final_mixer = m.w.output_hc.as_ref().ok_or_else(|| {
+        PluginError::unsupported("the qwen4exp trunk graph of an MTP-only file", &[])
+    })?;
+    let mut g = GraphBuilder::new();
+    let inp = g.lm_inputs(shape.n_rows, shape.n_outputs)?;
+    let rows = u64::from(shape.n_rows);
+    let ngram = match &hp.ple {
+        Some(p) => Some(g.input(BatchInput::NgramRows, [u64::from(p.n_heads()), rows, 1, 1])?),
+        None => None,
+    };
+    let (n, s) = (u64::from(hp.lm.n_embd), u64::from(hp.hc.n_stream));
+    let table = g.w(&m.w.tok_embd)?;
+    let emb = g.get_rows("inp_embd", table, inp.tokens)?;
+    let mut x = emb;
+    for j in 2..=s {
+        x = g.op(
+            "hc_init",
+            Op::Concat,
+            &[x, emb],
+            DType::F32,
+            [j * n, rows, 1, 1],
+        )?;
+    }
+    let mut x = g.reshape(x, [n, s, rows, 1])?;
+    for (il, l) in m.w.layers.iter().enumerate() {
+        g.set_layer(il as i32);
+        x = layer(m, &mut g, (il as u32, l), x, (&inp, ngram))?;
+    }
+    g.set_layer(-1);
+    let flat = g.reshape(x, [n * s, rows, 1, 1])?;
+    let flat = g.select_outputs(flat, &inp)?;
+    let n_out = g.ne(flat)[1];
+    let x = g.reshape(flat, [n, s, n_out, 1])?;
+    let (mixed, _) = mix(m, &mut g, final_mixer, x, "output_hc")?;
+    let hidden = g.op(FINAL_NORM, Op::Copy, &[mixed], DType::F32, [n, n_out, 1, 1])?;
+    let head = g.w(&m.w.output)?;
+    let logits = g.matmul("result_output", head, hidden)?;
+    g.output("logits", logits);
+    Ok(g.finish())
+}
