@@ -98,6 +98,16 @@ pub struct AttentionParams {
     /// With a quantized V cache, each head's output is rotated back in chunks of this many
     /// values (the `rot` the values were stored with); 0 = none. Ignored for f32/f16 V caches.
     pub rot_v: u32,
+    /// DeepSeek-V4's second key source: an extra f32 source, a compressed-row cache `[dk·n_head_kv,
+    /// len, n_slots]` holding one row per `comp` positions (row `j` at `j`, written by
+    /// [`Op::Compress`]); 0 = none. A row at position `p` also sees the compressed rows
+    /// `j < (p + 1) div comp`, in the same softmax as the cache's positions (and the sink). Needs
+    /// `v_from_k` (the values are the first `dv` dims of each compressed row).
+    pub comp: u32,
+    /// With `comp`: a last i32 `[n_list, rows]` source (as [`Op::CompSelect`] writes it) lists
+    /// the compressed rows each row reads; −1 entries and rows not yet visible are skipped, a row
+    /// listed twice counts once.
+    pub comp_selected: bool,
 }
 
 /// The Walsh-Hadamard chunk llama.cpp rotates keys (and queries) by before a quantized K cache
@@ -143,6 +153,8 @@ impl AttentionParams {
             selected: false,
             rot_k: kv_rotation_k(head_dim),
             rot_v: kv_rotation_v(head_dim),
+            comp: 0,
+            comp_selected: false,
         }
     }
 }
@@ -420,7 +432,7 @@ pub enum Op {
         rot: u32,
     },
     /// Causal attention over a cache: srcs `[q [dk, n_head, rows], k_cache, v_cache, slots,
-    /// positions, sinks?, selected?]` → `[dv, n_head, rows]`.
+    /// positions, sinks?, selected?, comp_cache?, comp_ids?]` → `[dv, n_head, rows]`.
     Attention(AttentionParams),
     /// Dense attention between graph tensors (decision heads, cross-attention): srcs `[q [dk,
     /// n_head, n_q], k [dk, n_head_kv, n_k], v [dv, n_head_kv, n_k]]` → `[dv, n_head, n_q]`.
