@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Golden cases of the ops DeepSeek-V4's forward pass adds to the ABI (issue 49), computed by
 transformers 5.24's own `deepseek_v4` modules (nothing re-derived here), as a JSON golden for
-bloomery's Rope (dimension offset, inverse), GetRows of an i32 table, Compress and CompSelect.
+bloomery's Rope (dimension offset, inverse), GetRows of an i32 table, Compress, CompSelect and
+Attention with compressed rows.
 
 The widths are the tiny file's (`make_deepseek4_tiny.py`): hidden 64, heads of 128 with a 16-dim
 rope tail, indexer 16 heads of 64, q_lora 32, θ 1e4 (main) and 1.6e5 with YaRN ×16 from 65,536
@@ -17,6 +18,11 @@ rope tail, indexer 16 heads of 64, q_lora 32, θ 1e4 (main) and 1.6e5 with YaRN 
   `position_bias` that bloomery's op takes as inputs. The CSA case also gives its indexer's
   compressed keys, roped queries `q_I` (inputs), weights `weights_proj(x)` (input, before the
   scaling), the scores of `DeepseekV4IndexerScorer` and the top-k ids the indexer returns.
+* `attention`: `DeepseekV4Attention` (eager) of a CSA layer (150 rows) and an HCA layer (300 rows)
+  called as `DeepseekV4Model` calls it (its rotary embedding and sliding-window mask, no cache):
+  the roped queries, the window rows and compressed rows, the sinks, the compressed rows' mask
+  and the output, as `eager_attention_forward` receives and returns them (before the inverse
+  rope), kept for some query rows only.
 
 Tensors are written flat in torch's memory order, which is ggml's (`[rows, H, d]` is bloomery's
 `[d, H, rows]`). Floats are written with 9 significant digits (they read back as the same f32).
@@ -140,6 +146,47 @@ def compress_case(layer_type, rows, g):
     return case
 
 
+def attention_case(layer_type, rows, kept, g):
+    """`DeepseekV4Attention` (eager) of a compressed layer on random hidden states, called as
+    `DeepseekV4Model` calls it (its rope and sliding-window mask): what the core attention
+    receives and returns (recorded around `eager_attention_forward`), and the compressed rows'
+    visibility (the block bias, −inf or 0 per query row and compressed row), for the query rows
+    at positions `kept` only (the golden's size)."""
+    from transformers.masking_utils import create_sliding_window_causal_mask
+    cfg = config([layer_type])
+    cfg._attn_implementation = "eager"
+    attn = m.DeepseekV4Attention(cfg, 0).float().eval()
+    randomize(attn, g, 0.3)
+    emb = m.DeepseekV4RotaryEmbedding(cfg)
+    x = torch.randn((1, rows, N), generator=g)
+    pos = torch.arange(rows).unsqueeze(0)
+    mask = create_sliding_window_causal_mask(config=cfg, inputs_embeds=x, attention_mask=None,
+                                             cache=None, position_ids=pos)
+    pe = {k: emb(x, position_ids=pos, layer_type=k) for k in ("main", "compress")}
+    seen = {}
+    eager = m.eager_attention_forward
+
+    def record(module, query, key, value, attention_mask, **kwargs):
+        out, w = eager(module, query, key, value, attention_mask, **kwargs)
+        seen.update(q=query, k=key, mask=attention_mask, out=out)
+        return out, w
+
+    m.eager_attention_forward = record
+    try:
+        with torch.no_grad():
+            attn(x, pe, pos, mask, None)
+    finally:
+        m.eager_attention_forward = eager
+    k = seen["k"][0, 0]  # [rows + T, d]: the window rows (all rows, no cache) then the compressed
+    n_comp = k.shape[0] - rows
+    comp_mask = seen["mask"][0, 0, kept, rows:]  # [kept, T]
+    return {"layer_type": layer_type, "rows": rows, "window": cfg.sliding_window, "kept": kept,
+            "n_compressed": n_comp, "q": flat(seen["q"].transpose(1, 2)[0, kept]),
+            "kv": flat(k[:rows]), "compressed": flat(k[rows:]), "sinks": flat(attn.sinks),
+            "comp_visible": ints((comp_mask == 0).to(torch.int32)),
+            "out": flat(seen["out"][0, kept]), "scale": attn.scaling}
+
+
 def ranking_margin(scores, ratio, top_k):
     """The least gap, relative to the row's best score, between neighbours among each row's
     `top_k + 1` best visible rows: the ids are compared exactly, so near ties are refused."""
@@ -164,6 +211,10 @@ def main():
         "hash": hash_case(cfg, g),
         "compress": [compress_case("compressed_sparse_attention", 37, g),
                      compress_case("heavily_compressed_attention", 300, g)],
+        "attention": [attention_case("compressed_sparse_attention", 150,
+                                     [0, 1, 3, 4, 7, 8, 35, 36, 100, 127, 128, 129, 149], g),
+                      attention_case("heavily_compressed_attention", 300,
+                                     [0, 126, 127, 128, 129, 200, 254, 255, 256, 299], g)],
     }
     with open(sys.argv[1], "w") as f:
         json.dump(golden, f)

@@ -779,6 +779,44 @@ fn attention(
     } else {
         None
     };
+    let comp = if p.comp > 0 {
+        let at = 5 + usize::from(p.sinks) + usize::from(p.selected);
+        let t = src(c, at, "Attention")?;
+        if t.ne[0] != u64::from(p.dk * p.n_head_kv) || t.ne[2] != kc.ne[2] || t.ne[3] != 1 {
+            return Err(PluginError::invalid(format!(
+                "Attention compressed rows {:?} beside a cache {:?}",
+                t.ne, kc.ne
+            )));
+        }
+        let selected = if p.comp_selected {
+            let ids = src(c, at + 1, "Attention")?;
+            if ids.rows() != slots.len() as u64 {
+                return Err(PluginError::invalid(format!(
+                    "Attention compressed-row lists {:?} for {} rows (want i32 [n, rows])",
+                    ids.ne,
+                    slots.len()
+                )));
+            }
+            Some(ops::attention_select::Selection {
+                ids: i32s(buf, ids, "comp_ids")?,
+                n_sel: usz(ids.ne[0]),
+            })
+        } else {
+            None
+        };
+        Some(ops::attention::CompRows {
+            cache: f32s(buf, t, "comp")?,
+            len: usz(t.ne[1]),
+            ratio: p.comp as usize,
+            selected,
+        })
+    } else if p.comp_selected {
+        return Err(PluginError::invalid(
+            "Attention: comp_selected without compressed rows (comp 0)",
+        ));
+    } else {
+        None
+    };
     let params = ops::attention::AttentionParams {
         n_head: p.n_head as usize,
         n_head_kv: p.n_head_kv as usize,
@@ -794,6 +832,7 @@ fn attention(
         rot_v: p.rot_v as usize,
         v_from_k: p.v_from_k,
         selected,
+        comp,
     };
     let (kcache, vcache) = (kv(buf, kc)?, kv(buf, vc)?);
     let out = f32s_mut(buf, &c.dst, "Attention dst")?;

@@ -369,3 +369,98 @@ fn the_indexer_picks_the_rows_transformers_picks() {
         assert_eq!(got[r * k..(r + 1) * k], want[r * k..(r + 1) * k], "row {r}");
     }
 }
+
+/// One attention golden's caches, in slot 1 of two (slot 0 garbage): the window rows in a cache
+/// of `len` rows per slot holding positions `lo..=hi` at `position % len`, and the compressed rows.
+fn attention_caches(t: &Session, c: &Value, d: u64, len: u64, lo: u64, hi: u64) -> [TensorRef; 2] {
+    let kv = floats(&c["kv"]);
+    let mut cache = vec![f32::NAN; (2 * d * len) as usize];
+    for q in lo..=hi {
+        let at = ((len + q % len) * d) as usize;
+        cache[at..at + d as usize].copy_from_slice(&kv[(q * d) as usize..((q + 1) * d) as usize]);
+    }
+    let n_comp = num(c, "n_compressed");
+    let mut comp = vec![7.0; (d * n_comp) as usize];
+    comp.extend(floats(&c["compressed"]));
+    [
+        t.f32s([d, len, 2, 1], &cache),
+        t.f32s([d, n_comp, 2, 1], &comp),
+    ]
+}
+
+#[test]
+fn two_source_attention_matches_transformers() {
+    let g = golden();
+    let (h, d, top_k) = (num(&g, "n_head"), num(&g, "head_dim"), num(&g, "top_k"));
+    for c in g["attention"].as_array().unwrap() {
+        let name = c["layer_type"].as_str().unwrap();
+        let (rows, window, n_comp) = (num(c, "rows"), num(c, "window"), num(c, "n_compressed"));
+        let kept: Vec<i32> = ints(&c["kept"]);
+        let n = kept.len();
+        let selected = name == "compressed_sparse_attention";
+        let ratio = if selected { 4 } else { 128 };
+        let p = bloomery_plugin_api::op::AttentionParams {
+            v_from_k: true,
+            sinks: true,
+            window: window as u32,
+            scale: c["scale"].as_f64().unwrap() as f32,
+            comp: ratio,
+            comp_selected: selected,
+            ..bloomery_plugin_api::op::AttentionParams::gqa(h as u32, 1, d as u32)
+        };
+        // The indexer's picks as the mask shows them (for the CSA layer), listed from the highest
+        // row down and padded with −1, as CompSelect lists them in its own order.
+        let visible = ints(&c["comp_visible"]);
+        let lists: Vec<i32> = (0..n)
+            .flat_map(|i| {
+                let row = &visible[i * n_comp as usize..(i + 1) * n_comp as usize];
+                let mut l: Vec<i32> = (0..n_comp as i32)
+                    .rev()
+                    .filter(|&j| row[j as usize] == 1)
+                    .collect();
+                assert!(l.len() <= top_k as usize, "row {i}: {} picks", l.len());
+                l.resize(top_k as usize, -1);
+                l
+            })
+            .collect();
+        let want = floats(&c["out"]);
+        let row_len = (d * h) as usize;
+        let q = floats(&c["q"]);
+        let run = |t: &Session, caches: &[TensorRef; 2], rs: std::ops::Range<usize>| {
+            let m = rs.len() as u64;
+            let mut srcs = vec![
+                t.f32s([d, h, m, 1], &q[rs.start * row_len..rs.end * row_len]),
+                caches[0],
+                caches[0],
+                t.i32s([m, 1, 1, 1], &vec![1; m as usize]),
+                t.i32s([m, 1, 1, 1], &kept[rs.clone()]),
+                t.f32s([h, 1, 1, 1], &floats(&c["sinks"])),
+                caches[1],
+            ];
+            if selected {
+                let l = &lists[rs.start * top_k as usize..rs.end * top_k as usize];
+                srcs.push(t.i32s([top_k, m, 1, 1], l));
+            }
+            let out = t.run(Op::Attention(p), &srcs, DType::F32, [d, h, m, 1]);
+            t.read(&out)
+        };
+        // All kept rows in one call over a cache holding every position.
+        let t = Session::new();
+        let full = attention_caches(&t, c, d, rows, 0, rows - 1);
+        check(
+            &format!("{name}, one call"),
+            &run(&t, &full, 0..n),
+            &want,
+            1e-6,
+        );
+        // Each row alone over a ring of `window` rows holding only its window.
+        for i in 0..n {
+            let t = Session::new();
+            let pos = kept[i] as u64;
+            let ring = attention_caches(&t, c, d, window, (pos + 1).saturating_sub(window), pos);
+            let got = run(&t, &ring, i..i + 1);
+            let what = format!("{name}, position {pos} over the ring");
+            check(&what, &got, &want[i * row_len..(i + 1) * row_len], 1e-6);
+        }
+    }
+}
