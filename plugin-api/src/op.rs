@@ -106,7 +106,8 @@ pub struct AttentionParams {
     pub comp: u32,
     /// With `comp`: a last i32 `[n_list, rows]` source (as [`Op::CompSelect`] writes it) lists
     /// the compressed rows each row reads; −1 entries and rows not yet visible are skipped, a row
-    /// listed twice counts once.
+    /// listed twice counts once. (With `sinks` that makes 8 sources, the most a call carries,
+    /// so it cannot join `selected`.)
     pub comp_selected: bool,
 }
 

@@ -11,19 +11,20 @@
 //! This crate reads and checks the hyperparameters ([`hparams`], [`layers`]), declares every
 //! weight ([`weights`]) and the state as far as the ABI allows ([`state`]), and offers `synth`
 //! presets ([`synth`]). The graph is not built yet: [`ModelInstance::build_graph`] refuses by
-//! name, because the ABI lacks ops it needs. The forward pass, which ops fit and the exact
-//! semantics of each missing one are in `docs/deepseek4-plan.md`; the missing ones are:
+//! name. The forward pass and the ops it maps to are in `docs/deepseek4-plan.md`. ABI 13 added
+//! the ops it lacked, with CPU kernels checked against transformers 5.24's `deepseek_v4`
+//! modules (`kernels/cpu/tests/deepseek4_ops.rs`; the CUDA bundles refuse them by name):
 //!
-//! 1. a rope dimension offset (`RopeParams` rotates the first `n_dims` of a head; V4 rotates
-//!    the last `rope.dimension_count`), for the queries, the latent rows, the compressed rows,
-//!    the indexer queries and the output's inverse rope;
-//! 2. two-source attention: one softmax over the window ring and the compressed rows (all
-//!    visible ones, or the indexer's picks);
-//! 3. the compressor (a softmax-gated sum of each window's rows per dimension, overlapping
-//!    series on ratio 4, then norm and rope at the row's first position);
-//! 4. the indexer over compressed rows (`Σ_h w_h·relu(q_h·k_j)`, top-k of the visible rows);
-//! 5. integer gathers: `GetRows` of the I32 `ffn_gate_tid2eid` giving I32 expert ids;
-//! 6. the host honouring a state's `window` (the ring; [`state`]).
+//! 1. the rope dimension offset (`RopeParams::offset`; V4 rotates the last
+//!    `rope.dimension_count` dims), and the inverse rope on the CPU;
+//! 2. two-source attention (`AttentionParams::comp`, `comp_selected`): one softmax over the
+//!    window ring and the compressed rows (all visible ones, or the indexer's picks);
+//! 3. the compressor (`Op::Compress`);
+//! 4. the indexer over compressed rows (`Op::CompSelect`);
+//! 5. integer gathers: `GetRows` of the I32 `ffn_gate_tid2eid` gives I32 expert ids.
+//!
+//! Still missing: the graph itself, and the host honouring a state's `window` (the ring;
+//! [`state`]; until it does, the ring can be declared over the whole context).
 //!
 //! MTP blocks (`nextn_predict_layers` with their tensors) are refused by name by the loader.
 
@@ -44,11 +45,12 @@ use hparams::{HParams, ARCH};
 use state::LayerState;
 use weights::Weights;
 
-/// The ops the graph needs that the ABI lacks (the crate docs and docs/deepseek4-plan.md say
-/// what each computes).
-pub const MISSING_OPS: &str = "the rope dimension offset, two-source attention (window ring + \
-     compressed rows), the compressor, the indexer over compressed rows, I32 GetRows for the \
-     hash routing table, and the host honouring state windows";
+/// What the graph still waits for (the crate docs and docs/deepseek4-plan.md say what each op
+/// computes).
+pub const MISSING_OPS: &str = "the graph itself over ABI 13's ops (the rope dimension offset, \
+     two-source attention (window ring + compressed rows), the compressor, the indexer over \
+     compressed rows, I32 GetRows for the hash routing table; CPU kernels only), and the host \
+     honouring state windows";
 
 /// A loaded DeepSeek-V4-Flash file.
 pub struct Deepseek4 {
@@ -107,8 +109,8 @@ impl ModelInstance for Deepseek4 {
     fn build_graph(&self, shape: BatchShape) -> RResult<Graph, PluginError> {
         RResult::RErr(PluginError::unsupported(
             format!(
-                "the deepseek4 {:?} graph: the ABI lacks {MISSING_OPS} (crate docs, \
-                 docs/deepseek4-plan.md)",
+                "the deepseek4 {:?} graph is not built yet: it waits for {MISSING_OPS} \
+                 (crate docs, docs/deepseek4-plan.md)",
                 shape.kind
             ),
             &[],
