@@ -70,7 +70,8 @@ pub struct CompressInputs<'a> {
 /// n_slots]`, row `j` at `j`), and then each row's `[kv | score]` into `raw` (`[2·series_width,
 /// len_raw, n_slots]`, at `position % len_raw`). See the ABI's `Op::Compress` for the formula.
 /// Positions of the window(s) a completed row reads that are not rows of this call (of the same
-/// slot, positions consecutive) are read from `raw`.
+/// slot, positions consecutive) are read from `raw`. A bad slot, position or a completed row
+/// beyond `len_comp` is refused before anything is written.
 pub fn compress(
     x: &CompressInputs<'_>,
     s: &CompressShape,
@@ -121,6 +122,16 @@ pub fn compress(
                 bound: usize::MAX,
             });
         }
+        // Every completed row must fit the cache before any is written.
+        let p = p as usize;
+        if (p + 1).is_multiple_of(s.ratio) && p / s.ratio >= s.len_comp {
+            return Err(OpError::Index {
+                op: OP,
+                what: "compressed row",
+                index: (p / s.ratio) as i64,
+                bound: s.len_comp,
+            });
+        }
     }
     let mut pooled = vec![0.0f32; w];
     for r in 0..rows {
@@ -129,14 +140,6 @@ pub fn compress(
             continue;
         }
         let j = p / s.ratio;
-        if j >= s.len_comp {
-            return Err(OpError::Index {
-                op: OP,
-                what: "compressed row",
-                index: j as i64,
-                bound: s.len_comp,
-            });
-        }
         let slot = x.slots[r] as usize;
         // The slots of the row: (position, offset into the series, bias row).
         let first = j * s.ratio;
@@ -296,4 +299,39 @@ pub fn comp_select(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::rope::RopeMode;
+
+    /// A row beyond the compressed cache is refused before the rows before it are written.
+    #[test]
+    fn a_row_beyond_the_cache_is_refused_before_any_write() {
+        let s = CompressShape {
+            ratio: 2,
+            overlap: false,
+            width: 2,
+            len_raw: 4,
+            len_comp: 1,
+            n_slots: 1,
+        };
+        let rows = 4;
+        let kv = vec![1.0; 2 * rows];
+        let x = CompressInputs {
+            kv: &kv,
+            score: &kv,
+            ape: &[0.0; 4],
+            norm: &[1.0; 2],
+            slots: &[0; 4],
+            positions: &[0, 1, 2, 3],
+            eps: 1e-6,
+            rope: RopeParams::plain(RopeMode::Norm, 2, 1e4),
+        };
+        let (mut raw, mut comp) = (vec![9.0; 4 * 4], vec![9.0; 2]);
+        let e = compress(&x, &s, &mut raw, &mut comp).unwrap_err();
+        assert!(e.to_string().contains("compressed row 1"), "{e}");
+        assert!(comp.iter().chain(&raw).all(|&v| v == 9.0));
+    }
 }
