@@ -464,3 +464,57 @@ fn two_source_attention_matches_transformers() {
         }
     }
 }
+
+/// The caches Compress writes in place may not overlap its other tensors: a raw state that is
+/// the compressed cache, or a compressed cache that is an input, is refused by name.
+#[test]
+fn compress_refuses_overlapping_caches() {
+    let t = Session::new();
+    let (w, r) = (4u64, 2u64);
+    let p = CompressParams {
+        ratio: r as u32,
+        overlap: false,
+        width: w as u32,
+        eps: 1e-6,
+        rope: RopeParams {
+            n_dims: 2,
+            offset: 2,
+            ..model_rope(&golden(), "main", 16)
+        },
+    };
+    let x = t.f32s([w, 2, 1, 1], &[0.5; 8]);
+    let ape = t.f32s([w, r, 1, 1], &[0.0; 8]);
+    let norm = t.f32s([w, 1, 1, 1], &[1.0; 4]);
+    let raw = t.f32s([2 * w, 4, 1, 1], &[0.0; 32]);
+    let comp = t.f32s([w, 4, 1, 1], &[0.0; 16]);
+    let (slots, pos) = (t.i32s([2, 1, 1, 1], &[0, 0]), t.i32s([2, 1, 1, 1], &[0, 1]));
+    let ok = [x, x, ape, norm, raw, comp, slots, pos];
+    t.run_into(Op::Compress(p), &ok, comp).unwrap();
+    // The compressed cache viewed as the raw state's first rows.
+    let raw_on_comp = TensorRef {
+        ne: [2 * w, 1, 1, 1],
+        nb: TensorRef::contiguous_strides(DType::F32, [2 * w, 1, 1, 1]).unwrap(),
+        ..comp
+    };
+    let e = t
+        .run_into(
+            Op::Compress(p),
+            &[x, x, ape, norm, raw_on_comp, comp, slots, pos],
+            comp,
+        )
+        .unwrap_err();
+    assert!(e.contains("raw state") && e.contains("overlaps"), "{e}");
+    let comp_on_x = TensorRef {
+        ne: [w, 2, 1, 1],
+        nb: TensorRef::contiguous_strides(DType::F32, [w, 2, 1, 1]).unwrap(),
+        ..x
+    };
+    let e = t
+        .run_into(
+            Op::Compress(p),
+            &[x, x, ape, norm, raw, comp_on_x, slots, pos],
+            comp_on_x,
+        )
+        .unwrap_err();
+    assert!(e.contains("compressed cache overlaps source 0"), "{e}");
+}

@@ -5,7 +5,7 @@ use bloomery_plugin_api::op::{CompSelectParams, CompressParams};
 use bloomery_plugin_api::tensor::OpCall;
 use bloomery_plugin_api::PluginError;
 
-use super::{op_err, slots_u32, src, usz, Backend};
+use super::{alone, op_err, slots_u32, src, usz, Backend};
 use crate::ops::{self, compress::CompSelectShape, compress::CompressShape};
 use crate::tensors::{f32s, f32s_mut, i32s, i32s_mut};
 
@@ -21,6 +21,24 @@ fn shapes(op: &str, ok: bool, c: &OpCall) -> Result<(), PluginError> {
     )))
 }
 
+/// The compressed cache (source 5, also the destination) overlaps no other source.
+fn comp_alone(buf: &crate::memory::Buffers, c: &OpCall) -> Result<(), PluginError> {
+    let span = |t: &bloomery_plugin_api::tensor::TensorRef| -> Result<(usize, usize), PluginError> {
+        let start = buf.check_tensor(t)? as usize;
+        Ok((start, start + usz(t.span_bytes().unwrap_or(0))))
+    };
+    let (lo, hi) = span(&c.dst)?;
+    for (j, t) in c.srcs().iter().enumerate().filter(|&(j, _)| j != 5) {
+        let (a, b) = span(t)?;
+        if a < hi && lo < b {
+            return Err(PluginError::invalid(format!(
+                "Compress: the compressed cache overlaps source {j}"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The compressor: srcs `[kv, score, ape, norm, raw, comp, slots, positions]` → `comp`.
 pub(super) fn compress(b: &Backend<'_>, c: &OpCall, p: CompressParams) -> Result<(), PluginError> {
     const OP: &str = "Compress";
@@ -32,11 +50,10 @@ pub(super) fn compress(b: &Backend<'_>, c: &OpCall, p: CompressParams) -> Result
             "Compress must write the compressed cache it names (source 5)",
         ));
     }
-    if raw.buffer == comp.buffer && raw.offset == comp.offset {
-        return Err(PluginError::invalid(
-            "Compress: the raw state and the compressed cache are one tensor",
-        ));
-    }
+    // Both caches are written in place: the raw state may overlap nothing else, the compressed
+    // cache nothing but itself as the destination.
+    alone(buf, c, 4, "Compress raw state")?;
+    comp_alone(buf, c)?;
     let s = CompressShape {
         ratio: p.ratio as usize,
         overlap: p.overlap,
@@ -100,6 +117,7 @@ pub(super) fn comp_select(
         n_slots: usz(keys.ne[2]),
     };
     ops::compress::comp_select(
+        b.par,
         f32s(buf, t[0], "q")?,
         f32s(buf, t[1], "w")?,
         f32s(buf, keys, "keys")?,

@@ -5,7 +5,8 @@
 //! `DeepseekV4Indexer`, which llama.cpp b11434 `deepseek4.cpp` matches (docs/deepseek4-plan.md).
 
 use super::rope::{rope, RopeParams};
-use super::{check_len, mul_dims, OpError};
+use super::{check_len, mul_dims, OpError, SharedMut};
+use crate::linear::Parallel;
 
 const OP: &str = "compress";
 
@@ -222,8 +223,11 @@ pub struct CompSelectShape {
 /// For each row at position `p`, the `min(top_k, visible)` compressed rows `j < (p + 1) / ratio`
 /// with the best `Σ_h w[h]·relu(q_h·key_j)`, by descending score (ties: lower row), then −1, into
 /// `out` `[top_k, rows]`. `q` is `[head_dim, n_head, rows]`, `w` `[n_head, rows]`, `keys`
-/// `[head_dim, len, n_slots]`.
+/// `[head_dim, len, n_slots]`. Every row is checked before any is scored; the rows are spread
+/// over `par`'s workers.
+#[allow(clippy::too_many_arguments)]
 pub fn comp_select(
+    par: &dyn Parallel,
     q: &[f32],
     w: &[f32],
     keys: &[f32],
@@ -252,52 +256,58 @@ pub fn comp_select(
     check_len(SEL, "keys", keys.len(), mul_dims(SEL, slot_len, s.n_slots)?)?;
     check_len(SEL, "slots", slots.len(), rows)?;
     check_len(SEL, "out", out.len(), mul_dims(SEL, s.top_k, rows)?)?;
-    let mut scored: Vec<(f32, usize)> = Vec::new();
-    for r in 0..rows {
-        let slot = slots[r] as usize;
-        if slot >= s.n_slots {
+    let mut visible = Vec::with_capacity(rows);
+    for (&slot, &pos) in slots.iter().zip(positions) {
+        if slot as usize >= s.n_slots {
             return Err(OpError::Index {
                 op: SEL,
                 what: "slot",
-                index: i64::from(slots[r]),
+                index: i64::from(slot),
                 bound: s.n_slots,
             });
         }
-        let p = usize::try_from(positions[r]).map_err(|_| OpError::Index {
+        let p = usize::try_from(pos).map_err(|_| OpError::Index {
             op: SEL,
             what: "position",
-            index: i64::from(positions[r]),
+            index: i64::from(pos),
             bound: usize::MAX,
         })?;
-        let visible = (p + 1) / s.ratio;
-        if visible > s.len {
+        let v = (p + 1) / s.ratio;
+        if v > s.len {
             return Err(OpError::Index {
                 op: SEL,
                 what: "visible compressed rows",
-                index: visible as i64,
+                index: v as i64,
                 bound: s.len,
             });
         }
-        scored.clear();
+        visible.push(v);
+    }
+    let shared = SharedMut::new(out);
+    par.for_each(rows, &|r| {
+        let slot = slots[r] as usize;
         let qr = &q[r * dh * nh..(r + 1) * dh * nh];
-        for j in 0..visible {
-            let key = &keys[slot * slot_len + j * dh..slot * slot_len + (j + 1) * dh];
-            let score: f32 = qr
-                .chunks_exact(dh)
-                .zip(&w[r * nh..(r + 1) * nh])
-                .map(|(qh, &wh)| {
-                    let dot: f32 = qh.iter().zip(key).map(|(a, b)| a * b).sum();
-                    wh * dot.max(0.0)
-                })
-                .sum();
-            scored.push((score, j));
-        }
+        let mut scored: Vec<(f32, usize)> = (0..visible[r])
+            .map(|j| {
+                let key = &keys[slot * slot_len + j * dh..slot * slot_len + (j + 1) * dh];
+                let score: f32 = qr
+                    .chunks_exact(dh)
+                    .zip(&w[r * nh..(r + 1) * nh])
+                    .map(|(qh, &wh)| {
+                        let dot: f32 = qh.iter().zip(key).map(|(a, b)| a * b).sum();
+                        wh * dot.max(0.0)
+                    })
+                    .sum();
+                (score, j)
+            })
+            .collect();
         scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-        let dst = &mut out[r * s.top_k..(r + 1) * s.top_k];
+        // SAFETY: task `r` writes only row `r` of `out`, disjoint from every other task's.
+        let dst = unsafe { shared.part(r * s.top_k, s.top_k) };
         for (i, o) in dst.iter_mut().enumerate() {
             *o = scored.get(i).map_or(-1, |&(_, j)| j as i32);
         }
-    }
+    });
     Ok(())
 }
 
