@@ -9,25 +9,17 @@
 //! table, clamped SwiGLU, a shared expert.
 //!
 //! This crate reads and checks the hyperparameters ([`hparams`], [`layers`]), declares every
-//! weight ([`weights`]) and the state as far as the ABI allows ([`state`]), and offers `synth`
-//! presets ([`synth`]). The graph is not built yet: [`ModelInstance::build_graph`] refuses by
-//! name. The forward pass and the ops it maps to are in `docs/deepseek4-plan.md`. ABI 13 added
-//! the ops it lacked, with CPU kernels checked against transformers 5.24's `deepseek_v4`
-//! modules (`kernels/cpu/tests/deepseek4_ops.rs`; the CUDA bundles refuse them by name):
-//!
-//! 1. the rope dimension offset (`RopeParams::offset`; V4 rotates the last
-//!    `rope.dimension_count` dims), and the inverse rope on the CPU;
-//! 2. two-source attention (`AttentionParams::comp`, `comp_selected`): one softmax over the
-//!    window ring and the compressed rows (all visible ones, or the indexer's picks);
-//! 3. the compressor (`Op::Compress`);
-//! 4. the indexer over compressed rows (`Op::CompSelect`);
-//! 5. integer gathers: `GetRows` of the I32 `ffn_gate_tid2eid` gives I32 expert ids.
-//!
-//! Still missing: the graph itself, and the host honouring a state's `window` (the ring;
-//! [`state`]; until it does, the ring can be declared over the whole context).
+//! weight ([`weights`]) and the state ([`state`]), builds the forward graph ([`graph`],
+//! docs/deepseek4-plan.md) and offers `synth` presets ([`synth`]). The graph uses ABI 13's ops
+//! (the rope dimension offset and inverse rope, two-source attention, `Op::Compress`,
+//! `Op::CompSelect`, i32 `GetRows`), which only the CPU kernels implement; the CUDA bundles
+//! refuse them by name. `host/tests/deepseek4_golden.rs` checks it against transformers 5.24.
+//! Still missing: the host honouring a state's `window` (the ring is declared with its window
+//! but the host gives it the whole context; [`state`]), and rollback of the compressed rows.
 //!
 //! MTP blocks (`nextn_predict_layers` with their tensors) are refused by name by the loader.
 
+pub mod graph;
 pub mod hparams;
 pub mod layers;
 pub mod state;
@@ -35,7 +27,7 @@ pub mod synth;
 pub mod weights;
 
 use abi_stable::std_types::{RResult, RVec};
-use bloomery_plugin_api::graph::{BatchShape, Graph};
+use bloomery_plugin_api::graph::{BatchShape, Graph, GraphKind};
 use bloomery_plugin_api::meta::ModelFileView;
 use bloomery_plugin_api::model::{ModelCaps, ModelInstance, ModelSpec, StateDecl};
 use bloomery_plugin_api::weights::WeightTable;
@@ -44,13 +36,6 @@ use bloomery_plugin_api::PluginError;
 use hparams::{HParams, ARCH};
 use state::LayerState;
 use weights::Weights;
-
-/// What the graph still waits for (the crate docs and docs/deepseek4-plan.md say what each op
-/// computes).
-pub const MISSING_OPS: &str = "the graph itself over ABI 13's ops (the rope dimension offset, \
-     two-source attention (window ring + compressed rows), the compressor, the indexer over \
-     compressed rows, I32 GetRows for the hash routing table; CPU kernels only), and the host \
-     honouring state windows";
 
 /// A loaded DeepSeek-V4-Flash file.
 pub struct Deepseek4 {
@@ -107,14 +92,21 @@ impl ModelInstance for Deepseek4 {
     }
 
     fn build_graph(&self, shape: BatchShape) -> RResult<Graph, PluginError> {
-        RResult::RErr(PluginError::unsupported(
-            format!(
-                "the deepseek4 {:?} graph is not built yet: it waits for {MISSING_OPS} \
-                 (crate docs, docs/deepseek4-plan.md)",
-                shape.kind
-            ),
-            &[],
-        ))
+        if shape.kind != GraphKind::Main {
+            return RResult::RErr(PluginError::unsupported(
+                format!(
+                    "the deepseek4 {:?} graph (no MTP layers are loaded)",
+                    shape.kind
+                ),
+                &["Main"],
+            ));
+        }
+        let m = graph::Model {
+            hp: &self.hp,
+            w: &self.weights,
+            state: &self.layer_state,
+        };
+        graph::build(&m, shape).into()
     }
 }
 
