@@ -4,7 +4,8 @@
 //! golden `fixtures/deepseek4/synth_tiny_hf.json`, see fixtures/deepseek4/PROVENANCE.md): two
 //! sequences of 260 tokens, one pass each, crossing the window (128) and both ratios (4, 128):
 //! logits within 1e-4 relative at the 14 kept positions, the argmax at all 260, every layer's
-//! experts and both ratio-4 layers' indexer picks identical at every position.
+//! experts and both ratio-4 layers' indexer picks identical at every position. And a prompt of
+//! P ∈ {1, 2, 127, 128, 129, 511, 512, 513} tokens in one pass equals it token by token.
 
 mod common;
 
@@ -156,5 +157,52 @@ fn the_tiny_file_matches_transformers() {
                 );
             }
         }
+    }
+}
+
+/// A prompt of `P` tokens in one pass equals the same tokens one per call (the window ring, the
+/// compressors' raw rows and the compressed rows carried across calls), at every `P` the issue
+/// names: around the window (128) and the ratios (4, 128).
+#[test]
+fn one_pass_equals_token_by_token_across_the_boundaries() {
+    let g = golden();
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny(dir.path(), &g);
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let opts = LoadOptions {
+        ctx_per_slot: 1024,
+        ..OPTS
+    };
+    let mut m = LoadedModel::load(&reg, &path, opts).unwrap();
+    let vocab = m.spec.hparams.n_vocab as usize;
+    let seqs: Vec<i32> = g["sequences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| ids(&s["tokens"]))
+        .collect();
+    let tokens: Vec<i32> = seqs.iter().copied().cycle().take(513).collect();
+    let mut single = Vec::with_capacity(tokens.len() * vocab);
+    for (p, &t) in tokens.iter().enumerate() {
+        let one = BatchInputs {
+            tokens: vec![t],
+            positions: vec![p as i32],
+            slots: vec![0],
+            output_rows: vec![0],
+            history: vec![],
+        };
+        single.extend(m.forward(&one).unwrap());
+    }
+    for n in [1usize, 2, 127, 128, 129, 511, 512, 513] {
+        let ours = m.forward(&batch(&tokens[..n])).unwrap();
+        let want = &single[..n * vocab];
+        let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+        let worst = ours
+            .iter()
+            .zip(want)
+            .fold(0f32, |a, (x, y)| a.max((x - y).abs()))
+            / scale;
+        eprintln!("P = {n}: one pass vs token by token {worst:.2e}");
+        assert!(worst < 1e-5, "P = {n}: {worst:.2e}");
     }
 }
