@@ -1,6 +1,6 @@
 //! DeepSeek-V4-Flash (`deepseek4`) through the host: `synth --arch deepseek4 --preset tiny`
 //! writes the hash-routing tables as I32 rows of distinct expert ids, and the written file loads
-//! in the plugin across the ABI, whose graph is refused by name; the real-width `flash` preset
+//! in the plugin across the ABI, whose graph builds; the real-width `flash` preset
 //! cut to a few layers keeps its per-layer keys and loads.
 
 mod common;
@@ -72,16 +72,9 @@ fn the_tiny_file_holds_i32_hash_tables_and_loads_in_the_plugin() {
         n_outputs: 1,
         kind: GraphKind::Main,
     };
-    let e = m
-        .build_graph(shape)
-        .into_result()
-        .err()
-        .unwrap()
-        .to_string();
-    assert!(
-        e.contains("deepseek4") && e.contains("two-source attention"),
-        "{e}"
-    );
+    // The graph builds across the ABI (its numbers: deepseek4_golden.rs).
+    let g = m.build_graph(shape).into_result().unwrap();
+    assert!(g.outputs.iter().any(|o| o.name.as_str() == "logits"));
 }
 
 #[test]

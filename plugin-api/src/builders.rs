@@ -260,7 +260,7 @@ impl GraphBuilder {
         self.weight(w.index, &w.name, w.dtype, w.ne)
     }
 
-    /// Rows of a table (embedding lookup): `[n, ids]` f32.
+    /// Rows of a table (embedding lookup): `[n, ids]` f32, or i32 from an i32 table.
     pub fn get_rows(
         &mut self,
         name: &str,
@@ -269,7 +269,11 @@ impl GraphBuilder {
     ) -> Result<TensorId, PluginError> {
         let n = self.ne(table)[0];
         let k = self.ne(ids)[0];
-        self.op(name, Op::GetRows, &[table, ids], DType::F32, [n, k, 1, 1])
+        let dtype = match self.decl(table).dtype {
+            DType::I32 => DType::I32,
+            _ => DType::F32,
+        };
+        self.op(name, Op::GetRows, &[table, ids], dtype, [n, k, 1, 1])
     }
 
     /// `W·x` for a weight `[k, n]` and `x` `[k, rows...]`: `[n, rows]`.

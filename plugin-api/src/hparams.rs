@@ -428,6 +428,7 @@ impl RopeConfig {
             params: RopeParams {
                 mode,
                 n_dims,
+                offset: 0,
                 sections: [0; 4],
                 freq_base,
                 freq_scale,

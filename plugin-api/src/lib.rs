@@ -29,6 +29,7 @@ pub mod kernel;
 pub mod kv_model;
 pub mod meta;
 pub mod mhc;
+pub mod mhc_graph;
 pub mod model;
 pub mod nextn;
 pub mod ngram;

@@ -36,8 +36,13 @@ pub enum RopeMode {
 pub struct RopeParams {
     /// Variant.
     pub mode: RopeMode,
-    /// Rotated dims, from the start of each head (≤ head_dim; partial rotary when smaller).
+    /// Rotated dims, from dim `offset` of each head (`offset + n_dims` ≤ head_dim; partial rotary
+    /// when smaller).
     pub n_dims: u32,
+    /// The first rotated dim: dims `offset .. offset + n_dims` rotate, pairs counted from it (0 for
+    /// every model but DeepSeek-V4, which rotates the last 64 dims of a head, ggml's
+    /// `rope_set_offset(n_embd_head − n_rot)`).
+    pub offset: u32,
     /// IMROPE section sizes in dim pairs; zeros for the other modes.
     pub sections: [u32; 4],
     /// θ base.
@@ -93,6 +98,17 @@ pub struct AttentionParams {
     /// With a quantized V cache, each head's output is rotated back in chunks of this many
     /// values (the `rot` the values were stored with); 0 = none. Ignored for f32/f16 V caches.
     pub rot_v: u32,
+    /// DeepSeek-V4's second key source: an extra f32 source, a compressed-row cache `[dk·n_head_kv,
+    /// len, n_slots]` holding one row per `comp` positions (row `j` at `j`, written by
+    /// [`Op::Compress`]); 0 = none. A row at position `p` also sees the compressed rows
+    /// `j < (p + 1) div comp`, in the same softmax as the cache's positions (and the sink). Needs
+    /// `v_from_k` (the values are the first `dv` dims of each compressed row).
+    pub comp: u32,
+    /// With `comp`: a last i32 `[n_list, rows]` source (as [`Op::CompSelect`] writes it) lists
+    /// the compressed rows each row reads; −1 entries and rows not yet visible are skipped, a row
+    /// listed twice counts once. (With `sinks` that makes 8 sources, the most a call carries,
+    /// so it cannot join `selected`.)
+    pub comp_selected: bool,
 }
 
 /// The Walsh-Hadamard chunk llama.cpp rotates keys (and queries) by before a quantized K cache
@@ -138,6 +154,8 @@ impl AttentionParams {
             selected: false,
             rot_k: kv_rotation_k(head_dim),
             rot_v: kv_rotation_v(head_dim),
+            comp: 0,
+            comp_selected: false,
         }
     }
 }
@@ -288,6 +306,38 @@ pub struct KPoolParams {
     pub mode: KPoolMode,
 }
 
+/// DeepSeek-V4's compressor ([`Op::Compress`]).
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub struct CompressParams {
+    /// Positions per compressed row (`R`: 4 or 128 in V4).
+    pub ratio: u32,
+    /// Two overlapped series (V4's R = 4): the inputs are `2·width` wide, and row `j` pools the
+    /// first halves of window `j − 1` with the second halves of window `j`.
+    pub overlap: bool,
+    /// Width of a compressed row (`d`, or `d_I` for the indexer keys).
+    pub width: u32,
+    /// ε of the RMS norm.
+    pub eps: f32,
+    /// The rope of the compressed row, at position `j·ratio` (V4: NORM pairs on the last dims,
+    /// so with a dimension offset, and the compressed θ with YaRN).
+    pub rope: RopeParams,
+}
+
+/// DeepSeek-V4's indexer over compressed rows ([`Op::CompSelect`]).
+#[repr(C)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
+pub struct CompSelectParams {
+    /// Indexer heads.
+    pub n_head: u32,
+    /// Indexer head width (`d_I`, the width of the index keys).
+    pub head_dim: u32,
+    /// Positions per compressed row: a row at position `p` sees rows `j < (p + 1) div ratio`.
+    pub ratio: u32,
+    /// Rows kept per query row.
+    pub top_k: u32,
+}
+
 /// Unary element-wise functions.
 #[repr(u8)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
@@ -314,7 +364,8 @@ pub enum UnaryFn {
 #[repr(C, u8)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq)]
 pub enum Op {
-    /// Gather rows of a table: srcs `[table [n, r] any dtype, ids i32 [m]]` → f32 `[n, m]`.
+    /// Gather rows of a table: srcs `[table [n, r] any dtype, ids i32 [m]]` → f32 `[n, m]`; an i32
+    /// table gives i32 rows instead, bit for bit (DeepSeek-V4's hash routing `tid2eid[token]`).
     GetRows,
     /// Copy or convert (f32 ↔ f16 ↔ bf16), strided source allowed: srcs `[x]` → dst.
     Copy,
@@ -382,7 +433,7 @@ pub enum Op {
         rot: u32,
     },
     /// Causal attention over a cache: srcs `[q [dk, n_head, rows], k_cache, v_cache, slots,
-    /// positions, sinks?, selected?]` → `[dv, n_head, rows]`.
+    /// positions, sinks?, selected?, comp_cache?, comp_ids?]` → `[dv, n_head, rows]`.
     Attention(AttentionParams),
     /// Dense attention between graph tensors (decision heads, cross-attention): srcs `[q [dk,
     /// n_head, n_q], k [dk, n_head_kv, n_k], v [dv, n_head_kv, n_k]]` → `[dv, n_head, n_q]`.
@@ -504,6 +555,34 @@ pub enum Op {
         /// Least magnitude under the square root.
         floor: f32,
     },
+    /// DeepSeek-V4's compressor (transformers 5.24 `DeepseekV4CSACompressor` /
+    /// `DeepseekV4HCACompressor`, llama.cpp b11434 `deepseek4.cpp`): pools every `ratio`
+    /// positions of a sequence into one compressed row. Srcs `[kv [c·w, rows], score [c·w, rows],
+    /// ape [c·w, ratio], norm [w], raw [2·c·w, len_raw, n_slots], comp [w, len_comp, n_slots],
+    /// slots, positions]` → dst = `comp` (updated in place), all f32, `w` = `width`, `c` = 2 with
+    /// `overlap`, else 1.
+    ///
+    /// Row `j` of a sequence is complete at position `jR + R − 1` (`R` = `ratio`); the call
+    /// writes every row that one of its rows completes, at row `j` of `comp` (`j < len_comp`).
+    /// Its slots are position `q = jR + t` (`t < R`) with kv `kv_q[o .. o + w]` and score
+    /// `score_q[o .. o + w] + ape[o .. o + w, t]`, `o` = `w` with `overlap` (the second series),
+    /// else 0; with `overlap` also the positions `q = (j − 1)R + t` of the window before (none
+    /// for `j` = 0) with `o` = 0 (the first series). Per dimension `d` the row is
+    /// `Σ softmax(scores)[slot]·kv[slot]` over its slots, then `RmsNorm(·, eps)·norm`, then
+    /// roped with `rope` at position `jR`. The kv and score of a position come from this call's
+    /// rows, or, for positions of earlier calls, from `raw`, which holds each position's
+    /// `[kv | score]` (without `ape`) at row `position % len_raw` of its slot; the call stores
+    /// its own rows there. `len_raw` must cover the window(s) a row reads: `2R` with `overlap`,
+    /// else `R` (plus the rollback the host allows).
+    Compress(CompressParams),
+    /// DeepSeek-V4's indexer over compressed rows: which rows of a compressed cache each row's
+    /// attention reads. Srcs `[q [dh, n_head, rows], w [n_head, rows], keys [dh, len, n_slots],
+    /// slots, positions]` → i32 `[top_k, rows]`, `dh` = `head_dim`, the keys written by
+    /// [`Op::Compress`] (row `j` at `j`). A row at position `p` scores each visible row
+    /// `j < (p + 1) div ratio` as `Σ_h w[h]·relu(q_h·key_j)` (the graph scales `w` by
+    /// `1/√(dh·n_head)` beforehand, as transformers 5.24 `DeepseekV4IndexerScorer` does) and
+    /// lists the `min(top_k, visible)` best by descending score (ties: lower row), then −1.
+    CompSelect(CompSelectParams),
 }
 
 /// An op's name and identity without its parameters, for capability lists.
@@ -549,6 +628,7 @@ op_kinds! {
     Attention = 16, AttentionDense = 17, TopK = 18, RouterTopK = 19, RouterWeights = 20,
     MoeExperts = 21, ConvCausal = 22, DeltaRule = 23, Sinkhorn = 24, StreamMix = 25,
     StreamUpdate = 26, SpanMean = 28, KPoolSelect = 29, GroupDotGate = 30,
+    Compress = 31, CompSelect = 32,
 }
 
 impl Op {

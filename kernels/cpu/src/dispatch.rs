@@ -14,6 +14,7 @@ use crate::ops::{self, OpError};
 use crate::quant;
 use crate::tensors::{bytes, f16s, f16s_mut, f32s, f32s_mut, i32s, i32s_mut};
 
+mod compressed;
 mod hyper;
 
 /// What a CPU plugin plugs into the shared dispatch.
@@ -64,6 +65,8 @@ pub fn capabilities() -> RVec<OpSupport> {
         OpKind::StreamMix,
         OpKind::StreamUpdate,
         OpKind::GroupDotGate,
+        OpKind::Compress,
+        OpKind::CompSelect,
     ];
     let mut list: Vec<OpSupport> = f32_only
         .iter()
@@ -74,9 +77,14 @@ pub fn capabilities() -> RVec<OpSupport> {
         .collect();
     let weights = weight_types();
     for op in [OpKind::MatMul, OpKind::GetRows, OpKind::MoeExperts] {
+        let mut dtypes = weights.clone();
+        // Integer gathers (hash routing's `tid2eid[token]`) copy i32 rows.
+        if op == OpKind::GetRows {
+            dtypes.push(DType::I32);
+        }
         list.push(OpSupport {
             op,
-            dtypes: weights.clone().into(),
+            dtypes: dtypes.into(),
         });
     }
     list.push(OpSupport {
@@ -146,6 +154,14 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
         Op::GetRows => {
             let (t, ids) = (src(c, 0, "GetRows")?, src(c, 1, "GetRows")?);
             let ids = i32s(buf, ids, "GetRows ids")?;
+            if t.dtype == DType::I32 {
+                let (n, table) = (usz(t.ne[0]), i32s(buf, t, "GetRows table")?);
+                let out = i32s_mut(buf, &c.dst, "GetRows dst")?;
+                return ops::embedding::get_rows_with(usz(t.rows()), n, ids, out, |r, dst| {
+                    dst.copy_from_slice(&table[r * n..(r + 1) * n]);
+                })
+                .map_err(op_err);
+            }
             let table = bytes(buf, t)?;
             let (n, stride) = (usz(t.ne[0]), usz(t.nb[1]));
             let row = usz(t.dtype.row_bytes(t.ne[0]).unwrap_or(0));
@@ -251,9 +267,6 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
             ops::softmax::softmax(out, n, scale, mask).map_err(op_err)
         }
         Op::Rope(p) => {
-            if p.inverse {
-                return Err(PluginError::unsupported("inverse rope on the CPU", &[]));
-            }
             let pos = i32s(buf, src(c, 1, "Rope")?, "positions")?;
             let (hd, nh) = (usz(c.dst.ne[0]), usz(c.dst.ne[1]));
             let params = ops::rope::RopeParams::from_abi(&p);
@@ -298,6 +311,8 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
         Op::StreamMix => hyper::stream_mix(b, c),
         Op::StreamUpdate => hyper::stream_update(b, c),
         Op::GroupDotGate { scale, floor } => hyper::group_dot_gate(b, c, scale, floor),
+        Op::Compress(p) => compressed::compress(b, c, p),
+        Op::CompSelect(p) => compressed::comp_select(b, c, p),
     }
 }
 
@@ -760,6 +775,44 @@ fn attention(
     } else {
         None
     };
+    let comp = if p.comp > 0 {
+        let at = 5 + usize::from(p.sinks) + usize::from(p.selected);
+        let t = src(c, at, "Attention")?;
+        if t.ne[0] != u64::from(p.dk * p.n_head_kv) || t.ne[2] != kc.ne[2] || t.ne[3] != 1 {
+            return Err(PluginError::invalid(format!(
+                "Attention compressed rows {:?} beside a cache {:?}",
+                t.ne, kc.ne
+            )));
+        }
+        let selected = if p.comp_selected {
+            let ids = src(c, at + 1, "Attention")?;
+            if ids.rows() != slots.len() as u64 {
+                return Err(PluginError::invalid(format!(
+                    "Attention compressed-row lists {:?} for {} rows (want i32 [n, rows])",
+                    ids.ne,
+                    slots.len()
+                )));
+            }
+            Some(ops::attention_select::Selection {
+                ids: i32s(buf, ids, "comp_ids")?,
+                n_sel: usz(ids.ne[0]),
+            })
+        } else {
+            None
+        };
+        Some(ops::attention::CompRows {
+            cache: f32s(buf, t, "comp")?,
+            len: usz(t.ne[1]),
+            ratio: p.comp as usize,
+            selected,
+        })
+    } else if p.comp_selected {
+        return Err(PluginError::invalid(
+            "Attention: comp_selected without compressed rows (comp 0)",
+        ));
+    } else {
+        None
+    };
     let params = ops::attention::AttentionParams {
         n_head: p.n_head as usize,
         n_head_kv: p.n_head_kv as usize,
@@ -775,6 +828,7 @@ fn attention(
         rot_v: p.rot_v as usize,
         v_from_k: p.v_from_k,
         selected,
+        comp,
     };
     let (kcache, vcache) = (kv(buf, kc)?, kv(buf, vc)?);
     let out = f32s_mut(buf, &c.dst, "Attention dst")?;

@@ -305,6 +305,7 @@ fn qsa(n_head: u32, dh: u32, ratio: u32, budget: u32, rope_dims: u32, eps: f32) 
     let rope = RopeParams {
         mode: RopeMode::Imrope,
         n_dims: rope_dims,
+        offset: 0,
         sections: [11, 11, 10, 0],
         freq_base: 1e7,
         freq_scale: 1.0,

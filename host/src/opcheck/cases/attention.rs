@@ -24,6 +24,8 @@ fn attn_params(n_head: u32, n_head_kv: u32, d: u32, window: u32, softcap: f32) -
         // Unrotated (the rotated cases set these).
         rot_k: 0,
         rot_v: 0,
+        comp: 0,
+        comp_selected: false,
     }
 }
 

@@ -11,6 +11,7 @@ fn rope(mode: RopeMode, n_dims: u32, ext: f32) -> Op {
     Op::Rope(RopeParams {
         mode,
         n_dims,
+        offset: 0,
         sections: [0; 4],
         freq_base: 10000.0,
         freq_scale: if ext > 0.0 { 0.25 } else { 1.0 },

@@ -155,6 +155,25 @@ pub struct AttentionParams<'a> {
     /// Sparse selection: each row sees only its listed positions (plus its window when `window`
     /// is set), as [`selected_positions`] collects them. `None` for dense attention.
     pub selected: Option<Selection<'a>>,
+    /// DeepSeek-V4's compressed rows, a second key source in the same softmax (needs
+    /// `v_from_k`). `None` for none.
+    pub comp: Option<CompRows<'a>>,
+}
+
+/// DeepSeek-V4's compressed-row cache as a second key source: `[head_dim_k · n_head_kv, len,
+/// n_slots]` f32, row `j` of a slot (at `j`) pooling positions `j·ratio .. (j + 1)·ratio`. A row
+/// at position `p` sees rows `j < (p + 1) / ratio`, or with `selected` only its listed ones
+/// among them (−1 skipped, duplicates once). Values are each row's first `head_dim_v` dims.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CompRows<'a> {
+    /// The rows.
+    pub cache: &'a [f32],
+    /// Rows per slot.
+    pub len: usize,
+    /// Positions per row.
+    pub ratio: usize,
+    /// The rows each query row reads, `n_sel` per row; `None` for every visible row.
+    pub selected: Option<Selection<'a>>,
 }
 
 /// The cache positions one row sees: a span `lo..=hi`, or a sorted list.
@@ -219,17 +238,18 @@ pub fn attention(
     }
     // Validate every row before writing anything.
     for (r, (&slot, &pos)) in slots.iter().zip(positions).enumerate() {
-        with_seen(r, slot, pos, p, |_, _| ())?;
+        with_seen(r, slot, pos, p, |_, _, _| ())?;
     }
     let group = p.n_head / p.n_head_kv;
     for (r, (&slot, &pos)) in slots.iter().zip(positions).enumerate() {
-        with_seen(r, slot, pos, p, |slot, seen| {
+        with_seen(r, slot, pos, p, |slot, seen, comp| {
             for kvh in 0..p.n_head_kv {
                 let heads = r * p.n_head + kvh * group;
                 attend_group(
                     &q[heads * dk..][..group * dk],
                     slot,
                     seen,
+                    comp,
                     kvh,
                     k_cache,
                     v_cache,
@@ -245,11 +265,70 @@ pub fn attention(
 thread_local! {
     /// Per-thread scratch of a sparse row's visible positions.
     static SEEN: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// Per-thread scratch of a row's visible compressed rows.
+    static COMP_SEEN: std::cell::RefCell<Vec<usize>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Calls `f(slot, seen)` with row `r`'s checked slot and the positions it sees: its window's span
-/// (refused when longer than the cache), or with a selection its sorted list.
+/// Calls `f(slot, seen, comp)` with row `r`'s checked slot, the cache positions it sees (as
+/// [`with_positions`]) and the compressed rows it sees ([`comp_rows`]).
 fn with_seen<R>(
+    r: usize,
+    slot: u32,
+    pos: i32,
+    p: &AttentionParams,
+    f: impl FnOnce(usize, Seen<'_>, &[usize]) -> R,
+) -> Result<R, OpError> {
+    COMP_SEEN.with(|cell| {
+        let mut comp = cell.borrow_mut();
+        comp_rows(r, pos, p, &mut comp)?;
+        with_positions(r, slot, pos, p, |slot, seen| f(slot, seen, &comp))
+    })
+}
+
+/// Writes into `out` (cleared first) the compressed rows row `r` at `pos` sees, ascending: none
+/// without [`AttentionParams::comp`]. A visible row beyond the cache is refused.
+fn comp_rows(r: usize, pos: i32, p: &AttentionParams, out: &mut Vec<usize>) -> Result<(), OpError> {
+    const OP: &str = "attention";
+    out.clear();
+    let Some(c) = p.comp else {
+        return Ok(());
+    };
+    let visible = usize::try_from(pos).map_or(0, |q| (q + 1) / c.ratio.max(1));
+    if visible > c.len {
+        return Err(OpError::Index {
+            op: OP,
+            what: "visible compressed rows",
+            index: visible as i64,
+            bound: c.len,
+        });
+    }
+    match c.selected {
+        None => out.extend(0..visible),
+        Some(sel) => {
+            if sel.n_sel == 0 || r >= sel.ids.len() / sel.n_sel {
+                return Err(OpError::Index {
+                    op: OP,
+                    what: "compressed selection row",
+                    index: r as i64,
+                    bound: sel.ids.len().checked_div(sel.n_sel).unwrap_or(0),
+                });
+            }
+            out.extend(
+                sel.row(r)
+                    .iter()
+                    .filter_map(|&j| usize::try_from(j).ok())
+                    .filter(|&j| j < visible),
+            );
+            out.sort_unstable();
+            out.dedup();
+        }
+    }
+    Ok(())
+}
+
+/// Calls `f(slot, seen)` with row `r`'s checked slot and the cache positions it sees: its
+/// window's span (refused when longer than the cache), or with a selection its sorted list.
+fn with_positions<R>(
     r: usize,
     slot: u32,
     pos: i32,
@@ -315,8 +394,8 @@ pub fn attention_group(
         });
     }
     check_caches(k_cache, v_cache, p)?;
-    with_seen(row, slot, pos, p, |slot, seen| {
-        attend_group(q, slot, seen, kvh, k_cache, v_cache, p, out)
+    with_seen(row, slot, pos, p, |slot, seen, comp| {
+        attend_group(q, slot, seen, comp, kvh, k_cache, v_cache, p, out)
     })
 }
 
@@ -365,6 +444,19 @@ fn check_caches(k_cache: KvCache, v_cache: KvCache, p: &AttentionParams) -> Resu
     }
     if let Some(s) = p.sinks {
         check_len(OP, "sinks", s.len(), p.n_head)?;
+    }
+    if let Some(c) = p.comp {
+        if !p.v_from_k || c.ratio == 0 {
+            return Err(OpError::Parameter {
+                op: OP,
+                what: format!(
+                    "compressed rows need values from the keys (v_from_k) and a ratio, not {}",
+                    c.ratio
+                ),
+            });
+        }
+        let comp_rows = mul_dims(OP, c.len, p.n_slots)?;
+        check_len(OP, "comp", c.cache.len(), mul_dims(OP, k_width, comp_rows)?)?;
     }
     Ok(())
 }
@@ -457,6 +549,7 @@ fn attend_group(
     q: &[f32],
     slot: usize,
     seen: Seen<'_>,
+    comp: &[usize],
     kvh: usize,
     k_cache: KvCache,
     v_cache: KvCache,
@@ -468,7 +561,14 @@ fn attend_group(
     // Where KV head `kvh`'s values start in a V row: after the earlier heads' keys with v_from_k.
     let v_head = if p.v_from_k { dk } else { dv } * kvh;
     let group = p.n_head / p.n_head_kv;
-    let n = seen.len();
+    let n_seen = seen.len();
+    let n = n_seen + comp.len();
+    // The compressed rows' starts (f32, K = V): after the cache's positions in the scores.
+    let comp_start = |j: usize| {
+        p.comp
+            .map(|c| ((slot * c.len + j) * k_width + kvh * dk, c.cache))
+            .unwrap_or((0, &[]))
+    };
     // A quantized key cache: the group's query heads in the keys' dot-product format.
     let k_dot = k_cache
         .quant_type()
@@ -534,6 +634,18 @@ fn attend_group(
                     *max = max.max(s);
                 }
             }
+            for (i, &j) in comp.iter().enumerate() {
+                let (start, rows) = comp_start(j);
+                let kr = &rows[start..][..dk];
+                for (g, max) in per_head[..group].iter_mut().enumerate() {
+                    let mut s = dot(&q[g * dk..][..dk], kr) * p.scale;
+                    if let Some(c) = p.softcap {
+                        s = c * (s / c).tanh();
+                    }
+                    scores[g * n + n_seen + i] = s;
+                    *max = max.max(s);
+                }
+            }
             for (g, head) in per_head[..group].iter_mut().enumerate() {
                 let max = *head;
                 let mut sum = sink(g).map_or(0.0, |s| f64::from((s - max).exp()));
@@ -547,16 +659,17 @@ fn attend_group(
             for (i, t) in seen.iter().enumerate() {
                 let start = (slot * p.cache_len + t % p.cache_len) * v_width + v_head;
                 let vr = v_cache.row(start, dv, vrow);
-                for (g, &inv) in per_head[..group].iter().enumerate() {
-                    let w = scores[g * n + i] * inv;
-                    if w == 0.0 || w.is_nan() {
-                        continue;
-                    }
-                    out[g * dv..][..dv]
-                        .iter_mut()
-                        .zip(vr.iter())
-                        .for_each(|(a, &b)| *a += w * b);
-                }
+                add_weighted(out, &scores[i..], n, &per_head[..group], vr);
+            }
+            for (i, &j) in comp.iter().enumerate() {
+                let (start, rows) = comp_start(j);
+                add_weighted(
+                    out,
+                    &scores[n_seen + i..],
+                    n,
+                    &per_head[..group],
+                    &rows[start..][..dv],
+                );
             }
             if v_cache.quant_type().is_some() && p.rot_v > 0 {
                 // The values were stored rotated: rotate each head's output back. The chunk was
@@ -565,6 +678,22 @@ fn attend_group(
             }
         })
     })
+}
+
+/// `out[g] += scores[g·n]·inv[g]·v` for each head `g` of the group (`out` `[dv, G]`), skipping
+/// zero and NaN weights.
+fn add_weighted(out: &mut [f32], scores: &[f32], n: usize, inv: &[f32], v: &[f32]) {
+    let dv = v.len();
+    for (g, &inv) in inv.iter().enumerate() {
+        let w = scores[g * n] * inv;
+        if w == 0.0 || w.is_nan() {
+            continue;
+        }
+        out[g * dv..][..dv]
+            .iter_mut()
+            .zip(v)
+            .for_each(|(a, &b)| *a += w * b);
+    }
 }
 
 fn check_params(p: &AttentionParams) -> Result<(), OpError> {

@@ -40,6 +40,7 @@ fn params(
         rot_v: 0,
         v_from_k: false,
         selected: None,
+        comp: None,
     }
 }
 

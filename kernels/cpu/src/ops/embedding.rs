@@ -19,16 +19,16 @@ pub fn get_rows(
     })
 }
 
-/// Gathers `ids.len()` rows of `row_len` f32 values into `out`, `[row_len, ids.len()]`, by calling
-/// `dequantize_row(row_index, dst)` with a checked `row_index < n_table_rows` and `dst` the
-/// `row_len`-value output row to fill. An out-of-range id is [`OpError::Index`]; the callback is not
-/// called for it.
-pub fn get_rows_with(
+/// Gathers `ids.len()` rows of `row_len` values (f32, or i32 for an integer table) into `out`,
+/// `[row_len, ids.len()]`, by calling `dequantize_row(row_index, dst)` with a checked
+/// `row_index < n_table_rows` and `dst` the `row_len`-value output row to fill. An out-of-range id
+/// is [`OpError::Index`]; the callback is not called for it.
+pub fn get_rows_with<T>(
     n_table_rows: usize,
     row_len: usize,
     ids: &[i32],
-    out: &mut [f32],
-    mut dequantize_row: impl FnMut(usize, &mut [f32]),
+    out: &mut [T],
+    mut dequantize_row: impl FnMut(usize, &mut [T]),
 ) -> Result<(), OpError> {
     const OP: &str = "get_rows";
     check_len(OP, "out", out.len(), mul_dims(OP, row_len, ids.len())?)?;

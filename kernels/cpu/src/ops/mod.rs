@@ -16,6 +16,7 @@ pub mod activations;
 pub mod attention;
 pub mod attention_dense;
 pub mod attention_select;
+pub mod compress;
 pub mod conv;
 pub mod delta_rule;
 pub mod elementwise;

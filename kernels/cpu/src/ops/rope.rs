@@ -8,8 +8,9 @@
 //! angle is `theta_interp * (1 - m) + theta_extrap * m` where `m = ext_factor * ramp(i)`,
 //! `ramp(i) = 1 - clamp((i - low) / max(0.001, high - low), 0, 1)` with `[low, high]` from
 //! [`yarn_corr_dims`], and the magnitude is `attn_factor * (1 + 0.1 * ln(1 / freq_scale))`. Both the
-//! cosine and the sine are multiplied by the magnitude. Dims `n_dims..head_dim` are left as they
-//! are. Angles are computed in f64.
+//! cosine and the sine are multiplied by the magnitude. Only dims `offset..offset + n_dims` rotate
+//! (pair `i` counted from `offset`); the others are left as they are. The inverse rope rotates by
+//! the negative angle (the sine negated, the magnitude kept). Angles are computed in f64.
 
 use super::{mul_dims, positive, whole_rows, OpError};
 
@@ -36,8 +37,13 @@ pub enum RopeMode {
 pub struct RopeParams {
     /// Pairing and position source.
     pub mode: RopeMode,
-    /// Number of leading dims that rotate (even, at most `head_dim`); the rest pass through.
+    /// Number of dims that rotate from `offset` (even, `offset + n_dims` at most `head_dim`); the
+    /// rest pass through.
     pub n_dims: usize,
+    /// The first rotated dim (0 but for DeepSeek-V4, which rotates the last dims of a head).
+    pub offset: usize,
+    /// Rotate by the negative angle (DeepSeek-V4's inverse rope on the attention output).
+    pub inverse: bool,
     /// Base of the frequencies (`rope.freq_base`, θ).
     pub freq_base: f32,
     /// Position interpolation factor (1 / `rope.scaling.factor` for linear and YaRN scaling).
@@ -55,7 +61,7 @@ pub struct RopeParams {
 }
 
 impl RopeParams {
-    /// The parameters of an ABI `Rope` op (its `inverse` flag is the caller's to handle).
+    /// The parameters of an ABI `Rope` op.
     pub fn from_abi(p: &bloomery_plugin_api::op::RopeParams) -> Self {
         use bloomery_plugin_api::op::RopeMode as Abi;
         RopeParams {
@@ -67,6 +73,8 @@ impl RopeParams {
                 },
             },
             n_dims: p.n_dims as usize,
+            offset: p.offset as usize,
+            inverse: p.inverse,
             freq_base: p.freq_base,
             freq_scale: p.freq_scale,
             ext_factor: p.ext_factor,
@@ -95,11 +103,14 @@ impl RopeParams {
         (corr, mscale)
     }
 
-    /// Plain rope without scaling: `freq_scale` 1, YaRN off, `attn_factor` 1, betas 32 and 1.
+    /// Plain rope without scaling: `freq_scale` 1, YaRN off, `attn_factor` 1, betas 32 and 1,
+    /// from dim 0, forward.
     pub fn plain(mode: RopeMode, n_dims: usize, freq_base: f32) -> Self {
         Self {
             mode,
             n_dims,
+            offset: 0,
+            inverse: false,
             freq_base,
             freq_scale: 1.0,
             ext_factor: 0.0,
@@ -158,10 +169,10 @@ pub fn rope(
             })
         }
     };
-    if !p.n_dims.is_multiple_of(2) || p.n_dims > head_dim {
+    if !p.n_dims.is_multiple_of(2) || p.offset.saturating_add(p.n_dims) > head_dim {
         let what = format!(
-            "n_dims {} must be even and at most head_dim {head_dim}",
-            p.n_dims
+            "n_dims {} must be even and offset {} + n_dims at most head_dim {head_dim}",
+            p.n_dims, p.offset
         );
         return Err(OpError::Parameter { op: OP, what });
     }
@@ -191,9 +202,10 @@ pub fn rope(
                 _ => positions[r],
             };
             let (cos, sin) = angle(f64::from(pos), i, p, corr, mscale);
+            let sin = if p.inverse { -sin } else { sin };
             let (a, b) = match p.mode {
-                RopeMode::Norm => (2 * i, 2 * i + 1),
-                RopeMode::Neox | RopeMode::Imrope { .. } => (i, i + half),
+                RopeMode::Norm => (p.offset + 2 * i, p.offset + 2 * i + 1),
+                RopeMode::Neox | RopeMode::Imrope { .. } => (p.offset + i, p.offset + i + half),
             };
             for xh in xr.chunks_exact_mut(head_dim) {
                 let (x0, x1) = (xh[a], xh[b]);

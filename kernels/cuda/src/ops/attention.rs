@@ -211,6 +211,12 @@ impl Launcher {
         c: &'c OpCall,
         p: AttentionParams,
     ) -> Result<(), PluginError> {
+        if p.comp != 0 {
+            return Err(PluginError::unsupported(
+                "Attention with DeepSeek-V4's compressed rows (comp) on the CUDA bundles",
+                &["comp 0"],
+            ));
+        }
         if takes_select_form(&p) {
             return self.attention_select(addr, src, c, p);
         }

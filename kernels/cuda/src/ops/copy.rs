@@ -110,6 +110,12 @@ impl Launcher {
         if ids.dtype != DType::I32 {
             return Err(PluginError::invalid("GetRows ids must be I32"));
         }
+        if t.dtype == DType::I32 {
+            return Err(PluginError::unsupported(
+                "GetRows of an I32 table (integer gather) on the CUDA bundles",
+                &[],
+            ));
+        }
         f32_only(&c.dst, "GetRows dst")?;
         let (name, wtype) = match (t.dtype, weight_code(t.dtype)) {
             (DType::F32, _) => ("bl_get_rows_f32", 0),

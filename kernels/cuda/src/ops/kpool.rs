@@ -303,6 +303,7 @@ mod tests {
                 rope: bloomery_plugin_api::op::RopeParams {
                     mode: bloomery_plugin_api::op::RopeMode::Imrope,
                     n_dims: 64,
+                    offset: 0,
                     sections: [11, 11, 10, 0],
                     freq_base: 1e7,
                     freq_scale: 1.0,

@@ -101,6 +101,12 @@ pub(super) fn rope_args(
             &[],
         ));
     }
+    if p.offset != 0 {
+        return Err(PluginError::unsupported(
+            format!("RoPE from dim offset {} on the CUDA bundles", p.offset),
+            &["offset 0"],
+        ));
+    }
     let (hd, nh) = (dst.ne[0], dst.ne[1]);
     if x.ne != dst.ne
         || pos.dtype != DType::I32
@@ -128,4 +134,54 @@ pub(super) fn rope_args(
         mscale,
         log2_base: f64::from(p.freq_base).log2(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(dtype: DType, ne: [u64; 4]) -> TensorRef {
+        TensorRef {
+            buffer: 1,
+            offset: 0,
+            dtype,
+            ne,
+            nb: TensorRef::contiguous_strides(dtype, ne).unwrap(),
+        }
+    }
+
+    /// DeepSeek-V4's rope forms (a dimension offset, the inverse) are refused by name, not run
+    /// as the plain rope.
+    #[test]
+    fn the_offset_and_inverse_forms_are_refused_by_name() {
+        let x = tensor(DType::F32, [128, 2, 3, 1]);
+        let pos = tensor(DType::I32, [3, 1, 1, 1]);
+        let plain = RopeParams {
+            mode: RopeMode::Norm,
+            n_dims: 16,
+            offset: 0,
+            sections: [0; 4],
+            freq_base: 1e4,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            n_ctx_orig: 0,
+            inverse: false,
+        };
+        assert!(rope_args(&plain, &x, &pos, &x).is_ok());
+        let offset = RopeParams {
+            offset: 112,
+            ..plain
+        };
+        let e = rope_args(&offset, &x, &pos, &x).err().unwrap().to_string();
+        assert!(e.contains("offset 112"), "{e}");
+        let inverse = RopeParams {
+            inverse: true,
+            ..plain
+        };
+        let e = rope_args(&inverse, &x, &pos, &x).err().unwrap().to_string();
+        assert!(e.contains("inverse RoPE"), "{e}");
+    }
 }

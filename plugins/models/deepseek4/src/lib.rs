@@ -9,24 +9,17 @@
 //! table, clamped SwiGLU, a shared expert.
 //!
 //! This crate reads and checks the hyperparameters ([`hparams`], [`layers`]), declares every
-//! weight ([`weights`]) and the state as far as the ABI allows ([`state`]), and offers `synth`
-//! presets ([`synth`]). The graph is not built yet: [`ModelInstance::build_graph`] refuses by
-//! name, because the ABI lacks ops it needs. The forward pass, which ops fit and the exact
-//! semantics of each missing one are in `docs/deepseek4-plan.md`; the missing ones are:
-//!
-//! 1. a rope dimension offset (`RopeParams` rotates the first `n_dims` of a head; V4 rotates
-//!    the last `rope.dimension_count`), for the queries, the latent rows, the compressed rows,
-//!    the indexer queries and the output's inverse rope;
-//! 2. two-source attention: one softmax over the window ring and the compressed rows (all
-//!    visible ones, or the indexer's picks);
-//! 3. the compressor (a softmax-gated sum of each window's rows per dimension, overlapping
-//!    series on ratio 4, then norm and rope at the row's first position);
-//! 4. the indexer over compressed rows (`Σ_h w_h·relu(q_h·k_j)`, top-k of the visible rows);
-//! 5. integer gathers: `GetRows` of the I32 `ffn_gate_tid2eid` giving I32 expert ids;
-//! 6. the host honouring a state's `window` (the ring; [`state`]).
+//! weight ([`weights`]) and the state ([`state`]), builds the forward graph ([`graph`],
+//! docs/deepseek4-plan.md) and offers `synth` presets ([`synth`]). The graph uses ABI 13's ops
+//! (the rope dimension offset and inverse rope, two-source attention, `Op::Compress`,
+//! `Op::CompSelect`, i32 `GetRows`), which only the CPU kernels implement; the CUDA bundles
+//! refuse them by name. `host/tests/deepseek4_golden.rs` checks it against transformers 5.24.
+//! Still missing: the host honouring a state's `window` (the ring is declared with its window
+//! but the host gives it the whole context; [`state`]), and rollback of the compressed rows.
 //!
 //! MTP blocks (`nextn_predict_layers` with their tensors) are refused by name by the loader.
 
+pub mod graph;
 pub mod hparams;
 pub mod layers;
 pub mod state;
@@ -34,7 +27,7 @@ pub mod synth;
 pub mod weights;
 
 use abi_stable::std_types::{RResult, RVec};
-use bloomery_plugin_api::graph::{BatchShape, Graph};
+use bloomery_plugin_api::graph::{BatchShape, Graph, GraphKind};
 use bloomery_plugin_api::meta::ModelFileView;
 use bloomery_plugin_api::model::{ModelCaps, ModelInstance, ModelSpec, StateDecl};
 use bloomery_plugin_api::weights::WeightTable;
@@ -43,12 +36,6 @@ use bloomery_plugin_api::PluginError;
 use hparams::{HParams, ARCH};
 use state::LayerState;
 use weights::Weights;
-
-/// The ops the graph needs that the ABI lacks (the crate docs and docs/deepseek4-plan.md say
-/// what each computes).
-pub const MISSING_OPS: &str = "the rope dimension offset, two-source attention (window ring + \
-     compressed rows), the compressor, the indexer over compressed rows, I32 GetRows for the \
-     hash routing table, and the host honouring state windows";
 
 /// A loaded DeepSeek-V4-Flash file.
 pub struct Deepseek4 {
@@ -106,14 +93,21 @@ impl ModelInstance for Deepseek4 {
     }
 
     fn build_graph(&self, shape: BatchShape) -> RResult<Graph, PluginError> {
-        RResult::RErr(PluginError::unsupported(
-            format!(
-                "the deepseek4 {:?} graph: the ABI lacks {MISSING_OPS} (crate docs, \
-                 docs/deepseek4-plan.md)",
-                shape.kind
-            ),
-            &[],
-        ))
+        if shape.kind != GraphKind::Main {
+            return RResult::RErr(PluginError::unsupported(
+                format!(
+                    "the deepseek4 {:?} graph (no MTP layers are loaded)",
+                    shape.kind
+                ),
+                &["Main"],
+            ));
+        }
+        let m = graph::Model {
+            hp: &self.hp,
+            w: &self.weights,
+            state: &self.layer_state,
+        };
+        graph::build(&m, shape).into()
     }
 }
 

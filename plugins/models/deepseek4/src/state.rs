@@ -1,4 +1,4 @@
-//! The per-layer state, as far as ABI 12 can declare it (docs/deepseek4-plan.md, "State"):
+//! The per-layer state (docs/deepseek4-plan.md, "State"):
 //!
 //! * every layer: the window ring, one latent row of `head_dim` per position (key and value),
 //!   [`StateKind::Latent`] with `window` = `attention.sliding_window`;
@@ -8,7 +8,7 @@
 //!   (one of `d_I` per 4 positions).
 //!
 //! The raw and compressed rows are [`StateKind::PooledKeys`], the positional kind the host keeps
-//! in f32 (the compressor op will write them in place, so they must not take the K cache's
+//! in f32 (`Op::Compress` writes them in place, so they must not take the K cache's
 //! type): block 1 for the raw rows, block `ratio` for the compressed ones.
 //!
 //! What the ABI and host lack: the host does not honour a state's `window` yet

@@ -13,16 +13,7 @@ use bloomery_plugin_api::{DType, PluginError};
 use crate::hparams::HParams;
 use crate::layers::Ratio;
 
-/// One hyper-connection mixer (`hc_attn_*`, `hc_ffn_*`), or the head's (`output_hc_*`).
-pub struct HcWeights {
-    /// Mixing projection `[n_stream·n_embd, n_mix]` (`n_mix` = `(2 + n)·n` for a layer's mixer,
-    /// `n` for the head).
-    pub proj: WeightRef,
-    /// Bias of the mixes `[n_mix]`.
-    pub base: WeightRef,
-    /// Scales `[3]` of the pre, post and comb mixes (`[1]` for the head).
-    pub scale: WeightRef,
-}
+pub use bloomery_plugin_api::mhc_graph::HcWeights;
 
 /// The globals.
 pub struct Globals {

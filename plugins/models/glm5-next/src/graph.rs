@@ -7,12 +7,12 @@
 use bloomery_plugin_api::builders::{LmInputs, MoeBlock};
 use bloomery_plugin_api::graph::{BatchShape, Graph, GraphBuilder, TensorId};
 use bloomery_plugin_api::kda::{kda_layer, KdaInputs};
+use bloomery_plugin_api::mhc_graph::Hc;
 use bloomery_plugin_api::op::GluKind;
 use bloomery_plugin_api::weights::GluFfnWeights;
 use bloomery_plugin_api::PluginError;
 
 use crate::hparams::HParams;
-use crate::mhc::Hc;
 use crate::mla::{mla_layer, MlaState};
 use crate::state::LayerState;
 use crate::weights::{Ffn, Layer, Mixer, Weights};

@@ -8,7 +8,6 @@
 pub mod graph;
 pub mod hparams;
 pub mod layers;
-pub mod mhc;
 pub mod mla;
 pub mod nextn;
 pub mod state;

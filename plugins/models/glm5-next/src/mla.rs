@@ -172,6 +172,8 @@ pub fn mla_layer(
         selected: true,
         rot_k: 0,
         rot_v: 0,
+        comp: 0,
+        comp_selected: false,
     };
     let o = g.op(
         "kqv_latent",

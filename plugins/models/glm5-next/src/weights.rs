@@ -14,15 +14,7 @@ use bloomery_plugin_api::{DType, PluginError};
 use crate::hparams::HParams;
 use crate::layers::LayerKind;
 
-/// One hyper-connection mixer (`hc_attn_*` or `hc_ffn_*`).
-pub struct HcWeights {
-    /// Mixing projection `[n_stream·n_embd, (2 + n_stream)·n_stream]`.
-    pub proj: WeightRef,
-    /// Bias of the mixes `[(2 + n_stream)·n_stream]`: pre, post, then comb.
-    pub base: WeightRef,
-    /// Scales of the pre, post and comb mixes `[3]`.
-    pub scale: WeightRef,
-}
+pub use bloomery_plugin_api::mhc_graph::HcWeights;
 
 /// A full layer's k-pool indexer.
 pub struct IndexerWeights {

@@ -1,5 +1,6 @@
-//! The manifold hyper-connections (mHC) of GLM-5.3, in llama.cpp b11434's order (`glm5-next.cpp`
-//! `build_hc_pre`, `build_hc_post`, `build_hc_mean`). The residual is `n` streams `[n_embd, n,
+//! The graph of the manifold hyper-connections (mHC) of GLM-5.3 and DeepSeek-V4, in llama.cpp
+//! b11434's order (`glm5-next.cpp` and `deepseek4.cpp` `build_hc_pre`, `build_hc_post`,
+//! `build_hc_mean`; DeepSeek-V4's trained head, [`Hc::collapse`]). The residual is `n` streams `[n_embd, n,
 //! rows]`; around each mixer and FFN:
 //!
 //! ```text
@@ -15,12 +16,22 @@
 //! come from one `[n, rows]` tensor of ones per graph (`exp(0·x)` of the embeddings' first `n`
 //! values per row, which are finite).
 
-use bloomery_plugin_api::graph::{GraphBuilder, TensorId};
-use bloomery_plugin_api::op::{Op, UnaryFn};
-use bloomery_plugin_api::{DType, PluginError};
+use crate::graph::{GraphBuilder, TensorId};
+use crate::mhc::HyperConnections;
+use crate::op::{Op, UnaryFn};
+use crate::weights::WeightRef;
+use crate::{DType, PluginError};
 
-use crate::weights::HcWeights;
-use bloomery_plugin_api::mhc::HyperConnections;
+/// One hyper-connection mixer (`hc_attn_*`, `hc_ffn_*`), or DeepSeek-V4's head (`output_hc_*`).
+pub struct HcWeights {
+    /// Mixing projection `[n_stream·n_embd, n_mix]` (`n_mix` = `(2 + n)·n` for a layer's mixer,
+    /// `n` for the head).
+    pub proj: WeightRef,
+    /// Bias of the mixes `[n_mix]`: pre, post, then comb.
+    pub base: WeightRef,
+    /// Scales `[3]` of the pre, post and comb mixes (`[1]` for the head).
+    pub scale: WeightRef,
+}
 
 /// Bytes of an f32.
 const F: u64 = 4;
@@ -204,6 +215,32 @@ impl Hc {
             &[streams, mix.comb, mix.post, y],
             DType::F32,
             ne,
+        )
+    }
+
+    /// DeepSeek-V4's trained collapse of the streams `[n_embd, n, rows]` into `[n_embd, rows]`
+    /// (`hc_head`): `pre = σ(proj · rms_norm(streams)·scale + base) + ε`, `Σ_j pre_j·stream_j`
+    /// (transformers 5.24 `DeepseekV4HyperHead`).
+    pub fn collapse(
+        &self,
+        g: &mut GraphBuilder,
+        w: &HcWeights,
+        streams: TensorId,
+    ) -> Result<TensorId, PluginError> {
+        let [e, n, rows, _] = g.ne(streams);
+        let flat = g.reshape(streams, [e * n, rows, 1, 1])?;
+        let normed = g.rms_norm("hc_head_flat_norm", flat, None, self.rms_eps)?;
+        let proj = g.w(&w.proj)?;
+        let mixes = g.matmul("hc_head_mixes", proj, normed)?;
+        let pre = Self::affine(g, w, mixes, (0, 0, n), "hc_head_pre")?;
+        let pre = unary(g, "hc_head_sigmoid", pre, UnaryFn::Sigmoid)?;
+        let pre = g.add("hc_head_pre", pre, self.rows.eps)?;
+        g.op(
+            "hc_head",
+            Op::StreamMix,
+            &[streams, pre],
+            DType::F32,
+            [e, rows, 1, 1],
         )
     }
 
