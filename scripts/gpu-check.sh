@@ -44,6 +44,13 @@
 #                                 to /dev/shm on first use), all on the card and with every expert
 #                                 on the host; with LLAMA_BENCH, llama-bench on the same file and
 #                                 depths, engines alternating by round; the tables at the end.
+#   scripts/gpu-check.sh mtpspeed  on the GPU machine: MTP drafting's decode (issue 48):
+#                                 `bloomery bench -p 0 -n 128 -r 2 --spec-type none,draft-mtp
+#                                 --spec-synth-len LENS` of Qwen3.6-35B-A3B with its MTP block
+#                                 (experts Q4_K, the rest Q8_0, about 20 GB in /dev/shm) under each
+#                                 placement, then of the glm5 file (NextN, one draft a step) with
+#                                 GLM_LENS; drafting off and on at each fixed acceptance length in
+#                                 one bench; the tables at the end.
 #
 # Settings (environment):
 #   OUT         folder that receives the packed logs and the tables.
@@ -55,8 +62,11 @@
 #               opcheck calls whose files remain.
 #   FILES       bench, compare, serve: 30b, 35b and/or solar100 (default 30b 35b; serve: 30b).
 #   SOLAR_LAYERS  the solar100 file's depth (default 48, the whole model).
-#   PLACEMENTS  bench, compare, solar2speed, glm5speed: bloomery's flags, ';'-separated (default
-#               below; solar2speed and glm5speed: "-ngl 99;-ngl 99 -cmoe").
+#   PLACEMENTS  bench, compare, solar2speed, glm5speed, mtpspeed: bloomery's flags, ';'-separated
+#               (default below; solar2speed, glm5speed and mtpspeed: "-ngl 99;-ngl 99 -cmoe").
+#   LENS        mtpspeed: --spec-synth-len values for the 35b-mtp file, accepted drafts per verify
+#               step (default 0.2,0.7,1.2,1.4,1.8: 1.2 to 2.8 tokens a step with the target's own).
+#   GLM_LENS    mtpspeed: the same for the glm5 file (default 0.7; "" leaves the glm5 file out).
 #   DEPTHS      solar2speed, glm5speed: bench's (and llama-bench's) -d list (default
 #               512,16384; glm5speed 512,8192).
 #   LLAMA_PLACEMENTS  compare, glm5speed: llama-bench's flags, ';'-separated (default below;
@@ -81,9 +91,9 @@ cd "$(dirname "$0")/.."
 
 suite=${1:-}
 case $suite in
-  build | check | bench | compare | kvdepth | serve | solar2speed | glm5speed) ;;
+  build | check | bench | compare | kvdepth | serve | solar2speed | glm5speed | mtpspeed) ;;
   *)
-    echo "usage: scripts/gpu-check.sh build|check|bench|compare|kvdepth|serve|solar2speed|glm5speed (see the top of the file)" >&2
+    echo "usage: scripts/gpu-check.sh build|check|bench|compare|kvdepth|serve|solar2speed|glm5speed|mtpspeed (see the top of the file)" >&2
     exit 2
     ;;
 esac
@@ -144,7 +154,7 @@ slug() { echo "$*" | sed -E 's/(^| )-+/\1/g; s/ +/_/g; s/[^A-Za-z0-9._]/-/g'; }
 # The benchmark files in /dev/shm, written on first use (to FILE.part, renamed when complete, so
 # an interrupted synth is never taken for the file); each prints its path. 30b: the Qwen3-30B-A3B shape, experts Q4_K
 # and attention/embeddings/output Q8_0; 35b: the Qwen3.6-35B-A3B hybrid, experts Q4_K, the rest
-# Q8_0; solar100: Solar-Open-100B (glm4moe) at SOLAR_LAYERS of its 48 layers (default 48, about
+# Q8_0; 35b-mtp: the same with its MTP block; solar100: Solar-Open-100B (glm4moe) at SOLAR_LAYERS of its 48 layers (default 48, about
 # 61 GB), experts Q4_K, the rest Q8_0; solar2: Solar-Open2-250B's first 12 layers (every fourth
 # from layer 0 gated GQA, the others KDA), 320 experts a layer in Q4_K, the rest Q8_0; glm5:
 # GLM-5.3-Flash's first 12 layers (3 dense; MLA at 3, 7 and 11, the others KDA) and its NextN
@@ -155,10 +165,11 @@ big_file() {
   case $1 in
     30b) f=/dev/shm/q3-30b-a3b-q4k.gguf ;;
     35b) f=/dev/shm/q36-35b-a3b-q4k.gguf ;;
+    35b-mtp) f=/dev/shm/q36-35b-a3b-mtp-q4k.gguf ;;
     solar100) f=/dev/shm/solar-open-100b-L${SOLAR_LAYERS:-48}-q4k.gguf ;;
     solar2) f=/dev/shm/solar-open2-250b-12l-q4k.gguf ;;
     glm5) f=/dev/shm/glm5-next-flash-12l-q4k-q5k.gguf ;;
-    *) echo "gpu-check: unknown file '$1' (30b, 35b, solar100, solar2 or glm5)" >&2; return 2 ;;
+    *) echo "gpu-check: unknown file '$1' (30b, 35b, 35b-mtp, solar100, solar2 or glm5)" >&2; return 2 ;;
   esac
   if [ ! -f "$f" ]; then
     local q8="--attn Q8_0 --embd Q8_0 --output-type Q8_0"
@@ -166,6 +177,8 @@ big_file() {
     case $1 in
       30b) bl synth --arch qwen3moe --preset 30b-a3b --experts Q4_K $q8 -o "$f.part" > /dev/null ;;
       35b) bl synth --arch qwen35moe --preset 35b-a3b --experts Q4_K $q8 --dense Q8_0 \
+        -o "$f.part" > /dev/null ;;
+      35b-mtp) bl synth --arch qwen35moe --preset 35b-a3b-mtp --experts Q4_K $q8 --dense Q8_0 \
         -o "$f.part" > /dev/null ;;
       solar100) bl synth --arch glm4moe --preset solar-open-100b --layers "${SOLAR_LAYERS:-48}" \
         --experts Q4_K $q8 --dense Q8_0 -o "$f.part" > /dev/null ;;
@@ -817,6 +830,32 @@ glm5speed_suite() {
             fail "glm5 llama-bench '$p' round $round: $(why "$log") [$log]"
           fi
         done
+      fi
+    done
+  done
+  finish
+}
+
+# ---- mtpspeed ----
+
+mtpspeed_suite() {
+  local f p log name lens placements
+  IFS=';' read -r -a placements <<< "${PLACEMENTS:-"-ngl 99;-ngl 99 -cmoe"}"
+  for name in 35b-mtp glm5; do
+    lens=${LENS:-0.2,0.7,1.2,1.4,1.8}
+    if [ "$name" = glm5 ]; then
+      lens=${GLM_LENS-0.7}
+      [ -n "$lens" ] || continue
+    fi
+    f=$(big_file "$name") || { fail "synth $name"; continue; }
+    for p in "${placements[@]}"; do
+      log="$out/mtp-$name-$(slug "$p").txt"
+      # shellcheck disable=SC2086
+      if bl bench -m "$f" -p 0 -n 128 -r 2 --spec-type none,draft-mtp --spec-synth-len "$lens" $p \
+        > "$log" 2>&1; then
+        { echo "$name \`$p\`:"; grep -E "\||accepted" "$log"; echo; } | tee -a "$out/table.md"
+      else
+        fail "mtpspeed $name '$p': $(why "$log") [$log]"
       fi
     done
   done
