@@ -183,7 +183,10 @@ pub(crate) fn run(
         head,
         ended: Vec::new(),
         drafter,
-        synth: cfg.spec.synth_len.map(SynthAcceptance::new),
+        synth: cfg
+            .spec
+            .synth_len
+            .map(|l| SynthAcceptance::new(l, cfg.spec.n_max)),
     };
     s.publish();
     // After publishing the slots, so that /slots answers while the allocation runs.
@@ -1187,8 +1190,9 @@ impl<'t> Scheduler<'t> {
             let mut done = false;
             let first = base + read - outputs;
             // With a fixed acceptance length the drafter's drafts are taken, not checked.
+            let tok = self.tok;
             let n_take = match self.synth.as_mut() {
-                Some(s) if task.spec_draft => s.accepted(n_drafted),
+                Some(s) if task.spec_draft => s.accepted(drafted, |t| tok.is_eog(t)),
                 _ => 0,
             };
             let synth = self.synth.is_some() && task.spec_draft;

@@ -2,7 +2,8 @@
 //! each with its `LLAMA_ARG_*` twin: `--spec-type none|draft-mtp` (llama.cpp's other types
 //! refused by name), `--spec-draft-n-max`, `--spec-draft-n-min` and `--spec-draft-p-min`.
 //! Without `--spec-type`, a file with MTP layers drafts with them. `bench` alone takes
-//! `--spec-synth-len` (a fixed acceptance length for random-weight files) and runs each of its
+//! `--spec-synth-len` (llama-server's synthetic acceptance length, for random-weight files:
+//! tokens a verify step, the target's own included) and runs each of its
 //! `--spec-type` and `--spec-synth-len` values as a test of its own.
 
 use anyhow::bail;
@@ -26,10 +27,15 @@ pub struct SpecArgs {
     /// below this (greedy drafting).
     #[arg(long = "spec-draft-p-min", value_name = "P", default_value_t = SpecConfig::MTP.p_min, env = "LLAMA_ARG_SPEC_DRAFT_P_MIN")]
     pub p_min: f32,
-    /// `bench` only: each verify step keeps ⌊L⌋ or ⌈L⌉ of the drafts, L on average, whatever
-    /// the model says (the real draft and verify passes run; for random-weight files). A
+    /// `bench` only, for benchmarks on random-weight files: drafts kept at random for a mean
+    /// of L tokens a verify step, the target's own included (1 to --spec-draft-n-max + 1, as
+    /// llama-server's `--spec-synth-len`); the real draft and verify passes run. A
     /// comma-separated list runs each value as a test of its own.
-    #[arg(long = "spec-synth-len", value_name = "L[,L...]")]
+    #[arg(
+        long = "spec-synth-len",
+        value_name = "L[,L...]",
+        env = "LLAMA_ARG_SPEC_SYNTH_LEN"
+    )]
     pub synth_len: Option<String>,
 }
 
@@ -113,12 +119,13 @@ impl SpecArgs {
                 .split(',')
                 .map(|v| {
                     let l: f64 = v.trim().parse().map_err(|_| {
-                        anyhow::anyhow!("--spec-synth-len {v:?}: expected a number of drafts")
+                        anyhow::anyhow!("--spec-synth-len {v:?}: expected a mean acceptance length")
                     })?;
-                    if !(0.0..=self.n_max as f64).contains(&l) {
+                    if !(1.0..=self.n_max as f64 + 1.0).contains(&l) {
                         bail!(
-                            "--spec-synth-len {v}: must lie between 0 and --spec-draft-n-max ({})",
-                            self.n_max
+                            "--spec-synth-len {v}: must lie between 1 and --spec-draft-n-max + 1 \
+                             ({}): tokens a verify step, the target's own included",
+                            self.n_max + 1
                         );
                     }
                     Ok(Some(l))
@@ -191,10 +198,11 @@ impl SpecArgs {
             synth_len,
         };
         let n_max = spec.for_model(arch).n_max;
-        if let Some(l) = synth_len.filter(|&l| l > n_max as f64) {
+        if let Some(l) = synth_len.filter(|&l| l > n_max as f64 + 1.0) {
             bail!(
                 "--spec-synth-len {l}: this model's MTP layers (`{arch}`) draft at most {n_max} \
-                 token(s) a step"
+                 token(s) a step, so a step makes at most {} tokens",
+                n_max + 1
             );
         }
         Ok(spec)
@@ -267,38 +275,38 @@ mod tests {
         assert_eq!(a.bench_config(&specs[0], 1, "x").unwrap().synth_len, None);
         // The file's default type, with a length: refused on a file without MTP layers.
         let mut d = args(None);
-        d.synth_len = Some("1.7".into());
+        d.synth_len = Some("2.7".into());
         let b = &d.bench_specs().unwrap()[0];
-        assert_eq!(b.name(), "default L1.7");
+        assert_eq!(b.name(), "default L2.7");
         let e = d.bench_config(b, 0, "qwen3moe").unwrap_err().to_string();
         assert!(
             e.contains("(`qwen3moe`) has no MTP layers to draft with"),
             "{e}"
         );
-        // GLM-5.3's NextN layer drafts one token a step.
+        // GLM-5.3's NextN layer drafts one token a step: at most 2 tokens a step.
         let e = d.bench_config(b, 1, "glm5-next").unwrap_err().to_string();
         assert!(
-            e.contains("(`glm5-next`) draft at most 1 token(s) a step"),
+            e.contains("(`glm5-next`) draft at most 1 token(s) a step, so a step makes at most 2"),
             "{e}"
         );
-        d.synth_len = Some("0.8".into());
+        d.synth_len = Some("1.7".into());
         let b = &d.bench_specs().unwrap()[0];
         assert_eq!(
             d.bench_config(b, 1, "glm5-next").unwrap().synth_len,
-            Some(0.8)
+            Some(1.7)
         );
         let refused = |a: &SpecArgs, what: &str| {
             let e = a.bench_specs().unwrap_err().to_string();
             assert!(e.contains(what), "{e}");
         };
-        a.synth_len = Some("3.5".into());
-        refused(&a, "between 0 and --spec-draft-n-max (3)");
+        a.synth_len = Some("4.5".into());
+        refused(&a, "between 1 and --spec-draft-n-max + 1 (4)");
         a.synth_len = Some("x".into());
-        refused(&a, "expected a number");
-        a.synth_len = Some("-0.5".into());
-        refused(&a, "between 0");
+        refused(&a, "expected a mean acceptance length");
+        a.synth_len = Some("0.5".into());
+        refused(&a, "between 1");
         let mut n = args(Some("none"));
-        n.synth_len = Some("1".into());
+        n.synth_len = Some("2".into());
         refused(&n, "--spec-type none drafts nothing");
         refused(
             &args(Some("draft-mtp,ngram-mod")),
@@ -307,7 +315,7 @@ mod tests {
         // serve and run refuse a length by name.
         let e = d.config(1, "x").unwrap_err().to_string();
         assert!(
-            e.starts_with("--spec-synth-len 0.8: only `bloomery bench`"),
+            e.starts_with("--spec-synth-len 1.7: only `bloomery bench`"),
             "{e}"
         );
     }
