@@ -302,6 +302,19 @@ fn scripted(path: &Path, want: &[Vec<u32>], from: usize) -> (usize, usize) {
     assert_eq!(get(&c.spec_draft_tokens), drafted);
     assert_eq!(get(&c.spec_accepted), accepted);
     assert!(get(&c.spec_verify_steps) * 3 >= drafted);
+    // Accepted tokens per draft position (llama-server's labeled counter): one entry per
+    // position up to n_max, a step keeping position i kept every one before it, adding up to
+    // the accepted tokens.
+    let per_pos = c.spec_accepted_per_pos.lock().unwrap().clone();
+    assert_eq!(per_pos.len(), 3);
+    assert!(per_pos.windows(2).all(|w| w[0] >= w[1]), "{per_pos:?}");
+    assert_eq!(
+        per_pos.iter().sum::<u64>() as usize,
+        accepted,
+        "{per_pos:?}"
+    );
+    assert!(per_pos[0] as usize <= get(&c.spec_verify_steps));
+    eprintln!("accepted per position: {per_pos:?}");
     rt.shutdown().unwrap();
     (drafted, accepted)
 }

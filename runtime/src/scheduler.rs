@@ -1245,6 +1245,11 @@ impl<'t> Scheduler<'t> {
                         .fetch_add(n_drafted as u64, Ordering::Relaxed);
                     c.spec_accepted
                         .fetch_add(accepted as u64, Ordering::Relaxed);
+                    if let Ok(mut per) = c.spec_accepted_per_pos.lock() {
+                        let n = per.len().max(self.cfg.spec.n_max);
+                        per.resize(n, 0);
+                        per.iter_mut().take(accepted).for_each(|p| *p += 1);
+                    }
                 }
             }
             // Drafted tokens after the first refused one leave the cache; per-sequence state
