@@ -154,6 +154,12 @@ pub(crate) fn run(
         }
         cfg.spec = spec;
     }
+    if cfg.spec.synth_len.is_some() {
+        tracing::warn!(
+            "synthetic speculative acceptance is enabled for benchmarking; generated output is \
+             not valid"
+        );
+    }
     let n_slots = model.options.n_slots as usize;
     let n_vocab = model.spec.hparams.n_vocab as usize;
     let n_embd = model.spec.hparams.n_embd as usize;

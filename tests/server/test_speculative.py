@@ -117,3 +117,30 @@ def test_streamed_final_chunks_carry_the_draft_counts_and_metrics_count_per_posi
         assert "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter" in m
     finally:
         s.stop()
+
+
+@pytest.mark.parametrize("length", ["1", "2.5", "4"])
+def test_a_synthetic_acceptance_length_keeps_drafts_at_random(mtp_path, length):
+    """llama-server's --spec-synth-len: 1 keeps no draft, n_max + 1 (4) every one (a drafted end
+    of generation aside), between them a mean of L tokens a verify step."""
+    s = Server(mtp_path, "-c", "512", "-np", "1", "--metrics", "--spec-synth-len", length)
+    try:
+        r = s.post("/completion", {"prompt": "Hello there", "n_predict": 150, "temperature": 0})
+        assert r.status_code == 200, r.text
+        j = r.json()
+        t = j["timings"]
+        assert j["tokens_predicted"] == 150 and t["draft_n"] > 0, t
+        m = s.get("/metrics").text
+        steps = counter(m, "spec_decode_num_drafts_total")
+        mean = 1 + counter(m, "spec_decode_num_accepted_tokens_total") / steps
+        if length == "1":
+            assert t["draft_n_accepted"] == 0, t
+        elif length == "4":
+            assert t["draft_n_accepted"] >= t["draft_n"] - 3, t
+        else:
+            assert abs(mean - 2.5) < 0.35, (mean, steps)
+        # A grammar request runs too: kept drafts leave the grammar where it was.
+        g = s.post("/completion", {"prompt": "Hi", "n_predict": 8, "grammar": 'root ::= [a-z]+'})
+        assert g.status_code == 200, g.text
+    finally:
+        s.stop()

@@ -1,10 +1,10 @@
 //! Draft decoding flags of `serve`, `run` and `bench`, spelled as llama-server b11434 spells them,
 //! each with its `LLAMA_ARG_*` twin: `--spec-type none|draft-mtp` (llama.cpp's other types
 //! refused by name), `--spec-draft-n-max`, `--spec-draft-n-min` and `--spec-draft-p-min`.
-//! Without `--spec-type`, a file with MTP layers drafts with them. `bench` alone takes
-//! `--spec-synth-len` (llama-server's synthetic acceptance length, for random-weight files:
-//! tokens a verify step, the target's own included) and runs each of its
-//! `--spec-type` and `--spec-synth-len` values as a test of its own.
+//! Without `--spec-type`, a file with MTP layers drafts with them. `--spec-synth-len` is
+//! llama-server's synthetic acceptance length for benchmarks on random-weight files (tokens a
+//! verify step, the target's own included); `bench` runs each of its `--spec-type` and
+//! `--spec-synth-len` values as a test of its own.
 
 use anyhow::bail;
 use bloomery_runtime::spec::{SpecConfig, SpecType};
@@ -27,10 +27,10 @@ pub struct SpecArgs {
     /// below this (greedy drafting).
     #[arg(long = "spec-draft-p-min", value_name = "P", default_value_t = SpecConfig::MTP.p_min, env = "LLAMA_ARG_SPEC_DRAFT_P_MIN")]
     pub p_min: f32,
-    /// `bench` only, for benchmarks on random-weight files: drafts kept at random for a mean
-    /// of L tokens a verify step, the target's own included (1 to --spec-draft-n-max + 1, as
-    /// llama-server's `--spec-synth-len`); the real draft and verify passes run. A
-    /// comma-separated list runs each value as a test of its own.
+    /// Benchmarking only (the output is not valid): drafts kept at random for a mean of L
+    /// tokens a verify step, the target's own included (1 to --spec-draft-n-max + 1, as
+    /// llama-server's); the real draft and verify passes run. `bench` takes a comma-separated
+    /// list, each value a test of its own.
     #[arg(
         long = "spec-synth-len",
         value_name = "L[,L...]",
@@ -98,15 +98,31 @@ fn kind_of(list: &str) -> anyhow::Result<SpecType> {
 impl SpecArgs {
     /// The drafting these flags ask for on a model of `arch` with `n_mtp_layers` MTP layers, for
     /// `serve` and `run`; an unknown or unimplemented type, `draft-mtp` on a model without MTP
-    /// layers, or `--spec-synth-len` (a benchmark's) is an error naming it.
+    /// layers, or a synthetic length out of range or given as a list is an error naming it.
     pub fn config(&self, n_mtp_layers: u32, arch: &str) -> anyhow::Result<SpecConfig> {
-        if let Some(l) = &self.synth_len {
+        let synth = match self.synth_len.as_deref() {
+            None => None,
+            Some(v) if v.contains(',') => {
+                bail!("--spec-synth-len {v}: one length (only `bloomery bench` takes a list)")
+            }
+            Some(v) => Some(self.length(v)?),
+        };
+        self.resolve(self.spec_type.as_deref(), synth, n_mtp_layers, arch)
+    }
+
+    /// One `--spec-synth-len` value, between 1 and `--spec-draft-n-max` + 1.
+    fn length(&self, v: &str) -> anyhow::Result<f64> {
+        let l: f64 = v.trim().parse().map_err(|_| {
+            anyhow::anyhow!("--spec-synth-len {v:?}: expected a mean acceptance length")
+        })?;
+        if !(1.0..=self.n_max as f64 + 1.0).contains(&l) {
             bail!(
-                "--spec-synth-len {l}: only `bloomery bench` takes it (it forces how many drafts \
-                 are kept, whatever the model says)"
+                "--spec-synth-len {v}: must lie between 1 and --spec-draft-n-max + 1 ({}): tokens \
+                 a verify step, the target's own included",
+                self.n_max + 1
             );
         }
-        self.resolve(self.spec_type.as_deref(), None, n_mtp_layers, arch)
+        Ok(l)
     }
 
     /// The drafting setups a benchmark runs, each value of `--spec-type` (comma-separated) and
@@ -117,19 +133,7 @@ impl SpecArgs {
             None => vec![None],
             Some(list) => list
                 .split(',')
-                .map(|v| {
-                    let l: f64 = v.trim().parse().map_err(|_| {
-                        anyhow::anyhow!("--spec-synth-len {v:?}: expected a mean acceptance length")
-                    })?;
-                    if !(1.0..=self.n_max as f64 + 1.0).contains(&l) {
-                        bail!(
-                            "--spec-synth-len {v}: must lie between 1 and --spec-draft-n-max + 1 \
-                             ({}): tokens a verify step, the target's own included",
-                            self.n_max + 1
-                        );
-                    }
-                    Ok(Some(l))
-                })
+                .map(|v| self.length(v).map(Some))
                 .collect::<anyhow::Result<_>>()?,
         };
         let types: Vec<Option<String>> = match &self.spec_type {
@@ -312,10 +316,18 @@ mod tests {
             &args(Some("draft-mtp,ngram-mod")),
             "ngram-mod: not supported",
         );
-        // serve and run refuse a length by name.
+        // serve and run take one length, checked as bench checks it.
+        assert_eq!(d.config(1, "x").unwrap().synth_len, Some(1.7));
+        d.synth_len = Some("1.5,2".into());
         let e = d.config(1, "x").unwrap_err().to_string();
         assert!(
-            e.starts_with("--spec-synth-len 1.7: only `bloomery bench`"),
+            e.contains("one length (only `bloomery bench` takes a list)"),
+            "{e}"
+        );
+        d.synth_len = Some("7".into());
+        let e = d.config(1, "x").unwrap_err().to_string();
+        assert!(
+            e.contains("between 1 and --spec-draft-n-max + 1 (6)"),
             "{e}"
         );
     }

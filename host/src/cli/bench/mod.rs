@@ -240,8 +240,9 @@ fn instances(a: &BenchArgs, n_layer: u64, grammar: bool) -> anyhow::Result<Vec<I
     let specs = a.spec.bench_specs()?;
     if grammar && specs.iter().any(|b| b.synth_len.is_some()) {
         bail!(
-            "--spec-synth-len with a grammar: drafts kept without checking would break the \
-             grammar; bench the grammar test without it"
+            "--spec-synth-len with a grammar: kept drafts do not advance the grammar (as \
+             llama-server's), so the grammar test would not generate within it; bench the grammar \
+             test without it"
         );
     }
     let mut tests = Vec::new();
