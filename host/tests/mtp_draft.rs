@@ -519,10 +519,12 @@ fn a_fixed_acceptance_length_keeps_the_drafts_and_the_state_follows_them() {
     };
     let rt = Runtime::start_drafting(model, tok.clone(), config(spec), Box::new(source)).unwrap();
     let (mut steps, mut kept_total, mut counts) = (0, 0, [0; 4]);
-    for prompt in prompts(&tok) {
+    for (i, prompt) in prompts(&tok).into_iter().enumerate() {
         seen.lock().unwrap().clear();
         let mut p = params(None);
         p.n_predict = Some(120);
+        // Its own seed: the synthetic draws come from it (greedy all the same).
+        p.sampler.seed = i as u64 + 1;
         let (mut ids, f) = answer(&rt, &prompt, p);
         // The end's flush of held text may repeat the last id.
         assert_eq!(f.n_predicted, 120);
@@ -575,9 +577,11 @@ fn mtp_drafting_with_a_fixed_acceptance_length_keeps_its_mean() {
             ..SpecConfig::MTP
         };
         let (rt, tok) = start(&path, spec);
-        for prompt in prompts(&tok) {
+        for (i, prompt) in prompts(&tok).into_iter().enumerate() {
             let mut p = params(None);
             p.n_predict = Some(120);
+            // Its own seed: the synthetic draws come from it (greedy all the same).
+            p.sampler.seed = i as u64 + 1;
             assert_eq!(answer(&rt, &prompt, p).1.n_predicted, 120);
         }
         let c = &rt.shared().counters;
@@ -637,4 +641,30 @@ fn bench_runs_drafting_off_and_on_and_prints_the_accepted_per_step() {
     assert!((len - 2.7).abs() < 0.35, "{len}\n{stdout}");
     assert!((acc + 1.0 - len).abs() < 0.011, "{acc} {len}");
     assert!(stderr.contains("verify steps"), "{stderr}");
+}
+
+/// Synthetic acceptance draws from the request's own seed, as llama-server's slot seeds its
+/// generator: the same seed keeps the same drafts, another seed others.
+#[test]
+fn synthetic_acceptance_draws_from_the_requests_seed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let spec = SpecConfig {
+        synth_len: Some(2.5),
+        ..SpecConfig::MTP
+    };
+    let (rt, tok) = start(&path, spec);
+    let prompt = &prompts(&tok)[1];
+    let accepted = |seed: u64| {
+        let mut p = params(None);
+        p.n_predict = Some(120);
+        p.sampler.seed = seed;
+        let f = answer(&rt, prompt, p).1;
+        (f.n_drafted, f.n_accepted)
+    };
+    let (a, b, c) = (accepted(5), accepted(5), accepted(6));
+    eprintln!("seed 5: {a:?} twice {b:?}, seed 6: {c:?}");
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+    rt.shutdown().unwrap();
 }

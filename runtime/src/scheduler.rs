@@ -27,6 +27,7 @@ use crate::request::{
     Decided, Embedded, Event, Failure, FailureKind, Job, PromptProgress, Request, SlotAction,
     SlotReply,
 };
+use crate::sampling::rng::Mt19937;
 use crate::sampling::Sampler;
 use crate::slot_file::SlotFile;
 use crate::spec::{
@@ -575,6 +576,7 @@ impl<'t> Scheduler<'t> {
             Constraint::new(spec, vocab)
         });
         let decoder = StreamDecoder::new(self.tok, false).preserving(&job.params.preserved);
+        let job_seed = job.params.sampler.seed as u32;
         let slot = &mut self.slots[id];
         slot.task = Some(Task {
             job,
@@ -589,6 +591,7 @@ impl<'t> Scheduler<'t> {
             n_drafted: 0,
             n_accepted: 0,
             spec_draft: false,
+            synth_rng: self.synth.as_ref().map(|_| Mt19937::new(job_seed)),
             grammar,
             started,
             first_token: None,
@@ -1197,8 +1200,10 @@ impl<'t> Scheduler<'t> {
             let first = base + read - outputs;
             // With a fixed acceptance length the drafter's drafts are taken, not checked.
             let tok = self.tok;
-            let n_take = match self.synth.as_mut() {
-                Some(s) if task.spec_draft => s.accepted(drafted, |t| tok.is_eog(t)),
+            let n_take = match (&self.synth, task.synth_rng.as_mut()) {
+                (Some(s), Some(rng)) if task.spec_draft => {
+                    s.accepted(rng, drafted, |t| tok.is_eog(t))
+                }
                 _ => 0,
             };
             let synth = self.synth.is_some() && task.spec_draft;

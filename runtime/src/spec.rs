@@ -12,8 +12,8 @@
 //! at random for a fixed mean acceptance length (llama-server's `--spec-synth-len`).
 
 use bloomery_exec::{BatchInputs, LoadedModel, Readout};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+
+use crate::sampling::rng::Mt19937;
 
 /// Which drafts a generation is verified against (llama-server's `--spec-type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,11 +96,11 @@ pub fn mtp_width(arch: &str) -> Option<usize> {
 /// probability p, given every draft before it kept (so the unconditional rate of position i is
 /// p^(i+1)), p chosen so that p + p² + … + p^n_max = L − 1; a drafted end-of-generation token is
 /// never kept. The kept tokens are the drafts themselves, so the cache holds what the request
-/// generated, and the target's row after them gives the next token as usual. The draws come from
-/// a fixed seed (llama-server seeds each request from its sampling seed).
+/// generated, and the target's row after them gives the next token as usual. Each request draws
+/// from its own MT19937 seeded with its seed, one uniform double a position looked at, as
+/// llama-server's slot does.
 pub(crate) struct SynthAcceptance {
     p: f64,
-    rng: StdRng,
 }
 
 impl SynthAcceptance {
@@ -109,15 +109,20 @@ impl SynthAcceptance {
     pub(crate) fn new(len: f64, n_max: usize) -> SynthAcceptance {
         SynthAcceptance {
             p: synth_rate(len, n_max),
-            rng: StdRng::seed_from_u64(0x05ee_d1e9),
         }
     }
 
-    /// How many of a step's `drafts` it keeps (`is_eog`: an end-of-generation token).
-    pub(crate) fn accepted(&mut self, drafts: &[u32], is_eog: impl Fn(u32) -> bool) -> usize {
+    /// How many of a step's `drafts` it keeps, drawing from the request's `rng` (`is_eog`: an
+    /// end-of-generation token).
+    pub(crate) fn accepted(
+        &self,
+        rng: &mut Mt19937,
+        drafts: &[u32],
+        is_eog: impl Fn(u32) -> bool,
+    ) -> usize {
         drafts
             .iter()
-            .take_while(|&&t| self.rng.gen::<f64>() < self.p && !is_eog(t))
+            .take_while(|&&t| rng.uniform_f64() < self.p && !is_eog(t))
             .count()
     }
 }
@@ -340,7 +345,7 @@ fn empty_batch() -> BatchInputs {
 
 #[cfg(test)]
 mod tests {
-    use super::{synth_rate, top_choice, SynthAcceptance};
+    use super::{synth_rate, top_choice, Mt19937, SynthAcceptance};
 
     #[test]
     fn synthetic_acceptance_has_the_asked_mean_length() {
@@ -349,19 +354,23 @@ mod tests {
             let p = synth_rate(len, n_max);
             let sum: f64 = (1..=n_max as i32).map(|i| p.powi(i)).sum();
             assert!((sum - (len - 1.0)).abs() < 1e-8, "L {len}: p {p}");
-            let mut s = SynthAcceptance::new(len, n_max);
+            let s = SynthAcceptance::new(len, n_max);
+            let mut rng = Mt19937::new(7);
             let n = 20_000;
             let drafts = vec![5u32; n_max];
-            let kept: usize = (0..n).map(|_| s.accepted(&drafts, |_| false)).sum();
+            let kept: usize = (0..n)
+                .map(|_| s.accepted(&mut rng, &drafts, |_| false))
+                .sum();
             let mean = 1.0 + kept as f64 / n as f64;
             // The spread of the mean is under 0.01 over 20,000 steps.
             assert!((mean - len).abs() < 0.03, "L {len}: mean {mean}");
         }
         assert_eq!((synth_rate(1.0, 3), synth_rate(4.0, 3)), (0.0, 1.0));
-        let mut s = SynthAcceptance::new(4.0, 3);
-        assert_eq!(s.accepted(&[1, 2, 3], |_| false), 3);
+        let s = SynthAcceptance::new(4.0, 3);
+        let mut rng = Mt19937::new(7);
+        assert_eq!(s.accepted(&mut rng, &[1, 2, 3], |_| false), 3);
         // A drafted end of generation is never kept.
-        assert_eq!(s.accepted(&[1, 9, 3], |t| t == 9), 1);
+        assert_eq!(s.accepted(&mut rng, &[1, 9, 3], |t| t == 9), 1);
     }
 
     #[test]
