@@ -260,6 +260,7 @@ fn sample(spelling: &str) -> &'static str {
         "--spec-draft-n-max" => "5",
         "--spec-draft-n-min" => "2",
         "--spec-draft-p-min" | "--draft-p-min" => "0.5",
+        "--spec-synth-len" => "2.5",
         "-ot" | "--override-tensor" => "exps=CPU",
         "-ngl" | "--gpu-layers" | "--n-gpu-layers" => "99",
         "-a" | "--alias" => "name",

@@ -27,6 +27,7 @@ use crate::request::{
     Decided, Embedded, Event, Failure, FailureKind, Job, PromptProgress, Request, SlotAction,
     SlotReply,
 };
+use crate::sampling::rng::Mt19937;
 use crate::sampling::Sampler;
 use crate::slot_file::SlotFile;
 use crate::spec::{
@@ -154,6 +155,12 @@ pub(crate) fn run(
         }
         cfg.spec = spec;
     }
+    if cfg.spec.synth_len.is_some() {
+        tracing::warn!(
+            "synthetic speculative acceptance is enabled for benchmarking; generated output is \
+             not valid"
+        );
+    }
     let n_slots = model.options.n_slots as usize;
     let n_vocab = model.spec.hparams.n_vocab as usize;
     let n_embd = model.spec.hparams.n_embd as usize;
@@ -183,7 +190,10 @@ pub(crate) fn run(
         head,
         ended: Vec::new(),
         drafter,
-        synth: cfg.spec.synth_len.map(SynthAcceptance::new),
+        synth: cfg
+            .spec
+            .synth_len
+            .map(|l| SynthAcceptance::new(l, cfg.spec.n_max)),
     };
     s.publish();
     // After publishing the slots, so that /slots answers while the allocation runs.
@@ -566,6 +576,7 @@ impl<'t> Scheduler<'t> {
             Constraint::new(spec, vocab)
         });
         let decoder = StreamDecoder::new(self.tok, false).preserving(&job.params.preserved);
+        let job_seed = job.params.sampler.seed as u32;
         let slot = &mut self.slots[id];
         slot.task = Some(Task {
             job,
@@ -580,6 +591,7 @@ impl<'t> Scheduler<'t> {
             n_drafted: 0,
             n_accepted: 0,
             spec_draft: false,
+            synth_rng: self.synth.as_ref().map(|_| Mt19937::new(job_seed)),
             grammar,
             started,
             first_token: None,
@@ -1196,8 +1208,11 @@ impl<'t> Scheduler<'t> {
             let mut done = false;
             let first = base + read - outputs;
             // With a fixed acceptance length the drafter's drafts are taken, not checked.
-            let n_take = match self.synth.as_mut() {
-                Some(s) if task.spec_draft => s.accepted(n_drafted),
+            let tok = self.tok;
+            let n_take = match (&self.synth, task.synth_rng.as_mut()) {
+                (Some(s), Some(rng)) if task.spec_draft => {
+                    s.accepted(rng, drafted, |t| tok.is_eog(t))
+                }
                 _ => 0,
             };
             let synth = self.synth.is_some() && task.spec_draft;
@@ -1250,6 +1265,11 @@ impl<'t> Scheduler<'t> {
                         .fetch_add(n_drafted as u64, Ordering::Relaxed);
                     c.spec_accepted
                         .fetch_add(accepted as u64, Ordering::Relaxed);
+                    if let Ok(mut per) = c.spec_accepted_per_pos.lock() {
+                        let n = per.len().max(self.cfg.spec.n_max);
+                        per.resize(n, 0);
+                        per.iter_mut().take(accepted).for_each(|p| *p += 1);
+                    }
                 }
             }
             // Drafted tokens after the first refused one leave the cache; per-sequence state

@@ -8,12 +8,12 @@
 //! the ten likeliest tokens reaches `p_min`, and dropped whole when shorter than `n_min`.
 //!
 //! Other sources (tests, benchmarks) draft through [`DraftSource`]. For benchmarks on
-//! random-weight files, whose drafts are almost never right, [`SynthAcceptance`] fixes how many
-//! drafts each verify step keeps.
+//! random-weight files, whose drafts are almost never right, [`SynthAcceptance`] keeps drafts
+//! at random for a fixed mean acceptance length (llama-server's `--spec-synth-len`).
 
 use bloomery_exec::{BatchInputs, LoadedModel, Readout};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
+
+use crate::sampling::rng::Mt19937;
 
 /// Which drafts a generation is verified against (llama-server's `--spec-type`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,8 +47,9 @@ pub struct SpecConfig {
     /// Drafting stops at a token whose probability among the block's ten likeliest is below
     /// this (`--spec-draft-p-min`).
     pub p_min: f32,
-    /// Benchmarks only: each verify step keeps ⌊L⌋ or ⌈L⌉ of its drafts (at most those
-    /// drafted), L on average, whatever the target's rows say (see [`SynthAcceptance`]).
+    /// Benchmarks only (`--spec-synth-len L`): drafts are kept at random, whatever the target's
+    /// rows say, for a mean of L tokens a verify step, the target's own included (1 to
+    /// `n_max` + 1; see [`SynthAcceptance`]).
     pub synth_len: Option<f64>,
 }
 
@@ -88,32 +89,69 @@ pub fn mtp_width(arch: &str) -> Option<usize> {
     }
 }
 
-/// A fixed acceptance length for benchmarks on random-weight files (`--spec-synth-len L`):
-/// the real draft passes and the real verify pass run, and only the verdict is forced. Each
-/// step keeps ⌈L⌉ drafts with probability L − ⌊L⌋ and ⌊L⌋ otherwise (from a fixed seed, so a
-/// run repeats), at most as many as were drafted; the kept tokens are the drafts themselves, so
-/// the cache holds what the request generated, and the target's row after the last kept one
-/// gives the next token as usual.
+/// Synthetic acceptance for benchmarks on random-weight files (`--spec-synth-len L`), as
+/// llama-server b11434 does it (common/speculative.cpp `common_speculative_synth_rates_resolve`,
+/// tools/server/server-context.cpp `server_sample_and_accept_synth`): the real draft passes and
+/// the real verify pass run, and only the verdict is forced. Draft position i is kept with
+/// probability p, given every draft before it kept (so the unconditional rate of position i is
+/// p^(i+1)), p chosen so that p + p² + … + p^n_max = L − 1; a drafted end-of-generation token is
+/// never kept. The kept tokens are the drafts themselves, so the cache holds what the request
+/// generated, and the target's row after them gives the next token as usual. Each request draws
+/// from its own MT19937 seeded with its seed, one uniform double a position looked at, as
+/// llama-server's slot does.
 pub(crate) struct SynthAcceptance {
-    len: f64,
-    rng: StdRng,
+    p: f64,
 }
 
 impl SynthAcceptance {
-    /// Acceptance of mean `len` (at least 0).
-    pub(crate) fn new(len: f64) -> SynthAcceptance {
+    /// Acceptance of mean length `len` (tokens a verify step, the target's own included) over
+    /// drafts of `n_max` tokens.
+    pub(crate) fn new(len: f64, n_max: usize) -> SynthAcceptance {
         SynthAcceptance {
-            len: len.max(0.0),
-            rng: StdRng::seed_from_u64(0x05ee_d1e9),
+            p: synth_rate(len, n_max),
         }
     }
 
-    /// How many of a step's `n_drafted` drafts it keeps.
-    pub(crate) fn accepted(&mut self, n_drafted: usize) -> usize {
-        let floor = self.len.floor();
-        let up = self.rng.gen::<f64>() < self.len - floor;
-        (floor as usize + usize::from(up)).min(n_drafted)
+    /// How many of a step's `drafts` it keeps, drawing from the request's `rng` (`is_eog`: an
+    /// end-of-generation token).
+    pub(crate) fn accepted(
+        &self,
+        rng: &mut Mt19937,
+        drafts: &[u32],
+        is_eog: impl Fn(u32) -> bool,
+    ) -> usize {
+        drafts
+            .iter()
+            .take_while(|&&t| rng.uniform_f64() < self.p && !is_eog(t))
+            .count()
     }
+}
+
+/// The per-position acceptance probability p of a mean acceptance length `len` over drafts of
+/// `n_max` tokens: p + p² + … + p^n_max = `len` − 1, by 32 bisections as llama.cpp finds it
+/// (0 for `len` ≤ 1, 1 for `len` ≥ `n_max` + 1).
+pub fn synth_rate(len: f64, n_max: usize) -> f64 {
+    if len >= n_max as f64 + 1.0 {
+        return 1.0;
+    }
+    if len <= 1.0 {
+        return 0.0;
+    }
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    for _ in 0..32 {
+        let mid = 0.5 * (lo + hi);
+        let (mut sum, mut term) = (0.0, mid);
+        for _ in 0..n_max {
+            sum += term;
+            term *= mid;
+        }
+        if sum < len - 1.0 {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    0.5 * (lo + hi)
 }
 
 /// A source of drafts other than the model's MTP block: for tests (a perfect source, a wrong
@@ -307,23 +345,32 @@ fn empty_batch() -> BatchInputs {
 
 #[cfg(test)]
 mod tests {
-    use super::{top_choice, SynthAcceptance};
+    use super::{synth_rate, top_choice, Mt19937, SynthAcceptance};
 
     #[test]
-    fn synthetic_acceptance_keeps_the_floor_or_the_ceiling_with_the_asked_mean() {
-        for len in [0.0, 1.2, 1.7, 2.0, 2.8] {
-            let mut s = SynthAcceptance::new(len);
+    fn synthetic_acceptance_has_the_asked_mean_length() {
+        // p + p² + p³ = 0.7 and 1.7; the ends.
+        for (len, n_max) in [(1.7, 3), (2.7, 3), (1.5, 1), (3.2, 5)] {
+            let p = synth_rate(len, n_max);
+            let sum: f64 = (1..=n_max as i32).map(|i| p.powi(i)).sum();
+            assert!((sum - (len - 1.0)).abs() < 1e-8, "L {len}: p {p}");
+            let s = SynthAcceptance::new(len, n_max);
+            let mut rng = Mt19937::new(7);
             let n = 20_000;
-            let draws: Vec<usize> = (0..n).map(|_| s.accepted(3)).collect();
-            let (lo, hi) = (len.floor() as usize, len.ceil() as usize);
-            assert!(draws.iter().all(|&d| d == lo || d == hi), "L {len}");
-            let mean = draws.iter().sum::<usize>() as f64 / n as f64;
-            // Binomial spread at most 0.5/sqrt(n) = 0.0035.
-            assert!((mean - len).abs() < 0.02, "L {len}: mean {mean}");
+            let drafts = vec![5u32; n_max];
+            let kept: usize = (0..n)
+                .map(|_| s.accepted(&mut rng, &drafts, |_| false))
+                .sum();
+            let mean = 1.0 + kept as f64 / n as f64;
+            // The spread of the mean is under 0.01 over 20,000 steps.
+            assert!((mean - len).abs() < 0.03, "L {len}: mean {mean}");
         }
-        // Never more than drafted.
-        let mut s = SynthAcceptance::new(2.8);
-        assert!((0..100).all(|_| s.accepted(1) <= 1));
+        assert_eq!((synth_rate(1.0, 3), synth_rate(4.0, 3)), (0.0, 1.0));
+        let s = SynthAcceptance::new(4.0, 3);
+        let mut rng = Mt19937::new(7);
+        assert_eq!(s.accepted(&mut rng, &[1, 2, 3], |_| false), 3);
+        // A drafted end of generation is never kept.
+        assert_eq!(s.accepted(&mut rng, &[1, 9, 3], |t| t == 9), 1);
     }
 
     #[test]

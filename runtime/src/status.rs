@@ -81,6 +81,9 @@ pub struct Counters {
     /// Passes that verified the draft decoder's drafts, one per slot and pass
     /// (`spec_decode_num_drafts_total`).
     pub spec_verify_steps: AtomicU64,
+    /// Verify steps that kept a draft at each draft position (`--spec-draft-n-max` entries once
+    /// a step verified; llama-server's `spec_decode_num_accepted_tokens_per_pos_total`).
+    pub spec_accepted_per_pos: Mutex<Vec<u64>>,
     /// Decisions the decision head scored.
     pub decisions: AtomicU64,
     /// Runs of the decision head (each over every decision whose prompt ended in one pass).

@@ -7,6 +7,7 @@ use bloomery_text::StreamDecoder;
 
 use crate::grammar::Constraint;
 use crate::request::Job;
+use crate::sampling::rng::Mt19937;
 use crate::sampling::Sampler;
 use crate::stop::StopScan;
 
@@ -33,6 +34,9 @@ pub(crate) struct Task<'t> {
     pub(crate) n_accepted: usize,
     /// The drafted tokens in `next` are the draft decoder's (not schemajump's).
     pub(crate) spec_draft: bool,
+    /// With synthetic acceptance (`--spec-synth-len`), its draws, seeded with the request's
+    /// seed as llama-server seeds them.
+    pub(crate) synth_rng: Option<Mt19937>,
     /// The request's grammar, if it has one.
     pub(crate) grammar: Option<Constraint>,
     pub(crate) started: Instant,

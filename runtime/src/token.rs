@@ -93,13 +93,13 @@ pub(crate) enum Drafted {
     No,
     /// A drafted token, kept when the row's sample equals it.
     Check(u32),
-    /// A drafted token kept without sampling (a benchmark's fixed acceptance length).
+    /// A drafted token kept whatever the row's sample (a benchmark's synthetic acceptance).
     Take(u32),
 }
 
 /// Samples the next token of `task` from `row`, reports it, and says what that did. `drafted`
 /// says what was drafted for this position: a sample equal to a checked draft is accepted, and
-/// a taken draft is accepted unsampled. Otherwise the sample is followed by the tokens
+/// a taken draft is accepted whatever the sample. Otherwise the sample is followed by the tokens
 /// schemajump forces after it and a draft of the text the grammar fixes next, in `task.next`
 /// (`task.draft` of them drafted).
 pub(crate) fn step(
@@ -119,13 +119,10 @@ pub(crate) fn step(
         }));
         return Row::Ended;
     }
-    let chosen = match (task.job.params.forced.get(task.generated), drafted) {
-        (Some(&forced), _) => Ok(forced),
-        (None, Drafted::Take(t)) => {
-            task.sampler.skip_draw();
-            Ok(t)
-        }
-        (None, _) => match task.grammar.as_mut() {
+    let forced = task.job.params.forced.get(task.generated).copied();
+    let chosen = match forced {
+        Some(forced) => Ok(forced),
+        None => match task.grammar.as_mut() {
             Some(g) => g.choose(row, &mut task.sampler),
             None => Ok(task.sampler.sample(row)),
         },
@@ -137,6 +134,12 @@ pub(crate) fn step(
             return Row::Ended;
         }
     };
+    // A taken draft replaces the row's sample, which is drawn all the same, and leaves the
+    // grammar where it was (llama-server's synthetic acceptance).
+    let (id, grammar) = match (forced, drafted) {
+        (None, Drafted::Take(t)) => (t, false),
+        _ => (id, true),
+    };
     let n_probs = task.job.params.n_probs;
     let probs = (n_probs > 0).then(|| {
         if task.job.params.post_sampling_probs {
@@ -147,7 +150,7 @@ pub(crate) fn step(
     });
     task.next.clear();
     task.draft = 0;
-    if emit(cx, task, id, probs, first, now) {
+    if emit(cx, task, id, probs, first, now, grammar) {
         return Row::Ended;
     }
     if matches!(drafted, Drafted::Check(t) | Drafted::Take(t) if t == id) {
@@ -172,7 +175,7 @@ pub(crate) fn step(
         task.sampler.skip_draw();
         g.forced += 1;
         cx.counters.forced_tokens.fetch_add(1, Ordering::Relaxed);
-        if emit(cx, task, t, None, first, now) {
+        if emit(cx, task, t, None, first, now, true) {
             return Row::Ended;
         }
         task.next.push(t);
@@ -223,8 +226,8 @@ fn finish(
     }
 }
 
-/// Takes token `id` into the request: the sampler's window, the grammar, the text and stop
-/// strings, the limits. True when the request ended (its end is reported).
+/// Takes token `id` into the request: the sampler's window, the grammar (when `grammar`), the
+/// text and stop strings, the limits. True when the request ended (its end is reported).
 fn emit(
     cx: &StepContext<'_, '_>,
     task: &mut Task<'_>,
@@ -232,9 +235,10 @@ fn emit(
     probs: Option<TokenProbs>,
     first: Instant,
     now: Instant,
+    grammar: bool,
 ) -> bool {
     task.sampler.accept(id);
-    if let Some(g) = task.grammar.as_mut() {
+    if let Some(g) = task.grammar.as_mut().filter(|_| grammar) {
         if let Err(msg) = g.accept(id, cx.tok) {
             task.end = Some(Event::Failed(Failure::new(FailureKind::Internal, msg)));
             return true;

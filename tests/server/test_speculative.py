@@ -1,8 +1,12 @@
 """Draft decoding as llama-server b11434 reports it (issue 48): `speculative` in /props'
 default_generation_settings and in each /slots entry (true when the slots have a draft source),
-`speculative.types` in the params, and the request's draft counts in its timings."""
+`speculative.types` in the params, the request's draft counts in its timings (the final streamed
+chunk's too), and /metrics' accepted tokens per draft position."""
+
+import json
 
 import pytest
+import requests
 
 from conftest import QWEN3_TEMPLATE, Server, run_cli
 
@@ -51,3 +55,92 @@ def test_a_file_with_mtp_layers_drafts_by_default_and_says_so(mtp_path, flags, w
 
 def test_a_file_without_mtp_layers_does_not_draft(tiny):
     assert reported(tiny) == (False, "none", [False] * 4)
+
+
+def last_timings(server, path, body):
+    """The timings of the last streamed chunk that carries any (the final one)."""
+    with requests.post(server.url + path, json={**body, "stream": True}, stream=True, timeout=300) as r:
+        assert r.status_code == 200, r.text
+        chunks = [
+            json.loads(line[len("data: "):])
+            for line in r.iter_lines(decode_unicode=True)
+            if line.startswith("data: ") and line != "data: [DONE]"
+        ]
+    timed = [c["timings"] for c in chunks if "timings" in c]
+    assert timed, chunks
+    return timed[-1]
+
+
+def per_pos(metrics):
+    """llama-server's accepted-per-position series of a /metrics text, by position."""
+    name = 'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="'
+    out = {}
+    for line in metrics.splitlines():
+        if line.startswith(name):
+            pos, value = line[len(name):].split('"} ')
+            out[int(pos)] = int(value)
+    return out
+
+
+def counter(metrics, name):
+    return float(next(l.split()[1] for l in metrics.splitlines() if l.startswith(f"llamacpp:{name} ")))
+
+
+def test_streamed_final_chunks_carry_the_draft_counts_and_metrics_count_per_position(mtp_path):
+    s = Server(mtp_path, "-c", "512", "-np", "1", "--metrics", "--chat-template-file", str(QWEN3_TEMPLATE))
+    try:
+        # Nothing verified yet: no per-position series (llama-server writes it once non-empty).
+        m = s.get("/metrics")
+        assert m.status_code == 200, m.text
+        assert "spec_decode_num_accepted_tokens_per_pos_total" not in m.text
+        body = {"prompt": "Hello there", "n_predict": 12, "temperature": 0}
+        whole = s.post("/completion", body).json()["timings"]
+        assert whole["draft_n"] > 0, whole
+        chat = {"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 12, "temperature": 0}
+        whole_chat = s.post("/v1/chat/completions", chat).json()["timings"]
+        # Greedy, so a stream drafts and keeps what the whole answer did.
+        for path, b, want in [
+            ("/completion", body, whole),
+            ("/v1/completions", body, whole),
+            ("/v1/chat/completions", chat, whole_chat),
+        ]:
+            t = last_timings(s, path, b)
+            assert (t["draft_n"], t["draft_n_accepted"]) == (want["draft_n"], want["draft_n_accepted"]), (path, t)
+        m = s.get("/metrics").text
+        pos = per_pos(m)
+        # --spec-draft-n-max 3: one series per draft position, a step keeping position i kept
+        # every position before it, and the series add up to the accepted tokens.
+        assert sorted(pos) == [0, 1, 2], m
+        assert pos[0] >= pos[1] >= pos[2], pos
+        assert sum(pos.values()) == counter(m, "spec_decode_num_accepted_tokens_total"), m
+        assert pos[0] <= counter(m, "spec_decode_num_drafts_total"), m
+        assert "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter" in m
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("length", ["1", "2.5", "4"])
+def test_a_synthetic_acceptance_length_keeps_drafts_at_random(mtp_path, length):
+    """llama-server's --spec-synth-len: 1 keeps no draft, n_max + 1 (4) every one (a drafted end
+    of generation aside), between them a mean of L tokens a verify step."""
+    s = Server(mtp_path, "-c", "512", "-np", "1", "--metrics", "--spec-synth-len", length)
+    try:
+        r = s.post("/completion", {"prompt": "Hello there", "n_predict": 150, "temperature": 0})
+        assert r.status_code == 200, r.text
+        j = r.json()
+        t = j["timings"]
+        assert j["tokens_predicted"] == 150 and t["draft_n"] > 0, t
+        m = s.get("/metrics").text
+        steps = counter(m, "spec_decode_num_drafts_total")
+        mean = 1 + counter(m, "spec_decode_num_accepted_tokens_total") / steps
+        if length == "1":
+            assert t["draft_n_accepted"] == 0, t
+        elif length == "4":
+            assert t["draft_n_accepted"] >= t["draft_n"] - 3, t
+        else:
+            assert abs(mean - 2.5) < 0.35, (mean, steps)
+        # A grammar request runs too: kept drafts leave the grammar where it was.
+        g = s.post("/completion", {"prompt": "Hi", "n_predict": 8, "grammar": 'root ::= [a-z]+'})
+        assert g.status_code == 200, g.text
+    finally:
+        s.stop()

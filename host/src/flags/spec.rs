@@ -1,9 +1,10 @@
 //! Draft decoding flags of `serve`, `run` and `bench`, spelled as llama-server b11434 spells them,
 //! each with its `LLAMA_ARG_*` twin: `--spec-type none|draft-mtp` (llama.cpp's other types
 //! refused by name), `--spec-draft-n-max`, `--spec-draft-n-min` and `--spec-draft-p-min`.
-//! Without `--spec-type`, a file with MTP layers drafts with them. `bench` alone takes
-//! `--spec-synth-len` (a fixed acceptance length for random-weight files) and runs each of its
-//! `--spec-type` and `--spec-synth-len` values as a test of its own.
+//! Without `--spec-type`, a file with MTP layers drafts with them. `--spec-synth-len` is
+//! llama-server's synthetic acceptance length for benchmarks on random-weight files (tokens a
+//! verify step, the target's own included); `bench` runs each of its `--spec-type` and
+//! `--spec-synth-len` values as a test of its own.
 
 use anyhow::bail;
 use bloomery_runtime::spec::{SpecConfig, SpecType};
@@ -26,10 +27,15 @@ pub struct SpecArgs {
     /// below this (greedy drafting).
     #[arg(long = "spec-draft-p-min", value_name = "P", default_value_t = SpecConfig::MTP.p_min, env = "LLAMA_ARG_SPEC_DRAFT_P_MIN")]
     pub p_min: f32,
-    /// `bench` only: each verify step keeps ⌊L⌋ or ⌈L⌉ of the drafts, L on average, whatever
-    /// the model says (the real draft and verify passes run; for random-weight files). A
-    /// comma-separated list runs each value as a test of its own.
-    #[arg(long = "spec-synth-len", value_name = "L[,L...]")]
+    /// Benchmarking only (the output is not valid): drafts kept at random for a mean of L
+    /// tokens a verify step, the target's own included (1 to --spec-draft-n-max + 1, as
+    /// llama-server's); the real draft and verify passes run. `bench` takes a comma-separated
+    /// list, each value a test of its own.
+    #[arg(
+        long = "spec-synth-len",
+        value_name = "L[,L...]",
+        env = "LLAMA_ARG_SPEC_SYNTH_LEN"
+    )]
     pub synth_len: Option<String>,
 }
 
@@ -92,15 +98,31 @@ fn kind_of(list: &str) -> anyhow::Result<SpecType> {
 impl SpecArgs {
     /// The drafting these flags ask for on a model of `arch` with `n_mtp_layers` MTP layers, for
     /// `serve` and `run`; an unknown or unimplemented type, `draft-mtp` on a model without MTP
-    /// layers, or `--spec-synth-len` (a benchmark's) is an error naming it.
+    /// layers, or a synthetic length out of range or given as a list is an error naming it.
     pub fn config(&self, n_mtp_layers: u32, arch: &str) -> anyhow::Result<SpecConfig> {
-        if let Some(l) = &self.synth_len {
+        let synth = match self.synth_len.as_deref() {
+            None => None,
+            Some(v) if v.contains(',') => {
+                bail!("--spec-synth-len {v}: one length (only `bloomery bench` takes a list)")
+            }
+            Some(v) => Some(self.length(v)?),
+        };
+        self.resolve(self.spec_type.as_deref(), synth, n_mtp_layers, arch)
+    }
+
+    /// One `--spec-synth-len` value, between 1 and `--spec-draft-n-max` + 1.
+    fn length(&self, v: &str) -> anyhow::Result<f64> {
+        let l: f64 = v.trim().parse().map_err(|_| {
+            anyhow::anyhow!("--spec-synth-len {v:?}: expected a mean acceptance length")
+        })?;
+        if !(1.0..=self.n_max as f64 + 1.0).contains(&l) {
             bail!(
-                "--spec-synth-len {l}: only `bloomery bench` takes it (it forces how many drafts \
-                 are kept, whatever the model says)"
+                "--spec-synth-len {v}: must lie between 1 and --spec-draft-n-max + 1 ({}): tokens \
+                 a verify step, the target's own included",
+                self.n_max + 1
             );
         }
-        self.resolve(self.spec_type.as_deref(), None, n_mtp_layers, arch)
+        Ok(l)
     }
 
     /// The drafting setups a benchmark runs, each value of `--spec-type` (comma-separated) and
@@ -111,18 +133,7 @@ impl SpecArgs {
             None => vec![None],
             Some(list) => list
                 .split(',')
-                .map(|v| {
-                    let l: f64 = v.trim().parse().map_err(|_| {
-                        anyhow::anyhow!("--spec-synth-len {v:?}: expected a number of drafts")
-                    })?;
-                    if !(0.0..=self.n_max as f64).contains(&l) {
-                        bail!(
-                            "--spec-synth-len {v}: must lie between 0 and --spec-draft-n-max ({})",
-                            self.n_max
-                        );
-                    }
-                    Ok(Some(l))
-                })
+                .map(|v| self.length(v).map(Some))
                 .collect::<anyhow::Result<_>>()?,
         };
         let types: Vec<Option<String>> = match &self.spec_type {
@@ -191,10 +202,11 @@ impl SpecArgs {
             synth_len,
         };
         let n_max = spec.for_model(arch).n_max;
-        if let Some(l) = synth_len.filter(|&l| l > n_max as f64) {
+        if let Some(l) = synth_len.filter(|&l| l > n_max as f64 + 1.0) {
             bail!(
                 "--spec-synth-len {l}: this model's MTP layers (`{arch}`) draft at most {n_max} \
-                 token(s) a step"
+                 token(s) a step, so a step makes at most {} tokens",
+                n_max + 1
             );
         }
         Ok(spec)
@@ -267,47 +279,55 @@ mod tests {
         assert_eq!(a.bench_config(&specs[0], 1, "x").unwrap().synth_len, None);
         // The file's default type, with a length: refused on a file without MTP layers.
         let mut d = args(None);
-        d.synth_len = Some("1.7".into());
+        d.synth_len = Some("2.7".into());
         let b = &d.bench_specs().unwrap()[0];
-        assert_eq!(b.name(), "default L1.7");
+        assert_eq!(b.name(), "default L2.7");
         let e = d.bench_config(b, 0, "qwen3moe").unwrap_err().to_string();
         assert!(
             e.contains("(`qwen3moe`) has no MTP layers to draft with"),
             "{e}"
         );
-        // GLM-5.3's NextN layer drafts one token a step.
+        // GLM-5.3's NextN layer drafts one token a step: at most 2 tokens a step.
         let e = d.bench_config(b, 1, "glm5-next").unwrap_err().to_string();
         assert!(
-            e.contains("(`glm5-next`) draft at most 1 token(s) a step"),
+            e.contains("(`glm5-next`) draft at most 1 token(s) a step, so a step makes at most 2"),
             "{e}"
         );
-        d.synth_len = Some("0.8".into());
+        d.synth_len = Some("1.7".into());
         let b = &d.bench_specs().unwrap()[0];
         assert_eq!(
             d.bench_config(b, 1, "glm5-next").unwrap().synth_len,
-            Some(0.8)
+            Some(1.7)
         );
         let refused = |a: &SpecArgs, what: &str| {
             let e = a.bench_specs().unwrap_err().to_string();
             assert!(e.contains(what), "{e}");
         };
-        a.synth_len = Some("3.5".into());
-        refused(&a, "between 0 and --spec-draft-n-max (3)");
+        a.synth_len = Some("4.5".into());
+        refused(&a, "between 1 and --spec-draft-n-max + 1 (4)");
         a.synth_len = Some("x".into());
-        refused(&a, "expected a number");
-        a.synth_len = Some("-0.5".into());
-        refused(&a, "between 0");
+        refused(&a, "expected a mean acceptance length");
+        a.synth_len = Some("0.5".into());
+        refused(&a, "between 1");
         let mut n = args(Some("none"));
-        n.synth_len = Some("1".into());
+        n.synth_len = Some("2".into());
         refused(&n, "--spec-type none drafts nothing");
         refused(
             &args(Some("draft-mtp,ngram-mod")),
             "ngram-mod: not supported",
         );
-        // serve and run refuse a length by name.
+        // serve and run take one length, checked as bench checks it.
+        assert_eq!(d.config(1, "x").unwrap().synth_len, Some(1.7));
+        d.synth_len = Some("1.5,2".into());
         let e = d.config(1, "x").unwrap_err().to_string();
         assert!(
-            e.starts_with("--spec-synth-len 0.8: only `bloomery bench`"),
+            e.contains("one length (only `bloomery bench` takes a list)"),
+            "{e}"
+        );
+        d.synth_len = Some("7".into());
+        let e = d.config(1, "x").unwrap_err().to_string();
+        assert!(
+            e.contains("between 1 and --spec-draft-n-max + 1 (6)"),
             "{e}"
         );
     }

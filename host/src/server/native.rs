@@ -525,6 +525,21 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
             "# HELP llamacpp:{name} {help}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {v}\n"
         ));
     }
+    // llama-server's labeled counter, one series per draft position, once a step verified.
+    let per_pos = c
+        .spec_accepted_per_pos
+        .lock()
+        .map(|v| v.clone())
+        .unwrap_or_default();
+    if !per_pos.is_empty() {
+        let name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total";
+        out.push_str(&format!(
+            "# HELP {name} Accepted tokens per draft position\n# TYPE {name} counter\n"
+        ));
+        for (i, n) in per_pos.iter().enumerate() {
+            out.push_str(&format!("{name}{{position=\"{i}\"}} {n}\n"));
+        }
+    }
     Ok((
         [
             (header::CONTENT_TYPE, "text/plain; version=0.0.4".to_owned()),

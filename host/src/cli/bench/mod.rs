@@ -5,7 +5,8 @@
 //! generates are llama-bench's random ids, fed as forced tokens. Beyond llama-bench: `-np`
 //! sequences decoded together, a grammar test, `--plot`, and draft decoding: each
 //! `--spec-type` value (`none,draft-mtp`) and `--spec-synth-len` value a test of its own, the
-//! table saying each test's drafting and its mean accepted drafts per verify step. On a file
+//! table saying each test's drafting, its mean accepted drafts per verify step and its mean
+//! acceptance length (one more: `--spec-synth-len`'s measure). On a file
 //! with MTP layers the generation tests generate greedily instead of forcing random ids (drafts
 //! need the model's own tokens), with drafting on and off alike.
 
@@ -239,8 +240,9 @@ fn instances(a: &BenchArgs, n_layer: u64, grammar: bool) -> anyhow::Result<Vec<I
     let specs = a.spec.bench_specs()?;
     if grammar && specs.iter().any(|b| b.synth_len.is_some()) {
         bail!(
-            "--spec-synth-len with a grammar: drafts kept without checking would break the \
-             grammar; bench the grammar test without it"
+            "--spec-synth-len with a grammar: kept drafts do not advance the grammar (as \
+             llama-server's), so the grammar test would not generate within it; bench the grammar \
+             test without it"
         );
     }
     let mut tests = Vec::new();
@@ -472,11 +474,13 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         if steps > 0 {
             let accepted = after.1 - before.1;
             record.accepted_per_step = Some(accepted as f64 / steps as f64);
+            let per_step = accepted as f64 / steps as f64;
             eprintln!(
-                "{} ({}): {accepted} drafts accepted in {steps} verify steps, {:.3} a step",
+                "{} ({}): {accepted} drafts accepted in {steps} verify steps, {per_step:.3} a \
+                 step, mean acceptance length {:.3}",
                 record.test_name(),
                 record.spec,
-                accepted as f64 / steps as f64
+                1.0 + per_step
             );
         }
         plot.rate(&record);

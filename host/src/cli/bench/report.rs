@@ -280,8 +280,9 @@ pub struct Columns {
     pub flash_attn: bool,
     /// `-ot` was given.
     pub overrides: bool,
-    /// `--spec-type` or `--spec-synth-len` was given: each test's drafting and its accepted
-    /// drafts per verify step.
+    /// `--spec-type` or `--spec-synth-len` was given: each test's drafting, its accepted
+    /// drafts per verify step and its mean acceptance length (tokens a verify step, the
+    /// target's own included: what `--spec-synth-len` asks for).
     pub spec: bool,
 }
 
@@ -305,6 +306,7 @@ fn width(field: &str) -> i32 {
         "test" => 15,
         "spec" => -16,
         "acc/step" => 8,
+        "len" => 5,
         f => {
             let w = f.len().max(10) as i32;
             if kind(f) == Kind::Text {
@@ -389,6 +391,7 @@ impl Printer {
             (columns.overrides, "tensor_buft_overrides"),
             (columns.spec, "spec"),
             (columns.spec, "acc/step"),
+            (columns.spec, "len"),
         ];
         fields.extend(optional.iter().filter(|(on, _)| *on).map(|(_, f)| *f));
         fields.extend(["test", "t/s"]);
@@ -456,6 +459,9 @@ impl Printer {
                         "acc/step" => r
                             .accepted_per_step
                             .map_or_else(|| "-".into(), |v| format!("{v:.2}")),
+                        "len" => r
+                            .accepted_per_step
+                            .map_or_else(|| "-".into(), |v| format!("{:.2}", 1.0 + v)),
                         other => FIELDS
                             .iter()
                             .position(|g| *g == other)

@@ -330,11 +330,11 @@ impl Session {
             prompt.extend(self.random(1));
             let reuse = !self.context[slot].is_empty();
             let forced = self.generated(n + 1);
-            requests.push((
-                prompt,
-                params(reuse, forced, (n + 1) as usize, false),
-                Some(slot),
-            ));
+            let mut p = params(reuse, forced, (n + 1) as usize, false);
+            // Each sequence its own seed: its synthetic acceptance (`--spec-synth-len`) draws
+            // from it, so sequences keep different numbers of drafts in a shared pass.
+            p.sampler.seed = u64::from(self.rng.gen::<u32>());
+            requests.push((prompt, p, Some(slot)));
         }
         let mut secs: f64 = 0.0;
         for mut rx in self.runtime()?.submit_together_blocking(requests)? {
