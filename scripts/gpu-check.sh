@@ -64,9 +64,9 @@
 #   SOLAR_LAYERS  the solar100 file's depth (default 48, the whole model).
 #   PLACEMENTS  bench, compare, solar2speed, glm5speed, mtpspeed: bloomery's flags, ';'-separated
 #               (default below; solar2speed, glm5speed and mtpspeed: "-ngl 99;-ngl 99 -cmoe").
-#   LENS        mtpspeed: --spec-synth-len values for the 35b-mtp file, accepted drafts per verify
-#               step (default 0.2,0.7,1.2,1.4,1.8: 1.2 to 2.8 tokens a step with the target's own).
-#   GLM_LENS    mtpspeed: the same for the glm5 file (default 0.7; "" leaves the glm5 file out).
+#   LENS        mtpspeed: --spec-synth-len values for the 35b-mtp file: mean tokens a verify step
+#               keeps, the target's own included, as llama-server's (default 1.2,1.7,2.2,2.4,2.8).
+#   GLM_LENS    mtpspeed: the same for the glm5 file (default 1.7; "" leaves the glm5 file out).
 #   DEPTHS      solar2speed, glm5speed: bench's (and llama-bench's) -d list (default
 #               512,16384; glm5speed 512,8192).
 #   LLAMA_PLACEMENTS  compare, glm5speed: llama-bench's flags, ';'-separated (default below;
@@ -842,9 +842,9 @@ mtpspeed_suite() {
   local f p log name lens placements
   IFS=';' read -r -a placements <<< "${PLACEMENTS:-"-ngl 99;-ngl 99 -cmoe"}"
   for name in 35b-mtp glm5; do
-    lens=${LENS:-0.2,0.7,1.2,1.4,1.8}
+    lens=${LENS:-1.2,1.7,2.2,2.4,2.8}
     if [ "$name" = glm5 ]; then
-      lens=${GLM_LENS-0.7}
+      lens=${GLM_LENS-1.7}
       [ -n "$lens" ] || continue
     fi
     f=$(big_file "$name") || { fail "synth $name"; continue; }
