@@ -257,7 +257,8 @@ fn emit(
         prompt_ms: (first - task.started).as_secs_f64() * 1e3,
         predicted_ms: (now - first).as_secs_f64() * 1e3,
     };
-    // The end of a request: what the stop-string matcher and the decoder still hold, then Done.
+    // The end of a request: what the stop-string matcher and the decoder still hold (after an
+    // end-of-generation token, which sends no text of its own, as that token's piece), then Done.
     let end = |task: &mut Task<'_>, stop_type: StopType, truncated: bool| {
         let tail = task.stop.flush(&task.decoder.flush());
         if !tail.is_empty() {
@@ -298,17 +299,6 @@ fn emit(
         return true;
     }
     let has_newline = released.contains('\n');
-    if !send(
-        task,
-        Event::Token(Piece {
-            id,
-            text: released,
-            probs,
-            so_far: so_far(task),
-        }),
-    ) {
-        return true;
-    }
     // llama-server's time limit: checked on a token whose sent text holds a newline.
     let out_of_time = task
         .job
@@ -324,7 +314,25 @@ fn emit(
     // Tokens taken but not yet in the cache occupy positions too. With context shift the
     // scheduler makes room before the next pass instead.
     let ctx_full = !cx.context_shift && cx.n_cached + task.next.len() + 1 >= cx.n_ctx;
-    if at_limit || ctx_full {
+    let last = at_limit || ctx_full;
+    // The last token carries what the stop-string matcher and the decoder still hold, so the
+    // request's tokens are each sent once.
+    let mut text = released;
+    if last {
+        text.push_str(&task.stop.flush(&task.decoder.flush()));
+    }
+    if !send(
+        task,
+        Event::Token(Piece {
+            id,
+            text,
+            probs,
+            so_far: so_far(task),
+        }),
+    ) {
+        return true;
+    }
+    if last {
         return end(task, StopType::Limit, ctx_full && !at_limit);
     }
     false

@@ -102,3 +102,22 @@ def test_metrics_count_tokens(gemma3):
     assert values["llamacpp:routed_experts_bus_total"] == 0
     r = gemma3.post("/residency/reset")
     assert r.status_code == 501 and "no routed experts in host RAM" in r.json()["error"]["message"]
+
+
+def test_text_held_at_the_limit_goes_out_with_the_last_token_once(gemma3):
+    # The last character of the answer begins a stop string, so the matcher holds it when
+    # n_predict ends the request: that text must still come out, and each token once.
+    body = {"prompt": "The capital of France is", "n_predict": 8, "temperature": 0, "return_tokens": True}
+    base = gemma3.post("/completion", body).json()
+    assert len(base["tokens"]) == 8
+    held = {**body, "stop": [base["content"][-1] + "\u0001never"]}
+    whole = gemma3.post("/completion", held).json()
+    assert whole["stop_type"] == "limit"
+    assert whole["content"] == base["content"]
+    assert whole["tokens"] == base["tokens"]
+    with requests.post(gemma3.url + "/completion", json={**held, "stream": True}, stream=True) as r:
+        chunks = sse(r)
+    ids = [t for c in chunks[:-1] for t in c["tokens"]]
+    assert ids == base["tokens"]
+    assert [c["tokens_predicted"] for c in chunks[:-1]] == list(range(1, 9))
+    assert "".join(c["content"] for c in chunks) == base["content"]
