@@ -30,12 +30,12 @@ def reported(server):
 @pytest.mark.parametrize(
     "flags, want",
     [
-        ((), (True, "draft-mtp")),
+        ((), (False, "none")),
         (("--spec-type", "draft-mtp"), (True, "draft-mtp")),
         (("--spec-type", "none"), (False, "none")),
     ],
 )
-def test_a_file_with_mtp_layers_drafts_by_default_and_says_so(mtp_path, flags, want):
+def test_a_file_with_mtp_layers_drafts_when_asked_and_says_so(mtp_path, flags, want):
     s = Server(mtp_path, "-c", "512", "-np", "2", "--chat-template-file", str(QWEN3_TEMPLATE), *flags)
     try:
         spec, types, slots = reported(s)
@@ -87,7 +87,8 @@ def counter(metrics, name):
 
 
 def test_streamed_final_chunks_carry_the_draft_counts_and_metrics_count_per_position(mtp_path):
-    s = Server(mtp_path, "-c", "512", "-np", "1", "--metrics", "--chat-template-file", str(QWEN3_TEMPLATE))
+    s = Server(mtp_path, "-c", "512", "-np", "1", "--metrics", "--spec-type", "draft-mtp",
+               "--chat-template-file", str(QWEN3_TEMPLATE))
     try:
         # Nothing verified yet: no per-position series (llama-server writes it once non-empty).
         m = s.get("/metrics")
@@ -125,7 +126,9 @@ def test_a_synthetic_acceptance_length_keeps_drafts_at_random(mtp_path, length):
     of generation aside), between them a mean of L tokens a verify step."""
     s = Server(mtp_path, "-c", "512", "-np", "1", "--metrics", "--spec-synth-len", length)
     try:
-        r = s.post("/completion", {"prompt": "Hello there", "n_predict": 150, "temperature": 0})
+        # The draws follow the request's seed; an end of generation would cut the count short.
+        body = {"prompt": "Hello there", "n_predict": 150, "temperature": 0, "seed": 11, "ignore_eos": True}
+        r = s.post("/completion", body)
         assert r.status_code == 200, r.text
         j = r.json()
         t = j["timings"]

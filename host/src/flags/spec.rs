@@ -1,7 +1,9 @@
 //! Draft decoding flags of `serve`, `run` and `bench`, spelled as llama-server b11434 spells them,
 //! each with its `LLAMA_ARG_*` twin: `--spec-type none|draft-mtp` (llama.cpp's other types
 //! refused by name), `--spec-draft-n-max`, `--spec-draft-n-min` and `--spec-draft-p-min`.
-//! Without `--spec-type`, a file with MTP layers drafts with them. `--spec-synth-len` is
+//! Drafting is off unless `--spec-type draft-mtp` (or `--spec-synth-len`) asks for it: on an H100
+//! it made decode 4–11× slower at every acceptance length (docs/performance.md, 2026-12-07), so
+//! a file with MTP layers only says that it could draft. `--spec-synth-len` is
 //! llama-server's synthetic acceptance length for benchmarks on random-weight files (tokens a
 //! verify step, the target's own included); `bench` runs each of its `--spec-type` and
 //! `--spec-synth-len` values as a test of its own.
@@ -13,8 +15,8 @@ use clap::Args;
 /// Draft decoding.
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct SpecArgs {
-    /// Comma-separated speculative decoding types: `none` or `draft-mtp` (the model's own MTP
-    /// block; the default when the file has MTP layers).
+    /// Comma-separated speculative decoding types: `none` (the default) or `draft-mtp` (the
+    /// model's own MTP block).
     #[arg(long = "spec-type", value_name = "TYPES", env = "LLAMA_ARG_SPEC_TYPE")]
     pub spec_type: Option<String>,
     /// Most tokens drafted after each sampled token.
@@ -181,8 +183,17 @@ impl SpecArgs {
         arch: &str,
     ) -> anyhow::Result<SpecConfig> {
         let kind = match spec_type {
-            None if n_mtp_layers > 0 => SpecType::DraftMtp,
-            None => SpecType::None,
+            // A synthetic acceptance length means drafting.
+            None if n_mtp_layers > 0 && synth_len.is_some() => SpecType::DraftMtp,
+            None => {
+                if n_mtp_layers > 0 {
+                    tracing::info!(
+                        "`{arch}` has MTP layers: `--spec-type draft-mtp` drafts with them (off by \
+                         default: it slowed decode on the card, docs/performance.md)"
+                    );
+                }
+                SpecType::None
+            }
             Some(list) => {
                 let kind = kind_of(list)?;
                 if kind == SpecType::DraftMtp && n_mtp_layers == 0 {
@@ -228,11 +239,21 @@ mod tests {
     }
 
     #[test]
-    fn drafting_is_on_by_default_with_mtp_layers_and_refused_by_name_otherwise() {
-        let on = args(None).config(1, "qwen35moe").unwrap();
+    fn drafting_is_off_by_default_on_when_asked_and_refused_by_name_without_mtp_layers() {
+        assert_eq!(
+            args(None).config(1, "qwen35moe").unwrap().kind,
+            SpecType::None
+        );
+        let on = args(Some("draft-mtp")).config(1, "qwen35moe").unwrap();
         assert_eq!(
             (on.kind, on.n_max, on.n_min, on.p_min),
             (SpecType::DraftMtp, 5, 1, 0.5)
+        );
+        let mut synth = args(None);
+        synth.synth_len = Some("2".into());
+        assert_eq!(
+            synth.config(1, "qwen35moe").unwrap().kind,
+            SpecType::DraftMtp
         );
         assert_eq!(
             args(None).config(0, "qwen3moe").unwrap().kind,
