@@ -376,3 +376,122 @@ fn cache_rotation_matches_the_cpu_bit_for_bit_under_emulation() {
     std::fs::write(&path, file).expect("writing the cases");
     run_emulated_with("fwht_test", &[&path]);
 }
+
+/// The committed transformers 5.24 fixture of DeepSeek-V4's ops (kernels/cpu's
+/// tests/fixtures/deepseek4/ops_hf.json).
+fn deepseek4_golden() -> serde_json::Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../cpu/tests/fixtures/deepseek4/ops_hf.json"
+    );
+    let text = std::fs::read_to_string(path).expect("the DeepSeek-V4 fixture");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+/// Little-endian values for the emulated tests' case files.
+#[derive(Default)]
+struct CaseFile(Vec<u8>);
+
+impl CaseFile {
+    fn i32s(&mut self, v: impl IntoIterator<Item = i32>) {
+        v.into_iter()
+            .for_each(|x| self.0.extend_from_slice(&x.to_le_bytes()));
+    }
+    fn f32s(&mut self, v: impl IntoIterator<Item = f32>) {
+        v.into_iter()
+            .for_each(|x| self.0.extend_from_slice(&x.to_le_bytes()));
+    }
+    fn f64s(&mut self, v: impl IntoIterator<Item = f64>) {
+        v.into_iter()
+            .for_each(|x| self.0.extend_from_slice(&x.to_le_bytes()));
+    }
+    /// The JSON array `v` as f32 values.
+    fn json_f32s(&mut self, v: &serde_json::Value) {
+        let a = v.as_array().expect("an array");
+        self.f32s(a.iter().map(|x| x.as_f64().expect("a number") as f32));
+    }
+    /// The JSON array `v` as i32 values.
+    fn json_i32s(&mut self, v: &serde_json::Value) {
+        let a = v.as_array().expect("an array");
+        self.i32s(a.iter().map(|x| x.as_i64().expect("an integer") as i32));
+    }
+    /// Writes the file under the test's temporary folder as `name`.
+    fn write(self, name: &str) -> PathBuf {
+        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+        std::fs::write(&path, self.0).expect("writing the cases");
+        path
+    }
+}
+
+/// DeepSeek-V4's rope of `kind` as its graph builds it ("main": θ `rope_theta` plain;
+/// "compress": `compress_theta` with YaRN and llama.cpp b11434's `dsv4_rope_attn_factor`), NORM
+/// pairs on the last `rope_dims` dims of `head_dim`-wide heads.
+fn deepseek4_rope(
+    g: &serde_json::Value,
+    kind: &str,
+    head_dim: u32,
+) -> bloomery_plugin_api::op::RopeParams {
+    use bloomery_plugin_api::op::{RopeMode, RopeParams};
+    let int = |k: &str| g[k].as_u64().expect("an integer") as u32;
+    let float = |k: &str| g[k].as_f64().expect("a number") as f32;
+    let plain = RopeParams {
+        mode: RopeMode::Norm,
+        n_dims: int("rope_dims"),
+        offset: head_dim - int("rope_dims"),
+        sections: [0; 4],
+        freq_base: float("rope_theta"),
+        freq_scale: 1.0,
+        ext_factor: 0.0,
+        attn_factor: 1.0,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        n_ctx_orig: 0,
+        inverse: false,
+    };
+    match kind {
+        "main" => plain,
+        "compress" => {
+            let factor = float("yarn_factor");
+            RopeParams {
+                freq_base: float("compress_theta"),
+                freq_scale: 1.0 / factor,
+                ext_factor: 1.0,
+                attn_factor: 1.0 / (1.0 + 0.1 * factor.ln()),
+                n_ctx_orig: int("yarn_orig_ctx"),
+                ..plain
+            }
+        }
+        other => panic!("rope kind {other}"),
+    }
+}
+
+/// A rope's kernel terms as `sim/deepseek4_test.cpp` reads them: n_dims, offset (i32),
+/// log2 of the base, mscale (f64), freq_scale, ext_factor and the two correction dims (f32).
+fn put_rope(file: &mut CaseFile, p: &bloomery_plugin_api::op::RopeParams) {
+    let (corr, mscale) = bloomery_kernels_cpu::ops::rope::RopeParams::from_abi(p).yarn_terms();
+    file.i32s([p.n_dims as i32, p.offset as i32]);
+    file.f64s([f64::from(p.freq_base).log2(), mscale]);
+    file.f32s([p.freq_scale, p.ext_factor, corr[0], corr[1]]);
+}
+
+#[test]
+fn deepseek4_tail_rope_matches_transformers_under_emulation() {
+    let g = deepseek4_golden();
+    let int = |v: &serde_json::Value| v.as_u64().expect("an integer") as i32;
+    let (hd, nh) = (int(&g["head_dim"]), int(&g["n_head"]));
+    let mut file = CaseFile::default();
+    let cases = g["rope"].as_array().expect("rope cases");
+    file.i32s([cases.len() as i32]);
+    for c in cases {
+        file.i32s([int(&c["rows"]), hd, nh]);
+        put_rope(
+            &mut file,
+            &deepseek4_rope(&g, c["kind"].as_str().expect("kind"), hd as u32),
+        );
+        file.json_i32s(&c["pos"]);
+        for key in ["x", "fwd", "inv"] {
+            file.json_f32s(&c[key]);
+        }
+    }
+    run_emulated_with("deepseek4_rope_test", &[&file.write("deepseek4_rope.bin")]);
+}
