@@ -103,7 +103,7 @@ pub(super) fn rope_args(
         }
     };
     // An odd offset would split the copied dims' pairs: no model uses one.
-    if p.offset % 2 != 0 {
+    if !p.offset.is_multiple_of(2) {
         return Err(PluginError::unsupported(
             format!(
                 "RoPE from the odd dim offset {} on the CUDA bundles",
