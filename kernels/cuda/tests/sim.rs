@@ -25,6 +25,9 @@
 //! the hyper-connection ops (`cu/hyper.cuh`: Sinkhorn, stream mix and update against f64) and the
 //! k-pool DSA indexer (`cu/kpool.cuh`: pooled keys and selections against f64, prompts in chunks,
 //! f16 caches, the in-place sort of many pools, bad rows).
+//! DeepSeek-V4's ops are checked against transformers 5.24 (kernels/cpu's fixture
+//! `tests/fixtures/deepseek4/ops_hf.json`): the tail and inverse rope (`cu/rope.cuh`), and the
+//! compressor and indexer (`cu/compress.cuh`) across calls, with ties from equal scores.
 //! Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so, when there is none.
 
 use std::path::{Path, PathBuf};
@@ -494,4 +497,89 @@ fn deepseek4_tail_rope_matches_transformers_under_emulation() {
         }
     }
     run_emulated_with("deepseek4_rope_test", &[&file.write("deepseek4_rope.bin")]);
+}
+
+/// One Compress record of `sim/compress_test.cpp`: the fixture case `c`'s inputs named with
+/// `prefix` ("" for the attention rows, "i_" for the index keys) at `width`.
+fn put_compress(
+    file: &mut CaseFile,
+    g: &serde_json::Value,
+    c: &serde_json::Value,
+    prefix: &str,
+    width: u32,
+) {
+    let int = |v: &serde_json::Value| v.as_i64().expect("an integer") as i32;
+    let (rows, ratio) = (int(&c["rows"]), int(&c["ratio"]));
+    // V4's ratio-4 compressor overlaps two series; one call, then calls cut inside windows.
+    let overlap = ratio == 4;
+    let cuts = [ratio + 1, ratio + 2, rows - 3, rows];
+    for calls in [&cuts[3..], &cuts[..]] {
+        file.i32s([
+            0,
+            ratio,
+            i32::from(overlap),
+            width as i32,
+            rows,
+            int(&c["n_compressed"]),
+        ]);
+        file.i32s([calls.len() as i32]);
+        file.i32s(calls.iter().copied());
+        put_rope(file, &deepseek4_rope(g, "compress", width));
+        file.f32s([g["eps"].as_f64().expect("eps") as f32]);
+        for key in ["kv", "score", "ape", "norm"] {
+            file.json_f32s(&c[format!("{prefix}{key}").as_str()]);
+        }
+        let want = if prefix.is_empty() {
+            "compressed"
+        } else {
+            "i_keys"
+        };
+        file.json_f32s(&c[want]);
+    }
+}
+
+#[test]
+fn deepseek4_compressor_and_indexer_match_transformers_under_emulation() {
+    let g = deepseek4_golden();
+    let int = |v: &serde_json::Value| v.as_i64().expect("an integer") as i32;
+    let mut file = CaseFile::default();
+    for c in g["compress"].as_array().expect("compress cases") {
+        put_compress(&mut file, &g, c, "", int(&g["head_dim"]) as u32);
+        if int(&c["ratio"]) == 4 {
+            put_compress(&mut file, &g, c, "i_", int(&g["index_dim"]) as u32);
+        }
+    }
+    // The indexer over the ratio-4 case's keys, in slot 1 of two (slot 0 garbage).
+    let c = &g["compress"][0];
+    let (di, n_out) = (int(&g["index_dim"]), int(&c["n_compressed"]));
+    file.i32s([
+        1,
+        int(&g["index_heads"]),
+        di,
+        int(&c["ratio"]),
+        int(&g["top_k"]),
+    ]);
+    file.i32s([int(&c["rows"]), n_out]);
+    file.json_f32s(&c["i_q"]);
+    let scale = c["i_scale"].as_f64().expect("i_scale") as f32;
+    let w = c["i_w"].as_array().expect("i_w");
+    file.f32s(
+        w.iter()
+            .map(|v| v.as_f64().expect("a number") as f32 * scale),
+    );
+    file.f32s(std::iter::repeat_n(9.0, (di * n_out) as usize));
+    file.json_f32s(&c["i_keys"]);
+    file.json_i32s(&c["i_ids"]);
+    // Every score equal (identical keys): the ABI's ties go to the lower row, so each list is
+    // its first visible rows ascending, then -1.
+    let (nh, dh, ratio, top_k, rows, n_out) = (2, 8, 4, 3, 20, 5);
+    file.i32s([1, nh, dh, ratio, top_k, rows, n_out]);
+    file.f32s(std::iter::repeat_n(1.0, (dh * nh * rows) as usize));
+    file.f32s(std::iter::repeat_n(0.5, (nh * rows) as usize));
+    file.f32s(std::iter::repeat_n(0.25, (dh * n_out * 2) as usize));
+    for p in 0..rows {
+        let visible = (p + 1) / ratio;
+        file.i32s((0..top_k).map(|i| if i < visible { i } else { -1 }));
+    }
+    run_emulated_with("compress_test", &[&file.write("deepseek4_compress.bin")]);
 }
