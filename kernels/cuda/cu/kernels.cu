@@ -58,6 +58,7 @@
 #include "dense.cuh"
 #include "hyper.cuh"
 #include "kpool.cuh"
+#include "compress.cuh"
 
 // ---- profiling: hold the stream for `ns` nanoseconds (one thread), so that the host can queue a
 // whole pass before its first kernel runs and event pairs then time kernels, not launches.

@@ -41,10 +41,12 @@ static __device__ __forceinline__ int2 rope_elems(int pair, int neox, int n_dims
     return neox ? make_int2(pair, pair + half) : make_int2(2 * pair, 2 * pair + 1);
 }
 
-// One thread per (row, head, pair).
+// One thread per (row, head, pair). Dims offset .. offset + n_dims rotate (pairs counted from
+// offset, offset even); the rest are copied. With `inverse` the angle is negated (DeepSeek-V4's
+// inverse rope of the attention output).
 extern "C" __global__ void bl_rope_f32(const float* x, float* out, const int* pos, int head_dim, int n_head, int rows,
                                        int neox, int n_dims, double log2_base, float freq_scale, float ext_factor,
-                                       float corr0, float corr1, double mscale) {
+                                       float corr0, float corr1, double mscale, int offset, int inverse) {
     KERNEL_ENTRY();
     const long long total = (long long)rows * n_head * (head_dim / 2);
     long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -54,7 +56,14 @@ extern "C" __global__ void bl_rope_f32(const float* x, float* out, const int* po
         const int r = (int)(rh / n_head);
         const float* xh = x + rh * head_dim;
         float* oh = out + rh * head_dim;
-        const int2 e = rope_elems(pair, neox, n_dims);
+        int2 e = rope_elems(pair, neox, n_dims);
+        // Copied pairs name the dims outside the rotated span; rotated ones start at offset.
+        if (pair >= n_dims / 2) {
+            const int a = e.x - n_dims;
+            e = a < offset ? make_int2(a, a + 1) : e;
+        } else {
+            e = make_int2(e.x + offset, e.y + offset);
+        }
         const float x0 = xh[e.x], x1 = xh[e.y];
         if (pair >= n_dims / 2) {
             oh[e.x] = x0;
@@ -62,8 +71,9 @@ extern "C" __global__ void bl_rope_f32(const float* x, float* out, const int* po
             continue;
         }
         const float2 cs = rope_cs(pair, pos[r], n_dims, log2_base, freq_scale, ext_factor, corr0, corr1, mscale);
-        oh[e.x] = x0 * cs.x - x1 * cs.y;
-        oh[e.y] = x0 * cs.y + x1 * cs.x;
+        const float sn = inverse ? -cs.y : cs.y;
+        oh[e.x] = x0 * cs.x - x1 * sn;
+        oh[e.y] = x0 * sn + x1 * cs.x;
     }
 }
 

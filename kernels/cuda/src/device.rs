@@ -375,6 +375,10 @@ impl KernelDevice for CudaDevice {
                 8 => Err(PluginError::invalid(
                     "KPoolSelect: a slot or position outside the cache (on the card)",
                 )),
+                11 => Err(PluginError::invalid(
+                    "Compress/CompSelect: a slot, position or compressed row outside its cache \
+                     (on the card)",
+                )),
                 code => Err(PluginError::device(format!(
                     "a kernel reported error {code}"
                 ))),

@@ -25,6 +25,9 @@
 //! the hyper-connection ops (`cu/hyper.cuh`: Sinkhorn, stream mix and update against f64) and the
 //! k-pool DSA indexer (`cu/kpool.cuh`: pooled keys and selections against f64, prompts in chunks,
 //! f16 caches, the in-place sort of many pools, bad rows).
+//! DeepSeek-V4's ops are checked against transformers 5.24 (kernels/cpu's fixture
+//! `tests/fixtures/deepseek4/ops_hf.json`): the tail and inverse rope (`cu/rope.cuh`), and the
+//! compressor and indexer (`cu/compress.cuh`) across calls, with ties from equal scores.
 //! Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so, when there is none.
 
 use std::path::{Path, PathBuf};
@@ -375,4 +378,208 @@ fn cache_rotation_matches_the_cpu_bit_for_bit_under_emulation() {
     let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fwht_cases.bin");
     std::fs::write(&path, file).expect("writing the cases");
     run_emulated_with("fwht_test", &[&path]);
+}
+
+/// The committed transformers 5.24 fixture of DeepSeek-V4's ops (kernels/cpu's
+/// tests/fixtures/deepseek4/ops_hf.json).
+fn deepseek4_golden() -> serde_json::Value {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../cpu/tests/fixtures/deepseek4/ops_hf.json"
+    );
+    let text = std::fs::read_to_string(path).expect("the DeepSeek-V4 fixture");
+    serde_json::from_str(&text).expect("JSON")
+}
+
+/// Little-endian values for the emulated tests' case files.
+#[derive(Default)]
+struct CaseFile(Vec<u8>);
+
+impl CaseFile {
+    fn i32s(&mut self, v: impl IntoIterator<Item = i32>) {
+        v.into_iter()
+            .for_each(|x| self.0.extend_from_slice(&x.to_le_bytes()));
+    }
+    fn f32s(&mut self, v: impl IntoIterator<Item = f32>) {
+        v.into_iter()
+            .for_each(|x| self.0.extend_from_slice(&x.to_le_bytes()));
+    }
+    fn f64s(&mut self, v: impl IntoIterator<Item = f64>) {
+        v.into_iter()
+            .for_each(|x| self.0.extend_from_slice(&x.to_le_bytes()));
+    }
+    /// The JSON array `v` as f32 values.
+    fn json_f32s(&mut self, v: &serde_json::Value) {
+        let a = v.as_array().expect("an array");
+        self.f32s(a.iter().map(|x| x.as_f64().expect("a number") as f32));
+    }
+    /// The JSON array `v` as i32 values.
+    fn json_i32s(&mut self, v: &serde_json::Value) {
+        let a = v.as_array().expect("an array");
+        self.i32s(a.iter().map(|x| x.as_i64().expect("an integer") as i32));
+    }
+    /// Writes the file under the test's temporary folder as `name`.
+    fn write(self, name: &str) -> PathBuf {
+        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name);
+        std::fs::write(&path, self.0).expect("writing the cases");
+        path
+    }
+}
+
+/// DeepSeek-V4's rope of `kind` as its graph builds it ("main": θ `rope_theta` plain;
+/// "compress": `compress_theta` with YaRN and llama.cpp b11434's `dsv4_rope_attn_factor`), NORM
+/// pairs on the last `rope_dims` dims of `head_dim`-wide heads.
+fn deepseek4_rope(
+    g: &serde_json::Value,
+    kind: &str,
+    head_dim: u32,
+) -> bloomery_plugin_api::op::RopeParams {
+    use bloomery_plugin_api::op::{RopeMode, RopeParams};
+    let int = |k: &str| g[k].as_u64().expect("an integer") as u32;
+    let float = |k: &str| g[k].as_f64().expect("a number") as f32;
+    let plain = RopeParams {
+        mode: RopeMode::Norm,
+        n_dims: int("rope_dims"),
+        offset: head_dim - int("rope_dims"),
+        sections: [0; 4],
+        freq_base: float("rope_theta"),
+        freq_scale: 1.0,
+        ext_factor: 0.0,
+        attn_factor: 1.0,
+        beta_fast: 32.0,
+        beta_slow: 1.0,
+        n_ctx_orig: 0,
+        inverse: false,
+    };
+    match kind {
+        "main" => plain,
+        "compress" => {
+            let factor = float("yarn_factor");
+            RopeParams {
+                freq_base: float("compress_theta"),
+                freq_scale: 1.0 / factor,
+                ext_factor: 1.0,
+                attn_factor: 1.0 / (1.0 + 0.1 * factor.ln()),
+                n_ctx_orig: int("yarn_orig_ctx"),
+                ..plain
+            }
+        }
+        other => panic!("rope kind {other}"),
+    }
+}
+
+/// A rope's kernel terms as `sim/deepseek4_test.cpp` reads them: n_dims, offset (i32),
+/// log2 of the base, mscale (f64), freq_scale, ext_factor and the two correction dims (f32).
+fn put_rope(file: &mut CaseFile, p: &bloomery_plugin_api::op::RopeParams) {
+    let (corr, mscale) = bloomery_kernels_cpu::ops::rope::RopeParams::from_abi(p).yarn_terms();
+    file.i32s([p.n_dims as i32, p.offset as i32]);
+    file.f64s([f64::from(p.freq_base).log2(), mscale]);
+    file.f32s([p.freq_scale, p.ext_factor, corr[0], corr[1]]);
+}
+
+#[test]
+fn deepseek4_tail_rope_matches_transformers_under_emulation() {
+    let g = deepseek4_golden();
+    let int = |v: &serde_json::Value| v.as_u64().expect("an integer") as i32;
+    let (hd, nh) = (int(&g["head_dim"]), int(&g["n_head"]));
+    let mut file = CaseFile::default();
+    let cases = g["rope"].as_array().expect("rope cases");
+    file.i32s([cases.len() as i32]);
+    for c in cases {
+        file.i32s([int(&c["rows"]), hd, nh]);
+        put_rope(
+            &mut file,
+            &deepseek4_rope(&g, c["kind"].as_str().expect("kind"), hd as u32),
+        );
+        file.json_i32s(&c["pos"]);
+        for key in ["x", "fwd", "inv"] {
+            file.json_f32s(&c[key]);
+        }
+    }
+    run_emulated_with("deepseek4_rope_test", &[&file.write("deepseek4_rope.bin")]);
+}
+
+/// One Compress record of `sim/compress_test.cpp`: the fixture case `c`'s inputs named with
+/// `prefix` ("" for the attention rows, "i_" for the index keys) at `width`.
+fn put_compress(
+    file: &mut CaseFile,
+    g: &serde_json::Value,
+    c: &serde_json::Value,
+    prefix: &str,
+    width: u32,
+) {
+    let int = |v: &serde_json::Value| v.as_i64().expect("an integer") as i32;
+    let (rows, ratio) = (int(&c["rows"]), int(&c["ratio"]));
+    // V4's ratio-4 compressor overlaps two series; one call, then calls cut inside windows.
+    let overlap = ratio == 4;
+    let cuts = [ratio + 1, ratio + 2, rows - 3, rows];
+    for calls in [&cuts[3..], &cuts[..]] {
+        file.i32s([
+            0,
+            ratio,
+            i32::from(overlap),
+            width as i32,
+            rows,
+            int(&c["n_compressed"]),
+        ]);
+        file.i32s([calls.len() as i32]);
+        file.i32s(calls.iter().copied());
+        put_rope(file, &deepseek4_rope(g, "compress", width));
+        file.f32s([g["eps"].as_f64().expect("eps") as f32]);
+        for key in ["kv", "score", "ape", "norm"] {
+            file.json_f32s(&c[format!("{prefix}{key}").as_str()]);
+        }
+        let want = if prefix.is_empty() {
+            "compressed"
+        } else {
+            "i_keys"
+        };
+        file.json_f32s(&c[want]);
+    }
+}
+
+#[test]
+fn deepseek4_compressor_and_indexer_match_transformers_under_emulation() {
+    let g = deepseek4_golden();
+    let int = |v: &serde_json::Value| v.as_i64().expect("an integer") as i32;
+    let mut file = CaseFile::default();
+    for c in g["compress"].as_array().expect("compress cases") {
+        put_compress(&mut file, &g, c, "", int(&g["head_dim"]) as u32);
+        if int(&c["ratio"]) == 4 {
+            put_compress(&mut file, &g, c, "i_", int(&g["index_dim"]) as u32);
+        }
+    }
+    // The indexer over the ratio-4 case's keys, in slot 1 of two (slot 0 garbage).
+    let c = &g["compress"][0];
+    let (di, n_out) = (int(&g["index_dim"]), int(&c["n_compressed"]));
+    file.i32s([
+        1,
+        int(&g["index_heads"]),
+        di,
+        int(&c["ratio"]),
+        int(&g["top_k"]),
+    ]);
+    file.i32s([int(&c["rows"]), n_out]);
+    file.json_f32s(&c["i_q"]);
+    let scale = c["i_scale"].as_f64().expect("i_scale") as f32;
+    let w = c["i_w"].as_array().expect("i_w");
+    file.f32s(
+        w.iter()
+            .map(|v| v.as_f64().expect("a number") as f32 * scale),
+    );
+    file.f32s(std::iter::repeat_n(9.0, (di * n_out) as usize));
+    file.json_f32s(&c["i_keys"]);
+    file.json_i32s(&c["i_ids"]);
+    // Every score equal (identical keys): the ABI's ties go to the lower row, so each list is
+    // its first visible rows ascending, then -1.
+    let (nh, dh, ratio, top_k, rows, n_out) = (2, 8, 4, 3, 20, 5);
+    file.i32s([1, nh, dh, ratio, top_k, rows, n_out]);
+    file.f32s(std::iter::repeat_n(1.0, (dh * nh * rows) as usize));
+    file.f32s(std::iter::repeat_n(0.5, (nh * rows) as usize));
+    file.f32s(std::iter::repeat_n(0.25, (dh * n_out * 2) as usize));
+    for p in 0..rows {
+        let visible = (p + 1) / ratio;
+        file.i32s((0..top_k).map(|i| if i < visible { i } else { -1 }));
+    }
+    run_emulated_with("compress_test", &[&file.write("deepseek4_compress.bin")]);
 }

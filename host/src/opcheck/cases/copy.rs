@@ -1,5 +1,5 @@
 //! Cases of the row copies: strided and converting Copy (f32, f16, i32 bit for bit) and GetRows of
-//! every table type.
+//! every table type (an I32 table bit for bit: DeepSeek-V4's hash-routing table).
 
 use bloomery_plugin_api::op::{Op, OpKind};
 use bloomery_plugin_api::DType;
@@ -22,6 +22,20 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                 1e-6,
             )]
         }
+        // DeepSeek-V4's hash routing: token ids gather rows of 6 expert ids from an I32 table.
+        (OpKind::GetRows, DType::I32) => vec![Case {
+            dst_dtype: DType::I32,
+            ..case(
+                "i32 table, gather 9 of 320",
+                Op::GetRows,
+                vec![
+                    spec(DType::I32, [6, 320, 1, 1], Fill::Ids(1 << 20)),
+                    spec(DType::I32, [9, 1, 1, 1], Fill::Ids(320)),
+                ],
+                [6, 9, 1, 1],
+                0.0,
+            )
+        }],
         (OpKind::Copy, t @ (DType::F32 | DType::F16)) => {
             // The query and gate halves of an interleaved projection (Qwen3.5's gated attention:
             // 2·64 values per head, 4 heads, 6 rows) through strided views; conversions round to

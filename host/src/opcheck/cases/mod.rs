@@ -9,6 +9,7 @@ use super::{Case, Fill, Spec};
 
 mod attention;
 mod cache_store;
+mod compress;
 mod copy;
 mod dense;
 mod elementwise;
@@ -22,7 +23,7 @@ mod rope;
 mod router;
 
 /// Each family's cases for an `(op, dtype)` pair: none for the pairs of other families.
-const FAMILIES: [fn(OpKind, DType) -> Vec<Case>; 13] = [
+const FAMILIES: [fn(OpKind, DType) -> Vec<Case>; 14] = [
     elementwise::cases,
     copy::cases,
     norm::cases,
@@ -36,6 +37,7 @@ const FAMILIES: [fn(OpKind, DType) -> Vec<Case>; 13] = [
     dense::cases,
     hyper::cases,
     kpool::cases,
+    compress::cases,
 ];
 
 /// The cases for one `(op, dtype)` pair; empty when none is written yet.

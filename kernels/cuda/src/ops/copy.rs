@@ -1,7 +1,8 @@
 //! Copies of rows (`cu/copy.cuh`): Copy of a source of any byte strides into a contiguous
 //! destination, f32 and f16 either way (and I32 bit for bit), a block per source row; and GetRows,
 //! the gather of table rows by I32 ids (f32, f16, or any type of [`QUANT_TYPES`] dequantized as
-//! the CPU reference does), a block per id, ids checked on the card. A run of small contiguous
+//! the CPU reference does; an I32 table gives I32 rows, bit for bit), a block per id, ids checked
+//! on the card. A run of small contiguous
 //! copies goes in one launch (`fused::copy_run`).
 //!
 //! [`QUANT_TYPES`]: super::QUANT_TYPES
@@ -20,7 +21,7 @@ pub(super) fn claims() -> Vec<OpSupport> {
         claim(OpKind::Copy, &[DType::F32, DType::F16, DType::I32]),
         OpSupport {
             op: OpKind::GetRows,
-            dtypes: with_quant_types(&[DType::F32, DType::F16]),
+            dtypes: with_quant_types(&[DType::F32, DType::F16, DType::I32]),
         },
     ]
 }
@@ -99,7 +100,7 @@ impl Launcher {
         Ok(())
     }
 
-    /// Rows of a table (source 0) by the I32 ids of source 1, as f32.
+    /// Rows of a table (source 0) by the I32 ids of source 1, as f32 (an I32 table: as I32).
     pub(super) fn get_rows<'c>(
         &self,
         addr: Addr<'_>,
@@ -111,14 +112,17 @@ impl Launcher {
             return Err(PluginError::invalid("GetRows ids must be I32"));
         }
         if t.dtype == DType::I32 {
-            return Err(PluginError::unsupported(
-                "GetRows of an I32 table (integer gather) on the CUDA bundles",
-                &[],
-            ));
+            if c.dst.dtype != DType::I32 {
+                return Err(PluginError::invalid(
+                    "GetRows of an I32 table into a non-I32 dst",
+                ));
+            }
+        } else {
+            f32_only(&c.dst, "GetRows dst")?;
         }
-        f32_only(&c.dst, "GetRows dst")?;
         let (name, wtype) = match (t.dtype, weight_code(t.dtype)) {
-            (DType::F32, _) => ("bl_get_rows_f32", 0),
+            // 32-bit moves: the f32 kernel's loads and stores keep every bit.
+            (DType::F32 | DType::I32, _) => ("bl_get_rows_f32", 0),
             (DType::F16, _) => ("bl_get_rows_f16", 0),
             (_, Some((code, _))) => ("bl_get_rows_q", code),
             (other, None) => {

@@ -34,6 +34,7 @@ mod activations;
 mod attention;
 mod attention_select;
 mod cache_store;
+mod compress;
 mod copy;
 mod dense;
 mod elementwise;
@@ -61,7 +62,7 @@ pub use launch::Args;
 pub use quant::QUANT_TYPES;
 
 /// Each family's claim: the `(op, dtypes)` pairs its launcher implements, each op in one family.
-const FAMILIES: [fn() -> Vec<OpSupport>; 13] = [
+const FAMILIES: [fn() -> Vec<OpSupport>; 14] = [
     elementwise::claims,
     copy::claims,
     norm::claims,
@@ -75,6 +76,7 @@ const FAMILIES: [fn() -> Vec<OpSupport>; 13] = [
     dense::claims,
     hyper::claims,
     kpool::claims,
+    compress::claims,
 ];
 
 /// Every `(op, dtype)` pair the kernels implement (none for a bundle built without them): the
@@ -392,6 +394,8 @@ impl Launcher {
             Op::StreamMix => self.stream_mix(&addr, &src, c),
             Op::StreamUpdate => self.stream_update(&addr, &src, c),
             Op::GroupDotGate { scale, floor } => self.group_dot_gate(&addr, &src, c, scale, floor),
+            Op::Compress(p) => self.compress(&addr, &src, c, p),
+            Op::CompSelect(p) => self.comp_select(&addr, &src, c, p),
             other => Err(PluginError::unsupported(
                 format!("op {} on the CUDA bundles", other.kind()),
                 &[],

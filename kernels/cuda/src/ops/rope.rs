@@ -1,6 +1,8 @@
 //! RoPE (`cu/rope.cuh`): NORM (adjacent pairs) and NEOX (pairs half a rotated span apart) over
 //! the first `n_dims` of each head, IMROPE with one text position per row (NEOX on every section),
-//! and YaRN, its correction dims shared with the CPU reference. A thread per (row, head, pair).
+//! and YaRN, its correction dims shared with the CPU reference; the rotated span may start at a
+//! dimension offset and the rotation may be inverted (DeepSeek-V4's tail rope and the inverse rope
+//! of its attention output). A thread per (row, head, pair).
 //! A per-head RMSNorm and the Rope of its result, with the K and V cache stores after them, go in
 //! one launch (`fused::norm_rope`).
 
@@ -39,6 +41,7 @@ impl Launcher {
             .arg(&r.n_dims);
         l.arg(&r.log2_base).arg(&p.freq_scale).arg(&p.ext_factor);
         l.arg(&r.corr[0]).arg(&r.corr[1]).arg(&r.mscale);
+        l.arg(&r.offset).arg(&r.inverse);
         let total = (r.rows * r.n_head * (r.head_dim / 2)) as u64;
         // SAFETY: one thread per (row, head, pair) inside the checked spans.
         unsafe { l.launch(cfg(grid(total.max(1), 256).min(4096), 256)) }
@@ -60,6 +63,10 @@ pub(super) struct RopeArgs {
     pub(super) mscale: f64,
     /// log2 of the frequency base, in double (the kernels raise 2 to multiples of it).
     pub(super) log2_base: f64,
+    /// The first rotated dim (even).
+    pub(super) offset: i32,
+    /// 1: rotate by the negative angle.
+    pub(super) inverse: i32,
 }
 
 /// Checks a Rope call of `x` at `pos` into `dst` for the CUDA kernels.
@@ -95,16 +102,14 @@ pub(super) fn rope_args(
             ))
         }
     };
-    if p.inverse {
+    // An odd offset would split the copied dims' pairs: no model uses one.
+    if !p.offset.is_multiple_of(2) {
         return Err(PluginError::unsupported(
-            "inverse RoPE on the CUDA bundles",
-            &[],
-        ));
-    }
-    if p.offset != 0 {
-        return Err(PluginError::unsupported(
-            format!("RoPE from dim offset {} on the CUDA bundles", p.offset),
-            &["offset 0"],
+            format!(
+                "RoPE from the odd dim offset {} on the CUDA bundles",
+                p.offset
+            ),
+            &["an even offset"],
         ));
     }
     let (hd, nh) = (dst.ne[0], dst.ne[1]);
@@ -113,7 +118,7 @@ pub(super) fn rope_args(
         || pos.elements() != rows
         || hd % 2 != 0
         || !p.n_dims.is_multiple_of(2)
-        || u64::from(p.n_dims) > hd
+        || u64::from(p.n_dims) + u64::from(p.offset) > hd
         || !(p.freq_base > 0.0 && p.freq_scale > 0.0)
     {
         return Err(PluginError::invalid(format!(
@@ -133,6 +138,8 @@ pub(super) fn rope_args(
         corr,
         mscale,
         log2_base: f64::from(p.freq_base).log2(),
+        offset: p.offset as i32,
+        inverse: i32::from(p.inverse),
     })
 }
 
@@ -150,10 +157,10 @@ mod tests {
         }
     }
 
-    /// DeepSeek-V4's rope forms (a dimension offset, the inverse) are refused by name, not run
-    /// as the plain rope.
+    /// DeepSeek-V4's rope forms (a dimension offset, the inverse) are accepted and passed to the
+    /// kernel; an odd offset is refused by name and a span past the head is invalid.
     #[test]
-    fn the_offset_and_inverse_forms_are_refused_by_name() {
+    fn the_offset_and_inverse_forms_reach_the_kernel() {
         let x = tensor(DType::F32, [128, 2, 3, 1]);
         let pos = tensor(DType::I32, [3, 1, 1, 1]);
         let plain = RopeParams {
@@ -170,18 +177,25 @@ mod tests {
             n_ctx_orig: 0,
             inverse: false,
         };
-        assert!(rope_args(&plain, &x, &pos, &x).is_ok());
-        let offset = RopeParams {
+        let r = rope_args(&plain, &x, &pos, &x).unwrap();
+        assert_eq!((r.offset, r.inverse), (0, 0));
+        let tail = RopeParams {
             offset: 112,
-            ..plain
-        };
-        let e = rope_args(&offset, &x, &pos, &x).err().unwrap().to_string();
-        assert!(e.contains("offset 112"), "{e}");
-        let inverse = RopeParams {
             inverse: true,
             ..plain
         };
-        let e = rope_args(&inverse, &x, &pos, &x).err().unwrap().to_string();
-        assert!(e.contains("inverse RoPE"), "{e}");
+        let r = rope_args(&tail, &x, &pos, &x).unwrap();
+        assert_eq!((r.offset, r.inverse), (112, 1));
+        let odd = RopeParams {
+            offset: 111,
+            ..plain
+        };
+        let e = rope_args(&odd, &x, &pos, &x).err().unwrap().to_string();
+        assert!(e.contains("odd dim offset 111"), "{e}");
+        let past = RopeParams {
+            offset: 114,
+            ..plain
+        };
+        assert!(rope_args(&past, &x, &pos, &x).is_err());
     }
 }

@@ -56,9 +56,13 @@ fn norm_rope_group(
         return Ok(None);
     }
     let pos = rope.srcs()[1];
+    // The fused kernel rotates from dim 0 and forward only: other forms run as separate calls.
     let Ok(r) = rope_args(&p, &norm.dst, &pos, &out) else {
         return Ok(None);
     };
+    if r.offset != 0 || r.inverse != 0 {
+        return Ok(None);
+    }
     let (hd, nh, rows) = (ne[0], ne[1], ne[2] * ne[3]);
     let threads = (hd / 2).div_ceil(32) * 32;
     if r.rows == 0 || threads > 1024 || !pos.is_contiguous() {
