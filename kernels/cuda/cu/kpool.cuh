@@ -1,16 +1,23 @@
-// The k-pool DSA indexer's selection (GLM-5.3, Op::KPoolSelect; ops/kpool.rs), in three kernels
-// per call, as the CPU reference (kernels/cpu/src/ops/kpool.rs) takes it:
-//   bl_kpool_pool_<t>:   a block per row; a row at a pool's last position pools it (per dimension
-//                        a softmax over the pool's positions of gate + ape, weighting the keys, in
-//                        f64) into that row's pooled section;
+// The k-pool indexer's selection (Op::KPoolSelect; ops/kpool.rs): GLM-5.3's DSA (SoftmaxGate) and
+// Qwen3.8-Flash-Next's QSA (MeanNormRope), in three kernels per call, as the CPU reference
+// (kernels/cpu/src/ops/kpool.rs) takes it:
+//   bl_kpool_pool_<t>:   DSA, a block per row; a row at a pool's last position pools it (per
+//                        dimension a softmax over the pool's positions of gate + ape, weighting
+//                        the keys, in f64) into that row's pooled section;
+//   bl_kpool_pool_qsa_<t>: QSA, a block per row; a row at a pool's last position pools it (the
+//                        mean of the raw keys and its RMS norm in f64, times k_norm, to f32, then
+//                        roped at the pool's first position as bl_rope_f32 ropes) into that row's
+//                        pooled section;
 //   bl_kpool_scores_<t>: a block per (row, KPOOL_BLOCK_POOLS pools), a warp per pool: the lanes
 //                        take the heads (q staged in shared memory), sum_h w[h]·relu(q_h·pooled)
+//                        (w[h] the row's head weights, or QSA's one scale)
 //                        in f64, ranked as an f32 score and the pool in one 64-bit key;
 //   bl_kpool_select:     a block per row: a bitonic sort of the row's keys (in shared memory up to
 //                        KPOOL_SORT_SHARED keys, else in place in the scratch), then the output.
-// <t> is the cache's element type (f32, f16). Cache rows are [key | gate | pooled], dh each, at
-// (slot·len + position)·3·dh. Included by kernels.cu after common.cuh (and by
-// kernels/cuda/sim/kpool_test.cpp after sim.h).
+// <t> is the cache's element type (f32, f16). Cache rows are `sections` sections of dh, at
+// (slot·len + position)·sections·dh: [key | gate | pooled] (DSA, 3) or [raw key | pooled] (QSA, 2).
+// Included by kernels.cu after common.cuh and rope.cuh (and by kernels/cuda/sim/kpool_test.cpp
+// after sim.h).
 
 #pragma once
 
@@ -76,10 +83,59 @@ static __device__ void kpool_pool(T* cache, const float* ape, const int* slots, 
     }
 }
 
+// The QSA pooled key of the pool that ends at row r's position (a block of at most 1024 threads
+// per row): per dimension the mean of the pool's raw keys in f64, the RMS norm over the dh means
+// (eps inside the root) times k_norm, rounded to f32, roped with NEOX pairs of n_dims at the pool's
+// first position (rope_cs and the f32 rotation of bl_rope_f32), rounded to T.
 template <typename T>
-static __device__ void kpool_scores(const float* q, const float* wts, const T* cache, const int* slots, const int* pos,
-                                    unsigned long long* keys, int n_head, int dh, int kpool, int len, int n_slots,
-                                    long long stride) {
+static __device__ void kpool_pool_qsa(T* cache, const float* k_norm, const int* slots, const int* pos, int dh,
+                                      int kpool, int len, int n_slots, float eps, int n_dims, double log2_base,
+                                      float freq_scale, float ext_factor, float corr0, float corr1, double mscale,
+                                      int* err) {
+    __shared__ double mean[KPOOL_DH_MAX];
+    __shared__ float key[KPOOL_DH_MAX];
+    const int r = blockIdx.x;
+    const int p = pos[r];
+    if (!kpool_in_cache(slots[r], p, len, n_slots)) {
+        if (threadIdx.x == 0) report(err, ERR_KPOOL);
+        return;
+    }
+    // The same for every thread of the block: the barriers below are reached by all or none.
+    if ((p + 1) % kpool != 0) return;
+    const long long w = 2LL * dh;
+    const int start = p + 1 - kpool;
+    T* first = cache + ((long long)slots[r] * len + start) * w;
+    double ss = 0.0;
+    for (int d = threadIdx.x; d < dh; d += blockDim.x) {
+        double sum = 0.0;
+        for (int t = 0; t < kpool; ++t) sum += (double)to_f32(first[t * w + d]);
+        const double m = sum / (double)kpool;
+        mean[d] = m;
+        ss += m * m;
+    }
+    const double inv = 1.0 / sqrt(block_sum_f64(ss) / (double)dh + (double)eps);
+    for (int d = threadIdx.x; d < dh; d += blockDim.x) key[d] = (float)(mean[d] * inv * (double)k_norm[d]);
+    __syncthreads();
+    T* pooled = first + (long long)(kpool - 1) * w + dh;
+    for (int pair = threadIdx.x; pair < dh / 2; pair += blockDim.x) {
+        const int2 e = rope_elems(pair, 1, n_dims);
+        const float x0 = key[e.x], x1 = key[e.y];
+        if (pair >= n_dims / 2) {
+            pooled[e.x] = from_f32<T>(x0);
+            pooled[e.y] = from_f32<T>(x1);
+            continue;
+        }
+        const float2 cs = rope_cs(pair, start, n_dims, log2_base, freq_scale, ext_factor, corr0, corr1, mscale);
+        pooled[e.x] = from_f32<T>(x0 * cs.x - x1 * cs.y);
+        pooled[e.y] = from_f32<T>(x0 * cs.y + x1 * cs.x);
+    }
+}
+
+// Head h of row r weighs wts[r·n_head + h] (DSA), or `scale` when wts is null (QSA).
+template <typename T>
+static __device__ void kpool_scores(const float* q, const float* wts, float scale, const T* cache, const int* slots,
+                                    const int* pos, unsigned long long* keys, int n_head, int dh, int sections,
+                                    int kpool, int len, int n_slots, long long stride) {
     __shared__ float qs[KPOOL_Q_MAX];
     __shared__ float ks[KPOOL_THREADS / WARP][KPOOL_DH_MAX];
     const int r = blockIdx.y;
@@ -95,16 +151,17 @@ static __device__ void kpool_scores(const float* q, const float* wts, const T* c
     __syncthreads();
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int g1 = min(g0 + KPOOL_BLOCK_POOLS, complete);
-    const long long w = 3LL * dh;
+    const long long w = (long long)sections * dh;
     for (int g = g0 + warp; g < g1; g += KPOOL_THREADS / WARP) {
-        const T* pooled = cache + ((long long)s * len + (long long)g * kpool + kpool - 1) * w + 2 * dh;
+        const T* pooled = cache + ((long long)s * len + (long long)g * kpool + kpool - 1) * w + w - dh;
         for (int d = lane; d < dh; d += WARP) ks[warp][d] = to_f32(pooled[d]);
         __syncwarp();
         double acc = 0.0;
         for (int h = lane; h < n_head; h += WARP) {
             double dot = 0.0;
             for (int d = 0; d < dh; ++d) dot += (double)qs[h * qw + d] * (double)ks[warp][d];
-            acc += (double)wts[(long long)r * n_head + h] * fmax(dot, 0.0);
+            const float wh = wts ? wts[(long long)r * n_head + h] : scale;
+            acc += (double)wh * fmax(dot, 0.0);
         }
 #pragma unroll
         for (int o = WARP / 2; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
@@ -120,12 +177,21 @@ static __device__ void kpool_scores(const float* q, const float* wts, const T* c
         KERNEL_ENTRY();                                                                                            \
         kpool_pool<T>(cache, ape, slots, pos, dh, kpool, len, n_slots, err);                                       \
     }                                                                                                              \
-    extern "C" __global__ void __launch_bounds__(KPOOL_THREADS)                                                   \
-        bl_kpool_scores_##name(const float* q, const float* wts, const T* cache, const int* slots, const int* pos, \
-                               unsigned long long* keys, int n_head, int dh, int kpool, int len, int n_slots,      \
-                               long long stride) {                                                                 \
+    extern "C" __global__ void bl_kpool_pool_qsa_##name(                                                           \
+        T* cache, const float* k_norm, const int* slots, const int* pos, int dh, int kpool, int len, int n_slots,  \
+        float eps, int n_dims, double log2_base, float freq_scale, float ext_factor, float corr0, float corr1,      \
+        double mscale, int* err) {                                                                                 \
         KERNEL_ENTRY();                                                                                            \
-        kpool_scores<T>(q, wts, cache, slots, pos, keys, n_head, dh, kpool, len, n_slots, stride);                 \
+        kpool_pool_qsa<T>(cache, k_norm, slots, pos, dh, kpool, len, n_slots, eps, n_dims, log2_base, freq_scale,  \
+                          ext_factor, corr0, corr1, mscale, err);                                                  \
+    }                                                                                                              \
+    extern "C" __global__ void __launch_bounds__(KPOOL_THREADS)                                                   \
+        bl_kpool_scores_##name(const float* q, const float* wts, float scale, const T* cache, const int* slots,    \
+                               const int* pos, unsigned long long* keys, int n_head, int dh, int sections,         \
+                               int kpool, int len, int n_slots, long long stride) {                                \
+        KERNEL_ENTRY();                                                                                            \
+        kpool_scores<T>(q, wts, scale, cache, slots, pos, keys, n_head, dh, sections, kpool, len, n_slots,         \
+                        stride);                                                                                   \
     }
 
 KPOOL_KERNELS(float, f32)

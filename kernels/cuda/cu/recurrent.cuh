@@ -20,17 +20,21 @@ static __device__ __forceinline__ bool bad_row(const int* slots, const int* pos,
 
 // ---- ConvCausal ----------------------------------------------------------------------------------
 // Two launches: the outputs (reading the old state), then the state update by each segment's last
-// row, so no thread reads a state that another one writes.
+// row, so no thread reads a state that another one writes. Taps are `dil` rows apart; the state
+// holds the last `hist` = (taps - 1) * dil inputs of each sequence, oldest first.
 
 #define CONV_MAX_TAPS 16
+// The longest history (taps - 1) * dilation: a thread walks back up to this many rows.
+#define CONV_MAX_HIST 64
 
-// The input `k` rows before row r (k >= 1) of channel c: from x while inside r's segment (`m` rows
-// of it precede r), else from the state (zeros when the segment starts at position 0).
-static __device__ __forceinline__ float conv_input(const float* x, const float* st, int ch, int taps, int r, int c,
+// The input `k` rows before row r (k >= 0) of channel c: from x while inside r's segment (`m` rows
+// of it precede r), else from the state of `hist` inputs (zeros when the segment starts at
+// position 0).
+static __device__ __forceinline__ float conv_input(const float* x, const float* st, int ch, int hist, int r, int c,
                                                    int k, int m, int p0) {
     if (k <= m) return x[(long long)(r - k) * ch + c];
     if (p0 == 0) return 0.0f;
-    return st[(long long)(taps - 1 - (k - m)) * ch + c];
+    return st[(long long)(hist - (k - m)) * ch + c];
 }
 
 // Rows of r's segment before r, at most `limit`.
@@ -40,10 +44,11 @@ static __device__ __forceinline__ int rows_before(const int* slots, const int* p
     return m;
 }
 
-// y[r, c] = sum_j w[j, c] * x[r - (taps - 1) + j, c]; w is [taps, ch] (ne0 = taps). Grid (row,
-// 256-channel group).
+// y[r, c] = sum_j w[j, c] * x[r - (taps - 1 - j) * dil, c]; w is [taps, ch] (ne0 = taps). Grid
+// (row, 256-channel group).
 extern "C" __global__ void bl_conv_causal(const float* x, const float* w, const float* state, const int* slots,
-                                          const int* pos, float* out, int ch, int taps, int n_slots, int* err) {
+                                          const int* pos, float* out, int ch, int taps, int dil, int n_slots,
+                                          int* err) {
     KERNEL_ENTRY();
     const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= ch) return;
@@ -51,48 +56,44 @@ extern "C" __global__ void bl_conv_causal(const float* x, const float* w, const 
         if (c == 0) report(err, ERR_STATE_SLOT);
         return;
     }
-    const int m = rows_before(slots, pos, r, taps - 1);
+    const int hist = (taps - 1) * dil;
+    const int m = rows_before(slots, pos, r, hist);
     const int p0 = pos[r] - m;
-    const float* st = state + (long long)slots[r] * (taps - 1) * ch;
+    const float* st = state + (long long)slots[r] * hist * ch;
     const float* wc = w + (long long)c * taps;
     float acc = 0.0f;
-    for (int j = 0; j < taps - 1; ++j) acc += wc[j] * conv_input(x, st, ch, taps, r, c, taps - 1 - j, m, p0);
+    for (int j = 0; j < taps - 1; ++j)
+        acc += wc[j] * conv_input(x, st, ch, hist, r, c, (taps - 1 - j) * dil, m, p0);
     out[(long long)r * ch + c] = acc + wc[taps - 1] * x[(long long)r * ch + c];
 }
 
-// Row r ends its segment: channel c of r's slot's state becomes the segment's last taps - 1
-// inputs (older ones from the old state when the segment is shorter), oldest first. The caller's
-// thread is the only one reading or writing that channel of that slot.
+// Row r ends its segment: channel c of r's slot's state of `hist` inputs becomes the segment's
+// last `hist` inputs (older ones from the old state when the segment is shorter), oldest first.
+// Entry j takes the input hist - 1 - j rows before r, which is x or old entry j + 1 + m: written
+// in ascending j, every old entry is read before it is overwritten. The caller's thread is the
+// only one reading or writing that channel of that slot.
 static __device__ __forceinline__ void conv_state_store(const float* x, float* state, const int* slots,
-                                                        const int* pos, int ch, int taps, int r, int c) {
-    const int m = rows_before(slots, pos, r, taps - 1);
+                                                        const int* pos, int ch, int hist, int r, int c) {
+    const int m = rows_before(slots, pos, r, hist);
     const int p0 = pos[r] - m;
-    float* st = state + (long long)slots[r] * (taps - 1) * ch;
-    float win[CONV_MAX_TAPS - 1];
-#pragma unroll
-    for (int j = 0; j < CONV_MAX_TAPS - 1; ++j) {
-        const int k = taps - 2 - j;
-        if (j < taps - 1) win[j] = k == 0 ? x[(long long)r * ch + c] : conv_input(x, st, ch, taps, r, c, k, m, p0);
-    }
-#pragma unroll
-    for (int j = 0; j < CONV_MAX_TAPS - 1; ++j)
-        if (j < taps - 1) st[(long long)j * ch + c] = win[j];
+    float* st = state + (long long)slots[r] * hist * ch;
+    for (int j = 0; j < hist; ++j) st[(long long)j * ch + c] = conv_input(x, st, ch, hist, r, c, hist - 1 - j, m, p0);
 }
 
-// The last row of each segment writes its slot's new state: the segment's last taps - 1 inputs
+// The last row of each segment writes its slot's new state: the segment's last hist inputs
 // (older ones from the old state when the segment is shorter), oldest first. Grid (group of
 // CONV_STATE_ROWS rows, 256-channel group): a thread walks its rows for segment ends.
 #define CONV_STATE_ROWS 64
 
 extern "C" __global__ void bl_conv_causal_state(const float* x, float* state, const int* slots, const int* pos, int ch,
-                                                int rows, int taps, int n_slots) {
+                                                int rows, int hist, int n_slots) {
     KERNEL_ENTRY();
     const int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= ch) return;
     const int first = blockIdx.x * CONV_STATE_ROWS, last = min(rows, first + CONV_STATE_ROWS);
     for (int r = first; r < last; ++r) {
         if (bad_row(slots, pos, r, n_slots) || (r + 1 < rows && continues(slots, pos, r + 1))) continue;
-        conv_state_store(x, state, slots, pos, ch, taps, r, c);
+        conv_state_store(x, state, slots, pos, ch, hist, r, c);
     }
 }
 
@@ -334,10 +335,10 @@ extern "C" __global__ void bl_conv_causal_step(const float* x, const float* w, f
         const int m = min(r - r0, taps - 1);
         const int p0 = pos[r] - m;
         float acc = 0.0f;
-        for (int j = 0; j < taps - 1; ++j) acc += wc[j] * conv_input(x, st, ch, taps, r, c, taps - 1 - j, m, p0);
+        for (int j = 0; j < taps - 1; ++j) acc += wc[j] * conv_input(x, st, ch, taps - 1, r, c, taps - 1 - j, m, p0);
         out[(long long)r * ch + c] = acc + wc[taps - 1] * x[(long long)r * ch + c];
     }
-    if (taps > 1) conv_state_store(x, state, slots, pos, ch, taps, end - 1, c);
+    if (taps > 1) conv_state_store(x, state, slots, pos, ch, taps - 1, end - 1, c);
 }
 
 // block_sum_f64, then a barrier: every thread has read the sum before the next call writes.

@@ -12,7 +12,12 @@
 // an f16 cache; 600 pools, more than the shared-memory sort holds (the in-place sort of the
 // scratch, which this test reaches with 256 keys), 2 heads of 16; equal scores (the lower pools
 // first, exactly); a slot or a position outside the cache, each in a call of its own (ERR_KPOOL,
-// the row's list all -1, the other row's as ever). Outputs are poisoned with 7777 and the scratch
+// the row's list all -1, the other row's as ever). Then Qwen3.8-Flash-Next's QSA pooling
+// (MeanNormRope: rows [raw key | pooled]) against an f64 reference of Op::KPoolSelect's doc (mean,
+// RMS norm times k_norm, NEOX rope at the pool's first position), 4 heads of 128 weighing 1/sqrt(dh),
+// budget 16 with the tail, two slots: prompts in calls of 7 and 9 rows per slot (each completing
+// several pools; every pooled half NaN until pooled), decode rows past the budget; f32 and f16
+// caches. Outputs are poisoned with 7777 and the scratch
 // with keys that rank first and name no pool; blocks run in a shuffled order. Prints one line per
 // case; exits 1 on a failure.
 #include "sim.h"
@@ -29,6 +34,7 @@
 // few hundred pools reach that path.
 #define KPOOL_SORT_SHARED 256
 #include "../cu/common.cuh"
+#include "../cu/rope.cuh"
 #include "../cu/kpool.cuh"
 
 static std::mt19937 rng(5);
@@ -79,8 +85,8 @@ template <typename T>
 static int run_call(const std::vector<float>& q, const std::vector<float>& w, std::vector<T>& cache,
                     const std::vector<float>& ape, const std::vector<int>& slots, const std::vector<int>& pos,
                     const Shape& s, int r0, int r1, std::vector<int>& out, void (*pool_k)(T*, const float*, const int*,
-                    const int*, int, int, int, int, int*), void (*scores_k)(const float*, const float*, const T*,
-                    const int*, const int*, unsigned long long*, int, int, int, int, int, long long)) {
+                    const int*, int, int, int, int, int*), void (*scores_k)(const float*, const float*, float, const T*,
+                    const int*, const int*, unsigned long long*, int, int, int, int, int, int, long long)) {
     const int rows = r1 - r0, max_pools = s.len / s.kpool;
     long long stride = 1;
     while (stride < max_pools) stride <<= 1;
@@ -95,7 +101,7 @@ static int run_call(const std::vector<float>& q, const std::vector<float>& w, st
            [&] { pool_k(cache.data(), ape.data(), sc, pc, s.dh, s.kpool, s.len, s.n_slots, &err); });
     const unsigned chunks = (unsigned)((max_pools + KPOOL_BLOCK_POOLS - 1) / KPOOL_BLOCK_POOLS);
     launch(Dim3{std::max(chunks, 1u), (unsigned)rows, 1}, KPOOL_THREADS, [&] {
-        scores_k(qc, wc, cache.data(), sc, pc, keys.data(), s.n_head, s.dh, s.kpool, s.len, s.n_slots, stride);
+        scores_k(qc, wc, 0.0f, cache.data(), sc, pc, keys.data(), s.n_head, s.dh, 3, s.kpool, s.len, s.n_slots, stride);
     });
     launch(Dim3{(unsigned)rows, 1, 1}, KPOOL_SELECT_THREADS, [&] {
         bl_kpool_select(keys.data(), sc, pc, oc, s.kpool, s.n_top, s.tail ? 1 : 0, s.n_sel(), s.len, s.n_slots,
@@ -113,12 +119,58 @@ static void interleave(const std::vector<int>& lengths, std::vector<int>& slots,
             if (p < lengths[s]) slots.push_back((int)s), pos.push_back(p);
 }
 
+// Each row's list against the f64 scores `score(r, g)` of its complete pools: pools by descending
+// score (another pool only where the two score the same to 1e-6), each ascending, -1 up to
+// kpool·n_top, then the ascending tail, -1. Counts the bad rows (printing the first) and the tie
+// swaps.
+template <typename F>
+static void check_lists(const std::vector<int>& out, const std::vector<int>& slots, const std::vector<int>& pos,
+                        const Shape& s, F score, int& bad_rows, int& ties) {
+    for (size_t r = 0; r < slots.size(); ++r) {
+        const int p = pos[r], complete = (p + 1) / s.kpool;
+        std::vector<double> sc(complete);
+        for (int g = 0; g < complete; ++g) sc[g] = score((int)r, g);
+        std::vector<int> order(complete);
+        for (int g = 0; g < complete; ++g) order[g] = g;
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return sc[a] > sc[b]; });
+        const int kept = std::min(s.n_top, complete);
+        const int* o = out.data() + r * s.n_sel();
+        bool ok = true;
+        for (int j = 0; j < s.n_top; ++j) {
+            const int got = o[j * s.kpool] < 0 ? -1 : o[j * s.kpool] / s.kpool;
+            const int want = j < kept ? order[j] : -1;
+            if (got != want) {
+                if (got < 0 || want < 0 || got >= complete ||
+                    std::fabs(sc[got] - sc[want]) > 1e-6 * std::max(1.0, std::fabs(sc[want])))
+                    ok = false;
+                else
+                    ++ties;
+            }
+            for (int t = 0; t < s.kpool; ++t)
+                if (o[j * s.kpool + t] != (got < 0 ? -1 : got * s.kpool + t)) ok = false;
+        }
+        if (s.tail) {
+            const int n_tail = (p + 1) % s.kpool;
+            for (int t = 0; t < s.kpool - 1; ++t)
+                if (o[s.kpool * s.n_top + t] != (t < n_tail ? p + 1 - n_tail + t : -1)) ok = false;
+        }
+        if (!ok) {
+            if (bad_rows == 0) {
+                std::printf("  row %zu (slot %d, position %d):", r, slots[r], p);
+                for (int j = 0; j < s.n_sel(); ++j) std::printf(" %d", o[j]);
+                std::printf("\n");
+            }
+            ++bad_rows;
+        }
+    }
+}
+
 template <typename T>
 static bool kpool_case(const std::string& name, const Shape& s, const std::vector<int>& slots,
                        const std::vector<int>& pos, int chunk,
                        void (*pool_k)(T*, const float*, const int*, const int*, int, int, int, int, int*),
-                       void (*scores_k)(const float*, const float*, const T*, const int*, const int*,
-                                        unsigned long long*, int, int, int, int, int, long long)) {
+                       void (*scores_k)(const float*, const float*, float, const T*, const int*, const int*,
+                                        unsigned long long*, int, int, int, int, int, int, long long)) {
     const int rows = (int)slots.size();
     const std::vector<float> q = randoms((size_t)rows * s.n_head * s.dh, 1.0f), w = randoms((size_t)rows * s.n_head, 1.0f),
                              ape = randoms((size_t)s.dh * s.kpool, 1.0f);
@@ -157,55 +209,155 @@ static bool kpool_case(const std::string& name, const Shape& s, const std::vecto
             }
         }
     }
-    for (int r = 0; r < rows; ++r) {
-        const int p = pos[r], complete = (p + 1) / s.kpool;
-        std::vector<double> sc(complete);
-        for (int g = 0; g < complete; ++g) {
-            const long long at = ((long long)slots[r] * s.len + (long long)g * s.kpool + s.kpool - 1) * 3 * s.dh + 2 * s.dh;
-            double acc = 0.0;
-            for (int h = 0; h < s.n_head; ++h) {
-                double dot = 0.0;
-                for (int d = 0; d < s.dh; ++d) dot += (double)q[((size_t)r * s.n_head + h) * s.dh + d] * to_float(cache[at + d]);
-                acc += (double)w[(size_t)r * s.n_head + h] * std::max(dot, 0.0);
-            }
-            sc[g] = acc;
+    auto score = [&](int r, int g) {
+        const long long at = ((long long)slots[r] * s.len + (long long)g * s.kpool + s.kpool - 1) * 3 * s.dh + 2 * s.dh;
+        double acc = 0.0;
+        for (int h = 0; h < s.n_head; ++h) {
+            double dot = 0.0;
+            for (int d = 0; d < s.dh; ++d) dot += (double)q[((size_t)r * s.n_head + h) * s.dh + d] * to_float(cache[at + d]);
+            acc += (double)w[(size_t)r * s.n_head + h] * std::max(dot, 0.0);
         }
-        std::vector<int> order(complete);
-        for (int g = 0; g < complete; ++g) order[g] = g;
-        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return sc[a] > sc[b]; });
-        const int kept = std::min(s.n_top, complete);
-        const int* o = out.data() + (size_t)r * s.n_sel();
-        bool ok = true;
-        for (int j = 0; j < s.n_top; ++j) {
-            const int got = o[j * s.kpool] < 0 ? -1 : o[j * s.kpool] / s.kpool;
-            const int want = j < kept ? order[j] : -1;
-            if (got != want) {
-                if (got < 0 || want < 0 || got >= complete ||
-                    std::fabs(sc[got] - sc[want]) > 1e-6 * std::max(1.0, std::fabs(sc[want])))
-                    ok = false;
-                else
-                    ++ties;
-            }
-            for (int t = 0; t < s.kpool; ++t)
-                if (o[j * s.kpool + t] != (got < 0 ? -1 : got * s.kpool + t)) ok = false;
-        }
-        if (s.tail) {
-            const int n_tail = (p + 1) % s.kpool;
-            for (int t = 0; t < s.kpool - 1; ++t)
-                if (o[s.kpool * s.n_top + t] != (t < n_tail ? p + 1 - n_tail + t : -1)) ok = false;
-        }
-        if (!ok) {
-            if (bad_rows == 0) {
-                std::printf("  row %d (slot %d, position %d):", r, slots[r], p);
-                for (int j = 0; j < s.n_sel(); ++j) std::printf(" %d", o[j]);
-                std::printf("\n");
-            }
-            ++bad_rows;
-        }
-    }
+        return acc;
+    };
+    check_lists(out, slots, pos, s, score, bad_rows, ties);
     const bool ok = err == 0 && bad_rows == 0 && worst_pool <= pool_tol;
     std::printf("%s %s (calls of %d rows): %d rows, %d bad, %d tie swaps, pooled keys worst %.2e, error %d\n",
                 ok ? "ok  " : "FAIL", name.c_str(), chunk, rows, bad_rows, ties, worst_pool, err);
+    return ok;
+}
+
+// ---- QSA (MeanNormRope) ----
+
+// The rope of the QSA cases: NEOX pairs (i, i + n_dims/2) over the first n_dims dims, theta =
+// position · base^(-2i / n_dims), no YaRN (IMROPE at one position per row, as ops/rope.rs takes it).
+struct QsaRope {
+    int n_dims;
+    double base;
+};
+
+// The f64 QSA pooled key of pool g of a slot (rows [raw key | pooled]), from Op::KPoolSelect's doc:
+// the mean of the pool's raw keys, RMS-normed over dh (eps inside the root), times k_norm, roped
+// at the pool's first position g·kpool.
+template <typename T>
+static std::vector<double> ref_qsa_pool(const std::vector<T>& cache, const std::vector<float>& k_norm, float eps,
+                                        const QsaRope& rp, const Shape& s, int slot, int g) {
+    std::vector<double> m(s.dh), out(s.dh);
+    double ss = 0.0;
+    for (int d = 0; d < s.dh; ++d) {
+        double sum = 0.0;
+        for (int t = 0; t < s.kpool; ++t)
+            sum += to_float(cache[((long long)slot * s.len + (long long)g * s.kpool + t) * 2 * s.dh + d]);
+        m[d] = sum / s.kpool;
+        ss += m[d] * m[d];
+    }
+    const double inv = 1.0 / std::sqrt(ss / s.dh + eps);
+    for (int d = 0; d < s.dh; ++d) m[d] *= inv * k_norm[d];
+    out = m;
+    const int half = rp.n_dims / 2, p0 = g * s.kpool;
+    for (int i = 0; i < half; ++i) {
+        const double th = p0 * std::pow(rp.base, -2.0 * i / rp.n_dims);
+        out[i] = m[i] * std::cos(th) - m[i + half] * std::sin(th);
+        out[i + half] = m[i] * std::sin(th) + m[i + half] * std::cos(th);
+    }
+    return out;
+}
+
+// One QSA call over rows r0..r1, as ops/kpool.rs launches it (no head weights: every head weighs
+// `scale`).
+template <typename T>
+static int run_qsa_call(const std::vector<float>& q, const std::vector<float>& k_norm, float eps, const QsaRope& rp,
+                        float scale, std::vector<T>& cache, const std::vector<int>& slots,
+                        const std::vector<int>& pos, const Shape& s, int r0, int r1, std::vector<int>& out,
+                        void (*pool_k)(T*, const float*, const int*, const int*, int, int, int, int, float, int,
+                                       double, float, float, float, float, double, int*),
+                        void (*scores_k)(const float*, const float*, float, const T*, const int*, const int*,
+                                         unsigned long long*, int, int, int, int, int, int, long long)) {
+    const int rows = r1 - r0, max_pools = s.len / s.kpool;
+    long long stride = 1;
+    while (stride < max_pools) stride <<= 1;
+    std::vector<unsigned long long> keys((size_t)stride * rows, 0xFFFFFFFF00000000ull);
+    const float* qc = q.data() + (size_t)r0 * s.n_head * s.dh;
+    const int *sc = slots.data() + r0, *pc = pos.data() + r0;
+    int* oc = out.data() + (size_t)r0 * s.n_sel();
+    int err = 0;
+    launch(Dim3{(unsigned)rows, 1, 1}, 128, [&] {
+        pool_k(cache.data(), k_norm.data(), sc, pc, s.dh, s.kpool, s.len, s.n_slots, eps, rp.n_dims,
+               std::log2(rp.base), 1.0f, 0.0f, 0.0f, 0.0f, 1.0, &err);
+    });
+    const unsigned chunks = (unsigned)((max_pools + KPOOL_BLOCK_POOLS - 1) / KPOOL_BLOCK_POOLS);
+    launch(Dim3{std::max(chunks, 1u), (unsigned)rows, 1}, KPOOL_THREADS, [&] {
+        scores_k(qc, nullptr, scale, cache.data(), sc, pc, keys.data(), s.n_head, s.dh, 2, s.kpool, s.len,
+                 s.n_slots, stride);
+    });
+    launch(Dim3{(unsigned)rows, 1, 1}, KPOOL_SELECT_THREADS, [&] {
+        bl_kpool_select(keys.data(), sc, pc, oc, s.kpool, s.n_top, s.tail ? 1 : 0, s.n_sel(), s.len, s.n_slots,
+                        stride);
+    });
+    return err;
+}
+
+// Qwen3.8-Flash-Next's QSA selection: two slots from position 0, prompts in calls of `chunk` rows
+// per slot (each completing several pools) up to `prompt`, then decode calls of one row per slot
+// up to `end` (past the budget of kpool·n_top). Raw keys random, every pooled half NaN until a call
+// pools it. The pooled keys against ref_qsa_pool (f32: within 1e-5 of max(|v|, 1); f16: 1e-3);
+// the lists against f64 scores scale·Σ_h relu(q_h·pooled) of the kernel's pooled keys.
+template <typename T>
+static bool qsa_case(const std::string& name, const Shape& s, int chunk, int prompt, int end,
+                     void (*pool_k)(T*, const float*, const int*, const int*, int, int, int, int, float, int, double,
+                                    float, float, float, float, double, int*),
+                     void (*scores_k)(const float*, const float*, float, const T*, const int*, const int*,
+                                      unsigned long long*, int, int, int, int, int, int, long long)) {
+    const QsaRope rp{64, 1e7};
+    const float eps = 1e-6f, scale = 1.0f / std::sqrt((float)s.dh);
+    std::vector<int> slots, pos, calls;  // calls: the first row of each call, then the rows
+    for (int p0 = 0; p0 < end;) {
+        const int n = p0 < prompt ? std::min(chunk, prompt - p0) : 1;
+        calls.push_back((int)slots.size());
+        for (int sl : {1, 0})
+            for (int p = p0; p < p0 + n; ++p) slots.push_back(sl), pos.push_back(p);
+        p0 += n;
+    }
+    calls.push_back((int)slots.size());
+    const int rows = (int)slots.size();
+    const std::vector<float> q = randoms((size_t)rows * s.n_head * s.dh, 1.0f);
+    std::vector<float> k_norm = randoms(s.dh, 0.5f);
+    for (float& g : k_norm) g += 1.0f;
+    std::vector<float> c32 = randoms((size_t)2 * s.dh * s.len * s.n_slots, 2.0f);
+    std::vector<T> cache(c32.size());
+    for (size_t i = 0; i < c32.size(); ++i) cache[i] = from_f32<T>(i / s.dh % 2 ? NAN : c32[i]);
+    const std::vector<T> before = cache;
+    std::vector<int> out((size_t)rows * s.n_sel(), 7777);
+    int err = 0;
+    for (size_t c = 0; c + 1 < calls.size(); ++c)
+        err |= run_qsa_call(q, k_norm, eps, rp, scale, cache, slots, pos, s, calls[c], calls[c + 1], out, pool_k,
+                            scores_k);
+    double worst = 0.0;
+    int pools = 0;
+    for (int sl = 0; sl < s.n_slots; ++sl)
+        for (int g = 0; g < end / s.kpool; ++g, ++pools) {
+            const std::vector<double> want = ref_qsa_pool(before, k_norm, eps, rp, s, sl, g);
+            const long long at = ((long long)sl * s.len + (long long)g * s.kpool + s.kpool - 1) * 2 * s.dh + s.dh;
+            for (int d = 0; d < s.dh; ++d) {
+                const double e = std::fabs(to_float(cache[at + d]) - want[d]) / std::max(std::fabs(want[d]), 1.0);
+                if (!(e <= worst)) worst = e;
+            }
+        }
+    auto score = [&](int r, int g) {
+        const long long at = ((long long)slots[r] * s.len + (long long)g * s.kpool + s.kpool - 1) * 2 * s.dh + s.dh;
+        double acc = 0.0;
+        for (int h = 0; h < s.n_head; ++h) {
+            double dot = 0.0;
+            for (int d = 0; d < s.dh; ++d) dot += (double)q[((size_t)r * s.n_head + h) * s.dh + d] * to_float(cache[at + d]);
+            acc += (double)scale * std::max(dot, 0.0);
+        }
+        return acc;
+    };
+    int bad_rows = 0, ties = 0;
+    check_lists(out, slots, pos, s, score, bad_rows, ties);
+    const double tol = sizeof(T) == 2 ? 1e-3 : 1e-5;
+    const bool ok = err == 0 && bad_rows == 0 && worst <= tol;
+    std::printf("%s QSA %s (%zu calls, %d rows): %d bad, %d tie swaps, %d pooled keys worst %.2e, error %d\n",
+                ok ? "ok  " : "FAIL", name.c_str(), calls.size() - 1, rows, bad_rows, ties, pools, worst, err);
     return ok;
 }
 
@@ -389,6 +541,12 @@ int main(int argc, char** argv) {
     // than the shared sort holds, so the scratch is sorted in place; 100 kept.
     ok &= kpool_case<float>("600 pools, 100 kept, 2 heads of 16", {2, 16, 4, 100, true, 2400, 2}, {1, 1, 0},
                             {2397, 2399, 300}, 1000, f32p, f32s);
+    // QSA: 4 heads of 128, pools of 4, budget 16 (4 kept) with the tail, two slots.
+    const Shape qsa{4, 128, 4, 4, true, 64, 2};
+    ok &= qsa_case<float>("prompt in calls of 7, decode to 60", qsa, 7, 33, 60, bl_kpool_pool_qsa_f32,
+                          bl_kpool_scores_f32);
+    ok &= qsa_case<__half>("f16 cache, prompt in calls of 9, decode to 48", qsa, 9, 27, 48, bl_kpool_pool_qsa_f16,
+                           bl_kpool_scores_f16);
     ok &= tie_case();
     ok &= bad_row_case();
     return ok ? 0 : 1;

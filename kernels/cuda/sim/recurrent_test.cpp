@@ -1,5 +1,6 @@
-// Checks cu/recurrent.cuh on the CPU (sim.h) against a plain f64 reference of ConvCausal and
-// DeltaRule: decode batches, several sequences per batch, sequences continuing from their slot's
+// Checks cu/recurrent.cuh on the CPU (sim.h) against a plain f64 reference of ConvCausal (dilation
+// 1, and the n-gram table layer's taps 4 at dilation 3: a history of 9 rows, also over a prompt in
+// calls of 1 to 13 rows carrying the state, two slots) and DeltaRule: decode batches, several sequences per batch, sequences continuing from their slot's
 // state and starting at position 0, the step-wise and the chunked delta rule (and both in one
 // batch), odd head dims, and bad slots reported as error 5; and the fused decode step of a GDN
 // mixer (bl_conv_causal_step + bl_gdn_step) against an f64 reference of the fifteen calls it
@@ -46,26 +47,28 @@ static double rel(const std::vector<float>& a, const std::vector<double>& b) {
 
 // ---- ConvCausal ----
 
-// step: the fused step's conv (bl_conv_causal_step: outputs and state in one launch).
+// step: the fused step's conv (bl_conv_causal_step: outputs and state in one launch, dilation 1).
+// dil: rows between taps; the state holds the last (taps - 1) * dil inputs, oldest first.
 static bool conv_case(const char* name, int ch, int taps, int n_slots, const std::vector<Run>& runs,
-                      bool step = false) {
+                      bool step = false, int dil = 1) {
     std::vector<int> slots, pos;
     rows_of(runs, slots, pos);
-    const int rows = slots.size();
-    std::vector<float> x((long)rows * ch), w((long)taps * ch), state((long)(taps - 1) * ch * n_slots);
+    const int rows = slots.size(), hist = (taps - 1) * dil;
+    std::vector<float> x((long)rows * ch), w((long)taps * ch), state((long)hist * ch * n_slots);
     for (float& a : x) a = uniform(-1, 1);
     for (float& a : w) a = uniform(-1, 1);
     for (float& a : state) a = uniform(-1, 1);
     std::vector<double> want_state(state.begin(), state.end()), want((long)rows * ch);
     for (int r = 0; r < rows; ++r) {
-        double* st = want_state.data() + (long)slots[r] * (taps - 1) * ch;
-        if (starts(slots, pos, r) && pos[r] == 0) std::fill(st, st + (long)(taps - 1) * ch, 0.0);
+        double* st = want_state.data() + (long)slots[r] * hist * ch;
+        if (starts(slots, pos, r) && pos[r] == 0) std::fill(st, st + (long)hist * ch, 0.0);
         for (int c = 0; c < ch; ++c) {
+            // The input k rows before r is st[hist - k].
             double acc = w[(long)c * taps + taps - 1] * x[(long)r * ch + c];
-            for (int j = 0; j < taps - 1; ++j) acc += w[(long)c * taps + j] * st[(long)j * ch + c];
+            for (int j = 0; j < taps - 1; ++j) acc += w[(long)c * taps + j] * st[(long)(hist - (taps - 1 - j) * dil) * ch + c];
             want[(long)r * ch + c] = acc;
-            for (int j = 0; j + 1 < taps - 1; ++j) st[(long)j * ch + c] = st[(long)(j + 1) * ch + c];
-            if (taps > 1) st[(long)(taps - 2) * ch + c] = x[(long)r * ch + c];
+            for (int j = 0; j + 1 < hist; ++j) st[(long)j * ch + c] = st[(long)(j + 1) * ch + c];
+            if (hist > 0) st[(long)(hist - 1) * ch + c] = x[(long)r * ch + c];
         }
     }
     std::vector<float> out((long)rows * ch, NAN);
@@ -78,17 +81,71 @@ static bool conv_case(const char* name, int ch, int taps, int n_slots, const std
         });
     else
         launch(Dim3{(unsigned)rows, groups, 1}, 256, [&] {
-            bl_conv_causal(x.data(), w.data(), state.data(), slots.data(), pos.data(), out.data(), ch, taps, n_slots,
-                           &err);
+            bl_conv_causal(x.data(), w.data(), state.data(), slots.data(), pos.data(), out.data(), ch, taps, dil,
+                           n_slots, &err);
         });
     if (taps > 1 && !step)
         launch(Dim3{(unsigned)((rows + CONV_STATE_ROWS - 1) / CONV_STATE_ROWS), groups, 1}, 256, [&] {
-            bl_conv_causal_state(x.data(), state.data(), slots.data(), pos.data(), ch, rows, taps, n_slots);
+            bl_conv_causal_state(x.data(), state.data(), slots.data(), pos.data(), ch, rows, hist, n_slots);
         });
     const double eo = rel(out, want), es = rel(state, want_state);
     const bool ok = err == 0 && eo < 1e-6 && es == 0;
-    printf("%s ConvCausal%s %s (%d rows): out %.2g, state %.2g\n", ok ? "ok  " : "FAIL", step ? " (step)" : "", name,
-           rows, eo, es);
+    printf("%s ConvCausal%s %s (%d rows, dilation %d): out %.2g, state %.2g\n", ok ? "ok  " : "FAIL",
+           step ? " (step)" : "", name, rows, dil, eo, es);
+    return ok;
+}
+
+// A dilated conv over several calls carrying the state: the PLE's (taps 4, dilation 3) over a
+// prompt in calls of `chunks` rows per slot, two slots, against one f64 pass over each whole
+// sequence (outputs of every call, the final states).
+static bool conv_calls_case(const char* name, int ch, int taps, int dil, const std::vector<int>& chunks) {
+    const int n_slots = 2, hist = (taps - 1) * dil;
+    int total = 0;
+    for (int n : chunks) total += n;
+    std::vector<float> x((long)total * n_slots * ch), w((long)taps * ch), state((long)hist * ch * n_slots);
+    for (float& a : x) a = uniform(-1, 1);
+    for (float& a : w) a = uniform(-1, 1);
+    for (float& a : state) a = uniform(-1, 1);  // ignored: both sequences start at position 0
+    // x of slot s at position t at (t * n_slots + s) * ch.
+    auto xin = [&](int s, int t, int c) -> double { return t < 0 ? 0.0 : x[((long)t * n_slots + s) * ch + c]; };
+    double worst = 0.0;
+    int err = 0, p0 = 0;
+    for (int n : chunks) {
+        // One call: slot 1's rows, then slot 0's (interleaved slots, each a segment).
+        std::vector<int> slots, pos;
+        std::vector<float> xc, out((long)2 * n * ch, NAN);
+        for (int s : {1, 0})
+            for (int t = p0; t < p0 + n; ++t) {
+                slots.push_back(s);
+                pos.push_back(t);
+                for (int c = 0; c < ch; ++c) xc.push_back(xin(s, t, c));
+            }
+        const int rows = 2 * n;
+        const unsigned groups = (ch + 255) / 256;
+        launch(Dim3{(unsigned)rows, groups, 1}, 256, [&] {
+            bl_conv_causal(xc.data(), w.data(), state.data(), slots.data(), pos.data(), out.data(), ch, taps, dil,
+                           n_slots, &err);
+        });
+        launch(Dim3{(unsigned)((rows + CONV_STATE_ROWS - 1) / CONV_STATE_ROWS), groups, 1}, 256, [&] {
+            bl_conv_causal_state(xc.data(), state.data(), slots.data(), pos.data(), ch, rows, hist, n_slots);
+        });
+        for (int r = 0; r < rows; ++r)
+            for (int c = 0; c < ch; ++c) {
+                double acc = 0.0;
+                for (int j = 0; j < taps; ++j) acc += (double)w[(long)c * taps + j] * xin(slots[r], pos[r] - (taps - 1 - j) * dil, c);
+                worst = std::max(worst, std::fabs(out[(long)r * ch + c] - acc));
+                if (!std::isfinite(out[(long)r * ch + c])) worst = INFINITY;
+            }
+        p0 += n;
+    }
+    double es = 0.0;
+    for (int s = 0; s < n_slots; ++s)
+        for (int j = 0; j < hist; ++j)
+            for (int c = 0; c < ch; ++c)
+                es = std::max(es, std::fabs(state[((long)s * hist + j) * ch + c] - xin(s, total - hist + j, c)));
+    const bool ok = err == 0 && worst < 1e-5 && es == 0;
+    printf("%s ConvCausal %s (taps %d, dilation %d, %zu calls): out %.2g, state %.2g\n", ok ? "ok  " : "FAIL", name,
+           taps, dil, chunks.size(), worst, es);
     return ok;
 }
 
@@ -395,6 +452,12 @@ int main() {
     ok &= conv_case("decode, 3 slots", 300, 4, 3, {{0, 5, 1}, {1, 0, 1}, {2, 1, 1}}, true);
     ok &= conv_case("runs shorter than the window", 300, 4, 4, {{3, 7, 2}, {0, 0, 3}, {1, 2, 1}, {2, 10, 5}}, true);
     ok &= conv_case("1 tap", 40, 1, 2, {{0, 3, 3}}, true);
+    // The PLE's dilated conv (taps 4, dilation 3: a history of 9 rows).
+    ok &= conv_case("decode, 3 slots", 160, 4, 3, {{0, 5, 1}, {1, 0, 1}, {2, 11, 1}}, false, 3);
+    ok &= conv_case("runs shorter than the history", 160, 4, 4, {{3, 7, 2}, {0, 0, 5}, {1, 2, 8}, {2, 10, 12}}, false,
+                    3);
+    ok &= conv_case("2 taps", 40, 2, 2, {{0, 3, 3}, {1, 0, 9}}, false, 5);
+    ok &= conv_calls_case("prompt in calls, 2 slots", 160, 4, 3, {1, 2, 5, 1, 13, 1, 1});
     // Qwen3.5's head dims, fewer heads (value head h reads key head h % 2).
     const Shape qwen{2, 4, 128, 128, 4, 0.088f, 1.0f};
     ok &= dr_case("decode, 3 slots", qwen, {{0, 5, 1}, {1, 0, 1}, {2, 9, 1}}, -1, 0);

@@ -1,7 +1,7 @@
 //! Kernel sources checked without a GPU: `sim/*_test.cpp` run them under a small CPU emulation of
 //! CUDA (`sim/sim.h`) against f64 references — the sequence-state kernels (`cu/recurrent.cuh`:
-//! ConvCausal and DeltaRule, step-wise and chunked, several sequences per batch, bad slots, and the
-//! fused GDN decode step against an f64 form of the calls it replaces) and the routing kernels
+//! ConvCausal, dilated too and over calls carrying the state, and DeltaRule, step-wise and
+//! chunked, several sequences per batch, bad slots, and the fused GDN decode step against an f64 form of the calls it replaces) and the routing kernels
 //! (`cu/router.cuh`: the fused logits + choice against the two kernels it replaces and an f64
 //! top-k; the gated shared-expert sum) and the decode attention (`cu/attn_split.cuh`: one run and merged runs,
 //! windows, sinks, softcap, bad rows, against an f64 attention) and attention's selection form
@@ -23,8 +23,9 @@
 //! caches (`bl_fwht_f32`: against the CPU's, bit for bit) and the ops of decision heads
 //! (`cu/dense.cuh`: LayerNorm, Softmax, Concat, span means and dense attention against f64) and
 //! the hyper-connection ops (`cu/hyper.cuh`: Sinkhorn, stream mix and update against f64) and the
-//! k-pool DSA indexer (`cu/kpool.cuh`: pooled keys and selections against f64, prompts in chunks,
-//! f16 caches, the in-place sort of many pools, bad rows).
+//! k-pool indexer (`cu/kpool.cuh`: pooled keys and selections against f64, prompts in chunks,
+//! f16 caches, the in-place sort of many pools, bad rows; the QSA pooling over prompt calls and
+//! decode past the budget, two slots).
 //! DeepSeek-V4's ops are checked against transformers 5.24 (kernels/cpu's fixture
 //! `tests/fixtures/deepseek4/ops_hf.json`): the tail and inverse rope (`cu/rope.cuh`), and the
 //! compressor and indexer (`cu/compress.cuh`) across calls, with ties from equal scores.

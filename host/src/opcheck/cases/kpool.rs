@@ -1,12 +1,13 @@
-//! Cases of the k-pool DSA indexer's selection (GLM-5.3's shape: 32 heads of 128, pools of 4):
-//! decode rows at depth 8,192 (2,047 complete pools, 512 kept, one row completing a pool), a
-//! prompt of two sequences (one from position 0, one continuing at 1,000; pools completed inside
-//! the call read by later rows), and 8 heads without the tail. The random pooled sections stand in
-//! for the pooled keys of earlier calls; the cache is compared after the run (the pooled keys the
-//! call writes) besides the lists, which must be equal (any other pool moves a position by at
-//! least 4, far above the tolerance).
+//! Cases of the k-pool indexer's selection. GLM-5.3's DSA (32 heads of 128, pools of 4): decode
+//! rows at depth 8,192 (2,047 complete pools, 512 kept, one row completing a pool), a prompt of
+//! two sequences (one from position 0, one continuing at 1,000; pools completed inside the call
+//! read by later rows), and 8 heads without the tail. Qwen3.8-Flash-Next's QSA (4 heads of 128,
+//! pools of 4, 512 kept, the IMROPE of its keys): the same decode rows and prompt. The random
+//! pooled sections stand in for the pooled keys of earlier calls; the cache is compared after the
+//! run (the pooled keys the call writes) besides the lists, which must be equal (any other pool
+//! moves a position by at least 4, far above the tolerance).
 
-use bloomery_plugin_api::op::{KPoolMode, KPoolParams, Op, OpKind};
+use bloomery_plugin_api::op::{KPoolMode, KPoolParams, Op, OpKind, RopeMode, RopeParams};
 use bloomery_plugin_api::DType;
 
 use super::{case, f32s, runs, spec};
@@ -29,23 +30,24 @@ fn select(
         u64::from(p.kpool),
     );
     let n_sel = kpool * u64::from(p.n_top) + if p.tail { kpool - 1 } else { 0 };
+    let mut srcs = vec![f32s([dh, nh, rows, 1])];
+    match p.mode {
+        KPoolMode::SoftmaxGate => srcs.extend([
+            spec(DType::F32, [nh, rows, 1, 1], Fill::Random(0.1)),
+            spec(cache, [3 * dh, len, n_slots, 1], Fill::Random(2.0)),
+            f32s([dh, kpool, 1, 1]),
+        ]),
+        // The norm's gamma about 1, as the model's (stored +1).
+        KPoolMode::MeanNormRope { .. } => srcs.extend([
+            spec(DType::F32, [dh, 1, 1, 1], Fill::Range(0.5, 1.5)),
+            spec(cache, [2 * dh, len, n_slots, 1], Fill::Random(2.0)),
+        ]),
+    }
+    srcs.extend([runs(rows, split, slots, 0), runs(rows, split, first, 1)]);
     Case {
         dst_dtype: DType::I32,
         also_src: Some(2),
-        ..case(
-            name,
-            Op::KPoolSelect(p),
-            vec![
-                f32s([dh, nh, rows, 1]),
-                spec(DType::F32, [nh, rows, 1, 1], Fill::Random(0.1)),
-                spec(cache, [3 * dh, len, n_slots, 1], Fill::Random(2.0)),
-                f32s([dh, kpool, 1, 1]),
-                runs(rows, split, slots, 0),
-                runs(rows, split, first, 1),
-            ],
-            [n_sel, rows, 1, 1],
-            1e-6,
-        )
+        ..case(name, Op::KPoolSelect(p), srcs, [n_sel, rows, 1, 1], 1e-6)
     }
 }
 
@@ -59,8 +61,50 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
         tail: true,
         mode: KPoolMode::SoftmaxGate,
     };
+    // QSA: the indexer's 4 heads of 128, budget 2,048 (512 pools), the keys roped as the model's (IMROPE
+    // [11, 11, 10] on 64 dims, θ 1e7), every head weighing 1/√128.
+    let qsa = KPoolParams {
+        n_head: 4,
+        mode: KPoolMode::MeanNormRope {
+            eps: 1e-6,
+            rope: RopeParams {
+                mode: RopeMode::Imrope,
+                n_dims: 64,
+                offset: 0,
+                sections: [11, 11, 10, 0],
+                freq_base: 1e7,
+                freq_scale: 1.0,
+                ext_factor: 0.0,
+                attn_factor: 1.0,
+                beta_fast: 32.0,
+                beta_slow: 1.0,
+                n_ctx_orig: 0,
+                inverse: false,
+            },
+            scale: 128f32.sqrt().recip(),
+        },
+        ..glm
+    };
     match (op, dtype) {
         (OpKind::KPoolSelect, DType::F32 | DType::F16) => vec![
+            select(
+                "QSA decode at depth 8,192, 2 slots",
+                dtype,
+                qsa,
+                [8192, 2],
+                [2, 1],
+                [1, 0],
+                [8191, 5000],
+            ),
+            select(
+                "QSA 300 prompt rows, 2 sequences",
+                dtype,
+                qsa,
+                [2048, 3],
+                [300, 120],
+                [2, 0],
+                [1000, 0],
+            ),
             select(
                 "decode at depth 8,192, 2 slots",
                 dtype,
@@ -163,7 +207,7 @@ mod tests {
                 let Op::KPoolSelect(p) = case.op else {
                     panic!("{}", case.name)
                 };
-                let pos: Vec<i32> = data[5]
+                let pos: Vec<i32> = data[case.srcs.len() - 1]
                     .chunks_exact(4)
                     .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                     .collect();

@@ -1,6 +1,6 @@
-//! Cases of the sequence-state ops of linear-attention layers: the causal conv and the delta rule
-//! (a decay per head, or per head and key dim), one row and batches of two sequences, with the
-//! state each updates.
+//! Cases of the sequence-state ops of linear-attention layers: the causal conv (dilation 1, and the
+//! n-gram table layer's dilation 3) and the delta rule (a decay per head, or per head and key
+//! dim), one row and batches of two sequences, with the state each updates.
 
 use bloomery_plugin_api::op::{DeltaRuleParams, Op, OpKind};
 use bloomery_plugin_api::DType;
@@ -12,29 +12,10 @@ use crate::opcheck::{Case, Fill};
 pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
     match (op, dtype) {
         (OpKind::ConvCausal, DType::F32) => {
-            // Two sequences: slot 2 continues from position 9 (its state is read), slot 0 starts
-            // at position 0 (its random state must be ignored); slot 1 is not in the batch.
-            let (ch, taps) = (8192, 4);
-            let srcs = |rows: u64, split: u64| {
-                vec![
-                    f32s([ch, rows, 1, 1]),
-                    f32s([taps, ch, 1, 1]),
-                    f32s([ch * (taps - 1), 1, 3, 1]),
-                    runs(rows, split, [2, 0], 0),
-                    runs(rows, split, [9, 0], 1),
-                ]
-            };
-            let conv = Op::ConvCausal {
-                taps: taps as u32,
-                dilation: 1,
-            };
-            [("decode: 1 row", 1, 1), ("70 rows, 2 sequences", 70, 30)]
-                .into_iter()
-                .map(|(name, rows, split)| Case {
-                    also_src: Some(2),
-                    ..case(name, conv, srcs(rows, split), [ch, rows, 1, 1], 1e-6)
-                })
-                .collect()
+            let mut all = conv_cases(8192, 4, 1);
+            // Qwen3.8-Flash-Next's n-gram table conv: 4 taps 3 rows apart over 2,560 channels.
+            all.extend(conv_cases(2560, 4, 3));
+            all
         }
         (OpKind::DeltaRule, DType::F32) => {
             let mut all = delta_rule_cases(false);
@@ -43,6 +24,44 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
         }
         _ => Vec::new(),
     }
+}
+
+/// The causal conv's cases over `ch` channels, `taps` taps `dilation` rows apart: one decode
+/// row, and 70 rows of two sequences. Slot 2 continues from position 9 (its state is read), slot
+/// 0 starts at position 0 (its random state must be ignored); slot 1 is not in the batch.
+fn conv_cases(ch: u64, taps: u64, dilation: u32) -> Vec<Case> {
+    let hist = (taps - 1) * u64::from(dilation);
+    let srcs = |rows: u64, split: u64| {
+        vec![
+            f32s([ch, rows, 1, 1]),
+            f32s([taps, ch, 1, 1]),
+            f32s([ch * hist, 1, 3, 1]),
+            runs(rows, split, [2, 0], 0),
+            runs(rows, split, [9, 0], 1),
+        ]
+    };
+    let conv = Op::ConvCausal {
+        taps: taps as u32,
+        dilation,
+    };
+    let at = if dilation == 1 {
+        String::new()
+    } else {
+        format!(", dilation {dilation}")
+    };
+    [("decode: 1 row", 1, 1), ("70 rows, 2 sequences", 70, 30)]
+        .into_iter()
+        .map(|(name, rows, split)| Case {
+            also_src: Some(2),
+            ..case(
+                &format!("{name}{at}"),
+                conv,
+                srcs(rows, split),
+                [ch, rows, 1, 1],
+                1e-6,
+            )
+        })
+        .collect()
 }
 
 /// The delta rule's cases with a decay per head (Qwen3.5's GDN shape) or per (head, key dim)

@@ -6,11 +6,12 @@
 //! scores ranked as f32, as the CPU reference takes them, so both list the same pools in the same
 //! order.
 
-use bloomery_plugin_api::op::{KPoolMode, KPoolParams, OpKind, OpSupport};
+use bloomery_plugin_api::op::{KPoolMode, KPoolParams, OpKind, OpSupport, RopeParams};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::LaunchConfig;
 
+use super::rope::{rope_args, RopeArgs};
 use super::{cfg, claim, driver_err, f32_only, Addr, Launcher, Src};
 
 /// The `(op, dtypes)` pairs this family implements (the dtype is the cache's).
@@ -33,15 +34,36 @@ const KPOOL_SELECT_THREADS: u32 = 512;
 /// The scratch a pass of rows keeps its ranking keys in.
 const KEYS_BYTES: u64 = 16 << 20;
 
-/// Refuses the QSA pooling ([`KPoolMode::MeanNormRope`], Qwen3.8-Flash-Next), which no kernel
-/// here runs.
-pub(super) fn softmax_gate_only(p: &KPoolParams) -> Result<(), PluginError> {
-    match p.mode {
-        KPoolMode::SoftmaxGate => Ok(()),
-        KPoolMode::MeanNormRope { .. } => Err(PluginError::unsupported(
-            "KPoolSelect with the QSA pooling (MeanNormRope) on the CUDA bundles",
-            &["SoftmaxGate"],
-        )),
+/// A call's sources past the queries, by pooling.
+#[derive(Clone, Copy)]
+pub(super) enum Pool<'t> {
+    /// DSA: the head weights `w [n_head, rows]` and the pool's position embedding `ape [dh, kpool]`.
+    SoftmaxGate {
+        /// Head weights.
+        w: &'t TensorRef,
+        /// Position embedding.
+        ape: &'t TensorRef,
+    },
+    /// QSA: the RMS norm's gamma `k_norm [dh]`, with the mode's ε, rope and head weight.
+    MeanNormRope {
+        /// The norm's gamma.
+        k_norm: &'t TensorRef,
+        /// The norm's ε.
+        eps: f32,
+        /// The pooled key's rope.
+        rope: RopeParams,
+        /// Every head's weight.
+        scale: f32,
+    },
+}
+
+impl Pool<'_> {
+    /// Sections of `dh` values in a cache row.
+    fn sections(&self) -> u64 {
+        match self {
+            Pool::SoftmaxGate { .. } => 3,
+            Pool::MeanNormRope { .. } => 2,
+        }
     }
 }
 
@@ -49,7 +71,8 @@ pub(super) fn softmax_gate_only(p: &KPoolParams) -> Result<(), PluginError> {
 /// n_slots, n_sel)`.
 pub(super) fn kpool_shape(
     p: &KPoolParams,
-    [q, w, cache, ape, slots, pos]: [&TensorRef; 6],
+    [q, cache, slots, pos]: [&TensorRef; 4],
+    pool: Pool<'_>,
     dst: &TensorRef,
 ) -> Result<[u64; 4], PluginError> {
     let (dh, nh, kpool, n_top) = (
@@ -65,19 +88,26 @@ pub(super) fn kpool_shape(
     }
     let n_sel = kpool * n_top + if p.tail { kpool - 1 } else { 0 };
     let (rows, len, n_slots) = (q.ne[2], cache.ne[1], cache.ne[2]);
-    let fits = q.ne == [dh, nh, rows, 1]
-        && w.ne == [nh, rows, 1, 1]
-        && cache.ne[0] == 3 * dh
+    let sources_fit = match pool {
+        Pool::SoftmaxGate { w, ape } => w.ne == [nh, rows, 1, 1] && ape.ne == [dh, kpool, 1, 1],
+        Pool::MeanNormRope { k_norm, .. } => k_norm.ne == [dh, 1, 1, 1],
+    };
+    let fits = sources_fit
+        && q.ne == [dh, nh, rows, 1]
+        && cache.ne[0] == pool.sections() * dh
         && cache.ne[3] == 1
-        && ape.ne == [dh, kpool, 1, 1]
         && slots.elements() == rows
         && pos.elements() == rows
         && dst.ne == [n_sel, rows, 1, 1];
     if !fits {
+        let sources = match pool {
+            Pool::SoftmaxGate { w, ape } => format!("w {:?}, ape {:?}", w.ne, ape.ne),
+            Pool::MeanNormRope { k_norm, .. } => format!("k_norm {:?}", k_norm.ne),
+        };
         return Err(PluginError::invalid(format!(
-            "KPoolSelect of {nh} heads of {dh}, pools of {kpool}: q {:?}, w {:?}, cache {:?}, ape \
-             {:?}, slots {:?}, positions {:?} into {:?}",
-            q.ne, w.ne, cache.ne, ape.ne, slots.ne, pos.ne, dst.ne
+            "KPoolSelect of {nh} heads of {dh}, pools of {kpool}: q {:?}, {sources}, cache {:?}, \
+             slots {:?}, positions {:?} into {:?}",
+            q.ne, cache.ne, slots.ne, pos.ne, dst.ne
         )));
     }
     if dh > KPOOL_DH_MAX || nh * (dh + 1) > KPOOL_Q_MAX {
@@ -101,6 +131,30 @@ pub(super) fn kpool_shape(
     Ok([rows, len, n_slots, n_sel])
 }
 
+/// The QSA pooled key's rope as the kernels take it, checked as a Rope call over one head of
+/// `dh` at one position would be.
+fn pooled_rope(rope: &RopeParams, dh: u32) -> Result<RopeArgs, PluginError> {
+    let one = |dtype, ne: [u64; 4]| -> Result<TensorRef, PluginError> {
+        let nb = TensorRef::contiguous_strides(dtype, ne)
+            .ok_or_else(|| PluginError::invalid("KPoolSelect rope extents"))?;
+        Ok(TensorRef {
+            buffer: 0,
+            offset: 0,
+            dtype,
+            ne,
+            nb,
+        })
+    };
+    let key = one(DType::F32, [u64::from(dh), 1, 1, 1])?;
+    let pos = one(DType::I32, [1, 1, 1, 1])?;
+    rope_args(rope, &key, &pos, &key).map_err(|e| {
+        PluginError::unsupported(
+            format!("KPoolSelect's pooled-key rope on the CUDA bundles: {e}"),
+            &[],
+        )
+    })
+}
+
 impl Launcher {
     /// The k-pool selection of every row into the I32 destination; the cache (source 2) is
     /// updated in place.
@@ -111,15 +165,34 @@ impl Launcher {
         c: &'c OpCall,
         p: KPoolParams,
     ) -> Result<(), PluginError> {
-        softmax_gate_only(&p)?;
-        let t: [&TensorRef; 6] = [src(0)?, src(1)?, src(2)?, src(3)?, src(4)?, src(5)?];
-        let [q, w, cache, ape, slots, pos] = t;
-        for (x, what) in [
-            (q, "KPoolSelect q"),
-            (w, "KPoolSelect w"),
-            (ape, "KPoolSelect ape"),
-        ] {
-            f32_only(x, what)?;
+        let (q, cache) = (src(0)?, src(2)?);
+        let (pool, slots, pos) = match p.mode {
+            KPoolMode::SoftmaxGate => (
+                Pool::SoftmaxGate {
+                    w: src(1)?,
+                    ape: src(3)?,
+                },
+                src(4)?,
+                src(5)?,
+            ),
+            KPoolMode::MeanNormRope { eps, rope, scale } => (
+                Pool::MeanNormRope {
+                    k_norm: src(1)?,
+                    eps,
+                    rope,
+                    scale,
+                },
+                src(3)?,
+                src(4)?,
+            ),
+        };
+        f32_only(q, "KPoolSelect q")?;
+        match pool {
+            Pool::SoftmaxGate { w, ape } => {
+                f32_only(w, "KPoolSelect w")?;
+                f32_only(ape, "KPoolSelect ape")?;
+            }
+            Pool::MeanNormRope { k_norm, .. } => f32_only(k_norm, "KPoolSelect k_norm")?,
         }
         for (x, what) in [(slots, "slots"), (pos, "positions"), (&c.dst, "dst")] {
             if x.dtype != DType::I32 {
@@ -128,9 +201,9 @@ impl Launcher {
                 )));
             }
         }
-        let (pool_k, scores_k) = match cache.dtype {
-            DType::F32 => ("bl_kpool_pool_f32", "bl_kpool_scores_f32"),
-            DType::F16 => ("bl_kpool_pool_f16", "bl_kpool_scores_f16"),
+        let f16 = match cache.dtype {
+            DType::F32 => false,
+            DType::F16 => true,
             d => {
                 return Err(PluginError::unsupported(
                     format!("KPoolSelect over a {d} cache"),
@@ -138,13 +211,8 @@ impl Launcher {
                 ))
             }
         };
-        let [rows, len, n_slots, n_sel] = kpool_shape(&p, t, &c.dst)?;
-        let (pq, pw, pc, pa) = (
-            addr(q, "q")?,
-            addr(w, "w")?,
-            addr(cache, "cache")?,
-            addr(ape, "ape")?,
-        );
+        let [rows, len, n_slots, n_sel] = kpool_shape(&p, [q, cache, slots, pos], pool, &c.dst)?;
+        let (pq, pc) = (addr(q, "q")?, addr(cache, "cache")?);
         let (ps, pp, po) = (
             addr(slots, "slots")?,
             addr(pos, "positions")?,
@@ -164,44 +232,63 @@ impl Launcher {
         let (len, n_slots, n_sel, tail) =
             (len as i32, n_slots as i32, n_sel as i32, i32::from(p.tail));
         let (stride, err) = (stride as i64, self.error_word);
-        let pooling = self.func(pool_k)?;
+        let sections = pool.sections() as i32;
+        // The pools first, for every row: a later pass reads pools an earlier pass's rows complete.
+        // QSA passes no head weights (a null list: every head weighs `scale`).
+        let (pw, scale) = match pool {
+            Pool::SoftmaxGate { w, ape } => {
+                self.pool_softmax_gate(
+                    f16,
+                    [pc, addr(ape, "ape")?, ps, pp],
+                    [dh, kpool, len, n_slots],
+                    rows,
+                )?;
+                (Some(addr(w, "w")?), 0f32)
+            }
+            Pool::MeanNormRope {
+                k_norm,
+                eps,
+                rope,
+                scale,
+            } => {
+                let r = pooled_rope(&rope, p.head_dim)?;
+                let pk = addr(k_norm, "k_norm")?;
+                let name = if f16 {
+                    "bl_kpool_pool_qsa_f16"
+                } else {
+                    "bl_kpool_pool_qsa_f32"
+                };
+                let f = self.func(name)?;
+                let mut l = self.args(&f);
+                l.arg(&pc).arg(&pk).arg(&ps).arg(&pp);
+                l.arg(&dh).arg(&kpool).arg(&len).arg(&n_slots).arg(&eps);
+                l.arg(&r.n_dims).arg(&r.log2_base);
+                l.arg(&rope.freq_scale).arg(&rope.ext_factor);
+                l.arg(&r.corr[0]).arg(&r.corr[1]).arg(&r.mscale).arg(&err);
+                // SAFETY: a block per row, its key of at most KPOOL_DH_MAX values (checked by
+                // kpool_shape) staged in shared memory; slots and positions are checked on the
+                // card before the cache is addressed.
+                unsafe { l.launch(cfg(rows as u32, POOL_THREADS)) }.map_err(driver_err(name))?;
+                (None, scale)
+            }
+        };
+        let scores_k = if f16 {
+            "bl_kpool_scores_f16"
+        } else {
+            "bl_kpool_scores_f32"
+        };
         let scoring = self.func(scores_k)?;
         let selecting = self.func("bl_kpool_select")?;
-        // The pools first, for every row: a later pass reads pools an earlier pass's rows complete.
-        let mut l = self.args(&pooling);
-        l.arg(&pc)
-            .arg(&pa)
-            .arg(&ps)
-            .arg(&pp)
-            .arg(&dh)
-            .arg(&kpool)
-            .arg(&len)
-            .arg(&n_slots)
-            .arg(&err);
-        // SAFETY: a block per row; slots and positions are checked on the card before the cache
-        // is addressed.
-        unsafe { l.launch(cfg(rows as u32, POOL_THREADS)) }.map_err(driver_err(pool_k))?;
         for r0 in (0..rows).step_by(pass as usize) {
             let n = pass.min(rows - r0);
             let at = |base: u64, per_row: u64| base + r0 * per_row;
-            let (pq, pw) = (
-                at(pq, u64::from(p.head_dim) * u64::from(p.n_head) * 4),
-                at(pw, u64::from(p.n_head) * 4),
-            );
+            let pq = at(pq, u64::from(p.head_dim) * u64::from(p.n_head) * 4);
+            let pw = pw.map_or(0, |b| at(b, u64::from(p.n_head) * 4));
             let (ps, pp, po) = (at(ps, 4), at(pp, 4), at(po, n_sel as u64 * 4));
             let mut l = self.args(&scoring);
-            l.arg(&pq)
-                .arg(&pw)
-                .arg(&pc)
-                .arg(&ps)
-                .arg(&pp)
-                .arg(&keys)
-                .arg(&nh)
-                .arg(&dh)
-                .arg(&kpool)
-                .arg(&len)
-                .arg(&n_slots)
-                .arg(&stride);
+            l.arg(&pq).arg(&pw).arg(&scale).arg(&pc).arg(&ps).arg(&pp);
+            l.arg(&keys).arg(&nh).arg(&dh).arg(&sections).arg(&kpool);
+            l.arg(&len).arg(&n_slots).arg(&stride);
             let chunks = max_pools.div_ceil(KPOOL_BLOCK_POOLS).max(1) as u32;
             // SAFETY: a block per (pool chunk, row of the pass); each row's keys lie inside the
             // pass's scratch at its stride, and rows outside the cache return before reading.
@@ -230,6 +317,33 @@ impl Launcher {
                 .map_err(driver_err("bl_kpool_select"))?;
         }
         Ok(())
+    }
+
+    /// The DSA pooling launch: `[cache, ape, slots, positions]` addresses and `[dh, kpool, len,
+    /// n_slots]`, a block per row.
+    fn pool_softmax_gate(
+        &self,
+        f16: bool,
+        [pc, pa, ps, pp]: [u64; 4],
+        [dh, kpool, len, n_slots]: [i32; 4],
+        rows: u64,
+    ) -> Result<(), PluginError> {
+        let name = if f16 {
+            "bl_kpool_pool_f16"
+        } else {
+            "bl_kpool_pool_f32"
+        };
+        let f = self.func(name)?;
+        let mut l = self.args(&f);
+        l.arg(&pc).arg(&pa).arg(&ps).arg(&pp);
+        l.arg(&dh)
+            .arg(&kpool)
+            .arg(&len)
+            .arg(&n_slots)
+            .arg(&self.error_word);
+        // SAFETY: a block per row; slots and positions are checked on the card before the cache
+        // is addressed.
+        unsafe { l.launch(cfg(rows as u32, POOL_THREADS)) }.map_err(driver_err(name))
     }
 }
 
@@ -270,55 +384,63 @@ mod tests {
             f([128, 4, 1, 1]),
         );
         let (slots, pos) = (i([3, 1, 1, 1]), i([3, 1, 1, 1]));
-        let all = [&q, &w, &cache, &ape, &slots, &pos];
+        let dsa = |ape| Pool::SoftmaxGate { w: &w, ape };
+        let all = [&q, &cache, &slots, &pos];
         assert_eq!(
-            kpool_shape(&p, all, &i([2051, 3, 1, 1])).unwrap(),
+            kpool_shape(&p, all, dsa(&ape), &i([2051, 3, 1, 1])).unwrap(),
             [3, 8192, 2, 2051]
         );
         // A list without the tail's entries, and an ape of another pool size.
-        assert!(kpool_shape(&p, all, &i([2048, 3, 1, 1])).is_err());
+        assert!(kpool_shape(&p, all, dsa(&ape), &i([2048, 3, 1, 1])).is_err());
         let ape8 = f([128, 8, 1, 1]);
-        assert!(kpool_shape(
-            &p,
-            [&q, &w, &cache, &ape8, &slots, &pos],
-            &i([2051, 3, 1, 1])
-        )
-        .is_err());
+        assert!(kpool_shape(&p, all, dsa(&ape8), &i([2051, 3, 1, 1])).is_err());
         // Heads wider than a block stages are refused by name, not launched.
         let wide = KPoolParams { head_dim: 512, ..p };
-        let (q, cache, ape) = (f([512, 32, 3, 1]), f([1536, 64, 2, 1]), f([512, 4, 1, 1]));
+        let (q5, cache5, ape5) = (f([512, 32, 3, 1]), f([1536, 64, 2, 1]), f([512, 4, 1, 1]));
         let e = kpool_shape(
             &wide,
-            [&q, &w, &cache, &ape, &slots, &pos],
+            [&q5, &cache5, &slots, &pos],
+            dsa(&ape5),
             &i([2051, 3, 1, 1]),
         )
         .unwrap_err()
         .to_string();
         assert!(e.contains("KPoolSelect with 32 heads of 512"), "{e}");
-        // The QSA pooling is refused by name.
-        assert!(softmax_gate_only(&p).is_ok());
-        let qsa = KPoolParams {
-            mode: KPoolMode::MeanNormRope {
-                eps: 1e-6,
-                rope: bloomery_plugin_api::op::RopeParams {
-                    mode: bloomery_plugin_api::op::RopeMode::Imrope,
-                    n_dims: 64,
-                    offset: 0,
-                    sections: [11, 11, 10, 0],
-                    freq_base: 1e7,
-                    freq_scale: 1.0,
-                    ext_factor: 0.0,
-                    attn_factor: 1.0,
-                    beta_fast: 32.0,
-                    beta_slow: 1.0,
-                    n_ctx_orig: 0,
-                    inverse: false,
-                },
-                scale: 0.088,
-            },
-            ..p
+        // QSA: rows of [raw key | pooled] and a gamma of dh; a DSA-wide cache is refused.
+        let rope = RopeParams {
+            mode: bloomery_plugin_api::op::RopeMode::Imrope,
+            n_dims: 64,
+            offset: 0,
+            sections: [11, 11, 10, 0],
+            freq_base: 1e7,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            n_ctx_orig: 0,
+            inverse: false,
         };
-        let e = softmax_gate_only(&qsa).unwrap_err().to_string();
-        assert!(e.contains("QSA pooling"), "{e}");
+        let k_norm = f([128, 1, 1, 1]);
+        let qsa = Pool::MeanNormRope {
+            k_norm: &k_norm,
+            eps: 1e-6,
+            rope,
+            scale: 0.088,
+        };
+        let (q4, cache2) = (f([128, 4, 3, 1]), f([256, 8192, 2, 1]));
+        let p4 = KPoolParams { n_head: 4, ..p };
+        assert_eq!(
+            kpool_shape(&p4, [&q4, &cache2, &slots, &pos], qsa, &i([2051, 3, 1, 1])).unwrap(),
+            [3, 8192, 2, 2051]
+        );
+        assert!(kpool_shape(&p4, [&q4, &cache, &slots, &pos], qsa, &i([2051, 3, 1, 1])).is_err());
+        // The pooled key's rope: IMROPE at one position is taken; a rope from a dim offset is not.
+        assert_eq!(pooled_rope(&rope, 128).unwrap().n_dims, 64);
+        let e = pooled_rope(&RopeParams { offset: 64, ..rope }, 128)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("pooled-key rope"), "{e}");
     }
 }

@@ -20,6 +20,8 @@ pub(super) fn claims() -> Vec<OpSupport> {
 
 /// Most taps of a causal conv (`CONV_MAX_TAPS`).
 const CONV_MAX_TAPS: u32 = 16;
+/// Longest conv history, `(taps − 1)·dilation` (`CONV_MAX_HIST`).
+const CONV_MAX_HIST: u64 = 64;
 /// Rows a thread of the conv's state update walks (`CONV_STATE_ROWS`).
 const CONV_STATE_ROWS: u64 = 64;
 /// Rows of a delta-rule chunk (`DR_CHUNK`); batches of at least this many rows list their
@@ -49,16 +51,29 @@ fn expect(t: &TensorRef, dtype: DType, what: &str) -> Result<(), PluginError> {
     }
 }
 
-/// Refuses a dilated ConvCausal (Qwen3.8-Flash-Next's n-gram table layer), which no kernel here
-/// runs.
-fn undilated(dilation: u32) -> Result<(), PluginError> {
-    if dilation == 1 {
-        return Ok(());
+/// Checks a conv's taps and dilation against the kernels' limits; returns its history, the rows
+/// of state per channel (`(taps − 1)·dilation`).
+fn conv_history(taps: u32, dilation: u32) -> Result<u64, PluginError> {
+    if taps == 0 || taps > CONV_MAX_TAPS {
+        return Err(PluginError::unsupported(
+            format!("ConvCausal with {taps} taps on the CUDA bundles"),
+            &["1 to 16 taps"],
+        ));
     }
-    Err(PluginError::unsupported(
-        format!("ConvCausal at dilation {dilation} on the CUDA bundles"),
-        &["dilation 1"],
-    ))
+    if dilation == 0 {
+        return Err(PluginError::invalid("ConvCausal at dilation 0"));
+    }
+    let hist = u64::from(taps - 1) * u64::from(dilation);
+    if hist > CONV_MAX_HIST {
+        return Err(PluginError::unsupported(
+            format!(
+                "ConvCausal with {taps} taps at dilation {dilation} on the CUDA bundles (a \
+                 history of {hist} rows)"
+            ),
+            &["(taps − 1)·dilation of at most 64"],
+        ));
+    }
+    Ok(hist)
 }
 
 impl Launcher {
@@ -72,24 +87,18 @@ impl Launcher {
         taps: u32,
         dilation: u32,
     ) -> Result<(), PluginError> {
-        undilated(dilation)?;
         let (x, w, state, slots, pos) = (src(0)?, src(1)?, src(2)?, src(3)?, src(4)?);
         for (t, what) in [(x, "x"), (w, "w"), (state, "state"), (&c.dst, "dst")] {
             expect(t, DType::F32, &format!("ConvCausal {what}"))?;
         }
         expect(slots, DType::I32, "ConvCausal slots")?;
         expect(pos, DType::I32, "ConvCausal positions")?;
-        if taps == 0 || taps > CONV_MAX_TAPS {
-            return Err(PluginError::unsupported(
-                format!("ConvCausal with {taps} taps on the CUDA bundles"),
-                &["1 to 16 taps"],
-            ));
-        }
+        let hist = conv_history(taps, dilation)?;
         let (ch, rows, t) = (x.ne[0], x.rows(), u64::from(taps));
         let n_slots = state.rows();
         if w.ne[0] != t
             || w.elements() != t * ch
-            || state.ne[0] != ch * (t - 1)
+            || state.ne[0] != ch * hist
             || c.dst.ne[0] != ch
             || c.dst.rows() != rows
             || slots.elements() != rows
@@ -111,11 +120,12 @@ impl Launcher {
         // A conv of one tap keeps no state.
         let pst = if taps > 1 { addr(state, "state")? } else { 0 };
         let (chi, tapsi, ri, nsi) = (ch as i32, taps as i32, rows as i32, n_slots as i32);
+        let (dili, histi) = (dilation as i32, hist as i32);
         let err = self.error_word;
         let f = self.func("bl_conv_causal")?;
         let mut l = self.args(&f);
         l.arg(&px).arg(&pw).arg(&pst).arg(&ps).arg(&pp).arg(&po);
-        l.arg(&chi).arg(&tapsi).arg(&nsi).arg(&err);
+        l.arg(&chi).arg(&tapsi).arg(&dili).arg(&nsi).arg(&err);
         // SAFETY: one thread per (row, channel) inside the checked spans; a row's slot is checked
         // on the card before its state is read.
         unsafe { l.launch(grid3(rows, ch.div_ceil(256), 1, 256)) }
@@ -124,7 +134,7 @@ impl Launcher {
             let f = self.func("bl_conv_causal_state")?;
             let mut l = self.args(&f);
             l.arg(&px).arg(&pst).arg(&ps).arg(&pp);
-            l.arg(&chi).arg(&ri).arg(&tapsi).arg(&nsi);
+            l.arg(&chi).arg(&ri).arg(&histi).arg(&nsi);
             let groups = rows.div_ceil(CONV_STATE_ROWS);
             // SAFETY: as above; each (slot, channel) of the state is written by one thread only
             // (the last row of the slot's segment), after the launch above read it.
@@ -327,11 +337,25 @@ impl Launcher {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::tests::define_in;
 
     #[test]
-    fn a_dilated_conv_is_refused_by_name() {
-        assert!(undilated(1).is_ok());
-        let e = undilated(3).unwrap_err().to_string();
-        assert!(e.contains("ConvCausal at dilation 3"), "{e}");
+    fn launch_constants_match_the_kernels() {
+        let src = include_str!("../../cu/recurrent.cuh");
+        assert_eq!(u64::from(CONV_MAX_TAPS), define_in(src, "CONV_MAX_TAPS"));
+        assert_eq!(CONV_MAX_HIST, define_in(src, "CONV_MAX_HIST"));
+        assert_eq!(CONV_STATE_ROWS, define_in(src, "CONV_STATE_ROWS"));
+    }
+
+    #[test]
+    fn conv_histories_are_checked_and_limits_named() {
+        assert_eq!(conv_history(4, 1).unwrap(), 3);
+        assert_eq!(conv_history(4, 3).unwrap(), 9);
+        assert_eq!(conv_history(1, 5).unwrap(), 0);
+        assert!(conv_history(4, 0).is_err());
+        let e = conv_history(17, 1).unwrap_err().to_string();
+        assert!(e.contains("ConvCausal with 17 taps"), "{e}");
+        let e = conv_history(16, 5).unwrap_err().to_string();
+        assert!(e.contains("16 taps at dilation 5"), "{e}");
     }
 }
