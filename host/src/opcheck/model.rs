@@ -114,8 +114,10 @@ pub fn check_model(
             }
         };
         let n_vocab = cpu.spec.hparams.n_vocab.max(1) as i32;
+        let ngram = cpu.spec.ngram.clone().into_option();
+        let mut record = Vec::new();
         for (name, batch) in &passes {
-            let batch = &in_vocab(batch, n_vocab);
+            let batch = &with_ngram_rows(in_vocab(batch, n_vocab), ngram.as_ref(), &mut record);
             let r = cpu
                 .forward(batch)
                 .and_then(|want| Ok((dev.forward(batch)?, want)));
@@ -183,6 +185,31 @@ fn in_vocab(batch: &bloomery_exec::BatchInputs, n_vocab: i32) -> bloomery_exec::
     }
 }
 
+/// `batch` with the hashed n-gram row ids of a model that declares them (`ngram`), each row's
+/// from the tokens before it in its slot, as the runtime fills them: `record` holds each slot's
+/// tokens by position across the passes of one sequence of checks.
+fn with_ngram_rows(
+    mut batch: bloomery_exec::BatchInputs,
+    ngram: Option<&bloomery_plugin_api::ngram::NgramSpec>,
+    record: &mut Vec<Vec<u32>>,
+) -> bloomery_exec::BatchInputs {
+    let Some(spec) = ngram else {
+        return batch;
+    };
+    batch.ngram_rows.clear();
+    for ((&tok, &pos), &slot) in batch.tokens.iter().zip(&batch.positions).zip(&batch.slots) {
+        let (slot, pos) = (slot as usize, pos as usize);
+        if record.len() <= slot {
+            record.resize(slot + 1, Vec::new());
+        }
+        let seq = &mut record[slot];
+        seq.resize(pos, 0);
+        spec.extend_rows(seq, &[tok as u32], &mut batch.ngram_rows);
+        seq.push(tok as u32);
+    }
+    batch
+}
+
 /// Every routed expert on the host (`-cmoe`): a prompt long enough to stream each layer's stacks
 /// through the card's staging sets runs the card's own products on the copies, so its logits
 /// must equal the unsplit card's bit for bit, op by op and replayed from device graphs; a copy
@@ -199,13 +226,17 @@ fn streamed_prompt(
     use bloomery_tiering::plan::TierRequest;
     let rows = 2 * bloomery_tiering::STREAM_MIN_ROWS as i32;
     let n_vocab = dev.spec.hparams.n_vocab.clamp(1, 500) as i32;
-    let batch = BatchInputs {
-        tokens: (0..rows).map(|i| (i * 37 + 11) % n_vocab).collect(),
-        positions: (0..rows).collect(),
-        slots: vec![0; rows as usize],
-        output_rows: (0..rows).collect(),
-        ngram_rows: vec![],
-    };
+    let batch = with_ngram_rows(
+        BatchInputs {
+            tokens: (0..rows).map(|i| (i * 37 + 11) % n_vocab).collect(),
+            positions: (0..rows).collect(),
+            slots: vec![0; rows as usize],
+            output_rows: (0..rows).collect(),
+            ngram_rows: vec![],
+        },
+        dev.spec.ngram.as_ref().into_option(),
+        &mut Vec::new(),
+    );
     let name = what(&format!(
         "{rows}-row prompt with every expert on the host (streamed) vs on the card, bit for bit"
     ));
