@@ -265,6 +265,9 @@ tiny_files() {
     # (Sinkhorn), clamped SwiGLU, a dense lead layer and a NextN layer (vocab 272).
     synth_tiny glm5-next-f32 glm5-next
     synth_tiny glm5-next-q8_0 glm5-next --experts Q8_0 $q8 --dense Q8_0
+    # Qwen3.8-Flash-Next (qwen4exp): GDN and gated GQA over the QSA selection (from position 19),
+    # gated hyper-connections, the PLE layer's dilated convolution and host-hashed n-gram rows.
+    synth_tiny qwen4exp-f32 qwen4exp
     # GLM dialect: Q/K/V biases, QK-norm, half the head rotated, a dense lead layer, x2.5.
     synth_tiny glm4moe-f32 glm4moe
     synth_tiny glm4moe-q5_0 glm4moe --experts Q5_0 $q8 --dense Q8_0
@@ -467,6 +470,7 @@ sixteen seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three tw
       "-ngl 99 -cmoe --host-budget $disk"
     same_text glm5-next-f32-longer "$f" "$longer" "-ngl 0" "-ngl 99" "-ngl 99 -cmoe"
   fi
+  same_text qwen4exp-f32-longer "$tiny/qwen4exp-f32.gguf" "$longer" "-ngl 0" "-ngl 99" "-ngl 99 -cmoe"
   # Quantized activations round differently on the CPU (Q8_K) and the card (Q8_1), so after the
   # long prompt the Q4_K file is compared between forms that compute the same products on the same
   # devices: decode's host experts on the CPU (--bus-experts 0), the plan kept (--no-residency),
@@ -640,7 +644,7 @@ check_suite() {
     # ones. The KDA files sit in the hybrids' bands, and so do GLM-5.3's (its DSA picks are
     # compared through the logits: a flipped pick near a tie shows as a large error).
     opcheck "$b" 1 1e-5 qwen3moe-f32 qwen35moe-f32 qwen35-f32 glm4moe-f32 solar-open2-f32 \
-      kimi-linear-f32 glm5-next-f32
+      kimi-linear-f32 glm5-next-f32 qwen4exp-f32
     opcheck "$b" 2 5e-2 qwen3moe-q8_0
     opcheck "$b" 3 1.5e-1 qwen3moe-q6_k qwen3moe-q5_k
     opcheck "$b" 4 1e-1 qwen3moe-q4_k glm4moe-q5_0
