@@ -108,6 +108,7 @@ const SPECULATIVE: &[&str] = &[
     "spec-draft-n-max",
     "spec-draft-n-min",
     "spec-draft-p-min",
+    "spec-synth-len",
 ];
 
 /// Where the model's weights and experts go: llama.cpp's `-ngl`, `-cmoe`, `-ncmoe`, `-ot`,
