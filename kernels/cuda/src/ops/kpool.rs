@@ -147,12 +147,21 @@ fn pooled_rope(rope: &RopeParams, dh: u32) -> Result<RopeArgs, PluginError> {
     };
     let key = one(DType::F32, [u64::from(dh), 1, 1, 1])?;
     let pos = one(DType::I32, [1, 1, 1, 1])?;
-    rope_args(rope, &key, &pos, &key).map_err(|e| {
+    let args = rope_args(rope, &key, &pos, &key).map_err(|e| {
         PluginError::unsupported(
             format!("KPoolSelect's pooled-key rope on the CUDA bundles: {e}"),
             &[],
         )
-    })
+    })?;
+    // The pooling kernel rotates from dim 0 forwards: a Rope call may take an offset or the
+    // inverse (DeepSeek V4's), the pooled key may not.
+    if args.offset != 0 || args.inverse != 0 {
+        return Err(PluginError::unsupported(
+            "KPoolSelect's pooled-key rope on the CUDA bundles: a dimension offset or the inverse rope",
+            &[],
+        ));
+    }
+    Ok(args)
 }
 
 impl Launcher {
