@@ -45,8 +45,11 @@ function headers() {
   return h;
 }
 
+// The folder the page is served from: "" at the root, "/api" under `--api-prefix /api`.
+const BASE = location.pathname.replace(/\/(index\.html)?$/, "");
+
 function api(path, options = {}) {
-  return fetch(path, Object.assign({ headers: headers() }, options));
+  return fetch(BASE + path, Object.assign({ headers: headers() }, options));
 }
 
 // The server's error as one line: "STATUS: message" from llama-server's error JSON.

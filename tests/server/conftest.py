@@ -29,10 +29,12 @@ def free_port():
 class Server:
     """One `bloomery serve` process."""
 
-    def __init__(self, model, *flags, env=None, ca=None):
-        """`ca`: the certificate that signs the server's, for a server started with TLS."""
+    def __init__(self, model, *flags, env=None, ca=None, prefix=""):
+        """`ca`: the certificate that signs the server's, for a server started with TLS; `prefix`:
+        the `--api-prefix` it was given among `flags` (its routes' paths start with it)."""
         self.port = free_port()
-        self.url = f"{'https' if ca else 'http'}://127.0.0.1:{self.port}"
+        self.root = f"{'https' if ca else 'http'}://127.0.0.1:{self.port}"
+        self.url = self.root + prefix
         self.verify = str(ca) if ca else True
         cmd = [BIN, "--plugin-dir", PLUGINS, "serve", "-m", str(model), "--port", str(self.port), *flags]
         self.log = open(Path(os.environ.get("TMPDIR", "/tmp")) / f"bloomery-serve-{self.port}.log", "w+")

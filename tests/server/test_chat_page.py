@@ -230,6 +230,24 @@ def test_a_page_of_another_origin_reaches_the_api(server, browser):
     assert got == ALIAS
 
 
+def test_the_page_works_under_an_api_prefix(gemma3_path, browser):
+    """With `--api-prefix /chat` the page is at /chat/ and reaches the API under the prefix."""
+    s = Server(gemma3_path, "-c", "1024", "-np", "1", "-a", ALIAS, "--api-prefix", "/chat", prefix="/chat")
+    try:
+        open_page(browser, s.url)  # /chat redirects to /chat/
+        assert browser.current_url == s.url + "/"
+        browser.execute_script("localStorage.clear(); location.reload();")
+        wait(browser, lambda d: d.find_element(By.ID, "model").text == ALIAS)
+        browser.find_element(By.ID, "toggle-settings").click()
+        set_field(browser, "max_tokens", "4")
+        browser.find_element(By.ID, "toggle-settings").click()
+        send(browser, "Hello")
+        wait(browser, lambda d: css(d, ".msg.assistant .timings"))
+        assert "decode 4 tok" in text_of(browser, ".msg.assistant .timings")
+    finally:
+        s.stop()
+
+
 def test_screenshot(server, browser, tmp_path):
     open_page(browser, server.url)
     browser.execute_script("localStorage.clear(); location.reload();")

@@ -1,6 +1,7 @@
 """llama.cpp's native routes on the real binary: health, props, models, slots, metrics,
 /completion (whole and streamed), tokenize/detokenize, apply-template."""
 import json
+import time
 
 import requests
 
@@ -121,3 +122,56 @@ def test_text_held_at_the_limit_goes_out_with_the_last_token_once(gemma3):
     assert ids == base["tokens"]
     assert [c["tokens_predicted"] for c in chunks[:-1]] == list(range(1, 9))
     assert "".join(c["content"] for c in chunks) == base["content"]
+
+
+def test_server_template_kwargs_under_the_request_s(tiny_path, tmp_path):
+    """`--chat-template-kwargs` as llama-server b11434 merges it (server-common.cpp: the server's
+    object first, the request's `chat_template_kwargs` over it key by key)."""
+    from conftest import Server, free_port, run_cli
+    template = tmp_path / "greet.jinja"
+    template.write_text("{{ greeting }}|{{ mood }}|{% for m in messages %}{{ m.content }}{% endfor %}")
+    s = Server(tiny_path, "-c", "512", "-np", "1", "--chat-template-file", str(template),
+               "--chat-template-kwargs", '{"greeting": "hello", "mood": "calm"}')
+    try:
+        msgs = [{"role": "user", "content": "hi"}]
+        assert s.post("/apply-template", {"messages": msgs}).json()["prompt"] == "hello|calm|hi"
+        over = s.post("/apply-template", {"messages": msgs, "chat_template_kwargs": {"mood": "wild"}})
+        assert over.json()["prompt"] == "hello|wild|hi", over.text
+    finally:
+        s.stop()
+    port = str(free_port())
+    for bad, says in [("[1]", "JSON object"), ('{"messages": 1}', '"messages"'), ("{", "--chat-template-kwargs")]:
+        rc, out = run_cli("serve", "-m", str(tiny_path), "--port", port, "--chat-template-kwargs", bad)
+        assert rc != 0 and "--chat-template-kwargs" in out and says in out, out
+
+
+def test_a_silent_stream_gets_keep_alive_comments(tiny_path):
+    """llama-server b11434 sends `:` comment frames after `sse_ping_interval` seconds without a
+    frame (server-context.cpp; `--sse-ping-interval`, default 30). A stream queued behind a long
+    answer on the only slot is silent until the slot frees."""
+    import threading
+    from conftest import Server
+    s = Server(tiny_path, "-c", "8192", "-np", "1", "--sse-ping-interval", "1")
+    try:
+        assert s.post("/completion", {"prompt": "x", "sse_ping_interval": "1"}).status_code == 400
+        long = threading.Thread(target=lambda: s.post(
+            "/completion", {"prompt": "a long one", "n_predict": 6000, "ignore_eos": True}))
+        long.start()
+        time.sleep(0.5)
+        r = requests.post(s.url + "/completion", stream=True, timeout=300,
+                          json={"prompt": "queued", "n_predict": 2, "stream": True})
+        lines = [line for line in r.iter_lines(decode_unicode=True) if line]
+        long.join()
+        assert lines[0] == ":" and any(line.startswith("data: ") for line in lines), lines[:5]
+        # A request's 0 turns them off.
+        long = threading.Thread(target=lambda: s.post(
+            "/completion", {"prompt": "a long one", "n_predict": 6000, "ignore_eos": True}))
+        long.start()
+        time.sleep(0.5)
+        r = requests.post(s.url + "/completion", stream=True, timeout=300,
+                          json={"prompt": "queued", "n_predict": 2, "stream": True, "sse_ping_interval": 0})
+        lines = [line for line in r.iter_lines(decode_unicode=True) if line]
+        long.join()
+        assert ":" not in lines and lines[0].startswith("data: "), lines[:5]
+    finally:
+        s.stop()

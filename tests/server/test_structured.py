@@ -177,3 +177,40 @@ def test_anthropic_tool_choice_any_gives_tool_use(pair):
     assert uses, r.json()
     for u in uses:
         jsonschema.validate(u["input"], BY_NAME[u["name"]])
+
+
+def test_server_default_schema_and_grammar(tiny_path, tmp_path):
+    """`-j`/`--json-schema-file` and `--grammar`/`--grammar-file` set the grammar of requests that
+    bring none, as llama-server's (`common/arg.cpp` sets `sampling.grammar`; a request's
+    `grammar` or `json_schema` replaces it); /props lists its text."""
+    small = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}},
+             "required": ["n"], "additionalProperties": False}
+    schema_file = tmp_path / "small.json"
+    schema_file.write_text(json.dumps(small))
+    gbnf_file = tmp_path / "ab.gbnf"
+    gbnf_file.write_text('root ::= "ab" [0-9]')
+    for flags, check in [
+        (("-j", json.dumps(small)), lambda c: jsonschema.validate(json.loads(c), small)),
+        (("-jf", str(schema_file)), lambda c: jsonschema.validate(json.loads(c), small)),
+        (("--grammar", 'root ::= "ab" [0-9]'), lambda c: len(c) == 3 and c.startswith("ab") and c[2].isdigit()),
+        (("--grammar-file", str(gbnf_file)), lambda c: len(c) == 3 and c.startswith("ab") and c[2].isdigit()),
+    ]:
+        s = Server(tiny_path, "-c", "1024", "-np", "1", *flags, "--chat-template-file", str(QWEN3_TEMPLATE))
+        try:
+            assert s.get("/props").json()["default_generation_settings"]["params"]["grammar"], flags
+            for seed in range(3):
+                r = s.post("/completion", {"prompt": f"x {seed}", "n_predict": 60, "temperature": 1.0, "seed": seed})
+                assert r.status_code == 200 and check(r.json()["content"]) is not False, (flags, r.text)
+            chat = s.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 60,
+                                                   "seed": 1, "chat_template_kwargs": {"enable_thinking": False}})
+            assert check(chat.json()["choices"][0]["message"]["content"]) is not False, (flags, chat.text)
+            # A request's own grammar replaces the default.
+            own = s.post("/completion", {"prompt": "x", "n_predict": 8, "grammar": 'root ::= "zz"'})
+            assert own.json()["content"] == "zz", own.text
+        finally:
+            s.stop()
+    plain = Server(tiny_path, "-c", "1024", "-np", "1")
+    try:
+        assert plain.get("/props").json()["default_generation_settings"]["params"]["grammar"] == ""
+    finally:
+        plain.stop()

@@ -102,6 +102,10 @@ def test_bad_page_and_cors_flags_are_named(tiny_path, tmp_path):
     assert rc != 0 and "--path" in out and "not a folder" in out, out
     rc, out = run_cli("serve", "-m", str(tiny_path), "--port", port, "--cors-methods", "GET, P OST")
     assert rc != 0 and "--cors-methods" in out, out
+    rc, out = run_cli("serve", "-m", str(tiny_path), "--port", port, "--api-prefix", "api/")
+    assert rc != 0 and "--api-prefix" in out, out
+    rc, out = run_cli("serve", "-m", str(tiny_path), "--port", port, "--grammar", "root ::= [a")
+    assert rc != 0 and "line 1, column" in out, out
 
 
 def test_several_host_addresses_each_serve(tiny_path):
@@ -171,3 +175,41 @@ def test_bad_tls_files_are_named(tiny_path, certificate, tmp_path):
     assert rc != 0 and "--ssl-key-file" in out and "none.pem" in out, out
     rc, out = run_cli(*serve, "--ssl-key-file", str(key), "--ssl-cert-file", str(key))
     assert rc != 0 and "--ssl-cert-file" in out and "no PEM certificate" in out, out
+
+
+def test_api_prefix_serves_every_route_and_the_page_under_it(tiny_path):
+    """`--api-prefix /api` as llama-server b11434 registers it (server-http.cpp: every route and
+    the page at the prefix + its path); the key stays off /health and the page's files."""
+    s = Server(tiny_path, "-c", "1024", "--api-prefix", "/api", "--api-key", "k1",
+               "--chat-template-file", str(QWEN3_TEMPLATE), prefix="/api")
+    try:
+        key = {"Authorization": "Bearer k1"}
+        assert s.get("/health").status_code == 200
+        assert requests.get(s.root + "/health", timeout=30).status_code == 404
+        assert requests.get(s.root + "/v1/models", headers=key, timeout=30).status_code == 404
+        assert s.get("/props").status_code == 401
+        assert s.get("/props", headers=key).json()["total_slots"] == 1
+        page = requests.get(s.url, timeout=30)  # /api redirects to /api/, which the page's links need
+        assert page.status_code == 200 and page.url == s.url + "/" and '<script src="chat.js">' in page.text
+        assert "BASE + path" in s.get("/chat.js").text
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="k1")
+        r = client.chat.completions.create(model="any", max_tokens=3, temperature=0,
+                                           messages=[{"role": "user", "content": "hi"}])
+        assert r.usage.completion_tokens == 3
+    finally:
+        s.stop()
+
+
+def test_post_props_needs_the_flag_and_changes_nothing(tiny, tiny_path):
+    r = tiny.post("/props", {})
+    assert r.status_code == 501 and "--props" in r.json()["error"]["message"], r.text
+    s = Server(tiny_path, "-c", "1024", "--props")
+    try:
+        assert s.post("/props", {}).json() == {"success": True}
+        assert requests.post(s.url + "/props", timeout=30).json() == {"success": True}
+        r = s.post("/props", {"n_ctx": 4096})
+        assert r.status_code == 400 and '"n_ctx"' in r.json()["error"]["message"], r.text
+        assert s.post("/props", [1]).status_code == 400
+        assert s.get("/props").json()["default_generation_settings"]["n_ctx"] == 1024
+    finally:
+        s.stop()

@@ -1,6 +1,6 @@
-//! Grammar flags of `run` and `bench`, spelled as llama.cpp spells them: `--grammar`,
-//! `--grammar-file`, `-j/--json-schema`, `--json-schema-file`, and `--no-schemajump` (also a
-//! `serve` flag).
+//! Grammar flags of `run`, `bench` and `serve` (there the default of requests that bring no
+//! grammar, as llama-server's), spelled as llama.cpp spells them: `--grammar`,
+//! `--grammar-file`, `-j/--json-schema`, `--json-schema-file`, and `--no-schemajump`.
 
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ use bloomery_runtime::request::GrammarSpec;
 use clap::Args;
 
 /// Constrained generation.
-#[derive(Args, Debug, Default)]
+#[derive(Args, Clone, Debug, Default)]
 pub struct GrammarArgs {
     /// A GBNF grammar the output must follow (llama.cpp's syntax, with a `root` rule).
     #[arg(long = "grammar")]
@@ -47,6 +47,19 @@ impl GrammarArgs {
 
     /// The grammar these flags ask for (at most one source).
     pub fn spec(&self, tok: &bloomery_text::Tokenizer) -> anyhow::Result<Option<GrammarSpec>> {
+        self.gbnf()?
+            .map(|gbnf| {
+                Ok(GrammarSpec {
+                    grammar: parse_gbnf(&gbnf, tok)?,
+                    after: None,
+                    lazy: None,
+                })
+            })
+            .transpose()
+    }
+
+    /// The GBNF text these flags give (a schema converted as llama.cpp converts it).
+    pub fn gbnf(&self) -> anyhow::Result<Option<String>> {
         let read = |p: &std::path::Path| {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
         };
@@ -71,11 +84,7 @@ impl GrammarArgs {
             (_, _, _, Some(f)) => schema_gbnf(&read(f)?)?,
             _ => return Ok(None),
         };
-        Ok(Some(GrammarSpec {
-            grammar: parse_gbnf(&gbnf, tok)?,
-            after: None,
-            lazy: None,
-        }))
+        Ok(Some(gbnf))
     }
 }
 

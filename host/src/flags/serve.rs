@@ -168,6 +168,26 @@ pub struct ServeArgs {
         env = "LLAMA_ARG_LOAD_MODE"
     )]
     pub load_mode: String,
+    /// The path the API and the page are served under (`/api`: `/api/health`), without the
+    /// trailing slash; empty: the root.
+    #[arg(long = "api-prefix", default_value = "", env = "LLAMA_ARG_API_PREFIX")]
+    pub api_prefix: String,
+    /// Seconds a stream may stay silent before a keep-alive comment (`:`) goes out; 0 or -1:
+    /// none. A request's `sse_ping_interval` overrides it.
+    #[arg(
+        long = "sse-ping-interval",
+        default_value_t = 30,
+        allow_negative_numbers = true,
+        env = "LLAMA_ARG_SSE_PING_INTERVAL"
+    )]
+    pub sse_ping_interval: i64,
+    /// Template variables every chat renders with (a JSON object); a request's
+    /// `chat_template_kwargs` override them one by one.
+    #[arg(long = "chat-template-kwargs", env = "LLAMA_ARG_CHAT_TEMPLATE_KWARGS")]
+    pub chat_template_kwargs: Option<String>,
+    /// Answer POST /props (it changes no property: a body naming one is refused by name).
+    #[arg(long = "props", env = "LLAMA_ARG_ENDPOINT_PROPS")]
+    pub props: bool,
     /// A file of API keys, one per line (added to `--api-key`'s).
     #[arg(long = "api-key-file", env = "LLAMA_ARG_API_KEY_FILE")]
     pub api_key_file: Option<PathBuf>,
@@ -231,10 +251,10 @@ pub struct ServeArgs {
     /// Folder for `/slots/:id?action=save|restore` files.
     #[arg(long = "slot-save-path", env = "LLAMA_ARG_SLOT_SAVE_PATH")]
     pub slot_save_path: Option<PathBuf>,
-    /// Sample every token, even where a request's grammar admits one alone (schemajump, on by
-    /// default, takes such runs without sampling and evaluates them as one chunk).
-    #[arg(long = "no-schemajump")]
-    pub no_schemajump: bool,
+    /// The default grammar of requests that bring none (`--grammar`, `--grammar-file`,
+    /// `-j/--json-schema`, `-jf/--json-schema-file`), and `--no-schemajump`.
+    #[command(flatten)]
+    pub grammar: crate::flags::grammar::GrammarArgs,
     /// Serve embeddings (`/embedding`, `/embeddings`, `/v1/embeddings`) from the model's
     /// final-norm rows; completions are served as well.
     #[arg(
@@ -447,6 +467,18 @@ impl ServeArgs {
         (self.reasoning_effort != "default").then_some(self.reasoning_effort.as_str())
     }
 
+    /// `--chat-template-kwargs` as an object (empty when not given), or why it is refused.
+    pub fn template_kwargs(&self) -> anyhow::Result<serde_json::Map<String, serde_json::Value>> {
+        let Some(text) = &self.chat_template_kwargs else {
+            return Ok(serde_json::Map::new());
+        };
+        match serde_json::from_str(text) {
+            Ok(serde_json::Value::Object(m)) => Ok(m),
+            Ok(_) => bail!("--chat-template-kwargs {text:?}: expected a JSON object"),
+            Err(e) => bail!("--chat-template-kwargs {text:?}: {e}"),
+        }
+    }
+
     /// The reasoning format in force.
     pub fn reasoning(&self) -> anyhow::Result<ReasoningFormat> {
         parse_reasoning(&self.reasoning_format)
@@ -519,17 +551,46 @@ impl ServeArgs {
         if self.timeout == 0 || self.idle_timeout == 0 {
             bail!("-to/--timeout and --idle-timeout are seconds, at least 1");
         }
+        if self.sse_ping_interval < -1 || self.sse_ping_interval > i64::from(i32::MAX) {
+            bail!(
+                "--sse-ping-interval {}: seconds, or -1 for no keep-alive",
+                self.sse_ping_interval
+            );
+        }
         if self.threads_http == 0 || self.threads_http < -1 {
             bail!(
                 "--threads-http {}: a number of threads, or -1 for the default",
                 self.threads_http
             );
         }
+        if !self.api_prefix.is_empty()
+            && (!self.api_prefix.starts_with('/') || self.api_prefix.ends_with('/'))
+        {
+            bail!(
+                "--api-prefix {:?}: a path that starts with '/' and has no trailing '/' (as /api)",
+                self.api_prefix
+            );
+        }
+        for key in self.template_kwargs()?.keys() {
+            if RESERVED_KWARGS.contains(&key.as_str()) {
+                bail!("--chat-template-kwargs may not set {key:?}: it comes from each request");
+            }
+            if key == "enable_thinking" {
+                tracing::warn!(
+                    "Setting 'enable_thinking' via --chat-template-kwargs is deprecated. Use \
+                     --reasoning on / --reasoning off instead."
+                );
+            }
+        }
         self.reasoning()?;
         self.web.validate()?;
         Ok(())
     }
 }
+
+/// Variables a chat template receives from the request's own fields, which
+/// `chat_template_kwargs` (the request's or `--chat-template-kwargs`) may not replace.
+pub const RESERVED_KWARGS: &[&str] = &["messages", "tools", "add_generation_prompt"];
 
 /// Whether `-ngl` (`value`; absent is llama-server's `auto`) puts a model of `n_layer` layers on
 /// the GPU; a partial count is refused by name.

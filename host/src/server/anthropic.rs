@@ -92,9 +92,10 @@ pub async fn messages(State(state): State<AppRef>, body: Bytes) -> Result<Respon
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
     let n_prompt = job.prompt.tokens.len();
     let slot = id_slot(&f, ready.n_slots)?;
+    let ping = super::gen::sse_ping(&f, &ready)?;
     let rx = submit(&ready, job.prompt.tokens.clone(), params, slot)?;
     if f.bool("stream")?.unwrap_or(false) {
-        return Ok(stream_messages(job, model, n_prompt, rx));
+        return Ok(stream_messages(job, model, n_prompt, rx, ping));
     }
     let out = collect(rx).await?;
     let parsed = chat::parse(
@@ -144,6 +145,7 @@ fn stream_messages(
     model: String,
     n_prompt: usize,
     rx: super::gen::Events,
+    ping: Option<std::time::Duration>,
 ) -> Response {
     struct St {
         split: DeltaSplitter,
@@ -163,7 +165,7 @@ fn stream_messages(
             "usage": {"input_tokens": n_prompt, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}},
     }))
     .to_vec();
-    event_stream(rx, st, prelude, |st, ev, out| match ev {
+    event_stream(rx, ping, st, prelude, |st, ev, out| match ev {
         // llama-server's Anthropic stream shows no prompt progress.
         Event::Started { .. } | Event::PromptProgress(_) => false,
         Event::Token(p) => {

@@ -261,15 +261,14 @@ pub fn tools(v: Option<&Value>) -> Result<Option<&Value>, ApiError> {
     Ok(v.filter(|_| !list.is_empty()))
 }
 
-/// Variables the template receives from the request's own fields, which
-/// `chat_template_kwargs` may not replace.
-const RESERVED_KWARGS: &[&str] = &["messages", "tools", "add_generation_prompt"];
-
-/// `chat_template_kwargs`: an object of extra template variables, none of them one the request
-/// sets through its own fields.
-pub fn template_kwargs(f: &Fields<'_>) -> Result<Map<String, Value>, ApiError> {
+/// `chat_template_kwargs` over the server's (`defaults`, `--chat-template-kwargs`): an object of
+/// extra template variables, none of them one the request sets through its own fields.
+pub fn template_kwargs(
+    f: &Fields<'_>,
+    defaults: Map<String, Value>,
+) -> Result<Map<String, Value>, ApiError> {
     let kwargs = match f.get("chat_template_kwargs") {
-        None => return Ok(Map::new()),
+        None => return Ok(defaults),
         Some(Value::Object(m)) => m,
         Some(_) => {
             return Err(ApiError::invalid(
@@ -277,12 +276,17 @@ pub fn template_kwargs(f: &Fields<'_>) -> Result<Map<String, Value>, ApiError> {
             ))
         }
     };
-    if let Some(k) = RESERVED_KWARGS.iter().find(|k| kwargs.contains_key(**k)) {
+    if let Some(k) = crate::flags::serve::RESERVED_KWARGS
+        .iter()
+        .find(|k| kwargs.contains_key(**k))
+    {
         return Err(ApiError::invalid(format!(
             "\"chat_template_kwargs\" may not set \"{k}\": it comes from the request itself"
         )));
     }
-    Ok(kwargs.clone())
+    let mut merged = defaults;
+    merged.extend(kwargs.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Ok(merged)
 }
 
 /// A rendered chat prompt.

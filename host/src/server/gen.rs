@@ -2,6 +2,7 @@
 //! route's answer shares: `timings`, per-token probabilities and server-sent-event frames.
 
 use std::convert::Infallible;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::header;
@@ -379,14 +380,38 @@ where
 /// `on_event` appends each event's frames to the pending bytes and says whether the stream ends
 /// (after `Done` or `Failed`). Events that add nothing are folded into the next frame; a closed
 /// channel ends the stream after whatever is pending.
-pub fn event_stream<S, F>(rx: Events, state: S, prelude: Vec<u8>, mut on_event: F) -> Response
+pub fn event_stream<S, F>(
+    rx: Events,
+    ping: Option<Duration>,
+    state: S,
+    prelude: Vec<u8>,
+    mut on_event: F,
+) -> Response
 where
     S: Send + 'static,
     F: FnMut(&mut S, Event, &mut Vec<u8>) -> bool + Send + 'static,
 {
-    event_streams(vec![rx], state, prelude, b"", move |st, _, ev, out| {
-        on_event(st, ev, out)
-    })
+    event_streams(
+        vec![rx],
+        ping,
+        state,
+        prelude,
+        b"",
+        move |st, _, ev, out| on_event(st, ev, out),
+    )
+}
+
+/// The keep-alive of a streamed answer, as llama-server b11434 sends it: a comment frame (`:`)
+/// after this long without a frame (`sse_ping_interval` seconds, else `--sse-ping-interval`'s;
+/// 0 or -1: none). Read (and checked) for every request, streamed or not.
+pub fn sse_ping(f: &Fields<'_>, ready: &Ready) -> Result<Option<Duration>, ApiError> {
+    let secs = f
+        .int_in("sse_ping_interval", -1, i64::from(i32::MAX))?
+        .unwrap_or(ready.defaults.sse_ping_interval);
+    Ok(u64::try_from(secs)
+        .ok()
+        .filter(|&s| s > 0)
+        .map(Duration::from_secs))
 }
 
 /// An SSE answer driven by the events of several completions of one request (`n_cmpl`/`n`),
@@ -394,9 +419,11 @@ where
 /// event with its completion's index, appends its frames and says whether that completion
 /// ended. The stream ends once every completion has ended, with `epilogue` after the last
 /// frame (OpenAI's `[DONE]`), or at the first `Failed` (its frames, no epilogue) or when the
-/// scheduler drops them all.
+/// scheduler drops them all. With `ping`, a comment frame goes out whenever that long passes
+/// without one.
 pub fn event_streams<S, F>(
     receivers: Vec<Events>,
+    ping: Option<Duration>,
     state: S,
     prelude: Vec<u8>,
     epilogue: &'static [u8],
@@ -433,7 +460,17 @@ where
     let frames = futures_util::stream::unfold(drive, move |mut d| async move {
         let mut out = std::mem::take(&mut d.pending);
         while !d.ended && out.is_empty() {
-            match d.events.next().await {
+            let next = match ping {
+                None => d.events.next().await,
+                Some(wait) => match tokio::time::timeout(wait, d.events.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        out.extend_from_slice(b":\n\n");
+                        break;
+                    }
+                },
+            };
+            match next {
                 Some((i, ev)) => {
                     let failed = matches!(ev, Event::Failed(_));
                     // A panic while framing an event ends this stream with an error frame.

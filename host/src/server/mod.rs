@@ -17,6 +17,7 @@ pub mod offload;
 pub mod openai;
 pub mod page;
 pub mod params;
+pub mod prefix;
 pub mod request_log;
 pub mod sampler_fields;
 pub mod shutdown;
@@ -43,6 +44,7 @@ use axum::Router;
 use bloomery_text::{ChatTemplate, Tokenizer};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;
+use tower::Layer;
 
 use bloomery_devices::Registry;
 use bloomery_exec::decision::placement::{HeadDevice, HeadHome};
@@ -142,6 +144,7 @@ pub const ROUTES: &[&str] = &[
     "GET /health",
     "GET /v1/health",
     "GET /props",
+    "POST /props",
     "GET /slots",
     "GET /metrics",
     "GET /models",
@@ -183,7 +186,7 @@ pub fn router(
     let api = Router::new()
         .route("/health", get(native::health))
         .route("/v1/health", get(native::health))
-        .route("/props", get(native::props))
+        .route("/props", get(native::props).post(native::set_props))
         .route("/slots", get(native::slots))
         .route("/slots/{id}", post(native::slot_action))
         .route("/residency/reset", post(native::residency_reset))
@@ -227,13 +230,22 @@ pub fn router(
     if let Some(methods) = methods {
         app = app.layer(middleware::from_fn_with_state(methods, cors::spell_methods));
     }
+    let prefix: Arc<str> = state.args.api_prefix.as_str().into();
+    if !prefix.is_empty() {
+        // Every route and the page under `--api-prefix`: the path is cut before routing.
+        let cut = middleware::from_fn_with_state(Arc::clone(&prefix), prefix::cut);
+        app = Router::new().fallback_service(cut.layer(app.with_state(Arc::clone(&state))));
+    }
     // Outermost: refused requests get their line too.
-    app.layer(middleware::from_fn(request_log::log_requests))
-        .with_state(state)
+    app.layer(middleware::from_fn_with_state(
+        prefix,
+        request_log::log_requests,
+    ))
+    .with_state(state)
 }
 
 /// llama-server's 404, listing the routes.
-async fn not_found(method: Method, uri: axum::http::Uri) -> Response {
+pub(crate) async fn not_found(method: Method, uri: axum::http::Uri) -> Response {
     let mut e = ApiError::not_found(format!("no route for {method} {}", uri.path()));
     e.extra = Some(json!({ "routes": ROUTES }));
     e.into_response()
@@ -415,6 +427,14 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         n_keep: a.keep,
         n_cache_reuse: a.cache_reuse as usize,
         no_shift,
+        sse_ping_interval: a.sse_ping_interval,
+        grammar: match a.grammar.gbnf()? {
+            Some(text) => {
+                let spec = a.grammar.spec(&tok)?.context("the default grammar")?;
+                Some((text, spec))
+            }
+            None => None,
+        },
         tok: Arc::clone(&tok),
         n_vocab: hp.n_vocab as usize,
     };
@@ -449,7 +469,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
             queue_depth: a.queue_depth,
             max_checkpoints: a.ctx_checkpoints as usize,
             checkpoint_every: a.checkpoint_min_step as usize,
-            schemajump: !a.no_schemajump,
+            schemajump: !a.grammar.no_schemajump,
             context_shift: a.context_shift(),
             spec,
         },

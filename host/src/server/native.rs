@@ -104,7 +104,13 @@ fn drafts(ready: &Ready) -> bool {
 /// GET /props.
 pub async fn props(State(state): State<AppRef>) -> Result<Json<Value>, ApiError> {
     let ready = state.ready()?;
-    let params = settings_json(&ready, &default_params(&ready));
+    let mut params = settings_json(&ready, &default_params(&ready));
+    // llama-server lists the default grammar's text ("" for none).
+    params["grammar"] = json!(ready
+        .defaults
+        .grammar
+        .as_ref()
+        .map_or("", |(t, _)| t.as_str()));
     Ok(Json(json!({
         "default_generation_settings": {
             "id": 0,
@@ -122,6 +128,29 @@ pub async fn props(State(state): State<AppRef>) -> Result<Json<Value>, ApiError>
         "build_info": concat!("b0-bloomery-", env!("CARGO_PKG_VERSION")),
         "is_sleeping": false,
     })))
+}
+
+/// POST /props, with `--props`: llama-server b11434 answers `{"success": true}` and changes
+/// nothing; here too nothing changes, so a body naming a property is refused by name rather
+/// than taken and ignored. Without `--props`, llama-server's 501.
+pub async fn set_props(State(state): State<AppRef>, body: Bytes) -> Result<Json<Value>, ApiError> {
+    if !state.args.props {
+        return Err(ApiError::not_supported(
+            "This server does not support changing global properties. Start it with `--props`",
+        ));
+    }
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        let Value::Object(fields) = parse_body(&body)? else {
+            return Err(ApiError::invalid("POST /props takes a JSON object"));
+        };
+        if let Some(name) = fields.keys().next() {
+            return Err(ApiError::invalid(format!(
+                "POST /props cannot change {name:?}: no server property can be changed while it \
+                 runs (restart with the flag instead)"
+            )));
+        }
+    }
+    Ok(Json(json!({"success": true})))
 }
 
 /// GET /slots.
@@ -787,9 +816,16 @@ async fn run_native(
             receivers.push((p.clone(), rx));
         }
     }
+    let ping = gen::sse_ping(f, &ready)?;
     if stream {
         let timings_per_token = f.bool("timings_per_token")?.unwrap_or(false);
-        return Ok(native_stream(ready, params, receivers, timings_per_token));
+        return Ok(native_stream(
+            ready,
+            params,
+            receivers,
+            timings_per_token,
+            ping,
+        ));
     }
     let mut results = Vec::new();
     for (i, (prompt, rx)) in receivers.into_iter().enumerate() {
@@ -813,6 +849,7 @@ fn native_stream(
     params: GenParams,
     receivers: Vec<(Vec<u32>, gen::Events)>,
     timings_per_token: bool,
+    ping: Option<std::time::Duration>,
 ) -> Response {
     /// One completion's stream so far.
     struct One {
@@ -833,71 +870,78 @@ fn native_stream(
             (one, rx)
         })
         .unzip();
-    gen::event_streams(receivers, all, Vec::new(), b"", move |all, i, ev, out| {
-        let st = &mut all[i];
-        match ev {
-            Event::Started { id_slot, .. } => {
-                st.id_slot = id_slot;
-                false
-            }
-            Event::PromptProgress(pp) => {
-                let mut chunk = json!({
-                    "index": i,
-                    "content": "",
-                    "tokens": [],
-                    "stop": false,
-                    "id_slot": st.id_slot,
-                    "tokens_predicted": 0,
-                    "tokens_evaluated": st.prompt.len(),
-                    "prompt_progress": gen::prompt_progress(&pp),
-                });
-                if timings_per_token {
-                    chunk["timings"] = gen::prompt_progress_timings(&pp);
+    gen::event_streams(
+        receivers,
+        ping,
+        all,
+        Vec::new(),
+        b"",
+        move |all, i, ev, out| {
+            let st = &mut all[i];
+            match ev {
+                Event::Started { id_slot, .. } => {
+                    st.id_slot = id_slot;
+                    false
                 }
-                out.extend_from_slice(&sse_data(&chunk));
-                false
-            }
-            Event::Token(p) => {
-                st.text.push_str(&p.text);
-                let mut chunk = json!({
-                    "index": i,
-                    "content": p.text,
-                    "tokens": [p.id],
-                    "stop": false,
-                    "id_slot": st.id_slot,
-                    "tokens_predicted": st.pieces.len() + 1,
-                    "tokens_evaluated": st.prompt.len(),
-                });
-                if params.n_probs > 0 {
-                    chunk["completion_probabilities"] =
-                        native_probs(&ready.tok, std::slice::from_ref(&p));
+                Event::PromptProgress(pp) => {
+                    let mut chunk = json!({
+                        "index": i,
+                        "content": "",
+                        "tokens": [],
+                        "stop": false,
+                        "id_slot": st.id_slot,
+                        "tokens_predicted": 0,
+                        "tokens_evaluated": st.prompt.len(),
+                        "prompt_progress": gen::prompt_progress(&pp),
+                    });
+                    if timings_per_token {
+                        chunk["timings"] = gen::prompt_progress_timings(&pp);
+                    }
+                    out.extend_from_slice(&sse_data(&chunk));
+                    false
                 }
-                if timings_per_token {
-                    chunk["timings"] = gen::progress_timings(&p.so_far);
+                Event::Token(p) => {
+                    st.text.push_str(&p.text);
+                    let mut chunk = json!({
+                        "index": i,
+                        "content": p.text,
+                        "tokens": [p.id],
+                        "stop": false,
+                        "id_slot": st.id_slot,
+                        "tokens_predicted": st.pieces.len() + 1,
+                        "tokens_evaluated": st.prompt.len(),
+                    });
+                    if params.n_probs > 0 {
+                        chunk["completion_probabilities"] =
+                            native_probs(&ready.tok, std::slice::from_ref(&p));
+                    }
+                    if timings_per_token {
+                        chunk["timings"] = gen::progress_timings(&p.so_far);
+                    }
+                    st.pieces.push(p);
+                    out.extend_from_slice(&sse_data(&chunk));
+                    false
                 }
-                st.pieces.push(p);
-                out.extend_from_slice(&sse_data(&chunk));
-                false
+                Event::Done(finish) => {
+                    let done = gen::Outcome {
+                        text: std::mem::take(&mut st.text),
+                        pieces: std::mem::take(&mut st.pieces),
+                        finish,
+                    };
+                    let mut v = final_json(&ready, &params, &st.prompt, &done, false);
+                    v["content"] = json!("");
+                    v["index"] = json!(i);
+                    out.extend_from_slice(&sse_data(&v));
+                    true
+                }
+                Event::Embedded(_) | Event::Decided(_) => super::gen::stream_not_a_generation(out),
+                Event::Failed(failure) => {
+                    out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
+                    true
+                }
             }
-            Event::Done(finish) => {
-                let done = gen::Outcome {
-                    text: std::mem::take(&mut st.text),
-                    pieces: std::mem::take(&mut st.pieces),
-                    finish,
-                };
-                let mut v = final_json(&ready, &params, &st.prompt, &done, false);
-                v["content"] = json!("");
-                v["index"] = json!(i);
-                out.extend_from_slice(&sse_data(&v));
-                true
-            }
-            Event::Embedded(_) | Event::Decided(_) => super::gen::stream_not_a_generation(out),
-            Event::Failed(failure) => {
-                out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
-                true
-            }
-        }
-    })
+        },
+    )
 }
 
 /// POST /infill: fill-in-the-middle for models with FIM tokens.

@@ -103,7 +103,8 @@ pub fn prepare_chat(
     } else {
         ToolFormat::of_template(&ready.template_source)
     };
-    let kwargs = chat::template_kwargs(f)?;
+    // Checked at start (`ServeArgs::validate`).
+    let kwargs = chat::template_kwargs(f, state.args.template_kwargs().unwrap_or_default())?;
     let reasoning = match f.str("reasoning_format")? {
         Some(v) => parse_reasoning(v).map_err(|e| ApiError::invalid(e.to_string()))?,
         None => state.reasoning,
@@ -206,6 +207,7 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
     let slot = id_slot(&f, ready.n_slots)?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let n = n_cmpl(&f, ready.n_slots)?;
+    let ping = super::gen::sse_ping(&f, &ready)?;
     let receivers = submit_n(&ready, &job.prompt.tokens, &params, slot, n)?;
     if stream {
         let usage = include_usage(&f)?;
@@ -215,9 +217,12 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
             job,
             model,
             receivers,
-            n_probs > 0,
-            usage,
-            per_token,
+            Framing {
+                logprobs: n_probs > 0,
+                include_usage: usage,
+                timings_per_token: per_token,
+                ping,
+            },
         ));
     }
     let outs = collect_all(receivers).await?;
@@ -282,15 +287,31 @@ fn include_usage(f: &Fields<'_>) -> Result<bool, ApiError> {
 /// asks for it, for each choice (`n`), interleaved as they come, each chunk with its choice's
 /// `index`, as llama-server streams its tasks; then `[DONE]`. A choice's last chunk carries
 /// its timings.
+/// How a streamed OpenAI answer is framed: the request's switches and its keep-alive.
+struct Framing {
+    /// Each token's `logprobs`.
+    logprobs: bool,
+    /// A last chunk with the usage (`stream_options.include_usage`).
+    include_usage: bool,
+    /// `timings` in every chunk.
+    timings_per_token: bool,
+    /// The keep-alive comment's interval ([`super::gen::sse_ping`]).
+    ping: Option<std::time::Duration>,
+}
+
 fn chat_stream(
     ready: Arc<Ready>,
     job: ChatJob,
     model: String,
     receivers: Vec<super::gen::Events>,
-    logprobs: bool,
-    include_usage: bool,
-    timings_per_token: bool,
+    framing: Framing,
 ) -> Response {
+    let Framing {
+        logprobs,
+        include_usage,
+        timings_per_token,
+        ping,
+    } = framing;
     /// One choice's stream so far.
     struct Choice {
         split: DeltaSplitter,
@@ -364,6 +385,7 @@ fn chat_stream(
     let done: &[u8] = b"data: [DONE]\n\n";
     event_streams(
         receivers,
+        ping,
         st,
         prelude,
         done,
@@ -456,6 +478,7 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
     let stream = f.bool("stream")?.unwrap_or(false);
     let n = n_cmpl(&f, ready.n_slots)?;
     let slot = id_slot(&f, ready.n_slots)?;
+    let ping = super::gen::sse_ping(&f, &ready)?;
     let receivers = submit_n(&ready, &prompt, &params, slot, n)?;
     let id = random_id("cmpl-");
     if stream {
@@ -465,8 +488,12 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
             id,
             model,
             receivers,
-            n_probs > 0,
-            per_token,
+            Framing {
+                logprobs: n_probs > 0,
+                include_usage: false,
+                timings_per_token: per_token,
+                ping,
+            },
         ));
     }
     let outs = collect_all(receivers).await?;
@@ -502,53 +529,64 @@ fn completions_stream(
     id: String,
     model: String,
     receivers: Vec<super::gen::Events>,
-    logprobs: bool,
-    timings_per_token: bool,
+    framing: Framing,
 ) -> Response {
+    let Framing {
+        logprobs,
+        timings_per_token,
+        ping,
+        ..
+    } = framing;
     let head = json!({"id": id, "created": unix_now(), "model": model, "system_fingerprint": FINGERPRINT, "object": "text_completion"});
     let done: &[u8] = b"data: [DONE]\n\n";
-    event_streams(receivers, (), Vec::new(), done, move |_, i, ev, out| {
-        let mut c = head.clone();
-        match ev {
-            Event::Started { .. } => false,
-            Event::PromptProgress(pp) => {
-                c["choices"] =
-                    json!([{"text": "", "index": i, "logprobs": null, "finish_reason": null}]);
-                if timings_per_token {
-                    c["timings"] = prompt_progress_timings(&pp);
+    event_streams(
+        receivers,
+        ping,
+        (),
+        Vec::new(),
+        done,
+        move |_, i, ev, out| {
+            let mut c = head.clone();
+            match ev {
+                Event::Started { .. } => false,
+                Event::PromptProgress(pp) => {
+                    c["choices"] =
+                        json!([{"text": "", "index": i, "logprobs": null, "finish_reason": null}]);
+                    if timings_per_token {
+                        c["timings"] = prompt_progress_timings(&pp);
+                    }
+                    c["prompt_progress"] = prompt_progress(&pp);
+                    out.extend_from_slice(&sse_data(&c));
+                    false
                 }
-                c["prompt_progress"] = prompt_progress(&pp);
-                out.extend_from_slice(&sse_data(&c));
-                false
-            }
-            Event::Token(p) => {
-                let lp = if logprobs {
-                    openai_logprobs(&ready.tok, std::slice::from_ref(&p))
-                } else {
-                    Value::Null
-                };
-                c["choices"] =
-                    json!([{"text": p.text, "index": i, "logprobs": lp, "finish_reason": null}]);
-                if timings_per_token {
-                    c["timings"] = progress_timings(&p.so_far);
+                Event::Token(p) => {
+                    let lp = if logprobs {
+                        openai_logprobs(&ready.tok, std::slice::from_ref(&p))
+                    } else {
+                        Value::Null
+                    };
+                    c["choices"] = json!([{"text": p.text, "index": i, "logprobs": lp, "finish_reason": null}]);
+                    if timings_per_token {
+                        c["timings"] = progress_timings(&p.so_far);
+                    }
+                    out.extend_from_slice(&sse_data(&c));
+                    false
                 }
-                out.extend_from_slice(&sse_data(&c));
-                false
+                Event::Done(f) => {
+                    c["choices"] = json!([{"text": "", "index": i, "logprobs": null, "finish_reason": finish_reason(&f, false)}]);
+                    c["usage"] = usage(&f);
+                    c["timings"] = timings(&f);
+                    out.extend_from_slice(&sse_data(&c));
+                    true
+                }
+                Event::Embedded(_) | Event::Decided(_) => super::gen::stream_not_a_generation(out),
+                Event::Failed(failure) => {
+                    out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
+                    true
+                }
             }
-            Event::Done(f) => {
-                c["choices"] = json!([{"text": "", "index": i, "logprobs": null, "finish_reason": finish_reason(&f, false)}]);
-                c["usage"] = usage(&f);
-                c["timings"] = timings(&f);
-                out.extend_from_slice(&sse_data(&c));
-                true
-            }
-            Event::Embedded(_) | Event::Decided(_) => super::gen::stream_not_a_generation(out),
-            Event::Failed(failure) => {
-                out.extend_from_slice(&sse_data(&ApiError::from(failure).body()));
-                true
-            }
-        }
-    })
+        },
+    )
 }
 
 /// The text of a Responses input item's content parts; other parts (images, files) are refused
@@ -631,6 +669,7 @@ pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Respo
     let model = f
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
+    let ping = super::gen::sse_ping(&f, &ready)?;
     let rx = submit(
         &ready,
         job.prompt.tokens.clone(),
@@ -657,7 +696,7 @@ pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Respo
         )));
     }
     let timings_per_token = f.bool("timings_per_token")?.unwrap_or(false);
-    Ok(responses_stream(ids, job, rx, timings_per_token))
+    Ok(responses_stream(ids, job, rx, timings_per_token, ping))
 }
 
 /// The ids a Responses answer repeats.
@@ -691,6 +730,7 @@ fn responses_stream(
     job: ChatJob,
     rx: super::gen::Events,
     timings_per_token: bool,
+    ping: Option<std::time::Duration>,
 ) -> Response {
     struct St {
         ids: RespIds,
@@ -744,7 +784,7 @@ fn responses_stream(
     );
     st.ev(&mut prelude, "response.output_item.added", json!({"output_index": 0, "item": {"type": "message", "id": msg, "status": "in_progress", "role": "assistant", "content": []}}));
     st.ev(&mut prelude, "response.content_part.added", json!({"output_index": 0, "content_index": 0, "item_id": msg, "part": {"type": "output_text", "text": "", "annotations": []}}));
-    event_stream(rx, st, prelude, move |st, ev, out| match ev {
+    event_stream(rx, ping, st, prelude, move |st, ev, out| match ev {
         Event::Started { .. } => false,
         Event::PromptProgress(pp) => {
             // As llama-server: an in-progress event that carries the progress.

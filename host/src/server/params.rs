@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
-use bloomery_runtime::request::{GenParams, ShiftParams};
+use bloomery_runtime::request::{GenParams, GrammarSpec, ShiftParams};
 use bloomery_runtime::sampling::SamplerParams;
 use bloomery_text::Tokenizer;
 
@@ -33,6 +33,12 @@ pub struct Defaults {
     /// Why the model's cached positions cannot move, if they cannot (`n_cache_reuse` > 0 is
     /// then refused).
     pub no_shift: Option<String>,
+    /// Seconds between the keep-alive comments of a silent stream (`--sse-ping-interval`; 0 or
+    /// -1: none).
+    pub sse_ping_interval: i64,
+    /// The grammar of requests that bring none (`--grammar`, `-j`, …): its GBNF text (for
+    /// `/props`) and the parsed grammar.
+    pub grammar: Option<(String, GrammarSpec)>,
     /// The model's tokenizer (`logit_bias` texts, `dry_sequence_breakers`).
     pub tok: Arc<Tokenizer>,
     /// The model's vocabulary size (`logit_bias` ids are checked against it).
@@ -204,7 +210,11 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         cache_prompt: f.bool("cache_prompt")?.unwrap_or(d.cache_prompt),
         forced: Vec::new(),
         prompt_only: false,
-        grammar: super::structured::grammar(f)?,
+        // llama-server's default applies unless the request brings `grammar` or `json_schema`.
+        grammar: match super::structured::grammar(f)? {
+            None => d.grammar.as_ref().map(|(_, g)| g.clone()),
+            given => given,
+        },
         t_max_predict_ms,
         preserved: Vec::new(),
         shift,
@@ -254,6 +264,8 @@ pub(crate) mod tests {
             n_cache_reuse: 0,
             no_shift: None,
             tok: Arc::new(toy_tokenizer()),
+            grammar: None,
+            sse_ping_interval: 30,
             n_vocab: 300,
         }
     }

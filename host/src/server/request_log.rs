@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use bloomery_runtime::request::{Decided, Embedded, Event, Finish};
@@ -183,10 +183,14 @@ impl hyper::body::Body for LoggedBody {
 }
 
 /// The middleware: runs the request with its record in scope and logs its line once the
-/// response body ends.
-pub async fn log_requests(req: Request, next: Next) -> Response {
-    let head = format!("{} {}", req.method(), req.uri().path());
-    let quiet = req.method() == axum::http::Method::GET && POLLED.contains(&req.uri().path());
+/// response body ends. `prefix` is `--api-prefix` (the polled routes sit under it).
+pub async fn log_requests(State(prefix): State<Arc<str>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let head = format!("{} {path}", req.method());
+    let quiet = req.method() == axum::http::Method::GET
+        && path
+            .strip_prefix(&*prefix)
+            .is_some_and(|route| POLLED.contains(&route));
     let record = Arc::new(Record::default());
     let response = RECORD.scope(Arc::clone(&record), next.run(req)).await;
     let line = LineOnDrop {

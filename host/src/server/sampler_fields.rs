@@ -189,6 +189,8 @@ mod tests {
             n_cache_reuse: 0,
             no_shift: None,
             tok: Arc::new(toy_tokenizer()),
+            grammar: None,
+            sse_ping_interval: 30,
             n_vocab: 300,
         }
     }

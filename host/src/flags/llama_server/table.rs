@@ -15,8 +15,6 @@ const UI_CONFIG: &str = "the chat page keeps its settings in the browser (no ser
 const ADAPTERS: &str = "adapters and control vectors are not supported";
 const ROUTER: &str = "one server serves one model (no model router)";
 const ONE_CARD: &str = "one card: splitting across cards is not implemented yet";
-const GRAMMAR: &str = "a default grammar is not implemented yet";
-const SCHEMA: &str = "a default JSON schema is not implemented yet";
 const TOOLS: &str = "the server's own tools are not supported";
 const MCP: &str = "MCP servers are not supported";
 
@@ -89,10 +87,10 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--mirostat-lr"], &[], None, Value, Serve),
     flag(&["--mirostat-ent"], &[], None, Value, Serve),
     flag(&["-l", "--logit-bias"], &[], None, Value, Serve),
-    flag(&["--grammar"], &[], None, Value, Refused(GRAMMAR)),
-    flag(&["--grammar-file"], &[], None, Value, Refused(GRAMMAR)),
-    flag(&["-j", "--json-schema"], &[], None, Value, Refused(SCHEMA)),
-    flag(&["-jf", "--json-schema-file"], &[], None, Value, Refused(SCHEMA)),
+    flag(&["--grammar"], &[], None, Value, Serve),
+    flag(&["--grammar-file"], &[], None, Value, Serve),
+    flag(&["-j", "--json-schema"], &[], None, Value, Serve),
+    flag(&["-jf", "--json-schema-file"], &[], None, Value, Serve),
     flag(&["-bs", "--backend-sampling"], &[], Some("LLAMA_ARG_BACKEND_SAMPLING"), Flag, Refused("sampling runs on the host")),
     flag(&["--pooling"], &[], Some("LLAMA_ARG_POOLING"), Value, Serve),
     flag(&["--rope-scaling"], &[], Some("LLAMA_ARG_ROPE_SCALING_TYPE"), Value, Refused(ROPE)),
@@ -165,7 +163,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--cors-methods"], &[], Some("LLAMA_ARG_CORS_METHODS"), Value, Serve),
     flag(&["--cors-headers"], &[], Some("LLAMA_ARG_CORS_HEADERS"), Value, Serve),
     flag(&["--cors-credentials"], &["--no-cors-credentials"], Some("LLAMA_ARG_CORS_CREDENTIALS"), Switch, Serve),
-    flag(&["--api-prefix"], &[], Some("LLAMA_ARG_API_PREFIX"), Value, Refused("a route prefix is not implemented yet")),
+    flag(&["--api-prefix"], &[], Some("LLAMA_ARG_API_PREFIX"), Value, Serve),
     flag(&["--ui-config", "--webui-config"], &[], Some("LLAMA_ARG_UI_CONFIG"), Value, Refused(UI_CONFIG)),
     flag(&["--ui-config-file", "--webui-config-file"], &[], Some("LLAMA_ARG_UI_CONFIG_FILE"), Value, Refused(UI_CONFIG)),
     flag(&["--ui-mcp-proxy", "--webui-mcp-proxy"], &["--no-ui-mcp-proxy", "--no-webui-mcp-proxy"], Some("LLAMA_ARG_UI_MCP_PROXY"), Switch, OnlyOff("the MCP proxy is not supported")),
@@ -181,14 +179,14 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--api-key-file"], &[], Some("LLAMA_ARG_API_KEY_FILE"), Value, Serve),
     flag(&["--ssl-key-file"], &[], Some("LLAMA_ARG_SSL_KEY_FILE"), Value, Serve),
     flag(&["--ssl-cert-file"], &[], Some("LLAMA_ARG_SSL_CERT_FILE"), Value, Serve),
-    flag(&["--chat-template-kwargs"], &[], Some("LLAMA_ARG_CHAT_TEMPLATE_KWARGS"), Value, Refused("server-wide template arguments are not implemented yet; requests carry chat_template_kwargs")),
+    flag(&["--chat-template-kwargs"], &[], Some("LLAMA_ARG_CHAT_TEMPLATE_KWARGS"), Value, Serve),
     flag(&["-to", "--timeout"], &[], Some("LLAMA_ARG_TIMEOUT"), Value, Serve),
-    flag(&["--sse-ping-interval"], &[], Some("LLAMA_ARG_SSE_PING_INTERVAL"), Value, Refused("SSE keep-alive pings are not implemented yet")),
+    flag(&["--sse-ping-interval"], &[], Some("LLAMA_ARG_SSE_PING_INTERVAL"), Value, Serve),
     flag(&["--threads-http"], &[], Some("LLAMA_ARG_THREADS_HTTP"), Value, Serve),
     flag(&["--cache-prompt"], &["--no-cache-prompt"], Some("LLAMA_ARG_CACHE_PROMPT"), Switch, Serve),
     flag(&["--cache-reuse"], &[], Some("LLAMA_ARG_CACHE_REUSE"), Value, Serve),
     flag(&["--metrics"], &[], Some("LLAMA_ARG_ENDPOINT_METRICS"), Flag, Serve),
-    flag(&["--props"], &[], Some("LLAMA_ARG_ENDPOINT_PROPS"), Flag, Refused("POST /props is not implemented")),
+    flag(&["--props"], &[], Some("LLAMA_ARG_ENDPOINT_PROPS"), Flag, Serve),
     flag(&["--slots"], &["--no-slots"], Some("LLAMA_ARG_ENDPOINT_SLOTS"), Switch, Serve),
     flag(&["--slot-save-path"], &[], None, Value, Serve),
     flag(&["--media-path"], &[], None, Value, Refused(MULTIMODAL)),
