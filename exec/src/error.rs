@@ -30,6 +30,14 @@ pub enum ModelError {
         /// What the tensors hold instead.
         why: String,
     },
+    /// A metadata override (`--override-kv`, a rope flag) that cannot go over the file's value.
+    #[error("{path}: {why}")]
+    Override {
+        /// The file.
+        path: String,
+        /// Which override, and why.
+        why: String,
+    },
     /// The file lacks `general.architecture`.
     #[error("{path}: no `general.architecture` key")]
     NoArchitecture {

@@ -11,6 +11,7 @@ mod mlock;
 pub mod model;
 mod open;
 mod options;
+pub mod overrides;
 pub mod placement;
 pub mod progress;
 pub mod readout;

@@ -165,7 +165,7 @@ impl LoadedModel {
             plugin,
             instance,
             spec,
-        } = open_model(reg, path)?;
+        } = open_model(reg, path, options.overrides)?;
         tracing::info!(model = %plugin.name, kernel = %kernel.name, "loading {shown}");
         let device = Device::open(
             kernel,

@@ -9,6 +9,7 @@ use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec};
 
 use crate::error::ModelError;
 use crate::file_check::check_hyperparameters;
+use crate::overrides::MetaOverride;
 use crate::view;
 
 /// A file opened by its model plugin.
@@ -44,9 +45,19 @@ pub fn instantiate(
     Ok(instance)
 }
 
-pub(crate) fn open_model<'r>(reg: &'r Registry, path: &Path) -> Result<Opened<'r>, ModelError> {
-    let file = GgufModel::open(path)?;
+pub(crate) fn open_model<'r>(
+    reg: &'r Registry,
+    path: &Path,
+    overrides: &[MetaOverride],
+) -> Result<Opened<'r>, ModelError> {
+    let mut file = GgufModel::open(path)?;
     let shown = path.display().to_string();
+    crate::overrides::apply(file.metadata_mut(), overrides).map_err(|why| {
+        ModelError::Override {
+            path: shown.clone(),
+            why,
+        }
+    })?;
     let arch = file
         .metadata()
         .get_str("general.architecture")

@@ -1,9 +1,12 @@
-//! How a model is loaded: slots, context, cache type, threads, graphs, `--mlock`.
+//! How a model is loaded: slots, context, cache type, threads, graphs, `--mlock`, metadata
+//! overrides.
 
 use bloomery_plugin_api::DType;
 
+use crate::overrides::MetaOverride;
+
 /// How to load a model.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LoadOptions {
     /// Sequence slots (parallel sequences).
     pub n_slots: u32,
@@ -20,6 +23,9 @@ pub struct LoadOptions {
     pub graphs: bool,
     /// Lock the model's mapped bytes in RAM at load (`--mlock`; see `mlock.rs`).
     pub mlock: bool,
+    /// Values put over the file's metadata before anything reads it (`--override-kv`, the rope
+    /// flags); the command line's, kept for the process.
+    pub overrides: &'static [MetaOverride],
 }
 
 impl Default for LoadOptions {
@@ -32,6 +38,7 @@ impl Default for LoadOptions {
             threads: 0,
             graphs: true,
             mlock: false,
+            overrides: &[],
         }
     }
 }

@@ -72,7 +72,7 @@ pub fn plan_only(
     kernel: &KernelPluginFile,
     request: &TierRequest,
 ) -> Result<Plan, ModelError> {
-    let o = open_model(reg, path)?;
+    let o = open_model(reg, path, options.overrides)?;
     let device = Device::open(
         kernel,
         DeviceConfig {

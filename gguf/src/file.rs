@@ -69,6 +69,11 @@ impl GgufFile {
         &self.header.metadata
     }
 
+    /// The metadata pairs, to put overrides over them.
+    pub fn metadata_mut(&mut self) -> &mut Metadata {
+        &mut self.header.metadata
+    }
+
     /// The tensor infos, in file order.
     pub fn tensors(&self) -> &[TensorInfo] {
         &self.header.tensors

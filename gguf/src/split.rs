@@ -142,6 +142,11 @@ impl GgufModel {
         self.parts[0].metadata()
     }
 
+    /// The model metadata, to put overrides over it (`--override-kv`).
+    pub fn metadata_mut(&mut self) -> &mut Metadata {
+        self.parts[0].metadata_mut()
+    }
+
     /// All tensors of all parts, part by part in file order.
     pub fn tensors(&self) -> &[ModelTensor] {
         &self.tensors

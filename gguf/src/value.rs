@@ -324,6 +324,22 @@ impl Metadata {
         Ok(())
     }
 
+    /// Puts `value` at `key`: over the present pair's value (its place kept), or as a new pair
+    /// at the end (offset 0: not read from the file).
+    pub fn set(&mut self, key: &str, value: Value) {
+        match self.index.get(key) {
+            Some(&i) => self.entries[i].value = value,
+            None => {
+                self.index.insert(key.to_owned(), self.entries.len());
+                self.entries.push(Entry {
+                    key: key.to_owned(),
+                    value,
+                    offset: 0,
+                });
+            }
+        }
+    }
+
     /// The pairs in file order.
     pub fn entries(&self) -> &[Entry] {
         &self.entries

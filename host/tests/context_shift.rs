@@ -31,6 +31,7 @@ fn load(path: &std::path::Path, kv: DType) -> LoadedModel {
         threads: 2,
         graphs: true,
         mlock: false,
+        overrides: &[],
     };
     LoadedModel::load(&reg, path, opts).unwrap()
 }

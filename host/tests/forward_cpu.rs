@@ -28,6 +28,7 @@ fn load(path: &std::path::Path, n_slots: u32) -> LoadedModel {
         threads: 2,
         graphs: true,
         mlock: false,
+        overrides: &[],
     };
     LoadedModel::load(&reg, path, opts).unwrap()
 }

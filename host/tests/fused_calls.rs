@@ -45,6 +45,7 @@ fn load_typed(arch: &str, dir: &tempfile::TempDir, experts: DType, dense: DType)
         threads: 2,
         graphs: false,
         mlock: false,
+        overrides: &[],
     };
     LoadedModel::load(&reg, &path, opts).unwrap()
 }

@@ -43,6 +43,7 @@ fn load() -> LoadedModel {
         threads: 2,
         graphs: true,
         mlock: false,
+        overrides: &[],
     };
     LoadedModel::load(&reg, &model_path(), opts).unwrap()
 }

@@ -99,6 +99,7 @@ fn quantized_caches_give_llama_cpp_greedy_text() {
             threads: 2,
             graphs: true,
             mlock: false,
+            overrides: &[],
         };
         let mut m = LoadedModel::load(&reg, &path, opts).unwrap();
         let (prompt, want) = (ids(&want["prompt_ids"]), ids(&want["ids"]));

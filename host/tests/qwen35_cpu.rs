@@ -37,6 +37,7 @@ fn load(arch: &str, dir: &tempfile::TempDir, n_slots: u32) -> LoadedModel {
         threads: 2,
         graphs: true,
         mlock: false,
+        overrides: &[],
     };
     LoadedModel::load(&reg, &path, opts).unwrap()
 }

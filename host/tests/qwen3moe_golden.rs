@@ -66,6 +66,7 @@ fn compare_with(name: &str, file: &str, t: [DType; 4]) -> Agreement {
         threads: 2,
         graphs: true,
         mlock: false,
+        overrides: &[],
     };
     let mut a = Agreement {
         max_rel: 0.0,

@@ -39,6 +39,7 @@ fn try_load(path: &Path, request: &TierRequest) -> Result<LoadedModel, String> {
         threads: 2,
         graphs: true,
         mlock: false,
+        overrides: &[],
     };
     common::load_on_scalar_card(path, opts, request)
 }

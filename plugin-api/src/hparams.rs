@@ -396,7 +396,8 @@ pub struct RopeConfig {
 
 impl RopeConfig {
     /// Reads `rope.dimension_count` (default `head_dim`; even and at most `head_dim`),
-    /// `rope.freq_base`, and linear or YaRN scaling (`rope.scaling.type`, `.factor`,
+    /// `rope.freq_base`, and linear or YaRN scaling (`rope.scaling.type`, linear when absent as
+    /// llama.cpp reads it; `.factor`, else the older `rope.scale_linear`;
     /// `.original_context_length`).
     pub fn read(keys: &ArchKeys<'_>, mode: RopeMode, head_dim: u32) -> Result<Self, PluginError> {
         let n_dims = keys.u32_or("rope.dimension_count", head_dim)?;
@@ -408,9 +409,19 @@ impl RopeConfig {
         let freq_base = keys.f32_or("rope.freq_base", 10000.0)?;
         let scaling = match keys.get("rope.scaling.type") {
             Some(v) => v.as_str().unwrap_or("none").to_owned(),
-            None => "none".to_owned(),
+            None => "linear".to_owned(),
         };
-        let factor = keys.f32_or("rope.scaling.factor", 1.0)?;
+        let factor = match keys.get("rope.scaling.factor") {
+            Some(_) => keys.f32("rope.scaling.factor")?,
+            None => keys.f32_or("rope.scale_linear", 1.0)?,
+        };
+        // llama.cpp's `ropescale == 0 ? 1 : 1 / ropescale`.
+        let factor = if factor == 0.0 { 1.0 } else { factor };
+        keys.check(
+            factor.is_finite() && factor > 0.0,
+            "rope.scaling.factor",
+            || format!("{factor} (a positive scale)"),
+        )?;
         let n_ctx_train = keys.u32_or("context_length", 0)?;
         let n_ctx_orig = keys.u32_or("rope.scaling.original_context_length", n_ctx_train)?;
         let (freq_scale, ext_factor) = match scaling.as_str() {

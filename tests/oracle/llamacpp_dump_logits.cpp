@@ -5,6 +5,11 @@
 // rounds through f16), 2 threads.
 // usage: llamacpp_dump_logits MODEL.gguf batch|token SEQ...   (SEQ = comma-separated token ids)
 //   batch: one llama_decode per sequence; token: one llama_decode per token (the recurrent path)
+// Optional settings from the environment, as llama-server's flags set them:
+//   DUMP_KV_OVERRIDES=KEY=TYPE:VALUE[,...]  (--override-kv; types int, float, bool, str)
+//   DUMP_ROPE_SCALING=none|linear|yarn      (--rope-scaling)
+//   DUMP_ROPE_FREQ_BASE=N, DUMP_ROPE_FREQ_SCALE=N, DUMP_YARN_ORIG_CTX=N (--rope-freq-base,
+//   --rope-freq-scale, --yarn-orig-ctx)
 #include "llama.h"
 
 #include <cstdio>
@@ -12,6 +17,68 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+// The overrides of DUMP_KV_OVERRIDES, ended by an empty key as llama_model_params wants them.
+static std::vector<llama_model_kv_override> kv_overrides() {
+    std::vector<llama_model_kv_override> out;
+    const char * env = getenv("DUMP_KV_OVERRIDES");
+    std::string all = env ? env : "";
+    size_t at = 0;
+    while (!all.empty() && at <= all.size()) {
+        size_t end = all.find(',', at);
+        std::string item = all.substr(at, end == std::string::npos ? std::string::npos : end - at);
+        at = end == std::string::npos ? all.size() + 1 : end + 1;
+        size_t eq = item.find('='), colon = item.find(':', eq);
+        if (eq == std::string::npos || colon == std::string::npos || eq >= 127) {
+            fprintf(stderr, "bad override %s\n", item.c_str());
+            exit(2);
+        }
+        llama_model_kv_override o{};
+        snprintf(o.key, sizeof o.key, "%s", item.substr(0, eq).c_str());
+        std::string type = item.substr(eq + 1, colon - eq - 1), value = item.substr(colon + 1);
+        if (type == "int") {
+            o.tag = LLAMA_KV_OVERRIDE_TYPE_INT;
+            o.val_i64 = atoll(value.c_str());
+        } else if (type == "float") {
+            o.tag = LLAMA_KV_OVERRIDE_TYPE_FLOAT;
+            o.val_f64 = atof(value.c_str());
+        } else if (type == "bool") {
+            o.tag = LLAMA_KV_OVERRIDE_TYPE_BOOL;
+            o.val_bool = value == "true";
+        } else if (type == "str") {
+            o.tag = LLAMA_KV_OVERRIDE_TYPE_STR;
+            snprintf(o.val_str, sizeof o.val_str, "%s", value.c_str());
+        } else {
+            fprintf(stderr, "bad override type %s\n", type.c_str());
+            exit(2);
+        }
+        out.push_back(o);
+    }
+    if (!out.empty()) {
+        out.emplace_back();
+        out.back().key[0] = 0;
+    }
+    return out;
+}
+
+// The rope settings of the DUMP_ROPE_* and DUMP_YARN_ORIG_CTX variables over `cp`.
+static void rope_settings(llama_context_params & cp) {
+    if (const char * t = getenv("DUMP_ROPE_SCALING")) {
+        std::string s = t;
+        cp.rope_scaling_type = s == "none" ? LLAMA_ROPE_SCALING_TYPE_NONE
+                             : s == "linear" ? LLAMA_ROPE_SCALING_TYPE_LINEAR
+                             : LLAMA_ROPE_SCALING_TYPE_YARN;
+    }
+    if (const char * v = getenv("DUMP_ROPE_FREQ_BASE")) {
+        cp.rope_freq_base = (float) atof(v);
+    }
+    if (const char * v = getenv("DUMP_ROPE_FREQ_SCALE")) {
+        cp.rope_freq_scale = (float) atof(v);
+    }
+    if (const char * v = getenv("DUMP_YARN_ORIG_CTX")) {
+        cp.yarn_orig_ctx = (uint32_t) atoi(v);
+    }
+}
 
 int main(int argc, char ** argv) {
     if (argc < 4 || (strcmp(argv[2], "batch") != 0 && strcmp(argv[2], "token") != 0)) {
@@ -22,7 +89,12 @@ int main(int argc, char ** argv) {
     if (!getenv("VERBOSE")) {
         llama_log_set([](ggml_log_level, const char *, void *) {}, nullptr);
     }
-    llama_model * model = llama_model_load_from_file(argv[1], llama_model_default_params());
+    llama_model_params mp = llama_model_default_params();
+    const std::vector<llama_model_kv_override> overrides = kv_overrides();
+    if (!overrides.empty()) {
+        mp.kv_overrides = overrides.data();
+    }
+    llama_model * model = llama_model_load_from_file(argv[1], mp);
     if (!model) {
         fprintf(stderr, "llama.cpp refused the model\n");
         return 1;
@@ -46,6 +118,7 @@ int main(int argc, char ** argv) {
         cp.type_k = GGML_TYPE_F32;
         cp.type_v = GGML_TYPE_F32;
         cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+        rope_settings(cp);
         llama_context * ctx = llama_init_from_model(model, cp);
         if (!ctx) {
             fprintf(stderr, "llama.cpp could not make a context\n");

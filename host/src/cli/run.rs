@@ -93,6 +93,9 @@ pub struct RunArgs {
     /// Draft decoding (`--spec-*`).
     #[command(flatten)]
     pub spec: crate::flags::spec::SpecArgs,
+    /// Metadata overrides (`--override-kv`, the rope flags).
+    #[command(flatten)]
+    pub metadata: crate::flags::metadata::MetadataArgs,
 }
 
 /// The prompt as token ids, wrapped in the chat template when asked.
@@ -127,11 +130,10 @@ fn prompt_tokens(
 }
 
 /// The context size in force: `-c`, or the model's training context for `-c 0`.
-fn context_size(a: &RunArgs) -> anyhow::Result<u32> {
+fn context_size(a: &RunArgs, file: &bloomery_gguf::GgufModel) -> anyhow::Result<u32> {
     if a.ctx_size != 0 {
         return Ok(a.ctx_size);
     }
-    let file = bloomery_gguf::GgufModel::open(&a.model)?;
     let arch = file.metadata().get_str("general.architecture")?.to_owned();
     let key = format!("{arch}.context_length");
     u32::try_from(file.metadata().get_uint(&key)?).context("context length")
@@ -188,7 +190,9 @@ fn print_timings(load_secs: f64, f: &Finish) {
 /// Runs the command.
 pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     let reg = Registry::load_all(&cli.plugin_dirs())?;
-    let ctx = context_size(a)?;
+    let (file, overrides) = a.metadata.open(&a.model)?;
+    let ctx = context_size(a, &file)?;
+    drop(file);
     let load_started = Instant::now();
     let (kv_type_k, kv_type_v) = a.cache.types()?;
     let options = LoadOptions {
@@ -199,6 +203,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         threads: a.threads,
         graphs: true,
         mlock: a.placement.experts.mlock,
+        overrides,
     };
     let model = LoadedModel::load_offloaded(
         &reg,

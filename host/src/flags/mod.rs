@@ -8,6 +8,7 @@ pub mod grammar;
 pub mod llama_bench;
 pub mod llama_server;
 pub mod logging;
+pub mod metadata;
 pub mod placement;
 pub mod sampling;
 pub mod serve;

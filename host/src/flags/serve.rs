@@ -251,6 +251,9 @@ pub struct ServeArgs {
     /// Folder for `/slots/:id?action=save|restore` files.
     #[arg(long = "slot-save-path", env = "LLAMA_ARG_SLOT_SAVE_PATH")]
     pub slot_save_path: Option<PathBuf>,
+    /// Metadata overrides (`--override-kv`, the rope flags).
+    #[command(flatten)]
+    pub metadata: crate::flags::metadata::MetadataArgs,
     /// The default grammar of requests that bring none (`--grammar`, `--grammar-file`,
     /// `-j/--json-schema`, `-jf/--json-schema-file`), and `--no-schemajump`.
     #[command(flatten)]

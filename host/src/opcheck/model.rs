@@ -87,6 +87,7 @@ pub fn check_model(
             threads: 0,
             graphs: true,
             mlock: false,
+            overrides: &[],
         };
         let what = |p: &str| format!("model {} ({kv} cache): {p}", path.display());
         let eager_opts = LoadOptions {

@@ -305,7 +305,7 @@ fn decision_head(
 /// Loads the model and starts the scheduler thread.
 fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     let reg = Registry::load_all(plugin_dirs)?;
-    let file = bloomery_gguf::GgufModel::open(&a.model)?;
+    let (file, overrides) = a.metadata.open(&a.model)?;
     let n_ctx = context_size(a, &file)?;
     let n_slots = a.n_slots();
     let n_ctx_slot = n_ctx / n_slots;
@@ -323,6 +323,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         threads,
         graphs: true,
         mlock: a.mlock(),
+        overrides,
     };
     // Prompts are evaluated in batches of at most n_batch rows (the engine's config below).
     let mut request = a.placement.request()?;

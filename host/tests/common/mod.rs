@@ -111,6 +111,7 @@ pub const GOLDEN_OPTS: bloomery_exec::LoadOptions = bloomery_exec::LoadOptions {
     threads: 2,
     graphs: true,
     mlock: false,
+    overrides: &[],
 };
 
 /// How `m`'s logits agree with a golden file's (`{sequences: [{tokens, logits}]}`), each

@@ -136,6 +136,7 @@ impl Session {
             threads: setup.threads,
             graphs: !a.no_graphs,
             mlock: a.placement.mlock,
+            overrides: &[],
         };
         let rows = pass_rows(setup.n_batch, setup.n_ubatch);
         let mut request = a

@@ -10,7 +10,7 @@ const SPECULATIVE: &str =
 const MULTIMODAL: &str = "multimodal input is not supported";
 const DOWNLOAD: &str = "bloomery loads local GGUF files only";
 const PRESET: &str = "presets download models; bloomery loads local GGUF files only";
-const ROPE: &str = "rope parameters come from the model file";
+const ROPE: &str = "YaRN's mix follows the scaling type as the model file gives it (--rope-scaling, --rope-scale, --rope-freq-base, --rope-freq-scale and --yarn-orig-ctx are taken); setting it is not implemented";
 const UI_CONFIG: &str = "the chat page keeps its settings in the browser (no server-side defaults)";
 const ADAPTERS: &str = "adapters and control vectors are not supported";
 const ROUTER: &str = "one server serves one model (no model router)";
@@ -93,11 +93,11 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-jf", "--json-schema-file"], &[], None, Value, Serve),
     flag(&["-bs", "--backend-sampling"], &[], Some("LLAMA_ARG_BACKEND_SAMPLING"), Flag, Refused("sampling runs on the host")),
     flag(&["--pooling"], &[], Some("LLAMA_ARG_POOLING"), Value, Serve),
-    flag(&["--rope-scaling"], &[], Some("LLAMA_ARG_ROPE_SCALING_TYPE"), Value, Refused(ROPE)),
-    flag(&["--rope-scale"], &[], Some("LLAMA_ARG_ROPE_SCALE"), Value, Refused(ROPE)),
-    flag(&["--rope-freq-base"], &[], Some("LLAMA_ARG_ROPE_FREQ_BASE"), Value, Refused(ROPE)),
-    flag(&["--rope-freq-scale"], &[], Some("LLAMA_ARG_ROPE_FREQ_SCALE"), Value, Refused(ROPE)),
-    flag(&["--yarn-orig-ctx"], &[], Some("LLAMA_ARG_YARN_ORIG_CTX"), Value, Refused(ROPE)),
+    flag(&["--rope-scaling"], &[], Some("LLAMA_ARG_ROPE_SCALING_TYPE"), Value, Serve),
+    flag(&["--rope-scale"], &[], Some("LLAMA_ARG_ROPE_SCALE"), Value, Serve),
+    flag(&["--rope-freq-base"], &[], Some("LLAMA_ARG_ROPE_FREQ_BASE"), Value, Serve),
+    flag(&["--rope-freq-scale"], &[], Some("LLAMA_ARG_ROPE_FREQ_SCALE"), Value, Serve),
+    flag(&["--yarn-orig-ctx"], &[], Some("LLAMA_ARG_YARN_ORIG_CTX"), Value, Serve),
     flag(&["--yarn-ext-factor"], &[], Some("LLAMA_ARG_YARN_EXT_FACTOR"), Value, Refused(ROPE)),
     flag(&["--yarn-attn-factor"], &[], Some("LLAMA_ARG_YARN_ATTN_FACTOR"), Value, Refused(ROPE)),
     flag(&["--yarn-beta-slow"], &[], Some("LLAMA_ARG_YARN_BETA_SLOW"), Value, Refused(ROPE)),
@@ -139,7 +139,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-fitt", "--fit-target"], &[], Some("LLAMA_ARG_FIT_TARGET"), Value, Refused("the placement plan takes --gpu-budget instead")),
     flag(&["-fitc", "--fit-ctx"], &[], Some("LLAMA_ARG_FIT_CTX"), Value, Refused("the context is -c; the plan refuses what does not fit")),
     flag(&["--check-tensors"], &[], None, Flag, Refused("tensor data checks are not implemented")),
-    flag(&["--override-kv"], &[], None, Value, Refused("metadata overrides are not supported")),
+    flag(&["--override-kv"], &[], None, Value, Serve),
     flag(&["--op-offload"], &["--no-op-offload"], None, Switch, OnlyOff("ops are placed by the plan, not offloaded per op")),
     flag(&["--lora"], &[], None, Value, Refused(ADAPTERS)),
     flag(&["--lora-scaled"], &[], None, Value, Refused(ADAPTERS)),

@@ -82,6 +82,7 @@ fn load(model: &Path, kv_type: DType) -> LoadedModel {
         threads: 0,
         graphs: true,
         mlock: false,
+        overrides: &[],
     };
     LoadedModel::load(&reg, model, opts).unwrap()
 }
