@@ -110,3 +110,44 @@ fn the_flash_preset_cut_to_four_layers_keeps_its_ratios_and_loads() {
     let m = loaded.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(m.spec().weights.len(), p.tensors.len());
 }
+
+/// The CUDA bundles claim every `(op, dtype)` pair of the tiny file's graph, decode and prompt
+/// shapes (so that `-ngl 99` places it on the card rather than refusing it at load); what a
+/// kernel refuses at run time is the op checks' part (`bloomery opcheck`, scripts/gpu-check.sh).
+#[test]
+fn the_cuda_bundles_claim_every_op_of_the_tiny_graph() {
+    let reg = Registry::load(&plugin_dir()).expect("plugin folder (cargo xtask plugins)");
+    let plugin = reg.model_for("deepseek4").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::tiny_of("deepseek4", dir.path(), F32);
+    let file = GgufModel::open(&path).unwrap();
+    let m = bloomery_exec::instantiate(plugin, &file, "deepseek4", "tiny").unwrap();
+    let graphs: Vec<_> = [(1, 1), (20, 20), (3, 1)]
+        .into_iter()
+        .map(|(n_rows, n_outputs)| {
+            let shape = BatchShape {
+                n_rows,
+                n_outputs,
+                kind: GraphKind::Main,
+            };
+            m.build_graph(shape).into_result().unwrap()
+        })
+        .collect();
+    let mut checked = 0;
+    for k in reg.kernels.iter().filter(|k| k.name.starts_with("cuda-")) {
+        if k.capabilities.is_empty() {
+            eprintln!("skipped {}: built without kernels (no nvcc)", k.name);
+            continue;
+        }
+        for g in &graphs {
+            let missing = bloomery_exec::support::missing_kernels(g, &k.capabilities);
+            assert!(missing.is_empty(), "{} lacks {missing:?}", k.name);
+        }
+        checked += 1;
+    }
+    assert!(
+        checked > 0,
+        "no CUDA bundle with kernels in {} (cargo xtask plugins builds them)",
+        plugin_dir().display()
+    );
+}

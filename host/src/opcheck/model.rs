@@ -79,9 +79,11 @@ pub fn check_model(
     let mut outcomes = Vec::new();
     for kv in [DType::F32, DType::F16] {
         let tol = cache_tol(kv, tol);
+        // A context of 256: DeepSeek-V4's raw compressor rows must hold the 128 positions a
+        // ratio-128 row reads (at 64 its Compress refuses every pass by name).
         let opts = LoadOptions {
             n_slots: 2,
-            ctx_per_slot: 64,
+            ctx_per_slot: 256,
             kv_type_k: kv,
             kv_type_v: kv,
             threads: 0,

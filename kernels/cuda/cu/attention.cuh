@@ -10,10 +10,12 @@
 // and dequantized on load, heads of 64, 128 or 256: batches in one launch, decode split along the
 // positions), and one block per (row, head) holding every score (f32 caches, other head sizes,
 // and any pair of K and V types through bl_attention_kv). Values from the keys, sparse selection
-// and heads above 256 take the selection form of attn_select.cuh.
+// and heads above 256 take the selection form of attn_select.cuh, DeepSeek-V4's compressed rows
+// its two-source kernels of attn_comp.cuh.
 
 #include "attn_split.cuh"
 #include "attn_select.cuh"
+#include "attn_comp.cuh"
 
 // One block of 128 threads per (row, head): every score (dynamic shared memory, one per visible
 // position), softmax with an f64 sum (sinks included), then p.v. window 0 = unbounded.

@@ -9,6 +9,8 @@
 // position listed twice counted once) and, with window > 0, its window p - window + 1 .. p. A
 // listed position other than -1 below 0, or one the cache no longer holds (p - t >= len), is
 // error 2 or 3, as a bad slot or too long a window is; such rows are left unwritten.
+// With a second key source (DeepSeek-V4's compressed rows, SelComp, launched from attn_comp.cuh)
+// the row also sees the compressed rows its count (and list) names, in the same softmax.
 //
 // Up to three launches:
 // 1. With a selection, bl_attn_sel_list (a block per row) sorts the row's list, drops what the
@@ -63,44 +65,12 @@ static __device__ __forceinline__ int sel_window_from(const int* slots, const in
     return p - lo + 1 > len ? -3 : lo;
 }
 
-// ---- 1. the rows' lists -------------------------------------------------------------------------
-
-// Dynamic shared memory: the list padded to npad (the power of two >= n_sel) ints.
-extern "C" __global__ void __launch_bounds__(SEL_THREADS)
-    bl_attn_sel_list(const int* slots, const int* pos, const int* sel, int n_sel, int len, int n_slots, int window,
-                     int* list, int* count, int* err) {
-    KERNEL_ENTRY();
-    SEL_DYNAMIC_SMEM(list_smem);
-    int* cand = (int*)list_smem;
-    __shared__ int bad, part[SEL_THREADS];
-    const int tid = threadIdx.x, r = blockIdx.x;
-    const int lo = sel_window_from(slots, pos, r, len, n_slots, window);
-    if (lo < 0) {
-        if (tid == 0) {
-            report(err, -lo);
-            count[r] = -1;
-        }
-        return;
-    }
-    const int p = pos[r], npad = sel_pow2(n_sel);
-    if (tid == 0) bad = 0;
-    __syncthreads();
-    const int* in = sel + (long long)r * n_sel;
-    for (int i = tid; i < npad; i += blockDim.x) {
-        int t = i < n_sel ? in[i] : -1;
-        if (t < -1) atomicCAS(&bad, 0, 2);
-        if (t >= 0 && t <= p && p - t >= len) atomicCAS(&bad, 0, 3);
-        if (t < 0 || t > p || t >= lo) t = SEL_NONE;
-        cand[i] = t;
-    }
-    __syncthreads();
-    if (bad) {
-        if (tid == 0) {
-            report(err, bad);
-            count[r] = -1;
-        }
-        return;
-    }
+// Sorts cand[0 .. npad) ascending (npad a power of two; shared memory), then writes its distinct
+// entries other than SEL_NONE, ascending, to out and their number to *count. Every thread of the
+// block calls it.
+static __device__ void sel_sort_unique(int* cand, int npad, int* out, int* count) {
+    __shared__ int part[SEL_THREADS];
+    const int tid = threadIdx.x;
     // Bitonic sort, ascending: repeats end up side by side, SEL_NONE at the end.
     for (int k = 2; k <= npad; k <<= 1)
         for (int j = k >> 1; j > 0; j >>= 1) {
@@ -131,25 +101,77 @@ extern "C" __global__ void __launch_bounds__(SEL_THREADS)
             part[t] = total;
             total += c;
         }
-        count[r] = total;
+        *count = total;
     }
     __syncthreads();
-    int* out = list + (long long)r * n_sel;
     for (int i = i0, o = part[tid]; i < i1; ++i)
         if (kept(i)) out[o++] = cand[i];
 }
 
+// ---- 1. the rows' lists -------------------------------------------------------------------------
+
+// Dynamic shared memory: the list padded to npad (the power of two >= n_sel) ints.
+extern "C" __global__ void __launch_bounds__(SEL_THREADS)
+    bl_attn_sel_list(const int* slots, const int* pos, const int* sel, int n_sel, int len, int n_slots, int window,
+                     int* list, int* count, int* err) {
+    KERNEL_ENTRY();
+    SEL_DYNAMIC_SMEM(list_smem);
+    int* cand = (int*)list_smem;
+    __shared__ int bad;
+    const int tid = threadIdx.x, r = blockIdx.x;
+    const int lo = sel_window_from(slots, pos, r, len, n_slots, window);
+    if (lo < 0) {
+        if (tid == 0) {
+            report(err, -lo);
+            count[r] = -1;
+        }
+        return;
+    }
+    const int p = pos[r], npad = sel_pow2(n_sel);
+    if (tid == 0) bad = 0;
+    __syncthreads();
+    const int* in = sel + (long long)r * n_sel;
+    for (int i = tid; i < npad; i += blockDim.x) {
+        int t = i < n_sel ? in[i] : -1;
+        if (t < -1) atomicCAS(&bad, 0, 2);
+        if (t >= 0 && t <= p && p - t >= len) atomicCAS(&bad, 0, 3);
+        if (t < 0 || t > p || t >= lo) t = SEL_NONE;
+        cand[i] = t;
+    }
+    __syncthreads();
+    if (bad) {
+        if (tid == 0) {
+            report(err, bad);
+            count[r] = -1;
+        }
+        return;
+    }
+    sel_sort_unique(cand, npad, list + (long long)r * n_sel, count + r);
+}
+
 // ---- 2. the blocks' runs ------------------------------------------------------------------------
 
-// Row r's visible positions: the cache row base of its slot, its position, the first of its
-// window (lo), and how many listed positions come before the window (`listed`); false for a bad
-// row (reported by bl_attn_sel_list with a selection, here by `report` without one).
+// A second key source beside the cache (DeepSeek-V4's compressed rows, attn_comp.cuh): f32 rows
+// [dk * n_head_kv, len, n_slots], values from the keys; per query row the number it reads
+// (`count`, -1 for a bad row, reported by bl_attn_comp_list) and, with `list` (n_list a row,
+// ascending), which; without a list rows 0 .. count - 1. `rows` null: none.
+struct SelComp {
+    const float* rows;
+    const int* list;
+    const int* count;
+    int n_list, len;
+};
+
+// Row r's visible positions: its slot, the cache row base of the slot, its position, the first
+// of its window (lo), how many listed positions come before the window (`listed`) and how many
+// compressed rows after it (`comp`); false for a bad row (reported by bl_attn_sel_list with a
+// selection, here by `report` without one; by bl_attn_comp_list for the compressed rows).
 struct SelRow {
     long long base;
-    int p, lo, listed;
+    int slot, p, lo, listed, comp;
 };
-static __device__ __forceinline__ bool sel_row(const int* slots, const int* pos, const int* count, int r, int len,
-                                               int n_slots, int window, SelRow* row, int* err) {
+static __device__ __forceinline__ bool sel_row(const int* slots, const int* pos, const int* count, const SelComp& c,
+                                               int r, int len, int n_slots, int window, SelRow* row, int* err) {
     int lo;
     if (count) {
         if (count[r] < 0) return false;
@@ -163,6 +185,9 @@ static __device__ __forceinline__ bool sel_row(const int* slots, const int* pos,
         }
         row->listed = 0;
     }
+    if (c.count && c.count[r] < 0) return false;
+    row->comp = c.count ? c.count[r] : 0;
+    row->slot = slots[r];
     row->base = (long long)slots[r] * len;
     row->p = pos[r];
     row->lo = lo;
@@ -188,17 +213,18 @@ static __device__ void attend_select(const float* q, const T* kc, const T* vc, c
                                      const int* list, const int* count, int n_sel, float* out, uint8_t* oq,
                                      float* part, int n_head, int n_head_kv, int dk, int dv, int len, int n_slots,
                                      float scale, float softcap, int window, const float* sinks, int v_from_k,
-                                     int* err) {
+                                     SelComp comp, int* err) {
     SEL_DYNAMIC_SMEM(smem_bytes);
     const int tid = threadIdx.x, lane = tid & (WARP - 1), warp = tid / WARP;
     const int S = gridDim.x, z = blockIdx.x, r = blockIdx.z;
     SelRow row;
-    if (!sel_row(slots, pos, count, r, len, n_slots, window, &row, blockIdx.x == 0 && blockIdx.y == 0 ? err : nullptr))
+    if (!sel_row(slots, pos, count, comp, r, len, n_slots, window, &row,
+                 blockIdx.x == 0 && blockIdx.y == 0 ? err : nullptr))
         return;
     const int g = n_head / n_head_kv;
     int kvh, h0, nh;
     sel_chunk(blockIdx.y, g, &kvh, &h0, &nh);
-    const int nw = row.p - row.lo + 1, n = row.listed + nw;
+    const int nw = row.p - row.lo + 1, n = row.listed + nw + row.comp;
     const int run = (n + S - 1) / S, i0 = min(n, z * run), i1 = min(n, i0 + run);
     // Shared: q rows [SEL_HEADS][DQ], the key tile [SEL_TILE][DK], a separate value tile
     // [SEL_TILE][DV] (values not from the keys), scores then weights [SEL_HEADS][SEL_TILE], the
@@ -235,12 +261,23 @@ static __device__ void attend_select(const float* q, const T* kc, const T* vc, c
     for (int t0 = i0; t0 < i1; t0 += SEL_TILE) {
         if (tid < SEL_TILE) {
             const int i = t0 + tid;
-            tpos[tid] = i >= i1 ? -1 : i < row.listed ? rl[i] : row.lo + i - row.listed;
+            // The list, the window, then the compressed rows (row j as -2 - j).
+            const int k = i - row.listed - nw;
+            tpos[tid] = i >= i1             ? -1
+                        : i < row.listed    ? rl[i]
+                        : k < 0             ? row.lo + i - row.listed
+                        : comp.list         ? -2 - comp.list[(long long)r * comp.n_list + k]
+                                            : -2 - k;
         }
         __syncthreads();
-        // A warp a cache row at a time, its lanes along the row.
+        // A warp a cache (or compressed) row at a time, its lanes along the row.
         for (int j = warp; j < SEL_TILE; j += SEL_WARPS) {
             const int t = tpos[j];
+            if (t < -1) {
+                const float* cr = comp.rows + ((long long)row.slot * comp.len + (-2 - t)) * kw + (long long)kvh * dk;
+                for (int d = lane; d < DK; d += WARP) ks[j * DK + d] = d < dk ? cr[d] : 0.0f;
+                continue;
+            }
             const T* kr = kh + (row.base + (t < 0 ? 0 : t % len)) * kw;
             for (int d = lane; d < DK; d += WARP) ks[j * DK + d] = t >= 0 && d < dk ? to_f32(kr[d]) : 0.0f;
             if (!v_from_k) {
@@ -269,7 +306,7 @@ static __device__ void attend_select(const float* q, const T* kc, const T* vc, c
             for (int j = 0; j < PW; ++j) {
                 float s = (d[j] + __shfl_xor_sync(0xffffffffu, d[j], SEL_HEADS)) * scale;
                 if (softcap > 0.0f) s = softcap * tanhf(s / softcap);
-                if (half == 0) sc[h * SEL_TILE + warp * PW + j] = tpos[warp * PW + j] >= 0 ? s : -INFINITY;
+                if (half == 0) sc[h * SEL_TILE + warp * PW + j] = tpos[warp * PW + j] != -1 ? s : -INFINITY;
             }
         }
         __syncthreads();
@@ -353,7 +390,7 @@ static __device__ void attend_select(const float* q, const T* kc, const T* vc, c
              int v_from_k, int* err) {                                                                             \
         KERNEL_ENTRY();                                                                                            \
         attend_select(q, kc, vc, slots, pos, list, count, n_sel, out, oq, part, n_head, n_head_kv, dk, dv, len,    \
-                      n_slots, scale, softcap, window, sinks, v_from_k, err);                                      \
+                      n_slots, scale, softcap, window, sinks, v_from_k, SelComp{}, err);                           \
     }
 ATTEND_SELECT(bl_attention_sel_f32, float)
 ATTEND_SELECT(bl_attention_sel_f16, __half)
@@ -361,16 +398,19 @@ ATTEND_SELECT(bl_attention_sel_f16, __half)
 // ---- 3. the merge of S runs ---------------------------------------------------------------------
 
 // Block i = r * n_head + h: o = sum_z w_z o_z / (sum_z w_z l_z + e^(sink - M)), w_z = e^(m_z - M),
-// M the largest of the m_z and the sink; rows bl_attention_sel left unwritten stay so.
+// M the largest of the m_z and the sink; rows bl_attention_sel left unwritten stay so (`ccount`:
+// the compressed rows' counts of a call that has them, else null).
 extern "C" __global__ void __launch_bounds__(SEL_THREADS)
     bl_attn_sel_merge(const float* part, int S, const int* slots, const int* pos, const int* count, int n_head,
-                      int dv, int len, int n_slots, int window, const float* sinks, float* out, uint8_t* oq) {
+                      int dv, int len, int n_slots, int window, const float* sinks, const int* ccount, float* out,
+                      uint8_t* oq) {
     KERNEL_ENTRY();
     __shared__ float wz[FA_MAX_SPLITS];
     const long long i = blockIdx.x;
     const int r = (int)(i / n_head), h = (int)(i % n_head), tid = threadIdx.x, warp = tid / WARP;
     SelRow row;
-    if (!sel_row(slots, pos, count, r, len, n_slots, window, &row, nullptr)) return;
+    if (!sel_row(slots, pos, count, SelComp{nullptr, nullptr, ccount, 0, 0}, r, len, n_slots, window, &row, nullptr))
+        return;
     const long long outs = (long long)gridDim.x;
     if (tid == 0) {
         const float sink = sinks ? sinks[h] : -INFINITY;

@@ -119,7 +119,7 @@ static bool run(Case c, int S) {
     if (S > 1)
         launch(Dim3{(unsigned)(rows * nh), 1, 1}, SEL_THREADS, [&] {
             bl_attn_sel_merge(part.data(), S, c.slots.data(), c.pos.data(), cp, nh, dv, c.len, c.n_slots, c.window,
-                              sk, out.data(), oqp);
+                              sk, nullptr, out.data(), oqp);
         });
     int want_err = 0;
     for (int b : c.bad) want_err = want_err ? want_err : b;

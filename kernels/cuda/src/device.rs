@@ -379,6 +379,10 @@ impl KernelDevice for CudaDevice {
                     "Compress/CompSelect: a slot, position or compressed row outside its cache \
                      (on the card)",
                 )),
+                12 => Err(PluginError::invalid(
+                    "Attention: a row sees more compressed rows than the compressed cache holds \
+                     (on the card)",
+                )),
                 code => Err(PluginError::device(format!(
                     "a kernel reported error {code}"
                 ))),

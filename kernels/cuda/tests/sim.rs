@@ -28,7 +28,9 @@
 //! decode past the budget, two slots).
 //! DeepSeek-V4's ops are checked against transformers 5.24 (kernels/cpu's fixture
 //! `tests/fixtures/deepseek4/ops_hf.json`): the tail and inverse rope (`cu/rope.cuh`), and the
-//! compressor and indexer (`cu/compress.cuh`) across calls, with ties from equal scores.
+//! compressor and indexer (`cu/compress.cuh`) across calls, with ties from equal scores, and the
+//! two-source attention over the window ring and the compressed rows (`cu/attn_comp.cuh`), also
+//! against an f64 attention (f16 rings, 64 heads of 512, lists of 512, merged runs, bad rows).
 //! Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so, when there is none.
 
 use std::path::{Path, PathBuf};
@@ -583,4 +585,48 @@ fn deepseek4_compressor_and_indexer_match_transformers_under_emulation() {
         file.i32s((0..top_k).map(|i| if i < visible { i } else { -1 }));
     }
     run_emulated_with("compress_test", &[&file.write("deepseek4_compress.bin")]);
+}
+
+#[test]
+fn deepseek4_two_source_attention_matches_transformers_and_f64_under_emulation() {
+    let g = deepseek4_golden();
+    let int = |v: &serde_json::Value| v.as_i64().expect("an integer") as i32;
+    let (h, d, top_k) = (int(&g["n_head"]), int(&g["head_dim"]), int(&g["top_k"]));
+    let mut file = CaseFile::default();
+    for c in g["attention"].as_array().expect("attention cases") {
+        let selected = c["layer_type"] == "compressed_sparse_attention";
+        let kept = c["kept"].as_array().expect("kept");
+        let (n, n_comp) = (kept.len() as i32, int(&c["n_compressed"]));
+        file.i32s([
+            1,
+            h,
+            d,
+            int(&c["window"]),
+            int(&c["rows"]),
+            n_comp,
+            n,
+            top_k,
+        ]);
+        file.i32s([i32::from(selected)]);
+        file.f32s([c["scale"].as_f64().expect("scale") as f32]);
+        for key in ["q", "kv", "compressed", "sinks", "out"] {
+            file.json_f32s(&c[key]);
+        }
+        file.json_i32s(&c["kept"]);
+        if selected {
+            // The indexer's picks as the mask shows them, from the highest row down, then −1
+            // (CompSelect lists them in its own order).
+            let visible = c["comp_visible"].as_array().expect("comp_visible");
+            for row in visible.chunks(n_comp as usize) {
+                let mut l: Vec<i32> = (0..n_comp)
+                    .rev()
+                    .filter(|&j| row[j as usize] == 1)
+                    .collect();
+                assert!(l.len() <= top_k as usize, "{} picks", l.len());
+                l.resize(top_k as usize, -1);
+                file.i32s(l);
+            }
+        }
+    }
+    run_emulated_with("attn_comp_test", &[&file.write("deepseek4_attention.bin")]);
 }

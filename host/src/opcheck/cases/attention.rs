@@ -1,6 +1,7 @@
 //! Cases of attention over f32 and f16 caches: GQA, windows, softcap and sinks, batches of one and
 //! two sequences, decode over short and long caches; over f32 and f16 caches also latent
-//! attention (values from the keys, GLM-5.3's 512-wide rows), sparse selection and wide heads.
+//! attention (values from the keys, GLM-5.3's 512-wide rows), sparse selection, wide heads and
+//! DeepSeek-V4's two-source attention (the window ring and the compressed rows).
 
 use bloomery_plugin_api::op::{AttentionParams, Op, OpKind};
 use bloomery_plugin_api::DType;
@@ -173,6 +174,7 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
             ];
             if !t.is_quantized() {
                 all.extend(latent_and_sparse(t));
+                all.extend(two_source(t));
             }
             if t.is_quantized() {
                 // K and V of different types: the card's run-time-typed scores form.
@@ -380,4 +382,132 @@ fn latent_and_sparse(t: DType) -> Vec<Case> {
             20,
         ),
     ]
+}
+
+/// DeepSeek-V4's two-source attention over a `t` (f32 or f16) window ring: 64 query heads of 512
+/// over one latent row, window 128 over a ring of 128, sinks, and f32 compressed rows; the
+/// ratio-128 layer (every visible row) and the ratio-4 layer (the rows CompSelect lists, ids
+/// uniform over the cache, so repeats and rows not yet visible among them), decode rows of two
+/// slots and deep, and prompt rows of two sequences from position 0 and 300.
+fn two_source(t: DType) -> Vec<Case> {
+    let (d, n_head, window) = (512u64, 64u32, 128u64);
+    // `rows` rows (slots, positions) over a ring of two slots and compressed rows [comp_len, 2]
+    // of `ratio` positions, with lists of `n_list` a row when n_list > 0.
+    let call = |name: &str, ratio: u32, comp_len: u64, [slots, pos]: [Spec; 2], n_list: u64| {
+        let rows = slots.ne[0];
+        let p = AttentionParams {
+            v_from_k: true,
+            sinks: true,
+            comp: ratio,
+            comp_selected: n_list > 0,
+            ..attn_params(n_head, 1, d as u32, window as u32, 0.0)
+        };
+        let ring = || spec(t, [d, window, 2, 1], Fill::Random(1.0));
+        let mut srcs = vec![
+            f32s([d * u64::from(n_head), rows, 1, 1]),
+            ring(),
+            ring(),
+            slots,
+            pos,
+            spec(DType::F32, [u64::from(n_head), 1, 1, 1], Fill::Random(2.0)),
+            f32s([d, comp_len, 2, 1]),
+        ];
+        if n_list > 0 {
+            srcs.push(spec(
+                DType::I32,
+                [n_list, rows, 1, 1],
+                Fill::Ids(comp_len as i32),
+            ));
+        }
+        Case {
+            alias: Some((1, 2)),
+            ..case(
+                name,
+                Op::Attention(p),
+                srcs,
+                [d * u64::from(n_head), rows, 1, 1],
+                1e-5,
+            )
+        }
+    };
+    vec![
+        call(
+            "two-source ratio 128, 64/1 heads d 512, window 128, sinks, decode of 2 rows to 4,000",
+            128,
+            32,
+            [ids(2, 2), ids(2, 4000)],
+            0,
+        ),
+        call(
+            "two-source ratio 4, lists of 512 of 2,048 rows, decode at 8,191 and 5,000",
+            4,
+            2048,
+            [runs(2, 1, [0, 1], 0), runs(2, 1, [8191, 5000], 0)],
+            512,
+        ),
+        call(
+            "two-source ratio 4, lists of 64, 40 prompt rows from 0 and 300",
+            4,
+            128,
+            [runs(40, 20, [0, 1], 0), runs(40, 20, [0, 300], 1)],
+            64,
+        ),
+        call(
+            "two-source ratio 128, 40 prompt rows from 0 and 300",
+            128,
+            4,
+            [runs(40, 20, [0, 1], 0), runs(40, 20, [0, 300], 1)],
+            0,
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_source_cases_pass_f32_compressed_rows_beside_each_ring() {
+        for t in [DType::F32, DType::F16] {
+            let mut found = [0; 2];
+            for c in cases(OpKind::Attention, t) {
+                let Op::Attention(p) = c.op else { continue };
+                if p.comp == 0 {
+                    continue;
+                }
+                // q, the ring twice, slots, positions, sinks, the compressed rows, the lists.
+                assert_eq!(c.srcs.len(), 7 + usize::from(p.comp_selected), "{}", c.name);
+                assert!(
+                    p.v_from_k && p.sinks && c.alias == Some((1, 2)),
+                    "{}",
+                    c.name
+                );
+                let (ring, comp) = (c.srcs[1], c.srcs[6]);
+                assert_eq!(ring.dtype, t, "{}", c.name);
+                assert_eq!(comp.dtype, DType::F32, "{}", c.name);
+                assert_eq!(
+                    (comp.ne[0], comp.ne[2]),
+                    (ring.ne[0], ring.ne[2]),
+                    "{}",
+                    c.name
+                );
+                // Every row's compressed rows fit the cache: positions below len · ratio.
+                let most = match c.srcs[4].fill {
+                    Fill::Ids(n) => n as u64 - 1,
+                    Fill::Runs { split, first, step } => {
+                        let (rows, step) = (c.srcs[4].ne[0], step as u64);
+                        let last = |f: i32, n: u64| f as u64 + step * n.saturating_sub(1);
+                        last(first[0], split).max(last(first[1], rows - split))
+                    }
+                    _ => panic!("{}: positions", c.name),
+                };
+                assert!((most + 1) / u64::from(p.comp) <= comp.ne[1], "{}", c.name);
+                if p.comp_selected {
+                    assert_eq!(c.srcs[7].dtype, DType::I32, "{}", c.name);
+                }
+                found[usize::from(p.comp_selected)] += 1;
+            }
+            assert!(found[0] >= 2 && found[1] >= 2, "{t}: {found:?}");
+        }
+    }
 }

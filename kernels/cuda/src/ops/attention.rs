@@ -5,8 +5,9 @@
 //! group merging the splits. Decode of few rows takes the decode form instead, which also splits a
 //! short context's heads among blocks. Other calls (f32 caches, other head sizes, K and V of
 //! different types, Q4_1, Q5_0, Q5_1 and IQ4_NL caches) take one block per (row, head) holding
-//! every score, the quantized ones read a value at a time. Latent (values from the keys), sparse
-//! and wider-headed calls take the selection form (`attention_select`).
+//! every score, the quantized ones read a value at a time. Latent (values from the keys), sparse,
+//! wider-headed and DeepSeek-V4's two-source calls (compressed rows) take the selection form
+//! (`attention_select`).
 
 use bloomery_plugin_api::op::{AttentionParams, OpKind, OpSupport};
 use bloomery_plugin_api::tensor::OpCall;
@@ -211,12 +212,6 @@ impl Launcher {
         c: &'c OpCall,
         p: AttentionParams,
     ) -> Result<(), PluginError> {
-        if p.comp != 0 {
-            return Err(PluginError::unsupported(
-                "Attention with DeepSeek-V4's compressed rows (comp) on the CUDA bundles",
-                &["comp 0"],
-            ));
-        }
         if takes_select_form(&p) {
             return self.attention_select(addr, src, c, p);
         }

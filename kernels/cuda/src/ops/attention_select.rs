@@ -6,13 +6,15 @@
 //! one of S runs of the row's positions; with S > 1 a merge launch combines the runs. S grows
 //! with the positions a row may see until the launch has about SPLIT_BLOCKS blocks (decode), and
 //! is 1 for batches that fill the card with rows. Quantized caches are refused by name for these
-//! calls.
+//! calls. DeepSeek-V4's compressed rows (`comp`) join a row's positions after its window
+//! (`attention_comp`).
 
 use bloomery_plugin_api::op::AttentionParams;
 use bloomery_plugin_api::tensor::OpCall;
 use bloomery_plugin_api::{DType, PluginError};
 use cudarc::driver::LaunchConfig;
 
+use super::attention_comp::{comp_kernel, Comp, CompLists};
 use super::{driver_err, f32_only, Addr, Launcher, Src};
 
 /// Threads per block of the three kernels (`SEL_THREADS`).
@@ -31,7 +33,7 @@ const MIN_RUN_TILES: u64 = 2;
 
 /// Whether a call takes the selection form rather than the others.
 pub(super) fn takes_select_form(p: &AttentionParams) -> bool {
-    p.v_from_k || p.selected || p.dk > 256
+    p.v_from_k || p.selected || p.dk > 256 || p.comp != 0
 }
 
 /// A head width as the tiles pad it (`sel_pad`).
@@ -72,26 +74,36 @@ fn runs(rows: u64, chunks: u64, most: u64) -> u64 {
 
 /// The kernel for caches of type `t`, or the refusal that names the call.
 fn kernel_for(t: DType, p: &AttentionParams) -> Result<&'static str, PluginError> {
-    match t {
-        DType::F32 => Ok("bl_attention_sel_f32"),
-        DType::F16 => Ok("bl_attention_sel_f16"),
-        _ => Err(PluginError::unsupported(
-            format!(
-                "attention over a {t} cache with{}{}{} on the CUDA bundles",
-                if p.v_from_k {
-                    " values from the keys"
-                } else {
-                    ""
-                },
-                if p.selected { " sparse selection" } else { "" },
-                if p.dk > 256 {
-                    format!(" heads of {}/{}", p.dk, p.dv)
-                } else {
-                    String::new()
-                }
-            ),
-            &["f32 and f16 caches"],
-        )),
+    let kernel = if p.comp != 0 {
+        comp_kernel(t)
+    } else {
+        match t {
+            DType::F32 => Some("bl_attention_sel_f32"),
+            DType::F16 => Some("bl_attention_sel_f16"),
+            _ => None,
+        }
+    };
+    match kernel {
+        Some(k) => Ok(k),
+        None => {
+            let wide = format!("heads of {}/{}", p.dk, p.dv);
+            let features: Vec<&str> = [
+                (p.v_from_k, "values from the keys"),
+                (p.selected, "sparse selection"),
+                (p.dk > 256, wide.as_str()),
+                (p.comp != 0, "compressed rows"),
+            ]
+            .iter()
+            .filter_map(|&(on, what)| on.then_some(what))
+            .collect();
+            Err(PluginError::unsupported(
+                format!(
+                    "attention over a {t} cache with {} on the CUDA bundles",
+                    features.join(", ")
+                ),
+                &["f32 and f16 caches"],
+            ))
+        }
     }
 }
 
@@ -167,9 +179,12 @@ impl Launcher {
         } else {
             (0u64, None)
         };
+        let comp = Comp::of_call(src, &p, kc, rows)?;
         let len = kc.ne[1];
         let smem = attend_smem(dk, dv, p.v_from_k);
-        let lsmem = n_sel.map_or(0, list_smem);
+        let lsmem = n_sel
+            .map_or(0, list_smem)
+            .max(comp.as_ref().map_or(0, Comp::list_smem));
         if smem.max(lsmem) > u64::from(self.smem_optin) {
             return Err(PluginError::unsupported(
                 format!(
@@ -184,12 +199,13 @@ impl Launcher {
         }
         let window = u64::from(p.window);
         let span = if window > 0 { window.min(len) } else { len };
-        let most = n_sel.map_or(span, |n| n + if window > 0 { span } else { 0 });
+        let most = n_sel.map_or(span, |n| n + if window > 0 { span } else { 0 })
+            + comp.as_ref().map_or(0, Comp::most);
         let chunks = head_chunks(nh, nkv);
         let split = runs(rows, chunks, most);
         // The scratch: the output's Q8_1 copy first (copy_slot takes its start), then the runs'
         // partials (o, then maximum and sum, per run and output row), then the rows' lists and
-        // counts.
+        // counts, then the compressed rows' lists and counts.
         let copy_bytes = aligned(c.dst.elements() / 32 * 36);
         let part_bytes = if split > 1 {
             aligned(split * rows * u64::from(nh) * (u64::from(dv) + 2) * 4)
@@ -197,18 +213,19 @@ impl Launcher {
             0
         };
         let list_bytes = n_sel.map_or(0, |n| aligned(rows * n * 4) + aligned(rows * 4));
-        let (part, list, count) = if part_bytes + list_bytes > 0 {
-            let base = self.scratch(copy_bytes + part_bytes + list_bytes)?;
-            let part = if split > 1 { base + copy_bytes } else { 0 };
-            match n_sel {
-                Some(n) => {
-                    let list = base + copy_bytes + part_bytes;
-                    (part, list, list + aligned(rows * n * 4))
-                }
-                None => (part, 0, 0),
-            }
+        let comp_bytes = comp.as_ref().map_or(0, |c| c.scratch_bytes(rows));
+        let base = if part_bytes + list_bytes + comp_bytes > 0 {
+            self.scratch(copy_bytes + part_bytes + list_bytes + comp_bytes)?
         } else {
-            (0, 0, 0)
+            0
+        };
+        let part = if split > 1 { base + copy_bytes } else { 0 };
+        let (list, count) = match n_sel {
+            Some(n) => {
+                let list = base + copy_bytes + part_bytes;
+                (list, list + aligned(rows * n * 4))
+            }
+            None => (0, 0),
         };
         let po = addr(&c.dst, "dst")?;
         let wanted =
@@ -224,6 +241,13 @@ impl Launcher {
         if rows == 0 {
             return Ok(());
         }
+        let comp_lists = match &comp {
+            Some(cm) => {
+                let at = base + copy_bytes + part_bytes + list_bytes;
+                self.comp_lists(addr, cm, (ps, pp), rows, kc.ne[2], at)?
+            }
+            None => CompLists::default(),
+        };
         if n_sel.is_some() {
             let f = self.func_smem("bl_attn_sel_list", lsmem as u32)?;
             let mut l = self.args(&f);
@@ -250,15 +274,25 @@ impl Launcher {
         }
         let f = self.func_smem(name, smem as u32)?;
         let mut l = self.args(&f);
-        l.arg(&pq)
-            .arg(&pk)
-            .arg(&pv)
-            .arg(&ps)
-            .arg(&pp)
-            .arg(&list)
-            .arg(&count)
-            .arg(&n_seli)
-            .arg(&po)
+        l.arg(&pq).arg(&pk);
+        if comp.is_none() {
+            l.arg(&pv);
+        }
+        l.arg(&ps).arg(&pp).arg(&list).arg(&count).arg(&n_seli);
+        // The compressed rows' kernel: the rows, their lists and counts after the selection's.
+        let (pc, comp_len) = match &comp {
+            Some(cm) => cm.cache(addr)?,
+            None => (0, 0),
+        };
+        let n_list = comp.as_ref().map_or(0, Comp::n_list);
+        if comp.is_some() {
+            l.arg(&pc)
+                .arg(&comp_lists.list)
+                .arg(&comp_lists.count)
+                .arg(&n_list)
+                .arg(&comp_len);
+        }
+        l.arg(&po)
             .arg(&oq)
             .arg(&part)
             .arg(&nhi)
@@ -270,17 +304,19 @@ impl Launcher {
             .arg(&p.scale)
             .arg(&p.softcap)
             .arg(&wi)
-            .arg(&sinks)
-            .arg(&v_from_k)
-            .arg(&err);
+            .arg(&sinks);
+        if comp.is_none() {
+            l.arg(&v_from_k);
+        }
+        l.arg(&err);
         let cfg = LaunchConfig {
             grid_dim: (split as u32, chunks as u32, rows as u32),
             block_dim: (SEL_THREADS, 1, 1),
             shared_mem_bytes: smem as u32,
         };
-        // SAFETY: the arguments follow bl_attention_sel_<type>'s parameters; q, dst and the
-        // caches hold the shapes checked above, the lists and counts were written by the launch
-        // before, the partials of `split` runs fit the scratch sized above; slots and positions
+        // SAFETY: the arguments follow bl_attention_sel_<type>'s (or bl_attention_comp_<type>'s)
+        // parameters; q, dst and the caches (the compressed rows too) hold the shapes checked
+        // above, the lists and counts were written by the launches before, the partials of `split` runs fit the scratch sized above; slots and positions
         // are checked on the card; the block's shared memory is `smem`, the kernel's layout,
         // which the card allows.
         unsafe { l.launch(cfg) }.map_err(driver_err(name))?;
@@ -299,6 +335,7 @@ impl Launcher {
                 .arg(&ns)
                 .arg(&wi)
                 .arg(&sinks)
+                .arg(&comp_lists.count)
                 .arg(&po)
                 .arg(&oq);
             let cfg = LaunchConfig {
@@ -308,7 +345,8 @@ impl Launcher {
             };
             // SAFETY: the arguments follow bl_attn_sel_merge's parameters; the partials of
             // `split` runs of every output row were written by the launch before into the
-            // scratch sized above; dst holds rows x n_head x dv floats.
+            // scratch sized above, the compressed rows' counts (when the call has them) by the
+            // list launch; dst holds rows x n_head x dv floats.
             unsafe { l.launch(cfg) }.map_err(driver_err("bl_attn_sel_merge"))?;
         }
         if let Some(copy) = copy {
@@ -363,5 +401,39 @@ mod tests {
         assert!(takes_select_form(&p));
         let e = kernel_for(DType::Q8_0, &p).unwrap_err().to_string();
         assert!(e.contains("Q8_0 cache with sparse selection"), "{e}");
+    }
+
+    #[test]
+    fn two_source_calls_take_the_comp_kernels_over_f32_and_f16_caches() {
+        // DeepSeek-V4's ratio-4 layer: 64 heads of 512, the window ring and the picked rows.
+        let mut p = AttentionParams {
+            v_from_k: true,
+            sinks: true,
+            window: 128,
+            comp: 4,
+            comp_selected: true,
+            ..AttentionParams::gqa(64, 1, 512)
+        };
+        assert!(takes_select_form(&p));
+        assert_eq!(kernel_for(DType::F32, &p).unwrap(), "bl_attention_comp_f32");
+        assert_eq!(kernel_for(DType::F16, &p).unwrap(), "bl_attention_comp_f16");
+        let e = kernel_for(DType::Q8_0, &p).unwrap_err().to_string();
+        assert!(
+            e.contains("Q8_0 cache with values from the keys, heads of 512/512, compressed rows"),
+            "{e}"
+        );
+        // Compressed rows alone send a narrow call to the selection form too.
+        p = AttentionParams {
+            comp: 128,
+            ..AttentionParams::gqa(8, 2, 128)
+        };
+        assert!(takes_select_form(&p));
+        let src = include_str!("../../cu/attn_comp.cuh");
+        for (t, name) in [
+            ("float", "bl_attention_comp_f32"),
+            ("__half", "bl_attention_comp_f16"),
+        ] {
+            assert!(src.contains(&format!("ATTEND_COMP({name}, {t})")), "{name}");
+        }
     }
 }

@@ -32,6 +32,7 @@ use crate::probe::Bundle;
 
 mod activations;
 mod attention;
+mod attention_comp;
 mod attention_select;
 mod cache_store;
 mod compress;
