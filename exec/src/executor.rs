@@ -201,7 +201,7 @@ pub struct Executor {
     /// pass that could submit ahead).
     queue_waits: std::sync::OnceLock<bool>,
     device: Arc<Device>,
-    _arena: Option<Buffer>,
+    arena: Option<Buffer>,
 }
 
 impl Drop for Executor {
@@ -225,6 +225,11 @@ impl Executor {
     /// The resolved op calls, in the order they run.
     pub fn calls(&self) -> &[OpCall] {
         &self.calls
+    }
+
+    /// Bytes of the activation arena allocated for this pass's intermediates.
+    pub fn arena_bytes(&self) -> u64 {
+        self.arena.as_ref().map_or(0, |a| a.bytes)
     }
 
     /// Checks the graph against the device's kernels, plans and allocates its memory, and resolves
@@ -560,7 +565,7 @@ impl Executor {
             ]),
             queue_waits: std::sync::OnceLock::new(),
             device: Arc::clone(device),
-            _arena: arena,
+            arena,
         })
     }
 

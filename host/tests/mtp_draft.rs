@@ -23,6 +23,7 @@ use std::sync::Arc;
 use bloomery::synth::ClassTypes;
 use bloomery_devices::Registry;
 use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel, Readout};
+use bloomery_plugin_api::model::StateKind;
 use bloomery_plugin_api::DType;
 use bloomery_runtime::request::{Event, Finish, GenParams, ShiftParams};
 use bloomery_runtime::sampling::SamplerParams;
@@ -667,4 +668,86 @@ fn synthetic_acceptance_draws_from_the_requests_seed() {
     assert_eq!(a, b);
     assert_ne!(a, c);
     rt.shutdown().unwrap();
+}
+
+/// Slot `slot` takes in `tokens` from position `start` (one pass, no readout wanted).
+fn feed(m: &mut LoadedModel, tokens: &[u32], start: usize, slot: i32) {
+    let mut batch = rows(tokens, start, slot);
+    batch.output_rows = vec![tokens.len() as i32 - 1];
+    m.forward(&batch).unwrap();
+}
+
+/// A slot's per-sequence state saved on the device (before a verify pass) comes back bit for bit
+/// after more tokens changed it, leaving the other slot's state and the slot's positional
+/// buffers as they were; a restore without a save since the last one is refused.
+#[test]
+fn a_slots_state_saved_on_the_device_is_restored_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (mut m, tok) = load(&path);
+    let p = prompts(&tok);
+    let (a, b) = (&p[1], &p[0]);
+    feed(&mut m, a, 0, 1);
+    feed(&mut m, b, 0, 0);
+    let before = m.read_checkpoint(1).unwrap();
+    let other = m.read_checkpoint(0).unwrap();
+    m.save_sequence(1).unwrap();
+    // Slot 1 goes on; slot 0 goes on too, after the save.
+    feed(&mut m, &[5, 6, 7], a.len(), 1);
+    feed(&mut m, &[9], b.len(), 0);
+    let other_after = m.read_checkpoint(0).unwrap();
+    assert_ne!(other_after, other);
+    let moved = m.read_checkpoint(1).unwrap();
+    assert_ne!(moved, before, "the tokens after the save changed nothing");
+    let positional = m.read_slot(1, a.len() as u32 + 3).unwrap();
+    m.restore_sequence(1).unwrap();
+    assert!(m.read_checkpoint(1).unwrap() == before, "slot 1's state");
+    assert!(
+        m.read_checkpoint(0).unwrap() == other_after,
+        "slot 0's state"
+    );
+    // The positional buffers (K/V rows) keep the rows written after the save.
+    let restored = m.read_slot(1, a.len() as u32 + 3).unwrap();
+    let mut saved = before.iter();
+    for (i, (x, y)) in restored.iter().zip(&positional).enumerate() {
+        match m.spec.state[i].kind {
+            StateKind::Conv | StateKind::Recurrent => {
+                assert!(Some(x) == saved.next(), "per-sequence part {i}")
+            }
+            _ => assert!(x == y, "positional part {i}"),
+        }
+    }
+    assert!(saved.next().is_none());
+    let err = m.restore_sequence(1).unwrap_err().to_string();
+    assert!(err.contains("no state saved"), "{err}");
+    assert!(m.restore_sequence(0).is_err());
+}
+
+/// A drafting loop's pass shapes (verify passes of 1–4 rows, re-runs after refusals, the MTP
+/// block's passes) are all kept prepared: the same request a second time prepares none.
+#[test]
+fn a_drafting_loop_prepares_each_pass_shape_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (mut model, tok) = load(&path);
+    let spec = SpecConfig {
+        synth_len: Some(1.7),
+        ..SpecConfig::MTP
+    };
+    let prompt = &prompts(&tok)[1];
+    let mut counts = Vec::new();
+    for _ in 0..2 {
+        let rt = Runtime::start(model, tok.clone(), config(spec)).unwrap();
+        let mut p = params(None);
+        p.n_predict = Some(120);
+        p.sampler.seed = 4;
+        let f = answer(&rt, prompt, p).1;
+        assert!(f.n_drafted > f.n_accepted && f.n_accepted > 0, "{f:?}");
+        model = rt.shutdown().unwrap();
+        counts.push(model.executors_prepared());
+    }
+    eprintln!("executors prepared: {counts:?}");
+    // Verify passes of 4 to 1 rows, re-runs of 1 to 3, MTP passes of 1 to 4 and the prompt's.
+    assert!(counts[0] >= 12, "{counts:?}");
+    assert_eq!(counts[1], counts[0], "the second request prepared again");
 }
