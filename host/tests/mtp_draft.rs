@@ -595,7 +595,8 @@ fn mtp_drafting_with_a_fixed_acceptance_length_keeps_its_mean() {
 }
 
 /// `bloomery bench` runs decoding with drafting off and on at a fixed acceptance length, each
-/// a row of its table with the accepted drafts per verify step.
+/// a row of its table with the accepted drafts per verify step; its timed runs prepare no pass
+/// shape the warm-up run did not.
 #[test]
 fn bench_runs_drafting_off_and_on_and_prints_the_accepted_per_step() {
     let dir = tempfile::tempdir().unwrap();
@@ -642,6 +643,11 @@ fn bench_runs_drafting_off_and_on_and_prints_the_accepted_per_step() {
     assert!((len - 2.7).abs() < 0.35, "{len}\n{stdout}");
     assert!((acc + 1.0 - len).abs() < 0.011, "{acc} {len}");
     assert!(stderr.contains("verify steps"), "{stderr}");
+    // The warm-up run prepared every pass shape the timed runs use.
+    assert!(
+        stderr.contains("; 0 pass shapes prepared in the runs"),
+        "{stderr}"
+    );
 }
 
 /// Synthetic acceptance draws from the request's own seed, as llama-server's slot seeds its

@@ -1304,6 +1304,10 @@ impl<'t> Scheduler<'t> {
             m.take_in(&mut self.model, &chunks)?;
         }
         self.draft_next()?;
+        self.shared
+            .counters
+            .executors_prepared
+            .store(self.model.executors_prepared(), Ordering::Relaxed);
         if !decided.is_empty() {
             self.decide(&decided);
         }
