@@ -16,7 +16,7 @@ use bloomery_tiering::plan::{Plan, TierRequest};
 use bloomery_tiering::ExpertTier;
 
 use crate::error::{device_err, ModelError};
-use crate::executor::{BatchInputs, Bindings, Executor};
+use crate::executor::{ArenaSource, BatchInputs, Bindings, Executor};
 use crate::mlock;
 use crate::open::{open_model, Opened};
 use crate::options::LoadOptions;
@@ -30,20 +30,24 @@ use crate::weights::{load_tiered, map_weights};
 const MAX_EXECUTORS: usize = 8;
 
 /// Passes of at most this many rows count as small: decode steps, and a drafting loop's verify
-/// passes (the sampled token and its drafts, per slot), re-runs after a refusal and MTP passes.
-const SMALL_ROWS: u32 = 8;
+/// passes (each slot's sampled token and its drafts: 16 rows for 4 slots at
+/// `--spec-draft-n-max` 3), re-runs after a refusal and the MTP block's passes.
+const SMALL_ROWS: u32 = 16;
 
-/// Prepared executors of small passes kept per model, beside [`MAX_EXECUTORS`]: a drafting loop
-/// at `--spec-draft-n-max` 3 cycles through about a dozen shapes (verify passes of 1–4 rows,
-/// re-runs of 1–3, the MTP block's passes of 1–4), which a shared limit of 8 kept preparing
-/// afresh (on a GPU each time an eager pass and a graph capture). A small pass's arena is a few
-/// MiB (its rows' logits the most of it).
-const MAX_SMALL_EXECUTORS: usize = 16;
+/// Prepared executors of small passes kept per model, beside [`MAX_EXECUTORS`]. A drafting loop
+/// at `--spec-draft-n-max` 3 cycles through about a dozen shapes with one slot (verify passes
+/// of 1–4 rows, re-runs of 1–3, the MTP block's passes of 1–4) and about 40 with four (the
+/// tiny qwen35moe file, `bench -np 4`), which a shared limit of 8 kept preparing afresh (on a
+/// GPU each time an eager pass and a graph capture). Small passes share one activation arena
+/// (the largest one's), so each kept costs only its inputs, staging and captured graph.
+const MAX_SMALL_EXECUTORS: usize = 64;
 
 /// A loaded model. Field order is drop order: device buffers go before the mapping they view.
 pub struct LoadedModel {
     /// Prepared executors by (batch shape, readout), with the tick each was last used.
     pub(crate) executors: HashMap<(BatchShape, Readout), (Executor, u64)>,
+    /// The activation arena small passes share (the largest one's, made as they come).
+    small_arena: Option<Arc<Buffer>>,
     pub(crate) clock: u64,
     /// Executors prepared since load.
     pub(crate) prepared: u64,
@@ -243,6 +247,7 @@ impl LoadedModel {
         };
         let mut model = LoadedModel {
             executors: HashMap::new(),
+            small_arena: None,
             clock: 0,
             prepared: 0,
             state_buffers,
@@ -338,12 +343,23 @@ impl LoadedModel {
                 tier: self.tier.as_ref(),
             };
             let started = std::time::Instant::now();
-            let exec = Executor::prepare(&self.device, shape, &graph, &bind, self.options.graphs)?;
+            let arena = match small {
+                true => ArenaSource::Shared(&mut self.small_arena),
+                false => ArenaSource::Own,
+            };
+            let exec = Executor::prepare(
+                &self.device,
+                shape,
+                &graph,
+                &bind,
+                self.options.graphs,
+                arena,
+            )?;
             tracing::debug!(
                 "prepared the {:?} pass of {n_rows} rows and {n_outputs} outputs ({readout:?}) in {:.2} ms, arena {:.2} MiB",
                 shape.kind,
                 started.elapsed().as_secs_f64() * 1e3,
-                exec.arena_bytes() as f64 / f64::from(1 << 20)
+                exec.arena_planned() as f64 / f64::from(1 << 20)
             );
             self.prepared += 1;
             self.executors.insert(key, (exec, now));
@@ -361,6 +377,20 @@ impl LoadedModel {
     /// counts again when it returns.
     pub fn executors_prepared(&self) -> u64 {
         self.prepared
+    }
+
+    /// Bytes of the activation arenas the prepared executors hold (small passes share one) and
+    /// the bytes their plans need summed (what arenas of their own would hold).
+    pub fn arena_bytes(&self) -> (u64, u64) {
+        let mut held: HashMap<u64, u64> = HashMap::new();
+        let mut planned = 0;
+        for (exec, _) in self.executors.values() {
+            if let Some((handle, bytes)) = exec.arena() {
+                held.insert(handle, bytes);
+            }
+            planned += exec.arena_planned();
+        }
+        (held.values().sum(), planned)
     }
 
     /// Whether the plugin's one-row graph has a `logits` output.

@@ -729,8 +729,9 @@ fn a_slots_state_saved_on_the_device_is_restored_bit_for_bit() {
     assert!(m.restore_sequence(0).is_err());
 }
 
-/// A drafting loop's pass shapes (verify passes of 1–4 rows, re-runs after refusals, the MTP
-/// block's passes) are all kept prepared: the same request a second time prepares none.
+/// A drafting loop's pass shapes (verify passes of 1–4 rows a slot, re-runs after refusals,
+/// the MTP block's passes), one slot drafting and two in shared passes, are all kept prepared:
+/// the same requests a second time prepare none. The small passes share one activation arena.
 #[test]
 fn a_drafting_loop_prepares_each_pass_shape_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -740,20 +741,53 @@ fn a_drafting_loop_prepares_each_pass_shape_once() {
         synth_len: Some(1.7),
         ..SpecConfig::MTP
     };
-    let prompt = &prompts(&tok)[1];
+    let p = prompts(&tok);
+    let synth = |seed: u64| {
+        let mut p = params(None);
+        p.n_predict = Some(120);
+        p.sampler.seed = seed;
+        p
+    };
     let mut counts = Vec::new();
     for _ in 0..2 {
         let rt = Runtime::start(model, tok.clone(), config(spec)).unwrap();
-        let mut p = params(None);
-        p.n_predict = Some(120);
-        p.sampler.seed = 4;
-        let f = answer(&rt, prompt, p).1;
+        let f = answer(&rt, &p[1], synth(4)).1;
         assert!(f.n_drafted > f.n_accepted && f.n_accepted > 0, "{f:?}");
+        let reqs = vec![
+            (p[0].clone(), synth(5), Some(0)),
+            (p[2].clone(), synth(6), Some(1)),
+        ];
+        for rx in rt.submit_together_blocking(reqs).unwrap() {
+            let f = collect(rx).1;
+            assert!(f.n_drafted > f.n_accepted && f.n_accepted > 0, "{f:?}");
+        }
         model = rt.shutdown().unwrap();
         counts.push(model.executors_prepared());
     }
     eprintln!("executors prepared: {counts:?}");
-    // Verify passes of 4 to 1 rows, re-runs of 1 to 3, MTP passes of 1 to 4 and the prompt's.
-    assert!(counts[0] >= 12, "{counts:?}");
-    assert_eq!(counts[1], counts[0], "the second request prepared again");
+    // One slot: verify passes of 4 to 1 rows, re-runs of 1 to 3, MTP passes of 1 to 4 and the
+    // prompt's; two slots: more of each.
+    assert!(counts[0] >= 20, "{counts:?}");
+    assert_eq!(counts[1], counts[0], "the second requests prepared again");
+}
+
+/// Passes of 1 to 16 rows (decode, verify, re-run and MTP passes) share one activation arena
+/// instead of one each: what the arenas hold is a small part of what their plans add up to.
+#[test]
+fn small_passes_share_one_activation_arena() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (mut m, _) = load(&path);
+    let tokens: Vec<u32> = (1..=16).collect();
+    for n in 1..=16 {
+        m.forward(&rows(&tokens[..n], 0, 0)).unwrap();
+    }
+    let (held, planned) = m.arena_bytes();
+    eprintln!("arenas hold {held} bytes; planned {planned}");
+    // Own arenas: `planned` (about 8.5 times the 16-row pass's); shared, grown by doubling:
+    // under twice the 16-row pass's.
+    assert!(
+        held * 3 < planned,
+        "arenas hold {held} bytes; planned {planned}"
+    );
 }
