@@ -201,7 +201,20 @@ pub struct Executor {
     /// pass that could submit ahead).
     queue_waits: std::sync::OnceLock<bool>,
     device: Arc<Device>,
-    _arena: Option<Buffer>,
+    arena: Option<Arc<Buffer>>,
+    /// Bytes of the arena this pass's plan needs (at most the arena's).
+    planned: u64,
+}
+
+/// Where a pass's activation arena comes from.
+pub enum ArenaSource<'a> {
+    /// An allocation of its own.
+    Own,
+    /// A buffer shared with other executors, replaced by one at least twice as large when this
+    /// pass needs more (the executors holding the smaller one keep it). Sound because a model's
+    /// passes run one at a time, each waited for and its outputs read before the next is
+    /// submitted.
+    Shared(&'a mut Option<Arc<Buffer>>),
 }
 
 impl Drop for Executor {
@@ -227,15 +240,28 @@ impl Executor {
         &self.calls
     }
 
-    /// Checks the graph against the device's kernels, plans and allocates its memory, and resolves
-    /// every op call. With `graphs`, the second pass captures the calls into a device graph and
-    /// later passes replay it (where the device can capture; eager otherwise).
+    /// The activation arena this pass's intermediates use (shared or its own): its handle and
+    /// bytes.
+    pub fn arena(&self) -> Option<(u64, u64)> {
+        self.arena.as_ref().map(|a| (a.handle, a.bytes))
+    }
+
+    /// Bytes of the arena this pass's plan needs (an arena of its own would hold this many).
+    pub fn arena_planned(&self) -> u64 {
+        self.planned
+    }
+
+    /// Checks the graph against the device's kernels, plans and allocates its memory (its arena
+    /// from `arena`), and resolves every op call. With `graphs`, the second pass captures the
+    /// calls into a device graph and later passes replay it (where the device can capture;
+    /// eager otherwise).
     pub fn prepare(
         device: &Arc<Device>,
         shape: BatchShape,
         graph: &Graph,
         bind: &Bindings<'_>,
         graphs: bool,
+        arena: ArenaSource<'_>,
     ) -> Result<Executor, ExecError> {
         let missing = missing_kernels(graph, &device.capabilities);
         if !missing.is_empty() {
@@ -245,14 +271,26 @@ impl Executor {
             });
         }
         let plan = plan_arena(graph).map_err(ExecError::BadGraph)?;
-        let arena = if plan.size > 0 {
-            Some(
-                device
-                    .alloc(plan.size)
-                    .map_err(dev("allocating the activation arena"))?,
-            )
-        } else {
-            None
+        let alloc = |bytes: u64| {
+            device
+                .alloc(bytes)
+                .map(Arc::new)
+                .map_err(dev("allocating the activation arena"))
+        };
+        let arena = match arena {
+            _ if plan.size == 0 => None,
+            ArenaSource::Own => Some(alloc(plan.size)?),
+            ArenaSource::Shared(shared) => match shared {
+                Some(a) if a.bytes >= plan.size => Some(Arc::clone(a)),
+                _ => {
+                    // At least twice the last: the arenas older executors keep add up to less
+                    // than the newest.
+                    let last = shared.as_ref().map_or(0, |a| a.bytes);
+                    let a = alloc(plan.size.max(2 * last))?;
+                    *shared = Some(Arc::clone(&a));
+                    Some(a)
+                }
+            },
         };
         let n = graph.tensors.len();
         let mut refs: Vec<Option<TensorRef>> = vec![None; n];
@@ -560,7 +598,8 @@ impl Executor {
             ]),
             queue_waits: std::sync::OnceLock::new(),
             device: Arc::clone(device),
-            _arena: arena,
+            arena,
+            planned: plan.size,
         })
     }
 

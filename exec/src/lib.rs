@@ -18,6 +18,7 @@ pub mod readout;
 mod shift;
 mod shift_plan;
 mod snapshot;
+mod spare;
 mod state;
 pub mod support;
 pub mod view;

@@ -16,7 +16,7 @@ use bloomery_tiering::plan::{Plan, TierRequest};
 use bloomery_tiering::ExpertTier;
 
 use crate::error::{device_err, ModelError};
-use crate::executor::{BatchInputs, Bindings, Executor};
+use crate::executor::{ArenaSource, BatchInputs, Bindings, Executor};
 use crate::mlock;
 use crate::open::{open_model, Opened};
 use crate::options::LoadOptions;
@@ -25,19 +25,39 @@ use crate::readout::{graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT};
 use crate::state::allocate_state;
 use crate::weights::{load_tiered, map_weights};
 
-/// Prepared executors kept per model; the least recently used beyond this is dropped.
+/// Prepared executors of passes of more than [`SMALL_ROWS`] rows kept per model; the least
+/// recently used beyond this is dropped.
 const MAX_EXECUTORS: usize = 8;
+
+/// Passes of at most this many rows count as small: decode steps, and a drafting loop's verify
+/// passes (each slot's sampled token and its drafts: 16 rows for 4 slots at
+/// `--spec-draft-n-max` 3), re-runs after a refusal and the MTP block's passes.
+const SMALL_ROWS: u32 = 16;
+
+/// Prepared executors of small passes kept per model, beside [`MAX_EXECUTORS`]. A drafting loop
+/// at `--spec-draft-n-max` 3 cycles through about a dozen shapes with one slot (verify passes
+/// of 1–4 rows, re-runs of 1–3, the MTP block's passes of 1–4) and about 40 with four (the
+/// tiny qwen35moe file, `bench -np 4`), which a shared limit of 8 kept preparing afresh (on a
+/// GPU each time an eager pass and a graph capture). Small passes share one activation arena
+/// (the largest one's), so each kept costs only its inputs, staging and captured graph.
+const MAX_SMALL_EXECUTORS: usize = 64;
 
 /// A loaded model. Field order is drop order: device buffers go before the mapping they view.
 pub struct LoadedModel {
     /// Prepared executors by (batch shape, readout), with the tick each was last used.
     pub(crate) executors: HashMap<(BatchShape, Readout), (Executor, u64)>,
+    /// The activation arena small passes share (the largest one's, made as they come).
+    small_arena: Option<Arc<Buffer>>,
     pub(crate) clock: u64,
+    /// Executors prepared since load.
+    pub(crate) prepared: u64,
     pub(crate) state_buffers: Vec<Buffer>,
     pub(crate) state: Vec<TensorRef>,
     /// Page-locked memory that slot states are copied out through, made at the first copy or at
     /// a server's start (`snapshot.rs`).
     pub(crate) snapshot_staging: std::sync::Mutex<Option<Staging>>,
+    /// Device-side copies of slots' per-sequence state, for refused drafts (`spare.rs`).
+    pub(crate) spare: crate::spare::SpareState,
     /// What moving cached positions does to each state buffer (`shift.rs`), worked out at the
     /// first shift.
     pub(crate) shift: std::sync::OnceLock<crate::shift_plan::ShiftPlan>,
@@ -227,10 +247,13 @@ impl LoadedModel {
         };
         let mut model = LoadedModel {
             executors: HashMap::new(),
+            small_arena: None,
             clock: 0,
+            prepared: 0,
             state_buffers,
             state,
             snapshot_staging: std::sync::Mutex::new(None),
+            spare: crate::spare::SpareState::default(),
             shift: std::sync::OnceLock::new(),
             _weight_buffers: weight_buffers,
             weights,
@@ -278,11 +301,19 @@ impl LoadedModel {
         self.clock += 1;
         let now = self.clock;
         if !self.executors.contains_key(&key) {
-            // A server sees many batch shapes: keep the most recently used few.
-            while self.executors.len() >= MAX_EXECUTORS {
+            // A server sees many batch shapes: keep the most recently used few, small passes
+            // and larger ones each in their own count.
+            let small = n_rows <= SMALL_ROWS;
+            let max = match small {
+                true => MAX_SMALL_EXECUTORS,
+                false => MAX_EXECUTORS,
+            };
+            let alike = |k: &(BatchShape, Readout)| (k.0.n_rows <= SMALL_ROWS) == small;
+            while self.executors.keys().filter(|k| alike(k)).count() >= max {
                 let oldest = self
                     .executors
                     .iter()
+                    .filter(|(k, _)| alike(k))
                     .min_by_key(|(_, e)| e.1)
                     .map(|(k, _)| *k);
                 match oldest {
@@ -312,12 +343,25 @@ impl LoadedModel {
                 tier: self.tier.as_ref(),
             };
             let started = std::time::Instant::now();
-            let exec = Executor::prepare(&self.device, shape, &graph, &bind, self.options.graphs)?;
+            let arena = match small {
+                true => ArenaSource::Shared(&mut self.small_arena),
+                false => ArenaSource::Own,
+            };
+            let exec = Executor::prepare(
+                &self.device,
+                shape,
+                &graph,
+                &bind,
+                self.options.graphs,
+                arena,
+            )?;
             tracing::debug!(
-                "prepared the {:?} pass of {n_rows} rows and {n_outputs} outputs ({readout:?}) in {:.2} ms",
+                "prepared the {:?} pass of {n_rows} rows and {n_outputs} outputs ({readout:?}) in {:.2} ms, arena {:.2} MiB",
                 shape.kind,
-                started.elapsed().as_secs_f64() * 1e3
+                started.elapsed().as_secs_f64() * 1e3,
+                exec.arena_planned() as f64 / f64::from(1 << 20)
             );
+            self.prepared += 1;
             self.executors.insert(key, (exec, now));
         }
         let entry = self
@@ -326,6 +370,27 @@ impl LoadedModel {
             .ok_or_else(|| ModelError::Request("executor cache lost an entry".into()))?;
         entry.1 = now;
         Ok(&entry.0)
+    }
+
+    /// How many pass executors (a graph of one batch shape and readout, its memory planned and
+    /// allocated) were prepared since load: a shape whose executor was dropped for newer ones
+    /// counts again when it returns.
+    pub fn executors_prepared(&self) -> u64 {
+        self.prepared
+    }
+
+    /// Bytes of the activation arenas the prepared executors hold (small passes share one) and
+    /// the bytes their plans need summed (what arenas of their own would hold).
+    pub fn arena_bytes(&self) -> (u64, u64) {
+        let mut held: HashMap<u64, u64> = HashMap::new();
+        let mut planned = 0;
+        for (exec, _) in self.executors.values() {
+            if let Some((handle, bytes)) = exec.arena() {
+                held.insert(handle, bytes);
+            }
+            planned += exec.arena_planned();
+        }
+        (held.values().sum(), planned)
     }
 
     /// Whether the plugin's one-row graph has a `logits` output.

@@ -137,7 +137,7 @@ impl LoadedModel {
 
     /// Byte offset and length of slot `slot`'s first `n_pos` positions in state buffer `i`
     /// (its whole row for per-sequence kinds).
-    fn extent(&self, i: usize, slot: u32, n_pos: u32) -> (u64, usize) {
+    pub(crate) fn extent(&self, i: usize, slot: u32, n_pos: u32) -> (u64, usize) {
         let r = &self.state[i];
         let rows = match self.spec.state[i].kind {
             StateKind::Keys | StateKind::Values | StateKind::Latent => {
@@ -151,7 +151,7 @@ impl LoadedModel {
         (u64::from(slot) * r.nb[2], (rows * r.nb[1]) as usize)
     }
 
-    fn check_slot(&self, slot: u32, n_pos: u32) -> Result<(), ModelError> {
+    pub(crate) fn check_slot(&self, slot: u32, n_pos: u32) -> Result<(), ModelError> {
         if slot >= self.options.n_slots || n_pos > self.options.ctx_per_slot {
             return Err(ModelError::Request(format!(
                 "slot {slot} with {n_pos} positions (the model has {} slots of {})",
@@ -233,7 +233,7 @@ impl LoadedModel {
 
     /// Whether state buffer `i` is kept per sequence (convolution or recurrent) rather than per
     /// position.
-    fn per_sequence(&self, i: usize) -> bool {
+    pub(crate) fn per_sequence(&self, i: usize) -> bool {
         matches!(
             self.spec.state[i].kind,
             StateKind::Conv | StateKind::Recurrent

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use bloomery::synth::ClassTypes;
 use bloomery_devices::Registry;
 use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel, Readout};
+use bloomery_plugin_api::model::StateKind;
 use bloomery_plugin_api::DType;
 use bloomery_runtime::request::{Event, Finish, GenParams, ShiftParams};
 use bloomery_runtime::sampling::SamplerParams;
@@ -594,7 +595,8 @@ fn mtp_drafting_with_a_fixed_acceptance_length_keeps_its_mean() {
 }
 
 /// `bloomery bench` runs decoding with drafting off and on at a fixed acceptance length, each
-/// a row of its table with the accepted drafts per verify step.
+/// a row of its table with the accepted drafts per verify step; its timed runs prepare no pass
+/// shape the warm-up run did not.
 #[test]
 fn bench_runs_drafting_off_and_on_and_prints_the_accepted_per_step() {
     let dir = tempfile::tempdir().unwrap();
@@ -641,6 +643,11 @@ fn bench_runs_drafting_off_and_on_and_prints_the_accepted_per_step() {
     assert!((len - 2.7).abs() < 0.35, "{len}\n{stdout}");
     assert!((acc + 1.0 - len).abs() < 0.011, "{acc} {len}");
     assert!(stderr.contains("verify steps"), "{stderr}");
+    // The warm-up run prepared every pass shape the timed runs use.
+    assert!(
+        stderr.contains("; 0 pass shapes prepared in the runs"),
+        "{stderr}"
+    );
 }
 
 /// Synthetic acceptance draws from the request's own seed, as llama-server's slot seeds its
@@ -667,4 +674,120 @@ fn synthetic_acceptance_draws_from_the_requests_seed() {
     assert_eq!(a, b);
     assert_ne!(a, c);
     rt.shutdown().unwrap();
+}
+
+/// Slot `slot` takes in `tokens` from position `start` (one pass, no readout wanted).
+fn feed(m: &mut LoadedModel, tokens: &[u32], start: usize, slot: i32) {
+    let mut batch = rows(tokens, start, slot);
+    batch.output_rows = vec![tokens.len() as i32 - 1];
+    m.forward(&batch).unwrap();
+}
+
+/// A slot's per-sequence state saved on the device (before a verify pass) comes back bit for bit
+/// after more tokens changed it, leaving the other slot's state and the slot's positional
+/// buffers as they were; a restore without a save since the last one is refused.
+#[test]
+fn a_slots_state_saved_on_the_device_is_restored_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (mut m, tok) = load(&path);
+    let p = prompts(&tok);
+    let (a, b) = (&p[1], &p[0]);
+    feed(&mut m, a, 0, 1);
+    feed(&mut m, b, 0, 0);
+    let before = m.read_checkpoint(1).unwrap();
+    let other = m.read_checkpoint(0).unwrap();
+    m.save_sequence(1).unwrap();
+    // Slot 1 goes on; slot 0 goes on too, after the save.
+    feed(&mut m, &[5, 6, 7], a.len(), 1);
+    feed(&mut m, &[9], b.len(), 0);
+    let other_after = m.read_checkpoint(0).unwrap();
+    assert_ne!(other_after, other);
+    let moved = m.read_checkpoint(1).unwrap();
+    assert_ne!(moved, before, "the tokens after the save changed nothing");
+    let positional = m.read_slot(1, a.len() as u32 + 3).unwrap();
+    m.restore_sequence(1).unwrap();
+    assert!(m.read_checkpoint(1).unwrap() == before, "slot 1's state");
+    assert!(
+        m.read_checkpoint(0).unwrap() == other_after,
+        "slot 0's state"
+    );
+    // The positional buffers (K/V rows) keep the rows written after the save.
+    let restored = m.read_slot(1, a.len() as u32 + 3).unwrap();
+    let mut saved = before.iter();
+    for (i, (x, y)) in restored.iter().zip(&positional).enumerate() {
+        match m.spec.state[i].kind {
+            StateKind::Conv | StateKind::Recurrent => {
+                assert!(Some(x) == saved.next(), "per-sequence part {i}")
+            }
+            _ => assert!(x == y, "positional part {i}"),
+        }
+    }
+    assert!(saved.next().is_none());
+    let err = m.restore_sequence(1).unwrap_err().to_string();
+    assert!(err.contains("no state saved"), "{err}");
+    assert!(m.restore_sequence(0).is_err());
+}
+
+/// A drafting loop's pass shapes (verify passes of 1–4 rows a slot, re-runs after refusals,
+/// the MTP block's passes), one slot drafting and two in shared passes, are all kept prepared:
+/// the same requests a second time prepare none. The small passes share one activation arena.
+#[test]
+fn a_drafting_loop_prepares_each_pass_shape_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (mut model, tok) = load(&path);
+    let spec = SpecConfig {
+        synth_len: Some(1.7),
+        ..SpecConfig::MTP
+    };
+    let p = prompts(&tok);
+    let synth = |seed: u64| {
+        let mut p = params(None);
+        p.n_predict = Some(120);
+        p.sampler.seed = seed;
+        p
+    };
+    let mut counts = Vec::new();
+    for _ in 0..2 {
+        let rt = Runtime::start(model, tok.clone(), config(spec)).unwrap();
+        let f = answer(&rt, &p[1], synth(4)).1;
+        assert!(f.n_drafted > f.n_accepted && f.n_accepted > 0, "{f:?}");
+        let reqs = vec![
+            (p[0].clone(), synth(5), Some(0)),
+            (p[2].clone(), synth(6), Some(1)),
+        ];
+        for rx in rt.submit_together_blocking(reqs).unwrap() {
+            let f = collect(rx).1;
+            assert!(f.n_drafted > f.n_accepted && f.n_accepted > 0, "{f:?}");
+        }
+        model = rt.shutdown().unwrap();
+        counts.push(model.executors_prepared());
+    }
+    eprintln!("executors prepared: {counts:?}");
+    // One slot: verify passes of 4 to 1 rows, re-runs of 1 to 3, MTP passes of 1 to 4 and the
+    // prompt's; two slots: more of each.
+    assert!(counts[0] >= 20, "{counts:?}");
+    assert_eq!(counts[1], counts[0], "the second requests prepared again");
+}
+
+/// Passes of 1 to 16 rows (decode, verify, re-run and MTP passes) share one activation arena
+/// instead of one each: what the arenas hold is a small part of what their plans add up to.
+#[test]
+fn small_passes_share_one_activation_arena() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (mut m, _) = load(&path);
+    let tokens: Vec<u32> = (1..=16).collect();
+    for n in 1..=16 {
+        m.forward(&rows(&tokens[..n], 0, 0)).unwrap();
+    }
+    let (held, planned) = m.arena_bytes();
+    eprintln!("arenas hold {held} bytes; planned {planned}");
+    // Own arenas: `planned` (about 8.5 times the 16-row pass's); shared, grown by doubling:
+    // under twice the 16-row pass's.
+    assert!(
+        held * 3 < planned,
+        "arenas hold {held} bytes; planned {planned}"
+    );
 }

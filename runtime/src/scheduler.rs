@@ -881,9 +881,9 @@ impl<'t> Scheduler<'t> {
         // embeddings, and with the MTP block drafting, every generation row's final-norm row.
         let (mut logits, mut embeddings) = (false, false);
         let reads_rows = self.drafter.as_ref().is_some_and(Drafter::reads_rows);
-        // The per-sequence state of each slot whose drafted tokens this pass evaluates, as it
-        // was before: a refused draft rolls back to it.
-        let mut saved: Vec<(usize, Vec<Vec<u8>>)> = Vec::new();
+        // Slots whose drafted tokens this pass evaluates, their per-sequence state saved on the
+        // device before it: a refused draft rolls back to it.
+        let mut saved: Vec<usize> = Vec::new();
         // Generated tokens first: one row per slot, or a run schemajump forced as one chunk
         // (split over passes when it does not fit; its last row gives the next logits), then
         // the slot's drafted tokens, each row an output that verifies the next. A draft that
@@ -921,10 +921,10 @@ impl<'t> Scheduler<'t> {
             logits |= outputs > 0;
             embeddings |= reads_rows;
             if outputs > 1 && self.rewind.per_sequence {
-                let parts = self.model.read_checkpoint(slot.id as u32).map_err(|e| {
+                self.model.save_sequence(slot.id as u32).map_err(|e| {
                     format!("slot {}: saving its state before a draft: {e}", slot.id)
                 })?;
-                saved.push((slot.id, parts));
+                saved.push(slot.id);
             }
             plan.push(Planned {
                 id: slot.id,
@@ -1073,8 +1073,8 @@ impl<'t> Scheduler<'t> {
         // Generation rows the MTP block takes in: (slot, first position, tokens, first output
         // row, rows kept).
         let mut taken: Vec<(usize, usize, Vec<u32>, usize, usize)> = Vec::new();
-        // Slots whose refused drafts roll back: (slot, first position, state before the pass).
-        let mut refused: Vec<(usize, usize, Vec<Vec<u8>>)> = Vec::new();
+        // Slots whose refused drafts roll back: (slot, first position of the pass).
+        let mut refused: Vec<(usize, usize)> = Vec::new();
         for Planned {
             id,
             tokens: toks,
@@ -1276,8 +1276,9 @@ impl<'t> Scheduler<'t> {
             // goes back to before the pass and takes in the kept tokens again.
             let kept = verified + accepted;
             if kept < slot.cached.len() {
-                if let Some(i) = saved.iter().position(|s| s.0 == id) {
-                    refused.push((id, start, saved.swap_remove(i).1));
+                if let Some(i) = saved.iter().position(|&s| s == id) {
+                    saved.swap_remove(i);
+                    refused.push((id, start));
                 }
             }
             slot.keep(kept);
@@ -1303,17 +1304,22 @@ impl<'t> Scheduler<'t> {
             m.take_in(&mut self.model, &chunks)?;
         }
         self.draft_next()?;
+        self.shared
+            .counters
+            .executors_prepared
+            .store(self.model.executors_prepared(), Ordering::Relaxed);
         if !decided.is_empty() {
             self.decide(&decided);
         }
         Ok(())
     }
 
-    /// Puts each slot of `refused` back to the state saved before the pass at its first
-    /// position and runs the tokens it keeps from there again, all in one pass without
-    /// outputs: its per-sequence state then holds exactly the kept tokens. (Positional caches
-    /// need nothing: rows past the kept ones are written again before any row reads them.)
-    fn roll_back(&mut self, refused: &[(usize, usize, Vec<Vec<u8>>)]) -> Result<(), String> {
+    /// Puts each slot of `refused` back to the state saved on the device before the pass at
+    /// its first position and runs the tokens it keeps from there again, all in one pass
+    /// without outputs: its per-sequence state then holds exactly the kept tokens. (Positional
+    /// caches need nothing: rows past the kept ones are written again before any row reads
+    /// them.)
+    fn roll_back(&mut self, refused: &[(usize, usize)]) -> Result<(), String> {
         if refused.is_empty() {
             return Ok(());
         }
@@ -1324,9 +1330,9 @@ impl<'t> Scheduler<'t> {
             output_rows: Vec::new(),
             ngram_rows: Vec::new(),
         };
-        for (id, start, parts) in refused {
+        for (id, start) in refused {
             self.model
-                .write_checkpoint(*id as u32, parts)
+                .restore_sequence(*id as u32)
                 .map_err(|e| format!("slot {id}: rolling back a refused draft: {e}"))?;
             let cached = &self.slots[*id].cached;
             for (p, &t) in cached.iter().enumerate().skip(*start) {

@@ -32,6 +32,9 @@ pub struct Counters {
     pub predicted_us: AtomicU64,
     /// Forward passes.
     pub decode_calls: AtomicU64,
+    /// Pass executors the model prepared since load (a batch shape's graph planned and its
+    /// memory allocated; a shape dropped for newer ones counts again when it returns).
+    pub executors_prepared: AtomicU64,
     /// Busy slots summed over passes.
     pub busy_slot_passes: AtomicU64,
     /// Requests waiting for a slot.

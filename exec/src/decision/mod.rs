@@ -29,7 +29,7 @@ use bloomery_plugin_api::tensor::TensorRef;
 use bloomery_plugin_api::weights::{WeightRef, WeightTable};
 use bloomery_plugin_api::DType;
 
-use crate::executor::{BatchInputs, Bindings, Executor};
+use crate::executor::{ArenaSource, BatchInputs, Bindings, Executor};
 use crate::model::LoadedModel;
 use crate::support::{missing_kernels, MissingKernel};
 use crate::view::file_view;
@@ -415,7 +415,7 @@ impl DecisionHead {
             state: &[],
             tier: None,
         };
-        let exec = Executor::prepare(device, batch, &graph, &bind, false)?;
+        let exec = Executor::prepare(device, batch, &graph, &bind, false, ArenaSource::Own)?;
         Ok(Prepared {
             exec,
             inputs,

@@ -1,0 +1,76 @@
+//! A device-side copy of a slot's per-sequence state (convolution and recurrent), taken before
+//! a pass that evaluates drafted tokens and copied back when a draft is refused: the bytes never
+//! leave the device, where [`LoadedModel::read_checkpoint`] brings them to the host.
+
+use bloomery_devices::Buffer;
+
+use crate::error::{device_err, ModelError};
+use crate::model::LoadedModel;
+
+/// Spare buffers laid out as the model's per-sequence state buffers, made at the first save.
+#[derive(Default)]
+pub(crate) struct SpareState {
+    /// Per per-sequence state buffer (declaration order): its index and its spare.
+    buffers: Vec<(usize, Buffer)>,
+    /// Per slot: a save not yet restored.
+    saved: Vec<bool>,
+}
+
+impl LoadedModel {
+    /// Copies slot `slot`'s per-sequence state into its spare on the device, ordered after the
+    /// calls submitted so far (the spare buffers are allocated on the first call: the size of
+    /// the per-sequence state buffers, every slot's).
+    pub fn save_sequence(&mut self, slot: u32) -> Result<(), ModelError> {
+        self.check_slot(slot, 0)?;
+        if self.spare.saved.is_empty() {
+            let mut buffers = Vec::new();
+            for (i, b) in self.state_buffers.iter().enumerate() {
+                if self.per_sequence(i) {
+                    let spare = self.device.alloc(b.bytes).map_err(device_err(&format!(
+                        "allocating the spare of state buffer {i} ({} bytes)",
+                        b.bytes
+                    )))?;
+                    buffers.push((i, spare));
+                }
+            }
+            self.spare.buffers = buffers;
+            self.spare.saved = vec![false; self.options.n_slots as usize];
+        }
+        for (i, spare) in &self.spare.buffers {
+            let (offset, len) = self.extent(*i, slot, 0);
+            self.device
+                .copy(
+                    (self.state[*i].buffer, offset),
+                    (spare.handle, offset),
+                    len as u64,
+                )
+                .map_err(device_err("saving a slot's state on the device"))?;
+        }
+        self.spare.saved[slot as usize] = true;
+        Ok(())
+    }
+
+    /// Copies back what [`LoadedModel::save_sequence`] saved of slot `slot`, ordered after the
+    /// calls submitted so far; its positional buffers are left as they are. A slot with no save
+    /// since its last restore is refused.
+    pub fn restore_sequence(&mut self, slot: u32) -> Result<(), ModelError> {
+        self.check_slot(slot, 0)?;
+        if !self.spare.saved.get(slot as usize).is_some_and(|&s| s) {
+            return Err(ModelError::Request(format!(
+                "slot {slot} has no state saved on the device to restore"
+            )));
+        }
+        for (i, spare) in &self.spare.buffers {
+            let (offset, len) = self.extent(*i, slot, 0);
+            self.device
+                .copy(
+                    (spare.handle, offset),
+                    (self.state[*i].buffer, offset),
+                    len as u64,
+                )
+                .map_err(device_err("restoring a slot's state on the device"))?;
+        }
+        self.spare.saved[slot as usize] = false;
+        Ok(())
+    }
+}
