@@ -182,6 +182,9 @@ pub fn load_tiered(
     let mut stream: Vec<Vec<(HostSlice, TensorRef)>> = vec![Vec::new(); plan.layers.len()];
     let mut card_stacks: Vec<Vec<TensorRef>> = vec![Vec::new(); plan.layers.len()];
     let mut sources: Vec<Vec<StackSource>> = vec![Vec::new(); plan.layers.len()];
+    // Each layer's stacks arrive in the order the model declares its weights; the MoE call names
+    // them in its own (gate, up, down): the position of each among the call's.
+    let mut positions: Vec<Vec<usize>> = vec![Vec::new(); plan.layers.len()];
     // Every weight the card holds lies in one allocation, at these offsets: the driver rounds
     // each allocation up to whole 2 MiB pages, and one allocation a tensor cost the 30B-A3B file
     // about 230 MiB of card memory with every expert on the host (docs/performance.md).
@@ -220,7 +223,7 @@ pub fn load_tiered(
             });
             continue;
         }
-        let Some(&(li, _)) = stack_of.get(&i) else {
+        let Some(&(li, k)) = stack_of.get(&i) else {
             card.write(&arena, at, data)
                 .map_err(device_err("copying weights to the card"))?;
             copied.advance(data.len() as u64);
@@ -243,6 +246,7 @@ pub fn load_tiered(
             ne,
             nb,
         };
+        positions[li].push(k);
         host_stacks[li].push(full);
         sources[li].push(StackSource {
             part: t.part,
@@ -338,18 +342,19 @@ pub fn load_tiered(
             .map_err(device_err("allocating an expert map"))?;
         host.write(&hbuf, 0, i32_bytes(&host_map))
             .map_err(device_err("writing an expert map"))?;
+        let order = &positions[li];
         layers.push(TierLayer {
             first_stack: l.stacks[0],
             n_card: next as u32,
             card_map: map_ref(&cbuf),
-            host_stacks: std::mem::take(&mut host_stacks[li]),
+            host_stacks: in_call_order(std::mem::take(&mut host_stacks[li]), order),
             host_map: map_ref(&hbuf),
-            stream: std::mem::take(&mut stream[li]),
-            card_stacks: std::mem::take(&mut card_stacks[li]),
+            stream: in_call_order(std::mem::take(&mut stream[li]), order),
+            card_stacks: in_call_order(std::mem::take(&mut card_stacks[li]), order),
             bus_stacks: Vec::new(),
             part_maps: Vec::new(),
         });
-        layer_sources.push(std::mem::take(&mut sources[li]));
+        layer_sources.push(in_call_order(std::mem::take(&mut sources[li]), order));
         let on_card: Vec<u32> = (0..l.n_expert).filter(|&e| here[e as usize]).collect();
         routing.push(LayerResidency::new(l.n_expert as usize, &on_card));
         card_buffers.push(cbuf);
@@ -461,6 +466,14 @@ pub fn load_tiered(
             host,
         },
     ))
+}
+
+/// A layer's per-stack entries `v`, gathered in the order the model declares its weights, in the
+/// order its MoE call names the stacks (`order[i]`: entry `i`'s position among them).
+fn in_call_order<T>(v: Vec<T>, order: &[usize]) -> Vec<T> {
+    let mut placed: Vec<(usize, T)> = order.iter().copied().zip(v).collect();
+    placed.sort_by_key(|&(k, _)| k);
+    placed.into_iter().map(|(_, t)| t).collect()
 }
 
 /// Writes every layer's part maps ([`TierLayer::part_maps`], `parts` each) into one card
