@@ -1346,8 +1346,14 @@ impl<'t> Scheduler<'t> {
                 n.extend_rows(before, kept, &mut batch.ngram_rows);
             }
         }
+        // Nothing is read: with the MTP block drafting (whose passes read final-norm rows, so
+        // the graph has them) the pass stops at the final norm, skipping the output head.
+        let readout = match self.drafter.as_ref().is_some_and(Drafter::reads_rows) {
+            true => Readout::Embeddings,
+            false => Readout::Logits,
+        };
         self.model
-            .forward_reading(&batch, Readout::Logits)
+            .forward_reading(&batch, readout)
             .map_err(|e| format!("taking in the kept tokens after a refused draft: {e}"))?;
         Ok(())
     }
