@@ -50,7 +50,9 @@
 #                                 (experts Q4_K, the rest Q8_0, about 20 GB in /dev/shm) under each
 #                                 placement, then of the glm5 file (NextN, one draft a step) with
 #                                 GLM_LENS; drafting off and on at each fixed acceptance length in
-#                                 one bench; the tables at the end.
+#                                 one bench, at each of STREAMS (`-np`); the tables at the end,
+#                                 each drafting line with the pass shapes its timed runs prepared
+#                                 (0 when the warm-up prepared them all).
 #
 # Settings (environment):
 #   OUT         folder that receives the packed logs and the tables.
@@ -67,6 +69,7 @@
 #   LENS        mtpspeed: --spec-synth-len values for the 35b-mtp file: mean tokens a verify step
 #               keeps, the target's own included, as llama-server's (default 1.2,1.7,2.2,2.4,2.8).
 #   GLM_LENS    mtpspeed: the same for the glm5 file (default 1.7; "" leaves the glm5 file out).
+#   STREAMS     mtpspeed: bench's -np values, space-separated (default 1; issue 48 asks 1 2 4).
 #   DEPTHS      solar2speed, glm5speed: bench's (and llama-bench's) -d list (default
 #               512,16384; glm5speed 512,8192).
 #   LLAMA_PLACEMENTS  compare, glm5speed: llama-bench's flags, ';'-separated (default below;
@@ -852,7 +855,7 @@ glm5speed_suite() {
 # ---- mtpspeed ----
 
 mtpspeed_suite() {
-  local f p log name lens placements
+  local f p np log name lens placements
   IFS=';' read -r -a placements <<< "${PLACEMENTS:-"-ngl 99;-ngl 99 -cmoe"}"
   for name in 35b-mtp glm5; do
     lens=${LENS:-1.2,1.7,2.2,2.4,2.8}
@@ -862,14 +865,17 @@ mtpspeed_suite() {
     fi
     f=$(big_file "$name") || { fail "synth $name"; continue; }
     for p in "${placements[@]}"; do
-      log="$out/mtp-$name-$(slug "$p").txt"
-      # shellcheck disable=SC2086
-      if bl bench -m "$f" -p 0 -n 128 -r 2 --spec-type none,draft-mtp --spec-synth-len "$lens" $p \
-        > "$log" 2>&1; then
-        { echo "$name \`$p\`:"; grep -E "\||accepted" "$log"; echo; } | tee -a "$out/table.md"
-      else
-        fail "mtpspeed $name '$p': $(why "$log") [$log]"
-      fi
+      for np in ${STREAMS:-1}; do
+        log="$out/mtp-$name-$(slug "$p")-np$np.txt"
+        # shellcheck disable=SC2086
+        if bl bench -m "$f" -p 0 -n 128 -r 2 -np "$np" --spec-type none,draft-mtp \
+          --spec-synth-len "$lens" $p > "$log" 2>&1; then
+          { echo "$name \`$p\` -np $np:"; grep -E "\||accepted" "$log"; echo; } \
+            | tee -a "$out/table.md"
+        else
+          fail "mtpspeed $name '$p' -np $np: $(why "$log") [$log]"
+        fi
+      done
     done
   done
   finish

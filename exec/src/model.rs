@@ -473,6 +473,8 @@ impl LoadedModel {
 
     /// Runs one pass over a batch and reads back what `readout` asks for its output rows, in the
     /// order of `batch.output_rows`: `n_vocab` logits and/or `n_embd` final-norm values a row.
+    /// A batch without output rows reads nothing and runs the graph `readout` gives (with
+    /// [`Readout::Embeddings`] cut after the final norm: no output head).
     pub fn forward_reading(
         &mut self,
         batch: &BatchInputs,
@@ -486,8 +488,7 @@ impl LoadedModel {
             // row (kernels need not handle empty tensors); its logits are dropped.
             let mut one = batch.clone();
             one.output_rows.push(rows as i32 - 1);
-            self.executor(rows as u32, 1, Readout::Logits)?
-                .run(&device, &one)?;
+            self.executor(rows as u32, 1, readout)?.run(&device, &one)?;
             self.rebalance()?;
             return Ok(PassOutputs::default());
         }

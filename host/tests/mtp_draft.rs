@@ -729,6 +729,27 @@ fn a_slots_state_saved_on_the_device_is_restored_bit_for_bit() {
     assert!(m.restore_sequence(0).is_err());
 }
 
+/// A runtime that drafts makes the device copy of the slots' recurrent state at start (so a
+/// device without room turns drafting off there, by name); one that does not draft makes none.
+#[test]
+fn a_drafting_runtime_reserves_the_state_copy_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (model, tok) = load(&path);
+    let off = Runtime::start(model, tok.clone(), config(SpecConfig::OFF)).unwrap();
+    let model = off.shutdown().unwrap();
+    assert_eq!(model.sequence_spare_bytes(), 0);
+    // Every slot's per-sequence state (conv and recurrent): one spare byte for each.
+    let per_sequence: u64 = (0..2)
+        .flat_map(|s| model.read_checkpoint(s).unwrap())
+        .map(|p| p.len() as u64)
+        .sum();
+    let on = Runtime::start(model, tok, config(SpecConfig::MTP)).unwrap();
+    let model = on.shutdown().unwrap();
+    assert!(per_sequence > 0);
+    assert_eq!(model.sequence_spare_bytes(), per_sequence);
+}
+
 /// A drafting loop's pass shapes (verify passes of 1–4 rows a slot, re-runs after refusals,
 /// the MTP block's passes), one slot drafting and two in shared passes, are all kept prepared:
 /// the same requests a second time prepare none. The small passes share one activation arena.

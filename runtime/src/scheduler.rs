@@ -131,7 +131,7 @@ struct Scheduler<'t> {
 /// Runs the scheduler on the current thread until every job sender is gone and nothing runs;
 /// gives the model back.
 pub(crate) fn run(
-    model: LoadedModel,
+    mut model: LoadedModel,
     head: Option<DecisionHead>,
     tok: Arc<Tokenizer>,
     cfg: RuntimeConfig,
@@ -164,7 +164,8 @@ pub(crate) fn run(
     let n_slots = model.options.n_slots as usize;
     let n_vocab = model.spec.hparams.n_vocab as usize;
     let n_embd = model.spec.hparams.n_embd as usize;
-    let drafter = drafter_of(&model, cfg.spec, rewind, source);
+    let drafter =
+        drafter_of(&model, cfg.spec, rewind, source).filter(|_| rollback_ready(&mut model, rewind));
     let mut s = Scheduler {
         model,
         tok: &tok,
@@ -1345,8 +1346,14 @@ impl<'t> Scheduler<'t> {
                 n.extend_rows(before, kept, &mut batch.ngram_rows);
             }
         }
+        // Nothing is read: with the MTP block drafting (whose passes read final-norm rows, so
+        // the graph has them) the pass stops at the final norm, skipping the output head.
+        let readout = match self.drafter.as_ref().is_some_and(Drafter::reads_rows) {
+            true => Readout::Embeddings,
+            false => Readout::Logits,
+        };
         self.model
-            .forward_reading(&batch, Readout::Logits)
+            .forward_reading(&batch, readout)
             .map_err(|e| format!("taking in the kept tokens after a refused draft: {e}"))?;
         Ok(())
     }
@@ -1644,6 +1651,31 @@ fn drafter_of(
     let n_slots = model.options.n_slots as usize;
     let n_embd = model.spec.hparams.n_embd as usize;
     Some(Drafter::Mtp(MtpDrafter::new(spec, n_slots, n_embd)))
+}
+
+/// Whether a refused draft can roll back: a model with per-sequence state needs the spare copy
+/// of it on the device, made here (drafting off, with a warning naming why, where it cannot be).
+fn rollback_ready(model: &mut LoadedModel, rewind: Rewind) -> bool {
+    if !rewind.per_sequence {
+        return true;
+    }
+    match model.reserve_sequence_spare() {
+        Ok(()) => {
+            tracing::info!(
+                "drafting: {:.1} MiB on the device hold the slots' recurrent state for refused \
+                 drafts to roll back to",
+                model.sequence_spare_bytes() as f64 / f64::from(1 << 20)
+            );
+            true
+        }
+        Err(e) => {
+            tracing::warn!(
+                "drafting off: no room on the device for the copy of the slots' recurrent state \
+                 a refused draft rolls back to ({e})"
+            );
+            false
+        }
+    }
 }
 
 /// What a request cut or refused by a shutdown is told.
