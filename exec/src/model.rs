@@ -57,7 +57,7 @@ pub struct LoadedModel {
     /// a server's start (`snapshot.rs`).
     pub(crate) snapshot_staging: std::sync::Mutex<Option<Staging>>,
     /// Device-side copies of slots' per-sequence state, for refused drafts (`spare.rs`).
-    pub(crate) spare: crate::spare::SpareState,
+    pub(crate) spare: crate::state::SpareState,
     /// What moving cached positions does to each state buffer (`shift.rs`), worked out at the
     /// first shift.
     pub(crate) shift: std::sync::OnceLock<crate::shift_plan::ShiftPlan>,
@@ -253,7 +253,7 @@ impl LoadedModel {
             state_buffers,
             state,
             snapshot_staging: std::sync::Mutex::new(None),
-            spare: crate::spare::SpareState::default(),
+            spare: crate::state::SpareState::default(),
             shift: std::sync::OnceLock::new(),
             _weight_buffers: weight_buffers,
             weights,

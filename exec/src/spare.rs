@@ -2,19 +2,8 @@
 //! a pass that evaluates drafted tokens and copied back when a draft is refused: the bytes never
 //! leave the device, where [`LoadedModel::read_checkpoint`] brings them to the host.
 
-use bloomery_devices::Buffer;
-
 use crate::error::{device_err, ModelError};
 use crate::model::LoadedModel;
-
-/// Spare buffers laid out as the model's per-sequence state buffers, made at the first save.
-#[derive(Default)]
-pub(crate) struct SpareState {
-    /// Per per-sequence state buffer (declaration order): its index and its spare.
-    buffers: Vec<(usize, Buffer)>,
-    /// Per slot: a save not yet restored.
-    saved: Vec<bool>,
-}
 
 impl LoadedModel {
     /// Allocates the spare buffers [`LoadedModel::save_sequence`] copies into, unless made

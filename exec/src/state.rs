@@ -64,3 +64,13 @@ pub(crate) fn allocate_state(
     }
     Ok((buffers, refs))
 }
+
+/// Spare buffers laid out as the model's per-sequence state buffers, for the device-side copy
+/// of a slot's state before a draft is verified (`spare.rs` makes and uses them).
+#[derive(Default)]
+pub(crate) struct SpareState {
+    /// Per per-sequence state buffer (declaration order): its index and its spare.
+    pub(crate) buffers: Vec<(usize, Buffer)>,
+    /// Per slot: a save not yet restored.
+    pub(crate) saved: Vec<bool>,
+}
