@@ -49,6 +49,10 @@ const SAMPLING: &[&str] = &[
     "mirostat-ent",
     "logit-bias",
     "no-schemajump",
+    "grammar",
+    "grammar-file",
+    "json-schema",
+    "json-schema-file",
 ];
 
 /// `serve` flags arg.cpp gives the server alone (`LLAMA_EXAMPLE_SERVER`), and bloomery's own
@@ -100,6 +104,10 @@ const SERVER: &[&str] = &[
     "no-cors-credentials",
     "ssl-key-file",
     "ssl-cert-file",
+    "api-prefix",
+    "props",
+    "sse-ping-interval",
+    "chat-template-kwargs",
 ];
 
 /// Speculative decoding's flags (arg.cpp's `set_spec`).
