@@ -499,6 +499,7 @@ fn decisions_that_start_together_share_passes_and_one_head_run() {
         schemajump: false,
         context_shift: false,
         spec: bloomery_runtime::spec::SpecConfig::OFF,
+        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
     };
     let runtime = Runtime::start_with_head(model, Some(head), tok, cfg).unwrap();
     // Eight different prompts: the golden's, each with its tokens shifted by i.

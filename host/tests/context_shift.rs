@@ -155,6 +155,7 @@ fn generate(context_shift: bool, n_predict: usize) -> (Vec<u32>, Finish) {
         schemajump: true,
         context_shift,
         spec: bloomery_runtime::spec::SpecConfig::OFF,
+        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
     };
     let runtime = Runtime::start(model, tok, cfg).unwrap();
     let params = GenParams {

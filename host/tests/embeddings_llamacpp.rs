@@ -97,6 +97,7 @@ fn runtime(file: File, n_batch: usize) -> (Runtime, Arc<Tokenizer>) {
         schemajump: false,
         context_shift: false,
         spec: bloomery_runtime::spec::SpecConfig::OFF,
+        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
     };
     (Runtime::start(model, Arc::clone(&tok), cfg).unwrap(), tok)
 }

@@ -48,6 +48,7 @@ fn runtime() -> (Runtime, Arc<Tokenizer>, tempfile::TempDir) {
         schemajump: true,
         context_shift: false,
         spec: bloomery_runtime::spec::SpecConfig::OFF,
+        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
     };
     (
         Runtime::start(model, Arc::clone(&tok), cfg).unwrap(),

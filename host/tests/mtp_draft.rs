@@ -89,6 +89,7 @@ fn config(spec: SpecConfig) -> RuntimeConfig {
         schemajump: true,
         context_shift: false,
         spec,
+        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
     }
 }
 

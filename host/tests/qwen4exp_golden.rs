@@ -321,6 +321,7 @@ fn the_runtime_fills_the_ngram_rows() {
         schemajump: false,
         context_shift: false,
         spec: SpecConfig::OFF,
+        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
     };
     let rt = Runtime::start(model, tok, config).unwrap();
     let prompt: Vec<u32> = seq.iter().map(|&t| t as u32).collect();

@@ -110,6 +110,7 @@ fn hostile_settings_run_alone_and_the_next_request_answers_the_same() {
         schemajump: true,
         context_shift: false,
         spec: bloomery_runtime::spec::SpecConfig::OFF,
+        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
     };
     let runtime = Runtime::start(model, tok, cfg).unwrap();
     let want = outcome(&runtime, greedy(6)).unwrap();

@@ -52,6 +52,7 @@ fn start(path: &Path, on: bool) -> (Runtime, Arc<Tokenizer>) {
         schemajump: on,
         context_shift: false,
         spec: bloomery_runtime::spec::SpecConfig::OFF,
+        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
     };
     (Runtime::start(model, tok.clone(), cfg).unwrap(), tok)
 }

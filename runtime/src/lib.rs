@@ -24,4 +24,6 @@ mod token;
 
 pub use handle::{Runtime, RuntimeError};
 pub use panic::panic_message;
-pub use scheduler::{RuntimeConfig, DEFAULT_CHECKPOINT_EVERY, DEFAULT_MAX_CHECKPOINTS};
+pub use scheduler::{
+    RuntimeConfig, DEFAULT_CHECKPOINT_EVERY, DEFAULT_MAX_CHECKPOINTS, DEFAULT_SLOT_SIMILARITY,
+};

@@ -68,7 +68,14 @@ pub struct RuntimeConfig {
     pub context_shift: bool,
     /// Draft decoding (`--spec-*`).
     pub spec: SpecConfig,
+    /// A request without `id_slot` goes to the free slot whose cache shares the largest
+    /// fraction of its prompt when that fraction is above this (`-sps`, llama-server's 0.1),
+    /// else to the least recently used free slot; 0 always takes the least recently used.
+    pub slot_similarity: f32,
 }
+
+/// llama-server's `--slot-prompt-similarity` default.
+pub const DEFAULT_SLOT_SIMILARITY: f32 = 0.1;
 
 /// A sequence slot: the tokens its cache holds and the request running in it.
 struct Slot<'t> {
@@ -502,21 +509,39 @@ impl<'t> Scheduler<'t> {
                     ))
                 }
             },
-            None => self
-                .slots
-                .iter()
-                .filter(free)
-                .max_by_key(|s| {
-                    let shared = if job.params.cache_prompt {
-                        common_prefix(&s.cached, &job.prompt)
-                    } else {
-                        0
-                    };
-                    (shared, std::cmp::Reverse(s.last_used))
-                })
-                .map(|s| s.id),
+            None => self.most_similar(job).or_else(|| {
+                // The least recently used; the last among equals, as llama-server's loop.
+                self.slots
+                    .iter()
+                    .filter(free)
+                    .max_by_key(|s| std::cmp::Reverse(s.last_used))
+                    .map(|s| s.id)
+            }),
         };
         chosen.ok_or_else(|| Failure::new(FailureKind::Internal, "no slot is free"))
+    }
+
+    /// The free slot whose cache shares the largest fraction of `job`'s prompt, if that is
+    /// above `slot_similarity` (llama-server b11434's `get_available_slot`: the first of equals).
+    /// A request that does not reuse its prefix (`cache_prompt` false) keeps the caches it
+    /// could not use: none.
+    fn most_similar(&self, job: &Job) -> Option<usize> {
+        let threshold = self.cfg.slot_similarity;
+        if threshold == 0.0 || !job.params.cache_prompt {
+            return None;
+        }
+        let mut best: Option<(usize, f32)> = None;
+        for s in self
+            .slots
+            .iter()
+            .filter(|s| s.task.is_none() && !s.cached.is_empty())
+        {
+            let f = common_prefix(&s.cached, &job.prompt) as f32 / job.prompt.len() as f32;
+            if f > threshold && best.is_none_or(|(_, b)| f > b) {
+                best = Some((s.id, f));
+            }
+        }
+        best.map(|(id, _)| id)
     }
 
     /// Runs `job` in free slot `id`: its prefix kept or restored, its sampler primed with the

@@ -88,3 +88,34 @@ def test_restore_refuses_a_flipped_bit_a_link_and_weights_of_the_same_shape(tiny
         assert o.post("/completion", {"prompt": "still fine", "n_predict": 2}).status_code == 200
     finally:
         o.stop()
+
+
+def test_slot_prompt_similarity_chooses_as_llama_server(tiny_path):
+    """`-sps` as llama-server b11434's get_available_slot: the free slot whose cache shares more than
+    that fraction of the prompt (the most), else the least recently used; 0 always the latter."""
+    from conftest import Server
+    base, other = list(range(10, 50)), list(range(100, 140))
+
+    def slot_of(s, prompt):
+        r = s.post("/completion", {"prompt": prompt, "n_predict": 1, "temperature": 0})
+        assert r.status_code == 200, r.text
+        return r.json()["id_slot"]
+
+    s = Server(tiny_path, "-c", "2048", "-np", "2", "-sps", "0.5")
+    try:
+        a = slot_of(s, other)
+        b = slot_of(s, base)
+        assert a != b
+        # 80% of base: its slot, though the other is the least recently used.
+        assert slot_of(s, base[:32] + [7] * 8) == b
+        # 30% of base is not above 0.5: the least recently used slot, a's.
+        assert slot_of(s, base[:12] + [9] * 28) == a
+    finally:
+        s.stop()
+    s = Server(tiny_path, "-c", "2048", "-np", "2", "-sps", "0")
+    try:
+        a = slot_of(s, other)
+        b = slot_of(s, base)
+        assert slot_of(s, base) == a  # the same prompt again, yet the least recently used slot
+    finally:
+        s.stop()

@@ -108,6 +108,7 @@ const SERVER: &[&str] = &[
     "props",
     "sse-ping-interval",
     "chat-template-kwargs",
+    "slot-prompt-similarity",
 ];
 
 /// Speculative decoding's flags (arg.cpp's `set_spec`).

@@ -251,6 +251,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
             schemajump: !a.grammar.no_schemajump,
             context_shift: false,
             spec,
+            slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
         },
     )?;
     let gen = GenParams {

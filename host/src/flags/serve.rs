@@ -185,6 +185,11 @@ pub struct ServeArgs {
     /// `chat_template_kwargs` override them one by one.
     #[arg(long = "chat-template-kwargs", env = "LLAMA_ARG_CHAT_TEMPLATE_KWARGS")]
     pub chat_template_kwargs: Option<String>,
+    /// How much of a request's prompt a free slot's cache must share (a fraction) for the
+    /// request to go there rather than to the least recently used free slot; 0: always the
+    /// least recently used.
+    #[arg(long = "slot-prompt-similarity", value_name = "SIMILARITY", default_value_t = bloomery_runtime::DEFAULT_SLOT_SIMILARITY)]
+    pub slot_prompt_similarity: f32,
     /// Answer POST /props (it changes no property: a body naming one is refused by name).
     #[arg(long = "props", env = "LLAMA_ARG_ENDPOINT_PROPS")]
     pub props: bool,
@@ -553,6 +558,12 @@ impl ServeArgs {
         }
         if self.timeout == 0 || self.idle_timeout == 0 {
             bail!("-to/--timeout and --idle-timeout are seconds, at least 1");
+        }
+        if !(0.0..=1.0).contains(&self.slot_prompt_similarity) {
+            bail!(
+                "-sps/--slot-prompt-similarity {}: a fraction from 0 to 1",
+                self.slot_prompt_similarity
+            );
         }
         if self.sse_ping_interval < -1 || self.sse_ping_interval > i64::from(i32::MAX) {
             bail!(

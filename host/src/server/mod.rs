@@ -473,6 +473,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
             schemajump: !a.grammar.no_schemajump,
             context_shift: a.context_shift(),
             spec,
+            slot_similarity: a.slot_prompt_similarity,
         },
     )?;
     Ok(Ready {

@@ -176,6 +176,7 @@ impl Session {
             schemajump,
             context_shift: false,
             spec: a.spec.bench_config(spec, n_mtp_layers, &arch)?,
+            slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
         };
         let runtime = Runtime::start(model, Arc::clone(&tok), cfg)?;
         Ok(Session {
