@@ -437,18 +437,10 @@ impl RopeConfig {
         };
         Ok(RopeConfig {
             params: RopeParams {
-                mode,
-                n_dims,
-                offset: 0,
-                sections: [0; 4],
-                freq_base,
                 freq_scale,
                 ext_factor,
-                attn_factor: 1.0,
-                beta_fast: 32.0,
-                beta_slow: 1.0,
                 n_ctx_orig,
-                inverse: false,
+                ..RopeParams::unscaled(mode, n_dims, [0; 4], freq_base)
             },
         })
     }

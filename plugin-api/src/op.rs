@@ -111,6 +111,27 @@ pub struct AttentionParams {
     pub comp_selected: bool,
 }
 
+impl RopeParams {
+    /// A rope of `mode` over the first `n_dims` dims with θ base `freq_base` and IMROPE
+    /// `sections` (zeros for the other modes): no scaling, no YaRN, forwards.
+    pub const fn unscaled(mode: RopeMode, n_dims: u32, sections: [u32; 4], freq_base: f32) -> Self {
+        RopeParams {
+            mode,
+            n_dims,
+            offset: 0,
+            sections,
+            freq_base,
+            freq_scale: 1.0,
+            ext_factor: 0.0,
+            attn_factor: 1.0,
+            beta_fast: 32.0,
+            beta_slow: 1.0,
+            n_ctx_orig: 0,
+            inverse: false,
+        }
+    }
+}
+
 /// The Walsh-Hadamard chunk llama.cpp rotates keys (and queries) by before a quantized K cache
 /// of heads of `head_dim` values: the largest power of two from 64 up that divides it, or 0 when
 /// 64 does not (llama.cpp b11434 `llama-kv-cache.cpp`, `n_rot_k`).

@@ -302,20 +302,7 @@ fn the_gated_mixer_and_identity_combine_match_transformers() {
 /// The QSA selection's parameters: `n_head` heads of `dh`, blocks of `ratio`, `budget` tokens, the
 /// model's rope (IMROPE [11, 11, 10, 0] on the first `rope_dims` dims).
 fn qsa(n_head: u32, dh: u32, ratio: u32, budget: u32, rope_dims: u32, eps: f32) -> KPoolParams {
-    let rope = RopeParams {
-        mode: RopeMode::Imrope,
-        n_dims: rope_dims,
-        offset: 0,
-        sections: [11, 11, 10, 0],
-        freq_base: 1e7,
-        freq_scale: 1.0,
-        ext_factor: 0.0,
-        attn_factor: 1.0,
-        beta_fast: 32.0,
-        beta_slow: 1.0,
-        n_ctx_orig: 0,
-        inverse: false,
-    };
+    let rope = RopeParams::unscaled(RopeMode::Imrope, rope_dims, [11, 11, 10, 0], 1e7);
     KPoolParams {
         n_head,
         head_dim: dh,

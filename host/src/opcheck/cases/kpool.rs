@@ -67,20 +67,7 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
         n_head: 4,
         mode: KPoolMode::MeanNormRope {
             eps: 1e-6,
-            rope: RopeParams {
-                mode: RopeMode::Imrope,
-                n_dims: 64,
-                offset: 0,
-                sections: [11, 11, 10, 0],
-                freq_base: 1e7,
-                freq_scale: 1.0,
-                ext_factor: 0.0,
-                attn_factor: 1.0,
-                beta_fast: 32.0,
-                beta_slow: 1.0,
-                n_ctx_orig: 0,
-                inverse: false,
-            },
+            rope: RopeParams::unscaled(RopeMode::Imrope, 64, [11, 11, 10, 0], 1e7),
             scale: 128f32.sqrt().recip(),
         },
         ..glm

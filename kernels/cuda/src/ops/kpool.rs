@@ -416,20 +416,12 @@ mod tests {
         .to_string();
         assert!(e.contains("KPoolSelect with 32 heads of 512"), "{e}");
         // QSA: rows of [raw key | pooled] and a gamma of dh; a DSA-wide cache is refused.
-        let rope = RopeParams {
-            mode: bloomery_plugin_api::op::RopeMode::Imrope,
-            n_dims: 64,
-            offset: 0,
-            sections: [11, 11, 10, 0],
-            freq_base: 1e7,
-            freq_scale: 1.0,
-            ext_factor: 0.0,
-            attn_factor: 1.0,
-            beta_fast: 32.0,
-            beta_slow: 1.0,
-            n_ctx_orig: 0,
-            inverse: false,
-        };
+        let rope = RopeParams::unscaled(
+            bloomery_plugin_api::op::RopeMode::Imrope,
+            64,
+            [11, 11, 10, 0],
+            1e7,
+        );
         let k_norm = f([128, 1, 1, 1]);
         let qsa = Pool::MeanNormRope {
             k_norm: &k_norm,
