@@ -132,6 +132,9 @@ pub struct Bindings<'a> {
     pub state: &'a [TensorRef],
     /// Routed experts split between the card and the host, when some live on the host.
     pub tier: Option<&'a ExpertTier>,
+    /// Per state buffer `i`, the per-row copies a verify pass writes (`[row_elems,
+    /// MAX_VERIFY_ROWS]`), when made.
+    pub row_states: &'a [Option<TensorRef>],
 }
 
 /// Whether an executor's calls run one by one or as a captured device graph.
@@ -333,6 +336,26 @@ impl Executor {
                             bind.state.len()
                         ))
                     })?
+                }
+                TensorSource::RowStates { index } => {
+                    let r = bind.row_states.get(index as usize).copied().flatten();
+                    let r = r.ok_or_else(|| {
+                        ExecError::BadGraph(format!(
+                            "`{}` names the row states of state {index}, which are not made",
+                            d.name
+                        ))
+                    })?;
+                    if d.ne[0] != r.ne[0] || d.ne[1] > r.ne[1] || d.ne[2..] != [1, 1] {
+                        return Err(ExecError::BadGraph(format!(
+                            "`{}` declared {:?}, the row states hold {:?}",
+                            d.name, d.ne, r.ne
+                        )));
+                    }
+                    TensorRef {
+                        ne: d.ne,
+                        nb: d.nb,
+                        ..r
+                    }
                 }
                 TensorSource::Input { input } => {
                     let r = TensorRef {

@@ -15,6 +15,7 @@ pub mod overrides;
 pub mod placement;
 pub mod progress;
 pub mod readout;
+mod row_states;
 mod shift;
 mod shift_plan;
 mod snapshot;

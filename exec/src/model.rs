@@ -58,6 +58,8 @@ pub struct LoadedModel {
     pub(crate) snapshot_staging: std::sync::Mutex<Option<Staging>>,
     /// Device-side copies of slots' per-sequence state, for refused drafts (`spare.rs`).
     pub(crate) spare: crate::state::SpareState,
+    /// Per-row copies of the per-sequence state that verify passes write (`row_states.rs`).
+    pub(crate) row_states: crate::state::RowStates,
     /// What moving cached positions does to each state buffer (`shift.rs`), worked out at the
     /// first shift.
     pub(crate) shift: std::sync::OnceLock<crate::shift_plan::ShiftPlan>,
@@ -254,6 +256,7 @@ impl LoadedModel {
             state,
             snapshot_staging: std::sync::Mutex::new(None),
             spare: crate::state::SpareState::default(),
+            row_states: crate::state::RowStates::default(),
             shift: std::sync::OnceLock::new(),
             _weight_buffers: weight_buffers,
             weights,
@@ -280,10 +283,21 @@ impl LoadedModel {
         n_outputs: u32,
         readout: Readout,
     ) -> Result<&Executor, ModelError> {
+        self.executor_kind(n_rows, n_outputs, readout, GraphKind::Main)
+    }
+
+    /// The executor of the graph of `kind` for `n_rows` rows and `n_outputs` outputs.
+    fn executor_kind(
+        &mut self,
+        n_rows: u32,
+        n_outputs: u32,
+        readout: Readout,
+        kind: GraphKind,
+    ) -> Result<&Executor, ModelError> {
         let shape = BatchShape {
             n_rows,
             n_outputs,
-            kind: GraphKind::Main,
+            kind,
         };
         self.executor_of(shape, readout)
     }
@@ -341,6 +355,7 @@ impl LoadedModel {
                 weights: &self.weights,
                 state: &self.state,
                 tier: self.tier.as_ref(),
+                row_states: &self.row_states.refs,
             };
             let started = std::time::Instant::now();
             let arena = match small {
@@ -480,6 +495,16 @@ impl LoadedModel {
         batch: &BatchInputs,
         readout: Readout,
     ) -> Result<PassOutputs, ModelError> {
+        self.forward_kind(batch, readout, GraphKind::Main)
+    }
+
+    /// As [`LoadedModel::forward_reading`], running the graph of `kind`.
+    pub(crate) fn forward_kind(
+        &mut self,
+        batch: &BatchInputs,
+        readout: Readout,
+        kind: GraphKind,
+    ) -> Result<PassOutputs, ModelError> {
         self.check_batch(batch)?;
         let rows = batch.tokens.len();
         let device = Arc::clone(&self.device);
@@ -488,11 +513,13 @@ impl LoadedModel {
             // row (kernels need not handle empty tensors); its logits are dropped.
             let mut one = batch.clone();
             one.output_rows.push(rows as i32 - 1);
-            self.executor(rows as u32, 1, readout)?.run(&device, &one)?;
+            self.executor_kind(rows as u32, 1, readout, kind)?
+                .run(&device, &one)?;
             self.rebalance()?;
             return Ok(PassOutputs::default());
         }
-        let exec = self.executor(rows as u32, batch.output_rows.len() as u32, readout)?;
+        let n_outputs = batch.output_rows.len() as u32;
+        let exec = self.executor_kind(rows as u32, n_outputs, readout, kind)?;
         exec.run(&device, batch)?;
         let mut out = PassOutputs::default();
         if readout.logits() {

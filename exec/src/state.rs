@@ -74,3 +74,14 @@ pub(crate) struct SpareState {
     /// Per slot: a save not yet restored.
     pub(crate) saved: Vec<bool>,
 }
+
+/// The per-row copies of the per-sequence state buffers that a verify pass
+/// ([`bloomery_plugin_api::graph::GraphKind::Verify`]) writes (`row_states.rs` makes and uses
+/// them).
+#[derive(Default)]
+pub(crate) struct RowStates {
+    /// The buffers, each `[row_elems, MAX_VERIFY_ROWS]` f32, of the per-sequence state buffers.
+    pub(crate) buffers: Vec<Buffer>,
+    /// Per state buffer (declaration order): its row states, when made.
+    pub(crate) refs: Vec<Option<TensorRef>>,
+}

@@ -12,7 +12,9 @@
 //! - after refused drafts (refused at the first, second or third drafted row) the slot's state
 //!   (K/V rows, recurrent and convolution state; GLM-5.3's KDA state, latent and indexer caches
 //!   and its NextN layer's) is bit-for-bit the state of decoding the kept
-//!   tokens without drafts (on the CPU a row's results do not depend on the rows beside it).
+//!   tokens without drafts (on the CPU a row's results do not depend on the rows beside it);
+//! - a verify pass keeps each row's per-sequence state, and the slot takes the state of its
+//!   last kept row from there: a refused draft runs no second pass.
 
 mod common;
 
@@ -812,4 +814,115 @@ fn small_passes_share_one_activation_arena() {
         held * 3 < planned,
         "arenas hold {held} bytes; planned {planned}"
     );
+}
+
+/// A verify pass keeps each row's per-sequence state: after it, each slot holds the state of its
+/// last row, and [`LoadedModel::keep_row_state`] puts any of its rows' states into the slot,
+/// bit for bit the state that decoding those tokens one pass each leaves (two slots in the
+/// pass, Qwen3.6's conv and delta-net states, GLM-5.3's KDA ones). A verify pass before the
+/// row states are made, or of more rows than they hold, is refused by name.
+#[test]
+fn a_verify_pass_keeps_each_rows_state_for_its_slot_to_take() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ["qwen35moe", "glm5-next"] {
+        let path = tiny_mtp(arch, dir.path());
+        let (mut m, tok) = load(&path);
+        let p = prompts(&tok);
+        let (a, b) = (&p[1], &p[0]);
+        let (da, db) = ([11u32, 12, 13, 14], [21u32, 22, 23]);
+        // Decoding one token a pass: each slot's state after each of its tokens.
+        let (mut one, _) = load(&path);
+        feed(&mut one, a, 0, 0);
+        feed(&mut one, b, 0, 1);
+        let mut after = |slot: i32, start: usize, toks: &[u32]| -> Vec<Vec<Vec<u8>>> {
+            let mut states = Vec::new();
+            for (i, &t) in toks.iter().enumerate() {
+                feed(&mut one, &[t], start + i, slot);
+                states.push(one.read_checkpoint(slot as u32).unwrap());
+            }
+            states
+        };
+        let (want_a, want_b) = (after(0, a.len(), &da), after(1, b.len(), &db));
+        feed(&mut m, a, 0, 0);
+        feed(&mut m, b, 0, 1);
+        let mut batch = rows(&da, a.len(), 0);
+        let more = rows(&db, b.len(), 1);
+        batch.tokens.extend(more.tokens);
+        batch.positions.extend(more.positions);
+        batch.slots.extend(more.slots);
+        batch.output_rows = (0..7).collect();
+        let err = m.forward_verify(&batch, Readout::Logits).unwrap_err();
+        assert!(err.to_string().contains("row states are made"), "{err}");
+        assert!(m.reserve_row_states().unwrap(), "{arch}: no row states");
+        assert!(m.row_state_bytes() > 0);
+        m.forward_verify(&batch, Readout::Logits).unwrap();
+        assert!(
+            m.read_checkpoint(0).unwrap() == want_a[3],
+            "{arch}: slot 0 after the pass"
+        );
+        assert!(
+            m.read_checkpoint(1).unwrap() == want_b[2],
+            "{arch}: slot 1 after the pass"
+        );
+        for (k, want) in want_a.iter().enumerate() {
+            m.keep_row_state(0, k as u32).unwrap();
+            assert!(
+                m.read_checkpoint(0).unwrap() == *want,
+                "{arch}: slot 0 at row {k}"
+            );
+        }
+        for (k, want) in want_b.iter().enumerate() {
+            m.keep_row_state(1, 4 + k as u32).unwrap();
+            assert!(
+                m.read_checkpoint(1).unwrap() == *want,
+                "{arch}: slot 1 at row {}",
+                4 + k
+            );
+        }
+        let long: Vec<u32> = (1..=17).collect();
+        let err = m
+            .forward_verify(&rows(&long, a.len(), 0), Readout::Logits)
+            .unwrap_err();
+        assert!(err.to_string().contains("at most 16"), "{err}");
+    }
+}
+
+/// A refused draft costs no second pass: with every draft refused at its first row, a request
+/// takes one pass a token (the prompt's, then one verify pass each) and none runs kept tokens
+/// again; its tokens are those of decoding without drafts.
+#[test]
+fn a_refused_draft_costs_no_second_pass() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ["qwen35moe", "glm5-next"] {
+        let path = tiny_mtp(arch, dir.path());
+        let want = greedy_off(&path);
+        let (model, tok) = load(&path);
+        let n_vocab = model.spec.hparams.n_vocab;
+        drop(model);
+        let prompt = &prompts(&tok)[1];
+        for from in [0, 1] {
+            let wrong = Scripted {
+                sequences: want.clone(),
+                n_vocab,
+                from,
+            };
+            let rt = start_with(&path, wrong, 3);
+            let (ids, f) = answer(&rt, prompt, params(None));
+            assert_eq!(ids, want[1][prompt.len()..], "{arch}: tokens differ");
+            assert!(f.n_drafted > f.n_accepted, "{arch}: {f:?}");
+            let c = &rt.shared().counters;
+            let passes = c.decode_calls.load(Ordering::Relaxed) as usize;
+            let again = c.rollback_passes.load(Ordering::Relaxed);
+            eprintln!("{arch}, wrong from {from}: {passes} passes, {again} again, {f:?}");
+            assert_eq!(again, 0, "{arch}: passes that ran kept tokens again");
+            // The prompt's pass gives the first token, each verify pass one more and its kept
+            // drafts; the last token is never evaluated.
+            assert_eq!(
+                passes,
+                f.n_predicted - f.n_accepted,
+                "{arch}, wrong from {from}"
+            );
+            rt.shutdown().unwrap();
+        }
+    }
 }

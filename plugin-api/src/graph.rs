@@ -72,6 +72,14 @@ pub enum TensorSource {
     },
     /// An intermediate result, allocated (and reused across liveness gaps) by the host.
     Intermediate,
+    /// Per-row copies of the per-sequence state `index` (a `Conv` or `Recurrent` buffer), f32
+    /// `[row_elems, rows]`, host-owned, which a [`GraphKind::Verify`] pass's state ops write as
+    /// their optional last source: column `r` holds row `r`'s sequence's state after row `r`.
+    /// The host keeps them past the pass, to put a kept row's state into its slot.
+    RowStates {
+        /// Index into `ModelSpec::state`.
+        index: u32,
+    },
     /// A view of another tensor's memory: `offset` bytes in, with this declaration's `ne`/`nb`.
     View {
         /// The viewed tensor (not itself a view of a weight that the host may move).
@@ -137,7 +145,16 @@ pub enum GraphKind {
     /// The multi-token-prediction draft layers: each row's token with its
     /// [`BatchInput::Hidden`] row.
     Mtp = 1,
+    /// The main graph of a pass that verifies drafted tokens (at most [`MAX_VERIFY_ROWS`] rows):
+    /// each op that updates a per-sequence state (`ConvCausal`, `DeltaRule`) also writes every
+    /// row's state into that state's [`TensorSource::RowStates`], so that after a refused draft
+    /// the host puts the last kept row's state into the slot instead of running the kept rows
+    /// again. A plugin whose graphs keep no per-sequence state may build the main graph.
+    Verify = 2,
 }
+
+/// Most rows of a [`GraphKind::Verify`] pass (the host's row-state buffers hold this many).
+pub const MAX_VERIFY_ROWS: u32 = 16;
 
 /// The shape a graph is built for.
 #[repr(C)]
@@ -241,6 +258,26 @@ impl GraphBuilder {
             [0; 4],
             TensorSource::State { index },
         )
+    }
+
+    /// Declares the per-row copies of state `index` for a pass of `rows` rows (at most
+    /// [`MAX_VERIFY_ROWS`]), `row_elems` f32 a row: the optional last source of the op that
+    /// updates that state in a [`GraphKind::Verify`] graph.
+    pub fn row_states(
+        &mut self,
+        index: u32,
+        name: &str,
+        row_elems: u64,
+        rows: u64,
+    ) -> Result<TensorId, PluginError> {
+        if rows > u64::from(MAX_VERIFY_ROWS) {
+            return Err(PluginError::invalid(format!(
+                "a verify pass of {rows} rows (at most {MAX_VERIFY_ROWS} keep row states)"
+            )));
+        }
+        let ne = [row_elems, rows, 1, 1];
+        let nb = Self::contiguous(DType::F32, ne)?;
+        Ok(self.push(name, DType::F32, ne, nb, TensorSource::RowStates { index }))
     }
 
     /// Declares a batch input; `ne` as documented on [`BatchInput`].

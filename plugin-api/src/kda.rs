@@ -257,6 +257,9 @@ pub struct KdaInputs {
     pub slots: TensorId,
     /// i32 `[rows]` positions.
     pub positions: TensorId,
+    /// A verify pass ([`crate::graph::GraphKind::Verify`]): the convolutions and the delta rule
+    /// also write every row's state into their state's row states.
+    pub verify: bool,
 }
 
 fn unary(
@@ -335,13 +338,18 @@ fn conv_branch(
     let wc = g.w(conv)?;
     let wc = g.reshape(wc, [u64::from(s.taps), d, 1, 1])?;
     let st = g.state(state, &format!("conv_state_{name}"));
+    let mut srcs = vec![y, wc, st, inp.slots, inp.positions];
+    if inp.verify {
+        let width = d * u64::from(s.taps - 1);
+        srcs.push(g.row_states(state, &format!("conv_state_{name}_rows"), width, rows)?);
+    }
     let y = g.op(
         &format!("kda_{name}_conv"),
         Op::ConvCausal {
             taps: s.taps,
             dilation: 1,
         },
-        &[y, wc, st, inp.slots, inp.positions],
+        &srcs,
         DType::F32,
         [d, rows, 1, 1],
     )?;
@@ -392,19 +400,24 @@ pub fn kda_layer(
         per_dim_gate: true,
         beta_scale: s.beta_scale,
     };
+    let mut srcs = vec![
+        qkv[0],
+        qkv[1],
+        qkv[2],
+        gate,
+        beta,
+        ss,
+        inp.slots,
+        inp.positions,
+    ];
+    if inp.verify {
+        let rs = g.row_states(state.recurrent, "ssm_state_rows", s.state_elems(), rows)?;
+        srcs.push(rs);
+    }
     let o = g.op(
         "kda_delta_out",
         Op::DeltaRule(params),
-        &[
-            qkv[0],
-            qkv[1],
-            qkv[2],
-            gate,
-            beta,
-            ss,
-            inp.slots,
-            inp.positions,
-        ],
+        &srcs,
         DType::F32,
         [hd, nh, rows, 1],
     )?;

@@ -483,7 +483,10 @@ pub enum Op {
     /// `[ch, rows]`, `y[t, c] = Σ_j w[j, c]·x[t − (taps−1−j)·dilation, c]` (the last tap weighs
     /// the current row; inputs before the sequence start are zero). The state holds the last
     /// `(taps−1)·dilation` inputs of each sequence, oldest first (element `(i, c)` at `i·ch + c`);
-    /// a row at position 0 starts its sequence from zeros; the state is updated in place.
+    /// a row at position 0 starts its sequence from zeros; the state is updated in place. An
+    /// optional sixth source `row_states [ch·(taps−1)·dilation, rows]` (a verify pass's
+    /// [`crate::graph::TensorSource::RowStates`]) receives in column `r` the state of row `r`'s
+    /// sequence after row `r`, laid out as the state.
     /// Dilation 1 is the short convolution of the delta-rule layers; Qwen3.8-Flash-Next's n-gram
     /// table layer convolves with 4 taps at dilation `ngram_size` 3 (transformers 5.24
     /// `Qwen4ExpTextPLELayer.conv1d`, llama.cpp b11434 `qwen4exp.cpp` `build_ple`).
@@ -499,7 +502,10 @@ pub enum Op {
     /// files order them). Per row and head, with `S` the `[dk, dv]` state (element `(i, j)` at
     /// `(h·dv + j)·dk + i`): `S ← exp(gate)·S; δ = beta_scale·beta·(v − Sᵀk); S ← S + k·δᵀ;
     /// out = scale·Sᵀq`. A row at position 0 starts its sequence from a zero state; the state is
-    /// updated in place.
+    /// updated in place. An optional ninth source `row_states [dk·dv·hv, rows]` (a verify pass's
+    /// [`crate::graph::TensorSource::RowStates`]) receives in column `r` the state of row `r`'s
+    /// sequence after row `r`, laid out as the state and computed row by row, so that it is the
+    /// state a pass of that row alone leaves.
     DeltaRule(DeltaRuleParams),
     /// Sinkhorn normalisation of `[n, n, m]` matrices (manifold hyper-connections): srcs `[x]` →
     /// `[n, n, m]`. Element `(i, j)` of matrix `r` is at `i + n·j + n²·r` (`i` the destination

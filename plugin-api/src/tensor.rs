@@ -83,8 +83,8 @@ impl TensorRef {
     }
 }
 
-/// The most sources an op takes.
-pub const MAX_SRCS: usize = 8;
+/// The most sources an op takes (a verify pass's `DeltaRule`: eight and its row states).
+pub const MAX_SRCS: usize = 9;
 
 /// One op to run: the op, its sources and its destination, all resolved to device memory.
 /// Built once per graph by the host and replayed every step (inputs change, handles do not).

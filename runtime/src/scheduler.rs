@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use bloomery_exec::decision::{DecisionHead, HeadRequest};
 use bloomery_exec::{BatchInputs, LoadedModel, Readout, Rewind};
+use bloomery_plugin_api::graph::MAX_VERIFY_ROWS;
 use bloomery_text::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc;
 
@@ -133,6 +134,9 @@ struct Scheduler<'t> {
     /// A benchmark's fixed acceptance length (`--spec-synth-len`), forcing each verify step's
     /// verdict on the drafter's drafts.
     synth: Option<SynthAcceptance>,
+    /// Drafts are verified by passes that keep every row's per-sequence state
+    /// ([`LoadedModel::forward_verify`]), so a refused draft needs no second pass.
+    row_states: bool,
 }
 
 /// Runs the scheduler on the current thread until every job sender is gone and nothing runs;
@@ -173,6 +177,7 @@ pub(crate) fn run(
     let n_embd = model.spec.hparams.n_embd as usize;
     let drafter =
         drafter_of(&model, cfg.spec, rewind, source).filter(|_| rollback_ready(&mut model, rewind));
+    let row_states = drafter.is_some() && rewind.per_sequence && row_states_ready(&mut model);
     let mut s = Scheduler {
         model,
         tok: &tok,
@@ -202,6 +207,7 @@ pub(crate) fn run(
             .spec
             .synth_len
             .map(|l| SynthAcceptance::new(l, cfg.spec.n_max)),
+        row_states,
     };
     s.publish();
     // After publishing the slots, so that /slots answers while the allocation runs.
@@ -907,9 +913,10 @@ impl<'t> Scheduler<'t> {
         // embeddings, and with the MTP block drafting, every generation row's final-norm row.
         let (mut logits, mut embeddings) = (false, false);
         let reads_rows = self.drafter.as_ref().is_some_and(Drafter::reads_rows);
-        // Slots whose drafted tokens this pass evaluates, their per-sequence state saved on the
-        // device before it: a refused draft rolls back to it.
-        let mut saved: Vec<usize> = Vec::new();
+        // Slots whose drafted tokens this pass evaluates, with their first row: a refused draft
+        // rolls back to the state of its last kept row, which a verify pass keeps, or else to
+        // the state saved on the device before the pass.
+        let mut drafting: Vec<(usize, usize)> = Vec::new();
         // Generated tokens first: one row per slot, or a run schemajump forced as one chunk
         // (split over passes when it does not fit; its last row gives the next logits), then
         // the slot's drafted tokens, each row an output that verifies the next. A draft that
@@ -928,6 +935,7 @@ impl<'t> Scheduler<'t> {
             }
             let take = task.next.len().min(room);
             let start = slot.cached.len();
+            let first_row = batch.tokens.len();
             for (i, &t) in task.next[..take].iter().enumerate() {
                 batch.tokens.push(t as i32);
                 batch.positions.push((start + i) as i32);
@@ -947,10 +955,7 @@ impl<'t> Scheduler<'t> {
             logits |= outputs > 0;
             embeddings |= reads_rows;
             if outputs > 1 && self.rewind.per_sequence {
-                self.model.save_sequence(slot.id as u32).map_err(|e| {
-                    format!("slot {}: saving its state before a draft: {e}", slot.id)
-                })?;
-                saved.push(slot.id);
+                drafting.push((slot.id, first_row));
             }
             plan.push(Planned {
                 id: slot.id,
@@ -1043,11 +1048,25 @@ impl<'t> Scheduler<'t> {
         if batch.tokens.is_empty() {
             return Ok(());
         }
+        // Drafts are verified by a pass that keeps every row's state where the model's verify
+        // graph does and the rows fit; otherwise each drafting slot's state is saved first.
+        let verify = self.row_states
+            && !drafting.is_empty()
+            && batch.tokens.len() <= MAX_VERIFY_ROWS as usize;
+        if !verify {
+            for &(id, _) in &drafting {
+                self.model
+                    .save_sequence(id as u32)
+                    .map_err(|e| format!("slot {id}: saving its state before a draft: {e}"))?;
+            }
+        }
         let t0 = Instant::now();
-        let read = self
-            .model
-            .forward_reading(&batch, Readout::of(logits, embeddings))
-            .map_err(|e| e.to_string())?;
+        let readout = Readout::of(logits, embeddings);
+        let read = match verify {
+            true => self.model.forward_verify(&batch, readout),
+            false => self.model.forward_reading(&batch, readout),
+        }
+        .map_err(|e| e.to_string())?;
         let (logits, rows) = (read.logits, read.embeddings);
         let n_embd = self.model.spec.hparams.n_embd as usize;
         let us = t0.elapsed().as_micros() as u64;
@@ -1099,8 +1118,10 @@ impl<'t> Scheduler<'t> {
         // Generation rows the MTP block takes in: (slot, first position, tokens, first output
         // row, rows kept).
         let mut taken: Vec<(usize, usize, Vec<u32>, usize, usize)> = Vec::new();
-        // Slots whose refused drafts roll back: (slot, first position of the pass).
+        // Slots whose refused drafts roll back: (slot, first position of the pass), or after a
+        // verify pass (slot, the row whose state it keeps).
         let mut refused: Vec<(usize, usize)> = Vec::new();
+        let mut keep_rows: Vec<(usize, usize)> = Vec::new();
         for Planned {
             id,
             tokens: toks,
@@ -1299,12 +1320,16 @@ impl<'t> Scheduler<'t> {
                 }
             }
             // Drafted tokens after the first refused one leave the cache; per-sequence state
-            // goes back to before the pass and takes in the kept tokens again.
+            // becomes that of the last kept row, or goes back to before the pass and takes in
+            // the kept tokens again.
             let kept = verified + accepted;
             if kept < slot.cached.len() {
-                if let Some(i) = saved.iter().position(|&s| s == id) {
-                    saved.swap_remove(i);
-                    refused.push((id, start));
+                if let Some(i) = drafting.iter().position(|&(s, _)| s == id) {
+                    let (_, first_row) = drafting.swap_remove(i);
+                    match verify {
+                        true => keep_rows.push((id, first_row + (kept - start) - 1)),
+                        false => refused.push((id, start)),
+                    }
                 }
             }
             slot.keep(kept);
@@ -1314,6 +1339,13 @@ impl<'t> Scheduler<'t> {
             if done {
                 self.ended.extend(slot.task.take());
             }
+        }
+        for (id, row) in keep_rows {
+            self.model
+                .keep_row_state(id as u32, row as u32)
+                .map_err(|e| {
+                    format!("slot {id}: keeping the state of a refused draft's row: {e}")
+                })?;
         }
         self.roll_back(&refused)?;
         if let Some(Drafter::Mtp(m)) = self.drafter.as_mut() {
@@ -1380,6 +1412,10 @@ impl<'t> Scheduler<'t> {
         self.model
             .forward_reading(&batch, readout)
             .map_err(|e| format!("taking in the kept tokens after a refused draft: {e}"))?;
+        self.shared
+            .counters
+            .rollback_passes
+            .fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -1697,6 +1733,30 @@ fn rollback_ready(model: &mut LoadedModel, rewind: Rewind) -> bool {
             tracing::warn!(
                 "drafting off: no room on the device for the copy of the slots' recurrent state \
                  a refused draft rolls back to ({e})"
+            );
+            false
+        }
+    }
+}
+
+/// Whether verify passes keep every row's per-sequence state (made here when the model's verify
+/// graph writes them); where not, refused drafts roll back from the spare copy by running the
+/// kept rows again, and the reason is logged.
+fn row_states_ready(model: &mut LoadedModel) -> bool {
+    match model.reserve_row_states() {
+        Ok(true) => {
+            tracing::info!(
+                "drafting: {:.1} MiB on the device hold each verify row's recurrent state, so a \
+                 refused draft keeps its last kept row's without a second pass",
+                model.row_state_bytes() as f64 / f64::from(1 << 20)
+            );
+            true
+        }
+        Ok(false) => false,
+        Err(e) => {
+            tracing::warn!(
+                "drafting: no room on the device for each verify row's recurrent state ({e}); \
+                 refused drafts run their kept rows again"
             );
             false
         }

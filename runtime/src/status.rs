@@ -87,6 +87,9 @@ pub struct Counters {
     /// Verify steps that kept a draft at each draft position (`--spec-draft-n-max` entries once
     /// a step verified; llama-server's `spec_decode_num_accepted_tokens_per_pos_total`).
     pub spec_accepted_per_pos: Mutex<Vec<u64>>,
+    /// Passes that ran a slot's kept tokens again after a refused draft (drafts verified by a
+    /// pass that kept no row states: too many rows, or a model whose verify graph has none).
+    pub rollback_passes: AtomicU64,
     /// Decisions the decision head scored.
     pub decisions: AtomicU64,
     /// Runs of the decision head (each over every decision whose prompt ended in one pass).

@@ -414,6 +414,7 @@ impl DecisionHead {
             weights: &bound,
             state: &[],
             tier: None,
+            row_states: &[],
         };
         let exec = Executor::prepare(device, batch, &graph, &bind, false, ArenaSource::Own)?;
         Ok(Prepared {

@@ -652,7 +652,26 @@ fn conv_causal(b: &Backend<'_>, c: &OpCall, taps: u32, dilation: u32) -> Result<
     let (xs, ws) = (f32s(buf, x, "ConvCausal x")?, f32s(buf, w, "ConvCausal w")?);
     let state = state_mut(buf, c, 2, "ConvCausal state")?;
     let out = f32s_mut(buf, &c.dst, "ConvCausal dst")?;
-    ops::conv::conv_causal(b.par, xs, ws, state, slots, pos, &p, out).map_err(op_err)
+    let rows = row_states(buf, c, 5, "ConvCausal")?;
+    ops::conv::conv_causal_rows(b.par, xs, ws, state, slots, pos, &p, out, rows).map_err(op_err)
+}
+
+/// The optional per-row state source `i` of a state op (a verify pass's row states): written,
+/// so it may overlap nothing else of the call. More sources than that are refused.
+fn row_states<'a>(
+    buf: &Buffers,
+    c: &OpCall,
+    i: usize,
+    op: &str,
+) -> Result<Option<&'a mut [f32]>, PluginError> {
+    match c.srcs().len() {
+        n if n == i => Ok(None),
+        n if n == i + 1 => state_mut(buf, c, i, &format!("{op} row states")).map(Some),
+        n => Err(PluginError::invalid(format!(
+            "{op} takes {i} sources, or {} with row states, not {n}",
+            i + 1
+        ))),
+    }
 }
 
 fn delta_rule(
@@ -685,7 +704,8 @@ fn delta_rule(
     };
     let state = state_mut(buf, c, 5, "DeltaRule state")?;
     let out = f32s_mut(buf, &c.dst, "DeltaRule dst")?;
-    ops::delta_rule::delta_rule(b.par, &x, &params, state, out).map_err(op_err)
+    let rows = row_states(buf, c, 8, OP)?;
+    ops::delta_rule::delta_rule_rows(b.par, &x, &params, state, out, rows).map_err(op_err)
 }
 
 /// The names of [`crate::quant::KV_CACHE_TYPES`], for refusals.

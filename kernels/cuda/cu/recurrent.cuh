@@ -80,6 +80,21 @@ static __device__ __forceinline__ void conv_state_store(const float* x, float* s
     for (int j = 0; j < hist; ++j) st[(long long)j * ch + c] = conv_input(x, st, ch, hist, r, c, hist - 1 - j, m, p0);
 }
 
+// A verify pass's row states: row r's column of `rows_out` ([hist * ch, rows]) becomes the state
+// its sequence has after row r, laid out as the state; read from x and the old state, so it runs
+// before bl_conv_causal_state updates the state. Grid (row, 256-channel group).
+extern "C" __global__ void bl_conv_causal_rows(const float* x, const float* state, const int* slots, const int* pos,
+                                               float* rows_out, int ch, int hist, int n_slots) {
+    KERNEL_ENTRY();
+    const int r = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
+    if (c >= ch || bad_row(slots, pos, r, n_slots)) return;
+    const int m = rows_before(slots, pos, r, hist);
+    const int p0 = pos[r] - m;
+    const float* st = state + (long long)slots[r] * hist * ch;
+    float* out = rows_out + (long long)r * hist * ch;
+    for (int j = 0; j < hist; ++j) out[(long long)j * ch + c] = conv_input(x, st, ch, hist, r, c, hist - 1 - j, m, p0);
+}
+
 // The last row of each segment writes its slot's new state: the segment's last hist inputs
 // (older ones from the old state when the segment is shorter), oldest first. Grid (group of
 // CONV_STATE_ROWS rows, 256-channel group): a thread walks its rows for segment ends.
@@ -220,9 +235,9 @@ static __device__ __forceinline__ float group_sum(float v) {
 template <int E>
 static __device__ void delta_step(const float* q, const float* k, const float* v, const float* gate,
                                   const float* beta, float* state, const int* slots, const int* pos, float* out,
-                                  int* tab, int max_short, int max_long, int max_chunks, int hk, int hv, int dk,
-                                  int dv, int rows, int n_slots, float scale, float beta_scale, int per_dim,
-                                  int* err) {
+                                  float* row_states, int* tab, int max_short, int max_long, int max_chunks, int hk,
+                                  int hv, int dk, int dv, int rows, int n_slots, float scale, float beta_scale,
+                                  int per_dim, int* err) {
     const int h = blockIdx.z;
     int r0 = blockIdx.x;
     if (tab) {
@@ -276,6 +291,15 @@ static __device__ void delta_step(const float* q, const float* k, const float* v
         }
         o = group_sum(o);
         if (col && l == 0) out[((long long)r * hv + h) * dv + j] = scale * o;
+        if (row_states) {
+            // A verify pass: row r's column of the row states gets this column of the state.
+            float* rc = row_states + (long long)r * dk * dv * hv + ((long long)h * dv + j) * dk;
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                const int i = l + DR_GROUP * e;
+                if (col && i < dk) rc[i] = s[e];
+            }
+        }
     }
 #pragma unroll
     for (int e = 0; e < E; ++e) {
@@ -286,13 +310,13 @@ static __device__ void delta_step(const float* q, const float* k, const float* v
 
 extern "C" __global__ void __launch_bounds__(128)
     bl_delta_rule_step(const float* q, const float* k, const float* v, const float* gate, const float* beta,
-                       float* state, const int* slots, const int* pos, float* out, int* tab, int max_short,
-                       int max_long, int max_chunks, int hk, int hv, int dk, int dv, int rows, int n_slots,
-                       float scale, float beta_scale, int per_dim, int* err) {
+                       float* state, const int* slots, const int* pos, float* out, float* row_states, int* tab,
+                       int max_short, int max_long, int max_chunks, int hk, int hv, int dk, int dv, int rows,
+                       int n_slots, float scale, float beta_scale, int per_dim, int* err) {
     KERNEL_ENTRY();
-#define DR_STEP(E)                                                                                                 \
-    delta_step<E>(q, k, v, gate, beta, state, slots, pos, out, tab, max_short, max_long, max_chunks, hk, hv, dk, dv, \
-                  rows, n_slots, scale, beta_scale, per_dim, err)
+#define DR_STEP(E)                                                                                                \
+    delta_step<E>(q, k, v, gate, beta, state, slots, pos, out, row_states, tab, max_short, max_long, max_chunks, hk, \
+                  hv, dk, dv, rows, n_slots, scale, beta_scale, per_dim, err)
     if (dk <= 4 * DR_GROUP) DR_STEP(4);
     else if (dk <= 8 * DR_GROUP) DR_STEP(8);
     else if (dk <= 16 * DR_GROUP) DR_STEP(16);

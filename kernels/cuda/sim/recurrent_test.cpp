@@ -194,7 +194,7 @@ static bool dr_launch(const Shape& p, const Inputs& in, std::vector<float>& stat
     auto step = [&](int* tab, int max_short, int max_long, int max_chunks, unsigned segments) {
         launch(Dim3{segments, cols, (unsigned)p.hv}, 128, [&] {
             bl_delta_rule_step(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), in.beta.data(), state.data(),
-                               in.slots.data(), in.pos.data(), out.data(), tab, max_short, max_long, max_chunks,
+                               in.slots.data(), in.pos.data(), out.data(), nullptr, tab, max_short, max_long, max_chunks,
                                p.hk, p.hv, p.dk, p.dv, rows, p.n_slots, p.scale, p.beta_scale, p.per_dim, err);
         });
     };
@@ -288,6 +288,94 @@ static bool dr_bad_case(const char* name, const Shape& p, const std::vector<Run>
     return err == ERR_STATE_SLOT;
 }
 
+// A verify pass's row states (bl_delta_rule_step writing each row's state): row r's column is
+// bit for bit the state that launches of one row each (decoding without drafts) leave after row
+// r, and within the band of the f64 reference's state after row r; the outputs and final states
+// equal the launch without row states.
+static bool dr_rows_case(const char* name, const Shape& p, const std::vector<Run>& runs) {
+    const Inputs in = dr_inputs(p, runs, -1, 0);
+    const int rows = in.slots.size();
+    const long per = (long)p.dk * p.dv * p.hv;
+    std::vector<float> start(per * p.n_slots);
+    for (float& a : start) a = uniform(-1, 1);
+    std::vector<float> state = start, plain = start, out((long)rows * p.hv * p.dv, NAN), plain_out;
+    std::vector<float> row_states(per * rows, NAN);
+    int err = 0;
+    const unsigned cols = (p.dv + DR_STEP_COLS - 1) / DR_STEP_COLS;
+    launch(Dim3{(unsigned)rows, cols, (unsigned)p.hv}, 128, [&] {
+        bl_delta_rule_step(in.q.data(), in.k.data(), in.v.data(), in.gate.data(), in.beta.data(), state.data(),
+                           in.slots.data(), in.pos.data(), out.data(), row_states.data(), nullptr, 0, 0, 0, p.hk,
+                           p.hv, p.dk, p.dv, rows, p.n_slots, p.scale, p.beta_scale, p.per_dim, &err);
+    });
+    dr_launch(p, in, plain, plain_out, &err);
+    bool same = plain == state && plain_out.size() == out.size();
+    for (size_t i = 0; i < out.size() && same; ++i) same = out[i] == plain_out[i];
+    std::vector<float> one = start;
+    std::vector<double> want(start.begin(), start.end()), want_out;
+    double worst = 0;
+    bool bits = true;
+    for (int r = 0; r < rows; ++r) {
+        Inputs row;
+        row.slots = {in.slots[r]};
+        row.pos = {in.pos[r]};
+        const int g = p.per_dim ? p.dk : 1;
+        row.q.assign(in.q.begin() + (long)r * p.hk * p.dk, in.q.begin() + (long)(r + 1) * p.hk * p.dk);
+        row.k.assign(in.k.begin() + (long)r * p.hk * p.dk, in.k.begin() + (long)(r + 1) * p.hk * p.dk);
+        row.v.assign(in.v.begin() + (long)r * p.hv * p.dv, in.v.begin() + (long)(r + 1) * p.hv * p.dv);
+        row.gate.assign(in.gate.begin() + (long)r * p.hv * g, in.gate.begin() + (long)(r + 1) * p.hv * g);
+        row.beta.assign(in.beta.begin() + (long)r * p.hv, in.beta.begin() + (long)(r + 1) * p.hv);
+        std::vector<float> o;
+        dr_launch(p, row, one, o, &err);
+        dr_reference(p, row, want, want_out);
+        const float* got = row_states.data() + r * per;
+        const long at = (long)in.slots[r] * per;
+        for (long i = 0; i < per; ++i) bits &= got[i] == one[at + i];
+        std::vector<float> g_row(got, got + per);
+        std::vector<double> w_row(want.begin() + at, want.begin() + at + per);
+        worst = std::max(worst, rel(g_row, w_row));
+    }
+    const bool ok = err == 0 && same && bits && worst < 2e-6;
+    printf("%s DeltaRule%s row states %s (%d rows): as one-row launches %s, as the plain launch %s, f64 %.2g\n",
+           ok ? "ok  " : "FAIL", p.per_dim ? " per dim" : "", name, rows, bits ? "bit for bit" : "NO",
+           same ? "yes" : "NO", worst);
+    return ok;
+}
+
+// A verify pass's conv row states (bl_conv_causal_rows before the state update): row r's column
+// is the window that launches of one row each leave after row r.
+static bool conv_rows_case(const char* name, int ch, int taps, int dil, int n_slots, const std::vector<Run>& runs) {
+    std::vector<int> slots, pos;
+    rows_of(runs, slots, pos);
+    const int rows = slots.size(), hist = (taps - 1) * dil;
+    const long width = (long)hist * ch;
+    std::vector<float> x((long)rows * ch), w((long)taps * ch), start(width * n_slots);
+    for (float& a : x) a = uniform(-1, 1);
+    for (float& a : w) a = uniform(-1, 1);
+    for (float& a : start) a = uniform(-1, 1);
+    std::vector<float> row_states(width * rows, NAN);
+    const unsigned groups = (ch + 255) / 256;
+    launch(Dim3{(unsigned)rows, groups, 1}, 256, [&] {
+        bl_conv_causal_rows(x.data(), start.data(), slots.data(), pos.data(), row_states.data(), ch, hist, n_slots);
+    });
+    std::vector<float> one = start;
+    int err = 0;
+    bool bits = true;
+    for (int r = 0; r < rows; ++r) {
+        std::vector<float> out(ch);
+        launch(Dim3{1, groups, 1}, 256, [&] {
+            bl_conv_causal(x.data() + (long)r * ch, w.data(), one.data(), &slots[r], &pos[r], out.data(), ch, taps, dil,
+                           n_slots, &err);
+        });
+        launch(Dim3{1, groups, 1}, 256, [&] {
+            bl_conv_causal_state(x.data() + (long)r * ch, one.data(), &slots[r], &pos[r], ch, 1, hist, n_slots);
+        });
+        for (long i = 0; i < width; ++i) bits &= row_states[r * width + i] == one[(long)slots[r] * width + i];
+    }
+    const bool ok = err == 0 && bits;
+    printf("%s ConvCausal row states %s (%d rows, dilation %d): as one-row launches %s\n", ok ? "ok  " : "FAIL", name,
+           rows, dil, bits ? "bit for bit" : "NO");
+    return ok;
+}
 
 // ---- The fused GDN decode step ----
 
@@ -490,6 +578,13 @@ int main() {
     ok &= gdn_case("short runs", Gdn{Shape{1, 2, 32, 32, 3, 0.17f, 1.0f}, 64, 1e-6f, 1e-5f},
                    {{0, 0, 3}, {2, 4, 2}, {1, 9, 1}});
     ok &= gdn_case("dk 96, dv 40", Gdn{odd, 0, 1e-6f, 1e-6f}, {{0, 5, 1}, {1, 0, 2}});
+    // Verify passes: a slot's last token and its drafts beside other slots' (and a fresh one).
+    ok &= dr_rows_case("verify, 3 slots", qwen, {{0, 5, 4}, {1, 0, 3}, {2, 9, 1}});
+    ok &= dr_rows_case("verify, 16 rows", Shape{2, 4, 128, 32, 4, 0.088f, 1.0f}, {{3, 7, 4}, {0, 2, 4}, {1, 0, 8}});
+    ok &= dr_rows_case("verify, 2 slots", kda, {{0, 5, 4}, {1, 0, 2}});
+    ok &= dr_rows_case("dk 96, dv 40", odd, {{0, 5, 4}, {1, 0, 2}});
+    ok &= conv_rows_case("verify, 3 slots", 300, 4, 1, 3, {{0, 5, 4}, {1, 0, 3}, {2, 9, 1}});
+    ok &= conv_rows_case("runs shorter than the history", 160, 4, 3, 3, {{0, 5, 4}, {1, 0, 3}, {2, 2, 1}});
     ok &= dr_bad_case("slot outside the state", qwen, {{0, 3, 2}, {4, 0, 3}});
     ok &= dr_bad_case("slot outside the state", qwen, {{0, 3, 2}, {4, 0, 70}, {-1, 0, 1}});
     ok &= dr_bad_case("negative position", qwen, {{0, -3, 70}});

@@ -45,6 +45,23 @@ pub fn conv_causal(
     p: &ConvParams,
     out: &mut [f32],
 ) -> Result<(), OpError> {
+    conv_causal_rows(par, x, w, state, slots, positions, p, out, None)
+}
+
+/// As [`conv_causal`], with `row_states` (`[ch·(taps-1)·dilation, rows]`) receiving each row's
+/// window after the row shifted its input in: the state a pass ending at that row leaves.
+#[allow(clippy::too_many_arguments)]
+pub fn conv_causal_rows(
+    par: &dyn Parallel,
+    x: &[f32],
+    w: &[f32],
+    state: &mut [f32],
+    slots: &[u32],
+    positions: &[i32],
+    p: &ConvParams,
+    out: &mut [f32],
+    row_states: Option<&mut [f32]>,
+) -> Result<(), OpError> {
     const OP: &str = "conv_causal";
     let (ch, taps, dil) = (p.ch, p.taps, p.dilation);
     if ch == 0 || taps == 0 || dil == 0 {
@@ -59,6 +76,9 @@ pub fn conv_causal(
     check_len(OP, "out", out.len(), mul_dims(OP, ch, rows)?)?;
     check_len(OP, "w", w.len(), mul_dims(OP, taps, ch)?)?;
     check_len(OP, "state", state.len(), mul_dims(OP, width, p.n_slots)?)?;
+    if let Some(rs) = &row_states {
+        check_len(OP, "row states", rs.len(), mul_dims(OP, width, rows)?)?;
+    }
     for (&s, &pos) in slots.iter().zip(positions) {
         if s as usize >= p.n_slots {
             return Err(OpError::Index {
@@ -74,6 +94,7 @@ pub fn conv_causal(
         }
     }
     let (st, o) = (SharedMut::new(state), SharedMut::new(out));
+    let rs = row_states.map(SharedMut::new);
     par.for_each(ch.div_ceil(BLOCK), &|b| {
         let c0 = b * BLOCK;
         let n = BLOCK.min(ch - c0);
@@ -110,6 +131,15 @@ pub fn conv_causal(
                     win.copy_from_slice(unsafe { st.part(base + (j + 1) * ch, n) });
                 } else {
                     win.copy_from_slice(xr);
+                }
+            }
+            if let Some(rs) = &rs {
+                for j in 0..hist {
+                    // SAFETY: as above; row r's column of the row states is this row's alone,
+                    // and of it this task touches only its channels.
+                    let dst = unsafe { rs.part(r * width + j * ch + c0, n) };
+                    // SAFETY: as above.
+                    dst.copy_from_slice(unsafe { st.part(base + j * ch, n) });
                 }
             }
         }

@@ -185,3 +185,60 @@ fn bad_slots_and_shapes_are_refused_before_writing() {
     assert!(matches!(short_w, Err(OpError::Length { what: "w", .. })));
     assert!(state.iter().all(|&v| v == 0.5) && out.iter().all(|&v| v == 0.0));
 }
+
+/// Row states: column `r` equals the window that calls of one row each leave after row `r`, for
+/// sequences continuing their slot's window and one starting at position 0, dilated and not.
+#[test]
+fn row_states_are_the_windows_of_one_row_calls() {
+    let pool = Pool::with_threads(2).unwrap();
+    let mut rng = StdRng::seed_from_u64(5);
+    for dil in [1, 3] {
+        let p = ConvParams { dilation: dil, ..P };
+        let width = p.ch * (p.taps - 1) * dil;
+        let (slots, positions) = ([1u32, 1, 1, 0, 0, 2], [4i32, 5, 6, 0, 1, 9]);
+        let rows = slots.len();
+        let x = random(rows * p.ch, &mut rng);
+        let w = random(p.taps * p.ch, &mut rng);
+        let start = random(width * p.n_slots, &mut rng);
+        let mut state = start.clone();
+        let mut row_states = vec![f32::NAN; width * rows];
+        let mut out = vec![f32::NAN; x.len()];
+        conv_causal_rows(
+            &pool,
+            &x,
+            &w,
+            &mut state,
+            &slots,
+            &positions,
+            &p,
+            &mut out,
+            Some(&mut row_states),
+        )
+        .unwrap();
+        let mut one = start.clone();
+        for r in 0..rows {
+            let xr = &x[r * p.ch..][..p.ch];
+            let y = call(
+                &pool,
+                xr,
+                &w,
+                &mut one,
+                &slots[r..=r],
+                &positions[r..=r],
+                &p,
+            );
+            assert_eq!(
+                &out[r * p.ch..][..p.ch],
+                &y[..],
+                "dilation {dil}: row {r}'s output"
+            );
+            let s = slots[r] as usize;
+            assert_eq!(
+                &row_states[r * width..][..width],
+                &one[s * width..][..width],
+                "dilation {dil}: row {r}'s window"
+            );
+        }
+        assert_eq!(state, one);
+    }
+}

@@ -108,8 +108,39 @@ pub fn delta_rule(
     state: &mut [f32],
     out: &mut [f32],
 ) -> Result<(), OpError> {
+    delta_rule_rows(par, x, p, state, out, None)
+}
+
+/// As [`delta_rule`], with `row_states` (`[dk·dv·hv, rows]`) receiving each row's state after
+/// the row. Every sequence then runs step-wise, whatever `p.form` says, so that a row's state
+/// is the one a pass ending at that row leaves (the chunked form never forms it).
+pub fn delta_rule_rows(
+    par: &dyn Parallel,
+    x: &DeltaRuleInputs<'_>,
+    p: &DeltaRuleParams,
+    state: &mut [f32],
+    out: &mut [f32],
+    row_states: Option<&mut [f32]>,
+) -> Result<(), OpError> {
     check(x, p, state.len(), out.len())?;
+    if let Some(rs) = &row_states {
+        let per_row = mul_dims(
+            "delta_rule",
+            mul_dims("delta_rule", p.dk, p.dv)?,
+            p.n_head_v,
+        )?;
+        let want = mul_dims("delta_rule", per_row, x.slots.len())?;
+        check_len("delta_rule", "row states", rs.len(), want)?;
+    }
+    let p = &DeltaRuleParams {
+        form: match row_states {
+            Some(_) => Form::Steps,
+            None => p.form,
+        },
+        ..*p
+    };
     let (st, o) = (SharedMut::new(state), SharedMut::new(out));
+    let rs = row_states.map(SharedMut::new);
     let width = columns_per_task(p.dv, p.n_head_v, par.workers());
     let blocks = p.dv.div_ceil(width);
     par.for_each(p.n_head_v * blocks, &|task| {
@@ -121,7 +152,7 @@ pub fn delta_rule(
         };
         SCRATCH.with(|cell| {
             let mut scratch = cell.borrow_mut();
-            run_part(x, p, part, &st, &o, &mut scratch);
+            run_part(x, p, part, (&st, rs.as_ref()), &o, &mut scratch);
         })
     });
     Ok(())
@@ -197,12 +228,13 @@ thread_local! {
 }
 
 /// Every sequence of the batch for one task's part: runs of consecutive rows of one slot, a new
-/// run at each position 0.
+/// run at each position 0. With row states (`rs`), each row's state of the part after it is
+/// copied there.
 fn run_part(
     x: &DeltaRuleInputs<'_>,
     p: &DeltaRuleParams,
     part: Part,
-    st: &SharedMut<'_>,
+    (st, rs): (&SharedMut<'_>, Option<&SharedMut<'_>>),
     o: &SharedMut<'_>,
     scratch: &mut Vec<f32>,
 ) {
@@ -214,14 +246,11 @@ fn run_part(
         while end < rows && x.slots[end] as usize == slot && x.positions[end] != 0 {
             end += 1;
         }
+        let at = (part.h * p.dv + part.j0) * p.dk;
+        let per_slot = p.n_head_v * p.dv * p.dk;
         // SAFETY: these state columns of (slot, head) are touched only by this task, and this
         // part is dropped before the next run takes one.
-        let s = unsafe {
-            st.part(
-                ((slot * p.n_head_v + part.h) * p.dv + part.j0) * p.dk,
-                part.w * p.dk,
-            )
-        };
+        let s = unsafe { st.part(slot * per_slot + at, part.w * p.dk) };
         if x.positions[r] == 0 {
             s.fill(0.0);
         }
@@ -242,6 +271,10 @@ fn run_part(
         } else {
             for t in r..end {
                 step(x, p, part, t, s, o, scratch);
+                if let Some(rs) = rs {
+                    // SAFETY: row t's copy of these columns is written by this task only.
+                    unsafe { rs.part(t * per_slot + at, part.w * p.dk) }.copy_from_slice(s);
+                }
             }
         }
         r = end;

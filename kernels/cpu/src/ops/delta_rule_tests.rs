@@ -388,3 +388,67 @@ fn bad_calls_are_refused_before_writing() {
     assert!(matches!(r, Err(OpError::Parameter { .. })), "{r:?}");
     assert!(state.iter().all(|&v| v == 0.5) && out.iter().all(|&v| v == 0.0));
 }
+
+/// Row states: column `r` equals, bit for bit, the state that calls of one row each leave after
+/// row `r` (what decoding without drafts computes), for a per-head and a per-dim gate, with a
+/// sequence long enough to take the chunked form without row states, one continuing its slot's
+/// state and one starting at position 0; the outputs and final state equal the plain call's.
+#[test]
+fn row_states_are_the_states_of_one_row_calls() {
+    let pool = Pool::with_threads(3).unwrap();
+    for per_dim in [false, true] {
+        let p = DeltaRuleParams {
+            per_dim_gate: per_dim,
+            ..params(2, 4, 20, 13, Form::Auto)
+        };
+        let seqs = [(1, 5, 9), (0, 0, 3), (2, 7, 1)];
+        let b = Batch::random(&p, &seqs, 11);
+        let rows = b.slots.len();
+        let per = p.dk * p.dv * p.n_head_v;
+        let start = random_state(&p, 12);
+        let mut state = start.clone();
+        let mut row_states = vec![f32::NAN; per * rows];
+        let mut out = vec![f32::NAN; p.dv * p.n_head_v * rows];
+        delta_rule_rows(
+            &pool,
+            &b.inputs(),
+            &p,
+            &mut state,
+            &mut out,
+            Some(&mut row_states),
+        )
+        .unwrap();
+        let mut one = start.clone();
+        let steps = DeltaRuleParams {
+            form: Form::Steps,
+            ..p
+        };
+        for r in 0..rows {
+            let y = run(&pool, &b.rows(&steps, r..r + 1), &steps, &mut one);
+            let slot = b.slots[r] as usize;
+            let (got, want) = (&row_states[r * per..][..per], &one[slot * per..][..per]);
+            assert!(
+                got.iter()
+                    .zip(want)
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "per_dim {per_dim}: row {r}'s state"
+            );
+            let o = &out[r * p.dv * p.n_head_v..][..p.dv * p.n_head_v];
+            assert!(o.iter().zip(&y).all(|(a, b)| a.to_bits() == b.to_bits()));
+        }
+        assert!(state
+            .iter()
+            .zip(&one)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+        let mut short = vec![0f32; per * rows - 1];
+        let r = delta_rule_rows(
+            &pool,
+            &b.inputs(),
+            &p,
+            &mut state,
+            &mut out,
+            Some(&mut short),
+        );
+        assert!(r.unwrap_err().to_string().contains("row states"));
+    }
+}

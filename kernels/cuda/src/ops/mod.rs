@@ -501,6 +501,7 @@ mod tests {
         "bl_moe_combine",
         "bl_conv_causal",
         "bl_conv_causal_state",
+        "bl_conv_causal_rows",
         "bl_delta_rule_table",
         "bl_delta_rule_step",
         "bl_delta_rule_prep",

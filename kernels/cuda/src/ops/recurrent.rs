@@ -32,6 +32,37 @@ const DR_MAX_DK: u32 = 256;
 /// State columns per block of the delta-rule kernels (`DR_STEP_COLS`, `DR_COLS`).
 const DR_COLS: u64 = 16;
 
+/// The optional last source of a state op (a verify pass's row states, `[width, rows]` f32,
+/// column `r` the state after row `r`), at index `at`: its shape checked. More sources than that
+/// are refused.
+fn row_states<'c>(
+    c: &'c OpCall,
+    at: usize,
+    width: u64,
+    rows: u64,
+    op: &str,
+) -> Result<Option<&'c TensorRef>, PluginError> {
+    match c.srcs() {
+        s if s.len() == at => Ok(None),
+        s if s.len() == at + 1 => {
+            let t = &s[at];
+            expect(t, DType::F32, &format!("{op} row states"))?;
+            if !t.is_contiguous() || t.ne[0] != width || t.elements() != width * rows {
+                return Err(PluginError::invalid(format!(
+                    "{op} row states {:?} for {rows} rows of {width}",
+                    t.ne
+                )));
+            }
+            Ok(Some(t))
+        }
+        s => Err(PluginError::invalid(format!(
+            "{op} takes {at} sources, or {} with row states, not {}",
+            at + 1,
+            s.len()
+        ))),
+    }
+}
+
 fn grid3(x: u64, y: u64, z: u64, threads: u32) -> LaunchConfig {
     LaunchConfig {
         grid_dim: (x as u32, y as u32, z as u32),
@@ -112,6 +143,7 @@ impl Launcher {
                 x.ne, w.ne, state.ne, c.dst.ne
             )));
         }
+        let rows_out = row_states(c, 5, ch * hist, rows, "ConvCausal")?;
         if rows == 0 || ch == 0 {
             return Ok(());
         }
@@ -130,6 +162,18 @@ impl Launcher {
         // on the card before its state is read.
         unsafe { l.launch(grid3(rows, ch.div_ceil(256), 1, 256)) }
             .map_err(driver_err("bl_conv_causal"))?;
+        if let Some(rs) = rows_out.filter(|_| taps > 1) {
+            let prs = addr(rs, "row states")?;
+            let f = self.func("bl_conv_causal_rows")?;
+            let mut l = self.args(&f);
+            l.arg(&px).arg(&pst).arg(&ps).arg(&pp).arg(&prs);
+            l.arg(&chi).arg(&histi).arg(&nsi);
+            // SAFETY: one thread per (row, channel) writes that row's column of the row states
+            // (checked above to hold every row) and reads x and the old state, before the
+            // launch below updates the state.
+            unsafe { l.launch(grid3(rows, ch.div_ceil(256), 1, 256)) }
+                .map_err(driver_err("bl_conv_causal_rows"))?;
+        }
         if taps > 1 {
             let f = self.func("bl_conv_causal_state")?;
             let mut l = self.args(&f);
@@ -204,9 +248,20 @@ impl Launcher {
                 q.ne, v.ne, gate.ne, state.ne
             )));
         }
+        let rows_out = row_states(c, 8, dk * dv * hv, rows, "DeltaRule")?;
+        if rows_out.is_some() && rows >= DR_CHUNK {
+            return Err(PluginError::unsupported(
+                format!("DeltaRule row states over {rows} rows on the CUDA bundles"),
+                &["row states for passes of fewer than 64 rows (the step-wise form)"],
+            ));
+        }
         if rows == 0 {
             return Ok(());
         }
+        let prs = match rows_out {
+            Some(t) => addr(t, "row states")?,
+            None => 0,
+        };
         let (pq, pk, pv) = (addr(q, "q")?, addr(k, "k")?, addr(v, "v")?);
         let (pg, pb, pst) = (
             addr(gate, "gate")?,
@@ -226,14 +281,14 @@ impl Launcher {
             let f = self.func("bl_delta_rule_step")?;
             let mut l = self.args(&f);
             l.arg(&pq).arg(&pk).arg(&pv).arg(&pg).arg(&pb).arg(&pst);
-            l.arg(&ps).arg(&pp).arg(&po).arg(&tab);
+            l.arg(&ps).arg(&pp).arg(&po).arg(&prs).arg(&tab);
             l.arg(&lists[0]).arg(&lists[1]).arg(&lists[2]);
             l.arg(&hki).arg(&hvi).arg(&dki).arg(&dvi).arg(&ri).arg(&nsi);
             l.arg(&p.scale).arg(&p.beta_scale).arg(&per_dim).arg(&err);
             // SAFETY: each block reads its segment's rows of q, k, v, gate and beta and writes
-            // its rows of dst, all inside the checked spans; slots are checked on the card before
-            // the state is touched, and each (slot, head, column) of the state belongs to one
-            // block (one segment per slot).
+            // its rows of dst (and of the row states, when given), all inside the checked spans;
+            // slots are checked on the card before the state is touched, and each (slot, head,
+            // column) of the state belongs to one block (one segment per slot).
             unsafe { l.launch(grid3(segments, col_groups, hv, 128)) }
                 .map(|_| ())
                 .map_err(driver_err("bl_delta_rule_step"))

@@ -25,6 +25,9 @@ pub struct Model<'a> {
     pub w: &'a Weights,
     /// Each layer's state indices, trunk then NextN.
     pub state: &'a [LayerState],
+    /// A verify pass (`GraphKind::Verify`): the KDA layers also write every row's state into
+    /// their state's row states.
+    pub verify: bool,
 }
 
 /// A SwiGLU FFN whose gate is clamped to at most `limit` and up to `[-limit, limit]` (0: none),
@@ -92,6 +95,7 @@ pub fn mixer(
             let ki = KdaInputs {
                 slots: inp.slots,
                 positions: inp.positions,
+                verify: m.verify,
             };
             kda_layer(g, &m.hp.kda, w, &s, x, &ki)
         }

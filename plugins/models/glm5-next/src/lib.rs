@@ -57,11 +57,13 @@ impl Glm5Next {
         })
     }
 
-    fn model(&self) -> graph::Model<'_> {
+    /// What a graph of `kind` needs.
+    fn model(&self, kind: GraphKind) -> graph::Model<'_> {
         graph::Model {
             hp: &self.hp,
             w: &self.weights,
             state: &self.layer_state,
+            verify: kind == GraphKind::Verify,
         }
     }
 }
@@ -84,8 +86,8 @@ impl ModelInstance for Glm5Next {
 
     fn build_graph(&self, shape: BatchShape) -> RResult<Graph, PluginError> {
         match shape.kind {
-            GraphKind::Main => graph::build(&self.model(), shape),
-            GraphKind::Mtp => nextn::build(&self.model(), shape),
+            GraphKind::Main | GraphKind::Verify => graph::build(&self.model(shape.kind), shape),
+            GraphKind::Mtp => nextn::build(&self.model(shape.kind), shape),
         }
         .into()
     }

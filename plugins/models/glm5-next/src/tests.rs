@@ -501,7 +501,7 @@ fn swiglu_clamps_follow_the_per_layer_keys_dense_layers_taking_the_shared_expert
 #[test]
 fn the_nextn_head_runs_its_own_layer_over_the_trunks_hidden_state() {
     let m = load(&tiny().file_view(DType::F32));
-    let mm = m.model();
+    let mm = m.model(GraphKind::Main);
     let mut g = GraphBuilder::new();
     let shape = BatchShape {
         n_rows: 4,

@@ -24,6 +24,9 @@ pub struct Model<'a> {
     pub state: &'a [LayerState],
     /// Rotary parameters of the attention layers (IMROPE, partial).
     pub rope: RopeParams,
+    /// A verify pass (`GraphKind::Verify`): the conv and the delta rule also write every row's
+    /// state into their state's row states.
+    pub verify: bool,
 }
 
 const F32: usize = 4;
@@ -159,13 +162,18 @@ fn delta_net(
     let gate = g.mul("gate", alpha, a)?;
     let wconv = g.w(&d.conv)?;
     let cs = g.state(conv_state, "conv_state");
+    let mut srcs = vec![qkv, wconv, cs, inp.slots, inp.positions];
+    if m.verify {
+        let width = ch * u64::from(s.taps - 1);
+        srcs.push(g.row_states(conv_state, "conv_state_rows", width, rows)?);
+    }
     let conv = g.op(
         "conv_output_raw",
         Op::ConvCausal {
             taps: s.taps,
             dilation: 1,
         },
-        &[qkv, wconv, cs, inp.slots, inp.positions],
+        &srcs,
         DType::F32,
         [ch, rows, 1, 1],
     )?;
@@ -199,10 +207,15 @@ fn delta_net(
         per_dim_gate: false,
         beta_scale: 1.0,
     };
+    let mut srcs = vec![q, k, v, gate, beta, ss, inp.slots, inp.positions];
+    if m.verify {
+        let width = dk * dv * hv;
+        srcs.push(g.row_states(ssm_state, "ssm_state_rows", width, rows)?);
+    }
     let o = g.op(
         "delta_out",
         Op::DeltaRule(params),
-        &[q, k, v, gate, beta, ss, inp.slots, inp.positions],
+        &srcs,
         DType::F32,
         [dv, hv, rows, 1],
     )?;

@@ -102,9 +102,10 @@ impl ModelInstance for Qwen35 {
             w: &self.weights,
             state: &self.layer_state,
             rope: self.rope,
+            verify: shape.kind == GraphKind::Verify,
         };
         match shape.kind {
-            GraphKind::Main => graph::build(&m, shape),
+            GraphKind::Main | GraphKind::Verify => graph::build(&m, shape),
             GraphKind::Mtp => mtp::build(&m, shape),
         }
         .into()

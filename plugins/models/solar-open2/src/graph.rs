@@ -5,7 +5,7 @@
 //! Node names follow llama.cpp's graph.
 
 use bloomery_plugin_api::builders::{causal_lm, LmInputs};
-use bloomery_plugin_api::graph::{BatchShape, Graph, GraphBuilder, TensorId};
+use bloomery_plugin_api::graph::{BatchShape, Graph, GraphBuilder, GraphKind, TensorId};
 use bloomery_plugin_api::kda::{kda_layer, KdaInputs};
 use bloomery_plugin_api::op::{AttentionParams, GluKind, Op, UnaryFn};
 use bloomery_plugin_api::{DType, PluginError};
@@ -129,6 +129,7 @@ pub fn build(m: &Model<'_>, shape: BatchShape) -> Result<Graph, PluginError> {
                 let inp = KdaInputs {
                     slots: at.inp.slots,
                     positions: at.inp.positions,
+                    verify: shape.kind == GraphKind::Verify,
                 };
                 kda_layer(g, &m.hp.kda, w, &s, cur, &inp)?
             }
