@@ -335,11 +335,13 @@ extern "C" __global__ void __launch_bounds__(128)
 // L2-normed per key head, v (SiLU), the delta-rule step as delta_step takes it, and each head's
 // output RMS-normed times norm_w and times silu(z), every value formed with the same float
 // operations as the separate kernels; it writes the result as f32 to `out`, or (q not null) only
-// its Q8_1 copy, for the quantized product that reads it next.
+// its Q8_1 copy, for the quantized product that reads it next. In a verify pass each also writes
+// every row's state (`rows_out`, `row_states` not null): the conv's window and the delta rule's
+// columns after the row, as bl_conv_causal_rows and bl_delta_rule_step write them.
 
 extern "C" __global__ void bl_conv_causal_step(const float* x, const float* w, float* state, const int* slots,
-                                               const int* pos, float* out, int ch, int taps, int rows, int n_slots,
-                                               int* err) {
+                                               const int* pos, float* out, float* rows_out, int ch, int taps, int rows,
+                                               int n_slots, int* err) {
     const int r0 = blockIdx.x, c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= ch || continues(slots, pos, r0)) return;
     if (bad_row(slots, pos, r0, n_slots)) {
@@ -361,6 +363,12 @@ extern "C" __global__ void bl_conv_causal_step(const float* x, const float* w, f
         float acc = 0.0f;
         for (int j = 0; j < taps - 1; ++j) acc += wc[j] * conv_input(x, st, ch, taps - 1, r, c, taps - 1 - j, m, p0);
         out[(long long)r * ch + c] = acc + wc[taps - 1] * x[(long long)r * ch + c];
+        if (rows_out) {
+            const int hist = taps - 1, mh = min(r - r0, hist);
+            float* ro = rows_out + (long long)r * hist * ch;
+            for (int j = 0; j < hist; ++j)
+                ro[(long long)j * ch + c] = conv_input(x, st, ch, hist, r, c, hist - 1 - j, mh, pos[r] - mh);
+        }
     }
     if (taps > 1) conv_state_store(x, state, slots, pos, ch, taps - 1, end - 1, c);
 }
@@ -428,8 +436,8 @@ template <int E>
 static __device__ void gdn_step(const float* conv, const float* beta_in, const float* alpha_in, const float* x,
                                 const float* wb, const float* wa, int n_embd, const float* dt, const float* a,
                                 const float* z, const float* norm_w, float* state, const int* slots, const int* pos,
-                                float* out, uint8_t* q, int hk, int hv, int dk, int dv, int rows, int n_slots,
-                                float l2_eps, float rms_eps, float scale, float beta_scale, int* err) {
+                                float* out, uint8_t* q, float* row_states, int hk, int hv, int dk, int dv, int rows,
+                                int n_slots, float l2_eps, float rms_eps, float scale, float beta_scale, int* err) {
     __shared__ float qs[GDN_MAX_D], ks[GDN_MAX_D], ys[GDN_MAX_D];
     const int r0 = blockIdx.x, h = blockIdx.y, tid = threadIdx.x;
     if (continues(slots, pos, r0)) return;
@@ -501,6 +509,14 @@ static __device__ void gdn_step(const float* conv, const float* beta_in, const f
             }
         }
         o = scale * group_sum(o);
+        if (row_states) {
+            float* rc = row_states + (long long)r * dk * dv * hv + ((long long)h * dv + j) * dk;
+#pragma unroll
+            for (int e = 0; e < E; ++e) {
+                const int i = l + DR_GROUP * e;
+                if (i < dk) rc[i] = s[e];
+            }
+        }
         // The head's RMS norm: lane 0 of each column counts its output once.
         const float mean = (float)(gdn_sum(l == 0 ? (double)(o * o) : 0.0) / dv);
         const float inv = 1.0f / sqrtf(mean + rms_eps);
@@ -527,13 +543,14 @@ static __device__ void gdn_step(const float* conv, const float* beta_in, const f
 extern "C" __global__ void __launch_bounds__(1024)
     bl_gdn_step(const float* conv, const float* beta_in, const float* alpha_in, const float* x, const float* wb,
                 const float* wa, int n_embd, const float* dt, const float* a, const float* z, const float* norm_w,
-                float* state, const int* slots, const int* pos, float* out, uint8_t* q, int hk, int hv, int dk,
-                int dv, int rows, int n_slots, float l2_eps, float rms_eps, float scale, float beta_scale, int* err) {
+                float* state, const int* slots, const int* pos, float* out, uint8_t* q, float* row_states, int hk,
+                int hv, int dk, int dv, int rows, int n_slots, float l2_eps, float rms_eps, float scale,
+                float beta_scale, int* err) {
     // gdn_step waits on the previous kernel (KERNEL_ENTRY) once it has read what that kernel
     // does not write.
-#define GDN_STEP(E)                                                                                                  \
-    gdn_step<E>(conv, beta_in, alpha_in, x, wb, wa, n_embd, dt, a, z, norm_w, state, slots, pos, out, q, hk, hv, dk, \
-                dv, rows, n_slots, l2_eps, rms_eps, scale, beta_scale, err)
+#define GDN_STEP(E)                                                                                               \
+    gdn_step<E>(conv, beta_in, alpha_in, x, wb, wa, n_embd, dt, a, z, norm_w, state, slots, pos, out, q, row_states, \
+                hk, hv, dk, dv, rows, n_slots, l2_eps, rms_eps, scale, beta_scale, err)
     if (dk <= 4 * DR_GROUP) GDN_STEP(4);
     else if (dk <= 8 * DR_GROUP) GDN_STEP(8);
     else GDN_STEP(16);

@@ -76,7 +76,7 @@ static bool conv_case(const char* name, int ch, int taps, int n_slots, const std
     const unsigned groups = (ch + 255) / 256;
     if (step)
         launch(Dim3{(unsigned)rows, groups, 1}, 256, [&] {
-            bl_conv_causal_step(x.data(), w.data(), state.data(), slots.data(), pos.data(), out.data(), ch, taps, rows,
+            bl_conv_causal_step(x.data(), w.data(), state.data(), slots.data(), pos.data(), out.data(), nullptr, ch, taps, rows,
                                 n_slots, &err);
         });
     else
@@ -377,6 +377,45 @@ static bool conv_rows_case(const char* name, int ch, int taps, int dil, int n_sl
     return ok;
 }
 
+// The fused decode step's conv with row states (bl_conv_causal_step in a verify pass): each row's
+// window bit for bit the one of one-row launches, outputs and final state as without them.
+static bool conv_step_rows_case(const char* name, int ch, int taps, int n_slots, const std::vector<Run>& runs) {
+    std::vector<int> slots, pos;
+    rows_of(runs, slots, pos);
+    const int rows = slots.size(), hist = taps - 1;
+    const long width = (long)hist * ch;
+    std::vector<float> x((long)rows * ch), w((long)taps * ch), start(width * n_slots);
+    for (float& a : x) a = uniform(-1, 1);
+    for (float& a : w) a = uniform(-1, 1);
+    for (float& a : start) a = uniform(-1, 1);
+    std::vector<float> state = start, plain = start, row_states(width * rows, NAN);
+    std::vector<float> out((long)rows * ch, NAN), plain_out = out;
+    int err = 0;
+    const unsigned groups = (ch + 255) / 256;
+    launch(Dim3{(unsigned)rows, groups, 1}, 256, [&] {
+        bl_conv_causal_step(x.data(), w.data(), state.data(), slots.data(), pos.data(), out.data(), row_states.data(),
+                            ch, taps, rows, n_slots, &err);
+    });
+    launch(Dim3{(unsigned)rows, groups, 1}, 256, [&] {
+        bl_conv_causal_step(x.data(), w.data(), plain.data(), slots.data(), pos.data(), plain_out.data(), nullptr, ch,
+                            taps, rows, n_slots, &err);
+    });
+    bool same = plain == state && plain_out == out, bits = true;
+    std::vector<float> one = start;
+    for (int r = 0; r < rows; ++r) {
+        std::vector<float> o(ch);
+        launch(Dim3{1, groups, 1}, 256, [&] {
+            bl_conv_causal_step(x.data() + (long)r * ch, w.data(), one.data(), &slots[r], &pos[r], o.data(), nullptr, ch,
+                                taps, 1, n_slots, &err);
+        });
+        for (long i = 0; i < width; ++i) bits &= row_states[r * width + i] == one[(long)slots[r] * width + i];
+    }
+    const bool ok = err == 0 && same && bits;
+    printf("%s ConvCausal (step) row states %s (%d rows): as one-row launches %s, as without %s\n",
+           ok ? "ok  " : "FAIL", name, rows, bits ? "bit for bit" : "NO", same ? "yes" : "NO");
+    return ok;
+}
+
 // ---- The fused GDN decode step ----
 
 // A GDN mixer's decode step: the conv's outputs (before the SiLU) and everything after them.
@@ -474,7 +513,7 @@ static GdnInputs gdn_inputs(const Gdn& g, const std::vector<Run>& runs) {
 // The launches of Launcher::gdn_step after the conv (whose outputs the inputs give): the f32
 // result, or (q) only its Q8_1 copy.
 static void gdn_launch(const Gdn& g, const GdnInputs& in, std::vector<float>& state, std::vector<float>& out,
-                       std::vector<uint8_t>* q, int* err) {
+                       std::vector<uint8_t>* q, int* err, float* row_states = nullptr) {
     const Shape& p = g.p;
     const int rows = in.slots.size();
     out.assign((long)rows * p.hv * p.dv, NAN);
@@ -483,7 +522,7 @@ static void gdn_launch(const Gdn& g, const GdnInputs& in, std::vector<float>& st
         bl_gdn_step(in.conv.data(), formed ? nullptr : in.beta.data(), formed ? nullptr : in.alpha.data(),
                     formed ? in.x.data() : nullptr, formed ? in.wb.data() : nullptr, formed ? in.wa.data() : nullptr,
                     g.n_embd, in.dt.data(), in.a.data(), in.z.data(), in.norm_w.data(), state.data(), in.slots.data(),
-                    in.pos.data(), q ? nullptr : out.data(), q ? q->data() : nullptr, p.hk, p.hv, p.dk, p.dv, rows,
+                    in.pos.data(), q ? nullptr : out.data(), q ? q->data() : nullptr, row_states, p.hk, p.hv, p.dk, p.dv, rows,
                     p.n_slots, g.l2_eps, g.rms_eps, p.scale, p.beta_scale, err);
     });
 }
@@ -526,6 +565,45 @@ static bool gdn_case(const char* name, const Gdn& g, const std::vector<Run>& run
     }
     printf("%s GDN step %s (%zu rows%s): out %.2g, state %.2g, Q8_1 %.2g steps\n", ok ? "ok  " : "FAIL", name,
            in.slots.size(), g.n_embd > 0 ? ", beta and alpha formed" : "", eo, es, worst);
+    return ok;
+}
+
+// The fused step in a verify pass (row states): each row's state bit for bit the one that
+// launches of one row each leave, the outputs and final state as without row states.
+static bool gdn_rows_case(const char* name, const Gdn& g, const std::vector<Run>& runs) {
+    const Shape& p = g.p;
+    const GdnInputs in = gdn_inputs(g, runs);
+    const int rows = in.slots.size();
+    const long per = (long)p.dk * p.dv * p.hv;
+    std::vector<float> start(per * p.n_slots);
+    for (float& a : start) a = uniform(-1, 1);
+    std::vector<float> state = start, plain = start, out, plain_out, row_states(per * rows, NAN);
+    int err = 0;
+    gdn_launch(g, in, state, out, nullptr, &err, row_states.data());
+    gdn_launch(g, in, plain, plain_out, nullptr, &err);
+    bool same = plain == state, bits = true;
+    for (size_t i = 0; i < out.size() && same; ++i) same = out[i] == plain_out[i];
+    std::vector<float> one = start;
+    const long ch = 2L * p.dk * p.hk + (long)p.dv * p.hv;
+    for (int r = 0; r < rows; ++r) {
+        GdnInputs row = in;
+        row.slots = {in.slots[r]};
+        row.pos = {in.pos[r]};
+        auto cut = [&](std::vector<float>& v, const std::vector<float>& all, long n) {
+            v.assign(all.begin() + r * n, all.begin() + (r + 1) * n);
+        };
+        cut(row.conv, in.conv, ch);
+        cut(row.beta, in.beta, p.hv);
+        cut(row.alpha, in.alpha, p.hv);
+        cut(row.z, in.z, (long)p.hv * p.dv);
+        if (g.n_embd > 0) cut(row.x, in.x, g.n_embd);
+        std::vector<float> o;
+        gdn_launch(g, row, one, o, nullptr, &err);
+        for (long i = 0; i < per; ++i) bits &= row_states[r * per + i] == one[(long)in.slots[r] * per + i];
+    }
+    const bool ok = err == 0 && same && bits;
+    printf("%s GDN step row states %s (%d rows): as one-row launches %s, as without %s\n", ok ? "ok  " : "FAIL",
+           name, rows, bits ? "bit for bit" : "NO", same ? "yes" : "NO");
     return ok;
 }
 
@@ -585,6 +663,9 @@ int main() {
     ok &= dr_rows_case("dk 96, dv 40", odd, {{0, 5, 4}, {1, 0, 2}});
     ok &= conv_rows_case("verify, 3 slots", 300, 4, 1, 3, {{0, 5, 4}, {1, 0, 3}, {2, 9, 1}});
     ok &= conv_rows_case("runs shorter than the history", 160, 4, 3, 3, {{0, 5, 4}, {1, 0, 3}, {2, 2, 1}});
+    ok &= conv_step_rows_case("verify, 3 slots", 300, 4, 3, {{0, 5, 4}, {1, 0, 3}, {2, 9, 1}});
+    ok &= gdn_rows_case("verify, 3 slots", Gdn{qwen, 0, 1e-6f, 1e-6f}, {{0, 5, 4}, {1, 0, 3}, {2, 9, 1}});
+    ok &= gdn_rows_case("verify, beta and alpha formed", Gdn{qwen, 96, 1e-6f, 1e-6f}, {{3, 5, 4}, {1, 7, 2}});
     ok &= dr_bad_case("slot outside the state", qwen, {{0, 3, 2}, {4, 0, 3}});
     ok &= dr_bad_case("slot outside the state", qwen, {{0, 3, 2}, {4, 0, 70}, {-1, 0, 1}});
     ok &= dr_bad_case("negative position", qwen, {{0, -3, 70}});

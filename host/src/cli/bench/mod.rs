@@ -477,11 +477,13 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             let per_step = accepted as f64 / steps as f64;
             eprintln!(
                 "{} ({}): {accepted} drafts accepted in {steps} verify steps, {per_step:.3} a \
-                 step, mean acceptance length {:.3}; {} pass shapes prepared in the runs",
+                 step, mean acceptance length {:.3}; {} pass shapes prepared in the runs; {} \
+                 re-run passes after refused drafts",
                 record.test_name(),
                 record.spec,
                 1.0 + per_step,
-                after.2 - before.2
+                after.2 - before.2,
+                after.3 - before.3
             );
         }
         plot.rate(&record);

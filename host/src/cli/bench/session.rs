@@ -222,17 +222,18 @@ impl Session {
         Ok(())
     }
 
-    /// (verify steps of drafts, drafts accepted, pass executors the model prepared) so far in
-    /// this runtime.
-    pub fn spec_counts(&self) -> (u64, u64, u64) {
+    /// (verify steps of drafts, drafts accepted, pass executors the model prepared, passes that
+    /// ran kept tokens again after a refused draft) so far in this runtime.
+    pub fn spec_counts(&self) -> (u64, u64, u64, u64) {
         let Some(rt) = self.runtime.as_ref() else {
-            return (0, 0, 0);
+            return (0, 0, 0, 0);
         };
         let c = &rt.shared().counters;
         (
             c.spec_verify_steps.load(Ordering::Relaxed),
             c.spec_accepted.load(Ordering::Relaxed),
             c.executors_prepared.load(Ordering::Relaxed),
+            c.rollback_passes.load(Ordering::Relaxed),
         )
     }
 

@@ -8,6 +8,8 @@
 //! No arena memory is written while other blocks read, so the memory plan may reuse the inputs'
 //! bytes for the intermediates as freely as it likes; the intermediates themselves are never
 //! written, so the group is taken only when no later call reads bytes they would have left.
+//! In a verify pass (the conv and the delta rule each with its row states as a last source) the
+//! two kernels write every row's conv window and recurrent state there as well.
 
 use bloomery_plugin_api::op::{DeltaRuleParams, Op, UnaryFn};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
@@ -64,6 +66,8 @@ pub(super) struct GdnGroup {
     /// Only the Q8_1 copy of `out` is written: the next call, a quantized product, is its only
     /// reader.
     copy_only: bool,
+    /// A verify pass's row states of the conv and of the delta rule.
+    row_states: Option<[TensorRef; 2]>,
 }
 
 /// The weights and input of β's and α's products at the head of `calls` when the kernel can form
@@ -129,10 +133,18 @@ fn find_after(calls: &[OpCall], products: Option<[TensorRef; 3]>) -> Option<GdnG
     else {
         return None;
     };
-    let [x, conv_w, conv_state, slots, pos] = conv.srcs() else {
+    let (conv_srcs, conv_rows) = match conv.srcs() {
+        [srcs @ .., r] if srcs.len() == 5 => (srcs, Some(*r)),
+        srcs => (srcs, None),
+    };
+    let (dr_srcs, dr_rows) = match dr.srcs() {
+        [srcs @ .., r] if srcs.len() == 8 => (srcs, Some(*r)),
+        srcs => (srcs, None),
+    };
+    let [x, conv_w, conv_state, slots, pos] = conv_srcs else {
         return None;
     };
-    let [q_in, k_in, v_in, gate_in, beta_in, state, dr_slots, dr_pos] = dr.srcs() else {
+    let [q_in, k_in, v_in, gate_in, beta_in, state, dr_slots, dr_pos] = dr_srcs else {
         return None;
     };
     let [o_in, norm_w] = rms.srcs() else {
@@ -230,6 +242,17 @@ fn find_after(calls: &[OpCall], products: Option<[TensorRef; 3]>) -> Option<GdnG
         && plain(&mul_z.dst, o_ne)
         && ((mul_z.srcs()[0] == rms.dst && mul_z.srcs()[1] == zs.dst)
             || (mul_z.srcs()[1] == rms.dst && mul_z.srcs()[0] == zs.dst));
+    let row_states = match (conv_rows, dr_rows) {
+        (None, None) => None,
+        (Some(c), Some(d))
+            if t > 1
+                && plain(&c, [ch * (t - 1), rows, 1, 1])
+                && plain(&d, [dk * dv * hv, rows, 1, 1]) =>
+        {
+            Some([c, d])
+        }
+        _ => return None,
+    };
     if !(decay && conv_ok && qkv && rule && gated) {
         return None;
     }
@@ -279,6 +302,7 @@ fn find_after(calls: &[OpCall], products: Option<[TensorRef; 3]>) -> Option<GdnG
         l2_eps,
         rms_eps,
         copy_only,
+        row_states,
     })
 }
 
@@ -332,6 +356,10 @@ impl Launcher {
         let pcs = if g.taps > 1 { addr(&g.conv_state)? } else { 0 };
         let n_slots = g.state.rows() as i32;
         let (chi, tapsi, ri, err) = (ch as i32, g.taps as i32, rows as i32, self.error_word);
+        let (prc, prd) = match &g.row_states {
+            Some([c, d]) => (addr(c)?, addr(d)?),
+            None => (0, 0),
+        };
         let f = self.func("bl_conv_causal_step")?;
         let mut l = self.args(&f);
         l.arg(&px)
@@ -339,7 +367,8 @@ impl Launcher {
             .arg(&pcs)
             .arg(&ps)
             .arg(&pp)
-            .arg(&conv_out);
+            .arg(&conv_out)
+            .arg(&prc);
         l.arg(&chi).arg(&tapsi).arg(&ri).arg(&n_slots).arg(&err);
         let launch = LaunchConfig {
             grid_dim: (rows as u32, ch.div_ceil(256) as u32, 1),
@@ -347,8 +376,9 @@ impl Launcher {
             shared_mem_bytes: 0,
         };
         // SAFETY: a thread per (segment, channel) reads its rows of x and writes them in the
-        // scratch (sized above); a row's slot is checked on the card before the state is touched,
-        // and each (slot, channel) of it belongs to one thread.
+        // scratch (sized above) and, in a verify pass, its rows' channel of the row states
+        // (checked to hold every row); a row's slot is checked on the card before the state is
+        // touched, and each (slot, channel) of it belongs to one thread.
         unsafe { l.launch(launch) }.map_err(driver_err("bl_conv_causal_step"))?;
         let (pout, pq) = if g.copy_only {
             (0u64, base)
@@ -375,7 +405,13 @@ impl Launcher {
             .arg(&pdt)
             .arg(&pda)
             .arg(&pz);
-        l.arg(&pn).arg(&pst).arg(&ps).arg(&pp).arg(&pout).arg(&pq);
+        l.arg(&pn)
+            .arg(&pst)
+            .arg(&ps)
+            .arg(&pp)
+            .arg(&pout)
+            .arg(&pq)
+            .arg(&prd);
         l.arg(&hki)
             .arg(&hvi)
             .arg(&dki)
@@ -394,9 +430,9 @@ impl Launcher {
         };
         // SAFETY: block (row, head) reads its segment's rows of the conv outputs (scratch), β and
         // α (or the products' input and its head's weight rows), z and the per-head weights, and
-        // writes its rows and head of the result (scratch, before the conv outputs); each (slot,
-        // head) of the state belongs to one block; slots are checked on the card before it is
-        // touched.
+        // writes its rows and head of the result (scratch, before the conv outputs) and, in a
+        // verify pass, of the row states (checked to hold every row); each (slot, head) of the
+        // state belongs to one block; slots are checked on the card before it is touched.
         unsafe { l.launch(launch) }.map_err(driver_err("bl_gdn_step"))?;
         let pout = addr(&g.out)?;
         if g.copy_only {
@@ -577,6 +613,37 @@ mod tests {
         assert!(!find(&chain(&f32)).expect("the group").copy_only);
         // Rows of one long segment take the chunked rule.
         assert!(find(&chain(&Layout::new(64))).is_none());
+    }
+
+    /// A verify pass's conv and delta rule, each with its row states, form the group, which then
+    /// carries them; one without the other, or row states of another shape, do not.
+    #[test]
+    fn a_verify_pass_fuses_with_its_row_states() {
+        let rows = 4;
+        let conv_rows = at(10, 0, DType::F32, [CH * (TAPS - 1), rows, 1, 1]);
+        let dr_rows = at(11, 0, DType::F32, [D * D * HV, rows, 1, 1]);
+        let with = |conv: Option<TensorRef>, dr: Option<TensorRef>| {
+            let mut calls = chain(&Layout::new(rows));
+            for c in calls.iter_mut() {
+                let extra = match c.op {
+                    Op::ConvCausal { .. } => conv,
+                    Op::DeltaRule(_) => dr,
+                    _ => None,
+                };
+                if let Some(t) = extra {
+                    let mut srcs = c.srcs().to_vec();
+                    srcs.push(t);
+                    *c = OpCall::new(c.op, &srcs, c.dst);
+                }
+            }
+            find(&calls)
+        };
+        let g = with(Some(conv_rows), Some(dr_rows)).expect("the group");
+        assert_eq!(g.row_states, Some([conv_rows, dr_rows]));
+        assert!(with(None, None).expect("the group").row_states.is_none());
+        assert!(with(Some(conv_rows), None).is_none());
+        assert!(with(None, Some(dr_rows)).is_none());
+        assert!(with(Some(dr_rows), Some(conv_rows)).is_none());
     }
 
     #[test]
