@@ -52,7 +52,9 @@
 #                                 GLM_LENS; drafting off and on at each fixed acceptance length in
 #                                 one bench, at each of STREAMS (`-np`); the tables at the end,
 #                                 each drafting line with the pass shapes its timed runs prepared
-#                                 (0 when the warm-up prepared them all).
+#                                 (0 when the warm-up prepared them all) and the passes that ran
+#                                 kept tokens again after refused drafts (0 when verify passes
+#                                 keep each row's recurrent state).
 #
 # Settings (environment):
 #   OUT         folder that receives the packed logs and the tables.

@@ -18,12 +18,14 @@ use crate::model::{LoadedModel, PassOutputs};
 use crate::readout::Readout;
 
 impl LoadedModel {
-    /// Makes the buffers verify passes write, unless made already, when the plugin's verify
-    /// graph writes the row states of every per-sequence state buffer; returns whether it does.
-    /// When it does not (or the model keeps no per-sequence state), the reason is logged and a
-    /// refused draft is rolled back from the spare ([`LoadedModel::restore_sequence`]) instead.
-    pub fn reserve_row_states(&mut self) -> Result<bool, ModelError> {
-        if !self.row_states.buffers.is_empty() {
+    /// Makes the buffers that verify passes of up to `rows` rows (at most [`MAX_VERIFY_ROWS`])
+    /// write, unless made already for as many, when the plugin's verify graph writes the row
+    /// states of every per-sequence state buffer; returns whether it does. When it does not (or
+    /// the model keeps no per-sequence state), the reason is logged and a refused draft is rolled
+    /// back from the spare ([`LoadedModel::restore_sequence`]) instead.
+    pub fn reserve_row_states(&mut self, rows: u32) -> Result<bool, ModelError> {
+        let rows = rows.clamp(1, MAX_VERIFY_ROWS);
+        if self.row_states.rows >= rows {
             return Ok(true);
         }
         if let Err(why) = self.verify_graph_covers() {
@@ -36,7 +38,7 @@ impl LoadedModel {
             if !self.per_sequence(i) {
                 continue;
             }
-            let ne = [r.ne[0], u64::from(MAX_VERIFY_ROWS), 1, 1];
+            let ne = [r.ne[0], u64::from(rows), 1, 1];
             let nb = TensorRef::contiguous_strides(DType::F32, ne)
                 .ok_or_else(|| ModelError::Request(format!("row states of {ne:?}")))?;
             let b = self.device.alloc(nb[3]).map_err(device_err(&format!(
@@ -52,8 +54,18 @@ impl LoadedModel {
             });
             buffers.push(b);
         }
-        self.row_states = crate::state::RowStates { buffers, refs };
+        self.row_states = crate::state::RowStates {
+            buffers,
+            refs,
+            rows,
+        };
         Ok(true)
+    }
+
+    /// The most rows a verify pass may have: what [`LoadedModel::reserve_row_states`] made room
+    /// for (0 before).
+    pub fn verify_rows(&self) -> u32 {
+        self.row_states.rows
     }
 
     /// Bytes of the buffers [`LoadedModel::reserve_row_states`] made (0 before).
@@ -92,9 +104,9 @@ impl LoadedModel {
     }
 
     /// Runs a verify pass ([`GraphKind::Verify`]) over a batch of at most
-    /// [`MAX_VERIFY_ROWS`] rows, as [`LoadedModel::forward_reading`] runs the main graph; the
-    /// state after each row is kept for [`LoadedModel::keep_row_state`] until the next verify
-    /// pass. Refused before [`LoadedModel::reserve_row_states`] made the buffers.
+    /// [`LoadedModel::verify_rows`] rows, as [`LoadedModel::forward_reading`] runs the main
+    /// graph; the state after each row is kept for [`LoadedModel::keep_row_state`] until the next
+    /// verify pass. Refused before [`LoadedModel::reserve_row_states`] made the buffers.
     pub fn forward_verify(
         &mut self,
         batch: &BatchInputs,
@@ -105,9 +117,10 @@ impl LoadedModel {
                 "a verify pass before the row states are made".into(),
             ));
         }
-        if batch.tokens.len() > MAX_VERIFY_ROWS as usize {
+        let most = self.row_states.rows;
+        if batch.tokens.len() > most as usize {
             return Err(ModelError::Request(format!(
-                "a verify pass of {} rows (at most {MAX_VERIFY_ROWS})",
+                "a verify pass of {} rows (at most {most})",
                 batch.tokens.len()
             )));
         }
@@ -120,10 +133,10 @@ impl LoadedModel {
     /// left as they are.
     pub fn keep_row_state(&mut self, slot: u32, row: u32) -> Result<(), ModelError> {
         self.check_slot(slot, 0)?;
-        if row >= MAX_VERIFY_ROWS || self.row_states.buffers.is_empty() {
+        if row >= self.row_states.rows {
             return Err(ModelError::Request(format!(
-                "no row state {row} to keep (row states made: {})",
-                !self.row_states.buffers.is_empty()
+                "no row state {row} to keep (the row states hold {})",
+                self.row_states.rows
             )));
         }
         for (i, r) in self.row_states.refs.iter().enumerate() {

@@ -80,8 +80,10 @@ pub(crate) struct SpareState {
 /// them).
 #[derive(Default)]
 pub(crate) struct RowStates {
-    /// The buffers, each `[row_elems, MAX_VERIFY_ROWS]` f32, of the per-sequence state buffers.
+    /// The buffers, each `[row_elems, rows]` f32, of the per-sequence state buffers.
     pub(crate) buffers: Vec<Buffer>,
+    /// Rows each holds: the most a verify pass may have.
+    pub(crate) rows: u32,
     /// Per state buffer (declaration order): its row states, when made.
     pub(crate) refs: Vec<Option<TensorRef>>,
 }

@@ -821,7 +821,7 @@ fn small_passes_share_one_activation_arena() {
 /// last row, and [`LoadedModel::keep_row_state`] puts any of its rows' states into the slot,
 /// bit for bit the state that decoding those tokens one pass each leaves (two slots in the
 /// pass, Qwen3.6's conv and delta-net states, GLM-5.3's KDA ones). A verify pass before the
-/// row states are made, or of more rows than they hold, is refused by name.
+/// row states are made, or of more rows than they were made for, is refused by name.
 #[test]
 fn a_verify_pass_keeps_each_rows_state_for_its_slot_to_take() {
     let dir = tempfile::tempdir().unwrap();
@@ -854,8 +854,11 @@ fn a_verify_pass_keeps_each_rows_state_for_its_slot_to_take() {
         batch.output_rows = (0..7).collect();
         let err = m.forward_verify(&batch, Readout::Logits).unwrap_err();
         assert!(err.to_string().contains("row states are made"), "{err}");
-        assert!(m.reserve_row_states().unwrap(), "{arch}: no row states");
-        assert!(m.row_state_bytes() > 0);
+        assert!(m.reserve_row_states(7).unwrap(), "{arch}: no row states");
+        assert_eq!(m.verify_rows(), 7);
+        // Every per-sequence state (one slot's checkpoint) once a row.
+        let per_row: usize = want_a[0].iter().map(Vec::len).sum();
+        assert_eq!(m.row_state_bytes(), 7 * per_row as u64);
         m.forward_verify(&batch, Readout::Logits).unwrap();
         assert!(
             m.read_checkpoint(0).unwrap() == want_a[3],
@@ -880,11 +883,12 @@ fn a_verify_pass_keeps_each_rows_state_for_its_slot_to_take() {
                 4 + k
             );
         }
-        let long: Vec<u32> = (1..=17).collect();
+        let long: Vec<u32> = (1..=8).collect();
         let err = m
             .forward_verify(&rows(&long, a.len(), 0), Readout::Logits)
             .unwrap_err();
-        assert!(err.to_string().contains("at most 16"), "{err}");
+        assert!(err.to_string().contains("at most 7"), "{err}");
+        assert!(m.keep_row_state(0, 7).is_err());
     }
 }
 

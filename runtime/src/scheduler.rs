@@ -177,7 +177,10 @@ pub(crate) fn run(
     let n_embd = model.spec.hparams.n_embd as usize;
     let drafter =
         drafter_of(&model, cfg.spec, rewind, source).filter(|_| rollback_ready(&mut model, rewind));
-    let row_states = drafter.is_some() && rewind.per_sequence && row_states_ready(&mut model);
+    // A verify pass holds each slot's sampled token and its drafts, at most MAX_VERIFY_ROWS.
+    let verify_rows = (n_slots * (cfg.spec.n_max + 1)).min(MAX_VERIFY_ROWS as usize) as u32;
+    let row_states =
+        drafter.is_some() && rewind.per_sequence && row_states_ready(&mut model, verify_rows);
     let mut s = Scheduler {
         model,
         tok: &tok,
@@ -1052,7 +1055,7 @@ impl<'t> Scheduler<'t> {
         // graph does and the rows fit; otherwise each drafting slot's state is saved first.
         let verify = self.row_states
             && !drafting.is_empty()
-            && batch.tokens.len() <= MAX_VERIFY_ROWS as usize;
+            && batch.tokens.len() <= self.model.verify_rows() as usize;
         if !verify {
             for &(id, _) in &drafting {
                 self.model
@@ -1739,15 +1742,16 @@ fn rollback_ready(model: &mut LoadedModel, rewind: Rewind) -> bool {
     }
 }
 
-/// Whether verify passes keep every row's per-sequence state (made here when the model's verify
-/// graph writes them); where not, refused drafts roll back from the spare copy by running the
+/// Whether verify passes of up to `rows` rows keep every row's per-sequence state (made here
+/// when the model's verify graph writes them); where not, refused drafts roll back from the spare copy by running the
 /// kept rows again, and the reason is logged.
-fn row_states_ready(model: &mut LoadedModel) -> bool {
-    match model.reserve_row_states() {
+fn row_states_ready(model: &mut LoadedModel, rows: u32) -> bool {
+    match model.reserve_row_states(rows) {
         Ok(true) => {
             tracing::info!(
-                "drafting: {:.1} MiB on the device hold each verify row's recurrent state, so a \
-                 refused draft keeps its last kept row's without a second pass",
+                "drafting: {:.1} MiB on the device hold the recurrent state of each row of a \
+                 verify pass of up to {rows} rows, so a refused draft keeps its last kept row's \
+                 without a second pass",
                 model.row_state_bytes() as f64 / f64::from(1 << 20)
             );
             true
