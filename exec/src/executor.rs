@@ -132,8 +132,8 @@ pub struct Bindings<'a> {
     pub state: &'a [TensorRef],
     /// Routed experts split between the card and the host, when some live on the host.
     pub tier: Option<&'a ExpertTier>,
-    /// Per state buffer `i`, the per-row copies a verify pass writes (`[row_elems,
-    /// MAX_VERIFY_ROWS]`), when made.
+    /// Per state buffer `i`, the per-row copies a verify pass writes (`[row_elems, rows]`, rows
+    /// as many as the longest verify pass), when made.
     pub row_states: &'a [Option<TensorRef>],
 }
 
