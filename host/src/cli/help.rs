@@ -87,6 +87,7 @@ const SERVER: &[&str] = &[
     "chat-template-file",
     "reasoning-format",
     "reasoning-budget",
+    "reasoning-budget-message",
     "timeout",
     "threads-http",
     "queue-depth",

@@ -269,6 +269,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         t_max_predict_ms: None,
         preserved: Vec::new(),
         shift: bloomery_runtime::request::ShiftParams::default(),
+        reasoning_budget: None,
     };
     let mut events = runtime.submit_blocking(prompt, gen, Some(0))?;
     let mut out = std::io::stdout().lock();

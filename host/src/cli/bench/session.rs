@@ -102,6 +102,7 @@ fn params(reuse: bool, forced: Vec<u32>, n_predict: usize, prompt_only: bool) ->
         t_max_predict_ms: None,
         preserved: Vec::new(),
         shift: bloomery_runtime::request::ShiftParams::default(),
+        reasoning_budget: None,
     }
 }
 

@@ -199,7 +199,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-rea", "--reasoning"], &[], Some("LLAMA_ARG_REASONING"), Value, Serve),
     flag(&["--reasoning-effort"], &[], Some("LLAMA_ARG_REASONING_EFFORT"), Value, Serve),
     flag(&["--reasoning-budget"], &[], Some("LLAMA_ARG_THINK_BUDGET"), Value, Serve),
-    flag(&["--reasoning-budget-message"], &[], Some("LLAMA_ARG_THINK_BUDGET_MESSAGE"), Value, Refused("the message is injected when a reasoning budget above 0 runs out, and --reasoning-budget takes only -1 or 0 here")),
+    flag(&["--reasoning-budget-message"], &[], Some("LLAMA_ARG_THINK_BUDGET_MESSAGE"), Value, Serve),
     flag(&["--reasoning-preserve"], &["--no-reasoning-preserve"], Some("LLAMA_ARG_REASONING_PRESERVE"), Switch, OnlyOff("earlier turns' reasoning is rendered as the template decides")),
     flag(&["--chat-template"], &[], Some("LLAMA_ARG_CHAT_TEMPLATE"), Value, Serve),
     flag(&["--chat-template-file"], &[], Some("LLAMA_ARG_CHAT_TEMPLATE_FILE"), Value, Serve),
