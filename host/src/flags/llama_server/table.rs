@@ -10,7 +10,6 @@ const SPECULATIVE: &str =
 const MULTIMODAL: &str = "multimodal input is not supported";
 const DOWNLOAD: &str = "bloomery loads local GGUF files only";
 const PRESET: &str = "presets download models; bloomery loads local GGUF files only";
-const ROPE: &str = "YaRN's mix follows the scaling type as the model file gives it (--rope-scaling, --rope-scale, --rope-freq-base, --rope-freq-scale and --yarn-orig-ctx are taken); setting it is not implemented";
 const UI_CONFIG: &str = "the chat page keeps its settings in the browser (no server-side defaults)";
 const ADAPTERS: &str = "adapters and control vectors are not supported";
 const ROUTER: &str = "one server serves one model (no model router)";
@@ -98,10 +97,10 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--rope-freq-base"], &[], Some("LLAMA_ARG_ROPE_FREQ_BASE"), Value, Serve),
     flag(&["--rope-freq-scale"], &[], Some("LLAMA_ARG_ROPE_FREQ_SCALE"), Value, Serve),
     flag(&["--yarn-orig-ctx"], &[], Some("LLAMA_ARG_YARN_ORIG_CTX"), Value, Serve),
-    flag(&["--yarn-ext-factor"], &[], Some("LLAMA_ARG_YARN_EXT_FACTOR"), Value, Refused(ROPE)),
-    flag(&["--yarn-attn-factor"], &[], Some("LLAMA_ARG_YARN_ATTN_FACTOR"), Value, Refused(ROPE)),
-    flag(&["--yarn-beta-slow"], &[], Some("LLAMA_ARG_YARN_BETA_SLOW"), Value, Refused(ROPE)),
-    flag(&["--yarn-beta-fast"], &[], Some("LLAMA_ARG_YARN_BETA_FAST"), Value, Refused(ROPE)),
+    flag(&["--yarn-ext-factor"], &[], Some("LLAMA_ARG_YARN_EXT_FACTOR"), Value, Serve),
+    flag(&["--yarn-attn-factor"], &[], Some("LLAMA_ARG_YARN_ATTN_FACTOR"), Value, Serve),
+    flag(&["--yarn-beta-slow"], &[], Some("LLAMA_ARG_YARN_BETA_SLOW"), Value, Serve),
+    flag(&["--yarn-beta-fast"], &[], Some("LLAMA_ARG_YARN_BETA_FAST"), Value, Serve),
     flag(&["-kvo", "--kv-offload"], &["-nkvo", "--no-kv-offload"], Some("LLAMA_ARG_KV_OFFLOAD"), Switch, OnlyOn("the KV cache lives beside its layers on the card")),
     flag(&["--repack"], &["-nr", "--no-repack"], Some("LLAMA_ARG_REPACK"), Switch, OnlyOff("weights are read in place from the mapped file, never repacked")),
     flag(&["--no-host"], &[], Some("LLAMA_ARG_NO_HOST"), Flag, Refused("host buffers are the plan's to choose")),
