@@ -186,6 +186,9 @@ impl LoadedModel {
             instance,
             spec,
         } = open_model(reg, path, options.overrides)?;
+        if options.check_tensors {
+            crate::file_check::check_tensor_data(&file, &shown, options.threads)?;
+        }
         tracing::info!(model = %plugin.name, kernel = %kernel.name, "loading {shown}");
         let device = Device::open(
             kernel,

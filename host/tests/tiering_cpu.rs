@@ -40,6 +40,7 @@ fn try_load(path: &Path, request: &TierRequest) -> Result<LoadedModel, String> {
         graphs: true,
         mlock: false,
         overrides: &[],
+        check_tensors: false,
     };
     common::load_on_scalar_card(path, opts, request)
 }

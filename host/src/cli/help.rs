@@ -129,6 +129,7 @@ const PLACEMENT: &[&str] = &[
     "n-cpu-moe",
     "override-tensor",
     "mlock",
+    "check-tensors",
     "gpu-budget",
     "host-budget",
     "no-residency",

@@ -204,6 +204,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         graphs: true,
         mlock: a.placement.experts.mlock,
         overrides,
+        check_tensors: a.placement.experts.check_tensors,
     };
     let model = LoadedModel::load_offloaded(
         &reg,

@@ -71,6 +71,10 @@ pub struct ExpertFlags {
     /// locked.
     #[arg(long = "mlock", env = "LLAMA_ARG_MLOCK")]
     pub mlock: bool,
+    /// Check every tensor's data at load as llama.cpp's `--check-tensors` does (no NaN or
+    /// infinite value or block scale); a bad tensor is refused by name.
+    #[arg(long = "check-tensors")]
+    pub check_tensors: bool,
 }
 
 /// The most rows a prompt pass evaluates under llama-server's `-b` and `-ub`: the smaller, at

@@ -325,6 +325,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         graphs: true,
         mlock: a.mlock(),
         overrides,
+        check_tensors: a.placement.experts.check_tensors,
     };
     // Prompts are evaluated in batches of at most n_batch rows (the engine's config below).
     let mut request = a.placement.request()?;

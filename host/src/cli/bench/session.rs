@@ -138,6 +138,7 @@ impl Session {
             graphs: !a.no_graphs,
             mlock: a.placement.mlock,
             overrides: &[],
+            check_tensors: a.placement.check_tensors,
         };
         let rows = pass_rows(setup.n_batch, setup.n_ubatch);
         let mut request = a

@@ -137,7 +137,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-fit", "--fit"], &[], Some("LLAMA_ARG_FIT"), Value, Refused("the placement plan always fits the card (--gpu-budget, --host-budget)")),
     flag(&["-fitt", "--fit-target"], &[], Some("LLAMA_ARG_FIT_TARGET"), Value, Refused("the placement plan takes --gpu-budget instead")),
     flag(&["-fitc", "--fit-ctx"], &[], Some("LLAMA_ARG_FIT_CTX"), Value, Refused("the context is -c; the plan refuses what does not fit")),
-    flag(&["--check-tensors"], &[], None, Flag, Refused("tensor data checks are not implemented")),
+    flag(&["--check-tensors"], &[], None, Flag, Serve),
     flag(&["--override-kv"], &[], None, Value, Serve),
     flag(&["--op-offload"], &["--no-op-offload"], None, Switch, OnlyOff("ops are placed by the plan, not offloaded per op")),
     flag(&["--lora"], &[], None, Value, Refused(ADAPTERS)),
