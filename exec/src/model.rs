@@ -20,7 +20,7 @@ use crate::executor::{ArenaSource, BatchInputs, Bindings, Executor};
 use crate::mlock;
 use crate::open::{open_model, Opened};
 use crate::options::LoadOptions;
-use crate::placement::plan_for;
+use crate::placement::{card_budget, one_card, plan_for};
 use crate::readout::{graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT};
 use crate::state::allocate_state;
 use crate::weights::{load_tiered, map_weights};
@@ -187,10 +187,11 @@ impl LoadedModel {
             spec,
         } = open_model(reg, path, options.overrides)?;
         tracing::info!(model = %plugin.name, kernel = %kernel.name, "loading {shown}");
+        let main = one_card(kernel, request)?;
         let device = Device::open(
             kernel,
             DeviceConfig {
-                index: 0,
+                index: main.device,
                 threads: options.threads,
                 pin_threads: true,
             },
@@ -201,7 +202,7 @@ impl LoadedModel {
                 &instance,
                 &spec,
                 &file,
-                &device,
+                &[card_budget(kernel, &main, &device, request)],
                 options,
                 request,
                 &shown,

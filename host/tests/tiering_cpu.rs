@@ -273,7 +273,7 @@ fn split_experts_give_the_unsplit_logits() {
         let fixed = p.card_dense_bytes() + p.fixed.state + p.fixed.scratch + two_sets;
         let expert = p.layers[0].expert_bytes;
         let budget = TierRequest {
-            gpu_budget: Some(fixed + 11 * expert),
+            gpu_budgets: vec![fixed + 11 * expert],
             ..Default::default()
         };
         // Planned for passes of 2,048 rows (a server's `-ub 2048`), the card's scratch grows by
@@ -324,7 +324,7 @@ fn a_card_too_small_for_the_dense_weights_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let path = tiny(&dir, DType::F32);
     let request = TierRequest {
-        gpu_budget: Some(1 << 20),
+        gpu_budgets: vec![1 << 20],
         ..Default::default()
     };
     let err = try_load(&path, &request).err().expect("refused");
@@ -496,7 +496,7 @@ fn one_staging_set_filled_in_halves_gives_the_unsplit_logits() {
     assert_eq!((p.staging_sets, p.staging_parts()), (2, 1));
     let one_set = p.card_dense_bytes() + p.fixed.state + p.fixed.scratch + p.staging / 2;
     let tight = TierRequest {
-        gpu_budget: Some(one_set),
+        gpu_budgets: vec![one_set],
         ..cmoe
     };
     let mut m = load(&path, &tight);

@@ -11,6 +11,7 @@
 
 pub mod arena;
 pub mod bus_balance;
+pub mod cards;
 pub mod disk;
 mod error;
 mod graph_scan;
