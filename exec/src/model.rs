@@ -129,7 +129,7 @@ impl LoadedModel {
     /// chosen one lacks an op of this model, on the CPU with one warning naming why. A placement
     /// that does not fit the card's budget is refused with its terms instead (falling back would
     /// run the model many times slower than asked, with only a warning to say so). Without
-    /// `gpu`, as [`LoadedModel::load`].
+    /// `gpu`, as [`LoadedModel::load`] (card flags that name a card besides device 0 refused).
     pub fn load_offloaded(
         reg: &Registry,
         path: &Path,
@@ -150,6 +150,8 @@ impl LoadedModel {
                 ),
             }
         }
+        // The CPU is the one device: card flags naming another are refused, not ignored.
+        request.cards.cards(1).map_err(ModelError::Request)?;
         Self::load(reg, path, options)
     }
 
