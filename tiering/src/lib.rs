@@ -26,6 +26,6 @@ pub use disk::DiskTier;
 pub use error::TierError;
 pub use graph_scan::{gathered_tables, moe_layers};
 pub use host_slice::HostSlice;
-pub use layer::TierLayer;
+pub use layer::{PeerPart, TierLayer};
 pub use plan::stream_set;
 pub use tier::{ExpertTier, STREAM_MIN_ROWS};
