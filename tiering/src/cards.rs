@@ -3,7 +3,7 @@
 //! card's budget (`--gpu-budget A,B`) and share of the experts (`-ts`), and the experts each card
 //! after the main one takes once the main card has been planned ([`fill_peers`]).
 
-use crate::plan::{MoeLayer, PlanError};
+use crate::moe_layer::{gib, MoeLayer, PlanError};
 
 /// How the cards are asked for.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -157,8 +157,8 @@ pub fn fill_peers(
                 "card {} has a budget of {}, below the {} its expert calls need (inputs, \
                  outputs and kernel scratch)",
                 card.name,
-                crate::plan::gib(card.budget),
-                crate::plan::gib(peer_fixed)
+                gib(card.budget),
+                gib(peer_fixed)
             )));
         };
         room = room.min(*cap);

@@ -18,6 +18,7 @@ mod graph_scan;
 mod host_slice;
 mod layer;
 pub mod lending;
+mod moe_layer;
 pub mod plan;
 pub mod residency;
 mod tier;

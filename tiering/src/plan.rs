@@ -9,21 +9,8 @@ use std::fmt;
 use regex::Regex;
 
 use crate::cards::{fill_peers, share_caps, CardBudget, CardRequest, PeerCard};
-
-/// The routed-expert stacks of one MoE layer.
-#[derive(Clone, Debug, PartialEq)]
-pub struct MoeLayer {
-    /// Block index (from the `blk.N.` tensor names; the MoE layer's ordinal otherwise).
-    pub block: u32,
-    /// Weight indices of the stacks (gate, up when separate, down).
-    pub stacks: Vec<usize>,
-    /// Tensor names of the stacks.
-    pub names: Vec<String>,
-    /// Experts per stack.
-    pub n_expert: u32,
-    /// Bytes of one expert across all its stacks.
-    pub expert_bytes: u64,
-}
+use crate::moe_layer::gib;
+pub use crate::moe_layer::{MoeLayer, PlanError};
 
 /// What the model needs besides routed experts, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -210,21 +197,6 @@ pub struct Plan {
 /// the last layer streamed into a set is the last of its rank mod `sets`.
 pub fn stream_set(layer: usize, sets: usize) -> usize {
     layer % sets.max(1)
-}
-
-/// Why no plan fits.
-#[derive(Debug, thiserror::Error)]
-#[error("the model does not fit: {0}")]
-pub struct PlanError(pub String);
-
-pub(crate) fn gib(b: u64) -> String {
-    if b == u64::MAX {
-        "unlimited".into()
-    } else if b < 1 << 30 {
-        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
-    } else {
-        format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
-    }
 }
 
 /// The layers lent a staging set ([`Plan::lent`]) for `sets` sets: for each set, the last layer
