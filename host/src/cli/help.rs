@@ -122,7 +122,7 @@ const SPECULATIVE: &[&str] = &[
 ];
 
 /// Where the model's weights and experts go: llama.cpp's `-ngl`, `-cmoe`, `-ncmoe`, `-ot`,
-/// `--mlock`, and bloomery's budgets and tiering switches.
+/// `--mlock`, `-dev`, `-ts`, `-mg`, `-sm`, and bloomery's budgets and tiering switches.
 const PLACEMENT: &[&str] = &[
     "n-gpu-layers",
     "cpu-moe",
@@ -131,6 +131,10 @@ const PLACEMENT: &[&str] = &[
     "mlock",
     "check-tensors",
     "gpu-budget",
+    "device",
+    "tensor-split",
+    "main-gpu",
+    "split-mode",
     "host-budget",
     "no-residency",
     "disk-prefetch",

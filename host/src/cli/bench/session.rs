@@ -141,9 +141,10 @@ impl Session {
             check_tensors: a.placement.check_tensors,
         };
         let rows = pass_rows(setup.n_batch, setup.n_ubatch);
-        let mut request = a
-            .placement
-            .request((setup.n_cpu_moe > 0).then_some(setup.n_cpu_moe))?;
+        let mut request = a.placement.request(
+            (setup.n_cpu_moe > 0).then_some(setup.n_cpu_moe),
+            crate::flags::cards::Syntax::Bench,
+        )?;
         // A pass holds a prompt's chunk of `rows` rows, or one row of every sequence.
         request.batch_rows = rows.max(a.parallel);
         let model = LoadedModel::load_offloaded(reg, &a.model, options, setup.gpu, &request)?;

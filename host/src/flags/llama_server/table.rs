@@ -13,7 +13,6 @@ const PRESET: &str = "presets download models; bloomery loads local GGUF files o
 const UI_CONFIG: &str = "the chat page keeps its settings in the browser (no server-side defaults)";
 const ADAPTERS: &str = "adapters and control vectors are not supported";
 const ROUTER: &str = "one server serves one model (no model router)";
-const ONE_CARD: &str = "one card: splitting across cards is not implemented yet";
 const TOOLS: &str = "the server's own tools are not supported";
 const MCP: &str = "MCP servers are not supported";
 
@@ -124,16 +123,16 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-lm", "--load-mode"], &[], Some("LLAMA_ARG_LOAD_MODE"), Value, Serve),
     flag(&["-lzm", "--lazy-mode"], &[], Some("LLAMA_ARG_LAZY_MODE"), Value, Refused("lazy loading is not implemented")),
     flag(&["--numa"], &[], Some("LLAMA_ARG_NUMA"), Value, Refused("NUMA placement is not implemented; the worker pool pins one thread per core")),
-    flag(&["-dev", "--device"], &[], Some("LLAMA_ARG_DEVICE"), Value, Refused("devices are chosen by probing the kernel plugins (CUDA_VISIBLE_DEVICES limits the cards)")),
+    flag(&["-dev", "--device"], &[], Some("LLAMA_ARG_DEVICE"), Value, Serve),
     flag(&["--list-devices"], &[], None, Flag, Refused("`bloomery plugins` lists the kernel plugins and their devices")),
     flag(&["-ot", "--override-tensor"], &[], Some("LLAMA_ARG_OVERRIDE_TENSOR"), Value, Serve),
     flag(&["-cmoe", "--cpu-moe"], &[], Some("LLAMA_ARG_CPU_MOE"), Flag, Serve),
     flag(&["-ncmoe", "--n-cpu-moe"], &[], Some("LLAMA_ARG_N_CPU_MOE"), Value, Serve),
     flag(&["-ncffn", "--n-cpu-ffn"], &[], Some("LLAMA_ARG_N_CPU_FFN"), Value, Refused("dense FFN weights always live with their layers; -ncmoe places routed experts")),
     flag(&["-ngl", "--gpu-layers", "--n-gpu-layers"], &[], Some("LLAMA_ARG_N_GPU_LAYERS"), Value, Serve),
-    flag(&["-sm", "--split-mode"], &[], Some("LLAMA_ARG_SPLIT_MODE"), Value, Refused(ONE_CARD)),
-    flag(&["-ts", "--tensor-split"], &[], Some("LLAMA_ARG_TENSOR_SPLIT"), Value, Refused(ONE_CARD)),
-    flag(&["-mg", "--main-gpu"], &[], Some("LLAMA_ARG_MAIN_GPU"), Value, Refused(ONE_CARD)),
+    flag(&["-sm", "--split-mode"], &[], Some("LLAMA_ARG_SPLIT_MODE"), Value, Serve),
+    flag(&["-ts", "--tensor-split"], &[], Some("LLAMA_ARG_TENSOR_SPLIT"), Value, Serve),
+    flag(&["-mg", "--main-gpu"], &[], Some("LLAMA_ARG_MAIN_GPU"), Value, Serve),
     flag(&["-fit", "--fit"], &[], Some("LLAMA_ARG_FIT"), Value, Refused("the placement plan always fits the card (--gpu-budget, --host-budget)")),
     flag(&["-fitt", "--fit-target"], &[], Some("LLAMA_ARG_FIT_TARGET"), Value, Refused("the placement plan takes --gpu-budget instead")),
     flag(&["-fitc", "--fit-ctx"], &[], Some("LLAMA_ARG_FIT_CTX"), Value, Refused("the context is -c; the plan refuses what does not fit")),
