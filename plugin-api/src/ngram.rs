@@ -100,6 +100,21 @@ impl NgramSpec {
                 "n-gram spec: a head with no rows or rows past i32::MAX",
             ));
         }
+        // DeepSeek's Engram hashes in int64 with multipliers small enough that no product
+        // overflows: with a token map the u64 hash equals it only under that bound.
+        if let Some(&top) = self.token_map.iter().max() {
+            let top = u64::from(top.max(self.end_id));
+            if let Some(&m) = self
+                .multipliers
+                .iter()
+                .find(|&&m| top.checked_mul(m).is_none_or(|p| p > i64::MAX as u64))
+            {
+                return Err(PluginError::invalid(format!(
+                    "n-gram spec: multiplier {m} times the largest mapped id {top} overflows \
+                     int64, where the Engram hash never does"
+                )));
+            }
+        }
         Ok(())
     }
 
@@ -227,5 +242,24 @@ mod tests {
         assert!(n.check().is_err());
         n.tables = 0;
         assert!(n.check().is_err());
+    }
+
+    /// With a token map (the Engram), a multiplier whose product with the largest mapped id
+    /// passes int64 is refused; at the bound it is taken.
+    #[test]
+    fn an_engram_multiplier_that_overflows_int64_is_refused() {
+        let mut n = spec();
+        n.cut_at_end = false;
+        n.token_map = vec![0, 7, 3].into();
+        n.end_id = 2;
+        let bound = i64::MAX as u64 / 7;
+        n.multipliers = vec![1, bound, 5].into();
+        n.check().unwrap();
+        n.multipliers[1] = bound + 2;
+        let e = n.check().unwrap_err().to_string();
+        assert!(e.contains("overflows"), "{e}");
+        // Without a map (Qwen3.8's PLE) the hash wraps in u64 as its references do.
+        n.token_map = RVec::new();
+        n.check().unwrap();
     }
 }
