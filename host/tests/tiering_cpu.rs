@@ -655,6 +655,7 @@ fn load_two(path: &Path, request: &TierRequest) -> LoadedModel {
         graphs: true,
         mlock: false,
         overrides: &[],
+        check_tensors: false,
     };
     let main = bloomery_tiering::cards::UsedCard {
         device: 0,
