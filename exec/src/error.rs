@@ -30,6 +30,18 @@ pub enum ModelError {
         /// What the tensors hold instead.
         why: String,
     },
+    /// A tensor whose data fails `--check-tensors`.
+    #[error("{path}: tensor `{tensor}` has invalid data: {what} at {at}")]
+    TensorData {
+        /// The file.
+        path: String,
+        /// The tensor.
+        tensor: String,
+        /// What was found (`NaN`, `infinity`, …).
+        what: &'static str,
+        /// Where: the element or block.
+        at: String,
+    },
     /// A metadata override (`--override-kv`, a rope flag) that cannot go over the file's value.
     #[error("{path}: {why}")]
     Override {

@@ -423,7 +423,10 @@ impl Executor {
         let mut after_hosted = 0;
         let mut streamed = Vec::new();
         let mut reads_lent = false;
-        let stream = shape.n_rows >= STREAM_MIN_ROWS;
+        // Batches stream tier layers into the staging sets; a tier without them (every expert
+        // on the cards, some on a second one) runs every pass split.
+        let stream =
+            shape.n_rows >= STREAM_MIN_ROWS && bind.tier.is_some_and(|t| !t.staging.is_empty());
         // One buffer for every streamed layer's halves: the calls run in order on the card,
         // each layer's add reading it before the next layer's halves write it.
         let part_out = match bind.tier {

@@ -3,7 +3,7 @@
 //! terabytes before any tensor is looked at), and an allocation that fails inside a plugin ends
 //! the process. A value the file's own tensors contradict is refused by name instead.
 
-use bloomery_gguf::GgufModel;
+use bloomery_gguf::{check_tensor_data as check_data, GgufModel};
 
 use crate::error::ModelError;
 
@@ -46,4 +46,61 @@ pub fn check_hyperparameters(file: &GgufModel, arch: &str, shown: &str) -> Resul
         });
     }
     Ok(())
+}
+
+/// Checks every tensor's data as llama.cpp's `--check-tensors` does (no NaN or infinite value,
+/// no such block scale), on up to `threads` threads (0: one per core); the first bad tensor in
+/// file order is refused by name.
+pub fn check_tensor_data(file: &GgufModel, shown: &str, threads: u32) -> Result<(), ModelError> {
+    let tensors = file.tensors();
+    let n = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        t => t as usize,
+    }
+    .clamp(1, tensors.len().max(1));
+    let first_bad = |i: usize| -> Result<Option<ModelError>, ModelError> {
+        let t = &tensors[i];
+        let data = file.tensor_data(t)?;
+        Ok(check_data(t.info.dtype, data).err().map(|f| {
+            let quantized = t.info.dtype.layout().is_some_and(|l| l.block > 1);
+            ModelError::TensorData {
+                path: shown.to_owned(),
+                tensor: t.info.name.clone(),
+                what: f.what,
+                at: format!(
+                    "{} {}",
+                    if quantized { "block" } else { "element" },
+                    f.index
+                ),
+            }
+        }))
+    };
+    // Each thread takes every n-th tensor; the earliest fault in file order wins.
+    let found: Vec<Result<Option<(usize, ModelError)>, ModelError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..n)
+            .map(|k| {
+                s.spawn(move || {
+                    for i in (k..tensors.len()).step_by(n) {
+                        if let Some(e) = first_bad(i)? {
+                            return Ok(Some((i, e)));
+                        }
+                    }
+                    Ok(None)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or(Ok(None)))
+            .collect()
+    });
+    let mut worst: Option<(usize, ModelError)> = None;
+    for r in found {
+        if let Some((i, e)) = r? {
+            if worst.as_ref().is_none_or(|(j, _)| i < *j) {
+                worst = Some((i, e));
+            }
+        }
+    }
+    worst.map_or(Ok(()), |(_, e)| Err(e))
 }

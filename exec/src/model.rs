@@ -12,6 +12,7 @@ use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
 use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_tiering::arena::ArenaStats;
+use bloomery_tiering::cards::UsedCard;
 use bloomery_tiering::plan::{Plan, TierRequest};
 use bloomery_tiering::ExpertTier;
 
@@ -20,7 +21,7 @@ use crate::executor::{ArenaSource, BatchInputs, Bindings, Executor};
 use crate::mlock;
 use crate::open::{open_model, Opened};
 use crate::options::LoadOptions;
-use crate::placement::plan_for;
+use crate::placement::{card_budget, one_card, open_card, plan_for};
 use crate::readout::{graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT};
 use crate::state::allocate_state;
 use crate::weights::{load_tiered, map_weights};
@@ -131,7 +132,7 @@ impl LoadedModel {
     /// chosen one lacks an op of this model, on the CPU with one warning naming why. A placement
     /// that does not fit the card's budget is refused with its terms instead (falling back would
     /// run the model many times slower than asked, with only a warning to say so). Without
-    /// `gpu`, as [`LoadedModel::load`].
+    /// `gpu`, as [`LoadedModel::load`] (card flags that name a card besides device 0 refused).
     pub fn load_offloaded(
         reg: &Registry,
         path: &Path,
@@ -152,6 +153,8 @@ impl LoadedModel {
                 ),
             }
         }
+        // The CPU is the one device: card flags naming another are refused, not ignored.
+        request.cards.cards(1).map_err(ModelError::Request)?;
         Self::load(reg, path, options)
     }
 
@@ -173,12 +176,30 @@ impl LoadedModel {
 
     /// As [`LoadedModel::load_on`], with routed experts placed as `request` asks (or as the card's
     /// free memory allows): experts planned for the host are computed there by the best CPU
-    /// kernel plugin, straight from the mapped file.
+    /// kernel plugin, straight from the mapped file. One card: the one `-dev`/`-mg` picks.
     pub fn load_placed(
         reg: &Registry,
         path: &Path,
         options: LoadOptions,
         kernel: &KernelPluginFile,
+        request: &TierRequest,
+    ) -> Result<LoadedModel, ModelError> {
+        let main = one_card(kernel, request)?;
+        Self::load_across(reg, path, options, (kernel, main), None, request)
+    }
+
+    /// As [`LoadedModel::load_placed`] on card `main` of `kernel`, with device 0 of `peer` planned
+    /// as a second card (its budget `--gpu-budget`'s second value, else its free memory): the
+    /// routed experts the plan puts there are computed on it, on the packed rows of the main
+    /// card's routing, and added to the host's experts' output before that reaches the main
+    /// card. A CPU plugin's device stands in for the second card where there is none (the
+    /// cards' own path, over NCCL or peer copies, is not built yet).
+    pub fn load_across(
+        reg: &Registry,
+        path: &Path,
+        options: LoadOptions,
+        (kernel, main): (&KernelPluginFile, UsedCard),
+        peer: Option<&KernelPluginFile>,
         request: &TierRequest,
     ) -> Result<LoadedModel, ModelError> {
         let Opened {
@@ -188,22 +209,39 @@ impl LoadedModel {
             instance,
             spec,
         } = open_model(reg, path, options.overrides)?;
+        if options.check_tensors {
+            crate::file_check::check_tensor_data(&file, &shown, options.threads)?;
+        }
         tracing::info!(model = %plugin.name, kernel = %kernel.name, "loading {shown}");
         let device = Device::open(
             kernel,
             DeviceConfig {
-                index: 0,
+                index: main.device,
                 threads: options.threads,
                 pin_threads: true,
             },
         )
         .map_err(device_err("opening the kernel plugin's device"))?;
+        let mut cards = vec![card_budget(kernel, &main, &device, request)];
+        let peer = match peer {
+            Some(k) => {
+                let second = UsedCard {
+                    device: 0,
+                    position: 1,
+                    share: request.cards.split.get(1).copied().unwrap_or(0.0),
+                };
+                let d = open_card(k, 0, options.threads)?;
+                cards.push(card_budget(k, &second, &d, request));
+                Some(d)
+            }
+            None => None,
+        };
         let plan = if kernel.probe.class == DeviceClass::Gpu || !request.is_default() {
             Some(plan_for(
                 &instance,
                 &spec,
                 &file,
-                &device,
+                &cards,
                 options,
                 request,
                 &shown,
@@ -214,7 +252,7 @@ impl LoadedModel {
         };
         let (state_buffers, state) = allocate_state(&device, &spec, options)?;
         let (weight_buffers, weights, tier) = match &plan {
-            Some(p) if p.has_host_experts() => {
+            Some(p) if p.has_host_experts() || p.has_peer_experts() => {
                 let host = reg.best_kernel(DeviceClass::Cpu)?;
                 tracing::info!(
                     "routed experts: {:.2} GiB on the card, {:.2} GiB in host RAM on {}",
@@ -222,8 +260,16 @@ impl LoadedModel {
                     p.host_expert_bytes() as f64 / (1u64 << 30) as f64,
                     host.name
                 );
-                let (b, w, t) =
-                    load_tiered(&device, host, options.threads, &file, &spec, p, request)?;
+                let (b, w, t) = load_tiered(
+                    &device,
+                    host,
+                    peer,
+                    options.threads,
+                    &file,
+                    &spec,
+                    p,
+                    request,
+                )?;
                 (b, w, Some(t))
             }
             _ => {

@@ -6,6 +6,7 @@ use bloomery_devices::{ModelPluginFile, Registry};
 use bloomery_gguf::GgufModel;
 use bloomery_plugin_api::abi_stable::std_types::ROption;
 use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec};
+use bloomery_plugin_api::PluginError;
 
 use crate::error::ModelError;
 use crate::file_check::check_hyperparameters;
@@ -39,8 +40,16 @@ pub fn instantiate(
         .into_result()
         .map_err(refused)?;
     // The host hashes with the declared n-gram constants: checked before any pass reads them.
-    if let ROption::RSome(n) = &instance.spec().ngram {
+    let spec = instance.spec();
+    if let ROption::RSome(n) = &spec.ngram {
         n.check().map_err(refused)?;
+        let n_vocab = spec.hparams.n_vocab as usize;
+        if !n.token_map.is_empty() && n.token_map.len() != n_vocab {
+            return Err(refused(PluginError::invalid(format!(
+                "n-gram spec: a token map of {} ids for a vocabulary of {n_vocab}",
+                n.token_map.len()
+            ))));
+        }
     }
     Ok(instance)
 }

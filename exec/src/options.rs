@@ -26,6 +26,9 @@ pub struct LoadOptions {
     /// Values put over the file's metadata before anything reads it (`--override-kv`, the rope
     /// flags); the command line's, kept for the process.
     pub overrides: &'static [MetaOverride],
+    /// Check every tensor's data before loading (`--check-tensors`: no NaN or infinite value
+    /// or block scale, as llama.cpp's check); a bad tensor is refused by name.
+    pub check_tensors: bool,
 }
 
 impl Default for LoadOptions {
@@ -39,6 +42,7 @@ impl Default for LoadOptions {
             graphs: true,
             mlock: false,
             overrides: &[],
+            check_tensors: false,
         }
     }
 }

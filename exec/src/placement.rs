@@ -7,9 +7,10 @@ use std::sync::Arc;
 use bloomery_devices::{Device, KernelPluginFile, Registry};
 use bloomery_gguf::GgufModel;
 use bloomery_plugin_api::graph::{BatchShape, Graph, GraphKind};
-use bloomery_plugin_api::kernel::DeviceConfig;
+use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
 use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec};
 use bloomery_plugin_api::op::Op;
+use bloomery_tiering::cards::{CardBudget, UsedCard};
 use bloomery_tiering::plan::{FixedCosts, Plan, TierRequest, DEFAULT_BATCH_ROWS};
 use bloomery_tiering::{gathered_tables, moe_layers};
 
@@ -51,6 +52,24 @@ fn scratch_per_row(graph: &Graph) -> u64 {
     (moe + moe / 4).max(MIN_SCRATCH_PER_ROW)
 }
 
+/// Bytes per row of a pass that a card computing experts for another (a card after the main
+/// one) holds besides its kernel scratch: the MoE call's input and output rows (f32) and each
+/// row's expert ids and weights, for the largest MoE call of `graph`.
+fn moe_io_per_row(graph: &Graph) -> u64 {
+    graph
+        .nodes
+        .iter()
+        .filter_map(|n| match n.op {
+            Op::MoeExperts(p) => {
+                let n_embd = graph.tensors.get(n.srcs.first()?.0 as usize)?.ne[0];
+                Some((2 * n_embd + 2 * u64::from(p.k)) * 4)
+            }
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// Card memory the driver takes per byte of host memory the card reads in place (page-locked
 /// and mapped: host experts, token tables): its page tables, 8 bytes a 4 KiB page. Measured on
 /// the H200: 30 MiB for the 30B-A3B file's 15.5 GiB.
@@ -63,8 +82,8 @@ fn scratch_bytes(arena: u64, rows: u32, per_row: u64, mapped: u64) -> u64 {
     2 * arena + CARD_RESERVE + u64::from(rows) * per_row + mapped / PAGE_TABLE_SHARE
 }
 
-/// The placement plan `request` gives for the file at `path` on the device of `kernel`, without
-/// loading weights (`bloomery plan`).
+/// The placement plan `request` gives for the file at `path` on the cards of `kernel` it asks
+/// for (every card found by default), without loading weights (`bloomery plan`).
 pub fn plan_only(
     reg: &Registry,
     path: &Path,
@@ -73,25 +92,105 @@ pub fn plan_only(
     request: &TierRequest,
 ) -> Result<Plan, ModelError> {
     let o = open_model(reg, path, options.overrides)?;
-    let device = Device::open(
-        kernel,
-        DeviceConfig {
-            index: 0,
-            threads: options.threads,
-            pin_threads: false,
-        },
-    )
-    .map_err(device_err("opening the kernel plugin's device"))?;
+    let used = used_cards(kernel, request)?;
+    let mut cards = Vec::with_capacity(used.len());
+    for card in &used {
+        let device = open_card(kernel, card.device, options.threads)?;
+        cards.push(card_budget(kernel, card, &device, request));
+    }
     plan_for(
         &o.instance,
         &o.spec,
         &o.file,
-        &device,
+        &cards,
         options,
         request,
         &o.shown,
         &o.plugin.name,
     )
+}
+
+/// The cards `request` asks for among those `kernel` found, main card first (a CPU plugin has
+/// the one device 0); a card not there is a named error.
+pub(crate) fn used_cards(
+    kernel: &KernelPluginFile,
+    request: &TierRequest,
+) -> Result<Vec<UsedCard>, ModelError> {
+    let found = match kernel.probe.class {
+        DeviceClass::Gpu => kernel.probe.devices.len() as u32,
+        _ => 1,
+    };
+    request.cards.cards(found).map_err(ModelError::Request)
+}
+
+/// The one card a model loads on, of those `request` asks for (main card first). Routed experts
+/// are not computed on a card after the main one yet, so a request naming several cards itself
+/// (`-dev A,B`, `-ts` with two shares) is refused by name; with several cards merely found, the
+/// main card is used and that is logged.
+pub(crate) fn one_card(
+    kernel: &KernelPluginFile,
+    request: &TierRequest,
+) -> Result<UsedCard, ModelError> {
+    let used = used_cards(kernel, request)?;
+    if used.len() > 1 {
+        if request.cards.asks_for_several() {
+            return Err(ModelError::Request(format!(
+                "routed experts across {} cards (-dev/-ts): computing experts on a card after \
+                 the main one is not implemented yet; `bloomery plan` shows that placement, and \
+                 -sm none or -dev with one card runs on one card",
+                used.len()
+            )));
+        }
+        tracing::info!(
+            "{} cards found: the model runs on card {} only (experts on the others are not run \
+             yet; -dev or -mg picks the card)",
+            used.len(),
+            used[0].device
+        );
+    }
+    Ok(used[0])
+}
+
+/// Opens device `index` of `kernel`.
+pub(crate) fn open_card(
+    kernel: &KernelPluginFile,
+    index: u32,
+    threads: u32,
+) -> Result<Arc<Device>, ModelError> {
+    Device::open(
+        kernel,
+        DeviceConfig {
+            index,
+            threads,
+            pin_threads: false,
+        },
+    )
+    .map_err(device_err("opening the kernel plugin's device"))
+}
+
+/// The budget of `card` (open as `device`): asked by `--gpu-budget`, else its free memory
+/// (unlimited when the device does not say), named as llama.cpp names it (`CUDA1`).
+pub(crate) fn card_budget(
+    kernel: &KernelPluginFile,
+    card: &UsedCard,
+    device: &Device,
+    request: &TierRequest,
+) -> CardBudget {
+    let budget = request
+        .gpu_budget(card.position)
+        .unwrap_or(match device.info().free_memory {
+            0 => u64::MAX,
+            free => free,
+        });
+    let prefix = match kernel.probe.class {
+        DeviceClass::Gpu => "CUDA",
+        _ => "CPU",
+    };
+    CardBudget {
+        name: format!("{prefix}{}", card.device),
+        budget,
+        share: card.share,
+    }
 }
 
 /// Host RAM available: the cgroup's limit less its use when lower, else MemAvailable.
@@ -113,14 +212,14 @@ fn host_available() -> u64 {
     }
 }
 
-/// The placement plan: the graph's MoE layers, what the card must hold besides them, and the
-/// budgets (asked for, or the card's free memory and the host's available RAM).
+/// The placement plan on `cards` (main card first): the graph's MoE layers, what the main card
+/// must hold besides them, what each other card holds for its expert calls, and the budgets.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn plan_for(
     instance: &ModelInstanceBox,
     spec: &ModelSpec,
     file: &GgufModel,
-    device: &Arc<Device>,
+    cards: &[CardBudget],
     options: LoadOptions,
     request: &TierRequest,
     path: &str,
@@ -196,14 +295,10 @@ pub(crate) fn plan_for(
         ),
         tables: table_bytes,
     };
-    let card = request
-        .gpu_budget
-        .unwrap_or_else(|| match device.info().free_memory {
-            0 => u64::MAX,
-            free => free,
-        });
+    let peer_fixed =
+        CARD_RESERVE + u64::from(rows) * (scratch_per_row(&batch) + moe_io_per_row(&batch));
     let host = request.host_budget.unwrap_or_else(host_available);
-    let mut plan = Plan::make(layers, fixed, card, host, request)?;
+    let mut plan = Plan::across(layers, fixed, cards, peer_fixed, host, request)?;
     if plan.tables_on_host {
         plan.table_weights = tables;
     }

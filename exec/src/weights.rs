@@ -19,7 +19,7 @@ use bloomery_tiering::disk::disk_tier;
 use bloomery_tiering::lending::Lending;
 use bloomery_tiering::plan::{Plan, TierRequest};
 use bloomery_tiering::residency::{LayerResidency, Residency};
-use bloomery_tiering::{stream_set, ExpertTier, HostSlice, TierLayer};
+use bloomery_tiering::{stream_set, ExpertTier, HostSlice, PeerPart, TierLayer};
 
 use crate::error::{device_err, ModelError};
 use crate::progress::{LoadStage, Stage};
@@ -133,18 +133,64 @@ fn bus_views(card: &Arc<Device>, layers: &mut [TierLayer]) -> Vec<Buffer> {
     views
 }
 
+/// Maps every part of `file` on `device` (`what` names it in errors).
+fn map_file(device: &Arc<Device>, file: &GgufModel, what: &str) -> Result<Vec<Buffer>, ModelError> {
+    let mut buffers = Vec::new();
+    let mapped = Stage::begin(
+        LoadStage::Mapped,
+        file.parts().iter().map(|p| p.bytes().len() as u64).sum(),
+    );
+    for part in file.parts() {
+        let bytes = part.bytes();
+        // SAFETY: the mapping lives in `LoadedModel::file`, which is dropped after the tier
+        // (field order), and the file is mapped read-only and never written.
+        let buf = unsafe { device.map_host(bytes.as_ptr(), bytes.len() as u64) }
+            .map_err(device_err(what))?;
+        buffers.push(buf);
+        mapped.advance(bytes.len() as u64);
+    }
+    Ok(buffers)
+}
+
 /// Loads the weights as `plan` places them: every weight on `card`, routed-expert stacks
 /// compacted to their on-card experts; the file mapped on a device of `host_kernel` for the host
-/// experts. Returns the card buffers, the card's weight table (in `spec` order) and the tier.
+/// experts, and on `peer` for the experts the plan puts on a second card (it computes them from
+/// the file in place: a CPU device standing in for that card). Returns the card buffers, the
+/// card's weight table (in `spec` order) and the tier.
+#[allow(clippy::too_many_arguments)]
 pub fn load_tiered(
     card: &Arc<Device>,
     host_kernel: &KernelPluginFile,
+    peer: Option<Arc<Device>>,
     threads: u32,
     file: &GgufModel,
     spec: &ModelSpec,
     plan: &Plan,
     request: &TierRequest,
 ) -> Result<(Vec<Buffer>, Vec<TensorRef>, ExpertTier), ModelError> {
+    let peers = plan.has_peer_experts();
+    if plan.peers.len() > 1 && peers {
+        return Err(ModelError::Request(format!(
+            "routed experts on {} cards after the main one: one is implemented",
+            plan.peers.len()
+        )));
+    }
+    let peer = match (peer, peers) {
+        (Some(p), true) => Some(p),
+        (None, true) => {
+            return Err(ModelError::Request(
+                "the plan puts experts on a second card, and no device computes them".into(),
+            ))
+        }
+        (_, false) => None,
+    };
+    if peers && plan.host_expert_bytes() > plan.host_budget {
+        return Err(ModelError::Request(
+            "experts on a second card with the disk tier: not implemented (raise \
+             --host-budget)"
+                .into(),
+        ));
+    }
     let host = Device::open(
         host_kernel,
         DeviceConfig {
@@ -154,21 +200,15 @@ pub fn load_tiered(
         },
     )
     .map_err(device_err("opening the host experts' CPU device"))?;
-    let mut host_buffers = Vec::new();
-    let mapped = Stage::begin(
-        LoadStage::Mapped,
-        file.parts().iter().map(|p| p.bytes().len() as u64).sum(),
-    );
-    for part in file.parts() {
-        let bytes = part.bytes();
-        // SAFETY: the mapping lives in `LoadedModel::file`, which is dropped after the tier
-        // (field order), and the file is mapped read-only and never written.
-        let buf = unsafe { host.map_host(bytes.as_ptr(), bytes.len() as u64) }
-            .map_err(device_err("mapping the model file for host experts"))?;
-        host_buffers.push(buf);
-        mapped.advance(bytes.len() as u64);
-    }
-    drop(mapped);
+    let mut host_buffers = map_file(&host, file, "mapping the model file for host experts")?;
+    let mut peer_buffers = match &peer {
+        Some(p) => map_file(
+            p,
+            file,
+            "mapping the model file for the second card's experts",
+        )?,
+        None => Vec::new(),
+    };
     // weight index → (layer, position among its stacks)
     let mut stack_of: HashMap<usize, (usize, usize)> = HashMap::new();
     for (li, l) in plan.layers.iter().enumerate() {
@@ -179,6 +219,7 @@ pub fn load_tiered(
     let mut card_buffers = Vec::new();
     let mut weights = Vec::with_capacity(spec.weights.len());
     let mut host_stacks: Vec<Vec<TensorRef>> = vec![Vec::new(); plan.layers.len()];
+    let mut peer_stacks: Vec<Vec<TensorRef>> = vec![Vec::new(); plan.layers.len()];
     let mut stream: Vec<Vec<(HostSlice, TensorRef)>> = vec![Vec::new(); plan.layers.len()];
     let mut card_stacks: Vec<Vec<TensorRef>> = vec![Vec::new(); plan.layers.len()];
     let mut sources: Vec<Vec<StackSource>> = vec![Vec::new(); plan.layers.len()];
@@ -248,6 +289,12 @@ pub fn load_tiered(
         };
         positions[li].push(k);
         host_stacks[li].push(full);
+        if let Some(b) = peer_buffers.get(t.part) {
+            peer_stacks[li].push(TensorRef {
+                buffer: b.handle,
+                ..full
+            });
+        }
         sources[li].push(StackSource {
             part: t.part,
             offset: t.info.start,
@@ -315,10 +362,8 @@ pub fn load_tiered(
                 }
             })
             .collect();
-        let host_map: Vec<i32> = here
-            .iter()
-            .enumerate()
-            .map(|(e, &c)| if c { -1 } else { e as i32 })
+        let host_map: Vec<i32> = (0..here.len())
+            .map(|e| if plan.on_host(li, e) { e as i32 } else { -1 })
             .collect();
         let map_ref = |buf: &Buffer| TensorRef {
             buffer: buf.handle,
@@ -343,6 +388,25 @@ pub fn load_tiered(
         host.write(&hbuf, 0, i32_bytes(&host_map))
             .map_err(device_err("writing an expert map"))?;
         let order = &positions[li];
+        let peer_part = match (&peer, plan.peers.first()) {
+            (Some(p), Some(held)) if held.experts[li].iter().any(|&x| x) => {
+                let map: Vec<i32> = (0..here.len())
+                    .map(|e| if held.experts[li][e] { e as i32 } else { -1 })
+                    .collect();
+                let buf = p
+                    .alloc(4 * u64::from(l.n_expert))
+                    .map_err(device_err("allocating an expert map"))?;
+                p.write(&buf, 0, i32_bytes(&map))
+                    .map_err(device_err("writing an expert map"))?;
+                let part = PeerPart {
+                    stacks: in_call_order(std::mem::take(&mut peer_stacks[li]), order),
+                    map: map_ref(&buf),
+                };
+                peer_buffers.push(buf);
+                Some(part)
+            }
+            _ => None,
+        };
         layers.push(TierLayer {
             first_stack: l.stacks[0],
             n_card: next as u32,
@@ -352,6 +416,7 @@ pub fn load_tiered(
             stream: in_call_order(std::mem::take(&mut stream[li]), order),
             card_stacks: in_call_order(std::mem::take(&mut card_stacks[li]), order),
             bus_stacks: Vec::new(),
+            peer: peer_part,
             part_maps: Vec::new(),
         });
         layer_sources.push(in_call_order(std::mem::take(&mut sources[li]), order));
@@ -383,7 +448,9 @@ pub fn load_tiered(
             request.disk_prefetch,
         )?))
     } else {
-        if pinned && request.bus_experts != Some(0) {
+        // The bus share and residency move host experts by the card's map alone, which does
+        // not know the second card's: both stay off with experts there.
+        if pinned && request.bus_experts != Some(0) && !peers {
             bus = bus_views(card, &mut layers);
         }
         None
@@ -457,11 +524,16 @@ pub fn load_tiered(
             staging,
             staging_parts: parts,
             lending,
-            residency: Arc::new(Mutex::new(Residency::new(routing, !request.no_residency))),
+            residency: Arc::new(Mutex::new(Residency::new(
+                routing,
+                !request.no_residency && !peers,
+            ))),
             disk,
             bus: Arc::new(Mutex::new(BusBalance::new(request.bus_experts))),
             bus_views: bus,
             host_read,
+            peer_buffers,
+            peer,
             host_buffers,
             host,
         },

@@ -30,6 +30,7 @@
 #![deny(missing_docs)]
 
 mod cursor;
+mod data_check;
 mod error;
 mod file;
 mod parse;
@@ -40,6 +41,7 @@ mod validate;
 mod value;
 mod writer;
 
+pub use data_check::{check_tensor_data, DataFault};
 pub use error::GgufError;
 pub use file::GgufFile;
 pub use parse::{parse, parse_prefix, Header, MAGIC};

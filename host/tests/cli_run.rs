@@ -418,3 +418,40 @@ fn plan_names_the_layers_the_staging_sets_hold_between_prompts() {
     let kept = plan_line(&m, &["--no-decode-staging"], "expert staging");
     assert!(!kept.contains("holding"), "{kept}");
 }
+
+#[test]
+fn plan_and_run_take_llama_cpp_card_flags_and_refuse_what_they_cannot_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny(dir.path());
+    // One device (the CPU plugin here): naming it, as main card, alone, with its whole share
+    // and one budget for every card is a plan on it.
+    let line = plan_line(
+        &m,
+        &["-dev", "CUDA0", "-mg", "0", "-sm", "none", "-ts", "1"],
+        "card budget",
+    );
+    assert!(line.contains("unlimited"), "{line}");
+    let line = plan_line(&m, &["--gpu-budget", "1G"], "card budget");
+    assert!(line.contains("1.00 GiB"), "{line}");
+    // What names a card that is not there, or a split bloomery does not make, is one line.
+    let refused = |args: &[&str], want: &str| {
+        let out = bloomery(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "{args:?} ran");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    };
+    refused(
+        &["plan", "-m", &m, "-dev", "CUDA0,CUDA1"],
+        "-dev: device 1 is not there (1 found)",
+    );
+    refused(&["plan", "-m", &m, "-mg", "1"], "-mg 1: only 1 card in use");
+    refused(&["plan", "-m", &m, "-sm", "row"], "-sm row: not supported");
+    refused(
+        &["run", "-m", &m, "-p", "hi", "-n", "1", "-ts", "1,1"],
+        "-ts gives 2 shares for 1 card in use",
+    );
+    refused(
+        &["bench", "-m", &m, "-p", "0", "-n", "1", "-ts", "1;1,3;1"],
+        "-ts 1;1,3;1: not supported by bloomery bench",
+    );
+}

@@ -32,6 +32,7 @@ fn load(path: &std::path::Path, kv: DType) -> LoadedModel {
         graphs: true,
         mlock: false,
         overrides: &[],
+        check_tensors: false,
     };
     LoadedModel::load(&reg, path, opts).unwrap()
 }

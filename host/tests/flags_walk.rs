@@ -269,6 +269,9 @@ fn sample(spelling: &str) -> &'static str {
         "--slot-save-path" => "/tmp",
         "--reasoning-budget" => "0",
         "-dt" | "--defrag-thold" => "0.1",
+        "-dev" | "--device" => "CUDA1",
+        "-sm" | "--split-mode" => "none",
+        "-ts" | "--tensor-split" => "3,1",
         _ => "3",
     }
 }

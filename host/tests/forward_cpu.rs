@@ -29,6 +29,7 @@ fn load(path: &std::path::Path, n_slots: u32) -> LoadedModel {
         graphs: true,
         mlock: false,
         overrides: &[],
+        check_tensors: false,
     };
     LoadedModel::load(&reg, path, opts).unwrap()
 }

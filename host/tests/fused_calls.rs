@@ -46,6 +46,7 @@ fn load_typed(arch: &str, dir: &tempfile::TempDir, experts: DType, dense: DType)
         graphs: false,
         mlock: false,
         overrides: &[],
+        check_tensors: false,
     };
     LoadedModel::load(&reg, &path, opts).unwrap()
 }

@@ -44,6 +44,7 @@ fn load() -> LoadedModel {
         graphs: true,
         mlock: false,
         overrides: &[],
+        check_tensors: false,
     };
     LoadedModel::load(&reg, &model_path(), opts).unwrap()
 }

@@ -44,6 +44,7 @@ fn load(path: &Path, n_slots: u32) -> LoadedModel {
         graphs: true,
         mlock: false,
         overrides: &[],
+        check_tensors: false,
     };
     LoadedModel::load(&reg, path, opts).unwrap()
 }

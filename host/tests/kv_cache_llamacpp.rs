@@ -100,6 +100,7 @@ fn quantized_caches_give_llama_cpp_greedy_text() {
             graphs: true,
             mlock: false,
             overrides: &[],
+            check_tensors: false,
         };
         let mut m = LoadedModel::load(&reg, &path, opts).unwrap();
         let (prompt, want) = (ids(&want["prompt_ids"]), ids(&want["ids"]));

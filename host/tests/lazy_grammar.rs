@@ -78,6 +78,7 @@ fn free_params(tok: &Tokenizer, written: &str, seed: u32) -> GenParams {
         t_max_predict_ms: None,
         preserved: Vec::new(),
         shift: bloomery_runtime::request::ShiftParams::default(),
+        reasoning_budget: None,
     }
 }
 

@@ -134,6 +134,7 @@ fn params(seed: Option<u32>) -> GenParams {
         t_max_predict_ms: None,
         preserved: Vec::new(),
         shift: ShiftParams::default(),
+        reasoning_budget: None,
     }
 }
 

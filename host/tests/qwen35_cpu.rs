@@ -38,6 +38,7 @@ fn load(arch: &str, dir: &tempfile::TempDir, n_slots: u32) -> LoadedModel {
         graphs: true,
         mlock: false,
         overrides: &[],
+        check_tensors: false,
     };
     LoadedModel::load(&reg, &path, opts).unwrap()
 }

@@ -262,6 +262,7 @@ fn greedy(n_predict: usize, n_probs: usize) -> GenParams {
         t_max_predict_ms: None,
         preserved: Vec::new(),
         shift: ShiftParams::default(),
+        reasoning_budget: None,
     }
 }
 

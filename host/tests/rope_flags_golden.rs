@@ -86,6 +86,65 @@ fn yarn_flags_match_llama_cpp() {
     );
 }
 
+/// YaRN's mix flags over [`YARN`]: the attention factor is replaced under YaRN.
+const YARN_MIX: &[&str] = &[
+    "--rope-scaling",
+    "yarn",
+    "--rope-scale",
+    "4",
+    "--yarn-orig-ctx",
+    "8",
+    "--rope-freq-base",
+    "50000",
+    "--yarn-ext-factor",
+    "0.5",
+    "--yarn-beta-fast",
+    "8",
+    "--yarn-beta-slow",
+    "2",
+    "--yarn-attn-factor",
+    "0.7",
+];
+
+/// Linear scaling, where the attention factor scales the rotated values.
+const LINEAR_ATTN: &[&str] = &[
+    "--rope-scaling",
+    "linear",
+    "--rope-scale",
+    "2",
+    "--yarn-attn-factor",
+    "0.7",
+];
+
+#[test]
+fn yarn_mix_flags_match_llama_cpp() {
+    let (rel, same, n) = agreement("yarn_mix", YARN_MIX);
+    assert!(
+        rel < 1e-5 && same == n,
+        "yarn mix: {rel:.2e} relative, argmax {same}/{n}"
+    );
+    // Without the mix flags the model is far from this golden.
+    let (plain, _, _) = agreement("yarn_mix", YARN);
+    assert!(
+        plain > 1e-3,
+        "plain yarn is only {plain:.2e} from the mix golden"
+    );
+}
+
+#[test]
+fn the_attention_factor_scales_linear_rope_as_in_llama_cpp() {
+    let (rel, same, n) = agreement("linear_attn", LINEAR_ATTN);
+    assert!(
+        rel < 1e-5 && same == n,
+        "linear attn: {rel:.2e} relative, argmax {same}/{n}"
+    );
+    let (plain, _, _) = agreement("linear_attn", &LINEAR_ATTN[..4]);
+    assert!(
+        plain > 1e-3,
+        "no factor is only {plain:.2e} from the golden"
+    );
+}
+
 #[test]
 fn a_scale_override_without_a_type_is_linear_as_in_llama_cpp() {
     let (rel, same, n) = agreement("linear_kv", LINEAR_KV);

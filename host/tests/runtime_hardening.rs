@@ -57,6 +57,7 @@ fn greedy(n_predict: usize) -> GenParams {
         t_max_predict_ms: None,
         preserved: Vec::new(),
         shift: bloomery_runtime::request::ShiftParams::default(),
+        reasoning_budget: None,
     }
 }
 

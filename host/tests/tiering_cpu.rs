@@ -40,6 +40,7 @@ fn try_load(path: &Path, request: &TierRequest) -> Result<LoadedModel, String> {
         graphs: true,
         mlock: false,
         overrides: &[],
+        check_tensors: false,
     };
     common::load_on_scalar_card(path, opts, request)
 }
@@ -273,7 +274,7 @@ fn split_experts_give_the_unsplit_logits() {
         let fixed = p.card_dense_bytes() + p.fixed.state + p.fixed.scratch + two_sets;
         let expert = p.layers[0].expert_bytes;
         let budget = TierRequest {
-            gpu_budget: Some(fixed + 11 * expert),
+            gpu_budgets: vec![fixed + 11 * expert],
             ..Default::default()
         };
         // Planned for passes of 2,048 rows (a server's `-ub 2048`), the card's scratch grows by
@@ -324,7 +325,7 @@ fn a_card_too_small_for_the_dense_weights_is_refused_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let path = tiny(&dir, DType::F32);
     let request = TierRequest {
-        gpu_budget: Some(1 << 20),
+        gpu_budgets: vec![1 << 20],
         ..Default::default()
     };
     let err = try_load(&path, &request).err().expect("refused");
@@ -496,7 +497,7 @@ fn one_staging_set_filled_in_halves_gives_the_unsplit_logits() {
     assert_eq!((p.staging_sets, p.staging_parts()), (2, 1));
     let one_set = p.card_dense_bytes() + p.fixed.state + p.fixed.scratch + p.staging / 2;
     let tight = TierRequest {
-        gpu_budget: Some(one_set),
+        gpu_budgets: vec![one_set],
         ..cmoe
     };
     let mut m = load(&path, &tight);
@@ -634,4 +635,100 @@ fn the_file_keeps_only_what_the_host_reads_in_resident_memory() {
         rss <= header + slack,
         "{rss} of the file resident with the disk tier (header {header}, experts {experts})"
     );
+}
+
+/// Loads `path` with cpu-scalar as the main "card" and a second cpu-scalar device standing in
+/// for a second card, experts placed as `request` asks.
+fn load_two(path: &Path, request: &TierRequest) -> LoadedModel {
+    let reg = bloomery_devices::Registry::load(&common::plugin_dir()).unwrap();
+    let scalar = reg
+        .kernels
+        .iter()
+        .find(|k| k.name == "cpu-scalar")
+        .expect("the cpu-scalar plugin");
+    let opts = LoadOptions {
+        n_slots: 2,
+        ctx_per_slot: 64,
+        kv_type_k: DType::F32,
+        kv_type_v: DType::F32,
+        threads: 2,
+        graphs: true,
+        mlock: false,
+        overrides: &[],
+        check_tensors: false,
+    };
+    let main = bloomery_tiering::cards::UsedCard {
+        device: 0,
+        position: 0,
+        share: 0.0,
+    };
+    LoadedModel::load_across(&reg, path, opts, (scalar, main), Some(scalar), request).unwrap()
+}
+
+fn peer_experts(m: &LoadedModel) -> Vec<usize> {
+    let p = m.plan.as_ref().expect("a placement plan");
+    p.peers[0]
+        .experts
+        .iter()
+        .map(|c| c.iter().filter(|&&x| x).count())
+        .collect()
+}
+
+/// Experts across two cards (issue 50) with CPU devices standing in: the main card's part, the
+/// second card's on the rows the main card's routing packs, and the host's, summed, give the
+/// logits of one card holding every expert, within 1e-6 (the sum's order changes: 1.5e-7 seen).
+#[test]
+fn experts_on_a_second_card_give_the_one_card_logits() {
+    for experts in [DType::F32, DType::Q8_0] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = tiny(&dir, experts);
+        let want = run(&mut load(&path, &TierRequest::default()));
+        // Budgets past the model (one value: both cards'): every expert on the main card.
+        let roomy = TierRequest {
+            gpu_budgets: vec![1 << 40],
+            ..Default::default()
+        };
+        let m = load_two(&path, &roomy);
+        assert_eq!(peer_experts(&m), vec![0; 4]);
+        let p = m.plan.as_ref().unwrap();
+        let base = p.card_dense_bytes() + p.fixed.state + p.fixed.scratch;
+        let (peer_fixed, expert) = (p.peers[0].fixed, p.layers[0].expert_bytes);
+        // With host experts the token tables stay in host RAM.
+        let tiered_base = base - p.fixed.tables;
+        drop(m);
+        // The main card holds the last layer and three of the one before it, the second card
+        // all the rest: no host experts, so no staging sets.
+        let two = TierRequest {
+            gpu_budgets: vec![base + 11 * expert, peer_fixed + 64 * expert],
+            ..Default::default()
+        };
+        let mut m = load_two(&path, &two);
+        assert_eq!(host_experts(&m), vec![8, 8, 5, 0]);
+        assert_eq!(peer_experts(&m), vec![8, 8, 5, 0]);
+        assert!(!m.plan.as_ref().unwrap().has_host_experts());
+        let rel = max_rel(&run(&mut m), &want);
+        assert!(
+            rel < 1e-6,
+            "{experts}: experts on two cards differ by {rel}"
+        );
+        // Three ways: two staging sets on the main card, which keeps layers 1 and 2 whole on
+        // the host for them; the second card takes three of layer 0's other experts.
+        let two_sets = 2 * 8 * expert;
+        let three = TierRequest {
+            gpu_budgets: vec![
+                tiered_base + two_sets + 11 * expert,
+                peer_fixed + 3 * expert,
+            ],
+            ..Default::default()
+        };
+        let mut m = load_two(&path, &three);
+        assert_eq!(host_experts(&m), vec![5, 8, 8, 0]);
+        assert_eq!(peer_experts(&m), vec![3, 0, 0, 0]);
+        assert_eq!(m.plan.as_ref().unwrap().lent, vec![1, 2]);
+        let rel = max_rel(&run(&mut m), &want);
+        assert!(
+            rel < 1e-6,
+            "{experts}: experts on two cards and the host differ by {rel}"
+        );
+    }
 }

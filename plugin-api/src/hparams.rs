@@ -398,7 +398,8 @@ impl RopeConfig {
     /// Reads `rope.dimension_count` (default `head_dim`; even and at most `head_dim`),
     /// `rope.freq_base`, and linear or YaRN scaling (`rope.scaling.type`, linear when absent as
     /// llama.cpp reads it; `.factor`, else the older `rope.scale_linear`;
-    /// `.original_context_length`).
+    /// `.original_context_length`; `.attn_factor`), then YaRN's mix as llama.cpp's context sets
+    /// it ([`yarn_mix`]).
     pub fn read(keys: &ArchKeys<'_>, mode: RopeMode, head_dim: u32) -> Result<Self, PluginError> {
         let n_dims = keys.u32_or("rope.dimension_count", head_dim)?;
         keys.check(
@@ -424,10 +425,9 @@ impl RopeConfig {
         )?;
         let n_ctx_train = keys.u32_or("context_length", 0)?;
         let n_ctx_orig = keys.u32_or("rope.scaling.original_context_length", n_ctx_train)?;
-        let (freq_scale, ext_factor) = match scaling.as_str() {
-            "linear" => (1.0 / factor, 0.0),
-            "yarn" => (1.0 / factor, 1.0),
-            "none" => (1.0, 0.0),
+        let freq_scale = match scaling.as_str() {
+            "linear" | "yarn" => 1.0 / factor,
+            "none" => 1.0,
             other => {
                 return Err(keys.bad(
                     "rope.scaling.type",
@@ -435,15 +435,44 @@ impl RopeConfig {
                 ))
             }
         };
-        Ok(RopeConfig {
-            params: RopeParams {
-                freq_scale,
-                ext_factor,
-                n_ctx_orig,
-                ..RopeParams::unscaled(mode, n_dims, [0; 4], freq_base)
-            },
-        })
+        let mut params = RopeParams {
+            freq_scale,
+            n_ctx_orig,
+            ..RopeParams::unscaled(mode, n_dims, [0; 4], freq_base)
+        };
+        yarn_mix(keys, scaling == "yarn", &mut params)?;
+        Ok(RopeConfig { params })
     }
+}
+
+/// YaRN's mix on `p` (whose `freq_scale` is set), as llama.cpp b11434's context sets it
+/// (`llama_context`'s constructor) from `--yarn-ext-factor`, `--yarn-attn-factor`,
+/// `--yarn-beta-fast` and `--yarn-beta-slow`, which reach the plugins as the keys
+/// `rope.scaling.yarn_ext_factor`, `.yarn_attn_factor`, `.yarn_beta_fast` and `.yarn_beta_slow`
+/// (llama.cpp's names for them; a negative value is unset): the extrapolation mix is the given
+/// one, else 1 under YaRN and 0 otherwise; with a mix, the magnitude is `m(s) / (1 + 0.1 ln s)`
+/// with `m(s) = 1 + 0.1 ln s` above a scale `s` of 1 and 1 below (the kernel's own YaRN factor
+/// cancelled), else the given factor, else 1; then times `rope.scaling.attn_factor` (default 1).
+fn yarn_mix(keys: &ArchKeys<'_>, yarn: bool, p: &mut RopeParams) -> Result<(), PluginError> {
+    let set = |name: &str| -> Result<Option<f32>, PluginError> {
+        Ok(Some(keys.f32_or(name, -1.0)?).filter(|v| *v >= 0.0))
+    };
+    p.ext_factor = set("rope.scaling.yarn_ext_factor")?.unwrap_or(if yarn { 1.0 } else { 0.0 });
+    p.attn_factor = if p.ext_factor != 0.0 {
+        let scale = 1.0 / p.freq_scale;
+        let m = if scale <= 1.0 {
+            1.0
+        } else {
+            0.1 * scale.ln() + 1.0
+        };
+        m / (1.0 + 0.1 * scale.ln())
+    } else {
+        set("rope.scaling.yarn_attn_factor")?.unwrap_or(1.0)
+    };
+    p.attn_factor *= keys.f32_or("rope.scaling.attn_factor", 1.0)?;
+    p.beta_fast = set("rope.scaling.yarn_beta_fast")?.unwrap_or(p.beta_fast);
+    p.beta_slow = set("rope.scaling.yarn_beta_slow")?.unwrap_or(p.beta_slow);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -610,6 +610,24 @@ pub enum Op {
     /// `1/√(dh·n_head)` beforehand, as transformers 5.24 `DeepseekV4IndexerScorer` does) and
     /// lists the `min(top_k, visible)` best by descending score (ties: lower row), then −1.
     CompSelect(CompSelectParams),
+    /// DeepSeek-V4.1-Flash's Engram gated read (DeepSeek's Engram reference, `Engram.forward`
+    /// with V4.1's fused key/value projection and no short convolution; `docs/deepseek41-plan.md`):
+    /// each residual stream adds the table value scaled by its own gate. Srcs `[streams [n, s,
+    /// rows], kv [n·(s+1), rows], q_norm [n, s], k_norm [n, s]]` f32 → f32 `[n, s, rows]`; `kv`
+    /// is `engram_wkv` applied to the row's gathered table rows, laid out `[key_0 | … | key_{s−1}
+    /// | value]`, `n` values each. Per row and stream `j`, with `rms(x) = x / √(mean(x²) + eps)`:
+    /// `d = scale·Σ_i rms(h_j)[i]·q_norm[i, j]·k_norm[i, j]·rms(key_j)[i]` (the f32 products summed
+    /// in f64 and rounded to f32, then scaled in f32), `g = σ(sign(d)·√max(|d|, floor))` with
+    /// `sign(0)` = 0, and `out[:, j, r] = h_j + g·value`. The model uses `scale` = `1/√n` and
+    /// `floor` = 1e-6.
+    EngramGate {
+        /// ε inside the RMS norms of the stream and of the key.
+        eps: f32,
+        /// Multiplies the stream's sum.
+        scale: f32,
+        /// Least magnitude under the square root.
+        floor: f32,
+    },
 }
 
 /// An op's name and identity without its parameters, for capability lists.
@@ -655,7 +673,7 @@ op_kinds! {
     Attention = 16, AttentionDense = 17, TopK = 18, RouterTopK = 19, RouterWeights = 20,
     MoeExperts = 21, ConvCausal = 22, DeltaRule = 23, Sinkhorn = 24, StreamMix = 25,
     StreamUpdate = 26, SpanMean = 28, KPoolSelect = 29, GroupDotGate = 30,
-    Compress = 31, CompSelect = 32,
+    Compress = 31, CompSelect = 32, EngramGate = 33,
 }
 
 impl Op {

@@ -12,6 +12,7 @@ pub mod grammar;
 mod handle;
 mod panic;
 pub mod prompt_cache;
+pub mod reasoning_budget;
 pub mod request;
 pub mod sampling;
 mod scheduler;

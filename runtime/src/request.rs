@@ -9,6 +9,7 @@ use bloomery_grammar::Grammar;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::embedding::Pooling;
+use crate::reasoning_budget::BudgetSpec;
 use crate::sampling::SamplerParams;
 
 /// A grammar that constrains what a request generates.
@@ -72,6 +73,9 @@ pub struct GenParams {
     /// What a context shift keeps and drops (with `--context-shift`) and which cached runs a
     /// prompt reuses.
     pub shift: ShiftParams,
+    /// The reasoning budget: how many tokens a thinking span may take before its end is forced
+    /// (`None`: spans are not counted).
+    pub reasoning_budget: Option<BudgetSpec>,
 }
 
 /// What moving cached positions may do: what a context shift keeps and drops when generation
@@ -108,6 +112,7 @@ impl GenParams {
             t_max_predict_ms: None,
             preserved: Vec::new(),
             shift: ShiftParams::default(),
+            reasoning_budget: None,
         }
     }
 }

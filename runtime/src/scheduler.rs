@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 use crate::grammar::{token_trie, Constraint};
 use crate::panic::panic_message;
 use crate::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
+use crate::reasoning_budget::Budget;
 use crate::request::{
     Decided, Embedded, Event, Failure, FailureKind, Job, PromptProgress, Request, SlotAction,
     SlotReply,
@@ -610,6 +611,7 @@ impl<'t> Scheduler<'t> {
                 .clone();
             Constraint::new(spec, vocab)
         });
+        let budget = job.params.reasoning_budget.as_ref().map(Budget::new);
         let decoder = StreamDecoder::new(self.tok, false).preserving(&job.params.preserved);
         let job_seed = job.params.sampler.seed as u32;
         let slot = &mut self.slots[id];
@@ -628,6 +630,7 @@ impl<'t> Scheduler<'t> {
             spec_draft: false,
             synth_rng: self.synth.as_ref().map(|_| Mt19937::new(job_seed)),
             grammar,
+            budget,
             started,
             first_token: None,
             probs_scratch: Vec::new(),

@@ -6,6 +6,7 @@ use std::time::Instant;
 use bloomery_text::StreamDecoder;
 
 use crate::grammar::Constraint;
+use crate::reasoning_budget::Budget;
 use crate::request::Job;
 use crate::sampling::rng::Mt19937;
 use crate::sampling::Sampler;
@@ -39,6 +40,8 @@ pub(crate) struct Task<'t> {
     pub(crate) synth_rng: Option<Mt19937>,
     /// The request's grammar, if it has one.
     pub(crate) grammar: Option<Constraint>,
+    /// The request's reasoning budget, if it has one.
+    pub(crate) budget: Option<Budget>,
     pub(crate) started: Instant,
     pub(crate) first_token: Option<Instant>,
     /// The vocabulary's ids and logits, reused to select each token's most likely

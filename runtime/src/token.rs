@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use bloomery_text::Tokenizer;
 
+use crate::reasoning_budget::ends_whole_char;
 use crate::request::{Event, Failure, FailureKind, Finish, Piece, Progress, StopType, TokenProbs};
 use crate::sampling::Sampler;
 use crate::status::Counters;
@@ -120,6 +121,10 @@ pub(crate) fn step(
         return Row::Ended;
     }
     let forced = task.job.params.forced.get(task.generated).copied();
+    // An exhausted reasoning budget leaves the row one token to draw, before the grammar and
+    // the chain (llama.cpp applies it first).
+    let masked = task.budget.as_ref().and_then(|b| b.mask(row));
+    let row = masked.as_deref().unwrap_or(row);
     let chosen = match forced {
         Some(forced) => Ok(forced),
         None => match task.grammar.as_mut() {
@@ -168,6 +173,10 @@ pub(crate) fn step(
         let Some(g) = task.grammar.as_mut() else {
             break;
         };
+        // A forced reasoning end outranks what the grammar admits.
+        if task.budget.as_ref().is_some_and(|b| b.forced().is_some()) {
+            break;
+        }
         let Some(t) = g.only() else { break };
         if cx.tok.is_eog(t) {
             break;
@@ -238,6 +247,9 @@ fn emit(
     grammar: bool,
 ) -> bool {
     task.sampler.accept(id);
+    if let Some(b) = task.budget.as_mut() {
+        b.accept(id, ends_whole_char(cx.tok.token_to_piece(id, false)));
+    }
     if let Some(g) = task.grammar.as_mut().filter(|_| grammar) {
         if let Err(msg) = g.accept(id, cx.tok) {
             task.end = Some(Event::Failed(Failure::new(FailureKind::Internal, msg)));

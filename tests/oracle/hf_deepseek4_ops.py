@@ -18,6 +18,9 @@ rope tail, indexer 16 heads of 64, q_lora 32, θ 1e4 (main) and 1.6e5 with YaRN 
   `position_bias` that bloomery's op takes as inputs. The CSA case also gives its indexer's
   compressed keys, roped queries `q_I` (inputs), weights `weights_proj(x)` (input, before the
   scaling), the scores of `DeepseekV4IndexerScorer` and the top-k ids the indexer returns.
+  Then the HCA compressor at DeepSeek-V4.1's ratios 2 (37 rows) and 1 (20 rows), through
+  `compress_rates` (V4.1's compressor as issue 49 describes it: a softmax-gated sum of `ratio`
+  tokens, then the norm; one series, `docs/deepseek41-plan.md`).
 * `attention`: `DeepseekV4Attention` (eager) of a CSA layer (150 rows) and an HCA layer (300 rows)
   called as `DeepseekV4Model` calls it (its rotary embedding and sliding-window mask, no cache):
   the roped queries, the window rows and compressed rows, the sinks, the compressed rows' mask
@@ -50,8 +53,9 @@ def ints(t):
     return [int(v) for v in t.reshape(-1).tolist()]
 
 
-def config(n_layer_types):
+def config(n_layer_types, compress_rates=None):
     return transformers.DeepseekV4Config(
+        compress_rates=compress_rates,
         vocab_size=320, hidden_size=N, moe_intermediate_size=32, num_hidden_layers=len(n_layer_types),
         num_attention_heads=H, num_key_value_heads=1, head_dim=D, q_lora_rank=QL,
         num_experts_per_tok=6, n_routed_experts=16, n_shared_experts=1, scoring_func="sqrtsoftplus",
@@ -105,8 +109,8 @@ def hooked(module, name, store):
     return module.register_forward_hook(hook)
 
 
-def compress_case(layer_type, rows, g):
-    cfg = config([layer_type])
+def compress_case(layer_type, rows, g, compress_rates=None):
+    cfg = config([layer_type], compress_rates)
     cls = m.COMPRESSOR_CLASSES[layer_type]
     comp = cls(cfg).float().eval()
     randomize(comp, g, 0.3)
@@ -216,6 +220,11 @@ def main():
                       attention_case("heavily_compressed_attention", 300,
                                      [0, 126, 127, 128, 129, 200, 254, 255, 256, 299], g)],
     }
+    # DeepSeek-V4.1's ratios (2 on layers 2-19, 1 on 20-39; docs/deepseek41-plan.md) through V4's
+    # single-series compressor, drawn after every V4 case so those stay as they were.
+    for ratio, rows in ((2, 37), (1, 20)):
+        rates = {"compressed_sparse_attention": 4, "heavily_compressed_attention": ratio}
+        golden["compress"].append(compress_case("heavily_compressed_attention", rows, g, rates))
     with open(sys.argv[1], "w") as f:
         json.dump(golden, f)
 

@@ -10,6 +10,8 @@
 //   DUMP_ROPE_SCALING=none|linear|yarn      (--rope-scaling)
 //   DUMP_ROPE_FREQ_BASE=N, DUMP_ROPE_FREQ_SCALE=N, DUMP_YARN_ORIG_CTX=N (--rope-freq-base,
 //   --rope-freq-scale, --yarn-orig-ctx)
+//   DUMP_YARN_EXT_FACTOR=N, DUMP_YARN_ATTN_FACTOR=N, DUMP_YARN_BETA_FAST=N, DUMP_YARN_BETA_SLOW=N
+//   (--yarn-ext-factor, --yarn-attn-factor, --yarn-beta-fast, --yarn-beta-slow)
 #include "llama.h"
 
 #include <cstdio>
@@ -77,6 +79,18 @@ static void rope_settings(llama_context_params & cp) {
     }
     if (const char * v = getenv("DUMP_YARN_ORIG_CTX")) {
         cp.yarn_orig_ctx = (uint32_t) atoi(v);
+    }
+    if (const char * v = getenv("DUMP_YARN_EXT_FACTOR")) {
+        cp.yarn_ext_factor = (float) atof(v);
+    }
+    if (const char * v = getenv("DUMP_YARN_ATTN_FACTOR")) {
+        cp.yarn_attn_factor = (float) atof(v);
+    }
+    if (const char * v = getenv("DUMP_YARN_BETA_FAST")) {
+        cp.yarn_beta_fast = (float) atof(v);
+    }
+    if (const char * v = getenv("DUMP_YARN_BETA_SLOW")) {
+        cp.yarn_beta_slow = (float) atof(v);
     }
 }
 

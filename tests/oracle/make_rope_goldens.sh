@@ -6,6 +6,11 @@
 #   yarn.json       --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 8 --rope-freq-base 50000
 #   linear_kv.json  --override-kv qwen3moe.rope.scaling.factor=float:2 (no scaling type in the
 #                   file: llama.cpp reads linear)
+#   yarn_mix.json   yarn.json's flags and --yarn-ext-factor 0.5 --yarn-beta-fast 8
+#                   --yarn-beta-slow 2 --yarn-attn-factor 0.7 (the attention factor is replaced
+#                   under YaRN, as llama.cpp's context does)
+#   linear_attn.json  --rope-scaling linear --rope-scale 2 --yarn-attn-factor 0.7 (no YaRN: the
+#                   factor scales the rotated values)
 # usage: tests/oracle/make_rope_goldens.sh PYTHON LLAMA_SRC LLAMA_BUILD
 #   PYTHON: a Python with numpy; LLAMA_SRC: the sdist's llama.cpp folder (headers);
 #   LLAMA_BUILD: its CPU Release build (static libraries).
@@ -30,4 +35,11 @@ DUMP_ROPE_SCALING=yarn DUMP_ROPE_FREQ_SCALE=0.25 DUMP_YARN_ORIG_CTX=8 DUMP_ROPE_
 DUMP_KV_OVERRIDES=qwen3moe.rope.scaling.factor=float:2 \
   "$py" tests/oracle/llamacpp_logits.py --dumper "$tmp/dump_logits" "$ref" \
   "$tmp/tiny.gguf" "$fx/linear_kv.json" "${seqs[@]}"
+DUMP_ROPE_SCALING=yarn DUMP_ROPE_FREQ_SCALE=0.25 DUMP_YARN_ORIG_CTX=8 DUMP_ROPE_FREQ_BASE=50000 \
+  DUMP_YARN_EXT_FACTOR=0.5 DUMP_YARN_BETA_FAST=8 DUMP_YARN_BETA_SLOW=2 DUMP_YARN_ATTN_FACTOR=0.7 \
+  "$py" tests/oracle/llamacpp_logits.py --dumper "$tmp/dump_logits" "$ref" \
+  "$tmp/tiny.gguf" "$fx/yarn_mix.json" "${seqs[@]}"
+DUMP_ROPE_SCALING=linear DUMP_ROPE_FREQ_SCALE=0.5 DUMP_YARN_ATTN_FACTOR=0.7 \
+  "$py" tests/oracle/llamacpp_logits.py --dumper "$tmp/dump_logits" "$ref" \
+  "$tmp/tiny.gguf" "$fx/linear_attn.json" "${seqs[@]}"
 rm -rf "$tmp"

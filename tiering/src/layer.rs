@@ -24,7 +24,18 @@ pub struct TierLayer {
     /// The full stacks in the page-locked file as card buffers the card reads in place (the
     /// bus share of a decode step's host experts); empty when the card cannot read them.
     pub bus_stacks: Vec<TensorRef>,
+    /// The layer's experts on the second expert device ([`ExpertTier::peer`]), if it holds any.
+    pub peer: Option<PeerPart>,
     /// With [`ExpertTier::staging_parts`] over 1: per part, i32 `[n_expert]` on the card, the
     /// expert's own index when it lies in the part (an equal run of experts), else -1.
     pub part_maps: Vec<TensorRef>,
+}
+
+/// A layer's experts on the second expert device (a card after the main one): its full stacks
+/// there, in the call's source order, and its map.
+pub struct PeerPart {
+    /// The full stacks, on the second device.
+    pub stacks: Vec<TensorRef>,
+    /// i32 `[n_expert]` on the second device: the expert's own index when it lives there, or -1.
+    pub map: TensorRef,
 }

@@ -11,12 +11,14 @@
 
 pub mod arena;
 pub mod bus_balance;
+pub mod cards;
 pub mod disk;
 mod error;
 mod graph_scan;
 mod host_slice;
 mod layer;
 pub mod lending;
+mod moe_layer;
 pub mod plan;
 pub mod residency;
 mod tier;
@@ -25,6 +27,6 @@ pub use disk::DiskTier;
 pub use error::TierError;
 pub use graph_scan::{gathered_tables, moe_layers};
 pub use host_slice::HostSlice;
-pub use layer::TierLayer;
+pub use layer::{PeerPart, TierLayer};
 pub use plan::stream_set;
 pub use tier::{ExpertTier, STREAM_MIN_ROWS};

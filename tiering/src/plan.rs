@@ -8,20 +8,9 @@ use std::fmt;
 
 use regex::Regex;
 
-/// The routed-expert stacks of one MoE layer.
-#[derive(Clone, Debug, PartialEq)]
-pub struct MoeLayer {
-    /// Block index (from the `blk.N.` tensor names; the MoE layer's ordinal otherwise).
-    pub block: u32,
-    /// Weight indices of the stacks (gate, up when separate, down).
-    pub stacks: Vec<usize>,
-    /// Tensor names of the stacks.
-    pub names: Vec<String>,
-    /// Experts per stack.
-    pub n_expert: u32,
-    /// Bytes of one expert across all its stacks.
-    pub expert_bytes: u64,
-}
+use crate::cards::{fill_peers, share_caps, CardBudget, CardRequest, PeerCard};
+use crate::moe_layer::gib;
+pub use crate::moe_layer::{MoeLayer, PlanError};
 
 /// What the model needs besides routed experts, in bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -48,8 +37,11 @@ pub struct TierRequest {
     pub n_cpu_moe: Option<u32>,
     /// `-ot REGEX=BUFFER,…` in order; the first pattern a stack's name matches decides.
     pub overrides: Vec<(Regex, Buffer)>,
-    /// `--gpu-budget`: card bytes to plan with instead of the free memory.
-    pub gpu_budget: Option<u64>,
+    /// `--gpu-budget A,B`: each card's bytes to plan with instead of its free memory (one
+    /// value: every card's; empty: free memory).
+    pub gpu_budgets: Vec<u64>,
+    /// `-dev`, `-mg`, `-ts`, `-sm`: the cards used and how experts are shared among them.
+    pub cards: CardRequest,
     /// `--host-budget`: host bytes to plan with instead of MemAvailable.
     pub host_budget: Option<u64>,
     /// `--no-residency`: keep the plan's placement (no moves from routing counts).
@@ -100,7 +92,16 @@ pub enum Buffer {
 impl TierRequest {
     /// Whether anything asks for host experts or budgets.
     pub fn is_default(&self) -> bool {
-        !self.places_by_hand() && self.gpu_budget.is_none() && self.host_budget.is_none()
+        !self.places_by_hand() && self.gpu_budgets.is_empty() && self.host_budget.is_none()
+    }
+
+    /// The budget asked for the card at position `i` of `--gpu-budget A,B` (one value: every
+    /// card's), if any.
+    pub fn gpu_budget(&self, i: usize) -> Option<u64> {
+        match self.gpu_budgets.as_slice() {
+            [one] => Some(*one),
+            many => many.get(i).copied(),
+        }
     }
 
     /// Whether `-cmoe`, `-ncmoe` or `-ot` place experts by hand (the planner then fills nothing
@@ -159,8 +160,10 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 pub struct Plan {
     /// The MoE layers, in graph order.
     pub layers: Vec<MoeLayer>,
-    /// Per layer, per expert: on the card.
+    /// Per layer, per expert: on the (main) card.
     pub on_card: Vec<Vec<bool>>,
+    /// The cards after the main one and the experts each holds (empty with one card).
+    pub peers: Vec<PeerCard>,
     /// What the card holds besides experts.
     pub fixed: FixedCosts,
     /// Card buffers a prompt streams a host layer's experts into (0 when every expert is on
@@ -175,8 +178,10 @@ pub struct Plan {
     /// (its rank among them) mod `staging_sets`, so a set lent to the last layer streamed into
     /// it still holds that layer when the prompt ends.
     pub lent: Vec<usize>,
-    /// The card budget planned with.
+    /// The (main) card's budget planned with.
     pub card_budget: u64,
+    /// The main card's name.
+    pub card_name: String,
     /// The host budget planned with.
     pub host_budget: u64,
     /// Whether the gather-only tables (`fixed.tables`) stay in host RAM, read in place by the
@@ -192,21 +197,6 @@ pub struct Plan {
 /// the last layer streamed into a set is the last of its rank mod `sets`.
 pub fn stream_set(layer: usize, sets: usize) -> usize {
     layer % sets.max(1)
-}
-
-/// Why no plan fits.
-#[derive(Debug, thiserror::Error)]
-#[error("the model does not fit: {0}")]
-pub struct PlanError(pub String);
-
-fn gib(b: u64) -> String {
-    if b == u64::MAX {
-        "unlimited".into()
-    } else if b < 1 << 30 {
-        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
-    } else {
-        format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
-    }
 }
 
 /// The layers lent a staging set ([`Plan::lent`]) for `sets` sets: for each set, the last layer
@@ -230,49 +220,93 @@ fn lent_layers(on_card: &[Vec<bool>], sets: usize) -> Vec<usize> {
     lent
 }
 
+/// What [`Plan::across`] places with besides the layers: the fixed costs, the main card's and
+/// the host's budgets, the main card's `-ts` cap, the other cards with theirs and what each of
+/// them holds besides experts, and the request.
+struct Placing<'a> {
+    fixed: FixedCosts,
+    card_name: &'a str,
+    card_budget: u64,
+    host_budget: u64,
+    main_cap: u64,
+    peers: &'a [(CardBudget, u64)],
+    peer_fixed: u64,
+    request: &'a TierRequest,
+}
+
 impl Plan {
-    /// Places every routed expert for `request` within `card_budget`. With host experts the
-    /// gather-only tables stay in host RAM when the host budget holds them beside the host
-    /// experts (else, with the disk tier, on the card).
-    pub fn make(
+    /// Places every routed expert for `request` on `cards` (the main card first: it holds the
+    /// dense weights, the state and the scratch; each other card holds `peer_fixed` bytes for
+    /// its expert calls), host RAM and disk. The main card takes experts as it would alone
+    /// (whole layers from the last one back; under `-ts` up to its share), then each other card
+    /// in turn takes what is left, from the last layer back, within its budget and share; the
+    /// rest stays on the host. With host experts the main card keeps staging sets for prompts
+    /// and the gather-only tables stay in host RAM when the host budget holds them beside the
+    /// host experts (else, with the disk tier, on the card).
+    pub fn across(
         layers: Vec<MoeLayer>,
         fixed: FixedCosts,
-        card_budget: u64,
+        cards: &[CardBudget],
+        peer_fixed: u64,
         host_budget: u64,
         request: &TierRequest,
     ) -> Result<Plan, PlanError> {
+        let Some(main) = cards.first() else {
+            return Err(PlanError("no card to plan on".into()));
+        };
         let all_experts: u64 = layers
             .iter()
             .map(|l| l.expert_bytes * u64::from(l.n_expert))
             .sum();
+        let unit = layers.iter().map(|l| l.expert_bytes).max().unwrap_or(1);
+        let caps = share_caps(cards, all_experts, unit);
+        let peers: Vec<(CardBudget, u64)> = cards[1..]
+            .iter()
+            .cloned()
+            .zip(caps[1..].iter().copied())
+            .collect();
+        let ctx = Placing {
+            fixed,
+            card_name: &main.name,
+            card_budget: main.budget,
+            host_budget,
+            main_cap: caps[0],
+            peers: &peers,
+            peer_fixed,
+            request,
+        };
         let pins_host = request.cpu_moe
             || request.n_cpu_moe.is_some_and(|n| n > 0)
             || request.overrides.iter().any(|(_, b)| *b == Buffer::Host);
-        let base = fixed.dense + fixed.state + fixed.scratch;
-        let tiered = pins_host || base + all_experts > card_budget;
-        let budgets = (card_budget, host_budget);
-        if tiered && fixed.tables > 0 {
-            let on_host = Self::place(layers.clone(), fixed, budgets, request, (tiered, true))?;
+        if !pins_host {
+            // When the cards hold every expert, no staging sets are needed.
+            if let Ok(p) = ctx.place(layers.clone(), (false, false)) {
+                if !p.has_host_experts() {
+                    return Ok(p);
+                }
+            }
+        }
+        if fixed.tables > 0 {
+            let on_host = ctx.place(layers.clone(), (true, true))?;
             if on_host.host_expert_bytes() + fixed.tables <= host_budget {
                 return Ok(on_host);
             }
             // Host RAM is short: the tables go to the card unless only the host holds them.
-            return Ok(
-                Self::place(layers, fixed, budgets, request, (tiered, false)).unwrap_or(on_host),
-            );
+            return Ok(ctx.place(layers, (true, false)).unwrap_or(on_host));
         }
-        Self::place(layers, fixed, budgets, request, (tiered, false))
+        ctx.place(layers, (true, false))
     }
+}
 
-    /// [`Plan::make`] with `tables_on_host` decided; `tiered`: whether any expert must live on
-    /// the host.
+impl Placing<'_> {
+    /// The plan with `tables_on_host` decided; `tiered`: whether any expert must live on the
+    /// host (the main card then keeps staging sets).
     fn place(
+        &self,
         layers: Vec<MoeLayer>,
-        fixed: FixedCosts,
-        (card_budget, host_budget): (u64, u64),
-        request: &TierRequest,
         (tiered, tables_on_host): (bool, bool),
     ) -> Result<Plan, PlanError> {
+        let (fixed, request, card_budget) = (self.fixed, self.request, self.card_budget);
         let dense = match tables_on_host {
             true => fixed.dense - fixed.tables.min(fixed.dense),
             false => fixed.dense,
@@ -331,15 +365,20 @@ impl Plan {
             s if needed + s <= card_budget => 2,
             _ => 1,
         };
-        let mut room = card_budget - base - staging * staging_sets as u64;
-        // Pinned layers first, then (when nothing was asked by hand) the rest from the last
-        // layer back, whole layers while they fit, then one whole host layer for each staging
-        // set to hold between prompts (the last layers streamed, see `lent`), then the leading
-        // experts of one more.
+        let mut room = (card_budget - base - staging * staging_sets as u64).min(self.main_cap);
+        // Pinned layers first (those that do not fit go to the other cards when there are
+        // any), then (when nothing was asked by hand) the rest from the last layer back, whole
+        // layers while they fit, then one whole host layer for each staging set to hold between
+        // prompts (the last layers streamed, see `lent`), then the leading experts of one more.
+        let card_layer =
+            |i: usize| pinned[i] == Some(Buffer::Card) || (by_hand && pinned[i].is_none());
         for (i, l) in layers.iter().enumerate() {
-            if pinned[i] == Some(Buffer::Card) || (by_hand && pinned[i].is_none()) {
+            if card_layer(i) {
                 let all = l.expert_bytes * u64::from(l.n_expert);
                 if all > room {
+                    if !self.peers.is_empty() {
+                        continue;
+                    }
                     return Err(PlanError(format!(
                         "{terms}, and the experts placed on it ({}) need {} more than its \
                          budget of {} holds",
@@ -356,6 +395,8 @@ impl Plan {
             true => 0,
             false => staging_sets,
         };
+        // Layers kept whole on the host for the staging sets: the other cards leave them.
+        let mut kept = vec![false; layers.len()];
         if !by_hand {
             let mut to_lend = sets_lent;
             for (i, l) in layers.iter().enumerate().rev() {
@@ -365,26 +406,49 @@ impl Plan {
                 let fit = (room / l.expert_bytes.max(1)).min(u64::from(l.n_expert)) as usize;
                 if fit < l.n_expert as usize && to_lend > 0 {
                     to_lend -= 1;
+                    kept[i] = true;
                     continue;
                 }
                 on_card[i][..fit].fill(true);
                 room -= fit as u64 * l.expert_bytes;
             }
         }
+        let open: Vec<bool> = (0..layers.len())
+            .map(|i| pinned[i] != Some(Buffer::Host) && !kept[i])
+            .collect();
+        let whole: Vec<bool> = (0..layers.len()).map(card_layer).collect();
+        let peers = fill_peers(
+            &layers,
+            &on_card,
+            &open,
+            &whole,
+            self.peers,
+            self.peer_fixed,
+        )?;
+        let mut on_any = on_card.clone();
+        for p in &peers {
+            for (a, e) in on_any.iter_mut().zip(&p.experts) {
+                a.iter_mut().zip(e).for_each(|(a, &e)| *a |= e);
+            }
+        }
         Ok(Plan {
-            lent: lent_layers(&on_card, sets_lent),
+            lent: lent_layers(&on_any, sets_lent),
             layers,
             on_card,
+            peers,
             fixed,
             staging: staging * staging_sets as u64,
             staging_sets,
             card_budget,
-            host_budget,
+            card_name: self.card_name.to_owned(),
+            host_budget: self.host_budget,
             tables_on_host,
             table_weights: Vec::new(),
         })
     }
+}
 
+impl Plan {
     /// Parts each streamed layer's experts are copied and computed in: 2 with one set (the
     /// copy of one half overlaps the call over the other), else 1.
     pub fn staging_parts(&self) -> usize {
@@ -411,27 +475,42 @@ impl Plan {
         }
     }
 
-    /// Bytes of routed experts on the card.
+    /// Bytes of routed experts on the (main) card.
     pub fn card_expert_bytes(&self) -> u64 {
-        self.count(true)
+        self.bytes_where(|l, e| self.on_card[l][e])
     }
 
-    /// Bytes of routed experts in host RAM.
+    /// Bytes of routed experts in host RAM (on no card).
     pub fn host_expert_bytes(&self) -> u64 {
-        self.count(false)
+        self.bytes_where(|l, e| self.on_host(l, e))
     }
 
-    fn count(&self, card: bool) -> u64 {
+    /// Whether expert `e` of layer `l` lives on no card.
+    pub fn on_host(&self, l: usize, e: usize) -> bool {
+        !self.on_card[l][e] && !self.peers.iter().any(|p| p.experts[l][e])
+    }
+
+    /// Bytes of the experts (layer, expert) for which `pick` holds.
+    fn bytes_where(&self, pick: impl Fn(usize, usize) -> bool) -> u64 {
         self.layers
             .iter()
-            .zip(&self.on_card)
-            .map(|(l, c)| c.iter().filter(|&&x| x == card).count() as u64 * l.expert_bytes)
+            .enumerate()
+            .map(|(i, l)| {
+                (0..l.n_expert as usize).filter(|&e| pick(i, e)).count() as u64 * l.expert_bytes
+            })
             .sum()
     }
 
     /// Whether any expert lives in host RAM.
     pub fn has_host_experts(&self) -> bool {
-        self.on_card.iter().any(|c| c.iter().any(|&x| !x))
+        (0..self.layers.len()).any(|l| (0..self.on_card[l].len()).any(|e| self.on_host(l, e)))
+    }
+
+    /// Whether any card after the main one holds experts.
+    pub fn has_peer_experts(&self) -> bool {
+        self.peers
+            .iter()
+            .any(|p| p.experts.iter().flatten().any(|&x| x))
     }
 }
 
@@ -439,7 +518,15 @@ impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let dense = self.card_dense_bytes();
         let card = dense + self.fixed.state + self.fixed.scratch + self.staging;
-        writeln!(f, "card budget {}:", gib(self.card_budget))?;
+        match self.peers.is_empty() {
+            true => writeln!(f, "card budget {}:", gib(self.card_budget))?,
+            false => writeln!(
+                f,
+                "main card {} budget {}:",
+                self.card_name,
+                gib(self.card_budget)
+            )?,
+        }
         writeln!(f, "  dense weights   {}", gib(dense))?;
         writeln!(f, "  KV cache/state  {}", gib(self.fixed.state))?;
         writeln!(f, "  scratch         {}", gib(self.fixed.scratch))?;
@@ -492,14 +579,39 @@ impl fmt::Display for Plan {
                 ""
             }
         )?;
-        writeln!(f, "experts on the card per layer:")?;
+        for p in &self.peers {
+            writeln!(
+                f,
+                "card {} budget {}: expert calls' buffers {}, routed experts {}",
+                p.name,
+                gib(p.budget),
+                gib(p.fixed),
+                gib(p.expert_bytes(&self.layers))
+            )?;
+        }
+        match self.peers.is_empty() {
+            true => writeln!(f, "experts on the card per layer:")?,
+            false => writeln!(f, "experts on the main card (and on the others) per layer:")?,
+        }
         for (i, (l, c)) in self.layers.iter().zip(&self.on_card).enumerate() {
             let n = c.iter().filter(|&&x| x).count();
             let note = match self.lent.contains(&i) {
                 true => " (all in a staging set between prompts)",
                 false => "",
             };
-            writeln!(f, "  blk.{:<3} {n:>4} / {}{note}", l.block, l.n_expert)?;
+            let peers: String = self
+                .peers
+                .iter()
+                .map(|p| {
+                    let k = p.experts[i].iter().filter(|&&x| x).count();
+                    format!(", {} {k}", p.name)
+                })
+                .collect();
+            writeln!(
+                f,
+                "  blk.{:<3} {n:>4} / {}{peers}{note}",
+                l.block, l.n_expert
+            )?;
         }
         Ok(())
     }
@@ -508,6 +620,22 @@ impl fmt::Display for Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The plan on one card of `card_budget`.
+    fn make(
+        layers: Vec<MoeLayer>,
+        fixed: FixedCosts,
+        card_budget: u64,
+        host_budget: u64,
+        request: &TierRequest,
+    ) -> Result<Plan, PlanError> {
+        let card = CardBudget {
+            name: "CUDA0".into(),
+            budget: card_budget,
+            share: 0.0,
+        };
+        Plan::across(layers, fixed, &[card], 0, host_budget, request)
+    }
 
     fn layers(n: u32, n_expert: u32, bytes: u64) -> Vec<MoeLayer> {
         (0..n)
@@ -543,20 +671,20 @@ mod tests {
         };
         // 1,300 fixed and two staging sets of 400; 700 left = 1 whole layer of 4×100 and 3
         // experts of one more.
-        let p = Plan::make(layers(4, 4, 100), FIXED, 2800, 1 << 30, &keep).unwrap();
+        let p = make(layers(4, 4, 100), FIXED, 2800, 1 << 30, &keep).unwrap();
         assert_eq!(on_card_counts(&p), vec![0, 0, 3, 4]);
         assert_eq!((p.staging, p.staging_sets, p.staging_parts()), (800, 2, 1));
         assert_eq!(p.card_expert_bytes(), 700);
         assert_eq!(p.host_expert_bytes(), 900);
         assert!(p.lent.is_empty());
         // Room for one set only: the card keeps only it, and experts in what is left.
-        let p = Plan::make(layers(4, 4, 100), FIXED, 2000, 1 << 30, &keep).unwrap();
+        let p = make(layers(4, 4, 100), FIXED, 2000, 1 << 30, &keep).unwrap();
         assert_eq!((p.staging, p.staging_sets, p.staging_parts()), (400, 1, 2));
         assert_eq!(on_card_counts(&p), vec![0, 0, 0, 3]);
         assert_eq!(p.card_expert_bytes(), 300);
         assert_eq!(p.host_expert_bytes(), 1300);
         // Everything fits: no host experts.
-        let all = Plan::make(layers(4, 4, 100), FIXED, 2900, 0, &TierRequest::default()).unwrap();
+        let all = make(layers(4, 4, 100), FIXED, 2900, 0, &TierRequest::default()).unwrap();
         assert!(!all.has_host_experts());
         assert_eq!(all.staging, 0);
         assert!(all.lent.is_empty());
@@ -567,7 +695,7 @@ mod tests {
         // As above, but the two layers after the card's whole ones stay on the host for the two
         // staging sets to hold, and the partial layer comes before them: the lent layers are
         // the last a prompt streams into their sets (ranks 1 and 2 of the host layers 0, 1, 2).
-        let p = Plan::make(layers(4, 4, 100), FIXED, 2800, 1 << 30, &Default::default()).unwrap();
+        let p = make(layers(4, 4, 100), FIXED, 2800, 1 << 30, &Default::default()).unwrap();
         assert_eq!(on_card_counts(&p), vec![3, 0, 0, 4]);
         assert_eq!(p.lent, vec![1, 2]);
         let text = p.to_string();
@@ -576,7 +704,7 @@ mod tests {
             "{text}"
         );
         // One set: one layer lent, the last with host experts.
-        let p = Plan::make(layers(4, 4, 100), FIXED, 2000, 1 << 30, &Default::default()).unwrap();
+        let p = make(layers(4, 4, 100), FIXED, 2000, 1 << 30, &Default::default()).unwrap();
         assert_eq!(on_card_counts(&p), vec![0, 0, 3, 0]);
         assert_eq!(p.lent, vec![3]);
         // By hand: the last layers sent to the host.
@@ -584,13 +712,13 @@ mod tests {
             cpu_moe: true,
             ..Default::default()
         };
-        let p = Plan::make(layers(3, 4, 100), FIXED, 1 << 20, 1 << 20, &cmoe).unwrap();
+        let p = make(layers(3, 4, 100), FIXED, 1 << 20, 1 << 20, &cmoe).unwrap();
         assert_eq!(p.lent, vec![1, 2]);
         let ot = TierRequest {
             overrides: TierRequest::parse_overrides(r"blk\.1\.ffn_.*_exps=CPU").unwrap(),
             ..Default::default()
         };
-        let p = Plan::make(layers(3, 4, 100), FIXED, 1 << 20, 1 << 20, &ot).unwrap();
+        let p = make(layers(3, 4, 100), FIXED, 1 << 20, 1 << 20, &ot).unwrap();
         assert_eq!(p.lent, vec![1]);
         // A layer with card experts is never lent, and a set goes only to the last layer
         // streamed into it (an earlier one would be overwritten by every prompt): with host
@@ -618,19 +746,19 @@ mod tests {
             ..Default::default()
         };
         // Everything fits: the card keeps the tables.
-        let all = Plan::make(layers(4, 4, 100), fixed, 2900, 1 << 30, &keep).unwrap();
+        let all = make(layers(4, 4, 100), fixed, 2900, 1 << 30, &keep).unwrap();
         assert!(!all.has_host_experts() && !all.tables_on_host);
         assert_eq!(all.card_dense_bytes(), 1000);
         // Experts on the host: the tables' 300 bytes go to 3 more card experts (1,000 after 700
         // dense, 300 state and scratch and two staging sets of 400).
-        let p = Plan::make(layers(4, 4, 100), fixed, 2800, 1 << 30, &keep).unwrap();
+        let p = make(layers(4, 4, 100), fixed, 2800, 1 << 30, &keep).unwrap();
         assert!(p.tables_on_host);
         assert_eq!(on_card_counts(&p), vec![0, 2, 4, 4]);
         assert_eq!((p.card_dense_bytes(), p.host_table_bytes()), (700, 300));
         assert!(p.to_string().contains("token tables"), "{p}");
         // A host budget that holds the 600 bytes of host experts but not the tables beside them:
         // the card keeps the tables and 3 fewer experts.
-        let p = Plan::make(layers(4, 4, 100), fixed, 2800, 700, &keep).unwrap();
+        let p = make(layers(4, 4, 100), fixed, 2800, 700, &keep).unwrap();
         assert!(!p.tables_on_host);
         assert_eq!(on_card_counts(&p), vec![0, 0, 3, 4]);
         // -cmoe: every expert on the host, and the tables with them.
@@ -638,7 +766,7 @@ mod tests {
             cpu_moe: true,
             ..Default::default()
         };
-        let p = Plan::make(layers(4, 4, 100), fixed, 1 << 20, 1 << 20, &cmoe).unwrap();
+        let p = make(layers(4, 4, 100), fixed, 1 << 20, 1 << 20, &cmoe).unwrap();
         assert!(p.tables_on_host);
     }
 
@@ -649,32 +777,32 @@ mod tests {
             cpu_moe: true,
             ..Default::default()
         };
-        let p = Plan::make(layers(3, 4, 100), FIXED, big, big, &cmoe).unwrap();
+        let p = make(layers(3, 4, 100), FIXED, big, big, &cmoe).unwrap();
         assert_eq!(on_card_counts(&p), vec![0, 0, 0]);
         // Room to spare: two staging sets, so prompts overlap copies with calls.
         assert_eq!((p.staging, p.staging_sets, p.staging_parts()), (800, 2, 1));
         // Room for exactly one set: one.
-        let p = Plan::make(layers(3, 4, 100), FIXED, 1300 + 400, big, &cmoe).unwrap();
+        let p = make(layers(3, 4, 100), FIXED, 1300 + 400, big, &cmoe).unwrap();
         assert_eq!((p.staging, p.staging_sets, p.staging_parts()), (400, 1, 2));
-        let p = Plan::make(layers(3, 4, 100), FIXED, 1300 + 800, big, &cmoe).unwrap();
+        let p = make(layers(3, 4, 100), FIXED, 1300 + 800, big, &cmoe).unwrap();
         assert_eq!((p.staging, p.staging_sets, p.staging_parts()), (800, 2, 1));
         let ncmoe = TierRequest {
             n_cpu_moe: Some(2),
             ..Default::default()
         };
-        let p = Plan::make(layers(3, 4, 100), FIXED, big, big, &ncmoe).unwrap();
+        let p = make(layers(3, 4, 100), FIXED, big, big, &ncmoe).unwrap();
         assert_eq!(on_card_counts(&p), vec![0, 0, 4]);
         let ot = TierRequest {
             overrides: TierRequest::parse_overrides(r"blk\.1\.ffn_.*_exps=CPU").unwrap(),
             ..Default::default()
         };
-        let p = Plan::make(layers(3, 4, 100), FIXED, big, big, &ot).unwrap();
+        let p = make(layers(3, 4, 100), FIXED, big, big, &ot).unwrap();
         assert_eq!(on_card_counts(&p), vec![4, 0, 4]);
     }
 
     #[test]
     fn refusals_name_every_term() {
-        let e = Plan::make(layers(2, 4, 100), FIXED, 1200, 0, &TierRequest::default())
+        let e = make(layers(2, 4, 100), FIXED, 1200, 0, &TierRequest::default())
             .unwrap_err()
             .to_string();
         for term in ["dense weights", "KV/state", "scratch", "staging", "budget"] {
@@ -685,10 +813,124 @@ mod tests {
             n_cpu_moe: Some(1),
             ..Default::default()
         };
-        let e = Plan::make(layers(2, 4, 100), FIXED, 1900, 0, &ncmoe)
+        let e = make(layers(2, 4, 100), FIXED, 1900, 0, &ncmoe)
             .unwrap_err()
             .to_string();
         assert!(e.contains("blk.1.ffn_gate_exps.weight"), "{e}");
+    }
+
+    /// The plan on a main card of `main` bytes and a second card (`CUDA1`) of `peer` bytes, of
+    /// which 50 are its expert calls' buffers, with `-ts` shares `ts` (zeros: none).
+    fn two(main: u64, peer: u64, ts: [f32; 2], request: &TierRequest) -> Result<Plan, PlanError> {
+        let cards = [
+            CardBudget {
+                name: "CUDA0".into(),
+                budget: main,
+                share: ts[0],
+            },
+            CardBudget {
+                name: "CUDA1".into(),
+                budget: peer,
+                share: ts[1],
+            },
+        ];
+        Plan::across(layers(4, 4, 100), FIXED, &cards, 50, 1 << 30, request)
+    }
+
+    fn peer_counts(p: &Plan) -> Vec<usize> {
+        p.peers[0]
+            .experts
+            .iter()
+            .map(|c| c.iter().filter(|&&x| x).count())
+            .collect()
+    }
+
+    #[test]
+    fn a_second_card_takes_what_the_main_card_leaves_from_the_last_layer_back() {
+        // The main card keeps 700 of experts after its 1,300 fixed; the second card's 900 after
+        // its 50 hold the other 900: no host experts, so no staging sets.
+        let p = two(2000, 950, [0.0; 2], &TierRequest::default()).unwrap();
+        assert_eq!(on_card_counts(&p), vec![0, 0, 3, 4]);
+        assert_eq!(peer_counts(&p), vec![4, 4, 1, 0]);
+        assert!(p.peers[0].experts[2][3] && !p.on_card[2][3]);
+        assert_eq!((p.staging, p.host_expert_bytes()), (0, 0));
+        assert!(!p.has_host_experts() && p.has_peer_experts());
+        assert_eq!(p.peers[0].expert_bytes(&p.layers), 900);
+        let text = p.to_string();
+        assert!(text.contains("main card CUDA0 budget"), "{text}");
+        assert!(text.contains("\ncard CUDA1 budget"), "{text}");
+        assert!(text.contains("blk.2      3 / 4, CUDA1 1"), "{text}");
+        // A second card too small for its expert calls is named.
+        let e = two(2000, 40, [0.0; 2], &TierRequest::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("card CUDA1 has a budget of"), "{e}");
+        // 100 short (1,300 and 200 of room): experts stay on the host, so the main card keeps
+        // staging sets (two of 400 in 2,600) and lends them layers 1 and 2, which the second
+        // card leaves.
+        let p = two(2600, 250, [0.0; 2], &TierRequest::default()).unwrap();
+        assert_eq!(on_card_counts(&p), vec![1, 0, 0, 4]);
+        assert_eq!(peer_counts(&p), vec![2, 0, 0, 0]);
+        assert_eq!((p.lent.clone(), p.host_expert_bytes()), (vec![1, 2], 900));
+        // Without lending, the second card takes the partial layer's rest and more.
+        let keep = TierRequest {
+            no_decode_staging: true,
+            ..Default::default()
+        };
+        let p = two(2600, 250, [0.0; 2], &keep).unwrap();
+        assert_eq!(on_card_counts(&p), vec![0, 0, 1, 4]);
+        assert_eq!(peer_counts(&p), vec![0, 0, 2, 0]);
+        assert_eq!(p.host_expert_bytes(), 900);
+    }
+
+    #[test]
+    fn tensor_split_shares_the_experts_between_the_cards() {
+        let big = 1 << 20;
+        let none = TierRequest::default();
+        // Room for all on the main card, but -ts 1,1 gives each card half.
+        let p = two(big, big, [1.0, 1.0], &none).unwrap();
+        assert_eq!(on_card_counts(&p), vec![0, 0, 4, 4]);
+        assert_eq!(peer_counts(&p), vec![4, 4, 0, 0]);
+        let p = two(big, big, [3.0, 1.0], &none).unwrap();
+        assert_eq!(on_card_counts(&p), vec![0, 4, 4, 4]);
+        assert_eq!(peer_counts(&p), vec![4, 0, 0, 0]);
+        // A zero share: nothing on the second card.
+        let p = two(big, big, [1.0, 0.0], &none).unwrap();
+        assert_eq!(peer_counts(&p), vec![0; 4]);
+        assert!(!p.has_host_experts());
+        // A share the card's budget cannot hold: the rest goes to the host (the main card
+        // keeping its share, and staging sets).
+        let keep = TierRequest {
+            no_decode_staging: true,
+            ..Default::default()
+        };
+        let p = two(big, 350, [1.0, 1.0], &keep).unwrap();
+        assert_eq!(on_card_counts(&p), vec![0, 0, 4, 4]);
+        assert_eq!(peer_counts(&p), vec![0, 3, 0, 0]);
+        assert_eq!((p.host_expert_bytes(), p.staging_sets), (500, 2));
+        // A main card short of its share (one staging set of 400 and 100 of experts in 1,800):
+        // the second card still takes only its half, and the host the rest.
+        let p = two(1800, big, [1.0, 1.0], &keep).unwrap();
+        assert_eq!(on_card_counts(&p), vec![0, 0, 0, 1]);
+        assert_eq!(peer_counts(&p), vec![0, 1, 4, 3]);
+        assert_eq!((p.host_expert_bytes(), p.staging_sets), (700, 1));
+    }
+
+    #[test]
+    fn layers_placed_on_the_cards_by_hand_spill_whole_onto_the_second_card() {
+        // -ncmoe 1: layer 0 on the host, the others on the cards whole. The main card (two
+        // staging sets of 400 in 2,500) has room for one layer; the second card takes two.
+        let ncmoe = TierRequest {
+            n_cpu_moe: Some(1),
+            ..Default::default()
+        };
+        let p = two(2500, 850, [0.0; 2], &ncmoe).unwrap();
+        assert_eq!(on_card_counts(&p), vec![0, 4, 0, 0]);
+        assert_eq!(peer_counts(&p), vec![0, 0, 4, 4]);
+        assert_eq!(p.lent, vec![0]);
+        // 100 short, a layer would be split: refused by name.
+        let e = two(2500, 750, [0.0; 2], &ncmoe).unwrap_err().to_string();
+        assert!(e.contains("blk.2.ffn_gate_exps.weight"), "{e}");
     }
 
     #[test]

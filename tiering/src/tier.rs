@@ -48,6 +48,11 @@ pub struct ExpertTier {
     /// layers' stacks (not when the disk tier reads them into its arena) and the token tables
     /// the card reads in place. Page-locked at load; `--mlock` locks them too.
     pub host_read: Vec<(usize, usize)>,
+    /// The second expert device's buffers: the mapped file parts and its expert maps.
+    pub peer_buffers: Vec<Buffer>,
+    /// The second expert device, which computes the experts a card after the main one holds
+    /// (a CPU device stands in for that card where there is none), when the plan puts any there.
+    pub peer: Option<Arc<Device>>,
     /// The CPU device's buffers: the mapped file parts and the host expert maps (kept alive).
     pub host_buffers: Vec<Buffer>,
     /// The CPU device that computes host experts.

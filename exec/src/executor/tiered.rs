@@ -2,7 +2,9 @@
 //! part and a host part (inputs read back from the card, the host's output added on the card), or,
 //! for batches, with the layer's whole stacks streamed into card staging buffers first. In the
 //! split form the card also takes a share of the step's host experts (the bus share), reading
-//! their weights in place from page-locked host memory while the CPU computes the rest.
+//! their weights in place from page-locked host memory while the CPU computes the rest. With a
+//! second expert device (a second card's stand-in), that device computes its experts on the same
+//! packed inputs and the host adds its output to its own ([`PeerCall`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -16,7 +18,7 @@ use bloomery_plugin_api::{DType, PluginError};
 use bloomery_devices::bytes::i32_bytes;
 use bloomery_devices::{Buffer, Device};
 use bloomery_tiering::residency::LayerResidency;
-use bloomery_tiering::{ExpertTier, HostSlice, TierLayer};
+use bloomery_tiering::{ExpertTier, HostSlice, PeerPart, TierLayer};
 
 use super::{dev, ExecError, Executor, Replay};
 
@@ -53,11 +55,100 @@ pub(super) struct HostedMoe {
     /// The card's guess of the next tier layer's experts, packed after the words, for the disk
     /// tier to read ahead.
     guess: Option<PackedGuess>,
+    /// The second card's part: its experts on the same packed inputs, added to the host's
+    /// output before that goes to the card.
+    peer: Option<PeerCall>,
     /// Page-locked memory both devices use in place (after every view of it, so dropped
     /// last): the packed inputs, then the `seq` and `done` words and the words the card's queue
     /// waits on ([`ROUTED`], [`SUMMED`]); at host address `packed_at`.
     packed: Buffer,
     packed_at: usize,
+}
+
+/// A hosted layer's experts on the second expert device ([`ExpertTier::peer`]): its call reads
+/// the packed inputs in place and writes host memory the host device reads in place, where the
+/// host adds it to its own experts' part.
+struct PeerCall {
+    device: Arc<Device>,
+    call: OpCall,
+    /// The host experts' part plus the second device's, into the host's output.
+    add: OpCall,
+    /// The second device's views of the packed inputs, and the host's view of its output
+    /// (before the output itself, so dropped first).
+    _views: Vec<Buffer>,
+    _out: Buffer,
+    /// The host experts' part.
+    _mine: Buffer,
+}
+
+impl PeerCall {
+    /// Runs the second device's experts, then adds their output to the host's.
+    fn run(&self, host: &Device) -> Result<(), ExecError> {
+        self.device
+            .run(std::slice::from_ref(&self.call))
+            .map_err(dev("running the second card's experts"))?;
+        self.device
+            .sync()
+            .map_err(dev("waiting for the second card's experts"))?;
+        host.run(std::slice::from_ref(&self.add))
+            .map_err(dev("adding the second card's experts"))?;
+        host.sync()
+            .map_err(dev("waiting for the sum of host experts"))
+    }
+}
+
+/// The second device's part of a hosted MoE call `p` ([`PeerCall`]): the packed `inputs` at
+/// `packed_at` (their card tensors, in order), the layer's stacks and map there, output shaped as
+/// the host experts' part `mine`, added to it into `to`.
+fn peer_call(
+    (peer, host): (&Arc<Device>, &Arc<Device>),
+    part: &PeerPart,
+    p: MoeParams,
+    (inputs, packed_at): (&[TensorRef; 3], usize),
+    (mine, to): (Buffer, TensorRef),
+) -> Result<PeerCall, ExecError> {
+    let dst = to;
+    let mut srcs = [TensorRef::default(); MAX_SRCS];
+    let mut views = Vec::new();
+    let mut offset = 0;
+    for (i, r) in inputs.iter().enumerate() {
+        let bytes = r.elements() * 4;
+        // SAFETY: the bytes lie inside the hosted layer's packed memory, which its HostedMoe
+        // drops after this PeerCall (field order).
+        let view = unsafe { peer.map_host((packed_at + offset as usize) as *const u8, bytes) }
+            .map_err(dev("viewing the second card's inputs"))?;
+        srcs[i] = view.tensor(*r);
+        views.push(view);
+        offset += bytes;
+    }
+    for (k, s) in part.stacks.iter().enumerate() {
+        srcs[3 + k] = *s;
+    }
+    let n = 3 + part.stacks.len();
+    srcs[n] = part.map;
+    let out_bytes = dst.elements() * 4;
+    let (out, at) = peer
+        .alloc_shared(out_bytes)
+        .map_err(dev("allocating the second card's output"))?;
+    // SAFETY: `at` addresses `out`'s bytes, which the PeerCall holding this view drops after it.
+    let seen = unsafe { host.map_host(at as *const u8, out_bytes) }
+        .map_err(dev("viewing the second card's output"))?;
+    let call = OpCall {
+        op: Op::MoeExperts(p),
+        n_srcs: n as u32 + 1,
+        srcs,
+        dst: out.tensor(dst),
+    };
+    let add = OpCall::new(Op::Add, &[mine.tensor(dst), seen.tensor(dst)], to);
+    views.push(seen);
+    Ok(PeerCall {
+        device: Arc::clone(peer),
+        call,
+        add,
+        _views: views,
+        _out: out,
+        _mine: mine,
+    })
 }
 
 /// Where, after a hosted layer's packed inputs, the host writes the pass's sequence number once
@@ -466,6 +557,9 @@ impl Executor {
             host.run(std::slice::from_ref(&h.host_call))
                 .map_err(dev("running host experts"))?;
             host.sync().map_err(dev("waiting for host experts"))?;
+            if let Some(p) = &h.peer {
+                p.run(host)?;
+            }
             lap.to(&mut times.host);
             // Without a bus share the host's output goes to the card; with one the adds read it
             // in place. The adds (HostedMoe::adds) open the next segment.
@@ -978,6 +1072,25 @@ pub(super) fn host_moe(
         }
         None => (None, Vec::new(), Some((dst.buffer, dst.offset)), None),
     };
+    // With a second card the host's experts write a buffer of their own, which the sum with
+    // the second card's reads into where they wrote before.
+    let peer = match (&tier.peer, &layer.peer) {
+        (Some(device), Some(part)) => {
+            let mine = host
+                .alloc(out_bytes)
+                .map_err(dev("allocating host experts' part"))?;
+            let to = host_call.dst;
+            host_call.dst = mine.tensor(dst);
+            Some(peer_call(
+                (device, host),
+                part,
+                p,
+                (&card_inputs, packed_at),
+                (mine, to),
+            )?)
+        }
+        _ => None,
+    };
     let host_inputs: [Buffer; 3] = host_inputs
         .try_into()
         .map_err(|_| ExecError::BadGraph("three MoE inputs".into()))?;
@@ -1030,6 +1143,7 @@ pub(super) fn host_moe(
         _card_part_out: card_part_out,
         bus,
         guess,
+        peer,
         packed,
         packed_at,
     };

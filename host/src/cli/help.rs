@@ -87,6 +87,7 @@ const SERVER: &[&str] = &[
     "chat-template-file",
     "reasoning-format",
     "reasoning-budget",
+    "reasoning-budget-message",
     "timeout",
     "threads-http",
     "queue-depth",
@@ -121,14 +122,19 @@ const SPECULATIVE: &[&str] = &[
 ];
 
 /// Where the model's weights and experts go: llama.cpp's `-ngl`, `-cmoe`, `-ncmoe`, `-ot`,
-/// `--mlock`, and bloomery's budgets and tiering switches.
+/// `--mlock`, `-dev`, `-ts`, `-mg`, `-sm`, and bloomery's budgets and tiering switches.
 const PLACEMENT: &[&str] = &[
     "n-gpu-layers",
     "cpu-moe",
     "n-cpu-moe",
     "override-tensor",
     "mlock",
+    "check-tensors",
     "gpu-budget",
+    "device",
+    "tensor-split",
+    "main-gpu",
+    "split-mode",
     "host-budget",
     "no-residency",
     "disk-prefetch",

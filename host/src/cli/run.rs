@@ -204,6 +204,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         graphs: true,
         mlock: a.placement.experts.mlock,
         overrides,
+        check_tensors: a.placement.experts.check_tensors,
     };
     let model = LoadedModel::load_offloaded(
         &reg,
@@ -269,6 +270,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         t_max_predict_ms: None,
         preserved: Vec::new(),
         shift: bloomery_runtime::request::ShiftParams::default(),
+        reasoning_budget: None,
     };
     let mut events = runtime.submit_blocking(prompt, gen, Some(0))?;
     let mut out = std::io::stdout().lock();

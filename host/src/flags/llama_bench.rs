@@ -5,7 +5,6 @@ use std::ffi::OsString;
 
 use super::llama_server::Refusal;
 
-const ONE_CARD: &str = "one card: splitting across cards is not implemented";
 const POOL: &str = "the worker pool pins one thread per core itself (-t sets the count)";
 const LOCAL: &str = "bloomery loads local GGUF files only";
 const MAPPED: &str = "the model is always mapped";
@@ -39,19 +38,6 @@ const REFUSED: &[(&[&str], &str)] = &[
         LOCAL,
     ),
     (&["-C", "--cpu-mask", "--cpu-strict", "--poll"], POOL),
-    (
-        &[
-            "-sm",
-            "--split-mode",
-            "-mg",
-            "--main-gpu",
-            "-ts",
-            "--tensor-split",
-            "-dev",
-            "--device",
-        ],
-        ONE_CARD,
-    ),
     (
         &["-nkvo", "--no-kv-offload"],
         "the cache always lives with the model's layers",
@@ -89,10 +75,11 @@ mod tests {
     fn llama_bench_flags_bloomery_does_not_take_are_named() {
         let args = |v: &[&str]| v.iter().map(OsString::from).collect::<Vec<_>>();
         assert!(screen(&args(&["-m", "x.gguf", "-p", "512", "-ngl", "-1"])).is_ok());
-        let e = screen(&args(&["-m", "x.gguf", "-mg", "1"])).unwrap_err();
+        assert!(screen(&args(&["-m", "x.gguf", "-mg", "1", "-ts", "3/1"])).is_ok());
+        let e = screen(&args(&["-m", "x.gguf", "-rpc", "host:1"])).unwrap_err();
         assert_eq!(
             e.0,
-            format!("-mg: not supported by bloomery bench: {ONE_CARD}")
+            "-rpc: not supported by bloomery bench: RPC devices are not supported"
         );
         let e = screen(&args(&["--numa=distribute"])).unwrap_err();
         assert!(e.0.starts_with("--numa: not supported"), "{}", e.0);

@@ -1,7 +1,9 @@
 //! Flags that put values over the model file's metadata, spelled as llama.cpp spells them:
 //! `--override-kv KEY=TYPE:VALUE,...` and the rope flags (`--rope-scaling`, `--rope-scale`,
-//! `--rope-freq-base`, `--rope-freq-scale`, `--yarn-orig-ctx`), which become overrides of the
-//! architecture's rope keys, so the model plugins read them as they read the file's own.
+//! `--rope-freq-base`, `--rope-freq-scale`, `--yarn-orig-ctx`, and YaRN's mix:
+//! `--yarn-ext-factor`, `--yarn-attn-factor`, `--yarn-beta-fast`, `--yarn-beta-slow`), which
+//! become overrides of the architecture's rope keys, so the model plugins read them as they read
+//! the file's own.
 
 use anyhow::{bail, Context};
 use bloomery_exec::overrides::{apply, MetaOverride, OverrideValue};
@@ -43,6 +45,38 @@ pub struct MetadataArgs {
         env = "LLAMA_ARG_YARN_ORIG_CTX"
     )]
     pub yarn_orig_ctx: Option<u32>,
+    /// YaRN extrapolation mix factor (default: 1 under YaRN, else 0; negative too).
+    #[arg(
+        long = "yarn-ext-factor",
+        value_name = "N",
+        allow_negative_numbers = true,
+        env = "LLAMA_ARG_YARN_EXT_FACTOR"
+    )]
+    pub yarn_ext_factor: Option<f64>,
+    /// YaRN magnitude scale (used without an extrapolation mix; default 1; negative too).
+    #[arg(
+        long = "yarn-attn-factor",
+        value_name = "N",
+        allow_negative_numbers = true,
+        env = "LLAMA_ARG_YARN_ATTN_FACTOR"
+    )]
+    pub yarn_attn_factor: Option<f64>,
+    /// YaRN high correction dim (default 1; negative too).
+    #[arg(
+        long = "yarn-beta-slow",
+        value_name = "N",
+        allow_negative_numbers = true,
+        env = "LLAMA_ARG_YARN_BETA_SLOW"
+    )]
+    pub yarn_beta_slow: Option<f64>,
+    /// YaRN low correction dim (default 32; negative too).
+    #[arg(
+        long = "yarn-beta-fast",
+        value_name = "N",
+        allow_negative_numbers = true,
+        env = "LLAMA_ARG_YARN_BETA_FAST"
+    )]
+    pub yarn_beta_fast: Option<f64>,
 }
 
 impl MetadataArgs {
@@ -91,6 +125,25 @@ impl MetadataArgs {
                 "rope.scaling.original_context_length",
                 OverrideValue::Int(i64::from(n)),
             );
+        }
+        // Negative is llama.cpp's "not set": the model's (or the scaling type's) value stands.
+        for (flag, name, v) in [
+            ("--yarn-ext-factor", "yarn_ext_factor", self.yarn_ext_factor),
+            (
+                "--yarn-attn-factor",
+                "yarn_attn_factor",
+                self.yarn_attn_factor,
+            ),
+            ("--yarn-beta-slow", "yarn_beta_slow", self.yarn_beta_slow),
+            ("--yarn-beta-fast", "yarn_beta_fast", self.yarn_beta_fast),
+        ] {
+            match v {
+                Some(v) if !v.is_finite() => bail!("{flag} {v}: expected a number"),
+                Some(v) if v >= 0.0 => {
+                    set(&format!("rope.scaling.{name}"), OverrideValue::Float(v))
+                }
+                _ => {}
+            }
         }
         Ok(out)
     }
@@ -194,5 +247,36 @@ mod tests {
             let e = a.overrides("a").unwrap_err().to_string();
             assert!(e.contains(says), "{e}");
         }
+    }
+
+    #[test]
+    fn yarn_mix_flags_become_keys_and_negative_is_unset() {
+        let a = args(|a| {
+            a.yarn_ext_factor = Some(0.5);
+            a.yarn_attn_factor = Some(-1.0);
+            a.yarn_beta_fast = Some(8.0);
+        });
+        let got: Vec<(String, OverrideValue)> = a
+            .overrides("q")
+            .unwrap()
+            .into_iter()
+            .map(|o| (o.key, o.value))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    "q.rope.scaling.yarn_ext_factor".into(),
+                    OverrideValue::Float(0.5)
+                ),
+                (
+                    "q.rope.scaling.yarn_beta_fast".into(),
+                    OverrideValue::Float(8.0)
+                ),
+            ]
+        );
+        let nan = args(|a| a.yarn_beta_slow = Some(f64::NAN));
+        let e = nan.overrides("q").unwrap_err().to_string();
+        assert!(e.contains("--yarn-beta-slow"), "{e}");
     }
 }

@@ -4,6 +4,7 @@
 //! CORS and TLS flags, and the rewriting of multi-letter short flags.
 
 pub mod cache_type;
+pub mod cards;
 pub mod grammar;
 pub mod llama_bench;
 pub mod llama_server;

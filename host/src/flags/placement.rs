@@ -1,10 +1,12 @@
 //! Expert placement flags shared by `serve`, `run`, `bench` and `plan`, spelled as llama.cpp
-//! spells them (`-cmoe`, `-ncmoe N`, `-ot REGEX=BUFFER`, `--mlock`), plus budgets that emulate a
-//! smaller card or host.
+//! spells them (`-cmoe`, `-ncmoe N`, `-ot REGEX=BUFFER`, `--mlock`, the card flags `-dev`,
+//! `-ts`, `-mg`, `-sm`), plus budgets that emulate smaller cards or a smaller host.
 
 use clap::Args;
 
 use bloomery_tiering::plan::{parse_size, TierRequest};
+
+use super::cards::{CardFlags, Syntax};
 
 /// Where routed experts go.
 #[derive(Args, Debug, Clone, Default)]
@@ -20,7 +22,7 @@ pub struct PlacementArgs {
 impl PlacementArgs {
     /// The request these flags make; a malformed size or override is refused by name.
     pub fn request(&self) -> anyhow::Result<TierRequest> {
-        self.experts.request(self.n_cpu_moe)
+        self.experts.request(self.n_cpu_moe, Syntax::Common)
     }
 }
 
@@ -34,13 +36,39 @@ pub struct ExpertFlags {
     /// expert stacks may go to the CPU.
     #[arg(long = "override-tensor", env = "LLAMA_ARG_OVERRIDE_TENSOR")]
     pub override_tensor: Option<String>,
-    /// Card memory to plan with instead of its free memory (e.g. `6.3G`): what bloomery
+    /// Card memory to plan with instead of its free memory (e.g. `6.3G`; `A,B` for each card in
+    /// use, one value for every card): what bloomery
     /// allocates (weights, KV, scratch, staging). The driver's context and the kernel modules
     /// come on top (about 530 MiB on an H200 with driver 580), less the planned scratch a run
     /// leaves unused: nvidia-smi peaked at 2,337 MiB for a plan of 1.86 GiB (30B-A3B, `-cmoe
     /// --gpu-budget 1950M`).
-    #[arg(long = "gpu-budget", value_name = "SIZE")]
+    #[arg(long = "gpu-budget", value_name = "SIZE[,SIZE..]")]
     pub gpu_budget: Option<String>,
+    /// Cards to use (`CUDA0,CUDA1`; default: every card found). Routed experts are not run on a
+    /// card after the main one yet: naming several is refused at load (`plan` shows that
+    /// placement).
+    #[arg(long = "device", env = "LLAMA_ARG_DEVICE", value_name = "DEV1,DEV2,..")]
+    pub device: Option<String>,
+    /// Each card's share of the routed experts placed on cards (`3,1`), in the order of the
+    /// cards in use (default: the main card fills first, then the others).
+    #[arg(
+        long = "tensor-split",
+        env = "LLAMA_ARG_TENSOR_SPLIT",
+        value_name = "N0,N1,.."
+    )]
+    pub tensor_split: Option<String>,
+    /// The main card, by its position among the cards in use: it holds the dense weights, the
+    /// KV cache and the hottest experts [default: 0].
+    #[arg(long = "main-gpu", env = "LLAMA_ARG_MAIN_GPU", value_name = "INDEX")]
+    pub main_gpu: Option<String>,
+    /// `layer` (the default): routed experts across the cards in use (bloomery splits experts,
+    /// not layers); `none`: the main card only; `row` and `tensor` are refused.
+    #[arg(
+        long = "split-mode",
+        env = "LLAMA_ARG_SPLIT_MODE",
+        value_name = "none|layer"
+    )]
+    pub split_mode: Option<String>,
     /// Host RAM to plan with instead of MemAvailable (e.g. `8G`).
     #[arg(long = "host-budget", value_name = "SIZE")]
     pub host_budget: Option<String>,
@@ -71,6 +99,10 @@ pub struct ExpertFlags {
     /// locked.
     #[arg(long = "mlock", env = "LLAMA_ARG_MLOCK")]
     pub mlock: bool,
+    /// Check every tensor's data at load as llama.cpp's `--check-tensors` does (no NaN or
+    /// infinite value or block scale); a bad tensor is refused by name.
+    #[arg(long = "check-tensors")]
+    pub check_tensors: bool,
 }
 
 /// The most rows a prompt pass evaluates under llama-server's `-b` and `-ub`: the smaller, at
@@ -80,14 +112,18 @@ pub fn pass_rows(batch_size: u32, ubatch_size: u32) -> u32 {
 }
 
 impl ExpertFlags {
-    /// The request these flags make with `-ncmoe` `n_cpu_moe`; a malformed size or override is
-    /// refused by name.
-    pub fn request(&self, n_cpu_moe: Option<u32>) -> anyhow::Result<TierRequest> {
-        let size = |flag: &str, v: &Option<String>| -> anyhow::Result<Option<u64>> {
-            v.as_deref()
-                .map(|s| parse_size(s).map_err(|e| anyhow::anyhow!("{flag}: {e}")))
-                .transpose()
-        };
+    /// The request these flags make with `-ncmoe` `n_cpu_moe`, the card flags read in
+    /// `syntax`; a malformed size, override or card flag is refused by name.
+    pub fn request(&self, n_cpu_moe: Option<u32>, syntax: Syntax) -> anyhow::Result<TierRequest> {
+        let size = |flag: &str, v: &str| parse_size(v).map_err(|e| anyhow::anyhow!("{flag}: {e}"));
+        let cards = CardFlags {
+            device: self.device.as_deref(),
+            tensor_split: self.tensor_split.as_deref(),
+            main_gpu: self.main_gpu.as_deref(),
+            split_mode: self.split_mode.as_deref(),
+        }
+        .request(syntax)
+        .map_err(|e| anyhow::anyhow!(e))?;
         Ok(TierRequest {
             cpu_moe: self.cpu_moe,
             n_cpu_moe,
@@ -95,8 +131,19 @@ impl ExpertFlags {
                 Some(s) => TierRequest::parse_overrides(s).map_err(|e| anyhow::anyhow!(e))?,
                 None => Vec::new(),
             },
-            gpu_budget: size("--gpu-budget", &self.gpu_budget)?,
-            host_budget: size("--host-budget", &self.host_budget)?,
+            gpu_budgets: match &self.gpu_budget {
+                None => Vec::new(),
+                Some(v) => v
+                    .split(',')
+                    .map(|b| size("--gpu-budget", b))
+                    .collect::<anyhow::Result<_>>()?,
+            },
+            cards,
+            host_budget: self
+                .host_budget
+                .as_deref()
+                .map(|v| size("--host-budget", v))
+                .transpose()?,
             no_residency: self.no_residency,
             disk_prefetch: self.disk_prefetch,
             bus_experts: self.bus_experts,

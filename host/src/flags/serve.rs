@@ -328,9 +328,17 @@ pub struct ServeArgs {
         env = "LLAMA_ARG_REASONING_EFFORT"
     )]
     pub reasoning_effort: String,
-    /// Thinking budget: -1 unrestricted, 0 thinking off (other budgets are refused).
+    /// Thinking budget in tokens: -1 unrestricted, 0 thinking off, N the end of a thinking span
+    /// forced after N tokens.
     #[arg(long = "reasoning-budget", default_value_t = -1, allow_negative_numbers = true, env = "LLAMA_ARG_THINK_BUDGET")]
     pub reasoning_budget: i64,
+    /// Text forced before the end of a thinking span whose budget ran out.
+    #[arg(
+        long = "reasoning-budget-message",
+        default_value = "",
+        env = "LLAMA_ARG_THINK_BUDGET_MESSAGE"
+    )]
+    pub reasoning_budget_message: String,
     /// Read the model into memory instead of mapping it (not implemented yet: refused).
     #[arg(long = "no-mmap", env = "LLAMA_ARG_NO_MMAP")]
     pub no_mmap: bool,
@@ -529,9 +537,9 @@ impl ServeArgs {
                 self.flash_attn
             );
         }
-        if self.reasoning_budget != -1 && self.reasoning_budget != 0 {
+        if !(-1..=i64::from(i32::MAX)).contains(&self.reasoning_budget) {
             bail!(
-                "--reasoning-budget {}: only -1 (unrestricted) and 0 (thinking off) are implemented",
+                "--reasoning-budget {}: expected -1 (unrestricted), 0 or a number of tokens",
                 self.reasoning_budget
             );
         }

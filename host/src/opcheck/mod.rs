@@ -597,6 +597,7 @@ mod tests {
             (OpKind::StreamMix, DType::F32),
             (OpKind::StreamUpdate, DType::F32),
             (OpKind::GroupDotGate, DType::F32),
+            (OpKind::EngramGate, DType::F32),
             (OpKind::KPoolSelect, DType::F32),
             (OpKind::KPoolSelect, DType::F16),
         ] {

@@ -90,6 +90,7 @@ pub fn check_model(
             graphs: true,
             mlock: false,
             overrides: &[],
+            check_tensors: false,
         };
         let what = |p: &str| format!("model {} ({kv} cache): {p}", path.display());
         let eager_opts = LoadOptions {

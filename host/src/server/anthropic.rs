@@ -84,6 +84,13 @@ pub async fn messages(State(state): State<AppRef>, body: Bytes) -> Result<Respon
     let f = Fields::of(&body)?;
     let mut params = gen_params(&f, &ready.defaults, 0)?;
     super::structured::for_chat(&f, &mut params, job.tools.as_ref(), &job.prompt, &ready.tok)?;
+    super::budget::for_chat(
+        &f,
+        &ready.defaults.budget,
+        &ready.tok,
+        job.thinking(&ready),
+        &mut params,
+    )?;
     if f.get("max_tokens").is_none() {
         params.n_predict = Some(4096);
     }

@@ -5,6 +5,7 @@
 
 pub mod anthropic;
 pub mod bind;
+pub mod budget;
 pub mod chat;
 pub mod cors;
 pub mod embeddings;
@@ -324,6 +325,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         graphs: true,
         mlock: a.mlock(),
         overrides,
+        check_tensors: a.placement.experts.check_tensors,
     };
     // Prompts are evaluated in batches of at most n_batch rows (the engine's config below).
     let mut request = a.placement.request()?;
@@ -438,6 +440,10 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         },
         tok: Arc::clone(&tok),
         n_vocab: hp.n_vocab as usize,
+        budget: budget::BudgetDefaults {
+            tokens: a.reasoning_budget,
+            message: a.reasoning_budget_message.clone(),
+        },
     };
     let body_limit = guard::body_limit(n_ctx as usize, tok.max_token_bytes());
     let head = decision_head(&reg, &model, a)?;

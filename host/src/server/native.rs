@@ -92,6 +92,7 @@ fn default_params(ready: &Ready) -> GenParams {
         t_max_predict_ms: None,
         preserved: Vec::new(),
         shift: bloomery_runtime::request::ShiftParams::default(),
+        reasoning_budget: None,
     }
 }
 
@@ -803,7 +804,8 @@ async fn run_native(
     // At most every token of the vocabulary, as llama-server caps it.
     let n_vocab = ready.tok.vocab_size() as i64;
     let n_probs = f.i64("n_probs")?.unwrap_or(0).clamp(0, n_vocab) as usize;
-    let params = gen_params(f, &ready.defaults, n_probs)?;
+    let mut params = gen_params(f, &ready.defaults, n_probs)?;
+    super::budget::for_completion(f, &ready.defaults.budget, &ready.tok, &mut params)?;
     let stream = f.bool("stream")?.unwrap_or(false);
     let return_tokens = f.bool("return_tokens")?.unwrap_or(false);
     let fields = f.strings("response_fields")?;

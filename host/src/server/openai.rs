@@ -47,6 +47,17 @@ pub struct ChatJob {
     pub reasoning: ReasoningFormat,
 }
 
+impl ChatJob {
+    /// Whether the template writes thinking spans, and whether the prompt ends inside one (what
+    /// a reasoning budget needs).
+    pub fn thinking(&self, ready: &super::Ready) -> (bool, bool) {
+        (
+            super::budget::template_thinks(&ready.template_source),
+            self.prompt.starts_in_thinking,
+        )
+    }
+}
+
 /// Renders a chat from OpenAI-shaped `messages` and `tools` with the request's template options.
 /// With `to_run`, a prompt whose text cannot fit a slot is refused before it is tokenized (a
 /// count of tokens has no such limit).
@@ -201,6 +212,13 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
     };
     let mut params = gen_params(&f, &ready.defaults, n_probs)?;
     structured::for_chat(&f, &mut params, job.tools.as_ref(), &job.prompt, &ready.tok)?;
+    super::budget::for_chat(
+        &f,
+        &ready.defaults.budget,
+        &ready.tok,
+        job.thinking(&ready),
+        &mut params,
+    )?;
     let model = f
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
@@ -471,7 +489,8 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
     }
     let prompt = prompts.remove(0);
     let n_probs = f.i64("logprobs")?.unwrap_or(0).clamp(0, 20) as usize;
-    let params = gen_params(&f, &ready.defaults, n_probs)?;
+    let mut params = gen_params(&f, &ready.defaults, n_probs)?;
+    super::budget::for_completion(&f, &ready.defaults.budget, &ready.tok, &mut params)?;
     let model = f
         .str("model")?
         .map_or_else(|| ready.model_id.clone(), str::to_owned);
@@ -663,6 +682,13 @@ pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Respo
     let f = Fields::of(&body)?;
     let mut params = gen_params(&f, &ready.defaults, 0)?;
     structured::for_chat(&f, &mut params, None, &job.prompt, &ready.tok)?;
+    super::budget::for_chat(
+        &f,
+        &ready.defaults.budget,
+        &ready.tok,
+        job.thinking(&ready),
+        &mut params,
+    )?;
     if let Some(n) = f.int_in("max_output_tokens", -1, I32_MAX)? {
         params.n_predict = usize::try_from(n).ok();
     }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::budget::BudgetDefaults;
 use super::error::ApiError;
 use bloomery_runtime::request::{GenParams, GrammarSpec, ShiftParams};
 use bloomery_runtime::sampling::SamplerParams;
@@ -43,6 +44,8 @@ pub struct Defaults {
     pub tok: Arc<Tokenizer>,
     /// The model's vocabulary size (`logit_bias` ids are checked against it).
     pub n_vocab: usize,
+    /// The reasoning budget's settings.
+    pub budget: BudgetDefaults,
 }
 
 /// A JSON object's fields with typed, named access.
@@ -218,6 +221,7 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         t_max_predict_ms,
         preserved: Vec::new(),
         shift,
+        reasoning_budget: None,
     })
 }
 
@@ -267,6 +271,7 @@ pub(crate) mod tests {
             grammar: None,
             sse_ping_interval: 30,
             n_vocab: 300,
+            budget: BudgetDefaults::default(),
         }
     }
 

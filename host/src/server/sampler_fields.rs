@@ -192,6 +192,7 @@ mod tests {
             grammar: None,
             sse_ping_interval: 30,
             n_vocab: 300,
+            budget: Default::default(),
         }
     }
 

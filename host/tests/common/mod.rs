@@ -112,6 +112,7 @@ pub const GOLDEN_OPTS: bloomery_exec::LoadOptions = bloomery_exec::LoadOptions {
     graphs: true,
     mlock: false,
     overrides: &[],
+    check_tensors: false,
 };
 
 /// How `m`'s logits agree with a golden file's (`{sequences: [{tokens, logits}]}`), each

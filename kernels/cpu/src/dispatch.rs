@@ -67,6 +67,7 @@ pub fn capabilities() -> RVec<OpSupport> {
         OpKind::GroupDotGate,
         OpKind::Compress,
         OpKind::CompSelect,
+        OpKind::EngramGate,
     ];
     let mut list: Vec<OpSupport> = f32_only
         .iter()
@@ -313,6 +314,10 @@ pub fn run(b: &Backend<'_>, c: &OpCall) -> Result<(), PluginError> {
         Op::GroupDotGate { scale, floor } => hyper::group_dot_gate(b, c, scale, floor),
         Op::Compress(p) => compressed::compress(b, c, p),
         Op::CompSelect(p) => compressed::comp_select(b, c, p),
+        Op::EngramGate { eps, scale, floor } => {
+            let gate = ops::engram::EngramGate { eps, scale, floor };
+            hyper::engram_gate(b, c, gate)
+        }
     }
 }
 

@@ -144,3 +144,47 @@ extern "C" __global__ void bl_group_dot_gate_f32(const float* a, const float* b,
         __syncthreads();  // block_sum_f64's shared words serve the next group
     }
 }
+
+// Op::EngramGate (DeepSeek-V4.1's Engram): for streams x [n, s, rows], kv [n*(s+1), rows] laid out
+// [key_0 | .. | key_{s-1} | value], per-stream norm weights qn, kn [n, s] and out [n, s, rows]:
+// out[:, j, r] = x[:, j, r] + g * value_r, g = sigmoid(sign(d) * sqrt(max(|d|, floor))), sign(0) = 0,
+// d = scale * sum_i (x_i * ih * qn_i * kn_i) * (k_i * ik) (the f32 products summed in f64, rounded
+// to f32), ih and ik 1 / sqrtf(mean of squares + eps) (squares in f32 summed in f64, the mean in
+// f32), as the CPU reference (kernels/cpu/src/ops/engram.rs). A block per (row, stream) group,
+// grid-stride over the rows * s groups.
+extern "C" __global__ void bl_engram_gate_f32(const float* x, const float* kv, const float* qn, const float* kn,
+                                              float* out, int n, int s, long long rows, float eps, float scale,
+                                              float floor_) {
+    KERNEL_ENTRY();
+    const long long groups = rows * s;
+    for (long long g = blockIdx.x; g < groups; g += gridDim.x) {
+        const long long r = g / s;
+        const int j = (int)(g % s);
+        const float* h = x + g * n;
+        const float* kvr = kv + r * (long long)n * (s + 1);
+        const float* key = kvr + (long long)j * n;
+        const float* value = kvr + (long long)s * n;
+        const float* q = qn + (long long)j * n;
+        const float* w = kn + (long long)j * n;
+        double sh = 0.0, sk = 0.0;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            sh += (double)__fmul_rn(h[i], h[i]);
+            sk += (double)__fmul_rn(key[i], key[i]);
+        }
+        const float mh = (float)(block_sum_f64(sh) / n);
+        __syncthreads();  // block_sum_f64's shared words serve the next sum
+        const float mk = (float)(block_sum_f64(sk) / n);
+        __syncthreads();
+        const float ih = 1.0f / sqrtf(mh + eps), ik = 1.0f / sqrtf(mk + eps);
+        double dot = 0.0;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const float a = __fmul_rn(__fmul_rn(__fmul_rn(h[i], ih), q[i]), w[i]);
+            dot += (double)__fmul_rn(a, __fmul_rn(key[i], ik));
+        }
+        const float d = __fmul_rn((float)block_sum_f64(dot), scale);
+        const float gate = sigmoid_f(d == 0.0f ? 0.0f : copysignf(sqrtf(fmaxf(fabsf(d), floor_)), d));
+        float* o = out + g * n;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = __fmul_rn(gate, value[i]) + h[i];
+        __syncthreads();  // block_sum_f64's shared words serve the next group
+    }
+}

@@ -6,7 +6,9 @@
 // streams of 4096) over several rows, a grid smaller than the work (grid-stride) and odd widths,
 // each also in Qwen3.8-Flash-Next's form (per-element weights, the identity comb); the group gate
 // at its width (4 streams of 2560) and an odd one, with a zero group (gate ½) and groups under the
-// floor, over fewer blocks than groups. Blocks run in a shuffled order. Prints one line per case;
+// floor, over fewer blocks than groups; DeepSeek-V4.1's Engram gate (Op::EngramGate) at its width
+// (4 streams of 5120) and an odd one, with a zero stream (gate ½) and distinct norm weights per
+// stream, over fewer blocks than groups. Blocks run in a shuffled order. Prints one line per case;
 // exits 1 on a failure.
 #include "sim.h"
 
@@ -185,6 +187,44 @@ static bool group_gate_case(int n, int groups, unsigned blocks) {
                                out, want, 1e-6);
 }
 
+// Op::EngramGate in f64: out = h + g * value, g = sigmoid(sign(d) sqrt(max(|d|, floor))),
+// d = sum rms(h)_i qn_i kn_i rms(key)_i / sqrt(n), rms(v) = v / sqrt(mean(v^2) + eps).
+static bool engram_gate_case(int n, int s, int rows, unsigned blocks) {
+    std::vector<float> x = randoms((size_t)n * s * rows, 2.0f), kv = randoms((size_t)n * (s + 1) * rows, 1.0f);
+    std::vector<float> qn = randoms((size_t)n * s, 2.0f), kn = randoms(qn.size(), 2.0f);
+    for (int i = 0; i < n; ++i) x[(size_t)n + i] = 0.0f;  // row 0, stream 1: d = 0, gate 1/2
+    const float eps = 1e-6f, scale = 1.0f / std::sqrt((float)n), floor_ = 1e-6f;
+    std::vector<double> want(x.size());
+    for (int r = 0; r < rows; ++r)
+        for (int j = 0; j < s; ++j) {
+            const float* h = &x[((size_t)r * s + j) * n];
+            const float* key = &kv[((size_t)r * (s + 1) + j) * n];
+            const float* value = &kv[((size_t)r * (s + 1) + s) * n];
+            double sh = 0.0, sk = 0.0;
+            for (int i = 0; i < n; ++i) sh += (double)h[i] * h[i], sk += (double)key[i] * key[i];
+            const double ih = 1.0 / std::sqrt(sh / n + eps), ik = 1.0 / std::sqrt(sk / n + eps);
+            double d = 0.0;
+            for (int i = 0; i < n; ++i)
+                d += h[i] * ih * qn[(size_t)j * n + i] * kn[(size_t)j * n + i] * key[i] * ik;
+            d *= scale;
+            const double m = d == 0.0 ? 0.0 : std::copysign(std::sqrt(std::max(std::fabs(d), (double)floor_)), d);
+            const double g = 1.0 / (1.0 + std::exp(-m));
+            for (int i = 0; i < n; ++i) want[((size_t)r * s + j) * n + i] = h[i] + g * value[i];
+        }
+    std::vector<float> out(x.size(), NAN);
+    launch(Dim3{blocks, 1, 1}, 128, [&] {
+        bl_engram_gate_f32(x.data(), kv.data(), qn.data(), kn.data(), out.data(), n, s, rows, eps, scale, floor_);
+    });
+    // The zero stream adds half the value exactly.
+    const float* v0 = &kv[(size_t)s * n];
+    bool half = true;
+    for (int i = 0; i < n; ++i) half &= out[(size_t)n + i] == 0.5f * v0[i];
+    if (!half) std::printf("FAIL engram gate: a zero stream does not add half the value\n");
+    return half && report_case("engram gate of " + std::to_string(s) + " streams of " + std::to_string(n) + ", " +
+                                   std::to_string(rows) + " rows, " + std::to_string(blocks) + " blocks",
+                               out, want, 1e-6);
+}
+
 int main() {
     g_block_shuffle = 5;
     bool ok = true;
@@ -204,6 +244,8 @@ int main() {
     ok &= stream_update_id_case(100, 3, 7, 2);
     ok &= group_gate_case(2560, 12, 5);
     ok &= group_gate_case(37, 9, 9);
+    ok &= engram_gate_case(5120, 4, 3, 5);
+    ok &= engram_gate_case(37, 3, 4, 16);
     std::printf(ok ? "all hyper-connection cases passed\n" : "FAILED\n");
     return ok ? 0 : 1;
 }

@@ -351,6 +351,11 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         .unwrap_or(2);
     let info = run_info(&reg, a, &file);
     drop(file);
+    // The card flags as the report writes them (each session's load refuses a bad value too).
+    let cards = a
+        .placement
+        .request(None, crate::flags::cards::Syntax::Bench)?
+        .cards;
     let columns = Columns {
         gpu: reg.best_kernel(DeviceClass::Gpu).is_ok() || all.iter().any(|i| i.setup.ngl != -1),
         n_cpu_moe: !a.n_cpu_moe.is_empty(),
@@ -426,6 +431,7 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             step(None);
         }
         let mut record = Record {
+            cards: self::report::CardColumns::of(a.placement.split_mode.as_deref(), &cards),
             gpu_info: s.gpu_info.clone(),
             backend: s.backend.clone(),
             n_batch: inst.setup.n_batch,

@@ -6,6 +6,8 @@
 
 use std::fmt::Write as _;
 
+use bloomery_tiering::cards::CardRequest;
+
 /// llama-bench's fields, in its order.
 pub const FIELDS: &[&str] = &[
     "build_commit",
@@ -93,9 +95,56 @@ pub struct RunInfo {
     pub model_n_params: u64,
 }
 
+/// The card settings as llama-bench writes them (`split_mode`, `main_gpu`, `devices`,
+/// `tensor_split`): as given, bloomery's own default `none` (one card) without `-sm`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CardColumns {
+    /// `-sm`.
+    pub split_mode: String,
+    /// `-mg`.
+    pub main_gpu: u32,
+    /// `-dev`: the names joined by `/`, `auto` without.
+    pub devices: String,
+    /// `-ts`: each share with two decimals joined by `/` up to the last nonzero one.
+    pub tensor_split: String,
+}
+
+impl Default for CardColumns {
+    fn default() -> Self {
+        CardColumns::of(None, &CardRequest::default())
+    }
+}
+
+impl CardColumns {
+    /// The columns of `-sm` `split_mode` and the card request the flags made.
+    pub fn of(split_mode: Option<&str>, cards: &CardRequest) -> CardColumns {
+        let devices = match &cards.devices {
+            None => "auto".into(),
+            Some(d) => d
+                .iter()
+                .map(|i| format!("CUDA{i}"))
+                .collect::<Vec<_>>()
+                .join("/"),
+        };
+        let last = cards.split.iter().rposition(|&s| s > 0.0).unwrap_or(0);
+        let tensor_split = (0..=last)
+            .map(|i| format!("{:.2}", cards.split.get(i).copied().unwrap_or(0.0)))
+            .collect::<Vec<_>>()
+            .join("/");
+        CardColumns {
+            split_mode: split_mode.unwrap_or("none").into(),
+            main_gpu: cards.main,
+            devices,
+            tensor_split,
+        }
+    }
+}
+
 /// One test's settings and samples.
 #[derive(Clone, Debug, Default)]
 pub struct Record {
+    /// `-sm`, `-mg`, `-dev`, `-ts` as llama-bench writes them.
+    pub cards: CardColumns,
     /// The card's name (empty on the CPU).
     pub gpu_info: String,
     /// The kernel plugin the test ran on.
@@ -201,12 +250,12 @@ impl Record {
             self.type_v.clone(),
             self.n_gpu_layers.to_string(),
             self.n_cpu_moe.to_string(),
-            "none".into(),
-            "0".into(),
+            self.cards.split_mode.clone(),
+            self.cards.main_gpu.to_string(),
             b(false),
             self.flash_attn.to_string(),
-            "auto".into(),
-            "0.00".into(),
+            self.cards.devices.clone(),
+            self.cards.tensor_split.clone(),
             self.tensor_buft_overrides.clone(),
             "mmap".into(),
             "off".into(),
@@ -550,6 +599,42 @@ mod tests {
             model_size: 4_677_120_000,
             model_n_params: 7_615_616_512,
         }
+    }
+
+    #[test]
+    fn card_columns_are_written_as_llama_bench_writes_them() {
+        let none = CardColumns::default();
+        assert_eq!(
+            (
+                none.split_mode.as_str(),
+                none.main_gpu,
+                none.devices.as_str()
+            ),
+            ("none", 0, "auto")
+        );
+        assert_eq!(none.tensor_split, "0.00");
+        let cards = CardRequest {
+            devices: Some(vec![1, 0]),
+            main: 1,
+            split: vec![3.0, 1.0, 0.0],
+            main_only: false,
+        };
+        let c = CardColumns::of(Some("layer"), &cards);
+        assert_eq!(
+            (c.split_mode.as_str(), c.main_gpu, c.devices.as_str()),
+            ("layer", 1, "CUDA1/CUDA0")
+        );
+        assert_eq!(c.tensor_split, "3.00/1.00");
+        let row = Record {
+            cards: c,
+            ..record(512, 0, 0)
+        };
+        let values = row.values(&run_info());
+        let at = |name: &str| FIELDS.iter().position(|f| *f == name).unwrap();
+        assert_eq!(values[at("split_mode")], "layer");
+        assert_eq!(values[at("main_gpu")], "1");
+        assert_eq!(values[at("devices")], "CUDA1/CUDA0");
+        assert_eq!(values[at("tensor_split")], "3.00/1.00");
     }
 
     fn record(n_prompt: u32, n_gen: u32, n_depth: u32) -> Record {

@@ -102,6 +102,7 @@ fn params(reuse: bool, forced: Vec<u32>, n_predict: usize, prompt_only: bool) ->
         t_max_predict_ms: None,
         preserved: Vec::new(),
         shift: bloomery_runtime::request::ShiftParams::default(),
+        reasoning_budget: None,
     }
 }
 
@@ -137,11 +138,13 @@ impl Session {
             graphs: !a.no_graphs,
             mlock: a.placement.mlock,
             overrides: &[],
+            check_tensors: a.placement.check_tensors,
         };
         let rows = pass_rows(setup.n_batch, setup.n_ubatch);
-        let mut request = a
-            .placement
-            .request((setup.n_cpu_moe > 0).then_some(setup.n_cpu_moe))?;
+        let mut request = a.placement.request(
+            (setup.n_cpu_moe > 0).then_some(setup.n_cpu_moe),
+            crate::flags::cards::Syntax::Bench,
+        )?;
         // A pass holds a prompt's chunk of `rows` rows, or one row of every sequence.
         request.batch_rows = rows.max(a.parallel);
         let model = LoadedModel::load_offloaded(reg, &a.model, options, setup.gpu, &request)?;

@@ -10,11 +10,9 @@ const SPECULATIVE: &str =
 const MULTIMODAL: &str = "multimodal input is not supported";
 const DOWNLOAD: &str = "bloomery loads local GGUF files only";
 const PRESET: &str = "presets download models; bloomery loads local GGUF files only";
-const ROPE: &str = "YaRN's mix follows the scaling type as the model file gives it (--rope-scaling, --rope-scale, --rope-freq-base, --rope-freq-scale and --yarn-orig-ctx are taken); setting it is not implemented";
 const UI_CONFIG: &str = "the chat page keeps its settings in the browser (no server-side defaults)";
 const ADAPTERS: &str = "adapters and control vectors are not supported";
 const ROUTER: &str = "one server serves one model (no model router)";
-const ONE_CARD: &str = "one card: splitting across cards is not implemented yet";
 const TOOLS: &str = "the server's own tools are not supported";
 const MCP: &str = "MCP servers are not supported";
 
@@ -98,10 +96,10 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--rope-freq-base"], &[], Some("LLAMA_ARG_ROPE_FREQ_BASE"), Value, Serve),
     flag(&["--rope-freq-scale"], &[], Some("LLAMA_ARG_ROPE_FREQ_SCALE"), Value, Serve),
     flag(&["--yarn-orig-ctx"], &[], Some("LLAMA_ARG_YARN_ORIG_CTX"), Value, Serve),
-    flag(&["--yarn-ext-factor"], &[], Some("LLAMA_ARG_YARN_EXT_FACTOR"), Value, Refused(ROPE)),
-    flag(&["--yarn-attn-factor"], &[], Some("LLAMA_ARG_YARN_ATTN_FACTOR"), Value, Refused(ROPE)),
-    flag(&["--yarn-beta-slow"], &[], Some("LLAMA_ARG_YARN_BETA_SLOW"), Value, Refused(ROPE)),
-    flag(&["--yarn-beta-fast"], &[], Some("LLAMA_ARG_YARN_BETA_FAST"), Value, Refused(ROPE)),
+    flag(&["--yarn-ext-factor"], &[], Some("LLAMA_ARG_YARN_EXT_FACTOR"), Value, Serve),
+    flag(&["--yarn-attn-factor"], &[], Some("LLAMA_ARG_YARN_ATTN_FACTOR"), Value, Serve),
+    flag(&["--yarn-beta-slow"], &[], Some("LLAMA_ARG_YARN_BETA_SLOW"), Value, Serve),
+    flag(&["--yarn-beta-fast"], &[], Some("LLAMA_ARG_YARN_BETA_FAST"), Value, Serve),
     flag(&["-kvo", "--kv-offload"], &["-nkvo", "--no-kv-offload"], Some("LLAMA_ARG_KV_OFFLOAD"), Switch, OnlyOn("the KV cache lives beside its layers on the card")),
     flag(&["--repack"], &["-nr", "--no-repack"], Some("LLAMA_ARG_REPACK"), Switch, OnlyOff("weights are read in place from the mapped file, never repacked")),
     flag(&["--no-host"], &[], Some("LLAMA_ARG_NO_HOST"), Flag, Refused("host buffers are the plan's to choose")),
@@ -125,20 +123,20 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-lm", "--load-mode"], &[], Some("LLAMA_ARG_LOAD_MODE"), Value, Serve),
     flag(&["-lzm", "--lazy-mode"], &[], Some("LLAMA_ARG_LAZY_MODE"), Value, Refused("lazy loading is not implemented")),
     flag(&["--numa"], &[], Some("LLAMA_ARG_NUMA"), Value, Refused("NUMA placement is not implemented; the worker pool pins one thread per core")),
-    flag(&["-dev", "--device"], &[], Some("LLAMA_ARG_DEVICE"), Value, Refused("devices are chosen by probing the kernel plugins (CUDA_VISIBLE_DEVICES limits the cards)")),
+    flag(&["-dev", "--device"], &[], Some("LLAMA_ARG_DEVICE"), Value, Serve),
     flag(&["--list-devices"], &[], None, Flag, Refused("`bloomery plugins` lists the kernel plugins and their devices")),
     flag(&["-ot", "--override-tensor"], &[], Some("LLAMA_ARG_OVERRIDE_TENSOR"), Value, Serve),
     flag(&["-cmoe", "--cpu-moe"], &[], Some("LLAMA_ARG_CPU_MOE"), Flag, Serve),
     flag(&["-ncmoe", "--n-cpu-moe"], &[], Some("LLAMA_ARG_N_CPU_MOE"), Value, Serve),
     flag(&["-ncffn", "--n-cpu-ffn"], &[], Some("LLAMA_ARG_N_CPU_FFN"), Value, Refused("dense FFN weights always live with their layers; -ncmoe places routed experts")),
     flag(&["-ngl", "--gpu-layers", "--n-gpu-layers"], &[], Some("LLAMA_ARG_N_GPU_LAYERS"), Value, Serve),
-    flag(&["-sm", "--split-mode"], &[], Some("LLAMA_ARG_SPLIT_MODE"), Value, Refused(ONE_CARD)),
-    flag(&["-ts", "--tensor-split"], &[], Some("LLAMA_ARG_TENSOR_SPLIT"), Value, Refused(ONE_CARD)),
-    flag(&["-mg", "--main-gpu"], &[], Some("LLAMA_ARG_MAIN_GPU"), Value, Refused(ONE_CARD)),
+    flag(&["-sm", "--split-mode"], &[], Some("LLAMA_ARG_SPLIT_MODE"), Value, Serve),
+    flag(&["-ts", "--tensor-split"], &[], Some("LLAMA_ARG_TENSOR_SPLIT"), Value, Serve),
+    flag(&["-mg", "--main-gpu"], &[], Some("LLAMA_ARG_MAIN_GPU"), Value, Serve),
     flag(&["-fit", "--fit"], &[], Some("LLAMA_ARG_FIT"), Value, Refused("the placement plan always fits the card (--gpu-budget, --host-budget)")),
     flag(&["-fitt", "--fit-target"], &[], Some("LLAMA_ARG_FIT_TARGET"), Value, Refused("the placement plan takes --gpu-budget instead")),
     flag(&["-fitc", "--fit-ctx"], &[], Some("LLAMA_ARG_FIT_CTX"), Value, Refused("the context is -c; the plan refuses what does not fit")),
-    flag(&["--check-tensors"], &[], None, Flag, Refused("tensor data checks are not implemented")),
+    flag(&["--check-tensors"], &[], None, Flag, Serve),
     flag(&["--override-kv"], &[], None, Value, Serve),
     flag(&["--op-offload"], &["--no-op-offload"], None, Switch, OnlyOff("ops are placed by the plan, not offloaded per op")),
     flag(&["--lora"], &[], None, Value, Refused(ADAPTERS)),
@@ -199,7 +197,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-rea", "--reasoning"], &[], Some("LLAMA_ARG_REASONING"), Value, Serve),
     flag(&["--reasoning-effort"], &[], Some("LLAMA_ARG_REASONING_EFFORT"), Value, Serve),
     flag(&["--reasoning-budget"], &[], Some("LLAMA_ARG_THINK_BUDGET"), Value, Serve),
-    flag(&["--reasoning-budget-message"], &[], Some("LLAMA_ARG_THINK_BUDGET_MESSAGE"), Value, Refused("the message is injected when a reasoning budget above 0 runs out, and --reasoning-budget takes only -1 or 0 here")),
+    flag(&["--reasoning-budget-message"], &[], Some("LLAMA_ARG_THINK_BUDGET_MESSAGE"), Value, Serve),
     flag(&["--reasoning-preserve"], &["--no-reasoning-preserve"], Some("LLAMA_ARG_REASONING_PRESERVE"), Switch, OnlyOff("earlier turns' reasoning is rendered as the template decides")),
     flag(&["--chat-template"], &[], Some("LLAMA_ARG_CHAT_TEMPLATE"), Value, Serve),
     flag(&["--chat-template-file"], &[], Some("LLAMA_ARG_CHAT_TEMPLATE_FILE"), Value, Serve),

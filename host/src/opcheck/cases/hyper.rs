@@ -2,7 +2,8 @@
 //! iterations over a prompt's rows, 1 iteration, and 8 streams), and the streams' weighted sum and
 //! update at its width (4 streams of 4096) for a decode row and a prompt's rows; and
 //! Qwen3.8-Flash-Next's forms at its width (4 streams of 2560): the sum by per-element weights,
-//! the update by the identity comb, and the n-gram table layer's group gate.
+//! the update by the identity comb, and the n-gram table layer's group gate; DeepSeek-V4.1's
+//! Engram gate at its width (4 streams of 5120).
 
 use bloomery_plugin_api::op::{Op, OpKind};
 use bloomery_plugin_api::DType;
@@ -96,6 +97,27 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     },
                     vec![f32s([q4, 4, rows, 1]), f32s([q4, 4, rows, 1])],
                     [4, rows, 1, 1],
+                    1e-6,
+                )
+            })
+            .to_vec(),
+        (OpKind::EngramGate, DType::F32) => [1, 40]
+            .map(|rows| {
+                let ds = 5120;
+                case(
+                    &format!("4 streams of {ds}, {}", rows_name(rows)),
+                    Op::EngramGate {
+                        eps: 1e-20,
+                        scale: 1.0 / (ds as f32).sqrt(),
+                        floor: 1e-6,
+                    },
+                    vec![
+                        f32s([ds, 4, rows, 1]),
+                        f32s([5 * ds, rows, 1, 1]),
+                        spec(DType::F32, [ds, 4, 1, 1], Fill::Random(2.0)),
+                        spec(DType::F32, [ds, 4, 1, 1], Fill::Random(2.0)),
+                    ],
+                    [ds, 4, rows, 1],
                     1e-6,
                 )
             })

@@ -1,5 +1,5 @@
 //! The dispatch of the hyper-connection ops (`Op::Sinkhorn`, `Op::StreamMix`,
-//! `Op::StreamUpdate`) and of `Op::GroupDotGate`: their tensors' shapes checked against each
+//! `Op::StreamUpdate`) and of the gates `Op::GroupDotGate` and `Op::EngramGate`: their tensors' shapes checked against each
 //! other, then the reference ops of [`crate::ops::hyper`].
 
 use bloomery_plugin_api::tensor::OpCall;
@@ -113,4 +113,32 @@ pub(super) fn group_dot_gate(
     );
     let out = f32s_mut(buf, &c.dst, "GroupDotGate dst")?;
     ops::hyper::group_dot_gate(xa, xb, usz(a.ne[0]), (scale, floor), out).map_err(op_err)
+}
+
+/// The Engram gated read: srcs `[streams [n, s, rows], kv [n·(s+1), rows], q_norm [n, s],
+/// k_norm [n, s]]` → `[n, s, rows]`.
+pub(super) fn engram_gate(
+    b: &Backend<'_>,
+    c: &OpCall,
+    gate: ops::engram::EngramGate,
+) -> Result<(), PluginError> {
+    const OP: &str = "EngramGate";
+    let x = src(c, 0, OP)?;
+    let (kv, qn, kn) = (src(c, 1, OP)?, src(c, 2, OP)?, src(c, 3, OP)?);
+    let (n, s, rows) = (x.ne[0], x.ne[1], x.ne[2] * x.ne[3]);
+    let fits = kv.ne[0] == n * (s + 1)
+        && kv.rows() == rows
+        && qn.ne == [n, s, 1, 1]
+        && kn.ne == [n, s, 1, 1]
+        && c.dst.ne == x.ne;
+    shapes(OP, fits, c)?;
+    let buf = b.buffers;
+    let inputs = ops::engram::EngramInputs {
+        streams: f32s(buf, x, "EngramGate streams")?,
+        kv: f32s(buf, kv, "EngramGate kv")?,
+        q_norm: f32s(buf, qn, "EngramGate q_norm")?,
+        k_norm: f32s(buf, kn, "EngramGate k_norm")?,
+    };
+    let out = f32s_mut(buf, &c.dst, "EngramGate dst")?;
+    ops::engram::engram_gate(b.par, &inputs, (usz(n), usz(s)), gate, out).map_err(op_err)
 }

@@ -63,7 +63,7 @@ fn rows_per_task(par: &dyn Parallel, rows: usize) -> usize {
 
 /// Runs `f(r, out_row)` for every row `r` of `out` (rows of `width` values), rows split over the
 /// pool.
-fn each_row(
+pub(crate) fn each_row(
     par: &dyn Parallel,
     out: &mut [f32],
     width: usize,
@@ -216,14 +216,20 @@ pub fn group_dot_gate(
     check_len(OP, "out", out.len(), groups)?;
     for ((o, ag), bg) in out.iter_mut().zip(a.chunks_exact(n)).zip(b.chunks_exact(n)) {
         let d = sum(ag.iter().zip(bg).map(|(&x, &y)| x * y)) * scale;
-        let signed = if d == 0.0 {
-            0.0
-        } else {
-            d.signum() * d.abs().max(floor).sqrt()
-        };
-        *o = sigmoid_f32(signed);
+        *o = signed_sqrt_gate(d, floor);
     }
     Ok(())
+}
+
+/// `σ(sign(d)·√max(|d|, floor))` with `sign(0)` = 0 (so `d` = 0 gives ½): the gate of
+/// [`group_dot_gate`] and of the Engram ([`super::engram`]).
+pub(crate) fn signed_sqrt_gate(d: f32, floor: f32) -> f32 {
+    let signed = if d == 0.0 {
+        0.0
+    } else {
+        d.signum() * d.abs().max(floor).sqrt()
+    };
+    sigmoid_f32(signed)
 }
 
 #[cfg(test)]

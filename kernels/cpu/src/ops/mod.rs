@@ -1,6 +1,6 @@
 //! Reference ops on f32 rows: norms, rope, softmax, attention, routing, activations, elementwise
 //! arithmetic, embedding gathers, the recurrent causal conv and delta rule, and the
-//! hyper-connections' Sinkhorn and stream mixing.
+//! hyper-connections' Sinkhorn and stream mixing, and DeepSeek-V4.1's Engram gate.
 //!
 //! Every op is a plain function over slices in ggml order: `ne0` is the contiguous dimension and a
 //! "row" is `ne0` contiguous values, so hidden states are `[n_embd, n_rows]`, a query tensor is
@@ -21,6 +21,7 @@ pub mod conv;
 pub mod delta_rule;
 pub mod elementwise;
 pub mod embedding;
+pub mod engram;
 pub mod hadamard;
 pub mod hyper;
 pub mod kpool;

@@ -2,8 +2,9 @@
 //! normalisation of each token's `[n, n]` mixing matrix (a block per matrix, a thread per
 //! element), the weighted sum of a token's streams and the streams' update (a thread per output
 //! element), with Qwen3.8-Flash-Next's forms (per-element StreamMix weights, StreamUpdate's
-//! identity comb), and the sigmoid gate of a group's dot product (GroupDotGate, a block per
-//! group). f32, rounded as the CPU reference but for `expf`.
+//! identity comb), the sigmoid gate of a group's dot product (GroupDotGate, a block per
+//! group) and DeepSeek-V4.1's Engram gated read (EngramGate, a block per row and stream). f32,
+//! rounded as the CPU reference but for `expf`.
 
 use bloomery_plugin_api::op::{OpKind, OpSupport};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
@@ -18,6 +19,7 @@ pub(super) fn claims() -> Vec<OpSupport> {
         claim(OpKind::StreamMix, &[DType::F32]),
         claim(OpKind::StreamUpdate, &[DType::F32]),
         claim(OpKind::GroupDotGate, &[DType::F32]),
+        claim(OpKind::EngramGate, &[DType::F32]),
     ]
 }
 
@@ -130,6 +132,31 @@ pub(super) fn group_dot_gate_shape(
         ));
     }
     Ok((n, groups))
+}
+
+/// `(n, s, rows)` of an EngramGate call of streams `x` (`[n, s, rows]`), `kv` (`[n·(s+1),
+/// rows]`) and norm weights `qn`, `kn` (`[n, s]`) into `dst`, checked.
+pub(super) fn engram_gate_shape(
+    [x, kv, qn, kn]: [&TensorRef; 4],
+    dst: &TensorRef,
+    floor: f32,
+) -> Result<(u64, u64, u64), PluginError> {
+    let (n, s, rows) = (x.ne[0], x.ne[1], x.ne[2] * x.ne[3]);
+    let fits = kv.ne[0] == n * (s + 1)
+        && kv.rows() == rows
+        && qn.ne == [n, s, 1, 1]
+        && kn.ne == [n, s, 1, 1]
+        && dst.ne == x.ne;
+    if !fits {
+        return Err(bad("EngramGate", &[x, kv, qn, kn], dst));
+    }
+    if !(floor.is_finite() && floor >= 0.0) {
+        return Err(PluginError::invalid(format!(
+            "EngramGate: floor {floor} (must be finite and not negative)"
+        )));
+    }
+    small_streams("EngramGate", n * (s + 1), s)?;
+    Ok((n, s, rows))
 }
 
 /// Refuses stream widths and counts the kernels' `int`s cannot hold.
@@ -309,6 +336,50 @@ impl Launcher {
         unsafe { l.launch(cfg(grid(groups as u64, 1).min(4096), GATE_THREADS)) }
             .map_err(driver_err("bl_group_dot_gate_f32"))
     }
+
+    /// The Engram gated read: sources `[streams, kv, q_norm, k_norm]`.
+    pub(super) fn engram_gate<'c>(
+        &self,
+        addr: Addr<'_>,
+        src: Src<'_, 'c>,
+        c: &'c OpCall,
+        (eps, scale, floor): (f32, f32, f32),
+    ) -> Result<(), PluginError> {
+        let srcs = [src(0)?, src(1)?, src(2)?, src(3)?];
+        for t in srcs.iter().copied().chain([&c.dst]) {
+            f32_only(t, "EngramGate")?;
+        }
+        let (n, s, rows) = engram_gate_shape(srcs, &c.dst, floor)?;
+        let [x, kv, qn, kn] = srcs;
+        let (px, pkv) = (addr(x, "streams")?, addr(kv, "kv")?);
+        let (pq, pk, po) = (
+            addr(qn, "q_norm")?,
+            addr(kn, "k_norm")?,
+            addr(&c.dst, "dst")?,
+        );
+        let groups = rows * s;
+        if groups == 0 || n == 0 {
+            return Ok(());
+        }
+        let (n, s, rows) = (n as i32, s as i32, rows as i64);
+        let f = self.func("bl_engram_gate_f32")?;
+        let mut l = self.args(&f);
+        l.arg(&px)
+            .arg(&pkv)
+            .arg(&pq)
+            .arg(&pk)
+            .arg(&po)
+            .arg(&n)
+            .arg(&s)
+            .arg(&rows)
+            .arg(&eps)
+            .arg(&scale)
+            .arg(&floor);
+        // SAFETY: a block per (row, stream) group (grid-stride over rows·s), every read inside
+        // its source and every write inside dst (shapes checked).
+        unsafe { l.launch(cfg(grid(groups, 1).min(4096), GATE_THREADS)) }
+            .map_err(driver_err("bl_engram_gate_f32"))
+    }
 }
 
 #[cfg(test)]
@@ -374,6 +445,22 @@ mod tests {
         assert!(group_dot_gate_shape(&x, &y, &gate, 1e-6).is_err());
         assert!(group_dot_gate_shape(&x, &x, &t([3, 4, 1, 1]), 1e-6).is_err());
         let e = group_dot_gate_shape(&x, &x, &gate, -1.0).unwrap_err();
+        assert!(e.to_string().contains("floor -1"), "{e}");
+    }
+
+    #[test]
+    fn the_engram_gate_is_checked() {
+        let t = |ne| tensor_at(1, 0, DType::F32, ne);
+        let (x, kv, w) = (t([64, 4, 3, 1]), t([320, 3, 1, 1]), t([64, 4, 1, 1]));
+        assert_eq!(
+            engram_gate_shape([&x, &kv, &w, &w], &x, 1e-6).unwrap(),
+            (64, 4, 3)
+        );
+        // A kv of the streams' width only (no value), norm weights of one stream, a wrong dst.
+        assert!(engram_gate_shape([&x, &t([256, 3, 1, 1]), &w, &w], &x, 1e-6).is_err());
+        assert!(engram_gate_shape([&x, &kv, &t([64, 1, 1, 1]), &w], &x, 1e-6).is_err());
+        assert!(engram_gate_shape([&x, &kv, &w, &w], &kv, 1e-6).is_err());
+        let e = engram_gate_shape([&x, &kv, &w, &w], &x, -1.0).unwrap_err();
         assert!(e.to_string().contains("floor -1"), "{e}");
     }
 }

@@ -397,6 +397,9 @@ impl Launcher {
             Op::GroupDotGate { scale, floor } => self.group_dot_gate(&addr, &src, c, scale, floor),
             Op::Compress(p) => self.compress(&addr, &src, c, p),
             Op::CompSelect(p) => self.comp_select(&addr, &src, c, p),
+            Op::EngramGate { eps, scale, floor } => {
+                self.engram_gate(&addr, &src, c, (eps, scale, floor))
+            }
             other => Err(PluginError::unsupported(
                 format!("op {} on the CUDA bundles", other.kind()),
                 &[],
@@ -518,6 +521,7 @@ mod tests {
         "bl_stream_mix_el_f32",
         "bl_stream_update_id_f32",
         "bl_group_dot_gate_f32",
+        "bl_engram_gate_f32",
         "bl_kpool_pool_f32",
         "bl_kpool_pool_f16",
         "bl_kpool_scores_f32",

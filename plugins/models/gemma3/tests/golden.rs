@@ -83,6 +83,7 @@ fn load(model: &Path, kv_type: DType) -> LoadedModel {
         graphs: true,
         mlock: false,
         overrides: &[],
+        check_tensors: false,
     };
     LoadedModel::load(&reg, model, opts).unwrap()
 }
