@@ -95,9 +95,14 @@ fn the_tiny_deepseek41_file_loads_with_its_engram_spec_and_its_graph_is_refused(
         }
     };
     let (mult, primes, offsets) = (u64s("multipliers"), u64s("primes"), u64s("offsets"));
-    assert_eq!((mult.len(), primes.len(), u64s("token_map").len()), (8, 12, 320));
+    assert_eq!(
+        (mult.len(), primes.len(), u64s("token_map").len()),
+        (8, 12, 320)
+    );
     for (il, rows) in [(1, 252), (4, 410)] {
-        let t = file.tensor(&format!("blk.{il}.engram_embd.weight")).unwrap();
+        let t = file
+            .tensor(&format!("blk.{il}.engram_embd.weight"))
+            .unwrap();
         assert_eq!(t.info.shape.as_slice(), &[16, rows][..]);
     }
     let m = bloomery_exec::instantiate(plugin, &file, "deepseek41", "tiny").unwrap();
@@ -112,8 +117,57 @@ fn the_tiny_deepseek41_file_loads_with_its_engram_spec_and_its_graph_is_refused(
         n_outputs: 1,
         kind: GraphKind::Main,
     };
-    let e = m.build_graph(shape).into_result().err().unwrap().to_string();
+    let e = m
+        .build_graph(shape)
+        .into_result()
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("deepseek41 graph"), "{e}");
+}
+
+/// The Engram row ids the host computes from the loaded spec equal those of an integer numpy
+/// reference that reads the written file's keys (`tests/oracle/numpy_deepseek41_ids.py`, from
+/// DeepSeek's Engram reference; fixture `fixtures/deepseek41/engram_ids.json`) at every position
+/// of both sites, hashed at once and in chunks: the keys' layout, site after site.
+#[test]
+fn the_tiny_deepseek41_engram_row_ids_match_numpy() {
+    let reg = Registry::load(&plugin_dir()).expect("plugin folder (cargo xtask plugins)");
+    let plugin = reg.model_for("deepseek41").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::tiny_of("deepseek41", dir.path(), F32);
+    let file = GgufModel::open(&path).unwrap();
+    let m = bloomery_exec::instantiate(plugin, &file, "deepseek41", "tiny").unwrap();
+    let ngram = m.spec().ngram.into_option().expect("the Engram spec");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/deepseek41/engram_ids.json");
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let ints = |v: &serde_json::Value| -> Vec<i64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap())
+            .collect()
+    };
+    let tokens: Vec<u32> = ints(&golden["tokens"]).iter().map(|&t| t as u32).collect();
+    let want: Vec<i32> = golden["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| ints(row).into_iter().map(|x| x as i32))
+        .collect();
+    assert_eq!(want.len(), tokens.len() * 12);
+    let mut whole = Vec::new();
+    ngram.extend_rows(&[], &tokens, &mut whole);
+    assert_eq!(whole, want);
+    let mut parts = Vec::new();
+    let mut at = 0;
+    for end in [1, 5, 9, tokens.len()] {
+        ngram.extend_rows(&tokens[..at], &tokens[at..end], &mut parts);
+        at = end;
+    }
+    assert_eq!(parts, want);
 }
 
 #[test]
