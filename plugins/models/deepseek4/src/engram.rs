@@ -120,6 +120,7 @@ pub fn read(keys: &ArchKeys<'_>, n_layer: u32, n_vocab: u32) -> Result<Engram, P
         .map(|v| u32::try_from(v).map_err(|_| keys.bad("engram.token_map", format!("{v} > u32"))))
         .collect::<Result<Vec<_>, _>>()?;
     let pad_id = keys.u32("engram.pad_id")?;
+    optional_keys(keys, &token_map, pad_id)?;
     let mut rows = Vec::with_capacity(n_sites);
     for (s, &il) in layers.iter().enumerate() {
         let name = format!("blk.{il}.{TABLE}");
@@ -143,6 +144,16 @@ pub fn read(keys: &ArchKeys<'_>, n_layer: u32, n_vocab: u32) -> Result<Engram, P
         }
         rows.push(have);
     }
+    if keys.get("engram.rows").is_some() {
+        let said: Vec<u64> = keys
+            .u32_array_or_empty("engram.rows")?
+            .into_iter()
+            .map(u64::from)
+            .collect();
+        keys.check(said == rows, "engram.rows", || {
+            format!("{said:?}, but the tables of layers {layers:?} have {rows:?} rows")
+        })?;
+    }
     let e = Engram {
         layers,
         ngram_size,
@@ -159,6 +170,29 @@ pub fn read(keys: &ArchKeys<'_>, n_layer: u32, n_vocab: u32) -> Result<Engram, P
         .check()
         .map_err(|err| keys.bad("engram.multipliers", err.to_string()))?;
     Ok(e)
+}
+
+/// The keys some published headers add (`docs/deepseek41-plan.md`, S5): `engram.encoding`, a
+/// row format of their own, is refused by name (the table must be a GGML type);
+/// `engram.compressed_vocab_size` bounds every mapped id and the pad id.
+fn optional_keys(keys: &ArchKeys<'_>, token_map: &[u32], pad_id: u32) -> Result<(), PluginError> {
+    if let Some(v) = keys.get("engram.encoding") {
+        return Err(keys.bad(
+            "engram.encoding",
+            format!(
+                "{}: a row encoding of its own is not supported (the table must be a GGML type)",
+                v.as_str().unwrap_or("not a string")
+            ),
+        ));
+    }
+    if keys.get("engram.compressed_vocab_size").is_some() {
+        let n = keys.u32("engram.compressed_vocab_size")?;
+        let top = token_map.iter().copied().chain([pad_id]).max().unwrap_or(0);
+        keys.check(top < n, "engram.compressed_vocab_size", || {
+            format!("{n}, but the token map or pad id holds the id {top}")
+        })?;
+    }
+    Ok(())
 }
 
 /// An array of exactly `n` unsigned integers under `name`.

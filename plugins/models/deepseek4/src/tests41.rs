@@ -243,6 +243,17 @@ fn engram_counts_and_sites_that_disagree_are_refused_by_name() {
             u64s(&[1 << 62, 3, 5, 7, 9, 11, 13, 15]),
             "int64",
         ),
+        ("engram.rows", u64s(&[252, 409]), "have [252, 410] rows"),
+        (
+            "engram.compressed_vocab_size",
+            Some(MetaValue::U32(210)),
+            "holds the id 210",
+        ),
+        (
+            "engram.encoding",
+            Some(MetaValue::String("e4m3_e8m0_32_row264".into())),
+            "e4m3_e8m0_32_row264: a row encoding",
+        ),
     ];
     for (key, value, why) in cases {
         let e = refusal(&set(tiny(), key, value));
@@ -251,6 +262,14 @@ fn engram_counts_and_sites_that_disagree_are_refused_by_name() {
             "{key}: {e}"
         );
     }
+    // The published headers' optional keys, when they agree.
+    let view = set(tiny(), "engram.rows", u64s(&[252, 410]));
+    let view = set(
+        view,
+        "engram.compressed_vocab_size",
+        Some(MetaValue::U32(211)),
+    );
+    assert!(Deepseek4::load(&view).is_ok());
     let none = without(
         tiny(),
         &["blk.1.engram_embd.weight", "blk.4.engram_embd.weight"],
