@@ -1,7 +1,9 @@
 //! DeepSeek-V4-Flash (`deepseek4`) through the host: `synth --arch deepseek4 --preset tiny`
 //! writes the hash-routing tables as I32 rows of distinct expert ids, and the written file loads
 //! in the plugin across the ABI, whose graph builds; the real-width `flash` preset
-//! cut to a few layers keeps its per-layer keys and loads.
+//! cut to a few layers keeps its per-layer keys and loads. `synth --arch deepseek41 --preset
+//! tiny` writes V4.1's 9-layer map whose file loads (its Engram constants declared to the host
+//! as the n-gram spec) and whose graph is refused by name.
 
 mod common;
 
@@ -75,6 +77,97 @@ fn the_tiny_file_holds_i32_hash_tables_and_loads_in_the_plugin() {
     // The graph builds across the ABI (its numbers: deepseek4_golden.rs).
     let g = m.build_graph(shape).into_result().unwrap();
     assert!(g.outputs.iter().any(|o| o.name.as_str() == "logits"));
+}
+
+/// The written `deepseek41` file keeps its u64 Engram constants and its two tables, loads across
+/// the ABI with the n-gram spec the keys give, and its graph is refused by name.
+#[test]
+fn the_tiny_deepseek41_file_loads_with_its_engram_spec_and_its_graph_is_refused() {
+    let reg = Registry::load(&plugin_dir()).expect("plugin folder (cargo xtask plugins)");
+    let plugin = reg.model_for("deepseek41").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::tiny_of("deepseek41", dir.path(), F32);
+    let file = GgufModel::open(&path).unwrap();
+    let u64s = |k: &str| -> Vec<u64> {
+        match file.metadata().get_array(&format!("deepseek41.engram.{k}")) {
+            Ok(bloomery_gguf::Array::U64(v)) => v.clone(),
+            v => panic!("{k}: {v:?}"),
+        }
+    };
+    let (mult, primes, offsets) = (u64s("multipliers"), u64s("primes"), u64s("offsets"));
+    assert_eq!(
+        (mult.len(), primes.len(), u64s("token_map").len()),
+        (8, 12, 320)
+    );
+    for (il, rows) in [(1, 252), (4, 410)] {
+        let t = file
+            .tensor(&format!("blk.{il}.engram_embd.weight"))
+            .unwrap();
+        assert_eq!(t.info.shape.as_slice(), &[16, rows][..]);
+    }
+    let m = bloomery_exec::instantiate(plugin, &file, "deepseek41", "tiny").unwrap();
+    let spec = m.spec();
+    let ngram = spec.ngram.clone().into_option().expect("the Engram spec");
+    assert_eq!(ngram.multipliers.to_vec(), mult);
+    assert_eq!(ngram.head_sizes.to_vec(), primes);
+    assert_eq!(ngram.head_offsets.to_vec(), offsets);
+    assert_eq!((ngram.tables, ngram.end_id, ngram.token_map[1]), (2, 7, 37));
+    let shape = BatchShape {
+        n_rows: 3,
+        n_outputs: 1,
+        kind: GraphKind::Main,
+    };
+    let e = m
+        .build_graph(shape)
+        .into_result()
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("deepseek41 graph"), "{e}");
+}
+
+/// The Engram row ids the host computes from the loaded spec equal those of an integer numpy
+/// reference that reads the written file's keys (`tests/oracle/numpy_deepseek41_ids.py`, from
+/// DeepSeek's Engram reference; fixture `fixtures/deepseek41/engram_ids.json`) at every position
+/// of both sites, hashed at once and in chunks: the keys' layout, site after site.
+#[test]
+fn the_tiny_deepseek41_engram_row_ids_match_numpy() {
+    let reg = Registry::load(&plugin_dir()).expect("plugin folder (cargo xtask plugins)");
+    let plugin = reg.model_for("deepseek41").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::tiny_of("deepseek41", dir.path(), F32);
+    let file = GgufModel::open(&path).unwrap();
+    let m = bloomery_exec::instantiate(plugin, &file, "deepseek41", "tiny").unwrap();
+    let ngram = m.spec().ngram.into_option().expect("the Engram spec");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/deepseek41/engram_ids.json");
+    let golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture).unwrap()).unwrap();
+    let ints = |v: &serde_json::Value| -> Vec<i64> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_i64().unwrap())
+            .collect()
+    };
+    let tokens: Vec<u32> = ints(&golden["tokens"]).iter().map(|&t| t as u32).collect();
+    let want: Vec<i32> = golden["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| ints(row).into_iter().map(|x| x as i32))
+        .collect();
+    assert_eq!(want.len(), tokens.len() * 12);
+    let mut whole = Vec::new();
+    ngram.extend_rows(&[], &tokens, &mut whole);
+    assert_eq!(whole, want);
+    let mut parts = Vec::new();
+    let mut at = 0;
+    for end in [1, 5, 9, tokens.len()] {
+        ngram.extend_rows(&tokens[..at], &tokens[at..end], &mut parts);
+        at = end;
+    }
+    assert_eq!(parts, want);
 }
 
 #[test]

@@ -188,10 +188,15 @@ fn select(
             "a ratio-4 layer without its indexer weights or state",
         ));
     };
+    let Some(kc) = &iw.compressor else {
+        return Err(PluginError::invalid(
+            "a deepseek4 indexer without its key compressor",
+        ));
+    };
     let keys = compress(
         g,
         hp,
-        (&iw.compressor, is),
+        (kc, is),
         (Ratio::Four, ix.head_dim),
         x,
         inp,
@@ -329,7 +334,10 @@ pub fn build(m: &Model<'_>, shape: BatchShape) -> Result<Graph, PluginError> {
         streams = layer(m, &mut g, &hc, (il as u32, l), streams, &inp)?;
     }
     g.set_layer(-1);
-    let x = hc.collapse(&mut g, &m.w.globals.hc_head, streams)?;
+    let head = m.w.globals.hc_head.as_ref().ok_or_else(|| {
+        PluginError::invalid("a deepseek4 file without its collapse head `output_hc_*`")
+    })?;
+    let x = hc.collapse(&mut g, head, streams)?;
     let x = g.select_outputs(x, &inp)?;
     let norm = g.w(&m.w.globals.output_norm)?;
     let x = g.rms_norm(

@@ -2,7 +2,9 @@
 //! metadata: every key llama.cpp b11434 reads for the architecture (`load_hparams` in
 //! `src/llama-model.cpp` and `load_arch_hparams` in `src/models/deepseek4.cpp`), each checked
 //! against the tensor that carries it. The per-layer compress ratios and the rotary settings
-//! have their own module ([`crate::layers`]).
+//! have their own module ([`crate::layers`]). A `deepseek41` file (DeepSeek-V4.1-Flash) holds the
+//! same keys under its own prefix, ratios 0, 2 and 1, an indexer whose keys come from
+//! `indexer.attn_k`, and the Engram keys ([`crate::v41`], [`crate::engram`]).
 
 use bloomery_plugin_api::hparams::{vocab_rows, ArchKeys, AttentionShape, Experts, LmHParams};
 use bloomery_plugin_api::meta::ModelFileView;
@@ -11,10 +13,15 @@ use bloomery_plugin_api::model::HParams as Summary;
 use bloomery_plugin_api::op::{Gating, RouterParams};
 use bloomery_plugin_api::PluginError;
 
+use crate::engram;
 use crate::layers::{self, Ratio, Ropes};
+use crate::v41::{self, V41};
 
 /// llama.cpp's architecture string.
 pub const ARCH: &str = "deepseek4";
+
+/// DeepSeek-V4.1-Flash's architecture string (the seed's; no engine here reads it).
+pub const ARCH41: &str = "deepseek41";
 
 /// Keys every file must hold (besides `general.architecture`): those llama.cpp reads without a
 /// default, and those it defaults but the file always holds, where the default would silently
@@ -130,20 +137,38 @@ pub struct HParams {
     /// SwiGLU clamp of the shared expert per layer (`swiglu_clamp_shexp`, default
     /// `swiglu_clamp_exp`).
     pub clamp_shexp: Vec<f32>,
+    /// The V4.1 sources and Engram (`None` for a `deepseek4` file).
+    pub v41: Option<V41>,
 }
 
 impl HParams {
-    /// Reads and checks every key of a `deepseek4` file.
+    /// Reads and checks every key of a `deepseek4` or `deepseek41` file.
     pub fn from_view(view: &ModelFileView) -> Result<Self, PluginError> {
-        let keys = ArchKeys::new(view, ARCH);
+        let arch = match view.architecture()? {
+            ARCH41 => ARCH41,
+            _ => ARCH,
+        };
+        let is41 = arch == ARCH41;
+        let keys = ArchKeys::new(view, arch);
         for k in REQUIRED {
             keys.get(k).ok_or_else(|| keys.bad(k, "missing"))?;
         }
         let n_layer = n_layer(&keys)?;
         let attn = attention(&keys)?;
         let lm = trunk(&keys, n_layer, &attn)?;
-        let indexer = indexer(&keys, attn.head_dim)?;
-        let ratios = layers::ratios(&keys, n_layer)?;
+        let indexer = match is41 {
+            false => indexer(&keys, attn.head_dim)?,
+            true => indexer41(&keys)?,
+        };
+        let ratios = layers::ratios(&keys, n_layer, is41)?;
+        let v41 = match is41 {
+            false => None,
+            true => Some(v41::read(
+                &keys,
+                &ratios,
+                engram::read(&keys, n_layer, lm.n_vocab)?,
+            )?),
+        };
         let rope = layers::ropes(&keys, attn.head_dim, indexer.head_dim)?;
         let experts = Experts::read(&keys)?;
         let n_shared = keys.positive("expert_shared_count")?;
@@ -172,7 +197,16 @@ impl HParams {
             n_ff_shexp,
             clamp_exp,
             clamp_shexp,
+            v41,
         })
+    }
+
+    /// The file's architecture string.
+    pub fn arch(&self) -> &'static str {
+        match self.v41 {
+            Some(_) => ARCH41,
+            None => ARCH,
+        }
     }
 
     /// Layer `il`'s compress ratio.
@@ -209,7 +243,12 @@ fn n_layer(keys: &ArchKeys<'_>) -> Result<u32, PluginError> {
     keys.check(
         n_mtp == 0 || keys.view().tensor(&probe).is_none(),
         "nextn_predict_layers",
-        || format!("{n_mtp} MTP blocks: deepseek4 MTP blocks are not supported yet"),
+        || {
+            format!(
+                "{n_mtp} MTP blocks: {} MTP blocks are not supported yet",
+                keys.key("").trim_end_matches('.')
+            )
+        },
     )?;
     let named = keys.view().layers_named();
     keys.check(u64::from(n_all) <= named, "block_count", || {
@@ -332,6 +371,17 @@ fn indexer(keys: &ArchKeys<'_>, attn_dim: u32) -> Result<Indexer, PluginError> {
     Ok(Indexer {
         n_head,
         head_dim,
+        top_k: keys.positive("attention.indexer.top_k")?,
+    })
+}
+
+/// The V4.1 indexer: positive sizes, the head count carried by `indexer.proj` and the head
+/// width by the index keys' projection `indexer.attn_k` (of a compressed row, on the compressor
+/// sources; llama.cpp's limits do not apply: it does not read `deepseek41`).
+fn indexer41(keys: &ArchKeys<'_>) -> Result<Indexer, PluginError> {
+    Ok(Indexer {
+        n_head: keys.width("attention.indexer.head_count", "indexer.proj.weight", 1)?,
+        head_dim: keys.width("attention.indexer.key_length", "indexer.attn_k.weight", 1)?,
         top_k: keys.positive("attention.indexer.top_k")?,
     })
 }

@@ -1,4 +1,4 @@
-//! Per-layer structure of a `deepseek4` file: each layer's compress ratio
+//! Per-layer structure of a `deepseek4` or `deepseek41` file: each layer's compress ratio
 //! (`attention.compress_ratios`) and the two rotary embeddings the ratio picks.
 
 use bloomery_plugin_api::hparams::{ArchKeys, RopeConfig};
@@ -15,6 +15,10 @@ pub enum Ratio {
     Four,
     /// Ratio 128: one compressor series; every visible compressed row is read.
     OneTwentyEight,
+    /// Ratio 2 (V4.1, layers 2–19): one series, no overlap (`docs/deepseek41-plan.md`).
+    Two,
+    /// Ratio 1 (V4.1, layers 20–39): one series, a compressed row per position.
+    One,
 }
 
 impl Ratio {
@@ -24,6 +28,8 @@ impl Ratio {
             Ratio::Window => 0,
             Ratio::Four => 4,
             Ratio::OneTwentyEight => 128,
+            Ratio::Two => 2,
+            Ratio::One => 1,
         }
     }
 
@@ -32,15 +38,16 @@ impl Ratio {
         match self {
             Ratio::Window => 0,
             Ratio::Four => 2,
-            Ratio::OneTwentyEight => 1,
+            Ratio::OneTwentyEight | Ratio::Two | Ratio::One => 1,
         }
     }
 }
 
 /// The ratio of each of `n_layer` layers: `attention.compress_ratios` holds at least one value
-/// per layer (llama.cpp reads the first `block_count` and refuses a shorter array), each 0, 4 or
-/// 128 (the only ones llama.cpp b11434's loader accepts).
-pub fn ratios(keys: &ArchKeys<'_>, n_layer: u32) -> Result<Vec<Ratio>, PluginError> {
+/// per layer (llama.cpp reads the first `block_count` and refuses a shorter array). A `deepseek4`
+/// file's are 0, 4 or 128 (the only ones llama.cpp b11434's loader accepts); a `deepseek41`
+/// file's (`v41`) are 0, 2 or 1 (issue 49, `docs/deepseek41-plan.md`).
+pub fn ratios(keys: &ArchKeys<'_>, n_layer: u32, v41: bool) -> Result<Vec<Ratio>, PluginError> {
     const NAME: &str = "attention.compress_ratios";
     let values = keys.u32_array_or_empty(NAME)?;
     keys.check(values.len() >= n_layer as usize, NAME, || {
@@ -49,13 +56,19 @@ pub fn ratios(keys: &ArchKeys<'_>, n_layer: u32) -> Result<Vec<Ratio>, PluginErr
     values[..n_layer as usize]
         .iter()
         .enumerate()
-        .map(|(il, &r)| match r {
-            0 => Ok(Ratio::Window),
-            4 => Ok(Ratio::Four),
-            128 => Ok(Ratio::OneTwentyEight),
-            _ => Err(keys.bad(
+        .map(|(il, &r)| match (v41, r) {
+            (_, 0) => Ok(Ratio::Window),
+            (false, 4) => Ok(Ratio::Four),
+            (false, 128) => Ok(Ratio::OneTwentyEight),
+            (true, 2) => Ok(Ratio::Two),
+            (true, 1) => Ok(Ratio::One),
+            (false, _) => Err(keys.bad(
                 NAME,
                 format!("layer {il}: ratio {r} (llama.cpp b11434 accepts 0, 4 and 128 only)"),
+            )),
+            (true, _) => Err(keys.bad(
+                NAME,
+                format!("layer {il}: ratio {r} (DeepSeek-V4.1 compresses at 0, 2 and 1 only)"),
             )),
         })
         .collect()

@@ -18,12 +18,21 @@
 //! but the host gives it the whole context; [`state`]), and rollback of the compressed rows.
 //!
 //! MTP blocks (`nextn_predict_layers` with their tensors) are refused by name by the loader.
+//!
+//! DeepSeek-V4.1-Flash (`deepseek41`, `docs/deepseek41-plan.md`) loads: its keys, the
+//! compressor and index sources ([`v41`]), the Engram sites and hash constants ([`engram`],
+//! declared to the host as the n-gram spec), every weight. Its graph is refused by name: it is
+//! not built (the index keys need an op change, and the query norm is unpinned;
+//! docs/deepseek41-plan.md, "What remains").
 
+pub mod engram;
 pub mod graph;
 pub mod hparams;
 pub mod layers;
 pub mod state;
 pub mod synth;
+pub mod synth41;
+pub mod v41;
 pub mod weights;
 
 use abi_stable::std_types::{RResult, RVec};
@@ -33,11 +42,11 @@ use bloomery_plugin_api::model::{ModelCaps, ModelInstance, ModelSpec, StateDecl}
 use bloomery_plugin_api::weights::WeightTable;
 use bloomery_plugin_api::PluginError;
 
-use hparams::{HParams, ARCH};
+use hparams::{HParams, ARCH, ARCH41};
 use state::LayerState;
 use weights::Weights;
 
-/// A loaded DeepSeek-V4-Flash file.
+/// A loaded DeepSeek-V4-Flash or V4.1-Flash file.
 pub struct Deepseek4 {
     hp: HParams,
     weights: Weights,
@@ -48,7 +57,9 @@ pub struct Deepseek4 {
 impl Deepseek4 {
     /// Reads hyperparameters and weights from the file view.
     pub fn load(view: &ModelFileView) -> Result<Self, PluginError> {
-        view.expect_architecture(ARCH)?;
+        if view.architecture()? != ARCH41 {
+            view.expect_architecture(ARCH)?;
+        }
         let hp = HParams::from_view(view)?;
         let weights = weights::declare(&mut WeightTable::new(view), &hp)?;
         let (state, layer_state) = state::declare(&hp);
@@ -79,7 +90,7 @@ impl Deepseek4 {
 impl ModelInstance for Deepseek4 {
     fn spec(&self) -> ModelSpec {
         ModelSpec {
-            architecture: ARCH.into(),
+            architecture: self.hp.arch().into(),
             hparams: self.hp.summary(),
             weights: self.weights.decls.clone().into(),
             state: RVec::from(self.state.clone()),
@@ -88,11 +99,20 @@ impl ModelInstance for Deepseek4 {
                 n_mtp_layers: 0,
                 max_context: u64::from(self.hp.lm.n_ctx_train),
             },
-            ngram: abi_stable::std_types::ROption::RNone,
+            ngram: match &self.hp.v41 {
+                Some(v) => abi_stable::std_types::ROption::RSome(v.engram.spec()),
+                None => abi_stable::std_types::ROption::RNone,
+            },
         }
     }
 
     fn build_graph(&self, shape: BatchShape) -> RResult<Graph, PluginError> {
+        if self.hp.v41.is_some() {
+            return RResult::RErr(PluginError::unsupported(
+                "the deepseek41 graph (not built yet: docs/deepseek41-plan.md, \"What remains\")",
+                &[ARCH],
+            ));
+        }
         if shape.kind != GraphKind::Main {
             return RResult::RErr(PluginError::unsupported(
                 format!(
@@ -113,7 +133,7 @@ impl ModelInstance for Deepseek4 {
 
 bloomery_plugin_api::export_model_plugin! {
     name: ARCH,
-    architectures: [ARCH],
+    architectures: [ARCH, ARCH41],
     synth_presets: synth::presets,
     load: Deepseek4::load,
 }
@@ -127,3 +147,6 @@ static ALLOC: bloomery_plugin_api::hostile::CappedAlloc =
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests41;

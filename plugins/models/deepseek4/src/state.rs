@@ -7,6 +7,10 @@
 //! * ratio 4 layers also: the indexer compressor's raw rows (`2·d_I` each) and the index keys
 //!   (one of `d_I` per 4 positions).
 //!
+//! A `deepseek41` file: the compressor's rows on its compressor source layers only (the layers
+//! of a group read the source's); no index-key state yet, as the index keys' source is not pinned
+//! (`docs/deepseek41-plan.md`).
+//!
 //! The raw and compressed rows are [`StateKind::PooledKeys`], the positional kind the host keeps
 //! in f32 (`Op::Compress` writes them in place, so they must not take the K cache's
 //! type): block 1 for the raw rows, block `ratio` for the compressed ones.
@@ -78,8 +82,12 @@ pub fn declare(hp: &HParams) -> (Vec<StateDecl>, Vec<LayerState>) {
                 ),
                 rows: add(name, StateKind::PooledKeys, width, 0, r),
             };
-            let attn = (ratio != Ratio::Window).then(|| compressor("cache_comp", d, series));
-            let index = (ratio == Ratio::Four).then(|| compressor("cache_index", d_i, 2));
+            let (comp, index) = match &hp.v41 {
+                None => (ratio != Ratio::Window, ratio == Ratio::Four),
+                Some(v) => (v.is_comp_source(il), false),
+            };
+            let attn = comp.then(|| compressor("cache_comp", d, series));
+            let index = index.then(|| compressor("cache_index", d_i, 2));
             LayerState {
                 ring,
                 compressor: attn,

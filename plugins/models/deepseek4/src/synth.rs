@@ -137,7 +137,11 @@ fn preset(s: &Shape) -> SynthPreset {
         .build(|view, t| weights::declare(t, &HParams::from_view(view)?).map(drop))
 }
 
-/// Every preset.
+/// Every preset: `deepseek4`'s, then `deepseek41`'s ([`crate::synth41`]).
 pub fn presets() -> RVec<SynthPreset> {
-    SHAPES.iter().map(preset).collect()
+    SHAPES
+        .iter()
+        .map(preset)
+        .chain([crate::synth41::tiny()])
+        .collect()
 }

@@ -3,6 +3,13 @@
 //! hyper-connection head, then per layer the latent attention, its compressor (ratio 4 and 128)
 //! and indexer (ratio 4), the two mHC mixers, and the routed experts with either the hash table
 //! (the first `hash_layer_count` layers) or the selection bias, and the shared expert.
+//!
+//! A `deepseek41` file: no trained collapse head; on each compressor source layer
+//! ([`crate::v41`]) the compressor (one series, a score projection at ratio 2 only, no position
+//! bias) and the index keys' projection of its compressed rows with their norm; on each index
+//! layer the indexer's queries and head weights; on each Engram layer its table, the key/value
+//! projection and the gate's two norm weights (`engram_q`, `engram_k`: the plan's **Choice** of
+//! names). The facts: `docs/deepseek41-plan.md`, source S6.
 
 use bloomery_plugin_api::model::{WeightClass as C, WeightDecl, WeightRole};
 use bloomery_plugin_api::weights::{
@@ -10,6 +17,7 @@ use bloomery_plugin_api::weights::{
 };
 use bloomery_plugin_api::{DType, PluginError};
 
+use crate::engram::Engram;
 use crate::hparams::HParams;
 use crate::layers::Ratio;
 
@@ -23,8 +31,8 @@ pub struct Globals {
     pub output_norm: WeightRef,
     /// Output head `[n_embd, n_vocab]` (never tied).
     pub output: WeightRef,
-    /// The trained head that collapses the streams (`output_hc_*`).
-    pub hc_head: HcWeights,
+    /// The trained head that collapses the streams (`output_hc_*`; V4 only).
+    pub hc_head: Option<HcWeights>,
 }
 
 /// A compressor (`attn_compressor_*` or `indexer_compressor_*`): `c` series of width `w`.
@@ -39,14 +47,45 @@ pub struct CompressorWeights {
     pub norm: WeightRef,
 }
 
-/// The indexer of a ratio-4 layer.
+/// A V4.1 compressor source layer's compressor and index keys.
+pub struct Source41Weights {
+    /// Row projection `[n_embd, head_dim]` (`attn_compressor_kv`).
+    pub kv: WeightRef,
+    /// Score projection `[n_embd, head_dim]` (`attn_compressor_gate`; ratio 2 only: the softmax
+    /// over one position at ratio 1 is 1, and the source reads no gate there).
+    pub gate: Option<WeightRef>,
+    /// RMS norm of a compressed row `[head_dim]` (`attn_compressor_norm`).
+    pub norm: WeightRef,
+    /// The index keys' projection of the normed compressed row `[head_dim, d_I]`
+    /// (`indexer.attn_k`).
+    pub index_k: WeightRef,
+    /// The index keys' RMS norm `[d_I]` (`indexer.k_norm`, llama.cpp's name for a DSA
+    /// indexer's key norm).
+    pub index_k_norm: WeightRef,
+}
+
+/// The indexer of a ratio-4 layer (V4) or an index layer (V4.1).
 pub struct IndexerWeights {
     /// Head weights `[n_embd, n_head]` (`indexer.proj`).
     pub proj: WeightRef,
     /// Query projection from the query low-rank output `[q_lora, n_head·head_dim]`.
     pub q_b: WeightRef,
-    /// The index keys' compressor (two series of the indexer head width).
-    pub compressor: CompressorWeights,
+    /// V4: the index keys' own compressor (two series of the indexer head width). `None` on
+    /// V4.1, whose index keys the compressor source layer makes ([`Source41Weights`]).
+    pub compressor: Option<CompressorWeights>,
+}
+
+/// An Engram site's weights (V4.1).
+pub struct EngramWeights {
+    /// The table `[row_width, rows]` (`engram_embd`).
+    pub table: WeightRef,
+    /// Keys and value from the gathered rows `[heads·row_width, (n_stream + 1)·n_embd]`
+    /// (`engram_wkv`).
+    pub wkv: WeightRef,
+    /// The gate's norm weight of the streams `[n_embd, n_stream]` (`engram_q`).
+    pub q_norm: WeightRef,
+    /// The gate's norm weight of the keys `[n_embd, n_stream]` (`engram_k`).
+    pub k_norm: WeightRef,
 }
 
 /// The latent attention of a layer.
@@ -68,8 +107,10 @@ pub struct AttentionWeights {
     pub out_a: WeightRef,
     /// Output up-projection `[g·rank, n_embd]`.
     pub out_b: WeightRef,
-    /// The compressor of the attention rows (ratio 4 and 128 layers).
+    /// The compressor of the attention rows (V4's ratio 4 and 128 layers).
     pub compressor: Option<CompressorWeights>,
+    /// The compressor and index keys of a V4.1 compressor source layer.
+    pub source41: Option<Source41Weights>,
     /// The indexer (ratio 4 layers).
     pub indexer: Option<IndexerWeights>,
 }
@@ -97,6 +138,8 @@ pub struct Moe {
 
 /// The weights of one layer.
 pub struct Layer {
+    /// The Engram read before the attention (V4.1 Engram layers).
+    pub engram: Option<EngramWeights>,
     /// Pre-attention RMS norm.
     pub attn_norm: WeightRef,
     /// The latent attention.
@@ -142,15 +185,21 @@ fn globals(t: &mut WeightTable<'_>, hp: &HParams) -> Result<Globals, PluginError
     let tok_embd = t.require("token_embd.weight", g, C::Embedding, &[e, v])?;
     let output_norm = t.require("output_norm.weight", g, C::Norm, &[e])?;
     let output = t.require("output.weight", g, C::Output, &[e, v])?;
-    let hc_head = HcWeights {
-        proj: t.require("output_hc_fn.weight", g, C::Other, &[n * e, n])?,
-        base: t.require("output_hc_base.weight", g, C::Other, &[n])?,
-        scale: t.require("output_hc_scale.weight", g, C::Other, &[1])?,
+    let hc_head = match hp.v41 {
+        Some(_) => None,
+        None => {
+            let head = HcWeights {
+                proj: t.require("output_hc_fn.weight", g, C::Other, &[n * e, n])?,
+                base: t.require("output_hc_base.weight", g, C::Other, &[n])?,
+                scale: t.require("output_hc_scale.weight", g, C::Other, &[1])?,
+            };
+            f32_only(
+                &[&head.base, &head.scale],
+                "hyper-connection base and scale",
+            )?;
+            Some(head)
+        }
     };
-    f32_only(
-        &[&hc_head.base, &hc_head.scale],
-        "hyper-connection base and scale",
-    )?;
     Ok(Globals {
         tok_embd,
         output_norm,
@@ -162,6 +211,11 @@ fn globals(t: &mut WeightTable<'_>, hp: &HParams) -> Result<Globals, PluginError
 fn layer(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<Layer, PluginError> {
     let il = l.index();
     let e = u64::from(hp.lm.n_embd);
+    let engram = match &hp.v41 {
+        Some(v) => v.engram.site(il).map(|s| engram(l, hp, &v.engram, s)),
+        None => None,
+    }
+    .transpose()?;
     let attn_norm = l.norm("attn_norm", e)?;
     let attn = attention(l, hp)?;
     let hc = [hc(l, hp, "hc_attn")?, hc(l, hp, "hc_ffn")?];
@@ -181,6 +235,7 @@ fn layer(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<Layer, PluginErro
     let experts = stacks(l, router, hp)?;
     let shared = l.glu_ffn("_shexp", C::SharedExpert, e, u64::from(hp.n_ff_shexp))?;
     Ok(Layer {
+        engram,
         attn_norm,
         attn,
         hc,
@@ -239,20 +294,31 @@ fn attention(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<AttentionWeig
     let ratio = hp
         .ratio(il)
         .ok_or_else(|| PluginError::invalid(format!("layer {il}: no compress ratio")))?;
-    let compressor = match ratio {
-        Ratio::Window => None,
-        r => Some(compressor(
+    let (comp, index, source41) = match &hp.v41 {
+        None => (ratio != Ratio::Window, ratio == Ratio::Four, None),
+        Some(v) => (
+            false,
+            v.is_index_source(il),
+            match v.is_comp_source(il) {
+                true => Some(source41(l, hp, ratio)?),
+                false => None,
+            },
+        ),
+    };
+    let compressor = match comp {
+        false => None,
+        true => Some(compressor(
             l,
             "attn_compressor",
             hp,
-            r.series(),
+            ratio.series(),
             a.head_dim,
-            r,
+            ratio,
         )?),
     };
-    let indexer = match ratio {
-        Ratio::Four => Some(indexer(l, hp)?),
-        _ => None,
+    let indexer = match index {
+        true => Some(indexer(l, hp)?),
+        false => None,
     };
     Ok(AttentionWeights {
         sinks,
@@ -264,7 +330,44 @@ fn attention(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<AttentionWeig
         out_a,
         out_b,
         compressor,
+        source41,
         indexer,
+    })
+}
+
+/// A V4.1 compressor source: a file carrying a compressor position bias (`attn_compressor_ape`,
+/// which V4 has and the source's V4.1 math does not read) is refused by name.
+fn source41(
+    l: &mut LayerWeights<'_, '_>,
+    hp: &HParams,
+    ratio: Ratio,
+) -> Result<Source41Weights, PluginError> {
+    let (e, d, di) = (
+        u64::from(hp.lm.n_embd),
+        u64::from(hp.attn.head_dim),
+        u64::from(hp.indexer.head_dim),
+    );
+    let ape = format!("blk.{}.attn_compressor_ape.weight", l.index());
+    if l.found_shape("attn_compressor_ape.weight").is_some() {
+        return Err(PluginError::BadTensor {
+            name: ape.into(),
+            message: "a V4.1 compressor position bias: the V4.1 math read here has none \
+                      (docs/deepseek41-plan.md)"
+                .into(),
+        });
+    }
+    let c = C::Attention;
+    let kv = l.weight("attn_compressor_kv", c, &[e, d])?;
+    let gate = match ratio {
+        Ratio::One => l.optional_tensor("attn_compressor_gate.weight", c, &[e, d])?,
+        _ => Some(l.weight("attn_compressor_gate", c, &[e, d])?),
+    };
+    Ok(Source41Weights {
+        kv,
+        gate,
+        norm: l.norm("attn_compressor_norm", d)?,
+        index_k: l.weight("indexer.attn_k", c, &[d, di])?,
+        index_k_norm: l.norm("indexer.k_norm", di)?,
     })
 }
 
@@ -294,11 +397,38 @@ fn indexer(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<IndexerWeights,
     let width = u64::from(x.n_head) * u64::from(x.head_dim);
     let proj = l.weight("indexer.proj", C::Attention, &[e, u64::from(x.n_head)])?;
     let q_b = l.weight("indexer.attn_q_b", C::Attention, &[ql, width])?;
-    let compressor = compressor(l, "indexer_compressor", hp, 2, x.head_dim, Ratio::Four)?;
+    let compressor = match hp.v41 {
+        None => Some(compressor(
+            l,
+            "indexer_compressor",
+            hp,
+            2,
+            x.head_dim,
+            Ratio::Four,
+        )?),
+        Some(_) => None,
+    };
     Ok(IndexerWeights {
         proj,
         q_b,
         compressor,
+    })
+}
+
+fn engram(
+    l: &mut LayerWeights<'_, '_>,
+    hp: &HParams,
+    en: &Engram,
+    site: usize,
+) -> Result<EngramWeights, PluginError> {
+    let (e, n) = (u64::from(hp.lm.n_embd), u64::from(hp.hc.n_stream));
+    let w = u64::from(en.row_width);
+    let gathered = u64::from(en.heads_per_site()) * w;
+    Ok(EngramWeights {
+        table: l.weight("engram_embd", C::Other, &[w, en.rows[site]])?,
+        wkv: l.weight("engram_wkv", C::Other, &[gathered, (n + 1) * e])?,
+        q_norm: l.weight("engram_q", C::Norm, &[e, n])?,
+        k_norm: l.weight("engram_k", C::Norm, &[e, n])?,
     })
 }
 
