@@ -9,7 +9,7 @@ use abi_stable::std_types::RVec;
 use crate::graph::{BatchInput, BatchShape, Graph, GraphBuilder, TensorId};
 use crate::hparams::LmHParams;
 use crate::model::{StateDecl, StateKind};
-use crate::op::{AttentionParams, GluKind, MoeParams, Op, RopeParams, RouterParams};
+use crate::op::{AttentionParams, GluKind, MoeParams, Op, RopeParams, RouterParams, UnaryFn};
 use crate::weights::{
     AttentionWeights, ExpertWeights, GluFfnWeights, LmGlobals, PreNormLayer, WeightRef,
 };
@@ -589,4 +589,32 @@ impl GraphBuilder {
         }
         self.get_rows("out_rows", x, inp.out_rows)
     }
+}
+
+/// `f` applied to every element of `x`.
+pub fn unary(
+    g: &mut GraphBuilder,
+    name: &str,
+    x: TensorId,
+    f: UnaryFn,
+) -> Result<TensorId, PluginError> {
+    let ne = g.ne(x);
+    g.op(name, Op::Unary { f }, &[x], DType::F32, ne)
+}
+
+/// A contiguous copy of `[ne0, heads, rows]` f32 elements of `base`, heads `head_stride` and
+/// rows `row_stride` elements apart, starting `offset` elements in (splits interleaved
+/// projections).
+pub fn slice(
+    g: &mut GraphBuilder,
+    name: &str,
+    base: TensorId,
+    ne: [u64; 4],
+    (head_stride, row_stride): (u64, u64),
+    offset: u64,
+) -> Result<TensorId, PluginError> {
+    const F: u64 = 4;
+    let nb = [F, head_stride * F, row_stride * F, row_stride * F * ne[2]];
+    let v = g.view(base, name, ne, nb, offset * F);
+    g.op(name, Op::Copy, &[v], DType::F32, ne)
 }

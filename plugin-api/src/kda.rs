@@ -20,6 +20,7 @@
 //! declares `[1, n_head]` for Kimi-Linear and `[n_head]` for GLM-5.3, and refuses the other;
 //! [`SsmAShape`] says which one an architecture writes).
 
+use crate::builders::unary;
 use crate::graph::{GraphBuilder, TensorId};
 use crate::hparams::ArchKeys;
 use crate::model::{StateDecl, StateKind, WeightClass as C};
@@ -260,16 +261,6 @@ pub struct KdaInputs {
     /// A verify pass ([`crate::graph::GraphKind::Verify`]): the convolutions and the delta rule
     /// also write every row's state into their state's row states.
     pub verify: bool,
-}
-
-fn unary(
-    g: &mut GraphBuilder,
-    name: &str,
-    x: TensorId,
-    f: UnaryFn,
-) -> Result<TensorId, PluginError> {
-    let ne = g.ne(x);
-    g.op(name, Op::Unary { f }, &[x], DType::F32, ne)
 }
 
 /// `[a, b, rows]` f32 `x` transposed to `[b, a, rows]` (a strided copy).

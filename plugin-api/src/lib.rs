@@ -34,6 +34,7 @@ pub mod model;
 pub mod nextn;
 pub mod ngram;
 pub mod op;
+pub mod qwen_blocks;
 pub mod synth;
 pub mod tensor;
 pub mod weights;

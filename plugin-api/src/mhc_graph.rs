@@ -16,6 +16,7 @@
 //! come from one `[n, rows]` tensor of ones per graph (`exp(0·x)` of the embeddings' first `n`
 //! values per row, which are finite).
 
+use crate::builders::unary;
 use crate::graph::{GraphBuilder, TensorId};
 use crate::mhc::HyperConnections;
 use crate::op::{Op, UnaryFn};
@@ -64,16 +65,6 @@ pub struct Hc {
     pub rms_eps: f32,
     /// The constants.
     pub rows: HcRows,
-}
-
-fn unary(
-    g: &mut GraphBuilder,
-    name: &str,
-    x: TensorId,
-    f: UnaryFn,
-) -> Result<TensorId, PluginError> {
-    let ne = g.ne(x);
-    g.op(name, Op::Unary { f }, &[x], DType::F32, ne)
 }
 
 impl Hc {

@@ -31,32 +31,7 @@ pub enum Ffn {
 }
 
 /// The Gated DeltaNet (linear attention) layers' sizes.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Gdn {
-    /// Convolution taps.
-    pub taps: u32,
-    /// Key heads.
-    pub n_head_k: u32,
-    /// Value heads (a multiple of the key heads).
-    pub n_head_v: u32,
-    /// Key dim per head.
-    pub dk: u32,
-    /// Value dim per head.
-    pub dv: u32,
-}
-
-impl Gdn {
-    /// Channels of the convolution: queries, keys and values side by side (at most three times
-    /// `ssm.inner_size`, a `u32`, so it cannot overflow).
-    pub fn conv_channels(&self) -> u64 {
-        2 * u64::from(self.n_head_k) * u64::from(self.dk) + self.value_width()
-    }
-
-    /// Width of the value (and output gate) projection.
-    pub fn value_width(&self) -> u64 {
-        u64::from(self.n_head_v) * u64::from(self.dv)
-    }
-}
+pub type Gdn = bloomery_plugin_api::qwen_blocks::GdnDims;
 
 /// Hyperparameters.
 #[derive(Clone, Debug, PartialEq)]

@@ -3,6 +3,7 @@
 use bloomery_plugin_api::decision::{self, weights::HeadWeights};
 use bloomery_plugin_api::model::WeightClass as C;
 use bloomery_plugin_api::nextn::NextnWeights;
+use bloomery_plugin_api::qwen_blocks::GatedDeltaNet;
 use bloomery_plugin_api::weights::{
     AttentionWeights, ExpertWeights, GluFfnWeights, LayerWeights, ModelWeights, WeightRef,
     WeightTable,
@@ -11,35 +12,13 @@ use bloomery_plugin_api::PluginError;
 
 use crate::hparams::{Ffn, HParams};
 
-/// A Gated DeltaNet layer's weights.
-pub struct DeltaNet {
-    /// Queries, keys and values in one projection `[n_embd, conv channels]`.
-    pub wqkv: WeightRef,
-    /// Output gate projection `[n_embd, value width]`.
-    pub wgate: WeightRef,
-    /// Depthwise convolution `[taps, conv channels]`.
-    pub conv: WeightRef,
-    /// Decay bias per value head.
-    pub dt_bias: WeightRef,
-    /// Decay rate per value head (`-exp(A_log)`, negative).
-    pub a: WeightRef,
-    /// β projection `[n_embd, value heads]`.
-    pub beta: WeightRef,
-    /// Decay projection `[n_embd, value heads]`.
-    pub alpha: WeightRef,
-    /// Output RMS norm per value head `[dv]`.
-    pub norm: WeightRef,
-    /// Output projection `[value width, n_embd]`.
-    pub out: WeightRef,
-}
-
 /// The mixing half of a layer.
 pub enum Mixer {
     /// Gated attention: the query projection `[n_embd, 2·head_dim·n_head]` holds each head's
     /// query followed by its output gate.
     Attention(AttentionWeights),
     /// Gated DeltaNet.
-    DeltaNet(DeltaNet),
+    DeltaNet(GatedDeltaNet),
 }
 
 /// The routed and shared experts of a layer.
@@ -146,7 +125,7 @@ fn layer(
     let attn_norm = l.norm("attn_norm", e)?;
     let post_norm = l.norm("post_attention_norm", e)?;
     let mixer = if recurrent {
-        Mixer::DeltaNet(delta_net(l, hp)?)
+        Mixer::DeltaNet(GatedDeltaNet::load(l, hp.lm.n_embd, hp.gdn)?)
     } else {
         Mixer::Attention(l.gated_attention(e, &hp.lm.attn)?)
     };
@@ -166,24 +145,5 @@ fn layer(
         post_norm,
         mixer,
         ffn,
-    })
-}
-
-fn delta_net(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<DeltaNet, PluginError> {
-    let g = hp.gdn;
-    let e = u64::from(hp.lm.n_embd);
-    let ch = g.conv_channels();
-    let vw = g.value_width();
-    let hv = u64::from(g.n_head_v);
-    Ok(DeltaNet {
-        wqkv: l.weight("attn_qkv", C::Attention, &[e, ch])?,
-        wgate: l.weight("attn_gate", C::Attention, &[e, vw])?,
-        conv: l.weight("ssm_conv1d", C::Recurrent, &[u64::from(g.taps), ch])?,
-        dt_bias: l.tensor("ssm_dt.bias", C::Recurrent, &[hv])?,
-        a: l.tensor("ssm_a", C::Recurrent, &[hv])?,
-        beta: l.weight("ssm_beta", C::Recurrent, &[e, hv])?,
-        alpha: l.weight("ssm_alpha", C::Recurrent, &[e, hv])?,
-        norm: l.norm("ssm_norm", u64::from(g.dv))?,
-        out: l.weight("ssm_out", C::Attention, &[vw, e])?,
     })
 }

@@ -15,19 +15,20 @@
 //! x_j   += inject_j·block(mixed)                         the combine, on the raw x
 //! ```
 
-use bloomery_plugin_api::builders::LmInputs;
+use bloomery_plugin_api::builders::{unary, LmInputs};
 use bloomery_plugin_api::graph::{
     BatchInput, BatchShape, Graph, GraphBuilder, TensorId, FINAL_NORM,
 };
-use bloomery_plugin_api::op::{
-    DeltaRuleParams, GluKind, KPoolMode, KPoolParams, Op, RouterParams, UnaryFn,
+use bloomery_plugin_api::op::{KPoolMode, KPoolParams, Op, RouterParams, UnaryFn};
+use bloomery_plugin_api::qwen_blocks::{
+    gated_attention, gated_delta_net, shared_gated_moe, GatedAttentionCall, GatedDeltaNet, GdnCall,
 };
 use bloomery_plugin_api::weights::{AttentionWeights, WeightRef};
 use bloomery_plugin_api::{DType, PluginError};
 
 use crate::hparams::HParams;
 use crate::state::LayerState;
-use crate::weights::{DeltaNet, HcMixer, Indexer, Layer, Mixer, Moe, PleWeights, Weights};
+use crate::weights::{HcMixer, Indexer, Layer, Mixer, Moe, PleWeights, Weights};
 
 /// What a graph needs besides the batch shape.
 pub struct Model<'a> {
@@ -37,34 +38,6 @@ pub struct Model<'a> {
     pub w: &'a Weights,
     /// Each layer's state indices.
     pub state: &'a [Option<LayerState>],
-}
-
-/// Bytes of an f32.
-const F: u64 = 4;
-
-fn unary(
-    g: &mut GraphBuilder,
-    name: &str,
-    x: TensorId,
-    f: UnaryFn,
-) -> Result<TensorId, PluginError> {
-    let ne = g.ne(x);
-    g.op(name, Op::Unary { f }, &[x], DType::F32, ne)
-}
-
-/// A contiguous copy of `[ne0, heads, rows]` f32 elements of `base`, heads `head_stride` and
-/// rows `row_stride` elements apart, starting `offset` elements in.
-fn slice(
-    g: &mut GraphBuilder,
-    name: &str,
-    base: TensorId,
-    ne: [u64; 4],
-    (head_stride, row_stride): (u64, u64),
-    offset: u64,
-) -> Result<TensorId, PluginError> {
-    let nb = [F, head_stride * F, row_stride * F, row_stride * F * ne[2]];
-    let v = g.view(base, name, ne, nb, offset * F);
-    g.op(name, Op::Copy, &[v], DType::F32, ne)
 }
 
 /// A grouped RMS norm of `x` (`[n·s, rows]` or `[n, s, rows]`, contiguous): each `n`-wide
@@ -214,75 +187,19 @@ fn ple(
 fn delta_net(
     m: &Model<'_>,
     g: &mut GraphBuilder,
-    d: &DeltaNet,
-    (conv_state, ssm_state): (u32, u32),
+    d: &GatedDeltaNet,
+    states: (u32, u32),
     x: TensorId,
     inp: &LmInputs,
 ) -> Result<TensorId, PluginError> {
-    let hp = m.hp;
-    let s = hp.gdn;
-    let rows = g.ne(x)[1];
-    let dh = u64::from(s.head_dim);
-    let (hk, hv) = (u64::from(s.n_head_k), u64::from(s.n_head_v));
-    let ch = s.conv_channels();
-    let wqkv = g.w(&d.wqkv)?;
-    let qkv = g.matmul("linear_attn_qkv_mixed", wqkv, x)?;
-    let wgate = g.w(&d.wgate)?;
-    let z = g.matmul("z", wgate, x)?;
-    let wbeta = g.w(&d.beta)?;
-    let beta = g.matmul("beta", wbeta, x)?;
-    let walpha = g.w(&d.alpha)?;
-    let alpha = g.matmul("alpha", walpha, x)?;
-    let beta = unary(g, "beta_sigmoid", beta, UnaryFn::Sigmoid)?;
-    let dt = g.w(&d.dt_bias)?;
-    let alpha = g.add("alpha_biased", alpha, dt)?;
-    let alpha = unary(g, "a_softplus", alpha, UnaryFn::Softplus)?;
-    let a = g.w(&d.a)?;
-    let gate = g.mul("gate", alpha, a)?;
-    let wconv = g.w(&d.conv)?;
-    let cs = g.state(conv_state, "conv_state");
-    let conv = g.op(
-        "conv_output_raw",
-        Op::ConvCausal {
-            taps: s.taps,
-            dilation: 1,
-        },
-        &[qkv, wconv, cs, inp.slots, inp.positions],
-        DType::F32,
-        [ch, rows, 1, 1],
-    )?;
-    let conv = unary(g, "conv_output_silu", conv, UnaryFn::Silu)?;
-    let l2 = Op::L2Norm { eps: hp.lm.eps };
-    let q = slice(g, "q_conv", conv, [dh, hk, rows, 1], (dh, ch), 0)?;
-    let q = g.op("q_conv_norm", l2, &[q], DType::F32, [dh, hk, rows, 1])?;
-    let k = slice(g, "k_conv", conv, [dh, hk, rows, 1], (dh, ch), dh * hk)?;
-    let k = g.op("k_conv_norm", l2, &[k], DType::F32, [dh, hk, rows, 1])?;
-    let v = slice(g, "v_conv", conv, [dh, hv, rows, 1], (dh, ch), 2 * dh * hk)?;
-    let ss = g.state(ssm_state, "ssm_state");
-    let params = DeltaRuleParams {
-        n_head_k: s.n_head_k,
-        n_head_v: s.n_head_v,
-        dk: s.head_dim,
-        dv: s.head_dim,
-        scale: 1.0 / (s.head_dim as f32).sqrt(),
-        per_dim_gate: false,
-        beta_scale: 1.0,
+    let call = GdnCall {
+        dims: m.hp.gdn.dims(),
+        eps: m.hp.lm.eps,
+        z_gate: UnaryFn::Sigmoid,
+        verify: false,
+        states,
     };
-    let o = g.op(
-        "delta_out",
-        Op::DeltaRule(params),
-        &[q, k, v, gate, beta, ss, inp.slots, inp.positions],
-        DType::F32,
-        [dh, hv, rows, 1],
-    )?;
-    let nw = g.w(&d.norm)?;
-    let o = g.rms_norm("attn_out_norm", o, Some(nw), hp.lm.eps)?;
-    let z = g.reshape(z, [dh, hv, rows, 1])?;
-    let z = unary(g, "z_sigmoid", z, UnaryFn::Sigmoid)?;
-    let o = g.mul("attn_out_gated", o, z)?;
-    let o = g.reshape(o, [dh * hv, rows, 1, 1])?;
-    let wout = g.w(&d.out)?;
-    g.matmul("linear_attn_out", wout, o)
+    gated_delta_net(g, d, &call, x, inp)
 }
 
 /// The QSA block selection of the mixed input `x`: the cache positions each row attends, i32
@@ -361,68 +278,14 @@ fn attention(
     x: TensorId,
     inp: &LmInputs,
 ) -> Result<TensorId, PluginError> {
-    let hp = m.hp;
-    let rows = g.ne(x)[1];
-    let at = hp.lm.attn;
-    let (hd, nh, nkv) = (
-        u64::from(at.head_dim),
-        u64::from(at.n_head),
-        u64::from(at.n_head_kv),
-    );
     let sel = qsa_select(m, g, ix, indexer, x, inp)?;
-    let wq = g.w(&a.wq)?;
-    let q_full = g.matmul("Qcur_full", wq, x)?;
-    let strides = (2 * hd, 2 * hd * nh);
-    let q = slice(g, "Qcur", q_full, [hd, nh, rows, 1], strides, 0)?;
-    let gate = slice(g, "gate", q_full, [hd, nh, rows, 1], strides, hd)?;
-    let wk = g.w(&a.wk)?;
-    let k = g.matmul("Kcur", wk, x)?;
-    let k = g.reshape(k, [hd, nkv, rows, 1])?;
-    let wv = g.w(&a.wv)?;
-    let v = g.matmul("Vcur", wv, x)?;
-    let rope = Op::Rope(hp.rope);
-    let qn = g.w(&a.q_norm)?;
-    let q = g.rms_norm("Qcur_normed", q, Some(qn), hp.lm.eps)?;
-    let q = g.op(
-        "Qcur_rope",
-        rope,
-        &[q, inp.positions],
-        DType::F32,
-        [hd, nh, rows, 1],
-    )?;
-    let kn = g.w(&a.k_norm)?;
-    let k = g.rms_norm("Kcur_normed", k, Some(kn), hp.lm.eps)?;
-    let k = g.op(
-        "Kcur_rope",
-        rope,
-        &[k, inp.positions],
-        DType::F32,
-        [hd, nkv, rows, 1],
-    )?;
-    let k = g.reshape(k, [hd * nkv, rows, 1, 1])?;
-    let kc = g.state(k_cache, "cache_k");
-    let vc = g.state(v_cache, "cache_v");
-    let mut params = at.gqa();
-    params.selected = true;
-    let (kst, vst) = (
-        Op::CacheStore { rot: params.rot_k },
-        Op::CacheStore { rot: params.rot_v },
-    );
-    g.op_into(kst, &[k, kc, inp.slots, inp.positions], kc)?;
-    g.op_into(vst, &[v, vc, inp.slots, inp.positions], vc)?;
-    let o = g.op(
-        "attn_pregate",
-        Op::Attention(params),
-        &[q, kc, vc, inp.slots, inp.positions, sel],
-        DType::F32,
-        [hd, nh, rows, 1],
-    )?;
-    let o = g.reshape(o, [hd * nh, rows, 1, 1])?;
-    let gate = g.reshape(gate, [hd * nh, rows, 1, 1])?;
-    let gate = unary(g, "gate_sigmoid", gate, UnaryFn::Sigmoid)?;
-    let o = g.mul("attn_gated", o, gate)?;
-    let wo = g.w(&a.wo)?;
-    g.matmul("attn_output", wo, o)
+    let call = GatedAttentionCall {
+        params: m.hp.lm.attn.gqa(),
+        rope: m.hp.rope,
+        eps: m.hp.lm.eps,
+        caches: (k_cache, v_cache),
+    };
+    gated_attention(g, a, &call, x, (inp, Some(sel)))
 }
 
 /// The routed experts (softmax, top-k, renormalised) plus the shared expert gated by
@@ -430,17 +293,7 @@ fn attention(
 fn moe(m: &Model<'_>, g: &mut GraphBuilder, f: &Moe, x: TensorId) -> Result<TensorId, PluginError> {
     let e = m.hp.experts;
     let route = RouterParams::softmax_renorm(e.n_expert, e.n_expert_used, e.weights_scale);
-    let blk = f.experts.block(route, GluKind::SwiGlu);
-    // The shared expert between the routing and the routed experts: with those on the host it
-    // runs on the card meanwhile.
-    let route = g.moe_route(&blk, x)?;
-    let sh = g.glu_ffn("ffn_shexp_", &f.shared, GluKind::SwiGlu, x)?;
-    let out = g.moe_experts(&blk, x, route)?;
-    let sgw = g.w(&f.shared_gate)?;
-    let sg = g.matmul("shared_expert_gate", sgw, x)?;
-    let sg = unary(g, "shared_expert_gate_sigmoid", sg, UnaryFn::Sigmoid)?;
-    let sh = g.mul("ffn_shexp_gated", sh, sg)?;
-    g.add("ffn_out", out, sh)
+    shared_gated_moe(g, (&f.experts, &f.shared, &f.shared_gate), route, x)
 }
 
 /// Layer `il` of the streams `x` `[n, s, rows]`.

@@ -80,6 +80,17 @@ impl Gdn {
     pub fn value_width(&self) -> u64 {
         u64::from(self.n_head_v) * u64::from(self.head_dim)
     }
+
+    /// The shared Gated DeltaNet block's widths (keys and values `head_dim` wide).
+    pub fn dims(&self) -> bloomery_plugin_api::qwen_blocks::GdnDims {
+        bloomery_plugin_api::qwen_blocks::GdnDims {
+            taps: self.taps,
+            n_head_k: self.n_head_k,
+            n_head_v: self.n_head_v,
+            dk: self.head_dim,
+            dv: self.head_dim,
+        }
+    }
 }
 
 /// The QSA indexer of the attention layers.

@@ -11,6 +11,7 @@
 //! this loader.
 
 use bloomery_plugin_api::model::{WeightClass as C, WeightDecl, WeightRole};
+use bloomery_plugin_api::qwen_blocks::GatedDeltaNet;
 use bloomery_plugin_api::weights::{
     AttentionWeights, ExpertWeights, GluFfnWeights, LayerWeights, WeightRef, WeightTable,
 };
@@ -33,28 +34,6 @@ pub struct HcMixer {
     pub inject: Option<WeightRef>,
 }
 
-/// A Gated DeltaNet layer (value heads tiled by key head in every tensor that holds them).
-pub struct DeltaNet {
-    /// Queries, keys and values `[n_embd, conv channels]`.
-    pub wqkv: WeightRef,
-    /// Output gate `[n_embd, value width]`.
-    pub wgate: WeightRef,
-    /// Depthwise convolution `[taps, conv channels]`.
-    pub conv: WeightRef,
-    /// Decay bias per value head.
-    pub dt_bias: WeightRef,
-    /// Decay rate per value head (`-exp(A_log)`).
-    pub a: WeightRef,
-    /// β projection `[n_embd, value heads]`.
-    pub beta: WeightRef,
-    /// Decay projection `[n_embd, value heads]`.
-    pub alpha: WeightRef,
-    /// Output RMS norm per value head `[head_dim]` (stored as is).
-    pub norm: WeightRef,
-    /// Output projection `[value width, n_embd]`.
-    pub out: WeightRef,
-}
-
 /// The QSA indexer of an attention layer.
 pub struct Indexer {
     /// Query projection `[n_embd, n_head·head_dim]`.
@@ -70,7 +49,7 @@ pub struct Indexer {
 /// The mixing half of a layer.
 pub enum Mixer {
     /// Gated DeltaNet.
-    Gdn(Box<DeltaNet>),
+    Gdn(Box<GatedDeltaNet>),
     /// Gated GQA (`attn_q` holds each head's query then its gate) over the QSA selection.
     Qsa(Box<AttentionWeights>, Box<Indexer>),
 }
@@ -246,7 +225,11 @@ fn layer(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<Layer, PluginErro
     let hc_attn = mixer(l, hp, "hc_attn", true)?;
     let hc_ffn = mixer(l, hp, "hc_ffn", true)?;
     let mixer = match hp.kind(il) {
-        Some(LayerKind::Gdn) => Mixer::Gdn(Box::new(delta_net(l, hp)?)),
+        Some(LayerKind::Gdn) => Mixer::Gdn(Box::new(GatedDeltaNet::load(
+            l,
+            hp.lm.n_embd,
+            hp.gdn.dims(),
+        )?)),
         Some(LayerKind::Qsa) => {
             let e = u64::from(hp.lm.n_embd);
             let attn = l.gated_attention(e, &hp.lm.attn)?;
@@ -264,23 +247,6 @@ fn layer(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<Layer, PluginErro
         mixer,
         ple,
         moe: moe(l, hp)?,
-    })
-}
-
-fn delta_net(l: &mut LayerWeights<'_, '_>, hp: &HParams) -> Result<DeltaNet, PluginError> {
-    let g = hp.gdn;
-    let e = u64::from(hp.lm.n_embd);
-    let (ch, vw, hv) = (g.conv_channels(), g.value_width(), u64::from(g.n_head_v));
-    Ok(DeltaNet {
-        wqkv: l.weight("attn_qkv", C::Attention, &[e, ch])?,
-        wgate: l.weight("attn_gate", C::Attention, &[e, vw])?,
-        conv: l.weight("ssm_conv1d", C::Recurrent, &[u64::from(g.taps), ch])?,
-        dt_bias: l.tensor("ssm_dt.bias", C::Recurrent, &[hv])?,
-        a: l.tensor("ssm_a", C::Recurrent, &[hv])?,
-        beta: l.weight("ssm_beta", C::Recurrent, &[e, hv])?,
-        alpha: l.weight("ssm_alpha", C::Recurrent, &[e, hv])?,
-        norm: l.norm("ssm_norm", u64::from(g.head_dim))?,
-        out: l.weight("ssm_out", C::Attention, &[vw, e])?,
     })
 }
 
