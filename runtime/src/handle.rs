@@ -182,7 +182,7 @@ impl Runtime {
     pub fn shutdown(self) -> Result<LoadedModel, RuntimeError> {
         drop(self.jobs);
         match self.thread.join() {
-            Ok(Ended::Closed(model)) => Ok(model),
+            Ok(Ended::Closed(model)) => Ok(*model),
             // Without a sleep time the scheduler never ends idle; a panic ends it too.
             Ok(Ended::Idle(_)) | Err(_) => Err(RuntimeError::Stopped),
         }

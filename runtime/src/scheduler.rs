@@ -158,7 +158,7 @@ pub(crate) struct Dozing {
 /// Why the scheduler ended.
 pub(crate) enum Ended {
     /// Every job sender is gone and nothing runs: the model back.
-    Closed(LoadedModel),
+    Closed(Box<LoadedModel>),
     /// Idle for [`Dozing::after`]: the model, its slots and the prompt cache are freed; the
     /// queue back, with whatever came in since.
     Idle(mpsc::Receiver<Request>),
@@ -267,7 +267,7 @@ pub(crate) fn run(
         s.take(job, 0);
     }
     match s.serve(jobs) {
-        None => Ended::Closed(s.model),
+        None => Ended::Closed(Box::new(s.model)),
         Some(jobs) => {
             s.forget();
             // The model, the decision head and the prompt cache go here, before the queue goes

@@ -112,6 +112,8 @@ def test_routes_that_need_the_model_wake_it(tiny_path):
         for method, path, body in [
             ("POST", "/tokenize", {"content": "Hello"}),
             ("POST", "/apply-template", {"messages": [{"role": "user", "content": "hi"}]}),
+            ("POST", "/chat/completions/input_tokens", {"messages": [{"role": "user", "content": "hi"}]}),
+            ("POST", "/v1/messages/count_tokens", {"messages": [{"role": "user", "content": "hi"}]}),
             ("GET", "/slots", None),
         ]:
             wait_for_sleep(s)
@@ -120,7 +122,7 @@ def test_routes_that_need_the_model_wake_it(tiny_path):
             assert not is_sleeping(s), path
         # The slots wake empty.
         assert all(v["n_cached"] == 0 for v in s.get("/slots").json())
-        assert s.output().count(WOKE) == 3
+        assert s.output().count(WOKE) == 5
     finally:
         s.stop()
 
