@@ -155,3 +155,22 @@ def test_the_flag_refuses_what_llama_server_refuses(tiny_path):
         rc, out = run_cli("serve", "-m", str(tiny_path), "--sleep-idle-seconds", bad)
         assert rc != 0
         assert "--sleep-idle-seconds" in out and "cannot be 0 or less than -1" in out, out
+
+
+def test_polling_slots_keeps_it_awake_and_metrics_does_not(tiny_path):
+    # llama-server reads /slots through a task, which resets the idle timer; /metrics' task does not.
+    s = Server(tiny_path, "-c", "512", "-np", "1", "--metrics", "--sleep-idle-seconds", "2")
+    try:
+        start = time.time()
+        while time.time() - start < 5:
+            assert s.get("/slots").status_code == 200
+            assert not is_sleeping(s)
+            time.sleep(0.4)
+        start = time.time()
+        while time.time() - start < 5:
+            assert s.get("/metrics").status_code == 200
+            time.sleep(0.4)
+        assert is_sleeping(s)
+        assert WOKE not in s.output()
+    finally:
+        s.stop()
