@@ -334,7 +334,11 @@ impl<'t> Scheduler<'t> {
         loop {
             let touched = self.shared.touched.lock().ok().and_then(|t| *t);
             let since = touched.map_or(began, |t| t.max(began));
-            let left = (since + *after).saturating_duration_since(Instant::now());
+            let Some(deadline) = since.checked_add(*after) else {
+                // Further off than the clock reaches: never.
+                return Some(jobs.blocking_recv());
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 // A job that came in at the deadline is served rather than slept on.
                 return match jobs.try_recv() {

@@ -155,6 +155,9 @@ def test_the_flag_refuses_what_llama_server_refuses(tiny_path):
         rc, out = run_cli("serve", "-m", str(tiny_path), "--sleep-idle-seconds", bad)
         assert rc != 0
         assert "--sleep-idle-seconds" in out and "cannot be 0 or less than -1" in out, out
+    rc, out = run_cli("serve", "-m", str(tiny_path), "--sleep-idle-seconds", "2147483648")
+    assert rc != 0
+    assert "--sleep-idle-seconds 2147483648: out of range" in out, out
 
 
 def test_polling_slots_keeps_it_awake_and_metrics_does_not(tiny_path):

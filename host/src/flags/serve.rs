@@ -579,6 +579,14 @@ impl ServeArgs {
         if self.timeout == 0 || self.idle_timeout == 0 {
             bail!("-to/--timeout and --idle-timeout are seconds, at least 1");
         }
+        if self.sleep_idle_seconds > i64::from(i32::MAX) {
+            // llama-server reads an int.
+            bail!(
+                "--sleep-idle-seconds {}: out of range (at most {})",
+                self.sleep_idle_seconds,
+                i32::MAX
+            );
+        }
         if self.sleep_idle_seconds == 0 || self.sleep_idle_seconds < -1 {
             // llama-server's own words for the value it refuses.
             bail!(
