@@ -1,8 +1,7 @@
 //! The handle front ends hold: the scheduler thread started with a model, where requests go, what
 //! it publishes, and its shutdown.
 
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use bloomery_exec::decision::DecisionHead;
@@ -12,9 +11,9 @@ use tokio::sync::mpsc;
 
 use crate::embedding::Pooling;
 use crate::request::{Event, GenParams, Job, Request};
-use crate::scheduler::{self, RuntimeConfig};
+use crate::scheduler::{self, Ended, Extras, RuntimeConfig};
 use crate::spec::DraftSource;
-use crate::status::{Shared, SlotView};
+use crate::status::Shared;
 
 /// The running scheduler: where requests go, what it publishes, and its thread.
 pub struct Runtime {
@@ -22,7 +21,7 @@ pub struct Runtime {
     /// Whether the model has a decision head (jobs with `decide` are served).
     pub decides: bool,
     shared: Arc<Shared>,
-    thread: JoinHandle<LoadedModel>,
+    thread: JoinHandle<Ended>,
 }
 
 /// Why the runtime refused or lost a request.
@@ -76,24 +75,18 @@ impl Runtime {
         source: Option<Box<dyn DraftSource>>,
     ) -> Result<Runtime, RuntimeError> {
         let decides = head.is_some();
-        // Every slot idle, as the scheduler publishes them, so that readers see every slot
-        // before its first publish.
-        let idle = (0..model.options.n_slots as usize)
-            .map(|id| SlotView {
-                id,
-                ..SlotView::default()
-            })
-            .collect();
-        let shared = Arc::new(Shared {
-            slots: Mutex::new(idle),
-            counters: Default::default(),
-            stop: AtomicBool::new(false),
-        });
+        let shared = Arc::new(Shared::new(model.options.n_slots as usize));
         let (jobs, rx) = mpsc::channel(cfg.queue_depth.max(1));
         let published = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
             .name("bloomery-scheduler".into())
-            .spawn(move || scheduler::run(model, head, tok, cfg, rx, published, source))
+            .spawn(move || {
+                let extras = Extras {
+                    source,
+                    dozing: None,
+                };
+                scheduler::run(model, head, tok, cfg, rx, published, extras)
+            })
             .map_err(RuntimeError::Start)?;
         Ok(Runtime {
             jobs,
@@ -188,6 +181,10 @@ impl Runtime {
     /// Stops taking requests, waits for the running ones to end and gives the model back.
     pub fn shutdown(self) -> Result<LoadedModel, RuntimeError> {
         drop(self.jobs);
-        self.thread.join().map_err(|_| RuntimeError::Stopped)
+        match self.thread.join() {
+            Ok(Ended::Closed(model)) => Ok(*model),
+            // Without a sleep time the scheduler never ends idle; a panic ends it too.
+            Ok(Ended::Idle(_)) | Err(_) => Err(RuntimeError::Stopped),
+        }
     }
 }

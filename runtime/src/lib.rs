@@ -16,6 +16,7 @@ pub mod reasoning_budget;
 pub mod request;
 pub mod sampling;
 mod scheduler;
+pub mod sleep;
 pub mod slot_file;
 pub mod spec;
 pub mod status;

@@ -13,7 +13,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bloomery_exec::decision::{DecisionHead, HeadRequest};
 use bloomery_exec::{BatchInputs, LoadedModel, Readout, Rewind};
@@ -138,10 +138,48 @@ struct Scheduler<'t> {
     /// Drafts are verified by passes that keep every row's per-sequence state
     /// ([`LoadedModel::forward_verify`]), so a refused draft needs no second pass.
     row_states: bool,
+    /// When the scheduler ends for idleness (`--sleep-idle-seconds`), and the clock it waits on.
+    sleep: Option<(Duration, tokio::runtime::Runtime)>,
 }
 
-/// Runs the scheduler on the current thread until every job sender is gone and nothing runs;
-/// gives the model back.
+/// What a scheduler may start with besides its model and queue.
+#[derive(Default)]
+pub(crate) struct Extras {
+    /// Drafts from here instead of the model's MTP block (tests and benchmarks).
+    pub source: Option<Box<dyn DraftSource>>,
+    /// Sleeping when idle.
+    pub dozing: Option<Dozing>,
+}
+
+/// How a scheduler that sleeps when idle starts (`--sleep-idle-seconds`).
+pub(crate) struct Dozing {
+    /// Time with nothing running and no request after which the scheduler ends.
+    pub after: Duration,
+    /// The request that woke the model, taken before any other.
+    pub first: Option<Request>,
+}
+
+/// Why the scheduler ended.
+pub(crate) enum Ended {
+    /// Every job sender is gone and nothing runs: the model back.
+    Closed(Box<LoadedModel>),
+    /// Idle for [`Dozing::after`]: the model, its slots and the prompt cache are freed; the
+    /// queue back, with whatever came in since.
+    Idle(mpsc::Receiver<Request>),
+}
+
+/// What the scheduler's wait for work ended with.
+enum Intake {
+    /// Work to run, or nothing to wait for.
+    Go,
+    /// Every job sender is gone and nothing runs.
+    Closed,
+    /// Nothing came for the sleep time.
+    Idle,
+}
+
+/// Runs the scheduler on the current thread until every job sender is gone and nothing runs
+/// (the model given back), or, with `dozing`, until it has been idle that long (the model freed).
 pub(crate) fn run(
     mut model: LoadedModel,
     head: Option<DecisionHead>,
@@ -149,8 +187,9 @@ pub(crate) fn run(
     cfg: RuntimeConfig,
     jobs: mpsc::Receiver<Request>,
     shared: Arc<Shared>,
-    source: Option<Box<dyn DraftSource>>,
-) -> LoadedModel {
+    extras: Extras,
+) -> Ended {
+    let Extras { source, dozing } = extras;
     let rewind = model.rewind();
     let mut cfg = cfg;
     if source.is_none() {
@@ -212,7 +251,20 @@ pub(crate) fn run(
             .synth_len
             .map(|l| SynthAcceptance::new(l, cfg.spec.n_max)),
         row_states,
+        sleep: None,
     };
+    let mut first = None;
+    if let Some(d) = dozing {
+        match tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+        {
+            Ok(clock) => s.sleep = Some((d.after, clock)),
+            // Not sleeping is safe: the server keeps serving.
+            Err(e) => tracing::error!("the idle timer could not start ({e}): not sleeping"),
+        }
+        first = d.first;
+    }
     s.publish();
     // After publishing the slots, so that /slots answers while the allocation runs.
     if s.cache.is_some() {
@@ -220,19 +272,32 @@ pub(crate) fn run(
             tracing::warn!("preparing the prompt cache's copies: {e}");
         }
     }
-    s.serve(jobs);
-    s.model
+    if let Some(job) = first {
+        s.take(job, 0);
+    }
+    match s.serve(jobs) {
+        None => Ended::Closed(Box::new(s.model)),
+        Some(jobs) => {
+            s.forget();
+            // The model, the decision head and the prompt cache go here, before the queue goes
+            // back, so that a reload never overlaps the memory they held.
+            drop(s);
+            Ended::Idle(jobs)
+        }
+    }
 }
 
 impl<'t> Scheduler<'t> {
-    /// Turns until every job sender is gone and nothing runs. A panic that no request's own
-    /// guard caught (in a forward pass, which every running request shares) fails the running
-    /// requests and the scheduler goes on: the thread outlives any request.
-    fn serve(&mut self, mut jobs: mpsc::Receiver<Request>) {
+    /// Turns until every job sender is gone and nothing runs (`None`), or until idle for the
+    /// sleep time (the queue back). A panic that no request's own guard caught (in a forward
+    /// pass, which every running request shares) fails the running requests and the scheduler
+    /// goes on: the thread outlives any request.
+    fn serve(&mut self, mut jobs: mpsc::Receiver<Request>) -> Option<mpsc::Receiver<Request>> {
         loop {
             match catch_unwind(AssertUnwindSafe(|| self.turn(&mut jobs))) {
-                Ok(true) => {}
-                Ok(false) => return,
+                Ok(Intake::Go) => {}
+                Ok(Intake::Closed) => return None,
+                Ok(Intake::Idle) => return Some(jobs),
                 Err(panic) => {
                     let what = panic_message(panic.as_ref());
                     tracing::error!(
@@ -246,16 +311,17 @@ impl<'t> Scheduler<'t> {
         }
     }
 
-    /// Takes waiting jobs, ends what was cancelled or cut, and runs one pass; false once every
-    /// job sender is gone and nothing runs.
-    fn turn(&mut self, jobs: &mut mpsc::Receiver<Request>) -> bool {
-        if !self.intake(jobs) {
-            return false;
+    /// Takes waiting jobs, ends what was cancelled or cut, and runs one pass; what the wait for
+    /// work ended with.
+    fn turn(&mut self, jobs: &mut mpsc::Receiver<Request>) -> Intake {
+        match self.intake(jobs) {
+            Intake::Go => {}
+            other => return other,
         }
         self.cut_if_stopping();
         self.drop_cancelled();
         if self.slots.iter().all(|s| s.task.is_none()) {
-            return true;
+            return Intake::Go;
         }
         if let Err(msg) = self.pass() {
             tracing::error!("a forward pass failed: {msg}");
@@ -263,7 +329,56 @@ impl<'t> Scheduler<'t> {
         }
         self.publish();
         self.deliver();
-        true
+        Intake::Go
+    }
+
+    /// Waits for the next job while nothing runs: without a sleep time, until one comes or every
+    /// sender is gone; with one, `None` once that long has passed since the wait began (or since
+    /// a front end last [touched](Shared::touched) the timer) with no job.
+    fn wait_job(&self, jobs: &mut mpsc::Receiver<Request>) -> Option<Option<Request>> {
+        let Some((after, clock)) = &self.sleep else {
+            return Some(jobs.blocking_recv());
+        };
+        let began = Instant::now();
+        loop {
+            let touched = self.shared.touched.lock().ok().and_then(|t| *t);
+            let since = touched.map_or(began, |t| t.max(began));
+            let Some(deadline) = since.checked_add(*after) else {
+                // Further off than the clock reaches: never.
+                return Some(jobs.blocking_recv());
+            };
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                // A job that came in at the deadline is served rather than slept on.
+                return match jobs.try_recv() {
+                    Ok(j) => Some(Some(j)),
+                    Err(mpsc::error::TryRecvError::Disconnected) => Some(None),
+                    Err(mpsc::error::TryRecvError::Empty) => None,
+                };
+            }
+            if let Ok(job) = clock.block_on(async {
+                // The timer is made inside the runtime, whose clock drives it.
+                tokio::time::timeout(left, jobs.recv()).await
+            }) {
+                return Some(job);
+            }
+        }
+    }
+
+    /// Before the model is freed for sleep: every slot shown empty (its cache goes with the
+    /// model) and the prompt cache's gauges at zero.
+    fn forget(&mut self) {
+        for slot in &mut self.slots {
+            slot.keep(0);
+        }
+        self.publish();
+        let c = &self.shared.counters;
+        c.cache_bytes.store(0, Ordering::Relaxed);
+        c.cache_entries.store(0, Ordering::Relaxed);
+        tracing::info!(
+            "idle for {} s: freeing the model, its slots' caches and the prompt cache (sleeping)",
+            self.sleep.as_ref().map_or(0, |(d, _)| d.as_secs())
+        );
     }
 
     /// Sends the ending events of the requests that ended, once `/slots` (and so `/metrics`)
@@ -307,18 +422,19 @@ impl<'t> Scheduler<'t> {
         }
     }
 
-    /// Moves waiting jobs into free slots; blocks when nothing runs. False when the server is
-    /// shutting down and nothing runs.
-    fn intake(&mut self, jobs: &mut mpsc::Receiver<Request>) -> bool {
+    /// Moves waiting jobs into free slots; blocks when nothing runs, until a job comes, every
+    /// sender is gone ([`Intake::Closed`]) or the sleep time passes ([`Intake::Idle`]).
+    fn intake(&mut self, jobs: &mut mpsc::Receiver<Request>) -> Intake {
         loop {
             if !self.slots.iter().any(|s| s.task.is_none()) {
                 break;
             }
             let idle = self.slots.iter().all(|s| s.task.is_none());
             let job = if idle {
-                match jobs.blocking_recv() {
-                    Some(j) => j,
-                    None => return false,
+                match self.wait_job(jobs) {
+                    Some(Some(j)) => j,
+                    Some(None) => return Intake::Closed,
+                    None => return Intake::Idle,
                 }
             } else {
                 match jobs.try_recv() {
@@ -327,41 +443,45 @@ impl<'t> Scheduler<'t> {
                     Err(mpsc::error::TryRecvError::Disconnected) => break,
                 }
             };
-            self.shared
-                .counters
-                .deferred
-                .store(jobs.len() as u64, Ordering::Relaxed);
-            match job {
-                Request::Generate(job) => self.assign(*job),
-                Request::GenerateTogether(jobs) => {
-                    for job in jobs {
-                        self.assign(job);
-                    }
-                }
-                Request::ResidencyReset(reply) => {
-                    self.model.reset_residency();
-                    let _ = reply.send(self.model.residency_stats().is_some());
-                }
-                Request::Slot(cmd) => {
-                    let id = cmd.id;
-                    let result =
-                        catch_unwind(AssertUnwindSafe(|| self.slot_command(id, cmd.action)))
-                            .unwrap_or_else(|panic| {
-                                let what = panic_message(panic.as_ref());
-                                tracing::error!("slot {id}: a slot action panicked: {what}");
-                                // Its state may be half-written.
-                                if let Some(slot) = self.slots.get_mut(id) {
-                                    slot.keep(0);
-                                }
-                                Err(format!("internal error: {what}"))
-                            });
-                    // /slots shows the action's effect by the time its answer is read.
-                    self.publish();
-                    let _ = cmd.reply.send(result);
+            self.take(job, jobs.len());
+        }
+        Intake::Go
+    }
+
+    /// Takes one job off the queue (`waiting` more behind it).
+    fn take(&mut self, job: Request, waiting: usize) {
+        self.shared
+            .counters
+            .deferred
+            .store(waiting as u64, Ordering::Relaxed);
+        match job {
+            Request::Generate(job) => self.assign(*job),
+            Request::GenerateTogether(jobs) => {
+                for job in jobs {
+                    self.assign(job);
                 }
             }
+            Request::ResidencyReset(reply) => {
+                self.model.reset_residency();
+                let _ = reply.send(self.model.residency_stats().is_some());
+            }
+            Request::Slot(cmd) => {
+                let id = cmd.id;
+                let result = catch_unwind(AssertUnwindSafe(|| self.slot_command(id, cmd.action)))
+                    .unwrap_or_else(|panic| {
+                        let what = panic_message(panic.as_ref());
+                        tracing::error!("slot {id}: a slot action panicked: {what}");
+                        // Its state may be half-written.
+                        if let Some(slot) = self.slots.get_mut(id) {
+                            slot.keep(0);
+                        }
+                        Err(format!("internal error: {what}"))
+                    });
+                // /slots shows the action's effect by the time its answer is read.
+                self.publish();
+                let _ = cmd.reply.send(result);
+            }
         }
-        true
     }
 
     /// Saves, restores or erases a slot that is not running a request.

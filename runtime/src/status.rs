@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Mutex;
+use std::time::Instant;
 
 /// What `/slots` shows of one slot.
 #[derive(Clone, Debug, Default)]
@@ -108,4 +109,27 @@ pub struct Shared {
     /// ends every running request and refuses every new one as shutting down, logging each
     /// request it cuts.
     pub stop: AtomicBool,
+    /// When a front end last counted as activity without a job (llama-server's `GET /slots`
+    /// does): an idle scheduler waits the sleep time from here (`--sleep-idle-seconds`).
+    pub touched: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    /// Every one of `n_slots` slots idle, as the scheduler publishes them, so that readers see
+    /// every slot before its first publish; counters at zero.
+    pub fn new(n_slots: usize) -> Shared {
+        Shared {
+            slots: Mutex::new(
+                (0..n_slots)
+                    .map(|id| SlotView {
+                        id,
+                        ..SlotView::default()
+                    })
+                    .collect(),
+            ),
+            counters: Counters::default(),
+            stop: AtomicBool::new(false),
+            touched: Mutex::new(None),
+        }
+    }
 }

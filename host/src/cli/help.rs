@@ -110,6 +110,7 @@ const SERVER: &[&str] = &[
     "sse-ping-interval",
     "chat-template-kwargs",
     "slot-prompt-similarity",
+    "sleep-idle-seconds",
 ];
 
 /// Speculative decoding's flags (arg.cpp's `set_spec`).

@@ -190,6 +190,11 @@ pub struct ServeArgs {
     /// least recently used.
     #[arg(long = "slot-prompt-similarity", value_name = "SIMILARITY", default_value_t = bloomery_runtime::DEFAULT_SLOT_SIMILARITY)]
     pub slot_prompt_similarity: f32,
+    /// Seconds without a task after which the server frees the model (weights, caches, the
+    /// scheduler) and loads it again for the next request that needs it; -1: never (llama-server's
+    /// `--sleep-idle-seconds`).
+    #[arg(long = "sleep-idle-seconds", value_name = "SECONDS", default_value_t = -1, allow_negative_numbers = true)]
+    pub sleep_idle_seconds: i64,
     /// Answer POST /props (it changes no property: a body naming one is refused by name).
     #[arg(long = "props", env = "LLAMA_ARG_ENDPOINT_PROPS")]
     pub props: bool,
@@ -458,6 +463,13 @@ impl ServeArgs {
         self.cache_prompt && !self.no_cache_prompt
     }
 
+    /// How long the server stays idle before it sleeps (`None`: never).
+    pub fn sleep_idle(&self) -> Option<std::time::Duration> {
+        u64::try_from(self.sleep_idle_seconds)
+            .ok()
+            .map(std::time::Duration::from_secs)
+    }
+
     /// The prompt cache's budget in bytes (`None`: off).
     pub fn cache_ram_bytes(&self) -> Option<u64> {
         match self.cache_ram {
@@ -566,6 +578,21 @@ impl ServeArgs {
         }
         if self.timeout == 0 || self.idle_timeout == 0 {
             bail!("-to/--timeout and --idle-timeout are seconds, at least 1");
+        }
+        if self.sleep_idle_seconds > i64::from(i32::MAX) {
+            // llama-server reads an int.
+            bail!(
+                "--sleep-idle-seconds {}: out of range (at most {})",
+                self.sleep_idle_seconds,
+                i32::MAX
+            );
+        }
+        if self.sleep_idle_seconds == 0 || self.sleep_idle_seconds < -1 {
+            // llama-server's own words for the value it refuses.
+            bail!(
+                "--sleep-idle-seconds {}: invalid value: cannot be 0 or less than -1",
+                self.sleep_idle_seconds
+            );
         }
         if !(0.0..=1.0).contains(&self.slot_prompt_similarity) {
             bail!(

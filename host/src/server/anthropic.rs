@@ -56,7 +56,7 @@ fn prepare(
 
 /// The body and its rendered chat, worked out on the CPU pool.
 async fn prepared(state: &AppRef, body: Bytes, to_run: bool) -> Result<(Value, ChatJob), ApiError> {
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
     let st = Arc::clone(state);
     state
         .cpu
@@ -79,7 +79,7 @@ pub async fn count_tokens(
 
 /// POST /v1/messages.
 pub async fn messages(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
     let (body, job) = prepared(&state, body, true).await?;
     let f = Fields::of(&body)?;
     let mut params = gen_params(&f, &ready.defaults, 0)?;

@@ -118,7 +118,7 @@ struct Asked {
 }
 
 async fn embed(state: AppRef, body: Bytes, oai: bool) -> Result<Response, ApiError> {
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
     let Some(mode) = ready.embeddings else {
         return Err(ApiError::not_supported(
             "This server does not support embeddings. Start it with `--embeddings`",

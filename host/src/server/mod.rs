@@ -54,6 +54,7 @@ use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_plugin_api::kernel::DeviceClass;
 use bloomery_runtime::request::Request as Job;
 use bloomery_runtime::sampling::SamplerParams;
+use bloomery_runtime::sleep::{Phase, Sleeper};
 use bloomery_runtime::status::Shared;
 use bloomery_runtime::{Runtime, RuntimeConfig};
 
@@ -71,10 +72,13 @@ pub struct Ready {
     pub template: ChatTemplate,
     /// Its source, for /props.
     pub template_source: String,
-    /// Jobs for the scheduler (bounded: the wait queue).
+    /// Jobs for the scheduler (bounded: the wait queue); one that comes while the model sleeps
+    /// wakes it.
     pub jobs: mpsc::Sender<Job>,
-    /// Slot views and counters.
+    /// Slot views and counters (kept across sleeps).
     pub shared: Arc<Shared>,
+    /// With `--sleep-idle-seconds`: where the model is, and its wake-up.
+    pub sleeper: Option<Sleeper>,
     /// Context positions per slot.
     pub n_ctx_slot: usize,
     /// Draft decoding as the slots run it (`--spec-*`), for /props and /slots.
@@ -93,6 +97,26 @@ pub struct Ready {
     pub body_limit: usize,
     /// How the embedding routes embed (`None`: without `--embeddings` they are refused).
     pub embeddings: Option<embeddings::EmbeddingMode>,
+}
+
+impl Ready {
+    /// Returns once the model is loaded, waking it if it sleeps and waiting for the reload
+    /// (llama-server's `wait_until_no_sleep`): for routes that need the model but queue no job
+    /// (a job on the queue wakes it by itself). A failed reload is a 500 that says why.
+    pub async fn wake(&self) -> Result<(), ApiError> {
+        match &self.sleeper {
+            Some(s) => s.wake().await.map_err(ApiError::internal),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the model is freed now: asleep, loading again, or its reload failed (`/props`'
+    /// `is_sleeping`).
+    pub fn is_sleeping(&self) -> bool {
+        self.sleeper
+            .as_ref()
+            .is_some_and(|s| s.phase() != Phase::Awake)
+    }
 }
 
 /// The server's state: flags, and the loaded model once it is ready.
@@ -122,6 +146,14 @@ impl AppState {
             .get()
             .cloned()
             .ok_or_else(|| ApiError::unavailable("Loading model"))
+    }
+
+    /// The loaded model, woken if it sleeps (every route but `/health`, `GET /props`, `/models`
+    /// and `/metrics`, as llama-server); 503 while it first loads.
+    pub async fn awake(&self) -> Result<Arc<Ready>, ApiError> {
+        let ready = self.ready()?;
+        ready.wake().await?;
+        Ok(ready)
     }
 
     /// Whether a shutdown is draining the server.
@@ -303,9 +335,12 @@ fn decision_head(
     })
 }
 
-/// Loads the model and starts the scheduler thread.
-fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
-    let reg = Registry::load_all(plugin_dirs)?;
+/// Loads the model as the flags place it, with its decision head (at start, and again after
+/// sleep).
+fn load_model(
+    reg: &Registry,
+    a: &ServeArgs,
+) -> anyhow::Result<(LoadedModel, Option<DecisionHead>)> {
     let (file, overrides) = a.metadata.open(&a.model)?;
     let n_ctx = context_size(a, &file)?;
     let n_slots = a.n_slots();
@@ -330,8 +365,20 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     // Prompts are evaluated in batches of at most n_batch rows (the engine's config below).
     let mut request = a.placement.request()?;
     request.batch_rows = a.n_batch();
-    let mut model = LoadedModel::load_offloaded(&reg, &a.model, options, gpu, &request)?;
+    let model = LoadedModel::load_offloaded(reg, &a.model, options, gpu, &request)?;
     tracing::info!("running on {}", model.kernel_plugin());
+    let head = decision_head(reg, &model, a)?;
+    Ok((model, head))
+}
+
+/// Loads the model and starts the scheduler thread (one that sleeps when idle, with
+/// `--sleep-idle-seconds`).
+fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
+    let reg = Registry::load_all(plugin_dirs)?;
+    let (mut model, head) = load_model(&reg, a)?;
+    let n_slots = a.n_slots();
+    let n_ctx = context_size(a, &model.file)?;
+    let n_ctx_slot = model.options.ctx_per_slot;
     let no_shift = model.shift_refusal();
     if let Some(why) = &no_shift {
         if a.context_shift() {
@@ -446,7 +493,6 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         },
     };
     let body_limit = guard::body_limit(n_ctx as usize, tok.max_token_bytes());
-    let head = decision_head(&reg, &model, a)?;
     let decision = match &head {
         Some(h) => {
             tracing::info!(
@@ -465,29 +511,39 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     let spec = a
         .spec
         .config(model.spec.caps.n_mtp_layers, &model.spec.architecture)?;
-    let runtime = Runtime::start_with_head(
-        model,
-        head,
-        Arc::clone(&tok),
-        RuntimeConfig {
-            n_ctx_slot: n_ctx_slot as usize,
-            n_batch: a.n_batch() as usize,
-            cache_ram: a.cache_ram_bytes(),
-            queue_depth: a.queue_depth,
-            max_checkpoints: a.ctx_checkpoints as usize,
-            checkpoint_every: a.checkpoint_min_step as usize,
-            schemajump: !a.grammar.no_schemajump,
-            context_shift: a.context_shift(),
-            spec,
-            slot_similarity: a.slot_prompt_similarity,
-        },
-    )?;
+    let cfg = RuntimeConfig {
+        n_ctx_slot: n_ctx_slot as usize,
+        n_batch: a.n_batch() as usize,
+        cache_ram: a.cache_ram_bytes(),
+        queue_depth: a.queue_depth,
+        max_checkpoints: a.ctx_checkpoints as usize,
+        checkpoint_every: a.checkpoint_min_step as usize,
+        schemajump: !a.grammar.no_schemajump,
+        context_shift: a.context_shift(),
+        spec,
+        slot_similarity: a.slot_prompt_similarity,
+    };
+    let tok_rt = Arc::clone(&tok);
+    let (jobs, shared, sleeper) = match a.sleep_idle() {
+        None => {
+            let runtime = Runtime::start_with_head(model, head, tok_rt, cfg)?;
+            (runtime.sender(), Arc::clone(runtime.shared()), None)
+        }
+        Some(after) => {
+            let args = a.clone();
+            let reload = Box::new(move || load_model(&reg, &args).map_err(|e| format!("{e:#}")));
+            let s = Sleeper::start(model, head, tok_rt, cfg, after, reload)?;
+            tracing::info!("sleeping after {} s without a task", after.as_secs());
+            (s.sender(), Arc::clone(s.shared()), Some(s))
+        }
+    };
     Ok(Ready {
         tok,
         template,
         template_source,
-        jobs: runtime.sender(),
-        shared: Arc::clone(runtime.shared()),
+        jobs,
+        shared,
+        sleeper,
         n_ctx_slot: n_ctx_slot as usize,
         spec,
         n_slots: n_slots as usize,
@@ -587,16 +643,20 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
     served
 }
 
-/// The status and JSON of /health: 200 while the model serves; 503 while it loads or the
-/// server drains; 500 once the scheduler has stopped (requests could only fail).
+/// The status and JSON of /health: 200 while the model serves, sleeps or wakes; 503 while it
+/// first loads or the server drains; 500 once the scheduler has stopped or the last reload after
+/// sleep failed (requests could only fail; the next one tries the reload again).
 pub fn health_body(state: &AppState) -> (StatusCode, Value) {
     let e = match state.ready.get() {
         None => ApiError::unavailable("Loading model"),
         Some(ready) if ready.jobs.is_closed() => ApiError::internal(
             "the scheduler has stopped: requests cannot be served (see the log for why)",
         ),
-        Some(_) if state.is_draining() => ApiError::unavailable("the server is shutting down"),
-        Some(_) => return (StatusCode::OK, json!({"status": "ok"})),
+        Some(ready) => match ready.sleeper.as_ref().map(Sleeper::phase) {
+            Some(Phase::Failed(why)) => ApiError::internal(why),
+            _ if state.is_draining() => ApiError::unavailable("the server is shutting down"),
+            _ => return (StatusCode::OK, json!({"status": "ok"})),
+        },
     };
     (e.status, e.body())
 }

@@ -127,7 +127,7 @@ pub async fn props(State(state): State<AppRef>) -> Result<Json<Value>, ApiError>
         "chat_template": ready.template_source,
         "modalities": {"vision": false, "audio": false},
         "build_info": concat!("b0-bloomery-", env!("CARGO_PKG_VERSION")),
-        "is_sleeping": false,
+        "is_sleeping": ready.is_sleeping(),
     })))
 }
 
@@ -140,6 +140,8 @@ pub async fn set_props(State(state): State<AppRef>, body: Bytes) -> Result<Json<
             "This server does not support changing global properties. Start it with `--props`",
         ));
     }
+    // llama-server waits for the model here too.
+    state.awake().await?;
     if !body.iter().all(u8::is_ascii_whitespace) {
         let Value::Object(fields) = parse_body(&body)? else {
             return Err(ApiError::invalid("POST /props takes a JSON object"));
@@ -164,7 +166,11 @@ pub async fn slots(
             "This server does not support slots endpoint (started with --no-slots)",
         ));
     }
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
+    // llama-server reads the slots through a task, which counts as activity.
+    if let Some(s) = &ready.sleeper {
+        s.touch();
+    }
     let views = ready
         .shared
         .slots
@@ -215,7 +221,7 @@ pub async fn slot_action(
             "This server does not support slots endpoint (started with --no-slots)",
         ));
     }
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
     let id: usize = id
         .parse()
         .ok()
@@ -291,7 +297,7 @@ pub async fn slot_action(
 /// POST /residency/reset: forgets the routing counts that move experts onto the card (the
 /// placement stays); 501 when the model has no host experts.
 pub async fn residency_reset(State(state): State<AppRef>) -> Result<Json<Value>, ApiError> {
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
     let (tx, rx) = tokio::sync::oneshot::channel();
     ready
         .jobs
@@ -783,7 +789,7 @@ fn final_json(
 
 /// POST /completion: the native completion, streamed or not.
 pub async fn completion(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
     let r = Arc::clone(&ready);
     let (body, prompts) = state
         .cpu
@@ -948,7 +954,7 @@ fn native_stream(
 
 /// POST /infill: fill-in-the-middle for models with FIM tokens.
 pub async fn infill(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
     let r = Arc::clone(&ready);
     let (body, prompt) = state
         .cpu
@@ -999,7 +1005,7 @@ fn infill_prompt(ready: &Ready, f: &Fields<'_>) -> Result<Vec<u32>, ApiError> {
 
 /// POST /tokenize.
 pub async fn tokenize(State(state): State<AppRef>, body: Bytes) -> Result<Json<Value>, ApiError> {
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
     state.cpu.run(move || tokenize_body(&ready, &body)).await
 }
 
@@ -1033,7 +1039,7 @@ fn tokenize_body(ready: &Ready, body: &[u8]) -> Result<Json<Value>, ApiError> {
 
 /// POST /detokenize.
 pub async fn detokenize(State(state): State<AppRef>, body: Bytes) -> Result<Json<Value>, ApiError> {
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
     state.cpu.run(move || detokenize_body(&ready, &body)).await
 }
 
@@ -1060,7 +1066,7 @@ pub async fn apply_template(
     State(state): State<AppRef>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
     let st = Arc::clone(&state);
     state
         .cpu

@@ -176,7 +176,7 @@ pub async fn chat_input_tokens(
     State(state): State<AppRef>,
     body: Bytes,
 ) -> Result<Response, ApiError> {
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
     let st = Arc::clone(&state);
     state
         .cpu
@@ -192,7 +192,7 @@ pub async fn chat_input_tokens(
 
 /// POST /v1/chat/completions.
 pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
     let (st, r) = (Arc::clone(&state), Arc::clone(&ready));
     let (body, job) = state
         .cpu
@@ -473,7 +473,7 @@ fn chat_stream(
 
 /// POST /v1/completions.
 pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
     let r = Arc::clone(&ready);
     let (body, mut prompts) = state
         .cpu
@@ -667,7 +667,7 @@ fn responses_messages(f: &Fields<'_>) -> Result<Value, ApiError> {
 
 /// POST /v1/responses: the Responses API served as a chat completion.
 pub async fn responses(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
     let (st, r) = (Arc::clone(&state), Arc::clone(&ready));
     let (body, job) = state
         .cpu

@@ -205,7 +205,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--prefill-assistant"], &["--no-prefill-assistant"], Some("LLAMA_ARG_PREFILL_ASSISTANT"), Switch, OnlyOff("a final assistant message is not prefilled")),
     flag(&["-sps", "--slot-prompt-similarity"], &[], None, Value, Serve),
     flag(&["--lora-init-without-apply"], &[], None, Flag, Refused(ADAPTERS)),
-    flag(&["--sleep-idle-seconds"], &[], None, Value, Refused("sleeping when idle is not implemented")),
+    flag(&["--sleep-idle-seconds"], &[], None, Value, Serve),
     flag(&["--log-disable"], &[], None, Flag, Serve),
     flag(&["--log-file"], &[], Some("LLAMA_ARG_LOG_FILE"), Value, Serve),
     flag(&["--log-jsonl"], &["--no-log-jsonl"], Some("LLAMA_ARG_LOG_JSONL"), Switch, OnlyOff("JSON log lines are not implemented")),

@@ -34,7 +34,7 @@ pub struct Decider {
 
 /// POST /v1/systemone.
 pub async fn systemone(State(state): State<AppRef>, body: Bytes) -> Result<Json<Value>, ApiError> {
-    let ready = state.ready()?;
+    let ready = state.awake().await?;
     let Some(decider) = ready.decision.clone() else {
         return Err(ApiError::not_supported(
             "This model is not a decision model",
