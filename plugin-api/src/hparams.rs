@@ -78,6 +78,30 @@ impl<'a> ArchKeys<'a> {
         self.view.f32_or(&self.key(name), default)
     }
 
+    /// An array of exactly `n` unsigned integers under `name` (missing, another type, another
+    /// length or a negative or non-integer item: named errors).
+    pub fn u64_array(&self, name: &str, n: usize) -> Result<Vec<u64>, PluginError> {
+        let items = match self.get(name) {
+            Some(MetaValue::Array(items)) => items,
+            Some(v) => return Err(self.bad(name, format!("{}, not an array", v.type_name()))),
+            None => return Err(self.bad(name, "missing")),
+        };
+        self.check(items.len() == n, name, || {
+            format!("{} values, {n} expected", items.len())
+        })?;
+        items
+            .iter()
+            .map(|v| {
+                v.as_u64().ok_or_else(|| {
+                    self.bad(
+                        name,
+                        format!("{} is not an unsigned integer", v.type_name()),
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// An optional array of integers; empty when absent.
     pub fn u32_array_or_empty(&self, name: &str) -> Result<Vec<u32>, PluginError> {
         self.view.u32_array_or_empty(&self.key(name))

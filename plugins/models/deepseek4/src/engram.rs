@@ -9,7 +9,6 @@
 //! compressed id per vocabulary token; `engram.pad_id` is a compressed id.
 
 use bloomery_plugin_api::hparams::ArchKeys;
-use bloomery_plugin_api::meta::MetaValue;
 use bloomery_plugin_api::ngram::{NgramSpec, MAX_NGRAM};
 use bloomery_plugin_api::PluginError;
 
@@ -112,10 +111,11 @@ pub fn read(keys: &ArchKeys<'_>, n_layer: u32, n_vocab: u32) -> Result<Engram, P
     let row_width = keys.width("engram.key_length", TABLE, 0)?;
     let n_sites = layers.len();
     let per_site = (ngram_size as usize - 1) * heads as usize;
-    let multipliers = u64s(keys, "engram.multipliers", n_sites * ngram_size as usize)?;
-    let primes = u64s(keys, "engram.primes", n_sites * per_site)?;
-    let offsets = u64s(keys, "engram.offsets", n_sites * per_site)?;
-    let token_map = u64s(keys, "engram.token_map", n_vocab as usize)?
+    let multipliers = keys.u64_array("engram.multipliers", n_sites * ngram_size as usize)?;
+    let primes = keys.u64_array("engram.primes", n_sites * per_site)?;
+    let offsets = keys.u64_array("engram.offsets", n_sites * per_site)?;
+    let token_map = keys
+        .u64_array("engram.token_map", n_vocab as usize)?
         .into_iter()
         .map(|v| u32::try_from(v).map_err(|_| keys.bad("engram.token_map", format!("{v} > u32"))))
         .collect::<Result<Vec<_>, _>>()?;
@@ -193,27 +193,4 @@ fn optional_keys(keys: &ArchKeys<'_>, token_map: &[u32], pad_id: u32) -> Result<
         })?;
     }
     Ok(())
-}
-
-/// An array of exactly `n` unsigned integers under `name`.
-fn u64s(keys: &ArchKeys<'_>, name: &str, n: usize) -> Result<Vec<u64>, PluginError> {
-    let items = match keys.get(name) {
-        Some(MetaValue::Array(items)) => items,
-        Some(v) => return Err(keys.bad(name, format!("{}, not an array", v.type_name()))),
-        None => return Err(keys.bad(name, "missing")),
-    };
-    keys.check(items.len() == n, name, || {
-        format!("{} values, {n} expected", items.len())
-    })?;
-    items
-        .iter()
-        .map(|v| {
-            v.as_u64().ok_or_else(|| {
-                keys.bad(
-                    name,
-                    format!("{} is not an unsigned integer", v.type_name()),
-                )
-            })
-        })
-        .collect()
 }

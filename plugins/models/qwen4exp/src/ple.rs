@@ -6,7 +6,6 @@
 //! (an MTP file) has no table.
 
 use bloomery_plugin_api::hparams::{ArchKeys, LmHParams};
-use bloomery_plugin_api::meta::MetaValue;
 use bloomery_plugin_api::ngram::{NgramSpec, MAX_NGRAM};
 use bloomery_plugin_api::PluginError;
 
@@ -139,7 +138,7 @@ pub fn read(
             t => t,
         },
     };
-    let multipliers = u64s(keys, "ple.layer_multipliers", ngram_size as usize)?;
+    let multipliers = keys.u64_array("ple.layer_multipliers", ngram_size as usize)?;
     // transformers draws each multiplier below 2^63 / vocab, so no product with a token id
     // wraps as i64 (where its remainder and llama.cpp's u64 one would part).
     let top = u64::from(lm.n_vocab - 1);
@@ -150,8 +149,8 @@ pub fn read(
         "ple.layer_multipliers",
         || format!("{multipliers:?}: a product with token id {top} exceeds 2^63 − 1"),
     )?;
-    let head_offsets = u64s(keys, "ple.head_offsets", n_heads as usize)?;
-    let head_sizes = u64s(keys, "ple.head_vocab_sizes", n_heads as usize)?;
+    let head_offsets = keys.u64_array("ple.head_offsets", n_heads as usize)?;
+    let head_sizes = keys.u64_array("ple.head_vocab_sizes", n_heads as usize)?;
     let mut end = 0;
     for (h, (&o, &s)) in head_offsets.iter().zip(&head_sizes).enumerate() {
         let e = o.checked_add(s).filter(|&e| s > 0 && e <= MAX_ROW);
@@ -206,27 +205,4 @@ fn token(keys: &ArchKeys<'_>, name: &str, n_vocab: u32) -> Result<u32, PluginErr
         format!("{t} is not a token of the {n_vocab}-token vocabulary")
     })?;
     Ok(t)
-}
-
-/// An array of exactly `n` unsigned integers under `name` (stored as `u64` by the converter).
-fn u64s(keys: &ArchKeys<'_>, name: &str, n: usize) -> Result<Vec<u64>, PluginError> {
-    let items = match keys.get(name) {
-        Some(MetaValue::Array(items)) => items,
-        Some(v) => return Err(keys.bad(name, format!("{}, not an array", v.type_name()))),
-        None => return Err(keys.bad(name, "missing")),
-    };
-    keys.check(items.len() == n, name, || {
-        format!("{} values, {n} expected", items.len())
-    })?;
-    items
-        .iter()
-        .map(|v| {
-            v.as_u64().ok_or_else(|| {
-                keys.bad(
-                    name,
-                    format!("{} is not an unsigned integer", v.type_name()),
-                )
-            })
-        })
-        .collect()
 }
