@@ -51,6 +51,22 @@ fn agreement(name: &str, flags: &[&str]) -> (f32, usize, usize) {
     golden_agreement(&mut m, &g)
 }
 
+/// The tiny file under `flags` within 1e-5 of golden `name` with every argmax equal, while under
+/// `without` (the same file without the flags under test) it is more than 1e-3 away: the flags
+/// are what the golden checks.
+fn matches_llama_cpp(name: &str, flags: &[&str], without: &[&str]) {
+    let (rel, same, n) = agreement(name, flags);
+    assert!(
+        rel < 1e-5 && same == n,
+        "{name}: {rel:.2e} relative, argmax {same}/{n}"
+    );
+    let (plain, _, _) = agreement(name, without);
+    assert!(
+        plain > 1e-3,
+        "{name}: without the flags only {plain:.2e} from the golden"
+    );
+}
+
 const F32: ClassTypes = ClassTypes {
     experts: DType::F32,
     attention: DType::F32,
@@ -73,17 +89,7 @@ const LINEAR_KV: &[&str] = &["--override-kv", "qwen3moe.rope.scaling.factor=floa
 
 #[test]
 fn yarn_flags_match_llama_cpp() {
-    let (rel, same, n) = agreement("yarn", YARN);
-    assert!(
-        rel < 1e-5 && same == n,
-        "yarn: {rel:.2e} relative, argmax {same}/{n}"
-    );
-    // The golden is far from the unscaled model's: the flags are what the test checks.
-    let (plain, _, _) = agreement("yarn", &[]);
-    assert!(
-        plain > 1e-3,
-        "the unscaled model is only {plain:.2e} from the yarn golden"
-    );
+    matches_llama_cpp("yarn", YARN, &[]);
 }
 
 /// YaRN's mix flags over [`YARN`]: the attention factor is replaced under YaRN.
@@ -118,45 +124,17 @@ const LINEAR_ATTN: &[&str] = &[
 
 #[test]
 fn yarn_mix_flags_match_llama_cpp() {
-    let (rel, same, n) = agreement("yarn_mix", YARN_MIX);
-    assert!(
-        rel < 1e-5 && same == n,
-        "yarn mix: {rel:.2e} relative, argmax {same}/{n}"
-    );
-    // Without the mix flags the model is far from this golden.
-    let (plain, _, _) = agreement("yarn_mix", YARN);
-    assert!(
-        plain > 1e-3,
-        "plain yarn is only {plain:.2e} from the mix golden"
-    );
+    matches_llama_cpp("yarn_mix", YARN_MIX, YARN);
 }
 
 #[test]
 fn the_attention_factor_scales_linear_rope_as_in_llama_cpp() {
-    let (rel, same, n) = agreement("linear_attn", LINEAR_ATTN);
-    assert!(
-        rel < 1e-5 && same == n,
-        "linear attn: {rel:.2e} relative, argmax {same}/{n}"
-    );
-    let (plain, _, _) = agreement("linear_attn", &LINEAR_ATTN[..4]);
-    assert!(
-        plain > 1e-3,
-        "no factor is only {plain:.2e} from the golden"
-    );
+    matches_llama_cpp("linear_attn", LINEAR_ATTN, &LINEAR_ATTN[..4]);
 }
 
 #[test]
 fn a_scale_override_without_a_type_is_linear_as_in_llama_cpp() {
-    let (rel, same, n) = agreement("linear_kv", LINEAR_KV);
-    assert!(
-        rel < 1e-5 && same == n,
-        "linear: {rel:.2e} relative, argmax {same}/{n}"
-    );
-    let (plain, _, _) = agreement("linear_kv", &[]);
-    assert!(
-        plain > 1e-3,
-        "the unscaled model is only {plain:.2e} from the linear golden"
-    );
+    matches_llama_cpp("linear_kv", LINEAR_KV, &[]);
 }
 
 #[test]

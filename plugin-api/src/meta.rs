@@ -143,6 +143,21 @@ pub struct ModelFileView {
 }
 
 impl ModelFileView {
+    /// This view with the entry `key` set to `value`, or removed when `value` is `None` (tests
+    /// that sweep a file's keys).
+    pub fn with_entry(mut self, key: &str, value: Option<MetaValue>) -> Self {
+        let mut meta: Vec<MetaEntry> = self
+            .metadata
+            .into_iter()
+            .filter(|e| e.key.as_str() != key)
+            .collect();
+        if let Some(v) = value {
+            meta.push(MetaEntry::new(key, v));
+        }
+        self.metadata = meta.into();
+        self
+    }
+
     /// The value of `key`, if present.
     pub fn get(&self, key: &str) -> Option<&MetaValue> {
         self.metadata

@@ -5,7 +5,7 @@
 use super::*;
 use bloomery_plugin_api::graph::GraphKind;
 use bloomery_plugin_api::hostile::{check_hostile, key_sweep};
-use bloomery_plugin_api::meta::{MetaEntry, MetaValue, TensorInfo};
+use bloomery_plugin_api::meta::{MetaValue, TensorInfo};
 use bloomery_plugin_api::model::{StateKind, SynthPreset, WeightClass};
 use bloomery_plugin_api::synth::check_presets;
 use bloomery_plugin_api::DType;
@@ -24,18 +24,8 @@ fn tiny() -> ModelFileView {
 }
 
 /// `view` with `{ARCH}.{key}` set to `value`, or removed.
-fn set(mut view: ModelFileView, key: &str, value: Option<MetaValue>) -> ModelFileView {
-    let full = format!("{ARCH}.{key}");
-    let mut meta: Vec<MetaEntry> = view
-        .metadata
-        .into_iter()
-        .filter(|e| e.key.as_str() != full)
-        .collect();
-    if let Some(v) = value {
-        meta.push(MetaEntry::new(&full, v));
-    }
-    view.metadata = meta.into();
-    view
+fn set(view: ModelFileView, key: &str, value: Option<MetaValue>) -> ModelFileView {
+    view.with_entry(&format!("{ARCH}.{key}"), value)
 }
 
 fn with_key(key: &str, value: Option<MetaValue>) -> ModelFileView {

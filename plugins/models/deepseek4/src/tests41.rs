@@ -5,7 +5,7 @@
 
 use super::*;
 use bloomery_plugin_api::hostile::check_hostile;
-use bloomery_plugin_api::meta::{MetaEntry, MetaValue, TensorInfo};
+use bloomery_plugin_api::meta::{MetaValue, TensorInfo};
 use bloomery_plugin_api::model::SynthPreset;
 use bloomery_plugin_api::DType;
 
@@ -20,18 +20,8 @@ fn tiny() -> ModelFileView {
 }
 
 /// `view` with `deepseek41.{key}` set to `value`, or removed.
-fn set(mut view: ModelFileView, key: &str, value: Option<MetaValue>) -> ModelFileView {
-    let full = format!("{ARCH41}.{key}");
-    let mut meta: Vec<MetaEntry> = view
-        .metadata
-        .into_iter()
-        .filter(|e| e.key.as_str() != full)
-        .collect();
-    if let Some(v) = value {
-        meta.push(MetaEntry::new(&full, v));
-    }
-    view.metadata = meta.into();
-    view
+fn set(view: ModelFileView, key: &str, value: Option<MetaValue>) -> ModelFileView {
+    view.with_entry(&format!("{ARCH41}.{key}"), value)
 }
 
 /// `view` with its tensors changed by `f`.
