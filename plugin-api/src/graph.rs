@@ -136,6 +136,13 @@ pub struct GraphOutput {
 /// it serves no embeddings.
 pub const FINAL_NORM: &str = "result_norm";
 
+/// The name of the rows a model's draft graph ([`GraphKind::Mtp`]) pairs with the next token,
+/// f32 `[width, n_outputs]` outside any layer, where they are not the [`FINAL_NORM`] rows
+/// (llama.cpp's `h_nextn`): qwen4exp's MTP block reads the trunk's hyper-connection residual
+/// (`n_stream·n_embd` wide) before its final mixer, and its own residual feeds the next draft
+/// step. A graph without it pairs the [`FINAL_NORM`] rows.
+pub const NEXTN_HIDDEN: &str = "h_nextn";
+
 /// Which graph to build.
 #[repr(u8)]
 #[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq, Hash)]

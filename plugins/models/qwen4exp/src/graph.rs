@@ -2,8 +2,9 @@
 //! `Qwen4ExpTextDecoderLayer.forward`): the embedding repeated into `n_stream` residual streams;
 //! per layer the n-gram table's contribution (its layer only), the attention mixer, Gated DeltaNet
 //! or gated GQA over the QSA selection, the combine, the FFN mixer, the routed experts plus the
-//! sigmoid-gated shared expert, the combine; then the final `output_hc_*` mixer (in place of an
-//! output norm) and the head, for the wanted rows.
+//! sigmoid-gated shared expert, the combine; then, for the wanted rows, the residual named
+//! `h_nextn` (what the MTP block reads), the final `output_hc_*` mixer (in place of an output
+//! norm) and the head.
 //!
 //! A gated hyper-connection mixer of the streams `x` `[n, s, rows]`:
 //!
@@ -17,7 +18,7 @@
 
 use bloomery_plugin_api::builders::{unary, LmInputs};
 use bloomery_plugin_api::graph::{
-    BatchInput, BatchShape, Graph, GraphBuilder, TensorId, FINAL_NORM,
+    BatchInput, BatchShape, Graph, GraphBuilder, TensorId, FINAL_NORM, NEXTN_HIDDEN,
 };
 use bloomery_plugin_api::op::{KPoolMode, KPoolParams, Op, RouterParams, UnaryFn};
 use bloomery_plugin_api::qwen_blocks::{
@@ -42,7 +43,7 @@ pub struct Model<'a> {
 
 /// A grouped RMS norm of `x` (`[n·s, rows]` or `[n, s, rows]`, contiguous): each `n`-wide
 /// stream normed on its own, times the `[n·s]` gamma (stored flat or `[n, s]`): `[n·s, rows]`.
-fn grouped_norm(
+pub(crate) fn grouped_norm(
     m: &Model<'_>,
     g: &mut GraphBuilder,
     name: &str,
@@ -64,7 +65,7 @@ fn grouped_norm(
 
 /// A mixer of the streams `x` `[n, s, rows]`: the block's input `[n, rows]` and, for a layer
 /// mixer, the injection weights `[s, rows]`.
-fn mix(
+pub(crate) fn mix(
     m: &Model<'_>,
     g: &mut GraphBuilder,
     w: &HcMixer,
@@ -297,7 +298,7 @@ fn moe(m: &Model<'_>, g: &mut GraphBuilder, f: &Moe, x: TensorId) -> Result<Tens
 }
 
 /// Layer `il` of the streams `x` `[n, s, rows]`.
-fn layer(
+pub(crate) fn layer(
     m: &Model<'_>,
     g: &mut GraphBuilder,
     (il, l): (u32, &Layer),
@@ -377,12 +378,33 @@ pub fn build(m: &Model<'_>, shape: BatchShape) -> Result<Graph, PluginError> {
     g.set_layer(-1);
     let flat = g.reshape(x, [n * s, rows, 1, 1])?;
     let flat = g.select_outputs(flat, &inp)?;
-    let n_out = g.ne(flat)[1];
-    let x = g.reshape(flat, [n, s, n_out, 1])?;
-    let (mixed, _) = mix(m, &mut g, final_mixer, x, "output_hc")?;
-    let hidden = g.op(FINAL_NORM, Op::Copy, &[mixed], DType::F32, [n, n_out, 1, 1])?;
-    let head = g.w(&m.w.output)?;
-    let logits = g.matmul("result_output", head, hidden)?;
+    let logits = head(m, &mut g, final_mixer, flat, "output_hc")?;
     g.output("logits", logits);
     Ok(g.finish())
+}
+
+/// The output rows' residual streams `flat` `[n·s, n_out]`, named [`NEXTN_HIDDEN`] (the rows
+/// the MTP block pairs with the next token), through the head mixer `mixer` (its input named
+/// [`FINAL_NORM`]) and the output head: the logits `[n_vocab, n_out]`.
+pub(crate) fn head(
+    m: &Model<'_>,
+    g: &mut GraphBuilder,
+    mixer: &HcMixer,
+    flat: TensorId,
+    name: &str,
+) -> Result<TensorId, PluginError> {
+    let [w, n_out, _, _] = g.ne(flat);
+    let n = u64::from(m.hp.lm.n_embd);
+    let flat = g.op(
+        NEXTN_HIDDEN,
+        Op::Copy,
+        &[flat],
+        DType::F32,
+        [w, n_out, 1, 1],
+    )?;
+    let x = g.reshape(flat, [n, w / n, n_out, 1])?;
+    let (mixed, _) = mix(m, g, mixer, x, name)?;
+    let hidden = g.op(FINAL_NORM, Op::Copy, &[mixed], DType::F32, [n, n_out, 1, 1])?;
+    let out = g.w(&m.w.output)?;
+    g.matmul("result_output", out, hidden)
 }

@@ -8,9 +8,9 @@
 //!
 //! This crate reads and checks the hyperparameters ([`hparams`], [`layers`], [`ple`]), declares
 //! every weight ([`weights`]) and the state ([`state`]), builds the trunk's forward graph
-//! ([`graph`]) and offers `synth` presets ([`synth`]). The n-gram table's row ids are hashed by
+//! ([`graph`]) and the MTP block's draft graph ([`mtp`]), and offers `synth` presets ([`synth`]). The n-gram table's row ids are hashed by
 //! the host from the constants [`ModelSpec::ngram`] declares (`bloomery_plugin_api::ngram`).
-//! The MTP block's draft graph is refused by name. The CPU bundles run every op of the trunk;
+//! The CPU bundles run every op of the trunk;
 //! the CUDA bundles run the mixer forms and the PLE gate and refuse the dilated convolution and
 //! the QSA pooling by name.
 //!
@@ -105,12 +105,15 @@
 //!    holding the last `(taps − 1)·dilation` inputs oldest first (the `ple_conv_state` declared
 //!    here); dilation 1 is today's op.
 //! 5. **MTP hidden input.** The MTP block reads the trunk's `s·n`-wide residual before the final
-//!    mixer, not a final-norm row of `n`: `BatchInput::Hidden` (`[n_embd, T]`, the
-//!    `result_norm` row) must allow the wider row. That is the MTP issue's.
+//!    mixer, not a final-norm row of `n`. Built: `BatchInput::Hidden` takes the width the draft
+//!    graph declares (`[s·n, T]` here), and both graphs name those rows of their output rows
+//!    `NEXTN_HIDDEN` (`h_nextn`, as llama.cpp's `t_h_nextn`), which the host reads as it reads
+//!    `FINAL_NORM`.
 
 pub mod graph;
 pub mod hparams;
 pub mod layers;
+pub mod mtp;
 pub mod ple;
 pub mod state;
 pub mod synth;
@@ -183,21 +186,20 @@ impl ModelInstance for Qwen4Exp {
     }
 
     fn build_graph(&self, shape: BatchShape) -> RResult<Graph, PluginError> {
-        if shape.kind != GraphKind::Main {
-            return RResult::RErr(PluginError::unsupported(
-                format!(
-                    "the qwen4exp {:?} graph: drafting with the MTP block is not built",
-                    shape.kind
-                ),
-                &[],
-            ));
-        }
         let m = graph::Model {
             hp: &self.hp,
             w: &self.weights,
             state: &self.layer_state,
         };
-        graph::build(&m, shape).into()
+        match shape.kind {
+            GraphKind::Main => graph::build(&m, shape),
+            GraphKind::Mtp => mtp::build(&m, shape),
+            GraphKind::Verify => Err(PluginError::unsupported(
+                "the qwen4exp verify graph (per-row states of a drafting loop) is not built",
+                &[],
+            )),
+        }
+        .into()
     }
 }
 

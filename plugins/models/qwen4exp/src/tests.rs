@@ -3,7 +3,9 @@
 //! compress-ratio trap first), hostile files, and the graph's refusal.
 
 use super::*;
-use bloomery_plugin_api::graph::{BatchInput, GraphKind, TensorSource};
+use bloomery_plugin_api::graph::{
+    BatchInput, Graph, GraphKind, TensorSource, FINAL_NORM, NEXTN_HIDDEN,
+};
 use bloomery_plugin_api::hostile::{check_hostile, key_sweep};
 use bloomery_plugin_api::meta::{MetaValue, TensorInfo};
 use bloomery_plugin_api::model::{StateKind, SynthPreset};
@@ -486,5 +488,75 @@ fn the_trunk_graph_reads_the_ngram_rows_and_drafting_is_refused_by_name() {
         .into_result()
         .unwrap_err()
         .to_string();
-    assert!(e.contains("qwen4exp") && e.contains("MTP"), "{e}");
+    assert!(
+        e.contains("qwen4exp file holds no MTP (nextn) block"),
+        "{e}"
+    );
+}
+
+/// The extents of the tensors a node writes named `name` outside any layer (views left out).
+fn named(g: &Graph, name: &str) -> Vec<[u64; 4]> {
+    g.tensors
+        .iter()
+        .filter(|t| t.name.as_str() == name && t.layer == -1)
+        .filter(|t| t.source == TensorSource::Intermediate)
+        .map(|t| t.ne)
+        .collect()
+}
+
+#[test]
+fn the_draft_graph_reads_hc_wide_rows_and_both_graphs_name_them() {
+    let shape = |kind| BatchShape {
+        n_rows: 5,
+        n_outputs: 2,
+        kind,
+    };
+    let hidden = |g: &Graph| -> Vec<[u64; 4]> {
+        g.tensors
+            .iter()
+            .filter(|t| {
+                t.source
+                    == TensorSource::Input {
+                        input: BatchInput::Hidden,
+                    }
+            })
+            .map(|t| t.ne)
+            .collect()
+    };
+    let trunk = Qwen4Exp::load(&tiny()).unwrap();
+    let g = trunk
+        .build_graph(shape(GraphKind::Main))
+        .into_result()
+        .unwrap();
+    assert_eq!(named(&g, NEXTN_HIDDEN), [[512, 2, 1, 1]]);
+    assert_eq!(named(&g, FINAL_NORM), [[128, 2, 1, 1]]);
+    assert!(hidden(&g).is_empty());
+    let mtp = Qwen4Exp::load(&preset("tiny-mtp").file_view(DType::F32)).unwrap();
+    let g = mtp
+        .build_graph(shape(GraphKind::Mtp))
+        .into_result()
+        .unwrap();
+    assert_eq!(hidden(&g), [[512, 5, 1, 1]]);
+    assert_eq!(named(&g, NEXTN_HIDDEN), [[512, 2, 1, 1]]);
+    assert_eq!(named(&g, FINAL_NORM), [[128, 2, 1, 1]]);
+    let logits = g.outputs.iter().find(|o| o.name.as_str() == "logits");
+    assert_eq!(
+        g.tensors[logits.unwrap().tensor.0 as usize].ne,
+        [272, 2, 1, 1]
+    );
+    // The block's layer is one QSA layer of index 8, its states the block's own.
+    let layers: std::collections::BTreeSet<i32> = g.tensors.iter().map(|t| t.layer).collect();
+    assert_eq!(layers.into_iter().collect::<Vec<_>>(), [-1, 8]);
+    let e = mtp
+        .build_graph(shape(GraphKind::Main))
+        .into_result()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("MTP-only file"), "{e}");
+    let e = mtp
+        .build_graph(shape(GraphKind::Verify))
+        .into_result()
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("qwen4exp verify graph"), "{e}");
 }
