@@ -744,6 +744,15 @@ impl Executor {
         }
     }
 
+    /// The elements the graph's batch input `input` holds (`None`: the graph reads no such
+    /// input): the width of a draft graph's hidden rows times its rows.
+    pub fn input_elements(&self, input: BatchInput) -> Option<u64> {
+        self.inputs
+            .iter()
+            .find(|(kind, _)| *kind == input)
+            .map(|(_, r)| r.elements())
+    }
+
     /// The names of the graph's outputs, in its order.
     pub fn output_names(&self) -> impl Iterator<Item = &str> {
         self.outputs.iter().map(|(n, ..)| n.as_str())

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bloomery_devices::{Buffer, Device, KernelPluginFile, Registry, Staging};
 use bloomery_gguf::GgufModel;
-use bloomery_plugin_api::graph::{BatchShape, GraphKind};
+use bloomery_plugin_api::graph::{BatchInput, BatchShape, GraphKind};
 use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
 use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
@@ -17,11 +17,11 @@ use bloomery_tiering::plan::{Plan, TierRequest};
 use bloomery_tiering::ExpertTier;
 
 use crate::error::{device_err, ModelError};
-use crate::executor::{ArenaSource, BatchInputs, Bindings, Executor};
+use crate::executor::{ArenaSource, BatchInputs, Bindings, ExecError, Executor};
 use crate::mlock;
 use crate::open::{open_model, Opened};
 use crate::options::LoadOptions;
-use crate::placement::{card_budget, one_card, open_card, plan_for};
+use crate::placement::{card_budget, one_card, open_card, pass_kind, plan_for};
 use crate::readout::{graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT};
 use crate::state::allocate_state;
 use crate::weights::{load_tiered, map_weights};
@@ -317,7 +317,8 @@ impl LoadedModel {
             locked,
             output_head: false,
         };
-        model.executor(1, 1, Readout::Logits)?;
+        let kind = pass_kind(&model.instance);
+        model.executor_kind(1, 1, Readout::Logits, kind)?;
         model.output_head = model.graph_has_logits();
         Ok(model)
     }
@@ -589,6 +590,32 @@ impl LoadedModel {
         hidden: Option<&[f32]>,
         name: &'static str,
     ) -> Result<Vec<(i32, Vec<i32>)>, ModelError> {
+        self.forward_tap(batch, hidden, name, |exec, device, out| {
+            exec.read_i32(device, out)
+        })
+    }
+
+    /// As [`LoadedModel::forward_tap_i32`] for f32 tensors: the rows the MTP block pairs with
+    /// the next token (`h_nextn`, [`bloomery_plugin_api::graph::NEXTN_HIDDEN`]), say.
+    pub fn forward_tap_f32(
+        &mut self,
+        batch: &BatchInputs,
+        hidden: Option<&[f32]>,
+        name: &'static str,
+    ) -> Result<Vec<(i32, Vec<f32>)>, ModelError> {
+        self.forward_tap(batch, hidden, name, |exec, device, out| {
+            exec.read_f32(device, out)
+        })
+    }
+
+    /// One tapped pass ([`LoadedModel::forward_tap_i32`]), each tap read by `read`.
+    fn forward_tap<T>(
+        &mut self,
+        batch: &BatchInputs,
+        hidden: Option<&[f32]>,
+        name: &'static str,
+        read: impl Fn(&Executor, &Device, &str) -> Result<Vec<T>, ExecError>,
+    ) -> Result<Vec<(i32, Vec<T>)>, ModelError> {
         self.check_batch(batch)?;
         if batch.output_rows.is_empty() {
             return Err(ModelError::Request(
@@ -610,7 +637,7 @@ impl LoadedModel {
         let mut taps = Vec::new();
         for out in exec.output_names() {
             if let Some(layer) = tap_layer(out, name) {
-                taps.push((layer, exec.read_i32(&device, out)?));
+                taps.push((layer, read(exec, &device, out)?));
             }
         }
         self.rebalance()?;
@@ -618,10 +645,11 @@ impl LoadedModel {
     }
 
     /// Runs the model's draft layers (its multi-token-prediction graph, [`GraphKind::Mtp`]) over
-    /// a batch whose row `r` pairs `batch.tokens[r]` with the hidden row `hidden[r·n_embd..]`
-    /// (the main graph's final-norm row of the position before, as [`LoadedModel::forward_hidden`]
-    /// reads it) at `batch.positions[r]` of the draft layers' own caches; returns the logits of
-    /// the output rows. A model without draft layers is a named error.
+    /// a batch whose row `r` pairs `batch.tokens[r]` with the hidden row `hidden[r·w..]` (`w`
+    /// the width the draft graph declares: `n_embd` for the main graph's final-norm row of the
+    /// position before, as [`LoadedModel::forward_hidden`] reads it; qwen4exp's hc-wide
+    /// residual, its `h_nextn`) at `batch.positions[r]` of the draft layers' own caches; returns
+    /// the logits of the output rows. A model without draft layers is a named error.
     pub fn forward_draft(
         &mut self,
         batch: &BatchInputs,
@@ -645,15 +673,6 @@ impl LoadedModel {
         if batch.output_rows.is_empty() {
             return Err(ModelError::Request("a draft pass needs output rows".into()));
         }
-        let n_embd = self.spec.hparams.n_embd as usize;
-        if hidden.len() != n_embd * batch.tokens.len() {
-            return Err(ModelError::Request(format!(
-                "a draft pass of {} rows needs {} hidden values ({n_embd} a row), not {}",
-                batch.tokens.len(),
-                n_embd * batch.tokens.len(),
-                hidden.len()
-            )));
-        }
         let shape = BatchShape {
             n_rows: batch.tokens.len() as u32,
             n_outputs: batch.output_rows.len() as u32,
@@ -661,6 +680,15 @@ impl LoadedModel {
         };
         let device = Arc::clone(&self.device);
         let exec = self.executor_of(shape, readout)?;
+        let want = exec.input_elements(BatchInput::Hidden).unwrap_or(0) as usize;
+        if hidden.len() != want {
+            let rows = batch.tokens.len();
+            return Err(ModelError::Request(format!(
+                "a draft pass of {rows} rows needs {want} hidden values ({} a row), not {}",
+                want / rows.max(1),
+                hidden.len()
+            )));
+        }
         exec.run_with_hidden(&device, batch, hidden)?;
         let mut out = PassOutputs::default();
         if readout.logits() {

@@ -212,6 +212,25 @@ fn host_available() -> u64 {
     }
 }
 
+/// The kind of graph the file's passes run: [`GraphKind::Main`], or [`GraphKind::Mtp`] for a
+/// file that holds draft layers alone (qwen4exp's MTP-only file, loaded with `-md`), whose main
+/// graph the plugin refuses while its draft graph builds. A main graph refused for another
+/// reason still is, on the file's first main pass.
+pub(crate) fn pass_kind(instance: &ModelInstanceBox) -> GraphKind {
+    let builds = |kind| {
+        let shape = BatchShape {
+            n_rows: 1,
+            n_outputs: 1,
+            kind,
+        };
+        instance.build_graph(shape).into_result().is_ok()
+    };
+    match !builds(GraphKind::Main) && builds(GraphKind::Mtp) {
+        true => GraphKind::Mtp,
+        false => GraphKind::Main,
+    }
+}
+
 /// The placement plan on `cards` (main card first): the graph's MoE layers, what the main card
 /// must hold besides them, what each other card holds for its expert calls, and the budgets.
 #[allow(clippy::too_many_arguments)]
@@ -225,12 +244,13 @@ pub(crate) fn plan_for(
     path: &str,
     plugin: &str,
 ) -> Result<Plan, ModelError> {
+    let kind = pass_kind(instance);
     let graph_of = |n_rows: u32| {
         instance
             .build_graph(BatchShape {
                 n_rows,
                 n_outputs: 1,
-                kind: GraphKind::Main,
+                kind,
             })
             .into_result()
             .map_err(|error| ModelError::Plugin {

@@ -12,6 +12,7 @@
 //! at random for a fixed mean acceptance length (llama-server's `--spec-synth-len`).
 
 use bloomery_exec::{BatchInputs, LoadedModel, Readout};
+use bloomery_plugin_api::model::ModelSpec;
 
 use crate::sampling::rng::Mt19937;
 
@@ -86,6 +87,40 @@ pub fn mtp_width(arch: &str) -> Option<usize> {
     match arch {
         "glm5-next" | "glm5next" => Some(1),
         _ => None,
+    }
+}
+
+/// Whether `draft`, a separate draft file (`-md`: qwen4exp's MTP-only file, as llama.cpp
+/// b11434's converter `--mtp` writes it), can draft for `target`: it must hold an MTP block, be
+/// of the target's architecture, follow the same number of trunk layers (its block is the layer
+/// after them) and share the target's width and vocabulary. The error names what differs.
+pub fn check_draft_model(target: &ModelSpec, draft: &ModelSpec) -> Result<(), String> {
+    let (t, d) = (&target.hparams, &draft.hparams);
+    let (ta, da) = (target.architecture.as_str(), draft.architecture.as_str());
+    if draft.caps.n_mtp_layers == 0 {
+        return Err(format!(
+            "the draft file (`{da}`) holds no MTP (nextn) block"
+        ));
+    }
+    if da != ta {
+        return Err(format!(
+            "the draft file is another model's: architecture `{da}`, the model's `{ta}`"
+        ));
+    }
+    let differs = [
+        (
+            "trunk layers (block_count less the MTP block)",
+            t.n_layer,
+            d.n_layer,
+        ),
+        ("width (embedding_length)", t.n_embd, d.n_embd),
+        ("vocabulary (tokens)", t.n_vocab, d.n_vocab),
+    ];
+    match differs.iter().find(|(_, a, b)| a != b) {
+        Some((what, a, b)) => Err(format!(
+            "the draft file does not fit the model: {what} {b}, the model's {a}"
+        )),
+        None => Ok(()),
     }
 }
 

@@ -42,6 +42,13 @@ Writes {reference, file_sha256, layer, sequences: [{tokens, next_tokens, logits,
 qsa_blocks, min_gap}]} (router ids and selected complete-block indices of the MTP layer, per position,
 sorted).
 
+With --chain N each sequence also gets the block's greedy draft chain of N tokens after its rows,
+`chain: {drafts, logits, router_ids, qsa_blocks, min_argmax_lead}`: d_1 is the argmax of the last
+row; step k appends the row (the block's own residual x of the previous row as h, d_k) at the next
+position and d_(k+1) is its argmax (the chain llama.cpp's draft-mtp runs, the block's residual feeding
+the next step); logits etc. are those N - 1 appended rows'. A draft whose lead over the runner-up is
+under 1e-4 of the row's largest |logit| refuses the sequence.
+
 With --check-hf the same glue is run around transformers' own modules (Qwen4ExpTextDecoderLayer of kind
 indexed_attention loaded with the block's weights through hf_qwen4exp.py's mapping,
 Qwen4ExpTextGatedResidual for nextn.hc_head, Qwen4ExpTextRMSNorm for enorm / hnorm) in f32 and the
@@ -50,7 +57,7 @@ check_qwen4exp_tiny.sh: 4.6e-7 and 4.8e-7 on its two sequences; a numpy referenc
 of [e; h], hnorm's stream-0 gamma on every stream, the pooled key roped at the block's last position,
 or the hc combine without its factor 2 is 1.3, 0.11, 0.15-0.17 and 0.21-0.24 off).
 
-usage: numpy_qwen4exp_mtp.py MTP.gguf OUT.json [--check-hf] HIDDEN.npy:TOKENS:NEXT [...]
+usage: numpy_qwen4exp_mtp.py MTP.gguf OUT.json [--check-hf] [--chain N] HIDDEN.npy:TOKENS:NEXT [...]
   HIDDEN.npy: f32 [T, hc * n_embd]; TOKENS: the trunk's T tokens; NEXT: the T tokens fed with the rows
 """
 import hashlib
@@ -65,6 +72,8 @@ ARCH = "qwen4exp"
 # The tie bands of hf_qwen4exp.py: router probability gap (absolute), QSA gap (relative to the best).
 TIE_ROUTER = 1e-4
 TIE_QSA = 1e-4
+# A drafted token's lead over the runner-up (relative to the row's largest |logit|) below this is a tie.
+TIE_ARGMAX = 1e-4
 
 
 def field(r, key, default=None):
@@ -228,7 +237,33 @@ def mtp(f, hidden, next_tokens):
     m, routes, router_gap = moe(f, mix)
     x = combine(f, x, m, inject)
     logits = hc_mix(f, x, "nextn.hc_head", False) @ f.t["output.weight"].T
-    return logits, routes, blocks, {"router": router_gap, "qsa": qsa_gap}
+    return logits, routes, blocks, {"router": router_gap, "qsa": qsa_gap}, x.reshape(x.shape[0], -1)
+
+
+def argmax_gap(row):
+    """The greedy token of a logits row and its lead over the runner-up, relative to the largest |logit|."""
+    order = np.argsort(-row, kind="stable")
+    return int(order[0]), float((row[order[0]] - row[order[1]]) / np.abs(row).max())
+
+
+def chain(f, hidden, nxt, n):
+    """The block's greedy draft chain of n tokens after the rows (hidden, nxt): d_1 from the last
+    row; then each step k adds the row (x of the previous row, d_k) at the next position (the block's
+    own residual as h, as llama.cpp's draft-mtp chains it) and drafts d_(k+1) from it. Returns the last
+    run over every row (causal: its first T rows are the rows' own results), the drafts and their
+    smallest argmax lead."""
+    h, toks = hidden.astype(np.float64), list(nxt)
+    logits, routes, blocks, gap, x = mtp(f, h, toks)
+    d, lead = argmax_gap(logits[-1])
+    drafts, leads = [d], [lead]
+    for _ in range(n - 1):
+        h = np.vstack([h, x[-1:]])
+        toks.append(drafts[-1])
+        logits, routes, blocks, gap, x = mtp(f, h, toks)
+        d, lead = argmax_gap(logits[-1])
+        drafts.append(d)
+        leads.append(lead)
+    return logits, routes, blocks, gap, drafts, min(leads)
 
 
 def hf_glue(path, hidden, next_tokens):
@@ -311,6 +346,9 @@ def main():
     path, out, specs = args[0], args[1], args[2:]
     check = bool(specs) and specs[0] == "--check-hf"
     specs = specs[1:] if check else specs
+    n_chain = 0
+    if specs and specs[0] == "--chain":
+        n_chain, specs = int(specs[1]), specs[2:]
     f = File(path)
     seqs = []
     for spec in specs:
@@ -319,19 +357,30 @@ def main():
         tokens = [int(x) for x in tokens.split(",")]
         nxt = [int(x) for x in nxt.split(",")]
         assert hidden.shape == (len(tokens), f.hc * f.n) and len(nxt) == len(tokens), (hidden.shape, len(tokens))
-        logits, routes, blocks, gap = mtp(f, hidden, nxt)
+        T = len(tokens)
+        if n_chain:
+            logits, routes, blocks, gap, drafts, lead = chain(f, hidden, nxt, n_chain)
+            if lead < TIE_ARGMAX:
+                sys.exit(f"{spec[:40]}...: a draft within the argmax tie band ({lead:.2e}); choose another")
+        else:
+            logits, routes, blocks, gap, _ = mtp(f, hidden, nxt)
         # A near tie would let two correct implementations pick differently: refuse the sequence.
         if gap["router"] < TIE_ROUTER or gap["qsa"] < TIE_QSA:
             sys.exit(f"{spec[:40]}...: a selection within the tie band ({gap}); choose another sequence")
         if check:
             hl, hr, hb = hf_glue(path, hidden, nxt)
-            rel = float(np.abs(hl - logits).max() / np.abs(logits).max())
-            print(f"check-hf: {len(tokens)} rows: logits rel {rel:.2e}, router ids equal {hr == routes}, "
-                  f"QSA blocks equal {hb == blocks}", file=sys.stderr)
-            assert rel < 1e-5 and hr == routes and hb == blocks, "numpy and transformers' modules disagree"
+            rel = float(np.abs(hl - logits[:T]).max() / np.abs(logits[:T]).max())
+            same_r, same_b = hr == routes[:T], hb == blocks[:T]
+            print(f"check-hf: {T} rows: logits rel {rel:.2e}, router ids equal {same_r}, "
+                  f"QSA blocks equal {same_b}", file=sys.stderr)
+            assert rel < 1e-5 and same_r and same_b, "numpy and transformers' modules disagree"
         rounded = [[float(f"{v:.8g}") for v in row] for row in logits.tolist()]
-        seqs.append({"tokens": tokens, "next_tokens": nxt, "logits": rounded, "router_ids": routes,
-                     "qsa_blocks": blocks, "min_gap": {k: float(f"{v:.3g}") for k, v in gap.items()}})
+        seq = {"tokens": tokens, "next_tokens": nxt, "logits": rounded[:T], "router_ids": routes[:T],
+               "qsa_blocks": blocks[:T], "min_gap": {k: float(f"{v:.3g}") for k, v in gap.items()}}
+        if n_chain:
+            seq["chain"] = {"drafts": drafts, "logits": rounded[T:], "router_ids": routes[T:],
+                            "qsa_blocks": blocks[T:], "min_argmax_lead": float(f"{lead:.3g}")}
+        seqs.append(seq)
     json.dump({"reference": "float64 numpy, llama.cpp b11434 qwen4exp.cpp graph_mtp form "
                "(tests/oracle/numpy_qwen4exp_mtp.py)",
                "file_sha256": sha256(path), "layer": f.il, "sequences": seqs}, open(out, "w"))
