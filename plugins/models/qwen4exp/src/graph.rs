@@ -39,6 +39,9 @@ pub struct Model<'a> {
     pub w: &'a Weights,
     /// Each layer's state indices.
     pub state: &'a [Option<LayerState>],
+    /// A verify pass ([`bloomery_plugin_api::graph::GraphKind::Verify`]): the GDN convolution and
+    /// delta rule and the n-gram table layer's convolution also write every row's state.
+    pub verify: bool,
 }
 
 /// A grouped RMS norm of `x` (`[n·s, rows]` or `[n, s, rows]`, contiguous): each `n`-wide
@@ -165,13 +168,18 @@ fn ple(
     let gvn = grouped_norm(m, g, "ple_conv_norm", gv, &w.norm_conv)?;
     let wc = g.w(&w.conv)?;
     let cs = g.state(conv_state, "ple_conv_state");
+    let mut srcs = vec![gvn, wc, cs, inp.slots, inp.positions];
+    if m.verify {
+        let width = n * s * p.conv_history();
+        srcs.push(g.row_states(conv_state, "ple_conv_state_rows", width, rows)?);
+    }
     let conv = g.op(
         "ple_conv",
         Op::ConvCausal {
             taps: p.conv_kernel,
             dilation: p.ngram_size,
         },
-        &[gvn, wc, cs, inp.slots, inp.positions],
+        &srcs,
         DType::F32,
         [n * s, rows, 1, 1],
     )?;
@@ -197,7 +205,7 @@ fn delta_net(
         dims: m.hp.gdn.dims(),
         eps: m.hp.lm.eps,
         z_gate: UnaryFn::Sigmoid,
-        verify: false,
+        verify: m.verify,
         states,
     };
     gated_delta_net(g, d, &call, x, inp)

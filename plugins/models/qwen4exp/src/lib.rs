@@ -190,14 +190,11 @@ impl ModelInstance for Qwen4Exp {
             hp: &self.hp,
             w: &self.weights,
             state: &self.layer_state,
+            verify: shape.kind == GraphKind::Verify,
         };
         match shape.kind {
-            GraphKind::Main => graph::build(&m, shape),
+            GraphKind::Main | GraphKind::Verify => graph::build(&m, shape),
             GraphKind::Mtp => mtp::build(&m, shape),
-            GraphKind::Verify => Err(PluginError::unsupported(
-                "the qwen4exp verify graph (per-row states of a drafting loop) is not built",
-                &[],
-            )),
         }
         .into()
     }

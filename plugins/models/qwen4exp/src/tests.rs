@@ -553,10 +553,51 @@ fn the_draft_graph_reads_hc_wide_rows_and_both_graphs_name_them() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("MTP-only file"), "{e}");
-    let e = mtp
-        .build_graph(shape(GraphKind::Verify))
+}
+
+/// The verify graph writes the row states of every per-sequence state: each GDN layer's
+/// convolution and delta rule, and the n-gram table layer's dilated convolution.
+#[test]
+fn the_verify_graph_writes_every_per_sequence_states_rows() {
+    let m = Qwen4Exp::load(&tiny()).unwrap();
+    let shape = BatchShape {
+        n_rows: 4,
+        n_outputs: 4,
+        kind: GraphKind::Verify,
+    };
+    let g = m.build_graph(shape).into_result().unwrap();
+    let mut written: Vec<u32> = g
+        .tensors
+        .iter()
+        .filter_map(|t| match t.source {
+            TensorSource::RowStates { index } => Some(index),
+            _ => None,
+        })
+        .collect();
+    written.sort_unstable();
+    let spec = m.spec();
+    let per_sequence: Vec<u32> = (0..spec.state.len() as u32)
+        .filter(|&i| {
+            matches!(
+                spec.state[i as usize].kind,
+                StateKind::Conv | StateKind::Recurrent
+            )
+        })
+        .collect();
+    assert_eq!(written, per_sequence);
+    assert!(spec
+        .state
+        .iter()
+        .any(|s| s.name.as_str() == "ple_conv_state_l1"));
+    let main = m
+        .build_graph(BatchShape {
+            kind: GraphKind::Main,
+            ..shape
+        })
         .into_result()
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("qwen4exp verify graph"), "{e}");
+        .unwrap();
+    assert!(!main
+        .tensors
+        .iter()
+        .any(|t| matches!(t.source, TensorSource::RowStates { .. })));
 }
