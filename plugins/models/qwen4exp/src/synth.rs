@@ -1,7 +1,7 @@
 //! Shapes for `bloomery synth --arch qwen4exp`: `tiny`, the shape of the reference's random
 //! checkpoint (`tests/oracle/make_qwen4exp_tiny.py`) with the b11434 converter's keys, key types
 //! and tensors; `tiny-mtp`, the MTP-only file the converter's `--mtp` writes for it; `flash`,
-//! Qwen3.8-Flash-Next at its real widths with the full n-gram table.
+//! Qwen3.8-Flash-Next at its real widths with the full n-gram table, and `flash-mtp`, its MTP file.
 //!
 //! The PLE hash constants are the converter's layout: each head's row count is the next prime
 //! after the previous head's (the first at least `ngram_vocab_base`), the offsets their running
@@ -72,6 +72,29 @@ const TINY: Shape = Shape {
     ngram_vocab_base: 1009,
 };
 
+const FLASH: Shape = Shape {
+    name: "flash",
+    description: "Qwen3.8-Flash-Next at its real widths: 48 layers (QSA at 3, 7, ..., 47, the rest GDN), hidden 2560, 4 streams (rank 320), GQA 24/2 x 256, GDN 16/48 x 128, QSA 4 x 128 budget 2048 ratio 4, PLE on layer 1 (16 heads x 160, 320,001,536 rows: 51 G values), 512 experts top-10 (ff 640) + shared, vocab 248,320",
+    n_layer: 48,
+    mtp_only: false,
+    n_embd: 2560,
+    n_head: 24,
+    n_head_kv: 2,
+    head_dim: 256,
+    gdn_k_heads: 16,
+    gdn_v_heads: 48,
+    low_rank: 320,
+    indexer_heads: 4,
+    top_k: 2048,
+    n_expert: 512,
+    n_used: 10,
+    n_ff_exp: 640,
+    n_vocab: 248_320,
+    n_ctx: 262_144,
+    ple_eos: 248_044,
+    ngram_vocab_base: 20_000_000,
+};
+
 const SHAPES: &[Shape] = &[
     TINY,
     Shape {
@@ -80,27 +103,12 @@ const SHAPES: &[Shape] = &[
         mtp_only: true,
         ..TINY
     },
+    FLASH,
     Shape {
-        name: "flash",
-        description: "Qwen3.8-Flash-Next at its real widths: 48 layers (QSA at 3, 7, ..., 47, the rest GDN), hidden 2560, 4 streams (rank 320), GQA 24/2 x 256, GDN 16/48 x 128, QSA 4 x 128 budget 2048 ratio 4, PLE on layer 1 (16 heads x 160, 320,001,536 rows: 51 G values), 512 experts top-10 (ff 640) + shared, vocab 248,320",
-        n_layer: 48,
-        mtp_only: false,
-        n_embd: 2560,
-        n_head: 24,
-        n_head_kv: 2,
-        head_dim: 256,
-        gdn_k_heads: 16,
-        gdn_v_heads: 48,
-        low_rank: 320,
-        indexer_heads: 4,
-        top_k: 2048,
-        n_expert: 512,
-        n_used: 10,
-        n_ff_exp: 640,
-        n_vocab: 248_320,
-        n_ctx: 262_144,
-        ple_eos: 248_044,
-        ngram_vocab_base: 20_000_000,
+        name: "flash-mtp",
+        description: "the MTP-only file of `flash` (the converter's --mtp): embeddings, head and the QSA MTP block 48 with its 512 experts, no trunk, no PLE",
+        mtp_only: true,
+        ..FLASH
     },
 ];
 

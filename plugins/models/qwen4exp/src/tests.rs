@@ -1,6 +1,7 @@
 //! The plugin's own tests: presets against the loader, layer kinds, the n-gram table's
-//! constants and state, the fused expert stacks, the MTP-only file, refusals by name (the
-//! compress-ratio trap first), hostile files, and the graph's refusal.
+//! constants and state, the fused expert stacks, the MTP-only files (`tiny-mtp`, `flash-mtp`),
+//! refusals by name (the compress-ratio trap first), hostile files, and the graphs: the trunk's,
+//! the MTP block's draft graph and the verify graph's row states.
 
 use super::*;
 use bloomery_plugin_api::graph::{
@@ -600,4 +601,37 @@ fn the_verify_graph_writes_every_per_sequence_states_rows() {
         .tensors
         .iter()
         .any(|t| matches!(t.source, TensorSource::RowStates { .. })));
+}
+
+/// `flash-mtp` is the MTP-only file of `flash`: the block after its 48 trunk layers, QSA with
+/// 512 experts, and a draft graph reading the 10,240-wide residual (4 streams of 2,560).
+#[test]
+fn flash_mtp_is_the_mtp_file_of_flash() {
+    let flash = Qwen4Exp::load(&preset("flash").file_view(DType::F32)).unwrap();
+    let m = Qwen4Exp::load(&preset("flash-mtp").file_view(DType::F32)).unwrap();
+    let (hp, trunk) = (m.hparams(), flash.hparams());
+    assert_eq!((hp.lm.n_layer, hp.n_mtp, hp.mtp_only), (48, 1, true));
+    assert_eq!(
+        (hp.lm.n_embd, hp.lm.n_vocab, hp.experts.n_expert),
+        (trunk.lm.n_embd, trunk.lm.n_vocab, 512)
+    );
+    assert_eq!(hp.kind(48), Some(LayerKind::Qsa));
+    let g = m
+        .build_graph(BatchShape {
+            n_rows: 2,
+            n_outputs: 1,
+            kind: GraphKind::Mtp,
+        })
+        .into_result()
+        .unwrap();
+    let hidden = TensorSource::Input {
+        input: BatchInput::Hidden,
+    };
+    let ne: Vec<[u64; 4]> = g
+        .tensors
+        .iter()
+        .filter(|t| t.source == hidden)
+        .map(|t| t.ne)
+        .collect();
+    assert_eq!(ne, [[10_240, 2, 1, 1]]);
 }
