@@ -11,7 +11,7 @@
 //! ```
 //!
 //! `enorm` is one gamma repeated over the streams, `hnorm` one per stream; the block's layer
-//! is a trunk QSA layer's graph ([`crate::graph::layer`]), attending over its own K/V and
+//! is a trunk QSA layer's graph (`graph::layer`), attending over its own K/V and
 //! indexer caches. Reference: `tests/oracle/numpy_qwen4exp_mtp.py`.
 
 use bloomery_plugin_api::graph::{BatchInput, BatchShape, Graph, GraphBuilder};
