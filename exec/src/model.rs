@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use bloomery_devices::{Buffer, Device, KernelPluginFile, Registry, Staging};
 use bloomery_gguf::GgufModel;
-use bloomery_plugin_api::graph::{BatchInput, BatchShape, GraphKind};
+use bloomery_plugin_api::graph::{BatchInput, BatchShape, GraphKind, TensorSource, FINAL_NORM};
 use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
 use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
@@ -85,6 +85,8 @@ pub struct LoadedModel {
     /// The graph gives logits (false for a decision model's backbone, whose graph ends at its
     /// final norm): text generation needs them.
     pub output_head: bool,
+    /// The rows the embeddings readout reads ([`LoadedModel::read_rows_from`]).
+    rows: &'static str,
 }
 
 /// What a pass read back for its output rows (each empty when its readout did not ask for it).
@@ -316,6 +318,7 @@ impl LoadedModel {
             file,
             locked,
             output_head: false,
+            rows: FINAL_NORM,
         };
         let kind = pass_kind(&model.instance);
         model.executor_kind(1, 1, Readout::Logits, kind)?;
@@ -391,7 +394,7 @@ impl LoadedModel {
                     plugin: self.plugin.clone(),
                     error,
                 })?;
-            let graph = graph_for(graph, readout).map_err(|why| match readout {
+            let graph = graph_for(graph, readout, self.rows).map_err(|why| match readout {
                 Readout::Tap(_) => ModelError::Request(why),
                 _ => ModelError::NoEmbeddings {
                     plugin: self.plugin.clone(),
@@ -711,6 +714,40 @@ impl LoadedModel {
             ));
         }
         Ok(self.forward_reading(batch, Readout::Embeddings)?.embeddings)
+    }
+
+    /// Makes the embeddings readout ([`Readout::Embeddings`], [`Readout::Both`]) read the rows
+    /// named `name` instead of the final-norm rows ([`FINAL_NORM`]): qwen4exp's `h_nextn`
+    /// ([`bloomery_plugin_api::graph::NEXTN_HIDDEN`]), the rows its separate MTP file pairs with
+    /// the next token. Executors prepared so far are dropped.
+    pub fn read_rows_from(&mut self, name: &'static str) {
+        if self.rows != name {
+            self.rows = name;
+            self.executors.clear();
+        }
+    }
+
+    /// The rows the embeddings readout reads ([`LoadedModel::read_rows_from`]).
+    pub fn rows_name(&self) -> &'static str {
+        self.rows
+    }
+
+    /// Values a row of the draft graph's hidden input (`None` for a model without draft layers):
+    /// `n_embd`, or qwen4exp's hyper-connection residual width.
+    pub fn hidden_width(&self) -> Option<usize> {
+        let shape = BatchShape {
+            n_rows: 1,
+            n_outputs: 1,
+            kind: GraphKind::Mtp,
+        };
+        let g = self.instance.build_graph(shape).into_result().ok()?;
+        let hidden = TensorSource::Input {
+            input: BatchInput::Hidden,
+        };
+        g.tensors
+            .iter()
+            .find(|t| t.source == hidden)
+            .map(|t| t.ne[0] as usize)
     }
 
     /// The resolved tensor of the weight named `name` (its GGUF name), if the model has one.

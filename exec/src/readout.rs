@@ -55,14 +55,16 @@ impl Readout {
     }
 }
 
-/// `graph` as it runs for `readout`; an error says why it cannot (no final-norm rows).
-pub fn graph_for(mut graph: Graph, readout: Readout) -> Result<Graph, String> {
+/// `graph` as it runs for `readout`, its rows (embeddings) the last tensor named `rows` outside
+/// any layer ([`FINAL_NORM`], or the MTP block's [`bloomery_plugin_api::graph::NEXTN_HIDDEN`]);
+/// an error says why it cannot (no such rows).
+pub fn graph_for(mut graph: Graph, readout: Readout, rows: &str) -> Result<Graph, String> {
     match readout {
         Readout::Logits => return Ok(graph),
         Readout::Tap(name) => return tapped(graph, name),
         Readout::Embeddings | Readout::Both => {}
     }
-    let norm = final_norm(&graph)?;
+    let norm = rows_of(&graph, rows)?;
     let output = GraphOutput {
         name: EMBEDDINGS_OUTPUT.into(),
         tensor: norm,
@@ -74,7 +76,7 @@ pub fn graph_for(mut graph: Graph, readout: Readout) -> Result<Graph, String> {
             .nodes
             .iter()
             .rposition(|n| n.dst == norm)
-            .ok_or_else(|| format!("no node writes `{FINAL_NORM}`"))?;
+            .ok_or_else(|| format!("no node writes `{rows}`"))?;
         graph.nodes.truncate(writer + 1);
         graph.outputs.clear();
     }
@@ -102,13 +104,20 @@ fn tapped(mut graph: Graph, name: &str) -> Result<Graph, String> {
     Ok(graph)
 }
 
-/// The final-norm rows of `graph`: the last tensor named [`FINAL_NORM`] outside any layer.
-fn final_norm(graph: &Graph) -> Result<TensorId, String> {
-    let at = graph
-        .tensors
-        .iter()
-        .rposition(|t| t.name.as_str() == FINAL_NORM && t.layer == -1)
-        .ok_or_else(|| format!("the graph has no `{FINAL_NORM}` rows (the final norm)"))?;
+/// The rows of `graph` named `name`: the last tensor of that name outside any layer that a node
+/// writes (views of it, which share its name, left aside).
+fn rows_of(graph: &Graph, name: &str) -> Result<TensorId, String> {
+    let written = |i: usize| graph.nodes.iter().any(|n| n.dst.0 as usize == i);
+    let at = (0..graph.tensors.len())
+        .rev()
+        .find(|&i| {
+            let t = &graph.tensors[i];
+            t.name.as_str() == name && t.layer == -1 && written(i)
+        })
+        .ok_or_else(|| match name == FINAL_NORM {
+            true => format!("the graph has no `{FINAL_NORM}` rows (the final norm)"),
+            false => format!("the graph has no `{name}` rows"),
+        })?;
     Ok(TensorId(at as u32))
 }
 
@@ -168,7 +177,7 @@ mod tests {
 
     #[test]
     fn embeddings_alone_stop_at_the_final_norm() {
-        let g = graph_for(head(), Readout::Embeddings).unwrap();
+        let g = graph_for(head(), Readout::Embeddings, FINAL_NORM).unwrap();
         assert_eq!(g.nodes.len(), 2);
         assert_eq!(outputs(&g), [EMBEDDINGS_OUTPUT]);
         let t = g.outputs[0].tensor.0 as usize;
@@ -177,10 +186,13 @@ mod tests {
 
     #[test]
     fn both_keep_the_head_and_read_the_norm() {
-        let g = graph_for(head(), Readout::Both).unwrap();
+        let g = graph_for(head(), Readout::Both, FINAL_NORM).unwrap();
         assert_eq!(g.nodes.len(), 4);
         assert_eq!(outputs(&g), ["logits", EMBEDDINGS_OUTPUT]);
-        assert_eq!(graph_for(head(), Readout::Logits).unwrap(), head());
+        assert_eq!(
+            graph_for(head(), Readout::Logits, FINAL_NORM).unwrap(),
+            head()
+        );
     }
 
     #[test]
@@ -196,7 +208,7 @@ mod tests {
             )
             .unwrap();
         g.output("logits", x);
-        let e = graph_for(g.finish(), Readout::Embeddings).unwrap_err();
+        let e = graph_for(g.finish(), Readout::Embeddings, FINAL_NORM).unwrap_err();
         assert!(e.contains(FINAL_NORM), "{e}");
     }
 
@@ -221,7 +233,7 @@ mod tests {
         g.set_layer(-1);
         g.output("logits", last.unwrap());
         let base = g.finish();
-        let t = graph_for(base.clone(), Readout::Tap("sel")).unwrap();
+        let t = graph_for(base.clone(), Readout::Tap("sel"), FINAL_NORM).unwrap();
         assert_eq!(t.nodes, base.nodes);
         let layers: Vec<Option<i32>> = t
             .outputs
@@ -230,7 +242,7 @@ mod tests {
             .collect();
         assert_eq!(layers, [None, Some(3), Some(7)]);
         assert_eq!(tap_layer("tap:sel:3", "se"), None);
-        let e = graph_for(base, Readout::Tap("nothing")).unwrap_err();
+        let e = graph_for(base, Readout::Tap("nothing"), FINAL_NORM).unwrap_err();
         assert!(e.contains("`nothing`"), "{e}");
         assert!(Readout::Tap("sel").logits() && !Readout::Tap("sel").embeddings());
     }

@@ -1,9 +1,16 @@
 //! Draft decoding of Qwen3.8-Flash-Next (`qwen4exp`) through the shared runtime on the synthetic
 //! tiny trunk (`bloomery synth --arch qwen4exp --preset tiny --seed 7`, every tensor F32), the
-//! drafts from test-only sources (the MTP block's own driver is not wired to a separate `-md`
-//! file yet): prompts of the golden's first sequence, which holds the n-gram table's end id 270
-//! at 20, 41, 42 and 44, answered greedily with 24 tokens:
+//! drafts from test-only sources and from the MTP block of the separate MTP-only file (`--preset
+//! tiny-mtp`, `Runtime::start_with_draft_model`): prompts of the golden's first sequence, which
+//! holds the n-gram table's end id 270 at 20, 41, 42 and 44, answered greedily with 24 tokens:
 //!
+//! - the MTP driver with the separate file drafts what its block run by hand gives, paired as
+//!   llama.cpp's draft-mtp pairs it: token p with the trunk's `h_nextn` row of p − 1 (zeros at
+//!   0), each later step its draft with the block's own `h_nextn` row, one position on: the
+//!   drafts and the block's caches bit for bit;
+//! - drafting with the MTP file's block (n_max 3, its own residual chained) gives the tokens of
+//!   decoding without drafts and leaves the slot's state bit for bit as they do; a draft file
+//!   that cannot draft for the trunk is refused by name;
 //! - a perfect source (the target's own greedy continuation) has every draft accepted, and
 //!   sources wrong from the first, second or third drafted row have every wrong one refused,
 //!   all with the tokens of decoding without drafts;
@@ -23,11 +30,12 @@ use std::sync::Arc;
 
 use bloomery::synth::ClassTypes;
 use bloomery_devices::Registry;
-use bloomery_exec::{LoadOptions, LoadedModel};
+use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel, Readout};
+use bloomery_plugin_api::graph::NEXTN_HIDDEN;
 use bloomery_plugin_api::DType;
 use bloomery_runtime::request::{Event, Finish, GenParams, ShiftParams};
 use bloomery_runtime::sampling::SamplerParams;
-use bloomery_runtime::spec::{DraftSource, SpecConfig};
+use bloomery_runtime::spec::{Chunk, DraftSource, MtpDrafter, SpecConfig, Want};
 use bloomery_runtime::{Runtime, RuntimeConfig};
 
 const F32: ClassTypes = ClassTypes {
@@ -80,6 +88,30 @@ fn config() -> RuntimeConfig {
         spec: SpecConfig::OFF,
         slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
     }
+}
+
+/// The MTP-only file `tiny-mtp` (seed 7, every tensor F32) in `dir`.
+fn mtp_file(dir: &Path) -> std::path::PathBuf {
+    let reg = Registry::load(&common::plugin_dir()).unwrap();
+    let presets = reg.model_for("qwen4exp").unwrap().module.synth_presets()();
+    let p = presets
+        .iter()
+        .find(|p| p.name.as_str() == "tiny-mtp")
+        .unwrap();
+    let path = dir.join("tiny-mtp.gguf");
+    bloomery::synth::write(p, F32, 7, &path).unwrap();
+    path
+}
+
+/// The trunk at `path` drafting with the block of the MTP file at `mtp`, at most 3 tokens a step.
+fn start_mtp(path: &Path, mtp: &Path) -> Runtime {
+    let m = load(path);
+    let tok = tokenizer(&m);
+    let cfg = RuntimeConfig {
+        spec: SpecConfig::MTP,
+        ..config()
+    };
+    Runtime::start_with_draft_model(m, load(mtp), tok, cfg).unwrap()
 }
 
 fn tokenizer(m: &LoadedModel) -> Arc<bloomery_text::Tokenizer> {
@@ -260,5 +292,139 @@ fn after_refused_drafts_the_state_is_bit_for_bit_that_of_decoding_without_drafts
                 );
             }
         }
+    }
+}
+
+#[test]
+fn drafting_with_the_mtp_files_block_gives_the_tokens_and_state_of_no_drafting() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::tiny_of("qwen4exp", dir.path(), F32);
+    let mtp = mtp_file(dir.path());
+    let want = greedy_off(&path);
+    let rt = start_mtp(&path, &mtp);
+    let (mut drafted, mut accepted) = (0, 0);
+    for (p, seq) in prompts().iter().zip(&want) {
+        let (ids, f) = answer(&rt, p);
+        assert_eq!(ids, seq[p.len()..], "prompt of {}: tokens differ", p.len());
+        drafted += f.n_drafted;
+        accepted += f.n_accepted;
+    }
+    eprintln!("MTP file: {accepted} of {drafted} drafts accepted");
+    assert!(drafted > 0, "the block drafted nothing");
+    rt.shutdown().unwrap();
+    for prompt in prompts() {
+        let (plain, _) = state_after(start(&path), &prompt);
+        let (drafting, again) = state_after(start_mtp(&path, &mtp), &prompt);
+        assert_eq!(again, 0, "passes that ran kept tokens again");
+        assert!(
+            drafting == plain,
+            "prompt of {}: the state differs",
+            prompt.len()
+        );
+    }
+}
+
+#[test]
+fn a_draft_file_that_cannot_draft_for_the_trunk_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::tiny_of("qwen4exp", dir.path(), F32);
+    let m = load(&path);
+    let tok = tokenizer(&m);
+    let cfg = RuntimeConfig {
+        spec: SpecConfig::MTP,
+        ..config()
+    };
+    let e = Runtime::start_with_draft_model(m, load(&path), tok.clone(), cfg)
+        .err()
+        .expect("refused")
+        .to_string();
+    assert!(e.contains("holds no MTP (nextn) block"), "{e}");
+    let e =
+        Runtime::start_with_draft_model(load(&path), load(&mtp_file(dir.path())), tok, config())
+            .err()
+            .expect("refused")
+            .to_string();
+    assert!(e.contains("--spec-type draft-mtp"), "{e}");
+}
+
+/// Rows `tokens` of slot 0 from position `start` (`history`: the tokens from position 0), every
+/// row an output, with the n-gram row ids a model with the table needs.
+fn rows(m: &LoadedModel, history: &[u32], start: usize) -> BatchInputs {
+    let h: Vec<i32> = history.iter().map(|&t| t as i32).collect();
+    let n = h.len() - start;
+    BatchInputs {
+        tokens: h[start..].to_vec(),
+        positions: (start as i32..h.len() as i32).collect(),
+        slots: vec![0; n],
+        output_rows: (0..n as i32).collect(),
+        ngram_rows: common::ngram_rows(&m.spec, &h, start),
+    }
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    (0..v.len())
+        .max_by(|&a, &b| v[a].total_cmp(&v[b]).then(b.cmp(&a)))
+        .unwrap() as u32
+}
+
+#[test]
+fn the_mtp_driver_drafts_as_the_separate_files_block_run_by_hand() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = common::tiny_of("qwen4exp", dir.path(), F32);
+    let mtp = mtp_file(dir.path());
+    let mut trunk = load(&path);
+    trunk.read_rows_from(NEXTN_HIDDEN);
+    let mut by_hand = load(&mtp);
+    by_hand.read_rows_from(NEXTN_HIDDEN);
+    let w = by_hand.hidden_width().unwrap();
+    assert_eq!(w, 4 * 128, "the hyper-connection residual");
+    let nv = 272;
+    for prompt in prompts() {
+        let len = prompt.len();
+        let out = trunk
+            .forward_reading(&rows(&trunk, &prompt, 0), Readout::Both)
+            .unwrap();
+        assert_eq!(out.embeddings.len(), len * w);
+        let x = argmax(&out.logits[(len - 1) * nv..]);
+        let mut driver = MtpDrafter::new(SpecConfig::MTP, 2, w).with_draft_model(load(&mtp));
+        let chunk = Chunk {
+            slot: 0,
+            start: 0,
+            tokens: &prompt,
+            rows: &out.embeddings,
+            kept: len,
+        };
+        driver.take_in(&mut trunk, &[chunk]).unwrap();
+        let want = Want {
+            slot: 0,
+            last: x,
+            pos: len,
+            max: 3,
+        };
+        let got = driver.draft(&mut trunk, &[want]).unwrap();
+        let toks = [prompt.clone(), vec![x]].concat();
+        let hidden = [vec![0f32; w], out.embeddings.clone()].concat();
+        let r = by_hand
+            .forward_draft_reading(&rows(&by_hand, &toks, 0), &hidden, Readout::Both)
+            .unwrap();
+        let mut drafts = vec![argmax(&r.logits[len * nv..])];
+        let mut h = r.embeddings[len * w..].to_vec();
+        for step in 1..3 {
+            let history = [toks.clone(), drafts.clone()].concat();
+            let r = by_hand
+                .forward_draft_reading(&rows(&by_hand, &history, len + step), &h, Readout::Both)
+                .unwrap();
+            drafts.push(argmax(&r.logits));
+            h = r.embeddings;
+        }
+        assert_eq!(got, vec![drafts], "prompt of {len} tokens");
+        // The block's caches (K/V, indexer rows and pooled keys) over the prompt and the chain
+        // are bit for bit those of the block run by hand.
+        let n = (len + 3) as u32;
+        let fed = driver.draft_model().unwrap().read_slot(0, n).unwrap();
+        assert!(
+            fed == by_hand.read_slot(0, n).unwrap(),
+            "prompt of {len} tokens: the block's caches differ"
+        );
     }
 }

@@ -33,6 +33,9 @@ pub enum RuntimeError {
     /// The scheduler has stopped (a panic outside a pass, or shutdown).
     #[error("the scheduler has stopped")]
     Stopped,
+    /// A separate draft file that cannot draft for the model, or drafting not asked for.
+    #[error("the draft file: {0}")]
+    Draft(String),
 }
 
 impl Runtime {
@@ -53,7 +56,25 @@ impl Runtime {
         cfg: RuntimeConfig,
         source: Box<dyn DraftSource>,
     ) -> Result<Runtime, RuntimeError> {
-        Self::start_inner(model, None, tok, cfg, Some(source))
+        Self::start_inner(model, None, tok, cfg, (Some(source), None))
+    }
+
+    /// As [`Runtime::start`], drafting (`cfg.spec` of kind `draft-mtp`) with the MTP block of the
+    /// separate file `draft` (qwen4exp's MTP-only file, llama-server's `-md`): refused by name
+    /// unless it fits the model ([`crate::spec::check_draft_model`]).
+    pub fn start_with_draft_model(
+        model: LoadedModel,
+        draft: LoadedModel,
+        tok: Arc<Tokenizer>,
+        cfg: RuntimeConfig,
+    ) -> Result<Runtime, RuntimeError> {
+        crate::spec::check_draft_model(&model.spec, &draft.spec).map_err(RuntimeError::Draft)?;
+        if cfg.spec.kind != crate::spec::SpecType::DraftMtp {
+            return Err(RuntimeError::Draft(
+                "a draft file drafts with --spec-type draft-mtp only".into(),
+            ));
+        }
+        Self::start_inner(model, None, tok, cfg, (None, Some(draft)))
     }
 
     /// As [`Runtime::start`], with the model's decision head (which the scheduler owns beside
@@ -64,7 +85,7 @@ impl Runtime {
         tok: Arc<Tokenizer>,
         cfg: RuntimeConfig,
     ) -> Result<Runtime, RuntimeError> {
-        Self::start_inner(model, head, tok, cfg, None)
+        Self::start_inner(model, head, tok, cfg, (None, None))
     }
 
     fn start_inner(
@@ -72,7 +93,7 @@ impl Runtime {
         head: Option<DecisionHead>,
         tok: Arc<Tokenizer>,
         cfg: RuntimeConfig,
-        source: Option<Box<dyn DraftSource>>,
+        (source, draft): (Option<Box<dyn DraftSource>>, Option<LoadedModel>),
     ) -> Result<Runtime, RuntimeError> {
         let decides = head.is_some();
         let shared = Arc::new(Shared::new(model.options.n_slots as usize));
@@ -84,6 +105,7 @@ impl Runtime {
                 let extras = Extras {
                     source,
                     dozing: None,
+                    draft,
                 };
                 scheduler::run(model, head, tok, cfg, rx, published, extras)
             })

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use bloomery_exec::decision::{DecisionHead, HeadRequest};
 use bloomery_exec::{BatchInputs, LoadedModel, Readout, Rewind};
-use bloomery_plugin_api::graph::MAX_VERIFY_ROWS;
+use bloomery_plugin_api::graph::{FINAL_NORM, MAX_VERIFY_ROWS, NEXTN_HIDDEN};
 use bloomery_text::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc;
 
@@ -116,6 +116,9 @@ struct Scheduler<'t> {
     shared: Arc<Shared>,
     clock: u64,
     n_vocab: usize,
+    /// Values a row the MTP block pairs with: `n_embd`, or the width of the rows a separate
+    /// draft file's block reads.
+    row_width: usize,
     /// What slot files are tied to, worked out at the first save or restore (it reads samples
     /// of every weight).
     identity: Option<String>,
@@ -149,6 +152,9 @@ pub(crate) struct Extras {
     pub source: Option<Box<dyn DraftSource>>,
     /// Sleeping when idle.
     pub dozing: Option<Dozing>,
+    /// A separate draft file's model (qwen4exp's MTP-only file, `-md`) whose block drafts,
+    /// checked to fit the model ([`crate::spec::check_draft_model`]).
+    pub draft: Option<LoadedModel>,
 }
 
 /// How a scheduler that sleeps when idle starts (`--sleep-idle-seconds`).
@@ -189,7 +195,11 @@ pub(crate) fn run(
     shared: Arc<Shared>,
     extras: Extras,
 ) -> Ended {
-    let Extras { source, dozing } = extras;
+    let Extras {
+        source,
+        dozing,
+        draft,
+    } = extras;
     let rewind = model.rewind();
     let mut cfg = cfg;
     if source.is_none() {
@@ -215,8 +225,16 @@ pub(crate) fn run(
     let n_slots = model.options.n_slots as usize;
     let n_vocab = model.spec.hparams.n_vocab as usize;
     let n_embd = model.spec.hparams.n_embd as usize;
-    let drafter =
-        drafter_of(&model, cfg.spec, rewind, source).filter(|_| rollback_ready(&mut model, rewind));
+    // With a separate draft file both models' rows are the ones its block reads.
+    if draft.is_some() {
+        model.read_rows_from(NEXTN_HIDDEN);
+    }
+    let drafter = drafter_of(&model, cfg.spec, rewind, (source, draft))
+        .filter(|_| rollback_ready(&mut model, rewind));
+    let row_width = match &drafter {
+        Some(Drafter::Mtp(m)) => m.width(),
+        _ => n_embd,
+    };
     // A verify pass holds each slot's sampled token and its drafts, at most MAX_VERIFY_ROWS.
     let verify_rows = (n_slots * (cfg.spec.n_max + 1)).min(MAX_VERIFY_ROWS as usize) as u32;
     let row_states =
@@ -245,6 +263,7 @@ pub(crate) fn run(
         vocab: None,
         head,
         ended: Vec::new(),
+        row_width,
         drafter,
         synth: cfg
             .spec
@@ -605,6 +624,13 @@ impl<'t> Scheduler<'t> {
         // A generation needs a position for its first token; an embedding or a decision may
         // fill the slot.
         let generates = job.embed.is_none() && job.decide.is_none();
+        if !generates && self.model.rows_name() != FINAL_NORM {
+            return Err(Failure::new(
+                FailureKind::Invalid,
+                "embeddings and decisions are not served while a separate MTP draft file drafts \
+                 (the passes read the rows its block pairs with, not the final-norm rows)",
+            ));
+        }
         if generates && !job.params.prompt_only && !self.model.output_head {
             return Err(Failure::new(
                 FailureKind::Invalid,
@@ -1195,6 +1221,7 @@ impl<'t> Scheduler<'t> {
         .map_err(|e| e.to_string())?;
         let (logits, rows) = (read.logits, read.embeddings);
         let n_embd = self.model.spec.hparams.n_embd as usize;
+        let row_width = self.row_width;
         let us = t0.elapsed().as_micros() as u64;
         tracing::trace!(
             "a pass of {} rows, {} outputs: {:.2} ms",
@@ -1481,7 +1508,7 @@ impl<'t> Scheduler<'t> {
                     slot: *slot,
                     start: *start,
                     tokens,
-                    rows: &rows[base * n_embd..(base + tokens.len()) * n_embd],
+                    rows: &rows[base * row_width..(base + tokens.len()) * row_width],
                     kept: *kept,
                 })
                 .collect();
@@ -1812,7 +1839,7 @@ fn drafter_of(
     model: &LoadedModel,
     spec: SpecConfig,
     rewind: Rewind,
-    source: Option<Box<dyn DraftSource>>,
+    (source, draft): (Option<Box<dyn DraftSource>>, Option<LoadedModel>),
 ) -> Option<Drafter> {
     if spec.kind == SpecType::None && source.is_none() {
         return None;
@@ -1828,6 +1855,15 @@ fn drafter_of(
     if let Some(source) = source {
         return Some(Drafter::Source(source));
     }
+    let n_slots = model.options.n_slots as usize;
+    if let Some(draft) = draft {
+        let Some(width) = draft.hidden_width() else {
+            tracing::warn!("drafting off: the draft file builds no draft graph");
+            return None;
+        };
+        let m = MtpDrafter::new(spec, n_slots, width).with_draft_model(draft);
+        return Some(Drafter::Mtp(m));
+    }
     if model.spec.caps.n_mtp_layers == 0 {
         tracing::warn!(
             "drafting off: this model (`{}`) has no MTP layers to draft with",
@@ -1835,7 +1871,6 @@ fn drafter_of(
         );
         return None;
     }
-    let n_slots = model.options.n_slots as usize;
     let n_embd = model.spec.hparams.n_embd as usize;
     Some(Drafter::Mtp(MtpDrafter::new(spec, n_slots, n_embd)))
 }

@@ -178,6 +178,7 @@ impl Supervisor {
                     let extras = Extras {
                         source: None,
                         dozing: Some(Dozing { after, first }),
+                        draft: None,
                     };
                     let e = scheduler::run(model, head, tok, cfg, rx, shared, extras);
                     let _ = done.send(e);

@@ -245,15 +245,48 @@ pub struct MtpDrafter {
     /// Per slot, the target's final-norm row of the last position it keeps (zeros before a
     /// slot's first pass, as draft-mtp's `pending_h` of a new sequence).
     pending: Vec<Vec<f32>>,
+    /// The separate draft file's model (qwen4exp's MTP-only file), when the block is not the
+    /// target's own (boxed: a loaded model is large beside the rest).
+    draft: Option<Box<LoadedModel>>,
 }
 
 impl MtpDrafter {
-    /// A driver for `n_slots` slots of a model `n_embd` wide.
+    /// A driver for `n_slots` slots whose rows are `n_embd` wide (the target's final-norm rows,
+    /// or the rows a separate draft file's block reads).
     pub fn new(cfg: SpecConfig, n_slots: usize, n_embd: usize) -> MtpDrafter {
         MtpDrafter {
             cfg,
             n_embd,
             pending: vec![vec![0.0; n_embd]; n_slots],
+            draft: None,
+        }
+    }
+
+    /// This driver running the block of the separate draft file `draft` (whose rows, as the
+    /// target's, are read as [`bloomery_plugin_api::graph::NEXTN_HIDDEN`]) instead of the
+    /// target's own.
+    pub fn with_draft_model(mut self, mut draft: LoadedModel) -> MtpDrafter {
+        draft.read_rows_from(bloomery_plugin_api::graph::NEXTN_HIDDEN);
+        self.draft = Some(Box::new(draft));
+        self
+    }
+
+    /// The separate draft file's model, when the block is not the target's (its caches, for
+    /// checking what the driver fed it).
+    pub fn draft_model(&self) -> Option<&LoadedModel> {
+        self.draft.as_deref()
+    }
+
+    /// Values a row the block pairs with.
+    pub fn width(&self) -> usize {
+        self.n_embd
+    }
+
+    /// The model whose block drafts: the separate draft file's, else `target`.
+    fn block<'a>(&'a mut self, target: &'a mut LoadedModel) -> &'a mut LoadedModel {
+        match self.draft.as_deref_mut() {
+            Some(d) => d,
+            None => target,
         }
     }
 
@@ -283,7 +316,7 @@ impl MtpDrafter {
         if batch.tokens.is_empty() {
             return Ok(());
         }
-        model
+        self.block(model)
             .forward_draft_reading(&batch, &hidden, Readout::Embeddings)
             .map_err(|e| format!("the MTP block's pass over the target's rows: {e}"))?;
         for c in chunks.iter().filter(|c| c.kept > 0) {
@@ -320,7 +353,8 @@ impl MtpDrafter {
                 batch.output_rows.push(r as i32);
                 hidden.extend_from_slice(h);
             }
-            let out = model
+            let out = self
+                .block(model)
                 .forward_draft_reading(&batch, &hidden, Readout::Both)
                 .map_err(|e| format!("an MTP draft step: {e}"))?;
             let mut next = Vec::with_capacity(rows.len());
