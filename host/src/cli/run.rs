@@ -235,6 +235,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         params.seed, params.top_k, params.typ_p, params.top_p, params.min_p, params.temp,
         params.penalty_repeat, params.penalty_last_n, params.penalty_present, params.penalty_freq
     );
+    a.spec.refuse_draft_model("run")?;
     let spec = a
         .spec
         .config(model.spec.caps.n_mtp_layers, &model.spec.architecture)?;

@@ -1,6 +1,7 @@
 //! Draft decoding flags of `serve`, `run` and `bench`, spelled as llama-server b11434 spells them,
 //! each with its `LLAMA_ARG_*` twin: `--spec-type none|draft-mtp` (llama.cpp's other types
-//! refused by name), `--spec-draft-n-max`, `--spec-draft-n-min` and `--spec-draft-p-min`.
+//! refused by name), `--spec-draft-n-max`, `--spec-draft-n-min`, `--spec-draft-p-min` and
+//! `--spec-draft-model` (`-md`: a separate file's MTP block drafts, qwen4exp's; `serve` only).
 //! Drafting is off unless `--spec-type draft-mtp` (or `--spec-synth-len`) asks for it: on an H100
 //! it made decode 4–11× slower at every acceptance length (docs/performance.md, 2026-12-07), so
 //! a file with MTP layers only says that it could draft. `--spec-synth-len` is
@@ -39,6 +40,15 @@ pub struct SpecArgs {
         env = "LLAMA_ARG_SPEC_SYNTH_LEN"
     )]
     pub synth_len: Option<String>,
+    /// The MTP block's own file, drafting with `--spec-type draft-mtp` (qwen4exp's MTP-only
+    /// file, as llama.cpp b11434's converter `--mtp` writes it); `serve` only.
+    #[arg(
+        long = "spec-draft-model",
+        visible_alias = "model-draft",
+        value_name = "FILE",
+        env = "LLAMA_ARG_SPEC_DRAFT_MODEL"
+    )]
+    pub draft_model: Option<std::path::PathBuf>,
 }
 
 /// One drafting setup of a benchmark: a single `--spec-type` value (None: the file's default)
@@ -98,6 +108,17 @@ fn kind_of(list: &str) -> anyhow::Result<SpecType> {
 }
 
 impl SpecArgs {
+    /// Refuses `--spec-draft-model` (`-md`) where `command` does not load one.
+    pub fn refuse_draft_model(&self, command: &str) -> anyhow::Result<()> {
+        match &self.draft_model {
+            Some(p) => bail!(
+                "--spec-draft-model {}: `{command}` does not load a draft file (`serve` does)",
+                p.display()
+            ),
+            None => Ok(()),
+        }
+    }
+
     /// The drafting these flags ask for on a model of `arch` with `n_mtp_layers` MTP layers, for
     /// `serve` and `run`; an unknown or unimplemented type, `draft-mtp` on a model without MTP
     /// layers, or a synthetic length out of range or given as a list is an error naming it.
@@ -235,6 +256,7 @@ mod tests {
             n_min: 1,
             p_min: 0.5,
             synth_len: None,
+            draft_model: None,
         }
     }
 

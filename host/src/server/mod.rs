@@ -371,6 +371,38 @@ fn load_model(
     Ok((model, head))
 }
 
+/// The separate draft file `--spec-draft-model` names (`-md`), loaded as the model is (its
+/// slots, context, cache types and placement), or none.
+fn load_draft(
+    reg: &Registry,
+    a: &ServeArgs,
+    model: &LoadedModel,
+) -> anyhow::Result<Option<LoadedModel>> {
+    let Some(path) = &a.spec.draft_model else {
+        return Ok(None);
+    };
+    if a.sleep_idle().is_some() {
+        anyhow::bail!(
+            "--spec-draft-model with --sleep-idle-seconds: the reload after sleeping loads the \
+             model alone"
+        );
+    }
+    let (file, _) = a.metadata.open(path)?;
+    let gpu = crate::flags::serve::gpu_layers(a.n_gpu_layers.as_deref(), block_count(&file)?)?;
+    let options = LoadOptions {
+        overrides: &[],
+        ..model.options
+    };
+    let mut request = a.placement.request()?;
+    request.batch_rows = a.n_batch();
+    let draft = LoadedModel::load_offloaded(reg, path, options, gpu, &request)
+        .with_context(|| format!("--spec-draft-model {}", path.display()))?;
+    bloomery_runtime::spec::check_draft_model(&model.spec, &draft.spec)
+        .map_err(|e| anyhow::anyhow!("--spec-draft-model {}: {e}", path.display()))?;
+    tracing::info!("drafting with the MTP block of {}", path.display());
+    Ok(Some(draft))
+}
+
 /// Loads the model and starts the scheduler thread (one that sleeps when idle, with
 /// `--sleep-idle-seconds`).
 fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
@@ -508,9 +540,12 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         }
         None => None,
     };
+    let draft = load_draft(&reg, a, &model)?;
+    // With a draft file its MTP block drafts: the type is checked against it.
+    let drafts_with = draft.as_ref().unwrap_or(&model);
     let spec = a
         .spec
-        .config(model.spec.caps.n_mtp_layers, &model.spec.architecture)?;
+        .config(drafts_with.spec.caps.n_mtp_layers, &model.spec.architecture)?;
     let cfg = RuntimeConfig {
         n_ctx_slot: n_ctx_slot as usize,
         n_batch: a.n_batch() as usize,
@@ -526,7 +561,13 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     let tok_rt = Arc::clone(&tok);
     let (jobs, shared, sleeper) = match a.sleep_idle() {
         None => {
-            let runtime = Runtime::start_with_head(model, head, tok_rt, cfg)?;
+            let runtime = match draft {
+                Some(d) if head.is_none() => {
+                    Runtime::start_with_draft_model(model, d, tok_rt, cfg)?
+                }
+                Some(_) => anyhow::bail!("--spec-draft-model: a decision model drafts nothing"),
+                None => Runtime::start_with_head(model, head, tok_rt, cfg)?,
+            };
             (runtime.sender(), Arc::clone(runtime.shared()), None)
         }
         Some(after) => {

@@ -237,6 +237,7 @@ fn instances(a: &BenchArgs, n_layer: u64, grammar: bool) -> anyhow::Result<Vec<I
     let n_gen = counts("-n", &a.n_gen, 128, 0)?;
     let pg = lists::prompt_gen_pairs(&a.pg)?;
     let depths = counts("-d", &a.n_depth, 0, 0)?;
+    a.spec.refuse_draft_model("bench")?;
     let specs = a.spec.bench_specs()?;
     if grammar && specs.iter().any(|b| b.synth_len.is_some()) {
         bail!(

@@ -6,7 +6,7 @@ use super::{flag, KnownFlag};
 
 const AFFINITY: &str = "the worker pool pins one thread per core itself (-t sets the count)";
 const SPECULATIVE: &str =
-    "of speculative decoding, only the model's own MTP block drafts (--spec-type draft-mtp)";
+    "of speculative decoding, only an MTP block drafts (--spec-type draft-mtp: the model's own, or -md's)";
 const MULTIMODAL: &str = "multimodal input is not supported";
 const DOWNLOAD: &str = "bloomery loads local GGUF files only";
 const PRESET: &str = "presets download models; bloomery loads local GGUF files only";
@@ -243,7 +243,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--spec-draft-sampling"], &[], Some("LLAMA_ARG_SPEC_DRAFT_SAMPLING"), Value, Refused(SPECULATIVE)),
     flag(&["--spec-draft-device", "-devd", "--device-draft"], &[], None, Value, Refused(SPECULATIVE)),
     flag(&["--spec-draft-ngl", "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"], &[], Some("LLAMA_ARG_N_GPU_LAYERS_DRAFT"), Value, Refused(SPECULATIVE)),
-    flag(&["--spec-draft-model", "-md", "--model-draft"], &[], Some("LLAMA_ARG_SPEC_DRAFT_MODEL"), Value, Refused(SPECULATIVE)),
+    flag(&["--spec-draft-model", "-md", "--model-draft"], &[], Some("LLAMA_ARG_SPEC_DRAFT_MODEL"), Value, Serve),
     flag(&["--spec-type"], &[], Some("LLAMA_ARG_SPEC_TYPE"), Value, Serve),
     flag(&["--spec-ngram-mod-n-min"], &[], None, Value, Refused(SPECULATIVE)),
     flag(&["--spec-ngram-mod-n-max"], &[], None, Value, Refused(SPECULATIVE)),
