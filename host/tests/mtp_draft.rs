@@ -27,6 +27,7 @@ use bloomery_devices::Registry;
 use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel, Readout};
 use bloomery_plugin_api::model::StateKind;
 use bloomery_plugin_api::DType;
+use bloomery_runtime::draft_gate::{StepCosts, StepShape};
 use bloomery_runtime::request::{Event, Finish, GenParams, ShiftParams};
 use bloomery_runtime::sampling::SamplerParams;
 use bloomery_runtime::spec::{Chunk, DraftSource, MtpDrafter, SpecConfig, Want};
@@ -104,11 +105,13 @@ fn start(path: &Path, spec: SpecConfig) -> (Runtime, Arc<Tokenizer>) {
     )
 }
 
-/// The model at `path` drafting from `source`, at most `n_max` tokens a step.
+/// The model at `path` drafting from `source`, at most `n_max` tokens a step, every step (no
+/// gate: these tests count drafts).
 fn start_with(path: &Path, source: impl DraftSource + 'static, n_max: usize) -> Runtime {
     let (model, tok) = load(path);
     let spec = SpecConfig {
         n_max,
+        gate: false,
         ..SpecConfig::OFF
     };
     Runtime::start_drafting(model, tok, config(spec), Box::new(source)).unwrap()
@@ -226,7 +229,12 @@ fn mtp_on_and_off_agree(arch: &str, width: usize) {
     let dir = tempfile::tempdir().unwrap();
     let path = tiny_mtp(arch, dir.path());
     let (off, tok) = start(&path, SpecConfig::OFF);
-    let (on, _) = start(&path, SpecConfig::MTP);
+    // Ungated: every step drafts (the gate's own tests are below).
+    let ungated = SpecConfig {
+        gate: false,
+        ..SpecConfig::MTP
+    };
+    let (on, _) = start(&path, ungated);
     let (mut drafted, mut accepted) = (0, 0);
     for prompt in prompts(&tok) {
         for seed in [None, Some(3), Some(11)] {
@@ -931,4 +939,139 @@ fn a_refused_draft_costs_no_second_pass() {
             rt.shutdown().unwrap();
         }
     }
+}
+
+/// Prices a step for the drafting gate from its shape alone: `pass` seconds a target pass,
+/// `row` a row of it, `draft` a drafted token (the draft passes).
+struct Priced {
+    pass: f64,
+    row: f64,
+    draft: f64,
+}
+
+impl StepCosts for Priced {
+    fn seconds(&mut self, s: StepShape, _: f64) -> f64 {
+        self.pass + self.row * s.rows as f64 + self.draft * s.drafted as f64
+    }
+}
+
+/// Rows cost all: a step of 1 + 3 drafts costs 7 plain steps and keeps at most 4 tokens.
+const ROWS_COST: Priced = Priced {
+    pass: 0.0,
+    row: 1.0,
+    draft: 1.0,
+};
+
+/// Passes cost all: 4 tokens kept for little more than one plain step.
+const PASSES_COST: Priced = Priced {
+    pass: 1.0,
+    row: 0.01,
+    draft: 0.01,
+};
+
+/// The gate weighs the costs a [`StepCosts`] gives: with a perfect source, drafting stays on
+/// where a verify step costs about a plain one, and turns off (one switch, counted for
+/// /metrics) where rows cost all, drafting then only in its probes; the tokens are those of
+/// decoding without drafts either way.
+#[test]
+fn the_drafting_gate_turns_off_when_drafting_costs_more_and_stays_on_when_it_pays() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let want = greedy_off(&path);
+    let mut drafted = Vec::new();
+    for (costs, pays) in [(PASSES_COST, true), (ROWS_COST, false)] {
+        let (model, tok) = load(&path);
+        let source = Scripted {
+            sequences: want.clone(),
+            n_vocab: model.spec.hparams.n_vocab,
+            from: usize::MAX,
+        };
+        let spec = SpecConfig {
+            n_max: 3,
+            ..SpecConfig::OFF
+        };
+        let rt = Runtime::start_priced(
+            model,
+            tok.clone(),
+            config(spec),
+            Some(Box::new(source)),
+            Box::new(costs),
+        )
+        .unwrap();
+        let mut n = 0;
+        for (prompt, seq) in prompts(&tok).iter().zip(&want) {
+            let (ids, f) = answer(&rt, prompt, params(None));
+            assert_eq!(ids, seq[prompt.len()..], "pays {pays}: tokens differ");
+            assert_eq!(f.n_accepted, f.n_drafted, "a perfect source");
+            n += f.n_drafted;
+        }
+        let view = rt.shared().slots.lock().unwrap()[0].clone();
+        let gate = view.gate.expect("slot 0 drafts gated");
+        eprintln!("pays {pays}: {n} drafted, gate {gate:?}");
+        assert!(view.speculative);
+        assert_eq!((gate.on, gate.switches), (pays, u64::from(!pays)));
+        assert_eq!(
+            rt.shared()
+                .counters
+                .spec_gate_switches
+                .load(Ordering::Relaxed),
+            u64::from(!pays)
+        );
+        // Perfect drafts: a drafting step keeps its 3 drafts and the target's token (fewer at
+        // the limit).
+        assert!(gate.kept.unwrap() > 3.0, "{gate:?}");
+        drafted.push(n);
+        rt.shutdown().unwrap();
+    }
+    // Turned off after its first figures (about 20 tokens drafted), only the probes draft.
+    assert!(drafted[1] * 2 < drafted[0], "{drafted:?}");
+}
+
+/// The MTP block's drafts under the gate, two slots in shared passes and seeded sampling: where
+/// rows cost all the gate turns drafting off in each slot, and the tokens stay those of
+/// decoding without drafts.
+#[test]
+fn gated_mtp_drafting_gives_the_same_tokens_as_no_drafting() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (off, tok) = start(&path, SpecConfig::OFF);
+    let (model, _) = load(&path);
+    let on = Runtime::start_priced(
+        model,
+        tok.clone(),
+        config(SpecConfig::MTP),
+        None,
+        Box::new(ROWS_COST),
+    )
+    .unwrap();
+    let all = prompts(&tok);
+    for _ in 0..2 {
+        for pair in all.chunks(2) {
+            assert_eq!(answer_together(&on, pair), answer_together(&off, pair));
+        }
+    }
+    for prompt in &all {
+        for seed in [3, 11] {
+            assert_eq!(
+                answer(&on, prompt, params(Some(seed))).0,
+                answer(&off, prompt, params(Some(seed))).0,
+                "seed {seed}"
+            );
+        }
+    }
+    let views = on.shared().slots.lock().unwrap().clone();
+    for v in &views {
+        let gate = v.gate.expect("gated");
+        eprintln!("slot {}: {gate:?}", v.id);
+        assert!(!gate.on && gate.switches >= 1, "slot {}: {gate:?}", v.id);
+    }
+    assert!(
+        on.shared()
+            .counters
+            .spec_draft_tokens
+            .load(Ordering::Relaxed)
+            > 0
+    );
+    on.shutdown().unwrap();
+    off.shutdown().unwrap();
 }

@@ -9,10 +9,11 @@ use bloomery_exec::LoadedModel;
 use bloomery_text::Tokenizer;
 use tokio::sync::mpsc;
 
+use crate::draft_gate::StepCosts;
 use crate::embedding::Pooling;
 use crate::request::{Event, GenParams, Job, Request};
 use crate::scheduler::{self, Ended, Extras, RuntimeConfig};
-use crate::spec::DraftSource;
+use crate::spec::{DraftSource, SpecType};
 use crate::status::Shared;
 
 /// The running scheduler: where requests go, what it publishes, and its thread.
@@ -53,7 +54,19 @@ impl Runtime {
         cfg: RuntimeConfig,
         source: Box<dyn DraftSource>,
     ) -> Result<Runtime, RuntimeError> {
-        Self::start_inner(model, None, tok, cfg, Some(source))
+        Self::start_inner(model, None, tok, cfg, Some(source), None)
+    }
+
+    /// As [`Runtime::start`], the drafting gate pricing each step with `costs` instead of the
+    /// wall clock (tests: deterministic choices), and drafts from `source` where given.
+    pub fn start_priced(
+        model: LoadedModel,
+        tok: Arc<Tokenizer>,
+        cfg: RuntimeConfig,
+        source: Option<Box<dyn DraftSource>>,
+        costs: Box<dyn StepCosts>,
+    ) -> Result<Runtime, RuntimeError> {
+        Self::start_inner(model, None, tok, cfg, source, Some(costs))
     }
 
     /// As [`Runtime::start`], with the model's decision head (which the scheduler owns beside
@@ -64,7 +77,7 @@ impl Runtime {
         tok: Arc<Tokenizer>,
         cfg: RuntimeConfig,
     ) -> Result<Runtime, RuntimeError> {
-        Self::start_inner(model, head, tok, cfg, None)
+        Self::start_inner(model, head, tok, cfg, None, None)
     }
 
     fn start_inner(
@@ -73,9 +86,15 @@ impl Runtime {
         tok: Arc<Tokenizer>,
         cfg: RuntimeConfig,
         source: Option<Box<dyn DraftSource>>,
+        costs: Option<Box<dyn StepCosts>>,
     ) -> Result<Runtime, RuntimeError> {
         let decides = head.is_some();
-        let shared = Arc::new(Shared::new(model.options.n_slots as usize));
+        let drafts = cfg.spec.kind != SpecType::None || source.is_some();
+        let shared = Arc::new(Shared::new(
+            model.options.n_slots as usize,
+            drafts,
+            cfg.spec.gated(),
+        ));
         let (jobs, rx) = mpsc::channel(cfg.queue_depth.max(1));
         let published = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -83,6 +102,7 @@ impl Runtime {
             .spawn(move || {
                 let extras = Extras {
                     source,
+                    costs,
                     dozing: None,
                 };
                 scheduler::run(model, head, tok, cfg, rx, published, extras)

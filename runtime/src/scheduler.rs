@@ -21,6 +21,7 @@ use bloomery_plugin_api::graph::MAX_VERIFY_ROWS;
 use bloomery_text::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc;
 
+use crate::draft_gate::{Gate, StepCosts, StepShape, WallClock};
 use crate::grammar::{token_trie, Constraint};
 use crate::panic::panic_message;
 use crate::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
@@ -91,6 +92,11 @@ struct Slot<'t> {
     /// decision read; a later decision sharing the prefix reuses them).
     hidden: Vec<f32>,
     n_embd: usize,
+    /// Whether drafting pays in this slot ([`crate::draft_gate`]).
+    gate: Gate,
+    /// Seconds the last draft passes took, when they drafted for this slot's next step (the
+    /// step's cost includes them).
+    asked: Option<f64>,
 }
 
 impl Slot<'_> {
@@ -140,6 +146,8 @@ struct Scheduler<'t> {
     row_states: bool,
     /// When the scheduler ends for idleness (`--sleep-idle-seconds`), and the clock it waits on.
     sleep: Option<(Duration, tokio::runtime::Runtime)>,
+    /// What prices a generation step for the slots' drafting gates.
+    costs: Box<dyn StepCosts>,
 }
 
 /// What a scheduler may start with besides its model and queue.
@@ -147,6 +155,8 @@ struct Scheduler<'t> {
 pub(crate) struct Extras {
     /// Drafts from here instead of the model's MTP block (tests and benchmarks).
     pub source: Option<Box<dyn DraftSource>>,
+    /// What prices steps for the drafting gate instead of the wall clock (tests).
+    pub costs: Option<Box<dyn StepCosts>>,
     /// Sleeping when idle.
     pub dozing: Option<Dozing>,
 }
@@ -189,7 +199,11 @@ pub(crate) fn run(
     shared: Arc<Shared>,
     extras: Extras,
 ) -> Ended {
-    let Extras { source, dozing } = extras;
+    let Extras {
+        source,
+        costs,
+        dozing,
+    } = extras;
     let rewind = model.rewind();
     let mut cfg = cfg;
     if source.is_none() {
@@ -234,6 +248,8 @@ pub(crate) fn run(
                 last_used: 0,
                 hidden: Vec::new(),
                 n_embd,
+                gate: Gate::new(),
+                asked: None,
             })
             .collect(),
         shared,
@@ -252,6 +268,7 @@ pub(crate) fn run(
             .map(|l| SynthAcceptance::new(l, cfg.spec.n_max)),
         row_states,
         sleep: None,
+        costs: costs.unwrap_or_else(|| Box::new(WallClock)),
     };
     let mut first = None;
     if let Some(d) = dozing {
@@ -1021,6 +1038,7 @@ impl<'t> Scheduler<'t> {
 
     /// One forward pass over the next token of every generating slot and as much prompt as fits.
     fn pass(&mut self) -> Result<(), String> {
+        let began = Instant::now();
         let mut batch = BatchInputs {
             tokens: Vec::new(),
             positions: Vec::new(),
@@ -1088,6 +1106,7 @@ impl<'t> Scheduler<'t> {
                 tokens: task.next[..take].to_vec(),
                 outputs,
                 read,
+                step: committed == 1 && take == task.next.len(),
             });
         }
         for slot in &self.slots {
@@ -1169,6 +1188,7 @@ impl<'t> Scheduler<'t> {
                 tokens: rest[..take].to_vec(),
                 outputs,
                 read: read.unwrap_or(outputs),
+                step: false,
             });
         }
         if batch.tokens.is_empty() {
@@ -1248,11 +1268,14 @@ impl<'t> Scheduler<'t> {
         // verify pass (slot, the row whose state it keeps).
         let mut refused: Vec<(usize, usize)> = Vec::new();
         let mut keep_rows: Vec<(usize, usize)> = Vec::new();
+        // Generation steps the drafting gates weigh: (slot, tokens drafted, tokens kept).
+        let mut steps: Vec<(usize, usize, usize)> = Vec::new();
         for Planned {
             id,
             tokens: toks,
             outputs,
             read,
+            step: is_step,
         } in plan
         {
             let base = out;
@@ -1445,6 +1468,9 @@ impl<'t> Scheduler<'t> {
                     }
                 }
             }
+            if is_step {
+                steps.push((id, n_drafted, accepted + 1));
+            }
             // Drafted tokens after the first refused one leave the cache; per-sequence state
             // becomes that of the last kept row, or goes back to before the pass and takes in
             // the kept tokens again.
@@ -1487,6 +1513,10 @@ impl<'t> Scheduler<'t> {
                 .collect();
             m.take_in(&mut self.model, &chunks)?;
         }
+        if n_prompt_rows == 0 {
+            let shape_rows = batch.tokens.len();
+            self.weigh(&steps, shape_rows, began.elapsed().as_secs_f64());
+        }
         self.draft_next()?;
         self.shared
             .counters
@@ -1496,6 +1526,32 @@ impl<'t> Scheduler<'t> {
             self.decide(&decided);
         }
         Ok(())
+    }
+
+    /// Gives each slot's drafting gate its generation step of this pass (`steps`: slot, tokens
+    /// drafted, tokens kept), a pass of `rows` rows that took `seconds` (with the draft passes
+    /// before it, for the slots they drafted for), logging and counting each switch.
+    fn weigh(&mut self, steps: &[(usize, usize, usize)], rows: usize, seconds: f64) {
+        if self.drafter.is_none() || !self.cfg.spec.gated() {
+            return;
+        }
+        for &(id, drafted, kept) in steps {
+            let slot = &mut self.slots[id];
+            let asked = slot.asked.take();
+            let shape = StepShape { rows, drafted };
+            let cost = self.costs.seconds(shape, seconds + asked.unwrap_or(0.0));
+            let switch = match asked {
+                Some(_) => slot.gate.drafted(cost, kept),
+                None => slot.gate.plain(cost),
+            };
+            if let Some(sw) = switch {
+                tracing::info!("{}", slot.gate.describe(id, sw));
+                self.shared
+                    .counters
+                    .spec_gate_switches
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Puts each slot of `refused` back to the state saved on the device before the pass at
@@ -1554,10 +1610,15 @@ impl<'t> Scheduler<'t> {
             return Ok(());
         };
         let n_max = self.cfg.spec.n_max;
+        let gate = self.cfg.spec.gated();
         let mut wants = Vec::new();
-        for slot in &self.slots {
+        for slot in &mut self.slots {
+            slot.asked = None;
             let Some(task) = &slot.task else { continue };
             if task.next.len() != 1 || task.draft != 0 || !task.job.params.forced.is_empty() {
+                continue;
+            }
+            if gate && !slot.gate.drafts_next() {
                 continue;
             }
             let room = self.cfg.n_ctx_slot.saturating_sub(slot.cached.len() + 2);
@@ -1579,6 +1640,7 @@ impl<'t> Scheduler<'t> {
         if wants.is_empty() {
             return Ok(());
         }
+        let t0 = Instant::now();
         let drafts = match drafter {
             Drafter::Mtp(m) => m.draft(&mut self.model, &wants)?,
             Drafter::Source(src) => wants
@@ -1593,7 +1655,9 @@ impl<'t> Scheduler<'t> {
                 })
                 .collect(),
         };
+        let seconds = t0.elapsed().as_secs_f64();
         for (w, d) in wants.iter().zip(drafts) {
+            self.slots[w.slot].asked = Some(seconds);
             if let Some(task) = self.slots[w.slot].task.as_mut() {
                 task.draft = d.len();
                 task.spec_draft = !d.is_empty();
@@ -1785,6 +1849,8 @@ impl<'t> Scheduler<'t> {
                         .n_predict
                         .map_or(-1, |n| n.saturating_sub(t.generated) as i64)
                 }),
+                speculative: self.drafter.is_some(),
+                gate: (self.drafter.is_some() && self.cfg.spec.gated()).then(|| s.gate.view()),
             })
             .collect();
         if let Ok(mut g) = self.shared.slots.lock() {
@@ -1804,6 +1870,9 @@ struct Planned {
     /// Output rows the pass reads for the chunk: `outputs`, or every row when the MTP block
     /// takes them in (the chunk's `outputs` then its last ones).
     read: usize,
+    /// A generation step: the slot's one sampled token and its drafts (not a prompt chunk or
+    /// a forced run), which the drafting gate weighs.
+    step: bool,
 }
 
 /// What drafts for the target to verify, as `spec` or a `source` asks; none (with a warning

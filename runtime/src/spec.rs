@@ -51,6 +51,11 @@ pub struct SpecConfig {
     /// rows say, for a mean of L tokens a verify step, the target's own included (1 to
     /// `n_max` + 1; see [`SynthAcceptance`]).
     pub synth_len: Option<f64>,
+    /// Each slot drafts only while its measured costs say drafting pays
+    /// ([`crate::draft_gate`]); off, every step a slot can draft drafts (tests that count
+    /// drafts). A synthetic acceptance length benchmarks the drafting path itself: the
+    /// runtime ungates it.
+    pub gate: bool,
 }
 
 impl SpecConfig {
@@ -67,7 +72,14 @@ impl SpecConfig {
         n_min: 0,
         p_min: 0.0,
         synth_len: None,
+        gate: true,
     };
+
+    /// Whether the slots' drafting gates choose when to draft: asked for, and no synthetic
+    /// acceptance length (which benchmarks the drafting path itself).
+    pub fn gated(&self) -> bool {
+        self.gate && self.synth_len.is_none()
+    }
 
     /// These settings for a model of architecture `arch` drafting with its own MTP layers:
     /// `n_max` at most the [`mtp_width`] of its layers.

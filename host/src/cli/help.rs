@@ -120,6 +120,7 @@ const SPECULATIVE: &[&str] = &[
     "spec-draft-n-min",
     "spec-draft-p-min",
     "spec-synth-len",
+    "spec-no-gate",
 ];
 
 /// Where the model's weights and experts go: llama.cpp's `-ngl`, `-cmoe`, `-ncmoe`, `-ot`,

@@ -1,12 +1,15 @@
 //! Draft decoding flags of `serve`, `run` and `bench`, spelled as llama-server b11434 spells them,
 //! each with its `LLAMA_ARG_*` twin: `--spec-type none|draft-mtp` (llama.cpp's other types
 //! refused by name), `--spec-draft-n-max`, `--spec-draft-n-min` and `--spec-draft-p-min`.
-//! Drafting is off unless `--spec-type draft-mtp` (or `--spec-synth-len`) asks for it: on an H100
-//! it made decode 4–11× slower at every acceptance length (docs/performance.md, 2026-12-07), so
-//! a file with MTP layers only says that it could draft. `--spec-synth-len` is
+//! A file with MTP layers drafts with them unless `--spec-type none` (issue 48): each slot's
+//! drafting gate (`bloomery_runtime::draft_gate`) keeps drafting on only while its measured
+//! costs say it pays, since on an H100, before verify passes kept per-row states, drafting made
+//! decode 4–11× slower (docs/performance.md, 2026-12-07; the card's figures for the gated path
+//! are still to be measured). `--spec-synth-len` is
 //! llama-server's synthetic acceptance length for benchmarks on random-weight files (tokens a
-//! verify step, the target's own included); `bench` runs each of its `--spec-type` and
-//! `--spec-synth-len` values as a test of its own.
+//! verify step, the target's own included), ungated, since it benchmarks the drafting path
+//! itself; `--spec-no-gate` (bloomery's) drafts every step ungated. `bench` runs each of its `--spec-type` and `--spec-synth-len` values as a test of its
+//! own.
 
 use anyhow::bail;
 use bloomery_runtime::spec::{SpecConfig, SpecType};
@@ -15,8 +18,8 @@ use clap::Args;
 /// Draft decoding.
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct SpecArgs {
-    /// Comma-separated speculative decoding types: `none` (the default) or `draft-mtp` (the
-    /// model's own MTP block).
+    /// Comma-separated speculative decoding types: `none` or `draft-mtp` (the model's own MTP
+    /// block; the default for a file with MTP layers, each slot drafting while it pays).
     #[arg(long = "spec-type", value_name = "TYPES", env = "LLAMA_ARG_SPEC_TYPE")]
     pub spec_type: Option<String>,
     /// Most tokens drafted after each sampled token.
@@ -39,6 +42,10 @@ pub struct SpecArgs {
         env = "LLAMA_ARG_SPEC_SYNTH_LEN"
     )]
     pub synth_len: Option<String>,
+    /// Draft every step a slot can, whatever it costs (bloomery's; no drafting gate): for
+    /// draft counts comparable with llama-server's, and for timing the drafting path itself.
+    #[arg(long = "spec-no-gate")]
+    pub no_gate: bool,
 }
 
 /// One drafting setup of a benchmark: a single `--spec-type` value (None: the file's default)
@@ -183,17 +190,9 @@ impl SpecArgs {
         arch: &str,
     ) -> anyhow::Result<SpecConfig> {
         let kind = match spec_type {
-            // A synthetic acceptance length means drafting.
-            None if n_mtp_layers > 0 && synth_len.is_some() => SpecType::DraftMtp,
-            None => {
-                if n_mtp_layers > 0 {
-                    tracing::info!(
-                        "`{arch}` has MTP layers: `--spec-type draft-mtp` drafts with them (off by \
-                         default: it slowed decode on the card, docs/performance.md)"
-                    );
-                }
-                SpecType::None
-            }
+            // A file with MTP layers drafts with them.
+            None if n_mtp_layers > 0 => SpecType::DraftMtp,
+            None => SpecType::None,
             Some(list) => {
                 let kind = kind_of(list)?;
                 if kind == SpecType::DraftMtp && n_mtp_layers == 0 {
@@ -211,6 +210,7 @@ impl SpecArgs {
             n_min: self.n_min,
             p_min: self.p_min,
             synth_len,
+            gate: !self.no_gate,
         };
         let n_max = spec.for_model(arch).n_max;
         if let Some(l) = synth_len.filter(|&l| l > n_max as f64 + 1.0) {
@@ -235,15 +235,17 @@ mod tests {
             n_min: 1,
             p_min: 0.5,
             synth_len: None,
+            no_gate: false,
         }
     }
 
     #[test]
-    fn drafting_is_off_by_default_on_when_asked_and_refused_by_name_without_mtp_layers() {
-        assert_eq!(
-            args(None).config(1, "qwen35moe").unwrap().kind,
-            SpecType::None
-        );
+    fn drafting_is_on_by_default_with_mtp_layers_off_when_asked_and_refused_without_them() {
+        let default = args(None).config(1, "qwen35moe").unwrap();
+        assert_eq!((default.kind, default.gate), (SpecType::DraftMtp, true));
+        let mut ungated = args(None);
+        ungated.no_gate = true;
+        assert!(!ungated.config(1, "qwen35moe").unwrap().gate);
         let on = args(Some("draft-mtp")).config(1, "qwen35moe").unwrap();
         assert_eq!(
             (on.kind, on.n_max, on.n_min, on.p_min),

@@ -15,8 +15,10 @@ use super::error::ApiError;
 use super::gen::{self, collect, native_probs, sse_data, timings};
 use super::params::{gen_params, Fields};
 use super::{chat, parse_body, AppRef, Ready};
+use bloomery_runtime::draft_gate::GateView;
 use bloomery_runtime::request::{Event, Finish, GenParams, Request, SlotAction, SlotCommand};
 use bloomery_runtime::sampling::MirostatVersion;
+use bloomery_runtime::status::SlotView;
 
 /// GET /health.
 pub async fn health(State(state): State<AppRef>) -> Response {
@@ -97,14 +99,40 @@ fn default_params(ready: &Ready) -> GenParams {
 }
 
 /// Whether the slots draft (llama-server's `speculative`: a slot with a draft source; schemajump's
-/// grammar drafts are not one).
-fn drafts(ready: &Ready) -> bool {
-    ready.spec.kind != bloomery_runtime::spec::SpecType::None
+/// grammar drafts are not one), as the runtime publishes it: the flags may ask for drafting
+/// that the runtime then turns off (no room for the rollback state, say).
+fn drafts(views: &[SlotView]) -> bool {
+    views.iter().any(|v| v.speculative)
+}
+
+/// A slot's drafting gate as `/slots` and `/props` show it (a bloomery field: llama-server has
+/// no gate): whether the slot drafts now, how often that changed, and the running averages
+/// behind the choice (null until measured).
+fn gate_json(g: &GateView) -> Value {
+    let ms = |s: Option<f64>| s.map(|s| s * 1e3);
+    json!({
+        "drafting": g.on,
+        "switches": g.switches,
+        "plain_step_ms": ms(g.plain_s),
+        "draft_step_ms": ms(g.drafting_s),
+        "tokens_per_draft_step": g.kept,
+    })
+}
+
+/// The published slot views.
+fn slot_views(ready: &Ready) -> Result<Vec<SlotView>, ApiError> {
+    Ok(ready
+        .shared
+        .slots
+        .lock()
+        .map_err(|_| ApiError::internal("slot table poisoned"))?
+        .clone())
 }
 
 /// GET /props.
 pub async fn props(State(state): State<AppRef>) -> Result<Json<Value>, ApiError> {
     let ready = state.ready()?;
+    let views = slot_views(&ready)?;
     let mut params = settings_json(&ready, &default_params(&ready));
     // llama-server lists the default grammar's text ("" for none).
     params["grammar"] = json!(ready
@@ -117,10 +145,15 @@ pub async fn props(State(state): State<AppRef>) -> Result<Json<Value>, ApiError>
             "id": 0,
             "id_task": -1,
             "n_ctx": ready.n_ctx_slot,
-            "speculative": drafts(&ready),
+            "speculative": drafts(&views),
             "is_processing": false,
             "params": params,
         },
+        // Each slot's drafting gate, where drafting is gated (a bloomery field).
+        "bloomery_draft_gates": views
+            .iter()
+            .filter_map(|v| v.gate.as_ref().map(|g| json!({"id": v.id, "gate": gate_json(g)})))
+            .collect::<Vec<_>>(),
         "total_slots": ready.n_slots,
         "model_path": ready.model_path,
         "model_alias": ready.model_id,
@@ -171,12 +204,7 @@ pub async fn slots(
     if let Some(s) = &ready.sleeper {
         s.touch();
     }
-    let views = ready
-        .shared
-        .slots
-        .lock()
-        .map_err(|_| ApiError::internal("slot table poisoned"))?
-        .clone();
+    let views = slot_views(&ready)?;
     if q.get("fail_on_no_slot").is_some_and(|v| v != "0") && views.iter().all(|v| v.is_processing) {
         return Err(ApiError::unavailable("no slot available"));
     }
@@ -189,10 +217,13 @@ pub async fn slots(
                 let mut slot = json!({
                     "id": v.id,
                     "n_ctx": ready.n_ctx_slot,
-                    "speculative": drafts(&ready),
+                    "speculative": v.speculative,
                     "is_processing": v.is_processing,
                     "n_cached": v.n_cached,
                 });
+                if let Some(g) = &v.gate {
+                    slot["bloomery_draft_gate"] = gate_json(g);
+                }
                 if v.is_processing {
                     slot["id_task"] = json!(0);
                     slot["next_token"] = json!([{
@@ -405,6 +436,12 @@ pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> 
             "spec_decode_num_drafts_total",
             "Speculative: Total speculative decoding verification steps",
             get(&c.spec_verify_steps) as f64,
+        ),
+        (
+            "counter",
+            "spec_gate_switches_total",
+            "Times a slot's drafting gate turned drafting off or on (bloomery).",
+            get(&c.spec_gate_switches) as f64,
         ),
         (
             "gauge",
