@@ -1075,3 +1075,72 @@ fn gated_mtp_drafting_gives_the_same_tokens_as_no_drafting() {
     on.shutdown().unwrap();
     off.shutdown().unwrap();
 }
+
+/// The placement plan keeps card room for draft decoding's state exactly as large as what a
+/// drafting runtime then makes on the device (the rollback copy and the verify row states), for
+/// one and two slots; none with drafting off (`draft_n_max` 0) or on a file without MTP layers.
+#[test]
+fn the_plan_holds_the_drafting_state_the_runtime_makes() {
+    use bloomery_plugin_api::kernel::DeviceClass;
+    use bloomery_tiering::plan::TierRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::load(&common::plugin_dir()).unwrap();
+    let kernel = reg.best_kernel(DeviceClass::Cpu).unwrap();
+    let planned = |path: &Path, n_slots: u32, draft_n_max: u32| {
+        let options = LoadOptions {
+            n_slots,
+            ctx_per_slot: 256,
+            threads: 2,
+            draft_n_max,
+            ..LoadOptions::default()
+        };
+        let plan = bloomery_exec::placement::plan_only(
+            &reg,
+            path,
+            options,
+            kernel,
+            &TierRequest::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            plan.to_string().contains("drafting state"),
+            plan.fixed.drafting > 0,
+            "{plan}"
+        );
+        plan.fixed.drafting
+    };
+    let path = tiny_mtp("qwen35moe", dir.path());
+    for n_slots in [1, 2] {
+        let options = LoadOptions {
+            n_slots,
+            ctx_per_slot: 256,
+            threads: 2,
+            ..LoadOptions::default()
+        };
+        let model = LoadedModel::load(&reg, &path, options).unwrap();
+        let tok = Arc::new(bloomery::text::tokenizer(&model.file).unwrap());
+        let mut cfg = config(SpecConfig::MTP);
+        cfg.n_ctx_slot = 256;
+        let model = Runtime::start(model, tok, cfg).unwrap().shutdown().unwrap();
+        let made = model.sequence_spare_bytes() + model.row_state_bytes();
+        eprintln!("{n_slots} slot(s): {made} bytes of drafting state");
+        assert!(model.row_state_bytes() > 0 && model.sequence_spare_bytes() > 0);
+        assert_eq!(planned(&path, n_slots, 3), made, "{n_slots} slot(s)");
+        assert_eq!(planned(&path, n_slots, 0), 0);
+    }
+    // The same architecture without its MTP block drafts nothing.
+    let presets = reg.model_for("qwen35moe").unwrap().module.synth_presets()();
+    let p = presets
+        .iter()
+        .find(|p| {
+            p.name.as_str() == "tiny"
+                && p.metadata.iter().any(|e| {
+                    e.key.as_str() == "general.architecture"
+                        && e.value.as_str() == Some("qwen35moe")
+                })
+        })
+        .unwrap();
+    let plain = dir.path().join("qwen35moe-tiny.gguf");
+    bloomery::synth::write(p, F32, 7, &plain).unwrap();
+    assert_eq!(planned(&plain, 2, 3), 0);
+}

@@ -119,6 +119,20 @@ impl SpecArgs {
         self.resolve(self.spec_type.as_deref(), synth, n_mtp_layers, arch)
     }
 
+    /// Most tokens a drafting step may draft, for the placement plan (which counts it only for
+    /// a file with MTP layers): `--spec-draft-n-max`, or 0 where `--spec-type` (every value of
+    /// bench's list) turns drafting off; an unknown or unimplemented type is an error naming it.
+    pub fn planned_n_max(&self) -> anyhow::Result<u32> {
+        let drafts = match self.spec_type.as_deref() {
+            None => true,
+            Some(list) => kind_of(list)? != SpecType::None,
+        };
+        Ok(match drafts {
+            true => u32::try_from(self.n_max).unwrap_or(u32::MAX),
+            false => 0,
+        })
+    }
+
     /// One `--spec-synth-len` value, between 1 and `--spec-draft-n-max` + 1.
     fn length(&self, v: &str) -> anyhow::Result<f64> {
         let l: f64 = v.trim().parse().map_err(|_| {

@@ -361,6 +361,7 @@ fn load_model(
         mlock: a.mlock(),
         overrides,
         check_tensors: a.placement.experts.check_tensors,
+        draft_n_max: a.spec.planned_n_max()?,
     };
     // Prompts are evaluated in batches of at most n_batch rows (the engine's config below).
     let mut request = a.placement.request()?;
