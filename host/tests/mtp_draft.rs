@@ -1144,3 +1144,51 @@ fn the_plan_holds_the_drafting_state_the_runtime_makes() {
     bloomery::synth::write(p, F32, 7, &plain).unwrap();
     assert_eq!(planned(&plain, 2, 3), 0);
 }
+
+/// A verify pass that also carries another slot's prompt chunk is too large for the row-state
+/// buffers (8 rows at two slots), so a refused draft there takes the other path: the slot's
+/// state copied before the pass, copied back and its kept tokens run again. Two requests
+/// together, one with a prompt long enough to take three passes beside the other's verify rows,
+/// drafts wrong from the first or the second position: the tokens of both are those of decoding
+/// without drafts, and the re-run path ran.
+#[test]
+fn a_verify_pass_beside_another_slots_prompt_gives_the_tokens_of_no_drafting() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (off, tok) = start(&path, SpecConfig::OFF);
+    let short = prompts(&tok)[3].clone();
+    let long = tok
+        .encode(
+            &"The quick brown fox jumps over the lazy dog; ".repeat(6),
+            true,
+            false,
+        )
+        .unwrap();
+    // More than two passes of prompt beside the short one's verify rows (64-row passes).
+    assert!(long.len() > 2 * 64, "{} tokens", long.len());
+    let pair = vec![short.clone(), long];
+    let want = answer_together(&off, &pair);
+    off.shutdown().unwrap();
+    let (model, _) = load(&path);
+    let n_vocab = model.spec.hparams.n_vocab;
+    drop(model);
+    for from in [0, 1] {
+        let source = Scripted {
+            sequences: vec![[short.clone(), want[0].clone()].concat()],
+            n_vocab,
+            from,
+        };
+        let rt = start_with(&path, source, 3);
+        assert_eq!(
+            answer_together(&rt, &pair),
+            want,
+            "drafts wrong from {from}"
+        );
+        let c = &rt.shared().counters;
+        let again = c.rollback_passes.load(Ordering::Relaxed);
+        let drafted = c.spec_draft_tokens.load(Ordering::Relaxed);
+        eprintln!("wrong from {from}: {again} re-run passes, {drafted} drafted");
+        assert!(again >= 2, "wrong from {from}: {again} re-run passes");
+        rt.shutdown().unwrap();
+    }
+}
