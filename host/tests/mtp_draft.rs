@@ -1192,3 +1192,85 @@ fn a_verify_pass_beside_another_slots_prompt_gives_the_tokens_of_no_drafting() {
         rt.shutdown().unwrap();
     }
 }
+
+/// A slot not drafting puts its rows off and the block takes them in later in one pass, either
+/// before the slot drafts (`catch_up`) or joined to its next chunk (`take_in`): its drafts are
+/// those of taking every chunk in as it came (slot 0 here; on the CPU a row's results do not
+/// depend on the rows beside it).
+#[test]
+fn rows_put_off_and_taken_in_later_draft_as_rows_taken_in_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (mut m, tok) = load(&path);
+    let n = m.spec.hparams.n_embd as usize;
+    let nv = m.spec.hparams.n_vocab as usize;
+    let prompt = prompts(&tok)[1].clone();
+    // The trunk's greedy tokens and final-norm rows, one pass a token after the prompt's.
+    let mut seq = prompt.clone();
+    let mut chunks: Vec<(usize, Vec<u32>, Vec<f32>)> = Vec::new();
+    let mut next = (0, prompt.clone());
+    for _ in 0..6 {
+        let (start, toks) = next;
+        let r = m
+            .forward_reading(&rows(&toks, start, 0), Readout::Both)
+            .unwrap();
+        let x = argmax(&r.logits[(toks.len() - 1) * nv..]);
+        chunks.push((start, toks.clone(), r.embeddings));
+        seq.push(x);
+        next = (seq.len() - 1, vec![x]);
+    }
+    let (pos, last) = (seq.len() - 1, *seq.last().unwrap());
+    fn chunk(slot: usize, (start, toks, rows): &(usize, Vec<u32>, Vec<f32>)) -> Chunk<'_> {
+        Chunk {
+            slot,
+            start: *start,
+            tokens: toks,
+            rows,
+            kept: toks.len(),
+        }
+    }
+    let want = |slot| Want {
+        slot,
+        last,
+        pos,
+        max: 3,
+    };
+    for joined in [false, true] {
+        // A fresh model: no cache rows left from the other way.
+        let (mut m, _) = load(&path);
+        let mut driver = MtpDrafter::new(SpecConfig::MTP, 2, n);
+        for c in &chunks {
+            driver.take_in(&mut m, &[chunk(0, c)]).unwrap();
+        }
+        let at_once = driver.draft(&mut m, &[want(0)]).unwrap();
+        // Slot 1: the prompt taken in, then the steps put off.
+        driver.take_in(&mut m, &[chunk(1, &chunks[0])]).unwrap();
+        let (put_off, rest) = match joined {
+            true => (&chunks[1..chunks.len() - 1], Some(chunks.last().unwrap())),
+            false => (&chunks[1..], None),
+        };
+        for c in put_off {
+            driver.defer(&chunk(1, c));
+        }
+        assert_eq!(driver.behind(1), put_off.len());
+        match rest {
+            Some(c) => driver.take_in(&mut m, &[chunk(1, c)]).unwrap(),
+            None => driver.catch_up(&mut m, &[1]).unwrap(),
+        }
+        assert_eq!(driver.behind(1), 0);
+        // The block's row at the next position reads what each slot's cache holds: bit-equal.
+        let h = &chunks.last().unwrap().2[..n];
+        let read = |m: &mut LoadedModel, slot| {
+            m.forward_draft_reading(&rows(&[last], pos, slot), h, Readout::Logits)
+                .unwrap()
+                .logits
+                .iter()
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(read(&mut m, 1), read(&mut m, 0), "joined {joined}");
+        let later = driver.draft(&mut m, &[want(1)]).unwrap();
+        assert_eq!(later, at_once, "joined {joined}");
+        assert_eq!(at_once[0].len(), 3);
+    }
+}

@@ -41,6 +41,10 @@ use crate::stop::StopScan;
 use crate::task::Task;
 use crate::token::{step, Drafted, Row, StepContext};
 
+/// Most rows a slot not drafting puts off taking into the MTP block (a drafting probe comes
+/// every 17 steps; a longer run, or a prompt chunk that would pass this, goes in at once).
+const MAX_BEHIND: usize = 64;
+
 /// Checkpoints a slot keeps by default (llama-server's `--ctx-checkpoints`).
 pub const DEFAULT_MAX_CHECKPOINTS: usize = 32;
 
@@ -1501,16 +1505,23 @@ impl<'t> Scheduler<'t> {
         }
         self.roll_back(&refused)?;
         if let Some(Drafter::Mtp(m)) = self.drafter.as_mut() {
-            let chunks: Vec<Chunk<'_>> = taken
-                .iter()
-                .map(|(slot, start, tokens, base, kept)| Chunk {
+            let gated = self.cfg.spec.gated();
+            let mut chunks: Vec<Chunk<'_>> = Vec::with_capacity(taken.len());
+            for (slot, start, tokens, base, kept) in &taken {
+                let c = Chunk {
                     slot: *slot,
                     start: *start,
                     tokens,
                     rows: &rows[base * n_embd..(base + tokens.len()) * n_embd],
                     kept: *kept,
-                })
-                .collect();
+                };
+                // A slot whose gate has drafting off puts its rows off (up to MAX_BEHIND), to
+                // take them in with one block pass when it drafts again.
+                match gated && !self.slots[*slot].gate.view().on {
+                    true if m.behind(*slot) + kept <= MAX_BEHIND => m.defer(&c),
+                    _ => chunks.push(c),
+                }
+            }
             m.take_in(&mut self.model, &chunks)?;
         }
         if n_prompt_rows == 0 {
@@ -1642,7 +1653,11 @@ impl<'t> Scheduler<'t> {
         }
         let t0 = Instant::now();
         let drafts = match drafter {
-            Drafter::Mtp(m) => m.draft(&mut self.model, &wants)?,
+            Drafter::Mtp(m) => {
+                let slots: Vec<usize> = wants.iter().map(|w| w.slot).collect();
+                m.catch_up(&mut self.model, &slots)?;
+                m.draft(&mut self.model, &wants)?
+            }
             Drafter::Source(src) => wants
                 .iter()
                 .map(|w| {
