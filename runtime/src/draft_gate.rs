@@ -39,9 +39,9 @@ impl StepCosts for WallClock {
 const ALPHA: f64 = 0.25;
 /// Samples of each kind before the gate decides anything.
 const MIN_SAMPLES: u32 = 3;
-/// While drafting is on: drafting steps between plain probes, and between the first ones
-/// (until the plain figure has its samples).
+/// While drafting is on: drafting steps between plain probes.
 const PLAIN_PROBE_EVERY: u32 = 32;
+/// The same until the plain figure has its [`MIN_SAMPLES`].
 const PLAIN_PROBE_FIRST: u32 = 2;
 /// While drafting is off: plain steps between drafting probes.
 const DRAFT_PROBE_EVERY: u32 = 16;
