@@ -8,7 +8,8 @@ use bloomery_plugin_api::builders::{LmInputs, MoeBlock};
 use bloomery_plugin_api::graph::{BatchShape, Graph, GraphBuilder, TensorId};
 use bloomery_plugin_api::mhc_graph::Hc;
 use bloomery_plugin_api::op::{
-    AttentionParams, CompSelectParams, CompressParams, GluKind, Op, RopeParams, RouterParams,
+    AttentionParams, CompSelectParams, CompressForm, CompressParams, GluKind, Op, RopeParams,
+    RouterParams,
 };
 use bloomery_plugin_api::weights::GluFfnWeights;
 use bloomery_plugin_api::{DType, PluginError};
@@ -74,6 +75,7 @@ fn compress(
         width,
         eps: hp.lm.eps,
         rope: rope(hp, Ratio::Four, width),
+        form: CompressForm::Pool,
     };
     g.op_into(
         Op::Compress(p),
