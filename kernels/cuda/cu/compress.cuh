@@ -154,11 +154,17 @@ extern "C" __global__ void bl_comp_store_f32(const float* x, const float* norm, 
 
 // After bl_compress_f32 (which reads raw): each call row's [kv | score] into raw row
 // `position % len_raw` of its slot. One block per row; bad rows were reported and are skipped.
+// A row that a later row of the call overwrites (same slot and ring row: a call longer than the
+// ring) writes nothing, so the ring holds the latest positions whatever order the blocks run in.
 extern "C" __global__ void bl_compress_store_f32(const float* kv, const float* score, float* raw, const int* slots,
                                                  const int* pos, int sw, int len_raw, int n_slots) {
     KERNEL_ENTRY();
     const int r = blockIdx.x, slot = slots[r], p = pos[r];
     if (slot < 0 || slot >= n_slots || p < 0) return;
+    int overwritten = 0;
+    for (int r2 = r + 1 + (int)threadIdx.x; r2 < (int)gridDim.x; r2 += blockDim.x)
+        overwritten |= slots[r2] == slot && pos[r2] >= 0 && pos[r2] % len_raw == p % len_raw;
+    if (__syncthreads_or(overwritten)) return;
     float* at = raw + ((long long)slot * len_raw + p % len_raw) * 2 * sw;
     for (int i = threadIdx.x; i < sw; i += blockDim.x) {
         at[i] = kv[(long long)r * sw + i];

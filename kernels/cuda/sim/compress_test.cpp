@@ -3,7 +3,8 @@
 // (kernels/cpu's fixture tests/fixtures/deepseek4/ops_hf.json). Compress: the sequence in slot 1 of
 // two, in the calls the CPU test cuts (one call, and calls ending inside windows), with a raw ring
 // of exactly the positions a row reads; the rows within 1e-6 of the largest magnitude (as kernels/
-// cpu's test measures it), slot 0 and the rows past the complete ones left alone. CompSelect: the
+// cpu's test measures it), slot 0 and the rows past the complete ones left alone; the blocks of
+// each launch in a shuffled order. CompSelect: the
 // keys in slot 1 of two, every list equal to transformers'. Fewer threads than values, so the
 // strided loops are exercised. tests/sim.rs writes the file named by argv[1]: records of a kind
 // (int32: 0 compress, 1 select), then for compress ratio, overlap, width, rows, n_out, n_cuts, the
@@ -45,6 +46,9 @@ static bool compress_case() {
     const auto kv = take<float>((size_t)sw * rows), score = take<float>((size_t)sw * rows);
     const auto ape = take<float>((size_t)sw * ratio), norm = take<float>(w), want = take<float>((size_t)w * n_out);
     std::vector<float> raw((size_t)2 * sw * len_raw * 2, 3.0f), comp((size_t)w * len_comp * 2, 5.0f);
+    // Blocks in a shuffled order, as the card may run them: a call longer than the raw ring must
+    // still leave each ring row holding the latest position that maps to it for the next call.
+    g_block_shuffle = 11;
     int start = 0, err = 0;
     for (int end : cuts) {
         const int n = end - start;
@@ -61,6 +65,7 @@ static bool compress_case() {
                [&] { bl_compress_store_f32(k, s, raw.data(), slots.data(), pos.data(), sw, len_raw, 2); });
         start = end;
     }
+    g_block_shuffle = 0;
     int bad = err ? 1 : 0;
     double scale = 0.0, worst = 0.0;
     for (float v : want) scale = std::fmax(scale, std::fabs(v));
