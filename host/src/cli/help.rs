@@ -71,6 +71,8 @@ const SERVER: &[&str] = &[
     "context-shift",
     "no-context-shift",
     "no-cache-prompt",
+    "prefill-assistant",
+    "no-prefill-assistant",
     "ctx-checkpoints",
     "checkpoint-min-step",
     "cache-ram",
