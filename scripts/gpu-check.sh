@@ -54,7 +54,9 @@
 #                                 each drafting line with the pass shapes its timed runs prepared
 #                                 (0 when the warm-up prepared them all) and the passes that ran
 #                                 kept tokens again after refused drafts (0 when verify passes
-#                                 keep each row's recurrent state).
+#                                 keep each row's recurrent state); then the same without
+#                                 --spec-synth-len: drafting gated (the default) at the random
+#                                 weights' own acceptance, with the gate's switch lines.
 #
 # Settings (environment):
 #   OUT         folder that receives the packed logs and the tables.
@@ -876,6 +878,18 @@ mtpspeed_suite() {
             | tee -a "$out/table.md"
         else
           fail "mtpspeed $name '$p' -np $np: $(why "$log") [$log]"
+        fi
+        # The default path: drafting gated, the random weights' real (near-zero) acceptance, so
+        # the gate should turn drafting off and decode stay near drafting off (issue 48: never
+        # below 0.97x with host experts).
+        log="$out/mtp-gated-$name-$(slug "$p")-np$np.txt"
+        # shellcheck disable=SC2086
+        if bl bench -m "$f" -p 0 -n 128 -r 2 -np "$np" --spec-type none,draft-mtp $p \
+          > "$log" 2>&1; then
+          { echo "$name gated \`$p\` -np $np:"; grep -E "\||accepted|drafting (off|back on)" "$log"
+            echo; } | tee -a "$out/table.md"
+        else
+          fail "mtpspeed gated $name '$p' -np $np: $(why "$log") [$log]"
         fi
       done
     done

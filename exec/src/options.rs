@@ -29,6 +29,10 @@ pub struct LoadOptions {
     /// Check every tensor's data before loading (`--check-tensors`: no NaN or infinite value
     /// or block scale, as llama.cpp's check); a bad tensor is refused by name.
     pub check_tensors: bool,
+    /// Most tokens a draft decoding step drafts, where the runtime will draft with the model's
+    /// MTP layers (0: it will not): the placement plan keeps card room for the rollback copy of
+    /// the per-sequence state and the verify passes' per-row states ([`crate::state`]).
+    pub draft_n_max: u32,
 }
 
 impl Default for LoadOptions {
@@ -43,6 +47,7 @@ impl Default for LoadOptions {
             mlock: false,
             overrides: &[],
             check_tensors: false,
+            draft_n_max: 0,
         }
     }
 }

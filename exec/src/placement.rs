@@ -18,7 +18,7 @@ use crate::arena_plan::plan_arena;
 use crate::error::{device_err, ModelError};
 use crate::open::open_model;
 use crate::options::LoadOptions;
-use crate::state::state_bytes;
+use crate::state::{drafting_bytes, state_bytes};
 
 /// Card memory kept free besides the planned arenas, the kernels' per-row scratch
 /// ([`scratch_per_row`]) and the page tables ([`PAGE_TABLE_SHARE`]): captured graphs, the
@@ -307,6 +307,7 @@ pub(crate) fn plan_for(
     let fixed = FixedCosts {
         dense,
         state,
+        drafting: drafting_bytes(spec, options),
         scratch: scratch_bytes(
             arena,
             rows,

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use bloomery_devices::{Buffer, Device};
+use bloomery_plugin_api::graph::MAX_VERIFY_ROWS;
 use bloomery_plugin_api::model::{ModelSpec, StateDecl, StateKind};
 use bloomery_plugin_api::tensor::TensorRef;
 use bloomery_plugin_api::DType;
@@ -19,6 +20,25 @@ pub(crate) fn state_bytes(spec: &ModelSpec, o: LoadOptions) -> u64 {
             let (dtype, rows) = state_rows(s, o);
             dtype.row_bytes(s.row_elems).unwrap_or(0) * rows * u64::from(o.n_slots)
         })
+        .sum()
+}
+
+/// Card bytes draft decoding adds for a model with MTP layers when `o.draft_n_max` > 0: the
+/// spare copy of every slot's per-sequence state, as `LoadedModel::reserve_sequence_spare`
+/// makes it, and one row of it per row of a verify pass of up to `n_slots` × (`draft_n_max` + 1)
+/// rows, at most [`MAX_VERIFY_ROWS`], as `LoadedModel::reserve_row_states` makes them (planned
+/// whether or not the model's verify graph writes row states, and for `draft_n_max` even where
+/// the MTP layers draft fewer tokens a step: an upper bound).
+pub(crate) fn drafting_bytes(spec: &ModelSpec, o: LoadOptions) -> u64 {
+    if o.draft_n_max == 0 || spec.caps.n_mtp_layers == 0 {
+        return 0;
+    }
+    let slots = u64::from(o.n_slots);
+    let rows = (slots * (u64::from(o.draft_n_max) + 1)).min(u64::from(MAX_VERIFY_ROWS));
+    spec.state
+        .iter()
+        .filter(|s| matches!(s.kind, StateKind::Conv | StateKind::Recurrent))
+        .map(|s| DType::F32.row_bytes(s.row_elems).unwrap_or(0) * (slots + rows))
         .sum()
 }
 

@@ -33,6 +33,7 @@ fn load(path: &std::path::Path, kv: DType) -> LoadedModel {
         mlock: false,
         overrides: &[],
         check_tensors: false,
+        draft_n_max: 0,
     };
     LoadedModel::load(&reg, path, opts).unwrap()
 }

@@ -47,6 +47,7 @@ fn load_typed(arch: &str, dir: &tempfile::TempDir, experts: DType, dense: DType)
         mlock: false,
         overrides: &[],
         check_tensors: false,
+        draft_n_max: 0,
     };
     LoadedModel::load(&reg, &path, opts).unwrap()
 }

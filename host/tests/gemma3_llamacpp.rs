@@ -45,6 +45,7 @@ fn load() -> LoadedModel {
         mlock: false,
         overrides: &[],
         check_tensors: false,
+        draft_n_max: 0,
     };
     LoadedModel::load(&reg, &model_path(), opts).unwrap()
 }

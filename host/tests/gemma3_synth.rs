@@ -45,6 +45,7 @@ fn load(path: &Path, n_slots: u32) -> LoadedModel {
         mlock: false,
         overrides: &[],
         check_tensors: false,
+        draft_n_max: 0,
     };
     LoadedModel::load(&reg, path, opts).unwrap()
 }

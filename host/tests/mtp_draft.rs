@@ -27,6 +27,7 @@ use bloomery_devices::Registry;
 use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel, Readout};
 use bloomery_plugin_api::model::StateKind;
 use bloomery_plugin_api::DType;
+use bloomery_runtime::draft_gate::{StepCosts, StepShape};
 use bloomery_runtime::request::{Event, Finish, GenParams, ShiftParams};
 use bloomery_runtime::sampling::SamplerParams;
 use bloomery_runtime::spec::{Chunk, DraftSource, MtpDrafter, SpecConfig, Want};
@@ -104,11 +105,13 @@ fn start(path: &Path, spec: SpecConfig) -> (Runtime, Arc<Tokenizer>) {
     )
 }
 
-/// The model at `path` drafting from `source`, at most `n_max` tokens a step.
+/// The model at `path` drafting from `source`, at most `n_max` tokens a step, every step (no
+/// gate: these tests count drafts).
 fn start_with(path: &Path, source: impl DraftSource + 'static, n_max: usize) -> Runtime {
     let (model, tok) = load(path);
     let spec = SpecConfig {
         n_max,
+        gate: false,
         ..SpecConfig::OFF
     };
     Runtime::start_drafting(model, tok, config(spec), Box::new(source)).unwrap()
@@ -226,7 +229,12 @@ fn mtp_on_and_off_agree(arch: &str, width: usize) {
     let dir = tempfile::tempdir().unwrap();
     let path = tiny_mtp(arch, dir.path());
     let (off, tok) = start(&path, SpecConfig::OFF);
-    let (on, _) = start(&path, SpecConfig::MTP);
+    // Ungated: every step drafts (the gate's own tests are below).
+    let ungated = SpecConfig {
+        gate: false,
+        ..SpecConfig::MTP
+    };
+    let (on, _) = start(&path, ungated);
     let (mut drafted, mut accepted) = (0, 0);
     for prompt in prompts(&tok) {
         for seed in [None, Some(3), Some(11)] {
@@ -930,5 +938,339 @@ fn a_refused_draft_costs_no_second_pass() {
             );
             rt.shutdown().unwrap();
         }
+    }
+}
+
+/// Prices a step for the drafting gate from its shape alone: `pass` seconds a target pass,
+/// `row` a row of it, `draft` a drafted token (the draft passes).
+struct Priced {
+    pass: f64,
+    row: f64,
+    draft: f64,
+}
+
+impl StepCosts for Priced {
+    fn seconds(&mut self, s: StepShape, _: f64) -> f64 {
+        self.pass + self.row * s.rows as f64 + self.draft * s.drafted as f64
+    }
+}
+
+/// Rows cost all: a step of 1 + 3 drafts costs 7 plain steps and keeps at most 4 tokens.
+const ROWS_COST: Priced = Priced {
+    pass: 0.0,
+    row: 1.0,
+    draft: 1.0,
+};
+
+/// Passes cost all: 4 tokens kept for little more than one plain step.
+const PASSES_COST: Priced = Priced {
+    pass: 1.0,
+    row: 0.01,
+    draft: 0.01,
+};
+
+/// The gate weighs the costs a [`StepCosts`] gives: with a perfect source, drafting stays on
+/// where a verify step costs about a plain one, and turns off (one switch, counted for
+/// /metrics) where rows cost all, drafting then only in its probes; the tokens are those of
+/// decoding without drafts either way.
+#[test]
+fn the_drafting_gate_turns_off_when_drafting_costs_more_and_stays_on_when_it_pays() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let want = greedy_off(&path);
+    let mut drafted = Vec::new();
+    for (costs, pays) in [(PASSES_COST, true), (ROWS_COST, false)] {
+        let (model, tok) = load(&path);
+        let source = Scripted {
+            sequences: want.clone(),
+            n_vocab: model.spec.hparams.n_vocab,
+            from: usize::MAX,
+        };
+        let spec = SpecConfig {
+            n_max: 3,
+            ..SpecConfig::OFF
+        };
+        let rt = Runtime::start_priced(
+            model,
+            tok.clone(),
+            config(spec),
+            Some(Box::new(source)),
+            Box::new(costs),
+        )
+        .unwrap();
+        let mut n = 0;
+        for (prompt, seq) in prompts(&tok).iter().zip(&want) {
+            let (ids, f) = answer(&rt, prompt, params(None));
+            assert_eq!(ids, seq[prompt.len()..], "pays {pays}: tokens differ");
+            assert_eq!(f.n_accepted, f.n_drafted, "a perfect source");
+            n += f.n_drafted;
+        }
+        let view = rt.shared().slots.lock().unwrap()[0].clone();
+        let gate = view.gate.expect("slot 0 drafts gated");
+        eprintln!("pays {pays}: {n} drafted, gate {gate:?}");
+        assert!(view.speculative);
+        assert_eq!((gate.on, gate.switches), (pays, u64::from(!pays)));
+        assert_eq!(
+            rt.shared()
+                .counters
+                .spec_gate_switches
+                .load(Ordering::Relaxed),
+            u64::from(!pays)
+        );
+        // Perfect drafts: a drafting step keeps its 3 drafts and the target's token (fewer at
+        // the limit).
+        assert!(gate.kept.unwrap() > 3.0, "{gate:?}");
+        drafted.push(n);
+        rt.shutdown().unwrap();
+    }
+    // Turned off after its first figures (about 20 tokens drafted), only the probes draft.
+    assert!(drafted[1] * 2 < drafted[0], "{drafted:?}");
+}
+
+/// The MTP block's drafts under the gate, two slots in shared passes and seeded sampling: where
+/// rows cost all the gate turns drafting off in each slot, and the tokens stay those of
+/// decoding without drafts.
+#[test]
+fn gated_mtp_drafting_gives_the_same_tokens_as_no_drafting() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (off, tok) = start(&path, SpecConfig::OFF);
+    let (model, _) = load(&path);
+    let on = Runtime::start_priced(
+        model,
+        tok.clone(),
+        config(SpecConfig::MTP),
+        None,
+        Box::new(ROWS_COST),
+    )
+    .unwrap();
+    let all = prompts(&tok);
+    for _ in 0..2 {
+        for pair in all.chunks(2) {
+            assert_eq!(answer_together(&on, pair), answer_together(&off, pair));
+        }
+    }
+    for prompt in &all {
+        for seed in [3, 11] {
+            assert_eq!(
+                answer(&on, prompt, params(Some(seed))).0,
+                answer(&off, prompt, params(Some(seed))).0,
+                "seed {seed}"
+            );
+        }
+    }
+    let views = on.shared().slots.lock().unwrap().clone();
+    for v in &views {
+        let gate = v.gate.expect("gated");
+        eprintln!("slot {}: {gate:?}", v.id);
+        assert!(!gate.on && gate.switches >= 1, "slot {}: {gate:?}", v.id);
+    }
+    assert!(
+        on.shared()
+            .counters
+            .spec_draft_tokens
+            .load(Ordering::Relaxed)
+            > 0
+    );
+    on.shutdown().unwrap();
+    off.shutdown().unwrap();
+}
+
+/// The placement plan keeps card room for draft decoding's state exactly as large as what a
+/// drafting runtime then makes on the device (the rollback copy and the verify row states), for
+/// one and two slots; none with drafting off (`draft_n_max` 0) or on a file without MTP layers.
+#[test]
+fn the_plan_holds_the_drafting_state_the_runtime_makes() {
+    use bloomery_plugin_api::kernel::DeviceClass;
+    use bloomery_tiering::plan::TierRequest;
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::load(&common::plugin_dir()).unwrap();
+    let kernel = reg.best_kernel(DeviceClass::Cpu).unwrap();
+    let planned = |path: &Path, n_slots: u32, draft_n_max: u32| {
+        let options = LoadOptions {
+            n_slots,
+            ctx_per_slot: 256,
+            threads: 2,
+            draft_n_max,
+            ..LoadOptions::default()
+        };
+        let plan = bloomery_exec::placement::plan_only(
+            &reg,
+            path,
+            options,
+            kernel,
+            &TierRequest::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            plan.to_string().contains("drafting state"),
+            plan.fixed.drafting > 0,
+            "{plan}"
+        );
+        plan.fixed.drafting
+    };
+    let path = tiny_mtp("qwen35moe", dir.path());
+    for n_slots in [1, 2] {
+        let options = LoadOptions {
+            n_slots,
+            ctx_per_slot: 256,
+            threads: 2,
+            ..LoadOptions::default()
+        };
+        let model = LoadedModel::load(&reg, &path, options).unwrap();
+        let tok = Arc::new(bloomery::text::tokenizer(&model.file).unwrap());
+        let mut cfg = config(SpecConfig::MTP);
+        cfg.n_ctx_slot = 256;
+        let model = Runtime::start(model, tok, cfg).unwrap().shutdown().unwrap();
+        let made = model.sequence_spare_bytes() + model.row_state_bytes();
+        eprintln!("{n_slots} slot(s): {made} bytes of drafting state");
+        assert!(model.row_state_bytes() > 0 && model.sequence_spare_bytes() > 0);
+        assert_eq!(planned(&path, n_slots, 3), made, "{n_slots} slot(s)");
+        assert_eq!(planned(&path, n_slots, 0), 0);
+    }
+    // The same architecture without its MTP block drafts nothing.
+    let presets = reg.model_for("qwen35moe").unwrap().module.synth_presets()();
+    let p = presets
+        .iter()
+        .find(|p| {
+            p.name.as_str() == "tiny"
+                && p.metadata.iter().any(|e| {
+                    e.key.as_str() == "general.architecture"
+                        && e.value.as_str() == Some("qwen35moe")
+                })
+        })
+        .unwrap();
+    let plain = dir.path().join("qwen35moe-tiny.gguf");
+    bloomery::synth::write(p, F32, 7, &plain).unwrap();
+    assert_eq!(planned(&plain, 2, 3), 0);
+}
+
+/// A verify pass that also carries another slot's prompt chunk is too large for the row-state
+/// buffers (8 rows at two slots), so a refused draft there takes the other path: the slot's
+/// state copied before the pass, copied back and its kept tokens run again. Two requests
+/// together, one with a prompt long enough to take three passes beside the other's verify rows,
+/// drafts wrong from the first or the second position: the tokens of both are those of decoding
+/// without drafts, and the re-run path ran.
+#[test]
+fn a_verify_pass_beside_another_slots_prompt_gives_the_tokens_of_no_drafting() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (off, tok) = start(&path, SpecConfig::OFF);
+    let short = prompts(&tok)[3].clone();
+    let long = tok
+        .encode(
+            &"The quick brown fox jumps over the lazy dog; ".repeat(6),
+            true,
+            false,
+        )
+        .unwrap();
+    // More than two passes of prompt beside the short one's verify rows (64-row passes).
+    assert!(long.len() > 2 * 64, "{} tokens", long.len());
+    let pair = vec![short.clone(), long];
+    let want = answer_together(&off, &pair);
+    off.shutdown().unwrap();
+    let (model, _) = load(&path);
+    let n_vocab = model.spec.hparams.n_vocab;
+    drop(model);
+    for from in [0, 1] {
+        let source = Scripted {
+            sequences: vec![[short.clone(), want[0].clone()].concat()],
+            n_vocab,
+            from,
+        };
+        let rt = start_with(&path, source, 3);
+        assert_eq!(
+            answer_together(&rt, &pair),
+            want,
+            "drafts wrong from {from}"
+        );
+        let c = &rt.shared().counters;
+        let again = c.rollback_passes.load(Ordering::Relaxed);
+        let drafted = c.spec_draft_tokens.load(Ordering::Relaxed);
+        eprintln!("wrong from {from}: {again} re-run passes, {drafted} drafted");
+        assert!(again >= 2, "wrong from {from}: {again} re-run passes");
+        rt.shutdown().unwrap();
+    }
+}
+
+/// A slot not drafting puts its rows off and the block takes them in later in one pass, either
+/// before the slot drafts (`catch_up`) or joined to its next chunk (`take_in`): its drafts are
+/// those of taking every chunk in as it came (slot 0 here; on the CPU a row's results do not
+/// depend on the rows beside it).
+#[test]
+fn rows_put_off_and_taken_in_later_draft_as_rows_taken_in_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (mut m, tok) = load(&path);
+    let n = m.spec.hparams.n_embd as usize;
+    let nv = m.spec.hparams.n_vocab as usize;
+    let prompt = prompts(&tok)[1].clone();
+    // The trunk's greedy tokens and final-norm rows, one pass a token after the prompt's.
+    let mut seq = prompt.clone();
+    let mut chunks: Vec<(usize, Vec<u32>, Vec<f32>)> = Vec::new();
+    let mut next = (0, prompt.clone());
+    for _ in 0..6 {
+        let (start, toks) = next;
+        let r = m
+            .forward_reading(&rows(&toks, start, 0), Readout::Both)
+            .unwrap();
+        let x = argmax(&r.logits[(toks.len() - 1) * nv..]);
+        chunks.push((start, toks.clone(), r.embeddings));
+        seq.push(x);
+        next = (seq.len() - 1, vec![x]);
+    }
+    let (pos, last) = (seq.len() - 1, *seq.last().unwrap());
+    fn chunk(slot: usize, (start, toks, rows): &(usize, Vec<u32>, Vec<f32>)) -> Chunk<'_> {
+        Chunk {
+            slot,
+            start: *start,
+            tokens: toks,
+            rows,
+            kept: toks.len(),
+        }
+    }
+    let want = |slot| Want {
+        slot,
+        last,
+        pos,
+        max: 3,
+    };
+    for joined in [false, true] {
+        // A fresh model: no cache rows left from the other way.
+        let (mut m, _) = load(&path);
+        let mut driver = MtpDrafter::new(SpecConfig::MTP, 2, n);
+        for c in &chunks {
+            driver.take_in(&mut m, &[chunk(0, c)]).unwrap();
+        }
+        let at_once = driver.draft(&mut m, &[want(0)]).unwrap();
+        // Slot 1: the prompt taken in, then the steps put off.
+        driver.take_in(&mut m, &[chunk(1, &chunks[0])]).unwrap();
+        let (put_off, rest) = match joined {
+            true => (&chunks[1..chunks.len() - 1], Some(chunks.last().unwrap())),
+            false => (&chunks[1..], None),
+        };
+        for c in put_off {
+            driver.defer(&chunk(1, c));
+        }
+        assert_eq!(driver.behind(1), put_off.len());
+        match rest {
+            Some(c) => driver.take_in(&mut m, &[chunk(1, c)]).unwrap(),
+            None => driver.catch_up(&mut m, &[1]).unwrap(),
+        }
+        assert_eq!(driver.behind(1), 0);
+        // The block's row at the next position reads what each slot's cache holds: bit-equal.
+        let h = &chunks.last().unwrap().2[..n];
+        let read = |m: &mut LoadedModel, slot| {
+            m.forward_draft_reading(&rows(&[last], pos, slot), h, Readout::Logits)
+                .unwrap()
+                .logits
+                .iter()
+                .map(|x| x.to_bits())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(read(&mut m, 1), read(&mut m, 0), "joined {joined}");
+        let later = driver.draft(&mut m, &[want(1)]).unwrap();
+        assert_eq!(later, at_once, "joined {joined}");
+        assert_eq!(at_once[0].len(), 3);
     }
 }

@@ -39,6 +39,7 @@ fn load(arch: &str, dir: &tempfile::TempDir, n_slots: u32) -> LoadedModel {
         mlock: false,
         overrides: &[],
         check_tensors: false,
+        draft_n_max: 0,
     };
     LoadedModel::load(&reg, &path, opts).unwrap()
 }

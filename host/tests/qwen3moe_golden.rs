@@ -68,6 +68,7 @@ fn compare_with(name: &str, file: &str, t: [DType; 4]) -> Agreement {
         mlock: false,
         overrides: &[],
         check_tensors: false,
+        draft_n_max: 0,
     };
     let mut a = Agreement {
         max_rel: 0.0,

@@ -119,7 +119,8 @@ fn serve_md_drafts_with_the_mtp_file_and_gives_the_tokens_of_the_trunk_alone() {
     let (trunk, mtp) = (synth(dir.path(), "tiny"), synth(dir.path(), "tiny-mtp"));
     let (alone, drafted) = complete(&serve(&["-m", &trunk]));
     assert_eq!((alone.len(), drafted), (24, 0));
-    let s = serve(&["-m", &trunk, "-md", &mtp, "--spec-type", "draft-mtp"]);
+    // Drafting is on by default with a draft file (issue 48): no --spec-type needed.
+    let s = serve(&["-m", &trunk, "-md", &mtp]);
     let (with, drafted) = complete(&s);
     eprintln!("-md: {drafted} tokens drafted");
     assert_eq!(with, alone, "tokens differ with -md");
@@ -161,7 +162,11 @@ fn a_draft_file_that_cannot_draft_or_is_not_asked_for_is_refused_by_name() {
         serve(&["-md", &trunk, "--spec-type", "draft-mtp"]),
         "holds no MTP (nextn) block",
     );
-    run(serve(&["-md", &mtp]), "--spec-type draft-mtp");
+    // Drafting is on by default with a draft file (issue 48); turned off, the file is refused.
+    run(
+        serve(&["-md", &mtp, "--spec-type", "none"]),
+        "--spec-type draft-mtp",
+    );
     refused(
         &[
             "run",

@@ -41,6 +41,7 @@ fn try_load(path: &Path, request: &TierRequest) -> Result<LoadedModel, String> {
         mlock: false,
         overrides: &[],
         check_tensors: false,
+        draft_n_max: 0,
     };
     common::load_on_scalar_card(path, opts, request)
 }
@@ -656,6 +657,7 @@ fn load_two(path: &Path, request: &TierRequest) -> LoadedModel {
         mlock: false,
         overrides: &[],
         check_tensors: false,
+        draft_n_max: 0,
     };
     let main = bloomery_tiering::cards::UsedCard {
         device: 0,

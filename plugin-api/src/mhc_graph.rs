@@ -162,6 +162,27 @@ impl Hc {
         streams: TensorId,
         name: &str,
     ) -> Result<(TensorId, HcMix), PluginError> {
+        let [e, _, rows, _] = g.ne(streams);
+        let mix = self.mixes(g, w, streams)?;
+        let x = g.op(
+            &format!("{name}_pre"),
+            Op::StreamMix,
+            &[streams, mix.pre],
+            DType::F32,
+            [e, rows, 1, 1],
+        )?;
+        Ok((x, mix))
+    }
+
+    /// The mixing coefficients of one block from the streams `[n_embd, n, rows]` (`hc_mixes`,
+    /// `hc_pre`, `hc_post`, `hc_comb`), without the block's input ([`Hc::pre`] mixes it;
+    /// DeepSeek-V4.1 mixes a block's input by an earlier block's `pre`).
+    pub fn mixes(
+        &self,
+        g: &mut GraphBuilder,
+        w: &HcWeights,
+        streams: TensorId,
+    ) -> Result<HcMix, PluginError> {
         let [e, n, rows, _] = g.ne(streams);
         let flat = g.reshape(streams, [e * n, rows, 1, 1])?;
         let normed = g.rms_norm("hc_flat_norm", flat, None, self.rms_eps)?;
@@ -180,14 +201,7 @@ impl Hc {
             eps: self.shape.eps,
         };
         let comb = g.op("hc_comb", sinkhorn, &[comb], DType::F32, [n, n, rows, 1])?;
-        let x = g.op(
-            &format!("{name}_pre"),
-            Op::StreamMix,
-            &[streams, pre],
-            DType::F32,
-            [e, rows, 1, 1],
-        )?;
-        Ok((x, HcMix { pre, post, comb }))
+        Ok(HcMix { pre, post, comb })
     }
 
     /// The new streams after a block whose output is `y` `[n_embd, rows]` (`{name}_post`).

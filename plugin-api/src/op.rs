@@ -343,6 +343,29 @@ pub struct CompressParams {
     /// The rope of the compressed row, at position `j·ratio` (V4: NORM pairs on the last dims,
     /// so with a dimension offset, and the compressed θ with YaRN).
     pub rope: RopeParams,
+    /// What the call makes (V4 uses [`CompressForm::Pool`] only).
+    pub form: CompressForm,
+}
+
+/// The three forms of [`Op::Compress`]. DeepSeek-V4.1's index keys need the normed compressed
+/// row before its rope (`Plain`), projected by the graph, then normed, roped and stored as a
+/// compressed row of their own (`Store`); docs/deepseek41-plan.md.
+#[repr(u8)]
+#[derive(StableAbi, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CompressForm {
+    /// Pools, norms and ropes each completed row into the compressed cache, and stores the
+    /// call's `[kv | score]` rows in `raw` (the op's main description).
+    Pool = 0,
+    /// The rows `Pool` would write, normed but not roped, one per call row: srcs `[kv, score,
+    /// ape, norm, raw, slots, positions]` → f32 `[width, rows]`, column `r` the row that row `r`
+    /// completes, zeros for a row that completes none. Nothing is written in place: `raw` is
+    /// read as `Pool` reads it, so the call goes before the `Pool` call storing these rows.
+    Plain = 1,
+    /// Each call row's `x` is its completed row, unpooled: srcs `[x [width, rows], norm [width],
+    /// comp [width, len_comp, n_slots], slots, positions]` → dst = `comp` (in place). A row at
+    /// position `p` with `(p + 1) mod R = 0` writes `RmsNorm(x_r, eps)·norm`, roped at `jR`, at
+    /// row `j = p div R` of its slot; other rows write nothing. Needs `overlap` false.
+    Store = 2,
 }
 
 /// DeepSeek-V4's indexer over compressed rows ([`Op::CompSelect`]).
@@ -600,7 +623,8 @@ pub enum Op {
     /// rows, or, for positions of earlier calls, from `raw`, which holds each position's
     /// `[kv | score]` (without `ape`) at row `position % len_raw` of its slot; the call stores
     /// its own rows there. `len_raw` must cover the window(s) a row reads: `2R` with `overlap`,
-    /// else `R` (plus the rollback the host allows).
+    /// else `R` (plus the rollback the host allows). This is the [`CompressForm::Pool`] form;
+    /// the others take other sources (see [`CompressForm`]).
     Compress(CompressParams),
     /// DeepSeek-V4's indexer over compressed rows: which rows of a compressed cache each row's
     /// attention reads. Srcs `[q [dh, n_head, rows], w [n_head, rows], keys [dh, len, n_slots],

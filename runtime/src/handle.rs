@@ -9,10 +9,11 @@ use bloomery_exec::LoadedModel;
 use bloomery_text::Tokenizer;
 use tokio::sync::mpsc;
 
+use crate::draft_gate::StepCosts;
 use crate::embedding::Pooling;
 use crate::request::{Event, GenParams, Job, Request};
 use crate::scheduler::{self, Ended, Extras, RuntimeConfig};
-use crate::spec::DraftSource;
+use crate::spec::{DraftSource, SpecType};
 use crate::status::Shared;
 
 /// The running scheduler: where requests go, what it publishes, and its thread.
@@ -56,7 +57,7 @@ impl Runtime {
         cfg: RuntimeConfig,
         source: Box<dyn DraftSource>,
     ) -> Result<Runtime, RuntimeError> {
-        Self::start_inner(model, None, tok, cfg, (Some(source), None))
+        Self::start_inner(model, None, tok, cfg, Some(source), None, None)
     }
 
     /// As [`Runtime::start`], drafting (`cfg.spec` of kind `draft-mtp`) with the MTP block of the
@@ -74,7 +75,19 @@ impl Runtime {
                 "a draft file drafts with --spec-type draft-mtp only".into(),
             ));
         }
-        Self::start_inner(model, None, tok, cfg, (None, Some(draft)))
+        Self::start_inner(model, None, tok, cfg, None, Some(draft), None)
+    }
+
+    /// As [`Runtime::start`], the drafting gate pricing each step with `costs` instead of the
+    /// wall clock (tests: deterministic choices), and drafts from `source` where given.
+    pub fn start_priced(
+        model: LoadedModel,
+        tok: Arc<Tokenizer>,
+        cfg: RuntimeConfig,
+        source: Option<Box<dyn DraftSource>>,
+        costs: Box<dyn StepCosts>,
+    ) -> Result<Runtime, RuntimeError> {
+        Self::start_inner(model, None, tok, cfg, source, None, Some(costs))
     }
 
     /// As [`Runtime::start`], with the model's decision head (which the scheduler owns beside
@@ -85,7 +98,7 @@ impl Runtime {
         tok: Arc<Tokenizer>,
         cfg: RuntimeConfig,
     ) -> Result<Runtime, RuntimeError> {
-        Self::start_inner(model, head, tok, cfg, (None, None))
+        Self::start_inner(model, head, tok, cfg, None, None, None)
     }
 
     fn start_inner(
@@ -93,10 +106,17 @@ impl Runtime {
         head: Option<DecisionHead>,
         tok: Arc<Tokenizer>,
         cfg: RuntimeConfig,
-        (source, draft): (Option<Box<dyn DraftSource>>, Option<LoadedModel>),
+        source: Option<Box<dyn DraftSource>>,
+        draft: Option<LoadedModel>,
+        costs: Option<Box<dyn StepCosts>>,
     ) -> Result<Runtime, RuntimeError> {
         let decides = head.is_some();
-        let shared = Arc::new(Shared::new(model.options.n_slots as usize));
+        let drafts = cfg.spec.kind != SpecType::None || source.is_some();
+        let shared = Arc::new(Shared::new(
+            model.options.n_slots as usize,
+            drafts,
+            cfg.spec.gated(),
+        ));
         let (jobs, rx) = mpsc::channel(cfg.queue_depth.max(1));
         let published = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -104,6 +124,7 @@ impl Runtime {
             .spawn(move || {
                 let extras = Extras {
                     source,
+                    costs,
                     dozing: None,
                     draft,
                 };

@@ -7,6 +7,7 @@
 //! Layers point one way: front ends → this crate → `bloomery-exec` (model loading and
 //! execution) → `bloomery-tiering` → `bloomery-devices` → `bloomery-plugin-api`.
 
+pub mod draft_gate;
 pub mod embedding;
 pub mod grammar;
 mod handle;

@@ -21,6 +21,7 @@ use bloomery_plugin_api::graph::{FINAL_NORM, MAX_VERIFY_ROWS, NEXTN_HIDDEN};
 use bloomery_text::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc;
 
+use crate::draft_gate::{Gate, StepCosts, StepShape, WallClock};
 use crate::grammar::{token_trie, Constraint};
 use crate::panic::panic_message;
 use crate::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
@@ -39,6 +40,10 @@ use crate::status::{Shared, SlotView};
 use crate::stop::StopScan;
 use crate::task::Task;
 use crate::token::{step, Drafted, Row, StepContext};
+
+/// Most rows a slot not drafting puts off taking into the MTP block (a drafting probe comes
+/// every 17 steps; a longer run, or a prompt chunk that would pass this, goes in at once).
+const MAX_BEHIND: usize = 64;
 
 /// Checkpoints a slot keeps by default (llama-server's `--ctx-checkpoints`).
 pub const DEFAULT_MAX_CHECKPOINTS: usize = 32;
@@ -91,6 +96,11 @@ struct Slot<'t> {
     /// decision read; a later decision sharing the prefix reuses them).
     hidden: Vec<f32>,
     n_embd: usize,
+    /// Whether drafting pays in this slot ([`crate::draft_gate`]).
+    gate: Gate,
+    /// Seconds the last draft passes took, when they drafted for this slot's next step (the
+    /// step's cost includes them).
+    asked: Option<f64>,
 }
 
 impl Slot<'_> {
@@ -143,6 +153,8 @@ struct Scheduler<'t> {
     row_states: bool,
     /// When the scheduler ends for idleness (`--sleep-idle-seconds`), and the clock it waits on.
     sleep: Option<(Duration, tokio::runtime::Runtime)>,
+    /// What prices a generation step for the slots' drafting gates.
+    costs: Box<dyn StepCosts>,
 }
 
 /// What a scheduler may start with besides its model and queue.
@@ -150,6 +162,8 @@ struct Scheduler<'t> {
 pub(crate) struct Extras {
     /// Drafts from here instead of the model's MTP block (tests and benchmarks).
     pub source: Option<Box<dyn DraftSource>>,
+    /// What prices steps for the drafting gate instead of the wall clock (tests).
+    pub costs: Option<Box<dyn StepCosts>>,
     /// Sleeping when idle.
     pub dozing: Option<Dozing>,
     /// A separate draft file's model (qwen4exp's MTP-only file, `-md`) whose block drafts,
@@ -197,6 +211,7 @@ pub(crate) fn run(
 ) -> Ended {
     let Extras {
         source,
+        costs,
         dozing,
         draft,
     } = extras;
@@ -252,6 +267,8 @@ pub(crate) fn run(
                 last_used: 0,
                 hidden: Vec::new(),
                 n_embd,
+                gate: Gate::new(),
+                asked: None,
             })
             .collect(),
         shared,
@@ -271,6 +288,7 @@ pub(crate) fn run(
             .map(|l| SynthAcceptance::new(l, cfg.spec.n_max)),
         row_states,
         sleep: None,
+        costs: costs.unwrap_or_else(|| Box::new(WallClock)),
     };
     let mut first = None;
     if let Some(d) = dozing {
@@ -1047,6 +1065,7 @@ impl<'t> Scheduler<'t> {
 
     /// One forward pass over the next token of every generating slot and as much prompt as fits.
     fn pass(&mut self) -> Result<(), String> {
+        let began = Instant::now();
         let mut batch = BatchInputs {
             tokens: Vec::new(),
             positions: Vec::new(),
@@ -1114,6 +1133,7 @@ impl<'t> Scheduler<'t> {
                 tokens: task.next[..take].to_vec(),
                 outputs,
                 read,
+                step: committed == 1 && take == task.next.len(),
             });
         }
         for slot in &self.slots {
@@ -1195,6 +1215,7 @@ impl<'t> Scheduler<'t> {
                 tokens: rest[..take].to_vec(),
                 outputs,
                 read: read.unwrap_or(outputs),
+                step: false,
             });
         }
         if batch.tokens.is_empty() {
@@ -1275,11 +1296,14 @@ impl<'t> Scheduler<'t> {
         // verify pass (slot, the row whose state it keeps).
         let mut refused: Vec<(usize, usize)> = Vec::new();
         let mut keep_rows: Vec<(usize, usize)> = Vec::new();
+        // Generation steps the drafting gates weigh: (slot, tokens drafted, tokens kept).
+        let mut steps: Vec<(usize, usize, usize)> = Vec::new();
         for Planned {
             id,
             tokens: toks,
             outputs,
             read,
+            step: is_step,
         } in plan
         {
             let base = out;
@@ -1472,6 +1496,9 @@ impl<'t> Scheduler<'t> {
                     }
                 }
             }
+            if is_step {
+                steps.push((id, n_drafted, accepted + 1));
+            }
             // Drafted tokens after the first refused one leave the cache; per-sequence state
             // becomes that of the last kept row, or goes back to before the pass and takes in
             // the kept tokens again.
@@ -1502,17 +1529,28 @@ impl<'t> Scheduler<'t> {
         }
         self.roll_back(&refused)?;
         if let Some(Drafter::Mtp(m)) = self.drafter.as_mut() {
-            let chunks: Vec<Chunk<'_>> = taken
-                .iter()
-                .map(|(slot, start, tokens, base, kept)| Chunk {
+            let gated = self.cfg.spec.gated();
+            let mut chunks: Vec<Chunk<'_>> = Vec::with_capacity(taken.len());
+            for (slot, start, tokens, base, kept) in &taken {
+                let c = Chunk {
                     slot: *slot,
                     start: *start,
                     tokens,
                     rows: &rows[base * row_width..(base + tokens.len()) * row_width],
                     kept: *kept,
-                })
-                .collect();
+                };
+                // A slot whose gate has drafting off puts its rows off (up to MAX_BEHIND), to
+                // take them in with one block pass when it drafts again.
+                match gated && !self.slots[*slot].gate.view().on {
+                    true if m.behind(*slot) + kept <= MAX_BEHIND => m.defer(&c),
+                    _ => chunks.push(c),
+                }
+            }
             m.take_in(&mut self.model, &chunks)?;
+        }
+        if n_prompt_rows == 0 {
+            let shape_rows = batch.tokens.len();
+            self.weigh(&steps, shape_rows, began.elapsed().as_secs_f64());
         }
         self.draft_next()?;
         self.shared
@@ -1523,6 +1561,32 @@ impl<'t> Scheduler<'t> {
             self.decide(&decided);
         }
         Ok(())
+    }
+
+    /// Gives each slot's drafting gate its generation step of this pass (`steps`: slot, tokens
+    /// drafted, tokens kept), a pass of `rows` rows that took `seconds` (with the draft passes
+    /// before it, for the slots they drafted for), logging and counting each switch.
+    fn weigh(&mut self, steps: &[(usize, usize, usize)], rows: usize, seconds: f64) {
+        if self.drafter.is_none() || !self.cfg.spec.gated() {
+            return;
+        }
+        for &(id, drafted, kept) in steps {
+            let slot = &mut self.slots[id];
+            let asked = slot.asked.take();
+            let shape = StepShape { rows, drafted };
+            let cost = self.costs.seconds(shape, seconds + asked.unwrap_or(0.0));
+            let switch = match asked {
+                Some(_) => slot.gate.drafted(cost, kept),
+                None => slot.gate.plain(cost),
+            };
+            if let Some(sw) = switch {
+                tracing::info!("{}", slot.gate.describe(id, sw));
+                self.shared
+                    .counters
+                    .spec_gate_switches
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Puts each slot of `refused` back to the state saved on the device before the pass at
@@ -1581,10 +1645,15 @@ impl<'t> Scheduler<'t> {
             return Ok(());
         };
         let n_max = self.cfg.spec.n_max;
+        let gate = self.cfg.spec.gated();
         let mut wants = Vec::new();
-        for slot in &self.slots {
+        for slot in &mut self.slots {
+            slot.asked = None;
             let Some(task) = &slot.task else { continue };
             if task.next.len() != 1 || task.draft != 0 || !task.job.params.forced.is_empty() {
+                continue;
+            }
+            if gate && !slot.gate.drafts_next() {
                 continue;
             }
             let room = self.cfg.n_ctx_slot.saturating_sub(slot.cached.len() + 2);
@@ -1606,6 +1675,13 @@ impl<'t> Scheduler<'t> {
         if wants.is_empty() {
             return Ok(());
         }
+        // Rows a slot put off while not drafting go in first, outside the drafting step's
+        // time: they are the plain steps' (one pass for many).
+        if let Drafter::Mtp(m) = drafter {
+            let slots: Vec<usize> = wants.iter().map(|w| w.slot).collect();
+            m.catch_up(&mut self.model, &slots)?;
+        }
+        let t0 = Instant::now();
         let drafts = match drafter {
             Drafter::Mtp(m) => m.draft(&mut self.model, &wants)?,
             Drafter::Source(src) => wants
@@ -1620,7 +1696,9 @@ impl<'t> Scheduler<'t> {
                 })
                 .collect(),
         };
+        let seconds = t0.elapsed().as_secs_f64();
         for (w, d) in wants.iter().zip(drafts) {
+            self.slots[w.slot].asked = Some(seconds);
             if let Some(task) = self.slots[w.slot].task.as_mut() {
                 task.draft = d.len();
                 task.spec_draft = !d.is_empty();
@@ -1812,6 +1890,8 @@ impl<'t> Scheduler<'t> {
                         .n_predict
                         .map_or(-1, |n| n.saturating_sub(t.generated) as i64)
                 }),
+                speculative: self.drafter.is_some(),
+                gate: (self.drafter.is_some() && self.cfg.spec.gated()).then(|| s.gate.view()),
             })
             .collect();
         if let Ok(mut g) = self.shared.slots.lock() {
@@ -1831,6 +1911,9 @@ struct Planned {
     /// Output rows the pass reads for the chunk: `outputs`, or every row when the MTP block
     /// takes them in (the chunk's `outputs` then its last ones).
     read: usize,
+    /// A generation step: the slot's one sampled token and its drafts (not a prompt chunk or
+    /// a forced run), which the drafting gate weighs.
+    step: bool,
 }
 
 /// What drafts for the target to verify, as `spec` or a `source` asks; none (with a warning

@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::handle::RuntimeError;
 use crate::request::{Event, Failure, FailureKind, Request};
 use crate::scheduler::{self, Dozing, Ended, Extras, RuntimeConfig};
+use crate::spec::SpecType;
 use crate::status::Shared;
 
 /// Loads the model (and its decision head) again after sleep; the error says why not.
@@ -81,7 +82,11 @@ impl Sleeper {
                 "sleeping when idle needs a tokio runtime: {e}"
             )))
         })?;
-        let shared = Arc::new(Shared::new(model.options.n_slots as usize));
+        let shared = Arc::new(Shared::new(
+            model.options.n_slots as usize,
+            cfg.spec.kind != SpecType::None,
+            cfg.spec.gated(),
+        ));
         let (jobs, rx) = mpsc::channel(cfg.queue_depth.max(1));
         let (state_tx, state) = watch::channel(State {
             phase: Phase::Awake,
@@ -177,6 +182,7 @@ impl Supervisor {
                 .spawn(move || {
                     let extras = Extras {
                         source: None,
+                        costs: None,
                         dozing: Some(Dozing { after, first }),
                         draft: None,
                     };

@@ -52,6 +52,11 @@ pub struct SpecConfig {
     /// rows say, for a mean of L tokens a verify step, the target's own included (1 to
     /// `n_max` + 1; see [`SynthAcceptance`]).
     pub synth_len: Option<f64>,
+    /// Each slot drafts only while its measured costs say drafting pays
+    /// ([`crate::draft_gate`]); off, every step a slot can draft drafts (tests that count
+    /// drafts). A synthetic acceptance length benchmarks the drafting path itself: the
+    /// runtime ungates it.
+    pub gate: bool,
 }
 
 impl SpecConfig {
@@ -68,7 +73,14 @@ impl SpecConfig {
         n_min: 0,
         p_min: 0.0,
         synth_len: None,
+        gate: true,
     };
+
+    /// Whether the slots' drafting gates choose when to draft: asked for, and no synthetic
+    /// acceptance length (which benchmarks the drafting path itself).
+    pub fn gated(&self) -> bool {
+        self.gate && self.synth_len.is_none()
+    }
 
     /// These settings for a model of architecture `arch` drafting with its own MTP layers:
     /// `n_max` at most the [`mtp_width`] of its layers.
@@ -238,7 +250,8 @@ pub struct Want {
     pub max: usize,
 }
 
-/// The MTP block's driver: the target row each slot's next block row pairs with.
+/// The MTP block's driver: the target row each slot's next block row pairs with, and the rows a
+/// slot that is not drafting has put off taking in.
 pub struct MtpDrafter {
     cfg: SpecConfig,
     n_embd: usize,
@@ -248,6 +261,36 @@ pub struct MtpDrafter {
     /// The separate draft file's model (qwen4exp's MTP-only file), when the block is not the
     /// target's own (boxed: a loaded model is large beside the rest).
     draft: Option<Box<LoadedModel>>,
+    /// Per slot, kept rows not yet taken in ([`MtpDrafter::defer`]).
+    behind: Vec<Behind>,
+}
+
+/// A slot's kept rows the block has not taken in yet: consecutive positions from `start`.
+#[derive(Default)]
+struct Behind {
+    start: usize,
+    tokens: Vec<u32>,
+    rows: Vec<f32>,
+}
+
+impl Behind {
+    /// Adds the kept rows of `c` (`n` values a row). A chunk that starts inside these rows
+    /// replaces those from its start on (the slot's sequence was cut back); one that starts
+    /// after a gap, or before them, starts them afresh (the block's cache then misses those
+    /// positions, which only makes its drafts worse).
+    fn push(&mut self, c: &Chunk<'_>, n: usize) {
+        let end = self.start + self.tokens.len();
+        if self.tokens.is_empty() || c.start < self.start || c.start > end {
+            self.tokens.clear();
+            self.rows.clear();
+            self.start = c.start;
+        }
+        let keep = c.start - self.start;
+        self.tokens.truncate(keep);
+        self.rows.truncate(keep * n);
+        self.tokens.extend_from_slice(&c.tokens[..c.kept]);
+        self.rows.extend_from_slice(&c.rows[..c.kept * n]);
+    }
 }
 
 impl MtpDrafter {
@@ -258,6 +301,7 @@ impl MtpDrafter {
             cfg,
             n_embd,
             pending: vec![vec![0.0; n_embd]; n_slots],
+            behind: (0..n_slots).map(|_| Behind::default()).collect(),
             draft: None,
         }
     }
@@ -290,14 +334,87 @@ impl MtpDrafter {
         }
     }
 
-    /// Forgets slot `slot`'s carried row (a new sequence starts there).
+    /// Forgets slot `slot`'s carried row and the rows it put off (a new sequence starts there).
     pub fn reset(&mut self, slot: usize) {
         self.pending[slot].fill(0.0);
+        self.behind[slot] = Behind::default();
     }
 
-    /// Runs the block over the rows of a target pass (filling its cache at their positions)
-    /// and keeps each slot's row of its last kept position for the next pairing.
+    /// Kept rows slot `slot` has put off taking in.
+    pub fn behind(&self, slot: usize) -> usize {
+        self.behind[slot].tokens.len()
+    }
+
+    /// Puts off taking in the kept rows of `c`, for a slot that is not drafting: they wait on
+    /// the host until the slot drafts again ([`MtpDrafter::catch_up`]) or a chunk of it is
+    /// taken in, then go through the block in one pass, where each step would otherwise run a
+    /// block pass of its own.
+    pub fn defer(&mut self, c: &Chunk<'_>) {
+        self.behind[c.slot].push(c, self.n_embd);
+    }
+
+    /// Takes in the rows slots of `slots` put off, before they draft.
+    pub fn catch_up(&mut self, model: &mut LoadedModel, slots: &[usize]) -> Result<(), String> {
+        let owned: Vec<Behind> = slots
+            .iter()
+            .map(|&s| std::mem::take(&mut self.behind[s]))
+            .collect();
+        let chunks: Vec<Chunk<'_>> = slots
+            .iter()
+            .zip(&owned)
+            .filter(|(_, b)| !b.tokens.is_empty())
+            .map(|(&slot, b)| Chunk {
+                slot,
+                start: b.start,
+                tokens: &b.tokens,
+                rows: &b.rows,
+                kept: b.tokens.len(),
+            })
+            .collect();
+        self.run(model, &chunks)
+    }
+
+    /// Runs the block over the rows of a target pass (filling its cache at their positions),
+    /// after any rows their slots put off, and keeps each slot's row of its last kept position
+    /// for the next pairing.
     pub fn take_in(&mut self, model: &mut LoadedModel, chunks: &[Chunk<'_>]) -> Result<(), String> {
+        let n = self.n_embd;
+        // A chunk of a slot with rows put off goes in after them, as one run of positions.
+        let mut joined: Vec<(usize, Behind, usize)> = Vec::new();
+        let mut alone: Vec<&Chunk<'_>> = Vec::new();
+        for c in chunks.iter().filter(|c| !c.tokens.is_empty()) {
+            let mut b = std::mem::take(&mut self.behind[c.slot]);
+            let end = b.start + b.tokens.len();
+            // Rows put off from past where the chunk starts were cut from the sequence; after
+            // a gap the block misses those positions either way (its drafts only get worse).
+            if b.tokens.is_empty() || c.start < b.start || c.start > end {
+                alone.push(c);
+                continue;
+            }
+            let before = c.start - b.start;
+            b.tokens.truncate(before);
+            b.rows.truncate(before * n);
+            b.tokens.extend_from_slice(c.tokens);
+            b.rows.extend_from_slice(c.rows);
+            joined.push((c.slot, b, before + c.kept));
+        }
+        let runs: Vec<Chunk<'_>> = joined
+            .iter()
+            .map(|(slot, b, kept)| Chunk {
+                slot: *slot,
+                start: b.start,
+                tokens: &b.tokens,
+                rows: &b.rows,
+                kept: *kept,
+            })
+            .chain(alone.into_iter().map(|c| Chunk { ..*c }))
+            .collect();
+        self.run(model, &runs)
+    }
+
+    /// Runs the block over `chunks` (each a slot's consecutive positions, its first row paired
+    /// with the slot's carried row) and carries each slot's row of its last kept position.
+    fn run(&mut self, model: &mut LoadedModel, chunks: &[Chunk<'_>]) -> Result<(), String> {
         let n = self.n_embd;
         let mut batch = empty_batch();
         let mut hidden = Vec::new();
@@ -428,7 +545,7 @@ fn empty_batch() -> BatchInputs {
 
 #[cfg(test)]
 mod tests {
-    use super::{synth_rate, top_choice, Mt19937, SynthAcceptance};
+    use super::{synth_rate, top_choice, Behind, Chunk, Mt19937, SynthAcceptance};
 
     #[test]
     fn synthetic_acceptance_has_the_asked_mean_length() {
@@ -454,6 +571,37 @@ mod tests {
         assert_eq!(s.accepted(&mut rng, &[1, 2, 3], |_| false), 3);
         // A drafted end of generation is never kept.
         assert_eq!(s.accepted(&mut rng, &[1, 9, 3], |t| t == 9), 1);
+    }
+
+    /// Rows put off keep one run of positions: a chunk inside them replaces the rest; one after
+    /// a gap or before them starts afresh.
+    #[test]
+    fn rows_put_off_stay_one_run_of_positions() {
+        let chunk = |start, tokens: &'static [u32], kept| Chunk {
+            slot: 0,
+            start,
+            tokens,
+            rows: &[0.0; 8][..tokens.len() * 2],
+            kept,
+        };
+        let mut b = Behind::default();
+        b.push(&chunk(5, &[1, 2, 3], 3), 2);
+        b.push(&chunk(8, &[4, 9, 9], 1), 2);
+        assert_eq!(
+            (b.start, b.tokens.clone(), b.rows.len()),
+            (5, vec![1, 2, 3, 4], 8)
+        );
+        // Cut back to position 7.
+        b.push(&chunk(7, &[6], 1), 2);
+        assert_eq!((b.start, b.tokens.clone()), (5, vec![1, 2, 6]));
+        // A gap, then a chunk before them.
+        b.push(&chunk(20, &[7], 1), 2);
+        assert_eq!((b.start, b.tokens.clone()), (20, vec![7]));
+        b.push(&chunk(3, &[8, 9], 2), 2);
+        assert_eq!(
+            (b.start, b.tokens.clone(), b.rows.len()),
+            (3, vec![8, 9], 4)
+        );
     }
 
     #[test]

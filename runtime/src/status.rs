@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::draft_gate::{Gate, GateView};
+
 /// What `/slots` shows of one slot.
 #[derive(Clone, Debug, Default)]
 pub struct SlotView {
@@ -18,6 +20,10 @@ pub struct SlotView {
     pub n_decoded: usize,
     /// Tokens the running request may still generate (-1: unbounded).
     pub n_remain: i64,
+    /// Whether the slot can draft (llama-server's `speculative`): the runtime has a drafter.
+    pub speculative: bool,
+    /// Its drafting gate's state, where drafting is gated.
+    pub gate: Option<GateView>,
 }
 
 /// Counters for `/metrics`.
@@ -91,6 +97,8 @@ pub struct Counters {
     /// Passes that ran a slot's kept tokens again after a refused draft (drafts verified by a
     /// pass that kept no row states: too many rows, or a model whose verify graph has none).
     pub rollback_passes: AtomicU64,
+    /// Times a slot's drafting gate turned drafting off or on.
+    pub spec_gate_switches: AtomicU64,
     /// Decisions the decision head scored.
     pub decisions: AtomicU64,
     /// Runs of the decision head (each over every decision whose prompt ended in one pass).
@@ -116,13 +124,16 @@ pub struct Shared {
 
 impl Shared {
     /// Every one of `n_slots` slots idle, as the scheduler publishes them, so that readers see
-    /// every slot before its first publish; counters at zero.
-    pub fn new(n_slots: usize) -> Shared {
+    /// every slot before its first publish: drafting as asked (`drafts`, `gated`: a fresh
+    /// gate), until the scheduler publishes whether it could; counters at zero.
+    pub fn new(n_slots: usize, drafts: bool, gated: bool) -> Shared {
         Shared {
             slots: Mutex::new(
                 (0..n_slots)
                     .map(|id| SlotView {
                         id,
+                        speculative: drafts,
+                        gate: (drafts && gated).then(|| Gate::new().view()),
                         ..SlotView::default()
                     })
                     .collect(),

@@ -21,6 +21,8 @@ rope tail, indexer 16 heads of 64, q_lora 32, θ 1e4 (main) and 1.6e5 with YaRN 
   Then the HCA compressor at DeepSeek-V4.1's ratios 2 (37 rows) and 1 (20 rows), through
   `compress_rates` (V4.1's compressor as issue 49 describes it: a softmax-gated sum of `ratio`
   tokens, then the norm; one series, `docs/deepseek41-plan.md`).
+* `v41_keys`: DeepSeek-V4.1's index keys at ratios 2 and 1 (`v41_keys_case`): the compressor's
+  normed rows before the rope, and keys made from them through `wk`, the key norm and the rope.
 * `attention`: `DeepseekV4Attention` (eager) of a CSA layer (150 rows) and an HCA layer (300 rows)
   called as `DeepseekV4Model` calls it (its rotary embedding and sliding-window mask, no cache):
   the roped queries, the window rows and compressed rows, the sinks, the compressed rows' mask
@@ -203,6 +205,49 @@ def ranking_margin(scores, ratio, top_k):
     return least
 
 
+def v41_keys_case(ratio, rows, g):
+    """DeepSeek-V4.1's index keys (docs/deepseek41-plan.md, S6): the HCA compressor at V4.1's
+    `ratio`, its normed rows before the rope (the output of its `kv_norm`, hooked), then a random
+    `wk` [head_dim -> index_dim], transformers' `DeepseekV4RMSNorm` with a random `k_norm` and
+    the compressor's own "compress" rope at j·ratio (`apply_rotary_pos_emb`), as the compressor
+    ropes its rows. Inputs kv, score, norm (no position bias: zeros), wk; outputs plain, keys."""
+    rates = {"compressed_sparse_attention": 4, "heavily_compressed_attention": ratio}
+    cfg = config(["heavily_compressed_attention"], rates)
+    comp = m.DeepseekV4HCACompressor(cfg).float().eval()
+    randomize(comp, g, 0.3)
+    with torch.no_grad():
+        comp.position_bias.zero_()
+    wk = torch.nn.Linear(D, ID, bias=False)
+    k_norm = m.DeepseekV4RMSNorm(ID, eps=cfg.rms_norm_eps).float()
+    randomize(wk, g, 0.3)
+    randomize(k_norm, g, 0.3)
+    x = torch.randn((1, rows, N), generator=g)
+    q_residual = torch.randn((1, rows, QL), generator=g)
+    pos = torch.arange(rows).unsqueeze(0)
+    store = {}
+    hooks = [hooked(comp.kv_proj, "kv", store), hooked(comp.gate_proj, "score", store),
+             hooked(comp.kv_norm, "plain", store)]
+    with torch.no_grad():
+        compressed, _ = comp(x, q_residual, pos, None, 0)
+        plain = store["plain"]
+        n_out = plain.shape[1]
+        keys = k_norm(wk(plain))
+        at = (torch.arange(n_out) * ratio).unsqueeze(0)
+        cos, sin = comp.rotary_emb(keys, position_ids=at, layer_type="compress")
+        keys = apply_rope(keys, cos, sin)
+    for h in hooks:
+        h.remove()
+    return {"ratio": ratio, "rows": rows, "n_compressed": n_out, "kv": flat(store["kv"]),
+            "score": flat(store["score"]), "norm": flat(comp.kv_norm.weight),
+            "compressed": flat(compressed), "plain": flat(plain), "wk": flat(wk.weight),
+            "k_norm": flat(k_norm.weight), "keys": flat(keys)}
+
+
+def apply_rope(x, cos, sin):
+    """transformers' `apply_rotary_pos_emb` on rows `x` [1, n, d] (one head)."""
+    return m.apply_rotary_pos_emb(x.unsqueeze(1), cos, sin).squeeze(1)
+
+
 def main():
     g = torch.Generator().manual_seed(49)
     cfg = config(["sliding_attention"])
@@ -225,6 +270,7 @@ def main():
     for ratio, rows in ((2, 37), (1, 20)):
         rates = {"compressed_sparse_attention": 4, "heavily_compressed_attention": ratio}
         golden["compress"].append(compress_case("heavily_compressed_attention", rows, g, rates))
+    golden["v41_keys"] = [v41_keys_case(ratio, rows, g) for ratio, rows in ((2, 37), (1, 20))]
     with open(sys.argv[1], "w") as f:
         json.dump(golden, f)
 

@@ -98,6 +98,13 @@ def test_metrics_count_tokens(gemma3):
     assert values["llamacpp:tokens_predicted_total"] >= 3
     assert values["llamacpp:prompt_tokens_total"] >= 1
     assert values["llamacpp:n_decode_total"] >= 3
+    # The throughput gauges cover the window since the previous scrape, as llama-server's: the
+    # completion above is in this one, the next scrape's window is empty.
+    assert values["llamacpp:predicted_tokens_seconds"] > 0
+    again = {l.split()[0]: float(l.split()[1]) for l in gemma3.get("/metrics").text.splitlines() if l.startswith("llamacpp:")}
+    assert again["llamacpp:predicted_tokens_seconds"] == 0
+    assert again["llamacpp:prompt_tokens_seconds"] == 0
+    assert again["llamacpp:tokens_predicted_total"] == values["llamacpp:tokens_predicted_total"]
     # No host experts on the CPU: the tiering counters stay zero and there is nothing to reset.
     assert values["llamacpp:routed_experts_host_total"] == 0
     assert values["llamacpp:routed_experts_bus_total"] == 0

@@ -6,7 +6,7 @@ import math
 import pytest
 import requests
 
-from conftest import Server
+from conftest import QWEN3_TEMPLATE, Server
 from test_errors import error_of
 
 # A grammar that never ends and puts a newline every third character.
@@ -232,13 +232,79 @@ def test_ignore_eos_bans_every_end_of_generation_token_by_a_logit_bias(tiny):
     assert r["generation_settings"]["logit_bias"][0] == {"bias": 100.0, "token": eog[0]}
 
 
-def test_unbuilt_switches_are_refused_by_name(tiny):
-    for field in ("verbose",):
-        for route, body in (("/completion", {"prompt": "x"}),
-                            ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})):
-            e = error_of(tiny.post(route, {**body, "max_tokens": 1, field: True}), 400, "invalid_request_error")
-            assert field in e["message"]
-            assert tiny.post(route, {**body, "max_tokens": 1, field: False}).status_code == 200
+def test_verbose_adds_the_native_answer_as_llama_server_does(tiny):
+    """`verbose` (llama-server's server-task.cpp): OpenAI answers carry `__verbose`, the native
+    answer of the request; a streamed chat's finish chunk carries it with empty text, and each
+    streamed completion token carries its partial native object."""
+    chat = {"messages": [{"role": "system", "content": "Book"}, {"role": "user", "content": "best book?"}],
+            "max_tokens": 3, "temperature": 0}
+    on = tiny.post("/v1/chat/completions", {**chat, "verbose": True}).json()
+    v = on["__verbose"]
+    assert "Book" in v["prompt"] and v["prompt"].endswith("<|im_start|>assistant\n")
+    assert v["tokens_predicted"] == on["usage"]["completion_tokens"] and v["stop"] is True
+    assert v["tokens_evaluated"] == on["usage"]["prompt_tokens"]
+    assert v["content"] == on["choices"][0]["message"]["content"]
+    assert "__verbose" not in tiny.post("/v1/chat/completions", {**chat, "verbose": False}).json()
+    assert "__verbose" not in tiny.post("/v1/chat/completions", chat).json()
+    frames = sse_frames(requests.post(tiny.url + "/v1/chat/completions", json={**chat, "verbose": True, "stream": True}, stream=True))
+    carrying = [f for f in frames if "__verbose" in f]
+    assert len(carrying) == 1 and carrying[0]["choices"][0]["finish_reason"] is not None
+    assert carrying[0]["__verbose"]["content"] == "" and carrying[0]["__verbose"]["tokens"] == []
+    cmpl = {"prompt": "Once upon", "max_tokens": 3, "temperature": 0}
+    whole = tiny.post("/v1/completions", {**cmpl, "verbose": True}).json()
+    assert whole["__verbose"]["prompt"] == "Once upon" and whole["__verbose"]["content"] == whole["choices"][0]["text"]
+    frames = sse_frames(requests.post(tiny.url + "/v1/completions", json={**cmpl, "verbose": True, "stream": True}, stream=True))
+    tokens = [f for f in frames if f["choices"][0]["finish_reason"] is None]
+    assert len(tokens) == 3
+    assert [f["__verbose"]["tokens_predicted"] for f in tokens] == [1, 2, 3]
+    assert all(f["__verbose"]["content"] == f["choices"][0]["text"] and len(f["__verbose"]["tokens"]) == 1
+               and f["__verbose"]["stop"] is False for f in tokens)
+    assert frames[-1]["__verbose"]["stop"] is True and frames[-1]["__verbose"]["tokens_predicted"] == 3
+
+
+def test_verbose_flag_makes_it_the_default(tiny_path):
+    s = Server(tiny_path, "-c", "1024", "--chat-template-file", str(QWEN3_TEMPLATE), "--verbose")
+    try:
+        chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        assert "__verbose" in s.post("/v1/chat/completions", chat).json()
+        assert "__verbose" not in s.post("/v1/chat/completions", {**chat, "verbose": False}).json()
+    finally:
+        s.stop()
+
+
+def test_a_final_assistant_message_is_continued(tiny, tiny_path):
+    """llama-server's assistant prefill (on by default) and `continue_final_message`: the prompt
+    ends with the message's text instead of a new assistant turn; the rules of
+    server-common.cpp's oaicompat_chat_params_parse are 400s."""
+    msgs = [{"role": "user", "content": "Name a book"}, {"role": "assistant", "content": "The best book is"}]
+    r = tiny.post("/v1/chat/completions", {"messages": msgs, "max_tokens": 2, "verbose": True}).json()
+    prompt = r["__verbose"]["prompt"]
+    assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\nThe best book is"), prompt
+    assert tiny.post("/apply-template", {"messages": msgs}).json()["prompt"] == prompt
+    # The answer goes on from the prefilled text: it is content, not a thinking span.
+    assert r["choices"][0]["message"].get("reasoning_content") is None
+    explicit = tiny.post("/apply-template", {"messages": msgs, "continue_final_message": True,
+                                             "add_generation_prompt": False}).json()["prompt"]
+    assert explicit == prompt
+    thinking = [msgs[0], {"role": "assistant", "content": "", "reasoning_content": "Let me think"}]
+    t = tiny.post("/v1/chat/completions", {"messages": thinking, "max_tokens": 2, "verbose": True}).json()
+    assert t["__verbose"]["prompt"].endswith("<|im_start|>assistant\n<think>\nLet me think")
+    assert t["choices"][0]["message"]["reasoning_content"] is not None
+    for body, needle in (
+        ({"messages": msgs, "continue_final_message": True}, "Cannot set both add_generation_prompt"),
+        ({"messages": msgs + [{"role": "assistant", "content": "x"}]}, "2 or more assistant messages"),
+        ({"messages": [msgs[0], {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]}, "contains tool calls"),
+        ({"messages": msgs, "continue_final_message": "everything", "add_generation_prompt": False}, "continue_final_message"),
+    ):
+        e = error_of(tiny.post("/v1/chat/completions", {**body, "max_tokens": 1}), 400, "invalid_request_error")
+        assert needle in e["message"], e
+    s = Server(tiny_path, "-c", "1024", "--chat-template-file", str(QWEN3_TEMPLATE), "--no-prefill-assistant")
+    try:
+        whole_turn = s.post("/apply-template", {"messages": msgs}).json()["prompt"]
+        assert whole_turn.endswith("The best book is<|im_end|>\n<|im_start|>assistant\n"), whole_turn
+    finally:
+        s.stop()
 
 
 def test_unbuilt_numbers_are_refused_by_name_above_zero(tiny):

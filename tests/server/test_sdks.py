@@ -51,6 +51,15 @@ def test_openai_responses(gemma3):
     assert events[-1].type == "response.completed"
 
 
+def test_openai_responses_input_tokens(gemma3):
+    # The SDK's own call (POST /v1/responses/input_tokens); the same turn as a chat counts the same.
+    counted = oai(gemma3).responses.input_tokens.count(model="x", input="Say hi")
+    assert counted.object == "response.input_tokens"
+    chat = gemma3.post("/v1/chat/completions/input_tokens", {"messages": [{"role": "user", "content": "Say hi"}]}).json()
+    assert chat["object"] == "response.input_tokens"
+    assert counted.input_tokens == chat["input_tokens"] > 3
+
+
 def test_anthropic_messages_whole_and_streamed(gemma3):
     client = anthropic.Anthropic(base_url=gemma3.url, api_key="none", max_retries=0)
     kw = dict(model="x", max_tokens=10, extra_body={"temperature": 0}, system="Be brief.", messages=[{"role": "user", "content": "Name a fruit."}])

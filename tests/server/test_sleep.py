@@ -27,7 +27,10 @@ def wait_for_sleep(server, timeout=30.0):
 
 
 def without_cache_gauges(metrics):
-    return [ln for ln in metrics.splitlines() if not ln.startswith("llamacpp:prompt_cache_")]
+    """The counters without the prompt cache's gauges and the throughput gauges (those cover the
+    window since the previous scrape)."""
+    windowed = ("llamacpp:prompt_cache_", "llamacpp:prompt_tokens_seconds", "llamacpp:predicted_tokens_seconds")
+    return [ln for ln in metrics.splitlines() if not ln.startswith(windowed)]
 
 
 def complete(server, prompt="The capital of France is", n=8):
@@ -57,6 +60,7 @@ def test_sleeps_frees_the_model_and_wakes_with_the_same_answer(gemma3_path):
         assert without_cache_gauges(asleep_metrics) == without_cache_gauges(awake_metrics)
         assert "llamacpp:prompt_cache_bytes 0\n" in asleep_metrics
         assert "llamacpp:prompt_cache_states 0\n" in asleep_metrics
+        assert "llamacpp:predicted_tokens_seconds 0\n" in asleep_metrics
         time.sleep(0.3)
         assert is_sleeping(s)
         # The weights are gone from memory: gemma-3-270m Q4_K_M is about 240 MiB.

@@ -1,7 +1,10 @@
 """Draft decoding as llama-server b11434 reports it (issue 48): `speculative` in /props'
 default_generation_settings and in each /slots entry (true when the slots have a draft source),
 `speculative.types` in the params, the request's draft counts in its timings (the final streamed
-chunk's too), and /metrics' accepted tokens per draft position."""
+chunk's too), and /metrics' accepted tokens per draft position. A file with MTP layers drafts by
+default, each slot through its drafting gate, which bloomery reports in fields of its own
+(`bloomery_draft_gate` in /slots, `bloomery_draft_gates` in /props, `spec_gate_switches_total`
+in /metrics)."""
 
 import json
 
@@ -30,17 +33,27 @@ def reported(server):
 @pytest.mark.parametrize(
     "flags, want",
     [
-        ((), (False, "none")),
+        ((), (True, "draft-mtp")),
         (("--spec-type", "draft-mtp"), (True, "draft-mtp")),
         (("--spec-type", "none"), (False, "none")),
     ],
 )
-def test_a_file_with_mtp_layers_drafts_when_asked_and_says_so(mtp_path, flags, want):
+def test_a_file_with_mtp_layers_drafts_unless_told_not_to_and_says_so(mtp_path, flags, want):
     s = Server(mtp_path, "-c", "512", "-np", "2", "--chat-template-file", str(QWEN3_TEMPLATE), *flags)
     try:
         spec, types, slots = reported(s)
         assert (spec, types) == want
         assert slots == [want[0]] * 2
+        # Each drafting slot's gate, on before anything is measured; none without drafting.
+        gates = [g.get("bloomery_draft_gate") for g in s.get("/slots").json()]
+        props_gates = s.get("/props").json()["bloomery_draft_gates"]
+        if want[0]:
+            fresh = {"drafting": True, "switches": 0, "plain_step_ms": None, "draft_step_ms": None,
+                     "tokens_per_draft_step": None}
+            assert gates == [fresh] * 2, gates
+            assert props_gates == [{"id": i, "gate": fresh} for i in range(2)], props_gates
+        else:
+            assert gates == [None] * 2 and props_gates == [], (gates, props_gates)
         r = s.post("/completion", {"prompt": "Hello there", "n_predict": 6, "temperature": 0})
         assert r.status_code == 200, r.text
         t = r.json()["timings"]
@@ -87,7 +100,9 @@ def counter(metrics, name):
 
 
 def test_streamed_final_chunks_carry_the_draft_counts_and_metrics_count_per_position(mtp_path):
-    s = Server(mtp_path, "-c", "512", "-np", "1", "--metrics", "--spec-type", "draft-mtp",
+    # Ungated, so that every request drafts at every step and a stream drafts what the whole
+    # answer did (the gate's choices follow the clock).
+    s = Server(mtp_path, "-c", "512", "-np", "1", "--metrics", "--spec-type", "draft-mtp", "--spec-no-gate",
                "--chat-template-file", str(QWEN3_TEMPLATE))
     try:
         # Nothing verified yet: no per-position series (llama-server writes it once non-empty).
@@ -116,6 +131,9 @@ def test_streamed_final_chunks_carry_the_draft_counts_and_metrics_count_per_posi
         assert sum(pos.values()) == counter(m, "spec_decode_num_accepted_tokens_total"), m
         assert pos[0] <= counter(m, "spec_decode_num_drafts_total"), m
         assert "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter" in m
+        assert counter(m, "spec_gate_switches_total") == 0, m
+        # Ungated: no gate reported.
+        assert "bloomery_draft_gate" not in s.get("/slots").json()[0]
     finally:
         s.stop()
 
@@ -145,5 +163,21 @@ def test_a_synthetic_acceptance_length_keeps_drafts_at_random(mtp_path, length):
         # A grammar request runs too: kept drafts leave the grammar where it was.
         g = s.post("/completion", {"prompt": "Hi", "n_predict": 8, "grammar": 'root ::= [a-z]+'})
         assert g.status_code == 200, g.text
+    finally:
+        s.stop()
+
+
+def test_a_gated_slot_reports_its_measured_costs(mtp_path):
+    s = Server(mtp_path, "-c", "512", "-np", "1", "--metrics", "--chat-template-file", str(QWEN3_TEMPLATE))
+    try:
+        body = {"prompt": "Hello there", "n_predict": 40, "temperature": 0}
+        assert s.post("/completion", body).status_code == 200
+        gate = s.get("/slots").json()[0]["bloomery_draft_gate"]
+        # Drafting is on at first, so the first steps draft; a plain probe follows two of them.
+        assert gate["draft_step_ms"] > 0 and gate["tokens_per_draft_step"] >= 1, gate
+        assert gate["plain_step_ms"] > 0, gate
+        # Each switch is counted once in /metrics.
+        switches = counter(s.get("/metrics").text, "spec_gate_switches_total")
+        assert switches == gate["switches"], (switches, gate)
     finally:
         s.stop()

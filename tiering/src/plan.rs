@@ -19,6 +19,10 @@ pub struct FixedCosts {
     pub dense: u64,
     /// State buffers of every slot (KV cache).
     pub state: u64,
+    /// What draft decoding keeps on the card besides (0 when not drafting): the rollback copy
+    /// of every slot's per-sequence state and the verify passes' per-row states. Planned as
+    /// fixed, so a card short of room holds fewer experts rather than drafting less.
+    pub drafting: u64,
     /// Activations and kernel scratch for the largest batch.
     pub scratch: u64,
     /// Bytes of `dense` that only row gathers read (token embeddings, see
@@ -311,7 +315,7 @@ impl Placing<'_> {
             true => fixed.dense - fixed.tables.min(fixed.dense),
             false => fixed.dense,
         };
-        let base = dense + fixed.state + fixed.scratch;
+        let base = dense + fixed.state + fixed.drafting + fixed.scratch;
         // Host experts need card room to stream one layer's stacks for prompts.
         let staging = if tiered {
             layers
@@ -323,8 +327,13 @@ impl Placing<'_> {
             0
         };
         let needed = base + staging;
+        let drafting = match fixed.drafting {
+            0 => String::new(),
+            d => format!(" + drafting state {}", gib(d)),
+        };
         let terms = format!(
-            "dense weights {} + KV/state {} + scratch {} + expert staging {} = {} on the card",
+            "dense weights {} + KV/state {}{drafting} + scratch {} + expert staging {} = {} on \
+             the card",
             gib(dense),
             gib(fixed.state),
             gib(fixed.scratch),
@@ -517,7 +526,8 @@ impl Plan {
 impl fmt::Display for Plan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let dense = self.card_dense_bytes();
-        let card = dense + self.fixed.state + self.fixed.scratch + self.staging;
+        let card =
+            dense + self.fixed.state + self.fixed.drafting + self.fixed.scratch + self.staging;
         match self.peers.is_empty() {
             true => writeln!(f, "card budget {}:", gib(self.card_budget))?,
             false => writeln!(
@@ -529,6 +539,9 @@ impl fmt::Display for Plan {
         }
         writeln!(f, "  dense weights   {}", gib(dense))?;
         writeln!(f, "  KV cache/state  {}", gib(self.fixed.state))?;
+        if self.fixed.drafting > 0 {
+            writeln!(f, "  drafting state  {}", gib(self.fixed.drafting))?;
+        }
         writeln!(f, "  scratch         {}", gib(self.fixed.scratch))?;
         let lent: Vec<String> = self
             .lent
@@ -652,6 +665,7 @@ mod tests {
     const FIXED: FixedCosts = FixedCosts {
         dense: 1000,
         state: 200,
+        drafting: 0,
         scratch: 100,
         tables: 0,
     };
@@ -688,6 +702,34 @@ mod tests {
         assert!(!all.has_host_experts());
         assert_eq!(all.staging, 0);
         assert!(all.lent.is_empty());
+    }
+
+    /// Draft decoding's state is a fixed cost: a card short of room holds fewer experts, the
+    /// plan shows it, and a card that cannot hold it with the rest names it.
+    #[test]
+    fn the_drafting_state_takes_card_room_from_the_experts() {
+        let keep = TierRequest {
+            no_decode_staging: true,
+            ..Default::default()
+        };
+        let drafting = FixedCosts {
+            drafting: 200,
+            ..FIXED
+        };
+        // As in the test above, 700 left for experts without drafting, 500 with it.
+        let without = make(layers(4, 4, 100), FIXED, 2800, 1 << 30, &keep).unwrap();
+        let with = make(layers(4, 4, 100), drafting, 2800, 1 << 30, &keep).unwrap();
+        assert_eq!(
+            (without.card_expert_bytes(), with.card_expert_bytes()),
+            (700, 500)
+        );
+        assert_eq!(on_card_counts(&with), vec![0, 0, 1, 4]);
+        assert!(with.to_string().contains("drafting state"), "{with}");
+        assert!(!without.to_string().contains("drafting state"), "{without}");
+        let e = make(layers(2, 4, 100), drafting, 1400, 0, &keep)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("+ drafting state 0.0 MiB +"), "{e}");
     }
 
     #[test]

@@ -71,6 +71,8 @@ const SERVER: &[&str] = &[
     "context-shift",
     "no-context-shift",
     "no-cache-prompt",
+    "prefill-assistant",
+    "no-prefill-assistant",
     "ctx-checkpoints",
     "checkpoint-min-step",
     "cache-ram",
@@ -121,6 +123,7 @@ const SPECULATIVE: &[&str] = &[
     "spec-draft-p-min",
     "spec-synth-len",
     "spec-draft-model",
+    "spec-no-gate",
 ];
 
 /// Where the model's weights and experts go: llama.cpp's `-ngl`, `-cmoe`, `-ncmoe`, `-ot`,

@@ -86,6 +86,6 @@ pub fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Bench(a) => bench::run(&cli, a),
         Command::Opcheck(a) => opcheck::run(&cli, a),
         Command::Plan(a) => plan::run(&cli, a),
-        Command::Serve(a) => crate::server::serve(&cli.plugin_dirs(), a),
+        Command::Serve(a) => crate::server::serve(&cli.plugin_dirs(), a, cli.verbose),
     }
 }

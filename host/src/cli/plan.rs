@@ -35,6 +35,10 @@ pub struct PlanArgs {
     /// Where routed experts go.
     #[command(flatten)]
     pub placement: PlacementArgs,
+    /// Draft decoding as `serve` would run it (on by default for a file with MTP layers; its
+    /// state is planned on the card, taking room from experts; `--spec-type none` plans none).
+    #[command(flatten)]
+    pub spec: crate::flags::spec::SpecArgs,
 }
 
 /// Prints the plan for the best GPU kernel plugin here (the best CPU one when there is none).
@@ -47,6 +51,7 @@ pub fn run(cli: &Cli, a: &PlanArgs) -> anyhow::Result<()> {
     let options = LoadOptions {
         n_slots,
         ctx_per_slot: (a.ctx_size / n_slots).max(1),
+        draft_n_max: a.spec.planned_n_max()?,
         ..LoadOptions::default()
     };
     let mut request = a.placement.request()?;

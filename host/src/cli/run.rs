@@ -205,6 +205,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         mlock: a.placement.experts.mlock,
         overrides,
         check_tensors: a.placement.experts.check_tensors,
+        draft_n_max: a.spec.planned_n_max()?,
     };
     let model = LoadedModel::load_offloaded(
         &reg,

@@ -116,6 +116,13 @@ pub struct ServeArgs {
     /// Do not reuse cached prefixes unless a request asks to.
     #[arg(long = "no-cache-prompt", overrides_with = "cache_prompt")]
     pub no_cache_prompt: bool,
+    /// A chat ending with an assistant message continues that message instead of answering it
+    /// (the default, as llama-server's assistant prefill).
+    #[arg(long = "prefill-assistant", overrides_with = "no_prefill_assistant", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "LLAMA_ARG_PREFILL_ASSISTANT")]
+    pub prefill_assistant: bool,
+    /// Render a final assistant message as a whole turn and answer after it.
+    #[arg(long = "no-prefill-assistant", overrides_with = "prefill_assistant")]
+    pub no_prefill_assistant: bool,
     /// When generation reaches a slot's context, drop half of what follows the kept tokens
     /// (`--keep`, a request's `n_keep`/`n_discard`) and go on, as llama-server does (off by
     /// default; refused at start for models whose cache cannot move positions).
@@ -461,6 +468,11 @@ impl ServeArgs {
     /// Whether requests reuse cached prefixes by default.
     pub fn cache_prompt(&self) -> bool {
         self.cache_prompt && !self.no_cache_prompt
+    }
+
+    /// Whether a final assistant message is continued (llama-server's assistant prefill).
+    pub fn prefill_assistant(&self) -> bool {
+        self.prefill_assistant && !self.no_prefill_assistant
     }
 
     /// How long the server stays idle before it sleeps (`None`: never).

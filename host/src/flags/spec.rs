@@ -2,12 +2,15 @@
 //! each with its `LLAMA_ARG_*` twin: `--spec-type none|draft-mtp` (llama.cpp's other types
 //! refused by name), `--spec-draft-n-max`, `--spec-draft-n-min`, `--spec-draft-p-min` and
 //! `--spec-draft-model` (`-md`: a separate file's MTP block drafts, qwen4exp's; `serve` only).
-//! Drafting is off unless `--spec-type draft-mtp` (or `--spec-synth-len`) asks for it: on an H100
-//! it made decode 4–11× slower at every acceptance length (docs/performance.md, 2026-12-07), so
-//! a file with MTP layers only says that it could draft. `--spec-synth-len` is
+//! A file with MTP layers drafts with them unless `--spec-type none` (issue 48): each slot's
+//! drafting gate (`bloomery_runtime::draft_gate`) keeps drafting on only while its measured
+//! costs say it pays, since on an H100, before verify passes kept per-row states, drafting made
+//! decode 4–11× slower (docs/performance.md, 2026-12-07; the card's figures for the gated path
+//! are still to be measured). `--spec-synth-len` is
 //! llama-server's synthetic acceptance length for benchmarks on random-weight files (tokens a
-//! verify step, the target's own included); `bench` runs each of its `--spec-type` and
-//! `--spec-synth-len` values as a test of its own.
+//! verify step, the target's own included), ungated, since it benchmarks the drafting path
+//! itself; `--spec-no-gate` (bloomery's) drafts every step ungated. `bench` runs each of its `--spec-type` and `--spec-synth-len` values as a test of its
+//! own.
 
 use anyhow::bail;
 use bloomery_runtime::spec::{SpecConfig, SpecType};
@@ -16,8 +19,8 @@ use clap::Args;
 /// Draft decoding.
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct SpecArgs {
-    /// Comma-separated speculative decoding types: `none` (the default) or `draft-mtp` (the
-    /// model's own MTP block).
+    /// Comma-separated speculative decoding types: `none` or `draft-mtp` (the model's own MTP
+    /// block; the default for a file with MTP layers, each slot drafting while it pays).
     #[arg(long = "spec-type", value_name = "TYPES", env = "LLAMA_ARG_SPEC_TYPE")]
     pub spec_type: Option<String>,
     /// Most tokens drafted after each sampled token.
@@ -49,6 +52,10 @@ pub struct SpecArgs {
         env = "LLAMA_ARG_SPEC_DRAFT_MODEL"
     )]
     pub draft_model: Option<std::path::PathBuf>,
+    /// Draft every step a slot can, whatever it costs (bloomery's; no drafting gate): for
+    /// draft counts comparable with llama-server's, and for timing the drafting path itself.
+    #[arg(long = "spec-no-gate")]
+    pub no_gate: bool,
 }
 
 /// One drafting setup of a benchmark: a single `--spec-type` value (None: the file's default)
@@ -133,6 +140,20 @@ impl SpecArgs {
         self.resolve(self.spec_type.as_deref(), synth, n_mtp_layers, arch)
     }
 
+    /// Most tokens a drafting step may draft, for the placement plan (which counts it only for
+    /// a file with MTP layers): `--spec-draft-n-max`, or 0 where `--spec-type` (every value of
+    /// bench's list) turns drafting off; an unknown or unimplemented type is an error naming it.
+    pub fn planned_n_max(&self) -> anyhow::Result<u32> {
+        let drafts = match self.spec_type.as_deref() {
+            None => true,
+            Some(list) => kind_of(list)? != SpecType::None,
+        };
+        Ok(match drafts {
+            true => u32::try_from(self.n_max).unwrap_or(u32::MAX),
+            false => 0,
+        })
+    }
+
     /// One `--spec-synth-len` value, between 1 and `--spec-draft-n-max` + 1.
     fn length(&self, v: &str) -> anyhow::Result<f64> {
         let l: f64 = v.trim().parse().map_err(|_| {
@@ -204,17 +225,9 @@ impl SpecArgs {
         arch: &str,
     ) -> anyhow::Result<SpecConfig> {
         let kind = match spec_type {
-            // A synthetic acceptance length means drafting.
-            None if n_mtp_layers > 0 && synth_len.is_some() => SpecType::DraftMtp,
-            None => {
-                if n_mtp_layers > 0 {
-                    tracing::info!(
-                        "`{arch}` has MTP layers: `--spec-type draft-mtp` drafts with them (off by \
-                         default: it slowed decode on the card, docs/performance.md)"
-                    );
-                }
-                SpecType::None
-            }
+            // A file with MTP layers drafts with them.
+            None if n_mtp_layers > 0 => SpecType::DraftMtp,
+            None => SpecType::None,
             Some(list) => {
                 let kind = kind_of(list)?;
                 if kind == SpecType::DraftMtp && n_mtp_layers == 0 {
@@ -232,6 +245,7 @@ impl SpecArgs {
             n_min: self.n_min,
             p_min: self.p_min,
             synth_len,
+            gate: !self.no_gate,
         };
         let n_max = spec.for_model(arch).n_max;
         if let Some(l) = synth_len.filter(|&l| l > n_max as f64 + 1.0) {
@@ -257,15 +271,17 @@ mod tests {
             p_min: 0.5,
             synth_len: None,
             draft_model: None,
+            no_gate: false,
         }
     }
 
     #[test]
-    fn drafting_is_off_by_default_on_when_asked_and_refused_by_name_without_mtp_layers() {
-        assert_eq!(
-            args(None).config(1, "qwen35moe").unwrap().kind,
-            SpecType::None
-        );
+    fn drafting_is_on_by_default_with_mtp_layers_off_when_asked_and_refused_without_them() {
+        let default = args(None).config(1, "qwen35moe").unwrap();
+        assert_eq!((default.kind, default.gate), (SpecType::DraftMtp, true));
+        let mut ungated = args(None);
+        ungated.no_gate = true;
+        assert!(!ungated.config(1, "qwen35moe").unwrap().gate);
         let on = args(Some("draft-mtp")).config(1, "qwen35moe").unwrap();
         assert_eq!(
             (on.kind, on.n_max, on.n_min, on.p_min),

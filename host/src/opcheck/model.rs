@@ -91,6 +91,7 @@ pub fn check_model(
             mlock: false,
             overrides: &[],
             check_tensors: false,
+            draft_n_max: 0,
         };
         let what = |p: &str| format!("model {} ({kv} cache): {p}", path.display());
         let eager_opts = LoadOptions {

@@ -5,14 +5,17 @@
 use bloomery_text::{ChatRequest, ChatTemplate, TemplateValue, Tokenizer};
 use serde_json::{json, Map, Value};
 
+use super::chat_continue::{self, Continue, TemplateCaps};
 use super::error::ApiError;
 use super::params::Fields;
 use super::tool_parse::{closed_calls, parse_tool_calls, ToolCall};
 use super::tools::ToolFormat;
 use crate::flags::serve::ReasoningFormat;
 
-const THINK_OPEN: &str = "<think>";
-const THINK_CLOSE: &str = "</think>";
+/// Opens a thinking span.
+pub const THINK_OPEN: &str = "<think>";
+/// Closes a thinking span.
+pub const THINK_CLOSE: &str = "</think>";
 
 /// The tools a request offers and the format its template writes calls in.
 #[derive(Clone, Debug)]
@@ -312,6 +315,10 @@ pub struct RenderSwitches<'a> {
     pub reasoning_effort: Option<&'a str>,
     /// End with the opening of the assistant's turn (the request's `add_generation_prompt`).
     pub add_generation_prompt: bool,
+    /// Continue the last message instead (`chat_continue::requested`).
+    pub continuation: Option<Continue>,
+    /// What the template renders (system role, reasoning tags).
+    pub caps: &'a TemplateCaps,
 }
 
 /// Renders `messages` (OpenAI shape) and `tools` with the template and tokenizes the result.
@@ -344,30 +351,52 @@ pub fn render(
         kw.retain(|(name, _)| name != k);
         kw.push((k.clone(), TemplateValue::from(v)));
     }
-    let req = ChatRequest {
-        messages: TemplateValue::from(messages),
-        tools: tools.map(TemplateValue::from),
-        add_generation_prompt: switches.add_generation_prompt,
-        kwargs: kw,
-    };
-    let rendered = tmpl
-        .render(&req)
-        .map_err(|e| ApiError::invalid(format!("the chat template failed: {e}")))?;
     let s = tok.special();
-    let mut text = tmpl
-        .strip_added_specials(&rendered, s.add_bos, s.add_eos)
-        .to_owned();
-    // Thinking off, and the template opens the thinking block itself (DeepSeek-R1, QwQ): it
-    // is closed at once, as llama.cpp does.
-    if !thinking && text.trim_end().ends_with(THINK_OPEN) {
-        text.push_str(THINK_CLOSE);
-    }
+    let render_text = |messages: &Value, add_generation_prompt: bool| {
+        let req = ChatRequest {
+            messages: TemplateValue::from(messages),
+            tools: tools.map(TemplateValue::from),
+            add_generation_prompt,
+            kwargs: kw.clone(),
+        };
+        let rendered = tmpl
+            .render(&req)
+            .map_err(|e| ApiError::invalid(format!("the chat template failed: {e}")))?;
+        Ok::<_, ApiError>(
+            tmpl.strip_added_specials(&rendered, s.add_bos, s.add_eos)
+                .to_owned(),
+        )
+    };
+    let merged;
+    let messages = if switches.caps.system_role {
+        messages
+    } else {
+        merged = chat_continue::without_system_role(messages)?;
+        &merged
+    };
+    let (text, starts_in_thinking, may_open_thinking) = match switches.continuation {
+        // The model goes on with the message: no span of its own to open.
+        Some(mode) => {
+            let (text, in_reasoning) =
+                chat_continue::continued(messages, mode, switches.caps, render_text)?;
+            (text, in_reasoning, false)
+        }
+        None => {
+            let mut text = render_text(messages, switches.add_generation_prompt)?;
+            // Thinking off, and the template opens the thinking block itself (DeepSeek-R1,
+            // QwQ): it is closed at once, as llama.cpp does.
+            if !thinking && text.trim_end().ends_with(THINK_OPEN) {
+                text.push_str(THINK_CLOSE);
+            }
+            let starts = text.trim_end().ends_with(THINK_OPEN);
+            let may_open = !starts && !text.trim_end().ends_with(THINK_CLOSE);
+            (text, starts, may_open)
+        }
+    };
     fits(&text)?;
     let tokens = tok
         .encode(&text, true, true)
         .map_err(|e| ApiError::internal(format!("tokenizing the prompt: {e}")))?;
-    let starts_in_thinking = text.trim_end().ends_with(THINK_OPEN);
-    let may_open_thinking = !starts_in_thinking && !text.trim_end().ends_with(THINK_CLOSE);
     Ok(ChatPrompt {
         tokens,
         text,

@@ -7,12 +7,14 @@ pub mod anthropic;
 pub mod bind;
 pub mod budget;
 pub mod chat;
+pub mod chat_continue;
 pub mod cors;
 pub mod embeddings;
 pub mod error;
 pub mod gen;
 pub mod guard;
 pub mod listen;
+pub mod metrics;
 pub mod native;
 pub mod offload;
 pub mod openai;
@@ -72,11 +74,15 @@ pub struct Ready {
     pub template: ChatTemplate,
     /// Its source, for /props.
     pub template_source: String,
+    /// What the template renders (system role, reasoning tags), probed at load.
+    pub template_caps: chat_continue::TemplateCaps,
     /// Jobs for the scheduler (bounded: the wait queue); one that comes while the model sleeps
     /// wakes it.
     pub jobs: mpsc::Sender<Job>,
     /// Slot views and counters (kept across sleeps).
     pub shared: Arc<Shared>,
+    /// The totals `/metrics` last reported: its throughput gauges' window.
+    pub scrape: std::sync::Mutex<metrics::Window>,
     /// With `--sleep-idle-seconds`: where the model is, and its wake-up.
     pub sleeper: Option<Sleeper>,
     /// Context positions per slot.
@@ -137,6 +143,8 @@ pub struct AppState {
     pub started_unix: u64,
     /// What `/` serves.
     pub page: crate::flags::web::Page,
+    /// Whether OpenAI answers carry the `__verbose` debug object by default (`-v`, `-lv` > 9).
+    pub debug_answers: bool,
 }
 
 impl AppState {
@@ -193,6 +201,8 @@ pub const ROUTES: &[&str] = &[
     "POST /v1/messages/count_tokens",
     "POST /v1/responses",
     "POST /responses",
+    "POST /v1/responses/input_tokens",
+    "POST /responses/input_tokens",
     "POST /tokenize",
     "POST /detokenize",
     "POST /apply-template",
@@ -223,7 +233,7 @@ pub fn router(
         .route("/slots", get(native::slots))
         .route("/slots/{id}", post(native::slot_action))
         .route("/residency/reset", post(native::residency_reset))
-        .route("/metrics", get(native::metrics))
+        .route("/metrics", get(metrics::metrics))
         .route("/models", get(native::models))
         .route("/v1/models", get(native::models))
         .route("/completion", post(native::completion))
@@ -252,6 +262,14 @@ pub fn router(
         )
         .route("/v1/responses", post(openai::responses))
         .route("/responses", post(openai::responses))
+        .route(
+            "/v1/responses/input_tokens",
+            post(openai::responses_input_tokens),
+        )
+        .route(
+            "/responses/input_tokens",
+            post(openai::responses_input_tokens),
+        )
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/systemone", post(systemone::systemone));
@@ -361,6 +379,7 @@ fn load_model(
         mlock: a.mlock(),
         overrides,
         check_tensors: a.placement.experts.check_tensors,
+        draft_n_max: a.spec.planned_n_max()?,
     };
     // Prompts are evaluated in batches of at most n_batch rows (the engine's config below).
     let mut request = a.placement.request()?;
@@ -580,10 +599,12 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     };
     Ok(Ready {
         tok,
+        template_caps: chat_continue::TemplateCaps::probe(&template, &template_source),
         template,
         template_source,
         jobs,
         shared,
+        scrape: Default::default(),
         sleeper,
         n_ctx_slot: n_ctx_slot as usize,
         spec,
@@ -599,7 +620,9 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
 }
 
 /// Runs the server until interrupted, with the plugins of `plugin_dirs`.
-pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
+/// `verbose` is the global `-v/--verbose`: with it (or `-lv` above 9) OpenAI answers carry
+/// the `__verbose` debug object unless a request's `verbose` says otherwise, as llama-server's.
+pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs, verbose: bool) -> anyhow::Result<()> {
     a.validate()?;
     let reasoning = a.reasoning()?;
     let api_keys = a.api_keys()?;
@@ -612,6 +635,7 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<()> {
         cpu: offload::CpuPool::new(a.threads_http()),
         started_unix: gen::unix_now(),
         page: a.web.page(),
+        debug_answers: verbose || a.log.verbosity.is_some_and(|n| n > 9),
     });
     let cors = cors::layer(&a.web)?;
     let cors_methods = cors::preflight_methods(&a.web)?;

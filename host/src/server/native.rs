@@ -1,12 +1,11 @@
 //! llama.cpp's own routes: /health, /props, /slots, /metrics, /v1/models, /completion (and
 //! /infill), /tokenize, /detokenize, /apply-template.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
@@ -15,8 +14,10 @@ use super::error::ApiError;
 use super::gen::{self, collect, native_probs, sse_data, timings};
 use super::params::{gen_params, Fields};
 use super::{chat, parse_body, AppRef, Ready};
+use bloomery_runtime::draft_gate::GateView;
 use bloomery_runtime::request::{Event, Finish, GenParams, Request, SlotAction, SlotCommand};
 use bloomery_runtime::sampling::MirostatVersion;
+use bloomery_runtime::status::SlotView;
 
 /// GET /health.
 pub async fn health(State(state): State<AppRef>) -> Response {
@@ -97,14 +98,40 @@ fn default_params(ready: &Ready) -> GenParams {
 }
 
 /// Whether the slots draft (llama-server's `speculative`: a slot with a draft source; schemajump's
-/// grammar drafts are not one).
-fn drafts(ready: &Ready) -> bool {
-    ready.spec.kind != bloomery_runtime::spec::SpecType::None
+/// grammar drafts are not one), as the runtime publishes it: the flags may ask for drafting
+/// that the runtime then turns off (no room for the rollback state, say).
+fn drafts(views: &[SlotView]) -> bool {
+    views.iter().any(|v| v.speculative)
+}
+
+/// A slot's drafting gate as `/slots` and `/props` show it (a bloomery field: llama-server has
+/// no gate): whether the slot drafts now, how often that changed, and the running averages
+/// behind the choice (null until measured).
+fn gate_json(g: &GateView) -> Value {
+    let ms = |s: Option<f64>| s.map(|s| s * 1e3);
+    json!({
+        "drafting": g.on,
+        "switches": g.switches,
+        "plain_step_ms": ms(g.plain_s),
+        "draft_step_ms": ms(g.drafting_s),
+        "tokens_per_draft_step": g.kept,
+    })
+}
+
+/// The published slot views.
+fn slot_views(ready: &Ready) -> Result<Vec<SlotView>, ApiError> {
+    Ok(ready
+        .shared
+        .slots
+        .lock()
+        .map_err(|_| ApiError::internal("slot table poisoned"))?
+        .clone())
 }
 
 /// GET /props.
 pub async fn props(State(state): State<AppRef>) -> Result<Json<Value>, ApiError> {
     let ready = state.ready()?;
+    let views = slot_views(&ready)?;
     let mut params = settings_json(&ready, &default_params(&ready));
     // llama-server lists the default grammar's text ("" for none).
     params["grammar"] = json!(ready
@@ -117,10 +144,15 @@ pub async fn props(State(state): State<AppRef>) -> Result<Json<Value>, ApiError>
             "id": 0,
             "id_task": -1,
             "n_ctx": ready.n_ctx_slot,
-            "speculative": drafts(&ready),
+            "speculative": drafts(&views),
             "is_processing": false,
             "params": params,
         },
+        // Each slot's drafting gate, where drafting is gated (a bloomery field).
+        "bloomery_draft_gates": views
+            .iter()
+            .filter_map(|v| v.gate.as_ref().map(|g| json!({"id": v.id, "gate": gate_json(g)})))
+            .collect::<Vec<_>>(),
         "total_slots": ready.n_slots,
         "model_path": ready.model_path,
         "model_alias": ready.model_id,
@@ -171,12 +203,7 @@ pub async fn slots(
     if let Some(s) = &ready.sleeper {
         s.touch();
     }
-    let views = ready
-        .shared
-        .slots
-        .lock()
-        .map_err(|_| ApiError::internal("slot table poisoned"))?
-        .clone();
+    let views = slot_views(&ready)?;
     if q.get("fail_on_no_slot").is_some_and(|v| v != "0") && views.iter().all(|v| v.is_processing) {
         return Err(ApiError::unavailable("no slot available"));
     }
@@ -189,10 +216,13 @@ pub async fn slots(
                 let mut slot = json!({
                     "id": v.id,
                     "n_ctx": ready.n_ctx_slot,
-                    "speculative": drafts(&ready),
+                    "speculative": v.speculative,
                     "is_processing": v.is_processing,
                     "n_cached": v.n_cached,
                 });
+                if let Some(g) = &v.gate {
+                    slot["bloomery_draft_gate"] = gate_json(g);
+                }
                 if v.is_processing {
                     slot["id_task"] = json!(0);
                     slot["next_token"] = json!([{
@@ -312,281 +342,6 @@ pub async fn residency_reset(State(state): State<AppRef>) -> Result<Json<Value>,
         ));
     }
     Ok(Json(json!({"success": true})))
-}
-
-/// GET /metrics (with --metrics).
-pub async fn metrics(State(state): State<AppRef>) -> Result<Response, ApiError> {
-    if !state.args.metrics {
-        return Err(ApiError::not_supported(
-            "This server does not support metrics endpoint (start it with --metrics)",
-        ));
-    }
-    let ready = state.ready()?;
-    let c = &ready.shared.counters;
-    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    let (pt, pus, gt, gus) = (
-        get(&c.prompt_tokens),
-        get(&c.prompt_us),
-        get(&c.predicted_tokens),
-        get(&c.predicted_us),
-    );
-    let busy = ready
-        .shared
-        .slots
-        .lock()
-        .map(|v| v.iter().filter(|s| s.is_processing).count())
-        .unwrap_or(0);
-    let calls = get(&c.decode_calls);
-    let rate = |n: u64, us: u64| {
-        if us > 0 {
-            n as f64 * 1e6 / us as f64
-        } else {
-            0.0
-        }
-    };
-    let rows = [
-        (
-            "counter",
-            "prompt_tokens_total",
-            "Number of prompt tokens processed.",
-            pt as f64,
-        ),
-        (
-            "counter",
-            "prompt_seconds_total",
-            "Prompt process time",
-            pus as f64 / 1e6,
-        ),
-        (
-            "counter",
-            "tokens_predicted_total",
-            "Number of generation tokens processed.",
-            gt as f64,
-        ),
-        (
-            "counter",
-            "tokens_predicted_seconds_total",
-            "Predict process time",
-            gus as f64 / 1e6,
-        ),
-        (
-            "counter",
-            "n_decode_total",
-            "Total number of llama_decode() calls",
-            calls as f64,
-        ),
-        (
-            "counter",
-            "prompt_tokens_cached_total",
-            "Number of prompt tokens reused from the cache",
-            get(&c.cached_tokens) as f64,
-        ),
-        (
-            "counter",
-            "n_tokens_max",
-            "Largest observed sequence length (prompt + generation)",
-            get(&c.n_tokens_max) as f64,
-        ),
-        // The draft decoder's (`--spec-type`) counters, as llama-server names them.
-        (
-            "counter",
-            "spec_decode_num_draft_tokens_total",
-            "Speculative: Total draft tokens generated",
-            get(&c.spec_draft_tokens) as f64,
-        ),
-        (
-            "counter",
-            "spec_decode_num_accepted_tokens_total",
-            "Speculative: Total draft tokens accepted by the target model",
-            get(&c.spec_accepted) as f64,
-        ),
-        (
-            "counter",
-            "spec_decode_num_drafts_total",
-            "Speculative: Total speculative decoding verification steps",
-            get(&c.spec_verify_steps) as f64,
-        ),
-        (
-            "gauge",
-            "n_busy_slots_per_decode",
-            "Average number of busy slots per llama_decode() call",
-            if calls > 0 {
-                get(&c.busy_slot_passes) as f64 / calls as f64
-            } else {
-                0.0
-            },
-        ),
-        (
-            "gauge",
-            "prompt_tokens_seconds",
-            "Average prompt throughput in tokens/s.",
-            rate(pt, pus),
-        ),
-        (
-            "gauge",
-            "predicted_tokens_seconds",
-            "Average generation throughput in tokens/s.",
-            rate(gt, gus),
-        ),
-        (
-            "gauge",
-            "requests_processing",
-            "Number of requests processing.",
-            busy as f64,
-        ),
-        (
-            "gauge",
-            "requests_deferred",
-            "Number of requests deferred.",
-            get(&c.deferred) as f64,
-        ),
-        (
-            "counter",
-            "routed_experts_card_total",
-            "Routed expert calls of layers with host experts served on the card.",
-            get(&c.routed_card) as f64,
-        ),
-        (
-            "counter",
-            "routed_experts_host_total",
-            "Routed expert calls of layers with host experts served in host RAM.",
-            get(&c.routed_host) as f64,
-        ),
-        (
-            "counter",
-            "routed_experts_bus_total",
-            "Of the calls served in host RAM, those the card computed reading the expert over PCIe.",
-            get(&c.routed_bus) as f64,
-        ),
-        (
-            "counter",
-            "expert_disk_reads_total",
-            "Routed experts read from the model file by the disk tier.",
-            get(&c.disk_reads) as f64,
-        ),
-        (
-            "counter",
-            "expert_disk_prefetched_total",
-            "Of the disk tier's reads, the experts read ahead from the next layer's router.",
-            get(&c.disk_prefetched) as f64,
-        ),
-        (
-            "counter",
-            "expert_disk_prefetch_hits_total",
-            "Experts read ahead that the next layer then used.",
-            get(&c.disk_prefetch_hits) as f64,
-        ),
-        (
-            "counter",
-            "residency_flips_total",
-            "Experts moved onto the card by routing counts.",
-            get(&c.residency_flips) as f64,
-        ),
-        (
-            "counter",
-            "prompt_cache_saves_total",
-            "Slot states saved to the prompt cache in host RAM.",
-            get(&c.cache_saves) as f64,
-        ),
-        (
-            "counter",
-            "prompt_cache_restores_total",
-            "Requests that restored a prefix from the prompt cache.",
-            get(&c.cache_restores) as f64,
-        ),
-        (
-            "counter",
-            "prompt_cache_restored_tokens_total",
-            "Prompt tokens restored from the prompt cache.",
-            get(&c.cache_restored_tokens) as f64,
-        ),
-        (
-            "counter",
-            "prompt_cache_evictions_total",
-            "Saved states evicted from the prompt cache for room.",
-            get(&c.cache_evictions) as f64,
-        ),
-        (
-            "gauge",
-            "prompt_cache_bytes",
-            "Bytes the prompt cache holds.",
-            get(&c.cache_bytes) as f64,
-        ),
-        (
-            "gauge",
-            "prompt_cache_states",
-            "Saved states the prompt cache holds.",
-            get(&c.cache_entries) as f64,
-        ),
-        (
-            "counter",
-            "tokens_forced_total",
-            "Generated tokens schemajump forced (a grammar admitted only them).",
-            get(&c.forced_tokens) as f64,
-        ),
-        (
-            "counter",
-            "tokens_drafted_total",
-            "Tokens drafted (schemajump: the text a grammar fixes; the draft decoder) and a pass evaluated.",
-            get(&c.drafted) as f64,
-        ),
-        (
-            "counter",
-            "tokens_drafted_accepted_total",
-            "Drafted tokens that sampling confirmed.",
-            get(&c.draft_accepted) as f64,
-        ),
-        (
-            "counter",
-            "decisions_total",
-            "Decisions (/v1/systemone) the decision head scored.",
-            get(&c.decisions) as f64,
-        ),
-        (
-            "counter",
-            "decision_head_runs_total",
-            "Runs of the decision head, each over every decision whose prompt ended in one pass.",
-            get(&c.decision_head_runs) as f64,
-        ),
-        (
-            "counter",
-            "decision_rows_total",
-            "Prompt rows the decision head read.",
-            get(&c.decision_rows) as f64,
-        ),
-    ];
-    let mut out = String::new();
-    for (kind, name, help, v) in rows {
-        out.push_str(&format!(
-            "# HELP llamacpp:{name} {help}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {v}\n"
-        ));
-    }
-    // llama-server's labeled counter, one series per draft position, once a step verified.
-    let per_pos = c
-        .spec_accepted_per_pos
-        .lock()
-        .map(|v| v.clone())
-        .unwrap_or_default();
-    if !per_pos.is_empty() {
-        let name = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total";
-        out.push_str(&format!(
-            "# HELP {name} Accepted tokens per draft position\n# TYPE {name} counter\n"
-        ));
-        for (i, n) in per_pos.iter().enumerate() {
-            out.push_str(&format!("{name}{{position=\"{i}\"}} {n}\n"));
-        }
-    }
-    Ok((
-        [
-            (header::CONTENT_TYPE, "text/plain; version=0.0.4".to_owned()),
-            (
-                header::HeaderName::from_static("process-start-time-unix"),
-                state.started_unix.to_string(),
-            ),
-        ],
-        out,
-    )
-        .into_response())
 }
 
 /// GET /v1/models and /models.
@@ -755,7 +510,7 @@ fn filter_fields(v: Value, fields: &[String]) -> Value {
 }
 
 /// The final native object of a finished generation.
-fn final_json(
+pub fn final_json(
     ready: &Ready,
     params: &GenParams,
     prompt: &[u32],

@@ -9,13 +9,14 @@ use axum::response::Response;
 use serde_json::{json, Value};
 
 use super::chat::{self, ChatPrompt, Delta, DeltaSplitter, OfferedTools};
+use super::chat_continue;
 use super::error::ApiError;
 use super::gen::{
     collect, collect_all, event_stream, event_streams, n_cmpl, openai_logprobs, progress_timings,
     prompt_progress, prompt_progress_timings, random_id, sse_data, submit, submit_n, timings,
     unix_now, Outcome,
 };
-use super::native::{check_fits, fewest_tokens, finish_reason, id_slot, ok, prompts};
+use super::native::{check_fits, fewest_tokens, final_json, finish_reason, id_slot, ok, prompts};
 use super::params::{gen_params, Fields, I32_MAX};
 use super::structured;
 use super::tool_generic;
@@ -23,7 +24,7 @@ use super::tool_parse::ToolCall;
 use super::tools::ToolFormat;
 use super::{parse_body, AppRef, AppState, Ready};
 use crate::flags::serve::{parse_reasoning, ReasoningFormat};
-use bloomery_runtime::request::{Event, Finish};
+use bloomery_runtime::request::{Event, Finish, GenParams, Piece};
 
 const FINGERPRINT: &str = concat!("b0-bloomery-", env!("CARGO_PKG_VERSION"));
 
@@ -75,20 +76,20 @@ pub fn prepare_chat(
         Some(choice) => choice.get("type").and_then(Value::as_str) != Some("none"),
         None => true,
     };
-    // As llama-server, which would continue a final assistant message but not two.
-    let roles: Vec<Option<&str>> = messages
-        .as_array()
-        .map(|m| {
-            m.iter()
-                .map(|x| x.get("role").and_then(Value::as_str))
-                .collect()
-        })
-        .unwrap_or_default();
-    if roles.len() >= 2 && roles[roles.len() - 2..] == [Some("assistant"), Some("assistant")] {
-        return Err(ApiError::invalid(
-            "Cannot have 2 or more assistant messages at the end of the list.",
-        ));
-    }
+    let (continuation, add_generation_prompt) =
+        chat_continue::requested(f, state.args.prefill_assistant(), messages)?;
+    let joined;
+    let messages = match continuation {
+        Some(_) => {
+            let raw = f
+                .get("messages")
+                .and_then(Value::as_array)
+                .and_then(|m| m.last());
+            joined = chat_continue::with_parts_joined(messages, raw)?;
+            &joined
+        }
+        None => messages,
+    };
     let tools = chat::tools(tools)?.filter(|_| offered);
     if tools.is_some() && !state.args.jinja() {
         return Err(ApiError::invalid("tools param requires --jinja flag"));
@@ -131,7 +132,9 @@ pub fn prepare_chat(
         chat::RenderSwitches {
             enable_thinking,
             reasoning_effort: state.args.reasoning_effort(),
-            add_generation_prompt: f.bool("add_generation_prompt")?.unwrap_or(true),
+            add_generation_prompt,
+            continuation,
+            caps: &ready.template_caps,
         },
         |text| {
             if to_run {
@@ -185,9 +188,33 @@ pub async fn chat_input_tokens(
             let f = Fields::of(&body)?;
             let messages = chat::openai_messages(f.get("messages").unwrap_or(&Value::Null))?;
             let job = prepare_chat(&st, &ready, &f, &messages, f.get("tools"), false)?;
-            Ok(ok(json!({ "input_tokens": job.prompt.tokens.len() })))
+            Ok(input_tokens(job.prompt.tokens.len()))
         })
         .await
+}
+
+/// POST /v1/responses/input_tokens: the prompt tokens a Responses request would take.
+pub async fn responses_input_tokens(
+    State(state): State<AppRef>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let ready = state.awake().await?;
+    let st = Arc::clone(&state);
+    state
+        .cpu
+        .run(move || {
+            let body = parse_body(&body)?;
+            let f = Fields::of(&body)?;
+            let messages = responses_messages(&f)?;
+            let job = prepare_chat(&st, &ready, &f, &messages, None, false)?;
+            Ok(input_tokens(job.prompt.tokens.len()))
+        })
+        .await
+}
+
+/// The OpenAI routes' token count, as llama-server answers it.
+fn input_tokens(n: usize) -> Response {
+    ok(json!({ "input_tokens": n, "object": "response.input_tokens" }))
 }
 
 /// POST /v1/chat/completions.
@@ -226,6 +253,7 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
     let stream = f.bool("stream")?.unwrap_or(false);
     let n = n_cmpl(&f, ready.n_slots)?;
     let ping = super::gen::sse_ping(&f, &ready)?;
+    let verbose = Verbose::of(&state, &f, &params, &job.prompt.tokens)?;
     let receivers = submit_n(&ready, &job.prompt.tokens, &params, slot, n)?;
     if stream {
         let usage = include_usage(&f)?;
@@ -240,6 +268,7 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
                 include_usage: usage,
                 timings_per_token: per_token,
                 ping,
+                verbose,
             },
         ));
     }
@@ -250,7 +279,7 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
         .map(|(i, out)| chat_choice(&ready, &job, out, n_probs > 0, i))
         .collect();
     let first = &outs[0].finish;
-    Ok(ok(json!({
+    let mut answer = json!({
         "choices": choices,
         "created": unix_now(),
         "model": model,
@@ -259,7 +288,11 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
         "usage": usage(first),
         "id": random_id("chatcmpl-"),
         "timings": timings(first),
-    })))
+    });
+    if let Some(v) = &verbose {
+        answer["__verbose"] = v.finished(&ready, &outs[0]);
+    }
+    Ok(ok(answer))
 }
 
 /// One choice of a chat answer: the message parsed from the text, the finish reason and
@@ -315,6 +348,61 @@ struct Framing {
     timings_per_token: bool,
     /// The keep-alive comment's interval ([`super::gen::sse_ping`]).
     ping: Option<std::time::Duration>,
+    /// With the request's `verbose`: what the `__verbose` debug object needs.
+    verbose: Option<Arc<Verbose>>,
+}
+
+/// What llama-server's `__verbose` debug object (the request's `verbose`, or `-v`) is made of:
+/// the native answer ([`final_json`]) of the request's parameters and prompt.
+struct Verbose {
+    params: GenParams,
+    prompt: Vec<u32>,
+}
+
+impl Verbose {
+    /// The request's `verbose` (default: `-v`), and what it needs when on.
+    fn of(
+        state: &AppState,
+        f: &Fields<'_>,
+        params: &GenParams,
+        prompt: &[u32],
+    ) -> Result<Option<Arc<Verbose>>, ApiError> {
+        let on = f.bool("verbose")?.unwrap_or(state.debug_answers);
+        Ok(on.then(|| {
+            Arc::new(Verbose {
+                params: params.clone(),
+                prompt: prompt.to_vec(),
+            })
+        }))
+    }
+
+    /// The final native object of `out` (streamed: its text and tokens went out already, so
+    /// they are empty, as llama-server's).
+    fn finished(&self, ready: &Ready, out: &Outcome) -> Value {
+        final_json(ready, &self.params, &self.prompt, out, true)
+    }
+
+    /// A streamed token's native object (llama-server's partial result).
+    fn partial(index: usize, id_slot: Option<usize>, p: &Piece) -> Value {
+        json!({
+            "index": index,
+            "content": p.text,
+            "tokens": [p.id],
+            "stop": false,
+            "id_slot": id_slot.map_or(-1, |s| s as i64),
+            "tokens_predicted": p.so_far.n_predicted,
+            "tokens_evaluated": p.so_far.n_prompt,
+        })
+    }
+}
+
+/// The end of a streamed generation as a `__verbose` object takes it: no text or tokens.
+fn streamed_outcome(f: &Finish) -> Outcome {
+    Outcome {
+        text: String::new(),
+        pieces: Vec::new(),
+        finish: f.clone(),
+    }
 }
 
 fn chat_stream(
@@ -329,6 +417,7 @@ fn chat_stream(
         include_usage,
         timings_per_token,
         ping,
+        verbose,
     } = framing;
     /// One choice's stream so far.
     struct Choice {
@@ -452,6 +541,10 @@ fn chat_stream(
                 let mut last = st.head.clone();
                 last["choices"] =
                     json!([{"finish_reason": finish_reason(&f, called), "index": i, "delta": {}}]);
+                // As llama-server: the final result's first chunk carries `__verbose`.
+                if let Some(v) = &verbose {
+                    last["__verbose"] = v.finished(&st.ready, &streamed_outcome(&f));
+                }
                 if include_usage {
                     out.extend_from_slice(&sse_data(&last));
                     last = st.head.clone();
@@ -498,6 +591,7 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
     let n = n_cmpl(&f, ready.n_slots)?;
     let slot = id_slot(&f, ready.n_slots)?;
     let ping = super::gen::sse_ping(&f, &ready)?;
+    let verbose = Verbose::of(&state, &f, &params, &prompt)?;
     let receivers = submit_n(&ready, &prompt, &params, slot, n)?;
     let id = random_id("cmpl-");
     if stream {
@@ -512,6 +606,7 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
                 include_usage: false,
                 timings_per_token: per_token,
                 ping,
+                verbose,
             },
         ));
     }
@@ -529,7 +624,7 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
         })
         .collect();
     let first = &outs[0].finish;
-    Ok(ok(json!({
+    let mut answer = json!({
         "choices": choices,
         "created": unix_now(),
         "model": model,
@@ -538,7 +633,11 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
         "usage": usage(first),
         "id": id,
         "timings": timings(first),
-    })))
+    });
+    if let Some(v) = &verbose {
+        answer["__verbose"] = v.finished(&ready, &outs[0]);
+    }
+    Ok(ok(answer))
 }
 
 /// The text completion stream: a chunk per token and a finish chunk with the usage for each
@@ -554,20 +653,26 @@ fn completions_stream(
         logprobs,
         timings_per_token,
         ping,
+        verbose,
         ..
     } = framing;
     let head = json!({"id": id, "created": unix_now(), "model": model, "system_fingerprint": FINGERPRINT, "object": "text_completion"});
     let done: &[u8] = b"data: [DONE]\n\n";
+    // Each choice's slot, once started (a token's `__verbose` names it).
+    let slots = vec![None; receivers.len()];
     event_streams(
         receivers,
         ping,
-        (),
+        slots,
         Vec::new(),
         done,
-        move |_, i, ev, out| {
+        move |slots, i, ev, out| {
             let mut c = head.clone();
             match ev {
-                Event::Started { .. } => false,
+                Event::Started { id_slot, .. } => {
+                    slots[i] = Some(id_slot);
+                    false
+                }
                 Event::PromptProgress(pp) => {
                     c["choices"] =
                         json!([{"text": "", "index": i, "logprobs": null, "finish_reason": null}]);
@@ -588,12 +693,18 @@ fn completions_stream(
                     if timings_per_token {
                         c["timings"] = progress_timings(&p.so_far);
                     }
+                    if verbose.is_some() {
+                        c["__verbose"] = Verbose::partial(i, slots[i], &p);
+                    }
                     out.extend_from_slice(&sse_data(&c));
                     false
                 }
                 Event::Done(f) => {
                     c["choices"] = json!([{"text": "", "index": i, "logprobs": null, "finish_reason": finish_reason(&f, false)}]);
                     c["usage"] = usage(&f);
+                    if let Some(v) = &verbose {
+                        c["__verbose"] = v.finished(&ready, &streamed_outcome(&f));
+                    }
                     c["timings"] = timings(&f);
                     out.extend_from_slice(&sse_data(&c));
                     true

@@ -235,11 +235,6 @@ pub fn ban_eog(s: &mut SamplerParams, tok: &Tokenizer) {
 /// llama-server's request switches bloomery has not built: `true` is a 400 naming the field,
 /// never accepted and ignored (`false` asks for what bloomery does).
 fn refuse_unbuilt(f: &Fields<'_>) -> Result<(), ApiError> {
-    for (key, what) in [("verbose", "the __verbose debug object is not implemented")] {
-        if f.bool(key)? == Some(true) {
-            return Err(ApiError::invalid(format!("\"{key}\": {what}")));
-        }
-    }
     // Numbers whose 0 asks for what bloomery does.
     for (key, what) in [(
         "n_indent",

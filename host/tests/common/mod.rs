@@ -113,6 +113,7 @@ pub const GOLDEN_OPTS: bloomery_exec::LoadOptions = bloomery_exec::LoadOptions {
     mlock: false,
     overrides: &[],
     check_tensors: false,
+    draft_n_max: 0,
 };
 
 /// How `m`'s logits agree with a golden file's (`{sequences: [{tokens, logits}]}`), each

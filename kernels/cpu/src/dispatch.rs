@@ -1041,10 +1041,11 @@ fn copy(buf: &Buffers, c: &OpCall) -> Result<(), PluginError> {
     }
     match (x.dtype, c.dst.dtype) {
         (DType::F32, DType::F16) | (DType::F16, DType::F32) | (DType::F32, DType::F32) => {}
+        (DType::I32, DType::I32) => return copy_i32(buf, x, c),
         (a, d) => {
             return Err(PluginError::unsupported(
                 format!("Copy {a} to {d}"),
-                &["F32<->F16"],
+                &["F32<->F16", "I32 to I32"],
             ))
         }
     }
@@ -1081,6 +1082,29 @@ fn copy(buf: &Buffers, c: &OpCall) -> Result<(), PluginError> {
                 }
             }
             _ => f32s_mut(buf, &c.dst, "Copy dst")?[r * n0..(r + 1) * n0].copy_from_slice(&row),
+        }
+    }
+    Ok(())
+}
+
+/// A strided I32 source into its contiguous destination of the same shape (DeepSeek-V4.1's
+/// Engram row ids of one site out of every site's).
+fn copy_i32(buf: &Buffers, x: &TensorRef, c: &OpCall) -> Result<(), PluginError> {
+    let base = buf.check_tensor(x)?;
+    let n0 = usz(x.ne[0]);
+    let out = i32s_mut(buf, &c.dst, "Copy dst")?;
+    for (r, dst) in out.chunks_exact_mut(n0.max(1)).enumerate() {
+        let (i1, i2, i3) = (
+            r % usz(x.ne[1]),
+            (r / usz(x.ne[1])) % usz(x.ne[2]),
+            r / usz(x.ne[1] * x.ne[2]),
+        );
+        let off = (i1 as u64 * x.nb[1] + i2 as u64 * x.nb[2] + i3 as u64 * x.nb[3]) as usize;
+        for (i, v) in dst.iter_mut().enumerate() {
+            // SAFETY: `check_tensor` proved every element of the strided source is in bounds;
+            // reads are unaligned-safe.
+            *v =
+                unsafe { std::ptr::read_unaligned(base.add(off + i * usz(x.nb[0])) as *const i32) };
         }
     }
     Ok(())

@@ -240,6 +240,21 @@ fn copies_move_i32_and_may_overlap() {
     };
     run(&b, &OpCall::new(Op::Copy, &[view(0)], view(4))).unwrap();
     assert_eq!(read(&buf, &whole), vec![1.0, 1.0, 2.0, 3.0]);
+    // A strided I32 view (the second pair of each 4-id row) into a contiguous destination.
+    let rows = i32_tensor(&buf, &[1, 2, 3, 4, 5, 6, 7, -8]);
+    let pairs = TensorRef {
+        offset: 8,
+        ne: [2, 2, 1, 1],
+        nb: [4, 16, 32, 32],
+        ..rows
+    };
+    let dst = TensorRef {
+        ne: [2, 2, 1, 1],
+        nb: TensorRef::contiguous_strides(DType::I32, [2, 2, 1, 1]).unwrap(),
+        ..i32_tensor(&buf, &[0; 4])
+    };
+    run(&b, &OpCall::new(Op::Copy, &[pairs], dst)).unwrap();
+    assert_eq!(bits(&dst), vec![3, 4, 7, (-8i32) as u32]);
 }
 
 const KP: bloomery_plugin_api::op::KPoolParams = bloomery_plugin_api::op::KPoolParams {

@@ -1,5 +1,5 @@
 //! The ops DeepSeek-V4's forward pass adds (Rope with a dimension offset and inverse, GetRows of an
-//! i32 table, Compress, CompSelect) against transformers 5.24's own `deepseek_v4` modules
+//! i32 table, Compress in its three forms, CompSelect) against transformers 5.24's own `deepseek_v4` modules
 //! (fixtures/deepseek4/ops_hf.json, made by `tests/oracle/hf_deepseek4_ops.py`), each run through
 //! the CPU dispatch as a graph node would be.
 
@@ -7,7 +7,9 @@ use bloomery_kernels_cpu::dispatch::{self, Backend};
 use bloomery_kernels_cpu::linear::reference_rows_dot;
 use bloomery_kernels_cpu::memory::Buffers;
 use bloomery_kernels_cpu::pool::Pool;
-use bloomery_plugin_api::op::{CompSelectParams, CompressParams, Op, RopeMode, RopeParams};
+use bloomery_plugin_api::op::{
+    CompSelectParams, CompressForm, CompressParams, Op, RopeMode, RopeParams,
+};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_plugin_api::DType;
 use serde_json::Value;
@@ -282,6 +284,7 @@ fn both_compressors_match_transformers_across_calls() {
             width: d as u32,
             eps,
             rope: model_rope(&g, "compress", d),
+            form: CompressForm::Pool,
         };
         let span = if overlap { 2 * ratio } else { ratio };
         // One call, then calls cut inside windows (the ring smaller than a call when overlapped).
@@ -324,6 +327,115 @@ fn both_compressors_match_transformers_across_calls() {
                 &format!("{name} index keys, calls ending at {cuts:?}"),
                 &keys,
                 &floats(&c["i_keys"]),
+                1e-6,
+            );
+        }
+    }
+}
+
+/// DeepSeek-V4.1's index keys (`v41_keys`): per call, the `Plain` rows (read before the `Pool`
+/// call that stores the call's rows in raw), then `wk` by MatMul, then the `Store` form into a
+/// key cache; in one call and in calls cut inside windows.
+#[test]
+fn v41_index_keys_match_transformers_across_calls() {
+    let g = golden();
+    let (d, di) = (num(&g, "head_dim"), num(&g, "index_dim"));
+    let eps = g["eps"].as_f64().unwrap() as f32;
+    for c in g["v41_keys"].as_array().unwrap() {
+        let (rows, ratio, n_out) = (num(c, "rows"), num(c, "ratio"), num(c, "n_compressed"));
+        let pool = CompressParams {
+            ratio: ratio as u32,
+            overlap: false,
+            width: d as u32,
+            eps,
+            rope: model_rope(&g, "compress", d),
+            form: CompressForm::Pool,
+        };
+        let plain = CompressParams {
+            form: CompressForm::Plain,
+            ..pool
+        };
+        let store = CompressParams {
+            width: di as u32,
+            rope: model_rope(&g, "compress", di),
+            form: CompressForm::Store,
+            ..pool
+        };
+        let (kv, score, want_plain) = (floats(&c["kv"]), floats(&c["score"]), floats(&c["plain"]));
+        for cuts in [vec![rows], vec![1, ratio + 2, rows - 3, rows]] {
+            let t = Session::new();
+            let ape = t.f32s([d, ratio, 1, 1], &vec![0.0; (d * ratio) as usize]);
+            let norm = t.f32s([d, 1, 1, 1], &floats(&c["norm"]));
+            let raw = t.f32s([2 * d, ratio, 2, 1], &vec![3.0; (4 * d * ratio) as usize]);
+            let comp = t.f32s(
+                [d, n_out + 1, 2, 1],
+                &vec![5.0; (2 * d * (n_out + 1)) as usize],
+            );
+            let keys = t.f32s(
+                [di, n_out + 1, 2, 1],
+                &vec![7.0; (2 * di * (n_out + 1)) as usize],
+            );
+            let wk = t.f32s([d, di, 1, 1], &floats(&c["wk"]));
+            let k_norm = t.f32s([di, 1, 1, 1], &floats(&c["k_norm"]));
+            let mut got_plain = Vec::new();
+            let mut start = 0;
+            for &end in &cuts {
+                let n = end - start;
+                let (a, b) = ((start * d) as usize, (end * d) as usize);
+                let slots = t.i32s([n, 1, 1, 1], &vec![1; n as usize]);
+                let pos = t.i32s(
+                    [n, 1, 1, 1],
+                    &(start as i32..end as i32).collect::<Vec<_>>(),
+                );
+                let (x_kv, x_score) = (
+                    t.f32s([d, n, 1, 1], &kv[a..b]),
+                    t.f32s([d, n, 1, 1], &score[a..b]),
+                );
+                let srcs = [x_kv, x_score, ape, norm, raw, slots, pos];
+                let u = t.run(Op::Compress(plain), &srcs, DType::F32, [d, n, 1, 1]);
+                let u_rows = t.read(&u);
+                for (i, p) in (start..end).enumerate() {
+                    let col = &u_rows[i * d as usize..(i + 1) * d as usize];
+                    if (p + 1) % ratio == 0 {
+                        got_plain.extend_from_slice(col);
+                    } else {
+                        assert!(
+                            col.iter().all(|&v| v == 0.0),
+                            "position {p} completes no row"
+                        );
+                    }
+                }
+                let srcs = [x_kv, x_score, ape, norm, raw, comp, slots, pos];
+                t.run_into(Op::Compress(pool), &srcs, comp).unwrap();
+                let k = t.run(Op::MatMul, &[wk, u], DType::F32, [di, n, 1, 1]);
+                t.run_into(Op::Compress(store), &[k, k_norm, keys, slots, pos], keys)
+                    .unwrap();
+                start = end;
+            }
+            let what = format!("ratio {ratio}, calls ending at {cuts:?}");
+            check(
+                &format!("{what}: plain rows"),
+                &got_plain,
+                &want_plain,
+                1e-6,
+            );
+            let cache = t.read(&comp)[(d * (n_out + 1)) as usize..].to_vec();
+            check(
+                &format!("{what}: rows"),
+                &cache[..(d * n_out) as usize],
+                &floats(&c["compressed"]),
+                1e-6,
+            );
+            let all = t.read(&keys);
+            let (slot0, slot1) = all.split_at((di * (n_out + 1)) as usize);
+            assert!(slot0
+                .iter()
+                .chain(&slot1[(di * n_out) as usize..])
+                .all(|&v| v == 7.0));
+            check(
+                &format!("{what}: keys"),
+                &slot1[..(di * n_out) as usize],
+                &floats(&c["keys"]),
                 1e-6,
             );
         }
@@ -481,6 +593,7 @@ fn compress_refuses_overlapping_caches() {
             offset: 2,
             ..model_rope(&golden(), "main", 16)
         },
+        form: CompressForm::Pool,
     };
     let x = t.f32s([w, 2, 1, 1], &[0.5; 8]);
     let ape = t.f32s([w, r, 1, 1], &[0.0; 8]);

@@ -1,5 +1,6 @@
 // DeepSeek-V4's compressed rows (ops/compress.rs): the compressor that pools every `ratio`
-// positions of a sequence into one normed, roped row (Op::Compress), and the indexer that picks the
+// positions of a sequence into one normed, roped row (Op::Compress; its Plain form leaves the row
+// unroped, its Store form norms and ropes rows made elsewhere), and the indexer that picks the
 // compressed rows each query row reads (Op::CompSelect). Included by kernels.cu after rope.cuh;
 // kernels/cuda/sim/compress_test.cpp runs them on the CPU. Bad slots, positions and rows outside
 // a cache report error 11.
@@ -11,17 +12,42 @@
 #define COMP_MAX_WIDTH 1024
 #define COMP_MAX_ROWS 8192
 
+// Writes the normed row `src` (w values, in shared memory) into `out`, roped at position `first`
+// (NORM or NEOX pairs of the rope's n_dims dims from `offset`, the other dims copied).
+static __device__ void comp_rope_row(const float* src, float* out, int w, int first, int neox, int n_dims, int offset,
+                                     double log2_base, float freq_scale, float ext_factor, float corr0, float corr1,
+                                     double mscale) {
+    for (int pair = threadIdx.x; pair < w / 2; pair += blockDim.x) {
+        int2 e = rope_elems(pair, neox, n_dims);
+        if (pair >= n_dims / 2) {
+            const int a = e.x - n_dims;
+            e = a < offset ? make_int2(a, a + 1) : e;
+            out[e.x] = src[e.x];
+            out[e.y] = src[e.y];
+            continue;
+        }
+        e = make_int2(e.x + offset, e.y + offset);
+        const float2 cs = rope_cs(pair, first, n_dims, log2_base, freq_scale, ext_factor, corr0, corr1, mscale);
+        const float x0 = src[e.x], x1 = src[e.y];
+        out[e.x] = x0 * cs.x - x1 * cs.y;
+        out[e.y] = x0 * cs.y + x1 * cs.x;
+    }
+}
+
 // One block per call row: a row whose position completes compressed row j = p / ratio pools its
 // taps (the window, and with `overlap` the window before it through the first series), then norms
 // and ropes the pooled row into comp row j of its slot. Each tap's [kv | score] comes from this
 // call's rows when the row `p - q` back holds position q of the same slot, else from raw. Per
 // dimension: the softmax of score + ape over the taps (exponentials in f32, sums in f64), then
 // the RMS norm (squares summed in f64) times `norm`, then the rope at position j * ratio.
+// With `plain` (CompressForm::Plain) the normed row is written unroped at column r of `plain`
+// instead ([w, rows]; zeros for a row that completes none) and `comp` is not touched.
 extern "C" __global__ void bl_compress_f32(const float* kv, const float* score, const float* ape, const float* norm,
-                                           const float* raw, float* comp, const int* slots, const int* pos, int ratio,
-                                           int overlap, int w, int len_raw, int len_comp, int n_slots, float eps,
-                                           int neox, int n_dims, int offset, double log2_base, float freq_scale,
-                                           float ext_factor, float corr0, float corr1, double mscale, int* err) {
+                                           const float* raw, float* comp, float* plain, const int* slots,
+                                           const int* pos, int ratio, int overlap, int w, int len_raw, int len_comp,
+                                           int n_slots, float eps, int neox, int n_dims, int offset, double log2_base,
+                                           float freq_scale, float ext_factor, float corr0, float corr1, double mscale,
+                                           int* err) {
     KERNEL_ENTRY();
     __shared__ float pooled[COMP_MAX_WIDTH];
     const int r = blockIdx.x, slot = slots[r], p = pos[r];
@@ -29,9 +55,13 @@ extern "C" __global__ void bl_compress_f32(const float* kv, const float* score, 
         if (threadIdx.x == 0) report(err, 11);
         return;
     }
-    if ((p + 1) % ratio != 0) return;
+    if ((p + 1) % ratio != 0) {
+        if (plain)
+            for (int d = threadIdx.x; d < w; d += blockDim.x) plain[(long long)r * w + d] = 0.0f;
+        return;
+    }
     const int j = p / ratio;
-    if (j >= len_comp) {
+    if (!plain && j >= len_comp) {
         if (threadIdx.x == 0) report(err, 11);
         return;
     }
@@ -86,33 +116,55 @@ extern "C" __global__ void bl_compress_f32(const float* kv, const float* score, 
         ss += (double)v * (double)v;
     }
     const float inv = (float)(1.0 / sqrt(block_sum_f64(ss) / w + (double)eps));
+    if (plain) {
+        for (int d = threadIdx.x; d < w; d += blockDim.x) plain[(long long)r * w + d] = pooled[d] * inv * norm[d];
+        return;
+    }
     for (int d = threadIdx.x; d < w; d += blockDim.x) pooled[d] = pooled[d] * inv * norm[d];
     __syncthreads();
-    float* out = comp + ((long long)slot * len_comp + j) * w;
-    for (int pair = threadIdx.x; pair < w / 2; pair += blockDim.x) {
-        int2 e = rope_elems(pair, neox, n_dims);
-        if (pair >= n_dims / 2) {
-            const int a = e.x - n_dims;
-            e = a < offset ? make_int2(a, a + 1) : e;
-            out[e.x] = pooled[e.x];
-            out[e.y] = pooled[e.y];
-            continue;
-        }
-        e = make_int2(e.x + offset, e.y + offset);
-        const float2 cs = rope_cs(pair, first, n_dims, log2_base, freq_scale, ext_factor, corr0, corr1, mscale);
-        const float x0 = pooled[e.x], x1 = pooled[e.y];
-        out[e.x] = x0 * cs.x - x1 * cs.y;
-        out[e.y] = x0 * cs.y + x1 * cs.x;
+    comp_rope_row(pooled, comp + ((long long)slot * len_comp + j) * w, w, first, neox, n_dims, offset, log2_base,
+                  freq_scale, ext_factor, corr0, corr1, mscale);
+}
+
+// CompressForm::Store, one block per call row: a row at position p with (p + 1) % ratio == 0
+// writes its x row (w values), RMS-normed (squares summed in f64) times `norm` and roped at
+// (p / ratio) * ratio, at comp row p / ratio of its slot; other rows write nothing.
+extern "C" __global__ void bl_comp_store_f32(const float* x, const float* norm, float* comp, const int* slots,
+                                             const int* pos, int ratio, int w, int len_comp, int n_slots, float eps,
+                                             int neox, int n_dims, int offset, double log2_base, float freq_scale,
+                                             float ext_factor, float corr0, float corr1, double mscale, int* err) {
+    KERNEL_ENTRY();
+    __shared__ float row[COMP_MAX_WIDTH];
+    const int r = blockIdx.x, slot = slots[r], p = pos[r];
+    if (slot < 0 || slot >= n_slots || p < 0 || ((p + 1) % ratio == 0 && p / ratio >= len_comp)) {
+        if (threadIdx.x == 0) report(err, 11);
+        return;
     }
+    if ((p + 1) % ratio != 0) return;
+    const int j = p / ratio;
+    const float* xr = x + (long long)r * w;
+    double ss = 0.0;
+    for (int d = threadIdx.x; d < w; d += blockDim.x) ss += (double)xr[d] * (double)xr[d];
+    const float inv = (float)(1.0 / sqrt(block_sum_f64(ss) / w + (double)eps));
+    for (int d = threadIdx.x; d < w; d += blockDim.x) row[d] = xr[d] * inv * norm[d];
+    __syncthreads();
+    comp_rope_row(row, comp + ((long long)slot * len_comp + j) * w, w, j * ratio, neox, n_dims, offset, log2_base,
+                  freq_scale, ext_factor, corr0, corr1, mscale);
 }
 
 // After bl_compress_f32 (which reads raw): each call row's [kv | score] into raw row
 // `position % len_raw` of its slot. One block per row; bad rows were reported and are skipped.
+// A row that a later row of the call overwrites (same slot and ring row: a call longer than the
+// ring) writes nothing, so the ring holds the latest positions whatever order the blocks run in.
 extern "C" __global__ void bl_compress_store_f32(const float* kv, const float* score, float* raw, const int* slots,
                                                  const int* pos, int sw, int len_raw, int n_slots) {
     KERNEL_ENTRY();
     const int r = blockIdx.x, slot = slots[r], p = pos[r];
     if (slot < 0 || slot >= n_slots || p < 0) return;
+    int overwritten = 0;
+    for (int r2 = r + 1 + (int)threadIdx.x; r2 < (int)gridDim.x; r2 += blockDim.x)
+        overwritten |= slots[r2] == slot && pos[r2] >= 0 && pos[r2] % len_raw == p % len_raw;
+    if (__syncthreads_or(overwritten)) return;
     float* at = raw + ((long long)slot * len_raw + p % len_raw) * 2 * sw;
     for (int i = threadIdx.x; i < sw; i += blockDim.x) {
         at[i] = kv[(long long)r * sw + i];

@@ -52,6 +52,17 @@ inline std::barrier<>* g_block_barrier;
 inline std::vector<std::unique_ptr<WarpExchange>> g_warps;
 
 inline void __syncthreads() { g_block_barrier->arrive_and_wait(); }
+// The block's OR of `pred` (nonzero when any thread's is), after a barrier.
+inline std::atomic<int> g_sync_or{0};
+inline int __syncthreads_or(int pred) {
+    if (pred) g_sync_or.fetch_or(1);
+    g_block_barrier->arrive_and_wait();
+    const int any = g_sync_or.load();
+    g_block_barrier->arrive_and_wait();
+    if (threadIdx.x == 0) g_sync_or.store(0);
+    g_block_barrier->arrive_and_wait();
+    return any;
+}
 // A barrier of the calling thread's warp (every lane must reach it, as the kernels under test do).
 inline void __syncwarp(unsigned = 0xffffffffu) { g_warps[threadIdx.x / WARP]->bar.arrive_and_wait(); }
 

@@ -28,7 +28,8 @@
 //! decode past the budget, two slots).
 //! DeepSeek-V4's ops are checked against transformers 5.24 (kernels/cpu's fixture
 //! `tests/fixtures/deepseek4/ops_hf.json`): the tail and inverse rope (`cu/rope.cuh`), and the
-//! compressor and indexer (`cu/compress.cuh`) across calls, with ties from equal scores, and the
+//! compressor and indexer (`cu/compress.cuh`) across calls, with ties from equal scores, and
+//! V4.1's index keys (the compressor's Plain and Store forms), and the
 //! two-source attention over the window ring and the compressed rows (`cu/attn_comp.cuh`), also
 //! against an f64 attention (f16 rings, 64 heads of 512, lists of 512, merged runs, bad rows).
 //! Built with the host C++ compiler (`$CXX`, else `c++`); skipped, saying so, when there is none.
@@ -584,7 +585,29 @@ fn deepseek4_compressor_and_indexer_match_transformers_under_emulation() {
         let visible = (p + 1) / ratio;
         file.i32s((0..top_k).map(|i| if i < visible { i } else { -1 }));
     }
+    for c in g["v41_keys"].as_array().expect("v41_keys cases") {
+        put_v41_keys(&mut file, &g, c);
+    }
     run_emulated_with("compress_test", &[&file.write("deepseek4_compress.bin")]);
+}
+
+/// The V4.1 index-key records (kind 2) of `sim/compress_test.cpp` for the fixture case `c`: one
+/// call, then calls cut inside windows.
+fn put_v41_keys(file: &mut CaseFile, g: &serde_json::Value, c: &serde_json::Value) {
+    let int = |v: &serde_json::Value| v.as_i64().expect("an integer") as i32;
+    let (rows, ratio) = (int(&c["rows"]), int(&c["ratio"]));
+    let (w, di) = (int(&g["head_dim"]), int(&g["index_dim"]));
+    for calls in [vec![rows], vec![1, ratio + 2, rows - 3, rows]] {
+        file.i32s([2, ratio, w, di, rows, int(&c["n_compressed"])]);
+        file.i32s([calls.len() as i32]);
+        file.i32s(calls.iter().copied());
+        put_rope(file, &deepseek4_rope(g, "compress", w as u32));
+        put_rope(file, &deepseek4_rope(g, "compress", di as u32));
+        file.f32s([g["eps"].as_f64().expect("eps") as f32]);
+        for key in ["kv", "score", "norm", "wk", "k_norm", "plain", "keys"] {
+            file.json_f32s(&c[key]);
+        }
+    }
 }
 
 #[test]

@@ -139,6 +139,7 @@ impl Session {
             mlock: a.placement.mlock,
             overrides: &[],
             check_tensors: a.placement.check_tensors,
+            draft_n_max: a.spec.planned_n_max()?,
         };
         let rows = pass_rows(setup.n_batch, setup.n_ubatch);
         let mut request = a.placement.request(

@@ -202,7 +202,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--chat-template"], &[], Some("LLAMA_ARG_CHAT_TEMPLATE"), Value, Serve),
     flag(&["--chat-template-file"], &[], Some("LLAMA_ARG_CHAT_TEMPLATE_FILE"), Value, Serve),
     flag(&["--skip-chat-parsing"], &["--no-skip-chat-parsing"], Some("LLAMA_ARG_SKIP_CHAT_PARSING"), Switch, OnlyOff("chat output is always parsed (reasoning and tool calls)")),
-    flag(&["--prefill-assistant"], &["--no-prefill-assistant"], Some("LLAMA_ARG_PREFILL_ASSISTANT"), Switch, OnlyOff("a final assistant message is not prefilled")),
+    flag(&["--prefill-assistant"], &["--no-prefill-assistant"], Some("LLAMA_ARG_PREFILL_ASSISTANT"), Switch, Serve),
     flag(&["-sps", "--slot-prompt-similarity"], &[], None, Value, Serve),
     flag(&["--lora-init-without-apply"], &[], None, Flag, Refused(ADAPTERS)),
     flag(&["--sleep-idle-seconds"], &[], None, Value, Serve),

@@ -2,10 +2,13 @@
 //! attention width 512 and the index width 128, a prompt of two sequences, one from position 0
 //! and one continuing at 1,000 whose earlier positions come from the random raw ring; the
 //! ratio-128 compressor on decode rows, one completing a row and one not) with the cache and the
-//! raw ring compared after the run, and CompSelect (64 heads of 128 ranking 2,048 visible rows
+//! raw ring compared after the run; DeepSeek-V4.1's forms of it, Plain (ratio 2, width 512) and
+//! Store (ratios 2 and 1, width 128, the cache compared); and CompSelect (64 heads of 128 ranking 2,048 visible rows
 //! for 512 at depth 8,192, and a prompt from position 0) whose lists must be equal.
 
-use bloomery_plugin_api::op::{CompSelectParams, CompressParams, Op, OpKind, RopeMode, RopeParams};
+use bloomery_plugin_api::op::{
+    CompSelectParams, CompressForm, CompressParams, Op, OpKind, RopeMode, RopeParams,
+};
 use bloomery_plugin_api::DType;
 
 use super::{case, f32s, runs, spec};
@@ -50,6 +53,7 @@ fn compress(
         width,
         eps: 1e-6,
         rope: compressed_rope(width),
+        form: CompressForm::Pool,
     };
     Case {
         dst_is_src: Some(5),
@@ -68,6 +72,65 @@ fn compress(
                 runs(rows, split, first, 1),
             ],
             [w, len_comp, 2, 1],
+            1e-5,
+        )
+    }
+}
+
+/// A Compress case of DeepSeek-V4.1's one-series ratio-2 compressor at width 512 in its `Plain`
+/// form (the normed rows before the rope, one column a row): the prompt case's two sequences.
+fn plain(name: &str) -> Case {
+    let (w, r, rows, split) = (512u64, 2u64, 20u64, 13u64);
+    let p = CompressParams {
+        ratio: 2,
+        overlap: false,
+        width: 512,
+        eps: 1e-6,
+        rope: compressed_rope(512),
+        form: CompressForm::Plain,
+    };
+    case(
+        name,
+        Op::Compress(p),
+        vec![
+            f32s([w, rows, 1, 1]),
+            f32s([w, rows, 1, 1]),
+            spec(DType::F32, [w, r, 1, 1], Fill::Random(0.5)),
+            spec(DType::F32, [w, 1, 1, 1], Fill::Range(0.5, 1.5)),
+            f32s([2 * w, r, 2, 1]),
+            runs(rows, split, [0, 1], 0),
+            runs(rows, split, [0, 1000], 1),
+        ],
+        [w, rows, 1, 1],
+        1e-5,
+    )
+}
+
+/// A Compress case in its `Store` form (V4.1's index keys, width 128) at `ratio`: the prompt
+/// case's two sequences into a cache of 1,024 rows a slot.
+fn store(name: &str, ratio: u32) -> Case {
+    let (w, rows, split, len) = (128u64, 20u64, 13u64, 1024u64);
+    let p = CompressParams {
+        ratio,
+        overlap: false,
+        width: 128,
+        eps: 1e-6,
+        rope: compressed_rope(128),
+        form: CompressForm::Store,
+    };
+    Case {
+        dst_is_src: Some(2),
+        ..case(
+            name,
+            Op::Compress(p),
+            vec![
+                f32s([w, rows, 1, 1]),
+                spec(DType::F32, [w, 1, 1, 1], Fill::Range(0.5, 1.5)),
+                f32s([w, len, 2, 1]),
+                runs(rows, split, [0, 1], 0),
+                runs(rows, split, [0, 1000], 1),
+            ],
+            [w, len, 2, 1],
             1e-5,
         )
     }
@@ -127,6 +190,9 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                 [255, 300],
                 4,
             ),
+            plain("Plain form, ratio 2, width 512, two sequences (from 0 and 1,000)"),
+            store("Store form, ratio 2, width 128, two sequences", 2),
+            store("Store form, ratio 1, width 128, two sequences", 1),
         ],
         (OpKind::CompSelect, DType::F32) => vec![
             select(

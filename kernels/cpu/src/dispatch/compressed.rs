@@ -1,7 +1,7 @@
 //! The dispatch of DeepSeek-V4's compressed-row ops (`Op::Compress`, `Op::CompSelect`): their
 //! tensors' shapes checked against the parameters, then [`crate::ops::compress`].
 
-use bloomery_plugin_api::op::{CompSelectParams, CompressParams};
+use bloomery_plugin_api::op::{CompSelectParams, CompressForm, CompressParams};
 use bloomery_plugin_api::tensor::OpCall;
 use bloomery_plugin_api::PluginError;
 
@@ -21,14 +21,14 @@ fn shapes(op: &str, ok: bool, c: &OpCall) -> Result<(), PluginError> {
     )))
 }
 
-/// The compressed cache (source 5, also the destination) overlaps no other source.
-fn comp_alone(buf: &crate::memory::Buffers, c: &OpCall) -> Result<(), PluginError> {
+/// The compressed cache (source `at`, also the destination) overlaps no other source.
+fn comp_alone(buf: &crate::memory::Buffers, c: &OpCall, at: usize) -> Result<(), PluginError> {
     let span = |t: &bloomery_plugin_api::tensor::TensorRef| -> Result<(usize, usize), PluginError> {
         let start = buf.check_tensor(t)? as usize;
         Ok((start, start + usz(t.span_bytes().unwrap_or(0))))
     };
     let (lo, hi) = span(&c.dst)?;
-    for (j, t) in c.srcs().iter().enumerate().filter(|&(j, _)| j != 5) {
+    for (j, t) in c.srcs().iter().enumerate().filter(|&(j, _)| j != at) {
         let (a, b) = span(t)?;
         if a < hi && lo < b {
             return Err(PluginError::invalid(format!(
@@ -39,28 +39,40 @@ fn comp_alone(buf: &crate::memory::Buffers, c: &OpCall) -> Result<(), PluginErro
     Ok(())
 }
 
-/// The compressor: srcs `[kv, score, ape, norm, raw, comp, slots, positions]` → `comp`.
+/// The compressor, by its form: `Pool` srcs `[kv, score, ape, norm, raw, comp, slots,
+/// positions]` → `comp`; `Plain` the same but `comp` → f32 `[width, rows]`; `Store` srcs `[x,
+/// norm, comp, slots, positions]` → `comp`.
 pub(super) fn compress(b: &Backend<'_>, c: &OpCall, p: CompressParams) -> Result<(), PluginError> {
+    match p.form {
+        CompressForm::Pool | CompressForm::Plain => pool(b, c, p),
+        CompressForm::Store => store(b, c, p),
+    }
+}
+
+/// The `Pool` and `Plain` forms.
+fn pool(b: &Backend<'_>, c: &OpCall, p: CompressParams) -> Result<(), PluginError> {
     const OP: &str = "Compress";
     let buf = b.buffers;
-    let t: Vec<_> = (0..8).map(|i| src(c, i, OP)).collect::<Result<_, _>>()?;
+    let plain = p.form == CompressForm::Plain;
+    let n = if plain { 7 } else { 8 };
+    let mut t: Vec<_> = (0..n).map(|i| src(c, i, OP)).collect::<Result<_, _>>()?;
+    if plain {
+        // No cache: the slots and positions sit one source earlier.
+        t.insert(5, &c.dst);
+    }
     let (raw, comp) = (t[4], t[5]);
-    if *comp != c.dst {
+    if !plain && *comp != c.dst {
         return Err(PluginError::invalid(
             "Compress must write the compressed cache it names (source 5)",
         ));
     }
-    // Both caches are written in place: the raw state may overlap nothing else, the compressed
-    // cache nothing but itself as the destination.
-    alone(buf, c, 4, "Compress raw state")?;
-    comp_alone(buf, c)?;
     let s = CompressShape {
         ratio: p.ratio as usize,
         overlap: p.overlap,
         width: p.width as usize,
         len_raw: usz(raw.ne[1]),
         len_comp: usz(comp.ne[1]),
-        n_slots: usz(comp.ne[2]),
+        n_slots: usz(raw.ne[2]),
     };
     let (sw, rows) = (s.series_width() as u64, t[0].ne[1]);
     let w = u64::from(p.width);
@@ -68,9 +80,12 @@ pub(super) fn compress(b: &Backend<'_>, c: &OpCall, p: CompressParams) -> Result
         && t[1].ne == t[0].ne
         && t[2].ne == [sw, u64::from(p.ratio), 1, 1]
         && t[3].ne == [w, 1, 1, 1]
-        && raw.ne == [2 * sw, raw.ne[1], comp.ne[2], 1]
-        && comp.ne[0] == w
-        && comp.ne[3] == 1
+        && raw.ne == [2 * sw, raw.ne[1], raw.ne[2], 1]
+        && if plain {
+            c.dst.ne == [w, rows, 1, 1]
+        } else {
+            comp.ne[0] == w && comp.ne[2] == raw.ne[2] && comp.ne[3] == 1
+        }
         && t[6].elements() == rows
         && t[7].elements() == rows;
     shapes(OP, fits, c)?;
@@ -84,9 +99,60 @@ pub(super) fn compress(b: &Backend<'_>, c: &OpCall, p: CompressParams) -> Result
         eps: p.eps,
         rope: ops::rope::RopeParams::from_abi(&p.rope),
     };
+    if plain {
+        // Only the destination is written; it may overlap no source.
+        comp_alone(buf, c, usize::MAX)?;
+        let raw = f32s(buf, raw, "raw")?;
+        let out = f32s_mut(buf, &c.dst, "out")?;
+        return ops::compress::compress_plain(&x, &s, raw, out).map_err(op_err);
+    }
+    // Both caches are written in place: the raw state may overlap nothing else, the compressed
+    // cache nothing but itself as the destination.
+    alone(buf, c, 4, "Compress raw state")?;
+    comp_alone(buf, c, 5)?;
     let raw = f32s_mut(buf, raw, "raw")?;
     let comp = f32s_mut(buf, &c.dst, "comp")?;
     ops::compress::compress(&x, &s, raw, comp).map_err(op_err)
+}
+
+/// The `Store` form: srcs `[x, norm, comp, slots, positions]` → `comp`.
+fn store(b: &Backend<'_>, c: &OpCall, p: CompressParams) -> Result<(), PluginError> {
+    const OP: &str = "Compress";
+    let buf = b.buffers;
+    let t: Vec<_> = (0..5).map(|i| src(c, i, OP)).collect::<Result<_, _>>()?;
+    let comp = t[2];
+    if *comp != c.dst {
+        return Err(PluginError::invalid(
+            "Compress (Store) must write the compressed cache it names (source 2)",
+        ));
+    }
+    comp_alone(buf, c, 2)?;
+    let (w, rows) = (u64::from(p.width), t[0].ne[1]);
+    let fits = t[0].ne == [w, rows, 1, 1]
+        && t[1].ne == [w, 1, 1, 1]
+        && comp.ne[0] == w
+        && comp.ne[3] == 1
+        && t[3].elements() == rows
+        && t[4].elements() == rows;
+    shapes(OP, fits, c)?;
+    let s = CompressShape {
+        ratio: p.ratio as usize,
+        overlap: p.overlap,
+        width: p.width as usize,
+        len_raw: 0,
+        len_comp: usz(comp.ne[1]),
+        n_slots: usz(comp.ne[2]),
+    };
+    let x = ops::compress::CompStoreInputs {
+        x: f32s(buf, t[0], "x")?,
+        norm: f32s(buf, t[1], "norm")?,
+        slots: slots_u32(i32s(buf, t[3], "slots")?)?,
+        positions: i32s(buf, t[4], "positions")?,
+        eps: p.eps,
+        rope: ops::rope::RopeParams::from_abi(&p.rope),
+    };
+    let comp = f32s_mut(buf, &c.dst, "comp")?;
+    ops::compress::comp_store(&x, &s, comp).map_err(op_err)
 }
 
 /// The indexer over compressed rows: srcs `[q, w, keys, slots, positions]` → i32 `[top_k, rows]`.

@@ -79,6 +79,50 @@ pub fn compress(
     raw: &mut [f32],
     comp: &mut [f32],
 ) -> Result<(), OpError> {
+    let (sw, w) = (s.series_width(), s.width);
+    check_pool(x, s, raw.len(), Some(comp.len()))?;
+    let (raw_row, raw_slot, comp_slot) = (2 * sw, 2 * sw * s.len_raw, w * s.len_comp);
+    pool(x, s, raw, &mut |_, j, slot, row| {
+        rope(row, w, 1, &[(j * s.ratio) as i32], &x.rope)?;
+        let at = slot * comp_slot + j * w;
+        comp[at..at + w].copy_from_slice(row);
+        Ok(())
+    })?;
+    for (r, (&slot, &p)) in x.slots.iter().zip(x.positions).enumerate() {
+        let i = slot as usize * raw_slot + (p as usize % s.len_raw) * raw_row;
+        raw[i..i + sw].copy_from_slice(&x.kv[r * sw..(r + 1) * sw]);
+        raw[i + sw..i + 2 * sw].copy_from_slice(&x.score[r * sw..(r + 1) * sw]);
+    }
+    Ok(())
+}
+
+/// The rows [`compress`] would write, normed but not roped, one per call row into `out`
+/// (`[width, rows]`): column `r` the row that row `r` completes, zeros for a row that completes
+/// none (the ABI's `CompressForm::Plain`). `raw` is only read.
+pub fn compress_plain(
+    x: &CompressInputs<'_>,
+    s: &CompressShape,
+    raw: &[f32],
+    out: &mut [f32],
+) -> Result<(), OpError> {
+    let w = s.width;
+    check_pool(x, s, raw.len(), None)?;
+    check_len(OP, "out", out.len(), mul_dims(OP, w, x.positions.len())?)?;
+    out.fill(0.0);
+    pool(x, s, raw, &mut |r, _, _, row| {
+        out[r * w..(r + 1) * w].copy_from_slice(row);
+        Ok(())
+    })
+}
+
+/// Checks a pooling call's inputs and states (`raw_len` values of raw, `comp_len` of a cache it
+/// writes): lengths, slots, positions and, with a cache, every completed row inside it.
+fn check_pool(
+    x: &CompressInputs<'_>,
+    s: &CompressShape,
+    raw_len: usize,
+    comp_len: Option<usize>,
+) -> Result<(), OpError> {
     let (sw, w, rows) = (s.series_width(), s.width, x.positions.len());
     if s.ratio == 0 || w == 0 {
         return Err(OpError::Parameter {
@@ -100,19 +144,40 @@ pub fn compress(
     check_len(OP, "score", x.score.len(), mul_dims(OP, sw, rows)?)?;
     check_len(OP, "ape", x.ape.len(), mul_dims(OP, sw, s.ratio)?)?;
     check_len(OP, "norm", x.norm.len(), w)?;
-    check_len(OP, "slots", x.slots.len(), rows)?;
-    let raw_row = 2 * sw;
-    let raw_slot = mul_dims(OP, raw_row, s.len_raw)?;
-    check_len(OP, "raw", raw.len(), mul_dims(OP, raw_slot, s.n_slots)?)?;
-    let comp_slot = mul_dims(OP, w, s.len_comp)?;
-    check_len(OP, "comp", comp.len(), mul_dims(OP, comp_slot, s.n_slots)?)?;
-    for (&slot, &p) in x.slots.iter().zip(x.positions) {
-        if slot as usize >= s.n_slots {
+    let raw_slot = mul_dims(OP, 2 * sw, s.len_raw)?;
+    check_len(OP, "raw", raw_len, mul_dims(OP, raw_slot, s.n_slots)?)?;
+    let len_comp = match comp_len {
+        Some(n) => {
+            check_len(
+                OP,
+                "comp",
+                n,
+                mul_dims(OP, mul_dims(OP, w, s.len_comp)?, s.n_slots)?,
+            )?;
+            s.len_comp
+        }
+        None => usize::MAX,
+    };
+    check_rows(x.slots, x.positions, s.ratio, s.n_slots, len_comp)
+}
+
+/// Every row's slot below `n_slots`, its position not negative, and (every row being checked
+/// before any is written) each row it completes below `len_comp`.
+fn check_rows(
+    slots: &[u32],
+    positions: &[i32],
+    ratio: usize,
+    n_slots: usize,
+    len_comp: usize,
+) -> Result<(), OpError> {
+    check_len(OP, "slots", slots.len(), positions.len())?;
+    for (&slot, &p) in slots.iter().zip(positions) {
+        if slot as usize >= n_slots {
             return Err(OpError::Index {
                 op: OP,
                 what: "slot",
                 index: i64::from(slot),
-                bound: s.n_slots,
+                bound: n_slots,
             });
         }
         if p < 0 {
@@ -123,17 +188,32 @@ pub fn compress(
                 bound: usize::MAX,
             });
         }
-        // Every completed row must fit the cache before any is written.
         let p = p as usize;
-        if (p + 1).is_multiple_of(s.ratio) && p / s.ratio >= s.len_comp {
+        if (p + 1).is_multiple_of(ratio) && p / ratio >= len_comp {
             return Err(OpError::Index {
                 op: OP,
                 what: "compressed row",
-                index: (p / s.ratio) as i64,
-                bound: s.len_comp,
+                index: (p / ratio) as i64,
+                bound: len_comp,
             });
         }
     }
+    Ok(())
+}
+
+/// What [`pool`] hands each row to: (call row, compressed row `j`, slot, the row).
+type Emit<'a> = dyn FnMut(usize, usize, usize, &mut [f32]) -> Result<(), OpError> + 'a;
+
+/// Pools, norms and hands to `emit` (call row, compressed row `j`, slot, the row) every row
+/// that a row of this (checked) call completes, before its rope.
+fn pool(
+    x: &CompressInputs<'_>,
+    s: &CompressShape,
+    raw: &[f32],
+    emit: &mut Emit<'_>,
+) -> Result<(), OpError> {
+    let (sw, w, rows) = (s.series_width(), s.width, x.positions.len());
+    let (raw_row, raw_slot) = (2 * sw, 2 * sw * s.len_raw);
     let mut pooled = vec![0.0f32; w];
     for r in 0..rows {
         let p = x.positions[r] as usize;
@@ -181,24 +261,77 @@ pub fn compress(
             }
             *out = (num / den) as f32;
         }
-        let ms = pooled
-            .iter()
-            .map(|&v| f64::from(v) * f64::from(v))
-            .sum::<f64>()
-            / w as f64;
-        let inv = (1.0 / (ms + f64::from(x.eps)).sqrt()) as f32;
-        for (v, &g) in pooled.iter_mut().zip(x.norm) {
-            *v = *v * inv * g;
-        }
-        rope(&mut pooled, w, 1, &[first as i32], &x.rope)?;
-        let at = slot * comp_slot + j * w;
-        comp[at..at + w].copy_from_slice(&pooled);
+        norm_row(&mut pooled, x.norm, x.eps);
+        emit(r, j, slot, &mut pooled)?;
     }
+    Ok(())
+}
+
+/// `row ← RmsNorm(row, eps)·norm` (the squares summed in f64).
+fn norm_row(row: &mut [f32], norm: &[f32], eps: f32) {
+    let ms = row
+        .iter()
+        .map(|&v| f64::from(v) * f64::from(v))
+        .sum::<f64>()
+        / row.len() as f64;
+    let inv = (1.0 / (ms + f64::from(eps)).sqrt()) as f32;
+    for (v, &g) in row.iter_mut().zip(norm) {
+        *v = *v * inv * g;
+    }
+}
+
+/// The inputs of a [`comp_store`] call.
+pub struct CompStoreInputs<'a> {
+    /// Each call row's unpooled row, `[width, rows]`.
+    pub x: &'a [f32],
+    /// RMS norm weight, `[width]`.
+    pub norm: &'a [f32],
+    /// Each row's slot.
+    pub slots: &'a [u32],
+    /// Each row's position.
+    pub positions: &'a [i32],
+    /// ε of the RMS norm.
+    pub eps: f32,
+    /// The stored row's rope (at position `j·ratio`).
+    pub rope: RopeParams,
+}
+
+/// Each call row at position `p` completing compressed row `j = p / ratio` writes
+/// `rope(RmsNorm(x_r)·norm)` (at position `j·ratio`) at row `j` of its slot of `comp`
+/// (`[width, len_comp, n_slots]`; the ABI's `CompressForm::Store`); other rows write nothing.
+/// Every row is checked before any is written.
+pub fn comp_store(
+    x: &CompStoreInputs<'_>,
+    s: &CompressShape,
+    comp: &mut [f32],
+) -> Result<(), OpError> {
+    let (w, rows) = (s.width, x.positions.len());
+    if s.ratio == 0 || w == 0 || s.overlap {
+        return Err(OpError::Parameter {
+            op: OP,
+            what: format!(
+                "a stored row needs a positive ratio ({}) and width ({w}) and no overlap",
+                s.ratio
+            ),
+        });
+    }
+    check_len(OP, "x", x.x.len(), mul_dims(OP, w, rows)?)?;
+    check_len(OP, "norm", x.norm.len(), w)?;
+    let comp_slot = mul_dims(OP, w, s.len_comp)?;
+    check_len(OP, "comp", comp.len(), mul_dims(OP, comp_slot, s.n_slots)?)?;
+    check_rows(x.slots, x.positions, s.ratio, s.n_slots, s.len_comp)?;
+    let mut row = vec![0.0f32; w];
     for r in 0..rows {
-        let (slot, p) = (x.slots[r] as usize, x.positions[r] as usize);
-        let i = slot * raw_slot + (p % s.len_raw) * raw_row;
-        raw[i..i + sw].copy_from_slice(&x.kv[r * sw..(r + 1) * sw]);
-        raw[i + sw..i + 2 * sw].copy_from_slice(&x.score[r * sw..(r + 1) * sw]);
+        let p = x.positions[r] as usize;
+        if !(p + 1).is_multiple_of(s.ratio) {
+            continue;
+        }
+        let j = p / s.ratio;
+        row.copy_from_slice(&x.x[r * w..(r + 1) * w]);
+        norm_row(&mut row, x.norm, x.eps);
+        rope(&mut row, w, 1, &[(j * s.ratio) as i32], &x.rope)?;
+        let at = x.slots[r] as usize * comp_slot + j * w;
+        comp[at..at + w].copy_from_slice(&row);
     }
     Ok(())
 }

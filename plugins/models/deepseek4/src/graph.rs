@@ -8,7 +8,8 @@ use bloomery_plugin_api::builders::{LmInputs, MoeBlock};
 use bloomery_plugin_api::graph::{BatchShape, Graph, GraphBuilder, TensorId};
 use bloomery_plugin_api::mhc_graph::Hc;
 use bloomery_plugin_api::op::{
-    AttentionParams, CompSelectParams, CompressParams, GluKind, Op, RopeParams, RouterParams,
+    AttentionParams, CompSelectParams, CompressForm, CompressParams, GluKind, Op, RopeParams,
+    RouterParams,
 };
 use bloomery_plugin_api::weights::GluFfnWeights;
 use bloomery_plugin_api::{DType, PluginError};
@@ -16,7 +17,9 @@ use bloomery_plugin_api::{DType, PluginError};
 use crate::hparams::HParams;
 use crate::layers::Ratio;
 use crate::state::{CompressorState, LayerState};
-use crate::weights::{AttentionWeights, CompressorWeights, Layer, Moe, Routing, Weights};
+use crate::weights::{
+    AttentionWeights, CompressorWeights, IndexerWeights, Layer, Moe, Routing, Weights,
+};
 
 /// What a graph needs besides the batch shape.
 pub struct Model<'a> {
@@ -29,7 +32,7 @@ pub struct Model<'a> {
 }
 
 /// `op` of `x`'s shape on `srcs` (named `name`).
-fn same(
+pub(crate) fn same(
     g: &mut GraphBuilder,
     name: &str,
     op: Op,
@@ -40,7 +43,7 @@ fn same(
 }
 
 /// The rope of layer kind `ratio` on the last dims of heads of `head_dim`.
-fn rope(hp: &HParams, ratio: Ratio, head_dim: u32) -> RopeParams {
+pub(crate) fn rope(hp: &HParams, ratio: Ratio, head_dim: u32) -> RopeParams {
     let base = match ratio {
         Ratio::Window => hp.rope.window,
         _ => hp.rope.compressed,
@@ -74,6 +77,7 @@ fn compress(
         width,
         eps: hp.lm.eps,
         rope: rope(hp, Ratio::Four, width),
+        form: CompressForm::Pool,
     };
     g.op_into(
         Op::Compress(p),
@@ -83,27 +87,30 @@ fn compress(
     Ok(rows)
 }
 
-/// Layer `il`'s latent attention of the normed `x` `[n_embd, rows]`: `[n_embd, rows]`.
-fn attention(
+/// The queries `[head_dim, n_head, rows]` (roped by `rp`; with `head_norm` each head RMS-normed
+/// first, unweighted) and the query low-rank output `qr` of the normed `x`, and the window
+/// ring with this call's latent rows stored: `(q, qr, ring)`.
+pub(crate) fn queries_and_ring(
     g: &mut GraphBuilder,
     hp: &HParams,
-    (il, ratio): (u32, Ratio),
     (w, st): (&AttentionWeights, LayerState),
+    (rp, head_norm): (RopeParams, bool),
     x: TensorId,
     inp: &LmInputs,
-) -> Result<TensorId, PluginError> {
+) -> Result<(TensorId, TensorId, TensorId), PluginError> {
     let a = hp.attn;
     let (d, nh, rows) = (u64::from(a.head_dim), u64::from(a.n_head), g.ne(x)[1]);
     let eps = hp.lm.eps;
-    let rp = rope(hp, ratio, a.head_dim);
     let wqa = g.w(&w.q_a)?;
     let qr = g.matmul("q_a", wqa, x)?;
     let qn = g.w(&w.q_a_norm)?;
     let qr = g.rms_norm("q_a_norm", qr, Some(qn), eps)?;
     let wqb = g.w(&w.q_b)?;
     let q = g.matmul("q", wqb, qr)?;
-    let q = g.reshape(q, [d, nh, rows, 1])?;
-    let q = g.rms_norm("q_norm", q, None, eps)?;
+    let mut q = g.reshape(q, [d, nh, rows, 1])?;
+    if head_norm {
+        q = g.rms_norm("q_norm", q, None, eps)?;
+    }
     let q = same(g, "q_rope", Op::Rope(rp), &[q, inp.positions])?;
     let wkv = g.w(&w.kv)?;
     let kv = g.matmul("kv", wkv, x)?;
@@ -118,31 +125,25 @@ fn attention(
         &[kv, ring, inp.slots, inp.positions],
         ring,
     )?;
+    Ok((q, qr, ring))
+}
+
+/// The latent attention's core over the ring (and the compressed rows `comp` of ratio
+/// `params.comp`, with their picks when `params.comp_selected`: the last of `extra`), then the
+/// inverse rope and the grouped output projection: `[n_embd, rows]`.
+pub(crate) fn attend(
+    g: &mut GraphBuilder,
+    hp: &HParams,
+    w: &AttentionWeights,
+    (params, rp): (AttentionParams, RopeParams),
+    (q, ring, extra): (TensorId, TensorId, &[TensorId]),
+    inp: &LmInputs,
+) -> Result<TensorId, PluginError> {
+    let a = hp.attn;
+    let (d, nh, rows) = (u64::from(a.head_dim), u64::from(a.n_head), g.ne(q)[2]);
     let sinks = g.w(&w.sinks)?;
-    let mut params = AttentionParams {
-        v_from_k: true,
-        sinks: true,
-        window: a.window,
-        ..AttentionParams::gqa(a.n_head, 1, a.head_dim)
-    };
     let mut srcs = vec![q, ring, ring, inp.slots, inp.positions, sinks];
-    match (ratio, &w.compressor, st.compressor) {
-        (Ratio::Window, None, None) => {}
-        (_, Some(cw), Some(cs)) => {
-            let comp = compress(g, hp, (cw, cs), (ratio, a.head_dim), x, inp, "cache_comp")?;
-            params.comp = ratio.positions();
-            srcs.push(comp);
-            if ratio == Ratio::Four {
-                srcs.push(select(g, hp, w, st, (x, qr), inp)?);
-                params.comp_selected = true;
-            }
-        }
-        _ => {
-            return Err(PluginError::invalid(format!(
-                "layer {il}: compressor weights, state and ratio disagree"
-            )))
-        }
-    }
+    srcs.extend_from_slice(extra);
     let o = g.op(
         "kqv",
         Op::Attention(params),
@@ -171,6 +172,58 @@ fn attention(
     let oa = g.reshape(oa, [rank * groups, rows, 1, 1])?;
     let wb = g.w(&w.out_b)?;
     g.matmul("attn_out", wb, oa)
+}
+
+/// The attention parameters of the latent attention: values from the keys, sinks, the window.
+pub(crate) fn latent_params(hp: &HParams) -> AttentionParams {
+    let a = hp.attn;
+    AttentionParams {
+        v_from_k: true,
+        sinks: true,
+        window: a.window,
+        ..AttentionParams::gqa(a.n_head, 1, a.head_dim)
+    }
+}
+
+/// Layer `il`'s latent attention of the normed `x` `[n_embd, rows]`: `[n_embd, rows]`.
+fn attention(
+    g: &mut GraphBuilder,
+    hp: &HParams,
+    (il, ratio): (u32, Ratio),
+    (w, st): (&AttentionWeights, LayerState),
+    x: TensorId,
+    inp: &LmInputs,
+) -> Result<TensorId, PluginError> {
+    let rp = rope(hp, ratio, hp.attn.head_dim);
+    let (q, qr, ring) = queries_and_ring(g, hp, (w, st), (rp, true), x, inp)?;
+    let mut params = latent_params(hp);
+    let mut extra = Vec::new();
+    match (ratio, &w.compressor, st.compressor) {
+        (Ratio::Window, None, None) => {}
+        (_, Some(cw), Some(cs)) => {
+            let comp = compress(
+                g,
+                hp,
+                (cw, cs),
+                (ratio, hp.attn.head_dim),
+                x,
+                inp,
+                "cache_comp",
+            )?;
+            params.comp = ratio.positions();
+            extra.push(comp);
+            if ratio == Ratio::Four {
+                extra.push(select(g, hp, w, st, (x, qr), inp)?);
+                params.comp_selected = true;
+            }
+        }
+        _ => {
+            return Err(PluginError::invalid(format!(
+                "layer {il}: compressor weights, state and ratio disagree"
+            )))
+        }
+    }
+    attend(g, hp, w, (params, rp), (q, ring, &extra), inp)
 }
 
 /// The indexer's picks for a ratio-4 layer: i32 `[top_k, rows]` (`indexer_sel_idx`).
@@ -202,11 +255,26 @@ fn select(
         inp,
         "cache_index",
     )?;
+    pick(g, hp, iw, (x, qr), (keys, Ratio::Four), inp)
+}
+
+/// The indexer's picks over the index `keys` of a compressor of `ratio`: its roped queries
+/// from the query low-rank output `qr`, its head weights from the normed `x` (times
+/// `1/√(d_I·H_I)`), then `CompSelect`: i32 `[top_k, rows]` (`indexer_sel_idx`).
+pub(crate) fn pick(
+    g: &mut GraphBuilder,
+    hp: &HParams,
+    iw: &IndexerWeights,
+    (x, qr): (TensorId, TensorId),
+    (keys, ratio): (TensorId, Ratio),
+    inp: &LmInputs,
+) -> Result<TensorId, PluginError> {
+    let ix = hp.indexer;
     let (dh, nh, rows) = (u64::from(ix.head_dim), u64::from(ix.n_head), g.ne(x)[1]);
     let wq = g.w(&iw.q_b)?;
     let q = g.matmul("indexer_q", wq, qr)?;
     let q = g.reshape(q, [dh, nh, rows, 1])?;
-    let rp = rope(hp, Ratio::Four, ix.head_dim);
+    let rp = rope(hp, ratio, ix.head_dim);
     let q = same(g, "indexer_q_rope", Op::Rope(rp), &[q, inp.positions])?;
     let wp = g.w(&iw.proj)?;
     let weights = g.matmul("indexer_weights", wp, x)?;
@@ -214,7 +282,7 @@ fn select(
     let p = CompSelectParams {
         n_head: ix.n_head,
         head_dim: ix.head_dim,
-        ratio: Ratio::Four.positions(),
+        ratio: ratio.positions(),
         top_k: ix.top_k,
     };
     g.op(
@@ -243,7 +311,7 @@ fn clamped_ffn(
 
 /// Layer `il`'s FFN of the normed `x`: the routed experts, picked by the token's row of the hash
 /// table or by the biased router and weighed by the √softplus router, plus the shared expert.
-fn ffn(
+pub(crate) fn ffn(
     g: &mut GraphBuilder,
     hp: &HParams,
     il: u32,

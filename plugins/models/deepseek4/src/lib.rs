@@ -19,14 +19,13 @@
 //!
 //! MTP blocks (`nextn_predict_layers` with their tensors) are refused by name by the loader.
 //!
-//! DeepSeek-V4.1-Flash (`deepseek41`, `docs/deepseek41-plan.md`) loads: its keys, the
-//! compressor and index sources ([`v41`]), the Engram sites and hash constants ([`engram`],
-//! declared to the host as the n-gram spec), every weight. Its graph is refused by name: it is
-//! not built (the index keys need an op change, and the query norm is unpinned;
-//! docs/deepseek41-plan.md, "What remains").
+//! DeepSeek-V4.1-Flash (`deepseek41`, `docs/deepseek41-plan.md`): its keys, the compressor and
+//! index sources ([`v41`]), the Engram sites and hash constants ([`engram`], declared to the
+//! host as the n-gram spec), every weight, and its graph ([`graph41`]).
 
 pub mod engram;
 pub mod graph;
+pub mod graph41;
 pub mod hparams;
 pub mod layers;
 pub mod state;
@@ -107,16 +106,11 @@ impl ModelInstance for Deepseek4 {
     }
 
     fn build_graph(&self, shape: BatchShape) -> RResult<Graph, PluginError> {
-        if self.hp.v41.is_some() {
-            return RResult::RErr(PluginError::unsupported(
-                "the deepseek41 graph (not built yet: docs/deepseek41-plan.md, \"What remains\")",
-                &[ARCH],
-            ));
-        }
         if shape.kind != GraphKind::Main {
             return RResult::RErr(PluginError::unsupported(
                 format!(
-                    "the deepseek4 {:?} graph (no MTP layers are loaded)",
+                    "the {} {:?} graph (no MTP or draft layers are run)",
+                    self.hp.arch(),
                     shape.kind
                 ),
                 &["Main"],
@@ -127,7 +121,10 @@ impl ModelInstance for Deepseek4 {
             w: &self.weights,
             state: &self.layer_state,
         };
-        graph::build(&m, shape).into()
+        match &self.hp.v41 {
+            Some(v) => graph41::build(&m, v, shape).into(),
+            None => graph::build(&m, shape).into(),
+        }
     }
 }
 

@@ -7,9 +7,9 @@
 //! * ratio 4 layers also: the indexer compressor's raw rows (`2·d_I` each) and the index keys
 //!   (one of `d_I` per 4 positions).
 //!
-//! A `deepseek41` file: the compressor's rows on its compressor source layers only (the layers
-//! of a group read the source's); no index-key state yet, as the index keys' source is not pinned
-//! (`docs/deepseek41-plan.md`).
+//! A `deepseek41` file: on its compressor source layers only (the layers of a group read the
+//! source's), the compressor's raw rows (`kv` and score, `d` each), the compressed rows and the
+//! index keys made from them (one of `d_I` per `ratio` positions; `docs/deepseek41-plan.md`).
 //!
 //! The raw and compressed rows are [`StateKind::PooledKeys`], the positional kind the host keeps
 //! in f32 (`Op::Compress` writes them in place, so they must not take the K cache's
@@ -45,6 +45,8 @@ pub struct LayerState {
     pub compressor: Option<CompressorState>,
     /// The index keys' compressor (ratio 4).
     pub indexer: Option<CompressorState>,
+    /// A V4.1 compressor source's index keys (`PooledKeys`, block `ratio`, `d_I` wide).
+    pub index_keys: Option<u32>,
 }
 
 /// Declares every layer's state buffers in layer order, and where each layer's is.
@@ -88,10 +90,13 @@ pub fn declare(hp: &HParams) -> (Vec<StateDecl>, Vec<LayerState>) {
             };
             let attn = comp.then(|| compressor("cache_comp", d, series));
             let index = index.then(|| compressor("cache_index", d_i, 2));
+            let index_keys = (hp.v41.is_some() && comp)
+                .then(|| add("cache_index_keys", StateKind::PooledKeys, d_i, 0, r));
             LayerState {
                 ring,
                 compressor: attn,
                 indexer: index,
+                index_keys,
             }
         })
         .collect();

@@ -1,7 +1,7 @@
 //! Tests of the `deepseek41` loader: the tiny preset's layout (sources, Engram sites, the n-gram
 //! spec), refusals by name (every Engram key, a table shorter than its offsets, counts that
 //! disagree, ratios and sources V4.1 has not, the candidate keys), hostile files, and the
-//! graph's refusal.
+//! graph.
 
 use super::*;
 use bloomery_plugin_api::hostile::check_hostile;
@@ -141,24 +141,39 @@ fn tiny_loads_with_the_seed_map_sources_and_engram_sites() {
     assert_eq!(comp, [2, 4, 5]);
 }
 
+/// The graph builds; its draft (non-main) graph is refused by name, and its compressor
+/// sources store their index keys (`Compress` in its `Store` form) while the layers between read
+/// the picks of the last index layer (one `CompSelect` per index layer: 2, 4, 5, 7).
 #[test]
-fn the_deepseek41_graph_is_refused_by_name() {
+fn the_deepseek41_graph_builds_with_one_selection_per_index_layer() {
     let m = Deepseek4::load(&tiny()).unwrap();
-    let shape = BatchShape {
+    let shape = |kind| BatchShape {
         n_rows: 4,
         n_outputs: 1,
-        kind: bloomery_plugin_api::graph::GraphKind::Main,
+        kind,
     };
+    let g = m
+        .build_graph(shape(bloomery_plugin_api::graph::GraphKind::Main))
+        .into_result()
+        .unwrap();
+    let layers_of = |name: &str| -> Vec<i32> {
+        g.nodes
+            .iter()
+            .map(|n| &g.tensors[n.dst.0 as usize])
+            .filter(|t| t.name.as_str() == name)
+            .map(|t| t.layer)
+            .collect()
+    };
+    assert_eq!(layers_of("indexer_sel_idx"), [2, 4, 5, 7]);
+    assert_eq!(layers_of("cache_comp_plain"), [2, 4, 5]);
+    assert_eq!(layers_of("engram_out"), [1, 4]);
     let e = m
-        .build_graph(shape)
+        .build_graph(shape(bloomery_plugin_api::graph::GraphKind::Mtp))
         .into_result()
         .err()
         .unwrap()
         .to_string();
-    assert!(
-        e.contains("deepseek41 graph") && e.contains("not built"),
-        "{e}"
-    );
+    assert!(e.contains("deepseek41"), "{e}");
 }
 
 #[test]

@@ -84,6 +84,7 @@ fn load(model: &Path, kv_type: DType) -> LoadedModel {
         mlock: false,
         overrides: &[],
         check_tensors: false,
+        draft_n_max: 0,
     };
     LoadedModel::load(&reg, model, opts).unwrap()
 }
