@@ -43,8 +43,13 @@ const MIN_SAMPLES: u32 = 3;
 const PLAIN_PROBE_EVERY: u32 = 32;
 /// The same until the plain figure has its [`MIN_SAMPLES`].
 const PLAIN_PROBE_FIRST: u32 = 2;
-/// While drafting is off: plain steps between drafting probes.
+/// While drafting is off: plain steps before the first drafting probe. Each probe that finds
+/// drafting still does not pay doubles the wait, up to [`DRAFT_PROBE_MAX`], so a slot where
+/// drafting never pays spends ever less on probing (a drafting step can cost several plain
+/// ones); a probe that would pay by its own figures brings the wait back here.
 const DRAFT_PROBE_EVERY: u32 = 16;
+/// The longest wait between drafting probes.
+const DRAFT_PROBE_MAX: u32 = 256;
 
 /// A running average: the first sample, then each sample weighted [`ALPHA`].
 #[derive(Clone, Copy, Debug, Default)]
@@ -84,6 +89,8 @@ pub struct Gate {
     kept: Average,
     /// Steps since the last probe.
     since: u32,
+    /// While off: plain steps between drafting probes now.
+    probe_every: u32,
     switches: u64,
 }
 
@@ -117,6 +124,7 @@ impl Gate {
             drafting: Average::default(),
             kept: Average::default(),
             since: 0,
+            probe_every: DRAFT_PROBE_EVERY,
             switches: 0,
         }
     }
@@ -132,7 +140,7 @@ impl Gate {
                 };
                 self.since < every
             }
-            false => self.since >= DRAFT_PROBE_EVERY,
+            false => self.since >= self.probe_every,
         }
     }
 
@@ -148,6 +156,14 @@ impl Gate {
 
     /// Records a drafting step of `seconds` that kept `kept` tokens.
     pub fn drafted(&mut self, seconds: f64, kept: usize) -> Option<Switch> {
+        if !self.on {
+            // A probe: back off while drafting keeps not paying, probe soon again when this
+            // step alone would have paid.
+            self.probe_every = match kept as f64 * self.plain.value >= seconds {
+                true => DRAFT_PROBE_EVERY,
+                false => (self.probe_every * 2).min(DRAFT_PROBE_MAX),
+            };
+        }
         self.drafting.add(seconds);
         self.kept.add(kept as f64);
         self.since = match self.on {
@@ -173,6 +189,7 @@ impl Gate {
         }
         self.on = pays;
         self.since = 0;
+        self.probe_every = DRAFT_PROBE_EVERY;
         self.switches += 1;
         Some(if pays { Switch::On } else { Switch::Off })
     }
@@ -241,9 +258,20 @@ mod tests {
         let (switches, drafting) = run(&mut g, 200, 1e-3, 3e-3, 2);
         assert_eq!(switches, [Switch::Off]);
         assert!(!g.view().on);
-        // Only the probes draft once it is off: one step in DRAFT_PROBE_EVERY + 1.
+        // Only the probes draft once it is off: after 16 plain steps, then 32, 64, ...
         assert!(drafting < 30, "{drafting} drafting steps of 200");
         assert!(g.describe(0, Switch::Off).contains("2.00 tokens kept"));
+    }
+
+    #[test]
+    fn probes_back_off_while_drafting_keeps_not_paying() {
+        // Nothing accepted (random weights): a drafting step of 7 ms keeps 1 token against
+        // 2.7 ms plain. Over 4,000 steps the probes wait 16, 32, ... up to 256 steps.
+        let mut g = Gate::new();
+        let (switches, drafting) = run(&mut g, 4_000, 2.7e-3, 7e-3, 1);
+        assert_eq!(switches, [Switch::Off]);
+        // Warm-up (before the first decision) and about 20 probes, not one in 17 (235).
+        assert!(drafting <= 30, "{drafting} drafting steps of 4,000");
     }
 
     #[test]
