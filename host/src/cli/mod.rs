@@ -57,7 +57,7 @@ pub enum Command {
     /// Check every op a kernel plugin claims against the cpu-scalar reference on random inputs.
     Opcheck(opcheck::OpcheckArgs),
     /// Show where a model's weights would live (card, host RAM) under given budgets.
-    Plan(plan::PlanArgs),
+    Plan(Box<plan::PlanArgs>),
     /// Serve the model over HTTP as llama-server does (same routes, flags and shapes).
     #[command(version, disable_help_flag = true)]
     Serve(Box<crate::flags::serve::ServeArgs>),
