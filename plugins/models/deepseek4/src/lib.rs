@@ -12,8 +12,9 @@
 //! weight ([`weights`]) and the state ([`state`]), builds the forward graph ([`graph`],
 //! docs/deepseek4-plan.md) and offers `synth` presets ([`synth`]). The graph uses ABI 13's ops
 //! (the rope dimension offset and inverse rope, two-source attention, `Op::Compress`,
-//! `Op::CompSelect`, i32 `GetRows`), which only the CPU kernels implement; the CUDA bundles
-//! refuse them by name. `host/tests/deepseek4_golden.rs` checks it against transformers 5.24.
+//! `Op::CompSelect`, i32 `GetRows`), which the CPU kernels and the CUDA bundles implement (the
+//! tiny file's greedy text equal on an H100, session 61). `host/tests/deepseek4_golden.rs`
+//! checks it against transformers 5.24.
 //! Still missing: the host honouring a state's `window` (the ring is declared with its window
 //! but the host gives it the whole context; [`state`]), and rollback of the compressed rows.
 //!
