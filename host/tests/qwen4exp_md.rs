@@ -181,4 +181,9 @@ fn a_draft_file_that_cannot_draft_or_is_not_asked_for_is_refused_by_name() {
         ],
         "does not load a draft file",
     );
+    // llama.cpp's short spelling, not clap's cluster `-m d`.
+    refused(
+        &["run", "-m", &trunk, "-md", &mtp, "-p", "hi", "-n", "1"],
+        "does not load a draft file",
+    );
 }

@@ -20,6 +20,7 @@ const MULTI_LETTER_SHORT: &[(&str, &str)] = &[
     ("-cram", "--cache-ram"),
     ("-to", "--timeout"),
     ("-pg", "--pg"),
+    ("-md", "--spec-draft-model"),
 ];
 
 /// The multi-letter short spellings of a long flag (`--parallel`: `-np`).
@@ -74,6 +75,15 @@ mod tests {
             .into_iter()
             .map(|a| a.into_string().unwrap())
             .collect()
+    }
+
+    #[test]
+    fn md_is_the_draft_model_flag_not_a_cluster_of_m_and_d() {
+        // clap would read `-md X` as `-m d` followed by a stray `X`.
+        assert_eq!(
+            expand(&["bloomery", "run", "-md", "d.gguf", "-m", "x"]),
+            ["bloomery", "run", "--spec-draft-model", "d.gguf", "-m", "x"]
+        );
     }
 
     #[test]
