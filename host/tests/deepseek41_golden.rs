@@ -12,23 +12,12 @@
 
 mod common;
 
-use common::{ngram_rows, plugin_dir, tiny_of};
+use common::{fixture, ids, ngram_rows, plugin_dir, same_file, tiny_of, ALL_F32};
 
 use std::path::{Path, PathBuf};
 
-use bloomery::synth::ClassTypes;
 use bloomery_devices::Registry;
 use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel};
-use bloomery_plugin_api::DType;
-use sha2::{Digest, Sha256};
-
-const F32: ClassTypes = ClassTypes {
-    experts: DType::F32,
-    attention: DType::F32,
-    embedding: DType::F32,
-    output: DType::F32,
-    dense: DType::F32,
-};
 
 /// Room for the 160 positions.
 const OPTS: LoadOptions = LoadOptions {
@@ -37,26 +26,12 @@ const OPTS: LoadOptions = LoadOptions {
 };
 
 fn golden() -> serde_json::Value {
-    let p =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/deepseek41/synth_tiny_np.json");
-    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    fixture("deepseek41/synth_tiny_np.json")
 }
 
 /// The tiny file in `dir`, checked to be the file the golden was made on.
 fn tiny(dir: &Path, g: &serde_json::Value) -> PathBuf {
-    let path = tiny_of("deepseek41", dir, F32);
-    let sha = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
-    assert_eq!(
-        sha,
-        g["file_sha256"].as_str().unwrap(),
-        "the synth tiny file changed: remake the golden (fixtures/deepseek41/PROVENANCE.md)"
-    );
-    path
-}
-
-fn ids(v: &serde_json::Value) -> Vec<i32> {
-    let v = v.as_array().unwrap();
-    v.iter().map(|x| x.as_i64().unwrap() as i32).collect()
+    same_file(tiny_of("deepseek41", dir, ALL_F32), &[g])
 }
 
 /// Positions `start..start + n` of `seq` in slot 0, every row an output, with their Engram row

@@ -24,27 +24,19 @@
 
 mod common;
 
+use common::ALL_F32 as F32;
+
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bloomery::synth::ClassTypes;
 use bloomery_devices::Registry;
 use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel, Readout};
 use bloomery_plugin_api::graph::NEXTN_HIDDEN;
-use bloomery_plugin_api::DType;
 use bloomery_runtime::request::{Event, Finish, GenParams, ShiftParams};
 use bloomery_runtime::sampling::SamplerParams;
 use bloomery_runtime::spec::{Chunk, DraftSource, MtpDrafter, SpecConfig, Want};
 use bloomery_runtime::{Runtime, RuntimeConfig};
-
-const F32: ClassTypes = ClassTypes {
-    experts: DType::F32,
-    attention: DType::F32,
-    embedding: DType::F32,
-    output: DType::F32,
-    dense: DType::F32,
-};
 
 const N_PREDICT: usize = 24;
 

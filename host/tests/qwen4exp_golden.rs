@@ -16,33 +16,22 @@
 
 mod common;
 
-use common::{ngram_rows, plugin_dir, tiny_of};
+use common::{fixture, ids, ngram_rows, plugin_dir, same_file, tiny_of, ALL_F32 as F32};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bloomery::synth::ClassTypes;
 use bloomery_devices::Registry;
 use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel};
-use bloomery_plugin_api::DType;
 use bloomery_runtime::request::{Event, GenParams, Piece, ShiftParams};
 use bloomery_runtime::sampling::SamplerParams;
 use bloomery_runtime::spec::SpecConfig;
 use bloomery_runtime::{Runtime, RuntimeConfig};
-use sha2::{Digest, Sha256};
 
 const ARCH: &str = "qwen4exp";
 
 /// The QSA selection node of an attention layer.
 const SEL: &str = "indexer_sel_idx";
-
-const F32: ClassTypes = ClassTypes {
-    experts: DType::F32,
-    attention: DType::F32,
-    embedding: DType::F32,
-    output: DType::F32,
-    dense: DType::F32,
-};
 
 /// One slot of 128 positions (the sequences have 68), f32 K/V, 2 threads, graphs on.
 const OPTS: LoadOptions = LoadOptions {
@@ -55,29 +44,13 @@ fn golden() -> serde_json::Value {
 }
 
 fn reference(name: &str) -> serde_json::Value {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/qwen4exp")
-        .join(format!("{name}.json"));
-    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    fixture(&format!("qwen4exp/{name}.json"))
 }
 
 /// The tiny file in `dir`, checked to be the file the golden was made on.
 fn tiny(dir: &Path) -> PathBuf {
-    let path = tiny_of(ARCH, dir, F32);
-    let sha = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
-    for name in ["tiny_hf", "tiny_llamacpp"] {
-        assert_eq!(
-            sha,
-            reference(name)["file_sha256"].as_str().unwrap(),
-            "{name}: synth output changed: remake the goldens (host/tests/fixtures/PROVENANCE.md)"
-        );
-    }
-    path
-}
-
-fn ids(v: &serde_json::Value) -> Vec<i32> {
-    let v = v.as_array().unwrap();
-    v.iter().map(|x| x.as_i64().unwrap() as i32).collect()
+    let goldens = [reference("tiny_hf"), reference("tiny_llamacpp")];
+    same_file(tiny_of(ARCH, dir, F32), &[&goldens[0], &goldens[1]])
 }
 
 /// Positions `start..start + n` of `seq` (its tokens from position 0) in slot 0, every row an

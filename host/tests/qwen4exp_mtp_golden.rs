@@ -18,30 +18,19 @@
 
 mod common;
 
-use common::{plugin_dir, tiny_of};
+use common::{fixture, ids, plugin_dir, same_file, tiny_of, ALL_F32 as F32};
 
 use std::path::{Path, PathBuf};
 
-use bloomery::synth::ClassTypes;
 use bloomery_devices::Registry;
 use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel};
 use bloomery_plugin_api::graph::NEXTN_HIDDEN;
-use bloomery_plugin_api::DType;
 use bloomery_runtime::spec::check_draft_model;
-use sha2::{Digest, Sha256};
 
 const ARCH: &str = "qwen4exp";
 
 /// The QSA selection node of an attention layer.
 const SEL: &str = "indexer_sel_idx";
-
-const F32: ClassTypes = ClassTypes {
-    experts: DType::F32,
-    attention: DType::F32,
-    embedding: DType::F32,
-    output: DType::F32,
-    dense: DType::F32,
-};
 
 /// One slot of 128 positions (the sequences have 68, the chains 3 more), f32 K/V.
 const OPTS: LoadOptions = LoadOptions {
@@ -50,8 +39,7 @@ const OPTS: LoadOptions = LoadOptions {
 };
 
 fn golden() -> serde_json::Value {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/qwen4exp/tiny_mtp_np.json");
-    serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    fixture("qwen4exp/tiny_mtp_np.json")
 }
 
 /// The MTP-only file `tiny-mtp` (seed 7, every tensor F32) in `dir`, checked to be the golden's.
@@ -64,18 +52,7 @@ fn mtp_file(dir: &Path) -> PathBuf {
         .unwrap();
     let path = dir.join("tiny-mtp.gguf");
     bloomery::synth::write(p, F32, 7, &path).unwrap();
-    let sha = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
-    assert_eq!(
-        sha,
-        golden()["file_sha256"].as_str().unwrap(),
-        "synth output changed: remake the golden (host/tests/fixtures/PROVENANCE.md)"
-    );
-    path
-}
-
-fn ids(v: &serde_json::Value) -> Vec<i32> {
-    let v = v.as_array().unwrap();
-    v.iter().map(|x| x.as_i64().unwrap() as i32).collect()
+    same_file(path, &[&golden()])
 }
 
 /// `tokens` of slot 0 from position `start`, every row an output, with n-gram row ids when the

@@ -12,6 +12,50 @@ pub fn plugin_dir() -> PathBuf {
         })
 }
 
+/// Every tensor class in f32: the golden files' types.
+#[allow(dead_code)] // not every test crate that shares this module writes models
+pub const ALL_F32: bloomery::synth::ClassTypes = bloomery::synth::ClassTypes {
+    experts: bloomery_plugin_api::DType::F32,
+    attention: bloomery_plugin_api::DType::F32,
+    embedding: bloomery_plugin_api::DType::F32,
+    output: bloomery_plugin_api::DType::F32,
+    dense: bloomery_plugin_api::DType::F32,
+};
+
+/// The JSON fixture `host/tests/fixtures/{rel}`.
+#[allow(dead_code)] // not every test crate that shares this module reads a golden
+pub fn fixture(rel: &str) -> serde_json::Value {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(rel);
+    serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .unwrap()
+}
+
+/// `path`, checked to be the file each golden of `goldens` was made on (its `file_sha256`).
+#[allow(dead_code)] // not every test crate that shares this module reads a golden
+pub fn same_file(path: PathBuf, goldens: &[&serde_json::Value]) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    let sha = format!("{:x}", Sha256::digest(std::fs::read(&path).unwrap()));
+    for g in goldens {
+        assert_eq!(
+            sha,
+            g["file_sha256"].as_str().unwrap(),
+            "{}: synth output changed: remake the golden (see host/tests/fixtures/ and its \
+             PROVENANCE.md)",
+            path.display()
+        );
+    }
+    path
+}
+
+/// A JSON array of integers as ids.
+#[allow(dead_code)] // not every test crate that shares this module reads a golden
+pub fn ids(v: &serde_json::Value) -> Vec<i32> {
+    let v = v.as_array().unwrap();
+    v.iter().map(|x| x.as_i64().unwrap() as i32).collect()
+}
+
 /// Writes the synthetic tiny qwen3moe (seed 7) with `types` into `dir`; returns its path.
 #[allow(dead_code)] // not every test crate that shares this module writes models
 pub fn tiny_qwen3moe(
