@@ -221,17 +221,6 @@ pub fn continued(
     };
     let head = Value::Array(head.to_vec());
     let bare = render(&head, false)?;
-    let prompted = render(&head, true)?;
-    let common = bare
-        .bytes()
-        .zip(prompted.bytes())
-        .take_while(|(a, b)| a == b)
-        .count();
-    // A prefix cut inside a multi-byte character would not be a str boundary: back off.
-    let common = (0..=common)
-        .rev()
-        .find(|&i| prompted.is_char_boundary(i))
-        .unwrap_or(0);
     let reasoning = field_text(last, "reasoning_content")?;
     let content = field_text(last, "content")?;
     let mode = match mode {
@@ -254,7 +243,7 @@ pub fn continued(
             }
         }
         ContinueStyle::Generic(tags) => {
-            let mut g = prompted[common..].to_owned();
+            let mut g = generation_prompt(&bare, &render(&head, true)?).to_owned();
             let mut in_reasoning = false;
             if let Some(tags) = tags {
                 if let Some(at) = g.find(&tags.start) {
@@ -287,6 +276,21 @@ pub fn with_parts_joined(messages: &Value, raw: Option<&Value>) -> Result<Value,
         last["content"] = json!(field_text(raw.unwrap_or(&Value::Null), "content")?);
     }
     Ok(out)
+}
+
+/// What rendering with a generation prompt (`prompted`) adds to rendering without (`bare`):
+/// `prompted` past their common prefix (backed off to a character boundary).
+fn generation_prompt<'a>(bare: &str, prompted: &'a str) -> &'a str {
+    let common = bare
+        .bytes()
+        .zip(prompted.bytes())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let common = (0..=common)
+        .rev()
+        .find(|&i| prompted.is_char_boundary(i))
+        .unwrap_or(0);
+    &prompted[common..]
 }
 
 /// A message field's text: a string, the `text` parts of a list joined by blank lines (as
