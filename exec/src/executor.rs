@@ -26,6 +26,7 @@ use bloomery_tiering::residency::Residency;
 use bloomery_tiering::{DiskTier, ExpertTier, STREAM_MIN_ROWS};
 
 use crate::arena_plan::plan_arena;
+use crate::ngram_table::NgramTables;
 use crate::support::{missing_kernels, MissingKernel};
 
 mod tiered;
@@ -135,6 +136,9 @@ pub struct Bindings<'a> {
     /// Per state buffer `i`, the per-row copies a verify pass writes (`[row_elems, rows]`, rows
     /// as many as the longest verify pass), when made.
     pub row_states: &'a [Option<TensorRef>],
+    /// The hashed n-gram tables the host gathers [`BatchInput::NgramEmbd`] from, when the model
+    /// has any.
+    pub ngram: Option<&'a Arc<NgramTables>>,
 }
 
 /// Whether an executor's calls run one by one or as a captured device graph.
@@ -189,6 +193,8 @@ pub struct Executor {
     bus_balance: Option<Arc<Mutex<BusBalance>>>,
     /// The disk tier host experts are read into, when host RAM cannot hold them.
     disk: Option<Arc<DiskTier>>,
+    /// The n-gram tables [`BatchInput::NgramEmbd`] is gathered from.
+    ngram: Option<Arc<NgramTables>>,
     /// Time spent per phase of the host-expert layers (`BLOOMERY_TIER_PROFILE=1`).
     tier_profile: Option<Mutex<TierTimes>>,
     /// The inputs, each at its offset in `input_buffer`.
@@ -600,6 +606,7 @@ impl Executor {
                 .filter(|_| hosted.iter().any(|h| h.bus.is_some()))
                 .map(|t| Arc::clone(&t.bus)),
             disk: bind.tier.and_then(|t| t.disk.clone()),
+            ngram: bind.ngram.cloned(),
             tier_profile: (!hosted.is_empty()
                 && std::env::var_os("BLOOMERY_TIER_PROFILE").is_some_and(|v| v == "1"))
             .then(|| Mutex::new(TierTimes::default())),
@@ -642,6 +649,7 @@ impl Executor {
         batch: &BatchInputs,
         hidden: &[f32],
     ) -> Result<(), ExecError> {
+        let mut gathered: Vec<f32>;
         for (kind, r) in &self.inputs {
             let (n, bytes) = match kind {
                 BatchInput::Tokens => (batch.tokens.len(), i32_bytes(&batch.tokens)),
@@ -650,6 +658,10 @@ impl Executor {
                 BatchInput::OutputRows => (batch.output_rows.len(), i32_bytes(&batch.output_rows)),
                 BatchInput::NgramRows => (batch.ngram_rows.len(), i32_bytes(&batch.ngram_rows)),
                 BatchInput::Hidden => (hidden.len(), f32_bytes(hidden)),
+                BatchInput::NgramEmbd => {
+                    gathered = self.gather_ngram(batch, r)?;
+                    (gathered.len(), f32_bytes(&gathered))
+                }
             };
             if n as u64 != r.elements() {
                 return Err(ExecError::BadGraph(format!(
@@ -688,6 +700,28 @@ impl Executor {
         }
         self.launch(device)?;
         device.sync().map_err(dev("waiting for the device"))
+    }
+
+    /// The n-gram table rows `batch`'s ids name, for the input `r` `[width, n_ids, rows]`.
+    fn gather_ngram(&self, batch: &BatchInputs, r: &TensorRef) -> Result<Vec<f32>, ExecError> {
+        let tables = self.ngram.as_ref().ok_or_else(|| {
+            ExecError::BadGraph(
+                "the graph reads n-gram table rows; the model declares no table".into(),
+            )
+        })?;
+        if [r.ne[0], r.ne[1]] != [tables.width() as u64, tables.n_ids() as u64] {
+            return Err(ExecError::BadGraph(format!(
+                "input NgramEmbd {:?}: the tables give {} row ids of {} values a row",
+                r.ne,
+                tables.n_ids(),
+                tables.width()
+            )));
+        }
+        let mut out = vec![0f32; batch.ngram_rows.len() * tables.width()];
+        tables
+            .gather(&batch.ngram_rows, &mut out)
+            .map_err(ExecError::BadGraph)?;
+        Ok(out)
     }
 
     /// Submits the calls: eagerly, or by capturing once and replaying after.

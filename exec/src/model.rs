@@ -19,12 +19,13 @@ use bloomery_tiering::ExpertTier;
 use crate::error::{device_err, ModelError};
 use crate::executor::{ArenaSource, BatchInputs, Bindings, ExecError, Executor};
 use crate::mlock;
+use crate::ngram_table::{NgramStats, NgramTables};
 use crate::open::{open_model, Opened};
 use crate::options::LoadOptions;
 use crate::placement::{card_budget, one_card, open_card, pass_kind, plan_for};
 use crate::readout::{graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT};
 use crate::state::allocate_state;
-use crate::weights::{load_tiered, map_weights};
+use crate::weights::{copy_weights, load_tiered, map_weights};
 
 /// Prepared executors of passes of more than [`SMALL_ROWS`] rows kept per model; the least
 /// recently used beyond this is dropped.
@@ -67,6 +68,9 @@ pub struct LoadedModel {
     _weight_buffers: Vec<Buffer>,
     pub(crate) weights: Vec<TensorRef>,
     pub(crate) tier: Option<ExpertTier>,
+    /// The hashed n-gram tables the host gathers rows from (before `file`, whose mapping they
+    /// read).
+    pub(crate) ngram: Option<Arc<NgramTables>>,
     /// Where the routed experts live (made when the model runs on a GPU or placement was asked
     /// for).
     pub plan: Option<Plan>,
@@ -275,10 +279,15 @@ impl LoadedModel {
                 (b, w, Some(t))
             }
             _ => {
-                let (b, w) = map_weights(&device, &file, &spec)?;
+                let (b, w) = match kernel.probe.class {
+                    DeviceClass::Gpu => copy_weights(&device, &file, &spec)?,
+                    _ => map_weights(&device, &file, &spec)?,
+                };
                 (b, w, None)
             }
         };
+        let on_disk = plan.as_ref().is_some_and(|p| p.ngram_on_disk);
+        let ngram = NgramTables::open(&file, &spec, on_disk)?.map(Arc::new);
         let locked = if options.mlock {
             let ranges = match &tier {
                 Some(t) => t.host_read.clone(),
@@ -309,6 +318,7 @@ impl LoadedModel {
             _weight_buffers: weight_buffers,
             weights,
             tier,
+            ngram,
             plan,
             instance,
             device,
@@ -406,6 +416,7 @@ impl LoadedModel {
                 state: &self.state,
                 tier: self.tier.as_ref(),
                 row_states: &self.row_states.refs,
+                ngram: self.ngram.as_ref(),
             };
             let started = std::time::Instant::now();
             let arena = match small {
@@ -484,6 +495,21 @@ impl LoadedModel {
     /// named error otherwise), and prepares the one-row pass that reads them.
     pub fn check_embeddings(&mut self) -> Result<(), ModelError> {
         self.executor(1, 1, Readout::Embeddings).map(|_| ())
+    }
+
+    /// Starts gathering, on the n-gram tables' prefetch thread, the table rows of the token
+    /// rows whose ids are `ids` (`NgramSpec::n_ids` a row, as the next pass will read them):
+    /// called once a step's tokens are sampled. Nothing when the model has no n-gram tables.
+    pub fn prefetch_ngram(&self, ids: &[i32]) {
+        if let Some(t) = &self.ngram {
+            t.prefetch(ids);
+        }
+    }
+
+    /// The n-gram tables' gather counts since load (None without tables), and whether the rows
+    /// are read from disk.
+    pub fn ngram_stats(&self) -> Option<(NgramStats, bool)> {
+        self.ngram.as_ref().map(|t| (t.stats(), t.on_disk()))
     }
 
     /// Refuses a batch whose rows, positions, slots, tokens or output rows are out of range.

@@ -8,7 +8,7 @@ use bloomery_devices::{Device, KernelPluginFile, Registry};
 use bloomery_gguf::GgufModel;
 use bloomery_plugin_api::graph::{BatchShape, Graph, GraphKind};
 use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
-use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec};
+use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec, WeightClass};
 use bloomery_plugin_api::op::Op;
 use bloomery_tiering::cards::{CardBudget, UsedCard};
 use bloomery_tiering::plan::{FixedCosts, Plan, TierRequest, DEFAULT_BATCH_ROWS};
@@ -271,8 +271,14 @@ pub(crate) fn plan_for(
             .and_then(|w| file.tensor(w.name.as_str()))
             .map_or(0, |t| t.info.size)
     };
+    // The hashed n-gram tables never go to a card: the host gathers their rows.
+    let ngram = |i: usize| spec.weights[i].class == WeightClass::NgramTable;
     let dense = (0..spec.weights.len())
-        .filter(|&i| !stacks.contains(spec.weights[i].name.as_str()))
+        .filter(|&i| !stacks.contains(spec.weights[i].name.as_str()) && !ngram(i))
+        .map(|i| size(&i))
+        .sum();
+    let ngram_bytes = (0..spec.weights.len())
+        .filter(|&i| ngram(i))
         .map(|i| size(&i))
         .sum();
     let state = state_bytes(spec, options);
@@ -323,6 +329,7 @@ pub(crate) fn plan_for(
     if plan.tables_on_host {
         plan.table_weights = tables;
     }
+    plan.place_ngram_tables(ngram_bytes);
     Ok(plan)
 }
 

@@ -10,7 +10,7 @@ use bloomery_devices::pages::{page_size, whole_pages};
 use bloomery_devices::{Buffer, Device, KernelPluginFile};
 use bloomery_gguf::{GgufModel, ModelTensor};
 use bloomery_plugin_api::kernel::DeviceConfig;
-use bloomery_plugin_api::model::ModelSpec;
+use bloomery_plugin_api::model::{ModelSpec, WeightClass, WeightDecl};
 use bloomery_plugin_api::tensor::TensorRef;
 use bloomery_plugin_api::{DType, PluginError};
 use bloomery_tiering::arena::StackSource;
@@ -77,6 +77,54 @@ pub fn map_weights(
         });
     }
     Ok((buffers, refs))
+}
+
+/// The weights on a card: as [`map_weights`] (each file part copied whole) for a model without
+/// hashed n-gram tables; with them, every other weight copied into one allocation and the
+/// tables left out (their references point nowhere: the host gathers their rows, and no graph
+/// reads them).
+pub fn copy_weights(
+    card: &Arc<Device>,
+    file: &GgufModel,
+    spec: &ModelSpec,
+) -> Result<(Vec<Buffer>, Vec<TensorRef>), ModelError> {
+    let is_table = |w: &WeightDecl| w.class == WeightClass::NgramTable;
+    if !spec.weights.iter().any(is_table) {
+        return map_weights(card, file, spec);
+    }
+    let mut at = Vec::with_capacity(spec.weights.len());
+    let mut packed = 0u64;
+    for w in spec.weights.iter() {
+        let (t, _, _) = weight_tensor(file, spec, w.name.as_str())?;
+        at.push(packed);
+        if !is_table(w) {
+            packed += t.info.size.div_ceil(WEIGHT_ALIGN) * WEIGHT_ALIGN;
+        }
+    }
+    let arena = card
+        .alloc(packed)
+        .map_err(device_err("allocating the card's weights"))?;
+    let copied = Stage::begin(LoadStage::CopiedToCard, packed);
+    let mut refs = Vec::with_capacity(spec.weights.len());
+    for (w, &offset) in spec.weights.iter().zip(&at) {
+        let (t, ne, nb) = weight_tensor(file, spec, w.name.as_str())?;
+        let mut r = TensorRef {
+            buffer: 0,
+            offset: 0,
+            dtype: t.info.dtype,
+            ne,
+            nb,
+        };
+        if !is_table(w) {
+            let data = file.tensor_data(t)?;
+            card.write(&arena, offset, data)
+                .map_err(device_err("copying weights to the card"))?;
+            copied.advance(data.len() as u64);
+            (r.buffer, r.offset) = (arena.handle, offset);
+        }
+        refs.push(r);
+    }
+    Ok((vec![arena], refs))
 }
 
 /// Alignment of each weight in the card's one weight allocation (the kernels' widest loads
@@ -235,6 +283,8 @@ pub fn load_tiered(
         let (t, _, nb) = weight_tensor(file, spec, w.name.as_str())?;
         let bytes = match stack_of.get(&i) {
             None if plan.table_weights.contains(&i) => 0,
+            // The hashed n-gram tables: the host gathers their rows (`ngram_table.rs`).
+            None if w.class == WeightClass::NgramTable => 0,
             None => t.info.size,
             Some(&(li, _)) => plan.on_card[li].iter().filter(|&&c| c).count() as u64 * nb[2],
         };
@@ -253,6 +303,16 @@ pub fn load_tiered(
         let (t, ne, nb) = weight_tensor(file, spec, w.name.as_str())?;
         let data = file.tensor_data(t)?;
         let at = packed_at[i].unwrap_or(0);
+        if w.class == WeightClass::NgramTable && !stack_of.contains_key(&i) {
+            weights.push(TensorRef {
+                buffer: 0,
+                offset: 0,
+                dtype: t.info.dtype,
+                ne,
+                nb,
+            });
+            continue;
+        }
         if plan.table_weights.contains(&i) && !stack_of.contains_key(&i) {
             tables.push((i, HostSlice::of(data)));
             weights.push(TensorRef {

@@ -38,13 +38,20 @@ pub enum BatchInput {
     /// final-norm row ([`FINAL_NORM`]) of some position; the draft graph ([`GraphKind::Mtp`])
     /// pairs it with the row's token.
     Hidden = 5,
+    /// f32 `[width, n_ids, rows]`: the rows of the hashed n-gram tables that each row's
+    /// [`BatchInput::NgramRows`] ids name, gathered and dequantized by the host (llama.cpp's
+    /// dequantization, as `GetRows` gives it). Table `t` (ids `t·per_table ..`, see
+    /// [`crate::ngram::NgramSpec`]) is the `t`-th weight of class
+    /// [`crate::model::WeightClass::NgramTable`] in declaration order; every table has `width`
+    /// values a row.
+    NgramEmbd = 6,
 }
 
 impl BatchInput {
     /// The element type of the input.
     pub fn dtype(self) -> DType {
         match self {
-            BatchInput::Hidden => DType::F32,
+            BatchInput::Hidden | BatchInput::NgramEmbd => DType::F32,
             _ => DType::I32,
         }
     }
@@ -296,6 +303,7 @@ impl GraphBuilder {
             BatchInput::Slots => "inp_slots",
             BatchInput::OutputRows => "inp_out_ids",
             BatchInput::NgramRows => "inp_ngram_rows",
+            BatchInput::NgramEmbd => "inp_ngram_embd",
             BatchInput::Hidden => "inp_hidden",
         };
         Ok(self.push(name, input.dtype(), ne, nb, TensorSource::Input { input }))

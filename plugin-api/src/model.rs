@@ -36,12 +36,17 @@ pub enum WeightClass {
     Output = 7,
     /// Linear-attention and other state-space parameters.
     Recurrent = 8,
-    /// Anything else (hyper-connection mixers, n-gram tables, decision heads).
+    /// Anything else (hyper-connection mixers, decision heads).
     Other = 9,
     /// An integer id table (DeepSeek-V4's hash-routing table `ffn_gate_tid2eid`): stored as
     /// I32; in a synthetic file each row of `ne0` values holds distinct ids drawn from the
     /// tensor's `[range lo, range hi)`.
     Index = 10,
+    /// A hashed n-gram table (Qwen3.8's PLE `per_layer_token_embd`, DeepSeek-V4.1's
+    /// `engram_embd`): never placed on a card. The host gathers a pass's rows from the file
+    /// (mapped, or read from disk when host RAM cannot hold it) into
+    /// [`crate::graph::BatchInput::NgramEmbd`]; a graph reads that input, never the weight.
+    NgramTable = 11,
 }
 
 /// Where a weight sits in the model.

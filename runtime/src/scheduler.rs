@@ -1063,6 +1063,26 @@ impl<'t> Scheduler<'t> {
         }
     }
 
+    /// Hands the hashed n-gram table rows of every slot's next tokens to the model's prefetch
+    /// thread: their row ids depend only on tokens, known once sampled, so the next pass finds
+    /// the rows gathered (`bloomery_exec::ngram_table`). Nothing for a model without tables, or
+    /// with `BLOOMERY_NGRAM_PREFETCH=0` (to measure the gather a pass waits for without it).
+    fn prefetch_ngram_rows(&self) {
+        let Some(n) = self.model.spec.ngram.as_ref().into_option() else {
+            return;
+        };
+        if std::env::var_os("BLOOMERY_NGRAM_PREFETCH").is_some_and(|v| v == "0") {
+            return;
+        }
+        let mut ids = Vec::new();
+        for slot in &self.slots {
+            if let Some(task) = slot.task.as_ref().filter(|t| !t.next.is_empty()) {
+                n.extend_rows(&slot.cached, &task.next, &mut ids);
+            }
+        }
+        self.model.prefetch_ngram(&ids);
+    }
+
     /// One forward pass over the next token of every generating slot and as much prompt as fits.
     fn pass(&mut self) -> Result<(), String> {
         let began = Instant::now();
@@ -1528,6 +1548,7 @@ impl<'t> Scheduler<'t> {
                 })?;
         }
         self.roll_back(&refused)?;
+        self.prefetch_ngram_rows();
         if let Some(Drafter::Mtp(m)) = self.drafter.as_mut() {
             let gated = self.cfg.spec.gated();
             let mut chunks: Vec<Chunk<'_>> = Vec::with_capacity(taken.len());

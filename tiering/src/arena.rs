@@ -114,6 +114,18 @@ pub struct ReadJob<'a> {
     out: &'a mut [u8],
 }
 
+impl<'a> ReadJob<'a> {
+    /// Reads item `index` of `src` (expert `index` of a stack, or row `index` of a table whose
+    /// `stride` is its row's bytes) into `out`.
+    pub fn new(index: u32, src: StackSource, out: &'a mut [u8]) -> ReadJob<'a> {
+        ReadJob {
+            expert: index,
+            src,
+            out,
+        }
+    }
+}
+
 impl ExpertFiles {
     /// Opens the file's `parts`.
     pub fn open(parts: &[&Path]) -> std::io::Result<Self> {

@@ -194,6 +194,13 @@ pub struct Plan {
     pub tables_on_host: bool,
     /// Weight indices of those tables (set by the loader's planning, which reads the graph).
     pub table_weights: Vec<usize>,
+    /// Bytes of the hashed n-gram tables (weights of class `NgramTable`: Qwen3.8's PLE table,
+    /// DeepSeek-V4.1's Engram tables), never on a card: the host gathers each pass's rows from
+    /// host RAM, or from disk when [`Plan::ngram_on_disk`] (set by the loader's planning).
+    pub ngram_tables: u64,
+    /// Whether the n-gram tables are read from disk: the host budget left beside the host
+    /// experts and the token tables cannot hold them.
+    pub ngram_on_disk: bool,
 }
 
 /// The staging set of `sets` a prompt streams tier layer `layer` (its rank among the layers with
@@ -453,6 +460,8 @@ impl Placing<'_> {
             host_budget: self.host_budget,
             tables_on_host,
             table_weights: Vec::new(),
+            ngram_tables: 0,
+            ngram_on_disk: false,
         })
     }
 }
@@ -474,6 +483,14 @@ impl Plan {
             true => self.fixed.dense - self.fixed.tables.min(self.fixed.dense),
             false => self.fixed.dense,
         }
+    }
+
+    /// Decides where the n-gram tables of `bytes` live: in host RAM when the host budget
+    /// holds them beside the host experts and the token tables left there, else on disk.
+    pub fn place_ngram_tables(&mut self, bytes: u64) {
+        let used = self.host_expert_bytes() + self.host_table_bytes();
+        self.ngram_tables = bytes;
+        self.ngram_on_disk = bytes > 0 && used.saturating_add(bytes) > self.host_budget;
     }
 
     /// Bytes of the gather-only tables left in host RAM.
@@ -592,6 +609,18 @@ impl fmt::Display for Plan {
                 ""
             }
         )?;
+        if self.ngram_tables > 0 {
+            writeln!(
+                f,
+                "host budget {}: n-gram tables {} ({}; never on the card)",
+                gib(self.host_budget),
+                gib(self.ngram_tables),
+                match self.ngram_on_disk {
+                    true => "over what the budget leaves: each pass's rows read from disk",
+                    false => "each pass's rows gathered from host RAM",
+                }
+            )?;
+        }
         for p in &self.peers {
             writeln!(
                 f,

@@ -415,6 +415,7 @@ impl DecisionHead {
             state: &[],
             tier: None,
             row_states: &[],
+            ngram: None,
         };
         let exec = Executor::prepare(device, batch, &graph, &bind, false, ArenaSource::Own)?;
         Ok(Prepared {

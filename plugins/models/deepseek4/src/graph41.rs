@@ -2,7 +2,8 @@
 //! V4's latent attention, MoE and hyper-connection mixers ([`crate::graph`]) with V4.1's changes.
 //!
 //! - **Engram** on its layers, before the attention, on the streams: the site's 24 table rows
-//!   (`BatchInput::NgramRows`, site after site) by `GetRows`, `engram_wkv` by `MatMul`, then
+//!   (gathered by the host into `BatchInput::NgramEmbd`, site after site; the tables are
+//!   `WeightClass::NgramTable`, never on a card), `engram_wkv` by `MatMul`, then
 //!   `EngramGate` (ε the model's, scale `1/√n_embd`, floor 1e-6).
 //! - **Shared compressed rows**: a compressor source layer pools its rows (`Compress`, one
 //!   series, no position bias: a zero `ape`; at ratio 1 without a gate the score is the kv
@@ -56,7 +57,10 @@ pub fn build(m: &Model<'_>, v: &V41, shape: BatchShape) -> Result<Graph, PluginE
     let rows = u64::from(shape.n_rows);
     let per_site = u64::from(v.engram.heads_per_site());
     let n_ids = per_site * v.engram.layers.len() as u64;
-    let ids = g.input(BatchInput::NgramRows, [n_ids, rows, 1, 1])?;
+    // Every site's table rows, gathered by the host (the tables are
+    // `WeightClass::NgramTable`: never on a card).
+    let width = u64::from(v.engram.row_width);
+    let gathered = g.input(BatchInput::NgramEmbd, [width, n_ids, rows, 1])?;
     let table = g.w(&m.w.globals.tok_embd)?;
     let x = g.get_rows("inp_embd", table, inp.tokens)?;
     let (hc, mut streams) = Hc::init(&mut g, hp.hc, hp.lm.eps, x)?;
@@ -73,8 +77,8 @@ pub fn build(m: &Model<'_>, v: &V41, shape: BatchShape) -> Result<Graph, PluginE
             let site = v.engram.site(il).ok_or_else(|| {
                 PluginError::invalid(format!("layer {il}: Engram weights on no site"))
             })?;
-            let site_ids = site_rows(&mut g, ids, (site as u64, per_site))?;
-            streams = engram(&mut g, hp, e, streams, site_ids)?;
+            let site = site_rows(&mut g, gathered, (site as u64, per_site))?;
+            streams = engram(&mut g, hp, e, streams, site)?;
         }
         let st = m
             .state
@@ -141,29 +145,30 @@ fn first_pre(g: &mut GraphBuilder, hc: &Hc, rows: u64) -> Result<TensorId, Plugi
     )
 }
 
-/// Site `site`'s `per_site` row ids of every row, `[per_site·rows]` (row after row).
+/// Site `site`'s `per_site` gathered table rows of every row, `[width·per_site, rows]`, out of
+/// every site's `gathered` `[width, n_ids, rows]`.
 fn site_rows(
     g: &mut GraphBuilder,
-    ids: TensorId,
+    gathered: TensorId,
     (site, per_site): (u64, u64),
 ) -> Result<TensorId, PluginError> {
-    let [n_ids, rows, _, _] = g.ne(ids);
-    let nb = [F, n_ids * F, n_ids * rows * F, n_ids * rows * F];
+    let [width, n_ids, rows, _] = g.ne(gathered);
+    let nb = [F, width * F, width * n_ids * F, width * n_ids * rows * F];
     let v = g.view(
-        ids,
-        "engram_ids",
-        [per_site, rows, 1, 1],
+        gathered,
+        "engram_rows",
+        [width, per_site, rows, 1],
         nb,
-        site * per_site * F,
+        site * per_site * width * F,
     );
     let v = g.op(
-        "engram_ids",
+        "engram_rows",
         Op::Copy,
         &[v],
-        DType::I32,
-        [per_site, rows, 1, 1],
+        DType::F32,
+        [width, per_site, rows, 1],
     )?;
-    g.reshape(v, [per_site * rows, 1, 1, 1])
+    g.reshape(v, [width * per_site, rows, 1, 1])
 }
 
 /// An Engram site's gated read on the streams `[n_embd, n, rows]`.
@@ -172,13 +177,9 @@ fn engram(
     hp: &HParams,
     w: &EngramWeights,
     streams: TensorId,
-    ids: TensorId,
+    got: TensorId,
 ) -> Result<TensorId, PluginError> {
     let [e, n, rows, _] = g.ne(streams);
-    let table = g.w(&w.table)?;
-    let got = g.get_rows("engram_rows", table, ids)?;
-    let width = g.ne(got)[0];
-    let got = g.reshape(got, [width * (g.ne(ids)[0] / rows), rows, 1, 1])?;
     let wkv = g.w(&w.wkv)?;
     let kv = g.matmul("engram_kv", wkv, got)?;
     let (q_norm, k_norm) = (g.w(&w.q_norm)?, g.w(&w.k_norm)?);

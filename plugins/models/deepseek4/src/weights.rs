@@ -425,7 +425,7 @@ fn engram(
     let w = u64::from(en.row_width);
     let gathered = u64::from(en.heads_per_site()) * w;
     Ok(EngramWeights {
-        table: l.weight("engram_embd", C::Other, &[w, en.rows[site]])?,
+        table: l.weight("engram_embd", C::NgramTable, &[w, en.rows[site]])?,
         wkv: l.weight("engram_wkv", C::Other, &[gathered, (n + 1) * e])?,
         q_norm: l.weight("engram_q", C::Norm, &[e, n])?,
         k_norm: l.weight("engram_k", C::Norm, &[e, n])?,

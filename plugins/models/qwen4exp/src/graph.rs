@@ -128,7 +128,7 @@ fn ple(
     g: &mut GraphBuilder,
     w: &PleWeights,
     conv_state: u32,
-    (x, ids): (TensorId, TensorId),
+    (x, rows_in): (TensorId, TensorId),
     inp: &LmInputs,
 ) -> Result<TensorId, PluginError> {
     let [n, s, rows, _] = g.ne(x);
@@ -136,14 +136,14 @@ fn ple(
         m.hp.ple
             .as_ref()
             .ok_or_else(|| PluginError::invalid("PLE weights without keys"))?;
-    let table =
-        m.w.ple_table
-            .as_ref()
-            .ok_or_else(|| PluginError::invalid("PLE weights without the table"))?;
-    let table = g.w(table)?;
-    let ids = g.reshape(ids, [u64::from(p.n_heads()) * rows, 1, 1, 1])?;
-    let emb = g.get_rows("ple_rows", table, ids)?;
-    let emb = g.reshape(emb, [n, rows, 1, 1])?;
+    // The host's gather of the table rows, `[head_dim, n_heads, rows]`.
+    let [width, heads, _, _] = g.ne(rows_in);
+    if width * heads != n || heads != u64::from(p.n_heads()) {
+        return Err(PluginError::invalid(format!(
+            "PLE rows of {heads} heads × {width} for streams of width {n}"
+        )));
+    }
+    let emb = g.reshape(rows_in, [n, rows, 1, 1])?;
     let wk = g.w(&w.key)?;
     let key = g.matmul("ple_key", wk, emb)?;
     let kn = grouped_norm(m, g, "ple_key_norm", key, &w.norm_key)?;
@@ -320,14 +320,14 @@ pub(crate) fn layer(
             Some(LayerState::Gdn {
                 ple_conv: Some(cs), ..
             }),
-            Some(ids),
+            Some(gathered),
         ) = (state, ngram)
         else {
             return Err(PluginError::invalid(format!(
-                "layer {il}: PLE weights without their state or row ids"
+                "layer {il}: PLE weights without their state or table rows"
             )));
         };
-        x = ple(m, g, pw, cs, (x, ids), inp)?;
+        x = ple(m, g, pw, cs, (x, gathered), inp)?;
     }
     let (cur, inject) = mix(m, g, &l.hc_attn, x, "hc_attn")?;
     let cur = match (&l.mixer, state) {
@@ -361,9 +361,15 @@ pub fn build(m: &Model<'_>, shape: BatchShape) -> Result<Graph, PluginError> {
     let mut g = GraphBuilder::new();
     let inp = g.lm_inputs(shape.n_rows, shape.n_outputs)?;
     let rows = u64::from(shape.n_rows);
-    let ngram = match &hp.ple {
-        Some(p) => Some(g.input(BatchInput::NgramRows, [u64::from(p.n_heads()), rows, 1, 1])?),
-        None => None,
+    // The PLE table's rows each row's n-gram ids name, gathered by the host (the table is
+    // `WeightClass::NgramTable`: never on a card).
+    let ngram = match (&hp.ple, &m.w.ple_table) {
+        (Some(p), Some(t)) => Some(g.input(
+            BatchInput::NgramEmbd,
+            [t.ne[0], u64::from(p.n_heads()), rows, 1],
+        )?),
+        (None, _) => None,
+        (Some(_), None) => return Err(PluginError::invalid("PLE keys without the table")),
     };
     let (n, s) = (u64::from(hp.lm.n_embd), u64::from(hp.hc.n_stream));
     let table = g.w(&m.w.tok_embd)?;

@@ -43,9 +43,10 @@
 //!   `MoeExperts` (fused or separate stacks); shared expert `Glu` SwiGlu, scaled by
 //!   `σ(ffn_gate_inp_shexp · x)` (`MatMul` to `[1, T]`, `Unary`, `Mul` one value per row).
 //! * **Final mixer**: `output_hc_*` as a layer mixer without injection, then `MatMul` `output`.
-//! * **The table read**: `GetRows` of `per_layer_token_embd` by the row ids (16 per token),
-//!   reshaped to `[n, T]`; where the table lives (host RAM, or the tiering's reader) and the
-//!   prefetch of token t+1's rows are the host's, not the ABI's.
+//! * **The table read**: `per_layer_token_embd` is `WeightClass::NgramTable` (ABI 17): the host
+//!   gathers the 16 rows per token the row ids name (from the mapped file, or the tiering's
+//!   reader when host RAM is short, with token t+1's rows fetched ahead) into
+//!   `BatchInput::NgramEmbd` `[head_dim, 16, T]`, reshaped to `[n, T]`; no card holds the table.
 //!
 //! ## What mapped only at a cost (extended in ABI 12)
 //!
@@ -92,8 +93,9 @@
 //!    host has both the sequence record and the need (it fetches token t+1's table rows ahead),
 //!    as llama.cpp computes them in `set_input`. So the model declares the constants
 //!    (`ModelSpec::ngram`), the host hashes (`NgramSpec::extend_rows`) into the batch input
-//!    `NgramRows`, and the graph gathers the table rows with `GetRows`; ABI 13 dropped the
-//!    unimplemented `NgramHash` op and the never-filled `TokenHistory` input.
+//!    `NgramRows`; ABI 13 dropped the unimplemented `NgramHash` op and the never-filled
+//!    `TokenHistory` input. Since ABI 17 the host also gathers the table rows the ids name
+//!    (`BatchInput::NgramEmbd`), so the graph never reads the table itself.
 //! 3. **PLE gate.** Per stream `d = Σ(kn_j·qn_j) / √n` over each `n`-wide stream, then
 //!    `σ(sign(d)·√max(|d|, 1e-6))`: the ABI has no reduction over a row and no sign, abs or sqrt
 //!    function. Built: `GroupDotGate { scale: 1/√n, floor: 1e-6 }` (the group is `ne[0]`), srcs

@@ -9,7 +9,7 @@ use bloomery_plugin_api::graph::{
 };
 use bloomery_plugin_api::hostile::{check_hostile, key_sweep};
 use bloomery_plugin_api::meta::{MetaValue, TensorInfo};
-use bloomery_plugin_api::model::{StateKind, SynthPreset};
+use bloomery_plugin_api::model::{StateKind, SynthPreset, WeightClass};
 use bloomery_plugin_api::synth::check_presets;
 use bloomery_plugin_api::DType;
 
@@ -461,29 +461,37 @@ fn hostile_files_are_refused_by_name_not_by_panic() {
 }
 
 #[test]
-fn the_trunk_graph_reads_the_ngram_rows_and_drafting_is_refused_by_name() {
+fn the_trunk_graph_reads_the_gathered_table_rows_and_drafting_is_refused_by_name() {
     let m = Qwen4Exp::load(&tiny()).unwrap();
     let spec = m.spec();
     let ngram = spec.ngram.as_ref().into_option().unwrap();
     assert_eq!((ngram.n_ids(), ngram.end_id), (16, 270));
+    // The table is the host's to gather from: no graph reads it.
+    let table = spec
+        .weights
+        .iter()
+        .position(|w| w.name.as_str() == crate::ple::TABLE)
+        .unwrap();
+    assert_eq!(spec.weights[table].class, WeightClass::NgramTable);
     let shape = |kind| BatchShape {
         n_rows: 3,
         n_outputs: 1,
         kind,
     };
     let g = m.build_graph(shape(GraphKind::Main)).into_result().unwrap();
-    let inputs: Vec<_> = g
-        .tensors
-        .iter()
-        .filter(|t| {
-            t.source
-                == TensorSource::Input {
-                    input: BatchInput::NgramRows,
-                }
-        })
-        .map(|t| t.ne)
-        .collect();
-    assert_eq!(inputs, [[16, 3, 1, 1]]);
+    let input = |input| {
+        g.tensors
+            .iter()
+            .filter(|t| t.source == TensorSource::Input { input })
+            .map(|t| t.ne)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(input(BatchInput::NgramEmbd), [[8, 16, 3, 1]]);
+    assert!(input(BatchInput::NgramRows).is_empty());
+    let weight = TensorSource::Weight {
+        index: table as u32,
+    };
+    assert!(g.tensors.iter().all(|t| t.source != weight));
     let e = m
         .build_graph(shape(GraphKind::Mtp))
         .into_result()

@@ -144,7 +144,7 @@ pub fn declare(t: &mut WeightTable<'_>, hp: &HParams) -> Result<Weights, PluginE
     let ple_table = match (&hp.ple, trunk) {
         (Some(p), true) => {
             let ne = [u64::from(p.head_dim), p.rows];
-            Some(t.require(TABLE, g, C::Other, &ne)?)
+            Some(t.require(TABLE, g, C::NgramTable, &ne)?)
         }
         _ => None,
     };

@@ -1,0 +1,371 @@
+//! Hashed n-gram tables gathered on the host (`WeightClass::NgramTable`: Qwen3.8's PLE table,
+//! DeepSeek-V4.1's Engram tables), a pass's rows at a time, into the f32 batch input
+//! [`BatchInput::NgramEmbd`](bloomery_plugin_api::graph::BatchInput::NgramEmbd).
+//!
+//! No card holds such a table (28.8 GB for Qwen3.8's): each token reads a few rows (16 of 160
+//! values for Qwen3.8, 24 of 256 per Engram site), which the host reads from the mapped file,
+//! or with the tiering's file reader (`O_DIRECT`, no page cache) when the placement plan puts
+//! the tables on disk, and dequantizes with the CPU kernels' row dequantization (the one the
+//! CPU's `GetRows` runs, so the rows are bit for bit what a `GetRows` over the table gave).
+//! Dequantizing here rather than in the graph keeps the graph's input an ordinary f32 tensor
+//! (no op reads the table, so no device needs the table's type), at 10 KB a token for Qwen3.8
+//! and 48 KB for V4.1's two sites: nothing beside a pass's other uploads.
+//!
+//! The row ids depend only on tokens, so once token t is sampled its rows for the next pass are
+//! known: [`NgramTables::prefetch`] hands them to a thread that gathers them while the rest of
+//! the step runs, and the next pass takes them ready (keyed by the ids themselves: rows whose
+//! ids were not fetched ahead, or fetched for another context, are gathered then). Prefetching
+//! changes no value, only when the gather happens.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bloomery_gguf::GgufModel;
+use bloomery_kernels_cpu::quant::dequantize_row;
+use bloomery_plugin_api::model::{ModelSpec, WeightClass};
+use bloomery_plugin_api::ngram::NgramSpec;
+use bloomery_plugin_api::DType;
+use bloomery_tiering::arena::{ExpertFiles, ReadJob, StackSource};
+use bloomery_tiering::HostSlice;
+
+use crate::error::ModelError;
+use crate::weights::weight_tensor;
+
+/// One table: where its rows lie and how they are stored.
+struct Table {
+    name: String,
+    dtype: DType,
+    /// Values a row.
+    width: u64,
+    /// Bytes a row.
+    row_bytes: usize,
+    rows: u64,
+    /// The rows in the mapped file (read when the tables are in host RAM).
+    mapped: HostSlice,
+    /// The rows in the file (read when the tables are on disk).
+    source: StackSource,
+}
+
+/// Where the rows are read from.
+enum Reader {
+    /// The mapped file (the page cache holds the tables).
+    Mapped,
+    /// The file's parts, read with `O_DIRECT` where the file system allows it.
+    Disk(ExpertFiles),
+}
+
+/// Counts of the gathers passes made since load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NgramStats {
+    /// Token rows whose table rows a pass needed.
+    pub rows: u64,
+    /// Of those, rows taken ready from a prefetch.
+    pub prefetched: u64,
+    /// Time the passes spent on the tables: gathering, or waiting for a prefetch still running.
+    pub exposed: Duration,
+}
+
+/// What the prefetch thread and the passes share.
+struct Shared {
+    tables: Vec<Table>,
+    reader: Reader,
+    /// Row ids per table and token row.
+    per_table: usize,
+    /// Values a table row.
+    width: usize,
+    /// Gathered rows by their token row's ids, and the ids being gathered.
+    ready: Mutex<Ready>,
+    done: Condvar,
+}
+
+#[derive(Default)]
+struct Ready {
+    rows: HashMap<Vec<i32>, Vec<f32>>,
+    pending: HashSet<Vec<i32>>,
+}
+
+/// The model's n-gram tables, with the prefetch thread. Field order is drop order: the thread
+/// ends before the rows it reads.
+pub struct NgramTables {
+    jobs: Option<mpsc::Sender<Vec<Vec<i32>>>>,
+    thread: Option<JoinHandle<()>>,
+    shared: Arc<Shared>,
+    stats: Mutex<NgramStats>,
+}
+
+impl NgramTables {
+    /// The tables `spec` declares (its weights of class `NgramTable`, table `t` the `t`-th), in
+    /// `file`, read from disk when `on_disk`; None when it declares none. A spec with tables but
+    /// no n-gram constants, or tables whose count or width disagrees with them, is refused.
+    pub fn open(
+        file: &GgufModel,
+        spec: &ModelSpec,
+        on_disk: bool,
+    ) -> Result<Option<NgramTables>, ModelError> {
+        let declared: Vec<&str> = spec
+            .weights
+            .iter()
+            .filter(|w| w.class == WeightClass::NgramTable)
+            .map(|w| w.name.as_str())
+            .collect();
+        if declared.is_empty() {
+            return Ok(None);
+        }
+        let bad = |what: String| ModelError::Request(format!("n-gram tables: {what}"));
+        let ngram: &NgramSpec = spec.ngram.as_ref().into_option().ok_or_else(|| {
+            bad(format!(
+                "{} declared without the row ids' constants (ModelSpec::ngram)",
+                declared.join(", ")
+            ))
+        })?;
+        if declared.len() != ngram.tables as usize {
+            return Err(bad(format!(
+                "{} table weights for {} tables of row ids",
+                declared.len(),
+                ngram.tables
+            )));
+        }
+        let mut tables = Vec::with_capacity(declared.len());
+        for name in &declared {
+            let (t, ne, nb) = weight_tensor(file, spec, name)?;
+            let data = file.tensor_data(t)?;
+            if let Some(first) = tables.first().filter(|f: &&Table| f.width != ne[0]) {
+                return Err(bad(format!(
+                    "`{name}` has rows of {} values, `{}` of {}",
+                    ne[0], first.name, first.width
+                )));
+            }
+            tables.push(Table {
+                name: (*name).to_owned(),
+                dtype: t.info.dtype,
+                width: ne[0],
+                row_bytes: nb[1] as usize,
+                rows: ne[1],
+                mapped: HostSlice::of(data),
+                source: StackSource {
+                    part: t.part,
+                    offset: t.info.start,
+                    stride: nb[1],
+                },
+            });
+        }
+        let width = tables[0].width as usize;
+        let reader = match on_disk {
+            true => {
+                let paths: Vec<&Path> = file.parts().iter().map(|p| p.path()).collect();
+                Reader::Disk(ExpertFiles::open(&paths).map_err(|e| {
+                    ModelError::Request(format!("opening the model file for n-gram tables: {e}"))
+                })?)
+            }
+            false => Reader::Mapped,
+        };
+        let shared = Arc::new(Shared {
+            tables,
+            reader,
+            per_table: ngram.per_table(),
+            width,
+            ready: Mutex::new(Ready::default()),
+            done: Condvar::new(),
+        });
+        let (tx, rx) = mpsc::channel::<Vec<Vec<i32>>>();
+        let worker = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("bloomery-ngram-prefetch".into())
+            .spawn(move || {
+                while let Ok(keys) = rx.recv() {
+                    worker.fetch(keys);
+                }
+            })
+            .map_err(|e| ModelError::Request(format!("starting the n-gram prefetch: {e}")))?;
+        tracing::info!(
+            "n-gram tables {}: {:.2} GiB, rows gathered from {}",
+            declared.join(", "),
+            shared
+                .tables
+                .iter()
+                .map(|t| t.rows * t.row_bytes as u64)
+                .sum::<u64>() as f64
+                / (1u64 << 30) as f64,
+            if on_disk { "disk" } else { "host RAM" }
+        );
+        Ok(Some(NgramTables {
+            jobs: Some(tx),
+            thread: Some(thread),
+            shared,
+            stats: Mutex::new(NgramStats::default()),
+        }))
+    }
+
+    /// Values a table row.
+    pub fn width(&self) -> usize {
+        self.shared.width
+    }
+
+    /// Row ids a token row.
+    pub fn n_ids(&self) -> usize {
+        self.shared.n_ids()
+    }
+
+    /// Whether the rows are read from disk.
+    pub fn on_disk(&self) -> bool {
+        matches!(self.shared.reader, Reader::Disk(_))
+    }
+
+    /// Starts gathering the rows of the token rows whose ids are `ids` (`n_ids` a token row,
+    /// as [`NgramSpec::extend_rows`] gives them) on the prefetch thread, for the next pass.
+    pub fn prefetch(&self, ids: &[i32]) {
+        let n_ids = self.shared.n_ids();
+        if n_ids == 0 || ids.is_empty() || !ids.len().is_multiple_of(n_ids) {
+            return;
+        }
+        let mut ready = self.shared.lock();
+        let keys: Vec<Vec<i32>> = ids
+            .chunks(n_ids)
+            .filter(|k| !ready.rows.contains_key(*k) && !ready.pending.contains(*k))
+            .map(<[i32]>::to_vec)
+            .collect();
+        if keys.is_empty() {
+            return;
+        }
+        ready.pending.extend(keys.iter().cloned());
+        drop(ready);
+        if let Some(Err(mpsc::SendError(keys))) = self.jobs.as_ref().map(|j| j.send(keys)) {
+            // The thread ended (only dropping the tables ends it): nothing will gather them.
+            let mut ready = self.shared.lock();
+            keys.iter().for_each(|k| {
+                ready.pending.remove(k);
+            });
+        }
+    }
+
+    /// Writes the table rows of every token row of `ids` into `out` (`width` values a table
+    /// row, in `ids` order), taking those a prefetch gathered; then forgets what was fetched
+    /// ahead (a prefetch serves the next pass only).
+    pub fn gather(&self, ids: &[i32], out: &mut [f32]) -> Result<(), String> {
+        let began = Instant::now();
+        let (n_ids, width) = (self.shared.n_ids(), self.shared.width);
+        if !ids.len().is_multiple_of(n_ids.max(1)) || out.len() != ids.len() * width {
+            return Err(format!(
+                "n-gram rows: {} ids ({n_ids} a row) for {} values of rows of {width}",
+                ids.len(),
+                out.len()
+            ));
+        }
+        let mut missed = Vec::new();
+        let mut taken = 0u64;
+        {
+            let mut ready = self.shared.lock();
+            for (r, key) in ids.chunks(n_ids).enumerate() {
+                while ready.pending.contains(key) {
+                    ready = self
+                        .shared
+                        .done
+                        .wait(ready)
+                        .unwrap_or_else(|p| p.into_inner());
+                }
+                match ready.rows.get(key) {
+                    Some(rows) => {
+                        out[r * n_ids * width..][..n_ids * width].copy_from_slice(rows);
+                        taken += 1;
+                    }
+                    None => missed.push(r),
+                }
+            }
+            ready.rows.clear();
+        }
+        for r in missed {
+            self.shared.rows(
+                &ids[r * n_ids..][..n_ids],
+                &mut out[r * n_ids * width..][..n_ids * width],
+            )?;
+        }
+        let mut s = self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        s.rows += (ids.len() / n_ids.max(1)) as u64;
+        s.prefetched += taken;
+        s.exposed += began.elapsed();
+        Ok(())
+    }
+
+    /// The counts since load.
+    pub fn stats(&self) -> NgramStats {
+        *self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for NgramTables {
+    fn drop(&mut self) {
+        self.jobs.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Shared {
+    fn n_ids(&self) -> usize {
+        self.per_table * self.tables.len()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Ready> {
+        self.ready.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The prefetch thread's work: gathers each key's rows and hands them over. A failed
+    /// gather hands over nothing: the pass gathers those rows itself and reports the error.
+    fn fetch(&self, keys: Vec<Vec<i32>>) {
+        let per_key = self.n_ids() * self.width;
+        for key in keys {
+            let mut rows = vec![0f32; per_key];
+            let got = self.rows(&key, &mut rows);
+            let mut ready = self.lock();
+            ready.pending.remove(&key);
+            if got.is_ok() {
+                ready.rows.insert(key, rows);
+            }
+            drop(ready);
+            self.done.notify_all();
+        }
+    }
+
+    /// Gathers one token row's table rows (`ids`, `n_ids` of them) into `out`.
+    fn rows(&self, ids: &[i32], out: &mut [f32]) -> Result<(), String> {
+        let mut picked = Vec::with_capacity(ids.len());
+        for (k, &id) in ids.iter().enumerate() {
+            let t = &self.tables[k / self.per_table.max(1)];
+            let row = u64::try_from(id)
+                .ok()
+                .filter(|&r| r < t.rows)
+                .ok_or_else(|| {
+                    format!(
+                        "n-gram row id {id} outside table `{}` ({} rows)",
+                        t.name, t.rows
+                    )
+                })?;
+            picked.push((t, row));
+        }
+        // From disk: every row read first (several reads in flight), then dequantized.
+        let mut raw: Vec<Vec<u8>> = Vec::new();
+        if let Reader::Disk(files) = &self.reader {
+            raw = picked.iter().map(|(t, _)| vec![0u8; t.row_bytes]).collect();
+            let jobs = picked
+                .iter()
+                .zip(raw.iter_mut())
+                .map(|((t, row), out)| ReadJob::new(*row as u32, t.source, out))
+                .collect();
+            files.read_all(jobs)?;
+        }
+        for (k, (t, row)) in picked.iter().enumerate() {
+            let bytes = match raw.get(k) {
+                Some(b) => &b[..],
+                None => &t.mapped.bytes()[*row as usize * t.row_bytes..][..t.row_bytes],
+            };
+            dequantize_row(t.dtype, bytes, &mut out[k * self.width..][..self.width])
+                .map_err(|e| format!("n-gram table `{}`: {e}", t.name))?;
+        }
+        Ok(())
+    }
+}
