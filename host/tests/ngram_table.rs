@@ -7,15 +7,22 @@
 //! - rows a prefetch gathered give the logits of rows gathered in the pass, bit for bit, and a
 //!   prefetch for another token is not taken;
 //! - rows read from disk (the tiering's file reader, when the host budget cannot hold the
-//!   tables) give the logits of rows read from the mapped file, bit for bit.
+//!   tables) give the logits of rows read from the mapped file, bit for bit;
+//! - the runtime hands each sampled token's row ids to the prefetch, and its greedy tokens are
+//!   those of the model run by hand without one.
 
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bloomery_devices::Registry;
 use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel};
 use bloomery_plugin_api::model::WeightClass;
+use bloomery_runtime::request::{Event, GenParams, ShiftParams};
+use bloomery_runtime::sampling::SamplerParams;
+use bloomery_runtime::spec::SpecConfig;
+use bloomery_runtime::{Runtime, RuntimeConfig};
 use bloomery_tiering::plan::TierRequest;
 use common::{ngram_rows, plugin_dir, tiny_of, ALL_F32};
 
@@ -192,5 +199,85 @@ fn ngram_rows_read_from_disk_equal_rows_from_the_mapped_file() {
             let got = decode(&mut disk, &seq, ahead);
             assert_eq!(got, want, "{arch}: from disk, prefetch {ahead:?}");
         }
+    }
+}
+
+/// The greedy tokens after `prompt`, `n` of them, through the runtime; then the model back.
+fn generate(m: LoadedModel, prompt: &[i32], n: usize) -> (Vec<i32>, LoadedModel) {
+    let tok = Arc::new(bloomery::text::tokenizer(&m.file).unwrap());
+    let config = RuntimeConfig {
+        n_ctx_slot: 64,
+        n_batch: 16,
+        cache_ram: None,
+        queue_depth: 8,
+        max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
+        checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
+        schemajump: false,
+        context_shift: false,
+        spec: SpecConfig::OFF,
+        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
+    };
+    let rt = Runtime::start(m, tok, config).unwrap();
+    let params = GenParams {
+        sampler: SamplerParams {
+            temp: 0.0,
+            ..SamplerParams::default()
+        },
+        n_predict: Some(n),
+        stop: Vec::new(),
+        n_probs: 0,
+        post_sampling_probs: false,
+        return_progress: false,
+        ignore_eos: true,
+        cache_prompt: false,
+        forced: Vec::new(),
+        prompt_only: false,
+        grammar: None,
+        t_max_predict_ms: None,
+        preserved: Vec::new(),
+        shift: ShiftParams::default(),
+        reasoning_budget: None,
+    };
+    let prompt: Vec<u32> = prompt.iter().map(|&t| t as u32).collect();
+    let mut rx = rt.submit_blocking(prompt, params, Some(0)).unwrap();
+    let mut got = Vec::new();
+    loop {
+        match rx
+            .blocking_recv()
+            .expect("the scheduler dropped the request")
+        {
+            Event::Token(piece) => got.push(piece.id as i32),
+            Event::Done(_) => break,
+            Event::Failed(f) => panic!("request failed: {}", f.message),
+            _ => {}
+        }
+    }
+    (got, rt.shutdown().unwrap())
+}
+
+#[test]
+fn the_runtime_prefetches_each_sampled_tokens_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ["qwen4exp", "deepseek41"] {
+        let path = tiny(arch, dir.path());
+        let seq = sequence();
+        let mut m = load(&path, "cpu-avx2", &TierRequest::default());
+        let vocab = m.spec.hparams.n_vocab as usize;
+        let mut want = seq[..12].to_vec();
+        let mut logits = m.forward(&rows(&m, &want, 0, 12)).unwrap();
+        for _ in 0..10 {
+            let next = (0..vocab)
+                .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+                .unwrap();
+            want.push(next as i32);
+            logits = m.forward(&rows(&m, &want, want.len() - 1, 1)).unwrap();
+        }
+        let m = load(&path, "cpu-avx2", &TierRequest::default());
+        let (got, m) = generate(m, &seq[..12], 10);
+        assert_eq!(got, want[12..], "{arch}");
+        // The prompt's pass and the 9 passes of generated tokens; each of those found its
+        // token's rows fetched ahead.
+        let (stats, _) = m.ngram_stats().unwrap();
+        assert_eq!((stats.rows, stats.prefetched), (12 + 9, 9), "{arch}");
     }
 }

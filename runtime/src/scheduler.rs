@@ -1574,6 +1574,8 @@ impl<'t> Scheduler<'t> {
             self.weigh(&steps, shape_rows, began.elapsed().as_secs_f64());
         }
         self.draft_next()?;
+        // The drafted tokens' rows too (those of the sampled ones are already on their way).
+        self.prefetch_ngram_rows();
         self.shared
             .counters
             .executors_prepared

@@ -402,8 +402,8 @@ impl Session {
         (host > 0).then_some((card, host))
     }
 
-    /// Stops the runtime and reports on stderr where routed calls ran and what the disk tier
-    /// read.
+    /// Stops the runtime and reports on stderr where routed calls ran, what the disk tier read
+    /// and what the n-gram tables' gathers cost.
     pub fn finish(self) -> anyhow::Result<()> {
         let Some(rt) = self.runtime else {
             bail!("the benchmark's runtime failed to restart");
@@ -428,6 +428,16 @@ impl Session {
         }
         if let Some(d) = model.disk_stats() {
             eprintln!("{d}");
+        }
+        if let Some((s, on_disk)) = model.ngram_stats() {
+            eprintln!(
+                "n-gram tables (rows from {}): {} token rows gathered, {} of them prefetched, \
+                 {:.4} ms a token row spent in passes",
+                if on_disk { "disk" } else { "host RAM" },
+                s.rows,
+                s.prefetched,
+                s.exposed.as_secs_f64() * 1e3 / s.rows.max(1) as f64
+            );
         }
         Ok(())
     }
