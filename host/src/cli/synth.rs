@@ -33,6 +33,10 @@ pub struct SynthArgs {
     /// Type of the routed experts' down projections (default: --experts).
     #[arg(long, value_parser = parse_dtype, value_name = "TYPE")]
     pub experts_down: Option<DType>,
+    /// Type of the hashed n-gram tables (Qwen3.8's PLE table, IQ4_NL in the published file;
+    /// DeepSeek-V4.1's Engram tables; default F32).
+    #[arg(long, value_parser = parse_dtype, value_name = "TYPE")]
+    pub ngram: Option<DType>,
     /// Type of attention projections.
     #[arg(long, default_value = "F32", value_parser = parse_dtype)]
     pub attn: DType,
@@ -107,6 +111,7 @@ pub fn run(cli: &Cli, a: &SynthArgs) -> anyhow::Result<()> {
             dense: a.dense,
         },
         experts_down: a.experts_down,
+        ngram: a.ngram,
     };
     let out = a
         .output

@@ -65,6 +65,9 @@ pub struct TensorTypes {
     /// Type of the routed experts' down projections (`*.ffn_down_exps.weight`); `None` = the
     /// experts' type.
     pub experts_down: Option<DType>,
+    /// Type of the hashed n-gram tables (`WeightClass::NgramTable`: Qwen3.8's PLE table, IQ4_NL
+    /// in the published file; DeepSeek-V4.1's Engram tables); `None` = f32.
+    pub ngram: Option<DType>,
 }
 
 impl TensorTypes {
@@ -77,6 +80,7 @@ impl TensorTypes {
             {
                 down
             }
+            _ if t.class == WeightClass::NgramTable => self.ngram.unwrap_or(DType::F32),
             _ => self.classes.for_tensor(t.class, &t.ne[..t.n_dims as usize]),
         }
     }
@@ -87,6 +91,7 @@ impl From<ClassTypes> for TensorTypes {
         TensorTypes {
             classes,
             experts_down: None,
+            ngram: None,
         }
     }
 }
@@ -275,6 +280,34 @@ mod tests {
         }
     }
 
+    /// `--ngram` types the hashed n-gram tables and nothing else; without it they stay f32.
+    #[test]
+    fn the_ngram_tables_take_their_own_type() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("ngram.gguf");
+        let mut p = preset();
+        p.tensors.push(SynthTensor::new(
+            "per_layer_token_embd.weight".to_owned(),
+            WeightClass::NgramTable,
+            &[160, 64],
+        ));
+        for (ngram, want) in [(None, DType::F32), (Some(DType::IQ4_NL), DType::IQ4_NL)] {
+            let types = TensorTypes {
+                classes: ClassTypes {
+                    embedding: DType::Q8_0,
+                    ..f32s()
+                },
+                experts_down: None,
+                ngram,
+            };
+            write_reporting(&p, types, 1, &path, &mut |_, _| {}).unwrap();
+            let file = bloomery_gguf::GgufFile::open(&path).unwrap();
+            let of = |name: &str| file.tensor(name).unwrap().dtype;
+            assert_eq!(of("per_layer_token_embd.weight"), want);
+            assert_eq!(of("token_embd.weight"), DType::Q8_0);
+        }
+    }
+
     #[test]
     fn the_experts_down_projections_take_their_own_type() {
         let dir = tempfile::tempdir().unwrap();
@@ -286,6 +319,7 @@ mod tests {
                 ..f32s()
             },
             experts_down: Some(DType::Q5_K),
+            ngram: None,
         };
         write_reporting(&preset(), types, 1, &path, &mut |_, _| {}).unwrap();
         let file = bloomery_gguf::GgufFile::open(&path).unwrap();
