@@ -9,6 +9,7 @@ pub mod executor;
 mod file_check;
 mod mlock;
 pub mod model;
+mod ngram_cache;
 pub mod ngram_table;
 mod open;
 mod options;

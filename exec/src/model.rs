@@ -286,8 +286,8 @@ impl LoadedModel {
                 (b, w, None)
             }
         };
-        let on_disk = plan.as_ref().is_some_and(|p| p.ngram_on_disk);
-        let ngram = NgramTables::open(&file, &spec, on_disk)?.map(Arc::new);
+        let disk_cache = plan.as_ref().and_then(Plan::ngram_disk_cache);
+        let ngram = NgramTables::open(&file, &spec, disk_cache)?.map(Arc::new);
         let locked = if options.mlock {
             let ranges = match &tier {
                 Some(t) => t.host_read.clone(),

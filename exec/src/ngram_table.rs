@@ -19,6 +19,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -33,6 +34,7 @@ use bloomery_tiering::arena::{ExpertFiles, ReadJob, StackSource};
 use bloomery_tiering::HostSlice;
 
 use crate::error::ModelError;
+use crate::ngram_cache::{RowCache, RowKey};
 use crate::weights::weight_tensor;
 
 /// One table: where its rows lie and how they are stored.
@@ -54,8 +56,15 @@ struct Table {
 enum Reader {
     /// The mapped file (the page cache holds the tables).
     Mapped,
-    /// The file's parts, read with `O_DIRECT` where the file system allows it.
-    Disk(ExpertFiles),
+    /// The file's parts, read with `O_DIRECT` where the file system allows it, through a
+    /// bounded cache of rows.
+    Disk {
+        files: ExpertFiles,
+        cache: Mutex<RowCache>,
+        /// Rows read from the file, and rows the cache served.
+        reads: AtomicU64,
+        cached: AtomicU64,
+    },
 }
 
 /// Counts of the gathers passes made since load.
@@ -67,6 +76,10 @@ pub struct NgramStats {
     pub prefetched: u64,
     /// Time the passes spent on the tables: gathering, or waiting for a prefetch still running.
     pub exposed: Duration,
+    /// Table rows read from disk (passes and prefetches).
+    pub disk_reads: u64,
+    /// Table rows the disk reader's cache served instead.
+    pub cached: u64,
 }
 
 /// What the prefetch thread and the passes share.
@@ -99,12 +112,13 @@ pub struct NgramTables {
 
 impl NgramTables {
     /// The tables `spec` declares (its weights of class `NgramTable`, table `t` the `t`-th), in
-    /// `file`, read from disk when `on_disk`; None when it declares none. A spec with tables but
-    /// no n-gram constants, or tables whose count or width disagrees with them, is refused.
+    /// `file`, read from disk through a cache of `disk_cache` bytes of rows when that is given;
+    /// None when it declares none. A spec with tables but no n-gram constants, or tables whose
+    /// count or width disagrees with them, is refused.
     pub fn open(
         file: &GgufModel,
         spec: &ModelSpec,
-        on_disk: bool,
+        disk_cache: Option<u64>,
     ) -> Result<Option<NgramTables>, ModelError> {
         let declared: Vec<&str> = spec
             .weights
@@ -154,15 +168,23 @@ impl NgramTables {
             });
         }
         let width = tables[0].width as usize;
-        let reader = match on_disk {
-            true => {
+        let reader = match disk_cache {
+            Some(bytes) => {
                 let paths: Vec<&Path> = file.parts().iter().map(|p| p.path()).collect();
-                Reader::Disk(ExpertFiles::open(&paths).map_err(|e| {
-                    ModelError::Request(format!("opening the model file for n-gram tables: {e}"))
-                })?)
+                Reader::Disk {
+                    files: ExpertFiles::open(&paths).map_err(|e| {
+                        ModelError::Request(format!(
+                            "opening the model file for n-gram tables: {e}"
+                        ))
+                    })?,
+                    cache: Mutex::new(RowCache::new(usize::try_from(bytes).unwrap_or(usize::MAX))),
+                    reads: AtomicU64::new(0),
+                    cached: AtomicU64::new(0),
+                }
             }
-            false => Reader::Mapped,
+            None => Reader::Mapped,
         };
+        let on_disk = disk_cache.is_some();
         let shared = Arc::new(Shared {
             tables,
             reader,
@@ -212,7 +234,7 @@ impl NgramTables {
 
     /// Whether the rows are read from disk.
     pub fn on_disk(&self) -> bool {
-        matches!(self.shared.reader, Reader::Disk(_))
+        matches!(self.shared.reader, Reader::Disk { .. })
     }
 
     /// Starts gathering the rows of the token rows whose ids are `ids` (`n_ids` a token row,
@@ -292,7 +314,12 @@ impl NgramTables {
 
     /// The counts since load.
     pub fn stats(&self) -> NgramStats {
-        *self.stats.lock().unwrap_or_else(|p| p.into_inner())
+        let mut s = *self.stats.lock().unwrap_or_else(|p| p.into_inner());
+        if let Reader::Disk { reads, cached, .. } = &self.shared.reader {
+            s.disk_reads = reads.load(Ordering::Relaxed);
+            s.cached = cached.load(Ordering::Relaxed);
+        }
+        s
     }
 }
 
@@ -335,7 +362,8 @@ impl Shared {
     fn rows(&self, ids: &[i32], out: &mut [f32]) -> Result<(), String> {
         let mut picked = Vec::with_capacity(ids.len());
         for (k, &id) in ids.iter().enumerate() {
-            let t = &self.tables[k / self.per_table.max(1)];
+            let ti = k / self.per_table.max(1);
+            let t = &self.tables[ti];
             let row = u64::try_from(id)
                 .ok()
                 .filter(|&r| r < t.rows)
@@ -345,27 +373,71 @@ impl Shared {
                         t.name, t.rows
                     )
                 })?;
-            picked.push((t, row));
+            picked.push((ti, row));
         }
-        // From disk: every row read first (several reads in flight), then dequantized.
-        let mut raw: Vec<Vec<u8>> = Vec::new();
-        if let Reader::Disk(files) = &self.reader {
-            raw = picked.iter().map(|(t, _)| vec![0u8; t.row_bytes]).collect();
-            let jobs = picked
-                .iter()
-                .zip(raw.iter_mut())
-                .map(|((t, row), out)| ReadJob::new(*row as u32, t.source, out))
-                .collect();
-            files.read_all(jobs)?;
-        }
-        for (k, (t, row)) in picked.iter().enumerate() {
-            let bytes = match raw.get(k) {
-                Some(b) => &b[..],
-                None => &t.mapped.bytes()[*row as usize * t.row_bytes..][..t.row_bytes],
+        // From disk: the rows the cache lacks read first (several reads in flight), then all
+        // dequantized.
+        let raw = match &self.reader {
+            Reader::Disk {
+                files,
+                cache,
+                reads,
+                cached,
+            } => Some(self.read_rows(&picked, files, cache, (reads, cached))?),
+            Reader::Mapped => None,
+        };
+        for (k, &(ti, row)) in picked.iter().enumerate() {
+            let t = &self.tables[ti];
+            let bytes = match &raw {
+                Some(raw) => &raw[k][..],
+                None => &t.mapped.bytes()[row as usize * t.row_bytes..][..t.row_bytes],
             };
             dequantize_row(t.dtype, bytes, &mut out[k * self.width..][..self.width])
                 .map_err(|e| format!("n-gram table `{}`: {e}", t.name))?;
         }
         Ok(())
+    }
+
+    /// The raw bytes of the rows `picked` (table, row): from `cache`, else read from `files`
+    /// (and then held in `cache`); counts both.
+    fn read_rows(
+        &self,
+        picked: &[RowKey],
+        files: &ExpertFiles,
+        cache: &Mutex<RowCache>,
+        (reads, cached): (&AtomicU64, &AtomicU64),
+    ) -> Result<Vec<Vec<u8>>, String> {
+        let lock = || cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut raw: Vec<Vec<u8>> = Vec::with_capacity(picked.len());
+        let mut missed = Vec::new();
+        {
+            let mut c = lock();
+            for (k, &key) in picked.iter().enumerate() {
+                match c.get(key) {
+                    Some(b) => raw.push(b.to_vec()),
+                    None => {
+                        raw.push(vec![0u8; self.tables[key.0].row_bytes]);
+                        missed.push(k);
+                    }
+                }
+            }
+        }
+        let jobs = raw
+            .iter_mut()
+            .enumerate()
+            .filter(|(k, _)| missed.contains(k))
+            .map(|(k, out)| {
+                let (ti, row) = picked[k];
+                ReadJob::new(row as u32, self.tables[ti].source, out)
+            })
+            .collect();
+        files.read_all(jobs)?;
+        let mut c = lock();
+        for &k in &missed {
+            c.put(picked[k], &raw[k]);
+        }
+        reads.fetch_add(missed.len() as u64, Ordering::Relaxed);
+        cached.fetch_add((picked.len() - missed.len()) as u64, Ordering::Relaxed);
+        Ok(raw)
     }
 }

@@ -7,7 +7,8 @@
 //! - rows a prefetch gathered give the logits of rows gathered in the pass, bit for bit, and a
 //!   prefetch for another token is not taken;
 //! - rows read from disk (the tiering's file reader, when the host budget cannot hold the
-//!   tables) give the logits of rows read from the mapped file, bit for bit;
+//!   tables, through a bounded row cache) give the logits of rows read from the mapped file,
+//!   bit for bit;
 //! - the runtime hands each sampled token's row ids to the prefetch, and its greedy tokens are
 //!   those of the model run by hand without one.
 
@@ -198,6 +199,16 @@ fn ngram_rows_read_from_disk_equal_rows_from_the_mapped_file() {
             assert_eq!(disk.ngram_stats().map(|s| s.1), Some(true));
             let got = decode(&mut disk, &seq, ahead);
             assert_eq!(got, want, "{arch}: from disk, prefetch {ahead:?}");
+            // Every row read once from the file or served by the row cache; the prompt's rows
+            // again all from the cache.
+            let ids = disk.spec.ngram.as_ref().unwrap().n_ids() as u64;
+            let s = disk.ngram_stats().unwrap().0;
+            assert!(s.disk_reads > 0, "{arch}: {s:?}");
+            assert_eq!(s.disk_reads + s.cached, seq.len() as u64 * ids, "{arch}");
+            disk.forward(&rows(&disk, &seq, 0, 4)).unwrap();
+            let again = disk.ngram_stats().unwrap().0;
+            assert_eq!(again.disk_reads, s.disk_reads, "{arch}");
+            assert_eq!(again.cached, s.cached + 4 * ids, "{arch}");
         }
     }
 }

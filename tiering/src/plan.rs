@@ -203,6 +203,10 @@ pub struct Plan {
     pub ngram_on_disk: bool,
 }
 
+/// The least the n-gram tables' disk reader caches of their rows (more when the host budget
+/// leaves more beside the host experts and token tables).
+pub const NGRAM_CACHE_MIN: u64 = 64 << 20;
+
 /// The staging set of `sets` a prompt streams tier layer `layer` (its rank among the layers with
 /// host experts) into: prompts stream every tier layer in order, taking turns over the sets, so
 /// the last layer streamed into a set is the last of its rank mod `sets`.
@@ -491,6 +495,14 @@ impl Plan {
         let used = self.host_expert_bytes() + self.host_table_bytes();
         self.ngram_tables = bytes;
         self.ngram_on_disk = bytes > 0 && used.saturating_add(bytes) > self.host_budget;
+    }
+
+    /// With the n-gram tables on disk, the bytes of rows their reader caches: what the host
+    /// budget leaves beside the host experts and token tables, at least [`NGRAM_CACHE_MIN`].
+    pub fn ngram_disk_cache(&self) -> Option<u64> {
+        let used = self.host_expert_bytes() + self.host_table_bytes();
+        self.ngram_on_disk
+            .then(|| self.host_budget.saturating_sub(used).max(NGRAM_CACHE_MIN))
     }
 
     /// Bytes of the gather-only tables left in host RAM.

@@ -432,11 +432,18 @@ impl Session {
         if let Some((s, on_disk)) = model.ngram_stats() {
             eprintln!(
                 "n-gram tables (rows from {}): {} token rows gathered, {} of them prefetched, \
-                 {:.4} ms a token row spent in passes",
+                 {:.4} ms a token row spent in passes{}",
                 if on_disk { "disk" } else { "host RAM" },
                 s.rows,
                 s.prefetched,
-                s.exposed.as_secs_f64() * 1e3 / s.rows.max(1) as f64
+                s.exposed.as_secs_f64() * 1e3 / s.rows.max(1) as f64,
+                match on_disk {
+                    true => format!(
+                        "; {} table rows read from disk, {} from the row cache",
+                        s.disk_reads, s.cached
+                    ),
+                    false => String::new(),
+                }
             );
         }
         Ok(())
