@@ -3,7 +3,8 @@
 //! whole mapped file; with a card, the routed experts and token tables left in host RAM (the
 //! card's page-locking of them already holds them, unless it failed); never the experts the disk
 //! tier reads into its own arena (locking those would hold in RAM what the host budget leaves on
-//! disk). A lock the kernel refuses (`RLIMIT_MEMLOCK`) is a warning naming how much was locked,
+//! disk), nor the hashed n-gram tables when their rows are read from disk (with a card they are
+//! locked when read from the mapping, which no card holds). A lock the kernel refuses (`RLIMIT_MEMLOCK`) is a warning naming how much was locked,
 //! and the model runs with the rest pageable, as llama.cpp does.
 
 use bloomery_devices::pages::{page_size, whole_pages};
@@ -35,6 +36,19 @@ pub fn lock_ranges(ranges: &[(usize, usize)]) -> u64 {
 
 const MIB: f64 = (1u64 << 20) as f64;
 
+/// `ranges` less every byte of `holes` (all `(start, end)`).
+pub fn without(ranges: &[(usize, usize)], holes: &[(usize, usize)]) -> Vec<(usize, usize)> {
+    let mut out = ranges.to_vec();
+    for &(h0, h1) in holes {
+        out = out
+            .into_iter()
+            .flat_map(|(a, b)| [(a, b.min(h0)), (a.max(h1), b)])
+            .filter(|&(a, b)| a < b)
+            .collect();
+    }
+    out
+}
+
 /// `mlock` of `len` bytes from `lo` (page-aligned).
 fn lock_range(lo: usize, len: usize) -> std::io::Result<()> {
     // SAFETY: mlock reads no memory through the pointer; it fails with ENOMEM on a range that is
@@ -61,6 +75,18 @@ fn vm_locked_kib() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn holes_are_cut_out_of_ranges() {
+        let r = [(0, 100), (200, 300)];
+        assert_eq!(without(&r, &[(50, 250)]), [(0, 50), (250, 300)]);
+        assert_eq!(
+            without(&r, &[(10, 20), (0, 5)]),
+            [(5, 10), (20, 100), (200, 300)]
+        );
+        assert_eq!(without(&r, &[(0, 300)]), []);
+        assert_eq!(without(&r, &[(100, 200)]), r);
+    }
 
     #[test]
     fn locking_what_is_not_mapped_is_an_error_and_a_mapped_page_locks() {

@@ -291,7 +291,8 @@ impl LoadedModel {
         let locked = if options.mlock {
             let ranges = match &tier {
                 Some(t) => t.host_read.clone(),
-                // Every weight copied to the card: the host reads none of the file.
+                // Every weight copied to the card: the host reads none of the file but the
+                // n-gram tables (below).
                 None if kernel.probe.class == DeviceClass::Gpu => Vec::new(),
                 None => file
                     .parts()
@@ -299,6 +300,13 @@ impl LoadedModel {
                     .map(|p| p.bytes().as_ptr_range())
                     .map(|r| (r.start as usize, r.end as usize))
                     .collect(),
+            };
+            // The n-gram tables' rows are read from the mapping, or from disk: then none of
+            // their pages is held.
+            let ranges = match &ngram {
+                Some(n) if n.on_disk() => mlock::without(&ranges, &n.mapped_ranges()),
+                Some(n) => [ranges, n.mapped_ranges()].concat(),
+                None => ranges,
             };
             mlock::lock_ranges(&ranges)
         } else {

@@ -227,6 +227,15 @@ impl NgramTables {
         self.shared.width
     }
 
+    /// The tables' bytes in the file mapping, `(start, end)` addresses.
+    pub fn mapped_ranges(&self) -> Vec<(usize, usize)> {
+        self.shared
+            .tables
+            .iter()
+            .map(|t| (t.mapped.addr, t.mapped.addr + t.mapped.len))
+            .collect()
+    }
+
     /// Row ids a token row.
     pub fn n_ids(&self) -> usize {
         self.shared.n_ids()

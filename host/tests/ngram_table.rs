@@ -292,3 +292,46 @@ fn the_runtime_prefetches_each_sampled_tokens_rows() {
         assert_eq!((stats.rows, stats.prefetched), (12 + 9, 9), "{arch}");
     }
 }
+
+/// `--mlock` holds the whole mapped file on the CPU, but not a table whose rows are read from
+/// disk (that would hold in RAM what the host budget leaves on disk).
+#[test]
+fn mlock_leaves_a_table_read_from_disk_unlocked() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let k = reg.kernels.iter().find(|k| k.name == "cpu-avx2").unwrap();
+    let opts = LoadOptions {
+        mlock: true,
+        ..OPTS
+    };
+    // The hole's two ends round out to whole pages.
+    let slack = 2 * bloomery_devices::pages::page_size() as u64;
+    for arch in ["qwen4exp", "deepseek41"] {
+        let path = tiny(arch, dir.path());
+        let ram = LoadedModel::load_on(&reg, &path, opts, k).unwrap();
+        let file: u64 = ram
+            .file
+            .parts()
+            .iter()
+            .map(|p| p.bytes().len() as u64)
+            .sum();
+        assert!(
+            ram.locked >= file,
+            "{arch}: {} of {file} locked",
+            ram.locked
+        );
+        let tables = table_bytes(&ram);
+        let short = TierRequest {
+            host_budget: Some(tables - 1),
+            ..Default::default()
+        };
+        let disk = LoadedModel::load_placed(&reg, &path, opts, k, &short).unwrap();
+        assert!(disk.ngram_stats().unwrap().1);
+        let most = file - tables + slack;
+        assert!(
+            disk.locked <= most,
+            "{arch}: {} locked, at most {most}",
+            disk.locked
+        );
+    }
+}
