@@ -3,14 +3,16 @@
 //!
 //! - the placement plan counts the table as host memory, never the card's, and a card load
 //!   (cpu-scalar standing in for the card, every expert on the host) copies no table there and
-//!   gives the logits of the CPU load;
+//!   gives the logits of the CPU load; a card load without host experts copies every weight but
+//!   the tables;
 //! - rows a prefetch gathered give the logits of rows gathered in the pass, bit for bit, and a
 //!   prefetch for another token is not taken;
 //! - rows read from disk (the tiering's file reader, when the host budget cannot hold the
 //!   tables, through a bounded row cache) give the logits of rows read from the mapped file,
 //!   bit for bit;
 //! - the runtime hands each sampled token's row ids to the prefetch, and its greedy tokens are
-//!   those of the model run by hand without one.
+//!   those of the model run by hand without one;
+//! - `--mlock` leaves a table read from disk unlocked.
 
 mod common;
 
@@ -333,5 +335,50 @@ fn mlock_leaves_a_table_read_from_disk_unlocked() {
             "{arch}: {} locked, at most {most}",
             disk.locked
         );
+    }
+}
+
+/// A card load without host experts (`copy_weights`, the path of a GPU plugin; the CPU device
+/// stands in for the card here) copies every weight but the tables, each to the bytes of the
+/// file, and leaves the tables' references pointing nowhere.
+#[test]
+fn a_card_load_copies_every_weight_but_the_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let k = reg.kernels.iter().find(|k| k.name == "cpu-scalar").unwrap();
+    let config = bloomery_plugin_api::kernel::DeviceConfig {
+        index: 0,
+        threads: 1,
+        pin_threads: false,
+    };
+    for arch in ["qwen4exp", "deepseek41"] {
+        let path = tiny(arch, dir.path());
+        let m = load(&path, "cpu-avx2", &TierRequest::default());
+        let card = bloomery_devices::Device::open(k, config).unwrap();
+        let (buffers, refs) =
+            bloomery_exec::weights::copy_weights(&card, &m.file, &m.spec).unwrap();
+        assert_eq!(buffers.len(), 1, "{arch}: one allocation");
+        let copied: u64 = m
+            .spec
+            .weights
+            .iter()
+            .filter(|w| w.class != WeightClass::NgramTable)
+            .map(|w| m.file.tensor(w.name.as_str()).unwrap().info.size)
+            .sum();
+        assert!(
+            buffers[0].bytes >= copied && buffers[0].bytes < copied + (1 << 20),
+            "{arch}"
+        );
+        for (w, r) in m.spec.weights.iter().zip(&refs) {
+            let t = m.file.tensor(w.name.as_str()).unwrap();
+            if w.class == WeightClass::NgramTable {
+                assert_eq!(r.buffer, 0, "{arch}: {}", w.name);
+                continue;
+            }
+            assert_eq!(r.buffer, buffers[0].handle, "{arch}: {}", w.name);
+            let mut got = vec![0u8; t.info.size as usize];
+            card.read(r.buffer, r.offset, &mut got).unwrap();
+            assert!(got == m.file.tensor_data(t).unwrap(), "{arch}: {}", w.name);
+        }
     }
 }
