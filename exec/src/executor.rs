@@ -85,8 +85,8 @@ pub struct BatchInputs {
     /// Rows whose outputs are wanted.
     pub output_rows: Vec<i32>,
     /// Each row's hashed n-gram table row ids, [`NgramSpec::n_ids`] per row in row order, for a
-    /// graph that reads [`BatchInput::NgramRows`] (filled with [`NgramSpec::row_ids`]; empty
-    /// otherwise).
+    /// graph that reads [`BatchInput::NgramRows`] or the table rows they name,
+    /// [`BatchInput::NgramEmbd`] (filled with [`NgramSpec::row_ids`]; empty otherwise).
     ///
     /// [`NgramSpec::n_ids`]: bloomery_plugin_api::ngram::NgramSpec::n_ids
     /// [`NgramSpec::row_ids`]: bloomery_plugin_api::ngram::NgramSpec::row_ids
