@@ -9,7 +9,7 @@ use bloomery_devices::{Buffer, Device, KernelPluginFile, Registry, Staging};
 use bloomery_gguf::GgufModel;
 use bloomery_plugin_api::graph::{BatchInput, BatchShape, GraphKind, TensorSource, FINAL_NORM};
 use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
-use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec};
+use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec, WeightClass};
 use bloomery_plugin_api::tensor::{OpCall, TensorRef};
 use bloomery_tiering::arena::ArenaStats;
 use bloomery_tiering::cards::UsedCard;
@@ -22,7 +22,9 @@ use crate::mlock;
 use crate::ngram_table::{NgramStats, NgramTables};
 use crate::open::{open_model, Opened};
 use crate::options::LoadOptions;
-use crate::placement::{card_budget, one_card, open_card, pass_kind, plan_for};
+use crate::placement::{
+    card_budget, one_card, open_card, pass_kind, plan_for, unplanned_ngram_cache,
+};
 use crate::readout::{graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT};
 use crate::state::allocate_state;
 use crate::weights::{copy_weights, load_tiered, map_weights};
@@ -115,6 +117,21 @@ pub struct RoutingStats {
     pub flips: u64,
     /// The bus share's size per k host experts, once the first decode passes chose it.
     pub bus_kept: Option<usize>,
+}
+
+/// Bytes of the file's parts.
+fn file_bytes(file: &GgufModel) -> u64 {
+    file.parts().iter().map(|p| p.bytes().len() as u64).sum()
+}
+
+/// Bytes of the hashed n-gram tables `spec` declares.
+fn ngram_bytes(file: &GgufModel, spec: &ModelSpec) -> u64 {
+    spec.weights
+        .iter()
+        .filter(|w| w.class == WeightClass::NgramTable)
+        .filter_map(|w| file.tensor(w.name.as_str()))
+        .map(|t| t.info.size)
+        .sum()
 }
 
 /// Whether a model that failed to load on the GPU may run on the CPU instead: not when its
@@ -286,7 +303,10 @@ impl LoadedModel {
                 (b, w, None)
             }
         };
-        let disk_cache = plan.as_ref().and_then(Plan::ngram_disk_cache);
+        let disk_cache = match &plan {
+            Some(p) => p.ngram_disk_cache(),
+            None => unplanned_ngram_cache(file_bytes(&file), ngram_bytes(&file, &spec)),
+        };
         let ngram = NgramTables::open(&file, &spec, disk_cache)?.map(Arc::new);
         let locked = if options.mlock {
             let ranges = match &tier {

@@ -11,7 +11,7 @@ use bloomery_plugin_api::kernel::{DeviceClass, DeviceConfig};
 use bloomery_plugin_api::model::{ModelInstanceBox, ModelSpec, WeightClass};
 use bloomery_plugin_api::op::Op;
 use bloomery_tiering::cards::{CardBudget, UsedCard};
-use bloomery_tiering::plan::{FixedCosts, Plan, TierRequest, DEFAULT_BATCH_ROWS};
+use bloomery_tiering::plan::{FixedCosts, Plan, TierRequest, DEFAULT_BATCH_ROWS, NGRAM_CACHE_MIN};
 use bloomery_tiering::{gathered_tables, moe_layers};
 
 use crate::arena_plan::plan_arena;
@@ -212,6 +212,24 @@ fn host_available() -> u64 {
     }
 }
 
+/// Where a model loaded without a placement plan (the CPU, no placement flags) reads its n-gram
+/// tables of `tables` bytes, in a file of `file` bytes: from the mapping while the whole file
+/// fits in host RAM, else from disk through a row cache of what RAM holds beside the rest of
+/// the file ([`ngram_cache_unplanned`]).
+pub(crate) fn unplanned_ngram_cache(file: u64, tables: u64) -> Option<u64> {
+    ngram_cache_unplanned(file, tables, host_available())
+}
+
+/// [`unplanned_ngram_cache`] for `available` bytes of host RAM: None (the mapping) when the
+/// file fits, else the cache's bytes, at least [`NGRAM_CACHE_MIN`].
+fn ngram_cache_unplanned(file: u64, tables: u64, available: u64) -> Option<u64> {
+    (tables > 0 && file > available).then(|| {
+        available
+            .saturating_sub(file - tables.min(file))
+            .max(NGRAM_CACHE_MIN)
+    })
+}
+
 /// The kind of graph the file's passes run: [`GraphKind::Main`], or [`GraphKind::Mtp`] for a
 /// file that holds draft layers alone (qwen4exp's MTP-only file, loaded with `-md`), whose main
 /// graph the plugin refuses while its draft graph builds. A main graph refused for another
@@ -335,7 +353,22 @@ pub(crate) fn plan_for(
 
 #[cfg(test)]
 mod tests {
-    use super::{scratch_per_row, MIN_SCRATCH_PER_ROW};
+    use super::{ngram_cache_unplanned, scratch_per_row, MIN_SCRATCH_PER_ROW, NGRAM_CACHE_MIN};
+
+    #[test]
+    fn without_a_plan_the_tables_go_to_disk_only_when_the_file_does_not_fit() {
+        const G: u64 = 1 << 30;
+        // Qwen3.8 at a reduced depth on a 23 GB host: 33 GB of file, 28.8 GB of it the table.
+        assert_eq!(ngram_cache_unplanned(33 * G, 29 * G, 22 * G), Some(18 * G));
+        // The rest of the file alone over RAM: the smallest cache.
+        assert_eq!(
+            ngram_cache_unplanned(60 * G, 29 * G, 22 * G),
+            Some(NGRAM_CACHE_MIN)
+        );
+        // The whole file fits, or there is no table: the mapping.
+        assert_eq!(ngram_cache_unplanned(20 * G, 10 * G, 22 * G), None);
+        assert_eq!(ngram_cache_unplanned(33 * G, 0, 22 * G), None);
+    }
     use bloomery_plugin_api::graph::{BatchInput, GraphBuilder};
     use bloomery_plugin_api::op::{GluKind, MoeParams, Op};
     use bloomery_plugin_api::DType;
