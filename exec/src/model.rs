@@ -22,7 +22,9 @@ use crate::mlock;
 use crate::open::{open_model, Opened};
 use crate::options::LoadOptions;
 use crate::placement::{card_budget, one_card, open_card, pass_kind, plan_for};
-use crate::readout::{graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT};
+use crate::readout::{
+    graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT, TOP_IDS_OUTPUT, TOP_PROBS_OUTPUT,
+};
 use crate::state::allocate_state;
 use crate::weights::{load_tiered, map_weights};
 
@@ -96,6 +98,38 @@ pub struct PassOutputs {
     pub logits: Vec<f32>,
     /// `n_embd` final-norm values a row (the embeddings).
     pub embeddings: Vec<f32>,
+    /// [`Readout::Top`]'s `k` likeliest token ids a row, likeliest first.
+    pub top_ids: Vec<i32>,
+    /// Their probabilities among those `k`.
+    pub top_probs: Vec<f32>,
+}
+
+impl PassOutputs {
+    /// Bytes read back to the host.
+    pub fn bytes(&self) -> u64 {
+        4 * (self.logits.len() + self.embeddings.len() + self.top_ids.len() + self.top_probs.len())
+            as u64
+    }
+}
+
+/// What `readout` asks of a pass `exec` ran.
+fn read_outputs(
+    exec: &Executor,
+    device: &Device,
+    readout: Readout,
+) -> Result<PassOutputs, ModelError> {
+    let mut out = PassOutputs::default();
+    if readout.logits() {
+        out.logits = exec.read_f32(device, "logits")?;
+    }
+    if readout.embeddings() {
+        out.embeddings = exec.read_f32(device, EMBEDDINGS_OUTPUT)?;
+    }
+    if let Readout::Top(_) = readout {
+        out.top_ids = exec.read_i32(device, TOP_IDS_OUTPUT)?;
+        out.top_probs = exec.read_f32(device, TOP_PROBS_OUTPUT)?;
+    }
+    Ok(out)
 }
 
 /// Routed expert calls of the layers with host experts, since load or the last reset.
@@ -571,13 +605,7 @@ impl LoadedModel {
         let n_outputs = batch.output_rows.len() as u32;
         let exec = self.executor_kind(rows as u32, n_outputs, readout, kind)?;
         exec.run(&device, batch)?;
-        let mut out = PassOutputs::default();
-        if readout.logits() {
-            out.logits = exec.read_f32(&device, "logits")?;
-        }
-        if readout.embeddings() {
-            out.embeddings = exec.read_f32(&device, EMBEDDINGS_OUTPUT)?;
-        }
+        let out = read_outputs(exec, &device, readout)?;
         self.rebalance()?;
         Ok(out)
     }
@@ -693,13 +721,7 @@ impl LoadedModel {
             )));
         }
         exec.run_with_hidden(&device, batch, hidden)?;
-        let mut out = PassOutputs::default();
-        if readout.logits() {
-            out.logits = exec.read_f32(&device, "logits")?;
-        }
-        if readout.embeddings() {
-            out.embeddings = exec.read_f32(&device, EMBEDDINGS_OUTPUT)?;
-        }
+        let out = read_outputs(exec, &device, readout)?;
         self.rebalance()?;
         Ok(out)
     }
