@@ -41,8 +41,10 @@ use crate::stop::StopScan;
 use crate::task::Task;
 use crate::token::{step, Drafted, Row, StepContext};
 
-/// Most rows a slot not drafting puts off taking into the MTP block (a drafting probe comes
-/// every 17 steps; a longer run, or a prompt chunk that would pass this, goes in at once).
+/// Most rows a slot not drafting puts off taking into the MTP block: while its gate has drafting
+/// off it reads its rows only in this many steps before its next drafting probe (which takes
+/// them in), so its other plain steps do no drafting work; a longer run, or a prompt chunk that
+/// would pass this, goes in at once.
 const MAX_BEHIND: usize = 64;
 
 /// Checkpoints a slot keeps by default (llama-server's `--ctx-checkpoints`).
@@ -1084,6 +1086,7 @@ impl<'t> Scheduler<'t> {
         // embeddings, and with the MTP block drafting, every generation row's final-norm row.
         let (mut logits, mut embeddings) = (false, false);
         let reads_rows = self.drafter.as_ref().is_some_and(Drafter::reads_rows);
+        let gated = self.cfg.spec.gated();
         // Slots whose drafted tokens this pass evaluates, with their first row: a refused draft
         // rolls back to the state of its last kept row, which a verify pass keeps, or else to
         // the state saved on the device before the pass.
@@ -1120,11 +1123,14 @@ impl<'t> Scheduler<'t> {
             } else {
                 0
             };
-            let read = if reads_rows { take } else { outputs };
+            // A slot whose gate has drafting off reads its rows only when its next drafting
+            // probe is near enough for the block to take them in then (MAX_BEHIND).
+            let rows_read = reads_rows && (!gated || slot.gate.rows_wanted(MAX_BEHIND as u32));
+            let read = if rows_read { take } else { outputs };
             let end = batch.tokens.len() as i32;
             batch.output_rows.extend(end - read as i32..end);
             logits |= outputs > 0;
-            embeddings |= reads_rows;
+            embeddings |= rows_read;
             if outputs > 1 && self.rewind.per_sequence {
                 drafting.push((slot.id, first_row));
             }
@@ -1134,6 +1140,7 @@ impl<'t> Scheduler<'t> {
                 outputs,
                 read,
                 step: committed == 1 && take == task.next.len(),
+                rows: rows_read,
             });
         }
         for slot in &self.slots {
@@ -1214,6 +1221,7 @@ impl<'t> Scheduler<'t> {
                 id: slot.id,
                 tokens: rest[..take].to_vec(),
                 outputs,
+                rows: read.is_some(),
                 read: read.unwrap_or(outputs),
                 step: false,
             });
@@ -1264,6 +1272,11 @@ impl<'t> Scheduler<'t> {
                 .store(d.prefetch_hits, Ordering::Relaxed);
         }
         c.decode_calls.fetch_add(1, Ordering::Relaxed);
+        c.pass_read_bytes
+            .fetch_add(4 * (logits.len() + rows.len()) as u64, Ordering::Relaxed);
+        if reads_rows && !rows.is_empty() {
+            c.row_read_passes.fetch_add(1, Ordering::Relaxed);
+        }
         c.busy_slot_passes
             .fetch_add(plan.len() as u64, Ordering::Relaxed);
         let n_prompt_rows: usize = plan
@@ -1304,6 +1317,7 @@ impl<'t> Scheduler<'t> {
             outputs,
             read,
             step: is_step,
+            rows: rows_read,
         } in plan
         {
             let base = out;
@@ -1316,7 +1330,7 @@ impl<'t> Scheduler<'t> {
                 continue;
             };
             let generates = task.job.embed.is_none() && task.job.decide.is_none();
-            if reads_rows && generates {
+            if rows_read && generates {
                 taken.push((id, start, toks.clone(), base, toks.len()));
             }
             if task.next.is_empty() {
@@ -1528,31 +1542,22 @@ impl<'t> Scheduler<'t> {
                 })?;
         }
         self.roll_back(&refused)?;
-        if let Some(Drafter::Mtp(m)) = self.drafter.as_mut() {
-            let gated = self.cfg.spec.gated();
-            let mut chunks: Vec<Chunk<'_>> = Vec::with_capacity(taken.len());
-            for (slot, start, tokens, base, kept) in &taken {
-                let c = Chunk {
-                    slot: *slot,
-                    start: *start,
-                    tokens,
-                    rows: &rows[base * row_width..(base + tokens.len()) * row_width],
-                    kept: *kept,
-                };
-                // A slot whose gate has drafting off puts its rows off (up to MAX_BEHIND), to
-                // take them in with one block pass when it drafts again.
-                match gated && !self.slots[*slot].gate.view().on {
-                    true if m.behind(*slot) + kept <= MAX_BEHIND => m.defer(&c),
-                    _ => chunks.push(c),
-                }
-            }
-            m.take_in(&mut self.model, &chunks)?;
-        }
+        // The target rows the MTP block takes in (or puts off: draft_next).
+        let chunks: Vec<Chunk<'_>> = taken
+            .iter()
+            .map(|(slot, start, tokens, base, kept)| Chunk {
+                slot: *slot,
+                start: *start,
+                tokens,
+                rows: &rows[base * row_width..(base + tokens.len()) * row_width],
+                kept: *kept,
+            })
+            .collect();
         if n_prompt_rows == 0 {
             let shape_rows = batch.tokens.len();
             self.weigh(&steps, shape_rows, began.elapsed().as_secs_f64());
         }
-        self.draft_next()?;
+        self.draft_next(&chunks)?;
         self.shared
             .counters
             .executors_prepared
@@ -1639,8 +1644,10 @@ impl<'t> Scheduler<'t> {
     /// Drafts the tokens after each slot's newly sampled token, for the next pass to verify:
     /// slots generating one sampled token (no forced run, no schemajump draft), as many as the
     /// request's limit and the slot's context leave room for (llama-server's
-    /// `get_n_draft_max`).
-    fn draft_next(&mut self) -> Result<(), String> {
+    /// `get_n_draft_max`). With the MTP block, its first draft pass also takes in `chunks`, the
+    /// target rows of the pass just run, and the rows drafting slots put off; a slot that does
+    /// not draft now puts its rows off.
+    fn draft_next(&mut self, chunks: &[Chunk<'_>]) -> Result<(), String> {
         let Some(drafter) = self.drafter.as_mut() else {
             return Ok(());
         };
@@ -1672,18 +1679,30 @@ impl<'t> Scheduler<'t> {
                 });
             }
         }
-        if wants.is_empty() {
-            return Ok(());
-        }
-        // Rows a slot put off while not drafting go in first, outside the drafting step's
-        // time: they are the plain steps' (one pass for many).
-        if let Drafter::Mtp(m) = drafter {
-            let slots: Vec<usize> = wants.iter().map(|w| w.slot).collect();
-            m.catch_up(&mut self.model, &slots)?;
-        }
+        // The drafting step's time includes taking in the rows before its first draft row
+        // (the target's rows of this pass, and those a slot put off while not drafting): work
+        // that exists only because the slot drafts.
         let t0 = Instant::now();
         let drafts = match drafter {
-            Drafter::Mtp(m) => m.draft(&mut self.model, &wants)?,
+            Drafter::Mtp(m) => {
+                // A slot that does not draft now puts its rows off (up to MAX_BEHIND), to take
+                // them in with its first draft pass when it drafts again.
+                let mut now = Vec::with_capacity(chunks.len());
+                for c in chunks {
+                    let drafts = wants.iter().any(|w| w.slot == c.slot);
+                    match drafts || m.behind(c.slot) + c.kept > MAX_BEHIND {
+                        true => now.push(Chunk { ..*c }),
+                        false => m.defer(c),
+                    }
+                }
+                let drafts = m.take_in_and_draft(&mut self.model, &now, &wants)?;
+                let stats = m.stats();
+                let c = &self.shared.counters;
+                c.mtp_passes.store(stats.passes, Ordering::Relaxed);
+                c.mtp_read_bytes.store(stats.read_bytes, Ordering::Relaxed);
+                drafts
+            }
+            Drafter::Source(_) if wants.is_empty() => return Ok(()),
             Drafter::Source(src) => wants
                 .iter()
                 .map(|w| {
@@ -1914,6 +1933,8 @@ struct Planned {
     /// A generation step: the slot's one sampled token and its drafts (not a prompt chunk or
     /// a forced run), which the drafting gate weighs.
     step: bool,
+    /// The pass reads the chunk's final-norm rows for the MTP block.
+    rows: bool,
 }
 
 /// What drafts for the target to verify, as `spec` or a `source` asks; none (with a warning

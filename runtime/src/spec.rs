@@ -4,7 +4,9 @@
 //! position before (the first with the row kept from the previous pass), which fills the block's
 //! own K/V cache; then, from the last sampled token and the target's row that sampled it, the
 //! block drafts up to `n_max` tokens, each step pairing its drafted token with the block's own
-//! final-norm row. A draft is its greedy choice, kept while the probability of that choice among
+//! final-norm row. The first draft row goes through the block in the same pass as the rows it
+//! takes in, and a draft pass reads back only its rows and the ten likeliest ids with their
+//! probabilities ([`Readout::Top`]), not its logits. A draft is its greedy choice, kept while the probability of that choice among
 //! the ten likeliest tokens reaches `p_min`, and dropped whole when shorter than `n_min`.
 //!
 //! Other sources (tests, benchmarks) draft through [`DraftSource`]. For benchmarks on
@@ -218,7 +220,8 @@ pub(crate) enum Drafter {
 }
 
 impl Drafter {
-    /// Whether every target pass must read its rows' final-norm rows (for the MTP block).
+    /// Whether target passes read their rows' final-norm rows for the MTP block (a slot whose
+    /// gate has drafting off only before its probes).
     pub(crate) fn reads_rows(&self) -> bool {
         matches!(self, Drafter::Mtp(_))
     }
@@ -239,6 +242,7 @@ pub struct Chunk<'a> {
 }
 
 /// One slot's draft request: the token just sampled, at `pos`, and at most `max` tokens.
+#[derive(Clone, Copy, Debug)]
 pub struct Want {
     /// The slot.
     pub slot: usize,
@@ -263,6 +267,8 @@ pub struct MtpDrafter {
     draft: Option<Box<LoadedModel>>,
     /// Per slot, kept rows not yet taken in ([`MtpDrafter::defer`]).
     behind: Vec<Behind>,
+    /// What the block's passes cost so far.
+    stats: DraftStats,
 }
 
 /// A slot's kept rows the block has not taken in yet: consecutive positions from `start`.
@@ -303,6 +309,7 @@ impl MtpDrafter {
             pending: vec![vec![0.0; n_embd]; n_slots],
             behind: (0..n_slots).map(|_| Behind::default()).collect(),
             draft: None,
+            stats: DraftStats::default(),
         }
     }
 
@@ -371,13 +378,28 @@ impl MtpDrafter {
                 kept: b.tokens.len(),
             })
             .collect();
-        self.run(model, &chunks)
+        self.step(model, &chunks, &[]).map(|_| ())
     }
 
     /// Runs the block over the rows of a target pass (filling its cache at their positions),
     /// after any rows their slots put off, and keeps each slot's row of its last kept position
     /// for the next pairing.
     pub fn take_in(&mut self, model: &mut LoadedModel, chunks: &[Chunk<'_>]) -> Result<(), String> {
+        self.take_in_and_draft(model, chunks, &[]).map(|_| ())
+    }
+
+    /// [`MtpDrafter::take_in`] of `chunks` (and [`MtpDrafter::catch_up`] of the drafting
+    /// slots), then [`MtpDrafter::draft`] for `wants`, one block pass fewer: a drafting slot's
+    /// first draft row is the position right after the rows it takes in (its token the one just
+    /// sampled, paired with the target's row of the last kept position), so that row and every
+    /// slot's rows taken in go through the block in one pass. Where a drafting slot's rows do
+    /// not end right before its draft row, they go in alone first.
+    pub fn take_in_and_draft(
+        &mut self,
+        model: &mut LoadedModel,
+        chunks: &[Chunk<'_>],
+        wants: &[Want],
+    ) -> Result<Vec<Vec<u32>>, String> {
         let n = self.n_embd;
         // A chunk of a slot with rows put off goes in after them, as one run of positions.
         let mut joined: Vec<(usize, Behind, usize)> = Vec::new();
@@ -398,6 +420,14 @@ impl MtpDrafter {
             b.rows.extend_from_slice(c.rows);
             joined.push((c.slot, b, before + c.kept));
         }
+        // A drafting slot's rows put off go in before its draft row too.
+        for w in wants.iter().filter(|w| w.max > 0) {
+            let b = std::mem::take(&mut self.behind[w.slot]);
+            if !b.tokens.is_empty() {
+                let kept = b.tokens.len();
+                joined.push((w.slot, b, kept));
+            }
+        }
         let runs: Vec<Chunk<'_>> = joined
             .iter()
             .map(|(slot, b, kept)| Chunk {
@@ -409,37 +439,16 @@ impl MtpDrafter {
             })
             .chain(alone.into_iter().map(|c| Chunk { ..*c }))
             .collect();
-        self.run(model, &runs)
-    }
-
-    /// Runs the block over `chunks` (each a slot's consecutive positions, its first row paired
-    /// with the slot's carried row) and carries each slot's row of its last kept position.
-    fn run(&mut self, model: &mut LoadedModel, chunks: &[Chunk<'_>]) -> Result<(), String> {
-        let n = self.n_embd;
-        let mut batch = empty_batch();
-        let mut hidden = Vec::new();
-        for c in chunks.iter().filter(|c| !c.tokens.is_empty()) {
-            for (i, &t) in c.tokens.iter().enumerate() {
-                batch.tokens.push(t as i32);
-                batch.positions.push((c.start + i) as i32);
-                batch.slots.push(c.slot as i32);
-                match i {
-                    0 => hidden.extend_from_slice(&self.pending[c.slot]),
-                    _ => hidden.extend_from_slice(&c.rows[(i - 1) * n..i * n]),
-                }
-            }
-            batch.output_rows.push(batch.tokens.len() as i32 - 1);
+        let ends_before = |r: &Chunk<'_>| {
+            wants
+                .iter()
+                .all(|w| w.slot != r.slot || w.max == 0 || r.start + r.kept == w.pos)
+        };
+        if !runs.iter().all(ends_before) {
+            self.step(model, &runs, &[])?;
+            return self.step(model, &[], wants);
         }
-        if batch.tokens.is_empty() {
-            return Ok(());
-        }
-        self.block(model)
-            .forward_draft_reading(&batch, &hidden, Readout::Embeddings)
-            .map_err(|e| format!("the MTP block's pass over the target's rows: {e}"))?;
-        for c in chunks.iter().filter(|c| c.kept > 0) {
-            self.pending[c.slot].copy_from_slice(&c.rows[(c.kept - 1) * n..c.kept * n]);
-        }
-        Ok(())
+        self.step(model, &runs, wants)
     }
 
     /// Drafts for every slot of `wants`, all slots' steps in shared passes; the drafts in the
@@ -449,37 +458,104 @@ impl MtpDrafter {
         model: &mut LoadedModel,
         wants: &[Want],
     ) -> Result<Vec<Vec<u32>>, String> {
+        self.step(model, &[], wants)
+    }
+
+    /// Block passes run and bytes they read back, since the driver was made.
+    pub fn stats(&self) -> DraftStats {
+        self.stats
+    }
+
+    /// Runs the block over the kept rows of `runs` (each a slot's consecutive positions, its
+    /// first row paired with the slot's carried row), carrying each slot's row of its last kept
+    /// position, and drafts for `wants`: the first draft rows in the same pass as `runs` (each
+    /// the position right after its slot's run), each later draft row a pass of its own shared
+    /// by all slots.
+    fn step(
+        &mut self,
+        model: &mut LoadedModel,
+        runs: &[Chunk<'_>],
+        wants: &[Want],
+    ) -> Result<Vec<Vec<u32>>, String> {
         let n = self.n_embd;
-        let n_vocab = model.spec.hparams.n_vocab as usize;
         let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); wants.len()];
+        let runs: Vec<&Chunk<'_>> = runs.iter().filter(|c| c.kept > 0).collect();
+        // The row a slot's next block row pairs with: the target's row of its last kept
+        // position.
+        let carried = |slot: usize, pending: &[Vec<f32>]| -> Vec<f32> {
+            match runs.iter().find(|r| r.slot == slot) {
+                Some(r) => r.rows[(r.kept - 1) * n..r.kept * n].to_vec(),
+                None => pending[slot].clone(),
+            }
+        };
         // Each drafting slot's next row: its token and the row it pairs with.
         let mut rows: Vec<(usize, u32, Vec<f32>)> = wants
             .iter()
             .enumerate()
             .filter(|(_, w)| w.max > 0)
-            .map(|(i, w)| (i, w.last, self.pending[w.slot].clone()))
+            .map(|(i, w)| (i, w.last, carried(w.slot, &self.pending)))
             .collect();
-        while !rows.is_empty() {
+        let mut first = true;
+        while first || !rows.is_empty() {
             let mut batch = empty_batch();
-            let mut hidden = Vec::with_capacity(rows.len() * n);
-            for (r, (i, token, h)) in rows.iter().enumerate() {
+            let mut hidden = Vec::with_capacity((rows.len() + 1) * n);
+            if first {
+                for c in &runs {
+                    for (i, &t) in c.tokens[..c.kept].iter().enumerate() {
+                        batch.tokens.push(t as i32);
+                        batch.positions.push((c.start + i) as i32);
+                        batch.slots.push(c.slot as i32);
+                        match i {
+                            0 => hidden.extend_from_slice(&self.pending[c.slot]),
+                            _ => hidden.extend_from_slice(&c.rows[(i - 1) * n..i * n]),
+                        }
+                    }
+                }
+            }
+            for (i, token, h) in &rows {
                 let w = &wants[*i];
+                batch.output_rows.push(batch.tokens.len() as i32);
                 batch.tokens.push(*token as i32);
                 batch.positions.push((w.pos + drafts[*i].len()) as i32);
                 batch.slots.push(w.slot as i32);
-                batch.output_rows.push(r as i32);
                 hidden.extend_from_slice(h);
             }
+            if batch.tokens.is_empty() {
+                return Ok(drafts);
+            }
+            // Rows taken in alone read back nothing the driver uses: the last row's, as every
+            // pass needs an output.
+            let readout = match rows.is_empty() {
+                true => {
+                    batch.output_rows.push(batch.tokens.len() as i32 - 1);
+                    Readout::Embeddings
+                }
+                false => Readout::Top(TOP_K as u32),
+            };
             let out = self
                 .block(model)
-                .forward_draft_reading(&batch, &hidden, Readout::Both)
-                .map_err(|e| format!("an MTP draft step: {e}"))?;
+                .forward_draft_reading(&batch, &hidden, readout)
+                .map_err(|e| match first {
+                    true => format!("the MTP block's pass over the target's rows: {e}"),
+                    false => format!("an MTP draft step: {e}"),
+                })?;
+            self.stats.passes += 1;
+            self.stats.read_bytes += out.bytes();
+            if first {
+                for c in &runs {
+                    self.pending[c.slot].copy_from_slice(&c.rows[(c.kept - 1) * n..c.kept * n]);
+                }
+                first = false;
+            }
             let mut next = Vec::with_capacity(rows.len());
             for (r, (i, _, _)) in rows.into_iter().enumerate() {
-                let (best, p) = top_choice(&out.logits[r * n_vocab..(r + 1) * n_vocab]);
+                // The block's likeliest token and its probability among the ten likeliest.
+                let (best, p) = (out.top_ids[r * TOP_K], out.top_probs[r * TOP_K]);
                 if p < self.cfg.p_min {
                     continue;
                 }
+                let best = u32::try_from(best)
+                    .map_err(|_| format!("an MTP draft step chose token {best}"))?;
                 drafts[i].push(best);
                 if drafts[i].len() < wants[i].max {
                     next.push((i, best, out.embeddings[r * n..(r + 1) * n].to_vec()));
@@ -496,42 +572,18 @@ impl MtpDrafter {
     }
 }
 
-/// Candidates the draft's probability is taken over (draft-mtp's top-k sampler).
+/// What the MTP block's passes cost the host, counted (the card's time is not).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DraftStats {
+    /// Block passes: rows taken in, drafts, or both.
+    pub passes: u64,
+    /// Bytes those passes read back to the host.
+    pub read_bytes: u64,
+}
+
+/// Candidates the draft's probability is taken over (draft-mtp's top-k sampler, then a
+/// softmax over them): the block's pass reads only these back, not its logits.
 const TOP_K: usize = 10;
-
-/// `x` as an integer ordered as [`f32::total_cmp`] orders floats.
-fn total_key(x: f32) -> i32 {
-    let b = x.to_bits() as i32;
-    b ^ (((b >> 31) as u32) >> 1) as i32
-}
-
-/// The likeliest token of `logits` (the lowest id among equals) and its probability among the
-/// [`TOP_K`] likeliest (draft-mtp's top-k 10 then softmax). One scan keeping the best
-/// [`TOP_K`] in order, most logits dismissed by one integer compare: a draft step's row is the
-/// whole vocabulary (248,320 logits for Qwen3.6), where copying and partitioning them all took
-/// about 1 ms a row, about 0.2 ms this way (release build, this machine).
-fn top_choice(logits: &[f32]) -> (u32, f32) {
-    // Higher logits first, then lower ids.
-    let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    let mut top: Vec<(u32, f32)> = Vec::with_capacity(TOP_K + 1);
-    // The key of the last kept logit once TOP_K are kept: a later id must beat it.
-    let mut floor = i32::MIN;
-    for (i, &l) in logits.iter().enumerate() {
-        if top.len() == TOP_K && total_key(l) <= floor {
-            continue;
-        }
-        let c = (i as u32, l);
-        let at = top.partition_point(|t| order(t, &c).is_lt());
-        top.insert(at, c);
-        top.truncate(TOP_K);
-        if top.len() == TOP_K {
-            floor = total_key(top[TOP_K - 1].1);
-        }
-    }
-    let max = top[0].1;
-    let sum: f32 = top.iter().map(|&(_, l)| (l - max).exp()).sum();
-    (top[0].0, 1.0 / sum)
-}
 
 fn empty_batch() -> BatchInputs {
     BatchInputs {
@@ -545,7 +597,7 @@ fn empty_batch() -> BatchInputs {
 
 #[cfg(test)]
 mod tests {
-    use super::{synth_rate, top_choice, Behind, Chunk, Mt19937, SynthAcceptance};
+    use super::{synth_rate, Behind, Chunk, Mt19937, SynthAcceptance};
 
     #[test]
     fn synthetic_acceptance_has_the_asked_mean_length() {
@@ -602,46 +654,5 @@ mod tests {
             (b.start, b.tokens.clone(), b.rows.len()),
             (3, vec![8, 9], 4)
         );
-    }
-
-    #[test]
-    fn the_top_choice_is_the_argmax_with_its_probability_among_the_ten_likeliest() {
-        // Eleven tokens: the smallest (id 3) is outside the top ten, left out of the sum.
-        let mut logits = vec![0.0f32; 11];
-        logits[3] = -1.0;
-        logits[7] = 2.0;
-        let (id, p) = top_choice(&logits);
-        assert_eq!(id, 7);
-        let want = 2f32.exp() / (2f32.exp() + 9.0);
-        assert!((p - want).abs() < 1e-6, "{p} vs {want}");
-        // Among equals the lowest id.
-        assert_eq!(top_choice(&[1.0, 3.0, 3.0]).0, 1);
-    }
-
-    /// The scan gives what sorting every logit gives (ties on the tenth place included).
-    #[test]
-    fn the_top_choice_equals_a_full_sort() {
-        let mut rng = Mt19937::new(11);
-        // Few distinct values (many ties, also across the tenth place), then many, all negative.
-        let cases = [1, 9, 10, 11, 500].map(|n| (n, 6.0, -2.0));
-        for (n, spread, low) in cases.into_iter().chain([(500, 400.0, -300.0)]) {
-            let logits: Vec<f32> = (0..n)
-                .map(|_| (rng.uniform_f64() * spread).floor() as f32 * 0.5 + low)
-                .collect();
-            let mut all: Vec<(u32, f32)> = logits
-                .iter()
-                .enumerate()
-                .map(|(i, &l)| (i as u32, l))
-                .collect();
-            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            all.truncate(super::TOP_K);
-            let sum: f32 = all.iter().map(|&(_, l)| (l - all[0].1).exp()).sum();
-            let (id, p) = top_choice(&logits);
-            assert_eq!(
-                (id, p.to_bits()),
-                (all[0].0, (1.0 / sum).to_bits()),
-                "n {n}"
-            );
-        }
     }
 }
