@@ -1274,7 +1274,7 @@ impl<'t> Scheduler<'t> {
         c.decode_calls.fetch_add(1, Ordering::Relaxed);
         c.pass_read_bytes
             .fetch_add(4 * (logits.len() + rows.len()) as u64, Ordering::Relaxed);
-        if reads_rows && !rows.is_empty() {
+        if plan.iter().any(|p| p.rows) {
             c.row_read_passes.fetch_add(1, Ordering::Relaxed);
         }
         c.busy_slot_passes
