@@ -305,16 +305,19 @@ pub struct ServeArgs {
     #[arg(long = "no-slots", overrides_with = "slots")]
     pub no_slots: bool,
     /// Chat templates with llama-server's Jinja extensions, tool calls included (the default;
-    /// `--no-jinja` refuses tool calls).
+    /// `--no-jinja`: llama.cpp's built-in templates).
     #[arg(long = "jinja", overrides_with = "no_jinja", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "LLAMA_ARG_JINJA")]
     pub jinja: bool,
-    /// Refuse tool calls (llama-server's plain template engine has none).
+    /// llama.cpp's built-in (C++) templates instead of Jinja, as llama-server's: picked by
+    /// `--chat-template NAME` or detected from the template's text; no tools, no template
+    /// variables, no reasoning parsing.
     #[arg(long = "no-jinja", overrides_with = "jinja")]
     pub no_jinja: bool,
-    /// Chat template: Jinja source or a built-in name (`chatml`).
+    /// Chat template: Jinja source, `chatml`, or with `--no-jinja` a built-in name of llama.cpp
+    /// (`llama3`, `command-r`, `gemma`, `mistral-v7`, … every name llama-server b11434 lists).
     #[arg(long = "chat-template", env = "LLAMA_ARG_CHAT_TEMPLATE")]
     pub chat_template: Option<String>,
-    /// Chat template read from a file.
+    /// Chat template read from a file (under `--no-jinja`, detected as llama-server detects it).
     #[arg(long = "chat-template-file", env = "LLAMA_ARG_CHAT_TEMPLATE_FILE")]
     pub chat_template_file: Option<PathBuf>,
     /// Where thinking goes: `auto`/`deepseek` put `<think>` spans into `reasoning_content`,

@@ -26,6 +26,7 @@ pub mod sampler_fields;
 pub mod shutdown;
 pub mod structured;
 pub mod systemone;
+pub mod template;
 pub mod tls;
 pub mod tool_generic;
 pub mod tool_grammar;
@@ -76,6 +77,8 @@ pub struct Ready {
     pub template_source: String,
     /// What the template renders (system role, reasoning tags), probed at load.
     pub template_caps: chat_continue::TemplateCaps,
+    /// Under `--no-jinja`: llama.cpp's built-in template that renders chat prompts instead.
+    pub builtin: Option<bloomery_text::builtin::Builtin>,
     /// Jobs for the scheduler (bounded: the wait queue); one that comes while the model sleeps
     /// wakes it.
     pub jobs: mpsc::Sender<Job>,
@@ -455,38 +458,18 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
             .unwrap_or_default()
             .to_owned()
     };
-    let (template, template_source) = match (&a.chat_template, &a.chat_template_file) {
-        (Some(t), _) if t == "chatml" => (
-            ChatTemplate::new(
-                crate::text::CHATML_FALLBACK,
-                &text_of(tok.bos()),
-                &text_of(tok.eos()),
-            )?,
-            crate::text::CHATML_FALLBACK.to_owned(),
-        ),
-        (Some(t), _) if t.contains("{%") || t.contains("{{") => (
-            ChatTemplate::new(t, &text_of(tok.bos()), &text_of(tok.eos()))?,
-            t.clone(),
-        ),
-        (Some(t), _) => anyhow::bail!(
-            "--chat-template {t:?}: not Jinja source and not a built-in name (built in: chatml)"
-        ),
-        (None, Some(path)) => {
-            let src = std::fs::read_to_string(path)
-                .with_context(|| format!("reading --chat-template-file {}", path.display()))?;
-            (
-                ChatTemplate::new(&src, &text_of(tok.bos()), &text_of(tok.eos()))?,
-                src,
-            )
-        }
-        (None, None) => {
-            let src = meta
-                .get_str("tokenizer.chat_template")
-                .map(str::to_owned)
-                .unwrap_or_else(|_| crate::text::CHATML_FALLBACK.to_owned());
-            (crate::text::chat_template(&model.file, &tok)?, src)
-        }
-    };
+    let choice = template::choose(
+        a,
+        meta.get_str("tokenizer.chat_template").ok(),
+        &text_of(tok.bos()),
+        &text_of(tok.eos()),
+    )?;
+    if let Some(b) = choice.builtin {
+        tracing::info!(
+            "--no-jinja: chat prompts in llama.cpp's built-in template {}",
+            b.name().unwrap_or("dots1 (detected)")
+        );
+    }
     let arch = model.spec.architecture.to_string();
     let hp = &model.spec.hparams;
     let size: u64 = model
@@ -599,9 +582,10 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     };
     Ok(Ready {
         tok,
-        template_caps: chat_continue::TemplateCaps::probe(&template, &template_source),
-        template,
-        template_source,
+        template_caps: chat_continue::TemplateCaps::probe(&choice.template, &choice.source),
+        template: choice.template,
+        template_source: choice.source,
+        builtin: choice.builtin,
         jobs,
         shared,
         scrape: Default::default(),

@@ -53,7 +53,7 @@ impl ChatJob {
     /// a reasoning budget needs).
     pub fn thinking(&self, ready: &super::Ready) -> (bool, bool) {
         (
-            super::budget::template_thinks(&ready.template_source),
+            ready.builtin.is_none() && super::budget::template_thinks(&ready.template_source),
             self.prompt.starts_in_thinking,
         )
     }
@@ -76,8 +76,14 @@ pub fn prepare_chat(
         Some(choice) => choice.get("type").and_then(Value::as_str) != Some("none"),
         None => true,
     };
+    if ready.builtin.is_some() {
+        super::template::refuse_tools(f)?;
+    }
     let (continuation, add_generation_prompt) =
         chat_continue::requested(f, state.args.prefill_assistant(), messages)?;
+    if let Some(b) = ready.builtin {
+        return builtin_chat(state, ready, f, b, messages, add_generation_prompt, to_run);
+    }
     let joined;
     let messages = match continuation {
         Some(_) => {
@@ -91,9 +97,6 @@ pub fn prepare_chat(
         None => messages,
     };
     let tools = chat::tools(tools)?.filter(|_| offered);
-    if tools.is_some() && !state.args.jinja() {
-        return Err(ApiError::invalid("tools param requires --jinja flag"));
-    }
     // A template that never reads `tools` would drop them without a word: they are described
     // in the system message instead, and the reply is a JSON object of calls or an answer.
     let offers_tools = tools
@@ -151,6 +154,43 @@ pub fn prepare_chat(
             format,
         }),
         reasoning,
+    })
+}
+
+/// A chat rendered in llama.cpp's built-in template (`--no-jinja`), as llama-server's legacy
+/// path renders it: roles and texts only, a continued final message written whole (the legacy
+/// path has no continuation), `chat_template_kwargs` checked and unused, no reasoning parsed.
+fn builtin_chat(
+    state: &AppState,
+    ready: &Ready,
+    f: &Fields<'_>,
+    b: bloomery_text::builtin::Builtin,
+    messages: &Value,
+    add_generation_prompt: bool,
+    to_run: bool,
+) -> Result<ChatJob, ApiError> {
+    chat::template_kwargs(f, state.args.template_kwargs().unwrap_or_default())?;
+    if let Some(v) = f.str("reasoning_format")? {
+        parse_reasoning(v).map_err(|e| ApiError::invalid(e.to_string()))?;
+    }
+    let raw = f.get("messages");
+    let text = super::template::builtin_prompt(b, messages, raw, add_generation_prompt);
+    if to_run {
+        check_fits(ready, fewest_tokens(ready, &text))?;
+    }
+    let tokens = ready
+        .tok
+        .encode(&text, true, true)
+        .map_err(|e| ApiError::internal(format!("tokenizing the prompt: {e}")))?;
+    Ok(ChatJob {
+        prompt: ChatPrompt {
+            tokens,
+            text,
+            starts_in_thinking: false,
+            may_open_thinking: false,
+        },
+        tools: None,
+        reasoning: ReasoningFormat::None,
     })
 }
 
