@@ -3,10 +3,11 @@
 compared with libllama's own `llama_chat_apply_template` renders
 (text/tests/fixtures/builtin_templates.json, tests/oracle/make_builtin_templates_golden.sh)."""
 import json
+import re
 
 import pytest
 
-from conftest import QWEN3_TEMPLATE, ROOT, Server
+from conftest import QWEN3_TEMPLATE, ROOT, Server, run_cli
 
 GOLDEN = json.loads((ROOT / "text/tests/fixtures/builtin_templates.json").read_text())
 
@@ -94,3 +95,22 @@ def test_unusable_templates_are_refused_at_start(tiny_path, flags, named):
     with pytest.raises(RuntimeError) as e:
         Server(tiny_path, "-c", "256", *flags)
     assert named in str(e.value)
+
+
+def test_run_chat_takes_a_builtin_name(tiny_path, llama3):
+    conv = GOLDEN["conversations"][0]
+    rc, out = run_cli("run", "-m", str(tiny_path), "-p", conv[0]["content"], "--chat", "--no-jinja",
+                      "--chat-template", "llama3", "-n", "1", "--temp", "0")
+    assert rc == 0, out
+    n_prompt = int(re.search(r"prompt eval time = .* / +(\d+) tokens", out).group(1))
+    want = llama3.post("/tokenize", {"content": golden("llama3", 0, True), "add_special": True}).json()
+    assert n_prompt == len(want["tokens"])
+
+
+@pytest.mark.parametrize("flags,named", [
+    (["--chat", "--chat-template", "llama3"], "--no-jinja"),
+    (["--no-jinja"], "apply to --chat"),
+])
+def test_run_refuses_unusable_template_flags(tiny_path, flags, named):
+    rc, out = run_cli("run", "-m", str(tiny_path), "-p", "Hi", "-n", "1", *flags)
+    assert rc != 0 and named in out, out

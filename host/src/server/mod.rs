@@ -459,7 +459,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
             .to_owned()
     };
     let choice = template::choose(
-        a,
+        template::Flags::of_serve(a),
         meta.get_str("tokenizer.chat_template").ok(),
         &text_of(tok.bos()),
         &text_of(tok.eos()),

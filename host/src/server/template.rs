@@ -4,6 +4,8 @@
 //! (`bloomery_text::builtin::detect`), picks one; the prompt is then each message's role and
 //! text in its fixed layout, with no tools, no template variables and no reasoning parsing.
 
+use std::path::Path;
+
 use anyhow::Context;
 use bloomery_text::builtin::{self, Builtin};
 use bloomery_text::ChatTemplate;
@@ -24,18 +26,44 @@ pub struct Choice {
     pub builtin: Option<Builtin>,
 }
 
-/// The template `a` asks for; `model_source` is the model's `tokenizer.chat_template` (`None`:
-/// the file has none, and ChatML serves).
+/// The template flags of `serve` and `run` (llama.cpp's `--chat-template`,
+/// `--chat-template-file`, `--jinja`/`--no-jinja`).
+#[derive(Clone, Copy, Debug)]
+pub struct Flags<'a> {
+    /// `--chat-template`: Jinja source or a name.
+    pub text: Option<&'a str>,
+    /// `--chat-template-file`.
+    pub file: Option<&'a Path>,
+    /// `--jinja` (the default) rather than `--no-jinja`.
+    pub jinja: bool,
+}
+
+impl<'a> Flags<'a> {
+    /// The template flags of `serve`.
+    pub fn of_serve(a: &'a ServeArgs) -> Flags<'a> {
+        Flags {
+            text: a.chat_template.as_deref(),
+            file: a.chat_template_file.as_deref(),
+            jinja: a.jinja(),
+        }
+    }
+}
+
+/// The template `flags` ask for; `model_source` is the model's `tokenizer.chat_template`
+/// (`None`: the file has none, and ChatML serves).
 pub fn choose(
-    a: &ServeArgs,
+    flags: Flags<'_>,
     model_source: Option<&str>,
     bos: &str,
     eos: &str,
 ) -> anyhow::Result<Choice> {
     let chatml = crate::text::CHATML_FALLBACK;
-    let (source, given) = match (&a.chat_template, &a.chat_template_file) {
-        (Some(t), _) if t == "chatml" => (chatml.to_owned(), true),
-        (Some(t), _) => (t.clone(), true),
+    let (source, given) = match (flags.text, flags.file) {
+        (Some(_), Some(_)) => {
+            anyhow::bail!("give --chat-template or --chat-template-file, not both")
+        }
+        (Some("chatml"), None) => (chatml.to_owned(), true),
+        (Some(t), None) => (t.to_owned(), true),
         (None, Some(path)) => (
             std::fs::read_to_string(path)
                 .with_context(|| format!("reading --chat-template-file {}", path.display()))?,
@@ -48,8 +76,8 @@ pub fn choose(
             (model_source.unwrap_or(chatml).to_owned(), false)
         }
     };
-    let builtin = if a.jinja() {
-        if let Some(t) = &a.chat_template {
+    let builtin = if flags.jinja {
+        if let Some(t) = flags.text {
             jinja_text(t)?;
         }
         None
