@@ -89,7 +89,8 @@ pub struct ServeArgs {
     /// Keep generating past end-of-generation tokens unless a request says otherwise.
     #[arg(long = "ignore-eos")]
     pub ignore_eos: bool,
-    /// Slots: requests served at once, each with ctx-size / parallel positions.
+    /// Slots: requests served at once, each with ctx-size / parallel positions (-1, llama-server's
+    /// auto, is refused: see [`NP_AUTO`]).
     #[arg(
         long = "parallel",
         default_value_t = 1,
@@ -399,6 +400,13 @@ pub enum ReasoningFormat {
     Legacy,
 }
 
+/// Why `-np -1` is refused: what llama-server b11434 makes of it (tools/server/server.cpp) needs
+/// the shared KV pool that `-kvu` names.
+pub const NP_AUTO: &str = "-np/--parallel -1 (auto): llama-server b11434 resolves it to 4 slots \
+    sharing one unified KV pool (-kvu), each slot able to use the whole context; here each slot \
+    holds ctx-size/parallel positions of its own and no shared pool exists (-kvu is refused): give \
+    -np N for N slots of ctx-size/N positions, or leave -np out for one slot with the whole context";
+
 impl ServeArgs {
     /// The most rows a prompt pass evaluates: the smaller of `-b` and `-ub`, at least one.
     pub fn n_batch(&self) -> u32 {
@@ -416,14 +424,9 @@ impl ServeArgs {
         }
     }
 
-    /// Slots in force.
+    /// Slots in force (`validate` refuses any `-np` below 1).
     pub fn n_slots(&self) -> u32 {
-        // -1 is llama-server's "auto": four slots.
-        if self.parallel == -1 {
-            4
-        } else {
-            self.parallel.max(1) as u32
-        }
+        self.parallel.max(1) as u32
     }
 
     /// Whether the model's mapped bytes are locked in RAM (`--mlock` or `-lm mmap+mlock`).
@@ -543,6 +546,9 @@ impl ServeArgs {
         }
         if self.no_mmap {
             not_yet("--no-mmap", "the model is always mapped")?;
+        }
+        if self.parallel == -1 {
+            bail!("{NP_AUTO}");
         }
         if self.parallel == 0 || self.parallel < -1 {
             bail!(
