@@ -8,65 +8,118 @@ mod render;
 
 pub use detect::detect;
 
-/// One of llama.cpp's built-in chat templates.
+/// One of llama.cpp's built-in chat templates (each documented by its llama.cpp name).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(missing_docs)]
 pub enum Builtin {
+    /// `chatml`.
     Chatml,
+    /// `llama2`.
     Llama2,
+    /// `llama2-sys`.
     Llama2Sys,
+    /// `llama2-sys-bos`.
     Llama2SysBos,
+    /// `llama2-sys-strip`.
     Llama2SysStrip,
+    /// `mistral-v1`.
     MistralV1,
+    /// `mistral-v3`.
     MistralV3,
+    /// `mistral-v3-tekken`.
     MistralV3Tekken,
+    /// `mistral-v7`.
     MistralV7,
+    /// `mistral-v7-tekken`.
     MistralV7Tekken,
+    /// `phi3`.
     Phi3,
+    /// `phi4`.
     Phi4,
+    /// `falcon3`.
     Falcon3,
+    /// `zephyr`.
     Zephyr,
+    /// `monarch`.
     Monarch,
+    /// `gemma`.
     Gemma,
+    /// `orion`.
     Orion,
+    /// `openchat`.
     Openchat,
+    /// `vicuna`.
     Vicuna,
+    /// `vicuna-orca`.
     VicunaOrca,
+    /// `deepseek`.
     Deepseek,
+    /// `deepseek2`.
     Deepseek2,
+    /// `deepseek3`.
     Deepseek3,
+    /// `deepseek-ocr`.
     DeepseekOcr,
+    /// `command-r`.
     CommandR,
+    /// `llama3`.
     Llama3,
+    /// `chatglm3`.
     Chatglm3,
+    /// `chatglm4`.
     Chatglm4,
+    /// `glmedge`.
     Glmedge,
+    /// `minicpm`.
     Minicpm,
+    /// `exaone3`.
     Exaone3,
+    /// `exaone4`.
     Exaone4,
+    /// `exaone-moe`.
     ExaoneMoe,
+    /// `rwkv-world`.
     RwkvWorld,
+    /// `granite`.
     Granite3,
+    /// `granite-4.0`.
     Granite40,
+    /// `granite-4.1`.
     Granite41,
+    /// `gigachat`.
     Gigachat,
+    /// `megrez`.
     Megrez,
+    /// `yandex`.
     Yandex,
+    /// `bailing`.
     Bailing,
+    /// `bailing-think`.
     BailingThink,
+    /// `bailing2`.
     Bailing2,
+    /// `llama4`.
     Llama4,
+    /// `smolvlm`.
     Smolvlm,
     /// dots.llm1: found by detection only (llama.cpp gives it no name).
     Dots1,
+    /// `hunyuan-moe`.
     HunyuanMoe,
+    /// `gpt-oss`.
     GptOss,
+    /// `hunyuan-dense`.
     HunyuanDense,
+    /// `hunyuan-vl`.
     HunyuanVl,
+    /// `kimi-k2`.
     KimiK2,
+    /// `seed_oss`.
     SeedOss,
+    /// `grok-2`.
     Grok2,
+    /// `pangu-embedded`.
     PanguEmbedded,
+    /// `solar-open`.
     SolarOpen,
 }
 
