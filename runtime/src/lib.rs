@@ -11,6 +11,7 @@ pub mod draft_gate;
 pub mod embedding;
 pub mod grammar;
 mod handle;
+pub mod ngram_draft;
 mod panic;
 pub mod prompt_cache;
 pub mod reasoning_budget;

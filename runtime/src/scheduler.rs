@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::draft_gate::{Gate, StepCosts, StepShape, WallClock};
 use crate::grammar::{token_trie, Constraint};
+use crate::ngram_draft::NgramSimple;
 use crate::panic::panic_message;
 use crate::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
 use crate::reasoning_budget::Budget;
@@ -1937,6 +1938,11 @@ fn drafter_of(
     }
     if let Some(source) = source {
         return Some(Drafter::Source(source));
+    }
+    if spec.kind == SpecType::NgramSimple {
+        return Some(Drafter::Source(Box::new(NgramSimple::new(
+            spec.ngram_simple,
+        ))));
     }
     let n_slots = model.options.n_slots as usize;
     if let Some(draft) = draft {

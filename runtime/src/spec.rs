@@ -14,6 +14,7 @@
 use bloomery_exec::{BatchInputs, LoadedModel, Readout};
 use bloomery_plugin_api::model::ModelSpec;
 
+use crate::ngram_draft::NgramSimpleConfig;
 use crate::sampling::rng::Mt19937;
 
 /// Which drafts a generation is verified against (llama-server's `--spec-type`).
@@ -23,6 +24,8 @@ pub enum SpecType {
     None,
     /// The model's MTP block (`draft-mtp`).
     DraftMtp,
+    /// The slot's own history (`ngram-simple`, [`crate::ngram_draft`]).
+    NgramSimple,
 }
 
 impl SpecType {
@@ -32,6 +35,7 @@ impl SpecType {
         match self {
             SpecType::None => "none",
             SpecType::DraftMtp => "draft-mtp",
+            SpecType::NgramSimple => "ngram-simple",
         }
     }
 }
@@ -57,6 +61,8 @@ pub struct SpecConfig {
     /// drafts). A synthetic acceptance length benchmarks the drafting path itself: the
     /// runtime ungates it.
     pub gate: bool,
+    /// `ngram-simple`'s settings (`--spec-ngram-simple-*`).
+    pub ngram_simple: NgramSimpleConfig,
 }
 
 impl SpecConfig {
@@ -74,6 +80,7 @@ impl SpecConfig {
         p_min: 0.0,
         synth_len: None,
         gate: true,
+        ngram_simple: NgramSimpleConfig::DEFAULT,
     };
 
     /// Whether the slots' drafting gates choose when to draft: asked for, and no synthetic
@@ -83,8 +90,11 @@ impl SpecConfig {
     }
 
     /// These settings for a model of architecture `arch` drafting with its own MTP layers:
-    /// `n_max` at most the [`mtp_width`] of its layers.
+    /// `n_max` at most the [`mtp_width`] of its layers (other drafting as it is).
     pub fn for_model(self, arch: &str) -> SpecConfig {
+        if self.kind != SpecType::DraftMtp {
+            return self;
+        }
         SpecConfig {
             n_max: mtp_width(arch).map_or(self.n_max, |w| self.n_max.min(w)),
             ..self

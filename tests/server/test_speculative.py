@@ -181,3 +181,49 @@ def test_a_gated_slot_reports_its_measured_costs(mtp_path):
         assert switches == gate["switches"], (switches, gate)
     finally:
         s.stop()
+
+
+@pytest.mark.parametrize("model, kept", [("tiny_path", True), ("hybrid_path", False)])
+def test_ngram_simple_drafts_from_the_history_and_changes_no_token(model, kept, request):
+    """llama-server's --spec-type ngram-simple: drafts copied from the slot's own history after an
+    earlier occurrence of its last tokens, verified by the model (an attention-only file, and a
+    hybrid whose recurrent state rolls back); greedy and seeded answers as without drafting."""
+    path = request.getfixturevalue(model)
+    prompt = "one two three four one two three four one two three four one two"
+    bodies = [
+        {"prompt": prompt, "n_predict": 64, "temperature": 0},
+        {"prompt": prompt, "n_predict": 64, "temperature": 0.8, "seed": 5},
+    ]
+    answers = {}
+    for flags in [("--spec-type", "none"),
+                  ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
+                   "--spec-ngram-simple-size-m", "6", "--spec-no-gate")]:
+        s = Server(path, "-c", "512", "-np", "1", "--metrics", *flags)
+        try:
+            props = s.get("/props").json()["default_generation_settings"]
+            assert props["params"]["speculative.types"] == flags[1], props
+            answers[flags[1]] = [s.post("/completion", b).json() for b in bodies]
+        finally:
+            s.stop()
+    for off, on in zip(answers["none"], answers["ngram-simple"]):
+        assert on["content"] == off["content"], (on["content"], off["content"])
+        assert "draft_n" not in off["timings"], off["timings"]
+    greedy = answers["ngram-simple"][0]["timings"]
+    # The history repeats, so drafts are made; the qwen3moe file's greedy answer repeats itself,
+    # so some are kept (the hybrid's refuses every one: each step rolls its state back).
+    assert greedy["draft_n"] > 0 and 0 <= greedy["draft_n_accepted"] <= greedy["draft_n"], greedy
+    assert (greedy["draft_n_accepted"] > 0) == kept, greedy
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (("--spec-type", "ngram-simple,draft-mtp"), "combining ngram-simple with draft-mtp"),
+        (("--spec-type", "ngram-mod"), "--spec-type ngram-mod: not supported"),
+        (("--spec-ngram-simple-size-n", "0"), "--spec-ngram-simple-size-n"),
+        (("--spec-ngram-simple-size-m", "1025"), "--spec-ngram-simple-size-m"),
+    ],
+)
+def test_unsupported_or_out_of_range_ngram_settings_are_refused_by_name(tiny_path, flags, message):
+    rc, text = run_cli("serve", "-m", str(tiny_path), *flags)
+    assert rc != 0 and message in text, text

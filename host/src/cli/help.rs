@@ -124,6 +124,9 @@ const SPECULATIVE: &[&str] = &[
     "spec-synth-len",
     "spec-draft-model",
     "spec-no-gate",
+    "spec-ngram-simple-size-n",
+    "spec-ngram-simple-size-m",
+    "spec-ngram-simple-min-hits",
 ];
 
 /// Where the model's weights and experts go: llama.cpp's `-ngl`, `-cmoe`, `-ncmoe`, `-ot`,

@@ -380,6 +380,7 @@ fn load_model(
         overrides,
         check_tensors: a.placement.experts.check_tensors,
         draft_n_max: a.spec.planned_n_max()?,
+        draft_history: a.spec.planned_history()?,
     };
     // Prompts are evaluated in batches of at most n_batch rows (the engine's config below).
     let mut request = a.placement.request()?;

@@ -6,7 +6,7 @@ use super::{flag, KnownFlag};
 
 const AFFINITY: &str = "the worker pool pins one thread per core itself (-t sets the count)";
 const SPECULATIVE: &str =
-    "of speculative decoding, only an MTP block drafts (--spec-type draft-mtp: the model's own, or -md's)";
+    "of speculative decoding, only an MTP block (--spec-type draft-mtp: the model's own, or -md's) and ngram-simple draft";
 const MULTIMODAL: &str = "multimodal input is not supported";
 const DOWNLOAD: &str = "bloomery loads local GGUF files only";
 const PRESET: &str = "presets download models; bloomery loads local GGUF files only";
@@ -248,9 +248,9 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--spec-ngram-mod-n-min"], &[], None, Value, Refused(SPECULATIVE)),
     flag(&["--spec-ngram-mod-n-max"], &[], None, Value, Refused(SPECULATIVE)),
     flag(&["--spec-ngram-mod-n-match"], &[], None, Value, Refused(SPECULATIVE)),
-    flag(&["--spec-ngram-simple-size-n"], &[], None, Value, Refused(SPECULATIVE)),
-    flag(&["--spec-ngram-simple-size-m"], &[], None, Value, Refused(SPECULATIVE)),
-    flag(&["--spec-ngram-simple-min-hits"], &[], None, Value, Refused(SPECULATIVE)),
+    flag(&["--spec-ngram-simple-size-n"], &[], None, Value, Serve),
+    flag(&["--spec-ngram-simple-size-m"], &[], None, Value, Serve),
+    flag(&["--spec-ngram-simple-min-hits"], &[], None, Value, Serve),
     flag(&["--spec-ngram-map-k-size-n"], &[], None, Value, Refused(SPECULATIVE)),
     flag(&["--spec-ngram-map-k-size-m"], &[], None, Value, Refused(SPECULATIVE)),
     flag(&["--spec-ngram-map-k-min-hits"], &[], None, Value, Refused(SPECULATIVE)),
