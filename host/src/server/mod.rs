@@ -8,6 +8,7 @@ pub mod bind;
 pub mod budget;
 pub mod chat;
 pub mod chat_continue;
+pub mod control;
 pub mod cors;
 pub mod embeddings;
 pub mod error;
@@ -145,6 +146,8 @@ pub struct AppState {
     pub page: crate::flags::web::Page,
     /// Whether OpenAI answers carry the `__verbose` debug object by default (`-v`, `-lv` > 9).
     pub debug_answers: bool,
+    /// The chat completions running now, for `/v1/chat/completions/control`.
+    pub running: Arc<control::Running>,
 }
 
 impl AppState {
@@ -252,6 +255,7 @@ pub fn router(
         .route("/v1/completions", post(openai::completions))
         .route("/chat/completions", post(openai::chat))
         .route("/v1/chat/completions", post(openai::chat))
+        .route("/v1/chat/completions/control", post(control::control))
         .route(
             "/chat/completions/input_tokens",
             post(openai::chat_input_tokens),
@@ -637,6 +641,7 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs, verbose: bool) -> anyhow::R
         started_unix: gen::unix_now(),
         page: a.web.page(),
         debug_answers: verbose || a.log.verbosity.is_some_and(|n| n > 9),
+        running: Arc::default(),
     });
     let cors = cors::layer(&a.web)?;
     let cors_methods = cors::preflight_methods(&a.web)?;
