@@ -23,7 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::draft_gate::{Gate, StepCosts, StepShape, WallClock};
 use crate::grammar::{token_trie, Constraint};
-use crate::ngram_draft::NgramSimple;
+use crate::ngram_draft::{NgramMod, NgramSimple};
 use crate::panic::panic_message;
 use crate::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
 use crate::reasoning_budget::Budget;
@@ -737,8 +737,10 @@ impl<'t> Scheduler<'t> {
             job.params.shift.n_cache_reuse
         };
         let keep = self.prepare_slot(id, &job.prompt, reuse, n_cache_reuse, rows);
-        if let (0, Some(Drafter::Mtp(m))) = (keep, self.drafter.as_mut()) {
-            m.reset(id);
+        match (keep, self.drafter.as_mut()) {
+            (0, Some(Drafter::Mtp(m))) => m.reset(id),
+            (_, Some(Drafter::Source(src))) => src.begin(id, &job.prompt),
+            _ => {}
         }
         // The penalty window never holds more than a slot's context: a longer one (a client's
         // -1 read as "all") is the whole context, not an allocation of its length.
@@ -1485,6 +1487,9 @@ impl<'t> Scheduler<'t> {
             if n_drafted > 0 {
                 tracing::trace!("slot {id}: {accepted} of the drafted tokens {drafted:?} accepted");
                 if std::mem::take(&mut task.spec_draft) {
+                    if let Some(Drafter::Source(src)) = self.drafter.as_mut() {
+                        src.accepted(id, accepted);
+                    }
                     c.spec_verify_steps.fetch_add(1, Ordering::Relaxed);
                     c.spec_draft_tokens
                         .fetch_add(n_drafted as u64, Ordering::Relaxed);
@@ -1939,12 +1944,26 @@ fn drafter_of(
     if let Some(source) = source {
         return Some(Drafter::Source(source));
     }
-    if spec.kind == SpecType::NgramSimple {
-        return Some(Drafter::Source(Box::new(NgramSimple::new(
-            spec.ngram_simple,
-        ))));
-    }
     let n_slots = model.options.n_slots as usize;
+    match spec.kind {
+        SpecType::NgramSimple => {
+            return Some(Drafter::Source(Box::new(NgramSimple::new(
+                spec.ngram_simple,
+            ))));
+        }
+        SpecType::NgramMod => {
+            if spec.ngram_mod.n_match < 16 {
+                tracing::warn!(
+                    "ngram-mod: --spec-ngram-mod-n-match {} is short: drafts may be poor (as \
+                     llama-server warns below 16)",
+                    spec.ngram_mod.n_match
+                );
+            }
+            let m = NgramMod::new(spec.ngram_mod, n_slots);
+            return Some(Drafter::Source(Box::new(m)));
+        }
+        SpecType::None | SpecType::DraftMtp => {}
+    }
     if let Some(draft) = draft {
         let Some(width) = draft.hidden_width() else {
             tracing::warn!("drafting off: the draft file builds no draft graph");

@@ -14,7 +14,7 @@
 use bloomery_exec::{BatchInputs, LoadedModel, Readout};
 use bloomery_plugin_api::model::ModelSpec;
 
-use crate::ngram_draft::NgramSimpleConfig;
+use crate::ngram_draft::{NgramModConfig, NgramSimpleConfig};
 use crate::sampling::rng::Mt19937;
 
 /// Which drafts a generation is verified against (llama-server's `--spec-type`).
@@ -26,6 +26,8 @@ pub enum SpecType {
     DraftMtp,
     /// The slot's own history (`ngram-simple`, [`crate::ngram_draft`]).
     NgramSimple,
+    /// A table of every slot's history (`ngram-mod`, [`crate::ngram_draft`]).
+    NgramMod,
 }
 
 impl SpecType {
@@ -36,6 +38,7 @@ impl SpecType {
             SpecType::None => "none",
             SpecType::DraftMtp => "draft-mtp",
             SpecType::NgramSimple => "ngram-simple",
+            SpecType::NgramMod => "ngram-mod",
         }
     }
 }
@@ -63,6 +66,8 @@ pub struct SpecConfig {
     pub gate: bool,
     /// `ngram-simple`'s settings (`--spec-ngram-simple-*`).
     pub ngram_simple: NgramSimpleConfig,
+    /// `ngram-mod`'s settings (`--spec-ngram-mod-*`).
+    pub ngram_mod: NgramModConfig,
 }
 
 impl SpecConfig {
@@ -81,6 +86,7 @@ impl SpecConfig {
         synth_len: None,
         gate: true,
         ngram_simple: NgramSimpleConfig::DEFAULT,
+        ngram_mod: NgramModConfig::DEFAULT,
     };
 
     /// Whether the slots' drafting gates choose when to draft: asked for, and no synthetic
@@ -214,9 +220,15 @@ pub fn synth_rate(len: f64, n_max: usize) -> f64 {
 /// A source of drafts other than the model's MTP block: for tests (a perfect source, a wrong
 /// one) and benchmarks.
 pub trait DraftSource: Send {
+    /// Slot `id_slot` begins generating after `prompt` (the whole prompt it holds).
+    fn begin(&mut self, _id_slot: usize, _prompt: &[u32]) {}
+
     /// Up to `max` tokens that may follow `tokens` (what slot `id_slot` holds and the token just
     /// sampled after it).
     fn draft(&mut self, id_slot: usize, tokens: &[u32], max: usize) -> Vec<u32>;
+
+    /// The target kept `accepted` tokens of slot `id_slot`'s last (non-empty) draft.
+    fn accepted(&mut self, _id_slot: usize, _accepted: usize) {}
 }
 
 /// What drafts in a scheduler.

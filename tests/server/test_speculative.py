@@ -183,10 +183,17 @@ def test_a_gated_slot_reports_its_measured_costs(mtp_path):
         s.stop()
 
 
+NGRAM_SIMPLE = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
+                "--spec-ngram-simple-size-m", "6")
+NGRAM_MOD = ("--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "1", "--spec-ngram-mod-n-max", "8",
+             "--spec-ngram-mod-n-min", "1")
+
+
 @pytest.mark.parametrize("model, kept", [("tiny_path", True), ("hybrid_path", False)])
-def test_ngram_simple_drafts_from_the_history_and_changes_no_token(model, kept, request):
-    """llama-server's --spec-type ngram-simple: drafts copied from the slot's own history after an
-    earlier occurrence of its last tokens, verified by the model (an attention-only file, and a
+@pytest.mark.parametrize("spec", [NGRAM_SIMPLE, NGRAM_MOD], ids=["ngram-simple", "ngram-mod"])
+def test_ngram_drafts_from_the_history_and_change_no_token(model, kept, spec, request):
+    """llama-server's --spec-type ngram-simple and ngram-mod: drafts from token history (the
+    slot's own; a table of every slot's), verified by the model (an attention-only file, and a
     hybrid whose recurrent state rolls back); greedy and seeded answers as without drafting."""
     path = request.getfixturevalue(model)
     prompt = "one two three four one two three four one two three four one two"
@@ -195,9 +202,7 @@ def test_ngram_simple_drafts_from_the_history_and_changes_no_token(model, kept, 
         {"prompt": prompt, "n_predict": 64, "temperature": 0.8, "seed": 5},
     ]
     answers = {}
-    for flags in [("--spec-type", "none"),
-                  ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
-                   "--spec-ngram-simple-size-m", "6", "--spec-no-gate")]:
+    for flags in [("--spec-type", "none"), (*spec, "--spec-no-gate")]:
         s = Server(path, "-c", "512", "-np", "1", "--metrics", *flags)
         try:
             props = s.get("/props").json()["default_generation_settings"]
@@ -205,10 +210,10 @@ def test_ngram_simple_drafts_from_the_history_and_changes_no_token(model, kept, 
             answers[flags[1]] = [s.post("/completion", b).json() for b in bodies]
         finally:
             s.stop()
-    for off, on in zip(answers["none"], answers["ngram-simple"]):
+    for off, on in zip(answers["none"], answers[spec[1]]):
         assert on["content"] == off["content"], (on["content"], off["content"])
         assert "draft_n" not in off["timings"], off["timings"]
-    greedy = answers["ngram-simple"][0]["timings"]
+    greedy = answers[spec[1]][0]["timings"]
     # The history repeats, so drafts are made; the qwen3moe file's greedy answer repeats itself,
     # so some are kept (the hybrid's refuses every one: each step rolls its state back).
     assert greedy["draft_n"] > 0 and 0 <= greedy["draft_n_accepted"] <= greedy["draft_n"], greedy
@@ -219,7 +224,9 @@ def test_ngram_simple_drafts_from_the_history_and_changes_no_token(model, kept, 
     "flags, message",
     [
         (("--spec-type", "ngram-simple,draft-mtp"), "combining ngram-simple with draft-mtp"),
-        (("--spec-type", "ngram-mod"), "--spec-type ngram-mod: not supported"),
+        (("--spec-type", "ngram-map-k"), "--spec-type ngram-map-k: not supported"),
+        (("--spec-type", "ngram-mod,ngram-simple"), "combining ngram-mod with ngram-simple"),
+        (("--spec-ngram-mod-n-match", "0"), "--spec-ngram-mod-n-match"),
         (("--spec-ngram-simple-size-n", "0"), "--spec-ngram-simple-size-n"),
         (("--spec-ngram-simple-size-m", "1025"), "--spec-ngram-simple-size-m"),
     ],

@@ -13,7 +13,7 @@
 //! own.
 
 use anyhow::bail;
-use bloomery_runtime::ngram_draft::NgramSimpleConfig;
+use bloomery_runtime::ngram_draft::{NgramModConfig, NgramSimpleConfig};
 use bloomery_runtime::spec::{SpecConfig, SpecType};
 use clap::Args;
 
@@ -67,6 +67,15 @@ pub struct SpecArgs {
     /// (it looks up the latest match), so it changes nothing, and a warning says so.
     #[arg(long = "spec-ngram-simple-min-hits", value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub ngram_simple_min_hits: Option<u16>,
+    /// ngram-mod: tokens hashed for each lookup (1 to 1024; llama-server warns below 16).
+    #[arg(long = "spec-ngram-mod-n-match", value_name = "N", default_value_t = NgramModConfig::DEFAULT.n_match as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub ngram_mod_n_match: u16,
+    /// ngram-mod: most tokens drafted (0 to 1024).
+    #[arg(long = "spec-ngram-mod-n-max", value_name = "N", default_value_t = NgramModConfig::DEFAULT.n_max as u16, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub ngram_mod_n_max: u16,
+    /// ngram-mod: a chain that misses before this many tokens drafts nothing (0 to 1024).
+    #[arg(long = "spec-ngram-mod-n-min", value_name = "N", default_value_t = NgramModConfig::DEFAULT.n_min as u16, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub ngram_mod_n_min: u16,
 }
 
 /// One drafting setup of a benchmark: a single `--spec-type` value (None: the file's default)
@@ -99,7 +108,6 @@ const OTHER_TYPES: &[&str] = &[
     "draft-dspark",
     "ngram-map-k",
     "ngram-map-k4v",
-    "ngram-mod",
     "ngram-cache",
 ];
 
@@ -112,13 +120,14 @@ fn kind_of(list: &str) -> anyhow::Result<SpecType> {
             "none" => continue,
             "draft-mtp" => SpecType::DraftMtp,
             "ngram-simple" => SpecType::NgramSimple,
+            "ngram-mod" => SpecType::NgramMod,
             t if OTHER_TYPES.contains(&t) => bail!(
-                "--spec-type {t}: not supported: draft-mtp (the model's own MTP block) and \
-                 ngram-simple (the slot's own history) are implemented"
+                "--spec-type {t}: not supported: draft-mtp (the model's own MTP block), \
+                 ngram-simple and ngram-mod (token history) are implemented"
             ),
             t => bail!(
                 "--spec-type {t}: unknown speculative decoding type (none, draft-mtp, \
-                 ngram-simple, {})",
+                 ngram-simple, ngram-mod, {})",
                 OTHER_TYPES.join(", ")
             ),
         };
@@ -171,15 +180,19 @@ impl SpecArgs {
                 SpecType::None => 0,
                 SpecType::DraftMtp => self.n_max,
                 SpecType::NgramSimple => usize::from(self.ngram_simple_size_m),
+                SpecType::NgramMod => usize::from(self.ngram_mod_n_max),
             });
         }
         Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 
-    /// Whether the drafts come from the token history (`ngram-simple` among `--spec-type`'s
-    /// values), so that the plan keeps drafting room for a model without MTP layers too.
+    /// Whether the drafts come from the token history (`ngram-simple` or `ngram-mod` among
+    /// `--spec-type`'s values), so that the plan keeps drafting room for a model without MTP layers too.
     pub fn planned_history(&self) -> anyhow::Result<bool> {
-        Ok(self.planned_kinds()?.contains(&SpecType::NgramSimple))
+        Ok(self
+            .planned_kinds()?
+            .iter()
+            .any(|k| matches!(k, SpecType::NgramSimple | SpecType::NgramMod)))
     }
 
     /// The drafting of each `--spec-type` value (bench's list), or of the default (MTP layers'
@@ -292,6 +305,7 @@ impl SpecArgs {
             // llama-server, where --spec-draft-n-max bounds the draft model's.
             n_max: match kind {
                 SpecType::NgramSimple => ngram_simple.size_m,
+                SpecType::NgramMod => usize::from(self.ngram_mod_n_max),
                 _ => self.n_max,
             },
             n_min: self.n_min,
@@ -299,6 +313,11 @@ impl SpecArgs {
             synth_len,
             gate: !self.no_gate,
             ngram_simple,
+            ngram_mod: NgramModConfig {
+                n_match: usize::from(self.ngram_mod_n_match),
+                n_max: usize::from(self.ngram_mod_n_max),
+                n_min: usize::from(self.ngram_mod_n_min),
+            },
         };
         let n_max = spec.for_model(arch).n_max;
         if let Some(l) = synth_len.filter(|&l| l > n_max as f64 + 1.0) {
@@ -328,6 +347,9 @@ mod tests {
             ngram_simple_size_n: 3,
             ngram_simple_size_m: 20,
             ngram_simple_min_hits: None,
+            ngram_mod_n_match: 24,
+            ngram_mod_n_max: 64,
+            ngram_mod_n_min: 48,
         }
     }
 
@@ -363,6 +385,16 @@ mod tests {
             e.to_string()
                 .contains("combining ngram-simple with draft-mtp"),
             "{e}"
+        );
+        let m = args(Some("ngram-mod"));
+        let c = m.config(0, "qwen3moe").unwrap();
+        assert_eq!(
+            (c.kind, c.n_max, c.ngram_mod.n_match),
+            (SpecType::NgramMod, 64, 24)
+        );
+        assert_eq!(
+            (m.planned_n_max().unwrap(), m.planned_history().unwrap()),
+            (64, true)
         );
     }
 
@@ -401,12 +433,12 @@ mod tests {
             e.to_string().contains("(`qwen3moe`) has no MTP layers"),
             "{e}"
         );
-        let e = args(Some("draft-mtp,ngram-mod"))
+        let e = args(Some("draft-mtp,ngram-map-k"))
             .config(1, "x")
             .unwrap_err();
         assert!(
             e.to_string()
-                .starts_with("--spec-type ngram-mod: not supported"),
+                .starts_with("--spec-type ngram-map-k: not supported"),
             "{e}"
         );
         let e = args(Some("draft-mpt")).config(1, "x").unwrap_err();
@@ -463,8 +495,8 @@ mod tests {
         n.synth_len = Some("2".into());
         refused(&n, "--spec-type none drafts nothing");
         refused(
-            &args(Some("draft-mtp,ngram-mod")),
-            "ngram-mod: not supported",
+            &args(Some("draft-mtp,ngram-map-k")),
+            "ngram-map-k: not supported",
         );
         // serve and run take one length, checked as bench checks it.
         assert_eq!(d.config(1, "x").unwrap().synth_len, Some(1.7));
