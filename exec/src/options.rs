@@ -33,8 +33,8 @@ pub struct LoadOptions {
     /// MTP layers (0: it will not): the placement plan keeps card room for the rollback copy of
     /// the per-sequence state and the verify passes' per-row states ([`crate::state`]).
     pub draft_n_max: u32,
-    /// Whether the drafts come from the token history (`ngram-simple`), so that a model
-    /// without MTP layers drafts too and its plan keeps the same room.
+    /// Whether the drafts come from elsewhere than MTP layers (token history, a draft model),
+    /// so that a model without MTP layers drafts too and its plan keeps the same room.
     pub draft_history: bool,
 }
 

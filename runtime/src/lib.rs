@@ -8,6 +8,7 @@
 //! execution) → `bloomery-tiering` → `bloomery-devices` → `bloomery-plugin-api`.
 
 pub mod draft_gate;
+pub mod draft_model;
 pub mod embedding;
 pub mod grammar;
 mod handle;

@@ -22,6 +22,7 @@ use bloomery_text::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc;
 
 use crate::draft_gate::{Gate, StepCosts, StepShape, WallClock};
+use crate::draft_model::ModelDrafter;
 use crate::grammar::{token_trie, Constraint};
 use crate::ngram_draft::{NgramMod, NgramSimple};
 use crate::panic::panic_message;
@@ -242,10 +243,10 @@ pub(crate) fn run(
     let n_vocab = model.spec.hparams.n_vocab as usize;
     let n_embd = model.spec.hparams.n_embd as usize;
     // With a separate draft file both models' rows are the ones its block reads.
-    if draft.is_some() {
+    if draft.is_some() && cfg.spec.kind == SpecType::DraftMtp {
         model.read_rows_from(NEXTN_HIDDEN);
     }
-    let drafter = drafter_of(&model, cfg.spec, rewind, (source, draft))
+    let drafter = drafter_of(&model, cfg.spec, rewind, cfg.n_batch, (source, draft))
         .filter(|_| rollback_ready(&mut model, rewind));
     let row_width = match &drafter {
         Some(Drafter::Mtp(m)) => m.width(),
@@ -1683,13 +1684,21 @@ impl<'t> Scheduler<'t> {
         }
         // Rows a slot put off while not drafting go in first, outside the drafting step's
         // time: they are the plain steps' (one pass for many).
-        if let Drafter::Mtp(m) = drafter {
-            let slots: Vec<usize> = wants.iter().map(|w| w.slot).collect();
-            m.catch_up(&mut self.model, &slots)?;
+        match &mut *drafter {
+            Drafter::Mtp(m) => {
+                let slots: Vec<usize> = wants.iter().map(|w| w.slot).collect();
+                m.catch_up(&mut self.model, &slots)?;
+            }
+            Drafter::Model(m) => {
+                let slots = &self.slots;
+                m.catch_up(&wants, |s| &slots[s].cached)?;
+            }
+            Drafter::Source(_) => {}
         }
         let t0 = Instant::now();
         let drafts = match drafter {
             Drafter::Mtp(m) => m.draft(&mut self.model, &wants)?,
+            Drafter::Model(m) => m.draft(&wants)?,
             Drafter::Source(src) => wants
                 .iter()
                 .map(|w| {
@@ -1928,6 +1937,7 @@ fn drafter_of(
     model: &LoadedModel,
     spec: SpecConfig,
     rewind: Rewind,
+    batch_rows: usize,
     (source, draft): (Option<Box<dyn DraftSource>>, Option<LoadedModel>),
 ) -> Option<Drafter> {
     if spec.kind == SpecType::None && source.is_none() {
@@ -1961,6 +1971,15 @@ fn drafter_of(
             }
             let m = NgramMod::new(spec.ngram_mod, n_slots);
             return Some(Drafter::Source(Box::new(m)));
+        }
+        SpecType::DraftSimple => {
+            let Some(draft) = draft else {
+                tracing::warn!("drafting off: draft-simple has no draft model (-md)");
+                return None;
+            };
+            let n_vocab = model.spec.hparams.n_vocab as usize;
+            let m = ModelDrafter::new(spec, draft, n_slots, batch_rows, n_vocab);
+            return Some(Drafter::Model(m));
         }
         SpecType::None | SpecType::DraftMtp => {}
     }

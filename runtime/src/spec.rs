@@ -14,6 +14,7 @@
 use bloomery_exec::{BatchInputs, LoadedModel, Readout};
 use bloomery_plugin_api::model::ModelSpec;
 
+use crate::draft_model::ModelDrafter;
 use crate::ngram_draft::{NgramModConfig, NgramSimpleConfig};
 use crate::sampling::rng::Mt19937;
 
@@ -28,6 +29,8 @@ pub enum SpecType {
     NgramSimple,
     /// A table of every slot's history (`ngram-mod`, [`crate::ngram_draft`]).
     NgramMod,
+    /// A separate, smaller model (`draft-simple` with `-md`, [`crate::draft_model`]).
+    DraftSimple,
 }
 
 impl SpecType {
@@ -39,6 +42,7 @@ impl SpecType {
             SpecType::DraftMtp => "draft-mtp",
             SpecType::NgramSimple => "ngram-simple",
             SpecType::NgramMod => "ngram-mod",
+            SpecType::DraftSimple => "draft-simple",
         }
     }
 }
@@ -237,6 +241,8 @@ pub(crate) enum Drafter {
     Mtp(MtpDrafter),
     /// A source from outside.
     Source(Box<dyn DraftSource>),
+    /// A separate draft model.
+    Model(ModelDrafter),
 }
 
 impl Drafter {
@@ -532,7 +538,7 @@ fn total_key(x: f32) -> i32 {
 /// [`TOP_K`] in order, most logits dismissed by one integer compare: a draft step's row is the
 /// whole vocabulary (248,320 logits for Qwen3.6), where copying and partitioning them all took
 /// about 1 ms a row, about 0.2 ms this way (release build, this machine).
-fn top_choice(logits: &[f32]) -> (u32, f32) {
+pub(crate) fn top_choice(logits: &[f32]) -> (u32, f32) {
     // Higher logits first, then lower ids.
     let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
     let mut top: Vec<(u32, f32)> = Vec::with_capacity(TOP_K + 1);

@@ -102,7 +102,6 @@ impl BenchSpec {
 
 /// llama-server b11434's speculative decoding types that bloomery does not implement.
 const OTHER_TYPES: &[&str] = &[
-    "draft-simple",
     "draft-eagle3",
     "draft-dflash",
     "draft-dspark",
@@ -121,13 +120,15 @@ fn kind_of(list: &str) -> anyhow::Result<SpecType> {
             "draft-mtp" => SpecType::DraftMtp,
             "ngram-simple" => SpecType::NgramSimple,
             "ngram-mod" => SpecType::NgramMod,
+            "draft-simple" => SpecType::DraftSimple,
             t if OTHER_TYPES.contains(&t) => bail!(
                 "--spec-type {t}: not supported: draft-mtp (the model's own MTP block), \
-                 ngram-simple and ngram-mod (token history) are implemented"
+                 draft-simple (a draft model, -md), ngram-simple and ngram-mod (token history) \
+                 are implemented"
             ),
             t => bail!(
                 "--spec-type {t}: unknown speculative decoding type (none, draft-mtp, \
-                 ngram-simple, ngram-mod, {})",
+                 draft-simple, ngram-simple, ngram-mod, {})",
                 OTHER_TYPES.join(", ")
             ),
         };
@@ -181,18 +182,26 @@ impl SpecArgs {
                 SpecType::DraftMtp => self.n_max,
                 SpecType::NgramSimple => usize::from(self.ngram_simple_size_m),
                 SpecType::NgramMod => usize::from(self.ngram_mod_n_max),
+                SpecType::DraftSimple => self.n_max,
             });
         }
         Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 
-    /// Whether the drafts come from the token history (`ngram-simple` or `ngram-mod` among
-    /// `--spec-type`'s values), so that the plan keeps drafting room for a model without MTP layers too.
+    /// Whether the drafts come from elsewhere than the model's MTP layers (`ngram-simple`,
+    /// `ngram-mod` or `draft-simple` among `--spec-type`'s values), so that the plan keeps drafting room for a model without MTP layers too.
     pub fn planned_history(&self) -> anyhow::Result<bool> {
-        Ok(self
-            .planned_kinds()?
-            .iter()
-            .any(|k| matches!(k, SpecType::NgramSimple | SpecType::NgramMod)))
+        Ok(self.planned_kinds()?.iter().any(|k| {
+            matches!(
+                k,
+                SpecType::NgramSimple | SpecType::NgramMod | SpecType::DraftSimple
+            )
+        }))
+    }
+
+    /// Whether `--spec-type` names draft-simple: the `--spec-draft-model` file drafts whole.
+    pub fn draft_simple(&self) -> anyhow::Result<bool> {
+        Ok(self.planned_kinds()?.contains(&SpecType::DraftSimple))
     }
 
     /// The drafting of each `--spec-type` value (bench's list), or of the default (MTP layers'
@@ -286,6 +295,11 @@ impl SpecArgs {
                 kind
             }
         };
+        if kind == SpecType::DraftSimple && self.draft_model.is_none() {
+            bail!(
+                "--spec-type draft-simple: no draft model: name one with --spec-draft-model (-md)"
+            );
+        }
         if let (Some(l), SpecType::None) = (synth_len, kind) {
             bail!("--spec-synth-len {l}: this model (`{arch}`) has no MTP layers to draft with");
         }

@@ -419,11 +419,26 @@ fn load_draft(
     };
     let mut request = a.placement.request()?;
     request.batch_rows = a.n_batch();
+    let simple = a.spec.draft_simple()?;
+    let options = LoadOptions {
+        // A draft model drafts from its own cache: no verify passes of its own.
+        draft_n_max: if simple { 0 } else { options.draft_n_max },
+        draft_history: false,
+        ..options
+    };
     let draft = LoadedModel::load_offloaded(reg, path, options, gpu, &request)
         .with_context(|| format!("--spec-draft-model {}", path.display()))?;
-    bloomery_runtime::spec::check_draft_model(&model.spec, &draft.spec)
-        .map_err(|e| anyhow::anyhow!("--spec-draft-model {}: {e}", path.display()))?;
-    tracing::info!("drafting with the MTP block of {}", path.display());
+    let named = |e: String| anyhow::anyhow!("--spec-draft-model {}: {e}", path.display());
+    if simple {
+        let target = crate::text::tokenizer(&model.file)?;
+        let own = crate::text::tokenizer(&file)?;
+        bloomery_runtime::draft_model::check_vocab(&target, &own).map_err(named)?;
+        bloomery_runtime::draft_model::check_draft_simple(model, &draft).map_err(named)?;
+        tracing::info!("drafting with the draft model {}", path.display());
+    } else {
+        bloomery_runtime::spec::check_draft_model(&model.spec, &draft.spec).map_err(named)?;
+        tracing::info!("drafting with the MTP block of {}", path.display());
+    }
     Ok(Some(draft))
 }
 
