@@ -14,6 +14,8 @@
 use bloomery_exec::{BatchInputs, LoadedModel, Readout};
 use bloomery_plugin_api::model::ModelSpec;
 
+use crate::draft_model::ModelDrafter;
+use crate::ngram_draft::{NgramModConfig, NgramSimpleConfig};
 use crate::sampling::rng::Mt19937;
 
 /// Which drafts a generation is verified against (llama-server's `--spec-type`).
@@ -23,6 +25,12 @@ pub enum SpecType {
     None,
     /// The model's MTP block (`draft-mtp`).
     DraftMtp,
+    /// The slot's own history (`ngram-simple`, [`crate::ngram_draft`]).
+    NgramSimple,
+    /// A table of every slot's history (`ngram-mod`, [`crate::ngram_draft`]).
+    NgramMod,
+    /// A separate, smaller model (`draft-simple` with `-md`, [`crate::draft_model`]).
+    DraftSimple,
 }
 
 impl SpecType {
@@ -32,6 +40,9 @@ impl SpecType {
         match self {
             SpecType::None => "none",
             SpecType::DraftMtp => "draft-mtp",
+            SpecType::NgramSimple => "ngram-simple",
+            SpecType::NgramMod => "ngram-mod",
+            SpecType::DraftSimple => "draft-simple",
         }
     }
 }
@@ -57,6 +68,10 @@ pub struct SpecConfig {
     /// drafts). A synthetic acceptance length benchmarks the drafting path itself: the
     /// runtime ungates it.
     pub gate: bool,
+    /// `ngram-simple`'s settings (`--spec-ngram-simple-*`).
+    pub ngram_simple: NgramSimpleConfig,
+    /// `ngram-mod`'s settings (`--spec-ngram-mod-*`).
+    pub ngram_mod: NgramModConfig,
 }
 
 impl SpecConfig {
@@ -74,6 +89,8 @@ impl SpecConfig {
         p_min: 0.0,
         synth_len: None,
         gate: true,
+        ngram_simple: NgramSimpleConfig::DEFAULT,
+        ngram_mod: NgramModConfig::DEFAULT,
     };
 
     /// Whether the slots' drafting gates choose when to draft: asked for, and no synthetic
@@ -83,8 +100,11 @@ impl SpecConfig {
     }
 
     /// These settings for a model of architecture `arch` drafting with its own MTP layers:
-    /// `n_max` at most the [`mtp_width`] of its layers.
+    /// `n_max` at most the [`mtp_width`] of its layers (other drafting as it is).
     pub fn for_model(self, arch: &str) -> SpecConfig {
+        if self.kind != SpecType::DraftMtp {
+            return self;
+        }
         SpecConfig {
             n_max: mtp_width(arch).map_or(self.n_max, |w| self.n_max.min(w)),
             ..self
@@ -204,9 +224,15 @@ pub fn synth_rate(len: f64, n_max: usize) -> f64 {
 /// A source of drafts other than the model's MTP block: for tests (a perfect source, a wrong
 /// one) and benchmarks.
 pub trait DraftSource: Send {
+    /// Slot `id_slot` begins generating after `prompt` (the whole prompt it holds).
+    fn begin(&mut self, _id_slot: usize, _prompt: &[u32]) {}
+
     /// Up to `max` tokens that may follow `tokens` (what slot `id_slot` holds and the token just
     /// sampled after it).
     fn draft(&mut self, id_slot: usize, tokens: &[u32], max: usize) -> Vec<u32>;
+
+    /// The target kept `accepted` tokens of slot `id_slot`'s last (non-empty) draft.
+    fn accepted(&mut self, _id_slot: usize, _accepted: usize) {}
 }
 
 /// What drafts in a scheduler.
@@ -215,6 +241,8 @@ pub(crate) enum Drafter {
     Mtp(MtpDrafter),
     /// A source from outside.
     Source(Box<dyn DraftSource>),
+    /// A separate draft model.
+    Model(ModelDrafter),
 }
 
 impl Drafter {
@@ -510,7 +538,7 @@ fn total_key(x: f32) -> i32 {
 /// [`TOP_K`] in order, most logits dismissed by one integer compare: a draft step's row is the
 /// whole vocabulary (248,320 logits for Qwen3.6), where copying and partitioning them all took
 /// about 1 ms a row, about 0.2 ms this way (release build, this machine).
-fn top_choice(logits: &[f32]) -> (u32, f32) {
+pub(crate) fn top_choice(logits: &[f32]) -> (u32, f32) {
     // Higher logits first, then lower ids.
     let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
     let mut top: Vec<(u32, f32)> = Vec::with_capacity(TOP_K + 1);

@@ -254,6 +254,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         overrides,
         check_tensors: a.placement.experts.check_tensors,
         draft_n_max: a.spec.planned_n_max()?,
+        draft_history: a.spec.planned_history()?,
     };
     let model = LoadedModel::load_offloaded(
         &reg,

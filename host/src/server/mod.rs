@@ -8,6 +8,7 @@ pub mod bind;
 pub mod budget;
 pub mod chat;
 pub mod chat_continue;
+pub mod control;
 pub mod cors;
 pub mod embeddings;
 pub mod error;
@@ -148,6 +149,8 @@ pub struct AppState {
     pub page: crate::flags::web::Page,
     /// Whether OpenAI answers carry the `__verbose` debug object by default (`-v`, `-lv` > 9).
     pub debug_answers: bool,
+    /// The chat completions running now, for `/v1/chat/completions/control`.
+    pub running: Arc<control::Running>,
 }
 
 impl AppState {
@@ -255,6 +258,7 @@ pub fn router(
         .route("/v1/completions", post(openai::completions))
         .route("/chat/completions", post(openai::chat))
         .route("/v1/chat/completions", post(openai::chat))
+        .route("/v1/chat/completions/control", post(control::control))
         .route(
             "/chat/completions/input_tokens",
             post(openai::chat_input_tokens),
@@ -383,6 +387,7 @@ fn load_model(
         overrides,
         check_tensors: a.placement.experts.check_tensors,
         draft_n_max: a.spec.planned_n_max()?,
+        draft_history: a.spec.planned_history()?,
     };
     // Prompts are evaluated in batches of at most n_batch rows (the engine's config below).
     let mut request = a.placement.request()?;
@@ -417,11 +422,26 @@ fn load_draft(
     };
     let mut request = a.placement.request()?;
     request.batch_rows = a.n_batch();
+    let simple = a.spec.draft_simple()?;
+    let options = LoadOptions {
+        // A draft model drafts from its own cache: no verify passes of its own.
+        draft_n_max: if simple { 0 } else { options.draft_n_max },
+        draft_history: false,
+        ..options
+    };
     let draft = LoadedModel::load_offloaded(reg, path, options, gpu, &request)
         .with_context(|| format!("--spec-draft-model {}", path.display()))?;
-    bloomery_runtime::spec::check_draft_model(&model.spec, &draft.spec)
-        .map_err(|e| anyhow::anyhow!("--spec-draft-model {}: {e}", path.display()))?;
-    tracing::info!("drafting with the MTP block of {}", path.display());
+    let named = |e: String| anyhow::anyhow!("--spec-draft-model {}: {e}", path.display());
+    if simple {
+        let target = crate::text::tokenizer(&model.file)?;
+        let own = crate::text::tokenizer(&file)?;
+        bloomery_runtime::draft_model::check_vocab(&target, &own).map_err(named)?;
+        bloomery_runtime::draft_model::check_draft_simple(model, &draft).map_err(named)?;
+        tracing::info!("drafting with the draft model {}", path.display());
+    } else {
+        bloomery_runtime::spec::check_draft_model(&model.spec, &draft.spec).map_err(named)?;
+        tracing::info!("drafting with the MTP block of {}", path.display());
+    }
     Ok(Some(draft))
 }
 
@@ -620,6 +640,7 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs, verbose: bool) -> anyhow::R
         started_unix: gen::unix_now(),
         page: a.web.page(),
         debug_answers: verbose || a.log.verbosity.is_some_and(|n| n > 9),
+        running: Arc::default(),
     });
     let cors = cors::layer(&a.web)?;
     let cors_methods = cors::preflight_methods(&a.web)?;

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::chat::{self, ChatPrompt, Delta, DeltaSplitter, OfferedTools};
 use super::chat_continue;
+use super::control::Live;
 use super::error::ApiError;
 use super::gen::{
     collect, collect_all, event_stream, event_streams, n_cmpl, openai_logprobs, progress_timings,
@@ -279,7 +280,7 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
     };
     let mut params = gen_params(&f, &ready.defaults, n_probs)?;
     structured::for_chat(&f, &mut params, job.tools.as_ref(), &job.prompt, &ready.tok)?;
-    super::budget::for_chat(
+    let switch = super::budget::for_openai_chat(
         &f,
         &ready.defaults.budget,
         &ready.tok,
@@ -294,6 +295,8 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
     let n = n_cmpl(&f, ready.n_slots)?;
     let ping = super::gen::sse_ping(&f, &ready)?;
     let verbose = Verbose::of(&state, &f, &params, &job.prompt.tokens)?;
+    // The completion's id, known to /v1/chat/completions/control while it runs.
+    let live = state.running.enter(random_id("chatcmpl-"), switch);
     let receivers = submit_n(&ready, &job.prompt.tokens, &params, slot, n)?;
     if stream {
         let usage = include_usage(&f)?;
@@ -310,6 +313,7 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
                 ping,
                 verbose,
             },
+            live,
         ));
     }
     let outs = collect_all(receivers).await?;
@@ -326,7 +330,7 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
         "system_fingerprint": FINGERPRINT,
         "object": "chat.completion",
         "usage": usage(first),
-        "id": random_id("chatcmpl-"),
+        "id": live.id(),
         "timings": timings(first),
     });
     if let Some(v) = &verbose {
@@ -451,6 +455,7 @@ fn chat_stream(
     model: String,
     receivers: Vec<super::gen::Events>,
     framing: Framing,
+    live: Live,
 ) -> Response {
     let Framing {
         logprobs,
@@ -487,6 +492,8 @@ fn chat_stream(
         ready: Arc<Ready>,
         head: Value,
         choices: Vec<Choice>,
+        /// Ends the completion's entry for /v1/chat/completions/control with the stream.
+        _live: Live,
     }
     impl St {
         /// One `chat.completion.chunk` frame with these choices (and timings, when given).
@@ -500,7 +507,7 @@ fn chat_stream(
         }
     }
     let head = json!({
-        "id": random_id("chatcmpl-"),
+        "id": live.id(),
         "created": unix_now(),
         "model": model,
         "system_fingerprint": FINGERPRINT,
@@ -520,6 +527,7 @@ fn chat_stream(
         ready,
         head,
         choices,
+        _live: live,
     };
     let mut prelude = Vec::new();
     for i in 0..receivers.len() {
