@@ -233,7 +233,7 @@ pub(crate) fn run(
         }
         cfg.spec = spec;
     }
-    if cfg.spec.synth_len.is_some() {
+    if cfg.spec.synthetic() {
         tracing::warn!(
             "synthetic speculative acceptance is enabled for benchmarking; generated output is \
              not valid"
@@ -284,10 +284,7 @@ pub(crate) fn run(
         ended: Vec::new(),
         row_width,
         drafter,
-        synth: cfg
-            .spec
-            .synth_len
-            .map(|l| SynthAcceptance::new(l, cfg.spec.n_max)),
+        synth: SynthAcceptance::of(&cfg.spec),
         row_states,
         sleep: None,
         costs: costs.unwrap_or_else(|| Box::new(WallClock)),

@@ -122,6 +122,7 @@ const SPECULATIVE: &[&str] = &[
     "spec-draft-n-min",
     "spec-draft-p-min",
     "spec-synth-len",
+    "spec-synth-rates",
     "spec-draft-model",
     "spec-no-gate",
     "spec-ngram-simple-size-n",

@@ -14,7 +14,7 @@
 
 use anyhow::bail;
 use bloomery_runtime::ngram_draft::{NgramModConfig, NgramSimpleConfig};
-use bloomery_runtime::spec::{SpecConfig, SpecType};
+use bloomery_runtime::spec::{SpecConfig, SpecType, SynthRates};
 use clap::Args;
 
 /// Draft decoding.
@@ -44,6 +44,16 @@ pub struct SpecArgs {
         env = "LLAMA_ARG_SPEC_SYNTH_LEN"
     )]
     pub synth_len: Option<String>,
+    /// Benchmarking only (the output is not valid): the unconditional probability that each
+    /// draft position is kept, comma-separated, one per drafted position (at most
+    /// --spec-draft-n-max after the model's own limit), non-increasing, each within [0, 1]; as
+    /// llama-server's, instead of --spec-synth-len.
+    #[arg(
+        long = "spec-synth-rates",
+        value_name = "P0,P1,...",
+        env = "LLAMA_ARG_SPEC_SYNTH_RATES"
+    )]
+    pub synth_rates: Option<String>,
     /// The MTP block's own file, drafting with `--spec-type draft-mtp` (qwen4exp's MTP-only
     /// file, as llama.cpp b11434's converter `--mtp` writes it); `serve` only.
     #[arg(
@@ -213,6 +223,59 @@ impl SpecArgs {
         }
     }
 
+    /// `--spec-synth-rates` for drafting of `kind` on a model of `arch`: one rate per position
+    /// a step drafts, checked as llama-server checks them, and not with a synthetic length.
+    fn rates(
+        &self,
+        kind: SpecType,
+        arch: &str,
+        synth_len: Option<f64>,
+    ) -> anyhow::Result<Option<SynthRates>> {
+        let Some(list) = self.synth_rates.as_deref() else {
+            return Ok(None);
+        };
+        if synth_len.is_some() {
+            bail!(
+                "--spec-synth-rates: synthetic acceptance length and rates are mutually exclusive"
+            );
+        }
+        if kind == SpecType::None {
+            bail!("--spec-synth-rates {list}: nothing drafts (--spec-type none, or no MTP layers)");
+        }
+        let values = list
+            .split(',')
+            .map(|v| v.trim().parse::<f64>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| anyhow::anyhow!("--spec-synth-rates {list:?}: expected numbers"))?;
+        let rates = SynthRates::new(&values)
+            .map_err(|e| anyhow::anyhow!("--spec-synth-rates {list}: {e}"))?;
+        let probe = SpecConfig {
+            kind,
+            n_max: self.n_max_of(kind),
+            ..SpecConfig::MTP
+        };
+        let n_max = probe.for_model(arch).n_max;
+        if values.len() != n_max {
+            bail!(
+                "--spec-synth-rates {list}: synthetic acceptance rates must contain {n_max} \
+                 values (one per drafted position), got {}",
+                values.len()
+            );
+        }
+        Ok(Some(rates))
+    }
+
+    /// Most tokens a step of `kind` drafts: n-gram drafts are as long as the match gives (the
+    /// room left bounds them), as in llama-server, where --spec-draft-n-max bounds a draft
+    /// model's and the MTP block's.
+    fn n_max_of(&self, kind: SpecType) -> usize {
+        match kind {
+            SpecType::NgramSimple => usize::from(self.ngram_simple_size_m),
+            SpecType::NgramMod => usize::from(self.ngram_mod_n_max),
+            _ => self.n_max,
+        }
+    }
+
     /// One `--spec-synth-len` value, between 1 and `--spec-draft-n-max` + 1.
     fn length(&self, v: &str) -> anyhow::Result<f64> {
         let l: f64 = v.trim().parse().map_err(|_| {
@@ -300,6 +363,7 @@ impl SpecArgs {
                 "--spec-type draft-simple: no draft model: name one with --spec-draft-model (-md)"
             );
         }
+        let synth_rates = self.rates(kind, arch, synth_len)?;
         if let (Some(l), SpecType::None) = (synth_len, kind) {
             bail!("--spec-synth-len {l}: this model (`{arch}`) has no MTP layers to draft with");
         }
@@ -315,16 +379,11 @@ impl SpecArgs {
         }
         let spec = SpecConfig {
             kind,
-            // n-gram drafts are as long as the match gives (the room left bounds them), as in
-            // llama-server, where --spec-draft-n-max bounds the draft model's.
-            n_max: match kind {
-                SpecType::NgramSimple => ngram_simple.size_m,
-                SpecType::NgramMod => usize::from(self.ngram_mod_n_max),
-                _ => self.n_max,
-            },
+            n_max: self.n_max_of(kind),
             n_min: self.n_min,
             p_min: self.p_min,
             synth_len,
+            synth_rates,
             gate: !self.no_gate,
             ngram_simple,
             ngram_mod: NgramModConfig {
@@ -364,6 +423,7 @@ mod tests {
             ngram_mod_n_match: 24,
             ngram_mod_n_max: 64,
             ngram_mod_n_min: 48,
+            synth_rates: None,
         }
     }
 
@@ -400,6 +460,17 @@ mod tests {
                 .contains("combining ngram-simple with draft-mtp"),
             "{e}"
         );
+        let mut r = args(Some("draft-mtp"));
+        r.synth_rates = Some("0.8,0.5,0.5,0.1,0".into());
+        let c = r.config(1, "qwen35moe").unwrap();
+        assert_eq!(c.synth_rates.unwrap().rates(), &[0.8, 0.5, 0.5, 0.1, 0.0]);
+        assert!(!c.gated());
+        r.synth_rates = Some("0.8,0.5".into());
+        let e = r.config(1, "qwen35moe").unwrap_err().to_string();
+        assert!(e.contains("must contain 5 values"), "{e}");
+        r.synth_len = Some("2".into());
+        let e = r.config(1, "qwen35moe").unwrap_err().to_string();
+        assert!(e.contains("mutually exclusive"), "{e}");
         let m = args(Some("ngram-mod"));
         let c = m.config(0, "qwen3moe").unwrap();
         assert_eq!(

@@ -236,7 +236,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--spec-draft-n-max"], &[], Some("LLAMA_ARG_SPEC_DRAFT_N_MAX"), Value, Serve),
     flag(&["--spec-draft-n-min"], &[], Some("LLAMA_ARG_SPEC_DRAFT_N_MIN"), Value, Serve),
     flag(&["--spec-synth-len"], &[], Some("LLAMA_ARG_SPEC_SYNTH_LEN"), Value, Serve),
-    flag(&["--spec-synth-rates"], &[], Some("LLAMA_ARG_SPEC_SYNTH_RATES"), Value, Refused("per-position synthetic acceptance rates are not implemented: --spec-synth-len sets the mean length")),
+    flag(&["--spec-synth-rates"], &[], Some("LLAMA_ARG_SPEC_SYNTH_RATES"), Value, Serve),
     flag(&["--spec-draft-p-split", "--draft-p-split"], &[], Some("LLAMA_ARG_SPEC_DRAFT_P_SPLIT"), Value, Refused(SPECULATIVE)),
     flag(&["--spec-draft-p-min", "--draft-p-min"], &[], Some("LLAMA_ARG_SPEC_DRAFT_P_MIN"), Value, Serve),
     flag(&["--spec-draft-backend-sampling"], &["--no-spec-draft-backend-sampling"], Some("LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING"), Switch, OnlyOff(SPECULATIVE)),
