@@ -10,10 +10,10 @@
 //! recurrent state or pooled keys) can draft: its cache past a refused draft is simply written
 //! over. The vocabularies must agree as b11434 checks them ([`check_vocab`]).
 
-use bloomery_exec::{BatchInputs, LoadedModel, Readout};
+use bloomery_exec::{LoadedModel, Readout};
 use bloomery_text::Tokenizer;
 
-use crate::spec::{top_choice, SpecConfig, Want};
+use crate::spec::{empty_batch, top_choice, SpecConfig, Want};
 
 /// Token ids below this are not compared (b11434's `SPEC_VOCAB_CHECK_START_TOKEN_ID`).
 const CHECK_FROM: usize = 5;
@@ -142,7 +142,7 @@ impl ModelDrafter {
             held.extend_from_slice(&have[same..]);
         }
         for pass in rows.chunks(self.batch_rows) {
-            let mut batch = batch();
+            let mut batch = empty_batch();
             for &(slot, pos, token) in pass {
                 batch.tokens.push(token as i32);
                 batch.positions.push(pos as i32);
@@ -169,7 +169,7 @@ impl ModelDrafter {
             .map(|(i, w)| (i, w.last))
             .collect();
         while !rows.is_empty() {
-            let mut batch = batch();
+            let mut batch = empty_batch();
             for (r, &(i, token)) in rows.iter().enumerate() {
                 let w = &wants[i];
                 batch.tokens.push(token as i32);
@@ -201,15 +201,5 @@ impl ModelDrafter {
             }
         }
         Ok(drafts)
-    }
-}
-
-fn batch() -> BatchInputs {
-    BatchInputs {
-        tokens: Vec::new(),
-        positions: Vec::new(),
-        slots: Vec::new(),
-        output_rows: Vec::new(),
-        ngram_rows: Vec::new(),
     }
 }

@@ -641,7 +641,8 @@ pub(crate) fn top_choice(logits: &[f32]) -> (u32, f32) {
     (top[0].0, 1.0 / sum)
 }
 
-fn empty_batch() -> BatchInputs {
+/// A pass's inputs with no rows yet.
+pub(crate) fn empty_batch() -> BatchInputs {
     BatchInputs {
         tokens: Vec::new(),
         positions: Vec::new(),

@@ -1,7 +1,8 @@
-//! `--spec-type ngram-simple`'s drafts against llama.cpp b11434's own
-//! (`common_ngram_simple_draft`, run as a program on the same cases:
-//! `tests/oracle/make_ngram_draft_golden.sh`, fixture `fixtures/ngram_simple.jsonl`, command in
-//! host/tests/fixtures/PROVENANCE.md): every case's draft equal, token for token.
+//! `--spec-type ngram-simple` and `ngram-mod` drafts against llama.cpp b11434's own, run as
+//! programs on the same cases (`tests/oracle/make_ngram_draft_golden.sh`, command in
+//! host/tests/fixtures/PROVENANCE.md): `common_ngram_simple_draft` on single drafts
+//! (`fixtures/ngram_simple.jsonl`), and both drafters over scripted sessions through
+//! common/speculative.cpp's API (`fixtures/ngram_sessions.jsonl`); every draft equal.
 
 use bloomery_runtime::ngram_draft::{
     simple_draft, NgramMod, NgramModConfig, NgramSimple, NgramSimpleConfig,
@@ -9,13 +10,9 @@ use bloomery_runtime::ngram_draft::{
 use bloomery_runtime::spec::DraftSource;
 use serde_json::Value;
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
+mod common;
+
+use common::ids;
 
 #[test]
 fn drafts_are_llama_cpps() {

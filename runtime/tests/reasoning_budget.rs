@@ -7,13 +7,9 @@
 use bloomery_runtime::reasoning_budget::{ends_whole_char, Budget, BudgetSpec, EndSwitch};
 use serde_json::Value;
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
+mod common;
+
+use common::ids;
 
 fn cases() -> Vec<Value> {
     let text = include_str!("fixtures/reasoning_budget.jsonl");

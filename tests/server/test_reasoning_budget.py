@@ -17,12 +17,17 @@ TEMPLATE = (
 MSGS = [{"role": "user", "content": "What is today?"}]
 
 
-@pytest.fixture(scope="module")
-def thinking(tiny_path, tmp_path_factory):
+def thinking_server(tiny_path, tmp_path_factory, *flags):
+    """The tiny file served with a template that opens a thinking span, reasoning left in the
+    content."""
     t = tmp_path_factory.mktemp("budget") / "thinking.jinja"
     t.write_text(TEMPLATE)
-    s = Server(tiny_path, "-c", "512", "-np", "2", "--chat-template-file", str(t),
-               "--reasoning-format", "none")
+    return Server(tiny_path, *flags, "--chat-template-file", str(t), "--reasoning-format", "none")
+
+
+@pytest.fixture(scope="module")
+def thinking(tiny_path, tmp_path_factory):
+    s = thinking_server(tiny_path, tmp_path_factory, "-c", "512", "-np", "2")
     yield s
     s.stop()
 
@@ -120,10 +125,7 @@ def control(s, cmpl_id, action="reasoning_end"):
 
 @pytest.fixture(scope="module")
 def long_thinking(tiny_path, tmp_path_factory):
-    t = tmp_path_factory.mktemp("control") / "thinking.jinja"
-    t.write_text(TEMPLATE)
-    s = Server(tiny_path, "-c", "8192", "-np", "1", "--chat-template-file", str(t),
-               "--reasoning-format", "none")
+    s = thinking_server(tiny_path, tmp_path_factory, "-c", "8192", "-np", "1")
     yield s
     s.stop()
 

@@ -11,16 +11,13 @@ import json
 import pytest
 import requests
 
-from conftest import QWEN3_TEMPLATE, Server, run_cli
+from conftest import QWEN3_TEMPLATE, Server, run_cli, synth_file
 
 
 @pytest.fixture(scope="module")
 def mtp_path(tmp_path_factory):
     """The synthetic tiny qwen35moe with its MTP block (f32, seed 7)."""
-    out = tmp_path_factory.mktemp("models") / "tiny-mtp-qwen35moe.gguf"
-    rc, text = run_cli("synth", "--arch", "qwen35moe", "--preset", "tiny-mtp", "--seed", "7", "-o", str(out))
-    assert rc == 0, text
-    return out
+    return synth_file(tmp_path_factory, "tiny-mtp-qwen35moe.gguf", "qwen35moe", preset="tiny-mtp")
 
 
 def reported(server):
@@ -239,10 +236,7 @@ def test_unsupported_or_out_of_range_ngram_settings_are_refused_by_name(tiny_pat
 @pytest.fixture(scope="module")
 def other_tiny(tmp_path_factory):
     """Another synthetic tiny qwen3moe (seed 8): the same vocabulary, other weights."""
-    out = tmp_path_factory.mktemp("models") / "tiny-qwen3moe-8.gguf"
-    rc, text = run_cli("synth", "--arch", "qwen3moe", "--preset", "tiny", "--seed", "8", "-o", str(out))
-    assert rc == 0, text
-    return out
+    return synth_file(tmp_path_factory, "tiny-qwen3moe-8.gguf", "qwen3moe", seed=8)
 
 
 @pytest.mark.parametrize("draft, all_kept", [("tiny_path", True), ("other_tiny", False)])
