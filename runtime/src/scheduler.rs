@@ -22,7 +22,9 @@ use bloomery_text::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc;
 
 use crate::draft_gate::{Gate, StepCosts, StepShape, WallClock};
+use crate::draft_model::ModelDrafter;
 use crate::grammar::{token_trie, Constraint};
+use crate::ngram_draft::{NgramMod, NgramSimple};
 use crate::panic::panic_message;
 use crate::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
 use crate::reasoning_budget::Budget;
@@ -233,7 +235,7 @@ pub(crate) fn run(
         }
         cfg.spec = spec;
     }
-    if cfg.spec.synth_len.is_some() {
+    if cfg.spec.synthetic() {
         tracing::warn!(
             "synthetic speculative acceptance is enabled for benchmarking; generated output is \
              not valid"
@@ -243,10 +245,10 @@ pub(crate) fn run(
     let n_vocab = model.spec.hparams.n_vocab as usize;
     let n_embd = model.spec.hparams.n_embd as usize;
     // With a separate draft file both models' rows are the ones its block reads.
-    if draft.is_some() {
+    if draft.is_some() && cfg.spec.kind == SpecType::DraftMtp {
         model.read_rows_from(NEXTN_HIDDEN);
     }
-    let drafter = drafter_of(&model, cfg.spec, rewind, (source, draft))
+    let drafter = drafter_of(&model, cfg.spec, rewind, cfg.n_batch, (source, draft))
         .filter(|_| rollback_ready(&mut model, rewind));
     let row_width = match &drafter {
         Some(Drafter::Mtp(m)) => m.width(),
@@ -284,10 +286,7 @@ pub(crate) fn run(
         ended: Vec::new(),
         row_width,
         drafter,
-        synth: cfg
-            .spec
-            .synth_len
-            .map(|l| SynthAcceptance::new(l, cfg.spec.n_max)),
+        synth: SynthAcceptance::of(&cfg.spec),
         row_states,
         sleep: None,
         costs: costs.unwrap_or_else(|| Box::new(WallClock)),
@@ -738,8 +737,10 @@ impl<'t> Scheduler<'t> {
             job.params.shift.n_cache_reuse
         };
         let keep = self.prepare_slot(id, &job.prompt, reuse, n_cache_reuse, rows);
-        if let (0, Some(Drafter::Mtp(m))) = (keep, self.drafter.as_mut()) {
-            m.reset(id);
+        match (keep, self.drafter.as_mut()) {
+            (0, Some(Drafter::Mtp(m))) => m.reset(id),
+            (_, Some(Drafter::Source(src))) => src.begin(id, &job.prompt),
+            _ => {}
         }
         // The penalty window never holds more than a slot's context: a longer one (a client's
         // -1 read as "all") is the whole context, not an allocation of its length.
@@ -1498,6 +1499,9 @@ impl<'t> Scheduler<'t> {
             if n_drafted > 0 {
                 tracing::trace!("slot {id}: {accepted} of the drafted tokens {drafted:?} accepted");
                 if std::mem::take(&mut task.spec_draft) {
+                    if let Some(Drafter::Source(src)) = self.drafter.as_mut() {
+                        src.accepted(id, accepted);
+                    }
                     c.spec_verify_steps.fetch_add(1, Ordering::Relaxed);
                     c.spec_draft_tokens
                         .fetch_add(n_drafted as u64, Ordering::Relaxed);
@@ -1702,7 +1706,12 @@ impl<'t> Scheduler<'t> {
                 c.mtp_read_bytes.store(stats.read_bytes, Ordering::Relaxed);
                 drafts
             }
-            Drafter::Source(_) if wants.is_empty() => return Ok(()),
+            Drafter::Model(_) | Drafter::Source(_) if wants.is_empty() => return Ok(()),
+            Drafter::Model(m) => {
+                let slots = &self.slots;
+                m.catch_up(&wants, |s| &slots[s].cached)?;
+                m.draft(&wants)?
+            }
             Drafter::Source(src) => wants
                 .iter()
                 .map(|w| {
@@ -1943,6 +1952,7 @@ fn drafter_of(
     model: &LoadedModel,
     spec: SpecConfig,
     rewind: Rewind,
+    batch_rows: usize,
     (source, draft): (Option<Box<dyn DraftSource>>, Option<LoadedModel>),
 ) -> Option<Drafter> {
     if spec.kind == SpecType::None && source.is_none() {
@@ -1960,6 +1970,34 @@ fn drafter_of(
         return Some(Drafter::Source(source));
     }
     let n_slots = model.options.n_slots as usize;
+    match spec.kind {
+        SpecType::NgramSimple => {
+            return Some(Drafter::Source(Box::new(NgramSimple::new(
+                spec.ngram_simple,
+            ))));
+        }
+        SpecType::NgramMod => {
+            if spec.ngram_mod.n_match < 16 {
+                tracing::warn!(
+                    "ngram-mod: --spec-ngram-mod-n-match {} is short: drafts may be poor (as \
+                     llama-server warns below 16)",
+                    spec.ngram_mod.n_match
+                );
+            }
+            let m = NgramMod::new(spec.ngram_mod, n_slots);
+            return Some(Drafter::Source(Box::new(m)));
+        }
+        SpecType::DraftSimple => {
+            let Some(draft) = draft else {
+                tracing::warn!("drafting off: draft-simple has no draft model (-md)");
+                return None;
+            };
+            let n_vocab = model.spec.hparams.n_vocab as usize;
+            let m = ModelDrafter::new(spec, draft, n_slots, batch_rows, n_vocab);
+            return Some(Drafter::Model(m));
+        }
+        SpecType::None | SpecType::DraftMtp => {}
+    }
     if let Some(draft) = draft {
         let Some(width) = draft.hidden_width() else {
             tracing::warn!("drafting off: the draft file builds no draft graph");

@@ -16,6 +16,8 @@
 use bloomery_exec::{BatchInputs, LoadedModel, Readout};
 use bloomery_plugin_api::model::ModelSpec;
 
+use crate::draft_model::ModelDrafter;
+use crate::ngram_draft::{NgramModConfig, NgramSimpleConfig};
 use crate::sampling::rng::Mt19937;
 
 /// Which drafts a generation is verified against (llama-server's `--spec-type`).
@@ -25,6 +27,12 @@ pub enum SpecType {
     None,
     /// The model's MTP block (`draft-mtp`).
     DraftMtp,
+    /// The slot's own history (`ngram-simple`, [`crate::ngram_draft`]).
+    NgramSimple,
+    /// A table of every slot's history (`ngram-mod`, [`crate::ngram_draft`]).
+    NgramMod,
+    /// A separate, smaller model (`draft-simple` with `-md`, [`crate::draft_model`]).
+    DraftSimple,
 }
 
 impl SpecType {
@@ -34,6 +42,9 @@ impl SpecType {
         match self {
             SpecType::None => "none",
             SpecType::DraftMtp => "draft-mtp",
+            SpecType::NgramSimple => "ngram-simple",
+            SpecType::NgramMod => "ngram-mod",
+            SpecType::DraftSimple => "draft-simple",
         }
     }
 }
@@ -54,11 +65,18 @@ pub struct SpecConfig {
     /// rows say, for a mean of L tokens a verify step, the target's own included (1 to
     /// `n_max` + 1; see [`SynthAcceptance`]).
     pub synth_len: Option<f64>,
+    /// Benchmarks only (`--spec-synth-rates`): drafts kept at random, each position's
+    /// unconditional rate given (one per drafted position; see [`SynthAcceptance`]).
+    pub synth_rates: Option<SynthRates>,
     /// Each slot drafts only while its measured costs say drafting pays
     /// ([`crate::draft_gate`]); off, every step a slot can draft drafts (tests that count
     /// drafts). A synthetic acceptance length benchmarks the drafting path itself: the
     /// runtime ungates it.
     pub gate: bool,
+    /// `ngram-simple`'s settings (`--spec-ngram-simple-*`).
+    pub ngram_simple: NgramSimpleConfig,
+    /// `ngram-mod`'s settings (`--spec-ngram-mod-*`).
+    pub ngram_mod: NgramModConfig,
 }
 
 impl SpecConfig {
@@ -75,18 +93,30 @@ impl SpecConfig {
         n_min: 0,
         p_min: 0.0,
         synth_len: None,
+        synth_rates: None,
         gate: true,
+        ngram_simple: NgramSimpleConfig::DEFAULT,
+        ngram_mod: NgramModConfig::DEFAULT,
     };
 
     /// Whether the slots' drafting gates choose when to draft: asked for, and no synthetic
     /// acceptance length (which benchmarks the drafting path itself).
     pub fn gated(&self) -> bool {
-        self.gate && self.synth_len.is_none()
+        self.gate && !self.synthetic()
+    }
+
+    /// Whether drafts are kept at random (`--spec-synth-len` or `--spec-synth-rates`:
+    /// benchmarks only, the output is not valid).
+    pub fn synthetic(&self) -> bool {
+        self.synth_len.is_some() || self.synth_rates.is_some()
     }
 
     /// These settings for a model of architecture `arch` drafting with its own MTP layers:
-    /// `n_max` at most the [`mtp_width`] of its layers.
+    /// `n_max` at most the [`mtp_width`] of its layers (other drafting as it is).
     pub fn for_model(self, arch: &str) -> SpecConfig {
+        if self.kind != SpecType::DraftMtp {
+            return self;
+        }
         SpecConfig {
             n_max: mtp_width(arch).map_or(self.n_max, |w| self.n_max.min(w)),
             ..self
@@ -138,6 +168,51 @@ pub fn check_draft_model(target: &ModelSpec, draft: &ModelSpec) -> Result<(), St
     }
 }
 
+/// Most positions `--spec-synth-rates` gives: a verify pass keeps the row states of at most 16
+/// rows, the sampled token and 15 drafts.
+pub const MAX_SYNTH_RATES: usize = 15;
+
+/// `--spec-synth-rates`: the unconditional probability that each draft position is kept
+/// (llama-server's benchmarking setting), held inline so that settings stay `Copy`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SynthRates {
+    len: usize,
+    rates: [f64; MAX_SYNTH_RATES],
+}
+
+impl SynthRates {
+    /// Rates checked as b11434 checks them: at least one, each finite and within [0, 1],
+    /// non-increasing; at most [`MAX_SYNTH_RATES`]. The error says what is wrong.
+    pub fn new(values: &[f64]) -> Result<SynthRates, String> {
+        if values.is_empty() || values.len() > MAX_SYNTH_RATES {
+            return Err(format!(
+                "{} values: give 1 to {MAX_SYNTH_RATES}, one per drafted position",
+                values.len()
+            ));
+        }
+        if values
+            .iter()
+            .any(|r| !r.is_finite() || !(0.0..=1.0).contains(r))
+        {
+            return Err("synthetic acceptance rates must be finite and within [0, 1]".into());
+        }
+        if values.windows(2).any(|w| w[1] > w[0]) {
+            return Err("synthetic acceptance rates must be monotonically non-increasing".into());
+        }
+        let mut rates = [0.0; MAX_SYNTH_RATES];
+        rates[..values.len()].copy_from_slice(values);
+        Ok(SynthRates {
+            len: values.len(),
+            rates,
+        })
+    }
+
+    /// The rates, position 0 first.
+    pub fn rates(&self) -> &[f64] {
+        &self.rates[..self.len]
+    }
+}
+
 /// Synthetic acceptance for benchmarks on random-weight files (`--spec-synth-len L`), as
 /// llama-server b11434 does it (common/speculative.cpp `common_speculative_synth_rates_resolve`,
 /// tools/server/server-context.cpp `server_sample_and_accept_synth`): the real draft passes and
@@ -148,16 +223,40 @@ pub fn check_draft_model(target: &ModelSpec, draft: &ModelSpec) -> Result<(), St
 /// generated, and the target's row after them gives the next token as usual. Each request draws
 /// from its own MT19937 seeded with its seed, one uniform double a position looked at, as
 /// llama-server's slot does.
+/// With `--spec-synth-rates R0,R1,…` (the unconditional rate of each position, non-increasing),
+/// position i is kept given the ones before it with probability Ri / Ri−1 (R−1 = 1; 0 after a
+/// rate of 0), as b11434 turns rates into its per-position probabilities.
 pub(crate) struct SynthAcceptance {
-    p: f64,
+    /// Each draft position's probability of being kept, given every one before it kept.
+    p: Vec<f64>,
 }
 
 impl SynthAcceptance {
+    /// The acceptance `spec` asks for (its synthetic length or rates; none without either),
+    /// over drafts of `spec.n_max` tokens.
+    pub(crate) fn of(spec: &SpecConfig) -> Option<SynthAcceptance> {
+        if let Some(r) = &spec.synth_rates {
+            let mut prev = 1.0;
+            let p = r
+                .rates()
+                .iter()
+                .map(|&r| {
+                    let q = if prev > 0.0 { r / prev } else { 0.0 };
+                    prev = r;
+                    q
+                })
+                .collect();
+            return Some(SynthAcceptance { p });
+        }
+        spec.synth_len
+            .map(|len| SynthAcceptance::new(len, spec.n_max))
+    }
+
     /// Acceptance of mean length `len` (tokens a verify step, the target's own included) over
     /// drafts of `n_max` tokens.
     pub(crate) fn new(len: f64, n_max: usize) -> SynthAcceptance {
         SynthAcceptance {
-            p: synth_rate(len, n_max),
+            p: vec![synth_rate(len, n_max); n_max],
         }
     }
 
@@ -171,7 +270,8 @@ impl SynthAcceptance {
     ) -> usize {
         drafts
             .iter()
-            .take_while(|&&t| rng.uniform_f64() < self.p && !is_eog(t))
+            .zip(&self.p)
+            .take_while(|&(&t, &p)| rng.uniform_f64() < p && !is_eog(t))
             .count()
     }
 }
@@ -206,9 +306,15 @@ pub fn synth_rate(len: f64, n_max: usize) -> f64 {
 /// A source of drafts other than the model's MTP block: for tests (a perfect source, a wrong
 /// one) and benchmarks.
 pub trait DraftSource: Send {
+    /// Slot `id_slot` begins generating after `prompt` (the whole prompt it holds).
+    fn begin(&mut self, _id_slot: usize, _prompt: &[u32]) {}
+
     /// Up to `max` tokens that may follow `tokens` (what slot `id_slot` holds and the token just
     /// sampled after it).
     fn draft(&mut self, id_slot: usize, tokens: &[u32], max: usize) -> Vec<u32>;
+
+    /// The target kept `accepted` tokens of slot `id_slot`'s last (non-empty) draft.
+    fn accepted(&mut self, _id_slot: usize, _accepted: usize) {}
 }
 
 /// What drafts in a scheduler.
@@ -217,6 +323,8 @@ pub(crate) enum Drafter {
     Mtp(MtpDrafter),
     /// A source from outside.
     Source(Box<dyn DraftSource>),
+    /// A separate draft model.
+    Model(ModelDrafter),
 }
 
 impl Drafter {
@@ -585,7 +693,42 @@ pub struct DraftStats {
 /// softmax over them): the block's pass reads only these back, not its logits.
 const TOP_K: usize = 10;
 
-fn empty_batch() -> BatchInputs {
+/// `x` as an integer ordered as [`f32::total_cmp`] orders floats.
+fn total_key(x: f32) -> i32 {
+    let b = x.to_bits() as i32;
+    b ^ (((b >> 31) as u32) >> 1) as i32
+}
+
+/// The likeliest token of `logits` (the lowest id among equals) and its probability among the
+/// [`TOP_K`] likeliest (draft-mtp's top-k 10 then softmax). One scan keeping the best
+/// [`TOP_K`] in order, most logits dismissed by one integer compare: a draft step's row is the
+/// whole vocabulary (248,320 logits for Qwen3.6), where copying and partitioning them all took
+/// about 1 ms a row, about 0.2 ms this way (release build, this machine).
+pub(crate) fn top_choice(logits: &[f32]) -> (u32, f32) {
+    // Higher logits first, then lower ids.
+    let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+    let mut top: Vec<(u32, f32)> = Vec::with_capacity(TOP_K + 1);
+    // The key of the last kept logit once TOP_K are kept: a later id must beat it.
+    let mut floor = i32::MIN;
+    for (i, &l) in logits.iter().enumerate() {
+        if top.len() == TOP_K && total_key(l) <= floor {
+            continue;
+        }
+        let c = (i as u32, l);
+        let at = top.partition_point(|t| order(t, &c).is_lt());
+        top.insert(at, c);
+        top.truncate(TOP_K);
+        if top.len() == TOP_K {
+            floor = total_key(top[TOP_K - 1].1);
+        }
+    }
+    let max = top[0].1;
+    let sum: f32 = top.iter().map(|&(_, l)| (l - max).exp()).sum();
+    (top[0].0, 1.0 / sum)
+}
+
+/// A pass's inputs with no rows yet.
+pub(crate) fn empty_batch() -> BatchInputs {
     BatchInputs {
         tokens: Vec::new(),
         positions: Vec::new(),
@@ -597,7 +740,9 @@ fn empty_batch() -> BatchInputs {
 
 #[cfg(test)]
 mod tests {
-    use super::{synth_rate, Behind, Chunk, Mt19937, SynthAcceptance};
+    use super::{
+        synth_rate, top_choice, Behind, Chunk, Mt19937, SpecConfig, SynthAcceptance, SynthRates,
+    };
 
     #[test]
     fn synthetic_acceptance_has_the_asked_mean_length() {
@@ -623,6 +768,36 @@ mod tests {
         assert_eq!(s.accepted(&mut rng, &[1, 2, 3], |_| false), 3);
         // A drafted end of generation is never kept.
         assert_eq!(s.accepted(&mut rng, &[1, 9, 3], |t| t == 9), 1);
+    }
+
+    #[test]
+    fn synthetic_rates_keep_each_position_at_its_unconditional_rate() {
+        let rates = [0.9, 0.6, 0.3, 0.0];
+        let spec = SpecConfig {
+            n_max: 4,
+            synth_rates: Some(SynthRates::new(&rates).unwrap()),
+            ..SpecConfig::MTP
+        };
+        let s = SynthAcceptance::of(&spec).unwrap();
+        let mut rng = Mt19937::new(11);
+        let n = 40_000;
+        let mut kept_at = [0usize; 4];
+        for _ in 0..n {
+            let k = s.accepted(&mut rng, &[5; 4], |_| false);
+            kept_at.iter_mut().take(k).for_each(|c| *c += 1);
+        }
+        for (i, (&c, &r)) in kept_at.iter().zip(&rates).enumerate() {
+            let rate = c as f64 / n as f64;
+            assert!((rate - r).abs() < 0.01, "position {i}: {rate} against {r}");
+        }
+        // b11434's checks.
+        assert!(SynthRates::new(&[0.5, 0.7])
+            .unwrap_err()
+            .contains("non-increasing"));
+        assert!(SynthRates::new(&[1.5])
+            .unwrap_err()
+            .contains("within [0, 1]"));
+        assert!(SynthRates::new(&[]).is_err());
     }
 
     /// Rows put off keep one run of positions: a chunk inside them replaces the rest; one after

@@ -239,6 +239,9 @@ fn instances(a: &BenchArgs, n_layer: u64, grammar: bool) -> anyhow::Result<Vec<I
     let depths = counts("-d", &a.n_depth, 0, 0)?;
     a.spec.refuse_draft_model("bench")?;
     let specs = a.spec.bench_specs()?;
+    if grammar && a.spec.synth_rates.is_some() {
+        bail!("--spec-synth-rates with a grammar: as --spec-synth-len, bench the grammar test without it");
+    }
     if grammar && specs.iter().any(|b| b.synth_len.is_some()) {
         bail!(
             "--spec-synth-len with a grammar: kept drafts do not advance the grammar (as \
@@ -367,7 +370,9 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         type_v: !a.cache_type_v.is_empty(),
         flash_attn: !a.flash_attn.is_empty(),
         overrides: a.placement.override_tensor.is_some(),
-        spec: a.spec.spec_type.is_some() || a.spec.synth_len.is_some(),
+        spec: a.spec.spec_type.is_some()
+            || a.spec.synth_len.is_some()
+            || a.spec.synth_rates.is_some(),
     };
     let mut printer = Printer::new(a.output, &columns);
     emit(&printer.header())?;

@@ -157,6 +157,7 @@ impl Session {
             overrides: &[],
             check_tensors: a.placement.check_tensors,
             draft_n_max: a.spec.planned_n_max()?,
+            draft_history: a.spec.planned_history()?,
         };
         let rows = pass_rows(setup.n_batch, setup.n_ubatch);
         let mut request = a.placement.request(
