@@ -830,4 +830,45 @@ mod tests {
             (3, vec![8, 9], 4)
         );
     }
+
+    #[test]
+    fn the_top_choice_is_the_argmax_with_its_probability_among_the_ten_likeliest() {
+        // Eleven tokens: the smallest (id 3) is outside the top ten, left out of the sum.
+        let mut logits = vec![0.0f32; 11];
+        logits[3] = -1.0;
+        logits[7] = 2.0;
+        let (id, p) = top_choice(&logits);
+        assert_eq!(id, 7);
+        let want = 2f32.exp() / (2f32.exp() + 9.0);
+        assert!((p - want).abs() < 1e-6, "{p} vs {want}");
+        // Among equals the lowest id.
+        assert_eq!(top_choice(&[1.0, 3.0, 3.0]).0, 1);
+    }
+
+    /// The scan gives what sorting every logit gives (ties on the tenth place included).
+    #[test]
+    fn the_top_choice_equals_a_full_sort() {
+        let mut rng = Mt19937::new(11);
+        // Few distinct values (many ties, also across the tenth place), then many, all negative.
+        let cases = [1, 9, 10, 11, 500].map(|n| (n, 6.0, -2.0));
+        for (n, spread, low) in cases.into_iter().chain([(500, 400.0, -300.0)]) {
+            let logits: Vec<f32> = (0..n)
+                .map(|_| (rng.uniform_f64() * spread).floor() as f32 * 0.5 + low)
+                .collect();
+            let mut all: Vec<(u32, f32)> = logits
+                .iter()
+                .enumerate()
+                .map(|(i, &l)| (i as u32, l))
+                .collect();
+            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            all.truncate(super::TOP_K);
+            let sum: f32 = all.iter().map(|&(_, l)| (l - all[0].1).exp()).sum();
+            let (id, p) = top_choice(&logits);
+            assert_eq!(
+                (id, p.to_bits()),
+                (all[0].0, (1.0 / sum).to_bits()),
+                "n {n}"
+            );
+        }
+    }
 }
