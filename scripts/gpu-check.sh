@@ -279,6 +279,9 @@ tiny_files() {
     # rows (ratio 4 through the indexer's picks, ratio 128 all), the tail and inverse rope, four
     # hyper-connection streams with a trained head, hash-routed and biased √softplus experts.
     synth_tiny deepseek4-f32 deepseek4
+    # DeepSeek-V4.1 (deepseek41): V4's attention with Engram n-gram rows before it on its layers,
+    # the index keys made from the compressor's plain rows (Compress Plain and Store), the late mix.
+    synth_tiny deepseek41-f32 deepseek41
     # GLM dialect: Q/K/V biases, QK-norm, half the head rotated, a dense lead layer, x2.5.
     synth_tiny glm4moe-f32 glm4moe
     synth_tiny glm4moe-q5_0 glm4moe --experts Q5_0 $q8 --dense Q8_0
@@ -487,6 +490,8 @@ sixteen seventeen eighteen nineteen twenty twenty-one twenty-two twenty-three tw
   # of up to 155).
   same_text deepseek4-f32-longer "$tiny/deepseek4-f32.gguf" "$longer" "-ngl 0" "-ngl 99" \
     "-ngl 99 -cmoe"
+  same_text deepseek41-f32-longer "$tiny/deepseek41-f32.gguf" "$longer" "-ngl 0" "-ngl 99" \
+    "-ngl 99 -cmoe"
   # Quantized activations round differently on the CPU (Q8_K) and the card (Q8_1), so after the
   # long prompt the Q4_K file is compared between forms that compute the same products on the same
   # devices: decode's host experts on the CPU (--bus-experts 0), the plan kept (--no-residency),
@@ -660,7 +665,7 @@ check_suite() {
     # ones. The KDA files sit in the hybrids' bands, and so do GLM-5.3's (its DSA picks are
     # compared through the logits: a flipped pick near a tie shows as a large error).
     opcheck "$b" 1 1e-5 qwen3moe-f32 qwen35moe-f32 qwen35-f32 glm4moe-f32 solar-open2-f32 \
-      kimi-linear-f32 glm5-next-f32 qwen4exp-f32 deepseek4-f32
+      kimi-linear-f32 glm5-next-f32 qwen4exp-f32 deepseek4-f32 deepseek41-f32
     opcheck "$b" 2 5e-2 qwen3moe-q8_0
     opcheck "$b" 3 1.5e-1 qwen3moe-q6_k qwen3moe-q5_k
     opcheck "$b" 4 1e-1 qwen3moe-q4_k glm4moe-q5_0

@@ -792,23 +792,31 @@ impl Executor {
         self.outputs.iter().map(|(n, ..)| n.as_str())
     }
 
-    /// Reads an i32 output by name (never staged: only f32 outputs are).
+    /// Reads an i32 output by name.
     pub fn read_i32(&self, device: &Device, name: &str) -> Result<Vec<i32>, ExecError> {
-        let r = self
+        let (_, r, staged) = self
             .outputs
             .iter()
             .find(|(n, ..)| n == name)
-            .map(|(_, r, _)| r)
             .ok_or_else(|| ExecError::BadGraph(format!("the graph has no output `{name}`")))?;
         if r.dtype != DType::I32 || !r.is_contiguous() {
             return Err(ExecError::BadGraph(format!(
                 "output `{name}` is not contiguous i32"
             )));
         }
-        let mut bytes = vec![0u8; r.elements() as usize * 4];
-        device
-            .read(r.buffer, r.offset, &mut bytes)
-            .map_err(dev("reading outputs"))?;
+        let n = r.elements() as usize * 4;
+        let mut bytes = vec![0u8; n];
+        match staged {
+            Some(s) => {
+                // SAFETY: the stage holds the output's n bytes (allocated for its span), written
+                // by the pass, which `run` waited for.
+                let stage = unsafe { std::slice::from_raw_parts(s.host as *const u8, n) };
+                bytes.copy_from_slice(stage);
+            }
+            None => device
+                .read(r.buffer, r.offset, &mut bytes)
+                .map_err(dev("reading outputs"))?,
+        }
         Ok(bytes
             .chunks_exact(4)
             .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -851,18 +859,20 @@ impl Executor {
 }
 
 /// Gives output `r` page-locked host memory that copies appended to `calls` move it to, when it
-/// is small, contiguous f32 and the device can copy it there. (Its last writer writing there
-/// itself was slower on the H200: a product's scattered 4-byte stores crossing the bus.) None:
-/// the host reads it from the device after the pass.
+/// is small, contiguous f32 or i32 and the device can copy it there, so the pass's one wait
+/// covers it. (Its last writer writing there itself was slower on the H200: a product's
+/// scattered 4-byte stores crossing the bus.) None: the host reads it from the device after the
+/// pass.
 fn stage_output(device: &Arc<Device>, calls: &mut Vec<OpCall>, r: TensorRef) -> Option<Staged> {
     let bytes = r.span_bytes()?;
-    if r.dtype != DType::F32 || !r.is_contiguous() || bytes > STAGED_OUTPUT_MAX {
+    let words = matches!(r.dtype, DType::F32 | DType::I32);
+    if !words || !r.is_contiguous() || bytes > STAGED_OUTPUT_MAX {
         return None;
     }
-    let staged = Staged::try_alloc(device, bytes, DType::F32)?;
+    let staged = Staged::try_alloc(device, bytes, r.dtype)?;
     let from = TensorRef {
         buffer: r.buffer,
-        ..flat(DType::F32, r.offset, r.elements())
+        ..flat(r.dtype, r.offset, r.elements())
     };
     calls.extend(flat_copies(from, staged.buffer.tensor(from)));
     Some(staged)

@@ -25,7 +25,9 @@ use crate::options::LoadOptions;
 use crate::placement::{
     card_budget, one_card, open_card, pass_kind, plan_for, unplanned_ngram_cache,
 };
-use crate::readout::{graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT};
+use crate::readout::{
+    graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT, TOP_IDS_OUTPUT, TOP_PROBS_OUTPUT,
+};
 use crate::state::allocate_state;
 use crate::weights::{copy_weights, load_tiered, map_weights};
 
@@ -102,6 +104,38 @@ pub struct PassOutputs {
     pub logits: Vec<f32>,
     /// `n_embd` final-norm values a row (the embeddings).
     pub embeddings: Vec<f32>,
+    /// [`Readout::Top`]'s `k` likeliest token ids a row, likeliest first.
+    pub top_ids: Vec<i32>,
+    /// Their probabilities among those `k`.
+    pub top_probs: Vec<f32>,
+}
+
+impl PassOutputs {
+    /// Bytes read back to the host.
+    pub fn bytes(&self) -> u64 {
+        4 * (self.logits.len() + self.embeddings.len() + self.top_ids.len() + self.top_probs.len())
+            as u64
+    }
+}
+
+/// What `readout` asks of a pass `exec` ran.
+fn read_outputs(
+    exec: &Executor,
+    device: &Device,
+    readout: Readout,
+) -> Result<PassOutputs, ModelError> {
+    let mut out = PassOutputs::default();
+    if readout.logits() {
+        out.logits = exec.read_f32(device, "logits")?;
+    }
+    if readout.embeddings() {
+        out.embeddings = exec.read_f32(device, EMBEDDINGS_OUTPUT)?;
+    }
+    if let Readout::Top(_) = readout {
+        out.top_ids = exec.read_i32(device, TOP_IDS_OUTPUT)?;
+        out.top_probs = exec.read_f32(device, TOP_PROBS_OUTPUT)?;
+    }
+    Ok(out)
 }
 
 /// Routed expert calls of the layers with host experts, since load or the last reset.
@@ -155,7 +189,8 @@ impl LoadedModel {
     /// chosen one lacks an op of this model, on the CPU with one warning naming why. A placement
     /// that does not fit the card's budget is refused with its terms instead (falling back would
     /// run the model many times slower than asked, with only a warning to say so). Without
-    /// `gpu`, as [`LoadedModel::load`] (card flags that name a card besides device 0 refused).
+    /// `gpu`, on the CPU ([`LoadedModel::load_cpu`]: card flags that name a card besides device 0
+    /// refused, `--host-budget` holding the routed experts to it).
     pub fn load_offloaded(
         reg: &Registry,
         path: &Path,
@@ -178,7 +213,55 @@ impl LoadedModel {
         }
         // The CPU is the one device: card flags naming another are refused, not ignored.
         request.cards.cards(1).map_err(ModelError::Request)?;
-        Self::load(reg, path, options)
+        Self::load_cpu(reg, path, options, request)
+    }
+
+    /// The CPU-only load of [`LoadedModel::load_offloaded`]. Every routed expert is the CPU's
+    /// already, so the card's placement flags change nothing, and each one given says so once;
+    /// `--host-budget` holds the routed experts to that much host RAM: the model loads through
+    /// the placement plan with the CPU's device as its main one and every routed expert in the
+    /// host tier, which reads from the file on demand into an arena of the budget's size the
+    /// experts that do not fit (the disk tier, as below a card).
+    fn load_cpu(
+        reg: &Registry,
+        path: &Path,
+        options: LoadOptions,
+        request: &TierRequest,
+    ) -> Result<LoadedModel, ModelError> {
+        for (given, flag) in [
+            (request.cpu_moe, "-cmoe"),
+            (request.n_cpu_moe.is_some(), "-ncmoe"),
+            (!request.overrides.is_empty(), "-ot"),
+            (!request.gpu_budgets.is_empty(), "--gpu-budget"),
+            (request.bus_experts.is_some(), "--bus-experts"),
+            (request.no_decode_staging, "--no-decode-staging"),
+        ] {
+            if given {
+                tracing::warn!(
+                    "{flag}: no card: every routed expert is computed by the CPU already, so it \
+                     changes nothing"
+                );
+            }
+        }
+        let Some(budget) = request.host_budget else {
+            return Self::load(reg, path, options);
+        };
+        tracing::info!(
+            "--host-budget {budget}: routed experts held to it in host RAM, those beyond read \
+             from the file as called"
+        );
+        let kernel = reg.best_kernel(DeviceClass::Cpu)?;
+        let hosted = TierRequest {
+            cpu_moe: true,
+            host_budget: Some(budget),
+            // Moving called experts "onto the card" would copy them into host RAM beyond the
+            // budget: the CPU's device keeps none.
+            no_residency: true,
+            disk_prefetch: request.disk_prefetch,
+            batch_rows: request.batch_rows,
+            ..TierRequest::default()
+        };
+        Self::load_placed(reg, path, options, kernel, &hosted)
     }
 
     /// The kernel plugin the model runs on.
@@ -625,13 +708,7 @@ impl LoadedModel {
         let n_outputs = batch.output_rows.len() as u32;
         let exec = self.executor_kind(rows as u32, n_outputs, readout, kind)?;
         exec.run(&device, batch)?;
-        let mut out = PassOutputs::default();
-        if readout.logits() {
-            out.logits = exec.read_f32(&device, "logits")?;
-        }
-        if readout.embeddings() {
-            out.embeddings = exec.read_f32(&device, EMBEDDINGS_OUTPUT)?;
-        }
+        let out = read_outputs(exec, &device, readout)?;
         self.rebalance()?;
         Ok(out)
     }
@@ -747,13 +824,7 @@ impl LoadedModel {
             )));
         }
         exec.run_with_hidden(&device, batch, hidden)?;
-        let mut out = PassOutputs::default();
-        if readout.logits() {
-            out.logits = exec.read_f32(&device, "logits")?;
-        }
-        if readout.embeddings() {
-            out.embeddings = exec.read_f32(&device, EMBEDDINGS_OUTPUT)?;
-        }
+        let out = read_outputs(exec, &device, readout)?;
         self.rebalance()?;
         Ok(out)
     }

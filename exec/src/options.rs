@@ -33,6 +33,9 @@ pub struct LoadOptions {
     /// MTP layers (0: it will not): the placement plan keeps card room for the rollback copy of
     /// the per-sequence state and the verify passes' per-row states ([`crate::state`]).
     pub draft_n_max: u32,
+    /// Whether the drafts come from elsewhere than MTP layers (token history, a draft model),
+    /// so that a model without MTP layers drafts too and its plan keeps the same room.
+    pub draft_history: bool,
 }
 
 impl Default for LoadOptions {
@@ -48,6 +51,7 @@ impl Default for LoadOptions {
             overrides: &[],
             check_tensors: false,
             draft_n_max: 0,
+            draft_history: false,
         }
     }
 }

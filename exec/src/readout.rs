@@ -3,12 +3,22 @@
 //! host derives the other readouts from it: embeddings alone run the graph up to the node that
 //! writes the final norm (no output head), both keep the whole graph and read the norm too. A
 //! tap keeps the whole graph and also reads every tensor of one name (an intermediate, such as
-//! a sparse attention's selection, for checking it against a reference).
+//! a sparse attention's selection, for checking it against a reference). A top-k readout keeps
+//! the logits on the device and reads each row's `k` likeliest ids and their probabilities
+//! among those `k`, with the final-norm rows (an MTP draft step's choice and its next row).
 
-use bloomery_plugin_api::graph::{Graph, GraphOutput, TensorId, FINAL_NORM};
+use bloomery_plugin_api::graph::{Graph, GraphBuilder, GraphOutput, TensorId, FINAL_NORM};
+use bloomery_plugin_api::op::{Gating, Op, RouterParams};
+use bloomery_plugin_api::DType;
 
 /// The name the host gives the final-norm rows among a graph's outputs.
 pub const EMBEDDINGS_OUTPUT: &str = "embeddings";
+
+/// The output of a [`Readout::Top`] pass's ids, i32 `[k, n_outputs]`, likeliest first.
+pub const TOP_IDS_OUTPUT: &str = "top_ids";
+
+/// The output of a [`Readout::Top`] pass's probabilities, f32 `[k, n_outputs]`.
+pub const TOP_PROBS_OUTPUT: &str = "top_probs";
 
 /// Which results a pass reads back for its output rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -21,6 +31,10 @@ pub enum Readout {
     Both,
     /// The logits and every tensor named this, one output per tensor ([`tap_layer`]).
     Tap(&'static str),
+    /// The final-norm rows, and of each row's logits (which stay on the device) the this many
+    /// likeliest token ids (ties: the lower id) with their probabilities among those (a softmax
+    /// over their logits): llama.cpp's draft-mtp choice, top-k then softmax.
+    Top(u32),
 }
 
 /// The output name the host gives a tapped tensor named `name` of layer `layer` (-1: none).
@@ -46,12 +60,12 @@ impl Readout {
 
     /// Whether the pass reads logits.
     pub fn logits(self) -> bool {
-        self != Readout::Embeddings
+        matches!(self, Readout::Logits | Readout::Both | Readout::Tap(_))
     }
 
     /// Whether the pass reads the final-norm rows.
     pub fn embeddings(self) -> bool {
-        matches!(self, Readout::Embeddings | Readout::Both)
+        matches!(self, Readout::Embeddings | Readout::Both | Readout::Top(_))
     }
 }
 
@@ -62,6 +76,7 @@ pub fn graph_for(mut graph: Graph, readout: Readout, rows: &str) -> Result<Graph
     match readout {
         Readout::Logits => return Ok(graph),
         Readout::Tap(name) => return tapped(graph, name),
+        Readout::Top(k) => return top(graph, k, rows),
         Readout::Embeddings | Readout::Both => {}
     }
     let norm = rows_of(&graph, rows)?;
@@ -81,6 +96,71 @@ pub fn graph_for(mut graph: Graph, readout: Readout, rows: &str) -> Result<Graph
         graph.outputs.clear();
     }
     graph.outputs.push(output);
+    Ok(graph)
+}
+
+/// `graph` reading its rows named `rows` and, of its logits, each row's `k` likeliest ids
+/// (`TopK`) and their probabilities among them (`RouterWeights` with the softmax over the
+/// chosen: the same ops as a router's, over the vocabulary); its logits not read.
+fn top(graph: Graph, k: u32, rows: &str) -> Result<Graph, String> {
+    let norm = rows_of(&graph, rows)?;
+    let logits = graph
+        .outputs
+        .iter()
+        .find(|o| o.name.as_str() == "logits")
+        .map(|o| o.tensor)
+        .ok_or("the graph has no `logits` to choose from")?;
+    let decl = &graph.tensors[logits.0 as usize];
+    let (n_vocab, n_out) = (decl.ne[0], decl.ne[1]);
+    if decl.dtype != DType::F32 || k == 0 || u64::from(k) > n_vocab {
+        return Err(format!(
+            "the {k} likeliest of {n_vocab} {} logits",
+            decl.dtype
+        ));
+    }
+    let mut g = GraphBuilder::extend(graph);
+    let err = |e: bloomery_plugin_api::PluginError| e.to_string();
+    let ids = g
+        .op(
+            "top_ids",
+            Op::TopK { k },
+            &[logits],
+            DType::I32,
+            [u64::from(k), n_out, 1, 1],
+        )
+        .map_err(err)?;
+    let probs = RouterParams {
+        gating: Gating::SoftmaxSelected,
+        n_expert: n_vocab as u32,
+        k,
+        n_group: 1,
+        topk_group: 1,
+        bias: false,
+        norm: false,
+        norm_min: 0.0,
+        scale: 1.0,
+    };
+    let p = g
+        .op(
+            "top_probs",
+            Op::RouterWeights(probs),
+            &[logits, ids],
+            DType::F32,
+            [u64::from(k), n_out, 1, 1],
+        )
+        .map_err(err)?;
+    let mut graph = g.finish();
+    graph.outputs.clear();
+    for (name, tensor) in [
+        (EMBEDDINGS_OUTPUT, norm),
+        (TOP_IDS_OUTPUT, ids),
+        (TOP_PROBS_OUTPUT, p),
+    ] {
+        graph.outputs.push(GraphOutput {
+            name: name.into(),
+            tensor,
+        });
+    }
     Ok(graph)
 }
 
@@ -123,9 +203,11 @@ fn rows_of(graph: &Graph, name: &str) -> Result<TensorId, String> {
 
 #[cfg(test)]
 mod tests {
-    use super::{graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT};
+    use super::{
+        graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT, TOP_IDS_OUTPUT, TOP_PROBS_OUTPUT,
+    };
     use bloomery_plugin_api::graph::{Graph, GraphBuilder, FINAL_NORM};
-    use bloomery_plugin_api::op::{Op, UnaryFn};
+    use bloomery_plugin_api::op::{Gating, Op, UnaryFn};
     use bloomery_plugin_api::DType;
 
     /// x → `result_norm` → `result_output` (logits) → a soft cap.
@@ -193,6 +275,36 @@ mod tests {
             graph_for(head(), Readout::Logits, FINAL_NORM).unwrap(),
             head()
         );
+    }
+
+    #[test]
+    fn top_keeps_the_logits_on_the_device_and_reads_their_choice() {
+        let g = graph_for(head(), Readout::Top(3), FINAL_NORM).unwrap();
+        assert_eq!(
+            outputs(&g),
+            [EMBEDDINGS_OUTPUT, TOP_IDS_OUTPUT, TOP_PROBS_OUTPUT]
+        );
+        let logits = head().outputs[0].tensor;
+        let (top, probs) = (&g.nodes[4], &g.nodes[5]);
+        assert_eq!(
+            (top.op, top.srcs.as_slice()),
+            (Op::TopK { k: 3 }, &[logits][..])
+        );
+        assert_eq!(probs.srcs.as_slice(), &[logits, top.dst][..]);
+        let Op::RouterWeights(p) = probs.op else {
+            panic!("{:?}", probs.op)
+        };
+        assert_eq!(
+            (p.gating, p.n_expert, p.k, p.norm),
+            (Gating::SoftmaxSelected, 4, 3, false)
+        );
+        assert_eq!(g.tensors[top.dst.0 as usize].ne, [3, 2, 1, 1]);
+        assert!(!Readout::Top(3).logits() && Readout::Top(3).embeddings());
+        // More than the vocabulary, or none.
+        for k in [0, 5] {
+            let e = graph_for(head(), Readout::Top(k), FINAL_NORM).unwrap_err();
+            assert!(e.contains("likeliest"), "{e}");
+        }
     }
 
     #[test]

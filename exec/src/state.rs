@@ -23,14 +23,15 @@ pub(crate) fn state_bytes(spec: &ModelSpec, o: LoadOptions) -> u64 {
         .sum()
 }
 
-/// Card bytes draft decoding adds for a model with MTP layers when `o.draft_n_max` > 0: the
+/// Card bytes draft decoding adds for a model with MTP layers (any model when
+/// `o.draft_history`: n-gram drafts) when `o.draft_n_max` > 0: the
 /// spare copy of every slot's per-sequence state, as `LoadedModel::reserve_sequence_spare`
 /// makes it, and one row of it per row of a verify pass of up to `n_slots` × (`draft_n_max` + 1)
 /// rows, at most [`MAX_VERIFY_ROWS`], as `LoadedModel::reserve_row_states` makes them (planned
 /// whether or not the model's verify graph writes row states, and for `draft_n_max` even where
 /// the MTP layers draft fewer tokens a step: an upper bound).
 pub(crate) fn drafting_bytes(spec: &ModelSpec, o: LoadOptions) -> u64 {
-    if o.draft_n_max == 0 || spec.caps.n_mtp_layers == 0 {
+    if o.draft_n_max == 0 || (spec.caps.n_mtp_layers == 0 && !o.draft_history) {
         return 0;
     }
     let slots = u64::from(o.n_slots);

@@ -107,6 +107,35 @@ fn mlock_locks_the_whole_file_on_the_cpu_and_changes_no_token() {
 }
 
 #[test]
+fn a_host_budget_without_a_card_reads_experts_from_the_file_and_changes_no_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = tiny(dir.path());
+    let greedy = ["-p", "the cat sat", "-n", "8", "--temp", "0", "-ngl", "0"];
+    let plain = ok(&run(&m, &greedy)).0;
+    // The tiny file's routed experts are 0.75 MiB each, 8 a layer: 8 MiB holds one layer's.
+    let (text, stderr) = ok(&run(&m, &[&greedy[..], &["--host-budget", "8M"]].concat()));
+    assert_eq!(text, plain);
+    // "disk tier: 10 experts read from the file, …"
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("disk tier:"))
+        .unwrap_or_else(|| panic!("no disk tier line in:\n{stderr}"));
+    let reads: usize = line
+        .split_whitespace()
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in: {line}"));
+    assert!(reads > 0, "{line}");
+    // A card's placement flag without a card says it changes nothing.
+    let (text, stderr) = ok(&run(&m, &[&greedy[..], &["-cmoe"]].concat()));
+    assert_eq!(text, plain);
+    assert!(
+        stderr.contains("-cmoe: no card: every routed expert is computed by the CPU already"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn chat_wraps_the_prompt_in_the_template() {
     let dir = tempfile::tempdir().unwrap();
     let m = tiny(dir.path());

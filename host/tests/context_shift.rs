@@ -34,6 +34,7 @@ fn load(path: &std::path::Path, kv: DType) -> LoadedModel {
         overrides: &[],
         check_tensors: false,
         draft_n_max: 0,
+        draft_history: false,
     };
     LoadedModel::load(&reg, path, opts).unwrap()
 }

@@ -31,6 +31,7 @@ fn load(path: &std::path::Path, n_slots: u32) -> LoadedModel {
         overrides: &[],
         check_tensors: false,
         draft_n_max: 0,
+        draft_history: false,
     };
     LoadedModel::load(&reg, path, opts).unwrap()
 }

@@ -48,6 +48,7 @@ fn load_typed(arch: &str, dir: &tempfile::TempDir, experts: DType, dense: DType)
         overrides: &[],
         check_tensors: false,
         draft_n_max: 0,
+        draft_history: false,
     };
     LoadedModel::load(&reg, &path, opts).unwrap()
 }

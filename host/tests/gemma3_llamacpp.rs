@@ -46,6 +46,7 @@ fn load() -> LoadedModel {
         overrides: &[],
         check_tensors: false,
         draft_n_max: 0,
+        draft_history: false,
     };
     LoadedModel::load(&reg, &model_path(), opts).unwrap()
 }

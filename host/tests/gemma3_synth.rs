@@ -46,6 +46,7 @@ fn load(path: &Path, n_slots: u32) -> LoadedModel {
         overrides: &[],
         check_tensors: false,
         draft_n_max: 0,
+        draft_history: false,
     };
     LoadedModel::load(&reg, path, opts).unwrap()
 }

@@ -102,6 +102,7 @@ fn quantized_caches_give_llama_cpp_greedy_text() {
             overrides: &[],
             check_tensors: false,
             draft_n_max: 0,
+            draft_history: false,
         };
         let mut m = LoadedModel::load(&reg, &path, opts).unwrap();
         let (prompt, want) = (ids(&want["prompt_ids"]), ids(&want["ids"]));

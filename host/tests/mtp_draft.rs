@@ -8,7 +8,9 @@
 //!   accepted, an always-wrong one every draft refused at its first row, both with the same
 //!   tokens;
 //! - the MTP driver drafts what the block run by hand, paired as llama.cpp's draft-mtp pairs it,
-//!   gives;
+//!   gives, also with the rows taken in and the first draft row in one block pass; a drafting
+//!   step of k drafts runs k block passes; a draft pass's top-10 readout gives the ten likeliest
+//!   ids of its logits and their softmax, reading no logits;
 //! - after refused drafts (refused at the first, second or third drafted row) the slot's state
 //!   (K/V rows, recurrent and convolution state; GLM-5.3's KDA state, latent and indexer caches
 //!   and its NextN layer's) is bit-for-bit the state of decoding the kept
@@ -456,8 +458,101 @@ fn the_mtp_driver_drafts_as_the_block_run_by_hand() {
             drafts.push(argmax(&r.logits));
             h = r.embeddings;
         }
-        assert_eq!(got, vec![drafts], "prompt of {len} tokens");
+        assert_eq!(got, vec![drafts.clone()], "prompt of {len} tokens");
+        // Taking in the prompt and the first draft row in one block pass drafts the same.
+        let mut fused = MtpDrafter::new(SpecConfig::MTP, 2, n);
+        let chunk = Chunk {
+            slot: 0,
+            start: 0,
+            tokens: &prompt,
+            rows: &trunk.embeddings,
+            kept: len,
+        };
+        let got = fused.take_in_and_draft(&mut m, &[chunk], &[want]).unwrap();
+        assert_eq!(got, vec![drafts], "prompt of {len} tokens, one pass fewer");
+        assert_eq!(fused.stats().passes, 3, "three drafts, three block passes");
     }
+}
+
+/// A draft pass's top-10 readout (its logits kept on the device) gives the ten likeliest ids of
+/// the logits the same pass reads whole (ties to the lower id), their probabilities a softmax
+/// over those ten (llama.cpp b11434's draft-mtp: a top-k 10 sampler, then the first candidate's
+/// p), the same final-norm rows, and no logits.
+#[test]
+fn the_top_readout_gives_the_ten_likeliest_of_the_logits_and_their_softmax() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let (mut m, tok) = load(&path);
+    let n = m.spec.hparams.n_embd as usize;
+    let nv = m.spec.hparams.n_vocab as usize;
+    let prompt = &prompts(&tok)[1];
+    let len = prompt.len();
+    let trunk = m
+        .forward_reading(&rows(prompt, 0, 0), Readout::Both)
+        .unwrap();
+    let hidden = [vec![0f32; n], trunk.embeddings[..(len - 1) * n].to_vec()].concat();
+    let batch = rows(prompt, 0, 0);
+    let both = m
+        .forward_draft_reading(&batch, &hidden, Readout::Both)
+        .unwrap();
+    let top = m
+        .forward_draft_reading(&batch, &hidden, Readout::Top(10))
+        .unwrap();
+    assert!(top.logits.is_empty());
+    assert_eq!(top.embeddings, both.embeddings);
+    assert_eq!(
+        (top.top_ids.len(), top.top_probs.len()),
+        (10 * len, 10 * len)
+    );
+    for r in 0..len {
+        let row = &both.logits[r * nv..(r + 1) * nv];
+        let mut order: Vec<usize> = (0..nv).collect();
+        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+        let ids: Vec<i32> = order[..10].iter().map(|&i| i as i32).collect();
+        assert_eq!(top.top_ids[r * 10..(r + 1) * 10], ids, "row {r}");
+        let max = f64::from(row[order[0]]);
+        let sum: f64 = order[..10]
+            .iter()
+            .map(|&i| (f64::from(row[i]) - max).exp())
+            .sum();
+        for (j, &i) in order[..10].iter().enumerate() {
+            let want = (f64::from(row[i]) - max).exp() / sum;
+            let got = f64::from(top.top_probs[r * 10 + j]);
+            assert!(
+                (got - want).abs() < 1e-6,
+                "row {r}, candidate {j}: {got} vs {want}"
+            );
+        }
+    }
+}
+
+/// A drafting step of k drafts runs k passes of the MTP block: its first draft row goes through
+/// the block in the same pass as the target's rows it takes in (before: one pass more a step).
+/// A step that drafts nothing (the request's last) puts its rows off, so a request's block
+/// passes are its drafted tokens.
+#[test]
+fn a_drafting_step_runs_one_block_pass_per_draft() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let want = greedy_off(&path);
+    let spec = SpecConfig {
+        gate: false,
+        ..SpecConfig::MTP
+    };
+    let (rt, tok) = start(&path, spec);
+    let c = &rt.shared().counters;
+    for (prompt, seq) in prompts(&tok).iter().zip(&want) {
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let before = (get(&c.mtp_passes), get(&c.spec_draft_tokens));
+        let (ids, f) = answer(&rt, prompt, params(None));
+        assert_eq!(ids, seq[prompt.len()..], "tokens differ");
+        let passes = get(&c.mtp_passes) - before.0;
+        let drafted = get(&c.spec_draft_tokens) - before.1;
+        assert_eq!(drafted as usize, f.n_drafted);
+        assert!(drafted > 0);
+        assert_eq!(passes, drafted, "{drafted} drafted tokens");
+    }
+    rt.shutdown().unwrap();
 }
 
 /// Every draft a [`Recorder`] made, with the length of what it follows.
@@ -1072,6 +1167,65 @@ fn gated_mtp_drafting_gives_the_same_tokens_as_no_drafting() {
             .load(Ordering::Relaxed)
             > 0
     );
+    on.shutdown().unwrap();
+    off.shutdown().unwrap();
+}
+
+/// A slot whose gate holds drafting off does no drafting work between its probes: its passes
+/// read its final-norm rows only in the 64 steps before each drafting probe (and the probe's
+/// own), and the MTP block runs only in the probes' draft passes (the rows put off go in with
+/// the first). The tokens stay those of decoding without drafts.
+#[test]
+fn a_slot_with_drafting_off_reads_its_rows_only_before_its_probes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let reg = Registry::load(&common::plugin_dir()).unwrap();
+    let long = |spec: SpecConfig, costs: Option<Priced>| {
+        let options = LoadOptions {
+            n_slots: 1,
+            ctx_per_slot: 1024,
+            threads: 2,
+            ..LoadOptions::default()
+        };
+        let model = LoadedModel::load(&reg, &path, options).unwrap();
+        let tok = Arc::new(bloomery::text::tokenizer(&model.file).unwrap());
+        let cfg = RuntimeConfig {
+            n_ctx_slot: 1024,
+            ..config(spec)
+        };
+        match costs {
+            Some(c) => Runtime::start_priced(model, tok.clone(), cfg, None, Box::new(c)),
+            None => Runtime::start(model, tok.clone(), cfg),
+        }
+        .map(|rt| (rt, tok))
+        .unwrap()
+    };
+    let (on, tok) = long(SpecConfig::MTP, Some(ROWS_COST));
+    let (off, _) = long(SpecConfig::OFF, None);
+    let prompt = &prompts(&tok)[0];
+    let p = GenParams {
+        n_predict: Some(600),
+        ..params(None)
+    };
+    let (ids, _) = answer(&on, prompt, p.clone());
+    assert_eq!(ids, answer(&off, prompt, p).0, "tokens differ");
+    let c = &on.shared().counters;
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let (passes, row_passes) = (get(&c.decode_calls), get(&c.row_read_passes));
+    let (mtp, drafted) = (get(&c.mtp_passes), get(&c.spec_draft_tokens));
+    eprintln!(
+        "{passes} passes, {row_passes} read rows; {mtp} MTP passes, {drafted} drafted, {} \
+         verify steps",
+        get(&c.spec_verify_steps)
+    );
+    let gate = on.shared().slots.lock().unwrap()[0].gate.expect("gated");
+    assert!(!gate.on, "{gate:?}");
+    // Probes 16, 32, 64, 128 and 256 steps apart: the last two read 65 of their steps' rows.
+    assert!(
+        row_passes * 10 < passes * 7,
+        "{row_passes} of {passes} passes read rows"
+    );
+    assert_eq!(mtp, drafted, "block passes beside the probes' draft passes");
     on.shutdown().unwrap();
     off.shutdown().unwrap();
 }

@@ -40,6 +40,7 @@ fn load(arch: &str, dir: &tempfile::TempDir, n_slots: u32) -> LoadedModel {
         overrides: &[],
         check_tensors: false,
         draft_n_max: 0,
+        draft_history: false,
     };
     LoadedModel::load(&reg, &path, opts).unwrap()
 }

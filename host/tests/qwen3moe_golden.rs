@@ -69,6 +69,7 @@ fn compare_with(name: &str, file: &str, t: [DType; 4]) -> Agreement {
         overrides: &[],
         check_tensors: false,
         draft_n_max: 0,
+        draft_history: false,
     };
     let mut a = Agreement {
         max_rel: 0.0,

@@ -7,7 +7,8 @@
 //! - the MTP driver with the separate file drafts what its block run by hand gives, paired as
 //!   llama.cpp's draft-mtp pairs it: token p with the trunk's `h_nextn` row of p − 1 (zeros at
 //!   0), each later step its draft with the block's own `h_nextn` row, one position on: the
-//!   drafts and the block's caches bit for bit;
+//!   drafts and the block's caches bit for bit, also with the prompt and the first draft row
+//!   in one block pass;
 //! - drafting with the MTP file's block (n_max 3, its own residual chained) gives the tokens of
 //!   decoding without drafts and leaves the slot's state bit for bit as they do; a draft file
 //!   that cannot draft for the trunk is refused by name;
@@ -409,7 +410,7 @@ fn the_mtp_driver_drafts_as_the_separate_files_block_run_by_hand() {
             drafts.push(argmax(&r.logits));
             h = r.embeddings;
         }
-        assert_eq!(got, vec![drafts], "prompt of {len} tokens");
+        assert_eq!(got, vec![drafts.clone()], "prompt of {len} tokens");
         // The block's caches (K/V, indexer rows and pooled keys) over the prompt and the chain
         // are bit for bit those of the block run by hand.
         let n = (len + 3) as u32;
@@ -417,6 +418,25 @@ fn the_mtp_driver_drafts_as_the_separate_files_block_run_by_hand() {
         assert!(
             fed == by_hand.read_slot(0, n).unwrap(),
             "prompt of {len} tokens: the block's caches differ"
+        );
+        // Taking in the prompt and the first draft row in one block pass: the same drafts and
+        // caches.
+        let mut fused = MtpDrafter::new(SpecConfig::MTP, 2, w).with_draft_model(load(&mtp));
+        let chunk = Chunk {
+            slot: 0,
+            start: 0,
+            tokens: &prompt,
+            rows: &out.embeddings,
+            kept: len,
+        };
+        let got = fused
+            .take_in_and_draft(&mut trunk, &[chunk], &[want])
+            .unwrap();
+        assert_eq!(got, vec![drafts], "prompt of {len} tokens, one pass fewer");
+        let fed = fused.draft_model().unwrap().read_slot(0, n).unwrap();
+        assert!(
+            fed == by_hand.read_slot(0, n).unwrap(),
+            "prompt of {len} tokens, one pass fewer: the block's caches differ"
         );
     }
 }

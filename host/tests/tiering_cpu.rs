@@ -42,6 +42,7 @@ fn try_load(path: &Path, request: &TierRequest) -> Result<LoadedModel, String> {
         overrides: &[],
         check_tensors: false,
         draft_n_max: 0,
+        draft_history: false,
     };
     common::load_on_scalar_card(path, opts, request)
 }
@@ -658,6 +659,7 @@ fn load_two(path: &Path, request: &TierRequest) -> LoadedModel {
         overrides: &[],
         check_tensors: false,
         draft_n_max: 0,
+        draft_history: false,
     };
     let main = bloomery_tiering::cards::UsedCard {
         device: 0,

@@ -211,6 +211,12 @@ impl GraphBuilder {
         }
     }
 
+    /// Goes on building `graph` (a host adding nodes after a plugin's graph), outside any
+    /// layer.
+    pub fn extend(graph: Graph) -> Self {
+        GraphBuilder { graph, layer: -1 }
+    }
+
     /// Sets the layer that later tensors are tagged with (-1 outside layers).
     pub fn set_layer(&mut self, layer: i32) {
         self.layer = layer;

@@ -144,6 +144,13 @@ impl Gate {
         }
     }
 
+    /// Whether the slot's next step should read its rows for the MTP block: always while on;
+    /// while off, only within `window` steps of its next drafting probe (the block takes in at
+    /// most the rows of those steps then, and misses the positions before them).
+    pub fn rows_wanted(&self, window: u32) -> bool {
+        self.on || self.since + window >= self.probe_every
+    }
+
     /// Records a plain step of `seconds`.
     pub fn plain(&mut self, seconds: f64) -> Option<Switch> {
         self.plain.add(seconds);
@@ -296,5 +303,41 @@ mod tests {
         // The break-even point counts as paying: 3 tokens in 3 plain steps' time.
         let mut g = Gate::new();
         assert_eq!(run(&mut g, 200, 0.25, 0.75, 3).0, []);
+    }
+
+    /// While off, a slot reads its rows only in the `window` steps before each drafting probe
+    /// and the probe's own step (whose rows the block needs if the probe turns drafting on);
+    /// while on, every step.
+    #[test]
+    fn rows_are_wanted_only_in_the_window_before_a_probe() {
+        let mut g = Gate::new();
+        assert!(g.rows_wanted(0));
+        assert_eq!(run(&mut g, 100, 2.7e-3, 7e-3, 1).0, [Switch::Off]);
+        let (mut reads, mut probes) = (Vec::new(), Vec::new());
+        for i in 0..2_000 {
+            reads.push(g.rows_wanted(8));
+            match g.drafts_next() {
+                true => {
+                    probes.push(i);
+                    g.drafted(7e-3, 1);
+                }
+                false => {
+                    g.plain(2.7e-3);
+                }
+            }
+        }
+        assert!(probes.len() > 5, "{probes:?}");
+        for &p in probes.iter().filter(|&&p| p >= 8) {
+            assert!(reads[p - 8..=p].iter().all(|&r| r), "probe at {p}");
+        }
+        // Nothing else reads (the first window may start before these steps, the last 8 steps
+        // may be the window of a probe to come).
+        let n = reads.iter().filter(|&&r| r).count();
+        let want = 9 * probes.len();
+        assert!(
+            n + 8 >= want && n <= want + 8,
+            "{n} reads, {} probes",
+            probes.len()
+        );
     }
 }

@@ -60,21 +60,24 @@ impl Runtime {
         Self::start_inner(model, None, tok, cfg, Some(source), None, None)
     }
 
-    /// As [`Runtime::start`], drafting (`cfg.spec` of kind `draft-mtp`) with the MTP block of the
-    /// separate file `draft` (qwen4exp's MTP-only file, llama-server's `-md`): refused by name
-    /// unless it fits the model ([`crate::spec::check_draft_model`]).
+    /// As [`Runtime::start`], drafting with the separate file `draft` (llama-server's `-md`):
+    /// with `cfg.spec` of kind `draft-mtp` its MTP block (qwen4exp's MTP-only file), refused by
+    /// name unless it fits the model ([`crate::spec::check_draft_model`]); of kind
+    /// `draft-simple` the whole draft model ([`crate::draft_model`]), refused by name unless its
+    /// state is positional ([`crate::draft_model::check_draft_simple`]; its vocabulary is the
+    /// caller's to check, [`crate::draft_model::check_vocab`]).
     pub fn start_with_draft_model(
         model: LoadedModel,
         draft: LoadedModel,
         tok: Arc<Tokenizer>,
         cfg: RuntimeConfig,
     ) -> Result<Runtime, RuntimeError> {
-        crate::spec::check_draft_model(&model.spec, &draft.spec).map_err(RuntimeError::Draft)?;
-        if cfg.spec.kind != crate::spec::SpecType::DraftMtp {
-            return Err(RuntimeError::Draft(
-                "a draft file drafts with --spec-type draft-mtp only".into(),
-            ));
+        match cfg.spec.kind {
+            SpecType::DraftMtp => crate::spec::check_draft_model(&model.spec, &draft.spec),
+            SpecType::DraftSimple => crate::draft_model::check_draft_simple(&model, &draft),
+            _ => Err("a draft file drafts with --spec-type draft-mtp or draft-simple".into()),
         }
+        .map_err(RuntimeError::Draft)?;
         Self::start_inner(model, None, tok, cfg, None, Some(draft), None)
     }
 

@@ -8,9 +8,11 @@
 //! execution) → `bloomery-tiering` → `bloomery-devices` → `bloomery-plugin-api`.
 
 pub mod draft_gate;
+pub mod draft_model;
 pub mod embedding;
 pub mod grammar;
 mod handle;
+pub mod ngram_draft;
 mod panic;
 pub mod prompt_cache;
 pub mod reasoning_budget;

@@ -5,6 +5,41 @@
 //! (`common/reasoning-budget.h`): idle until a start sequence, counting, waiting for a token that
 //! ends on a whole UTF-8 character, forcing, done (a later start sequence re-arms it).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// A request's switch that ends its thinking span now (llama-server's `reasoning_control` and
+/// `POST /v1/chat/completions/control` `reasoning_end`): set from outside, taken by the budget
+/// at the request's next token, where it forces the span's end if the budget is counting one
+/// (`common_reasoning_budget_force`: any other state leaves the budget as it is).
+#[derive(Clone, Debug, Default)]
+pub struct EndSwitch(Arc<AtomicBool>);
+
+impl EndSwitch {
+    /// A switch not set.
+    pub fn new() -> EndSwitch {
+        EndSwitch::default()
+    }
+
+    /// Asks for the span's end at the next token.
+    pub fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Whether it was set since the last take; clears it.
+    fn take(&self) -> bool {
+        self.0.swap(false, Ordering::AcqRel)
+    }
+}
+
+impl PartialEq for EndSwitch {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for EndSwitch {}
+
 /// What a request's budget is made of (token sequences from the model's tokenizer).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BudgetSpec {
@@ -20,6 +55,8 @@ pub struct BudgetSpec {
     /// opening `<think>` among them, when it opens the span itself): taken in first, so the
     /// count starts inside a span the prompt opened.
     pub prefill: Vec<u32>,
+    /// The request's switch that ends a span now, with `reasoning_control`.
+    pub control: Option<EndSwitch>,
 }
 
 /// Where a budget is (llama.cpp's `common_reasoning_budget_state`).
@@ -94,6 +131,7 @@ pub struct Budget {
     state: BudgetState,
     remaining: u32,
     pos: usize,
+    control: Option<EndSwitch>,
 }
 
 impl Budget {
@@ -108,11 +146,21 @@ impl Budget {
             state: BudgetState::Idle,
             remaining: spec.budget,
             pos: 0,
+            control: spec.control.clone(),
         };
         for &t in &spec.prefill {
             b.accept(t, true);
         }
         b
+    }
+
+    /// Takes the request's [`EndSwitch`]: set, it forces the span's end now if the budget is
+    /// counting one (otherwise the request is dropped, as llama.cpp's manual transition).
+    pub fn take_control(&mut self) {
+        if self.control.as_ref().is_some_and(EndSwitch::take) && self.state == BudgetState::Counting
+        {
+            self.force();
+        }
     }
 
     /// Where the budget is.

@@ -22,7 +22,9 @@ use bloomery_text::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc;
 
 use crate::draft_gate::{Gate, StepCosts, StepShape, WallClock};
+use crate::draft_model::ModelDrafter;
 use crate::grammar::{token_trie, Constraint};
+use crate::ngram_draft::{NgramMod, NgramSimple};
 use crate::panic::panic_message;
 use crate::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
 use crate::reasoning_budget::Budget;
@@ -41,8 +43,10 @@ use crate::stop::StopScan;
 use crate::task::Task;
 use crate::token::{step, Drafted, Row, StepContext};
 
-/// Most rows a slot not drafting puts off taking into the MTP block (a drafting probe comes
-/// every 17 steps; a longer run, or a prompt chunk that would pass this, goes in at once).
+/// Most rows a slot not drafting puts off taking into the MTP block: while its gate has drafting
+/// off it reads its rows only in this many steps before its next drafting probe (which takes
+/// them in), so its other plain steps do no drafting work; a longer run, or a prompt chunk that
+/// would pass this, goes in at once.
 const MAX_BEHIND: usize = 64;
 
 /// Checkpoints a slot keeps by default (llama-server's `--ctx-checkpoints`).
@@ -231,7 +235,7 @@ pub(crate) fn run(
         }
         cfg.spec = spec;
     }
-    if cfg.spec.synth_len.is_some() {
+    if cfg.spec.synthetic() {
         tracing::warn!(
             "synthetic speculative acceptance is enabled for benchmarking; generated output is \
              not valid"
@@ -241,10 +245,10 @@ pub(crate) fn run(
     let n_vocab = model.spec.hparams.n_vocab as usize;
     let n_embd = model.spec.hparams.n_embd as usize;
     // With a separate draft file both models' rows are the ones its block reads.
-    if draft.is_some() {
+    if draft.is_some() && cfg.spec.kind == SpecType::DraftMtp {
         model.read_rows_from(NEXTN_HIDDEN);
     }
-    let drafter = drafter_of(&model, cfg.spec, rewind, (source, draft))
+    let drafter = drafter_of(&model, cfg.spec, rewind, cfg.n_batch, (source, draft))
         .filter(|_| rollback_ready(&mut model, rewind));
     let row_width = match &drafter {
         Some(Drafter::Mtp(m)) => m.width(),
@@ -282,10 +286,7 @@ pub(crate) fn run(
         ended: Vec::new(),
         row_width,
         drafter,
-        synth: cfg
-            .spec
-            .synth_len
-            .map(|l| SynthAcceptance::new(l, cfg.spec.n_max)),
+        synth: SynthAcceptance::of(&cfg.spec),
         row_states,
         sleep: None,
         costs: costs.unwrap_or_else(|| Box::new(WallClock)),
@@ -736,8 +737,10 @@ impl<'t> Scheduler<'t> {
             job.params.shift.n_cache_reuse
         };
         let keep = self.prepare_slot(id, &job.prompt, reuse, n_cache_reuse, rows);
-        if let (0, Some(Drafter::Mtp(m))) = (keep, self.drafter.as_mut()) {
-            m.reset(id);
+        match (keep, self.drafter.as_mut()) {
+            (0, Some(Drafter::Mtp(m))) => m.reset(id),
+            (_, Some(Drafter::Source(src))) => src.begin(id, &job.prompt),
+            _ => {}
         }
         // The penalty window never holds more than a slot's context: a longer one (a client's
         // -1 read as "all") is the whole context, not an allocation of its length.
@@ -1104,6 +1107,7 @@ impl<'t> Scheduler<'t> {
         // embeddings, and with the MTP block drafting, every generation row's final-norm row.
         let (mut logits, mut embeddings) = (false, false);
         let reads_rows = self.drafter.as_ref().is_some_and(Drafter::reads_rows);
+        let gated = self.cfg.spec.gated();
         // Slots whose drafted tokens this pass evaluates, with their first row: a refused draft
         // rolls back to the state of its last kept row, which a verify pass keeps, or else to
         // the state saved on the device before the pass.
@@ -1140,11 +1144,14 @@ impl<'t> Scheduler<'t> {
             } else {
                 0
             };
-            let read = if reads_rows { take } else { outputs };
+            // A slot whose gate has drafting off reads its rows only when its next drafting
+            // probe is near enough for the block to take them in then (MAX_BEHIND).
+            let rows_read = reads_rows && (!gated || slot.gate.rows_wanted(MAX_BEHIND as u32));
+            let read = if rows_read { take } else { outputs };
             let end = batch.tokens.len() as i32;
             batch.output_rows.extend(end - read as i32..end);
             logits |= outputs > 0;
-            embeddings |= reads_rows;
+            embeddings |= rows_read;
             if outputs > 1 && self.rewind.per_sequence {
                 drafting.push((slot.id, first_row));
             }
@@ -1154,6 +1161,7 @@ impl<'t> Scheduler<'t> {
                 outputs,
                 read,
                 step: committed == 1 && take == task.next.len(),
+                rows: rows_read,
             });
         }
         for slot in &self.slots {
@@ -1234,6 +1242,7 @@ impl<'t> Scheduler<'t> {
                 id: slot.id,
                 tokens: rest[..take].to_vec(),
                 outputs,
+                rows: read.is_some(),
                 read: read.unwrap_or(outputs),
                 step: false,
             });
@@ -1284,6 +1293,11 @@ impl<'t> Scheduler<'t> {
                 .store(d.prefetch_hits, Ordering::Relaxed);
         }
         c.decode_calls.fetch_add(1, Ordering::Relaxed);
+        c.pass_read_bytes
+            .fetch_add(4 * (logits.len() + rows.len()) as u64, Ordering::Relaxed);
+        if plan.iter().any(|p| p.rows) {
+            c.row_read_passes.fetch_add(1, Ordering::Relaxed);
+        }
         c.busy_slot_passes
             .fetch_add(plan.len() as u64, Ordering::Relaxed);
         let n_prompt_rows: usize = plan
@@ -1324,6 +1338,7 @@ impl<'t> Scheduler<'t> {
             outputs,
             read,
             step: is_step,
+            rows: rows_read,
         } in plan
         {
             let base = out;
@@ -1336,7 +1351,7 @@ impl<'t> Scheduler<'t> {
                 continue;
             };
             let generates = task.job.embed.is_none() && task.job.decide.is_none();
-            if reads_rows && generates {
+            if rows_read && generates {
                 taken.push((id, start, toks.clone(), base, toks.len()));
             }
             if task.next.is_empty() {
@@ -1504,6 +1519,9 @@ impl<'t> Scheduler<'t> {
             if n_drafted > 0 {
                 tracing::trace!("slot {id}: {accepted} of the drafted tokens {drafted:?} accepted");
                 if std::mem::take(&mut task.spec_draft) {
+                    if let Some(Drafter::Source(src)) = self.drafter.as_mut() {
+                        src.accepted(id, accepted);
+                    }
                     c.spec_verify_steps.fetch_add(1, Ordering::Relaxed);
                     c.spec_draft_tokens
                         .fetch_add(n_drafted as u64, Ordering::Relaxed);
@@ -1549,31 +1567,22 @@ impl<'t> Scheduler<'t> {
         }
         self.roll_back(&refused)?;
         self.prefetch_ngram_rows();
-        if let Some(Drafter::Mtp(m)) = self.drafter.as_mut() {
-            let gated = self.cfg.spec.gated();
-            let mut chunks: Vec<Chunk<'_>> = Vec::with_capacity(taken.len());
-            for (slot, start, tokens, base, kept) in &taken {
-                let c = Chunk {
-                    slot: *slot,
-                    start: *start,
-                    tokens,
-                    rows: &rows[base * row_width..(base + tokens.len()) * row_width],
-                    kept: *kept,
-                };
-                // A slot whose gate has drafting off puts its rows off (up to MAX_BEHIND), to
-                // take them in with one block pass when it drafts again.
-                match gated && !self.slots[*slot].gate.view().on {
-                    true if m.behind(*slot) + kept <= MAX_BEHIND => m.defer(&c),
-                    _ => chunks.push(c),
-                }
-            }
-            m.take_in(&mut self.model, &chunks)?;
-        }
+        // The target rows the MTP block takes in (or puts off: draft_next).
+        let chunks: Vec<Chunk<'_>> = taken
+            .iter()
+            .map(|(slot, start, tokens, base, kept)| Chunk {
+                slot: *slot,
+                start: *start,
+                tokens,
+                rows: &rows[base * row_width..(base + tokens.len()) * row_width],
+                kept: *kept,
+            })
+            .collect();
         if n_prompt_rows == 0 {
             let shape_rows = batch.tokens.len();
             self.weigh(&steps, shape_rows, began.elapsed().as_secs_f64());
         }
-        self.draft_next()?;
+        self.draft_next(&chunks)?;
         // The drafted tokens' rows too (those of the sampled ones are already on their way).
         self.prefetch_ngram_rows();
         self.shared
@@ -1662,8 +1671,10 @@ impl<'t> Scheduler<'t> {
     /// Drafts the tokens after each slot's newly sampled token, for the next pass to verify:
     /// slots generating one sampled token (no forced run, no schemajump draft), as many as the
     /// request's limit and the slot's context leave room for (llama-server's
-    /// `get_n_draft_max`).
-    fn draft_next(&mut self) -> Result<(), String> {
+    /// `get_n_draft_max`). With the MTP block, its first draft pass also takes in `chunks`, the
+    /// target rows of the pass just run, and the rows drafting slots put off; a slot that does
+    /// not draft now puts its rows off.
+    fn draft_next(&mut self, chunks: &[Chunk<'_>]) -> Result<(), String> {
         let Some(drafter) = self.drafter.as_mut() else {
             return Ok(());
         };
@@ -1695,18 +1706,35 @@ impl<'t> Scheduler<'t> {
                 });
             }
         }
-        if wants.is_empty() {
-            return Ok(());
-        }
-        // Rows a slot put off while not drafting go in first, outside the drafting step's
-        // time: they are the plain steps' (one pass for many).
-        if let Drafter::Mtp(m) = drafter {
-            let slots: Vec<usize> = wants.iter().map(|w| w.slot).collect();
-            m.catch_up(&mut self.model, &slots)?;
-        }
+        // The drafting step's time includes taking in the rows before its first draft row
+        // (the target's rows of this pass, and those a slot put off while not drafting): work
+        // that exists only because the slot drafts.
         let t0 = Instant::now();
         let drafts = match drafter {
-            Drafter::Mtp(m) => m.draft(&mut self.model, &wants)?,
+            Drafter::Mtp(m) => {
+                // A slot that does not draft now puts its rows off (up to MAX_BEHIND), to take
+                // them in with its first draft pass when it drafts again.
+                let mut now = Vec::with_capacity(chunks.len());
+                for c in chunks {
+                    let drafts = wants.iter().any(|w| w.slot == c.slot);
+                    match drafts || m.behind(c.slot) + c.kept > MAX_BEHIND {
+                        true => now.push(Chunk { ..*c }),
+                        false => m.defer(c),
+                    }
+                }
+                let drafts = m.take_in_and_draft(&mut self.model, &now, &wants)?;
+                let stats = m.stats();
+                let c = &self.shared.counters;
+                c.mtp_passes.store(stats.passes, Ordering::Relaxed);
+                c.mtp_read_bytes.store(stats.read_bytes, Ordering::Relaxed);
+                drafts
+            }
+            Drafter::Model(_) | Drafter::Source(_) if wants.is_empty() => return Ok(()),
+            Drafter::Model(m) => {
+                let slots = &self.slots;
+                m.catch_up(&wants, |s| &slots[s].cached)?;
+                m.draft(&wants)?
+            }
             Drafter::Source(src) => wants
                 .iter()
                 .map(|w| {
@@ -1937,6 +1965,8 @@ struct Planned {
     /// A generation step: the slot's one sampled token and its drafts (not a prompt chunk or
     /// a forced run), which the drafting gate weighs.
     step: bool,
+    /// The pass reads the chunk's final-norm rows for the MTP block.
+    rows: bool,
 }
 
 /// What drafts for the target to verify, as `spec` or a `source` asks; none (with a warning
@@ -1945,6 +1975,7 @@ fn drafter_of(
     model: &LoadedModel,
     spec: SpecConfig,
     rewind: Rewind,
+    batch_rows: usize,
     (source, draft): (Option<Box<dyn DraftSource>>, Option<LoadedModel>),
 ) -> Option<Drafter> {
     if spec.kind == SpecType::None && source.is_none() {
@@ -1962,6 +1993,34 @@ fn drafter_of(
         return Some(Drafter::Source(source));
     }
     let n_slots = model.options.n_slots as usize;
+    match spec.kind {
+        SpecType::NgramSimple => {
+            return Some(Drafter::Source(Box::new(NgramSimple::new(
+                spec.ngram_simple,
+            ))));
+        }
+        SpecType::NgramMod => {
+            if spec.ngram_mod.n_match < 16 {
+                tracing::warn!(
+                    "ngram-mod: --spec-ngram-mod-n-match {} is short: drafts may be poor (as \
+                     llama-server warns below 16)",
+                    spec.ngram_mod.n_match
+                );
+            }
+            let m = NgramMod::new(spec.ngram_mod, n_slots);
+            return Some(Drafter::Source(Box::new(m)));
+        }
+        SpecType::DraftSimple => {
+            let Some(draft) = draft else {
+                tracing::warn!("drafting off: draft-simple has no draft model (-md)");
+                return None;
+            };
+            let n_vocab = model.spec.hparams.n_vocab as usize;
+            let m = ModelDrafter::new(spec, draft, n_slots, batch_rows, n_vocab);
+            return Some(Drafter::Model(m));
+        }
+        SpecType::None | SpecType::DraftMtp => {}
+    }
     if let Some(draft) = draft {
         let Some(width) = draft.hidden_width() else {
             tracing::warn!("drafting off: the draft file builds no draft graph");

@@ -4,7 +4,9 @@
 //! position before (the first with the row kept from the previous pass), which fills the block's
 //! own K/V cache; then, from the last sampled token and the target's row that sampled it, the
 //! block drafts up to `n_max` tokens, each step pairing its drafted token with the block's own
-//! final-norm row. A draft is its greedy choice, kept while the probability of that choice among
+//! final-norm row. The first draft row goes through the block in the same pass as the rows it
+//! takes in, and a draft pass reads back only its rows and the ten likeliest ids with their
+//! probabilities ([`Readout::Top`]), not its logits. A draft is its greedy choice, kept while the probability of that choice among
 //! the ten likeliest tokens reaches `p_min`, and dropped whole when shorter than `n_min`.
 //!
 //! Other sources (tests, benchmarks) draft through [`DraftSource`]. For benchmarks on
@@ -14,6 +16,8 @@
 use bloomery_exec::{BatchInputs, LoadedModel, Readout};
 use bloomery_plugin_api::model::ModelSpec;
 
+use crate::draft_model::ModelDrafter;
+use crate::ngram_draft::{NgramModConfig, NgramSimpleConfig};
 use crate::sampling::rng::Mt19937;
 
 /// Which drafts a generation is verified against (llama-server's `--spec-type`).
@@ -23,6 +27,12 @@ pub enum SpecType {
     None,
     /// The model's MTP block (`draft-mtp`).
     DraftMtp,
+    /// The slot's own history (`ngram-simple`, [`crate::ngram_draft`]).
+    NgramSimple,
+    /// A table of every slot's history (`ngram-mod`, [`crate::ngram_draft`]).
+    NgramMod,
+    /// A separate, smaller model (`draft-simple` with `-md`, [`crate::draft_model`]).
+    DraftSimple,
 }
 
 impl SpecType {
@@ -32,6 +42,9 @@ impl SpecType {
         match self {
             SpecType::None => "none",
             SpecType::DraftMtp => "draft-mtp",
+            SpecType::NgramSimple => "ngram-simple",
+            SpecType::NgramMod => "ngram-mod",
+            SpecType::DraftSimple => "draft-simple",
         }
     }
 }
@@ -52,11 +65,18 @@ pub struct SpecConfig {
     /// rows say, for a mean of L tokens a verify step, the target's own included (1 to
     /// `n_max` + 1; see [`SynthAcceptance`]).
     pub synth_len: Option<f64>,
+    /// Benchmarks only (`--spec-synth-rates`): drafts kept at random, each position's
+    /// unconditional rate given (one per drafted position; see [`SynthAcceptance`]).
+    pub synth_rates: Option<SynthRates>,
     /// Each slot drafts only while its measured costs say drafting pays
     /// ([`crate::draft_gate`]); off, every step a slot can draft drafts (tests that count
     /// drafts). A synthetic acceptance length benchmarks the drafting path itself: the
     /// runtime ungates it.
     pub gate: bool,
+    /// `ngram-simple`'s settings (`--spec-ngram-simple-*`).
+    pub ngram_simple: NgramSimpleConfig,
+    /// `ngram-mod`'s settings (`--spec-ngram-mod-*`).
+    pub ngram_mod: NgramModConfig,
 }
 
 impl SpecConfig {
@@ -73,18 +93,30 @@ impl SpecConfig {
         n_min: 0,
         p_min: 0.0,
         synth_len: None,
+        synth_rates: None,
         gate: true,
+        ngram_simple: NgramSimpleConfig::DEFAULT,
+        ngram_mod: NgramModConfig::DEFAULT,
     };
 
     /// Whether the slots' drafting gates choose when to draft: asked for, and no synthetic
     /// acceptance length (which benchmarks the drafting path itself).
     pub fn gated(&self) -> bool {
-        self.gate && self.synth_len.is_none()
+        self.gate && !self.synthetic()
+    }
+
+    /// Whether drafts are kept at random (`--spec-synth-len` or `--spec-synth-rates`:
+    /// benchmarks only, the output is not valid).
+    pub fn synthetic(&self) -> bool {
+        self.synth_len.is_some() || self.synth_rates.is_some()
     }
 
     /// These settings for a model of architecture `arch` drafting with its own MTP layers:
-    /// `n_max` at most the [`mtp_width`] of its layers.
+    /// `n_max` at most the [`mtp_width`] of its layers (other drafting as it is).
     pub fn for_model(self, arch: &str) -> SpecConfig {
+        if self.kind != SpecType::DraftMtp {
+            return self;
+        }
         SpecConfig {
             n_max: mtp_width(arch).map_or(self.n_max, |w| self.n_max.min(w)),
             ..self
@@ -136,6 +168,51 @@ pub fn check_draft_model(target: &ModelSpec, draft: &ModelSpec) -> Result<(), St
     }
 }
 
+/// Most positions `--spec-synth-rates` gives: a verify pass keeps the row states of at most 16
+/// rows, the sampled token and 15 drafts.
+pub const MAX_SYNTH_RATES: usize = 15;
+
+/// `--spec-synth-rates`: the unconditional probability that each draft position is kept
+/// (llama-server's benchmarking setting), held inline so that settings stay `Copy`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SynthRates {
+    len: usize,
+    rates: [f64; MAX_SYNTH_RATES],
+}
+
+impl SynthRates {
+    /// Rates checked as b11434 checks them: at least one, each finite and within [0, 1],
+    /// non-increasing; at most [`MAX_SYNTH_RATES`]. The error says what is wrong.
+    pub fn new(values: &[f64]) -> Result<SynthRates, String> {
+        if values.is_empty() || values.len() > MAX_SYNTH_RATES {
+            return Err(format!(
+                "{} values: give 1 to {MAX_SYNTH_RATES}, one per drafted position",
+                values.len()
+            ));
+        }
+        if values
+            .iter()
+            .any(|r| !r.is_finite() || !(0.0..=1.0).contains(r))
+        {
+            return Err("synthetic acceptance rates must be finite and within [0, 1]".into());
+        }
+        if values.windows(2).any(|w| w[1] > w[0]) {
+            return Err("synthetic acceptance rates must be monotonically non-increasing".into());
+        }
+        let mut rates = [0.0; MAX_SYNTH_RATES];
+        rates[..values.len()].copy_from_slice(values);
+        Ok(SynthRates {
+            len: values.len(),
+            rates,
+        })
+    }
+
+    /// The rates, position 0 first.
+    pub fn rates(&self) -> &[f64] {
+        &self.rates[..self.len]
+    }
+}
+
 /// Synthetic acceptance for benchmarks on random-weight files (`--spec-synth-len L`), as
 /// llama-server b11434 does it (common/speculative.cpp `common_speculative_synth_rates_resolve`,
 /// tools/server/server-context.cpp `server_sample_and_accept_synth`): the real draft passes and
@@ -146,16 +223,40 @@ pub fn check_draft_model(target: &ModelSpec, draft: &ModelSpec) -> Result<(), St
 /// generated, and the target's row after them gives the next token as usual. Each request draws
 /// from its own MT19937 seeded with its seed, one uniform double a position looked at, as
 /// llama-server's slot does.
+/// With `--spec-synth-rates R0,R1,…` (the unconditional rate of each position, non-increasing),
+/// position i is kept given the ones before it with probability Ri / Ri−1 (R−1 = 1; 0 after a
+/// rate of 0), as b11434 turns rates into its per-position probabilities.
 pub(crate) struct SynthAcceptance {
-    p: f64,
+    /// Each draft position's probability of being kept, given every one before it kept.
+    p: Vec<f64>,
 }
 
 impl SynthAcceptance {
+    /// The acceptance `spec` asks for (its synthetic length or rates; none without either),
+    /// over drafts of `spec.n_max` tokens.
+    pub(crate) fn of(spec: &SpecConfig) -> Option<SynthAcceptance> {
+        if let Some(r) = &spec.synth_rates {
+            let mut prev = 1.0;
+            let p = r
+                .rates()
+                .iter()
+                .map(|&r| {
+                    let q = if prev > 0.0 { r / prev } else { 0.0 };
+                    prev = r;
+                    q
+                })
+                .collect();
+            return Some(SynthAcceptance { p });
+        }
+        spec.synth_len
+            .map(|len| SynthAcceptance::new(len, spec.n_max))
+    }
+
     /// Acceptance of mean length `len` (tokens a verify step, the target's own included) over
     /// drafts of `n_max` tokens.
     pub(crate) fn new(len: f64, n_max: usize) -> SynthAcceptance {
         SynthAcceptance {
-            p: synth_rate(len, n_max),
+            p: vec![synth_rate(len, n_max); n_max],
         }
     }
 
@@ -169,7 +270,8 @@ impl SynthAcceptance {
     ) -> usize {
         drafts
             .iter()
-            .take_while(|&&t| rng.uniform_f64() < self.p && !is_eog(t))
+            .zip(&self.p)
+            .take_while(|&(&t, &p)| rng.uniform_f64() < p && !is_eog(t))
             .count()
     }
 }
@@ -204,9 +306,15 @@ pub fn synth_rate(len: f64, n_max: usize) -> f64 {
 /// A source of drafts other than the model's MTP block: for tests (a perfect source, a wrong
 /// one) and benchmarks.
 pub trait DraftSource: Send {
+    /// Slot `id_slot` begins generating after `prompt` (the whole prompt it holds).
+    fn begin(&mut self, _id_slot: usize, _prompt: &[u32]) {}
+
     /// Up to `max` tokens that may follow `tokens` (what slot `id_slot` holds and the token just
     /// sampled after it).
     fn draft(&mut self, id_slot: usize, tokens: &[u32], max: usize) -> Vec<u32>;
+
+    /// The target kept `accepted` tokens of slot `id_slot`'s last (non-empty) draft.
+    fn accepted(&mut self, _id_slot: usize, _accepted: usize) {}
 }
 
 /// What drafts in a scheduler.
@@ -215,10 +323,13 @@ pub(crate) enum Drafter {
     Mtp(MtpDrafter),
     /// A source from outside.
     Source(Box<dyn DraftSource>),
+    /// A separate draft model.
+    Model(ModelDrafter),
 }
 
 impl Drafter {
-    /// Whether every target pass must read its rows' final-norm rows (for the MTP block).
+    /// Whether target passes read their rows' final-norm rows for the MTP block (a slot whose
+    /// gate has drafting off only before its probes).
     pub(crate) fn reads_rows(&self) -> bool {
         matches!(self, Drafter::Mtp(_))
     }
@@ -239,6 +350,7 @@ pub struct Chunk<'a> {
 }
 
 /// One slot's draft request: the token just sampled, at `pos`, and at most `max` tokens.
+#[derive(Clone, Copy, Debug)]
 pub struct Want {
     /// The slot.
     pub slot: usize,
@@ -263,6 +375,8 @@ pub struct MtpDrafter {
     draft: Option<Box<LoadedModel>>,
     /// Per slot, kept rows not yet taken in ([`MtpDrafter::defer`]).
     behind: Vec<Behind>,
+    /// What the block's passes cost so far.
+    stats: DraftStats,
 }
 
 /// A slot's kept rows the block has not taken in yet: consecutive positions from `start`.
@@ -303,6 +417,7 @@ impl MtpDrafter {
             pending: vec![vec![0.0; n_embd]; n_slots],
             behind: (0..n_slots).map(|_| Behind::default()).collect(),
             draft: None,
+            stats: DraftStats::default(),
         }
     }
 
@@ -371,13 +486,28 @@ impl MtpDrafter {
                 kept: b.tokens.len(),
             })
             .collect();
-        self.run(model, &chunks)
+        self.step(model, &chunks, &[]).map(|_| ())
     }
 
     /// Runs the block over the rows of a target pass (filling its cache at their positions),
     /// after any rows their slots put off, and keeps each slot's row of its last kept position
     /// for the next pairing.
     pub fn take_in(&mut self, model: &mut LoadedModel, chunks: &[Chunk<'_>]) -> Result<(), String> {
+        self.take_in_and_draft(model, chunks, &[]).map(|_| ())
+    }
+
+    /// [`MtpDrafter::take_in`] of `chunks` (and [`MtpDrafter::catch_up`] of the drafting
+    /// slots), then [`MtpDrafter::draft`] for `wants`, one block pass fewer: a drafting slot's
+    /// first draft row is the position right after the rows it takes in (its token the one just
+    /// sampled, paired with the target's row of the last kept position), so that row and every
+    /// slot's rows taken in go through the block in one pass. Where a drafting slot's rows do
+    /// not end right before its draft row, they go in alone first.
+    pub fn take_in_and_draft(
+        &mut self,
+        model: &mut LoadedModel,
+        chunks: &[Chunk<'_>],
+        wants: &[Want],
+    ) -> Result<Vec<Vec<u32>>, String> {
         let n = self.n_embd;
         // A chunk of a slot with rows put off goes in after them, as one run of positions.
         let mut joined: Vec<(usize, Behind, usize)> = Vec::new();
@@ -398,6 +528,14 @@ impl MtpDrafter {
             b.rows.extend_from_slice(c.rows);
             joined.push((c.slot, b, before + c.kept));
         }
+        // A drafting slot's rows put off go in before its draft row too.
+        for w in wants.iter().filter(|w| w.max > 0) {
+            let b = std::mem::take(&mut self.behind[w.slot]);
+            if !b.tokens.is_empty() {
+                let kept = b.tokens.len();
+                joined.push((w.slot, b, kept));
+            }
+        }
         let runs: Vec<Chunk<'_>> = joined
             .iter()
             .map(|(slot, b, kept)| Chunk {
@@ -409,37 +547,16 @@ impl MtpDrafter {
             })
             .chain(alone.into_iter().map(|c| Chunk { ..*c }))
             .collect();
-        self.run(model, &runs)
-    }
-
-    /// Runs the block over `chunks` (each a slot's consecutive positions, its first row paired
-    /// with the slot's carried row) and carries each slot's row of its last kept position.
-    fn run(&mut self, model: &mut LoadedModel, chunks: &[Chunk<'_>]) -> Result<(), String> {
-        let n = self.n_embd;
-        let mut batch = empty_batch();
-        let mut hidden = Vec::new();
-        for c in chunks.iter().filter(|c| !c.tokens.is_empty()) {
-            for (i, &t) in c.tokens.iter().enumerate() {
-                batch.tokens.push(t as i32);
-                batch.positions.push((c.start + i) as i32);
-                batch.slots.push(c.slot as i32);
-                match i {
-                    0 => hidden.extend_from_slice(&self.pending[c.slot]),
-                    _ => hidden.extend_from_slice(&c.rows[(i - 1) * n..i * n]),
-                }
-            }
-            batch.output_rows.push(batch.tokens.len() as i32 - 1);
+        let ends_before = |r: &Chunk<'_>| {
+            wants
+                .iter()
+                .all(|w| w.slot != r.slot || w.max == 0 || r.start + r.kept == w.pos)
+        };
+        if !runs.iter().all(ends_before) {
+            self.step(model, &runs, &[])?;
+            return self.step(model, &[], wants);
         }
-        if batch.tokens.is_empty() {
-            return Ok(());
-        }
-        self.block(model)
-            .forward_draft_reading(&batch, &hidden, Readout::Embeddings)
-            .map_err(|e| format!("the MTP block's pass over the target's rows: {e}"))?;
-        for c in chunks.iter().filter(|c| c.kept > 0) {
-            self.pending[c.slot].copy_from_slice(&c.rows[(c.kept - 1) * n..c.kept * n]);
-        }
-        Ok(())
+        self.step(model, &runs, wants)
     }
 
     /// Drafts for every slot of `wants`, all slots' steps in shared passes; the drafts in the
@@ -449,37 +566,104 @@ impl MtpDrafter {
         model: &mut LoadedModel,
         wants: &[Want],
     ) -> Result<Vec<Vec<u32>>, String> {
+        self.step(model, &[], wants)
+    }
+
+    /// Block passes run and bytes they read back, since the driver was made.
+    pub fn stats(&self) -> DraftStats {
+        self.stats
+    }
+
+    /// Runs the block over the kept rows of `runs` (each a slot's consecutive positions, its
+    /// first row paired with the slot's carried row), carrying each slot's row of its last kept
+    /// position, and drafts for `wants`: the first draft rows in the same pass as `runs` (each
+    /// the position right after its slot's run), each later draft row a pass of its own shared
+    /// by all slots.
+    fn step(
+        &mut self,
+        model: &mut LoadedModel,
+        runs: &[Chunk<'_>],
+        wants: &[Want],
+    ) -> Result<Vec<Vec<u32>>, String> {
         let n = self.n_embd;
-        let n_vocab = model.spec.hparams.n_vocab as usize;
         let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); wants.len()];
+        let runs: Vec<&Chunk<'_>> = runs.iter().filter(|c| c.kept > 0).collect();
+        // The row a slot's next block row pairs with: the target's row of its last kept
+        // position.
+        let carried = |slot: usize, pending: &[Vec<f32>]| -> Vec<f32> {
+            match runs.iter().find(|r| r.slot == slot) {
+                Some(r) => r.rows[(r.kept - 1) * n..r.kept * n].to_vec(),
+                None => pending[slot].clone(),
+            }
+        };
         // Each drafting slot's next row: its token and the row it pairs with.
         let mut rows: Vec<(usize, u32, Vec<f32>)> = wants
             .iter()
             .enumerate()
             .filter(|(_, w)| w.max > 0)
-            .map(|(i, w)| (i, w.last, self.pending[w.slot].clone()))
+            .map(|(i, w)| (i, w.last, carried(w.slot, &self.pending)))
             .collect();
-        while !rows.is_empty() {
+        let mut first = true;
+        while first || !rows.is_empty() {
             let mut batch = empty_batch();
-            let mut hidden = Vec::with_capacity(rows.len() * n);
-            for (r, (i, token, h)) in rows.iter().enumerate() {
+            let mut hidden = Vec::with_capacity((rows.len() + 1) * n);
+            if first {
+                for c in &runs {
+                    for (i, &t) in c.tokens[..c.kept].iter().enumerate() {
+                        batch.tokens.push(t as i32);
+                        batch.positions.push((c.start + i) as i32);
+                        batch.slots.push(c.slot as i32);
+                        match i {
+                            0 => hidden.extend_from_slice(&self.pending[c.slot]),
+                            _ => hidden.extend_from_slice(&c.rows[(i - 1) * n..i * n]),
+                        }
+                    }
+                }
+            }
+            for (i, token, h) in &rows {
                 let w = &wants[*i];
+                batch.output_rows.push(batch.tokens.len() as i32);
                 batch.tokens.push(*token as i32);
                 batch.positions.push((w.pos + drafts[*i].len()) as i32);
                 batch.slots.push(w.slot as i32);
-                batch.output_rows.push(r as i32);
                 hidden.extend_from_slice(h);
             }
+            if batch.tokens.is_empty() {
+                return Ok(drafts);
+            }
+            // Rows taken in alone read back nothing the driver uses: the last row's, as every
+            // pass needs an output.
+            let readout = match rows.is_empty() {
+                true => {
+                    batch.output_rows.push(batch.tokens.len() as i32 - 1);
+                    Readout::Embeddings
+                }
+                false => Readout::Top(TOP_K as u32),
+            };
             let out = self
                 .block(model)
-                .forward_draft_reading(&batch, &hidden, Readout::Both)
-                .map_err(|e| format!("an MTP draft step: {e}"))?;
+                .forward_draft_reading(&batch, &hidden, readout)
+                .map_err(|e| match first {
+                    true => format!("the MTP block's pass over the target's rows: {e}"),
+                    false => format!("an MTP draft step: {e}"),
+                })?;
+            self.stats.passes += 1;
+            self.stats.read_bytes += out.bytes();
+            if first {
+                for c in &runs {
+                    self.pending[c.slot].copy_from_slice(&c.rows[(c.kept - 1) * n..c.kept * n]);
+                }
+                first = false;
+            }
             let mut next = Vec::with_capacity(rows.len());
             for (r, (i, _, _)) in rows.into_iter().enumerate() {
-                let (best, p) = top_choice(&out.logits[r * n_vocab..(r + 1) * n_vocab]);
+                // The block's likeliest token and its probability among the ten likeliest.
+                let (best, p) = (out.top_ids[r * TOP_K], out.top_probs[r * TOP_K]);
                 if p < self.cfg.p_min {
                     continue;
                 }
+                let best = u32::try_from(best)
+                    .map_err(|_| format!("an MTP draft step chose token {best}"))?;
                 drafts[i].push(best);
                 if drafts[i].len() < wants[i].max {
                     next.push((i, best, out.embeddings[r * n..(r + 1) * n].to_vec()));
@@ -496,7 +680,17 @@ impl MtpDrafter {
     }
 }
 
-/// Candidates the draft's probability is taken over (draft-mtp's top-k sampler).
+/// What the MTP block's passes cost the host, counted (the card's time is not).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DraftStats {
+    /// Block passes: rows taken in, drafts, or both.
+    pub passes: u64,
+    /// Bytes those passes read back to the host.
+    pub read_bytes: u64,
+}
+
+/// Candidates the draft's probability is taken over (draft-mtp's top-k sampler, then a
+/// softmax over them): the block's pass reads only these back, not its logits.
 const TOP_K: usize = 10;
 
 /// `x` as an integer ordered as [`f32::total_cmp`] orders floats.
@@ -510,7 +704,7 @@ fn total_key(x: f32) -> i32 {
 /// [`TOP_K`] in order, most logits dismissed by one integer compare: a draft step's row is the
 /// whole vocabulary (248,320 logits for Qwen3.6), where copying and partitioning them all took
 /// about 1 ms a row, about 0.2 ms this way (release build, this machine).
-fn top_choice(logits: &[f32]) -> (u32, f32) {
+pub(crate) fn top_choice(logits: &[f32]) -> (u32, f32) {
     // Higher logits first, then lower ids.
     let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
     let mut top: Vec<(u32, f32)> = Vec::with_capacity(TOP_K + 1);
@@ -533,7 +727,8 @@ fn top_choice(logits: &[f32]) -> (u32, f32) {
     (top[0].0, 1.0 / sum)
 }
 
-fn empty_batch() -> BatchInputs {
+/// A pass's inputs with no rows yet.
+pub(crate) fn empty_batch() -> BatchInputs {
     BatchInputs {
         tokens: Vec::new(),
         positions: Vec::new(),
@@ -545,7 +740,9 @@ fn empty_batch() -> BatchInputs {
 
 #[cfg(test)]
 mod tests {
-    use super::{synth_rate, top_choice, Behind, Chunk, Mt19937, SynthAcceptance};
+    use super::{
+        synth_rate, top_choice, Behind, Chunk, Mt19937, SpecConfig, SynthAcceptance, SynthRates,
+    };
 
     #[test]
     fn synthetic_acceptance_has_the_asked_mean_length() {
@@ -571,6 +768,36 @@ mod tests {
         assert_eq!(s.accepted(&mut rng, &[1, 2, 3], |_| false), 3);
         // A drafted end of generation is never kept.
         assert_eq!(s.accepted(&mut rng, &[1, 9, 3], |t| t == 9), 1);
+    }
+
+    #[test]
+    fn synthetic_rates_keep_each_position_at_its_unconditional_rate() {
+        let rates = [0.9, 0.6, 0.3, 0.0];
+        let spec = SpecConfig {
+            n_max: 4,
+            synth_rates: Some(SynthRates::new(&rates).unwrap()),
+            ..SpecConfig::MTP
+        };
+        let s = SynthAcceptance::of(&spec).unwrap();
+        let mut rng = Mt19937::new(11);
+        let n = 40_000;
+        let mut kept_at = [0usize; 4];
+        for _ in 0..n {
+            let k = s.accepted(&mut rng, &[5; 4], |_| false);
+            kept_at.iter_mut().take(k).for_each(|c| *c += 1);
+        }
+        for (i, (&c, &r)) in kept_at.iter().zip(&rates).enumerate() {
+            let rate = c as f64 / n as f64;
+            assert!((rate - r).abs() < 0.01, "position {i}: {rate} against {r}");
+        }
+        // b11434's checks.
+        assert!(SynthRates::new(&[0.5, 0.7])
+            .unwrap_err()
+            .contains("non-increasing"));
+        assert!(SynthRates::new(&[1.5])
+            .unwrap_err()
+            .contains("within [0, 1]"));
+        assert!(SynthRates::new(&[]).is_err());
     }
 
     /// Rows put off keep one run of positions: a chunk inside them replaces the rest; one after

@@ -97,6 +97,14 @@ pub struct Counters {
     /// Passes that ran a slot's kept tokens again after a refused draft (drafts verified by a
     /// pass that kept no row states: too many rows, or a model whose verify graph has none).
     pub rollback_passes: AtomicU64,
+    /// Passes of the MTP block (taking in the target's rows, drafting, or both in one).
+    pub mtp_passes: AtomicU64,
+    /// Bytes the MTP block's passes read back to the host.
+    pub mtp_read_bytes: AtomicU64,
+    /// Bytes target passes read back to the host (logits and final-norm rows).
+    pub pass_read_bytes: AtomicU64,
+    /// Target passes that read final-norm rows for the MTP block.
+    pub row_read_passes: AtomicU64,
     /// Times a slot's drafting gate turned drafting off or on.
     pub spec_gate_switches: AtomicU64,
     /// Decisions the decision head scored.

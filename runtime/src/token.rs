@@ -123,6 +123,9 @@ pub(crate) fn step(
     let forced = task.job.params.forced.get(task.generated).copied();
     // An exhausted reasoning budget leaves the row one token to draw, before the grammar and
     // the chain (llama.cpp applies it first).
+    if let Some(b) = task.budget.as_mut() {
+        b.take_control();
+    }
     let masked = task.budget.as_ref().and_then(|b| b.mask(row));
     let row = masked.as_deref().unwrap_or(row);
     let chosen = match forced {

@@ -4,16 +4,12 @@
 //! one llama.cpp's left alive (or none), and `ends_whole_char` must judge each byte string as
 //! `common_utf8_is_complete` does.
 
-use bloomery_runtime::reasoning_budget::{ends_whole_char, Budget, BudgetSpec};
+use bloomery_runtime::reasoning_budget::{ends_whole_char, Budget, BudgetSpec, EndSwitch};
 use serde_json::Value;
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect()
-}
+mod common;
+
+use common::ids;
 
 fn cases() -> Vec<Value> {
     let text = include_str!("fixtures/reasoning_budget.jsonl");
@@ -33,7 +29,10 @@ fn forcing_matches_llama_cpp_on_every_case() {
             ends: c["ends"].as_array().unwrap().iter().map(ids).collect(),
             forced: ids(&c["forced"]),
             prefill: ids(&c["prefill"]),
+            control: Some(EndSwitch::new()),
         };
+        let switch = spec.control.clone().unwrap();
+        let end_at = ids(&c["end_at"]);
         let mut b = Budget::new(&spec);
         let seq = ids(&c["seq"]);
         let want: Vec<i64> = c["forcing"]
@@ -43,6 +42,11 @@ fn forcing_matches_llama_cpp_on_every_case() {
             .map(|x| x.as_i64().unwrap())
             .collect();
         for (i, (&t, &w)) in seq.iter().zip(&want).enumerate() {
+            // The span's end asked for at run time before this token's row (reasoning_control).
+            if end_at.contains(&(i as u32)) {
+                switch.set();
+            }
+            b.take_control();
             let got = b.forced().map_or(-1, i64::from);
             assert_eq!(
                 got, w,
@@ -59,8 +63,9 @@ fn forcing_matches_llama_cpp_on_every_case() {
         }
         n_cases += 1;
     }
-    // The file holds the fixed cases and 300 random ones, many of which force.
-    assert_eq!(n_cases, 309);
+    // The file holds the fixed cases and 300 random ones, many of which force, then six fixed
+    // and 100 random ones that ask for the span's end at run time.
+    assert_eq!(n_cases, 415);
     assert!(n_forced > 300, "only {n_forced} forced tokens");
 }
 
@@ -86,6 +91,7 @@ fn a_split_character_delays_the_forced_end() {
         ends: vec![vec![3]],
         forced: vec![6, 3],
         prefill: vec![1],
+        control: None,
     };
     let mut b = Budget::new(&spec);
     b.accept(9, false);

@@ -10,6 +10,8 @@
 - `get_img_url` (test_vision_api.py, imported by other test files) downloads its test images from
   huggingface.co; the tests' own copies of it answer a small PNG made here instead (a URL id
   stays the URL), for tests that only check how an image is answered, not what it shows.
+- `download_file` (test_speculative.py's draft model) answers the path the file would have been
+  downloaded to, which the shim swaps for its stand-in; any other download fails naming it.
 - At the end, one line gives the counts: passed, failed, and skipped by reason class.
 """
 import base64
@@ -77,6 +79,20 @@ class SuiteRun:
 RUN = SuiteRun()
 
 
+def offline_download(url, output_file_path=None):
+    """`download_file` without the network, for the draft models the shim stands in for: the
+    path the suite would have downloaded to (the shim swaps it for its stand-in). Other URLs
+    fail, naming themselves."""
+    name = url.split("/").pop()
+    if name not in DRAFT_FILES:
+        raise RuntimeError(f"suite_plugin: no offline stand-in for the download {url}")
+    return f"./tmp/{name}" if output_file_path is None else output_file_path
+
+
+# Downloads whose files the shim stands in for (its DRAFT_STAND_INS).
+DRAFT_FILES = {"stories15M-q4_0.gguf"}
+
+
 def pytest_sessionstart(session):
     utils = sys.modules.get("utils")
     if utils is not None:
@@ -105,6 +121,8 @@ def pytest_collection_modifyitems(config, items):
     for module in {item.module for item in items if getattr(item, "module", None) is not None}:
         if hasattr(module, "get_img_url"):
             module.get_img_url = offline_img_url
+        if hasattr(module, "download_file"):
+            module.download_file = offline_download
     RUN.collected_whole_suite = len({item.nodeid.split("::")[0] for item in items}) == len(
         list(Path(str(config.rootpath), "unit").glob("test_*.py")))
     for item in items:

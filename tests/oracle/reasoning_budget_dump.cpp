@@ -18,14 +18,20 @@ static void list(const std::vector<llama_token> & v) {
     printf("]");
 }
 
+// `end_at`: the steps before whose row the span's end is asked for at run time
+// (common_reasoning_budget_force, what reasoning_control's `reasoning_end` calls).
 static void run_case(const char * name, const llama_tokens & start, const std::vector<llama_tokens> & ends,
                      const llama_tokens & forced, int32_t budget, const llama_tokens & prefill,
-                     const llama_tokens & seq) {
+                     const llama_tokens & seq, const std::vector<int> & end_at = {}) {
     llama_sampler * s = common_reasoning_budget_init(nullptr, {start}, ends, forced, budget);
     for (auto t : prefill) llama_sampler_accept(s, t);
     const int n_vocab = 16;
     std::vector<int> out;
-    for (auto t : seq) {
+    for (size_t step = 0; step < seq.size(); step++) {
+        const llama_token t = seq[step];
+        for (int e : end_at) {
+            if (e == (int) step) common_reasoning_budget_force(s);
+        }
         std::vector<llama_token_data> cur;
         for (int i = 0; i < n_vocab; i++) cur.push_back({i, 1.0f, 0.0f});
         llama_token_data_array arr = {cur.data(), cur.size(), -1, false};
@@ -45,6 +51,8 @@ static void run_case(const char * name, const llama_tokens & start, const std::v
     list(prefill);
     printf(",\"seq\":");
     list(seq);
+    printf(",\"end_at\":");
+    list(end_at);
     printf(",\"forcing\":");
     list(out);
     printf("}\n");
@@ -85,6 +93,31 @@ int main() {
         }
         std::string name = "random_" + std::to_string(c);
         run_case(name.c_str(), start, ends, forced, budget, prefill, seq);
+    }
+    // The span's end asked for at run time: while counting (forced then), before the span
+    // opens, while forcing, after it ended, twice, with an unlimited budget.
+    const int32_t unlimited = 2147483647;
+    run_case("end_counting", start, ends, forced, unlimited, {}, {1, 2, 7, 7, 6, 3, 7}, {4});
+    run_case("end_idle", start, ends, forced, unlimited, {}, {7, 1, 2, 7, 7, 3, 7}, {0});
+    run_case("end_forcing", start, ends, forced, 1, {}, {1, 2, 7, 6, 3, 7}, {4});
+    run_case("end_done", start, ends, forced, unlimited, {}, {1, 2, 7, 3, 7, 7}, {5});
+    run_case("end_twice", start, ends, forced, unlimited, {}, {1, 2, 7, 6, 3, 1, 2, 7, 6, 3, 7}, {3, 8});
+    run_case("end_prefill", start, ends, forced, unlimited, {0, 1, 2}, {6, 3, 7}, {0});
+    for (int c = 0; c < 100; c++) {
+        int budget = next(3) == 0 ? (int) next(5) : unlimited;
+        llama_tokens seq;
+        int ns = 8 + (int) next(24);
+        for (int i = 0; i < ns; i++) {
+            uint32_t r = next(10);
+            if (r < 2) { seq.push_back(1); seq.push_back(2); }
+            else if (r < 3) seq.push_back(3);
+            else seq.push_back((llama_token) next(8));
+        }
+        std::vector<int> end_at;
+        int ne = 1 + (int) next(3);
+        for (int i = 0; i < ne; i++) end_at.push_back((int) next((uint32_t) seq.size()));
+        std::string name = "random_end_" + std::to_string(c);
+        run_case(name.c_str(), start, ends, forced, budget, {}, seq, end_at);
     }
     // The UTF-8 rule.
     const std::vector<std::string> pieces = {

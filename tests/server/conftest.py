@@ -93,22 +93,24 @@ def gemma3_path():
     return path
 
 
+def synth_file(tmp_path_factory, name, arch, preset="tiny", seed=7):
+    """A synthetic file `bloomery synth` writes (random weights) under the test's temporary folder."""
+    out = tmp_path_factory.mktemp("models") / name
+    rc, text = run_cli("synth", "--arch", arch, "--preset", preset, "--seed", str(seed), "-o", str(out))
+    assert rc == 0, text
+    return out
+
+
 @pytest.fixture(scope="session")
 def tiny_path(tmp_path_factory):
     """The synthetic tiny qwen3moe (f32, seed 7)."""
-    out = tmp_path_factory.mktemp("models") / "tiny-qwen3moe.gguf"
-    rc, text = run_cli("synth", "--arch", "qwen3moe", "--preset", "tiny", "--seed", "7", "-o", str(out))
-    assert rc == 0, text
-    return out
+    return synth_file(tmp_path_factory, "tiny-qwen3moe.gguf", "qwen3moe")
 
 
 @pytest.fixture(scope="session")
 def hybrid_path(tmp_path_factory):
     """The synthetic tiny qwen35moe (Gated DeltaNet + attention hybrid; f32, seed 7)."""
-    out = tmp_path_factory.mktemp("models") / "tiny-qwen35moe.gguf"
-    rc, text = run_cli("synth", "--arch", "qwen35moe", "--preset", "tiny", "--seed", "7", "-o", str(out))
-    assert rc == 0, text
-    return out
+    return synth_file(tmp_path_factory, "tiny-qwen35moe.gguf", "qwen35moe")
 
 
 @pytest.fixture(scope="module")

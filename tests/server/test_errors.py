@@ -83,6 +83,7 @@ def test_without_slots_and_metrics_flags(tiny_path):
     (["--gpu-budget", "lots"], "--gpu-budget"),
     (["--cache-ram", "-5"], "--cache-ram"),
     (["-ctk", "bf16"], "bf16"),
+    (["-np", "-1"], "-np/--parallel -1 (auto)"),
 ])
 def test_unknown_and_unimplemented_flags_are_refused_by_name(tiny_path, flag, named):
     rc, out = run_cli("serve", "-m", str(tiny_path), "--port", "1", *flag)

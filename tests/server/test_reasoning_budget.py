@@ -17,12 +17,17 @@ TEMPLATE = (
 MSGS = [{"role": "user", "content": "What is today?"}]
 
 
-@pytest.fixture(scope="module")
-def thinking(tiny_path, tmp_path_factory):
+def thinking_server(tiny_path, tmp_path_factory, *flags):
+    """The tiny file served with a template that opens a thinking span, reasoning left in the
+    content."""
     t = tmp_path_factory.mktemp("budget") / "thinking.jinja"
     t.write_text(TEMPLATE)
-    s = Server(tiny_path, "-c", "512", "-np", "2", "--chat-template-file", str(t),
-               "--reasoning-format", "none")
+    return Server(tiny_path, *flags, "--chat-template-file", str(t), "--reasoning-format", "none")
+
+
+@pytest.fixture(scope="module")
+def thinking(tiny_path, tmp_path_factory):
+    s = thinking_server(tiny_path, tmp_path_factory, "-c", "512", "-np", "2")
     yield s
     s.stop()
 
@@ -101,15 +106,87 @@ def test_a_raw_completion_names_its_span(thinking):
     assert r.json()["content"].startswith(free_text + "</think>"), (free_text, r.json()["content"])
 
 
-@pytest.mark.parametrize("field,value", [
-    ("reasoning_budget_tokens", -2),
-    ("reasoning_budget_tokens", "many"),
-    ("reasoning_control", True),
+@pytest.mark.parametrize("path,field,value", [
+    ("/v1/chat/completions", "reasoning_budget_tokens", -2),
+    ("/v1/chat/completions", "reasoning_budget_tokens", "many"),
+    # Only OpenAI chat answers carry the id /v1/chat/completions/control names.
+    ("/v1/messages", "reasoning_control", True),
+    ("/completion", "reasoning_control", True),
 ])
-def test_bad_or_unbuilt_fields_are_refused_by_name(thinking, field, value):
-    r = thinking.post("/v1/chat/completions", {"messages": MSGS, field: value})
+def test_bad_or_unbuilt_fields_are_refused_by_name(thinking, path, field, value):
+    r = thinking.post(path, {"messages": MSGS, "prompt": "Hi", "max_tokens": 4, field: value})
     assert r.status_code == 400
     assert field in r.json()["error"]["message"]
+
+
+def control(s, cmpl_id, action="reasoning_end"):
+    return s.post("/v1/chat/completions/control", {"id": cmpl_id, "action": action})
+
+
+@pytest.fixture(scope="module")
+def long_thinking(tiny_path, tmp_path_factory):
+    s = thinking_server(tiny_path, tmp_path_factory, "-c", "8192", "-np", "1")
+    yield s
+    s.stop()
+
+
+def streamed(s, body, on_first):
+    """A streamed chat answer's id and text; `on_first(id)` runs once the first token arrives,
+    while the rest is still being generated."""
+    import json
+
+    import requests
+
+    text, cmpl_id = [], None
+    with requests.post(s.url + "/v1/chat/completions", json={**body, "stream": True}, stream=True,
+                       timeout=300) as r:
+        assert r.status_code == 200, r.text
+        for line in r.iter_lines(decode_unicode=True):
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            c = json.loads(line[len("data: "):])
+            delta = c["choices"][0]["delta"] if c.get("choices") else {}
+            if delta.get("content"):
+                if cmpl_id is None:
+                    cmpl_id = c["id"]
+                    on_first(cmpl_id)
+                text.append(delta["content"])
+    return cmpl_id, "".join(text)
+
+
+def test_reasoning_control_ends_the_span_of_a_running_completion(long_thinking):
+    """llama-server's reasoning_control: POST /v1/chat/completions/control {id, "reasoning_end"}
+    forces the span's end (the budget's forced sequence) at the completion's next token; the
+    tokens before are the free answer's."""
+    body = {"messages": MSGS, "max_tokens": 1500, "temperature": 0}
+    free = long_thinking.post("/v1/chat/completions", body).json()["choices"][0]["message"]["content"]
+    assert "</think>" not in free, "the model ends its span itself: a weak test"
+    answers = []
+    cmpl_id, text = streamed(long_thinking, {**body, "reasoning_control": True},
+                             lambda i: answers.append(control(long_thinking, i).json()))
+    assert answers == [{"success": True}], answers
+    cut = text.find("</think>")
+    assert 0 < cut < len(free) and text[:cut] == free[:cut], (cut, text[:80], free[:80])
+    # Finished: no completion of that id runs any more.
+    assert control(long_thinking, cmpl_id).json() == {
+        "success": False, "message": "no active completion for this id"}
+
+
+def test_control_of_a_completion_that_did_not_ask_for_it_is_refused(long_thinking):
+    body = {"messages": MSGS, "max_tokens": 300, "temperature": 0}
+    answers = []
+    _, text = streamed(long_thinking, body, lambda i: answers.append(control(long_thinking, i).json()))
+    assert answers == [{"success": False, "message": "reasoning control not enabled for this completion"}]
+    assert "</think>" not in text
+
+
+@pytest.mark.parametrize("body,message", [
+    ({"action": "reasoning_end"}, "missing completion id"),
+    ({"id": "chatcmpl-x", "action": "stop"}, "unknown control action"),
+])
+def test_control_requests_name_what_is_wrong(long_thinking, body, message):
+    r = long_thinking.post("/v1/chat/completions/control", body)
+    assert r.status_code == 400 and r.json()["error"]["message"] == message, r.text
 
 
 def test_a_budget_below_minus_one_is_refused_at_start(tiny_path):

@@ -11,16 +11,13 @@ import json
 import pytest
 import requests
 
-from conftest import QWEN3_TEMPLATE, Server, run_cli
+from conftest import QWEN3_TEMPLATE, Server, run_cli, synth_file
 
 
 @pytest.fixture(scope="module")
 def mtp_path(tmp_path_factory):
     """The synthetic tiny qwen35moe with its MTP block (f32, seed 7)."""
-    out = tmp_path_factory.mktemp("models") / "tiny-mtp-qwen35moe.gguf"
-    rc, text = run_cli("synth", "--arch", "qwen35moe", "--preset", "tiny-mtp", "--seed", "7", "-o", str(out))
-    assert rc == 0, text
-    return out
+    return synth_file(tmp_path_factory, "tiny-mtp-qwen35moe.gguf", "qwen35moe", preset="tiny-mtp")
 
 
 def reported(server):
@@ -181,3 +178,99 @@ def test_a_gated_slot_reports_its_measured_costs(mtp_path):
         assert switches == gate["switches"], (switches, gate)
     finally:
         s.stop()
+
+
+NGRAM_SIMPLE = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1",
+                "--spec-ngram-simple-size-m", "6")
+NGRAM_MOD = ("--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "1", "--spec-ngram-mod-n-max", "8",
+             "--spec-ngram-mod-n-min", "1")
+
+
+@pytest.mark.parametrize("model, kept", [("tiny_path", True), ("hybrid_path", False)])
+@pytest.mark.parametrize("spec", [NGRAM_SIMPLE, NGRAM_MOD], ids=["ngram-simple", "ngram-mod"])
+def test_ngram_drafts_from_the_history_and_change_no_token(model, kept, spec, request):
+    """llama-server's --spec-type ngram-simple and ngram-mod: drafts from token history (the
+    slot's own; a table of every slot's), verified by the model (an attention-only file, and a
+    hybrid whose recurrent state rolls back); greedy and seeded answers as without drafting."""
+    path = request.getfixturevalue(model)
+    prompt = "one two three four one two three four one two three four one two"
+    bodies = [
+        {"prompt": prompt, "n_predict": 64, "temperature": 0},
+        {"prompt": prompt, "n_predict": 64, "temperature": 0.8, "seed": 5},
+    ]
+    answers = {}
+    for flags in [("--spec-type", "none"), (*spec, "--spec-no-gate")]:
+        s = Server(path, "-c", "512", "-np", "1", "--metrics", *flags)
+        try:
+            props = s.get("/props").json()["default_generation_settings"]
+            assert props["params"]["speculative.types"] == flags[1], props
+            answers[flags[1]] = [s.post("/completion", b).json() for b in bodies]
+        finally:
+            s.stop()
+    for off, on in zip(answers["none"], answers[spec[1]]):
+        assert on["content"] == off["content"], (on["content"], off["content"])
+        assert "draft_n" not in off["timings"], off["timings"]
+    greedy = answers[spec[1]][0]["timings"]
+    # The history repeats, so drafts are made; the qwen3moe file's greedy answer repeats itself,
+    # so some are kept (the hybrid's refuses every one: each step rolls its state back).
+    assert greedy["draft_n"] > 0 and 0 <= greedy["draft_n_accepted"] <= greedy["draft_n"], greedy
+    assert (greedy["draft_n_accepted"] > 0) == kept, greedy
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (("--spec-type", "ngram-simple,draft-mtp"), "combining ngram-simple with draft-mtp"),
+        (("--spec-type", "ngram-map-k"), "--spec-type ngram-map-k: not supported"),
+        (("--spec-type", "ngram-mod,ngram-simple"), "combining ngram-mod with ngram-simple"),
+        (("--spec-ngram-mod-n-match", "0"), "--spec-ngram-mod-n-match"),
+        (("--spec-ngram-simple-size-n", "0"), "--spec-ngram-simple-size-n"),
+        (("--spec-ngram-simple-size-m", "1025"), "--spec-ngram-simple-size-m"),
+    ],
+)
+def test_unsupported_or_out_of_range_ngram_settings_are_refused_by_name(tiny_path, flags, message):
+    rc, text = run_cli("serve", "-m", str(tiny_path), *flags)
+    assert rc != 0 and message in text, text
+
+
+@pytest.fixture(scope="module")
+def other_tiny(tmp_path_factory):
+    """Another synthetic tiny qwen3moe (seed 8): the same vocabulary, other weights."""
+    return synth_file(tmp_path_factory, "tiny-qwen3moe-8.gguf", "qwen3moe", seed=8)
+
+
+@pytest.mark.parametrize("draft, all_kept", [("tiny_path", True), ("other_tiny", False)])
+def test_draft_simple_drafts_with_a_draft_model_and_changes_no_token(tiny_path, draft, all_kept, request):
+    """llama-server's --spec-type draft-simple with -md: a separate model of the same vocabulary
+    drafts from its own cache; greedy and seeded answers as without drafting. The model itself as
+    its draft model has every greedy draft kept."""
+    path = request.getfixturevalue(draft)
+    bodies = [
+        {"prompt": "Hello there, how are", "n_predict": 48, "temperature": 0},
+        {"prompt": "Hello there, how are", "n_predict": 48, "temperature": 0.8, "seed": 5},
+    ]
+    answers = {}
+    for flags in [("--spec-type", "none"),
+                  ("--spec-type", "draft-simple", "-md", str(path), "--spec-no-gate")]:
+        s = Server(tiny_path, "-c", "512", "-np", "2", *flags)
+        try:
+            props = s.get("/props").json()["default_generation_settings"]
+            assert props["params"]["speculative.types"] == flags[1], props
+            answers[flags[1]] = [s.post("/completion", b).json() for b in bodies]
+        finally:
+            s.stop()
+    for off, on in zip(answers["none"], answers["draft-simple"]):
+        assert on["content"] == off["content"], (on["content"], off["content"])
+    greedy = answers["draft-simple"][0]["timings"]
+    assert greedy["draft_n"] > 0, greedy
+    assert (greedy["draft_n_accepted"] == greedy["draft_n"]) == all_kept, greedy
+
+
+def test_draft_simple_refuses_a_draft_model_it_cannot_use(tiny_path, hybrid_path, gemma3_path):
+    for flags, message in [
+        (("--spec-type", "draft-simple"), "--spec-type draft-simple: no draft model"),
+        (("--spec-type", "draft-simple", "-md", str(hybrid_path)), "keeps recurrent state"),
+        (("--spec-type", "draft-simple", "-md", str(gemma3_path)), "vocabulary is of another kind"),
+    ]:
+        rc, text = run_cli("serve", "-m", str(tiny_path), "--port", "0", *flags)
+        assert rc != 0 and message in text, (flags, text)

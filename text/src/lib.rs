@@ -12,6 +12,7 @@
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
 
 mod bpe;
+pub mod builtin;
 mod error;
 mod pretokenize;
 mod pyfmt;

@@ -145,6 +145,11 @@ impl Tokenizer {
         self.max_token_bytes
     }
 
+    /// The vocabulary's algorithm.
+    pub fn kind(&self) -> VocabKind {
+        self.vocab.kind
+    }
+
     /// Number of tokens in the vocabulary.
     pub fn vocab_size(&self) -> usize {
         self.vocab.len()

@@ -122,8 +122,15 @@ const SPECULATIVE: &[&str] = &[
     "spec-draft-n-min",
     "spec-draft-p-min",
     "spec-synth-len",
+    "spec-synth-rates",
     "spec-draft-model",
     "spec-no-gate",
+    "spec-ngram-simple-size-n",
+    "spec-ngram-simple-size-m",
+    "spec-ngram-simple-min-hits",
+    "spec-ngram-mod-n-match",
+    "spec-ngram-mod-n-max",
+    "spec-ngram-mod-n-min",
 ];
 
 /// Where the model's weights and experts go: llama.cpp's `-ngl`, `-cmoe`, `-ncmoe`, `-ot`,

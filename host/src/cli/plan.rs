@@ -52,6 +52,7 @@ pub fn run(cli: &Cli, a: &PlanArgs) -> anyhow::Result<()> {
         n_slots,
         ctx_per_slot: (a.ctx_size / n_slots).max(1),
         draft_n_max: a.spec.planned_n_max()?,
+        draft_history: a.spec.planned_history()?,
         ..LoadOptions::default()
     };
     let mut request = a.placement.request()?;

@@ -18,6 +18,7 @@ use bloomery_tiering::plan::DEFAULT_BATCH_ROWS;
 use clap::Args;
 
 use super::Cli;
+use crate::server::template;
 
 /// Options of `bloomery run`.
 #[derive(Args, Debug)]
@@ -65,9 +66,23 @@ pub struct RunArgs {
     /// Random seed of the sampler (default: random; the same seed gives the same output).
     #[arg(short = 's', long = "seed")]
     pub seed: Option<u64>,
-    /// Wrap the prompt in the model's chat template as one user message.
+    /// Wrap the prompt in the chat template as one user message.
     #[arg(long)]
     pub chat: bool,
+    /// `--chat`'s template: Jinja source, `chatml`, or with `--no-jinja` one of llama.cpp's
+    /// built-in names (default: the model's own).
+    #[arg(long = "chat-template")]
+    pub chat_template: Option<String>,
+    /// `--chat`'s template read from a file.
+    #[arg(long = "chat-template-file")]
+    pub chat_template_file: Option<PathBuf>,
+    /// Jinja templates (the default).
+    #[arg(long = "jinja", overrides_with = "no_jinja")]
+    pub jinja: bool,
+    /// llama.cpp's built-in templates instead of Jinja, picked by `--chat-template NAME` or
+    /// detected from the template's text (llama-cli's `--no-jinja`).
+    #[arg(long = "no-jinja", overrides_with = "jinja")]
+    pub no_jinja: bool,
     /// Context size in tokens (0: the model's training context).
     #[arg(short = 'c', long = "ctx-size", default_value_t = 4096)]
     pub ctx_size: u32,
@@ -105,28 +120,57 @@ fn prompt_tokens(
 ) -> anyhow::Result<(bloomery_text::Tokenizer, Vec<u32>)> {
     let tok = crate::text::tokenizer(&model.file)?;
     let text = if a.chat {
-        let tmpl = crate::text::chat_template(&model.file, &tok)?;
-        let messages = TemplateValue::from(&serde_json::json!([
-            {"role": "user", "content": a.prompt}
-        ]));
-        let req = ChatRequest {
-            messages,
-            add_generation_prompt: true,
-            kwargs: vec![(
-                "enable_thinking".into(),
-                TemplateValue::from(&serde_json::json!(true)),
-            )],
-            ..ChatRequest::default()
-        };
-        let rendered = tmpl.render(&req)?;
-        let s = tok.special();
-        tmpl.strip_added_specials(&rendered, s.add_bos, s.add_eos)
-            .to_owned()
+        chat_prompt(model, &tok, a)?
     } else {
         a.prompt.clone()
     };
     let ids = tok.encode(&text, true, true)?;
     Ok((tok, ids))
+}
+
+/// `--chat`: the prompt as one user message in the chosen template.
+fn chat_prompt(
+    model: &LoadedModel,
+    tok: &bloomery_text::Tokenizer,
+    a: &RunArgs,
+) -> anyhow::Result<String> {
+    let meta = model.file.metadata();
+    let text_of = |id: Option<u32>| {
+        id.and_then(|i| tok.token_text(i))
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let flags = template::Flags {
+        text: a.chat_template.as_deref(),
+        file: a.chat_template_file.as_deref(),
+        jinja: !a.no_jinja,
+    };
+    let choice = template::choose(
+        flags,
+        meta.get_str("tokenizer.chat_template").ok(),
+        &text_of(tok.bos()),
+        &text_of(tok.eos()),
+    )?;
+    if let Some(b) = choice.builtin {
+        return Ok(b.render(&[("user", a.prompt.as_str())], true));
+    }
+    let req = ChatRequest {
+        messages: TemplateValue::from(&serde_json::json!([
+            {"role": "user", "content": a.prompt}
+        ])),
+        add_generation_prompt: true,
+        kwargs: vec![(
+            "enable_thinking".into(),
+            TemplateValue::from(&serde_json::json!(true)),
+        )],
+        ..ChatRequest::default()
+    };
+    let rendered = choice.template.render(&req)?;
+    let s = tok.special();
+    Ok(choice
+        .template
+        .strip_added_specials(&rendered, s.add_bos, s.add_eos)
+        .to_owned())
 }
 
 /// The context size in force: `-c`, or the model's training context for `-c 0`.
@@ -189,6 +233,10 @@ fn print_timings(load_secs: f64, f: &Finish) {
 
 /// Runs the command.
 pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
+    let template_flags = a.chat_template.is_some() || a.chat_template_file.is_some() || a.no_jinja;
+    if template_flags && !a.chat {
+        bail!("--chat-template, --chat-template-file and --no-jinja apply to --chat (add it)");
+    }
     let reg = Registry::load_all(&cli.plugin_dirs())?;
     let (file, overrides) = a.metadata.open(&a.model)?;
     let ctx = context_size(a, &file)?;
@@ -206,6 +254,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         overrides,
         check_tensors: a.placement.experts.check_tensors,
         draft_n_max: a.spec.planned_n_max()?,
+        draft_history: a.spec.planned_history()?,
     };
     let model = LoadedModel::load_offloaded(
         &reg,

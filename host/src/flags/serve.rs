@@ -89,7 +89,8 @@ pub struct ServeArgs {
     /// Keep generating past end-of-generation tokens unless a request says otherwise.
     #[arg(long = "ignore-eos")]
     pub ignore_eos: bool,
-    /// Slots: requests served at once, each with ctx-size / parallel positions.
+    /// Slots: requests served at once, each with ctx-size / parallel positions (-1, llama-server's
+    /// auto, is refused: see [`NP_AUTO`]).
     #[arg(
         long = "parallel",
         default_value_t = 1,
@@ -305,16 +306,19 @@ pub struct ServeArgs {
     #[arg(long = "no-slots", overrides_with = "slots")]
     pub no_slots: bool,
     /// Chat templates with llama-server's Jinja extensions, tool calls included (the default;
-    /// `--no-jinja` refuses tool calls).
+    /// `--no-jinja`: llama.cpp's built-in templates).
     #[arg(long = "jinja", overrides_with = "no_jinja", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "LLAMA_ARG_JINJA")]
     pub jinja: bool,
-    /// Refuse tool calls (llama-server's plain template engine has none).
+    /// llama.cpp's built-in (C++) templates instead of Jinja, as llama-server's: picked by
+    /// `--chat-template NAME` or detected from the template's text; no tools, no template
+    /// variables, no reasoning parsing.
     #[arg(long = "no-jinja", overrides_with = "jinja")]
     pub no_jinja: bool,
-    /// Chat template: Jinja source or a built-in name (`chatml`).
+    /// Chat template: Jinja source, `chatml`, or with `--no-jinja` a built-in name of llama.cpp
+    /// (`llama3`, `command-r`, `gemma`, `mistral-v7`, … every name llama-server b11434 lists).
     #[arg(long = "chat-template", env = "LLAMA_ARG_CHAT_TEMPLATE")]
     pub chat_template: Option<String>,
-    /// Chat template read from a file.
+    /// Chat template read from a file (under `--no-jinja`, detected as llama-server detects it).
     #[arg(long = "chat-template-file", env = "LLAMA_ARG_CHAT_TEMPLATE_FILE")]
     pub chat_template_file: Option<PathBuf>,
     /// Where thinking goes: `auto`/`deepseek` put `<think>` spans into `reasoning_content`,
@@ -396,6 +400,13 @@ pub enum ReasoningFormat {
     Legacy,
 }
 
+/// Why `-np -1` is refused: what llama-server b11434 makes of it (tools/server/server.cpp) needs
+/// the shared KV pool that `-kvu` names.
+pub const NP_AUTO: &str = "-np/--parallel -1 (auto): llama-server b11434 resolves it to 4 slots \
+    sharing one unified KV pool (-kvu), each slot able to use the whole context; here each slot \
+    holds ctx-size/parallel positions of its own and no shared pool exists (-kvu is refused): give \
+    -np N for N slots of ctx-size/N positions, or leave -np out for one slot with the whole context";
+
 impl ServeArgs {
     /// The most rows a prompt pass evaluates: the smaller of `-b` and `-ub`, at least one.
     pub fn n_batch(&self) -> u32 {
@@ -413,14 +424,9 @@ impl ServeArgs {
         }
     }
 
-    /// Slots in force.
+    /// Slots in force (`validate` refuses any `-np` below 1).
     pub fn n_slots(&self) -> u32 {
-        // -1 is llama-server's "auto": four slots.
-        if self.parallel == -1 {
-            4
-        } else {
-            self.parallel.max(1) as u32
-        }
+        self.parallel.max(1) as u32
     }
 
     /// Whether the model's mapped bytes are locked in RAM (`--mlock` or `-lm mmap+mlock`).
@@ -540,6 +546,9 @@ impl ServeArgs {
         }
         if self.no_mmap {
             not_yet("--no-mmap", "the model is always mapped")?;
+        }
+        if self.parallel == -1 {
+            bail!("{NP_AUTO}");
         }
         if self.parallel == 0 || self.parallel < -1 {
             bail!(

@@ -13,7 +13,8 @@
 //! own.
 
 use anyhow::bail;
-use bloomery_runtime::spec::{SpecConfig, SpecType};
+use bloomery_runtime::ngram_draft::{NgramModConfig, NgramSimpleConfig};
+use bloomery_runtime::spec::{SpecConfig, SpecType, SynthRates};
 use clap::Args;
 
 /// Draft decoding.
@@ -43,6 +44,16 @@ pub struct SpecArgs {
         env = "LLAMA_ARG_SPEC_SYNTH_LEN"
     )]
     pub synth_len: Option<String>,
+    /// Benchmarking only (the output is not valid): the unconditional probability that each
+    /// draft position is kept, comma-separated, one per drafted position (at most
+    /// --spec-draft-n-max after the model's own limit), non-increasing, each within [0, 1]; as
+    /// llama-server's, instead of --spec-synth-len.
+    #[arg(
+        long = "spec-synth-rates",
+        value_name = "P0,P1,...",
+        env = "LLAMA_ARG_SPEC_SYNTH_RATES"
+    )]
+    pub synth_rates: Option<String>,
     /// The MTP block's own file, drafting with `--spec-type draft-mtp` (qwen4exp's MTP-only
     /// file, as llama.cpp b11434's converter `--mtp` writes it); `serve` only.
     #[arg(
@@ -56,6 +67,25 @@ pub struct SpecArgs {
     /// draft counts comparable with llama-server's, and for timing the drafting path itself.
     #[arg(long = "spec-no-gate")]
     pub no_gate: bool,
+    /// ngram-simple: tokens looked up in the history, the sampled one last (1 to 1024).
+    #[arg(long = "spec-ngram-simple-size-n", value_name = "N", default_value_t = NgramSimpleConfig::DEFAULT.size_n as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub ngram_simple_size_n: u16,
+    /// ngram-simple: most tokens drafted after a match (1 to 1024).
+    #[arg(long = "spec-ngram-simple-size-m", value_name = "N", default_value_t = NgramSimpleConfig::DEFAULT.size_m as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub ngram_simple_size_m: u16,
+    /// ngram-simple: at least 1; llama-server b11434's ngram-simple does not read it either
+    /// (it looks up the latest match), so it changes nothing, and a warning says so.
+    #[arg(long = "spec-ngram-simple-min-hits", value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub ngram_simple_min_hits: Option<u16>,
+    /// ngram-mod: tokens hashed for each lookup (1 to 1024; llama-server warns below 16).
+    #[arg(long = "spec-ngram-mod-n-match", value_name = "N", default_value_t = NgramModConfig::DEFAULT.n_match as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub ngram_mod_n_match: u16,
+    /// ngram-mod: most tokens drafted (0 to 1024).
+    #[arg(long = "spec-ngram-mod-n-max", value_name = "N", default_value_t = NgramModConfig::DEFAULT.n_max as u16, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub ngram_mod_n_max: u16,
+    /// ngram-mod: a chain that misses before this many tokens drafts nothing (0 to 1024).
+    #[arg(long = "spec-ngram-mod-n-min", value_name = "N", default_value_t = NgramModConfig::DEFAULT.n_min as u16, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub ngram_mod_n_min: u16,
 }
 
 /// One drafting setup of a benchmark: a single `--spec-type` value (None: the file's default)
@@ -82,14 +112,11 @@ impl BenchSpec {
 
 /// llama-server b11434's speculative decoding types that bloomery does not implement.
 const OTHER_TYPES: &[&str] = &[
-    "draft-simple",
     "draft-eagle3",
     "draft-dflash",
     "draft-dspark",
-    "ngram-simple",
     "ngram-map-k",
     "ngram-map-k4v",
-    "ngram-mod",
     "ngram-cache",
 ];
 
@@ -98,18 +125,32 @@ const OTHER_TYPES: &[&str] = &[
 fn kind_of(list: &str) -> anyhow::Result<SpecType> {
     let mut kind = SpecType::None;
     for t in list.split(',').map(str::trim) {
-        match t {
-            "none" => {}
-            "draft-mtp" => kind = SpecType::DraftMtp,
+        let this = match t {
+            "none" => continue,
+            "draft-mtp" => SpecType::DraftMtp,
+            "ngram-simple" => SpecType::NgramSimple,
+            "ngram-mod" => SpecType::NgramMod,
+            "draft-simple" => SpecType::DraftSimple,
             t if OTHER_TYPES.contains(&t) => bail!(
-                "--spec-type {t}: not supported: only draft-mtp (the model's own MTP block) is \
-                 implemented"
+                "--spec-type {t}: not supported: draft-mtp (the model's own MTP block), \
+                 draft-simple (a draft model, -md), ngram-simple and ngram-mod (token history) \
+                 are implemented"
             ),
             t => bail!(
-                "--spec-type {t}: unknown speculative decoding type (none, draft-mtp, {})",
+                "--spec-type {t}: unknown speculative decoding type (none, draft-mtp, \
+                 draft-simple, ngram-simple, ngram-mod, {})",
                 OTHER_TYPES.join(", ")
             ),
+        };
+        if kind != SpecType::None && kind != this {
+            bail!(
+                "--spec-type {list}: combining {} with {} (llama-server tries the n-gram \
+                 types first, then the draft model) is not supported: name one",
+                kind.name(),
+                this.name()
+            );
         }
+        kind = this;
     }
     Ok(kind)
 }
@@ -144,14 +185,95 @@ impl SpecArgs {
     /// a file with MTP layers): `--spec-draft-n-max`, or 0 where `--spec-type` (every value of
     /// bench's list) turns drafting off; an unknown or unimplemented type is an error naming it.
     pub fn planned_n_max(&self) -> anyhow::Result<u32> {
-        let drafts = match self.spec_type.as_deref() {
-            None => true,
-            Some(list) => kind_of(list)? != SpecType::None,
+        let mut n = 0;
+        for kind in self.planned_kinds()? {
+            n = n.max(match kind {
+                SpecType::None => 0,
+                SpecType::DraftMtp => self.n_max,
+                SpecType::NgramSimple => usize::from(self.ngram_simple_size_m),
+                SpecType::NgramMod => usize::from(self.ngram_mod_n_max),
+                SpecType::DraftSimple => self.n_max,
+            });
+        }
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+
+    /// Whether the drafts come from elsewhere than the model's MTP layers (`ngram-simple`,
+    /// `ngram-mod` or `draft-simple` among `--spec-type`'s values), so that the plan keeps drafting room for a model without MTP layers too.
+    pub fn planned_history(&self) -> anyhow::Result<bool> {
+        Ok(self.planned_kinds()?.iter().any(|k| {
+            matches!(
+                k,
+                SpecType::NgramSimple | SpecType::NgramMod | SpecType::DraftSimple
+            )
+        }))
+    }
+
+    /// Whether `--spec-type` names draft-simple: the `--spec-draft-model` file drafts whole.
+    pub fn draft_simple(&self) -> anyhow::Result<bool> {
+        Ok(self.planned_kinds()?.contains(&SpecType::DraftSimple))
+    }
+
+    /// The drafting of each `--spec-type` value (bench's list), or of the default (MTP layers'
+    /// drafting, where the file has them).
+    fn planned_kinds(&self) -> anyhow::Result<Vec<SpecType>> {
+        match self.spec_type.as_deref() {
+            None => Ok(vec![SpecType::DraftMtp]),
+            Some(list) => list.split(',').map(kind_of).collect(),
+        }
+    }
+
+    /// `--spec-synth-rates` for drafting of `kind` on a model of `arch`: one rate per position
+    /// a step drafts, checked as llama-server checks them, and not with a synthetic length.
+    fn rates(
+        &self,
+        kind: SpecType,
+        arch: &str,
+        synth_len: Option<f64>,
+    ) -> anyhow::Result<Option<SynthRates>> {
+        let Some(list) = self.synth_rates.as_deref() else {
+            return Ok(None);
         };
-        Ok(match drafts {
-            true => u32::try_from(self.n_max).unwrap_or(u32::MAX),
-            false => 0,
-        })
+        if synth_len.is_some() {
+            bail!(
+                "--spec-synth-rates: synthetic acceptance length and rates are mutually exclusive"
+            );
+        }
+        if kind == SpecType::None {
+            bail!("--spec-synth-rates {list}: nothing drafts (--spec-type none, or no MTP layers)");
+        }
+        let values = list
+            .split(',')
+            .map(|v| v.trim().parse::<f64>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| anyhow::anyhow!("--spec-synth-rates {list:?}: expected numbers"))?;
+        let rates = SynthRates::new(&values)
+            .map_err(|e| anyhow::anyhow!("--spec-synth-rates {list}: {e}"))?;
+        let probe = SpecConfig {
+            kind,
+            n_max: self.n_max_of(kind),
+            ..SpecConfig::MTP
+        };
+        let n_max = probe.for_model(arch).n_max;
+        if values.len() != n_max {
+            bail!(
+                "--spec-synth-rates {list}: synthetic acceptance rates must contain {n_max} \
+                 values (one per drafted position), got {}",
+                values.len()
+            );
+        }
+        Ok(Some(rates))
+    }
+
+    /// Most tokens a step of `kind` drafts: n-gram drafts are as long as the match gives (the
+    /// room left bounds them), as in llama-server, where --spec-draft-n-max bounds a draft
+    /// model's and the MTP block's.
+    fn n_max_of(&self, kind: SpecType) -> usize {
+        match kind {
+            SpecType::NgramSimple => usize::from(self.ngram_simple_size_m),
+            SpecType::NgramMod => usize::from(self.ngram_mod_n_max),
+            _ => self.n_max,
+        }
     }
 
     /// One `--spec-synth-len` value, between 1 and `--spec-draft-n-max` + 1.
@@ -236,16 +358,39 @@ impl SpecArgs {
                 kind
             }
         };
+        if kind == SpecType::DraftSimple && self.draft_model.is_none() {
+            bail!(
+                "--spec-type draft-simple: no draft model: name one with --spec-draft-model (-md)"
+            );
+        }
+        let synth_rates = self.rates(kind, arch, synth_len)?;
         if let (Some(l), SpecType::None) = (synth_len, kind) {
             bail!("--spec-synth-len {l}: this model (`{arch}`) has no MTP layers to draft with");
         }
+        let ngram_simple = NgramSimpleConfig {
+            size_n: usize::from(self.ngram_simple_size_n),
+            size_m: usize::from(self.ngram_simple_size_m),
+        };
+        if let (Some(h), SpecType::NgramSimple) = (self.ngram_simple_min_hits, kind) {
+            tracing::warn!(
+                "--spec-ngram-simple-min-hits {h}: ngram-simple drafts after the latest match \
+                 whatever the hits (as llama-server b11434's does): no effect"
+            );
+        }
         let spec = SpecConfig {
             kind,
-            n_max: self.n_max,
+            n_max: self.n_max_of(kind),
             n_min: self.n_min,
             p_min: self.p_min,
             synth_len,
+            synth_rates,
             gate: !self.no_gate,
+            ngram_simple,
+            ngram_mod: NgramModConfig {
+                n_match: usize::from(self.ngram_mod_n_match),
+                n_max: usize::from(self.ngram_mod_n_max),
+                n_min: usize::from(self.ngram_mod_n_min),
+            },
         };
         let n_max = spec.for_model(arch).n_max;
         if let Some(l) = synth_len.filter(|&l| l > n_max as f64 + 1.0) {
@@ -272,7 +417,70 @@ mod tests {
             synth_len: None,
             draft_model: None,
             no_gate: false,
+            ngram_simple_size_n: 3,
+            ngram_simple_size_m: 20,
+            ngram_simple_min_hits: None,
+            ngram_mod_n_match: 24,
+            ngram_mod_n_max: 64,
+            ngram_mod_n_min: 48,
+            synth_rates: None,
         }
+    }
+
+    #[test]
+    fn ngram_simple_drafts_on_any_model_as_long_as_its_m_gram_and_plans_for_it() {
+        let mut a = args(Some("ngram-simple"));
+        let c = a.config(0, "qwen3moe").unwrap();
+        assert_eq!((c.kind, c.n_max), (SpecType::NgramSimple, 20));
+        assert_eq!((c.ngram_simple.size_n, c.ngram_simple.size_m), (3, 20));
+        // GLM-5.3's one-token NextN width bounds only its MTP drafting.
+        assert_eq!(
+            a.config(1, "glm5-next")
+                .unwrap()
+                .for_model("glm5-next")
+                .n_max,
+            20
+        );
+        assert_eq!(
+            (a.planned_n_max().unwrap(), a.planned_history().unwrap()),
+            (20, true)
+        );
+        a.spec_type = Some("none,ngram-simple".into());
+        assert_eq!(a.planned_n_max().unwrap(), 20);
+        a.spec_type = None;
+        assert_eq!(
+            (a.planned_n_max().unwrap(), a.planned_history().unwrap()),
+            (5, false)
+        );
+        let e = args(Some("ngram-simple,draft-mtp"))
+            .config(1, "x")
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("combining ngram-simple with draft-mtp"),
+            "{e}"
+        );
+        let mut r = args(Some("draft-mtp"));
+        r.synth_rates = Some("0.8,0.5,0.5,0.1,0".into());
+        let c = r.config(1, "qwen35moe").unwrap();
+        assert_eq!(c.synth_rates.unwrap().rates(), &[0.8, 0.5, 0.5, 0.1, 0.0]);
+        assert!(!c.gated());
+        r.synth_rates = Some("0.8,0.5".into());
+        let e = r.config(1, "qwen35moe").unwrap_err().to_string();
+        assert!(e.contains("must contain 5 values"), "{e}");
+        r.synth_len = Some("2".into());
+        let e = r.config(1, "qwen35moe").unwrap_err().to_string();
+        assert!(e.contains("mutually exclusive"), "{e}");
+        let m = args(Some("ngram-mod"));
+        let c = m.config(0, "qwen3moe").unwrap();
+        assert_eq!(
+            (c.kind, c.n_max, c.ngram_mod.n_match),
+            (SpecType::NgramMod, 64, 24)
+        );
+        assert_eq!(
+            (m.planned_n_max().unwrap(), m.planned_history().unwrap()),
+            (64, true)
+        );
     }
 
     #[test]
@@ -310,12 +518,12 @@ mod tests {
             e.to_string().contains("(`qwen3moe`) has no MTP layers"),
             "{e}"
         );
-        let e = args(Some("draft-mtp,ngram-mod"))
+        let e = args(Some("draft-mtp,ngram-map-k"))
             .config(1, "x")
             .unwrap_err();
         assert!(
             e.to_string()
-                .starts_with("--spec-type ngram-mod: not supported"),
+                .starts_with("--spec-type ngram-map-k: not supported"),
             "{e}"
         );
         let e = args(Some("draft-mpt")).config(1, "x").unwrap_err();
@@ -372,8 +580,8 @@ mod tests {
         n.synth_len = Some("2".into());
         refused(&n, "--spec-type none drafts nothing");
         refused(
-            &args(Some("draft-mtp,ngram-mod")),
-            "ngram-mod: not supported",
+            &args(Some("draft-mtp,ngram-map-k")),
+            "ngram-map-k: not supported",
         );
         // serve and run take one length, checked as bench checks it.
         assert_eq!(d.config(1, "x").unwrap().synth_len, Some(1.7));

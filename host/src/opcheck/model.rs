@@ -92,6 +92,7 @@ pub fn check_model(
             overrides: &[],
             check_tensors: false,
             draft_n_max: 0,
+            draft_history: false,
         };
         let what = |p: &str| format!("model {} ({kv} cache): {p}", path.display());
         let eager_opts = LoadOptions {

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use super::error::ApiError;
 use super::params::{Fields, I32_MAX};
-use bloomery_runtime::reasoning_budget::BudgetSpec;
+use bloomery_runtime::reasoning_budget::{BudgetSpec, EndSwitch};
 use bloomery_runtime::request::GenParams;
 use bloomery_text::Tokenizer;
 
@@ -48,12 +48,13 @@ fn budget_of(f: &Fields<'_>, keys: &[&str], d: &BudgetDefaults) -> Result<i64, A
     Ok(if n == -1 { d.tokens } else { n })
 }
 
-/// `reasoning_control` asks for llama-server's `/v1/chat/completions/control`, not built.
+/// `reasoning_control` outside an OpenAI chat completion: `/v1/chat/completions/control` names
+/// a completion by the `chatcmpl-` id only those answers carry.
 fn refuse_control(f: &Fields<'_>) -> Result<(), ApiError> {
     if f.bool("reasoning_control")? == Some(true) {
         return Err(ApiError::invalid(
             "\"reasoning_control\": ending reasoning at run time (/v1/chat/completions/control) \
-             is not implemented",
+             is implemented for /v1/chat/completions, whose answers carry the id it names",
         ));
     }
     Ok(())
@@ -65,7 +66,13 @@ fn spec(
     (start, ends): (&str, &[String]),
     message: &str,
     opened: bool,
+    control: Option<EndSwitch>,
 ) -> Result<Option<BudgetSpec>, ApiError> {
+    // Reasoning control arms the budget with no limit of its own (llama.cpp: INT_MAX).
+    let budget = match (budget, &control) {
+        (b, Some(_)) if b < 0 => i64::from(i32::MAX),
+        (b, _) => b,
+    };
     if budget < 0 || start.is_empty() || ends.is_empty() {
         return Ok(None);
     }
@@ -82,6 +89,7 @@ fn spec(
         start,
         ends,
         forced,
+        control,
     }))
 }
 
@@ -91,10 +99,35 @@ pub fn for_chat(
     f: &Fields<'_>,
     d: &BudgetDefaults,
     tok: &Tokenizer,
-    (thinks, opened): (bool, bool),
+    thinking: (bool, bool),
     params: &mut GenParams,
 ) -> Result<(), ApiError> {
     refuse_control(f)?;
+    chat_budget(f, d, tok, thinking, params, false).map(drop)
+}
+
+/// As [`for_chat`], for an OpenAI chat completion, which may ask for `reasoning_control`: the
+/// switch `/v1/chat/completions/control` sets, where the template writes thinking spans (as
+/// llama-server arms it only where the template has thinking tags).
+pub fn for_openai_chat(
+    f: &Fields<'_>,
+    d: &BudgetDefaults,
+    tok: &Tokenizer,
+    thinking: (bool, bool),
+    params: &mut GenParams,
+) -> Result<Option<EndSwitch>, ApiError> {
+    let control = f.bool("reasoning_control")?.unwrap_or(false);
+    chat_budget(f, d, tok, thinking, params, control)
+}
+
+fn chat_budget(
+    f: &Fields<'_>,
+    d: &BudgetDefaults,
+    tok: &Tokenizer,
+    (thinks, opened): (bool, bool),
+    params: &mut GenParams,
+    control: bool,
+) -> Result<Option<EndSwitch>, ApiError> {
     let mut budget = budget_of(f, &["reasoning_budget_tokens", "thinking_budget_tokens"], d)?;
     // Anthropic's extended thinking: its budget unless the body sets one above (10,000 when
     // the object leaves it out, as llama-server).
@@ -110,20 +143,22 @@ pub fn for_chat(
         }
     }
     if !thinks {
-        return Ok(());
+        return Ok(None);
     }
     let message = match f.str("reasoning_budget_message")? {
         Some(m) => m,
         None => &d.message,
     };
+    let switch = control.then(EndSwitch::new);
     params.reasoning_budget = spec(
         tok,
         budget,
         (THINK_OPEN, &[THINK_CLOSE.to_owned()]),
         message,
         opened,
+        switch.clone(),
     )?;
-    Ok(())
+    Ok(switch)
 }
 
 /// Sets a raw completion's budget on `params`: only a request that names its span has one.
@@ -143,7 +178,7 @@ pub fn for_completion(
     };
     let ends: Vec<String> = ends.into_iter().filter(|e| !e.is_empty()).collect();
     let message = f.str("reasoning_budget_message")?.unwrap_or("");
-    params.reasoning_budget = spec(tok, budget, (start, &ends), message, false)?;
+    params.reasoning_budget = spec(tok, budget, (start, &ends), message, false, None)?;
     Ok(())
 }
 

@@ -8,6 +8,7 @@ pub mod bind;
 pub mod budget;
 pub mod chat;
 pub mod chat_continue;
+pub mod control;
 pub mod cors;
 pub mod embeddings;
 pub mod error;
@@ -26,6 +27,7 @@ pub mod sampler_fields;
 pub mod shutdown;
 pub mod structured;
 pub mod systemone;
+pub mod template;
 pub mod tls;
 pub mod tool_generic;
 pub mod tool_grammar;
@@ -76,6 +78,8 @@ pub struct Ready {
     pub template_source: String,
     /// What the template renders (system role, reasoning tags), probed at load.
     pub template_caps: chat_continue::TemplateCaps,
+    /// Under `--no-jinja`: llama.cpp's built-in template that renders chat prompts instead.
+    pub builtin: Option<bloomery_text::builtin::Builtin>,
     /// Jobs for the scheduler (bounded: the wait queue); one that comes while the model sleeps
     /// wakes it.
     pub jobs: mpsc::Sender<Job>,
@@ -145,6 +149,8 @@ pub struct AppState {
     pub page: crate::flags::web::Page,
     /// Whether OpenAI answers carry the `__verbose` debug object by default (`-v`, `-lv` > 9).
     pub debug_answers: bool,
+    /// The chat completions running now, for `/v1/chat/completions/control`.
+    pub running: Arc<control::Running>,
 }
 
 impl AppState {
@@ -252,6 +258,7 @@ pub fn router(
         .route("/v1/completions", post(openai::completions))
         .route("/chat/completions", post(openai::chat))
         .route("/v1/chat/completions", post(openai::chat))
+        .route("/v1/chat/completions/control", post(control::control))
         .route(
             "/chat/completions/input_tokens",
             post(openai::chat_input_tokens),
@@ -380,6 +387,7 @@ fn load_model(
         overrides,
         check_tensors: a.placement.experts.check_tensors,
         draft_n_max: a.spec.planned_n_max()?,
+        draft_history: a.spec.planned_history()?,
     };
     // Prompts are evaluated in batches of at most n_batch rows (the engine's config below).
     let mut request = a.placement.request()?;
@@ -414,11 +422,26 @@ fn load_draft(
     };
     let mut request = a.placement.request()?;
     request.batch_rows = a.n_batch();
+    let simple = a.spec.draft_simple()?;
+    let options = LoadOptions {
+        // A draft model drafts from its own cache: no verify passes of its own.
+        draft_n_max: if simple { 0 } else { options.draft_n_max },
+        draft_history: false,
+        ..options
+    };
     let draft = LoadedModel::load_offloaded(reg, path, options, gpu, &request)
         .with_context(|| format!("--spec-draft-model {}", path.display()))?;
-    bloomery_runtime::spec::check_draft_model(&model.spec, &draft.spec)
-        .map_err(|e| anyhow::anyhow!("--spec-draft-model {}: {e}", path.display()))?;
-    tracing::info!("drafting with the MTP block of {}", path.display());
+    let named = |e: String| anyhow::anyhow!("--spec-draft-model {}: {e}", path.display());
+    if simple {
+        let target = crate::text::tokenizer(&model.file)?;
+        let own = crate::text::tokenizer(&file)?;
+        bloomery_runtime::draft_model::check_vocab(&target, &own).map_err(named)?;
+        bloomery_runtime::draft_model::check_draft_simple(model, &draft).map_err(named)?;
+        tracing::info!("drafting with the draft model {}", path.display());
+    } else {
+        bloomery_runtime::spec::check_draft_model(&model.spec, &draft.spec).map_err(named)?;
+        tracing::info!("drafting with the MTP block of {}", path.display());
+    }
     Ok(Some(draft))
 }
 
@@ -455,38 +478,18 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
             .unwrap_or_default()
             .to_owned()
     };
-    let (template, template_source) = match (&a.chat_template, &a.chat_template_file) {
-        (Some(t), _) if t == "chatml" => (
-            ChatTemplate::new(
-                crate::text::CHATML_FALLBACK,
-                &text_of(tok.bos()),
-                &text_of(tok.eos()),
-            )?,
-            crate::text::CHATML_FALLBACK.to_owned(),
-        ),
-        (Some(t), _) if t.contains("{%") || t.contains("{{") => (
-            ChatTemplate::new(t, &text_of(tok.bos()), &text_of(tok.eos()))?,
-            t.clone(),
-        ),
-        (Some(t), _) => anyhow::bail!(
-            "--chat-template {t:?}: not Jinja source and not a built-in name (built in: chatml)"
-        ),
-        (None, Some(path)) => {
-            let src = std::fs::read_to_string(path)
-                .with_context(|| format!("reading --chat-template-file {}", path.display()))?;
-            (
-                ChatTemplate::new(&src, &text_of(tok.bos()), &text_of(tok.eos()))?,
-                src,
-            )
-        }
-        (None, None) => {
-            let src = meta
-                .get_str("tokenizer.chat_template")
-                .map(str::to_owned)
-                .unwrap_or_else(|_| crate::text::CHATML_FALLBACK.to_owned());
-            (crate::text::chat_template(&model.file, &tok)?, src)
-        }
-    };
+    let choice = template::choose(
+        template::Flags::of_serve(a),
+        meta.get_str("tokenizer.chat_template").ok(),
+        &text_of(tok.bos()),
+        &text_of(tok.eos()),
+    )?;
+    if let Some(b) = choice.builtin {
+        tracing::info!(
+            "--no-jinja: chat prompts in llama.cpp's built-in template {}",
+            b.name().unwrap_or("dots1 (detected)")
+        );
+    }
     let arch = model.spec.architecture.to_string();
     let hp = &model.spec.hparams;
     let size: u64 = model
@@ -599,9 +602,10 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
     };
     Ok(Ready {
         tok,
-        template_caps: chat_continue::TemplateCaps::probe(&template, &template_source),
-        template,
-        template_source,
+        template_caps: chat_continue::TemplateCaps::probe(&choice.template, &choice.source),
+        template: choice.template,
+        template_source: choice.source,
+        builtin: choice.builtin,
         jobs,
         shared,
         scrape: Default::default(),
@@ -636,6 +640,7 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs, verbose: bool) -> anyhow::R
         started_unix: gen::unix_now(),
         page: a.web.page(),
         debug_answers: verbose || a.log.verbosity.is_some_and(|n| n > 9),
+        running: Arc::default(),
     });
     let cors = cors::layer(&a.web)?;
     let cors_methods = cors::preflight_methods(&a.web)?;

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 
 use super::chat::{self, ChatPrompt, Delta, DeltaSplitter, OfferedTools};
 use super::chat_continue;
+use super::control::Live;
 use super::error::ApiError;
 use super::gen::{
     collect, collect_all, event_stream, event_streams, n_cmpl, openai_logprobs, progress_timings,
@@ -53,7 +54,7 @@ impl ChatJob {
     /// a reasoning budget needs).
     pub fn thinking(&self, ready: &super::Ready) -> (bool, bool) {
         (
-            super::budget::template_thinks(&ready.template_source),
+            ready.builtin.is_none() && super::budget::template_thinks(&ready.template_source),
             self.prompt.starts_in_thinking,
         )
     }
@@ -76,8 +77,14 @@ pub fn prepare_chat(
         Some(choice) => choice.get("type").and_then(Value::as_str) != Some("none"),
         None => true,
     };
+    if ready.builtin.is_some() {
+        super::template::refuse_tools(f)?;
+    }
     let (continuation, add_generation_prompt) =
         chat_continue::requested(f, state.args.prefill_assistant(), messages)?;
+    if let Some(b) = ready.builtin {
+        return builtin_chat(state, ready, f, b, messages, add_generation_prompt, to_run);
+    }
     let joined;
     let messages = match continuation {
         Some(_) => {
@@ -91,9 +98,6 @@ pub fn prepare_chat(
         None => messages,
     };
     let tools = chat::tools(tools)?.filter(|_| offered);
-    if tools.is_some() && !state.args.jinja() {
-        return Err(ApiError::invalid("tools param requires --jinja flag"));
-    }
     // A template that never reads `tools` would drop them without a word: they are described
     // in the system message instead, and the reply is a JSON object of calls or an answer.
     let offers_tools = tools
@@ -151,6 +155,43 @@ pub fn prepare_chat(
             format,
         }),
         reasoning,
+    })
+}
+
+/// A chat rendered in llama.cpp's built-in template (`--no-jinja`), as llama-server's legacy
+/// path renders it: roles and texts only, a continued final message written whole (the legacy
+/// path has no continuation), `chat_template_kwargs` checked and unused, no reasoning parsed.
+fn builtin_chat(
+    state: &AppState,
+    ready: &Ready,
+    f: &Fields<'_>,
+    b: bloomery_text::builtin::Builtin,
+    messages: &Value,
+    add_generation_prompt: bool,
+    to_run: bool,
+) -> Result<ChatJob, ApiError> {
+    chat::template_kwargs(f, state.args.template_kwargs().unwrap_or_default())?;
+    if let Some(v) = f.str("reasoning_format")? {
+        parse_reasoning(v).map_err(|e| ApiError::invalid(e.to_string()))?;
+    }
+    let raw = f.get("messages");
+    let text = super::template::builtin_prompt(b, messages, raw, add_generation_prompt);
+    if to_run {
+        check_fits(ready, fewest_tokens(ready, &text))?;
+    }
+    let tokens = ready
+        .tok
+        .encode(&text, true, true)
+        .map_err(|e| ApiError::internal(format!("tokenizing the prompt: {e}")))?;
+    Ok(ChatJob {
+        prompt: ChatPrompt {
+            tokens,
+            text,
+            starts_in_thinking: false,
+            may_open_thinking: false,
+        },
+        tools: None,
+        reasoning: ReasoningFormat::None,
     })
 }
 
@@ -239,7 +280,7 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
     };
     let mut params = gen_params(&f, &ready.defaults, n_probs)?;
     structured::for_chat(&f, &mut params, job.tools.as_ref(), &job.prompt, &ready.tok)?;
-    super::budget::for_chat(
+    let switch = super::budget::for_openai_chat(
         &f,
         &ready.defaults.budget,
         &ready.tok,
@@ -254,6 +295,8 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
     let n = n_cmpl(&f, ready.n_slots)?;
     let ping = super::gen::sse_ping(&f, &ready)?;
     let verbose = Verbose::of(&state, &f, &params, &job.prompt.tokens)?;
+    // The completion's id, known to /v1/chat/completions/control while it runs.
+    let live = state.running.enter(random_id("chatcmpl-"), switch);
     let receivers = submit_n(&ready, &job.prompt.tokens, &params, slot, n)?;
     if stream {
         let usage = include_usage(&f)?;
@@ -270,6 +313,7 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
                 ping,
                 verbose,
             },
+            live,
         ));
     }
     let outs = collect_all(receivers).await?;
@@ -286,7 +330,7 @@ pub async fn chat(State(state): State<AppRef>, body: Bytes) -> Result<Response, 
         "system_fingerprint": FINGERPRINT,
         "object": "chat.completion",
         "usage": usage(first),
-        "id": random_id("chatcmpl-"),
+        "id": live.id(),
         "timings": timings(first),
     });
     if let Some(v) = &verbose {
@@ -411,6 +455,7 @@ fn chat_stream(
     model: String,
     receivers: Vec<super::gen::Events>,
     framing: Framing,
+    live: Live,
 ) -> Response {
     let Framing {
         logprobs,
@@ -447,6 +492,8 @@ fn chat_stream(
         ready: Arc<Ready>,
         head: Value,
         choices: Vec<Choice>,
+        /// Ends the completion's entry for /v1/chat/completions/control with the stream.
+        _live: Live,
     }
     impl St {
         /// One `chat.completion.chunk` frame with these choices (and timings, when given).
@@ -460,7 +507,7 @@ fn chat_stream(
         }
     }
     let head = json!({
-        "id": random_id("chatcmpl-"),
+        "id": live.id(),
         "created": unix_now(),
         "model": model,
         "system_fingerprint": FINGERPRINT,
@@ -480,6 +527,7 @@ fn chat_stream(
         ready,
         head,
         choices,
+        _live: live,
     };
     let mut prelude = Vec::new();
     for i in 0..receivers.len() {

@@ -158,6 +158,7 @@ pub const GOLDEN_OPTS: bloomery_exec::LoadOptions = bloomery_exec::LoadOptions {
     overrides: &[],
     check_tensors: false,
     draft_n_max: 0,
+    draft_history: false,
 };
 
 /// How `m`'s logits agree with a golden file's (`{sequences: [{tokens, logits}]}`), each

@@ -1,5 +1,6 @@
 //! Tests of the dispatch of the recurrent ops (a state written besides the destination), of the
-//! one-value-per-row broadcast of Add and Mul, of same-type copies, and of the k-pool selection.
+//! one-value-per-row broadcast of Add and Mul, of same-type copies, of the k-pool selection and
+//! of TopK.
 
 use super::*;
 use crate::linear::{reference_rows_dot, Serial};
@@ -343,4 +344,47 @@ fn kpool_select_runs_on_either_cache_type_and_refuses_bad_calls_by_name() {
         err.to_string().contains("KPoolSelect over a I32 cache"),
         "{err}"
     );
+}
+
+/// TopK gives what sorting every index of a row gives (largest first in `total_cmp`'s order,
+/// ties to the lower index): rows with few distinct values (ties across the k-th place), many,
+/// a NaN, infinities; k of 1, 10 and the whole row.
+#[test]
+fn top_k_equals_a_full_sort_of_each_row() {
+    let mut rows: Vec<Vec<f32>> = vec![
+        values(500, 3).iter().map(|v| (v * 8.0).round()).collect(),
+        values(500, 4),
+        values(7, 5),
+        vec![
+            1.0,
+            f32::NAN,
+            3.0,
+            f32::NEG_INFINITY,
+            3.0,
+            f32::INFINITY,
+            -0.0,
+            0.0,
+        ],
+    ];
+    rows[1][17] = -7.0;
+    for row in &rows {
+        let n = row.len();
+        for k in [1, 10.min(n), n] {
+            let mut idx: Vec<usize> = (0..n).collect();
+            idx.sort_by(|&a, &b| row[b].total_cmp(&row[a]).then(a.cmp(&b)));
+            let want: Vec<i32> = idx[..k].iter().map(|&i| i as i32).collect();
+            let mut got = vec![-1; k];
+            top_k(row, n, k, &mut got).unwrap();
+            assert_eq!(got, want, "k {k} of {n}");
+        }
+    }
+    // Two rows at once, and the refusals.
+    let two = [rows[1].clone(), rows[0].clone()].concat();
+    let mut got = vec![-1; 20];
+    top_k(&two, 500, 10, &mut got).unwrap();
+    let (mut a, mut b) = (vec![-1; 10], vec![-1; 10]);
+    top_k(&rows[1], 500, 10, &mut a).unwrap();
+    top_k(&rows[0], 500, 10, &mut b).unwrap();
+    assert_eq!(got, [a, b].concat());
+    assert!(top_k(&rows[2], 7, 8, &mut [0; 8]).is_err());
 }

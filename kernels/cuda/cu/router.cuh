@@ -326,3 +326,56 @@ extern "C" __global__ void bl_router_logits_topk(const uint8_t* w, long long w_s
     router_topk_weights_row(row, bias, ids + (long long)r * k, out + (long long)r * k, n_expert, k, gating, norm,
                             norm_min, scale, err);
 }
+
+// ---- TopK: the k largest entries of each row (k <= TOPK_MAX), largest first, ties to the lower
+// index, in the order of Rust's f32::total_cmp as the CPU kernels rank them (-NaN < -inf < -0 < +0
+// < +inf < +NaN). One block of TOPK_THREADS per row, for rows as long as a vocabulary (a draft
+// step's choice over 248,320 logits): each thread keeps the best k of its strided share in order,
+// then k rounds each take the best of the threads' heads. An entry and its index rank as one
+// 64-bit key, so the rounds are maxima.
+#define TOPK_MAX 16
+#define TOPK_THREADS 256
+
+// The rank of entry i of value v: v's bits in total order above the index's complement.
+static __device__ __forceinline__ unsigned long long topk_key(float v, int i) {
+    const unsigned b = __float_as_uint(v);
+    const unsigned ordered = (b >> 31) ? ~b : (b | 0x80000000u);
+    return ((unsigned long long)ordered << 32) | (unsigned long long)(0xFFFFFFFFu - (unsigned)i);
+}
+
+// ids[r * k + j] = the j-th largest of row r of x (n entries a row); blocks of TOPK_THREADS.
+extern "C" __global__ void bl_top_k(const float* x, int* ids, int n, int k) {
+    KERNEL_ENTRY();
+    __shared__ unsigned long long part[TOPK_THREADS / WARP];
+    __shared__ unsigned long long win;
+    const float* row = x + (long long)blockIdx.x * n;
+    // This thread's best, highest first (a key is never 0: the index part is nonzero).
+    unsigned long long best[TOPK_MAX];
+    int have = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const unsigned long long key = topk_key(row[i], i);
+        if (have == k && key <= best[k - 1]) continue;
+        int j = have < k ? have++ : k - 1;
+        for (; j > 0 && best[j - 1] < key; --j) best[j] = best[j - 1];
+        best[j] = key;
+    }
+    int next = 0;
+    for (int r = 0; r < k; ++r) {
+        unsigned long long h = next < have ? best[next] : 0ull;
+#pragma unroll
+        for (int o = WARP / 2; o > 0; o >>= 1) {
+            const unsigned long long other = __shfl_xor_sync(0xffffffffu, h, o);
+            h = other > h ? other : h;
+        }
+        if ((threadIdx.x & (WARP - 1)) == 0) part[threadIdx.x / WARP] = h;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            unsigned long long m = part[0];
+            for (int w = 1; w < (int)blockDim.x / WARP; ++w) m = part[w] > m ? part[w] : m;
+            win = m;
+            ids[(long long)blockIdx.x * k + r] = (int)(0xFFFFFFFFu - (unsigned)(m & 0xFFFFFFFFull));
+        }
+        __syncthreads();
+        if (next < have && best[next] == win) ++next;
+    }
+}

@@ -4,8 +4,11 @@
 // against an f64 reference (logits, the top k, their weights). Each case launches the fused kernel
 // twice on fresh inputs, so a row counter left set fails the second. Also bl_gated_add_f32 (a
 // sigmoid-gated shared expert's sum) against bl_matmul_f32_split's gate logit and an f64 sum, one
-// block per row and several, and in place over its inputs. Prints one line per case; exits 1 on a
-// failure.
+// block per row and several, and in place over its inputs. Also bl_top_k (the k largest of rows as
+// long as a vocabulary, as a draft step's choice reads them) against a full stable sort in Rust's
+// f32::total_cmp order, ties across the k-th place, infinities, signed zeros and NaNs included, and
+// bl_router_weights' softmax over the chosen of more than 512 logits against f64. Prints one line
+// per case; exits 1 on a failure.
 #include "sim.h"
 
 #include <cstdint>
@@ -147,6 +150,70 @@ static bool gated_add_case(int k, int rows, int slices) {
     return ok;
 }
 
+// Rank classes of Rust's f32::total_cmp: -NaN, numbers (zeros by sign), +NaN.
+static bool total_greater(float a, float b) {
+    auto cls = [](float v) { return std::isnan(v) ? (std::signbit(v) ? 0 : 2) : 1; };
+    if (cls(a) != cls(b)) return cls(a) > cls(b);
+    if (cls(a) != 1 || a != b) return cls(a) == 1 && a > b;
+    return !std::signbit(a) && std::signbit(b);
+}
+
+// bl_top_k over `rows` rows of n against a stable sort of each row; then bl_router_weights with the
+// softmax over those chosen (gating 2) against f64.
+static bool top_k_case(const char* name, int n, int k, const std::vector<float>& x) {
+    const int rows = (int)(x.size() / n);
+    std::vector<int> ids(k * rows, -1);
+    launch(Dim3{(unsigned)rows, 1, 1}, TOPK_THREADS, [&] { bl_top_k(x.data(), ids.data(), n, k); });
+    bool same = true;
+    for (int r = 0; r < rows; ++r) {
+        std::vector<int> order(n);
+        std::iota(order.begin(), order.end(), 0);
+        const float* row = x.data() + (size_t)r * n;
+        std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return total_greater(row[a], row[b]); });
+        for (int j = 0; j < k; ++j) same &= ids[r * k + j] == order[j];
+    }
+    // Weights of the chosen: finite rows only.
+    double worst = 0.0;
+    int err = 0;
+    bool finite = std::all_of(x.begin(), x.end(), [](float v) { return std::isfinite(v); });
+    if (finite && k <= 32) {
+        std::vector<float> w(k * rows, NAN);
+        launch(Dim3{(unsigned)rows, 1, 1}, WARP,
+               [&] { bl_router_weights(x.data(), ids.data(), w.data(), n, k, rows, 2, 0, 0.0f, 1.0f, &err); });
+        for (int r = 0; r < rows; ++r) {
+            double mx = -INFINITY, sum = 0.0;
+            for (int j = 0; j < k; ++j) mx = std::max(mx, (double)x[(size_t)r * n + ids[r * k + j]]);
+            for (int j = 0; j < k; ++j) sum += std::exp((double)x[(size_t)r * n + ids[r * k + j]] - mx);
+            for (int j = 0; j < k; ++j) {
+                const double ref = std::exp((double)x[(size_t)r * n + ids[r * k + j]] - mx) / sum;
+                worst = std::max(worst, std::fabs(w[r * k + j] - ref));
+            }
+        }
+    }
+    const bool pass = same && worst < 1e-6 && err == 0;
+    printf("%s top %d of %d, %d rows, %s: ids %s a stable sort, softmax over them |w - f64| %.1e\n",
+           pass ? "ok  " : "FAIL", k, n, rows, name, same ? "equal" : "DIFFER FROM", worst);
+    return pass;
+}
+
+static bool top_k_cases() {
+    bool ok = true;
+    // Few distinct values: ties across the k-th place, in several threads' shares.
+    std::vector<float> few(2 * 3000);
+    for (auto& v : few) v = std::round(uniform(-4.0f, 4.0f));
+    ok &= top_k_case("few distinct values", 3000, 10, few);
+    std::vector<float> many(5000);
+    for (auto& v : many) v = uniform(-30.0f, 30.0f);
+    ok &= top_k_case("many values", 5000, 16, many);
+    std::vector<float> equal(700, 0.5f);
+    ok &= top_k_case("all equal", 700, 10, equal);
+    std::vector<float> odd = {1.0f, -0.0f, 0.0f, INFINITY, -INFINITY, NAN, -NAN, 7.0f, -0.0f, 0.0f, 2.0f, 2.0f};
+    ok &= top_k_case("infinities, signed zeros and NaNs", (int)odd.size(), 12, odd);
+    // Fewer entries than threads, each kept.
+    ok &= top_k_case("a short row", 5, 5, std::vector<float>{1.0f, -2.0f, 3.0f, 3.0f, 0.0f});
+    return ok;
+}
+
 int main() {
     // Small shapes keep the emulation quick (a std::thread per CUDA thread); they still take
     // several rows (a counter each), blocks wider than SPLIT_THREADS and a partial warp.
@@ -162,5 +229,6 @@ int main() {
     ok &= gated_add_case(600, 2, 1);
     ok &= gated_add_case(600, 3, 3);
     ok &= gated_add_case(100, 1, 1);
+    ok &= top_k_cases();
     return ok ? 0 : 1;
 }

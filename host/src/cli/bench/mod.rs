@@ -239,6 +239,9 @@ fn instances(a: &BenchArgs, n_layer: u64, grammar: bool) -> anyhow::Result<Vec<I
     let depths = counts("-d", &a.n_depth, 0, 0)?;
     a.spec.refuse_draft_model("bench")?;
     let specs = a.spec.bench_specs()?;
+    if grammar && a.spec.synth_rates.is_some() {
+        bail!("--spec-synth-rates with a grammar: as --spec-synth-len, bench the grammar test without it");
+    }
     if grammar && specs.iter().any(|b| b.synth_len.is_some()) {
         bail!(
             "--spec-synth-len with a grammar: kept drafts do not advance the grammar (as \
@@ -367,7 +370,9 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
         type_v: !a.cache_type_v.is_empty(),
         flash_attn: !a.flash_attn.is_empty(),
         overrides: a.placement.override_tensor.is_some(),
-        spec: a.spec.spec_type.is_some() || a.spec.synth_len.is_some(),
+        spec: a.spec.spec_type.is_some()
+            || a.spec.synth_len.is_some()
+            || a.spec.synth_rates.is_some(),
     };
     let mut printer = Printer::new(a.output, &columns);
     emit(&printer.header())?;
@@ -477,20 +482,24 @@ pub fn run(cli: &Cli, a: &BenchArgs) -> anyhow::Result<()> {
             }
         }
         let after = s.spec_counts();
-        let steps = after.0 - before.0;
+        let steps = after.steps - before.steps;
         if steps > 0 {
-            let accepted = after.1 - before.1;
+            let accepted = after.accepted - before.accepted;
             record.accepted_per_step = Some(accepted as f64 / steps as f64);
             let per_step = accepted as f64 / steps as f64;
+            let tokens: u64 = record.samples_tokens.iter().sum();
             eprintln!(
                 "{} ({}): {accepted} drafts accepted in {steps} verify steps, {per_step:.3} a \
                  step, mean acceptance length {:.3}; {} pass shapes prepared in the runs; {} \
-                 re-run passes after refused drafts",
+                 re-run passes after refused drafts; {:.2} MTP block passes a verify step; \
+                 {:.1} KiB read back a token",
                 record.test_name(),
                 record.spec,
                 1.0 + per_step,
-                after.2 - before.2,
-                after.3 - before.3
+                after.prepared - before.prepared,
+                after.rollbacks - before.rollbacks,
+                (after.mtp_passes - before.mtp_passes) as f64 / steps as f64,
+                (after.read_bytes - before.read_bytes) as f64 / 1024.0 / tokens.max(1) as f64
             );
         }
         plot.rate(&record);

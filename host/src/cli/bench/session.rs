@@ -23,6 +23,23 @@ use crate::flags::grammar::GrammarArgs;
 use crate::flags::placement::pass_rows;
 use crate::flags::spec::BenchSpec;
 
+/// Drafting's counters in a runtime ([`Session::spec_counts`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SpecCounts {
+    /// Verify steps of drafts.
+    pub steps: u64,
+    /// Drafts accepted.
+    pub accepted: u64,
+    /// Pass executors the model prepared.
+    pub prepared: u64,
+    /// Passes that ran kept tokens again after a refused draft.
+    pub rollbacks: u64,
+    /// Passes of the MTP block.
+    pub mtp_passes: u64,
+    /// Bytes target and MTP passes read back to the host.
+    pub read_bytes: u64,
+}
+
 /// A test's kind and token counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Test {
@@ -140,6 +157,7 @@ impl Session {
             overrides: &[],
             check_tensors: a.placement.check_tensors,
             draft_n_max: a.spec.planned_n_max()?,
+            draft_history: a.spec.planned_history()?,
         };
         let rows = pass_rows(setup.n_batch, setup.n_ubatch);
         let mut request = a.placement.request(
@@ -226,19 +244,21 @@ impl Session {
         Ok(())
     }
 
-    /// (verify steps of drafts, drafts accepted, pass executors the model prepared, passes that
-    /// ran kept tokens again after a refused draft) so far in this runtime.
-    pub fn spec_counts(&self) -> (u64, u64, u64, u64) {
+    /// What drafting did so far in this runtime.
+    pub fn spec_counts(&self) -> SpecCounts {
         let Some(rt) = self.runtime.as_ref() else {
-            return (0, 0, 0, 0);
+            return SpecCounts::default();
         };
         let c = &rt.shared().counters;
-        (
-            c.spec_verify_steps.load(Ordering::Relaxed),
-            c.spec_accepted.load(Ordering::Relaxed),
-            c.executors_prepared.load(Ordering::Relaxed),
-            c.rollback_passes.load(Ordering::Relaxed),
-        )
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        SpecCounts {
+            steps: get(&c.spec_verify_steps),
+            accepted: get(&c.spec_accepted),
+            prepared: get(&c.executors_prepared),
+            rollbacks: get(&c.rollback_passes),
+            mtp_passes: get(&c.mtp_passes),
+            read_bytes: get(&c.mtp_read_bytes) + get(&c.pass_read_bytes),
+        }
     }
 
     /// The tokens a test generates: `n` forced random ids, or none (its own greedy choice) on a

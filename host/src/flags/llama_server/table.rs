@@ -6,7 +6,7 @@ use super::{flag, KnownFlag};
 
 const AFFINITY: &str = "the worker pool pins one thread per core itself (-t sets the count)";
 const SPECULATIVE: &str =
-    "of speculative decoding, only an MTP block drafts (--spec-type draft-mtp: the model's own, or -md's)";
+    "of speculative decoding, only an MTP block (--spec-type draft-mtp: the model's own, or -md's), ngram-simple and ngram-mod draft";
 const MULTIMODAL: &str = "multimodal input is not supported";
 const DOWNLOAD: &str = "bloomery loads local GGUF files only";
 const PRESET: &str = "presets download models; bloomery loads local GGUF files only";
@@ -236,7 +236,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--spec-draft-n-max"], &[], Some("LLAMA_ARG_SPEC_DRAFT_N_MAX"), Value, Serve),
     flag(&["--spec-draft-n-min"], &[], Some("LLAMA_ARG_SPEC_DRAFT_N_MIN"), Value, Serve),
     flag(&["--spec-synth-len"], &[], Some("LLAMA_ARG_SPEC_SYNTH_LEN"), Value, Serve),
-    flag(&["--spec-synth-rates"], &[], Some("LLAMA_ARG_SPEC_SYNTH_RATES"), Value, Refused("per-position synthetic acceptance rates are not implemented: --spec-synth-len sets the mean length")),
+    flag(&["--spec-synth-rates"], &[], Some("LLAMA_ARG_SPEC_SYNTH_RATES"), Value, Serve),
     flag(&["--spec-draft-p-split", "--draft-p-split"], &[], Some("LLAMA_ARG_SPEC_DRAFT_P_SPLIT"), Value, Refused(SPECULATIVE)),
     flag(&["--spec-draft-p-min", "--draft-p-min"], &[], Some("LLAMA_ARG_SPEC_DRAFT_P_MIN"), Value, Serve),
     flag(&["--spec-draft-backend-sampling"], &["--no-spec-draft-backend-sampling"], Some("LLAMA_ARG_SPEC_DRAFT_BACKEND_SAMPLING"), Switch, OnlyOff(SPECULATIVE)),
@@ -245,12 +245,12 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--spec-draft-ngl", "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"], &[], Some("LLAMA_ARG_N_GPU_LAYERS_DRAFT"), Value, Refused(SPECULATIVE)),
     flag(&["--spec-draft-model", "-md", "--model-draft"], &[], Some("LLAMA_ARG_SPEC_DRAFT_MODEL"), Value, Serve),
     flag(&["--spec-type"], &[], Some("LLAMA_ARG_SPEC_TYPE"), Value, Serve),
-    flag(&["--spec-ngram-mod-n-min"], &[], None, Value, Refused(SPECULATIVE)),
-    flag(&["--spec-ngram-mod-n-max"], &[], None, Value, Refused(SPECULATIVE)),
-    flag(&["--spec-ngram-mod-n-match"], &[], None, Value, Refused(SPECULATIVE)),
-    flag(&["--spec-ngram-simple-size-n"], &[], None, Value, Refused(SPECULATIVE)),
-    flag(&["--spec-ngram-simple-size-m"], &[], None, Value, Refused(SPECULATIVE)),
-    flag(&["--spec-ngram-simple-min-hits"], &[], None, Value, Refused(SPECULATIVE)),
+    flag(&["--spec-ngram-mod-n-min"], &[], None, Value, Serve),
+    flag(&["--spec-ngram-mod-n-max"], &[], None, Value, Serve),
+    flag(&["--spec-ngram-mod-n-match"], &[], None, Value, Serve),
+    flag(&["--spec-ngram-simple-size-n"], &[], None, Value, Serve),
+    flag(&["--spec-ngram-simple-size-m"], &[], None, Value, Serve),
+    flag(&["--spec-ngram-simple-min-hits"], &[], None, Value, Serve),
     flag(&["--spec-ngram-map-k-size-n"], &[], None, Value, Refused(SPECULATIVE)),
     flag(&["--spec-ngram-map-k-size-m"], &[], None, Value, Refused(SPECULATIVE)),
     flag(&["--spec-ngram-map-k-min-hits"], &[], None, Value, Refused(SPECULATIVE)),

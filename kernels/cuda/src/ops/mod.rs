@@ -380,6 +380,7 @@ impl Launcher {
             Op::CacheStore { rot } => self.cache_store(&addr, &src, c, rot),
             Op::Attention(p) => self.attention(&addr, &src, c, p),
             Op::RouterTopK(p) | Op::RouterWeights(p) => self.route(&addr, &src, c, p),
+            Op::TopK { k } => self.top_k(&addr, &src, c, k),
             Op::MoeExperts(p) => self.moe(&addr, &src, c, p, held, None),
             Op::ConvCausal { taps, dilation } => self.conv_causal(&addr, &src, c, taps, dilation),
             Op::DeltaRule(p) => self.delta_rule(&addr, &src, c, p),
@@ -400,10 +401,6 @@ impl Launcher {
             Op::EngramGate { eps, scale, floor } => {
                 self.engram_gate(&addr, &src, c, (eps, scale, floor))
             }
-            other => Err(PluginError::unsupported(
-                format!("op {} on the CUDA bundles", other.kind()),
-                &[],
-            )),
         }
     }
 }

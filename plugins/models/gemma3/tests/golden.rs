@@ -85,6 +85,7 @@ fn load(model: &Path, kv_type: DType) -> LoadedModel {
         overrides: &[],
         check_tensors: false,
         draft_n_max: 0,
+        draft_history: false,
     };
     LoadedModel::load(&reg, model, opts).unwrap()
 }
