@@ -15,6 +15,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use bloomery_exec::ngram_open::open_tables;
 use bloomery_exec::ngram_table::NgramTables;
 use bloomery_gguf::{GgufModel, GgufWriter};
 use bloomery_plugin_api::abi_stable::std_types::{ROption, RVec};
@@ -178,7 +179,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n = spec.ngram.clone().into_option().ok_or("no n-gram spec")?;
     for on_disk in [false, true] {
         // From disk without a cache: the tokens are random, so a cache would rarely hit.
-        let t = NgramTables::open(&file, &spec, on_disk.then_some(0))?.ok_or("no table")?;
+        let t = open_tables(&file, &spec, on_disk.then_some(0))?.ok_or("no table")?;
         for &(pass, gap) in &pairs {
             for ahead in [false, true] {
                 let (mean, p99) = decode(&t, &n, tokens, (pass, gap), ahead);

@@ -10,6 +10,7 @@ mod file_check;
 mod mlock;
 pub mod model;
 mod ngram_cache;
+pub mod ngram_open;
 pub mod ngram_table;
 mod open;
 mod options;

@@ -390,7 +390,7 @@ impl LoadedModel {
             Some(p) => p.ngram_disk_cache(),
             None => unplanned_ngram_cache(file_bytes(&file), ngram_bytes(&file, &spec)),
         };
-        let ngram = NgramTables::open(&file, &spec, disk_cache)?.map(Arc::new);
+        let ngram = crate::ngram_open::open_tables(&file, &spec, disk_cache)?.map(Arc::new);
         let locked = if options.mlock {
             let ranges = match &tier {
                 Some(t) => t.host_read.clone(),

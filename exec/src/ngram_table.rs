@@ -25,31 +25,29 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bloomery_gguf::GgufModel;
 use bloomery_kernels_cpu::quant::dequantize_row;
-use bloomery_plugin_api::model::{ModelSpec, WeightClass};
-use bloomery_plugin_api::ngram::NgramSpec;
 use bloomery_plugin_api::DType;
 use bloomery_tiering::arena::{ExpertFiles, ReadJob, StackSource};
 use bloomery_tiering::HostSlice;
 
-use crate::error::ModelError;
 use crate::ngram_cache::{RowCache, RowKey};
-use crate::weights::weight_tensor;
 
 /// One table: where its rows lie and how they are stored.
-struct Table {
-    name: String,
-    dtype: DType,
+pub(crate) struct Table {
+    /// The weight's name.
+    pub(crate) name: String,
+    /// How its rows are stored.
+    pub(crate) dtype: DType,
     /// Values a row.
-    width: u64,
+    pub(crate) width: u64,
     /// Bytes a row.
-    row_bytes: usize,
-    rows: u64,
+    pub(crate) row_bytes: usize,
+    /// Rows.
+    pub(crate) rows: u64,
     /// The rows in the mapped file (read when the tables are in host RAM).
-    mapped: HostSlice,
+    pub(crate) mapped: HostSlice,
     /// The rows in the file (read when the tables are on disk).
-    source: StackSource,
+    pub(crate) source: StackSource,
 }
 
 /// Where the rows are read from.
@@ -111,84 +109,33 @@ pub struct NgramTables {
 }
 
 impl NgramTables {
-    /// The tables `spec` declares (its weights of class `NgramTable`, table `t` the `t`-th), in
-    /// `file`, read from disk through a cache of `disk_cache` bytes of rows when that is given;
-    /// None when it declares none. A spec with tables but no n-gram constants, or tables whose
-    /// count or width disagrees with them, is refused.
-    pub fn open(
-        file: &GgufModel,
-        spec: &ModelSpec,
-        disk_cache: Option<u64>,
-    ) -> Result<Option<NgramTables>, ModelError> {
-        let declared: Vec<&str> = spec
-            .weights
-            .iter()
-            .filter(|w| w.class == WeightClass::NgramTable)
-            .map(|w| w.name.as_str())
-            .collect();
-        if declared.is_empty() {
-            return Ok(None);
-        }
-        let bad = |what: String| ModelError::Request(format!("n-gram tables: {what}"));
-        let ngram: &NgramSpec = spec.ngram.as_ref().into_option().ok_or_else(|| {
-            bad(format!(
-                "{} declared without the row ids' constants (ModelSpec::ngram)",
-                declared.join(", ")
-            ))
-        })?;
-        if declared.len() != ngram.tables as usize {
-            return Err(bad(format!(
-                "{} table weights for {} tables of row ids",
-                declared.len(),
-                ngram.tables
-            )));
-        }
-        let mut tables = Vec::with_capacity(declared.len());
-        for name in &declared {
-            let (t, ne, nb) = weight_tensor(file, spec, name)?;
-            let data = file.tensor_data(t)?;
-            if let Some(first) = tables.first().filter(|f: &&Table| f.width != ne[0]) {
-                return Err(bad(format!(
-                    "`{name}` has rows of {} values, `{}` of {}",
-                    ne[0], first.name, first.width
-                )));
-            }
-            tables.push(Table {
-                name: (*name).to_owned(),
-                dtype: t.info.dtype,
-                width: ne[0],
-                row_bytes: nb[1] as usize,
-                rows: ne[1],
-                mapped: HostSlice::of(data),
-                source: StackSource {
-                    part: t.part,
-                    offset: t.info.start,
-                    stride: nb[1],
-                },
-            });
-        }
+    /// The gatherer of `tables` (at least one, all rows `width` values), `per_table` row ids of
+    /// each a token, read from the mapped file, or from `disk`'s file parts through a cache of
+    /// that many bytes of rows; starts the prefetch thread. `names` are the tables' names, for
+    /// the log.
+    pub(crate) fn new(
+        tables: Vec<Table>,
+        per_table: usize,
+        disk: Option<(&[&Path], u64)>,
+    ) -> Result<NgramTables, String> {
+        let names: Vec<&str> = tables.iter().map(|t| t.name.as_str()).collect();
+        let declared = names.join(", ");
         let width = tables[0].width as usize;
-        let reader = match disk_cache {
-            Some(bytes) => {
-                let paths: Vec<&Path> = file.parts().iter().map(|p| p.path()).collect();
-                Reader::Disk {
-                    files: ExpertFiles::open(&paths).map_err(|e| {
-                        ModelError::Request(format!(
-                            "opening the model file for n-gram tables: {e}"
-                        ))
-                    })?,
-                    cache: Mutex::new(RowCache::new(usize::try_from(bytes).unwrap_or(usize::MAX))),
-                    reads: AtomicU64::new(0),
-                    cached: AtomicU64::new(0),
-                }
-            }
+        let reader = match disk {
+            Some((paths, bytes)) => Reader::Disk {
+                files: ExpertFiles::open(paths)
+                    .map_err(|e| format!("opening the model file for n-gram tables: {e}"))?,
+                cache: Mutex::new(RowCache::new(usize::try_from(bytes).unwrap_or(usize::MAX))),
+                reads: AtomicU64::new(0),
+                cached: AtomicU64::new(0),
+            },
             None => Reader::Mapped,
         };
-        let on_disk = disk_cache.is_some();
+        let on_disk = disk.is_some();
         let shared = Arc::new(Shared {
             tables,
             reader,
-            per_table: ngram.per_table(),
+            per_table,
             width,
             ready: Mutex::new(Ready::default()),
             done: Condvar::new(),
@@ -202,10 +149,10 @@ impl NgramTables {
                     worker.fetch(keys);
                 }
             })
-            .map_err(|e| ModelError::Request(format!("starting the n-gram prefetch: {e}")))?;
+            .map_err(|e| format!("starting the n-gram prefetch: {e}"))?;
         tracing::info!(
             "n-gram tables {}: {:.2} GiB, rows gathered from {}",
-            declared.join(", "),
+            declared,
             shared
                 .tables
                 .iter()
@@ -214,12 +161,12 @@ impl NgramTables {
                 / (1u64 << 30) as f64,
             if on_disk { "disk" } else { "host RAM" }
         );
-        Ok(Some(NgramTables {
+        Ok(NgramTables {
             jobs: Some(tx),
             thread: Some(thread),
             shared,
             stats: Mutex::new(NgramStats::default()),
-        }))
+        })
     }
 
     /// Values a table row.

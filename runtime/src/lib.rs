@@ -9,6 +9,7 @@
 
 pub mod draft_gate;
 pub mod draft_model;
+mod drafter;
 pub mod embedding;
 pub mod grammar;
 mod handle;

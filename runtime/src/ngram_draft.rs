@@ -15,23 +15,7 @@
 //!   than a quarter.
 
 use crate::spec::DraftSource;
-
-/// `--spec-ngram-simple-*` settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NgramSimpleConfig {
-    /// Tokens looked for (`--spec-ngram-simple-size-n`, 1 to 1024).
-    pub size_n: usize,
-    /// Most tokens drafted after a match (`--spec-ngram-simple-size-m`, 1 to 1024).
-    pub size_m: usize,
-}
-
-impl NgramSimpleConfig {
-    /// llama-server b11434's defaults (common.h `common_params_speculative_ngram_map`).
-    pub const DEFAULT: NgramSimpleConfig = NgramSimpleConfig {
-        size_n: 12,
-        size_m: 48,
-    };
-}
+pub use crate::spec::{NgramModConfig, NgramSimpleConfig};
 
 /// The `ngram-simple` drafter: stateless, the same for every slot.
 pub struct NgramSimple {
@@ -75,26 +59,6 @@ pub fn simple_draft(history: &[u32], sampled: u32, cfg: NgramSimpleConfig) -> Ve
         return Vec::new();
     }
     history[at + n..at + n + copy].to_vec()
-}
-
-/// `--spec-ngram-mod-*` settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NgramModConfig {
-    /// Tokens hashed for a lookup (`--spec-ngram-mod-n-match`, 1 to 1024).
-    pub n_match: usize,
-    /// Most tokens drafted (`--spec-ngram-mod-n-max`, 0 to 1024).
-    pub n_max: usize,
-    /// A chain that misses before this many tokens drafts nothing (`--spec-ngram-mod-n-min`).
-    pub n_min: usize,
-}
-
-impl NgramModConfig {
-    /// llama-server b11434's defaults (common.h `common_params_speculative_ngram_mod`).
-    pub const DEFAULT: NgramModConfig = NgramModConfig {
-        n_match: 24,
-        n_max: 64,
-        n_min: 48,
-    };
 }
 
 /// Entries of the `ngram-mod` table (b11434's size: 16 MiB of token ids).

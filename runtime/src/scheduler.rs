@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::draft_gate::{Gate, StepCosts, StepShape, WallClock};
 use crate::draft_model::ModelDrafter;
+use crate::drafter::Drafter;
 use crate::grammar::{token_trie, Constraint};
 use crate::ngram_draft::{NgramMod, NgramSimple};
 use crate::panic::panic_message;
@@ -35,9 +36,7 @@ use crate::request::{
 use crate::sampling::rng::Mt19937;
 use crate::sampling::Sampler;
 use crate::slot_file::SlotFile;
-use crate::spec::{
-    Chunk, DraftSource, Drafter, MtpDrafter, SpecConfig, SpecType, SynthAcceptance, Want,
-};
+use crate::spec::{Chunk, DraftSource, MtpDrafter, SpecConfig, SpecType, SynthAcceptance, Want};
 use crate::status::{Shared, SlotView};
 use crate::stop::StopScan;
 use crate::task::Task;

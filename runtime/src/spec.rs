@@ -16,8 +16,6 @@
 use bloomery_exec::{BatchInputs, LoadedModel, Readout};
 use bloomery_plugin_api::model::ModelSpec;
 
-use crate::draft_model::ModelDrafter;
-use crate::ngram_draft::{NgramModConfig, NgramSimpleConfig};
 use crate::sampling::rng::Mt19937;
 
 /// Which drafts a generation is verified against (llama-server's `--spec-type`).
@@ -47,6 +45,43 @@ impl SpecType {
             SpecType::DraftSimple => "draft-simple",
         }
     }
+}
+
+/// `--spec-ngram-simple-*` settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NgramSimpleConfig {
+    /// Tokens looked for (`--spec-ngram-simple-size-n`, 1 to 1024).
+    pub size_n: usize,
+    /// Most tokens drafted after a match (`--spec-ngram-simple-size-m`, 1 to 1024).
+    pub size_m: usize,
+}
+
+impl NgramSimpleConfig {
+    /// llama-server b11434's defaults (common.h `common_params_speculative_ngram_map`).
+    pub const DEFAULT: NgramSimpleConfig = NgramSimpleConfig {
+        size_n: 12,
+        size_m: 48,
+    };
+}
+
+/// `--spec-ngram-mod-*` settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NgramModConfig {
+    /// Tokens hashed for a lookup (`--spec-ngram-mod-n-match`, 1 to 1024).
+    pub n_match: usize,
+    /// Most tokens drafted (`--spec-ngram-mod-n-max`, 0 to 1024).
+    pub n_max: usize,
+    /// A chain that misses before this many tokens drafts nothing (`--spec-ngram-mod-n-min`).
+    pub n_min: usize,
+}
+
+impl NgramModConfig {
+    /// llama-server b11434's defaults (common.h `common_params_speculative_ngram_mod`).
+    pub const DEFAULT: NgramModConfig = NgramModConfig {
+        n_match: 24,
+        n_max: 64,
+        n_min: 48,
+    };
 }
 
 /// Draft decoding settings (llama-server's `--spec-*` flags).
@@ -315,24 +350,6 @@ pub trait DraftSource: Send {
 
     /// The target kept `accepted` tokens of slot `id_slot`'s last (non-empty) draft.
     fn accepted(&mut self, _id_slot: usize, _accepted: usize) {}
-}
-
-/// What drafts in a scheduler.
-pub(crate) enum Drafter {
-    /// The model's MTP block.
-    Mtp(MtpDrafter),
-    /// A source from outside.
-    Source(Box<dyn DraftSource>),
-    /// A separate draft model.
-    Model(ModelDrafter),
-}
-
-impl Drafter {
-    /// Whether target passes read their rows' final-norm rows for the MTP block (a slot whose
-    /// gate has drafting off only before its probes).
-    pub(crate) fn reads_rows(&self) -> bool {
-        matches!(self, Drafter::Mtp(_))
-    }
 }
 
 /// One slot's rows of a target pass, as the MTP block takes them in.
