@@ -1,5 +1,6 @@
 //! Cases of MoE routing: RouterTopK and RouterWeights by each gating function, with and without a
-//! selection bias, over 8 to 160 experts.
+//! selection bias, over 8 to 160 experts; and TopK, the likeliest ids of logits rows (the draft
+//! passes' readout) up to a 248,320-token vocabulary.
 
 use bloomery_plugin_api::op::{Gating, Op, OpKind, RouterParams};
 use bloomery_plugin_api::DType;
@@ -119,6 +120,24 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                 ),
             ]
         }
+        (OpKind::TopK, DType::F32) => [
+            ("top 3 of 20", 3, 20, 5),
+            ("top 10 of 4,096", 10, 4096, 3),
+            ("top 10 of a 248,320-token vocabulary", 10, 248_320, 2),
+            ("top 16 of 151,936", 16, 151_936, 1),
+        ]
+        .into_iter()
+        .map(|(name, k, n, rows)| Case {
+            dst_dtype: DType::I32,
+            ..case(
+                name,
+                Op::TopK { k },
+                vec![spec(DType::F32, [n, rows, 1, 1], Fill::Random(4.0))],
+                [u64::from(k), rows, 1, 1],
+                0.0,
+            )
+        })
+        .collect(),
         _ => Vec::new(),
     }
 }
