@@ -30,7 +30,7 @@ use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel, Readout};
 use bloomery_plugin_api::model::StateKind;
 use bloomery_plugin_api::DType;
 use bloomery_runtime::draft_gate::{StepCosts, StepShape};
-use bloomery_runtime::request::{Event, Finish, GenParams, ShiftParams};
+use bloomery_runtime::request::{Event, Finish, GenParams};
 use bloomery_runtime::sampling::SamplerParams;
 use bloomery_runtime::spec::{Chunk, DraftSource, MtpDrafter, SpecConfig, Want};
 use bloomery_runtime::{Runtime, RuntimeConfig};
@@ -120,27 +120,14 @@ fn start_with(path: &Path, source: impl DraftSource + 'static, n_max: usize) -> 
 }
 
 fn params(seed: Option<u32>) -> GenParams {
-    GenParams {
-        sampler: SamplerParams {
+    common::generation(
+        SamplerParams {
             temp: if seed.is_some() { 1.0 } else { 0.0 },
             seed: u64::from(seed.unwrap_or(0)),
             ..SamplerParams::default()
         },
-        n_predict: Some(N_PREDICT),
-        stop: Vec::new(),
-        n_probs: 0,
-        post_sampling_probs: false,
-        return_progress: false,
-        ignore_eos: true,
-        cache_prompt: false,
-        forced: Vec::new(),
-        prompt_only: false,
-        grammar: None,
-        t_max_predict_ms: None,
-        preserved: Vec::new(),
-        shift: ShiftParams::default(),
-        reasoning_budget: None,
-    }
+        N_PREDICT,
+    )
 }
 
 fn prompts(tok: &Tokenizer) -> Vec<Vec<u32>> {

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use bloomery_devices::Registry;
 use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel};
 use bloomery_plugin_api::model::WeightClass;
-use bloomery_runtime::request::{Event, GenParams, ShiftParams};
+use bloomery_runtime::request::Event;
 use bloomery_runtime::sampling::SamplerParams;
 use bloomery_runtime::spec::SpecConfig;
 use bloomery_runtime::{Runtime, RuntimeConfig};
@@ -231,26 +231,13 @@ fn generate(m: LoadedModel, prompt: &[i32], n: usize) -> (Vec<i32>, LoadedModel)
         slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
     };
     let rt = Runtime::start(m, tok, config).unwrap();
-    let params = GenParams {
-        sampler: SamplerParams {
+    let params = common::generation(
+        SamplerParams {
             temp: 0.0,
             ..SamplerParams::default()
         },
-        n_predict: Some(n),
-        stop: Vec::new(),
-        n_probs: 0,
-        post_sampling_probs: false,
-        return_progress: false,
-        ignore_eos: true,
-        cache_prompt: false,
-        forced: Vec::new(),
-        prompt_only: false,
-        grammar: None,
-        t_max_predict_ms: None,
-        preserved: Vec::new(),
-        shift: ShiftParams::default(),
-        reasoning_budget: None,
-    };
+        n,
+    );
     let prompt: Vec<u32> = prompt.iter().map(|&t| t as u32).collect();
     let mut rx = rt.submit_blocking(prompt, params, Some(0)).unwrap();
     let mut got = Vec::new();

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use bloomery_devices::Registry;
 use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel, Readout};
 use bloomery_plugin_api::graph::NEXTN_HIDDEN;
-use bloomery_runtime::request::{Event, Finish, GenParams, ShiftParams};
+use bloomery_runtime::request::{Event, Finish, GenParams};
 use bloomery_runtime::sampling::SamplerParams;
 use bloomery_runtime::spec::{Chunk, DraftSource, MtpDrafter, SpecConfig, Want};
 use bloomery_runtime::{Runtime, RuntimeConfig};
@@ -133,26 +133,13 @@ fn start_with(path: &Path, source: impl DraftSource + 'static) -> Runtime {
 }
 
 fn greedy() -> GenParams {
-    GenParams {
-        sampler: SamplerParams {
+    common::generation(
+        SamplerParams {
             temp: 0.0,
             ..SamplerParams::default()
         },
-        n_predict: Some(N_PREDICT),
-        stop: Vec::new(),
-        n_probs: 0,
-        post_sampling_probs: false,
-        return_progress: false,
-        ignore_eos: true,
-        cache_prompt: false,
-        forced: Vec::new(),
-        prompt_only: false,
-        grammar: None,
-        t_max_predict_ms: None,
-        preserved: Vec::new(),
-        shift: ShiftParams::default(),
-        reasoning_budget: None,
-    }
+        N_PREDICT,
+    )
 }
 
 /// `prompt` answered greedily in slot 0: its tokens and its end.

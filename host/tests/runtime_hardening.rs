@@ -39,26 +39,13 @@ fn load(path: &Path) -> LoadedModel {
 }
 
 fn greedy(n_predict: usize) -> GenParams {
-    GenParams {
-        sampler: SamplerParams {
+    common::generation(
+        SamplerParams {
             temp: 0.0,
             ..SamplerParams::default()
         },
-        n_predict: Some(n_predict),
-        stop: Vec::new(),
-        n_probs: 0,
-        post_sampling_probs: false,
-        return_progress: false,
-        ignore_eos: true,
-        cache_prompt: false,
-        forced: Vec::new(),
-        prompt_only: false,
-        grammar: None,
-        t_max_predict_ms: None,
-        preserved: Vec::new(),
-        shift: bloomery_runtime::request::ShiftParams::default(),
-        reasoning_budget: None,
-    }
+        n_predict,
+    )
 }
 
 /// What a request produced: its token ids and the alternatives reported with its first token,

@@ -282,3 +282,29 @@ pub fn assert_routes_match_with(
     }
     assert!(compared > 0, "{label}: no routes compared");
 }
+
+/// A generation of `n_predict` tokens with `sampler`, end of generation ignored, nothing else
+/// asked (no stop strings, probabilities, grammar, budget or prompt cache).
+#[allow(dead_code)] // not every test crate that shares this module generates
+pub fn generation(
+    sampler: bloomery_runtime::sampling::SamplerParams,
+    n_predict: usize,
+) -> bloomery_runtime::request::GenParams {
+    bloomery_runtime::request::GenParams {
+        sampler,
+        n_predict: Some(n_predict),
+        stop: Vec::new(),
+        n_probs: 0,
+        post_sampling_probs: false,
+        return_progress: false,
+        ignore_eos: true,
+        cache_prompt: false,
+        forced: Vec::new(),
+        prompt_only: false,
+        grammar: None,
+        t_max_predict_ms: None,
+        preserved: Vec::new(),
+        shift: bloomery_runtime::request::ShiftParams::default(),
+        reasoning_budget: None,
+    }
+}
