@@ -2,7 +2,8 @@
 //! `--spec-type draft-simple` with `--spec-draft-model` (`-md`), as common/speculative.cpp's
 //! draft-simple runs it. The draft model keeps its own K/V cache for every slot, fed the tokens
 //! the slot holds; from the token just sampled it drafts greedily, one shared pass a step for all
-//! drafting slots, each step's choice kept while its probability among the ten likeliest reaches
+//! drafting slots (the logits stay on the device: `Readout::Top`), each step's choice kept while
+//! its probability among the ten likeliest reaches
 //! `--spec-draft-p-min`, up to `--spec-draft-n-max` tokens, the whole draft dropped when shorter
 //! than `--spec-draft-n-min`. llama-server feeds the draft model every batch the target runs;
 //! here a slot's tokens are fed when it next drafts (one pass for what it took in since), which
@@ -13,7 +14,7 @@
 use bloomery_exec::{LoadedModel, Readout};
 use bloomery_text::Tokenizer;
 
-use crate::spec::{empty_batch, top_choice, SpecConfig, Want};
+use crate::spec::{empty_batch, SpecConfig, Want, TOP_K};
 
 /// Token ids below this are not compared (b11434's `SPEC_VOCAB_CHECK_START_TOKEN_ID`).
 const CHECK_FROM: usize = 5;
@@ -148,9 +149,10 @@ impl ModelDrafter {
                 batch.positions.push(pos as i32);
                 batch.slots.push(slot as i32);
             }
+            // Every pass needs an output: the last row's final-norm row, read and not used.
             batch.output_rows.push(pass.len() as i32 - 1);
             self.model
-                .forward_reading(&batch, Readout::Logits)
+                .forward_reading(&batch, Readout::Embeddings)
                 .map_err(|e| format!("the draft model's pass over the slots' tokens: {e}"))?;
         }
         Ok(())
@@ -159,7 +161,6 @@ impl ModelDrafter {
     /// Drafts for every slot of `wants` (each caught up first, [`ModelDrafter::catch_up`]), all
     /// slots' steps in shared passes; the drafts in the order of `wants`.
     pub fn draft(&mut self, wants: &[Want]) -> Result<Vec<Vec<u32>>, String> {
-        let n_vocab = self.model.spec.hparams.n_vocab as usize;
         let mut drafts: Vec<Vec<u32>> = vec![Vec::new(); wants.len()];
         // Each drafting slot's next row: the index of its want and the token to feed.
         let mut rows: Vec<(usize, u32)> = wants
@@ -178,13 +179,18 @@ impl ModelDrafter {
                 batch.output_rows.push(r as i32);
                 self.held[w.slot].push(token);
             }
+            // The logits stay on the device: each row's ten likeliest ids and their probability
+            // among those come back (draft-simple's top-k 10 sampler).
             let out = self
                 .model
-                .forward_reading(&batch, Readout::Logits)
+                .forward_reading(&batch, Readout::Top(TOP_K as u32))
                 .map_err(|e| format!("a draft model step: {e}"))?;
             let mut next = Vec::with_capacity(rows.len());
             for (r, (i, _)) in rows.into_iter().enumerate() {
-                let (best, p) = top_choice(&out.logits[r * n_vocab..(r + 1) * n_vocab]);
+                let (best, p) = (out.top_ids[r * TOP_K], out.top_probs[r * TOP_K]);
+                let Ok(best) = u32::try_from(best) else {
+                    continue;
+                };
                 if p < self.cfg.p_min || best as usize >= self.n_vocab {
                     continue;
                 }

@@ -708,41 +708,7 @@ pub struct DraftStats {
 
 /// Candidates the draft's probability is taken over (draft-mtp's top-k sampler, then a
 /// softmax over them): the block's pass reads only these back, not its logits.
-const TOP_K: usize = 10;
-
-/// `x` as an integer ordered as [`f32::total_cmp`] orders floats.
-fn total_key(x: f32) -> i32 {
-    let b = x.to_bits() as i32;
-    b ^ (((b >> 31) as u32) >> 1) as i32
-}
-
-/// The likeliest token of `logits` (the lowest id among equals) and its probability among the
-/// [`TOP_K`] likeliest (draft-mtp's top-k 10 then softmax). One scan keeping the best
-/// [`TOP_K`] in order, most logits dismissed by one integer compare: a draft step's row is the
-/// whole vocabulary (248,320 logits for Qwen3.6), where copying and partitioning them all took
-/// about 1 ms a row, about 0.2 ms this way (release build, this machine).
-pub(crate) fn top_choice(logits: &[f32]) -> (u32, f32) {
-    // Higher logits first, then lower ids.
-    let order = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    let mut top: Vec<(u32, f32)> = Vec::with_capacity(TOP_K + 1);
-    // The key of the last kept logit once TOP_K are kept: a later id must beat it.
-    let mut floor = i32::MIN;
-    for (i, &l) in logits.iter().enumerate() {
-        if top.len() == TOP_K && total_key(l) <= floor {
-            continue;
-        }
-        let c = (i as u32, l);
-        let at = top.partition_point(|t| order(t, &c).is_lt());
-        top.insert(at, c);
-        top.truncate(TOP_K);
-        if top.len() == TOP_K {
-            floor = total_key(top[TOP_K - 1].1);
-        }
-    }
-    let max = top[0].1;
-    let sum: f32 = top.iter().map(|&(_, l)| (l - max).exp()).sum();
-    (top[0].0, 1.0 / sum)
-}
+pub(crate) const TOP_K: usize = 10;
 
 /// A pass's inputs with no rows yet.
 pub(crate) fn empty_batch() -> BatchInputs {
@@ -757,9 +723,7 @@ pub(crate) fn empty_batch() -> BatchInputs {
 
 #[cfg(test)]
 mod tests {
-    use super::{
-        synth_rate, top_choice, Behind, Chunk, Mt19937, SpecConfig, SynthAcceptance, SynthRates,
-    };
+    use super::{synth_rate, Behind, Chunk, Mt19937, SpecConfig, SynthAcceptance, SynthRates};
 
     #[test]
     fn synthetic_acceptance_has_the_asked_mean_length() {
@@ -846,46 +810,5 @@ mod tests {
             (b.start, b.tokens.clone(), b.rows.len()),
             (3, vec![8, 9], 4)
         );
-    }
-
-    #[test]
-    fn the_top_choice_is_the_argmax_with_its_probability_among_the_ten_likeliest() {
-        // Eleven tokens: the smallest (id 3) is outside the top ten, left out of the sum.
-        let mut logits = vec![0.0f32; 11];
-        logits[3] = -1.0;
-        logits[7] = 2.0;
-        let (id, p) = top_choice(&logits);
-        assert_eq!(id, 7);
-        let want = 2f32.exp() / (2f32.exp() + 9.0);
-        assert!((p - want).abs() < 1e-6, "{p} vs {want}");
-        // Among equals the lowest id.
-        assert_eq!(top_choice(&[1.0, 3.0, 3.0]).0, 1);
-    }
-
-    /// The scan gives what sorting every logit gives (ties on the tenth place included).
-    #[test]
-    fn the_top_choice_equals_a_full_sort() {
-        let mut rng = Mt19937::new(11);
-        // Few distinct values (many ties, also across the tenth place), then many, all negative.
-        let cases = [1, 9, 10, 11, 500].map(|n| (n, 6.0, -2.0));
-        for (n, spread, low) in cases.into_iter().chain([(500, 400.0, -300.0)]) {
-            let logits: Vec<f32> = (0..n)
-                .map(|_| (rng.uniform_f64() * spread).floor() as f32 * 0.5 + low)
-                .collect();
-            let mut all: Vec<(u32, f32)> = logits
-                .iter()
-                .enumerate()
-                .map(|(i, &l)| (i as u32, l))
-                .collect();
-            all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            all.truncate(super::TOP_K);
-            let sum: f32 = all.iter().map(|&(_, l)| (l - all[0].1).exp()).sum();
-            let (id, p) = top_choice(&logits);
-            assert_eq!(
-                (id, p.to_bits()),
-                (all[0].0, (1.0 / sum).to_bits()),
-                "n {n}"
-            );
-        }
     }
 }
