@@ -25,7 +25,7 @@ pub(super) fn claims() -> Vec<OpSupport> {
 const TOPK_MAX: u32 = 16;
 
 /// Threads of a TopK block (`TOPK_THREADS` of `cu/router.cuh`).
-const TOPK_THREADS: u32 = 256;
+const TOPK_THREADS: u32 = 1024;
 
 impl Launcher {
     /// RouterTopK or RouterWeights (the call's op) of the logits of source 0 with parameters `p`.
