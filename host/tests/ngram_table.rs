@@ -24,8 +24,7 @@ use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel};
 use bloomery_plugin_api::model::WeightClass;
 use bloomery_runtime::request::Event;
 use bloomery_runtime::sampling::SamplerParams;
-use bloomery_runtime::spec::SpecConfig;
-use bloomery_runtime::{Runtime, RuntimeConfig};
+use bloomery_runtime::Runtime;
 use bloomery_tiering::plan::TierRequest;
 use common::{ngram_rows, plugin_dir, tiny_of, ALL_F32};
 
@@ -218,18 +217,7 @@ fn ngram_rows_read_from_disk_equal_rows_from_the_mapped_file() {
 /// The greedy tokens after `prompt`, `n` of them, through the runtime; then the model back.
 fn generate(m: LoadedModel, prompt: &[i32], n: usize) -> (Vec<i32>, LoadedModel) {
     let tok = Arc::new(bloomery::text::tokenizer(&m.file).unwrap());
-    let config = RuntimeConfig {
-        n_ctx_slot: 64,
-        n_batch: 16,
-        cache_ram: None,
-        queue_depth: 8,
-        max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
-        checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
-        schemajump: false,
-        context_shift: false,
-        spec: SpecConfig::OFF,
-        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
-    };
+    let config = common::plain_runtime(64);
     let rt = Runtime::start(m, tok, config).unwrap();
     let params = common::generation(
         SamplerParams {

@@ -23,10 +23,9 @@ use std::sync::Arc;
 
 use bloomery_devices::Registry;
 use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel};
-use bloomery_runtime::request::{Event, GenParams, Piece, ShiftParams};
+use bloomery_runtime::request::{Event, GenParams, Piece};
 use bloomery_runtime::sampling::SamplerParams;
-use bloomery_runtime::spec::SpecConfig;
-use bloomery_runtime::{Runtime, RuntimeConfig};
+use bloomery_runtime::Runtime;
 
 const ARCH: &str = "qwen4exp";
 
@@ -217,25 +216,13 @@ fn the_qsa_indexer_keeps_transformers_blocks() {
 }
 
 fn greedy(n_predict: usize, n_probs: usize) -> GenParams {
+    let sampler = SamplerParams {
+        temp: 0.0,
+        ..SamplerParams::default()
+    };
     GenParams {
-        sampler: SamplerParams {
-            temp: 0.0,
-            ..SamplerParams::default()
-        },
-        n_predict: Some(n_predict),
-        stop: Vec::new(),
         n_probs,
-        post_sampling_probs: false,
-        return_progress: false,
-        ignore_eos: true,
-        cache_prompt: false,
-        forced: Vec::new(),
-        prompt_only: false,
-        grammar: None,
-        t_max_predict_ms: None,
-        preserved: Vec::new(),
-        shift: ShiftParams::default(),
-        reasoning_budget: None,
+        ..common::generation(sampler, n_predict)
     }
 }
 
@@ -285,18 +272,7 @@ fn the_runtime_fills_the_ngram_rows() {
     }
     let model = LoadedModel::load(&reg, &path, OPTS).unwrap();
     let tok = Arc::new(bloomery::text::tokenizer(&model.file).unwrap());
-    let config = RuntimeConfig {
-        n_ctx_slot: 128,
-        n_batch: 16,
-        cache_ram: None,
-        queue_depth: 8,
-        max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
-        checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
-        schemajump: false,
-        context_shift: false,
-        spec: SpecConfig::OFF,
-        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
-    };
+    let config = common::plain_runtime(128);
     let rt = Runtime::start(model, tok, config).unwrap();
     let prompt: Vec<u32> = seq.iter().map(|&t| t as u32).collect();
     for k in [20, 21, 22, 43, 45, 68] {

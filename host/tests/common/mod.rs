@@ -308,3 +308,21 @@ pub fn generation(
         reasoning_budget: None,
     }
 }
+
+/// A runtime of `n_ctx_slot` positions a slot, 16-row prompt passes, no drafting, no schemajump,
+/// no context shift, no prompt cache: the plain setup the runtime tests decode with.
+#[allow(dead_code)] // not every test crate that shares this module starts a runtime
+pub fn plain_runtime(n_ctx_slot: usize) -> bloomery_runtime::RuntimeConfig {
+    bloomery_runtime::RuntimeConfig {
+        n_ctx_slot,
+        n_batch: 16,
+        cache_ram: None,
+        queue_depth: 8,
+        max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
+        checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
+        schemajump: false,
+        context_shift: false,
+        spec: bloomery_runtime::spec::SpecConfig::OFF,
+        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
+    }
+}
