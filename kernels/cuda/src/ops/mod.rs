@@ -495,6 +495,8 @@ mod tests {
         "bl_mmq_experts_dp4a",
         "bl_mmq_parts_mma",
         "bl_mmq_parts_dp4a",
+        "bl_mmq2_mma",
+        "bl_mmq2_parts_mma",
         "bl_moe_route",
         "bl_moe_tiles",
         "bl_moe_glu_q8_1",
