@@ -10,6 +10,8 @@
 // - routed experts over a route table: gathered activation rows (entry / col_div), outputs
 //   written at each entry's row and nowhere else, an expert over two column tiles, one with a
 //   few columns, one with none, and unused tiles;
+// - the 64 x 64 tiles with their sums through MMQ_MAGIC (bl_mmqf_*): dense, parts and routed
+//   experts as above;
 // - the wide tile (bl_mmq2_*): dense products over several partial row and column tiles (warps
 //   whose columns all lie past the batch), k not a multiple of 256, Q8_0, Q4_K and Q6_K, the k
 //   halves along z, rows 4-byte aligned, and parts of three uneven sizes, Q8_0 and Q4_K.
@@ -140,8 +142,9 @@ static std::vector<uint8_t> shifted(const std::vector<uint8_t>& v) {
     return s;
 }
 
-// The tiles under test: mmq_tile on the tensor cores or dp4a, or the wide tile (mmq_tile2).
-enum class Form { Mma, Dp4a, Wide };
+// The tiles under test: mmq_tile on the tensor cores (converting its sums, or through MMQ_MAGIC:
+// MmaF) or dp4a, or the wide tile (mmq_tile2).
+enum class Form { Mma, MmaF, Dp4a, Wide };
 
 static void dense_case(const char* name, Form form, int wtype, int n, int m, int k, int z, bool misaligned = false) {
     const auto w0 = weights(wtype, n, k);
@@ -159,6 +162,8 @@ static void dense_case(const char* name, Form form, int wtype, int n, int m, int
                    bl_mmq2_mma(w, w_stride, wtype, x, x_row, y.data(), k, n, m);
                else if (form == Form::Mma)
                    bl_mmq_mma(w, w_stride, wtype, x, x_row, y.data(), k, n, m);
+               else if (form == Form::MmaF)
+                   bl_mmqf_mma(w, w_stride, wtype, x, x_row, y.data(), k, n, m);
                else
                    bl_mmq_dp4a(w, w_stride, wtype, x, x_row, y.data(), k, n, m);
            });
@@ -189,6 +194,8 @@ static void parts_case(const char* name, Form form, int wtype = WT_Q8_0, int k =
             bl_mmq2_parts_mma(p[0], p[1], p[2], wtype, x.data(), x_row, k, m);
         else if (form == Form::Mma)
             bl_mmq_parts_mma(p[0], p[1], p[2], wtype, x.data(), x_row, k, m);
+        else if (form == Form::MmaF)
+            bl_mmqf_parts_mma(p[0], p[1], p[2], wtype, x.data(), x_row, k, m);
         else
             bl_mmq_parts_dp4a(p[0], p[1], p[2], wtype, x.data(), x_row, k, m);
     });
@@ -205,7 +212,7 @@ static void parts_case(const char* name, Form form, int wtype = WT_Q8_0, int k =
 // Four stack experts of n rows each; rows of a 61-row batch, each routed to two experts
 // (entries r * 2 + j): expert 0 takes 70 entries (two column tiles), expert 1 a few, expert 2
 // none, expert 3 the rest.
-static void experts_case(const char* name, bool mma, int wtype) {
+static void experts_case(const char* name, Form form, int wtype) {
     const int k = 512, n = 72, rows = 61, top = 2, n_exp = 4, entries = rows * top;
     const long long w_stride = (long long)k / layout(wtype).values * layout(wtype).block, x_row = k / 32 * 36;
     const long long w_exp = w_stride * n;
@@ -225,9 +232,12 @@ static void experts_case(const char* name, bool mma, int wtype) {
     const long long y_row = n + 8;
     std::vector<float> y((size_t)entries * y_row, NAN), want(y.size(), NAN);
     launch(Dim3{(unsigned)((n + MMQ_BM - 1) / MMQ_BM), (unsigned)tiles.size(), 1}, MMQ_THREADS, [&] {
-        if (mma)
+        if (form == Form::Mma)
             bl_mmq_experts_mma(w.data(), w_stride, w_exp, wtype, x.data(), x_row, list.data(), list_stride,
                                count.data(), tiles.data(), top, y.data(), y_row, k, n);
+        else if (form == Form::MmaF)
+            bl_mmqf_experts_mma(w.data(), w_stride, w_exp, wtype, x.data(), x_row, list.data(), list_stride,
+                                count.data(), tiles.data(), top, y.data(), y_row, k, n);
         else
             bl_mmq_experts_dp4a(w.data(), w_stride, w_exp, wtype, x.data(), x_row, list.data(), list_stride,
                                 count.data(), tiles.data(), top, y.data(), y_row, k, n);
@@ -241,9 +251,8 @@ static void experts_case(const char* name, bool mma, int wtype) {
 }
 
 int main() {
-    for (const bool mma : {true, false}) {
-        const char* form = mma ? "mma" : "dp4a";
-        const Form f = mma ? Form::Mma : Form::Dp4a;
+    for (const Form f : {Form::Mma, Form::Dp4a, Form::MmaF}) {
+        const char* form = f == Form::Mma ? "mma" : f == Form::MmaF ? "mma, magic sums" : "dp4a";
         char name[96];
         std::snprintf(name, sizeof name, "dense Q4_K 80 x 70, 3 k steps (%s)", form);
         dense_case(name, f, WT_Q4_K, 80, 70, 768, 1);
@@ -258,9 +267,9 @@ int main() {
         std::snprintf(name, sizeof name, "parts Q8_0 96 + 40 + 24 x 37 (%s)", form);
         parts_case(name, f);
         std::snprintf(name, sizeof name, "routed experts Q4_K (%s)", form);
-        experts_case(name, mma, WT_Q4_K);
+        experts_case(name, f, WT_Q4_K);
         std::snprintf(name, sizeof name, "routed experts Q6_K (%s)", form);
-        experts_case(name, mma, WT_Q6_K);
+        experts_case(name, f, WT_Q6_K);
     }
     const Form w = Form::Wide;
     dense_case("wide: dense Q8_0 200 x 150, k 800", w, WT_Q8_0, 200, 150, 800, 1);
