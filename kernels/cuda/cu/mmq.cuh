@@ -457,7 +457,6 @@ using Mmq2Smem = MmqSmemT<MMQ2_BM, MMQ2_BN>;
     Mmq2Smem* name = (Mmq2Smem*)name##_raw
 #endif
 
-
 // mmq_tile on the wide tile (int8 mma only). Rows and columns as mmq_tile's; a warp whose 32
 // columns all lie past ncols only helps stage the tiles.
 template <bool MIN>
