@@ -9,11 +9,22 @@
 // - three products of one activation batch in one launch (Q, K and V), parts of uneven sizes;
 // - routed experts over a route table: gathered activation rows (entry / col_div), outputs
 //   written at each entry's row and nowhere else, an expert over two column tiles, one with a
-//   few columns, one with none, and unused tiles.
+//   few columns, one with none, and unused tiles;
+// - the 64 x 64 tiles with their sums through MMQ_MAGIC (bl_mmqf_*): dense, parts and routed
+//   experts as above;
+// - the wide tile (bl_mmq2_*): dense products over several partial row and column tiles (warps
+//   whose columns all lie past the batch), k not a multiple of 256, Q8_0, Q4_K and Q6_K, the k
+//   halves along z, rows 4-byte aligned, and parts of three uneven sizes, Q8_0 and Q4_K.
 // Prints one line per case; exits 1 on a failure.
 #include "sim.h"
 #include "mma.h"
 
+// The wide tile's dynamic shared memory: a static block here (blocks run one after another).
+#define MMQ2_DYNAMIC_SMEM(name)                       \
+    static Mmq2Smem name##_block;                     \
+    Mmq2Smem* name = &name##_block
+
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -131,7 +142,11 @@ static std::vector<uint8_t> shifted(const std::vector<uint8_t>& v) {
     return s;
 }
 
-static void dense_case(const char* name, bool mma, int wtype, int n, int m, int k, int z, bool misaligned = false) {
+// The tiles under test: mmq_tile on the tensor cores (converting its sums, or through MMQ_MAGIC:
+// MmaF) or dp4a, or the wide tile (mmq_tile2).
+enum class Form { Mma, MmaF, Dp4a, Wide };
+
+static void dense_case(const char* name, Form form, int wtype, int n, int m, int k, int z, bool misaligned = false) {
     const auto w0 = weights(wtype, n, k);
     const auto x0 = activations(m, k);
     const auto ws = shifted(w0), xs = shifted(x0);
@@ -139,10 +154,16 @@ static void dense_case(const char* name, bool mma, int wtype, int n, int m, int 
     const uint8_t* x = misaligned ? xs.data() + 4 : x0.data();
     const long long w_stride = (long long)k / layout(wtype).values * layout(wtype).block, x_row = k / 32 * 36;
     std::vector<float> y((size_t)m * n, z > 1 ? 0.0f : NAN), want(y.size());
-    launch(Dim3{(unsigned)((n + MMQ_BM - 1) / MMQ_BM), (unsigned)((m + MMQ_BN - 1) / MMQ_BN), (unsigned)z},
-           MMQ_THREADS, [&] {
-               if (mma)
+    const bool wide = form == Form::Wide;
+    const int bm = wide ? MMQ2_BM : MMQ_BM, bn = wide ? MMQ2_BN : MMQ_BN;
+    launch(Dim3{(unsigned)((n + bm - 1) / bm), (unsigned)((m + bn - 1) / bn), (unsigned)z},
+           wide ? MMQ2_THREADS : MMQ_THREADS, [&] {
+               if (wide)
+                   bl_mmq2_mma(w, w_stride, wtype, x, x_row, y.data(), k, n, m);
+               else if (form == Form::Mma)
                    bl_mmq_mma(w, w_stride, wtype, x, x_row, y.data(), k, n, m);
+               else if (form == Form::MmaF)
+                   bl_mmqf_mma(w, w_stride, wtype, x, x_row, y.data(), k, n, m);
                else
                    bl_mmq_dp4a(w, w_stride, wtype, x, x_row, y.data(), k, n, m);
            });
@@ -152,9 +173,11 @@ static void dense_case(const char* name, bool mma, int wtype, int n, int m, int 
     compare(name, y, want);
 }
 
-static void parts_case(const char* name, bool mma) {
-    const int k = 512, m = 37, ns[3] = {96, 40, 24}, wtype = WT_Q8_0;
-    const long long w_stride = (long long)k / 32 * 34, x_row = k / 32 * 36;
+static void parts_case(const char* name, Form form, int wtype = WT_Q8_0, int k = 512, int m = 37,
+                       std::array<int, 3> ns = {96, 40, 24}) {
+    const long long w_stride = (long long)k / layout(wtype).values * layout(wtype).block, x_row = k / 32 * 36;
+    const bool wide = form == Form::Wide;
+    const int bm = wide ? MMQ2_BM : MMQ_BM, bn = wide ? MMQ2_BN : MMQ_BN;
     const auto x = activations(m, k);
     std::vector<uint8_t> w[3];
     std::vector<float> y[3];
@@ -164,11 +187,15 @@ static void parts_case(const char* name, bool mma) {
         w[i] = weights(wtype, ns[i], k);
         y[i].assign((size_t)m * ns[i], NAN);
         p[i] = MatmulPart{w[i].data(), w_stride, y[i].data(), ns[i]};
-        tiles += (ns[i] + MMQ_BM - 1) / MMQ_BM;
+        tiles += (ns[i] + bm - 1) / bm;
     }
-    launch(Dim3{tiles, (unsigned)((m + MMQ_BN - 1) / MMQ_BN), 1}, MMQ_THREADS, [&] {
-        if (mma)
+    launch(Dim3{tiles, (unsigned)((m + bn - 1) / bn), 1}, wide ? MMQ2_THREADS : MMQ_THREADS, [&] {
+        if (wide)
+            bl_mmq2_parts_mma(p[0], p[1], p[2], wtype, x.data(), x_row, k, m);
+        else if (form == Form::Mma)
             bl_mmq_parts_mma(p[0], p[1], p[2], wtype, x.data(), x_row, k, m);
+        else if (form == Form::MmaF)
+            bl_mmqf_parts_mma(p[0], p[1], p[2], wtype, x.data(), x_row, k, m);
         else
             bl_mmq_parts_dp4a(p[0], p[1], p[2], wtype, x.data(), x_row, k, m);
     });
@@ -185,7 +212,7 @@ static void parts_case(const char* name, bool mma) {
 // Four stack experts of n rows each; rows of a 61-row batch, each routed to two experts
 // (entries r * 2 + j): expert 0 takes 70 entries (two column tiles), expert 1 a few, expert 2
 // none, expert 3 the rest.
-static void experts_case(const char* name, bool mma, int wtype) {
+static void experts_case(const char* name, Form form, int wtype) {
     const int k = 512, n = 72, rows = 61, top = 2, n_exp = 4, entries = rows * top;
     const long long w_stride = (long long)k / layout(wtype).values * layout(wtype).block, x_row = k / 32 * 36;
     const long long w_exp = w_stride * n;
@@ -205,9 +232,12 @@ static void experts_case(const char* name, bool mma, int wtype) {
     const long long y_row = n + 8;
     std::vector<float> y((size_t)entries * y_row, NAN), want(y.size(), NAN);
     launch(Dim3{(unsigned)((n + MMQ_BM - 1) / MMQ_BM), (unsigned)tiles.size(), 1}, MMQ_THREADS, [&] {
-        if (mma)
+        if (form == Form::Mma)
             bl_mmq_experts_mma(w.data(), w_stride, w_exp, wtype, x.data(), x_row, list.data(), list_stride,
                                count.data(), tiles.data(), top, y.data(), y_row, k, n);
+        else if (form == Form::MmaF)
+            bl_mmqf_experts_mma(w.data(), w_stride, w_exp, wtype, x.data(), x_row, list.data(), list_stride,
+                                count.data(), tiles.data(), top, y.data(), y_row, k, n);
         else
             bl_mmq_experts_dp4a(w.data(), w_stride, w_exp, wtype, x.data(), x_row, list.data(), list_stride,
                                 count.data(), tiles.data(), top, y.data(), y_row, k, n);
@@ -221,25 +251,35 @@ static void experts_case(const char* name, bool mma, int wtype) {
 }
 
 int main() {
-    for (const bool mma : {true, false}) {
-        const char* form = mma ? "mma" : "dp4a";
+    for (const Form f : {Form::Mma, Form::Dp4a, Form::MmaF}) {
+        const char* form = f == Form::Mma ? "mma" : f == Form::MmaF ? "mma, magic sums" : "dp4a";
         char name[96];
         std::snprintf(name, sizeof name, "dense Q4_K 80 x 70, 3 k steps (%s)", form);
-        dense_case(name, mma, WT_Q4_K, 80, 70, 768, 1);
+        dense_case(name, f, WT_Q4_K, 80, 70, 768, 1);
         std::snprintf(name, sizeof name, "dense Q4_K 64 x 20, rows 4-byte aligned (%s)", form);
-        dense_case(name, mma, WT_Q4_K, 64, 20, 512, 1, true);
+        dense_case(name, f, WT_Q4_K, 64, 20, 512, 1, true);
         std::snprintf(name, sizeof name, "dense Q8_0 64 x 16, 1 k step (%s)", form);
-        dense_case(name, mma, WT_Q8_0, 64, 16, 256, 1);
+        dense_case(name, f, WT_Q8_0, 64, 16, 256, 1);
         std::snprintf(name, sizeof name, "dense Q6_K 72 x 33, 2 k steps (%s)", form);
-        dense_case(name, mma, WT_Q6_K, 72, 33, 256, 1);
+        dense_case(name, f, WT_Q6_K, 72, 33, 256, 1);
         std::snprintf(name, sizeof name, "dense Q8_0 64 x 40, k halves along z (%s)", form);
-        dense_case(name, mma, WT_Q8_0, 64, 40, 1280, 2);
+        dense_case(name, f, WT_Q8_0, 64, 40, 1280, 2);
         std::snprintf(name, sizeof name, "parts Q8_0 96 + 40 + 24 x 37 (%s)", form);
-        parts_case(name, mma);
+        parts_case(name, f);
         std::snprintf(name, sizeof name, "routed experts Q4_K (%s)", form);
-        experts_case(name, mma, WT_Q4_K);
+        experts_case(name, f, WT_Q4_K);
         std::snprintf(name, sizeof name, "routed experts Q6_K (%s)", form);
-        experts_case(name, mma, WT_Q6_K);
+        experts_case(name, f, WT_Q6_K);
     }
+    const Form w = Form::Wide;
+    dense_case("wide: dense Q8_0 200 x 150, k 800", w, WT_Q8_0, 200, 150, 800, 1);
+    dense_case("wide: dense Q4_K 136 x 130, 3 k steps", w, WT_Q4_K, 136, 130, 768, 1);
+    dense_case("wide: dense Q6_K 72 x 33, 2 k steps", w, WT_Q6_K, 72, 33, 256, 1);
+    dense_case("wide: dense Q8_0 130 x 70, k 1312, k halves along z", w, WT_Q8_0, 130, 70, 1312, 2);
+    dense_case("wide: dense Q4_K 128 x 64, k halves along z", w, WT_Q4_K, 128, 64, 1280, 2);
+    dense_case("wide: dense Q4_K 64 x 20, rows 4-byte aligned", w, WT_Q4_K, 64, 20, 512, 1, true);
+    dense_case("wide: dense Q8_0 96 x 40, rows 4-byte aligned", w, WT_Q8_0, 96, 40, 544, 1, true);
+    parts_case("wide: parts Q8_0 200 + 72 + 40 x 137, k 544", w, WT_Q8_0, 544, 137, {200, 72, 40});
+    parts_case("wide: parts Q4_K 96 + 136 + 24 x 70", w, WT_Q4_K, 512, 70, {96, 136, 24});
     return failures ? 1 : 0;
 }

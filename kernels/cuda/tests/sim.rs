@@ -16,7 +16,8 @@
 //! against the lists, blocks and sums they must give) and the per-head norm + RoPE with its cache stores
 //! (`cu/rope.cuh`: against an f64 norm and rotation) and the tiled quantized products of prompts
 //! (`cu/mmq.cuh`, the int8 mma and ldmatrix emulated by `sim/mma.h`: dense, Q/K/V parts and routed
-//! experts against the per-sub-block terms summed in k order, bit for bit) and the weight readers
+//! experts against the per-sub-block terms summed in k order, bit for bit; also with the sums made
+//! f32 through `MMQ_MAGIC`, and the wide tile of long prompts) and the weight readers
 //! (`cu/quant.cuh`: every value of every quantized type against the CPU reference's dequantizers,
 //! bit for bit) and the quantized K/V cache store (`cu/cache_store.cuh`, `cu/kv_quant.cuh`: every
 //! cache type against the CPU reference's quantizers) and the Walsh-Hadamard rotation of quantized

@@ -137,6 +137,18 @@ pub(super) fn cases(op: OpKind, dtype: DType) -> Vec<Case> {
                     [200, 70, 1, 1],
                     tol,
                 ),
+                // 150 columns: the wide tile under BLOOMERY_CUDA_MMQ=mma2 (128 or more), two
+                // partial row tiles of 128 and a last column tile of 22.
+                case(
+                    "prompt: 150 columns (tiled)",
+                    Op::MatMul,
+                    vec![
+                        spec(t, [tiled_k, 200, 1, 1], Fill::Random(0.1)),
+                        f32s([tiled_k, 150, 1, 1]),
+                    ],
+                    [200, 150, 1, 1],
+                    tol,
+                ),
                 // Stacks of per-head matrices (GLM-5.3's absorbed attn_k_b [256, 512, 64] and
                 // attn_v_b [512, 256, 64], fewer heads): one product per head.
                 case(

@@ -138,33 +138,102 @@ pub(super) const F32_SPLIT_THREADS: u32 = 128;
 /// hundred rows of a K or V projection still spread over the SMs.
 const MQ_COLS_BLOCK: u32 = 128;
 
-/// The batched quantized product in use (`BLOOMERY_CUDA_MMQ=mma|dp4a|off`; mma by default).
+/// The batched quantized product in use (`BLOOMERY_CUDA_MMQ=mma|mmaf|mma2|dp4a|off`; mma by
+/// default).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mmq {
     /// Tiles on the int8 tensor cores.
     Mma,
+    /// The same tiles, their integer sums turned to f32 through `MMQ_MAGIC` (`bl_mmqf_*`).
+    MmaF,
+    /// As `Mma`, with the wide tile (`bl_mmq2_*`) for the dense and parts products of batches
+    /// of [`MMQ2_MIN_ROWS`] rows or more.
+    Mma2,
     /// The same tiles with dp4a.
     Dp4a,
     /// One warp per (row, column), as for single rows.
     Off,
 }
 
+/// The dense and parts kernels of a tiled product and the launch shape they take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MmqTiles {
+    /// The dense kernel.
+    pub(crate) dense: &'static str,
+    /// The kernel of up to three products of one batch ([`Launcher::fused`]).
+    pub(crate) parts: &'static str,
+    /// Weight rows of a tile.
+    pub(crate) rows: u64,
+    /// Activation rows (output columns) of a tile.
+    pub(crate) cols: u64,
+    /// Threads of a block.
+    pub(crate) threads: u32,
+    /// Dynamic shared memory of a block, bytes.
+    pub(crate) smem: u32,
+}
+
+/// The 64 x 64 tiles (`mmq_tile`) on the tensor cores.
+const MMA_TILES: MmqTiles = MmqTiles {
+    dense: "bl_mmq_mma",
+    parts: "bl_mmq_parts_mma",
+    rows: MMQ_TILE,
+    cols: MMQ_TILE,
+    threads: MMQ_THREADS,
+    smem: 0,
+};
+
+/// The wide tile (`mmq_tile2`): 128 weight rows x 64 columns, 8 warps, its `Mmq2Smem` dynamic.
+const MMA2_TILES: MmqTiles = MmqTiles {
+    dense: "bl_mmq2_mma",
+    parts: "bl_mmq2_parts_mma",
+    rows: 128,
+    cols: 64,
+    threads: 256,
+    smem: ((128 + 64) * MMQ_LD_BYTES + MMQ_SLOTS * (128 + 64) * 8) as u32,
+};
+
+/// Bytes of one staged row of a k step (`MMQ_LD` ints) and the slots of a k step (`MMQ_SB`).
+const MMQ_LD_BYTES: u64 = (MMQ_SLOTS * 8 + 4) * 4;
+const MMQ_SLOTS: u64 = 8;
+
 impl Mmq {
     pub(super) fn from_env() -> Mmq {
         match std::env::var("BLOOMERY_CUDA_MMQ").as_deref() {
             Ok("dp4a") => Mmq::Dp4a,
+            Ok("mma2") => Mmq::Mma2,
+            Ok("mmaf") => Mmq::MmaF,
             Ok("off") => Mmq::Off,
             _ => Mmq::Mma,
         }
     }
 
-    /// The dense, the routed and the parts kernel (up to three products of one batch,
-    /// [`Launcher::fused`]), when batches of `rows` use tiles.
-    pub(super) fn kernels(self, rows: u64) -> Option<(&'static str, &'static str, &'static str)> {
+    /// The dense and parts kernels when batches of `rows` use tiles.
+    pub(super) fn tiles(self, rows: u64) -> Option<MmqTiles> {
         match self {
             _ if rows < MMQ_MIN_ROWS => None,
-            Mmq::Mma => Some(("bl_mmq_mma", "bl_mmq_experts_mma", "bl_mmq_parts_mma")),
-            Mmq::Dp4a => Some(("bl_mmq_dp4a", "bl_mmq_experts_dp4a", "bl_mmq_parts_dp4a")),
+            Mmq::Mma2 if rows >= MMQ2_MIN_ROWS => Some(MMA2_TILES),
+            Mmq::Mma | Mmq::Mma2 => Some(MMA_TILES),
+            Mmq::MmaF => Some(MmqTiles {
+                dense: "bl_mmqf_mma",
+                parts: "bl_mmqf_parts_mma",
+                ..MMA_TILES
+            }),
+            Mmq::Dp4a => Some(MmqTiles {
+                dense: "bl_mmq_dp4a",
+                parts: "bl_mmq_parts_dp4a",
+                ..MMA_TILES
+            }),
+            Mmq::Off => None,
+        }
+    }
+
+    /// The routed experts' kernel (64 x 64 tiles) when batches of `rows` use tiles.
+    pub(super) fn experts(self, rows: u64) -> Option<&'static str> {
+        match self {
+            _ if rows < MMQ_MIN_ROWS => None,
+            Mmq::Mma | Mmq::Mma2 => Some("bl_mmq_experts_mma"),
+            Mmq::MmaF => Some("bl_mmqf_experts_mma"),
+            Mmq::Dp4a => Some("bl_mmq_experts_dp4a"),
             Mmq::Off => None,
         }
     }
@@ -172,13 +241,17 @@ impl Mmq {
 
 /// Batches of at least this many rows use the tiled products.
 pub(super) const MMQ_MIN_ROWS: u64 = 16;
-/// Rows and columns of one tile of the tiled products.
+/// Batches of at least this many rows take the wide tile under `BLOOMERY_CUDA_MMQ=mma2`: shorter
+/// ones have one or two column tiles, and its 128-row tiles would halve the few blocks the SMs get.
+pub(super) const MMQ2_MIN_ROWS: u64 = 128;
+/// Rows and columns of one tile of the 64 x 64 tiled products.
 pub(super) const MMQ_TILE: u64 = 64;
-/// Threads per block of the tiled products (`MMQ_THREADS`).
+/// Threads per block of the 64 x 64 tiled products (`MMQ_THREADS`).
 pub(super) const MMQ_THREADS: u32 = 128;
 
-/// Dense tiled products with fewer tiles than this split k in two halves (grid z): about the
-/// blocks an H200's 132 SMs hold at once (4 each).
+/// Dense tiled products with fewer 64 x 64 tiles than this split k in two halves (grid z): about
+/// the blocks an H200's 132 SMs hold at once (4 each). The wide tile splits where these would,
+/// so that both give the same f32 bits.
 const MMQ_SPLIT_BELOW_TILES: u64 = 512;
 
 /// Along z of a dense tiled product of `tiles` tiles over `k` values: 2 (each half of the k
@@ -268,8 +341,9 @@ impl Launcher {
                     self.keep_quantized(copy)?;
                 }
                 let x_row = ((k / 32) * 36) as i64;
-                if let Some((tiled, _, _)) = self.mmq.kernels(m) {
-                    let f = self.func(tiled)?;
+                if let Some(form) = self.mmq.tiles(m) {
+                    let tiled = form.dense;
+                    let f = self.func_smem(tiled, form.smem)?;
                     let mut l = self.args(&f);
                     l.arg(&pw).arg(&stride).arg(&wtype).arg(&q).arg(&x_row);
                     l.arg(&py).arg(&ki).arg(&ni).arg(&mi);
@@ -289,18 +363,18 @@ impl Launcher {
                         .map_err(driver_err("cuMemsetD8Async"))?;
                     }
                     let grid = (
-                        n.div_ceil(MMQ_TILE) as u32,
-                        m.div_ceil(MMQ_TILE) as u32,
+                        n.div_ceil(form.rows) as u32,
+                        m.div_ceil(form.cols) as u32,
                         halves,
                     );
-                    // SAFETY: one block per 64 x 64 tile (and half of k); rows and columns
-                    // beyond n and m are neither read nor written; all inside the checked
-                    // spans.
+                    // SAFETY: one block per tile (and half of k), with the dynamic shared
+                    // memory the kernel takes; rows and columns beyond n and m are neither read
+                    // nor written; all inside the checked spans.
                     unsafe {
                         l.launch(LaunchConfig {
                             grid_dim: grid,
-                            block_dim: (MMQ_THREADS, 1, 1),
-                            shared_mem_bytes: 0,
+                            block_dim: (form.threads, 1, 1),
+                            shared_mem_bytes: form.smem,
                         })
                     }
                     .map_err(driver_err(tiled))?;
@@ -364,6 +438,14 @@ mod tests {
         assert_eq!(define_in(mmq, "MMQ_BN"), super::MMQ_TILE);
         assert_eq!(define_in(mmq, "MMQ_THREADS"), u64::from(super::MMQ_THREADS));
         assert_eq!(define_in(mmq, "MMQ_BM"), super::MMQ_TILE);
+        assert_eq!(define_in(mmq, "MMQ_SB"), super::MMQ_SLOTS);
+        let wide = super::MMA2_TILES;
+        assert_eq!(define_in(mmq, "MMQ2_BM"), wide.rows);
+        assert_eq!(define_in(mmq, "MMQ2_BN"), wide.cols);
+        assert_eq!(define_in(mmq, "MMQ2_THREADS"), u64::from(wide.threads));
+        assert!(mmq.contains("#define MMQ_LD (MMQ_SB * 8 + 4)"));
+        // sizeof(Mmq2Smem): the staged rows, then a float2 per (slot, row or column).
+        assert_eq!(wide.smem, 64_512);
         let gemm = include_str!("../../cu/gemm_f32.cuh");
         assert_eq!(define_in(gemm, "F32T_BN"), super::F32_TILE_ROWS);
         assert_eq!(define_in(gemm, "F32T_BM"), super::F32_TILE_COLS);
@@ -371,6 +453,27 @@ mod tests {
             define_in(gemm, "F32T_THREADS"),
             u64::from(super::F32_TILE_THREADS)
         );
+    }
+
+    #[test]
+    fn mma2_takes_the_wide_tile_for_long_batches_only() {
+        use super::{Mmq, MMA2_TILES, MMA_TILES};
+        assert_eq!(Mmq::Mma2.tiles(512), Some(MMA2_TILES));
+        assert_eq!(Mmq::Mma2.tiles(128), Some(MMA2_TILES));
+        assert_eq!(Mmq::Mma2.tiles(127), Some(MMA_TILES));
+        assert_eq!(Mmq::Mma2.tiles(15), None, "decode keeps warps");
+        assert_eq!(
+            Mmq::Mma.tiles(512),
+            Some(MMA_TILES),
+            "the default is unchanged"
+        );
+        assert_eq!(Mmq::Mma2.experts(512), Mmq::Mma.experts(512));
+        assert_eq!(Mmq::Dp4a.tiles(512).map(|t| t.dense), Some("bl_mmq_dp4a"));
+        let f = Mmq::MmaF.tiles(512).expect("tiles");
+        assert_eq!((f.dense, f.parts), ("bl_mmqf_mma", "bl_mmqf_parts_mma"));
+        assert_eq!((f.rows, f.smem), (64, 0));
+        assert_eq!(Mmq::MmaF.experts(512), Some("bl_mmqf_experts_mma"));
+        assert_eq!(Mmq::Off.tiles(512), None);
     }
 
     #[test]

@@ -83,8 +83,8 @@ impl Launcher {
             return Err(PluginError::invalid("MoeExperts shapes"));
         }
         let align = |b: u64| b.div_ceil(256) * 256;
-        if let (Some((_, routed, _)), true, None) = (
-            self.mmq.kernels(rows),
+        if let (Some(routed), true, None) = (
+            self.mmq.experts(rows),
             wg >= 1 && wu >= 1 && wd >= 1 && addr(&c.dst, "dst")? % 16 == 0,
             shared,
         ) {

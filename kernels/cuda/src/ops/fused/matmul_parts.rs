@@ -11,7 +11,7 @@ use cudarc::driver::{DeviceRepr, LaunchConfig};
 
 use super::plain;
 use crate::ops::activations::Quantized;
-use crate::ops::matmul::{few_cols, stage_bytes, FEW_BLOCK, MATMUL_Q_PARTS, MMQ_THREADS, MMQ_TILE};
+use crate::ops::matmul::{few_cols, stage_bytes, FEW_BLOCK, MATMUL_Q_PARTS};
 use crate::ops::quant::{pairs_ok, typed, weight_code};
 use crate::ops::{cfg, driver_err, Launcher};
 
@@ -49,7 +49,7 @@ impl Launcher {
         let (k, m) = (x.ne[0], x.rows());
         // A single row, a few (the few-column form, when every part's rows suit it) or a batch
         // the tiled products take (one launch over every part's tiles).
-        let tiled = self.mmq.kernels(m).map(|k| k.2);
+        let tiled = self.mmq.tiles(m);
         if x.ne != [k, m, 1, 1] || m > i32::MAX as u64 {
             return Ok(None);
         }
@@ -117,10 +117,11 @@ impl Launcher {
         let copy = self.quantize_in_scratch(px, k / 32 * m, held)?;
         let q = copy.q;
         let ki = k as i32;
-        if let Some(name) = tiled {
-            let tiles: u64 = parts.iter().map(|p| (p.n as u64).div_ceil(MMQ_TILE)).sum();
+        if let Some(form) = tiled {
+            let name = form.parts;
+            let tiles: u64 = parts.iter().map(|p| (p.n as u64).div_ceil(form.rows)).sum();
             let (x_row, mi) = ((k / 32 * 36) as i64, m as i32);
-            let f = self.func(name)?;
+            let f = self.func_smem(name, form.smem)?;
             let mut l = self.args(&f);
             l.arg(&parts[0])
                 .arg(&parts[1])
@@ -131,12 +132,13 @@ impl Launcher {
                 .arg(&ki)
                 .arg(&mi);
             let launch = LaunchConfig {
-                grid_dim: (tiles as u32, m.div_ceil(MMQ_TILE) as u32, 1),
-                block_dim: (MMQ_THREADS, 1, 1),
-                shared_mem_bytes: 0,
+                grid_dim: (tiles as u32, m.div_ceil(form.cols) as u32, 1),
+                block_dim: (form.threads, 1, 1),
+                shared_mem_bytes: form.smem,
             };
-            // SAFETY: one block per 64 x 64 tile of one part; rows and columns past a part's rows
-            // and the batch are neither read nor written; all inside the checked spans.
+            // SAFETY: one block per tile of one part, with the dynamic shared memory the kernel
+            // takes; rows and columns past a part's rows and the batch are neither read nor
+            // written; all inside the checked spans.
             unsafe { l.launch(launch) }.map_err(driver_err(name))?;
             return Ok(Some((taken, Some(copy))));
         }
