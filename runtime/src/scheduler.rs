@@ -1,6 +1,7 @@
 //! The scheduler: one thread owns the model and its slots and runs continuous batching. Each pass
-//! holds the next token of every generating slot and chunks of new prompts, up to the batch size;
-//! a request never waits for another to finish. A slot keeps the tokens its cache holds, so a
+//! holds the next token of every generating slot and chunks of new prompts, up to the batch size,
+//! prompts in the order their requests came (the oldest finishes first); a generation never
+//! waits for another to finish. A slot keeps the tokens its cache holds, so a
 //! request that shares a prefix with the slot's last one skips it. Before a slot's cache is
 //! overwritten, its state is saved to the prompt cache in host RAM (`--cache-ram`), from which any
 //! slot later restores the longest prefix a request shares with it. A client that goes away (its
@@ -94,6 +95,8 @@ struct Slot<'t> {
     /// Per-sequence state at earlier points of `cached` (hybrid models), oldest first.
     checkpoints: Vec<Checkpoint>,
     task: Option<Task<'t>>,
+    /// The scheduler's clock when the slot last took a request: for a running slot, when its
+    /// request came (the order prompts are served in).
     last_used: u64,
     /// The final-norm rows of the first positions of `cached`, `n_embd` values each (what a
     /// decision read; a later decision sharing the prefix reuses them).
@@ -1163,11 +1166,17 @@ impl<'t> Scheduler<'t> {
                 rows: rows_read,
             });
         }
-        for slot in &self.slots {
+        // Prompts go in in the order their requests came, so that a pass holding several
+        // finishes the oldest first and no request waits behind one that came after it (in
+        // slot order, a low slot that took request after request starved the higher ones).
+        let mut waiting: Vec<&Slot> = self
+            .slots
+            .iter()
+            .filter(|s| s.task.as_ref().is_some_and(|t| t.next.is_empty()))
+            .collect();
+        waiting.sort_by_key(|s| s.last_used);
+        for slot in waiting {
             let Some(task) = &slot.task else { continue };
-            if !task.next.is_empty() {
-                continue;
-            }
             let room = self.cfg.n_batch.saturating_sub(batch.tokens.len());
             if room == 0 {
                 break;
