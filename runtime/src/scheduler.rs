@@ -578,7 +578,7 @@ impl<'t> Scheduler<'t> {
                         "the saved slot holds token {bad}, outside the vocabulary"
                     ));
                 }
-                if let Some(old) = self.capture(id) {
+                if let Some(old) = self.capture(id, 0) {
                     self.store(id, old);
                 }
                 self.slots[id].keep(0);
@@ -857,7 +857,7 @@ impl<'t> Scheduler<'t> {
             held - own
         };
         let old = if lost > 0 && lost * 8 >= held {
-            self.capture(id)
+            self.capture(id, if from_cache.is_some() { 0 } else { own })
         } else {
             None
         };
@@ -977,40 +977,47 @@ impl<'t> Scheduler<'t> {
         self.identity.get_or_insert_with(|| self.model.identity())
     }
 
-    /// Slot `id`'s tokens and state, when there is a prompt cache that lacks them.
-    fn capture(&self, id: usize) -> Option<SavedState> {
+    /// Slot `id`'s tokens and state, when there is a prompt cache that lacks them. The slot goes
+    /// on with at most its first `keep` positions: the final-norm rows and checkpoints past them
+    /// move into the saved state instead of being copied (a decision's rows on Clef-Flash are
+    /// 16 KiB a position, a checkpoint about 50 MB).
+    fn capture(&mut self, id: usize, keep: usize) -> Option<SavedState> {
         let cache = self.cache.as_ref()?;
         let slot = &self.slots[id];
-        let tokens = &slot.cached;
-        if tokens.is_empty() || cache.covers(tokens, slot.hidden_rows()) {
+        let n = slot.cached.len();
+        if n == 0 || cache.covers(&slot.cached, slot.hidden_rows()) {
             return None;
         }
         let started = Instant::now();
-        match self.model.read_slot(id as u32, tokens.len() as u32) {
-            Ok(parts) => {
-                tracing::debug!(
-                    "slot {id}: copied its {} positions out in {:.2} ms",
-                    tokens.len(),
-                    started.elapsed().as_secs_f64() * 1e3
-                );
-                Some(SavedState {
-                    tokens: tokens.clone(),
-                    hidden: slot.hidden.clone(),
-                    hidden_rows: slot.hidden_rows(),
-                    parts,
-                    checkpoints: self.slots[id]
-                        .checkpoints
-                        .iter()
-                        .filter(|c| c.n < tokens.len())
-                        .cloned()
-                        .collect(),
-                })
-            }
+        let parts = match self.model.read_slot(id as u32, n as u32) {
+            Ok(parts) => parts,
             Err(e) => {
                 tracing::warn!("slot {id}: saving its state to the prompt cache failed: {e}");
-                None
+                return None;
             }
-        }
+        };
+        tracing::debug!(
+            "slot {id}: copied its {n} positions out in {:.2} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        let slot = &mut self.slots[id];
+        let hidden_rows = slot.hidden_rows();
+        let hidden = std::mem::take(&mut slot.hidden);
+        let checkpoints = std::mem::take(&mut slot.checkpoints);
+        // Checkpoints are in the order of their positions, so those kept keep their indices.
+        slot.hidden = hidden[..keep.min(hidden_rows) * slot.n_embd].to_vec();
+        slot.checkpoints = checkpoints
+            .iter()
+            .filter(|c| c.n <= keep)
+            .cloned()
+            .collect();
+        Some(SavedState {
+            tokens: slot.cached.clone(),
+            hidden,
+            hidden_rows,
+            parts,
+            checkpoints: checkpoints.into_iter().filter(|c| c.n < n).collect(),
+        })
     }
 
     /// Keeps a state captured from slot `id` in the prompt cache.
@@ -1374,7 +1381,11 @@ impl<'t> Scheduler<'t> {
                 }
                 let n = slot.cached.len();
                 let since = n - slot.checkpoints.last().map_or(0, |c| c.n);
-                let ended = task.n_past == task.job.prompt.len();
+                // A request that generates nothing (a decision, an embedding) leaves the state
+                // where its prompt ends, and a later request restores a whole state without a
+                // checkpoint: one there would be a copy of the per-sequence state (Clef-Flash's
+                // is about 50 MB) that nothing reads.
+                let ended = task.n_past == task.job.prompt.len() && generates;
                 let at_shared = task
                     .job
                     .decide
