@@ -2,7 +2,9 @@
 """Decisions per second of POST /v1/systemone under concurrent clients (issue 44's Speed section).
 
 Starts each engine on the same clef GGUF, one after another, and sends requests of a state of
-about --state-words words (about 600 tokens with Clef's tokenizer at the default) plus three
+--state-tokens tokens of the served file (600 by default, counted by the first engine's
+/tokenize: a synthetic vocabulary spells English in more pieces than Clef's, so a word count
+would not say how long the prompt is; --state-words fixes the words instead) plus three
 questions of four options each (two choices and a score) from 1, 8 and 32 concurrent clients;
 reports requests/s and p50/p99 latency per engine and client count, and the decision head's own
 time per request where the server logs it (bloomery logs "decision head on PLUGIN: ... in X ms"
@@ -15,6 +17,8 @@ Engines (--engines, comma-separated):
   llama         llama-server (--llama-server PATH) -np 32 on the same file
 
 Every request's state is unique (a ticket number first), so no engine serves it from a cache.
+--batch and --ubatch pass -b and -ub to every engine, so that both run passes of the same size
+(without them bloomery keeps its defaults and llama-server gets -b 4096 -ub 4096).
 Stdlib only. Example (on the GPU machine):
   scripts/systemone_bench.py --model /dev/shm/clef-flash-q8_0.gguf --bloomery dist/bloomery \
       --plugin-dir dist/plugins --llama-server /path/llama-server --ngl 99
@@ -114,15 +118,51 @@ def engine_command(name: str, a: argparse.Namespace, port: int) -> list:
                 "-c", str(slots * a.ctx_per_slot), "--port", str(port), "--host", "127.0.0.1"]
         if name == "ours-p32-cpu":
             cmd += ["--decision-head-device", "cpu"]
-        return cmd + a.ours_args.split()
+        return cmd + batch_flags(a) + a.ours_args.split()
     if name == "llama":
         if not a.llama_server:
             raise SystemExit("engine llama needs --llama-server PATH")
-        # llama-server evaluates a decision's prompt in one micro-batch: -b and -ub hold it.
+        # llama-server reads a decision's question and options from one batch: by default -b and
+        # -ub of 4096 hold them.
+        batch = batch_flags(a) or ["-b", "4096", "-ub", "4096"]
         return [a.llama_server, "-m", a.model, "-ngl", str(a.ngl), "-np", "32",
-                "-c", str(32 * a.ctx_per_slot), "-b", "4096", "-ub", "4096",
+                "-c", str(32 * a.ctx_per_slot)] + batch + [
                 "--port", str(port), "--host", "127.0.0.1"] + a.llama_args.split()
     raise SystemExit(f"unknown engine {name}")
+
+
+def batch_flags(a: argparse.Namespace) -> list:
+    """-b and -ub as --batch and --ubatch ask, for every engine."""
+    flags = []
+    if a.batch:
+        flags += ["-b", str(a.batch)]
+    if a.ubatch:
+        flags += ["-ub", str(a.ubatch)]
+    return flags
+
+
+def state_tokens(base: str, n_words: int, timeout: float) -> int:
+    """Tokens of the served file in a state of n_words words, as the levels send it (a
+    seven-digit ticket), by the server's /tokenize."""
+    r = post(base + "/tokenize", {"content": state_text(n_words, 1_000_000)}, timeout)
+    return len(r["tokens"])
+
+
+def words_for(base: str, n_tokens: int, timeout: float) -> int:
+    """The fewest words whose state holds at least n_tokens tokens of the served file."""
+    hi = 1
+    while state_tokens(base, hi, timeout) < n_tokens:
+        if hi > 1 << 16:
+            raise RuntimeError(f"no state of up to {hi} words holds {n_tokens} tokens")
+        hi *= 2
+    lo = hi // 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if state_tokens(base, mid, timeout) < n_tokens:
+            lo = mid
+        else:
+            hi = mid
+    return hi
 
 
 def run_level(url: str, clients: int, total: int, a: argparse.Namespace, first_ticket: int) -> dict:
@@ -210,6 +250,12 @@ def bench_engine(name: str, a: argparse.Namespace, levels: list) -> dict:
     base = f"http://127.0.0.1:{port}"
     try:
         wait_ready(base, proc, a.ready_timeout)
+        if a.state_words is None:
+            # Sized once, by the first engine: every engine gets the same requests.
+            a.state_words = words_for(base, a.state_tokens, a.timeout)
+        a.state_tokens_seen = state_tokens(base, a.state_words, a.timeout)
+        print(f"   state: {a.state_words} words, {a.state_tokens_seen} tokens by /tokenize",
+              file=sys.stderr, flush=True)
         url = base + "/v1/systemone"
         run_level(url, 1, a.warmup, a, 0)
         rows, ticket = [], 1_000_000
@@ -243,7 +289,12 @@ def main() -> int:
     p.add_argument("--clients", default="1,8,32")
     p.add_argument("--ngl", type=int, default=99)
     p.add_argument("--ctx-per-slot", type=int, default=2048)
-    p.add_argument("--state-words", type=int, default=440, help="about 600 tokens with Clef's tokenizer")
+    p.add_argument("--state-tokens", type=int, default=600,
+                   help="the state's length in tokens of the served file (found by /tokenize)")
+    p.add_argument("--state-words", type=int, default=None,
+                   help="the state's length in words instead of --state-tokens")
+    p.add_argument("--batch", type=int, default=None, help="-b for every engine")
+    p.add_argument("--ubatch", type=int, default=None, help="-ub for every engine")
     p.add_argument("--per-client", type=int, default=4, help="requests per client at each level")
     p.add_argument("--min-requests", type=int, default=16)
     p.add_argument("--warmup", type=int, default=2)
@@ -258,7 +309,12 @@ def main() -> int:
     levels = [int(c) for c in a.clients.split(",")]
     results = [bench_engine(e, a, levels) for e in a.engines.split(",") if e]
 
-    print(f"model {a.model}, -ngl {a.ngl}, state {a.state_words} words, 3 questions x 4 options")
+    prompts = [r["input_tokens"] for res in results for r in res["rows"] if r["requests"]]
+    prompt = f"{statistics.mean(prompts):.0f}" if prompts else "no"
+    batch = " ".join(batch_flags(a)) or "bloomery's defaults, llama-server -b 4096 -ub 4096"
+    print(f"model {a.model}, -ngl {a.ngl}, batch: {batch}")
+    print(f"requests: a state of {a.state_words} words ({getattr(a, 'state_tokens_seen', '?')} tokens "
+          f"by /tokenize) plus 3 questions x 4 options: {prompt} prompt tokens (usage.input_tokens)")
     print("| engine | clients | requests | failed | req/s | p50 ms | p99 ms | prompt tokens |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for res in results:

@@ -557,6 +557,173 @@ fn decisions_that_start_together_share_passes_and_one_head_run() {
     assert!(worst < 1e-6);
 }
 
+/// A runtime of `n_slots` slots serving decisions on the tiny `clef` file in `dir`, with passes
+/// of at most `n_batch` rows and no prompt cache.
+fn decision_runtime(dir: &Path, n_slots: u32, n_batch: usize) -> Runtime {
+    let path = tiny("clef", dir);
+    let reg = Registry::load(&plugin_dir()).unwrap();
+    let options = LoadOptions {
+        n_slots,
+        ctx_per_slot: 64,
+        ..common::GOLDEN_OPTS
+    };
+    let model = LoadedModel::load(&reg, &path, options).unwrap();
+    let head = DecisionHead::from_model(&model, HeadHome::backbone(&model))
+        .unwrap()
+        .unwrap();
+    let tok = std::sync::Arc::new(bloomery::text::tokenizer(&model.file).unwrap());
+    let cfg = RuntimeConfig {
+        n_ctx_slot: 64,
+        n_batch,
+        cache_ram: None,
+        queue_depth: 64,
+        max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
+        checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
+        schemajump: false,
+        context_shift: false,
+        spec: bloomery_runtime::spec::SpecConfig::OFF,
+        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
+    };
+    Runtime::start_with_head(model, Some(head), tok, cfg).unwrap()
+}
+
+/// The `i`-th distinct decision: the golden's prompt (24 tokens) with its tokens shifted by 3i
+/// (no two share a prefix), its spans, all events to `events`.
+fn shifted_job(g: &serde_json::Value, i: i32, events: &EventSender) -> Job {
+    let base = request(g);
+    Job {
+        prompt: base
+            .tokens
+            .iter()
+            .map(|&t| ((t + 3 * i) % 500) as u32)
+            .collect(),
+        params: GenParams::decision(),
+        id_slot: None,
+        embed: None,
+        decide: Some(Box::new(Decision {
+            questions: base.questions,
+            options: base.options,
+            shared: 0,
+        })),
+        events: events.clone(),
+    }
+}
+
+type EventSender = tokio::sync::mpsc::UnboundedSender<Event>;
+
+/// Decisions whose events share one channel, numbered in the order the scheduler took them
+/// (their `Started` events).
+struct Arrivals {
+    rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    /// The number of the decision each busy slot runs.
+    running: HashMap<usize, usize>,
+    taken: usize,
+}
+
+impl Arrivals {
+    /// The number of the next decision answered.
+    fn next_answered(&mut self) -> usize {
+        loop {
+            match self
+                .rx
+                .blocking_recv()
+                .expect("the runtime dropped a decision")
+            {
+                Event::Started { id_slot, .. } => {
+                    self.running.insert(id_slot, self.taken);
+                    self.taken += 1;
+                }
+                Event::Decided(d) => return self.running.remove(&d.id_slot).unwrap(),
+                other => panic!("a decision got {other:?}"),
+            }
+        }
+    }
+}
+
+/// Four decisions of 24 prompt tokens that come together into four free slots, passes of 16
+/// rows: each pass finishes the oldest prompt first, so they are answered in the order they
+/// came, and the passes stay full (96 rows in 6 passes). Before, prompts went into a pass in
+/// slot order, and the free slots are taken from the highest down: the newest was answered
+/// first (3, 2, 1, 0).
+#[test]
+fn decisions_that_come_together_are_answered_in_the_order_they_came() {
+    let g = golden();
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = decision_runtime(dir.path(), 4, 16);
+    let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut arrivals = Arrivals {
+        rx,
+        running: HashMap::new(),
+        taken: 0,
+    };
+    let c = &runtime.shared().counters;
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    let passes = get(&c.decode_calls);
+    let jobs = (0..4).map(|i| shifted_job(&g, i, &events)).collect();
+    runtime
+        .sender()
+        .blocking_send(Submit::GenerateTogether(jobs))
+        .unwrap();
+    let answered: Vec<usize> = (0..4).map(|_| arrivals.next_answered()).collect();
+    assert_eq!(answered, [0, 1, 2, 3], "answered in this order");
+    assert_eq!(
+        get(&c.decode_calls) - passes,
+        6,
+        "96 prompt rows in passes of 16"
+    );
+}
+
+/// Four clients, each sending its next decision as soon as its answer comes (three each), into
+/// four slots with passes of 16 rows (a prompt spans two): every decision is answered in the
+/// order the scheduler took it, so none waits behind a later one. Before, the clients in the
+/// lowest slots were served again and again (a next decision takes the slot its answer freed)
+/// while the others waited: two clients' six answers came before the other two's first ones
+/// (answered 3, 2, 5, 4, 7, 6, 1, 8, 0, 10, 9, 11).
+#[test]
+fn clients_that_send_again_at_once_are_answered_in_the_order_their_decisions_came() {
+    let g = golden();
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = decision_runtime(dir.path(), 4, 16);
+    let (events, rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut arrivals = Arrivals {
+        rx,
+        running: HashMap::new(),
+        taken: 0,
+    };
+    const CLIENTS: i32 = 4;
+    const ROUNDS: i32 = 3;
+    // The client of each decision sent, in the order sent (the order the scheduler takes them).
+    let mut client_of: Vec<i32> = (0..CLIENTS).collect();
+    let mut sent = vec![1; CLIENTS as usize];
+    let jobs = (0..CLIENTS).map(|i| shifted_job(&g, i, &events)).collect();
+    runtime
+        .sender()
+        .blocking_send(Submit::GenerateTogether(jobs))
+        .unwrap();
+    let mut answered = Vec::new();
+    while answered.len() < (CLIENTS * ROUNDS) as usize {
+        let n = arrivals.next_answered();
+        answered.push(n);
+        let client = client_of[n];
+        let round = &mut sent[client as usize];
+        if *round < ROUNDS {
+            let job = shifted_job(&g, *round * CLIENTS + client, &events);
+            *round += 1;
+            client_of.push(client);
+            runtime
+                .sender()
+                .blocking_send(Submit::Generate(Box::new(job)))
+                .unwrap();
+        }
+    }
+    let in_order: Vec<usize> = (0..answered.len()).collect();
+    let clients: Vec<i32> = answered.iter().map(|&n| client_of[n]).collect();
+    assert_eq!(
+        answered, in_order,
+        "answered in this order (clients {clients:?})"
+    );
+}
+
 /// The head on a device apart from the backbone's (as `--decision-head-device cpu` beside a
 /// backbone on the card: the file mapped again on that device, its weights and option rows read
 /// there) gives the backbone device's scores, in both forms.

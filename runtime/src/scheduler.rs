@@ -1,6 +1,7 @@
 //! The scheduler: one thread owns the model and its slots and runs continuous batching. Each pass
-//! holds the next token of every generating slot and chunks of new prompts, up to the batch size;
-//! a request never waits for another to finish. A slot keeps the tokens its cache holds, so a
+//! holds the next token of every generating slot and chunks of new prompts, up to the batch size,
+//! prompts in the order their requests came (the oldest finishes first); a generation never
+//! waits for another to finish. A slot keeps the tokens its cache holds, so a
 //! request that shares a prefix with the slot's last one skips it. Before a slot's cache is
 //! overwritten, its state is saved to the prompt cache in host RAM (`--cache-ram`), from which any
 //! slot later restores the longest prefix a request shares with it. A client that goes away (its
@@ -94,6 +95,8 @@ struct Slot<'t> {
     /// Per-sequence state at earlier points of `cached` (hybrid models), oldest first.
     checkpoints: Vec<Checkpoint>,
     task: Option<Task<'t>>,
+    /// The scheduler's clock when the slot last took a request: for a running slot, when its
+    /// request came (the order prompts are served in).
     last_used: u64,
     /// The final-norm rows of the first positions of `cached`, `n_embd` values each (what a
     /// decision read; a later decision sharing the prefix reuses them).
@@ -575,7 +578,7 @@ impl<'t> Scheduler<'t> {
                         "the saved slot holds token {bad}, outside the vocabulary"
                     ));
                 }
-                if let Some(old) = self.capture(id) {
+                if let Some(old) = self.capture(id, 0) {
                     self.store(id, old);
                 }
                 self.slots[id].keep(0);
@@ -854,7 +857,7 @@ impl<'t> Scheduler<'t> {
             held - own
         };
         let old = if lost > 0 && lost * 8 >= held {
-            self.capture(id)
+            self.capture(id, if from_cache.is_some() { 0 } else { own })
         } else {
             None
         };
@@ -974,40 +977,47 @@ impl<'t> Scheduler<'t> {
         self.identity.get_or_insert_with(|| self.model.identity())
     }
 
-    /// Slot `id`'s tokens and state, when there is a prompt cache that lacks them.
-    fn capture(&self, id: usize) -> Option<SavedState> {
+    /// Slot `id`'s tokens and state, when there is a prompt cache that lacks them. The slot goes
+    /// on with at most its first `keep` positions: the final-norm rows and checkpoints past them
+    /// move into the saved state instead of being copied (a decision's rows on Clef-Flash are
+    /// 16 KiB a position, a checkpoint about 50 MB).
+    fn capture(&mut self, id: usize, keep: usize) -> Option<SavedState> {
         let cache = self.cache.as_ref()?;
         let slot = &self.slots[id];
-        let tokens = &slot.cached;
-        if tokens.is_empty() || cache.covers(tokens, slot.hidden_rows()) {
+        let n = slot.cached.len();
+        if n == 0 || cache.covers(&slot.cached, slot.hidden_rows()) {
             return None;
         }
         let started = Instant::now();
-        match self.model.read_slot(id as u32, tokens.len() as u32) {
-            Ok(parts) => {
-                tracing::debug!(
-                    "slot {id}: copied its {} positions out in {:.2} ms",
-                    tokens.len(),
-                    started.elapsed().as_secs_f64() * 1e3
-                );
-                Some(SavedState {
-                    tokens: tokens.clone(),
-                    hidden: slot.hidden.clone(),
-                    hidden_rows: slot.hidden_rows(),
-                    parts,
-                    checkpoints: self.slots[id]
-                        .checkpoints
-                        .iter()
-                        .filter(|c| c.n < tokens.len())
-                        .cloned()
-                        .collect(),
-                })
-            }
+        let parts = match self.model.read_slot(id as u32, n as u32) {
+            Ok(parts) => parts,
             Err(e) => {
                 tracing::warn!("slot {id}: saving its state to the prompt cache failed: {e}");
-                None
+                return None;
             }
-        }
+        };
+        tracing::debug!(
+            "slot {id}: copied its {n} positions out in {:.2} ms",
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        let slot = &mut self.slots[id];
+        let hidden_rows = slot.hidden_rows();
+        let hidden = std::mem::take(&mut slot.hidden);
+        let checkpoints = std::mem::take(&mut slot.checkpoints);
+        // Checkpoints are in the order of their positions, so those kept keep their indices.
+        slot.hidden = hidden[..keep.min(hidden_rows) * slot.n_embd].to_vec();
+        slot.checkpoints = checkpoints
+            .iter()
+            .filter(|c| c.n <= keep)
+            .cloned()
+            .collect();
+        Some(SavedState {
+            tokens: slot.cached.clone(),
+            hidden,
+            hidden_rows,
+            parts,
+            checkpoints: checkpoints.into_iter().filter(|c| c.n < n).collect(),
+        })
     }
 
     /// Keeps a state captured from slot `id` in the prompt cache.
@@ -1163,11 +1173,17 @@ impl<'t> Scheduler<'t> {
                 rows: rows_read,
             });
         }
-        for slot in &self.slots {
+        // Prompts go in in the order their requests came, so that a pass holding several
+        // finishes the oldest first and no request waits behind one that came after it (in
+        // slot order, a low slot that took request after request starved the higher ones).
+        let mut waiting: Vec<&Slot> = self
+            .slots
+            .iter()
+            .filter(|s| s.task.as_ref().is_some_and(|t| t.next.is_empty()))
+            .collect();
+        waiting.sort_by_key(|s| s.last_used);
+        for slot in waiting {
             let Some(task) = &slot.task else { continue };
-            if !task.next.is_empty() {
-                continue;
-            }
             let room = self.cfg.n_batch.saturating_sub(batch.tokens.len());
             if room == 0 {
                 break;
@@ -1365,7 +1381,11 @@ impl<'t> Scheduler<'t> {
                 }
                 let n = slot.cached.len();
                 let since = n - slot.checkpoints.last().map_or(0, |c| c.n);
-                let ended = task.n_past == task.job.prompt.len();
+                // A request that generates nothing (a decision, an embedding) leaves the state
+                // where its prompt ends, and a later request restores a whole state without a
+                // checkpoint: one there would be a copy of the per-sequence state (Clef-Flash's
+                // is about 50 MB) that nothing reads.
+                let ended = task.n_past == task.job.prompt.len() && generates;
                 let at_shared = task
                     .job
                     .decide

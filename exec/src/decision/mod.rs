@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use bloomery_devices::bytes::{f32_bytes, i32_bytes};
 use bloomery_devices::{Buffer, Device};
 use bloomery_plugin_api::decision::graph::HEAD_INPUTS;
 use bloomery_plugin_api::decision::graph::{self as head_graph, HeadInput, HeadModel, HeadShape};
@@ -330,11 +331,7 @@ impl DecisionHead {
             .ok_or_else(|| DecisionError::Layout("head cache lost an entry".into()))?;
         p.tick = now;
         let device = &self.home.device;
-        for (input, bytes) in HEAD_INPUTS.iter().zip(self.input_bytes(reqs, shape)) {
-            device
-                .write(&p.inputs, p.offsets[*input as usize], &bytes)
-                .map_err(device_err("writing the head's inputs"))?;
-        }
+        write_inputs(device, p, reqs, shape)?;
         let batch = BatchInputs {
             tokens: reqs.iter().flat_map(|r| r.tokens.iter().copied()).collect(),
             ..BatchInputs::default()
@@ -418,6 +415,16 @@ impl DecisionHead {
             ngram: None,
         };
         let exec = Executor::prepare(device, batch, &graph, &bind, false, ArenaSource::Own)?;
+        // The inputs of ones are the same for every run: written once.
+        for (input, n) in [
+            (HeadInput::OnesEmbd, self.hp.n_embd),
+            (HeadInput::OnesWidth, self.hp.width),
+        ] {
+            let ones = vec![1f32; n as usize];
+            device
+                .write(&inputs, offsets[input as usize], f32_bytes(&ones))
+                .map_err(device_err("writing the head's inputs"))?;
+        }
         Ok(Prepared {
             exec,
             inputs,
@@ -463,49 +470,53 @@ impl DecisionHead {
             n_options: count(req.options.len())?,
         })
     }
+}
 
-    /// Each input's bytes for `reqs` stacked, in [`HEAD_INPUTS`] order: each request's rows,
-    /// questions and options after the previous one's, its spans and owners moved with them.
-    fn input_bytes(&self, reqs: &[HeadRequest<'_>], shape: HeadShape) -> Vec<Vec<u8>> {
-        let f32s = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        let i32s = |v: &[i32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-        let (nq, no) = (shape.n_questions as usize, shape.n_options as usize);
-        let mut mask = vec![f32::NEG_INFINITY; no * nq];
-        let (mut hidden, mut q_spans, mut o_spans) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut types, mut owners, mut last) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut row0, mut q0) = (0i32, 0i32);
-        for r in reqs {
-            hidden.extend_from_slice(r.hidden);
-            let rows = r.tokens.len() as i32;
-            for q in r.questions {
-                q_spans.extend([row0 + q.start as i32, row0 + q.end as i32]);
-                types.push(q.kind as i32);
-                last.push(row0 + rows - 1);
-            }
-            for o in r.options {
-                let (option, question) = (owners.len(), q0 + o.question as i32);
-                o_spans.extend([row0 + o.start as i32, row0 + o.end as i32]);
-                mask[question as usize * no + option] = 0.0;
-                owners.push(question);
-            }
-            row0 += rows;
-            q0 += r.questions.len() as i32;
+/// Writes the per-run inputs of `reqs` stacked into `p`'s input buffer: each request's rows,
+/// questions and options after the previous one's, its spans and owners moved with them. The
+/// rows go from each request's slice straight to the buffer (a prompt of Clef-Flash's width
+/// holds 16 KiB of them a row: no staging copy).
+fn write_inputs(
+    device: &Device,
+    p: &Prepared,
+    reqs: &[HeadRequest<'_>],
+    shape: HeadShape,
+) -> Result<(), DecisionError> {
+    let write = |input: HeadInput, at: u64, bytes: &[u8]| {
+        device
+            .write(&p.inputs, p.offsets[input as usize] + at, bytes)
+            .map_err(device_err("writing the head's inputs"))
+    };
+    let (nq, no) = (shape.n_questions as usize, shape.n_options as usize);
+    let mut mask = vec![f32::NEG_INFINITY; no * nq];
+    let (mut q_spans, mut o_spans) = (Vec::new(), Vec::new());
+    let (mut types, mut owners, mut last) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut row0, mut q0, mut at) = (0i32, 0i32, 0u64);
+    for r in reqs {
+        let rows = f32_bytes(r.hidden);
+        write(HeadInput::Hidden, at, rows)?;
+        at += rows.len() as u64;
+        let n_rows = r.tokens.len() as i32;
+        for q in r.questions {
+            q_spans.extend([row0 + q.start as i32, row0 + q.end as i32]);
+            types.push(q.kind as i32);
+            last.push(row0 + n_rows - 1);
         }
-        HEAD_INPUTS
-            .iter()
-            .map(|input| match input {
-                HeadInput::Hidden => f32s(&hidden),
-                HeadInput::QuestionSpans => i32s(&q_spans),
-                HeadInput::OptionSpans => i32s(&o_spans),
-                HeadInput::QuestionTypes => i32s(&types),
-                HeadInput::OptionOwners => i32s(&owners),
-                HeadInput::OptionMask => f32s(&mask),
-                HeadInput::OnesEmbd => f32s(&vec![1.0; self.hp.n_embd as usize]),
-                HeadInput::OnesWidth => f32s(&vec![1.0; self.hp.width as usize]),
-                HeadInput::QuestionLastRows => i32s(&last),
-            })
-            .collect()
+        for o in r.options {
+            let (option, question) = (owners.len(), q0 + o.question as i32);
+            o_spans.extend([row0 + o.start as i32, row0 + o.end as i32]);
+            mask[question as usize * no + option] = 0.0;
+            owners.push(question);
+        }
+        row0 += n_rows;
+        q0 += r.questions.len() as i32;
     }
+    write(HeadInput::QuestionSpans, 0, i32_bytes(&q_spans))?;
+    write(HeadInput::OptionSpans, 0, i32_bytes(&o_spans))?;
+    write(HeadInput::QuestionTypes, 0, i32_bytes(&types))?;
+    write(HeadInput::OptionOwners, 0, i32_bytes(&owners))?;
+    write(HeadInput::OptionMask, 0, f32_bytes(&mask))?;
+    write(HeadInput::QuestionLastRows, 0, i32_bytes(&last))
 }
 
 /// The three values of an f32 `decision.scales` tensor.
