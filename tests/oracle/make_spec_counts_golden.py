@@ -34,6 +34,21 @@ SETUPS = [
     ("ngram-mod", "qwen3moe-7", None,
      ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "1", "--spec-ngram-mod-n-max", "8",
       "--spec-ngram-mod-n-min", "1"]),
+    # Types combined in one list (b11434 consults them in its own order, not the list's).
+    ("draft-mtp,ngram-simple", "qwen35moe-mtp-7", None,
+     ["--spec-type", "draft-mtp,ngram-simple", "--spec-draft-n-max", "3",
+      "--spec-ngram-simple-size-n", "1", "--spec-ngram-simple-size-m", "6"]),
+    ("draft-simple,ngram-mod", "qwen3moe-7", "qwen3moe-8",
+     ["--spec-type", "draft-simple,ngram-mod", "--spec-draft-n-max", "4",
+      "--spec-ngram-mod-n-match", "1", "--spec-ngram-mod-n-max", "8", "--spec-ngram-mod-n-min", "1"]),
+    ("ngram-mod,ngram-simple", "qwen3moe-7", None,
+     ["--spec-type", "ngram-mod,ngram-simple", "--spec-ngram-simple-size-n", "2",
+      "--spec-ngram-simple-size-m", "5", "--spec-ngram-mod-n-match", "1", "--spec-ngram-mod-n-max", "8",
+      "--spec-ngram-mod-n-min", "1"]),
+    ("ngram-simple,ngram-mod,draft-mtp", "qwen35moe-mtp-7", None,
+     ["--spec-type", "ngram-mod,draft-mtp,ngram-simple", "--spec-draft-n-max", "2",
+      "--spec-ngram-simple-size-n", "2", "--spec-ngram-simple-size-m", "4", "--spec-ngram-mod-n-match", "1",
+      "--spec-ngram-mod-n-max", "6", "--spec-ngram-mod-n-min", "2"]),
 ]
 
 # Greedy requests: token-id prompts over the tiny vocabularies (ids below 300), some repeating.
