@@ -26,6 +26,8 @@ pub(crate) struct Drafters {
     pub(crate) first: Vec<(SpecType, Box<dyn DraftSource>)>,
     /// What drafts when none of them does.
     pub(crate) last: Drafter,
+    /// The type `last` drafts as (a test source: the configured type).
+    pub(crate) last_type: SpecType,
 }
 
 /// A draft and the place of its drafter in the chain ([`Drafters::first`]'s length: the last).
@@ -79,6 +81,11 @@ impl Drafters {
             }
         }
         out
+    }
+
+    /// The type of the drafter at place `by` of the chain.
+    pub(crate) fn type_at(&self, by: usize) -> SpecType {
+        self.first.get(by).map_or(self.last_type, |(t, _)| *t)
     }
 
     /// The target kept `accepted` tokens of slot `slot`'s last draft, drafted by the drafter at

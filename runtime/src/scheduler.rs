@@ -1514,9 +1514,13 @@ impl<'t> Scheduler<'t> {
                 }
             }
             if n_drafted > 0 {
-                tracing::trace!("slot {id}: {accepted} of the drafted tokens {drafted:?} accepted");
                 if let Some(by) = task.spec_by.take() {
                     if let Some(d) = self.drafter.as_mut() {
+                        tracing::trace!(
+                            "slot {id}: {accepted} of the {} draft {drafted:?} at position \
+                             {verified} accepted",
+                            d.type_at(by).name()
+                        );
                         d.accepted(id, by, accepted);
                     }
                     c.spec_verify_steps.fetch_add(1, Ordering::Relaxed);
@@ -2019,7 +2023,11 @@ fn drafter_of(
         Some(source) => Drafter::Source(source),
         None => last_drafter(model, spec, batch_rows, draft)?,
     };
-    Some(Drafters { first, last })
+    Some(Drafters {
+        first,
+        last,
+        last_type: spec.kind,
+    })
 }
 
 /// The drafter of n-gram type `t` for `n_slots` slots (None for another type).
