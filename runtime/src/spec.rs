@@ -209,9 +209,11 @@ impl SpecConfig {
     }
 
     /// Most tokens any draft holds (b11434's `common_speculative_n_max` over its
-    /// implementations): what a verify pass makes room for.
+    /// implementations): what a verify pass makes room for. The last drafter's is `n_max`
+    /// whatever `kind` (a test source drafts in its place).
     pub fn most(&self) -> usize {
-        self.types().map(|t| self.cap(t)).max().unwrap_or(0)
+        let first = self.first.iter().map(|&t| self.cap(t));
+        first.chain(Some(self.n_max)).max().unwrap_or(0)
     }
 
     /// Whether the slots' drafting gates choose when to draft: asked for, and no synthetic
