@@ -16,13 +16,17 @@
 //!   and its NextN layer's) is bit-for-bit the state of decoding the kept
 //!   tokens without drafts (on the CPU a row's results do not depend on the rows beside it);
 //! - a verify pass keeps each row's per-sequence state, and the slot takes the state of its
-//!   last kept row from there: a refused draft runs no second pass.
+//!   last kept row from there: a refused draft runs no second pass;
+//! - types combined as llama-server b11434 combines them (`--spec-type ngram-simple,draft-mtp`):
+//!   ngram-simple is consulted first, the next drafter only where it drafts nothing, only the
+//!   drafter of a draft hears how much of it was kept; greedy and seeded tokens are those of
+//!   drafting off, both drafters drafting.
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bloomery::synth::ClassTypes;
 use bloomery_devices::Registry;
@@ -30,9 +34,10 @@ use bloomery_exec::{BatchInputs, LoadOptions, LoadedModel, Readout};
 use bloomery_plugin_api::model::StateKind;
 use bloomery_plugin_api::DType;
 use bloomery_runtime::draft_gate::{StepCosts, StepShape};
+use bloomery_runtime::ngram_draft::{simple_draft, NgramSimpleConfig};
 use bloomery_runtime::request::{Event, Finish, GenParams};
 use bloomery_runtime::sampling::SamplerParams;
-use bloomery_runtime::spec::{Chunk, DraftSource, MtpDrafter, SpecConfig, Want};
+use bloomery_runtime::spec::{Chunk, DraftSource, MtpDrafter, SpecConfig, SpecType, Want};
 use bloomery_runtime::{Runtime, RuntimeConfig};
 use bloomery_text::Tokenizer;
 
@@ -1414,4 +1419,190 @@ fn rows_put_off_and_taken_in_later_draft_as_rows_taken_in_at_once() {
         assert_eq!(later, at_once, "joined {joined}");
         assert_eq!(at_once[0].len(), 3);
     }
+}
+
+/// ngram-simple looking up the sampled token alone, drafting up to 4 tokens: on these short
+/// answers it finds matches now and then.
+const NGRAM: NgramSimpleConfig = NgramSimpleConfig {
+    size_n: 1,
+    size_m: 4,
+};
+
+/// What the drafter after ngram-simple was asked and told.
+#[derive(Debug)]
+enum Heard {
+    /// Asked to draft after these tokens; drafted this many.
+    Draft(Vec<u32>, usize),
+    /// Told that this many of its draft were kept.
+    Kept(usize),
+}
+
+/// A drafter after ngram-simple, drafting as `inner` and recording what it hears.
+struct Recorded {
+    inner: Scripted,
+    heard: Arc<Mutex<Vec<Heard>>>,
+}
+
+impl DraftSource for Recorded {
+    fn draft(&mut self, slot: usize, tokens: &[u32], max: usize) -> Vec<u32> {
+        let d = self.inner.draft(slot, tokens, max);
+        let heard = Heard::Draft(tokens.to_vec(), d.len());
+        self.heard.lock().unwrap().push(heard);
+        d
+    }
+
+    fn accepted(&mut self, _: usize, accepted: usize) {
+        self.heard.lock().unwrap().push(Heard::Kept(accepted));
+    }
+}
+
+/// b11434's `common_speculative_draft` and `_accept` with ngram-simple before another drafter
+/// (here a test source in the MTP block's place, right at its first token only): the other is
+/// asked only where ngram-simple drafts nothing, and hears only of its own drafts, each kept to
+/// its first token. Shown failing with the chain's order reversed and with every draft's
+/// verdict told to the last drafter.
+#[test]
+fn ngram_simple_is_consulted_first_and_only_a_drafts_drafter_hears_its_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    // Longer answers than the other tests', so that the sampled token is now and then one the
+    // history holds.
+    let long = common::generation(
+        SamplerParams {
+            temp: 0.0,
+            ..SamplerParams::default()
+        },
+        64,
+    );
+    let (off, tok) = start(&path, SpecConfig::OFF);
+    let want: Vec<Vec<u32>> = prompts(&tok)
+        .into_iter()
+        .map(|p| {
+            let (ids, _) = answer(&off, &p, long.clone());
+            [p, ids].concat()
+        })
+        .collect();
+    off.shutdown().unwrap();
+    let (model, tok) = load(&path);
+    let n_vocab = model.spec.hparams.n_vocab;
+    let spec = SpecConfig {
+        n_max: 3,
+        gate: false,
+        ngram_simple: NGRAM,
+        ..SpecConfig::OFF
+    }
+    .with_types(&[SpecType::DraftMtp, SpecType::NgramSimple])
+    .unwrap();
+    let heard = Arc::new(Mutex::new(Vec::new()));
+    let source = Recorded {
+        inner: Scripted {
+            sequences: want.clone(),
+            n_vocab,
+            from: 1,
+        },
+        heard: heard.clone(),
+    };
+    let rt = Runtime::start_drafting(model, tok.clone(), config(spec), Box::new(source)).unwrap();
+    let mut drafted = 0;
+    for (prompt, seq) in prompts(&tok).iter().zip(&want) {
+        let (ids, f) = answer(&rt, prompt, long.clone());
+        assert_eq!(ids, seq[prompt.len()..], "tokens differ");
+        drafted += f.n_drafted;
+    }
+    rt.shutdown().unwrap();
+    let heard = std::mem::take(&mut *heard.lock().unwrap());
+    let (mut asked, mut from_source, mut pending) = (0, 0, None);
+    for h in &heard {
+        match h {
+            Heard::Draft(tokens, n) => {
+                let (&sampled, history) = tokens.split_last().unwrap();
+                assert!(
+                    simple_draft(history, sampled, NGRAM).is_empty(),
+                    "asked where ngram-simple drafts, after {tokens:?}"
+                );
+                assert!(
+                    pending.is_none(),
+                    "a draft's verdict went unheard: {heard:?}"
+                );
+                asked += 1;
+                from_source += n;
+                pending = (*n > 0).then_some(1);
+            }
+            // The source's drafts are kept to their first token.
+            Heard::Kept(k) => assert_eq!(pending.take(), Some(*k), "{heard:?}"),
+        }
+    }
+    eprintln!("{drafted} tokens drafted, {from_source} by the source in {asked} asks");
+    assert!(
+        from_source > 0,
+        "the drafter after ngram-simple drafted nothing"
+    );
+    assert!(drafted > from_source, "ngram-simple drafted nothing");
+}
+
+/// `--spec-type ngram-simple,draft-mtp` on `arch`, ungated: the tokens of drafting off, greedy
+/// and seeded, alone and in shared passes (a refused n-gram draft rolls the recurrent state
+/// back as a refused MTP draft does); both drafters draft, so the drafted tokens differ from
+/// either's alone. Gated, the same tokens.
+fn combined_on_and_off_agree(arch: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp(arch, dir.path());
+    let (off, tok) = start(&path, SpecConfig::OFF);
+    let ungated = SpecConfig {
+        gate: false,
+        ngram_simple: NGRAM,
+        ..SpecConfig::MTP
+    };
+    let with = |types: &[SpecType]| ungated.with_types(types).unwrap();
+    let combined = with(&[SpecType::NgramSimple, SpecType::DraftMtp]);
+    let only_ngram = SpecConfig {
+        n_max: NGRAM.size_m,
+        ..with(&[SpecType::NgramSimple])
+    };
+    let mut totals = Vec::new();
+    for spec in [combined, only_ngram, with(&[SpecType::DraftMtp])] {
+        let (on, _) = start(&path, spec);
+        let mut drafted = 0;
+        for prompt in prompts(&tok) {
+            for seed in [None, Some(3)] {
+                let (a, fa) = answer(&on, &prompt, params(seed));
+                let (b, _) = answer(&off, &prompt, params(seed));
+                assert_eq!(
+                    a,
+                    b,
+                    "{arch} {}, seed {seed:?}: tokens differ",
+                    spec.names()
+                );
+                drafted += fa.n_drafted;
+            }
+        }
+        on.shutdown().unwrap();
+        totals.push(drafted);
+    }
+    eprintln!("{arch}: drafted (combined, ngram-simple, draft-mtp): {totals:?}");
+    assert!(totals[0] > 0 && totals[0] != totals[1] && totals[0] != totals[2]);
+    let (on, _) = start(&path, combined);
+    let gated = SpecConfig {
+        gate: true,
+        ..combined
+    };
+    let (gated, _) = start(&path, gated);
+    for pair in prompts(&tok).chunks(2) {
+        let plain = answer_together(&off, pair);
+        assert_eq!(answer_together(&on, pair), plain, "{arch}: shared passes");
+        assert_eq!(answer_together(&gated, pair), plain, "{arch}: gated");
+    }
+    for rt in [on, gated, off] {
+        rt.shutdown().unwrap();
+    }
+}
+
+#[test]
+fn qwen35moe_tokens_are_the_same_with_ngram_simple_and_mtp_drafting_combined() {
+    combined_on_and_off_agree("qwen35moe");
+}
+
+#[test]
+fn qwen35_tokens_are_the_same_with_ngram_simple_and_mtp_drafting_combined() {
+    combined_on_and_off_agree("qwen35");
 }

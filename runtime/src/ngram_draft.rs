@@ -11,8 +11,8 @@
 //!   them last; a slot's prompt is added when its generation begins and its history in chunks of
 //!   more than 32 new tokens; a draft chains lookups from the last `n_match` tokens up to `n_max`
 //!   tokens, none when a lookup misses before `n_min`; the table is cleared when a new prompt
-//!   leaves it more than a quarter full, and after five drafts in a row of one slot kept less
-//!   than a quarter.
+//!   leaves it more than a quarter full, and after five drafts in a row of one slot (across its
+//!   generations) kept less than a quarter.
 
 use crate::spec::DraftSource;
 pub use crate::spec::{NgramModConfig, NgramSimpleConfig};
@@ -134,7 +134,13 @@ impl NgramMod {
 impl DraftSource for NgramMod {
     fn begin(&mut self, id_slot: usize, prompt: &[u32]) {
         let n = self.cfg.n_match;
-        *self.slot(id_slot) = ModSlot::default();
+        // The streak of poorly kept drafts runs on across the slot's generations, as b11434's
+        // `n_low` does (its `begin` resets only the history place and the last draft's length).
+        let s = self.slot(id_slot);
+        *s = ModSlot {
+            low: s.low,
+            ..ModSlot::default()
+        };
         if prompt.len() < n {
             return;
         }
@@ -208,7 +214,31 @@ impl DraftSource for NgramMod {
 
 #[cfg(test)]
 mod tests {
-    use super::{simple_draft, NgramSimpleConfig};
+    use super::{simple_draft, DraftSource, NgramMod, NgramModConfig, NgramSimpleConfig};
+
+    /// b11434's `n_low` runs on across a slot's generations (its `begin` leaves it): four
+    /// poorly kept drafts, a new generation, a fifth, and the table is cleared. Shown failing
+    /// with the streak reset when a generation begins (the combined types' anchor found it).
+    #[test]
+    fn the_ngram_mod_streak_of_poor_drafts_runs_across_generations() {
+        let cfg = NgramModConfig {
+            n_match: 1,
+            n_max: 2,
+            n_min: 1,
+        };
+        let mut m = NgramMod::new(cfg, 1);
+        let prompt = [1, 2, 3, 1, 2, 3, 1];
+        m.begin(0, &prompt);
+        let draft = |m: &mut NgramMod| m.draft(0, &[1, 2, 3, 1, 2, 3, 1, 2], 8);
+        for _ in 0..4 {
+            assert_eq!(draft(&mut m), [3, 1]);
+            m.accepted(0, 0);
+        }
+        m.begin(0, &[7, 8]);
+        assert_eq!(draft(&mut m), [3, 1]);
+        m.accepted(0, 0);
+        assert!(draft(&mut m).is_empty(), "the table was not cleared");
+    }
 
     fn cfg(size_n: usize, size_m: usize) -> NgramSimpleConfig {
         NgramSimpleConfig { size_n, size_m }

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 
 use crate::draft_gate::{Gate, StepCosts, StepShape, WallClock};
 use crate::draft_model::ModelDrafter;
-use crate::drafter::Drafter;
+use crate::drafter::{Drafter, Drafters};
 use crate::grammar::{token_trie, Constraint};
 use crate::ngram_draft::{NgramMod, NgramSimple};
 use crate::panic::panic_message;
@@ -150,7 +150,7 @@ struct Scheduler<'t> {
     /// after it ([`Scheduler::deliver`]).
     ended: Vec<Task<'t>>,
     /// What drafts generated tokens for the target to verify (none: drafting off).
-    drafter: Option<Drafter>,
+    drafter: Option<Drafters>,
     /// A benchmark's fixed acceptance length (`--spec-synth-len`), forcing each verify step's
     /// verdict on the drafter's drafts.
     synth: Option<SynthAcceptance>,
@@ -252,12 +252,12 @@ pub(crate) fn run(
     }
     let drafter = drafter_of(&model, cfg.spec, rewind, cfg.n_batch, (source, draft))
         .filter(|_| rollback_ready(&mut model, rewind));
-    let row_width = match &drafter {
+    let row_width = match drafter.as_ref().map(|d| &d.last) {
         Some(Drafter::Mtp(m)) => m.width(),
         _ => n_embd,
     };
     // A verify pass holds each slot's sampled token and its drafts, at most MAX_VERIFY_ROWS.
-    let verify_rows = (n_slots * (cfg.spec.n_max + 1)).min(MAX_VERIFY_ROWS as usize) as u32;
+    let verify_rows = (n_slots * (cfg.spec.most() + 1)).min(MAX_VERIFY_ROWS as usize) as u32;
     let row_states =
         drafter.is_some() && rewind.per_sequence && row_states_ready(&mut model, verify_rows);
     let mut s = Scheduler {
@@ -739,10 +739,8 @@ impl<'t> Scheduler<'t> {
             job.params.shift.n_cache_reuse
         };
         let keep = self.prepare_slot(id, &job.prompt, reuse, n_cache_reuse, rows);
-        match (keep, self.drafter.as_mut()) {
-            (0, Some(Drafter::Mtp(m))) => m.reset(id),
-            (_, Some(Drafter::Source(src))) => src.begin(id, &job.prompt),
-            _ => {}
+        if let Some(d) = self.drafter.as_mut() {
+            d.begin(id, &job.prompt, keep == 0);
         }
         // The penalty window never holds more than a slot's context: a longer one (a client's
         // -1 read as "all") is the whole context, not an allocation of its length.
@@ -796,7 +794,7 @@ impl<'t> Scheduler<'t> {
             draft: 0,
             n_drafted: 0,
             n_accepted: 0,
-            spec_draft: false,
+            spec_by: None,
             synth_rng: self.synth.as_ref().map(|_| Mt19937::new(job_seed)),
             grammar,
             budget,
@@ -1115,7 +1113,7 @@ impl<'t> Scheduler<'t> {
         // What the output rows read back: logits for generations, final-norm rows for
         // embeddings, and with the MTP block drafting, every generation row's final-norm row.
         let (mut logits, mut embeddings) = (false, false);
-        let reads_rows = self.drafter.as_ref().is_some_and(Drafter::reads_rows);
+        let reads_rows = self.drafter.as_ref().is_some_and(Drafters::reads_rows);
         let gated = self.cfg.spec.gated();
         // Slots whose drafted tokens this pass evaluates, with their first row: a refused draft
         // rolls back to the state of its last kept row, which a verify pass keeps, or else to
@@ -1488,12 +1486,12 @@ impl<'t> Scheduler<'t> {
             // With a fixed acceptance length the drafter's drafts are taken, not checked.
             let tok = self.tok;
             let n_take = match (&self.synth, task.synth_rng.as_mut()) {
-                (Some(s), Some(rng)) if task.spec_draft => {
+                (Some(s), Some(rng)) if task.spec_by.is_some() => {
                     s.accepted(rng, drafted, |t| tok.is_eog(t))
                 }
                 _ => 0,
             };
-            let synth = self.synth.is_some() && task.spec_draft;
+            let synth = self.synth.is_some() && task.spec_by.is_some();
             for (j, row) in logits[first * self.n_vocab..(first + outputs) * self.n_vocab]
                 .chunks_exact(self.n_vocab)
                 .enumerate()
@@ -1536,10 +1534,14 @@ impl<'t> Scheduler<'t> {
                 }
             }
             if n_drafted > 0 {
-                tracing::trace!("slot {id}: {accepted} of the drafted tokens {drafted:?} accepted");
-                if std::mem::take(&mut task.spec_draft) {
-                    if let Some(Drafter::Source(src)) = self.drafter.as_mut() {
-                        src.accepted(id, accepted);
+                if let Some(by) = task.spec_by.take() {
+                    if let Some(d) = self.drafter.as_mut() {
+                        tracing::trace!(
+                            "slot {id}: {accepted} of the {} draft {drafted:?} at position \
+                             {verified} accepted",
+                            d.type_at(by).name()
+                        );
+                        d.accepted(id, by, accepted);
                     }
                     c.spec_verify_steps.fetch_add(1, Ordering::Relaxed);
                     c.spec_draft_tokens
@@ -1547,7 +1549,7 @@ impl<'t> Scheduler<'t> {
                     c.spec_accepted
                         .fetch_add(accepted as u64, Ordering::Relaxed);
                     if let Ok(mut per) = c.spec_accepted_per_pos.lock() {
-                        let n = per.len().max(self.cfg.spec.n_max);
+                        let n = per.len().max(self.cfg.spec.most());
                         per.resize(n, 0);
                         per.iter_mut().take(accepted).for_each(|p| *p += 1);
                     }
@@ -1673,7 +1675,7 @@ impl<'t> Scheduler<'t> {
         }
         // Nothing is read: with the MTP block drafting (whose passes read final-norm rows, so
         // the graph has them) the pass stops at the final norm, skipping the output head.
-        let readout = match self.drafter.as_ref().is_some_and(Drafter::reads_rows) {
+        let readout = match self.drafter.as_ref().is_some_and(Drafters::reads_rows) {
             true => Readout::Embeddings,
             false => Readout::Logits,
         };
@@ -1690,15 +1692,18 @@ impl<'t> Scheduler<'t> {
     /// Drafts the tokens after each slot's newly sampled token, for the next pass to verify:
     /// slots generating one sampled token (no forced run, no schemajump draft), as many as the
     /// request's limit and the slot's context leave room for (llama-server's
-    /// `get_n_draft_max`). With the MTP block, its first draft pass also takes in `chunks`, the
-    /// target rows of the pass just run, and the rows drafting slots put off; a slot that does
-    /// not draft now puts its rows off.
+    /// `get_n_draft_max`) and the drafter's own limit. The n-gram drafters consulted first
+    /// draft where they can; the last drafter drafts for the rest (b11434's
+    /// `common_speculative_draft`). With the MTP block, its first draft pass also takes in
+    /// `chunks`, the target rows of the pass just run, and the rows drafting slots put off; a
+    /// slot it does not draft for now (not drafting, or drafted for by an n-gram drafter) puts
+    /// its rows off.
     fn draft_next(&mut self, chunks: &[Chunk<'_>]) -> Result<(), String> {
-        let Some(drafter) = self.drafter.as_mut() else {
+        let Some(drafters) = self.drafter.as_mut() else {
             return Ok(());
         };
-        let n_max = self.cfg.spec.n_max;
-        let gate = self.cfg.spec.gated();
+        let spec = self.cfg.spec;
+        let gate = spec.gated();
         let mut wants = Vec::new();
         for slot in &mut self.slots {
             slot.asked = None;
@@ -1715,7 +1720,7 @@ impl<'t> Scheduler<'t> {
                 .params
                 .n_predict
                 .map_or(usize::MAX, |n| n.saturating_sub(task.generated + 1));
-            let max = n_max.min(room).min(left);
+            let max = spec.most().min(room).min(left);
             if max > 0 {
                 wants.push(Want {
                     slot: slot.id,
@@ -1729,49 +1734,69 @@ impl<'t> Scheduler<'t> {
         // (the target's rows of this pass, and those a slot put off while not drafting): work
         // that exists only because the slot drafts.
         let t0 = Instant::now();
-        let drafts = match drafter {
+        let slots = &self.slots;
+        let held = |w: &Want| {
+            let mut tokens = slots[w.slot].cached.clone();
+            tokens.push(w.last);
+            tokens
+        };
+        let mut drafts = drafters.draft_first(&wants, held, |t| spec.cap(t));
+        // What no drafter before it drafted for, the last drafter drafts for, within its limit.
+        let (rest, rest_wants): (Vec<usize>, Vec<Want>) = wants
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| drafts[*i].is_none())
+            .map(|(i, w)| {
+                let max = w.max.min(spec.cap(spec.kind));
+                (i, Want { max, ..*w })
+            })
+            .unzip();
+        let by_last = drafters.first.len();
+        let last = match &mut drafters.last {
             Drafter::Mtp(m) => {
-                // A slot that does not draft now puts its rows off (up to MAX_BEHIND), to take
-                // them in with its first draft pass when it drafts again.
+                // A slot the block does not draft for now puts its rows off (up to
+                // MAX_BEHIND), to take them in with its first draft pass when it drafts again.
                 let mut now = Vec::with_capacity(chunks.len());
                 for c in chunks {
-                    let drafts = wants.iter().any(|w| w.slot == c.slot);
+                    let drafts = rest_wants.iter().any(|w| w.slot == c.slot);
                     match drafts || m.behind(c.slot) + c.kept > MAX_BEHIND {
                         true => now.push(Chunk { ..*c }),
                         false => m.defer(c),
                     }
                 }
-                let drafts = m.take_in_and_draft(&mut self.model, &now, &wants)?;
+                let drafts = m.take_in_and_draft(&mut self.model, &now, &rest_wants)?;
                 let stats = m.stats();
                 let c = &self.shared.counters;
                 c.mtp_passes.store(stats.passes, Ordering::Relaxed);
                 c.mtp_read_bytes.store(stats.read_bytes, Ordering::Relaxed);
                 drafts
             }
-            Drafter::Model(_) | Drafter::Source(_) if wants.is_empty() => return Ok(()),
+            Drafter::Model(_) | Drafter::Source(_) if rest_wants.is_empty() => Vec::new(),
             Drafter::Model(m) => {
-                let slots = &self.slots;
-                m.catch_up(&wants, |s| &slots[s].cached)?;
-                m.draft(&wants)?
+                m.catch_up(&rest_wants, |s| &slots[s].cached)?;
+                m.draft(&rest_wants)?
             }
-            Drafter::Source(src) => wants
+            Drafter::Source(src) => rest_wants
                 .iter()
                 .map(|w| {
-                    let slot = &self.slots[w.slot];
-                    let mut tokens = slot.cached.clone();
-                    tokens.push(w.last);
-                    let mut d = src.draft(w.slot, &tokens, w.max);
+                    let mut d = src.draft(w.slot, &held(w), w.max);
                     d.truncate(w.max);
                     d
                 })
                 .collect(),
         };
+        for (&i, d) in rest.iter().zip(last) {
+            if !d.is_empty() {
+                drafts[i] = Some((by_last, d));
+            }
+        }
         let seconds = t0.elapsed().as_secs_f64();
         for (w, d) in wants.iter().zip(drafts) {
             self.slots[w.slot].asked = Some(seconds);
             if let Some(task) = self.slots[w.slot].task.as_mut() {
+                let (by, d) = d.map_or((None, Vec::new()), |(by, d)| (Some(by), d));
                 task.draft = d.len();
-                task.spec_draft = !d.is_empty();
+                task.spec_by = by;
                 task.next.extend(d);
             }
         }
@@ -1988,15 +2013,15 @@ struct Planned {
     rows: bool,
 }
 
-/// What drafts for the target to verify, as `spec` or a `source` asks; none (with a warning
-/// naming why) where this model cannot draft.
+/// What drafts for the target to verify, as `spec` or a `source` asks (the n-gram drafters of
+/// `spec.first` before either); none (with a warning naming why) where this model cannot draft.
 fn drafter_of(
     model: &LoadedModel,
     spec: SpecConfig,
     rewind: Rewind,
     batch_rows: usize,
     (source, draft): (Option<Box<dyn DraftSource>>, Option<LoadedModel>),
-) -> Option<Drafter> {
+) -> Option<Drafters> {
     if spec.kind == SpecType::None && source.is_none() {
         return None;
     }
@@ -2008,16 +2033,27 @@ fn drafter_of(
         );
         return None;
     }
-    if let Some(source) = source {
-        return Some(Drafter::Source(source));
-    }
     let n_slots = model.options.n_slots as usize;
-    match spec.kind {
-        SpecType::NgramSimple => {
-            return Some(Drafter::Source(Box::new(NgramSimple::new(
-                spec.ngram_simple,
-            ))));
-        }
+    let first = spec
+        .first
+        .iter()
+        .filter_map(|&t| Some((t, ngram_drafter(t, spec, n_slots)?)))
+        .collect();
+    let last = match source {
+        Some(source) => Drafter::Source(source),
+        None => last_drafter(model, spec, batch_rows, draft)?,
+    };
+    Some(Drafters {
+        first,
+        last,
+        last_type: spec.kind,
+    })
+}
+
+/// The drafter of n-gram type `t` for `n_slots` slots (None for another type).
+fn ngram_drafter(t: SpecType, spec: SpecConfig, n_slots: usize) -> Option<Box<dyn DraftSource>> {
+    match t {
+        SpecType::NgramSimple => Some(Box::new(NgramSimple::new(spec.ngram_simple))),
         SpecType::NgramMod => {
             if spec.ngram_mod.n_match < 16 {
                 tracing::warn!(
@@ -2026,19 +2062,32 @@ fn drafter_of(
                     spec.ngram_mod.n_match
                 );
             }
-            let m = NgramMod::new(spec.ngram_mod, n_slots);
-            return Some(Drafter::Source(Box::new(m)));
+            Some(Box::new(NgramMod::new(spec.ngram_mod, n_slots)))
         }
-        SpecType::DraftSimple => {
-            let Some(draft) = draft else {
-                tracing::warn!("drafting off: draft-simple has no draft model (-md)");
-                return None;
-            };
-            let n_vocab = model.spec.hparams.n_vocab as usize;
-            let m = ModelDrafter::new(spec, draft, n_slots, batch_rows, n_vocab);
-            return Some(Drafter::Model(m));
-        }
-        SpecType::None | SpecType::DraftMtp => {}
+        _ => None,
+    }
+}
+
+/// The drafter of `spec.kind`, which drafts when no n-gram drafter before it does; none (with
+/// a warning naming why) where this model cannot draft with it.
+fn last_drafter(
+    model: &LoadedModel,
+    spec: SpecConfig,
+    batch_rows: usize,
+    draft: Option<LoadedModel>,
+) -> Option<Drafter> {
+    let n_slots = model.options.n_slots as usize;
+    if let Some(src) = ngram_drafter(spec.kind, spec, n_slots) {
+        return Some(Drafter::Source(src));
+    }
+    if spec.kind == SpecType::DraftSimple {
+        let Some(draft) = draft else {
+            tracing::warn!("drafting off: draft-simple has no draft model (-md)");
+            return None;
+        };
+        let n_vocab = model.spec.hparams.n_vocab as usize;
+        let m = ModelDrafter::new(spec, draft, n_slots, batch_rows, n_vocab);
+        return Some(Drafter::Model(m));
     }
     if let Some(draft) = draft {
         let Some(width) = draft.hidden_width() else {

@@ -84,12 +84,22 @@ impl NgramModConfig {
     };
 }
 
+/// The n-gram types consulted before another, in llama-server b11434's order of priority
+/// (common/speculative.cpp `common_speculative_init`): `ngram-simple`, then `ngram-mod`.
+const NGRAMS: [SpecType; 2] = [SpecType::NgramSimple, SpecType::NgramMod];
+
 /// Draft decoding settings (llama-server's `--spec-*` flags).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SpecConfig {
-    /// What drafts.
+    /// What drafts when none of [`SpecConfig::first`] does (of the types `--spec-type` lists,
+    /// the last in b11434's order of priority).
     pub kind: SpecType,
-    /// Most tokens drafted after one sampled token (`--spec-draft-n-max`).
+    /// The n-gram types consulted before `kind`, each step, in b11434's order (`ngram-simple`
+    /// before `ngram-mod`): the first to draft a non-empty draft drafts the step, and only the
+    /// one that drafted hears how much of it was kept; empty for one type.
+    pub first: &'static [SpecType],
+    /// Most tokens `kind` drafts after one sampled token (`--spec-draft-n-max` for a model's
+    /// drafts, an n-gram type's own limit for its).
     pub n_max: usize,
     /// A draft shorter than this is dropped (`--spec-draft-n-min`).
     pub n_min: usize,
@@ -124,6 +134,7 @@ impl SpecConfig {
     /// llama-server b11434's defaults with `--spec-type draft-mtp`.
     pub const MTP: SpecConfig = SpecConfig {
         kind: SpecType::DraftMtp,
+        first: &[],
         n_max: 3,
         n_min: 0,
         p_min: 0.0,
@@ -133,6 +144,77 @@ impl SpecConfig {
         ngram_simple: NgramSimpleConfig::DEFAULT,
         ngram_mod: NgramModConfig::DEFAULT,
     };
+
+    /// These settings drafting with every type of `types` (any order; a repeat counts once;
+    /// [`SpecType::None`] among others adds nothing), consulted in b11434's order of priority:
+    /// the n-gram types, then `draft-simple` or `draft-mtp`. `n_max` is set by the caller for
+    /// the last of them. Both `draft-simple` and `draft-mtp` is an error naming them: the draft
+    /// file (`-md`) is either a whole draft model or an MTP block.
+    pub fn with_types(self, types: &[SpecType]) -> Result<SpecConfig, String> {
+        let has = |t: SpecType| types.contains(&t);
+        if has(SpecType::DraftSimple) && has(SpecType::DraftMtp) {
+            return Err(
+                "combining draft-simple with draft-mtp is not supported: the draft \
+                        file (-md) is either a whole draft model or an MTP block"
+                    .into(),
+            );
+        }
+        let kind = [SpecType::DraftMtp, SpecType::DraftSimple]
+            .into_iter()
+            .chain(NGRAMS.into_iter().rev())
+            .find(|&t| has(t))
+            .unwrap_or(SpecType::None);
+        let first: &'static [SpecType] = match (has(SpecType::NgramSimple), has(SpecType::NgramMod))
+        {
+            (true, true) if kind == SpecType::NgramMod => &NGRAMS[..1],
+            (true, true) => &NGRAMS,
+            (true, false) if kind != SpecType::NgramSimple => &NGRAMS[..1],
+            (false, true) if kind != SpecType::NgramMod => &NGRAMS[1..],
+            _ => &[],
+        };
+        Ok(SpecConfig {
+            kind,
+            first,
+            ..self
+        })
+    }
+
+    /// The types consulted each step, in order: [`SpecConfig::first`], then `kind`.
+    pub fn types(&self) -> impl Iterator<Item = SpecType> + '_ {
+        self.first
+            .iter()
+            .copied()
+            .chain(Some(self.kind).filter(|&k| k != SpecType::None))
+    }
+
+    /// The types as llama-server's `speculative.types` names them (comma-separated, in the
+    /// order they are consulted; `none` for none).
+    pub fn names(&self) -> String {
+        let names: Vec<&str> = self.types().map(SpecType::name).collect();
+        match names.is_empty() {
+            true => SpecType::None.name().into(),
+            false => names.join(","),
+        }
+    }
+
+    /// Most tokens a draft of type `t` holds: `n_max` for `kind`, an n-gram type's own limit
+    /// (`--spec-ngram-simple-size-m`, `--spec-ngram-mod-n-max`) for one consulted before it.
+    pub fn cap(&self, t: SpecType) -> usize {
+        match t {
+            t if t == self.kind => self.n_max,
+            SpecType::NgramSimple => self.ngram_simple.size_m,
+            SpecType::NgramMod => self.ngram_mod.n_max,
+            _ => self.n_max,
+        }
+    }
+
+    /// Most tokens any draft holds (b11434's `common_speculative_n_max` over its
+    /// implementations): what a verify pass makes room for. The last drafter's is `n_max`
+    /// whatever `kind` (a test source drafts in its place).
+    pub fn most(&self) -> usize {
+        let first = self.first.iter().map(|&t| self.cap(t));
+        first.chain(Some(self.n_max)).max().unwrap_or(0)
+    }
 
     /// Whether the slots' drafting gates choose when to draft: asked for, and no synthetic
     /// acceptance length (which benchmarks the drafting path itself).
@@ -268,7 +350,7 @@ pub(crate) struct SynthAcceptance {
 
 impl SynthAcceptance {
     /// The acceptance `spec` asks for (its synthetic length or rates; none without either),
-    /// over drafts of `spec.n_max` tokens.
+    /// over drafts of at most [`SpecConfig::most`] tokens.
     pub(crate) fn of(spec: &SpecConfig) -> Option<SynthAcceptance> {
         if let Some(r) = &spec.synth_rates {
             let mut prev = 1.0;
@@ -284,7 +366,7 @@ impl SynthAcceptance {
             return Some(SynthAcceptance { p });
         }
         spec.synth_len
-            .map(|len| SynthAcceptance::new(len, spec.n_max))
+            .map(|len| SynthAcceptance::new(len, spec.most()))
     }
 
     /// Acceptance of mean length `len` (tokens a verify step, the target's own included) over
@@ -723,7 +805,38 @@ pub(crate) fn empty_batch() -> BatchInputs {
 
 #[cfg(test)]
 mod tests {
-    use super::{synth_rate, Behind, Chunk, Mt19937, SpecConfig, SynthAcceptance, SynthRates};
+    use super::{
+        synth_rate, Behind, Chunk, Mt19937, SpecConfig, SpecType, SynthAcceptance, SynthRates,
+    };
+
+    /// b11434's order of priority (common_speculative_init), whatever the order listed: the
+    /// n-gram types (ngram-simple before ngram-mod), then the draft model or the MTP block.
+    #[test]
+    fn combined_types_are_consulted_in_llama_servers_order() {
+        use SpecType::*;
+        let chain = |types: &[SpecType]| {
+            let c = SpecConfig::OFF.with_types(types).unwrap();
+            c.types().collect::<Vec<_>>()
+        };
+        assert_eq!(chain(&[DraftMtp, NgramSimple]), [NgramSimple, DraftMtp]);
+        assert_eq!(chain(&[DraftSimple, NgramMod]), [NgramMod, DraftSimple]);
+        assert_eq!(
+            chain(&[NgramMod, DraftMtp, NgramSimple, NgramMod]),
+            [NgramSimple, NgramMod, DraftMtp]
+        );
+        assert_eq!(chain(&[NgramMod, NgramSimple]), [NgramSimple, NgramMod]);
+        assert_eq!(chain(&[NgramMod]), [NgramMod]);
+        assert_eq!(chain(&[None]), []);
+        assert_eq!(SpecConfig::OFF.names(), "none");
+        let c = SpecConfig::MTP
+            .with_types(&[NgramSimple, DraftMtp])
+            .unwrap();
+        // Each type's own limit: the n-gram's m-gram, the MTP block's n_max.
+        assert_eq!((c.cap(NgramSimple), c.cap(DraftMtp), c.most()), (48, 3, 48));
+        assert!(SpecConfig::OFF
+            .with_types(&[DraftMtp, DraftSimple])
+            .is_err());
+    }
 
     #[test]
     fn synthetic_acceptance_has_the_asked_mean_length() {

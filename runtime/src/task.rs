@@ -33,8 +33,9 @@ pub(crate) struct Task<'t> {
     pub(crate) n_drafted: usize,
     /// Of them, those the target's own choice confirmed (`draft_n_accepted`).
     pub(crate) n_accepted: usize,
-    /// The drafted tokens in `next` are the draft decoder's (not schemajump's).
-    pub(crate) spec_draft: bool,
+    /// Which drafter drafted the drafted tokens in `next` (its place in the scheduler's chain,
+    /// [`crate::drafter::Drafters`]); None where they are schemajump's, or none.
+    pub(crate) spec_by: Option<usize>,
     /// With synthetic acceptance (`--spec-synth-len`), its draws, seeded with the request's
     /// seed as llama-server seeds them.
     pub(crate) synth_rng: Option<Mt19937>,

@@ -34,6 +34,26 @@ SETUPS = [
     ("ngram-mod", "qwen3moe-7", None,
      ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "1", "--spec-ngram-mod-n-max", "8",
       "--spec-ngram-mod-n-min", "1"]),
+    # Types combined in one list (b11434 consults them in its own order, not the list's). On the
+    # hybrid file the n-gram drafts are shorter than the MTP block's (so draft_n tells who drafted)
+    # and none is longer than --spec-draft-n-max: llama-server keeps that many
+    # per-row recurrent states (n_rs_seq), and a longer draft partly refused is restored from a
+    # checkpoint and its kept tokens replayed in a step that drafts nothing (bloomery's verify
+    # passes keep up to 16 rows' states and draft that step).
+    ("draft-mtp,ngram-simple", "qwen35moe-mtp-7", None,
+     ["--spec-type", "draft-mtp,ngram-simple", "--spec-draft-n-max", "3",
+      "--spec-ngram-simple-size-n", "1", "--spec-ngram-simple-size-m", "2"]),
+    ("draft-simple,ngram-mod", "qwen3moe-7", "qwen3moe-8",
+     ["--spec-type", "draft-simple,ngram-mod", "--spec-draft-n-max", "4",
+      "--spec-ngram-mod-n-match", "1", "--spec-ngram-mod-n-max", "8", "--spec-ngram-mod-n-min", "1"]),
+    ("ngram-mod,ngram-simple", "qwen3moe-7", None,
+     ["--spec-type", "ngram-mod,ngram-simple", "--spec-ngram-simple-size-n", "1",
+      "--spec-ngram-simple-size-m", "2", "--spec-ngram-mod-n-match", "1", "--spec-ngram-mod-n-max", "8",
+      "--spec-ngram-mod-n-min", "1"]),
+    ("ngram-simple,ngram-mod,draft-mtp", "qwen35moe-mtp-7", None,
+     ["--spec-type", "ngram-mod,draft-mtp,ngram-simple", "--spec-draft-n-max", "3",
+      "--spec-ngram-simple-size-n", "1", "--spec-ngram-simple-size-m", "2", "--spec-ngram-mod-n-match", "1",
+      "--spec-ngram-mod-n-max", "1", "--spec-ngram-mod-n-min", "1"]),
 ]
 
 # Greedy requests: token-id prompts over the tiny vocabularies (ids below 300), some repeating.

@@ -33,6 +33,7 @@ def reported(server):
         ((), (True, "draft-mtp")),
         (("--spec-type", "draft-mtp"), (True, "draft-mtp")),
         (("--spec-type", "none"), (False, "none")),
+        (("--spec-type", "draft-mtp,ngram-simple"), (True, "ngram-simple,draft-mtp")),
     ],
 )
 def test_a_file_with_mtp_layers_drafts_unless_told_not_to_and_says_so(mtp_path, flags, want):
@@ -184,10 +185,15 @@ NGRAM_SIMPLE = ("--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "1"
                 "--spec-ngram-simple-size-m", "6")
 NGRAM_MOD = ("--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "1", "--spec-ngram-mod-n-max", "8",
              "--spec-ngram-mod-n-min", "1")
+# Both in one list, consulted ngram-simple first as llama-server b11434 consults them (its order,
+# not the list's: /props names them in that order).
+NGRAM_BOTH = ("--spec-type", "ngram-simple,ngram-mod", "--spec-ngram-simple-size-n", "2",
+              "--spec-ngram-simple-size-m", "3", *NGRAM_MOD[2:])
 
 
 @pytest.mark.parametrize("model, kept", [("tiny_path", True), ("hybrid_path", False)])
-@pytest.mark.parametrize("spec", [NGRAM_SIMPLE, NGRAM_MOD], ids=["ngram-simple", "ngram-mod"])
+@pytest.mark.parametrize("spec", [NGRAM_SIMPLE, NGRAM_MOD, NGRAM_BOTH],
+                         ids=["ngram-simple", "ngram-mod", "ngram-simple,ngram-mod"])
 def test_ngram_drafts_from_the_history_and_change_no_token(model, kept, spec, request):
     """llama-server's --spec-type ngram-simple and ngram-mod: drafts from token history (the
     slot's own; a table of every slot's), verified by the model (an attention-only file, and a
@@ -220,9 +226,11 @@ def test_ngram_drafts_from_the_history_and_change_no_token(model, kept, spec, re
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (("--spec-type", "ngram-simple,draft-mtp"), "combining ngram-simple with draft-mtp"),
+        (("--spec-type", "draft-simple,draft-mtp"), "combining draft-simple with draft-mtp"),
         (("--spec-type", "ngram-map-k"), "--spec-type ngram-map-k: not supported"),
-        (("--spec-type", "ngram-mod,ngram-simple"), "combining ngram-mod with ngram-simple"),
+        (("--spec-type", "ngram-simple,ngram-cache"), "--spec-type ngram-cache: not supported"),
+        (("--spec-type", "ngram-simple,none"), "none beside other types"),
+        (("--spec-type", "ngram-simple,draft-mtp"), "--spec-type draft-mtp: this model (`qwen3moe`) has no MTP"),
         (("--spec-ngram-mod-n-match", "0"), "--spec-ngram-mod-n-match"),
         (("--spec-ngram-simple-size-n", "0"), "--spec-ngram-simple-size-n"),
         (("--spec-ngram-simple-size-m", "1025"), "--spec-ngram-simple-size-m"),

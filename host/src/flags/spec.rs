@@ -1,6 +1,8 @@
 //! Draft decoding flags of `serve`, `run` and `bench`, spelled as llama-server b11434 spells them,
-//! each with its `LLAMA_ARG_*` twin: `--spec-type none|draft-mtp` (llama.cpp's other types
-//! refused by name), `--spec-draft-n-max`, `--spec-draft-n-min`, `--spec-draft-p-min` and
+//! each with its `LLAMA_ARG_*` twin: `--spec-type` (none, draft-mtp, draft-simple, ngram-simple,
+//! ngram-mod, several combined as llama-server b11434 combines them: the n-gram types consulted
+//! first each step, then the draft model or MTP block; llama.cpp's other types refused by name),
+//! `--spec-draft-n-max`, `--spec-draft-n-min`, `--spec-draft-p-min` and
 //! `--spec-draft-model` (`-md`: a separate file's MTP block drafts, qwen4exp's; `serve` only).
 //! A file with MTP layers drafts with them unless `--spec-type none` (issue 48): each slot's
 //! drafting gate (`bloomery_runtime::draft_gate`) keeps drafting on only while its measured
@@ -20,8 +22,12 @@ use clap::Args;
 /// Draft decoding.
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct SpecArgs {
-    /// Comma-separated speculative decoding types: `none` or `draft-mtp` (the model's own MTP
-    /// block; the default for a file with MTP layers, each slot drafting while it pays).
+    /// Comma-separated speculative decoding types: `none`, `draft-mtp` (the model's own MTP
+    /// block; the default for a file with MTP layers, each slot drafting while it pays),
+    /// `draft-simple` (a draft model, -md), `ngram-simple`, `ngram-mod` (token history).
+    /// Several are combined as llama-server combines them: each step ngram-simple, then
+    /// ngram-mod, then draft-simple or draft-mtp, the first non-empty draft drafting it
+    /// (`bench` runs each value as a test of its own).
     #[arg(long = "spec-type", value_name = "TYPES", env = "LLAMA_ARG_SPEC_TYPE")]
     pub spec_type: Option<String>,
     /// Most tokens drafted after each sampled token.
@@ -120,13 +126,19 @@ const OTHER_TYPES: &[&str] = &[
     "ngram-cache",
 ];
 
-/// The drafting one `--spec-type` list asks for (llama-server's types combined); an unknown or
-/// unimplemented type is an error naming it.
-fn kind_of(list: &str) -> anyhow::Result<SpecType> {
-    let mut kind = SpecType::None;
-    for t in list.split(',').map(str::trim) {
-        let this = match t {
-            "none" => continue,
+/// The types one `--spec-type` list names (llama-server's types, combined as b11434 combines
+/// them: see [`SpecConfig::with_types`]); `none` alone is no type. An unknown or unimplemented
+/// type, or `none` beside others (b11434 drops them all), is an error naming it.
+fn types_of(list: &str) -> anyhow::Result<Vec<SpecType>> {
+    let mut types = Vec::new();
+    let names: Vec<&str> = list.split(',').map(str::trim).collect();
+    for &t in &names {
+        types.push(match t {
+            "none" if names.len() == 1 => continue,
+            "none" => bail!(
+                "--spec-type {list}: none beside other types (llama-server then drafts with \
+                 none of them): name none alone"
+            ),
             "draft-mtp" => SpecType::DraftMtp,
             "ngram-simple" => SpecType::NgramSimple,
             "ngram-mod" => SpecType::NgramMod,
@@ -141,18 +153,12 @@ fn kind_of(list: &str) -> anyhow::Result<SpecType> {
                  draft-simple, ngram-simple, ngram-mod, {})",
                 OTHER_TYPES.join(", ")
             ),
-        };
-        if kind != SpecType::None && kind != this {
-            bail!(
-                "--spec-type {list}: combining {} with {} (llama-server tries the n-gram \
-                 types first, then the draft model) is not supported: name one",
-                kind.name(),
-                this.name()
-            );
-        }
-        kind = this;
+        });
     }
-    Ok(kind)
+    SpecConfig::OFF
+        .with_types(&types)
+        .map_err(|e| anyhow::anyhow!("--spec-type {list}: {e}"))?;
+    Ok(types)
 }
 
 impl SpecArgs {
@@ -214,20 +220,27 @@ impl SpecArgs {
         Ok(self.planned_kinds()?.contains(&SpecType::DraftSimple))
     }
 
-    /// The drafting of each `--spec-type` value (bench's list), or of the default (MTP layers'
-    /// drafting, where the file has them).
+    /// Every type `--spec-type` names (whether one list combined or bench's tests, each value
+    /// of its list), or the default (MTP layers' drafting, where the file has them).
     fn planned_kinds(&self) -> anyhow::Result<Vec<SpecType>> {
         match self.spec_type.as_deref() {
             None => Ok(vec![SpecType::DraftMtp]),
-            Some(list) => list.split(',').map(kind_of).collect(),
+            Some(list) => list
+                .split(',')
+                .map(types_of)
+                .try_fold(Vec::new(), |mut all, t| {
+                    all.extend(t?);
+                    Ok(all)
+                }),
         }
     }
 
-    /// `--spec-synth-rates` for drafting of `kind` on a model of `arch`: one rate per position
-    /// a step drafts, checked as llama-server checks them, and not with a synthetic length.
+    /// `--spec-synth-rates` for drafting as `spec` asks on a model of `arch`: one rate per
+    /// position the longest draft holds, checked as llama-server checks them, and not with a
+    /// synthetic length.
     fn rates(
         &self,
-        kind: SpecType,
+        spec: SpecConfig,
         arch: &str,
         synth_len: Option<f64>,
     ) -> anyhow::Result<Option<SynthRates>> {
@@ -239,7 +252,7 @@ impl SpecArgs {
                 "--spec-synth-rates: synthetic acceptance length and rates are mutually exclusive"
             );
         }
-        if kind == SpecType::None {
+        if spec.kind == SpecType::None {
             bail!("--spec-synth-rates {list}: nothing drafts (--spec-type none, or no MTP layers)");
         }
         let values = list
@@ -249,12 +262,7 @@ impl SpecArgs {
             .map_err(|_| anyhow::anyhow!("--spec-synth-rates {list:?}: expected numbers"))?;
         let rates = SynthRates::new(&values)
             .map_err(|e| anyhow::anyhow!("--spec-synth-rates {list}: {e}"))?;
-        let probe = SpecConfig {
-            kind,
-            n_max: self.n_max_of(kind),
-            ..SpecConfig::MTP
-        };
-        let n_max = probe.for_model(arch).n_max;
+        let n_max = spec.for_model(arch).most();
         if values.len() != n_max {
             bail!(
                 "--spec-synth-rates {list}: synthetic acceptance rates must contain {n_max} \
@@ -309,7 +317,7 @@ impl SpecArgs {
         let mut out = Vec::new();
         for t in types {
             if let Some(t) = &t {
-                kind_of(t)?;
+                types_of(t)?;
             }
             if t.as_deref() == Some("none") {
                 out.push(BenchSpec {
@@ -346,44 +354,26 @@ impl SpecArgs {
         n_mtp_layers: u32,
         arch: &str,
     ) -> anyhow::Result<SpecConfig> {
-        let kind = match spec_type {
+        let types = match spec_type {
             // A file with MTP layers drafts with them.
-            None if n_mtp_layers > 0 => SpecType::DraftMtp,
-            None => SpecType::None,
+            None if n_mtp_layers > 0 => vec![SpecType::DraftMtp],
+            None => Vec::new(),
             Some(list) => {
-                let kind = kind_of(list)?;
-                if kind == SpecType::DraftMtp && n_mtp_layers == 0 {
+                let types = types_of(list)?;
+                if types.contains(&SpecType::DraftMtp) && n_mtp_layers == 0 {
                     bail!("--spec-type draft-mtp: this model (`{arch}`) has no MTP layers");
                 }
-                kind
+                types
             }
         };
-        if kind == SpecType::DraftSimple && self.draft_model.is_none() {
-            bail!(
-                "--spec-type draft-simple: no draft model: name one with --spec-draft-model (-md)"
-            );
-        }
-        let synth_rates = self.rates(kind, arch, synth_len)?;
-        if let (Some(l), SpecType::None) = (synth_len, kind) {
-            bail!("--spec-synth-len {l}: this model (`{arch}`) has no MTP layers to draft with");
-        }
         let ngram_simple = NgramSimpleConfig {
             size_n: usize::from(self.ngram_simple_size_n),
             size_m: usize::from(self.ngram_simple_size_m),
         };
-        if let (Some(h), SpecType::NgramSimple) = (self.ngram_simple_min_hits, kind) {
-            tracing::warn!(
-                "--spec-ngram-simple-min-hits {h}: ngram-simple drafts after the latest match \
-                 whatever the hits (as llama-server b11434's does): no effect"
-            );
-        }
-        let spec = SpecConfig {
-            kind,
-            n_max: self.n_max_of(kind),
+        let mut spec = SpecConfig {
             n_min: self.n_min,
             p_min: self.p_min,
             synth_len,
-            synth_rates,
             gate: !self.no_gate,
             ngram_simple,
             ngram_mod: NgramModConfig {
@@ -391,8 +381,31 @@ impl SpecArgs {
                 n_max: usize::from(self.ngram_mod_n_max),
                 n_min: usize::from(self.ngram_mod_n_min),
             },
-        };
-        let n_max = spec.for_model(arch).n_max;
+            ..SpecConfig::OFF
+        }
+        .with_types(&types)
+        .map_err(|e| anyhow::anyhow!("--spec-type: {e}"))?;
+        let kind = spec.kind;
+        spec.n_max = self.n_max_of(kind);
+        if kind == SpecType::DraftSimple && self.draft_model.is_none() {
+            bail!(
+                "--spec-type draft-simple: no draft model: name one with --spec-draft-model (-md)"
+            );
+        }
+        spec.synth_rates = self.rates(spec, arch, synth_len)?;
+        if let (Some(l), SpecType::None) = (synth_len, kind) {
+            bail!("--spec-synth-len {l}: this model (`{arch}`) has no MTP layers to draft with");
+        }
+        if let (Some(h), true) = (
+            self.ngram_simple_min_hits,
+            types.contains(&SpecType::NgramSimple),
+        ) {
+            tracing::warn!(
+                "--spec-ngram-simple-min-hits {h}: ngram-simple drafts after the latest match \
+                 whatever the hits (as llama-server b11434's does): no effect"
+            );
+        }
+        let n_max = spec.for_model(arch).most();
         if let Some(l) = synth_len.filter(|&l| l > n_max as f64 + 1.0) {
             bail!(
                 "--spec-synth-len {l}: this model's MTP layers (`{arch}`) draft at most {n_max} \
@@ -452,13 +465,36 @@ mod tests {
             (a.planned_n_max().unwrap(), a.planned_history().unwrap()),
             (5, false)
         );
-        let e = args(Some("ngram-simple,draft-mtp"))
-            .config(1, "x")
-            .unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("combining ngram-simple with draft-mtp"),
-            "{e}"
+        // Types combined as b11434 combines them, whatever the order listed: the n-gram types
+        // first, each its own limit; the longest draft sizes the verify pass.
+        let c = args(Some("draft-mtp,ngram-simple")).config(1, "x").unwrap();
+        assert_eq!(
+            (c.kind, c.first, c.n_max, c.most()),
+            (SpecType::DraftMtp, &[SpecType::NgramSimple][..], 5, 20)
+        );
+        assert_eq!(c.names(), "ngram-simple,draft-mtp");
+        let c = args(Some("ngram-mod,draft-simple,ngram-simple,ngram-mod"));
+        let e = c.config(0, "x").unwrap_err().to_string();
+        assert!(e.contains("draft-simple: no draft model"), "{e}");
+        let c = args(Some("ngram-mod,ngram-simple")).config(0, "x").unwrap();
+        assert_eq!(
+            (c.kind, c.first, c.most()),
+            (SpecType::NgramMod, &[SpecType::NgramSimple][..], 64)
+        );
+        let c = args(Some("ngram-simple,ngram-mod,draft-mtp")).config(1, "x");
+        assert_eq!(c.unwrap().names(), "ngram-simple,ngram-mod,draft-mtp");
+        let refused = |list: &str, what: &str| {
+            let e = args(Some(list)).config(1, "x").unwrap_err().to_string();
+            assert!(e.contains(what), "{list}: {e}");
+        };
+        refused(
+            "draft-simple,draft-mtp",
+            "combining draft-simple with draft-mtp",
+        );
+        refused("ngram-simple,none", "none beside other types");
+        refused(
+            "ngram-simple,ngram-cache",
+            "--spec-type ngram-cache: not supported",
         );
         let mut r = args(Some("draft-mtp"));
         r.synth_rates = Some("0.8,0.5,0.5,0.1,0".into());

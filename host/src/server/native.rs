@@ -68,7 +68,7 @@ fn settings_json(ready: &Ready, p: &GenParams) -> Value {
         "cache_prompt": p.cache_prompt,
         "n_ctx": ready.n_ctx_slot,
         "samplers": s.order.iter().map(|st| st.name()).collect::<Vec<_>>(),
-        "speculative.types": ready.spec.kind.name(),
+        "speculative.types": ready.spec.names(),
     })
 }
 
