@@ -58,20 +58,12 @@ fn tiny_mtp(arch: &str, dir: &Path) -> PathBuf {
         "glm5-next" => "tiny",
         _ => "tiny-mtp",
     };
-    let reg = Registry::load(&common::plugin_dir()).unwrap();
-    let presets = reg.model_for(arch).unwrap().module.synth_presets()();
-    let p = presets
-        .iter()
-        .find(|p| {
-            p.name.as_str() == preset
-                && p.metadata.iter().any(|e| {
-                    e.key.as_str() == "general.architecture" && e.value.as_str() == Some(arch)
-                })
-        })
-        .unwrap();
-    let path = dir.join(format!("{arch}-tiny-mtp.gguf"));
-    bloomery::synth::write(p, F32, 7, &path).unwrap();
-    path
+    common::preset_of(
+        arch,
+        preset,
+        &dir.join(format!("{arch}-tiny-mtp.gguf")),
+        F32,
+    )
 }
 
 fn load(path: &Path) -> (LoadedModel, Arc<Tokenizer>) {
@@ -1275,19 +1267,8 @@ fn the_plan_holds_the_drafting_state_the_runtime_makes() {
         assert_eq!(planned(&path, n_slots, 0), 0);
     }
     // The same architecture without its MTP block drafts nothing.
-    let presets = reg.model_for("qwen35moe").unwrap().module.synth_presets()();
-    let p = presets
-        .iter()
-        .find(|p| {
-            p.name.as_str() == "tiny"
-                && p.metadata.iter().any(|e| {
-                    e.key.as_str() == "general.architecture"
-                        && e.value.as_str() == Some("qwen35moe")
-                })
-        })
-        .unwrap();
     let plain = dir.path().join("qwen35moe-tiny.gguf");
-    bloomery::synth::write(p, F32, 7, &plain).unwrap();
+    common::preset_of("qwen35moe", "tiny", &plain, F32);
     assert_eq!(planned(&plain, 2, 3), 0);
 }
 

@@ -12,7 +12,6 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use bloomery::synth::write;
 use bloomery_devices::Registry;
 use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_runtime::ngram_draft::NgramSimpleConfig;
@@ -38,21 +37,8 @@ impl Write for Lines {
 
 /// The tiny qwen35moe with its MTP block (seed 7, every tensor F32) in `dir`.
 fn tiny_mtp(dir: &Path) -> std::path::PathBuf {
-    let reg = Registry::load(&common::plugin_dir()).unwrap();
-    let presets = reg.model_for("qwen35moe").unwrap().module.synth_presets()();
-    let p = presets
-        .iter()
-        .find(|p| {
-            p.name.as_str() == "tiny-mtp"
-                && p.metadata.iter().any(|e| {
-                    e.key.as_str() == "general.architecture"
-                        && e.value.as_str() == Some("qwen35moe")
-                })
-        })
-        .unwrap();
     let path = dir.join("qwen35moe-tiny-mtp.gguf");
-    write(p, common::ALL_F32, 7, &path).unwrap();
-    path
+    common::preset_of("qwen35moe", "tiny-mtp", &path, common::ALL_F32)
 }
 
 /// Greedy answers of 64 tokens to the prompts, one runtime drafting as `spec` asks (ungated):
@@ -72,16 +58,10 @@ fn run(
     let model = LoadedModel::load(&reg, path, options).unwrap();
     let tok = Arc::new(bloomery::text::tokenizer(&model.file).unwrap());
     let cfg = RuntimeConfig {
-        n_ctx_slot: 256,
         n_batch: 64,
-        cache_ram: None,
-        queue_depth: 8,
-        max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
-        checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
         schemajump: true,
-        context_shift: false,
         spec,
-        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
+        ..common::plain_runtime(256)
     };
     let rt = Runtime::start(model, tok.clone(), cfg).unwrap();
     let params = common::generation(

@@ -81,22 +81,32 @@ pub fn tiny_of(
     dir: &std::path::Path,
     types: bloomery::synth::ClassTypes,
 ) -> std::path::PathBuf {
+    preset_of(arch, "tiny", &dir.join(format!("{arch}.gguf")), types)
+}
+
+/// Writes preset `preset` of architecture `arch` (seed 7) with `types` to `path`; returns it.
+#[allow(dead_code)] // not every test crate that shares this module writes models
+pub fn preset_of(
+    arch: &str,
+    preset: &str,
+    path: &std::path::Path,
+    types: bloomery::synth::ClassTypes,
+) -> std::path::PathBuf {
     let reg = bloomery_devices::Registry::load(&plugin_dir())
         .expect("plugin folder (run `cargo xtask plugins` first)");
     let plugin = reg.model_for(arch).unwrap();
     let presets = plugin.module.synth_presets()();
-    let preset = presets
+    let found = presets
         .iter()
         .find(|p| {
-            p.name.as_str() == "tiny"
+            p.name.as_str() == preset
                 && p.metadata.iter().any(|e| {
                     e.key.as_str() == "general.architecture" && e.value.as_str() == Some(arch)
                 })
         })
         .unwrap();
-    let path = dir.join(format!("{arch}.gguf"));
-    bloomery::synth::write(preset, types, 7, &path).unwrap();
-    path
+    bloomery::synth::write(found, types, 7, path).unwrap();
+    path.to_path_buf()
 }
 
 /// The n-gram table row ids of positions `start..` of a sequence whose tokens from position 0
