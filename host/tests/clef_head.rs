@@ -477,31 +477,7 @@ fn decided(mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>) -> Decided {
 fn decisions_that_start_together_share_passes_and_one_head_run() {
     let g = golden();
     let dir = tempfile::tempdir().unwrap();
-    let path = tiny("clef", dir.path());
-    let reg = Registry::load(&plugin_dir()).unwrap();
-    let options = LoadOptions {
-        n_slots: 8,
-        ctx_per_slot: 64,
-        ..common::GOLDEN_OPTS
-    };
-    let model = LoadedModel::load(&reg, &path, options).unwrap();
-    let head = DecisionHead::from_model(&model, HeadHome::backbone(&model))
-        .unwrap()
-        .unwrap();
-    let tok = std::sync::Arc::new(bloomery::text::tokenizer(&model.file).unwrap());
-    let cfg = RuntimeConfig {
-        n_ctx_slot: 64,
-        n_batch: 512,
-        cache_ram: None,
-        queue_depth: 16,
-        max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
-        checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
-        schemajump: false,
-        context_shift: false,
-        spec: bloomery_runtime::spec::SpecConfig::OFF,
-        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
-    };
-    let runtime = Runtime::start_with_head(model, Some(head), tok, cfg).unwrap();
+    let runtime = decision_runtime(dir.path(), 8, 512);
     // Eight different prompts: the golden's, each with its tokens shifted by i.
     let base = request(&g);
     let reqs: Vec<Request> = (0..8)
@@ -573,16 +549,9 @@ fn decision_runtime(dir: &Path, n_slots: u32, n_batch: usize) -> Runtime {
         .unwrap();
     let tok = std::sync::Arc::new(bloomery::text::tokenizer(&model.file).unwrap());
     let cfg = RuntimeConfig {
-        n_ctx_slot: 64,
         n_batch,
-        cache_ram: None,
         queue_depth: 64,
-        max_checkpoints: bloomery_runtime::DEFAULT_MAX_CHECKPOINTS,
-        checkpoint_every: bloomery_runtime::DEFAULT_CHECKPOINT_EVERY,
-        schemajump: false,
-        context_shift: false,
-        spec: bloomery_runtime::spec::SpecConfig::OFF,
-        slot_similarity: bloomery_runtime::DEFAULT_SLOT_SIMILARITY,
+        ..common::plain_runtime(64)
     };
     Runtime::start_with_head(model, Some(head), tok, cfg).unwrap()
 }
