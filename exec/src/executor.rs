@@ -91,6 +91,9 @@ pub struct BatchInputs {
     /// [`NgramSpec::n_ids`]: bloomery_plugin_api::ngram::NgramSpec::n_ids
     /// [`NgramSpec::row_ids`]: bloomery_plugin_api::ngram::NgramSpec::row_ids
     pub ngram_rows: Vec<i32>,
+    /// Which output rows a [`crate::readout::Readout::Split`] pass runs the output head on,
+    /// indices into `output_rows` (empty for every other readout).
+    pub logit_rows: Vec<i32>,
 }
 
 /// The largest output moved to host memory by the pass itself; larger ones (every row's logits
@@ -657,6 +660,7 @@ impl Executor {
                 BatchInput::Slots => (batch.slots.len(), i32_bytes(&batch.slots)),
                 BatchInput::OutputRows => (batch.output_rows.len(), i32_bytes(&batch.output_rows)),
                 BatchInput::NgramRows => (batch.ngram_rows.len(), i32_bytes(&batch.ngram_rows)),
+                BatchInput::LogitRows => (batch.logit_rows.len(), i32_bytes(&batch.logit_rows)),
                 BatchInput::Hidden => (hidden.len(), f32_bytes(hidden)),
                 BatchInput::NgramEmbd => {
                     gathered = self.gather_ngram(batch, r)?;

@@ -706,6 +706,19 @@ impl LoadedModel {
             return Ok(PassOutputs::default());
         }
         let n_outputs = batch.output_rows.len() as u32;
+        if let Readout::Split(n) = readout {
+            let named = batch.logit_rows.len() == n as usize
+                && batch
+                    .logit_rows
+                    .iter()
+                    .all(|&r| r >= 0 && (r as u32) < n_outputs);
+            if !named {
+                return Err(ModelError::Request(format!(
+                    "the logits of {n} of {n_outputs} output rows, named by {:?}",
+                    batch.logit_rows
+                )));
+            }
+        }
         let exec = self.executor_kind(rows as u32, n_outputs, readout, kind)?;
         exec.run(&device, batch)?;
         let out = read_outputs(exec, &device, readout)?;

@@ -6,9 +6,14 @@
 //! a sparse attention's selection, for checking it against a reference). A top-k readout keeps
 //! the logits on the device and reads each row's `k` likeliest ids and their probabilities
 //! among those `k`, with the final-norm rows (an MTP draft step's choice and its next row).
+//! A split readout reads every output row's final-norm row and runs the output head on a few of
+//! them (a prompt whose rows an MTP block takes in needs only its last row's logits).
 
-use bloomery_plugin_api::graph::{Graph, GraphBuilder, GraphOutput, TensorId, FINAL_NORM};
+use bloomery_plugin_api::graph::{
+    BatchInput, Graph, GraphBuilder, GraphOutput, TensorId, TensorSource, FINAL_NORM,
+};
 use bloomery_plugin_api::op::{Gating, Op, RouterParams};
+use bloomery_plugin_api::tensor::TensorRef;
 use bloomery_plugin_api::DType;
 
 /// The name the host gives the final-norm rows among a graph's outputs.
@@ -29,6 +34,9 @@ pub enum Readout {
     Embeddings,
     /// Both, for a pass whose output rows mix generations and embeddings.
     Both,
+    /// The final-norm rows of every output row and the logits of this many of them, those
+    /// `BatchInputs::logit_rows` names (in its order): the output head runs on those alone.
+    Split(u32),
     /// The logits and every tensor named this, one output per tensor ([`tap_layer`]).
     Tap(&'static str),
     /// The final-norm rows, and of each row's logits (which stay on the device) the this many
@@ -60,12 +68,18 @@ impl Readout {
 
     /// Whether the pass reads logits.
     pub fn logits(self) -> bool {
-        matches!(self, Readout::Logits | Readout::Both | Readout::Tap(_))
+        matches!(
+            self,
+            Readout::Logits | Readout::Both | Readout::Split(_) | Readout::Tap(_)
+        )
     }
 
     /// Whether the pass reads the final-norm rows.
     pub fn embeddings(self) -> bool {
-        matches!(self, Readout::Embeddings | Readout::Both | Readout::Top(_))
+        matches!(
+            self,
+            Readout::Embeddings | Readout::Both | Readout::Split(_) | Readout::Top(_)
+        )
     }
 }
 
@@ -77,7 +91,7 @@ pub fn graph_for(mut graph: Graph, readout: Readout, rows: &str) -> Result<Graph
         Readout::Logits => return Ok(graph),
         Readout::Tap(name) => return tapped(graph, name),
         Readout::Top(k) => return top(graph, k, rows),
-        Readout::Embeddings | Readout::Both => {}
+        Readout::Embeddings | Readout::Both | Readout::Split(_) => {}
     }
     let norm = rows_of(&graph, rows)?;
     let output = GraphOutput {
@@ -96,6 +110,73 @@ pub fn graph_for(mut graph: Graph, readout: Readout, rows: &str) -> Result<Graph
         graph.outputs.clear();
     }
     graph.outputs.push(output);
+    match readout {
+        Readout::Split(n) => head_on_rows(graph, n),
+        _ => Ok(graph),
+    }
+}
+
+/// `graph` with its output head (the nodes after the final norm's writer) run on `n` of the
+/// final-norm rows, those [`BatchInput::LogitRows`] names: a gather of those rows goes in
+/// before the head, which reads it in place of the norm, and the head's results shrink to `n`
+/// rows. An error says why a head cannot be cut so (a view into it, a result of other rows).
+fn head_on_rows(graph: Graph, n: u32) -> Result<Graph, String> {
+    let norm = rows_of(&graph, FINAL_NORM)?;
+    let writer = graph
+        .nodes
+        .iter()
+        .rposition(|x| x.dst == norm)
+        .ok_or_else(|| format!("no node writes `{FINAL_NORM}`"))?;
+    let [width, n_out, ..] = graph.tensors[norm.0 as usize].ne;
+    let n = u64::from(n);
+    if n == 0 || n > n_out {
+        return Err(format!("the logits of {n} of {n_out} output rows"));
+    }
+    let mut g = GraphBuilder::extend(graph);
+    let ids = g
+        .input(BatchInput::LogitRows, [n, 1, 1, 1])
+        .map_err(|e| e.to_string())?;
+    let picked = g
+        .op(
+            "logit_rows",
+            Op::GetRows,
+            &[norm, ids],
+            DType::F32,
+            [width, n, 1, 1],
+        )
+        .map_err(|e| e.to_string())?;
+    let mut graph = g.finish();
+    let gather = graph.nodes.pop().expect("the gather just added");
+    graph.nodes.insert(writer + 1, gather);
+    let mut resized = vec![false; graph.tensors.len()];
+    for node in graph.nodes[writer + 2..].iter_mut() {
+        for src in node.srcs.iter_mut() {
+            if *src == norm {
+                *src = picked;
+            }
+            let decl = &graph.tensors[src.0 as usize];
+            if let TensorSource::View { base, .. } = decl.source {
+                if base == norm || resized[base.0 as usize] {
+                    return Err(format!("the output head reads a view `{}`", decl.name));
+                }
+            }
+        }
+        let at = node.dst.0 as usize;
+        let decl = &mut graph.tensors[at];
+        if resized[at] {
+            continue;
+        }
+        if decl.source != TensorSource::Intermediate || decl.ne[1] != n_out || decl.ne[2] != 1 {
+            return Err(format!(
+                "the output head writes `{}` {:?}, not a result of its {n_out} rows",
+                decl.name, decl.ne
+            ));
+        }
+        decl.ne[1] = n;
+        decl.nb = TensorRef::contiguous_strides(decl.dtype, decl.ne)
+            .ok_or_else(|| format!("no layout for `{}` {:?}", decl.name, decl.ne))?;
+        resized[at] = true;
+    }
     Ok(graph)
 }
 
@@ -206,7 +287,9 @@ mod tests {
     use super::{
         graph_for, tap_layer, Readout, EMBEDDINGS_OUTPUT, TOP_IDS_OUTPUT, TOP_PROBS_OUTPUT,
     };
-    use bloomery_plugin_api::graph::{Graph, GraphBuilder, FINAL_NORM};
+    use bloomery_plugin_api::graph::{
+        BatchInput, Graph, GraphBuilder, TensorId, TensorSource, FINAL_NORM,
+    };
     use bloomery_plugin_api::op::{Gating, Op, UnaryFn};
     use bloomery_plugin_api::DType;
 
@@ -275,6 +358,61 @@ mod tests {
             graph_for(head(), Readout::Logits, FINAL_NORM).unwrap(),
             head()
         );
+    }
+
+    #[test]
+    fn split_runs_the_head_on_the_rows_named_and_reads_every_norm_row() {
+        let g = graph_for(head(), Readout::Split(1), FINAL_NORM).unwrap();
+        assert_eq!(outputs(&g), ["logits", EMBEDDINGS_OUTPUT]);
+        let norm = g.outputs[1].tensor;
+        assert_eq!(g.tensors[norm.0 as usize].ne, [4, 2, 1, 1]);
+        assert_eq!(g.nodes.len(), 5);
+        let gather = &g.nodes[2];
+        assert_eq!(gather.op, Op::GetRows);
+        assert_eq!(gather.srcs[0], norm);
+        let ids = &g.tensors[gather.srcs[1].0 as usize];
+        assert_eq!(
+            (ids.source, ids.ne),
+            (
+                TensorSource::Input {
+                    input: BatchInput::LogitRows
+                },
+                [1, 1, 1, 1]
+            )
+        );
+        assert_eq!(g.nodes[3].srcs.as_slice(), &[gather.dst][..]);
+        for node in &g.nodes[2..] {
+            let t = &g.tensors[node.dst.0 as usize];
+            assert_eq!((t.ne, t.nb), ([4, 1, 1, 1], [4, 16, 16, 16]), "{}", t.name);
+        }
+        assert!(Readout::Split(1).logits() && Readout::Split(1).embeddings());
+        // None, or more than the output rows.
+        for n in [0, 3] {
+            let e = graph_for(head(), Readout::Split(n), FINAL_NORM).unwrap_err();
+            assert!(e.contains("output rows"), "{e}");
+        }
+    }
+
+    #[test]
+    fn split_refuses_a_head_that_reads_a_view_of_the_norm() {
+        let graph = head();
+        let at = graph
+            .tensors
+            .iter()
+            .position(|t| t.name.as_str() == FINAL_NORM)
+            .unwrap();
+        let mut g = GraphBuilder::extend(graph);
+        let v = g.reshape(TensorId(at as u32), [8, 1, 1, 1]).unwrap();
+        g.op(
+            "flat",
+            Op::Unary { f: UnaryFn::Silu },
+            &[v],
+            DType::F32,
+            [8, 1, 1, 1],
+        )
+        .unwrap();
+        let e = graph_for(g.finish(), Readout::Split(1), FINAL_NORM).unwrap_err();
+        assert!(e.contains("view"), "{e}");
     }
 
     #[test]

@@ -48,6 +48,7 @@ fn last_logits(m: &mut LoadedModel, slot: i32, start: i32, tokens: &[i32]) -> Ve
         slots: vec![slot; n as usize],
         output_rows: vec![n - 1],
         ngram_rows: vec![],
+        logit_rows: vec![],
     })
     .unwrap()
 }

@@ -43,6 +43,7 @@ fn rows(m: &LoadedModel, seq: &[i32], start: usize, n: usize) -> BatchInputs {
         slots: vec![0; n],
         output_rows: (0..n as i32).collect(),
         ngram_rows: ngram_rows(&m.spec, &seq[..start + n], start),
+        logit_rows: vec![],
     }
 }
 

@@ -40,6 +40,7 @@ fn batch(tokens: &[i32]) -> BatchInputs {
         slots: vec![0; tokens.len()],
         output_rows: (0..n).collect(),
         ngram_rows: vec![],
+        logit_rows: vec![],
     }
 }
 
@@ -165,6 +166,7 @@ fn one_pass_equals_token_by_token_across_the_boundaries() {
             slots: vec![0],
             output_rows: vec![0],
             ngram_rows: vec![],
+            logit_rows: vec![],
         };
         single.extend(m.forward(&one).unwrap());
     }

@@ -270,6 +270,7 @@ fn experts_on_the_host_give_the_device_logits() {
             slots: vec![0; rows as usize],
             output_rows: (0..rows).collect(),
             ngram_rows: vec![],
+            logit_rows: vec![],
         };
         let mut dev = LoadedModel::load_on(&reg, &path, opts, kernel).unwrap();
         let want = dev.forward(&batch).unwrap();

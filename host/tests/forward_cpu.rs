@@ -54,6 +54,7 @@ fn a_batched_prompt_equals_token_by_token() {
         slots: vec![0; n],
         output_rows: (0..n as i32).collect(),
         ngram_rows: vec![],
+        logit_rows: vec![],
     };
     let all = m.forward(&batch).unwrap();
     let vocab = m.spec.hparams.n_vocab as usize;
@@ -67,6 +68,7 @@ fn a_batched_prompt_equals_token_by_token() {
                 slots: vec![0],
                 output_rows: vec![0],
                 ngram_rows: vec![],
+                logit_rows: vec![],
             })
             .unwrap();
         let rel = max_rel(&one, &all[i * vocab..(i + 1) * vocab]);
@@ -87,6 +89,7 @@ fn sequences_in_one_batch_equal_each_alone() {
         slots: vec![0, 0, 0, 0, 1, 1, 1],
         output_rows: vec![3, 6],
         ngram_rows: vec![],
+        logit_rows: vec![],
     };
     let out = both.forward(&batch).unwrap();
     let vocab = both.spec.hparams.n_vocab as usize;
@@ -100,6 +103,7 @@ fn sequences_in_one_batch_equal_each_alone() {
                 slots: vec![0; n],
                 output_rows: vec![n as i32 - 1],
                 ngram_rows: vec![],
+                logit_rows: vec![],
             })
             .unwrap();
         let rel = max_rel(&out[want_row * vocab..(want_row + 1) * vocab], &logits);
@@ -119,6 +123,7 @@ fn a_position_past_the_context_is_refused_by_name() {
             slots: vec![0],
             output_rows: vec![0],
             ngram_rows: vec![],
+            logit_rows: vec![],
         })
         .unwrap_err()
         .to_string();
@@ -189,6 +194,7 @@ fn fused_gate_up_stacks_equal_separate_ones() {
         slots: vec![0; 4],
         output_rows: vec![0, 1, 2, 3],
         ngram_rows: vec![],
+        logit_rows: vec![],
     };
     let a = load(&separate, 1).forward(&batch).unwrap();
     let b = load(&fused, 1).forward(&batch).unwrap();

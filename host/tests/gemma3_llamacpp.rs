@@ -68,6 +68,7 @@ fn batch(tokens: &[i32], start: usize, outputs: Vec<i32>) -> BatchInputs {
         slots: vec![0; tokens.len()],
         output_rows: outputs,
         ngram_rows: vec![],
+        logit_rows: vec![],
     }
 }
 

@@ -64,6 +64,7 @@ fn batch(tokens: &[i32], start: i32, slot: i32, outputs: Vec<i32>) -> BatchInput
         slots: vec![slot; tokens.len()],
         output_rows: outputs,
         ngram_rows: vec![],
+        logit_rows: vec![],
     }
 }
 
@@ -99,6 +100,7 @@ fn sequences_in_one_batch_equal_each_alone() {
             slots: [0; 7].into_iter().chain([1; 3]).collect(),
             output_rows: vec![6, 9],
             ngram_rows: vec![],
+            logit_rows: vec![],
         })
         .unwrap();
     let vocab = both.spec.hparams.n_vocab as usize;

@@ -95,6 +95,7 @@ fn rows(tokens: &[i32], start: i32) -> BatchInputs {
         slots: vec![0; tokens.len()],
         output_rows: (0..n).collect(),
         ngram_rows: vec![],
+        logit_rows: vec![],
     }
 }
 
@@ -371,6 +372,7 @@ fn two_sequences_in_one_pass_equal_each_alone() {
         slots: vec![],
         output_rows: (0..2 * n as i32).collect(),
         ngram_rows: vec![],
+        logit_rows: vec![],
     };
     for p in 0..n {
         for (s, t) in seqs.iter().enumerate() {

@@ -105,6 +105,7 @@ fn rows(tokens: &[i32], slot: i32, start: i32) -> BatchInputs {
         slots: vec![slot; tokens.len()],
         output_rows: (0..n).collect(),
         ngram_rows: vec![],
+        logit_rows: vec![],
     }
 }
 

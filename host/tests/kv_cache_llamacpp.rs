@@ -48,6 +48,7 @@ fn greedy(m: &mut LoadedModel, prompt: &[i32], n: usize) -> Vec<i32> {
                 slots: vec![0; rows as usize],
                 output_rows: vec![rows - 1],
                 ngram_rows: vec![],
+                logit_rows: vec![],
             })
             .unwrap();
         argmax(&logits[logits.len() - vocab..])

@@ -49,6 +49,7 @@ fn rows(m: &LoadedModel, seq: &[i32], start: usize, n: usize) -> BatchInputs {
         slots: vec![0; n],
         output_rows: vec![n as i32 - 1],
         ngram_rows: ngram_rows(&m.spec, &seq[..start + n], start),
+        logit_rows: vec![],
     }
 }
 

@@ -117,6 +117,7 @@ fn qwen35moe_routes_each_token_as_transformers_does() {
                 slots: vec![0],
                 output_rows: vec![0],
                 ngram_rows: vec![],
+                logit_rows: vec![],
             })
             .unwrap();
             let after = m.routing_counts().unwrap();
@@ -174,6 +175,7 @@ fn qwen35_final_norm_rows_match_transformers_and_llama_cpp_within_1e4() {
                 slots: vec![0; n as usize],
                 output_rows: (0..n).collect(),
                 ngram_rows: vec![],
+                logit_rows: vec![],
             })
             .unwrap();
         for oracle in ["transformers", "llamacpp"] {

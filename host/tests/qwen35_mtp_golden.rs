@@ -97,6 +97,7 @@ fn rows(tokens: &[i32], start: i32) -> BatchInputs {
         slots: vec![0; tokens.len()],
         output_rows: (0..n).collect(),
         ngram_rows: vec![],
+        logit_rows: vec![],
     }
 }
 

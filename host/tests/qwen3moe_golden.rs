@@ -92,6 +92,7 @@ fn compare_with(name: &str, file: &str, t: [DType; 4]) -> Agreement {
                 slots: vec![0; n],
                 output_rows: (0..n as i32).collect(),
                 ngram_rows: vec![],
+                logit_rows: vec![],
             })
             .unwrap();
         let vocab = m.spec.hparams.n_vocab as usize;

@@ -338,6 +338,7 @@ fn rows(m: &LoadedModel, history: &[u32], start: usize) -> BatchInputs {
         slots: vec![0; n],
         output_rows: (0..n as i32).collect(),
         ngram_rows: common::ngram_rows(&m.spec, &h, start),
+        logit_rows: vec![],
     }
 }
 

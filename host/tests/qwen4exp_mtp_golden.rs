@@ -66,6 +66,7 @@ fn rows(m: &LoadedModel, history: &[i32], start: usize) -> BatchInputs {
         slots: vec![0; tokens.len()],
         output_rows: (0..n).collect(),
         ngram_rows: common::ngram_rows(&m.spec, history, start),
+        logit_rows: vec![],
     }
 }
 

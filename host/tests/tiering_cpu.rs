@@ -64,6 +64,7 @@ fn run(m: &mut LoadedModel) -> Vec<Vec<f32>> {
             slots: vec![1; 40],
             output_rows: (0..40).collect(),
             ngram_rows: vec![],
+            logit_rows: vec![],
         })
         .unwrap()];
     out.push(
@@ -73,6 +74,7 @@ fn run(m: &mut LoadedModel) -> Vec<Vec<f32>> {
             slots: vec![0; tokens.len()],
             output_rows: (0..n).collect(),
             ngram_rows: vec![],
+            logit_rows: vec![],
         })
         .unwrap(),
     );
@@ -84,6 +86,7 @@ fn run(m: &mut LoadedModel) -> Vec<Vec<f32>> {
                 slots: vec![0, 1],
                 output_rows: vec![0, 1],
                 ngram_rows: vec![],
+                logit_rows: vec![],
             })
             .unwrap(),
         );
@@ -395,6 +398,7 @@ fn the_first_one_row_passes_choose_the_bus_share() {
                 slots: vec![0],
                 output_rows: vec![0],
                 ngram_rows: vec![],
+                logit_rows: vec![],
             })
             .unwrap();
         }
@@ -437,6 +441,7 @@ fn the_staging_sets_lent_to_decode_give_the_unsplit_logits() {
                 slots: vec![0],
                 output_rows: vec![0],
                 ngram_rows: vec![],
+                logit_rows: vec![],
             })
             .unwrap()];
         out.extend(run(m));

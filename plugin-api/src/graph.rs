@@ -45,6 +45,11 @@ pub enum BatchInput {
     /// [`crate::model::WeightClass::NgramTable`] in declaration order; every table has `width`
     /// values a row.
     NgramEmbd = 6,
+    /// i32 `[n_logits]`: which of the output rows the output head runs on, indices into
+    /// [`BatchInput::OutputRows`]'s rows. The host adds it to a graph whose pass wants every
+    /// output row's final-norm row but the logits of a few (a prompt whose rows an MTP block
+    /// takes in needs its last row's logits alone); plugins never declare it.
+    LogitRows = 7,
 }
 
 impl BatchInput {
@@ -311,6 +316,7 @@ impl GraphBuilder {
             BatchInput::NgramRows => "inp_ngram_rows",
             BatchInput::NgramEmbd => "inp_ngram_embd",
             BatchInput::Hidden => "inp_hidden",
+            BatchInput::LogitRows => "inp_logit_ids",
         };
         Ok(self.push(name, input.dtype(), ne, nb, TensorSource::Input { input }))
     }

@@ -45,7 +45,7 @@ pub use error::PluginError;
 
 /// The ABI version of this crate: a plugin is loaded only when its version equals the host's.
 /// Any change to a type that crosses the boundary (the op set included) bumps it.
-pub const ABI_VERSION: u32 = 17;
+pub const ABI_VERSION: u32 = 18;
 
 /// `bloomery_plugin_kind` of a model plugin.
 pub const PLUGIN_KIND_MODEL: u32 = 1;

@@ -1102,6 +1102,7 @@ impl<'t> Scheduler<'t> {
             slots: Vec::new(),
             output_rows: Vec::new(),
             ngram_rows: Vec::new(),
+            logit_rows: vec![],
         };
         if self.cfg.context_shift {
             self.shift_full_slots();
@@ -1275,8 +1276,32 @@ impl<'t> Scheduler<'t> {
                     .map_err(|e| format!("slot {id}: saving its state before a draft: {e}"))?;
             }
         }
+        // The output head runs on each generation's last `outputs` rows. Where the pass also
+        // reads other rows' final-norm rows (the MTP block taking in a prompt's rows), it runs
+        // on those alone: the logits of every row of a long prompt are its larger part.
+        let mut logit_at = Vec::with_capacity(plan.len());
+        let mut row = 0;
+        for p in &plan {
+            logit_at.push(batch.logit_rows.len());
+            let generates = self.slots[p.id]
+                .task
+                .as_ref()
+                .is_some_and(|t| t.job.embed.is_none() && t.job.decide.is_none());
+            if generates {
+                let rows = row + p.read - p.outputs..row + p.read;
+                batch.logit_rows.extend(rows.map(|r| r as i32));
+            }
+            row += p.read;
+        }
+        let split = logits && embeddings && batch.logit_rows.len() < batch.output_rows.len();
+        let readout = match split {
+            true => Readout::Split(batch.logit_rows.len() as u32),
+            false => {
+                batch.logit_rows.clear();
+                Readout::of(logits, embeddings)
+            }
+        };
         let t0 = Instant::now();
-        let readout = Readout::of(logits, embeddings);
         let read = match verify {
             true => self.model.forward_verify(&batch, readout),
             false => self.model.forward_reading(&batch, readout),
@@ -1345,14 +1370,17 @@ impl<'t> Scheduler<'t> {
         let mut keep_rows: Vec<(usize, usize)> = Vec::new();
         // Generation steps the drafting gates weigh: (slot, tokens drafted, tokens kept).
         let mut steps: Vec<(usize, usize, usize)> = Vec::new();
-        for Planned {
-            id,
-            tokens: toks,
-            outputs,
-            read,
-            step: is_step,
-            rows: rows_read,
-        } in plan
+        for (
+            Planned {
+                id,
+                tokens: toks,
+                outputs,
+                read,
+                step: is_step,
+                rows: rows_read,
+            },
+            logit_first,
+        ) in plan.into_iter().zip(logit_at)
         {
             let base = out;
             out += read;
@@ -1482,7 +1510,11 @@ impl<'t> Scheduler<'t> {
             c.drafted.fetch_add(n_drafted as u64, Ordering::Relaxed);
             let mut accepted = 0;
             let mut done = false;
-            let first = base + read - outputs;
+            // This chunk's first row of logits: with the head on a few rows, among those.
+            let first = match split {
+                true => logit_first,
+                false => base + read - outputs,
+            };
             // With a fixed acceptance length the drafter's drafts are taken, not checked.
             let tok = self.tok;
             let n_take = match (&self.synth, task.synth_rng.as_mut()) {
@@ -1657,6 +1689,7 @@ impl<'t> Scheduler<'t> {
             slots: Vec::new(),
             output_rows: Vec::new(),
             ngram_rows: Vec::new(),
+            logit_rows: vec![],
         };
         for (id, start) in refused {
             self.model

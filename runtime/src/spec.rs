@@ -800,6 +800,7 @@ pub(crate) fn empty_batch() -> BatchInputs {
         slots: Vec::new(),
         output_rows: Vec::new(),
         ngram_rows: Vec::new(),
+        logit_rows: vec![],
     }
 }
 

@@ -48,6 +48,7 @@ pub fn check_model(
                 slots: vec![0; prompt.len()],
                 output_rows: (0..n).collect(),
                 ngram_rows: vec![],
+                logit_rows: vec![],
             },
         )];
         let mut mixed = BatchInputs {
@@ -56,6 +57,7 @@ pub fn check_model(
             slots: vec![0],
             output_rows: vec![0],
             ngram_rows: vec![],
+            logit_rows: vec![],
         };
         mixed.tokens.extend(&prompt);
         mixed.positions.extend(0..n);
@@ -71,6 +73,7 @@ pub fn check_model(
                     slots: vec![0, 1],
                     output_rows: vec![0, 1],
                     ngram_rows: vec![],
+                    logit_rows: vec![],
                 },
             ));
         }
@@ -239,6 +242,7 @@ fn streamed_prompt(
             slots: vec![0; rows as usize],
             output_rows: (0..rows).collect(),
             ngram_rows: vec![],
+            logit_rows: vec![],
         },
         dev.spec.ngram.as_ref().into_option(),
         &mut Vec::new(),
@@ -298,6 +302,7 @@ mod tests {
             slots: vec![0; 4],
             output_rows: vec![3],
             ngram_rows: vec![],
+            logit_rows: vec![],
         };
         let fit = super::in_vocab(&batch, 272);
         assert_eq!(fit.tokens, [5, 271, 0, 237]);

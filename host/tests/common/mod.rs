@@ -191,6 +191,7 @@ pub fn golden_agreement(
         let ours = m
             .forward(&bloomery_exec::BatchInputs {
                 ngram_rows: ngram_rows(&m.spec, &tokens, 0),
+                logit_rows: vec![],
                 tokens,
                 positions: (0..n).collect(),
                 slots: vec![0; n as usize],
@@ -270,6 +271,7 @@ pub fn assert_routes_match_with(
                 slots: vec![0],
                 output_rows: vec![0],
                 ngram_rows: ngram_rows(&m.spec, &tokens[..=i], i),
+                logit_rows: vec![],
             })
             .unwrap();
             let after = m.routing_counts().unwrap();

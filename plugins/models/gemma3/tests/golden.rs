@@ -115,6 +115,7 @@ fn forward(m: &mut LoadedModel, tokens: &[i32], start: i32) -> Vec<f32> {
         slots: vec![0; tokens.len()],
         output_rows: (0..n).collect(),
         ngram_rows: vec![],
+        logit_rows: vec![],
     })
     .unwrap()
 }
