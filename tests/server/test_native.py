@@ -162,7 +162,7 @@ def test_a_silent_stream_gets_keep_alive_comments(tiny_path):
     try:
         assert s.post("/completion", {"prompt": "x", "sse_ping_interval": "1"}).status_code == 400
         long = threading.Thread(target=lambda: s.post(
-            "/completion", {"prompt": "a long one", "n_predict": 6000, "ignore_eos": True}))
+            "/completion", {"prompt": "a long one", "n_predict": 1500, "ignore_eos": True}))
         long.start()
         time.sleep(0.5)
         r = requests.post(s.url + "/completion", stream=True, timeout=300,
@@ -172,7 +172,7 @@ def test_a_silent_stream_gets_keep_alive_comments(tiny_path):
         assert lines[0] == ":" and any(line.startswith("data: ") for line in lines), lines[:5]
         # A request's 0 turns them off.
         long = threading.Thread(target=lambda: s.post(
-            "/completion", {"prompt": "a long one", "n_predict": 6000, "ignore_eos": True}))
+            "/completion", {"prompt": "a long one", "n_predict": 1500, "ignore_eos": True}))
         long.start()
         time.sleep(0.5)
         r = requests.post(s.url + "/completion", stream=True, timeout=300,

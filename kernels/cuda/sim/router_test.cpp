@@ -215,7 +215,7 @@ static bool top_k_cases() {
 }
 
 int main() {
-    // Small shapes keep the emulation quick (a std::thread per CUDA thread); they still take
+    // Small shapes keep the emulation quick (a fiber per CUDA thread); they still take
     // several rows (a counter each), blocks wider than SPLIT_THREADS and a partial warp.
     const Case cases[] = {
         {"128 experts, top 8, softmax, renormalised, 1 row", 128, 8, 1, 256, 0, false, true, 1.0f},

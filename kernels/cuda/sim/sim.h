@@ -5,28 +5,29 @@
 // the per-head norm + RoPE (cu/rope.cuh) and the tiled quantized products (cu/mmq.cuh, with the
 // tensor-core primitives of sim/mma.h) use, so that their source can be checked without a
 // GPU (tests/sim.rs builds and runs the *_test.cpp files here with the host C++ compiler). Blocks
-// run one after another; the threads of a block are std::threads with a block barrier for
-// __syncthreads and a per-warp exchange for shuffles and ballots. Every lane of a warp must take
-// part in a shuffle, and a block must leave a kernel as a whole before a barrier, as the kernels
-// under test do.
+// run one after another; the threads of a block are fibers (ucontext) on the calling thread, each
+// running until it waits at a barrier (the block's for __syncthreads, its warp's for shuffles,
+// ballots and the mma exchanges), then the next: a barrier costs a context switch a thread, not
+// the futex wake-ups of as many OS threads. Every lane of a warp must take part in a shuffle, and
+// a block must leave a kernel as a whole before a barrier, as the kernels under test do.
 #pragma once
 #include <algorithm>
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
-#include <thread>
+#include <ucontext.h>
 #include <vector>
 
 struct Dim3 {
     unsigned x = 1, y = 1, z = 1;
 };
 inline Dim3 blockIdx, blockDim, gridDim;
-inline thread_local Dim3 threadIdx;
+// The running fiber's (launch sets it before resuming each).
+inline Dim3 threadIdx;
 
 #define __global__
 #define __device__
@@ -43,23 +44,98 @@ using std::isnan;
 using std::max;
 using std::min;
 
+// The emulated threads: one fiber each, resumed in turn by launch's loop. On x86-64 a switch
+// saves the callee-saved registers on the fiber's stack and swaps stack pointers (no system
+// call); elsewhere it is ucontext's, which also saves the signal mask.
+#if defined(__x86_64__)
+extern "C" void sim_switch(void** from, void* to);
+asm(R"(
+.text
+.globl sim_switch
+.type sim_switch,@function
+sim_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+.size sim_switch, .-sim_switch
+)");
+struct FiberContext {
+    void* sp = nullptr;
+};
+inline FiberContext g_sched;
+inline FiberContext* g_running;
+inline void fiber_switch(FiberContext* from, FiberContext* to) { sim_switch(&from->sp, to->sp); }
+// A fiber about to start `entry` on `stack`: its first switch pops six zero registers and
+// returns into `entry` with the stack aligned as after a call.
+inline void fiber_make(FiberContext* f, char* stack, size_t size, void (*entry)()) {
+    auto top = (uintptr_t)(stack + size) & ~(uintptr_t)15;
+    auto* slot = (void**)(top - 16);
+    slot[0] = (void*)entry;
+    slot[1] = nullptr;
+    for (int i = 1; i <= 6; ++i) slot[-i] = nullptr;
+    f->sp = slot - 6;
+}
+#else
+struct FiberContext {
+    ucontext_t uc;
+};
+inline FiberContext g_sched;
+inline FiberContext* g_running;
+inline void fiber_switch(FiberContext* from, FiberContext* to) { swapcontext(&from->uc, &to->uc); }
+inline void fiber_make(FiberContext* f, char* stack, size_t size, void (*entry)()) {
+    getcontext(&f->uc);
+    f->uc.uc_stack.ss_sp = stack;
+    f->uc.uc_stack.ss_size = size;
+    f->uc.uc_link = nullptr;
+    makecontext(&f->uc, entry, 0);
+}
+#endif
+
+// A barrier of `count` fibers: the last to arrive goes on, the others yield until it has.
+struct SimBarrier {
+    explicit SimBarrier(unsigned n) : count(n) {}
+    void arrive_and_wait() {
+        const unsigned long my = phase;
+        if (++arrived == count) {
+            arrived = 0;
+            ++phase;
+            return;
+        }
+        while (phase == my) fiber_switch(g_running, &g_sched);
+    }
+    unsigned count, arrived = 0;
+    unsigned long phase = 0;
+};
+
 struct WarpExchange {
-    std::barrier<> bar{WARP};
+    SimBarrier bar{WARP};
     alignas(8) unsigned char v[WARP][8];
     bool b[WARP];
 };
-inline std::barrier<>* g_block_barrier;
+inline SimBarrier* g_block_barrier;
 inline std::vector<std::unique_ptr<WarpExchange>> g_warps;
 
 inline void __syncthreads() { g_block_barrier->arrive_and_wait(); }
 // The block's OR of `pred` (nonzero when any thread's is), after a barrier.
-inline std::atomic<int> g_sync_or{0};
+inline int g_sync_or = 0;
 inline int __syncthreads_or(int pred) {
-    if (pred) g_sync_or.fetch_or(1);
+    if (pred) g_sync_or = 1;
     g_block_barrier->arrive_and_wait();
-    const int any = g_sync_or.load();
+    const int any = g_sync_or;
     g_block_barrier->arrive_and_wait();
-    if (threadIdx.x == 0) g_sync_or.store(0);
+    if (threadIdx.x == 0) g_sync_or = 0;
     g_block_barrier->arrive_and_wait();
     return any;
 }
@@ -216,11 +292,23 @@ inline int __clzll(long long x) { return x == 0 ? 64 : __builtin_clzll((unsigned
 // blocks may run in any order on the card), not in index order.
 inline unsigned g_block_shuffle = 0;
 
+// The body the fibers of the running launch run, and the index of the fiber starting now.
+inline const std::function<void(unsigned)>* g_fiber_body;
+inline unsigned g_fiber_index;
+// A fiber's start: its body, then back to launch's loop for good (launch sees it done).
+inline void fiber_main() {
+    (*g_fiber_body)(g_fiber_index);
+    for (;;) fiber_switch(g_running, &g_sched);
+}
+
+// Bytes of stack a fiber has (kernels keep small arrays in "registers").
+constexpr size_t FIBER_STACK = 256 << 10;
+
 // Runs `kernel` on every block of `grid` with `threads` threads (a multiple of WARP).
 inline void launch(Dim3 grid, unsigned threads, const std::function<void()>& kernel) {
     gridDim = grid;
     blockDim = Dim3{threads, 1, 1};
-    std::barrier<> bar(threads);
+    SimBarrier bar(threads);
     g_block_barrier = &bar;
     g_warps.clear();
     for (unsigned w = 0; w < threads / WARP; ++w) g_warps.push_back(std::make_unique<WarpExchange>());
@@ -228,18 +316,34 @@ inline void launch(Dim3 grid, unsigned threads, const std::function<void()>& ker
     std::vector<unsigned long> order(blocks);
     for (unsigned long b = 0; b < blocks; ++b) order[b] = b;
     if (g_block_shuffle) std::shuffle(order.begin(), order.end(), std::mt19937(g_block_shuffle));
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < threads; ++t)
-        pool.emplace_back([t, &order, grid, &bar, &kernel] {
+    std::vector<char> done(threads, 0);
+    const std::function<void(unsigned)> body = [&](unsigned t) {
+        for (const unsigned long b : order) {
+            if (t == 0)
+                blockIdx = Dim3{(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y),
+                                (unsigned)(b / ((unsigned long)grid.x * grid.y))};
+            bar.arrive_and_wait();
+            kernel();
+            bar.arrive_and_wait();
+        }
+        done[t] = 1;
+    };
+    g_fiber_body = &body;
+    std::vector<FiberContext> fibers(threads);
+    std::vector<std::unique_ptr<char[]>> stacks(threads);
+    for (unsigned t = 0; t < threads; ++t) {
+        stacks[t].reset(new char[FIBER_STACK]);
+        fiber_make(&fibers[t], stacks[t].get(), FIBER_STACK, fiber_main);
+    }
+    for (unsigned left = threads; left > 0;) {
+        left = 0;
+        for (unsigned t = 0; t < threads; ++t) {
+            if (done[t]) continue;
             threadIdx = Dim3{t, 0, 0};
-            for (const unsigned long b : order) {
-                if (t == 0)
-                    blockIdx = Dim3{(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y),
-                                    (unsigned)(b / ((unsigned long)grid.x * grid.y))};
-                bar.arrive_and_wait();
-                kernel();
-                bar.arrive_and_wait();
-            }
-        });
-    for (auto& t : pool) t.join();
+            g_fiber_index = t;
+            g_running = &fibers[t];
+            fiber_switch(&g_sched, &fibers[t]);
+            left += !done[t];
+        }
+    }
 }
