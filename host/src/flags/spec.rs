@@ -27,7 +27,7 @@ pub struct SpecArgs {
     /// `draft-simple` (a draft model, -md), `ngram-simple`, `ngram-mod` (token history).
     /// Several are combined as llama-server combines them: each step ngram-simple, then
     /// ngram-mod, then draft-simple or draft-mtp, the first non-empty draft drafting it
-    /// (`bench` runs each value as a test of its own).
+    /// (`bench` runs each value as a test of its own; `a+b` there is one test combining them).
     #[arg(long = "spec-type", value_name = "TYPES", env = "LLAMA_ARG_SPEC_TYPE")]
     pub spec_type: Option<String>,
     /// Most tokens drafted after each sampled token.
@@ -98,17 +98,22 @@ pub struct SpecArgs {
 /// and a fixed acceptance length.
 #[derive(Clone, Debug, PartialEq)]
 pub struct BenchSpec {
-    /// The type (`none` or `draft-mtp`), or None for the default.
+    /// The type (`none`, `draft-mtp`, or a combination as `--spec-type` takes it:
+    /// `ngram-simple,draft-mtp`), or None for the default.
     pub spec_type: Option<String>,
     /// `--spec-synth-len`'s value for this test.
     pub synth_len: Option<f64>,
 }
 
 impl BenchSpec {
-    /// How the bench's table names it: `none`, `draft-mtp`, `draft-mtp L1.7`; `default` for the
-    /// file's own choice.
+    /// How the bench's table names it: `none`, `draft-mtp`, `draft-mtp L1.7`,
+    /// `ngram-simple+draft-mtp`; `default` for the file's own choice.
     pub fn name(&self) -> String {
-        let t = self.spec_type.as_deref().unwrap_or("default");
+        let t = self
+            .spec_type
+            .as_deref()
+            .unwrap_or("default")
+            .replace(',', "+");
         match self.synth_len {
             Some(l) => format!("{t} L{l}"),
             None => t.to_owned(),
@@ -312,7 +317,11 @@ impl SpecArgs {
         };
         let types: Vec<Option<String>> = match &self.spec_type {
             None => vec![None],
-            Some(list) => list.split(',').map(|t| Some(t.trim().to_owned())).collect(),
+            // `a+b` is one test drafting with both (a comma separates tests).
+            Some(list) => list
+                .split(',')
+                .map(|t| Some(t.trim().replace('+', ",")))
+                .collect(),
         };
         let mut out = Vec::new();
         for t in types {
@@ -619,6 +628,21 @@ mod tests {
             &args(Some("draft-mtp,ngram-map-k")),
             "ngram-map-k: not supported",
         );
+        // `+` combines types in one test, as a comma does for serve.
+        let c = args(Some("none, ngram-simple+draft-mtp"));
+        let specs = c.bench_specs().unwrap();
+        let names: Vec<String> = specs.iter().map(|b| b.name()).collect();
+        assert_eq!(names, ["none", "ngram-simple+draft-mtp"]);
+        let both = c.bench_config(&specs[1], 1, "x").unwrap();
+        assert_eq!(both.kind, SpecType::DraftMtp);
+        assert_eq!(
+            both.first,
+            args(Some("ngram-simple,draft-mtp"))
+                .config(1, "x")
+                .unwrap()
+                .first
+        );
+        refused(&args(Some("none+draft-mtp")), "none");
         // serve and run take one length, checked as bench checks it.
         assert_eq!(d.config(1, "x").unwrap().synth_len, Some(1.7));
         d.synth_len = Some("1.5,2".into());

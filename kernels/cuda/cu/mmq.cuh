@@ -218,26 +218,22 @@ static __device__ __forceinline__ void mmq_load_x(S* sm, const uint8_t* xq, long
 // The f32 bits of 1.5 * 2^23: an mma accumulator started at these bits ends as those of 1.5 * 2^23
 // + s for its integer sum s (|s| <= 32 * 128 * 128 = 2^19 keeps the exponent), so that s as f32 is
 // one exact subtraction (MMQ_MAGIC_F) instead of an int-to-float conversion, which on sm_80/90
-// issues at a quarter of the f32 rate and, at 4 an mma lane, bounds mmq_tile's loop
-// (MAGIC: mmq_tile with it, BLOOMERY_CUDA_MMQ=mmaf; mmq_tile2 always). Same f32 as the conversion.
+// issues at a quarter of the f32 rate (mmq_tile2; mmq_tile converts, as fast there: measured
+// alike on an H100, docs/performance.md). Same f32 as the conversion.
 #define MMQ_MAGIC 0x4B400000
 #define MMQ_MAGIC_F 12582912.0f
 
-// An mma sum as f32: through MMQ_MAGIC (the sum started at it), or converted.
-template <bool MAGIC>
-static __device__ __forceinline__ float mmq_sum_f32(int c) {
-    return MAGIC ? __uint_as_float((unsigned)c) - MMQ_MAGIC_F : (float)c;
-}
+// An mma sum started at MMQ_MAGIC, as f32.
+static __device__ __forceinline__ float mmq_magic_f32(int c) { return __uint_as_float((unsigned)c) - MMQ_MAGIC_F; }
 
 // One (row tile, column tile) of y = W . x. The lane owns, for each 16 x 8 tile, rows g and g + 8
 // and columns 2t and 2t + 1 (g = lane / 4, t = lane % 4), the mma accumulator layout. MIN: the
-// weight type has a min term. MAGIC: the integer sums reach f32 through MMQ_MAGIC. A warp whose 16
+// weight type has a min term. A warp whose 16
 // columns all lie past ncols (routed experts with few rows) only helps stage the tiles.
-template <bool USE_MMA, bool MIN, bool MAGIC = false>
+template <bool USE_MMA, bool MIN>
 static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_stride, int wtype, const uint8_t* xq,
                                 long long x_row, const int* cols, int col_div, float* y, long long y_row, int k, int n,
                                 int ncols, int row0, int col0) {
-    static_assert(USE_MMA || !MAGIC, "the dp4a sums start at 0");
     const int lane = threadIdx.x & (WARP - 1), warp = threadIdx.x / WARP;
     const int g = lane >> 2, t = lane & 3;
     const bool active = col0 + warp * 16 < ncols;
@@ -278,7 +274,7 @@ static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_strid
                     ldsm_x4((unsigned*)af, smem_addr(wl + a * 16 * MMQ_LD + j * 8));
 #pragma unroll
                     for (int b = 0; b < 2; ++b) {
-                        ci[a][b][0] = ci[a][b][1] = ci[a][b][2] = ci[a][b][3] = MAGIC ? MMQ_MAGIC : 0;
+                        ci[a][b][0] = ci[a][b][1] = ci[a][b][2] = ci[a][b][3] = 0;
                         mma_s8(ci[a][b], af, bf + 2 * b);
                     }
                 }
@@ -322,9 +318,9 @@ static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_strid
                         // Rounded as the CPU reference rounds each sub-block's term.
                         const float2 wv = wdm[a][i >> 1], xv = xds[b][i & 1];
                         if (MIN)
-                            acc[a][b][i] += wv.x * xv.x * mmq_sum_f32<MAGIC>(ci[a][b][i]) - wv.y * xv.y;
+                            acc[a][b][i] += wv.x * xv.x * (float)ci[a][b][i] - wv.y * xv.y;
                         else
-                            acc[a][b][i] += __fmul_rn(wv.x * xv.x, mmq_sum_f32<MAGIC>(ci[a][b][i]));
+                            acc[a][b][i] += __fmul_rn(wv.x * xv.x, (float)ci[a][b][i]);
                     }
         }
     }
@@ -346,40 +342,39 @@ static __device__ void mmq_tile(MmqSmem* sm, const uint8_t* w, long long w_strid
 }
 
 // mmq_tile for wtype, its min term taken only for the types that have one.
-#define MMQ_TILE_CALL(USE_MMA, MAGIC, wtype, ...)         \
-    do {                                                  \
-        if (has_min(wtype))                               \
-            mmq_tile<USE_MMA, true, MAGIC>(__VA_ARGS__);  \
-        else                                              \
-            mmq_tile<USE_MMA, false, MAGIC>(__VA_ARGS__); \
+#define MMQ_TILE_CALL(USE_MMA, wtype, ...)         \
+    do {                                           \
+        if (has_min(wtype))                        \
+            mmq_tile<USE_MMA, true>(__VA_ARGS__);  \
+        else                                       \
+            mmq_tile<USE_MMA, false>(__VA_ARGS__); \
     } while (0)
 
 // Dense: grid (row tiles, column tiles, 1 or 2). y[c * n + j] = W_j . x_c. With two along z (few
 // tiles: more blocks for the SMs), each block sums half of the k steps and adds its sums to y,
 // which the caller has zeroed: 0 + a + b and 0 + b + a are the same f32, so the result does not
 // depend on which half adds first.
-template <bool USE_MMA, bool MAGIC>
+template <bool USE_MMA>
 static __device__ void mmq_dense(const uint8_t* w, long long w_stride, int wtype, const uint8_t* xq, long long x_row,
                                  float* y, int k, int n, int m) {
     __shared__ MmqSmem sm;
-    MMQ_TILE_CALL(USE_MMA, MAGIC, wtype, &sm, w, w_stride, wtype, xq, x_row, nullptr, 1, y, n, k, n, m,
+    MMQ_TILE_CALL(USE_MMA, wtype, &sm, w, w_stride, wtype, xq, x_row, nullptr, 1, y, n, k, n, m,
                   blockIdx.x * MMQ_BM, blockIdx.y * MMQ_BN);
 }
-#define MMQ_DENSE(name, USE_MMA, MAGIC)                                                                            \
+#define MMQ_DENSE(name, USE_MMA)                                                                            \
     extern "C" __global__ void __launch_bounds__(MMQ_THREADS, MMQ_MIN_BLOCKS)                                      \
         name(const uint8_t* w, long long w_stride, int wtype, const uint8_t* xq, long long x_row, float* y, int k, \
              int n, int m) {                                                                                       \
         KERNEL_ENTRY();                                                                                            \
-        mmq_dense<USE_MMA, MAGIC>(w, w_stride, wtype, xq, x_row, y, k, n, m);                                      \
+        mmq_dense<USE_MMA>(w, w_stride, wtype, xq, x_row, y, k, n, m);                                      \
     }
-MMQ_DENSE(bl_mmq_mma, true, false)
-MMQ_DENSE(bl_mmq_dp4a, false, false)
-MMQ_DENSE(bl_mmqf_mma, true, true)
+MMQ_DENSE(bl_mmq_mma, true)
+MMQ_DENSE(bl_mmq_dp4a, false)
 
 // Up to three products of the same activations (Q, K and V of a prompt;
 // ops/fused/matmul_parts.rs), as one launch: grid (row tiles of all parts, column tiles). Part p
 // is y_p[c * n_p + j] = W_p,j . x_c.
-template <bool USE_MMA, bool MAGIC>
+template <bool USE_MMA>
 static __device__ void mmq_parts(MatmulPart pa, MatmulPart pb, MatmulPart pc, int wtype, const uint8_t* xq,
                                  long long x_row, int k, int m) {
     __shared__ MmqSmem sm;
@@ -393,24 +388,23 @@ static __device__ void mmq_parts(MatmulPart pa, MatmulPart pb, MatmulPart pc, in
         p = pb;
         tile -= ta;
     }
-    MMQ_TILE_CALL(USE_MMA, MAGIC, wtype, &sm, p.w, p.stride, wtype, xq, x_row, nullptr, 1, p.y, p.n, k, p.n, m,
+    MMQ_TILE_CALL(USE_MMA, wtype, &sm, p.w, p.stride, wtype, xq, x_row, nullptr, 1, p.y, p.n, k, p.n, m,
                   tile * MMQ_BM, blockIdx.y * MMQ_BN);
 }
-#define MMQ_PARTS(name, USE_MMA, MAGIC)                                                                      \
+#define MMQ_PARTS(name, USE_MMA)                                                                      \
     extern "C" __global__ void __launch_bounds__(MMQ_THREADS, MMQ_MIN_BLOCKS)                                \
         name(MatmulPart a, MatmulPart b, MatmulPart c, int wtype, const uint8_t* xq, long long x_row, int k, \
              int m) {                                                                                        \
         KERNEL_ENTRY();                                                                                      \
-        mmq_parts<USE_MMA, MAGIC>(a, b, c, wtype, xq, x_row, k, m);                                          \
+        mmq_parts<USE_MMA>(a, b, c, wtype, xq, x_row, k, m);                                          \
     }
-MMQ_PARTS(bl_mmq_parts_mma, true, false)
-MMQ_PARTS(bl_mmq_parts_dp4a, false, false)
-MMQ_PARTS(bl_mmqf_parts_mma, true, true)
+MMQ_PARTS(bl_mmq_parts_mma, true)
+MMQ_PARTS(bl_mmq_parts_dp4a, false)
 
 // Routed experts: grid (row tiles, column tiles). Column tile y is tiles[y] = (stack expert e,
 // first column) from bl_moe_tiles (e < 0: no tile); expert e's columns are list[e * list_stride
 // ..] (count[e] of them), entries r * k + j of the route table.
-template <bool USE_MMA, bool MAGIC>
+template <bool USE_MMA>
 static __device__ void mmq_experts(const uint8_t* w, long long w_stride, long long w_exp, int wtype, const uint8_t* xq,
                                    long long x_row, const int* list, long long list_stride, const int* count,
                                    const int2* tiles, int col_div, float* y, long long y_row, int k, int n) {
@@ -418,21 +412,20 @@ static __device__ void mmq_experts(const uint8_t* w, long long w_stride, long lo
     const int2 tile = tiles[blockIdx.y];
     if (tile.x < 0) return;
     const int e = tile.x;
-    MMQ_TILE_CALL(USE_MMA, MAGIC, wtype, &sm, w + e * w_exp, w_stride, wtype, xq, x_row, list + e * list_stride,
+    MMQ_TILE_CALL(USE_MMA, wtype, &sm, w + e * w_exp, w_stride, wtype, xq, x_row, list + e * list_stride,
                   col_div, y, y_row, k, n, count[e], blockIdx.x * MMQ_BM, tile.y);
 }
-#define MMQ_EXPERTS(name, USE_MMA, MAGIC)                                                                              \
+#define MMQ_EXPERTS(name, USE_MMA)                                                                              \
     extern "C" __global__ void __launch_bounds__(MMQ_THREADS, MMQ_MIN_BLOCKS)                                          \
         name(const uint8_t* w, long long w_stride, long long w_exp, int wtype, const uint8_t* xq, long long x_row,     \
              const int* list, long long list_stride, const int* count, const int2* tiles, int col_div, float* y,       \
              long long y_row, int k, int n) {                                                                          \
         KERNEL_ENTRY();                                                                                                \
-        mmq_experts<USE_MMA, MAGIC>(w, w_stride, w_exp, wtype, xq, x_row, list, list_stride, count, tiles, col_div, y, \
+        mmq_experts<USE_MMA>(w, w_stride, w_exp, wtype, xq, x_row, list, list_stride, count, tiles, col_div, y, \
                              y_row, k, n);                                                                             \
     }
-MMQ_EXPERTS(bl_mmq_experts_mma, true, false)
-MMQ_EXPERTS(bl_mmq_experts_dp4a, false, false)
-MMQ_EXPERTS(bl_mmqf_experts_mma, true, true)
+MMQ_EXPERTS(bl_mmq_experts_mma, true)
+MMQ_EXPERTS(bl_mmq_experts_dp4a, false)
 
 // ---- the wide tile of long prompts (BLOOMERY_CUDA_MMQ=mma2) --------------------------------------
 
@@ -522,9 +515,9 @@ static __device__ void mmq_tile2(Mmq2Smem* sm, const uint8_t* w, long long w_str
                         // Rounded as the CPU reference rounds each sub-block's term.
                         const float2 wv = wdm[i >> 1], xv = xds[b][i & 1];
                         if (MIN)
-                            acc[a][b][i] += wv.x * xv.x * mmq_sum_f32<true>(ci[b][i]) - wv.y * xv.y;
+                            acc[a][b][i] += wv.x * xv.x * mmq_magic_f32(ci[b][i]) - wv.y * xv.y;
                         else
-                            acc[a][b][i] += __fmul_rn(wv.x * xv.x, mmq_sum_f32<true>(ci[b][i]));
+                            acc[a][b][i] += __fmul_rn(wv.x * xv.x, mmq_magic_f32(ci[b][i]));
                     }
             }
         }

@@ -10,9 +10,7 @@
 // - routed experts over a route table: gathered activation rows (entry / col_div), outputs
 //   written at each entry's row and nowhere else, an expert over two column tiles, one with a
 //   few columns, one with none, and unused tiles;
-// - the 64 x 64 tiles with their sums through MMQ_MAGIC (bl_mmqf_*): dense, parts and routed
-//   experts as above;
-// - the wide tile (bl_mmq2_*): dense products over several partial row and column tiles (warps
+// - the wide tile (bl_mmq2_*, its sums through MMQ_MAGIC): dense products over several partial row and column tiles (warps
 //   whose columns all lie past the batch), k not a multiple of 256, Q8_0, Q4_K and Q6_K, the k
 //   halves along z, rows 4-byte aligned, and parts of three uneven sizes, Q8_0 and Q4_K.
 // Prints one line per case; exits 1 on a failure.
@@ -142,9 +140,8 @@ static std::vector<uint8_t> shifted(const std::vector<uint8_t>& v) {
     return s;
 }
 
-// The tiles under test: mmq_tile on the tensor cores (converting its sums, or through MMQ_MAGIC:
-// MmaF) or dp4a, or the wide tile (mmq_tile2).
-enum class Form { Mma, MmaF, Dp4a, Wide };
+// The tiles under test: mmq_tile on the tensor cores or dp4a, or the wide tile (mmq_tile2).
+enum class Form { Mma, Dp4a, Wide };
 
 static void dense_case(const char* name, Form form, int wtype, int n, int m, int k, int z, bool misaligned = false) {
     const auto w0 = weights(wtype, n, k);
@@ -162,8 +159,6 @@ static void dense_case(const char* name, Form form, int wtype, int n, int m, int
                    bl_mmq2_mma(w, w_stride, wtype, x, x_row, y.data(), k, n, m);
                else if (form == Form::Mma)
                    bl_mmq_mma(w, w_stride, wtype, x, x_row, y.data(), k, n, m);
-               else if (form == Form::MmaF)
-                   bl_mmqf_mma(w, w_stride, wtype, x, x_row, y.data(), k, n, m);
                else
                    bl_mmq_dp4a(w, w_stride, wtype, x, x_row, y.data(), k, n, m);
            });
@@ -194,8 +189,6 @@ static void parts_case(const char* name, Form form, int wtype = WT_Q8_0, int k =
             bl_mmq2_parts_mma(p[0], p[1], p[2], wtype, x.data(), x_row, k, m);
         else if (form == Form::Mma)
             bl_mmq_parts_mma(p[0], p[1], p[2], wtype, x.data(), x_row, k, m);
-        else if (form == Form::MmaF)
-            bl_mmqf_parts_mma(p[0], p[1], p[2], wtype, x.data(), x_row, k, m);
         else
             bl_mmq_parts_dp4a(p[0], p[1], p[2], wtype, x.data(), x_row, k, m);
     });
@@ -235,9 +228,6 @@ static void experts_case(const char* name, Form form, int wtype) {
         if (form == Form::Mma)
             bl_mmq_experts_mma(w.data(), w_stride, w_exp, wtype, x.data(), x_row, list.data(), list_stride,
                                count.data(), tiles.data(), top, y.data(), y_row, k, n);
-        else if (form == Form::MmaF)
-            bl_mmqf_experts_mma(w.data(), w_stride, w_exp, wtype, x.data(), x_row, list.data(), list_stride,
-                                count.data(), tiles.data(), top, y.data(), y_row, k, n);
         else
             bl_mmq_experts_dp4a(w.data(), w_stride, w_exp, wtype, x.data(), x_row, list.data(), list_stride,
                                 count.data(), tiles.data(), top, y.data(), y_row, k, n);
@@ -251,8 +241,8 @@ static void experts_case(const char* name, Form form, int wtype) {
 }
 
 int main() {
-    for (const Form f : {Form::Mma, Form::Dp4a, Form::MmaF}) {
-        const char* form = f == Form::Mma ? "mma" : f == Form::MmaF ? "mma, magic sums" : "dp4a";
+    for (const Form f : {Form::Mma, Form::Dp4a}) {
+        const char* form = f == Form::Mma ? "mma" : "dp4a";
         char name[96];
         std::snprintf(name, sizeof name, "dense Q4_K 80 x 70, 3 k steps (%s)", form);
         dense_case(name, f, WT_Q4_K, 80, 70, 768, 1);

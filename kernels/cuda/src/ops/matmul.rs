@@ -138,14 +138,12 @@ pub(super) const F32_SPLIT_THREADS: u32 = 128;
 /// hundred rows of a K or V projection still spread over the SMs.
 const MQ_COLS_BLOCK: u32 = 128;
 
-/// The batched quantized product in use (`BLOOMERY_CUDA_MMQ=mma2|mma|mmaf|dp4a|off`; mma2 by
+/// The batched quantized product in use (`BLOOMERY_CUDA_MMQ=mma2|mma|dp4a|off`; mma2 by
 /// default: on an H100 it took Clef-Flash's Q8_0 prompts 4-5% faster than mma, docs/performance.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mmq {
     /// Tiles on the int8 tensor cores.
     Mma,
-    /// The same tiles, their integer sums turned to f32 through `MMQ_MAGIC` (`bl_mmqf_*`).
-    MmaF,
     /// As `Mma`, with the wide tile (`bl_mmq2_*`) for the dense and parts products of batches
     /// of [`MMQ2_MIN_ROWS`] rows or more.
     Mma2,
@@ -201,7 +199,6 @@ impl Mmq {
         match std::env::var("BLOOMERY_CUDA_MMQ").as_deref() {
             Ok("dp4a") => Mmq::Dp4a,
             Ok("mma") => Mmq::Mma,
-            Ok("mmaf") => Mmq::MmaF,
             Ok("off") => Mmq::Off,
             _ => Mmq::Mma2,
         }
@@ -213,11 +210,6 @@ impl Mmq {
             _ if rows < MMQ_MIN_ROWS => None,
             Mmq::Mma2 if rows >= MMQ2_MIN_ROWS => Some(MMA2_TILES),
             Mmq::Mma | Mmq::Mma2 => Some(MMA_TILES),
-            Mmq::MmaF => Some(MmqTiles {
-                dense: "bl_mmqf_mma",
-                parts: "bl_mmqf_parts_mma",
-                ..MMA_TILES
-            }),
             Mmq::Dp4a => Some(MmqTiles {
                 dense: "bl_mmq_dp4a",
                 parts: "bl_mmq_parts_dp4a",
@@ -232,7 +224,6 @@ impl Mmq {
         match self {
             _ if rows < MMQ_MIN_ROWS => None,
             Mmq::Mma | Mmq::Mma2 => Some("bl_mmq_experts_mma"),
-            Mmq::MmaF => Some("bl_mmqf_experts_mma"),
             Mmq::Dp4a => Some("bl_mmq_experts_dp4a"),
             Mmq::Off => None,
         }
@@ -469,10 +460,6 @@ mod tests {
         );
         assert_eq!(Mmq::Mma2.experts(512), Mmq::Mma.experts(512));
         assert_eq!(Mmq::Dp4a.tiles(512).map(|t| t.dense), Some("bl_mmq_dp4a"));
-        let f = Mmq::MmaF.tiles(512).expect("tiles");
-        assert_eq!((f.dense, f.parts), ("bl_mmqf_mma", "bl_mmqf_parts_mma"));
-        assert_eq!((f.rows, f.smem), (64, 0));
-        assert_eq!(Mmq::MmaF.experts(512), Some("bl_mmqf_experts_mma"));
         assert_eq!(Mmq::Off.tiles(512), None);
     }
 
