@@ -56,7 +56,9 @@
 #                                 kept tokens again after refused drafts (0 when verify passes
 #                                 keep each row's recurrent state); then the same without
 #                                 --spec-synth-len: drafting gated (the default) at the random
-#                                 weights' own acceptance, with the gate's switch lines.
+#                                 weights' own acceptance, with the gate's switch lines; and
+#                                 each placement's prompts (`-p 512,2048 -n 0`) with drafting
+#                                 off and on.
 #
 # Settings (environment):
 #   OUT         folder that receives the packed logs and the tables.
@@ -876,6 +878,15 @@ mtpspeed_suite() {
     fi
     f=$(big_file "$name") || { fail "synth $name"; continue; }
     for p in "${placements[@]}"; do
+      # Prompts with drafting off and on: the MTP block takes in every prompt row, and the
+      # output head runs on the sampling row alone (before 2ed74fa, on every row: 0.08x).
+      log="$out/mtp-prompt-$name-$(slug "$p").txt"
+      # shellcheck disable=SC2086
+      if bl bench -m "$f" -p 512,2048 -n 0 -r 2 --spec-type none,draft-mtp $p > "$log" 2>&1; then
+        { echo "$name prompts \`$p\`:"; grep -E "\|" "$log"; echo; } | tee -a "$out/table.md"
+      else
+        fail "mtpspeed prompts $name '$p': $(why "$log") [$log]"
+      fi
       for np in ${STREAMS:-1}; do
         log="$out/mtp-$name-$(slug "$p")-np$np.txt"
         # shellcheck disable=SC2086
