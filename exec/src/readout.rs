@@ -101,11 +101,7 @@ pub fn graph_for(mut graph: Graph, readout: Readout, rows: &str) -> Result<Graph
     if readout == Readout::Embeddings {
         // The nodes after the final norm's writer are the output head (and its soft cap):
         // nothing there writes state.
-        let writer = graph
-            .nodes
-            .iter()
-            .rposition(|n| n.dst == norm)
-            .ok_or_else(|| format!("no node writes `{rows}`"))?;
+        let writer = writer_of(&graph, norm, rows)?;
         graph.nodes.truncate(writer + 1);
         graph.outputs.clear();
     }
@@ -122,11 +118,7 @@ pub fn graph_for(mut graph: Graph, readout: Readout, rows: &str) -> Result<Graph
 /// rows. An error says why a head cannot be cut so (a view into it, a result of other rows).
 fn head_on_rows(graph: Graph, n: u32) -> Result<Graph, String> {
     let norm = rows_of(&graph, FINAL_NORM)?;
-    let writer = graph
-        .nodes
-        .iter()
-        .rposition(|x| x.dst == norm)
-        .ok_or_else(|| format!("no node writes `{FINAL_NORM}`"))?;
+    let writer = writer_of(&graph, norm, FINAL_NORM)?;
     let [width, n_out, ..] = graph.tensors[norm.0 as usize].ne;
     let n = u64::from(n);
     if n == 0 || n > n_out {
@@ -154,11 +146,20 @@ fn head_on_rows(graph: Graph, n: u32) -> Result<Graph, String> {
             if *src == norm {
                 *src = picked;
             }
+            // The head reads the picked rows, its own results and weights: anything else (a
+            // view, an earlier intermediate of every output row) would keep the old row count.
             let decl = &graph.tensors[src.0 as usize];
-            if let TensorSource::View { base, .. } = decl.source {
-                if base == norm || resized[base.0 as usize] {
-                    return Err(format!("the output head reads a view `{}`", decl.name));
-                }
+            let weight = |s: TensorSource| matches!(s, TensorSource::Weight { .. });
+            let known = *src == picked
+                || resized[src.0 as usize]
+                || weight(decl.source)
+                || matches!(decl.source, TensorSource::View { base, .. }
+                    if weight(graph.tensors[base.0 as usize].source));
+            if !known {
+                return Err(format!(
+                    "the output head reads `{}`, neither its rows, its own result nor a weight",
+                    decl.name
+                ));
             }
         }
         let at = node.dst.0 as usize;
@@ -178,6 +179,15 @@ fn head_on_rows(graph: Graph, n: u32) -> Result<Graph, String> {
         resized[at] = true;
     }
     Ok(graph)
+}
+
+/// The index of the last node of `graph` that writes `t` (named `name`, for the error).
+fn writer_of(graph: &Graph, t: TensorId, name: &str) -> Result<usize, String> {
+    graph
+        .nodes
+        .iter()
+        .rposition(|n| n.dst == t)
+        .ok_or_else(|| format!("no node writes `{name}`"))
 }
 
 /// `graph` reading its rows named `rows` and, of its logits, each row's `k` likeliest ids
@@ -412,7 +422,7 @@ mod tests {
         )
         .unwrap();
         let e = graph_for(g.finish(), Readout::Split(1), FINAL_NORM).unwrap_err();
-        assert!(e.contains("view"), "{e}");
+        assert!(e.contains("reads `result_norm`"), "{e}");
     }
 
     #[test]
