@@ -137,6 +137,13 @@ pub struct Job {
     pub events: mpsc::UnboundedSender<Event>,
 }
 
+impl Job {
+    /// Whether the job generates tokens (not an embedding, not a decision).
+    pub fn generates(&self) -> bool {
+        self.embed.is_none() && self.decide.is_none()
+    }
+}
+
 /// A slot operation of `/slots/:id?action=…`.
 #[derive(Debug)]
 pub enum SlotAction {

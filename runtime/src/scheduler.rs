@@ -644,7 +644,7 @@ impl<'t> Scheduler<'t> {
         }
         // A generation needs a position for its first token; an embedding or a decision may
         // fill the slot.
-        let generates = job.embed.is_none() && job.decide.is_none();
+        let generates = job.generates();
         if !generates && self.model.rows_name() != FINAL_NORM {
             return Err(Failure::new(
                 FailureKind::Invalid,
@@ -1286,7 +1286,7 @@ impl<'t> Scheduler<'t> {
             let generates = self.slots[p.id]
                 .task
                 .as_ref()
-                .is_some_and(|t| t.job.embed.is_none() && t.job.decide.is_none());
+                .is_some_and(|t| t.job.generates());
             if generates {
                 let rows = row + p.read - p.outputs..row + p.read;
                 batch.logit_rows.extend(rows.map(|r| r as i32));
@@ -1391,7 +1391,7 @@ impl<'t> Scheduler<'t> {
             let Some(task) = slot.task.as_mut() else {
                 continue;
             };
-            let generates = task.job.embed.is_none() && task.job.decide.is_none();
+            let generates = task.job.generates();
             if rows_read && generates {
                 taken.push((id, start, toks.clone(), base, toks.len()));
             }
