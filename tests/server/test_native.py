@@ -5,11 +5,13 @@ import time
 
 import requests
 
+from conftest import sse_lines
+
 
 def sse(resp):
     """The JSON payloads of a `data:` event stream."""
     out = []
-    for line in resp.iter_lines(decode_unicode=True):
+    for line in sse_lines(resp):
         if line.startswith("data: "):
             data = line[len("data: "):]
             out.append(data if data == "[DONE]" else json.loads(data))
@@ -167,7 +169,7 @@ def test_a_silent_stream_gets_keep_alive_comments(tiny_path):
         time.sleep(0.5)
         r = requests.post(s.url + "/completion", stream=True, timeout=300,
                           json={"prompt": "queued", "n_predict": 2, "stream": True})
-        lines = [line for line in r.iter_lines(decode_unicode=True) if line]
+        lines = [line for line in sse_lines(r) if line]
         long.join()
         assert lines[0] == ":" and any(line.startswith("data: ") for line in lines), lines[:5]
         # A request's 0 turns them off.
@@ -177,7 +179,7 @@ def test_a_silent_stream_gets_keep_alive_comments(tiny_path):
         time.sleep(0.5)
         r = requests.post(s.url + "/completion", stream=True, timeout=300,
                           json={"prompt": "queued", "n_predict": 2, "stream": True, "sse_ping_interval": 0})
-        lines = [line for line in r.iter_lines(decode_unicode=True) if line]
+        lines = [line for line in sse_lines(r) if line]
         long.join()
         assert ":" not in lines and lines[0].startswith("data: "), lines[:5]
     finally:

@@ -6,7 +6,7 @@ Inside a thinking span the prompt opened, N generated tokens are free; then the 
 first tokens of the same reply without a budget."""
 import pytest
 
-from conftest import Server
+from conftest import Server, sse_lines
 
 # Opens the thinking span itself (DeepSeek-R1, QwQ, Qwen3.6 with thinking on).
 TEMPLATE = (
@@ -141,7 +141,7 @@ def streamed(s, body, on_first):
     with requests.post(s.url + "/v1/chat/completions", json={**body, "stream": True}, stream=True,
                        timeout=300) as r:
         assert r.status_code == 200, r.text
-        for line in r.iter_lines(decode_unicode=True):
+        for line in sse_lines(r):
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue
             c = json.loads(line[len("data: "):])

@@ -6,7 +6,7 @@ import math
 import pytest
 import requests
 
-from conftest import QWEN3_TEMPLATE, Server
+from conftest import QWEN3_TEMPLATE, Server, sse_lines
 from test_errors import error_of
 
 # A grammar that never ends and puts a newline every third character.
@@ -14,7 +14,8 @@ LINES = 'root ::= ("ab\\n")+'
 
 
 def sse_frames(r):
-    return sse_frames_of(r.iter_lines(decode_unicode=True))
+    return sse_frames_of(sse_lines(r))
+
 
 
 def sse_frames_of(lines):
@@ -86,7 +87,7 @@ def test_several_completions_stream_each_with_its_index(tiny):
 
     chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "n": 2, "stream": True, "seed": 5,
             "stream_options": {"include_usage": True}}
-    lines = [l for l in requests.post(tiny.url + "/v1/chat/completions", json=chat, stream=True).iter_lines(decode_unicode=True) if l]
+    lines = [l for l in sse_lines(requests.post(tiny.url + "/v1/chat/completions", json=chat, stream=True)) if l]
     assert lines[-1] == "data: [DONE]" and lines.count("data: [DONE]") == 1
     frames = sse_frames_of(lines)
     ends = [f["choices"][0] for f in frames if f["choices"] and f["choices"][0]["finish_reason"]]
@@ -97,8 +98,8 @@ def test_several_completions_stream_each_with_its_index(tiny):
     unstreamed = tiny.post("/v1/chat/completions", {**chat, "stream": False}).json()["choices"]
     assert texts == [c["message"]["content"] for c in unstreamed]
 
-    lines = [l for l in requests.post(tiny.url + "/v1/completions", json={"prompt": "x", "max_tokens": 3, "n": 2, "stream": True},
-                                      stream=True).iter_lines(decode_unicode=True) if l]
+    lines = [l for l in sse_lines(requests.post(tiny.url + "/v1/completions", json={"prompt": "x", "max_tokens": 3, "n": 2,
+                                                                                   "stream": True}, stream=True)) if l]
     assert lines[-1] == "data: [DONE]" and lines.count("data: [DONE]") == 1
     ends = [f["choices"][0] for f in sse_frames_of(lines) if f["choices"][0]["finish_reason"]]
     assert sorted(c["index"] for c in ends) == [0, 1]
@@ -125,7 +126,7 @@ def test_post_sampling_probs_are_the_chains_candidates(tiny):
     # probs_vector_to_json): the candidates the sampler chain drew from, best first, none of
     # probability 0, under "prob" and "top_probs".
     body = {"prompt": "x", "n_predict": 6, "n_probs": 10, "post_sampling_probs": True,
-            "temperature": 1.0, "top_k": 4, "top_p": 1.0, "min_p": 0.0, "seed": 3}
+            "temperature": 1.0, "top_k": 4, "top_p": 1.0, "min_p": 0.0, "seed": 3, "ignore_eos": False}
     r = tiny.post("/completion", body).json()
     assert r["generation_settings"]["post_sampling_probs"] is True
     toks = r["completion_probabilities"]
@@ -218,7 +219,7 @@ def test_return_progress_streams_the_prompts_progress(small_batches):
 def test_ignore_eos_bans_every_end_of_generation_token_by_a_logit_bias(tiny):
     # As llama-server b11434 (server-schema.cpp's ignore_eos handler, common.cpp's
     # logit_bias_eog): the biases are listed in generation_settings, -inf shown as null.
-    body = {"prompt": "x", "n_predict": 4, "temperature": 0}
+    body = {"prompt": "x", "n_predict": 4, "temperature": 0, "ignore_eos": False}
     assert tiny.post("/completion", body).json()["generation_settings"]["logit_bias"] == []
     banned = tiny.post("/completion", {**body, "ignore_eos": True}).json()["generation_settings"]["logit_bias"]
     assert banned and all(b["bias"] is None for b in banned)

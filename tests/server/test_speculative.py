@@ -11,7 +11,7 @@ import json
 import pytest
 import requests
 
-from conftest import QWEN3_TEMPLATE, Server, run_cli, synth_file
+from conftest import QWEN3_TEMPLATE, Server, run_cli, sse_lines, synth_file
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def last_timings(server, path, body):
         assert r.status_code == 200, r.text
         chunks = [
             json.loads(line[len("data: "):])
-            for line in r.iter_lines(decode_unicode=True)
+            for line in sse_lines(r)
             if line.startswith("data: ") and line != "data: [DONE]"
         ]
     timed = [c["timings"] for c in chunks if "timings" in c]
