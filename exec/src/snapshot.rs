@@ -42,44 +42,27 @@ fn content_windows(len: usize) -> Vec<std::ops::Range<usize>> {
         .collect()
 }
 
-fn lcm(a: u32, b: u32) -> u32 {
-    let (mut x, mut y) = (a, b);
-    while y != 0 {
-        (x, y) = (y, x % y);
-    }
-    a / x * b
-}
-
 /// How far back a model's saved state can be restored, from what its state buffers hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rewind {
     /// Some buffer holds per-sequence state (convolution or recurrent), which cannot be
     /// rewound: a saved state restores only whole, or at one of its checkpoints.
     pub per_sequence: bool,
-    /// Positions restore in multiples of this (pooled-key blocks; 1 without them).
-    pub block: u32,
 }
 
 impl Rewind {
     /// The longest prefix of at most `want` positions that a state saved for `saved` positions
-    /// restores to without checkpoints: any prefix when every buffer is positional, whole
-    /// pooled blocks when pooled keys are kept, and only all `saved` positions when a buffer
-    /// holds per-sequence state.
+    /// restores to without checkpoints: any prefix when every buffer is positional (pooled
+    /// keys included: a pooled row is read only once its block is whole, and written whole
+    /// again by the pass that completes its block anew; `StateKind::PooledKeys`), and only all
+    /// `saved` positions when a buffer holds per-sequence state.
     pub fn prefix(&self, saved: u32, want: u32) -> u32 {
         let want = want.min(saved);
-        if want == saved {
+        if want == saved || !self.per_sequence {
             want
-        } else if self.per_sequence {
-            0
         } else {
-            want - want % self.block
+            0
         }
-    }
-
-    /// Whether a checkpoint at `n` positions can be restored with the positional buffers of a
-    /// later state: every pooled-key block it needs must be whole.
-    pub fn checkpoint(&self, n: u32) -> bool {
-        n.is_multiple_of(self.block)
     }
 
     /// How many of the `shared` leading positions of a state of `saved` positions with
@@ -94,7 +77,7 @@ impl Rewind {
         let direct = self.prefix(saved as u32, shared as u32) as usize;
         checkpoints
             .enumerate()
-            .filter(|&(_, n)| n <= shared && n <= saved && n > direct && self.checkpoint(n as u32))
+            .filter(|&(_, n)| n <= shared && n <= saved && n > direct)
             .max_by_key(|&(_, n)| n)
             .map_or((direct, None), |(i, n)| (n, Some(i)))
     }
@@ -211,18 +194,13 @@ impl LoadedModel {
 
     /// How far back this model's saved states can be restored.
     pub fn rewind(&self) -> Rewind {
-        let mut r = Rewind {
-            per_sequence: false,
-            block: 1,
-        };
-        for s in self.spec.state.iter() {
-            match s.kind {
-                StateKind::Keys | StateKind::Values | StateKind::Latent => {}
-                StateKind::PooledKeys => r.block = lcm(r.block, s.block.max(1)),
-                StateKind::Conv | StateKind::Recurrent => r.per_sequence = true,
-            }
+        Rewind {
+            per_sequence: self
+                .spec
+                .state
+                .iter()
+                .any(|s| matches!(s.kind, StateKind::Conv | StateKind::Recurrent)),
         }
-        r
     }
 
     /// The longest prefix of at most `want` positions that a state saved for `saved` positions
@@ -305,7 +283,7 @@ impl LoadedModel {
         self.check_slot(slot, saved)?;
         let allowed = match checkpoint {
             None => n_pos == self.restorable_prefix(saved, n_pos),
-            Some(_) => n_pos <= saved && self.rewind().checkpoint(n_pos),
+            Some(_) => n_pos <= saved,
         };
         if !allowed {
             return Err(ModelError::Request(format!(

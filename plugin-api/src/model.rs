@@ -97,7 +97,10 @@ pub enum StateKind {
     Values = 1,
     /// Latent rows serving as both keys and values (MLA, DeepSeek-V4), one per position.
     Latent = 2,
-    /// Pooled key rows, one per `block` positions (block-sparse indexers).
+    /// Pooled key rows, one per `block` positions (block-sparse indexers). A row is written
+    /// whole, from per-position rows, by the pass that completes its block, and read only once
+    /// its block is complete, so the host rewinds it to any position as it does keys: a row
+    /// that refused drafted tokens completed is written again when its block completes anew.
     PooledKeys = 3,
     /// Convolution history, `row_elems` f32 per sequence.
     Conv = 4,

@@ -60,15 +60,14 @@ pub fn check_vocab(target: &Tokenizer, draft: &Tokenizer) -> Result<(), String> 
 }
 
 /// Whether `draft` can draft for `target` with draft-simple: its state is positional (no
-/// recurrent state, no pooled keys, no hashed n-gram tables, whose rows follow the token
-/// record), and it holds as many slots as the target. The error names what is not so.
+/// recurrent state, no hashed n-gram tables, whose rows follow the token record), and it
+/// holds as many slots as the target. The error names what is not so.
 pub fn check_draft_simple(target: &LoadedModel, draft: &LoadedModel) -> Result<(), String> {
     let arch = &draft.spec.architecture;
-    let r = draft.rewind();
-    if r.per_sequence || r.block != 1 {
+    if draft.rewind().per_sequence {
         return Err(format!(
-            "the draft model (`{arch}`) keeps recurrent state or pooled keys, which a refused \
-             draft cannot be cut back within: draft-simple needs a model with K/V caches only"
+            "the draft model (`{arch}`) keeps recurrent state, which a refused draft cannot be \
+             cut back within: draft-simple needs a model whose state is kept per position"
         ));
     }
     if draft.spec.ngram.is_some() {

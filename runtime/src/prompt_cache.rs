@@ -210,12 +210,8 @@ mod tests {
 
     const POSITIONAL: Rewind = Rewind {
         per_sequence: false,
-        block: 1,
     };
-    const HYBRID: Rewind = Rewind {
-        per_sequence: true,
-        block: 1,
-    };
+    const HYBRID: Rewind = Rewind { per_sequence: true };
 
     fn state(tokens: &[u32], bytes_per_token: usize) -> SavedState {
         SavedState {
@@ -265,13 +261,6 @@ mod tests {
             (4, Some(1)),
             "names the checkpoint it restores from"
         );
-        // Pooled blocks: a checkpoint off a block edge cannot be restored.
-        let pooled = Rewind {
-            per_sequence: true,
-            block: 4,
-        };
-        assert_eq!(c.entries[0].state.reach(pooled, 5), (4, Some(1)));
-        assert_eq!(c.entries[0].state.reach(pooled, 3), (0, None));
         // A shorter state of the same tokens is covered only where a checkpoint stands.
         assert_eq!(c.insert(state(&[1, 2, 3, 4], 8)), Inserted::Covered);
         assert!(matches!(

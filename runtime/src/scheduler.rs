@@ -250,7 +250,7 @@ pub(crate) fn run(
     if draft.is_some() && cfg.spec.kind == SpecType::DraftMtp {
         model.read_rows_from(NEXTN_HIDDEN);
     }
-    let drafter = drafter_of(&model, cfg.spec, rewind, cfg.n_batch, (source, draft))
+    let drafter = drafter_of(&model, cfg.spec, cfg.n_batch, (source, draft))
         .filter(|_| rollback_ready(&mut model, rewind));
     let row_width = match drafter.as_ref().map(|d| &d.last) {
         Some(Drafter::Mtp(m)) => m.width(),
@@ -1536,7 +1536,7 @@ impl<'t> Scheduler<'t> {
                     context_shift: self.cfg.context_shift,
                     counters: c,
                     schemajump: self.cfg.schemajump,
-                    drafts: !self.rewind.per_sequence && self.rewind.block == 1,
+                    drafts: !self.rewind.per_sequence,
                 };
                 // A panic in one request's sampling ends that request alone: the pass is
                 // done, so the slot's cache is whole.
@@ -2051,19 +2051,10 @@ struct Planned {
 fn drafter_of(
     model: &LoadedModel,
     spec: SpecConfig,
-    rewind: Rewind,
     batch_rows: usize,
     (source, draft): (Option<Box<dyn DraftSource>>, Option<LoadedModel>),
 ) -> Option<Drafters> {
     if spec.kind == SpecType::None && source.is_none() {
-        return None;
-    }
-    if rewind.block != 1 {
-        tracing::warn!(
-            "drafting off: this model keeps pooled keys in blocks of {} positions, which a \
-             refused draft cannot be cut back within",
-            rewind.block
-        );
         return None;
     }
     let n_slots = model.options.n_slots as usize;

@@ -70,7 +70,7 @@ pub(crate) struct StepContext<'a, 't> {
     pub(crate) counters: &'a Counters,
     pub(crate) schemajump: bool,
     /// Whether the model's state rewinds to any position, so refused drafted tokens can be
-    /// dropped (false for per-sequence state or pooled-key blocks: no drafts).
+    /// dropped (false for per-sequence state: no drafts).
     pub(crate) drafts: bool,
 }
 

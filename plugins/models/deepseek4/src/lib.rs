@@ -16,7 +16,9 @@
 //! tiny file's greedy text equal on an H100, session 61). `host/tests/deepseek4_golden.rs`
 //! checks it against transformers 5.24.
 //! Still missing: the host honouring a state's `window` (the ring is declared with its window
-//! but the host gives it the whole context; [`state`]), and rollback of the compressed rows.
+//! but the host gives it the whole context; [`state`]). Every state buffer is kept per
+//! position, so drafts refused and prefixes restored rewind to any position
+//! (`host/tests/deepseek4_rollback.rs`).
 //!
 //! MTP blocks (`nextn_predict_layers` with their tensors) are refused by name by the loader.
 //!
