@@ -1086,7 +1086,7 @@ fn the_drafting_gate_turns_off_when_drafting_costs_more_and_stays_on_when_it_pay
             n += f.n_drafted;
         }
         let view = rt.shared().slots.lock().unwrap()[0].clone();
-        let gate = view.gate.expect("slot 0 drafts gated");
+        let gate = *view.gates.last().expect("slot 0 drafts gated");
         eprintln!("pays {pays}: {n} drafted, gate {gate:?}");
         assert!(view.speculative);
         assert_eq!((gate.on, gate.switches), (pays, u64::from(!pays)));
@@ -1141,7 +1141,7 @@ fn gated_mtp_drafting_gives_the_same_tokens_as_no_drafting() {
     }
     let views = on.shared().slots.lock().unwrap().clone();
     for v in &views {
-        let gate = v.gate.expect("gated");
+        let gate = *v.gates.last().expect("gated");
         eprintln!("slot {}: {gate:?}", v.id);
         assert!(!gate.on && gate.switches >= 1, "slot {}: {gate:?}", v.id);
     }
@@ -1203,7 +1203,10 @@ fn a_slot_with_drafting_off_reads_its_rows_only_before_its_probes() {
          verify steps",
         get(&c.spec_verify_steps)
     );
-    let gate = on.shared().slots.lock().unwrap()[0].gate.expect("gated");
+    let gate = *on.shared().slots.lock().unwrap()[0]
+        .gates
+        .last()
+        .expect("gated");
     assert!(!gate.on, "{gate:?}");
     // Probes 16, 32, 64, 128 and 256 steps apart: the last two read 65 of their steps' rows.
     assert!(
@@ -1211,6 +1214,96 @@ fn a_slot_with_drafting_off_reads_its_rows_only_before_its_probes() {
         "{row_passes} of {passes} passes read rows"
     );
     assert_eq!(mtp, drafted, "block passes beside the probes' draft passes");
+    on.shutdown().unwrap();
+    off.shutdown().unwrap();
+}
+
+/// Draft passes cost: a target pass 1, a row 0.1, a drafted token 0.3 (the block's passes).
+/// A step of 1 + 3 drafts costs 2.3 plain steps' worth of 1.1, so it pays from 2.1 kept tokens.
+const DRAFTS_COST: Priced = Priced {
+    pass: 1.0,
+    row: 0.1,
+    draft: 0.3,
+};
+
+/// `--spec-type ngram-simple,draft-mtp` gates each drafter on its own. A first request's
+/// short random greedy answer repeats almost no token, so nearly only the MTP block drafts; on
+/// random weights it keeps almost nothing and its gate turns off. A second request in the slot repeats one
+/// token, which the n-gram drafter predicts: its gate, still on, lets it draft each step, with
+/// the block idle between its probes. (With one gate for both, the block's figures had turned
+/// drafting off for the slot, and the n-gram drafter drafted in the probes alone.) The tokens
+/// stay those of decoding without drafts.
+#[test]
+fn each_drafter_of_a_chain_has_its_own_gate() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = tiny_mtp("qwen35moe", dir.path());
+    let spec = SpecConfig {
+        ngram_simple: NgramSimpleConfig {
+            size_n: 1,
+            size_m: 4,
+        },
+        ..SpecConfig::MTP
+    }
+    .with_types(&[SpecType::NgramSimple, SpecType::DraftMtp])
+    .unwrap();
+    let (model, tok) = load(&path);
+    let on = Runtime::start_priced(
+        model,
+        tok.clone(),
+        config(spec),
+        None,
+        Box::new(DRAFTS_COST),
+    )
+    .unwrap();
+    let (off, _) = start(&path, SpecConfig::OFF);
+    let prompt = &prompts(&tok)[0];
+    let random = GenParams {
+        n_predict: Some(24),
+        ..params(None)
+    };
+    // One token pushed to the top: the greedy answer repeats it, which the n-gram drafter
+    // predicts (one token a draft: a constant answer's latest match is the token just before)
+    // and the block (which does not see the bias) does not.
+    let mut repeating = GenParams {
+        n_predict: Some(100),
+        ..params(None)
+    };
+    repeating.sampler.logit_bias = vec![(42, 100.0)];
+    let c = &on.shared().counters;
+    let gates = || on.shared().slots.lock().unwrap()[0].gates.clone();
+    let (ids, f) = answer(&on, prompt, random.clone());
+    assert_eq!(ids, answer(&off, prompt, random).0, "tokens differ");
+    let after_random = gates();
+    let names: Vec<&str> = after_random.iter().map(|g| g.drafter).collect();
+    assert_eq!(names, ["ngram-simple", "draft-mtp"]);
+    eprintln!(
+        "random: {} drafted, {} kept; {after_random:?}",
+        f.n_drafted, f.n_accepted
+    );
+    assert!(
+        !after_random[1].on && after_random[1].switches == 1,
+        "{after_random:?}"
+    );
+    assert!(after_random[0].on, "{after_random:?}");
+    let block_passes = c.mtp_passes.load(Ordering::Relaxed);
+    let (ids, f) = answer(&on, prompt, repeating.clone());
+    assert_eq!(ids, answer(&off, prompt, repeating).0, "tokens differ");
+    let block_passes = c.mtp_passes.load(Ordering::Relaxed) - block_passes;
+    let (ngram, mtp) = (gates()[0], gates()[1]);
+    eprintln!(
+        "repeating: {} drafted, {} kept, {block_passes} block passes; {ngram:?}; {mtp:?}",
+        f.n_drafted, f.n_accepted
+    );
+    assert!(ngram.on && ngram.switches == 0, "{ngram:?}");
+    assert!(!mtp.on, "{mtp:?}");
+    // The n-gram drafts went on each step; the block drafted in its probes alone.
+    assert!(
+        f.n_accepted >= 40,
+        "{} of {} kept",
+        f.n_accepted,
+        f.n_drafted
+    );
+    assert!(block_passes < 10, "{block_passes} block passes");
     on.shutdown().unwrap();
     off.shutdown().unwrap();
 }

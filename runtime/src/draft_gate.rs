@@ -1,11 +1,14 @@
-//! The per-slot drafting gate (issue 48, item 6): drafting stays on only while it pays. Each slot
-//! keeps running averages of what a drafting step costs (the draft passes and the verify pass)
-//! and how many tokens it keeps, and of what a plain one-row step costs; drafting turns off while
-//! kept tokens per second with drafting fall below one token per plain step's time, and back on
-//! when they rise above it. While on, a plain step now and then refreshes the plain figure;
-//! while off, a drafting step now and then refreshes the drafting figures, so drafting comes
-//! back where it pays again. The gate only chooses whether a step drafts: a draft never changes
-//! what the slot generates, so output is the same whichever way it goes.
+//! The drafting gate (issue 48, item 6): drafting stays on only while it pays. Each slot keeps a
+//! gate per drafter of its chain (`--spec-type ngram-simple,draft-mtp` has two), so an n-gram
+//! drafter whose drafts cost no draft passes stays on where the MTP block's drafts do not pay.
+//! A gate keeps running averages of what its drafter's steps cost (the draft passes and the
+//! verify pass) and how many tokens they keep, and of what a plain one-row step costs; its
+//! drafter is left out while kept tokens per second with it fall below one token per plain
+//! step's time, and consulted again when they rise above it. While on, a plain step now and then
+//! refreshes the plain figure; while off, a drafting step now and then refreshes the drafting
+//! figures, so drafting comes back where it pays again. The gate only chooses whether a step
+//! drafts: a draft never changes what the slot generates, so output is the same whichever way
+//! it goes.
 //!
 //! Costs come through [`StepCosts`]: the wall clock when serving ([`WallClock`]), a model of
 //! the step in tests, so that the gate's choices are deterministic there.
@@ -77,9 +80,11 @@ pub enum Switch {
     On,
 }
 
-/// One slot's gate.
+/// One slot's gate for one drafter.
 #[derive(Clone, Debug)]
 pub struct Gate {
+    /// The drafter's type, as `--spec-type` names it.
+    drafter: &'static str,
     on: bool,
     /// Seconds of a plain step.
     plain: Average,
@@ -97,7 +102,9 @@ pub struct Gate {
 /// What `/slots` shows of a slot's gate.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct GateView {
-    /// Whether the slot drafts (probes aside).
+    /// The drafter's type, as `--spec-type` names it.
+    pub drafter: &'static str,
+    /// Whether the slot consults the drafter (probes aside).
     pub on: bool,
     /// Times drafting turned off or on.
     pub switches: u64,
@@ -109,16 +116,11 @@ pub struct GateView {
     pub kept: Option<f64>,
 }
 
-impl Default for Gate {
-    fn default() -> Gate {
-        Gate::new()
-    }
-}
-
 impl Gate {
-    /// A gate with drafting on and nothing measured.
-    pub fn new() -> Gate {
+    /// A gate for `drafter` (its `--spec-type` name) with drafting on and nothing measured.
+    pub fn new(drafter: &'static str) -> Gate {
         Gate {
+            drafter,
             on: true,
             plain: Average::default(),
             drafting: Average::default(),
@@ -205,6 +207,7 @@ impl Gate {
     pub fn view(&self) -> GateView {
         let some = |a: Average| (a.n > 0).then_some(a.value);
         GateView {
+            drafter: self.drafter,
             on: self.on,
             switches: self.switches,
             plain_s: some(self.plain),
@@ -218,12 +221,13 @@ impl Gate {
         let rate = self.kept.value / self.drafting.value.max(f64::MIN_POSITIVE);
         let plain = 1.0 / self.plain.value.max(f64::MIN_POSITIVE);
         let what = match switch {
-            Switch::Off => "drafting off: it does not pay",
-            Switch::On => "drafting back on: it pays",
+            Switch::Off => "off: it does not pay",
+            Switch::On => "back on: it pays",
         };
         format!(
-            "slot {slot}: {what} ({:.2} tokens kept per drafting step of {:.2} ms = {rate:.1} \
-             tokens/s; a plain step {:.2} ms = {plain:.1} tokens/s)",
+            "slot {slot}: drafting with {} {what} ({:.2} tokens kept per drafting step of \
+             {:.2} ms = {rate:.1} tokens/s; a plain step {:.2} ms = {plain:.1} tokens/s)",
+            self.drafter,
             self.kept.value,
             self.drafting.value * 1e3,
             self.plain.value * 1e3,
@@ -261,7 +265,7 @@ mod tests {
     #[test]
     fn drafting_turns_off_when_it_costs_more_than_it_keeps() {
         // A drafting step of 3 ms keeps 2 tokens: 667 tokens/s, against 1,000 plain.
-        let mut g = Gate::new();
+        let mut g = Gate::new("draft-mtp");
         let (switches, drafting) = run(&mut g, 200, 1e-3, 3e-3, 2);
         assert_eq!(switches, [Switch::Off]);
         assert!(!g.view().on);
@@ -274,7 +278,7 @@ mod tests {
     fn probes_back_off_while_drafting_keeps_not_paying() {
         // Nothing accepted (random weights): a drafting step of 7 ms keeps 1 token against
         // 2.7 ms plain. Over 4,000 steps the probes wait 16, 32, ... up to 256 steps.
-        let mut g = Gate::new();
+        let mut g = Gate::new("draft-mtp");
         let (switches, drafting) = run(&mut g, 4_000, 2.7e-3, 7e-3, 1);
         assert_eq!(switches, [Switch::Off]);
         // Warm-up (before the first decision) and about 20 probes, not one in 17 (235).
@@ -284,7 +288,7 @@ mod tests {
     #[test]
     fn drafting_stays_on_while_it_pays() {
         // 3 ms for 4 tokens: 1,333 tokens/s, against 1,000 plain.
-        let mut g = Gate::new();
+        let mut g = Gate::new("draft-mtp");
         let (switches, drafting) = run(&mut g, 200, 1e-3, 3e-3, 4);
         assert_eq!(switches, []);
         assert!(g.view().on);
@@ -294,14 +298,14 @@ mod tests {
 
     #[test]
     fn drafting_comes_back_when_the_probes_find_it_pays_again() {
-        let mut g = Gate::new();
+        let mut g = Gate::new("draft-mtp");
         assert_eq!(run(&mut g, 100, 1e-3, 3e-3, 1).0, [Switch::Off]);
         // Acceptance rises: the drafting probes see 4 tokens a step.
         let (switches, _) = run(&mut g, 400, 1e-3, 3e-3, 4);
         assert_eq!(switches, [Switch::On]);
         assert_eq!(g.view().switches, 2);
         // The break-even point counts as paying: 3 tokens in 3 plain steps' time.
-        let mut g = Gate::new();
+        let mut g = Gate::new("draft-mtp");
         assert_eq!(run(&mut g, 200, 0.25, 0.75, 3).0, []);
     }
 
@@ -310,7 +314,7 @@ mod tests {
     /// while on, every step.
     #[test]
     fn rows_are_wanted_only_in_the_window_before_a_probe() {
-        let mut g = Gate::new();
+        let mut g = Gate::new("draft-mtp");
         assert!(g.rows_wanted(0));
         assert_eq!(run(&mut g, 100, 2.7e-3, 7e-3, 1).0, [Switch::Off]);
         let (mut reads, mut probes) = (Vec::new(), Vec::new());

@@ -55,12 +55,14 @@ impl Drafters {
 
     /// The drafts of the drafters consulted first, in the order of `wants`: for each, the first
     /// non-empty draft of at most `cap(type)` and the want's room, or None where none drafts.
-    /// `tokens` gives what a want's slot holds and the token just sampled after it.
+    /// `tokens` gives what a want's slot holds and the token just sampled after it; `open(w,
+    /// k)` whether the drafter at place `k` may draft for want `w` (its gate).
     pub(crate) fn draft_first(
         &mut self,
         wants: &[Want],
         tokens: impl Fn(&Want) -> Vec<u32>,
         cap: impl Fn(SpecType) -> usize,
+        open: impl Fn(&Want, usize) -> bool,
     ) -> Vec<Option<Drafted>> {
         let mut out: Vec<Option<Drafted>> = vec![None; wants.len()];
         if self.first.is_empty() {
@@ -70,7 +72,7 @@ impl Drafters {
         for (k, (t, src)) in self.first.iter_mut().enumerate() {
             let max = cap(*t);
             for ((w, held), d) in wants.iter().zip(&held).zip(&mut out) {
-                if d.is_some() {
+                if d.is_some() || !open(w, k) {
                     continue;
                 }
                 let mut draft = src.draft(w.slot, held, max.min(w.max));
@@ -81,6 +83,13 @@ impl Drafters {
             }
         }
         out
+    }
+
+    /// The types of the chain's drafters, in the order they are consulted, as `--spec-type`
+    /// names them.
+    pub(crate) fn names(&self) -> Vec<&'static str> {
+        let first = self.first.iter().map(|(t, _)| t.name());
+        first.chain(Some(self.last_type.name())).collect()
     }
 
     /// The type of the drafter at place `by` of the chain.

@@ -118,7 +118,7 @@ impl Runtime {
         let shared = Arc::new(Shared::new(
             model.options.n_slots as usize,
             drafts,
-            cfg.spec.gated(),
+            &cfg.spec.gated_drafters(source.is_some()),
         ));
         let (jobs, rx) = mpsc::channel(cfg.queue_depth.max(1));
         let published = Arc::clone(&shared);

@@ -22,7 +22,7 @@ use bloomery_plugin_api::graph::{FINAL_NORM, MAX_VERIFY_ROWS, NEXTN_HIDDEN};
 use bloomery_text::{StreamDecoder, Tokenizer};
 use tokio::sync::mpsc;
 
-use crate::draft_gate::{Gate, StepCosts, StepShape, WallClock};
+use crate::draft_gate::{Gate, StepCosts, StepShape, Switch, WallClock};
 use crate::draft_model::ModelDrafter;
 use crate::drafter::{Drafter, Drafters};
 use crate::grammar::{token_trie, Constraint};
@@ -102,11 +102,22 @@ struct Slot<'t> {
     /// decision read; a later decision sharing the prefix reuses them).
     hidden: Vec<f32>,
     n_embd: usize,
-    /// Whether drafting pays in this slot ([`crate::draft_gate`]).
-    gate: Gate,
-    /// Seconds the last draft passes took, when they drafted for this slot's next step (the
-    /// step's cost includes them).
-    asked: Option<f64>,
+    /// Whether each drafter of the chain pays in this slot ([`crate::draft_gate`]), in the
+    /// order they are consulted (empty when drafting is not gated).
+    gates: Vec<Gate>,
+    /// What the last drafting took, when drafters were consulted for this slot's next step.
+    asked: Option<Asked>,
+}
+
+/// The drafters consulted for a slot's step: what they took, which the step's cost includes.
+#[derive(Clone, Copy, Debug)]
+struct Asked {
+    /// Seconds the drafting took (the draft passes with the MTP block or a draft model).
+    seconds: f64,
+    /// Whether the chain's last drafter was consulted: a step it drafted nothing for is still
+    /// its step (its draft passes ran), where an n-gram drafter consulted before it and
+    /// drafting nothing costs nothing.
+    last: bool,
 }
 
 impl Slot<'_> {
@@ -252,6 +263,10 @@ pub(crate) fn run(
     }
     let drafter = drafter_of(&model, cfg.spec, cfg.n_batch, (source, draft))
         .filter(|_| rollback_ready(&mut model, rewind));
+    let gated_drafters = match (&drafter, cfg.spec.gated()) {
+        (Some(d), true) => d.names(),
+        _ => Vec::new(),
+    };
     let row_width = match drafter.as_ref().map(|d| &d.last) {
         Some(Drafter::Mtp(m)) => m.width(),
         _ => n_embd,
@@ -273,7 +288,7 @@ pub(crate) fn run(
                 last_used: 0,
                 hidden: Vec::new(),
                 n_embd,
-                gate: Gate::new(),
+                gates: gated_drafters.iter().map(|&d| Gate::new(d)).collect(),
                 asked: None,
             })
             .collect(),
@@ -1115,7 +1130,6 @@ impl<'t> Scheduler<'t> {
         // embeddings, and with the MTP block drafting, every generation row's final-norm row.
         let (mut logits, mut embeddings) = (false, false);
         let reads_rows = self.drafter.as_ref().is_some_and(Drafters::reads_rows);
-        let gated = self.cfg.spec.gated();
         // Slots whose drafted tokens this pass evaluates, with their first row: a refused draft
         // rolls back to the state of its last kept row, which a verify pass keeps, or else to
         // the state saved on the device before the pass.
@@ -1154,7 +1168,11 @@ impl<'t> Scheduler<'t> {
             };
             // A slot whose gate has drafting off reads its rows only when its next drafting
             // probe is near enough for the block to take them in then (MAX_BEHIND).
-            let rows_read = reads_rows && (!gated || slot.gate.rows_wanted(MAX_BEHIND as u32));
+            let rows_read = reads_rows
+                && slot
+                    .gates
+                    .last()
+                    .is_none_or(|g| g.rows_wanted(MAX_BEHIND as u32));
             let read = if rows_read { take } else { outputs };
             let end = batch.tokens.len() as i32;
             batch.output_rows.extend(end - read as i32..end);
@@ -1368,8 +1386,9 @@ impl<'t> Scheduler<'t> {
         // verify pass (slot, the row whose state it keeps).
         let mut refused: Vec<(usize, usize)> = Vec::new();
         let mut keep_rows: Vec<(usize, usize)> = Vec::new();
-        // Generation steps the drafting gates weigh: (slot, tokens drafted, tokens kept).
-        let mut steps: Vec<(usize, usize, usize)> = Vec::new();
+        // Generation steps the drafting gates weigh: (slot, the drafter's place in the chain
+        // where one drafted, tokens drafted, tokens kept).
+        let mut steps: Vec<(usize, Option<usize>, usize, usize)> = Vec::new();
         for (
             Planned {
                 id,
@@ -1565,6 +1584,7 @@ impl<'t> Scheduler<'t> {
                     }
                 }
             }
+            let drafted_by = task.spec_by.filter(|_| n_drafted > 0);
             if n_drafted > 0 {
                 if let Some(by) = task.spec_by.take() {
                     if let Some(d) = self.drafter.as_mut() {
@@ -1588,7 +1608,7 @@ impl<'t> Scheduler<'t> {
                 }
             }
             if is_step {
-                steps.push((id, n_drafted, accepted + 1));
+                steps.push((id, drafted_by, n_drafted, accepted + 1));
             }
             // Drafted tokens after the first refused one leave the cache; per-sequence state
             // becomes that of the last kept row, or goes back to before the pass and takes in
@@ -1648,24 +1668,37 @@ impl<'t> Scheduler<'t> {
         Ok(())
     }
 
-    /// Gives each slot's drafting gate its generation step of this pass (`steps`: slot, tokens
-    /// drafted, tokens kept), a pass of `rows` rows that took `seconds` (with the draft passes
-    /// before it, for the slots they drafted for), logging and counting each switch.
-    fn weigh(&mut self, steps: &[(usize, usize, usize)], rows: usize, seconds: f64) {
-        if self.drafter.is_none() || !self.cfg.spec.gated() {
-            return;
-        }
-        for &(id, drafted, kept) in steps {
+    /// Gives each slot's drafting gates its generation step of this pass (`steps`: slot, the
+    /// place in the chain of the drafter whose draft it verified, tokens drafted, tokens kept),
+    /// a pass of `rows` rows that took `seconds` (with the drafting before it, for the slots it
+    /// drafted for), logging and counting each switch. The step is that drafter's; without a
+    /// draft, the chain's last drafter's where it was consulted (its draft passes ran for
+    /// nothing); else a plain step, which every gate of the slot counts.
+    fn weigh(&mut self, steps: &[(usize, Option<usize>, usize, usize)], rows: usize, seconds: f64) {
+        for &(id, by, drafted, kept) in steps {
             let slot = &mut self.slots[id];
             let asked = slot.asked.take();
+            if slot.gates.is_empty() {
+                continue;
+            }
             let shape = StepShape { rows, drafted };
-            let cost = self.costs.seconds(shape, seconds + asked.unwrap_or(0.0));
-            let switch = match asked {
-                Some(_) => slot.gate.drafted(cost, kept),
-                None => slot.gate.plain(cost),
+            let cost = self
+                .costs
+                .seconds(shape, seconds + asked.map_or(0.0, |a| a.seconds));
+            let last = slot.gates.len() - 1;
+            let whose = by.or(asked.filter(|a| a.last).map(|_| last));
+            let switches: Vec<(usize, Switch)> = match whose {
+                Some(k) => slot.gates[k]
+                    .drafted(cost, kept)
+                    .map(|sw| (k, sw))
+                    .into_iter()
+                    .collect(),
+                None => (slot.gates.iter_mut().enumerate())
+                    .filter_map(|(k, g)| g.plain(cost).map(|sw| (k, sw)))
+                    .collect(),
             };
-            if let Some(sw) = switch {
-                tracing::info!("{}", slot.gate.describe(id, sw));
+            for (k, sw) in switches {
+                tracing::info!("{}", slot.gates[k].describe(id, sw));
                 self.shared
                     .counters
                     .spec_gate_switches
@@ -1736,7 +1769,6 @@ impl<'t> Scheduler<'t> {
             return Ok(());
         };
         let spec = self.cfg.spec;
-        let gate = spec.gated();
         let mut wants = Vec::new();
         for slot in &mut self.slots {
             slot.asked = None;
@@ -1744,7 +1776,7 @@ impl<'t> Scheduler<'t> {
             if task.next.len() != 1 || task.draft != 0 || !task.job.params.forced.is_empty() {
                 continue;
             }
-            if gate && !slot.gate.drafts_next() {
+            if !slot.gates.is_empty() && !slot.gates.iter().any(Gate::drafts_next) {
                 continue;
             }
             let room = self.cfg.n_ctx_slot.saturating_sub(slot.cached.len() + 2);
@@ -1773,18 +1805,21 @@ impl<'t> Scheduler<'t> {
             tokens.push(w.last);
             tokens
         };
-        let mut drafts = drafters.draft_first(&wants, held, |t| spec.cap(t));
+        // Whether slot `s`'s gate lets the drafter at place `k` of the chain draft its step.
+        let open = |s: usize, k: usize| slots[s].gates.get(k).is_none_or(Gate::drafts_next);
+        let by_last = drafters.first.len();
+        let mut drafts =
+            drafters.draft_first(&wants, held, |t| spec.cap(t), |w, k| open(w.slot, k));
         // What no drafter before it drafted for, the last drafter drafts for, within its limit.
         let (rest, rest_wants): (Vec<usize>, Vec<Want>) = wants
             .iter()
             .enumerate()
-            .filter(|(i, _)| drafts[*i].is_none())
+            .filter(|(i, w)| drafts[*i].is_none() && open(w.slot, by_last))
             .map(|(i, w)| {
                 let max = w.max.min(spec.cap(spec.kind));
                 (i, Want { max, ..*w })
             })
             .unzip();
-        let by_last = drafters.first.len();
         let last = match &mut drafters.last {
             Drafter::Mtp(m) => {
                 // A slot the block does not draft for now puts its rows off (up to
@@ -1824,8 +1859,11 @@ impl<'t> Scheduler<'t> {
             }
         }
         let seconds = t0.elapsed().as_secs_f64();
-        for (w, d) in wants.iter().zip(drafts) {
-            self.slots[w.slot].asked = Some(seconds);
+        for (i, (w, d)) in wants.iter().zip(drafts).enumerate() {
+            self.slots[w.slot].asked = Some(Asked {
+                seconds,
+                last: rest.contains(&i),
+            });
             if let Some(task) = self.slots[w.slot].task.as_mut() {
                 let (by, d) = d.map_or((None, Vec::new()), |(by, d)| (Some(by), d));
                 task.draft = d.len();
@@ -2019,7 +2057,7 @@ impl<'t> Scheduler<'t> {
                         .map_or(-1, |n| n.saturating_sub(t.generated) as i64)
                 }),
                 speculative: self.drafter.is_some(),
-                gate: (self.drafter.is_some() && self.cfg.spec.gated()).then(|| s.gate.view()),
+                gates: s.gates.iter().map(Gate::view).collect(),
             })
             .collect();
         if let Ok(mut g) = self.shared.slots.lock() {

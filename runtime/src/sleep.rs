@@ -85,7 +85,7 @@ impl Sleeper {
         let shared = Arc::new(Shared::new(
             model.options.n_slots as usize,
             cfg.spec.kind != SpecType::None,
-            cfg.spec.gated(),
+            &cfg.spec.gated_drafters(false),
         ));
         let (jobs, rx) = mpsc::channel(cfg.queue_depth.max(1));
         let (state_tx, state) = watch::channel(State {

@@ -222,6 +222,20 @@ impl SpecConfig {
         self.gate && !self.synthetic()
     }
 
+    /// The drafters each slot gates, in the order they are consulted (`first`, then `kind`,
+    /// which a test `source` drafts as when there is one): none unless it drafts gated.
+    pub fn gated_drafters(&self, source: bool) -> Vec<&'static str> {
+        match self.gated() && (self.kind != SpecType::None || source) {
+            true => self
+                .first
+                .iter()
+                .chain(Some(&self.kind))
+                .map(|t| t.name())
+                .collect(),
+            false => Vec::new(),
+        }
+    }
+
     /// Whether drafts are kept at random (`--spec-synth-len` or `--spec-synth-rates`:
     /// benchmarks only, the output is not valid).
     pub fn synthetic(&self) -> bool {

@@ -22,8 +22,9 @@ pub struct SlotView {
     pub n_remain: i64,
     /// Whether the slot can draft (llama-server's `speculative`): the runtime has a drafter.
     pub speculative: bool,
-    /// Its drafting gate's state, where drafting is gated.
-    pub gate: Option<GateView>,
+    /// Its drafting gates' states, one per drafter in the order they are consulted, where
+    /// drafting is gated (empty otherwise).
+    pub gates: Vec<GateView>,
 }
 
 /// Counters for `/metrics`.
@@ -132,16 +133,17 @@ pub struct Shared {
 
 impl Shared {
     /// Every one of `n_slots` slots idle, as the scheduler publishes them, so that readers see
-    /// every slot before its first publish: drafting as asked (`drafts`, `gated`: a fresh
-    /// gate), until the scheduler publishes whether it could; counters at zero.
-    pub fn new(n_slots: usize, drafts: bool, gated: bool) -> Shared {
+    /// every slot before its first publish: drafting as asked (`drafts`; `gates`: the drafters
+    /// a slot gates, each with a fresh gate), until the scheduler publishes whether it could;
+    /// counters at zero.
+    pub fn new(n_slots: usize, drafts: bool, gates: &[&'static str]) -> Shared {
         Shared {
             slots: Mutex::new(
                 (0..n_slots)
                     .map(|id| SlotView {
                         id,
                         speculative: drafts,
-                        gate: (drafts && gated).then(|| Gate::new().view()),
+                        gates: gates.iter().map(|&d| Gate::new(d).view()).collect(),
                         ..SlotView::default()
                     })
                     .collect(),

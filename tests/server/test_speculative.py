@@ -46,8 +46,11 @@ def test_a_file_with_mtp_layers_drafts_unless_told_not_to_and_says_so(mtp_path, 
         gates = [g.get("bloomery_draft_gate") for g in s.get("/slots").json()]
         props_gates = s.get("/props").json()["bloomery_draft_gates"]
         if want[0]:
+            # One gate per drafter: the chain's last, with those consulted before it under "first".
             fresh = {"drafting": True, "switches": 0, "plain_step_ms": None, "draft_step_ms": None,
                      "tokens_per_draft_step": None}
+            *first, last = want[1].split(",")
+            fresh = {"drafter": last, **fresh, **({"first": [{"drafter": d, **fresh} for d in first]} if first else {})}
             assert gates == [fresh] * 2, gates
             assert props_gates == [{"id": i, "gate": fresh} for i in range(2)], props_gates
         else:

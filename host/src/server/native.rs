@@ -104,12 +104,24 @@ fn drafts(views: &[SlotView]) -> bool {
     views.iter().any(|v| v.speculative)
 }
 
-/// A slot's drafting gate as `/slots` and `/props` show it (a bloomery field: llama-server has
-/// no gate): whether the slot drafts now, how often that changed, and the running averages
-/// behind the choice (null until measured).
+/// A slot's drafting gates as `/slots` and `/props` show them (a bloomery field: llama-server
+/// has no gate): the chain's last drafter's, with those of the n-gram drafters consulted before
+/// it under `first` where there are any; None where drafting is not gated.
+fn gates_json(gates: &[GateView]) -> Option<Value> {
+    let (last, first) = gates.split_last()?;
+    let mut v = gate_json(last);
+    if !first.is_empty() {
+        v["first"] = first.iter().map(gate_json).collect();
+    }
+    Some(v)
+}
+
+/// One drafter's gate: its type, whether the slot consults it now, how often that changed,
+/// and the running averages behind the choice (null until measured).
 fn gate_json(g: &GateView) -> Value {
     let ms = |s: Option<f64>| s.map(|s| s * 1e3);
     json!({
+        "drafter": g.drafter,
         "drafting": g.on,
         "switches": g.switches,
         "plain_step_ms": ms(g.plain_s),
@@ -151,7 +163,7 @@ pub async fn props(State(state): State<AppRef>) -> Result<Json<Value>, ApiError>
         // Each slot's drafting gate, where drafting is gated (a bloomery field).
         "bloomery_draft_gates": views
             .iter()
-            .filter_map(|v| v.gate.as_ref().map(|g| json!({"id": v.id, "gate": gate_json(g)})))
+            .filter_map(|v| gates_json(&v.gates).map(|g| json!({"id": v.id, "gate": g})))
             .collect::<Vec<_>>(),
         "total_slots": ready.n_slots,
         "model_path": ready.model_path,
@@ -220,8 +232,8 @@ pub async fn slots(
                     "is_processing": v.is_processing,
                     "n_cached": v.n_cached,
                 });
-                if let Some(g) = &v.gate {
-                    slot["bloomery_draft_gate"] = gate_json(g);
+                if let Some(g) = gates_json(&v.gates) {
+                    slot["bloomery_draft_gate"] = g;
                 }
                 if v.is_processing {
                     slot["id_task"] = json!(0);
