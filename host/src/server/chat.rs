@@ -67,12 +67,10 @@ fn content_text(v: &Value, what: &str) -> Result<String, ApiError> {
 /// OpenAI `messages` normalised for a template: content as a string, tool-call arguments as
 /// objects (templates print them with `tojson`).
 pub fn openai_messages(messages: &Value) -> Result<Value, ApiError> {
+    // An empty list is rendered as the template renders it (llama-server b11434 accepts it).
     let list = messages
         .as_array()
         .ok_or_else(|| ApiError::invalid("\"messages\" must be an array"))?;
-    if list.is_empty() {
-        return Err(ApiError::invalid("\"messages\" must not be empty"));
-    }
     let mut out = Vec::with_capacity(list.len());
     for (i, m) in list.iter().enumerate() {
         let obj = m
@@ -122,8 +120,11 @@ pub fn openai_messages(messages: &Value) -> Result<Value, ApiError> {
     Ok(Value::Array(out))
 }
 
-/// Anthropic `system` + `messages` as OpenAI messages (tool_use blocks become tool calls,
-/// tool_result blocks tool messages), and Anthropic `tools` as OpenAI function tools.
+/// Anthropic `system` + `messages` as OpenAI messages, as llama-server b11434 converts them
+/// (`server_chat_convert_anthropic_to_oai`): a message's text blocks joined as its content,
+/// tool_use blocks as tool calls, thinking blocks as `reasoning_content` (which templates such
+/// as Qwen3's render in the history), then its tool_result blocks as tool messages after it;
+/// and Anthropic `tools` as OpenAI function tools. An empty `messages` is accepted.
 pub fn anthropic_to_openai(body: &Map<String, Value>) -> Result<(Value, Option<Value>), ApiError> {
     let mut out = Vec::new();
     match body.get("system") {
@@ -142,9 +143,6 @@ pub fn anthropic_to_openai(body: &Map<String, Value>) -> Result<(Value, Option<V
         .get("messages")
         .and_then(Value::as_array)
         .ok_or_else(|| ApiError::invalid("\"messages\" must be an array"))?;
-    if msgs.is_empty() {
-        return Err(ApiError::invalid("\"messages\" must not be empty"));
-    }
     for (i, m) in msgs.iter().enumerate() {
         let role = m
             .get("role")
@@ -162,12 +160,16 @@ pub fn anthropic_to_openai(body: &Map<String, Value>) -> Result<(Value, Option<V
                 )))
             }
         };
-        let mut text = String::new();
-        let mut calls = Vec::new();
+        let (mut text, mut reasoning) = (String::new(), String::new());
+        let (mut calls, mut results) = (Vec::new(), Vec::new());
         for b in blocks {
             match b.get("type").and_then(Value::as_str) {
                 Some("text") => text.push_str(b.get("text").and_then(Value::as_str).unwrap_or("")),
-                Some("thinking") | Some("redacted_thinking") => {}
+                Some("thinking") => {
+                    reasoning.push_str(b.get("thinking").and_then(Value::as_str).unwrap_or(""))
+                }
+                // Its content is encrypted: nothing a template could show.
+                Some("redacted_thinking") => {}
                 Some("tool_use") => calls.push(json!({
                     "id": b.get("id").cloned().unwrap_or(Value::Null),
                     "type": "function",
@@ -182,7 +184,7 @@ pub fn anthropic_to_openai(body: &Map<String, Value>) -> Result<(Value, Option<V
                         None => String::new(),
                     };
                     let error = b.get("is_error").and_then(Value::as_bool).unwrap_or(false);
-                    out.push(json!({
+                    results.push(json!({
                         "role": "tool",
                         "tool_call_id": b.get("tool_use_id").cloned().unwrap_or(Value::Null),
                         "content": if error { format!("Error: {content}") } else { content },
@@ -200,13 +202,17 @@ pub fn anthropic_to_openai(body: &Map<String, Value>) -> Result<(Value, Option<V
                 }
             }
         }
-        if !text.is_empty() || !calls.is_empty() {
+        if !text.is_empty() || !calls.is_empty() || !reasoning.is_empty() {
             let mut msg = json!({"role": role, "content": text});
             if !calls.is_empty() {
                 msg["tool_calls"] = Value::Array(calls);
             }
+            if !reasoning.is_empty() {
+                msg["reasoning_content"] = Value::String(reasoning);
+            }
             out.push(msg);
         }
+        out.extend(results);
     }
     let tools = match body.get("tools") {
         None | Some(Value::Null) => None,
@@ -663,6 +669,40 @@ impl DeltaSplitter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// As llama-server b11434 (`server_chat_convert_anthropic_to_oai`): thinking blocks become
+    /// the message's `reasoning_content`, its tool results follow it as tool messages, and an
+    /// empty `messages` converts to no messages.
+    #[test]
+    fn anthropic_messages_convert_as_llama_server_converts_them() {
+        let body = json!({"messages": [
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "look first", "signature": "x"},
+                {"type": "tool_use", "id": "c1", "name": "ls", "input": {"path": "."}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "c1", "content": "main.py"},
+                {"type": "text", "text": "and now?"},
+            ]},
+        ]});
+        let (msgs, _) = anthropic_to_openai(body.as_object().unwrap()).unwrap();
+        assert_eq!(
+            msgs,
+            json!([
+                {"role": "assistant", "content": "", "reasoning_content": "look first",
+                 "tool_calls": [{"id": "c1", "type": "function",
+                                 "function": {"name": "ls", "arguments": {"path": "."}}}]},
+                {"role": "user", "content": "and now?"},
+                {"role": "tool", "tool_call_id": "c1", "content": "main.py"},
+            ])
+        );
+        let empty = json!({"messages": []});
+        assert_eq!(
+            anthropic_to_openai(empty.as_object().unwrap()).unwrap().0,
+            json!([])
+        );
+        assert_eq!(openai_messages(&json!([])).unwrap(), json!([]));
+    }
 
     #[test]
     fn thinking_is_split_out_unless_the_format_says_none() {
