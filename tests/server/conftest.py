@@ -35,10 +35,11 @@ def sse_lines(r):
 class Server:
     """One `bloomery serve` process."""
 
-    def __init__(self, model, *flags, env=None, ca=None, prefix=""):
+    def __init__(self, model, *flags, env=None, ca=None, prefix="", port=None):
         """`ca`: the certificate that signs the server's, for a server started with TLS; `prefix`:
-        the `--api-prefix` it was given among `flags` (its routes' paths start with it)."""
-        self.port = free_port()
+        the `--api-prefix` it was given among `flags` (its routes' paths start with it); `port`:
+        the port to serve on (a free one when None)."""
+        self.port = port or free_port()
         self.root = f"{'https' if ca else 'http'}://127.0.0.1:{self.port}"
         self.url = self.root + prefix
         self.verify = str(ca) if ca else True

@@ -12,6 +12,7 @@ pub mod control;
 pub mod cors;
 pub mod embeddings;
 pub mod error;
+pub mod gcp;
 pub mod gen;
 pub mod guard;
 pub mod listen;
@@ -226,13 +227,32 @@ pub const ROUTES: &[&str] = &[
 ];
 
 /// The router over `state`, with `cors` around every route and the fallback, outside the guard
-/// (a preflight is answered before any other check).
+/// (a preflight is answered before any other check), and Vertex AI's prediction routes where
+/// `gcp` gives them (dispatching to the same router without them).
 pub fn router(
     state: AppRef,
     cors: tower_http::cors::CorsLayer,
     methods: Option<axum::http::HeaderValue>,
+    gcp: Option<&gcp::Gcp>,
 ) -> Router {
-    let api = Router::new()
+    let plain = routes(Arc::clone(&state), cors.clone(), methods.clone(), None);
+    match gcp {
+        None => plain,
+        Some(g) => {
+            let extra = g.routes(plain, &state.args.api_prefix);
+            routes(state, cors, methods, Some(extra))
+        }
+    }
+}
+
+/// [`router`]'s routes, with `extra` beside them.
+fn routes(
+    state: AppRef,
+    cors: tower_http::cors::CorsLayer,
+    methods: Option<axum::http::HeaderValue>,
+    extra: Option<Router<AppRef>>,
+) -> Router {
+    let mut api = Router::new()
         .route("/health", get(native::health))
         .route("/v1/health", get(native::health))
         .route("/props", get(native::props).post(native::set_props))
@@ -280,6 +300,9 @@ pub fn router(
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/systemone", post(systemone::systemone));
+    if let Some(extra) = extra {
+        api = api.merge(extra);
+    }
     let mut app = page::add(api, &state.page)
         .layer(middleware::from_fn_with_state(state.clone(), guard::guard))
         // `guard` reads every body under the limit the context sets.
@@ -644,6 +667,7 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs, verbose: bool) -> anyhow::R
     });
     let cors = cors::layer(&a.web)?;
     let cors_methods = cors::preflight_methods(&a.web)?;
+    let gcp = gcp::Gcp::from(|name| std::env::var(name).ok())?;
     let tls = match a.web.tls_files()? {
         Some((key, cert)) => Some(tls::acceptor(&key, &cert)?),
         None => None,
@@ -656,7 +680,18 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs, verbose: bool) -> anyhow::R
     let plugin_dirs = plugin_dirs.to_vec();
     let served = rt.block_on(async move {
         let mut signals = shutdown::Signals::new().context("listening for SIGTERM and SIGINT")?;
-        let bound = bind::bind_all(&bind::hosts(&a.host)?, a.port).await?;
+        let port = match &gcp {
+            Some(g) if g.port != a.port => {
+                tracing::warn!(
+                    "Google Cloud prediction mode: AIP_HTTP_PORT {} instead of --port {}",
+                    g.port,
+                    a.port
+                );
+                g.port
+            }
+            _ => a.port,
+        };
+        let bound = bind::bind_all(&bind::hosts(&a.host)?, port).await?;
         let urls: Vec<String> = bound
             .iter()
             .map(|(_, addr)| format!("{scheme}://{addr}"))
@@ -695,7 +730,7 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs, verbose: bool) -> anyhow::R
             write: Duration::from_secs(a.timeout),
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let app = router(Arc::clone(&state), cors, cors_methods);
+        let app = router(Arc::clone(&state), cors, cors_methods, gcp.as_ref());
         let mut http = std::pin::pin!(listen::serve(listeners, app, timeouts, tls, async {
             let _ = stop_rx.await;
         }));

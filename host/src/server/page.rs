@@ -24,6 +24,11 @@ struct Asset {
     body: &'static str,
 }
 
+/// Whether `path` is one of the built-in page's files (or `/`).
+pub fn is_asset_path(path: &str) -> bool {
+    path == "/" || ASSETS.iter().any(|a| a.path == path)
+}
+
 /// The built-in page's files (`/` serves `index.html`).
 const ASSETS: &[Asset] = &[
     Asset {
