@@ -184,3 +184,11 @@ def test_a_silent_stream_gets_keep_alive_comments(tiny_path):
         assert ":" not in lines and lines[0].startswith("data: "), lines[:5]
     finally:
         s.stop()
+
+
+def test_models_lists_aliases_and_tags_and_defaults_to_the_file_name(tiny, tiny_path):
+    # As llama-server b11434: -a and --tags are comma-separated sets (sorted), the id is the
+    # first alias, else the model file's name (server-context.cpp's model_name).
+    entry = tiny.get("/v1/models").json()["data"][0]
+    assert (entry["id"], entry["aliases"], entry["tags"]) == (tiny_path.name, [], [])
+    assert tiny.post("/completion", {"prompt": "x", "n_predict": 1}).json()["model"] == tiny_path.name

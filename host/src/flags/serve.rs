@@ -108,9 +108,13 @@ pub struct ServeArgs {
     /// `X-Api-Key`. /health and /v1/models stay public.
     #[arg(long = "api-key", env = "LLAMA_API_KEY")]
     pub api_key: Option<String>,
-    /// Name the model is listed and answered under (default: the file path).
+    /// Names the model is listed under, comma-separated; the first in sorted order is the id it
+    /// is answered under (default: the file's name), as llama-server's `-a`.
     #[arg(short = 'a', long = "alias", env = "LLAMA_ARG_ALIAS")]
     pub alias: Option<String>,
+    /// Tags listed with the model in `/v1/models`, comma-separated (informational).
+    #[arg(long = "tags", env = "LLAMA_ARG_TAGS")]
+    pub tags: Option<String>,
     /// Reuse a slot's cached prefix unless a request says otherwise (the default).
     #[arg(long = "cache-prompt", overrides_with = "no_cache_prompt", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true", env = "LLAMA_ARG_CACHE_PROMPT")]
     pub cache_prompt: bool,
@@ -407,7 +411,41 @@ pub const NP_AUTO: &str = "-np/--parallel -1 (auto): llama-server b11434 resolve
     holds ctx-size/parallel positions of its own and no shared pool exists (-kvu is refused): give \
     -np N for N slots of ctx-size/N positions, or leave -np out for one slot with the whole context";
 
+/// A comma-separated list as llama-server keeps `-a` and `--tags`: each entry trimmed, empty
+/// ones dropped, sorted and without repeats (a `std::set`).
+fn name_set(list: Option<&str>) -> Vec<String> {
+    let set: std::collections::BTreeSet<String> = list
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    set.into_iter().collect()
+}
+
 impl ServeArgs {
+    /// The model's names (`-a`), sorted.
+    pub fn aliases(&self) -> Vec<String> {
+        name_set(self.alias.as_deref())
+    }
+
+    /// The model's tags (`--tags`), sorted.
+    pub fn tags(&self) -> Vec<String> {
+        name_set(self.tags.as_deref())
+    }
+
+    /// The id the model is listed and answered under: its first name in sorted order, else the
+    /// file's name (llama-server b11434's `model_name`).
+    pub fn model_id(&self) -> String {
+        self.aliases().into_iter().next().unwrap_or_else(|| {
+            self.model.file_name().map_or_else(
+                || self.model.display().to_string(),
+                |f| f.to_string_lossy().into_owned(),
+            )
+        })
+    }
+
     /// The most rows a prompt pass evaluates: the smaller of `-b` and `-ub`, at least one.
     pub fn n_batch(&self) -> u32 {
         crate::flags::placement::pass_rows(self.batch_size, self.ubatch_size)
@@ -697,7 +735,38 @@ pub fn parse_reasoning(v: &str) -> anyhow::Result<ReasoningFormat> {
 
 #[cfg(test)]
 mod tests {
-    use super::gpu_layers;
+    use super::{gpu_layers, ServeArgs};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    #[command(disable_help_flag = true)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    /// As llama-server b11434 keeps `-a` and `--tags` (`common/arg.cpp`: split at commas,
+    /// trimmed, in a `std::set`) and names the model (`server-context.cpp`: its first alias,
+    /// else the file's name).
+    #[test]
+    fn aliases_and_tags_are_sorted_sets_and_the_first_alias_is_the_id() {
+        let parse = |args: &[&str]| {
+            let argv = ["serve", "-m", "/models/some.gguf"].iter().chain(args);
+            Cli::try_parse_from(argv).unwrap().serve
+        };
+        let a = parse(&[
+            "-a",
+            "tinyllama-2, fim,code,,fim",
+            "--tags",
+            "chat,fim,small",
+        ]);
+        assert_eq!(a.aliases(), ["code", "fim", "tinyllama-2"]);
+        assert_eq!(a.tags(), ["chat", "fim", "small"]);
+        assert_eq!(a.model_id(), "code");
+        let plain = parse(&[]);
+        assert!(plain.aliases().is_empty() && plain.tags().is_empty());
+        assert_eq!(plain.model_id(), "some.gguf");
+    }
 
     #[test]
     fn ngl_is_read_as_llama_server_reads_it() {

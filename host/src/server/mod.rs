@@ -636,7 +636,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         n_ctx_slot: n_ctx_slot as usize,
         spec,
         n_slots: n_slots as usize,
-        model_id: a.alias.clone().unwrap_or_else(|| model_path.clone()),
+        model_id: a.model_id(),
         model_path,
         model_meta,
         defaults,

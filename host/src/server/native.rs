@@ -359,19 +359,12 @@ pub async fn residency_reset(State(state): State<AppRef>) -> Result<Json<Value>,
 /// GET /v1/models and /models.
 pub async fn models(State(state): State<AppRef>) -> Json<Value> {
     let ready = state.ready.get();
-    let id = ready.map_or_else(
-        || {
-            state
-                .args
-                .alias
-                .clone()
-                .unwrap_or_else(|| state.args.model.display().to_string())
-        },
-        |r| r.model_id.clone(),
-    );
+    let id = ready.map_or_else(|| state.args.model_id(), |r| r.model_id.clone());
     let meta = ready.map_or(Value::Null, |r| r.model_meta.clone());
     let entry = json!({
         "id": id,
+        "aliases": state.args.aliases(),
+        "tags": state.args.tags(),
         "object": "model",
         "created": gen::unix_now(),
         "owned_by": "llamacpp",

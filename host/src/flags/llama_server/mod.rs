@@ -247,10 +247,10 @@ mod tests {
         );
         assert!(screened(&["-kvu"]).is_err());
         // A refused flag's value is not screened as a flag of its own.
-        assert!(screened(&["--tags", "-m"])
+        assert!(screened(&["--mmproj", "-m"])
             .unwrap_err()
             .0
-            .starts_with("--tags"));
+            .starts_with("--mmproj"));
     }
 
     #[test]

@@ -145,7 +145,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--control-vector-scaled"], &[], None, Value, Refused(ADAPTERS)),
     flag(&["--control-vector-layer-range"], &[], None, Two, Refused(ADAPTERS)),
     flag(&["-a", "--alias"], &[], Some("LLAMA_ARG_ALIAS"), Value, Serve),
-    flag(&["--tags"], &[], Some("LLAMA_ARG_TAGS"), Value, Refused("model tags are not implemented")),
+    flag(&["--tags"], &[], Some("LLAMA_ARG_TAGS"), Value, Serve),
     flag(&["-m", "--model"], &[], Some("LLAMA_ARG_MODEL"), Value, Serve),
     flag(&["-mu", "--model-url"], &[], Some("LLAMA_ARG_MODEL_URL"), Value, Refused(DOWNLOAD)),
     flag(&["-dr", "--docker-repo"], &[], Some("LLAMA_ARG_DOCKER_REPO"), Value, Refused(DOWNLOAD)),
