@@ -14,6 +14,7 @@ pub mod embedding;
 pub mod grammar;
 mod handle;
 pub mod ngram_draft;
+pub mod ngram_map;
 mod panic;
 pub mod prompt_cache;
 pub mod reasoning_budget;

@@ -27,6 +27,7 @@ use crate::draft_model::ModelDrafter;
 use crate::drafter::{Drafter, Drafters};
 use crate::grammar::{token_trie, Constraint};
 use crate::ngram_draft::{NgramMod, NgramSimple};
+use crate::ngram_map::NgramMap;
 use crate::panic::panic_message;
 use crate::prompt_cache::{common_prefix, Checkpoint, Inserted, PromptCache, SavedState};
 use crate::reasoning_budget::Budget;
@@ -2126,6 +2127,8 @@ fn ngram_drafter(t: SpecType, spec: SpecConfig, n_slots: usize) -> Option<Box<dy
             }
             Some(Box::new(NgramMod::new(spec.ngram_mod, n_slots)))
         }
+        SpecType::NgramMapK => Some(Box::new(NgramMap::new(spec.ngram_map_k, true, n_slots))),
+        SpecType::NgramMapK4v => Some(Box::new(NgramMap::new(spec.ngram_map_k4v, false, n_slots))),
         _ => None,
     }
 }

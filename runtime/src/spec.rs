@@ -16,6 +16,7 @@
 use bloomery_exec::{BatchInputs, LoadedModel, Readout};
 use bloomery_plugin_api::model::ModelSpec;
 
+pub use crate::ngram_map::NgramMapConfig;
 use crate::sampling::rng::Mt19937;
 
 /// Which drafts a generation is verified against (llama-server's `--spec-type`).
@@ -29,6 +30,10 @@ pub enum SpecType {
     NgramSimple,
     /// A table of every slot's history (`ngram-mod`, [`crate::ngram_draft`]).
     NgramMod,
+    /// A map per slot of its history's n-grams (`ngram-map-k`, [`crate::ngram_map`]).
+    NgramMapK,
+    /// The same map with up to four values per key (`ngram-map-k4v`, [`crate::ngram_map`]).
+    NgramMapK4v,
     /// A separate, smaller model (`draft-simple` with `-md`, [`crate::draft_model`]).
     DraftSimple,
 }
@@ -42,6 +47,8 @@ impl SpecType {
             SpecType::DraftMtp => "draft-mtp",
             SpecType::NgramSimple => "ngram-simple",
             SpecType::NgramMod => "ngram-mod",
+            SpecType::NgramMapK => "ngram-map-k",
+            SpecType::NgramMapK4v => "ngram-map-k4v",
             SpecType::DraftSimple => "draft-simple",
         }
     }
@@ -85,8 +92,47 @@ impl NgramModConfig {
 }
 
 /// The n-gram types consulted before another, in llama-server b11434's order of priority
-/// (common/speculative.cpp `common_speculative_init`): `ngram-simple`, then `ngram-mod`.
-const NGRAMS: [SpecType; 2] = [SpecType::NgramSimple, SpecType::NgramMod];
+/// (common/speculative.cpp `common_speculative_init`).
+const NGRAMS: [SpecType; 4] = [
+    SpecType::NgramSimple,
+    SpecType::NgramMapK,
+    SpecType::NgramMapK4v,
+    SpecType::NgramMod,
+];
+
+/// The n-gram types of a `--spec-type` list consulted before its last, in [`NGRAMS`]' order
+/// (a slice of them; unused places hold [`SpecType::None`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NgramChain {
+    types: [SpecType; NGRAMS.len()],
+    len: usize,
+}
+
+impl NgramChain {
+    /// No n-gram type consulted first.
+    pub const EMPTY: NgramChain = NgramChain {
+        types: [SpecType::None; NGRAMS.len()],
+        len: 0,
+    };
+
+    /// The types of [`NGRAMS`] that `keep` keeps, in its order.
+    fn of(keep: impl Fn(SpecType) -> bool) -> NgramChain {
+        let mut c = NgramChain::EMPTY;
+        for t in NGRAMS.into_iter().filter(|&t| keep(t)) {
+            c.types[c.len] = t;
+            c.len += 1;
+        }
+        c
+    }
+}
+
+impl std::ops::Deref for NgramChain {
+    type Target = [SpecType];
+
+    fn deref(&self) -> &[SpecType] {
+        &self.types[..self.len]
+    }
+}
 
 /// Draft decoding settings (llama-server's `--spec-*` flags).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -94,10 +140,10 @@ pub struct SpecConfig {
     /// What drafts when none of [`SpecConfig::first`] does (of the types `--spec-type` lists,
     /// the last in b11434's order of priority).
     pub kind: SpecType,
-    /// The n-gram types consulted before `kind`, each step, in b11434's order (`ngram-simple`
-    /// before `ngram-mod`): the first to draft a non-empty draft drafts the step, and only the
+    /// The n-gram types consulted before `kind`, each step, in b11434's order (`ngram-simple`,
+    /// `ngram-map-k`, `ngram-map-k4v`, `ngram-mod`): the first to draft a non-empty draft drafts the step, and only the
     /// one that drafted hears how much of it was kept; empty for one type.
-    pub first: &'static [SpecType],
+    pub first: NgramChain,
     /// Most tokens `kind` drafts after one sampled token (`--spec-draft-n-max` for a model's
     /// drafts, an n-gram type's own limit for its).
     pub n_max: usize,
@@ -122,6 +168,10 @@ pub struct SpecConfig {
     pub ngram_simple: NgramSimpleConfig,
     /// `ngram-mod`'s settings (`--spec-ngram-mod-*`).
     pub ngram_mod: NgramModConfig,
+    /// `ngram-map-k`'s settings (`--spec-ngram-map-k-*`).
+    pub ngram_map_k: NgramMapConfig,
+    /// `ngram-map-k4v`'s settings (`--spec-ngram-map-k4v-*`).
+    pub ngram_map_k4v: NgramMapConfig,
 }
 
 impl SpecConfig {
@@ -134,7 +184,7 @@ impl SpecConfig {
     /// llama-server b11434's defaults with `--spec-type draft-mtp`.
     pub const MTP: SpecConfig = SpecConfig {
         kind: SpecType::DraftMtp,
-        first: &[],
+        first: NgramChain::EMPTY,
         n_max: 3,
         n_min: 0,
         p_min: 0.0,
@@ -143,6 +193,8 @@ impl SpecConfig {
         gate: true,
         ngram_simple: NgramSimpleConfig::DEFAULT,
         ngram_mod: NgramModConfig::DEFAULT,
+        ngram_map_k: NgramMapConfig::DEFAULT,
+        ngram_map_k4v: NgramMapConfig::DEFAULT,
     };
 
     /// These settings drafting with every type of `types` (any order; a repeat counts once;
@@ -164,14 +216,7 @@ impl SpecConfig {
             .chain(NGRAMS.into_iter().rev())
             .find(|&t| has(t))
             .unwrap_or(SpecType::None);
-        let first: &'static [SpecType] = match (has(SpecType::NgramSimple), has(SpecType::NgramMod))
-        {
-            (true, true) if kind == SpecType::NgramMod => &NGRAMS[..1],
-            (true, true) => &NGRAMS,
-            (true, false) if kind != SpecType::NgramSimple => &NGRAMS[..1],
-            (false, true) if kind != SpecType::NgramMod => &NGRAMS[1..],
-            _ => &[],
-        };
+        let first = NgramChain::of(|t| has(t) && t != kind);
         Ok(SpecConfig {
             kind,
             first,
@@ -198,12 +243,15 @@ impl SpecConfig {
     }
 
     /// Most tokens a draft of type `t` holds: `n_max` for `kind`, an n-gram type's own limit
-    /// (`--spec-ngram-simple-size-m`, `--spec-ngram-mod-n-max`) for one consulted before it.
+    /// (`--spec-ngram-simple-size-m`, `--spec-ngram-mod-n-max`, the maps' `size-m`) for one
+    /// consulted before it.
     pub fn cap(&self, t: SpecType) -> usize {
         match t {
             t if t == self.kind => self.n_max,
             SpecType::NgramSimple => self.ngram_simple.size_m,
             SpecType::NgramMod => self.ngram_mod.n_max,
+            SpecType::NgramMapK => self.ngram_map_k.size_m,
+            SpecType::NgramMapK4v => self.ngram_map_k4v.size_m,
             _ => self.n_max,
         }
     }
@@ -825,7 +873,8 @@ mod tests {
     };
 
     /// b11434's order of priority (common_speculative_init), whatever the order listed: the
-    /// n-gram types (ngram-simple before ngram-mod), then the draft model or the MTP block.
+    /// n-gram types (ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod), then the draft model
+    /// or the MTP block.
     #[test]
     fn combined_types_are_consulted_in_llama_servers_order() {
         use SpecType::*;
@@ -841,6 +890,11 @@ mod tests {
         );
         assert_eq!(chain(&[NgramMod, NgramSimple]), [NgramSimple, NgramMod]);
         assert_eq!(chain(&[NgramMod]), [NgramMod]);
+        assert_eq!(
+            chain(&[NgramMod, NgramMapK4v, DraftMtp, NgramMapK, NgramSimple]),
+            [NgramSimple, NgramMapK, NgramMapK4v, NgramMod, DraftMtp]
+        );
+        assert_eq!(chain(&[NgramMapK4v, NgramMapK]), [NgramMapK, NgramMapK4v]);
         assert_eq!(chain(&[None]), []);
         assert_eq!(SpecConfig::OFF.names(), "none");
         let c = SpecConfig::MTP

@@ -54,6 +54,21 @@ SETUPS = [
      ["--spec-type", "ngram-mod,draft-mtp,ngram-simple", "--spec-draft-n-max", "3",
       "--spec-ngram-simple-size-n", "1", "--spec-ngram-simple-size-m", "2", "--spec-ngram-mod-n-match", "1",
       "--spec-ngram-mod-n-max", "1", "--spec-ngram-mod-n-min", "1"]),
+    ("ngram-map-k", "qwen3moe-7", None,
+     ["--spec-type", "ngram-map-k", "--spec-ngram-map-k-size-n", "2", "--spec-ngram-map-k-size-m", "4"]),
+    ("ngram-map-k4v", "qwen3moe-7", None,
+     ["--spec-type", "ngram-map-k4v", "--spec-ngram-map-k4v-size-n", "1", "--spec-ngram-map-k4v-size-m", "3",
+      "--spec-ngram-map-k4v-min-hits", "2"]),
+    # One-token keys and values: a key's values compete, so the most frequent one drafts only
+    # while it occurred at least twice as often as the others together.
+    ("ngram-map-k4v-1", "qwen3moe-7", None,
+     ["--spec-type", "ngram-map-k4v", "--spec-ngram-map-k4v-size-n", "1", "--spec-ngram-map-k4v-size-m", "1"]),
+    # Both maps before the MTP block (b11434's order: ngram-map-k, ngram-map-k4v, then the block),
+    # no draft longer than --spec-draft-n-max (see above).
+    ("ngram-map-k,ngram-map-k4v,draft-mtp", "qwen35moe-mtp-7", None,
+     ["--spec-type", "draft-mtp,ngram-map-k4v,ngram-map-k", "--spec-draft-n-max", "3",
+      "--spec-ngram-map-k-size-n", "2", "--spec-ngram-map-k-size-m", "3", "--spec-ngram-map-k4v-size-n", "1",
+      "--spec-ngram-map-k4v-size-m", "2"]),
 ]
 
 # Greedy requests: token-id prompts over the tiny vocabularies (ids below 300), some repeating.

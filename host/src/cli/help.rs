@@ -131,6 +131,12 @@ const SPECULATIVE: &[&str] = &[
     "spec-ngram-mod-n-match",
     "spec-ngram-mod-n-max",
     "spec-ngram-mod-n-min",
+    "spec-ngram-map-k-size-n",
+    "spec-ngram-map-k-size-m",
+    "spec-ngram-map-k-min-hits",
+    "spec-ngram-map-k4v-size-n",
+    "spec-ngram-map-k4v-size-m",
+    "spec-ngram-map-k4v-min-hits",
 ];
 
 /// Where the model's weights and experts go: llama.cpp's `-ngl`, `-cmoe`, `-ncmoe`, `-ot`,

@@ -16,6 +16,7 @@
 
 use anyhow::bail;
 use bloomery_runtime::ngram_draft::{NgramModConfig, NgramSimpleConfig};
+use bloomery_runtime::ngram_map::NgramMapConfig;
 use bloomery_runtime::spec::{SpecConfig, SpecType, SynthRates};
 use clap::Args;
 
@@ -24,9 +25,10 @@ use clap::Args;
 pub struct SpecArgs {
     /// Comma-separated speculative decoding types: `none`, `draft-mtp` (the model's own MTP
     /// block; the default for a file with MTP layers, each slot drafting while it pays),
-    /// `draft-simple` (a draft model, -md), `ngram-simple`, `ngram-mod` (token history).
-    /// Several are combined as llama-server combines them: each step ngram-simple, then
-    /// ngram-mod, then draft-simple or draft-mtp, the first non-empty draft drafting it
+    /// `draft-simple` (a draft model, -md), `ngram-simple`, `ngram-map-k`, `ngram-map-k4v`,
+    /// `ngram-mod` (token history). Several are combined as llama-server combines them: each
+    /// step the n-gram types in that order, then draft-simple or draft-mtp, the first non-empty
+    /// draft drafting it
     /// (`bench` runs each value as a test of its own; `a+b` there is one test combining them).
     #[arg(long = "spec-type", value_name = "TYPES", env = "LLAMA_ARG_SPEC_TYPE")]
     pub spec_type: Option<String>,
@@ -92,6 +94,25 @@ pub struct SpecArgs {
     /// ngram-mod: a chain that misses before this many tokens drafts nothing (0 to 1024).
     #[arg(long = "spec-ngram-mod-n-min", value_name = "N", default_value_t = NgramModConfig::DEFAULT.n_min as u16, value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub ngram_mod_n_min: u16,
+    /// ngram-map-k: tokens of a key looked up in the history, the sampled one last (1 to 1024).
+    #[arg(long = "spec-ngram-map-k-size-n", value_name = "N", default_value_t = NgramMapConfig::DEFAULT.size_n as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub ngram_map_k_size_n: u16,
+    /// ngram-map-k: tokens drafted after a key's match, the most (1 to 1024).
+    #[arg(long = "spec-ngram-map-k-size-m", value_name = "N", default_value_t = NgramMapConfig::DEFAULT.size_m as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub ngram_map_k_size_m: u16,
+    /// ngram-map-k: at least 1; llama-server b11434's ngram-map-k does not read it (it drafts
+    /// from every match), so it changes nothing there nor here.
+    #[arg(long = "spec-ngram-map-k-min-hits", value_name = "N", default_value_t = NgramMapConfig::DEFAULT.min_hits, value_parser = clap::value_parser!(u16).range(1..))]
+    pub ngram_map_k_min_hits: u16,
+    /// ngram-map-k4v: tokens of a key (1 to 1024).
+    #[arg(long = "spec-ngram-map-k4v-size-n", value_name = "N", default_value_t = NgramMapConfig::DEFAULT.size_n as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub ngram_map_k4v_size_n: u16,
+    /// ngram-map-k4v: tokens of a value, the most drafted (1 to 1024).
+    #[arg(long = "spec-ngram-map-k4v-size-m", value_name = "N", default_value_t = NgramMapConfig::DEFAULT.size_m as u16, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub ngram_map_k4v_size_m: u16,
+    /// ngram-map-k4v: times a key is seen before it drafts (at least 1).
+    #[arg(long = "spec-ngram-map-k4v-min-hits", value_name = "N", default_value_t = NgramMapConfig::DEFAULT.min_hits, value_parser = clap::value_parser!(u16).range(1..))]
+    pub ngram_map_k4v_min_hits: u16,
 }
 
 /// One drafting setup of a benchmark: a single `--spec-type` value (None: the file's default)
@@ -126,8 +147,6 @@ const OTHER_TYPES: &[&str] = &[
     "draft-eagle3",
     "draft-dflash",
     "draft-dspark",
-    "ngram-map-k",
-    "ngram-map-k4v",
     "ngram-cache",
 ];
 
@@ -147,15 +166,17 @@ fn types_of(list: &str) -> anyhow::Result<Vec<SpecType>> {
             "draft-mtp" => SpecType::DraftMtp,
             "ngram-simple" => SpecType::NgramSimple,
             "ngram-mod" => SpecType::NgramMod,
+            "ngram-map-k" => SpecType::NgramMapK,
+            "ngram-map-k4v" => SpecType::NgramMapK4v,
             "draft-simple" => SpecType::DraftSimple,
             t if OTHER_TYPES.contains(&t) => bail!(
                 "--spec-type {t}: not supported: draft-mtp (the model's own MTP block), \
-                 draft-simple (a draft model, -md), ngram-simple and ngram-mod (token history) \
-                 are implemented"
+                 draft-simple (a draft model, -md), ngram-simple, ngram-map-k, ngram-map-k4v \
+                 and ngram-mod (token history) are implemented"
             ),
             t => bail!(
                 "--spec-type {t}: unknown speculative decoding type (none, draft-mtp, \
-                 draft-simple, ngram-simple, ngram-mod, {})",
+                 draft-simple, ngram-simple, ngram-map-k, ngram-map-k4v, ngram-mod, {})",
                 OTHER_TYPES.join(", ")
             ),
         });
@@ -203,21 +224,22 @@ impl SpecArgs {
                 SpecType::DraftMtp => self.n_max,
                 SpecType::NgramSimple => usize::from(self.ngram_simple_size_m),
                 SpecType::NgramMod => usize::from(self.ngram_mod_n_max),
+                SpecType::NgramMapK => usize::from(self.ngram_map_k_size_m),
+                SpecType::NgramMapK4v => usize::from(self.ngram_map_k4v_size_m),
                 SpecType::DraftSimple => self.n_max,
             });
         }
         Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 
-    /// Whether the drafts come from elsewhere than the model's MTP layers (`ngram-simple`,
-    /// `ngram-mod` or `draft-simple` among `--spec-type`'s values), so that the plan keeps drafting room for a model without MTP layers too.
+    /// Whether the drafts come from elsewhere than the model's MTP layers (an n-gram type or
+    /// `draft-simple` among `--spec-type`'s values), so that the plan keeps drafting room for a
+    /// model without MTP layers too.
     pub fn planned_history(&self) -> anyhow::Result<bool> {
-        Ok(self.planned_kinds()?.iter().any(|k| {
-            matches!(
-                k,
-                SpecType::NgramSimple | SpecType::NgramMod | SpecType::DraftSimple
-            )
-        }))
+        Ok(self
+            .planned_kinds()?
+            .iter()
+            .any(|k| !matches!(k, SpecType::None | SpecType::DraftMtp)))
     }
 
     /// Whether `--spec-type` names draft-simple: the `--spec-draft-model` file drafts whole.
@@ -285,6 +307,8 @@ impl SpecArgs {
         match kind {
             SpecType::NgramSimple => usize::from(self.ngram_simple_size_m),
             SpecType::NgramMod => usize::from(self.ngram_mod_n_max),
+            SpecType::NgramMapK => usize::from(self.ngram_map_k_size_m),
+            SpecType::NgramMapK4v => usize::from(self.ngram_map_k4v_size_m),
             _ => self.n_max,
         }
     }
@@ -390,6 +414,16 @@ impl SpecArgs {
                 n_max: usize::from(self.ngram_mod_n_max),
                 n_min: usize::from(self.ngram_mod_n_min),
             },
+            ngram_map_k: NgramMapConfig {
+                size_n: usize::from(self.ngram_map_k_size_n),
+                size_m: usize::from(self.ngram_map_k_size_m),
+                min_hits: self.ngram_map_k_min_hits,
+            },
+            ngram_map_k4v: NgramMapConfig {
+                size_n: usize::from(self.ngram_map_k4v_size_n),
+                size_m: usize::from(self.ngram_map_k4v_size_m),
+                min_hits: self.ngram_map_k4v_min_hits,
+            },
             ..SpecConfig::OFF
         }
         .with_types(&types)
@@ -445,6 +479,12 @@ mod tests {
             ngram_mod_n_match: 24,
             ngram_mod_n_max: 64,
             ngram_mod_n_min: 48,
+            ngram_map_k_size_n: 12,
+            ngram_map_k_size_m: 48,
+            ngram_map_k_min_hits: 1,
+            ngram_map_k4v_size_n: 12,
+            ngram_map_k4v_size_m: 48,
+            ngram_map_k4v_min_hits: 1,
             synth_rates: None,
         }
     }
@@ -478,7 +518,7 @@ mod tests {
         // first, each its own limit; the longest draft sizes the verify pass.
         let c = args(Some("draft-mtp,ngram-simple")).config(1, "x").unwrap();
         assert_eq!(
-            (c.kind, c.first, c.n_max, c.most()),
+            (c.kind, &*c.first, c.n_max, c.most()),
             (SpecType::DraftMtp, &[SpecType::NgramSimple][..], 5, 20)
         );
         assert_eq!(c.names(), "ngram-simple,draft-mtp");
@@ -487,11 +527,26 @@ mod tests {
         assert!(e.contains("draft-simple: no draft model"), "{e}");
         let c = args(Some("ngram-mod,ngram-simple")).config(0, "x").unwrap();
         assert_eq!(
-            (c.kind, c.first, c.most()),
+            (c.kind, &*c.first, c.most()),
             (SpecType::NgramMod, &[SpecType::NgramSimple][..], 64)
         );
         let c = args(Some("ngram-simple,ngram-mod,draft-mtp")).config(1, "x");
         assert_eq!(c.unwrap().names(), "ngram-simple,ngram-mod,draft-mtp");
+        // The two maps sit between ngram-simple and ngram-mod in b11434's order.
+        let c = args(Some(
+            "ngram-mod,ngram-map-k4v,draft-mtp,ngram-map-k,ngram-simple",
+        ));
+        let c = c.config(1, "x").unwrap();
+        assert_eq!(
+            c.names(),
+            "ngram-simple,ngram-map-k,ngram-map-k4v,ngram-mod,draft-mtp"
+        );
+        assert_eq!(c.most(), 64);
+        let c = args(Some("ngram-map-k4v")).config(0, "x").unwrap();
+        assert_eq!(
+            (c.kind, c.n_max, c.ngram_map_k4v.size_m),
+            (SpecType::NgramMapK4v, 48, 48)
+        );
         let refused = |list: &str, what: &str| {
             let e = args(Some(list)).config(1, "x").unwrap_err().to_string();
             assert!(e.contains(what), "{list}: {e}");
@@ -563,12 +618,12 @@ mod tests {
             e.to_string().contains("(`qwen3moe`) has no MTP layers"),
             "{e}"
         );
-        let e = args(Some("draft-mtp,ngram-map-k"))
+        let e = args(Some("draft-mtp,ngram-cache"))
             .config(1, "x")
             .unwrap_err();
         assert!(
             e.to_string()
-                .starts_with("--spec-type ngram-map-k: not supported"),
+                .starts_with("--spec-type ngram-cache: not supported"),
             "{e}"
         );
         let e = args(Some("draft-mpt")).config(1, "x").unwrap_err();
@@ -625,8 +680,8 @@ mod tests {
         n.synth_len = Some("2".into());
         refused(&n, "--spec-type none drafts nothing");
         refused(
-            &args(Some("draft-mtp,ngram-map-k")),
-            "ngram-map-k: not supported",
+            &args(Some("draft-mtp,ngram-cache")),
+            "ngram-cache: not supported",
         );
         // `+` combines types in one test, as a comma does for serve.
         let c = args(Some("none, ngram-simple+draft-mtp"));
