@@ -6,7 +6,7 @@ use super::{flag, KnownFlag};
 
 const AFFINITY: &str = "the worker pool pins one thread per core itself (-t sets the count)";
 const SPECULATIVE: &str =
-    "of speculative decoding, only an MTP block (--spec-type draft-mtp: the model's own, or -md's), ngram-simple and ngram-mod draft";
+    "of speculative decoding, draft-mtp (the model's MTP block, or -md's), draft-simple (a -md model), ngram-simple, ngram-map-k, ngram-map-k4v and ngram-mod draft, each with its own --spec-* settings";
 const MULTIMODAL: &str = "multimodal input is not supported";
 const DOWNLOAD: &str = "bloomery loads local GGUF files only";
 const PRESET: &str = "presets download models; bloomery loads local GGUF files only";
@@ -257,11 +257,11 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--spec-ngram-map-k4v-size-n"], &[], None, Value, Serve),
     flag(&["--spec-ngram-map-k4v-size-m"], &[], None, Value, Serve),
     flag(&["--spec-ngram-map-k4v-min-hits"], &[], None, Value, Serve),
-    flag(&["--draft", "--draft-n", "--draft-max"], &[], Some("LLAMA_ARG_DRAFT_MAX"), Value, Refused(SPECULATIVE)),
-    flag(&["--draft-min", "--draft-n-min"], &[], Some("LLAMA_ARG_DRAFT_MIN"), Value, Refused(SPECULATIVE)),
-    flag(&["--spec-ngram-size-n"], &[], None, Value, Refused(SPECULATIVE)),
-    flag(&["--spec-ngram-size-m"], &[], None, Value, Refused(SPECULATIVE)),
-    flag(&["--spec-ngram-min-hits"], &[], None, Value, Refused(SPECULATIVE)),
+    flag(&["--draft", "--draft-n", "--draft-max"], &[], Some("LLAMA_ARG_DRAFT_MAX"), Value, Refused("removed in llama-server b11434 too: use --spec-draft-n-max or --spec-ngram-mod-n-max")),
+    flag(&["--draft-min", "--draft-n-min"], &[], Some("LLAMA_ARG_DRAFT_MIN"), Value, Refused("removed in llama-server b11434 too: use --spec-draft-n-min or --spec-ngram-mod-n-min")),
+    flag(&["--spec-ngram-size-n"], &[], None, Value, Refused("removed in llama-server b11434 too: use the respective --spec-ngram-*-size-n or --spec-ngram-mod-n-match")),
+    flag(&["--spec-ngram-size-m"], &[], None, Value, Refused("removed in llama-server b11434 too: use the respective --spec-ngram-*-size-m")),
+    flag(&["--spec-ngram-min-hits"], &[], None, Value, Refused("removed in llama-server b11434 too: use the respective --spec-ngram-*-min-hits")),
     flag(&["--embd-gemma-default"], &[], None, Flag, Refused(PRESET)),
     flag(&["--fim-qwen-1.5b-default"], &[], None, Flag, Refused(PRESET)),
     flag(&["--fim-qwen-3b-default"], &[], None, Flag, Refused(PRESET)),
