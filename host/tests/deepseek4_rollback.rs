@@ -9,10 +9,7 @@
 mod common;
 
 use std::path::Path;
-use std::sync::Arc;
 
-use bloomery_devices::Registry;
-use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_runtime::ngram_draft::NgramSimpleConfig;
 use bloomery_runtime::request::{Event, Finish};
 use bloomery_runtime::sampling::SamplerParams;
@@ -39,15 +36,7 @@ fn phrase_prompt(n: usize, salt: u32) -> Vec<u32> {
 
 /// One slot's runtime, drafting as `spec` asks (ungated).
 fn runtime(path: &Path, spec: SpecConfig) -> Runtime {
-    let reg = Registry::load(&common::plugin_dir()).unwrap();
-    let options = LoadOptions {
-        n_slots: 1,
-        ctx_per_slot: CTX as u32,
-        threads: 2,
-        ..LoadOptions::default()
-    };
-    let model = LoadedModel::load(&reg, path, options).unwrap();
-    let tok = Arc::new(bloomery::text::tokenizer(&model.file).unwrap());
+    let (model, tok) = common::one_slot(path, CTX as u32);
     let cfg = RuntimeConfig {
         n_batch: 64,
         spec,

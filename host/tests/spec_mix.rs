@@ -12,8 +12,6 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use bloomery_devices::Registry;
-use bloomery_exec::{LoadOptions, LoadedModel};
 use bloomery_runtime::ngram_draft::NgramSimpleConfig;
 use bloomery_runtime::request::Event;
 use bloomery_runtime::sampling::SamplerParams;
@@ -48,15 +46,7 @@ fn run(
     spec: SpecConfig,
     lines: &Lines,
 ) -> (Vec<Vec<u32>>, Vec<HashMap<usize, String>>) {
-    let reg = Registry::load(&common::plugin_dir()).unwrap();
-    let options = LoadOptions {
-        n_slots: 1,
-        ctx_per_slot: 256,
-        threads: 2,
-        ..LoadOptions::default()
-    };
-    let model = LoadedModel::load(&reg, path, options).unwrap();
-    let tok = Arc::new(bloomery::text::tokenizer(&model.file).unwrap());
+    let (model, tok) = common::one_slot(path, 256);
     let cfg = RuntimeConfig {
         n_batch: 64,
         schemajump: true,

@@ -321,6 +321,28 @@ pub fn generation(
     }
 }
 
+/// `path` loaded on the CPU with one slot of `ctx` positions and two threads, with its
+/// tokenizer.
+#[allow(dead_code)] // not every test crate that shares this module runs a runtime
+pub fn one_slot(
+    path: &std::path::Path,
+    ctx: u32,
+) -> (
+    bloomery_exec::LoadedModel,
+    std::sync::Arc<bloomery_text::Tokenizer>,
+) {
+    let reg = bloomery_devices::Registry::load(&plugin_dir()).unwrap();
+    let options = bloomery_exec::LoadOptions {
+        n_slots: 1,
+        ctx_per_slot: ctx,
+        threads: 2,
+        ..bloomery_exec::LoadOptions::default()
+    };
+    let model = bloomery_exec::LoadedModel::load(&reg, path, options).unwrap();
+    let tok = std::sync::Arc::new(bloomery::text::tokenizer(&model.file).unwrap());
+    (model, tok)
+}
+
 /// A runtime of `n_ctx_slot` positions a slot, 16-row prompt passes, no drafting, no schemajump,
 /// no context shift, no prompt cache: the plain setup the runtime tests decode with.
 #[allow(dead_code)] // not every test crate that shares this module starts a runtime
