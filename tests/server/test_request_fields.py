@@ -356,3 +356,22 @@ def test_tools_on_a_template_without_tools_are_described_and_read_back(gemma3):
                                        "tools": [{"name": "get_weather", "input_schema": tool["function"]["parameters"]}],
                                        "tool_choice": {"type": "any", "disable_parallel_tool_use": True}}).json()
     assert msg["stop_reason"] == "tool_use" and msg["content"][-1]["name"] == "get_weather", msg
+
+
+@pytest.mark.parametrize("field, value", [
+    ("backend_sampling", True), ("parse_tool_calls", True), ("echo", True), ("grammar_lazy", True),
+    ("chat_format", 2), ("chat_parser", "peg"), ("generation_prompt", "<think>"),
+    ("lora", [{"id": 0, "scale": 1.0}]), ("grammar_triggers", [{"type": 1, "value": "<tool_call>"}]),
+    ("preserved_tokens", ["<tool_call>"]),
+])
+def test_llama_server_fields_not_built_are_refused_by_name_and_their_defaults_accepted(tiny, field, value):
+    # The fields of llama-server b11434's request schema (tools/server/server-schema.cpp) that ask
+    # for what bloomery has not built: a 400 naming the field, never accepted and ignored.
+    body = {"prompt": "x", "n_predict": 1}
+    e = error_of(tiny.post("/completion", {**body, field: value}), 400, "invalid_request_error")
+    assert e["message"].startswith(f'"{field}": '), e
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1, field: value}
+    e = error_of(tiny.post("/v1/chat/completions", chat), 400, "invalid_request_error")
+    assert e["message"].startswith(f'"{field}": '), e
+    default = {bool: False, int: 0, str: "", list: []}[type(value)]
+    assert tiny.post("/completion", {**body, field: default}).status_code == 200

@@ -232,16 +232,69 @@ pub fn ban_eog(s: &mut SamplerParams, tok: &Tokenizer) {
         .extend(tok.eog_ids().into_iter().map(|id| (id, f32::NEG_INFINITY)));
 }
 
-/// llama-server's request switches bloomery has not built: `true` is a 400 naming the field,
-/// never accepted and ignored (`false` asks for what bloomery does).
+/// Why the chat routes' own parser fields are refused on a request.
+const PARSER_FIELDS: &str = "llama-server's chat parser settings, which its chat routes set for \
+     themselves: here the chat routes parse tool calls and reasoning by the template's family \
+     (send the request to /v1/chat/completions with `tools`)";
+
+/// Why the lazy grammar's fields are refused.
+const LAZY_GRAMMAR: &str = "a lazy grammar opened by triggers is built for the chat routes' \
+     tool calls only (`tool_choice` auto); send `grammar` or `json_schema` alone";
+
+/// llama-server b11434's request fields (tools/server/server-schema.cpp) that ask for what
+/// bloomery has not built: a value other than the one asking for what bloomery does is a 400
+/// naming the field, never accepted and ignored.
 fn refuse_unbuilt(f: &Fields<'_>) -> Result<(), ApiError> {
+    let refuse = |key: &str, what: &str| Err(ApiError::invalid(format!("\"{key}\": {what}")));
     // Numbers whose 0 asks for what bloomery does.
-    for (key, what) in [(
-        "n_indent",
-        "the minimum indentation of code completions is not implemented",
-    )] {
+    for (key, what) in [
+        (
+            "n_indent",
+            "the minimum indentation of code completions is not implemented",
+        ),
+        ("chat_format", PARSER_FIELDS),
+    ] {
         if f.int_in(key, 0, I32_MAX)?.is_some_and(|n| n > 0) {
-            return Err(ApiError::invalid(format!("\"{key}\": {what}")));
+            return refuse(key, what);
+        }
+    }
+    // Switches whose `false` asks for what bloomery does.
+    for (key, what) in [
+        (
+            "backend_sampling",
+            "sampling runs on the host (llama-server's --backend-sampling)",
+        ),
+        ("parse_tool_calls", PARSER_FIELDS),
+        (
+            "echo",
+            "a continued message's earlier text is not repeated in the output",
+        ),
+        ("grammar_lazy", LAZY_GRAMMAR),
+    ] {
+        if f.bool(key)? == Some(true) {
+            return refuse(key, what);
+        }
+    }
+    // Texts whose empty value asks for what bloomery does.
+    for key in ["chat_parser", "generation_prompt"] {
+        if f.str(key)?.is_some_and(|s| !s.is_empty()) {
+            return refuse(key, PARSER_FIELDS);
+        }
+    }
+    // Lists whose empty value asks for what bloomery does.
+    for (key, what) in [
+        (
+            "lora",
+            "LoRA adapters are not supported (llama-server's --lora)",
+        ),
+        ("grammar_triggers", LAZY_GRAMMAR),
+        ("preserved_tokens", LAZY_GRAMMAR),
+    ] {
+        match f.get(key) {
+            None => {}
+            Some(Value::Array(a)) if a.is_empty() => {}
+            Some(Value::Array(_)) => return refuse(key, what),
+            Some(_) => return refuse(key, "must be an array"),
         }
     }
     Ok(())
