@@ -20,6 +20,7 @@
 //! reasoning was dropped) forgets every key and table entry at or past its prompt's shared part.
 
 use crate::spec::DraftSource;
+pub use crate::spec::NgramMapConfig;
 
 /// Entries of the hash table (b11434's `COMMON_NGRAM_HASH_MAP_SIZE`).
 const HASH_ENTRIES: usize = 1 << 18;
@@ -29,26 +30,6 @@ const VALUES: usize = 4;
 const MAX_COUNT: u16 = 16_380;
 /// The multiplier of the n-gram hash (an LCG's, near 2^32 (√5 − 1)/2).
 const HASH_FACTOR: u32 = 2_654_435_761;
-
-/// `--spec-ngram-map-k-*` or `--spec-ngram-map-k4v-*` settings.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct NgramMapConfig {
-    /// Tokens of a key (`size-n`, 1 to 1024).
-    pub size_n: usize,
-    /// Tokens of a value, the most drafted (`size-m`, 1 to 1024).
-    pub size_m: usize,
-    /// Times a key must have been seen before `ngram-map-k4v` drafts from it (`min-hits`, ≥ 1).
-    pub min_hits: u16,
-}
-
-impl NgramMapConfig {
-    /// llama-server b11434's defaults (common.h `common_params_speculative_ngram_map`).
-    pub const DEFAULT: NgramMapConfig = NgramMapConfig {
-        size_n: 12,
-        size_m: 48,
-        min_hits: 1,
-    };
-}
 
 /// A value m-gram after a key.
 #[derive(Clone, Copy, Debug)]

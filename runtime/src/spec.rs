@@ -16,7 +16,6 @@
 use bloomery_exec::{BatchInputs, LoadedModel, Readout};
 use bloomery_plugin_api::model::ModelSpec;
 
-pub use crate::ngram_map::NgramMapConfig;
 use crate::sampling::rng::Mt19937;
 
 /// Which drafts a generation is verified against (llama-server's `--spec-type`).
@@ -68,6 +67,26 @@ impl NgramSimpleConfig {
     pub const DEFAULT: NgramSimpleConfig = NgramSimpleConfig {
         size_n: 12,
         size_m: 48,
+    };
+}
+
+/// `--spec-ngram-map-k-*` or `--spec-ngram-map-k4v-*` settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NgramMapConfig {
+    /// Tokens of a key (`size-n`, 1 to 1024).
+    pub size_n: usize,
+    /// Tokens of a value, the most drafted (`size-m`, 1 to 1024).
+    pub size_m: usize,
+    /// Times a key must have been seen before `ngram-map-k4v` drafts from it (`min-hits`, ≥ 1).
+    pub min_hits: u16,
+}
+
+impl NgramMapConfig {
+    /// llama-server b11434's defaults (common.h `common_params_speculative_ngram_map`).
+    pub const DEFAULT: NgramMapConfig = NgramMapConfig {
+        size_n: 12,
+        size_m: 48,
+        min_hits: 1,
     };
 }
 
