@@ -64,6 +64,7 @@ const SERVER: &[&str] = &[
     "api-key",
     "api-key-file",
     "alias",
+    "tags",
     "cache-prompt",
     "cache-reuse",
     "reasoning-effort",
