@@ -230,7 +230,7 @@ def test_ngram_drafts_from_the_history_and_change_no_token(model, kept, spec, re
     "flags, message",
     [
         (("--spec-type", "draft-simple,draft-mtp"), "combining draft-simple with draft-mtp"),
-        (("--spec-type", "ngram-map-k"), "--spec-type ngram-map-k: not supported"),
+        (("--spec-ngram-map-k4v-size-m", "0"), "--spec-ngram-map-k4v-size-m"),
         (("--spec-type", "ngram-simple,ngram-cache"), "--spec-type ngram-cache: not supported"),
         (("--spec-type", "ngram-simple,none"), "none beside other types"),
         (("--spec-type", "ngram-simple,draft-mtp"), "--spec-type draft-mtp: this model (`qwen3moe`) has no MTP"),
