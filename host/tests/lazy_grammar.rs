@@ -77,6 +77,7 @@ fn free_params(tok: &Tokenizer, written: &str, seed: u32) -> GenParams {
         grammar: None,
         t_max_predict_ms: None,
         preserved: Vec::new(),
+        special: false,
         shift: bloomery_runtime::request::ShiftParams::default(),
         reasoning_budget: None,
     }

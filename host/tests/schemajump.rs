@@ -128,6 +128,7 @@ fn params(grammar: &Arc<Grammar>, seed: Option<u32>, n_predict: usize) -> GenPar
         }),
         t_max_predict_ms: None,
         preserved: Vec::new(),
+        special: false,
         shift: bloomery_runtime::request::ShiftParams::default(),
         reasoning_budget: None,
     }

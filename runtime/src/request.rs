@@ -70,6 +70,9 @@ pub struct GenParams {
     /// Control tokens whose text the output keeps (the tags a chat format's tool-call parser
     /// reads, llama.cpp's preserved tokens); others decode to nothing.
     pub preserved: Vec<u32>,
+    /// Every special token's text is kept in the output (llama-server's `--special`), not only
+    /// the preserved ones'.
+    pub special: bool,
     /// What a context shift keeps and drops (with `--context-shift`) and which cached runs a
     /// prompt reuses.
     pub shift: ShiftParams,
@@ -111,6 +114,7 @@ impl GenParams {
             grammar: None,
             t_max_predict_ms: None,
             preserved: Vec::new(),
+            special: false,
             shift: ShiftParams::default(),
             reasoning_budget: None,
         }

@@ -795,7 +795,8 @@ impl<'t> Scheduler<'t> {
             Constraint::new(spec, vocab)
         });
         let budget = job.params.reasoning_budget.as_ref().map(Budget::new);
-        let decoder = StreamDecoder::new(self.tok, false).preserving(&job.params.preserved);
+        let decoder =
+            StreamDecoder::new(self.tok, job.params.special).preserving(&job.params.preserved);
         let job_seed = job.params.sampler.seed as u32;
         let slot = &mut self.slots[id];
         slot.task = Some(Task {

@@ -65,6 +65,7 @@ const SERVER: &[&str] = &[
     "api-key-file",
     "alias",
     "tags",
+    "special",
     "cache-prompt",
     "cache-reuse",
     "reasoning-effort",

@@ -320,6 +320,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
         grammar,
         t_max_predict_ms: None,
         preserved: Vec::new(),
+        special: false,
         shift: bloomery_runtime::request::ShiftParams::default(),
         reasoning_budget: None,
     };

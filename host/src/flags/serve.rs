@@ -89,6 +89,10 @@ pub struct ServeArgs {
     /// Keep generating past end-of-generation tokens unless a request says otherwise.
     #[arg(long = "ignore-eos")]
     pub ignore_eos: bool,
+    /// Special tokens' text in the output, as llama-server's `-sp` (default: only a chat
+    /// format's tool-call tags).
+    #[arg(long = "special")]
+    pub special: bool,
     /// Slots: requests served at once, each with ctx-size / parallel positions (-1, llama-server's
     /// auto, is refused: see [`NP_AUTO`]).
     #[arg(

@@ -550,6 +550,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         seed: u64::try_from(a.seed).ok(),
         n_predict: usize::try_from(a.n_predict).ok(),
         ignore_eos: a.ignore_eos,
+        special: a.special,
         cache_prompt: a.cache_prompt(),
         n_keep: a.keep,
         n_cache_reuse: a.cache_reuse as usize,

@@ -92,6 +92,7 @@ fn default_params(ready: &Ready) -> GenParams {
         grammar: None,
         t_max_predict_ms: None,
         preserved: Vec::new(),
+        special: ready.defaults.special,
         shift: bloomery_runtime::request::ShiftParams::default(),
         reasoning_budget: None,
     }

@@ -23,6 +23,8 @@ pub struct Defaults {
     pub seed: Option<u64>,
     /// Default generation limit (`None`: unbounded).
     pub n_predict: Option<usize>,
+    /// Special tokens' text in the output (`--special`).
+    pub special: bool,
     /// Default of `ignore_eos`.
     pub ignore_eos: bool,
     /// Default of `cache_prompt`.
@@ -220,6 +222,7 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
         },
         t_max_predict_ms,
         preserved: Vec::new(),
+        special: d.special,
         shift,
         reasoning_budget: None,
     })
@@ -311,6 +314,7 @@ pub(crate) mod tests {
             seed: Some(7),
             n_predict: Some(16),
             ignore_eos: false,
+            special: false,
             cache_prompt: true,
             n_keep: 0,
             n_cache_reuse: 0,

@@ -184,6 +184,7 @@ mod tests {
             seed: Some(1),
             n_predict: None,
             ignore_eos: false,
+            special: false,
             cache_prompt: true,
             n_keep: 0,
             n_cache_reuse: 0,

@@ -316,6 +316,7 @@ pub fn generation(
         grammar: None,
         t_max_predict_ms: None,
         preserved: Vec::new(),
+        special: false,
         shift: bloomery_runtime::request::ShiftParams::default(),
         reasoning_budget: None,
     }

@@ -118,6 +118,7 @@ fn params(reuse: bool, forced: Vec<u32>, n_predict: usize, prompt_only: bool) ->
         grammar: None,
         t_max_predict_ms: None,
         preserved: Vec::new(),
+        special: false,
         shift: bloomery_runtime::request::ShiftParams::default(),
         reasoning_budget: None,
     }

@@ -53,7 +53,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--perf"], &["--no-perf"], Some("LLAMA_ARG_PERF"), Switch, OnlyOff("timings are always measured and reported")),
     flag(&["-e", "--escape"], &["--no-escape"], None, Switch, OnlyOff("escape sequences apply to a command-line prompt; the server reads JSON")),
     flag(&["-r", "--reverse-prompt"], &[], None, Value, Refused("reverse prompts apply to interactive llama-cli; requests carry `stop`")),
-    flag(&["-sp", "--special"], &[], None, Flag, Refused("special tokens in the output are a request option here")),
+    flag(&["-sp", "--special"], &[], None, Flag, Serve),
     flag(&["--warmup"], &["--no-warmup"], None, Switch, OnlyOff("no warmup pass is run at load")),
     flag(&["--spm-infill"], &[], None, Flag, Refused("/infill uses the model's own FIM order")),
     flag(&["--samplers"], &[], None, Value, Serve),
