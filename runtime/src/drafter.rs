@@ -85,13 +85,6 @@ impl Drafters {
         out
     }
 
-    /// The types of the chain's drafters, in the order they are consulted, as `--spec-type`
-    /// names them.
-    pub(crate) fn names(&self) -> Vec<&'static str> {
-        let first = self.first.iter().map(|(t, _)| t.name());
-        first.chain(Some(self.last_type.name())).collect()
-    }
-
     /// The type of the drafter at place `by` of the chain.
     pub(crate) fn type_at(&self, by: usize) -> SpecType {
         self.first.get(by).map_or(self.last_type, |(t, _)| *t)

@@ -264,9 +264,10 @@ pub(crate) fn run(
     }
     let drafter = drafter_of(&model, cfg.spec, cfg.n_batch, (source, draft))
         .filter(|_| rollback_ready(&mut model, rewind));
-    let gated_drafters = match (&drafter, cfg.spec.gated()) {
-        (Some(d), true) => d.names(),
-        _ => Vec::new(),
+    // A drafter drafts as `cfg.spec` lists (a test source in the last drafter's place).
+    let gated_drafters = match drafter {
+        Some(_) => cfg.spec.gated_drafters(true),
+        None => Vec::new(),
     };
     let row_width = match drafter.as_ref().map(|d| &d.last) {
         Some(Drafter::Mtp(m)) => m.width(),

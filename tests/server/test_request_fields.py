@@ -378,15 +378,19 @@ def test_llama_server_fields_not_built_are_refused_by_name_and_their_defaults_ac
 
 
 def test_special_shows_special_tokens_text_as_llama_servers_sp(tiny, tiny_path):
-    # llama-server b11434's -sp/--special: every special token's text in the output (the
-    # tokenizer's <|im_start|> here, pushed to the top); without it such a token reads as "".
-    body = {"prompt": "x", "n_predict": 2, "logit_bias": [[510, 100]], "temperature": 0, "return_tokens": True}
+    # llama-server b11434's -sp/--special: every special token's text in the output and in the
+    # probabilities (the tokenizer's <|im_start|> here, pushed to the top); without it such a
+    # token reads as "" in both.
+    body = {"prompt": "x", "n_predict": 2, "logit_bias": [[510, 100]], "temperature": 0, "return_tokens": True,
+            "n_probs": 1}
     plain = tiny.post("/completion", body).json()
     assert plain["tokens"] == [510, 510] and plain["content"] == "", plain
+    assert plain["completion_probabilities"][0]["token"] == "", plain["completion_probabilities"][0]
     s = Server(tiny_path, "-c", "512", "-sp")
     try:
         shown = s.post("/completion", body).json()
         assert shown["content"] == "<|im_start|><|im_start|>", shown
+        assert shown["completion_probabilities"][0]["token"] == "<|im_start|>", shown
         chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "temperature": 0,
                 "logit_bias": {"510": 100}}
         msg = s.post("/v1/chat/completions", chat).json()["choices"][0]["message"]

@@ -108,9 +108,7 @@ impl Gcp {
 fn taken(path: &str) -> bool {
     path == "/v1/chat/completions/control"
         || super::page::is_asset_path(path)
-        || ROUTES
-            .iter()
-            .any(|r| r.split_once(' ').is_some_and(|(_, p)| p == path))
+        || routes().any(|(_, p)| p == path)
 }
 
 /// The server's routes as `(method, path)`, without those taking path parameters.

@@ -288,9 +288,10 @@ pub fn prompt_progress_timings(p: &PromptProgress) -> Value {
     })
 }
 
-/// A token's text and bytes as llama-server reports them.
-fn token_json(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
-    let bytes = tok.token_to_piece(id, true).to_vec();
+/// A token's text and bytes as llama-server reports them: a special token's text only with
+/// `special` (`--special`; its `populate_token_probs`).
+fn token_json(tok: &Tokenizer, id: u32, special: bool) -> (String, Vec<u8>) {
+    let bytes = tok.token_to_piece(id, special).to_vec();
     (String::from_utf8_lossy(&bytes).into_owned(), bytes)
 }
 
@@ -302,7 +303,7 @@ const LARGE_TABLE: usize = 1024;
 /// `post_sampling_probs` the values are probabilities, under `prob` and `top_probs`, as
 /// llama-server names them. A large table (a request may ask for the whole vocabulary) is built
 /// without holding up other requests.
-fn prob_entries(tok: &Tokenizer, pieces: &[Piece]) -> Vec<Value> {
+fn prob_entries(tok: &Tokenizer, special: bool, pieces: &[Piece]) -> Vec<Value> {
     let build = || {
         pieces
             .iter()
@@ -314,12 +315,12 @@ fn prob_entries(tok: &Tokenizer, pieces: &[Piece]) -> Vec<Value> {
                     ("logprob", "top_logprobs")
                 };
                 let shown = |lp: f32| if pr.post_sampling { lp.exp() } else { lp };
-                let (text, bytes) = token_json(tok, p.id);
+                let (text, bytes) = token_json(tok, p.id, special);
                 let top: Vec<Value> = pr
                     .ranked()
                     .into_iter()
                     .map(|(id, lp)| {
-                        let (t, b) = token_json(tok, id);
+                        let (t, b) = token_json(tok, id, special);
                         json!({"id": id, "token": t, "bytes": b, value: shown(lp)})
                     })
                     .collect();
@@ -339,14 +340,14 @@ fn prob_entries(tok: &Tokenizer, pieces: &[Piece]) -> Vec<Value> {
     }
 }
 
-/// `completion_probabilities` entries of the native API.
-pub fn native_probs(tok: &Tokenizer, pieces: &[Piece]) -> Value {
-    Value::Array(prob_entries(tok, pieces))
+/// `completion_probabilities` entries of the native API (`special`: `--special`).
+pub fn native_probs(tok: &Tokenizer, special: bool, pieces: &[Piece]) -> Value {
+    Value::Array(prob_entries(tok, special, pieces))
 }
 
-/// OpenAI `logprobs.content` entries.
-pub fn openai_logprobs(tok: &Tokenizer, pieces: &[Piece]) -> Value {
-    json!({ "content": prob_entries(tok, pieces) })
+/// OpenAI `logprobs.content` entries (`special`: `--special`).
+pub fn openai_logprobs(tok: &Tokenizer, special: bool, pieces: &[Piece]) -> Value {
+    json!({ "content": prob_entries(tok, special, pieces) })
 }
 
 /// One `data: {json}` frame.

@@ -543,7 +543,8 @@ pub fn final_json(
         "timings": timings(f),
     });
     if params.n_probs > 0 {
-        v["completion_probabilities"] = native_probs(&ready.tok, &out.pieces);
+        v["completion_probabilities"] =
+            native_probs(&ready.tok, ready.defaults.special, &out.pieces);
     }
     v
 }
@@ -681,8 +682,11 @@ fn native_stream(
                         "tokens_evaluated": st.prompt.len(),
                     });
                     if params.n_probs > 0 {
-                        chunk["completion_probabilities"] =
-                            native_probs(&ready.tok, std::slice::from_ref(&p));
+                        chunk["completion_probabilities"] = native_probs(
+                            &ready.tok,
+                            ready.defaults.special,
+                            std::slice::from_ref(&p),
+                        );
                     }
                     if timings_per_token {
                         chunk["timings"] = gen::progress_timings(&p.so_far);

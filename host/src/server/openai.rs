@@ -364,7 +364,7 @@ fn chat_choice(ready: &Ready, job: &ChatJob, out: &Outcome, logprobs: bool, inde
         "message": message,
     });
     if logprobs {
-        choice["logprobs"] = openai_logprobs(&ready.tok, &out.pieces);
+        choice["logprobs"] = openai_logprobs(&ready.tok, ready.defaults.special, &out.pieces);
     }
     choice
 }
@@ -565,7 +565,11 @@ fn chat_stream(
                 for (j, delta) in deltas.into_iter().enumerate() {
                     let mut c = json!({"finish_reason": null, "index": i, "delta": delta});
                     if logprobs && j == 0 {
-                        c["logprobs"] = openai_logprobs(&st.ready.tok, std::slice::from_ref(&p));
+                        c["logprobs"] = openai_logprobs(
+                            &st.ready.tok,
+                            st.ready.defaults.special,
+                            std::slice::from_ref(&p),
+                        );
                     }
                     // As llama-server: the token's last chunk carries the timings so far.
                     let timings =
@@ -666,7 +670,7 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
             json!({
                 "text": out.text,
                 "index": i,
-                "logprobs": if n_probs > 0 { openai_logprobs(&ready.tok, &out.pieces) } else { Value::Null },
+                "logprobs": if n_probs > 0 { openai_logprobs(&ready.tok, ready.defaults.special, &out.pieces) } else { Value::Null },
                 "finish_reason": finish_reason(&out.finish, false),
             })
         })
@@ -733,7 +737,11 @@ fn completions_stream(
                 }
                 Event::Token(p) => {
                     let lp = if logprobs {
-                        openai_logprobs(&ready.tok, std::slice::from_ref(&p))
+                        openai_logprobs(
+                            &ready.tok,
+                            ready.defaults.special,
+                            std::slice::from_ref(&p),
+                        )
                     } else {
                         Value::Null
                     };
