@@ -7,6 +7,7 @@
 
 pub mod cli;
 pub mod flags;
+pub mod hub;
 pub mod opcheck;
 pub mod progress;
 pub mod server;

@@ -186,9 +186,11 @@ def test_a_silent_stream_gets_keep_alive_comments(tiny_path):
         s.stop()
 
 
-def test_models_lists_aliases_and_tags_and_defaults_to_the_file_name(tiny, tiny_path):
+def test_models_lists_aliases_and_tags_and_defaults_to_the_path_as_given(tiny, tiny_path):
     # As llama-server b11434: -a and --tags are comma-separated sets (sorted), the id is the
-    # first alias, else the model file's name (server-context.cpp's model_name).
+    # first alias; without -a, server.cpp makes the model's name (-m's path as given, or -hf's
+    # value) its one alias (checked against b11434 itself: `-m target/test-data/x.gguf` is listed
+    # as "target/test-data/x.gguf", aliases ["target/test-data/x.gguf"]).
     entry = tiny.get("/v1/models").json()["data"][0]
-    assert (entry["id"], entry["aliases"], entry["tags"]) == (tiny_path.name, [], [])
-    assert tiny.post("/completion", {"prompt": "x", "n_predict": 1}).json()["model"] == tiny_path.name
+    assert (entry["id"], entry["aliases"], entry["tags"]) == (str(tiny_path), [str(tiny_path)], [])
+    assert tiny.post("/completion", {"prompt": "x", "n_predict": 1}).json()["model"] == str(tiny_path)

@@ -77,7 +77,15 @@ impl Cli {
 }
 
 /// Runs the parsed command line.
-pub fn run(cli: Cli) -> anyhow::Result<()> {
+pub fn run(mut cli: Cli) -> anyhow::Result<()> {
+    // -hf and -mu fetch the model before anything loads it, as llama-server fetches before it
+    // listens.
+    match &mut cli.command {
+        Command::Run(a) => a.model = a.hub.model_file(a.model_arg.as_deref())?,
+        Command::Bench(a) => a.model = a.hub.model_file(a.model_arg.as_deref())?,
+        Command::Serve(a) => a.model = a.hub.model_file(a.model_arg.as_deref())?,
+        _ => {}
+    }
     match &cli.command {
         Command::Plugins => plugins::run(&cli),
         Command::Info { model } => info::run(&cli, model),

@@ -23,9 +23,15 @@ use crate::server::template;
 /// Options of `bloomery run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The GGUF file (the first part of a split model).
+    /// The GGUF file (the first part of a split model); or `-hf`/`-mu` fetch one.
     #[arg(short = 'm', long = "model", value_name = "FILE")]
+    pub model_arg: Option<PathBuf>,
+    /// The model file loaded: `-m`'s, or the one `-hf`/`-mu` fetched.
+    #[arg(skip)]
     pub model: PathBuf,
+    /// Where the model comes from besides `-m` (`-hf`, `-hff`, `-hft`, `--offline`, `-mu`).
+    #[command(flatten)]
+    pub hub: crate::flags::hub::HubArgs,
     /// The prompt.
     #[arg(short = 'p', long = "prompt")]
     pub prompt: String,

@@ -6,7 +6,6 @@ use std::ffi::OsString;
 use super::llama_server::Refusal;
 
 const POOL: &str = "the worker pool pins one thread per core itself (-t sets the count)";
-const LOCAL: &str = "bloomery loads local GGUF files only";
 const MAPPED: &str = "the model is always mapped";
 
 /// llama-bench b11434's flags (`tools/llama-bench/llama-bench.cpp`) that bloomery's bench does
@@ -24,19 +23,6 @@ const REFUSED: &[(&[&str], &str)] = &[
         "the placement plan takes --gpu-budget instead",
     ),
     (&["-rpc", "--rpc"], "RPC devices are not supported"),
-    (
-        &[
-            "-hf",
-            "-hfr",
-            "--hf-repo",
-            "-hff",
-            "--hf-file",
-            "-hft",
-            "--hf-token",
-            "--offline",
-        ],
-        LOCAL,
-    ),
     (&["-C", "--cpu-mask", "--cpu-strict", "--poll"], POOL),
     (
         &["-nkvo", "--no-kv-offload"],

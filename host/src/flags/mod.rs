@@ -6,6 +6,7 @@
 pub mod cache_type;
 pub mod cards;
 pub mod grammar;
+pub mod hub;
 pub mod llama_bench;
 pub mod llama_server;
 pub mod logging;

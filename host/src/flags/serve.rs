@@ -15,14 +15,21 @@ pub struct ServeArgs {
     /// Print help (`-h`, `--help`, `--usage`).
     #[arg(short = 'h', long = "help", visible_alias = "usage", action = clap::ArgAction::Help)]
     pub help: Option<bool>,
-    /// The GGUF file (the first part of a split model).
+    /// The GGUF file (the first part of a split model); or `-hf`/`-mu` fetch one.
     #[arg(
         short = 'm',
         long = "model",
         value_name = "FNAME",
         env = "LLAMA_ARG_MODEL"
     )]
+    pub model_arg: Option<PathBuf>,
+    /// The model file loaded: `-m`'s, or the one `-hf`/`-mu` fetched
+    /// ([`HubArgs::model_file`](crate::flags::hub::HubArgs::model_file) sets it).
+    #[arg(skip)]
     pub model: PathBuf,
+    /// Where the model comes from besides `-m` (`-hf`, `-hff`, `-hft`, `--offline`, `-mu`).
+    #[command(flatten)]
+    pub hub: crate::flags::hub::HubArgs,
     /// Context size in tokens, shared by the slots (0, the default: the model's training
     /// context).
     #[arg(
@@ -429,9 +436,18 @@ fn name_set(list: Option<&str>) -> Vec<String> {
 }
 
 impl ServeArgs {
-    /// The model's names (`-a`), sorted.
+    /// The model's names (`-a`), sorted; without `-a`, the one name llama-server b11434 gives
+    /// it (`server.cpp`): the `-hf` value as given, else the model's path as given.
     pub fn aliases(&self) -> Vec<String> {
-        name_set(self.alias.as_deref())
+        let set = name_set(self.alias.as_deref());
+        if !set.is_empty() {
+            return set;
+        }
+        let name = self
+            .hub
+            .listed_name()
+            .map_or_else(|| self.model.display().to_string(), String::from);
+        vec![name]
     }
 
     /// The model's tags (`--tags`), sorted.
@@ -439,15 +455,10 @@ impl ServeArgs {
         name_set(self.tags.as_deref())
     }
 
-    /// The id the model is listed and answered under: its first name in sorted order, else the
-    /// file's name (llama-server b11434's `model_name`).
+    /// The id the model is listed and answered under: its first name in sorted order
+    /// (llama-server b11434's `model_name`).
     pub fn model_id(&self) -> String {
-        self.aliases().into_iter().next().unwrap_or_else(|| {
-            self.model.file_name().map_or_else(
-                || self.model.display().to_string(),
-                |f| f.to_string_lossy().into_owned(),
-            )
-        })
+        self.aliases().swap_remove(0)
     }
 
     /// The most rows a prompt pass evaluates: the smaller of `-b` and `-ub`, at least one.
@@ -750,13 +761,15 @@ mod tests {
     }
 
     /// As llama-server b11434 keeps `-a` and `--tags` (`common/arg.cpp`: split at commas,
-    /// trimmed, in a `std::set`) and names the model (`server-context.cpp`: its first alias,
-    /// else the file's name).
+    /// trimmed, in a `std::set`) and names the model (`server-context.cpp`: its first alias;
+    /// without one, `server.cpp` makes the `-hf` value, else the path as given, its one alias).
     #[test]
     fn aliases_and_tags_are_sorted_sets_and_the_first_alias_is_the_id() {
         let parse = |args: &[&str]| {
             let argv = ["serve", "-m", "/models/some.gguf"].iter().chain(args);
-            Cli::try_parse_from(argv).unwrap().serve
+            let mut a = Cli::try_parse_from(argv).unwrap().serve;
+            a.model = a.model_arg.clone().unwrap();
+            a
         };
         let a = parse(&[
             "-a",
@@ -768,8 +781,12 @@ mod tests {
         assert_eq!(a.tags(), ["chat", "fim", "small"]);
         assert_eq!(a.model_id(), "code");
         let plain = parse(&[]);
-        assert!(plain.aliases().is_empty() && plain.tags().is_empty());
-        assert_eq!(plain.model_id(), "some.gguf");
+        assert_eq!(plain.aliases(), ["/models/some.gguf"]);
+        assert!(plain.tags().is_empty());
+        assert_eq!(plain.model_id(), "/models/some.gguf");
+        let hf = parse(&["--hf-repo", "user/model-GGUF:q8_0"]);
+        assert_eq!(hf.aliases(), ["user/model-GGUF:q8_0"]);
+        assert_eq!(hf.model_id(), "user/model-GGUF:q8_0");
     }
 
     #[test]

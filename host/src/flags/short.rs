@@ -21,6 +21,11 @@ const MULTI_LETTER_SHORT: &[(&str, &str)] = &[
     ("-to", "--timeout"),
     ("-pg", "--pg"),
     ("-md", "--spec-draft-model"),
+    ("-hf", "--hf-repo"),
+    ("-hfr", "--hf-repo"),
+    ("-hff", "--hf-file"),
+    ("-hft", "--hf-token"),
+    ("-mu", "--model-url"),
 ];
 
 /// The multi-letter short spellings of a long flag (`--parallel`: `-np`).

@@ -38,9 +38,15 @@ use crate::progress::{Progress, Unit};
 /// combination is run, as llama-bench runs them.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// The GGUF file (the first part of a split model).
+    /// The GGUF file (the first part of a split model); or `-hf`/`-mu` fetch one.
     #[arg(short = 'm', long = "model", value_name = "FILE")]
+    pub model_arg: Option<PathBuf>,
+    /// The model file loaded: `-m`'s, or the one `-hf`/`-mu` fetched.
+    #[arg(skip)]
     pub model: PathBuf,
+    /// Where the model comes from besides `-m` (`-hf`, `-hff`, `-hft`, `--offline`, `-mu`).
+    #[command(flatten)]
+    pub hub: crate::flags::hub::HubArgs,
     /// Prompt tokens of the pp tests (0: none) [default: 512].
     #[arg(short = 'p', long = "n-prompt", value_name = "N")]
     pub n_prompt: Vec<String>,

@@ -232,13 +232,13 @@ mod tests {
     fn a_refused_flag_is_named_and_one_always_so_is_dropped() {
         let e = screened(&["-ag"]).unwrap_err();
         assert!(e.0.starts_with("-ag: not supported: "), "{e}");
-        assert!(screened(&["-hf", "org/repo"])
+        assert!(screened(&["-dr", "gemma3"])
             .unwrap_err()
             .0
-            .starts_with("-hf: "));
+            .starts_with("-dr: "));
         assert_eq!(
-            screened(&["--offline", "-cb", "-m", "x"]).unwrap(),
-            ["--model", "x"]
+            screened(&["-hf", "org/repo", "-cb", "-m", "x"]).unwrap(),
+            ["--hf-repo", "org/repo", "--model", "x"]
         );
         assert!(screened(&["-nocb"]).unwrap_err().0.contains("continuous"));
         assert_eq!(

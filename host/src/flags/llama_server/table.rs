@@ -8,8 +8,9 @@ const AFFINITY: &str = "the worker pool pins one thread per core itself (-t sets
 const SPECULATIVE: &str =
     "of speculative decoding, draft-mtp (the model's MTP block, or -md's), draft-simple (a -md model), ngram-simple, ngram-map-k, ngram-map-k4v and ngram-mod draft, each with its own --spec-* settings";
 const MULTIMODAL: &str = "multimodal input is not supported";
-const DOWNLOAD: &str = "bloomery loads local GGUF files only";
-const PRESET: &str = "presets download models; bloomery loads local GGUF files only";
+const DOCKER: &str =
+    "Docker Hub models are not supported (-hf fetches from Hugging Face, -mu from a URL)";
+const PRESET: &str = "built-in presets are not implemented: name the model with -hf and its settings with their own flags";
 const UI_CONFIG: &str = "the chat page keeps its settings in the browser (no server-side defaults)";
 const ADAPTERS: &str = "adapters and control vectors are not supported";
 const ROUTER: &str = "one server serves one model (no model router)";
@@ -20,7 +21,7 @@ const MCP: &str = "MCP servers are not supported";
 pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-h", "--help", "--usage"], &[], None, Flag, Serve),
     flag(&["--version"], &[], None, Flag, Serve),
-    flag(&["-cl", "--cache-list"], &[], None, Flag, Refused(DOWNLOAD)),
+    flag(&["-cl", "--cache-list"], &[], None, Flag, Refused("listing the download cache is not implemented")),
     flag(&["--completion-bash"], &[], None, Flag, Refused("no shell completion script yet")),
     flag(&["-t", "--threads"], &[], Some("LLAMA_ARG_THREADS"), Value, Serve),
     flag(&["-tb", "--threads-batch"], &[], None, Value, Refused("one worker pool serves prompts and decode: -t sets its threads")),
@@ -147,11 +148,11 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-a", "--alias"], &[], Some("LLAMA_ARG_ALIAS"), Value, Serve),
     flag(&["--tags"], &[], Some("LLAMA_ARG_TAGS"), Value, Serve),
     flag(&["-m", "--model"], &[], Some("LLAMA_ARG_MODEL"), Value, Serve),
-    flag(&["-mu", "--model-url"], &[], Some("LLAMA_ARG_MODEL_URL"), Value, Refused(DOWNLOAD)),
-    flag(&["-dr", "--docker-repo"], &[], Some("LLAMA_ARG_DOCKER_REPO"), Value, Refused(DOWNLOAD)),
-    flag(&["-hf", "-hfr", "--hf-repo"], &[], Some("LLAMA_ARG_HF_REPO"), Value, Refused(DOWNLOAD)),
-    flag(&["-hff", "--hf-file"], &[], Some("LLAMA_ARG_HF_FILE"), Value, Refused(DOWNLOAD)),
-    flag(&["-hft", "--hf-token"], &[], Some("HF_TOKEN"), Value, Refused(DOWNLOAD)),
+    flag(&["-mu", "--model-url"], &[], Some("LLAMA_ARG_MODEL_URL"), Value, Serve),
+    flag(&["-dr", "--docker-repo"], &[], Some("LLAMA_ARG_DOCKER_REPO"), Value, Refused(DOCKER)),
+    flag(&["-hf", "-hfr", "--hf-repo"], &[], Some("LLAMA_ARG_HF_REPO"), Value, Serve),
+    flag(&["-hff", "--hf-file"], &[], Some("LLAMA_ARG_HF_FILE"), Value, Serve),
+    flag(&["-hft", "--hf-token"], &[], Some("HF_TOKEN"), Value, Serve),
     flag(&["--embd-normalize"], &[], None, Value, Serve),
     flag(&["--host"], &[], Some("LLAMA_ARG_HOST"), Value, Serve),
     flag(&["--port"], &[], Some("LLAMA_ARG_PORT"), Value, Serve),
@@ -212,7 +213,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--log-prompts-dir"], &[], None, Value, Refused("prompt logging is not implemented")),
     flag(&["--log-colors"], &[], Some("LLAMA_ARG_LOG_COLORS"), Value, Serve),
     flag(&["-v", "--verbose", "--log-verbose"], &[], None, Flag, Serve),
-    flag(&["--offline"], &[], Some("LLAMA_ARG_OFFLINE"), Flag, Always("bloomery never downloads")),
+    flag(&["--offline"], &[], Some("LLAMA_ARG_OFFLINE"), Flag, Serve),
     flag(&["-lv", "--verbosity", "--log-verbosity"], &[], Some("LLAMA_ARG_LOG_VERBOSITY"), Value, Serve),
     flag(&["--log-prefix"], &["--no-log-prefix"], Some("LLAMA_ARG_LOG_PREFIX"), Switch, Serve),
     flag(&["--log-timestamps"], &["--no-log-timestamps"], Some("LLAMA_ARG_LOG_TIMESTAMPS"), Switch, Serve),
