@@ -217,7 +217,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-lv", "--verbosity", "--log-verbosity"], &[], Some("LLAMA_ARG_LOG_VERBOSITY"), Value, Serve),
     flag(&["--log-prefix"], &["--no-log-prefix"], Some("LLAMA_ARG_LOG_PREFIX"), Switch, Serve),
     flag(&["--log-timestamps"], &["--no-log-timestamps"], Some("LLAMA_ARG_LOG_TIMESTAMPS"), Switch, Serve),
-    flag(&["--spec-draft-hf", "-hfd", "-hfrd", "--hf-repo-draft"], &[], Some("LLAMA_ARG_SPEC_DRAFT_HF_REPO"), Value, Refused(SPECULATIVE)),
+    flag(&["--spec-draft-hf", "-hfd", "-hfrd", "--hf-repo-draft"], &[], Some("LLAMA_ARG_SPEC_DRAFT_HF_REPO"), Value, Refused("a draft model or sidecar is not fetched from Hugging Face (its type inferred from the repository): fetch it once with -hf and pass its path to -md")),
     flag(&["--spec-draft-threads", "-td", "--threads-draft"], &[], None, Value, Refused(SPECULATIVE)),
     flag(&["--spec-draft-threads-batch", "-tbd", "--threads-batch-draft"], &[], None, Value, Refused(SPECULATIVE)),
     flag(&["--spec-draft-cpu-mask", "-Cd", "--cpu-mask-draft"], &[], None, Value, Refused(SPECULATIVE)),
