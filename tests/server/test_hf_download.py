@@ -11,7 +11,8 @@ import pytest
 import hf_hub_mock
 from conftest import BIN, PLUGINS, ROOT, synth_file
 
-GOLDEN = json.loads((ROOT / "host/tests/fixtures/hf_download.json").read_text())["scenarios"]
+FIXTURE = json.loads((ROOT / "host/tests/fixtures/hf_download.json").read_text())
+GOLDEN = FIXTURE["scenarios"]
 
 # The failing scenarios, and what bloomery's one error line says.
 ERRORS = {
@@ -61,3 +62,9 @@ def test_run_and_bench_take_the_same_model_flags(results, command):
     if command[0] == "bench":
         name = json.loads(p.stdout)[0]["model_filename"]
         assert name.endswith("snapshots/0123456789abcdef0123456789abcdef01234567/tiny-Q8_0.gguf"), name
+
+
+@pytest.mark.parametrize("cache", "abcd")
+def test_cache_list_lists_what_llama_server_lists(results, cache):
+    got = hf_hub_mock.cache_list([BIN, "--plugin-dir", PLUGINS, "serve"], results[1] / ("cache-" + cache))
+    assert got == FIXTURE["cache_list"][cache]

@@ -80,6 +80,15 @@ impl Cli {
 pub fn run(mut cli: Cli) -> anyhow::Result<()> {
     // -hf and -mu fetch the model before anything loads it, as llama-server fetches before it
     // listens.
+    let hub = match &cli.command {
+        Command::Run(a) => Some(&a.hub),
+        Command::Bench(a) => Some(&a.hub),
+        Command::Serve(a) => Some(&a.hub),
+        _ => None,
+    };
+    if let Some(h) = hub.filter(|h| h.cache_list) {
+        return h.print_cache_list();
+    }
     match &mut cli.command {
         Command::Run(a) => a.model = a.hub.model_file(a.model_arg.as_deref())?,
         Command::Bench(a) => a.model = a.hub.model_file(a.model_arg.as_deref())?,

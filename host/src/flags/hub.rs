@@ -30,6 +30,9 @@ pub struct HubArgs {
         hide_env_values = true
     )]
     pub hf_token: Option<String>,
+    /// List the models in the Hugging Face cache and exit (`-cl`).
+    #[arg(long = "cache-list")]
+    pub cache_list: bool,
     /// Use cached downloads only: no network access.
     #[arg(long = "offline", env = "LLAMA_ARG_OFFLINE")]
     pub offline: bool,
@@ -44,6 +47,17 @@ pub struct HubArgs {
 }
 
 impl HubArgs {
+    /// `-cl`: prints the cached models as llama.cpp does (a count, then `N. user/model:TAG`).
+    pub fn print_cache_list(&self) -> anyhow::Result<()> {
+        let hub = crate::hub::cache::hub_dir(&|name: &str| std::env::var(name).ok())?;
+        let models = crate::hub::cache::cached_models(&hub);
+        println!("number of models in cache: {}", models.len());
+        for (i, m) in models.iter().enumerate() {
+            println!("{:4}. {m}", i + 1);
+        }
+        Ok(())
+    }
+
     /// The model file to load: fetched (or found in the cache) when `-hf` or `-mu` names one,
     /// else `model` (`-m`), which must then be given.
     pub fn model_file(&self, model: Option<&Path>) -> anyhow::Result<PathBuf> {

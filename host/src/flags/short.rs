@@ -26,6 +26,7 @@ const MULTI_LETTER_SHORT: &[(&str, &str)] = &[
     ("-hff", "--hf-file"),
     ("-hft", "--hf-token"),
     ("-mu", "--model-url"),
+    ("-cl", "--cache-list"),
 ];
 
 /// The multi-letter short spellings of a long flag (`--parallel`: `-np`).

@@ -162,6 +162,34 @@ pub fn cached_files(hub: &Path, repo: &str) -> Vec<RepoFile> {
     files
 }
 
+/// The models in the Hub cache as `-cl` lists them (`user/model:TAG`): one per repository and
+/// quant tag, from each repository's cached snapshot, skipping files without a tag, split parts
+/// after the first, projectors and draft sidecars. Sorted.
+pub fn cached_models(hub: &Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(hub) else {
+        return Vec::new();
+    };
+    let mut out = std::collections::BTreeSet::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(repo) = name.strip_prefix("models--").map(|r| r.replace("--", "/")) else {
+            continue;
+        };
+        for f in cached_files(hub, &repo) {
+            let Some(s) = super::pick::split_info(&f.path) else {
+                continue;
+            };
+            let sidecar = ["mmproj", "mtp-", "eagle3-", "dflash-", "dspark-"]
+                .iter()
+                .any(|k| s.prefix.contains(k));
+            if s.index == 1 && !s.tag.is_empty() && !sidecar {
+                out.insert(format!("{repo}:{}", s.tag));
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
 /// Puts a downloaded file at its snapshot path and returns that path: a relative symbolic link
 /// to its blob, or the blob itself moved there (copied if it cannot move) when links fail.
 pub fn finalize(file: &RepoFile) -> anyhow::Result<PathBuf> {

@@ -11,6 +11,9 @@ use regex::RegexBuilder;
 pub struct SplitInfo {
     /// The path without `.gguf` and without the split suffix.
     pub prefix: String,
+    /// The quant tag ending the prefix after a `-` or `.` (letters, digits and `_`, upper-cased),
+    /// or empty.
+    pub tag: String,
     /// Which part (1-based; 1 for a single file).
     pub index: u32,
     /// How many parts (1 for a single file).
@@ -34,18 +37,31 @@ pub fn split_info(path: &str) -> Option<SplitInfo> {
                 && digits(10..15))
             .then(|| (at, tail[1..6].parse().ok(), tail[10..15].parse().ok()))
         });
-    Some(match suffix {
-        Some((at, Some(index), Some(count))) => SplitInfo {
-            prefix: prefix[..at].to_owned(),
-            index,
-            count,
-        },
-        _ => SplitInfo {
-            prefix: prefix.to_owned(),
-            index: 1,
-            count: 1,
-        },
+    let (prefix, index, count) = match suffix {
+        Some((at, Some(index), Some(count))) => (&prefix[..at], index, count),
+        _ => (prefix, 1, 1),
+    };
+    Some(SplitInfo {
+        prefix: prefix.to_owned(),
+        tag: tag_of(prefix),
+        index,
+        count,
     })
+}
+
+/// The quant tag a name without `.gguf` ends in: the run of letters, digits and `_` after its
+/// last `-` or `.`, upper-cased (`m-Q4_K_M` gives `Q4_K_M`), or empty.
+fn tag_of(prefix: &str) -> String {
+    let run = prefix
+        .bytes()
+        .rev()
+        .take_while(|b| b.is_ascii_alphanumeric() || *b == b'_')
+        .count();
+    let at = prefix.len() - run;
+    if run == 0 || at == 0 || !matches!(prefix.as_bytes()[at - 1], b'-' | b'.') {
+        return String::new();
+    }
+    prefix[at..].to_ascii_uppercase()
 }
 
 /// Whether `path` names a model file: a `.gguf` whose file name is not a projector, an
@@ -122,6 +138,10 @@ mod tests {
     fn split_forms_are_read_from_the_name() {
         let s = split_info("d/m-Q2_K-00002-of-00003.gguf").unwrap();
         assert_eq!((s.prefix.as_str(), s.index, s.count), ("d/m-Q2_K", 2, 3));
+        assert_eq!(s.tag, "Q2_K");
+        assert_eq!(split_info("Qwen3-8B.q8_0.gguf").unwrap().tag, "Q8_0");
+        assert_eq!(split_info("model.gguf").unwrap().tag, "");
+        assert_eq!(split_info("d/x-.gguf").unwrap().tag, "");
         let s = split_info("m-Q4_K_M.gguf").unwrap();
         assert_eq!((s.prefix.as_str(), s.index, s.count), ("m-Q4_K_M", 1, 1));
         assert_eq!(split_info("README.md"), None);

@@ -21,7 +21,7 @@ const MCP: &str = "MCP servers are not supported";
 pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-h", "--help", "--usage"], &[], None, Flag, Serve),
     flag(&["--version"], &[], None, Flag, Serve),
-    flag(&["-cl", "--cache-list"], &[], None, Flag, Refused("listing the download cache is not implemented")),
+    flag(&["-cl", "--cache-list"], &[], None, Flag, Serve),
     flag(&["--completion-bash"], &[], None, Flag, Refused("no shell completion script yet")),
     flag(&["-t", "--threads"], &[], Some("LLAMA_ARG_THREADS"), Value, Serve),
     flag(&["-tb", "--threads-batch"], &[], None, Value, Refused("one worker pool serves prompts and decode: -t sets its threads")),
