@@ -51,15 +51,20 @@ pub enum Command {
     /// Write a random-weight model of an architecture's preset shape.
     Synth(synth::SynthArgs),
     /// Generate text from a prompt, streaming it to stdout (llama.cpp's spellings).
+    // As llama.cpp's tools, a flag given twice takes its last value (lists keep every value).
+    #[command(args_override_self = true)]
     Run(Box<run::RunArgs>),
     /// Measure prompt and generation speed, like llama-bench.
+    #[command(args_override_self = true)]
     Bench(Box<bench::BenchArgs>),
     /// Check every op a kernel plugin claims against the cpu-scalar reference on random inputs.
     Opcheck(opcheck::OpcheckArgs),
     /// Show where a model's weights would live (card, host RAM) under given budgets.
     Plan(Box<plan::PlanArgs>),
     /// Serve the model over HTTP as llama-server does (same routes, flags and shapes).
-    #[command(version, disable_help_flag = true)]
+    // A flag given twice takes its last value, as llama-server reads a command line (a list
+    // flag such as --override-kv keeps every value).
+    #[command(version, disable_help_flag = true, args_override_self = true)]
     Serve(Box<crate::flags::serve::ServeArgs>),
 }
 
@@ -104,5 +109,38 @@ pub fn run(mut cli: Cli) -> anyhow::Result<()> {
         Command::Opcheck(a) => opcheck::run(&cli, a),
         Command::Plan(a) => plan::run(&cli, a),
         Command::Serve(a) => crate::server::serve(&cli.plugin_dirs(), a, cli.verbose),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Cli, Command};
+    use clap::Parser;
+
+    #[test]
+    fn a_serve_flag_given_twice_takes_its_last_value_and_lists_keep_every_value() {
+        let cli = Cli::try_parse_from([
+            "bloomery",
+            "serve",
+            "-m",
+            "a.gguf",
+            "--port",
+            "1",
+            "--override-kv",
+            "a=int:1",
+            "-m",
+            "b.gguf",
+            "--port",
+            "2",
+            "--override-kv",
+            "b=int:2",
+        ])
+        .unwrap();
+        let Command::Serve(a) = cli.command else {
+            panic!("parsed as {:?}", cli.command)
+        };
+        assert_eq!(a.port, 2);
+        assert_eq!(a.model_arg.as_deref(), Some(std::path::Path::new("b.gguf")));
+        assert_eq!(a.metadata.override_kv, ["a=int:1", "b=int:2"]);
     }
 }
