@@ -346,6 +346,12 @@ fn every_spelling_parses_is_honoured_or_is_refused_by_name() {
                     assert_ne!(parsed, against, "{spelling} changed nothing");
                     *counts.entry("served").or_default() += 1;
                 }
+                Answer::Preset(flags) => {
+                    // A preset is the flags it sets, which change what serve was told.
+                    assert_eq!(parsed, parse(flags).unwrap(), "{spelling}");
+                    assert_ne!(parsed, base, "{spelling} changed nothing");
+                    *counts.entry("presets").or_default() += 1;
+                }
                 _ => {
                     assert_eq!(parsed, base, "{spelling} is accepted as always so");
                     *counts.entry("always so").or_default() += 1;

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 import hf_hub_mock
-from conftest import BIN, PLUGINS, ROOT, synth_file
+from conftest import BIN, PLUGINS, ROOT, Server, free_port, synth_file
 
 FIXTURE = json.loads((ROOT / "host/tests/fixtures/hf_download.json").read_text())
 GOLDEN = FIXTURE["scenarios"]
@@ -68,3 +68,25 @@ def test_run_and_bench_take_the_same_model_flags(results, command):
 def test_cache_list_lists_what_llama_server_lists(results, cache):
     got = hf_hub_mock.cache_list([BIN, "--plugin-dir", PLUGINS, "serve"], results[1] / ("cache-" + cache))
     assert got == FIXTURE["cache_list"][cache]
+
+
+def test_a_preset_fetches_its_model_and_a_later_flag_overrides_it(tmp_path_factory, tiny_path):
+    # --fim-qwen-30b-default is llama-server's -hf of a Qwen3-Coder-30B-A3B repository (qwen3moe)
+    # with its own port and batch settings; the mock serves the tiny qwen3moe under that name.
+    repo = "ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF"
+    hub = hf_hub_mock.Hub({repo: {"qwen3-coder-30b-a3b-instruct-q8_0.gguf": tiny_path.read_bytes()}})
+    cache = tmp_path_factory.mktemp("preset")
+    env = dict(os.environ, HF_HOME=str(cache), HF_ENDPOINT=hub.url)
+    port = free_port()
+    try:
+        # Server() puts `-m tiny --port P` first: -hf wins over -m, as in llama-server, and the
+        # --port after the preset wins over the preset's 8012.
+        s = Server(tiny_path, "--fim-qwen-30b-default", "--port", str(port), env=env, port=port)
+        try:
+            assert s.get("/v1/models").json()["data"][0]["id"] == repo
+            props = s.get("/props").json()
+            assert props["default_generation_settings"]["n_ctx"] > 0  # -c 0: the model's context
+        finally:
+            s.stop()
+    finally:
+        hub.stop()

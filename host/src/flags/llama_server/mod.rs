@@ -32,6 +32,9 @@ pub enum Answer {
     OnlyOff(&'static str),
     /// Refused (why).
     Refused(&'static str),
+    /// One of llama-server's presets: replaced by the flags it sets, in their long spellings, at
+    /// its place on the command line (a later flag still overrides them).
+    Preset(&'static [&'static str]),
 }
 
 /// One llama-server flag.
@@ -126,6 +129,7 @@ fn answer(flag: &KnownFlag, spelled: &str, negated: bool) -> Result<Option<&'sta
         (Answer::OnlyOn(why), true) | (Answer::OnlyOff(why), false) | (Answer::Refused(why), _) => {
             refuse(why)
         }
+        (Answer::Preset(_), _) => Ok(None),
     }
 }
 
@@ -174,6 +178,9 @@ pub fn screen(
         let kept = answer(flag, name, negated)?;
         let taken = args.get(i..(i + values).min(args.len())).unwrap_or(&[]);
         i += values;
+        if let Answer::Preset(flags) = flag.answer {
+            out.extend(flags.iter().map(OsString::from));
+        }
         if let Some(long) = kept {
             out.push(match inline {
                 Some(v) => format!("{long}={v}").into(),

@@ -1,6 +1,6 @@
 //! The table of llama-server b11434's flags (see the parent module).
 
-use super::Answer::{Always, OnlyOff, OnlyOn, Refused, Serve};
+use super::Answer::{Always, OnlyOff, OnlyOn, Preset, Refused, Serve};
 use super::Arity::{Flag, Switch, Two, Value};
 use super::{flag, KnownFlag};
 
@@ -10,7 +10,6 @@ const SPECULATIVE: &str =
 const MULTIMODAL: &str = "multimodal input is not supported";
 const DOCKER: &str =
     "Docker Hub models are not supported (-hf fetches from Hugging Face, -mu from a URL)";
-const PRESET: &str = "built-in presets are not implemented: name the model with -hf and its settings with their own flags";
 const UI_CONFIG: &str = "the chat page keeps its settings in the browser (no server-side defaults)";
 const ADAPTERS: &str = "adapters and control vectors are not supported";
 const ROUTER: &str = "one server serves one model (no model router)";
@@ -263,16 +262,16 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--spec-ngram-size-n"], &[], None, Value, Refused("removed in llama-server b11434 too: use the respective --spec-ngram-*-size-n or --spec-ngram-mod-n-match")),
     flag(&["--spec-ngram-size-m"], &[], None, Value, Refused("removed in llama-server b11434 too: use the respective --spec-ngram-*-size-m")),
     flag(&["--spec-ngram-min-hits"], &[], None, Value, Refused("removed in llama-server b11434 too: use the respective --spec-ngram-*-min-hits")),
-    flag(&["--embd-gemma-default"], &[], None, Flag, Refused(PRESET)),
-    flag(&["--fim-qwen-1.5b-default"], &[], None, Flag, Refused(PRESET)),
-    flag(&["--fim-qwen-3b-default"], &[], None, Flag, Refused(PRESET)),
-    flag(&["--fim-qwen-7b-default"], &[], None, Flag, Refused(PRESET)),
-    flag(&["--fim-qwen-7b-spec"], &[], None, Flag, Refused(PRESET)),
-    flag(&["--fim-qwen-14b-spec"], &[], None, Flag, Refused(PRESET)),
-    flag(&["--fim-qwen-30b-default"], &[], None, Flag, Refused(PRESET)),
-    flag(&["--gpt-oss-20b-default"], &[], None, Flag, Refused(PRESET)),
-    flag(&["--gpt-oss-120b-default"], &[], None, Flag, Refused(PRESET)),
-    flag(&["--vision-gemma-4b-default"], &[], None, Flag, Refused(PRESET)),
-    flag(&["--vision-gemma-12b-default"], &[], None, Flag, Refused(PRESET)),
-    flag(&["--spec-default"], &[], None, Flag, Refused(PRESET)),
+    flag(&["--embd-gemma-default"], &[], None, Flag, Preset(&["--hf-repo", "ggml-org/embeddinggemma-300M-qat-q4_0-GGUF", "--hf-file", "embeddinggemma-300M-qat-Q4_0.gguf", "--port", "8011", "--ubatch-size", "2048", "--batch-size", "2048", "--parallel", "32", "--ctx-size", "65536", "--embeddings"])),
+    flag(&["--fim-qwen-1.5b-default"], &[], None, Flag, Preset(&["--hf-repo", "ggml-org/Qwen2.5-Coder-1.5B-Q8_0-GGUF", "--hf-file", "qwen2.5-coder-1.5b-q8_0.gguf", "--port", "8012", "--ubatch-size", "1024", "--batch-size", "1024", "--ctx-size", "0", "--cache-reuse", "256"])),
+    flag(&["--fim-qwen-3b-default"], &[], None, Flag, Preset(&["--hf-repo", "ggml-org/Qwen2.5-Coder-3B-Q8_0-GGUF", "--hf-file", "qwen2.5-coder-3b-q8_0.gguf", "--port", "8012", "--ubatch-size", "1024", "--batch-size", "1024", "--ctx-size", "0", "--cache-reuse", "256"])),
+    flag(&["--fim-qwen-7b-default"], &[], None, Flag, Preset(&["--hf-repo", "ggml-org/Qwen2.5-Coder-7B-Q8_0-GGUF", "--hf-file", "qwen2.5-coder-7b-q8_0.gguf", "--port", "8012", "--ubatch-size", "1024", "--batch-size", "1024", "--ctx-size", "0", "--cache-reuse", "256"])),
+    flag(&["--fim-qwen-7b-spec"], &[], None, Flag, Refused("its draft model comes from Hugging Face (--spec-draft-hf), which is not fetched: fetch both with -hf and pass the draft to -md")),
+    flag(&["--fim-qwen-14b-spec"], &[], None, Flag, Refused("its draft model comes from Hugging Face (--spec-draft-hf), which is not fetched: fetch both with -hf and pass the draft to -md")),
+    flag(&["--fim-qwen-30b-default"], &[], None, Flag, Preset(&["--hf-repo", "ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF", "--hf-file", "qwen3-coder-30b-a3b-instruct-q8_0.gguf", "--port", "8012", "--ubatch-size", "1024", "--batch-size", "1024", "--ctx-size", "0", "--cache-reuse", "256"])),
+    flag(&["--gpt-oss-20b-default"], &[], None, Flag, Preset(&["--hf-repo", "ggml-org/gpt-oss-20b-GGUF", "--hf-file", "gpt-oss-20b-mxfp4.gguf", "--port", "8013", "--ubatch-size", "2048", "--batch-size", "32768", "--parallel", "2", "--ctx-size", "262144", "--temp", "1.0", "--top-p", "1.0", "--top-k", "0", "--min-p", "0.01", "--jinja"])),
+    flag(&["--gpt-oss-120b-default"], &[], None, Flag, Preset(&["--hf-repo", "ggml-org/gpt-oss-120b-GGUF", "--port", "8013", "--ubatch-size", "2048", "--batch-size", "32768", "--parallel", "2", "--ctx-size", "262144", "--temp", "1.0", "--top-p", "1.0", "--top-k", "0", "--min-p", "0.01", "--jinja"])),
+    flag(&["--vision-gemma-4b-default"], &[], None, Flag, Refused(MULTIMODAL)),
+    flag(&["--vision-gemma-12b-default"], &[], None, Flag, Refused(MULTIMODAL)),
+    flag(&["--spec-default"], &[], None, Flag, Preset(&["--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24", "--spec-ngram-mod-n-min", "48", "--spec-ngram-mod-n-max", "64"])),
 ];
