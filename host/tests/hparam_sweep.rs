@@ -36,26 +36,35 @@ fn example_dir() -> PathBuf {
     dir
 }
 
-/// A plugin folder with only what these runs need (the model plugins and cpu-scalar), so that
-/// each of the many children starts quickly.
-fn small_plugin_dir(dir: &Path) -> PathBuf {
-    let out = dir.join("plugins");
-    std::fs::create_dir(&out).unwrap();
-    let mut n = 0;
-    for e in std::fs::read_dir(plugin_dir()).unwrap() {
-        let p = e.unwrap().path();
-        let name = p.file_name().unwrap().to_str().unwrap().to_owned();
-        if name.starts_with("model-") || name.starts_with("kernel-cpu-scalar") {
-            std::fs::copy(&p, out.join(&name)).unwrap();
-            n += 1;
-        }
+/// The plugin file that serves each architecture.
+fn plugin_of(arch: &str) -> &'static str {
+    match arch {
+        "qwen3moe" => "model-qwen3moe.so",
+        "gemma3" => "model-gemma3.so",
+        "qwen35moe" | "qwen35" => "model-qwen35.so",
+        "qwen3" => "model-qwen3-example.so",
+        "glm4moe" => "model-glm4moe.so",
+        "solar-open2" | "kimi-linear" => "model-solar-open2.so",
+        "glm5-next" => "model-glm5-next.so",
+        other => panic!("no plugin listed for {other}"),
     }
-    assert!(n >= 4, "model plugins and cpu-scalar in {:?}", plugin_dir());
-    std::fs::copy(
-        example_dir().join("libbloomery_model_qwen3.so"),
-        out.join("model-qwen3-example.so"),
-    )
-    .unwrap();
+}
+
+/// A plugin folder for `arch` with only what its runs need (the plugin that serves it and
+/// cpu-scalar), so that each of the many children starts quickly (a debug build loading every
+/// plugin took three times as long).
+fn small_plugin_dir(dir: &Path, arch: &str) -> PathBuf {
+    let out = dir.join(format!("plugins-{arch}"));
+    std::fs::create_dir(&out).unwrap();
+    let model = plugin_of(arch);
+    let from = if model == "model-qwen3-example.so" {
+        example_dir().join("libbloomery_model_qwen3.so")
+    } else {
+        plugin_dir().join(model)
+    };
+    std::fs::copy(&from, out.join(model)).unwrap();
+    let scalar = "kernel-cpu-scalar.so";
+    std::fs::copy(plugin_dir().join(scalar), out.join(scalar)).unwrap();
     out
 }
 
@@ -268,7 +277,6 @@ fn short(v: &Value) -> String {
 #[test]
 fn hostile_hyperparameters_end_in_named_errors_never_in_an_abort() {
     let dir = tempfile::tempdir().unwrap();
-    let plugins = small_plugin_dir(dir.path());
     let archs = [
         "qwen3moe",
         "gemma3",
@@ -284,16 +292,28 @@ fn hostile_hyperparameters_end_in_named_errors_never_in_an_abort() {
     for arch in archs {
         let path = dir.path().join(format!("{arch}.gguf"));
         let p = path.to_str().unwrap();
+        let plugins = small_plugin_dir(dir.path(), arch);
         let out = Command::new(env!("CARGO_BIN_EXE_bloomery"))
             .arg("--plugin-dir")
             .arg(&plugins)
             .args(["synth", "--arch", arch, "--preset", "tiny", "-o", p])
+            // Q8_0 weights: each case rewrites the whole file, and f32 files made this test
+            // write ≈ 20 GB (a quarter with Q8_0; the keys are what the cases change).
+            .args([
+                "--embd",
+                "Q8_0",
+                "--output-type",
+                "Q8_0",
+                "--experts",
+                "Q8_0",
+            ])
+            .args(["--attn", "Q8_0", "--dense", "Q8_0"])
             .output()
             .unwrap();
         assert!(out.status.success(), "{out:?}");
         let file = GgufFile::open(&path).unwrap();
         for (key, value) in cases(&file, arch) {
-            all.push((arch, path.clone(), key, value));
+            all.push((arch, path.clone(), key, value, plugins.clone()));
         }
     }
     let next = AtomicUsize::new(0);
@@ -302,16 +322,16 @@ fn hostile_hyperparameters_end_in_named_errors_never_in_an_abort() {
         for _ in 0..2 {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some((arch, path, key, value)) = all.get(i) else {
+                let Some((arch, path, key, value, plugins)) = all.get(i) else {
                     break;
                 };
                 let src = GgufFile::open(path).unwrap();
                 let case = dir.path().join(format!("case{i}.gguf"));
                 rewrite(&src, key, value, &case);
                 let m = case.to_str().unwrap();
-                let info = run_child(&plugins, &["info", "-m", m]);
+                let info = run_child(plugins, &["info", "-m", m]);
                 let run_args = ["run", "-m", m, "-c", "64", "-t", "1", "-p", "hi", "-n", "1"];
-                let run = run_child(&plugins, &run_args);
+                let run = run_child(plugins, &run_args);
                 std::fs::remove_file(&case).unwrap();
                 results
                     .lock()
