@@ -5,7 +5,7 @@ import time
 
 import requests
 
-from conftest import sse_lines
+from conftest import Server, sse_lines
 
 
 def sse(resp):
@@ -194,3 +194,21 @@ def test_models_lists_aliases_and_tags_and_defaults_to_the_path_as_given(tiny, t
     entry = tiny.get("/v1/models").json()["data"][0]
     assert (entry["id"], entry["aliases"], entry["tags"]) == (str(tiny_path), [str(tiny_path)], [])
     assert tiny.post("/completion", {"prompt": "x", "n_predict": 1}).json()["model"] == str(tiny_path)
+
+
+def test_reverse_prompts_are_the_stop_strings_of_requests_that_bring_none(tiny_path):
+    # llama-server's -r: the default `stop` (escapes processed, as llama.cpp's -e default does);
+    # a request's own non-empty stop replaces it, an empty one falls back to it.
+    s = Server(tiny_path, "-c", "256", "-r", r"\x41x", "-r", "two")
+    try:
+        assert s.get("/props").json()["default_generation_settings"]["params"]["stop"] == ["Ax", "two"]
+        for body, stop in [({}, ["Ax", "two"]), ({"stop": []}, ["Ax", "two"]), ({"stop": ["z"]}, ["z"])]:
+            r = s.post("/completion", {"prompt": "hi", "n_predict": 1, **body}).json()
+            assert r["generation_settings"]["stop"] == stop, body
+    finally:
+        s.stop()
+    raw = Server(tiny_path, "-c", "256", "-r", r"\x41x", "--no-escape")
+    try:
+        assert raw.get("/props").json()["default_generation_settings"]["params"]["stop"] == [r"\x41x"]
+    finally:
+        raw.stop()

@@ -59,6 +59,7 @@ const SAMPLING: &[&str] = &[
 /// server flags.
 const SERVER: &[&str] = &[
     "parallel",
+    "reverse-prompt",
     "host",
     "port",
     "api-key",

@@ -108,6 +108,9 @@ pub struct RunArgs {
     /// The sampler stages beyond the basic ones, and their order.
     #[command(flatten)]
     pub sampling: crate::flags::sampling::SamplingArgs,
+    /// Escape sequences in the prompt and the DRY breakers (`-e`, `--no-escape`).
+    #[command(flatten)]
+    pub escapes: crate::flags::escapes::EscapeArgs,
     /// A grammar or JSON schema the output follows.
     #[command(flatten)]
     pub grammar: crate::flags::grammar::GrammarArgs,
@@ -128,7 +131,7 @@ fn prompt_tokens(
     let text = if a.chat {
         chat_prompt(model, &tok, a)?
     } else {
-        a.prompt.clone()
+        a.escapes.apply(&a.prompt)
     };
     let ids = tok.encode(&text, true, true)?;
     Ok((tok, ids))
@@ -157,12 +160,13 @@ fn chat_prompt(
         &text_of(tok.bos()),
         &text_of(tok.eos()),
     )?;
+    let prompt = a.escapes.apply(&a.prompt);
     if let Some(b) = choice.builtin {
-        return Ok(b.render(&[("user", a.prompt.as_str())], true));
+        return Ok(b.render(&[("user", prompt.as_str())], true));
     }
     let req = ChatRequest {
         messages: TemplateValue::from(&serde_json::json!([
-            {"role": "user", "content": a.prompt}
+            {"role": "user", "content": prompt}
         ])),
         add_generation_prompt: true,
         kwargs: vec![(
@@ -285,7 +289,7 @@ pub fn run(cli: &Cli, a: &RunArgs) -> anyhow::Result<()> {
     }
     let mut params = sampler_params(a, ctx);
     let n_vocab = model.spec.hparams.n_vocab as usize;
-    a.sampling.apply(&mut params, &tok, n_vocab)?;
+    a.sampling.apply(&mut params, &tok, n_vocab, &a.escapes)?;
     eprintln!(
         "sampler: seed {}, top_k {}, typical {}, top_p {}, min_p {}, temp {}, repeat_penalty {} (last {}), presence {}, frequency {}",
         params.seed, params.top_k, params.typ_p, params.top_p, params.min_p, params.temp,

@@ -5,6 +5,7 @@
 
 pub mod cache_type;
 pub mod cards;
+pub mod escapes;
 pub mod grammar;
 pub mod hub;
 pub mod llama_bench;

@@ -140,6 +140,7 @@ impl SamplingArgs {
         s: &mut SamplerParams,
         tok: &Tokenizer,
         n_vocab: usize,
+        escapes: &crate::flags::escapes::EscapeArgs,
     ) -> anyhow::Result<()> {
         if let Some(names) = &self.samplers {
             let names: Vec<&str> = names.split(';').filter(|n| !n.is_empty()).collect();
@@ -174,7 +175,8 @@ impl SamplingArgs {
             )
         })?;
         // Processed even with DRY off, for the requests that turn it on.
-        s.dry_breakers = dry_breakers(tok, n_vocab, &self.breakers());
+        let breakers: Vec<String> = self.breakers().iter().map(|b| escapes.apply(b)).collect();
+        s.dry_breakers = dry_breakers(tok, n_vocab, &breakers);
         s.adaptive_target = self.adaptive_target;
         s.adaptive_decay = self.adaptive_decay;
         s.dynatemp_range = self.dynatemp_range;

@@ -267,6 +267,13 @@ pub struct ServeArgs {
     /// The sampler stages beyond the basic ones, and their order.
     #[command(flatten)]
     pub sampling: crate::flags::sampling::SamplingArgs,
+    /// Escape sequences in `-r` and the DRY breakers (`-e`, `--no-escape`).
+    #[command(flatten)]
+    pub escapes: crate::flags::escapes::EscapeArgs,
+    /// A stop string for requests that bring none (`-r`; repeatable), as llama-server's
+    /// reverse prompts.
+    #[arg(long = "reverse-prompt", value_name = "PROMPT")]
+    pub reverse_prompt: Vec<String>,
     /// The chat page, CORS and TLS.
     #[command(flatten)]
     pub web: crate::flags::web::WebArgs,

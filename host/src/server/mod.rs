@@ -543,7 +543,8 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         penalty_present: a.presence_penalty,
         ..SamplerParams::default()
     };
-    a.sampling.apply(&mut sampler, &tok, hp.n_vocab as usize)?;
+    a.sampling
+        .apply(&mut sampler, &tok, hp.n_vocab as usize, &a.escapes)?;
 
     let defaults = Defaults {
         sampler,
@@ -551,6 +552,11 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         n_predict: usize::try_from(a.n_predict).ok(),
         ignore_eos: a.ignore_eos,
         special: a.special,
+        stop: a
+            .reverse_prompt
+            .iter()
+            .map(|r| a.escapes.apply(r))
+            .collect(),
         cache_prompt: a.cache_prompt(),
         n_keep: a.keep,
         n_cache_reuse: a.cache_reuse as usize,

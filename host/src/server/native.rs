@@ -81,7 +81,7 @@ fn default_params(ready: &Ready) -> GenParams {
     GenParams {
         sampler,
         n_predict: ready.defaults.n_predict,
-        stop: Vec::new(),
+        stop: ready.defaults.stop.clone(),
         n_probs: 0,
         post_sampling_probs: false,
         return_progress: false,

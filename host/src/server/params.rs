@@ -25,6 +25,8 @@ pub struct Defaults {
     pub n_predict: Option<usize>,
     /// Special tokens' text in the output (`--special`).
     pub special: bool,
+    /// The stop strings of requests that bring none (`-r`).
+    pub stop: Vec<String>,
     /// Default of `ignore_eos`.
     pub ignore_eos: bool,
     /// Default of `cache_prompt`.
@@ -202,6 +204,11 @@ pub fn gen_params(f: &Fields<'_>, d: &Defaults, n_probs: usize) -> Result<GenPar
     }
     let mut stop = f.strings("stop")?;
     stop.extend(f.strings("stop_sequences")?);
+    stop.retain(|s| !s.is_empty());
+    if stop.is_empty() {
+        // llama-server's reverse prompts stand in when a request brings no stop string.
+        stop.clone_from(&d.stop);
+    }
     Ok(GenParams {
         sampler: s,
         n_predict: limit,
@@ -315,6 +322,7 @@ pub(crate) mod tests {
             n_predict: Some(16),
             ignore_eos: false,
             special: false,
+            stop: Vec::new(),
             cache_prompt: true,
             n_keep: 0,
             n_cache_reuse: 0,

@@ -185,6 +185,7 @@ mod tests {
             n_predict: None,
             ignore_eos: false,
             special: false,
+            stop: Vec::new(),
             cache_prompt: true,
             n_keep: 0,
             n_cache_reuse: 0,
