@@ -62,6 +62,7 @@ const SERVER: &[&str] = &[
     "reverse-prompt",
     "host",
     "port",
+    "reuse-port",
     "api-key",
     "api-key-file",
     "alias",

@@ -318,6 +318,9 @@ pub struct ServeArgs {
         allow_negative_numbers = true
     )]
     pub embd_normalize: i32,
+    /// Let other processes bind the same port (SO_REUSEPORT), as llama-server's `--reuse-port`.
+    #[arg(long = "reuse-port", env = "LLAMA_ARG_REUSE_PORT")]
+    pub reuse_port: bool,
     /// Serve Prometheus metrics at /metrics.
     #[arg(long = "metrics", env = "LLAMA_ARG_ENDPOINT_METRICS")]
     pub metrics: bool,

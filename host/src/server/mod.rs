@@ -698,7 +698,7 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs, verbose: bool) -> anyhow::R
             }
             _ => a.port,
         };
-        let bound = bind::bind_all(&bind::hosts(&a.host)?, port).await?;
+        let bound = bind::bind_all(&bind::hosts(&a.host)?, port, a.reuse_port).await?;
         let urls: Vec<String> = bound
             .iter()
             .map(|(_, addr)| format!("{scheme}://{addr}"))

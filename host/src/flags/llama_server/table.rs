@@ -155,7 +155,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--embd-normalize"], &[], None, Value, Serve),
     flag(&["--host"], &[], Some("LLAMA_ARG_HOST"), Value, Serve),
     flag(&["--port"], &[], Some("LLAMA_ARG_PORT"), Value, Serve),
-    flag(&["--reuse-port"], &[], Some("LLAMA_ARG_REUSE_PORT"), Flag, Refused("SO_REUSEPORT is not implemented")),
+    flag(&["--reuse-port"], &[], Some("LLAMA_ARG_REUSE_PORT"), Flag, Serve),
     flag(&["--path"], &[], Some("LLAMA_ARG_STATIC_PATH"), Value, Serve),
     flag(&["--cors-origins"], &[], Some("LLAMA_ARG_CORS_ORIGINS"), Value, Serve),
     flag(&["--cors-methods"], &[], Some("LLAMA_ARG_CORS_METHODS"), Value, Serve),
