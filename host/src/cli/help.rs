@@ -60,6 +60,7 @@ const SAMPLING: &[&str] = &[
 const SERVER: &[&str] = &[
     "parallel",
     "reverse-prompt",
+    "spm-infill",
     "host",
     "port",
     "reuse-port",

@@ -318,6 +318,9 @@ pub struct ServeArgs {
         allow_negative_numbers = true
     )]
     pub embd_normalize: i32,
+    /// `/infill` puts the suffix before the prefix (SPM order) instead of after it (PSM).
+    #[arg(long = "spm-infill")]
+    pub spm_infill: bool,
     /// Let other processes bind the same port (SO_REUSEPORT), as llama-server's `--reuse-port`.
     #[arg(long = "reuse-port", env = "LLAMA_ARG_REUSE_PORT")]
     pub reuse_port: bool,

@@ -15,6 +15,7 @@ pub mod error;
 pub mod gcp;
 pub mod gen;
 pub mod guard;
+pub mod infill;
 pub mod listen;
 pub mod metrics;
 pub mod native;
@@ -108,6 +109,8 @@ pub struct Ready {
     pub body_limit: usize,
     /// How the embedding routes embed (`None`: without `--embeddings` they are refused).
     pub embeddings: Option<embeddings::EmbeddingMode>,
+    /// The vocabulary's fill-in-the-middle tokens (`/infill`).
+    pub fim: infill::Fim,
 }
 
 impl Ready {
@@ -576,6 +579,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
             message: a.reasoning_budget_message.clone(),
         },
     };
+    let fim = infill::Fim::of(model.file.metadata(), &tok, hp.n_vocab as usize);
     let body_limit = guard::body_limit(n_ctx as usize, tok.max_token_bytes());
     let decision = match &head {
         Some(h) => {
@@ -650,6 +654,7 @@ fn load(plugin_dirs: &[PathBuf], a: &ServeArgs) -> anyhow::Result<Ready> {
         body_limit,
         embeddings,
         decision,
+        fim,
     })
 }
 

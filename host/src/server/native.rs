@@ -379,7 +379,7 @@ pub async fn models(State(state): State<AppRef>) -> Json<Value> {
 }
 
 /// A JSON token id, checked against the vocabulary.
-fn token_id(ready: &Ready, x: &Value) -> Result<u32, ApiError> {
+pub(crate) fn token_id(ready: &Ready, x: &Value) -> Result<u32, ApiError> {
     let n_vocab = ready.tok.vocab_size();
     x.as_u64()
         .filter(|&i| (i as usize) < n_vocab)
@@ -717,55 +717,26 @@ fn native_stream(
     )
 }
 
-/// POST /infill: fill-in-the-middle for models with FIM tokens.
+/// POST /infill: fill-in-the-middle for models with FIM tokens ([`super::infill`]).
 pub async fn infill(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
     let ready = state.awake().await?;
     let r = Arc::clone(&ready);
+    let a = &state.args;
+    let lim = super::infill::Limits {
+        n_batch: i64::from(a.batch_size),
+        n_predict: a.n_predict,
+        n_ctx: ready.n_ctx_slot as i64,
+        spm: a.spm_infill,
+    };
     let (body, prompt) = state
         .cpu
         .run(move || {
             let body = parse_body(&body)?;
-            let prompt = infill_prompt(&r, &Fields::of(&body)?)?;
+            let prompt = super::infill::prompt(&r, &body, &lim)?;
             Ok((body, prompt))
         })
         .await?;
     run_native(ready, &Fields::of(&body)?, vec![prompt]).await
-}
-
-/// The fill-in-the-middle prompt of an /infill body.
-fn infill_prompt(ready: &Ready, f: &Fields<'_>) -> Result<Vec<u32>, ApiError> {
-    let tok = &ready.tok;
-    let find = |names: &[&str]| names.iter().find_map(|n| tok.token_id(n));
-    let (Some(pre), Some(suf), Some(mid)) = (
-        find(&["<|fim_prefix|>", "<fim_prefix>", "<fim-prefix>"]),
-        find(&["<|fim_suffix|>", "<fim_suffix>", "<fim-suffix>"]),
-        find(&["<|fim_middle|>", "<fim_middle>", "<fim-middle>"]),
-    ) else {
-        return Err(ApiError::not_supported(
-            "this model has no fill-in-the-middle tokens",
-        ));
-    };
-    let mut at_least = 3;
-    for key in ["input_prefix", "input_suffix", "prompt"] {
-        at_least += fewest_tokens(ready, f.str(key)?.unwrap_or(""));
-    }
-    check_fits(ready, at_least)?;
-    let text = |key: &str| -> Result<Vec<u32>, ApiError> {
-        let s = f.str(key)?.unwrap_or("");
-        tok.encode(s, false, false)
-            .map_err(|e| ApiError::invalid(e.to_string()))
-    };
-    let mut prompt = Vec::new();
-    if tok.special().add_bos {
-        prompt.extend(tok.bos());
-    }
-    prompt.push(pre);
-    prompt.extend(text("input_prefix")?);
-    prompt.push(suf);
-    prompt.extend(text("input_suffix")?);
-    prompt.push(mid);
-    prompt.extend(text("prompt")?);
-    Ok(prompt)
 }
 
 /// POST /tokenize.

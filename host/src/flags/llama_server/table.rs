@@ -55,7 +55,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-r", "--reverse-prompt"], &[], None, Value, Serve),
     flag(&["-sp", "--special"], &[], None, Flag, Serve),
     flag(&["--warmup"], &["--no-warmup"], None, Switch, OnlyOff("no warmup pass is run at load")),
-    flag(&["--spm-infill"], &[], None, Flag, Refused("/infill uses the model's own FIM order")),
+    flag(&["--spm-infill"], &[], None, Flag, Serve),
     flag(&["--samplers"], &[], None, Value, Serve),
     flag(&["-s", "--seed"], &[], None, Value, Serve),
     flag(&["--sampler-seq", "--sampling-seq"], &[], None, Value, Serve),
