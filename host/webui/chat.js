@@ -16,6 +16,7 @@ let currentId = localStorage.getItem(STORE.current);
 let running = null; // { controller, message } while an answer streams
 const nodes = new WeakMap(); // message -> its element (kept out of the stored messages)
 let serverTimer = null;
+const fromServer = new Set(); // settings holding the server's default (--ui-config), not stored
 
 function load(key, fallback) {
   try {
@@ -28,7 +29,8 @@ function load(key, fallback) {
 
 function save() {
   localStorage.setItem(STORE.chats, JSON.stringify(chats));
-  localStorage.setItem(STORE.settings, JSON.stringify(settings));
+  const own = Object.fromEntries(Object.entries(settings).filter(([f]) => !fromServer.has(f)));
+  localStorage.setItem(STORE.settings, JSON.stringify(own));
   if (currentId) localStorage.setItem(STORE.current, currentId);
 }
 
@@ -293,6 +295,7 @@ function bindSettings() {
     input.value = settings[f] ?? "";
     input.oninput = () => {
       settings[f] = input.value;
+      fromServer.delete(f);
       if (f === "tools") checkTools();
       save();
     };
@@ -333,6 +336,17 @@ async function loadProps() {
   const p = await res.json();
   setStatus("");
   $("model").textContent = p.model_alias || p.model_path;
+  // The server's defaults for the page (--ui-config), under the page's own setting names; a
+  // setting this browser has stored wins.
+  const stored = load(STORE.settings, {});
+  for (const [f, v] of Object.entries(p.ui_settings || {})) {
+    const input = $("set-" + f);
+    if (input && !(f in stored) && v !== null && typeof v !== "object") {
+      settings[f] = String(v);
+      input.value = settings[f];
+      fromServer.add(f);
+    }
+  }
   const params = (p.default_generation_settings || {}).params || {};
   const defaults = { temperature: params.temperature, top_k: params.top_k, top_p: params.top_p,
                      min_p: params.min_p, repeat_penalty: params.repeat_penalty,

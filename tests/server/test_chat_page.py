@@ -248,6 +248,28 @@ def test_the_page_works_under_an_api_prefix(gemma3_path, browser):
         s.stop()
 
 
+def test_the_servers_ui_config_fills_the_settings_the_browser_has_not_set(gemma3_path, browser):
+    """`--ui-config` (llama-server's `ui_settings` in /props) gives the page's defaults, under
+    the page's own setting names; what this browser stored wins, and a default is not stored."""
+    config = json.dumps({"system": "Be brief.", "temperature": 0.3, "unknown_setting": 1})
+    s = Server(gemma3_path, "-c", "1024", "-np", "1", "-a", ALIAS, "--ui-config", config)
+    try:
+        open_page(browser, s.url)
+        browser.execute_script("localStorage.clear(); "
+                               "localStorage.setItem('bloomery.settings', JSON.stringify({temperature: '0.9'}));"
+                               "location.reload();")
+        wait(browser, lambda d: d.find_element(By.ID, "model").text == ALIAS)
+        wait(browser, lambda d: d.find_element(By.ID, "set-system").get_property("value") == "Be brief.")
+        assert browser.find_element(By.ID, "set-temperature").get_property("value") == "0.9"
+        browser.find_element(By.ID, "toggle-settings").click()
+        set_field(browser, "top_k", "7")
+        browser.find_element(By.ID, "toggle-settings").click()
+        stored = json.loads(browser.execute_script("return localStorage.getItem('bloomery.settings')"))
+        assert stored.get("top_k") == "7" and stored.get("temperature") == "0.9" and "system" not in stored
+    finally:
+        s.stop()
+
+
 def test_screenshot(server, browser, tmp_path):
     open_page(browser, server.url)
     browser.execute_script("localStorage.clear(); location.reload();")

@@ -5,7 +5,7 @@ import time
 
 import requests
 
-from conftest import Server, sse_lines
+from conftest import Server, run_cli, sse_lines
 
 
 def sse(resp):
@@ -212,3 +212,15 @@ def test_reverse_prompts_are_the_stop_strings_of_requests_that_bring_none(tiny_p
         assert raw.get("/props").json()["default_generation_settings"]["params"]["stop"] == [r"\x41x"]
     finally:
         raw.stop()
+
+
+def test_ui_config_is_props_ui_settings_and_bad_json_is_refused(tiny_path, tmp_path):
+    cfg = tmp_path / "ui.json"
+    cfg.write_text('{"system": "hi", "temperature": 0.5}')
+    s = Server(tiny_path, "-c", "256", "--ui-config-file", str(cfg))
+    try:
+        assert s.get("/props").json()["ui_settings"] == {"system": "hi", "temperature": 0.5}
+    finally:
+        s.stop()
+    rc, out = run_cli("serve", "-m", str(tiny_path), "--ui-config", "{not json")
+    assert rc != 0 and "--ui-config: failed to parse UI config" in out, out

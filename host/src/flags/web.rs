@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::bail;
+use anyhow::{bail, Context};
 use clap::Args;
 
 /// llama-server's default `--cors-methods`.
@@ -22,6 +22,23 @@ pub struct WebArgs {
     /// Serve this folder's files at `/` instead of the built-in chat page.
     #[arg(long = "path", value_name = "PATH", env = "LLAMA_ARG_STATIC_PATH")]
     pub path: Option<PathBuf>,
+    /// JSON of the chat page's default settings (`/props`' `ui_settings`; a setting the user
+    /// changed in the browser wins).
+    #[arg(
+        long = "ui-config",
+        visible_alias = "webui-config",
+        value_name = "JSON",
+        env = "LLAMA_ARG_UI_CONFIG"
+    )]
+    pub ui_config: Option<String>,
+    /// A file of that JSON (read instead of `--ui-config`).
+    #[arg(
+        long = "ui-config-file",
+        visible_alias = "webui-config-file",
+        value_name = "PATH",
+        env = "LLAMA_ARG_UI_CONFIG_FILE"
+    )]
+    pub ui_config_file: Option<PathBuf>,
     /// Origins allowed by CORS, comma-separated; `*` (the default) allows any, and `localhost`
     /// only origins on this machine.
     #[arg(
@@ -82,6 +99,21 @@ impl WebArgs {
             (Some(dir), true) => Page::Folder(dir.clone()),
             (None, true) => Page::BuiltIn,
         }
+    }
+
+    /// The page's default settings (`--ui-config`, `--ui-config-file`; an empty object without
+    /// them). Text that is not JSON is refused by name, as llama-server refuses to start.
+    pub fn ui_settings(&self) -> anyhow::Result<serde_json::Value> {
+        let (text, from) = match (&self.ui_config_file, &self.ui_config) {
+            (Some(f), _) => (
+                std::fs::read_to_string(f)
+                    .with_context(|| format!("--ui-config-file {}", f.display()))?,
+                format!("--ui-config-file {}", f.display()),
+            ),
+            (None, Some(t)) => (t.clone(), "--ui-config".to_owned()),
+            (None, None) => return Ok(serde_json::json!({})),
+        };
+        serde_json::from_str(&text).with_context(|| format!("{from}: failed to parse UI config"))
     }
 
     /// Whether CORS allows credentials.

@@ -155,6 +155,8 @@ pub struct AppState {
     pub debug_answers: bool,
     /// The chat completions running now, for `/v1/chat/completions/control`.
     pub running: Arc<control::Running>,
+    /// The chat page's default settings (`--ui-config`), `/props`' `ui_settings`.
+    pub ui_settings: Value,
 }
 
 impl AppState {
@@ -676,6 +678,7 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs, verbose: bool) -> anyhow::R
         page: a.web.page(),
         debug_answers: verbose || a.log.verbosity.is_some_and(|n| n > 9),
         running: Arc::default(),
+        ui_settings: a.web.ui_settings()?,
     });
     let cors = cors::layer(&a.web)?;
     let cors_methods = cors::preflight_methods(&a.web)?;

@@ -173,6 +173,7 @@ pub async fn props(State(state): State<AppRef>) -> Result<Json<Value>, ApiError>
         "modalities": {"vision": false, "audio": false},
         "build_info": concat!("b0-bloomery-", env!("CARGO_PKG_VERSION")),
         "is_sleeping": ready.is_sleeping(),
+        "ui_settings": state.ui_settings,
     })))
 }
 

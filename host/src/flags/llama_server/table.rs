@@ -10,7 +10,6 @@ const SPECULATIVE: &str =
 const MULTIMODAL: &str = "multimodal input is not supported";
 const DOCKER: &str =
     "Docker Hub models are not supported (-hf fetches from Hugging Face, -mu from a URL)";
-const UI_CONFIG: &str = "the chat page keeps its settings in the browser (no server-side defaults)";
 const ADAPTERS: &str = "adapters and control vectors are not supported";
 const ROUTER: &str = "one server serves one model (no model router)";
 const TOOLS: &str = "the server's own tools are not supported";
@@ -162,8 +161,8 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--cors-headers"], &[], Some("LLAMA_ARG_CORS_HEADERS"), Value, Serve),
     flag(&["--cors-credentials"], &["--no-cors-credentials"], Some("LLAMA_ARG_CORS_CREDENTIALS"), Switch, Serve),
     flag(&["--api-prefix"], &[], Some("LLAMA_ARG_API_PREFIX"), Value, Serve),
-    flag(&["--ui-config", "--webui-config"], &[], Some("LLAMA_ARG_UI_CONFIG"), Value, Refused(UI_CONFIG)),
-    flag(&["--ui-config-file", "--webui-config-file"], &[], Some("LLAMA_ARG_UI_CONFIG_FILE"), Value, Refused(UI_CONFIG)),
+    flag(&["--ui-config", "--webui-config"], &[], Some("LLAMA_ARG_UI_CONFIG"), Value, Serve),
+    flag(&["--ui-config-file", "--webui-config-file"], &[], Some("LLAMA_ARG_UI_CONFIG_FILE"), Value, Serve),
     flag(&["--ui-mcp-proxy", "--webui-mcp-proxy"], &["--no-ui-mcp-proxy", "--no-webui-mcp-proxy"], Some("LLAMA_ARG_UI_MCP_PROXY"), Switch, OnlyOff("the MCP proxy is not supported")),
     flag(&["--tools"], &[], Some("LLAMA_ARG_TOOLS"), Value, Refused(TOOLS)),
     flag(&["--tools-runtime"], &[], Some("LLAMA_ARG_TOOLS_RUNTIME"), Value, Refused(TOOLS)),
