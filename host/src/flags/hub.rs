@@ -62,11 +62,16 @@ impl HubArgs {
     /// else `model` (`-m`), which must then be given.
     pub fn model_file(&self, model: Option<&Path>) -> anyhow::Result<PathBuf> {
         let env = |name: &str| std::env::var(name).ok();
+        let fetch = crate::hub::Fetch {
+            hf_file: self.hf_file.as_deref(),
+            token: self.hf_token.as_deref(),
+            offline: self.offline,
+        };
         if let Some(spec) = &self.hf_repo {
-            return crate::hub::from_repo(self, spec, &env);
+            return crate::hub::from_repo(&fetch, spec, &env);
         }
         if let Some(url) = &self.model_url {
-            return crate::hub::from_url(self, url, model, &env);
+            return crate::hub::from_url(&fetch, url, model, &env);
         }
         model.map(Path::to_path_buf).ok_or_else(|| {
             anyhow::anyhow!("no model: give -m FILE, -hf <user>/<model>[:quant] or -mu URL")

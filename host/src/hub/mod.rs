@@ -18,7 +18,17 @@ use anyhow::{anyhow, bail, Context};
 use serde_json::Value;
 
 use self::cache::RepoFile;
-use crate::flags::hub::HubArgs;
+
+/// How a download goes: `-hff`'s file, `-hft`'s token, `--offline`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Fetch<'a> {
+    /// The repository's file to load instead of the one the quant picks.
+    pub hf_file: Option<&'a str>,
+    /// A bearer token.
+    pub token: Option<&'a str>,
+    /// Cached files only.
+    pub offline: bool,
+}
 
 /// The Hub's address: `MODEL_ENDPOINT`, else `HF_ENDPOINT`, else https://huggingface.co/, always
 /// ending in `/`.
@@ -155,7 +165,7 @@ fn fetch_all(agent: &ureq::Agent, want: &[&RepoFile], token: Option<&str>) -> an
 /// `-hf spec` (with `-hff`, `-hft`, `--offline`): the model file's path in the cache, fetched
 /// first unless cached.
 pub fn from_repo(
-    a: &HubArgs,
+    a: &Fetch,
     spec: &str,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> anyhow::Result<PathBuf> {
@@ -163,7 +173,7 @@ pub fn from_repo(
     let hub = cache::hub_dir(env)?;
     let end = endpoint(env);
     let agent = fetch::agent();
-    let api_token = a.hf_token.as_deref().filter(|t| {
+    let api_token = a.token.filter(|t| {
         let ok = repo::valid_token(t);
         if !ok {
             tracing::warn!("-hf: the token is not a Hugging Face token (hf_…): sent with downloads, not with API calls");
@@ -222,10 +232,10 @@ pub fn from_repo(
             list.join(", ")
         }
     };
-    let primary = match &a.hf_file {
+    let primary = match a.hf_file {
         Some(name) => paths
             .iter()
-            .position(|p| p == name)
+            .position(|p| *p == name)
             .ok_or_else(|| anyhow!("-hff {name}: not in {listed}; its GGUF files: {}", ggufs()))?,
         None => pick::best_model(&paths, &rt.tag).ok_or_else(|| match rt.tag.as_str() {
             "" => anyhow!("-hf {spec}: no GGUF model files in {listed}"),
@@ -251,7 +261,7 @@ pub fn from_repo(
             );
         }
     } else {
-        fetch_all(&agent, &want, a.hf_token.as_deref())
+        fetch_all(&agent, &want, a.token)
             .with_context(|| format!("-hf {spec}: downloading {}", files[primary].path))?;
     }
     let mut model = PathBuf::new();
@@ -268,7 +278,7 @@ pub fn from_repo(
 /// `-mu url`: every part of the file the URL names, fetched to `model` (`-m`, when given; a split
 /// model's parts beside it) or to the download folder, and the path of the first part.
 pub fn from_url(
-    a: &HubArgs,
+    a: &Fetch,
     url: &str,
     model: Option<&Path>,
     env: &dyn Fn(&str) -> Option<String>,
@@ -310,7 +320,7 @@ pub fn from_url(
             &fetch::Download {
                 url: u,
                 path: p,
-                token: a.hf_token.as_deref(),
+                token: a.token,
                 keep_existing: false,
             },
         )
