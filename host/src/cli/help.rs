@@ -61,6 +61,8 @@ const SERVER: &[&str] = &[
     "parallel",
     "reverse-prompt",
     "spm-infill",
+    "ui-config",
+    "ui-config-file",
     "host",
     "port",
     "reuse-port",
