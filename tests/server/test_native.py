@@ -5,7 +5,7 @@ import time
 
 import requests
 
-from conftest import Server, run_cli, sse_lines
+from conftest import QWEN3_TEMPLATE, Server, run_cli, sse_lines
 
 
 def sse(resp):
@@ -224,3 +224,25 @@ def test_ui_config_is_props_ui_settings_and_bad_json_is_refused(tiny_path, tmp_p
         s.stop()
     rc, out = run_cli("serve", "-m", str(tiny_path), "--ui-config", "{not json")
     assert rc != 0 and "--ui-config: failed to parse UI config" in out, out
+
+
+def test_log_prompts_dir_writes_each_prompt_as_llama_server_does(tiny_path, tmp_path):
+    # Checked against llama-server b11434 on the same requests: a text prompt as it is, a mixed
+    # list as JSON indented by two spaces, a chat as the template's rendering; files named by
+    # the monotonic clock in milliseconds, 12 digits.
+    d = tmp_path / "prompts"
+    s = Server(tiny_path, "-c", "256", "--log-prompts-dir", str(d),
+               "--chat-template-file", str(QWEN3_TEMPLATE))
+    try:
+        for path, body in [("/completion", {"prompt": "hello there"}),
+                           ("/completion", {"prompt": [1, 2, "x"]}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]})]:
+            assert s.post(path, {**body, "n_predict": 1, "max_tokens": 1}).status_code == 200
+            time.sleep(0.01)
+    finally:
+        s.stop()
+    files = sorted(d.iterdir())
+    assert all(len(f.stem) == 12 and f.stem.isdigit() and f.suffix == ".txt" for f in files), files
+    texts = [f.read_text() for f in files]
+    assert texts[:2] == ["hello there", '[\n  1,\n  2,\n  "x"\n]']
+    assert texts[2].startswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"), texts[2]

@@ -61,6 +61,7 @@ const SERVER: &[&str] = &[
     "parallel",
     "reverse-prompt",
     "spm-infill",
+    "log-prompts-dir",
     "ui-config",
     "ui-config-file",
     "host",

@@ -318,6 +318,10 @@ pub struct ServeArgs {
         allow_negative_numbers = true
     )]
     pub embd_normalize: i32,
+    /// Write each completion's prompt to a file in this folder (a debugging aid; created if
+    /// missing).
+    #[arg(long = "log-prompts-dir", value_name = "PATH")]
+    pub log_prompts_dir: Option<std::path::PathBuf>,
     /// `/infill` puts the suffix before the prefix (SPM order) instead of after it (PSM).
     #[arg(long = "spm-infill")]
     pub spm_infill: bool,

@@ -24,6 +24,7 @@ pub mod openai;
 pub mod page;
 pub mod params;
 pub mod prefix;
+pub mod prompt_log;
 pub mod request_log;
 pub mod sampler_fields;
 pub mod shutdown;
@@ -680,6 +681,7 @@ pub fn serve(plugin_dirs: &[PathBuf], a: &ServeArgs, verbose: bool) -> anyhow::R
         running: Arc::default(),
         ui_settings: a.web.ui_settings()?,
     });
+    prompt_log::start(a.log_prompts_dir.as_deref());
     let cors = cors::layer(&a.web)?;
     let cors_methods = cors::preflight_methods(&a.web)?;
     let gcp = gcp::Gcp::from(|name| std::env::var(name).ok())?;

@@ -562,6 +562,9 @@ pub async fn completion(State(state): State<AppRef>, body: Bytes) -> Result<Resp
             Ok((body, prompts))
         })
         .await?;
+    if let Some(p) = body.get("prompt") {
+        super::prompt_log::write(state.args.log_prompts_dir.as_deref(), p);
+    }
     run_native(ready, &Fields::of(&body)?, prompts).await
 }
 
@@ -737,6 +740,10 @@ pub async fn infill(State(state): State<AppRef>, body: Bytes) -> Result<Response
             Ok((body, prompt))
         })
         .await?;
+    super::prompt_log::write(
+        state.args.log_prompts_dir.as_deref(),
+        &serde_json::json!(prompt),
+    );
     run_native(ready, &Fields::of(&body)?, vec![prompt]).await
 }
 

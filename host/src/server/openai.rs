@@ -62,8 +62,25 @@ impl ChatJob {
 
 /// Renders a chat from OpenAI-shaped `messages` and `tools` with the request's template options.
 /// With `to_run`, a prompt whose text cannot fit a slot is refused before it is tokenized (a
-/// count of tokens has no such limit).
+/// count of tokens has no such limit), and the rendering goes to `--log-prompts-dir`.
 pub fn prepare_chat(
+    state: &AppState,
+    ready: &Ready,
+    f: &Fields<'_>,
+    messages: &Value,
+    tools: Option<&Value>,
+    to_run: bool,
+) -> Result<ChatJob, ApiError> {
+    let job = render_chat(state, ready, f, messages, tools, to_run)?;
+    if to_run {
+        let text = Value::String(job.prompt.text.clone());
+        super::prompt_log::write(state.args.log_prompts_dir.as_deref(), &text);
+    }
+    Ok(job)
+}
+
+/// [`prepare_chat`]'s rendering.
+fn render_chat(
     state: &AppState,
     ready: &Ready,
     f: &Fields<'_>,
@@ -628,6 +645,9 @@ pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Res
             Ok((body, prompts))
         })
         .await?;
+    if let Some(p) = body.get("prompt") {
+        super::prompt_log::write(state.args.log_prompts_dir.as_deref(), p);
+    }
     let f = Fields::of(&body)?;
     if prompts.len() != 1 {
         return Err(ApiError::invalid("/v1/completions takes one prompt"));

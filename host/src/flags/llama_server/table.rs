@@ -208,7 +208,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["--log-disable"], &[], None, Flag, Serve),
     flag(&["--log-file"], &[], Some("LLAMA_ARG_LOG_FILE"), Value, Serve),
     flag(&["--log-jsonl"], &["--no-log-jsonl"], Some("LLAMA_ARG_LOG_JSONL"), Switch, OnlyOff("JSON log lines are not implemented")),
-    flag(&["--log-prompts-dir"], &[], None, Value, Refused("prompt logging is not implemented")),
+    flag(&["--log-prompts-dir"], &[], None, Value, Serve),
     flag(&["--log-colors"], &[], Some("LLAMA_ARG_LOG_COLORS"), Value, Serve),
     flag(&["-v", "--verbose", "--log-verbose"], &[], None, Flag, Serve),
     flag(&["--offline"], &[], Some("LLAMA_ARG_OFFLINE"), Flag, Serve),
