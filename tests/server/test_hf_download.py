@@ -90,3 +90,10 @@ def test_a_preset_fetches_its_model_and_a_later_flag_overrides_it(tmp_path_facto
             s.stop()
     finally:
         hub.stop()
+
+
+def test_a_file_without_a_repository_is_refused_by_name(tiny_path):
+    p = subprocess.run([BIN, "--plugin-dir", PLUGINS, "serve", "-m", str(tiny_path), "-hff", "x-Q8_0.gguf"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert "-hff x-Q8_0.gguf: names a file of the -hf repository, and no -hf was given" in p.stderr, p.stderr

@@ -61,6 +61,9 @@ impl HubArgs {
     /// The model file to load: fetched (or found in the cache) when `-hf` or `-mu` names one,
     /// else `model` (`-m`), which must then be given.
     pub fn model_file(&self, model: Option<&Path>) -> anyhow::Result<PathBuf> {
+        if let (Some(f), None) = (&self.hf_file, &self.hf_repo) {
+            anyhow::bail!("-hff {f}: names a file of the -hf repository, and no -hf was given");
+        }
         let env = |name: &str| std::env::var(name).ok();
         let fetch = crate::hub::Fetch {
             hf_file: self.hf_file.as_deref(),
