@@ -246,3 +246,16 @@ def test_log_prompts_dir_writes_each_prompt_as_llama_server_does(tiny_path, tmp_
     texts = [f.read_text() for f in files]
     assert texts[:2] == ["hello there", '[\n  1,\n  2,\n  "x"\n]']
     assert texts[2].startswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"), texts[2]
+
+
+def test_completion_bash_prints_a_script_that_completes_serve_flags(tmp_path):
+    import subprocess
+    rc, out = run_cli("serve", "--completion-bash")
+    assert rc == 0, out
+    script = tmp_path / "c.sh"
+    script.write_text(out)
+    probe = ('source "$1"; COMP_WORDS=(bloomery serve --hf-r); COMP_CWORD=2; _bloomery_completions; '
+             'echo "${COMPREPLY[@]}"; COMP_WORDS=(bloomery serve --lor); COMP_CWORD=2; _bloomery_completions; '
+             'echo "[${COMPREPLY[@]}]"')
+    p = subprocess.run(["bash", "-c", probe, "bash", str(script)], capture_output=True, text=True, timeout=30)
+    assert p.stdout.splitlines() == ["--hf-repo", "[]"], p.stdout + p.stderr

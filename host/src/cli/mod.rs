@@ -1,6 +1,7 @@
 //! The command line: global options and one module per subcommand.
 
 mod bench;
+pub mod completion;
 pub mod help;
 mod info;
 mod opcheck;
@@ -93,6 +94,12 @@ pub fn run(mut cli: Cli) -> anyhow::Result<()> {
     };
     if let Some(h) = hub.filter(|h| h.cache_list) {
         return h.print_cache_list();
+    }
+    if let Command::Serve(a) = &cli.command {
+        if a.completion_bash {
+            print!("{}", completion::bash());
+            return Ok(());
+        }
     }
     match &mut cli.command {
         Command::Run(a) => a.model = a.hub.model_file(a.model_arg.as_deref())?,

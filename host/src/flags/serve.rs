@@ -318,6 +318,9 @@ pub struct ServeArgs {
         allow_negative_numbers = true
     )]
     pub embd_normalize: i32,
+    /// Print a bash completion script for `bloomery serve` and exit.
+    #[arg(long = "completion-bash")]
+    pub completion_bash: bool,
     /// Write each completion's prompt to a file in this folder (a debugging aid; created if
     /// missing).
     #[arg(long = "log-prompts-dir", value_name = "PATH")]

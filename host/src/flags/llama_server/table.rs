@@ -20,7 +20,7 @@ pub static LLAMA_SERVER: &[KnownFlag] = &[
     flag(&["-h", "--help", "--usage"], &[], None, Flag, Serve),
     flag(&["--version"], &[], None, Flag, Serve),
     flag(&["-cl", "--cache-list"], &[], None, Flag, Serve),
-    flag(&["--completion-bash"], &[], None, Flag, Refused("no shell completion script yet")),
+    flag(&["--completion-bash"], &[], None, Flag, Serve),
     flag(&["-t", "--threads"], &[], Some("LLAMA_ARG_THREADS"), Value, Serve),
     flag(&["-tb", "--threads-batch"], &[], None, Value, Refused("one worker pool serves prompts and decode: -t sets its threads")),
     flag(&["-C", "--cpu-mask"], &[], None, Value, Refused(AFFINITY)),
