@@ -553,19 +553,30 @@ pub fn final_json(
 /// POST /completion: the native completion, streamed or not.
 pub async fn completion(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
     let ready = state.awake().await?;
-    let r = Arc::clone(&ready);
-    let (body, prompts) = state
+    let (body, prompts) = body_and_prompts(&state, &ready, body).await?;
+    run_native(ready, &Fields::of(&body)?, prompts).await
+}
+
+/// A completion body parsed and its prompts tokenized, off the HTTP threads; the request's
+/// `prompt` goes to `--log-prompts-dir` (/completion and /v1/completions).
+pub(crate) async fn body_and_prompts(
+    state: &super::AppState,
+    ready: &Arc<Ready>,
+    body: Bytes,
+) -> Result<(Value, Vec<Vec<u32>>), ApiError> {
+    let r = Arc::clone(ready);
+    let dir = state.args.log_prompts_dir.clone();
+    state
         .cpu
         .run(move || {
             let body = parse_body(&body)?;
             let prompts = prompts(&r, &Fields::of(&body)?)?;
+            if let Some(p) = body.get("prompt") {
+                super::prompt_log::write(dir.as_deref(), super::prompt_log::Logged::Json(p));
+            }
             Ok((body, prompts))
         })
-        .await?;
-    if let Some(p) = body.get("prompt") {
-        super::prompt_log::write(state.args.log_prompts_dir.as_deref(), p);
-    }
-    run_native(ready, &Fields::of(&body)?, prompts).await
+        .await
 }
 
 async fn run_native(
@@ -732,18 +743,16 @@ pub async fn infill(State(state): State<AppRef>, body: Bytes) -> Result<Response
         n_ctx: ready.n_ctx_slot as i64,
         spm: a.spm_infill,
     };
+    let dir = a.log_prompts_dir.clone();
     let (body, prompt) = state
         .cpu
         .run(move || {
             let body = parse_body(&body)?;
             let prompt = super::infill::prompt(&r, &body, &lim)?;
+            super::prompt_log::write(dir.as_deref(), super::prompt_log::Logged::Ids(&prompt));
             Ok((body, prompt))
         })
         .await?;
-    super::prompt_log::write(
-        state.args.log_prompts_dir.as_deref(),
-        &serde_json::json!(prompt),
-    );
     run_native(ready, &Fields::of(&body)?, vec![prompt]).await
 }
 

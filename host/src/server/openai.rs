@@ -17,7 +17,7 @@ use super::gen::{
     prompt_progress, prompt_progress_timings, random_id, sse_data, submit, submit_n, timings,
     unix_now, Outcome,
 };
-use super::native::{check_fits, fewest_tokens, final_json, finish_reason, id_slot, ok, prompts};
+use super::native::{check_fits, fewest_tokens, final_json, finish_reason, id_slot, ok};
 use super::params::{gen_params, Fields, I32_MAX};
 use super::structured;
 use super::tool_generic;
@@ -73,8 +73,8 @@ pub fn prepare_chat(
 ) -> Result<ChatJob, ApiError> {
     let job = render_chat(state, ready, f, messages, tools, to_run)?;
     if to_run {
-        let text = Value::String(job.prompt.text.clone());
-        super::prompt_log::write(state.args.log_prompts_dir.as_deref(), &text);
+        let text = super::prompt_log::Logged::Text(&job.prompt.text);
+        super::prompt_log::write(state.args.log_prompts_dir.as_deref(), text);
     }
     Ok(job)
 }
@@ -636,18 +636,7 @@ fn chat_stream(
 /// POST /v1/completions.
 pub async fn completions(State(state): State<AppRef>, body: Bytes) -> Result<Response, ApiError> {
     let ready = state.awake().await?;
-    let r = Arc::clone(&ready);
-    let (body, mut prompts) = state
-        .cpu
-        .run(move || {
-            let body = parse_body(&body)?;
-            let prompts = prompts(&r, &Fields::of(&body)?)?;
-            Ok((body, prompts))
-        })
-        .await?;
-    if let Some(p) = body.get("prompt") {
-        super::prompt_log::write(state.args.log_prompts_dir.as_deref(), p);
-    }
+    let (body, mut prompts) = super::native::body_and_prompts(&state, &ready, body).await?;
     let f = Fields::of(&body)?;
     if prompts.len() != 1 {
         return Err(ApiError::invalid("/v1/completions takes one prompt"));

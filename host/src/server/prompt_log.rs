@@ -29,13 +29,26 @@ pub fn start(dir: Option<&Path>) {
     }
 }
 
-/// Writes `prompt` into `dir` (nothing without one).
-pub fn write(dir: Option<&Path>, prompt: &Value) {
+/// A prompt as a request or the server holds it.
+#[derive(Clone, Copy, Debug)]
+pub enum Logged<'a> {
+    /// A request's `prompt` field (a string is written as it is).
+    Json(&'a Value),
+    /// A rendered chat.
+    Text(&'a str),
+    /// Token ids the server built (/infill).
+    Ids(&'a [u32]),
+}
+
+/// Writes `prompt` into `dir` (nothing, and no work, without one).
+pub fn write(dir: Option<&Path>, prompt: Logged<'_>) {
     let Some(dir) = dir else { return };
     let path = dir.join(format!("{:012}.txt", monotonic_ms()));
     let text = match prompt {
-        Value::String(s) => s.clone(),
-        other => serde_json::to_string_pretty(other).unwrap_or_default(),
+        Logged::Json(Value::String(s)) => s.clone(),
+        Logged::Text(s) => s.to_owned(),
+        Logged::Json(other) => serde_json::to_string_pretty(other).unwrap_or_default(),
+        Logged::Ids(ids) => serde_json::to_string_pretty(ids).unwrap_or_default(),
     };
     if let Err(e) = std::fs::write(&path, text) {
         tracing::error!("failed to create {}: {e}", path.display());
